@@ -1,0 +1,55 @@
+"""Small helpers shared by every engine module: random state and state (de)serialisation.
+
+Must never import Flask, Redis or anything outside numpy/scipy.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+
+def check_random_state(seed) -> np.random.Generator:
+    """Turn ``seed`` into a ``numpy.random.Generator``.
+
+    ``None`` gives fresh OS entropy, an int a reproducible generator, and a
+    Generator is returned as it is (shared, like scikit-learn does).
+    """
+    if seed is None or isinstance(seed, (numbers.Integral, np.integer)):
+        return np.random.default_rng(seed)
+    if isinstance(seed, np.random.Generator):
+        return seed
+    raise ValueError(f"random_state must be None, an int or a numpy Generator, not {seed!r}")
+
+
+def generator_state(rng: np.random.Generator) -> dict:
+    """JSON-safe snapshot of a PCG64 generator, so a restored planner draws the same numbers."""
+    state = rng.bit_generator.state
+    if state["bit_generator"] != "PCG64":
+        raise ValueError("only PCG64 generators can be saved")
+    return {
+        "bit_generator": "PCG64",
+        "state": {"state": str(state["state"]["state"]), "inc": str(state["state"]["inc"])},
+        "has_uint32": int(state["has_uint32"]),
+        "uinteger": int(state["uinteger"]),
+    }
+
+
+def generator_from_state(saved: dict) -> np.random.Generator:
+    """Inverse of :func:`generator_state`."""
+    rng = np.random.Generator(np.random.PCG64())
+    rng.bit_generator.state = {
+        "bit_generator": "PCG64",
+        "state": {"state": int(saved["state"]["state"]), "inc": int(saved["state"]["inc"])},
+        "has_uint32": int(saved["has_uint32"]),
+        "uinteger": int(saved["uinteger"]),
+    }
+    return rng
+
+
+def check_n_items(n_items) -> int:
+    if not isinstance(n_items, (numbers.Integral, np.integer)) or isinstance(n_items, bool):
+        raise ValueError(f"n_items must be an integer, not {n_items!r}")
+    if n_items < 3:
+        raise ValueError(f"a study needs at least 3 items, got n_items={n_items}")
+    return int(n_items)
