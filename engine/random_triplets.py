@@ -1,0 +1,144 @@
+"""A uniformly random triplet planner: the non-adaptive baseline every study can run.
+
+It asks "is h more similar to a or to b?" for uniformly random distinct (h, a, b) and
+learns, for every head h, how often each candidate won — a similarity estimate whose
+row-wise argmax is an (uncertified) nearest-neighbour guess. Must never import Flask or Redis.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .utils import check_n_items, check_random_state, generator_from_state, generator_state
+
+NO_NEIGHBOR = -1
+
+
+@dataclass(frozen=True)
+class TripletWinRates:
+    """What random triplets learn.
+
+    wins : ndarray of shape (n_items, n_items) — wins[h, x] = times x was judged closer to h.
+    shown : ndarray of shape (n_items, n_items) — shown[h, x] = times x was a candidate for h.
+    neighbors : ndarray of shape (n_items,) — argmax of the smoothed win rate, NO_NEIGHBOR if none.
+    """
+
+    wins: np.ndarray
+    shown: np.ndarray
+    neighbors: np.ndarray
+
+    @property
+    def win_rate(self) -> np.ndarray:
+        """Win rate with a uniform prior (1 win in 2 showings), so unseen pairs sit at 0.5."""
+        return (self.wins + 1.0) / (self.shown + 2.0)
+
+
+def check_triplet_answers(answers, n_items: int) -> np.ndarray:
+    """Validate ``(head, a, b, winner)`` rows; returns an int64 array of shape (m, 4)."""
+    rows = list(answers)
+    if not rows:
+        return np.empty((0, 4), dtype=np.int64)
+    try:
+        arr = np.asarray(rows, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValueError(f"triplet answers must be rows of 4 item indices: {exc}") from None
+    if arr.ndim != 2 or arr.shape[1] != 4:
+        raise ValueError(f"triplet answers must be rows (head, a, b, winner), got shape {arr.shape}")
+    if arr.min() < 0 or arr.max() >= n_items:
+        raise ValueError(f"item indices must lie in 0..{n_items - 1}")
+    h, a, b, w = arr.T
+    if np.any((h == a) | (h == b) | (a == b)):
+        raise ValueError("head and both candidates of a triplet must be three different items")
+    if np.any((w != a) & (w != b)):
+        raise ValueError("the winner of a triplet must be one of its two candidates")
+    return arr
+
+
+class RandomTriplets:
+    """Question planner asking uniformly random triplets.
+
+    Parameters
+    ----------
+    n_items : int
+    random_state : None, int or numpy Generator
+    """
+
+    VERSION = 1
+
+    def __init__(self, n_items: int, random_state=None):
+        self.n_items = check_n_items(n_items)
+        self.random_state = random_state
+        self.rng_ = check_random_state(random_state)
+        self.wins_ = np.zeros((self.n_items, self.n_items), dtype=np.int64)
+        self.shown_ = np.zeros((self.n_items, self.n_items), dtype=np.int64)
+        self.n_answers_ = 0
+        self.n_planned_ = 0
+
+    def next_questions(self, budget: int) -> list[tuple[int, int, int]]:
+        budget = int(budget)
+        if budget <= 0:
+            return []
+        # head uniform; candidates a uniformly random ordered pair of the other items
+        heads = self.rng_.integers(self.n_items, size=budget)
+        a = self.rng_.integers(self.n_items - 1, size=budget)
+        a = a + (a >= heads)
+        b = self.rng_.integers(self.n_items - 2, size=budget)
+        lo, hi = np.minimum(heads, a), np.maximum(heads, a)
+        b = b + (b >= lo)
+        b = b + (b >= hi)
+        self.n_planned_ += budget
+        return [(int(h), int(x), int(y)) for h, x, y in zip(heads, a, b)]
+
+    def observe(self, answers) -> None:
+        arr = check_triplet_answers(answers, self.n_items)
+        if not len(arr):
+            return
+        h, a, b, w = arr.T
+        np.add.at(self.shown_, (h, a), 1)
+        np.add.at(self.shown_, (h, b), 1)
+        np.add.at(self.wins_, (h, w), 1)
+        self.n_answers_ += len(arr)
+
+    def forget(self, questions) -> None:
+        """Questions that expired unanswered: nothing to release, every question is fresh."""
+
+    def result(self) -> TripletWinRates:
+        rate = (self.wins_ + 1.0) / (self.shown_ + 2.0)
+        np.fill_diagonal(rate, -np.inf)
+        neighbors = np.argmax(rate, axis=1).astype(np.int64)
+        neighbors[self.shown_.sum(axis=1) == 0] = NO_NEIGHBOR
+        return TripletWinRates(self.wins_.copy(), self.shown_.copy(), neighbors)
+
+    def progress(self) -> dict:
+        return {
+            "answers": int(self.n_answers_),
+            "questions_planned": int(self.n_planned_),
+            "items_with_answers": int(np.count_nonzero(self.shown_.sum(axis=1))),
+        }
+
+    def to_state(self) -> dict:
+        return {
+            "class": type(self).__name__,
+            "version": self.VERSION,
+            "n_items": self.n_items,
+            "n_answers": int(self.n_answers_),
+            "n_planned": int(self.n_planned_),
+            "rng": generator_state(self.rng_),
+            "wins": self.wins_.copy(),
+            "shown": self.shown_.copy(),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict) -> "RandomTriplets":
+        if state.get("class") != cls.__name__ or state.get("version") != cls.VERSION:
+            raise ValueError(
+                f"state is of {state.get('class')} v{state.get('version')}, not {cls.__name__} v{cls.VERSION}"
+            )
+        planner = cls(int(state["n_items"]))
+        planner.rng_ = generator_from_state(state["rng"])
+        planner.wins_ = np.array(state["wins"], dtype=np.int64)
+        planner.shown_ = np.array(state["shown"], dtype=np.int64)
+        planner.n_answers_ = int(state["n_answers"])
+        planner.n_planned_ = int(state["n_planned"])
+        return planner

@@ -1,0 +1,82 @@
+// Study dashboard: refresh the numbers, the answers-per-minute chart and the
+// nearest-neighbour column every few seconds from the stats API.
+(function () {
+  "use strict";
+  const root = document.getElementById("dashboard");
+  if (!root) return;
+  const statsUrl = root.dataset.statsUrl;
+  const SVG = "http://www.w3.org/2000/svg";
+  document.querySelectorAll(".swatch[data-color]").forEach((el) => (el.style.backgroundColor = el.dataset.color));
+  const rows = Array.from(document.querySelectorAll("#items tbody tr"));
+  const names = rows.map((r) => r.children[1].textContent.trim());
+  const positions = rows.map((r) => (r.dataset.position ? r.dataset.position.split(",").map(Number) : null));
+
+  function trueNeighbours() {
+    if (positions.some((p) => p === null)) return null;
+    return positions.map((p, i) => {
+      let best = -1, bestD = Infinity;
+      positions.forEach((q, j) => {
+        if (i === j) return;
+        const d = Math.hypot.apply(null, p.map((x, k) => x - q[k]));
+        if (d < bestD) { bestD = d; best = j; }
+      });
+      return best;
+    });
+  }
+  const truth = trueNeighbours();
+
+  function drawTimeline(perMinute) {
+    const svg = document.getElementById("timeline");
+    svg.replaceChildren();
+    if (!perMinute.length) return;
+    const start = perMinute[0][0], end = perMinute[perMinute.length - 1][0];
+    const minutes = Math.max(1, (end - start) / 60 + 1);
+    const max = Math.max.apply(null, perMinute.map((p) => p[1]));
+    const width = 600 / minutes;
+    perMinute.forEach(([t, count]) => {
+      const rect = document.createElementNS(SVG, "rect");
+      const h = (count / max) * 110;
+      rect.setAttribute("x", ((t - start) / 60) * width);
+      rect.setAttribute("y", 120 - h);
+      rect.setAttribute("width", Math.max(1, width - 1));
+      rect.setAttribute("height", h);
+      const title = document.createElementNS(SVG, "title");
+      title.textContent = new Date(t * 1000).toLocaleTimeString() + ": " + count + " answers";
+      rect.appendChild(title);
+      svg.appendChild(rect);
+    });
+  }
+
+  function update(stats) {
+    document.getElementById("n-answers").textContent = stats.answers;
+    document.getElementById("n-raters").textContent = stats.raters;
+    document.getElementById("n-pool").textContent = stats.pool_depth;
+    document.getElementById("status").textContent = stats.study.status;
+    document.getElementById("fallback-rate").textContent = (100 * stats.fallback_rate).toFixed(1) + "%";
+    const latency = stats.engine.last_latency_ms;
+    document.getElementById("latency").textContent = (latency === null ? 0 : latency).toFixed(1) + " ms";
+    drawTimeline(stats.answers_per_minute);
+    const summary = stats.engine.summary;
+    if (!summary) return;
+    let agree = 0, known = 0;
+    summary.neighbors.forEach((nn, i) => {
+      if (!rows[i]) return;
+      rows[i].querySelector(".nn").textContent = nn >= 0 ? names[nn] : "—";
+      if (truth && nn >= 0) { known += 1; if (nn === truth[i]) agree += 1; }
+    });
+    if (truth) {
+      document.getElementById("truth-agreement").textContent =
+        "Known ground truth: " + agree + " of " + rows.length + " items have their true nearest neighbour (" +
+        known + " have a guess so far).";
+    }
+  }
+
+  async function refresh() {
+    try {
+      const response = await fetch(statsUrl, { credentials: "same-origin" });
+      if (response.ok) update(await response.json());
+    } catch (e) { /* keep the last numbers; try again on the next tick */ }
+  }
+  refresh();
+  setInterval(refresh, 3000);
+})();

@@ -1,0 +1,48 @@
+"""The JSON API: next question, answers (one round trip each), study statistics, health."""
+from __future__ import annotations
+
+from flask import Blueprint, jsonify, request
+
+from .errors import ApiError
+from .raters import current_rater
+from .rating import load_study, next_question, submit_answer
+from .stats import study_stats
+from .storage import get_redis
+
+bp = Blueprint("api", __name__, url_prefix="/api")
+
+
+@bp.get("/health")
+def health():
+    get_redis().ping()
+    return jsonify({"status": "ok"})
+
+
+@bp.get("/studies/<study_id>/questions/next")
+def get_next_question(study_id: str):
+    conn = get_redis()
+    study = load_study(conn, study_id)
+    question = next_question(conn, study, current_rater())
+    if question is None:
+        raise ApiError(409, "study_not_running", f"study '{study_id}' is {study.status} and is not asking questions")
+    return jsonify({"question": question})
+
+
+@bp.post("/studies/<study_id>/answers")
+def post_answer(study_id: str):
+    conn = get_redis()
+    study = load_study(conn, study_id)
+    if not request.is_json:
+        raise ApiError(415, "unsupported_media_type", "send the answer with Content-Type: application/json")
+    body = request.get_json(silent=True)
+    if body is None:
+        raise ApiError(400, "malformed_json", "the request body is not valid JSON")
+    result = submit_answer(conn, study, current_rater(), body)
+    return jsonify(result), 201
+
+
+@bp.get("/studies/<study_id>/stats")
+def get_stats(study_id: str):
+    conn = get_redis()
+    study = load_study(conn, study_id)
+    return jsonify(study_stats(conn, study))

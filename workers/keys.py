@@ -1,0 +1,93 @@
+"""Every Redis key Proxima uses, built in one place.
+
+The study id sits in a ``{hash tag}`` so all keys of one study land on one Redis
+Cluster slot (a Lua script or MULTI may touch several of them). Nothing else in the
+project formats key names. Must never import Flask or the engine.
+"""
+from __future__ import annotations
+
+PREFIX = "proxima"
+
+
+def _study_key(study_id: str, name: str) -> str:
+    return f"{PREFIX}:{{{study_id}}}:{name}"
+
+
+def studies() -> str:
+    """Set of every study id on this Redis."""
+    return f"{PREFIX}:studies"
+
+
+def study(study_id: str) -> str:
+    """Hash: name, status, created_at, config (JSON)."""
+    return _study_key(study_id, "study")
+
+
+def items(study_id: str) -> str:
+    """List of item JSON documents, position = item index."""
+    return _study_key(study_id, "items")
+
+
+def media(study_id: str) -> str:
+    """Hash: item index -> file bytes of image/audio/video items."""
+    return _study_key(study_id, "media")
+
+
+def answers(study_id: str) -> str:
+    """Stream: the answer log, the source of truth of a study."""
+    return _study_key(study_id, "answers")
+
+
+def pool(study_id: str) -> str:
+    """List of ready question JSON documents the web process pops from."""
+    return _study_key(study_id, "pool")
+
+
+def issued(study_id: str) -> str:
+    """Sorted set: question id -> expiry (unix seconds) of questions handed to raters."""
+    return _study_key(study_id, "issued")
+
+
+def issued_questions(study_id: str) -> str:
+    """Hash: question id -> question JSON of issued questions (to release them on expiry)."""
+    return _study_key(study_id, "issued:questions")
+
+
+def used_token(study_id: str, question_id: str) -> str:
+    """String: the answer id stored for a question token; its presence means "answered"."""
+    return _study_key(study_id, f"used:{question_id}")
+
+
+def raters(study_id: str) -> str:
+    """Set of rater ids that have answered."""
+    return _study_key(study_id, "raters")
+
+
+def answers_per_minute(study_id: str) -> str:
+    """Hash: unix minute -> answers accepted in that minute."""
+    return _study_key(study_id, "per-minute")
+
+
+def counters(study_id: str) -> str:
+    """Hash of counters: questions_served, fallback_served, ..."""
+    return _study_key(study_id, "counters")
+
+
+def engine(study_id: str) -> str:
+    """Hash: engine state (JSON meta + numpy arrays) and the answer-log cursor, written together."""
+    return _study_key(study_id, "engine")
+
+
+def engine_stats(study_id: str) -> str:
+    """Hash: last refresh latency, batch size, ... written by the update job."""
+    return _study_key(study_id, "engine:stats")
+
+
+def update_scheduled(study_id: str) -> str:
+    """String with a TTL: an update job for the study is queued and not yet started."""
+    return _study_key(study_id, "update-scheduled")
+
+
+def update_lock(study_id: str) -> str:
+    """Lock held by the one worker applying answers of the study."""
+    return _study_key(study_id, "update-lock")

@@ -1,0 +1,27 @@
+"""Enqueueing RQ jobs by dotted path, so web processes never import the numpy-heavy jobs module."""
+from __future__ import annotations
+
+from rq import Queue
+
+from . import keys
+
+QUEUE_NAME = "proxima"
+UPDATE_FLAG_TTL = 60  # a web process that dies between flag and enqueue delays the study this long at most
+UPDATE_JOB = "workers.jobs.update_study"
+
+
+def get_queue(conn) -> Queue:
+    return Queue(QUEUE_NAME, connection=conn)
+
+
+def enqueue_update(conn, study_id: str):
+    """Queue one update of the study (callers hold the study's update-scheduled flag)."""
+    return get_queue(conn).enqueue(UPDATE_JOB, study_id, job_timeout=600, result_ttl=60, failure_ttl=7 * 86400)
+
+
+def schedule_update(conn, study_id: str) -> bool:
+    """Enqueue an update unless one is already queued and not started; True if this call queued it."""
+    if conn.set(keys.update_scheduled(study_id), "1", nx=True, ex=UPDATE_FLAG_TTL):
+        enqueue_update(conn, study_id)
+        return True
+    return False

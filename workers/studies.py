@@ -1,0 +1,214 @@
+"""Studies and their items in Redis: create, load, list; items from a folder or a CSV.
+
+Every write goes through ``keys``; functions that write accept ``pipeline=None`` so a
+caller can fold them into one transaction. Must never import Flask or the engine.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import mimetypes
+import re
+import secrets
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import keys
+from .config import StudyConfig
+
+ITEM_KINDS = ("color", "image", "text", "audio", "video")
+STUDY_STATUSES = ("running", "paused", "closed")
+STUDY_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+MEDIA_TYPES = {
+    ".png": ("image", "image/png"),
+    ".jpg": ("image", "image/jpeg"),
+    ".jpeg": ("image", "image/jpeg"),
+    ".gif": ("image", "image/gif"),
+    ".webp": ("image", "image/webp"),
+    ".mp3": ("audio", "audio/mpeg"),
+    ".wav": ("audio", "audio/wav"),
+    ".ogg": ("audio", "audio/ogg"),
+    ".mp4": ("video", "video/mp4"),
+    ".webm": ("video", "video/webm"),
+}
+MAX_MEDIA_BYTES = 10 * 1024 * 1024
+
+
+class StudyError(ValueError):
+    """Items or a study that cannot be used; the message says what to fix."""
+
+
+class StudyNotFound(LookupError):
+    def __init__(self, study_id: str):
+        super().__init__(f"there is no study with id '{study_id}'")
+        self.study_id = study_id
+
+
+@dataclass(frozen=True)
+class Item:
+    """One thing raters compare. ``position`` is a known ground-truth coordinate (demo studies)."""
+
+    id: str
+    kind: str
+    text: str | None = None
+    color: str | None = None
+    media_type: str | None = None
+    label: str | None = None
+    position: tuple[float, ...] | None = None
+
+    def __post_init__(self):
+        if not self.id or len(self.id) > 200:
+            raise StudyError(f"item id {self.id!r} must be 1 to 200 characters")
+        if self.kind not in ITEM_KINDS:
+            raise StudyError(f"item {self.id!r} has kind {self.kind!r}; allowed: {', '.join(ITEM_KINDS)}")
+        if self.kind == "text" and not self.text:
+            raise StudyError(f"text item {self.id!r} has no text")
+        if self.kind == "color" and not re.fullmatch(r"#[0-9a-fA-F]{6}", self.color or ""):
+            raise StudyError(f"colour item {self.id!r} needs a colour like #1a2b3c, not {self.color!r}")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Item":
+        data = dict(data)
+        if data.get("position") is not None:
+            data["position"] = tuple(float(x) for x in data["position"])
+        return cls(**data)
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Study:
+    id: str
+    config: StudyConfig
+    status: str
+    created_at: float
+    n_items: int
+
+
+def new_study_id(name: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40] or "study"
+    return f"{slug}-{secrets.token_hex(3)}"
+
+
+def check_study_id(study_id: str) -> str:
+    if not isinstance(study_id, str) or not STUDY_ID_PATTERN.match(study_id):
+        raise StudyError(
+            f"study id {study_id!r} must be 1 to 64 lowercase letters, digits or dashes, starting with a letter or digit"
+        )
+    return study_id
+
+
+def create_study(conn, config: StudyConfig, items: list[Item], media: dict[int, bytes] | None = None,
+                 study_id: str | None = None) -> str:
+    """Store a new study with its items (and media bytes by item index); returns its id."""
+    if len(items) < 3:
+        raise StudyError(f"a study needs at least 3 items, got {len(items)}")
+    ids = [item.id for item in items]
+    if len(set(ids)) != len(ids):
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        raise StudyError(f"item ids must be unique; repeated: {', '.join(dupes[:10])}")
+    study_id = check_study_id(study_id) if study_id else new_study_id(config.name)
+    if not conn.hsetnx(keys.study(study_id), "created_at", repr(time.time())):
+        raise StudyError(f"a study with id '{study_id}' already exists")
+    with conn.pipeline(transaction=True) as pipe:
+        pipe.hset(keys.study(study_id), mapping={
+            "name": config.name,
+            "status": "running",
+            "config": config.to_json(),
+            "n_items": len(items),
+        })
+        pipe.rpush(keys.items(study_id), *[json.dumps(item.to_dict(), sort_keys=True) for item in items])
+        if media:
+            pipe.hset(keys.media(study_id), mapping={str(i): data for i, data in media.items()})
+        pipe.sadd(keys.studies(), study_id)
+        pipe.execute()
+    return study_id
+
+
+def get_study(conn, study_id: str) -> Study:
+    if not isinstance(study_id, str) or not STUDY_ID_PATTERN.match(study_id):
+        raise StudyNotFound(str(study_id))
+    raw = conn.hgetall(keys.study(study_id))
+    if b"config" not in raw:
+        raise StudyNotFound(study_id)
+    return Study(
+        id=study_id,
+        config=StudyConfig(**json.loads(raw[b"config"])),
+        status=raw[b"status"].decode(),
+        created_at=float(raw[b"created_at"]),
+        n_items=int(raw[b"n_items"]),
+    )
+
+
+def list_studies(conn) -> list[Study]:
+    ids = sorted(s.decode() for s in conn.smembers(keys.studies()))
+    studies = []
+    for study_id in ids:
+        try:
+            studies.append(get_study(conn, study_id))
+        except StudyNotFound:
+            continue
+    return sorted(studies, key=lambda s: s.created_at)
+
+
+def get_items(conn, study_id: str) -> list[Item]:
+    return [Item.from_dict(json.loads(raw)) for raw in conn.lrange(keys.items(study_id), 0, -1)]
+
+
+def get_media(conn, study_id: str, index: int) -> bytes | None:
+    return conn.hget(keys.media(study_id), str(int(index)))
+
+
+def set_status(conn, study_id: str, status: str) -> None:
+    if status not in STUDY_STATUSES:
+        raise StudyError(f"status must be one of {', '.join(STUDY_STATUSES)}")
+    get_study(conn, study_id)
+    conn.hset(keys.study(study_id), "status", status)
+
+
+def items_from_folder(folder: str | Path) -> tuple[list[Item], dict[int, bytes]]:
+    """One item per image/audio/video file of ``folder`` (sorted by name); ids are file stems."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise StudyError(f"items folder {folder} does not exist or is not a folder")
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in MEDIA_TYPES)
+    if not files:
+        allowed = ", ".join(sorted(MEDIA_TYPES))
+        raise StudyError(f"items folder {folder} holds no media files (allowed extensions: {allowed})")
+    items, media = [], {}
+    for index, path in enumerate(files):
+        kind, media_type = MEDIA_TYPES[path.suffix.lower()]
+        data = path.read_bytes()
+        if len(data) > MAX_MEDIA_BYTES:
+            raise StudyError(f"{path.name} is {len(data) // 1024} KiB; items may be at most "
+                             f"{MAX_MEDIA_BYTES // (1024 * 1024)} MiB each")
+        items.append(Item(id=path.stem, kind=kind, media_type=media_type or mimetypes.guess_type(path)[0]))
+        media[index] = data
+    return items, media
+
+
+def items_from_csv(path: str | Path) -> list[Item]:
+    """Text items from a CSV with a ``text`` column and optional ``id`` and ``label`` columns."""
+    path = Path(path)
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as fh:
+            rows = list(csv.DictReader(fh))
+    except FileNotFoundError:
+        raise StudyError(f"items file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise StudyError(f"cannot read items file {path}: {exc}") from None
+    if not rows or "text" not in rows[0]:
+        raise StudyError(f"{path} needs a header row with a 'text' column (and optionally 'id', 'label')")
+    items = []
+    for line, row in enumerate(rows, start=2):
+        text = (row.get("text") or "").strip()
+        if not text:
+            raise StudyError(f"{path}, row {line}: the 'text' cell is empty")
+        try:
+            items.append(Item(id=(row.get("id") or "").strip() or f"t{line - 1}", kind="text", text=text,
+                              label=(row.get("label") or "").strip() or None))
+        except StudyError as exc:
+            raise StudyError(f"{path}, row {line}: {exc}") from None
+    return items
