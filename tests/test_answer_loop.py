@@ -1,0 +1,112 @@
+"""The whole loop in-process: question → answer → log → RQ worker → engine state → pool → export."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from conftest import answer, fetch_question, run_worker
+
+from workers import engine_state, keys
+from workers.answers import count_answers, read_answers
+from workers.jobs import apply_new_answers
+
+
+def test_answer_flows_from_api_through_worker_into_engine_and_export(client, conn, study_id):
+    question = fetch_question(client)
+    assert question["kind"] == "triplet"
+    head, (a, b) = question["head"], question["candidates"]
+    assert len({head["index"], a["index"], b["index"]}) == 3
+
+    response = answer(client, question, choice=b["index"], response_ms=1234)
+    assert response.status_code == 201
+    body = response.get_json()
+    assert body["next"]["token"] != question["token"]  # one round trip: the next question comes back
+
+    [logged] = read_answers(conn, study_id)
+    assert (logged.head, logged.a, logged.b, logged.choice) == (head["index"], a["index"], b["index"], b["index"])
+    assert logged.response_ms == 1234 and logged.id == body["answer"]["id"]
+
+    assert run_worker(conn) == 1
+    state, cursor = engine_state.load(conn, study_id)
+    assert cursor == logged.id
+    assert state["n_answers"] == 1
+    assert state["wins"][head["index"], b["index"]] == 1
+    assert state["shown"][head["index"], a["index"]] == 1
+    assert conn.llen(keys.pool(study_id)) == 8  # the worker refilled the pool to pool_size
+
+    csv_text = client.get(f"/studies/{study_id}/answers.csv").get_data(as_text=True)
+    rows = list(csv.DictReader(io.StringIO(csv_text)))
+    assert len(rows) == 1
+    assert rows[0]["choice_id"] == b["id"] and rows[0]["head_id"] == head["id"]
+    jsonl = client.get(f"/studies/{study_id}/answers.jsonl").get_data(as_text=True).splitlines()
+    assert json.loads(jsonl[0])["answer_id"] == logged.id
+
+
+def test_pool_questions_are_served_after_the_first_update(client, conn, study_id):
+    apply_new_answers(conn, study_id)
+    pooled = [json.loads(q) for q in conn.lrange(keys.pool(study_id), 0, -1)]
+    question = fetch_question(client)
+    offered = (question["head"]["index"], *[c["index"] for c in question["candidates"]])
+    first = pooled[0]
+    assert offered == (first["head"], *first["candidates"])
+    assert conn.llen(keys.pool(study_id)) == len(pooled) - 1
+    stats = client.get(f"/api/studies/{study_id}/stats").get_json()
+    assert stats["fallback_served"] == 0 and stats["questions_served"] == 1
+
+
+def test_empty_pool_serves_a_counted_fallback_question(client, conn, study_id):
+    assert conn.llen(keys.pool(study_id)) == 0
+    question = fetch_question(client)
+    assert len({question["head"]["index"], *[c["index"] for c in question["candidates"]]}) == 3
+    stats = client.get(f"/api/studies/{study_id}/stats").get_json()
+    assert stats["fallback_served"] == 1 and stats["fallback_rate"] == 1.0
+    assert answer(client, question).status_code == 201
+    [logged] = read_answers(conn, study_id)
+    assert logged.fallback is True
+
+
+def test_many_answers_queue_one_update_job_and_one_pass_applies_them_all(client, conn, study_id):
+    apply_new_answers(conn, study_id)
+    question = fetch_question(client)
+    for _ in range(5):
+        response = answer(client, question)
+        assert response.status_code == 201
+        question = response.get_json()["next"]
+    assert run_worker(conn) == 1  # deduplicated: one job for five answers
+    state, _ = engine_state.load(conn, study_id)
+    assert state["n_answers"] == 5
+    stats = client.get(f"/api/studies/{study_id}/stats").get_json()
+    assert stats["answers"] == 5 and stats["raters"] == 1
+    assert stats["engine"]["answers_applied"] == 5
+    assert stats["engine"]["summary"]["progress"]["answers"] == 5
+
+
+def test_update_applies_each_answer_once_however_often_it_runs(client, conn, study_id):
+    question = fetch_question(client)
+    answer(client, question)
+    apply_new_answers(conn, study_id)
+    apply_new_answers(conn, study_id)
+    run_worker(conn)
+    state, _ = engine_state.load(conn, study_id)
+    assert state["n_answers"] == count_answers(conn, study_id) == 1
+
+
+def test_expired_questions_are_released_and_cannot_be_answered_after(client, conn, study_id):
+    question = fetch_question(client)
+    assert conn.zcard(keys.issued(study_id)) == 1
+    summary = apply_new_answers(conn, study_id, now=10**10)  # far past every expiry
+    assert summary["released"] == 1
+    assert conn.zcard(keys.issued(study_id)) == 0
+    response = answer(client, question)
+    assert response.status_code == 410
+    assert response.get_json()["error"]["code"] == "expired_token"
+    assert count_answers(conn, study_id) == 0
+
+
+def test_distinct_raters_are_counted_by_session(app, conn, study_id):
+    for _ in range(3):
+        client = app.test_client()
+        assert answer(client, fetch_question(client)).status_code == 201
+    stats = app.test_client().get(f"/api/studies/{study_id}/stats").get_json()
+    assert stats["raters"] == 3 and stats["answers"] == 3
