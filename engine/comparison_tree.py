@@ -1,0 +1,1244 @@
+"""Comparison trees and comparison-based random forests (CompRF) as a triplet question planner.
+
+Builds trees from "is x more similar to p1 or to p2?" answers alone (Haghiri et al. 2017,
+2018), routes new items, classifies, regresses and finds neighbours. Pure numpy/scipy:
+must never import Flask, Redis, RQ, scikit-learn or anything from ``webapp``/``workers``.
+
+Conventions used throughout (documented once, referred to elsewhere):
+
+- items are ``0..n_items-1``; a *question* is ``(x, p1, p2)``; an *answer* is
+  ``(x, p1, p2, winner)`` with ``winner`` equal to ``p1`` or ``p2``. The two pivots may come
+  back in either order: ``(x, p1, p2)`` and ``(x, p2, p1)`` are the same triplet.
+- nodes of all trees share one global numbering; ``node_tree_[v]`` says which tree node ``v``
+  belongs to and node ``t`` is the root of tree ``t``.
+- ``item_node_ : ndarray of shape (n_trees, n_items)`` is the deepest node each item has
+  reached in each tree; once a tree is built it is the item's leaf.
+- a triplet is keyed by the int64 code ``(x * n + a) * n + b`` with ``a < b`` its pivots.
+- sentinels: ``NO_NODE``, ``NO_ITEM``, ``NO_NEIGHBOR`` (all ``-1``).
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+from scipy import sparse
+
+from .utils import check_random_state
+
+__all__ = [
+    "ComparisonForest",
+    "ForestRoute",
+    "ForestResult",
+    "RouteResult",
+    "NeighborGraph",
+    "VoteRule",
+    "run_with_oracle",
+    "NO_NODE",
+    "NO_ITEM",
+    "NO_NEIGHBOR",
+]
+
+NO_NODE = -1
+NO_ITEM = -1
+NO_NEIGHBOR = -1
+_NO_CODE = -1
+
+# node status; the order matters: status >= SPLIT means "built"
+FILLING, READY, SPLITTING, SPLIT, LEAF = 0, 1, 2, 3, 4
+STATUS_NAMES = ("filling", "ready", "splitting", "split", "leaf")
+
+STATE_VERSION = 1
+MAX_ITEMS = 2_000_000  # triplet codes x*n*n + a*n + b must fit in int64
+
+ADAPTIVE = "adaptive"
+ADAPTIVE_MARGIN = 2  # adaptive voting stops when one side leads by this many answers ...
+ADAPTIVE_CAP = 5  # ... or when this many answers were counted (then a strict majority wins)
+SUPERVISED_DRAWS = 6  # one pivot pair plus up to five re-draws (ALGORITHMS.md §2)
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+# ----------------------------------------------------------------------------------------
+# small pure kernels
+# ----------------------------------------------------------------------------------------
+def _mix64(z) -> np.ndarray:
+    """SplitMix64 finaliser, vectorised: a counter-based hash giving independent 64-bit words."""
+    z = np.asarray(z, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = z + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        return z ^ (z >> np.uint64(31))
+
+
+def _uniforms(keys: np.ndarray, k: int) -> np.ndarray:
+    """ndarray of shape (len(keys), k) of uniforms in [0, 1), a pure function of the keys.
+
+    Pivots are drawn from a node's key rather than from a stateful generator, so a tree depends
+    only on its seed and on the answers, never on the order in which answers arrived.
+    """
+    keys = np.asarray(keys, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = keys[:, None] + np.arange(1, k + 1, dtype=np.uint64)[None, :] * _GOLDEN
+    return (_mix64(z) >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+
+
+def _child_keys(keys: np.ndarray, side: int) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return _mix64(np.asarray(keys, dtype=np.uint64) * np.uint64(2) + np.uint64(side + 1))
+
+
+def _grow(arr: np.ndarray, size: int, fill) -> np.ndarray:
+    if size <= arr.shape[0]:
+        return arr
+    new = np.full((max(size, 2 * arr.shape[0], 16),) + arr.shape[1:], fill, dtype=arr.dtype)
+    new[: arr.shape[0]] = arr
+    return new
+
+
+def _group_starts(sorted_keys: np.ndarray) -> np.ndarray:
+    if sorted_keys.size == 0:
+        return np.empty(0, dtype=np.int64)
+    return np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+
+
+# ----------------------------------------------------------------------------------------
+# voting on noisy triplets
+# ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class VoteRule:
+    """When a triplet's answers are decisive, given the votes ``va`` for pivot a and ``vb`` for b.
+
+    ``redundancy = r`` (odd int): a strict majority of r decides; only the fewest copies that
+    could still reach it are asked (r = 3: two copies, a third only if they disagree).
+    ``redundancy = "adaptive"``: ask until one side leads by ``ADAPTIVE_MARGIN`` (2) answers,
+    at most ``ADAPTIVE_CAP`` (5) counted answers, then the majority (a sequential test: agreeing
+    pairs stop at 2 answers, contested triplets get up to 5).
+    """
+
+    redundancy: int | str = 1
+
+    def __post_init__(self):
+        r = self.redundancy
+        if isinstance(r, str):
+            if r != ADAPTIVE:
+                raise ValueError(f"redundancy must be an odd positive int or {ADAPTIVE!r}, not {r!r}")
+            return
+        if isinstance(r, bool) or not isinstance(r, (numbers.Integral, np.integer)) or r < 1 or r % 2 == 0:
+            raise ValueError(f"redundancy must be an odd positive int or {ADAPTIVE!r}, not {r!r}")
+        object.__setattr__(self, "redundancy", int(r))
+
+    def decided(self, va: np.ndarray, vb: np.ndarray) -> np.ndarray:
+        va, vb = np.asarray(va), np.asarray(vb)
+        if self.redundancy == ADAPTIVE:
+            lead = np.abs(va - vb)
+            return (lead >= ADAPTIVE_MARGIN) | ((va + vb >= ADAPTIVE_CAP) & (lead > 0))
+        majority = self.redundancy // 2 + 1
+        return (np.maximum(va, vb) >= majority) & (va != vb)
+
+    def needed(self, va: np.ndarray, vb: np.ndarray) -> np.ndarray:
+        """Fewest further answers that could decide an undecided triplet (at least 1)."""
+        va, vb = np.asarray(va), np.asarray(vb)
+        if self.redundancy == ADAPTIVE:
+            lead = np.abs(va - vb)
+            need = np.minimum(ADAPTIVE_MARGIN - lead, ADAPTIVE_CAP - (va + vb))
+        else:
+            need = self.redundancy // 2 + 1 - np.maximum(va, vb)
+        return np.maximum(need, 1)
+
+
+class _TripletTable:
+    """Votes and outstanding copies of the triplets a planner wants, keyed by int64 codes.
+
+    *Live* triplets (wanted, undecided) sit in arrays sorted by code; *decided* triplets are
+    kept forever (sorted main part plus a small sorted buffer merged geometrically), so a late
+    answer is recognised and a decision is shared by every tree that needs the same triplet.
+    """
+
+    def __init__(self):
+        self.codes = np.empty(0, np.int64)
+        self.votes = np.empty((0, 2), np.int64)  # column 0: votes for a (smaller pivot), 1: for b
+        self.outstanding = np.empty(0, np.int64)
+        self.priority = np.empty(0, np.int64)
+        self.seq = np.empty(0, np.int64)
+        self.next_seq = 0
+        self.dec_codes = np.empty(0, np.int64)
+        self.dec_a_wins = np.empty(0, bool)
+        self.buf_codes = np.empty(0, np.int64)
+        self.buf_a_wins = np.empty(0, bool)
+
+    # -- lookups -------------------------------------------------------------------------
+    @staticmethod
+    def _find(sorted_codes: np.ndarray, codes: np.ndarray):
+        pos = np.searchsorted(sorted_codes, codes)
+        if sorted_codes.size == 0:
+            return pos, np.zeros(codes.shape, bool)
+        found = sorted_codes[np.minimum(pos, sorted_codes.size - 1)] == codes
+        return pos, found & (pos < sorted_codes.size)
+
+    def find_live(self, codes: np.ndarray):
+        return self._find(self.codes, codes)
+
+    def find_decided(self, codes: np.ndarray):
+        """(found, a_wins) for every code."""
+        found = np.zeros(codes.shape, bool)
+        a_wins = np.zeros(codes.shape, bool)
+        for keys, wins in ((self.dec_codes, self.dec_a_wins), (self.buf_codes, self.buf_a_wins)):
+            pos, hit = self._find(keys, codes)
+            found |= hit
+            a_wins[hit] = wins[pos[hit]]
+        return found, a_wins
+
+    @property
+    def n_decided(self) -> int:
+        return int(self.dec_codes.size + self.buf_codes.size)
+
+    # -- changes -------------------------------------------------------------------------
+    def add_live(self, codes: np.ndarray, priority: np.ndarray) -> None:
+        """Start tracking ``codes`` (not decided ones); a code already live keeps the lower priority."""
+        if codes.size == 0:
+            return
+        order = np.lexsort((priority, codes))
+        codes, priority = codes[order], priority[order]
+        first = _group_starts(codes)
+        codes, priority = codes[first], priority[first]
+        pos, live = self.find_live(codes)
+        if live.any():
+            self.priority[pos[live]] = np.minimum(self.priority[pos[live]], priority[live])
+        new, new_priority = codes[~live], priority[~live]
+        if new.size == 0:
+            return
+        seq = self.next_seq + np.arange(new.size, dtype=np.int64)
+        self.next_seq += int(new.size)
+        at = np.searchsorted(self.codes, new)
+        self.codes = np.insert(self.codes, at, new)
+        self.votes = np.insert(self.votes, at, 0, axis=0)
+        self.outstanding = np.insert(self.outstanding, at, 0)
+        self.priority = np.insert(self.priority, at, new_priority)
+        self.seq = np.insert(self.seq, at, seq)
+
+    def _add_decided(self, codes: np.ndarray, a_wins: np.ndarray) -> None:
+        buf = np.concatenate([self.buf_codes, codes])
+        wins = np.concatenate([self.buf_a_wins, a_wins])
+        order = np.argsort(buf, kind="stable")
+        self.buf_codes, self.buf_a_wins = buf[order], wins[order]
+        if self.buf_codes.size > max(4096, self.dec_codes.size // 4):
+            both = np.concatenate([self.dec_codes, self.buf_codes])
+            wins = np.concatenate([self.dec_a_wins, self.buf_a_wins])
+            order = np.argsort(both, kind="stable")
+            self.dec_codes, self.dec_a_wins = both[order], wins[order]
+            self.buf_codes = np.empty(0, np.int64)
+            self.buf_a_wins = np.empty(0, bool)
+
+    def check_known(self, codes: np.ndarray) -> np.ndarray:
+        """Boolean mask of codes that are neither live nor decided (never asked)."""
+        _, live = self.find_live(codes)
+        unknown = ~live
+        if unknown.any():
+            found, _ = self.find_decided(codes[unknown])
+            unknown[np.flatnonzero(unknown)[found]] = False
+        return unknown
+
+    def record(self, codes: np.ndarray, a_wins: np.ndarray, rule: VoteRule):
+        """Apply answers in arrival order; returns (decided codes, their a_wins, counted, late).
+
+        An answer counts while its triplet is undecided; the first answer that makes the votes
+        decisive decides it; answers after that (same batch or later) are *late* and ignored.
+        The caller has checked that every code is known.
+        """
+        pos, live = self.find_live(codes)
+        rows = np.flatnonzero(live)
+        n_late = int(codes.size - rows.size)
+        if rows.size == 0:
+            return np.empty(0, np.int64), np.empty(0, bool), 0, n_late
+        order = rows[np.argsort(codes[rows], kind="stable")]  # grouped by triplet, arrival order kept
+        slot = pos[order]
+        ga = a_wins[order].astype(np.int64)
+        gb = 1 - ga
+        starts = _group_starts(slot)
+        gid = np.cumsum(np.r_[True, slot[1:] != slot[:-1]]) - 1
+        ca, cb = np.cumsum(ga), np.cumsum(gb)
+        base_a = (ca[starts] - ga[starts])[gid]
+        base_b = (cb[starts] - gb[starts])[gid]
+        va = self.votes[slot, 0] + ca - base_a
+        vb = self.votes[slot, 1] + cb - base_b
+        dec = rule.decided(va, vb)
+        idx = np.arange(slot.size)
+        first = np.minimum.reduceat(np.where(dec, idx, slot.size), starts)
+        counted = idx <= first[gid]
+        n_late += int((~counted).sum())
+        group_rows = slot[starts]
+        self.votes[group_rows, 0] += np.add.reduceat(ga * counted, starts)
+        self.votes[group_rows, 1] += np.add.reduceat(gb * counted, starts)
+        used = np.add.reduceat(counted.astype(np.int64), starts)
+        self.outstanding[group_rows] = np.maximum(self.outstanding[group_rows] - used, 0)
+        done_rows = group_rows[first < slot.size]
+        done_codes = self.codes[done_rows]
+        done_a = self.votes[done_rows, 0] > self.votes[done_rows, 1]
+        self._drop_live(done_rows)
+        self._add_decided(done_codes, done_a)
+        return done_codes, done_a, int(counted.sum()), n_late
+
+    def _drop_live(self, rows: np.ndarray) -> None:
+        if rows.size == 0:
+            return
+        keep = np.ones(self.codes.size, bool)
+        keep[rows] = False
+        self.codes, self.votes = self.codes[keep], self.votes[keep]
+        self.outstanding, self.priority, self.seq = self.outstanding[keep], self.priority[keep], self.seq[keep]
+
+    def drop_live_codes(self, codes: np.ndarray) -> None:
+        pos, live = self.find_live(codes)
+        self._drop_live(np.unique(pos[live]))
+
+    def plan(self, budget: int, rule: VoteRule) -> np.ndarray:
+        """Rows to issue (a row repeated once per copy), by priority then age; marks them outstanding."""
+        if budget <= 0 or self.codes.size == 0:
+            return np.empty(0, np.int64)
+        need = rule.needed(self.votes[:, 0], self.votes[:, 1]) - self.outstanding
+        rows = np.flatnonzero(need > 0)
+        rows = rows[np.lexsort((self.seq[rows], self.priority[rows]))]
+        issued = np.repeat(rows, need[rows])[:budget]
+        np.add.at(self.outstanding, issued, 1)
+        return issued
+
+    def release(self, codes: np.ndarray) -> int:
+        pos, live = self.find_live(codes)
+        released = 0
+        if live.any():
+            rows, counts = np.unique(pos[live], return_counts=True)
+            before = self.outstanding[rows].copy()
+            self.outstanding[rows] = np.maximum(before - counts, 0)
+            released = int((before - self.outstanding[rows]).sum())
+        return released
+
+    # -- state ---------------------------------------------------------------------------
+    def to_state(self, prefix: str) -> dict:
+        codes = np.concatenate([self.dec_codes, self.buf_codes])
+        wins = np.concatenate([self.dec_a_wins, self.buf_a_wins])
+        order = np.argsort(codes, kind="stable")
+        return {
+            f"{prefix}live_codes": self.codes.copy(),
+            f"{prefix}live_votes": self.votes.copy(),
+            f"{prefix}live_outstanding": self.outstanding.copy(),
+            f"{prefix}live_priority": self.priority.copy(),
+            f"{prefix}live_seq": self.seq.copy(),
+            f"{prefix}next_seq": int(self.next_seq),
+            f"{prefix}decided_codes": codes[order],
+            f"{prefix}decided_a_wins": wins[order],
+        }
+
+    @classmethod
+    def from_state(cls, state: dict, prefix: str) -> "_TripletTable":
+        table = cls()
+        table.codes = np.asarray(state[f"{prefix}live_codes"], np.int64).copy()
+        table.votes = np.asarray(state[f"{prefix}live_votes"], np.int64).reshape(-1, 2).copy()
+        table.outstanding = np.asarray(state[f"{prefix}live_outstanding"], np.int64).copy()
+        table.priority = np.asarray(state[f"{prefix}live_priority"], np.int64).copy()
+        table.seq = np.asarray(state[f"{prefix}live_seq"], np.int64).copy()
+        table.next_seq = int(state[f"{prefix}next_seq"])
+        table.dec_codes = np.asarray(state[f"{prefix}decided_codes"], np.int64).copy()
+        table.dec_a_wins = np.asarray(state[f"{prefix}decided_a_wins"], bool).copy()
+        n = table.codes.size
+        if not (table.votes.shape[0] == table.outstanding.size == table.priority.size == table.seq.size == n):
+            raise ValueError("inconsistent triplet table in state")
+        if table.dec_codes.size != table.dec_a_wins.size:
+            raise ValueError("inconsistent decided triplets in state")
+        return table
+
+
+# ----------------------------------------------------------------------------------------
+# boundary checks
+# ----------------------------------------------------------------------------------------
+def _check_int(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise ValueError(f"{name} must be an integer, not {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def _check_rows(rows, width: int, what: str) -> np.ndarray:
+    """Rows of item indices as an int64 ndarray of shape (m, width)."""
+    if not isinstance(rows, np.ndarray):
+        rows = list(rows)
+        if not rows:
+            return np.empty((0, width), np.int64)
+    try:
+        arr = np.asarray(rows)
+    except ValueError as exc:  # ragged rows
+        raise ValueError(f"each {what} must have {width} entries") from exc
+    if arr.size == 0:
+        return np.empty((0, width), np.int64)
+    if arr.ndim != 2 or arr.shape[1] != width:
+        raise ValueError(f"each {what} must have {width} entries, got an array of shape {arr.shape}")
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{what} entries must be integer item indices, got {arr.dtype} values")
+    return arr.astype(np.int64, copy=False)
+
+
+def _check_triplets(rows: np.ndarray, n_items: int, what: str, x_range=None) -> None:
+    """Pivots in range and distinct, x different from both; ``x_range=(lo, hi)`` bounds x."""
+    lo, hi = x_range if x_range is not None else (0, n_items)
+    x, p1, p2 = rows[:, 0], rows[:, 1], rows[:, 2]
+    bad = (x < lo) | (x >= hi) | (p1 < 0) | (p1 >= n_items) | (p2 < 0) | (p2 >= n_items)
+    if bad.any():
+        r = tuple(rows[np.argmax(bad)].tolist())
+        raise ValueError(f"{what} {r} has an item index outside 0..{n_items - 1}")
+    bad = (p1 == p2) | (x == p1) | (x == p2)
+    if bad.any():
+        r = tuple(rows[np.argmax(bad)].tolist())
+        raise ValueError(f"{what} {r} needs three distinct items")
+
+
+def _check_answers(answers, n_items: int, x_range=None):
+    """(rows of shape (m, 4), a_wins) after checking indices and winners."""
+    rows = _check_rows(answers, 4, "answer")
+    _check_triplets(rows[:, :3], n_items, "answer", x_range)
+    bad = (rows[:, 3] != rows[:, 1]) & (rows[:, 3] != rows[:, 2])
+    if bad.any():
+        r = tuple(rows[np.argmax(bad)].tolist())
+        raise ValueError(f"answer {r}: the winner must be p1 or p2")
+    a_wins = rows[:, 3] == np.minimum(rows[:, 1], rows[:, 2])
+    return rows, a_wins
+
+
+def _oriented(x, a, b, codes, copy) -> list[tuple[int, int, int]]:
+    """Questions with the pivots in a pseudo-random order, so screen position carries no index bias."""
+    swap = (_mix64(codes.astype(np.uint64) ^ _mix64(copy)) & np.uint64(1)).astype(bool)
+    first, second = np.where(swap, b, a), np.where(swap, a, b)
+    return [tuple(q) for q in np.column_stack([x, first, second]).tolist()]
+
+
+def _copy_index(rows: np.ndarray) -> np.ndarray:
+    """0, 1, 2, ... for repeated rows in a sorted run (to vary the orientation of extra copies)."""
+    if rows.size == 0:
+        return rows
+    starts = _group_starts(rows)
+    gid = np.cumsum(np.r_[True, rows[1:] != rows[:-1]]) - 1
+    return np.arange(rows.size) - starts[gid]
+
+
+# ----------------------------------------------------------------------------------------
+# results
+# ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ForestResult:
+    """The trees of a forest as flat node arrays (one global node numbering, root of tree t = t).
+
+    ``node_pivots``/``node_children`` are of shape (n_nodes, 2), ``NO_ITEM``/``NO_NODE`` where
+    a node is a leaf or not split yet; ``item_node`` is of shape (n_trees, n_items).
+    """
+
+    n_items: int
+    n_trees: int
+    node_tree: np.ndarray
+    node_parent: np.ndarray
+    node_depth: np.ndarray
+    node_status: np.ndarray
+    node_size: np.ndarray
+    node_pivots: np.ndarray
+    node_children: np.ndarray
+    item_node: np.ndarray
+    done: bool
+
+    def members(self, node: int) -> np.ndarray:
+        """Items that sit in ``node`` (for a leaf: its members), ascending."""
+        return np.flatnonzero(self.item_node[self.node_tree[node]] == node)
+
+    def leaves(self, tree: int) -> np.ndarray:
+        nodes = np.flatnonzero((self.node_tree == tree) & (self.node_status == LEAF))
+        return nodes
+
+    def depth(self, tree: int | None = None) -> int:
+        mask = self.node_tree == tree if tree is not None else slice(None)
+        return int(self.node_depth[mask].max()) if self.node_depth.size else 0
+
+
+@dataclass(frozen=True)
+class RouteResult:
+    """Where a new item landed: ``leaves`` (one node per tree; an inner node while still routing),
+    ``neighbors`` (candidate items, best first) with ``counts`` (in how many reached leaves each
+    one sits), the predicted ``label``/``value`` (None without labels/values) and ``done``."""
+
+    item: int
+    leaves: np.ndarray
+    neighbors: np.ndarray
+    counts: np.ndarray
+    label: object
+    value: float | None
+    done: bool
+    n_answers: int
+
+
+@dataclass(frozen=True)
+class NeighborGraph:
+    """``neighbors`` of shape (n_items, k), best first, ``NO_NEIGHBOR`` where an item has fewer
+    than k leaf-mates; ``scores`` of the same shape (see :meth:`ComparisonForest.neighbor_graph`)."""
+
+    neighbors: np.ndarray
+    scores: np.ndarray
+
+
+# ----------------------------------------------------------------------------------------
+# the forest
+# ----------------------------------------------------------------------------------------
+class ComparisonForest:
+    """A comparison-based random forest built from triplet answers, as a question planner.
+
+    Parameters
+    ----------
+    n_items : number of training items (``0..n_items-1``).
+    n_trees : number of trees M; every tree gets its own integer seed.
+    leaf_size : n0; a node with at most n0 items is a leaf.
+    labels : optional array-like of length n_items (ints or strings); makes pivots supervised
+        (two items with different labels) and enables ``label`` predictions by majority vote.
+    redundancy : odd int r or ``"adaptive"``, see :class:`VoteRule`.
+    random_state : None, int or numpy Generator, drawn once for the tree seeds.
+    values : optional float array-like of length n_items; enables ``value`` predictions (mean
+        over the pooled leaf members). Pivots stay unsupervised for values, as in the paper.
+
+    Life cycle: ``next_questions(budget)`` -> ask -> ``observe(answers)`` until ``done``.
+    Every pending node of every tree asks its questions at once. A triplet needed by several
+    trees is asked once and its decision shared; answers after a triplet is decided are
+    counted as late and ignored; answers to questions never asked raise ``ValueError``;
+    ``forget(questions)`` releases issued copies that expired unanswered.
+    """
+
+    def __init__(self, n_items, n_trees=10, leaf_size=1, labels=None, redundancy=1,
+                 random_state=None, values=None):
+        self.n_items = n_items
+        self.n_trees = n_trees
+        self.leaf_size = leaf_size
+        self.labels = labels
+        self.redundancy = redundancy
+        self.random_state = random_state
+        self.values = values
+
+    # -- validation and set-up ----------------------------------------------------------
+    def _check_params(self) -> None:
+        n = _check_int(self.n_items, "n_items", 2)
+        if n > MAX_ITEMS:
+            raise ValueError(f"n_items must be <= {MAX_ITEMS}, got {n}")
+        _check_int(self.n_trees, "n_trees", 1)
+        _check_int(self.leaf_size, "leaf_size", 1)
+        self.rule_ = VoteRule(self.redundancy)
+        self.classes_, self.label_codes_ = _encode_labels(self.labels, n)
+        self.values_ = _check_values(self.values, n)
+
+    def _ensure_init(self) -> None:
+        if hasattr(self, "item_node_"):
+            return
+        self._check_params()
+        n, m = int(self.n_items), int(self.n_trees)
+        rng = check_random_state(self.random_state)
+        self.tree_seeds_ = rng.integers(0, 2**63 - 1, size=m, dtype=np.int64).astype(np.uint64)
+        self.n_nodes_ = m
+        cap = max(16, 4 * m)
+        self.node_tree_ = np.full(cap, -1, np.int64)
+        self.node_tree_[:m] = np.arange(m)
+        self.node_parent_ = np.full(cap, NO_NODE, np.int64)
+        self.node_depth_ = np.zeros(cap, np.int64)
+        self.node_key_ = np.zeros(cap, np.uint64)
+        self.node_key_[:m] = _mix64(self.tree_seeds_)
+        self.node_status_ = np.full(cap, FILLING, np.int8)
+        self.node_status_[:m] = READY
+        self.node_size_ = np.zeros(cap, np.int64)
+        self.node_waiting_ = np.zeros(cap, np.int64)
+        self.node_pivots_ = np.full((cap, 2), NO_ITEM, np.int64)
+        self.node_children_ = np.full((cap, 2), NO_NODE, np.int64)
+        self.item_node_ = np.repeat(np.arange(m, dtype=np.int64)[:, None], n, axis=1)
+        self.slot_code_ = np.full((m, n), _NO_CODE, np.int64)
+        self.table_ = _TripletTable()
+        self.n_issued_ = 0
+        self.n_answers_ = 0
+        self.n_late_ = 0
+        self.n_released_ = 0
+        self._advance()
+
+    def _reserve(self, extra: int) -> None:
+        size = self.n_nodes_ + extra
+        self.node_tree_ = _grow(self.node_tree_, size, -1)
+        self.node_parent_ = _grow(self.node_parent_, size, NO_NODE)
+        self.node_depth_ = _grow(self.node_depth_, size, 0)
+        self.node_key_ = _grow(self.node_key_, size, 0)
+        self.node_status_ = _grow(self.node_status_, size, FILLING)
+        self.node_size_ = _grow(self.node_size_, size, 0)
+        self.node_waiting_ = _grow(self.node_waiting_, size, 0)
+        self.node_pivots_ = _grow(self.node_pivots_, size, NO_ITEM)
+        self.node_children_ = _grow(self.node_children_, size, NO_NODE)
+
+    # -- building ------------------------------------------------------------------------
+    def _code(self, x, a, b) -> np.ndarray:
+        n = np.int64(self.n_items)
+        return (np.asarray(x, np.int64) * n + a) * n + b
+
+    def _decode(self, codes: np.ndarray):
+        n = np.int64(self.n_items)
+        return codes // (n * n), (codes // n) % n, codes % n
+
+    def _advance(self) -> None:
+        """Open every node whose members are complete, until none is left (cached decisions cascade)."""
+        while True:
+            ready = np.flatnonzero(self.node_status_[: self.n_nodes_] == READY)
+            if ready.size == 0:
+                return
+            self._open(ready)
+
+    def _open(self, ready: np.ndarray) -> None:
+        """Make leaves of small ready nodes, draw pivots for the others and pose their triplets."""
+        n = int(self.n_items)
+        mark = np.zeros(self.n_nodes_, bool)
+        mark[ready] = True
+        flat_nodes = self.item_node_.reshape(-1)
+        slots = np.flatnonzero(mark[flat_nodes])
+        node_of = flat_nodes[slots]
+        supervised = self.label_codes_ is not None
+        label = self.label_codes_[slots % n] if supervised else np.zeros(slots.size, np.int64)
+        order = np.lexsort((label, node_of))
+        slots, node_of, label = slots[order], node_of[order], label[order]
+        nodes, starts, sizes = np.unique(node_of, return_index=True, return_counts=True)
+        self.node_size_[nodes] = sizes
+        is_leaf = sizes <= self.leaf_size
+        self.node_status_[nodes[is_leaf]] = LEAF
+        split = ~is_leaf
+        nodes, starts, sizes = nodes[split], starts[split], sizes[split]
+        if nodes.size == 0:
+            return
+        i1, i2 = self._draw_pivots(self.node_key_[nodes], starts, sizes, node_of, label)
+        p1, p2 = slots[starts + i1] % n, slots[starts + i2] % n
+        trees = self.node_tree_[nodes]
+        k = nodes.size
+        self._reserve(2 * k)
+        first_child = self.n_nodes_ + 2 * np.arange(k)
+        for side in (0, 1):
+            child = first_child + side
+            self.node_tree_[child] = trees
+            self.node_parent_[child] = nodes
+            self.node_depth_[child] = self.node_depth_[nodes] + 1
+            self.node_key_[child] = _child_keys(self.node_key_[nodes], side)
+            self.node_status_[child] = FILLING
+            self.node_children_[nodes, side] = child
+        self.n_nodes_ += 2 * k
+        self.node_pivots_[nodes, 0], self.node_pivots_[nodes, 1] = p1, p2
+        self.item_node_[trees, p1] = first_child
+        self.item_node_[trees, p2] = first_child + 1
+        self.node_status_[nodes] = SPLITTING
+        self.node_waiting_[nodes] = sizes - 2
+        # every other member waits for its triplet (x, p1, p2)
+        in_split = np.zeros(slots.size, bool)
+        in_split[np.repeat(starts, sizes) + _ranges(sizes)] = True
+        in_split[starts + i1] = False
+        in_split[starts + i2] = False
+        wait = slots[in_split]
+        wait_node = node_of[in_split]
+        pa, pb = self.node_pivots_[wait_node, 0], self.node_pivots_[wait_node, 1]
+        codes = self._code(wait % n, np.minimum(pa, pb), np.maximum(pa, pb))
+        self.slot_code_.reshape(-1)[wait] = codes
+        self._finish(nodes[sizes == 2])
+        known, a_wins = self.table_.find_decided(codes)
+        if known.any():
+            self._resolve(wait[known], a_wins[known])
+        self.table_.add_live(codes[~known], self.node_depth_[wait_node[~known]])
+
+    def _draw_pivots(self, keys, starts, sizes, node_of, label):
+        """Positions (within each node's member run) of the two pivots; members sorted by label."""
+        u = _uniforms(keys, 2 * SUPERVISED_DRAWS + 2)
+        s = sizes[:, None]
+        i1 = np.minimum((u[:, 0:2 * SUPERVISED_DRAWS:2] * s).astype(np.int64), s - 1)
+        i2 = np.minimum((u[:, 1:2 * SUPERVISED_DRAWS:2] * (s - 1)).astype(np.int64), s - 2)
+        i2 = i2 + (i2 >= i1)
+        if self.label_codes_ is None:
+            return i1[:, 0], i2[:, 0]
+        st = starts[:, None]
+        differ = label[st + i1] != label[st + i2]
+        pick = np.where(differ.any(axis=1), np.argmax(differ, axis=1), SUPERVISED_DRAWS - 1)
+        rows = np.arange(keys.size)
+        j1, j2 = i1[rows, pick], i2[rows, pick]
+        # A node holding two labels always gets pivots with different labels: when all draws
+        # failed, draw p1 uniformly and p2 uniformly among the members of the other labels.
+        mixed = label[starts] != label[starts + sizes - 1]
+        fallback = np.flatnonzero(mixed & ~differ.any(axis=1))
+        if fallback.size:
+            st, sz = starts[fallback], sizes[fallback]
+            f1 = np.minimum((u[fallback, -2] * sz).astype(np.int64), sz - 1)
+            run_key = node_of * (np.int64(label.max()) + 1) + label
+            k1 = run_key[st + f1]
+            lo = np.searchsorted(run_key, k1, "left") - st
+            hi = np.searchsorted(run_key, k1, "right") - st
+            others = sz - (hi - lo)
+            f2 = np.minimum((u[fallback, -1] * others).astype(np.int64), others - 1)
+            f2 = np.where(f2 < lo, f2, f2 + (hi - lo))
+            j1[fallback], j2[fallback] = f1, f2
+        return j1, j2
+
+    def _resolve(self, slots: np.ndarray, a_wins: np.ndarray) -> None:
+        """Move decided items to the winning pivot's child; finish nodes with nobody waiting."""
+        if slots.size == 0:
+            return
+        n = int(self.n_items)
+        trees, items = slots // n, slots % n
+        nodes = self.item_node_[trees, items]
+        pivots = self.node_pivots_[nodes]
+        winner = np.where(a_wins, pivots.min(axis=1), pivots.max(axis=1))
+        side = (winner != pivots[:, 0]).astype(np.int64)
+        self.item_node_[trees, items] = self.node_children_[nodes, side]
+        self.slot_code_[trees, items] = _NO_CODE
+        touched, counts = np.unique(nodes, return_counts=True)
+        self.node_waiting_[touched] -= counts
+        self._finish(touched[self.node_waiting_[touched] == 0])
+
+    def _finish(self, nodes: np.ndarray) -> None:
+        if nodes.size == 0:
+            return
+        self.node_status_[nodes] = SPLIT
+        self.node_status_[self.node_children_[nodes].ravel()] = READY
+
+    # -- the planner interface ------------------------------------------------------------
+    def next_questions(self, budget: int) -> list[tuple[int, int, int]]:
+        """Up to ``budget`` questions ``(x, p1, p2)``; issued copies count as pending until
+        answered or released with :meth:`forget`. A triplet appears several times only when
+        its redundancy needs several copies at once."""
+        budget = _check_int(budget, "budget", 0)
+        self._ensure_init()
+        rows = self.table_.plan(budget, self.rule_)
+        self.n_issued_ += int(rows.size)
+        codes = self.table_.codes[rows]
+        x, a, b = self._decode(codes)
+        copy = self.table_.outstanding[rows] + self.table_.votes[rows].sum(axis=1) + _copy_index(rows)
+        return _oriented(x, a, b, codes, copy)
+
+    def observe(self, answers: Iterable[Sequence[int]]) -> None:
+        """Apply a batch of answers ``(x, p1, p2, winner)`` in order.
+
+        Raises ValueError (and changes nothing) for a bad index, a winner that is neither
+        pivot, or a triplet this forest never asked. Answers to triplets already decided are
+        counted in ``progress()["late_answers"]`` and otherwise ignored.
+        """
+        self._ensure_init()
+        rows, a_wins = _check_answers(answers, int(self.n_items))
+        if rows.shape[0] == 0:
+            return
+        codes = self._code(rows[:, 0], rows[:, 1:3].min(axis=1), rows[:, 1:3].max(axis=1))
+        unknown = self.table_.check_known(codes)
+        if unknown.any():
+            r = tuple(rows[np.argmax(unknown), :3].tolist())
+            raise ValueError(f"question {r} was never asked by this forest ({int(unknown.sum())} such answers)")
+        done_codes, done_a, counted, late = self.table_.record(codes, a_wins, self.rule_)
+        self.n_answers_ += counted
+        self.n_late_ += late
+        if done_codes.size:
+            flat = self.slot_code_.reshape(-1)
+            waiting = np.flatnonzero(flat != _NO_CODE)
+            order = np.argsort(done_codes)
+            sorted_codes, sorted_a = done_codes[order], done_a[order]
+            pos, hit = _TripletTable._find(sorted_codes, flat[waiting])
+            self._resolve(waiting[hit], sorted_a[pos[hit]])
+            self._advance()
+
+    def forget(self, questions: Iterable[Sequence[int]]) -> int:
+        """Release issued copies that expired unanswered, one per listed ``(x, p1, p2)``, so they
+        are handed out again. Questions not pending (decided, unknown) are ignored. Returns the
+        number of copies released."""
+        self._ensure_init()
+        rows = _check_rows(questions, 3, "question")
+        _check_triplets(rows, int(self.n_items), "question")
+        if rows.shape[0] == 0:
+            return 0
+        codes = self._code(rows[:, 0], rows[:, 1:3].min(axis=1), rows[:, 1:3].max(axis=1))
+        released = self.table_.release(codes)
+        self.n_released_ += released
+        return released
+
+    @property
+    def done(self) -> bool:
+        """True once every node of every tree is split or a leaf."""
+        self._ensure_init()
+        return bool(np.all(self.node_status_[: self.n_nodes_] >= SPLIT))
+
+    def result(self) -> ForestResult:
+        self._ensure_init()
+        k = self.n_nodes_
+        return ForestResult(
+            n_items=int(self.n_items), n_trees=int(self.n_trees),
+            node_tree=self.node_tree_[:k].copy(), node_parent=self.node_parent_[:k].copy(),
+            node_depth=self.node_depth_[:k].copy(), node_status=self.node_status_[:k].copy(),
+            node_size=self.node_size_[:k].copy(), node_pivots=self.node_pivots_[:k].copy(),
+            node_children=self.node_children_[:k].copy(), item_node=self.item_node_.copy(),
+            done=self.done,
+        )
+
+    def progress(self) -> dict:
+        """Numbers for a dashboard (JSON-safe)."""
+        self._ensure_init()
+        k, m = self.n_nodes_, int(self.n_trees)
+        tree, status = self.node_tree_[:k], self.node_status_[:k]
+        built = np.bincount(tree[status >= SPLIT], minlength=m)
+        pending = np.bincount(tree[status < SPLIT], minlength=m)
+        depth = np.zeros(m, np.int64)
+        np.maximum.at(depth, tree, self.node_depth_[:k])
+        return {
+            "n_trees": m,
+            "n_items": int(self.n_items),
+            "trees_built": int((pending == 0).sum()),
+            "nodes_built": built.tolist(),
+            "nodes_pending": pending.tolist(),
+            "depth": depth.tolist(),
+            "leaves": int((status == LEAF).sum()),
+            "questions_issued": int(self.n_issued_),
+            "answers_counted": int(self.n_answers_),
+            "late_answers": int(self.n_late_),
+            "released_questions": int(self.n_released_),
+            "pending_questions": int(self.table_.outstanding.sum()),
+            "open_triplets": int(self.table_.codes.size),
+            "decided_triplets": self.table_.n_decided,
+            "waiting_items": int((self.slot_code_ != _NO_CODE).sum()),
+            "done": self.done,
+        }
+
+    # -- using a built forest ------------------------------------------------------------
+    def route(self, item: int, refine: int = 8, vote: str = "pooled", redundancy=None) -> "ForestRoute":
+        """A planner that routes a new item (any int id; answers must use it as x) down every
+        tree, one triplet per level in all trees at once, then ranks the candidates; see
+        :class:`ForestRoute`."""
+        return ForestRoute(self, item, refine=refine, vote=vote, redundancy=redundancy)
+
+    def _leaf_index(self):
+        """(sorted leaf ids, members in that order, run starts) of the built forest, cached."""
+        cache = getattr(self, "_leaf_cache", None)
+        if cache is not None and cache[0] == self.n_nodes_:
+            return cache[1]
+        flat = self.item_node_.reshape(-1)
+        order = np.argsort(flat, kind="stable")
+        index = (flat[order], order % int(self.n_items))
+        self._leaf_cache = (self.n_nodes_, index)
+        return index
+
+    def leaf_members(self, node: int) -> np.ndarray:
+        self._ensure_init()
+        keys, items = self._leaf_index()
+        lo, hi = np.searchsorted(keys, node, "left"), np.searchsorted(keys, node, "right")
+        return items[lo:hi]
+
+    def neighbor_graph(self, k: int = 1, max_group: int = 64) -> NeighborGraph:
+        """Each item's most frequent leaf-mates across trees: an approximate k-NN graph.
+
+        In each tree an item's neighbourhood is its leaf, or the leaf's parent when the leaf
+        holds only the item (n0 = 1). A mate j of i scores Σ_trees 1/(|neighbourhood| − 1): the
+        expected number of trees in which j is a random neighbourhood-mate of i. Neighbourhoods
+        larger than ``max_group`` are skipped (they say little and cost |N|²).
+        """
+        self._ensure_init()
+        k = _check_int(k, "k", 1)
+        n, m = int(self.n_items), int(self.n_trees)
+        leaf = self.item_node_.reshape(-1)
+        alone = self.node_size_[leaf] < 2
+        group = np.where(alone & (self.node_parent_[leaf] != NO_NODE), self.node_parent_[leaf], leaf)
+        slots = np.arange(n * m)
+        order = np.argsort(group, kind="stable")
+        group, slots = group[order], slots[order]
+        starts = _group_starts(group)
+        sizes = np.diff(np.r_[starts, group.size])
+        keep = (sizes >= 2) & (sizes <= max_group)
+        rows, cols, weights = [], [], []
+        for size in np.unique(sizes[keep]):
+            st = starts[keep & (sizes == size)]
+            members = slots[st[:, None] + np.arange(size)[None, :]] % n  # (groups, size)
+            i = np.repeat(members, size, axis=1).ravel()
+            j = np.tile(members, (1, size)).ravel()
+            off = i != j
+            rows.append(i[off])
+            cols.append(j[off])
+            weights.append(np.full(int(off.sum()), 1.0 / (size - 1)))
+        neighbors = np.full((n, k), NO_NEIGHBOR, np.int64)
+        scores = np.zeros((n, k))
+        if not rows:
+            return NeighborGraph(neighbors, scores)
+        mat = sparse.coo_matrix((np.concatenate(weights), (np.concatenate(rows), np.concatenate(cols))),
+                                shape=(n, n)).tocsr().tocoo()  # tocsr sums duplicate pairs
+        order = np.lexsort((mat.col, -mat.data, mat.row))
+        r, c, d = mat.row[order].astype(np.int64), mat.col[order].astype(np.int64), mat.data[order]
+        starts = _group_starts(r)
+        rank = np.arange(r.size) - np.repeat(starts, np.diff(np.r_[starts, r.size]))
+        keep = rank < k
+        neighbors[r[keep], rank[keep]] = c[keep]
+        scores[r[keep], rank[keep]] = d[keep]
+        return NeighborGraph(neighbors, scores)
+
+    # -- state ---------------------------------------------------------------------------
+    def to_state(self) -> dict:
+        """Plain arrays plus JSON-safe scalars (version ``STATE_VERSION``); see docs/forest-schema.md."""
+        self._ensure_init()
+        k = self.n_nodes_
+        state = {
+            "class": type(self).__name__,
+            "version": STATE_VERSION,
+            "n_items": int(self.n_items),
+            "n_trees": int(self.n_trees),
+            "leaf_size": int(self.leaf_size),
+            "redundancy": self.rule_.redundancy,
+            "label_classes": None if self.classes_ is None else self.classes_.copy(),
+            "label_codes": None if self.label_codes_ is None else self.label_codes_.copy(),
+            "values": None if self.values_ is None else self.values_.copy(),
+            "tree_seeds": self.tree_seeds_.copy(),
+            "n_nodes": int(k),
+            "node_tree": self.node_tree_[:k].copy(),
+            "node_parent": self.node_parent_[:k].copy(),
+            "node_depth": self.node_depth_[:k].copy(),
+            "node_key": self.node_key_[:k].copy(),
+            "node_status": self.node_status_[:k].copy(),
+            "node_size": self.node_size_[:k].copy(),
+            "node_waiting": self.node_waiting_[:k].copy(),
+            "node_pivots": self.node_pivots_[:k].copy(),
+            "node_children": self.node_children_[:k].copy(),
+            "item_node": self.item_node_.copy(),
+            "slot_code": self.slot_code_.copy(),
+            "n_issued": int(self.n_issued_),
+            "n_answers": int(self.n_answers_),
+            "n_late": int(self.n_late_),
+            "n_released": int(self.n_released_),
+        }
+        state.update(self.table_.to_state("triplets_"))
+        return state
+
+    @classmethod
+    def from_state(cls, state: dict) -> "ComparisonForest":
+        if state.get("class") != cls.__name__:
+            raise ValueError(f"state is for {state.get('class')!r}, not {cls.__name__}")
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"unsupported state version {state.get('version')!r} (expected {STATE_VERSION})")
+        labels = None
+        if state["label_classes"] is not None:
+            labels = np.asarray(state["label_classes"])[np.asarray(state["label_codes"], np.int64)]
+        forest = cls(int(state["n_items"]), n_trees=int(state["n_trees"]), leaf_size=int(state["leaf_size"]),
+                     labels=labels, redundancy=state["redundancy"], random_state=None,
+                     values=state["values"])
+        forest._check_params()
+        k = int(state["n_nodes"])
+        forest.tree_seeds_ = np.asarray(state["tree_seeds"], np.uint64).copy()
+        forest.n_nodes_ = k
+        forest.node_tree_ = np.asarray(state["node_tree"], np.int64).copy()
+        forest.node_parent_ = np.asarray(state["node_parent"], np.int64).copy()
+        forest.node_depth_ = np.asarray(state["node_depth"], np.int64).copy()
+        forest.node_key_ = np.asarray(state["node_key"], np.uint64).copy()
+        forest.node_status_ = np.asarray(state["node_status"], np.int8).copy()
+        forest.node_size_ = np.asarray(state["node_size"], np.int64).copy()
+        forest.node_waiting_ = np.asarray(state["node_waiting"], np.int64).copy()
+        forest.node_pivots_ = np.asarray(state["node_pivots"], np.int64).reshape(-1, 2).copy()
+        forest.node_children_ = np.asarray(state["node_children"], np.int64).reshape(-1, 2).copy()
+        forest.item_node_ = np.asarray(state["item_node"], np.int64).copy()
+        forest.slot_code_ = np.asarray(state["slot_code"], np.int64).copy()
+        shape = (forest.n_trees, forest.n_items)
+        if forest.item_node_.shape != shape or forest.slot_code_.shape != shape:
+            raise ValueError(f"item_node and slot_code must have shape {shape}")
+        if any(a.shape[0] != k for a in (forest.node_tree_, forest.node_parent_, forest.node_depth_,
+                                         forest.node_key_, forest.node_status_, forest.node_size_,
+                                         forest.node_waiting_, forest.node_pivots_, forest.node_children_)):
+            raise ValueError("node arrays in state disagree with n_nodes")
+        forest.table_ = _TripletTable.from_state(state, "triplets_")
+        forest.n_issued_ = int(state["n_issued"])
+        forest.n_answers_ = int(state["n_answers"])
+        forest.n_late_ = int(state["n_late"])
+        forest.n_released_ = int(state["n_released"])
+        return forest
+
+    def to_json(self) -> dict:
+        """The forest as a JSON document (docs/forest-schema.md, ``schema_version`` 1)."""
+        from .forest_export import forest_to_json
+
+        return forest_to_json(self)
+
+
+def _ranges(sizes: np.ndarray) -> np.ndarray:
+    """Concatenated aranges: [0..s0-1, 0..s1-1, ...]."""
+    if sizes.size == 0:
+        return np.empty(0, np.int64)
+    ends = np.cumsum(sizes)
+    return np.arange(ends[-1]) - np.repeat(ends - sizes, sizes)
+
+
+def _descends(forest: ComparisonForest, item_nodes: np.ndarray, node: int) -> np.ndarray:
+    """Mask of the items (of one tree, given their nodes) that sit in ``node``'s subtree."""
+    current = item_nodes.copy()
+    inside = current == node
+    depth = forest.node_depth_[node]
+    while True:
+        deeper = ~inside & (forest.node_depth_[current] > depth)
+        if not deeper.any():
+            return inside
+        current[deeper] = forest.node_parent_[current[deeper]]
+        inside |= current == node
+
+
+def _encode_labels(labels, n: int):
+    if labels is None:
+        return None, None
+    arr = np.asarray(labels)
+    if arr.ndim != 1 or arr.shape[0] != n:
+        raise ValueError(f"labels must be an array-like of length n_items={n}, got shape {arr.shape}")
+    if arr.dtype == object or arr.dtype.kind not in "biufUS":
+        raise ValueError("labels must be ints or strings (one type)")
+    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+        raise ValueError("labels must be finite")
+    classes, codes = np.unique(arr, return_inverse=True)
+    return classes, codes.astype(np.int64).ravel()
+
+
+def _check_values(values, n: int):
+    if values is None:
+        return None
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1 or arr.shape[0] != n:
+        raise ValueError(f"values must be an array-like of length n_items={n}, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("values must be finite")
+    return arr
+
+
+def _python_scalar(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+# ----------------------------------------------------------------------------------------
+# routing a new item
+# ----------------------------------------------------------------------------------------
+class ForestRoute:
+    """Route one new item q through every tree of a built forest, then rank candidates.
+
+    Phase 1 asks ``(q, p1, p2)`` at each tree's current node, all trees at once (one triplet
+    per level; a triplet shared by several trees is asked once; when q is itself a pivot it
+    follows its own side without asking). Phase 2 takes the ``refine`` candidates most frequent
+    in the reached leaves and runs a knock-out tournament of triplets ``(q, c_i, c_j)`` between
+    them; the champion is ranked first, the rest by frequency. ``refine <= 1`` skips phase 2.
+
+    ``vote="pooled"``: the label is the majority over the pooled leaf members of all trees;
+    ``vote="trees"``: every tree votes with its leaf's majority label, majority of trees wins.
+    Ties go to the smallest class.
+    """
+
+    def __init__(self, forest: ComparisonForest, item: int, refine: int = 8, vote: str = "pooled",
+                 redundancy=None):
+        if not forest.done:
+            raise ValueError("route needs a fully built forest (forest.done is False)")
+        self.forest = forest
+        self.item = _check_int(item, "item", 0)
+        self.refine = _check_int(refine, "refine", 0)
+        if vote not in ("pooled", "trees"):
+            raise ValueError(f"vote must be 'pooled' or 'trees', not {vote!r}")
+        self.vote = vote
+        self.redundancy = forest.rule_.redundancy if redundancy is None else redundancy
+        self.rule_ = VoteRule(self.redundancy)
+        self.node_ = np.arange(int(forest.n_trees), dtype=np.int64)
+        self.table_ = _TripletTable()
+        self.bracket_ = np.empty(0, np.int64)  # contestants of the current tournament round
+        self.candidates_ = np.empty(0, np.int64)
+        self.counts_ = np.empty(0, np.int64)
+        self.phase_ = "trees"
+        self.n_issued_ = 0
+        self.n_answers_ = 0
+        self.n_late_ = 0
+        self._advance()
+
+    def _code(self, a, b):
+        return np.asarray(a, np.int64) * np.int64(self.forest.n_items) + b
+
+    def _advance(self) -> None:
+        f = self.forest
+        while self.phase_ == "trees":
+            inner = np.flatnonzero(f.node_status_[self.node_] == SPLIT)
+            if inner.size == 0:
+                self._start_tournament()
+                break
+            nodes = self.node_[inner]
+            p = f.node_pivots_[nodes]
+            codes = self._code(p.min(axis=1), p.max(axis=1))
+            known, a_wins = self.table_.find_decided(codes)
+            winner = np.where(a_wins, p.min(axis=1), p.max(axis=1))
+            winner = np.where(p[:, 0] == self.item, p[:, 0], np.where(p[:, 1] == self.item, p[:, 1], winner))
+            move = known | (p[:, 0] == self.item) | (p[:, 1] == self.item)
+            if not move.any():
+                self.table_.add_live(codes, f.node_depth_[nodes])
+                break
+            side = (winner != p[:, 0]).astype(np.int64)
+            self.node_[inner[move]] = f.node_children_[nodes[move], side[move]]
+        while self.phase_ == "refine":
+            if self.bracket_.size <= 1:
+                self.phase_ = "done"
+                break
+            a, b = self.bracket_[0:-1:2], self.bracket_[1::2]
+            codes = self._code(np.minimum(a, b), np.maximum(a, b))
+            known, a_wins = self.table_.find_decided(codes)
+            if not known.all():
+                self.table_.add_live(codes[~known], np.full(int((~known).sum()), 1 << 30, np.int64))
+                break
+            winners = np.where(a_wins, np.minimum(a, b), np.maximum(a, b))
+            bye = self.bracket_[-1:] if self.bracket_.size % 2 else np.empty(0, np.int64)
+            self.bracket_ = np.concatenate([winners, bye])
+
+    def _pooled(self):
+        keys, items = self.forest._leaf_index()
+        lo = np.searchsorted(keys, self.node_, "left")
+        hi = np.searchsorted(keys, self.node_, "right")
+        sizes = hi - lo
+        return items[np.repeat(lo, sizes) + _ranges(sizes)], sizes
+
+    def _ranked_candidates(self):
+        """Items of the reached nodes but q, by how many trees hold them; where a tree's node
+        holds only q (q is a training item and n0 = 1) its parent stands in."""
+        f = self.forest
+        nodes = self.node_.copy()
+        if self.item < int(f.n_items):
+            alone = (f.node_size_[nodes] < 2) & (f.node_parent_[nodes] != NO_NODE)
+            nodes[alone] = f.node_parent_[nodes[alone]]
+        keys, items = f._leaf_index()
+        trees = np.arange(nodes.size)
+        members = [items[np.searchsorted(keys, lo):np.searchsorted(keys, lo, "right")] for lo in nodes[
+            f.node_status_[nodes] == LEAF]]
+        inner = nodes[f.node_status_[nodes] != LEAF]
+        for node, t in zip(inner.tolist(), trees[f.node_status_[nodes] != LEAF].tolist()):
+            members.append(np.flatnonzero(_descends(f, f.item_node_[t], node)))
+        pooled = np.concatenate(members) if members else np.empty(0, np.int64)
+        pooled = pooled[pooled != self.item]
+        cand, counts = np.unique(pooled, return_counts=True)
+        order = np.lexsort((cand, -counts))
+        return cand[order], counts[order]
+
+    def _start_tournament(self) -> None:
+        self.candidates_, self.counts_ = self._ranked_candidates()
+        self.bracket_ = self.candidates_[: self.refine] if self.refine > 1 else self.candidates_[:1]
+        self.phase_ = "refine"
+
+    def next_questions(self, budget: int) -> list[tuple[int, int, int]]:
+        budget = _check_int(budget, "budget", 0)
+        rows = self.table_.plan(budget, self.rule_)
+        self.n_issued_ += int(rows.size)
+        codes = self.table_.codes[rows]
+        n = np.int64(self.forest.n_items)
+        a, b = codes // n, codes % n
+        copy = self.table_.outstanding[rows] + self.table_.votes[rows].sum(axis=1) + _copy_index(rows)
+        return _oriented(np.full(rows.size, self.item, np.int64), a, b, codes, copy)
+
+    def observe(self, answers: Iterable[Sequence[int]]) -> None:
+        """Answers ``(q, p1, p2, winner)``; same validation and late-answer rule as the forest."""
+        rows, a_wins = _check_answers(answers, int(self.forest.n_items), (self.item, self.item + 1))
+        if rows.shape[0] == 0:
+            return
+        codes = self._code(rows[:, 1:3].min(axis=1), rows[:, 1:3].max(axis=1))
+        unknown = self.table_.check_known(codes)
+        if unknown.any():
+            r = tuple(rows[np.argmax(unknown), :3].tolist())
+            raise ValueError(f"question {r} was never asked by this search")
+        _, _, counted, late = self.table_.record(codes, a_wins, self.rule_)
+        self.n_answers_ += counted
+        self.n_late_ += late
+        self._advance()
+
+    def forget(self, questions) -> int:
+        rows = _check_rows(questions, 3, "question")
+        if rows.shape[0] == 0:
+            return 0
+        _check_triplets(rows, int(self.forest.n_items), "question", (self.item, self.item + 1))
+        return self.table_.release(self._code(rows[:, 1:3].min(axis=1), rows[:, 1:3].max(axis=1)))
+
+    @property
+    def done(self) -> bool:
+        return self.phase_ == "done"
+
+    def progress(self) -> dict:
+        return {
+            "phase": self.phase_,
+            "trees_at_leaf": int((self.forest.node_status_[self.node_] == LEAF).sum()),
+            "questions_issued": int(self.n_issued_),
+            "answers_counted": int(self.n_answers_),
+            "late_answers": int(self.n_late_),
+            "pending_questions": int(self.table_.outstanding.sum()),
+            "done": self.done,
+        }
+
+    def result(self) -> RouteResult:
+        f = self.forest
+        pooled, sizes = self._pooled()
+        if self.phase_ == "trees":
+            neighbors, counts = self._ranked_candidates()
+        else:
+            neighbors, counts = self.candidates_, self.counts_
+            if self.bracket_.size == 1 and neighbors.size:
+                champ = int(self.bracket_[0])
+                rest = neighbors != champ
+                neighbors = np.r_[champ, neighbors[rest]]
+                counts = np.r_[self.counts_[~rest], self.counts_[rest]]
+        label = None
+        if f.label_codes_ is not None and pooled.size:
+            k = f.classes_.size
+            if self.vote == "pooled":
+                tally = np.bincount(f.label_codes_[pooled], minlength=k)
+            else:
+                tree_of = np.repeat(np.arange(sizes.size), sizes)
+                per_tree = np.zeros((sizes.size, k), np.int64)
+                np.add.at(per_tree, (tree_of, f.label_codes_[pooled]), 1)
+                votes = np.argmax(per_tree, axis=1)[sizes > 0]
+                tally = np.bincount(votes, minlength=k)
+            label = _python_scalar(f.classes_[int(np.argmax(tally))])
+        value = None
+        if f.values_ is not None and pooled.size:
+            value = float(f.values_[pooled].mean())
+        return RouteResult(item=self.item, leaves=self.node_.copy(), neighbors=np.asarray(neighbors, np.int64),
+                           counts=np.asarray(counts, np.int64), label=label, value=value, done=self.done,
+                           n_answers=int(self.n_answers_))
+
+    def to_state(self) -> dict:
+        """The search's own state (the forest is saved separately)."""
+        state = {
+            "class": type(self).__name__, "version": STATE_VERSION, "item": self.item, "refine": self.refine,
+            "vote": self.vote, "redundancy": self.rule_.redundancy, "phase": self.phase_,
+            "node": self.node_.copy(), "bracket": self.bracket_.copy(), "candidates": self.candidates_.copy(),
+            "counts": self.counts_.copy(), "n_issued": int(self.n_issued_), "n_answers": int(self.n_answers_),
+            "n_late": int(self.n_late_),
+        }
+        state.update(self.table_.to_state("triplets_"))
+        return state
+
+    @classmethod
+    def from_state(cls, state: dict, forest: ComparisonForest) -> "ForestRoute":
+        if state.get("class") != cls.__name__ or state.get("version") != STATE_VERSION:
+            raise ValueError("not a ForestRoute state of a supported version")
+        search = cls.__new__(cls)
+        search.forest = forest
+        search.item, search.refine, search.vote = int(state["item"]), int(state["refine"]), state["vote"]
+        search.redundancy = state["redundancy"]
+        search.rule_ = VoteRule(search.redundancy)
+        search.phase_ = state["phase"]
+        search.node_ = np.asarray(state["node"], np.int64).copy()
+        search.bracket_ = np.asarray(state["bracket"], np.int64).copy()
+        search.candidates_ = np.asarray(state["candidates"], np.int64).copy()
+        search.counts_ = np.asarray(state["counts"], np.int64).copy()
+        search.n_issued_, search.n_answers_ = int(state["n_issued"]), int(state["n_answers"])
+        search.n_late_ = int(state["n_late"])
+        search.table_ = _TripletTable.from_state(state, "triplets_")
+        return search
+
+
+# ----------------------------------------------------------------------------------------
+# offline driver
+# ----------------------------------------------------------------------------------------
+def run_with_oracle(planner, oracle: Callable, batch: int = 100_000, max_rounds: int = 100_000) -> int:
+    """Drive a planner with a simulated rater until it is done; returns the answers given.
+
+    ``oracle`` is anything with ``answer(questions) -> [(x, p1, p2, winner)]`` (e.g.
+    :class:`engine.oracles.TripletOracle`) or a callable taking the same list.
+    """
+    answer = getattr(oracle, "answer", oracle)
+    asked = 0
+    for _ in range(max_rounds):
+        if planner.done:
+            return asked
+        questions = planner.next_questions(batch)
+        if not questions:
+            raise RuntimeError("planner is not done but has nothing to ask")
+        asked += len(questions)
+        planner.observe(answer(questions))
+    raise RuntimeError(f"planner not done after {max_rounds} rounds")
