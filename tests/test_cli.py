@@ -1,0 +1,87 @@
+"""The proxima CLI: clear errors and non-zero exits for bad input; create and export studies."""
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+from click.testing import CliRunner
+from conftest import answer, fetch_question
+
+from webapp.cli import main
+from workers.studies import get_items, get_study
+
+
+@pytest.fixture
+def cli(redis_url, conn, tmp_path, monkeypatch):
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
+    runner = CliRunner()
+
+    def invoke(*args):
+        return runner.invoke(main, list(args), catch_exceptions=False)
+
+    return invoke
+
+
+@pytest.fixture
+def texts(tmp_path):
+    (tmp_path / "study.yaml").write_text("name: Sentences\npool_size: 5\n")
+    (tmp_path / "items.csv").write_text("id,text\ns1,The cat sat.\ns2,A dog ran.\ns3,Cars are fast.\ns4,Kittens nap.\n")
+    return tmp_path
+
+
+def test_create_from_csv_and_export(cli, conn, texts):
+    result = cli("create", str(texts / "study.yaml"), "--items", str(texts / "items.csv"), "--id", "sentences")
+    assert result.exit_code == 0, result.output
+    assert "Created study sentences with 4 items" in result.output
+    assert get_study(conn, "sentences").config.pool_size == 5
+    assert [i.text for i in get_items(conn, "sentences")][0] == "The cat sat."
+    result = cli("export", "sentences")
+    assert result.exit_code == 0
+    assert result.output.startswith("answer_id,answered_at,rater")
+
+
+def test_export_writes_answers_to_a_file(cli, client, conn, study_id, tmp_path):
+    for _ in range(3):
+        assert answer(client, fetch_question(client)).status_code == 201
+    out = tmp_path / "answers.csv"
+    result = cli("export", study_id, "--format", "csv", "-o", str(out))
+    assert result.exit_code == 0
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert len(rows) == 3 and {r["kind"] for r in rows} == {"triplet"}
+
+
+@pytest.mark.parametrize("args,message", [
+    (["create", "missing.yaml", "--items", "x.csv"], "config file missing.yaml does not exist"),
+    (["create", "{dir}/study.yaml", "--items", "{dir}/nowhere"], "does not exist"),
+    (["create", "{dir}/bad.yaml", "--items", "{dir}/items.csv"], "unknown field(s) colour"),
+    (["create", "{dir}/study.yaml", "--items", "{dir}/empty"], "holds no media files"),
+    (["export", "no-such-study"], "there is no study with id 'no-such-study'"),
+])
+def test_bad_input_prints_a_clear_error_and_exits_non_zero(cli, texts, args, message):
+    (texts / "bad.yaml").write_text("name: x\ncolour: red\n")
+    (texts / "empty").mkdir()
+    result = cli(*[a.format(dir=texts) for a in args])
+    assert result.exit_code != 0
+    assert message in result.output
+
+
+def test_worker_without_any_redis_says_so(tmp_path, monkeypatch):
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
+    result = CliRunner().invoke(main, ["worker", "--burst"])
+    assert result.exit_code != 0 and "set REDIS_URL" in result.output
+
+
+def test_without_redis_url_commands_use_the_instance_redis_and_its_data_persists(tmp_path, monkeypatch, texts):
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
+    runner = CliRunner()
+    result = runner.invoke(main, ["create", str(texts / "study.yaml"), "--items", str(texts / "items.csv"),
+                                  "--id", "kept"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "instance" / "redis" / "proxima.aof").exists()
+    # a second, fresh embedded server replays the AOF
+    result = runner.invoke(main, ["studies"])
+    assert result.exit_code == 0 and "kept\trunning\trandom\t4 items\t0 answers\tSentences" in result.output

@@ -1,0 +1,67 @@
+"""`proxima serve` as a real subprocess: embedded Redis, an RQ worker and gunicorn, stopped cleanly."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import requests
+from click.testing import CliRunner
+
+from webapp.cli import main
+from webapp.embedded import free_port
+
+
+def wait_for(predicate, timeout=60.0, interval=0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not met in time")
+
+
+def healthy(base):
+    try:
+        return requests.get(f"{base}/api/health", timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def test_serve_demo_answers_over_http_and_stops_cleanly(tmp_path, monkeypatch):
+    port = free_port()
+    env = dict(os.environ, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"))
+    env.pop("REDIS_URL", None)
+    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--demo", "--port", str(port),
+                             "--web-workers", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: healthy(base) or proc.poll() is not None)
+        assert proc.poll() is None, proc.stdout.read()
+        rater = requests.Session()
+        question = rater.get(f"{base}/api/studies/demo-colours/questions/next", timeout=5).json()["question"]
+        response = rater.post(f"{base}/api/studies/demo-colours/answers", timeout=5,
+                              json={"token": question["token"], "choice": question["candidates"][1]["index"]})
+        assert response.status_code == 201
+        # the real RQ worker process applies the answer
+        stats = wait_for(lambda: (s := requests.get(f"{base}/api/studies/demo-colours/stats", timeout=5).json())
+                         ["engine"]["answers_applied"] == 1 and s)
+        assert stats["answers"] == 1 and stats["pool_depth"] > 0
+        assert "/s/demo-colours" in requests.get(f"{base}/studies/demo-colours", timeout=5).text
+    finally:
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, output
+    assert "Rater link: " in output and "Proxima stopped." in output
+    assert not healthy(base)
+    # the answer survived the shutdown in the AOF: a fresh embedded server sees it
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
+    result = CliRunner().invoke(main, ["export", "demo-colours"])
+    assert result.exit_code == 0
+    rows = result.output.strip().splitlines()
+    assert len(rows) == 2 and question["candidates"][1]["id"] in rows[1]
