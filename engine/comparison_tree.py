@@ -19,8 +19,8 @@ Conventions used throughout (documented once, referred to elsewhere):
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import sparse
@@ -28,16 +28,16 @@ from scipy import sparse
 from .utils import check_random_state
 
 __all__ = [
-    "ComparisonForest",
-    "ForestRoute",
-    "ForestResult",
-    "RouteResult",
-    "NeighborGraph",
-    "VoteRule",
-    "run_with_oracle",
-    "NO_NODE",
     "NO_ITEM",
     "NO_NEIGHBOR",
+    "NO_NODE",
+    "ComparisonForest",
+    "ForestResult",
+    "ForestRoute",
+    "NeighborGraph",
+    "RouteResult",
+    "VoteRule",
+    "run_with_oracle",
 ]
 
 NO_NODE = -1
@@ -333,7 +333,7 @@ class _TripletTable:
         }
 
     @classmethod
-    def from_state(cls, state: dict, prefix: str) -> "_TripletTable":
+    def from_state(cls, state: dict, prefix: str) -> _TripletTable:
         table = cls()
         table.codes = np.asarray(state[f"{prefix}live_codes"], np.int64).copy()
         table.votes = np.asarray(state[f"{prefix}live_votes"], np.int64).reshape(-1, 2).copy()
@@ -356,7 +356,7 @@ class _TripletTable:
 # ----------------------------------------------------------------------------------------
 def _check_int(value, name: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
-        raise ValueError(f"{name} must be an integer, not {value!r}")
+        raise ValueError(f"{name} must be an integer, not {value!r}")  # noqa: TRY004 (one error type at the boundary)
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return int(value)
@@ -801,7 +801,7 @@ class ComparisonForest:
         }
 
     # -- using a built forest ------------------------------------------------------------
-    def route(self, item: int, refine: int = 8, vote: str = "pooled", redundancy=None) -> "ForestRoute":
+    def route(self, item: int, refine: int = 8, vote: str = "pooled", redundancy=None) -> ForestRoute:
         """A planner that routes a new item (any int id; answers must use it as x) down every
         tree, one triplet per level in all trees at once, then ranks the candidates; see
         :class:`ForestRoute`."""
@@ -906,7 +906,7 @@ class ComparisonForest:
         return state
 
     @classmethod
-    def from_state(cls, state: dict) -> "ComparisonForest":
+    def from_state(cls, state: dict) -> ComparisonForest:
         if state.get("class") != cls.__name__:
             raise ValueError(f"state is for {state.get('class')!r}, not {cls.__name__}")
         if state.get("version") != STATE_VERSION:
@@ -1203,7 +1203,7 @@ class ForestRoute:
         return state
 
     @classmethod
-    def from_state(cls, state: dict, forest: ComparisonForest) -> "ForestRoute":
+    def from_state(cls, state: dict, forest: ComparisonForest) -> ForestRoute:
         if state.get("class") != cls.__name__ or state.get("version") != STATE_VERSION:
             raise ValueError("not a ForestRoute state of a supported version")
         search = cls.__new__(cls)

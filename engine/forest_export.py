@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 
 from .comparison_tree import (
-    LEAF,
     NO_NODE,
     SPLIT,
     SPLITTING,
@@ -167,4 +166,4 @@ def forest_from_json(doc: dict) -> ComparisonForest:
     return rebuilt
 
 
-__all__ = ["SCHEMA_VERSION", "forest_to_json", "forest_from_json", "LEAF"]
+__all__ = ["SCHEMA_VERSION", "forest_from_json", "forest_to_json"]
