@@ -110,3 +110,17 @@ def test_distinct_raters_are_counted_by_session(app, conn, study_id):
         assert answer(client, fetch_question(client)).status_code == 201
     stats = app.test_client().get(f"/api/studies/{study_id}/stats").get_json()
     assert stats["raters"] == 3 and stats["answers"] == 3
+
+
+def test_a_starting_worker_catches_up_on_answers_a_crashed_job_left_behind(client, conn, study_id):
+    from workers.queue import get_queue, schedule_stale_studies
+
+    answer(client, fetch_question(client))
+    get_queue(conn).empty()  # the queued job is lost, as if its worker died before running it
+    conn.delete(keys.update_scheduled(study_id))
+    assert schedule_stale_studies(conn) == [study_id]
+    assert schedule_stale_studies(conn) == []  # already queued
+    run_worker(conn)
+    state, _ = engine_state.load(conn, study_id)
+    assert state["n_answers"] == 1
+    assert schedule_stale_studies(conn) == []  # up to date

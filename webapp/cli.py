@@ -177,7 +177,7 @@ def worker(burst: bool):
     from rq import Worker
 
     import workers.jobs  # noqa: F401  (import numpy and the engine once, before forking job processes)
-    from workers.queue import get_queue
+    from workers.queue import get_queue, schedule_stale_studies
 
     url = os.environ.get("REDIS_URL") or running_url(instance_path())
     if not url:
@@ -187,6 +187,7 @@ def worker(burst: bool):
         conn.ping()
     except (redis.RedisError, OSError) as exc:
         raise click.ClickException(f"cannot reach Redis: {exc}") from None
+    schedule_stale_studies(conn)
     Worker([get_queue(conn)], connection=conn).work(burst=burst, logging_level="WARNING")
 
 

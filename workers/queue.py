@@ -25,3 +25,21 @@ def schedule_update(conn, study_id: str) -> bool:
         enqueue_update(conn, study_id)
         return True
     return False
+
+
+def schedule_stale_studies(conn) -> list[str]:
+    """Queue an update for every study whose log holds answers its engine has not applied.
+
+    Run when a worker starts, so answers left behind by a worker that crashed mid-job (and
+    whose study then received no further answer) are not left waiting.
+    """
+    from .studies import list_studies
+
+    stale = []
+    for study in list_studies(conn):
+        last = conn.xrevrange(keys.answers(study.id), count=1)
+        cursor = conn.hget(keys.engine(study.id), "cursor") or b"0-0"
+        if (last and last[0][0] != cursor) or not conn.exists(keys.engine(study.id)):
+            if schedule_update(conn, study.id):
+                stale.append(study.id)
+    return stale
