@@ -4,10 +4,14 @@ Tests, benchmarks and budget planning drive the very planners that serve real ra
 with these oracles. Conventions: items are ``0..n_items-1``; ``distances`` is an
 ndarray of shape (n_items, n_items), symmetric with a zero diagonal; a triplet
 question ``(x, p1, p2)`` asks "is x more similar to p1 or to p2?" and is answered
-by the winner (p1 or p2). Must never import Flask or Redis.
+by the winner (p1 or p2). Also data generators (the ANNTri paper's clustered points), a
+noise model fitted to human triplets, and :func:`run`, the planner-driving loop that records
+error curves. Must never import Flask or Redis.
 """
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
@@ -170,9 +174,18 @@ class TripletDerivedOracle:
             k += 1
         return k
 
+    def draw_thirds(self, pairs) -> np.ndarray:
+        """One uniformly random third item per ``(i, j)`` row, vectorised."""
+        idx = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        k = self.rng.integers(self.n_items - 2, size=len(idx))
+        lo, hi = idx.min(axis=1), idx.max(axis=1)
+        k += k >= lo
+        k += k >= hi
+        return k
+
     def sample(self, pairs) -> np.ndarray:
         idx = _as_index_array(pairs, 2, self.n_items)
-        thirds = np.array([self.draw_third(int(i), int(j)) for i, j in idx], dtype=np.int64)
+        thirds = self.draw_thirds(idx)
         if isinstance(self.triplet, TripletOracle):
             questions = np.column_stack([idx, thirds]) if len(idx) else np.empty((0, 3), np.int64)
             return (~self.triplet.p1_wins(questions)).astype(np.float64)
@@ -183,3 +196,173 @@ class TripletDerivedOracle:
     def answer(self, pairs):
         pairs = [tuple(map(int, p)) for p in pairs]
         return [(i, j, float(v)) for (i, j), v in zip(pairs, self.sample(pairs))]
+
+
+# ---------------------------------------------------------------------------- data sets
+def circle_clusters(n_clusters: int = 10, cluster_size: int = 10, gap: float = 0.1,
+                    random_state=None) -> tuple[np.ndarray, np.ndarray]:
+    """The ANNTri paper's Fig. 2 data: clusters of points spread around a circle in R².
+
+    Each cluster is a uniform disc of diameter 1; neighbouring discs are ``gap`` (a share of
+    the diameter, 0.1 = 10%) apart at their closest. Returns ``(points, labels)`` of shapes
+    (n_clusters·cluster_size, 2) and (n_clusters·cluster_size,).
+    """
+    if n_clusters < 2 or cluster_size < 2:
+        raise ValueError("need at least 2 clusters of at least 2 points")
+    rng = check_random_state(random_state)
+    spacing = 1.0 + gap  # centre-to-centre distance of neighbouring discs
+    radius = spacing / (2.0 * np.sin(np.pi / n_clusters))
+    angles = 2.0 * np.pi * np.arange(n_clusters) / n_clusters
+    centres = radius * np.column_stack([np.cos(angles), np.sin(angles)])
+    r = 0.5 * np.sqrt(rng.random((n_clusters, cluster_size)))
+    theta = 2.0 * np.pi * rng.random((n_clusters, cluster_size))
+    offsets = np.stack([r * np.cos(theta), r * np.sin(theta)], axis=-1)
+    points = (centres[:, None, :] + offsets).reshape(-1, 2)
+    labels = np.repeat(np.arange(n_clusters), cluster_size)
+    return points, labels
+
+
+def hierarchical_clusters(n_items: int, cluster_size: int | None = None, dim: int = 2,
+                          shrink: float = 0.3, random_state=None) -> tuple[np.ndarray, np.ndarray]:
+    """Clusters of ~log2(n) points split recursively along a binary tree (the paper's Thm 4.6).
+
+    A point's position is the sum over tree levels l of ``shrink**l`` times a random unit
+    direction of its level-l node, signed by the branch taken, plus jitter of radius
+    ``shrink**depth / 2`` inside its leaf cluster; at every level the two sub-clusters are
+    farther apart than their own diameters. Scaled to diameter ≈ 1. Returns
+    ``(points, leaf_labels)``.
+    """
+    rng = check_random_state(random_state)
+    if cluster_size is None:
+        cluster_size = max(2, int(np.ceil(np.log2(n_items))))
+    n_leaves = int(np.ceil(n_items / cluster_size))
+    depth = max(1, int(np.ceil(np.log2(n_leaves))))
+    leaf = np.arange(n_items) % n_leaves
+    points = np.zeros((n_items, dim))
+    for level in range(depth):
+        prefix = leaf >> (depth - level)  # the node each item passes at this level
+        bit = (leaf >> (depth - level - 1)) & 1
+        dirs = rng.normal(size=(int(prefix.max()) + 1, dim))
+        dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
+        points += (shrink**level) * np.where(bit[:, None] == 1, 1.0, -1.0) * dirs[prefix]
+    jitter = rng.normal(size=(n_items, dim))
+    jitter /= np.linalg.norm(jitter, axis=1, keepdims=True)
+    jitter *= (0.5 * shrink**depth) * rng.random((n_items, 1)) ** (1.0 / dim)
+    points += jitter
+    points /= 2.0 * (1.0 + shrink / (1.0 - shrink))
+    return points, leaf
+
+
+# ---------------------------------------------------------------------------- human noise
+def fit_logistic_noise(distances, triplets) -> float:
+    """Maximum-likelihood logistic scale for triplet answers (``TripletOracle(model="logistic")``).
+
+    ``triplets`` rows ``(i, j, k)`` mean "i is closer to j than to k" as answered by people;
+    the model says P(j wins) = 1 / (1 + exp((d(i, j) − d(i, k)) / scale)).
+    """
+    from scipy.optimize import minimize_scalar
+
+    D = check_distance_matrix(distances)
+    t = _as_index_array(triplets, 3, D.shape[0])
+    if len(t) == 0:
+        raise ValueError("need at least one triplet to fit a noise model")
+    diff = D[t[:, 0], t[:, 1]] - D[t[:, 0], t[:, 2]]
+
+    def nll(log_scale):
+        z = diff / np.exp(log_scale)
+        return float(np.sum(np.logaddexp(0.0, z)))
+
+    span = max(float(np.abs(diff).max()), 1e-12)
+    res = minimize_scalar(nll, bounds=(np.log(span) - 12, np.log(span) + 4), method="bounded")
+    return float(np.exp(res.x))
+
+
+# ---------------------------------------------------------------------------- driver
+def neighbor_error(neighbors, distances, tol: float = 1e-9) -> float:
+    """Share of items whose chosen k neighbours are not a true k-NN set (ties count as right).
+
+    ``neighbors`` is an int array of shape (n_items, k); row j is right when every chosen
+    neighbour is at most as far from j as j's true k-th nearest neighbour.
+    """
+    D = np.array(distances, dtype=np.float64)
+    nb = np.asarray(neighbors, dtype=np.int64)
+    if nb.ndim == 1:
+        nb = nb[:, None]
+    k = nb.shape[1]
+    np.fill_diagonal(D, np.inf)
+    kth = np.partition(D, k - 1, axis=1)[:, k - 1]
+    chosen = np.take_along_axis(D, nb, axis=1)
+    wrong = np.any(chosen > kth[:, None] + tol, axis=1)
+    return float(wrong.mean())
+
+
+@dataclass
+class RunResult:
+    """What :func:`run` records. ``queries`` and ``error`` have one entry per checkpoint."""
+
+    queries: np.ndarray
+    error: np.ndarray
+    total_queries: int
+    finished: bool
+    engine_seconds: float
+    graph: object
+
+    @property
+    def queries_per_item(self) -> np.ndarray:
+        return self.queries / self.graph.neighbors.shape[0]
+
+    def queries_to_reach(self, error: float) -> float:
+        """First checkpoint with error <= ``error`` (NaN if never reached)."""
+        hit = np.flatnonzero(self.error <= error + 1e-12)
+        return float(self.queries[hit[0]]) if len(hit) else float("nan")
+
+
+def run(planner, oracle, budget: int, batch: int | None = None, distances=None,
+        checkpoint_growth: float = 1.05) -> RunResult:
+    """Drive ``planner`` with ``oracle`` for at most ``budget`` answers; record the error curve.
+
+    Loops ``next_questions(batch)`` → ``oracle.answer`` → ``observe`` until the planner has
+    nothing to ask or the budget is spent. The error (:func:`neighbor_error` of
+    ``planner.current_neighbors()`` against ``distances``, default ``oracle.distances``) is
+    recorded at 0 answers, then whenever the answer count has grown by ``checkpoint_growth``
+    (and at least by one question per item), and at the end. ``engine_seconds`` is the time
+    spent inside the planner only. ``batch`` defaults to n_items (a whole SETri layer).
+    """
+    n = planner.n_items
+    D = oracle.distances if distances is None else distances
+    batch = n if batch is None else int(batch)
+    queries, errors = [], []
+    engine = 0.0
+    total = 0
+
+    def record():
+        nonlocal engine
+        t0 = time.perf_counter()
+        nb = planner.current_neighbors()
+        engine += time.perf_counter() - t0
+        queries.append(total)
+        errors.append(neighbor_error(nb, D))
+
+    record()
+    next_mark = n
+    while total < budget:
+        t0 = time.perf_counter()
+        qs = planner.next_questions(min(batch, budget - total))
+        engine += time.perf_counter() - t0
+        if not qs:
+            break
+        answers = oracle.answer(qs)
+        t0 = time.perf_counter()
+        planner.observe(answers)
+        engine += time.perf_counter() - t0
+        total += len(qs)
+        if total >= next_mark:
+            record()
+            next_mark = max(total * checkpoint_growth, total + n)
+    if not queries or queries[-1] != total:
+        record()
+    t0 = time.perf_counter()
+    graph = planner.result()
+    engine += time.perf_counter() - t0
+    return RunResult(np.asarray(queries, dtype=np.int64), np.asarray(errors), total,
+                     bool(planner.progress()["done"]), engine, graph)

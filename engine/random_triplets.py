@@ -88,7 +88,7 @@ class RandomTriplets:
         b = b + (b >= lo)
         b = b + (b >= hi)
         self.n_planned_ += budget
-        return [(int(h), int(x), int(y)) for h, x, y in zip(heads, a, b)]
+        return [(int(h), int(x), int(y)) for h, x, y in zip(heads, a, b, strict=True)]
 
     def observe(self, answers) -> None:
         arr = check_triplet_answers(answers, self.n_items)
@@ -130,7 +130,7 @@ class RandomTriplets:
         }
 
     @classmethod
-    def from_state(cls, state: dict) -> "RandomTriplets":
+    def from_state(cls, state: dict) -> RandomTriplets:
         if state.get("class") != cls.__name__ or state.get("version") != cls.VERSION:
             raise ValueError(
                 f"state is of {state.get('class')} v{state.get('version')}, not {cls.__name__} v{cls.VERSION}"

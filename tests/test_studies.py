@@ -10,8 +10,17 @@ from PIL import Image
 from engine.random_triplets import RandomTriplets
 from workers import engine_state
 from workers.config import ConfigError, StudyConfig, load_config_file
-from workers.studies import (StudyError, StudyNotFound, create_study, get_items, get_media, get_study,
-                             items_from_csv, items_from_folder, list_studies)
+from workers.studies import (
+    StudyError,
+    StudyNotFound,
+    create_study,
+    get_items,
+    get_media,
+    get_study,
+    items_from_csv,
+    items_from_folder,
+    list_studies,
+)
 
 
 def test_config_defaults_and_round_trip():

@@ -96,8 +96,9 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int):
         conn = redis.Redis.from_url(url)
         study_id = None
         if demo:
-            from .demo import ensure_demo_study
             from workers.queue import schedule_update
+
+            from .demo import ensure_demo_study
 
             study_id = ensure_demo_study(conn)
             schedule_update(conn, study_id)

@@ -28,7 +28,7 @@ def demo_items(n_items: int = 20, seed: int = 7) -> list[Item]:
     items = []
     for index, hue in enumerate(hues):
         r, g, b = colorsys.hls_to_rgb(hue, 0.5, 0.75)
-        colour = "#{:02x}{:02x}{:02x}".format(round(r * 255), round(g * 255), round(b * 255))
+        colour = f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
         angle = 2 * math.pi * hue
         items.append(Item(id=f"hue-{round(hue * 360):03d}-{index:02d}", kind="color", color=colour,
                           position=(round(math.cos(angle), 6), round(math.sin(angle), 6))))

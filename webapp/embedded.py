@@ -126,7 +126,7 @@ class EmbeddedRedis:
                 self.process.stderr.close()
             self.process = None
 
-    def __enter__(self) -> "EmbeddedRedis":
+    def __enter__(self) -> EmbeddedRedis:
         self.start()
         return self
 

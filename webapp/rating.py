@@ -60,7 +60,7 @@ def next_question(conn, study: Study, rater: str) -> dict | None:
         for index in indices:
             pipe.lindex(keys.items(study.id), index)
         raws = pipe.execute()
-    head, a, b = (item_payload(study.id, i, raw) for i, raw in zip(indices, raws))
+    head, a, b = (item_payload(study.id, i, raw) for i, raw in zip(indices, raws, strict=True))
     token = sign_question(current_app.config["SECRET_KEY"], {
         "s": study.id, "q": question, "r": rater, "t": now,
     })
@@ -100,7 +100,8 @@ def submit_answer(conn, study: Study, rater: str, body) -> dict:
         if refused.code == "used":
             raise ApiError(409, "already_answered", "this question was already answered; the first answer is kept",
                            answer_id=refused.answer_id) from None
-        raise ApiError(410, "expired_token", "this question expired before it was answered; fetch a new question") from None
+        raise ApiError(410, "expired_token",
+                       "this question expired before it was answered; fetch a new question") from None
     if schedule:
         enqueue_update(conn, study.id)
     return {"answer": {"id": answer_id}, "next": next_question(conn, study, rater)}

@@ -11,7 +11,7 @@ import io
 import json
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from . import keys
 from .queue import UPDATE_FLAG_TTL
@@ -69,7 +69,7 @@ class Answer:
     response_ms: int | None
 
     @classmethod
-    def from_stream(cls, entry_id: bytes, fields: dict) -> "Answer":
+    def from_stream(cls, entry_id: bytes, fields: dict) -> Answer:
         f = {k.decode(): v.decode() for k, v in fields.items()}
         return cls(
             id=entry_id.decode(), qid=f["qid"], rater=f["rater"], kind=f["kind"], head=int(f["head"]),
@@ -130,7 +130,7 @@ def count_answers(conn, study_id: str) -> int:
 
 
 def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds")
 
 
 CSV_COLUMNS = ("answer_id", "answered_at", "rater", "kind", "head", "head_id", "a", "a_id", "b", "b_id",

@@ -55,7 +55,7 @@ class StudyConfig:
     extra: dict = field(default_factory=dict, compare=False)
 
     @classmethod
-    def from_dict(cls, data) -> "StudyConfig":
+    def from_dict(cls, data) -> StudyConfig:
         if not isinstance(data, dict):
             raise ConfigError("a study config must be a mapping of fields (e.g. name: My study)")
         validator = jsonschema.Draft202012Validator(SCHEMA)

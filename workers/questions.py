@@ -74,7 +74,7 @@ def expired_questions(conn, study_id: str, before: float) -> list[dict]:
         return []
     bodies = conn.hmget(keys.issued_questions(study_id), qids)
     found = []
-    for qid, body in zip(qids, bodies):
+    for qid, body in zip(qids, bodies, strict=True):
         found.append(json.loads(body) if body else {"qid": qid.decode()})
     return found
 

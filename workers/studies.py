@@ -68,7 +68,7 @@ class Item:
             raise StudyError(f"colour item {self.id!r} needs a colour like #1a2b3c, not {self.color!r}")
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Item":
+    def from_dict(cls, data: dict) -> Item:
         data = dict(data)
         if data.get("position") is not None:
             data["position"] = tuple(float(x) for x in data["position"])
@@ -95,7 +95,8 @@ def new_study_id(name: str) -> str:
 def check_study_id(study_id: str) -> str:
     if not isinstance(study_id, str) or not STUDY_ID_PATTERN.match(study_id):
         raise StudyError(
-            f"study id {study_id!r} must be 1 to 64 lowercase letters, digits or dashes, starting with a letter or digit"
+            f"study id {study_id!r} must be 1 to 64 lowercase letters, digits or dashes, "
+            "starting with a letter or digit"
         )
     return study_id
 
