@@ -223,13 +223,16 @@ def create(config_file: Path, items_path: Path, study_id: str | None):
 
 @main.command()
 @click.argument("study_id")
-@click.option("--what", type=click.Choice(["answers"]), default="answers", show_default=True)
-@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl"]), default="csv", show_default=True)
+@click.option("--what", type=click.Choice(["answers", "triplets"]), default="answers", show_default=True,
+              help="answers: one row per answer; triplets: cblearn list-order rows i,j,k (i closer to j than k).")
+@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl"]), default="csv", show_default=True,
+              help="Format of the answers export (triplets are always CSV).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
               help="File to write (default: standard output).")
 def export(study_id: str, what: str, fmt: str, output: Path | None):
-    """Export a study's answers as CSV or JSONL."""
-    from workers.answers import export_csv, export_jsonl, iter_answers
+    """Export a study's answers (CSV or JSONL) or its triplets (cblearn list-order CSV)."""
+    from workers import keys
+    from workers.answers import export_csv, export_jsonl, export_triplets, iter_answers
     from workers.studies import get_items, get_study
 
     with redis_connection() as conn:
@@ -238,7 +241,11 @@ def export(study_id: str, what: str, fmt: str, output: Path | None):
         except StudyNotFound as exc:
             raise click.ClickException(str(exc)) from None
         item_ids = [item.id for item in get_items(conn, study_id)]
-        chunks = (export_csv if fmt == "csv" else export_jsonl)(iter_answers(conn, study_id), item_ids)
+        if what == "triplets":
+            excluded = {r.decode() for r in conn.smembers(keys.excluded_raters(study_id))}
+            chunks = export_triplets(iter_answers(conn, study_id), excluded)
+        else:
+            chunks = (export_csv if fmt == "csv" else export_jsonl)(iter_answers(conn, study_id), item_ids)
         if output is None:
             for chunk in chunks:
                 click.echo(chunk, nl=False)
@@ -247,6 +254,34 @@ def export(study_id: str, what: str, fmt: str, output: Path | None):
                 for chunk in chunks:
                     fh.write(chunk)
             click.echo(f"Wrote {output}", err=True)
+
+
+@main.command()
+@click.argument("study_id")
+@click.option("--exclude-rater", "exclude", multiple=True, metavar="ID",
+              help="Leave this rater's answers out of the engine (repeatable; remembered for later updates).")
+def rebuild(study_id: str, exclude: tuple[str, ...]):
+    """Replay the answer log into fresh engine state and report how the learned graph changed."""
+    from workers import keys
+    from workers.rebuild import rebuild_study
+
+    with redis_connection() as conn:
+        try:
+            known = {r.decode() for r in conn.smembers(keys.raters(study_id))}
+            unknown = sorted(set(exclude) - known)
+            report = rebuild_study(conn, study_id, exclude)
+        except StudyNotFound as exc:
+            raise click.ClickException(str(exc)) from None
+    for rater in unknown:
+        click.echo(f"warning: rater {rater} has no answers in study {study_id}", err=True)
+    click.echo(f"Replayed {report.answers_replayed} answers ({report.answers_excluded} excluded from "
+               f"{len(report.excluded_raters)} rater(s)) in {report.seconds:.2f} s.")
+    if not report.changed:
+        click.echo("The learned nearest-neighbour graph did not change.")
+    else:
+        click.echo(f"{len(report.changed)} item(s) changed nearest neighbour:")
+        for item, before, after in report.changed:
+            click.echo(f"  {item}: {before or '-'} -> {after or '-'}")
 
 
 @main.command("studies")

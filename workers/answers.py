@@ -166,3 +166,20 @@ def export_csv(answers, item_ids: list[str]):
 def export_jsonl(answers, item_ids: list[str]):
     for row in answer_rows(answers, item_ids):
         yield json.dumps(row) + "\n"
+
+
+def export_triplets(answers, excluded_raters=frozenset()):
+    """Triplet answers in cblearn's ``list-order`` format: CSV rows ``i,j,k`` (item indices),
+    meaning i was judged closer to j than to k. Load with ``numpy.loadtxt(f, delimiter=",", dtype=int)``.
+    """
+    buf = io.StringIO()
+    for n, ans in enumerate(answers):
+        if ans.kind != "triplet" or ans.rater in excluded_raters:
+            continue
+        other = ans.b if ans.choice == ans.a else ans.a
+        buf.write(f"{ans.head},{ans.choice},{other}\n")
+        if n % 1000 == 999:
+            yield buf.getvalue()
+            buf.seek(0)
+            buf.truncate()
+    yield buf.getvalue()

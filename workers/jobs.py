@@ -58,7 +58,8 @@ def _one_pass(conn, study_id: str, now: float) -> dict:
                 planner = (engines.planner_from_state(state) if state is not None
                            else engines.new_planner(study.config, study.n_items))
                 batch = answer_log.read_answers(pipe, study_id, after=cursor, count=MAX_ANSWERS_PER_PASS)
-                planner.observe(engines.engine_answers(batch))
+                excluded = {r.decode() for r in pipe.smembers(keys.excluded_raters(study_id))}
+                planner.observe(engines.engine_answers([a for a in batch if a.rater not in excluded]))
                 expired = questions.expired_questions(pipe, study_id, before=now - EXPIRY_GRACE_SECONDS)
                 planner.forget(engines.engine_questions(expired))
                 depth = questions.pool_depth(pipe, study_id)

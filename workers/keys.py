@@ -63,6 +63,11 @@ def raters(study_id: str) -> str:
     return _study_key(study_id, "raters")
 
 
+def excluded_raters(study_id: str) -> str:
+    """Set of rater ids whose answers stay in the log but are not applied to the engine."""
+    return _study_key(study_id, "excluded-raters")
+
+
 def answers_per_minute(study_id: str) -> str:
     """Hash: unix minute -> answers accepted in that minute."""
     return _study_key(study_id, "per-minute")
