@@ -44,8 +44,8 @@ def main():
             forest, asked = build(n, oracle, n_trees=m, random_state=n + m)
             for refine in (0, 8):
                 results, per_query = route_all(forest, oracle, np.arange(n, n + n_queries), refine=refine)
-                top = np.mean([r.neighbors[0] == nn for r, nn in zip(results, true_nn)])
-                found = np.mean([nn in r.neighbors for r, nn in zip(results, true_nn)])
+                top = np.mean([r.neighbors[0] == nn for r, nn in zip(results, true_nn, strict=True)])
+                found = np.mean([nn in r.neighbors for r, nn in zip(results, true_nn, strict=True)])
                 cands = np.mean([len(r.neighbors) for r in results])
                 print(f"{n:5d} {m:4d} {refine:6d} {top:9.2f} {found:17.2f} {cands:10.1f} {per_query:15.1f} {asked:15d}")
 

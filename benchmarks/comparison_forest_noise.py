@@ -39,7 +39,8 @@ def main():
                 errs.append(np.mean(np.array([res.label for res in results]) != y_te))
                 builds.append(asked / trees)
                 queries_cost.append(per_query)
-            print(f"{p:6.2f} {r!s:>10s} {mean_std(errs, 100):>14s} {np.mean(builds):14.0f} {np.mean(queries_cost):10.0f}")
+            print(f"{p:6.2f} {r!s:>10s} {mean_std(errs, 100):>14s} {np.mean(builds):14.0f} "
+                  f"{np.mean(queries_cost):10.0f}")
 
 
 if __name__ == "__main__":
