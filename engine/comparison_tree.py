@@ -1099,7 +1099,7 @@ class ForestRoute:
         members = [items[np.searchsorted(keys, lo):np.searchsorted(keys, lo, "right")] for lo in nodes[
             f.node_status_[nodes] == LEAF]]
         inner = nodes[f.node_status_[nodes] != LEAF]
-        for node, t in zip(inner.tolist(), trees[f.node_status_[nodes] != LEAF].tolist()):
+        for node, t in zip(inner.tolist(), trees[f.node_status_[nodes] != LEAF].tolist(), strict=True):
             members.append(np.flatnonzero(_descends(f, f.item_node_[t], node)))
         pooled = np.concatenate(members) if members else np.empty(0, np.int64)
         pooled = pooled[pooled != self.item]

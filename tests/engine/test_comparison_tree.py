@@ -389,7 +389,7 @@ def test_route_of_a_training_item_reaches_a_leaf_containing_it():
         run_with_oracle(search, oracle)
         result = search.result()
         assert result.done
-        for t, leaf in enumerate(result.leaves):
+        for leaf in result.leaves:
             assert forest.result().node_status[leaf] == LEAF
             assert item in forest.leaf_members(leaf)
 
