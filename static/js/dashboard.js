@@ -26,11 +26,13 @@
   const truth = trueNeighbours();
 
   function drawTimeline(perMinute) {
+    // at least the last 30 minutes, one bar per minute, so a new study does not show one giant bar
     const svg = document.getElementById("timeline");
     svg.replaceChildren();
     if (!perMinute.length) return;
-    const start = perMinute[0][0], end = perMinute[perMinute.length - 1][0];
-    const minutes = Math.max(1, (end - start) / 60 + 1);
+    const end = Math.max(perMinute[perMinute.length - 1][0], Math.floor(Date.now() / 60000) * 60);
+    const start = Math.min(perMinute[0][0], end - 29 * 60);
+    const minutes = (end - start) / 60 + 1;
     const max = Math.max.apply(null, perMinute.map((p) => p[1]));
     const width = 600 / minutes;
     perMinute.forEach(([t, count]) => {
