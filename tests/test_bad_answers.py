@@ -116,3 +116,23 @@ def test_bad_response_time_is_refused(client, conn, study_id):
 def test_unknown_api_route_answers_in_the_json_shape(client):
     assert error_of(client.get("/api/nothing-here"), 404) == "not_found"
     assert error_of(client.put("/api/studies/x/answers"), 405) == "method_not_allowed"
+
+
+def test_the_same_token_sent_concurrently_is_stored_exactly_once(app, conn, study_id):
+    from concurrent.futures import ThreadPoolExecutor
+
+    first = app.test_client()
+    question = fetch_question(first)
+    with first.session_transaction() as session:
+        rater = session["rater_id"]
+
+    def send(_):
+        client = app.test_client()
+        with client.session_transaction() as session:
+            session["rater_id"] = rater
+        return answer(client, question).status_code
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        statuses = sorted(pool.map(send, range(16)))
+    assert statuses == [201] + [409] * 15
+    assert count_answers(conn, study_id) == 1
