@@ -1,0 +1,609 @@
+"""ANNTri (Mason, Tripathy & Nowak, NeurIPS 2019): nearest-neighbour graphs from noisy distances.
+
+Question planners that choose which pair (i, j) to ask next, learn from noisy distance
+samples Q(i, j) and certify every item's k nearest neighbours: :class:`ANNTri` (triangle
+bounds on), :class:`ANN` (off) and :class:`RandomSampling` (uniform pairs). Numpy/scipy
+only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
+
+Shapes used throughout (n = ``n_items``):
+
+- ``mean_``, ``upper_``, ``lower_`` : ndarray of shape (n, n), symmetric. ``mean_`` is D̂;
+  ``upper_``/``lower_`` are the effective bounds U* = min(U, UΔ), L* = max(L, LΔ). Every
+  confidence interval used is anytime-valid, so the stored bounds are the intersection of
+  all intervals seen so far, tightened by the triangle inequality (``engine.triangle``).
+- ``count_``, ``pending_`` : int ndarray of shape (n, n), symmetric: answers observed and
+  questions issued but not yet answered, per pair.
+- Round j finds item j's k nearest neighbours; rounds open in the random order ``order_``.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import triangle as tri
+from .bounds import UNIT_INTERVAL_BOUNDS, check_bound, confidence_interval
+from .utils import check_n_items, check_random_state, generator_from_state, generator_state
+
+STATE_VERSION = 1
+NO_NEIGHBOR = -1
+
+#: ``status_`` values of a round.
+ROUND_WAITING = 0
+ROUND_OPEN = 1
+ROUND_CERTIFIED = 2
+ROUND_CAPPED = 3  # hit max_samples_per_round: empirical best, not certified
+
+#: Above this many items the bound matrices are float32 (half the memory, ~1e-7 relative rounding).
+FLOAT64_MAX_ITEMS = 2048
+#: Above this many items the O(n³) full pass is never run (row refreshes only).
+FULL_PASS_MAX_ITEMS = 1024
+
+_BIG = 1e12
+
+
+@dataclass(frozen=True)
+class NeighborGraph:
+    """A k-NN graph with its certainty. All arrays have shape (n_items, k) unless noted.
+
+    ``neighbors`` int item indices (closest first), ``certified`` bool of shape (n_items,),
+    ``estimates`` the mean sample D̂, ``lower``/``upper`` the bounds L*/U*, ``samples`` the
+    number of answers behind each edge.
+    """
+
+    neighbors: np.ndarray
+    certified: np.ndarray
+    estimates: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    samples: np.ndarray
+
+
+def _check_positive_int(name, value, allow_none=False, minimum=1):
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, (numbers.Integral, np.integer)) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, not {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def _check_pairs(pairs, n_items: int, width: int, what: str) -> np.ndarray:
+    """Rows of ``width`` numbers whose first two entries are distinct item indices in range."""
+    rows = list(pairs) if not isinstance(pairs, np.ndarray) else pairs
+    if len(rows) == 0:
+        return np.empty((0, width), dtype=np.float64)
+    try:
+        arr = np.asarray(rows, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} must be rows of {width} numbers: {exc}") from None
+    if arr.ndim != 2 or arr.shape[1] != width:
+        raise ValueError(f"{what} must be rows of {width} numbers, got shape {arr.shape}")
+    idx = arr[:, :2]
+    if not np.all(np.isfinite(idx)) or np.any(idx != np.floor(idx)):
+        raise ValueError(f"{what}: item indices must be integers")
+    if idx.min() < 0 or idx.max() >= n_items:
+        raise ValueError(f"{what}: item indices must lie in 0..{n_items - 1}")
+    if np.any(idx[:, 0] == idx[:, 1]):
+        raise ValueError(f"{what}: a pair needs two different items (i == j)")
+    return arr
+
+
+def _racing_decision(upper_row, lower_row, j, k):
+    """Top-k racing for one round: (accepted, undecided) boolean masks over items.
+
+    a is accepted once fewer than k others can still be closer (#{b: L[b] < U[a]} < k),
+    rejected once at least k others are surely closer (#{b: U[b] <= L[a]} >= k). With
+    k = 1 the undecided set is exactly SETri's active set.
+    """
+    U = upper_row.astype(np.float64, copy=True)
+    L = lower_row.astype(np.float64, copy=True)
+    U[j] = np.inf
+    L[j] = np.inf
+    sL = np.sort(L)
+    sU = np.sort(U)
+    below = np.searchsorted(sL, U, side="left") - (L < U)  # others with L[b] < U[a]
+    surely = np.searchsorted(sU, L, side="right") - (U <= L)  # others with U[b] <= L[a]
+    accepted = below < k
+    rejected = (surely >= k) & ~accepted
+    accepted[j] = False
+    rejected[j] = True
+    undecided = ~(accepted | rejected)
+    return accepted, undecided
+
+
+class _NeighborGraphPlanner:
+    """Shared state, answers, results and (de)serialisation of the planners below."""
+
+    _uses_rounds = True
+
+    def __init__(self, n_items, k=1, delta=0.1, sigma=0.5, bound="lil", triangle=True,
+                 max_samples_per_round=None, window=1, random_state=None, full_pass_every=None):
+        self.n_items = n_items
+        self.k = k
+        self.delta = delta
+        self.sigma = sigma
+        self.bound = bound
+        self.triangle = triangle
+        self.max_samples_per_round = max_samples_per_round
+        self.window = window
+        self.random_state = random_state
+        self.full_pass_every = full_pass_every
+
+    # ------------------------------------------------------------------ parameters
+    def _check_params(self):
+        n = check_n_items(self.n_items)
+        _check_positive_int("k", self.k)
+        if self.k > n - 1:
+            raise ValueError(f"k must be at most n_items - 1 = {n - 1}, got {self.k}")
+        if not (isinstance(self.delta, numbers.Real) and 0 < self.delta < 1):
+            raise ValueError(f"delta must lie in (0, 1), got {self.delta!r}")
+        if not (isinstance(self.sigma, numbers.Real) and self.sigma > 0 and math.isfinite(self.sigma)):
+            raise ValueError(f"sigma must be a positive number, got {self.sigma!r}")
+        check_bound(self.bound)
+        if not isinstance(self.triangle, (bool, np.bool_)):
+            raise ValueError(f"triangle must be True or False, not {self.triangle!r}")
+        _check_positive_int("max_samples_per_round", self.max_samples_per_round, allow_none=True)
+        _check_positive_int("window", self.window)
+        _check_positive_int("full_pass_every", self.full_pass_every, allow_none=True, minimum=0)
+
+    def _full_pass_period(self) -> int:
+        if self.full_pass_every is not None:
+            return int(self.full_pass_every)
+        n = self.n_items
+        if n > FULL_PASS_MAX_ITEMS:
+            return 0
+        # Keep the O(n³) passes a small share of the work: ~20 at n = 100, ~2 at n = 1000.
+        return max(1, math.ceil(n * n / 2000))
+
+    def _ensure_state(self):
+        if hasattr(self, "mean_"):
+            return
+        self._check_params()
+        n = self.n_items
+        self.rng_ = check_random_state(self.random_state)
+        fdtype = np.float64 if n <= FLOAT64_MAX_ITEMS else np.float32
+        self.mean_ = np.zeros((n, n), dtype=np.float64)
+        self.count_ = np.zeros((n, n), dtype=np.int32)
+        self.pending_ = np.zeros((n, n), dtype=np.int32)
+        self.upper_ = np.full((n, n), np.inf, dtype=fdtype)
+        self.lower_ = np.zeros((n, n), dtype=fdtype)
+        np.fill_diagonal(self.upper_, 0.0)
+        self.order_ = self.rng_.permutation(n).astype(np.int64)
+        self.status_ = np.zeros(n, dtype=np.int8)
+        self.round_issued_ = np.zeros(n, dtype=np.int64)
+        self.neighbors_ = np.full((n, self.k), NO_NEIGHBOR, dtype=np.int64)
+        self.refresh_mark_ = np.zeros(n, dtype=np.int64)
+        self.next_round_ = 0
+        self.open_rounds_ = []
+        self.n_samples_ = 0
+        self.n_issued_ = 0
+        self.rounds_since_full_pass_ = 0
+
+    # ------------------------------------------------------------------ answers
+    def observe(self, answers) -> None:
+        """Apply noisy distance samples ``(i, j, value)``: any order, any batch size.
+
+        Answers for rounds already closed still tighten the estimates; each answer clears
+        one pending entry of its pair. Raises ``ValueError`` (state unchanged) on bad
+        indices, i == j or non-finite values (or values outside [0, 1] for the bounded
+        ``bound="bernstein"``/``"kl"``).
+        """
+        self._ensure_state()
+        arr = _check_pairs(answers, self.n_items, 3, "answers")
+        if len(arr) == 0:
+            return
+        values = arr[:, 2]
+        if not np.all(np.isfinite(values)):
+            raise ValueError("answers: values must be finite numbers")
+        if self.bound in UNIT_INTERVAL_BOUNDS and (values.min() < 0 or values.max() > 1):
+            raise ValueError(f"answers: bound={self.bound!r} needs values in [0, 1]")
+        n = self.n_items
+        a = arr[:, 0].astype(np.int64)
+        b = arr[:, 1].astype(np.int64)
+        i, j = np.minimum(a, b), np.maximum(a, b)
+        keys, inverse = np.unique(i * n + j, return_inverse=True)
+        sums = np.bincount(inverse, weights=values)
+        adds = np.bincount(inverse).astype(np.int64)
+        i, j = keys // n, keys % n
+        T_old = self.count_[i, j].astype(np.int64)
+        T_new = T_old + adds
+        mean = (self.mean_[i, j] * T_old + sums) / T_new
+        conf_lo, conf_hi = confidence_interval(mean, T_new, n, self.delta, self.sigma, self.bound)
+        conf_lo = np.maximum(conf_lo, 0.0)
+        hi = np.minimum(self.upper_[i, j], conf_hi)
+        lo = np.maximum(self.lower_[i, j], conf_lo)
+        crossed = lo > hi  # the confidence event failed somewhere: fall back to today's interval
+        hi = np.where(crossed, conf_hi, hi)
+        lo = np.where(crossed, np.minimum(conf_lo, conf_hi), lo)
+        pend = np.maximum(self.pending_[i, j] - adds, 0).astype(np.int32)
+        for r, c in ((i, j), (j, i)):
+            self.mean_[r, c] = mean
+            self.count_[r, c] = T_new
+            self.upper_[r, c] = hi
+            self.lower_[r, c] = lo
+            self.pending_[r, c] = pend
+        self.n_samples_ += int(adds.sum())
+        if self.triangle:
+            for p, q in zip(i.tolist(), j.tolist()):
+                tri.update_pair(self.upper_, self.lower_, p, q)
+        self._after_observe()
+
+    def forget(self, pairs) -> None:
+        """Release pending entries of questions that expired unanswered, one per ``(i, j)`` row.
+
+        The platform calls this when an issued question times out, so the pair can be asked
+        again; an answer that still arrives later is used as usual.
+        """
+        self._ensure_state()
+        arr = _check_pairs(pairs, self.n_items, 2, "pairs")
+        if len(arr) == 0:
+            return
+        a = arr[:, 0].astype(np.int64)
+        b = arr[:, 1].astype(np.int64)
+        for p, q in zip(a.tolist(), b.tolist()):
+            v = max(int(self.pending_[p, q]) - 1, 0)
+            self.pending_[p, q] = v
+            self.pending_[q, p] = v
+
+    def _after_observe(self):
+        for j in list(self.open_rounds_):
+            self._decide_round(j)
+
+    # ------------------------------------------------------------------ rounds
+    def _decide_round(self, j):
+        """Close round j if its neighbours are decided; else return the undecided mask."""
+        accepted, undecided = _racing_decision(self.upper_[j], self.lower_[j], j, self.k)
+        n_acc = int(accepted.sum())
+        n_und = int(undecided.sum())
+        if n_acc >= self.k or n_acc + n_und <= self.k:
+            cand = np.flatnonzero(accepted) if n_acc >= self.k else np.flatnonzero(accepted | undecided)
+            self.neighbors_[j] = self._rank_row(j, cand)
+            self.status_[j] = ROUND_CERTIFIED
+            if j in self.open_rounds_:
+                self.open_rounds_.remove(j)
+            return None
+        return undecided
+
+    def _rank_row(self, j, cand):
+        """The k best of ``cand`` for row j by estimate, filled from the rest if too few."""
+        key = self._score_row(j)
+        if len(cand) < self.k:
+            rest = np.setdiff1d(np.flatnonzero(np.arange(self.n_items) != j), cand)
+            rest = rest[np.argsort(key[rest], kind="stable")][: self.k - len(cand)]
+            cand = np.concatenate([cand, rest])
+        return cand[np.argsort(key[cand], kind="stable")][: self.k]
+
+    def _score_row(self, j):
+        sampled = self.count_[j] > 0
+        mid = np.where(np.isfinite(self.upper_[j]),
+                       0.5 * (self.upper_[j].astype(np.float64) + self.lower_[j]), np.inf)
+        key = np.where(sampled, self.mean_[j], mid)
+        return np.where(np.isfinite(key), key, _BIG + self.lower_[j])
+
+    def _open_round(self, j):
+        self.status_[j] = ROUND_OPEN
+        self.open_rounds_.append(j)
+        if self.triangle:
+            period = self._full_pass_period()
+            self.rounds_since_full_pass_ += 1
+            if period and self.rounds_since_full_pass_ >= period and self.n_samples_ > 0:
+                tri.full_pass(self.upper_, self.lower_)
+                self.rounds_since_full_pass_ = 0
+            tri.refresh_row(self.upper_, self.lower_, j)
+            self.refresh_mark_[j] = self.n_samples_
+
+    def _fill_window(self):
+        while len(self.open_rounds_) < self.window and self.next_round_ < self.n_items:
+            j = int(self.order_[self.next_round_])
+            self.next_round_ += 1
+            self._open_round(j)
+            self._decide_round(j)
+
+    def _eligible(self, j):
+        """SETri's arms for round j: undecided, fewest samples, not already pending."""
+        if self.triangle and self.n_samples_ - self.refresh_mark_[j] >= self.n_items:
+            tri.refresh_row(self.upper_, self.lower_, j)
+            self.refresh_mark_[j] = self.n_samples_
+        undecided = self._decide_round(j)
+        if undecided is None:
+            return None
+        arms = np.flatnonzero(undecided)
+        T = self.count_[j, arms]
+        arms = arms[(T == T.min()) & (self.pending_[j, arms] == 0)]
+        return arms
+
+    def next_questions(self, budget: int) -> list[tuple[int, int]]:
+        """Up to ``budget`` distinct pairs ``(i, j)`` worth asking now, as plain int tuples.
+
+        Draws SETri's fewest-sampled undecided arms from every open round (at most
+        ``window`` rounds, round-robin), never re-issuing a pair that is still pending.
+        Returns fewer than ``budget`` when every useful question is pending or all rounds
+        are done (``[]`` then). Issued pairs count as pending until answered or forgotten.
+        """
+        self._ensure_state()
+        budget = _check_positive_int("budget", budget, minimum=0)
+        out: list[tuple[int, int]] = []
+        cap = self.max_samples_per_round
+        while len(out) < budget:
+            self._fill_window()
+            if not self.open_rounds_:
+                break
+            lists = []
+            for j in list(self.open_rounds_):
+                arms = self._eligible(j)
+                if arms is not None and len(arms):
+                    lists.append((j, arms))
+            if len(self.open_rounds_) < self.window and self.next_round_ < self.n_items:
+                continue  # a round closed: refill the window first
+            issued_before = len(out)
+            depth = 0
+            while len(out) < budget:
+                progressed = False
+                for j, arms in lists:
+                    if len(out) >= budget:
+                        break
+                    if depth >= len(arms) or self.status_[j] != ROUND_OPEN:
+                        continue
+                    a = int(arms[depth])
+                    progressed = True
+                    if self.pending_[j, a]:
+                        continue  # already issued by the round of a in this call
+                    out.append((int(j), a))
+                    self.pending_[j, a] += 1
+                    self.pending_[a, j] += 1
+                    self.round_issued_[j] += 1
+                    if cap is not None and self.round_issued_[j] >= cap:
+                        self._close_capped(j)
+                if not progressed:
+                    break
+                depth += 1
+            if len(out) == issued_before or not (
+                len(self.open_rounds_) < self.window and self.next_round_ < self.n_items
+            ):
+                break
+        self.n_issued_ += len(out)
+        return out
+
+    def _close_capped(self, j):
+        self.status_[j] = ROUND_CAPPED
+        if j in self.open_rounds_:
+            self.open_rounds_.remove(j)
+
+    # ------------------------------------------------------------------ results
+    def current_neighbors(self) -> np.ndarray:
+        """Current best k neighbours of every item, shape (n_items, k): the certified answer
+        where a round is certified, else the best estimates among the not-eliminated."""
+        self._ensure_state()
+        n, k = self.n_items, self.k
+        U = self.upper_.astype(np.float64)
+        L = self.lower_.astype(np.float64)
+        np.fill_diagonal(U, np.inf)
+        np.fill_diagonal(L, np.inf)
+        kth_upper = np.partition(U, k - 1, axis=1)[:, k - 1] if k > 1 else U.min(axis=1)
+        rejected = L >= kth_upper[:, None]
+        sampled = self.count_ > 0
+        with np.errstate(invalid="ignore"):
+            mid = np.where(np.isfinite(U), 0.5 * (U + L), np.inf)
+        key = np.where(sampled, self.mean_, mid)
+        key = np.where(np.isfinite(key), key, _BIG + np.minimum(L, _BIG / 4))
+        key[rejected] += 4 * _BIG
+        np.fill_diagonal(key, np.inf)
+        if k == 1:
+            best = key.argmin(axis=1)[:, None]
+        else:
+            part = np.argpartition(key, k - 1, axis=1)[:, :k]
+            order = np.argsort(np.take_along_axis(key, part, axis=1), axis=1, kind="stable")
+            best = np.take_along_axis(part, order, axis=1)
+        done = self.status_ == ROUND_CERTIFIED
+        best[done] = self.neighbors_[done]
+        return best.astype(np.int64)
+
+    def _certified(self):
+        return self.status_ == ROUND_CERTIFIED
+
+    def result(self) -> NeighborGraph:
+        """The k-NN graph now: certified rows are final, the others are best estimates."""
+        nb = self.current_neighbors()
+        rows = np.arange(self.n_items)[:, None]
+        return NeighborGraph(
+            neighbors=nb,
+            certified=self._certified().copy(),
+            estimates=self.mean_[rows, nb].copy(),
+            lower=self.lower_[rows, nb].astype(np.float64),
+            upper=self.upper_[rows, nb].astype(np.float64),
+            samples=self.count_[rows, nb].astype(np.int64),
+        )
+
+    def progress(self) -> dict:
+        """Numbers for the dashboard (all plain Python scalars)."""
+        self._ensure_state()
+        st = self.status_
+        n = self.n_items
+        per_item = self.count_.sum(axis=1)
+        pending = int(self.pending_.sum()) // 2
+        return {
+            "n_items": n,
+            "k": int(self.k),
+            "rounds_certified": int(np.sum(st == ROUND_CERTIFIED)),
+            "rounds_uncertified": int(np.sum(st == ROUND_CAPPED)),
+            "rounds_open": int(np.sum(st == ROUND_OPEN)),
+            "rounds_waiting": int(np.sum(st == ROUND_WAITING)),
+            "pending_questions": pending,
+            "samples": int(self.n_samples_),
+            "questions_issued": int(self.n_issued_),
+            "samples_per_item": float(self.n_samples_) / n,
+            "samples_per_item_max": int(per_item.max()),
+            "done": self.done,
+        }
+
+    @property
+    def done(self) -> bool:
+        """True once every round is closed (certified or capped)."""
+        self._ensure_state()
+        return bool(np.all((self.status_ == ROUND_CERTIFIED) | (self.status_ == ROUND_CAPPED)))
+
+    # ------------------------------------------------------------------ state
+    def _params(self) -> dict:
+        rs = self.random_state
+        return {
+            "n_items": int(self.n_items),
+            "k": int(self.k),
+            "delta": float(self.delta),
+            "sigma": float(self.sigma),
+            "bound": str(self.bound),
+            "triangle": bool(self.triangle),
+            "max_samples_per_round": None if self.max_samples_per_round is None else int(self.max_samples_per_round),
+            "window": int(self.window),
+            "random_state": int(rs) if isinstance(rs, (numbers.Integral, np.integer)) else None,
+            "full_pass_every": None if self.full_pass_every is None else int(self.full_pass_every),
+        }
+
+    _ARRAYS = ("mean_", "count_", "pending_", "upper_", "lower_", "order_", "status_",
+               "round_issued_", "neighbors_", "refresh_mark_")
+    _SCALARS = ("next_round_", "n_samples_", "n_issued_", "rounds_since_full_pass_")
+
+    def to_state(self) -> dict:
+        """Plain numpy arrays + JSON-safe values (never pickle); see :func:`planner_from_state`.
+
+        Layout: ``{"version", "class", "params": {...constructor arguments},
+        "initialized": bool}`` and, once initialized, ``"rng"`` (JSON generator state),
+        ``"open_rounds"`` (list of ints), the int scalars ``next_round``, ``n_samples``,
+        ``n_issued``, ``rounds_since_full_pass`` and the arrays ``mean``, ``count``,
+        ``pending``, ``upper``, ``lower`` (n, n), ``order``, ``status``, ``round_issued``,
+        ``refresh_mark`` (n,) and ``neighbors`` (n, k).
+        """
+        state = {
+            "version": STATE_VERSION,
+            "class": type(self).__name__,
+            "params": self._params(),
+            "initialized": hasattr(self, "mean_"),
+        }
+        if state["initialized"]:
+            state["rng"] = generator_state(self.rng_)
+            state["open_rounds"] = [int(j) for j in self.open_rounds_]
+            for name in self._SCALARS:
+                state[name.rstrip("_")] = int(getattr(self, name))
+            for name in self._ARRAYS:
+                state[name.rstrip("_")] = np.array(getattr(self, name), copy=True)
+        return state
+
+    @classmethod
+    def from_state(cls, state: dict):
+        """Rebuild a planner saved by :meth:`to_state` (it continues exactly where it was)."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"unsupported state version {state.get('version')!r}")
+        if state.get("class") != cls.__name__:
+            raise ValueError(f"state of a {state.get('class')!r}, not of a {cls.__name__}")
+        params = dict(state["params"])
+        if cls is not ANNTri:
+            params.pop("triangle", None)
+        planner = cls(**params)
+        planner._check_params()
+        if state.get("initialized"):
+            n, k = planner.n_items, planner.k
+            fdtype = np.float64 if n <= FLOAT64_MAX_ITEMS else np.float32
+            dtypes = {"mean_": np.float64, "count_": np.int32, "pending_": np.int32,
+                      "upper_": fdtype, "lower_": fdtype, "order_": np.int64, "status_": np.int8,
+                      "round_issued_": np.int64, "neighbors_": np.int64, "refresh_mark_": np.int64}
+            shapes = {"neighbors_": (n, k), "mean_": (n, n), "count_": (n, n), "pending_": (n, n),
+                      "upper_": (n, n), "lower_": (n, n)}
+            for name in cls._ARRAYS:
+                arr = np.array(state[name.rstrip("_")], dtype=dtypes[name], copy=True)
+                if arr.shape != shapes.get(name, (n,)):
+                    raise ValueError(f"state array {name.rstrip('_')!r} has shape {arr.shape}")
+                setattr(planner, name, arr)
+            for name in cls._SCALARS:
+                setattr(planner, name, int(state[name.rstrip("_")]))
+            planner.open_rounds_ = [int(j) for j in state["open_rounds"]]
+            planner.rng_ = generator_from_state(state["rng"])
+        return planner
+
+
+class ANNTri(_NeighborGraphPlanner):
+    """ANNTri: SETri rounds with triangle-inequality elimination (Mason et al. 2019, Alg. 1–2).
+
+    Parameters
+    ----------
+    n_items : int, at least 3.
+    k : int, neighbours per item (k > 1 uses top-k racing).
+    delta : float in (0, 1), overall failure probability.
+    sigma : float, sub-Gaussian scale of the answers (0.5 for answers in [0, 1]).
+    bound : ``"lil"`` (default, ε = 0.7), ``"hoeffding"``, ``"bernstein"`` or ``"kl"``
+        (the last two for answers in [0, 1]); see ``engine.bounds``.
+    triangle : bool, use triangle-inequality bounds.
+    max_samples_per_round : int or None, questions one round may issue before it returns
+        its empirical best, flagged not certified.
+    window : int, rounds kept open at once (serve many raters distinct questions).
+    random_state : None, int or numpy Generator; fixes the order of the rounds.
+    full_pass_every : int or None, rounds between O(n³) triangle passes (0 = never,
+        None = automatic: ~20 passes at n = 100, fewer as n grows, none above 1024 items).
+    """
+
+
+class ANN(ANNTri):
+    """ANNTri without triangle bounds (the paper's ANN baseline), same code path."""
+
+    def __init__(self, n_items, k=1, delta=0.1, sigma=0.5, bound="lil",
+                 max_samples_per_round=None, window=1, random_state=None, full_pass_every=None):
+        super().__init__(n_items, k=k, delta=delta, sigma=sigma, bound=bound, triangle=False,
+                         max_samples_per_round=max_samples_per_round, window=window,
+                         random_state=random_state, full_pass_every=full_pass_every)
+
+
+class RandomSampling(_NeighborGraphPlanner):
+    """Uniformly random pairs, same estimates and bounds (no triangle); the paper's Random.
+
+    ``next_questions(budget)`` returns ``budget`` uniform pairs i != j until every item's
+    neighbours are certified by the confidence bounds; pending questions are tracked (for
+    ``progress``) but do not steer the choice. ``window`` and ``max_samples_per_round`` are
+    accepted for a uniform interface and not used.
+    """
+
+    def __init__(self, n_items, k=1, delta=0.1, sigma=0.5, bound="lil",
+                 max_samples_per_round=None, window=1, random_state=None, full_pass_every=None):
+        super().__init__(n_items, k=k, delta=delta, sigma=sigma, bound=bound, triangle=False,
+                         max_samples_per_round=max_samples_per_round, window=window,
+                         random_state=random_state, full_pass_every=full_pass_every)
+
+    def _after_observe(self):
+        pass
+
+    def _check_certified(self):
+        # An O(n² log n) sweep, run after geometrically growing numbers of new samples
+        # (``refresh_mark_[0]`` remembers the last sweep; rows are never refreshed here).
+        mark = int(self.refresh_mark_[0])
+        if self.n_samples_ > 0 and self.n_samples_ - mark < max(self.n_items, mark // 10):
+            return
+        self.refresh_mark_[0] = self.n_samples_
+        for j in np.flatnonzero(self.status_ != ROUND_CERTIFIED):
+            self._decide_round(int(j))
+
+    def next_questions(self, budget: int) -> list[tuple[int, int]]:
+        self._ensure_state()
+        budget = _check_positive_int("budget", budget, minimum=0)
+        self._check_certified()
+        if self.done or budget == 0:
+            return []
+        n = self.n_items
+        i = self.rng_.integers(n, size=budget)
+        j = self.rng_.integers(n - 1, size=budget)
+        j = j + (j >= i)
+        np.add.at(self.pending_, (i, j), 1)
+        np.add.at(self.pending_, (j, i), 1)
+        self.n_issued_ += budget
+        return [(int(a), int(b)) for a, b in zip(i.tolist(), j.tolist())]
+
+
+_PLANNERS = {cls.__name__: cls for cls in (ANNTri, ANN, RandomSampling)}
+
+
+def planner_from_state(state: dict):
+    """Restore whichever planner (``ANNTri``, ``ANN``, ``RandomSampling``) saved ``state``."""
+    name = state.get("class")
+    if name not in _PLANNERS:
+        raise ValueError(f"unknown planner class {name!r}; expected one of {sorted(_PLANNERS)}")
+    return _PLANNERS[name].from_state(state)

@@ -1,0 +1,104 @@
+"""Triangle-inequality bounds on unknown distances, kept as a Floyd–Warshall-like fixpoint.
+
+``upper`` and ``lower`` are ndarrays of shape (n_items, n_items), symmetric, zero diagonal,
+holding the tightest known bounds U* and L* on every distance (+∞ / 0 when unknown). Through
+any third item i (Lemma 3.1 of Mason, Tripathy & Nowak 2019):
+
+    U*[j, k] <= U*[i, j] + U*[i, k]
+    L*[j, k] >= max(L*[i, j] - U*[i, k], L*[i, k] - U*[i, j], 0)
+
+Every function here tightens the bounds in place and only ever applies these two rules, so
+bounds that contain the true distances keep containing them. Costs: :func:`update_pair`
+O(n), :func:`refresh_row` O(n²), :func:`full_pass` O(n³) as n vectorised O(n²) pivot
+steps; nothing loops over triples in Python. Must never import Flask, Redis or anything
+outside numpy.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+#: Rows of the i-axis processed at once by :func:`refresh_row`, to bound temporary memory.
+REFRESH_CHUNK = 256
+
+
+def _write_row(upper, lower, j, new_upper, new_lower):
+    new_upper[j] = 0.0
+    new_lower[j] = 0.0
+    upper[j, :] = new_upper
+    upper[:, j] = new_upper
+    lower[j, :] = new_lower
+    lower[:, j] = new_lower
+
+
+def update_pair(upper: np.ndarray, lower: np.ndarray, i: int, j: int) -> None:
+    """Propagate new bounds on d(i, j) into rows i and j (and their columns), in O(n).
+
+    Call after ``upper[i, j]``/``lower[i, j]`` (and the mirrored entries) were tightened.
+    Only paths through the edge (i, j) can have improved, so only rows i and j change.
+    """
+    u = upper[i, j]
+    lo = lower[i, j]
+    for a, b in ((i, j), (j, i)):
+        ub = upper[b]
+        lb = lower[b]
+        new_u = np.minimum(upper[a], u + ub)
+        new_l = np.maximum(lower[a], lo - ub)
+        np.maximum(new_l, lb - u, out=new_l)
+        # Keep the freshly sampled entry itself (u + 0 and lo - 0 are already in).
+        _write_row(upper, lower, a, new_u, new_l)
+
+
+def refresh_row(upper: np.ndarray, lower: np.ndarray, j: int, chunk: int = REFRESH_CHUNK) -> None:
+    """Tighten row j through every third item in one O(n²) sweep (a round opening needs it)."""
+    n = upper.shape[0]
+    uj = upper[j].copy()
+    lj = lower[j].copy()
+    new_u = uj.copy()
+    new_l = lj.copy()
+    for start in range(0, n, chunk):
+        stop = min(start + chunk, n)
+        U_blk = upper[start:stop]  # rows i of the chunk: U*[i, :]
+        L_blk = lower[start:stop]
+        uji = uj[start:stop, None]  # U*[j, i]
+        lji = lj[start:stop, None]
+        with np.errstate(invalid="ignore"):
+            np.minimum(new_u, (uji + U_blk).min(axis=0), out=new_u)
+            np.maximum(new_l, (lji - U_blk).max(axis=0), out=new_l)
+            np.maximum(new_l, (L_blk - uji).max(axis=0), out=new_l)
+    _write_row(upper, lower, j, new_u, new_l)
+
+
+def full_pass(upper: np.ndarray, lower: np.ndarray) -> None:
+    """One Floyd–Warshall sweep over every pivot item: O(n³) work in n vectorised steps.
+
+    After the sweep ``upper`` is closed under the triangle rule (shortest paths); the lower
+    bounds get every single-pivot improvement against those closed upper bounds.
+    """
+    n = upper.shape[0]
+    buf = np.empty_like(upper)
+    for i in range(n):
+        ui = upper[i]
+        np.add(ui[:, None], ui[None, :], out=buf)
+        np.minimum(upper, buf, out=upper)
+    for i in range(n):
+        ui = upper[i]
+        li = lower[i]
+        with np.errstate(invalid="ignore"):
+            np.subtract(li[:, None], ui[None, :], out=buf)  # L*[i, j] - U*[i, k] at [j, k]
+        np.maximum(lower, buf, out=lower)
+        np.maximum(lower, buf.T, out=lower)
+    np.fill_diagonal(upper, 0.0)
+    np.fill_diagonal(lower, 0.0)
+    np.maximum(lower, 0.0, out=lower)
+
+
+def closure_reference(upper: np.ndarray, lower: np.ndarray, sweeps: int = 3):
+    """Slow, obviously-correct fixpoint for tests: repeated all-pivot relaxations on copies."""
+    U = np.array(upper, dtype=np.float64)
+    L = np.array(lower, dtype=np.float64)
+    for _ in range(sweeps):
+        with np.errstate(invalid="ignore"):
+            U = np.minimum(U, (U[:, :, None] + U[:, None, :]).min(axis=0))
+            t = (L[:, :, None] - U[:, None, :]).max(axis=0)
+            L = np.maximum(L, np.maximum(t, t.T))
+    return U, L
