@@ -92,6 +92,16 @@ def _check_pairs(pairs, n_items: int, width: int, what: str) -> np.ndarray:
     return arr
 
 
+def _setri_active(upper_row, lower_row, j):
+    """SETri's active set for 1-NN round j: {a != j : L*[j, a] < min_b U*[j, b]}, plus argmin U*."""
+    U = upper_row.copy()
+    U[j] = np.inf
+    best = int(U.argmin())
+    active = lower_row < U[best]
+    active[j] = False
+    return best, active
+
+
 def _racing_decision(upper_row, lower_row, j, k):
     """Top-k racing for one round: (accepted, undecided) boolean masks over items.
 
@@ -205,32 +215,56 @@ class _NeighborGraphPlanner:
         a = arr[:, 0].astype(np.int64)
         b = arr[:, 1].astype(np.int64)
         i, j = np.minimum(a, b), np.maximum(a, b)
-        keys, inverse = np.unique(i * n + j, return_inverse=True)
-        sums = np.bincount(inverse, weights=values)
-        adds = np.bincount(inverse).astype(np.int64)
-        i, j = keys // n, keys % n
-        T_old = self.count_[i, j].astype(np.int64)
+        keys = i * n + j
+        if len(keys) > 1 and len(set(keys.tolist())) < len(keys):
+            keys, inverse = np.unique(keys, return_inverse=True)
+            sums = np.bincount(inverse, weights=values)
+            adds = np.bincount(inverse).astype(np.int64)
+            i, j = keys // n, keys % n
+        else:
+            sums = values
+            adds = np.ones(len(keys), dtype=np.int64)
+        flat = np.concatenate([i * n + j, j * n + i])  # both mirrored entries at once
+        m = len(i)
+        mean_f, count_f = self.mean_.reshape(-1), self.count_.reshape(-1)
+        upper_f, lower_f = self.upper_.reshape(-1), self.lower_.reshape(-1)
+        pending_f = self.pending_.reshape(-1)
+        T_old = count_f[flat[:m]].astype(np.int64)
         T_new = T_old + adds
-        mean = (self.mean_[i, j] * T_old + sums) / T_new
-        conf_lo, conf_hi = confidence_interval(mean, T_new, n, self.delta, self.sigma, self.bound)
+        mean = (mean_f[flat[:m]] * T_old + sums) / T_new
+        conf_lo, conf_hi = self._confidence(mean, T_new)
         conf_lo = np.maximum(conf_lo, 0.0)
-        hi = np.minimum(self.upper_[i, j], conf_hi)
-        lo = np.maximum(self.lower_[i, j], conf_lo)
+        hi = np.minimum(upper_f[flat[:m]], conf_hi)
+        lo = np.maximum(lower_f[flat[:m]], conf_lo)
         crossed = lo > hi  # the confidence event failed somewhere: fall back to today's interval
-        hi = np.where(crossed, conf_hi, hi)
-        lo = np.where(crossed, np.minimum(conf_lo, conf_hi), lo)
-        pend = np.maximum(self.pending_[i, j] - adds, 0).astype(np.int32)
-        for r, c in ((i, j), (j, i)):
-            self.mean_[r, c] = mean
-            self.count_[r, c] = T_new
-            self.upper_[r, c] = hi
-            self.lower_[r, c] = lo
-            self.pending_[r, c] = pend
+        if crossed.any():
+            hi = np.where(crossed, conf_hi, hi)
+            lo = np.where(crossed, np.minimum(conf_lo, conf_hi), lo)
+        pend = np.maximum(pending_f[flat[:m]] - adds, 0)
+        mean_f[flat] = np.tile(mean, 2)
+        count_f[flat] = np.tile(T_new, 2)
+        upper_f[flat] = np.tile(hi, 2)
+        lower_f[flat] = np.tile(lo, 2)
+        pending_f[flat] = np.tile(pend, 2)
         self.n_samples_ += int(adds.sum())
         if self.triangle:
             for p, q in zip(i.tolist(), j.tolist()):
                 tri.update_pair(self.upper_, self.lower_, p, q)
-        self._after_observe()
+
+    def _confidence(self, mean, count):
+        if self.bound in UNIT_INTERVAL_BOUNDS:
+            return confidence_interval(mean, count, self.n_items, self.delta, self.sigma, self.bound)
+        # LIL and Hoeffding radii depend on the count only: look them up in a growing table.
+        table = getattr(self, "_radius_table", None)
+        top = int(count.max())
+        if table is None or top >= len(table):
+            size = max(1024, 2 * top + 1)
+            zero = np.zeros(size)
+            lo, _ = confidence_interval(zero, np.arange(size), self.n_items, self.delta,
+                                        self.sigma, self.bound)
+            table = self._radius_table = -lo
+        r = table[count]
+        return mean - r, mean + r
 
     def forget(self, pairs) -> None:
         """Release pending entries of questions that expired unanswered, one per ``(i, j)`` row.
@@ -249,24 +283,32 @@ class _NeighborGraphPlanner:
             self.pending_[p, q] = v
             self.pending_[q, p] = v
 
-    def _after_observe(self):
+    def _settle(self):
+        """Close the open rounds the answers so far have decided (read methods call this)."""
         for j in list(self.open_rounds_):
             self._decide_round(j)
 
     # ------------------------------------------------------------------ rounds
     def _decide_round(self, j):
         """Close round j if its neighbours are decided; else return the undecided mask."""
-        accepted, undecided = _racing_decision(self.upper_[j], self.lower_[j], j, self.k)
-        n_acc = int(accepted.sum())
-        n_und = int(undecided.sum())
-        if n_acc >= self.k or n_acc + n_und <= self.k:
+        if self.k == 1:
+            best, undecided = _setri_active(self.upper_[j], self.lower_[j], j)
+            if undecided.sum() > 1:
+                return undecided
+            undecided[best] = True
+            cand = np.flatnonzero(undecided)
+        else:
+            accepted, undecided = _racing_decision(self.upper_[j], self.lower_[j], j, self.k)
+            n_acc = int(accepted.sum())
+            n_und = int(undecided.sum())
+            if n_acc < self.k and n_acc + n_und > self.k:
+                return undecided
             cand = np.flatnonzero(accepted) if n_acc >= self.k else np.flatnonzero(accepted | undecided)
-            self.neighbors_[j] = self._rank_row(j, cand)
-            self.status_[j] = ROUND_CERTIFIED
-            if j in self.open_rounds_:
-                self.open_rounds_.remove(j)
-            return None
-        return undecided
+        self.neighbors_[j] = self._rank_row(j, cand)
+        self.status_[j] = ROUND_CERTIFIED
+        if j in self.open_rounds_:
+            self.open_rounds_.remove(j)
+        return None
 
     def _rank_row(self, j, cand):
         """The k best of ``cand`` for row j by estimate, filled from the rest if too few."""
@@ -378,6 +420,7 @@ class _NeighborGraphPlanner:
         """Current best k neighbours of every item, shape (n_items, k): the certified answer
         where a round is certified, else the best estimates among the not-eliminated."""
         self._ensure_state()
+        self._settle()
         n, k = self.n_items, self.k
         U = self.upper_.astype(np.float64)
         L = self.lower_.astype(np.float64)
@@ -421,6 +464,7 @@ class _NeighborGraphPlanner:
     def progress(self) -> dict:
         """Numbers for the dashboard (all plain Python scalars)."""
         self._ensure_state()
+        self._settle()
         st = self.status_
         n = self.n_items
         per_item = self.count_.sum(axis=1)
@@ -569,7 +613,7 @@ class RandomSampling(_NeighborGraphPlanner):
                          max_samples_per_round=max_samples_per_round, window=window,
                          random_state=random_state, full_pass_every=full_pass_every)
 
-    def _after_observe(self):
+    def _settle(self):
         pass
 
     def _check_certified(self):

@@ -15,7 +15,7 @@ UNIT_INTERVAL_BOUNDS = ("bernstein", "kl")
 #: The paper's law-of-the-iterated-logarithm parameter.
 LIL_EPSILON = 0.7
 
-_KL_BISECTION_STEPS = 40
+_KL_BISECTION_STEPS = 30
 
 
 def check_bound(bound: str) -> str:

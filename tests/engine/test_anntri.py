@@ -1,0 +1,308 @@
+import io
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.sparse.csgraph import shortest_path
+
+from engine.anntri import ANN, ANNTri, RandomSampling, planner_from_state
+from engine.oracles import DistanceMatrixOracle, PointsOracle, circle_clusters, neighbor_error, run
+
+
+def _true_knn(D, k=1):
+    D = D.copy()
+    np.fill_diagonal(D, np.inf)
+    return np.argsort(D, axis=1, kind="stable")[:, :k]
+
+
+def _random_metric(seed, n):
+    """A random (non-Euclidean) metric: shortest paths over random positive weights."""
+    rng = np.random.default_rng(seed)
+    W = rng.uniform(0.1, 1.0, size=(n, n))
+    W = np.triu(W, 1)
+    return shortest_path(W + W.T, directed=False)
+
+
+def _drive(planner, oracle, batch=None, budget=10**7):
+    return run(planner, oracle, budget, batch=batch)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("k", [1, 3])
+def test_noise_free_oracle_gives_the_exact_graph_all_certified(seed, k):
+    D = _random_metric(seed, 25)
+    planner = ANNTri(25, k=k, sigma=1e-6, random_state=seed)
+    res = _drive(planner, DistanceMatrixOracle(D, random_state=seed))
+    g = planner.result()
+    assert res.finished and g.certified.all()
+    assert neighbor_error(g.neighbors, D) == 0.0
+    assert g.neighbors.shape == (25, k)
+    assert np.array_equal(np.sort(g.neighbors, axis=1), np.sort(_true_knn(D, k), axis=1))
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(3, 14), window=st.integers(1, 4))
+def test_the_true_nearest_neighbour_is_never_eliminated(seed, n, window):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2))
+    D = PointsOracle(X).distances
+    truth = _true_knn(D)[:, 0]
+    planner = ANNTri(n, sigma=1e-6, window=window, random_state=seed)
+    oracle = DistanceMatrixOracle(D)
+    while True:
+        qs = planner.next_questions(int(rng.integers(1, 2 * n)))
+        if not qs:
+            break
+        planner.observe(oracle.answer(qs))
+        U = planner.upper_.copy()
+        np.fill_diagonal(U, np.inf)
+        rows = np.arange(n)
+        # the true NN keeps L* below every other upper bound and its bounds contain d
+        assert np.all(planner.lower_[rows, truth] <= U.min(axis=1) + 1e-9)
+        assert np.all(planner.lower_ <= D + 1e-9) and np.all(D <= planner.upper_ + 1e-9)
+    assert neighbor_error(planner.result().neighbors, D) == 0.0
+
+
+def _clusters(seed):
+    X, _ = circle_clusters(n_clusters=4, cluster_size=5, gap=0.5, random_state=seed)
+    return X
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_noisy_well_separated_clusters_give_the_exact_graph(seed):
+    X = _clusters(seed)
+    oracle = PointsOracle(X, noise=0.05, random_state=seed)
+    planner = ANNTri(len(X), sigma=0.05, random_state=seed, max_samples_per_round=20000)
+    res = _drive(planner, oracle)
+    assert res.finished
+    assert neighbor_error(planner.result().neighbors, oracle.distances) == 0.0
+
+
+class _FrozenNoiseOracle(PointsOracle):
+    """The t-th sample of a pair always gets the same noise, so two planners see the same data."""
+
+    def __init__(self, points, noise, seed):
+        super().__init__(points)
+        self.seed, self.noise, self.seen = seed, noise, {}
+
+    def sample(self, pairs):
+        out = []
+        for i, j in pairs:
+            key = (min(i, j), max(i, j))
+            t = self.seen.get(key, 0)
+            self.seen[key] = t + 1
+            z = np.random.default_rng([self.seed, key[0], key[1], t]).normal()
+            out.append(self.distances[i, j] + self.noise * z)
+        return np.array(out)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ann_and_anntri_agree_and_anntri_needs_no_more_samples(seed):
+    X, _ = circle_clusters(n_clusters=5, cluster_size=4, gap=1.0, random_state=seed)
+    results = {}
+    for cls in (ANNTri, ANN):
+        oracle = _FrozenNoiseOracle(X, 0.05, seed)
+        planner = cls(len(X), sigma=0.05, random_state=seed, max_samples_per_round=20000)
+        res = _drive(planner, oracle)
+        results[cls.__name__] = (planner.result().neighbors, res.total_queries)
+    assert np.array_equal(results["ANNTri"][0], results["ANN"][0])
+    assert results["ANNTri"][1] <= results["ANN"][1]
+
+
+def _roundtrip(state):
+    """Through the platform's storage shapes: arrays via np.save bytes, the rest via JSON."""
+    arrays = {}
+    for key, value in state.items():
+        if isinstance(value, np.ndarray):
+            buf = io.BytesIO()
+            np.save(buf, value, allow_pickle=False)
+            arrays[key] = buf.getvalue()
+    rest = json.loads(json.dumps({k: v for k, v in state.items() if k not in arrays}))
+    rest.update({k: np.load(io.BytesIO(b), allow_pickle=False) for k, b in arrays.items()})
+    return rest
+
+
+@pytest.mark.parametrize("cls", [ANNTri, ANN, RandomSampling])
+@pytest.mark.parametrize("window", [1, 3])
+def test_state_round_trip_mid_run_gives_identical_next_questions(cls, window):
+    X = _clusters(5)
+    oracle = PointsOracle(X, noise=0.05, random_state=1)
+    planner = cls(len(X), sigma=0.05, window=window, random_state=7)
+    for _ in range(15):
+        planner.observe(oracle.answer(planner.next_questions(6)))
+    planner.next_questions(4)  # leave some questions pending
+    restored = planner_from_state(_roundtrip(planner.to_state()))
+    assert type(restored) is cls
+    restored_direct = cls.from_state(planner.to_state())
+    twin = PointsOracle(X, noise=0.05, random_state=99)
+    twin2 = PointsOracle(X, noise=0.05, random_state=99)
+    twin3 = PointsOracle(X, noise=0.05, random_state=99)
+    for _ in range(20):
+        a, b, c = planner.next_questions(5), restored.next_questions(5), restored_direct.next_questions(5)
+        assert a == b == c
+        planner.observe(twin.answer(a))
+        restored.observe(twin2.answer(b))
+        restored_direct.observe(twin3.answer(c))
+    assert planner.progress() == restored.progress()
+    assert np.array_equal(planner.result().neighbors, restored.result().neighbors)
+
+
+def test_state_holds_only_arrays_and_json_values():
+    planner = ANNTri(10, random_state=3)
+    planner.observe([(0, 1, 0.5)])
+    state = planner.to_state()
+    assert state["version"] == 1 and state["class"] == "ANNTri"
+    plain = {k: v for k, v in state.items() if not isinstance(v, np.ndarray)}
+    json.dumps(plain)
+    assert planner_from_state(ANN(5).to_state()).__class__ is ANN
+
+
+def test_window_and_shuffled_late_answers_give_a_correct_graph():
+    X = _clusters(4)
+    n = len(X)
+    oracle = PointsOracle(X, noise=0.05, random_state=3)
+    planner = ANNTri(n, sigma=0.05, window=5, random_state=2, max_samples_per_round=20000)
+    rng = np.random.default_rng(0)
+    backlog = []
+    for _ in range(100000):
+        qs = planner.next_questions(12)
+        assert len(set(qs)) == len(qs)
+        assert all(isinstance(i, int) and isinstance(j, int) and i != j for i, j in qs)
+        backlog.extend(oracle.answer(qs))
+        if not qs and not backlog:
+            break
+        rng.shuffle(backlog)
+        cut = int(rng.integers(0, len(backlog) + 1))  # some answers arrive late
+        if not qs:
+            cut = len(backlog)
+        planner.observe(backlog[:cut])
+        backlog = backlog[cut:]
+    assert planner.progress()["done"] and planner.progress()["pending_questions"] == 0
+    assert neighbor_error(planner.result().neighbors, oracle.distances) == 0.0
+
+
+def test_window_serves_distinct_questions_from_several_rounds():
+    planner = ANNTri(30, window=6, random_state=0)
+    qs = planner.next_questions(200)
+    assert len(qs) == len(set(frozenset(q) for q in qs))
+    assert planner.progress()["rounds_open"] == 6
+    assert planner.next_questions(10) == []  # every useful question is pending
+    assert planner.progress()["pending_questions"] == len(qs)
+
+
+def test_forget_releases_expired_questions_for_asking_again():
+    planner = ANNTri(10, random_state=0)
+    qs = planner.next_questions(50)
+    assert planner.next_questions(5) == []
+    planner.forget(qs[:3])
+    again = planner.next_questions(5)
+    assert sorted(again) == sorted(qs[:3])
+    assert planner.progress()["pending_questions"] == len(qs)
+
+
+def test_answers_for_closed_rounds_are_still_used():
+    D = _random_metric(1, 8)
+    planner = ANNTri(8, sigma=1e-6, random_state=0)
+    run(planner, DistanceMatrixOracle(D), 10**5)
+    before = planner.progress()["samples"]
+    planner.observe([(0, 1, D[0, 1]), (1, 0, D[0, 1])])
+    assert planner.progress()["samples"] == before + 2
+    assert planner.count_[0, 1] == planner.count_[1, 0]
+
+
+def test_round_cap_returns_an_uncertified_empirical_best():
+    D = np.ones((6, 6)) - np.eye(6)  # every neighbour tied: no round can be certified
+    planner = ANN(6, sigma=0.5, max_samples_per_round=30, random_state=0)
+    res = run(planner, DistanceMatrixOracle(D, noise=0.1, random_state=0), 10**5)
+    g = planner.result()
+    assert res.finished and not g.certified.any()
+    assert planner.progress()["rounds_uncertified"] == 6
+    assert np.all(planner.round_issued_ <= 30)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ([(0, 0, 0.5)], "i == j"),
+    ([(0, 10, 0.5)], "0..9"),
+    ([(-1, 2, 0.5)], "0..9"),
+    ([(0, 1, float("nan"))], "finite"),
+    ([(0, 1, np.inf)], "finite"),
+    ([(0.5, 1, 0.2)], "integers"),
+    ([(0, 1)], "rows of 3"),
+    ([(0, 1, 0.5), (3, 3, 0.1)], "i == j"),
+])
+def test_bad_answers_raise_and_leave_state_unchanged(bad, message):
+    planner = ANNTri(10, random_state=0)
+    planner.observe([(0, 1, 0.3)])
+    planner.next_questions(3)
+    before = planner.to_state()
+    with pytest.raises(ValueError, match=message):
+        planner.observe(bad)
+    after = planner.to_state()
+    for key, value in before.items():
+        if isinstance(value, np.ndarray):
+            assert np.array_equal(value, after[key])
+        else:
+            assert value == after[key]
+
+
+def test_bounded_bounds_reject_values_outside_the_unit_interval():
+    planner = ANNTri(5, bound="kl")
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        planner.observe([(0, 1, 1.5)])
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"n_items": 2}, {"n_items": 5, "k": 5}, {"n_items": 5, "k": 0}, {"n_items": 5, "delta": 1.5},
+    {"n_items": 5, "sigma": 0}, {"n_items": 5, "bound": "x"}, {"n_items": 5, "window": 0},
+    {"n_items": 5, "max_samples_per_round": 0},
+])
+def test_bad_parameters_are_rejected(kwargs):
+    with pytest.raises(ValueError):
+        ANNTri(**kwargs).next_questions(1)
+
+
+def test_bad_budget_and_forget_pairs_are_rejected():
+    planner = ANNTri(5)
+    with pytest.raises(ValueError):
+        planner.next_questions(-1)
+    with pytest.raises(ValueError):
+        planner.forget([(1, 1)])
+
+
+class _BernoulliOracle(DistanceMatrixOracle):
+    """0/1 answers with mean d(i, j) (distances in [0, 1]), like triplet-derived samples."""
+
+    def sample(self, pairs):
+        idx = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        return (self.rng.random(len(idx)) < self.distances[idx[:, 0], idx[:, 1]]).astype(float)
+
+
+@pytest.mark.parametrize("bound", ["hoeffding", "bernstein", "kl"])
+def test_other_bounds_also_find_the_graph(bound):
+    x = np.array([0.0, 0.1, 0.75, 0.95, 0.5])
+    D = np.abs(x[:, None] - x[None, :])
+    oracle = _BernoulliOracle(D, random_state=0)
+    planner = ANNTri(len(x), sigma=0.5, bound=bound, random_state=0, max_samples_per_round=50000)
+    res = run(planner, oracle, 10**6)
+    assert res.finished and planner.result().certified.all()
+    assert neighbor_error(planner.result().neighbors, D) == 0.0
+
+
+def test_random_sampling_certifies_a_noise_free_graph():
+    D = _random_metric(2, 12)
+    planner = RandomSampling(12, sigma=1e-6, random_state=0)
+    res = run(planner, DistanceMatrixOracle(D), 10**6, batch=20)
+    assert res.finished and planner.result().certified.all()
+    assert neighbor_error(planner.result().neighbors, D) == 0.0
+
+
+def test_result_and_progress_shapes():
+    planner = ANNTri(12, k=2, random_state=0)
+    g = planner.result()
+    assert g.neighbors.shape == g.estimates.shape == g.lower.shape == g.upper.shape == (12, 2)
+    assert g.certified.shape == (12,) and not g.certified.any()
+    p = planner.progress()
+    assert p["rounds_waiting"] == 12 and p["samples"] == 0 and not p["done"]
+    json.dumps(p)

@@ -1,0 +1,81 @@
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.spatial.distance import cdist
+
+from engine.triangle import closure_reference, full_pass, refresh_row, update_pair
+
+
+def _random_intervals(seed, n):
+    """A random metric and random intervals around it, some pairs unknown (0, inf)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, rng.integers(1, 4)))
+    D = cdist(X, X)
+    U = D + rng.exponential(0.3, size=D.shape)
+    L = np.maximum(D - rng.exponential(0.3, size=D.shape), 0)
+    U = np.minimum(U, U.T)
+    L = np.maximum(L, L.T)
+    unknown = rng.random(D.shape) < 0.5
+    unknown = unknown | unknown.T
+    U[unknown] = np.inf
+    L[unknown] = 0.0
+    np.fill_diagonal(U, 0)
+    np.fill_diagonal(L, 0)
+    return rng, D, U, L
+
+
+def _contains(D, U, L):
+    return np.all(L <= D + 1e-9) and np.all(D <= U + 1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(3, 12))
+def test_every_triangle_update_keeps_true_distances_inside_the_bounds(seed, n):
+    rng, D, U, L = _random_intervals(seed, n)
+    for _ in range(5):
+        i, j = rng.choice(n, 2, replace=False)
+        width = rng.exponential(0.1)
+        U[i, j] = U[j, i] = min(U[i, j], D[i, j] + width)
+        L[i, j] = L[j, i] = max(L[i, j], D[i, j] - rng.exponential(0.1))
+        update_pair(U, L, i, j)
+        assert _contains(D, U, L)
+    refresh_row(U, L, int(rng.integers(n)), chunk=2)
+    assert _contains(D, U, L)
+    full_pass(U, L)
+    assert _contains(D, U, L)
+    assert np.allclose(U, U.T) and np.allclose(L, L.T)
+    assert np.all(L <= U + 1e-9)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(3, 10))
+def test_full_pass_closes_upper_bounds_like_shortest_paths(seed, n):
+    _, D, U, L = _random_intervals(seed, n)
+    U_ref, L_ref = closure_reference(U, L, sweeps=n)
+    full_pass(U, L)
+    assert np.allclose(U, U_ref)
+    assert np.all(L <= L_ref + 1e-9)  # never tighter than the true fixpoint
+    assert _contains(D, U, L)
+
+
+def test_refresh_row_matches_one_relaxation_of_that_row():
+    _, D, U, L = _random_intervals(3, 9)
+    U0 = U.copy()
+    refresh_row(U, L, 4, chunk=3)
+    expected = np.minimum(U0[4], (U0[4][:, None] + U0).min(axis=0))
+    expected[4] = 0
+    assert np.allclose(U[4], expected) and np.allclose(U[:, 4], expected)
+
+
+def test_a_sampled_pair_tightens_the_third_side():
+    U = np.full((3, 3), np.inf)
+    L = np.zeros((3, 3))
+    np.fill_diagonal(U, 0)
+    U[0, 1] = U[1, 0] = 1.0
+    L[0, 1] = L[1, 0] = 0.9
+    update_pair(U, L, 0, 1)
+    U[0, 2] = U[2, 0] = 0.1
+    L[0, 2] = L[2, 0] = 0.05
+    update_pair(U, L, 0, 2)
+    assert U[1, 2] == 1.1
+    assert L[1, 2] == 0.8  # d(1,2) >= d(0,1) - d(0,2) >= 0.9 - 0.1
