@@ -248,7 +248,7 @@ class _NeighborGraphPlanner:
         pending_f[flat] = np.tile(pend, 2)
         self.n_samples_ += int(adds.sum())
         if self.triangle:
-            for p, q in zip(i.tolist(), j.tolist()):
+            for p, q in zip(i.tolist(), j.tolist(), strict=False):
                 tri.update_pair(self.upper_, self.lower_, p, q)
 
     def _confidence(self, mean, count):
@@ -278,7 +278,7 @@ class _NeighborGraphPlanner:
             return
         a = arr[:, 0].astype(np.int64)
         b = arr[:, 1].astype(np.int64)
-        for p, q in zip(a.tolist(), b.tolist()):
+        for p, q in zip(a.tolist(), b.tolist(), strict=False):
             v = max(int(self.pending_[p, q]) - 1, 0)
             self.pending_[p, q] = v
             self.pending_[q, p] = v
@@ -421,7 +421,7 @@ class _NeighborGraphPlanner:
         where a round is certified, else the best estimates among the not-eliminated."""
         self._ensure_state()
         self._settle()
-        n, k = self.n_items, self.k
+        k = self.k
         U = self.upper_.astype(np.float64)
         L = self.lower_.astype(np.float64)
         np.fill_diagonal(U, np.inf)
@@ -639,7 +639,7 @@ class RandomSampling(_NeighborGraphPlanner):
         np.add.at(self.pending_, (i, j), 1)
         np.add.at(self.pending_, (j, i), 1)
         self.n_issued_ += budget
-        return [(int(a), int(b)) for a, b in zip(i.tolist(), j.tolist())]
+        return [(int(a), int(b)) for a, b in zip(i.tolist(), j.tolist(), strict=False)]
 
 
 _PLANNERS = {cls.__name__: cls for cls in (ANNTri, ANN, RandomSampling)}

@@ -11,8 +11,8 @@ error curves. Must never import Flask or Redis.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 from scipy.spatial.distance import cdist
@@ -77,7 +77,7 @@ class DistanceMatrixOracle:
     def answer(self, pairs):
         """Samples as ``(i, j, value)`` rows, the shape ``planner.observe`` takes."""
         pairs = [tuple(map(int, p)) for p in pairs]
-        return [(i, j, float(v)) for (i, j), v in zip(pairs, self.sample(pairs))]
+        return [(i, j, float(v)) for (i, j), v in zip(pairs, self.sample(pairs), strict=False)]
 
 
 class PointsOracle(DistanceMatrixOracle):
@@ -114,7 +114,7 @@ class TripletOracle:
         self.rng = check_random_state(random_state)
 
     @classmethod
-    def from_points(cls, points, **kwargs) -> "TripletOracle":
+    def from_points(cls, points, **kwargs) -> TripletOracle:
         X = np.asarray(points, dtype=np.float64)
         if X.ndim == 1:
             X = X[:, None]
@@ -146,7 +146,7 @@ class TripletOracle:
         """Answers as ``(x, p1, p2, winner)`` rows, the shape ``forest.observe`` takes."""
         questions = [tuple(map(int, q)) for q in questions]
         wins = self.p1_wins(questions)
-        return [(x, p1, p2, p1 if w else p2) for (x, p1, p2), w in zip(questions, wins)]
+        return [(x, p1, p2, p1 if w else p2) for (x, p1, p2), w in zip(questions, wins, strict=False)]
 
 
 class TripletDerivedOracle:
@@ -190,12 +190,12 @@ class TripletDerivedOracle:
             questions = np.column_stack([idx, thirds]) if len(idx) else np.empty((0, 3), np.int64)
             return (~self.triplet.p1_wins(questions)).astype(np.float64)
         return np.array(
-            [1.0 if self.triplet(int(i), int(j), int(k)) == k else 0.0 for (i, j), k in zip(idx, thirds)]
+            [1.0 if self.triplet(int(i), int(j), int(k)) == k else 0.0 for (i, j), k in zip(idx, thirds, strict=False)]
         )
 
     def answer(self, pairs):
         pairs = [tuple(map(int, p)) for p in pairs]
-        return [(i, j, float(v)) for (i, j), v in zip(pairs, self.sample(pairs))]
+        return [(i, j, float(v)) for (i, j), v in zip(pairs, self.sample(pairs), strict=False)]
 
 
 # ---------------------------------------------------------------------------- data sets

@@ -1,8 +1,7 @@
 import numpy as np
 import pytest
 
-from engine.bounds import (BOUNDS, confidence_interval, hoeffding_radius, kl_interval,
-                           lil_radius)
+from engine.bounds import BOUNDS, confidence_interval, hoeffding_radius, kl_interval, lil_radius
 
 
 @pytest.mark.parametrize("radius", [lil_radius, hoeffding_radius])
