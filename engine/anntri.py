@@ -445,6 +445,20 @@ class _NeighborGraphPlanner:
         best[done] = self.neighbors_[done]
         return best.astype(np.int64)
 
+    def round_best(self, j: int) -> tuple[np.ndarray, int]:
+        """Round j's current best k neighbours (as in :meth:`current_neighbors`, row j only,
+        shape (k,)) and the number of questions round j itself has issued so far.
+
+        Lets a caller score each round against the samples spent inside it (the paper's
+        Fig. 2b x-axis); earlier rounds' samples of pairs (j, a) count for the estimates but
+        not for the round's own question count.
+        """
+        self._ensure_state()
+        j = int(j)
+        if not 0 <= j < self.n_items:
+            raise ValueError(f"round index must lie in 0..{self.n_items - 1}, got {j}")
+        return self.current_neighbors()[j].copy(), int(self.round_issued_[j])
+
     def _certified(self):
         return self.status_ == ROUND_CERTIFIED
 

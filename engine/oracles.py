@@ -200,21 +200,28 @@ class TripletDerivedOracle:
 
 # ---------------------------------------------------------------------------- data sets
 def circle_clusters(n_clusters: int = 10, cluster_size: int = 10, gap: float = 0.1,
-                    random_state=None) -> tuple[np.ndarray, np.ndarray]:
+                    random_state=None, diameter: float = 1.0,
+                    radial: str = "uniform") -> tuple[np.ndarray, np.ndarray]:
     """The ANNTri paper's Fig. 2 data: clusters of points spread around a circle in R².
 
-    Each cluster is a uniform disc of diameter 1; neighbouring discs are ``gap`` (a share of
-    the diameter, 0.1 = 10%) apart at their closest. Returns ``(points, labels)`` of shapes
-    (n_clusters·cluster_size, 2) and (n_clusters·cluster_size,).
+    Each cluster is a disc of diameter ``diameter``; neighbouring discs are ``gap`` (a share
+    of the diameter, 0.1 = 10%) apart at their closest. ``radial="uniform"`` spreads points
+    uniformly over each disc; ``"linear"`` draws the distance to the centre uniformly
+    (points crowd towards the centre), as the paper's published experiment code does.
+    Returns ``(points, labels)`` of shapes (n_clusters·cluster_size, 2) and
+    (n_clusters·cluster_size,).
     """
     if n_clusters < 2 or cluster_size < 2:
         raise ValueError("need at least 2 clusters of at least 2 points")
+    if radial not in ("uniform", "linear"):
+        raise ValueError(f"radial must be 'uniform' or 'linear', not {radial!r}")
     rng = check_random_state(random_state)
-    spacing = 1.0 + gap  # centre-to-centre distance of neighbouring discs
+    spacing = diameter * (1.0 + gap)  # centre-to-centre distance of neighbouring discs
     radius = spacing / (2.0 * np.sin(np.pi / n_clusters))
     angles = 2.0 * np.pi * np.arange(n_clusters) / n_clusters
     centres = radius * np.column_stack([np.cos(angles), np.sin(angles)])
-    r = 0.5 * np.sqrt(rng.random((n_clusters, cluster_size)))
+    u = rng.random((n_clusters, cluster_size))
+    r = 0.5 * diameter * (np.sqrt(u) if radial == "uniform" else u)
     theta = 2.0 * np.pi * rng.random((n_clusters, cluster_size))
     offsets = np.stack([r * np.cos(theta), r * np.sin(theta)], axis=-1)
     points = (centres[:, None, :] + offsets).reshape(-1, 2)

@@ -306,3 +306,32 @@ def test_result_and_progress_shapes():
     p = planner.progress()
     assert p["rounds_waiting"] == 12 and p["samples"] == 0 and not p["done"]
     json.dumps(p)
+
+
+def test_round_best_matches_current_neighbors_and_counts_round_questions():
+    X, _ = circle_clusters(n_clusters=4, cluster_size=5, gap=0.5, random_state=3)
+    oracle = PointsOracle(X, noise=0.05, random_state=3)
+    planner = ANNTri(len(X), sigma=0.05, random_state=3)
+    for _ in range(5):
+        planner.observe(oracle.answer(planner.next_questions(7)))
+    nb = planner.current_neighbors()
+    for j in range(len(X)):
+        best, t = planner.round_best(j)
+        assert best.shape == (1,) and best[0] == nb[j, 0]
+        assert t == int(planner.round_issued_[j])
+    assert sum(planner.round_best(j)[1] for j in range(len(X))) == planner.progress()["questions_issued"]
+    with pytest.raises(ValueError):
+        planner.round_best(len(X))
+
+
+def test_circle_clusters_diameter_and_radial_options():
+    X1, _ = circle_clusters(random_state=0)
+    X2, _ = circle_clusters(random_state=0, diameter=2.0)
+    np.testing.assert_allclose(X2, 2.0 * X1)
+    X3, lab = circle_clusters(random_state=0, diameter=2.0, radial="linear")
+    for c in range(10):
+        pts = X3[lab == c]
+        centre_dist = np.linalg.norm(pts - pts.mean(axis=0), axis=1)
+        assert centre_dist.max() < 2.0
+    with pytest.raises(ValueError):
+        circle_clusters(radial="gaussian")
