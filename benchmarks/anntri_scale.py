@@ -50,7 +50,8 @@ def main():
             rows.append([n, f"{e:.0%}", fmt(m["ANNTri"] / n), fmt(m["ANN"] / n), fmt(m["Random"] / n),
                          fmt(m["Random"] / m["ANNTri"]), fmt(m["ANN"] / m["ANNTri"])])
         print(f"n={n} done", flush=True)
-    print(f"\nQueries per item to reach an error rate (hierarchical clusters, noise sigma={a.noise_rel:g} x median NN distance, "
+    print("\nQueries per item to reach an error rate "
+          f"(hierarchical clusters, noise sigma={a.noise_rel:g} x median NN distance, "
           f"round cap {a.cap}, {a.seeds} seed(s); Random stopped at {a.random_factor:g}x ANN's total)")
     table(["n", "error", "ANNTri", "ANN", "Random", "Random/ANNTri", "ANN/ANNTri"], rows)
 
