@@ -71,3 +71,9 @@ def answer(client, question, choice=None, study_id="colours", **extra):
     body = {"token": question["token"],
             "choice": question["candidates"][0]["index"] if choice is None else choice, **extra}
     return client.post(f"/api/studies/{study_id}/answers", json=body)
+
+
+@pytest.fixture
+def researcher_client(client):
+    """A test client allowed on researcher pages, exports and researcher API routes."""
+    return client
