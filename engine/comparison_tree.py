@@ -740,6 +740,16 @@ class ComparisonForest:
             self._resolve(waiting[hit], sorted_a[pos[hit]])
             self._advance()
 
+    def asked(self, questions: Iterable[Sequence[int]]) -> np.ndarray:
+        """Bool per ``(x, p1, p2)``: whether this forest asked that triplet (pending or decided)."""
+        self._ensure_init()
+        rows = _check_rows(questions, 3, "question")
+        _check_triplets(rows, int(self.n_items), "question")
+        if rows.shape[0] == 0:
+            return np.zeros(0, bool)
+        codes = self._code(rows[:, 0], rows[:, 1:3].min(axis=1), rows[:, 1:3].max(axis=1))
+        return ~self.table_.check_known(codes)
+
     def forget(self, questions: Iterable[Sequence[int]]) -> int:
         """Release issued copies that expired unanswered, one per listed ``(x, p1, p2)``, so they
         are handed out again. Questions not pending (decided, unknown) are ignored. Returns the

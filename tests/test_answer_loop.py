@@ -12,7 +12,7 @@ from workers.answers import count_answers, read_answers
 from workers.jobs import apply_new_answers
 
 
-def test_answer_flows_from_api_through_worker_into_engine_and_export(client, conn, study_id):
+def test_answer_flows_from_api_through_worker_into_engine_and_export(client, researcher_client, conn, study_id):
     question = fetch_question(client)
     assert question["kind"] == "triplet"
     head, (a, b) = question["head"], question["candidates"]
@@ -28,45 +28,45 @@ def test_answer_flows_from_api_through_worker_into_engine_and_export(client, con
     assert logged.response_ms == 1234 and logged.id == body["answer"]["id"]
 
     assert run_worker(conn) == 1
-    state, cursor = engine_state.load(conn, study_id)
-    assert cursor == logged.id
+    state = engine_state.load(conn, study_id, "random_triplets")
+    assert engine_state.load_cursor(conn, study_id) == logged.id
     assert state["n_answers"] == 1
     assert state["wins"][head["index"], b["index"]] == 1
     assert state["shown"][head["index"], a["index"]] == 1
-    assert conn.llen(keys.pool(study_id)) == 8  # the worker refilled the pool to pool_size
+    assert conn.llen(keys.pool(study_id, "random_triplets")) == 8  # the worker refilled the pool to pool_size
 
-    csv_text = client.get(f"/studies/{study_id}/answers.csv").get_data(as_text=True)
+    csv_text = researcher_client.get(f"/studies/{study_id}/answers.csv").get_data(as_text=True)
     rows = list(csv.DictReader(io.StringIO(csv_text)))
     assert len(rows) == 1
     assert rows[0]["choice_id"] == b["id"] and rows[0]["head_id"] == head["id"]
-    jsonl = client.get(f"/studies/{study_id}/answers.jsonl").get_data(as_text=True).splitlines()
+    jsonl = researcher_client.get(f"/studies/{study_id}/answers.jsonl").get_data(as_text=True).splitlines()
     assert json.loads(jsonl[0])["answer_id"] == logged.id
 
 
-def test_pool_questions_are_served_after_the_first_update(client, conn, study_id):
+def test_pool_questions_are_served_after_the_first_update(client, researcher_client, conn, study_id):
     apply_new_answers(conn, study_id)
-    pooled = [json.loads(q) for q in conn.lrange(keys.pool(study_id), 0, -1)]
+    pooled = [json.loads(q) for q in conn.lrange(keys.pool(study_id, "random_triplets"), 0, -1)]
     question = fetch_question(client)
     offered = (question["head"]["index"], *[c["index"] for c in question["candidates"]])
     first = pooled[0]
     assert offered == (first["head"], *first["candidates"])
-    assert conn.llen(keys.pool(study_id)) == len(pooled) - 1
-    stats = client.get(f"/api/studies/{study_id}/stats").get_json()
+    assert conn.llen(keys.pool(study_id, "random_triplets")) == len(pooled) - 1
+    stats = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()
     assert stats["fallback_served"] == 0 and stats["questions_served"] == 1
 
 
-def test_empty_pool_serves_a_counted_fallback_question(client, conn, study_id):
-    assert conn.llen(keys.pool(study_id)) == 0
+def test_empty_pool_serves_a_counted_fallback_question(client, researcher_client, conn, study_id):
+    assert conn.llen(keys.pool(study_id, "random_triplets")) == 0
     question = fetch_question(client)
     assert len({question["head"]["index"], *[c["index"] for c in question["candidates"]]}) == 3
-    stats = client.get(f"/api/studies/{study_id}/stats").get_json()
+    stats = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()
     assert stats["fallback_served"] == 1 and stats["fallback_rate"] == 1.0
     assert answer(client, question).status_code == 201
     [logged] = read_answers(conn, study_id)
     assert logged.fallback is True
 
 
-def test_many_answers_queue_one_update_job_and_one_pass_applies_them_all(client, conn, study_id):
+def test_many_answers_queue_one_update_job_and_one_pass_applies_them_all(client, researcher_client, conn, study_id):
     apply_new_answers(conn, study_id)
     question = fetch_question(client)
     for _ in range(5):
@@ -74,12 +74,12 @@ def test_many_answers_queue_one_update_job_and_one_pass_applies_them_all(client,
         assert response.status_code == 201
         question = response.get_json()["next"]
     assert run_worker(conn) == 1  # deduplicated: one job for five answers
-    state, _ = engine_state.load(conn, study_id)
+    state = engine_state.load(conn, study_id, "random_triplets")
     assert state["n_answers"] == 5
-    stats = client.get(f"/api/studies/{study_id}/stats").get_json()
+    stats = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()
     assert stats["answers"] == 5 and stats["raters"] == 1
     assert stats["engine"]["answers_applied"] == 5
-    assert stats["engine"]["summary"]["progress"]["answers"] == 5
+    assert stats["algorithms"][0]["progress"]["answers"] == 5
 
 
 def test_update_applies_each_answer_once_however_often_it_runs(client, conn, study_id):
@@ -88,7 +88,7 @@ def test_update_applies_each_answer_once_however_often_it_runs(client, conn, stu
     apply_new_answers(conn, study_id)
     apply_new_answers(conn, study_id)
     run_worker(conn)
-    state, _ = engine_state.load(conn, study_id)
+    state = engine_state.load(conn, study_id, "random_triplets")
     assert state["n_answers"] == count_answers(conn, study_id) == 1
 
 
@@ -104,11 +104,11 @@ def test_expired_questions_are_released_and_cannot_be_answered_after(client, con
     assert count_answers(conn, study_id) == 0
 
 
-def test_distinct_raters_are_counted_by_session(app, conn, study_id):
+def test_distinct_raters_are_counted_by_session(app, researcher_client, conn, study_id):
     for _ in range(3):
         client = app.test_client()
         assert answer(client, fetch_question(client)).status_code == 201
-    stats = app.test_client().get(f"/api/studies/{study_id}/stats").get_json()
+    stats = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()
     assert stats["raters"] == 3 and stats["answers"] == 3
 
 
@@ -121,6 +121,6 @@ def test_a_starting_worker_catches_up_on_answers_a_crashed_job_left_behind(clien
     assert schedule_stale_studies(conn) == [study_id]
     assert schedule_stale_studies(conn) == []  # already queued
     run_worker(conn)
-    state, _ = engine_state.load(conn, study_id)
+    state = engine_state.load(conn, study_id, "random_triplets")
     assert state["n_answers"] == 1
     assert schedule_stale_studies(conn) == []  # up to date

@@ -39,7 +39,7 @@ def test_create_from_csv_and_export(cli, conn, texts):
     assert [i.text for i in get_items(conn, "sentences")][0] == "The cat sat."
     result = cli("export", "sentences")
     assert result.exit_code == 0
-    assert result.output.startswith("answer_id,answered_at,rater")
+    assert result.output.startswith("study,answer_id,answered_at,rater")
 
 
 def test_export_writes_answers_to_a_file(cli, client, conn, study_id, tmp_path):
@@ -84,7 +84,7 @@ def test_without_redis_url_commands_use_the_instance_redis_and_its_data_persists
     assert (tmp_path / "instance" / "redis" / "proxima.aof").exists()
     # a second, fresh embedded server replays the AOF
     result = runner.invoke(main, ["studies"])
-    assert result.exit_code == 0 and "kept\trunning\trandom\t4 items\t0 answers\tSentences" in result.output
+    assert result.exit_code == 0 and "kept\trunning\tanntri\t4 items\t0 answers\tSentences" in result.output
 
 
 def test_rebuild_excluding_a_rater_replays_the_log_without_them(cli, app, conn, study_id):
@@ -100,7 +100,7 @@ def test_rebuild_excluding_a_rater_replays_the_log_without_them(cli, app, conn, 
             response = answer(client, question)
             question = response.get_json()["next"]
     apply_new_answers(conn, study_id)
-    assert engine_state.load(conn, study_id)[0]["n_answers"] == 10
+    assert engine_state.load(conn, study_id, "random_triplets")["n_answers"] == 10
     raters = {r.decode() for r in conn.smembers(keys.raters(study_id))}
     with careless.session_transaction() as session:
         careless_id = session["rater_id"]
@@ -109,19 +109,19 @@ def test_rebuild_excluding_a_rater_replays_the_log_without_them(cli, app, conn, 
     result = cli("rebuild", study_id, "--exclude-rater", careless_id)
     assert result.exit_code == 0, result.output
     assert "Replayed 6 answers (4 excluded from 1 rater(s))" in result.output
-    state, cursor = engine_state.load(conn, study_id)
+    state = engine_state.load(conn, study_id, "random_triplets")
     assert state["n_answers"] == 6 and int(np.sum(state["wins"])) == 6
     # later updates keep leaving the excluded rater out
     response = answer(careless, question)
     assert response.status_code == 201
     apply_new_answers(conn, study_id)
-    assert engine_state.load(conn, study_id)[0]["n_answers"] == 6
+    assert engine_state.load(conn, study_id, "random_triplets")["n_answers"] == 6
     triplets = cli("export", study_id, "--what", "triplets").output.strip().splitlines()
     assert len(triplets) == 6
     # a plain rebuild reproduces the same state
-    before = engine_state.load(conn, study_id)[0]
+    before = engine_state.load(conn, study_id, "random_triplets")
     assert "did not change" in cli("rebuild", study_id).output
-    np.testing.assert_array_equal(engine_state.load(conn, study_id)[0]["wins"], before["wins"])
+    np.testing.assert_array_equal(engine_state.load(conn, study_id, "random_triplets")["wins"], before["wins"])
 
 
 def test_triplet_export_is_cblearn_list_order(cli, client, conn, study_id, tmp_path):

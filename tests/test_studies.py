@@ -11,6 +11,7 @@ from engine.random_triplets import RandomTriplets
 from workers import engine_state
 from workers.config import ConfigError, StudyConfig, load_config_file
 from workers.studies import (
+    Item,
     StudyError,
     StudyNotFound,
     create_study,
@@ -25,13 +26,26 @@ from workers.studies import (
 
 def test_config_defaults_and_round_trip():
     config = StudyConfig.from_dict({"name": "Shoes", "pool_size": 20})
-    assert config.algorithm == "random" and config.pool_size == 20
+    [alg] = config.algorithms
+    assert (alg.label, alg.algorithm, alg.question_kind, alg.share) == ("anntri", "anntri", "triplet", 1.0)
+    assert config.pool_size == 20
     assert StudyConfig.from_dict(config.to_dict()) == config
+    assert StudyConfig.from_stored(config.to_dict()) == config
 
 
 @pytest.mark.parametrize("data,words", [
-    ({"name": "x", "colour": "red"}, ["unknown field", "colour", "allowed fields"]),
-    ({"name": "x", "algorithm": "magic"}, ["algorithm", "'magic'", "allowed values", "random"]),
+    ({"name": "x", "colour": "red"}, ["unknown field", "colour", "allowed", "algorithms"]),
+    ({"name": "x", "algorithm": "magic"}, ["algorithm", "'magic'", "allowed values", "anntri", "comparison_forest"]),
+    ({"name": "x", "algorithms": [{"algorithm": "anntri", "params": {"delta": 2}}]}, ["algorithms.0.params.delta"]),
+    ({"name": "x", "algorithms": [{"algorithm": "anntri", "params": {"kay": 2}}]},
+     ["unknown parameter", "kay", "algorithms.0.params", "window"]),
+    ({"name": "x", "algorithms": [{"algorithm": "anntri"}, {"algorithm": "anntri"}]}, ["labels", "distinct"]),
+    ({"name": "x", "algorithms": [{"algorithm": "random_triplets", "question_kind": "rating"}]},
+     ["algorithms.0.question_kind", "triplet questions only"]),
+    ({"name": "x", "algorithms": [{"algorithm": "anntri", "share": 0}]}, ["algorithms.0.share"]),
+    ({"name": "x", "algorithm": "ann", "algorithms": [{"algorithm": "anntri"}]}, ["either", "not both"]),
+    ({"name": "x", "rating": {"min": 5, "max": 1}}, ["rating.max", "greater"]),
+    ({"name": "x", "rating": {"min": 0, "max": 100, "step": 1}}, ["buttons", "slider"]),
     ({"name": "x", "pool_size": 0}, ["pool_size"]),
     ({"name": "x", "pool_size": "ten"}, ["pool_size", "integer"]),
     ({}, ["name"]),
@@ -42,6 +56,36 @@ def test_bad_config_names_the_field_and_what_is_allowed(data, words):
         StudyConfig.from_dict(data)
     for word in words:
         assert word in str(err.value)
+
+
+def test_a_mixed_config_shares_raters_and_maps_ratings_to_distances():
+    config = StudyConfig.from_dict({
+        "name": "Compare", "question_kind": "rating",
+        "rating": {"min": 0, "max": 100, "step": 1, "widget": "slider"},
+        "algorithms": [{"algorithm": "anntri", "share": 3, "params": {"k": 2, "delta": 0.05}},
+                       {"algorithm": "random", "label": "baseline", "question_kind": "triplet"}],
+    })
+    anntri, baseline = config.algorithms
+    assert (anntri.question_kind, anntri.params["k"], baseline.label, baseline.question_kind) == \
+        ("rating", 2, "baseline", "triplet")
+    assert config.shares() == {"anntri": 0.75, "baseline": 0.25}
+    assert config.rating.distance(100) == 0.0 and config.rating.distance(0) == 1.0
+    assert config.rating.distance(25) == 0.75
+    assert config.rating.check_value(37) == 37.0
+    for bad in (101, -1, 2.5, "50", True):
+        with pytest.raises(ValueError):
+            config.rating.check_value(bad)
+
+
+def test_study_checks_k_and_labels_against_its_items(conn):
+    items = [Item(id=f"t{i}", kind="text", text=f"text {i}") for i in range(4)]
+    too_many = StudyConfig.from_dict({"name": "x", "algorithms": [{"algorithm": "anntri", "params": {"k": 4}}]})
+    with pytest.raises(StudyError, match="k can be at most 3"):
+        create_study(conn, too_many, items)
+    supervised = StudyConfig.from_dict({"name": "x", "algorithms": [
+        {"algorithm": "comparison_forest", "params": {"supervised": True}}]})
+    with pytest.raises(StudyError, match="label for every item.*t0"):
+        create_study(conn, supervised, items)
 
 
 def test_config_files_yaml_json_and_their_errors(tmp_path):

@@ -57,6 +57,123 @@ def main():
     """Proxima: learn which items people find most alike, asking as few questions as possible."""
 
 
+# --- researcher accounts -------------------------------------------------------------
+
+
+@main.group()
+def user():
+    """Researcher accounts: add, remove, change a password, list."""
+
+
+def _read_new_password(password_stdin: bool, generate: bool) -> tuple[str, bool]:
+    """(password, generated): typed twice, read from stdin, or generated."""
+    from .accounts import AccountError, check_password, generate_password
+
+    if password_stdin and generate:
+        raise click.UsageError("use either --password-stdin or --generate, not both")
+    if generate:
+        return generate_password(), True
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = click.prompt("Password", hide_input=True, confirmation_prompt="Repeat the password")
+    try:
+        return check_password(password), False
+    except AccountError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _password_options(command):
+    command = click.option("--generate", is_flag=True, help="Generate a random password and print it once.")(command)
+    return click.option("--password-stdin", is_flag=True,
+                        help="Read the password from the first line of standard input.")(command)
+
+
+@user.command("add")
+@click.argument("name")
+@_password_options
+def user_add(name: str, password_stdin: bool, generate: bool):
+    """Create a researcher account NAME (asks for the password twice)."""
+    from .accounts import AccountError, check_name, create_user, user_key
+
+    try:
+        name = check_name(name)
+    except AccountError as exc:
+        raise click.ClickException(str(exc)) from None
+    with redis_connection() as conn:
+        if conn.exists(user_key(name)):
+            raise click.ClickException(f"account {name!r} already exists "
+                                       f"(change its password with 'proxima user passwd {name}')")
+        password, generated = _read_new_password(password_stdin, generate)
+        try:
+            create_user(conn, name, password)
+        except AccountError as exc:
+            raise click.ClickException(str(exc)) from None
+    click.echo(f"Created account {name}.")
+    if generated:
+        click.echo(f"Password: {password}\n(shown only now; change it with: proxima user passwd {name})")
+
+
+@user.command("remove")
+@click.argument("name")
+def user_remove(name: str):
+    """Delete the researcher account NAME; its open sessions end at their next request."""
+    from .accounts import AccountError, count_users, remove_user
+
+    with redis_connection() as conn:
+        try:
+            remove_user(conn, name)
+        except AccountError as exc:
+            raise click.ClickException(str(exc)) from None
+        left = count_users(conn)
+    click.echo(f"Removed account {name.strip().lower()}.")
+    if not left:
+        click.echo("No accounts are left: the next 'proxima serve' creates an 'admin' account.", err=True)
+
+
+@user.command("passwd")
+@click.argument("name")
+@_password_options
+def user_passwd(name: str, password_stdin: bool, generate: bool):
+    """Change the password of NAME and log out its sessions."""
+    from .accounts import set_password, user_key
+
+    name = name.strip().lower()
+    with redis_connection() as conn:
+        if not conn.exists(user_key(name)):
+            raise click.ClickException(f"there is no account {name!r} (see 'proxima user list')")
+        password, generated = _read_new_password(password_stdin, generate)
+        set_password(conn, name, password)
+    click.echo(f"Changed the password of {name}; its sessions are logged out.")
+    if generated:
+        click.echo(f"Password: {password}\n(shown only now)")
+
+
+@user.command("list")
+def user_list():
+    """List the researcher accounts."""
+    from .accounts import list_users
+
+    with redis_connection() as conn:
+        users = list_users(conn)
+    if not users:
+        click.echo("No accounts yet. Create one with: proxima user add NAME", err=True)
+    for account in users:
+        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(account["created_at"]))
+        click.echo(f"{account['name']}\tcreated {created}")
+
+
+def _create_first_account(conn) -> None:
+    """On an instance without accounts, create 'admin' and print its one-time password once."""
+    from .accounts import FIRST_ACCOUNT, ensure_first_account
+
+    password = ensure_first_account(conn)
+    if password:
+        click.echo(f"Created the first researcher account: {FIRST_ACCOUNT}\n"
+                   f"  one-time password: {password}\n"
+                   f"  (shown only now; change it with: proxima user passwd {FIRST_ACCOUNT})")
+
+
 @main.command()
 @click.option("--demo", is_flag=True, help="Create the demo colour study (once) and print its links.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the web server listens on.")
@@ -94,6 +211,7 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int):
     signal.signal(signal.SIGTERM, stop)
     try:
         conn = redis.Redis.from_url(url)
+        _create_first_account(conn)
         study_id = None
         if demo:
             from workers.queue import schedule_update
@@ -223,37 +341,61 @@ def create(config_file: Path, items_path: Path, study_id: str | None):
 
 @main.command()
 @click.argument("study_id")
-@click.option("--what", type=click.Choice(["answers", "triplets"]), default="answers", show_default=True,
-              help="answers: one row per answer; triplets: cblearn list-order rows i,j,k (i closer to j than k).")
-@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl"]), default="csv", show_default=True,
-              help="Format of the answers export (triplets are always CSV).")
+@click.option("--what", type=click.Choice(["answers", "triplets", "graph", "forest"]), default="answers",
+              show_default=True, help="answers: one row per answer; triplets: cblearn list-order; graph: the learned "
+              "nearest-neighbour graph; forest: a comparison forest (docs/forest-schema.md).")
+@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl", "json", "graphml"]), default=None,
+              help="answers: csv (default) or jsonl; triplets: csv; graph: json (default), csv or graphml; "
+              "forest: json.")
+@click.option("--algorithm", default=None, metavar="LABEL",
+              help="Which algorithm's graph or forest (default: the study's first that has one).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
-              help="File to write (default: standard output).")
-def export(study_id: str, what: str, fmt: str, output: Path | None):
-    """Export a study's answers (CSV or JSONL) or its triplets (cblearn list-order CSV)."""
-    from workers import keys
-    from workers.answers import export_csv, export_jsonl, export_triplets, iter_answers
-    from workers.studies import get_items, get_study
+              help="Write to this file instead of standard output.")
+def export(study_id: str, what: str, fmt: str | None, algorithm: str | None, output: Path | None):
+    """Export a study's answers, triplets, learned graph or forest (same code as the dashboard)."""
+    from workers.exports import ExportError
+    from workers.exports import export as make_export
 
+    fmt = fmt or {"answers": "csv", "triplets": "csv", "graph": "json", "forest": "json"}[what]
     with redis_connection() as conn:
         try:
-            get_study(conn, study_id)
-        except StudyNotFound as exc:
+            result = make_export(conn, study_id, what, fmt, algorithm)
+            chunks = iter(result.chunks)
+            first = next(chunks, "")  # surfaces errors before anything is written
+        except (StudyNotFound, ExportError) as exc:
             raise click.ClickException(str(exc)) from None
-        item_ids = [item.id for item in get_items(conn, study_id)]
-        if what == "triplets":
-            excluded = {r.decode() for r in conn.smembers(keys.excluded_raters(study_id))}
-            chunks = export_triplets(iter_answers(conn, study_id), excluded)
-        else:
-            chunks = (export_csv if fmt == "csv" else export_jsonl)(iter_answers(conn, study_id), item_ids)
         if output is None:
+            click.echo(first, nl=False)
             for chunk in chunks:
                 click.echo(chunk, nl=False)
         else:
             with output.open("w", encoding="utf-8", newline="") as fh:
+                fh.write(first)
                 for chunk in chunks:
                     fh.write(chunk)
             click.echo(f"Wrote {output}", err=True)
+
+
+@main.command("import-triplets")
+@click.argument("study_id")
+@click.argument("triplets_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--rater", default="import", show_default=True, help="Rater id recorded for the imported answers.")
+def import_triplets_command(study_id: str, triplets_file: Path, rater: str):
+    """Append triplets in cblearn's list-order format (CSV rows i,j,k: i closer to j than to k)."""
+    from workers.exports import import_triplets
+
+    try:
+        text = triplets_file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise click.ClickException(f"triplets file {triplets_file} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.ClickException(f"cannot read {triplets_file}: {exc}") from None
+    with redis_connection() as conn:
+        try:
+            count = import_triplets(conn, study_id, text, source=str(triplets_file), rater=rater)
+        except (StudyNotFound, StudyError) as exc:
+            raise click.ClickException(str(exc)) from None
+    click.echo(f"Imported {count} triplets into study {study_id}.")
 
 
 @main.command()
@@ -276,12 +418,14 @@ def rebuild(study_id: str, exclude: tuple[str, ...]):
         click.echo(f"warning: rater {rater} has no answers in study {study_id}", err=True)
     click.echo(f"Replayed {report.answers_replayed} answers ({report.answers_excluded} excluded from "
                f"{len(report.excluded_raters)} rater(s)) in {report.seconds:.2f} s.")
+    if report.answers_set_aside:
+        click.echo(f"{report.answers_set_aside} answer(s) could not be used by an engine and were set aside.")
     if not report.changed:
         click.echo("The learned nearest-neighbour graph did not change.")
     else:
         click.echo(f"{len(report.changed)} item(s) changed nearest neighbour:")
-        for item, before, after in report.changed:
-            click.echo(f"  {item}: {before or '-'} -> {after or '-'}")
+        for algorithm, item, before, after in report.changed:
+            click.echo(f"  [{algorithm}] {item}: {before or '-'} -> {after or '-'}")
 
 
 @main.command("studies")

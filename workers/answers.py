@@ -17,9 +17,10 @@ from . import keys
 from .queue import UPDATE_FLAG_TTL
 
 # KEYS[1] used-token marker, KEYS[2] issued zset, KEYS[3] issued-questions hash,
-# KEYS[4] answers stream, KEYS[5] raters set, KEYS[6] per-minute hash, KEYS[7] update-scheduled flag
+# KEYS[4] answers stream, KEYS[5] raters set, KEYS[6] per-minute hash, KEYS[7] update-scheduled flag,
+# KEYS[8] counters hash
 # ARGV[1] question id, ARGV[2] used-marker TTL (s), ARGV[3] rater id, ARGV[4] unix minute,
-# ARGV[5] update-flag TTL (s), ARGV[6..] stream field/value pairs
+# ARGV[5] update-flag TTL (s), ARGV[6] algorithm label, ARGV[7..] stream field/value pairs
 # Returns {'ok', answer id, 1 if this call scheduled the update else 0} | {'used', answer id} | {'expired'}
 ACCEPT_SCRIPT = """
 local prior = redis.call('GET', KEYS[1])
@@ -27,18 +28,20 @@ if prior then return {'used', prior} end
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return {'expired'} end
 redis.call('HDEL', KEYS[3], ARGV[1])
 local fields = {}
-for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
 local id = redis.call('XADD', KEYS[4], '*', unpack(fields))
 redis.call('SET', KEYS[1], id, 'EX', ARGV[2])
 redis.call('SADD', KEYS[5], ARGV[3])
 redis.call('HINCRBY', KEYS[6], ARGV[4], 1)
+redis.call('HINCRBY', KEYS[8], 'answers:' .. ARGV[6], 1)
 local scheduled = redis.call('SET', KEYS[7], '1', 'NX', 'EX', ARGV[5])
 if scheduled then return {'ok', id, 1} end
 return {'ok', id, 0}
 """
 
-ANSWER_FIELDS = ("qid", "rater", "kind", "head", "a", "b", "choice", "algorithm", "fallback",
-                 "issued_at", "answered_at", "response_ms")
+ANSWER_FIELDS = ("qid", "rater", "kind", "head", "a", "b", "choice", "value", "probe", "algorithm", "fallback",
+                 "issued_at", "answered_at", "response_ms", "flags")
+NO_ITEM = -1
 
 
 class AnswerRefused(Exception):
@@ -52,7 +55,13 @@ class AnswerRefused(Exception):
 
 @dataclass(frozen=True)
 class Answer:
-    """One row of the answer log. ``id`` is the stream id (ms timestamp-sequence)."""
+    """One row of the answer log. ``id`` is the stream id (ms timestamp-sequence).
+
+    A triplet answer: ``head`` was judged closer to ``choice`` (one of ``a``, ``b``);
+    ``probe`` is set for triplet-derived distance questions (the j of the pair (head, j)).
+    A rating answer: ``head`` and ``a`` were rated ``value`` on the study's scale;
+    ``b`` and ``choice`` are ``NO_ITEM``. ``flags`` is a comma-separated list of quality flags.
+    """
 
     id: str
     qid: str
@@ -67,6 +76,13 @@ class Answer:
     issued_at: float
     answered_at: float
     response_ms: int | None
+    value: float | None = None
+    probe: int | None = None
+    flags: str = ""
+
+    @property
+    def items(self) -> list[int]:
+        return [self.head, self.a] if self.kind == "rating" else [self.head, self.a, self.b]
 
     @classmethod
     def from_stream(cls, entry_id: bytes, fields: dict) -> Answer:
@@ -76,30 +92,41 @@ class Answer:
             a=int(f["a"]), b=int(f["b"]), choice=int(f["choice"]), algorithm=f["algorithm"],
             fallback=f["fallback"] == "1", issued_at=float(f["issued_at"]), answered_at=float(f["answered_at"]),
             response_ms=int(f["response_ms"]) if f.get("response_ms") not in (None, "") else None,
+            value=float(f["value"]) if f.get("value") not in (None, "") else None,
+            probe=int(f["probe"]) if f.get("probe") not in (None, "") else None,
+            flags=f.get("flags", ""),
         )
 
 
-def accept_answer(conn, study_id: str, question: dict, rater: str, choice: int, issued_at: float,
-                  response_ms: int | None, used_ttl: int) -> tuple[str, bool]:
+def accept_answer(conn, study_id: str, question: dict, rater: str, choice: int | None, issued_at: float,
+                  response_ms: int | None, used_ttl: int, value: float | None = None,
+                  flags: str = "") -> tuple[str, bool]:
     """Append one answer to the log; returns (answer id, whether an update must be enqueued).
 
-    Raises AnswerRefused when the question was already answered or was reclaimed after expiry.
+    ``choice`` answers a triplet question, ``value`` a rating question. Raises AnswerRefused
+    when the question was already answered or was reclaimed after expiry.
     """
     now = time.time()
-    a, b = question["candidates"]
+    if question["kind"] == "rating":
+        head, a = question["items"]
+        b, choice = NO_ITEM, NO_ITEM
+    else:
+        head, (a, b) = question["head"], question["candidates"]
     fields = {
-        "qid": question["qid"], "rater": rater, "kind": question["kind"], "head": question["head"],
-        "a": a, "b": b, "choice": int(choice), "algorithm": question.get("algorithm", ""),
+        "qid": question["qid"], "rater": rater, "kind": question["kind"], "head": head,
+        "a": a, "b": b, "choice": int(choice), "value": "" if value is None else repr(float(value)),
+        "probe": question.get("probe", ""), "algorithm": question.get("algorithm", ""),
         "fallback": 1 if question.get("fallback") else 0, "issued_at": repr(float(issued_at)),
-        "answered_at": repr(now), "response_ms": "" if response_ms is None else int(response_ms),
+        "answered_at": repr(now), "response_ms": "" if response_ms is None else int(response_ms), "flags": flags,
     }
-    args = [question["qid"], int(used_ttl), rater, int(now // 60), UPDATE_FLAG_TTL]
+    args = [question["qid"], int(used_ttl), rater, int(now // 60), UPDATE_FLAG_TTL, fields["algorithm"]]
     for name in ANSWER_FIELDS:
         args.extend([name, fields[name]])
     script = conn.register_script(ACCEPT_SCRIPT)
     reply = script(keys=[keys.used_token(study_id, question["qid"]), keys.issued(study_id),
                          keys.issued_questions(study_id), keys.answers(study_id), keys.raters(study_id),
-                         keys.answers_per_minute(study_id), keys.update_scheduled(study_id)], args=args)
+                         keys.answers_per_minute(study_id), keys.update_scheduled(study_id),
+                         keys.counters(study_id)], args=args)
     status = reply[0].decode()
     if status == "used":
         raise AnswerRefused("used", reply[1].decode())
@@ -133,28 +160,39 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds")
 
 
-CSV_COLUMNS = ("answer_id", "answered_at", "rater", "kind", "head", "head_id", "a", "a_id", "b", "b_id",
-               "choice", "choice_id", "algorithm", "fallback", "response_ms", "issued_at", "question_id")
+CSV_COLUMNS = ("study", "answer_id", "answered_at", "rater", "algorithm", "kind", "head", "head_id", "a", "a_id",
+               "b", "b_id", "choice", "choice_id", "value", "probe", "fallback", "flags", "response_ms", "issued_at",
+               "question_id")
 
 
-def answer_rows(answers, item_ids: list[str]):
+def answer_rows(answers, item_ids: list[str], study_id: str = ""):
+    """One flat row per answer; item columns absent from a question kind are empty."""
+    def item_id(index):
+        return "" if index is None or index < 0 else item_ids[index]
+
+    def index_or_blank(index):
+        return "" if index is None or index < 0 else index
+
     for ans in answers:
         yield {
-            "answer_id": ans.id, "answered_at": _iso(ans.answered_at), "rater": ans.rater, "kind": ans.kind,
-            "head": ans.head, "head_id": item_ids[ans.head], "a": ans.a, "a_id": item_ids[ans.a],
-            "b": ans.b, "b_id": item_ids[ans.b], "choice": ans.choice, "choice_id": item_ids[ans.choice],
-            "algorithm": ans.algorithm, "fallback": int(ans.fallback),
+            "study": study_id, "answer_id": ans.id, "answered_at": _iso(ans.answered_at), "rater": ans.rater,
+            "algorithm": ans.algorithm, "kind": ans.kind,
+            "head": ans.head, "head_id": item_id(ans.head), "a": ans.a, "a_id": item_id(ans.a),
+            "b": index_or_blank(ans.b), "b_id": item_id(ans.b),
+            "choice": index_or_blank(ans.choice), "choice_id": item_id(ans.choice),
+            "value": "" if ans.value is None else ans.value, "probe": index_or_blank(ans.probe),
+            "fallback": int(ans.fallback), "flags": ans.flags,
             "response_ms": "" if ans.response_ms is None else ans.response_ms,
             "issued_at": _iso(ans.issued_at), "question_id": ans.qid,
         }
 
 
-def export_csv(answers, item_ids: list[str]):
+def export_csv(answers, item_ids: list[str], study_id: str = ""):
     """Yield the answers as CSV text chunks (header first), for streaming responses and files."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
-    for i, row in enumerate(answer_rows(answers, item_ids)):
+    for i, row in enumerate(answer_rows(answers, item_ids, study_id)):
         writer.writerow(row)
         if i % 500 == 499:
             yield buf.getvalue()
@@ -163,8 +201,8 @@ def export_csv(answers, item_ids: list[str]):
     yield buf.getvalue()
 
 
-def export_jsonl(answers, item_ids: list[str]):
-    for row in answer_rows(answers, item_ids):
+def export_jsonl(answers, item_ids: list[str], study_id: str = ""):
+    for row in answer_rows(answers, item_ids, study_id):
         yield json.dumps(row) + "\n"
 
 

@@ -1,25 +1,90 @@
 """A study's configuration: its schema, defaults and validation with researcher-readable errors.
 
 Loaded from YAML or JSON (CLI ``create``) or from a dict (API); stored as JSON in the
-study hash. Must never import Flask or the engine.
+study hash. A study runs one or more algorithms, each with its parameters, the kind of
+question it asks and its share of the raters. Must never import Flask or the engine.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jsonschema
 import yaml
 
-ALGORITHMS = ("random",)
-QUESTION_KINDS = ("triplet",)
+#: Algorithms that learn a nearest-neighbour graph from distance samples.
+DISTANCE_ALGORITHMS = ("anntri", "ann", "random")
+#: Algorithms that ask triplets directly.
+TRIPLET_ALGORITHMS = ("random_triplets", "comparison_forest")
+ALGORITHMS = DISTANCE_ALGORITHMS + TRIPLET_ALGORITHMS
+QUESTION_KINDS = ("triplet", "rating")
+RATING_WIDGETS = ("buttons", "slider")
+LABEL_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
 
-DEFAULT_INSTRUCTIONS = (
+TRIPLET_INSTRUCTIONS = (
     "You will see one item on top and two items below it. Click the one of the two that is "
     "more similar to the item on top (or press the ← / → key). There are no right or wrong "
     "answers: go with your first impression."
 )
+RATING_INSTRUCTIONS = (
+    "You will see two items. Say how similar they are, from very different to very similar "
+    "(click a button or press the keys 1–5, or move the slider and press Enter). There are no "
+    "right or wrong answers: go with your first impression."
+)
+DEFAULT_INSTRUCTIONS = TRIPLET_INSTRUCTIONS
+TRIPLET_PROMPT = "Which of these two is more similar to the one on top?"
+RATING_PROMPT = "How similar are these two?"
+
+_DISTANCE_PARAMS = {
+    "k": {"type": "integer", "minimum": 1},
+    "delta": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+    "sigma": {"type": "number", "exclusiveMinimum": 0},
+    "bound": {"enum": ["lil", "hoeffding", "bernstein", "kl"]},
+    "max_samples_per_round": {"type": ["integer", "null"], "minimum": 1},
+    "window": {"type": "integer", "minimum": 1, "maximum": 100000},
+}
+PARAMS_SCHEMAS = {
+    "anntri": _DISTANCE_PARAMS,
+    "ann": _DISTANCE_PARAMS,
+    "random": {k: v for k, v in _DISTANCE_PARAMS.items() if k not in ("window", "max_samples_per_round")},
+    "random_triplets": {},
+    "comparison_forest": {
+        "n_trees": {"type": "integer", "minimum": 1, "maximum": 1000},
+        "leaf_size": {"type": "integer", "minimum": 1},
+        "redundancy": {"oneOf": [{"type": "integer", "minimum": 1}, {"const": "adaptive"}]},
+        "supervised": {"type": "boolean"},
+    },
+}
+
+ALGORITHM_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["algorithm"],
+    "properties": {
+        "algorithm": {"enum": list(ALGORITHMS)},
+        "label": {"type": "string", "pattern": LABEL_PATTERN},
+        "share": {"type": "number", "exclusiveMinimum": 0, "maximum": 1000},
+        "question_kind": {"enum": list(QUESTION_KINDS)},
+        "params": {"type": "object"},
+        "budget": {"type": ["integer", "null"], "minimum": 1},
+    },
+}
+
+RATING_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "min": {"type": "number"},
+        "max": {"type": "number"},
+        "step": {"type": ["number", "null"], "exclusiveMinimum": 0},
+        "widget": {"enum": list(RATING_WIDGETS)},
+        "low_label": {"type": "string", "maxLength": 100},
+        "high_label": {"type": "string", "maxLength": 100},
+        "prompt": {"type": "string", "minLength": 1, "maxLength": 500},
+    },
+}
 
 SCHEMA = {
     "type": "object",
@@ -28,7 +93,10 @@ SCHEMA = {
     "properties": {
         "name": {"type": "string", "minLength": 1, "maxLength": 200},
         "algorithm": {"enum": list(ALGORITHMS)},
+        "params": {"type": "object"},
+        "algorithms": {"type": "array", "minItems": 1, "maxItems": 10, "items": ALGORITHM_SCHEMA},
         "question_kind": {"enum": list(QUESTION_KINDS)},
+        "rating": RATING_SCHEMA,
         "instructions": {"type": "string", "maxLength": 20000},
         "question": {"type": "string", "minLength": 1, "maxLength": 500},
         "pool_size": {"type": "integer", "minimum": 1, "maximum": 10000},
@@ -43,47 +111,185 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class RatingScale:
+    """How a rating question is answered; higher values mean more similar."""
+
+    min: float = 1
+    max: float = 5
+    step: float | None = 1
+    widget: str = "buttons"
+    low_label: str = "very different"
+    high_label: str = "very similar"
+    prompt: str = RATING_PROMPT
+
+    def __post_init__(self):
+        if not self.max > self.min:
+            raise ConfigError(f"field 'rating.max' ({self.max}) must be greater than 'rating.min' ({self.min})")
+        if self.step is not None and self.step > self.max - self.min:
+            raise ConfigError(f"field 'rating.step' ({self.step}) is larger than the scale {self.min}..{self.max}")
+        if self.widget == "buttons" and (self.step is None or (self.max - self.min) / self.step > 10):
+            raise ConfigError("a rating with widget 'buttons' needs a step giving at most 11 buttons "
+                              "(e.g. min 1, max 5, step 1); use widget 'slider' for finer scales")
+
+    def check_value(self, value) -> float:
+        """A rater's value as a float, or ValueError saying what is allowed."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise ValueError(f"'value' must be a number from {self.min:g} to {self.max:g}")
+        if not self.min <= value <= self.max:
+            raise ValueError(f"'value' {value!r} is outside the scale {self.min:g} to {self.max:g}")
+        if self.step is not None:
+            steps = (value - self.min) / self.step
+            if abs(steps - round(steps)) > 1e-6:
+                raise ValueError(f"'value' {value!r} is not on the scale's steps of {self.step:g} from {self.min:g}")
+        return float(value)
+
+    def distance(self, value: float) -> float:
+        """The distance sample in [0, 1] a rating gives: 0 for 'very similar', 1 for 'very different'."""
+        return float(min(1.0, max(0.0, 1.0 - (value - self.min) / (self.max - self.min))))
+
+    def to_dict(self) -> dict:
+        return {"min": self.min, "max": self.max, "step": self.step, "widget": self.widget,
+                "low_label": self.low_label, "high_label": self.high_label, "prompt": self.prompt}
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """One algorithm of a study: what it learns, how it asks, its share of the questions."""
+
+    label: str
+    algorithm: str
+    question_kind: str
+    share: float = 1.0
+    params: dict = field(default_factory=dict)
+    budget: int | None = None
+
+    @property
+    def learns_graph(self) -> bool:
+        return self.algorithm in DISTANCE_ALGORITHMS
+
+    def to_dict(self) -> dict:
+        return {"label": self.label, "algorithm": self.algorithm, "question_kind": self.question_kind,
+                "share": self.share, "params": dict(self.params), "budget": self.budget}
+
+
+@dataclass(frozen=True)
 class StudyConfig:
+    """A validated study config. Build it with :meth:`from_dict` (validates) or the constructor
+    (trusted values, e.g. tests); ``algorithms`` defaults to one ANNTri asking triplets."""
+
     name: str
-    algorithm: str = "random"
+    algorithms: tuple = ()
     question_kind: str = "triplet"
-    instructions: str = DEFAULT_INSTRUCTIONS
-    question: str = "Which of these two is more similar to the one on top?"
-    pool_size: int = 50
+    rating: RatingScale = field(default_factory=RatingScale)
+    instructions: str | None = None
+    question: str = TRIPLET_PROMPT
+    pool_size: int = 20
     token_ttl_seconds: int = 900
     random_state: int | None = None
-    extra: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        algorithms = tuple(a if isinstance(a, AlgorithmConfig) else _algorithm_from_dict(a, i, self.question_kind)
+                           for i, a in enumerate(self.algorithms or ({"algorithm": "anntri"},)))
+        object.__setattr__(self, "algorithms", algorithms)
+        if isinstance(self.rating, dict):
+            object.__setattr__(self, "rating", RatingScale(**self.rating))
+        labels = [a.label for a in algorithms]
+        if len(set(labels)) != len(labels):
+            dupes = sorted({x for x in labels if labels.count(x) > 1})
+            raise ConfigError(f"algorithm labels must be distinct; repeated: {', '.join(dupes)} "
+                              "(give each algorithm its own 'label')")
+        if self.instructions is None:
+            kinds = {a.question_kind for a in algorithms}
+            text = "\n\n".join(t for kind, t in (("triplet", TRIPLET_INSTRUCTIONS), ("rating", RATING_INSTRUCTIONS))
+                               if kind in kinds)
+            object.__setattr__(self, "instructions", text)
+
+    @property
+    def algorithm(self) -> str:
+        """The algorithms' labels, for display."""
+        return ", ".join(a.label for a in self.algorithms)
+
+    def get_algorithm(self, label: str) -> AlgorithmConfig | None:
+        return next((a for a in self.algorithms if a.label == label), None)
+
+    def shares(self) -> dict[str, float]:
+        total = sum(a.share for a in self.algorithms)
+        return {a.label: a.share / total for a in self.algorithms}
 
     @classmethod
     def from_dict(cls, data) -> StudyConfig:
+        """Validate a config mapping; raises ConfigError naming every bad field."""
         if not isinstance(data, dict):
             raise ConfigError("a study config must be a mapping of fields (e.g. name: My study)")
         validator = jsonschema.Draft202012Validator(SCHEMA)
-        errors = sorted(validator.iter_errors(data), key=lambda e: list(e.path))
+        errors = sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.path])
         if errors:
             raise ConfigError("; ".join(_describe(e) for e in errors))
+        data = dict(data)
+        if "algorithm" in data or "params" in data:
+            if "algorithms" in data:
+                raise ConfigError("give either 'algorithm' (with optional 'params') for one algorithm, or an "
+                                  "'algorithms' list, not both")
+            data["algorithms"] = [{"algorithm": data.pop("algorithm", "anntri"), "params": data.pop("params", {})}]
+        errors = []
+        for i, alg in enumerate(data.get("algorithms", [])):
+            schema = {"type": "object", "additionalProperties": False, "properties": PARAMS_SCHEMAS[alg["algorithm"]]}
+            for e in jsonschema.Draft202012Validator(schema).iter_errors(alg.get("params", {})):
+                errors.append(_describe(e, prefix=f"algorithms.{i}.params", allowed=PARAMS_SCHEMAS[alg["algorithm"]],
+                                        what=f"parameter(s) for {alg['algorithm']}"))
+        if errors:
+            raise ConfigError("; ".join(errors))
+        data["algorithms"] = tuple(data.get("algorithms", ()))
+        return cls(**data)
+
+    @classmethod
+    def from_stored(cls, data: dict) -> StudyConfig:
+        """Rebuild a config saved by :meth:`to_json` (already validated when it was created)."""
         return cls(**data)
 
     def to_dict(self) -> dict:
-        data = asdict(self)
-        data.pop("extra")
-        return data
+        return {
+            "name": self.name, "algorithms": [a.to_dict() for a in self.algorithms],
+            "question_kind": self.question_kind, "rating": self.rating.to_dict(),
+            "instructions": self.instructions, "question": self.question, "pool_size": self.pool_size,
+            "token_ttl_seconds": self.token_ttl_seconds, "random_state": self.random_state,
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
 
 
-def _describe(error: jsonschema.ValidationError) -> str:
-    where = ".".join(str(p) for p in error.path) or "config"
+def _algorithm_from_dict(data: dict, index: int, default_kind: str) -> AlgorithmConfig:
+    algorithm = data["algorithm"]
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"field 'algorithms.{index}.algorithm' is {algorithm!r}; allowed values: "
+                          f"{', '.join(ALGORITHMS)}")
+    kind = data.get("question_kind")
+    if algorithm in TRIPLET_ALGORITHMS:
+        if kind not in (None, "triplet"):
+            raise ConfigError(f"field 'algorithms.{index}.question_kind': {algorithm} asks triplet questions only")
+        kind = "triplet"
+    label = data.get("label") or algorithm
+    if not re.match(LABEL_PATTERN, label):
+        raise ConfigError(f"field 'algorithms.{index}.label' {label!r} must be 1 to 32 lowercase letters, digits, "
+                          "'_' or '-'")
+    return AlgorithmConfig(label=label, algorithm=algorithm, question_kind=kind or default_kind,
+                           share=float(data.get("share", 1.0)), params=dict(data.get("params") or {}),
+                           budget=data.get("budget"))
+
+
+def _describe(error: jsonschema.ValidationError, prefix: str = "", allowed=None, what: str = "field(s)") -> str:
+    where = ".".join([prefix] * bool(prefix) + [str(p) for p in error.path]) or "config"
     if error.validator == "additionalProperties":
-        allowed = ", ".join(sorted(SCHEMA["properties"]))
-        unknown = ", ".join(sorted(set(error.instance) - set(SCHEMA["properties"])))
-        return f"unknown field(s) {unknown}; allowed fields are: {allowed}"
+        names = allowed if allowed is not None else error.schema.get("properties", {})
+        unknown = ", ".join(sorted(set(error.instance) - set(names)))
+        place = f" in '{where}'" if where != "config" else ""
+        return f"unknown {what} {unknown}{place}; allowed: {', '.join(sorted(names)) or 'none'}"
     if error.validator == "required":
-        return f"config: {error.message}"
+        return f"{where}: {error.message}"
     if error.validator == "enum":
-        allowed = ", ".join(map(str, error.validator_value))
-        return f"field '{where}' is {error.instance!r}; allowed values: {allowed}"
+        allowed_values = ", ".join(map(str, error.validator_value))
+        return f"field '{where}' is {error.instance!r}; allowed values: {allowed_values}"
     if error.validator == "type":
         return f"field '{where}' must be of type {error.validator_value}, got {error.instance!r}"
     return f"field '{where}': {error.message}"

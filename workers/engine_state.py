@@ -2,8 +2,8 @@
 
 A planner's ``to_state()`` is a nested dict of numpy arrays and JSON-safe values; arrays
 are lifted out into their own hash fields (``array:<path>``) and referenced from the JSON
-skeleton, so nothing is pickled. The state and the answer-log cursor are one HSET, written
-inside the caller's transaction. Must never import Flask.
+skeleton, so nothing is pickled. The states of a study's algorithms and its answer-log
+cursor are written inside the caller's one transaction. Must never import Flask.
 """
 from __future__ import annotations
 
@@ -68,16 +68,23 @@ def decode_state(fields: dict[bytes, bytes]) -> dict | None:
     return _restore_arrays(doc["state"], arrays)
 
 
-def save(pipeline, study_id: str, state: dict, cursor: str) -> None:
-    """Replace the study's engine state and cursor (call inside MULTI to make it atomic)."""
+def save(pipeline, study_id: str, algorithm: str, state: dict) -> None:
+    """Replace one algorithm's engine state (call inside MULTI, with the cursor, to make it atomic)."""
     fields = encode_state(state)
-    fields["cursor"] = cursor.encode()
-    pipeline.delete(keys.engine(study_id))
-    pipeline.hset(keys.engine(study_id), mapping=fields)
+    pipeline.delete(keys.engine(study_id, algorithm))
+    pipeline.hset(keys.engine(study_id, algorithm), mapping=fields)
 
 
-def load(conn, study_id: str) -> tuple[dict | None, str]:
-    """The saved state (None before the first update) and the id of the last applied answer."""
-    fields = conn.hgetall(keys.engine(study_id))
-    cursor = fields.get(b"cursor", b"0-0").decode()
-    return decode_state(fields), cursor
+def load(conn, study_id: str, algorithm: str) -> dict | None:
+    """One algorithm's saved state, None before its first update."""
+    return decode_state(conn.hgetall(keys.engine(study_id, algorithm)))
+
+
+def save_cursor(pipeline, study_id: str, cursor: str) -> None:
+    pipeline.set(keys.cursor(study_id), cursor)
+
+
+def load_cursor(conn, study_id: str) -> str:
+    """The id of the last answer applied to the engines ("0-0" before any)."""
+    raw = conn.get(keys.cursor(study_id))
+    return raw.decode() if raw else "0-0"

@@ -1,44 +1,220 @@
-"""Which engine planner a study runs, and the translation between log rows and engine tuples.
+"""Learners: one algorithm of a study with its engine planner, and the translation between the
+platform's question/answer documents and the engine's index tuples.
 
-This is the one place that knows both the platform's question/answer documents and the
-engine's index tuples. Must never import Flask.
+This is the one place that knows both. Must never import Flask.
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine import anntri
+from engine.comparison_tree import ComparisonForest
 from engine.random_triplets import RandomTriplets
 
 from .answers import Answer
-from .config import StudyConfig
-from .questions import triplet_question
+from .config import AlgorithmConfig, StudyConfig
+from .questions import derived_triplet_question, rating_question, triplet_question
 
-PLANNERS = {"random": RandomTriplets}
-
-
-def new_planner(config: StudyConfig, n_items: int):
-    return PLANNERS[config.algorithm](n_items, random_state=config.random_state)
+GRAPH_PLANNERS = {"anntri": anntri.ANNTri, "ann": anntri.ANN, "random": anntri.RandomSampling}
+#: Answers imported from a file carry this algorithm label.
+IMPORTED = "import"
 
 
-def planner_from_state(state: dict):
-    for cls in PLANNERS.values():
-        if state.get("class") == cls.__name__:
-            return cls.from_state(state)
-    raise ValueError(f"no planner can restore a state of class {state.get('class')!r}")
+@dataclass(frozen=True)
+class Graph:
+    """A learned k-NN graph, every array of shape (n_items, k) except ``certified`` (n_items,).
+
+    ``estimates``/``lower``/``upper`` are distances (NaN where the learner has none) and
+    ``samples`` the answers behind each edge; ``neighbors`` is ``-1`` where an item has none yet.
+    """
+
+    neighbors: np.ndarray
+    certified: np.ndarray
+    estimates: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    samples: np.ndarray
 
 
-def engine_answers(answers: list[Answer]) -> list[tuple[int, int, int, int]]:
-    return [(a.head, a.a, a.b, a.choice) for a in answers if a.kind == "triplet"]
+def _seed(config: StudyConfig, index: int):
+    return None if config.random_state is None else int(config.random_state) + index
 
 
-def engine_questions(questions: list[dict]) -> list[tuple[int, int, int]]:
-    return [(q["head"], *q["candidates"]) for q in questions if q.get("kind") == "triplet" and "head" in q]
+class Learner:
+    """One algorithm of a study: builds questions for its pool and applies its answers."""
+
+    def __init__(self, algorithm: AlgorithmConfig, config: StudyConfig, planner):
+        self.algorithm = algorithm
+        self.config = config
+        self.planner = planner
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def new(cls, algorithm: AlgorithmConfig, config: StudyConfig, n_items: int, labels=None) -> Learner:
+        index = config.algorithms.index(algorithm)
+        params = dict(algorithm.params)
+        seed = _seed(config, index)
+        if algorithm.algorithm in GRAPH_PLANNERS:
+            if algorithm.algorithm == "random":
+                params.pop("window", None)
+            planner = GRAPH_PLANNERS[algorithm.algorithm](n_items, random_state=seed, **params)
+        elif algorithm.algorithm == "random_triplets":
+            planner = RandomTriplets(n_items, random_state=seed)
+        else:
+            supervised = params.pop("supervised", False)
+            if supervised and (labels is None or any(x is None for x in labels)):
+                raise ValueError("a supervised comparison_forest needs a label for every item "
+                                 "(a 'label' column in the items CSV)")
+            planner = ComparisonForest(n_items, labels=labels if supervised else None, random_state=seed, **params)
+        return cls(algorithm, config, planner)
+
+    @classmethod
+    def from_state(cls, algorithm: AlgorithmConfig, config: StudyConfig, state: dict) -> Learner:
+        name = state.get("class")
+        if name in ("ANNTri", "ANN", "RandomSampling"):
+            planner = anntri.planner_from_state(state)
+        elif name == "RandomTriplets":
+            planner = RandomTriplets.from_state(state)
+        elif name == "ComparisonForest" or "tree_seeds" in state:
+            planner = ComparisonForest.from_state(state)
+        else:
+            raise ValueError(f"no learner can restore an engine state of class {name!r}")
+        return cls(algorithm, config, planner)
+
+    @property
+    def label(self) -> str:
+        return self.algorithm.label
+
+    @property
+    def learns_graph(self) -> bool:
+        return self.algorithm.learns_graph
+
+    # ------------------------------------------------------------------ answers
+    def engine_answers(self, answers: list[Answer]) -> list[tuple]:
+        """The engine tuples of the answers this learner uses (its own, including its fallbacks)."""
+        rows = []
+        if self.learns_graph:
+            scale = self.config.rating
+            for a in answers:
+                if a.algorithm != self.label:
+                    continue
+                if a.kind == "rating" and a.value is not None:
+                    rows.append((a.head, a.a, scale.distance(a.value)))
+                elif a.kind == "triplet" and a.probe is not None:
+                    rows.append((a.head, a.probe, 0.0 if a.choice == a.probe else 1.0))
+        elif self.algorithm.algorithm == "random_triplets":
+            rows = [(a.head, a.a, a.b, a.choice) for a in answers
+                    if a.kind == "triplet" and a.algorithm in (self.label, IMPORTED)]
+        else:
+            mine = [(a.head, a.a, a.b, a.choice) for a in answers
+                    if a.kind == "triplet" and a.algorithm == self.label and not a.fallback]
+            # A forest only takes answers to triplets it asked (a rebuild without some raters
+            # grows different trees, so older answers may no longer match any question).
+            if mine:
+                asked = self.planner.asked([r[:3] for r in mine])
+                rows = [r for r, ok in zip(mine, asked, strict=True) if ok]
+        return rows
+
+    def observe(self, answers: list[Answer]) -> int:
+        """Apply the answers this learner uses; returns how many it used."""
+        rows = self.engine_answers(answers)
+        if rows:
+            self.planner.observe(rows)
+        return len(rows)
+
+    def forget(self, questions: list[dict]) -> None:
+        """Release this learner's questions that expired unanswered, so they can be asked again."""
+        mine = [q for q in questions if q.get("algorithm") == self.label and not q.get("fallback") and "kind" in q]
+        if not mine or self.algorithm.algorithm == "random_triplets":
+            return
+        if self.learns_graph:
+            pairs = [tuple(q["items"]) if q["kind"] == "rating" else (q["head"], q["probe"]) for q in mine]
+            self.planner.forget(pairs)
+        else:
+            self.planner.forget([(q["head"], *q["candidates"]) for q in mine])
+
+    # ------------------------------------------------------------------ questions
+    def plan(self, budget: int, n_items: int, window: int | None = None) -> list[dict]:
+        """Up to ``budget`` questions for the pool. Distance learners open more rounds (up to
+        ``window`` and beyond, as needed) when their open rounds have too few distinct questions."""
+        if budget <= 0:
+            return []
+        planner = self.planner
+        if window is not None and hasattr(planner, "window") and self.algorithm.algorithm != "random":
+            planner.window = max(int(window), 1)
+        planned = list(planner.next_questions(budget))
+        if self.algorithm.algorithm in ("anntri", "ann"):
+            while len(planned) < budget and planner.window < n_items and not planner.done:
+                planner.window = min(n_items, max(planner.window + 1, math.ceil(planner.window * 1.5)))
+                more = planner.next_questions(budget - len(planned))
+                planned.extend(more)
+        return [self._question(q, n_items) for q in planned]
+
+    def _question(self, planned: tuple, n_items: int) -> dict:
+        if not self.learns_graph:
+            return triplet_question(*planned, algorithm=self.label)
+        i, j = planned
+        if self.algorithm.question_kind == "rating":
+            return rating_question(i, j, self.label)
+        k = int(np.random.default_rng().integers(n_items - 2))
+        lo, hi = min(i, j), max(i, j)
+        k += k >= lo
+        k += k >= hi
+        return derived_triplet_question(i, j, k, self.label)
+
+    def stale(self, questions: list[dict]) -> list[dict]:
+        """Pooled questions no longer worth asking: their round has closed."""
+        status = getattr(self.planner, "status_", None)
+        if status is None or self.algorithm.algorithm == "random":
+            return []
+        return [q for q in questions
+                if status[q["items"][0] if q["kind"] == "rating" else q["head"]] != anntri.ROUND_OPEN]
+
+    # ------------------------------------------------------------------ results
+    @property
+    def finished(self) -> bool:
+        done = getattr(self.planner, "done", False)
+        return bool(done)
+
+    def progress(self) -> dict:
+        return self.planner.progress()
+
+    def graph(self, k: int | None = None) -> Graph:
+        """The learned nearest-neighbour graph (for forests: most frequent leaf-mates)."""
+        planner = self.planner
+        if self.learns_graph:
+            g = planner.result()
+            return Graph(g.neighbors, g.certified, g.estimates, g.lower, g.upper, g.samples)
+        if self.algorithm.algorithm == "random_triplets":
+            res = planner.result()
+            nb = res.neighbors[:, None]
+            rows = np.arange(len(nb))[:, None]
+            safe = np.maximum(nb, 0)
+            rate = res.win_rate[rows, safe]
+            est = np.where(nb >= 0, 1.0 - rate, np.nan)
+            return Graph(nb, np.zeros(len(nb), bool), est, np.full(nb.shape, np.nan), np.full(nb.shape, np.nan),
+                         np.where(nb >= 0, res.shown[rows, safe], 0))
+        ng = planner.neighbor_graph(k=k or 1)
+        nan = np.full(ng.neighbors.shape, np.nan)
+        return Graph(ng.neighbors, np.zeros(len(ng.neighbors), bool), nan, nan, nan,
+                     np.zeros(ng.neighbors.shape, np.int64))
+
+    def summary(self) -> dict:
+        """What the dashboard shows of a learner: its progress and each item's current neighbour."""
+        first = self.graph().neighbors[:, 0]
+        return {"label": self.label, "algorithm": self.algorithm.algorithm,
+                "question_kind": self.algorithm.question_kind, "progress": self.progress(),
+                "finished": self.finished, "neighbors": [int(x) for x in first]}
+
+    def to_state(self) -> dict:
+        state = self.planner.to_state()
+        if "class" not in state:
+            state = {**state, "class": type(self.planner).__name__}
+        return state
 
 
-def pool_questions(config: StudyConfig, planned) -> list[dict]:
-    return [triplet_question(h, a, b, algorithm=config.algorithm) for h, a, b in planned]
-
-
-def summary(planner) -> dict:
-    """What the dashboard shows of a planner: its progress and each item's current nearest neighbour."""
-    neighbors = planner.result().neighbors
-    first = neighbors.reshape(len(neighbors), -1)[:, 0]
-    return {"progress": planner.progress(), "neighbors": [int(x) for x in first]}
+def new_learners(config: StudyConfig, n_items: int, labels=None) -> dict[str, Learner]:
+    return {alg.label: Learner.new(alg, config, n_items, labels) for alg in config.algorithms}

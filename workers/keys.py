@@ -38,9 +38,24 @@ def answers(study_id: str) -> str:
     return _study_key(study_id, "answers")
 
 
-def pool(study_id: str) -> str:
-    """List of ready question JSON documents the web process pops from."""
-    return _study_key(study_id, "pool")
+def pool(study_id: str, algorithm: str) -> str:
+    """List of ready question JSON documents of one algorithm, which the web process pops from."""
+    return _study_key(study_id, f"pool:{algorithm}")
+
+
+def pool_targets(study_id: str) -> str:
+    """Hash: algorithm label -> the pool depth the workers aim for (web schedules a refill below half)."""
+    return _study_key(study_id, "pool-targets")
+
+
+def finished(study_id: str) -> str:
+    """Set of algorithm labels that need no more questions (all rounds closed, or budget reached)."""
+    return _study_key(study_id, "finished")
+
+
+def active_raters(study_id: str) -> str:
+    """Sorted set: rater id -> unix time of the last question issued to them."""
+    return _study_key(study_id, "active-raters")
 
 
 def issued(study_id: str) -> str:
@@ -78,9 +93,24 @@ def counters(study_id: str) -> str:
     return _study_key(study_id, "counters")
 
 
-def engine(study_id: str) -> str:
-    """Hash: engine state (JSON meta + numpy arrays) and the answer-log cursor, written together."""
-    return _study_key(study_id, "engine")
+def engine(study_id: str, algorithm: str) -> str:
+    """Hash: one algorithm's engine state (JSON skeleton + numpy arrays)."""
+    return _study_key(study_id, f"engine:{algorithm}")
+
+
+def cursor(study_id: str) -> str:
+    """String: id of the last answer applied to the engines; written with their states in one MULTI."""
+    return _study_key(study_id, "cursor")
+
+
+def refresh_latencies(study_id: str) -> str:
+    """List: the latest update passes' latencies in ms (newest first, capped)."""
+    return _study_key(study_id, "refresh-ms")
+
+
+def poisoned(study_id: str) -> str:
+    """Hash: answer id -> why the engine could not use it (kept in the log, skipped by the engine)."""
+    return _study_key(study_id, "poisoned")
 
 
 def engine_stats(study_id: str) -> str:

@@ -38,8 +38,8 @@ def schedule_stale_studies(conn) -> list[str]:
     stale = []
     for study in list_studies(conn):
         last = conn.xrevrange(keys.answers(study.id), count=1)
-        cursor = conn.hget(keys.engine(study.id), "cursor") or b"0-0"
-        if (last and last[0][0] != cursor) or not conn.exists(keys.engine(study.id)):
+        cursor = conn.get(keys.cursor(study.id)) or b"0-0"
+        if (last and last[0][0] != cursor) or not conn.exists(keys.cursor(study.id)):
             if schedule_update(conn, study.id):
                 stale.append(study.id)
     return stale

@@ -110,6 +110,7 @@ def create_study(conn, config: StudyConfig, items: list[Item], media: dict[int, 
     if len(set(ids)) != len(ids):
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         raise StudyError(f"item ids must be unique; repeated: {', '.join(dupes[:10])}")
+    check_config_for_items(config, items)
     study_id = check_study_id(study_id) if study_id else new_study_id(config.name)
     if not conn.hsetnx(keys.study(study_id), "created_at", repr(time.time())):
         raise StudyError(f"a study with id '{study_id}' already exists")
@@ -128,6 +129,21 @@ def create_study(conn, config: StudyConfig, items: list[Item], media: dict[int, 
     return study_id
 
 
+def check_config_for_items(config: StudyConfig, items: list[Item]) -> None:
+    """What a config asks of the items: enough of them for k, labels for supervised forests."""
+    for i, alg in enumerate(config.algorithms):
+        k = alg.params.get("k", 1)
+        if alg.learns_graph and k > len(items) - 1:
+            raise StudyError(f"algorithms.{i}.params.k is {k} but the study has only {len(items)} items; "
+                             f"k can be at most {len(items) - 1}")
+        if alg.algorithm == "comparison_forest" and alg.params.get("supervised"):
+            missing = [item.id for item in items if item.label is None]
+            if missing:
+                raise StudyError(f"algorithms.{i} is a supervised comparison_forest, which needs a label for every "
+                                 f"item; items without one: {', '.join(missing[:10])} (add a 'label' column to the "
+                                 "items CSV)")
+
+
 def get_study(conn, study_id: str) -> Study:
     if not isinstance(study_id, str) or not STUDY_ID_PATTERN.match(study_id):
         raise StudyNotFound(str(study_id))
@@ -136,7 +152,7 @@ def get_study(conn, study_id: str) -> Study:
         raise StudyNotFound(study_id)
     return Study(
         id=study_id,
-        config=StudyConfig(**json.loads(raw[b"config"])),
+        config=StudyConfig.from_stored(json.loads(raw[b"config"])),
         status=raw[b"status"].decode(),
         created_at=float(raw[b"created_at"]),
         n_items=int(raw[b"n_items"]),

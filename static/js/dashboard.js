@@ -58,19 +58,39 @@
     const latency = stats.engine.last_latency_ms;
     document.getElementById("latency").textContent = (latency === null ? 0 : latency).toFixed(1) + " ms";
     drawTimeline(stats.answers_per_minute);
-    const summary = stats.engine.summary;
-    if (!summary) return;
     let agree = 0, known = 0;
-    summary.neighbors.forEach((nn, i) => {
-      if (!rows[i]) return;
-      rows[i].querySelector(".nn").textContent = nn >= 0 ? names[nn] : "—";
-      if (truth && nn >= 0) { known += 1; if (nn === truth[i]) agree += 1; }
+    (stats.algorithms || []).forEach((alg, a) => {
+      const row = document.querySelector('#algorithms tr[data-label="' + alg.label + '"]');
+      if (row) {
+        row.querySelector(".answers").textContent = alg.answers;
+        row.querySelector(".pool").textContent = alg.pool_depth;
+        row.querySelector(".fallback").textContent = (100 * alg.fallback_rate).toFixed(1) + "%";
+        row.querySelector(".progress").textContent = describe(alg);
+      }
+      if (!alg.neighbors) return;
+      alg.neighbors.forEach((nn, i) => {
+        if (!rows[i]) return;
+        const cell = rows[i].querySelector('.nn[data-label="' + alg.label + '"]');
+        if (cell) cell.textContent = nn >= 0 ? names[nn] : "—";
+        if (a === 0 && truth && nn >= 0) { known += 1; if (nn === truth[i]) agree += 1; }
+      });
     });
-    if (truth) {
+    if (truth && stats.algorithms && stats.algorithms.length) {
       document.getElementById("truth-agreement").textContent =
-        "Known ground truth: " + agree + " of " + rows.length + " items have their true nearest neighbour (" +
-        known + " have a guess so far).";
+        "Known ground truth (" + stats.algorithms[0].label + "): " + agree + " of " + rows.length +
+        " items have their true nearest neighbour (" + known + " have a guess so far).";
     }
+  }
+
+  function describe(alg) {
+    const p = alg.progress;
+    if (alg.finished) return "finished";
+    if (!p) return "—";
+    if (p.rounds_certified !== undefined) {
+      return p.rounds_certified + " certified, " + p.rounds_open + " open, " + p.rounds_waiting + " waiting";
+    }
+    if (p.trees_built !== undefined) return p.trees_built + " of " + p.n_trees + " trees built";
+    return p.answers + " answers";
   }
 
   async function refresh() {

@@ -1,0 +1,213 @@
+"""Every export of a study, used alike by ``proxima export`` and the dashboard: answers (CSV,
+JSONL), triplets (cblearn list-order), the learned nearest-neighbour graph (JSON, CSV edge
+list, GraphML) and comparison forests (JSON, docs/forest-schema.md). Also triplet import.
+
+Functions return text chunks so large studies stream. Must never import Flask.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import time
+from dataclasses import dataclass
+
+import networkx as nx
+
+from . import answers as answer_log
+from . import engine_state, keys
+from .engines import IMPORTED, Learner
+from .queue import schedule_update
+from .studies import StudyError, get_items, get_study
+
+#: (what, format) -> (media type, file extension)
+FORMATS = {
+    ("answers", "csv"): ("text/csv", "csv"),
+    ("answers", "jsonl"): ("application/x-ndjson", "jsonl"),
+    ("triplets", "csv"): ("text/csv", "csv"),
+    ("graph", "json"): ("application/json", "json"),
+    ("graph", "csv"): ("text/csv", "csv"),
+    ("graph", "graphml"): ("application/graphml+xml", "graphml"),
+    ("forest", "json"): ("application/json", "json"),
+}
+GRAPH_CSV_COLUMNS = ("source", "target", "source_index", "target_index", "rank", "estimate", "lower", "upper",
+                     "samples", "certified")
+
+
+class ExportError(ValueError):
+    """An export that cannot be made; the message says what is available instead."""
+
+
+@dataclass(frozen=True)
+class Export:
+    media_type: str
+    filename: str
+    chunks: object  # iterable of str
+
+
+def _learner(conn, study, algorithm: str | None, want: str) -> Learner:
+    """The learner to export: the named algorithm, else the study's first that can give ``want``."""
+    fits = {"graph": lambda a: True, "forest": lambda a: a.algorithm == "comparison_forest"}[want]
+    choices = [a for a in study.config.algorithms if fits(a)]
+    if algorithm is not None:
+        alg = study.config.get_algorithm(algorithm)
+        if alg is None:
+            labels = ", ".join(a.label for a in study.config.algorithms)
+            raise ExportError(f"study '{study.id}' has no algorithm '{algorithm}'; its algorithms are: {labels}")
+        if alg not in choices:
+            raise ExportError(f"algorithm '{algorithm}' is a {alg.algorithm}, which has no {want} to export")
+    elif not choices:
+        raise ExportError(f"study '{study.id}' has no algorithm that builds a {want}")
+    else:
+        graph_first = sorted(choices, key=lambda a: not a.learns_graph)
+        alg = graph_first[0]
+    state = engine_state.load(conn, study.id, alg.label)
+    if state is None:
+        return Learner.new(alg, study.config, study.n_items, [i.label for i in get_items(conn, study.id)])
+    return Learner.from_state(alg, study.config, state)
+
+
+def _number(x) -> float | None:
+    x = float(x)
+    return None if math.isnan(x) else x
+
+
+def nn_graph(conn, study_id: str, algorithm: str | None = None) -> dict:
+    """The learned k-NN graph as a JSON-safe document: ``{"study", "algorithm", "k", "items",
+    "edges": [{"source", "target", "source_index", "target_index", "rank", "estimate", "lower",
+    "upper", "samples", "certified"}]}`` (distances in [0, 1] for ratings; None where unknown)."""
+    study = get_study(conn, study_id)
+    learner = _learner(conn, study, algorithm, "graph")
+    items = get_items(conn, study_id)
+    ids = [item.id for item in items]
+    k = int(learner.algorithm.params.get("k", 1))
+    g = learner.graph(k)
+    edges = []
+    for i in range(study.n_items):
+        for rank, j in enumerate(g.neighbors[i].tolist()):
+            if j < 0:
+                continue
+            edges.append({"source": ids[i], "target": ids[j], "source_index": i, "target_index": int(j),
+                          "rank": rank + 1, "estimate": _number(g.estimates[i, rank]),
+                          "lower": _number(g.lower[i, rank]), "upper": _number(g.upper[i, rank]),
+                          "samples": int(g.samples[i, rank]), "certified": bool(g.certified[i])})
+    return {"study": study.id, "algorithm": learner.label, "method": learner.algorithm.algorithm,
+            "question_kind": learner.algorithm.question_kind, "k": g.neighbors.shape[1],
+            "created_at": time.time(), "items": ids, "edges": edges}
+
+
+def graph_csv(doc: dict):
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=GRAPH_CSV_COLUMNS, lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    for edge in doc["edges"]:
+        writer.writerow({k: "" if v is None else v for k, v in edge.items()})
+    yield buf.getvalue()
+
+
+def graph_graphml(doc: dict, items) -> str:
+    """GraphML (networkx writes it; Gephi, igraph and networkx read it): one node per item, one
+    directed edge per (item, neighbour) with the edge's numbers as attributes."""
+    graph = nx.DiGraph(study=doc["study"], algorithm=doc["algorithm"], k=doc["k"])
+    for index, item in enumerate(items):
+        attrs = {"index": index, "kind": item.kind}
+        attrs.update({k: v for k, v in (("label", item.label), ("text", item.text), ("color", item.color))
+                      if v is not None})
+        graph.add_node(item.id, **attrs)
+    for edge in doc["edges"]:
+        attrs = {k: edge[k] for k in ("rank", "estimate", "lower", "upper", "samples", "certified")
+                 if edge[k] is not None}
+        graph.add_edge(edge["source"], edge["target"], **attrs)
+    buf = io.BytesIO()
+    nx.write_graphml(graph, buf, encoding="utf-8")
+    return buf.getvalue().decode("utf-8")
+
+
+def forest_document(conn, study_id: str, algorithm: str | None = None) -> dict:
+    from engine.forest_export import forest_to_json
+
+    study = get_study(conn, study_id)
+    learner = _learner(conn, study, algorithm, "forest")
+    doc = forest_to_json(learner.planner)
+    doc["study"] = study.id
+    doc["algorithm"] = learner.label
+    doc["items"] = [item.id for item in get_items(conn, study_id)]
+    return doc
+
+
+def export(conn, study_id: str, what: str, fmt: str, algorithm: str | None = None) -> Export:
+    """One export of a study; raises ExportError (or StudyNotFound) saying what was wrong."""
+    if (what, fmt) not in FORMATS:
+        offered = ", ".join(f"{w} as {f}" for w, f in FORMATS)
+        raise ExportError(f"cannot export {what} as {fmt}; available: {offered}")
+    get_study(conn, study_id)  # StudyNotFound before anything else
+    media_type, ext = FORMATS[(what, fmt)]
+    suffix = f"-{algorithm}" if algorithm else ""
+    filename = f"{study_id}-{what}{suffix}.{ext}"
+    if what == "answers":
+        ids = [item.id for item in get_items(conn, study_id)]
+        writer = answer_log.export_csv if fmt == "csv" else answer_log.export_jsonl
+        chunks = writer(answer_log.iter_answers(conn, study_id), ids, study_id)
+    elif what == "triplets":
+        excluded = {r.decode() for r in conn.smembers(keys.excluded_raters(study_id))}
+        chunks = answer_log.export_triplets(answer_log.iter_answers(conn, study_id), excluded)
+    elif what == "graph":
+        doc = nn_graph(conn, study_id, algorithm)
+        if fmt == "json":
+            chunks = [json.dumps(doc, indent=1)]
+        elif fmt == "csv":
+            chunks = graph_csv(doc)
+        else:
+            chunks = [graph_graphml(doc, get_items(conn, study_id))]
+    else:
+        chunks = [json.dumps(forest_document(conn, study_id, algorithm))]
+    return Export(media_type, filename, chunks)
+
+
+def parse_triplets(text: str, n_items: int, source: str = "file") -> list[tuple[int, int, int]]:
+    """Rows ``i,j,k`` of item indices (cblearn list-order: i is closer to j than to k)."""
+    rows = []
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = [p.strip() for p in line.replace(";", ",").replace("\t", ",").split(",")]
+        if len(parts) != 3:
+            raise StudyError(f"{source}, line {line_no}: expected three item indices 'i,j,k', got {line!r}")
+        try:
+            i, j, k = (int(p) for p in parts)
+        except ValueError:
+            raise StudyError(f"{source}, line {line_no}: item indices must be whole numbers, got {line!r}") from None
+        if not all(0 <= x < n_items for x in (i, j, k)):
+            raise StudyError(f"{source}, line {line_no}: item indices must lie in 0..{n_items - 1}, got {line!r}")
+        if len({i, j, k}) < 3:
+            raise StudyError(f"{source}, line {line_no}: a triplet needs three different items, got {line!r}")
+        rows.append((i, j, k))
+    return rows
+
+
+def import_triplets(conn, study_id: str, text: str, source: str = "file", rater: str = "import") -> int:
+    """Append list-order triplets to the study's log as imported answers (rater ``rater``,
+    algorithm ``import``); all or nothing. Returns how many were imported.
+
+    Imported triplets are exported with the rest and used by ``random_triplets`` learners; the
+    adaptive learners only use answers to the questions they chose themselves.
+    """
+    study = get_study(conn, study_id)
+    rows = parse_triplets(text, study.n_items, source)
+    now = repr(time.time())
+    with conn.pipeline(transaction=True) as pipe:
+        for i, j, k in rows:
+            pipe.xadd(keys.answers(study_id), {
+                "qid": "", "rater": rater, "kind": "triplet", "head": i, "a": j, "b": k, "choice": j, "value": "",
+                "probe": "", "algorithm": IMPORTED, "fallback": 0, "issued_at": now, "answered_at": now,
+                "response_ms": "", "flags": "imported",
+            })
+        if rows:
+            pipe.sadd(keys.raters(study_id), rater)
+            pipe.hincrby(keys.counters(study_id), f"answers:{IMPORTED}", len(rows))
+        pipe.execute()
+    if rows:
+        schedule_update(conn, study_id)
+    return len(rows)
