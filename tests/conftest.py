@@ -49,7 +49,7 @@ def colour_items(n: int = 10) -> list[Item]:
 
 @pytest.fixture
 def study_id(conn):
-    config = StudyConfig(name="Colours", pool_size=8, random_state=0)
+    config = StudyConfig(name="Colours", algorithms=({"algorithm": "random_triplets"},), pool_size=8, random_state=0)
     return create_study(conn, config, colour_items(), study_id="colours")
 
 
@@ -73,7 +73,35 @@ def answer(client, question, choice=None, study_id="colours", **extra):
     return client.post(f"/api/studies/{study_id}/answers", json=body)
 
 
+RESEARCHER, RESEARCHER_PASSWORD = "researcher", "a long test password"
+
+
+def csrf_token_of(html: str) -> str:
+    """The CSRF token of a page: the login form's hidden field or the <meta name="csrf-token"> tag."""
+    import re
+
+    match = re.search(r'name="csrf[-_]token" (?:value|content)="([^"]+)"', html)
+    assert match, "the page carries no CSRF token"
+    return match.group(1)
+
+
+def log_in(client, name=RESEARCHER, password=RESEARCHER_PASSWORD, **extra):
+    token = csrf_token_of(client.get("/login").get_data(as_text=True))
+    return client.post("/login", data={"username": name, "password": password, "csrf_token": token, **extra})
+
+
 @pytest.fixture
 def researcher_client(client):
-    """A test client allowed on researcher pages, exports and researcher API routes."""
+    """A test client allowed on researcher pages, exports and researcher API routes.
+
+    It is ``client`` itself, logged in as a fresh researcher account, and it sends the CSRF
+    token in an X-CSRFToken header with every request, as the dashboard's scripts do.
+    """
+    from webapp.accounts import create_user
+    from webapp.storage import get_redis
+
+    with client.application.app_context():
+        create_user(get_redis(), RESEARCHER, RESEARCHER_PASSWORD)
+    assert log_in(client).status_code == 302
+    client.environ_base["HTTP_X_CSRFTOKEN"] = csrf_token_of(client.get("/").get_data(as_text=True))
     return client

@@ -83,11 +83,11 @@ def test_enormous_body_is_refused(client, conn, study_id):
     assert count_answers(conn, study_id) == 0
 
 
-def test_unknown_study_is_refused(client, conn, study_id):
+def test_unknown_study_is_refused(client, researcher_client, conn, study_id):
     assert error_of(client.get("/api/studies/nope/questions/next"), 404) == "unknown_study"
     assert error_of(client.post("/api/studies/nope/answers", json={"token": "x", "choice": 1}), 404) == "unknown_study"
-    assert error_of(client.get("/api/studies/NOT..valid/stats"), 404) == "unknown_study"
-    assert client.get("/studies/nope").status_code == 404
+    assert error_of(researcher_client.get("/api/studies/NOT..valid/stats"), 404) == "unknown_study"
+    assert researcher_client.get("/studies/nope").status_code == 404
     assert client.get("/s/nope").status_code == 404
 
 

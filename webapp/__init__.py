@@ -47,6 +47,11 @@ def create_app(test_config: dict | None = None) -> Flask:
         JSON_SORT_KEYS=False,
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE="auto",  # Secure when the request came over https; true/false to force
+        WTF_CSRF_TIME_LIMIT=None,  # a CSRF token lives as long as the session it is bound to
+        LOGIN_SESSION_SECONDS=12 * 3600,
+        LOGIN_MAX_FAILURES=5,  # per account name and client address ...
+        LOGIN_FAILURE_WINDOW_SECONDS=15 * 60,  # ... within this window
         TOKEN_TTL_SECONDS=None,
     )
     app.config.from_pyfile("proxima.cfg", silent=True)
@@ -60,10 +65,11 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     storage.init_app(app)
 
-    from . import api, dashboard, errors, raters
+    from . import api, auth, dashboard, errors, raters
 
     errors.init_app(app)
     app.register_blueprint(raters.bp)
     app.register_blueprint(dashboard.bp)
     app.register_blueprint(api.bp)
+    auth.init_app(app)  # last: it exempts rater routes from CSRF and guards every other endpoint
     return app

@@ -1,0 +1,202 @@
+"""Researcher accounts and failed-login counters in Redis, with the key names they use.
+
+Passwords are hashed with werkzeug's ``generate_password_hash`` (scrypt); nothing here
+stores or logs a password. Used by the web app and the CLI; must never import Flask.
+
+Keys (account keys are not per-study, so they carry no ``{hash tag}``; every script and
+transaction touches one key, so nothing here needs two keys on one Cluster slot):
+
+- ``proxima:user:<name>``  hash: password_hash, epoch, created_at, password_changed_at
+- ``proxima:users``        set of account names (the index for ``list`` / ``count``)
+- ``proxima:login-failures:<sha256(name, ip)>``  counter with a TTL (rate limiting)
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import time
+
+import redis
+from werkzeug.security import check_password_hash, generate_password_hash
+
+PREFIX = "proxima"
+FIRST_ACCOUNT = "admin"
+MIN_PASSWORD_LENGTH = 10
+MAX_PASSWORD_LENGTH = 1024
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.@-]{0,63}$")
+
+
+def user_key(name: str) -> str:
+    """Hash of one account: password_hash, epoch (bumped to log out its sessions), timestamps."""
+    return f"{PREFIX}:user:{name}"
+
+
+def users_key() -> str:
+    """Set of every account name."""
+    return f"{PREFIX}:users"
+
+
+def login_failures_key(name: str, ip: str) -> str:
+    """Counter of failed logins for one (account name, client address), expiring after the window.
+
+    Hashed so that whatever a client types as a name, the key stays short and opaque.
+    """
+    digest = hashlib.sha256(f"{name}\0{ip}".encode()).hexdigest()[:32]
+    return f"{PREFIX}:login-failures:{digest}"
+
+
+class AccountError(ValueError):
+    """A bad account name or password, an existing or unknown account; the message says which."""
+
+
+def normalize_name(name: str) -> str:
+    return (name or "").strip().lower()
+
+
+def check_name(name: str) -> str:
+    name = normalize_name(name)
+    if not NAME_PATTERN.match(name):
+        raise AccountError(f"account name {name!r} is not valid: use 1-64 letters, digits, '_', '.', '@' or '-', "
+                           "starting with a letter or digit")
+    return name
+
+
+def check_password(password: str) -> str:
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise AccountError(f"the password is too weak: use at least {MIN_PASSWORD_LENGTH} characters")
+    if len(password) > MAX_PASSWORD_LENGTH:
+        raise AccountError(f"the password is too long: use at most {MAX_PASSWORD_LENGTH} characters")
+    return password
+
+
+def generate_password() -> str:
+    """A random password of about 120 bits, easy to copy from a terminal."""
+    return secrets.token_urlsafe(15)
+
+
+# KEYS[1] = user_key(name); ARGV = password_hash, epoch, now. Creates the hash only if absent.
+_CREATE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'password_hash', ARGV[1], 'epoch', ARGV[2], 'created_at', ARGV[3],
+           'password_changed_at', ARGV[3])
+return 1
+"""
+
+# KEYS[1] = user_key(name); ARGV = password_hash, epoch, now. Updates the hash only if present.
+_SET_PASSWORD = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'password_hash', ARGV[1], 'epoch', ARGV[2], 'password_changed_at', ARGV[3])
+return 1
+"""
+
+
+def create_user(conn: redis.Redis, name: str, password: str) -> str:
+    """Create an account; returns its normalized name. AccountError if it exists or the input is bad."""
+    name = check_name(name)
+    password_hash = generate_password_hash(check_password(password))
+    if not conn.eval(_CREATE, 1, user_key(name), password_hash, secrets.token_hex(8), f"{time.time():.3f}"):
+        raise AccountError(f"account {name!r} already exists (change its password with 'proxima user passwd {name}')")
+    conn.sadd(users_key(), name)
+    return name
+
+
+def remove_user(conn: redis.Redis, name: str) -> None:
+    name = normalize_name(name)
+    # the hash is what logins read: deleting it first locks the account out at once
+    if not conn.delete(user_key(name)):
+        conn.srem(users_key(), name)
+        raise AccountError(f"there is no account {name!r}")
+    conn.srem(users_key(), name)
+
+
+def set_password(conn: redis.Redis, name: str, password: str) -> None:
+    """Change the password and log out every session of the account (a new epoch)."""
+    name = normalize_name(name)
+    password_hash = generate_password_hash(check_password(password))
+    if not conn.eval(_SET_PASSWORD, 1, user_key(name), password_hash, secrets.token_hex(8), f"{time.time():.3f}"):
+        raise AccountError(f"there is no account {name!r}")
+
+
+def list_users(conn: redis.Redis) -> list[dict]:
+    """Every account as {"name", "created_at"}, sorted by name."""
+    names = sorted(n.decode() for n in conn.smembers(users_key()))
+    with conn.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.hget(user_key(name), "created_at")
+        created = pipe.execute()
+    return [{"name": name, "created_at": float(c) if c else None}
+            for name, c in zip(names, created, strict=True) if c is not None]
+
+
+def count_users(conn: redis.Redis) -> int:
+    return int(conn.scard(users_key()))
+
+
+# A hash of a random password: checked when the account does not exist, so a login for an
+# unknown name takes as long as one with a wrong password and reveals nothing.
+_DUMMY_HASH: list[str] = []
+
+
+def _dummy_hash() -> str:
+    if not _DUMMY_HASH:
+        _DUMMY_HASH.append(generate_password_hash(secrets.token_hex(16)))
+    return _DUMMY_HASH[0]
+
+
+def verify_password(conn: redis.Redis, name: str, password: str) -> str | None:
+    """The account's session epoch if ``password`` is right, else None (unknown or wrong alike)."""
+    name = normalize_name(name)
+    password_hash, epoch = (None, None)
+    if NAME_PATTERN.match(name):
+        password_hash, epoch = conn.hmget(user_key(name), ["password_hash", "epoch"])
+    if password_hash is None or len(password) > MAX_PASSWORD_LENGTH:
+        check_password_hash(_dummy_hash(), password[:MAX_PASSWORD_LENGTH])
+        return None
+    if not check_password_hash(password_hash.decode(), password):
+        return None
+    return epoch.decode() if epoch else ""
+
+
+def session_epoch(conn: redis.Redis, name: str) -> str | None:
+    """The account's current epoch (None if it no longer exists); a session whose epoch differs is stale."""
+    epoch = conn.hget(user_key(normalize_name(name)), "epoch")
+    return epoch.decode() if epoch is not None else None
+
+
+def ensure_first_account(conn: redis.Redis) -> str | None:
+    """On an instance with no accounts, create ``admin`` with a random password and return it (else None)."""
+    if count_users(conn):
+        return None
+    password = generate_password()
+    try:
+        create_user(conn, FIRST_ACCOUNT, password)
+    except AccountError:  # another process created it first (or an orphaned hash exists)
+        return None
+    return password
+
+
+def login_blocked_for(conn: redis.Redis, name: str, ip: str, limit: int) -> int:
+    """Seconds until this (name, address) may try again, or 0 if it has fewer than ``limit`` failures."""
+    key = login_failures_key(normalize_name(name), ip)
+    with conn.pipeline(transaction=False) as pipe:
+        pipe.get(key)
+        pipe.ttl(key)
+        failures, ttl = pipe.execute()
+    if failures is None or int(failures) < limit:
+        return 0
+    return max(int(ttl), 1)
+
+
+def record_login_failure(conn: redis.Redis, name: str, ip: str, window_seconds: int) -> int:
+    """Count one failed login; the window starts at the first failure. Returns the count."""
+    key = login_failures_key(normalize_name(name), ip)
+    with conn.pipeline() as pipe:
+        pipe.set(key, 0, ex=window_seconds, nx=True)
+        pipe.incr(key)  # INCR keeps the TTL set above
+        _, count = pipe.execute()
+    return int(count)
+
+
+def clear_login_failures(conn: redis.Redis, name: str, ip: str) -> None:
+    conn.delete(login_failures_key(normalize_name(name), ip))

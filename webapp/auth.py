@@ -1,0 +1,172 @@
+"""Researcher login: the login/logout pages, the app-wide login check, CSRF protection.
+
+Default deny: every endpoint requires a logged-in researcher unless it is listed below as
+public (rater pages, media, static files, login, health and the two rater API routes), so
+a route someone adds later is protected without a decorator. Accounts live in Redis
+(``accounts``); the login is kept in Flask's signed session cookie.
+"""
+from __future__ import annotations
+
+import time
+from urllib.parse import urlsplit
+
+from flask import (
+    Blueprint,
+    Flask,
+    current_app,
+    flash,
+    g,
+    jsonify,
+    redirect,
+    render_template,
+    request,
+    session,
+    url_for,
+)
+from flask.sessions import SecureCookieSessionInterface
+from flask_wtf.csrf import CSRFError, CSRFProtect
+
+from . import accounts
+from .errors import ApiError
+from .storage import get_redis
+
+bp = Blueprint("auth", __name__)
+csrf = CSRFProtect()
+
+# Blueprints whose every route is for raters or anonymous visitors. Nothing on them may
+# show researcher data (tests/test_auth.py checks the rater pages and the URL map).
+PUBLIC_BLUEPRINTS = frozenset({"raters", "auth"})
+# Single public endpoints on otherwise protected blueprints.
+PUBLIC_ENDPOINTS = frozenset({"static", "api.health", "api.get_next_question", "api.post_answer"})
+# Rater routes exempt from CSRF. An answer is only accepted with a question token that
+# the server signed for this rater session and that is used once; a cross-site page
+# cannot read such a token (the question is fetched with a same-origin GET), so a forged
+# cross-site POST has nothing valid to send. Raters never have a CSRF token to send.
+CSRF_EXEMPT_ENDPOINTS = ("api.post_answer",)
+
+SESSION_KEYS = ("researcher", "researcher_epoch", "login_at")
+
+
+class SessionInterface(SecureCookieSessionInterface):
+    """Flask's signed-cookie session, with ``SESSION_COOKIE_SECURE = "auto"``: Secure over https."""
+
+    def get_cookie_secure(self, app: Flask) -> bool:
+        secure = app.config["SESSION_COOKIE_SECURE"]
+        if secure == "auto":
+            return request.is_secure
+        return bool(secure)
+
+
+def is_public(endpoint: str) -> bool:
+    blueprint, dot, _ = endpoint.partition(".")
+    return endpoint in PUBLIC_ENDPOINTS or (bool(dot) and blueprint in PUBLIC_BLUEPRINTS)
+
+
+def current_researcher() -> str | None:
+    """The logged-in researcher's account name, or None. A changed password, a removed account
+    or an expired login ends the session."""
+    if "researcher" in g:
+        return g.researcher
+    g.researcher = None
+    name = session.get("researcher")
+    if name:
+        login_at = session.get("login_at") or 0
+        max_age = current_app.config["LOGIN_SESSION_SECONDS"]
+        epoch = accounts.session_epoch(get_redis(), name)
+        if time.time() - login_at <= max_age and epoch is not None and epoch == session.get("researcher_epoch"):
+            g.researcher = name
+        else:
+            for key in SESSION_KEYS:
+                session.pop(key, None)
+    return g.researcher
+
+
+def safe_next(target: str | None) -> str:
+    """``target`` if it is a path on this site, else the dashboard (no open redirects)."""
+    fallback = url_for("dashboard.index")
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return fallback
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in target):  # browsers drop tabs/newlines: "/\t/evil"
+        return fallback
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc:
+        return fallback
+    return target
+
+
+def require_login():
+    """``before_request`` for the whole app: refuse researcher endpoints to anonymous clients."""
+    endpoint = request.endpoint
+    if endpoint is None or is_public(endpoint):
+        return None  # unknown URLs go on to their 404/405
+    if current_researcher():
+        return None
+    if request.path.startswith("/api/"):
+        raise ApiError(401, "login_required", "log in as a researcher to use this route (POST /login)")
+    target = request.full_path.rstrip("?") if request.method in ("GET", "HEAD") else None
+    return redirect(url_for("auth.login", next=target))
+
+
+def client_address() -> str:
+    return request.remote_addr or "unknown"
+
+
+@bp.route("/login", methods=["GET", "POST"])
+def login():
+    next_url = safe_next(request.values.get("next"))
+    if request.method == "GET":
+        if current_researcher():
+            return redirect(next_url)
+        return render_template("auth/login.html", next_url=next_url, username="")
+    name = accounts.normalize_name(request.form.get("username", ""))
+    password = request.form.get("password", "")
+    conn, ip, config = get_redis(), client_address(), current_app.config
+    wait = accounts.login_blocked_for(conn, name, ip, config["LOGIN_MAX_FAILURES"])
+    if wait:
+        minutes = -(-wait // 60)
+        error = (f"Too many failed logins for this account from your address. "
+                 f"Wait {minutes} minute{'s' if minutes != 1 else ''} and try again.")
+        return render_template("auth/login.html", next_url=next_url, username=name, error=error), 429
+    epoch = accounts.verify_password(conn, name, password)
+    if epoch is None:
+        accounts.record_login_failure(conn, name, ip, config["LOGIN_FAILURE_WINDOW_SECONDS"])
+        error = "Wrong account name or password."
+        return render_template("auth/login.html", next_url=next_url, username=name, error=error), 401
+    accounts.clear_login_failures(conn, name, ip)
+    session.clear()  # a fresh session: nothing from before the login (no fixation, no stale CSRF token)
+    session.update(researcher=name, researcher_epoch=epoch, login_at=time.time())
+    return redirect(next_url)
+
+
+@bp.post("/logout")
+def logout():
+    session.clear()
+    flash("You are logged out.")
+    return redirect(url_for("auth.login"))
+
+
+def csrf_failed(err: CSRFError):
+    if request.path.startswith("/api/"):
+        body = {"error": {"code": "csrf_failed", "message": f"{err.description} Send the token of the page's "
+                          "<meta name=\"csrf-token\"> in an X-CSRFToken header."}}
+        return jsonify(body), 400
+    message = "This form expired or came from another site. Reload the page and try again."
+    if request.endpoint == "auth.login":
+        return render_template("auth/login.html", next_url=safe_next(request.values.get("next")),
+                               username="", error=message), 400
+    return render_template("auth/refused.html", message=message), 400
+
+
+def init_app(app: Flask) -> None:
+    """Call after every blueprint is registered: the login check must run before the CSRF check."""
+    app.session_interface = SessionInterface()
+    app.register_blueprint(bp)
+    app.before_request(require_login)
+    csrf.init_app(app)
+    for endpoint in CSRF_EXEMPT_ENDPOINTS:
+        csrf.exempt(app.view_functions[endpoint])
+    app.register_error_handler(CSRFError, csrf_failed)
+
+    @app.context_processor
+    def researcher_context():
+        return {"current_researcher": g.get("researcher")}
