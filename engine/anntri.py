@@ -17,6 +17,7 @@ Shapes used throughout (n = ``n_items``):
 """
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from dataclasses import dataclass
@@ -42,6 +43,10 @@ FLOAT64_MAX_ITEMS = 2048
 FULL_PASS_MAX_ITEMS = 1024
 
 _BIG = 1e12
+#: Batches of at most this many answers are applied with scalar updates (no numpy dispatch).
+SMALL_BATCH = 16
+#: Active sets of at most this many arms are checked with scalar reads.
+SMALL_ACTIVE = 16
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,12 @@ def _check_pairs(pairs, n_items: int, width: int, what: str) -> np.ndarray:
     if len(rows) == 0:
         return np.empty((0, width), dtype=np.float64)
     try:
-        arr = np.asarray(rows, dtype=np.float64)
+        if isinstance(rows, list) and set(map(len, rows)) == {width}:
+            # Much faster than np.asarray on a list of tuples.
+            arr = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.float64,
+                              count=width * len(rows)).reshape(-1, width)
+        else:
+            arr = np.asarray(rows, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{what} must be rows of {width} numbers: {exc}") from None
     if arr.ndim != 2 or arr.shape[1] != width:
@@ -90,6 +100,41 @@ def _check_pairs(pairs, n_items: int, width: int, what: str) -> np.ndarray:
     if np.any(idx[:, 0] == idx[:, 1]):
         raise ValueError(f"{what}: a pair needs two different items (i == j)")
     return arr
+
+
+def _small_rows(rows, n_items: int, width: int, what: str):
+    """:func:`_check_pairs` for a short list of rows, in plain Python: validated tuples
+    ``(i, j[, value])`` with int indices and a float value, or None for long inputs."""
+    if not isinstance(rows, (list, tuple)) or len(rows) > SMALL_BATCH:
+        return None
+    out = []
+    for row in rows:
+        if len(row) != width:
+            raise ValueError(f"{what} must be rows of {width} numbers, got a row of {len(row)}")
+        a, b = row[0], row[1]
+        if type(a) is not int or type(b) is not int:  # noqa: E721 -- plain ints skip the checks below
+            try:
+                fa, fb = float(a), float(b)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{what} must be rows of {width} numbers: {exc}") from None
+            if not (math.isfinite(fa) and math.isfinite(fb) and fa == math.floor(fa) and fb == math.floor(fb)):
+                raise ValueError(f"{what}: item indices must be integers")
+            a, b = int(fa), int(fb)
+        if not (0 <= a < n_items and 0 <= b < n_items):
+            raise ValueError(f"{what}: item indices must lie in 0..{n_items - 1}")
+        if a == b:
+            raise ValueError(f"{what}: a pair needs two different items (i == j)")
+        if width == 3:
+            try:
+                v = float(row[2])
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{what} must be rows of {width} numbers: {exc}") from None
+            if not math.isfinite(v):
+                raise ValueError(f"{what}: values must be finite numbers")
+            out.append((a, b, v))
+        else:
+            out.append((a, b))
+    return out
 
 
 def _setri_active(upper_row, lower_row, j):
@@ -131,7 +176,8 @@ class _NeighborGraphPlanner:
     _uses_rounds = True
 
     def __init__(self, n_items, k=1, delta=0.1, sigma=0.5, bound="lil", triangle=True,
-                 max_samples_per_round=None, window=1, random_state=None, full_pass_every=None):
+                 max_samples_per_round=None, window=1, random_state=None, full_pass_every=None,
+                 lookahead=0.0):
         self.n_items = n_items
         self.k = k
         self.delta = delta
@@ -142,6 +188,7 @@ class _NeighborGraphPlanner:
         self.window = window
         self.random_state = random_state
         self.full_pass_every = full_pass_every
+        self.lookahead = lookahead
 
     # ------------------------------------------------------------------ parameters
     def _check_params(self):
@@ -159,6 +206,8 @@ class _NeighborGraphPlanner:
         _check_positive_int("max_samples_per_round", self.max_samples_per_round, allow_none=True)
         _check_positive_int("window", self.window)
         _check_positive_int("full_pass_every", self.full_pass_every, allow_none=True, minimum=0)
+        if not (isinstance(self.lookahead, numbers.Real) and 0 <= self.lookahead < math.inf):
+            raise ValueError(f"lookahead must be a number >= 0, got {self.lookahead!r}")
 
     def _full_pass_period(self) -> int:
         if self.full_pass_every is not None:
@@ -192,6 +241,8 @@ class _NeighborGraphPlanner:
         self.n_samples_ = 0
         self.n_issued_ = 0
         self.rounds_since_full_pass_ = 0
+        self.dirty_ = {}  # pairs i * n + j (i < j) sampled since the last triangle step
+        self._active_cache = {}
 
     # ------------------------------------------------------------------ answers
     def observe(self, answers) -> None:
@@ -201,8 +252,59 @@ class _NeighborGraphPlanner:
         one pending entry of its pair. Raises ``ValueError`` (state unchanged) on bad
         indices, i == j or non-finite values (or values outside [0, 1] for the bounded
         ``bound="bernstein"``/``"kl"``).
+
+        Triangle bounds are not propagated here: the sampled pairs are queued (``dirty_``)
+        and propagated in one vectorised step before a round reads its row again (a round
+        opening, or every n new samples), so a short batch costs a few scalar updates.
         """
         self._ensure_state()
+        scalar = self.bound not in UNIT_INTERVAL_BOUNDS
+        rows = _small_rows(answers, self.n_items, 3, "answers") if scalar else None
+        if rows is None:
+            self._observe_arrays(answers)
+            return
+        if not rows:
+            return
+        n = self.n_items
+        mean, count, pending = self.mean_, self.count_, self.pending_
+        upper, lower = self.upper_, self.lower_
+        radius = self._radius_lookup(0)
+        cache = self._active_cache
+        dirty = self.dirty_
+        triangle = self.triangle
+        for p, q, v in rows:
+            i, j = (p, q) if p < q else (q, p)
+            T = int(count[i, j])
+            T1 = T + 1
+            if T1 >= len(radius):
+                radius = self._radius_lookup(T1)
+            m1 = (float(mean[i, j]) * T + v) / T1
+            r = radius[T1]
+            conf_lo = max(m1 - r, 0.0)
+            conf_hi = m1 + r
+            hi = min(float(upper[i, j]), conf_hi)
+            lo = max(float(lower[i, j]), conf_lo)
+            if lo > hi:  # the confidence event failed somewhere: fall back to today's interval
+                hi, lo = conf_hi, min(conf_lo, conf_hi)
+                cache.pop(i, None)
+                cache.pop(j, None)
+            pend = max(int(pending[i, j]) - 1, 0)
+            mean[i, j] = mean[j, i] = m1
+            count[i, j] = count[j, i] = T1
+            upper[i, j] = upper[j, i] = hi
+            lower[i, j] = lower[j, i] = lo
+            pending[i, j] = pending[j, i] = pend
+            # A cached active set stays exact while only its own arms change (see _decide_1nn).
+            if i in cache and j not in cache[i][2]:
+                del cache[i]
+            if j in cache and i not in cache[j][2]:
+                del cache[j]
+            if triangle:
+                dirty[i * n + j] = None
+        self.n_samples_ += len(rows)
+
+    def _observe_arrays(self, answers) -> None:
+        """The vectorised :meth:`observe` for long batches (and the bounded bounds)."""
         arr = _check_pairs(answers, self.n_items, 3, "answers")
         if len(arr) == 0:
             return
@@ -241,30 +343,53 @@ class _NeighborGraphPlanner:
             hi = np.where(crossed, conf_hi, hi)
             lo = np.where(crossed, np.minimum(conf_lo, conf_hi), lo)
         pend = np.maximum(pending_f[flat[:m]] - adds, 0)
-        mean_f[flat] = np.tile(mean, 2)
-        count_f[flat] = np.tile(T_new, 2)
-        upper_f[flat] = np.tile(hi, 2)
-        lower_f[flat] = np.tile(lo, 2)
-        pending_f[flat] = np.tile(pend, 2)
+        for half in (flat[:m], flat[m:]):
+            mean_f[half] = mean
+            count_f[half] = T_new
+            upper_f[half] = hi
+            lower_f[half] = lo
+            pending_f[half] = pend
         self.n_samples_ += int(adds.sum())
+        if self._active_cache:
+            for r in set(i.tolist()) | set(j.tolist()):
+                self._active_cache.pop(r, None)
         if self.triangle:
-            for p, q in zip(i.tolist(), j.tolist(), strict=False):
-                tri.update_pair(self.upper_, self.lower_, p, q)
+            self.dirty_.update(dict.fromkeys((i * n + j).tolist()))
+
+    def _radius_lookup(self, top: int):
+        """The LIL/Hoeffding radius C(T) for T = 0..top (and beyond), as a cached float list."""
+        table = getattr(self, "_radius_list", None)
+        if table is None or top >= len(table):
+            size = max(1024, 2 * top + 1)
+            lo, _ = confidence_interval(np.zeros(size), np.arange(size), self.n_items, self.delta,
+                                        self.sigma, self.bound)
+            self._radius_table = -lo
+            table = self._radius_list = (-lo).tolist()
+        return table
 
     def _confidence(self, mean, count):
         if self.bound in UNIT_INTERVAL_BOUNDS:
             return confidence_interval(mean, count, self.n_items, self.delta, self.sigma, self.bound)
         # LIL and Hoeffding radii depend on the count only: look them up in a growing table.
-        table = getattr(self, "_radius_table", None)
-        top = int(count.max())
-        if table is None or top >= len(table):
-            size = max(1024, 2 * top + 1)
-            zero = np.zeros(size)
-            lo, _ = confidence_interval(zero, np.arange(size), self.n_items, self.delta,
-                                        self.sigma, self.bound)
-            table = self._radius_table = -lo
-        r = table[count]
+        self._radius_lookup(int(count.max()))
+        r = self._radius_table[count]
         return mean - r, mean + r
+
+    def _flush_triangle(self):
+        """Propagate the queued sampled pairs into the triangle bounds (one vectorised step)."""
+        if not self.dirty_:
+            return
+        n = self.n_items
+        keys = np.fromiter(self.dirty_, dtype=np.int64, count=len(self.dirty_))
+        tri.update_pairs(self.upper_, self.lower_, keys // n, keys % n)
+        self.dirty_.clear()
+        self._active_cache.clear()
+
+    def _refresh(self, j):
+        self._flush_triangle()
+        tri.refresh_row(self.upper_, self.lower_, j)
+        self.refresh_mark_[j] = self.n_samples_
+        self._active_cache.clear()
 
     def forget(self, pairs) -> None:
         """Release pending entries of questions that expired unanswered, one per ``(i, j)`` row.
@@ -290,25 +415,98 @@ class _NeighborGraphPlanner:
 
     # ------------------------------------------------------------------ rounds
     def _decide_round(self, j):
-        """Close round j if its neighbours are decided; else return the undecided mask."""
+        """Close round j if its neighbours are decided (returns None); else its undecided
+        arms, sorted (a list of ints, or an int array when there are many)."""
         if self.k == 1:
-            best, undecided = _setri_active(self.upper_[j], self.lower_[j], j)
-            if undecided.sum() > 1:
-                return undecided
-            undecided[best] = True
-            cand = np.flatnonzero(undecided)
+            return self._decide_1nn(j)
+        accepted, undecided = _racing_decision(self.upper_[j], self.lower_[j], j, self.k)
+        n_acc = int(accepted.sum())
+        n_und = int(undecided.sum())
+        if n_acc < self.k and n_acc + n_und > self.k:
+            return np.flatnonzero(undecided)
+        cand = np.flatnonzero(accepted) if n_acc >= self.k else np.flatnonzero(accepted | undecided)
+        self._certify(j, cand)
+        return None
+
+    def _decide_1nn(self, j):
+        """SETri's test for round j (k = 1), exact, with a cached active set for open rounds.
+
+        The cache holds the active arms and (min U*, argmin) over the other arms of row j.
+        Eliminated arms never come back (U* only falls, L* only rises), and the other
+        arms' bounds only change through events that drop the cache (an answer for a pair
+        of row j outside the active set, a triangle step, a failed confidence event), so
+        the cached decision equals the full O(n) one; a short active set is checked with
+        scalar reads.
+        """
+        U = self.upper_[j]
+        L = self.lower_[j]
+        cached = self._active_cache.get(j)
+        if cached is None:
+            Uc = U.astype(np.float64)
+            Uc[j] = np.inf
+            best = int(Uc.argmin())
+            active = L < Uc[best]
+            active[j] = False
+            act = np.flatnonzero(active)
+            if len(act) > 1:
+                if self.status_[j] == ROUND_OPEN:
+                    Uc[act] = np.inf
+                    r = int(Uc.argmin())
+                    rest = (float(Uc[r]), r) if np.isfinite(Uc[r]) else (np.inf, self.n_items)
+                    self._store_active(j, act, rest)
+                return act.tolist() if len(act) <= SMALL_ACTIVE else act
+            cand = act.tolist()
         else:
-            accepted, undecided = _racing_decision(self.upper_[j], self.lower_[j], j, self.k)
-            n_acc = int(accepted.sum())
-            n_und = int(undecided.sum())
-            if n_acc < self.k and n_acc + n_und > self.k:
-                return undecided
-            cand = np.flatnonzero(accepted) if n_acc >= self.k else np.flatnonzero(accepted | undecided)
+            act, rest, _ = cached
+            rmin, ridx = rest
+            if isinstance(act, list):
+                bu, bi = rmin, ridx
+                us = [float(U[a]) for a in act]
+                for a, ua in zip(act, us, strict=True):
+                    if ua < bu or (ua == bu and a < bi):
+                        bu, bi = ua, a
+                keep = []
+                for a, ua in zip(act, us, strict=True):
+                    if L[a] < bu:
+                        keep.append(a)
+                    elif ua < rmin or (ua == rmin and a < ridx):
+                        rmin, ridx = ua, a
+            else:
+                Ua = U[act].astype(np.float64)
+                t = int(Ua.argmin())
+                if Ua[t] < rmin or (Ua[t] == rmin and act[t] < ridx):
+                    bu, bi = float(Ua[t]), int(act[t])
+                else:
+                    bu, bi = rmin, ridx
+                keepmask = L[act] < bu
+                gone = np.flatnonzero(~keepmask)
+                if len(gone):
+                    g = gone[int(Ua[gone].argmin())]
+                    if Ua[g] < rmin or (Ua[g] == rmin and act[g] < ridx):
+                        rmin, ridx = float(Ua[g]), int(act[g])
+                keep = act[keepmask]
+            if len(keep) > 1:
+                self._store_active(j, keep, (rmin, ridx))
+                return keep if isinstance(keep, list) or len(keep) > SMALL_ACTIVE else keep.tolist()
+            cand = list(keep) if isinstance(keep, list) else keep.tolist()
+            best = bi
+        if best not in cand:
+            cand.append(best)
+        self._certify(j, np.array(sorted(cand), dtype=np.int64))
+        return None
+
+    def _store_active(self, j, act, rest):
+        if not isinstance(act, list) and len(act) <= SMALL_ACTIVE:
+            act = act.tolist()
+        members = set(act) if isinstance(act, list) else frozenset(act.tolist())
+        self._active_cache[j] = (act, rest, members)
+
+    def _certify(self, j, cand):
         self.neighbors_[j] = self._rank_row(j, cand)
         self.status_[j] = ROUND_CERTIFIED
+        self._active_cache.pop(j, None)
         if j in self.open_rounds_:
             self.open_rounds_.remove(j)
-        return None
 
     def _rank_row(self, j, cand):
         """The k best of ``cand`` for row j by estimate, filled from the rest if too few."""
@@ -333,10 +531,10 @@ class _NeighborGraphPlanner:
             period = self._full_pass_period()
             self.rounds_since_full_pass_ += 1
             if period and self.rounds_since_full_pass_ >= period and self.n_samples_ > 0:
+                self._flush_triangle()
                 tri.full_pass(self.upper_, self.lower_)
                 self.rounds_since_full_pass_ = 0
-            tri.refresh_row(self.upper_, self.lower_, j)
-            self.refresh_mark_[j] = self.n_samples_
+            self._refresh(j)
 
     def _fill_window(self):
         while len(self.open_rounds_) < self.window and self.next_round_ < self.n_items:
@@ -346,30 +544,43 @@ class _NeighborGraphPlanner:
             self._decide_round(j)
 
     def _eligible(self, j):
-        """SETri's arms for round j: undecided, fewest samples, not already pending."""
-        if self.triangle and self.n_samples_ - self.refresh_mark_[j] >= self.n_items:
-            tri.refresh_row(self.upper_, self.lower_, j)
-            self.refresh_mark_[j] = self.n_samples_
+        """SETri's arms for round j: undecided, fewest samples, not already pending (a list)."""
+        # Refresh row j after n new samples, and geometrically less often as the round
+        # grows (a long duel is decided by its own samples): O(log) O(n²) steps per round.
+        if self.triangle and (self.n_samples_ - int(self.refresh_mark_[j])
+                              >= max(self.n_items, int(self.round_issued_[j]) >> 3)):
+            self._refresh(j)
         undecided = self._decide_round(j)
         if undecided is None:
             return None
-        arms = np.flatnonzero(undecided)
-        T = self.count_[j, arms]
-        arms = arms[(T == T.min()) & (self.pending_[j, arms] == 0)]
-        return arms
+        if isinstance(undecided, list):
+            crow = self.count_[j]
+            prow = self.pending_[j]
+            T = [int(crow[a]) for a in undecided]
+            tmin = min(T)
+            return [a for a, t in zip(undecided, T, strict=True) if t == tmin and not prow[a]]
+        T = self.count_[j, undecided]
+        return undecided[(T == T.min()) & (self.pending_[j, undecided] == 0)].tolist()
 
     def next_questions(self, budget: int) -> list[tuple[int, int]]:
-        """Up to ``budget`` distinct pairs ``(i, j)`` worth asking now, as plain int tuples.
+        """Up to ``budget`` pairs ``(i, j)`` worth asking now, as plain int tuples; i is the round.
 
         Draws SETri's fewest-sampled undecided arms from every open round (at most
         ``window`` rounds, round-robin), never re-issuing a pair that is still pending.
         Returns fewer than ``budget`` when every useful question is pending or all rounds
         are done (``[]`` then). Issued pairs count as pending until answered or forgotten.
+        With the default ``lookahead=0`` the pairs are distinct; with ``lookahead > 0`` an
+        arm whose round has sampled it T times is issued up to ``1 + floor(lookahead * T)``
+        times at once (a batch of SETri layers, see :class:`ANNTri`).
         """
         self._ensure_state()
         budget = _check_positive_int("budget", budget, minimum=0)
+        # ``window`` may be changed on a live planner (the platform adapts it to its raters).
+        self.window = _check_positive_int("window", self.window)
         out: list[tuple[int, int]] = []
         cap = self.max_samples_per_round
+        lookahead = float(self.lookahead)
+        pending, issued, status = self.pending_, self.round_issued_, self.status_
         while len(out) < budget:
             self._fill_window()
             if not self.open_rounds_:
@@ -377,28 +588,33 @@ class _NeighborGraphPlanner:
             lists = []
             for j in list(self.open_rounds_):
                 arms = self._eligible(j)
-                if arms is not None and len(arms):
-                    lists.append((j, arms))
+                if arms:
+                    reps = 1 + int(lookahead * int(self.count_[j, arms[0]])) if lookahead else 1
+                    lists.append((j, arms, reps))
             if len(self.open_rounds_) < self.window and self.next_round_ < self.n_items:
                 continue  # a round closed: refill the window first
             issued_before = len(out)
             depth = 0
             while len(out) < budget:
                 progressed = False
-                for j, arms in lists:
+                for j, arms, reps in lists:
                     if len(out) >= budget:
                         break
-                    if depth >= len(arms) or self.status_[j] != ROUND_OPEN:
+                    if depth >= len(arms) or status[j] != ROUND_OPEN:
                         continue
-                    a = int(arms[depth])
+                    a = arms[depth]
                     progressed = True
-                    if self.pending_[j, a]:
+                    if pending[j, a]:
                         continue  # already issued by the round of a in this call
-                    out.append((int(j), a))
-                    self.pending_[j, a] += 1
-                    self.pending_[a, j] += 1
-                    self.round_issued_[j] += 1
-                    if cap is not None and self.round_issued_[j] >= cap:
+                    if reps > 1:
+                        reps = min(reps, budget - len(out))
+                        if cap is not None:
+                            reps = min(reps, cap - int(issued[j]))
+                    out.extend([(j, a)] * reps)
+                    pending[j, a] += reps
+                    pending[a, j] += reps
+                    issued[j] += reps
+                    if cap is not None and issued[j] >= cap:
                         self._close_capped(j)
                 if not progressed:
                     break
@@ -412,6 +628,7 @@ class _NeighborGraphPlanner:
 
     def _close_capped(self, j):
         self.status_[j] = ROUND_CAPPED
+        self._active_cache.pop(j, None)
         if j in self.open_rounds_:
             self.open_rounds_.remove(j)
 
@@ -518,6 +735,7 @@ class _NeighborGraphPlanner:
             "window": int(self.window),
             "random_state": int(rs) if isinstance(rs, (numbers.Integral, np.integer)) else None,
             "full_pass_every": None if self.full_pass_every is None else int(self.full_pass_every),
+            "lookahead": float(self.lookahead),
         }
 
     _ARRAYS = ("mean_", "count_", "pending_", "upper_", "lower_", "order_", "status_",
@@ -532,7 +750,10 @@ class _NeighborGraphPlanner:
         ``"open_rounds"`` (list of ints), the int scalars ``next_round``, ``n_samples``,
         ``n_issued``, ``rounds_since_full_pass`` and the arrays ``mean``, ``count``,
         ``pending``, ``upper``, ``lower`` (n, n), ``order``, ``status``, ``round_issued``,
-        ``refresh_mark`` (n,) and ``neighbors`` (n, k).
+        ``refresh_mark`` (n,), ``neighbors`` (n, k) and ``dirty`` (m,): the pairs
+        ``i * n + j`` (i < j) sampled since the last triangle step, oldest first (optional
+        when loading). ``params["window"]`` is the live window, changed or not since
+        construction.
         """
         state = {
             "version": STATE_VERSION,
@@ -543,6 +764,7 @@ class _NeighborGraphPlanner:
         if state["initialized"]:
             state["rng"] = generator_state(self.rng_)
             state["open_rounds"] = [int(j) for j in self.open_rounds_]
+            state["dirty"] = np.fromiter(self.dirty_, dtype=np.int64, count=len(self.dirty_))
             for name in self._SCALARS:
                 state[name.rstrip("_")] = int(getattr(self, name))
             for name in self._ARRAYS:
@@ -577,6 +799,8 @@ class _NeighborGraphPlanner:
             for name in cls._SCALARS:
                 setattr(planner, name, int(state[name.rstrip("_")]))
             planner.open_rounds_ = [int(j) for j in state["open_rounds"]]
+            planner.dirty_ = dict.fromkeys(np.asarray(state.get("dirty", []), dtype=np.int64).tolist())
+            planner._active_cache = {}
             planner.rng_ = generator_from_state(state["rng"])
         return planner
 
@@ -599,6 +823,13 @@ class ANNTri(_NeighborGraphPlanner):
     random_state : None, int or numpy Generator; fixes the order of the rounds.
     full_pass_every : int or None, rounds between O(n³) triangle passes (0 = never,
         None = automatic: ~20 passes at n = 100, fewer as n grows, none above 1024 items).
+    lookahead : float >= 0, default 0 (exact SETri: one layer per decision). With
+        ``lookahead > 0`` a round whose fewest-sampled arms have T samples issues up to
+        ``1 + floor(lookahead * T)`` layers of them at once (repeated pairs, all pending),
+        as budget allows: at most about a ``lookahead`` share of extra samples per round
+        (the decision may come up to that many layers late), for up to ~1/lookahead
+        times fewer calls in long duels — a speed option for simulations and large
+        rater pools, not the paper's algorithm.
     """
 
 
@@ -606,10 +837,12 @@ class ANN(ANNTri):
     """ANNTri without triangle bounds (the paper's ANN baseline), same code path."""
 
     def __init__(self, n_items, k=1, delta=0.1, sigma=0.5, bound="lil",
-                 max_samples_per_round=None, window=1, random_state=None, full_pass_every=None):
+                 max_samples_per_round=None, window=1, random_state=None, full_pass_every=None,
+                 lookahead=0.0):
         super().__init__(n_items, k=k, delta=delta, sigma=sigma, bound=bound, triangle=False,
                          max_samples_per_round=max_samples_per_round, window=window,
-                         random_state=random_state, full_pass_every=full_pass_every)
+                         random_state=random_state, full_pass_every=full_pass_every,
+                         lookahead=lookahead)
 
 
 class RandomSampling(_NeighborGraphPlanner):
@@ -617,15 +850,17 @@ class RandomSampling(_NeighborGraphPlanner):
 
     ``next_questions(budget)`` returns ``budget`` uniform pairs i != j until every item's
     neighbours are certified by the confidence bounds; pending questions are tracked (for
-    ``progress``) but do not steer the choice. ``window`` and ``max_samples_per_round`` are
-    accepted for a uniform interface and not used.
+    ``progress``) but do not steer the choice. ``window``, ``max_samples_per_round`` and
+    ``lookahead`` are accepted for a uniform interface and not used.
     """
 
     def __init__(self, n_items, k=1, delta=0.1, sigma=0.5, bound="lil",
-                 max_samples_per_round=None, window=1, random_state=None, full_pass_every=None):
+                 max_samples_per_round=None, window=1, random_state=None, full_pass_every=None,
+                 lookahead=0.0):
         super().__init__(n_items, k=k, delta=delta, sigma=sigma, bound=bound, triangle=False,
                          max_samples_per_round=max_samples_per_round, window=window,
-                         random_state=random_state, full_pass_every=full_pass_every)
+                         random_state=random_state, full_pass_every=full_pass_every,
+                         lookahead=lookahead)
 
     def _settle(self):
         pass

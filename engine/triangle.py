@@ -9,8 +9,9 @@ any third item i (Lemma 3.1 of Mason, Tripathy & Nowak 2019):
 
 Every function here tightens the bounds in place and only ever applies these two rules, so
 bounds that contain the true distances keep containing them. Costs: :func:`update_pair`
-O(n), :func:`refresh_row` O(n²), :func:`full_pass` O(n³) as n vectorised O(n²) pivot
-steps; nothing loops over triples in Python. Must never import Flask, Redis or anything
+O(n), :func:`update_pairs` O(m·n) for m pairs in a few vectorised steps, :func:`refresh_row`
+O(n²), :func:`full_pass` O(n³) as n vectorised O(n²) pivot steps; nothing loops over
+triples (or pairs) in Python. Must never import Flask, Redis or anything
 outside numpy.
 """
 from __future__ import annotations
@@ -19,6 +20,8 @@ import numpy as np
 
 #: Rows of the i-axis processed at once by :func:`refresh_row`, to bound temporary memory.
 REFRESH_CHUNK = 256
+#: Entries (pair ends × n_items) :func:`update_pairs` gathers at once, to bound temporary memory.
+UPDATE_CHUNK_ELEMENTS = 1 << 22
 
 
 def _write_row(upper, lower, j, new_upper, new_lower):
@@ -46,6 +49,63 @@ def update_pair(upper: np.ndarray, lower: np.ndarray, i: int, j: int) -> None:
         np.maximum(new_l, lb - u, out=new_l)
         # Keep the freshly sampled entry itself (u + 0 and lo - 0 are already in).
         _write_row(upper, lower, a, new_u, new_l)
+
+
+def update_pairs(upper: np.ndarray, lower: np.ndarray, i, j) -> None:
+    """:func:`update_pair` for many pairs at once, vectorised: rows ``i[t]`` and ``j[t]`` are
+    tightened through the edges (i[t], j[t]) in O(m·n) numpy work for m pairs.
+
+    Every candidate bound is computed from the rows as they were before the call (one hop
+    per edge; :func:`update_pair` applied in a loop may chain two new edges), so the result
+    is sound and at most as tight as the loop; :func:`refresh_row` and :func:`full_pass`
+    close the remaining paths.
+    """
+    i = np.asarray(i, dtype=np.int64).ravel()
+    j = np.asarray(j, dtype=np.int64).ravel()
+    if len(i) == 0:
+        return
+    n = upper.shape[0]
+    a = np.concatenate([i, j])  # row a gains paths through its partner b
+    b = np.concatenate([j, i])
+    order = np.argsort(a, kind="stable")
+    a, b = a[order], b[order]
+    u = upper[a, b].astype(np.float64)
+    lo = lower[a, b].astype(np.float64)
+    starts = np.flatnonzero(np.r_[True, a[1:] != a[:-1]])
+    rows = a[starts]
+    ends = np.r_[starts[1:], len(a)]
+    new_u = upper[rows].astype(np.float64)
+    new_l = lower[rows].astype(np.float64)
+    per_chunk = max(1, UPDATE_CHUNK_ELEMENTS // n)
+    g0 = 0
+    while g0 < len(rows):
+        g1 = g0 + 1  # whole groups of rows, about per_chunk entries at a time
+        while g1 < len(rows) and ends[g1] - starts[g0] <= per_chunk:
+            g1 += 1
+        e0, e1 = starts[g0], ends[g1 - 1]
+        Ub = upper[b[e0:e1]]  # U*[b, :]
+        Lb = lower[b[e0:e1]]
+        ue = u[e0:e1, None]
+        with np.errstate(invalid="ignore"):
+            cand_u = ue + Ub
+            cand_l = np.maximum(lo[e0:e1, None] - Ub, Lb - ue)
+        seg = starts[g0:g1] - e0
+        np.minimum(new_u[g0:g1], np.minimum.reduceat(cand_u, seg, axis=0), out=new_u[g0:g1])
+        np.maximum(new_l[g0:g1], np.maximum.reduceat(cand_l, seg, axis=0), out=new_l[g0:g1])
+        g0 = g1
+    # Two updated rows meet at (r1, r2) and (r2, r1): keep the tighter of both, symmetric.
+    cross_u = new_u[:, rows]
+    cross_l = new_l[:, rows]
+    new_u[:, rows] = np.minimum(cross_u, cross_u.T)
+    new_l[:, rows] = np.maximum(cross_l, cross_l.T)
+    k = np.arange(len(rows))
+    new_u[k, rows] = 0.0
+    new_l[k, rows] = 0.0
+    np.maximum(new_l, 0.0, out=new_l)
+    upper[rows, :] = new_u
+    upper[:, rows] = new_u.T
+    lower[rows, :] = new_l
+    lower[:, rows] = new_l.T
 
 
 def refresh_row(upper: np.ndarray, lower: np.ndarray, j: int, chunk: int = REFRESH_CHUNK) -> None:

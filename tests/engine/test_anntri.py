@@ -335,3 +335,103 @@ def test_circle_clusters_diameter_and_radial_options():
         assert centre_dist.max() < 2.0
     with pytest.raises(ValueError):
         circle_clusters(radial="gaussian")
+
+
+@pytest.mark.parametrize("bad, message", [
+    ([(0, 0, 0.5)], "i == j"), ([(0, 10, 0.5)], "0..9"), ([(0, 1, float("nan"))], "finite"),
+    ([(0.5, 1, 0.2)], "integers"), ([(0, 1)], "rows of 3"), ([(0, 1, "x")], "rows of 3"),
+])
+def test_bad_answers_in_a_long_batch_raise_and_leave_state_unchanged(bad, message):
+    planner = ANNTri(10, random_state=0)
+    planner.observe([(0, 1, 0.3)])
+    good = [(i, (i + 1) % 10, 0.5) for i in range(10)] * 2  # long: the vectorised path
+    before = planner.to_state()
+    with pytest.raises(ValueError, match=message):
+        planner.observe(good + bad)
+    for key, value in planner.to_state().items():
+        if isinstance(value, np.ndarray):
+            assert np.array_equal(value, before[key])
+
+
+def test_short_and_long_batches_update_the_estimates_identically():
+    rng = np.random.default_rng(4)
+    pairs = [(int(i), int(j)) for i, j in rng.choice(12, size=(40, 2)) if i != j]
+    answers = [(i, j, float(rng.random())) for i, j in dict.fromkeys(pairs)]  # distinct pairs
+    short, long = ANNTri(12, random_state=0), ANNTri(12, random_state=0)
+    for t in range(0, len(answers), 2):
+        short.observe(answers[t:t + 2])
+    long.observe(answers)
+    for name in ("mean_", "count_", "upper_", "lower_", "pending_"):
+        assert np.array_equal(getattr(short, name), getattr(long, name)), name
+    assert short.progress() == long.progress()
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10**6), window=st.integers(1, 3))
+def test_every_decision_matches_a_planner_restored_without_caches(seed, window):
+    # A restored planner starts with no cached active sets: its questions must not differ.
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(12, 2))
+    oracle = PointsOracle(X, noise=0.1, random_state=seed)
+    planner = ANNTri(12, sigma=0.1, window=window, random_state=seed, max_samples_per_round=400)
+    backlog = []
+    for _ in range(300):
+        twin = planner_from_state(planner.to_state())
+        budget = int(rng.integers(1, 6))
+        qs = planner.next_questions(budget)
+        assert twin.next_questions(budget) == qs
+        backlog.extend(oracle.answer(qs))
+        if not backlog:
+            break
+        rng.shuffle(backlog)
+        cut = int(rng.integers(1, len(backlog) + 1))
+        planner.observe(backlog[:cut])
+        backlog = backlog[cut:]
+
+
+def test_window_changed_on_a_live_planner_is_used_and_saved():
+    planner = ANNTri(30, random_state=0)
+    planner.next_questions(5)
+    planner.window = 4
+    planner.next_questions(200)
+    assert planner.progress()["rounds_open"] == 4
+    state = planner.to_state()
+    assert state["params"]["window"] == 4
+    restored = planner_from_state(state)
+    assert restored.window == 4
+    restored.window = 7
+    restored.next_questions(500)
+    assert restored.progress()["rounds_open"] == 7
+    assert planner_from_state(restored.to_state()).window == 7
+    restored.window = 0
+    with pytest.raises(ValueError, match="window"):
+        restored.next_questions(1)
+
+
+def test_lookahead_issues_several_layers_and_still_finds_the_graph():
+    X = _clusters(2)
+    oracle = PointsOracle(X, noise=0.05, random_state=2)
+    exact = ANNTri(len(X), sigma=0.05, random_state=2, max_samples_per_round=20000)
+    fast = ANNTri(len(X), sigma=0.05, random_state=2, max_samples_per_round=20000, lookahead=0.1)
+    res_exact = run(exact, PointsOracle(X, noise=0.05, random_state=2), 10**7, batch=200)
+    seen_repeats = False
+    total = 0
+    while True:
+        qs = fast.next_questions(200)
+        if not qs:
+            break
+        seen_repeats |= len(set(qs)) < len(qs)
+        counts = {}
+        for q in qs:
+            counts[q] = counts.get(q, 0) + 1
+        for (i, j), c in counts.items():  # at most 1 + lookahead * T layers of an arm
+            assert c <= 1 + 0.1 * (fast.count_[i, j])
+            assert fast.pending_[i, j] == c
+        fast.observe(oracle.answer(qs))
+        total += len(qs)
+    assert seen_repeats and fast.done and fast.progress()["pending_questions"] == 0
+    assert neighbor_error(fast.result().neighbors, oracle.distances) == 0.0
+    assert np.all(fast.round_issued_ <= 20000)
+    assert total < 1.5 * res_exact.total_queries
+    with pytest.raises(ValueError, match="lookahead"):
+        ANNTri(5, lookahead=-1).next_questions(1)

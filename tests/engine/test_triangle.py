@@ -3,7 +3,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.spatial.distance import cdist
 
-from engine.triangle import closure_reference, full_pass, refresh_row, update_pair
+from engine.triangle import closure_reference, full_pass, refresh_row, update_pair, update_pairs
 
 
 def _random_intervals(seed, n):
@@ -79,3 +79,37 @@ def test_a_sampled_pair_tightens_the_third_side():
     update_pair(U, L, 0, 2)
     assert U[1, 2] == 1.1
     assert L[1, 2] == 0.8  # d(1,2) >= d(0,1) - d(0,2) >= 0.9 - 0.1
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(3, 12), m=st.integers(1, 8))
+def test_batched_pair_updates_are_sound_symmetric_and_no_tighter_than_the_loop(seed, n, m):
+    rng, D, U, L = _random_intervals(seed, n)
+    for _ in range(m):  # tighten some sampled pairs first, as observe does
+        i, j = rng.choice(n, 2, replace=False)
+        U[i, j] = U[j, i] = min(U[i, j], D[i, j] + rng.exponential(0.1))
+        L[i, j] = L[j, i] = max(L[i, j], D[i, j] - rng.exponential(0.1))
+    pairs = [tuple(rng.choice(n, 2, replace=False)) for _ in range(m)]
+    U_loop, L_loop = U.copy(), L.copy()
+    for i, j in pairs:
+        update_pair(U_loop, L_loop, i, j)
+    U0, L0 = U.copy(), L.copy()
+    update_pairs(U, L, [p[0] for p in pairs], [p[1] for p in pairs])
+    assert _contains(D, U, L)
+    assert np.array_equal(U, U.T) and np.array_equal(L, L.T)
+    assert np.all(U <= U0) and np.all(L >= L0)
+    assert np.all(U >= U_loop - 1e-12) and np.all(L <= L_loop + 1e-12)
+    if m == 1:  # one pair: exactly update_pair
+        assert np.allclose(U, U_loop) and np.allclose(L, L_loop)
+
+
+def test_batched_pair_updates_chunk_like_one_step(monkeypatch):
+    import engine.triangle as tri
+
+    _, D, U, L = _random_intervals(11, 15)
+    i, j = [0, 3, 3, 7, 9], [1, 4, 8, 2, 0]
+    U1, L1 = U.copy(), L.copy()
+    update_pairs(U1, L1, i, j)
+    monkeypatch.setattr(tri, "UPDATE_CHUNK_ELEMENTS", 15)  # one pair end per chunk
+    update_pairs(U, L, i, j)
+    assert np.array_equal(U, U1) and np.array_equal(L, L1)
