@@ -56,7 +56,7 @@ def live_server(conn, redis_url, tmp_path):
         proc.communicate(timeout=60)
 
 
-def test_a_rater_answers_twenty_questions_and_the_researcher_sees_them(browser, live_server):
+def test_a_rater_answers_twenty_questions_and_the_researcher_sees_them(browser, live_server, conn):
     page = browser.new_page()
     page.goto(f"{live_server}/s/browser?PROLIFIC_PID=p-0001")
     assert "more similar" in page.locator("#instructions").inner_text()
@@ -70,8 +70,16 @@ def test_a_rater_answers_twenty_questions_and_the_researcher_sees_them(browser, 
         else:
             page.keyboard.press("ArrowLeft" if side == 0 else "ArrowRight")
         page.wait_for_function(f"document.getElementById('answered').textContent === '{n + 1}'")
+    from conftest import RESEARCHER, RESEARCHER_PASSWORD
+
+    from webapp.accounts import create_user
+
+    create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
     dashboard = browser.new_page()
-    dashboard.goto(f"{live_server}/studies/browser")
+    dashboard.goto(f"{live_server}/studies/browser")  # the login page, then back to the study
+    dashboard.fill("#username", RESEARCHER)
+    dashboard.fill("#password", RESEARCHER_PASSWORD)
+    dashboard.click("#login")
     dashboard.wait_for_function("document.getElementById('n-answers').textContent === '20'")
     assert dashboard.locator("#n-raters").inner_text() == "1"
     # the worker has applied the answers: the nearest-neighbour column is filled in

@@ -32,6 +32,13 @@ def healthy(base):
 
 
 def test_serve_demo_answers_over_http_and_stops_cleanly(tmp_path, monkeypatch):
+    from conftest import RESEARCHER, RESEARCHER_PASSWORD
+    from test_auth import http_log_in
+
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
+    assert CliRunner().invoke(main, ["user", "add", RESEARCHER, "--password-stdin"],
+                              input=RESEARCHER_PASSWORD + "\n").exit_code == 0
     port = free_port()
     env = dict(os.environ, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"))
     env.pop("REDIS_URL", None)
@@ -42,16 +49,17 @@ def test_serve_demo_answers_over_http_and_stops_cleanly(tmp_path, monkeypatch):
     try:
         wait_for(lambda: healthy(base) or proc.poll() is not None)
         assert proc.poll() is None, proc.stdout.read()
+        researcher = http_log_in(base, RESEARCHER, RESEARCHER_PASSWORD)
         rater = requests.Session()
         question = rater.get(f"{base}/api/studies/demo-colours/questions/next", timeout=5).json()["question"]
         response = rater.post(f"{base}/api/studies/demo-colours/answers", timeout=5,
                               json={"token": question["token"], "choice": question["candidates"][1]["index"]})
         assert response.status_code == 201
         # the real RQ worker process applies the answer
-        stats = wait_for(lambda: (s := requests.get(f"{base}/api/studies/demo-colours/stats", timeout=5).json())
+        stats = wait_for(lambda: (s := researcher.get(f"{base}/api/studies/demo-colours/stats", timeout=5).json())
                          ["engine"]["answers_applied"] == 1 and s)
         assert stats["answers"] == 1 and stats["pool_depth"] > 0
-        assert "/s/demo-colours" in requests.get(f"{base}/studies/demo-colours", timeout=5).text
+        assert "/s/demo-colours" in researcher.get(f"{base}/studies/demo-colours", timeout=5).text
     finally:
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=60)
