@@ -16,7 +16,9 @@ SECRET = "test-secret-key"
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory):
-    server = EmbeddedRedis(tmp_path_factory.mktemp("redis-instance"))
+    # fsync once a second: the suite's scratch data need no per-write fsync (durability tests
+    # start their own server with the platform's default, appendfsync always)
+    server = EmbeddedRedis(tmp_path_factory.mktemp("redis-instance"), appendfsync="everysec")
     url = server.start()
     yield url
     server.stop()

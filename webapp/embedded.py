@@ -62,9 +62,13 @@ def running_url(instance_path: str | Path) -> str | None:
 class EmbeddedRedis:
     """A redis-server child process owned by this object; ``stop()`` shuts it down cleanly."""
 
-    def __init__(self, instance_path: str | Path, port: int | None = None):
+    def __init__(self, instance_path: str | Path, port: int | None = None, appendfsync: str = APPENDFSYNC):
         self.data_dir = Path(instance_path) / "redis"
         self.port = port
+        # "always" is the platform's default; the test suite's scratch server trades it for speed
+        if appendfsync not in ("always", "everysec", "no"):
+            raise ValueError(f"appendfsync must be always, everysec or no, not {appendfsync!r}")
+        self.appendfsync = appendfsync
         self.process: subprocess.Popen | None = None
         self.url: str | None = None
 
@@ -81,7 +85,7 @@ class EmbeddedRedis:
         args = [
             redis_server_binary(), "--bind", "127.0.0.1", "--port", str(port),
             "--requirepass", password, "--dir", str(self.data_dir),
-            "--appendonly", "yes", "--appendfsync", APPENDFSYNC, "--appendfilename", "proxima.aof",
+            "--appendonly", "yes", "--appendfsync", self.appendfsync, "--appendfilename", "proxima.aof",
             "--save", "", "--dbfilename", "proxima.rdb", "--daemonize", "no",
             "--logfile", str(self.data_dir / "redis.log"), "--loglevel", "notice",
         ]

@@ -147,10 +147,14 @@ class Learner:
             planner.window = max(int(window), 1)
         planned = list(planner.next_questions(budget))
         if self.algorithm.algorithm in ("anntri", "ann"):
-            while len(planned) < budget and planner.window < n_items and not planner.done:
-                planner.window = min(n_items, max(planner.window + 1, math.ceil(planner.window * 1.5)))
-                more = planner.next_questions(budget - len(planned))
-                planned.extend(more)
+            # More raters than the open rounds have distinct questions: open a few more rounds
+            # (each should offer ~5 questions), then ask the open rounds' least-asked arms again.
+            cap = min(n_items, max(int(window or 1), math.ceil(budget / 5)))
+            while len(planned) < budget and planner.window < cap and not planner.done:
+                planner.window = min(cap, max(planner.window + 1, math.ceil(planner.window * 1.5)))
+                planned.extend(planner.next_questions(budget - len(planned)))
+            if len(planned) < budget:
+                planned.extend(_least_asked(planner, budget - len(planned)))
         return [self._question(q, n_items) for q in planned]
 
     def _question(self, planned: tuple, n_items: int) -> dict:
@@ -167,9 +171,10 @@ class Learner:
 
     def stale(self, questions: list[dict]) -> list[dict]:
         """Pooled questions no longer worth asking: their round has closed."""
-        status = getattr(self.planner, "status_", None)
-        if status is None or self.algorithm.algorithm == "random":
+        if not hasattr(self.planner, "status_") or self.algorithm.algorithm == "random":
             return []
+        self.planner.progress()  # settles the rounds the latest answers decided
+        status = self.planner.status_
         return [q for q in questions
                 if status[q["items"][0] if q["kind"] == "rating" else q["head"]] != anntri.ROUND_OPEN]
 
@@ -214,6 +219,36 @@ class Learner:
         if "class" not in state:
             state = {**state, "class": type(self.planner).__name__}
         return state
+
+
+def _least_asked(planner, budget: int) -> list[tuple[int, int]]:
+    """SETri with questions in flight counted as samples: for each open round in turn, the
+    undecided arm with the fewest answers + pending questions. Used once every arm of the open
+    rounds is pending, so raters get a useful repeat rather than a uniformly random fallback."""
+    cap = planner.max_samples_per_round
+    rounds = []
+    for j in np.flatnonzero(planner.status_ == anntri.ROUND_OPEN).tolist():
+        undecided = planner._decide_round(j)
+        if undecided is not None:
+            arms = np.flatnonzero(undecided)
+            arms = arms[arms != j]
+            if len(arms):
+                rounds.append((j, arms))
+    out: list[tuple[int, int]] = []
+    while len(out) < budget and rounds:
+        for j, arms in list(rounds):
+            if len(out) >= budget:
+                break
+            if cap is not None and planner.round_issued_[j] >= cap:
+                rounds.remove((j, arms))
+                continue
+            a = int(arms[np.argmin(planner.count_[j, arms] + planner.pending_[j, arms])])
+            out.append((j, a))
+            planner.pending_[j, a] += 1
+            planner.pending_[a, j] += 1
+            planner.round_issued_[j] += 1
+    planner.n_issued_ += len(out)
+    return out
 
 
 def new_learners(config: StudyConfig, n_items: int, labels=None) -> dict[str, Learner]:
