@@ -1147,6 +1147,14 @@ class ForestRoute:
         self.n_late_ += late
         self._advance()
 
+    def asked(self, questions) -> np.ndarray:
+        """Bool per ``(q, p1, p2)``: whether this search asked that triplet about its item."""
+        rows = _check_rows(questions, 3, "question")
+        if rows.shape[0] == 0:
+            return np.zeros(0, bool)
+        codes = self._code(rows[:, 1:3].min(axis=1), rows[:, 1:3].max(axis=1))
+        return (rows[:, 0] == self.item) & ~self.table_.check_known(codes)
+
     def forget(self, questions) -> int:
         rows = _check_rows(questions, 3, "question")
         if rows.shape[0] == 0:

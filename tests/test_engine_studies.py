@@ -263,3 +263,35 @@ def test_list_order_triplets_import_and_export_round_trip(conn, study_id):
         with pytest.raises(ValueError, match=words):
             import_triplets(conn, study_id, bad, source="bad.csv")
     assert len(read_answers(conn, study_id)) == 25  # all or nothing
+
+
+def test_a_built_forest_routes_items_added_later(app, conn, redis_url, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from webapp.cli import main
+
+    sid = make_study(conn, "growing", algorithms=[{"algorithm": "comparison_forest", "params": {"n_trees": 4}}])
+    drive(app, conn, sid, truthful(np.random.default_rng(7)), max_answers=2000)
+    # two new items, each next to an existing one: 0.02 (by p0/p1) and 2.03 (by p4/p5)
+    positions = POSITIONS + [0.02, 2.03]
+    (tmp_path / "new.csv").write_text("id,text\nnew-a,close to p0\nnew-b,close to p4\n")
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    result = CliRunner().invoke(main, ["add-items", sid, "--items", str(tmp_path / "new.csv")])
+    assert result.exit_code == 0, result.output
+    assert "Added 2 items to study growing (8 items now)" in result.output
+    drive(app, conn, sid, truthful(np.random.default_rng(8), positions=positions), max_answers=500)
+    run_worker(conn)
+    progress = json.loads(conn.hget(keys.engine_stats(sid), "summary"))["comparison_forest"]["progress"]
+    assert progress["added_items"] == 2 and progress["added_items_routed"] == 2
+    nn, _ = learned_neighbors(conn, sid)
+    assert nn[6] in (0, 1) and nn[7] in (4, 5)
+    logged = [a for a in read_answers(conn, sid) if a.head >= 6]
+    assert logged and all(a.algorithm == "comparison_forest" for a in logged)
+
+
+def test_items_cannot_be_added_to_a_fixed_item_study(conn):
+    from workers.studies import StudyError, add_items
+
+    sid = make_study(conn, "fixed", algorithms=[{"algorithm": "anntri"}])
+    with pytest.raises(StudyError, match="anntri learn"):
+        add_items(conn, sid, [Item(id="x", kind="text", text="x")])

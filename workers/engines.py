@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine import anntri
-from engine.comparison_tree import ComparisonForest
+from engine.comparison_tree import ComparisonForest, ForestRoute
 from engine.random_triplets import RandomTriplets
 
 from .answers import Answer
@@ -21,6 +21,8 @@ from .questions import derived_triplet_question, rating_question, triplet_questi
 GRAPH_PLANNERS = {"anntri": anntri.ANNTri, "ann": anntri.ANN, "random": anntri.RandomSampling}
 #: Answers imported from a file carry this algorithm label.
 IMPORTED = "import"
+#: A comparison forest's saved state: the forest plus the searches routing items added later.
+FOREST_STATE = "ForestStudy"
 
 
 @dataclass(frozen=True)
@@ -46,10 +48,12 @@ def _seed(config: StudyConfig, index: int):
 class Learner:
     """One algorithm of a study: builds questions for its pool and applies its answers."""
 
-    def __init__(self, algorithm: AlgorithmConfig, config: StudyConfig, planner):
+    def __init__(self, algorithm: AlgorithmConfig, config: StudyConfig, planner, routes=None):
         self.algorithm = algorithm
         self.config = config
         self.planner = planner
+        #: comparison forests: item added after the forest was built -> its search down the trees
+        self.routes: dict[int, ForestRoute] = dict(routes or {})
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -78,7 +82,11 @@ class Learner:
             planner = anntri.planner_from_state(state)
         elif name == "RandomTriplets":
             planner = RandomTriplets.from_state(state)
-        elif name == "ComparisonForest" or "tree_seeds" in state:
+        elif name == FOREST_STATE:
+            planner = ComparisonForest.from_state(state["forest"])
+            routes = {int(r["item"]): ForestRoute.from_state(r, planner) for r in state["routes"]}
+            return cls(algorithm, config, planner, routes)
+        elif name == "ComparisonForest":
             planner = ComparisonForest.from_state(state)
         else:
             raise ValueError(f"no learner can restore an engine state of class {name!r}")
@@ -91,6 +99,18 @@ class Learner:
     @property
     def learns_graph(self) -> bool:
         return self.algorithm.learns_graph
+
+    @property
+    def is_forest(self) -> bool:
+        return self.algorithm.algorithm == "comparison_forest"
+
+    def sync_items(self, n_items: int) -> None:
+        """Start routing items added to the study after its forest was built."""
+        if not self.is_forest or not self.planner.done:
+            return
+        for item in range(int(self.planner.n_items), n_items):
+            if item not in self.routes:
+                self.routes[item] = self.planner.route(item)
 
     # ------------------------------------------------------------------ answers
     def engine_answers(self, answers: list[Answer]) -> list[tuple]:
@@ -109,8 +129,9 @@ class Learner:
             rows = [(a.head, a.a, a.b, a.choice) for a in answers
                     if a.kind == "triplet" and a.algorithm in (self.label, IMPORTED)]
         else:
+            n = int(self.planner.n_items)
             mine = [(a.head, a.a, a.b, a.choice) for a in answers
-                    if a.kind == "triplet" and a.algorithm == self.label and not a.fallback]
+                    if a.kind == "triplet" and a.algorithm == self.label and not a.fallback and a.head < n]
             # A forest only takes answers to triplets it asked (a rebuild without some raters
             # grows different trees, so older answers may no longer match any question).
             if mine:
@@ -118,12 +139,26 @@ class Learner:
                 rows = [r for r, ok in zip(mine, asked, strict=True) if ok]
         return rows
 
+    def _route_answers(self, answers: list[Answer]) -> dict[int, list[tuple]]:
+        by_item: dict[int, list[tuple]] = {}
+        for a in answers:
+            if (a.kind == "triplet" and a.algorithm == self.label and not a.fallback and a.head in self.routes):
+                by_item.setdefault(a.head, []).append((a.head, a.a, a.b, a.choice))
+        return by_item
+
     def observe(self, answers: list[Answer]) -> int:
         """Apply the answers this learner uses; returns how many it used."""
         rows = self.engine_answers(answers)
         if rows:
             self.planner.observe(rows)
-        return len(rows)
+        used = len(rows)
+        for item, item_rows in self._route_answers(answers).items():
+            route = self.routes[item]
+            known = [r for r, ok in zip(item_rows, route.asked([r[:3] for r in item_rows]), strict=True) if ok]
+            if known:
+                route.observe(known)
+                used += len(known)
+        return used
 
     def forget(self, questions: list[dict]) -> None:
         """Release this learner's questions that expired unanswered, so they can be asked again."""
@@ -133,8 +168,14 @@ class Learner:
         if self.learns_graph:
             pairs = [tuple(q["items"]) if q["kind"] == "rating" else (q["head"], q["probe"]) for q in mine]
             self.planner.forget(pairs)
-        else:
-            self.planner.forget([(q["head"], *q["candidates"]) for q in mine])
+            return
+        n = int(self.planner.n_items)
+        own = [(q["head"], *q["candidates"]) for q in mine if q["head"] < n]
+        if own:
+            self.planner.forget(own)
+        for q in mine:
+            if q["head"] in self.routes:
+                self.routes[q["head"]].forget([(q["head"], *q["candidates"])])
 
     # ------------------------------------------------------------------ questions
     def plan(self, budget: int, n_items: int, window: int | None = None) -> list[dict]:
@@ -155,6 +196,9 @@ class Learner:
                 planned.extend(planner.next_questions(budget - len(planned)))
             if len(planned) < budget:
                 planned.extend(_least_asked(planner, budget - len(planned)))
+        for route in self.routes.values():
+            if len(planned) < budget and not route.done:
+                planned.extend(route.next_questions(budget - len(planned)))
         return [self._question(q, n_items) for q in planned]
 
     def _question(self, planned: tuple, n_items: int) -> dict:
@@ -182,10 +226,14 @@ class Learner:
     @property
     def finished(self) -> bool:
         done = getattr(self.planner, "done", False)
-        return bool(done)
+        return bool(done) and all(route.done for route in self.routes.values())
 
     def progress(self) -> dict:
-        return self.planner.progress()
+        progress = self.planner.progress()
+        if self.routes:
+            progress = {**progress, "added_items": len(self.routes),
+                        "added_items_routed": sum(route.done for route in self.routes.values())}
+        return progress
 
     def graph(self, k: int | None = None) -> Graph:
         """The learned nearest-neighbour graph (for forests: most frequent leaf-mates)."""
@@ -202,10 +250,16 @@ class Learner:
             est = np.where(nb >= 0, 1.0 - rate, np.nan)
             return Graph(nb, np.zeros(len(nb), bool), est, np.full(nb.shape, np.nan), np.full(nb.shape, np.nan),
                          np.where(nb >= 0, res.shown[rows, safe], 0))
-        ng = planner.neighbor_graph(k=k or 1)
-        nan = np.full(ng.neighbors.shape, np.nan)
-        return Graph(ng.neighbors, np.zeros(len(ng.neighbors), bool), nan, nan, nan,
-                     np.zeros(ng.neighbors.shape, np.int64))
+        k = k or 1
+        ng = planner.neighbor_graph(k=k)
+        n_all = int(planner.n_items) + len(self.routes)
+        neighbors = np.full((n_all, k), -1, np.int64)
+        neighbors[: int(planner.n_items)] = ng.neighbors
+        for item, route in self.routes.items():
+            found = route.result().neighbors[:k]
+            neighbors[item, : len(found)] = found
+        nan = np.full(neighbors.shape, np.nan)
+        return Graph(neighbors, np.zeros(n_all, bool), nan, nan, nan, np.zeros(neighbors.shape, np.int64))
 
     def summary(self) -> dict:
         """What the dashboard shows of a learner: its progress and each item's current neighbour."""
@@ -215,10 +269,10 @@ class Learner:
                 "finished": self.finished, "neighbors": [int(x) for x in first]}
 
     def to_state(self) -> dict:
-        state = self.planner.to_state()
-        if "class" not in state:
-            state = {**state, "class": type(self.planner).__name__}
-        return state
+        if self.is_forest:
+            return {"class": FOREST_STATE, "forest": self.planner.to_state(),
+                    "routes": [route.to_state() for _, route in sorted(self.routes.items())]}
+        return self.planner.to_state()
 
 
 def _least_asked(planner, budget: int) -> list[tuple[int, int]]:

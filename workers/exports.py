@@ -19,7 +19,7 @@ from . import answers as answer_log
 from . import engine_state, keys
 from .engines import IMPORTED, Learner
 from .queue import schedule_update
-from .studies import StudyError, get_items, get_study
+from .studies import StudyError, get_items, get_study, initial_item_count
 
 #: (what, format) -> (media type, file extension)
 FORMATS = {
@@ -64,8 +64,11 @@ def _learner(conn, study, algorithm: str | None, want: str) -> Learner:
         alg = graph_first[0]
     state = engine_state.load(conn, study.id, alg.label)
     if state is None:
-        return Learner.new(alg, study.config, study.n_items, [i.label for i in get_items(conn, study.id)])
-    return Learner.from_state(alg, study.config, state)
+        n = initial_item_count(conn, study.id, study.n_items)
+        return Learner.new(alg, study.config, n, [i.label for i in get_items(conn, study.id)][:n])
+    learner = Learner.from_state(alg, study.config, state)
+    learner.sync_items(study.n_items)
+    return learner
 
 
 def _number(x) -> float | None:
@@ -84,7 +87,7 @@ def nn_graph(conn, study_id: str, algorithm: str | None = None) -> dict:
     k = int(learner.algorithm.params.get("k", 1))
     g = learner.graph(k)
     edges = []
-    for i in range(study.n_items):
+    for i in range(len(g.neighbors)):  # items added to a forest appear once their routing starts
         for rank, j in enumerate(g.neighbors[i].tolist()):
             if j < 0:
                 continue

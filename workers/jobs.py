@@ -19,7 +19,7 @@ from rq import get_current_job
 from . import answers as answer_log
 from . import engine_state, keys, questions
 from .engines import Learner
-from .studies import Study, get_items, get_study
+from .studies import Study, get_items, get_study, initial_item_count
 
 # an issued question is reclaimed this long after its token expired (clock skew between hosts)
 EXPIRY_GRACE_SECONDS = 30
@@ -49,9 +49,10 @@ def load_learners(conn, study: Study) -> dict[str, Learner]:
         if state is not None:
             learners[alg.label] = Learner.from_state(alg, study.config, state)
             continue
+        n = initial_item_count(conn, study.id, study.n_items)
         if labels is None:
-            labels = [item.label for item in get_items(conn, study.id)]
-        learners[alg.label] = Learner.new(alg, study.config, study.n_items, labels)
+            labels = [item.label for item in get_items(conn, study.id)][:n]
+        learners[alg.label] = Learner.new(alg, study.config, n, labels)
     return learners
 
 
@@ -103,9 +104,13 @@ def _one_pass(conn, study_id: str, now: float) -> dict:
                 pipe.watch(keys.cursor(study_id))
                 cursor = engine_state.load_cursor(pipe, study_id)
                 learners = load_learners(pipe, study)
+                for learner in learners.values():
+                    learner.sync_items(study.n_items)
                 batch = answer_log.read_answers(pipe, study_id, after=cursor, count=MAX_ANSWERS_PER_PASS)
                 excluded = {r.decode() for r in pipe.smembers(keys.excluded_raters(study_id))}
                 poisoned = observe_batch(learners, [a for a in batch if a.rater not in excluded])
+                for learner in learners.values():
+                    learner.sync_items(study.n_items)  # a forest finished by this batch starts routing added items
                 expired = questions.expired_questions(pipe, study_id, before=now - EXPIRY_GRACE_SECONDS)
                 counters = {k.decode(): v for k, v in pipe.hgetall(keys.counters(study_id)).items()}
                 active = int(pipe.zcount(keys.active_raters(study_id), now - ACTIVE_RATER_SECONDS, "+inf"))

@@ -14,7 +14,7 @@ from . import engine_state, keys
 from .engines import new_learners
 from .jobs import LOCK_TIMEOUT_SECONDS, load_learners, observe_batch
 from .queue import schedule_update
-from .studies import get_items, get_study
+from .studies import get_items, get_study, initial_item_count
 
 
 @dataclass
@@ -42,12 +42,15 @@ def rebuild_study(conn, study_id: str, exclude_raters=(), chunk: int = 20000) ->
         old = {label: learner.graph().neighbors[:, 0].tolist()
                for label, learner in load_learners(conn, study).items()} if had_state else {}
 
-        learners = new_learners(study.config, study.n_items, [item.label for item in items])
+        n_initial = initial_item_count(conn, study_id, study.n_items)
+        learners = new_learners(study.config, n_initial, [item.label for item in items[:n_initial]])
         poisoned: dict[str, str] = {}
         cursor = "0-0"
         while True:
             batch = answer_log.read_answers(conn, study_id, after=cursor, count=chunk)
             kept = [a for a in batch if a.rater not in excluded]
+            for learner in learners.values():
+                learner.sync_items(study.n_items)
             poisoned.update(observe_batch(learners, kept))
             report.answers_replayed += len(kept)
             report.answers_excluded += len(batch) - len(kept)
@@ -55,6 +58,8 @@ def rebuild_study(conn, study_id: str, exclude_raters=(), chunk: int = 20000) ->
                 cursor = batch[-1].id
             if len(batch) < chunk:
                 break
+        for learner in learners.values():
+            learner.sync_items(study.n_items)
         report.answers_set_aside = len(poisoned)
         with conn.pipeline(transaction=True) as pipe:
             if excluded:

@@ -144,6 +144,42 @@ def check_config_for_items(config: StudyConfig, items: list[Item]) -> None:
                                  "items CSV)")
 
 
+def add_items(conn, study_id: str, items: list[Item], media: dict[int, bytes] | None = None) -> int:
+    """Append items to a study whose algorithms can take them (comparison forests: once a forest
+    is built, each added item is routed down its trees by triplet questions). Returns the new count.
+
+    ``media`` is keyed by the index within ``items``.
+    """
+    study = get_study(conn, study_id)
+    fixed = [a.label for a in study.config.algorithms if a.algorithm != "comparison_forest"]
+    if fixed:
+        raise StudyError(f"items can only be added to studies whose algorithms are all comparison_forest; "
+                         f"{', '.join(fixed)} learn(s) a fixed set of items (create a new study instead)")
+    if not items:
+        raise StudyError("no items to add")
+    existing = {item.id for item in get_items(conn, study_id)}
+    ids = [item.id for item in items]
+    clash = sorted((existing & set(ids)) | {i for i in ids if ids.count(i) > 1})
+    if clash:
+        raise StudyError(f"item ids must be unique in the study; already used: {', '.join(clash[:10])}")
+    first = study.n_items
+    with conn.pipeline(transaction=True) as pipe:
+        pipe.rpush(keys.items(study_id), *[json.dumps(item.to_dict(), sort_keys=True) for item in items])
+        if media:
+            pipe.hset(keys.media(study_id), mapping={str(first + i): data for i, data in media.items()})
+        pipe.hsetnx(keys.study(study_id), "n_items_initial", first)
+        pipe.hset(keys.study(study_id), "n_items", first + len(items))
+        pipe.delete(keys.finished(study_id))  # the built forests have new items to route
+        pipe.execute()
+    return first + len(items)
+
+
+def initial_item_count(conn, study_id: str, n_items: int) -> int:
+    """How many items the study was created with (its engines' fixed item set)."""
+    raw = conn.hget(keys.study(study_id), "n_items_initial")
+    return int(raw) if raw is not None else n_items
+
+
 def get_study(conn, study_id: str) -> Study:
     if not isinstance(study_id, str) or not STUDY_ID_PATTERN.match(study_id):
         raise StudyNotFound(str(study_id))
@@ -229,3 +265,32 @@ def items_from_csv(path: str | Path) -> list[Item]:
         except StudyError as exc:
             raise StudyError(f"{path}, row {line}: {exc}") from None
     return items
+
+
+#: Config fields a researcher may change while a study runs (the algorithms and items may not:
+#: the engine state was built for them).
+EDITABLE_FIELDS = ("name", "instructions", "question", "pool_size", "token_ttl_seconds", "budgets")
+
+
+def update_config(conn, study_id: str, **changes) -> StudyConfig:
+    """Change editable fields of a study's config, re-validated as a whole; returns the new config.
+
+    ``budgets`` maps algorithm labels to a question budget (None for no limit). Raises
+    StudyError for a field that cannot change and ConfigError naming an invalid value.
+    """
+    unknown = sorted(set(changes) - set(EDITABLE_FIELDS))
+    if unknown:
+        raise StudyError(f"cannot change {', '.join(unknown)} of a study once created; "
+                         f"editable: {', '.join(EDITABLE_FIELDS)}")
+    study = get_study(conn, study_id)
+    data = study.config.to_dict()
+    budgets = changes.pop("budgets", None) or {}
+    labels = [a["label"] for a in data["algorithms"]]
+    for label, budget in budgets.items():
+        if label not in labels:
+            raise StudyError(f"budgets: the study has no algorithm '{label}'; its algorithms: {', '.join(labels)}")
+        data["algorithms"][labels.index(label)]["budget"] = budget
+    data.update(changes)
+    config = StudyConfig.from_dict(data)
+    conn.hset(keys.study(study_id), mapping={"name": config.name, "config": config.to_json()})
+    return config
