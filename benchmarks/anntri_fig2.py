@@ -16,7 +16,7 @@ diameter 2 (radius 1), neighbouring discs 10% of the diameter apart (centres 2.2
 circle radius ≈ 3.56), the distance of a point to its disc centre uniform in [0, 1]
 ("linear"); σ = 0.1. ``--diameter 1 --radial uniform`` gives the earlier, 4× harder data.
     python benchmarks/anntri_fig2.py            # 20 seeds, rounds capped at 1e5 (paper)
-    python benchmarks/anntri_fig2.py --quick    # 3 seeds, cap 1e4
+    python benchmarks/anntri_fig2.py --quick    # 3 seeds, cap 1e4 (unless --seeds/--cap given)
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class RoundRandom(ANN):
         if self._decide_round(j) is None:
             return None
         arms = np.flatnonzero((np.arange(self.n_items) != j) & (self.pending_[j] == 0))
-        return self.rng_.permutation(arms)
+        return self.rng_.permutation(arms).tolist()
 
 
 ROUND_PLANNERS = {"ANNTri": PLANNERS["ANNTri"], "ANN": ANN, "Random": RoundRandom}
@@ -103,8 +103,8 @@ def error_at(res, n, q):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--seeds", type=int, default=20)
-    ap.add_argument("--cap", type=int, default=100_000)
+    ap.add_argument("--seeds", type=int, default=None, help="default 20 (3 with --quick)")
+    ap.add_argument("--cap", type=int, default=None, help="round cap, default 1e5 (1e4 with --quick)")
     ap.add_argument("--sigma", type=float, default=0.1)
     ap.add_argument("--random-budget", type=float, default=None,
                     help="Random's queries per item (default: the largest grid point)")
@@ -114,8 +114,11 @@ def main():
     ap.add_argument("--no-global", action="store_true", help="per-round table only")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
-    if a.quick:
-        a.seeds, a.cap = 3, 10_000
+    # --quick only changes what was not given explicitly (--quick --seeds 20 runs 20 seeds).
+    if a.seeds is None:
+        a.seeds = 3 if a.quick else 20
+    if a.cap is None:
+        a.cap = 10_000 if a.quick else 100_000
     data = dict(diameter=a.diameter, radial=a.radial)
     print(f"Fig. 2 setting: 10 clusters x 10 points, discs of diameter {a.diameter:g} "
           f"({a.radial} radius), gap 10% of diameter, sigma={a.sigma}, delta=0.1, "

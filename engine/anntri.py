@@ -388,7 +388,7 @@ class _NeighborGraphPlanner:
     def _refresh(self, j):
         self._flush_triangle()
         tri.refresh_row(self.upper_, self.lower_, j)
-        self.refresh_mark_[j] = self.n_samples_
+        self.refresh_mark_[j] = self.round_issued_[j]
         self._active_cache.clear()
 
     def forget(self, pairs) -> None:
@@ -545,11 +545,13 @@ class _NeighborGraphPlanner:
 
     def _eligible(self, j):
         """SETri's arms for round j: undecided, fewest samples, not already pending (a list)."""
-        # Refresh row j after n new samples, and geometrically less often as the round
-        # grows (a long duel is decided by its own samples): O(log) O(n²) steps per round.
-        if self.triangle and (self.n_samples_ - int(self.refresh_mark_[j])
-                              >= max(self.n_items, int(self.round_issued_[j]) >> 3)):
-            self._refresh(j)
+        # Refresh row j after n questions of its own, and geometrically less often as the
+        # round grows (a long duel is decided by its own samples): O(n) amortised per
+        # question, whatever the window.
+        if self.triangle:
+            issued = int(self.round_issued_[j])
+            if issued - int(self.refresh_mark_[j]) >= max(self.n_items, issued >> 3):
+                self._refresh(j)
         undecided = self._decide_round(j)
         if undecided is None:
             return None
@@ -674,7 +676,29 @@ class _NeighborGraphPlanner:
         j = int(j)
         if not 0 <= j < self.n_items:
             raise ValueError(f"round index must lie in 0..{self.n_items - 1}, got {j}")
-        return self.current_neighbors()[j].copy(), int(self.round_issued_[j])
+        self._settle()
+        if self.status_[j] == ROUND_CERTIFIED:
+            return self.neighbors_[j].astype(np.int64), int(self.round_issued_[j])
+        # Row j of current_neighbors, in O(n) instead of O(n²).
+        k = self.k
+        U = self.upper_[j].astype(np.float64)
+        L = self.lower_[j].astype(np.float64)
+        U[j] = np.inf
+        L[j] = np.inf
+        kth_upper = np.partition(U, k - 1)[k - 1] if k > 1 else U.min()
+        sampled = self.count_[j] > 0
+        with np.errstate(invalid="ignore"):
+            mid = np.where(np.isfinite(U), 0.5 * (U + L), np.inf)
+        key = np.where(sampled, self.mean_[j], mid)
+        key = np.where(np.isfinite(key), key, _BIG + np.minimum(L, _BIG / 4))
+        key[L >= kth_upper] += 4 * _BIG
+        key[j] = np.inf
+        if k == 1:
+            best = np.array([key.argmin()])
+        else:
+            part = np.argpartition(key, k - 1)[:k]
+            best = part[np.argsort(key[part], kind="stable")]
+        return best.astype(np.int64), int(self.round_issued_[j])
 
     def _certified(self):
         return self.status_ == ROUND_CERTIFIED
@@ -750,7 +774,8 @@ class _NeighborGraphPlanner:
         ``"open_rounds"`` (list of ints), the int scalars ``next_round``, ``n_samples``,
         ``n_issued``, ``rounds_since_full_pass`` and the arrays ``mean``, ``count``,
         ``pending``, ``upper``, ``lower`` (n, n), ``order``, ``status``, ``round_issued``,
-        ``refresh_mark`` (n,), ``neighbors`` (n, k) and ``dirty`` (m,): the pairs
+        ``refresh_mark`` (n,: questions round j had issued at its row's last refresh),
+        ``neighbors`` (n, k) and ``dirty`` (m,): the pairs
         ``i * n + j`` (i < j) sampled since the last triangle step, oldest first (optional
         when loading). ``params["window"]`` is the live window, changed or not since
         construction.

@@ -332,8 +332,9 @@ def run(planner, oracle, budget: int, batch: int | None = None, distances=None,
     nothing to ask or the budget is spent. The error (:func:`neighbor_error` of
     ``planner.current_neighbors()`` against ``distances``, default ``oracle.distances``) is
     recorded at 0 answers, then whenever the answer count has grown by ``checkpoint_growth``
-    (and at least by one question per item), and at the end. ``engine_seconds`` is the time
-    spent inside the planner only. ``batch`` defaults to n_items (a whole SETri layer).
+    (and at least by one question per item), and at the end. ``engine_seconds`` is the CPU
+    time spent inside the planner only (process time, so other programs sharing the machine
+    do not inflate it). ``batch`` defaults to n_items (a whole SETri layer).
     """
     n = planner.n_items
     D = oracle.distances if distances is None else distances
@@ -342,34 +343,36 @@ def run(planner, oracle, budget: int, batch: int | None = None, distances=None,
     engine = 0.0
     total = 0
 
+    clock = time.process_time
+
     def record():
         nonlocal engine
-        t0 = time.perf_counter()
+        t0 = clock()
         nb = planner.current_neighbors()
-        engine += time.perf_counter() - t0
+        engine += clock() - t0
         queries.append(total)
         errors.append(neighbor_error(nb, D))
 
     record()
     next_mark = n
     while total < budget:
-        t0 = time.perf_counter()
+        t0 = clock()
         qs = planner.next_questions(min(batch, budget - total))
-        engine += time.perf_counter() - t0
+        engine += clock() - t0
         if not qs:
             break
         answers = oracle.answer(qs)
-        t0 = time.perf_counter()
+        t0 = clock()
         planner.observe(answers)
-        engine += time.perf_counter() - t0
+        engine += clock() - t0
         total += len(qs)
         if total >= next_mark:
             record()
             next_mark = max(total * checkpoint_growth, total + n)
     if not queries or queries[-1] != total:
         record()
-    t0 = time.perf_counter()
+    t0 = clock()
     graph = planner.result()
-    engine += time.perf_counter() - t0
+    engine += clock() - t0
     return RunResult(np.asarray(queries, dtype=np.int64), np.asarray(errors), total,
                      bool(planner.progress()["done"]), engine, graph)

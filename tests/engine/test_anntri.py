@@ -308,17 +308,19 @@ def test_result_and_progress_shapes():
     json.dumps(p)
 
 
-def test_round_best_matches_current_neighbors_and_counts_round_questions():
+@pytest.mark.parametrize("k", [1, 3])
+def test_round_best_matches_current_neighbors_and_counts_round_questions(k):
     X, _ = circle_clusters(n_clusters=4, cluster_size=5, gap=0.5, random_state=3)
     oracle = PointsOracle(X, noise=0.05, random_state=3)
-    planner = ANNTri(len(X), sigma=0.05, random_state=3)
-    for _ in range(5):
+    planner = ANNTri(len(X), k=k, sigma=0.05, window=3, random_state=3)
+    for step in range(60):
         planner.observe(oracle.answer(planner.next_questions(7)))
-    nb = planner.current_neighbors()
-    for j in range(len(X)):
-        best, t = planner.round_best(j)
-        assert best.shape == (1,) and best[0] == nb[j, 0]
-        assert t == int(planner.round_issued_[j])
+        if step % 10 == 9:
+            nb = planner.current_neighbors()
+            for j in range(len(X)):
+                best, t = planner.round_best(j)
+                assert best.shape == (k,) and np.array_equal(best, nb[j])
+                assert t == int(planner.round_issued_[j])
     assert sum(planner.round_best(j)[1] for j in range(len(X))) == planner.progress()["questions_issued"]
     with pytest.raises(ValueError):
         planner.round_best(len(X))
