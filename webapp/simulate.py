@@ -1,0 +1,722 @@
+"""Simulated crowds: raters that answer a running Proxima server over HTTP from a known truth.
+
+Each simulated rater is a real HTTP client with its own cookie session, exactly like a
+browser, so a simulation exercises the same web processes, pool and workers as real people.
+The truth is a set of points, a distance matrix or the alien-egg data with a noise model
+fitted to the human answers. Must never import Flask or the workers (it is a client).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+TIE_TOLERANCE = 1e-9
+#: spread (sigma of log think time) of the log-normal think time
+THINK_SPREAD = 0.5
+#: a rater gives up after this many failures in a row (the server is gone or refuses everything)
+MAX_CONSECUTIVE_FAILURES = 20
+HTTP_TIMEOUT = 30.0
+DONE_CODES = ("study_complete", "study_not_running")
+ORACLE_HELP = ("points:FILE.csv (columns id,x1,x2,...), matrix:FILE.csv (header row of ids, then an n x n "
+               "distance matrix), eggs (the alien-egg 1-D truth, human-fitted noise) or eggs:DATA_DIR")
+
+
+class SimulationError(ValueError):
+    """A truth, noise setting or study the simulator cannot use; the message says what to fix."""
+
+
+# ---------------------------------------------------------------------------- truth
+@dataclass(frozen=True)
+class Truth:
+    """The known metric simulated raters answer from.
+
+    ``ids`` item ids (as in the study's items), ``distances`` ndarray of shape (n, n),
+    symmetric, zero diagonal, scaled so the largest distance is 1. ``logistic_scale`` is the
+    human-fitted triplet noise (alien eggs), in the same units, else None. ``points`` is
+    ndarray of shape (n, d) when the truth came from points.
+    """
+
+    ids: list[str]
+    distances: np.ndarray
+    source: str
+    logistic_scale: float | None = None
+    points: np.ndarray | None = None
+    index: dict = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "index", {item: i for i, item in enumerate(self.ids)})
+
+    @property
+    def n_items(self) -> int:
+        return len(self.ids)
+
+    def positions(self, item_ids) -> list[int]:
+        try:
+            return [self.index[i] for i in item_ids]
+        except KeyError as exc:
+            raise SimulationError(f"the study shows item {exc.args[0]!r}, which the truth ({self.source}) does "
+                                  "not know: simulate a study created from the same items") from None
+
+
+def _normalised(distances: np.ndarray, source: str) -> np.ndarray:
+    D = np.asarray(distances, dtype=np.float64)
+    if D.ndim != 2 or D.shape[0] != D.shape[1]:
+        raise SimulationError(f"{source}: a distance matrix must be square, got shape {D.shape}")
+    if D.shape[0] < 3:
+        raise SimulationError(f"{source}: a truth needs at least 3 items, got {D.shape[0]}")
+    if not np.all(np.isfinite(D)) or np.any(D < 0):
+        raise SimulationError(f"{source}: distances must be finite and non-negative")
+    if not np.allclose(D, D.T):
+        raise SimulationError(f"{source}: the distance matrix must be symmetric")
+    if not np.allclose(np.diag(D), 0):
+        raise SimulationError(f"{source}: the diagonal (an item's distance to itself) must be 0")
+    top = float(D.max())
+    if top <= 0:
+        raise SimulationError(f"{source}: all distances are 0; there is nothing to learn")
+    return D / top
+
+
+def _check_ids(ids: list[str], source: str) -> None:
+    if any(not i for i in ids):
+        raise SimulationError(f"{source}: every item needs a non-empty id")
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        raise SimulationError(f"{source}: item ids must be unique; repeated: {', '.join(repeated[:10])}")
+
+
+def _read_rows(path: Path, what: str) -> list[list[str]]:
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as fh:
+            rows = [row for row in csv.reader(fh) if any(cell.strip() for cell in row)]
+    except FileNotFoundError:
+        raise SimulationError(f"{what} file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise SimulationError(f"cannot read {what} file {path}: {exc}") from None
+    if len(rows) < 2:
+        raise SimulationError(f"{what} file {path} needs a header row and at least one data row")
+    return rows
+
+
+def _floats(cells: list[str], where: str) -> list[float]:
+    try:
+        return [float(c) for c in cells]
+    except ValueError:
+        raise SimulationError(f"{where}: every value must be a number, got {cells}") from None
+
+
+def points_truth(path: str | Path) -> Truth:
+    """Points from a CSV with columns ``id,x1,x2,...`` (any coordinate names after ``id``)."""
+    path = Path(path)
+    rows = _read_rows(path, "points")
+    header = [h.strip() for h in rows[0]]
+    if header[0].lower() != "id" or len(header) < 2:
+        raise SimulationError(f"{path}: the header must be id,x1,x2,... (an id column, then coordinates)")
+    ids, coords = [], []
+    for line, row in enumerate(rows[1:], start=2):
+        if len(row) != len(header):
+            raise SimulationError(f"{path}, row {line}: {len(row)} cells, the header has {len(header)}")
+        ids.append(row[0].strip())
+        coords.append(_floats(row[1:], f"{path}, row {line}"))
+    _check_ids(ids, str(path))
+    X = np.asarray(coords, dtype=np.float64)
+    diff = X[:, None, :] - X[None, :, :]
+    D = np.sqrt((diff**2).sum(axis=-1))
+    return Truth(ids, _normalised(D, str(path)), source=f"points:{path}", points=X)
+
+
+def matrix_truth(path: str | Path) -> Truth:
+    """A distance matrix from a CSV: a header row of item ids, then n rows of n distances.
+
+    A leading id column is allowed (an empty first header cell, or one more header cell than
+    rows have numbers).
+    """
+    path = Path(path)
+    rows = _read_rows(path, "matrix")
+    header = [h.strip() for h in rows[0]]
+    body = rows[1:]
+    labelled = header[0] == "" or header[0].lower() == "id"
+    ids = header[1:] if labelled else header
+    matrix = []
+    for line, row in enumerate(body, start=2):
+        cells = row[1:] if labelled else row
+        if len(cells) != len(ids):
+            raise SimulationError(f"{path}, row {line}: {len(cells)} distances for {len(ids)} items")
+        if labelled and row[0].strip() and row[0].strip() != ids[line - 2]:
+            raise SimulationError(f"{path}, row {line}: labelled {row[0].strip()!r}, expected {ids[line - 2]!r}")
+        matrix.append(_floats(cells, f"{path}, row {line}"))
+    if len(matrix) != len(ids):
+        raise SimulationError(f"{path}: {len(ids)} ids in the header but {len(matrix)} rows; the matrix must be n x n")
+    _check_ids(ids, str(path))
+    return Truth(ids, _normalised(np.asarray(matrix), str(path)), source=f"matrix:{path}")
+
+
+def eggs_truth(data_dir: str | Path | None = None) -> Truth:
+    """The alien eggs: 1-D truth (the smoothness NNNN of ``iNNNN``), logistic noise fitted to people."""
+    from engine.datasets import load_alien_eggs
+    from engine.oracles import fit_logistic_noise
+
+    try:
+        eggs = load_alien_eggs(data_dir)
+    except FileNotFoundError as exc:
+        raise SimulationError(f"{exc}; pass eggs:DATA_DIR (the folder holding alien_eggs/)") from None
+    D = eggs.distances
+    scale = fit_logistic_noise(D, eggs.triplets)
+    return Truth(list(eggs.items), D, source="eggs", logistic_scale=scale,
+                 points=eggs.coordinates.astype(np.float64)[:, None])
+
+
+def load_truth(spec: str) -> Truth:
+    """Parse an ``--oracle`` spec (see :data:`ORACLE_HELP`) into a :class:`Truth`."""
+    spec = (spec or "").strip()
+    kind, _, arg = spec.partition(":")
+    if kind == "points" and arg:
+        return points_truth(arg)
+    if kind == "matrix" and arg:
+        return matrix_truth(arg)
+    if kind == "eggs":
+        return eggs_truth(arg or None)
+    if kind in ("points", "matrix"):
+        raise SimulationError(f"oracle {spec!r} needs a file: {kind}:FILE.csv")
+    raise SimulationError(f"unknown oracle {spec!r}; use {ORACLE_HELP}")
+
+
+# ---------------------------------------------------------------------------- answers
+@dataclass(frozen=True)
+class NoiseModel:
+    """How a simulated rater turns the truth into answers.
+
+    Triplets: with ``logistic_scale`` set, P(a wins) = 1 / (1 + exp((d(h,a) − d(h,b)) / scale));
+    otherwise both distances get independent N(0, ``sigma``²) noise and the smaller wins.
+    Ratings: value = min + (max − min)·(1 − d + N(0, ``sigma``²)), clipped and snapped to the step.
+    Distances are the truth's, scaled to [0, 1].
+    """
+
+    sigma: float = 0.0
+    logistic_scale: float | None = None
+
+    def __post_init__(self):
+        if not (self.sigma >= 0 and math.isfinite(self.sigma)):
+            raise SimulationError(f"noise must be a number >= 0, got {self.sigma!r}")
+        if self.logistic_scale is not None and not self.logistic_scale > 0:
+            raise SimulationError("the logistic noise scale must be > 0")
+
+
+def snap(value: float, scale: dict) -> float | int:
+    """``value`` clipped to [min, max] and rounded to the nearest allowed step."""
+    lo, hi = float(scale["min"]), float(scale["max"])
+    value = min(max(float(value), lo), hi)
+    step = scale.get("step")
+    if step:
+        n_steps = math.floor((hi - lo) / step + 1e-9)
+        value = lo + min(max(round((value - lo) / step), 0), n_steps) * step
+        value = round(value, 10)
+    if float(value).is_integer() and all(float(scale[k]).is_integer() for k in ("min", "max")) \
+            and (not step or float(step).is_integer()):
+        return int(value)
+    return value
+
+
+def check_scale(scale) -> dict:
+    if not isinstance(scale, dict):
+        raise SimulationError(f"the rating question has no usable scale: {scale!r}")
+    try:
+        lo, hi = float(scale["min"]), float(scale["max"])
+    except (KeyError, TypeError, ValueError):
+        raise SimulationError(f"the rating scale needs numeric min and max: {scale!r}") from None
+    if not hi > lo:
+        raise SimulationError(f"the rating scale's max must exceed its min: {scale!r}")
+    return scale
+
+
+class Rater:
+    """One simulated person: answers questions from the truth (or at random if careless)."""
+
+    def __init__(self, truth: Truth, noise: NoiseModel, careless: bool, rng: random.Random):
+        self.truth = truth
+        self.noise = noise
+        self.careless = careless
+        self.rng = rng
+
+    def answer(self, question: dict) -> dict:
+        """The answer body fields (``choice`` or ``value``) for one question payload."""
+        kind = question.get("kind")
+        if kind == "triplet":
+            return {"choice": self.triplet_choice(question)}
+        if kind == "rating":
+            return {"value": self.rating_value(question)}
+        raise SimulationError(f"the server asked a {kind!r} question; the simulator answers triplet and rating")
+
+    def triplet_choice(self, question: dict) -> int:
+        head = question["head"]
+        a, b = question["candidates"]
+        h, ia, ib = self.truth.positions([head["id"], a["id"], b["id"]])
+        if self.careless:
+            return (a if self.rng.random() < 0.5 else b)["index"]
+        D = self.truth.distances
+        d1, d2 = D[h, ia], D[h, ib]
+        if self.noise.logistic_scale is not None:
+            z = max(-700.0, min(700.0, (d1 - d2) / self.noise.logistic_scale))
+            a_wins = self.rng.random() < 1.0 / (1.0 + math.exp(z))
+        else:
+            if self.noise.sigma > 0:
+                d1 += self.rng.gauss(0.0, self.noise.sigma)
+                d2 += self.rng.gauss(0.0, self.noise.sigma)
+            a_wins = d1 < d2 or (d1 == d2 and self.rng.random() < 0.5)
+        return (a if a_wins else b)["index"]
+
+    def rating_value(self, question: dict) -> float | int:
+        scale = check_scale(question.get("scale"))
+        lo, hi = float(scale["min"]), float(scale["max"])
+        if self.careless:
+            return snap(self.rng.uniform(lo, hi), scale)
+        i, j = self.truth.positions([item["id"] for item in question["items"]])
+        similarity = 1.0 - self.truth.distances[i, j]
+        if self.noise.sigma > 0:
+            similarity += self.rng.gauss(0.0, self.noise.sigma)
+        return snap(lo + (hi - lo) * similarity, scale)
+
+
+def think_seconds(mean: float, rng: random.Random) -> float:
+    """A log-normal think time with mean ``mean`` seconds (0: none)."""
+    if mean <= 0:
+        return 0.0
+    return rng.lognormvariate(math.log(mean) - THINK_SPREAD**2 / 2, THINK_SPREAD)
+
+
+# ---------------------------------------------------------------------------- the crowd
+@dataclass
+class Sent:
+    """One answer the simulator sent and the server accepted."""
+
+    rater: str
+    answer_id: str
+    token: str
+    kind: str
+    items: list[str]
+    answer: dict
+    received_at: float
+    answered_at: float
+    careless: bool
+
+
+@dataclass
+class Report:
+    """What a simulation did. Times are ``time.monotonic()`` seconds."""
+
+    accepted: list[Sent] = field(default_factory=list)
+    errors: Counter = field(default_factory=Counter)
+    get_ms: list[float] = field(default_factory=list)
+    post_ms: list[float] = field(default_factory=list)
+    #: (rater, token, received_at, released_at): how long each question was pending at a rater
+    held: list[tuple[str, str, float, float]] = field(default_factory=list)
+    stop_reason: str = ""
+    seconds: float = 0.0
+    careless_raters: list[str] = field(default_factory=list)
+
+    @property
+    def answers(self) -> int:
+        return len(self.accepted)
+
+    @property
+    def answers_per_second(self) -> float:
+        return self.answers / self.seconds if self.seconds > 0 else 0.0
+
+    def latency_ms(self, q: float) -> float:
+        both = self.get_ms + self.post_ms
+        return float(np.percentile(both, q)) if both else float("nan")
+
+    def to_dict(self) -> dict:
+        return {
+            "answers": self.answers, "seconds": self.seconds, "answers_per_second": self.answers_per_second,
+            "errors": dict(self.errors), "stop_reason": self.stop_reason,
+            "latency_ms": {"p50": self.latency_ms(50), "p95": self.latency_ms(95),
+                           "requests": len(self.get_ms) + len(self.post_ms)},
+            "careless_raters": self.careless_raters,
+        }
+
+
+class _Budget:
+    """At most ``limit`` accepted answers in total: a rater reserves a slot before posting."""
+
+    def __init__(self, limit: int | None):
+        self.limit = limit
+        self.used = 0
+        self.lock = threading.Lock()
+
+    def reserve(self) -> bool:
+        with self.lock:
+            if self.limit is not None and self.used >= self.limit:
+                return False
+            self.used += 1
+            return True
+
+    def release(self) -> None:
+        with self.lock:
+            self.used -= 1
+
+
+class _Failure(Exception):
+    def __init__(self, code: str):
+        super().__init__(code)
+        self.code = code
+
+
+class Crowd:
+    """Simulated raters driving one study of a running server, one thread and HTTP session each."""
+
+    def __init__(self, base_url: str, study_id: str, truth: Truth, noise: NoiseModel, raters: int = 10,
+                 careless: float = 0.0, think: float = 0.0, max_answers: int | None = None,
+                 duration: float | None = None, seed: int | None = None, rater_prefix: str = "sim"):
+        if raters < 1:
+            raise SimulationError("need at least one rater")
+        if not 0 <= careless <= 1:
+            raise SimulationError(f"the careless share must lie in [0, 1], got {careless}")
+        if think < 0:
+            raise SimulationError("think time must be >= 0 seconds")
+        self.base = base_url.rstrip("/")
+        self.study_id = study_id
+        self.truth = truth
+        self.noise = noise
+        self.n_raters = raters
+        self.careless = careless
+        self.think = think
+        self.duration = duration
+        self.budget = _Budget(max_answers)
+        self.seed = seed
+        self.rater_prefix = rater_prefix
+        self.stop = threading.Event()
+        self.report = Report()
+        self.lock = threading.Lock()
+        self.done_codes: Counter = Counter()
+        self.fatal: str | None = None
+
+    # -------------------------------------------------------------- one rater
+    def _request(self, session, method: str, url: str, timings: list[float], **kwargs):
+        import requests
+
+        started = time.perf_counter()
+        try:
+            response = session.request(method, url, timeout=HTTP_TIMEOUT, **kwargs)
+        except requests.RequestException as exc:
+            raise _Failure("connection_error") from exc
+        timings.append((time.perf_counter() - started) * 1000.0)
+        return response
+
+    @staticmethod
+    def _code(response) -> str:
+        try:
+            return response.json()["error"]["code"]
+        except (ValueError, KeyError, TypeError):
+            return f"http_{response.status_code}"
+
+    def _error(self, code: str) -> None:
+        with self.lock:
+            self.report.errors[code] += 1
+
+    def _fetch(self, session) -> dict | None:
+        """The next question, or None once the server has nothing more to ask."""
+        response = self._request(session, "GET", f"{self.base}/api/studies/{self.study_id}/questions/next",
+                                 self.report.get_ms)
+        if response.status_code == 200:
+            return response.json()["question"]
+        code = self._code(response)
+        if response.status_code == 409 and code in DONE_CODES:
+            with self.lock:
+                self.done_codes[code] += 1
+            return None
+        if response.status_code == 404 and code == "unknown_study":
+            self.fatal = f"the server has no study '{self.study_id}'"
+            self.stop.set()
+            return None
+        raise _Failure(code)
+
+    def _post(self, session, body: dict):
+        url = f"{self.base}/api/studies/{self.study_id}/answers"
+        try:
+            return self._request(session, "POST", url, self.report.post_ms, json=body)
+        except _Failure:
+            # The answer may have been stored before the connection broke: sending the same
+            # token again is safe (the server keeps the first answer and says so).
+            self._error("connection_error")
+            return self._request(session, "POST", url, self.report.post_ms, json=body)
+
+    def _rater(self, n: int) -> None:
+        import requests
+
+        name = f"{self.rater_prefix}-{n}"
+        rng = random.Random(None if self.seed is None else self.seed * 100003 + n)
+        careless = n < round(self.careless * self.n_raters)
+        if careless:
+            with self.lock:
+                self.report.careless_raters.append(name)
+        person = Rater(self.truth, self.noise, careless, rng)
+        session = requests.Session()
+        question, received, failures = None, 0.0, 0
+        try:
+            page = self._request(session, "GET", f"{self.base}/s/{self.study_id}",
+                                 self.report.get_ms, params={"rater": name})
+            if page.status_code == 404:
+                self.fatal = f"the server has no study '{self.study_id}'"
+                self.stop.set()
+                return
+            while not self.stop.is_set():
+                try:
+                    if question is None:
+                        question = self._fetch(session)
+                        received = time.monotonic()
+                        if question is None:
+                            return
+                    if self.stop.wait(think_seconds(self.think, rng)):
+                        return
+                    if not self.budget.reserve():
+                        self.stop.set()
+                        return
+                    body = {"token": question["token"], **person.answer(question),
+                            "response_ms": int((time.monotonic() - received) * 1000)}
+                    try:
+                        response = self._post(session, body)
+                    except _Failure:
+                        self.budget.release()
+                        raise
+                    released = time.monotonic()
+                    self.report.held.append((name, question["token"], received, released))
+                    if response.status_code == 201:
+                        result = response.json()
+                        self._accept(name, question, body, result["answer"]["id"], received, released, careless)
+                        question, received = result.get("next"), released
+                        failures = 0
+                        continue
+                    code = self._code(response)
+                    error = response.json().get("error", {}) if code != f"http_{response.status_code}" else {}
+                    if code == "already_answered" and error.get("answer_id"):
+                        # our own earlier attempt went through before the connection broke
+                        self._accept(name, question, body, error["answer_id"], received, released, careless)
+                    else:
+                        self.budget.release()
+                        self._error(code)
+                        failures += 1
+                    question = None
+                except _Failure as failure:
+                    self._error(failure.code)
+                    failures += 1
+                    if question is not None:
+                        self.report.held.append((name, question["token"], received, time.monotonic()))
+                    question = None
+                if failures >= MAX_CONSECUTIVE_FAILURES:
+                    with self.lock:
+                        self.done_codes["gave_up"] += 1
+                    return
+                if failures:
+                    self.stop.wait(min(2.0, 0.05 * 2 ** min(failures, 6)))
+        except SimulationError as exc:
+            self.fatal = str(exc)
+            self.stop.set()
+        finally:
+            if question is not None:
+                # a question still in hand when the rater stops stays pending until it expires
+                self.report.held.append((name, question["token"], received, math.inf))
+            session.close()
+
+    def _accept(self, name, question, body, answer_id, received, answered, careless) -> None:
+        items = ([question["head"]["id"], *(c["id"] for c in question["candidates"])]
+                 if question.get("kind") == "triplet" else [i["id"] for i in question.get("items", [])])
+        answer = {k: v for k, v in body.items() if k in ("choice", "value")}
+        sent = Sent(name, str(answer_id), question["token"], question.get("kind", ""), items, answer,
+                    received, answered, careless)
+        with self.lock:
+            self.report.accepted.append(sent)
+
+    # -------------------------------------------------------------- all raters
+    def run(self, progress: Callable[[Report, float], None] | None = None, every: float = 5.0) -> Report:
+        """Run every rater until the answer budget, the duration or the study is exhausted."""
+        threads = [threading.Thread(target=self._rater, args=(n,), name=f"rater-{n}", daemon=True)
+                   for n in range(self.n_raters)]
+        started = time.monotonic()
+        deadline = started + self.duration if self.duration else math.inf
+        next_report = started + every
+        for thread in threads:
+            thread.start()
+        while any(t.is_alive() for t in threads):
+            now = time.monotonic()
+            if now >= deadline and not self.stop.is_set():
+                self.stop.set()
+                self.report.stop_reason = f"duration of {self.duration:g} s reached"
+            if progress is not None and now >= next_report:
+                self.report.seconds = now - started
+                progress(self.report, self.report.seconds)
+                next_report = now + every
+            threads[0].join(timeout=0.1) if threads[0].is_alive() else time.sleep(0.1)
+        self.report.seconds = time.monotonic() - started
+        if self.fatal:
+            raise SimulationError(self.fatal)
+        if not self.report.stop_reason:
+            if self.budget.limit is not None and self.report.answers >= self.budget.limit:
+                self.report.stop_reason = f"{self.budget.limit} answers sent"
+            elif self.done_codes:
+                reasons = ", ".join(f"{code} ({count} raters)" for code, count in sorted(self.done_codes.items()))
+                self.report.stop_reason = f"the server stopped asking: {reasons}"
+            else:
+                self.report.stop_reason = "every rater stopped"
+        return self.report
+
+
+# ---------------------------------------------------------------------------- results
+def graph_accuracy(graph: dict, truth: Truth) -> dict:
+    """How well a learned NN graph (``workers.exports.nn_graph`` shape) matches the truth.
+
+    ``accuracy``: share of the graph's items whose returned nearest neighbour (lowest rank)
+    is a true nearest neighbour (ties in the truth count as correct; an item without an edge
+    counts as wrong). ``knn_accuracy``: the same for the whole returned k-NN set.
+    """
+    items = list(graph.get("items") or [])
+    if not items:
+        raise SimulationError("the learned graph has no items")
+    pos = truth.positions(items)
+    D = np.array(truth.distances, dtype=np.float64)
+    np.fill_diagonal(D, np.inf)
+    by_source: dict[str, list[tuple[int, str]]] = {}
+    for edge in graph.get("edges", []):
+        by_source.setdefault(edge["source"], []).append((int(edge.get("rank", 0)), edge["target"]))
+    k = int(graph.get("k") or 1)
+    nn_right = knn_right = certified_items = 0
+    certified = Counter()
+    for edge in graph.get("edges", []):
+        certified[edge["source"]] += bool(edge.get("certified"))
+    for item, i in zip(items, pos, strict=True):
+        edges = sorted(by_source.get(item, []))
+        if not edges:
+            continue
+        row = D[i]
+        targets = truth.positions([t for _, t in edges])
+        nn_right += row[targets[0]] <= row.min() + TIE_TOLERANCE
+        kth = np.partition(row, min(k, len(row)) - 1)[min(k, len(row)) - 1]
+        knn_right += len(targets) >= k and all(row[t] <= kth + TIE_TOLERANCE for t in targets[:k])
+        certified_items += certified[item] > 0 and certified[item] == len(edges)
+    n = len(items)
+    return {"items": n, "k": k, "accuracy": nn_right / n, "knn_accuracy": knn_right / n,
+            "certified": certified_items / n}
+
+
+def summary_lines(report: Report) -> list[str]:
+    errors = ", ".join(f"{code} {count}" for code, count in sorted(report.errors.items())) or "none"
+    return [
+        f"Stopped: {report.stop_reason}.",
+        f"Answers accepted: {report.answers} in {report.seconds:.1f} s ({report.answers_per_second:.1f} answers/s)",
+        f"HTTP latency: p50 {report.latency_ms(50):.1f} ms, p95 {report.latency_ms(95):.1f} ms "
+        f"over {len(report.get_ms) + len(report.post_ms)} requests",
+        f"Errors: {errors}",
+    ]
+
+
+def progress_line(report: Report, seconds: float) -> str:
+    errors = ", ".join(f"{code} {count}" for code, count in sorted(report.errors.items())) or "no errors"
+    rate = report.answers / seconds if seconds > 0 else 0.0
+    return f"[{seconds:6.1f} s] {report.answers} answers, {rate:.1f} answers/s, {errors}"
+
+
+def write_log(report: Report, path: str | Path) -> None:
+    """The accepted answers as JSON lines (one per answer the server accepted)."""
+    with Path(path).open("w", encoding="utf-8") as fh:
+        for s in report.accepted:
+            fh.write(json.dumps({"answer_id": s.answer_id, "rater": s.rater, "kind": s.kind, "items": s.items,
+                                 **s.answer, "careless": s.careless, "token": s.token}) + "\n")
+
+
+# ---------------------------------------------------------------------------- setup
+SETUP_SOURCES = "clusters (the ANNTri paper's 10 x 10 circle clusters), eggs, points:FILE.csv or matrix:FILE.csv"
+
+
+def clusters_truth(n_clusters: int = 10, cluster_size: int = 10, seed: int = 0) -> tuple[Truth, np.ndarray]:
+    """The ANNTri paper's circle clusters as a truth; returns (truth, cluster labels)."""
+    from engine.oracles import circle_clusters
+
+    X, labels = circle_clusters(n_clusters, cluster_size, random_state=seed)
+    ids = [f"p{c:02d}-{m:02d}" for c in range(n_clusters) for m in range(cluster_size)]
+    diff = X[:, None, :] - X[None, :, :]
+    D = np.sqrt((diff**2).sum(axis=-1))
+    return Truth(ids, _normalised(D, "clusters"), source="clusters", points=X), labels
+
+
+def setup_truth(source: str, seed: int = 0) -> tuple[Truth, list[str] | None]:
+    source = (source or "").strip()
+    if source == "clusters" or source.startswith("clusters:"):
+        shape = source.partition(":")[2] or "10x10"
+        try:
+            n_clusters, size = (int(x) for x in shape.lower().split("x"))
+        except ValueError:
+            raise SimulationError(f"clusters:CxS wants two integers like clusters:10x10, not {source!r}") from None
+        try:
+            truth, labels = clusters_truth(n_clusters, size, seed)
+        except ValueError as exc:
+            raise SimulationError(str(exc)) from None
+        return truth, [f"cluster {int(c)}" for c in labels]
+    if source.startswith(("points", "matrix", "eggs")):
+        return load_truth(source), None
+    raise SimulationError(f"unknown truth {source!r}; use {SETUP_SOURCES}")
+
+
+def study_config(name: str, kind: str = "rating", algorithm: str = "anntri", delta: float = 0.1,
+                 sigma: float = 0.1, window: int | None = None, pool_size: int = 50, seed: int = 0,
+                 scale: dict | None = None) -> dict:
+    """A study config for simulated raters (the schema of ``proxima create``)."""
+    if kind not in ("rating", "triplet"):
+        raise SimulationError(f"question kind must be rating or triplet, not {kind!r}")
+    params = {"k": 1, "delta": delta, "sigma": sigma}
+    if window:
+        params["window"] = window
+    config: dict = {"name": name, "question_kind": kind}
+    if kind == "rating":
+        # a fine slider: a 1-5 scale would round away most of what a simulated rater knows
+        config["rating"] = scale or {"min": 0, "max": 100, "step": 1, "widget": "slider"}
+    config["algorithms"] = [{"algorithm": algorithm, "params": params}] if algorithm in ("anntri", "ann") \
+        else [{"algorithm": algorithm}]
+    config["pool_size"] = pool_size
+    config["random_state"] = seed
+    return config
+
+
+def write_setup(source: str, out: str | Path, kind: str = "rating", algorithm: str = "anntri",
+                sigma: float = 0.1, seed: int = 0) -> dict:
+    """Write ``items.csv`` (id,text[,label]), ``truth.csv`` and ``study.yaml`` for a simulated study.
+
+    Returns the paths and the ``--oracle`` spec that answers from the written truth.
+    """
+    import yaml
+
+    truth, labels = setup_truth(source, seed)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    items_path, truth_path, config_path = out / "items.csv", out / "truth.csv", out / "study.yaml"
+    with items_path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", "text", "label"] if labels else ["id", "text"])
+        for n, item in enumerate(truth.ids):
+            text = f"Item {item}"
+            writer.writerow([item, text, labels[n]] if labels else [item, text])
+    with truth_path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        if truth.points is not None:
+            writer.writerow(["id", *(f"x{d + 1}" for d in range(truth.points.shape[1]))])
+            for item, row in zip(truth.ids, truth.points, strict=True):
+                writer.writerow([item, *(repr(float(x)) for x in row)])
+            oracle = "eggs" if truth.source == "eggs" else f"points:{truth_path}"
+        else:
+            writer.writerow(["", *truth.ids])
+            for item, row in zip(truth.ids, truth.distances, strict=True):
+                writer.writerow([item, *(repr(float(x)) for x in row)])
+            oracle = f"matrix:{truth_path}"
+    name = f"Simulated {truth.source.split(':')[0]} ({truth.n_items} items)"
+    config = study_config(name, kind=kind, algorithm=algorithm, sigma=sigma, seed=seed)
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return {"items": items_path, "truth": truth_path, "config": config_path, "oracle": oracle,
+            "n_items": truth.n_items}
