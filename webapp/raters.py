@@ -1,19 +1,35 @@
-"""Rater pages: the study page where people answer questions, and item media."""
+"""Rater pages: entry (recruitment ids kept in the signed session), consent, the study page where
+people answer questions, the finish page with a completion code, and item media."""
 from __future__ import annotations
 
 import re
 import secrets
 
-from flask import Blueprint, Response, abort, render_template, request, session
+from flask import Blueprint, Response, abort, current_app, redirect, render_template, request, session, url_for
+from markdown_it import MarkdownIt
+from markupsafe import Markup
 
+from workers import keys
 from workers.studies import StudyNotFound, get_items, get_media, get_study
 
+from .rating import completion_code, rater_stats
 from .storage import get_redis
 
 bp = Blueprint("raters", __name__)
 
 RATER_ID_PARAMS = ("PROLIFIC_PID", "workerId", "rater")
+#: Recruitment parameters kept in the session (Prolific and MTurk), shown to nobody but the log.
+RECRUITMENT_PARAMS = ("PROLIFIC_PID", "STUDY_ID", "SESSION_ID", "workerId", "assignmentId", "hitId")
 RATER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
+DEBRIEF_MAX_CHARS = 2000
+
+# CommonMark with raw HTML off: researcher text is escaped, and markdown-it refuses javascript:,
+# vbscript:, file: and data: links, so consent and instructions cannot carry a script.
+_markdown = MarkdownIt("commonmark", {"html": False})
+
+
+def render_markdown(text: str | None) -> Markup:
+    return Markup(_markdown.render(text or ""))
 
 
 def current_rater() -> str:
@@ -25,20 +41,102 @@ def current_rater() -> str:
     return rater
 
 
-@bp.get("/s/<study_id>")
-def study_page(study_id: str):
-    conn = get_redis()
+def load_study_or_404(study_id: str):
     try:
-        study = get_study(conn, study_id)
+        return get_study(get_redis(), study_id)
     except StudyNotFound:
         abort(404, description=f"There is no study '{study_id}'. Check the link you were given.")
+
+
+def practice_payload(study) -> list[dict]:
+    """The practice questions with their items; ones naming unknown items are left out."""
+    from .rating import item_payload
+
+    conn = get_redis()
+    raws = conn.lrange(keys.items(study.id), 0, -1)
+    index = {}
+    for i, raw in enumerate(raws):
+        index[item_payload(study.id, i, raw)["id"]] = (i, raw)
+
+    def item(item_id):
+        i, raw = index[item_id]
+        return item_payload(study.id, i, raw)
+
+    out = []
+    for p in study.config.practice:
+        ids = [p["head"], *p["candidates"]] if "candidates" in p else list(p["items"])
+        if not all(i in index for i in ids):
+            current_app.logger.warning("practice question of study %s names unknown items: %s", study.id, ids)
+            continue
+        entry = {"kind": p.get("kind", "triplet"), "explanation": p.get("explanation", "")}
+        if entry["kind"] == "rating":
+            entry.update(prompt=study.config.rating.prompt, items=[item(i) for i in ids],
+                         scale=study.config.rating.to_dict(), answer=list(p["answer"]))
+        else:
+            entry.update(prompt=study.config.question, head=item(ids[0]), candidates=[item(i) for i in ids[1:]],
+                         answer=item(p["answer"])["index"])
+        out.append(entry)
+    return out
+
+
+@bp.get("/s/<study_id>")
+def study_page(study_id: str):
+    study = load_study_or_404(study_id)
     for param in RATER_ID_PARAMS:
         value = request.args.get(param, "").strip()
         if value and RATER_ID_PATTERN.match(value):
-            session["rater_id"] = value
+            if session.get("rater_id") != value:
+                session["rater_id"] = value
             break
-    current_rater()
-    return render_template("raters/study.html", study=study)
+    recruitment = {p: request.args[p].strip() for p in RECRUITMENT_PARAMS
+                   if RATER_ID_PATTERN.match(request.args.get(p, "").strip())}
+    if recruitment:
+        session["recruitment"] = recruitment
+    rater = current_rater()
+    if study.status != "running":
+        return render_template("raters/closed.html", study=study)
+    if study.config.consent and study.id not in session.get("consented", []):
+        return render_template("raters/consent.html", study=study, consent=render_markdown(study.config.consent))
+    stats = rater_stats(get_redis(), study.id, rater)
+    if stats["completed"]:
+        return redirect(url_for("raters.finish", study_id=study.id))
+    return render_template("raters/study.html", study=study, instructions=render_markdown(study.config.instructions),
+                           practice=practice_payload(study), answered=stats["answers"],
+                           total=study.config.limits.max_questions_per_rater)
+
+
+@bp.post("/s/<study_id>/consent")
+def consent(study_id: str):
+    study = load_study_or_404(study_id)
+    if request.form.get("decision") != "agree":
+        return render_template("raters/declined.html", study=study)
+    session["consented"] = [*session.get("consented", []), study.id][-20:]
+    return redirect(url_for("raters.study_page", study_id=study.id))
+
+
+@bp.route("/s/<study_id>/done", methods=["GET", "POST"])
+def finish(study_id: str):
+    study = load_study_or_404(study_id)
+    conn = get_redis()
+    rater = current_rater()
+    stats = rater_stats(conn, study.id, rater)
+    stopped = bool(stats["flagged"] and study.config.attention.stop_flagged)
+    if not stats["completed"] and not stopped:
+        return redirect(url_for("raters.study_page", study_id=study.id))
+    completion = study.config.completion
+    thanked = False
+    if request.method == "POST" and completion.debrief_question and not stopped:
+        text = request.form.get("debrief", "").strip()[:DEBRIEF_MAX_CHARS]
+        if text:
+            conn.hset(keys.rater_stats(study.id), f"{rater}:debrief", text)
+        thanked = True
+    code = None if stopped else completion_code(current_app.config["SECRET_KEY"], study.id, rater)
+    redirect_url = None
+    if code and completion.prolific_redirect_url:
+        redirect_url = completion.prolific_redirect_url.replace("{code}", code)
+    return render_template("raters/finish.html", study=study, code=code, stopped=stopped, thanked=thanked,
+                           redirect_url=redirect_url, message=render_markdown(completion.message),
+                           debrief=completion.debrief_question)
 
 
 @bp.get("/media/<study_id>/<int:index>")

@@ -6,14 +6,18 @@ signed token and appended to the log by one Lua script.
 """
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
+import random
 import time
 
-from flask import current_app, url_for
+from flask import current_app, session, url_for
 
 from workers import keys
-from workers.answers import AnswerRefused, accept_answer
-from workers.questions import StudyComplete, issue_question, question_items
+from workers.answers import CATCH_ALGORITHM, AnswerRefused, accept_answer
+from workers.questions import StudyComplete, issue_question, new_question_id, question_items
 from workers.queue import enqueue_update, schedule_update
 from workers.studies import Study, StudyNotFound, get_study
 
@@ -21,6 +25,8 @@ from .errors import ApiError
 from .tokens import sign_question, verify_question
 
 MAX_RESPONSE_MS = 24 * 3600 * 1000
+#: Error codes meaning "no more questions for this rater": the page moves on to the finish page.
+DONE_CODES = ("study_complete", "rater_done", "budget_reached", "rater_stopped")
 
 
 def load_study(conn, study_id: str) -> Study:
@@ -46,22 +52,90 @@ def item_payload(study_id: str, index: int, raw: bytes) -> dict:
     return payload
 
 
+def completion_code(secret_key: str, study_id: str, rater: str) -> str:
+    """The rater's completion code: an HMAC of study and rater, 12 characters of base32."""
+    digest = hmac.new(secret_key.encode(), f"{study_id}\n{rater}".encode(), hashlib.sha256).digest()
+    return base64.b32encode(digest).decode()[:12]
+
+
+def check_completion_code(secret_key: str, study_id: str, rater: str, code: str) -> bool:
+    return hmac.compare_digest(completion_code(secret_key, study_id, rater), code.strip().upper())
+
+
+def rater_stats(conn, study_id: str, rater: str) -> dict[str, int]:
+    """This rater's counters from the rater-stats hash (missing ones are 0)."""
+    names = ("answers", "catch", "catch_failed", "too_fast", "flagged", "completed")
+    values = conn.hmget(keys.rater_stats(study_id), [f"{rater}:{n}" for n in names])
+    return {n: int(v or 0) for n, v in zip(names, values, strict=True)}
+
+
+def mark_completed(conn, study_id: str, rater: str) -> None:
+    conn.hset(keys.rater_stats(study_id), f"{rater}:completed", 1)
+
+
+def consent_given(study: Study) -> bool:
+    return not study.config.consent or study.id in session.get("consented", [])
+
+
+def finish_url(study: Study) -> str:
+    return url_for("raters.finish", study_id=study.id)
+
+
+def done(conn, study: Study, rater: str, code: str, message: str, complete: bool = True) -> ApiError:
+    """The 409 telling the page this rater has no more questions (and where the finish page is)."""
+    if complete:
+        mark_completed(conn, study.id, rater)
+    return ApiError(409, code, message, finish_url=finish_url(study))
+
+
+def check_rater_may_continue(conn, study: Study, rater: str, stats: dict[str, int]) -> None:
+    """Raise the "done" ApiError when the rater's limits, flags or the study budget stop them."""
+    limits, attention = study.config.limits, study.config.attention
+    if attention.stop_flagged and stats["flagged"]:
+        raise done(conn, study, rater, "rater_stopped",
+                   "thank you for your time; this study has no more questions for you", complete=False)
+    if limits.max_questions_per_rater and stats["answers"] >= limits.max_questions_per_rater:
+        raise done(conn, study, rater, "rater_done", "you have answered all the questions; thank you!")
+    if limits.answer_budget and conn.xlen(keys.answers(study.id)) >= limits.answer_budget:
+        raise done(conn, study, rater, "budget_reached", "this study has all the answers it needs; thank you!")
+
+
+def catch_question(study: Study) -> dict:
+    """An attention check: a triplet whose candidates are the head itself and another item."""
+    head, other = random.sample(range(study.n_items), 2)
+    candidates = [head, other] if random.random() < 0.5 else [other, head]
+    return {"qid": new_question_id(), "kind": "triplet", "head": head, "candidates": candidates,
+            "algorithm": CATCH_ALGORITHM, "fallback": False, "catch": True}
+
+
 def next_question(conn, study: Study, rater: str) -> dict | None:
     """Issue the next question to ``rater``: a payload with its signed token, or None if closed.
 
-    Raises ApiError 409 ``study_complete`` once every algorithm of the study has finished.
+    Raises ApiError 403 ``consent_required`` before consent, and a 409 with a ``finish_url``
+    (one of DONE_CODES) when the rater or the study is done.
     """
     if study.status != "running":
         return None
+    if not consent_given(study):
+        raise ApiError(403, "consent_required", "please read and accept the consent form first",
+                       consent_url=url_for("raters.study_page", study_id=study.id))
+    stats = rater_stats(conn, study.id, rater)
+    check_rater_may_continue(conn, study, rater, stats)
     now = time.time()
     ttl = token_ttl(study)
-    try:
-        question, left, target = issue_question(conn, study.id, study.config, study.n_items, rater, now=now,
-                                                 expires_at=now + ttl)
-    except StudyComplete:
-        raise ApiError(409, "study_complete", "this study has all the answers it needs; thank you!") from None
-    if 2 * left < max(1, target):
-        schedule_update(conn, study.id)
+    attention = study.config.attention
+    if attention.rate > 0 and random.random() < attention.rate:
+        question = catch_question(study)
+        conn.zadd(keys.active_raters(study.id), {rater: now})
+    else:
+        try:
+            question, left, target = issue_question(conn, study.id, study.config, study.n_items, rater, now=now,
+                                                     expires_at=now + ttl)
+        except StudyComplete:
+            raise done(conn, study, rater, "study_complete",
+                       "this study has all the answers it needs; thank you!") from None
+        if 2 * left < max(1, target):
+            schedule_update(conn, study.id)
     indices = question_items(question)
     with conn.pipeline(transaction=False) as pipe:
         for index in indices:
@@ -71,7 +145,8 @@ def next_question(conn, study: Study, rater: str) -> dict | None:
     token = sign_question(current_app.config["SECRET_KEY"], {
         "s": study.id, "q": question, "r": rater, "t": now,
     })
-    payload = {"token": token, "kind": question["kind"], "expires_in": ttl}
+    payload = {"token": token, "kind": question["kind"], "expires_in": ttl,
+               "progress": {"answered": stats["answers"], "total": study.config.limits.max_questions_per_rater}}
     if question["kind"] == "rating":
         scale = study.config.rating
         payload.update(prompt=scale.prompt, items=items, scale=scale.to_dict())
@@ -129,21 +204,66 @@ def submit_answer(conn, study: Study, rater: str, body) -> dict:
         raise ApiError(403, "wrong_rater", "this question was issued to another rater session")
     question = payload["q"]
     choice, value = check_response(study, question, choice, value)
+    flags, stats = answer_flags(study, question, choice, payload["t"], response_ms)
+    limits = study.config.limits
     try:
         answer_id, schedule = accept_answer(conn, study.id, question, rater, choice, issued_at=payload["t"],
-                                            response_ms=response_ms, used_ttl=token_ttl(study) + 3600, value=value)
+                                            response_ms=response_ms, used_ttl=token_ttl(study) + 3600, value=value,
+                                            flags=",".join(flags), stats=stats,
+                                            max_per_rater=limits.max_questions_per_rater, budget=limits.answer_budget)
     except AnswerRefused as refused:
         if refused.code == "used":
             raise ApiError(409, "already_answered", "this question was already answered; the first answer is kept",
                            answer_id=refused.answer_id) from None
+        if refused.code == "rater_limit":
+            raise done(conn, study, rater, "rater_done", "you have answered all the questions; thank you!") from None
+        if refused.code == "budget":
+            raise done(conn, study, rater, "budget_reached",
+                       "this study has all the answers it needs; thank you!") from None
         raise ApiError(410, "expired_token",
                        "this question expired before it was answered; fetch a new question") from None
     if schedule:
         enqueue_update(conn, study.id)
+    if "catch" in stats:
+        update_flag(conn, study, rater)
+    result = {"answer": {"id": answer_id}, "next": None}
     try:
-        following = next_question(conn, study, rater)
+        result["next"] = next_question(conn, study, rater)
     except ApiError as exc:
-        if exc.code != "study_complete":
+        if exc.code not in DONE_CODES:
             raise
-        following = None
-    return {"answer": {"id": answer_id}, "next": following}
+        result["done"] = {"code": exc.code, "message": exc.message, "finish_url": finish_url(study)}
+    return result
+
+
+def answer_flags(study: Study, question: dict, choice, issued_at: float,
+                 response_ms: int | None) -> tuple[list[str], tuple[str, ...]]:
+    """(flags for the log, rater-stats counters to increment) of one answer.
+
+    Too fast when the page's own timing or the server's time since issue (which includes the
+    network, so a page cannot hide a fast answer by reporting a slow one) is below the minimum.
+    """
+    flags, stats = [], []
+    minimum = study.config.limits.min_response_ms
+    elapsed_ms = (time.time() - float(issued_at)) * 1000
+    if minimum and ((response_ms is not None and response_ms < minimum) or elapsed_ms < minimum):
+        flags.append("too_fast")
+        stats.append("too_fast")
+    if question.get("catch"):
+        stats.append("catch")
+        if choice == question["head"]:
+            flags.append("catch_pass")
+        else:
+            flags.append("catch_fail")
+            stats.append("catch_failed")
+    return flags, tuple(stats)
+
+
+def update_flag(conn, study: Study, rater: str) -> bool:
+    """Flag the rater once their failed share of at least ``min_checks`` catch trials is over the limit."""
+    attention = study.config.attention
+    stats = rater_stats(conn, study.id, rater)
+    if stats["catch"] >= attention.min_checks and stats["catch_failed"] > attention.max_failure_share * stats["catch"]:
+        conn.hset(keys.rater_stats(study.id), f"{rater}:flagged", 1)
+        return True
+    return False

@@ -18,22 +18,34 @@ from .queue import UPDATE_FLAG_TTL
 
 # KEYS[1] used-token marker, KEYS[2] issued zset, KEYS[3] issued-questions hash,
 # KEYS[4] answers stream, KEYS[5] raters set, KEYS[6] per-minute hash, KEYS[7] update-scheduled flag,
-# KEYS[8] counters hash
+# KEYS[8] counters hash, KEYS[9] rater-stats hash
 # ARGV[1] question id, ARGV[2] used-marker TTL (s), ARGV[3] rater id, ARGV[4] unix minute,
-# ARGV[5] update-flag TTL (s), ARGV[6] algorithm label, ARGV[7..] stream field/value pairs
+# ARGV[5] update-flag TTL (s), ARGV[6] algorithm label, ARGV[7] '1' if the question was never pooled
+# (a catch trial: no issued entry to claim; its signed token's expiry is the only expiry),
+# ARGV[8] max answers of this rater (0 = no limit), ARGV[9] study answer budget (0 = none),
+# ARGV[10] comma-separated rater-stats counters to increment besides 'answers' (may be empty),
+# ARGV[11..] stream field/value pairs
 # Returns {'ok', answer id, 1 if this call scheduled the update else 0} | {'used', answer id} | {'expired'}
+#         | {'rater_limit'} | {'budget'}
 ACCEPT_SCRIPT = """
 local prior = redis.call('GET', KEYS[1])
 if prior then return {'used', prior} end
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return {'expired'} end
-redis.call('HDEL', KEYS[3], ARGV[1])
+local given = tonumber(redis.call('HGET', KEYS[9], ARGV[3] .. ':answers') or '0')
+if tonumber(ARGV[8]) > 0 and given >= tonumber(ARGV[8]) then return {'rater_limit'} end
+if tonumber(ARGV[9]) > 0 and redis.call('XLEN', KEYS[4]) >= tonumber(ARGV[9]) then return {'budget'} end
+if ARGV[7] ~= '1' then
+  if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return {'expired'} end
+  redis.call('HDEL', KEYS[3], ARGV[1])
+end
 local fields = {}
-for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 11, #ARGV do fields[#fields + 1] = ARGV[i] end
 local id = redis.call('XADD', KEYS[4], '*', unpack(fields))
 redis.call('SET', KEYS[1], id, 'EX', ARGV[2])
 redis.call('SADD', KEYS[5], ARGV[3])
 redis.call('HINCRBY', KEYS[6], ARGV[4], 1)
 redis.call('HINCRBY', KEYS[8], 'answers:' .. ARGV[6], 1)
+redis.call('HINCRBY', KEYS[9], ARGV[3] .. ':answers', 1)
+for stat in string.gmatch(ARGV[10], '[^,]+') do redis.call('HINCRBY', KEYS[9], ARGV[3] .. ':' .. stat, 1) end
 local scheduled = redis.call('SET', KEYS[7], '1', 'NX', 'EX', ARGV[5])
 if scheduled then return {'ok', id, 1} end
 return {'ok', id, 0}
@@ -42,10 +54,13 @@ return {'ok', id, 0}
 ANSWER_FIELDS = ("qid", "rater", "kind", "head", "a", "b", "choice", "value", "probe", "algorithm", "fallback",
                  "issued_at", "answered_at", "response_ms", "flags")
 NO_ITEM = -1
+#: The algorithm label of attention-check answers: kept in the log, never given to an engine.
+CATCH_ALGORITHM = "catch"
 
 
 class AnswerRefused(Exception):
-    """The answer was not stored; ``code`` says why (``used`` or ``expired``)."""
+    """The answer was not stored; ``code`` says why: ``used``, ``expired``, ``rater_limit`` (the rater
+    has answered their maximum) or ``budget`` (the study has all the answers it may take)."""
 
     def __init__(self, code: str, answer_id: str | None = None):
         super().__init__(code)
@@ -100,11 +115,15 @@ class Answer:
 
 def accept_answer(conn, study_id: str, question: dict, rater: str, choice: int | None, issued_at: float,
                   response_ms: int | None, used_ttl: int, value: float | None = None,
-                  flags: str = "") -> tuple[str, bool]:
+                  flags: str = "", stats: tuple[str, ...] = (), max_per_rater: int | None = None,
+                  budget: int | None = None) -> tuple[str, bool]:
     """Append one answer to the log; returns (answer id, whether an update must be enqueued).
 
-    ``choice`` answers a triplet question, ``value`` a rating question. Raises AnswerRefused
-    when the question was already answered or was reclaimed after expiry.
+    ``choice`` answers a triplet question, ``value`` a rating question. Every accepted answer
+    counts ``<rater>:answers`` in the rater-stats hash, plus each name in ``stats``. Raises
+    AnswerRefused when the question was already answered or was reclaimed after expiry, or the
+    rater's ``max_per_rater`` or the study's answer ``budget`` is reached. A question marked
+    ``catch`` (attention check) was never pooled or issued: only its token limits its life.
     """
     now = time.time()
     if question["kind"] == "rating":
@@ -119,19 +138,20 @@ def accept_answer(conn, study_id: str, question: dict, rater: str, choice: int |
         "fallback": 1 if question.get("fallback") else 0, "issued_at": repr(float(issued_at)),
         "answered_at": repr(now), "response_ms": "" if response_ms is None else int(response_ms), "flags": flags,
     }
-    args = [question["qid"], int(used_ttl), rater, int(now // 60), UPDATE_FLAG_TTL, fields["algorithm"]]
+    args = [question["qid"], int(used_ttl), rater, int(now // 60), UPDATE_FLAG_TTL, fields["algorithm"],
+            "1" if question.get("catch") else "0", int(max_per_rater or 0), int(budget or 0), ",".join(stats)]
     for name in ANSWER_FIELDS:
         args.extend([name, fields[name]])
     script = conn.register_script(ACCEPT_SCRIPT)
     reply = script(keys=[keys.used_token(study_id, question["qid"]), keys.issued(study_id),
                          keys.issued_questions(study_id), keys.answers(study_id), keys.raters(study_id),
                          keys.answers_per_minute(study_id), keys.update_scheduled(study_id),
-                         keys.counters(study_id)], args=args)
+                         keys.counters(study_id), keys.rater_stats(study_id)], args=args)
     status = reply[0].decode()
     if status == "used":
         raise AnswerRefused("used", reply[1].decode())
-    if status == "expired":
-        raise AnswerRefused("expired")
+    if status != "ok":
+        raise AnswerRefused(status)
     return reply[1].decode(), bool(int(reply[2]))
 
 
@@ -212,7 +232,7 @@ def export_triplets(answers, excluded_raters=frozenset()):
     """
     buf = io.StringIO()
     for n, ans in enumerate(answers):
-        if ans.kind != "triplet" or ans.rater in excluded_raters:
+        if ans.kind != "triplet" or ans.rater in excluded_raters or ans.algorithm == CATCH_ALGORITHM:
             continue
         other = ans.b if ans.choice == ans.a else ans.a
         buf.write(f"{ans.head},{ans.choice},{other}\n")

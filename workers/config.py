@@ -86,6 +86,51 @@ RATING_SCHEMA = {
     },
 }
 
+_ITEM_ID = {"type": "string", "minLength": 1, "maxLength": 200}
+PRACTICE_SCHEMA = {
+    "type": "array",
+    "maxItems": 20,
+    "items": {"oneOf": [
+        {"type": "object", "additionalProperties": False, "required": ["head", "candidates", "answer"],
+         "properties": {"kind": {"const": "triplet"}, "head": _ITEM_ID,
+                        "candidates": {"type": "array", "items": _ITEM_ID, "minItems": 2, "maxItems": 2},
+                        "answer": _ITEM_ID, "explanation": {"type": "string", "maxLength": 2000}}},
+        {"type": "object", "additionalProperties": False, "required": ["kind", "items", "answer"],
+         "properties": {"kind": {"const": "rating"},
+                        "items": {"type": "array", "items": _ITEM_ID, "minItems": 2, "maxItems": 2},
+                        "answer": {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2},
+                        "explanation": {"type": "string", "maxLength": 2000}}},
+    ]},
+}
+LIMITS_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "max_questions_per_rater": {"type": ["integer", "null"], "minimum": 1, "maximum": 100000},
+        "min_response_ms": {"type": "integer", "minimum": 0, "maximum": 600000},
+        "answer_budget": {"type": ["integer", "null"], "minimum": 1},
+    },
+}
+ATTENTION_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "rate": {"type": "number", "minimum": 0, "maximum": 1},
+        "max_failure_share": {"type": "number", "minimum": 0, "maximum": 1},
+        "min_checks": {"type": "integer", "minimum": 1, "maximum": 1000},
+        "stop_flagged": {"type": "boolean"},
+    },
+}
+COMPLETION_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "prolific_redirect_url": {"type": ["string", "null"], "pattern": "^https?://", "maxLength": 2000},
+        "debrief_question": {"type": ["string", "null"], "maxLength": 1000},
+        "message": {"type": ["string", "null"], "maxLength": 5000},
+    },
+}
+
 SCHEMA = {
     "type": "object",
     "additionalProperties": False,
@@ -102,6 +147,11 @@ SCHEMA = {
         "pool_size": {"type": "integer", "minimum": 1, "maximum": 10000},
         "token_ttl_seconds": {"type": "integer", "minimum": 10, "maximum": 7 * 24 * 3600},
         "random_state": {"type": ["integer", "null"], "minimum": 0},
+        "consent": {"type": ["string", "null"], "maxLength": 20000},
+        "practice": PRACTICE_SCHEMA,
+        "limits": LIMITS_SCHEMA,
+        "attention": ATTENTION_SCHEMA,
+        "completion": COMPLETION_SCHEMA,
     },
 }
 
@@ -153,6 +203,48 @@ class RatingScale:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """Server-enforced limits: questions per rater, the too-fast threshold, answers per study."""
+
+    max_questions_per_rater: int | None = None
+    min_response_ms: int = 0
+    answer_budget: int | None = None
+
+    def to_dict(self) -> dict:
+        return {"max_questions_per_rater": self.max_questions_per_rater, "min_response_ms": self.min_response_ms,
+                "answer_budget": self.answer_budget}
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Catch trials: served with probability ``rate``; a rater with at least ``min_checks`` of them and
+    a failed share above ``max_failure_share`` is flagged (and stopped if ``stop_flagged``)."""
+
+    rate: float = 0.0
+    max_failure_share: float = 0.5
+    min_checks: int = 2
+    stop_flagged: bool = False
+
+    def to_dict(self) -> dict:
+        return {"rate": self.rate, "max_failure_share": self.max_failure_share, "min_checks": self.min_checks,
+                "stop_flagged": self.stop_flagged}
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The finish page: a redirect back to Prolific (``{code}`` is replaced by the rater's completion
+    code), an optional debrief question and a thank-you message (Markdown)."""
+
+    prolific_redirect_url: str | None = None
+    debrief_question: str | None = None
+    message: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"prolific_redirect_url": self.prolific_redirect_url, "debrief_question": self.debrief_question,
+                "message": self.message}
+
+
+@dataclass(frozen=True)
 class AlgorithmConfig:
     """One algorithm of a study: what it learns, how it asks, its share of the questions."""
 
@@ -186,8 +278,21 @@ class StudyConfig:
     pool_size: int = 20
     token_ttl_seconds: int = 900
     random_state: int | None = None
+    consent: str | None = None
+    practice: tuple = ()
+    limits: Limits = field(default_factory=Limits)
+    attention: Attention = field(default_factory=Attention)
+    completion: Completion = field(default_factory=Completion)
 
     def __post_init__(self):
+        for name, kind in (("limits", Limits), ("attention", Attention), ("completion", Completion)):
+            if isinstance(getattr(self, name), dict):
+                object.__setattr__(self, name, kind(**getattr(self, name)))
+        object.__setattr__(self, "practice", tuple(dict(p) for p in self.practice or ()))
+        for n, p in enumerate(self.practice):
+            if "candidates" in p and p["answer"] not in p["candidates"]:
+                raise ConfigError(f"field 'practice.{n}.answer' ({p['answer']!r}) must be one of its candidates "
+                                  f"{p['candidates']}")
         algorithms = tuple(a if isinstance(a, AlgorithmConfig) else _algorithm_from_dict(a, i, self.question_kind)
                            for i, a in enumerate(self.algorithms or ({"algorithm": "anntri"},)))
         object.__setattr__(self, "algorithms", algorithms)
@@ -253,6 +358,8 @@ class StudyConfig:
             "question_kind": self.question_kind, "rating": self.rating.to_dict(),
             "instructions": self.instructions, "question": self.question, "pool_size": self.pool_size,
             "token_ttl_seconds": self.token_ttl_seconds, "random_state": self.random_state,
+            "consent": self.consent, "practice": [dict(p) for p in self.practice], "limits": self.limits.to_dict(),
+            "attention": self.attention.to_dict(), "completion": self.completion.to_dict(),
         }
 
     def to_json(self) -> str:

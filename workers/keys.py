@@ -126,3 +126,9 @@ def update_scheduled(study_id: str) -> str:
 def update_lock(study_id: str) -> str:
     """Lock held by the one worker applying answers of the study."""
     return _study_key(study_id, "update-lock")
+
+
+def rater_stats(study_id: str) -> str:
+    """Hash of per-rater counters: ``<rater>:answers``, ``<rater>:catch``, ``<rater>:catch_failed``,
+    ``<rater>:too_fast``, ``<rater>:flagged`` (1), ``<rater>:completed`` (1), ``<rater>:debrief`` (text)."""
+    return _study_key(study_id, "rater-stats")

@@ -1,6 +1,7 @@
-// Rater page: show a triplet or a rating question, send the answer with its token, show the
-// next question that comes back in the same response. No inline scripts: configuration comes
-// from data-*.
+// Rater page: instructions, practice questions with feedback (never sent), then triplet and rating
+// questions. Each answer goes into an outbox (localStorage) before it is sent and is retried with the
+// same token until the server has it: the server stores a token's answer once, and a 409
+// already_answered means an earlier try got through. No inline scripts: configuration comes from data-*.
 (function () {
   "use strict";
   const root = document.getElementById("study");
@@ -8,18 +9,26 @@
   if (!root || !questionEl) return;
   const nextUrl = root.dataset.nextUrl;
   const answerUrl = root.dataset.answerUrl;
-  const statusEl = document.getElementById("status");
-  const answeredEl = document.getElementById("answered");
-  const buttons = [document.getElementById("left"), document.getElementById("right")];
-  const ratingEl = document.getElementById("rating");
-  const scaleButtons = document.getElementById("scale-buttons");
-  const sliderBox = document.getElementById("scale-slider");
-  const slider = document.getElementById("slider");
-  const sliderSubmit = document.getElementById("slider-submit");
-  let current = null;
+  const finishUrl = root.dataset.finishUrl;
+  const total = root.dataset.total ? Number(root.dataset.total) : null;
+  const practice = JSON.parse(root.dataset.practice || "[]");
+  const outboxKey = "proxima-outbox:" + root.dataset.study;
+  const LOCKOUT_MS = 250;
+  const $ = (id) => document.getElementById(id);
+  const statusEl = $("status");
+  const offlineEl = $("offline");
+  const buttons = [$("left"), $("right")];
+  const ratingEl = $("rating");
+  const scaleButtons = $("scale-buttons");
+  const sliderBox = $("scale-slider");
+  const slider = $("slider");
+  const sliderSubmit = $("slider-submit");
+  const feedbackEl = $("feedback");
+  let current = null;      // the question on screen
+  let practiceIndex = -1;  // >= 0 while practising
   let shownAt = 0;
-  let busy = false;
-  let answered = 0;
+  let busy = true;
+  let answered = Number(root.dataset.answered || 0);
 
   function renderItem(container, item) {
     container.replaceChildren();
@@ -29,7 +38,8 @@
       el = document.createElement("span");
       el.className = "swatch big";
       el.style.backgroundColor = item.color;
-      el.setAttribute("aria-label", item.id);
+      el.setAttribute("role", "img");
+      el.setAttribute("aria-label", "colour " + item.id);
     } else if (item.kind === "text") {
       el = document.createElement("span");
       el.className = "text-item";
@@ -37,13 +47,21 @@
     } else if (item.kind === "image") {
       el = document.createElement("img");
       el.src = item.url;
-      el.alt = item.id;
+      el.alt = item.alt || item.id;
     } else {
       el = document.createElement(item.kind === "audio" ? "audio" : "video");
       el.src = item.url;
       el.controls = true;
+      el.preload = "auto";
+      el.setAttribute("aria-label", item.id);
     }
     container.appendChild(el);
+  }
+
+  function prefetch(question) {  // warm the cache so the next screen appears at once
+    if (!question) return;
+    const items = question.kind === "rating" ? question.items : [question.head].concat(question.candidates);
+    items.forEach((item) => { if (item.kind === "image") { const img = new Image(); img.src = item.url; } });
   }
 
   function stepsOf(scale) {
@@ -54,9 +72,9 @@
 
   function showRating(question) {
     const scale = question.scale;
-    document.getElementById("rating-prompt").textContent = question.prompt;
-    renderItem(document.getElementById("rating-a"), question.items[0]);
-    renderItem(document.getElementById("rating-b"), question.items[1]);
+    $("rating-prompt").textContent = question.prompt;
+    renderItem($("rating-a"), question.items[0]);
+    renderItem($("rating-b"), question.items[1]);
     const useButtons = scale.widget === "buttons";
     scaleButtons.hidden = !useButtons;
     sliderBox.hidden = useButtons;
@@ -69,47 +87,57 @@
         b.className = "scale-button";
         b.dataset.value = String(v);
         b.textContent = String(v);
-        if (n === 0) b.title = scale.low_label;
-        if (n === values.length - 1) b.title = scale.high_label;
-        b.setAttribute("aria-label", v + (n === 0 ? " (" + scale.low_label + ")" : n === values.length - 1 ? " (" + scale.high_label + ")" : ""));
+        const label = n === 0 ? scale.low_label : n === values.length - 1 ? scale.high_label : "";
+        if (label) b.title = label;
+        b.setAttribute("aria-label", v + (label ? " (" + label + ")" : ""));
         b.addEventListener("click", () => rate(v));
         scaleButtons.appendChild(b);
       });
-      document.getElementById("rating-hint").textContent =
-        scale.min + " = " + scale.low_label + ", " + scale.max + " = " + scale.high_label +
-        ". Click a number or press its key.";
+      $("rating-hint").textContent = scale.min + " = " + scale.low_label + ", " + scale.max + " = " +
+        scale.high_label + ". Click or tap a number, or press its key.";
     } else {
       slider.min = scale.min;
       slider.max = scale.max;
       slider.step = scale.step === null ? "any" : scale.step;
       slider.value = (scale.min + scale.max) / 2;
-      document.getElementById("slider-low").textContent = scale.low_label;
-      document.getElementById("slider-high").textContent = scale.high_label;
-      document.getElementById("rating-hint").textContent = "Move the slider (or use the arrow keys), then press Enter or Submit.";
+      $("slider-low").textContent = scale.low_label;
+      $("slider-high").textContent = scale.high_label;
+      $("rating-hint").textContent = "Move the slider (or use the arrow keys), then press Enter or Submit.";
     }
     ratingEl.hidden = false;
+  }
+
+  function setProgress(n) {
+    answered = n;
+    $("answered").textContent = String(n);
+    const bar = $("progress");
+    bar.setAttribute("aria-valuenow", String(n));
+    $("progress-fill").style.width = total ? Math.min(100, (100 * n) / total) + "%" : "0";
   }
 
   function show(question) {
     current = question;
     questionEl.hidden = true;
     ratingEl.hidden = true;
+    feedbackEl.hidden = true;
     if (!question) {
       statusEl.textContent = "There are no more questions right now. Thank you!";
       return;
     }
+    if (question.progress) setProgress(question.progress.answered);
     if (question.kind === "rating") {
       showRating(question);
     } else {
-      document.getElementById("prompt").textContent = question.prompt;
-      renderItem(document.getElementById("head"), question.head);
+      $("prompt").textContent = question.prompt;
+      renderItem($("head"), question.head);
       question.candidates.forEach((item, side) => renderItem(buttons[side], item));
       questionEl.hidden = false;
     }
     statusEl.textContent = "";
-    shownAt = performance.now();
-    busy = false;
-    setDisabled(false);
+    setDisabled(true);
+    busy = true;
+    // a short lock-out: a double click on the previous screen must not answer this one
+    setTimeout(() => { shownAt = performance.now(); busy = false; setDisabled(false); }, LOCKOUT_MS);
   }
 
   function setDisabled(disabled) {
@@ -126,57 +154,135 @@
     return { ok: response.ok, status: response.status, body: body };
   }
 
-  async function loadNext() {
-    const r = await call(nextUrl, { headers: { Accept: "application/json" } });
-    if (r.ok) return show(r.body.question);
+  function handleError(r) {
+    const error = r.body && r.body.error;
+    if (error && error.finish_url) { window.location.assign(error.finish_url); return; }
+    if (error && error.code === "consent_required") { window.location.reload(); return; }
     current = null;
     questionEl.hidden = true;
     ratingEl.hidden = true;
-    statusEl.textContent = (r.body && r.body.error) ? r.body.error.message : "The server did not answer; please reload.";
+    statusEl.textContent = error ? error.message : "The server did not answer; please reload.";
   }
 
+  async function loadNext() {
+    let r;
+    try {
+      r = await call(nextUrl, { headers: { Accept: "application/json" } });
+    } catch (e) {
+      offlineEl.hidden = false;
+      setTimeout(loadNext, 2000);
+      return;
+    }
+    offlineEl.hidden = true;
+    if (r.ok) return show(r.body.question);
+    handleError(r);
+  }
+
+  // ---- practice: checked here, never sent ----
+  function startPractice() {
+    practiceIndex = 0;
+    showPractice();
+  }
+
+  function showPractice() {
+    if (practiceIndex >= practice.length) {
+      practiceIndex = -1;
+      $("practice-banner").hidden = true;
+      startQuestions();
+      return;
+    }
+    $("practice-banner").hidden = false;
+    $("practice-n").textContent = String(practiceIndex + 1);
+    show(practice[practiceIndex]);
+  }
+
+  function practiceFeedback(answer) {
+    const q = practice[practiceIndex];
+    let right;
+    if (q.kind === "rating") right = answer.value >= q.answer[0] && answer.value <= q.answer[1];
+    else right = answer.choice === q.answer;
+    questionEl.hidden = true;
+    ratingEl.hidden = true;
+    $("feedback-text").textContent = (right ? "Well done — that is what we expected. " :
+      "Most people would answer differently here. ") + (q.explanation || "");
+    feedbackEl.className = "feedback " + (right ? "right" : "wrong");
+    feedbackEl.hidden = false;
+    $("feedback-next").focus();
+  }
+
+  function startQuestions() {
+    $("intro").hidden = true;
+    $("progress-box").hidden = false;
+    setProgress(answered);
+    statusEl.textContent = "Loading the next question…";
+    flushOutbox().then((sent) => { if (!sent) loadNext(); });
+  }
+
+  // ---- answers ----
   function choose(side) {
     if (!current || current.kind !== "triplet") return;
-    send({ choice: current.candidates[side].index });
+    submit({ choice: current.candidates[side].index });
   }
 
   function rate(value) {
     if (!current || current.kind !== "rating") return;
-    send({ value: Number(value) });
+    submit({ value: Number(value) });
   }
 
-  async function send(answer) {
+  function submit(answer) {
     if (busy || !current) return;
-    busy = true;  // lock-out until the next question is on screen: no double answers
+    busy = true;
     setDisabled(true);
+    if (practiceIndex >= 0) { practiceFeedback(answer); return; }
     const body = Object.assign({ token: current.token, response_ms: Math.round(performance.now() - shownAt) }, answer);
-    for (let attempt = 0; attempt < 4; attempt++) {
+    try { localStorage.setItem(outboxKey, JSON.stringify(body)); } catch (e) { /* private mode: memory only */ }
+    send(body);
+  }
+
+  function clearOutbox() { try { localStorage.removeItem(outboxKey); } catch (e) { /* ignore */ } }
+
+  async function flushOutbox() {  // an answer left over from before a reload: send it first
+    let body = null;
+    try { body = JSON.parse(localStorage.getItem(outboxKey) || "null"); } catch (e) { body = null; }
+    if (!body) return false;
+    send(body);
+    return true;
+  }
+
+  async function send(body) {
+    for (let attempt = 0; ; attempt++) {
       let r;
       try {
         r = await call(answerUrl, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
       } catch (e) {
-        statusEl.textContent = "Connection problem, retrying…";
-        await new Promise((res) => setTimeout(res, 500 * (attempt + 1)));
+        statusEl.textContent = "Connection problem — your answer is kept and will be sent again…";
+        if (attempt >= 1) offlineEl.hidden = false;
+        await new Promise((res) => setTimeout(res, Math.min(5000, 500 * (attempt + 1))));
         continue;
       }
-      if (r.ok || (r.body && r.body.error && r.body.error.code === "already_answered")) {
-        answered += 1;
-        answeredEl.textContent = String(answered);
-        return r.ok ? show(r.body.next) : loadNext();
+      offlineEl.hidden = true;
+      const error = r.body && r.body.error;
+      if (r.ok || (error && error.code === "already_answered")) {
+        clearOutbox();
+        if (!r.ok) { setProgress(answered + 1); return loadNext(); }
+        setProgress(answered + 1);
+        if (r.body.done) { window.location.assign(r.body.done.finish_url); return; }
+        prefetch(r.body.next);
+        return show(r.body.next);
       }
+      clearOutbox();
       if (r.status === 410) return loadNext();  // expired question: take a fresh one
-      statusEl.textContent = (r.body && r.body.error) ? r.body.error.message : "The answer could not be saved.";
-      busy = false;
-      setDisabled(false);
-      return;
+      return handleError(r);
     }
-    statusEl.textContent = "Your answer could not be sent. Please check your connection and reload.";
   }
 
   buttons.forEach((b, side) => b.addEventListener("click", () => choose(side)));
   sliderSubmit.addEventListener("click", () => rate(slider.value));
+  $("feedback-next").addEventListener("click", () => { practiceIndex += 1; showPractice(); });
+  $("start").addEventListener("click", () => (practice.length ? startPractice() : startQuestions()));
   document.addEventListener("keydown", (event) => {
-    if (!current) return;
+    if (event.target && event.target.tagName === "TEXTAREA") return;
+    if (!current || busy) return;
     if (current.kind === "rating") {
       if (current.scale.widget === "buttons") {
         const b = Array.from(scaleButtons.querySelectorAll("button")).find((x) => x.dataset.value === event.key);
@@ -190,5 +296,7 @@
     if (event.key === "ArrowLeft") { event.preventDefault(); choose(0); }
     if (event.key === "ArrowRight") { event.preventDefault(); choose(1); }
   });
-  loadNext();
+  window.addEventListener("online", () => { offlineEl.hidden = true; });
+  if (answered > 0) startQuestions();  // reload mid-study: straight back to the questions
+  else $("start").focus();
 })();
