@@ -649,3 +649,19 @@ def simulate_setup(ctx, source, out_dir, kind, algorithm, sigma, seed, create_id
         click.echo(f"Create the study: proxima create {written['config']} --items {written['items']} --id my-sim")
         study = "my-sim"
     click.echo(f"Simulate raters:  proxima simulate {study} --oracle {written['oracle']} --raters 20")
+
+
+@main.command("verify-code")
+@click.argument("study_id")
+@click.argument("rater")
+@click.argument("code")
+def verify_code_command(study_id: str, rater: str, code: str):
+    """Check a rater's completion code (an HMAC of study and rater with this instance's secret key)."""
+    from . import create_app
+    from .rating import check_completion_code
+
+    secret = create_app().config["SECRET_KEY"]
+    if check_completion_code(secret, study_id, rater, code):
+        click.echo(f"valid: {code.strip().upper()} is rater {rater}'s completion code for study {study_id}")
+    else:
+        raise click.ClickException(f"invalid: {code!r} is not rater {rater}'s completion code for study {study_id}")

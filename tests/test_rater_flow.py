@@ -1,0 +1,218 @@
+"""The rater flow on the server: entry and consent, limits, too-fast flags, catch trials and
+per-rater stats, completion codes (page and CLI), and config errors for the rater options."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from conftest import SECRET, answer, colour_items, fetch_question
+
+from webapp.cli import main
+from webapp.rating import completion_code
+from workers import keys
+from workers.answers import read_answers
+from workers.config import ConfigError, StudyConfig
+from workers.studies import create_study, set_status
+
+
+def make_study(conn, study_id="flow", **fields):
+    config = StudyConfig.from_dict({"name": "Flow", "algorithm": "random_triplets", "pool_size": 8, **fields})
+    return create_study(conn, config, colour_items(), study_id=study_id)
+
+
+def stats_of(conn, study_id, rater):
+    raw = conn.hgetall(keys.rater_stats(study_id))
+    return {k.decode().rsplit(":", 1)[1]: v.decode() for k, v in raw.items() if k.decode().startswith(rater + ":")}
+
+
+def test_entry_keeps_prolific_and_mturk_parameters_in_the_session(client, conn, study_id):
+    client.get(f"/s/{study_id}?PROLIFIC_PID=p-1&STUDY_ID=s-9&SESSION_ID=x-3")
+    with client.session_transaction() as session:
+        assert session["rater_id"] == "p-1"
+        assert session["recruitment"] == {"PROLIFIC_PID": "p-1", "STUDY_ID": "s-9", "SESSION_ID": "x-3"}
+    other = client.application.test_client()
+    other.get(f"/s/{study_id}?workerId=W1&assignmentId=A2&hitId=H3")
+    with other.session_transaction() as session:
+        assert session["rater_id"] == "W1"
+        assert session["recruitment"] == {"workerId": "W1", "assignmentId": "A2", "hitId": "H3"}
+
+
+@pytest.mark.parametrize("status", ["paused", "closed"])
+def test_a_paused_or_closed_study_shows_a_friendly_page(client, conn, study_id, status):
+    set_status(conn, study_id, status)
+    response = client.get(f"/s/{study_id}")
+    assert response.status_code == 200
+    assert "not collecting answers right now" in response.get_data(as_text=True)
+
+
+def test_max_questions_per_rater_ends_politely_with_a_completion_code(client, conn):
+    make_study(conn, limits={"max_questions_per_rater": 3})
+    client.get("/s/flow?PROLIFIC_PID=p-max")
+    question = fetch_question(client, "flow")
+    assert question["progress"] == {"answered": 0, "total": 3}
+    for n in range(3):
+        body = answer(client, question, study_id="flow").get_json()
+        question = body["next"]
+        if n < 2:
+            assert question["progress"]["answered"] == n + 1
+    assert question is None
+    assert body["done"]["code"] == "rater_done" and body["done"]["finish_url"] == "/s/flow/done"
+    again = client.get("/api/studies/flow/questions/next")
+    assert again.status_code == 409 and again.get_json()["error"]["code"] == "rater_done"
+    assert len(read_answers(conn, "flow")) == 3
+    assert stats_of(conn, "flow", "p-max")["completed"] == "1"
+    # reopening the study link goes to the finish page
+    assert client.get("/s/flow").headers["Location"].endswith("/s/flow/done")
+    page = client.get("/s/flow/done").get_data(as_text=True)
+    assert completion_code(SECRET, "flow", "p-max") in page
+
+
+def test_the_limit_holds_for_questions_fetched_in_parallel(client, conn):
+    make_study(conn, limits={"max_questions_per_rater": 2})
+    questions = [fetch_question(client, "flow") for _ in range(3)]
+    assert [answer(client, q, study_id="flow").status_code for q in questions[:2]] == [201, 201]
+    refused = answer(client, questions[2], study_id="flow")
+    assert refused.status_code == 409 and refused.get_json()["error"]["code"] == "rater_done"
+    assert len(read_answers(conn, "flow")) == 2
+
+
+def test_the_study_answer_budget_is_enforced_across_raters(app, conn):
+    make_study(conn, limits={"answer_budget": 3})
+    raters = [app.test_client() for _ in range(2)]
+    for rater in raters:
+        assert answer(rater, fetch_question(rater, "flow"), study_id="flow").status_code == 201
+    pending = fetch_question(raters[1], "flow")
+    stale = fetch_question(raters[0], "flow")
+    assert answer(raters[1], pending, study_id="flow").get_json()["done"]["code"] == "budget_reached"
+    refused = answer(raters[0], stale, study_id="flow")
+    assert refused.status_code == 409 and refused.get_json()["error"]["code"] == "budget_reached"
+    assert len(read_answers(conn, "flow")) == 3
+
+
+def test_too_fast_answers_are_kept_and_flagged(client, conn):
+    make_study(conn, limits={"min_response_ms": 60000})
+    client.get("/s/flow?rater=r-fast")
+    assert answer(client, fetch_question(client, "flow"), study_id="flow", response_ms=90000).status_code == 201
+    [stored] = read_answers(conn, "flow")
+    assert stored.flags == "too_fast"  # the server's clock says seconds, whatever the page claims
+    assert stats_of(conn, "flow", "r-fast") == {"answers": "1", "too_fast": "1"}
+
+
+def test_answers_without_a_minimum_have_no_flags(client, conn, study_id):
+    assert answer(client, fetch_question(client), response_ms=5).status_code == 201
+    assert read_answers(conn, study_id)[0].flags == ""
+
+
+def test_catch_trials_are_logged_apart_and_failures_flag_the_rater(client, conn):
+    make_study(conn, attention={"rate": 1.0, "max_failure_share": 0.4, "min_checks": 2})
+    client.get("/s/flow?rater=r-careless")
+    question = fetch_question(client, "flow")
+    head = question["head"]["index"]
+    assert head in [c["index"] for c in question["candidates"]]
+    assert "catch" not in json.dumps(question)  # only the signed token knows
+    right = answer(client, question, choice=head, study_id="flow").get_json()
+    wrong_q = right["next"]
+    other = next(c["index"] for c in wrong_q["candidates"] if c["index"] != wrong_q["head"]["index"])
+    assert answer(client, wrong_q, choice=other, study_id="flow").status_code == 201
+    stored = read_answers(conn, "flow")
+    assert [(a.kind, a.algorithm, a.flags) for a in stored] == [("triplet", "catch", "catch_pass"),
+                                                                ("triplet", "catch", "catch_fail")]
+    stats = stats_of(conn, "flow", "r-careless")
+    assert stats["catch"] == "2" and stats["catch_failed"] == "1"
+    assert stats["flagged"] == "1"  # 1/2 > 0.4 after the minimum of 2 checks
+    assert int(conn.hget(keys.counters("flow"), "questions_served") or 0) == 0  # pools untouched
+
+
+def test_a_flagged_rater_can_be_stopped_politely_without_a_code(client, conn):
+    make_study(conn, attention={"rate": 1.0, "max_failure_share": 0.0, "min_checks": 1, "stop_flagged": True})
+    question = fetch_question(client, "flow")
+    wrong = next(c["index"] for c in question["candidates"] if c["index"] != question["head"]["index"])
+    body = answer(client, question, choice=wrong, study_id="flow").get_json()
+    assert body["next"] is None and body["done"]["code"] == "rater_stopped"
+    page = client.get("/s/flow/done").get_data(as_text=True)
+    assert "no more questions for you" in page and "completion-code" not in page
+
+
+def test_a_forged_catch_flag_is_refused(client, conn, study_id):
+    from webapp.tokens import sign_question
+
+    question = fetch_question(client)
+    forged = sign_question("not-the-key", {"s": study_id, "q": {"catch": True}, "r": "x", "t": 0})
+    response = client.post(f"/api/studies/{study_id}/answers", json={"token": forged, "choice": 0})
+    assert response.status_code == 400 and response.get_json()["error"]["code"] == "invalid_token"
+    assert answer(client, question).status_code == 201
+
+
+def test_consent_gates_the_questions_and_declining_stores_nothing(app, conn):
+    make_study(conn, consent="## Consent\n\nWe store your answers. <script>alert(1)</script> [x](javascript:alert(2))")
+    rater = app.test_client()
+    page = rater.get("/s/flow").get_data(as_text=True)
+    assert "<h2>Consent</h2>" in page and "&lt;script&gt;" in page
+    assert "<script>alert" not in page and 'href="javascript:' not in page
+    assert rater.get("/api/studies/flow/questions/next").get_json()["error"]["code"] == "consent_required"
+    html = rater.post("/s/flow/consent", data={"decision": "decline", "csrf_token": _csrf(page)})
+    assert "did not give consent" in html.get_data(as_text=True)
+    assert rater.get("/api/studies/flow/questions/next").status_code == 403
+    agreed = rater.post("/s/flow/consent", data={"decision": "agree", "csrf_token": _csrf(page)})
+    assert agreed.status_code == 302
+    assert "id=\"instructions\"" in rater.get("/s/flow").get_data(as_text=True)
+    assert answer(rater, fetch_question(rater, "flow"), study_id="flow").status_code == 201
+    assert len(read_answers(conn, "flow")) == 1
+
+
+def _csrf(html):
+    import re
+
+    return re.search(r'name="csrf_token" value="([^"]+)"', html).group(1)
+
+
+def test_finish_page_redirects_to_prolific_and_stores_the_debrief(client, conn):
+    make_study(conn, limits={"max_questions_per_rater": 1},
+               completion={"prolific_redirect_url": "https://app.prolific.com/submissions/complete?cc={code}",
+                           "debrief_question": "Was anything unclear?"})
+    assert client.get("/s/flow/done").status_code == 302  # not done yet: back to the study
+    client.get("/s/flow?PROLIFIC_PID=p-done")
+    answer(client, fetch_question(client, "flow"), study_id="flow")
+    page = client.get("/s/flow/done").get_data(as_text=True)
+    code = completion_code(SECRET, "flow", "p-done")
+    assert f"https://app.prolific.com/submissions/complete?cc={code}" in page
+    assert "Was anything unclear?" in page
+    client.post("/s/flow/done", data={"debrief": "All clear <b>thanks</b>", "csrf_token": _csrf(page)})
+    assert conn.hget(keys.rater_stats("flow"), "p-done:debrief") == b"All clear <b>thanks</b>"
+    assert len(read_answers(conn, "flow")) == 1  # the debrief is not an answer
+
+
+def test_verify_code_cli_accepts_the_minted_code_only(conn, redis_url, tmp_path, monkeypatch):
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
+    monkeypatch.setenv("PROXIMA_SECRET_KEY", SECRET)
+    runner = CliRunner()
+    code = completion_code(SECRET, "flow", "p-7")
+    ok = runner.invoke(main, ["verify-code", "flow", "p-7", code.lower()])
+    assert ok.exit_code == 0 and "valid" in ok.output
+    for args in (["flow", "p-8", code], ["other", "p-7", code], ["flow", "p-7", "AAAAAAAAAAAA"]):
+        bad = runner.invoke(main, ["verify-code", *args])
+        assert bad.exit_code == 1 and "invalid" in bad.output
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"limits": {"max_questions": 3}}, "unknown field(s) max_questions in 'limits'"),
+    ({"limits": {"max_questions_per_rater": 0}}, "limits.max_questions_per_rater"),
+    ({"attention": {"rate": 1.5}}, "attention.rate"),
+    ({"attention": {"stop_flagged": "yes"}}, "attention.stop_flagged"),
+    ({"completion": {"prolific_redirect_url": "javascript:alert(1)"}}, "completion.prolific_redirect_url"),
+    ({"practice": [{"head": "c0", "candidates": ["c1", "c2"], "answer": "c9"}]}, "practice.0.answer"),
+    ({"consent": 3}, "consent"),
+])
+def test_rater_options_are_validated_with_readable_errors(fields, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        StudyConfig.from_dict({"name": "x", **fields})
+
+
+def test_configs_without_the_rater_options_keep_their_defaults():
+    config = StudyConfig.from_dict({"name": "x"})
+    assert config.consent is None and config.practice == ()
+    assert config.limits.max_questions_per_rater is None and config.limits.min_response_ms == 0
+    assert config.attention.rate == 0 and config.completion.prolific_redirect_url is None
+    assert StudyConfig.from_stored(json.loads(config.to_json())) == config
