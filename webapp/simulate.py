@@ -11,6 +11,7 @@ import csv
 import json
 import math
 import random
+import re
 import threading
 import time
 from collections import Counter
@@ -26,7 +27,9 @@ THINK_SPREAD = 0.5
 #: a rater gives up after this many failures in a row (the server is gone or refuses everything)
 MAX_CONSECUTIVE_FAILURES = 20
 HTTP_TIMEOUT = 30.0
-DONE_CODES = ("study_complete", "study_not_running")
+#: 409 codes after which the server has nothing more for a rater (the study or this rater is done)
+DONE_CODES = ("study_complete", "study_not_running", "rater_done", "budget_reached", "rater_stopped")
+CSRF_FIELD = re.compile(r'name="csrf_token"[^>]*value="([^"]+)"')
 ORACLE_HELP = ("points:FILE.csv (columns id,x1,x2,...), matrix:FILE.csv (header row of ids, then an n x n "
                "distance matrix), eggs (the alien-egg 1-D truth, human-fitted noise) or eggs:DATA_DIR")
 
@@ -431,14 +434,26 @@ class Crowd:
             return response.json()["question"]
         code = self._code(response)
         if response.status_code == 409 and code in DONE_CODES:
-            with self.lock:
-                self.done_codes[code] += 1
+            self._done(code)
             return None
         if response.status_code == 404 and code == "unknown_study":
             self.fatal = f"the server has no study '{self.study_id}'"
             self.stop.set()
             return None
+        if response.status_code == 403 and code == "consent_required":
+            self._consent(session)
         raise _Failure(code)
+
+    def _consent(self, session) -> None:
+        """Agree to the study's consent form, as a person clicking "I agree" would."""
+        page = self._request(session, "GET", f"{self.base}/s/{self.study_id}", self.report.get_ms)
+        found = CSRF_FIELD.search(page.text)
+        self._request(session, "POST", f"{self.base}/s/{self.study_id}/consent", self.report.post_ms,
+                      data={"decision": "agree", "csrf_token": found.group(1) if found else ""})
+
+    def _done(self, code: str) -> None:
+        with self.lock:
+            self.done_codes[code] += 1
 
     def _post(self, session, body: dict):
         url = f"{self.base}/api/studies/{self.study_id}/answers"
@@ -495,8 +510,16 @@ class Crowd:
                         self._accept(name, question, body, result["answer"]["id"], received, released, careless)
                         question, received = result.get("next"), released
                         failures = 0
+                        if question is None and (result.get("done") or {}).get("code"):
+                            self._done(result["done"]["code"])
+                            return
                         continue
                     code = self._code(response)
+                    if response.status_code == 409 and code in DONE_CODES:
+                        self.budget.release()
+                        self._done(code)
+                        question = None
+                        return
                     error = response.json().get("error", {}) if code != f"http_{response.status_code}" else {}
                     if code == "already_answered" and error.get("answer_id"):
                         # our own earlier attempt went through before the connection broke
@@ -513,8 +536,7 @@ class Crowd:
                         self.report.held.append((name, question["token"], received, time.monotonic()))
                     question = None
                 if failures >= MAX_CONSECUTIVE_FAILURES:
-                    with self.lock:
-                        self.done_codes["gave_up"] += 1
+                    self._done("gave_up")
                     return
                 if failures:
                     self.stop.wait(min(2.0, 0.05 * 2 ** min(failures, 6)))

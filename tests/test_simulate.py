@@ -1,0 +1,284 @@
+"""Simulated crowds: `proxima simulate` drives a real `proxima serve` (gunicorn + RQ worker + Redis)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import redis
+from click.testing import CliRunner
+from itsdangerous import URLSafeTimedSerializer
+from test_serve import healthy, wait_for
+
+from webapp.cli import main
+from webapp.embedded import EmbeddedRedis, free_port
+from webapp.simulate import (
+    Crowd,
+    NoiseModel,
+    Rater,
+    SimulationError,
+    Truth,
+    graph_accuracy,
+    load_truth,
+    snap,
+    write_setup,
+)
+from workers.answers import iter_answers
+from workers.config import StudyConfig, load_config_file
+from workers.studies import create_study, items_from_csv
+
+
+# ---------------------------------------------------------------------------- the live server
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One `proxima serve` (2 web workers, 1 RQ worker) on its own Redis for the whole module."""
+    inst = tmp_path_factory.mktemp("sim-instance")
+    store = EmbeddedRedis(inst / "store", appendfsync="everysec")
+    url = store.start()
+    port = free_port()
+    env = dict(os.environ, REDIS_URL=url, PROXIMA_INSTANCE_PATH=str(inst))
+    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers", "2",
+                             "--workers", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: healthy(base) or proc.poll() is not None)
+        assert proc.poll() is None, proc.stdout.read()
+        yield {"base": base, "redis_url": url, "instance": inst}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+        store.stop()
+
+
+@pytest.fixture
+def live(server, monkeypatch):
+    monkeypatch.setenv("REDIS_URL", server["redis_url"])
+    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(server["instance"]))
+    client = redis.Redis.from_url(server["redis_url"])
+    yield {**server, "conn": client}
+    client.close()
+
+
+def simulate(*args):
+    return CliRunner().invoke(main, ["simulate", *map(str, args)], catch_exceptions=False)
+
+
+def points_file(tmp_path, points, name="truth.csv"):
+    path = tmp_path / name
+    rows = ["id,x1"] + [f"p{i},{x}" for i, x in enumerate(points)]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+# Four well-separated pairs on a line: every item's nearest neighbour is its partner.
+PAIRS = [0.0, 1.0, 10.0, 11.0, 20.0, 21.0, 30.0, 31.0]
+
+
+def make_study(conn, study_id, points, kind="triplet", algorithm="anntri", params=None, **config):
+    config = StudyConfig.from_dict({"name": study_id, "question_kind": kind,
+                                    "algorithms": [{"algorithm": algorithm, "params": params or {}}],
+                                    "random_state": 0, **config})
+    from workers.queue import schedule_update
+    from workers.studies import Item
+
+    items = [Item(id=f"p{i}", kind="text", text=f"point {i}") for i in range(len(points))]
+    create_study(conn, config, items, study_id=study_id)
+    schedule_update(conn, study_id)
+    return study_id
+
+
+def accepted_line(output: str) -> int:
+    return int(re.search(r"Answers accepted: (\d+)", output).group(1))
+
+
+# ---------------------------------------------------------------------------- through the server
+def test_every_accepted_answer_is_in_the_log_exactly_once(live, tmp_path):
+    study = make_study(live["conn"], "sim-log", PAIRS, params={"delta": 0.2, "sigma": 0.5, "window": 4})
+    truth = points_file(tmp_path, PAIRS)
+    log = tmp_path / "sent.jsonl"
+    result = simulate(study, "--url", live["base"], "--oracle", f"points:{truth}", "--raters", 10, "--think", 0,
+                      "--answers", 120, "--seed", 3, "--log", log, "--progress-every", 1, "--wait", 30)
+    assert result.exit_code == 0, result.output
+    sent = [json.loads(line) for line in log.read_text().splitlines()]
+    logged = list(iter_answers(live["conn"], study))
+    assert accepted_line(result.output) == len(sent) == len(logged) == 120
+    assert sorted(s["answer_id"] for s in sent) == sorted(a.id for a in logged)
+    assert len({a.qid for a in logged}) == len(logged)  # no question answered twice
+    by_id = {a.id: a for a in logged}
+    for s in sent:  # what each rater sent is what the log holds
+        stored = by_id[s["answer_id"]]
+        assert stored.rater == s["rater"] and stored.choice == s["choice"]
+        assert [f"p{i}" for i in stored.items] == s["items"]
+    assert "Errors: none" in result.output
+    assert re.search(r"nearest-neighbour accuracy \d\.\d{3} over 8 items", result.output), result.output
+    # the engine applied every logged answer once
+    engine = live["conn"].hgetall(f"proxima:{{{study}}}:engine:stats")
+    assert int(engine[b"answers_applied"]) == 120
+
+
+def test_twenty_raters_never_hold_the_same_question_at_once(live, tmp_path):
+    study = make_study(live["conn"], "sim-concurrent", PAIRS * 2, params={"delta": 0.1, "sigma": 0.5, "window": 16})
+    truth = load_truth(f"points:{points_file(tmp_path, PAIRS * 2)}")
+    crowd = Crowd(live["base"], study, truth, NoiseModel(sigma=0.1), raters=20, think=0.005, max_answers=300,
+                  seed=1)
+    report = crowd.run()
+    assert report.answers == 300 and not report.errors, report.errors
+    unsafe = URLSafeTimedSerializer("not the server's secret", salt="proxima.question.v1")
+    spans = defaultdict(list)
+    for rater, token, received, released in report.held:
+        qid = unsafe.loads_unsafe(token)[1]["q"]["qid"]
+        spans[qid].append((received, released, rater))
+    assert len(spans) >= 300
+    for qid, held in spans.items():
+        held.sort()
+        for (_, end, first), (start, _, second) in zip(held, held[1:], strict=False):
+            assert start >= end, f"question {qid} was pending at {first} and {second} at once"
+    logged = list(iter_answers(live["conn"], study))
+    assert len(logged) == 300 and len({a.qid for a in logged}) == 300
+
+
+def test_a_careless_share_answers_at_random(live, tmp_path):
+    points = [0.0, 2.0, 3.0, 7.0, 11.0, 12.0]
+    study = make_study(live["conn"], "sim-careless", points, kind="rating",
+                       rating={"min": 0, "max": 100, "step": 1, "widget": "slider"})
+    truth_file = points_file(tmp_path, points)
+    log = tmp_path / "sent.jsonl"
+    result = simulate(study, "--url", live["base"], "--oracle", f"points:{truth_file}", "--raters", 10,
+                      "--careless", 0.4, "--noise", 0, "--think", 0, "--answers", 150, "--seed", 5, "--log", log,
+                      "--no-accuracy")
+    assert result.exit_code == 0, result.output
+    sent = [json.loads(line) for line in log.read_text().splitlines()]
+    careless = {s["rater"] for s in sent if s["careless"]}
+    assert careless <= {"sim-0", "sim-1", "sim-2", "sim-3"} and len(careless) >= 3
+    truth = load_truth(f"points:{truth_file}")
+    scale = {"min": 0, "max": 100, "step": 1}
+
+    def exact(s):
+        i, j = truth.positions(s["items"])
+        return snap(100 * (1 - truth.distances[i, j]), scale)
+
+    honest = [s for s in sent if not s["careless"]]
+    sloppy = [s for s in sent if s["careless"]]
+    assert honest and all(s["value"] == exact(s) for s in honest)
+    assert sum(s["value"] != exact(s) for s in sloppy) > 0.8 * len(sloppy)
+    logged = {a.id: a for a in iter_answers(live["conn"], study)}
+    assert all(logged[s["answer_id"]].kind == "rating" for s in sent)
+
+
+def test_a_rating_study_runs_until_complete_and_learns_the_exact_graph(live, tmp_path):
+    study = make_study(live["conn"], "sim-complete", PAIRS, kind="rating",
+                       params={"delta": 0.2, "sigma": 0.05, "window": 8},
+                       rating={"min": 0, "max": 1, "step": None, "widget": "slider"})
+    truth = points_file(tmp_path, PAIRS)
+    result = simulate(study, "--url", live["base"], "--oracle", f"points:{truth}", "--raters", 8, "--think", 0,
+                      "--noise", 0.02, "--answers", 3000, "--seed", 2, "--progress-every", 2)
+    assert result.exit_code == 0, result.output
+    assert "the server stopped asking: study_complete" in result.output
+    assert accepted_line(result.output) < 3000
+    assert "nearest-neighbour accuracy 1.000 over 8 items" in result.output
+    assert "certified 100%" in result.output
+
+
+def test_an_unknown_study_is_a_clear_error(live, tmp_path):
+    truth = points_file(tmp_path, PAIRS)
+    result = simulate("no-such-study", "--url", live["base"], "--oracle", f"points:{truth}", "--answers", 5)
+    assert result.exit_code != 0
+    assert "no study 'no-such-study'" in result.output
+
+
+def test_items_the_truth_does_not_know_are_a_clear_error(live, tmp_path):
+    study = make_study(live["conn"], "sim-mismatch", PAIRS)
+    truth = tmp_path / "other.csv"
+    truth.write_text("id,x\na,0\nb,1\nc,2\n")
+    result = simulate(study, "--url", live["base"], "--oracle", f"points:{truth}", "--answers", 5)
+    assert result.exit_code != 0
+    assert "not in the truth" in result.output and "p0" in result.output
+
+
+# ---------------------------------------------------------------------------- without a server
+@pytest.mark.parametrize("spec,message", [
+    ("nonsense", "unknown oracle 'nonsense'"),
+    ("points", "needs a file: points:FILE.csv"),
+    ("points:{dir}/missing.csv", "does not exist"),
+    ("points:{dir}/words.csv", "every value must be a number"),
+    ("points:{dir}/noid.csv", "header must be id,x1,x2"),
+    ("points:{dir}/dupes.csv", "repeated: a"),
+    ("matrix:{dir}/ragged.csv", "3 distances for 2 items"),
+    ("matrix:{dir}/asym.csv", "must be symmetric"),
+    ("matrix:{dir}/short.csv", "must be n x n"),
+])
+def test_bad_oracle_specs_say_what_is_wrong(tmp_path, spec, message):
+    (tmp_path / "words.csv").write_text("id,x1\na,zero\nb,1\nc,2\n")
+    (tmp_path / "noid.csv").write_text("x1,x2\n0,1\n1,2\n2,3\n")
+    (tmp_path / "dupes.csv").write_text("id,x1\na,0\na,1\nc,2\n")
+    (tmp_path / "ragged.csv").write_text("a,b\n0,1,2\n1,0\n")
+    (tmp_path / "asym.csv").write_text("a,b,c\n0,1,2\n5,0,1\n2,1,0\n")
+    (tmp_path / "short.csv").write_text("a,b,c\n0,1,2\n1,0,1\n")
+    result = simulate("any-study", "--oracle", spec.format(dir=tmp_path), "--url", "http://127.0.0.1:9")
+    assert result.exit_code != 0
+    assert message in result.output, result.output
+    assert "Traceback" not in result.output
+
+
+def test_an_unreachable_server_is_a_clear_error(tmp_path):
+    truth = points_file(tmp_path, PAIRS)
+    result = simulate("s", "--oracle", f"points:{truth}", "--url", f"http://127.0.0.1:{free_port()}")
+    assert result.exit_code != 0 and "cannot reach a Proxima server" in result.output
+
+
+def test_matrix_and_points_truths_are_scaled_to_unit_distances(tmp_path):
+    (tmp_path / "m.csv").write_text(",a,b,c\na,0,2,4\nb,2,0,3\nc,4,3,0\n")
+    truth = load_truth(f"matrix:{tmp_path / 'm.csv'}")
+    assert truth.ids == ["a", "b", "c"] and truth.distances[0, 2] == 1.0 and truth.distances[0, 1] == 0.5
+    truth = load_truth(f"points:{points_file(tmp_path, [0, 3, 4])}")
+    assert truth.distances[1, 2] == pytest.approx(0.25)
+
+
+def test_ratings_snap_to_the_scale_and_higher_means_more_similar():
+    assert snap(3.4, {"min": 1, "max": 5, "step": 1}) == 3
+    assert snap(7.0, {"min": 1, "max": 5, "step": 1}) == 5
+    assert snap(0.37, {"min": 0, "max": 1, "step": 0.25}) == 0.25
+    assert snap(0.37, {"min": 0, "max": 1, "step": None}) == 0.37
+    truth = Truth(["a", "b", "c"], np.array([[0, 0.2, 1], [0.2, 0, 0.9], [1, 0.9, 0]]), source="test")
+    rater = Rater(truth, NoiseModel(), careless=False, rng=__import__("random").Random(0))
+    item = {"a": {"index": 0, "id": "a"}, "b": {"index": 1, "id": "b"}, "c": {"index": 2, "id": "c"}}
+    scale = {"min": 1, "max": 5, "step": 1}
+    assert rater.answer({"kind": "rating", "items": [item["a"], item["b"]], "scale": scale}) == {"value": 4}
+    assert rater.answer({"kind": "rating", "items": [item["a"], item["c"]], "scale": scale}) == {"value": 1}
+    assert rater.answer({"kind": "triplet", "head": item["a"], "candidates": [item["c"], item["b"]]}) == {"choice": 1}
+    with pytest.raises(SimulationError, match="not know"):
+        rater.answer({"kind": "triplet", "head": {"index": 0, "id": "zz"}, "candidates": [item["c"], item["b"]]})
+
+
+def test_graph_accuracy_counts_ties_in_the_truth_as_correct():
+    # b is equally close to a and c: either answer is right
+    truth = Truth(["a", "b", "c", "d"], np.array([[0, 1, 2, 5], [1, 0, 1, 4], [2, 1, 0, 3], [5, 4, 3, 0]]) / 5,
+                  source="test")
+    edge = {"rank": 1, "certified": True}
+    graph = {"k": 1, "items": ["a", "b", "c", "d"], "edges": [
+        {"source": "a", "target": "b", **edge}, {"source": "b", "target": "c", **edge},
+        {"source": "c", "target": "d", **edge}]}  # c's answer is wrong, d has none
+    score = graph_accuracy(graph, truth)
+    assert score["accuracy"] == 0.5 and score["certified"] == 0.75
+
+
+def test_setup_writes_a_study_proxima_create_accepts(tmp_path):
+    written = write_setup("clusters:3x4", tmp_path / "out", kind="rating")
+    config = load_config_file(written["config"])
+    assert config.question_kind == "rating" and config.algorithms[0].algorithm == "anntri"
+    items = items_from_csv(written["items"])
+    assert len(items) == 12 and items[0].label == "cluster 0"
+    truth = load_truth(written["oracle"])
+    assert truth.ids == [item.id for item in items]
+    result = CliRunner().invoke(main, ["simulate-setup", "clusters:2", "--out", str(tmp_path / "bad")])
+    assert result.exit_code != 0 and "clusters:10x10" in result.output
