@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import colour_items
 from test_serve import healthy, wait_for
 
 from webapp.demo import demo_items
@@ -60,6 +61,7 @@ def test_a_rater_answers_twenty_questions_and_the_researcher_sees_them(browser, 
     page = browser.new_page()
     page.goto(f"{live_server}/s/browser?PROLIFIC_PID=p-0001")
     assert "more similar" in page.locator("#instructions").inner_text()
+    page.click("#start")
     chosen = []
     for n in range(20):
         page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")
@@ -90,3 +92,121 @@ def test_a_rater_answers_twenty_questions_and_the_researcher_sees_them(browser, 
     assert len(rows) == 20
     assert [int(r["choice"]) for r in rows] == chosen
     assert {r["rater"] for r in rows} == {"p-0001"}
+
+
+@pytest.fixture
+def flow_server(conn, redis_url, tmp_path):
+    """A served study with consent, one practice question, 10 questions per rater and a debrief."""
+    config = StudyConfig.from_dict({
+        "name": "Flow in a browser", "algorithm": "random_triplets", "pool_size": 10, "random_state": 2,
+        "consent": "**Consent.** We store your answers.",
+        "practice": [{"head": "c0", "candidates": ["c1", "c2"], "answer": "c1", "explanation": "c1 is closer."}],
+        "limits": {"max_questions_per_rater": 10},
+        "completion": {"debrief_question": "Anything unclear?"},
+    })
+    create_study(conn, config, colour_items(12), study_id="flow")
+    rating = StudyConfig.from_dict({"name": "Ratings", "algorithm": "random", "question_kind": "rating",
+                                    "pool_size": 10, "limits": {"max_questions_per_rater": 5}})
+    create_study(conn, rating, colour_items(12), study_id="ratings")
+    port = free_port()
+    env = dict(os.environ, REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"))
+    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers", "1"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: healthy(base) or proc.poll() is not None)
+        assert proc.poll() is None, proc.stdout.read()
+        yield base
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+
+
+ARTIFACTS = os.environ.get("PROXIMA_ARTIFACTS") or os.path.join(os.path.dirname(__file__), "..", "artifacts")
+
+
+def test_consent_practice_ten_questions_by_keyboard_and_a_completion_code(browser, flow_server, conn, tmp_path):
+    flow_server_instance = tmp_path / "instance"
+    from workers.answers import read_answers
+
+    page = browser.new_page()
+    page.goto(f"{flow_server}/s/flow?PROLIFIC_PID=p-keys")
+    page.click("#consent-agree")
+    page.click("#start")
+    page.wait_for_selector("#practice-banner:not([hidden])")
+    page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")
+    page.keyboard.press("ArrowLeft" if page.locator("#left").get_attribute("data-index") == "1" else "ArrowRight")
+    page.wait_for_selector("#feedback.right:not([hidden])")
+    page.click("#feedback-next")
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    for n in range(10):
+        page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")
+        if n == 0:
+            page.screenshot(path=os.path.join(ARTIFACTS, "rater-question-desktop.png"))
+            page.set_viewport_size({"width": 390, "height": 844})
+            page.screenshot(path=os.path.join(ARTIFACTS, "rater-question-phone.png"))
+        if n == 4:  # reload mid-study: back at the same progress
+            page.reload()
+            page.wait_for_function("document.getElementById('answered').textContent === '4'")
+            page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")
+        page.keyboard.press("ArrowLeft" if n % 2 else "ArrowRight")
+        if n < 9:
+            page.wait_for_function(f"document.getElementById('answered').textContent === '{n + 1}'")
+    page.wait_for_selector("#completion-code")
+    from webapp.rating import completion_code
+
+    secret = (flow_server_instance / "secret_key").read_text().strip()
+    assert page.locator("#completion-code").inner_text().strip() == completion_code(secret, "flow", "p-keys")
+    page.fill("#debrief", "all fine")
+    page.click("#debrief-submit")
+    page.wait_for_selector("#debrief-thanks")
+    answers = read_answers(conn, "flow")
+    assert len(answers) == 10  # the practice answer was not stored
+    assert all(a.rater == "p-keys" and a.response_ms is not None for a in answers)
+
+
+def test_consent_declined_means_no_questions(browser, flow_server, conn):
+    page = browser.new_page()
+    page.goto(f"{flow_server}/s/flow?PROLIFIC_PID=p-no")
+    page.click("#consent-decline")
+    page.wait_for_selector("#declined")
+    response = page.request.get(f"{flow_server}/api/studies/flow/questions/next")
+    assert response.status == 403
+    assert conn.xlen("proxima:{flow}:answers") == 0
+
+
+def test_rating_questions_by_keys_one_to_five(browser, flow_server, conn):
+    from workers.answers import read_answers
+
+    page = browser.new_page()
+    page.goto(f"{flow_server}/s/ratings?PROLIFIC_PID=p-rate")
+    page.click("#start")
+    for n in range(5):
+        page.wait_for_selector("#rating:not([hidden]) .scale-button:not([disabled])")
+        page.keyboard.press(str(n + 1))
+        if n < 4:
+            page.wait_for_function(f"document.getElementById('answered').textContent === '{n + 1}'")
+    page.wait_for_selector("#completion-code")
+    assert [a.value for a in read_answers(conn, "ratings")] == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_an_answer_sent_while_offline_is_retried_and_stored_once(browser, flow_server, conn):
+    from workers.answers import read_answers
+
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{flow_server}/s/flow?PROLIFIC_PID=p-net")
+    page.click("#consent-agree")
+    page.click("#start")
+    page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")
+    page.click("#left")  # the practice question
+    page.click("#feedback-next")
+    page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")
+    context.route("**/answers", lambda route: route.abort())
+    page.click("#left")
+    page.wait_for_selector("#offline:not([hidden])")
+    assert len(read_answers(conn, "flow")) == 0
+    context.unroute("**/answers")
+    page.wait_for_function("document.getElementById('answered').textContent === '1'")
+    page.wait_for_selector("#offline", state="hidden")
+    assert len(read_answers(conn, "flow")) == 1
