@@ -1,4 +1,5 @@
-"""The JSON API: next question, answers (one round trip each), study statistics, health."""
+"""The JSON API: next question, answers (one round trip each), study statistics, the learned
+graph's layout, the raters table, health."""
 from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
@@ -6,7 +7,7 @@ from flask import Blueprint, jsonify, request
 from .errors import ApiError
 from .raters import current_rater
 from .rating import load_study, next_question, submit_answer
-from .stats import study_stats
+from .stats import rater_table, study_stats
 from .storage import get_redis
 
 bp = Blueprint("api", __name__, url_prefix="/api")
@@ -46,3 +47,25 @@ def get_stats(study_id: str):
     conn = get_redis()
     study = load_study(conn, study_id)
     return jsonify(study_stats(conn, study))
+
+
+@bp.get("/studies/<study_id>/raters")
+def get_raters(study_id: str):
+    conn = get_redis()
+    study = load_study(conn, study_id)
+    return jsonify({"raters": rater_table(conn, study.id)})
+
+
+@bp.get("/studies/<study_id>/graph-layout")
+def get_graph_layout(study_id: str):
+    """One algorithm's learned graph placed in 2-D (classical MDS of its estimated distances)."""
+    from workers.layout import graph_layout  # numpy/scipy: only researchers' dashboards call this
+
+    conn = get_redis()
+    study = load_study(conn, study_id)
+    label = request.args.get("algorithm") or study.config.algorithms[0].label
+    if study.config.get_algorithm(label) is None:
+        labels = ", ".join(a.label for a in study.config.algorithms)
+        raise ApiError(404, "unknown_algorithm",
+                       f"study '{study_id}' has no algorithm '{label}'; its algorithms: {labels}")
+    return jsonify(graph_layout(conn, study, label))

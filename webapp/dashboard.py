@@ -1,15 +1,69 @@
-"""Researcher pages: the list of studies, one study's live dashboard, every export."""
+"""Researcher pages: the list of studies, creating a study from uploads, one study's live
+dashboard with its controls (start/pause/close, settings, excluding raters), every export."""
 from __future__ import annotations
 
-from flask import Blueprint, Response, abort, render_template, request, stream_with_context, url_for
+from flask import (
+    Blueprint,
+    Response,
+    abort,
+    current_app,
+    flash,
+    redirect,
+    render_template,
+    request,
+    stream_with_context,
+    url_for,
+)
 
+from workers.config import ALGORITHMS, QUESTION_KINDS, ConfigError, StudyConfig
 from workers.exports import FORMATS, ExportError, export
-from workers.studies import StudyNotFound, get_items, get_study, list_studies
+from workers.queue import schedule_update
+from workers.studies import (
+    StudyError,
+    StudyNotFound,
+    create_study,
+    get_items,
+    get_study,
+    list_studies,
+    set_status,
+    update_config,
+)
+from workers.uploads import config_from_yaml_bytes, items_from_upload
 
 from .stats import study_stats
 from .storage import get_redis
 
 bp = Blueprint("dashboard", __name__)
+
+#: Largest upload accepted by the create-study form (the app-wide limit stays small).
+DEFAULT_UPLOAD_MAX_BYTES = 64 * 1024 * 1024
+#: action -> (status it sets, statuses it may be taken from)
+ACTIONS = {"start": ("running", ("paused",)), "pause": ("paused", ("running",)),
+           "resume": ("running", ("paused",)), "close": ("closed", ("running", "paused"))}
+PROLIFIC_PARAMS = "PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}&SESSION_ID={{%SESSION_ID%}}"
+
+
+def upload_limit() -> int:
+    return int(current_app.config.get("UPLOAD_MAX_BYTES") or DEFAULT_UPLOAD_MAX_BYTES)
+
+
+@bp.url_value_preprocessor
+def allow_uploads(endpoint, values):
+    # Runs before the app's before_request hooks, so before the CSRF check parses the form body.
+    if endpoint == "dashboard.new_study" and request.method == "POST":
+        request.max_content_length = upload_limit()
+        if (request.content_length or 0) > upload_limit():
+            abort(413)  # said plainly here: a truncated body would otherwise look like an empty form
+
+
+@bp.errorhandler(413)
+def upload_too_large(err):
+    mib = upload_limit() / (1024 * 1024)
+    message = (f"The upload is too large: at most {mib:.0f} MiB are accepted. Split the items into a smaller "
+               "ZIP, or shrink the images.")
+    if request.endpoint == "dashboard.new_study":
+        return _new_study_page(error=message, status=413, form={})  # the body was not read
+    return render_template("auth/refused.html", message=message), 413
 
 
 def _study_or_404(conn, study_id: str):
@@ -25,6 +79,46 @@ def index():
     return render_template("dashboard/index.html", studies=list_studies(conn))
 
 
+def _new_study_page(error: str | None = None, status: int = 200, form=None):
+    if form is None:
+        form = request.form if request.method == "POST" else {}
+    return render_template("dashboard/new.html", error=error, form=form, algorithms=ALGORITHMS,
+                           question_kinds=QUESTION_KINDS, upload_mib=upload_limit() // (1024 * 1024)), status
+
+
+def config_from_form(form, files) -> StudyConfig:
+    """The study config from an uploaded YAML/JSON file if one was sent, else from the form fields."""
+    upload = files.get("config_file")
+    if upload and upload.filename:
+        return config_from_yaml_bytes(upload.read(), upload.filename)
+    data = {"name": form.get("name", "").strip(), "algorithm": form.get("algorithm") or "anntri",
+            "question_kind": form.get("question_kind") or "triplet"}
+    if form.get("instructions", "").strip():
+        data["instructions"] = form["instructions"].strip()
+    return StudyConfig.from_dict(data)
+
+
+@bp.route("/studies/new", methods=["GET", "POST"])
+def new_study():
+    if request.method == "GET":
+        return _new_study_page()
+    items_file = request.files.get("items")
+    try:
+        if not items_file or not items_file.filename:
+            raise StudyError("choose an items file: a .zip of images, audio or video, or a .csv with a 'text' column")
+        config = config_from_form(request.form, request.files)
+        items, media = items_from_upload(items_file.read(), items_file.filename)
+        conn = get_redis()
+        study_id = create_study(conn, config, items, media)
+        if not request.form.get("start"):
+            set_status(conn, study_id, "paused")
+    except (StudyError, ConfigError) as exc:
+        return _new_study_page(error=str(exc), status=400)
+    schedule_update(conn, study_id)  # plans the first questions
+    flash(f"Study '{config.name}' created with {len(items)} items.")
+    return redirect(url_for("dashboard.study", study_id=study_id))
+
+
 @bp.get("/studies/<study_id>")
 def study(study_id: str):
     conn = get_redis()
@@ -32,7 +126,77 @@ def study(study_id: str):
     items = get_items(conn, study_id)
     rater_link = url_for("raters.study_page", study_id=study_id, _external=True)
     return render_template("dashboard/study.html", study=study, items=items, stats=study_stats(conn, study),
-                           rater_link=rater_link, formats=FORMATS)
+                           rater_link=rater_link, prolific_link=f"{rater_link}?{PROLIFIC_PARAMS}",
+                           mturk_link=rater_link, formats=FORMATS)
+
+
+@bp.post("/studies/<study_id>/status")
+def change_status(study_id: str):
+    conn = get_redis()
+    study = _study_or_404(conn, study_id)
+    action = request.form.get("action", "")
+    if action not in ACTIONS:
+        abort(400, description=f"Unknown action {action!r}; use one of {', '.join(ACTIONS)}.")
+    status, allowed_from = ACTIONS[action]
+    if study.status not in allowed_from:
+        flash(f"The study is {study.status}; it cannot {action}.", "error")
+    else:
+        set_status(conn, study_id, status)
+        schedule_update(conn, study_id)  # refills the pools of a resumed study, empties them when paused
+        flash(f"The study is now {status}.")
+    return redirect(url_for("dashboard.study", study_id=study_id))
+
+
+def _optional_int(form, name: str, label: str) -> int | None:
+    raw = form.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"field '{label}' must be a whole number, not {raw!r}") from None
+
+
+@bp.post("/studies/<study_id>/settings")
+def settings(study_id: str):
+    conn = get_redis()
+    study = _study_or_404(conn, study_id)
+    form = request.form
+    try:
+        changes = {}
+        for name in ("name", "instructions", "question"):
+            if name in form:
+                changes[name] = form[name].strip()
+        for name in ("pool_size", "token_ttl_seconds"):
+            value = _optional_int(form, name, name)
+            if value is not None:
+                changes[name] = value
+        budgets = {a.label: _optional_int(form, f"budget:{a.label}", f"algorithms.{a.label}.budget")
+                   for a in study.config.algorithms if f"budget:{a.label}" in form}
+        if budgets:
+            changes["budgets"] = budgets
+        update_config(conn, study_id, **changes)
+    except (StudyError, ConfigError) as exc:
+        flash(f"Settings not saved: {exc}", "error")
+    else:
+        schedule_update(conn, study_id)  # a new pool size or budget takes effect on the next update
+        flash("Settings saved; raters see them from their next page load.")
+    return redirect(url_for("dashboard.study", study_id=study_id) + "#settings")
+
+
+@bp.post("/studies/<study_id>/raters/exclude")
+def exclude_rater(study_id: str):
+    from workers.rebuild import rebuild_study  # numpy-heavy: imported only when a researcher excludes
+
+    conn = get_redis()
+    _study_or_404(conn, study_id)
+    rater = request.form.get("rater", "").strip()
+    if not rater:
+        abort(400, description="Say which rater to exclude.")
+    report = rebuild_study(conn, study_id, exclude_raters=[rater])
+    flash(f"Excluded rater {rater}: the engines were rebuilt from {report.answers_replayed} answers "
+          f"({report.answers_excluded} excluded); {len(report.changed)} nearest neighbours changed.")
+    return redirect(url_for("dashboard.study", study_id=study_id) + "#raters")
 
 
 def _download(study_id: str, what: str, fmt: str):

@@ -1,18 +1,33 @@
-// Study dashboard: refresh the numbers, the answers-per-minute chart and the
-// nearest-neighbour column every few seconds from the stats API.
+// Study dashboard: refresh the numbers, the uPlot charts, the nearest-neighbour column, the learned
+// graph and the raters table from the researcher API, without reloading the page.
 (function () {
   "use strict";
   const root = document.getElementById("dashboard");
   if (!root) return;
   const statsUrl = root.dataset.statsUrl;
   const SVG = "http://www.w3.org/2000/svg";
+  const csrf = (document.querySelector('meta[name="csrf-token"]') || {}).content || "";
   document.querySelectorAll(".swatch[data-color]").forEach((el) => (el.style.backgroundColor = el.dataset.color));
   const rows = Array.from(document.querySelectorAll("#items tbody tr"));
   const names = rows.map((r) => r.children[1].textContent.trim());
+  const itemCells = rows.map((r) => r.children[1]);
   const positions = rows.map((r) => (r.dataset.position ? r.dataset.position.split(",").map(Number) : null));
 
+  // ------------------------------------------------------------------ copy buttons
+  document.querySelectorAll("button.copy").forEach((button) => {
+    button.addEventListener("click", async () => {
+      try {
+        await navigator.clipboard.writeText(button.dataset.copy);
+        button.textContent = "Copied";
+      } catch (e) {
+        window.prompt("Copy this link:", button.dataset.copy);
+      }
+      setTimeout(() => (button.textContent = "Copy"), 1500);
+    });
+  });
+
   function trueNeighbours() {
-    if (positions.some((p) => p === null)) return null;
+    if (!positions.length || positions.some((p) => p === null)) return null;
     return positions.map((p, i) => {
       let best = -1, bestD = Infinity;
       positions.forEach((q, j) => {
@@ -25,39 +40,115 @@
   }
   const truth = trueNeighbours();
 
-  function drawTimeline(perMinute) {
-    // at least the last 30 minutes, one bar per minute, so a new study does not show one giant bar
-    const svg = document.getElementById("timeline");
-    svg.replaceChildren();
-    if (!perMinute.length) return;
-    const end = Math.max(perMinute[perMinute.length - 1][0], Math.floor(Date.now() / 60000) * 60);
-    const start = Math.min(perMinute[0][0], end - 29 * 60);
-    const minutes = (end - start) / 60 + 1;
-    const max = Math.max.apply(null, perMinute.map((p) => p[1]));
-    const width = 600 / minutes;
-    perMinute.forEach(([t, count]) => {
-      const rect = document.createElementNS(SVG, "rect");
-      const h = (count / max) * 110;
-      rect.setAttribute("x", ((t - start) / 60) * width);
-      rect.setAttribute("y", 120 - h);
-      rect.setAttribute("width", Math.max(1, width - 1));
-      rect.setAttribute("height", h);
-      const title = document.createElementNS(SVG, "title");
-      title.textContent = new Date(t * 1000).toLocaleTimeString() + ": " + count + " answers";
-      rect.appendChild(title);
-      svg.appendChild(rect);
+  // ------------------------------------------------------------------ charts (uPlot)
+  const charts = {};
+  function chart(id, series, data, opts) {
+    const el = typeof id === "string" ? document.getElementById(id) : id;
+    if (!el || typeof uPlot === "undefined") return;
+    const key = el.id || el.dataset.key || (el.dataset.key = "k" + Math.random());
+    const width = Math.max(240, el.clientWidth || 300);
+    if (charts[key] && charts[key].series.length === series.length + 1) {
+      charts[key].setData(data);
+      return;
+    }
+    if (charts[key]) charts[key].destroy();
+    charts[key] = new uPlot(Object.assign({
+      width: width, height: 160, legend: { show: true },
+      scales: { x: { time: true } },
+      series: [{}].concat(series),
+    }, opts || {}), data, el);
+  }
+  const bars = () => uPlot.paths && uPlot.paths.bars ? uPlot.paths.bars({ size: [0.8, 60] }) : undefined;
+  const barSeries = (label, stroke) => ({ label: label, stroke: stroke, fill: stroke + "88", paths: bars(), points: { show: false } });
+  const lineSeries = (label, stroke, scale) => ({ label: label, stroke: stroke, width: 2, scale: scale });
+  const categoryOpts = (xLabel) => ({ scales: { x: { time: false } }, axes: [{ label: xLabel }, {}] });
+
+  const history = { t: [], fallback: [], pool: [] };
+  const roundHistory = {};
+
+  function drawPerMinute(perMinute) {
+    const end = Math.max(perMinute.length ? perMinute[perMinute.length - 1][0] : 0, Math.floor(Date.now() / 60000) * 60);
+    const start = Math.min(perMinute.length ? perMinute[0][0] : end, end - 29 * 60);
+    const counts = new Map(perMinute.map(([t, c]) => [t, c]));
+    const xs = [], ys = [], cum = [];
+    let total = 0;
+    for (let t = start; t <= end; t += 60) {
+      xs.push(t); ys.push(counts.get(t) || 0);
+      total += counts.get(t) || 0; cum.push(total);
+    }
+    chart("plot-per-minute", [barSeries("answers / min", "#2857c5")], [xs, ys]);
+    chart("plot-cumulative", [lineSeries("answers", "#2857c5")], [xs, cum]);
+  }
+
+  function drawHistogram(id, hist, label, scale) {
+    if (!hist || !hist.counts || !hist.counts.length) return;
+    const xs = hist.edges.slice(0, -1).map((e) => e / (scale || 1));
+    chart(id, [barSeries(label, "#4a8f5b")], [xs, hist.counts], categoryOpts(""));
+  }
+
+  function histogramOf(values, bins) {
+    if (!values.length) return null;
+    const max = Math.max.apply(null, values) || 1;
+    const width = max / bins;
+    const counts = new Array(bins).fill(0);
+    values.forEach((v) => (counts[Math.min(bins - 1, Math.floor(v / width))] += 1));
+    return { edges: Array.from({ length: bins + 1 }, (_, i) => Math.round(i * width * 10) / 10), counts: counts };
+  }
+
+  function drawAlgorithms(stats, now) {
+    (stats.algorithms || []).forEach((alg) => {
+      const fig = document.querySelector('.alg-plot[data-label="' + alg.label + '"]');
+      if (!fig) return;
+      const plot = fig.querySelector(".progress-plot");
+      const p = alg.progress || {};
+      if (p.nodes_built) {
+        const trees = p.nodes_built.map((_, i) => i);
+        chart(plot, [barSeries("built", "#2857c5"), barSeries("pending", "#d98b2b")], [trees, p.nodes_built, p.nodes_pending],
+          categoryOpts("tree"));
+      } else if (p.rounds_certified !== undefined) {
+        const h = roundHistory[alg.label] || (roundHistory[alg.label] = { t: [], c: [], o: [], w: [] });
+        h.t.push(now); h.c.push(p.rounds_certified); h.o.push(p.rounds_open); h.w.push(p.rounds_waiting);
+        chart(plot, [lineSeries("certified", "#2e8540"), lineSeries("open", "#2857c5"), lineSeries("waiting", "#999999")],
+          [h.t, h.c, h.o, h.w]);
+        const share = fig.querySelector(".certified-share");
+        if (share && alg.share_certified !== null && alg.share_certified !== undefined) {
+          share.textContent = (100 * alg.share_certified).toFixed(0) + "%";
+        }
+      } else {
+        const h = roundHistory[alg.label] || (roundHistory[alg.label] = { t: [], a: [] });
+        h.t.push(now); h.a.push(alg.answers);
+        chart(plot, [lineSeries("answers", "#2857c5")], [h.t, h.a]);
+      }
     });
   }
 
   function update(stats) {
+    const now = Date.now() / 1000;
     document.getElementById("n-answers").textContent = stats.answers;
     document.getElementById("n-raters").textContent = stats.raters;
+    document.getElementById("n-active").textContent = stats.active_raters;
     document.getElementById("n-pool").textContent = stats.pool_depth;
     document.getElementById("status").textContent = stats.study.status;
     document.getElementById("fallback-rate").textContent = (100 * stats.fallback_rate).toFixed(1) + "%";
-    const latency = stats.engine.last_latency_ms;
-    document.getElementById("latency").textContent = (latency === null ? 0 : latency).toFixed(1) + " ms";
-    drawTimeline(stats.answers_per_minute);
+    const e = stats.engine;
+    document.getElementById("latency").textContent = (e.last_latency_ms === null ? 0 : e.last_latency_ms).toFixed(1) + " ms";
+    document.getElementById("latency-p95").textContent = e.latency_ms_p50 === null ? "—"
+      : e.latency_ms_p50.toFixed(0) + " / " + e.latency_ms_p95.toFixed(0) + " ms";
+    const med = stats.response_ms.median;
+    document.getElementById("median-response").textContent = med === null ? "—" : (med / 1000).toFixed(1) + " s";
+    root.dataset.updates = String(Number(root.dataset.updates || 0) + 1);
+
+    drawPerMinute(stats.answers_per_minute);
+    drawHistogram("plot-response", stats.response_ms.histogram, "answers", 1000);
+    history.t.push(now); history.fallback.push(100 * stats.fallback_rate); history.pool.push(stats.pool_depth);
+    chart("plot-pool", [lineSeries("fallback %", "#c0392b", "%"), lineSeries("pool depth", "#2857c5", "n")],
+      [history.t, history.fallback, history.pool],
+      { scales: { x: { time: true }, "%": { range: [0, 100] }, n: {} },
+        axes: [{}, { scale: "%" }, { scale: "n", side: 1, grid: { show: false } }] });
+    const lat = e.latencies_ms || [];
+    chart("plot-latency", [lineSeries("refresh ms", "#7b4fb5")], [lat.map((_, i) => i), lat], categoryOpts("update"));
+    drawAlgorithms(stats, now);
+
     let agree = 0, known = 0;
     (stats.algorithms || []).forEach((alg, a) => {
       const row = document.querySelector('#algorithms tr[data-label="' + alg.label + '"]');
@@ -90,7 +181,164 @@
       return p.rounds_certified + " certified, " + p.rounds_open + " open, " + p.rounds_waiting + " waiting";
     }
     if (p.trees_built !== undefined) return p.trees_built + " of " + p.n_trees + " trees built";
-    return p.answers + " answers";
+    return (p.answers !== undefined ? p.answers : alg.answers) + " answers";
+  }
+
+  // ------------------------------------------------------------------ learned graph
+  const graphSvg = document.getElementById("nn-graph");
+  const graphSelect = document.getElementById("graph-algorithm");
+  const panel = document.getElementById("candidates");
+  let layout = null, selected = null;
+
+  function el(name, attrs, parent) {
+    const node = document.createElementNS(SVG, name);
+    Object.entries(attrs).forEach(([k, v]) => node.setAttribute(k, v));
+    if (parent) parent.appendChild(node);
+    return node;
+  }
+
+  function itemVisual(i, x, y, group) {
+    const cell = itemCells[i];
+    const swatch = cell && cell.querySelector(".swatch");
+    const img = cell && cell.querySelector("img.thumb");
+    if (img) {
+      el("image", { href: img.getAttribute("src"), x: x - 14, y: y - 14, width: 28, height: 28, class: "node" }, group);
+    } else {
+      el("circle", { cx: x, cy: y, r: 9, class: "node", fill: swatch ? swatch.dataset.color : "#2857c5" }, group);
+    }
+    const title = el("title", {}, group);
+    title.textContent = names[i] || "item " + i;
+  }
+
+  function drawGraph() {
+    if (!graphSvg || !layout) return;
+    Array.from(graphSvg.querySelectorAll("g")).forEach((g) => g.remove());
+    const W = 640, H = 480, pad = 30;
+    const xy = layout.positions.map(([x, y]) => [pad + x * (W - 2 * pad), pad + y * (H - 2 * pad)]);
+    const edges = el("g", { class: "edges" }, graphSvg);
+    layout.edges.forEach((edge) => {
+      const [x1, y1] = xy[edge.from], [x2, y2] = xy[edge.to];
+      const len = Math.hypot(x2 - x1, y2 - y1) || 1, shrink = Math.min(14, len / 2);
+      el("line", {
+        x1: x1, y1: y1, x2: x2 - ((x2 - x1) / len) * shrink, y2: y2 - ((y2 - y1) / len) * shrink,
+        class: "edge " + (edge.certified ? "certified" : "uncertain"), "marker-end": "url(#arrow)",
+        "data-from": edge.from,
+      }, edges);
+    });
+    const nodes = el("g", { class: "nodes" }, graphSvg);
+    xy.forEach(([x, y], i) => {
+      const g = el("g", { class: "item" + (i === selected ? " selected" : ""), "data-index": i, tabindex: 0 }, nodes);
+      itemVisual(i, x, y, g);
+      g.addEventListener("click", () => showCandidates(i));
+      g.addEventListener("keydown", (ev) => { if (ev.key === "Enter") showCandidates(i); });
+    });
+    document.getElementById("graph-updated").textContent = layout.edges.length + " edges, " +
+      layout.edges.filter((e) => e.certified).length + " certified · updated " + new Date().toLocaleTimeString();
+  }
+
+  function fmt(x) { return x === null || x === undefined ? "—" : Number(x).toFixed(3); }
+
+  function showCandidates(i) {
+    selected = i;
+    graphSvg.querySelectorAll("g.item").forEach((g) => g.classList.toggle("selected", Number(g.dataset.index) === i));
+    panel.replaceChildren();
+    const h = document.createElement("h3");
+    h.textContent = names[i] || "item " + i;
+    panel.appendChild(h);
+    const cands = (layout && layout.candidates[i]) || [];
+    if (!cands.length) {
+      const p = document.createElement("p");
+      p.className = "muted";
+      p.textContent = "This algorithm keeps no distance bounds (or has no answers about this item yet).";
+      panel.appendChild(p);
+      return;
+    }
+    const table = document.createElement("table");
+    table.className = "table";
+    table.innerHTML = "<thead><tr><th>Candidate</th><th>Estimate</th><th>Lower</th><th>Upper</th><th>Answers</th></tr></thead>";
+    const body = document.createElement("tbody");
+    cands.forEach((c) => {
+      const tr = document.createElement("tr");
+      [names[c.item] || String(c.item), fmt(c.estimate), fmt(c.lower), fmt(c.upper), String(c.samples)].forEach((text) => {
+        const td = document.createElement("td");
+        td.textContent = text;
+        tr.appendChild(td);
+      });
+      body.appendChild(tr);
+    });
+    table.appendChild(body);
+    panel.appendChild(table);
+  }
+
+  async function refreshGraph() {
+    if (!graphSvg) return;
+    try {
+      const url = root.dataset.layoutUrl + "?algorithm=" + encodeURIComponent(graphSelect.value);
+      const response = await fetch(url, { credentials: "same-origin" });
+      if (!response.ok) return;
+      layout = await response.json();
+      drawGraph();
+      if (selected !== null) showCandidates(selected);
+      document.querySelectorAll(".alg-plot").forEach((fig) => {
+        if (fig.dataset.label !== layout.algorithm || !layout.samples_per_item) return;
+        const plot = fig.querySelector(".samples-plot");
+        const hist = histogramOf(layout.samples_per_item, 15);
+        if (plot && hist) chart(plot, [barSeries("items", "#4a8f5b")], [hist.edges.slice(0, -1), hist.counts], categoryOpts("answers about the item"));
+      });
+    } catch (e) { /* try again on the next tick */ }
+  }
+  if (graphSelect) graphSelect.addEventListener("change", () => { selected = null; refreshGraph(); });
+
+  // ------------------------------------------------------------------ raters table
+  const ratersBody = document.querySelector("#raters-table tbody");
+  async function refreshRaters() {
+    if (!ratersBody) return;
+    try {
+      const response = await fetch(root.dataset.ratersUrl, { credentials: "same-origin" });
+      if (!response.ok) return;
+      const raters = (await response.json()).raters;
+      ratersBody.replaceChildren();
+      if (!raters.length) {
+        ratersBody.innerHTML = '<tr><td colspan="7" class="muted">No answers yet.</td></tr>';
+        return;
+      }
+      raters.forEach((r) => {
+        const tr = document.createElement("tr");
+        tr.dataset.rater = r.rater;
+        if (r.flagged) tr.className = "flagged";
+        const cells = [r.rater, String(r.answers),
+          r.median_response_ms === null ? "—" : (r.median_response_ms / 1000).toFixed(1) + " s",
+          r.catch ? r.catch_failed + " of " + r.catch : "—",
+          (100 * r.too_fast_share).toFixed(0) + "%", r.flagged ? "yes" : ""];
+        cells.forEach((text) => {
+          const td = document.createElement("td");
+          td.textContent = text;
+          tr.appendChild(td);
+        });
+        const td = document.createElement("td");
+        if (r.excluded) {
+          td.textContent = "excluded";
+        } else {
+          const form = document.createElement("form");
+          form.method = "post";
+          form.action = root.dataset.excludeUrl;
+          form.addEventListener("submit", (ev) => {
+            if (!window.confirm("Exclude rater " + r.rater + "? The engines are rebuilt from the log without their answers.")) ev.preventDefault();
+          });
+          [["csrf_token", csrf], ["rater", r.rater]].forEach(([n, v]) => {
+            const input = document.createElement("input");
+            input.type = "hidden"; input.name = n; input.value = v;
+            form.appendChild(input);
+          });
+          const button = document.createElement("button");
+          button.type = "submit"; button.className = "exclude"; button.textContent = "Exclude";
+          form.appendChild(button);
+          td.appendChild(form);
+        }
+        tr.appendChild(td);
+        ratersBody.appendChild(tr);
+      });
+    } catch (e) { /* try again on the next tick */ }
   }
 
   async function refresh() {
@@ -100,5 +348,9 @@
     } catch (e) { /* keep the last numbers; try again on the next tick */ }
   }
   refresh();
+  refreshGraph();
+  refreshRaters();
   setInterval(refresh, 3000);
+  setInterval(refreshGraph, 10000);
+  setInterval(refreshRaters, 10000);
 })();

@@ -1,0 +1,178 @@
+"""Items and configs uploaded from the browser: a ZIP of media files or a CSV of texts, a YAML config.
+
+Everything is read in memory (nothing is extracted to disk), so a member name like
+``../../etc/passwd`` cannot land anywhere; such names are still refused, with every other
+sign of a hostile or broken archive (too many members, too many uncompressed bytes, files
+whose content is not what their extension says). Must never import Flask or the engine.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import posixpath
+import re
+import zipfile
+
+import yaml
+
+from .config import ConfigError, StudyConfig
+from .studies import MAX_MEDIA_BYTES, MEDIA_TYPES, Item, StudyError
+
+MAX_ZIP_MEMBERS = 5000
+MAX_ZIP_TOTAL_BYTES = 256 * 1024 * 1024
+MAX_CSV_ROWS = 100_000
+MAX_TEXT_CHARS = 5000
+_SKIPPED = ("__MACOSX/", ".DS_Store", "Thumbs.db")
+
+# Leading bytes of each media type; a file whose bytes do not match its extension is refused.
+_SIGNATURES = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "audio/ogg": (b"OggS",),
+    "video/webm": (b"\x1a\x45\xdf\xa3",),
+}
+
+
+def _content_matches(media_type: str, data: bytes) -> bool:
+    if media_type == "image/webp":
+        return data[:4] == b"RIFF" and data[8:12] == b"WEBP"
+    if media_type == "audio/wav":
+        return data[:4] == b"RIFF" and data[8:12] == b"WAVE"
+    if media_type == "video/mp4":
+        return data[4:8] == b"ftyp"
+    if media_type == "audio/mpeg":
+        return data[:3] == b"ID3" or (len(data) > 1 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0)
+    return any(data.startswith(sig) for sig in _SIGNATURES.get(media_type, (b"",)))
+
+
+def _check_member_name(filename: str, name: str) -> None:
+    """Refuse the member names that would escape a folder if the archive were ever extracted."""
+    parts = name.replace("\\", "/").split("/")
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name) or ".." in parts or "\x00" in name:
+        raise StudyError(f"{filename}: member {name!r} has an absolute or parent-directory ('..') path; "
+                         "the archive is refused (zip the item files themselves, with plain relative names)")
+
+
+def items_from_zip(data: bytes, filename: str = "items.zip", max_members: int = MAX_ZIP_MEMBERS,
+                   max_total_bytes: int = MAX_ZIP_TOTAL_BYTES) -> tuple[list[Item], dict[int, bytes]]:
+    """One item per image/audio/video file of a ZIP (sorted by path); ids are the file names' stems."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, ValueError):
+        raise StudyError(f"{filename} is not a ZIP archive; upload a .zip of image, audio or video files "
+                         "or a .csv of texts") from None
+    with archive:
+        infos = archive.infolist()
+        if len(infos) > max_members:
+            raise StudyError(f"{filename} holds {len(infos)} entries; at most {max_members} are allowed")
+        for info in infos:
+            _check_member_name(filename, info.filename)
+        members = [i for i in infos if not i.is_dir()
+                   and not any(s in i.filename for s in _SKIPPED)
+                   and not posixpath.basename(i.filename).startswith(".")]
+        total = sum(i.file_size for i in members)
+        if total > max_total_bytes:
+            raise StudyError(f"{filename} would unpack to {total // (1024 * 1024)} MiB; at most "
+                             f"{max_total_bytes // (1024 * 1024)} MiB are allowed")
+        allowed = ", ".join(sorted(MEDIA_TYPES))
+        items, media, seen = [], {}, {}
+        for info in sorted(members, key=lambda i: i.filename):
+            name = info.filename
+            stem, ext = posixpath.splitext(posixpath.basename(name))
+            if ext.lower() not in MEDIA_TYPES:
+                raise StudyError(f"{filename}: {name} is not an image, audio or video file "
+                                 f"(allowed extensions: {allowed}); remove it from the archive")
+            if info.file_size > MAX_MEDIA_BYTES:
+                raise StudyError(f"{filename}: {name} is {info.file_size // 1024} KiB; items may be at most "
+                                 f"{MAX_MEDIA_BYTES // (1024 * 1024)} MiB each")
+            if stem in seen:
+                raise StudyError(f"{filename}: {name} and {seen[stem]} would both be item '{stem}'; "
+                                 "give every file its own name")
+            seen[stem] = name
+            kind, media_type = MEDIA_TYPES[ext.lower()]
+            try:
+                # reads at most the declared size: a member that lies about its size fails its CRC check
+                with archive.open(info) as fh:
+                    content = fh.read(MAX_MEDIA_BYTES + 1)
+            except (zipfile.BadZipFile, RuntimeError, NotImplementedError, OSError, EOFError) as exc:
+                raise StudyError(f"{filename}: cannot read {name} ({exc}); encrypted or damaged archives "
+                                 "are not supported") from None
+            if len(content) > MAX_MEDIA_BYTES:
+                raise StudyError(f"{filename}: {name} is larger than {MAX_MEDIA_BYTES // (1024 * 1024)} MiB")
+            if not _content_matches(media_type, content):
+                raise StudyError(f"{filename}: {name} does not contain {media_type} data although its name "
+                                 f"ends in {ext}; re-export it in that format")
+            try:
+                items.append(Item(id=stem, kind=kind, media_type=media_type))
+            except StudyError as exc:
+                raise StudyError(f"{filename}: {name}: {exc}") from None
+            media[len(items) - 1] = content
+    if not items:
+        raise StudyError(f"{filename} holds no media files (allowed extensions: {allowed})")
+    return items, media
+
+
+def items_from_csv_bytes(data: bytes, filename: str = "items.csv") -> list[Item]:
+    """Text items from CSV bytes with a ``text`` column and optional ``id`` and ``label`` columns."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise StudyError(f"{filename} is not UTF-8 text (byte {exc.start}); save it as CSV UTF-8") from None
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        header = reader.fieldnames or []
+        if "text" not in header:
+            raise StudyError(f"{filename} needs a header row with a 'text' column (and optionally 'id', 'label'); "
+                             f"its header is: {', '.join(header) or '(empty)'}")
+        items = []
+        for line, row in enumerate(reader, start=2):
+            if line - 1 > MAX_CSV_ROWS:
+                raise StudyError(f"{filename} has more than {MAX_CSV_ROWS} rows")
+            value = (row.get("text") or "").strip()
+            if not value:
+                raise StudyError(f"{filename}, row {line}: the 'text' cell is empty")
+            if len(value) > MAX_TEXT_CHARS:
+                raise StudyError(f"{filename}, row {line}: the text has {len(value)} characters; "
+                                 f"at most {MAX_TEXT_CHARS} are allowed")
+            try:
+                items.append(Item(id=(row.get("id") or "").strip() or f"t{line - 1}", kind="text", text=value,
+                                  label=(row.get("label") or "").strip() or None))
+            except StudyError as exc:
+                raise StudyError(f"{filename}, row {line}: {exc}") from None
+    except csv.Error as exc:
+        raise StudyError(f"{filename} is not a valid CSV file: {exc}") from None
+    ids = [item.id for item in items]
+    for index, item_id in enumerate(ids):
+        if item_id in ids[:index]:
+            raise StudyError(f"{filename}, row {index + 2}: id '{item_id}' is already used by row "
+                             f"{ids.index(item_id) + 2}; ids must be unique")
+    return items
+
+
+def items_from_upload(data: bytes, filename: str) -> tuple[list[Item], dict[int, bytes]]:
+    """Items from an uploaded .zip (media) or .csv (texts), chosen by the file's name and checked by its bytes."""
+    lower = filename.lower()
+    if lower.endswith(".zip"):
+        return items_from_zip(data, filename)
+    if lower.endswith(".csv"):
+        if data.startswith(b"PK\x03\x04"):
+            raise StudyError(f"{filename} is a ZIP archive, not a CSV; rename it to .zip")
+        return items_from_csv_bytes(data, filename), {}
+    raise StudyError(f"{filename or 'the items file'} must be a .zip of image/audio/video files or a .csv of texts")
+
+
+def config_from_yaml_bytes(data: bytes, filename: str = "config.yaml") -> StudyConfig:
+    """A study config from an uploaded YAML or JSON file; errors name the file and the field."""
+    try:
+        text = data.decode("utf-8-sig")
+        doc = json.loads(text) if filename.lower().endswith(".json") else yaml.safe_load(text)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{filename} is not UTF-8 text") from None
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{filename} is not valid YAML/JSON: {exc}") from None
+    try:
+        return StudyConfig.from_dict(doc)
+    except ConfigError as exc:
+        raise ConfigError(f"{filename}: {exc}") from None
