@@ -8,7 +8,7 @@ circle clusters, σ = 0.1, δ = 0.1, rounds capped at 1e5, window 1, ``run`` ask
 
 Table 2, growing n: hierarchical clusters (noise 0.05 × the median nearest-neighbour
 distance), ANNTri with window 10 driven by ``next_questions(50)`` → answers → ``observe``
-until the graph is finished or ``--answers`` answers were observed; engine seconds per
+until the graph is finished or 2,000,000 answers were observed (300,000 above n = 2000); engine seconds per
 1,000 answers and per ``next_questions`` call, the planner's arrays and the process's peak
 RSS (each size runs in its own process, so the peak is that size's own).
     python benchmarks/anntri_speed.py            # n = 100, 1000, 2000, 5000
@@ -84,7 +84,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--sizes", type=int, nargs="+", default=None)
     ap.add_argument("--answers", type=int, default=None,
-                    help="stop a size after this many answers (default 2,000,000; 30,000 with --quick)")
+                    help="stop a size after this many answers (default: 2,000,000 up to n = 2000, "
+                         "300,000 above; 30,000 with --quick)")
     ap.add_argument("--window", type=int, default=10)
     ap.add_argument("--batch", type=int, default=50)
     ap.add_argument("--cap", type=int, default=None, help="Fig. 2 round cap (default 1e5; 1e4 with --quick)")
@@ -94,12 +95,14 @@ def main():
     a = ap.parse_args()
     if a.sizes is None:
         a.sizes = [100, 1000] if a.quick else [100, 1000, 2000, 5000]
-    if a.answers is None:
-        a.answers = 30_000 if a.quick else 2_000_000
+    def answers_for(n):
+        if a.answers is not None:
+            return a.answers
+        return 30_000 if a.quick else (2_000_000 if n <= 2000 else 300_000)
     if a.cap is None:
         a.cap = 10_000 if a.quick else 100_000
     if a.one is not None:
-        print(json.dumps(one_size(a.one, a.answers, a.window, a.batch)))
+        print(json.dumps(one_size(a.one, answers_for(a.one), a.window, a.batch)))
         return
     if not a.no_fig2:
         rows = []
@@ -113,7 +116,7 @@ def main():
         print(flush=True)
     rows = []
     for n in a.sizes:
-        cmd = [sys.executable, __file__, "--one", str(n), "--answers", str(a.answers),
+        cmd = [sys.executable, __file__, "--one", str(n), "--answers", str(answers_for(n)),
                "--window", str(a.window), "--batch", str(a.batch)]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
@@ -124,8 +127,8 @@ def main():
                      fmt(r["state_mb"]), fmt(r["rss_mb"]), r["dtype"]])
         print(f"n={n} done", file=sys.stderr, flush=True)
     print(f"ANNTri engine speed (hierarchical clusters, noise 0.05 x median NN distance, window "
-          f"{a.window}, next_questions({a.batch}), round cap 5000; stopped at {a.answers:,} answers "
-          "unless finished)")
+          f"{a.window}, next_questions({a.batch}), round cap 5000; a size stops when finished or "
+          "after 2,000,000 answers (300,000 above n = 2000; --answers overrides))")
     table(["n", "answers", "finished", "engine s", "observe s/1k ans", "next_questions ms/call",
            "engine s/1k ans", "result() s", "state MB", "peak RSS MB", "bound dtype"], rows)
 
