@@ -1,0 +1,254 @@
+"""Benchmark — the ANNTri paper's 10 × 10 circle clusters as a live rating study.
+
+Starts ``proxima serve`` (gunicorn + RQ worker + embedded Redis with its default
+``appendfsync always``) in a scratch instance folder, creates an ANNTri rating study
+(slider 0–1, δ = 0.1), lets simulated raters (``webapp.simulate``: real HTTP clients, think
+time 0) answer until the server says the study is complete, and reports answers/s, the
+fallback (empty-pool) rate, the engine refresh latency p50/p95, HTTP latency and the total
+questions until every round is closed — next to the offline engine run
+(``engine.anntri.ANNTri`` + ``engine.oracles.run``, same seed, same parameters, batches of
+one question per rater). The live/offline ratio says whether adaptivity survives going live.
+
+Data: ``circle_clusters`` as in the paper's experiment code (discs of diameter 2, 10% gaps,
+linear radius, as ``anntri_fig2.py``), σ = 0.1 Gaussian noise in those units. The rating
+scale needs distances in [0, 1], so distances and σ are divided by the largest distance
+(σ ≈ 0.0115 after scaling); ``--unit-sigma`` sets the scaled σ directly instead (σ = 0.1 on
+[0, 1] distances needs millions of answers offline). Rounds are capped at ``--cap`` samples
+(the paper capped at 1e5: far too many answers for a live run on one machine).
+
+    python benchmarks/live_study.py            # 10 x 10 clusters, 50 raters, cap 1000 (~55k answers)
+    python benchmarks/live_study.py --quick    # 5 x 4 clusters, 20 raters, cap 1000 (~6k answers)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import redis
+import requests
+from anntri_common import fmt, table
+from scipy.spatial.distance import cdist
+
+ROOT = Path(__file__).resolve().parents[1]
+
+from engine.anntri import ANNTri, planner_from_state  # noqa: E402
+from engine.oracles import DistanceMatrixOracle, circle_clusters, run  # noqa: E402
+from webapp.embedded import free_port, running_url  # noqa: E402
+from webapp.simulate import Crowd, NoiseModel, Truth, graph_accuracy, progress_line  # noqa: E402
+from workers import keys  # noqa: E402
+from workers.config import StudyConfig  # noqa: E402
+from workers.engine_state import load as load_state  # noqa: E402
+from workers.exports import nn_graph  # noqa: E402
+from workers.queue import schedule_update  # noqa: E402
+from workers.studies import Item, create_study, get_study  # noqa: E402
+
+STUDY = "live-clusters"
+
+
+def clusters(n_clusters: int, size: int, seed: int, sigma: float, unit_sigma: float | None):
+    X, labels = circle_clusters(n_clusters, size, random_state=seed, diameter=2.0, radial="linear")
+    D = cdist(X, X)
+    scale = float(D.max())
+    ids = [f"p{c:02d}-{m:02d}" for c in range(n_clusters) for m in range(size)]
+    truth = Truth(ids, D / scale, source=f"circle clusters {n_clusters}x{size}", points=X)
+    return truth, labels, unit_sigma if unit_sigma is not None else sigma / scale
+
+
+def start_server(instance: Path, web_workers: int, workers: int):
+    port = free_port()
+    env = dict(os.environ, PROXIMA_INSTANCE_PATH=str(instance))
+    env.pop("REDIS_URL", None)
+    log = (instance / "serve.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers",
+                             str(web_workers), "--workers", str(workers)], env=env, cwd=str(ROOT),
+                            stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"proxima serve exited; see {instance / 'serve.log'}")
+        try:
+            if requests.get(f"{base}/api/health", timeout=2).status_code == 200:
+                return proc, base, running_url(instance)
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("proxima serve did not become healthy in 90 s")
+
+
+def stop_server(proc) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class EngineSampler(threading.Thread):
+    """Collects every engine refresh latency (the worker keeps only the latest in Redis) and
+    notes when the study first reports all its algorithms finished."""
+
+    def __init__(self, conn, study_id: str, labels: list[str], every: float = 0.25):
+        super().__init__(daemon=True)
+        self.conn, self.study_id, self.labels, self.every = conn, study_id, labels, every
+        self.latencies: list[float] = []
+        self.updates = 0
+        self.finished_at: float | None = None
+        self.halt = threading.Event()
+
+    def run(self):
+        while not self.halt.is_set():
+            self.sample()
+            self.halt.wait(self.every)
+        self.sample()
+
+    def sample(self):
+        with self.conn.pipeline(transaction=True) as pipe:
+            pipe.hget(keys.engine_stats(self.study_id), "updates")
+            pipe.lrange(keys.refresh_latencies(self.study_id), 0, -1)
+            pipe.smembers(keys.finished(self.study_id))
+            updates, latest, finished = pipe.execute()
+        updates = int(updates or 0)
+        new = updates - self.updates
+        if new > 0:
+            self.latencies.extend(float(x) for x in latest[:new])
+            self.updates = updates
+        if self.finished_at is None and {f.decode() for f in finished} >= set(self.labels):
+            self.finished_at = time.monotonic()
+
+
+def live_run(a, truth, labels, sigma, instance: Path) -> dict:
+    proc, base, url = start_server(instance, a.web_workers, a.workers)
+    conn = redis.Redis.from_url(url)
+    try:
+        config = StudyConfig.from_dict({
+            "name": "Live 10 x 10 clusters", "question_kind": "rating",
+            "rating": {"min": 0, "max": 1, "step": None, "widget": "slider"},
+            "algorithms": [{"algorithm": "anntri", "params": {
+                "k": 1, "delta": a.delta, "sigma": sigma, "max_samples_per_round": a.cap, "window": a.window}}],
+            "pool_size": a.raters, "random_state": a.seed,
+        })
+        items = [Item(id=i, kind="text", text=f"point {i}", label=f"cluster {c}") for i, c in zip(truth.ids, labels,
+                                                                                                    strict=True)]
+        create_study(conn, config, items, study_id=STUDY)
+        schedule_update(conn, STUDY)
+        # a researcher launches a study once its pool is filled; so do we
+        deadline = time.monotonic() + 60
+        while not conn.hget(keys.engine_stats(STUDY), "updates") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        sampler = EngineSampler(conn, STUDY, [alg.label for alg in get_study(conn, STUDY).config.algorithms])
+        sampler.start()
+        crowd = Crowd(base, STUDY, truth, NoiseModel(sigma=sigma), raters=a.raters, think=0.0,
+                      duration=a.timeout, seed=a.seed)
+        started = time.monotonic()
+        report = crowd.run(progress=lambda r, s: print(progress_line(r, s), flush=True), every=a.progress_every)
+        sampler.halt.set()
+        sampler.join()
+        counters = {k.decode(): int(v) for k, v in conn.hgetall(keys.counters(STUDY)).items()}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            applied = int(conn.hget(keys.engine_stats(STUDY), "answers_applied") or 0)
+            if applied >= conn.xlen(keys.answers(STUDY)):
+                break
+            time.sleep(0.2)
+        graph = nn_graph(conn, STUDY)
+        score = graph_accuracy(graph, truth)
+        progress = planner_from_state(load_state(conn, STUDY, "anntri")).progress()
+        served = counters.get("questions_served", 0)
+        return {
+            "report": report, "score": score, "progress": progress,
+            "answers": report.answers, "logged": int(conn.xlen(keys.answers(STUDY))),
+            "fallback_rate": counters.get("fallback_served", 0) / served if served else float("nan"),
+            "served": served, "latencies": sampler.latencies,
+            "finished_after": (sampler.finished_at - started) if sampler.finished_at else None,
+        }
+    finally:
+        conn.close()
+        stop_server(proc)
+
+
+def offline_run(a, truth, sigma) -> dict:
+    n = truth.n_items
+    oracle = DistanceMatrixOracle(truth.distances, noise=sigma, clip=(0.0, 1.0), random_state=a.seed)
+    planner = ANNTri(n, k=1, delta=a.delta, sigma=sigma, max_samples_per_round=a.cap, window=a.window,
+                     random_state=a.seed)
+    started = time.perf_counter()
+    res = run(planner, oracle, budget=10**9, batch=a.raters)
+    neighbors = res.graph.neighbors
+    edges = [{"source": truth.ids[i], "target": truth.ids[int(j)], "rank": 1, "certified": bool(res.graph.certified[i])}
+             for i, j in enumerate(neighbors[:, 0])]
+    score = graph_accuracy({"k": 1, "items": truth.ids, "edges": edges}, truth)
+    return {"answers": res.total_queries, "score": score, "progress": planner.progress(),
+            "seconds": time.perf_counter() - started}
+
+
+def pct(values, q):
+    return float(np.percentile(values, q)) if len(values) else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clusters", type=int, default=10)
+    ap.add_argument("--size", type=int, default=10, help="points per cluster")
+    ap.add_argument("--sigma", type=float, default=0.1, help="answer noise in the paper's units")
+    ap.add_argument("--unit-sigma", type=float, default=None, help="answer noise on distances scaled to [0, 1]")
+    ap.add_argument("--delta", type=float, default=0.1)
+    ap.add_argument("--cap", type=int, default=1000, help="max samples per round")
+    ap.add_argument("--window", type=int, default=10, help="ANNTri's window of open rounds (live grows it)")
+    ap.add_argument("--raters", type=int, default=50)
+    ap.add_argument("--web-workers", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=1, help="RQ workers")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=3600.0, help="stop the live run after this many seconds")
+    ap.add_argument("--progress-every", type=float, default=10.0)
+    ap.add_argument("--quick", action="store_true", help="5 x 4 clusters, 20 raters, 5-minute limit")
+    a = ap.parse_args()
+    if a.quick:
+        a.clusters, a.size, a.raters, a.timeout = 5, 4, 20, min(a.timeout, 300.0)
+    truth, labels, sigma = clusters(a.clusters, a.size, a.seed, a.sigma, a.unit_sigma)
+    print(f"Live ANNTri rating study: {a.clusters} x {a.size} circle clusters (diameter 2, linear radius), "
+          f"noise sigma {sigma:.4g} on [0, 1] distances, delta {a.delta}, round cap {a.cap}, window {a.window}, "
+          f"{a.raters} raters (think time 0), {a.web_workers} web + {a.workers} RQ worker(s), seed {a.seed}")
+    off = offline_run(a, truth, sigma)
+    print(f"Offline engine run: {off['answers']} answers in {off['seconds']:.1f} s", flush=True)
+    with tempfile.TemporaryDirectory(prefix="proxima-live-") as tmp:
+        live = live_run(a, truth, labels, sigma, Path(tmp))
+    report = live["report"]
+    print(f"\nLive run stopped: {report.stop_reason}.")
+    if report.errors:
+        print("HTTP errors: " + ", ".join(f"{c} {n}" for c, n in sorted(report.errors.items())))
+    lp, op = live["progress"], off["progress"]
+    ratio = live["answers"] / off["answers"] if off["answers"] else float("nan")
+    rows = [
+        ["answers until every round is closed", live["answers"], off["answers"], fmt(ratio)],
+        ["rounds certified / capped", f"{lp['rounds_certified']} / {lp['rounds_uncertified']}",
+         f"{op['rounds_certified']} / {op['rounds_uncertified']}", ""],
+        ["engine samples", lp["samples"], op["samples"], fmt(lp["samples"] / op["samples"]) if op["samples"] else "—"],
+        ["nearest-neighbour accuracy", fmt(live["score"]["accuracy"]), fmt(off["score"]["accuracy"]), ""],
+        ["answers/s", fmt(report.answers_per_second), "", ""],
+        ["wall time to completion (s)", fmt(live["finished_after"] or float("nan")), fmt(off["seconds"]), ""],
+        ["fallback rate (empty pool)", fmt(live["fallback_rate"]), "", ""],
+        ["engine refresh p50 / p95 (ms)", f"{fmt(pct(live['latencies'], 50))} / {fmt(pct(live['latencies'], 95))}",
+         "", ""],
+        ["engine refreshes", len(live["latencies"]), "", ""],
+        ["HTTP latency p50 / p95 (ms)", f"{fmt(report.latency_ms(50))} / {fmt(report.latency_ms(95))}", "", ""],
+        ["answers in the log / accepted", f"{live['logged']} / {live['answers']}", "", ""],
+    ]
+    print()
+    table(["measure", "live", "offline", "live / offline"], rows)
+    verdict = "within" if abs(ratio - 1) <= 0.2 else "NOT within"
+    print(f"\nLive needed {fmt(ratio)} x the offline answers: {verdict} the 20% goal.")
+
+
+if __name__ == "__main__":
+    main()
