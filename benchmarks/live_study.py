@@ -177,9 +177,9 @@ def live_run(a, truth, labels, sigma, instance: Path) -> dict:
         stop_server(proc)
 
 
-def offline_run(a, truth, sigma) -> dict:
+def offline_run(a, truth, sigma, noise_seed: int) -> dict:
     n = truth.n_items
-    oracle = DistanceMatrixOracle(truth.distances, noise=sigma, clip=(0.0, 1.0), random_state=a.seed)
+    oracle = DistanceMatrixOracle(truth.distances, noise=sigma, clip=(0.0, 1.0), random_state=noise_seed)
     planner = ANNTri(n, k=1, delta=a.delta, sigma=sigma, max_samples_per_round=a.cap, window=a.window,
                      random_state=a.seed)
     started = time.perf_counter()
@@ -211,6 +211,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=3600.0, help="stop the live run after this many seconds")
     ap.add_argument("--progress-every", type=float, default=10.0)
+    ap.add_argument("--offline-runs", type=int, default=5, help="offline runs (noise seeds) to average")
     ap.add_argument("--quick", action="store_true", help="5 x 4 clusters, 20 raters, 5-minute limit")
     a = ap.parse_args()
     if a.quick:
@@ -219,22 +220,33 @@ def main():
     print(f"Live ANNTri rating study: {a.clusters} x {a.size} circle clusters (diameter 2, linear radius), "
           f"noise sigma {sigma:.4g} on [0, 1] distances, delta {a.delta}, round cap {a.cap}, window {a.window}, "
           f"{a.raters} raters (think time 0), {a.web_workers} web + {a.workers} RQ worker(s), seed {a.seed}")
-    off = offline_run(a, truth, sigma)
-    print(f"Offline engine run: {off['answers']} answers in {off['seconds']:.1f} s", flush=True)
+    # the live run is one draw of the rater noise: compare it with the spread over several
+    offs = [offline_run(a, truth, sigma, a.seed + r) for r in range(a.offline_runs)]
+    off = {"answers": float(np.mean([o["answers"] for o in offs])),
+           "seconds": float(np.mean([o["seconds"] for o in offs])),
+           "accuracy": float(np.mean([o["score"]["accuracy"] for o in offs])),
+           "certified": float(np.mean([o["progress"]["rounds_certified"] for o in offs])),
+           "capped": float(np.mean([o["progress"]["rounds_uncertified"] for o in offs])),
+           "samples": float(np.mean([o["progress"]["samples"] for o in offs])),
+           "low": min(o["answers"] for o in offs), "high": max(o["answers"] for o in offs)}
+    print(f"Offline engine runs ({a.offline_runs} noise seeds): {off['answers']:.0f} answers on average "
+          f"(range {off['low']}–{off['high']}), {off['seconds']:.1f} s each", flush=True)
     with tempfile.TemporaryDirectory(prefix="proxima-live-") as tmp:
         live = live_run(a, truth, labels, sigma, Path(tmp))
     report = live["report"]
     print(f"\nLive run stopped: {report.stop_reason}.")
     if report.errors:
         print("HTTP errors: " + ", ".join(f"{c} {n}" for c, n in sorted(report.errors.items())))
-    lp, op = live["progress"], off["progress"]
+    lp = live["progress"]
     ratio = live["answers"] / off["answers"] if off["answers"] else float("nan")
     rows = [
-        ["answers until every round is closed", live["answers"], off["answers"], fmt(ratio)],
+        ["answers until every round is closed", live["answers"], f"{off['answers']:.0f}", fmt(ratio)],
+        ["  offline range over noise seeds", "", f"{off['low']}–{off['high']}",
+         f"{fmt(live['answers'] / off['high'])}–{fmt(live['answers'] / off['low'])}"],
         ["rounds certified / capped", f"{lp['rounds_certified']} / {lp['rounds_uncertified']}",
-         f"{op['rounds_certified']} / {op['rounds_uncertified']}", ""],
-        ["engine samples", lp["samples"], op["samples"], fmt(lp["samples"] / op["samples"]) if op["samples"] else "—"],
-        ["nearest-neighbour accuracy", fmt(live["score"]["accuracy"]), fmt(off["score"]["accuracy"]), ""],
+         f"{off['certified']:.1f} / {off['capped']:.1f}", ""],
+        ["engine samples", lp["samples"], f"{off['samples']:.0f}", fmt(lp["samples"] / off["samples"])],
+        ["nearest-neighbour accuracy", fmt(live["score"]["accuracy"]), fmt(off["accuracy"]), ""],
         ["answers/s", fmt(report.answers_per_second), "", ""],
         ["wall time to completion (s)", fmt(live["finished_after"] or float("nan")), fmt(off["seconds"]), ""],
         ["fallback rate (empty pool)", fmt(live["fallback_rate"]), "", ""],

@@ -282,3 +282,27 @@ def test_setup_writes_a_study_proxima_create_accepts(tmp_path):
     assert truth.ids == [item.id for item in items]
     result = CliRunner().invoke(main, ["simulate-setup", "clusters:2", "--out", str(tmp_path / "bad")])
     assert result.exit_code != 0 and "clusters:10x10" in result.output
+
+
+def test_eggs_raters_agree_with_the_truth_about_as_often_as_people():
+    from engine.datasets import default_data_dir
+
+    if not (default_data_dir() / "alien_eggs" / "responses.csv.zip").exists():
+        pytest.skip("the alien-egg data is not next to the repository")
+    from engine.datasets import load_alien_eggs
+
+    truth = load_truth("eggs")
+    assert truth.n_items == 300 and truth.ids[0] == "i0002" and truth.logistic_scale > 0
+    eggs = load_alien_eggs()
+    rater = Rater(truth, NoiseModel(logistic_scale=truth.logistic_scale), careless=False,
+                  rng=__import__("random").Random(0))
+    D = truth.distances
+    agree = 0
+    for head, a, b in eggs.triplets:  # the questions people were asked, either way round
+        question = {"kind": "triplet", "head": {"index": head, "id": truth.ids[head]},
+                    "candidates": [{"index": a, "id": truth.ids[a]}, {"index": b, "id": truth.ids[b]}]}
+        choice = rater.answer(question)["choice"]
+        other = b if choice == a else a
+        agree += D[head, choice] <= D[head, other]
+    # people agree with the 1-D truth on 86.2% of these questions
+    assert agree / len(eggs.triplets) == pytest.approx(0.862, abs=0.02)

@@ -508,8 +508,8 @@ def _wait_until_applied(conn, study_id: str, timeout: float) -> dict | None:
               help="Simulated raters answering at once (one thread and cookie session each).")
 @click.option("--noise", type=click.FloatRange(min=0), default=None,
               help="Gaussian noise sigma on distances scaled to [0, 1] (triplets: on both distances; ratings: "
-                   "on the similarity, times the scale's range). Default 0.1; for eggs the logistic model "
-                   "fitted to the human answers is used unless --noise is given.")
+                   "on the similarity, times the scale's range). Default 0.1; for eggs, triplets follow the "
+                   "logistic model fitted to the human answers unless --noise is given.")
 @click.option("--careless", type=click.FloatRange(0, 1), default=0.0, show_default=True,
               help="Share of raters who answer uniformly at random.")
 @click.option("--think", type=click.FloatRange(min=0), default=2.0, show_default=True,
@@ -546,8 +546,9 @@ def simulate(study_id, url, oracle_spec, raters, noise, careless, think, max_ans
     try:
         truth = sim.load_truth(oracle_spec)
         if truth.logistic_scale is not None and noise is None:
-            model = sim.NoiseModel(logistic_scale=truth.logistic_scale)
-            noise_text = f"logistic, scale {truth.logistic_scale:.4f} (fitted to the human answers)"
+            model = sim.NoiseModel(sigma=0.1, logistic_scale=truth.logistic_scale)
+            noise_text = (f"triplets logistic, scale {truth.logistic_scale:.4f} (fitted to the human answers); "
+                          "ratings Gaussian, sigma 0.1")
         else:
             model = sim.NoiseModel(sigma=0.1 if noise is None else noise)
             noise_text = f"Gaussian, sigma {model.sigma:g}"
