@@ -618,8 +618,9 @@ def simulate(study_id, url, oracle_spec, raters, noise, careless, think, max_ans
               help="Question kind of the study (ANNTri samples from ratings or from triplets).")
 @click.option("--algorithm", type=click.Choice(["anntri", "ann", "random", "random_triplets", "comparison_forest"]),
               default="anntri", show_default=True, help="Algorithm of the study.")
-@click.option("--sigma", type=click.FloatRange(min=0, min_open=True), default=0.1, show_default=True,
-              help="ANNTri's sigma parameter written into the config.")
+@click.option("--sigma", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="ANNTri's sigma parameter written into the config (default 0.1 for ratings, 0.5 for "
+                   "triplet-derived 0/1 samples).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the clusters and of the study.")
 @click.option("--create", "create_id", default=None, metavar="ID",
               help="Also create the study with this id (like 'proxima create').")

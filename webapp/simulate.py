@@ -174,7 +174,7 @@ def eggs_truth(data_dir: str | Path | None = None) -> Truth:
         raise SimulationError(f"{exc}; pass eggs:DATA_DIR (the folder holding alien_eggs/)") from None
     D = eggs.distances
     scale = fit_logistic_noise(D, eggs.triplets)
-    return Truth(list(eggs.items), D, source="eggs", logistic_scale=scale,
+    return Truth(list(eggs.items), D, source=f"eggs:{data_dir}" if data_dir else "eggs", logistic_scale=scale,
                  points=eggs.coordinates.astype(np.float64)[:, None])
 
 
@@ -708,10 +708,11 @@ def study_config(name: str, kind: str = "rating", algorithm: str = "anntri", del
 
 
 def write_setup(source: str, out: str | Path, kind: str = "rating", algorithm: str = "anntri",
-                sigma: float = 0.1, seed: int = 0) -> dict:
+                sigma: float | None = None, seed: int = 0) -> dict:
     """Write ``items.csv`` (id,text[,label]), ``truth.csv`` and ``study.yaml`` for a simulated study.
 
-    Returns the paths and the ``--oracle`` spec that answers from the written truth.
+    Returns the paths and the ``--oracle`` spec that answers from the written truth. ``sigma``
+    (ANNTri's noise scale) defaults to 0.1 for ratings and 0.5 for triplet-derived 0/1 samples.
     """
     import yaml
 
@@ -731,13 +732,15 @@ def write_setup(source: str, out: str | Path, kind: str = "rating", algorithm: s
             writer.writerow(["id", *(f"x{d + 1}" for d in range(truth.points.shape[1]))])
             for item, row in zip(truth.ids, truth.points, strict=True):
                 writer.writerow([item, *(repr(float(x)) for x in row)])
-            oracle = "eggs" if truth.source == "eggs" else f"points:{truth_path}"
+            oracle = truth.source if truth.source.startswith("eggs") else f"points:{truth_path}"
         else:
             writer.writerow(["", *truth.ids])
             for item, row in zip(truth.ids, truth.distances, strict=True):
                 writer.writerow([item, *(repr(float(x)) for x in row)])
             oracle = f"matrix:{truth_path}"
     name = f"Simulated {truth.source.split(':')[0]} ({truth.n_items} items)"
+    if sigma is None:
+        sigma = 0.1 if kind == "rating" else 0.5
     config = study_config(name, kind=kind, algorithm=algorithm, sigma=sigma, seed=seed)
     config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return {"items": items_path, "truth": truth_path, "config": config_path, "oracle": oracle,
