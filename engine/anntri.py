@@ -76,11 +76,13 @@ def _check_positive_int(name, value, allow_none=False, minimum=1):
     return int(value)
 
 
-def _check_pairs(pairs, n_items: int, width: int, what: str) -> np.ndarray:
-    """Rows of ``width`` numbers whose first two entries are distinct item indices in range."""
+def _check_pairs(pairs, n_items: int, width: int, what: str):
+    """Rows of ``width`` numbers whose first two entries are distinct item indices in range:
+    returns the two index columns as int arrays and the rows as a float array."""
     rows = list(pairs) if not isinstance(pairs, np.ndarray) else pairs
     if len(rows) == 0:
-        return np.empty((0, width), dtype=np.float64)
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty, np.empty((0, width), dtype=np.float64)
     try:
         if isinstance(rows, list) and set(map(len, rows)) == {width}:
             # Much faster than np.asarray on a list of tuples.
@@ -93,13 +95,16 @@ def _check_pairs(pairs, n_items: int, width: int, what: str) -> np.ndarray:
     if arr.ndim != 2 or arr.shape[1] != width:
         raise ValueError(f"{what} must be rows of {width} numbers, got shape {arr.shape}")
     idx = arr[:, :2]
-    if not np.all(np.isfinite(idx)) or np.any(idx != np.floor(idx)):
+    with np.errstate(invalid="ignore"):
+        as_int = idx.astype(np.int64)
+    if not np.array_equal(as_int, idx):  # also catches NaN and ±inf
         raise ValueError(f"{what}: item indices must be integers")
-    if idx.min() < 0 or idx.max() >= n_items:
+    if as_int.min() < 0 or as_int.max() >= n_items:
         raise ValueError(f"{what}: item indices must lie in 0..{n_items - 1}")
-    if np.any(idx[:, 0] == idx[:, 1]):
+    a, b = as_int[:, 0], as_int[:, 1]
+    if np.any(a == b):
         raise ValueError(f"{what}: a pair needs two different items (i == j)")
-    return arr
+    return a, b, arr
 
 
 def _small_rows(rows, n_items: int, width: int, what: str):
@@ -305,7 +310,7 @@ class _NeighborGraphPlanner:
 
     def _observe_arrays(self, answers) -> None:
         """The vectorised :meth:`observe` for long batches (and the bounded bounds)."""
-        arr = _check_pairs(answers, self.n_items, 3, "answers")
+        a, b, arr = _check_pairs(answers, self.n_items, 3, "answers")
         if len(arr) == 0:
             return
         values = arr[:, 2]
@@ -314,14 +319,11 @@ class _NeighborGraphPlanner:
         if self.bound in UNIT_INTERVAL_BOUNDS and (values.min() < 0 or values.max() > 1):
             raise ValueError(f"answers: bound={self.bound!r} needs values in [0, 1]")
         n = self.n_items
-        a = arr[:, 0].astype(np.int64)
-        b = arr[:, 1].astype(np.int64)
         i, j = np.minimum(a, b), np.maximum(a, b)
         keys = i * n + j
         if len(keys) > 1 and len(set(keys.tolist())) < len(keys):
-            keys, inverse = np.unique(keys, return_inverse=True)
+            keys, inverse, adds = np.unique(keys, return_inverse=True, return_counts=True)
             sums = np.bincount(inverse, weights=values)
-            adds = np.bincount(inverse).astype(np.int64)
             i, j = keys // n, keys % n
         else:
             sums = values
@@ -398,11 +400,9 @@ class _NeighborGraphPlanner:
         again; an answer that still arrives later is used as usual.
         """
         self._ensure_state()
-        arr = _check_pairs(pairs, self.n_items, 2, "pairs")
+        a, b, arr = _check_pairs(pairs, self.n_items, 2, "pairs")
         if len(arr) == 0:
             return
-        a = arr[:, 0].astype(np.int64)
-        b = arr[:, 1].astype(np.int64)
         for p, q in zip(a.tolist(), b.tolist(), strict=False):
             v = max(int(self.pending_[p, q]) - 1, 0)
             self.pending_[p, q] = v
