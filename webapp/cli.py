@@ -511,7 +511,7 @@ def _wait_until_applied(conn, study_id: str, timeout: float) -> dict | None:
                    "on the similarity, times the scale's range). Default 0.1; for eggs, triplets follow the "
                    "logistic model fitted to the human answers unless --noise is given.")
 @click.option("--careless", type=click.FloatRange(0, 1), default=0.0, show_default=True,
-              help="Share of raters who answer uniformly at random.")
+              help="Share of raters who answer uniformly at random (the first ones: sim-0, sim-1, ...).")
 @click.option("--think", type=click.FloatRange(min=0), default=2.0, show_default=True,
               help="Mean think time per question in seconds (log-normal; 0 for benchmarks).")
 @click.option("--answers", "max_answers", type=click.IntRange(min=1), default=None,

@@ -568,16 +568,23 @@ class Crowd:
         next_report = started + every
         for thread in threads:
             thread.start()
-        while any(t.is_alive() for t in threads):
-            now = time.monotonic()
-            if now >= deadline and not self.stop.is_set():
-                self.stop.set()
-                self.report.stop_reason = f"duration of {self.duration:g} s reached"
-            if progress is not None and now >= next_report:
-                self.report.seconds = now - started
-                progress(self.report, self.report.seconds)
-                next_report = now + every
-            threads[0].join(timeout=0.1) if threads[0].is_alive() else time.sleep(0.1)
+        try:
+            while any(t.is_alive() for t in threads):
+                now = time.monotonic()
+                if now >= deadline and not self.stop.is_set():
+                    self.stop.set()
+                    self.report.stop_reason = f"duration of {self.duration:g} s reached"
+                if progress is not None and now >= next_report:
+                    self.report.seconds = now - started
+                    progress(self.report, self.report.seconds)
+                    next_report = now + every
+                time.sleep(0.1)
+        except KeyboardInterrupt:
+            # Ctrl-C: let every rater finish the request in hand, then report what was done
+            self.stop.set()
+            self.report.stop_reason = "interrupted"
+            for thread in threads:
+                thread.join(HTTP_TIMEOUT)
         self.report.seconds = time.monotonic() - started
         if self.fatal:
             raise SimulationError(self.fatal)
