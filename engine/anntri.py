@@ -45,6 +45,8 @@ FULL_PASS_MAX_ITEMS = 1024
 _BIG = 1e12
 #: Batches of at most this many answers are applied with scalar updates (no numpy dispatch).
 SMALL_BATCH = 16
+#: Elements of the (rows, n) temporaries :meth:`current_neighbors` builds at once.
+ROW_CHUNK_ELEMENTS = 1 << 21
 #: Active sets of at most this many arms are checked with scalar reads.
 SMALL_ACTIVE = 16
 
@@ -640,29 +642,36 @@ class _NeighborGraphPlanner:
         where a round is certified, else the best estimates among the not-eliminated."""
         self._ensure_state()
         self._settle()
-        k = self.k
-        U = self.upper_.astype(np.float64)
-        L = self.lower_.astype(np.float64)
-        np.fill_diagonal(U, np.inf)
-        np.fill_diagonal(L, np.inf)
-        kth_upper = np.partition(U, k - 1, axis=1)[:, k - 1] if k > 1 else U.min(axis=1)
-        rejected = L >= kth_upper[:, None]
-        sampled = self.count_ > 0
-        with np.errstate(invalid="ignore"):
-            mid = np.where(np.isfinite(U), 0.5 * (U + L), np.inf)
-        key = np.where(sampled, self.mean_, mid)
-        key = np.where(np.isfinite(key), key, _BIG + np.minimum(L, _BIG / 4))
-        key[rejected] += 4 * _BIG
-        np.fill_diagonal(key, np.inf)
-        if k == 1:
-            best = key.argmin(axis=1)[:, None]
-        else:
-            part = np.argpartition(key, k - 1, axis=1)[:, :k]
-            order = np.argsort(np.take_along_axis(key, part, axis=1), axis=1, kind="stable")
-            best = np.take_along_axis(part, order, axis=1)
+        n = self.n_items
+        best = np.empty((n, self.k), dtype=np.int64)
+        step = max(1, ROW_CHUNK_ELEMENTS // n)  # a few (step, n) temporaries, not (n, n)
+        for start in range(0, n, step):
+            best[start:start + step] = self._best_rows(np.arange(start, min(start + step, n)))
         done = self.status_ == ROUND_CERTIFIED
         best[done] = self.neighbors_[done]
         return best.astype(np.int64)
+
+    def _best_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Current best k neighbours of the given rows (certified or not), shape (len(rows), k)."""
+        k = self.k
+        r = np.arange(len(rows))
+        U = self.upper_[rows].astype(np.float64)
+        L = self.lower_[rows].astype(np.float64)
+        U[r, rows] = np.inf
+        L[r, rows] = np.inf
+        kth_upper = np.partition(U, k - 1, axis=1)[:, k - 1] if k > 1 else U.min(axis=1)
+        sampled = self.count_[rows] > 0
+        with np.errstate(invalid="ignore"):
+            mid = np.where(np.isfinite(U), 0.5 * (U + L), np.inf)
+        key = np.where(sampled, self.mean_[rows], mid)
+        key = np.where(np.isfinite(key), key, _BIG + np.minimum(L, _BIG / 4))
+        key[L >= kth_upper[:, None]] += 4 * _BIG
+        key[r, rows] = np.inf
+        if k == 1:
+            return key.argmin(axis=1)[:, None]
+        part = np.argpartition(key, k - 1, axis=1)[:, :k]
+        order = np.argsort(np.take_along_axis(key, part, axis=1), axis=1, kind="stable")
+        return np.take_along_axis(part, order, axis=1)
 
     def round_best(self, j: int) -> tuple[np.ndarray, int]:
         """Round j's current best k neighbours (as in :meth:`current_neighbors`, row j only,
@@ -680,24 +689,7 @@ class _NeighborGraphPlanner:
         if self.status_[j] == ROUND_CERTIFIED:
             return self.neighbors_[j].astype(np.int64), int(self.round_issued_[j])
         # Row j of current_neighbors, in O(n) instead of O(n²).
-        k = self.k
-        U = self.upper_[j].astype(np.float64)
-        L = self.lower_[j].astype(np.float64)
-        U[j] = np.inf
-        L[j] = np.inf
-        kth_upper = np.partition(U, k - 1)[k - 1] if k > 1 else U.min()
-        sampled = self.count_[j] > 0
-        with np.errstate(invalid="ignore"):
-            mid = np.where(np.isfinite(U), 0.5 * (U + L), np.inf)
-        key = np.where(sampled, self.mean_[j], mid)
-        key = np.where(np.isfinite(key), key, _BIG + np.minimum(L, _BIG / 4))
-        key[L >= kth_upper] += 4 * _BIG
-        key[j] = np.inf
-        if k == 1:
-            best = np.array([key.argmin()])
-        else:
-            part = np.argpartition(key, k - 1)[:k]
-            best = part[np.argsort(key[part], kind="stable")]
+        best = self._best_rows(np.array([j]))[0]
         return best.astype(np.int64), int(self.round_issued_[j])
 
     def _certified(self):

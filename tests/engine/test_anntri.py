@@ -437,3 +437,17 @@ def test_lookahead_issues_several_layers_and_still_finds_the_graph():
     assert total < 1.5 * res_exact.total_queries
     with pytest.raises(ValueError, match="lookahead"):
         ANNTri(5, lookahead=-1).next_questions(1)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_current_neighbors_in_row_chunks_match_one_block(monkeypatch, k):
+    import engine.anntri as anntri_module
+
+    X, _ = circle_clusters(n_clusters=5, cluster_size=5, gap=0.5, random_state=1)
+    oracle = PointsOracle(X, noise=0.05, random_state=1)
+    planner = ANNTri(len(X), k=k, sigma=0.05, window=4, random_state=1)
+    for _ in range(30):
+        planner.observe(oracle.answer(planner.next_questions(9)))
+    whole = planner.current_neighbors()
+    monkeypatch.setattr(anntri_module, "ROW_CHUNK_ELEMENTS", 2 * len(X))  # two rows at a time
+    assert np.array_equal(planner.current_neighbors(), whole)
