@@ -188,9 +188,10 @@ class Learner:
             planner.window = max(int(window), 1)
         planned = list(planner.next_questions(budget))
         if self.algorithm.algorithm in ("anntri", "ann"):
-            # More raters than the open rounds have distinct questions: open a few more rounds
-            # (each should offer ~5 questions), then ask the open rounds' least-asked arms again.
-            cap = min(n_items, max(int(window or 1), math.ceil(budget / 5)))
+            # More raters than the open rounds have distinct questions: open more rounds (up to one
+            # per wanted question; repeats would spend the rounds' sample caps), and only then ask
+            # the open rounds' least-asked arms again.
+            cap = min(n_items, max(int(window or 1), budget))
             while len(planned) < budget and planner.window < cap and not planner.done:
                 planner.window = min(cap, max(planner.window + 1, math.ceil(planner.window * 1.5)))
                 planned.extend(planner.next_questions(budget - len(planned)))
