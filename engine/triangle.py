@@ -74,8 +74,10 @@ def update_pairs(upper: np.ndarray, lower: np.ndarray, i, j) -> None:
     starts = np.flatnonzero(np.r_[True, a[1:] != a[:-1]])
     rows = a[starts]
     ends = np.r_[starts[1:], len(a)]
-    new_u = upper[rows].astype(np.float64)
-    new_l = lower[rows].astype(np.float64)
+    # Stored in the matrices' dtype: rounding is monotone, so min/max then round equals
+    # round then min/max, and float32 matrices need half the temporary memory.
+    new_u = upper[rows]
+    new_l = lower[rows]
     per_chunk = max(1, UPDATE_CHUNK_ELEMENTS // n)
     g0 = 0
     while g0 < len(rows):
@@ -93,11 +95,13 @@ def update_pairs(upper: np.ndarray, lower: np.ndarray, i, j) -> None:
         np.minimum(new_u[g0:g1], np.minimum.reduceat(cand_u, seg, axis=0), out=new_u[g0:g1])
         np.maximum(new_l[g0:g1], np.maximum.reduceat(cand_l, seg, axis=0), out=new_l[g0:g1])
         g0 = g1
-    # Two updated rows meet at (r1, r2) and (r2, r1): keep the tighter of both, symmetric.
-    cross_u = new_u[:, rows]
-    cross_l = new_l[:, rows]
-    new_u[:, rows] = np.minimum(cross_u, cross_u.T)
-    new_l[:, rows] = np.maximum(cross_l, cross_l.T)
+    # Two updated rows meet at (r1, r2) and (r2, r1): keep the tighter of both, symmetric,
+    # in tiles of rows (min/max are idempotent, so a tile may read an already-merged one).
+    tile = max(1, UPDATE_CHUNK_ELEMENTS // max(len(rows), 1))
+    for t0 in range(0, len(rows), tile):
+        t1 = min(t0 + tile, len(rows))
+        new_u[t0:t1, rows] = np.minimum(new_u[t0:t1][:, rows], new_u[:, rows[t0:t1]].T)
+        new_l[t0:t1, rows] = np.maximum(new_l[t0:t1][:, rows], new_l[:, rows[t0:t1]].T)
     k = np.arange(len(rows))
     new_u[k, rows] = 0.0
     new_l[k, rows] = 0.0

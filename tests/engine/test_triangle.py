@@ -113,3 +113,14 @@ def test_batched_pair_updates_chunk_like_one_step(monkeypatch):
     monkeypatch.setattr(tri, "UPDATE_CHUNK_ELEMENTS", 15)  # one pair end per chunk
     update_pairs(U, L, i, j)
     assert np.array_equal(U, U1) and np.array_equal(L, L1)
+
+
+def test_batched_pair_updates_on_float32_round_the_float64_result():
+    _, D, U, L = _random_intervals(5, 14)
+    i, j = [0, 2, 2, 5, 9, 13], [1, 3, 7, 6, 0, 4]
+    U64, L64 = U.copy(), L.copy()
+    U32, L32 = U.astype(np.float32), L.astype(np.float32)
+    update_pairs(U64, L64, i, j)
+    update_pairs(U32, L32, i, j)
+    assert np.array_equal(U32, U64.astype(np.float32)) or np.allclose(U32, U64, rtol=1e-6)
+    assert np.allclose(L32, L64, rtol=1e-6, atol=1e-7)
