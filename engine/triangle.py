@@ -73,28 +73,26 @@ def update_pairs(upper: np.ndarray, lower: np.ndarray, i, j) -> None:
     lo = lower[a, b].astype(np.float64)
     starts = np.flatnonzero(np.r_[True, a[1:] != a[:-1]])
     rows = a[starts]
-    ends = np.r_[starts[1:], len(a)]
     # Stored in the matrices' dtype: rounding is monotone, so min/max then round equals
     # round then min/max, and float32 matrices need half the temporary memory.
     new_u = upper[rows]
     new_l = lower[rows]
     per_chunk = max(1, UPDATE_CHUNK_ELEMENTS // n)
-    g0 = 0
-    while g0 < len(rows):
-        g1 = g0 + 1  # whole groups of rows, about per_chunk entries at a time
-        while g1 < len(rows) and ends[g1] - starts[g0] <= per_chunk:
-            g1 += 1
-        e0, e1 = starts[g0], ends[g1 - 1]
+    e0 = 0
+    while e0 < len(a):  # at most per_chunk pair ends at a time, even within one row's group
+        e1 = min(e0 + per_chunk, len(a))
+        g0 = int(np.searchsorted(starts, e0, side="right")) - 1
+        g1 = int(np.searchsorted(starts, e1 - 1, side="right"))
         Ub = upper[b[e0:e1]]  # U*[b, :]
         Lb = lower[b[e0:e1]]
         ue = u[e0:e1, None]
         with np.errstate(invalid="ignore"):
             cand_u = ue + Ub
             cand_l = np.maximum(lo[e0:e1, None] - Ub, Lb - ue)
-        seg = starts[g0:g1] - e0
-        np.minimum(new_u[g0:g1], np.minimum.reduceat(cand_u, seg, axis=0), out=new_u[g0:g1])
-        np.maximum(new_l[g0:g1], np.maximum.reduceat(cand_l, seg, axis=0), out=new_l[g0:g1])
-        g0 = g1
+        seg = np.maximum(starts[g0:g1], e0) - e0
+        new_u[g0:g1] = np.minimum(new_u[g0:g1], np.minimum.reduceat(cand_u, seg, axis=0))
+        new_l[g0:g1] = np.maximum(new_l[g0:g1], np.maximum.reduceat(cand_l, seg, axis=0))
+        e0 = e1
     # Two updated rows meet at (r1, r2) and (r2, r1): keep the tighter of both, symmetric,
     # in tiles of rows (min/max are idempotent, so a tile may read an already-merged one).
     tile = max(1, UPDATE_CHUNK_ELEMENTS // max(len(rows), 1))
