@@ -318,16 +318,11 @@ def worker(burst: bool):
 def create(config_file: Path, items_path: Path, study_id: str | None):
     """Create a study from a YAML/JSON config and a folder of media or a CSV of texts."""
     from workers.queue import schedule_update
-    from workers.studies import create_study, items_from_csv, items_from_folder
+    from workers.studies import create_study, items_from_path
 
     try:
         config = load_config_file(config_file)
-        if not items_path.exists():
-            raise StudyError(f"items path {items_path} does not exist")
-        if items_path.is_dir():
-            items, media = items_from_folder(items_path)
-        else:
-            items, media = items_from_csv(items_path), None
+        items, media = items_from_path(items_path)
     except (ConfigError, StudyError) as exc:
         raise click.ClickException(str(exc)) from None
     with redis_connection() as conn:
@@ -346,15 +341,10 @@ def create(config_file: Path, items_path: Path, study_id: str | None):
 def add_items_command(study_id: str, items_path: Path):
     """Add items to a comparison-forest study; once its forests are built, each is routed down the trees."""
     from workers.queue import schedule_update
-    from workers.studies import add_items, items_from_csv, items_from_folder
+    from workers.studies import add_items, items_from_path
 
     try:
-        if not items_path.exists():
-            raise StudyError(f"items path {items_path} does not exist")
-        if items_path.is_dir():
-            items, media = items_from_folder(items_path)
-        else:
-            items, media = items_from_csv(items_path), None
+        items, media = items_from_path(items_path)
     except StudyError as exc:
         raise click.ClickException(str(exc)) from None
     with redis_connection() as conn:

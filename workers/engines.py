@@ -6,7 +6,6 @@ This is the one place that knows both. Must never import Flask.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,20 +24,9 @@ IMPORTED = "import"
 FOREST_STATE = "ForestStudy"
 
 
-@dataclass(frozen=True)
-class Graph:
-    """A learned k-NN graph, every array of shape (n_items, k) except ``certified`` (n_items,).
-
-    ``estimates``/``lower``/``upper`` are distances (NaN where the learner has none) and
-    ``samples`` the answers behind each edge; ``neighbors`` is ``-1`` where an item has none yet.
-    """
-
-    neighbors: np.ndarray
-    certified: np.ndarray
-    estimates: np.ndarray
-    lower: np.ndarray
-    upper: np.ndarray
-    samples: np.ndarray
+#: A learned k-NN graph; learners without distance estimates (triplet win rates, forests) fill
+#: ``estimates``/``lower``/``upper`` with NaN and ``neighbors`` with -1 where an item has none yet.
+Graph = anntri.NeighborGraph
 
 
 def _seed(config: StudyConfig, index: int):

@@ -242,6 +242,16 @@ def items_from_folder(folder: str | Path) -> tuple[list[Item], dict[int, bytes]]
     return items, media
 
 
+def items_from_path(path: str | Path) -> tuple[list[Item], dict[int, bytes] | None]:
+    """Items (and media) from a folder of media files or a CSV of texts."""
+    path = Path(path)
+    if not path.exists():
+        raise StudyError(f"items path {path} does not exist")
+    if path.is_dir():
+        return items_from_folder(path)
+    return items_from_csv(path), None
+
+
 def items_from_csv(path: str | Path) -> list[Item]:
     """Text items from a CSV with a ``text`` column and optional ``id`` and ``label`` columns."""
     path = Path(path)
