@@ -6,7 +6,9 @@ caller can fold them into one transaction. Must never import Flask or the engine
 from __future__ import annotations
 
 import csv
+import io
 import json
+import math
 import mimetypes
 import re
 import secrets
@@ -33,6 +35,10 @@ MEDIA_TYPES = {
     ".webm": ("video", "video/webm"),
 }
 MAX_MEDIA_BYTES = 10 * 1024 * 1024
+MAX_CSV_ROWS = 100_000
+MAX_TEXT_CHARS = 5000
+#: Columns of an items CSV that are not features; every other column is a numeric feature.
+CSV_ITEM_COLUMNS = ("id", "text", "label")
 
 
 class StudyError(ValueError):
@@ -47,7 +53,9 @@ class StudyNotFound(LookupError):
 
 @dataclass(frozen=True)
 class Item:
-    """One thing raters compare. ``position`` is a known ground-truth coordinate (demo studies)."""
+    """One thing raters compare. ``position`` is a known ground-truth coordinate (demo studies);
+    ``features`` are the researcher's numeric descriptors (name -> value), which the feature
+    learners (SMERF, similarity TreeRank) use."""
 
     id: str
     kind: str
@@ -56,6 +64,7 @@ class Item:
     media_type: str | None = None
     label: str | None = None
     position: tuple[float, ...] | None = None
+    features: dict[str, float] | None = None
 
     def __post_init__(self):
         if not self.id or len(self.id) > 200:
@@ -66,12 +75,19 @@ class Item:
             raise StudyError(f"text item {self.id!r} has no text")
         if self.kind == "color" and not re.fullmatch(r"#[0-9a-fA-F]{6}", self.color or ""):
             raise StudyError(f"colour item {self.id!r} needs a colour like #1a2b3c, not {self.color!r}")
+        if self.features is not None:
+            bad = [name for name, value in self.features.items()
+                   if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value)]
+            if bad:
+                raise StudyError(f"item {self.id!r}: feature(s) {', '.join(map(repr, bad[:5]))} must be finite numbers")
 
     @classmethod
     def from_dict(cls, data: dict) -> Item:
         data = dict(data)
         if data.get("position") is not None:
             data["position"] = tuple(float(x) for x in data["position"])
+        if data.get("features") is not None:
+            data["features"] = {str(k): float(v) for k, v in data["features"].items()}
         return cls(**data)
 
     def to_dict(self) -> dict:
@@ -253,28 +269,144 @@ def items_from_path(path: str | Path) -> tuple[list[Item], dict[int, bytes] | No
 
 
 def items_from_csv(path: str | Path) -> list[Item]:
-    """Text items from a CSV with a ``text`` column and optional ``id`` and ``label`` columns."""
+    """Text items from a CSV file (see ``items_from_csv_text`` for the columns)."""
     path = Path(path)
     try:
-        with path.open(newline="", encoding="utf-8-sig") as fh:
-            rows = list(csv.DictReader(fh))
+        text = path.read_bytes().decode("utf-8-sig")
     except FileNotFoundError:
         raise StudyError(f"items file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+    except UnicodeDecodeError as exc:
+        raise StudyError(f"{path} is not UTF-8 text (byte {exc.start}); save it as CSV UTF-8") from None
+    except OSError as exc:
         raise StudyError(f"cannot read items file {path}: {exc}") from None
-    if not rows or "text" not in rows[0]:
-        raise StudyError(f"{path} needs a header row with a 'text' column (and optionally 'id', 'label')")
-    items = []
-    for line, row in enumerate(rows, start=2):
-        text = (row.get("text") or "").strip()
-        if not text:
-            raise StudyError(f"{path}, row {line}: the 'text' cell is empty")
-        try:
-            items.append(Item(id=(row.get("id") or "").strip() or f"t{line - 1}", kind="text", text=text,
-                              label=(row.get("label") or "").strip() or None))
-        except StudyError as exc:
-            raise StudyError(f"{path}, row {line}: {exc}") from None
+    return items_from_csv_text(text, str(path))
+
+
+def _feature_value(cell: str | None, filename: str, line: int, column: str) -> float:
+    try:
+        value = float((cell or "").strip())
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise StudyError(f"{filename}, row {line}, column '{column}': {cell!r} is not a number. Every column "
+                         f"besides {', '.join(CSV_ITEM_COLUMNS)} is a numeric feature of the item; fill in the "
+                         "cell or remove the column")
+    return value
+
+
+def items_from_csv_text(text: str, filename: str = "items.csv") -> list[Item]:
+    """Text items from CSV text: a ``text`` column, optional ``id`` and ``label`` columns, and
+    any further columns as numeric features (every cell a number). Errors name file, row and column."""
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        header = [h.strip() for h in (reader.fieldnames or [])]
+        reader.fieldnames = header
+        if "text" not in header:
+            raise StudyError(f"{filename} needs a header row with a 'text' column (and optionally 'id', 'label', "
+                             f"and numeric feature columns); its header is: {', '.join(header) or '(empty)'}")
+        blank = [i + 1 for i, h in enumerate(header) if not h]
+        if blank:
+            raise StudyError(f"{filename}: header column {blank[0]} has no name; name it or remove the column")
+        repeated = sorted({h for h in header if header.count(h) > 1})
+        if repeated:
+            raise StudyError(f"{filename}: the header names column(s) {', '.join(repeated)} more than once")
+        feature_columns = [h for h in header if h not in CSV_ITEM_COLUMNS]
+        items = []
+        for line, row in enumerate(reader, start=2):
+            if line - 1 > MAX_CSV_ROWS:
+                raise StudyError(f"{filename} has more than {MAX_CSV_ROWS} rows")
+            if None in row:
+                raise StudyError(f"{filename}, row {line}: more cells than the header has columns")
+            value = (row.get("text") or "").strip()
+            if not value:
+                raise StudyError(f"{filename}, row {line}: the 'text' cell is empty")
+            if len(value) > MAX_TEXT_CHARS:
+                raise StudyError(f"{filename}, row {line}: the text has {len(value)} characters; "
+                                 f"at most {MAX_TEXT_CHARS} are allowed")
+            features = {c: _feature_value(row.get(c), filename, line, c) for c in feature_columns} or None
+            try:
+                items.append(Item(id=(row.get("id") or "").strip() or f"t{line - 1}", kind="text", text=value,
+                                  label=(row.get("label") or "").strip() or None, features=features))
+            except StudyError as exc:
+                raise StudyError(f"{filename}, row {line}: {exc}") from None
+    except csv.Error as exc:
+        raise StudyError(f"{filename} is not a valid CSV file: {exc}") from None
+    if not items:
+        raise StudyError(f"{filename} has a header but no items")
+    ids = [item.id for item in items]
+    first_row: dict[str, int] = {}
+    for index, item_id in enumerate(ids):
+        if item_id in first_row:
+            raise StudyError(f"{filename}, row {index + 2}: id '{item_id}' is already used by row "
+                             f"{first_row[item_id]}; ids must be unique")
+        first_row[item_id] = index + 2
     return items
+
+
+def feature_matrix(items: list[Item]):
+    """``(names, X)``: the items' features as an (n_items, n_features) list of rows, or raises
+    StudyError naming the first item without them (or with different feature names)."""
+    if not items or items[0].features is None:
+        raise StudyError("the study's items have no features; give the items CSV numeric feature columns "
+                         "(or set them with 'proxima features STUDY FILE.csv')")
+    names = list(items[0].features)
+    rows = []
+    for item in items:
+        if item.features is None or list(item.features) != names:
+            raise StudyError(f"item {item.id!r} does not have the features {', '.join(names)} the first item has")
+        rows.append([item.features[n] for n in names])
+    return names, rows
+
+
+def features_from_csv_text(text: str, filename: str = "features.csv") -> dict[str, dict[str, float]]:
+    """Item id -> {feature name: value} from CSV text with an ``id`` column and numeric columns."""
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        header = [h.strip() for h in (reader.fieldnames or [])]
+        reader.fieldnames = header
+        if "id" not in header or len(header) < 2:
+            raise StudyError(f"{filename} needs a header row with an 'id' column and at least one numeric feature "
+                             f"column; its header is: {', '.join(header) or '(empty)'}")
+        columns = [h for h in header if h != "id"]
+        if not all(columns) or len(set(columns)) != len(columns):
+            raise StudyError(f"{filename}: every feature column needs a distinct, non-empty name")
+        out: dict[str, dict[str, float]] = {}
+        for line, row in enumerate(reader, start=2):
+            if None in row:
+                raise StudyError(f"{filename}, row {line}: more cells than the header has columns")
+            item_id = (row.get("id") or "").strip()
+            if not item_id:
+                raise StudyError(f"{filename}, row {line}: the 'id' cell is empty")
+            if item_id in out:
+                raise StudyError(f"{filename}, row {line}: item '{item_id}' is listed twice")
+            out[item_id] = {c: _feature_value(row.get(c), filename, line, c) for c in columns}
+    except csv.Error as exc:
+        raise StudyError(f"{filename} is not a valid CSV file: {exc}") from None
+    return out
+
+
+def set_features(conn, study_id: str, features: dict[str, dict[str, float]]) -> int:
+    """Give every item of a study its features (item id -> name -> value); all or nothing.
+    Returns the number of items updated."""
+    get_study(conn, study_id)
+    items = get_items(conn, study_id)
+    missing = [item.id for item in items if item.id not in features]
+    if missing:
+        raise StudyError(f"features are missing for {len(missing)} item(s) of the study: {', '.join(missing[:10])}")
+    unknown = sorted(set(features) - {item.id for item in items})
+    if unknown:
+        raise StudyError(f"the study has no item(s) {', '.join(unknown[:10])}; check the 'id' column")
+    updated = [Item.from_dict({**item.to_dict(), "features": features[item.id]}) for item in items]
+    key = keys.items(study_id)
+    with conn.pipeline(transaction=True) as pipe:
+        pipe.watch(key)
+        if pipe.llen(key) != len(items):
+            raise StudyError("items were added to the study while its features were being set; try again")
+        pipe.multi()
+        for index, item in enumerate(updated):
+            pipe.lset(key, index, json.dumps(item.to_dict(), sort_keys=True))
+        pipe.execute()
+    return len(updated)
 
 
 #: Config fields a researcher may change while a study runs (the algorithms and items may not:
