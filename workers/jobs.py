@@ -5,12 +5,24 @@ lock, reads every answer after the saved cursor, applies them as one batch to ea
 algorithm's learner, releases expired questions back to the planners, takes questions of
 closed rounds out of the pools, tops the pools up, and writes states + cursor + pools +
 stats in one MULTI guarded by WATCH, so a worker killed at any instant neither loses nor
-double-applies an answer.
+double-applies an answer. The study's lock is taken over at once from a holder that died (its
+Redis connection is gone), so a crashed worker does not hold the study up.
+
+Crash testing: ``PROXIMA_FAULT=<point>:<action>`` makes the worker crash (``crash``: SIGKILL
+itself) or hang (``pause``: write its pid to ``PROXIMA_FAULT_FILE`` if set, then sleep until
+killed) at a named point of a pass that applies answers: ``after_read``, ``after_observe``,
+``before_exec``, ``after_exec``. Unset (always, outside tests) it costs one ``None`` check.
+Must never import Flask.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import secrets
+import signal
+import sys
 import time
 
 import redis
@@ -29,16 +41,117 @@ LOCK_TIMEOUT_SECONDS = 600
 ACTIVE_RATER_SECONDS = 120
 LATENCIES_KEPT = 500
 
+# ---------------------------------------------------------------------------- crash testing
+FAULT_POINTS = ("after_read", "after_observe", "before_exec", "after_exec")
+FAULT_ACTIONS = ("crash", "pause")
+
+
+def parse_fault(spec: str | None) -> tuple[str, str] | None:
+    """``"<point>:<action>"`` (see the module docstring) as a pair, None for an unset variable."""
+    if not spec:
+        return None
+    point, _, action = spec.partition(":")
+    if point not in FAULT_POINTS or action not in FAULT_ACTIONS:
+        raise ValueError(f"PROXIMA_FAULT={spec!r}: expected <point>:<action> with point one of "
+                         f"{', '.join(FAULT_POINTS)} and action one of {', '.join(FAULT_ACTIONS)}")
+    return point, action
+
+
+FAULT = parse_fault(os.environ.get("PROXIMA_FAULT"))
+
+
+def _fault(point: str) -> None:
+    """Crash or hang here if PROXIMA_FAULT names this point (only ever set by crash tests)."""
+    if FAULT is None or FAULT[0] != point:
+        return
+    print(f"PROXIMA_FAULT: {FAULT[1]} at {point} (pid {os.getpid()})", file=sys.stderr, flush=True)
+    if FAULT[1] == "crash":
+        os.kill(os.getpid(), signal.SIGKILL)
+    marker = os.environ.get("PROXIMA_FAULT_FILE")
+    if marker:
+        with open(marker, "w") as fh:
+            fh.write(f"{os.getpid()}\n")
+    while True:
+        time.sleep(3600)
+
+
+# ---------------------------------------------------------------------------- the study lock
+# KEYS[1] lock; ARGV[1] the value it must hold; ARGV[2] the new value ('' to delete); ARGV[3] TTL (ms)
+# Returns 1 if the lock held ARGV[1] (and was replaced or deleted), else 0.
+_SWAP_SCRIPT = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end
+return 1
+"""
+
+
+def _holder_gone(conn, value: str, run_id: str) -> bool:
+    """Whether the lock value names a holder whose Redis connection no longer exists.
+
+    The value is ``<server run id>:<client id>:<nonce>``: a holder killed with SIGKILL loses its
+    connection at once, and a restarted server has a new run id. Where CLIENT LIST is not
+    allowed (some managed Redis), the holder counts as alive and the lock's expiry applies.
+    """
+    parts = value.split(":")
+    if len(parts) != 3 or not parts[1].isdigit():
+        return False
+    if parts[0] != run_id:
+        return True
+    try:
+        listed = conn.execute_command("CLIENT", "LIST", "ID", parts[1])
+    except redis.ResponseError:
+        return False
+    listed = listed.decode() if isinstance(listed, bytes) else str(listed)
+    return f"id={parts[1]} " not in listed
+
+
+@contextlib.contextmanager
+def study_lock(conn, study_id: str, timeout: float = LOCK_TIMEOUT_SECONDS, wait: float = LOCK_TIMEOUT_SECONDS):
+    """Hold the study's update lock: one writer of its engine states at a time.
+
+    Waits up to ``wait`` seconds for a live holder, takes the lock over at once from a dead one
+    (see ``_holder_gone``); the lock expires ``timeout`` seconds after it was last taken or
+    renewed (``renew``). Correctness does not rest on the lock (the update's MULTI is guarded by
+    WATCH on the cursor): it only keeps two workers from doing the same work.
+    Yields a ``renew()`` callable that restarts the expiry.
+    """
+    key = keys.update_lock(study_id)
+    ttl_ms = int(timeout * 1000)
+    # a connection of our own, kept open while we hold the lock: its client id names us
+    holder = redis.Redis(connection_pool=conn.connection_pool, single_connection_client=True)
+    try:
+        run_id = holder.info("server")["run_id"]
+        value = f"{run_id}:{holder.client_id()}:{secrets.token_hex(4)}"
+        swap = holder.register_script(_SWAP_SCRIPT)
+        deadline = time.monotonic() + wait
+        while not holder.set(key, value, nx=True, px=ttl_ms):
+            current = holder.get(key)
+            if current is not None and _holder_gone(holder, current.decode(), run_id):
+                if swap(keys=[key], args=[current, value, ttl_ms]):
+                    break
+                continue
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"the update lock of study {study_id} is held by another worker")
+            time.sleep(0.05)
+
+        def renew() -> None:
+            swap(keys=[key], args=[value, value, ttl_ms])
+
+        try:
+            yield renew
+        finally:
+            swap(keys=[key], args=[value, "", 0])
+    finally:
+        holder.close()
+
 
 def update_study(study_id: str) -> dict:
     """RQ entry point: drain new answers of one study. Returns a summary of the pass."""
     conn = get_current_job().connection
     # Clear the flag first: answers accepted from now on schedule a fresh job.
     conn.delete(keys.update_scheduled(study_id))
-    lock = conn.lock(keys.update_lock(study_id), timeout=LOCK_TIMEOUT_SECONDS,
-                     blocking_timeout=LOCK_TIMEOUT_SECONDS)
-    with lock:
-        return apply_new_answers(conn, study_id)
+    with study_lock(conn, study_id) as renew:
+        return apply_new_answers(conn, study_id, renew=renew)
 
 
 def load_learners(conn, study: Study) -> dict[str, Learner]:
@@ -75,10 +188,31 @@ def observe_batch(learners: dict[str, Learner], batch: list) -> dict[str, str]:
     return poisoned
 
 
-def apply_new_answers(conn, study_id: str, now: float | None = None) -> dict:
-    """Apply every answer after the cursor, then refill the pools; retried if another writer raced us."""
+def read_batch(conn, study_id: str, after: str, count: int) -> tuple[list, dict[str, str], str]:
+    """(answers, {entry id: reason} of entries that are not readable answers, id of the last entry read).
+
+    A log entry that cannot be read as an answer (a missing or malformed field) is set aside like
+    an answer an engine refuses, so it cannot stop every later update of the study.
+    """
+    entries = conn.xrange(keys.answers(study_id), min=f"({after}" if after != "0-0" else "-", max="+", count=count)
+    batch, unreadable = [], {}
+    for entry_id, fields in entries:
+        try:
+            batch.append(answer_log.Answer.from_stream(entry_id, fields))
+        except (KeyError, ValueError, UnicodeDecodeError) as exc:
+            unreadable[entry_id.decode()] = f"unreadable log entry: {type(exc).__name__}: {exc}"
+    return batch, unreadable, entries[-1][0].decode() if entries else after
+
+
+def apply_new_answers(conn, study_id: str, now: float | None = None, renew=None) -> dict:
+    """Apply every answer after the cursor, then refill the pools; retried if another writer raced us.
+
+    ``renew`` (from ``study_lock``) is called before each pass to keep the lock.
+    """
     total = {"applied": 0, "released": 0, "planned": 0, "pruned": 0, "passes": 0}
     while True:
+        if renew is not None:
+            renew()
         summary = _one_pass(conn, study_id, time.time() if now is None else now)
         for name in ("applied", "released", "planned", "pruned"):
             total[name] += summary[name]
@@ -106,9 +240,14 @@ def _one_pass(conn, study_id: str, now: float) -> dict:
                 learners = load_learners(pipe, study)
                 for learner in learners.values():
                     learner.sync_items(study.n_items)
-                batch = answer_log.read_answers(pipe, study_id, after=cursor, count=MAX_ANSWERS_PER_PASS)
+                batch, poisoned, new_cursor = read_batch(pipe, study_id, cursor, MAX_ANSWERS_PER_PASS)
+                n_read = len(batch) + len(poisoned)
+                if n_read:
+                    _fault("after_read")
                 excluded = {r.decode() for r in pipe.smembers(keys.excluded_raters(study_id))}
-                poisoned = observe_batch(learners, [a for a in batch if a.rater not in excluded])
+                poisoned.update(observe_batch(learners, [a for a in batch if a.rater not in excluded]))
+                if n_read:
+                    _fault("after_observe")
                 for learner in learners.values():
                     learner.sync_items(study.n_items)  # a forest finished by this batch starts routing added items
                 expired = questions.expired_questions(pipe, study_id, before=now - EXPIRY_GRACE_SECONDS)
@@ -138,7 +277,6 @@ def _one_pass(conn, study_id: str, now: float) -> dict:
                         wanted = min(wanted, max(0, learner.algorithm.budget - served - depth))
                     window = learner.algorithm.params.get("window", 1)
                     planned[label] = learner.plan(wanted, study.n_items, window=window)
-                new_cursor = batch[-1].id if batch else cursor
                 latency_ms = (time.perf_counter() - started) * 1000.0
 
                 pipe.multi()
@@ -158,14 +296,18 @@ def _one_pass(conn, study_id: str, now: float) -> dict:
                 pipe.ltrim(keys.refresh_latencies(study_id), 0, LATENCIES_KEPT - 1)
                 pipe.hset(keys.engine_stats(study_id), mapping={
                     "last_update_at": repr(now), "last_latency_ms": f"{latency_ms:.3f}",
-                    "last_batch": len(batch), "cursor": new_cursor, "active_raters": active,
+                    "last_batch": n_read, "cursor": new_cursor, "active_raters": active,
                     "summary": json.dumps({label: learner.summary() for label, learner in learners.items()}),
                 })
                 pipe.hincrby(keys.engine_stats(study_id), "updates", 1)
-                pipe.hincrby(keys.engine_stats(study_id), "answers_applied", len(batch))
+                pipe.hincrby(keys.engine_stats(study_id), "answers_applied", n_read)
+                if n_read:
+                    _fault("before_exec")
                 pipe.execute()
-                return {"applied": len(batch), "released": len(expired), "pruned": pruned_now,
+                if n_read:
+                    _fault("after_exec")
+                return {"applied": n_read, "released": len(expired), "pruned": pruned_now,
                         "planned": sum(len(q) for q in planned.values()), "poisoned": len(poisoned),
-                        "more": len(batch) == MAX_ANSWERS_PER_PASS}
+                        "more": n_read == MAX_ANSWERS_PER_PASS}
             except redis.WatchError:
                 continue

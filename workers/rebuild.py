@@ -9,12 +9,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from . import answers as answer_log
 from . import engine_state, keys
-from .engines import new_learners
-from .jobs import LOCK_TIMEOUT_SECONDS, load_learners, observe_batch
+from .engines import Learner, new_learners
+from .jobs import load_learners, observe_batch, read_batch, study_lock
 from .queue import schedule_update
-from .studies import get_items, get_study, initial_item_count
+from .studies import Study, get_items, get_study, initial_item_count
 
 
 @dataclass
@@ -28,39 +27,58 @@ class RebuildReport:
     seconds: float = 0.0
 
 
+@dataclass
+class Replay:
+    """Fresh learners fed the whole log: what the update job's saved state must equal."""
+
+    learners: dict[str, Learner]
+    cursor: str  # id of the last log entry read ("0-0" for an empty log)
+    set_aside: dict[str, str]  # answer id -> why no engine could use it
+    replayed: int = 0  # answers given to the engines (set-aside ones included)
+    excluded: int = 0  # answers of excluded raters
+
+
+def replay_log(conn, study: Study, excluded=frozenset(), chunk: int = 20000) -> Replay:
+    """Replay the study's answer log, oldest first, into fresh learners, without writing anything."""
+    items = get_items(conn, study.id)
+    n_initial = initial_item_count(conn, study.id, study.n_items)
+    learners = new_learners(study.config, n_initial, [item.label for item in items[:n_initial]])
+    replay = Replay(learners, "0-0", {})
+    while True:
+        batch, unreadable, last = read_batch(conn, study.id, replay.cursor, chunk)
+        kept = [a for a in batch if a.rater not in excluded]
+        for learner in learners.values():
+            learner.sync_items(study.n_items)
+        replay.set_aside.update(unreadable)
+        replay.set_aside.update(observe_batch(learners, kept))
+        replay.replayed += len(kept) + len(unreadable)
+        replay.excluded += len(batch) - len(kept)
+        replay.cursor = last
+        if len(batch) + len(unreadable) < chunk:
+            break
+    for learner in learners.values():
+        learner.sync_items(study.n_items)
+    return replay
+
+
 def rebuild_study(conn, study_id: str, exclude_raters=(), chunk: int = 20000) -> RebuildReport:
+    """Replace the study's engine states by a replay of its log (without ``exclude_raters``, remembered)."""
     started = time.perf_counter()
     study = get_study(conn, study_id)
-    items = get_items(conn, study_id)
-    item_ids = [item.id for item in items]
+    item_ids = [item.id for item in get_items(conn, study_id)]
     report = RebuildReport()
-    lock = conn.lock(keys.update_lock(study_id), timeout=LOCK_TIMEOUT_SECONDS, blocking_timeout=LOCK_TIMEOUT_SECONDS)
-    with lock:
+    with study_lock(conn, study_id):
         excluded = {r.decode() for r in conn.smembers(keys.excluded_raters(study_id))} | set(exclude_raters)
         report.excluded_raters = sorted(excluded)
         had_state = conn.exists(keys.cursor(study_id))
         old = {label: learner.graph().neighbors[:, 0].tolist()
                for label, learner in load_learners(conn, study).items()} if had_state else {}
 
-        n_initial = initial_item_count(conn, study_id, study.n_items)
-        learners = new_learners(study.config, n_initial, [item.label for item in items[:n_initial]])
-        poisoned: dict[str, str] = {}
-        cursor = "0-0"
-        while True:
-            batch = answer_log.read_answers(conn, study_id, after=cursor, count=chunk)
-            kept = [a for a in batch if a.rater not in excluded]
-            for learner in learners.values():
-                learner.sync_items(study.n_items)
-            poisoned.update(observe_batch(learners, kept))
-            report.answers_replayed += len(kept)
-            report.answers_excluded += len(batch) - len(kept)
-            if batch:
-                cursor = batch[-1].id
-            if len(batch) < chunk:
-                break
-        for learner in learners.values():
-            learner.sync_items(study.n_items)
-        report.answers_set_aside = len(poisoned)
+        replay = replay_log(conn, study, excluded, chunk)
+        learners = replay.learners
+        report.answers_replayed = replay.replayed
+        report.answers_excluded = replay.excluded
+        report.answers_set_aside = len(replay.set_aside)
         with conn.pipeline(transaction=True) as pipe:
             if excluded:
                 pipe.sadd(keys.excluded_raters(study_id), *excluded)
@@ -69,10 +87,10 @@ def rebuild_study(conn, study_id: str, exclude_raters=(), chunk: int = 20000) ->
             for label, learner in learners.items():
                 pipe.delete(keys.pool(study_id, label))
                 engine_state.save(pipe, study_id, label, learner.to_state())
-            engine_state.save_cursor(pipe, study_id, cursor)
+            engine_state.save_cursor(pipe, study_id, replay.cursor)
             pipe.delete(keys.poisoned(study_id))
-            if poisoned:
-                pipe.hset(keys.poisoned(study_id), mapping=poisoned)
+            if replay.set_aside:
+                pipe.hset(keys.poisoned(study_id), mapping=replay.set_aside)
             pipe.execute()
         new = {label: learner.graph().neighbors[:, 0].tolist() for label, learner in learners.items()}
     schedule_update(conn, study_id)  # plans questions and applies answers that arrived during the replay
