@@ -10,9 +10,29 @@ import os
 import secrets
 from pathlib import Path
 
-from flask import Flask
+from flask import Flask, request
 
 ROOT = Path(__file__).resolve().parent.parent
+
+#: Sent with every page: scripts, styles and fonts only from this site (no inline scripts or
+#: style attributes), no plug-ins, no framing, forms post only here. Media and the item
+#: thumbnails are same-site too; ``data:``/``blob:`` images are for markdown images and charts.
+CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
+                           "media-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
+                           "form-action 'self'")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",  # frame-ancestors for browsers without CSP level 2
+    # the rater link carries Prolific/MTurk ids in its query: never send it to another site
+    "Referrer-Policy": "same-origin",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Permissions-Policy": "camera=(), microphone=(), geolocation=(), payment=(), usb=(), interest-cohort=()",
+}
+#: Endpoints whose responses may be cached (static files, item media); every other response is
+#: personal (tokens, CSRF tokens, study data) and is sent with ``Cache-Control: no-store``.
+CACHEABLE_ENDPOINTS = frozenset({"static", "raters.media"})
 
 
 def _secret_key(instance_path: str) -> str:
@@ -32,7 +52,23 @@ def _secret_key(instance_path: str) -> str:
         return key
 
 
+def add_security_headers(response):
+    """``after_request``: the security headers, and no-store on everything personal."""
+    from flask import current_app
+
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+    if request.endpoint not in CACHEABLE_ENDPOINTS:
+        response.headers["Cache-Control"] = "no-store"
+    hsts = current_app.config.get("HSTS_SECONDS")
+    if hsts and request.is_secure:
+        response.headers.setdefault("Strict-Transport-Security", f"max-age={int(hsts)}")
+    return response
+
+
 def create_app(test_config: dict | None = None) -> Flask:
+    from . import limits
+
     app = Flask(
         __name__,
         instance_path=os.environ.get("PROXIMA_INSTANCE_PATH") or str(ROOT / "instance"),
@@ -53,6 +89,9 @@ def create_app(test_config: dict | None = None) -> Flask:
         LOGIN_MAX_FAILURES=5,  # per account name and client address ...
         LOGIN_FAILURE_WINDOW_SECONDS=15 * 60,  # ... within this window
         TOKEN_TTL_SECONDS=None,
+        TRUSTED_PROXIES=0,  # reverse proxies in front whose X-Forwarded-For/-Proto are believed
+        HSTS_SECONDS=365 * 24 * 3600,  # Strict-Transport-Security on https responses (0: not sent)
+        **limits.DEFAULTS,
     )
     app.config.from_pyfile("proxima.cfg", silent=True)
     app.config.from_prefixed_env("PROXIMA")
@@ -60,6 +99,11 @@ def create_app(test_config: dict | None = None) -> Flask:
         app.config.update(test_config)
     if not app.config["SECRET_KEY"]:
         app.config["SECRET_KEY"] = _secret_key(app.instance_path)
+    proxies = int(app.config["TRUSTED_PROXIES"] or 0)
+    if proxies:  # the client's address (rate limits) and https (Secure cookies) as the proxy saw them
+        from werkzeug.middleware.proxy_fix import ProxyFix
+
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=proxies, x_proto=proxies, x_host=proxies)
 
     from . import storage
 
@@ -72,4 +116,5 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.register_blueprint(dashboard.bp)
     app.register_blueprint(api.bp)
     auth.init_app(app)  # last: it exempts rater routes from CSRF and guards every other endpoint
+    app.after_request(add_security_headers)
     return app

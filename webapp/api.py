@@ -2,6 +2,8 @@
 graph's layout, the raters table, health."""
 from __future__ import annotations
 
+import json
+
 from flask import Blueprint, jsonify, request
 
 from .errors import ApiError
@@ -11,6 +13,22 @@ from .stats import rater_table, study_stats
 from .storage import get_redis
 
 bp = Blueprint("api", __name__, url_prefix="/api")
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def json_body():
+    """The request's JSON document, or ApiError 415/400. Stricter than ``request.get_json``:
+    NaN/Infinity are refused, and so is nesting too deep for the parser (a RecursionError,
+    which Flask would let through as a 500)."""
+    if not request.is_json:
+        raise ApiError(415, "unsupported_media_type", "send the answer with Content-Type: application/json")
+    try:
+        return json.loads(request.get_data(cache=True), parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        raise ApiError(400, "malformed_json", "the request body is not valid JSON") from None
 
 
 @bp.get("/health")
@@ -33,12 +51,7 @@ def get_next_question(study_id: str):
 def post_answer(study_id: str):
     conn = get_redis()
     study = load_study(conn, study_id)
-    if not request.is_json:
-        raise ApiError(415, "unsupported_media_type", "send the answer with Content-Type: application/json")
-    body = request.get_json(silent=True)
-    if body is None:
-        raise ApiError(400, "malformed_json", "the request body is not valid JSON")
-    result = submit_answer(conn, study, current_rater(), body)
+    result = submit_answer(conn, study, current_rater(), json_body())
     return jsonify(result), 201
 
 

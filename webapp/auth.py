@@ -26,7 +26,7 @@ from flask import (
 from flask.sessions import SecureCookieSessionInterface
 from flask_wtf.csrf import CSRFError, CSRFProtect
 
-from . import accounts
+from . import accounts, limits
 from .errors import ApiError
 from .storage import get_redis
 
@@ -162,6 +162,7 @@ def init_app(app: Flask) -> None:
     app.session_interface = SessionInterface()
     app.register_blueprint(bp)
     app.before_request(require_login)
+    limits.init_app(app)  # before the CSRF check: a flood is refused before anything else is done
     csrf.init_app(app)
     for endpoint in CSRF_EXEMPT_ENDPOINTS:
         csrf.exempt(app.view_functions[endpoint])

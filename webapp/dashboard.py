@@ -2,6 +2,8 @@
 dashboard with its controls (start/pause/close, settings, excluding raters), every export."""
 from __future__ import annotations
 
+import re
+
 from flask import (
     Blueprint,
     Response,
@@ -214,7 +216,9 @@ def _download(study_id: str, what: str, fmt: str):
         yield from chunks
 
     response = Response(stream_with_context(body()), mimetype=result.media_type)
-    response.headers["Content-Disposition"] = f'attachment; filename="{result.filename}"'
+    # the file name carries the ?algorithm= parameter: only plain characters go into the header
+    filename = re.sub(r"[^A-Za-z0-9._-]", "_", result.filename)
+    response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 
 

@@ -1,22 +1,33 @@
 """One error type and one error shape for the JSON API: ``{"error": {"code", "message"}}``."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from flask import Flask, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str, **extra):
+    """A refused API request: HTTP status, a stable machine-readable code and a sentence for people.
+
+    ``headers`` go on the response (e.g. ``Retry-After`` of a 429); ``extra`` keys join the error body.
+    """
+
+    def __init__(self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None, **extra):
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.headers = dict(headers or {})
         self.extra = extra
 
 
-def _json_error(status: int, code: str, message: str, **extra):
+def _json_error(status: int, code: str, message: str, headers: Mapping[str, str] | None = None, **extra):
     body = {"error": {"code": code, "message": message, **extra}}
-    return jsonify(body), status
+    response = jsonify(body)
+    response.status_code = status
+    response.headers.update(headers or {})
+    return response
 
 
 def _wants_json() -> bool:
@@ -26,14 +37,16 @@ def _wants_json() -> bool:
 def init_app(app: Flask) -> None:
     @app.errorhandler(ApiError)
     def handle_api_error(err: ApiError):
-        return _json_error(err.status, err.code, err.message, **err.extra)
+        return _json_error(err.status, err.code, err.message, err.headers, **err.extra)
 
     @app.errorhandler(HTTPException)
     def handle_http_error(err: HTTPException):
         if not _wants_json():
             return err
         code = (err.name or "error").lower().replace(" ", "_")
-        return _json_error(err.code or 500, code, err.description or err.name)
+        # keep what the exception says about itself: Allow of a 405, Retry-After of a 429
+        headers = {k: v for k, v in err.get_headers() if k.lower() != "content-type"}
+        return _json_error(err.code or 500, code, err.description or err.name, headers)
 
     @app.errorhandler(Exception)
     def handle_unexpected(err: Exception):

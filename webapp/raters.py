@@ -150,4 +150,6 @@ def media(study_id: str, index: int):
     response = Response(data, mimetype=media_type or "application/octet-stream")
     response.headers["Cache-Control"] = "public, max-age=86400"
     response.headers["X-Content-Type-Options"] = "nosniff"
+    # uploaded bytes: opened on their own they may run nothing and load nothing
+    response.headers["Content-Security-Policy"] = "default-src 'none'; media-src 'self'; sandbox"
     return response

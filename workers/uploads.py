@@ -2,8 +2,11 @@
 
 Everything is read in memory (nothing is extracted to disk), so a member name like
 ``../../etc/passwd`` cannot land anywhere; such names are still refused, with every other
-sign of a hostile or broken archive (too many members, too many uncompressed bytes, files
-whose content is not what their extension says). Must never import Flask or the engine.
+sign of a hostile or broken archive: symbolic links, too many members, too many uncompressed
+bytes in all or in one file (checked on the declared sizes before anything is decompressed,
+and no member is read past its declared size), images of more pixels than a browser should
+decode, files whose content is not what their extension says. Configs are refused when large
+or when YAML aliases would expand them past a node budget. Must never import Flask or the engine.
 """
 from __future__ import annotations
 
@@ -12,9 +15,12 @@ import io
 import json
 import posixpath
 import re
+import stat
+import warnings
 import zipfile
 
 import yaml
+from PIL import Image, UnidentifiedImageError
 
 from .config import ConfigError, StudyConfig
 from .studies import MAX_MEDIA_BYTES, MEDIA_TYPES, Item, StudyError
@@ -23,6 +29,13 @@ MAX_ZIP_MEMBERS = 5000
 MAX_ZIP_TOTAL_BYTES = 256 * 1024 * 1024
 MAX_CSV_ROWS = 100_000
 MAX_TEXT_CHARS = 5000
+#: Largest image (width x height) accepted: a small, highly compressed file can ask a rater's
+#: browser to decode gigapixels. 40 megapixels is more than any camera photo needs here.
+MAX_IMAGE_PIXELS = 40_000_000
+MAX_CONFIG_BYTES = 1024 * 1024
+#: Most values (after YAML aliases are expanded) a config may hold: "billion laughs" stays small
+#: as YAML but explodes when validated or stored as JSON.
+MAX_CONFIG_NODES = 100_000
 _SKIPPED = ("__MACOSX/", ".DS_Store", "Thumbs.db")
 
 # Leading bytes of each media type; a file whose bytes do not match its extension is refused.
@@ -47,6 +60,22 @@ def _content_matches(media_type: str, data: bytes) -> bool:
     return any(data.startswith(sig) for sig in _SIGNATURES.get(media_type, (b"",)))
 
 
+def _check_image(filename: str, name: str, data: bytes) -> None:
+    """Refuse an image Pillow cannot identify or with more than MAX_IMAGE_PIXELS (only the header is read)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as image:
+                width, height = image.size
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        width = height = MAX_IMAGE_PIXELS  # Pillow's own limit said no before ours could
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+        raise StudyError(f"{filename}: {name} is not a readable image; re-export it") from None
+    if width * height > MAX_IMAGE_PIXELS:
+        raise StudyError(f"{filename}: {name} is {width} x {height} pixels; images may have at most "
+                         f"{MAX_IMAGE_PIXELS // 1_000_000} megapixels (scale it down)")
+
+
 def _check_member_name(filename: str, name: str) -> None:
     """Refuse the member names that would escape a folder if the archive were ever extracted."""
     parts = name.replace("\\", "/").split("/")
@@ -69,6 +98,9 @@ def items_from_zip(data: bytes, filename: str = "items.zip", max_members: int = 
             raise StudyError(f"{filename} holds {len(infos)} entries; at most {max_members} are allowed")
         for info in infos:
             _check_member_name(filename, info.filename)
+            if info.create_system == 3 and stat.S_ISLNK(info.external_attr >> 16):
+                raise StudyError(f"{filename}: member {info.filename!r} is a symbolic link; the archive is refused "
+                                 "(zip the item files themselves)")
         members = [i for i in infos if not i.is_dir()
                    and not any(s in i.filename for s in _SKIPPED)
                    and not posixpath.basename(i.filename).startswith(".")]
@@ -104,6 +136,8 @@ def items_from_zip(data: bytes, filename: str = "items.zip", max_members: int = 
             if not _content_matches(media_type, content):
                 raise StudyError(f"{filename}: {name} does not contain {media_type} data although its name "
                                  f"ends in {ext}; re-export it in that format")
+            if kind == "image":
+                _check_image(filename, name, content)
             try:
                 items.append(Item(id=stem, kind=kind, media_type=media_type))
             except StudyError as exc:
@@ -163,8 +197,28 @@ def items_from_upload(data: bytes, filename: str) -> tuple[list[Item], dict[int,
     raise StudyError(f"{filename or 'the items file'} must be a .zip of image/audio/video files or a .csv of texts")
 
 
+def _check_config_size(filename: str, doc) -> None:
+    """Refuse a document of more than MAX_CONFIG_NODES values, counting each alias use again."""
+    budget = MAX_CONFIG_NODES
+    stack = [doc]
+    while stack:
+        value = stack.pop()
+        budget -= 1
+        if budget < 0:
+            raise ConfigError(f"{filename} holds more than {MAX_CONFIG_NODES} values (after expanding YAML "
+                              "aliases); a study config needs far fewer")
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+
+
 def config_from_yaml_bytes(data: bytes, filename: str = "config.yaml") -> StudyConfig:
     """A study config from an uploaded YAML or JSON file; errors name the file and the field."""
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{filename} is {len(data) // 1024} KiB; a config may be at most "
+                          f"{MAX_CONFIG_BYTES // 1024} KiB")
     try:
         text = data.decode("utf-8-sig")
         doc = json.loads(text) if filename.lower().endswith(".json") else yaml.safe_load(text)
@@ -172,6 +226,9 @@ def config_from_yaml_bytes(data: bytes, filename: str = "config.yaml") -> StudyC
         raise ConfigError(f"{filename} is not UTF-8 text") from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"{filename} is not valid YAML/JSON: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{filename} is nested too deeply") from None
+    _check_config_size(filename, doc)
     try:
         return StudyConfig.from_dict(doc)
     except ConfigError as exc:

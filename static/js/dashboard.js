@@ -13,6 +13,11 @@
   const itemCells = rows.map((r) => r.children[1]);
   const positions = rows.map((r) => (r.dataset.position ? r.dataset.position.split(",").map(Number) : null));
 
+  // ------------------------------------------------------------------ confirmations (no inline handlers: CSP)
+  document.querySelectorAll("form[data-confirm]").forEach((form) => {
+    form.addEventListener("submit", (ev) => { if (!window.confirm(form.dataset.confirm)) ev.preventDefault(); });
+  });
+
   // ------------------------------------------------------------------ copy buttons
   document.querySelectorAll("button.copy").forEach((button) => {
     button.addEventListener("click", async () => {

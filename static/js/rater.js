@@ -151,7 +151,8 @@
     const response = await fetch(url, Object.assign({ credentials: "same-origin" }, options));
     let body = null;
     try { body = await response.json(); } catch (e) { body = null; }
-    return { ok: response.ok, status: response.status, body: body };
+    const retryAfter = Number(response.headers.get("Retry-After")) || 1;
+    return { ok: response.ok, status: response.status, body: body, retryAfter: retryAfter };
   }
 
   function handleError(r) {
@@ -175,6 +176,7 @@
     }
     offlineEl.hidden = true;
     if (r.ok) return show(r.body.question);
+    if (r.status === 429) { setTimeout(loadNext, 1000 * r.retryAfter); return; }  // too fast: ask again soon
     handleError(r);
   }
 
@@ -261,6 +263,11 @@
         continue;
       }
       offlineEl.hidden = true;
+      if (r.status === 429) {  // too many answers at once: the answer stays in the outbox, sent again shortly
+        statusEl.textContent = "Sending your answer…";
+        await new Promise((res) => setTimeout(res, 1000 * r.retryAfter));
+        continue;
+      }
       const error = r.body && r.body.error;
       if (r.ok || (error && error.code === "already_answered")) {
         clearOutbox();

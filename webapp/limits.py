@@ -1,0 +1,182 @@
+"""Request rate limits kept in Redis, so they hold across every web process: answers and question
+requests per rater session and per client address, login attempts per client address.
+
+Each limit is a token bucket in the GCRA form (one key holding the bucket's "theoretical arrival
+time"): ``rate`` requests per second sustained, at most ``burst`` at once. All the buckets of one
+request are checked and charged by one Lua script (one round trip), all or none. The clock is
+Redis's ``TIME``, so web processes on machines with skewed clocks agree.
+
+Keys (built here, like ``accounts``; the rater buckets carry the study's ``{hash tag}`` so the
+script's keys share one Cluster slot):
+
+- ``proxima:{<study>}:rate:rater:<sha256(rater)>``  answers + question requests of one rater session
+- ``proxima:{<study>}:rate:addr:<sha256(address)>``  the same, of one client address
+- ``proxima:login-rate:<sha256(address)>``  login attempts (POST /login) of one client address
+
+Must never import the engine or the workers' numpy code.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+import redis
+from flask import Flask, current_app, render_template, request
+
+from .errors import ApiError
+from .storage import get_redis
+
+PREFIX = "proxima"
+STUDY_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+#: Endpoints that count against a rater's (and their address's) answer buckets.
+RATER_ENDPOINTS = frozenset({"api.post_answer", "api.get_next_question"})
+
+DEFAULTS = {
+    # A person answers at most one or two questions a second; the burst absorbs retries after a
+    # dropped connection and several tabs. 0 switches a limit off.
+    "ANSWER_RATE_PER_RATER": 5.0,
+    "ANSWER_BURST_PER_RATER": 20,
+    # Many raters may share one address (a class behind NAT): generous, but it stops one client
+    # that mints a fresh session for every request.
+    "ANSWER_RATE_PER_ADDRESS": 50.0,
+    "ANSWER_BURST_PER_ADDRESS": 200,
+    # Password guessing across many account names from one address (the per-account lockout in
+    # ``accounts`` counts failures of one name only).
+    "LOGIN_RATE_PER_ADDRESS": 0.2,
+    "LOGIN_BURST_PER_ADDRESS": 20,
+    # Clients on the server's own machine: simulated raters, load benchmarks, and a reverse proxy on
+    # the same host when TRUSTED_PROXIES is not set (then every client would share its address).
+    "RATE_LIMIT_EXEMPT_ADDRESSES": ("127.0.0.1", "::1"),
+}
+
+# KEYS[i]: one bucket each (a string holding its theoretical arrival time, microseconds).
+# ARGV[2i-1]: the bucket's emission interval in microseconds (1e6 / rate); ARGV[2i]: its burst.
+# Returns 0 when every bucket had room (each is charged one request), else {i, wait_us}: the
+# bucket that is fullest and the microseconds until it has room; nothing is charged then.
+TAKE_SCRIPT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local new = {}
+local worst, worst_wait = 0, 0
+for i, key in ipairs(KEYS) do
+  local interval = tonumber(ARGV[2 * i - 1])
+  local burst = tonumber(ARGV[2 * i])
+  local tat = tonumber(redis.call('GET', key) or now)
+  if tat < now then tat = now end
+  local wait = tat + interval - burst * interval - now
+  if wait > worst_wait then worst, worst_wait = i, wait end
+  new[i] = tat + interval
+end
+if worst > 0 then return {worst, math.ceil(worst_wait)} end
+for i, key in ipairs(KEYS) do
+  redis.call('SET', key, string.format('%.0f', new[i]), 'PX', math.ceil((new[i] - now) / 1000) + 1)
+end
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One limit: ``rate`` requests per second sustained, ``burst`` at once, kept under ``key``."""
+
+    key: str
+    rate: float
+    burst: int
+    name: str
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:24]
+
+
+def rater_key(study_id: str, rater: str) -> str:
+    return f"{PREFIX}:{{{study_id}}}:rate:rater:{_digest(rater)}"
+
+
+def address_key(study_id: str, address: str) -> str:
+    return f"{PREFIX}:{{{study_id}}}:rate:addr:{_digest(address)}"
+
+
+def login_key(address: str) -> str:
+    return f"{PREFIX}:login-rate:{_digest(address)}"
+
+
+def take(conn: redis.Redis, buckets: list[Bucket]) -> tuple[Bucket, float] | None:
+    """Charge one request to every bucket, or to none: None when all had room, else the full
+    bucket and the seconds until it has room again. Buckets with a rate of 0 are off."""
+    buckets = [b for b in buckets if b.rate > 0 and b.burst > 0]
+    if not buckets:
+        return None
+    args = []
+    for b in buckets:
+        args += [f"{1e6 / b.rate:.0f}", int(b.burst)]
+    script = conn.register_script(TAKE_SCRIPT)
+    result = script(keys=[b.key for b in buckets], args=args)
+    if not result:
+        return None
+    index, wait_us = int(result[0]), int(result[1])
+    return buckets[index - 1], wait_us / 1e6
+
+
+def retry_after(seconds: float) -> str:
+    """Whole seconds for a ``Retry-After`` header (at least 1)."""
+    return str(max(1, math.ceil(seconds)))
+
+
+def exempt(address: str) -> bool:
+    return address in current_app.config["RATE_LIMIT_EXEMPT_ADDRESSES"]
+
+
+def limit_rater_requests() -> None:
+    """``before_request``: refuse a rater's answer or question request over their or their address's limit."""
+    if request.endpoint not in RATER_ENDPOINTS:
+        return None
+    study_id = (request.view_args or {}).get("study_id", "")
+    address = request.remote_addr or "unknown"
+    if not study_id or not set(study_id) <= STUDY_ID_CHARS or len(study_id) > 64 or exempt(address):
+        return None  # an unknown study is refused by the view itself
+    from .raters import current_rater
+
+    config = current_app.config
+    refused = take(get_redis(), [
+        Bucket(rater_key(study_id, current_rater()), float(config["ANSWER_RATE_PER_RATER"]),
+               int(config["ANSWER_BURST_PER_RATER"]), "rater"),
+        Bucket(address_key(study_id, address), float(config["ANSWER_RATE_PER_ADDRESS"]),
+               int(config["ANSWER_BURST_PER_ADDRESS"]), "address"),
+    ])
+    if refused is None:
+        return None
+    bucket, wait = refused
+    who = "this rater session" if bucket.name == "rater" else "your network address"
+    raise ApiError(429, "rate_limited",
+                   f"too many requests from {who} (at most {bucket.rate:g} per second); "
+                   f"wait {retry_after(wait)} s and send it again",
+                   headers={"Retry-After": retry_after(wait)}, retry_after=int(retry_after(wait)))
+
+
+def limit_logins():
+    """``before_request``: refuse login attempts from an address over its limit (429, the login page)."""
+    if request.endpoint != "auth.login" or request.method != "POST":
+        return None
+    address = request.remote_addr or "unknown"
+    if exempt(address):
+        return None
+    config = current_app.config
+    refused = take(get_redis(), [Bucket(login_key(address), float(config["LOGIN_RATE_PER_ADDRESS"]),
+                                        int(config["LOGIN_BURST_PER_ADDRESS"]), "login")])
+    if refused is None:
+        return None
+    wait = retry_after(refused[1])
+    error = f"Too many login attempts from your address. Wait {wait} seconds and try again."
+    return render_template("auth/login.html", next_url="/", username="", error=error), 429, {"Retry-After": wait}
+
+
+def init_app(app: Flask) -> None:
+    """Register the limits; call before the CSRF check so a flood is refused before any other work.
+    The defaults are in ``DEFAULTS`` (``create_app`` loads them before the config file and environment)."""
+    for name, value in DEFAULTS.items():
+        app.config.setdefault(name, value)
+    app.before_request(limit_rater_requests)
+    app.before_request(limit_logins)
