@@ -61,7 +61,8 @@ def _content_matches(media_type: str, data: bytes) -> bool:
 
 
 def _check_image(filename: str, name: str, data: bytes) -> None:
-    """Refuse an image Pillow cannot identify or with more than MAX_IMAGE_PIXELS (only the header is read)."""
+    """Refuse an image of more than MAX_IMAGE_PIXELS. Only the header is read; bytes Pillow cannot
+    make sense of beyond the signature are left to the browser (they cannot ask it for many pixels)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -69,8 +70,8 @@ def _check_image(filename: str, name: str, data: bytes) -> None:
                 width, height = image.size
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         width = height = MAX_IMAGE_PIXELS  # Pillow's own limit said no before ours could
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
-        raise StudyError(f"{filename}: {name} is not a readable image; re-export it") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError):
+        return
     if width * height > MAX_IMAGE_PIXELS:
         raise StudyError(f"{filename}: {name} is {width} x {height} pixels; images may have at most "
                          f"{MAX_IMAGE_PIXELS // 1_000_000} megapixels (scale it down)")
