@@ -60,7 +60,11 @@ def running_url(instance_path: str | Path) -> str | None:
 
 
 class EmbeddedRedis:
-    """A redis-server child process owned by this object; ``stop()`` shuts it down cleanly."""
+    """A redis-server child process owned by this object; ``stop()`` shuts it down cleanly.
+
+    Started again (after ``stop()`` or a crash of the server), it listens on the same port with
+    the same password, so clients holding its URL reconnect to the same data.
+    """
 
     def __init__(self, instance_path: str | Path, port: int | None = None, appendfsync: str = APPENDFSYNC):
         self.data_dir = Path(instance_path) / "redis"
@@ -71,8 +75,13 @@ class EmbeddedRedis:
         self.appendfsync = appendfsync
         self.process: subprocess.Popen | None = None
         self.url: str | None = None
+        self.password: str | None = None
 
     def start(self, timeout: float = 20.0) -> str:
+        if self.process is not None:
+            if self.process.poll() is None:
+                raise EmbeddedRedisError("this redis-server is already running")
+            self._forget_process()  # it crashed: start it again on the same files
         if running_url(self.data_dir.parent):
             raise EmbeddedRedisError(
                 f"a Proxima Redis server is already running for {self.data_dir.parent}; "
@@ -80,8 +89,8 @@ class EmbeddedRedis:
             )
         self.data_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.data_dir, 0o700)
-        port = self.port or free_port()
-        password = secrets.token_urlsafe(24)
+        port = self.port = self.port or free_port()
+        password = self.password = self.password or secrets.token_urlsafe(24)
         args = [
             redis_server_binary(), "--bind", "127.0.0.1", "--port", str(port),
             "--requirepass", password, "--dir", str(self.data_dir),
@@ -126,9 +135,12 @@ class EmbeddedRedis:
                     self.process.kill()
                     self.process.wait()
         finally:
-            if self.process.stderr:
-                self.process.stderr.close()
-            self.process = None
+            self._forget_process()
+
+    def _forget_process(self) -> None:
+        if self.process is not None and self.process.stderr:
+            self.process.stderr.close()
+        self.process = None
 
     def __enter__(self) -> EmbeddedRedis:
         self.start()
