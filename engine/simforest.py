@@ -1,0 +1,1100 @@
+"""SimForest (Sathe & Aggarwal, KDD 2017): random forests learned from pairwise similarities alone.
+
+:class:`SimilarityForest` fits on a similarity (or distance) matrix with missing entries allowed;
+:class:`ActiveSimilarityForest` is a question planner that asks, as ``rating`` questions, only the
+similarities its splits need. Numpy only: must never import Flask, Redis, RQ, scikit-learn or
+anything from ``webapp``/``workers``.
+
+Conventions used throughout (documented once, referred to elsewhere):
+
+- training objects are ``0..n-1``; ``S : ndarray of shape (n, n)``, ``S[k, i]`` the similarity of
+  k to i, NaN where it is missing; a test matrix ``S_test : ndarray of shape (m, n)`` holds the
+  similarities of m new objects to the n training objects. With ``metric="distance"`` the same
+  shapes hold distances ``D`` instead.
+- a split of node v uses an ordered pair ``(i, j)`` and a threshold ``a``. The projection of
+  object k on the direction i -> j is, up to constants that do not change the order,
+  ``p(k) = S[k, j] - S[k, i]`` (distances: ``D[k, i]**2 - D[k, j]**2``). ``p(k) < a`` sends k to
+  child 0, ``p(k) >= a`` to child 1; when p(k) is undefined (a similarity is missing) k stays at v
+  for good. Every node, internal or leaf, carries the class counts of the objects that reached it
+  and their majority label (ties: the smallest class); a test object whose projection is
+  undefined stops there and is labelled by that node.
+- nodes of all trees share one global numbering; node ``t`` is the root of tree ``t``;
+  ``item_node_ : ndarray of shape (n_trees, n)`` is the deepest node each training object reached
+  in each tree (its leaf, or the internal node where it stayed).
+- node status: ``NEW`` (created, not looked at), ``WAITING`` (candidate pairs drawn, waiting for
+  similarities), ``SPLIT``, ``LEAF``. Sentinels ``NO_NODE`` and ``NO_ITEM`` are ``-1``.
+- in active mode a pair is keyed by the int64 code ``a * n + b`` with ``a < b``; ratings are
+  similarities in [0, 1] (1 = identical) and an object's similarity to itself is 1.
+
+JSON export (``to_json``, ``schema_version`` 1, ``kind`` ``"similarity_forest"``)::
+
+    {"schema_version": 1, "kind": "similarity_forest",
+     "params": {"n_trees", "n_pairs", "metric", "max_depth", "min_samples_split"},
+     "n_items": n, "classes": [...], "labels": [label of each training object], "done": bool,
+     "trees": [{"tree": t, "seed": "<uint64 as a string>", "nodes": [
+         {"id": 0, "parent": null, "depth": 0, "status": "split" | "leaf" | "waiting",
+          "size": objects that reached the node, "counts": [per class], "label": majority label,
+          "pair": [i, j] or null, "threshold": a or null, "children": [id0, id1] or null,
+          "members": [objects whose final node this is]}, ...]}],
+     "questions": {...}}          # active mode only: what the crowd was asked
+
+Node ids are local to their tree, breadth-first (root 0, child 0 before child 1). ``from_json`` reads it back.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+
+from .utils import check_random_state
+
+__all__ = [
+    "KIND",
+    "LEAF",
+    "NEW",
+    "NO_ITEM",
+    "NO_NODE",
+    "SCHEMA_VERSION",
+    "SPLIT",
+    "STATE_VERSION",
+    "WAITING",
+    "ActiveSimilarityForest",
+    "SimilarityForest",
+]
+
+STATE_VERSION = 1
+SCHEMA_VERSION = 1
+KIND = "similarity_forest"
+METRICS = ("similarity", "distance")
+
+NO_NODE = -1
+NO_ITEM = -1
+NEW, WAITING, SPLIT, LEAF = 0, 1, 2, 3
+STATUS_NAMES = ("new", "waiting", "split", "leaf")
+
+#: A split pair is drawn up to this many times until the pair's own similarity is observed
+#: (the paper asks for observed pairs); the last draw is kept if none is.
+PAIR_DRAWS = 6
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+# ----------------------------------------------------------------------------------------
+# counter-based randomness: a node's pairs depend only on its tree's seed and its path
+# ----------------------------------------------------------------------------------------
+def _mix64(z) -> np.ndarray:
+    """The SplitMix64 output function, vectorised (independent-looking 64-bit words)."""
+    z = np.asarray(z, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = z + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        return z ^ (z >> np.uint64(31))
+
+
+def _uniforms(keys: np.ndarray, k: int) -> np.ndarray:
+    """ndarray of shape (len(keys), k) of uniforms in [0, 1), a pure function of the keys."""
+    keys = np.asarray(keys, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = keys[:, None] ^ _mix64(np.arange(1, k + 1, dtype=np.uint64))[None, :]
+    return (_mix64(z) >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+
+
+def _child_keys(keys: np.ndarray, side: int) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return _mix64(np.asarray(keys, dtype=np.uint64) * np.uint64(2) + np.uint64(side + 1))
+
+
+def _group_starts(sorted_keys: np.ndarray) -> np.ndarray:
+    if sorted_keys.size == 0:
+        return np.empty(0, dtype=np.int64)
+    return np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+
+
+# ----------------------------------------------------------------------------------------
+# the split kernel
+# ----------------------------------------------------------------------------------------
+def best_thresholds(candidate: np.ndarray, projection: np.ndarray, label: np.ndarray, n_candidates: int,
+                    n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gini-optimal threshold of every candidate split, all candidates at once.
+
+    Rows are (candidate id, projection of one object, its class code); rows with a NaN
+    projection are ignored (their objects stay at the node). Returns ``gini`` (the weighted
+    Gini index of the two children, ``inf`` where a candidate has fewer than two distinct
+    projections) and ``threshold`` (midway between the two projections it separates, NaN where
+    there is none), both of shape (n_candidates,). Ties go to the lowest threshold.
+    """
+    gini = np.full(n_candidates, np.inf)
+    threshold = np.full(n_candidates, np.nan)
+    ok = np.isfinite(projection)
+    candidate, projection, label = candidate[ok], projection[ok], label[ok]
+    m = candidate.size
+    if m == 0:
+        return gini, threshold
+    order = np.lexsort((projection, candidate))
+    candidate, projection, label = candidate[order], projection[order], label[order]
+    starts = _group_starts(candidate)
+    sizes = np.diff(np.r_[starts, m])
+    seg = np.repeat(np.arange(starts.size), sizes)
+    onehot = np.zeros((m, n_classes), np.int64)
+    onehot[np.arange(m), label] = 1
+    cum = np.cumsum(onehot, axis=0)
+    left = cum - (cum[starts] - onehot[starts])[seg]
+    right = left[starts + sizes - 1][seg] - left
+    n_left = np.arange(m) - starts[seg] + 1
+    n_right = sizes[seg] - n_left
+    valid = (n_right > 0) & (np.r_[projection[1:], np.inf] > projection)
+    purity = (left * left).sum(axis=1) / n_left + (right * right).sum(axis=1) / np.maximum(n_right, 1)
+    g = np.where(valid, (sizes[seg] - purity) / sizes[seg], np.inf)
+    gmin = np.minimum.reduceat(g, starts)
+    first = np.minimum.reduceat(np.where(g == gmin[seg], np.arange(m), m), starts)
+    has = np.isfinite(gmin)
+    ids = candidate[starts[has]]
+    t = first[has]
+    lo, hi = projection[t], projection[t + 1]
+    mid = lo + (hi - lo) / 2
+    gini[ids] = gmin[has]
+    threshold[ids] = np.where(mid > lo, mid, hi)
+    return gini, threshold
+
+
+# ----------------------------------------------------------------------------------------
+# boundary checks
+# ----------------------------------------------------------------------------------------
+def _check_int(value, name: str, minimum: int, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise ValueError(f"{name} must be an integer, not {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def _encode_labels(labels, n: int | None = None) -> tuple[list, np.ndarray]:
+    """(classes as a list, int64 codes of shape (n,)). Classes are sorted when they can be,
+    else kept in order of first appearance."""
+    if isinstance(labels, np.ndarray):
+        if labels.ndim != 1:
+            raise ValueError(f"labels must be one-dimensional, got shape {labels.shape}")
+        values = labels.tolist()
+    elif isinstance(labels, (str, bytes)) or not isinstance(labels, Iterable):
+        raise ValueError("labels must be a sequence with one label per object")
+    else:
+        values = list(labels)
+    if n is not None and len(values) != n:
+        raise ValueError(f"labels has {len(values)} entries, expected one per object ({n})")
+    if not values:
+        raise ValueError("labels must not be empty")
+    for v in values:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            raise ValueError("labels must not be None or NaN")
+        try:
+            hash(v)
+        except TypeError as exc:
+            raise ValueError(f"labels must be hashable, got {v!r}") from exc
+    distinct = list(dict.fromkeys(values))
+    try:
+        classes = sorted(distinct)
+    except TypeError:
+        classes = distinct
+    index = {c: k for k, c in enumerate(classes)}
+    return classes, np.fromiter((index[v] for v in values), dtype=np.int64, count=len(values))
+
+
+def _json_label(value):
+    value = value.item() if isinstance(value, np.generic) else value
+    if not isinstance(value, (str, int, float, bool)):
+        raise ValueError(f"only str, int, float or bool labels can be exported, not {value!r}")
+    return value
+
+
+def _check_matrix(values, name: str, n_cols: int | None = None, square: bool = False,
+                  distance: bool = False) -> np.ndarray:
+    try:
+        arr = np.array(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a numeric matrix (NaN for missing values)") from exc
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be two-dimensional, got shape {arr.shape}")
+    if square and arr.shape[0] != arr.shape[1]:
+        raise ValueError(f"{name} must be square (n, n), got shape {arr.shape}")
+    if n_cols is not None and arr.shape[1] != n_cols:
+        raise ValueError(f"{name} must have one column per training object ({n_cols}), got shape {arr.shape}")
+    if np.isinf(arr).any():
+        raise ValueError(f"{name} must not contain infinite values (use NaN for missing ones)")
+    if distance and (arr < 0).any():
+        raise ValueError(f"{name}: distances must be non-negative")
+    return arr
+
+
+def _affinity(arr: np.ndarray, metric: str) -> np.ndarray:
+    """A matrix A with projection p(k) = A[k, j] - A[k, i]: S itself, or -D**2."""
+    return arr if metric == "similarity" else -(arr * arr)
+
+
+# ----------------------------------------------------------------------------------------
+# the forest
+# ----------------------------------------------------------------------------------------
+class SimilarityForest:
+    """SimForest: a random forest whose splits need only similarities between objects.
+
+    Parameters
+    ----------
+    n_trees : number of trees; each gets its own integer seed.
+    n_pairs : r, the pairs (O_i, O_j) tried at each node (the best Gini split is kept); the
+        paper finds 1 or 2 enough. A pair's two objects have different classes, and (when
+        fitting on a matrix) an observed similarity between them whenever possible.
+    metric : ``"similarity"`` (order by S_kj - S_ki) or ``"distance"`` (order by
+        D_ki**2 - D_kj**2, the paper's cosine-law simplification; a NaN diagonal counts as 0).
+    max_depth : None (grow to pure leaves, as the paper) or the depth at which nodes become leaves.
+    min_samples_split : nodes reached by fewer objects become leaves.
+    random_state : None, int or numpy Generator, drawn once for the tree seeds.
+
+    Attributes after ``fit``: ``classes_`` (list), ``n_items_``, ``n_trees_``, ``tree_seeds_``,
+    ``label_codes_ : ndarray of shape (n_items_,)``, the node arrays ``node_tree_``,
+    ``node_parent_``, ``node_depth_``, ``node_status_``, ``node_size_``,
+    ``node_counts_ : (n_nodes, n_classes)``, ``node_pair_ : (n_nodes, 2)``, ``node_threshold_``,
+    ``node_children_ : (n_nodes, 2)`` and ``item_node_ : (n_trees, n_items_)``.
+    """
+
+    def __init__(self, n_trees=50, n_pairs=1, metric="similarity", max_depth=None, min_samples_split=2,
+                 random_state=None):
+        self.n_trees = n_trees
+        self.n_pairs = n_pairs
+        self.metric = metric
+        self.max_depth = max_depth
+        self.min_samples_split = min_samples_split
+        self.random_state = random_state
+
+    # -- validation and set-up ----------------------------------------------------------
+    def _check_params(self) -> None:
+        _check_int(self.n_trees, "n_trees", 1)
+        _check_int(self.n_pairs, "n_pairs", 1)
+        _check_int(self.max_depth, "max_depth", 0, allow_none=True)
+        _check_int(self.min_samples_split, "min_samples_split", 2)
+        if self.metric not in METRICS:
+            raise ValueError(f"metric must be one of {METRICS}, not {self.metric!r}")
+
+    def _start(self, classes: list, label_codes: np.ndarray) -> None:
+        """Fresh roots, one per tree, holding every training object."""
+        self._check_params()
+        n, m = int(label_codes.size), int(self.n_trees)
+        rng = check_random_state(self.random_state)
+        self.classes_ = list(classes)
+        self.label_codes_ = label_codes.astype(np.int64)
+        self.n_items_ = n
+        self.n_trees_ = m
+        self.tree_seeds_ = rng.integers(0, 2**63 - 1, size=m, dtype=np.int64).astype(np.uint64)
+        self.node_tree_ = np.arange(m, dtype=np.int64)
+        self.node_parent_ = np.full(m, NO_NODE, np.int64)
+        self.node_depth_ = np.zeros(m, np.int64)
+        self.node_key_ = _mix64(self.tree_seeds_)
+        self.node_status_ = np.full(m, NEW, np.int8)
+        self.node_size_ = np.zeros(m, np.int64)
+        self.node_counts_ = np.zeros((m, len(self.classes_)), np.int64)
+        self.node_candidates_ = np.full((m, int(self.n_pairs), 2), NO_ITEM, np.int64)
+        self.node_pair_ = np.full((m, 2), NO_ITEM, np.int64)
+        self.node_threshold_ = np.full(m, np.nan)
+        self.node_children_ = np.full((m, 2), NO_NODE, np.int64)
+        self.item_node_ = np.repeat(np.arange(m, dtype=np.int64)[:, None], n, axis=1)
+
+    @property
+    def n_nodes_(self) -> int:
+        return int(self.node_tree_.size)
+
+    @property
+    def done_(self) -> bool:
+        return bool(np.all(self.node_status_ >= SPLIT))
+
+    def _members(self, mask: np.ndarray):
+        """(slots, node, item, label) of the objects sitting in nodes where ``mask`` is True,
+        sorted by node, then label, then item; a slot is ``tree * n + item``."""
+        flat = self.item_node_.reshape(-1)
+        slots = np.flatnonzero(mask[flat])
+        node = flat[slots]
+        item = slots % self.n_items_
+        label = self.label_codes_[item]
+        order = np.lexsort((item, label, node))
+        return slots[order], node[order], item[order], label[order]
+
+    # -- building ------------------------------------------------------------------------
+    def _open_new(self, observed: np.ndarray | None = None) -> np.ndarray:
+        """Count the objects of every NEW node, make leaves, and draw the candidate pairs of
+        the others (which become WAITING and are returned)."""
+        new = self.node_status_ == NEW
+        if not new.any():
+            return np.empty(0, np.int64)
+        _, node, item, label = self._members(new)
+        c = len(self.classes_)
+        nodes, starts, sizes = np.unique(node, return_index=True, return_counts=True)
+        counts = np.bincount(np.searchsorted(nodes, node) * c + label, minlength=nodes.size * c)
+        counts = counts.reshape(nodes.size, c)
+        self.node_counts_[nodes] = counts
+        self.node_size_[nodes] = sizes
+        leaf = (counts.max(axis=1) == sizes) | (sizes < self.min_samples_split)
+        if self.max_depth is not None:
+            leaf |= self.node_depth_[nodes] >= self.max_depth
+        self.node_status_[nodes[leaf]] = LEAF
+        # a NEW node nobody reached cannot occur (children of a split hold >= 1 object each)
+        split = ~leaf
+        nodes, starts, sizes = nodes[split], starts[split], sizes[split]
+        if nodes.size == 0:
+            return nodes
+        r = int(self.n_pairs)
+        draws = PAIR_DRAWS if observed is not None else 1
+        u = _uniforms(self.node_key_[nodes], 2 * r * draws).reshape(nodes.size, r, draws, 2)
+        st, sz = starts[:, None, None], sizes[:, None, None]
+        pi = np.minimum((u[..., 0] * sz).astype(np.int64), sz - 1)
+        run_key = node * c + label
+        key_i = run_key[st + pi]
+        lo = np.searchsorted(run_key, key_i, "left") - st
+        hi = np.searchsorted(run_key, key_i, "right") - st
+        others = sz - (hi - lo)  # > 0: the node is impure
+        pj = np.minimum((u[..., 1] * others).astype(np.int64), others - 1)
+        pj = np.where(pj < lo, pj, pj + (hi - lo))
+        i, j = item[st + pi], item[st + pj]
+        if observed is not None:
+            ok = observed[i, j]
+            pick = np.where(ok.any(axis=2), np.argmax(ok, axis=2), draws - 1)
+            i = np.take_along_axis(i, pick[..., None], axis=2)[..., 0]
+            j = np.take_along_axis(j, pick[..., None], axis=2)[..., 0]
+        else:
+            i, j = i[..., 0], j[..., 0]
+        self.node_candidates_[nodes] = np.stack([i, j], axis=-1)
+        self.node_status_[nodes] = WAITING
+        return nodes
+
+    def _needed(self, nodes: np.ndarray):
+        """(node, k, pivot) rows: every similarity S(k, pivot) the splits of ``nodes`` need,
+        k a member and pivot one of the node's candidate objects (k == pivot left out)."""
+        mask = np.zeros(self.n_nodes_, bool)
+        mask[nodes] = True
+        _, node, item, _ = self._members(mask)
+        piv = self.node_candidates_[node].reshape(node.size, -1)  # (members, 2r)
+        k = np.repeat(item, piv.shape[1])
+        node = np.repeat(node, piv.shape[1])
+        piv = piv.reshape(-1)
+        keep = k != piv
+        return node[keep], k[keep], piv[keep]
+
+    def _split(self, nodes: np.ndarray, affinity: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
+        """Split WAITING ``nodes``; ``affinity(k, p)`` gives A[k, p] (NaN = missing), the
+        projection being A[k, j] - A[k, i]. Nodes with no usable split become leaves."""
+        nodes = np.unique(nodes)
+        mask = np.zeros(self.n_nodes_, bool)
+        mask[nodes] = True
+        slots, node, item, label = self._members(mask)
+        r = int(self.n_pairs)
+        rank = np.searchsorted(nodes, node)
+        cand = self.node_candidates_[node]  # (members, r, 2)
+        k = np.repeat(item, r)
+        proj = (affinity(k, cand[:, :, 1].reshape(-1)) - affinity(k, cand[:, :, 0].reshape(-1))).reshape(-1, r)
+        cand_id = (rank[:, None] * r + np.arange(r)[None, :]).reshape(-1)
+        gini, threshold = best_thresholds(cand_id, proj.reshape(-1), np.repeat(label, r), nodes.size * r,
+                                          len(self.classes_))
+        gini, threshold = gini.reshape(-1, r), threshold.reshape(-1, r)
+        q = np.argmin(gini, axis=1)
+        usable = np.isfinite(gini[np.arange(nodes.size), q])
+        self.node_status_[nodes[~usable]] = LEAF
+        nodes, q = nodes[usable], q[usable]
+        if nodes.size == 0:
+            return
+        thr = threshold[usable][np.arange(nodes.size), q]
+        self.node_pair_[nodes] = self.node_candidates_[nodes, q]
+        self.node_threshold_[nodes] = thr
+        self.node_status_[nodes] = SPLIT
+        # children: two per split node, appended in node order
+        k_new = nodes.size
+        first = self.n_nodes_ + 2 * np.arange(k_new)
+        child = np.stack([first, first + 1], axis=1)
+        self.node_children_[nodes] = child
+        self._append(tree=np.repeat(self.node_tree_[nodes], 2), parent=np.repeat(nodes, 2),
+                     depth=np.repeat(self.node_depth_[nodes] + 1, 2),
+                     key=np.stack([_child_keys(self.node_key_[nodes], 0), _child_keys(self.node_key_[nodes], 1)],
+                                  axis=1).reshape(-1))
+        # move the members whose projection on the chosen pair is defined
+        at = np.full(self.n_nodes_, -1, np.int64)
+        at[nodes] = np.arange(k_new)
+        row = at[node]
+        moving = row >= 0
+        p = proj[np.flatnonzero(moving), q[row[moving]]]
+        defined = np.isfinite(p)
+        rows_moving = row[moving][defined]
+        side = (p[defined] >= thr[rows_moving]).astype(np.int64)
+        self.item_node_.reshape(-1)[slots[moving][defined]] = child[rows_moving, side]
+
+    def _append(self, tree, parent, depth, key) -> None:
+        k = tree.size
+        r, c = int(self.n_pairs), len(self.classes_)
+        self.node_tree_ = np.concatenate([self.node_tree_, tree])
+        self.node_parent_ = np.concatenate([self.node_parent_, parent])
+        self.node_depth_ = np.concatenate([self.node_depth_, depth])
+        self.node_key_ = np.concatenate([self.node_key_, key.astype(np.uint64)])
+        self.node_status_ = np.concatenate([self.node_status_, np.full(k, NEW, np.int8)])
+        self.node_size_ = np.concatenate([self.node_size_, np.zeros(k, np.int64)])
+        self.node_counts_ = np.concatenate([self.node_counts_, np.zeros((k, c), np.int64)])
+        self.node_candidates_ = np.concatenate([self.node_candidates_, np.full((k, r, 2), NO_ITEM, np.int64)])
+        self.node_pair_ = np.concatenate([self.node_pair_, np.full((k, 2), NO_ITEM, np.int64)])
+        self.node_threshold_ = np.concatenate([self.node_threshold_, np.full(k, np.nan)])
+        self.node_children_ = np.concatenate([self.node_children_, np.full((k, 2), NO_NODE, np.int64)])
+
+    # -- the estimator interface -----------------------------------------------------------
+    def fit(self, S, y) -> SimilarityForest:
+        """Grow every tree, breadth-first, to pure leaves (or ``max_depth``).
+
+        S : array-like of shape (n, n), similarities (or distances), NaN = missing.
+        y : n labels of any hashable type (they become ``classes_``).
+        """
+        self._check_params()
+        S = _check_matrix(S, "S", square=True, distance=self.metric == "distance")
+        n = S.shape[0]
+        if n < 2:
+            raise ValueError("fitting needs at least 2 objects")
+        classes, codes = _encode_labels(y, n)
+        if self.metric == "distance":
+            diag = np.arange(n)
+            S[diag, diag] = np.where(np.isnan(S[diag, diag]), 0.0, S[diag, diag])
+        A = _affinity(S, self.metric)
+        observed = np.isfinite(S) & np.isfinite(S.T)
+        self._start(classes, codes)
+        while True:
+            self._open_new(observed)
+            waiting = np.flatnonzero(self.node_status_ == WAITING)
+            if waiting.size == 0:
+                break
+            self._split(waiting, lambda k, p: A[k, p])
+        return self
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "item_node_"):
+            raise ValueError("this SimilarityForest is not fitted yet; call fit first")
+
+    def apply(self, S_test) -> np.ndarray:
+        """ndarray of shape (m, n_trees) of the node where each test object stops in each tree:
+        a leaf, or the node where a needed similarity is missing (or a node still waiting)."""
+        self._check_fitted()
+        A = _affinity(_check_matrix(S_test, "S_test", n_cols=self.n_items_, distance=self.metric == "distance"),
+                      self.metric)
+        m, t = A.shape[0], self.n_trees_
+        node = np.repeat(np.arange(t, dtype=np.int64)[None, :], m, axis=0)
+        active = np.ones((m, t), bool)
+        while True:
+            rows, trees = np.nonzero(active & (self.node_status_[node] == SPLIT))
+            if rows.size == 0:
+                return node
+            v = node[rows, trees]
+            pair = self.node_pair_[v]
+            p = A[rows, pair[:, 1]] - A[rows, pair[:, 0]]
+            ok = np.isfinite(p)
+            side = (p[ok] >= self.node_threshold_[v[ok]]).astype(np.int64)
+            node[rows[ok], trees[ok]] = self.node_children_[v[ok], side]
+            active[:] = False
+            active[rows[ok], trees[ok]] = True
+
+    def predict_proba(self, S_test) -> np.ndarray:
+        """ndarray of shape (m, n_classes): the class shares of the nodes reached, averaged over trees."""
+        node = self.apply(S_test)
+        counts = self.node_counts_[node].astype(np.float64)  # (m, trees, classes)
+        shares = counts / np.maximum(counts.sum(axis=2, keepdims=True), 1)
+        return shares.mean(axis=1)
+
+    def predict(self, S_test) -> np.ndarray:
+        """Labels of shape (m,): the class with the largest averaged share (ties: smallest class)."""
+        proba = self.predict_proba(S_test)
+        picked = [self.classes_[k] for k in np.argmax(proba, axis=1).tolist()]
+        kinds = {type(c) for c in self.classes_}
+        if len(kinds) == 1 and issubclass(kinds.pop(), (str, int, float, np.generic)):
+            return np.array(picked)
+        out = np.empty(len(picked), dtype=object)  # e.g. tuples: keep them whole
+        out[:] = picked
+        return out
+
+    def node_labels(self) -> list:
+        """The majority label of every node (ties: the smallest class)."""
+        self._check_fitted()
+        return [self.classes_[k] for k in np.argmax(self.node_counts_, axis=1)]
+
+    def depth(self) -> int:
+        self._check_fitted()
+        return int(self.node_depth_.max())
+
+    # -- state ---------------------------------------------------------------------------
+    _NODE_ARRAYS = {
+        "node_tree": np.int64, "node_parent": np.int64, "node_depth": np.int64, "node_key": np.uint64,
+        "node_status": np.int8, "node_size": np.int64, "node_counts": np.int64, "node_candidates": np.int64,
+        "node_pair": np.int64, "node_threshold": np.float64, "node_children": np.int64,
+    }
+
+    def _params(self) -> dict:
+        rs = self.random_state
+        return {
+            "n_trees": int(self.n_trees), "n_pairs": int(self.n_pairs), "metric": str(self.metric),
+            "max_depth": None if self.max_depth is None else int(self.max_depth),
+            "min_samples_split": int(self.min_samples_split),
+            "random_state": int(rs) if isinstance(rs, (numbers.Integral, np.integer)) else None,
+        }
+
+    def to_state(self) -> dict:
+        """Plain numpy arrays plus JSON-safe values (never pickle), version ``STATE_VERSION``."""
+        self._check_params()
+        state = {"class": type(self).__name__, "version": STATE_VERSION, "params": self._params(),
+                 "fitted": hasattr(self, "item_node_")}
+        if state["fitted"]:
+            state["classes"] = [_json_label(c) for c in self.classes_]
+            state["label_codes"] = self.label_codes_.copy()
+            state["tree_seeds"] = self.tree_seeds_.copy()
+            state["item_node"] = self.item_node_.copy()
+            for name in self._NODE_ARRAYS:
+                state[name] = getattr(self, name + "_").copy()
+        return state
+
+    @classmethod
+    def from_state(cls, state: dict) -> SimilarityForest:
+        if state.get("class") != cls.__name__:
+            raise ValueError(f"state is for {state.get('class')!r}, not {cls.__name__}")
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"unsupported state version {state.get('version')!r} (expected {STATE_VERSION})")
+        forest = cls(**state["params"])
+        forest._check_params()
+        if state.get("fitted"):
+            forest.classes_ = list(state["classes"])
+            forest.label_codes_ = np.asarray(state["label_codes"], np.int64).copy()
+            forest.n_items_ = int(forest.label_codes_.size)
+            forest.n_trees_ = int(forest.n_trees)
+            forest.tree_seeds_ = np.asarray(state["tree_seeds"], np.uint64).copy()
+            forest.item_node_ = np.asarray(state["item_node"], np.int64).copy()
+            for name, dtype in cls._NODE_ARRAYS.items():
+                setattr(forest, name + "_", np.asarray(state[name], dtype).copy())
+            forest._check_arrays()
+        return forest
+
+    def _check_arrays(self) -> None:
+        k, r, c = self.n_nodes_, int(self.n_pairs), len(self.classes_)
+        shapes = {"node_counts": (k, c), "node_candidates": (k, r, 2), "node_pair": (k, 2),
+                  "node_children": (k, 2)}
+        for name in self._NODE_ARRAYS:
+            arr = getattr(self, name + "_")
+            if arr.shape != shapes.get(name, (k,)):
+                raise ValueError(f"state array {name!r} has shape {arr.shape}, expected {shapes.get(name, (k,))}")
+        if self.item_node_.shape != (self.n_trees_, self.n_items_):
+            raise ValueError(f"item_node must have shape {(self.n_trees_, self.n_items_)}")
+        if self.tree_seeds_.shape != (self.n_trees_,):
+            raise ValueError("one tree seed per tree expected")
+        if k < self.n_trees_ or ((self.item_node_ < 0) | (self.item_node_ >= k)).any():
+            raise ValueError("item_node refers to nodes that do not exist")
+        if ((self.label_codes_ < 0) | (self.label_codes_ >= c)).any():
+            raise ValueError("label codes out of range")
+
+    # -- the researcher's export ---------------------------------------------------------
+    def to_json(self) -> dict:
+        """The forest as a JSON-safe dict (``schema_version`` 1, see the module docstring)."""
+        self._check_fitted()
+        classes = [_json_label(c) for c in self.classes_]
+        labels = [classes[k] for k in self.label_codes_.tolist()]
+        trees = []
+        for t in range(self.n_trees_):
+            nodes = [t]  # breadth-first, child 0 before child 1: the same tree always reads the same
+            for g in nodes:
+                if self.node_status_[g] == SPLIT:
+                    nodes.extend(int(c) for c in self.node_children_[g])
+            local = {g: i for i, g in enumerate(nodes)}
+            order = np.argsort(self.item_node_[t], kind="stable")
+            keys = self.item_node_[t][order]
+            out = []
+            for g in nodes:
+                status = int(self.node_status_[g])
+                split = status == SPLIT
+                lo, hi = np.searchsorted(keys, g, "left"), np.searchsorted(keys, g, "right")
+                counts = self.node_counts_[g]
+                out.append({
+                    "id": local[g],
+                    "parent": None if self.node_parent_[g] == NO_NODE else local[int(self.node_parent_[g])],
+                    "depth": int(self.node_depth_[g]),
+                    "status": STATUS_NAMES[status],
+                    "size": int(self.node_size_[g]),
+                    "counts": [int(x) for x in counts],
+                    "label": classes[int(np.argmax(counts))] if counts.sum() else None,
+                    "pair": [int(x) for x in self.node_pair_[g]] if split else None,
+                    "threshold": float(self.node_threshold_[g]) if split else None,
+                    "children": [local[int(x)] for x in self.node_children_[g]] if split else None,
+                    "members": sorted(int(i) for i in order[lo:hi]),
+                })
+            trees.append({"tree": t, "seed": str(int(self.tree_seeds_[t])), "nodes": out})
+        params = self._params()
+        params.pop("random_state")
+        return {"schema_version": SCHEMA_VERSION, "kind": KIND, "params": params, "n_items": int(self.n_items_),
+                "classes": classes, "labels": labels, "done": self.done_, "trees": trees}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> SimilarityForest:
+        """A forest that predicts exactly like the exported one (waiting nodes act as leaves)."""
+        if doc.get("kind") != KIND:
+            raise ValueError(f"not a similarity forest document (kind={doc.get('kind')!r})")
+        version = doc.get("schema_version")
+        if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= SCHEMA_VERSION:
+            raise ValueError(f"unsupported schema_version {version!r} (this code reads 1..{SCHEMA_VERSION})")
+        forest = cls(**doc["params"])
+        classes = list(doc["classes"])
+        index = {c: k for k, c in enumerate(classes)}
+        try:
+            codes = np.array([index[v] for v in doc["labels"]], np.int64)
+        except KeyError as exc:
+            raise ValueError(f"label {exc.args[0]!r} is not one of the classes") from exc
+        n, m = int(doc["n_items"]), int(doc["params"]["n_trees"])
+        if codes.size != n or len(doc["trees"]) != m:
+            raise ValueError("labels or trees disagree with n_items / n_trees")
+        forest._start(classes, codes)
+        offsets = np.cumsum([0] + [len(t["nodes"]) for t in doc["trees"]])
+        total = int(offsets[-1])
+        gid = []  # global ids: roots 0..m-1, then the other nodes tree by tree
+        nxt = m
+        for t, tree in enumerate(doc["trees"]):
+            rest = len(tree["nodes"]) - 1
+            gid.append([t] + list(range(nxt, nxt + rest)))
+            nxt += rest
+        c, r = len(classes), int(forest.n_pairs)
+        arrays = {
+            "node_tree": np.zeros(total, np.int64), "node_parent": np.full(total, NO_NODE, np.int64),
+            "node_depth": np.zeros(total, np.int64), "node_key": np.zeros(total, np.uint64),
+            "node_status": np.zeros(total, np.int8), "node_size": np.zeros(total, np.int64),
+            "node_counts": np.zeros((total, c), np.int64),
+            "node_candidates": np.full((total, r, 2), NO_ITEM, np.int64),
+            "node_pair": np.full((total, 2), NO_ITEM, np.int64), "node_threshold": np.full(total, np.nan),
+            "node_children": np.full((total, 2), NO_NODE, np.int64),
+        }
+        item_node = np.full((m, n), NO_NODE, np.int64)
+        seeds = np.zeros(m, np.uint64)
+        for t, tree in enumerate(doc["trees"]):
+            seeds[t] = np.uint64(int(tree["seed"]))
+            ids = gid[t]
+            for nd in tree["nodes"]:
+                g = ids[nd["id"]]
+                arrays["node_tree"][g] = t
+                arrays["node_parent"][g] = NO_NODE if nd["parent"] is None else ids[nd["parent"]]
+                arrays["node_depth"][g] = nd["depth"]
+                arrays["node_status"][g] = STATUS_NAMES.index(nd["status"])
+                arrays["node_size"][g] = nd["size"]
+                arrays["node_counts"][g] = nd["counts"]
+                if nd["pair"] is not None:
+                    arrays["node_pair"][g] = nd["pair"]
+                    arrays["node_threshold"][g] = nd["threshold"]
+                    arrays["node_children"][g] = [ids[x] for x in nd["children"]]
+                item_node[t, nd["members"]] = g
+        if (item_node == NO_NODE).any():
+            raise ValueError("every object must sit in exactly one node per tree")
+        keys = arrays["node_key"]
+        keys[:m] = _mix64(seeds)
+        for g in np.argsort(arrays["node_depth"], kind="stable"):
+            for side in (0, 1):
+                ch = arrays["node_children"][g, side]
+                if ch != NO_NODE:
+                    keys[ch] = _child_keys(keys[g:g + 1], side)[0]
+        forest.tree_seeds_ = seeds
+        forest.item_node_ = item_node
+        for name, arr in arrays.items():
+            setattr(forest, name + "_", arr)
+        forest._check_arrays()
+        return forest
+
+    def _copy_fitted(self) -> SimilarityForest:
+        twin = SimilarityForest(**self._params())
+        for name in ("classes_", "n_items_", "n_trees_"):
+            setattr(twin, name, getattr(self, name) if name != "classes_" else list(self.classes_))
+        for name in ["label_codes", "tree_seeds", "item_node", *self._NODE_ARRAYS]:
+            setattr(twin, name + "_", getattr(self, name + "_").copy())
+        return twin
+
+
+# ----------------------------------------------------------------------------------------
+# active mode: the similarities a split needs, asked as rating questions
+# ----------------------------------------------------------------------------------------
+class _PairTable:
+    """Every pair the planner wanted or heard about, sorted by code: the sum and number of
+    its ratings, whether a copy is outstanding, and (for wanted pairs) its priority and age."""
+
+    ARRAYS = {"codes": np.int64, "sums": np.float64, "counts": np.int64, "outstanding": bool, "wanted": bool,
+              "priority": np.int64, "seq": np.int64}
+
+    def __init__(self):
+        for name, dtype in self.ARRAYS.items():
+            setattr(self, name, np.empty(0, dtype))
+        self.next_seq = 0
+
+    def find(self, codes: np.ndarray):
+        pos = np.searchsorted(self.codes, codes)
+        if self.codes.size == 0:
+            return pos, np.zeros(codes.shape, bool)
+        return pos, (pos < self.codes.size) & (self.codes[np.minimum(pos, self.codes.size - 1)] == codes)
+
+    def _insert(self, codes: np.ndarray) -> None:
+        """Add rows for the (unique, absent) ``codes``."""
+        if codes.size == 0:
+            return
+        at = np.searchsorted(self.codes, codes)
+        seq = self.next_seq + np.arange(codes.size, dtype=np.int64)
+        self.next_seq += int(codes.size)
+        fill = {"codes": codes, "sums": 0.0, "counts": 0, "outstanding": False, "wanted": False,
+                "priority": 0, "seq": seq}
+        for name in self.ARRAYS:
+            setattr(self, name, np.insert(getattr(self, name), at, fill[name]))
+
+    def want(self, codes: np.ndarray, priority: np.ndarray) -> None:
+        """Mark ``codes`` wanted; a pair wanted twice keeps the more urgent (lower) priority."""
+        if codes.size == 0:
+            return
+        order = np.lexsort((priority, codes))
+        codes, priority = codes[order], priority[order]
+        first = _group_starts(codes)
+        codes, priority = codes[first], priority[first]
+        _, found = self.find(codes)
+        self._insert(codes[~found])
+        pos, _ = self.find(codes)
+        fresh = ~self.wanted[pos]
+        self.priority[pos] = np.where(fresh, priority, np.minimum(self.priority[pos], priority))
+        self.wanted[pos] = True
+
+    def add(self, codes: np.ndarray, values: np.ndarray) -> int:
+        """Add ratings (in order); clears the outstanding mark. Returns how many were unrequested."""
+        uniq, inverse = np.unique(codes, return_inverse=True)
+        _, found = self.find(uniq)
+        self._insert(uniq[~found])
+        pos, _ = self.find(uniq)
+        unrequested = int((~self.wanted[pos][inverse]).sum())
+        np.add.at(self.sums, pos[inverse], values)
+        np.add.at(self.counts, pos[inverse], 1)
+        self.outstanding[pos] = False
+        return unrequested
+
+    def complete(self, codes: np.ndarray, repeats: int) -> np.ndarray:
+        pos, found = self.find(codes)
+        out = np.zeros(codes.shape, bool)
+        out[found] = self.counts[pos[found]] >= repeats
+        return out
+
+    def mean(self, codes: np.ndarray) -> np.ndarray:
+        pos, found = self.find(codes)
+        out = np.full(codes.shape, np.nan)
+        rated = found.copy()
+        rated[found] = self.counts[pos[found]] > 0
+        out[rated] = self.sums[pos[rated]] / self.counts[pos[rated]]
+        return out
+
+    def plan(self, budget: int, repeats: int) -> np.ndarray:
+        """Rows to ask now: wanted, short of ``repeats`` ratings, not outstanding; most urgent
+        first, then oldest. Marks them outstanding."""
+        if budget <= 0:
+            return np.empty(0, np.int64)
+        rows = np.flatnonzero(self.wanted & (self.counts < repeats) & ~self.outstanding)
+        rows = rows[np.lexsort((self.seq[rows], self.priority[rows]))][:budget]
+        self.outstanding[rows] = True
+        return rows
+
+    def release(self, codes: np.ndarray) -> int:
+        pos, found = self.find(np.unique(codes))
+        rows = pos[found]
+        released = int(self.outstanding[rows].sum())
+        self.outstanding[rows] = False
+        return released
+
+    def to_state(self, prefix: str) -> dict:
+        state = {f"{prefix}{name}": getattr(self, name).copy() for name in self.ARRAYS}
+        state[f"{prefix}next_seq"] = int(self.next_seq)
+        return state
+
+    @classmethod
+    def from_state(cls, state: dict, prefix: str) -> _PairTable:
+        table = cls()
+        for name, dtype in cls.ARRAYS.items():
+            setattr(table, name, np.asarray(state[f"{prefix}{name}"], dtype).copy())
+        table.next_seq = int(state[f"{prefix}next_seq"])
+        if len({getattr(table, name).shape for name in cls.ARRAYS}) != 1:
+            raise ValueError("inconsistent pair table in state")
+        return table
+
+
+def _check_pairs(rows, n: int, width: int, what: str) -> tuple[np.ndarray, list]:
+    """(int64 array of shape (m, 2) of item indices, the rows as a list)."""
+    rows = list(rows)
+    if not rows:
+        return np.empty((0, 2), np.int64), rows
+    for row in rows:
+        if isinstance(row, (str, bytes)) or not isinstance(row, Sequence | np.ndarray) or len(row) != width:
+            raise ValueError(f"each {what} must have {width} entries, got {row!r}")
+        for x in row[:2]:
+            if isinstance(x, bool) or not isinstance(x, (numbers.Integral, np.integer)):
+                raise ValueError(f"{what} {tuple(row)!r}: item indices must be integers")
+    ij = np.array([(int(row[0]), int(row[1])) for row in rows], np.int64)
+    bad = (ij < 0) | (ij >= n)
+    if bad.any():
+        r = rows[int(np.argmax(bad.any(axis=1)))]
+        raise ValueError(f"{what} {tuple(r)!r} has an item index outside 0..{n - 1}")
+    same = ij[:, 0] == ij[:, 1]
+    if same.any():
+        raise ValueError(f"{what} {tuple(rows[int(np.argmax(same))])!r} pairs an item with itself")
+    return ij, rows
+
+
+class ActiveSimilarityForest:
+    """SimForest as a question planner over ``rating`` questions (labelled items, no matrix).
+
+    Parameters
+    ----------
+    n_items : number of items (``0..n_items-1``), at least 2.
+    labels : one label per item (any hashable; they become ``classes_``).
+    n_trees, n_pairs, max_depth, min_samples_split : as :class:`SimilarityForest`.
+    repeats : ratings averaged per pair before it is used (1 for trusted raters).
+    random_state : None, int or numpy Generator (the tree seeds).
+
+    All trees grow breadth-first at once: every waiting node of every tree wants S(k, i) and
+    S(k, j) for each member k and each of its r candidate pairs (i, j), shallow nodes first.
+    A rating serves every node and tree that needs its pair. A pair is never handed out again
+    while a copy is outstanding (unanswered and not forgotten). Ratings of pairs the planner
+    did not ask for are kept and used (counted as unrequested).
+    """
+
+    def __init__(self, n_items, labels, n_trees=10, n_pairs=1, repeats=1, max_depth=None, min_samples_split=2,
+                 random_state=None):
+        self.n_items = n_items
+        self.labels = labels
+        self.n_trees = n_trees
+        self.n_pairs = n_pairs
+        self.repeats = repeats
+        self.max_depth = max_depth
+        self.min_samples_split = min_samples_split
+        self.random_state = random_state
+        self._check_params()  # fail at construction, before any question is planned
+
+    def _check_params(self) -> tuple[list, np.ndarray]:
+        n = _check_int(self.n_items, "n_items", 2)
+        _check_int(self.repeats, "repeats", 1)
+        SimilarityForest(self.n_trees, self.n_pairs, "similarity", self.max_depth,
+                         self.min_samples_split)._check_params()
+        return _encode_labels(self.labels, n)
+
+    def _ensure_init(self) -> None:
+        if hasattr(self, "forest_"):
+            return
+        classes, codes = self._check_params()
+        self.classes_ = classes
+        self.forest_ = SimilarityForest(self.n_trees, self.n_pairs, "similarity", self.max_depth,
+                                        self.min_samples_split, self.random_state)
+        self.forest_._start(classes, codes)
+        self.table_ = _PairTable()
+        self.n_issued_ = 0
+        self.n_answers_ = 0
+        self.n_unrequested_ = 0
+        self.n_released_ = 0
+        self._advance()
+
+    def _codes(self, a, b) -> np.ndarray:
+        a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+        return np.minimum(a, b) * np.int64(self.n_items) + np.maximum(a, b)
+
+    def _affinity(self, k: np.ndarray, p: np.ndarray) -> np.ndarray:
+        out = self.table_.mean(self._codes(k, p))
+        out[k == p] = 1.0
+        return out
+
+    def _advance(self) -> None:
+        """Open new nodes and split every node whose similarities are all in, until none is left
+        (ratings cached for one tree let other trees' nodes split at once)."""
+        f = self.forest_
+        while True:
+            opened = f._open_new(None)
+            if opened.size:
+                node, k, piv = f._needed(opened)
+                self.table_.want(self._codes(k, piv), f.node_depth_[node])
+            waiting = np.flatnonzero(f.node_status_ == WAITING)
+            if waiting.size == 0:
+                return
+            node, k, piv = f._needed(waiting)
+            missing = ~self.table_.complete(self._codes(k, piv), int(self.repeats))
+            blocked = np.zeros(f.n_nodes_, bool)
+            blocked[node[missing]] = True
+            ready = waiting[~blocked[waiting]]
+            if ready.size == 0:
+                return
+            f._split(ready, self._affinity)
+
+    # -- the planner interface -----------------------------------------------------------
+    def next_questions(self, budget: int) -> list[tuple[int, int]]:
+        """Up to ``budget`` distinct item pairs to rate, the most urgent first."""
+        budget = _check_int(budget, "budget", 0)
+        self._ensure_init()
+        rows = self.table_.plan(budget, int(self.repeats))
+        self.n_issued_ += int(rows.size)
+        codes = self.table_.codes[rows]
+        n = np.int64(self.n_items)
+        a, b = codes // n, codes % n
+        # which item shows first is a pseudo-random function of the pair and of how often it was rated
+        swap = (_mix64(codes.astype(np.uint64) ^ _mix64(self.table_.counts[rows])) & np.uint64(1)).astype(bool)
+        first, second = np.where(swap, b, a), np.where(swap, a, b)
+        return list(zip(first.tolist(), second.tolist(), strict=True))
+
+    def observe(self, answers: Iterable[Sequence]) -> None:
+        """Apply ratings ``(i, j, similarity)``, similarity a float in [0, 1] (1 = identical).
+
+        Raises ValueError (and changes nothing) for a bad index, a self pair or a similarity
+        outside [0, 1]. Several ratings of one pair (in either order) are averaged.
+        """
+        self._ensure_init()
+        ij, rows = _check_pairs(answers, int(self.n_items), 3, "answer")
+        if not rows:
+            return
+        values = []
+        for row in rows:
+            s = row[2]
+            if isinstance(s, bool) or not isinstance(s, (numbers.Real, np.floating, np.integer)):
+                raise ValueError(f"answer {tuple(row)!r}: the similarity must be a number in [0, 1]")
+            values.append(float(s))
+        s = np.array(values)
+        bad = ~((s >= 0.0) & (s <= 1.0))
+        if bad.any():
+            raise ValueError(f"answer {tuple(rows[int(np.argmax(bad))])!r}: the similarity must lie in [0, 1]")
+        self.n_unrequested_ += self.table_.add(self._codes(ij[:, 0], ij[:, 1]), s)
+        self.n_answers_ += len(rows)
+        self._advance()
+
+    def forget(self, pairs: Iterable[Sequence[int]]) -> int:
+        """Questions that expired unanswered: they may be handed out again. Returns how many
+        outstanding pairs were released (pairs not outstanding are ignored)."""
+        self._ensure_init()
+        ij, rows = _check_pairs(pairs, int(self.n_items), 2, "pair")
+        if not rows:
+            return 0
+        released = self.table_.release(self._codes(ij[:, 0], ij[:, 1]))
+        self.n_released_ += released
+        return released
+
+    @property
+    def done(self) -> bool:
+        """True once every node of every tree is split or a leaf."""
+        self._ensure_init()
+        return self.forest_.done_
+
+    def progress(self) -> dict:
+        """Numbers for a dashboard (JSON-safe)."""
+        self._ensure_init()
+        f, t = self.forest_, self.table_
+        n, m = int(self.n_items), int(self.n_trees)
+        open_trees = np.unique(f.node_tree_[f.node_status_ < SPLIT])
+        full = n * (n - 1) // 2
+        rated = int((t.counts > 0).sum())
+        return {
+            "n_items": n,
+            "n_trees": m,
+            "questions_asked": int(self.n_issued_),
+            "answers_received": int(self.n_answers_),
+            "unrequested_answers": int(self.n_unrequested_),
+            "released_questions": int(self.n_released_),
+            "pending_questions": int(t.outstanding.sum()),
+            "pairs_rated": rated,
+            "pairs_complete": int((t.counts >= int(self.repeats)).sum()),
+            "pairs_waiting": int((t.wanted & (t.counts < int(self.repeats))).sum()),
+            "all_pairs": full,
+            "share_of_all_pairs": rated / full,
+            "nodes_split": int((f.node_status_ == SPLIT).sum()),
+            "nodes_open": int((f.node_status_ < SPLIT).sum()),
+            "leaves": int((f.node_status_ == LEAF).sum()),
+            "trees_done": m - int(open_trees.size),
+            "depth": int(f.node_depth_.max()),
+            "done": self.done,
+        }
+
+    def result(self) -> SimilarityForest:
+        """A fitted :class:`SimilarityForest` (a copy) over the ratings so far; before ``done``
+        its waiting nodes act as leaves labelled by their majority."""
+        self._ensure_init()
+        return self.forest_._copy_fitted()
+
+    def forest(self) -> SimilarityForest:
+        """Same as :meth:`result`."""
+        return self.result()
+
+    def predict(self, S_test) -> np.ndarray:
+        """Labels for new items from their similarities to the training items, shape (m, n_items);
+        only the pivots on each item's path are read, NaN elsewhere is fine."""
+        return self.result().predict(S_test)
+
+    def similarities(self) -> np.ndarray:
+        """ndarray of shape (n_items, n_items): the mean rating of each rated pair, NaN elsewhere,
+        1 on the diagonal."""
+        self._ensure_init()
+        n = int(self.n_items)
+        out = np.full((n, n), np.nan)
+        rated = self.table_.counts > 0
+        codes = self.table_.codes[rated]
+        mean = self.table_.sums[rated] / self.table_.counts[rated]
+        a, b = codes // n, codes % n
+        out[a, b] = mean
+        out[b, a] = mean
+        np.fill_diagonal(out, 1.0)
+        return out
+
+    # -- state and export ------------------------------------------------------------------
+    def _params(self) -> dict:
+        rs = self.random_state
+        return {
+            "n_items": int(self.n_items), "n_trees": int(self.n_trees), "n_pairs": int(self.n_pairs),
+            "repeats": int(self.repeats), "max_depth": None if self.max_depth is None else int(self.max_depth),
+            "min_samples_split": int(self.min_samples_split),
+            "random_state": int(rs) if isinstance(rs, (numbers.Integral, np.integer)) else None,
+        }
+
+    def to_state(self) -> dict:
+        """Plain numpy arrays plus JSON-safe values, one flat dict (version ``STATE_VERSION``):
+        ``params``, ``labels`` (list), the forest's arrays prefixed ``forest_``, the pair table
+        prefixed ``pairs_`` and the counters. A restored planner continues identically."""
+        self._ensure_init()
+        classes = [_json_label(c) for c in self.classes_]
+        state = {"class": type(self).__name__, "version": STATE_VERSION, "params": self._params(),
+                 "labels": [classes[k] for k in self.forest_.label_codes_.tolist()],
+                 "n_issued": int(self.n_issued_), "n_answers": int(self.n_answers_),
+                 "n_unrequested": int(self.n_unrequested_), "n_released": int(self.n_released_)}
+        forest = self.forest_.to_state()
+        state["forest_classes"] = forest["classes"]
+        for name in ["label_codes", "tree_seeds", "item_node", *SimilarityForest._NODE_ARRAYS]:
+            state[f"forest_{name}"] = forest[name]
+        state.update(self.table_.to_state("pairs_"))
+        return state
+
+    @classmethod
+    def from_state(cls, state: dict) -> ActiveSimilarityForest:
+        if state.get("class") != cls.__name__:
+            raise ValueError(f"state is for {state.get('class')!r}, not {cls.__name__}")
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"unsupported state version {state.get('version')!r} (expected {STATE_VERSION})")
+        params = dict(state["params"])
+        planner = cls(labels=state["labels"], **params)
+        planner.classes_ = list(state["forest_classes"])
+        forest_state = {"class": "SimilarityForest", "version": STATE_VERSION, "fitted": True,
+                        "params": {"n_trees": params["n_trees"], "n_pairs": params["n_pairs"], "metric": "similarity",
+                                   "max_depth": params["max_depth"], "min_samples_split": params["min_samples_split"],
+                                   "random_state": params["random_state"]},
+                        "classes": planner.classes_}
+        for name in ["label_codes", "tree_seeds", "item_node", *SimilarityForest._NODE_ARRAYS]:
+            forest_state[name] = state[f"forest_{name}"]
+        planner.forest_ = SimilarityForest.from_state(forest_state)
+        if planner.forest_.n_items_ != planner.n_items:
+            raise ValueError("state arrays disagree with n_items")
+        planner.table_ = _PairTable.from_state(state, "pairs_")
+        planner.n_issued_ = int(state["n_issued"])
+        planner.n_answers_ = int(state["n_answers"])
+        planner.n_unrequested_ = int(state["n_unrequested"])
+        planner.n_released_ = int(state["n_released"])
+        return planner
+
+    def to_json(self) -> dict:
+        """The researcher's export: the forest document plus a ``questions`` block."""
+        self._ensure_init()
+        doc = self.forest_.to_json()
+        p = self.progress()
+        doc["questions"] = {key: p[key] for key in ("questions_asked", "answers_received", "unrequested_answers",
+                                                    "pairs_rated", "all_pairs", "share_of_all_pairs")}
+        doc["questions"]["repeats"] = int(self.repeats)
+        return doc
