@@ -325,17 +325,18 @@ def test_active_forest_classifies_separable_classes_perfectly():
 
 
 def test_active_splits_match_an_offline_fit_on_the_gathered_similarities():
-    X, y = blobs(25, seed=22)
-    S = rbf(X, X)
+    S, y = line_study(60, seed=22)
     planner = build(ActiveSimilarityForest(len(y), y, n_trees=3, random_state=1), rate(S))
     forest = planner.result()
     gathered = planner.similarities()
     rated = np.isfinite(gathered)
     assert rated.sum() < rated.size
     assert np.allclose(gathered[rated], S[rated])
-    # every split's projections were computed from rated pairs only: training objects
-    # routed through the gathered matrix land where the planner put them
+    # every split's projections were computed from rated pairs (and self-similarity 1) only:
+    # training objects routed through the gathered matrix, or the true one, land where the
+    # planner put them
     assert np.array_equal(forest.apply(gathered), forest.item_node_.T)
+    assert np.array_equal(forest.apply(S), forest.item_node_.T)
 
 
 def test_next_questions_never_repeat_an_outstanding_pair_and_forget_releases_them():
