@@ -232,6 +232,13 @@ class DistanceTree:
     max_depth : int or None; the root has depth 0.
     random_state : None, int or numpy Generator (``engine.utils.check_random_state``).
 
+    A node becomes a leaf at ``max_depth``, with fewer than 2·``min_samples_leaf`` (or 2) distinct
+    items, with no observed pair among its items, when every observed distance among them is 0
+    (nothing left to separate: the pure node of Proposition 1), or when no tried feature has a
+    threshold leaving ``min_samples_leaf`` items on each side. Otherwise it takes the best split
+    even if its gain is not positive (as scikit-learn does); gains within ``TIE_TOLERANCE`` of the
+    best count as ties, won by the feature drawn first.
+
     Fitted attributes: ``n_features_in_``, ``feature_names_in_`` (or None), ``node_count_``,
     ``n_leaves_``, the node arrays (shape (node_count_,)) ``feature_`` (``LEAF`` for leaves),
     ``threshold_`` (NaN for leaves), ``left_``, ``right_``, ``parent_`` (``NO_NODE`` where none),
