@@ -346,8 +346,10 @@ class SimilarityForest:
         if nodes.size == 0:
             return nodes
         r = int(self.n_pairs)
-        draws = PAIR_DRAWS if observed is not None else 1
+        draws = PAIR_DRAWS  # the same uniforms either way: a node's first draw never depends on the mode
         u = _uniforms(self.node_key_[nodes], 2 * r * draws).reshape(nodes.size, r, draws, 2)
+        if observed is None:
+            u = u[:, :, :1]
         st, sz = starts[:, None, None], sizes[:, None, None]
         pi = np.minimum((u[..., 0] * sz).astype(np.int64), sz - 1)
         run_key = node * c + label

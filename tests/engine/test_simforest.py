@@ -339,6 +339,13 @@ def test_active_splits_match_an_offline_fit_on_the_gathered_similarities():
     assert np.array_equal(forest.apply(S), forest.item_node_.T)
 
 
+def test_noiseless_active_build_equals_the_offline_fit_on_the_full_matrix():
+    S, y = line_study(50, seed=23)
+    planner = build(ActiveSimilarityForest(50, y, n_trees=4, n_pairs=2, random_state=11), rate(S))
+    offline = SimilarityForest(n_trees=4, n_pairs=2, random_state=11).fit(S, y)
+    assert planner.result().to_json() == offline.to_json()
+
+
 def test_next_questions_never_repeat_an_outstanding_pair_and_forget_releases_them():
     S, labels = line_study(40, seed=1)
     planner = ActiveSimilarityForest(40, labels, n_trees=3, random_state=2)
