@@ -303,7 +303,7 @@ def test_active_build_asks_order_n_log_n_distinct_pairs():
         assert planner.progress()["questions_asked"] == asked  # noiseless, no pair asked twice
         ratios.append(asked / (n * math.log2(n)))
         shares.append(asked / (n * (n - 1) / 2))
-    assert max(ratios) <= 3.0, ratios  # about 2 n log2 n per... forest of two trees, bounded
+    assert max(ratios) <= 3.0, ratios  # two trees: about 2 n log2 n distinct pairs, bounded
     assert shares[0] > shares[1] > shares[2], shares  # n^2 growth would keep the share flat
     assert shares[2] < 0.2, shares
 
