@@ -717,7 +717,7 @@ class SimilarityTreeRank:
     def apply(self, X1, X2) -> np.ndarray:
         """Master-tree leaf (node id) of every pair: int ndarray of shape (m,)."""
         X1, X2 = self._check_X(X1, X2)
-        return self._apply_features(_sym(X1, X2))
+        return _by_chunks(X1, X2, self._apply_features)
 
     def score(self, X1, X2) -> np.ndarray:
         """Similarity of every pair, ndarray of shape (m,): ``2**D - leaf rank`` (higher = more alike).
@@ -725,7 +725,7 @@ class SimilarityTreeRank:
         Exactly symmetric: ``score(X1, X2) == score(X2, X1)``.
         """
         X1, X2 = self._check_X(X1, X2)
-        return self.node_score_[self._apply_features(_sym(X1, X2))]
+        return _by_chunks(X1, X2, lambda F: self.node_score_[self._apply_features(F)])
 
     def score_matrix(self, XA, XB) -> np.ndarray:
         """Scores of all pairs (a, b), ndarray of shape (len(XA), len(XB))."""
@@ -734,7 +734,7 @@ class SimilarityTreeRank:
     def mid_rank(self, X1, X2) -> np.ndarray:
         """Share of training pairs ranked above each pair's leaf plus half its leaf's share, in (0, 1)."""
         X1, X2 = self._check_X(X1, X2)
-        return self.node_mid_rank_[self._apply_features(_sym(X1, X2))]
+        return _by_chunks(X1, X2, lambda F: self.node_mid_rank_[self._apply_features(F)])
 
     def training_roc(self) -> tuple[np.ndarray, np.ndarray]:
         """The ROC knots ``(fpr, tpr)`` on the training pairs (one knot per leaf, the paper's
@@ -817,6 +817,15 @@ class SimilarityTreeRank:
         if len(doc["trees"]) != 1:
             raise ValueError("a similarity_treerank document holds exactly one tree")
         return _tree_from_doc(cls(**doc["params"]), doc["trees"][0], int(doc["n_features"]))
+
+
+def _by_chunks(X1: np.ndarray, X2: np.ndarray, score_features) -> np.ndarray:
+    """``score_features`` of the symmetric features of every pair, a bounded block of rows at a time."""
+    rows = max(1, CHUNK_ELEMENTS // (2 * X1.shape[1]))
+    if X1.shape[0] <= rows:
+        return score_features(_sym(X1, X2))
+    return np.concatenate([score_features(_sym(X1[i:i + rows], X2[i:i + rows]))
+                           for i in range(0, X1.shape[0], rows)])
 
 
 def _matrix(model, XA, XB, score_features) -> np.ndarray:
@@ -1059,7 +1068,7 @@ class RankingForest:
         X1, X2 = _check_pairs_of(X1, X2)
         if X1.shape[1] != self.n_features_in_:
             raise ValueError(f"pairs have {X1.shape[1]} features, the forest was fitted on {self.n_features_in_}")
-        return self._score_features(_sym(X1, X2))
+        return _by_chunks(X1, X2, self._score_features)
 
     def score_matrix(self, XA, XB) -> np.ndarray:
         """Scores of all pairs (a, b), ndarray of shape (len(XA), len(XB))."""

@@ -90,6 +90,18 @@ def test_score_matrix_equals_score_of_every_pair(forest):
     assert np.array_equal(M.ravel(), model.score(XA[ia.ravel()], XB[ib.ravel()]))
 
 
+@pytest.mark.parametrize("forest", [False, True])
+def test_scores_do_not_depend_on_how_many_pairs_are_scored_at_once(forest, monkeypatch):
+    import engine.treerank as treerank
+
+    model, X = fitted_forest(4) if forest else fitted_tree(4)
+    i = np.arange(len(X))
+    whole = model.score(X, X[i[::-1]])
+    monkeypatch.setattr(treerank, "CHUNK_ELEMENTS", 3 * 2 * X.shape[1])  # blocks of 3 pairs
+    assert np.array_equal(model.score(X, X[i[::-1]]), whole)
+    assert np.array_equal(model.score_matrix(X[:9], X[:9]).diagonal(), model.score(X[:9], X[:9]))
+
+
 # ----------------------------------------------------------------------------------------
 # tree structure and LeafRank
 # ----------------------------------------------------------------------------------------
