@@ -73,8 +73,9 @@ class PageScan(HTMLParser):
                 self.handlers.append((tag, name, value))
             if name == "style":
                 self.style_attrs.append((tag, value))
-            if name in ("href", "src", "action", "formaction") and value and \
-                    re.match(r"\s*(javascript|vbscript|data):", value, re.I) and tag != "img":
+            if name in ("href", "src", "action", "formaction", "data") and value and (
+                    re.match(r"\s*(javascript|vbscript):", value, re.I)
+                    or (re.match(r"\s*data:", value, re.I) and tag not in ("img", "link"))):
                 self.script_links.append((tag, name, value))
 
 
