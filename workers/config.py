@@ -18,7 +18,11 @@ import yaml
 DISTANCE_ALGORITHMS = ("anntri", "ann", "random")
 #: Algorithms that ask triplets directly.
 TRIPLET_ALGORITHMS = ("random_triplets", "comparison_forest")
-ALGORITHMS = DISTANCE_ALGORITHMS + TRIPLET_ALGORITHMS
+#: Algorithms that ask rating questions only (SimForest asks the similarities its splits need).
+RATING_ALGORITHMS = ("simforest",)
+#: Algorithms that need a label for every item.
+LABELLED_ALGORITHMS = ("simforest",)
+ALGORITHMS = DISTANCE_ALGORITHMS + TRIPLET_ALGORITHMS + RATING_ALGORITHMS
 QUESTION_KINDS = ("triplet", "rating")
 RATING_WIDGETS = ("buttons", "slider")
 LABEL_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
@@ -55,6 +59,11 @@ PARAMS_SCHEMAS = {
         "leaf_size": {"type": "integer", "minimum": 1},
         "redundancy": {"oneOf": [{"type": "integer", "minimum": 1}, {"const": "adaptive"}]},
         "supervised": {"type": "boolean"},
+    },
+    "simforest": {
+        "n_trees": {"type": "integer", "minimum": 1, "maximum": 1000},
+        "n_pairs": {"type": "integer", "minimum": 1, "maximum": 100},
+        "repeats": {"type": "integer", "minimum": 1, "maximum": 20},
     },
 }
 
@@ -376,6 +385,10 @@ def _algorithm_from_dict(data: dict, index: int, default_kind: str) -> Algorithm
         if kind not in (None, "triplet"):
             raise ConfigError(f"field 'algorithms.{index}.question_kind': {algorithm} asks triplet questions only")
         kind = "triplet"
+    if algorithm in RATING_ALGORITHMS:
+        if kind not in (None, "rating"):
+            raise ConfigError(f"field 'algorithms.{index}.question_kind': {algorithm} asks rating questions only")
+        kind = "rating"
     label = data.get("label") or algorithm
     if not re.match(LABEL_PATTERN, label):
         raise ConfigError(f"field 'algorithms.{index}.label' {label!r} must be 1 to 32 lowercase letters, digits, "

@@ -22,6 +22,8 @@ GRAPH_PLANNERS = {"anntri": anntri.ANNTri, "ann": anntri.ANN, "random": anntri.R
 IMPORTED = "import"
 #: A comparison forest's saved state: the forest plus the searches routing items added later.
 FOREST_STATE = "ForestStudy"
+#: Algorithms whose planner grows a forest the researcher exports as JSON.
+FOREST_ALGORITHMS = ("comparison_forest", "simforest")
 
 
 #: A learned k-NN graph; learners without distance estimates (triplet win rates, forests) fill
@@ -55,6 +57,12 @@ class Learner:
             planner = GRAPH_PLANNERS[algorithm.algorithm](n_items, random_state=seed, **params)
         elif algorithm.algorithm == "random_triplets":
             planner = RandomTriplets(n_items, random_state=seed)
+        elif algorithm.algorithm == "simforest":
+            from engine.simforest import ActiveSimilarityForest
+
+            if labels is None or any(x is None for x in labels):
+                raise ValueError("simforest needs a label for every item (a 'label' column in the items CSV)")
+            planner = ActiveSimilarityForest(n_items, list(labels), random_state=seed, **params)
         else:
             supervised = params.pop("supervised", False)
             if supervised and (labels is None or any(x is None for x in labels)):
@@ -76,6 +84,10 @@ class Learner:
             return cls(algorithm, config, planner, routes)
         elif name == "ComparisonForest":
             planner = ComparisonForest.from_state(state)
+        elif name == "ActiveSimilarityForest":
+            from engine.simforest import ActiveSimilarityForest
+
+            planner = ActiveSimilarityForest.from_state(state)
         else:
             raise ValueError(f"no learner can restore an engine state of class {name!r}")
         return cls(algorithm, config, planner)
@@ -116,6 +128,10 @@ class Learner:
         elif self.algorithm.algorithm == "random_triplets":
             rows = [(a.head, a.a, a.b, a.choice) for a in answers
                     if a.kind == "triplet" and a.algorithm in (self.label, IMPORTED)]
+        elif self.algorithm.algorithm == "simforest":
+            scale = self.config.rating
+            rows = [(a.head, a.a, 1.0 - scale.distance(a.value)) for a in answers
+                    if a.kind == "rating" and a.algorithm == self.label and a.value is not None]
         else:
             n = int(self.planner.n_items)
             mine = [(a.head, a.a, a.b, a.choice) for a in answers
@@ -153,7 +169,7 @@ class Learner:
         mine = [q for q in questions if q.get("algorithm") == self.label and not q.get("fallback") and "kind" in q]
         if not mine or self.algorithm.algorithm == "random_triplets":
             return
-        if self.learns_graph:
+        if self.learns_graph or self.algorithm.algorithm == "simforest":
             pairs = [tuple(q["items"]) if q["kind"] == "rating" else (q["head"], q["probe"]) for q in mine]
             self.planner.forget(pairs)
             return
@@ -191,6 +207,8 @@ class Learner:
         return [self._question(q, n_items) for q in planned]
 
     def _question(self, planned: tuple, n_items: int) -> dict:
+        if self.algorithm.algorithm == "simforest":
+            return rating_question(*planned, self.label)
         if not self.learns_graph:
             return triplet_question(*planned, algorithm=self.label)
         i, j = planned
@@ -230,6 +248,11 @@ class Learner:
         if self.learns_graph:
             g = planner.result()
             return Graph(g.neighbors, g.certified, g.estimates, g.lower, g.upper, g.samples)
+        if self.algorithm.algorithm == "simforest":
+            n_all = int(planner.n_items)
+            nan = np.full((n_all, k or 1), np.nan)
+            return Graph(np.full((n_all, k or 1), -1, np.int64), np.zeros(n_all, bool), nan, nan, nan,
+                         np.zeros((n_all, k or 1), np.int64))
         if self.algorithm.algorithm == "random_triplets":
             res = planner.result()
             nb = res.neighbors[:, None]

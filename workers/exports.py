@@ -17,7 +17,7 @@ import networkx as nx
 
 from . import answers as answer_log
 from . import engine_state, keys
-from .engines import IMPORTED, Learner
+from .engines import FOREST_ALGORITHMS, IMPORTED, Learner
 from .queue import schedule_update
 from .studies import StudyError, get_items, get_study, initial_item_count
 
@@ -30,6 +30,7 @@ FORMATS = {
     ("graph", "csv"): ("text/csv", "csv"),
     ("graph", "graphml"): ("application/graphml+xml", "graphml"),
     ("forest", "json"): ("application/json", "json"),
+    ("model", "json"): ("application/json", "json"),
 }
 GRAPH_CSV_COLUMNS = ("source", "target", "source_index", "target_index", "rank", "estimate", "lower", "upper",
                      "samples", "certified")
@@ -48,7 +49,7 @@ class Export:
 
 def _learner(conn, study, algorithm: str | None, want: str) -> Learner:
     """The learner to export: the named algorithm, else the study's first that can give ``want``."""
-    fits = {"graph": lambda a: True, "forest": lambda a: a.algorithm == "comparison_forest"}[want]
+    fits = {"graph": lambda a: True, "forest": lambda a: a.algorithm in FOREST_ALGORITHMS}[want]
     choices = [a for a in study.config.algorithms if fits(a)]
     if algorithm is not None:
         alg = study.config.get_algorithm(algorithm)
@@ -132,21 +133,27 @@ def forest_document(conn, study_id: str, algorithm: str | None = None) -> dict:
 
     study = get_study(conn, study_id)
     learner = _learner(conn, study, algorithm, "forest")
-    doc = forest_to_json(learner.planner)
+    doc = forest_to_json(learner.planner) if learner.is_forest else learner.planner.to_json()
     doc["study"] = study.id
     doc["algorithm"] = learner.label
     doc["items"] = [item.id for item in get_items(conn, study_id)]
     return doc
 
 
-def export(conn, study_id: str, what: str, fmt: str, algorithm: str | None = None) -> Export:
-    """One export of a study; raises ExportError (or StudyNotFound) saying what was wrong."""
+def export(conn, study_id: str, what: str, fmt: str, algorithm: str | None = None, model: str | None = None
+           ) -> Export:
+    """One export of a study; raises ExportError (or StudyNotFound) saying what was wrong.
+
+    ``algorithm`` picks the learner for graph and forest exports; ``model`` the trained model
+    (smerf, treerank, ranking_forest, simforest) for ``what="model"``."""
     if (what, fmt) not in FORMATS:
         offered = ", ".join(f"{w} as {f}" for w, f in FORMATS)
         raise ExportError(f"cannot export {what} as {fmt}; available: {offered}")
     get_study(conn, study_id)  # StudyNotFound before anything else
     media_type, ext = FORMATS[(what, fmt)]
-    suffix = f"-{algorithm}" if algorithm else ""
+    if what == "model" and model is None:
+        raise ExportError("say which trained model to export: smerf, treerank, ranking_forest or simforest")
+    suffix = f"-{model}" if what == "model" else (f"-{algorithm}" if algorithm else "")
     filename = f"{study_id}-{what}{suffix}.{ext}"
     if what == "answers":
         ids = [item.id for item in get_items(conn, study_id)]
@@ -163,6 +170,13 @@ def export(conn, study_id: str, what: str, fmt: str, algorithm: str | None = Non
             chunks = graph_csv(doc)
         else:
             chunks = [graph_graphml(doc, get_items(conn, study_id))]
+    elif what == "model":
+        from .models import ModelError, model_export
+
+        try:
+            chunks = [json.dumps(model_export(conn, study_id, model))]
+        except ModelError as exc:
+            raise ExportError(str(exc)) from None
     else:
         chunks = [json.dumps(forest_document(conn, study_id, algorithm))]
     return Export(media_type, filename, chunks)

@@ -132,3 +132,9 @@ def rater_stats(study_id: str) -> str:
     """Hash of per-rater counters: ``<rater>:answers``, ``<rater>:catch``, ``<rater>:catch_failed``,
     ``<rater>:too_fast``, ``<rater>:flagged`` (1), ``<rater>:completed`` (1), ``<rater>:debrief`` (text)."""
     return _study_key(study_id, "rater-stats")
+
+
+def model(study_id: str, name: str) -> str:
+    """Hash: a learner trained on the study's data (SMERF, TreeRank, SimForest): ``meta`` (JSON),
+    ``export`` (the researcher's JSON document) and the estimator state (JSON skeleton + arrays)."""
+    return _study_key(study_id, f"model:{name}")

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import keys
-from .config import StudyConfig
+from .config import LABELLED_ALGORITHMS, StudyConfig
 
 ITEM_KINDS = ("color", "image", "text", "audio", "video")
 STUDY_STATUSES = ("running", "paused", "closed")
@@ -152,6 +152,12 @@ def check_config_for_items(config: StudyConfig, items: list[Item]) -> None:
         if alg.learns_graph and k > len(items) - 1:
             raise StudyError(f"algorithms.{i}.params.k is {k} but the study has only {len(items)} items; "
                              f"k can be at most {len(items) - 1}")
+        if alg.algorithm in LABELLED_ALGORITHMS:
+            missing = [item.id for item in items if item.label is None]
+            if missing:
+                raise StudyError(f"algorithms.{i} is {alg.algorithm}, which learns to classify items and needs a "
+                                 f"label for every item; items without one: {', '.join(missing[:10])} (add a "
+                                 "'label' column to the items CSV)")
         if alg.algorithm == "comparison_forest" and alg.params.get("supervised"):
             missing = [item.id for item in items if item.label is None]
             if missing:
