@@ -68,8 +68,9 @@ def _check_image(filename: str, name: str, data: bytes) -> None:
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(data)) as image:
                 width, height = image.size
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        width = height = MAX_IMAGE_PIXELS  # Pillow's own limit said no before ours could
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):  # Pillow's own limit came first
+        raise StudyError(f"{filename}: {name} has far more than {MAX_IMAGE_PIXELS // 1_000_000} megapixels; "
+                         "scale it down") from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError):
         return
     if width * height > MAX_IMAGE_PIXELS:
