@@ -18,6 +18,7 @@ from conftest import fetch_question, run_worker
 from workers import engine_state, keys
 from workers.answers import read_answers
 from workers.config import StudyConfig
+from workers.engines import Learner
 from workers.exports import export, import_triplets, nn_graph
 from workers.jobs import apply_new_answers
 from workers.queue import get_queue
@@ -302,3 +303,14 @@ def test_items_cannot_be_added_to_a_fixed_item_study(conn):
     sid = make_study(conn, "fixed", algorithms=[{"algorithm": "anntri"}])
     with pytest.raises(StudyError, match="anntri learn"):
         add_items(conn, sid, [Item(id="x", kind="text", text="x")])
+
+
+def test_a_seeded_study_plans_the_same_triplet_derived_questions_again():
+    config = StudyConfig.from_dict({"name": "seeded", "random_state": 7})
+    plans = []
+    for _ in range(2):
+        learner = Learner.new(config.algorithms[0], config, 12)
+        plans.append([(q["head"], sorted(q["candidates"]), q["probe"]) for q in learner.plan(20, 12)])
+    assert plans[0] == plans[1]
+    thirds = {tuple(sorted(c)) for _, c, _ in plans[0]}
+    assert len(thirds) > 1

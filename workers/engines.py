@@ -204,9 +204,13 @@ class Learner:
         for route in self.routes.values():
             if len(planned) < budget and not route.done:
                 planned.extend(route.next_questions(budget - len(planned)))
-        return [self._question(q, n_items) for q in planned]
+        # The third item of a triplet-derived question is drawn from a generator seeded by the study's
+        # random_state and the planner's question count, so a seeded study asks the same questions again.
+        seed = _seed(self.config, self.config.algorithms.index(self.algorithm))
+        rng = np.random.default_rng(None if seed is None else [seed, int(getattr(planner, "n_issued_", 0))])
+        return [self._question(q, n_items, rng) for q in planned]
 
-    def _question(self, planned: tuple, n_items: int) -> dict:
+    def _question(self, planned: tuple, n_items: int, rng: np.random.Generator) -> dict:
         if self.algorithm.algorithm == "simforest":
             return rating_question(*planned, self.label)
         if not self.learns_graph:
@@ -214,7 +218,7 @@ class Learner:
         i, j = planned
         if self.algorithm.question_kind == "rating":
             return rating_question(i, j, self.label)
-        k = int(np.random.default_rng().integers(n_items - 2))
+        k = int(rng.integers(n_items - 2))
         lo, hi = min(i, j), max(i, j)
         k += k >= lo
         k += k >= hi
