@@ -1,0 +1,447 @@
+"""Durability with real processes: RQ workers killed mid-batch, a Redis server killed mid-stream of
+answers, a web process killed between storing an answer and answering, poisoned answers.
+
+Every process is started in its own process group and killed with its group when the test ends,
+pass or fail.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+import redis
+import requests
+from conftest import colour_items
+from test_backup import N_ITEMS, give_answers, make_study, poison
+
+from webapp import ROOT
+from webapp.embedded import EmbeddedRedis, free_port
+from workers import engine_state, keys
+from workers.answers import ACCEPT_SCRIPT
+from workers.backup import set_aside_answers
+from workers.config import StudyConfig
+from workers.queue import enqueue_update
+from workers.rebuild import replay_log
+from workers.studies import create_study, get_study
+
+WAIT = 60.0
+
+
+def wait_for(predicate, timeout=WAIT, interval=0.05, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"{what} not met within {timeout:.0f} s")
+
+
+@pytest.fixture
+def processes(tmp_path):
+    """Start commands in their own sessions, output to a log file (``stderr_of``); every process
+    started and all its descendants are SIGKILLed at teardown."""
+    started: list[subprocess.Popen] = []
+
+    def start(args, env) -> subprocess.Popen:
+        log = tmp_path / f"process-{len(started)}.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(args, env=env, cwd=str(ROOT), start_new_session=True, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT)
+        proc.log_path = log
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        kill_tree(proc)
+
+
+def stderr_of(proc: subprocess.Popen) -> str:
+    return proc.log_path.read_text(errors="replace")
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """kill -9 a process and every descendant (an RQ work horse runs in a session of its own)."""
+    try:
+        victims = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        victims = []
+    for victim in victims:
+        try:
+            victim.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(victims, timeout=30)
+    proc.wait(timeout=30)
+
+
+def worker_env(redis_url: str, tmp_path: Path, fault: str | None = None) -> dict:
+    env = dict(os.environ, REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"))
+    env.pop("PROXIMA_FAULT", None)
+    if fault:
+        env.update(PROXIMA_FAULT=fault, PROXIMA_FAULT_FILE=str(tmp_path / "paused"))
+    return env
+
+
+def run_burst_worker(processes, redis_url, tmp_path, fault=None) -> subprocess.CompletedProcess:
+    proc = processes([sys.executable, "-m", "webapp", "worker", "--burst"], worker_env(redis_url, tmp_path, fault))
+    proc.wait(timeout=WAIT)
+    return proc
+
+
+def answer_and_schedule(conn, study_id, n, seed, raters=("r1", "r2", "r3")) -> list[str]:
+    """Answers as the web app takes them, with an update job queued for them."""
+    ids = give_answers(conn, study_id, n, raters=raters, seed=seed)
+    enqueue_update(conn, study_id)
+    return ids
+
+
+def assert_engines_equal_a_replay_of_the_log(conn, study_id):
+    """The saved engine states equal fresh learners fed the whole log; every answer applied once."""
+    study = get_study(conn, study_id)
+    log = conn.xrange(keys.answers(study_id))
+    last_id = log[-1][0].decode()
+    assert engine_state.load_cursor(conn, study_id) == last_id
+    assert int(conn.hget(keys.engine_stats(study_id), "answers_applied")) == len(log)
+    replay = replay_log(conn, study)
+    assert replay.cursor == last_id
+    saved = {a.label: engine_state.load(conn, study_id, a.label) for a in study.config.algorithms}
+    fresh = {label: learner.to_state() for label, learner in replay.learners.items()}
+    for name in ("count", "mean"):
+        np.testing.assert_allclose(saved["anntri"][name], fresh["anntri"][name], rtol=1e-12, atol=0)
+    anntri_answers = sum(1 for _, f in log if f.get(b"algorithm") == b"anntri")
+    assert saved["anntri"]["n_samples"] == fresh["anntri"]["n_samples"] == anntri_answers
+    assert int(saved["anntri"]["count"].sum()) // 2 == anntri_answers
+    for name in ("wins", "shown"):
+        np.testing.assert_array_equal(saved["rt"][name], fresh["rt"][name])
+    assert saved["rt"]["n_answers"] == fresh["rt"]["n_answers"]
+    rt_answers = {i.decode() for i, f in log if f.get(b"algorithm") == b"rt"} - set(replay.set_aside)
+    assert saved["rt"]["n_answers"] == len(rt_answers)
+
+
+# ---------------------------------------------------------------------------- workers killed mid-batch
+@pytest.mark.parametrize("point", ["after_read", "after_observe", "before_exec", "after_exec"])
+def test_a_worker_killed_mid_batch_loses_no_answer_and_applies_none_twice(conn, redis_url, tmp_path, processes,
+                                                                           point):
+    study_id = make_study(conn, with_media=False)
+    first = answer_and_schedule(conn, study_id, 20, seed=1)
+    worker = processes([sys.executable, "-m", "webapp", "worker"], worker_env(redis_url, tmp_path, f"{point}:pause"))
+    marker = tmp_path / "paused"
+    wait_for(lambda: marker.exists() and marker.read_text().strip(), what="the worker pausing")
+    answer_and_schedule(conn, study_id, 10, seed=2)  # answers keep arriving while the worker hangs
+    kill_tree(worker)  # kill -9, exactly at the crash point
+
+    if point == "after_exec":
+        assert engine_state.load_cursor(conn, study_id) == first[-1]  # the first batch was saved whole
+    else:
+        assert not conn.exists(keys.cursor(study_id))  # nothing of the batch was saved
+        assert engine_state.load(conn, study_id, "anntri") is None
+    assert conn.exists(keys.update_lock(study_id))  # the dead worker still "holds" the study
+
+    restarted = run_burst_worker(processes, redis_url, tmp_path)
+    assert restarted.returncode == 0, stderr_of(restarted)
+    assert not conn.exists(keys.update_lock(study_id))
+    assert_engines_equal_a_replay_of_the_log(conn, study_id)
+
+
+def test_a_worker_that_crashes_itself_mid_batch_is_recovered_by_the_next_one(conn, redis_url, tmp_path, processes):
+    study_id = make_study(conn, with_media=False)
+    answer_and_schedule(conn, study_id, 15, seed=3)
+    crashed = run_burst_worker(processes, redis_url, tmp_path, fault="after_observe:crash")
+    assert "PROXIMA_FAULT: crash at after_observe" in stderr_of(crashed)
+    assert not conn.exists(keys.cursor(study_id))
+    answer_and_schedule(conn, study_id, 5, seed=4)
+    recovered = run_burst_worker(processes, redis_url, tmp_path)
+    assert recovered.returncode == 0, stderr_of(recovered)
+    assert_engines_equal_a_replay_of_the_log(conn, study_id)
+
+
+def test_a_malformed_fault_setting_stops_the_worker_with_a_clear_message(redis_url, tmp_path, processes):
+    proc = run_burst_worker(processes, redis_url, tmp_path, fault="halfway:explode")
+    assert proc.returncode != 0
+    assert "PROXIMA_FAULT='halfway:explode'" in stderr_of(proc)
+
+
+# ---------------------------------------------------------------------------- poisoned answers
+def test_poisoned_answers_are_set_aside_with_their_reason_and_the_rest_are_applied(conn, redis_url, tmp_path,
+                                                                                    processes):
+    study_id = make_study(conn, with_media=False)
+    answer_and_schedule(conn, study_id, 12, seed=5)
+    poisoned = poison(conn, study_id)
+    unreadable = conn.xadd(keys.answers(study_id), {"qid": "q-half", "rater": "r9", "kind": "triplet"}).decode()
+    answer_and_schedule(conn, study_id, 12, seed=6)
+    worker = run_burst_worker(processes, redis_url, tmp_path)
+    assert worker.returncode == 0, stderr_of(worker)
+
+    aside = {a["answer_id"]: a for a in set_aside_answers(conn, study_id)}
+    assert aside.keys() == {poisoned, unreadable}
+    assert aside[poisoned]["reason"].startswith("rt: ") and f"0..{N_ITEMS - 1}" in aside[poisoned]["reason"]
+    assert aside[poisoned]["rater"] == "mallory" and aside[poisoned]["algorithm"] == "rt"
+    assert "unreadable log entry" in aside[unreadable]["reason"] and aside[unreadable]["fields"]["qid"] == "q-half"
+    assert_engines_equal_a_replay_of_the_log(conn, study_id)
+
+    answer_and_schedule(conn, study_id, 6, seed=7)  # the study is not blocked: later answers are applied
+    assert run_burst_worker(processes, redis_url, tmp_path).returncode == 0
+    assert_engines_equal_a_replay_of_the_log(conn, study_id)
+    assert len(set_aside_answers(conn, study_id)) == 2
+
+
+# ---------------------------------------------------------------------------- web processes and Redis
+def start_web(processes, redis_url, tmp_path, web_workers=1) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = dict(os.environ, REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"),
+               PROXIMA_SECRET_KEY="durability-test-secret")
+    proc = processes([sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", str(web_workers),
+                      "--timeout", "120", "--log-level", "warning", "webapp:create_app()"], env)
+    base = f"http://127.0.0.1:{port}"
+
+    def healthy():
+        if proc.poll() is not None:
+            raise AssertionError(f"gunicorn exited: {stderr_of(proc)}")
+        try:
+            return requests.get(f"{base}/api/health", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_for(healthy, what="the web server answering")
+    return proc, base
+
+
+def simple_study(conn, study_id="stream") -> str:
+    config = StudyConfig.from_dict({"name": "Stream", "algorithm": "random_triplets", "random_state": 0})
+    return create_study(conn, config, colour_items(10), study_id=study_id)
+
+
+def is_error_shape(response) -> bool:
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return set(body) == {"error"} and {"code", "message"} <= set(body["error"])
+
+
+class Rater(threading.Thread):
+    """One rater answering as fast as it can; after a failed POST it retries the same token until the
+    server says either "stored" (201) or "already stored" (409 with the kept answer's id)."""
+
+    def __init__(self, base: str, study_id: str, stop: threading.Event):
+        super().__init__(daemon=True)
+        self.base, self.study_id, self.stop = base, study_id, stop
+        self.created: list[str] = []  # ids acknowledged with 201
+        self.kept_on_retry: list[str] = []  # ids the server reported as already stored (409)
+        self.failures: list[tuple[int, bool]] = []  # (status, JSON error shape?) of other answers
+        self.connection_errors = 0
+        self.problem: str | None = None
+
+    def run(self):
+        try:
+            self._run()
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            self.problem = repr(exc)
+
+    def _run(self):
+        session = requests.Session()
+        api = f"{self.base}/api/studies/{self.study_id}"
+        question = None
+        while True:
+            if question is None:
+                if self.stop.is_set():
+                    return
+                try:
+                    response = session.get(f"{api}/questions/next", timeout=20)
+                except requests.RequestException:
+                    self.connection_errors += 1
+                    time.sleep(0.02)
+                    continue
+                if response.status_code != 200:
+                    self.failures.append((response.status_code, is_error_shape(response)))
+                    time.sleep(0.02)
+                    continue
+                question = response.json()["question"]
+            try:
+                response = session.post(f"{api}/answers", timeout=20, json={
+                    "token": question["token"], "choice": question["candidates"][0]["index"]})
+            except requests.RequestException:
+                self.connection_errors += 1
+                time.sleep(0.02)
+                continue  # the same token again: stored at most once
+            if response.status_code == 201:
+                body = response.json()
+                self.created.append(body["answer"]["id"])
+                question = None if self.stop.is_set() else body.get("next")
+            elif response.status_code == 409 and response.json()["error"]["code"] == "already_answered":
+                self.kept_on_retry.append(response.json()["error"]["answer_id"])
+                question = None
+            else:
+                self.failures.append((response.status_code, is_error_shape(response)))
+                if response.status_code == 410:
+                    question = None
+                time.sleep(0.02)
+
+    @property
+    def acknowledged(self) -> list[str]:
+        return self.created + self.kept_on_retry
+
+
+def test_answers_acknowledged_before_redis_is_killed_survive_its_restart(tmp_path, processes):
+    server = EmbeddedRedis(tmp_path / "instance")  # the platform's default: AOF, appendfsync always
+    url = server.start()
+    assert server.appendfsync == "always"
+    conn = redis.Redis.from_url(url)
+    raters: list[Rater] = []
+    stop = threading.Event()
+    try:
+        study_id = simple_study(conn)
+        _, base = start_web(processes, url, tmp_path, web_workers=2)
+        raters = [Rater(base, study_id, stop) for _ in range(3)]
+        for rater in raters:
+            rater.start()
+
+        def acknowledged():
+            return sum(len(r.acknowledged) for r in raters)
+
+        wait_for(lambda: acknowledged() >= 40, what="40 answers acknowledged")
+        server.process.kill()  # kill -9 mid-stream
+        server.process.wait()
+        before = acknowledged()
+        wait_for(lambda: sum(len(r.failures) + r.connection_errors for r in raters) >= 6,
+                 what="clients seeing the outage")
+        conn.close()
+        server.start()  # the same files, port and password: the web processes reconnect
+        conn = redis.Redis.from_url(url)
+        wait_for(lambda: acknowledged() >= before + 40, what="40 more answers after the restart")
+    finally:
+        stop.set()
+        for rater in raters:
+            rater.join(timeout=WAIT)
+    try:
+        assert not any(r.is_alive() for r in raters), "a client is stuck"
+        assert [r.problem for r in raters] == [None] * len(raters)
+        logged = [entry_id.decode() for entry_id, _ in conn.xrange(keys.answers(study_id))]
+        acked = [answer_id for r in raters for answer_id in r.acknowledged]
+        # every 2xx answer is in the log; no answer is logged twice or without its rater hearing of it
+        assert set(r_id for r in raters for r_id in r.created) <= set(logged)
+        assert sorted(acked) == sorted(logged) and len(set(logged)) == len(logged)
+        qids = [f[b"qid"] for _, f in conn.xrange(keys.answers(study_id))]
+        assert len(set(qids)) == len(qids)
+        failures = [f for r in raters for f in r.failures]
+        assert failures, "the outage was not seen by any client"
+        # while Redis was down: JSON error bodies with a server-error status, never a 2xx
+        assert all(status >= 500 and shaped for status, shaped in failures), failures
+    finally:
+        conn.close()
+        server.stop()
+
+
+class ReplyHoldingProxy:
+    """A TCP proxy in front of Redis that, once armed, withholds Redis's reply to the script that
+    accepts an answer: the answer is stored (and fsynced), the web process waits for the reply."""
+
+    def __init__(self, target_port: int):
+        self.target_port = target_port
+        self.accept_sha = hashlib.sha1(ACCEPT_SCRIPT.encode()).hexdigest().encode()
+        self.armed = threading.Event()
+        self.held = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target_port))
+            self.sockets += [client, server]
+            pending = threading.Event()  # this connection sent the accept script, reply not yet seen
+            threading.Thread(target=self._pump, args=(client, server, pending, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, pending, False), daemon=True).start()
+
+    def _pump(self, src, dst, pending, upstream):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if upstream and self.armed.is_set() and b"EVALSHA" in data and self.accept_sha in data:
+                    pending.set()
+                elif not upstream and pending.is_set():
+                    pending.clear()
+                    if not data.startswith(b"-"):  # the script ran: the answer is stored; its reply is lost
+                        self.armed.clear()
+                        self.held.set()
+                        continue
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.listener.close()
+        for s in self.sockets:
+            s.close()
+
+
+def test_a_web_process_killed_after_storing_an_answer_keeps_it_once_when_the_rater_retries(
+        conn, redis_url, tmp_path, processes):
+    study_id = simple_study(conn)
+    conn.script_load(ACCEPT_SCRIPT)
+    proxy = ReplyHoldingProxy(redis.Redis.from_url(redis_url).connection_pool.connection_kwargs["port"])
+    url = redis_url.rsplit(":", 1)[0] + f":{proxy.port}/0"
+    try:
+        web, base = start_web(processes, url, tmp_path, web_workers=1)
+        rater = requests.Session()
+        api = f"{base}/api/studies/{study_id}"
+        question = rater.get(f"{api}/questions/next", timeout=10).json()["question"]
+        body = {"token": question["token"], "choice": question["candidates"][1]["index"]}
+        proxy.armed.set()
+        outcome = {}
+
+        def post():
+            try:
+                outcome["response"] = rater.post(f"{api}/answers", json=body, timeout=WAIT)
+            except requests.RequestException as exc:
+                outcome["error"] = exc
+
+        poster = threading.Thread(target=post, daemon=True)
+        poster.start()
+        assert proxy.held.wait(WAIT), "the answer was never stored"
+        [stored] = conn.xrange(keys.answers(study_id))  # in the log, and the rater has no reply yet
+        assert poster.is_alive()
+        [worker] = psutil.Process(web.pid).children()
+        worker.send_signal(signal.SIGKILL)  # kill -9 the web process mid-request
+        poster.join(WAIT)
+        assert "error" in outcome, outcome  # the response was lost with the process
+
+        retry = rater.post(f"{api}/answers", json=body, timeout=WAIT)  # gunicorn has started a new worker
+        assert retry.status_code == 409
+        error = retry.json()["error"]
+        assert error["code"] == "already_answered" and error["answer_id"] == stored[0].decode()
+        assert len(conn.xrange(keys.answers(study_id))) == 1  # stored once
+        again = rater.post(f"{api}/answers", json=body, timeout=WAIT)
+        assert again.status_code == 409 and len(conn.xrange(keys.answers(study_id))) == 1
+        # the rater carries on with a fresh question
+        fresh = rater.get(f"{api}/questions/next", timeout=10).json()["question"]
+        assert rater.post(f"{api}/answers", timeout=10, json={
+            "token": fresh["token"], "choice": fresh["candidates"][0]["index"]}).status_code == 201
+        assert len(conn.xrange(keys.answers(study_id))) == 2
+    finally:
+        proxy.close()
