@@ -438,7 +438,7 @@ def _leafrank(codes: np.ndarray, edges: list[np.ndarray], n_edges: np.ndarray, a
     n_neg = rows.size - n_pos
     w_pos, w_neg = n_neg / rows.size, n_pos / rows.size  # (1 - p) and p, p = positive share
     d = codes.shape[1]
-    # grow breadth first: (local id, member positions into rows, depth)
+    # grow breadth first; a node's members are positions into rows
     nodes = [{"members": np.arange(rows.size), "depth": 0}]
     frontier = [0]
     while frontier:
@@ -536,6 +536,14 @@ def _check_max_features(value):
 # ----------------------------------------------------------------------------------------
 class SimilarityTreeRank:
     """A similarity ranking tree (Similarity TreeRank, Clémençon & Vogel 2019, §3.1).
+
+    Each cell of the master tree is split by a LeafRank rule grown on the symmetric features of
+    the cell's pairs with positives weighted ``1 - p`` and negatives ``p`` (``p`` the cell's share
+    of alike pairs). The rule's last level chooses the threshold that maximises the empirical AUC
+    increment exactly (so with ``leafrank_depth=1`` step (3) is solved over all axis-aligned
+    thresholds); upper levels use the weighted Gini impurity, which looks past splits whose two
+    halves would get the same label. A rule leaf is "alike" when its weighted positives exceed its
+    weighted negatives; those pairs go left.
 
     Parameters
     ----------
@@ -1186,7 +1194,7 @@ class GroundTruthTree:
         fpr, tpr = self.optimal_roc()
         return float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) * 0.5))
 
-    def sample(self, m: int, alike_share: float = 0.5, random_state=None):
+    def sample(self, m: int, alike_share: float = 0.5, random_state=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(X1, X2, y)``: m pairs, each alike with probability ``alike_share``."""
         rng = check_random_state(random_state)
         y = np.where(rng.random(m) < alike_share, 1, -1).astype(np.int64)
