@@ -39,11 +39,11 @@ def test_dashboard_plots_render_and_refresh_without_reload(browser, live_server,
                                   "response_ms": 1200})
         assert response.status == 201, response.text()
 
-    page.wait_for_function("document.getElementById('n-answers').textContent === '12'", timeout=15000)
+    page.wait_for_function("() => document.getElementById('n-answers').textContent === '12'", timeout=15000)
     page.wait_for_selector("#plot-response .uplot canvas", timeout=15000)
     page.wait_for_selector('#raters-table tr[data-rater="p-dash"]', timeout=20000)
     assert page.locator('#raters-table tr[data-rater="p-dash"] td').nth(1).inner_text() == "12"
-    page.wait_for_function("document.querySelectorAll('#nn-graph line.edge').length > 0", timeout=20000)
+    page.wait_for_function("() => document.querySelectorAll('#nn-graph line.edge').length > 0", timeout=20000)
     assert page.evaluate("window.__notReloaded === true")
     assert int(page.locator("#dashboard").get_attribute("data-updates")) >= 2
 
