@@ -28,6 +28,8 @@ MODELS = {
 EXPORT_SCHEMA_VERSION = 1
 #: Share of observed pairs (or items) held out to report how well a model generalises.
 HOLDOUT_SHARE = 0.2
+#: At most this many labelled pairs train a TreeRank model (balanced between alike and unlike).
+MAX_TRAINING_PAIRS = 200_000
 
 
 class ModelError(ValueError):
@@ -98,12 +100,11 @@ def _labels(items) -> np.ndarray:
     return np.asarray([i.label for i in items], dtype=object)
 
 
-def _holdout_pairs(counts: np.ndarray, rng: np.random.Generator):
-    iu, ju = np.nonzero(np.triu(counts, 1))
-    order = rng.permutation(len(iu))
-    n_test = int(round(HOLDOUT_SHARE * len(iu)))
-    test = order[:n_test]
-    return (iu, ju), test
+def _held_out_items(n: int, rng: np.random.Generator) -> np.ndarray:
+    """A mask of the items held out: a model is checked on pairs involving an item it never saw."""
+    mask = np.zeros(n, bool)
+    mask[rng.permutation(n)[: max(1, int(round(HOLDOUT_SHARE * n)))]] = True
+    return mask
 
 
 def _train_smerf(conn, study_id, algorithm, params, seed):
@@ -116,17 +117,19 @@ def _train_smerf(conn, study_id, algorithm, params, seed):
     if crowd.n_observed_pairs < 10:
         raise ModelError(f"SMERF needs distance estimates for at least 10 pairs; '{crowd.algorithm}' has "
                          f"{crowd.n_observed_pairs}")
-    rng = np.random.default_rng(seed)
-    (iu, ju), test = _holdout_pairs(crowd.counts[:n, :n], rng)
+    held_out = _held_out_items(n, np.random.default_rng(seed))
+    iu, ju = np.nonzero(np.triu(crowd.counts[:n, :n], 1))
+    test = held_out[iu] | held_out[ju]
     masked = Z.copy()
-    masked[iu[test], ju[test]] = np.nan
-    masked[ju[test], iu[test]] = np.nan
+    masked[held_out, :] = np.nan
+    masked[:, held_out] = np.nan
     check = DistanceForest(random_state=seed, **params).fit(X, masked)
     predicted = check.predict_pairs(X[iu[test]], X[ju[test]])
     truth = Z[iu[test], ju[test]]
-    held = {"held_out_pairs": len(test),
-            "held_out_rmse": float(np.sqrt(np.mean((predicted - truth) ** 2))) if len(test) else None,
-            "held_out_spearman": float(spearmanr(predicted, truth).statistic) if len(test) > 2 else None}
+    n_test = int(test.sum())
+    held = {"held_out_items": int(held_out.sum()), "held_out_pairs": n_test,
+            "held_out_rmse": float(np.sqrt(np.mean((predicted - truth) ** 2))) if n_test else None,
+            "held_out_spearman": float(spearmanr(predicted, truth).statistic) if n_test > 2 else None}
     forest = DistanceForest(random_state=seed, **params).fit(X, Z, feature_names=names)
     importances = sorted(zip(names, forest.feature_importances_.tolist(), strict=True), key=lambda t: -t[1])
     summary = {"algorithm": crowd.algorithm, "observed_pairs": crowd.n_observed_pairs, "features": names,
@@ -136,12 +139,14 @@ def _train_smerf(conn, study_id, algorithm, params, seed):
 
 def _pairs_and_labels(conn, study_id, items, algorithm, threshold):
     """(pairs, y): from item labels, or from crowd distances at most ``threshold`` (alike = +1)."""
-    from engine.treerank import pairs_from_labels
+    from engine.treerank import pairs_from_labels, pairs_from_ratings
 
     if threshold is None:
         labels = _labels(items)
         _, codes = np.unique(labels.astype(str), return_inverse=True)
-        pairs, y = pairs_from_labels(codes, random_state=0)
+        # every alike pair and as many unlike ones, at most MAX_TRAINING_PAIRS (all pairs of a few
+        # thousand items would not fit in memory)
+        pairs, y = pairs_from_labels(codes, n_pairs=MAX_TRAINING_PAIRS, balanced=True, random_state=0)
         return np.asarray(pairs), np.asarray(y), {"pair_labels": "item labels"}
     crowd = crowd_distances(conn, study_id, algorithm)
     n = len(items)
@@ -149,12 +154,12 @@ def _pairs_and_labels(conn, study_id, items, algorithm, threshold):
     if len(iu) == 0:
         raise ModelError(f"'{crowd.algorithm}' has no distance estimates yet")
     d = crowd.distances[iu, ju]
-    y = np.where(d <= threshold, 1, -1)
+    y = pairs_from_ratings(np.column_stack([iu, ju]), d, threshold, higher_is_alike=False)
     if len(np.unique(y)) < 2:
         raise ModelError(f"with threshold {threshold} every observed pair is {'alike' if y[0] > 0 else 'unlike'}; "
                          f"choose a threshold between {d.min():.3f} and {d.max():.3f}")
-    return np.column_stack([iu, ju]), y, {"pair_labels": f"crowd distance <= {threshold}",
-                                          "algorithm": crowd.algorithm}
+    return np.column_stack([iu, ju]), np.asarray(y), {"pair_labels": f"crowd distance <= {threshold}",
+                                                      "algorithm": crowd.algorithm}
 
 
 def _train_treerank(conn, study_id, algorithm, params, seed, threshold, forest: bool):
@@ -164,12 +169,12 @@ def _train_treerank(conn, study_id, algorithm, params, seed, threshold, forest: 
     pairs, y, source = _pairs_and_labels(conn, study_id, items, algorithm, threshold)
     make = (lambda: RankingForest(random_state=seed, **params)) if forest else (
         lambda: SimilarityTreeRank(random_state=seed, **params))
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(pairs))
-    test, train = order[: int(round(HOLDOUT_SHARE * len(pairs)))], order[int(round(HOLDOUT_SHARE * len(pairs))):]
-    held = {"held_out_pairs": len(test)}
-    if len(test) and len(np.unique(y[test])) == 2 and len(np.unique(y[train])) == 2:
-        check = make().fit_pairs(X, pairs[train], y[train])
+    held_out = _held_out_items(len(items), np.random.default_rng(seed))
+    test = held_out[pairs[:, 0]] | held_out[pairs[:, 1]]
+    train_rows = ~test
+    held = {"held_out_items": int(held_out.sum()), "held_out_pairs": int(test.sum())}
+    if len(np.unique(y[test])) == 2 and len(np.unique(y[train_rows])) == 2:
+        check = make().fit_pairs(X, pairs[train_rows], y[train_rows])
         scores = check.score(X[pairs[test, 0]], X[pairs[test, 1]])
         held.update(held_out_auc=float(auc(scores, y[test])), held_out_tpr_at_fpr_0_1=float(
             tpr_at_fpr(scores, y[test], 0.1)))
