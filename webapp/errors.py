@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import redis
 from flask import Flask, jsonify, request
 from werkzeug.exceptions import HTTPException
 
@@ -47,6 +48,19 @@ def init_app(app: Flask) -> None:
         # keep what the exception says about itself: Allow of a 405, Retry-After of a 429
         headers = {k: v for k, v in err.get_headers() if k.lower() != "content-type"}
         return _json_error(err.code or 500, code, err.description or err.name, headers)
+
+    @app.errorhandler(redis.ConnectionError)
+    @app.errorhandler(redis.TimeoutError)
+    @app.errorhandler(redis.BusyLoadingError)
+    def handle_storage_down(err: Exception):
+        # Redis is down or restarting. The answer script is all or nothing and a retried token is
+        # stored at most once, so the client should simply retry the same request shortly.
+        app.logger.warning("storage unavailable on %s: %s", request.path, err)
+        message = ("the study's storage is briefly unavailable; retry the same request in a few seconds "
+                   "(an answer sent again with the same token is stored only once)")
+        if not _wants_json():
+            return message, 503, {"Retry-After": "5"}
+        return _json_error(503, "storage_unavailable", message, {"Retry-After": "5"})
 
     @app.errorhandler(Exception)
     def handle_unexpected(err: Exception):
