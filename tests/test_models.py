@@ -37,13 +37,14 @@ def true_distance(items):
     return D / D.max()
 
 
-def crowd_study(conn, items, study_id="crowd", answers_per_pair=1, share_observed=1.0, seed=0):
-    """A study whose ANNTri learner has applied noiseless ratings for (a share of) all pairs."""
+def crowd_study(conn, items, study_id="crowd", answers_per_pair=1, share_observed=1.0, seed=0, truth=None):
+    """A study whose ANNTri learner has applied noiseless ratings for (a share of) all pairs
+    (distances from the features of ``truth``, default ``items``)."""
     config = StudyConfig.from_dict({"name": study_id, "random_state": 3, "question_kind": "rating",
                                     "algorithms": [{"algorithm": "anntri", "question_kind": "rating"}]})
     create_study(conn, config, items, study_id=study_id)
     learner = Learner.new(config.algorithms[0], config, len(items))
-    D = true_distance(items)
+    D = true_distance(truth or items)
     rng = np.random.default_rng(seed)
     rows = [(i, j, float(D[i, j])) for i in range(len(items)) for j in range(i + 1, len(items))
             if rng.random() < share_observed for _ in range(answers_per_pair)]
@@ -176,3 +177,54 @@ def test_models_say_what_the_study_lacks(conn):
     with pytest.raises(ModelError, match="features a but the model was trained on a, b, n1, n2"):
         predict_for_items(conn, sid, "smerf", new)
     assert trained["model"] == "smerf"
+
+
+@pytest.fixture
+def cli(redis_url, conn, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from webapp.cli import main
+
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
+    runner = CliRunner()
+    return lambda *args: runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_cli_sets_features_trains_exports_and_predicts(cli, conn, tmp_path):
+    items = clustered_items(30)
+    plain = [Item(id=it.id, kind="text", text=it.text, label=it.label) for it in items]
+    sid = crowd_study(conn, plain, truth=items)
+    features = tmp_path / "features.csv"
+    features.write_text("id,a,b,n1,n2\n" + "".join(
+        f"{it.id},{it.features['a']},{it.features['b']},{it.features['n1']},{it.features['n2']}\n" for it in items))
+    result = cli("train", sid, "--model", "smerf")
+    assert result.exit_code == 1 and "no features" in result.output
+    result = cli("features", sid, features)
+    assert result.exit_code == 0 and "Set 4 feature(s) (a, b, n1, n2) on 30 items" in result.output
+    out = tmp_path / "smerf.json"
+    result = cli("train", sid, "--model", "smerf", "--param", "n_trees=20", "-o", out)
+    assert result.exit_code == 0, result.output
+    assert "held out spearman" in result.output and "feature importances" in result.output
+    assert json.loads(out.read_text())["estimator"]["kind"] == "distance_forest"
+    result = cli("export", sid, "--what", "model", "--model", "smerf")
+    assert result.exit_code == 0 and json.loads(result.output)["model"] == "smerf"
+    new = tmp_path / "new.csv"
+    new.write_text("id,text,a,b,n1,n2\n" + f"q,new,{items[3].features['a']},{items[3].features['b']},0,0\n")
+    result = cli("predict", sid, "--model", "smerf", "--items", new, "--k", "3")
+    assert result.exit_code == 0, result.output
+    rows = result.output.strip().splitlines()
+    assert rows[0] == "new_item,item,rank,distance" and len(rows) == 4 and rows[1].startswith("q,")
+    nearest = rows[1].split(",")[1]
+    assert next(it.label for it in items if it.id == nearest) == items[3].label
+    result = cli("train", sid, "--model", "treerank", "--param", "max_depth=3", "--threshold", "0.3")
+    assert result.exit_code == 0 and "held out auc" in result.output
+    for args, words in [
+        (("train", sid, "--model", "smerf", "--param", "n_trees"), "NAME=VALUE"),
+        (("train", sid, "--model", "smerf", "--param", "n_trees=-3"), "n_trees"),
+        (("train", "nope", "--model", "smerf"), "no study with id 'nope'"),
+        (("predict", sid, "--model", "ranking_forest", "--items", new), "no ranking_forest model has been trained"),
+        (("features", sid, tmp_path / "missing.csv"), "does not exist"),
+    ]:
+        result = cli(*args)
+        assert result.exit_code != 0 and words in result.output, (args, result.output)

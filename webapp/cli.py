@@ -24,6 +24,9 @@ from workers.studies import StudyError, StudyNotFound
 from . import ROOT
 from .embedded import EmbeddedRedis, EmbeddedRedisError, running_url
 
+#: The models ``proxima train`` fits (workers.models.MODELS; listed here so --help needs no numpy).
+MODEL_NAMES = ("smerf", "treerank", "ranking_forest", "simforest")
+
 
 def instance_path() -> Path:
     return Path(os.environ.get("PROXIMA_INSTANCE_PATH") or ROOT / "instance")
@@ -361,25 +364,29 @@ def add_items_command(study_id: str, items_path: Path):
 
 @main.command()
 @click.argument("study_id")
-@click.option("--what", type=click.Choice(["answers", "triplets", "graph", "forest"]), default="answers",
+@click.option("--what", type=click.Choice(["answers", "triplets", "graph", "forest", "model"]), default="answers",
               show_default=True, help="answers: one row per answer; triplets: cblearn list-order; graph: the learned "
-              "nearest-neighbour graph; forest: a comparison forest (docs/forest-schema.md).")
+              "nearest-neighbour graph; forest: a comparison forest (docs/forest-schema.md) or SimForest; model: a "
+              "model made by 'proxima train' (with --model).")
 @click.option("--format", "fmt", type=click.Choice(["csv", "jsonl", "json", "graphml"]), default=None,
               help="answers: csv (default) or jsonl; triplets: csv; graph: json (default), csv or graphml; "
-              "forest: json.")
+              "forest and model: json.")
 @click.option("--algorithm", default=None, metavar="LABEL",
               help="Which algorithm's graph or forest (default: the study's first that has one).")
+@click.option("--model", default=None, type=click.Choice(MODEL_NAMES),
+              help="Which trained model to export with --what model.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
               help="Write to this file instead of standard output.")
-def export(study_id: str, what: str, fmt: str | None, algorithm: str | None, output: Path | None):
+def export(study_id: str, what: str, fmt: str | None, algorithm: str | None, model: str | None,
+           output: Path | None):
     """Export a study's answers, triplets, learned graph or forest (same code as the dashboard)."""
     from workers.exports import ExportError
     from workers.exports import export as make_export
 
-    fmt = fmt or {"answers": "csv", "triplets": "csv", "graph": "json", "forest": "json"}[what]
+    fmt = fmt or {"answers": "csv", "triplets": "csv", "graph": "json", "forest": "json", "model": "json"}[what]
     with redis_connection() as conn:
         try:
-            result = make_export(conn, study_id, what, fmt, algorithm)
+            result = make_export(conn, study_id, what, fmt, algorithm, model=model)
             chunks = iter(result.chunks)
             first = next(chunks, "")  # surfaces errors before anything is written
         except (StudyNotFound, ExportError) as exc:
@@ -394,6 +401,143 @@ def export(study_id: str, what: str, fmt: str | None, algorithm: str | None, out
                 for chunk in chunks:
                     fh.write(chunk)
             click.echo(f"Wrote {output}", err=True)
+
+
+@main.command("features")
+@click.argument("study_id")
+@click.argument("features_file", type=click.Path(dir_okay=False, path_type=Path))
+def features_command(study_id: str, features_file: Path):
+    """Give every item of a study numeric features, from a CSV with an 'id' column and one column per
+    feature (SMERF and TreeRank learn over them). All items at once, or nothing changes."""
+    from workers.studies import features_from_csv_text, set_features
+
+    try:
+        text = features_file.read_bytes().decode("utf-8-sig")
+        features = features_from_csv_text(text, str(features_file))
+    except FileNotFoundError:
+        raise click.ClickException(f"features file {features_file} does not exist") from None
+    except UnicodeDecodeError:
+        raise click.ClickException(f"{features_file} is not UTF-8 text; save it as CSV UTF-8") from None
+    except StudyError as exc:
+        raise click.ClickException(str(exc)) from None
+    with redis_connection() as conn:
+        try:
+            n = set_features(conn, study_id, features)
+        except (StudyError, StudyNotFound) as exc:
+            raise click.ClickException(str(exc)) from None
+    names = next(iter(features.values()))
+    click.echo(f"Set {len(names)} feature(s) ({', '.join(names)}) on {n} items of study {study_id}.")
+
+
+def _parse_params(pairs: tuple[str, ...]) -> dict:
+    import yaml
+
+    params = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE (e.g. n_trees=50)", param_hint="--param")
+        try:
+            params[name.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise click.BadParameter(f"{pair!r}: cannot read the value {value!r}", param_hint="--param") from None
+    return params
+
+
+@main.command()
+@click.argument("study_id")
+@click.option("--model", "name", required=True, type=click.Choice(MODEL_NAMES),
+              help="smerf: a distance over item features; treerank / ranking_forest: which pairs of items are alike; "
+              "simforest: item classes from the crowd's similarities.")
+@click.option("--algorithm", default=None, metavar="LABEL",
+              help="The distance algorithm whose estimates to learn from (default: the study's first).")
+@click.option("--threshold", type=click.FloatRange(0, 1), default=None,
+              help="treerank/ranking_forest: call a pair alike when its crowd distance is at most this (default: "
+              "pairs of items with the same label are alike).")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
+              help="A parameter of the model, e.g. --param n_trees=100 (repeatable).")
+@click.option("--seed", type=int, default=None, help="Random seed (default: the study's random_state, else 0).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+              help="Also write the model's JSON export to this file.")
+def train(study_id, name, algorithm, threshold, params, seed, output):
+    """Fit a model on what a study collected, report held-out figures and store it (export it with
+    'proxima export STUDY --what model --model NAME'; predict with 'proxima predict')."""
+    import json
+
+    from workers.models import ModelError, model_export
+    from workers.models import train as fit
+
+    parsed = _parse_params(params)
+    with redis_connection() as conn:
+        try:
+            meta = fit(conn, study_id, name, algorithm=algorithm, params=parsed, threshold=threshold,
+                       random_state=seed)
+        except (ModelError, StudyError, StudyNotFound) as exc:
+            raise click.ClickException(str(exc)) from None
+        except ValueError as exc:  # the estimator refused a parameter value
+            raise click.ClickException(f"{name}: {exc}") from None
+        if output is not None:
+            output.write_text(json.dumps(model_export(conn, study_id, name)), encoding="utf-8")
+    summary = meta["summary"]
+    click.echo(f"Trained {name} on study {study_id}.")
+    for key, value in summary.items():
+        if key == "feature_importances":
+            click.echo("  feature importances:")
+            for row in value:
+                click.echo(f"    {row['feature']:<24} {row['importance']:.4f}")
+        elif isinstance(value, float):
+            click.echo(f"  {key.replace('_', ' ')}: {value:.4f}")
+        elif isinstance(value, list):
+            click.echo(f"  {key.replace('_', ' ')}: {', '.join(map(str, value))}")
+        elif value is not None:
+            click.echo(f"  {key.replace('_', ' ')}: {value}")
+    if output is not None:
+        click.echo(f"Wrote {output}", err=True)
+
+
+@main.command()
+@click.argument("study_id")
+@click.option("--model", "name", required=True, type=click.Choice(["smerf", "treerank", "ranking_forest"]),
+              help="A model trained with 'proxima train'.")
+@click.option("--items", "items_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="A CSV of new items: 'text' (and 'id') plus the same feature columns as the study's items.")
+@click.option("--k", default=5, show_default=True, type=click.IntRange(min=1),
+              help="How many of the study's items to list per new item, nearest first.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+              help="Write the CSV to this file instead of standard output.")
+def predict(study_id, name, items_path, k, output):
+    """For new items (by their features), the study's items a trained model puts nearest: a CSV of
+    new_item, item, rank and the predicted distance (smerf) or similarity score (treerank)."""
+    import csv
+    import io
+
+    import numpy as np
+
+    from workers.models import ModelError, predict_for_items
+    from workers.studies import items_from_csv
+
+    try:
+        new_items = items_from_csv(items_path)
+    except StudyError as exc:
+        raise click.ClickException(str(exc)) from None
+    with redis_connection() as conn:
+        try:
+            new_ids, study_ids, values = predict_for_items(conn, study_id, name, new_items)
+        except (ModelError, StudyNotFound) as exc:
+            raise click.ClickException(str(exc)) from None
+    column = "distance" if name == "smerf" else "score"
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["new_item", "item", "rank", column])
+    for row, new_id in enumerate(new_ids):
+        order = np.argsort(values[row] if name == "smerf" else -values[row], kind="stable")[:k]
+        for rank, j in enumerate(order.tolist(), start=1):
+            writer.writerow([new_id, study_ids[j], rank, f"{float(values[row, j]):.6g}"])
+    if output is None:
+        click.echo(buf.getvalue(), nl=False)
+    else:
+        output.write_text(buf.getvalue(), encoding="utf-8")
+        click.echo(f"Wrote {output}", err=True)
 
 
 @main.command("import-triplets")
