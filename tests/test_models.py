@@ -228,3 +228,24 @@ def test_cli_sets_features_trains_exports_and_predicts(cli, conn, tmp_path):
     ]:
         result = cli(*args)
         assert result.exit_code != 0 and words in result.output, (args, result.output)
+
+
+def test_dashboard_shows_trained_models_with_feature_importances_and_set_aside_answers(conn, researcher_client):
+    from workers import keys
+
+    items = clustered_items(24)
+    sid = crowd_study(conn, items)
+    page = researcher_client.get(f"/studies/{sid}").get_data(as_text=True)
+    assert "proxima train crowd --model smerf" in page and "None: every answer could be used." in page
+    train(conn, sid, "smerf", params={"n_trees": 10})
+    answer_id = conn.xadd(keys.answers(sid), {"qid": "q1", "rater": "r<b>1</b>", "kind": "rating",
+                                               "algorithm": "anntri"}).decode()
+    conn.hset(keys.poisoned(sid), answer_id, "anntri: item index 99 is out of range")
+    page = researcher_client.get(f"/studies/{sid}").get_data(as_text=True)
+    assert 'id="model-smerf"' in page and "held out spearman" in page
+    assert page.index(">a</td>") < page.index(">n1</td>") and "<meter" in page
+    assert "export/model.json?model=smerf" in page
+    assert answer_id in page and "item index 99 is out of range" in page and "r&lt;b&gt;1&lt;/b&gt;" in page
+    response = researcher_client.get(f"/studies/{sid}/export/model.json?model=smerf")
+    assert response.status_code == 200 and response.get_json()["model"] == "smerf"
+    assert researcher_client.get(f"/studies/{sid}/export/model.json?model=treerank").status_code == 404

@@ -17,8 +17,11 @@ from flask import (
     url_for,
 )
 
+from workers.backup import set_aside_answers
 from workers.config import ALGORITHMS, QUESTION_KINDS, ConfigError, StudyConfig
+from workers.engines import FOREST_ALGORITHMS
 from workers.exports import FORMATS, ExportError, export
+from workers.models import trained_models
 from workers.queue import schedule_update
 from workers.studies import (
     StudyError,
@@ -42,6 +45,8 @@ DEFAULT_UPLOAD_MAX_BYTES = 64 * 1024 * 1024
 #: action -> (status it sets, statuses it may be taken from)
 ACTIONS = {"start": ("running", ("paused",)), "pause": ("paused", ("running",)),
            "resume": ("running", ("paused",)), "close": ("closed", ("running", "paused"))}
+#: At most this many set-aside answers are listed on the study page (the backup and the answers export have all).
+SET_ASIDE_SHOWN = 200
 PROLIFIC_PARAMS = "PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}&SESSION_ID={{%SESSION_ID%}}"
 
 
@@ -129,7 +134,9 @@ def study(study_id: str):
     rater_link = url_for("raters.study_page", study_id=study_id, _external=True)
     return render_template("dashboard/study.html", study=study, items=items, stats=study_stats(conn, study),
                            rater_link=rater_link, prolific_link=f"{rater_link}?{PROLIFIC_PARAMS}",
-                           mturk_link=rater_link, formats=FORMATS)
+                           mturk_link=rater_link, formats=FORMATS, models=trained_models(conn, study_id),
+                           set_aside=set_aside_answers(conn, study_id)[:SET_ASIDE_SHOWN],
+                           forest_algorithms=FOREST_ALGORITHMS)
 
 
 @bp.post("/studies/<study_id>/status")
@@ -205,7 +212,8 @@ def _download(study_id: str, what: str, fmt: str):
     conn = get_redis()
     _study_or_404(conn, study_id)
     try:
-        result = export(conn, study_id, what, fmt, request.args.get("algorithm") or None)
+        result = export(conn, study_id, what, fmt, request.args.get("algorithm") or None,
+                        model=request.args.get("model") or None)
         chunks = iter(result.chunks)
         first = next(chunks, "")  # surfaces export errors as a 404 page rather than a broken download
     except ExportError as exc:

@@ -12,7 +12,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import spearmanr
 
 from . import engine_state, keys
 from .engines import Learner
@@ -108,6 +107,8 @@ def _held_out_items(n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _train_smerf(conn, study_id, algorithm, params, seed):
+    from scipy.stats import spearmanr
+
     from engine.smerf import DistanceForest
 
     items, names, X = _study_features(conn, study_id)
