@@ -124,14 +124,18 @@ def _train_smerf(conn, study_id, algorithm, params, seed):
     masked = Z.copy()
     masked[held_out, :] = np.nan
     masked[:, held_out] = np.nan
-    check = DistanceForest(random_state=seed, **params).fit(X, masked)
+    # every feature is tried at each split unless asked otherwise: a study has few features and
+    # only some matter, where sqrt(p) of them per split misses them (benchmarks/smerf.py)
+    params = {"max_features": None, **params}
+    weights = crowd.counts[:n, :n].astype(np.float64)  # a pair answered more often is known better
+    check = DistanceForest(random_state=seed, **params).fit(X, masked, pair_weight=weights)
     predicted = check.predict_pairs(X[iu[test]], X[ju[test]])
     truth = Z[iu[test], ju[test]]
     n_test = int(test.sum())
     held = {"held_out_items": int(held_out.sum()), "held_out_pairs": n_test,
             "held_out_rmse": float(np.sqrt(np.mean((predicted - truth) ** 2))) if n_test else None,
             "held_out_spearman": float(spearmanr(predicted, truth).statistic) if n_test > 2 else None}
-    forest = DistanceForest(random_state=seed, **params).fit(X, Z, feature_names=names)
+    forest = DistanceForest(random_state=seed, **params).fit(X, Z, pair_weight=weights, feature_names=names)
     importances = sorted(zip(names, forest.feature_importances_.tolist(), strict=True), key=lambda t: -t[1])
     summary = {"algorithm": crowd.algorithm, "observed_pairs": crowd.n_observed_pairs, "features": names,
                "feature_importances": [{"feature": f, "importance": round(v, 6)} for f, v in importances], **held}
