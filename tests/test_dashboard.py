@@ -1,5 +1,7 @@
 """The researcher dashboard: study lifecycle, creating studies from uploads, settings while a study
-runs, excluding raters, the stats/raters/graph-layout JSON and the MDS layout of the learned graph."""
+runs, excluding raters (a queued rebuild), the stats/raters/graph-layout JSON, the error curve of
+studies with a known truth, the MDS layout of the learned graph (capped for large studies) and
+changing one's own password."""
 from __future__ import annotations
 
 import io
@@ -8,12 +10,14 @@ import zipfile
 
 import numpy as np
 import pytest
-from conftest import answer, fetch_question, run_worker
+from conftest import RESEARCHER, RESEARCHER_PASSWORD, answer, colour_items, fetch_question, log_in, run_worker
 
+from webapp.stats import share_wrong, true_neighbours
 from workers import keys
 from workers.config import ConfigError, StudyConfig
-from workers.layout import classical_mds, fill_distances
-from workers.studies import Item, StudyError, create_study, get_study, update_config
+from workers.layout import MAX_DRAWN, classical_mds, fill_distances
+from workers.queue import schedule_update
+from workers.studies import Item, StudyError, create_study, get_items, get_study, update_config
 from workers.uploads import items_from_csv_bytes, items_from_zip
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
@@ -118,6 +122,26 @@ def test_create_a_paused_study_from_a_csv_with_labels(researcher_client, conn):
     from workers.studies import get_items
     assert [(i.id, i.label) for i in get_items(conn, study.id)] == [("x", "fruit"), ("y", "fruit"),
                                                                      ("z", "vehicle")]
+
+
+def test_create_from_a_csv_with_feature_columns(researcher_client, conn):
+    csv_bytes = (b"id,text,label,length,weight\nx,red apple,fruit,7.5,0.2\ny,green pear,fruit,9,0.25\n"
+                 b"z,blue car,vehicle,400,1e3\n")
+    response = create(researcher_client, csv_bytes, "features.csv")
+    assert response.status_code == 302, response.get_data(as_text=True)
+    items = get_items(conn, response.headers["Location"].rsplit("/", 1)[1])
+    assert [i.features for i in items] == [{"length": 7.5, "weight": 0.2}, {"length": 9.0, "weight": 0.25},
+                                           {"length": 400.0, "weight": 1000.0}]
+    assert [i.label for i in items] == ["fruit", "fruit", "vehicle"]
+
+
+def test_a_bad_feature_cell_is_named_by_file_row_and_column(researcher_client, conn):
+    csv_bytes = b"text,length\nred apple,7.5\ngreen pear,long\nblue car,400\n"
+    response = create(researcher_client, csv_bytes, "features.csv")
+    page = response.get_data(as_text=True).replace("&#39;", "'")
+    assert response.status_code == 400
+    assert "features.csv, row 3, column 'length': 'long' is not a number" in page
+    assert not conn.smembers(keys.studies())
 
 
 def test_create_from_an_uploaded_yaml_config(researcher_client, conn):
@@ -232,23 +256,108 @@ def test_raters_table_uses_per_rater_counters_when_present(researcher_client, ap
         assert rows["r-bad"]["too_fast_share"] == pytest.approx(0.5)
 
 
-def test_excluding_a_rater_rebuilds_the_engines_without_them(researcher_client, app, conn, study_id, monkeypatch):
+def test_excluding_a_rater_queues_a_rebuild_that_a_worker_runs(researcher_client, app, conn, study_id):
     _answer_some(app, conn, study_id)
-    import workers.rebuild
-
-    calls = []
-    real = workers.rebuild.rebuild_study
-    monkeypatch.setattr(workers.rebuild, "rebuild_study",
-                        lambda conn, sid, exclude_raters=(): calls.append((sid, list(exclude_raters)))
-                        or real(conn, sid, exclude_raters=exclude_raters))
+    applied = conn.hget(keys.engine_stats(study_id), "answers_applied")
     response = researcher_client.post(f"/studies/{study_id}/raters/exclude", data={"rater": "r-bad"},
                                       follow_redirects=True)
     assert response.status_code == 200
-    assert calls == [(study_id, ["r-bad"])]
-    assert "Excluded rater r-bad" in response.get_data(as_text=True)
+    page = response.get_data(as_text=True)
+    # the request only queued the job: nothing was replayed yet
+    assert "Excluded rater r-bad: rebuild queued" in page and 'id="rebuild-status"' in page
     assert conn.sismember(keys.excluded_raters(study_id), "r-bad")
+    stats = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()
+    assert stats["rebuild"]["state"] == "queued" and "Rebuild queued" in stats["rebuild"]["message"]
+    assert conn.hget(keys.engine_stats(study_id), "answers_applied") == applied
+    # the same exclusion again queues nothing more
+    again = researcher_client.post(f"/studies/{study_id}/raters/exclude", data={"rater": "r-bad"},
+                                   follow_redirects=True)
+    assert "already excluded" in again.get_data(as_text=True)
+
+    assert run_worker(conn) == 1  # one rebuild job (its follow-up update is queued by the job)
+    stats = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()
+    rebuild = stats["rebuild"]
+    assert rebuild["state"] == "finished", rebuild
+    assert rebuild["answers_replayed"] == 6 and rebuild["answers_excluded"] == 6
+    assert rebuild["excluded_raters"] == ["r-bad"] and "Rebuild finished" in rebuild["message"]
     rows = {r["rater"]: r for r in researcher_client.get(f"/api/studies/{study_id}/raters").get_json()["raters"]}
     assert rows["r-bad"]["excluded"] and not rows["r-good"]["excluded"]
+    # the engine now holds the good rater's answers only
+    run_worker(conn)
+    progress = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()["algorithms"][0]["progress"]
+    assert progress["answers"] == 6
+    page = researcher_client.get(f"/studies/{study_id}").get_data(as_text=True)
+    assert "Rebuild finished at" in page
+
+
+def test_a_second_exclusion_while_a_rebuild_waits_gets_its_own_job(researcher_client, app, conn, study_id):
+    _answer_some(app, conn, study_id, raters=("r-1", "r-2", "r-3"), per_rater=3)
+    researcher_client.post(f"/studies/{study_id}/raters/exclude", data={"rater": "r-1"})
+    researcher_client.post(f"/studies/{study_id}/raters/exclude", data={"rater": "r-2"})
+    assert run_worker(conn) == 2
+    rebuild = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()["rebuild"]
+    assert rebuild["state"] == "finished" and rebuild["excluded_raters"] == ["r-1", "r-2"]
+    assert rebuild["answers_excluded"] == 6
+
+
+# ---------------------------------------------------------------------- known truth: error against answers
+def test_true_neighbours_count_ties_and_share_wrong_counts_missing_guesses():
+    truth = true_neighbours([(0.0,), (1.0,), (2.0,), (10.0,)])
+    assert truth == [[1], [0, 2], [1], [2]]
+    assert share_wrong([1, 2, 1, 2], truth) == 0.0
+    assert share_wrong([1, 0, -1, 0], truth) == 0.5
+
+
+def test_stats_carry_an_error_curve_against_answers_for_a_study_with_known_positions(researcher_client, app,
+                                                                                       conn):
+    config = StudyConfig.from_dict({"name": "Line", "algorithm": "anntri", "question_kind": "rating",
+                                    "random_state": 3, "pool_size": 8})
+    study_id = create_study(conn, config, colour_items(8), study_id="line")
+    schedule_update(conn, study_id)
+    run_worker(conn)
+    first = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()
+    assert first["study"]["truth_known"]
+    error = first["algorithms"][0]["truth_error"]
+    assert error["curve"] == [[0, error["share_wrong"]]] and error["answers_applied"] == 0
+    rater = app.test_client()
+    for _ in range(4):
+        for _ in range(10):
+            q = fetch_question(rater, study_id)
+            i, j = (it["index"] for it in q["items"])
+            rater.post(f"/api/studies/{study_id}/answers",
+                       json={"token": q["token"], "value": 5 - min(4, abs(i - j))})
+        run_worker(conn)
+        researcher_client.get(f"/api/studies/{study_id}/stats")  # each poll records a point
+    error = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()["algorithms"][0]["truth_error"]
+    xs = [x for x, _ in error["curve"]]
+    assert xs == sorted(xs) and xs[0] == 0 and xs[-1] == error["answers_applied"] == 40
+    assert len(error["curve"]) == 5
+    assert all(0.0 <= y <= 1.0 for _, y in error["curve"])
+    # the learned graph after 40 noiseless answers is better than the empty one
+    assert error["curve"][-1][1] < error["curve"][0][1]
+    # a poll without new answers adds nothing
+    again = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()["algorithms"][0]["truth_error"]
+    assert again["curve"] == error["curve"]
+    page = researcher_client.get(f"/studies/{study_id}").get_data(as_text=True)
+    assert 'class="plot error-plot"' in page
+
+
+def test_a_study_without_positions_has_no_error_curve(researcher_client, conn):
+    items = [Item(id=f"t{i}", kind="text", text=f"text {i}") for i in range(4)]
+    study_id = create_study(conn, StudyConfig(name="Texts"), items, study_id="texts")
+    stats = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()
+    assert not stats["study"]["truth_known"] and stats["algorithms"][0]["truth_error"] is None
+    assert "error-plot" not in researcher_client.get(f"/studies/{study_id}").get_data(as_text=True)
+
+
+def test_forest_progress_has_depth_per_tree_next_to_nodes_built_and_pending(researcher_client, conn):
+    config = StudyConfig.from_dict({"name": "Forest", "algorithm": "comparison_forest", "random_state": 0,
+                                    "params": {"n_trees": 3}})
+    study_id = create_study(conn, config, colour_items(12), study_id="forest")
+    schedule_update(conn, study_id)
+    run_worker(conn)
+    progress = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()["algorithms"][0]["progress"]
+    assert len(progress["nodes_built"]) == len(progress["nodes_pending"]) == len(progress["depth"]) == 3
 
 
 # ---------------------------------------------------------------------- graph layout (classical MDS)
@@ -293,12 +402,12 @@ def test_graph_layout_route_places_items_and_lists_candidates_with_bounds(resear
         rater.post(f"/api/studies/{study_id}/answers", json={"token": q["token"], "value": value})
         run_worker(conn)
     layout = researcher_client.get(f"/api/studies/{study_id}/graph-layout?algorithm=anntri").get_json()
-    assert len(layout["positions"]) == 6
+    assert layout["nodes"] == list(range(6)) and len(layout["positions"]) == 6
     assert all(0 <= x <= 1 and 0 <= y <= 1 for x, y in layout["positions"])
     assert layout["edges"] and {"from", "to", "certified"} <= set(layout["edges"][0])
     cands = layout["candidates"][0]
     assert cands and {"item", "estimate", "lower", "upper", "samples"} <= set(cands[0])
-    assert sum(layout["samples_per_item"]) > 0
+    assert sum(layout["samples_histogram"]["counts"]) == 6
     pos = np.array(layout["positions"])
     # pair-mates are drawn closer together than items of other pairs
     assert np.linalg.norm(pos[0] - pos[1]) < np.linalg.norm(pos[0] - pos[4])
@@ -309,3 +418,77 @@ def test_graph_layout_route_places_items_and_lists_candidates_with_bounds(resear
 def test_graph_layout_of_a_study_without_engine_state_yet(researcher_client, conn, study_id):
     layout = researcher_client.get(f"/api/studies/{study_id}/graph-layout").get_json()
     assert len(layout["positions"]) == 10 and layout["candidates"] == [[] for _ in range(10)]
+
+
+def test_a_large_study_draws_at_most_max_drawn_items_the_busiest_ones(researcher_client, app, conn):
+    items = [Item(id=f"p{i}", kind="color", color="#102030", position=(float(i),)) for i in range(1000)]
+    config = StudyConfig.from_dict({"name": "Big", "algorithm": "anntri", "question_kind": "rating",
+                                    "random_state": 1, "pool_size": 10})
+    study_id = create_study(conn, config, items, study_id="big")
+    schedule_update(conn, study_id)
+    run_worker(conn)
+    rater = app.test_client()
+    asked = set()
+    for _ in range(10):
+        q = fetch_question(rater, study_id)
+        asked.update(it["index"] for it in q["items"])
+        rater.post(f"/api/studies/{study_id}/answers", json={"token": q["token"], "value": 3})
+    run_worker(conn)
+    layout = researcher_client.get(f"/api/studies/{study_id}/graph-layout").get_json()
+    assert MAX_DRAWN == 300 and layout["n_items"] == 1000 and layout["max_drawn"] == MAX_DRAWN
+    assert len(layout["nodes"]) == len(layout["positions"]) == len(layout["candidates"]) == MAX_DRAWN
+    assert asked <= set(layout["nodes"])  # the items with answers are drawn first
+    drawn = set(layout["nodes"])
+    assert all(e["from"] in drawn and e["to"] in drawn for e in layout["edges"])
+    assert len(layout["edges"]) + layout["edges_not_drawn"] <= 1000
+    assert sum(layout["samples_histogram"]["counts"]) == 1000  # the histogram covers every item
+    assert 'id="graph-cap"' in researcher_client.get(f"/studies/{study_id}").get_data(as_text=True)
+
+
+# ---------------------------------------------------------------------- changing one's password
+def test_a_researcher_changes_their_password_and_stays_logged_in(researcher_client, app, conn):
+    assert 'id="password-form"' in researcher_client.get("/account").get_data(as_text=True)
+    other = app.test_client()
+    assert log_in(other).status_code == 302 and other.get("/").status_code == 200
+    new = "a brand new long password"
+    response = researcher_client.post("/account", data={"current_password": RESEARCHER_PASSWORD,
+                                                        "new_password": new, "repeat_password": new},
+                                      follow_redirects=True)
+    assert response.status_code == 200 and "Your password is changed" in response.get_data(as_text=True)
+    assert researcher_client.get("/").status_code == 200  # this session goes on
+    assert other.get("/").status_code == 302  # the other session is logged out
+    assert log_in(app.test_client(), password=RESEARCHER_PASSWORD).status_code == 401
+    assert log_in(app.test_client(), password=new).status_code == 302
+
+
+@pytest.mark.parametrize("current, new, repeat, message", [
+    ("wrong password!", "a brand new long password", "a brand new long password", "current password is wrong"),
+    (RESEARCHER_PASSWORD, "a brand new long password", "another new long password", "two new passwords differ"),
+    (RESEARCHER_PASSWORD, "short", "short", "too weak"),
+    (RESEARCHER_PASSWORD, RESEARCHER_PASSWORD, RESEARCHER_PASSWORD, "is the current one"),
+])
+def test_a_password_change_is_refused_with_the_reason(researcher_client, app, current, new, repeat, message):
+    response = researcher_client.post("/account", data={"current_password": current, "new_password": new,
+                                                        "repeat_password": repeat})
+    assert response.status_code == 400 and message in response.get_data(as_text=True)
+    assert log_in(app.test_client()).status_code == 302  # the old password still works
+
+
+def test_a_password_change_needs_a_csrf_token_and_a_login(researcher_client, app):
+    del researcher_client.environ_base["HTTP_X_CSRFTOKEN"]
+    new = "a brand new long password"
+    body = {"current_password": RESEARCHER_PASSWORD, "new_password": new, "repeat_password": new}
+    assert researcher_client.post("/account", data=body).status_code == 400
+    anonymous = app.test_client()
+    assert anonymous.get("/account").status_code == 302
+    assert anonymous.post("/account", data=body).status_code in (302, 400)
+    assert log_in(app.test_client(), name=RESEARCHER).status_code == 302  # unchanged
+
+
+def test_wrong_current_passwords_count_as_failed_logins(researcher_client, app):
+    app.config["LOGIN_MAX_FAILURES"] = 2
+    body = {"current_password": "wrong password!", "new_password": "x" * 12, "repeat_password": "x" * 12}
+    assert researcher_client.post("/account", data=body).status_code == 400
+    assert researcher_client.post("/account", data=body).status_code == 400
+    blocked = researcher_client.post("/account", data={**body, "current_password": RESEARCHER_PASSWORD})
+    assert blocked.status_code == 429 and "Too many wrong passwords" in blocked.get_data(as_text=True)

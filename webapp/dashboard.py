@@ -13,16 +13,18 @@ from flask import (
     redirect,
     render_template,
     request,
+    session,
     stream_with_context,
     url_for,
 )
 
+from workers import keys
 from workers.backup import set_aside_answers
 from workers.config import ALGORITHMS, QUESTION_KINDS, ConfigError, StudyConfig
 from workers.engines import FOREST_ALGORITHMS
 from workers.exports import FORMATS, ExportError, export
 from workers.models import trained_models
-from workers.queue import schedule_update
+from workers.queue import enqueue_rebuild, schedule_update
 from workers.studies import (
     StudyError,
     StudyNotFound,
@@ -35,6 +37,9 @@ from workers.studies import (
 )
 from workers.uploads import config_from_yaml_bytes, items_from_upload
 
+from . import accounts
+from .accounts import AccountError
+from .auth import client_address, current_researcher
 from .stats import study_stats
 from .storage import get_redis
 
@@ -54,6 +59,13 @@ def upload_limit() -> int:
     return int(current_app.config.get("UPLOAD_MAX_BYTES") or DEFAULT_UPLOAD_MAX_BYTES)
 
 
+def size_text(n_bytes: int) -> str:
+    """A byte count as people read it: "64 MiB", "200 KiB"."""
+    if n_bytes >= 1024 * 1024:
+        return f"{n_bytes / (1024 * 1024):.0f} MiB"
+    return f"{max(1, round(n_bytes / 1024))} KiB"
+
+
 @bp.url_value_preprocessor
 def allow_uploads(endpoint, values):
     # Runs before the app's before_request hooks, so before the CSRF check parses the form body.
@@ -65,9 +77,8 @@ def allow_uploads(endpoint, values):
 
 @bp.errorhandler(413)
 def upload_too_large(err):
-    mib = upload_limit() / (1024 * 1024)
-    message = (f"The upload is too large: at most {mib:.0f} MiB are accepted. Split the items into a smaller "
-               "ZIP, or shrink the images.")
+    message = (f"The upload is too large: at most {size_text(upload_limit())} are accepted. Split the items "
+               "into a smaller ZIP, or shrink the images.")
     if request.endpoint == "dashboard.new_study":
         return _new_study_page(error=message, status=413, form={})  # the body was not read
     return render_template("auth/refused.html", message=message), 413
@@ -90,7 +101,8 @@ def _new_study_page(error: str | None = None, status: int = 200, form=None):
     if form is None:
         form = request.form if request.method == "POST" else {}
     return render_template("dashboard/new.html", error=error, form=form, algorithms=ALGORITHMS,
-                           question_kinds=QUESTION_KINDS, upload_mib=upload_limit() // (1024 * 1024)), status
+                           question_kinds=QUESTION_KINDS, upload_limit=upload_limit(),
+                           upload_size=size_text(upload_limit())), status
 
 
 def config_from_form(form, files) -> StudyConfig:
@@ -195,17 +207,57 @@ def settings(study_id: str):
 
 @bp.post("/studies/<study_id>/raters/exclude")
 def exclude_rater(study_id: str):
-    from workers.rebuild import rebuild_study  # numpy-heavy: imported only when a researcher excludes
-
+    """Exclude a rater: their later answers are skipped at once, and an RQ job rebuilds the engines
+    from the log without their earlier ones (the page polls its status through the stats JSON)."""
     conn = get_redis()
     _study_or_404(conn, study_id)
     rater = request.form.get("rater", "").strip()
     if not rater:
         abort(400, description="Say which rater to exclude.")
-    report = rebuild_study(conn, study_id, exclude_raters=[rater])
-    flash(f"Excluded rater {rater}: the engines were rebuilt from {report.answers_replayed} answers "
-          f"({report.answers_excluded} excluded); {len(report.changed)} nearest neighbours changed.")
+    if not conn.sadd(keys.excluded_raters(study_id), rater):
+        flash(f"Rater {rater} is already excluded.")
+    else:
+        enqueue_rebuild(conn, study_id, [rater])
+        flash(f"Excluded rater {rater}: rebuild queued. The engines are rebuilt from the log without their "
+              "answers; this page says when the rebuild has finished.")
     return redirect(url_for("dashboard.study", study_id=study_id) + "#raters")
+
+
+@bp.route("/account", methods=["GET", "POST"])
+def account():
+    """The logged-in researcher changes their own password (current password, the new one twice).
+    Wrong current passwords count as failed logins, so this form is no way around the login limit."""
+    if request.method == "GET":
+        return render_template("dashboard/account.html", min_length=accounts.MIN_PASSWORD_LENGTH)
+    conn, name, ip = get_redis(), current_researcher(), client_address()
+    config = current_app.config
+    wait = accounts.login_blocked_for(conn, name, ip, config["LOGIN_MAX_FAILURES"])
+    if wait:
+        minutes = -(-wait // 60)
+        return _account_error(f"Too many wrong passwords. Wait {minutes} minute{'s' if minutes != 1 else ''} "
+                              "and try again.", 429)
+    current = request.form.get("current_password", "")
+    new, repeat = request.form.get("new_password", ""), request.form.get("repeat_password", "")
+    if accounts.verify_password(conn, name, current) is None:
+        accounts.record_login_failure(conn, name, ip, config["LOGIN_FAILURE_WINDOW_SECONDS"])
+        return _account_error("The current password is wrong; the password was not changed.", 400)
+    if new != repeat:
+        return _account_error("The two new passwords differ; type the same new password twice.", 400)
+    if new == current:
+        return _account_error("The new password is the current one; choose a different password.", 400)
+    try:
+        accounts.set_password(conn, name, new)
+    except AccountError as exc:
+        return _account_error(f"The password was not changed: {exc}.", 400)
+    accounts.clear_login_failures(conn, name, ip)
+    # set_password logged out every session of the account; this one stays logged in
+    session["researcher_epoch"] = accounts.session_epoch(conn, name)
+    flash("Your password is changed. Other sessions of this account are logged out.")
+    return redirect(url_for("dashboard.account"))
+
+
+def _account_error(message: str, status: int):
+    return render_template("dashboard/account.html", error=message, min_length=accounts.MIN_PASSWORD_LENGTH), status
 
 
 def _download(study_id: str, what: str, fmt: str):

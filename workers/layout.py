@@ -13,6 +13,8 @@ from .engines import Learner
 from .studies import Study
 
 MAX_CANDIDATES = 8
+#: At most this many items are drawn (and laid out); the others are only listed on the page.
+MAX_DRAWN = 300
 
 
 def classical_mds(distances: np.ndarray, dims: int = 2) -> np.ndarray:
@@ -79,8 +81,26 @@ def _num(x) -> float | None:
     return round(x, 6) if np.isfinite(x) else None
 
 
-def graph_layout(conn, study: Study, label: str) -> dict:
-    """Positions, neighbour edges and candidates of one algorithm's current graph (JSON-safe)."""
+def drawn_items(n: int, samples_per_item: np.ndarray | None, limit: int = MAX_DRAWN) -> np.ndarray:
+    """Indices of the items to draw, ascending: all of them up to ``limit``, else the ``limit`` items
+    with the most answers so far (ties: lower index first), where the learner is busiest."""
+    if n <= limit:
+        return np.arange(n)
+    if samples_per_item is None:
+        return np.arange(limit)
+    counts = np.zeros(n, np.int64)
+    counts[: min(n, len(samples_per_item))] = np.asarray(samples_per_item)[:n]
+    order = np.lexsort((np.arange(n), -counts))  # most answers first, then by index
+    return np.sort(order[:limit])
+
+
+def graph_layout(conn, study: Study, label: str, max_drawn: int = MAX_DRAWN) -> dict:
+    """One algorithm's current graph for drawing (JSON-safe): at most ``max_drawn`` items
+    (``nodes``, with ``positions`` and ``candidates`` in the same order), the neighbour edges
+    between drawn items, and the histogram of answers per item over every item.
+
+    Large studies are cut to ``max_drawn`` items so the MDS, the reply and the drawing stay
+    small whatever the study's size; the page lists every item anyway."""
     alg = study.config.get_algorithm(label)
     if alg is None:
         raise KeyError(label)
@@ -88,49 +108,64 @@ def graph_layout(conn, study: Study, label: str) -> dict:
     state = engine_state.load(conn, study.id, label)
     learner = Learner.from_state(alg, study.config, state) if state is not None else None
     planner = learner.planner if learner is not None else None
-    candidates: list[list[dict]] = [[] for _ in range(n)]
-    samples_per_item: list[int] | None = None
-    if planner is not None and hasattr(planner, "mean_"):
+    has_bounds = planner is not None and hasattr(planner, "mean_")
+    samples = None
+    if has_bounds:
+        samples = planner.count_.sum(axis=1).astype(np.int64)
+    elif planner is not None and alg.algorithm == "random_triplets":
+        samples = np.asarray(planner.result().shown).sum(axis=1).astype(np.int64)
+    nodes = drawn_items(n, samples, max_drawn)
+    m = len(nodes)
+    candidates: list[list[dict]] = [[] for _ in range(m)]
+    if has_bounds:
         mean, count, lower, upper = planner.mean_, planner.count_, planner.lower_, planner.upper_
-        distances = fill_distances(mean, count, lower, upper)
-        samples_per_item = count.sum(axis=1).astype(int).tolist()
-        for i in range(min(n, mean.shape[0])):
+        known = nodes[nodes < mean.shape[0]]  # items added after the engine was built have no row yet
+        sub = np.ix_(known, known)
+        distances = fill_distances(mean[sub], count[sub], lower[sub], upper[sub])
+        for slot, i in enumerate(known.tolist()):
             est = np.where(count[i] > 0, mean[i], np.nan)
             order = np.lexsort((np.nan_to_num(upper[i], posinf=np.inf), np.nan_to_num(est, nan=np.inf)))
-            order = [j for j in order.tolist() if j != i][:MAX_CANDIDATES]
-            candidates[i] = [{"item": j, "estimate": _num(est[j]), "lower": _num(lower[i, j]),
-                              "upper": _num(upper[i, j]), "samples": int(count[i, j])} for j in order]
+            order = [j for j in order[: MAX_CANDIDATES + 1].tolist() if j != i][:MAX_CANDIDATES]
+            candidates[slot] = [{"item": j, "estimate": _num(est[j]), "lower": _num(lower[i, j]),
+                                 "upper": _num(upper[i, j]), "samples": int(count[i, j])} for j in order]
     elif planner is not None and alg.algorithm == "random_triplets":
         res = planner.result()
-        win = np.asarray(res.win_rate, dtype=np.float64)
-        shown = np.asarray(res.shown)
-        distances = fill_distances(1.0 - win, shown)
+        known = nodes[nodes < np.asarray(res.shown).shape[0]]
+        sub = np.ix_(known, known)
+        distances = fill_distances(1.0 - np.asarray(res.win_rate, dtype=np.float64)[sub], np.asarray(res.shown)[sub])
     else:
-        distances = np.ones((n, n))
+        distances = np.ones((m, m))
         np.fill_diagonal(distances, 0.0)
     if learner is not None:
         graph = learner.graph()
         neighbors = graph.neighbors[:, 0].astype(int)
         certified = np.asarray(graph.certified, bool)
-        if not hasattr(planner, "mean_"):
-            # no distance estimates (forests): pull each item towards its neighbour
-            for i, j in enumerate(neighbors.tolist()):
-                if j >= 0:
-                    distances[i, j] = distances[j, i] = min(distances[i, j], 0.3)
     else:
         neighbors = np.full(n, -1)
         certified = np.zeros(n, bool)
-    distances = _pad(distances, n, fill=float(distances.max()) if distances.size else 1.0)
     neighbors = np.concatenate([neighbors[:n], np.full(max(0, n - len(neighbors)), -1)]).astype(int)
     certified = np.concatenate([certified[:n], np.zeros(max(0, n - len(certified)), bool)])
+    distances = _pad(distances, m, fill=float(distances.max()) if distances.size else 1.0)
+    slot_of = {int(i): s for s, i in enumerate(nodes.tolist())}
+    if learner is not None and not has_bounds:
+        # no distance estimates (forests): pull each drawn item towards its drawn neighbour
+        for i in nodes.tolist():
+            j = int(neighbors[i])
+            if j in slot_of:
+                a, b = slot_of[i], slot_of[j]
+                distances[a, b] = distances[b, a] = min(distances[a, b], 0.3)
     coords = _normalise(classical_mds(distances))
+    edges = [{"from": i, "to": int(neighbors[i]), "certified": bool(certified[i])}
+             for i in nodes.tolist() if neighbors[i] >= 0 and int(neighbors[i]) in slot_of]
+    n_edges = int(np.count_nonzero(neighbors >= 0))
     return {
-        "algorithm": label, "kind": alg.algorithm, "n_items": n,
+        "algorithm": label, "kind": alg.algorithm, "n_items": n, "max_drawn": max_drawn,
+        "nodes": nodes.tolist(),
         "positions": [[round(float(x), 5), round(float(y), 5)] for x, y in coords],
-        "edges": [{"from": i, "to": int(j), "certified": bool(certified[i])}
-                  for i, j in enumerate(neighbors.tolist()) if j >= 0],
+        "edges": edges,
+        "edges_not_drawn": n_edges - len(edges),
         "candidates": candidates,
-        "samples_per_item": samples_per_item,
+        "samples_histogram": histogram(samples, bins=15) if samples is not None else None,
     }
 
 

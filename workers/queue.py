@@ -1,13 +1,22 @@
 """Enqueueing RQ jobs by dotted path, so web processes never import the numpy-heavy jobs module."""
 from __future__ import annotations
 
+import hashlib
+import json
+import time
+
 from rq import Queue
+from rq.exceptions import NoSuchJobError
+from rq.job import Job, JobStatus
 
 from . import keys
 
 QUEUE_NAME = "proxima"
 UPDATE_FLAG_TTL = 60  # a web process that dies between flag and enqueue delays the study this long at most
 UPDATE_JOB = "workers.jobs.update_study"
+REBUILD_JOB = "workers.rebuild.rebuild_job"
+#: Field of ``keys.engine_stats`` holding the latest rebuild's status (JSON), which the dashboard polls.
+REBUILD_STATUS_FIELD = "rebuild"
 
 
 def get_queue(conn) -> Queue:
@@ -43,3 +52,32 @@ def schedule_stale_studies(conn) -> list[str]:
             if schedule_update(conn, study.id):
                 stale.append(study.id)
     return stale
+
+
+def rebuild_job_id(study_id: str, excluded_raters) -> str:
+    """One job id per (study, set of excluded raters): asking twice for the same rebuild queues it once."""
+    digest = hashlib.sha256("\n".join(sorted(excluded_raters)).encode()).hexdigest()[:16]
+    return f"proxima-rebuild-{study_id}-{digest}"
+
+
+def enqueue_rebuild(conn, study_id: str, raters=()) -> str:
+    """Queue a replay of the study's log without its excluded raters (``keys.excluded_raters``, which
+    the caller has already updated); returns the job id. The status the dashboard shows is set to
+    "queued" unless this very rebuild is already queued, running or done."""
+    excluded = sorted(r.decode() for r in conn.smembers(keys.excluded_raters(study_id)))
+    job_id = rebuild_job_id(study_id, excluded)
+    try:
+        status = Job.fetch(job_id, connection=conn).get_status()
+    except NoSuchJobError:
+        status = None
+    if status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.SCHEDULED,
+                  JobStatus.FINISHED):
+        return job_id
+    if status is not None:  # failed or stopped: clear the old run so its registries forget it
+        Job.fetch(job_id, connection=conn).delete()
+    conn.hset(keys.engine_stats(study_id), REBUILD_STATUS_FIELD, json.dumps({
+        "state": "queued", "job_id": job_id, "raters": sorted(raters), "excluded_raters": excluded,
+        "queued_at": time.time()}))
+    get_queue(conn).enqueue(REBUILD_JOB, study_id, job_id=job_id, job_timeout=3600, result_ttl=86400,
+                            failure_ttl=7 * 86400)
+    return job_id

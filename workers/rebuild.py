@@ -6,13 +6,17 @@ update. The report says how each algorithm's learned nearest-neighbour graph cha
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
+
+import redis
+from rq import get_current_job
 
 from . import engine_state, keys
 from .engines import Learner, new_learners
 from .jobs import load_learners, observe_batch, read_batch, study_lock
-from .queue import schedule_update
+from .queue import REBUILD_STATUS_FIELD, schedule_update
 from .studies import Study, get_items, get_study, initial_item_count
 
 
@@ -106,3 +110,29 @@ def rebuild_study(conn, study_id: str, exclude_raters=(), chunk: int = 20000) ->
                 report.changed.append((label, item_ids[index], name(prior), name(nn)))
     report.seconds = time.perf_counter() - started
     return report
+
+
+def rebuild_job(study_id: str) -> dict:
+    """RQ entry point (``queue.enqueue_rebuild``): rebuild the study without its excluded raters and
+    record the outcome where the dashboard reads it, unless a newer rebuild was queued meanwhile."""
+    job = get_current_job()
+    conn = job.connection
+    report = rebuild_study(conn, study_id)
+    status = {"state": "finished", "job_id": job.id, "finished_at": time.time(),
+              "excluded_raters": report.excluded_raters, "answers_replayed": report.answers_replayed,
+              "answers_excluded": report.answers_excluded, "answers_set_aside": report.answers_set_aside,
+              "neighbours_changed": len(report.changed), "seconds": round(report.seconds, 3)}
+    key = keys.engine_stats(study_id)
+    with conn.pipeline(transaction=True) as pipe:
+        while True:
+            try:
+                pipe.watch(key)
+                current = json.loads(pipe.hget(key, REBUILD_STATUS_FIELD) or "{}")
+                pipe.multi()
+                if current.get("job_id") in (None, job.id):
+                    pipe.hset(key, REBUILD_STATUS_FIELD, json.dumps({**current, **status}))
+                pipe.execute()
+                break
+            except redis.WatchError:
+                continue
+    return status

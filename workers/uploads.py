@@ -10,7 +10,6 @@ or when YAML aliases would expand them past a node budget. Must never import Fla
 """
 from __future__ import annotations
 
-import csv
 import io
 import json
 import posixpath
@@ -23,12 +22,10 @@ import yaml
 from PIL import Image, UnidentifiedImageError
 
 from .config import ConfigError, StudyConfig
-from .studies import MAX_MEDIA_BYTES, MEDIA_TYPES, Item, StudyError
+from .studies import MAX_MEDIA_BYTES, MEDIA_TYPES, Item, StudyError, items_from_csv_text
 
 MAX_ZIP_MEMBERS = 5000
 MAX_ZIP_TOTAL_BYTES = 256 * 1024 * 1024
-MAX_CSV_ROWS = 100_000
-MAX_TEXT_CHARS = 5000
 #: Largest image (width x height) accepted: a small, highly compressed file can ask a rater's
 #: browser to decode gigapixels. 40 megapixels is more than any camera photo needs here.
 MAX_IMAGE_PIXELS = 40_000_000
@@ -151,40 +148,13 @@ def items_from_zip(data: bytes, filename: str = "items.zip", max_members: int = 
 
 
 def items_from_csv_bytes(data: bytes, filename: str = "items.csv") -> list[Item]:
-    """Text items from CSV bytes with a ``text`` column and optional ``id`` and ``label`` columns."""
+    """Text items from uploaded CSV bytes: decoded here, parsed by ``studies.items_from_csv_text``
+    (a ``text`` column, optional ``id`` and ``label``, any other column a numeric feature)."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise StudyError(f"{filename} is not UTF-8 text (byte {exc.start}); save it as CSV UTF-8") from None
-    try:
-        reader = csv.DictReader(io.StringIO(text, newline=""))
-        header = reader.fieldnames or []
-        if "text" not in header:
-            raise StudyError(f"{filename} needs a header row with a 'text' column (and optionally 'id', 'label'); "
-                             f"its header is: {', '.join(header) or '(empty)'}")
-        items = []
-        for line, row in enumerate(reader, start=2):
-            if line - 1 > MAX_CSV_ROWS:
-                raise StudyError(f"{filename} has more than {MAX_CSV_ROWS} rows")
-            value = (row.get("text") or "").strip()
-            if not value:
-                raise StudyError(f"{filename}, row {line}: the 'text' cell is empty")
-            if len(value) > MAX_TEXT_CHARS:
-                raise StudyError(f"{filename}, row {line}: the text has {len(value)} characters; "
-                                 f"at most {MAX_TEXT_CHARS} are allowed")
-            try:
-                items.append(Item(id=(row.get("id") or "").strip() or f"t{line - 1}", kind="text", text=value,
-                                  label=(row.get("label") or "").strip() or None))
-            except StudyError as exc:
-                raise StudyError(f"{filename}, row {line}: {exc}") from None
-    except csv.Error as exc:
-        raise StudyError(f"{filename} is not a valid CSV file: {exc}") from None
-    ids = [item.id for item in items]
-    for index, item_id in enumerate(ids):
-        if item_id in ids[:index]:
-            raise StudyError(f"{filename}, row {index + 2}: id '{item_id}' is already used by row "
-                             f"{ids.index(item_id) + 2}; ids must be unique")
-    return items
+    return items_from_csv_text(text, filename)
 
 
 def items_from_upload(data: bytes, filename: str) -> tuple[list[Item], dict[int, bytes]]:

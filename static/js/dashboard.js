@@ -11,7 +11,6 @@
   const rows = Array.from(document.querySelectorAll("#items tbody tr"));
   const names = rows.map((r) => r.children[1].textContent.trim());
   const itemCells = rows.map((r) => r.children[1]);
-  const positions = rows.map((r) => (r.dataset.position ? r.dataset.position.split(",").map(Number) : null));
 
   // ------------------------------------------------------------------ confirmations (no inline handlers: CSP)
   document.querySelectorAll("form[data-confirm]").forEach((form) => {
@@ -30,20 +29,6 @@
       setTimeout(() => (button.textContent = "Copy"), 1500);
     });
   });
-
-  function trueNeighbours() {
-    if (!positions.length || positions.some((p) => p === null)) return null;
-    return positions.map((p, i) => {
-      let best = -1, bestD = Infinity;
-      positions.forEach((q, j) => {
-        if (i === j) return;
-        const d = Math.hypot.apply(null, p.map((x, k) => x - q[k]));
-        if (d < bestD) { bestD = d; best = j; }
-      });
-      return best;
-    });
-  }
-  const truth = trueNeighbours();
 
   // ------------------------------------------------------------------ charts (uPlot)
   const charts = {};
@@ -91,15 +76,6 @@
     chart(id, [barSeries(label, "#4a8f5b")], [xs, hist.counts], categoryOpts(""));
   }
 
-  function histogramOf(values, bins) {
-    if (!values.length) return null;
-    const max = Math.max.apply(null, values) || 1;
-    const width = max / bins;
-    const counts = new Array(bins).fill(0);
-    values.forEach((v) => (counts[Math.min(bins - 1, Math.floor(v / width))] += 1));
-    return { edges: Array.from({ length: bins + 1 }, (_, i) => Math.round(i * width * 10) / 10), counts: counts };
-  }
-
   function drawAlgorithms(stats, now) {
     (stats.algorithms || []).forEach((alg) => {
       const fig = document.querySelector('.alg-plot[data-label="' + alg.label + '"]');
@@ -108,8 +84,12 @@
       const p = alg.progress || {};
       if (p.nodes_built) {
         const trees = p.nodes_built.map((_, i) => i);
-        chart(plot, [barSeries("built", "#2857c5"), barSeries("pending", "#d98b2b")], [trees, p.nodes_built, p.nodes_pending],
-          categoryOpts("tree"));
+        const depth = p.depth || p.nodes_built.map(() => 0);
+        chart(plot, [barSeries("built", "#2857c5"), barSeries("pending", "#d98b2b"),
+          Object.assign(lineSeries("depth", "#2e8540", "depth"), { points: { show: true, size: 6 } })],
+        [trees, p.nodes_built, p.nodes_pending, depth],
+        { scales: { x: { time: false }, depth: { range: (u, lo, hi) => [0, Math.max(1, hi)] } },
+          axes: [{ label: "tree" }, { label: "nodes" }, { scale: "depth", side: 1, label: "depth", grid: { show: false } }] });
       } else if (p.rounds_certified !== undefined) {
         const h = roundHistory[alg.label] || (roundHistory[alg.label] = { t: [], c: [], o: [], w: [] });
         h.t.push(now); h.c.push(p.rounds_certified); h.o.push(p.rounds_open); h.w.push(p.rounds_waiting);
@@ -124,7 +104,23 @@
         h.t.push(now); h.a.push(alg.answers);
         chart(plot, [lineSeries("answers", "#2857c5")], [h.t, h.a]);
       }
+      drawError(fig, alg.truth_error);
     });
+  }
+
+  // Known truth (simulated studies): share of items whose learned nearest neighbour is wrong,
+  // against the answers the algorithm had applied, as the server recorded it.
+  function drawError(fig, error) {
+    const plot = fig.querySelector(".error-plot");
+    if (!plot || !error) return;
+    const now = fig.querySelector(".error-now");
+    if (now) now.textContent = (100 * error.share_wrong).toFixed(0) + "% wrong after " + error.answers_applied + " answers";
+    const curve = error.curve.slice().sort((a, b) => a[0] - b[0]);
+    if (!curve.length) return;
+    chart(plot, [lineSeries("share wrong", "#c0392b", "share")],
+      [curve.map((p) => p[0]), curve.map((p) => p[1])],
+      { scales: { x: { time: false }, share: { range: [0, 1] } },
+        axes: [{ label: "answers applied" }, { scale: "share", label: "share wrong" }] });
   }
 
   function update(stats) {
@@ -154,8 +150,7 @@
     chart("plot-latency", [lineSeries("refresh ms", "#7b4fb5")], [lat.map((_, i) => i), lat], categoryOpts("update"));
     drawAlgorithms(stats, now);
 
-    let agree = 0, known = 0;
-    (stats.algorithms || []).forEach((alg, a) => {
+    (stats.algorithms || []).forEach((alg) => {
       const row = document.querySelector('#algorithms tr[data-label="' + alg.label + '"]');
       if (row) {
         row.querySelector(".answers").textContent = alg.answers;
@@ -168,14 +163,31 @@
         if (!rows[i]) return;
         const cell = rows[i].querySelector('.nn[data-label="' + alg.label + '"]');
         if (cell) cell.textContent = nn >= 0 ? names[nn] : "—";
-        if (a === 0 && truth && nn >= 0) { known += 1; if (nn === truth[i]) agree += 1; }
       });
     });
-    if (truth && stats.algorithms && stats.algorithms.length) {
+    const first = (stats.algorithms || []).find((alg) => alg.truth_error);
+    if (first) {
+      const right = Math.round((1 - first.truth_error.share_wrong) * rows.length);
       document.getElementById("truth-agreement").textContent =
-        "Known ground truth (" + stats.algorithms[0].label + "): " + agree + " of " + rows.length +
-        " items have their true nearest neighbour (" + known + " have a guess so far).";
+        "Known ground truth (" + first.label + "): " + right + " of " + rows.length +
+        " items have a true nearest neighbour as their learned one.";
     }
+    showRebuild(stats.rebuild);
+  }
+
+  // ------------------------------------------------------------------ rebuild after excluding a rater
+  const rebuildStatus = document.getElementById("rebuild-status");
+  let rebuildState = null;
+  function showRebuild(rebuild) {
+    if (!rebuildStatus || !rebuild) return;
+    rebuildStatus.hidden = false;
+    rebuildStatus.textContent = rebuild.message;
+    rebuildStatus.dataset.state = rebuild.state;
+    if (rebuildState !== null && rebuildState !== rebuild.state && rebuild.state === "finished") {
+      refreshRaters();
+      refreshGraph();
+    }
+    rebuildState = rebuild.state;
   }
 
   function describe(alg) {
@@ -185,7 +197,10 @@
     if (p.rounds_certified !== undefined) {
       return p.rounds_certified + " certified, " + p.rounds_open + " open, " + p.rounds_waiting + " waiting";
     }
-    if (p.trees_built !== undefined) return p.trees_built + " of " + p.n_trees + " trees built";
+    if (p.trees_built !== undefined) {
+      const depth = p.depth && p.depth.length ? ", depth up to " + Math.max.apply(null, p.depth) : "";
+      return p.trees_built + " of " + p.n_trees + " trees built" + depth;
+    }
     return (p.answers !== undefined ? p.answers : alg.answers) + " answers";
   }
 
@@ -219,10 +234,14 @@
     if (!graphSvg || !layout) return;
     Array.from(graphSvg.querySelectorAll("g")).forEach((g) => g.remove());
     const W = 640, H = 480, pad = 30;
-    const xy = layout.positions.map(([x, y]) => [pad + x * (W - 2 * pad), pad + y * (H - 2 * pad)]);
+    const xy = new Map();
+    layout.nodes.forEach((item, slot) => {
+      const [x, y] = layout.positions[slot];
+      xy.set(item, [pad + x * (W - 2 * pad), pad + y * (H - 2 * pad)]);
+    });
     const edges = el("g", { class: "edges" }, graphSvg);
     layout.edges.forEach((edge) => {
-      const [x1, y1] = xy[edge.from], [x2, y2] = xy[edge.to];
+      const [x1, y1] = xy.get(edge.from), [x2, y2] = xy.get(edge.to);
       const len = Math.hypot(x2 - x1, y2 - y1) || 1, shrink = Math.min(14, len / 2);
       el("line", {
         x1: x1, y1: y1, x2: x2 - ((x2 - x1) / len) * shrink, y2: y2 - ((y2 - y1) / len) * shrink,
@@ -231,7 +250,8 @@
       }, edges);
     });
     const nodes = el("g", { class: "nodes" }, graphSvg);
-    xy.forEach(([x, y], i) => {
+    layout.nodes.forEach((i) => {
+      const [x, y] = xy.get(i);
       const g = el("g", { class: "item" + (i === selected ? " selected" : ""), "data-index": i, tabindex: 0 }, nodes);
       itemVisual(i, x, y, g);
       g.addEventListener("click", () => showCandidates(i));
@@ -239,6 +259,14 @@
     });
     document.getElementById("graph-updated").textContent = layout.edges.length + " edges, " +
       layout.edges.filter((e) => e.certified).length + " certified · updated " + new Date().toLocaleTimeString();
+    const cap = document.getElementById("graph-cap");
+    if (cap) {
+      cap.hidden = layout.nodes.length >= layout.n_items;
+      cap.textContent = "Showing " + layout.nodes.length + " of " + layout.n_items + " items (those with the most " +
+        "answers so far; at most " + layout.max_drawn + " are drawn) and the " + layout.edges.length +
+        " arrows between them; " + layout.edges_not_drawn + " arrows lead to items not drawn. " +
+        "Every item and its nearest neighbour is listed in the table at the end of the page.";
+    }
   }
 
   function fmt(x) { return x === null || x === undefined ? "—" : Number(x).toFixed(3); }
@@ -250,7 +278,8 @@
     const h = document.createElement("h3");
     h.textContent = names[i] || "item " + i;
     panel.appendChild(h);
-    const cands = (layout && layout.candidates[i]) || [];
+    const slot = layout ? layout.nodes.indexOf(i) : -1;
+    const cands = (slot >= 0 && layout.candidates[slot]) || [];
     if (!cands.length) {
       const p = document.createElement("p");
       p.className = "muted";
@@ -285,10 +314,10 @@
       drawGraph();
       if (selected !== null) showCandidates(selected);
       document.querySelectorAll(".alg-plot").forEach((fig) => {
-        if (fig.dataset.label !== layout.algorithm || !layout.samples_per_item) return;
+        const hist = layout.samples_histogram;
+        if (fig.dataset.label !== layout.algorithm || !hist || !hist.counts.length) return;
         const plot = fig.querySelector(".samples-plot");
-        const hist = histogramOf(layout.samples_per_item, 15);
-        if (plot && hist) chart(plot, [barSeries("items", "#4a8f5b")], [hist.edges.slice(0, -1), hist.counts], categoryOpts("answers about the item"));
+        if (plot) chart(plot, [barSeries("items", "#4a8f5b")], [hist.edges.slice(0, -1), hist.counts], categoryOpts("answers about the item"));
       });
     } catch (e) { /* try again on the next tick */ }
   }
