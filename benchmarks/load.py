@@ -1,0 +1,757 @@
+"""Benchmark — load: simulated raters against the production setup on loopback.
+
+Starts what ``proxima serve`` starts, in a scratch instance folder: the embedded
+redis-server (AOF, ``appendfsync always``), RQ worker(s) (``python -m webapp worker``) and
+gunicorn with serve's options (2 sync workers, ``webapp:create_app()``), plus an access log
+whose ``%(D)s`` gives the server-side time of every request. It creates an ANNTri study of
+n = 1,000 colour items (triplet-derived questions, the README's parameters) that the worker
+runs adaptively during the whole test.
+
+Simulated raters behave like people in a browser: each has its own aiohttp ClientSession
+(its own cookie session, rater id from ``?rater=``), opens the study page, fetches a
+question, thinks for a log-normal time (median ``--think-median`` s, log-sd ``--think-sigma``),
+answers with the question's token and takes the next question from the answer's response
+(as ``static/js/rater.js`` does), until the test ends. Choices follow hidden 2-D item
+positions with Gaussian noise. The number of raters ramps through ``--steps`` (default
+50, 100, 200, 500, 1000), each held ``--step-seconds``; new raters join spread over the
+first quarter of their step (at most 5 s), and throughput is measured after that.
+
+Reported per step: answers/s sustained (and the load offered by the raters), errors,
+fallback (empty-pool) rate, engine refresh latency, server-side (access log) and client-side
+latency p50/p95/p99 of question and answer requests, CPU (% of one core) and peak memory of
+each process, and the machine's load average. After the run every answer id a client got a
+2xx for is looked up in the answer log (XRANGE): missing and duplicate answers are counted.
+``--profile`` holds the highest step ``--profile-seconds`` longer while py-spy samples the
+gunicorn workers and the RQ worker (with its job processes), and prints where time goes.
+``--baseline REF`` first runs the same test against the code of git revision REF (a
+``git archive`` copy; the repository is not touched), then against this working tree, and
+prints both tables and their ratios (the machine is shared: compare within one run).
+
+    python benchmarks/load.py                    # 50..1000 raters, 30 s per step (~3.5 min)
+    python benchmarks/load.py --quick            # 50, 200, 500 raters, 10 s per step (< 2 min)
+    python benchmarks/load.py --profile --baseline HEAD~3
+    python benchmarks/load.py --web-workers 4 --worker-class gthread --threads 4
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import Counter, defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(HERE), str(ROOT)]
+
+from load_common import (  # noqa: E402
+    ACCESS_LOG_FORMAT,
+    ProcessGroups,
+    fmt,
+    machine_busy_seconds,
+    percentile,
+    profile_summary,
+    read_access_log,
+    read_collapsed,
+    table,
+)
+
+STUDY = "load-anntri"
+HTTP_TIMEOUT = 30.0
+#: New raters of a step join spread over this share of the step (at most RAMP_MAX_SECONDS).
+RAMP_SHARE, RAMP_MAX_SECONDS = 0.25, 5.0
+ANSWER_NOISE = 0.05  # sd of the simulated raters' distance noise (unit square)
+ANCHORS = ("Salmon (Sievert et al. 2023): 79 answers/s at about 100 concurrent raters on 2 vCPUs, random sampling "
+           "only; NEXT (Jamieson et al. 2015): query latency under 100 ms")
+LATENCY_THRESHOLD_MS = 10  # Redis latency monitor: record stalls of at least this long
+GOALS = {"answers_per_second": 500.0, "server_p99_ms": 50.0, "fallback_rate": 0.01}
+
+
+# ============================================================================ load generator
+def item_positions(n: int, seed: int) -> list[tuple[float, float]]:
+    rng = random.Random(seed)
+    return [(rng.random(), rng.random()) for _ in range(n)]
+
+
+class Recorder:
+    """What one generator process saw: latencies by (step, kind), error codes, acknowledged answers."""
+
+    def __init__(self, t0: float, step_seconds: float, n_steps: int):
+        self.t0, self.step_seconds, self.n_steps = t0, step_seconds, n_steps
+        self.latency: dict[str, list[float]] = defaultdict(list)  # "step:kind" -> ms
+        self.errors: dict[str, Counter] = defaultdict(Counter)  # "step" -> code -> count
+        self.acked: list[str] = []
+        self.acked_at: list[float] = []
+        self.late: dict[str, list[float]] = defaultdict(list)  # "step" -> ms the think timer woke late
+        self.raters = 0
+
+    def step_at(self, t: float) -> int:
+        """The step a moment belongs to; the profiling hold after the last step is step n_steps."""
+        return max(0, min(self.n_steps, int((t - self.t0) // self.step_seconds)))
+
+    def to_dict(self) -> dict:
+        return {"latency": self.latency, "errors": {k: dict(v) for k, v in self.errors.items()},
+                "acked": self.acked, "acked_at": self.acked_at, "late": self.late, "raters": self.raters}
+
+
+async def _request(session, rec: Recorder, kind: str, method: str, url: str, **kwargs):
+    """(status, parsed body or None); latency and any non-2xx/failure recorded under the send step."""
+    import aiohttp
+
+    sent = time.time()
+    step = rec.step_at(sent)
+    headers = {"X-Load-Step": str(step)}
+    try:
+        async with session.request(method, url, headers=headers, **kwargs) as resp:
+            if resp.content_type == "application/json":
+                body = await resp.json()
+            else:
+                await resp.read()
+                body = None
+            status = resp.status
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        rec.errors[str(step)][f"{kind}:{type(exc).__name__}"] += 1
+        return 0, None
+    rec.latency[f"{step}:{kind}"].append((time.time() - sent) * 1000.0)
+    if status >= 300:
+        code = (body or {}).get("error", {}).get("code") if isinstance(body, dict) else None
+        rec.errors[str(step)][f"{kind}:{status} {code or ''}".strip()] += 1
+    return status, body
+
+
+async def _rater(spec: dict, rec: Recorder, name: str, join_at: float, end_at: float,
+                 positions: list[tuple[float, float]], rng: random.Random) -> None:
+    import aiohttp
+
+    await asyncio.sleep(max(0.0, join_at - time.time()))
+    base, study = spec["base"], spec["study"]
+    median, sigma = spec["think_median"], spec["think_sigma"]
+    jar = aiohttp.CookieJar(unsafe=True)  # unsafe: keep cookies of an IP-address host (127.0.0.1)
+    async with aiohttp.ClientSession(cookie_jar=jar, timeout=aiohttp.ClientTimeout(total=HTTP_TIMEOUT)) as session:
+        rec.raters += 1
+        await _request(session, rec, "page", "GET", f"{base}/s/{study}", params={"rater": name})
+        question, failures = None, 0
+        while time.time() < end_at:
+            if question is None:
+                status, body = await _request(session, rec, "question", "GET",
+                                              f"{base}/api/studies/{study}/questions/next")
+                if status != 200:
+                    failures += 1
+                    await asyncio.sleep(min(2.0, 0.1 * 2 ** min(failures, 5)))
+                    continue
+                question = body["question"]
+            think = median * math.exp(sigma * rng.gauss(0.0, 1.0))
+            wake = time.time() + think
+            if wake >= end_at:
+                return
+            await asyncio.sleep(think)
+            rec.late[str(rec.step_at(wake))].append((time.time() - wake) * 1000.0)
+            head = positions[question["head"]["index"]]
+            a, b = (positions[c["index"]] for c in question["candidates"])
+            da = math.dist(head, a) + rng.gauss(0.0, ANSWER_NOISE)
+            db = math.dist(head, b) + rng.gauss(0.0, ANSWER_NOISE)
+            choice = question["candidates"][0 if da <= db else 1]["index"]
+            status, body = await _request(session, rec, "answer", "POST", f"{base}/api/studies/{study}/answers",
+                                          json={"token": question["token"], "choice": choice,
+                                                "response_ms": int(think * 1000)})
+            if status == 201:
+                failures = 0
+                rec.acked.append(body["answer"]["id"])
+                rec.acked_at.append(time.time())
+                question = body.get("next")
+                if question is None and body.get("done"):
+                    return
+            else:
+                failures += 1
+                question = None
+
+
+async def _generate(spec: dict) -> Recorder:
+    t0, step_s, steps = spec["t0"], spec["step_seconds"], spec["steps"]
+    rec = Recorder(t0, step_s, len(steps))
+    end_at = t0 + len(steps) * step_s + spec["hold_seconds"]
+    positions = item_positions(spec["n_items"], spec["seed"])
+    ramp = min(RAMP_MAX_SECONDS, RAMP_SHARE * step_s)
+    tasks, before = [], 0
+    for k, count in enumerate(steps):
+        for i in range(before, count):
+            if i % spec["generators"] != spec["index"]:
+                continue
+            join_at = t0 + k * step_s + ramp * (i - before) / max(1, count - before)
+            rng = random.Random(spec["seed"] * 1_000_003 + i)
+            tasks.append(asyncio.create_task(
+                _rater(spec, rec, f"load-{i}", join_at, end_at, positions, rng)))
+        before = max(before, count)
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            rec.errors[str(len(steps))][f"rater crashed: {type(r).__name__}: {r}"] += 1
+    return rec
+
+
+def generator_main(spec_path: str) -> None:
+    spec = json.loads(Path(spec_path).read_text())
+    rec = asyncio.run(_generate(spec))
+    Path(spec["out"]).write_text(json.dumps(rec.to_dict()))
+
+
+# ============================================================================ the servers
+def study_config(pool_size: int, seed: int) -> dict:
+    return {"name": "Load test (ANNTri, n = 1000)", "algorithm": "anntri",
+            "params": {"k": 1, "delta": 0.1, "sigma": 0.5, "bound": "lil", "max_samples_per_round": 400,
+                       "window": 1},
+            "pool_size": pool_size, "random_state": seed}
+
+
+def create_load_study(conn, n_items: int, pool_size: int, seed: int) -> None:
+    from workers.config import StudyConfig
+    from workers.queue import schedule_update
+    from workers.studies import Item, create_study
+
+    items = [Item(id=f"c{i:04d}", kind="color", color=f"#{int(x * 255):02x}{int(y * 255):02x}80",
+                  position=(x, y)) for i, (x, y) in enumerate(item_positions(n_items, seed))]
+    create_study(conn, StudyConfig.from_dict(study_config(pool_size, seed)), items, study_id=STUDY)
+    schedule_update(conn, STUDY)
+
+
+def wait_until(check, timeout: float, what: str, every: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(every)
+    raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def healthy(base: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base}/api/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def gunicorn_command(a, port: int, access_log: Path) -> list[str]:
+    """``proxima serve``'s gunicorn command line, the worker options from the command line, plus the access log."""
+    cmd = [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", str(a.web_workers),
+           "--graceful-timeout", "10", "--log-level", "warning",
+           "--access-logfile", str(access_log), "--access-logformat", ACCESS_LOG_FORMAT]
+    if a.worker_class != "sync" or a.threads > 1:
+        cmd += ["--worker-class", a.worker_class, "--threads", str(a.threads)]
+    if a.keep_alive is not None:
+        cmd += ["--keep-alive", str(a.keep_alive)]
+    return [*cmd, "webapp:create_app()"]
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 20.0) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class EngineSampler(threading.Thread):
+    """Every engine refresh latency (the worker keeps the latest 500 in Redis), by load step."""
+
+    def __init__(self, url: str, step_of, every: float = 0.5):
+        import redis
+
+        super().__init__(daemon=True)
+        self.conn = redis.Redis.from_url(url)
+        self.step_of, self.every = step_of, every
+        self.latencies: dict[int, list[float]] = defaultdict(list)
+        self.batches: dict[int, list[int]] = defaultdict(list)
+        self.updates = None
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        from workers import keys
+
+        while not self.halt.wait(self.every):
+            with self.conn.pipeline(transaction=True) as pipe:
+                pipe.hmget(keys.engine_stats(STUDY), ["updates", "last_batch"])
+                pipe.lrange(keys.refresh_latencies(STUDY), 0, -1)
+                (updates, batch), latest = pipe.execute()
+            updates = int(updates or 0)
+            if self.updates is None:
+                self.updates = updates
+                continue
+            new = updates - self.updates
+            if new > 0:
+                step = self.step_of(time.time())
+                self.latencies[step].extend(float(x) for x in latest[:new])
+                self.batches[step].append(int(batch or 0))
+                self.updates = updates
+
+
+def redis_stalls(conn, since: float) -> dict[str, list[int]]:
+    """Redis's latency monitor: per event (aof-fsync-always, aof-write, command, fork, ...) the
+    worst stall in ms of each second with one over the threshold, since ``since``."""
+    out = {}
+    for event in conn.execute_command("LATENCY", "LATEST"):
+        name = event[0].decode() if isinstance(event[0], bytes) else str(event[0])
+        history = conn.execute_command("LATENCY", "HISTORY", name)
+        out[name] = [int(ms) for ts, ms in history if int(ts) >= int(since)]
+    return out
+
+
+def snapshot(conn, groups: ProcessGroups) -> dict:
+    from workers import keys
+
+    with conn.pipeline(transaction=False) as pipe:
+        pipe.hgetall(keys.counters(STUDY))
+        pipe.xlen(keys.answers(STUDY))
+        pipe.hget(keys.engine_stats(STUDY), "answers_applied")
+        counters, logged, applied = pipe.execute()
+    return {"time": time.time(), "cpu": {name: s.cpu for name, s in groups.sample().items()},
+            "busy": machine_busy_seconds(), "load": os.getloadavg()[0],
+            "counters": {k.decode(): int(v) for k, v in counters.items()},
+            "logged": int(logged), "applied": int(applied or 0)}
+
+
+def start_profilers(pids: dict[str, list[int]], seconds: int, folder: Path) -> list[tuple[str, Path, subprocess.Popen]]:
+    spy = Path(sys.executable).with_name("py-spy")
+    running = []
+    for name, pid_list in pids.items():
+        for pid in pid_list:
+            out = folder / f"pyspy-{name}-{pid}.txt"
+            cmd = [str(spy), "record", "--pid", str(pid), "--duration", str(seconds), "--rate", "100",
+                   "--nonblocking", "--format", "raw", "--output", str(out)]
+            # web: Python running on the CPU only (a thread waiting for Redis or a socket drops the GIL);
+            # rq: every sample of the job process too, waits included (refresh latency is wall time)
+            cmd.append("--gil" if name == "web" else "--subprocesses")
+            running.append((name, out, subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
+    return running
+
+
+def code_copy(ref: str, folder: Path) -> Path:
+    """The repository's code at git revision ``ref``, extracted read-only into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", ref], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    return folder
+
+
+def run_load(a, code_root: Path, label: str) -> dict:
+    """One full ramp against a fresh setup running the code in ``code_root``; returns every figure."""
+    import psutil
+    import redis
+
+    from webapp.embedded import EmbeddedRedis, free_port
+    from workers import keys
+
+    scratch = Path(tempfile.mkdtemp(prefix="proxima-load-"))
+    instance = scratch / "instance"
+    server = EmbeddedRedis(instance, appendfsync=a.appendfsync)
+    url = server.start()
+    procs: list[subprocess.Popen] = []
+    try:
+        conn = redis.Redis.from_url(url)
+        conn.config_set("latency-monitor-threshold", LATENCY_THRESHOLD_MS)
+        create_load_study(conn, a.items, a.pool_size, a.seed)
+        env = dict(os.environ, REDIS_URL=url, PROXIMA_INSTANCE_PATH=str(instance), PYTHONPATH=str(code_root))
+        log = (scratch / "servers.log").open("w")
+        rq = [subprocess.Popen([sys.executable, "-m", "webapp", "worker"], cwd=str(code_root), env=env,
+                               stdout=log, stderr=subprocess.STDOUT) for _ in range(a.rq_workers)]
+        procs += rq
+        port = free_port()
+        access_log = scratch / "access.log"
+        web = subprocess.Popen(gunicorn_command(a, port, access_log), cwd=str(code_root), env=env,
+                               stdout=log, stderr=subprocess.STDOUT)
+        procs.append(web)
+        base = f"http://127.0.0.1:{port}"
+        wait_until(lambda: healthy(base), 90, "gunicorn to answer /api/health")
+        wait_until(lambda: conn.hget(keys.engine_stats(STUDY), "updates"), 120, "the first pool fill")
+        web_workers = [p.pid for p in psutil.Process(web.pid).children()]
+
+        steps, step_s = a.steps, a.step_seconds
+        hold = a.profile_seconds if a.profile else 0.0
+        t0 = time.time() + 2.0
+        n_steps = len(steps)
+
+        def step_of(t: float) -> int:
+            return max(0, min(n_steps, int((t - t0) // step_s)))
+
+        gens = []
+        for g in range(a.generators):
+            spec = {"base": base, "study": STUDY, "steps": steps, "step_seconds": step_s, "t0": t0,
+                    "hold_seconds": hold, "think_median": a.think_median, "think_sigma": a.think_sigma,
+                    "seed": a.seed, "n_items": a.items, "index": g, "generators": a.generators,
+                    "out": str(scratch / f"generator-{g}.json")}
+            spec_path = scratch / f"generator-{g}.spec.json"
+            spec_path.write_text(json.dumps(spec))
+            gens.append(subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--generator",
+                                          str(spec_path)], stdout=log, stderr=subprocess.STDOUT))
+        procs += gens
+        groups = ProcessGroups({"web": [web.pid], "rq": [p.pid for p in rq], "redis": [server.process.pid],
+                                "generator": [p.pid for p in gens]})
+        sampler = EngineSampler(url, step_of)
+        sampler.start()
+        snaps = [None] * (n_steps + 1)
+        peak_rss: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        peak_load: dict[int, float] = defaultdict(float)
+        profilers = []
+        print(f"[{label}] {len(steps)} steps of {step_s:g} s from {steps[0]} to {steps[-1]} raters"
+              + (f", then {hold:g} s under py-spy" if hold else ""), flush=True)
+        while time.time() < t0:
+            time.sleep(0.05)
+        snaps[0] = snapshot(conn, groups)
+        boundary = 1
+        end = t0 + n_steps * step_s
+        while True:
+            now = time.time()
+            if boundary <= n_steps and now >= t0 + boundary * step_s:
+                snaps[boundary] = snapshot(conn, groups)
+                s = snaps[boundary]
+                answered = s["logged"] - snaps[boundary - 1]["logged"]
+                print(f"[{label}]   step {boundary}: {steps[boundary - 1]} raters, {answered / step_s:.0f} answers/s, "
+                      f"load {s['load']:.2f}", flush=True)
+                boundary += 1
+                if boundary > n_steps and a.profile:
+                    pids = {"web": web_workers, "rq": [p.pid for p in rq]}
+                    profilers = start_profilers(pids, max(2, int(hold) - 2), scratch)
+            if boundary > n_steps and now >= end + hold:
+                break
+            step = step_of(now)
+            for name, sample in groups.sample().items():
+                peak_rss[step][name] = max(peak_rss[step][name], sample.rss_max)
+                peak_rss[step][name + ":total"] = max(peak_rss[step][name + ":total"], sample.rss_total)
+            peak_load[step] = max(peak_load[step], os.getloadavg()[0])
+            time.sleep(0.5)
+        for gen in gens:
+            gen.wait(HTTP_TIMEOUT + 30)
+        sampler.halt.set()
+        sampler.join()
+        drain_started = time.monotonic()
+        try:
+            wait_until(lambda: int(conn.hget(keys.engine_stats(STUDY), "answers_applied") or 0)
+                       >= conn.xlen(keys.answers(STUDY)), 300, "the engine to apply every answer", every=0.5)
+        except SystemExit as exc:
+            print(f"[{label}] {exc}", flush=True)
+        drain = time.monotonic() - drain_started
+        profiles = {}
+        for name, out, proc in profilers:
+            try:
+                _, err = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+            if out.exists():
+                profiles.setdefault(name, []).extend(read_collapsed(out))
+            else:
+                print(f"[{label}] py-spy on {name} wrote nothing: {err.decode(errors='replace')[-400:]}", flush=True)
+        generated = [json.loads((scratch / f"generator-{g}.json").read_text()) for g in range(a.generators)
+                     if (scratch / f"generator-{g}.json").exists()]
+        if len(generated) != a.generators:
+            raise SystemExit(f"a load generator failed; see {scratch / 'servers.log'}")
+        logged = [(entry_id.decode(), fields[b"qid"].decode())
+                  for entry_id, fields in conn.xrange(keys.answers(STUDY))]
+        stalls = redis_stalls(conn, t0)
+        info = conn.info("all")
+        redis_commands = {k[len("cmdstat_"):]: v for k, v in info.items() if k.startswith("cmdstat_")}
+        server_ms = read_access_log(access_log)
+        return {"label": label, "steps": steps, "step_seconds": step_s, "t0": t0, "snaps": snaps,
+                "peak_rss": peak_rss, "peak_load": peak_load, "engine": sampler.latencies,
+                "batches": sampler.batches, "generated": generated, "logged": logged, "server_ms": server_ms,
+                "drain_seconds": drain, "profiles": profiles, "redis_commands": redis_commands,
+                "aof": {k: info.get(k) for k in ("aof_rewrites", "aof_current_size", "aof_delayed_fsync")},
+                "stalls": stalls,
+                "web_workers": len(web_workers)}
+    finally:
+        for proc in reversed(procs):
+            stop_process(proc)
+        server.stop()
+        if a.keep:
+            print(f"[{label}] kept {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+# ============================================================================ the tables
+def step_figures(run: dict, a) -> list[dict]:
+    steps, step_s, t0 = run["steps"], run["step_seconds"], run["t0"]
+    ramp = min(RAMP_MAX_SECONDS, RAMP_SHARE * step_s)
+    latency: dict[str, list[float]] = defaultdict(list)
+    errors: dict[str, Counter] = defaultdict(Counter)
+    late: dict[str, list[float]] = defaultdict(list)
+    acked_at: list[float] = []
+    for g in run["generated"]:
+        for key, values in g["latency"].items():
+            latency[key].extend(values)
+        for step, codes in g["errors"].items():
+            errors[step].update(codes)
+        for step, values in g["late"].items():
+            late[step].extend(values)
+        acked_at.extend(g["acked_at"])
+    mean_think = a.think_median * math.exp(a.think_sigma ** 2 / 2)
+    out = []
+    for k, raters in enumerate(steps):
+        s0, s1 = run["snaps"][k], run["snaps"][k + 1]
+        start, stop = t0 + k * step_s + ramp, t0 + (k + 1) * step_s
+        answered = sum(1 for t in acked_at if start <= t < stop)
+        served = s1["counters"].get("questions_served", 0) - s0["counters"].get("questions_served", 0)
+        fallback = s1["counters"].get("fallback_served", 0) - s0["counters"].get("fallback_served", 0)
+        wall = s1["time"] - s0["time"]
+        cpu = {name: 100.0 * (s1["cpu"][name] - s0["cpu"][name]) / wall for name in s0["cpu"]}
+        busy = 100.0 * (s1["busy"] - s0["busy"]) / wall
+        cpu["others"] = busy - sum(cpu.values())
+        requests = len(run["server_ms"].get((k, "answer"), [])) + len(run["server_ms"].get((k, "question"), []))
+        engine = run["engine"].get(k, [])
+        web_cpu = s1["cpu"]["web"] - s0["cpu"]["web"]
+        out.append({
+            "raters": raters, "offered": raters / mean_think, "answers_per_second": answered / (stop - start),
+            "errors": sum(errors.get(str(k), Counter()).values()), "error_codes": errors.get(str(k), Counter()),
+            "served": served, "fallback_rate": fallback / served if served else math.nan,
+            "engine_p50": percentile(engine, 50), "engine_p95": percentile(engine, 95),
+            "engine_max": max(engine) if engine else math.nan, "passes": len(engine),
+            "batch": percentile(run["batches"].get(k, []), 50),
+            "lag": s1["logged"] - s1["applied"], "load": s1["load"], "peak_load": run["peak_load"].get(k, math.nan),
+            "cpu": cpu, "busy": busy, "rss": run["peak_rss"].get(k, {}),
+            "web_cpu_ms_per_request": 1000.0 * web_cpu / requests if requests else math.nan,
+            "late_p99": percentile(late.get(str(k), []), 99),
+            "latency": {kind: {"server": run["server_ms"].get((k, kind), []), "client": latency.get(f"{k}:{kind}", [])}
+                        for kind in ("question", "answer", "page")},
+        })
+    return out
+
+
+def p3(values) -> str:
+    return " / ".join(fmt(percentile(values, q)) for q in (50, 95, 99)) if values else "—"
+
+
+def print_run(run: dict, figures: list[dict], a) -> None:
+    mean_think = a.think_median * math.exp(a.think_sigma ** 2 / 2)
+    print(f"\n=== {run['label']}: {a.items} items, ANNTri (triplet-derived), {run['web_workers']} gunicorn "
+          f"{a.worker_class} worker(s)" + (f" x {a.threads} threads" if a.threads > 1 else "")
+          + f", {a.rq_workers} RQ worker(s), Redis appendfsync {a.appendfsync}, {a.generators} load generator(s); "
+          f"think time log-normal, median {a.think_median:g} s, log-sd {a.think_sigma:g} (mean {mean_think:.2f} s)")
+    print("\nThroughput per step (answers/s over each step after its ramp; offered = raters / mean think time)")
+    table(["raters", "offered/s", "answers/s", "errors", "fallback %", "engine passes", "refresh p50/p95/max ms",
+           "batch p50", "engine lag", "load 1m (peak)"],
+          [[f["raters"], f["offered"], f["answers_per_second"], f["errors"], 100.0 * f["fallback_rate"], f["passes"],
+            f"{fmt(f['engine_p50'])} / {fmt(f['engine_p95'])} / {fmt(f['engine_max'])}", f["batch"], f["lag"],
+            f"{f['load']:.2f} ({f['peak_load']:.2f})"] for f in figures])
+    print("\nLatency per step, ms p50 / p95 / p99 (server: gunicorn access log %(D)s; client: aiohttp, "
+          "includes queueing); an answer request also issues the next question")
+    rows = []
+    for f in figures:
+        for kind in ("question", "answer"):
+            lat = f["latency"][kind]
+            rows.append([f["raters"], kind, len(lat["server"]), p3(lat["server"]), p3(lat["client"])])
+    table(["raters", "request", "n", "server p50 / p95 / p99", "client p50 / p95 / p99"], rows)
+    print("\nCPU per step (% of one core; the machine has "
+          f"{os.cpu_count()}) and peak RSS (MB: largest process / whole group)")
+    names = ("web", "rq", "redis", "generator")
+    rows = []
+    for f in figures:
+        rss = f["rss"]
+        rows.append([f["raters"], *(f["cpu"][n] for n in names), f["cpu"]["others"],
+                     f["web_cpu_ms_per_request"], f["late_p99"],
+                     *(f"{rss.get(n, 0) / 2**20:.0f} / {rss.get(n + ':total', 0) / 2**20:.0f}" for n in names)])
+    table(["raters", "web %", "rq %", "redis %", "generator %", "others %", "web ms/req", "timer late p99 ms",
+           "web MB", "rq MB", "redis MB", "generator MB"], rows)
+    codes = Counter()
+    for f in figures:
+        codes.update(f["error_codes"])
+    if codes:
+        print("\nErrors: " + ", ".join(f"{code} x{n}" for code, n in codes.most_common()))
+
+
+def answer_check(run: dict) -> dict:
+    acked = [i for g in run["generated"] for i in g["acked"]]
+    logged_ids = [entry for entry, _ in run["logged"]]
+    qids = [q for _, q in run["logged"]]
+    logged_set = set(logged_ids)
+    return {"acked": len(acked), "logged": len(logged_ids), "missing": len(set(acked) - logged_set),
+            "duplicate_acks": len(acked) - len(set(acked)), "duplicate_questions": len(qids) - len(set(qids)),
+            "unacknowledged": len(logged_set - set(acked))}
+
+
+def print_checks(run: dict, figures: list[dict]) -> dict:
+    check = answer_check(run)
+    print(f"\nAnswers: {check['acked']} acknowledged with 2xx, {check['logged']} in the log; missing from the log "
+          f"{check['missing']}, acknowledged twice {check['duplicate_acks']}, questions answered twice in the log "
+          f"{check['duplicate_questions']}, logged but never acknowledged {check['unacknowledged']}; the engine "
+          f"applied them all {run['drain_seconds']:.1f} s after the load stopped")
+    top = sorted(run["redis_commands"].items(), key=lambda kv: -kv[1].get("usec", 0))[:6]
+    print("Redis time by command (whole run): " + ", ".join(
+        f"{name} {v['usec'] / 1e6:.1f} s ({v['calls']} calls, {v['usec_per_call']:.0f} µs/call)" for name, v in top))
+    print(f"Redis AOF: {run['aof']}")
+    if run["stalls"]:
+        print(f"Redis stalls of >= {LATENCY_THRESHOLD_MS} ms during the load (latency monitor; seconds with one, "
+              "median and worst of each second's worst):")
+        for event, values in sorted(run["stalls"].items(), key=lambda kv: -max(kv[1] or [0])):
+            if values:
+                print(f"  {event}: {len(values)} s, median {percentile(values, 50):.0f} ms, worst {max(values)} ms")
+    return check
+
+
+def print_verdict(figures: list[dict], check: dict) -> None:
+    top = figures[-1]
+    best = max(figures, key=lambda f: f["answers_per_second"])
+    near100 = min(figures, key=lambda f: abs(f["raters"] - 100))
+    p99 = max(percentile(f["latency"][k]["server"], 99) for f in figures for k in ("question", "answer")
+              if f["latency"][k]["server"])
+    errors = sum(f["errors"] for f in figures)
+    served = sum(f["served"] for f in figures)
+    fallback = sum(f["fallback_rate"] * f["served"] for f in figures if f["served"])
+    print(f"\nAnchors: {ANCHORS}.")
+    print(f"This run: {near100['answers_per_second']:.0f} answers/s at {near100['raters']} raters "
+          f"({near100['answers_per_second'] / 79:.1f} x Salmon's 79) with the adaptive engine on; "
+          f"server p99 over all steps {fmt(p99)} ms (NEXT: < 100 ms); "
+          f"most {best['answers_per_second']:.0f} answers/s at {best['raters']} raters.")
+    goals = [
+        ("answers/s >= 500 at the top step", top["answers_per_second"] >= GOALS["answers_per_second"],
+         f"{top['answers_per_second']:.0f} (offered {top['offered']:.0f})"),
+        ("server-side p99 < 50 ms (every step, both requests)", p99 < GOALS["server_p99_ms"], f"{fmt(p99)} ms"),
+        ("zero errors", errors == 0, str(errors)),
+        ("zero lost answers", check["missing"] == 0 and check["duplicate_questions"] == 0,
+         f"{check['missing']} missing, {check['duplicate_questions']} duplicated"),
+        ("fallback < 1%", served > 0 and fallback / served < GOALS["fallback_rate"],
+         f"{100 * fallback / served:.2f}%" if served else "—"),
+    ]
+    for name, ok, value in goals:
+        print(f"  goal {name}: {'met' if ok else 'MISSED'} ({value})")
+
+
+PROFILE_GROUPS = {
+    "web": {
+        "gunicorn outside the app (accept, read, respond, close, access log)": ("!Flask.wsgi_app (",),
+        "Flask view functions": ("Flask.dispatch_request (",),
+        "redis-py (pack commands, parse replies)": ("redis/",),
+        "question tokens (itsdangerous)": ("itsdangerous/",),
+        "session cookie (Flask sessions)": ("open_session (", "save_session ("),
+    },
+    "rq": {
+        "the update job (update_study)": ("update_study (",),
+        "read engine state (HGETALL + decode)": ("load_learners (",),
+        "apply answers (observe)": ("observe_batch (",),
+        "plan questions, prune pools": ("Learner.plan (", "Learner.stale (", "prune_questions ("),
+        "encode engine state": ("encode_state (",),
+        "MULTI/EXEC (state, pools, stats)": ("Pipeline.execute (",),
+        "redis-py (pack commands, parse replies)": ("redis/",),
+    },
+}
+
+
+def print_profiles(run: dict) -> None:
+    if not run["profiles"]:
+        return
+    print(f"\nWhere time goes at {run['steps'][-1]} raters (py-spy, 100 Hz; web: samples holding the GIL, "
+          "rq: all samples of the worker and its job processes; shares are of all samples)")
+    for name, stacks in run["profiles"].items():
+        summary = profile_summary(stacks, top=12, groups=PROFILE_GROUPS.get(name))
+        what = "gunicorn workers" if name == "web" else "RQ worker and its job processes"
+        print(f"\n{what}: {summary['samples']} samples")
+        table(["share %", "part (inclusive)"], [[f"{100 * v:.1f}", k] for k, v in summary["groups"].items()])
+        table(["incl. %", "project function"], [[f"{100 * v:.1f}", k] for k, v in summary["inclusive"]])
+        table(["own %", "innermost function"], [[f"{100 * v:.1f}", k] for k, v in summary["top"]])
+
+
+def print_comparison(before: tuple[dict, list[dict]], after: tuple[dict, list[dict]]) -> None:
+    (rb, fb), (ra, fa) = before, after
+    print(f"\nBefore ({rb['label']}) / after ({ra['label']}), same machine, one command, back to back")
+    rows = []
+    for b, f in zip(fb, fa, strict=True):
+        def ratio(x, y):
+            return fmt(y / x) if x and x == x and y == y else "—"
+
+        sb = percentile(b["latency"]["answer"]["server"], 99)
+        sa = percentile(f["latency"]["answer"]["server"], 99)
+        rows.append([f["raters"], f"{b['answers_per_second']:.0f} -> {f['answers_per_second']:.0f}",
+                     f"{fmt(percentile(b['latency']['answer']['server'], 50))} -> "
+                     f"{fmt(percentile(f['latency']['answer']['server'], 50))}",
+                     f"{fmt(sb)} -> {fmt(sa)}", ratio(sb, sa),
+                     f"{fmt(b['web_cpu_ms_per_request'])} -> {fmt(f['web_cpu_ms_per_request'])}",
+                     ratio(b["web_cpu_ms_per_request"], f["web_cpu_ms_per_request"]),
+                     f"{b['cpu']['web']:.0f} -> {f['cpu']['web']:.0f}",
+                     f"{b['cpu']['redis']:.0f} -> {f['cpu']['redis']:.0f}",
+                     f"{b['errors']} -> {f['errors']}"])
+    table(["raters", "answers/s", "answer server p50 ms", "answer server p99 ms", "p99 ratio", "web ms/request",
+           "ms/request ratio", "web CPU %", "redis CPU %", "errors"], rows)
+
+
+# ============================================================================ command line
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=lambda s: [int(x) for x in s.split(",")], default=None,
+                    help="concurrent raters per step, comma-separated (default 50,100,200,500,1000)")
+    ap.add_argument("--step-seconds", type=float, default=None, help="how long each step is held (default 30)")
+    ap.add_argument("--quick", action="store_true", help="steps 50,200,500 of 10 s (< 2 minutes)")
+    ap.add_argument("--items", type=int, default=1000, help="items of the ANNTri study")
+    ap.add_argument("--pool-size", type=int, default=20, help="the study's pool_size (the config default)")
+    ap.add_argument("--think-median", type=float, default=1.8, help="median think time, s (log-normal)")
+    ap.add_argument("--think-sigma", type=float, default=0.4, help="sd of the log think time")
+    ap.add_argument("--web-workers", type=int, default=2, help="gunicorn workers (proxima serve: 2)")
+    ap.add_argument("--worker-class", default="sync", help="gunicorn worker class (proxima serve: sync)")
+    ap.add_argument("--threads", type=int, default=1, help="threads per gunicorn worker (gthread)")
+    ap.add_argument("--keep-alive", type=int, default=None, help="gunicorn --keep-alive seconds")
+    ap.add_argument("--rq-workers", type=int, default=1, help="RQ workers (proxima serve: 1)")
+    ap.add_argument("--appendfsync", default="always", choices=("always", "everysec", "no"),
+                    help="Redis AOF fsync policy (proxima serve: always)")
+    ap.add_argument("--generators", type=int, default=1, help="load-generator processes")
+    ap.add_argument("--profile", action="store_true", help="py-spy the web and RQ workers at the top step")
+    ap.add_argument("--profile-seconds", type=float, default=None, help="extra hold of the top step under py-spy")
+    ap.add_argument("--baseline", metavar="REF", help="first run the code of git revision REF, then this tree")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--keep", action="store_true", help="keep the scratch folder (logs, access log, profiles)")
+    ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    a = ap.parse_args(argv)
+    if a.steps is None:
+        a.steps = [50, 200, 500] if a.quick else [50, 100, 200, 500, 1000]
+    if a.step_seconds is None:
+        a.step_seconds = 10.0 if a.quick else 30.0
+    if a.profile_seconds is None:
+        a.profile_seconds = 8.0 if a.quick else 20.0
+    return a
+
+
+def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--generator":
+        generator_main(sys.argv[2])
+        return
+    a = parse_args()
+    print(f"Machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+          "(other users' work shows in the 'others %' column)", flush=True)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="proxima-load-code-") as tmp:
+        runs = []
+        if a.baseline:
+            runs.append((code_copy(a.baseline, Path(tmp) / "baseline"), f"baseline {a.baseline}"))
+        runs.append((ROOT, "this tree"))
+        for code_root, label in runs:
+            run = run_load(a, code_root, label)
+            figures = step_figures(run, a)
+            print_run(run, figures, a)
+            check = print_checks(run, figures)
+            print_profiles(run)
+            print_verdict(figures, check)
+            results.append((run, figures, check))
+    if len(results) == 2:
+        print_comparison(results[0][:2], results[1][:2])
+    if a.json:
+        def plain(f):
+            return {k: v for k, v in f.items() if k != "latency"} | {
+                "latency": {kind: {side: [percentile(vals, q) for q in (50, 95, 99)] for side, vals in d.items()}
+                            for kind, d in f["latency"].items()}}
+        Path(a.json).write_text(json.dumps([{"label": r["label"], "steps": [plain(f) for f in figs], "answers": c}
+                                            for r, figs, c in results], indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
