@@ -2,7 +2,9 @@
 
 Views parse the request and call these; nothing here waits on the engine: a question is
 popped from the study's pool (or a fallback is drawn), an answer is validated against its
-signed token and appended to the log by one Lua script.
+signed token and appended to the log by one Lua script. Each request costs two Redis round
+trips: the study's hash, then one script (an answer is stored and the rater's next question
+issued by the same script).
 """
 from __future__ import annotations
 
@@ -16,10 +18,18 @@ import time
 from flask import current_app, session, url_for
 
 from workers import keys
-from workers.answers import CATCH_ALGORITHM, AnswerRefused, accept_answer
-from workers.questions import StudyComplete, issue_question, new_question_id, question_items
-from workers.queue import enqueue_update, schedule_update
-from workers.studies import Study, StudyNotFound, get_study
+from workers.answers import CATCH_ALGORITHM, AnswerRefused, accept_and_issue
+from workers.config import StudyConfig
+from workers.questions import (
+    NextQuestion,
+    NextRequest,
+    issue_next_question,
+    new_question_id,
+    next_request,
+    question_items,
+)
+from workers.queue import enqueue_update
+from workers.studies import STUDY_ID_PATTERN, Study, StudyNotFound, get_study
 
 from .errors import ApiError
 from .tokens import sign_question, verify_question
@@ -29,7 +39,27 @@ MAX_RESPONSE_MS = 24 * 3600 * 1000
 DONE_CODES = ("study_complete", "rater_done", "budget_reached", "rater_stopped")
 
 
+#: Parsed study configs by (study id, stored config JSON): the study's hash is read on every request,
+#: so an edit made by any process is seen at once; only the parsing is saved.
+_CONFIGS: dict[tuple[str, bytes], StudyConfig] = {}
+CONFIGS_KEPT = 64
+
+
 def load_study(conn, study_id: str) -> Study:
+    """The study as stored now (one round trip); ApiError 404 for an unknown one."""
+    raw = conn.hgetall(keys.study(study_id)) if isinstance(study_id, str) and STUDY_ID_PATTERN.match(study_id) else {}
+    try:
+        stored = raw[b"config"]
+        config = _CONFIGS.get((study_id, stored))
+        if config is None:
+            config = StudyConfig.from_stored(json.loads(stored))
+            if len(_CONFIGS) >= CONFIGS_KEPT:
+                _CONFIGS.clear()
+            _CONFIGS[(study_id, stored)] = config
+        return Study(id=study_id, config=config, status=raw[b"status"].decode(),
+                     created_at=float(raw[b"created_at"]), n_items=int(raw[b"n_items"]))
+    except (KeyError, ValueError, TypeError):
+        pass  # not there (or not as expected): let get_study say what is wrong
     try:
         return get_study(conn, study_id)
     except StudyNotFound as exc:
@@ -88,16 +118,13 @@ def done(conn, study: Study, rater: str, code: str, message: str, complete: bool
     return ApiError(409, code, message, finish_url=finish_url(study))
 
 
-def check_rater_may_continue(conn, study: Study, rater: str, stats: dict[str, int]) -> None:
-    """Raise the "done" ApiError when the rater's limits, flags or the study budget stop them."""
-    limits, attention = study.config.limits, study.config.attention
-    if attention.stop_flagged and stats["flagged"]:
-        raise done(conn, study, rater, "rater_stopped",
-                   "thank you for your time; this study has no more questions for you", complete=False)
-    if limits.max_questions_per_rater and stats["answers"] >= limits.max_questions_per_rater:
-        raise done(conn, study, rater, "rater_done", "you have answered all the questions; thank you!")
-    if limits.answer_budget and conn.xlen(keys.answers(study.id)) >= limits.answer_budget:
-        raise done(conn, study, rater, "budget_reached", "this study has all the answers it needs; thank you!")
+#: Why a rater gets no further question (see questions.NEXT_FUNCTION) and what the page says.
+DONE_MESSAGES = {
+    "rater_stopped": "thank you for your time; this study has no more questions for you",
+    "rater_done": "you have answered all the questions; thank you!",
+    "budget_reached": "this study has all the answers it needs; thank you!",
+    "study_complete": "this study has all the answers it needs; thank you!",
+}
 
 
 def catch_question(study: Study) -> dict:
@@ -108,6 +135,41 @@ def catch_question(study: Study) -> dict:
             "algorithm": CATCH_ALGORITHM, "fallback": False, "catch": True}
 
 
+def check_consent(study: Study) -> None:
+    if not consent_given(study):
+        raise ApiError(403, "consent_required", "please read and accept the consent form first",
+                       consent_url=url_for("raters.study_page", study_id=study.id))
+
+
+def question_request(study: Study, rater: str, now: float) -> NextRequest:
+    """What the Lua step issuing ``rater``'s next question needs: limits, an attention check drawn
+    at the study's rate, the algorithms' shares and fallbacks."""
+    limits, attention = study.config.limits, study.config.attention
+    catch = catch_question(study) if attention.rate > 0 and random.random() < attention.rate else None
+    return next_request(study.id, study.config, study.n_items, rater, now=now, expires_at=now + token_ttl(study),
+                        stop_flagged=attention.stop_flagged, max_per_rater=limits.max_questions_per_rater,
+                        budget=limits.answer_budget, catch=catch)
+
+
+def question_payload(conn, study: Study, rater: str, issued: NextQuestion, now: float) -> dict:
+    """The page's question with its signed token; the "done" ApiError when the rater gets none."""
+    if issued.status != "ok":
+        raise ApiError(409, issued.status, DONE_MESSAGES[issued.status], finish_url=finish_url(study))
+    if issued.scheduled:
+        enqueue_update(conn, study.id)
+    question = issued.question
+    items = [item_payload(study.id, i, raw) for i, raw in zip(question_items(question), issued.items, strict=True)]
+    token = sign_question(current_app.config["SECRET_KEY"], {"s": study.id, "q": question, "r": rater, "t": now})
+    payload = {"token": token, "kind": question["kind"], "expires_in": token_ttl(study),
+               "progress": {"answered": issued.answers, "total": study.config.limits.max_questions_per_rater}}
+    if question["kind"] == "rating":
+        scale = study.config.rating
+        payload.update(prompt=scale.prompt, items=items, scale=scale.to_dict())
+    else:
+        payload.update(prompt=study.config.question, head=items[0], candidates=items[1:])
+    return payload
+
+
 def next_question(conn, study: Study, rater: str) -> dict | None:
     """Issue the next question to ``rater``: a payload with its signed token, or None if closed.
 
@@ -116,43 +178,10 @@ def next_question(conn, study: Study, rater: str) -> dict | None:
     """
     if study.status != "running":
         return None
-    if not consent_given(study):
-        raise ApiError(403, "consent_required", "please read and accept the consent form first",
-                       consent_url=url_for("raters.study_page", study_id=study.id))
-    stats = rater_stats(conn, study.id, rater)
-    check_rater_may_continue(conn, study, rater, stats)
+    check_consent(study)
     now = time.time()
-    ttl = token_ttl(study)
-    attention = study.config.attention
-    if attention.rate > 0 and random.random() < attention.rate:
-        question = catch_question(study)
-        conn.zadd(keys.active_raters(study.id), {rater: now})
-    else:
-        try:
-            question, left, target = issue_question(conn, study.id, study.config, study.n_items, rater, now=now,
-                                                     expires_at=now + ttl)
-        except StudyComplete:
-            raise done(conn, study, rater, "study_complete",
-                       "this study has all the answers it needs; thank you!") from None
-        if 2 * left < max(1, target):
-            schedule_update(conn, study.id)
-    indices = question_items(question)
-    with conn.pipeline(transaction=False) as pipe:
-        for index in indices:
-            pipe.lindex(keys.items(study.id), index)
-        raws = pipe.execute()
-    items = [item_payload(study.id, i, raw) for i, raw in zip(indices, raws, strict=True)]
-    token = sign_question(current_app.config["SECRET_KEY"], {
-        "s": study.id, "q": question, "r": rater, "t": now,
-    })
-    payload = {"token": token, "kind": question["kind"], "expires_in": ttl,
-               "progress": {"answered": stats["answers"], "total": study.config.limits.max_questions_per_rater}}
-    if question["kind"] == "rating":
-        scale = study.config.rating
-        payload.update(prompt=scale.prompt, items=items, scale=scale.to_dict())
-    else:
-        payload.update(prompt=study.config.question, head=items[0], candidates=items[1:])
-    return payload
+    issued = issue_next_question(conn, question_request(study, rater, now))
+    return question_payload(conn, study, rater, issued, now)
 
 
 def parse_answer_body(body) -> tuple[str, int | None, float | None, int | None]:
@@ -195,7 +224,10 @@ def check_response(study: Study, question: dict, choice, value) -> tuple[int | N
 
 
 def submit_answer(conn, study: Study, rater: str, body) -> dict:
-    """Validate and store one answer; returns {"answer": {"id"}, "next": question | None}."""
+    """Validate and store one answer; returns {"answer": {"id"}, "next": question | None}.
+
+    Storing the answer and issuing the rater's next question are one Lua script (one round trip).
+    """
     token, choice, value, response_ms = parse_answer_body(body)
     payload = verify_question(current_app.config["SECRET_KEY"], token, max_age=token_ttl(study))
     if payload.get("s") != study.id:
@@ -205,34 +237,37 @@ def submit_answer(conn, study: Study, rater: str, body) -> dict:
     question = payload["q"]
     choice, value = check_response(study, question, choice, value)
     flags, stats = answer_flags(study, question, choice, payload["t"], response_ms)
-    limits = study.config.limits
+    limits, attention = study.config.limits, study.config.attention
+    running = study.status == "running"
+    now = time.time()
+    then = question_request(study, rater, now) if running and consent_given(study) else None
     try:
-        answer_id, schedule = accept_answer(conn, study.id, question, rater, choice, issued_at=payload["t"],
-                                            response_ms=response_ms, used_ttl=token_ttl(study) + 3600, value=value,
-                                            flags=",".join(flags), stats=stats,
-                                            max_per_rater=limits.max_questions_per_rater, budget=limits.answer_budget)
+        answer_id, schedule, issued = accept_and_issue(
+            conn, study.id, question, rater, choice, issued_at=payload["t"], response_ms=response_ms,
+            used_ttl=token_ttl(study) + 3600, value=value, flags=",".join(flags), stats=stats,
+            max_per_rater=limits.max_questions_per_rater, budget=limits.answer_budget,
+            flag_rule=(attention.min_checks, attention.max_failure_share) if "catch" in stats else None, then=then)
     except AnswerRefused as refused:
         if refused.code == "used":
             raise ApiError(409, "already_answered", "this question was already answered; the first answer is kept",
                            answer_id=refused.answer_id) from None
         if refused.code == "rater_limit":
-            raise done(conn, study, rater, "rater_done", "you have answered all the questions; thank you!") from None
+            raise done(conn, study, rater, "rater_done", DONE_MESSAGES["rater_done"]) from None
         if refused.code == "budget":
-            raise done(conn, study, rater, "budget_reached",
-                       "this study has all the answers it needs; thank you!") from None
+            raise done(conn, study, rater, "budget_reached", DONE_MESSAGES["budget_reached"]) from None
         raise ApiError(410, "expired_token",
                        "this question expired before it was answered; fetch a new question") from None
     if schedule:
         enqueue_update(conn, study.id)
-    if "catch" in stats:
-        update_flag(conn, study, rater)
     result = {"answer": {"id": answer_id}, "next": None}
-    try:
-        result["next"] = next_question(conn, study, rater)
-    except ApiError as exc:
-        if exc.code not in DONE_CODES:
-            raise
-        result["done"] = {"code": exc.code, "message": exc.message, "finish_url": finish_url(study)}
+    if running:
+        check_consent(study)  # stored, but no next question before consent (as a question request)
+        try:
+            result["next"] = question_payload(conn, study, rater, issued, now)
+        except ApiError as exc:
+            if exc.code not in DONE_CODES:
+                raise
+            result["done"] = {"code": exc.code, "message": exc.message, "finish_url": finish_url(study)}
     return result
 
 
@@ -260,7 +295,10 @@ def answer_flags(study: Study, question: dict, choice, issued_at: float,
 
 
 def update_flag(conn, study: Study, rater: str) -> bool:
-    """Flag the rater once their failed share of at least ``min_checks`` catch trials is over the limit."""
+    """Flag the rater once their failed share of at least ``min_checks`` catch trials is over the limit.
+
+    Answers do this inside their Lua step (``flag_rule`` of ``accept_and_issue``); this is the same
+    rule for a caller holding no answer."""
     attention = study.config.attention
     stats = rater_stats(conn, study.id, rater)
     if stats["catch"] >= attention.min_checks and stats["catch_failed"] > attention.max_failure_share * stats["catch"]:

@@ -1,6 +1,8 @@
 """Server-signed question tokens: (study, question, rater, items offered, issue time), with expiry."""
 from __future__ import annotations
 
+from functools import lru_cache
+
 from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 
 from .errors import ApiError
@@ -8,7 +10,9 @@ from .errors import ApiError
 SALT = "proxima.question.v1"
 
 
+@lru_cache(maxsize=8)
 def _serializer(secret_key: str) -> URLSafeTimedSerializer:
+    # built once per key: every question and answer request signs or verifies a token
     return URLSafeTimedSerializer(secret_key, salt=SALT)
 
 

@@ -13,21 +13,24 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from . import keys
+from . import keys, questions
 from .queue import UPDATE_FLAG_TTL
 
 # KEYS[1] used-token marker, KEYS[2] issued zset, KEYS[3] issued-questions hash,
 # KEYS[4] answers stream, KEYS[5] raters set, KEYS[6] per-minute hash, KEYS[7] update-scheduled flag,
-# KEYS[8] counters hash, KEYS[9] rater-stats hash
+# KEYS[8] counters hash, KEYS[9] rater-stats hash, KEYS[10..] the keys of the next question (see below)
 # ARGV[1] question id, ARGV[2] used-marker TTL (s), ARGV[3] rater id, ARGV[4] unix minute,
 # ARGV[5] update-flag TTL (s), ARGV[6] algorithm label, ARGV[7] '1' if the question was never pooled
 # (a catch trial: no issued entry to claim; its signed token's expiry is the only expiry),
 # ARGV[8] max answers of this rater (0 = no limit), ARGV[9] study answer budget (0 = none),
 # ARGV[10] comma-separated rater-stats counters to increment besides 'answers' (may be empty),
-# ARGV[11..] stream field/value pairs
-# Returns {'ok', answer id, 1 if this call scheduled the update else 0} | {'used', answer id} | {'expired'}
-#         | {'rater_limit'} | {'budget'}
-ACCEPT_SCRIPT = """
+# ARGV[11] F, the number of stream field/value arguments, ARGV[12 .. 11 + F] stream field/value pairs,
+# ARGV[12 + F] catch trials before a rater can be flagged ('' = leave the flag alone), ARGV[13 + F] the
+# largest share of them a rater may fail, ARGV[14 + F] '1' to issue the rater's next question in the
+# same step: then KEYS[10..] and ARGV[15 + F ..] are those of questions.NEXT_FUNCTION.
+# Returns {'ok', answer id, 1 if this call scheduled the update else 0, then the next question's reply
+# when one was asked for} | {'used', answer id} | {'expired'} | {'rater_limit'} | {'budget'}
+ACCEPT_SCRIPT = questions.ISSUE_FUNCTION + questions.NEXT_FUNCTION + """
 local prior = redis.call('GET', KEYS[1])
 if prior then return {'used', prior} end
 local given = tonumber(redis.call('HGET', KEYS[9], ARGV[3] .. ':answers') or '0')
@@ -37,8 +40,9 @@ if ARGV[7] ~= '1' then
   if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return {'expired'} end
   redis.call('HDEL', KEYS[3], ARGV[1])
 end
+local nfields = tonumber(ARGV[11])
 local fields = {}
-for i = 11, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 12, 11 + nfields do fields[#fields + 1] = ARGV[i] end
 local id = redis.call('XADD', KEYS[4], '*', unpack(fields))
 redis.call('SET', KEYS[1], id, 'EX', ARGV[2])
 redis.call('SADD', KEYS[5], ARGV[3])
@@ -46,9 +50,20 @@ redis.call('HINCRBY', KEYS[6], ARGV[4], 1)
 redis.call('HINCRBY', KEYS[8], 'answers:' .. ARGV[6], 1)
 redis.call('HINCRBY', KEYS[9], ARGV[3] .. ':answers', 1)
 for stat in string.gmatch(ARGV[10], '[^,]+') do redis.call('HINCRBY', KEYS[9], ARGV[3] .. ':' .. stat, 1) end
-local scheduled = redis.call('SET', KEYS[7], '1', 'NX', 'EX', ARGV[5])
-if scheduled then return {'ok', id, 1} end
-return {'ok', id, 0}
+local a = 11 + nfields
+if ARGV[a + 1] ~= '' then
+  local c = redis.call('HMGET', KEYS[9], ARGV[3] .. ':catch', ARGV[3] .. ':catch_failed')
+  local checks, failed = tonumber(c[1] or '0'), tonumber(c[2] or '0')
+  if checks >= tonumber(ARGV[a + 1]) and failed > tonumber(ARGV[a + 2]) * checks then
+    redis.call('HSET', KEYS[9], ARGV[3] .. ':flagged', 1)
+  end
+end
+local reply = {'ok', id, 0}
+if redis.call('SET', KEYS[7], '1', 'NX', 'EX', ARGV[5]) then reply[3] = 1 end
+if ARGV[a + 3] == '1' then
+  for _, v in ipairs(next_question(KEYS, ARGV, 9, a + 3)) do reply[#reply + 1] = v end
+end
+return reply
 """
 
 ANSWER_FIELDS = ("qid", "rater", "kind", "head", "a", "b", "choice", "value", "probe", "algorithm", "fallback",
@@ -125,6 +140,24 @@ def accept_answer(conn, study_id: str, question: dict, rater: str, choice: int |
     rater's ``max_per_rater`` or the study's answer ``budget`` is reached. A question marked
     ``catch`` (attention check) was never pooled or issued: only its token limits its life.
     """
+    answer_id, schedule, _ = accept_and_issue(conn, study_id, question, rater, choice, issued_at, response_ms,
+                                              used_ttl, value=value, flags=flags, stats=stats,
+                                              max_per_rater=max_per_rater, budget=budget)
+    return answer_id, schedule
+
+
+def accept_and_issue(conn, study_id: str, question: dict, rater: str, choice: int | None, issued_at: float,
+                     response_ms: int | None, used_ttl: int, value: float | None = None,
+                     flags: str = "", stats: tuple[str, ...] = (), max_per_rater: int | None = None,
+                     budget: int | None = None, flag_rule: tuple[int, float] | None = None,
+                     then: questions.NextRequest | None = None) -> tuple[str, bool, questions.NextQuestion | None]:
+    """``accept_answer``, then in the same atomic step (one round trip) two optional follow-ups:
+
+    ``flag_rule`` (min_checks, max_failure_share): flag the rater once they failed more than that
+    share of at least min_checks catch trials; ``then``: issue the rater's next question
+    (``questions.next_request``). Returns (answer id, whether an update must be enqueued, the next
+    question or None when none was asked for).
+    """
     now = time.time()
     if question["kind"] == "rating":
         head, a = question["items"]
@@ -139,20 +172,32 @@ def accept_answer(conn, study_id: str, question: dict, rater: str, choice: int |
         "answered_at": repr(now), "response_ms": "" if response_ms is None else int(response_ms), "flags": flags,
     }
     args = [question["qid"], int(used_ttl), rater, int(now // 60), UPDATE_FLAG_TTL, fields["algorithm"],
-            "1" if question.get("catch") else "0", int(max_per_rater or 0), int(budget or 0), ",".join(stats)]
+            "1" if question.get("catch") else "0", int(max_per_rater or 0), int(budget or 0), ",".join(stats),
+            2 * len(ANSWER_FIELDS)]
     for name in ANSWER_FIELDS:
         args.extend([name, fields[name]])
-    script = conn.register_script(ACCEPT_SCRIPT)
-    reply = script(keys=[keys.used_token(study_id, question["qid"]), keys.issued(study_id),
-                         keys.issued_questions(study_id), keys.answers(study_id), keys.raters(study_id),
-                         keys.answers_per_minute(study_id), keys.update_scheduled(study_id),
-                         keys.counters(study_id), keys.rater_stats(study_id)], args=args)
+    if flag_rule is None:
+        args.extend(["", ""])
+    else:
+        args.extend([int(flag_rule[0]), repr(float(flag_rule[1]))])
+    script_keys = [keys.used_token(study_id, question["qid"]), keys.issued(study_id),
+                   keys.issued_questions(study_id), keys.answers(study_id), keys.raters(study_id),
+                   keys.answers_per_minute(study_id), keys.update_scheduled(study_id),
+                   keys.counters(study_id), keys.rater_stats(study_id)]
+    if then is not None:
+        args.append("1")
+        args.extend(then.args)
+        script_keys.extend(then.keys)
+    else:
+        args.append("0")
+    reply = conn.register_script(ACCEPT_SCRIPT)(keys=script_keys, args=args)
     status = reply[0].decode()
     if status == "used":
         raise AnswerRefused("used", reply[1].decode())
     if status != "ok":
         raise AnswerRefused(status)
-    return reply[1].decode(), bool(int(reply[2]))
+    following = questions.parse_next_reply(reply[3:]) if then is not None else None
+    return reply[1].decode(), bool(int(reply[2])), following
 
 
 def read_answers(conn, study_id: str, after: str = "0-0", count: int | None = None) -> list[Answer]:

@@ -4,55 +4,127 @@ Each algorithm of a study has its own pool, so raters are shared between algorit
 their configured shares however deep each pool is. Choosing the algorithm, popping a
 question (or drawing a fallback when the pool is empty) and marking it issued is one Lua
 script, so a web process that dies in between cannot leave a question neither pooled nor
-issued. Must never import Flask or the engine (fallbacks use the standard library only).
+issued; the same script checks the rater may go on and reads the question's items, so a
+rater's request costs one round trip. Must never import Flask or the engine (fallbacks use
+the standard library only).
 """
 from __future__ import annotations
 
 import json
 import random
 import secrets
+from dataclasses import dataclass
 
 from . import keys
 from .config import AlgorithmConfig, StudyConfig
+from .queue import UPDATE_FLAG_TTL
 
-# KEYS[1] issued zset, KEYS[2] issued-questions hash, KEYS[3] counters hash, KEYS[4] finished set,
-# KEYS[5] active-raters zset, KEYS[6] pool-targets hash, KEYS[6 + i] pool of algorithm i (i = 1..m)
-# ARGV[1] expiry (unix s), ARGV[2] now (unix s), ARGV[3] rater id, ARGV[4] uniform number in [0, 1),
-# ARGV[5] m, then per algorithm i three values: label, share, fallback question JSON.
+# issue(K, A, k, a): choose an algorithm by share, pop its next question (or take its fallback) and
+# record it as issued. Keys from K[k + 1]: issued zset, issued-questions hash, counters hash, finished
+# set, active-raters zset, pool-targets hash, then the pool of algorithm i at K[k + 6 + i] (i = 1..m).
+# Arguments from A[a + 1]: expiry (unix s), now (unix s), rater id, uniform number in [0, 1), m, then
+# per algorithm i three values: label, share, fallback question JSON.
 # Returns {'ok', question JSON, questions left in its pool, that pool's target} | {'complete'}.
-ISSUE_SCRIPT = """
-local m = tonumber(ARGV[5])
-local open, total = {}, 0
-for i = 1, m do
-  local label = ARGV[6 + 3 * (i - 1)]
-  if redis.call('SISMEMBER', KEYS[4], label) == 0 then
-    total = total + tonumber(ARGV[7 + 3 * (i - 1)])
-    open[#open + 1] = i
+ISSUE_FUNCTION = """
+local function issue(K, A, k, a)
+  local m = tonumber(A[a + 5])
+  local open, total = {}, 0
+  for i = 1, m do
+    local label = A[a + 6 + 3 * (i - 1)]
+    if redis.call('SISMEMBER', K[k + 4], label) == 0 then
+      total = total + tonumber(A[a + 7 + 3 * (i - 1)])
+      open[#open + 1] = i
+    end
   end
+  if #open == 0 or total <= 0 then return {'complete'} end
+  local x = tonumber(A[a + 4]) * total
+  local pick = open[#open]
+  for _, i in ipairs(open) do
+    x = x - tonumber(A[a + 7 + 3 * (i - 1)])
+    if x < 0 then pick = i break end
+  end
+  local label = A[a + 6 + 3 * (pick - 1)]
+  local question = redis.call('LPOP', K[k + 6 + pick])
+  if not question then
+    question = A[a + 8 + 3 * (pick - 1)]
+    redis.call('HINCRBY', K[k + 3], 'fallback_served', 1)
+    redis.call('HINCRBY', K[k + 3], 'fallback_served:' .. label, 1)
+  end
+  local qid = cjson.decode(question)['qid']
+  redis.call('ZADD', K[k + 1], A[a + 1], qid)
+  redis.call('HSET', K[k + 2], qid, question)
+  redis.call('HINCRBY', K[k + 3], 'questions_served', 1)
+  redis.call('HINCRBY', K[k + 3], 'questions_served:' .. label, 1)
+  redis.call('ZADD', K[k + 5], A[a + 2], A[a + 3])
+  local target = redis.call('HGET', K[k + 6], label) or '0'
+  return {'ok', question, redis.call('LLEN', K[k + 6 + pick]), target}
 end
-if #open == 0 or total <= 0 then return {'complete'} end
-local x = tonumber(ARGV[4]) * total
-local pick = open[#open]
-for _, i in ipairs(open) do
-  x = x - tonumber(ARGV[7 + 3 * (i - 1)])
-  if x < 0 then pick = i break end
-end
-local label = ARGV[6 + 3 * (pick - 1)]
-local question = redis.call('LPOP', KEYS[6 + pick])
-if not question then
-  question = ARGV[8 + 3 * (pick - 1)]
-  redis.call('HINCRBY', KEYS[3], 'fallback_served', 1)
-  redis.call('HINCRBY', KEYS[3], 'fallback_served:' .. label, 1)
-end
-local qid = cjson.decode(question)['qid']
-redis.call('ZADD', KEYS[1], ARGV[1], qid)
-redis.call('HSET', KEYS[2], qid, question)
-redis.call('HINCRBY', KEYS[3], 'questions_served', 1)
-redis.call('HINCRBY', KEYS[3], 'questions_served:' .. label, 1)
-redis.call('ZADD', KEYS[5], ARGV[2], ARGV[3])
-local target = redis.call('HGET', KEYS[6], label) or '0'
-return {'ok', question, redis.call('LLEN', KEYS[6 + pick]), target}
 """
+
+# KEYS and ARGV as issue(KEYS, ARGV, 0, 0) above.
+ISSUE_SCRIPT = ISSUE_FUNCTION + "return issue(KEYS, ARGV, 0, 0)\n"
+
+# next_question(K, A, k, a): everything a rater's next question needs, in one step: check that the
+# rater may go on, issue the question (or record a given attention check), flag a pool refill when
+# the pool is below half its target, and read the question's items.
+# Keys from K[k + 1]: rater-stats hash, answers stream, items list, update-scheduled flag, then the
+# keys of issue() (K[k + 5] ...). Arguments from A[a + 1]: rater id, '1' if flagged raters are
+# stopped, max answers of a rater (0 = none), study answer budget (0 = none), an attention-check
+# question JSON to hand out instead of a pooled one ('' = none), update-flag TTL (s), then the
+# arguments of issue() (A[a + 7] ...; its rater id is this rater).
+# Returns {'ok', question JSON, answers the rater has given, 1 if this call set the update flag,
+# item JSON per item the question shows} | {'rater_stopped'} | {'rater_done'} | {'budget_reached'}
+# | {'study_complete'}. The last three also mark the rater completed, as the finish page expects.
+NEXT_FUNCTION = """
+local function next_question(K, A, k, a)
+  local rater = A[a + 1]
+  local stats = redis.call('HMGET', K[k + 1], rater .. ':answers', rater .. ':flagged')
+  local answers = tonumber(stats[1] or '0')
+  if A[a + 2] == '1' and tonumber(stats[2] or '0') ~= 0 then return {'rater_stopped'} end
+  local limit, budget = tonumber(A[a + 3]), tonumber(A[a + 4])
+  local done = nil
+  if limit > 0 and answers >= limit then
+    done = 'rater_done'
+  elseif budget > 0 and redis.call('XLEN', K[k + 2]) >= budget then
+    done = 'budget_reached'
+  end
+  local question, scheduled = A[a + 5], 0
+  if not done then
+    if question ~= '' then
+      redis.call('ZADD', K[k + 4 + 5], A[a + 6 + 2], rater)
+    else
+      local issued = issue(K, A, k + 4, a + 6)
+      if issued[1] == 'complete' then
+        done = 'study_complete'
+      else
+        question = issued[2]
+        local target = tonumber(issued[4])
+        if 2 * issued[3] < math.max(1, target) then
+          if redis.call('SET', K[k + 4], '1', 'NX', 'EX', A[a + 6]) then scheduled = 1 end
+        end
+      end
+    end
+  end
+  if done then
+    redis.call('HSET', K[k + 1], rater .. ':completed', 1)
+    return {done}
+  end
+  local doc = cjson.decode(question)
+  local shown = doc['items']
+  if doc['kind'] ~= 'rating' then
+    shown = {doc['head']}
+    for _, c in ipairs(doc['candidates']) do shown[#shown + 1] = c end
+  end
+  local reply = {'ok', question, answers, scheduled}
+  for _, index in ipairs(shown) do
+    reply[#reply + 1] = redis.call('LINDEX', K[k + 3], index) or ''
+  end
+  return reply
+end
+"""
+
+# KEYS and ARGV as next_question(KEYS, ARGV, 0, 0) above.
+NEXT_SCRIPT = ISSUE_FUNCTION + NEXT_FUNCTION + "return next_question(KEYS, ARGV, 0, 0)\n"
 
 # KEYS[1] a pool; ARGV question JSON documents to take out of it.
 # Returns, per document, 1 if it was still pooled and is now removed, else 0 (already issued).
@@ -105,12 +177,13 @@ def fallback_question(algorithm: AlgorithmConfig, n_items: int) -> dict:
     """A uniformly random question of the algorithm's kind, served when its pool is empty.
 
     For distance algorithms it is a uniformly random pair, a sample the engine still uses
-    (as its Random baseline would); for triplet algorithms a uniformly random triplet.
+    (as its Random baseline would); for triplet algorithms a uniformly random triplet; for
+    rating algorithms (SimForest) a random pair, whose rating the forest keeps for later splits.
     """
     i, j, k = random.sample(range(n_items), 3)
+    if algorithm.question_kind == "rating":
+        return rating_question(i, j, algorithm.label, fallback=True)
     if algorithm.learns_graph:
-        if algorithm.question_kind == "rating":
-            return rating_question(i, j, algorithm.label, fallback=True)
         return derived_triplet_question(i, j, k, algorithm.label, fallback=True)
     return triplet_question(i, j, k, algorithm.label, fallback=True)
 
@@ -135,6 +208,22 @@ def prune_questions(conn, study_id: str, algorithm: str, questions: list[dict]) 
     return [q for q, hit in zip(questions, removed, strict=True) if int(hit)]
 
 
+def issue_keys(study_id: str, config: StudyConfig) -> list[str]:
+    """The keys of the Lua function ``issue``, in its order."""
+    return [keys.issued(study_id), keys.issued_questions(study_id), keys.counters(study_id), keys.finished(study_id),
+            keys.active_raters(study_id), keys.pool_targets(study_id),
+            *[keys.pool(study_id, a.label) for a in config.algorithms]]
+
+
+def issue_args(config: StudyConfig, n_items: int, rater: str, now: float, expires_at: float) -> list:
+    """The arguments of the Lua function ``issue``: times, rater, a uniform draw, then per algorithm
+    its label, share and a fallback question."""
+    args = [repr(float(expires_at)), repr(float(now)), rater, repr(random.random()), len(config.algorithms)]
+    for alg in config.algorithms:
+        args.extend([alg.label, repr(float(alg.share)), json.dumps(fallback_question(alg, n_items), sort_keys=True)])
+    return args
+
+
 def issue_question(conn, study_id: str, config: StudyConfig, n_items: int, rater: str, now: float,
                    expires_at: float) -> tuple[dict, int, int]:
     """Choose an algorithm by share, pop its next pooled question (or a fallback) and record it
@@ -142,18 +231,57 @@ def issue_question(conn, study_id: str, config: StudyConfig, n_items: int, rater
 
     Raises StudyComplete when every algorithm has finished.
     """
-    algorithms = config.algorithms
-    pool_keys = [keys.pool(study_id, a.label) for a in algorithms]
-    args = [repr(float(expires_at)), repr(float(now)), rater, repr(random.random()), len(algorithms)]
-    for alg in algorithms:
-        args.extend([alg.label, repr(float(alg.share)), json.dumps(fallback_question(alg, n_items), sort_keys=True)])
     script = conn.register_script(ISSUE_SCRIPT)
-    reply = script(keys=[keys.issued(study_id), keys.issued_questions(study_id), keys.counters(study_id),
-                         keys.finished(study_id), keys.active_raters(study_id), keys.pool_targets(study_id),
-                         *pool_keys], args=args)
+    reply = script(keys=issue_keys(study_id, config), args=issue_args(config, n_items, rater, now, expires_at))
     if reply[0] == b"complete":
         raise StudyComplete(study_id)
     return json.loads(reply[1]), int(reply[2]), int(reply[3])
+
+
+@dataclass(frozen=True)
+class NextRequest:
+    """The keys and arguments of the Lua function ``next_question`` for one rater (see NEXT_FUNCTION)."""
+
+    keys: list[str]
+    args: list
+
+
+@dataclass(frozen=True)
+class NextQuestion:
+    """What ``next_question`` gave: ``status`` 'ok' or why the rater gets no question ('rater_stopped',
+    'rater_done', 'budget_reached', 'study_complete'); when 'ok' the question, the answers the rater had
+    given, whether this call set the study's update flag (the caller enqueues the update) and the
+    item JSON documents of the items it shows, in display order."""
+
+    status: str
+    question: dict | None = None
+    answers: int = 0
+    scheduled: bool = False
+    items: tuple[bytes, ...] = ()
+
+
+def next_request(study_id: str, config: StudyConfig, n_items: int, rater: str, now: float, expires_at: float,
+                 stop_flagged: bool, max_per_rater: int | None, budget: int | None,
+                 catch: dict | None = None) -> NextRequest:
+    """Keys and arguments to issue ``rater``'s next question (``catch``: this attention check instead)."""
+    script_keys = [keys.rater_stats(study_id), keys.answers(study_id), keys.items(study_id),
+                   keys.update_scheduled(study_id), *issue_keys(study_id, config)]
+    args = [rater, "1" if stop_flagged else "0", int(max_per_rater or 0), int(budget or 0),
+            json.dumps(catch, sort_keys=True) if catch is not None else "", UPDATE_FLAG_TTL,
+            *issue_args(config, n_items, rater, now, expires_at)]
+    return NextRequest(script_keys, args)
+
+
+def parse_next_reply(reply: list) -> NextQuestion:
+    status = reply[0].decode()
+    if status != "ok":
+        return NextQuestion(status)
+    return NextQuestion(status, json.loads(reply[1]), int(reply[2]), bool(int(reply[3])), tuple(reply[4:]))
+
+
+def issue_next_question(conn, request: NextRequest) -> NextQuestion:
+    """Run ``next_question`` (one round trip): check the rater may go on, issue, read the items."""
+    return parse_next_reply(conn.register_script(NEXT_SCRIPT)(keys=request.keys, args=request.args))
 
 
 def pool_depths(conn, study_id: str, config: StudyConfig) -> dict[str, int]:
