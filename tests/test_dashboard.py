@@ -284,8 +284,10 @@ def test_excluding_a_rater_queues_a_rebuild_that_a_worker_runs(researcher_client
     assert rows["r-bad"]["excluded"] and not rows["r-good"]["excluded"]
     # the engine now holds the good rater's answers only
     run_worker(conn)
-    progress = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()["algorithms"][0]["progress"]
-    assert progress["answers"] == 6
+    algorithm = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()["algorithms"][0]
+    assert algorithm["progress"]["answers"] == 6
+    # the error curve (the colours have known positions) starts again from the rebuilt engine
+    assert [x for x, _ in algorithm["truth_error"]["curve"]] == [6]
     page = researcher_client.get(f"/studies/{study_id}").get_data(as_text=True)
     assert "Rebuild finished at" in page
 

@@ -188,6 +188,10 @@ def test_a_researcher_creates_a_study_watches_raters_and_downloads_every_export(
     # the dashboard counts them without a reload
     page.wait_for_function("() => document.getElementById('n-answers').textContent === '4'", timeout=15000)
     page.wait_for_selector('#raters-table tr[data-rater="p-journey"]', timeout=20000)
+    # the forest's nodes built / pending and depth per tree
+    page.wait_for_selector('.alg-plot[data-kind="comparison_forest"] .progress-plot .uplot canvas')
+    page.wait_for_function("() => document.querySelector('#algorithms tr[data-label=\"comparison_forest\"] "
+                           ".alg-progress').textContent.includes('depth up to')")
     assert page.evaluate("window.__notReloaded === true")
 
     # every export link on the page downloads a non-empty file that parses

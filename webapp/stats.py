@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from statistics import median
 
 from rq.exceptions import NoSuchJobError
@@ -84,7 +85,7 @@ def histogram(values: list[float], bins: int = 20, top: float | None = None) -> 
     return {"edges": [round(i * width, 3) for i in range(bins + 1)], "counts": counts}
 
 
-def true_neighbours(positions) -> list[list[int]]:
+def true_neighbours(positions: Sequence[Sequence[float]]) -> list[list[int]]:
     """Each item's true nearest neighbours from its known position: every other item at the smallest
     Euclidean distance (ties within TIE_TOLERANCE all count). ``positions``: n_items rows of coordinates."""
     import numpy as np  # the web app has it loaded already; this runs once per study, then it is kept

@@ -156,7 +156,7 @@
         row.querySelector(".answers").textContent = alg.answers;
         row.querySelector(".pool").textContent = alg.pool_depth;
         row.querySelector(".fallback").textContent = (100 * alg.fallback_rate).toFixed(1) + "%";
-        row.querySelector(".progress").textContent = describe(alg);
+        row.querySelector(".alg-progress").textContent = describe(alg);
       }
       if (!alg.neighbors) return;
       alg.neighbors.forEach((nn, i) => {
