@@ -1,5 +1,6 @@
 """Researcher pages: the list of studies, creating a study from uploads, one study's live
-dashboard with its controls (start/pause/close, settings, excluding raters), every export."""
+dashboard with its controls (start/pause/close, settings, excluding raters), every export, and
+the researcher's own account page (changing the password)."""
 from __future__ import annotations
 
 import re
