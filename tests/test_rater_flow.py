@@ -216,3 +216,25 @@ def test_configs_without_the_rater_options_keep_their_defaults():
     assert config.limits.max_questions_per_rater is None and config.limits.min_response_ms == 0
     assert config.attention.rate == 0 and config.completion.prolific_redirect_url is None
     assert StudyConfig.from_stored(json.loads(config.to_json())) == config
+
+
+def test_one_session_per_rater_id_the_latest_page_wins_and_answers_are_kept(app, conn, study_id):
+    first, second = app.test_client(), app.test_client()
+    assert first.get(f"/s/{study_id}?PROLIFIC_PID=p-77").status_code == 200
+    question = fetch_question(first, study_id)
+    assert second.get(f"/s/{study_id}?PROLIFIC_PID=p-77").status_code == 200  # same id, another browser
+    response = first.get(f"/api/studies/{study_id}/questions/next")
+    assert response.status_code == 409 and response.get_json()["error"]["code"] == "session_replaced"
+    assert "another tab, browser or device" in response.get_json()["error"]["message"]
+    # the question the first session already had is still answered and kept
+    response = answer(first, question, study_id=study_id)
+    assert response.status_code == 409 and response.get_json()["error"]["code"] == "session_replaced"
+    assert [a.rater for a in read_answers(conn, study_id)] == ["p-77"]
+    assert fetch_question(second, study_id)["token"]
+    # reloading the page in the first browser makes it the rater's session again
+    assert first.get(f"/s/{study_id}?PROLIFIC_PID=p-77").status_code == 200
+    assert fetch_question(first, study_id)["token"]
+    response = second.get(f"/api/studies/{study_id}/questions/next")
+    assert response.status_code == 409
+    # anonymous raters and API clients that never opened the page are not affected
+    assert fetch_question(app.test_client(), study_id)["token"]

@@ -7,7 +7,7 @@ import json
 from flask import Blueprint, jsonify, request
 
 from .errors import ApiError
-from .raters import current_rater
+from .raters import check_rater_session, current_rater
 from .rating import load_study, next_question, submit_answer
 from .stats import rater_table, study_stats
 from .storage import get_redis
@@ -41,7 +41,9 @@ def health():
 def get_next_question(study_id: str):
     conn = get_redis()
     study = load_study(conn, study_id)
-    question = next_question(conn, study, current_rater())
+    rater = current_rater()
+    check_rater_session(conn, study_id, rater)
+    question = next_question(conn, study, rater)
     if question is None:
         raise ApiError(409, "study_not_running", f"study '{study_id}' is {study.status} and is not asking questions")
     return jsonify({"question": question})
@@ -51,7 +53,10 @@ def get_next_question(study_id: str):
 def post_answer(study_id: str):
     conn = get_redis()
     study = load_study(conn, study_id)
-    result = submit_answer(conn, study, current_rater(), json_body())
+    rater = current_rater()
+    result = submit_answer(conn, study, rater, json_body())
+    # the answer is kept either way; a replaced session is told so instead of getting a next question
+    check_rater_session(conn, study_id, rater)
     return jsonify(result), 201
 
 

@@ -41,6 +41,30 @@ def current_rater() -> str:
     return rater
 
 
+def claim_rater_session(conn, study_id: str, rater: str) -> None:
+    """Make this browser session the one session of a recruited rater id in the study: a study page
+    opened with the same id elsewhere (another tab, browser or device) stops getting questions."""
+    if rater.startswith("anon-"):
+        return  # an anonymous id belongs to one session by construction
+    nonce = secrets.token_hex(8)
+    session["rater_sessions"] = {**session.get("rater_sessions", {}), study_id: nonce}
+    conn.hset(keys.rater_sessions(study_id), rater, nonce)
+
+
+def check_rater_session(conn, study_id: str, rater: str) -> None:
+    """Refuse new questions to a session whose rater id was since opened in another session.
+    Answers to questions already handed out are still taken (they are the rater's own)."""
+    if rater.startswith("anon-"):
+        return
+    current = conn.hget(keys.rater_sessions(study_id), rater)
+    mine = session.get("rater_sessions", {}).get(study_id)
+    if current is not None and current.decode() != mine:
+        from .errors import ApiError
+
+        raise ApiError(409, "session_replaced", "This study was opened with your participant id in another tab, "
+                       "browser or device; please continue there, or reload this page to continue here.")
+
+
 def load_study_or_404(study_id: str):
     try:
         return get_study(get_redis(), study_id)
@@ -100,6 +124,7 @@ def study_page(study_id: str):
     stats = rater_stats(get_redis(), study.id, rater)
     if stats["completed"]:
         return redirect(url_for("raters.finish", study_id=study.id))
+    claim_rater_session(get_redis(), study.id, rater)
     return render_template("raters/study.html", study=study, instructions=render_markdown(study.config.instructions),
                            practice=practice_payload(study), answered=stats["answers"],
                            total=study.config.limits.max_questions_per_rater)

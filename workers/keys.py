@@ -138,3 +138,9 @@ def model(study_id: str, name: str) -> str:
     """Hash: a learner trained on the study's data (SMERF, TreeRank, SimForest): ``meta`` (JSON),
     ``export`` (the researcher's JSON document) and the estimator state (JSON skeleton + arrays)."""
     return _study_key(study_id, f"model:{name}")
+
+
+def rater_sessions(study_id: str) -> str:
+    """Hash: recruited rater id -> the nonce of the one browser session allowed to ask for questions
+    (the latest one to open the study page)."""
+    return _study_key(study_id, "rater-sessions")
