@@ -31,7 +31,8 @@ CONTRAST_JS = """() => {
     if (s.visibility === 'hidden' || s.display === 'none' || box.width === 0 || el.closest('[hidden]')) continue;
     if (el.closest('.swatch') || el.disabled) continue;  // WCAG exempts inactive controls
     const fg = parse(s.color); const bg = background(el);
-    const blend = {r: fg.r * fg.a + bg.r * (1 - fg.a), g: fg.g * fg.a + bg.g * (1 - fg.a), b: fg.b * fg.a + bg.b * (1 - fg.a)};
+    const mix = (k) => fg[k] * fg.a + bg[k] * (1 - fg.a);
+    const blend = {r: mix('r'), g: mix('g'), b: mix('b')};
     const [hi, lo] = [lum(blend), lum(bg)].sort((a, b) => b - a);
     const size = parseFloat(s.fontSize); const bold = parseInt(s.fontWeight) >= 700;
     out.push({text: el.textContent.trim().slice(0, 40), tag: el.tagName, ratio: (hi + 0.05) / (lo + 0.05),
