@@ -24,10 +24,10 @@ from .queue import UPDATE_FLAG_TTL
 # (a catch trial: no issued entry to claim; its signed token's expiry is the only expiry),
 # ARGV[8] max answers of this rater (0 = no limit), ARGV[9] study answer budget (0 = none),
 # ARGV[10] comma-separated rater-stats counters to increment besides 'answers' (may be empty),
-# ARGV[11] F, the number of stream field/value arguments, ARGV[12 .. 11 + F] stream field/value pairs,
-# ARGV[12 + F] catch trials before a rater can be flagged ('' = leave the flag alone), ARGV[13 + F] the
-# largest share of them a rater may fail, ARGV[14 + F] '1' to issue the rater's next question in the
-# same step: then KEYS[10..] and ARGV[15 + F ..] are those of questions.NEXT_FUNCTION.
+# ARGV[11] the stream entry's field/value strings as one JSON array (one argument: cheaper to send),
+# ARGV[12] catch trials before a rater can be flagged ('' = leave the flag alone), ARGV[13] the largest
+# share of them a rater may fail, ARGV[14] '1' to issue the rater's next question in the same step:
+# then KEYS[10..] and ARGV[15..] are those of questions.NEXT_FUNCTION.
 # Returns {'ok', answer id, 1 if this call scheduled the update else 0, then the next question's reply
 # when one was asked for} | {'used', answer id} | {'expired'} | {'rater_limit'} | {'budget'}
 ACCEPT_SCRIPT = questions.ISSUE_FUNCTION + questions.NEXT_FUNCTION + """
@@ -40,17 +40,14 @@ if ARGV[7] ~= '1' then
   if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return {'expired'} end
   redis.call('HDEL', KEYS[3], ARGV[1])
 end
-local nfields = tonumber(ARGV[11])
-local fields = {}
-for i = 12, 11 + nfields do fields[#fields + 1] = ARGV[i] end
-local id = redis.call('XADD', KEYS[4], '*', unpack(fields))
+local id = redis.call('XADD', KEYS[4], '*', unpack(cjson.decode(ARGV[11])))
 redis.call('SET', KEYS[1], id, 'EX', ARGV[2])
 redis.call('SADD', KEYS[5], ARGV[3])
 redis.call('HINCRBY', KEYS[6], ARGV[4], 1)
 redis.call('HINCRBY', KEYS[8], 'answers:' .. ARGV[6], 1)
 redis.call('HINCRBY', KEYS[9], ARGV[3] .. ':answers', 1)
 for stat in string.gmatch(ARGV[10], '[^,]+') do redis.call('HINCRBY', KEYS[9], ARGV[3] .. ':' .. stat, 1) end
-local a = 11 + nfields
+local a = 11
 if ARGV[a + 1] ~= '' then
   local c = redis.call('HMGET', KEYS[9], ARGV[3] .. ':catch', ARGV[3] .. ':catch_failed')
   local checks, failed = tonumber(c[1] or '0'), tonumber(c[2] or '0')
@@ -173,9 +170,7 @@ def accept_and_issue(conn, study_id: str, question: dict, rater: str, choice: in
     }
     args = [question["qid"], int(used_ttl), rater, int(now // 60), UPDATE_FLAG_TTL, fields["algorithm"],
             "1" if question.get("catch") else "0", int(max_per_rater or 0), int(budget or 0), ",".join(stats),
-            2 * len(ANSWER_FIELDS)]
-    for name in ANSWER_FIELDS:
-        args.extend([name, fields[name]])
+            json.dumps([str(x) for name in ANSWER_FIELDS for x in (name, fields[name])])]
     if flag_rule is None:
         args.extend(["", ""])
     else:
