@@ -23,14 +23,16 @@ each process, and the machine's load average. After the run every answer id a cl
 2xx for is looked up in the answer log (XRANGE): missing and duplicate answers are counted.
 ``--profile`` holds the highest step ``--profile-seconds`` longer while py-spy samples the
 gunicorn workers and the RQ worker (with its job processes), and prints where time goes.
-``--baseline REF`` first runs the same test against the code of git revision REF (a
-``git archive`` copy; the repository is not touched), then against this working tree, and
-prints both tables and their ratios (the machine is shared: compare within one run).
+``--baseline REF`` first runs the same test against a copy of this working tree whose hot-path
+files (``HOT_PATH_FILES``) are as they were at git revision REF, then against this tree;
+``--gthread`` then runs this tree again with gunicorn's threaded workers and long
+keep-alive; every later run is compared with the first (the machine is shared: compare
+within one run). The access log costs the web workers a little CPU production does not pay.
 
     python benchmarks/load.py                    # 50..1000 raters, 30 s per step (~3.5 min)
     python benchmarks/load.py --quick            # 50, 200, 500 raters, 10 s per step (< 2 min)
-    python benchmarks/load.py --profile --baseline HEAD~3
-    python benchmarks/load.py --web-workers 4 --worker-class gthread --threads 4
+    python benchmarks/load.py --profile --baseline 2f71f82 --gthread   # the report's tables (~13 min)
+    python benchmarks/load.py --web-workers 4 --worker-class gthread --threads 4 --keep-alive 75
 """
 from __future__ import annotations
 
@@ -74,6 +76,7 @@ RAMP_SHARE, RAMP_MAX_SECONDS = 0.25, 5.0
 ANSWER_NOISE = 0.05  # sd of the simulated raters' distance noise (unit square)
 ANCHORS = ("Salmon (Sievert et al. 2023): 79 answers/s at about 100 concurrent raters on 2 vCPUs, random sampling "
            "only; NEXT (Jamieson et al. 2015): query latency under 100 ms")
+GTHREAD_THREADS, GTHREAD_KEEP_ALIVE = 8, 75
 LATENCY_THRESHOLD_MS = 10  # Redis latency monitor: record stalls of at least this long
 GOALS = {"answers_per_second": 500.0, "server_p99_ms": 50.0, "fallback_rate": 0.01}
 
@@ -338,12 +341,21 @@ def start_profilers(pids: dict[str, list[int]], seconds: int, folder: Path) -> l
     return running
 
 
+#: The files of the request hot path: ``--baseline REF`` runs this tree with these as they were at REF.
+HOT_PATH_FILES = ("webapp/rating.py", "webapp/tokens.py", "workers/questions.py", "workers/answers.py",
+                  "workers/queue.py")
+
+
 def code_copy(ref: str, folder: Path) -> Path:
-    """The repository's code at git revision ``ref``, extracted read-only into ``folder``."""
+    """This working tree copied into ``folder``, with the hot-path files as they were at git revision
+    ``ref`` (read with ``git show``; the repository is not touched), so only those files differ."""
     folder.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", ref], check=True,
-                             capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    tar = subprocess.run(["tar", "-c", "--exclude=./.venv", "--exclude=./.git", "--exclude=./instance",
+                          "--exclude=__pycache__", "-C", str(ROOT), "."], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=tar, check=True)
+    for path in HOT_PATH_FILES:
+        old = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:{path}"], check=True, capture_output=True).stdout
+        (folder / path).write_bytes(old)
     return folder
 
 
@@ -538,6 +550,7 @@ def print_run(run: dict, figures: list[dict], a) -> None:
     mean_think = a.think_median * math.exp(a.think_sigma ** 2 / 2)
     print(f"\n=== {run['label']}: {a.items} items, ANNTri (triplet-derived), {run['web_workers']} gunicorn "
           f"{a.worker_class} worker(s)" + (f" x {a.threads} threads" if a.threads > 1 else "")
+          + (f", keep-alive {a.keep_alive} s" if a.keep_alive is not None else "")
           + f", {a.rq_workers} RQ worker(s), Redis appendfsync {a.appendfsync}, {a.generators} load generator(s); "
           f"think time log-normal, median {a.think_median:g} s, log-sd {a.think_sigma:g} (mean {mean_think:.2f} s)")
     print("\nThroughput per step (answers/s over each step after its ramp; offered = raters / mean think time)")
@@ -547,10 +560,11 @@ def print_run(run: dict, figures: list[dict], a) -> None:
             f"{fmt(f['engine_p50'])} / {fmt(f['engine_p95'])} / {fmt(f['engine_max'])}", f["batch"], f["lag"],
             f"{f['load']:.2f} ({f['peak_load']:.2f})"] for f in figures])
     print("\nLatency per step, ms p50 / p95 / p99 (server: gunicorn access log %(D)s; client: aiohttp, "
-          "includes queueing); an answer request also issues the next question")
+          "includes queueing); an answer request also issues the next question; page: the study page a "
+          "joining rater opens")
     rows = []
     for f in figures:
-        for kind in ("question", "answer"):
+        for kind in ("question", "answer", "page"):
             lat = f["latency"][kind]
             rows.append([f["raters"], kind, len(lat["server"]), p3(lat["server"]), p3(lat["client"])])
     table(["raters", "request", "n", "server p50 / p95 / p99", "client p50 / p95 / p99"], rows)
@@ -707,7 +721,11 @@ def parse_args(argv=None):
     ap.add_argument("--generators", type=int, default=1, help="load-generator processes")
     ap.add_argument("--profile", action="store_true", help="py-spy the web and RQ workers at the top step")
     ap.add_argument("--profile-seconds", type=float, default=None, help="extra hold of the top step under py-spy")
-    ap.add_argument("--baseline", metavar="REF", help="first run the code of git revision REF, then this tree")
+    ap.add_argument("--baseline", metavar="REF",
+                    help="first run this tree with the hot-path files of git revision REF, then this tree")
+    ap.add_argument("--gthread", action="store_true",
+                    help=f"then run this tree again under gunicorn --worker-class gthread --threads {GTHREAD_THREADS}"
+                         f" --keep-alive {GTHREAD_KEEP_ALIVE}")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (logs, access log, profiles)")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
@@ -732,18 +750,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="proxima-load-code-") as tmp:
         runs = []
         if a.baseline:
-            runs.append((code_copy(a.baseline, Path(tmp) / "baseline"), f"baseline {a.baseline}"))
-        runs.append((ROOT, "this tree"))
-        for code_root, label in runs:
-            run = run_load(a, code_root, label)
-            figures = step_figures(run, a)
-            print_run(run, figures, a)
+            runs.append((code_copy(a.baseline, Path(tmp) / "baseline"), f"baseline {a.baseline}", a))
+        runs.append((ROOT, "this tree", a))
+        if a.gthread:
+            # the web tier without one blocked process per connection: threads, and connections kept
+            # open between a rater's requests (longer than a think time, as browsers do)
+            tuned = argparse.Namespace(**{**vars(a), "worker_class": "gthread", "threads": GTHREAD_THREADS,
+                                          "keep_alive": GTHREAD_KEEP_ALIVE, "profile": False})
+            runs.append((ROOT, f"this tree, gunicorn gthread x {GTHREAD_THREADS}, keep-alive {GTHREAD_KEEP_ALIVE} s",
+                         tuned))
+        for code_root, label, options in runs:
+            run = run_load(options, code_root, label)
+            figures = step_figures(run, options)
+            print_run(run, figures, options)
             check = print_checks(run, figures)
             print_profiles(run)
             print_verdict(figures, check)
             results.append((run, figures, check))
-    if len(results) == 2:
-        print_comparison(results[0][:2], results[1][:2])
+    for later in results[1:]:
+        print_comparison(results[0][:2], later[:2])
     if a.json:
         def plain(f):
             return {k: v for k, v in f.items() if k != "latency"} | {
