@@ -71,7 +71,7 @@ def test_a_rater_answers_twenty_questions_and_the_researcher_sees_them(browser, 
             page.click("#left" if side == 0 else "#right")
         else:
             page.keyboard.press("ArrowLeft" if side == 0 else "ArrowRight")
-        page.wait_for_function(f"() => document.getElementById('answered').textContent === '{n + 1}'")
+        page.wait_for_function(f"() => document.getElementById('answered')?.textContent === '{n + 1}'")
     from conftest import RESEARCHER, RESEARCHER_PASSWORD
 
     from webapp.accounts import create_user
@@ -82,7 +82,8 @@ def test_a_rater_answers_twenty_questions_and_the_researcher_sees_them(browser, 
     dashboard.fill("#username", RESEARCHER)
     dashboard.fill("#password", RESEARCHER_PASSWORD)
     dashboard.click("#login")
-    dashboard.wait_for_function("() => document.getElementById('n-answers').textContent === '20'")
+    dashboard.wait_for_url(f"{live_server}/studies/browser")
+    dashboard.wait_for_function("() => document.getElementById('n-answers')?.textContent === '20'")
     assert dashboard.locator("#n-raters").inner_text() == "1"
     # the worker has applied the answers: the nearest-neighbour column is filled in
     dashboard.wait_for_function("() => Array.from(document.querySelectorAll('#items td.nn'))"
@@ -147,11 +148,11 @@ def test_consent_practice_ten_questions_by_keyboard_and_a_completion_code(browse
             page.screenshot(path=os.path.join(ARTIFACTS, "rater-question-phone.png"))
         if n == 4:  # reload mid-study: back at the same progress
             page.reload()
-            page.wait_for_function("() => document.getElementById('answered').textContent === '4'")
+            page.wait_for_function("() => document.getElementById('answered')?.textContent === '4'")
             page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")
         page.keyboard.press("ArrowLeft" if n % 2 else "ArrowRight")
         if n < 9:
-            page.wait_for_function(f"() => document.getElementById('answered').textContent === '{n + 1}'")
+            page.wait_for_function(f"() => document.getElementById('answered')?.textContent === '{n + 1}'")
     page.wait_for_selector("#completion-code")
     from webapp.rating import completion_code
 
@@ -185,7 +186,7 @@ def test_rating_questions_by_keys_one_to_five(browser, flow_server, conn):
         page.wait_for_selector("#rating:not([hidden]) .scale-button:not([disabled])")
         page.keyboard.press(str(n + 1))
         if n < 4:
-            page.wait_for_function(f"() => document.getElementById('answered').textContent === '{n + 1}'")
+            page.wait_for_function(f"() => document.getElementById('answered')?.textContent === '{n + 1}'")
     page.wait_for_selector("#completion-code")
     assert [a.value for a in read_answers(conn, "ratings")] == [1.0, 2.0, 3.0, 4.0, 5.0]
 
@@ -207,6 +208,6 @@ def test_an_answer_sent_while_offline_is_retried_and_stored_once(browser, flow_s
     page.wait_for_selector("#offline:not([hidden])")
     assert len(read_answers(conn, "flow")) == 0
     context.unroute("**/answers")
-    page.wait_for_function("() => document.getElementById('answered').textContent === '1'")
+    page.wait_for_function("() => document.getElementById('answered')?.textContent === '1'")
     page.wait_for_selector("#offline", state="hidden")
     assert len(read_answers(conn, "flow")) == 1

@@ -57,7 +57,7 @@ def test_dashboard_plots_render_and_refresh_without_reload(browser, live_server,
                                   "response_ms": 1200})
         assert response.status == 201, response.text()
 
-    page.wait_for_function("() => document.getElementById('n-answers').textContent === '12'", timeout=15000)
+    page.wait_for_function("() => document.getElementById('n-answers')?.textContent === '12'", timeout=15000)
     page.wait_for_selector("#plot-response .uplot canvas", timeout=15000)
     page.wait_for_selector('#raters-table tr[data-rater="p-dash"]', timeout=20000)
     assert page.locator('#raters-table tr[data-rater="p-dash"] td').nth(1).inner_text() == "12"
@@ -182,11 +182,11 @@ def test_a_researcher_creates_a_study_watches_raters_and_downloads_every_export(
     for n in range(4):
         rater.wait_for_selector("#question:not([hidden]) #left:not([disabled])")
         rater.click("#left" if n % 2 else "#right")
-        rater.wait_for_function(f"() => document.getElementById('answered').textContent === '{n + 1}'")
+        rater.wait_for_function(f"() => document.getElementById('answered')?.textContent === '{n + 1}'")
     rater_context.close()
 
     # the dashboard counts them without a reload
-    page.wait_for_function("() => document.getElementById('n-answers').textContent === '4'", timeout=15000)
+    page.wait_for_function("() => document.getElementById('n-answers')?.textContent === '4'", timeout=15000)
     page.wait_for_selector('#raters-table tr[data-rater="p-journey"]', timeout=20000)
     # the forest's nodes built / pending and depth per tree
     page.wait_for_selector('.alg-plot[data-kind="comparison_forest"] .progress-plot .uplot canvas')
@@ -235,7 +235,7 @@ def test_a_researcher_creates_a_study_watches_raters_and_downloads_every_export(
     runner = threading.Thread(target=crowd.run, daemon=True)
     runner.start()
     try:
-        page.wait_for_function("() => Number(document.getElementById('n-answers').textContent) >= 100",
+        page.wait_for_function("() => Number(document.getElementById('n-answers')?.textContent) >= 100",
                                timeout=30000)
         page.wait_for_selector(".error-plot .uplot canvas", timeout=15000)
         # the graph and the raters table refresh every 10 s: wait for a graph drawn from answers
