@@ -74,8 +74,8 @@ HTTP_TIMEOUT = 30.0
 #: New raters of a step join spread over this share of the step (at most RAMP_MAX_SECONDS).
 RAMP_SHARE, RAMP_MAX_SECONDS = 0.25, 5.0
 ANSWER_NOISE = 0.05  # sd of the simulated raters' distance noise (unit square)
-ANCHORS = ("Salmon (Sievert et al. 2023): 79 answers/s at about 100 concurrent raters on 2 vCPUs, random sampling "
-           "only; NEXT (Jamieson et al. 2015): query latency under 100 ms")
+ANCHORS = ("Salmon (Sievert et al.): 79 answers/s at about 100 concurrent raters on 2 vCPUs, random sampling "
+           "only; NEXT (Jamieson et al., NIPS 2015): query latency under 100 ms")
 GTHREAD_THREADS, GTHREAD_KEEP_ALIVE = 8, 75
 LATENCY_THRESHOLD_MS = 10  # Redis latency monitor: record stalls of at least this long
 GOALS = {"answers_per_second": 500.0, "server_p99_ms": 50.0, "fallback_rate": 0.01}
@@ -625,10 +625,11 @@ def print_verdict(figures: list[dict], check: dict) -> None:
     served = sum(f["served"] for f in figures)
     fallback = sum(f["fallback_rate"] * f["served"] for f in figures if f["served"])
     print(f"\nAnchors: {ANCHORS}.")
-    print(f"This run: {near100['answers_per_second']:.0f} answers/s at {near100['raters']} raters "
-          f"({near100['answers_per_second'] / 79:.1f} x Salmon's 79) with the adaptive engine on; "
-          f"server p99 over all steps {fmt(p99)} ms (NEXT: < 100 ms); "
-          f"most {best['answers_per_second']:.0f} answers/s at {best['raters']} raters.")
+    print(f"This run, adaptive engine on: {near100['raters']} raters offered {near100['offered']:.0f} answers/s "
+          f"(think time) and {near100['answers_per_second']:.0f} were served; the most sustained was "
+          f"{best['answers_per_second']:.0f} answers/s at {best['raters']} raters "
+          f"({best['answers_per_second'] / 79:.1f} x Salmon's 79); server p99 over all steps {fmt(p99)} ms "
+          "(NEXT: < 100 ms).")
     goals = [
         ("answers/s >= 500 at the top step", top["answers_per_second"] >= GOALS["answers_per_second"],
          f"{top['answers_per_second']:.0f} (offered {top['offered']:.0f})"),
