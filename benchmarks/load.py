@@ -481,7 +481,8 @@ def run_load(a, code_root: Path, label: str) -> dict:
                 "peak_rss": peak_rss, "peak_load": peak_load, "engine": sampler.latencies,
                 "batches": sampler.batches, "generated": generated, "logged": logged, "server_ms": server_ms,
                 "drain_seconds": drain, "profiles": profiles, "redis_commands": redis_commands,
-                "aof": {k: info.get(k) for k in ("aof_rewrites", "aof_current_size", "aof_delayed_fsync")},
+                "aof": {k: info[k] for k in ("aof_current_size", "aof_base_size", "aof_delayed_fsync", "total_forks")
+                        if k in info},
                 "stalls": stalls,
                 "web_workers": len(web_workers)}
     finally:
