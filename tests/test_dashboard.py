@@ -101,6 +101,27 @@ def test_instructions_edited_while_running_reach_raters(researcher_client, app, 
     assert "Settings not saved: field &#39;pool_size&#39; must be a whole number" in response.get_data(as_text=True)
 
 
+def test_rater_limits_are_edited_while_running_and_enforced(researcher_client, app, conn, study_id):
+    response = researcher_client.post(f"/studies/{study_id}/settings", data={
+        "limit:max_questions_per_rater": "1", "limit:answer_budget": "", "limit:min_response_ms": "300"})
+    assert response.status_code == 302
+    limits = get_study(conn, study_id).config.limits
+    assert (limits.max_questions_per_rater, limits.answer_budget, limits.min_response_ms) == (1, None, 300)
+    page = researcher_client.get(f"/studies/{study_id}").get_data(as_text=True)
+    assert 'name="limit:max_questions_per_rater" min="1" value="1"' in page
+    rater = app.test_client()
+    question = rater.get(f"/api/studies/{study_id}/questions/next").get_json()["question"]
+    body = {"token": question["token"], "choice": question["candidates"][0]["index"]}
+    assert rater.post(f"/api/studies/{study_id}/answers", json=body).status_code == 201
+    response = rater.get(f"/api/studies/{study_id}/questions/next")
+    assert response.status_code == 409 and "finish_url" in response.get_json()["error"]
+    response = researcher_client.post(f"/studies/{study_id}/settings", data={"limit:answer_budget": "0"},
+                                      follow_redirects=True)
+    assert "Settings not saved" in response.get_data(as_text=True) and "answer_budget" in response.get_data(
+        as_text=True)
+    assert get_study(conn, study_id).config.limits.max_questions_per_rater == 1
+
+
 # ---------------------------------------------------------------------- create from uploads
 def test_create_a_study_from_a_zip_of_images(researcher_client, conn):
     archive = make_zip({"cats/a.png": PNG, "cats/b.jpg": JPEG, "c.png": PNG, "__MACOSX/._c.png": b"junk"})

@@ -197,6 +197,12 @@ def settings(study_id: str):
                    for a in study.config.algorithms if f"budget:{a.label}" in form}
         if budgets:
             changes["budgets"] = budgets
+        limits = {name: _optional_int(form, f"limit:{name}", f"limits.{name}")
+                  for name in ("max_questions_per_rater", "answer_budget") if f"limit:{name}" in form}
+        if "limit:min_response_ms" in form:
+            limits["min_response_ms"] = _optional_int(form, "limit:min_response_ms", "limits.min_response_ms") or 0
+        if limits:
+            changes["limits"] = limits
         update_config(conn, study_id, **changes)
     except (StudyError, ConfigError) as exc:
         flash(f"Settings not saved: {exc}", "error")

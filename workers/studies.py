@@ -417,13 +417,14 @@ def set_features(conn, study_id: str, features: dict[str, dict[str, float]]) -> 
 
 #: Config fields a researcher may change while a study runs (the algorithms and items may not:
 #: the engine state was built for them).
-EDITABLE_FIELDS = ("name", "instructions", "question", "pool_size", "token_ttl_seconds", "budgets")
+EDITABLE_FIELDS = ("name", "instructions", "question", "pool_size", "token_ttl_seconds", "budgets", "limits")
 
 
 def update_config(conn, study_id: str, **changes) -> StudyConfig:
     """Change editable fields of a study's config, re-validated as a whole; returns the new config.
 
-    ``budgets`` maps algorithm labels to a question budget (None for no limit). Raises
+    ``budgets`` maps algorithm labels to a question budget (None for no limit); ``limits`` changes
+    some of ``max_questions_per_rater``, ``min_response_ms``, ``answer_budget``. Raises
     StudyError for a field that cannot change and ConfigError naming an invalid value.
     """
     unknown = sorted(set(changes) - set(EDITABLE_FIELDS))
@@ -438,6 +439,8 @@ def update_config(conn, study_id: str, **changes) -> StudyConfig:
         if label not in labels:
             raise StudyError(f"budgets: the study has no algorithm '{label}'; its algorithms: {', '.join(labels)}")
         data["algorithms"][labels.index(label)]["budget"] = budget
+    limits = changes.pop("limits", None) or {}
+    data["limits"] = {**data["limits"], **limits}
     data.update(changes)
     config = StudyConfig.from_dict(data)
     conn.hset(keys.study(study_id), mapping={"name": config.name, "config": config.to_json()})
