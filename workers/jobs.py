@@ -277,6 +277,19 @@ def _one_pass(conn, study_id: str, now: float) -> dict:
                         wanted = min(wanted, max(0, learner.algorithm.budget - served - depth))
                     window = learner.algorithm.params.get("window", 1)
                     planned[label] = learner.plan(wanted, study.n_items, window=window)
+                    if running and not done:
+                        # planning reads rows whose deferred triangle updates can close more rounds:
+                        # take their questions back too, pooled ones and those just planned
+                        kept = [q for q in pooled if q not in removed]
+                        late = learner.stale(kept + planned[label])
+                        if late:
+                            late_removed = questions.prune_questions(conn, study_id, label,
+                                                                     [q for q in late if q in kept])
+                            late_planned = [q for q in late if q in planned[label]]
+                            planned[label] = [q for q in planned[label] if q not in late_planned]
+                            learner.forget(late_removed + late_planned)
+                            pruned_earlier.setdefault(label, []).extend(late_removed)
+                            pruned_now += len(late_removed)
                 latency_ms = (time.perf_counter() - started) * 1000.0
 
                 pipe.multi()
