@@ -25,7 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from .utils import check_random_state
+from .utils import GOLDEN, check_random_state
+from .utils import child_keys as _child_keys
+from .utils import group_starts as _group_starts
+from .utils import mix64 as _mix64
 
 __all__ = [
     "NO_ITEM",
@@ -57,24 +60,11 @@ ADAPTIVE_MARGIN = 2  # adaptive voting stops when one side leads by this many an
 ADAPTIVE_CAP = 5  # ... or when this many answers were counted (then a strict majority wins)
 SUPERVISED_DRAWS = 6  # one pivot pair plus up to five re-draws (ALGORITHMS.md §2)
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
 
 
 # ----------------------------------------------------------------------------------------
 # small pure kernels
 # ----------------------------------------------------------------------------------------
-def _mix64(z) -> np.ndarray:
-    """SplitMix64 finaliser, vectorised: a counter-based hash giving independent 64-bit words."""
-    z = np.asarray(z, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        z = z + _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * _MIX1
-        z = (z ^ (z >> np.uint64(27))) * _MIX2
-        return z ^ (z >> np.uint64(31))
-
-
 def _uniforms(keys: np.ndarray, k: int) -> np.ndarray:
     """ndarray of shape (len(keys), k) of uniforms in [0, 1), a pure function of the keys.
 
@@ -83,13 +73,8 @@ def _uniforms(keys: np.ndarray, k: int) -> np.ndarray:
     """
     keys = np.asarray(keys, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        z = keys[:, None] + np.arange(1, k + 1, dtype=np.uint64)[None, :] * _GOLDEN
+        z = keys[:, None] + np.arange(1, k + 1, dtype=np.uint64)[None, :] * GOLDEN
     return (_mix64(z) >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
-
-
-def _child_keys(keys: np.ndarray, side: int) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        return _mix64(np.asarray(keys, dtype=np.uint64) * np.uint64(2) + np.uint64(side + 1))
 
 
 def _grow(arr: np.ndarray, size: int, fill) -> np.ndarray:
@@ -98,12 +83,6 @@ def _grow(arr: np.ndarray, size: int, fill) -> np.ndarray:
     new = np.full((max(size, 2 * arr.shape[0], 16),) + arr.shape[1:], fill, dtype=arr.dtype)
     new[: arr.shape[0]] = arr
     return new
-
-
-def _group_starts(sorted_keys: np.ndarray) -> np.ndarray:
-    if sorted_keys.size == 0:
-        return np.empty(0, dtype=np.int64)
-    return np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
 
 
 # ----------------------------------------------------------------------------------------

@@ -49,6 +49,9 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from .utils import check_random_state
+from .utils import child_keys as _child_keys
+from .utils import group_starts as _group_starts
+from .utils import mix64 as _mix64
 
 __all__ = [
     "KIND",
@@ -78,41 +81,17 @@ STATUS_NAMES = ("new", "waiting", "split", "leaf")
 #: (the paper asks for observed pairs); the last draw is kept if none is.
 PAIR_DRAWS = 6
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
 
 
 # ----------------------------------------------------------------------------------------
 # counter-based randomness: a node's pairs depend only on its tree's seed and its path
 # ----------------------------------------------------------------------------------------
-def _mix64(z) -> np.ndarray:
-    """The SplitMix64 output function, vectorised (independent-looking 64-bit words)."""
-    z = np.asarray(z, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        z = z + _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * _MIX1
-        z = (z ^ (z >> np.uint64(27))) * _MIX2
-        return z ^ (z >> np.uint64(31))
-
-
 def _uniforms(keys: np.ndarray, k: int) -> np.ndarray:
     """ndarray of shape (len(keys), k) of uniforms in [0, 1), a pure function of the keys."""
     keys = np.asarray(keys, dtype=np.uint64)
     with np.errstate(over="ignore"):
         z = keys[:, None] ^ _mix64(np.arange(1, k + 1, dtype=np.uint64))[None, :]
     return (_mix64(z) >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
-
-
-def _child_keys(keys: np.ndarray, side: int) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        return _mix64(np.asarray(keys, dtype=np.uint64) * np.uint64(2) + np.uint64(side + 1))
-
-
-def _group_starts(sorted_keys: np.ndarray) -> np.ndarray:
-    if sorted_keys.size == 0:
-        return np.empty(0, dtype=np.int64)
-    return np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
 
 
 # ----------------------------------------------------------------------------------------

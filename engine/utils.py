@@ -53,3 +53,33 @@ def check_n_items(n_items) -> int:
     if n_items < 3:
         raise ValueError(f"a study needs at least 3 items, got n_items={n_items}")
     return int(n_items)
+
+
+# Counter-based randomness shared by the forests: a node's draws are a pure function of its tree's
+# seed and its path, never of the order in which answers arrived.
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def mix64(z) -> np.ndarray:
+    """SplitMix64 finaliser, vectorised: a counter-based hash giving independent 64-bit words."""
+    z = np.asarray(z, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = z + GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        return z ^ (z >> np.uint64(31))
+
+
+def child_keys(keys: np.ndarray, side: int) -> np.ndarray:
+    """The keys of the children on ``side`` (0 or 1) of nodes with ``keys``."""
+    with np.errstate(over="ignore"):
+        return mix64(np.asarray(keys, dtype=np.uint64) * np.uint64(2) + np.uint64(side + 1))
+
+
+def group_starts(sorted_keys: np.ndarray) -> np.ndarray:
+    """Indices where a new run of equal values starts in a sorted array."""
+    if sorted_keys.size == 0:
+        return np.empty(0, dtype=np.int64)
+    return np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
