@@ -68,6 +68,8 @@ ANSWER_FIELDS = ("qid", "rater", "kind", "head", "a", "b", "choice", "value", "p
 NO_ITEM = -1
 #: The algorithm label of attention-check answers: kept in the log, never given to an engine.
 CATCH_ALGORITHM = "catch"
+#: The flag of an answer the rater skipped ("can't decide"): no choice, no value.
+SKIPPED_FLAG = "skipped"
 
 
 class AnswerRefused(Exception):
@@ -106,6 +108,21 @@ class Answer:
     value: float | None = None
     probe: int | None = None
     flags: str = ""
+
+    @property
+    def skipped(self) -> bool:
+        """The rater chose "can't decide": the log keeps the record, engines learn nothing from it."""
+        return SKIPPED_FLAG in self.flags.split(",")
+
+    def question(self) -> dict:
+        """The question this answers, as the pool held it (what a learner's ``forget`` takes)."""
+        common = {"qid": self.qid, "kind": self.kind, "algorithm": self.algorithm, "fallback": self.fallback}
+        if self.kind == "rating":
+            return {**common, "items": [self.head, self.a]}
+        question = {**common, "head": self.head, "candidates": [self.a, self.b]}
+        if self.probe is not None:
+            question["probe"] = self.probe
+        return question
 
     @property
     def items(self) -> list[int]:
@@ -161,6 +178,8 @@ def accept_and_issue(conn, study_id: str, question: dict, rater: str, choice: in
         b, choice = NO_ITEM, NO_ITEM
     else:
         head, (a, b) = question["head"], question["candidates"]
+        if choice is None:  # skipped
+            choice = NO_ITEM
     fields = {
         "qid": question["qid"], "rater": rater, "kind": question["kind"], "head": head,
         "a": a, "b": b, "choice": int(choice), "value": "" if value is None else repr(float(value)),
@@ -272,7 +291,8 @@ def export_triplets(answers, excluded_raters=frozenset()):
     """
     buf = io.StringIO()
     for n, ans in enumerate(answers):
-        if ans.kind != "triplet" or ans.rater in excluded_raters or ans.algorithm == CATCH_ALGORITHM:
+        if (ans.kind != "triplet" or ans.rater in excluded_raters or ans.algorithm == CATCH_ALGORITHM
+                or ans.skipped):
             continue
         other = ans.b if ans.choice == ans.a else ans.a
         buf.write(f"{ans.head},{ans.choice},{other}\n")

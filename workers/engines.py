@@ -116,6 +116,7 @@ class Learner:
     def engine_answers(self, answers: list[Answer]) -> list[tuple]:
         """The engine tuples of the answers this learner uses (its own, including its fallbacks)."""
         rows = []
+        answers = [a for a in answers if not a.skipped]
         if self.learns_graph:
             scale = self.config.rating
             for a in answers:
@@ -146,12 +147,19 @@ class Learner:
     def _route_answers(self, answers: list[Answer]) -> dict[int, list[tuple]]:
         by_item: dict[int, list[tuple]] = {}
         for a in answers:
-            if (a.kind == "triplet" and a.algorithm == self.label and not a.fallback and a.head in self.routes):
+            if (a.kind == "triplet" and a.algorithm == self.label and not a.fallback and a.head in self.routes
+                    and not a.skipped):
                 by_item.setdefault(a.head, []).append((a.head, a.a, a.b, a.choice))
         return by_item
 
     def observe(self, answers: list[Answer]) -> int:
-        """Apply the answers this learner uses; returns how many it used."""
+        """Apply the answers this learner uses; returns how many it used.
+
+        A skipped question ("can't decide") carries no answer: it is released like an expired one,
+        so the planner may ask it again (another rater may well decide)."""
+        skipped = [a.question() for a in answers if a.skipped and a.algorithm == self.label]
+        if skipped:
+            self.forget(skipped)
         rows = self.engine_answers(answers)
         if rows:
             self.planner.observe(rows)
