@@ -109,6 +109,11 @@ def flow_server(conn, redis_url, tmp_path):
     rating = StudyConfig.from_dict({"name": "Ratings", "algorithm": "random", "question_kind": "rating",
                                     "pool_size": 10, "limits": {"max_questions_per_rater": 5}})
     create_study(conn, rating, colour_items(12), study_id="ratings")
+    checks = StudyConfig.from_dict({"name": "Checks", "algorithm": "random_triplets", "pool_size": 10,
+                                    "allow_skip": True, "limits": {"max_questions_per_rater": 80},
+                                    "attention": {"rate": 0.5, "min_checks": 2, "max_failure_share": 0.5,
+                                                  "stop_flagged": True}})
+    create_study(conn, checks, colour_items(12), study_id="checks")
     port = free_port()
     env = dict(os.environ, REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"))
     proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers", "1"],
@@ -211,3 +216,75 @@ def test_an_answer_sent_while_offline_is_retried_and_stored_once(browser, flow_s
     page.wait_for_function("() => document.getElementById('answered')?.textContent === '1'")
     page.wait_for_selector("#offline", state="hidden")
     assert len(read_answers(conn, "flow")) == 1
+
+
+def _wait_for_triplet(page):
+    page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")
+    return page.locator("#head").get_attribute("data-index")
+
+
+def test_a_rater_by_mouse_skips_twice_fails_catch_trials_and_is_stopped_politely(browser, flow_server, conn):
+    """Mouse only: "can't decide" by button and by the S key is logged as a skip; attention checks
+    (one candidate is the head itself) failed twice flag the rater, who is then stopped politely."""
+    from workers import keys
+    from workers.answers import read_answers
+
+    page = browser.new_page()
+    page.goto(f"{flow_server}/s/checks?PROLIFIC_PID=p-careless")
+    page.click("#start")
+    skipped = failed = passed = answered = 0
+    while True:
+        head = _wait_for_triplet(page)
+        sides = [page.locator(side).get_attribute("data-index") for side in ("#left", "#right")]
+        if head in sides and skipped < 2:  # a catch trial, passed while we still want to skip
+            page.click("#left" if sides[0] == head else "#right")
+            passed += 1
+        elif head in sides:  # failed from then on
+            page.click("#right" if sides[0] == head else "#left")
+            failed += 1
+        elif skipped == 0:
+            page.click("#skip")
+            skipped += 1
+        elif skipped == 1:
+            page.keyboard.press("s")
+            skipped += 1
+        else:
+            page.click("#left")
+        answered += 1
+        if failed > passed and passed + failed >= 2:  # over the failure share: stopped
+            page.wait_for_url("**/s/checks/done")
+            break
+        page.wait_for_function(f"() => document.getElementById('answered')?.textContent === '{answered}'")
+        assert answered < 80
+    assert "no more questions for you" in page.content() and page.locator("#completion-code").count() == 0
+    answers = read_answers(conn, "checks")
+    assert len(answers) == answered and all(a.response_ms is not None for a in answers)
+    assert sum(a.skipped for a in answers) == skipped == 2
+    assert sum("catch_fail" in a.flags for a in answers) == failed
+    assert sum("catch_pass" in a.flags for a in answers) == passed
+    assert conn.hget(keys.rater_stats("checks"), "p-careless:flagged") == b"1"
+
+
+def test_a_rater_completes_ten_questions_by_mouse_alone(browser, flow_server, conn):
+    from workers.answers import read_answers
+
+    page = browser.new_page()
+    page.goto(f"{flow_server}/s/flow?PROLIFIC_PID=p-mouse")
+    page.click("#consent-agree")
+    page.click("#start")
+    _wait_for_triplet(page)
+    page.click("#right")  # the practice question: feedback either way, nothing stored
+    page.wait_for_selector("#feedback:not([hidden])")
+    page.click("#feedback-next")
+    chosen = []
+    for n in range(10):
+        _wait_for_triplet(page)
+        side = "#left" if n % 3 else "#right"
+        chosen.append(int(page.locator(side).get_attribute("data-index")))
+        page.click(side)
+        if n < 9:
+            page.wait_for_function(f"() => document.getElementById('answered')?.textContent === '{n + 1}'")
+    page.wait_for_selector("#completion-code")
+    answers = read_answers(conn, "flow")
+    assert [a.choice for a in answers] == chosen
+    assert all(a.rater == "p-mouse" and a.response_ms is not None and a.response_ms > 0 for a in answers)

@@ -47,7 +47,7 @@ def assert_error_shape(response, where: str = "") -> str:
 @given(body=answer_like)
 def test_the_answer_parser_accepts_or_refuses_with_a_400(body):
     try:
-        token, choice, value, response_ms = parse_answer_body(body)
+        token, choice, value, response_ms, skip = parse_answer_body(body)
     except ApiError as exc:
         assert exc.status == 400 and exc.code == "malformed_answer"
         return
@@ -55,6 +55,7 @@ def test_the_answer_parser_accepts_or_refuses_with_a_400(body):
     assert choice is None or (type(choice) is int)
     assert value is None or (type(value) in (int, float))
     assert response_ms is None or 0 <= response_ms <= 24 * 3600 * 1000
+    assert type(skip) is bool and not (skip and (choice is not None or value is not None))
 
 
 @FUZZ

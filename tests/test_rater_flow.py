@@ -238,3 +238,103 @@ def test_one_session_per_rater_id_the_latest_page_wins_and_answers_are_kept(app,
     assert response.status_code == 409
     # anonymous raters and API clients that never opened the page are not affected
     assert fetch_question(app.test_client(), study_id)["token"]
+
+
+# ---------------------------------------------------------------- "can't decide" and rating catch trials
+
+def test_a_skip_is_kept_and_flagged_counts_for_progress_and_the_planner_asks_again(client, conn):
+    from engine.anntri import planner_from_state
+    from workers.answers import NO_ITEM, export_triplets
+    from workers.engine_state import load
+    from workers.jobs import apply_new_answers
+    from workers.questions import pooled_questions
+
+    make_study(conn, study_id="skips", algorithm="anntri", allow_skip=True, skip_label="Not sure",
+               limits={"max_questions_per_rater": 3}, random_state=1)
+    apply_new_answers(conn, "skips")
+    assert "Not sure" in client.get("/s/skips?rater=r-skip").get_data(as_text=True)
+    question = fetch_question(client, "skips")
+    response = client.post("/api/studies/skips/answers", json={"token": question["token"], "skip": True,
+                                                               "response_ms": 2400})
+    assert response.status_code == 201, response.get_json()
+    following = response.get_json()["next"]
+    assert following["progress"]["answered"] == 1  # a skip costs the rater time: it counts
+    (stored,) = read_answers(conn, "skips")
+    assert stored.skipped and stored.flags == "skipped" and stored.choice == NO_ITEM and stored.value is None
+    assert stored.response_ms == 2400 and stats_of(conn, "skips", "r-skip")["skipped"] == "1"
+    # the pair goes back to the planner: one pending question fewer, no sample, nothing learned
+    pair = (stored.head, stored.probe)
+    pooled = [(q["head"], q["probe"]) for q in pooled_questions(conn, "skips", "anntri")]
+    assert pair not in pooled and planner_from_state(load(conn, "skips", "anntri")).pending_[pair] == 1
+    apply_new_answers(conn, "skips")
+    planner = planner_from_state(load(conn, "skips", "anntri"))
+    assert planner.count_.sum() == 0
+    assert pair in [(q["head"], q["probe"]) for q in pooled_questions(conn, "skips", "anntri")]  # asked again
+    assert planner.pending_[pair] == 1  # released, then planned once more
+    assert "".join(export_triplets(read_answers(conn, "skips"))) == ""
+    # the same token cannot be answered after it was skipped
+    again = answer(client, question, study_id="skips")
+    assert again.status_code == 409 and again.get_json()["error"]["code"] == "already_answered"
+
+
+def test_skipping_is_refused_where_the_study_does_not_allow_it(client, conn, study_id):
+    question = fetch_question(client)
+    refused = client.post(f"/api/studies/{study_id}/answers", json={"token": question["token"], "skip": True})
+    assert refused.status_code == 400 and refused.get_json()["error"]["code"] == "skip_not_allowed"
+    assert "please choose an answer" in refused.get_json()["error"]["message"]
+    both = client.post(f"/api/studies/{study_id}/answers",
+                       json={"token": question["token"], "skip": True, "choice": question["candidates"][0]["index"]})
+    assert both.status_code == 400 and both.get_json()["error"]["code"] == "malformed_answer"
+    not_bool = client.post(f"/api/studies/{study_id}/answers", json={"token": question["token"], "skip": "yes"})
+    assert not_bool.status_code == 400 and "'skip' must be true" in not_bool.get_json()["error"]["message"]
+    assert read_answers(conn, study_id) == []
+    assert answer(client, question).status_code == 201  # the question is still open
+
+
+def test_a_skipped_catch_trial_counts_as_failed(client, conn):
+    make_study(conn, allow_skip=True, attention={"rate": 1.0, "max_failure_share": 0.4, "min_checks": 1})
+    client.get("/s/flow?rater=r-skipper")
+    question = fetch_question(client, "flow")
+    assert client.post("/api/studies/flow/answers", json={"token": question["token"], "skip": True}).status_code == 201
+    (stored,) = read_answers(conn, "flow")
+    assert stored.flags == "skipped,catch_fail"
+    stats = stats_of(conn, "flow", "r-skipper")
+    assert stats["catch"] == "1" and stats["catch_failed"] == "1" and stats["skipped"] == "1"
+    assert stats["flagged"] == "1"
+
+
+def test_rating_studies_get_rating_catch_trials_an_item_shown_twice(client, conn):
+    make_study(conn, algorithm="anntri", question_kind="rating",
+               attention={"rate": 1.0, "max_failure_share": 0.4, "min_checks": 2})
+    client.get("/s/flow?rater=r-rating")
+    question = fetch_question(client, "flow")
+    assert question["kind"] == "rating"
+    first, second = question["items"]
+    assert first["index"] == second["index"]
+    body = client.post("/api/studies/flow/answers", json={"token": question["token"], "value": 5}).get_json()
+    wrong = body["next"]
+    assert wrong["items"][0]["index"] == wrong["items"][1]["index"]
+    assert client.post("/api/studies/flow/answers", json={"token": wrong["token"], "value": 2}).status_code == 201
+    stored = read_answers(conn, "flow")
+    assert [(a.kind, a.algorithm, a.flags, a.value) for a in stored] == [
+        ("rating", "catch", "catch_pass", 5.0), ("rating", "catch", "catch_fail", 2.0)]
+    stats = stats_of(conn, "flow", "r-rating")
+    assert stats["catch"] == "2" and stats["catch_failed"] == "1" and stats["flagged"] == "1"
+
+
+@pytest.mark.parametrize("kind, expected", [("auto", "triplet"), ("rating", "rating"), ("triplet", "triplet")])
+def test_the_attention_check_kind_is_chosen_by_config(kind, expected):
+    config = StudyConfig.from_dict({"name": "x", "algorithm": "random_triplets", "attention": {"kind": kind}})
+    assert config.catch_kind == expected
+    rating = StudyConfig.from_dict({"name": "x", "algorithm": "anntri", "question_kind": "rating"})
+    assert rating.catch_kind == "rating"
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"attention": {"kind": "quiz"}}, "field 'attention.kind' is 'quiz'; allowed values: auto, triplet, rating"),
+    ({"allow_skip": "yes"}, "field 'allow_skip' must be of type boolean"),
+    ({"skip_label": ""}, "skip_label"),
+])
+def test_skip_and_check_options_are_validated(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        StudyConfig.from_dict({"name": "x", **fields})

@@ -18,7 +18,7 @@ import time
 from flask import current_app, session, url_for
 
 from workers import keys
-from workers.answers import CATCH_ALGORITHM, AnswerRefused, accept_and_issue
+from workers.answers import CATCH_ALGORITHM, SKIPPED_FLAG, AnswerRefused, accept_and_issue
 from workers.config import StudyConfig
 from workers.questions import (
     NextQuestion,
@@ -94,7 +94,7 @@ def check_completion_code(secret_key: str, study_id: str, rater: str, code: str)
 
 def rater_stats(conn, study_id: str, rater: str) -> dict[str, int]:
     """This rater's counters from the rater-stats hash (missing ones are 0)."""
-    names = ("answers", "catch", "catch_failed", "too_fast", "flagged", "completed")
+    names = ("answers", "catch", "catch_failed", "too_fast", "skipped", "flagged", "completed")
     values = conn.hmget(keys.rater_stats(study_id), [f"{rater}:{n}" for n in names])
     return {n: int(v or 0) for n, v in zip(names, values, strict=True)}
 
@@ -128,11 +128,22 @@ DONE_MESSAGES = {
 
 
 def catch_question(study: Study) -> dict:
-    """An attention check: a triplet whose candidates are the head itself and another item."""
+    """An attention check: a triplet whose candidates are the head itself and another item, or
+    (rating studies) one item shown twice, to be rated in the top quarter of the scale."""
+    common = {"qid": new_question_id(), "algorithm": CATCH_ALGORITHM, "fallback": False, "catch": True}
+    if study.config.catch_kind == "rating":
+        item = random.randrange(study.n_items)
+        return {**common, "kind": "rating", "items": [item, item]}
     head, other = random.sample(range(study.n_items), 2)
     candidates = [head, other] if random.random() < 0.5 else [other, head]
-    return {"qid": new_question_id(), "kind": "triplet", "head": head, "candidates": candidates,
-            "algorithm": CATCH_ALGORITHM, "fallback": False, "catch": True}
+    return {**common, "kind": "triplet", "head": head, "candidates": candidates}
+
+
+def catch_passed(study: Study, question: dict, choice, value) -> bool:
+    """Whether an attention check was answered as anyone paying attention would (a skip fails it)."""
+    if question["kind"] == "rating":
+        return value is not None and study.config.rating.catch_passes(value)
+    return choice is not None and choice == question["head"]
 
 
 def check_consent(study: Study) -> None:
@@ -184,13 +195,18 @@ def next_question(conn, study: Study, rater: str) -> dict | None:
     return question_payload(conn, study, rater, issued, now)
 
 
-def parse_answer_body(body) -> tuple[str, int | None, float | None, int | None]:
-    """(token, choice, value, response_ms) of an answer body; which of choice/value is needed
+def parse_answer_body(body) -> tuple[str, int | None, float | None, int | None, bool]:
+    """(token, choice, value, response_ms, skip) of an answer body; which of choice/value is needed
     depends on the question kind, checked once the token is verified."""
     if not isinstance(body, dict):
         raise ApiError(400, "malformed_answer",
                        "send the answer as a JSON object: {\"token\": ..., \"choice\": ...} or "
-                       "{\"token\": ..., \"value\": ...}")
+                       "{\"token\": ..., \"value\": ...} (or {\"token\": ..., \"skip\": true})")
+    skip = body.get("skip", False)
+    if not isinstance(skip, bool):
+        raise ApiError(400, "malformed_answer", "'skip' must be true (the rater can't decide) or false")
+    if skip and (body.get("choice") is not None or body.get("value") is not None):
+        raise ApiError(400, "malformed_answer", "a skipped question has no 'choice' or 'value': send one or the other")
     choice = body.get("choice")
     if choice is not None and (isinstance(choice, bool) or not isinstance(choice, int)):
         raise ApiError(400, "malformed_answer", "'choice' must be the index of the chosen item (an integer)")
@@ -201,11 +217,16 @@ def parse_answer_body(body) -> tuple[str, int | None, float | None, int | None]:
     if response_ms is not None and (isinstance(response_ms, bool) or not isinstance(response_ms, (int, float))
                                     or not 0 <= response_ms <= MAX_RESPONSE_MS):
         raise ApiError(400, "malformed_answer", "'response_ms' must be a number of milliseconds between 0 and 86400000")
-    return body.get("token"), choice, value, None if response_ms is None else int(response_ms)
+    return body.get("token"), choice, value, None if response_ms is None else int(response_ms), skip
 
 
-def check_response(study: Study, question: dict, choice, value) -> tuple[int | None, float | None]:
+def check_response(study: Study, question: dict, choice, value, skip: bool = False) -> tuple[int | None, float | None]:
     """The answer's choice (triplets) or value (ratings), or ApiError saying what the question needs."""
+    if skip:
+        if not study.config.allow_skip:
+            raise ApiError(400, "skip_not_allowed", "this study does not allow skipping a question: "
+                           "please choose an answer")
+        return None, None
     if question["kind"] == "rating":
         if value is None:
             scale = study.config.rating
@@ -228,15 +249,15 @@ def submit_answer(conn, study: Study, rater: str, body) -> dict:
 
     Storing the answer and issuing the rater's next question are one Lua script (one round trip).
     """
-    token, choice, value, response_ms = parse_answer_body(body)
+    token, choice, value, response_ms, skip = parse_answer_body(body)
     payload = verify_question(current_app.config["SECRET_KEY"], token, max_age=token_ttl(study))
     if payload.get("s") != study.id:
         raise ApiError(400, "wrong_study", "this question token belongs to another study")
     if payload.get("r") != rater:
         raise ApiError(403, "wrong_rater", "this question was issued to another rater session")
     question = payload["q"]
-    choice, value = check_response(study, question, choice, value)
-    flags, stats = answer_flags(study, question, choice, payload["t"], response_ms)
+    choice, value = check_response(study, question, choice, value, skip)
+    flags, stats = answer_flags(study, question, choice, payload["t"], response_ms, value=value, skip=skip)
     limits, attention = study.config.limits, study.config.attention
     running = study.status == "running"
     now = time.time()
@@ -271,14 +292,18 @@ def submit_answer(conn, study: Study, rater: str, body) -> dict:
     return result
 
 
-def answer_flags(study: Study, question: dict, choice, issued_at: float,
-                 response_ms: int | None) -> tuple[list[str], tuple[str, ...]]:
+def answer_flags(study: Study, question: dict, choice, issued_at: float, response_ms: int | None,
+                 value: float | None = None, skip: bool = False) -> tuple[list[str], tuple[str, ...]]:
     """(flags for the log, rater-stats counters to increment) of one answer.
 
-    Too fast when the page's own timing or the server's time since issue (which includes the
-    network, so a page cannot hide a fast answer by reporting a slow one) is below the minimum.
+    A skip is flagged ``skipped`` (engines ignore it). Too fast when the page's own timing or the
+    server's time since issue (which includes the network, so a page cannot hide a fast answer by
+    reporting a slow one) is below the minimum.
     """
     flags, stats = [], []
+    if skip:
+        flags.append(SKIPPED_FLAG)
+        stats.append("skipped")
     minimum = study.config.limits.min_response_ms
     elapsed_ms = (time.time() - float(issued_at)) * 1000
     if minimum and ((response_ms is not None and response_ms < minimum) or elapsed_ms < minimum):
@@ -286,7 +311,7 @@ def answer_flags(study: Study, question: dict, choice, issued_at: float,
         stats.append("too_fast")
     if question.get("catch"):
         stats.append("catch")
-        if choice == question["head"]:
+        if catch_passed(study, question, choice, value):
             flags.append("catch_pass")
         else:
             flags.append("catch_fail")

@@ -282,7 +282,7 @@ def _int(value) -> int:
 
 
 def rater_table(conn, study_id: str, limit: int = RATER_TABLE_ANSWERS) -> list[dict]:
-    """One row per rater: answers, median response time, catch-trial failures, too-fast share, flags.
+    """One row per rater: answers, median response time, catch-trial failures, too-fast share, skips, flags.
 
     Counts come from the per-rater counters when the platform keeps them (``keys.rater_stats``);
     answers and response times are always taken from the latest ``limit`` answers of the log.
@@ -314,7 +314,7 @@ def rater_table(conn, study_id: str, limit: int = RATER_TABLE_ANSWERS) -> list[d
             "rater": rater, "answers": answers,
             "median_response_ms": median(times[rater]) if times.get(rater) else None,
             "catch": _int(c.get("catch")), "catch_failed": _int(c.get("catch_failed")),
-            "too_fast_share": too_fast / answers if answers else 0.0,
+            "too_fast_share": too_fast / answers if answers else 0.0, "skipped": _int(c.get("skipped")),
             "flagged": c.get("flagged") not in (None, "", "0"),
             "completed": c.get("completed") not in (None, "", "0"),
             "excluded": rater in excluded, "last_answer_at": last.get(rater),

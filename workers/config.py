@@ -40,6 +40,7 @@ RATING_INSTRUCTIONS = (
 DEFAULT_INSTRUCTIONS = TRIPLET_INSTRUCTIONS
 TRIPLET_PROMPT = "Which of these two is more similar to the one on top?"
 RATING_PROMPT = "How similar are these two?"
+SKIP_LABEL = "I can't decide"
 
 _DISTANCE_PARAMS = {
     "k": {"type": "integer", "minimum": 1},
@@ -120,11 +121,15 @@ LIMITS_SCHEMA = {
         "answer_budget": {"type": ["integer", "null"], "minimum": 1},
     },
 }
+#: Catch trials: "triplet" (one candidate is the head itself), "rating" (an item shown twice must be
+#: rated in the top quarter of the scale), "auto" (rating checks when every algorithm asks ratings).
+ATTENTION_KINDS = ("auto", "triplet", "rating")
 ATTENTION_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
         "rate": {"type": "number", "minimum": 0, "maximum": 1},
+        "kind": {"enum": list(ATTENTION_KINDS)},
         "max_failure_share": {"type": "number", "minimum": 0, "maximum": 1},
         "min_checks": {"type": "integer", "minimum": 1, "maximum": 1000},
         "stop_flagged": {"type": "boolean"},
@@ -153,6 +158,8 @@ SCHEMA = {
         "rating": RATING_SCHEMA,
         "instructions": {"type": "string", "maxLength": 20000},
         "question": {"type": "string", "minLength": 1, "maxLength": 500},
+        "allow_skip": {"type": "boolean"},
+        "skip_label": {"type": "string", "minLength": 1, "maxLength": 100},
         "pool_size": {"type": "integer", "minimum": 1, "maximum": 10000},
         "token_ttl_seconds": {"type": "integer", "minimum": 10, "maximum": 7 * 24 * 3600},
         "random_state": {"type": ["integer", "null"], "minimum": 0},
@@ -202,6 +209,10 @@ class RatingScale:
                 raise ValueError(f"'value' {value!r} is not on the scale's steps of {self.step:g} from {self.min:g}")
         return float(value)
 
+    def catch_passes(self, value: float) -> bool:
+        """A rating attention check (one item shown twice) passes in the top quarter of the scale."""
+        return value >= self.min + 0.75 * (self.max - self.min)
+
     def distance(self, value: float) -> float:
         """The distance sample in [0, 1] a rating gives: 0 for 'very similar', 1 for 'very different'."""
         return float(min(1.0, max(0.0, 1.0 - (value - self.min) / (self.max - self.min))))
@@ -226,17 +237,19 @@ class Limits:
 
 @dataclass(frozen=True)
 class Attention:
-    """Catch trials: served with probability ``rate``; a rater with at least ``min_checks`` of them and
-    a failed share above ``max_failure_share`` is flagged (and stopped if ``stop_flagged``)."""
+    """Catch trials: served with probability ``rate`` (of the ``kind`` in ATTENTION_KINDS); a rater with
+    at least ``min_checks`` of them and a failed share above ``max_failure_share`` is flagged (and
+    stopped if ``stop_flagged``)."""
 
     rate: float = 0.0
     max_failure_share: float = 0.5
     min_checks: int = 2
     stop_flagged: bool = False
+    kind: str = "auto"
 
     def to_dict(self) -> dict:
-        return {"rate": self.rate, "max_failure_share": self.max_failure_share, "min_checks": self.min_checks,
-                "stop_flagged": self.stop_flagged}
+        return {"rate": self.rate, "kind": self.kind, "max_failure_share": self.max_failure_share,
+                "min_checks": self.min_checks, "stop_flagged": self.stop_flagged}
 
 
 @dataclass(frozen=True)
@@ -284,6 +297,10 @@ class StudyConfig:
     rating: RatingScale = field(default_factory=RatingScale)
     instructions: str | None = None
     question: str = TRIPLET_PROMPT
+    #: offer a "can't decide" button: the skip is logged (flag ``skipped``), engines learn nothing from
+    #: it and the question goes back to its planner; it counts towards the rater's limits
+    allow_skip: bool = False
+    skip_label: str = SKIP_LABEL
     pool_size: int = 20
     token_ttl_seconds: int = 900
     random_state: int | None = None
@@ -317,6 +334,14 @@ class StudyConfig:
             text = "\n\n".join(t for kind, t in (("triplet", TRIPLET_INSTRUCTIONS), ("rating", RATING_INSTRUCTIONS))
                                if kind in kinds)
             object.__setattr__(self, "instructions", text)
+
+    @property
+    def catch_kind(self) -> str:
+        """The question kind of this study's attention checks."""
+        kind = self.attention.kind
+        if kind == "auto":
+            return "rating" if all(a.question_kind == "rating" for a in self.algorithms) else "triplet"
+        return kind
 
     @property
     def algorithm(self) -> str:
@@ -365,7 +390,8 @@ class StudyConfig:
         return {
             "name": self.name, "algorithms": [a.to_dict() for a in self.algorithms],
             "question_kind": self.question_kind, "rating": self.rating.to_dict(),
-            "instructions": self.instructions, "question": self.question, "pool_size": self.pool_size,
+            "instructions": self.instructions, "question": self.question, "allow_skip": self.allow_skip,
+            "skip_label": self.skip_label, "pool_size": self.pool_size,
             "token_ttl_seconds": self.token_ttl_seconds, "random_state": self.random_state,
             "consent": self.consent, "practice": [dict(p) for p in self.practice], "limits": self.limits.to_dict(),
             "attention": self.attention.to_dict(), "completion": self.completion.to_dict(),

@@ -24,6 +24,7 @@
   const slider = $("slider");
   const sliderSubmit = $("slider-submit");
   const feedbackEl = $("feedback");
+  const skipRow = $("skip-row");  // present only in studies that allow "can't decide"
   let current = null;      // the question on screen
   let practiceIndex = -1;  // >= 0 while practising
   let shownAt = 0;
@@ -120,6 +121,7 @@
     questionEl.hidden = true;
     ratingEl.hidden = true;
     feedbackEl.hidden = true;
+    if (skipRow) skipRow.hidden = !question || practiceIndex >= 0;
     if (!question) {
       statusEl.textContent = "There are no more questions right now. Thank you!";
       return;
@@ -145,6 +147,7 @@
     scaleButtons.querySelectorAll("button").forEach((b) => (b.disabled = disabled));
     slider.disabled = disabled;
     sliderSubmit.disabled = disabled;
+    if (skipRow) $("skip").disabled = disabled;
   }
 
   async function call(url, options) {
@@ -162,6 +165,7 @@
     current = null;
     questionEl.hidden = true;
     ratingEl.hidden = true;
+    if (skipRow) skipRow.hidden = true;
     statusEl.textContent = error ? error.message : "The server did not answer; please reload.";
   }
 
@@ -205,6 +209,7 @@
     else right = answer.choice === q.answer;
     questionEl.hidden = true;
     ratingEl.hidden = true;
+    if (skipRow) skipRow.hidden = true;
     $("feedback-text").textContent = (right ? "Well done — that is what we expected. " :
       "Most people would answer differently here. ") + (q.explanation || "");
     feedbackEl.className = "feedback " + (right ? "right" : "wrong");
@@ -229,6 +234,11 @@
   function rate(value) {
     if (!current || current.kind !== "rating") return;
     submit({ value: Number(value) });
+  }
+
+  function skip() {
+    if (!current || !skipRow || practiceIndex >= 0) return;
+    submit({ skip: true });
   }
 
   function submit(answer) {
@@ -285,11 +295,17 @@
 
   buttons.forEach((b, side) => b.addEventListener("click", () => choose(side)));
   sliderSubmit.addEventListener("click", () => rate(slider.value));
+  if (skipRow) $("skip").addEventListener("click", skip);
   $("feedback-next").addEventListener("click", () => { practiceIndex += 1; showPractice(); });
   $("start").addEventListener("click", () => (practice.length ? startPractice() : startQuestions()));
   document.addEventListener("keydown", (event) => {
     if (event.target && event.target.tagName === "TEXTAREA") return;
     if (!current || busy) return;
+    if (skipRow && (event.key === "s" || event.key === "S") && !event.ctrlKey && !event.metaKey && !event.altKey) {
+      event.preventDefault();
+      skip();
+      return;
+    }
     if (current.kind === "rating") {
       if (current.scale.widget === "buttons") {
         const b = Array.from(scaleButtons.querySelectorAll("button")).find((x) => x.dataset.value === event.key);
