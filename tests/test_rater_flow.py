@@ -338,3 +338,22 @@ def test_the_attention_check_kind_is_chosen_by_config(kind, expected):
 def test_skip_and_check_options_are_validated(fields, message):
     with pytest.raises(ConfigError, match=message):
         StudyConfig.from_dict({"name": "x", **fields})
+
+
+def test_instructions_show_the_studys_own_items_as_example_images(client, conn):
+    from workers.studies import Item
+
+    items = [Item(id=f"shoe-{i}", kind="image", media_type="image/png") for i in range(3)]
+    config = StudyConfig.from_dict({
+        "name": "Shoes", "algorithm": "random_triplets",
+        "instructions": "Like these two:\n\n![two similar shoes](item:shoe-2) ![missing](item:nope) "
+                        "![remote](https://example.org/x.png)",
+        "consent": "Example: ![a shoe](item:shoe-1)"})
+    create_study(conn, config, items, media={i: b"\x89PNG fake" for i in range(3)}, study_id="shoes")
+    consent_page = client.get("/s/shoes").get_data(as_text=True)
+    assert '<img src="/media/shoes/1" alt="a shoe"' in consent_page
+    client.post("/s/shoes/consent", data={"decision": "agree", "csrf_token": _csrf(consent_page)})
+    page = client.get("/s/shoes").get_data(as_text=True)
+    assert '<img src="/media/shoes/2" alt="two similar shoes"' in page
+    assert 'src="item:nope"' in page  # an unknown id stays as written (the alt text shows)
+    assert client.get("/media/shoes/2").status_code == 200

@@ -28,8 +28,28 @@ DEBRIEF_MAX_CHARS = 2000
 _markdown = MarkdownIt("commonmark", {"html": False})
 
 
-def render_markdown(text: str | None) -> Markup:
-    return Markup(_markdown.render(text or ""))
+#: An image in instructions or consent may show one of the study's items: ``![alt text](item:ITEM_ID)``.
+ITEM_LINK = "item:"
+
+
+def render_markdown(text: str | None, study=None) -> Markup:
+    """Researcher Markdown as safe HTML; with ``study``, ``item:ID`` image sources become the item's media."""
+    if study is None or ITEM_LINK not in (text or ""):
+        return Markup(_markdown.render(text or ""))
+    env: dict = {}
+    tokens = _markdown.parse(text or "", env)
+    media_index = None
+    for token in tokens:
+        for child in token.children or ():
+            src = child.attrGet("src") if child.type == "image" else None
+            if isinstance(src, str) and src.startswith(ITEM_LINK):
+                if media_index is None:
+                    media_index = {item.id: i for i, item in enumerate(get_items(get_redis(), study.id))
+                                   if item.kind not in ("text", "color")}
+                index = media_index.get(src[len(ITEM_LINK):])
+                if index is not None:
+                    child.attrSet("src", url_for("raters.media", study_id=study.id, index=index))
+    return Markup(_markdown.renderer.render(tokens, _markdown.options, env))
 
 
 def current_rater() -> str:
@@ -120,12 +140,13 @@ def study_page(study_id: str):
     if study.status != "running":
         return render_template("raters/closed.html", study=study)
     if study.config.consent and study.id not in session.get("consented", []):
-        return render_template("raters/consent.html", study=study, consent=render_markdown(study.config.consent))
+        return render_template("raters/consent.html", study=study, consent=render_markdown(study.config.consent, study))
     stats = rater_stats(get_redis(), study.id, rater)
     if stats["completed"]:
         return redirect(url_for("raters.finish", study_id=study.id))
     claim_rater_session(get_redis(), study.id, rater)
-    return render_template("raters/study.html", study=study, instructions=render_markdown(study.config.instructions),
+    instructions = render_markdown(study.config.instructions, study)
+    return render_template("raters/study.html", study=study, instructions=instructions,
                            practice=practice_payload(study), answered=stats["answers"],
                            total=study.config.limits.max_questions_per_rater)
 
