@@ -177,10 +177,48 @@ def _racing_decision(upper_row, lower_row, j, k):
     return accepted, undecided
 
 
+def _overlaid(name: str, doc: str) -> property:
+    """A public array attribute whose hot entries may live in the planner's scalar overlay
+    (see :meth:`_NeighborGraphPlanner._drop_hot`): reading or assigning it first writes the
+    overlay back and drops it, so callers (and code writing into the array) see the truth."""
+    private = "_a_" + name
+
+    def get(self):
+        if self._hot_on:
+            self._drop_hot()
+        try:
+            return self.__dict__[private]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def set(self, value):
+        if self._hot_on:
+            self._drop_hot()
+        self.__dict__[private] = value
+
+    return property(get, set, doc=doc)
+
+
 class _NeighborGraphPlanner:
     """Shared state, answers, results and (de)serialisation of the planners below."""
 
     _uses_rounds = True
+
+    # The pair arrays and round_issued_ are properties: in long duels (few active arms) the
+    # exact SETri fast path keeps the entries of its arms as Python scalars (the "overlay":
+    # ``_hot`` pair records [count, mean, upper, lower, pending] by key i * n + j, i < j,
+    # and ``_hot_rounds`` [questions issued, refresh mark] by round) and writes them back
+    # the moment anything reads these attributes. Same numbers, no numpy scalar traffic.
+    mean_ = _overlaid("mean_", "D̂, shape (n, n)")
+    count_ = _overlaid("count_", "answers per pair, shape (n, n)")
+    pending_ = _overlaid("pending_", "issued, unanswered questions per pair, shape (n, n)")
+    upper_ = _overlaid("upper_", "U*, shape (n, n)")
+    lower_ = _overlaid("lower_", "L*, shape (n, n)")
+    round_issued_ = _overlaid("round_issued_", "questions each round has issued, shape (n,)")
+    _hot = None  # None until the state exists
+    _hot_rounds = None
+    _hot_on = False
+    _fast_ok = False
 
     def __init__(self, n_items, k=1, delta=0.1, sigma=0.5, bound="lil", triangle=True,
                  max_samples_per_round=None, window=1, random_state=None, full_pass_every=None,
@@ -226,7 +264,7 @@ class _NeighborGraphPlanner:
         return max(1, math.ceil(n * n / 2000))
 
     def _ensure_state(self):
-        if hasattr(self, "mean_"):
+        if self._hot is not None:
             return
         self._check_params()
         n = self.n_items
@@ -250,6 +288,36 @@ class _NeighborGraphPlanner:
         self.rounds_since_full_pass_ = 0
         self.dirty_ = {}  # pairs i * n + j (i < j) sampled since the last triangle step
         self._active_cache = {}
+        self._start_overlay()
+
+    def _start_overlay(self):
+        self._hot = {}
+        self._hot_rounds = {}
+        self._hot_on = False
+        # The scalar fast paths: exact SETri (k = 1, one layer per decision), sub-Gaussian
+        # bounds (their radius depends on the count only) and float64 bounds.
+        self._fast_ok = (type(self).__name__ != "RandomSampling" and self.k == 1
+                         and self.bound not in UNIT_INTERVAL_BOUNDS
+                         and self.__dict__["_a_upper_"].dtype == np.float64)
+
+    def _drop_hot(self):
+        """Write the overlay's scalars back into the arrays and forget them."""
+        n = self.n_items
+        d = self.__dict__
+        mean, count, pending = d["_a_mean_"], d["_a_count_"], d["_a_pending_"]
+        upper, lower, issued = d["_a_upper_"], d["_a_lower_"], d["_a_round_issued_"]
+        for key, (T, m, hi, lo, pend) in self._hot.items():
+            i, j = divmod(key, n)
+            count[i, j] = count[j, i] = T
+            mean[i, j] = mean[j, i] = m
+            upper[i, j] = upper[j, i] = hi
+            lower[i, j] = lower[j, i] = lo
+            pending[i, j] = pending[j, i] = pend
+        for j, hr in self._hot_rounds.items():
+            issued[j] = hr[0]
+        self._hot = {}
+        self._hot_rounds = {}
+        self._hot_on = False
 
     # ------------------------------------------------------------------ answers
     def observe(self, answers) -> None:
@@ -264,6 +332,9 @@ class _NeighborGraphPlanner:
         and propagated in one vectorised step before a round reads its row again (a round
         opening, or every n new samples), so a short batch costs a few scalar updates.
         """
+        if self._fast_ok and type(answers) is list and len(answers) <= SMALL_BATCH:
+            if self._observe_fast(answers):
+                return
         self._ensure_state()
         scalar = self.bound not in UNIT_INTERVAL_BOUNDS
         rows = _small_rows(answers, self.n_items, 3, "answers") if scalar else None
@@ -309,6 +380,89 @@ class _NeighborGraphPlanner:
             if triangle:
                 dirty[i * n + j] = None
         self.n_samples_ += len(rows)
+
+    def _observe_fast(self, answers: list) -> bool:
+        """:meth:`observe` for a short list of plain ``(int, int, float)`` rows, in Python
+        scalars: pairs in the overlay are updated there, the others in the arrays (the same
+        arithmetic as the array paths). Returns False, having changed nothing, for any row
+        it does not take (the general path then validates and applies or raises)."""
+        n = self.n_items
+        for row in answers:
+            if type(row) is not tuple and type(row) is not list:  # noqa: E721
+                return False
+            if len(row) != 3:
+                return False
+            p, q, v = row
+            if (type(p) is not int or type(q) is not int or type(v) is not float  # noqa: E721
+                    or not (0 <= p < n and 0 <= q < n) or p == q or v - v != 0.0):
+                return False
+        d = self.__dict__
+        hot = self._hot
+        radius = self._radius_lookup(0)
+        cache = self._active_cache
+        dirty = self.dirty_
+        triangle = self.triangle
+        for p, q, v in answers:
+            i, j = (p, q) if p < q else (q, p)
+            key = i * n + j
+            r = hot.get(key)
+            if r is None:
+                self._observe_cold(i, j, v, d)
+            else:
+                T, m, hi0, lo0, pend = r
+                T1 = T + 1
+                if T1 >= len(radius):
+                    radius = self._radius_lookup(T1)
+                m1 = (m * T + v) / T1
+                rad = radius[T1]
+                conf_lo = m1 - rad
+                if conf_lo < 0.0:
+                    conf_lo = 0.0
+                conf_hi = m1 + rad
+                hi = conf_hi if conf_hi < hi0 else hi0
+                lo = conf_lo if conf_lo > lo0 else lo0
+                if lo > hi:  # the confidence event failed somewhere: fall back to today's interval
+                    hi, lo = conf_hi, (conf_hi if conf_hi < conf_lo else conf_lo)
+                    cache.pop(i, None)
+                    cache.pop(j, None)
+                r[0] = T1
+                r[1] = m1
+                r[2] = hi
+                r[3] = lo
+                r[4] = pend - 1 if pend > 0 else 0
+            # A cached active set stays exact while only its own arms change (see _decide_1nn).
+            if i in cache and j not in cache[i][2]:
+                del cache[i]
+            if j in cache and i not in cache[j][2]:
+                del cache[j]
+            if triangle:
+                dirty[key] = None
+        self.n_samples_ += len(answers)
+        return True
+
+    def _observe_cold(self, i, j, v, d):
+        """One answer for a pair outside the overlay, straight into the arrays (i < j)."""
+        mean, count, pending = d["_a_mean_"], d["_a_count_"], d["_a_pending_"]
+        upper, lower = d["_a_upper_"], d["_a_lower_"]
+        T = int(count[i, j])
+        T1 = T + 1
+        radius = self._radius_lookup(T1)
+        m1 = (float(mean[i, j]) * T + v) / T1
+        r = radius[T1]
+        conf_lo = max(m1 - r, 0.0)
+        conf_hi = m1 + r
+        hi = min(float(upper[i, j]), conf_hi)
+        lo = max(float(lower[i, j]), conf_lo)
+        if lo > hi:
+            hi, lo = conf_hi, min(conf_lo, conf_hi)
+            self._active_cache.pop(i, None)
+            self._active_cache.pop(j, None)
+        pend = max(int(pending[i, j]) - 1, 0)
+        mean[i, j] = mean[j, i] = m1
+        count[i, j] = count[j, i] = T1
+        upper[i, j] = upper[j, i] = hi
+        lower[i, j] = lower[j, i] = lo
+        pending[i, j] = pending[j, i] = pend
 
     def _observe_arrays(self, answers) -> None:
         """The vectorised :meth:`observe` for long batches (and the bounded bounds)."""
@@ -577,6 +731,132 @@ class _NeighborGraphPlanner:
         arm whose round has sampled it T times is issued up to ``1 + floor(lookahead * T)``
         times at once (a batch of SETri layers, see :class:`ANNTri`).
         """
+        if self._fast_ok and type(budget) is int and budget > 0 and not self.lookahead:  # noqa: E721
+            out = self._next_fast(budget)
+            if out is not None:
+                return out
+        return self._next_general(budget)
+
+    def _next_fast(self, budget: int):
+        """:meth:`next_questions` in Python scalars for the common case of a long duel: every
+        open round has a short cached active set, none is due for a row refresh or decided
+        now, and the window needs no refill. Computes exactly what the general path would
+        (same decisions, same order, same caches) on the overlay's scalars; returns None,
+        having changed nothing observable, whenever the general path has to run instead."""
+        open_rounds = self.open_rounds_
+        window = self.window
+        if not open_rounds or type(window) is not int or window < 1:  # noqa: E721
+            return None
+        n = self.n_items
+        if len(open_rounds) < window and self.next_round_ < n:
+            return None
+        cache = self._active_cache
+        hot = self._hot
+        hrounds = self._hot_rounds
+        triangle = self.triangle
+        d = self.__dict__
+        plan = []
+        for j in open_rounds:
+            c = cache.get(j)
+            if c is None:
+                return None
+            act, (rmin, ridx), members = c
+            if type(act) is not list:  # noqa: E721
+                return None
+            hr = hrounds.get(j)
+            if hr is None:
+                hr = hrounds[j] = [int(d["_a_round_issued_"][j]), int(self.refresh_mark_[j])]
+                self._hot_on = True
+            iss = hr[0]
+            if triangle and iss - hr[1] >= max(n, iss >> 3):
+                return None  # a row refresh is due (see _eligible)
+            # _decide_1nn's cached branch on the overlay's scalars.
+            recs = []
+            bu, bi = rmin, ridx
+            base = j * n
+            for a in act:
+                key = base + a if j < a else a * n + j
+                r = hot.get(key)
+                if r is None:
+                    r = self._make_hot(key, d)
+                recs.append(r)
+                ua = r[2]
+                if ua < bu or (ua == bu and a < bi):
+                    bu, bi = ua, a
+            keep = []
+            krecs = []
+            for a, r in zip(act, recs, strict=True):
+                if r[3] < bu:
+                    keep.append(a)
+                    krecs.append(r)
+                else:
+                    ua = r[2]
+                    if ua < rmin or (ua == rmin and a < ridx):
+                        rmin, ridx = ua, a
+            if len(keep) < 2:
+                return None  # the round is decided: the general path certifies it
+            cache[j] = (keep, (rmin, ridx), members if len(keep) == len(act) else set(keep))
+            # _eligible: the fewest-sampled undecided arms that are not pending.
+            tmin = min([r[0] for r in krecs])
+            arms = [(a, r) for a, r in zip(keep, krecs, strict=True) if r[0] == tmin and not r[4]]
+            plan.append((j, arms, hr))
+        # The general path's issuing loop: round-robin over the rounds, one arm each per pass.
+        out: list[tuple[int, int]] = []
+        cap = self.max_samples_per_round
+        closed = None
+        if len(plan) == 1:
+            j, arms, hr = plan[0]
+            for a, r in arms:
+                if len(out) >= budget:
+                    break
+                if r[4]:
+                    continue
+                out.append((j, a))
+                r[4] += 1
+                hr[0] += 1
+                if cap is not None and hr[0] >= cap:
+                    self._close_capped(j)
+                    closed = True
+                    break
+        else:
+            depth = 0
+            while len(out) < budget:
+                progressed = False
+                for j, arms, hr in plan:
+                    if len(out) >= budget:
+                        break
+                    if depth >= len(arms) or (closed is not None and j in closed):
+                        continue
+                    a, r = arms[depth]
+                    progressed = True
+                    if r[4]:
+                        continue  # already issued by the round of a in this call
+                    out.append((j, a))
+                    r[4] += 1
+                    hr[0] += 1
+                    if cap is not None and hr[0] >= cap:
+                        self._close_capped(j)
+                        closed = closed or set()
+                        closed.add(j)
+                if not progressed:
+                    break
+                depth += 1
+        self.n_issued_ += len(out)
+        if (closed is not None and out and len(out) < budget
+                and len(self.open_rounds_) < window and self.next_round_ < n):
+            out.extend(self._next_general(budget - len(out)))  # refill the window, go on
+        return out
+
+    def _make_hot(self, key: int, d: dict) -> list:
+        """Move pair ``key`` (i * n + j, i < j) into the overlay: [count, mean, U*, L*, pending]."""
+        i, j = divmod(key, self.n_items)
+        r = [int(d["_a_count_"][i, j]), float(d["_a_mean_"][i, j]), float(d["_a_upper_"][i, j]),
+             float(d["_a_lower_"][i, j]), int(d["_a_pending_"][i, j])]
+        self._hot[key] = r
+        self._hot_on = True
+        return r
+
+    def _next_general(self, budget) -> list[tuple[int, int]]:
         self._ensure_state()
         budget = _check_positive_int("budget", budget, minimum=0)
         # ``window`` may be changed on a live planner (the platform adapts it to its raters).
@@ -776,7 +1056,7 @@ class _NeighborGraphPlanner:
             "version": STATE_VERSION,
             "class": type(self).__name__,
             "params": self._params(),
-            "initialized": hasattr(self, "mean_"),
+            "initialized": self._hot is not None,
         }
         if state["initialized"]:
             state["rng"] = generator_state(self.rng_)
@@ -819,6 +1099,7 @@ class _NeighborGraphPlanner:
             planner.dirty_ = dict.fromkeys(np.asarray(state.get("dirty", []), dtype=np.int64).tolist())
             planner._active_cache = {}
             planner.rng_ = generator_from_state(state["rng"])
+            planner._start_overlay()
         return planner
 
 
