@@ -51,6 +51,18 @@ from workers.queue import schedule_update  # noqa: E402
 from workers.studies import Item, create_study, get_study  # noqa: E402
 
 STUDY = "live-clusters"
+#: Counters the update pass keeps (``keys.engine_stats``): where the live run's questions went.
+WHERE = {
+    "answers_applied": "answers applied",
+    "answers_fallback": "  to fallback (random) questions",
+    "answers_closed_round": "  to planned questions whose round had closed",
+    "questions_planned": "questions planned",
+    "questions_repeated": "  repeats of an arm still pending",
+    "questions_pruned": "  taken back from the pool (round closed)",
+    "questions_expired": "questions expired unanswered",
+    "updates": "update passes",
+    "passes_from_memory": "  with the learner kept in memory",
+}
 
 
 def clusters(n_clusters: int, size: int, seed: int, sigma: float, unit_sigma: float | None):
@@ -163,7 +175,9 @@ def live_run(a, truth, labels, sigma, instance: Path) -> dict:
             time.sleep(0.2)
         graph = nn_graph(conn, STUDY)
         score = graph_accuracy(graph, truth)
-        progress = planner_from_state(load_state(conn, STUDY, "anntri")).progress()
+        state = load_state(conn, STUDY, "anntri")
+        progress = planner_from_state(state).progress()
+        stats = {k.decode(): v.decode() for k, v in conn.hgetall(keys.engine_stats(STUDY)).items()}
         served = counters.get("questions_served", 0)
         return {
             "report": report, "score": score, "progress": progress,
@@ -171,6 +185,8 @@ def live_run(a, truth, labels, sigma, instance: Path) -> dict:
             "fallback_rate": counters.get("fallback_served", 0) / served if served else float("nan"),
             "served": served, "latencies": sampler.latencies,
             "finished_after": (sampler.finished_at - started) if sampler.finished_at else None,
+            "window": int(state["params"]["window"]),
+            "where": {name: int(stats.get(name, 0)) for name in WHERE},
         }
     finally:
         conn.close()
@@ -258,6 +274,12 @@ def main():
     ]
     print()
     table(["measure", "live", "offline", "live / offline"], rows)
+    print("\nWhere the live questions went (the update pass's counters):\n")
+    where = live["where"]
+    table(["count", "live", "share"],
+          [[label, where[name], fmt(where[name] / where["answers_applied"]) if name.startswith("answers_") and
+            name != "answers_applied" and where["answers_applied"] else ""] for name, label in WHERE.items()]
+          + [["ANNTri window at the end (rounds open at once)", live["window"], ""]])
     verdict = "within" if abs(ratio - 1) <= 0.2 else "NOT within"
     print(f"\nLive needed {fmt(ratio)} x the offline answers: {verdict} the 20% goal.")
 

@@ -3,12 +3,16 @@
 A planner's ``to_state()`` is a nested dict of numpy arrays and JSON-safe values; arrays
 are lifted out into their own hash fields (``array:<path>``) and referenced from the JSON
 skeleton, so nothing is pickled. The states of a study's algorithms and its answer-log
-cursor are written inside the caller's one transaction. Must never import Flask.
+cursor are written inside the caller's one transaction. Every save also writes a fresh random
+``version`` field, so a process keeping a learner in memory can tell with one HGET whether the
+stored state is still the one it saved (another writer, a rebuild or a restore changes it).
+Must never import Flask.
 """
 from __future__ import annotations
 
 import io
 import json
+import secrets
 
 import numpy as np
 
@@ -16,6 +20,8 @@ from . import keys
 
 FORMAT_VERSION = 1
 _ARRAY_REF = "__array__"
+#: Hash field of a saved state holding its version: a random token, new at every save.
+VERSION_FIELD = "version"
 
 
 def _lift_arrays(value, path: str, arrays: dict):
@@ -68,16 +74,39 @@ def decode_state(fields: dict[bytes, bytes]) -> dict | None:
     return _restore_arrays(doc["state"], arrays)
 
 
-def save(pipeline, study_id: str, algorithm: str, state: dict) -> None:
-    """Replace one algorithm's engine state (call inside MULTI, with the cursor, to make it atomic)."""
+def new_version() -> str:
+    return secrets.token_hex(8)
+
+
+def save(pipeline, study_id: str, algorithm: str, state: dict) -> str:
+    """Replace one algorithm's engine state (call inside MULTI, with the cursor, to make it atomic).
+
+    Returns the state's new version (see ``load_version``)."""
     fields = encode_state(state)
+    version = new_version()
+    fields[VERSION_FIELD] = version.encode()
     pipeline.delete(keys.engine(study_id, algorithm))
     pipeline.hset(keys.engine(study_id, algorithm), mapping=fields)
+    return version
 
 
 def load(conn, study_id: str, algorithm: str) -> dict | None:
     """One algorithm's saved state, None before its first update."""
     return decode_state(conn.hgetall(keys.engine(study_id, algorithm)))
+
+
+def load_with_version(conn, study_id: str, algorithm: str) -> tuple[dict | None, str | None]:
+    """(state, version) read in one step; the version is None for a state saved without one."""
+    fields = conn.hgetall(keys.engine(study_id, algorithm))
+    version = fields.get(VERSION_FIELD.encode())
+    return decode_state(fields), version.decode() if version else None
+
+
+def load_version(conn, study_id: str, algorithm: str) -> str | None:
+    """The version of the saved state (one HGET): equal to the version a save returned exactly while
+    nothing else has replaced, restored or deleted that state since. None if there is none."""
+    version = conn.hget(keys.engine(study_id, algorithm), VERSION_FIELD)
+    return version.decode() if version else None
 
 
 def save_cursor(pipeline, study_id: str, cursor: str) -> None:

@@ -44,6 +44,8 @@ class Learner:
         self.planner = planner
         #: comparison forests: item added after the forest was built -> its search down the trees
         self.routes: dict[int, ForestRoute] = dict(routes or {})
+        #: questions of the latest ``plan`` that repeat an arm still pending (``_least_asked``)
+        self.repeats_planned = 0
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -172,6 +174,15 @@ class Learner:
                 used += len(known)
         return used
 
+    def closed_round_answers(self, answers: list[Answer]) -> int:
+        """How many of the answers this learner uses were asked for a round that is closed by now
+        (before they are applied): still used for the estimates, but no longer for that round."""
+        if not self.learns_graph or not hasattr(self.planner, "status_") or self.algorithm.algorithm == "random":
+            return 0
+        status = self.planner.status_
+        return sum(1 for a in answers if a.algorithm == self.label and not a.fallback and not a.skipped
+                   and 0 <= a.head < len(status) and status[a.head] != anntri.ROUND_OPEN)
+
     def forget(self, questions: list[dict]) -> None:
         """Release this learner's questions that expired unanswered, so they can be asked again."""
         mine = [q for q in questions if q.get("algorithm") == self.label and not q.get("fallback") and "kind" in q]
@@ -193,6 +204,7 @@ class Learner:
     def plan(self, budget: int, n_items: int, window: int | None = None) -> list[dict]:
         """Up to ``budget`` questions for the pool. Distance learners open more rounds (up to
         ``window`` and beyond, as needed) when their open rounds have too few distinct questions."""
+        self.repeats_planned = 0
         if budget <= 0:
             return []
         planner = self.planner
@@ -208,7 +220,9 @@ class Learner:
                 planner.window = min(cap, max(planner.window + 1, math.ceil(planner.window * 1.5)))
                 planned.extend(planner.next_questions(budget - len(planned)))
             if len(planned) < budget:
-                planned.extend(_least_asked(planner, budget - len(planned)))
+                repeats = _least_asked(planner, budget - len(planned))
+                self.repeats_planned = len(repeats)
+                planned.extend(repeats)
         for route in self.routes.values():
             if len(planned) < budget and not route.done:
                 planned.extend(route.next_questions(budget - len(planned)))

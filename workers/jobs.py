@@ -8,6 +8,13 @@ stats in one MULTI guarded by WATCH, so a worker killed at any instant neither l
 double-applies an answer. The study's lock is taken over at once from a holder that died (its
 Redis connection is gone), so a crashed worker does not hold the study up.
 
+While answers keep arriving, one job goes on with pass after pass (up to ``JOB_SECONDS``), and
+the learners stay in this process's memory between passes: a pass reloads a learner only when
+the version saved with its state is not the one this process wrote (another worker, a rebuild or
+a restore replaced it). The cache never decides what is correct: the WATCH on the cursor and the
+engine states stays, and a pass that fails (EXEC refused or any error) drops the study's cached
+learners, so its retry starts from the stored state.
+
 Crash testing: ``PROXIMA_FAULT=<point>:<action>`` makes the worker crash (``crash``: SIGKILL
 itself) or hang (``pause``: write its pid to ``PROXIMA_FAULT_FILE`` if set, then sleep until
 killed) at a named point of a pass that applies answers: ``after_read``, ``after_observe``,
@@ -24,6 +31,8 @@ import secrets
 import signal
 import sys
 import time
+from collections import OrderedDict
+from dataclasses import dataclass
 
 import redis
 from rq import get_current_job
@@ -40,6 +49,19 @@ LOCK_TIMEOUT_SECONDS = 600
 #: A rater who was handed a question this recently counts as active (pool sizing).
 ACTIVE_RATER_SECONDS = 120
 LATENCIES_KEPT = 500
+#: One job goes on with further passes while answers keep arriving, for at most this long (then it
+#: hands over to the job the new answers queued, so other studies get the worker too).
+JOB_SECONDS = 30.0
+#: A job waits this long for the next answer before it ends (an idle study costs no more).
+LINGER_SECONDS = 0.1
+#: Passes of one job start at least this far apart (each saves the whole state: batch the answers).
+PASS_INTERVAL_SECONDS = 0.03
+POLL_SECONDS = 0.01
+#: Studies whose learners this process keeps in memory between passes (least recently used dropped).
+CACHED_STUDIES = 4
+#: A pool is filled to this multiple of the questions taken from it since the previous pass (with
+#: raters answering faster than passes come, a pool of pool_size alone runs dry between passes).
+DEMAND_HEADROOM = 1.5
 
 # ---------------------------------------------------------------------------- crash testing
 FAULT_POINTS = ("after_read", "after_observe", "before_exec", "after_exec")
@@ -146,19 +168,105 @@ def study_lock(conn, study_id: str, timeout: float = LOCK_TIMEOUT_SECONDS, wait:
 
 
 def update_study(study_id: str) -> dict:
-    """RQ entry point: drain new answers of one study. Returns a summary of the pass."""
+    """RQ entry point: drain new answers of one study, and go on while more keep arriving.
+
+    Returns the summed summary of its passes."""
     conn = get_current_job().connection
-    # Clear the flag first: answers accepted from now on schedule a fresh job.
+    # Clear the flag first: answers accepted from now on schedule a fresh job. That job waits in
+    # the queue while this one goes on, and takes over when it ends: no answer is left waiting.
     conn.delete(keys.update_scheduled(study_id))
     with study_lock(conn, study_id) as renew:
-        return apply_new_answers(conn, study_id, renew=renew)
+        return drain_study(conn, study_id, renew=renew)
 
 
-def load_learners(conn, study: Study) -> dict[str, Learner]:
-    """Every algorithm's learner from its saved state, or fresh where none is saved yet."""
+def drain_study(conn, study_id: str, renew=None, job_seconds: float = JOB_SECONDS,
+                linger: float = LINGER_SECONDS, interval: float = PASS_INTERVAL_SECONDS) -> dict:
+    """``apply_new_answers`` again and again while answers keep arriving (the learners stay in memory),
+    until ``job_seconds`` have passed or no answer arrived for ``linger`` seconds after a pass.
+
+    Passes start at least ``interval`` seconds apart, so a steady stream is applied in batches."""
+    started = time.monotonic()
+    pass_started = started
+    total = apply_new_answers(conn, study_id, renew=renew)
+    while True:
+        idle_until = time.monotonic() + linger
+        check_at = pass_started + interval
+        while True:
+            time.sleep(max(0.0, check_at - time.monotonic()))
+            if time.monotonic() - started >= job_seconds:
+                return total
+            if _has_new_answers(conn, study_id):
+                break
+            if time.monotonic() >= idle_until:
+                return total
+            check_at = time.monotonic() + POLL_SECONDS
+        pass_started = time.monotonic()
+        summary = apply_new_answers(conn, study_id, renew=renew)
+        for name, value in summary.items():
+            total[name] = total.get(name, 0) + value
+
+
+def _has_new_answers(conn, study_id: str) -> bool:
+    with conn.pipeline(transaction=False) as pipe:
+        pipe.get(keys.cursor(study_id))
+        pipe.xrevrange(keys.answers(study_id), count=1)
+        cursor, last = pipe.execute()
+    return bool(last) and last[0][0] != (cursor or b"0-0")
+
+
+# ---------------------------------------------------------------------------- learners kept in memory
+@dataclass
+class _Cached:
+    """A study's learners as this process last saved them: valid while the config is the same and
+    every stored state still carries the version this process wrote."""
+
+    config: str
+    versions: dict[str, str]
+    learners: dict[str, Learner]
+
+
+_cache: OrderedDict[str, _Cached] = OrderedDict()
+
+
+def forget_cached(study_id: str | None = None) -> None:
+    """Drop the learners kept for one study (all studies: None)."""
+    if study_id is None:
+        _cache.clear()
+    else:
+        _cache.pop(study_id, None)
+
+
+def _remember(study: Study, versions: dict[str, str], learners: dict[str, Learner]) -> None:
+    _cache[study.id] = _Cached(repr(study.config), versions, learners)
+    _cache.move_to_end(study.id)
+    while len(_cache) > CACHED_STUDIES:
+        _cache.popitem(last=False)
+
+
+def _cached_learners(conn, study: Study) -> tuple[dict[str, Learner], dict[str, str | None]] | None:
+    """The study's learners from memory, if every stored state is still the one this process saved."""
+    cached = _cache.get(study.id)
+    if cached is None or cached.config != repr(study.config):
+        return None
+    for alg in study.config.algorithms:
+        version = engine_state.load_version(conn, study.id, alg.label)
+        if version is None or cached.versions.get(alg.label) != version:
+            return None
+    for alg in study.config.algorithms:
+        cached.learners[alg.label].algorithm = alg
+        cached.learners[alg.label].config = study.config
+    return cached.learners, dict(cached.versions)
+
+
+def load_learners(conn, study: Study, versions: dict | None = None) -> dict[str, Learner]:
+    """Every algorithm's learner from its saved state, or fresh where none is saved yet.
+
+    ``versions``, if given, receives each saved state's version (None for a fresh learner)."""
     learners, labels = {}, None
     for alg in study.config.algorithms:
-        state = engine_state.load(conn, study.id, alg.label)
+        state, version = engine_state.load_with_version(conn, study.id, alg.label)
+        if versions is not None:
+            versions[alg.label] = version if state is not None else None
         if state is not None:
             learners[alg.label] = Learner.from_state(alg, study.config, state)
             continue
@@ -167,6 +275,16 @@ def load_learners(conn, study: Study) -> dict[str, Learner]:
             labels = [item.label for item in get_items(conn, study.id)][:n]
         learners[alg.label] = Learner.new(alg, study.config, n, labels)
     return learners
+
+
+def pass_learners(conn, study: Study) -> tuple[dict[str, Learner], dict[str, str | None], bool]:
+    """(learners, {label: version of the stored state they equal}, whether they came from memory)."""
+    cached = _cached_learners(conn, study)
+    if cached is not None:
+        return cached[0], cached[1], True
+    _cache.pop(study.id, None)
+    versions: dict[str, str | None] = {}
+    return load_learners(conn, study, versions), versions, False
 
 
 def observe_batch(learners: dict[str, Learner], batch: list) -> dict[str, str]:
@@ -226,18 +344,32 @@ def _budget_reached(learner: Learner, counters: dict) -> bool:
     return budget is not None and int(counters.get(f"questions_served:{learner.label}", 0)) >= budget
 
 
+def _pool_target(base: int, label: str, counters: dict, previous: dict) -> int:
+    """At least ``base``, and enough for the questions taken from the pool since the previous pass."""
+    served = int(counters.get(f"questions_served:{label}", 0))
+    before = previous.get(f"served:{label}")
+    demand = served - int(before) if before is not None else 0
+    return max(base, min(math.ceil(DEMAND_HEADROOM * demand), 10 * max(base, 1)))
+
+
 def _one_pass(conn, study_id: str, now: float) -> dict:
     study = get_study(conn, study_id)
     config = study.config
     shares = config.shares()
+    labels = [alg.label for alg in config.algorithms]
     pruned_earlier: dict[str, list[dict]] = {}
     with conn.pipeline(transaction=True) as pipe:
         while True:
             started = time.perf_counter()
             try:
-                pipe.watch(keys.cursor(study_id))
+                # the engine states are watched too: a state replaced since we read it (a rebuild, a
+                # restore, another worker) makes EXEC fail, whatever its cursor
+                pipe.watch(keys.cursor(study_id), *[keys.engine(study_id, label) for label in labels])
                 cursor = engine_state.load_cursor(pipe, study_id)
-                learners = load_learners(pipe, study)
+                learners, versions, from_memory = pass_learners(pipe, study)
+                routes_before = {label: len(learner.routes) for label, learner in learners.items()}
+                windows_before = {label: getattr(learner.planner, "window", None)
+                                  for label, learner in learners.items()}
                 for learner in learners.values():
                     learner.sync_items(study.n_items)
                 batch, poisoned, new_cursor = read_batch(pipe, study_id, cursor, MAX_ANSWERS_PER_PASS)
@@ -245,16 +377,23 @@ def _one_pass(conn, study_id: str, now: float) -> dict:
                 if n_read:
                     _fault("after_read")
                 excluded = {r.decode() for r in pipe.smembers(keys.excluded_raters(study_id))}
-                poisoned.update(observe_batch(learners, [a for a in batch if a.rater not in excluded]))
+                used = [a for a in batch if a.rater not in excluded]
+                late_answers = sum(learner.closed_round_answers(used) for learner in learners.values())
+                fallback_answers = sum(1 for a in used if a.fallback and not a.skipped)
+                poisoned.update(observe_batch(learners, used))
                 if n_read:
                     _fault("after_observe")
                 for learner in learners.values():
                     learner.sync_items(study.n_items)  # a forest finished by this batch starts routing added items
                 expired = questions.expired_questions(pipe, study_id, before=now - EXPIRY_GRACE_SECONDS)
                 counters = {k.decode(): v for k, v in pipe.hgetall(keys.counters(study_id)).items()}
+                served_fields = [f"served:{label}" for label in labels]
+                previous = {name: v for name, v in zip(served_fields, pipe.hmget(keys.engine_stats(study_id),
+                                                                                 served_fields), strict=True)
+                            if v is not None}
                 active = int(pipe.zcount(keys.active_raters(study_id), now - ACTIVE_RATER_SECONDS, "+inf"))
                 running = study.status == "running"
-                planned, targets, finished, pruned_now = {}, {}, [], 0
+                planned, targets, finished, pruned_now, repeats = {}, {}, [], 0, 0
                 for label, learner in learners.items():
                     learner.forget(expired)
                     # questions pruned in a pass whose transaction was retried are forgotten again
@@ -262,7 +401,8 @@ def _one_pass(conn, study_id: str, now: float) -> dict:
                     done = learner.finished or _budget_reached(learner, counters)
                     if done:
                         finished.append(label)
-                    target = max(math.ceil(config.pool_size * shares[label]), math.ceil(active * shares[label]))
+                    base = max(math.ceil(config.pool_size * shares[label]), math.ceil(active * shares[label]))
+                    target = _pool_target(base, label, counters, previous)
                     targets[label] = target
                     pooled = questions.pooled_questions(pipe, study_id, label)
                     stale = pooled if done or not running else learner.stale(pooled)
@@ -277,6 +417,7 @@ def _one_pass(conn, study_id: str, now: float) -> dict:
                         wanted = min(wanted, max(0, learner.algorithm.budget - served - depth))
                     window = learner.algorithm.params.get("window", 1)
                     planned[label] = learner.plan(wanted, study.n_items, window=window)
+                    repeats += learner.repeats_planned
                     if running and not done:
                         # planning reads rows whose deferred triangle updates can close more rounds:
                         # take their questions back too, pooled ones and those just planned
@@ -290,11 +431,19 @@ def _one_pass(conn, study_id: str, now: float) -> dict:
                             learner.forget(late_removed + late_planned)
                             pruned_earlier.setdefault(label, []).extend(late_removed)
                             pruned_now += len(late_removed)
+                # a learner nothing happened to keeps its stored state (and version): no need to save it
+                changed = {label: bool(n_read or expired or pruned_earlier.get(label) or planned[label]
+                                       or versions.get(label) is None
+                                       or len(learner.routes) != routes_before[label]
+                                       or getattr(learner.planner, "window", None) != windows_before[label])
+                           for label, learner in learners.items()}
                 latency_ms = (time.perf_counter() - started) * 1000.0
 
                 pipe.multi()
+                saved = dict(versions)
                 for label, learner in learners.items():
-                    engine_state.save(pipe, study_id, label, learner.to_state())
+                    if changed[label]:
+                        saved[label] = engine_state.save(pipe, study_id, label, learner.to_state())
                     questions.push_questions(conn, study_id, label, planned[label], pipeline=pipe)
                 engine_state.save_cursor(pipe, study_id, new_cursor)
                 questions.release_questions(pipe, study_id, [q["qid"] for q in expired])
@@ -311,16 +460,27 @@ def _one_pass(conn, study_id: str, now: float) -> dict:
                     "last_update_at": repr(now), "last_latency_ms": f"{latency_ms:.3f}",
                     "last_batch": n_read, "cursor": new_cursor, "active_raters": active,
                     "summary": json.dumps({label: learner.summary() for label, learner in learners.items()}),
+                    **{f"served:{label}": int(counters.get(f"questions_served:{label}", 0)) for label in labels},
                 })
-                pipe.hincrby(keys.engine_stats(study_id), "updates", 1)
-                pipe.hincrby(keys.engine_stats(study_id), "answers_applied", n_read)
+                for name, value in (("updates", 1), ("answers_applied", n_read), ("answers_closed_round", late_answers),
+                                    ("answers_fallback", fallback_answers), ("questions_planned",
+                                    sum(len(q) for q in planned.values())), ("questions_repeated", repeats),
+                                    ("questions_pruned", pruned_now), ("questions_expired", len(expired)),
+                                    ("passes_from_memory", int(from_memory))):
+                    if value or name in ("updates", "answers_applied"):
+                        pipe.hincrby(keys.engine_stats(study_id), name, value)
                 if n_read:
                     _fault("before_exec")
                 pipe.execute()
-                if n_read:
-                    _fault("after_exec")
-                return {"applied": n_read, "released": len(expired), "pruned": pruned_now,
-                        "planned": sum(len(q) for q in planned.values()), "poisoned": len(poisoned),
-                        "more": n_read == MAX_ANSWERS_PER_PASS}
             except redis.WatchError:
+                forget_cached(study_id)  # the learners may be mutated: the retry starts from the stored state
                 continue
+            except BaseException:
+                forget_cached(study_id)
+                raise
+            _remember(study, saved, learners)
+            if n_read:
+                _fault("after_exec")
+            return {"applied": n_read, "released": len(expired), "pruned": pruned_now,
+                    "planned": sum(len(q) for q in planned.values()), "poisoned": len(poisoned),
+                    "more": n_read == MAX_ANSWERS_PER_PASS}

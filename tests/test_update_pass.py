@@ -1,0 +1,162 @@
+"""The update pass keeps learners in memory between passes: it reuses them only while the stored
+state is the one it saved, never after a failed pass, and it gives the same engine states as a pass
+that reloads every time. Also: pools sized for the demand, and states not rewritten when nothing
+happened to them.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import answer, colour_items, fetch_question
+
+from workers import engine_state, jobs, keys
+from workers.answers import read_answers
+from workers.config import StudyConfig
+from workers.engines import Learner
+from workers.studies import create_study, get_study
+
+
+@pytest.fixture(autouse=True)
+def empty_cache():
+    jobs.forget_cached()
+    yield
+    jobs.forget_cached()
+
+
+def give(client, n, study_id="colours"):
+    """n answers through the API, each to the question the previous answer's response handed over."""
+    question = fetch_question(client, study_id)
+    for _ in range(n):
+        head, (a, b) = question["head"]["index"], [c["index"] for c in question["candidates"]]
+        response = answer(client, question, choice=a if abs(a - head) < abs(b - head) else b, study_id=study_id)
+        assert response.status_code == 201, response.get_json()
+        question = response.get_json()["next"]
+
+
+def stats(conn, study_id="colours") -> dict:
+    return {k.decode(): v.decode() for k, v in conn.hgetall(keys.engine_stats(study_id)).items()}
+
+
+def test_a_second_pass_uses_the_learner_kept_in_memory(client, conn, study_id):
+    jobs.apply_new_answers(conn, study_id)
+    give(client, 5)
+    jobs.apply_new_answers(conn, study_id)
+    assert stats(conn)["passes_from_memory"] == "1"
+    assert engine_state.load(conn, study_id, "random_triplets")["n_answers"] == 5
+
+
+def test_a_kept_learner_is_not_used_after_another_writer_saved_a_newer_state(client, conn, study_id):
+    give(client, 4)
+    jobs.apply_new_answers(conn, study_id)
+    # another writer (a rebuild, a restore, another worker) replaces the state: here one that has
+    # seen every answer twice, which no learner of this process has
+    study = get_study(conn, study_id)
+    alg = study.config.algorithms[0]
+    other = Learner.from_state(alg, study.config, engine_state.load(conn, study_id, alg.label))
+    other.observe(read_answers(conn, study_id))
+    with conn.pipeline(transaction=True) as pipe:
+        engine_state.save(pipe, study_id, alg.label, other.to_state())
+        pipe.execute()
+    give(client, 3)
+    jobs.apply_new_answers(conn, study_id)
+    assert engine_state.load(conn, study_id, alg.label)["n_answers"] == 4 + 4 + 3  # built on the other writer's
+    assert "passes_from_memory" not in stats(conn)
+
+
+def test_a_pass_whose_exec_failed_leaves_no_mutated_learner_behind(client, conn, study_id, monkeypatch):
+    jobs.apply_new_answers(conn, study_id)
+    give(client, 6)
+    observe = jobs.observe_batch
+    calls = []
+
+    def observe_then_race(learners, batch):
+        calls.append(len(batch))
+        result = observe(learners, batch)  # mutates the learners kept in memory
+        if len(calls) == 1:  # another client touches the watched cursor: this pass's EXEC fails
+            conn.set(keys.cursor(study_id), conn.get(keys.cursor(study_id)) or b"0-0")
+        return result
+
+    monkeypatch.setattr(jobs, "observe_batch", observe_then_race)
+    summary = jobs.apply_new_answers(conn, study_id)
+    assert calls == [6, 6]  # applied, refused at EXEC, applied again
+    assert summary["applied"] == 6
+    state = engine_state.load(conn, study_id, "random_triplets")
+    assert state["n_answers"] == 6  # once each: the retry started from the stored state
+    assert int(state["shown"].sum()) == 2 * 6
+    # and the learner now kept is the one that was saved
+    give(client, 2)
+    jobs.apply_new_answers(conn, study_id)
+    assert engine_state.load(conn, study_id, "random_triplets")["n_answers"] == 8
+
+
+def test_a_pass_that_raised_drops_the_kept_learners(client, conn, study_id, monkeypatch):
+    jobs.apply_new_answers(conn, study_id)
+    give(client, 3)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("redis went away")
+
+    monkeypatch.setattr(jobs.questions, "expired_questions", broken)
+    with pytest.raises(RuntimeError):
+        jobs.apply_new_answers(conn, study_id)
+    assert study_id not in jobs._cache
+    monkeypatch.undo()
+    jobs.apply_new_answers(conn, study_id)
+    assert engine_state.load(conn, study_id, "random_triplets")["n_answers"] == 3
+
+
+def test_a_state_nothing_happened_to_is_not_saved_again(client, conn, study_id):
+    jobs.apply_new_answers(conn, study_id)
+    version = engine_state.load_version(conn, study_id, "random_triplets")
+    assert version is not None
+    jobs.apply_new_answers(conn, study_id)  # no answer, the pool full: nothing to change
+    assert engine_state.load_version(conn, study_id, "random_triplets") == version
+    give(client, 1)
+    jobs.apply_new_answers(conn, study_id)
+    assert engine_state.load_version(conn, study_id, "random_triplets") != version
+
+
+def test_kept_learners_and_reloaded_learners_reach_the_same_state(app, conn):
+    def run(study_id, keep):
+        config = StudyConfig.from_dict({
+            "name": study_id, "question_kind": "rating", "random_state": 3, "pool_size": 4,
+            "rating": {"min": 0, "max": 1, "step": None, "widget": "slider"},
+            "algorithms": [{"algorithm": "anntri", "params": {"sigma": 0.1, "delta": 0.1}}]})
+        create_study(conn, config, colour_items(8), study_id=study_id)
+        client = app.test_client()
+        rng = np.random.default_rng(0)
+        jobs.apply_new_answers(conn, study_id)
+        question = fetch_question(client, study_id)
+        for n in range(120):
+            i, j = (item["index"] for item in question["items"])
+            value = float(np.clip(1 - abs(i - j) / 7 + rng.normal(0, 0.05), 0, 1))
+            response = client.post(f"/api/studies/{study_id}/answers",
+                                   json={"token": question["token"], "value": value})
+            assert response.status_code == 201
+            question = response.get_json()["next"]
+            if n % 3 == 2:
+                if not keep:
+                    jobs.forget_cached()
+                jobs.apply_new_answers(conn, study_id)
+            if question is None or question.get("fallback"):
+                break
+        return engine_state.load(conn, study_id, "anntri"), stats(conn, study_id)
+
+    kept, kept_stats = run("kept", keep=True)
+    reloaded, reloaded_stats = run("reloaded", keep=False)
+    assert int(kept_stats["passes_from_memory"]) > 10 and "passes_from_memory" not in reloaded_stats
+    for name in ("count", "mean", "pending", "upper", "lower", "status", "round_issued", "neighbors"):
+        np.testing.assert_array_equal(kept[name], reloaded[name], err_msg=name)
+    assert kept["params"] == reloaded["params"] and kept["n_issued"] == reloaded["n_issued"]
+
+
+def test_a_pool_is_filled_for_the_questions_taken_since_the_previous_pass(client, conn, study_id):
+    jobs.apply_new_answers(conn, study_id)
+    assert int(conn.hget(keys.pool_targets(study_id), "random_triplets")) == 8  # pool_size
+    give(client, 20)  # 21 questions taken from a pool of 8: most were fallbacks
+    jobs.apply_new_answers(conn, study_id)
+    target = int(conn.hget(keys.pool_targets(study_id), "random_triplets"))
+    assert target == int(jobs.DEMAND_HEADROOM * 21 + 0.999)
+    assert conn.llen(keys.pool(study_id, "random_triplets")) == target
+    jobs.apply_new_answers(conn, study_id)  # nothing taken since: back to pool_size
+    assert int(conn.hget(keys.pool_targets(study_id), "random_triplets")) == 8
