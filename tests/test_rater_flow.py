@@ -357,3 +357,27 @@ def test_instructions_show_the_studys_own_items_as_example_images(client, conn):
     assert '<img src="/media/shoes/2" alt="two similar shoes"' in page
     assert 'src="item:nope"' in page  # an unknown id stays as written (the alt text shows)
     assert client.get("/media/shoes/2").status_code == 200
+
+
+def test_the_raters_export_lists_checks_skips_flags_and_debrief_answers(client, conn, redis_url, monkeypatch,
+                                                                        tmp_path):
+    import csv
+    import io
+
+    make_study(conn, allow_skip=True, limits={"max_questions_per_rater": 2},
+               completion={"debrief_question": "Anything unclear?"})
+    client.get("/s/flow?PROLIFIC_PID=p-debrief")
+    question = fetch_question(client, "flow")
+    body = client.post("/api/studies/flow/answers", json={"token": question["token"], "skip": True}).get_json()
+    answer(client, body["next"], study_id="flow")
+    page = client.get("/s/flow/done").get_data(as_text=True)
+    client.post("/s/flow/done", data={"debrief": "=HYPERLINK(\"x\") the colours, all fine",
+                                      "csrf_token": _csrf(page)})
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
+    result = CliRunner().invoke(main, ["export", "flow", "--what", "raters"])
+    assert result.exit_code == 0, result.output
+    (row,) = list(csv.DictReader(io.StringIO(result.output)))
+    assert row["rater"] == "p-debrief" and row["answers"] == "2" and row["skipped"] == "1"
+    assert row["completed"] == "1" and row["flagged"] == "0" and row["excluded"] == "0"
+    assert row["debrief"] == "'=HYPERLINK(\"x\") the colours, all fine"  # no formula in a spreadsheet

@@ -6,10 +6,12 @@ import json
 
 from flask import Blueprint, jsonify, request
 
+from workers.raters import rater_table
+
 from .errors import ApiError
 from .raters import check_rater_session, current_rater
 from .rating import load_study, next_question, submit_answer
-from .stats import rater_table, study_stats
+from .stats import study_stats
 from .storage import get_redis
 
 bp = Blueprint("api", __name__, url_prefix="/api")

@@ -368,12 +368,14 @@ def add_items_command(study_id: str, items_path: Path):
 
 @main.command()
 @click.argument("study_id")
-@click.option("--what", type=click.Choice(["answers", "triplets", "graph", "forest", "model"]), default="answers",
-              show_default=True, help="answers: one row per answer; triplets: cblearn list-order; graph: the learned "
+@click.option("--what", type=click.Choice(["answers", "triplets", "raters", "graph", "forest", "model"]),
+              default="answers",
+              show_default=True, help="answers: one row per answer; triplets: cblearn list-order; raters: one row per "
+              "rater (checks, flags, skips, debrief answers); graph: the learned "
               "nearest-neighbour graph; forest: a comparison forest (docs/forest-schema.md) or SimForest; model: a "
               "model made by 'proxima train' (with --model).")
 @click.option("--format", "fmt", type=click.Choice(["csv", "jsonl", "json", "graphml"]), default=None,
-              help="answers: csv (default) or jsonl; triplets: csv; graph: json (default), csv or graphml; "
+              help="answers: csv (default) or jsonl; triplets and raters: csv; graph: json (default), csv or graphml; "
               "forest and model: json.")
 @click.option("--algorithm", default=None, metavar="LABEL",
               help="Which algorithm's graph or forest (default: the study's first that has one).")
@@ -387,7 +389,8 @@ def export(study_id: str, what: str, fmt: str | None, algorithm: str | None, mod
     from workers.exports import ExportError
     from workers.exports import export as make_export
 
-    fmt = fmt or {"answers": "csv", "triplets": "csv", "graph": "json", "forest": "json", "model": "json"}[what]
+    fmt = fmt or {"answers": "csv", "triplets": "csv", "raters": "csv", "graph": "json", "forest": "json",
+                  "model": "json"}[what]
     with redis_connection() as conn:
         try:
             result = make_export(conn, study_id, what, fmt, algorithm, model=model)

@@ -20,7 +20,8 @@ bp = Blueprint("raters", __name__)
 RATER_ID_PARAMS = ("PROLIFIC_PID", "workerId", "rater")
 #: Recruitment parameters kept in the session (Prolific and MTurk), shown to nobody but the log.
 RECRUITMENT_PARAMS = ("PROLIFIC_PID", "STUDY_ID", "SESSION_ID", "workerId", "assignmentId", "hitId")
-RATER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
+#: A rater id starts with a letter or digit (so no spreadsheet reads an exported id as a formula).
+RATER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
 DEBRIEF_MAX_CHARS = 2000
 
 # CommonMark with raw HTML off: researcher text is escaped, and markdown-it refuses javascript:,

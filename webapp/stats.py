@@ -16,7 +16,6 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job
 
 from workers import keys
-from workers.answers import Answer
 from workers.queue import REBUILD_STATUS_FIELD
 from workers.studies import Study, get_items
 
@@ -24,8 +23,6 @@ from workers.studies import Study, get_items
 RECENT_ANSWERS = 2000
 #: A rater counts as active when they were given a question this recently.
 ACTIVE_SECONDS = 300
-#: The raters table is computed from at most this many answers when no per-rater counters exist.
-RATER_TABLE_ANSWERS = 50000
 LATENCY_POINTS = 200
 #: Fields of ``keys.engine_stats`` kept here: each item's true nearest neighbours (JSON, computed once
 #: from the items' positions) and, per algorithm, the error curve ``[[answers applied, share wrong], ...]``.
@@ -279,45 +276,3 @@ def _int(value) -> int:
         return int(value)
     except (TypeError, ValueError):
         return 0
-
-
-def rater_table(conn, study_id: str, limit: int = RATER_TABLE_ANSWERS) -> list[dict]:
-    """One row per rater: answers, median response time, catch-trial failures, too-fast share, skips, flags.
-
-    Counts come from the per-rater counters when the platform keeps them (``keys.rater_stats``);
-    answers and response times are always taken from the latest ``limit`` answers of the log.
-    """
-    entries = conn.xrevrange(keys.answers(study_id), count=limit)
-    times: dict[str, list[float]] = {}
-    counts: dict[str, int] = {}
-    last: dict[str, float] = {}
-    for entry_id, fields in entries:
-        answer = Answer.from_stream(entry_id, fields)
-        counts[answer.rater] = counts.get(answer.rater, 0) + 1
-        last.setdefault(answer.rater, answer.answered_at)
-        if answer.response_ms is not None:
-            times.setdefault(answer.rater, []).append(answer.response_ms)
-    stats_key = getattr(keys, "rater_stats", None)
-    counters: dict[str, dict[str, str]] = {}
-    if stats_key is not None:
-        for field, value in conn.hgetall(stats_key(study_id)).items():
-            rater, _, name = field.decode().rpartition(":")
-            if rater:
-                counters.setdefault(rater, {})[name] = value.decode(errors="replace")
-    excluded = {r.decode() for r in conn.smembers(keys.excluded_raters(study_id))}
-    rows = []
-    for rater in sorted(set(counts) | set(counters) | excluded):
-        c = counters.get(rater, {})
-        answers = max(counts.get(rater, 0), _int(c.get("answers")))
-        too_fast = _int(c.get("too_fast"))
-        rows.append({
-            "rater": rater, "answers": answers,
-            "median_response_ms": median(times[rater]) if times.get(rater) else None,
-            "catch": _int(c.get("catch")), "catch_failed": _int(c.get("catch_failed")),
-            "too_fast_share": too_fast / answers if answers else 0.0, "skipped": _int(c.get("skipped")),
-            "flagged": c.get("flagged") not in (None, "", "0"),
-            "completed": c.get("completed") not in (None, "", "0"),
-            "excluded": rater in excluded, "last_answer_at": last.get(rater),
-        })
-    rows.sort(key=lambda r: (-r["flagged"], -r["answers"], r["rater"]))
-    return rows

@@ -1,6 +1,7 @@
 """Every export of a study, used alike by ``proxima export`` and the dashboard: answers (CSV,
-JSONL), triplets (cblearn list-order), the learned nearest-neighbour graph (JSON, CSV edge
-list, GraphML) and comparison forests (JSON, docs/forest-schema.md). Also triplet import.
+JSONL), triplets (cblearn list-order), raters (CSV: checks, flags, skips, debriefs), the learned
+nearest-neighbour graph (JSON, CSV edge list, GraphML) and comparison forests (JSON,
+docs/forest-schema.md). Also triplet import.
 
 Functions return text chunks so large studies stream. Must never import Flask.
 """
@@ -31,6 +32,7 @@ FORMATS = {
     ("graph", "graphml"): ("application/graphml+xml", "graphml"),
     ("forest", "json"): ("application/json", "json"),
     ("model", "json"): ("application/json", "json"),
+    ("raters", "csv"): ("text/csv", "csv"),
 }
 GRAPH_CSV_COLUMNS = ("source", "target", "source_index", "target_index", "rank", "estimate", "lower", "upper",
                      "samples", "certified")
@@ -170,6 +172,10 @@ def export(conn, study_id: str, what: str, fmt: str, algorithm: str | None = Non
             chunks = graph_csv(doc)
         else:
             chunks = [graph_graphml(doc, get_items(conn, study_id))]
+    elif what == "raters":
+        from .raters import export_raters_csv
+
+        chunks = export_raters_csv(conn, study_id)
     elif what == "model":
         from .models import ModelError, model_export
 

@@ -1,0 +1,86 @@
+"""The raters of a study, one row each: what the dashboard's rater table shows and the ``raters``
+export holds (answers, response times, attention checks, skips, flags, exclusions, debriefs).
+Must never import Flask or the engine.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from statistics import median
+
+from . import keys
+from .answers import Answer
+
+#: The answers and median response times are read from at most this many of the latest answers.
+RATER_TABLE_ANSWERS = 50000
+CSV_COLUMNS = ("rater", "answers", "median_response_ms", "catch", "catch_failed", "too_fast_share", "skipped",
+               "flagged", "completed", "excluded", "last_answer_at", "debrief")
+
+
+def _int(value) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def rater_table(conn, study_id: str, limit: int = RATER_TABLE_ANSWERS) -> list[dict]:
+    """One row per rater: answers, median response time, catch trials and failures, too-fast share,
+    skips, flags, exclusion and the debrief answer.
+
+    Counts come from the per-rater counters (``keys.rater_stats``); answers are the larger of that
+    counter and the rater's answers among the latest ``limit`` of the log, where the median response
+    times come from.
+    """
+    entries = conn.xrevrange(keys.answers(study_id), count=limit)
+    times: dict[str, list[float]] = {}
+    counts: dict[str, int] = {}
+    last: dict[str, float] = {}
+    for entry_id, fields in entries:
+        answer = Answer.from_stream(entry_id, fields)
+        counts[answer.rater] = counts.get(answer.rater, 0) + 1
+        last.setdefault(answer.rater, answer.answered_at)
+        if answer.response_ms is not None:
+            times.setdefault(answer.rater, []).append(answer.response_ms)
+    counters: dict[str, dict[str, str]] = {}
+    for field, value in conn.hgetall(keys.rater_stats(study_id)).items():
+        rater, _, name = field.decode(errors="replace").rpartition(":")
+        if rater:
+            counters.setdefault(rater, {})[name] = value.decode(errors="replace")
+    excluded = {r.decode() for r in conn.smembers(keys.excluded_raters(study_id))}
+    rows = []
+    for rater in sorted(set(counts) | set(counters) | excluded):
+        c = counters.get(rater, {})
+        answers = max(counts.get(rater, 0), _int(c.get("answers")))
+        too_fast = _int(c.get("too_fast"))
+        rows.append({
+            "rater": rater, "answers": answers,
+            "median_response_ms": median(times[rater]) if times.get(rater) else None,
+            "catch": _int(c.get("catch")), "catch_failed": _int(c.get("catch_failed")),
+            "too_fast_share": too_fast / answers if answers else 0.0, "skipped": _int(c.get("skipped")),
+            "flagged": c.get("flagged") not in (None, "", "0"),
+            "completed": c.get("completed") not in (None, "", "0"),
+            "excluded": rater in excluded, "last_answer_at": last.get(rater), "debrief": c.get("debrief"),
+        })
+    rows.sort(key=lambda r: (-r["flagged"], -r["answers"], r["rater"]))
+    return rows
+
+
+def _text_cell(text: str | None) -> str:
+    """Free text a rater typed, safe to open in a spreadsheet: a leading =, +, -, @ (a formula) gets a '."""
+    if not text:
+        return ""
+    return "'" + text if text[0] in "=+-@\t\r" else text
+
+
+def export_raters_csv(conn, study_id: str):
+    """The rater table as CSV (one chunk): yes/no columns as 1/0, empty where unknown; the debrief
+    answer is the rater's text, with a ' in front if it would start a spreadsheet formula."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    for row in rater_table(conn, study_id):
+        cells = {k: ("" if v is None else int(v) if isinstance(v, bool) else v) for k, v in row.items()}
+        cells["debrief"] = _text_cell(row["debrief"])
+        writer.writerow(cells)
+    yield buf.getvalue()
