@@ -61,7 +61,7 @@ def check_page(page, where: str, expect_text: str) -> None:
 
 def test_rater_pages_meet_contrast_touch_and_alt_text_bars_on_a_phone(browser, live_server, conn):  # noqa: F811
     create_study(conn, StudyConfig.from_dict({
-        "name": "Ratings on a phone", "random_state": 2, "question_kind": "rating",
+        "name": "Ratings on a phone", "random_state": 2, "question_kind": "rating", "allow_skip": True,
         "consent": "I agree to take part. **Data** are kept anonymous.",
         "algorithms": [{"algorithm": "anntri", "question_kind": "rating"}]}), demo_items(8), study_id="phone-rating")
     context = browser.new_context(viewport=PHONE, has_touch=True, is_mobile=True)
@@ -85,5 +85,7 @@ def test_rater_pages_meet_contrast_touch_and_alt_text_bars_on_a_phone(browser, l
     page.wait_for_selector(".scale-button:not([disabled])")
     # a buttons scale shows no slider: the [hidden] attribute wins over the slider's display rule
     assert not page.locator("#scale-slider").is_visible()
+    page.wait_for_selector("#skip:not([disabled])")
     check_page(page, "rating question", "How similar")
+    check_page(page, "rating question with a skip button", "I can't decide")
     context.close()
