@@ -299,6 +299,8 @@ class _NeighborGraphPlanner:
         self._fast_ok = (type(self).__name__ != "RandomSampling" and self.k == 1
                          and self.bound not in UNIT_INTERVAL_BOUNDS
                          and self.__dict__["_a_upper_"].dtype == np.float64)
+        if self._fast_ok:
+            self._radius_lookup(0)
 
     def _drop_hot(self):
         """Write the overlay's scalars back into the arrays and forget them."""
@@ -332,8 +334,60 @@ class _NeighborGraphPlanner:
         and propagated in one vectorised step before a round reads its row again (a round
         opening, or every n new samples), so a short batch costs a few scalar updates.
         """
-        if self._fast_ok and type(answers) is list and len(answers) <= SMALL_BATCH:
-            if self._observe_fast(answers):
+        if self._fast_ok and type(answers) is list and len(answers) <= SMALL_BATCH:  # noqa: E721
+            # Short lists of plain (int, int, float) rows, in Python scalars: pairs in the
+            # overlay are updated there, the others in the arrays, with the same arithmetic
+            # as the array paths. Any other row goes to the general path (which validates
+            # it and applies the batch or raises) before anything changes.
+            n = self.n_items
+            for row in answers:
+                if type(row) is not tuple and type(row) is not list or len(row) != 3:  # noqa: E721
+                    break
+                p, q, v = row
+                if (type(p) is not int or type(q) is not int or type(v) is not float  # noqa: E721
+                        or not (0 <= p < n and 0 <= q < n) or p == q or v - v != 0.0):
+                    break
+            else:
+                hot = self._hot
+                radius = self._radius_list
+                cache = self._active_cache
+                dirty = self.dirty_ if self.triangle else None
+                for p, q, v in answers:
+                    i, j = (p, q) if p < q else (q, p)
+                    key = i * n + j
+                    r = hot.get(key)
+                    if r is None:
+                        self._observe_cold(i, j, v)
+                    else:
+                        T, m, hi0, lo0, pend = r
+                        T1 = T + 1
+                        if T1 >= len(radius):
+                            radius = self._radius_lookup(T1)
+                        m1 = (m * T + v) / T1
+                        rad = radius[T1]
+                        conf_lo = m1 - rad
+                        if conf_lo < 0.0:
+                            conf_lo = 0.0
+                        conf_hi = m1 + rad
+                        hi = conf_hi if conf_hi < hi0 else hi0
+                        lo = conf_lo if conf_lo > lo0 else lo0
+                        if lo > hi:  # the confidence event failed: fall back to today's interval
+                            hi, lo = conf_hi, (conf_hi if conf_hi < conf_lo else conf_lo)
+                            cache.pop(i, None)
+                            cache.pop(j, None)
+                        r[0] = T1
+                        r[1] = m1
+                        r[2] = hi
+                        r[3] = lo
+                        r[4] = pend - 1 if pend > 0 else 0
+                    # A cached active set stays exact while only its own arms change (see _decide_1nn).
+                    if i in cache and j not in cache[i][2]:
+                        del cache[i]
+                    if j in cache and i not in cache[j][2]:
+                        del cache[j]
+                    if dirty is not None:
+                        dirty[key] = None
+                self.n_samples_ += len(answers)
                 return
         self._ensure_state()
         scalar = self.bound not in UNIT_INTERVAL_BOUNDS
@@ -381,67 +435,9 @@ class _NeighborGraphPlanner:
                 dirty[i * n + j] = None
         self.n_samples_ += len(rows)
 
-    def _observe_fast(self, answers: list) -> bool:
-        """:meth:`observe` for a short list of plain ``(int, int, float)`` rows, in Python
-        scalars: pairs in the overlay are updated there, the others in the arrays (the same
-        arithmetic as the array paths). Returns False, having changed nothing, for any row
-        it does not take (the general path then validates and applies or raises)."""
-        n = self.n_items
-        for row in answers:
-            if type(row) is not tuple and type(row) is not list:  # noqa: E721
-                return False
-            if len(row) != 3:
-                return False
-            p, q, v = row
-            if (type(p) is not int or type(q) is not int or type(v) is not float  # noqa: E721
-                    or not (0 <= p < n and 0 <= q < n) or p == q or v - v != 0.0):
-                return False
-        d = self.__dict__
-        hot = self._hot
-        radius = self._radius_lookup(0)
-        cache = self._active_cache
-        dirty = self.dirty_
-        triangle = self.triangle
-        for p, q, v in answers:
-            i, j = (p, q) if p < q else (q, p)
-            key = i * n + j
-            r = hot.get(key)
-            if r is None:
-                self._observe_cold(i, j, v, d)
-            else:
-                T, m, hi0, lo0, pend = r
-                T1 = T + 1
-                if T1 >= len(radius):
-                    radius = self._radius_lookup(T1)
-                m1 = (m * T + v) / T1
-                rad = radius[T1]
-                conf_lo = m1 - rad
-                if conf_lo < 0.0:
-                    conf_lo = 0.0
-                conf_hi = m1 + rad
-                hi = conf_hi if conf_hi < hi0 else hi0
-                lo = conf_lo if conf_lo > lo0 else lo0
-                if lo > hi:  # the confidence event failed somewhere: fall back to today's interval
-                    hi, lo = conf_hi, (conf_hi if conf_hi < conf_lo else conf_lo)
-                    cache.pop(i, None)
-                    cache.pop(j, None)
-                r[0] = T1
-                r[1] = m1
-                r[2] = hi
-                r[3] = lo
-                r[4] = pend - 1 if pend > 0 else 0
-            # A cached active set stays exact while only its own arms change (see _decide_1nn).
-            if i in cache and j not in cache[i][2]:
-                del cache[i]
-            if j in cache and i not in cache[j][2]:
-                del cache[j]
-            if triangle:
-                dirty[key] = None
-        self.n_samples_ += len(answers)
-        return True
-
-    def _observe_cold(self, i, j, v, d):
+    def _observe_cold(self, i, j, v):
         """One answer for a pair outside the overlay, straight into the arrays (i < j)."""
+        d = self.__dict__
         mean, count, pending = d["_a_mean_"], d["_a_count_"], d["_a_pending_"]
         upper, lower = d["_a_upper_"], d["_a_lower_"]
         T = int(count[i, j])
@@ -732,9 +728,69 @@ class _NeighborGraphPlanner:
         times at once (a batch of SETri layers, see :class:`ANNTri`).
         """
         if self._fast_ok and type(budget) is int and budget > 0 and not self.lookahead:  # noqa: E721
-            out = self._next_fast(budget)
-            if out is not None:
-                return out
+            open_rounds = self.open_rounds_
+            if len(open_rounds) != 1:
+                out = self._next_fast(budget)
+                if out is not None:
+                    return out
+                return self._next_general(budget)
+            # One open round (window 1, or the last round): _next_fast inlined, same steps.
+            j = open_rounds[0]
+            window = self.window
+            n = self.n_items
+            c = self._active_cache.get(j)
+            hr = self._hot_rounds.get(j)
+            if (c is not None and type(c[0]) is list and type(window) is int and window >= 1  # noqa: E721
+                    and (window == 1 or self.next_round_ >= n)):
+                if hr is None:
+                    d = self.__dict__
+                    hr = self._hot_rounds[j] = [int(d["_a_round_issued_"][j]),
+                                                int(self.refresh_mark_[j]), None, None]
+                    self._hot_on = True
+                act = c[0]
+                if hr[2] is not c:
+                    hr[3] = self._hot_records(j, act)
+                    hr[2] = c
+                recs = hr[3]
+                iss = hr[0]
+                due = iss >> 3
+                if not self.triangle or iss - hr[1] < (due if due > n else n):
+                    rmin, ridx = c[1]
+                    bu, bi = rmin, ridx
+                    tmin = recs[0][0]
+                    for a, r in zip(act, recs, strict=True):
+                        ua = r[2]
+                        if ua < bu or (ua == bu and a < bi):
+                            bu, bi = ua, a
+                        if r[0] < tmin:
+                            tmin = r[0]
+                    for r in recs:
+                        if r[3] >= bu:
+                            break
+                    else:
+                        r = None
+                    if r is not None:  # some arms are eliminated: the general fast path
+                        out = self._next_fast(budget)
+                        if out is not None:
+                            return out
+                        return self._next_general(budget)
+                    out = []
+                    cap = self.max_samples_per_round
+                    for a, r in zip(act, recs, strict=True):
+                        if r[0] == tmin and not r[4]:
+                            if len(out) >= budget:
+                                break
+                            out.append((j, a))
+                            r[4] = 1
+                            hr[0] += 1
+                            if cap is not None and hr[0] >= cap:
+                                self._close_capped(j)
+                                self.n_issued_ += len(out)
+                                if len(out) < budget and self.next_round_ < n:
+                                    out.extend(self._next_general(budget - len(out)))
+                                return out
+                    self.n_issued_ += len(out)
+                    return out
         return self._next_general(budget)
 
     def _next_fast(self, budget: int):
@@ -751,55 +807,66 @@ class _NeighborGraphPlanner:
         if len(open_rounds) < window and self.next_round_ < n:
             return None
         cache = self._active_cache
-        hot = self._hot
         hrounds = self._hot_rounds
         triangle = self.triangle
-        d = self.__dict__
         plan = []
         for j in open_rounds:
             c = cache.get(j)
             if c is None:
                 return None
-            act, (rmin, ridx), members = c
+            act = c[0]
             if type(act) is not list:  # noqa: E721
                 return None
+            # hr = [questions issued, refresh mark, the cache entry recs belongs to, recs]
             hr = hrounds.get(j)
             if hr is None:
-                hr = hrounds[j] = [int(d["_a_round_issued_"][j]), int(self.refresh_mark_[j])]
+                d = self.__dict__
+                hr = hrounds[j] = [int(d["_a_round_issued_"][j]), int(self.refresh_mark_[j]), None, None]
                 self._hot_on = True
+            if hr[2] is not c:
+                hr[3] = self._hot_records(j, act)
+                hr[2] = c
+            recs = hr[3]
             iss = hr[0]
-            if triangle and iss - hr[1] >= max(n, iss >> 3):
-                return None  # a row refresh is due (see _eligible)
+            if triangle:
+                due = iss >> 3
+                if iss - hr[1] >= (due if due > n else n):
+                    return None  # a row refresh is due (see _eligible)
             # _decide_1nn's cached branch on the overlay's scalars.
-            recs = []
+            rmin, ridx = c[1]
             bu, bi = rmin, ridx
-            base = j * n
-            for a in act:
-                key = base + a if j < a else a * n + j
-                r = hot.get(key)
-                if r is None:
-                    r = self._make_hot(key, d)
-                recs.append(r)
+            for a, r in zip(act, recs, strict=True):
                 ua = r[2]
                 if ua < bu or (ua == bu and a < bi):
                     bu, bi = ua, a
-            keep = []
-            krecs = []
-            for a, r in zip(act, recs, strict=True):
-                if r[3] < bu:
-                    keep.append(a)
-                    krecs.append(r)
-                else:
-                    ua = r[2]
-                    if ua < rmin or (ua == rmin and a < ridx):
-                        rmin, ridx = ua, a
-            if len(keep) < 2:
-                return None  # the round is decided: the general path certifies it
-            cache[j] = (keep, (rmin, ridx), members if len(keep) == len(act) else set(keep))
+            for r in recs:
+                if r[3] >= bu:
+                    break
+            else:
+                r = None
+            if r is not None:  # some arms are eliminated now
+                keep = []
+                krecs = []
+                for a, r in zip(act, recs, strict=True):
+                    if r[3] < bu:
+                        keep.append(a)
+                        krecs.append(r)
+                    else:
+                        ua = r[2]
+                        if ua < rmin or (ua == rmin and a < ridx):
+                            rmin, ridx = ua, a
+                if len(keep) < 2:
+                    return None  # the round is decided: the general path certifies it
+                c = cache[j] = (keep, (rmin, ridx), set(keep))
+                hr[2] = c
+                hr[3] = recs = krecs
+                act = keep
             # _eligible: the fewest-sampled undecided arms that are not pending.
-            tmin = min([r[0] for r in krecs])
-            arms = [(a, r) for a, r in zip(keep, krecs, strict=True) if r[0] == tmin and not r[4]]
-            plan.append((j, arms, hr))
+            tmin = recs[0][0]
+            for r in recs:
+                if r[0] < tmin:
+                    tmin = r[0]
+            plan.append((j, [(a, r) for a, r in zip(act, recs, strict=True) if r[0] == tmin and not r[4]], hr))
         # The general path's issuing loop: round-robin over the rounds, one arm each per pass.
         out: list[tuple[int, int]] = []
         cap = self.max_samples_per_round
@@ -846,6 +913,20 @@ class _NeighborGraphPlanner:
                 and len(self.open_rounds_) < window and self.next_round_ < n):
             out.extend(self._next_general(budget - len(out)))  # refill the window, go on
         return out
+
+    def _hot_records(self, j: int, act: list) -> list:
+        """The overlay records of pairs (j, a) for a in ``act``, moved in where missing."""
+        n = self.n_items
+        hot = self._hot
+        d = self.__dict__
+        recs = []
+        for a in act:
+            key = j * n + a if j < a else a * n + j
+            r = hot.get(key)
+            if r is None:
+                r = self._make_hot(key, d)
+            recs.append(r)
+        return recs
 
     def _make_hot(self, key: int, d: dict) -> list:
         """Move pair ``key`` (i * n + j, i < j) into the overlay: [count, mean, U*, L*, pending]."""
