@@ -745,26 +745,27 @@ class _NeighborGraphPlanner:
                 if hr is None:
                     d = self.__dict__
                     hr = self._hot_rounds[j] = [int(d["_a_round_issued_"][j]),
-                                                int(self.refresh_mark_[j]), None, None]
+                                                int(self.refresh_mark_[j]), None, None, None]
                     self._hot_on = True
-                act = c[0]
                 if hr[2] is not c:
-                    hr[3] = self._hot_records(j, act)
+                    hr[3] = self._hot_records(j, c[0])
                     hr[2] = c
-                recs = hr[3]
+                    hr[4] = None
+                arms = hr[4]
+                if arms is None:
+                    arms = hr[4] = [(a, r, (j, a)) for a, r in zip(c[0], hr[3], strict=True)]
                 iss = hr[0]
                 due = iss >> 3
                 if not self.triangle or iss - hr[1] < (due if due > n else n):
-                    rmin, ridx = c[1]
-                    bu, bi = rmin, ridx
-                    tmin = recs[0][0]
-                    for a, r in zip(act, recs, strict=True):
+                    bu, bi = c[1]
+                    tmin = arms[0][1][0]
+                    for a, r, _ in arms:
                         ua = r[2]
                         if ua < bu or (ua == bu and a < bi):
                             bu, bi = ua, a
                         if r[0] < tmin:
                             tmin = r[0]
-                    for r in recs:
+                    for r in hr[3]:
                         if r[3] >= bu:
                             break
                     else:
@@ -776,11 +777,11 @@ class _NeighborGraphPlanner:
                         return self._next_general(budget)
                     out = []
                     cap = self.max_samples_per_round
-                    for a, r in zip(act, recs, strict=True):
+                    for _a, r, question in arms:
                         if r[0] == tmin and not r[4]:
                             if len(out) >= budget:
                                 break
-                            out.append((j, a))
+                            out.append(question)
                             r[4] = 1
                             hr[0] += 1
                             if cap is not None and hr[0] >= cap:
@@ -817,15 +818,17 @@ class _NeighborGraphPlanner:
             act = c[0]
             if type(act) is not list:  # noqa: E721
                 return None
-            # hr = [questions issued, refresh mark, the cache entry recs belongs to, recs]
+            # hr = [questions issued, refresh mark, the cache entry the rest belongs to, the
+            # arms' overlay records, (arm, record, question) triples]
             hr = hrounds.get(j)
             if hr is None:
                 d = self.__dict__
-                hr = hrounds[j] = [int(d["_a_round_issued_"][j]), int(self.refresh_mark_[j]), None, None]
+                hr = hrounds[j] = [int(d["_a_round_issued_"][j]), int(self.refresh_mark_[j]), None, None, None]
                 self._hot_on = True
             if hr[2] is not c:
                 hr[3] = self._hot_records(j, act)
                 hr[2] = c
+                hr[4] = None
             recs = hr[3]
             iss = hr[0]
             if triangle:
@@ -860,6 +863,7 @@ class _NeighborGraphPlanner:
                 c = cache[j] = (keep, (rmin, ridx), set(keep))
                 hr[2] = c
                 hr[3] = recs = krecs
+                hr[4] = None
                 act = keep
             # _eligible: the fewest-sampled undecided arms that are not pending.
             tmin = recs[0][0]
