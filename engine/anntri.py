@@ -829,60 +829,61 @@ class _NeighborGraphPlanner:
                 hr[3] = self._hot_records(j, act)
                 hr[2] = c
                 hr[4] = None
-            recs = hr[3]
+            arms = hr[4]
+            if arms is None:
+                arms = hr[4] = [(a, r, (j, a)) for a, r in zip(act, hr[3], strict=True)]
             iss = hr[0]
             if triangle:
                 due = iss >> 3
                 if iss - hr[1] >= (due if due > n else n):
                     return None  # a row refresh is due (see _eligible)
             # _decide_1nn's cached branch on the overlay's scalars.
-            rmin, ridx = c[1]
-            bu, bi = rmin, ridx
-            for a, r in zip(act, recs, strict=True):
+            bu, bi = c[1]
+            tmin = arms[0][1][0]
+            for a, r, _ in arms:
                 ua = r[2]
                 if ua < bu or (ua == bu and a < bi):
                     bu, bi = ua, a
-            for r in recs:
+                if r[0] < tmin:
+                    tmin = r[0]
+            for r in hr[3]:
                 if r[3] >= bu:
                     break
             else:
                 r = None
             if r is not None:  # some arms are eliminated now
+                rmin, ridx = c[1]
                 keep = []
-                krecs = []
-                for a, r in zip(act, recs, strict=True):
+                for t in arms:
+                    r = t[1]
                     if r[3] < bu:
-                        keep.append(a)
-                        krecs.append(r)
+                        keep.append(t)
                     else:
                         ua = r[2]
-                        if ua < rmin or (ua == rmin and a < ridx):
-                            rmin, ridx = ua, a
+                        if ua < rmin or (ua == rmin and t[0] < ridx):
+                            rmin, ridx = ua, t[0]
                 if len(keep) < 2:
                     return None  # the round is decided: the general path certifies it
-                c = cache[j] = (keep, (rmin, ridx), set(keep))
+                act = [t[0] for t in keep]
+                c = cache[j] = (act, (rmin, ridx), set(act))
                 hr[2] = c
-                hr[3] = recs = krecs
-                hr[4] = None
-                act = keep
+                hr[3] = [t[1] for t in keep]
+                arms = hr[4] = keep
+                tmin = min([t[1][0] for t in keep])
             # _eligible: the fewest-sampled undecided arms that are not pending.
-            tmin = recs[0][0]
-            for r in recs:
-                if r[0] < tmin:
-                    tmin = r[0]
-            plan.append((j, [(a, r) for a, r in zip(act, recs, strict=True) if r[0] == tmin and not r[4]], hr))
+            plan.append((j, [t for t in arms if t[1][0] == tmin and not t[1][4]], hr))
         # The general path's issuing loop: round-robin over the rounds, one arm each per pass.
         out: list[tuple[int, int]] = []
         cap = self.max_samples_per_round
         closed = None
         if len(plan) == 1:
             j, arms, hr = plan[0]
-            for a, r in arms:
+            for _, r, question in arms:
                 if len(out) >= budget:
                     break
                 if r[4]:
                     continue
-                out.append((j, a))
+                out.append(question)
                 r[4] += 1
                 hr[0] += 1
                 if cap is not None and hr[0] >= cap:
@@ -898,11 +899,11 @@ class _NeighborGraphPlanner:
                         break
                     if depth >= len(arms) or (closed is not None and j in closed):
                         continue
-                    a, r = arms[depth]
+                    _, r, question = arms[depth]
                     progressed = True
                     if r[4]:
                         continue  # already issued by the round of a in this call
-                    out.append((j, a))
+                    out.append(question)
                     r[4] += 1
                     hr[0] += 1
                     if cap is not None and hr[0] >= cap:
