@@ -22,6 +22,8 @@ import numpy as np
 REFRESH_CHUNK = 256
 #: Entries (pair ends × n_items) :func:`update_pairs` gathers at once, to bound temporary memory.
 UPDATE_CHUNK_ELEMENTS = 1 << 22
+#: :func:`update_pairs` handles at most this many pairs of float64 matrices row by row.
+SMALL_UPDATE_PAIRS = 8
 
 
 def _write_row(upper, lower, j, new_upper, new_lower):
@@ -64,6 +66,9 @@ def update_pairs(upper: np.ndarray, lower: np.ndarray, i, j) -> None:
     j = np.asarray(j, dtype=np.int64).ravel()
     if len(i) == 0:
         return
+    if len(i) <= SMALL_UPDATE_PAIRS and upper.dtype == np.float64 and lower.dtype == np.float64:
+        _update_few_pairs(upper, lower, i.tolist(), j.tolist())
+        return
     n = upper.shape[0]
     a = np.concatenate([i, j])  # row a gains paths through its partner b
     b = np.concatenate([j, i])
@@ -100,6 +105,42 @@ def update_pairs(upper: np.ndarray, lower: np.ndarray, i, j) -> None:
         t1 = min(t0 + tile, len(rows))
         new_u[t0:t1, rows] = np.minimum(new_u[t0:t1][:, rows], new_u[:, rows[t0:t1]].T)
         new_l[t0:t1, rows] = np.maximum(new_l[t0:t1][:, rows], new_l[:, rows[t0:t1]].T)
+    k = np.arange(len(rows))
+    new_u[k, rows] = 0.0
+    new_l[k, rows] = 0.0
+    np.maximum(new_l, 0.0, out=new_l)
+    upper[rows, :] = new_u
+    upper[:, rows] = new_u.T
+    lower[rows, :] = new_l
+    lower[:, rows] = new_l.T
+
+
+def _update_few_pairs(upper: np.ndarray, lower: np.ndarray, i: list, j: list) -> None:
+    """:func:`update_pairs` for a handful of pairs on float64 matrices, row by row: the same
+    candidates (one hop per edge, read before any write), the same min/max (exact in
+    float64, so their order does not matter) and the same symmetric write-back, without the
+    sorting and segment reductions that cost more than the arithmetic for so few rows."""
+    partners: dict[int, list[int]] = {}
+    for x, y in zip(i, j, strict=True):
+        partners.setdefault(x, []).append(y)
+        partners.setdefault(y, []).append(x)
+    rows = sorted(partners)
+    new_u = upper[rows]
+    new_l = lower[rows]
+    with np.errstate(invalid="ignore"):
+        for k, x in enumerate(rows):
+            nu, nl = new_u[k], new_l[k]
+            for y in partners[x]:
+                u = upper[x, y]
+                lo = lower[x, y]
+                uy = upper[y]
+                np.minimum(nu, u + uy, out=nu)
+                np.maximum(nl, lo - uy, out=nl)
+                np.maximum(nl, lower[y] - u, out=nl)
+    cross = new_u[:, rows]
+    new_u[:, rows] = np.minimum(cross, cross.T)
+    cross = new_l[:, rows]
+    new_l[:, rows] = np.maximum(cross, cross.T)
     k = np.arange(len(rows))
     new_u[k, rows] = 0.0
     new_l[k, rows] = 0.0

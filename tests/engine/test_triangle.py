@@ -111,8 +111,32 @@ def test_batched_pair_updates_chunk_like_one_step(monkeypatch):
     U1, L1 = U.copy(), L.copy()
     update_pairs(U1, L1, i, j)
     monkeypatch.setattr(tri, "UPDATE_CHUNK_ELEMENTS", 15)  # one pair end per chunk
+    monkeypatch.setattr(tri, "SMALL_UPDATE_PAIRS", 0)  # the vectorised path, not row by row
     update_pairs(U, L, i, j)
     assert np.array_equal(U, U1) and np.array_equal(L, L1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(3, 12), m=st.integers(1, 8))
+def test_few_pair_updates_row_by_row_equal_the_vectorised_step_bit_for_bit(seed, n, m):
+    import engine.triangle as tri
+
+    rng, D, U, L = _random_intervals(seed, n)
+    for _ in range(m):
+        i, j = rng.choice(n, 2, replace=False)
+        U[i, j] = U[j, i] = min(U[i, j], D[i, j] + rng.exponential(0.1))
+        L[i, j] = L[j, i] = max(L[i, j], D[i, j] - rng.exponential(0.1))
+    pairs = [tuple(int(x) for x in rng.choice(min(n, 4), 2, replace=False)) for _ in range(m)]  # shared rows
+    i, j = [p[0] for p in pairs], [p[1] for p in pairs]
+    U_vec, L_vec = U.copy(), L.copy()
+    old = tri.SMALL_UPDATE_PAIRS
+    try:
+        tri.SMALL_UPDATE_PAIRS = 0
+        update_pairs(U_vec, L_vec, i, j)
+    finally:
+        tri.SMALL_UPDATE_PAIRS = old
+    update_pairs(U, L, i, j)  # m <= 8 pairs: row by row
+    assert U.tobytes() == U_vec.tobytes() and L.tobytes() == L_vec.tobytes()
 
 
 def test_batched_pair_updates_on_float32_round_the_float64_result():
