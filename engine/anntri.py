@@ -341,15 +341,20 @@ class _NeighborGraphPlanner:
             # it and applies the batch or raises) before anything changes.
             n = self.n_items
             for row in answers:
-                if type(row) is not tuple and type(row) is not list or len(row) != 3:  # noqa: E721
+                tr = type(row)
+                if tr is not tuple and tr is not list:
                     break
-                p, q, v = row
+                try:
+                    p, q, v = row
+                except ValueError:
+                    break
                 if (type(p) is not int or type(q) is not int or type(v) is not float  # noqa: E721
                         or not (0 <= p < n and 0 <= q < n) or p == q or v - v != 0.0):
                     break
             else:
                 hot = self._hot
                 radius = self._radius_list
+                top = len(radius)
                 cache = self._active_cache
                 dirty = self.dirty_ if self.triangle else None
                 for p, q, v in answers:
@@ -361,8 +366,9 @@ class _NeighborGraphPlanner:
                     else:
                         T, m, hi0, lo0, pend = r
                         T1 = T + 1
-                        if T1 >= len(radius):
+                        if T1 >= top:
                             radius = self._radius_lookup(T1)
+                            top = len(radius)
                         m1 = (m * T + v) / T1
                         rad = radius[T1]
                         conf_lo = m1 - rad
@@ -381,10 +387,13 @@ class _NeighborGraphPlanner:
                         r[3] = lo
                         r[4] = pend - 1 if pend > 0 else 0
                     # A cached active set stays exact while only its own arms change (see _decide_1nn).
-                    if i in cache and j not in cache[i][2]:
-                        del cache[i]
-                    if j in cache and i not in cache[j][2]:
-                        del cache[j]
+                    if cache:
+                        c = cache.get(i)
+                        if c is not None and j not in c[2]:
+                            del cache[i]
+                        c = cache.get(j)
+                        if c is not None and i not in c[2]:
+                            del cache[j]
                     if dirty is not None:
                         dirty[key] = None
                 self.n_samples_ += len(answers)
