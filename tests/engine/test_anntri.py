@@ -451,3 +451,87 @@ def test_current_neighbors_in_row_chunks_match_one_block(monkeypatch, k):
     whole = planner.current_neighbors()
     monkeypatch.setattr(anntri_module, "ROW_CHUNK_ELEMENTS", 2 * len(X))  # two rows at a time
     assert np.array_equal(planner.current_neighbors(), whole)
+
+
+@pytest.mark.parametrize(("window", "batch", "cap", "seed", "calls", "issued", "digest"), [
+    (1, 20, 3000, 0, 13012, 28184, "9abba671260d5d74"),
+    (3, 7, 2000, 1, 8026, 38536, "302ed60d8035b8dc"),
+])
+def test_questions_and_result_match_a_frozen_trace(window, batch, cap, seed, calls, issued, digest):
+    # Recorded before the scalar fast paths existed: every question, in order, and the integer
+    # parts of the result. Pins this numpy's arithmetic (the bounds decide near-ties).
+    import hashlib
+
+    X, _ = circle_clusters(n_clusters=4, cluster_size=8, random_state=seed, diameter=2.0, radial="linear")
+    oracle = PointsOracle(X, noise=0.1, random_state=seed)
+    planner = ANNTri(len(X), sigma=0.1, delta=0.1, window=window, max_samples_per_round=cap,
+                     random_state=seed)
+    h = hashlib.sha256()
+    n_calls = 0
+    while True:
+        qs = planner.next_questions(batch)
+        h.update(repr(qs).encode())
+        n_calls += 1
+        if not qs:
+            break
+        planner.observe(oracle.answer(qs))
+    g = planner.result()
+    for arr in (g.neighbors, g.certified, g.samples):
+        h.update(arr.tobytes())
+    assert (n_calls, planner.n_issued_, h.hexdigest()[:16]) == (calls, issued, digest)
+
+
+def _without_fast_paths(planner):
+    planner._ensure_state()
+    planner._fast_ok = False  # every call takes the general (array) paths
+    return planner
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**6), window=st.integers(1, 4), meddle=st.booleans())
+def test_scalar_fast_paths_ask_and_learn_exactly_what_the_array_paths_do(seed, window, meddle):
+    # Long near-tie duels (two close neighbours per item) keep the fast paths busy; answers
+    # arrive late and shuffled, questions expire, the window changes, and (meddle) the arrays
+    # are read and written directly between calls, as the platform does.
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(8, 2))
+    X = np.concatenate([X, X + rng.normal(0, 0.02, size=X.shape)])
+    oracle = PointsOracle(X, noise=0.1, random_state=seed)
+    kwargs = dict(sigma=0.1, window=window, random_state=seed, max_samples_per_round=300)
+    fast = ANNTri(len(X), **kwargs)
+    slow = _without_fast_paths(ANNTri(len(X), **kwargs))
+    backlog = []
+    for step in range(400):
+        budget = int(rng.integers(1, 6))
+        qs = fast.next_questions(budget)
+        assert slow.next_questions(budget) == qs
+        backlog.extend(oracle.answer(qs))
+        if not backlog and fast.done:
+            break
+        rng.shuffle(backlog)
+        cut = int(rng.integers(0, len(backlog) + 1))
+        batch, backlog = backlog[:cut], backlog[cut:]
+        fast.observe(batch)
+        slow.observe(batch)
+        if backlog and rng.random() < 0.05:
+            expired = [backlog.pop()[:2]]
+            fast.forget(expired)
+            slow.forget(expired)
+        if step == 150:
+            fast.window = slow.window = window + 1
+        if meddle and fast.open_rounds_:
+            j = fast.open_rounds_[0]
+            assert np.array_equal(fast.count_, slow.count_) and np.array_equal(fast.upper_, slow.upper_)
+            if rng.random() < 0.2:
+                a = (j + 1) % len(X)
+                for p in (fast, slow):  # an extra question, issued by hand
+                    p.pending_[j, a] += 1
+                    p.pending_[a, j] += 1
+                    p.round_issued_[j] += 1
+                backlog.extend(oracle.answer([(j, a)]))
+        if step % 97 == 0:
+            fast = planner_from_state(fast.to_state())
+    for name in ("mean_", "count_", "pending_", "upper_", "lower_", "round_issued_", "status_", "neighbors_"):
+        assert np.array_equal(getattr(fast, name), getattr(slow, name)), name
+    assert fast.progress() == slow.progress()
+    assert list(fast.dirty_) == list(slow.dirty_)
