@@ -197,17 +197,19 @@ def test_a_researcher_creates_a_study_watches_raters_and_downloads_every_export(
     # every export link on the page downloads a non-empty file that parses
     links = page.locator("ul.downloads a")
     hrefs = [links.nth(i).get_attribute("href") for i in range(links.count())]
-    assert len(hrefs) == 10  # answers CSV/JSONL, triplets, 2 x graph JSON/CSV/GraphML, forest JSON
+    assert len(hrefs) == 11  # answers CSV/JSONL, triplets, raters, 2 x graph JSON/CSV/GraphML, forest JSON
     parsed = {}
     for i in range(len(hrefs)):
         with page.expect_download() as info:
             links.nth(i).click()
         download = info.value
         parsed[download.suggested_filename] = parse_download(download.path(), download.suggested_filename)
-    assert len(parsed) == 10, sorted(parsed)
+    assert len(parsed) == 11, sorted(parsed)
     answers = parsed[f"{study_id}-answers.csv"]
     assert len(answers) == 1 + 4 and {row[answers[0].index("rater")] for row in answers[1:]} == {"p-journey"}
     assert len(parsed[f"{study_id}-answers.jsonl"]) == 4
+    raters = parsed[f"{study_id}-raters.csv"]
+    assert [row[0] for row in raters] == ["rater", "p-journey"] and raters[1][raters[0].index("answers")] == "4"
     graph = parsed[f"{study_id}-graph-anntri.graphml"]
     assert graph.number_of_nodes() == 6
     assert "trees" in parsed[f"{study_id}-forest-comparison_forest.json"]
