@@ -28,7 +28,7 @@ from . import triangle as tri
 from .bounds import UNIT_INTERVAL_BOUNDS, check_bound, confidence_interval
 from .utils import check_n_items, check_random_state, generator_from_state, generator_state
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2 added params['stagger']; version 1 states still load
 NO_NEIGHBOR = -1
 
 #: ``status_`` values of a round.
@@ -222,7 +222,7 @@ class _NeighborGraphPlanner:
 
     def __init__(self, n_items, k=1, delta=0.1, sigma=0.5, bound="lil", triangle=True,
                  max_samples_per_round=None, window=1, random_state=None, full_pass_every=None,
-                 lookahead=0.0):
+                 lookahead=0.0, stagger=False):
         self.n_items = n_items
         self.k = k
         self.delta = delta
@@ -234,6 +234,7 @@ class _NeighborGraphPlanner:
         self.random_state = random_state
         self.full_pass_every = full_pass_every
         self.lookahead = lookahead
+        self.stagger = stagger
 
     # ------------------------------------------------------------------ parameters
     def _check_params(self):
@@ -253,6 +254,8 @@ class _NeighborGraphPlanner:
         _check_positive_int("full_pass_every", self.full_pass_every, allow_none=True, minimum=0)
         if not (isinstance(self.lookahead, numbers.Real) and 0 <= self.lookahead < math.inf):
             raise ValueError(f"lookahead must be a number >= 0, got {self.lookahead!r}")
+        if not isinstance(self.stagger, (bool, np.bool_)):
+            raise ValueError(f"stagger must be True or False, not {self.stagger!r}")
 
     def _full_pass_period(self) -> int:
         if self.full_pass_every is not None:
@@ -697,8 +700,43 @@ class _NeighborGraphPlanner:
                 self.rounds_since_full_pass_ = 0
             self._refresh(j)
 
+    def _room(self) -> bool:
+        """May another round open now? Below the window and, with ``stagger``, below
+        1 + the number of rounds that are closed or past their first layer."""
+        if self.next_round_ >= self.n_items:
+            return False
+        n_open = len(self.open_rounds_)
+        if n_open >= self.window:
+            return False
+        if not self.stagger:
+            return True
+        ready = self.next_round_ - n_open  # closed rounds
+        if n_open + 1 > ready:
+            ready += sum(1 for j in self.open_rounds_ if self._past_first_layer(j))
+        return n_open < 1 + ready
+
+    def _past_first_layer(self, j: int) -> bool:
+        """Has open round j an answer for every arm it has not eliminated? (Monotone: arms
+        only leave the undecided set and counts only grow, so it is never stored.)"""
+        layered = self.__dict__.setdefault("_layered", set())
+        if j in layered:
+            return True
+        cached = self._active_cache.get(j)
+        if cached is not None:
+            arms = np.asarray(cached[0], dtype=np.int64)
+        elif self.k == 1:
+            _, active = _setri_active(self.upper_[j], self.lower_[j], j)
+            arms = np.flatnonzero(active)
+        else:
+            _, undecided = _racing_decision(self.upper_[j], self.lower_[j], j, self.k)
+            arms = np.flatnonzero(undecided)
+        if len(arms) and int(self.count_[j, arms].min()) == 0:
+            return False
+        layered.add(j)
+        return True
+
     def _fill_window(self):
-        while len(self.open_rounds_) < self.window and self.next_round_ < self.n_items:
+        while self._room():
             j = int(self.order_[self.next_round_])
             self.next_round_ += 1
             self._open_round(j)
@@ -750,7 +788,7 @@ class _NeighborGraphPlanner:
             c = self._active_cache.get(j)
             hr = self._hot_rounds.get(j)
             if (c is not None and type(c[0]) is list and type(window) is int and window >= 1  # noqa: E721
-                    and (window == 1 or self.next_round_ >= n)):
+                    and (window == 1 or self.next_round_ >= n or (self.stagger and not self._room()))):
                 if hr is None:
                     d = self.__dict__
                     hr = self._hot_rounds[j] = [int(d["_a_round_issued_"][j]),
@@ -814,7 +852,7 @@ class _NeighborGraphPlanner:
         if not open_rounds or type(window) is not int or window < 1:  # noqa: E721
             return None
         n = self.n_items
-        if len(open_rounds) < window and self.next_round_ < n:
+        if self._room():
             return None
         cache = self._active_cache
         hrounds = self._hot_rounds
@@ -924,7 +962,7 @@ class _NeighborGraphPlanner:
                 depth += 1
         self.n_issued_ += len(out)
         if (closed is not None and out and len(out) < budget
-                and len(self.open_rounds_) < window and self.next_round_ < n):
+                and self._room()):
             out.extend(self._next_general(budget - len(out)))  # refill the window, go on
         return out
 
@@ -970,7 +1008,7 @@ class _NeighborGraphPlanner:
                 if arms:
                     reps = 1 + int(lookahead * int(self.count_[j, arms[0]])) if lookahead else 1
                     lists.append((j, arms, reps))
-            if len(self.open_rounds_) < self.window and self.next_round_ < self.n_items:
+            if self._room():
                 continue  # a round closed: refill the window first
             issued_before = len(out)
             depth = 0
@@ -998,9 +1036,7 @@ class _NeighborGraphPlanner:
                 if not progressed:
                     break
                 depth += 1
-            if len(out) == issued_before or not (
-                len(self.open_rounds_) < self.window and self.next_round_ < self.n_items
-            ):
+            if len(out) == issued_before or not self._room():
                 break
         self.n_issued_ += len(out)
         return out
@@ -1127,6 +1163,7 @@ class _NeighborGraphPlanner:
             "random_state": int(rs) if isinstance(rs, (numbers.Integral, np.integer)) else None,
             "full_pass_every": None if self.full_pass_every is None else int(self.full_pass_every),
             "lookahead": float(self.lookahead),
+            "stagger": bool(self.stagger),
         }
 
     _ARRAYS = ("mean_", "count_", "pending_", "upper_", "lower_", "order_", "status_",
@@ -1166,7 +1203,7 @@ class _NeighborGraphPlanner:
     @classmethod
     def from_state(cls, state: dict):
         """Rebuild a planner saved by :meth:`to_state` (it continues exactly where it was)."""
-        if state.get("version") != STATE_VERSION:
+        if state.get("version") not in (1, STATE_VERSION):
             raise ValueError(f"unsupported state version {state.get('version')!r}")
         if state.get("class") != cls.__name__:
             raise ValueError(f"state of a {state.get('class')!r}, not of a {cls.__name__}")
@@ -1223,6 +1260,14 @@ class ANNTri(_NeighborGraphPlanner):
         (the decision may come up to that many layers late), for up to ~1/lookahead
         times fewer calls in long duels — a speed option for simulations and large
         rater pools, not the paper's algorithm.
+    stagger : bool, default False (the window fills at once, as before). With ``True`` at
+        most 1 + (rounds closed or past their first layer) rounds are open: a round is past
+        its first layer once every arm it has not eliminated has an answer. A round opened
+        while the others are still blind has no triangle bounds to prune with and samples
+        its whole row, so a full window opened at once costs ~window × n questions before
+        anything is known; staggered, each new round starts from the rows already sampled
+        and the window still grows to its size as rounds get going (benchmark 2). Not the
+        paper's algorithm (the paper has window 1, where it changes nothing).
     """
 
 
@@ -1231,11 +1276,11 @@ class ANN(ANNTri):
 
     def __init__(self, n_items, k=1, delta=0.1, sigma=0.5, bound="lil",
                  max_samples_per_round=None, window=1, random_state=None, full_pass_every=None,
-                 lookahead=0.0):
+                 lookahead=0.0, stagger=False):
         super().__init__(n_items, k=k, delta=delta, sigma=sigma, bound=bound, triangle=False,
                          max_samples_per_round=max_samples_per_round, window=window,
                          random_state=random_state, full_pass_every=full_pass_every,
-                         lookahead=lookahead)
+                         lookahead=lookahead, stagger=stagger)
 
 
 class RandomSampling(_NeighborGraphPlanner):
@@ -1244,16 +1289,16 @@ class RandomSampling(_NeighborGraphPlanner):
     ``next_questions(budget)`` returns ``budget`` uniform pairs i != j until every item's
     neighbours are certified by the confidence bounds; pending questions are tracked (for
     ``progress``) but do not steer the choice. ``window``, ``max_samples_per_round`` and
-    ``lookahead`` are accepted for a uniform interface and not used.
+    ``lookahead`` and ``stagger`` are accepted for a uniform interface and not used.
     """
 
     def __init__(self, n_items, k=1, delta=0.1, sigma=0.5, bound="lil",
                  max_samples_per_round=None, window=1, random_state=None, full_pass_every=None,
-                 lookahead=0.0):
+                 lookahead=0.0, stagger=False):
         super().__init__(n_items, k=k, delta=delta, sigma=sigma, bound=bound, triangle=False,
                          max_samples_per_round=max_samples_per_round, window=window,
                          random_state=random_state, full_pass_every=full_pass_every,
-                         lookahead=lookahead)
+                         lookahead=lookahead, stagger=stagger)
 
     def _settle(self):
         pass

@@ -153,10 +153,61 @@ def test_state_holds_only_arrays_and_json_values():
     planner = ANNTri(10, random_state=3)
     planner.observe([(0, 1, 0.5)])
     state = planner.to_state()
-    assert state["version"] == 1 and state["class"] == "ANNTri"
+    assert state["version"] == 2 and state["class"] == "ANNTri"
     plain = {k: v for k, v in state.items() if not isinstance(v, np.ndarray)}
     json.dumps(plain)
     assert planner_from_state(ANN(5).to_state()).__class__ is ANN
+
+
+def test_version_1_states_without_stagger_still_load_and_continue_alike():
+    X, _ = circle_clusters(n_clusters=3, cluster_size=5, random_state=2)
+    oracle = PointsOracle(X, noise=0.05, random_state=2)
+    planner = ANNTri(len(X), sigma=0.05, window=3, random_state=2)
+    for _ in range(20):
+        planner.observe(oracle.answer(planner.next_questions(6)))
+    old = planner.to_state()
+    old["version"] = 1
+    del old["params"]["stagger"]  # what version 1 wrote
+    restored = planner_from_state(old)
+    assert restored.stagger is False and restored.to_state()["version"] == 2
+    for _ in range(30):
+        qs = planner.next_questions(6)
+        assert restored.next_questions(6) == qs
+        answers = oracle.answer(qs)
+        planner.observe(answers)
+        restored.observe(answers)
+    with pytest.raises(ValueError, match="version"):
+        planner_from_state({**old, "version": 3})
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_stagger_opens_rounds_only_as_others_pass_their_first_layer(seed):
+    X, _ = circle_clusters(n_clusters=4, cluster_size=6, gap=0.5, random_state=seed)
+    oracle = PointsOracle(X, noise=0.02, random_state=seed)
+    planner = ANNTri(len(X), sigma=0.02, window=8, stagger=True, random_state=seed,
+                     max_samples_per_round=3000)
+    plain = ANNTri(len(X), sigma=0.02, window=8, random_state=seed, max_samples_per_round=3000)
+    assert len({j for j, _ in plain.next_questions(200)}) == 8  # the whole window at once
+    first = planner.next_questions(200)
+    assert len({j for j, _ in first}) == 1  # one blind round first
+    planner.observe(oracle.answer(first))
+    widest = 1
+    while True:
+        n_open = len(planner.open_rounds_)
+        closed = planner.next_round_ - n_open
+        blind = [j for j in planner.open_rounds_ if not planner._past_first_layer(j)]
+        assert n_open <= min(8, 1 + closed + n_open - len(blind))
+        widest = max(widest, n_open)
+        qs = planner.next_questions(50)
+        if not qs:
+            break
+        planner.observe(oracle.answer(qs))
+    assert widest == 8 and planner.done
+    assert neighbor_error(planner.result().neighbors, oracle.distances) == 0.0
+    with pytest.raises(ValueError, match="stagger"):
+        ANNTri(5, stagger=1).next_questions(1)
+    back = planner_from_state(planner.to_state())
+    assert back.stagger is True
 
 
 def test_window_and_shuffled_late_answers_give_a_correct_graph():
