@@ -247,7 +247,11 @@ class Learner:
         return derived_triplet_question(i, j, k, self.label)
 
     def stale(self, questions: list[dict]) -> list[dict]:
-        """Pooled questions no longer worth asking: their round has closed."""
+        """Pooled questions no longer worth asking: their round has closed.
+
+        (Questions of arms the latest answers decided inside a still-open round are kept: taking
+        them back would not give back their place under the round's sample cap, which counts
+        issued questions, so rounds would reach the cap unanswered.)"""
         if not hasattr(self.planner, "status_") or self.algorithm.algorithm == "random":
             return []
         self.planner.progress()  # settles the rounds the latest answers decided

@@ -57,6 +57,8 @@ LINGER_SECONDS = 0.1
 #: Passes of one job start at least this far apart (each saves the whole state: batch the answers).
 PASS_INTERVAL_SECONDS = 0.03
 POLL_SECONDS = 0.01
+#: Times a pass plans again for the questions its own planning made stale (see ``_one_pass``).
+REPLANS = 3
 #: Studies whose learners this process keeps in memory between passes (least recently used dropped).
 CACHED_STUDIES = 4
 #: A pool is filled to this multiple of the questions taken from it since the previous pass (with
@@ -345,7 +347,8 @@ def _budget_reached(learner: Learner, counters: dict) -> bool:
 
 
 def _pool_target(base: int, label: str, counters: dict, previous: dict) -> int:
-    """At least ``base``, and enough for the questions taken from the pool since the previous pass."""
+    """At least ``base``, and enough for the questions taken from the pool since the previous pass
+    (times ``DEMAND_HEADROOM``); at most ten times ``base``."""
     served = int(counters.get(f"questions_served:{label}", 0))
     before = previous.get(f"served:{label}")
     demand = served - int(before) if before is not None else 0
@@ -418,19 +421,25 @@ def _one_pass(conn, study_id: str, now: float) -> dict:
                     window = learner.algorithm.params.get("window", 1)
                     planned[label] = learner.plan(wanted, study.n_items, window=window)
                     repeats += learner.repeats_planned
-                    if running and not done:
+                    kept = [q for q in pooled if q not in removed]
+                    for _ in range(REPLANS if running and not done else 0):
                         # planning reads rows whose deferred triangle updates can close more rounds:
-                        # take their questions back too, pooled ones and those just planned
-                        kept = [q for q in pooled if q not in removed]
+                        # take their questions back too, pooled ones and those just planned, and plan
+                        # for the gap again
                         late = learner.stale(kept + planned[label])
-                        if late:
-                            late_removed = questions.prune_questions(conn, study_id, label,
-                                                                     [q for q in late if q in kept])
-                            late_planned = [q for q in late if q in planned[label]]
-                            planned[label] = [q for q in planned[label] if q not in late_planned]
-                            learner.forget(late_removed + late_planned)
-                            pruned_earlier.setdefault(label, []).extend(late_removed)
-                            pruned_now += len(late_removed)
+                        if not late:
+                            break
+                        late_removed = questions.prune_questions(conn, study_id, label,
+                                                                 [q for q in late if q in kept])
+                        late_planned = [q for q in late if q in planned[label]]
+                        planned[label] = [q for q in planned[label] if q not in late_planned]
+                        kept = [q for q in kept if q not in late]
+                        learner.forget(late_removed + late_planned)
+                        pruned_earlier.setdefault(label, []).extend(late_removed)
+                        pruned_now += len(late_removed)
+                        gap = len(late_removed) + len(late_planned)
+                        planned[label].extend(learner.plan(gap, study.n_items, window=window))
+                        repeats += learner.repeats_planned
                 # a learner nothing happened to keeps its stored state (and version): no need to save it
                 changed = {label: bool(n_read or expired or pruned_earlier.get(label) or planned[label]
                                        or versions.get(label) is None
