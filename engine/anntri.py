@@ -299,7 +299,7 @@ class _NeighborGraphPlanner:
         self._hot_on = False
         # The scalar fast paths: exact SETri (k = 1, one layer per decision), sub-Gaussian
         # bounds (their radius depends on the count only) and float64 bounds.
-        self._fast_ok = (type(self).__name__ != "RandomSampling" and self.k == 1
+        self._fast_ok = (not isinstance(self, RandomSampling) and self.k == 1
                          and self.bound not in UNIT_INTERVAL_BOUNDS
                          and self.__dict__["_a_upper_"].dtype == np.float64)
         if self._fast_ok:
