@@ -1258,8 +1258,10 @@ class ANNTri(_NeighborGraphPlanner):
         ``1 + floor(lookahead * T)`` layers of them at once (repeated pairs, all pending),
         as budget allows: at most about a ``lookahead`` share of extra samples per round
         (the decision may come up to that many layers late), for up to ~1/lookahead
-        times fewer calls in long duels — a speed option for simulations and large
-        rater pools, not the paper's algorithm.
+        times fewer calls in long duels — for harnesses whose per-call cost matters and
+        large rater pools, not the paper's algorithm. (It takes the general array path:
+        the engine's own time is about that of exact SETri, whose long duels run on
+        the scalar fast path.)
     stagger : bool, default False (the window fills at once, as before). With ``True`` at
         most 1 + (rounds closed or past their first layer) rounds are open: a round is past
         its first layer once every arm it has not eliminated has an answer. A round opened
