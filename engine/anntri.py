@@ -560,17 +560,24 @@ class _NeighborGraphPlanner:
     def forget(self, pairs) -> None:
         """Release pending entries of questions that expired unanswered, one per ``(i, j)`` row.
 
-        The platform calls this when an issued question times out, so the pair can be asked
-        again; an answer that still arrives later is used as usual.
+        The platform calls this when an issued question times out (or is taken back unasked, or
+        skipped), so the pair can be asked again; an answer that still arrives later is used as
+        usual. A released question no longer counts towards its round's sample cap: ``(i, j)``
+        was issued by round ``i``, whose ``round_issued_`` goes down by one.
         """
         self._ensure_state()
         a, b, arr = _check_pairs(pairs, self.n_items, 2, "pairs")
         if len(arr) == 0:
             return
+        pending, issued = self.pending_, self.round_issued_
         for p, q in zip(a.tolist(), b.tolist(), strict=False):
-            v = max(int(self.pending_[p, q]) - 1, 0)
-            self.pending_[p, q] = v
-            self.pending_[q, p] = v
+            v = int(pending[p, q])
+            if v <= 0:
+                continue
+            pending[p, q] = v - 1
+            pending[q, p] = v - 1
+            if issued[p] > 0:
+                issued[p] -= 1
 
     def _settle(self):
         """Close the open rounds the answers so far have decided (read methods call this)."""

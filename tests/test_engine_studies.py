@@ -314,3 +314,16 @@ def test_a_seeded_study_plans_the_same_triplet_derived_questions_again():
     assert plans[0] == plans[1]
     thirds = {tuple(sorted(c)) for _, c, _ in plans[0]}
     assert len(thirds) > 1
+
+
+def test_least_asked_repeats_come_from_every_undecided_arm_of_the_open_rounds():
+    from engine.anntri import ANNTri
+    from workers.engines import _least_asked
+
+    planner = ANNTri(10, window=1, random_state=0)
+    first = planner.next_questions(100)  # the open round's whole first layer, all pending
+    j = first[0][0]
+    assert planner.next_questions(10) == []
+    repeats = _least_asked(planner, 9)
+    assert sorted(a for _, a in repeats) == sorted(a for a in range(10) if a != j)
+    assert all(r == j for r, _ in repeats)

@@ -49,11 +49,12 @@ _DISTANCE_PARAMS = {
     "bound": {"enum": ["lil", "hoeffding", "bernstein", "kl"]},
     "max_samples_per_round": {"type": ["integer", "null"], "minimum": 1},
     "window": {"type": "integer", "minimum": 1, "maximum": 100000},
+    "stagger": {"type": "boolean"},
 }
 PARAMS_SCHEMAS = {
     "anntri": _DISTANCE_PARAMS,
     "ann": _DISTANCE_PARAMS,
-    "random": {k: v for k, v in _DISTANCE_PARAMS.items() if k not in ("window", "max_samples_per_round")},
+    "random": {k: v for k, v in _DISTANCE_PARAMS.items() if k not in ("window", "max_samples_per_round", "stagger")},
     "random_triplets": {},
     "comparison_forest": {
         "n_trees": {"type": "integer", "minimum": 1, "maximum": 1000},

@@ -324,9 +324,9 @@ def _least_asked(planner, budget: int) -> list[tuple[int, int]]:
     cap = planner.max_samples_per_round
     rounds = []
     for j in np.flatnonzero(planner.status_ == anntri.ROUND_OPEN).tolist():
-        undecided = planner._decide_round(j)
+        undecided = planner._decide_round(j)  # the round's undecided arms (indices), None once closed
         if undecided is not None:
-            arms = np.flatnonzero(undecided)
+            arms = np.asarray(undecided, dtype=np.int64)
             arms = arms[arms != j]
             if len(arms):
                 rounds.append((j, arms))

@@ -253,6 +253,23 @@ def test_forget_releases_expired_questions_for_asking_again():
     assert planner.progress()["pending_questions"] == len(qs)
 
 
+def test_released_questions_do_not_count_towards_the_round_cap():
+    D = np.ones((6, 6)) - np.eye(6)  # all tied: every round runs to its cap
+    planner = ANN(6, sigma=0.5, max_samples_per_round=12, random_state=0)
+    first = planner.next_questions(100)
+    j = first[0][0]
+    issued = int(planner.round_issued_[j])
+    mine = [q for q in first if q[0] == j]
+    planner.forget(mine)
+    assert planner.round_issued_[j] == issued - len(mine) and planner.pending_[j].sum() == 0
+    planner.forget(mine)  # nothing outstanding any more: no change
+    assert planner.round_issued_[j] == issued - len(mine)
+    oracle = DistanceMatrixOracle(D, noise=0.1, random_state=0)
+    run(planner, oracle, 10**4)
+    # the cap counts answers, not questions that expired unanswered: round j got all 12
+    assert planner.count_[j].sum() >= 12 and np.all(planner.round_issued_ <= 12)
+
+
 def test_answers_for_closed_rounds_are_still_used():
     D = _random_metric(1, 8)
     planner = ANNTri(8, sigma=1e-6, random_state=0)
