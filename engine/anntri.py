@@ -20,16 +20,15 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
-from dataclasses import dataclass
 
 import numpy as np
 
 from . import triangle as tri
 from .bounds import UNIT_INTERVAL_BOUNDS, check_bound, confidence_interval
+from .graph import NO_NEIGHBOR, NeighborGraph  # noqa: F401  (re-exported: older imports)
 from .utils import check_n_items, check_random_state, generator_from_state, generator_state
 
 STATE_VERSION = 2  # 2 added params['stagger']; version 1 states still load
-NO_NEIGHBOR = -1
 
 #: ``status_`` values of a round.
 ROUND_WAITING = 0
@@ -49,23 +48,6 @@ SMALL_BATCH = 16
 ROW_CHUNK_ELEMENTS = 1 << 21
 #: Active sets of at most this many arms are checked with scalar reads.
 SMALL_ACTIVE = 16
-
-
-@dataclass(frozen=True)
-class NeighborGraph:
-    """A k-NN graph with its certainty. All arrays have shape (n_items, k) unless noted.
-
-    ``neighbors`` int item indices (closest first), ``certified`` bool of shape (n_items,),
-    ``estimates`` the mean sample D̂, ``lower``/``upper`` the bounds L*/U*, ``samples`` the
-    number of answers behind each edge.
-    """
-
-    neighbors: np.ndarray
-    certified: np.ndarray
-    estimates: np.ndarray
-    lower: np.ndarray
-    upper: np.ndarray
-    samples: np.ndarray
 
 
 def _check_positive_int(name, value, allow_none=False, minimum=1):
