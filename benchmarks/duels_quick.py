@@ -1,0 +1,151 @@
+"""Quick evaluation of CandidateDuels against random triplets on alien eggs with human-like noise.
+
+Prints NN error and hit@3 against answers per item for the duel learner and for the peer
+(uniformly random triplets + an ordinal embedding when engine.embedding is installed, else the
+random triplets' win rates), mean over seeds, and the duel learner's CPU time per 1,000 answers.
+
+    .venv/bin/python benchmarks/duels_quick.py [--n 300] [--seeds 3] [--budgets 10,20,50,100,200,300]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from engine.datasets import load_alien_eggs
+from engine.duels import CandidateDuels
+from engine.oracles import fit_logistic_noise
+from engine.random_triplets import RandomTriplets
+
+LAPSE = 0.11  # lapse rate fitted to the alien-egg crowds (ALGORITHMS.md section 6)
+
+
+class HumanOracle:
+    """Logistic in the distance gap plus lapses (answers uniformly at random with prob. LAPSE)."""
+
+    def __init__(self, D, scale, lapse, rng):
+        self.D, self.scale, self.lapse, self.rng = D, scale, lapse, rng
+
+    def answer(self, qs):
+        q = np.asarray(qs, np.int64).reshape(-1, 3)
+        z = np.clip((self.D[q[:, 0], q[:, 1]] - self.D[q[:, 0], q[:, 2]]) / self.scale, -700, 700)
+        p = LAPSE_MIX(1.0 / (1.0 + np.exp(z)), self.lapse)
+        first = self.rng.random(len(q)) < p
+        return [(h, a, b, a if f else b) for (h, a, b), f in zip(q.tolist(), first, strict=True)]
+
+
+def LAPSE_MIX(p, lapse):  # noqa: N802 - reads like the formula
+    return lapse / 2.0 + (1.0 - lapse) * p
+
+
+def true_ranks(D):
+    """rank[i, j] = 0 for i's nearest neighbour, 1 the next, ... (ties share the lower rank)."""
+    Dd = D.copy()
+    np.fill_diagonal(Dd, np.inf)
+    return (Dd[:, :, None] > Dd[:, None, :]).sum(axis=2)
+
+
+def scores(nb, ranks):
+    r = ranks[np.arange(len(nb)), np.maximum(nb, 0)]
+    r = np.where(nb < 0, 10**9, r)
+    return float(np.mean(r > 0)), float(np.mean(r < 3))
+
+
+def peer_neighbors(trip_rows, n, seed):
+    try:
+        from engine import embedding
+    except ImportError:
+        return None
+    t = np.asarray([(h, w, b if w == a else a) for h, a, b, w in trip_rows], np.int64)
+    X = embedding.fit_embedding(t, n, dim=2, random_state=seed)
+    return embedding.embedding_neighbors(X, 1)[:, 0]
+
+
+def run(planner, oracle, budgets, n, on_checkpoint):
+    total, cpu = 0, 0.0
+    for b in budgets:
+        target = b * n
+        while total < target:
+            t0 = time.process_time()
+            qs = planner.next_questions(min(n, target - total))
+            cpu += time.process_time() - t0
+            ans = oracle.answer(qs)
+            t0 = time.process_time()
+            planner.observe(ans)
+            cpu += time.process_time() - t0
+            total += len(qs)
+        t0 = time.process_time()
+        on_checkpoint(b, planner)
+        cpu += time.process_time() - t0
+    return cpu, total
+
+
+def one_seed(s, D_all, scale, n_items, budgets, params, res):
+    """One seed: a random subset of n_items eggs, both learners, scores into res[...][s]."""
+    rng = np.random.default_rng(1000 + s)
+    idx = np.sort(rng.choice(len(D_all), size=min(n_items, len(D_all)), replace=False))
+    D = D_all[np.ix_(idx, idx)]
+    D = D / D.max()
+    ranks = true_ranks(D)
+    n = len(D)
+
+    def rec_duels(b, p):
+        res["duels"][s, budgets.index(b)] = scores(p.neighbor_graph(1).neighbors[:, 0], ranks)
+
+    planner = CandidateDuels(n, random_state=s, **params)
+    cpu, tot = run(planner, HumanOracle(D, scale, LAPSE, np.random.default_rng(s)), budgets, n, rec_duels)
+    log = []
+    rt = RandomTriplets(n, random_state=s)
+    orig = rt.observe
+
+    def observe(rows):
+        log.extend(rows)
+        orig(rows)
+
+    rt.observe = observe
+    name = ["random + t-STE"]
+
+    def rec_peer(b, p):
+        nb = peer_neighbors(log, n, s)
+        if nb is None:
+            name[0] = "random win rate"
+            nb = p.neighbor_graph(1).neighbors[:, 0]
+        res["peer"][s, budgets.index(b)] = scores(nb, ranks)
+
+    run(rt, HumanOracle(D, scale, LAPSE, np.random.default_rng(s)), budgets, n, rec_peer)
+    return cpu, tot, name[0]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=300)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--budgets", default="10,20,50,100,200,300")
+    ap.add_argument("--params", default="", help="CandidateDuels params, e.g. shortlist=15,warmup=4")
+    args = ap.parse_args()
+    budgets = [int(b) for b in args.budgets.split(",")]
+    params = {}
+    for kv in filter(None, args.params.split(",")):
+        k, v = kv.split("=")
+        params[k] = float(v) if "." in v else int(v)
+    eggs = load_alien_eggs()
+    D_all = eggs.distances
+    scale = fit_logistic_noise(D_all, eggs.triplets)
+    res = {name: np.zeros((args.seeds, len(budgets), 2)) for name in ("duels", "peer")}
+    cpu_total, ans_total, peer_name = 0.0, 0, "peer"
+    for s in range(args.seeds):
+        cpu, tot, peer_name = one_seed(s, D_all, scale, args.n, budgets, params, res)
+        cpu_total += cpu
+        ans_total += tot
+    print(f"alien eggs n={args.n}, logistic scale {scale:.4f} + lapse {LAPSE}, {args.seeds} seeds, params {params}")
+    print(f"{'answers/item':>12} | {'duels err':>9} {'duels hit@3':>11} | {peer_name + ' err':>22} {'hit@3':>6}")
+    for j, b in enumerate(budgets):
+        d = res["duels"][:, j].mean(axis=0)
+        p = res["peer"][:, j].mean(axis=0)
+        print(f"{b:>12} | {d[0]:>9.3f} {d[1]:>11.3f} | {p[0]:>22.3f} {p[1]:>6.3f}")
+    print(f"CandidateDuels CPU: {1000 * cpu_total / max(ans_total, 1):.3f} s per 1,000 answers")
+
+
+if __name__ == "__main__":
+    main()

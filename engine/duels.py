@@ -1,0 +1,513 @@
+"""Candidate duels: a triplet-native nearest-neighbour learner for crowd studies.
+
+Each head's shortlisted candidates are asked against each other ("is h more like a or b?") and
+the neighbour is the Condorcet winner of those duels; shortlists come from an ordinal embedding
+fitted on all answers. Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import numbers
+
+import numpy as np
+
+from .graph import NO_NEIGHBOR, NeighborGraph
+from .random_triplets import check_triplet_answers
+from .utils import check_n_items, check_random_state, generator_from_state, generator_state
+
+
+def _embedding_module():
+    """The ordinal-embedding fitter, or None where it is not installed (shortlists then come
+    from the heads' own win rates)."""
+    try:
+        from . import embedding
+    except ImportError:
+        return None
+    return embedding if hasattr(embedding, "fit_embedding") else None
+
+
+def _radius(n: np.ndarray, delta: float, n_pairs: int) -> np.ndarray:
+    """Anytime Hoeffding radius for a win share after n duels.
+
+    A union bound over time steps (sum 1/t^2 = pi^2/6) and over a head's candidate pairs makes
+    it hold for all pairs and all times with probability 1 - delta. Lapses (coin-flip answers)
+    only pull P(b beats a) towards 1/2 without changing its side, so the bound stays sound.
+    """
+    n = np.maximum(np.asarray(n, dtype=np.float64), 1.0)
+    return np.sqrt(np.log(math.pi**2 * n_pairs * n**2 / (3.0 * delta)) / (2.0 * n))
+
+
+class CandidateDuels:
+    """Adaptive nearest-neighbour learner asking each head's shortlisted candidates in duels.
+
+    Parameters
+    ----------
+    n_items : int
+    random_state : None, int or numpy Generator
+    shortlist : int, default 12
+        Candidates per head at the start (m); it shrinks as answers per item grow.
+    min_shortlist : int, default 6
+        Smallest shortlist the shrinking reaches.
+    shrink_at : float, default 100
+        Answers per item after which the shortlist shrinks like sqrt(shrink_at / answers).
+    warmup : float, default 3
+        Random-triplet answers per head before its duels start (they seed the embedding).
+    explore : float, default 0.1
+        Share of later questions asked as random triplets (keeps the embedding global).
+    refit_growth : float, default 0.25
+        Refit the embedding when answers have grown by this share since the last fit.
+    dim : int, default 2
+        Embedding dimension.
+    delta : float, default 0.05
+        Failure probability of the elimination bounds (per head).
+    """
+
+    VERSION = 1
+
+    def __init__(self, n_items: int, random_state=None, shortlist: int = 12, min_shortlist: int = 6,
+                 shrink_at: float = 100.0, warmup: float = 3.0, explore: float = 0.1,
+                 refit_growth: float = 0.25, dim: int = 2, delta: float = 0.05):
+        self.n_items = check_n_items(n_items)
+        self.random_state = random_state
+        self.shortlist = shortlist
+        self.min_shortlist = min_shortlist
+        self.shrink_at = shrink_at
+        self.warmup = warmup
+        self.explore = explore
+        self.refit_growth = refit_growth
+        self.dim = dim
+        self.delta = delta
+        self._check_params()
+        self.rng_ = check_random_state(random_state)
+        n = self.n_items
+        self.triplets_ = np.empty((0, 3), np.int64)  # (i, j, k): i closer to j than to k
+        self._buffer: list[tuple[int, int, int]] = []
+        # duel counts keyed by (h, a, b) with a < b: [wins of a, answers]
+        self.duels_: dict[tuple[int, int, int], list[int]] = {}
+        self.pending_: dict[tuple[int, int, int], int] = {}
+        self.eliminated_: dict[int, set[int]] = {}
+        self.asked_ = np.zeros(n, np.int64)  # answers + pending per head (scheduling load)
+        self.answered_ = np.zeros(n, np.int64)
+        self.cands_ = np.full((n, self.shortlist), NO_NEIGHBOR, np.int64)
+        self.embedding_ = None
+        self.fitted_on_ = 0
+        self.n_fits_ = 0
+        self.n_answers_ = 0
+        self.n_issued_ = 0
+
+    # ------------------------------------------------------------------ validation
+    def _check_params(self) -> None:
+        def integer(name, lo):
+            v = getattr(self, name)
+            if not isinstance(v, (numbers.Integral, np.integer)) or isinstance(v, bool) or v < lo:
+                raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+
+        def real(name, lo, hi, lo_open=False, hi_open=False):
+            v = getattr(self, name)
+            if not isinstance(v, numbers.Real) or isinstance(v, bool) or not np.isfinite(v):
+                raise ValueError(f"{name} must be a number, got {v!r}")
+            if v < lo or (lo_open and v == lo) or v > hi or (hi_open and v == hi):
+                raise ValueError(f"{name} must lie in {'(' if lo_open else '['}{lo}, {hi}"
+                                 f"{')' if hi_open else ']'}, got {v!r}")
+
+        integer("shortlist", 2)
+        integer("min_shortlist", 2)
+        integer("dim", 1)
+        if self.min_shortlist > self.shortlist:
+            raise ValueError(f"min_shortlist ({self.min_shortlist}) must not exceed shortlist ({self.shortlist})")
+        real("shrink_at", 0, np.inf, lo_open=True)
+        real("warmup", 0, np.inf)
+        real("explore", 0, 1)
+        real("refit_growth", 0, np.inf, lo_open=True)
+        real("delta", 0, 1, lo_open=True, hi_open=True)
+
+    # ------------------------------------------------------------------ answers
+    def observe(self, answers) -> None:
+        """Apply ``(head, a, b, winner)`` rows; any triplet is accepted (issued or not): it feeds
+        the embedding, and counts as a duel of a and b for that head."""
+        arr = check_triplet_answers(answers, self.n_items)
+        for h, a, b, w in arr.tolist():
+            lo, hi = (a, b) if a < b else (b, a)
+            key = (h, lo, hi)
+            rec = self.duels_.get(key)
+            if rec is None:
+                rec = self.duels_[key] = [0, 0]
+            rec[0] += w == lo
+            rec[1] += 1
+            self._buffer.append((h, w, hi if w == lo else lo))
+            left = self.pending_.get(key, 0)
+            if left:
+                # the answer settles a pending question: its load is already counted
+                if left == 1:
+                    del self.pending_[key]
+                else:
+                    self.pending_[key] = left - 1
+            else:
+                self.asked_[h] += 1
+            self.answered_[h] += 1
+        self.n_answers_ += len(arr)
+
+    def forget(self, questions) -> int:
+        """Release issued questions that will never be answered; returns how many were pending."""
+        released = 0
+        for q in questions:
+            if len(q) != 3:
+                raise ValueError(f"questions to forget must be (head, a, b), got {tuple(q)!r}")
+            h, a, b = (int(x) for x in q)
+            key = (h, min(a, b), max(a, b))
+            left = self.pending_.get(key, 0)
+            if not left:
+                continue
+            if left == 1:
+                del self.pending_[key]
+            else:
+                self.pending_[key] = left - 1
+            self.asked_[h] -= 1
+            released += 1
+        return released
+
+    def _all_triplets(self) -> np.ndarray:
+        if self._buffer:
+            self.triplets_ = np.concatenate([self.triplets_, np.asarray(self._buffer, np.int64)])
+            self._buffer = []
+        return self.triplets_
+
+    # ------------------------------------------------------------------ shortlists
+    def _target_size(self) -> int:
+        per_item = self.n_answers_ / self.n_items
+        m = self.shortlist * math.sqrt(self.shrink_at / max(self.shrink_at, per_item))
+        return int(min(self.shortlist, max(self.min_shortlist, round(m)), self.n_items - 1))
+
+    def _refresh(self) -> None:
+        """Refit the embedding (warm start) and rebuild every head's shortlist."""
+        trip = self._all_triplets()
+        emb = _embedding_module()
+        order = None
+        if emb is not None and len(trip):
+            seed = int(self.rng_.integers(2**31 - 1))
+            X = emb.fit_embedding(trip, self.n_items, dim=self.dim, init=self.embedding_, random_state=seed)
+            self.embedding_ = np.asarray(X, np.float64)
+            sq = (self.embedding_**2).sum(axis=1)
+            D = sq[:, None] + sq[None, :] - 2.0 * self.embedding_ @ self.embedding_.T
+        else:
+            # no embedding fitter: rank candidates by their smoothed win rate as this head's
+            # answers (a weak, head-local signal; the duels sharpen it)
+            n = self.n_items
+            wins = np.zeros((n, n))
+            shown = np.zeros((n, n))
+            if len(trip):
+                np.add.at(wins, (trip[:, 0], trip[:, 1]), 1.0)
+                np.add.at(shown, (trip[:, 0], trip[:, 1]), 1.0)
+                np.add.at(shown, (trip[:, 0], trip[:, 2]), 1.0)
+            D = -(wins + 1.0) / (shown + 2.0)
+        np.fill_diagonal(D, np.inf)
+        m = self._target_size()
+        order = np.argsort(D, axis=1, kind="stable")
+        if emb is None:
+            order = self._neighbours_of_neighbours(order)
+        cands = np.full((self.n_items, self.shortlist), NO_NEIGHBOR, np.int64)
+        for h in range(self.n_items):
+            gone = self.eliminated_.get(h, ())
+            keep = []
+            old = [int(c) for c in self.cands_[h] if c >= 0 and c not in gone]
+            if old:
+                # the dueled leaders survive a refit, so evidence is not thrown away
+                score, counts = self._scores(h, np.asarray(old))
+                ranked = [old[i] for i in np.argsort(-score, kind="stable") if counts[i] > 0]
+                keep = ranked[: (m + 1) // 2]
+            chosen = list(keep)
+            for c in order[h]:
+                if len(chosen) >= m:
+                    break
+                c = int(c)
+                if c != h and c not in gone and c not in chosen:
+                    chosen.append(c)
+            cands[h, : len(chosen)] = chosen
+        self.cands_ = cands
+        self.fitted_on_ = self.n_answers_
+        self.n_fits_ += 1
+
+    def _neighbours_of_neighbours(self, order: np.ndarray, r: int = 3) -> np.ndarray:
+        """Candidate order without an embedding: the current leaders' leaders and the heads that
+        lead with h first (near items share near items), then the win-rate order."""
+        n = self.n_items
+        leaders = [list(self._ranking(h)[0][:r]) for h in range(n)]
+        reverse: list[list[int]] = [[] for _ in range(n)]
+        for g in range(n):
+            for c in leaders[g]:
+                reverse[int(c)].append(g)
+        out = np.empty_like(order)
+        for h in range(n):
+            pool = []
+            for c in leaders[h]:
+                pool.extend(int(x) for x in leaders[int(c)])
+            pool.extend(reverse[h])
+            seen, first = set(), []
+            for c in pool:
+                if c != h and c not in seen:
+                    seen.add(c)
+                    first.append(c)
+            rest = [int(c) for c in order[h] if int(c) not in seen]
+            out[h] = np.asarray(first + rest, np.int64)[: order.shape[1]]
+        return out
+
+    def _matrices(self, h: int, cands: np.ndarray, pending: bool = False):
+        """W[i, j] = duels candidate i won against j for head h; N = answered (+ pending) duels."""
+        m = len(cands)
+        W = np.zeros((m, m))
+        N = np.zeros((m, m))
+        for i in range(m):
+            for j in range(i + 1, m):
+                a, b = int(cands[i]), int(cands[j])
+                lo, hi, ia, ib = (a, b, i, j) if a < b else (b, a, j, i)
+                rec = self.duels_.get((h, lo, hi))
+                if rec is not None:
+                    W[ia, ib] = rec[0]
+                    W[ib, ia] = rec[1] - rec[0]
+                    N[i, j] = N[j, i] = rec[1]
+                if pending:
+                    p = self.pending_.get((h, lo, hi), 0)
+                    N[i, j] += p
+                    N[j, i] += p
+        return W, N
+
+    def _scores(self, h: int, cands: np.ndarray):
+        """Smoothed win share of each candidate in its duels with the others (Borda-like)."""
+        W, N = self._matrices(h, cands)
+        wins, counts = W.sum(axis=1), N.sum(axis=1)
+        return (wins + 1.0) / (counts + 2.0), counts
+
+    def _alive(self, h: int):
+        """Shortlist of h without eliminated candidates, plus its duel matrices; eliminates
+        candidates beaten with confidence (anytime bound) on the way."""
+        cands = self.cands_[h][self.cands_[h] >= 0]
+        W, N = self._matrices(h, cands)
+        m = len(cands)
+        if m > 1:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                share = np.where(N > 0, W / np.maximum(N, 1), 0.5)  # share[i, j] = P^(i beats j)
+            beaten = (share - _radius(N, self.delta, max(1, m * (m - 1) // 2)) > 0.5) & (N > 0)
+            lost = beaten.any(axis=0)  # some alive j beats candidate i with confidence
+            if lost.any():
+                gone = self.eliminated_.setdefault(h, set())
+                gone.update(int(c) for c in cands[lost])
+                self.cands_[h, : m] = np.concatenate([cands[~lost], np.full(int(lost.sum()), NO_NEIGHBOR)])
+                keep = ~lost
+                cands, W, N = cands[keep], W[np.ix_(keep, keep)], N[np.ix_(keep, keep)]
+        return cands, W, N
+
+    def _certified(self, h: int, cands, W, N) -> bool:
+        m = len(cands)
+        if m == 0:
+            return False
+        if m == 1:
+            return bool(self.eliminated_.get(h))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.where(N > 0, W / np.maximum(N, 1), 0.5)
+        sure = (share - _radius(N, self.delta, max(1, m * (m - 1) // 2)) > 0.5) & (N > 0)
+        return bool(sure.sum(axis=1).max() == m - 1)
+
+    # ------------------------------------------------------------------ planning
+    def _needs_refit(self) -> bool:
+        if self.n_fits_ == 0:
+            return self.n_answers_ >= self.warmup * self.n_items or self.warmup == 0
+        return self.n_answers_ >= self.fitted_on_ * (1.0 + self.refit_growth) + 1
+
+    def _random_question(self, h: int, taken: set) -> tuple[int, int, int]:
+        n = self.n_items
+        for _ in range(8):
+            a, b = (int(x) for x in self.rng_.choice(n - 1, size=2, replace=False))
+            a, b = a + (a >= h), b + (b >= h)
+            if (h, min(a, b), max(a, b)) not in taken:
+                break
+        return (h, a, b)
+
+    def next_questions(self, budget: int) -> list[tuple[int, int, int]]:
+        """Up to ``budget`` distinct questions, least-asked heads first; counted as pending."""
+        if isinstance(budget, bool) or not isinstance(budget, (numbers.Integral, np.integer)):
+            raise ValueError(f"budget must be an integer, got {budget!r}")
+        budget = int(budget)
+        if budget <= 0:
+            return []
+        if self._needs_refit():
+            self._refresh()
+        n = self.n_items
+        tie = self.rng_.permutation(n)
+        heap = [(int(self.asked_[h]), int(tie[h]), h) for h in range(n)]
+        heapq.heapify(heap)
+        out: list[tuple[int, int, int]] = []
+        taken: set = set()
+        cache: dict[int, tuple] = {}
+        parked = []  # heads with nothing new to ask in this call (certified or all pairs taken)
+        while len(out) < budget and heap:
+            load, t, h = heapq.heappop(heap)
+            warm = self.n_fits_ == 0 or self.answered_[h] < self.warmup
+            if warm or self.rng_.random() < self.explore:
+                q = self._random_question(h, taken)
+            else:
+                if h not in cache:
+                    cands, W, N = self._alive(h)
+                    _, Np = self._matrices(h, cands, pending=True)
+                    cache[h] = (cands, Np, self._certified(h, cands, W, N))
+                cands, Np, certified = cache[h]
+                m = len(cands)
+                if certified or m < 2:
+                    parked.append(h)
+                    continue
+                # least-asked pair first; ties to the pair nearest the head (shortlist order)
+                iu, ju = np.triu_indices(m, 1)
+                key = Np[iu, ju] * (4 * m) + iu + ju
+                q = None
+                for idx in np.argsort(key, kind="stable"):
+                    a, b = int(cands[iu[idx]]), int(cands[ju[idx]])
+                    if (h, min(a, b), max(a, b)) not in taken:
+                        Np[iu[idx], ju[idx]] += 1
+                        q = (h, a, b)
+                        break
+                if q is None:
+                    parked.append(h)
+                    continue
+            key3 = (q[0], min(q[1], q[2]), max(q[1], q[2]))
+            taken.add(key3)
+            self.pending_[key3] = self.pending_.get(key3, 0) + 1
+            self.asked_[h] += 1
+            out.append(q)
+            heapq.heappush(heap, (load + 1, t, h))
+        self.n_issued_ += len(out)
+        return out
+
+    # ------------------------------------------------------------------ results
+    def _ranking(self, h: int):
+        """h's candidates best first (duel score, then shortlist order), with score and duels."""
+        cands = self.cands_[h][self.cands_[h] >= 0]
+        if len(cands) == 0:
+            return cands, np.empty(0), np.empty(0, np.int64)
+        score, counts = self._scores(h, cands)
+        order = np.lexsort((np.arange(len(cands)), -score))
+        return cands[order], score[order], counts[order].astype(np.int64)
+
+    def neighbor_graph(self, k: int = 1) -> NeighborGraph:
+        """Top-k by the duel ranking inside the shortlist, then embedding order; ``estimates``
+        1 - smoothed win share, ``samples`` duels behind the edge, ``certified`` by elimination."""
+        if isinstance(k, bool) or not isinstance(k, (numbers.Integral, np.integer)) or k < 1:
+            raise ValueError(f"k must be a positive integer, got {k!r}")
+        k = int(k)
+        n = self.n_items
+        nb = np.full((n, k), NO_NEIGHBOR, np.int64)
+        est = np.full((n, k), np.nan)
+        cnt = np.zeros((n, k), np.int64)
+        cert = np.zeros(n, bool)
+        X = self.embedding_
+        for h in range(n):
+            cands, score, counts = self._ranking(h)
+            if len(cands) == 0 and X is None:
+                continue
+            picked = list(cands[:k])
+            if len(picked) < k and X is not None:
+                d = ((X - X[h]) ** 2).sum(axis=1)
+                d[h] = np.inf
+                for c in np.argsort(d, kind="stable"):
+                    if len(picked) >= k:
+                        break
+                    if int(c) not in picked and c != h:
+                        picked.append(int(c))
+            nb[h, : len(picked)] = picked
+            r = min(k, len(cands))
+            est[h, :r] = 1.0 - score[:r]
+            cnt[h, :r] = counts[:r]
+            if len(cands):
+                W, N = self._matrices(h, cands)
+                cert[h] = self._certified(h, cands, W, N)
+        return NeighborGraph.from_neighbors(nb, estimates=est, samples=cnt, certified=cert)
+
+    def result(self) -> NeighborGraph:
+        """The learned 1-NN graph."""
+        return self.neighbor_graph(1)
+
+    def current_neighbors(self) -> np.ndarray:
+        return self.neighbor_graph(1).neighbors[:, 0]
+
+    def _n_certified(self) -> int:
+        total = 0
+        for h in range(self.n_items):
+            cands = self.cands_[h][self.cands_[h] >= 0]
+            if len(cands):
+                W, N = self._matrices(h, cands)
+                total += self._certified(h, cands, W, N)
+        return total
+
+    @property
+    def done(self) -> bool:
+        """True once every head's neighbour is certified inside its shortlist."""
+        return self.n_fits_ > 0 and self._n_certified() == self.n_items
+
+    def progress(self) -> dict:
+        certified = self._n_certified() if self.n_fits_ else 0
+        return {
+            "answers": int(self.n_answers_),
+            "questions_issued": int(self.n_issued_),
+            "done": certified == self.n_items,
+            "items_certified": int(certified),
+            "pending": int(sum(self.pending_.values())),
+            "embedding_fits": int(self.n_fits_),
+            "shortlist_size": float(np.mean((self.cands_ >= 0).sum(axis=1))),
+        }
+
+    # ------------------------------------------------------------------ state
+    def get_params(self) -> dict:
+        return {"shortlist": self.shortlist, "min_shortlist": self.min_shortlist,
+                "shrink_at": self.shrink_at, "warmup": self.warmup, "explore": self.explore,
+                "refit_growth": self.refit_growth, "dim": self.dim, "delta": self.delta}
+
+    def to_state(self) -> dict:
+        def table(d: dict, width: int) -> np.ndarray:
+            if not d:
+                return np.empty((0, width), np.int64)
+            return np.array([(*k, *(v if isinstance(v, list) else [v])) for k, v in sorted(d.items())], np.int64)
+
+        elim = sorted((h, c) for h, s in self.eliminated_.items() for c in s)
+        return {
+            "class": type(self).__name__,
+            "version": self.VERSION,
+            "n_items": self.n_items,
+            "params": self.get_params(),
+            "rng": generator_state(self.rng_),
+            "triplets": self._all_triplets().copy(),
+            "duels": table(self.duels_, 5),
+            "pending": table(self.pending_, 4),
+            "eliminated": np.array(elim, np.int64).reshape(-1, 2),
+            "asked": self.asked_.copy(),
+            "answered": self.answered_.copy(),
+            "cands": self.cands_.copy(),
+            "embedding": None if self.embedding_ is None else self.embedding_.copy(),
+            "fitted_on": int(self.fitted_on_),
+            "n_fits": int(self.n_fits_),
+            "n_answers": int(self.n_answers_),
+            "n_issued": int(self.n_issued_),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict) -> CandidateDuels:
+        if state.get("class") != cls.__name__ or state.get("version") != cls.VERSION:
+            raise ValueError(
+                f"state is of {state.get('class')} v{state.get('version')}, not {cls.__name__} v{cls.VERSION}"
+            )
+        p = cls(int(state["n_items"]), **state["params"])
+        p.rng_ = generator_from_state(state["rng"])
+        p.triplets_ = np.array(state["triplets"], np.int64).reshape(-1, 3)
+        p.duels_ = {(int(r[0]), int(r[1]), int(r[2])): [int(r[3]), int(r[4])]
+                    for r in np.asarray(state["duels"], np.int64).reshape(-1, 5)}
+        p.pending_ = {(int(r[0]), int(r[1]), int(r[2])): int(r[3])
+                      for r in np.asarray(state["pending"], np.int64).reshape(-1, 4)}
+        for h, c in np.asarray(state["eliminated"], np.int64).reshape(-1, 2).tolist():
+            p.eliminated_.setdefault(h, set()).add(c)
+        p.asked_ = np.array(state["asked"], np.int64)
+        p.answered_ = np.array(state["answered"], np.int64)
+        p.cands_ = np.array(state["cands"], np.int64)
+        p.embedding_ = None if state["embedding"] is None else np.array(state["embedding"], np.float64)
+        p.fitted_on_ = int(state["fitted_on"])
+        p.n_fits_ = int(state["n_fits"])
+        p.n_answers_ = int(state["n_answers"])
+        p.n_issued_ = int(state["n_issued"])
+        return p

@@ -1,0 +1,156 @@
+"""CandidateDuels: exactness without noise, accuracy under human-like noise, replay, state."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.spatial.distance import cdist
+
+from engine.duels import CandidateDuels
+from engine.graph import PROGRESS_KEYS, NeighborGraph
+from engine.random_triplets import RandomTriplets
+
+
+def points(n, seed):
+    return np.random.default_rng(seed).random((n, 2))
+
+
+def true_ranks(D):
+    Dd = D.copy()
+    np.fill_diagonal(Dd, np.inf)
+    return (Dd[:, :, None] > Dd[:, None, :]).sum(axis=2)
+
+
+def answer(D, qs, rng=None, scale=0.0, lapse=0.0):
+    q = np.asarray(qs, np.int64).reshape(-1, 3)
+    gap = D[q[:, 0], q[:, 1]] - D[q[:, 0], q[:, 2]]
+    if rng is None:
+        first = gap <= 0
+    else:
+        p = lapse / 2 + (1 - lapse) / (1 + np.exp(np.clip(gap / scale, -700, 700)))
+        first = rng.random(len(q)) < p
+    return [(h, a, b, a if f else b) for (h, a, b), f in zip(q.tolist(), first, strict=True)]
+
+
+def drive(planner, D, per_item, batch=None, **noise):
+    n = len(D)
+    batch = batch or n
+    total = 0
+    while total < per_item * n:
+        qs = planner.next_questions(min(batch, per_item * n - total))
+        if not qs:
+            break
+        planner.observe(answer(D, qs, **noise))
+        total += len(qs)
+    return total
+
+
+def test_noise_free_exact_neighbours():
+    D = cdist(points(40, 0), points(40, 0))
+    p = CandidateDuels(40, random_state=0)
+    drive(p, D, 150)
+    nb = p.neighbor_graph(1).neighbors[:, 0]
+    np.testing.assert_array_equal(true_ranks(D)[np.arange(40), nb], 0)
+
+
+def test_beats_random_triplets_under_human_noise():
+    n, per_item = 60, 40
+    D = cdist(points(n, 1), points(n, 1))
+    ranks = true_ranks(D)
+    hits = {}
+    for name, planner in (("duels", CandidateDuels(n, random_state=3)), ("random", RandomTriplets(n, random_state=3))):
+        drive(planner, D, per_item, rng=np.random.default_rng(7), scale=0.05, lapse=0.11)
+        nb = planner.neighbor_graph(1).neighbors[:, 0]
+        hits[name] = float(np.mean((nb >= 0) & (ranks[np.arange(n), np.maximum(nb, 0)] < 3)))
+    assert hits["duels"] >= hits["random"] + 0.2, hits
+
+
+def test_replay_and_state_round_trip():
+    n = 30
+    D = cdist(points(n, 2), points(n, 2))
+
+    def run(split):
+        p = CandidateDuels(n, random_state=5)
+        asked = []
+        for step in range(12):
+            if step == split:
+                state = p.to_state()
+                for v in state.values():  # plain arrays and JSON scalars only
+                    assert v is None or isinstance(v, (np.ndarray, int, float, str, dict))
+                p = CandidateDuels.from_state(state)
+            qs = p.next_questions(25)
+            asked.append(qs)
+            p.observe(answer(D, qs, rng=np.random.default_rng(step), scale=0.05, lapse=0.1))
+        return asked, p.neighbor_graph(2).neighbors
+
+    a1, nb1 = run(split=None)
+    a2, nb2 = run(split=None)
+    a3, nb3 = run(split=7)
+    assert a1 == a2 == a3
+    np.testing.assert_array_equal(nb1, nb2)
+    np.testing.assert_array_equal(nb1, nb3)
+
+
+def test_questions_distinct_within_a_call_and_pending_counted():
+    n = 20
+    p = CandidateDuels(n, random_state=0, warmup=0)
+    D = cdist(points(n, 3), points(n, 3))
+    qs = p.next_questions(200)
+    keys = [(h, min(a, b), max(a, b)) for h, a, b in qs]
+    assert len(keys) == len(set(keys))
+    assert all(len({h, a, b}) == 3 for h, a, b in qs)
+    heads = np.bincount([q[0] for q in qs], minlength=n)
+    assert heads.max() - heads.min() <= 1  # spread over heads
+    assert p.progress()["pending"] == len(qs)
+    p.observe(answer(D, qs[:50]))
+    assert p.progress()["pending"] == len(qs) - 50
+    assert p.forget(qs[50:]) == len(qs) - 50
+    assert p.progress()["pending"] == 0
+    assert p.forget(qs[50:]) == 0  # nothing left to release
+
+
+def test_answer_to_never_issued_question_is_accepted():
+    p = CandidateDuels(10, random_state=0)
+    p.observe([(0, 1, 2, 2), (0, 2, 1, 1), (3, 4, 5, 4)])
+    prog = p.progress()
+    assert prog["answers"] == 3 and prog["pending"] == 0
+    assert set(PROGRESS_KEYS) <= set(prog)
+    g = p.neighbor_graph(1)
+    assert isinstance(g, NeighborGraph) and g.neighbors.shape == (10, 1)
+    # both orderings of (a, b) count as the same duel
+    assert p.duels_[(0, 1, 2)] == [1, 2]
+
+
+@pytest.mark.parametrize("rows, msg", [
+    ([(0, 1, 2)], "shape"),
+    ([(0, 1, 2, 3)], "winner"),
+    ([(0, 0, 2, 2)], "different"),
+    ([(0, 1, 12, 1)], "indices"),
+])
+def test_bad_rows(rows, msg):
+    with pytest.raises(ValueError, match=msg):
+        CandidateDuels(10).observe(rows)
+
+
+@pytest.mark.parametrize("params, msg", [
+    ({"shortlist": 1}, "shortlist"),
+    ({"shortlist": 4, "min_shortlist": 6}, "min_shortlist"),
+    ({"delta": 0.0}, "delta"),
+    ({"explore": 1.5}, "explore"),
+    ({"refit_growth": 0}, "refit_growth"),
+    ({"warmup": -1}, "warmup"),
+])
+def test_bad_params(params, msg):
+    with pytest.raises(ValueError, match=msg):
+        CandidateDuels(10, **params)
+
+
+def test_bad_calls():
+    p = CandidateDuels(10)
+    with pytest.raises(ValueError, match="budget"):
+        p.next_questions(2.5)
+    with pytest.raises(ValueError, match="k must"):
+        p.neighbor_graph(0)
+    with pytest.raises(ValueError, match="forget"):
+        p.forget([(0, 1)])
+    with pytest.raises(ValueError, match="state"):
+        CandidateDuels.from_state(RandomTriplets(10).to_state())
