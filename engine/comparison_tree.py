@@ -780,6 +780,8 @@ class ComparisonForest:
             "leaves": int((status == LEAF).sum()),
             "questions_issued": int(self.n_issued_),
             "answers_counted": int(self.n_answers_),
+            "answers": int(self.n_answers_ + self.n_late_),
+            "items_certified": 0,
             "late_answers": int(self.n_late_),
             "released_questions": int(self.n_released_),
             "pending_questions": int(self.table_.outstanding.sum()),
@@ -832,7 +834,8 @@ class ComparisonForest:
         group, slots = group[order], slots[order]
         starts = _group_starts(group)
         sizes = np.diff(np.r_[starts, group.size])
-        keep = (sizes >= 2) & (sizes <= max_group)
+        # a tree's root says nothing yet (every item is in it): no neighbours before answers
+        keep = (sizes >= 2) & (sizes <= max_group) & (self.node_parent_[group[starts]] != NO_NODE)
         rows, cols, weights = [], [], []
         for size in np.unique(sizes[keep]):
             st = starts[keep & (sizes == size)]
@@ -1151,6 +1154,8 @@ class ForestRoute:
             "trees_at_leaf": int((self.forest.node_status_[self.node_] == LEAF).sum()),
             "questions_issued": int(self.n_issued_),
             "answers_counted": int(self.n_answers_),
+            "answers": int(self.n_answers_ + self.n_late_),
+            "items_certified": 0,
             "late_answers": int(self.n_late_),
             "pending_questions": int(self.table_.outstanding.sum()),
             "done": self.done,

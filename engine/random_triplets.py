@@ -103,6 +103,35 @@ class RandomTriplets:
     def forget(self, questions) -> None:
         """Questions that expired unanswered: nothing to release, every question is fresh."""
 
+    @property
+    def done(self) -> bool:
+        """Never: random triplets have no stopping rule (the study's budget stops them)."""
+        return False
+
+    def neighbor_graph(self, k: int = 1):
+        """Each head's k candidates of highest smoothed win rate among those it was shown with
+        (-1 where fewer were shown); ``estimates`` 1 - win rate, ``samples`` times shown."""
+        from .graph import NeighborGraph
+
+        k = int(k)
+        if k < 1:
+            raise ValueError(f"k must be a positive integer, got {k}")
+        rate = (self.wins_ + 1.0) / (self.shown_ + 2.0)
+        rate[self.shown_ == 0] = -np.inf
+        np.fill_diagonal(rate, -np.inf)
+        # stable order by rate, ties to the smaller index (as argmax in result())
+        order = np.argsort(-rate, axis=1, kind="stable")[:, :k]
+        rows = np.arange(self.n_items)[:, None]
+        seen = np.isfinite(rate[rows, order])
+        neighbors = np.where(seen, order, NO_NEIGHBOR).astype(np.int64)
+        if neighbors.shape[1] < k:
+            pad = np.full((self.n_items, k - neighbors.shape[1]), NO_NEIGHBOR, np.int64)
+            neighbors = np.concatenate([neighbors, pad], axis=1)
+        safe = np.maximum(neighbors, 0)
+        est = np.where(neighbors >= 0, 1.0 - rate[rows, safe], np.nan)
+        samples = np.where(neighbors >= 0, self.shown_[rows, safe], 0)
+        return NeighborGraph.from_neighbors(neighbors, estimates=est, samples=samples)
+
     def result(self) -> TripletWinRates:
         rate = (self.wins_ + 1.0) / (self.shown_ + 2.0)
         np.fill_diagonal(rate, -np.inf)
@@ -114,6 +143,9 @@ class RandomTriplets:
         return {
             "answers": int(self.n_answers_),
             "questions_planned": int(self.n_planned_),
+            "questions_issued": int(self.n_planned_),
+            "done": False,
+            "items_certified": 0,
             "items_with_answers": int(np.count_nonzero(self.shown_.sum(axis=1))),
         }
 

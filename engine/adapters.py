@@ -1,0 +1,161 @@
+"""Run a pair-asking planner (ANNTri, ANN, Random) as a triplet planner.
+
+A pair (i, j) is asked as the triplet (i, j, k) "is i more like j or k?" with a uniformly random
+third item k, and the answer is the distance sample 1.0 if k won else 0.0 for (i, j): its mean
+is P(k closer to i than j), which grows with d(i, j), so the pair planners' bounds apply as is.
+Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
+"""
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from .utils import check_random_state, generator_from_state, generator_state
+
+#: A third item drawn from a distinct stream of the study seed (not the planner's own stream).
+_THIRD_STREAM = 0x7A1
+
+
+def draw_third(i: int, j: int, n_items: int, rng: np.random.Generator) -> int:
+    """A uniformly random item other than ``i`` and ``j``."""
+    k = int(rng.integers(n_items - 2))
+    lo, hi = min(i, j), max(i, j)
+    k += k >= lo
+    k += k >= hi
+    return k
+
+
+def pair_sample(head: int, probe: int, winner: int) -> tuple[int, int, float]:
+    """The distance sample of (head, probe) from a triplet asked with a random third item:
+    1.0 (far) when the third item won, 0.0 (near) when ``probe`` won."""
+    return (int(head), int(probe), 0.0 if winner == probe else 1.0)
+
+
+def triplet_samples(head: int, a: int, b: int, winner: int) -> list[tuple[int, int, float]]:
+    """Both distance samples of a triplet answer the adapter never issued: (head, a) with 1.0 if
+    b won, and (head, b) with 1.0 if a won. Each is a "random third item" sample exactly when the
+    triplets were themselves drawn uniformly (e.g. a log of random triplets); from a log of
+    adaptively chosen triplets they are biased towards that planner's choices."""
+    return [pair_sample(head, a, winner), pair_sample(head, b, winner)]
+
+
+class PairTripletAdapter:
+    """A pair planner asking triplets; see the module docstring.
+
+    Parameters
+    ----------
+    planner : a pair planner (``next_questions`` -> ``(i, j)``, ``observe`` of ``(i, j, value)``).
+    random_state : None, int or numpy Generator; draws the third items (saved in the state).
+
+    ``observe`` takes ``(head, a, b, winner)`` rows in any order and batch size: an issued
+    question ``(i, j, k)`` gives one sample of (i, j) (also when asked with the candidates
+    swapped); any other triplet gives the two samples of :func:`triplet_samples`.
+    """
+
+    VERSION = 1
+
+    def __init__(self, planner, random_state=None):
+        self.planner = planner
+        self.n_items = int(planner.n_items)
+        if isinstance(random_state, numbers.Integral):
+            random_state = np.random.default_rng([int(random_state), _THIRD_STREAM])
+        self.random_state = random_state
+        self.rng_ = check_random_state(random_state)
+        self.issued_: dict[tuple[int, int, int], int] = {}
+        self.n_issued_ = 0
+        self.n_answers_ = 0
+
+    @property
+    def k(self) -> int:
+        return int(self.planner.k)
+
+    @property
+    def done(self) -> bool:
+        return bool(self.planner.done)
+
+    def next_questions(self, budget: int) -> list[tuple[int, int, int]]:
+        out = []
+        for i, j in self.planner.next_questions(budget):
+            q = (int(i), int(j), draw_third(int(i), int(j), self.n_items, self.rng_))
+            self.issued_[q] = self.issued_.get(q, 0) + 1
+            out.append(q)
+        self.n_issued_ += len(out)
+        return out
+
+    def _take(self, h: int, a: int, b: int) -> int | None:
+        """The probe of an issued (h, a, b) or (h, b, a), releasing it; None if never issued."""
+        for q, probe in (((h, a, b), a), ((h, b, a), b)):
+            left = self.issued_.get(q, 0)
+            if left:
+                if left == 1:
+                    del self.issued_[q]
+                else:
+                    self.issued_[q] = left - 1
+                return probe
+        return None
+
+    def observe(self, answers: Iterable[Sequence[int]]) -> None:
+        rows = [tuple(int(x) for x in r) for r in answers]
+        for r in rows:
+            if len(r) != 4:
+                raise ValueError(f"triplet answers are rows (head, a, b, winner), got {r!r}")
+            h, a, b, w = r
+            if not all(0 <= x < self.n_items for x in r):
+                raise ValueError(f"item indices must lie in 0..{self.n_items - 1}, got {r!r}")
+            if len({h, a, b}) != 3 or w not in (a, b):
+                raise ValueError(f"a triplet answer needs three different items and winner a or b, got {r!r}")
+        samples = []
+        for h, a, b, w in rows:
+            probe = self._take(h, a, b)
+            samples.extend([pair_sample(h, probe, w)] if probe is not None else triplet_samples(h, a, b, w))
+        if samples:
+            self.planner.observe(samples)
+        self.n_answers_ += len(rows)
+
+    def forget(self, questions: Iterable[Sequence[int]]) -> None:
+        """Release issued triplets that will never be answered (unknown ones are ignored)."""
+        pairs = []
+        for q in questions:
+            h, a, b = (int(x) for x in q)
+            probe = self._take(h, a, b)
+            if probe is not None:
+                pairs.append((h, probe))
+        if pairs:
+            self.planner.forget(pairs)
+
+    def result(self):
+        return self.planner.result()
+
+    def neighbor_graph(self, k: int = 1):
+        from .registry import neighbor_graph
+
+        return neighbor_graph(self.planner, k)
+
+    def progress(self) -> dict:
+        inner = self.planner.progress()
+        return {**inner, "answers": int(self.n_answers_), "questions_issued": int(self.n_issued_),
+                "done": self.done, "items_certified": int(inner.get("rounds_certified", 0)),
+                "samples": int(inner.get("samples", 0))}
+
+    def to_state(self) -> dict:
+        issued = np.array([(*q, c) for q, c in sorted(self.issued_.items())], dtype=np.int64).reshape(-1, 4)
+        return {"class": type(self).__name__, "version": self.VERSION, "planner": self.planner.to_state(),
+                "rng": generator_state(self.rng_), "issued": issued,
+                "n_issued": int(self.n_issued_), "n_answers": int(self.n_answers_)}
+
+    @classmethod
+    def from_state(cls, state: dict) -> PairTripletAdapter:
+        if state.get("class") != cls.__name__ or state.get("version") != cls.VERSION:
+            raise ValueError(f"state is of {state.get('class')} v{state.get('version')}, "
+                             f"not {cls.__name__} v{cls.VERSION}")
+        from .registry import restore_planner
+
+        adapter = cls(restore_planner(state["planner"]))
+        adapter.rng_ = generator_from_state(state["rng"])
+        issued = np.asarray(state["issued"], dtype=np.int64).reshape(-1, 4)
+        adapter.issued_ = {(int(h), int(a), int(b)): int(c) for h, a, b, c in issued.tolist()}
+        adapter.n_issued_ = int(state["n_issued"])
+        adapter.n_answers_ = int(state["n_answers"])
+        return adapter

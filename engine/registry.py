@@ -1,0 +1,261 @@
+"""The one table of algorithms: every planner a study can run is declared here once.
+
+The platform (study configs, the worker, exports, dashboard, CLI) and the benchmarks read this
+table instead of comparing names. Importing it must stay cheap: it must never import numpy,
+Flask, Redis, RQ, ``webapp`` or ``workers`` (planner classes are resolved on first use).
+"""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+#: The algorithm a triplet study runs when its config names none (the one place that says so).
+DEFAULT_NN_ALGORITHM = "anntri"
+
+QUESTION_KINDS = ("triplet", "rating")
+ASKS = ("pair", "triplet")
+LEARNS = ("graph", "forest", "embedding")
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One entry of the table.
+
+    ``planner`` is a dotted path ``"module:Class"`` (resolved by :meth:`planner_class`);
+    ``question_kinds`` the kinds of question it can ask on the platform (first = default);
+    ``asks`` its native question shape ("pair": ``(i, j)``, "triplet": ``(head, a, b)``);
+    ``learns`` "graph", "forest" (also yields a graph) or "embedding" (also yields a graph);
+    ``needs_labels`` a label for every item is required; ``takes_labels`` the constructor takes
+    ``labels`` (required then only when the parameter ``supervised`` is true); ``params`` name ->
+    JSON-schema fragment whose ``"default"`` is the planner's default; ``state_classes`` the
+    ``state["class"]`` names it restores; ``description`` one line for researchers.
+    """
+
+    name: str
+    planner: str
+    question_kinds: tuple[str, ...]
+    asks: str
+    learns: str
+    description: str
+    params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    state_classes: tuple[str, ...] = ()
+    needs_labels: bool = False
+    takes_labels: bool = False
+
+    def __post_init__(self) -> None:
+        if self.asks not in ASKS or self.learns not in LEARNS:
+            raise ValueError(f"{self.name}: asks must be one of {ASKS} and learns one of {LEARNS}")
+        if not self.question_kinds or any(k not in QUESTION_KINDS for k in self.question_kinds):
+            raise ValueError(f"{self.name}: question_kinds must be a non-empty subset of {QUESTION_KINDS}")
+        object.__setattr__(self, "params", MappingProxyType({k: MappingProxyType(dict(v))
+                                                             for k, v in self.params.items()}))
+
+    @property
+    def learns_graph(self) -> bool:
+        """Every learner yields a k-NN graph except the label-driven forests (SimForest)."""
+        return not self.needs_labels
+
+    @property
+    def pair_over_triplets(self) -> bool:
+        """Asks pairs natively but can run a triplet study (through :mod:`engine.adapters`)."""
+        return self.asks == "pair" and "triplet" in self.question_kinds
+
+    @property
+    def defaults(self) -> dict:
+        return {k: v["default"] for k, v in self.params.items() if "default" in v}
+
+    def schema(self) -> dict:
+        """The JSON schema of this algorithm's ``params`` object (without the defaults)."""
+        props = {k: {kk: vv for kk, vv in v.items() if kk != "default"} for k, v in self.params.items()}
+        return {"type": "object", "additionalProperties": False, "properties": props}
+
+    def planner_class(self) -> type:
+        module, _, cls = self.planner.partition(":")
+        return getattr(importlib.import_module(module), cls)
+
+
+_ROUNDS = {
+    "k": {"type": "integer", "minimum": 1, "default": 1},
+    "delta": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.1},
+    "sigma": {"type": "number", "exclusiveMinimum": 0, "default": 0.5},
+    "bound": {"enum": ["lil", "hoeffding", "bernstein", "kl"], "default": "lil"},
+    "max_samples_per_round": {"type": ["integer", "null"], "minimum": 1, "default": None},
+    "window": {"type": "integer", "minimum": 1, "maximum": 100000, "default": 1},
+    "stagger": {"type": "boolean", "default": False},
+}
+_PAIR_STATES = ("PairTripletAdapter",)
+
+_ENTRIES = (
+    Algorithm("anntri", "engine.anntri:ANNTri", ("triplet", "rating"), "pair", "graph",
+              "ANNTri: adaptive pair distances with triangle-inequality pruning; certifies each neighbour",
+              _ROUNDS, ("ANNTri",) + _PAIR_STATES),
+    Algorithm("ann", "engine.anntri:ANN", ("triplet", "rating"), "pair", "graph",
+              "ANN: adaptive pair distances without the triangle bounds (the paper's baseline)",
+              _ROUNDS, ("ANN",) + _PAIR_STATES),
+    Algorithm("random", "engine.anntri:RandomSampling", ("triplet", "rating"), "pair", "graph",
+              "Random: uniformly random pairs until the confidence bounds certify every neighbour",
+              {k: v for k, v in _ROUNDS.items() if k not in ("window", "max_samples_per_round", "stagger")},
+              ("RandomSampling",) + _PAIR_STATES),
+    Algorithm("random_triplets", "engine.random_triplets:RandomTriplets", ("triplet",), "triplet", "graph",
+              "Random triplets: uniformly random triplets, neighbour = highest win rate (no certificate)",
+              {}, ("RandomTriplets",)),
+    Algorithm("comparison_forest", "engine.comparison_tree:ComparisonForest", ("triplet",), "triplet", "forest",
+              "Comparison forest: random trees split by triplets; neighbours = frequent leaf-mates",
+              {"n_trees": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10},
+               "leaf_size": {"type": "integer", "minimum": 1, "default": 1},
+               "redundancy": {"oneOf": [{"type": "integer", "minimum": 1}, {"const": "adaptive"}], "default": 1},
+               "supervised": {"type": "boolean", "default": False}},
+              ("ComparisonForest", "ForestStudy"), takes_labels=True),
+    Algorithm("simforest", "engine.simforest:ActiveSimilarityForest", ("rating",), "pair", "forest",
+              "SimForest: a similarity forest classifying items by label, asking only the ratings its splits need",
+              {"n_trees": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10},
+               "n_pairs": {"type": "integer", "minimum": 1, "maximum": 100, "default": 1},
+               "repeats": {"type": "integer", "minimum": 1, "maximum": 20, "default": 1}},
+              ("ActiveSimilarityForest",), needs_labels=True, takes_labels=True),
+)
+
+#: name (as in a study config) -> :class:`Algorithm`, in the order researchers see them.
+ALGORITHMS: Mapping[str, Algorithm] = MappingProxyType({a.name: a for a in _ENTRIES})
+
+
+def get_algorithm(name: str) -> Algorithm:
+    """The entry of ``name``; ValueError listing the choices otherwise."""
+    try:
+        return ALGORITHMS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}") from None
+
+
+def entry_for_state(state: Mapping) -> Algorithm:
+    """The (first) entry whose planner saved ``state`` (by ``state["class"]``)."""
+    cls = state.get("class") if isinstance(state, Mapping) else None
+    if cls == "PairTripletAdapter" and isinstance(state.get("planner"), Mapping):
+        cls = state["planner"].get("class")  # the adapted planner says which algorithm it is
+    for entry in ALGORITHMS.values():
+        if cls in entry.state_classes:
+            return entry
+    raise ValueError(f"no algorithm restores an engine state of class {cls!r}")
+
+
+def check_params(name: str, params: Mapping) -> dict:
+    """Validate ``params`` against the entry; returns them with the defaults filled in.
+
+    Raises ValueError naming the parameter (unknown name or a value outside its schema)."""
+    import jsonschema
+
+    entry = get_algorithm(name)
+    for key, value in params.items():
+        if key not in entry.params:
+            allowed = ", ".join(entry.params) or "none"
+            raise ValueError(f"unknown parameter {key!r} for {name}; allowed: {allowed}")
+        fragment = {kk: vv for kk, vv in entry.params[key].items() if kk != "default"}
+        try:
+            jsonschema.validate(value, fragment)
+        except jsonschema.ValidationError as exc:
+            raise ValueError(f"parameter {key!r} of {name}: {exc.message}") from None
+    return {**entry.defaults, **params}
+
+
+def make_planner(name: str, n_items: int, question_kind: str = "triplet", random_state=0,
+                 labels=None, **params) -> Any:
+    """A new planner of algorithm ``name`` for ``n_items`` items asking ``question_kind``.
+
+    Triplet studies of pair-asking algorithms get a :class:`engine.adapters.PairTripletAdapter`
+    (triplets in, ``(head, a, b, winner)`` answers); with ``question_kind="rating"`` they are
+    returned as they are (pairs in, ``(i, j, value)`` answers). ``labels`` (one per item) is
+    required by label-driven algorithms. Every planner returned has ``neighbor_graph(k)``
+    (except label-driven forests) and the progress keys of :data:`engine.graph.PROGRESS_KEYS`.
+    """
+    entry = get_algorithm(name)
+    if question_kind not in entry.question_kinds:
+        raise ValueError(f"{name} asks {' or '.join(entry.question_kinds)} questions, not {question_kind!r}")
+    params = check_params(name, params)
+    cls = entry.planner_class()
+    supervised = params.pop("supervised", False)
+    if entry.needs_labels or supervised:
+        if labels is None or len(labels) != n_items or any(x is None for x in labels):
+            raise ValueError(f"{name} needs a label for every item (labels of length n_items)")
+    if entry.takes_labels:
+        params["labels"] = list(labels) if (entry.needs_labels or supervised) else None
+    planner = cls(n_items, random_state=random_state, **params)
+    if entry.pair_over_triplets and question_kind == "triplet":
+        from .adapters import PairTripletAdapter
+
+        return PairTripletAdapter(planner, random_state=random_state)
+    return planner
+
+
+def restore_planner(state: Mapping) -> Any:
+    """The planner that saved ``state`` (any class of the table's ``state_classes``)."""
+    entry = entry_for_state(state)
+    if state.get("class") == "PairTripletAdapter":
+        from .adapters import PairTripletAdapter
+
+        return PairTripletAdapter.from_state(state)
+    if state.get("class") == "ForestStudy":
+        raise ValueError("a ForestStudy state holds a forest and its routes; restore it with the worker's Learner")
+    if entry.planner.startswith("engine.anntri:"):
+        # one restorer for the three pair planners (a state names its own class)
+        from .anntri import planner_from_state
+
+        return planner_from_state(dict(state))
+    return entry.planner_class().from_state(dict(state))
+
+
+def neighbor_graph(planner, k: int = 1):
+    """The :class:`engine.graph.NeighborGraph` of any planner of the table, ``k`` columns.
+
+    Planners with a ``neighbor_graph`` method answer themselves; the pair planners (which learn
+    ``planner.k`` neighbours) give their ``result()``: fewer columns are cut, more columns are
+    filled with -1 (they have no estimate beyond their own k)."""
+    if hasattr(planner, "neighbor_graph"):
+        g = planner.neighbor_graph(k=k)
+        from .graph import NeighborGraph
+
+        if isinstance(g, NeighborGraph):
+            return g
+        return NeighborGraph.from_neighbors(g.neighbors)
+    return _widen(planner.result(), k, getattr(planner, "count_", None))
+
+
+def _widen(g, k: int, count=None):
+    import numpy as np
+
+    from .graph import NO_NEIGHBOR, NeighborGraph
+
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"k must be a positive integer, got {k}")
+    if count is not None:
+        # an item no answer has touched has no neighbour yet (not the argmin of zeros)
+        blind = np.asarray(count).sum(axis=1) == 0
+        if blind.any():
+            b = blind[:, None]
+            g = NeighborGraph(np.where(b, NO_NEIGHBOR, g.neighbors).astype(np.int64), g.certified,
+                              np.where(b, np.nan, g.estimates), np.where(b, np.nan, g.lower),
+                              np.where(b, np.nan, g.upper), np.where(b, 0, g.samples).astype(np.int64))
+    have = g.neighbors.shape[1]
+    if k <= have:
+        return NeighborGraph(g.neighbors[:, :k], g.certified, g.estimates[:, :k], g.lower[:, :k],
+                             g.upper[:, :k], g.samples[:, :k])
+    extra = k - have
+
+    def pad(a, value, dtype):
+        return np.concatenate([np.asarray(a, dtype), np.full((len(a), extra), value, dtype)], axis=1)
+
+    return NeighborGraph(pad(g.neighbors, NO_NEIGHBOR, np.int64), g.certified, pad(g.estimates, np.nan, float),
+                         pad(g.lower, np.nan, float), pad(g.upper, np.nan, float), pad(g.samples, 0, np.int64))
+
+
+def common_progress(planner) -> dict:
+    """``planner.progress()`` with the keys of :data:`engine.graph.PROGRESS_KEYS` filled in for
+    planners that name them differently (the pair planners: ``samples``, ``rounds_certified``)."""
+    p = dict(planner.progress())
+    p.setdefault("answers", p.get("samples", p.get("answers_received", p.get("answers_counted", 0))))
+    p.setdefault("questions_issued", p.get("questions_asked", p.get("questions_planned", 0)))
+    p.setdefault("done", bool(getattr(planner, "done", False)))
+    p.setdefault("items_certified", p.get("rounds_certified", 0))
+    return p

@@ -1,0 +1,218 @@
+"""Conformance of every entry of engine.registry (new entries are checked automatically)."""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scipy.spatial.distance import cdist
+
+from engine.adapters import PairTripletAdapter, pair_sample, triplet_samples
+from engine.graph import NO_NEIGHBOR, PROGRESS_KEYS, NeighborGraph
+from engine.oracles import PointsOracle, TripletOracle
+from engine.registry import (
+    ALGORITHMS,
+    DEFAULT_NN_ALGORITHM,
+    check_params,
+    common_progress,
+    entry_for_state,
+    make_planner,
+    neighbor_graph,
+    restore_planner,
+)
+
+N = 12
+CASES = [(name, kind) for name, entry in ALGORITHMS.items() for kind in entry.question_kinds]
+IDS = [f"{n}-{k}" for n, k in CASES]
+
+
+def _points(seed=0, n=N):
+    return np.random.default_rng(seed).normal(size=(n, 2))
+
+
+def _labels(n=N):
+    return [f"c{i % 3}" for i in range(n)]
+
+
+def _make(name, kind, seed=3, **params):
+    labels = _labels() if ALGORITHMS[name].needs_labels else None
+    return make_planner(name, N, question_kind=kind, random_state=seed, labels=labels, **params)
+
+
+def _answer(kind, X, questions):
+    """Noise-free answers of the shape the planner's kind takes."""
+    if kind == "triplet":
+        return TripletOracle.from_points(X).answer(questions)
+    d = cdist(X, X)
+    scale = d.max()
+    # ratings: a similarity in [0, 1] for label forests, a distance for the pair planners
+    return [(int(i), int(j), float(d[i, j] / scale)) for i, j in questions]
+
+
+def _answer_for(name, kind, X, questions):
+    rows = _answer(kind, X, questions)
+    if kind == "rating" and ALGORITHMS[name].needs_labels:
+        rows = [(i, j, 1.0 - v) for i, j, v in rows]
+    return rows
+
+
+def _run(planner, name, kind, X, steps, batch=7):
+    asked = []
+    for _ in range(steps):
+        q = planner.next_questions(batch)
+        asked.append(list(q))
+        if q:
+            planner.observe(_answer_for(name, kind, X, q))
+    return asked
+
+
+def test_import_does_not_load_numpy():
+    code = "import sys, engine.registry as r; r.ALGORITHMS['anntri']; assert 'numpy' not in sys.modules, 'numpy'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_default_is_a_triplet_graph_learner():
+    entry = ALGORITHMS[DEFAULT_NN_ALGORITHM]
+    assert "triplet" in entry.question_kinds and entry.learns_graph
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_entry_is_complete(name):
+    entry = ALGORITHMS[name]
+    assert entry.name == name and entry.description and "\n" not in entry.description
+    assert entry.planner_class().__name__ in entry.state_classes
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        entry.name = "other"
+
+
+def test_unknown_algorithm_lists_choices():
+    with pytest.raises(ValueError, match="unknown algorithm 'x'; choose one of anntri"):
+        make_planner("x", N)
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_bad_parameter_names_the_parameter(name):
+    with pytest.raises(ValueError, match="'no_such_param'"):
+        check_params(name, {"no_such_param": 1})
+    for key, schema in ALGORITHMS[name].params.items():
+        bad = "not-a-number" if schema.get("type") in ("integer", "number") or "enum" in schema else 12.5
+        with pytest.raises(ValueError, match=repr(key)):
+            make_planner(name, N, question_kind=ALGORITHMS[name].question_kinds[0], labels=_labels(), **{key: bad})
+
+
+@pytest.mark.parametrize("name,kind", CASES, ids=IDS)
+def test_progress_keys_done_and_empty_graph(name, kind):
+    p = _make(name, kind)
+    progress = common_progress(p)
+    assert set(PROGRESS_KEYS) <= set(progress)
+    assert progress["answers"] == 0 and progress["done"] is False and p.done is False
+    if ALGORITHMS[name].learns_graph:
+        g = neighbor_graph(p, k=2)
+        assert isinstance(g, NeighborGraph)
+        assert g.neighbors.shape == (N, 2) and (g.neighbors == NO_NEIGHBOR).all()
+    if isinstance(p, PairTripletAdapter) or ALGORITHMS[name].asks == "triplet":
+        # the planners a triplet harness drives have the whole contract themselves
+        assert set(PROGRESS_KEYS) <= set(p.progress())
+        assert p.neighbor_graph(k=1).neighbors.shape == (N, 1)
+
+
+@pytest.mark.parametrize("name,kind", CASES, ids=IDS)
+def test_state_round_trip_mid_run_asks_the_same(name, kind):
+    X = _points()
+    p = _make(name, kind)
+    _run(p, name, kind, X, 5)
+    pending = p.next_questions(4)  # issued, unanswered when saved
+    state = p.to_state()
+    assert entry_for_state(state) is ALGORITHMS[name]
+    q = restore_planner(state)
+    assert q.next_questions(9) == p.next_questions(9)
+    rows = _answer_for(name, kind, X, pending)
+    p.observe(rows)
+    q.observe(rows)
+    assert q.next_questions(5) == p.next_questions(5)
+
+
+@pytest.mark.parametrize("name,kind", CASES, ids=IDS)
+def test_replay_is_deterministic(name, kind):
+    X = _points(1)
+    assert _run(_make(name, kind), name, kind, X, 6) == _run(_make(name, kind), name, kind, X, 6)
+
+
+@pytest.mark.parametrize("name,kind", CASES, ids=IDS)
+def test_forget_releases(name, kind):
+    X = _points(2)
+    p = _make(name, kind)
+    first = p.next_questions(3)
+    before = common_progress(p)["answers"]
+    p.forget(first)
+    p.forget(first)  # twice, and never-issued questions, are harmless
+    assert common_progress(p)["answers"] == before
+    if kind == "triplet" and ALGORITHMS[name].asks == "pair":
+        assert p.issued_ == {}
+    # answers still arriving for a released question are used
+    _run(p, name, kind, X, 2)
+    p.observe(_answer_for(name, kind, X, first[:1]))
+    assert common_progress(p)["answers"] > before
+
+
+@pytest.mark.parametrize("name", [n for n, e in ALGORITHMS.items() if e.learns_graph and "triplet" in e.question_kinds])
+def test_noise_free_triplets_find_most_neighbours(name):
+    """Triplet studies on a small metric: most items get their true nearest neighbour within a
+    generous budget (a triplet-derived distance is not a metric, so pair learners' triangle
+    pruning may certify a near miss; chance would be 1/11)."""
+    X = _points(4)
+    oracle = TripletOracle.from_points(X)
+    d = cdist(X, X)
+    np.fill_diagonal(d, np.inf)
+    p = make_planner(name, N, random_state=0)
+    answers = 0
+    while answers < 120_000 and not p.done:
+        q = p.next_questions(50)
+        if not q:
+            break
+        p.observe(oracle.answer(q))
+        answers += len(q)
+    found = p.neighbor_graph(k=1).neighbors[:, 0]
+    assert (found == d.argmin(axis=1)).mean() >= 0.7
+
+
+@pytest.mark.parametrize("name", [n for n, e in ALGORITHMS.items() if e.asks == "pair" and e.learns_graph])
+def test_noise_free_ratings_find_every_neighbour(name):
+    X = _points(5)
+    d = cdist(X, X)
+    np.fill_diagonal(d, np.inf)
+    p = make_planner(name, N, question_kind="rating", random_state=0, sigma=0.05)
+    oracle = PointsOracle(X)
+    while not p.done:
+        q = p.next_questions(50)
+        if not q:
+            break
+        p.observe(oracle.answer(q))
+    assert (neighbor_graph(p, k=1).neighbors[:, 0] == d.argmin(axis=1)).all()
+
+
+def test_adapter_maps_answers_to_distance_samples():
+    assert pair_sample(0, 1, 1) == (0, 1, 0.0) and pair_sample(0, 1, 2) == (0, 1, 1.0)
+    assert triplet_samples(0, 1, 2, 2) == [(0, 1, 1.0), (0, 2, 0.0)]
+    p = make_planner("random", N, random_state=0)
+    (h, a, b), = p.next_questions(1)
+    p.observe([(h, b, a, a)])  # issued question, candidates shown swapped: one sample of (h, a)
+    assert p.planner.count_[h, a] == 1 and p.planner.count_[h, b] == 0
+    p.observe([(h, a, b, b)])  # not issued (any more): a sample of both pairs
+    assert p.planner.count_[h, a] == 2 and p.planner.count_[h, b] == 1
+    assert p.planner.mean_[h, a] == pytest.approx(0.5) and p.planner.mean_[h, b] == 0.0
+    with pytest.raises(ValueError, match="winner"):
+        p.observe([(h, a, b, h)])
+
+
+def test_wider_graph_than_learned_is_filled():
+    X = _points(6)
+    p = make_planner("random", N, question_kind="rating", random_state=0, sigma=0.05)
+    oracle = PointsOracle(X)
+    for _ in range(20):
+        p.observe(oracle.answer(p.next_questions(30)))
+    g = neighbor_graph(p, k=3)
+    assert g.neighbors.shape == (N, 3) and (g.neighbors[:, 1:] == NO_NEIGHBOR).all()
+    assert (g.neighbors[:, 0] >= 0).all()
