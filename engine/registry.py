@@ -31,7 +31,9 @@ class Algorithm:
     ``needs_labels`` a label for every item is required; ``takes_labels`` the constructor takes
     ``labels`` (required then only when the parameter ``supervised`` is true); ``params`` name ->
     JSON-schema fragment whose ``"default"`` is the planner's default; ``state_classes`` the
-    ``state["class"]`` names it restores; ``description`` one line for researchers.
+    ``state["class"]`` names it restores; ``description`` one line for researchers; ``rounds``
+    the planner works through SETri rounds (``status_``, ``window``, ``round_best``), so the
+    platform may widen its window, retire questions of closed rounds and ask least-asked repeats.
     """
 
     name: str
@@ -44,6 +46,7 @@ class Algorithm:
     state_classes: tuple[str, ...] = ()
     needs_labels: bool = False
     takes_labels: bool = False
+    rounds: bool = False
 
     def __post_init__(self) -> None:
         if self.asks not in ASKS or self.learns not in LEARNS:
@@ -54,7 +57,7 @@ class Algorithm:
                                                              for k, v in self.params.items()}))
 
     @property
-    def learns_graph(self) -> bool:
+    def yields_graph(self) -> bool:
         """Every learner yields a k-NN graph except the label-driven forests (SimForest)."""
         return not self.needs_labels
 
@@ -91,10 +94,10 @@ _PAIR_STATES = ("PairTripletAdapter",)
 _ENTRIES = (
     Algorithm("anntri", "engine.anntri:ANNTri", ("triplet", "rating"), "pair", "graph",
               "ANNTri: adaptive pair distances with triangle-inequality pruning; certifies each neighbour",
-              _ROUNDS, ("ANNTri",) + _PAIR_STATES),
+              _ROUNDS, ("ANNTri",) + _PAIR_STATES, rounds=True),
     Algorithm("ann", "engine.anntri:ANN", ("triplet", "rating"), "pair", "graph",
               "ANN: adaptive pair distances without the triangle bounds (the paper's baseline)",
-              _ROUNDS, ("ANN",) + _PAIR_STATES),
+              _ROUNDS, ("ANN",) + _PAIR_STATES, rounds=True),
     Algorithm("random", "engine.anntri:RandomSampling", ("triplet", "rating"), "pair", "graph",
               "Random: uniformly random pairs until the confidence bounds certify every neighbour",
               {k: v for k, v in _ROUNDS.items() if k not in ("window", "max_samples_per_round", "stagger")},

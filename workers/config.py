@@ -2,7 +2,8 @@
 
 Loaded from YAML or JSON (CLI ``create``) or from a dict (API); stored as JSON in the
 study hash. A study runs one or more algorithms, each with its parameters, the kind of
-question it asks and its share of the raters. Must never import Flask or the engine.
+question it asks and its share of the raters. Must never import Flask or the engine's
+numerical modules (only the numpy-free algorithm table, :mod:`engine.registry`).
 """
 from __future__ import annotations
 
@@ -14,15 +15,20 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-#: Algorithms that learn a nearest-neighbour graph from distance samples.
-DISTANCE_ALGORITHMS = ("anntri", "ann", "random")
+from engine.registry import ALGORITHMS as _TABLE
+from engine.registry import DEFAULT_NN_ALGORITHM
+
+#: The algorithms a study may run, as declared once in :mod:`engine.registry` (numpy-free).
+ALGORITHM_TABLE = _TABLE
+#: Algorithms that learn a nearest-neighbour graph from distance samples (pairs, or triplets adapted).
+DISTANCE_ALGORITHMS = tuple(n for n, e in _TABLE.items() if e.pair_over_triplets)
 #: Algorithms that ask triplets directly.
-TRIPLET_ALGORITHMS = ("random_triplets", "comparison_forest")
+TRIPLET_ALGORITHMS = tuple(n for n, e in _TABLE.items() if e.question_kinds == ("triplet",))
 #: Algorithms that ask rating questions only (SimForest asks the similarities its splits need).
-RATING_ALGORITHMS = ("simforest",)
+RATING_ALGORITHMS = tuple(n for n, e in _TABLE.items() if e.question_kinds == ("rating",))
 #: Algorithms that need a label for every item.
-LABELLED_ALGORITHMS = ("simforest",)
-ALGORITHMS = DISTANCE_ALGORITHMS + TRIPLET_ALGORITHMS + RATING_ALGORITHMS
+LABELLED_ALGORITHMS = tuple(n for n, e in _TABLE.items() if e.needs_labels)
+ALGORITHMS = tuple(_TABLE)
 QUESTION_KINDS = ("triplet", "rating")
 RATING_WIDGETS = ("buttons", "slider")
 LABEL_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
@@ -42,32 +48,8 @@ TRIPLET_PROMPT = "Which of these two is more similar to the one on top?"
 RATING_PROMPT = "How similar are these two?"
 SKIP_LABEL = "I can't decide"
 
-_DISTANCE_PARAMS = {
-    "k": {"type": "integer", "minimum": 1},
-    "delta": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
-    "sigma": {"type": "number", "exclusiveMinimum": 0},
-    "bound": {"enum": ["lil", "hoeffding", "bernstein", "kl"]},
-    "max_samples_per_round": {"type": ["integer", "null"], "minimum": 1},
-    "window": {"type": "integer", "minimum": 1, "maximum": 100000},
-    "stagger": {"type": "boolean"},
-}
-PARAMS_SCHEMAS = {
-    "anntri": _DISTANCE_PARAMS,
-    "ann": _DISTANCE_PARAMS,
-    "random": {k: v for k, v in _DISTANCE_PARAMS.items() if k not in ("window", "max_samples_per_round", "stagger")},
-    "random_triplets": {},
-    "comparison_forest": {
-        "n_trees": {"type": "integer", "minimum": 1, "maximum": 1000},
-        "leaf_size": {"type": "integer", "minimum": 1},
-        "redundancy": {"oneOf": [{"type": "integer", "minimum": 1}, {"const": "adaptive"}]},
-        "supervised": {"type": "boolean"},
-    },
-    "simforest": {
-        "n_trees": {"type": "integer", "minimum": 1, "maximum": 1000},
-        "n_pairs": {"type": "integer", "minimum": 1, "maximum": 100},
-        "repeats": {"type": "integer", "minimum": 1, "maximum": 20},
-    },
-}
+#: name -> {parameter: JSON schema} of every algorithm (the table's, without the defaults).
+PARAMS_SCHEMAS = {n: e.schema()["properties"] for n, e in _TABLE.items()}
 
 ALGORITHM_SCHEMA = {
     "type": "object",
@@ -280,7 +262,13 @@ class AlgorithmConfig:
 
     @property
     def learns_graph(self) -> bool:
-        return self.algorithm in DISTANCE_ALGORITHMS
+        """Learns distances of pairs (asked as ratings, or as triplets with a random third item)."""
+        return _TABLE[self.algorithm].pair_over_triplets
+
+    @property
+    def entry(self):
+        """This algorithm's entry of the table (:class:`engine.registry.Algorithm`)."""
+        return _TABLE[self.algorithm]
 
     def to_dict(self) -> dict:
         return {"label": self.label, "algorithm": self.algorithm, "question_kind": self.question_kind,
@@ -321,7 +309,7 @@ class StudyConfig:
                 raise ConfigError(f"field 'practice.{n}.answer' ({p['answer']!r}) must be one of its candidates "
                                   f"{p['candidates']}")
         algorithms = tuple(a if isinstance(a, AlgorithmConfig) else _algorithm_from_dict(a, i, self.question_kind)
-                           for i, a in enumerate(self.algorithms or ({"algorithm": "anntri"},)))
+                           for i, a in enumerate(self.algorithms or ({"algorithm": DEFAULT_NN_ALGORITHM},)))
         object.__setattr__(self, "algorithms", algorithms)
         if isinstance(self.rating, dict):
             object.__setattr__(self, "rating", RatingScale(**self.rating))
@@ -370,7 +358,8 @@ class StudyConfig:
             if "algorithms" in data:
                 raise ConfigError("give either 'algorithm' (with optional 'params') for one algorithm, or an "
                                   "'algorithms' list, not both")
-            data["algorithms"] = [{"algorithm": data.pop("algorithm", "anntri"), "params": data.pop("params", {})}]
+            data["algorithms"] = [{"algorithm": data.pop("algorithm", DEFAULT_NN_ALGORITHM),
+                                   "params": data.pop("params", {})}]
         errors = []
         for i, alg in enumerate(data.get("algorithms", [])):
             schema = {"type": "object", "additionalProperties": False, "properties": PARAMS_SCHEMAS[alg["algorithm"]]}

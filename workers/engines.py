@@ -10,20 +10,22 @@ import math
 import numpy as np
 
 from engine import anntri
+from engine.adapters import draw_third, pair_sample
 from engine.comparison_tree import ComparisonForest, ForestRoute
-from engine.random_triplets import RandomTriplets
+from engine.registry import ALGORITHMS, entry_for_state, make_planner, neighbor_graph, restore_planner
 
 from .answers import Answer
 from .config import AlgorithmConfig, StudyConfig
 from .questions import derived_triplet_question, rating_question, triplet_question
 
-GRAPH_PLANNERS = {"anntri": anntri.ANNTri, "ann": anntri.ANN, "random": anntri.RandomSampling}
 #: Answers imported from a file carry this algorithm label.
 IMPORTED = "import"
 #: A comparison forest's saved state: the forest plus the searches routing items added later.
 FOREST_STATE = "ForestStudy"
 #: Algorithms whose planner grows a forest the researcher exports as JSON.
-FOREST_ALGORITHMS = ("comparison_forest", "simforest")
+FOREST_ALGORITHMS = tuple(n for n, e in ALGORITHMS.items() if e.learns == "forest")
+#: Algorithms that learn an embedding (exported as coordinates, drawn as a scatter).
+EMBEDDING_ALGORITHMS = tuple(n for n, e in ALGORITHMS.items() if e.learns == "embedding")
 
 
 #: A learned k-NN graph; learners without distance estimates (triplet win rates, forests) fill
@@ -48,51 +50,39 @@ class Learner:
         self.repeats_planned = 0
 
     # ------------------------------------------------------------------ construction
+    @property
+    def entry(self):
+        """The algorithm's entry of the table (:mod:`engine.registry`)."""
+        return ALGORITHMS[self.algorithm.algorithm]
+
     @classmethod
     def new(cls, algorithm: AlgorithmConfig, config: StudyConfig, n_items: int, labels=None) -> Learner:
         index = config.algorithms.index(algorithm)
-        params = dict(algorithm.params)
+        entry = ALGORITHMS[algorithm.algorithm]
+        # parameters stored before an algorithm dropped one (e.g. a window for Random) are ignored
+        params = {k: v for k, v in algorithm.params.items() if k in entry.params}
         seed = _seed(config, index)
-        if algorithm.algorithm in GRAPH_PLANNERS:
-            if algorithm.algorithm == "random":
-                params.pop("window", None)
-            planner = GRAPH_PLANNERS[algorithm.algorithm](n_items, random_state=seed, **params)
-        elif algorithm.algorithm == "random_triplets":
-            planner = RandomTriplets(n_items, random_state=seed)
-        elif algorithm.algorithm == "simforest":
-            from engine.simforest import ActiveSimilarityForest
-
-            if labels is None or any(x is None for x in labels):
-                raise ValueError("simforest needs a label for every item (a 'label' column in the items CSV)")
-            planner = ActiveSimilarityForest(n_items, list(labels), random_state=seed, **params)
-        else:
-            supervised = params.pop("supervised", False)
-            if supervised and (labels is None or any(x is None for x in labels)):
-                raise ValueError("a supervised comparison_forest needs a label for every item "
-                                 "(a 'label' column in the items CSV)")
-            planner = ComparisonForest(n_items, labels=labels if supervised else None, random_state=seed, **params)
+        unlabelled = labels is None or any(x is None for x in labels)
+        if entry.needs_labels and unlabelled:
+            raise ValueError(f"{entry.name} needs a label for every item (a 'label' column in the items CSV)")
+        if params.get("supervised") and unlabelled:
+            raise ValueError(f"a supervised {entry.name} needs a label for every item "
+                             "(a 'label' column in the items CSV)")
+        # The platform drives each planner in its native shape (pair planners get pairs and build
+        # the triplet around them here, keeping which item was the probe in the answer document).
+        native = "rating" if entry.asks == "pair" else "triplet"
+        planner = make_planner(entry.name, n_items, question_kind=native, random_state=seed,
+                               labels=None if unlabelled else list(labels), **params)
         return cls(algorithm, config, planner)
 
     @classmethod
     def from_state(cls, algorithm: AlgorithmConfig, config: StudyConfig, state: dict) -> Learner:
-        name = state.get("class")
-        if name in ("ANNTri", "ANN", "RandomSampling"):
-            planner = anntri.planner_from_state(state)
-        elif name == "RandomTriplets":
-            planner = RandomTriplets.from_state(state)
-        elif name == FOREST_STATE:
+        entry_for_state(state)  # raises for a state no algorithm of the table restores
+        if state.get("class") == FOREST_STATE:
             planner = ComparisonForest.from_state(state["forest"])
             routes = {int(r["item"]): ForestRoute.from_state(r, planner) for r in state["routes"]}
             return cls(algorithm, config, planner, routes)
-        elif name == "ComparisonForest":
-            planner = ComparisonForest.from_state(state)
-        elif name == "ActiveSimilarityForest":
-            from engine.simforest import ActiveSimilarityForest
-
-            planner = ActiveSimilarityForest.from_state(state)
-        else:
-            raise ValueError(f"no learner can restore an engine state of class {name!r}")
-        return cls(algorithm, config, planner)
+        return cls(algorithm, config, restore_planner(state))
 
     @property
     def label(self) -> str:
@@ -104,7 +94,8 @@ class Learner:
 
     @property
     def is_forest(self) -> bool:
-        return self.algorithm.algorithm == "comparison_forest"
+        """A triplet forest: takes only answers to triplets it asked, routes items added later."""
+        return self.entry.asks == "triplet" and self.entry.learns == "forest"
 
     def sync_items(self, n_items: int) -> None:
         """Start routing items added to the study after its forest was built."""
@@ -127,11 +118,12 @@ class Learner:
                 if a.kind == "rating" and a.value is not None:
                     rows.append((a.head, a.a, scale.distance(a.value)))
                 elif a.kind == "triplet" and a.probe is not None:
-                    rows.append((a.head, a.probe, 0.0 if a.choice == a.probe else 1.0))
-        elif self.algorithm.algorithm == "random_triplets":
+                    rows.append(pair_sample(a.head, a.probe, a.choice))
+        elif self.entry.asks == "triplet" and not self.is_forest:
+            # learners of any triplet (win rates, duels, embeddings) also learn from imported ones
             rows = [(a.head, a.a, a.b, a.choice) for a in answers
                     if a.kind == "triplet" and a.algorithm in (self.label, IMPORTED)]
-        elif self.algorithm.algorithm == "simforest":
+        elif self.entry.asks == "pair":  # rating-only pair learners (similarities)
             scale = self.config.rating
             rows = [(a.head, a.a, 1.0 - scale.distance(a.value)) for a in answers
                     if a.kind == "rating" and a.algorithm == self.label and a.value is not None]
@@ -177,7 +169,7 @@ class Learner:
     def closed_round_answers(self, answers: list[Answer]) -> int:
         """How many of the answers this learner uses were asked for a round that is closed by now
         (before they are applied): still used for the estimates, but no longer for that round."""
-        if not self.learns_graph or not hasattr(self.planner, "status_") or self.algorithm.algorithm == "random":
+        if not self.entry.rounds or not hasattr(self.planner, "status_"):  # no state before its first call
             return 0
         status = self.planner.status_
         return sum(1 for a in answers if a.algorithm == self.label and not a.fallback and not a.skipped
@@ -186,9 +178,9 @@ class Learner:
     def forget(self, questions: list[dict]) -> None:
         """Release this learner's questions that expired unanswered, so they can be asked again."""
         mine = [q for q in questions if q.get("algorithm") == self.label and not q.get("fallback") and "kind" in q]
-        if not mine or self.algorithm.algorithm == "random_triplets":
+        if not mine:
             return
-        if self.learns_graph or self.algorithm.algorithm == "simforest":
+        if self.entry.asks == "pair":
             pairs = [tuple(q["items"]) if q["kind"] == "rating" else (q["head"], q["probe"]) for q in mine]
             self.planner.forget(pairs)
             return
@@ -208,10 +200,10 @@ class Learner:
         if budget <= 0:
             return []
         planner = self.planner
-        if window is not None and hasattr(planner, "window") and self.algorithm.algorithm != "random":
+        if window is not None and self.entry.rounds:
             planner.window = max(int(window), 1)
         planned = list(planner.next_questions(budget))
-        if self.algorithm.algorithm in ("anntri", "ann"):
+        if self.entry.rounds:
             # More raters than the open rounds have distinct questions: open more rounds (up to one
             # per wanted question; repeats would spend the rounds' sample caps), and only then ask
             # the open rounds' least-asked arms again.
@@ -233,18 +225,12 @@ class Learner:
         return [self._question(q, n_items, rng) for q in planned]
 
     def _question(self, planned: tuple, n_items: int, rng: np.random.Generator) -> dict:
-        if self.algorithm.algorithm == "simforest":
-            return rating_question(*planned, self.label)
-        if not self.learns_graph:
+        if self.entry.asks == "triplet":
             return triplet_question(*planned, algorithm=self.label)
         i, j = planned
         if self.algorithm.question_kind == "rating":
             return rating_question(i, j, self.label)
-        k = int(rng.integers(n_items - 2))
-        lo, hi = min(i, j), max(i, j)
-        k += k >= lo
-        k += k >= hi
-        return derived_triplet_question(i, j, k, self.label)
+        return derived_triplet_question(i, j, draw_third(i, j, n_items, rng), self.label)
 
     def stale(self, questions: list[dict]) -> list[dict]:
         """Pooled questions no longer worth asking: their round has closed.
@@ -252,7 +238,7 @@ class Learner:
         (Questions of arms the latest answers decided inside a still-open round are kept: taking
         them back would not give back their place under the round's sample cap, which counts
         issued questions, so rounds would reach the cap unanswered.)"""
-        if not hasattr(self.planner, "status_") or self.algorithm.algorithm == "random":
+        if not self.entry.rounds or not hasattr(self.planner, "status_"):
             return []
         self.planner.progress()  # settles the rounds the latest answers decided
         status = self.planner.status_
@@ -275,23 +261,17 @@ class Learner:
     def graph(self, k: int | None = None) -> Graph:
         """The learned nearest-neighbour graph (for forests: most frequent leaf-mates)."""
         planner = self.planner
-        if self.learns_graph:
-            g = planner.result()
-            return Graph(g.neighbors, g.certified, g.estimates, g.lower, g.upper, g.samples)
-        if self.algorithm.algorithm == "simforest":
+        if not self.entry.yields_graph:
             n_all = int(planner.n_items)
             nan = np.full((n_all, k or 1), np.nan)
             return Graph(np.full((n_all, k or 1), -1, np.int64), np.zeros(n_all, bool), nan, nan, nan,
                          np.zeros((n_all, k or 1), np.int64))
-        if self.algorithm.algorithm == "random_triplets":
-            res = planner.result()
-            nb = res.neighbors[:, None]
-            rows = np.arange(len(nb))[:, None]
-            safe = np.maximum(nb, 0)
-            rate = res.win_rate[rows, safe]
-            est = np.where(nb >= 0, 1.0 - rate, np.nan)
-            return Graph(nb, np.zeros(len(nb), bool), est, np.full(nb.shape, np.nan), np.full(nb.shape, np.nan),
-                         np.where(nb >= 0, res.shown[rows, safe], 0))
+        if not self.routes:
+            # pair planners: their own k neighbours unless a k is asked for (then cut or -1-filled)
+            if self.learns_graph and k is None:
+                g = planner.result()
+                return Graph(g.neighbors, g.certified, g.estimates, g.lower, g.upper, g.samples)
+            return neighbor_graph(planner, k or 1)
         k = k or 1
         ng = planner.neighbor_graph(k=k)
         n_all = int(planner.n_items) + len(self.routes)

@@ -75,7 +75,7 @@ def test_import_does_not_load_numpy():
 
 def test_default_is_a_triplet_graph_learner():
     entry = ALGORITHMS[DEFAULT_NN_ALGORITHM]
-    assert "triplet" in entry.question_kinds and entry.learns_graph
+    assert "triplet" in entry.question_kinds and entry.yields_graph
 
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
@@ -108,7 +108,7 @@ def test_progress_keys_done_and_empty_graph(name, kind):
     progress = common_progress(p)
     assert set(PROGRESS_KEYS) <= set(progress)
     assert progress["answers"] == 0 and progress["done"] is False and p.done is False
-    if ALGORITHMS[name].learns_graph:
+    if ALGORITHMS[name].yields_graph:
         g = neighbor_graph(p, k=2)
         assert isinstance(g, NeighborGraph)
         assert g.neighbors.shape == (N, 2) and (g.neighbors == NO_NEIGHBOR).all()
@@ -157,7 +157,7 @@ def test_forget_releases(name, kind):
     assert common_progress(p)["answers"] > before
 
 
-@pytest.mark.parametrize("name", [n for n, e in ALGORITHMS.items() if e.learns_graph and "triplet" in e.question_kinds])
+@pytest.mark.parametrize("name", [n for n, e in ALGORITHMS.items() if e.yields_graph and "triplet" in e.question_kinds])
 def test_noise_free_triplets_find_most_neighbours(name):
     """Triplet studies on a small metric: most items get their true nearest neighbour within a
     generous budget (a triplet-derived distance is not a metric, so pair learners' triangle
@@ -178,7 +178,7 @@ def test_noise_free_triplets_find_most_neighbours(name):
     assert (found == d.argmin(axis=1)).mean() >= 0.7
 
 
-@pytest.mark.parametrize("name", [n for n, e in ALGORITHMS.items() if e.asks == "pair" and e.learns_graph])
+@pytest.mark.parametrize("name", [n for n, e in ALGORITHMS.items() if e.asks == "pair" and e.yields_graph])
 def test_noise_free_ratings_find_every_neighbour(name):
     X = _points(5)
     d = cdist(X, X)
