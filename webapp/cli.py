@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 import redis
 
-from workers.config import ConfigError, load_config_file
+from workers.config import ALGORITHM_TABLE, DEFAULT_NN_ALGORITHM, ConfigError, load_config_file
 from workers.studies import StudyError, StudyNotFound
 
 from . import ROOT
@@ -26,6 +26,8 @@ from .embedded import EmbeddedRedis, EmbeddedRedisError, running_url
 
 #: The models ``proxima train`` fits (workers.models.MODELS; listed here so --help needs no numpy).
 MODEL_NAMES = ("smerf", "treerank", "ranking_forest", "simforest")
+#: Algorithms a simulated study can run: the graph learners (label-driven forests need real labels).
+SIMULATED_ALGORITHMS = tuple(name for name, entry in ALGORITHM_TABLE.items() if entry.yields_graph)
 #: Threaded gunicorn workers that keep connections alive across a rater's think time: a sync worker
 #: holds each connection until the client closes it. Measured (benchmarks/load.py, n = 1000, 1000
 #: raters, 2 workers): 218 answers/s with sync workers, 449 with these.
@@ -828,8 +830,9 @@ def simulate(study_id, url, oracle_spec, raters, noise, careless, think, max_ans
               help="Folder to write items.csv, truth.csv and study.yaml into.")
 @click.option("--kind", type=click.Choice(["rating", "triplet"]), default="rating", show_default=True,
               help="Question kind of the study (ANNTri samples from ratings or from triplets).")
-@click.option("--algorithm", type=click.Choice(["anntri", "ann", "random", "random_triplets", "comparison_forest"]),
-              default="anntri", show_default=True, help="Algorithm of the study.")
+@click.option("--algorithm", type=click.Choice(list(SIMULATED_ALGORITHMS)), default=DEFAULT_NN_ALGORITHM,
+              show_default=True, help="Algorithm of the study: " + "; ".join(
+                  f"{name}: {ALGORITHM_TABLE[name].description}" for name in SIMULATED_ALGORITHMS) + ".")
 @click.option("--sigma", type=click.FloatRange(min=0, min_open=True), default=None,
               help="ANNTri's sigma parameter written into the config (default 0.1 for ratings, 0.5 for "
                    "triplet-derived 0/1 samples).")
@@ -849,8 +852,9 @@ def simulate_setup(ctx, source, out_dir, kind, algorithm, sigma, seed, create_id
     """
     from .simulate import SimulationError, write_setup
 
-    if kind == "rating" and algorithm in ("random_triplets", "comparison_forest"):
-        raise click.ClickException(f"{algorithm} asks triplet questions only; use --kind triplet")
+    if kind not in ALGORITHM_TABLE[algorithm].question_kinds:
+        only = " or ".join(ALGORITHM_TABLE[algorithm].question_kinds)
+        raise click.ClickException(f"{algorithm} asks {only} questions only; use --kind {only}")
     try:
         written = write_setup(source, out_dir, kind=kind, algorithm=algorithm, sigma=sigma, seed=seed)
     except SimulationError as exc:

@@ -21,7 +21,14 @@ from flask import (
 
 from workers import keys
 from workers.backup import set_aside_answers
-from workers.config import ALGORITHMS, QUESTION_KINDS, ConfigError, StudyConfig
+from workers.config import (
+    ALGORITHM_TABLE,
+    ALGORITHMS,
+    DEFAULT_NN_ALGORITHM,
+    QUESTION_KINDS,
+    ConfigError,
+    StudyConfig,
+)
 from workers.engines import FOREST_ALGORITHMS
 from workers.exports import FORMATS, ExportError, export
 from workers.models import trained_models
@@ -102,6 +109,7 @@ def _new_study_page(error: str | None = None, status: int = 200, form=None):
     if form is None:
         form = request.form if request.method == "POST" else {}
     return render_template("dashboard/new.html", error=error, form=form, algorithms=ALGORITHMS,
+                           algorithm_table=ALGORITHM_TABLE, default_algorithm=DEFAULT_NN_ALGORITHM,
                            question_kinds=QUESTION_KINDS, upload_limit=upload_limit(),
                            upload_size=size_text(upload_limit())), status
 
@@ -111,7 +119,7 @@ def config_from_form(form, files) -> StudyConfig:
     upload = files.get("config_file")
     if upload and upload.filename:
         return config_from_yaml_bytes(upload.read(), upload.filename)
-    data = {"name": form.get("name", "").strip(), "algorithm": form.get("algorithm") or "anntri",
+    data = {"name": form.get("name", "").strip(), "algorithm": form.get("algorithm") or DEFAULT_NN_ALGORITHM,
             "question_kind": form.get("question_kind") or "triplet"}
     if form.get("instructions", "").strip():
         data["instructions"] = form["instructions"].strip()

@@ -16,6 +16,7 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job
 
 from workers import keys
+from workers.config import ALGORITHM_TABLE
 from workers.queue import REBUILD_STATUS_FIELD
 from workers.studies import Study, get_items
 
@@ -222,7 +223,7 @@ def study_stats(conn, study: Study) -> dict:
         progress = (summaries.get(label) or {}).get("progress")
         neighbors = (summaries.get(label) or {}).get("neighbors")
         error = None
-        if truth is not None and neighbors is not None and alg.algorithm != "simforest":
+        if truth is not None and neighbors is not None and ALGORITHM_TABLE[alg.algorithm].yields_graph:
             applied = _answers_applied(progress, counters.get(f"answers:{label}", 0))
             wrong = share_wrong(neighbors, truth)
             error = {"share_wrong": wrong, "answers_applied": applied,

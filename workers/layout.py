@@ -12,6 +12,15 @@ from . import engine_state
 from .engines import Learner
 from .studies import Study
 
+
+def _win_rates(planner):
+    """The triplet win rates a learner keeps (random triplets' ``result()``), else None."""
+    result = getattr(planner, "result", None)
+    if result is None or hasattr(planner, "mean_"):
+        return None
+    res = result()
+    return res if hasattr(res, "win_rate") and hasattr(res, "shown") else None
+
 MAX_CANDIDATES = 8
 #: At most this many items are drawn (and laid out); the others are only listed on the page.
 MAX_DRAWN = 300
@@ -112,8 +121,8 @@ def graph_layout(conn, study: Study, label: str, max_drawn: int = MAX_DRAWN) -> 
     samples = None
     if has_bounds:
         samples = planner.count_.sum(axis=1).astype(np.int64)
-    elif planner is not None and alg.algorithm == "random_triplets":
-        samples = np.asarray(planner.result().shown).sum(axis=1).astype(np.int64)
+    elif planner is not None and _win_rates(planner) is not None:
+        samples = np.asarray(_win_rates(planner).shown).sum(axis=1).astype(np.int64)
     nodes = drawn_items(n, samples, max_drawn)
     m = len(nodes)
     candidates: list[list[dict]] = [[] for _ in range(m)]
@@ -128,8 +137,8 @@ def graph_layout(conn, study: Study, label: str, max_drawn: int = MAX_DRAWN) -> 
             order = [j for j in order[: MAX_CANDIDATES + 1].tolist() if j != i][:MAX_CANDIDATES]
             candidates[slot] = [{"item": j, "estimate": _num(est[j]), "lower": _num(lower[i, j]),
                                  "upper": _num(upper[i, j]), "samples": int(count[i, j])} for j in order]
-    elif planner is not None and alg.algorithm == "random_triplets":
-        res = planner.result()
+    elif planner is not None and _win_rates(planner) is not None:
+        res = _win_rates(planner)
         known = nodes[nodes < np.asarray(res.shown).shape[0]]
         sub = np.ix_(known, known)
         distances = fill_distances(1.0 - np.asarray(res.win_rate, dtype=np.float64)[sub], np.asarray(res.shown)[sub])

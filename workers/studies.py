@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import keys
-from .config import LABELLED_ALGORITHMS, StudyConfig
+from .config import ALGORITHM_TABLE, LABELLED_ALGORITHMS, StudyConfig
 
 ITEM_KINDS = ("color", "image", "text", "audio", "video")
 STUDY_STATUSES = ("running", "paused", "closed")
@@ -158,10 +158,10 @@ def check_config_for_items(config: StudyConfig, items: list[Item]) -> None:
                 raise StudyError(f"algorithms.{i} is {alg.algorithm}, which learns to classify items and needs a "
                                  f"label for every item; items without one: {', '.join(missing[:10])} (add a "
                                  "'label' column to the items CSV)")
-        if alg.algorithm == "comparison_forest" and alg.params.get("supervised"):
+        if alg.entry.takes_labels and alg.params.get("supervised"):
             missing = [item.id for item in items if item.label is None]
             if missing:
-                raise StudyError(f"algorithms.{i} is a supervised comparison_forest, which needs a label for every "
+                raise StudyError(f"algorithms.{i} is a supervised {alg.algorithm}, which needs a label for every "
                                  f"item; items without one: {', '.join(missing[:10])} (add a 'label' column to the "
                                  "items CSV)")
 
@@ -173,9 +173,11 @@ def add_items(conn, study_id: str, items: list[Item], media: dict[int, bytes] | 
     ``media`` is keyed by the index within ``items``.
     """
     study = get_study(conn, study_id)
-    fixed = [a.label for a in study.config.algorithms if a.algorithm != "comparison_forest"]
+    # only triplet forests route items added later (down their built trees)
+    growable = [n for n, e in ALGORITHM_TABLE.items() if e.asks == "triplet" and e.learns == "forest"]
+    fixed = [a.label for a in study.config.algorithms if a.algorithm not in growable]
     if fixed:
-        raise StudyError(f"items can only be added to studies whose algorithms are all comparison_forest; "
+        raise StudyError(f"items can only be added to studies whose algorithms are all {' or '.join(growable)}; "
                          f"{', '.join(fixed)} learn(s) a fixed set of items (create a new study instead)")
     if not items:
         raise StudyError("no items to add")
