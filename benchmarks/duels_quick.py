@@ -15,7 +15,6 @@ import numpy as np
 
 from engine.datasets import load_alien_eggs
 from engine.duels import CandidateDuels
-from engine.oracles import fit_logistic_noise
 from engine.random_triplets import RandomTriplets
 
 LAPSE = 0.11  # lapse rate fitted to the alien-egg crowds (ALGORITHMS.md section 6)
@@ -37,6 +36,20 @@ class HumanOracle:
 
 def LAPSE_MIX(p, lapse):  # noqa: N802 - reads like the formula
     return lapse / 2.0 + (1.0 - lapse) * p
+
+
+def fit_scale_with_lapse(D, triplets, lapse):
+    """Maximum-likelihood logistic scale with the lapse rate fixed (the crowd's noise model)."""
+    from scipy.optimize import minimize_scalar
+
+    t = np.asarray(triplets, np.int64)
+    gap = D[t[:, 0], t[:, 1]] - D[t[:, 0], t[:, 2]]
+
+    def nll(log_scale):
+        p = LAPSE_MIX(1.0 / (1.0 + np.exp(np.clip(gap / np.exp(log_scale), -700, 700))), lapse)
+        return -float(np.sum(np.log(p)))
+
+    return float(np.exp(minimize_scalar(nll, bounds=(-12.0, 2.0), method="bounded").x))
 
 
 def true_ranks(D):
@@ -131,7 +144,7 @@ def main():
         params[k] = float(v) if "." in v else int(v)
     eggs = load_alien_eggs()
     D_all = eggs.distances
-    scale = fit_logistic_noise(D_all, eggs.triplets)
+    scale = fit_scale_with_lapse(D_all, eggs.triplets, LAPSE)
     res = {name: np.zeros((args.seeds, len(budgets), 2)) for name in ("duels", "peer")}
     cpu_total, ans_total, peer_name = 0.0, 0, "peer"
     for s in range(args.seeds):

@@ -154,3 +154,37 @@ def test_bad_calls():
         p.forget([(0, 1)])
     with pytest.raises(ValueError, match="state"):
         CandidateDuels.from_state(RandomTriplets(10).to_state())
+
+
+class _TrueEmbedding:
+    """Stands in for engine.embedding: returns the true points, records what it was given."""
+
+    def __init__(self, X):
+        self.X, self.calls = X, []
+
+    def fit_embedding(self, triplets, n_items, dim=2, init=None, random_state=None, **kw):
+        self.calls.append((len(triplets), n_items, None if init is None else init.copy(), random_state))
+        return self.X.copy()
+
+
+def test_shortlists_follow_the_embedding(monkeypatch):
+    import engine.duels as duels
+
+    n = 50
+    X = points(n, 4)
+    D = cdist(X, X)
+    fake = _TrueEmbedding(X)
+    monkeypatch.setattr(duels, "_embedding_module", lambda: fake)
+    p = CandidateDuels(n, random_state=0)
+    drive(p, D, 30, rng=np.random.default_rng(0), scale=0.05, lapse=0.11)
+    # refits are warm-started from the previous embedding, on every answer so far
+    assert len(fake.calls) >= 3 and fake.calls[0][2] is None
+    np.testing.assert_array_equal(fake.calls[-1][2], X)
+    assert fake.calls[-1][0] <= p.n_answers_ and fake.calls[-1][1] == n
+    # the true neighbour is on every head's shortlist and the duels keep nearly all heads'
+    # choices among their 3 nearest (under human-like noise exact ties are coin flips)
+    ranks = true_ranks(D)
+    assert all((ranks[h, p.cands_[h][p.cands_[h] >= 0]] == 0).any() for h in range(n))
+    nb = p.neighbor_graph(1).neighbors[:, 0]
+    assert np.mean(ranks[np.arange(n), nb] < 3) >= 0.9
+    assert p.to_state()["embedding"].shape == (n, 2)
