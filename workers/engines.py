@@ -12,7 +12,14 @@ import numpy as np
 from engine import anntri
 from engine.adapters import draw_third, pair_sample
 from engine.comparison_tree import ComparisonForest, ForestRoute
-from engine.registry import ALGORITHMS, entry_for_state, make_planner, neighbor_graph, restore_planner
+from engine.registry import (
+    ALGORITHMS,
+    common_progress,
+    entry_for_state,
+    make_planner,
+    neighbor_graph,
+    restore_planner,
+)
 
 from .answers import Answer
 from .config import AlgorithmConfig, StudyConfig
@@ -252,7 +259,7 @@ class Learner:
         return bool(done) and all(route.done for route in self.routes.values())
 
     def progress(self) -> dict:
-        progress = self.planner.progress()
+        progress = common_progress(self.planner)  # the common keys under their common names
         if self.routes:
             progress = {**progress, "added_items": len(self.routes),
                         "added_items_routed": sum(route.done for route in self.routes.values())}
