@@ -23,7 +23,9 @@ def make_study(conn, study_id="flow", **fields):
 
 def stats_of(conn, study_id, rater):
     raw = conn.hgetall(keys.rater_stats(study_id))
-    return {k.decode().rsplit(":", 1)[1]: v.decode() for k, v in raw.items() if k.decode().startswith(rater + ":")}
+    # last_answer_at is the pacing clock, not a counter
+    return {k.decode().rsplit(":", 1)[1]: v.decode() for k, v in raw.items()
+            if k.decode().startswith(rater + ":") and not k.decode().endswith(":last_answer_at")}
 
 
 def test_entry_keeps_prolific_and_mturk_parameters_in_the_session(client, conn, study_id):
@@ -69,7 +71,7 @@ def test_max_questions_per_rater_ends_politely_with_a_completion_code(client, co
 
 
 def test_the_limit_holds_for_questions_fetched_in_parallel(client, conn):
-    make_study(conn, limits={"max_questions_per_rater": 2})
+    make_study(conn, limits={"max_questions_per_rater": 2, "max_outstanding": 3})
     questions = [fetch_question(client, "flow") for _ in range(3)]
     assert [answer(client, q, study_id="flow").status_code for q in questions[:2]] == [201, 201]
     refused = answer(client, questions[2], study_id="flow")

@@ -35,6 +35,9 @@ from .errors import ApiError
 from .tokens import sign_question, verify_question
 
 MAX_RESPONSE_MS = 24 * 3600 * 1000
+#: How long a used-token marker lives: past the longest token TTL a study can be set to (7 days, the
+#: config's maximum), so raising a running study's TTL cannot revive an answered token.
+USED_MARKER_TTL = 7 * 24 * 3600 + 3600
 #: Error codes meaning "no more questions for this rater": the page moves on to the finish page.
 DONE_CODES = ("study_complete", "rater_done", "budget_reached", "rater_stopped")
 
@@ -251,6 +254,10 @@ def submit_answer(conn, study: Study, rater: str, body) -> dict:
     """
     token, choice, value, response_ms, skip = parse_answer_body(body)
     payload = verify_question(current_app.config["SECRET_KEY"], token, max_age=token_ttl(study))
+    if study.status != "running":
+        # a paused or closed study takes no answers, not even to questions handed out before
+        raise ApiError(409, "study_closed", "this study is not taking answers at the moment; thank you for your time",
+                       finish_url=finish_url(study))
     if payload.get("s") != study.id:
         raise ApiError(400, "wrong_study", "this question token belongs to another study")
     if payload.get("r") != rater:
@@ -265,13 +272,17 @@ def submit_answer(conn, study: Study, rater: str, body) -> dict:
     try:
         answer_id, schedule, issued = accept_and_issue(
             conn, study.id, question, rater, choice, issued_at=payload["t"], response_ms=response_ms,
-            used_ttl=token_ttl(study) + 3600, value=value, flags=",".join(flags), stats=stats,
+            used_ttl=USED_MARKER_TTL, value=value, flags=",".join(flags), stats=stats,
             max_per_rater=limits.max_questions_per_rater, budget=limits.answer_budget,
-            flag_rule=(attention.min_checks, attention.max_failure_share) if "catch" in stats else None, then=then)
+            # every answer re-checks the flag rule: abandoned checks count as failed without an answer
+            flag_rule=(attention.min_checks, attention.max_failure_share), then=then,
+            stop_flagged=attention.stop_flagged, min_response_ms=limits.min_response_ms, require_held=True)
     except AnswerRefused as refused:
         if refused.code == "used":
             raise ApiError(409, "already_answered", "this question was already answered; the first answer is kept",
                            answer_id=refused.answer_id) from None
+        if refused.code == "rater_stopped":
+            raise ApiError(409, "rater_stopped", DONE_MESSAGES["rater_stopped"], finish_url=finish_url(study)) from None
         if refused.code == "rater_limit":
             raise done(conn, study, rater, "rater_done", DONE_MESSAGES["rater_done"]) from None
         if refused.code == "budget":
@@ -306,6 +317,7 @@ def answer_flags(study: Study, question: dict, choice, issued_at: float, respons
         stats.append("skipped")
     minimum = study.config.limits.min_response_ms
     elapsed_ms = (time.time() - float(issued_at)) * 1000
+    # the answer script also measures from the rater's previous answer (a burst of held questions)
     if minimum and ((response_ms is not None and response_ms < minimum) or elapsed_ms < minimum):
         flags.append("too_fast")
         stats.append("too_fast")

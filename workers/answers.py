@@ -18,47 +18,70 @@ from .queue import UPDATE_FLAG_TTL
 
 # KEYS[1] used-token marker, KEYS[2] issued zset, KEYS[3] issued-questions hash,
 # KEYS[4] answers stream, KEYS[5] raters set, KEYS[6] per-minute hash, KEYS[7] update-scheduled flag,
-# KEYS[8] counters hash, KEYS[9] rater-stats hash, KEYS[10..] the keys of the next question (see below)
+# KEYS[8] counters hash, KEYS[9] rater-stats hash, KEYS[10] the rater's outstanding-questions zset,
+# KEYS[11..] the keys of the next question (see below)
 # ARGV[1] question id, ARGV[2] used-marker TTL (s), ARGV[3] rater id, ARGV[4] unix minute,
 # ARGV[5] update-flag TTL (s), ARGV[6] algorithm label, ARGV[7] '1' if the question was never pooled
-# (a catch trial: no issued entry to claim; its signed token's expiry is the only expiry),
-# ARGV[8] max answers of this rater (0 = no limit), ARGV[9] study answer budget (0 = none),
-# ARGV[10] comma-separated rater-stats counters to increment besides 'answers' (may be empty),
-# ARGV[11] the stream entry's field/value strings as one JSON array (one argument: cheaper to send),
-# ARGV[12] catch trials before a rater can be flagged ('' = leave the flag alone), ARGV[13] the largest
-# share of them a rater may fail, ARGV[14] '1' to issue the rater's next question in the same step:
-# then KEYS[10..] and ARGV[15..] are those of questions.NEXT_FUNCTION.
+# (a catch trial: no issued entry to claim), ARGV[8] max answers of this rater (0 = no limit),
+# ARGV[9] study answer budget (0 = none), ARGV[10] comma-separated rater-stats counters to increment
+# besides 'answers' (may be empty), ARGV[11] the stream entry's field/value strings as one JSON array
+# (one argument: cheaper to send), ARGV[12] catch trials before a rater can be flagged ('' = leave the
+# flag alone), ARGV[13] the largest share of them a rater may fail, ARGV[14] '1' if flagged raters are
+# stopped (their outstanding answers are refused), ARGV[15] minimum response time (ms, 0 = none),
+# ARGV[16] issue time (unix s), ARGV[17] now (unix s), ARGV[18] '1' if the question must be one the
+# rater holds (KEYS[10]; the live path: a question dropped for a newer one, or expired, is refused),
+# ARGV[19] '1' to issue the rater's next question in the same step: then KEYS[11..] and ARGV[20..]
+# are those of questions.NEXT_FUNCTION. Too fast is measured here, from the later of the question's issue and
+# the rater's previous answer, so holding several questions and answering them in a burst is caught.
 # Returns {'ok', answer id, 1 if this call scheduled the update else 0, then the next question's reply
 # when one was asked for} | {'used', answer id} | {'expired'} | {'rater_limit'} | {'budget'}
+# | {'rater_stopped'}
 ACCEPT_SCRIPT = questions.ISSUE_FUNCTION + questions.NEXT_FUNCTION + """
 local prior = redis.call('GET', KEYS[1])
 if prior then return {'used', prior} end
-local given = tonumber(redis.call('HGET', KEYS[9], ARGV[3] .. ':answers') or '0')
+local st = redis.call('HMGET', KEYS[9], ARGV[3] .. ':answers', ARGV[3] .. ':flagged', ARGV[3] .. ':last_answer_at')
+local given = tonumber(st[1] or '0')
+if ARGV[14] == '1' and tonumber(st[2] or '0') ~= 0 then return {'rater_stopped'} end
 if tonumber(ARGV[8]) > 0 and given >= tonumber(ARGV[8]) then return {'rater_limit'} end
 if tonumber(ARGV[9]) > 0 and redis.call('XLEN', KEYS[4]) >= tonumber(ARGV[9]) then return {'budget'} end
+local member = ARGV[1]
+if ARGV[7] == '1' then member = 'c:' .. member end
+if redis.call('ZREM', KEYS[10], member) == 0 and ARGV[18] == '1' then return {'expired'} end
 if ARGV[7] ~= '1' then
   if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return {'expired'} end
   redis.call('HDEL', KEYS[3], ARGV[1])
 end
-local id = redis.call('XADD', KEYS[4], '*', unpack(cjson.decode(ARGV[11])))
+local fields = cjson.decode(ARGV[11])
+local stats = ARGV[10]
+local now = tonumber(ARGV[17])
+local since = math.max(tonumber(ARGV[16]), tonumber(st[3] or '0'))
+if tonumber(ARGV[15]) > 0 and (now - since) * 1000 < tonumber(ARGV[15]) then
+  for i = 1, #fields, 2 do
+    if fields[i] == 'flags' and not string.find(',' .. fields[i + 1] .. ',', ',too_fast,', 1, true) then
+      if fields[i + 1] == '' then fields[i + 1] = 'too_fast' else fields[i + 1] = fields[i + 1] .. ',too_fast' end
+      stats = stats .. ',too_fast'
+    end
+  end
+end
+local id = redis.call('XADD', KEYS[4], '*', unpack(fields))
 redis.call('SET', KEYS[1], id, 'EX', ARGV[2])
 redis.call('SADD', KEYS[5], ARGV[3])
 redis.call('HINCRBY', KEYS[6], ARGV[4], 1)
 redis.call('HINCRBY', KEYS[8], 'answers:' .. ARGV[6], 1)
 redis.call('HINCRBY', KEYS[9], ARGV[3] .. ':answers', 1)
-for stat in string.gmatch(ARGV[10], '[^,]+') do redis.call('HINCRBY', KEYS[9], ARGV[3] .. ':' .. stat, 1) end
-local a = 11
-if ARGV[a + 1] ~= '' then
+redis.call('HSET', KEYS[9], ARGV[3] .. ':last_answer_at', ARGV[17])
+for stat in string.gmatch(stats, '[^,]+') do redis.call('HINCRBY', KEYS[9], ARGV[3] .. ':' .. stat, 1) end
+if ARGV[12] ~= '' then
   local c = redis.call('HMGET', KEYS[9], ARGV[3] .. ':catch', ARGV[3] .. ':catch_failed')
   local checks, failed = tonumber(c[1] or '0'), tonumber(c[2] or '0')
-  if checks >= tonumber(ARGV[a + 1]) and failed > tonumber(ARGV[a + 2]) * checks then
+  if checks >= tonumber(ARGV[12]) and failed > tonumber(ARGV[13]) * checks then
     redis.call('HSET', KEYS[9], ARGV[3] .. ':flagged', 1)
   end
 end
 local reply = {'ok', id, 0}
 if redis.call('SET', KEYS[7], '1', 'NX', 'EX', ARGV[5]) then reply[3] = 1 end
-if ARGV[a + 3] == '1' then
-  for _, v in ipairs(next_question(KEYS, ARGV, 9, a + 3)) do reply[#reply + 1] = v end
+if ARGV[19] == '1' then
+  for _, v in ipairs(next_question(KEYS, ARGV, 10, 19)) do reply[#reply + 1] = v end
 end
 return reply
 """
@@ -164,13 +187,18 @@ def accept_and_issue(conn, study_id: str, question: dict, rater: str, choice: in
                      response_ms: int | None, used_ttl: int, value: float | None = None,
                      flags: str = "", stats: tuple[str, ...] = (), max_per_rater: int | None = None,
                      budget: int | None = None, flag_rule: tuple[int, float] | None = None,
-                     then: questions.NextRequest | None = None) -> tuple[str, bool, questions.NextQuestion | None]:
+                     then: questions.NextRequest | None = None, stop_flagged: bool = False,
+                     min_response_ms: int = 0, require_held: bool = False,
+                     ) -> tuple[str, bool, questions.NextQuestion | None]:
     """``accept_answer``, then in the same atomic step (one round trip) two optional follow-ups:
 
     ``flag_rule`` (min_checks, max_failure_share): flag the rater once they failed more than that
     share of at least min_checks catch trials; ``then``: issue the rater's next question
     (``questions.next_request``). Returns (answer id, whether an update must be enqueued, the next
-    question or None when none was asked for).
+    question or None when none was asked for). ``stop_flagged``: refuse a flagged rater's answer
+    (``rater_stopped``); ``min_response_ms``: flag ``too_fast`` an answer given sooner after the later of
+    its issue and the rater's previous answer; ``require_held``: refuse (``expired``) a question the
+    rater no longer holds (dropped for a newer one, or expired; see questions.NEXT_FUNCTION).
     """
     now = time.time()
     if question["kind"] == "rating":
@@ -194,10 +222,12 @@ def accept_and_issue(conn, study_id: str, question: dict, rater: str, choice: in
         args.extend(["", ""])
     else:
         args.extend([int(flag_rule[0]), repr(float(flag_rule[1]))])
+    args.extend(["1" if stop_flagged else "0", int(min_response_ms or 0), repr(float(issued_at)), repr(now),
+                 "1" if require_held else "0"])
     script_keys = [keys.used_token(study_id, question["qid"]), keys.issued(study_id),
                    keys.issued_questions(study_id), keys.answers(study_id), keys.raters(study_id),
                    keys.answers_per_minute(study_id), keys.update_scheduled(study_id),
-                   keys.counters(study_id), keys.rater_stats(study_id)]
+                   keys.counters(study_id), keys.rater_stats(study_id), keys.outstanding(study_id, rater)]
     if then is not None:
         args.append("1")
         args.extend(then.args)

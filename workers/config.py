@@ -102,6 +102,9 @@ LIMITS_SCHEMA = {
         "max_questions_per_rater": {"type": ["integer", "null"], "minimum": 1, "maximum": 100000},
         "min_response_ms": {"type": "integer", "minimum": 0, "maximum": 600000},
         "answer_budget": {"type": ["integer", "null"], "minimum": 1},
+        "max_outstanding": {"type": "integer", "minimum": 1, "maximum": 20},
+        "min_answers_for_code": {"type": ["integer", "null"], "minimum": 1, "maximum": 100000},
+        "anonymous_sessions_per_address": {"type": "integer", "minimum": 1, "maximum": 100000},
     },
 }
 #: Catch trials: "triplet" (one candidate is the head itself), "rating" (an item shown twice must be
@@ -212,10 +215,23 @@ class Limits:
     max_questions_per_rater: int | None = None
     min_response_ms: int = 0
     answer_budget: int | None = None
+    #: questions a rater session may hold unanswered at once (the page prefetches one)
+    max_outstanding: int = 2
+    #: answers a rater must give before a completion code (None: 1)
+    min_answers_for_code: int | None = None
+    #: anonymous rater sessions one address may open in a study per hour
+    anonymous_sessions_per_address: int = 20
 
     def to_dict(self) -> dict:
         return {"max_questions_per_rater": self.max_questions_per_rater, "min_response_ms": self.min_response_ms,
-                "answer_budget": self.answer_budget}
+                "answer_budget": self.answer_budget, "max_outstanding": self.max_outstanding,
+                "min_answers_for_code": self.min_answers_for_code,
+                "anonymous_sessions_per_address": self.anonymous_sessions_per_address}
+
+    @property
+    def answers_for_code(self) -> int:
+        """The answers a rater must have given to be shown a completion code."""
+        return int(self.min_answers_for_code or 1)
 
 
 @dataclass(frozen=True)

@@ -144,3 +144,14 @@ def rater_sessions(study_id: str) -> str:
     """Hash: recruited rater id -> the nonce of the one browser session allowed to ask for questions
     (the latest one to open the study page)."""
     return _study_key(study_id, "rater-sessions")
+
+
+def outstanding(study_id: str, rater: str) -> str:
+    """Sorted set: the questions a rater holds unanswered, scored by expiry (unix s); an attention
+    check's member is ``c:<question id>``. Expires with the last of them."""
+    return _study_key(study_id, f"outstanding:{rater}")
+
+
+def anonymous_sessions(study_id: str, address: str) -> str:
+    """Counter with a one-hour TTL: anonymous rater sessions an address opened in the study."""
+    return _study_key(study_id, f"anonymous-sessions:{address}")

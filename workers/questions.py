@@ -71,7 +71,10 @@ ISSUE_SCRIPT = ISSUE_FUNCTION + "return issue(KEYS, ARGV, 0, 0)\n"
 # keys of issue() (K[k + 5] ...). Arguments from A[a + 1]: rater id, '1' if flagged raters are
 # stopped, max answers of a rater (0 = none), study answer budget (0 = none), an attention-check
 # question JSON to hand out instead of a pooled one ('' = none), update-flag TTL (s), then the
-# arguments of issue() (A[a + 7] ...; its rater id is this rater).
+# arguments of issue() (A[a + 7] ...; its rater id is this rater). After issue()'s keys comes the
+# rater's outstanding-questions zset, after issue()'s arguments the most questions a rater may hold
+# unanswered: asking for one more drops the oldest (its answer will be refused); a dropped or
+# expired attention check counts as a failed one.
 # Returns {'ok', question JSON, answers the rater has given, 1 if this call set the update flag,
 # item JSON per item the question shows} | {'rater_stopped'} | {'rater_done'} | {'budget_reached'}
 # | {'study_complete'}. The last three also mark the rater completed, as the finish page expects.
@@ -89,8 +92,25 @@ local function next_question(K, A, k, a)
     done = 'budget_reached'
   end
   local question, scheduled = A[a + 5], 0
+  local is_catch = question ~= ''
   if not done then
-    if question ~= '' then
+    local m = tonumber(A[a + 6 + 5])
+    local held_key, most = K[k + 4 + 6 + m + 1], tonumber(A[a + 6 + 5 + 3 * m + 1])
+    local now, expiry = tonumber(A[a + 6 + 2]), tonumber(A[a + 6 + 1])
+    local held = redis.call('ZRANGE', held_key, 0, -1, 'WITHSCORES')
+    local count, abandoned = #held / 2, 0
+    for i = 1, #held, 2 do
+      if tonumber(held[i + 1]) <= now or count >= most then
+        redis.call('ZREM', held_key, held[i])
+        count = count - 1
+        if string.sub(held[i], 1, 2) == 'c:' then abandoned = abandoned + 1 end
+      end
+    end
+    if abandoned > 0 then
+      redis.call('HINCRBY', K[k + 1], rater .. ':catch', abandoned)
+      redis.call('HINCRBY', K[k + 1], rater .. ':catch_failed', abandoned)
+    end
+    if is_catch then
       redis.call('ZADD', K[k + 4 + 5], A[a + 6 + 2], rater)
     else
       local issued = issue(K, A, k + 4, a + 6)
@@ -110,6 +130,12 @@ local function next_question(K, A, k, a)
     return {done}
   end
   local doc = cjson.decode(question)
+  local m = tonumber(A[a + 6 + 5])
+  local held_key = K[k + 4 + 6 + m + 1]
+  local member = doc['qid']
+  if is_catch then member = 'c:' .. member end
+  redis.call('ZADD', held_key, A[a + 6 + 1], member)
+  redis.call('EXPIRE', held_key, math.ceil(tonumber(A[a + 6 + 1]) - tonumber(A[a + 6 + 2])) + 60)
   local shown = doc['items']
   if doc['kind'] ~= 'rating' then
     shown = {doc['head']}
@@ -262,13 +288,15 @@ class NextQuestion:
 
 def next_request(study_id: str, config: StudyConfig, n_items: int, rater: str, now: float, expires_at: float,
                  stop_flagged: bool, max_per_rater: int | None, budget: int | None,
-                 catch: dict | None = None) -> NextRequest:
-    """Keys and arguments to issue ``rater``'s next question (``catch``: this attention check instead)."""
+                 catch: dict | None = None, max_outstanding: int | None = None) -> NextRequest:
+    """Keys and arguments to issue ``rater``'s next question (``catch``: this attention check instead).
+    ``max_outstanding``: questions the rater may hold unanswered (default: the study's setting)."""
+    most = int(max_outstanding or config.limits.max_outstanding)
     script_keys = [keys.rater_stats(study_id), keys.answers(study_id), keys.items(study_id),
-                   keys.update_scheduled(study_id), *issue_keys(study_id, config)]
+                   keys.update_scheduled(study_id), *issue_keys(study_id, config), keys.outstanding(study_id, rater)]
     args = [rater, "1" if stop_flagged else "0", int(max_per_rater or 0), int(budget or 0),
             json.dumps(catch, sort_keys=True) if catch is not None else "", UPDATE_FLAG_TTL,
-            *issue_args(config, n_items, rater, now, expires_at)]
+            *issue_args(config, n_items, rater, now, expires_at), most]
     return NextRequest(script_keys, args)
 
 

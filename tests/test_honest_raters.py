@@ -1,0 +1,148 @@
+"""Raters cannot earn a code without the work: what the browser receives hides attention checks,
+questions held unanswered are capped and paced by the server, flags and study state apply to
+questions already handed out, and used-token markers outlive any token TTL."""
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+from conftest import answer, colour_items, fetch_question
+
+from workers import keys
+from workers.answers import read_answers
+from workers.config import StudyConfig
+from workers.studies import create_study, set_status
+
+REVEALING = ("catch", "algorithm", "probe", "fallback", "qid")
+
+
+def make_study(conn, study_id="honest", **fields):
+    config = StudyConfig.from_dict({"name": "Honest", "algorithm": "random_triplets", "pool_size": 8, **fields})
+    return create_study(conn, config, colour_items(), study_id=study_id)
+
+
+def readable_parts(token: str) -> str:
+    """Everything a client can decode from a token: each dot-separated part, base64-decoded if it is."""
+    out = []
+    for part in token.split("."):
+        padded = part + "=" * (-len(part) % 4)
+        try:
+            out.append(base64.urlsafe_b64decode(padded).decode("utf-8", errors="replace"))
+        except ValueError:
+            pass
+        out.append(part)
+    return "\n".join(out)
+
+
+def stats_of(conn, study_id, rater):
+    raw = conn.hgetall(keys.rater_stats(study_id))
+    return {k.decode().rsplit(":", 1)[1]: v.decode() for k, v in raw.items() if k.decode().startswith(rater + ":")}
+
+
+def test_item4_nothing_the_browser_receives_names_the_check_or_the_algorithm(client, conn):
+    make_study(conn, attention={"rate": 1.0})
+    client.get("/s/honest?rater=r-bot")
+    response = client.get("/api/studies/honest/questions/next")
+    body = response.get_data(as_text=True)
+    question = response.get_json()["question"]
+    decoded = readable_parts(question["token"])
+    for word in REVEALING:
+        assert word not in decoded, word
+        assert f'"{word}"' not in body, word
+    # the head's index appears only where the page shows it, not as a hidden expected answer
+    assert '"head"' not in decoded and "head" not in decoded
+
+
+def test_item4_the_token_still_carries_the_question_to_the_server(client, conn):
+    make_study(conn, attention={"rate": 1.0})
+    client.get("/s/honest?rater=r-honest")
+    question = fetch_question(client, "honest")
+    head = question["head"]["index"]
+    assert answer(client, question, choice=head, study_id="honest").status_code == 201
+    [stored] = read_answers(conn, "honest")
+    assert stored.algorithm == "catch" and "catch_pass" in stored.flags
+
+
+def test_item4_abandoned_catch_trials_count_as_failed(client, conn):
+    make_study(conn, attention={"rate": 1.0, "min_checks": 2, "max_failure_share": 0.0},
+               limits={"max_outstanding": 2})
+    client.get("/s/honest?rater=r-skipper")
+    held = [fetch_question(client, "honest") for _ in range(4)]  # asks again instead of answering
+    stats = stats_of(conn, "honest", "r-skipper")
+    assert stats.get("catch") == "2" and stats.get("catch_failed") == "2"
+    # the next answer applies the flag rule: two checks, both failed (abandoned)
+    assert answer(client, held[-1], choice=held[-1]["head"]["index"], study_id="honest").status_code == 201
+    assert stats_of(conn, "honest", "r-skipper").get("flagged") == "1"
+
+
+def test_item5_at_most_max_outstanding_questions_are_answerable(client, conn):
+    make_study(conn, limits={"max_outstanding": 2})
+    client.get("/s/honest?rater=r-pre")
+    held = [fetch_question(client, "honest") for _ in range(5)]
+    codes = [answer(client, q, study_id="honest").status_code for q in held]
+    assert codes == [410, 410, 410, 201, 201]
+    assert len(read_answers(conn, "honest")) == 2
+
+
+def test_item5_a_burst_of_held_answers_is_too_fast(client, conn):
+    make_study(conn, limits={"min_response_ms": 500, "max_outstanding": 2})
+    client.get("/s/honest?rater=r-burst")
+    held = [fetch_question(client, "honest") for _ in range(2)]
+    time.sleep(0.6)
+    for q in held:
+        assert answer(client, q, study_id="honest", response_ms=900).status_code == 201
+    flags = [a.flags for a in read_answers(conn, "honest")]
+    assert flags == ["", "too_fast"]  # the second came milliseconds after the first
+    assert stats_of(conn, "honest", "r-burst").get("too_fast") == "1"
+
+
+def test_item5_a_paced_rater_is_not_flagged(client, conn):
+    make_study(conn, limits={"min_response_ms": 200})
+    client.get("/s/honest?rater=r-calm")
+    question = fetch_question(client, "honest")
+    for _ in range(3):
+        time.sleep(0.25)
+        response = answer(client, question, study_id="honest")
+        assert response.status_code == 201
+        question = response.get_json()["next"]
+    assert all(a.flags == "" for a in read_answers(conn, "honest"))
+
+
+def test_item7_a_flagged_stopped_raters_held_questions_are_refused(client, conn):
+    make_study(conn, attention={"rate": 0.0, "stop_flagged": True}, limits={"max_outstanding": 3})
+    client.get("/s/honest?rater=r-flagged")
+    held = [fetch_question(client, "honest") for _ in range(3)]
+    conn.hset(keys.rater_stats("honest"), "r-flagged:flagged", 1)
+    for q in held:
+        response = answer(client, q, study_id="honest")
+        assert response.status_code == 409 and response.get_json()["error"]["code"] == "rater_stopped"
+    assert read_answers(conn, "honest") == []
+
+
+def test_item7_paused_and_closed_studies_refuse_earlier_tokens(client, conn):
+    make_study(conn, limits={"max_outstanding": 3})
+    client.get("/s/honest?rater=r-late")
+    held = [fetch_question(client, "honest") for _ in range(2)]
+    for status, q in zip(("paused", "closed"), held, strict=True):
+        set_status(conn, "honest", status)
+        response = answer(client, q, study_id="honest")
+        assert response.status_code == 409 and response.get_json()["error"]["code"] == "study_closed"
+    assert read_answers(conn, "honest") == []
+
+
+def test_item8_used_token_markers_outlive_the_longest_token_ttl(client, conn):
+    make_study(conn, attention={"rate": 1.0})
+    client.get("/s/honest?rater=r-twice")
+    question = fetch_question(client, "honest")
+    assert answer(client, question, choice=question["head"]["index"], study_id="honest").status_code == 201
+    [stored] = read_answers(conn, "honest")
+    marker_ttl = conn.ttl(keys.used_token("honest", stored.qid))
+    assert marker_ttl > 7 * 24 * 3600  # the schema's longest token_ttl_seconds
+    # the researcher raises the TTL on the running study: the same token is still answered once
+    raw = json.loads(conn.hget(keys.study("honest"), "config"))
+    raw["token_ttl_seconds"] = 7 * 24 * 3600
+    conn.hset(keys.study("honest"), "config", json.dumps(raw))
+    again = answer(client, question, choice=question["head"]["index"], study_id="honest")
+    assert again.status_code == 409
+    assert len(read_answers(conn, "honest")) == 1
