@@ -370,17 +370,18 @@ def add_items_command(study_id: str, items_path: Path):
 
 @main.command()
 @click.argument("study_id")
-@click.option("--what", type=click.Choice(["answers", "triplets", "raters", "graph", "forest", "model"]),
+@click.option("--what", type=click.Choice(["answers", "triplets", "raters", "graph", "forest", "model", "embedding"]),
               default="answers",
               show_default=True, help="answers: one row per answer; triplets: cblearn list-order; raters: one row per "
               "rater (checks, flags, skips, debrief answers); graph: the learned "
               "nearest-neighbour graph; forest: a comparison forest (docs/forest-schema.md) or SimForest; model: a "
-              "model made by 'proxima train' (with --model).")
+              "model made by 'proxima train' (with --model); embedding: an embedding learner's coordinates "
+              "(docs/exports.md).")
 @click.option("--format", "fmt", type=click.Choice(["csv", "jsonl", "json", "graphml"]), default=None,
               help="answers: csv (default) or jsonl; triplets and raters: csv; graph: json (default), csv or graphml; "
-              "forest and model: json.")
+              "forest and model: json; embedding: csv (default) or json.")
 @click.option("--algorithm", default=None, metavar="LABEL",
-              help="Which algorithm's graph or forest (default: the study's first that has one).")
+              help="Which algorithm's graph, forest or embedding (default: the study's first that has one).")
 @click.option("--model", default=None, type=click.Choice(MODEL_NAMES),
               help="Which trained model to export with --what model.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
@@ -392,7 +393,7 @@ def export(study_id: str, what: str, fmt: str | None, algorithm: str | None, mod
     from workers.exports import export as make_export
 
     fmt = fmt or {"answers": "csv", "triplets": "csv", "raters": "csv", "graph": "json", "forest": "json",
-                  "model": "json"}[what]
+                  "model": "json", "embedding": "csv"}[what]
     with redis_connection() as conn:
         try:
             result = make_export(conn, study_id, what, fmt, algorithm, model=model)

@@ -290,6 +290,15 @@ class Learner:
         nan = np.full(neighbors.shape, np.nan)
         return Graph(neighbors, np.zeros(n_all, bool), nan, nan, nan, np.zeros(neighbors.shape, np.int64))
 
+    def embedding(self) -> np.ndarray | None:
+        """The learned coordinates (n_items, dim) of an embedding learner, None before its first fit
+        (read from ``embedding()`` or the fitted attribute ``embedding_``)."""
+        if self.entry.learns != "embedding":
+            return None
+        get = getattr(self.planner, "embedding", None)
+        X = get() if callable(get) else getattr(self.planner, "embedding_", None)
+        return None if X is None else np.asarray(X, dtype=np.float64)
+
     def summary(self) -> dict:
         """What the dashboard shows of a learner: its progress and each item's current neighbour."""
         first = self.graph().neighbors[:, 0]

@@ -1,7 +1,7 @@
 """Every export of a study, used alike by ``proxima export`` and the dashboard: answers (CSV,
 JSONL), triplets (cblearn list-order), raters (CSV: checks, flags, skips, debriefs), the learned
-nearest-neighbour graph (JSON, CSV edge list, GraphML) and comparison forests (JSON,
-docs/forest-schema.md). Also triplet import.
+nearest-neighbour graph (JSON, CSV edge list, GraphML), comparison forests (JSON,
+docs/forest-schema.md) and embeddings (CSV, JSON; docs/exports.md). Also triplet import.
 
 Functions return text chunks so large studies stream. Must never import Flask.
 """
@@ -18,7 +18,7 @@ import networkx as nx
 
 from . import answers as answer_log
 from . import engine_state, keys
-from .engines import FOREST_ALGORITHMS, IMPORTED, Learner
+from .engines import EMBEDDING_ALGORITHMS, FOREST_ALGORITHMS, IMPORTED, Learner
 from .queue import schedule_update
 from .studies import StudyError, get_items, get_study, initial_item_count
 
@@ -33,6 +33,8 @@ FORMATS = {
     ("forest", "json"): ("application/json", "json"),
     ("model", "json"): ("application/json", "json"),
     ("raters", "csv"): ("text/csv", "csv"),
+    ("embedding", "csv"): ("text/csv", "csv"),
+    ("embedding", "json"): ("application/json", "json"),
 }
 GRAPH_CSV_COLUMNS = ("source", "target", "source_index", "target_index", "rank", "estimate", "lower", "upper",
                      "samples", "certified")
@@ -51,7 +53,8 @@ class Export:
 
 def _learner(conn, study, algorithm: str | None, want: str) -> Learner:
     """The learner to export: the named algorithm, else the study's first that can give ``want``."""
-    fits = {"graph": lambda a: True, "forest": lambda a: a.algorithm in FOREST_ALGORITHMS}[want]
+    fits = {"graph": lambda a: True, "forest": lambda a: a.algorithm in FOREST_ALGORITHMS,
+            "embedding": lambda a: a.algorithm in EMBEDDING_ALGORITHMS}[want]
     choices = [a for a in study.config.algorithms if fits(a)]
     if algorithm is not None:
         alg = study.config.get_algorithm(algorithm)
@@ -142,11 +145,36 @@ def forest_document(conn, study_id: str, algorithm: str | None = None) -> dict:
     return doc
 
 
+def embedding_document(conn, study_id: str, algorithm: str | None = None) -> dict:
+    """The learned embedding: ``{"study", "algorithm", "method", "dim", "items", "coordinates"
+    (one row of ``dim`` numbers per item, in item order), "fit" (the learner's progress: answers,
+    fits, ...)}``. Coordinates are defined up to rotation, reflection, shift and scale."""
+    study = get_study(conn, study_id)
+    learner = _learner(conn, study, algorithm, "embedding")
+    X = learner.embedding()
+    if X is None:
+        raise ExportError(f"algorithm '{learner.label}' has not fitted an embedding yet (too few answers)")
+    ids = [item.id for item in get_items(conn, study_id)][: len(X)]
+    return {"study": study.id, "algorithm": learner.label, "method": learner.algorithm.algorithm,
+            "dim": int(X.shape[1]), "created_at": time.time(), "items": ids,
+            "coordinates": [[_number(v) for v in row] for row in X.tolist()],
+            "fit": learner.progress()}
+
+
+def embedding_csv(doc: dict):
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["item", *(f"x{d + 1}" for d in range(doc["dim"]))])
+    for item, row in zip(doc["items"], doc["coordinates"], strict=True):
+        writer.writerow([item, *("" if v is None else repr(v) for v in row)])
+    yield buf.getvalue()
+
+
 def export(conn, study_id: str, what: str, fmt: str, algorithm: str | None = None, model: str | None = None
            ) -> Export:
     """One export of a study; raises ExportError (or StudyNotFound) saying what was wrong.
 
-    ``algorithm`` picks the learner for graph and forest exports; ``model`` the trained model
+    ``algorithm`` picks the learner for graph, forest and embedding exports; ``model`` the trained model
     (smerf, treerank, ranking_forest, simforest) for ``what="model"``."""
     if (what, fmt) not in FORMATS:
         offered = ", ".join(f"{w} as {f}" for w, f in FORMATS)
@@ -172,6 +200,9 @@ def export(conn, study_id: str, what: str, fmt: str, algorithm: str | None = Non
             chunks = graph_csv(doc)
         else:
             chunks = [graph_graphml(doc, get_items(conn, study_id))]
+    elif what == "embedding":
+        doc = embedding_document(conn, study_id, algorithm)
+        chunks = [json.dumps(doc, indent=1)] if fmt == "json" else embedding_csv(doc)
     elif what == "raters":
         from .raters import export_raters_csv
 

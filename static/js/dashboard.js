@@ -387,4 +387,32 @@
   setInterval(refresh, 3000);
   setInterval(refreshGraph, 10000);
   setInterval(refreshRaters, 10000);
+
+  // Embedding scatter: the learned coordinates (first two dimensions), fetched from the export.
+  async function drawEmbeddings() {
+    for (const fig of document.querySelectorAll("figure.embedding-plot")) {
+      const svg = fig.querySelector("svg.embedding-scatter");
+      const status = fig.querySelector(".embedding-status");
+      let doc;
+      try {
+        const response = await fetch(fig.dataset.url, { credentials: "same-origin" });
+        if (!response.ok) { status.textContent = "no embedding fitted yet"; continue; }
+        doc = await response.json();
+      } catch (err) { status.textContent = "could not load the embedding"; continue; }
+      const pts = doc.coordinates.map((c) => [c[0] || 0, c.length > 1 ? c[1] || 0 : 0]);
+      const xs = pts.map((p) => p[0]), ys = pts.map((p) => p[1]);
+      const [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+      const sx = (x) => 20 + 440 * (x1 > x0 ? (x - x0) / (x1 - x0) : 0.5);
+      const sy = (y) => 340 - 320 * (y1 > y0 ? (y - y0) / (y1 - y0) : 0.5);
+      while (svg.firstChild) svg.removeChild(svg.firstChild);
+      pts.forEach((p, i) => {
+        const c = el("circle", { cx: sx(p[0]), cy: sy(p[1]), r: 5, class: "node", fill: "#2857c5" }, svg);
+        const title = document.createElementNS(SVG, "title");
+        title.textContent = doc.items[i];
+        c.appendChild(title);
+      });
+      status.textContent = `${pts.length} items, ${doc.dim} dimension(s), ${doc.fit.answers} answers`;
+    }
+  }
+  drawEmbeddings();
 })();
