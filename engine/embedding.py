@@ -11,7 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize
 
-from .utils import check_n_items, check_random_state
+from .graph import NO_NEIGHBOR, NeighborGraph
+from .random_triplets import check_triplet_answers
+from .utils import check_n_items, check_random_state, generator_from_state, generator_state
 
 KERNELS = ("ste", "tste")
 
@@ -190,3 +192,301 @@ def select_embedding(triplets, n_items: int, dims=(2, 3, 5, 8), kernels=("ste", 
     acc, kernel, dim = best
     X = fit_embedding(t, n, dim=dim, kernel=kernel, random_state=seed, **fit_params)
     return EmbeddingChoice(X, dim, kernel, acc, scores)
+
+
+# ---------------------------------------------------------------------------- planners
+def _answers_to_triplets(answers: np.ndarray) -> np.ndarray:
+    """``(head, a, b, winner)`` rows -> ``(head, winner, loser)`` rows."""
+    h, a, b, w = answers.T
+    return np.column_stack([h, w, np.where(w == a, b, a)])
+
+
+class EmbeddingLearner:
+    """Uniformly random triplets + a t-STE (or STE) embedding: the NEXT/Salmon-style peer.
+
+    Asks uniformly random distinct (head, a, b), keeps every answer, and fits the embedding
+    with warm starts. Fitting is lazy: it happens when the graph or embedding is wanted and the
+    answers grew by at least ``max(refit_min, refit_share · answers at the last fit)`` since the
+    last fit, so a live worker asking for the graph after every small batch stays cheap.
+    ``dim=2`` by default: on the alien eggs (1-D truth) and the material triplets, held-out
+    triplet accuracy of 2-D was within a point of the best dimension while needing the fewest
+    answers to settle (benchmarks/README.md, embedding section).
+
+    Parameters
+    ----------
+    n_items : int
+    random_state : None, int or numpy Generator
+    kernel : "tste" or "ste"
+    dim : int, embedding dimension
+    refit_share, refit_min : laziness of the refits (see above)
+    """
+
+    VERSION = 1
+
+    def __init__(self, n_items: int, random_state=None, kernel: str = "tste", dim: int = 2,
+                 refit_share: float = 0.1, refit_min: int | None = None, l2: float = 1e-3):
+        self.n_items = check_n_items(n_items)
+        self.random_state = random_state
+        self.kernel = kernel
+        self.dim = int(dim)
+        if self.dim < 1:
+            raise ValueError(f"dim must be a positive integer, got {dim}")
+        self.alpha_ = _check_kernel(kernel, None, self.dim)
+        if refit_share < 0:
+            raise ValueError(f"refit_share must be >= 0, got {refit_share}")
+        self.refit_share = float(refit_share)
+        self.refit_min = self.n_items if refit_min is None else int(refit_min)
+        self.l2 = float(l2)
+        self.rng_ = check_random_state(random_state)
+        # the first fit's start is drawn once, so when a refit happens never changes the questions
+        self.fit_seed_ = int(self.rng_.integers(2**31))
+        self.answers_ = np.empty((0, 4), np.int64)
+        self.embedding_ = None
+        self.fitted_answers_ = 0
+        self.n_fits_ = 0
+        self.n_planned_ = 0
+
+    # -- parameters the state keeps
+    def _params(self) -> dict:
+        return {"kernel": self.kernel, "dim": self.dim, "refit_share": self.refit_share,
+                "refit_min": self.refit_min, "l2": self.l2}
+
+    def _random_questions(self, budget: int) -> np.ndarray:
+        n, rng = self.n_items, self.rng_
+        heads = rng.integers(n, size=budget)
+        a = rng.integers(n - 1, size=budget)
+        a = a + (a >= heads)
+        b = rng.integers(n - 2, size=budget)
+        lo, hi = np.minimum(heads, a), np.maximum(heads, a)
+        b = b + (b >= lo)
+        b = b + (b >= hi)
+        return np.column_stack([heads, a, b])
+
+    def next_questions(self, budget: int) -> list[tuple[int, int, int]]:
+        budget = int(budget)
+        if budget <= 0:
+            return []
+        q = self._random_questions(budget)
+        self.n_planned_ += budget
+        return [tuple(map(int, row)) for row in q]
+
+    def observe(self, answers) -> None:
+        arr = check_triplet_answers(answers, self.n_items)
+        if len(arr):
+            self.answers_ = np.concatenate([self.answers_, arr])
+
+    def forget(self, questions) -> None:
+        """Nothing to release: random questions are fresh, none is reserved."""
+
+    @property
+    def done(self) -> bool:
+        """Never: an embedding has no certificate, the study's budget stops it."""
+        return False
+
+    def _stale(self) -> bool:
+        new = len(self.answers_) - self.fitted_answers_
+        if new <= 0:
+            return False
+        return self.embedding_ is None or new >= max(self.refit_min, self.refit_share * self.fitted_answers_)
+
+    def refit(self) -> np.ndarray:
+        """Fit now on every answer so far (warm started from the previous fit)."""
+        self.embedding_ = fit_embedding(
+            _answers_to_triplets(self.answers_), self.n_items, dim=self.dim, kernel=self.kernel,
+            alpha=self.alpha_, init=self.embedding_, l2=self.l2, random_state=self.fit_seed_)
+        self.fitted_answers_ = len(self.answers_)
+        self.n_fits_ += 1
+        return self.embedding_
+
+    def embedding(self) -> np.ndarray | None:
+        """The current embedding (n_items, dim), refitted if stale; None before any answer."""
+        if self._stale():
+            self.refit()
+        return None if self.embedding_ is None else self.embedding_.copy()
+
+    def neighbor_graph(self, k: int = 1) -> NeighborGraph:
+        """Nearest points of the embedding; ``estimates`` embedding distances, ``samples`` the
+        answers with that head. Items in no answer yet (their point is arbitrary) get -1."""
+        k = int(k)
+        if not 1 <= k < self.n_items:
+            raise ValueError(f"k must lie in 1..{self.n_items - 1}, got {k}")
+        X = self.embedding()
+        if X is None:
+            return NeighborGraph.from_neighbors(np.full((self.n_items, k), NO_NEIGHBOR, np.int64))
+        nb = embedding_neighbors(X, k)
+        rows = np.arange(self.n_items)[:, None]
+        est = np.sqrt(_sq_dists(X)[rows, nb])
+        seen = np.bincount(self.answers_[:, :3].ravel(), minlength=self.n_items) > 0
+        nb = np.where(seen[:, None] & seen[nb], nb, NO_NEIGHBOR)
+        per_head = np.bincount(self.answers_[:, 0], minlength=self.n_items)
+        samples = np.repeat(per_head[:, None], k, axis=1)
+        return NeighborGraph.from_neighbors(nb, estimates=est, samples=samples)
+
+    def result(self) -> np.ndarray | None:
+        return self.embedding()
+
+    def train_accuracy(self) -> float:
+        X = self.embedding()
+        if X is None:
+            return float("nan")
+        return triplet_accuracy(X, _answers_to_triplets(self.answers_))
+
+    def progress(self) -> dict:
+        return {
+            "answers": int(len(self.answers_)),
+            "questions_issued": int(self.n_planned_),
+            "done": False,
+            "items_certified": 0,
+            "fits": int(self.n_fits_),
+            "dim": self.dim,
+            "kernel": self.kernel,
+            "train_accuracy": self.train_accuracy(),
+        }
+
+    def to_state(self) -> dict:
+        return {
+            "class": type(self).__name__,
+            "version": self.VERSION,
+            "n_items": self.n_items,
+            "params": self._params(),
+            "answers": self.answers_.copy(),
+            "embedding": None if self.embedding_ is None else self.embedding_.copy(),
+            "rng": generator_state(self.rng_),
+            "fit_seed": self.fit_seed_,
+            "fitted_answers": int(self.fitted_answers_),
+            "n_fits": int(self.n_fits_),
+            "n_planned": int(self.n_planned_),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict):
+        if state.get("class") != cls.__name__ or state.get("version") != cls.VERSION:
+            raise ValueError(
+                f"state is of {state.get('class')} v{state.get('version')}, not {cls.__name__} v{cls.VERSION}"
+            )
+        planner = cls(int(state["n_items"]), **state["params"])
+        planner.rng_ = generator_from_state(state["rng"])
+        planner.fit_seed_ = int(state["fit_seed"])
+        planner.answers_ = np.array(state["answers"], dtype=np.int64).reshape(-1, 4)
+        emb = state.get("embedding")
+        planner.embedding_ = None if emb is None else np.array(emb, dtype=np.float64)
+        planner.fitted_answers_ = int(state["fitted_answers"])
+        planner.n_fits_ = int(state["n_fits"])
+        planner.n_planned_ = int(state["n_planned"])
+        planner._restore_extra(state)
+        return planner
+
+    def _restore_extra(self, state: dict) -> None:
+        """Hook for subclasses with more state."""
+
+
+class ActiveEmbedding(EmbeddingLearner):
+    """Embedding learner that, after a random warm-up, asks the most informative triplets.
+
+    After ``warmup`` answers (default 5 · n_items · dim) of uniformly random triplets, each
+    question takes the least-asked head (answers + pending; ties in a random order), draws
+    ``n_candidates`` random pairs (a, b) and asks the one of highest score
+    p·(1 − p) · w, where p = P(head closer to a) under the current fit (uncertainty sampling
+    as in NEXT's STE-based triplet app, Jamieson et al. 2015) and w = 1 / (1 + r / r0) with r
+    the smaller embedding-distance rank of a or b from the head and r0 = max(1, n/20): like
+    Salmon's adaptive round robin (Sievert et al. 2023), which goes round the heads and scores
+    random candidate pairs under the current embedding, but weighting the uncertain pairs by
+    how plausible a neighbour they hold, since only the near end of each head matters for a
+    neighbour graph. Questions within one call are distinct.
+    """
+
+    VERSION = 1
+
+    def __init__(self, n_items: int, random_state=None, kernel: str = "tste", dim: int = 2,
+                 refit_share: float = 0.1, refit_min: int | None = None, l2: float = 1e-3,
+                 warmup: int | None = None, n_candidates: int = 50):
+        super().__init__(n_items, random_state=random_state, kernel=kernel, dim=dim,
+                         refit_share=refit_share, refit_min=refit_min, l2=l2)
+        self.warmup = 5 * self.n_items * self.dim if warmup is None else int(warmup)
+        self.n_candidates = int(n_candidates)
+        if self.n_candidates < 1:
+            raise ValueError(f"n_candidates must be >= 1, got {n_candidates}")
+        self.pending_ = np.zeros(self.n_items, np.int64)
+
+    def _params(self) -> dict:
+        return {**super()._params(), "warmup": self.warmup, "n_candidates": self.n_candidates}
+
+    def next_questions(self, budget: int) -> list[tuple[int, int, int]]:
+        budget = int(budget)
+        if budget <= 0:
+            return []
+        n_random = max(0, min(budget, self.warmup - len(self.answers_) - int(self.pending_.sum())))
+        out = [tuple(map(int, q)) for q in self._random_questions(n_random)]
+        for h, _, _ in out:
+            self.pending_[h] += 1
+        if budget > n_random:
+            out += self._active_questions(budget - n_random, set(out))
+        self.n_planned_ += len(out)
+        return out
+
+    def _active_questions(self, budget: int, taken: set) -> list[tuple[int, int, int]]:
+        X = self.embedding()
+        if X is None:  # warm-up of 0 and no answer yet: nothing to score with
+            q = [tuple(map(int, r)) for r in self._random_questions(budget)]
+            for h, _, _ in q:
+                self.pending_[h] += 1
+            return q
+        n, c = self.n_items, self.n_candidates
+        D2 = _sq_dists(X)
+        np.fill_diagonal(D2, np.inf)
+        rank = np.empty((n, n), np.int64)
+        rank[np.arange(n)[:, None], np.argsort(D2, axis=1, kind="stable")] = np.arange(n)
+        r0 = max(1.0, n / 20.0)
+        asked = np.bincount(self.answers_[:, 0], minlength=n) + self.pending_
+        out = []
+        for _ in range(budget):
+            # least-asked head, ties in a random order (counts change as questions are issued)
+            tie = self.rng_.random(n)
+            h = int(np.lexsort((tie, asked))[0])
+            a = self.rng_.integers(n - 1, size=c)
+            a = a + (a >= h)
+            b = self.rng_.integers(n - 2, size=c)
+            lo, hi = np.minimum(h, a), np.maximum(h, a)
+            b = b + (b >= lo)
+            b = b + (b >= hi)
+            q = np.column_stack([np.full(c, h), a, b])
+            p = triplet_probabilities(X, q, self.kernel, self.alpha_)
+            w = 1.0 / (1.0 + np.minimum(rank[h, a], rank[h, b]) / r0)
+            score = p * (1.0 - p) * w
+            for j in np.argsort(-score, kind="stable"):
+                cand = (h, int(a[j]), int(b[j]))
+                if cand not in taken and (h, cand[2], cand[1]) not in taken:
+                    break
+            else:
+                cand = (h, int(a[0]), int(b[0]))
+            taken.add(cand)
+            out.append(cand)
+            asked[h] += 1
+            self.pending_[h] += 1
+        return out
+
+    def observe(self, answers) -> None:
+        arr = check_triplet_answers(answers, self.n_items)
+        if len(arr):
+            self.answers_ = np.concatenate([self.answers_, arr])
+            # an answer settles one pending question of its head (if any: it may come from a log)
+            got = np.bincount(arr[:, 0], minlength=self.n_items)
+            self.pending_ = np.maximum(self.pending_ - got, 0)
+
+    def forget(self, questions) -> None:
+        """Release the pending count of questions that will never be answered."""
+        q = np.asarray(list(questions), dtype=np.int64).reshape(-1, 3)
+        if len(q) and (q.min() < 0 or q.max() >= self.n_items):
+            raise ValueError(f"item indices must lie in 0..{self.n_items - 1}")
+        got = np.bincount(q[:, 0], minlength=self.n_items)
+        self.pending_ = np.maximum(self.pending_ - got, 0)
+
+    def progress(self) -> dict:
+        return {**super().progress(), "pending": int(self.pending_.sum()),
+                "active": bool(len(self.answers_) >= self.warmup)}
+
+    def to_state(self) -> dict:
+        return {**super().to_state(), "pending": self.pending_.copy()}
+
+    def _restore_extra(self, state: dict) -> None:
+        self.pending_ = np.array(state["pending"], dtype=np.int64).reshape(self.n_items)

@@ -88,3 +88,95 @@ def test_validation():
         fit_embedding([(0, 1, 9)], 5)
     with pytest.raises(ValueError, match="init"):
         fit_embedding([(0, 1, 2)], 5, init=np.zeros((4, 2)))
+
+
+# ---------------------------------------------------------------------------- planners
+from engine.embedding import ActiveEmbedding, EmbeddingLearner  # noqa: E402
+from engine.graph import PROGRESS_KEYS  # noqa: E402
+from engine.oracles import TripletOracle, neighbor_error  # noqa: E402
+
+PLANNERS = [EmbeddingLearner, ActiveEmbedding]
+
+
+def _drive(planner, oracle, rounds, batch=20):
+    for _ in range(rounds):
+        qs = planner.next_questions(batch)
+        planner.observe(oracle.answer(qs))
+
+
+@pytest.mark.parametrize("cls", PLANNERS)
+def test_planner_learns_neighbours(cls):
+    rng = np.random.default_rng(0)
+    points = rng.random((30, 2))
+    oracle = TripletOracle.from_points(points, random_state=1)
+    planner = cls(30, random_state=0, warmup=300) if cls is ActiveEmbedding else cls(30, random_state=0)
+    g = planner.neighbor_graph(1)
+    assert np.all(g.neighbors == -1)
+    _drive(planner, oracle, 60, batch=50)
+    g = planner.neighbor_graph(2)
+    assert g.neighbors.shape == (30, 2)
+    assert neighbor_error(g.neighbors[:, :1], oracle.distances) < 0.4  # random guessing: ~0.97
+    assert planner.result().shape == (30, 2)
+    prog = planner.progress()
+    assert set(PROGRESS_KEYS) <= set(prog) and prog["answers"] == 3000 and not planner.done
+    assert prog["fits"] >= 1 and prog["train_accuracy"] > 0.9
+
+
+def test_refits_are_lazy():
+    rng = np.random.default_rng(1)
+    oracle = TripletOracle.from_points(rng.random((20, 2)), random_state=0)
+    planner = EmbeddingLearner(20, random_state=0, refit_share=0.5, refit_min=40)
+    planner.observe(oracle.answer(planner.next_questions(100)))
+    planner.neighbor_graph()
+    assert planner.progress()["fits"] == 1
+    planner.observe(oracle.answer(planner.next_questions(45)))  # < 50% of 100
+    planner.neighbor_graph()
+    assert planner.progress()["fits"] == 1
+    planner.observe(oracle.answer(planner.next_questions(5)))
+    planner.neighbor_graph()
+    assert planner.progress()["fits"] == 2
+
+
+@pytest.mark.parametrize("cls", PLANNERS)
+def test_replay_and_state_round_trip(cls):
+    rng = np.random.default_rng(2)
+    oracle = TripletOracle.from_points(rng.random((15, 2)), random_state=0)
+    kw = {"warmup": 60} if cls is ActiveEmbedding else {}
+    p1, p2 = cls(15, random_state=5, **kw), cls(15, random_state=5, **kw)
+    for _ in range(6):
+        q1, q2 = p1.next_questions(20), p2.next_questions(20)
+        assert q1 == q2
+        ans = oracle.answer(q1)
+        p1.observe(ans)
+        p2.observe(ans)
+        p1.neighbor_graph()
+        p2.neighbor_graph()
+    restored = cls.from_state(p1.to_state())
+    assert restored.next_questions(25) == p1.next_questions(25)
+    np.testing.assert_array_equal(restored.neighbor_graph(2).neighbors, p1.neighbor_graph(2).neighbors)
+
+
+def test_active_questions_distinct_and_forget_releases():
+    rng = np.random.default_rng(3)
+    oracle = TripletOracle.from_points(rng.random((12, 2)), random_state=0)
+    planner = ActiveEmbedding(12, random_state=0, warmup=100)
+    planner.observe(oracle.answer(planner.next_questions(100)))
+    assert planner.progress()["pending"] == 0
+    qs = planner.next_questions(60)
+    canon = {(h, min(a, b), max(a, b)) for h, a, b in qs}
+    assert len(canon) == 60
+    assert planner.progress()["pending"] == 60
+    # least-asked heads: 60 questions over 12 heads spread within one of each other
+    heads = np.bincount([h for h, _, _ in qs], minlength=12) + np.bincount(planner.answers_[:, 0], minlength=12)
+    assert heads.max() - heads.min() <= 1
+    planner.forget(qs[:10])
+    assert planner.progress()["pending"] == 50
+
+
+@pytest.mark.parametrize("cls", PLANNERS)
+def test_accepts_answers_never_asked(cls):
+    planner = cls(6, random_state=0)
+    planner.observe([(0, 1, 2, 1), (3, 4, 5, 5)] * 10)
+    assert planner.progress()["answers"] == 20
+    with pytest.raises(ValueError, match="winner"):
+        planner.observe([(0, 1, 2, 3)])
