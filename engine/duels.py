@@ -228,8 +228,10 @@ class CandidateDuels:
                 c = int(c)
                 if c != h and c not in gone and c not in chosen:
                     chosen.append(c)
-            # shortlist order = nearness in the fit (the prior of the duel scores)
-            chosen.sort(key=lambda c, row=D[h]: (row[c], c))
+            if emb is not None:
+                # shortlist order = nearness in the fit (the prior of the duel scores); without
+                # a fit the dueled leaders stay first
+                chosen.sort(key=lambda c, row=D[h]: (row[c], c))
             cands[h, : len(chosen)] = chosen
         self.cands_ = cands
         self.fitted_on_ = self.n_answers_
