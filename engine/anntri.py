@@ -12,7 +12,9 @@ Shapes used throughout (n = ``n_items``):
   confidence interval used is anytime-valid, so the stored bounds are the intersection of
   all intervals seen so far, tightened by the triangle inequality (``engine.triangle``).
 - ``count_``, ``pending_`` : int ndarray of shape (n, n), symmetric: answers observed and
-  questions issued but not yet answered, per pair.
+  questions issued but not yet answered, per pair. With ``symmetric=False`` (head-based
+  estimates for triplet-derived samples) none of these matrices is symmetric: row i holds
+  head i's samples only.
 - Round j finds item j's k nearest neighbours; rounds open in the random order ``order_``.
 """
 from __future__ import annotations
@@ -28,7 +30,7 @@ from .bounds import UNIT_INTERVAL_BOUNDS, check_bound, confidence_interval
 from .graph import NO_NEIGHBOR, NeighborGraph  # noqa: F401  (re-exported: older imports)
 from .utils import check_n_items, check_random_state, generator_from_state, generator_state
 
-STATE_VERSION = 2  # 2 added params['stagger']; version 1 states still load
+STATE_VERSION = 3  # 2 added params['stagger'], 3 params['symmetric']; older states still load
 
 #: ``status_`` values of a round.
 ROUND_WAITING = 0
@@ -204,7 +206,7 @@ class _NeighborGraphPlanner:
 
     def __init__(self, n_items, k=1, delta=0.1, sigma=0.5, bound="lil", triangle=True,
                  max_samples_per_round=None, window=1, random_state=None, full_pass_every=None,
-                 lookahead=0.0, stagger=False):
+                 lookahead=0.0, stagger=False, symmetric=True):
         self.n_items = n_items
         self.k = k
         self.delta = delta
@@ -217,6 +219,7 @@ class _NeighborGraphPlanner:
         self.full_pass_every = full_pass_every
         self.lookahead = lookahead
         self.stagger = stagger
+        self.symmetric = symmetric
 
     # ------------------------------------------------------------------ parameters
     def _check_params(self):
@@ -238,6 +241,13 @@ class _NeighborGraphPlanner:
             raise ValueError(f"lookahead must be a number >= 0, got {self.lookahead!r}")
         if not isinstance(self.stagger, (bool, np.bool_)):
             raise ValueError(f"stagger must be True or False, not {self.stagger!r}")
+        if not isinstance(self.symmetric, (bool, np.bool_)):
+            raise ValueError(f"symmetric must be True or False, not {self.symmetric!r}")
+        if not self.symmetric and self.triangle:
+            # Head-based (asymmetric) estimates are not distances of a metric: triangle
+            # bounds built from them would be invalid and could eliminate the true neighbour.
+            raise ValueError("triangle=True needs symmetric=True: triangle bounds are only valid "
+                             "for a metric; pass triangle=False with symmetric=False")
 
     def _full_pass_period(self) -> int:
         if self.full_pass_every is not None:
@@ -281,7 +291,8 @@ class _NeighborGraphPlanner:
         self._hot_on = False
         # The scalar fast paths: exact SETri (k = 1, one layer per decision), sub-Gaussian
         # bounds (their radius depends on the count only) and float64 bounds.
-        self._fast_ok = (not isinstance(self, RandomSampling) and self.k == 1
+        # Head-based (symmetric=False) estimates take the array paths.
+        self._fast_ok = (not isinstance(self, RandomSampling) and self.k == 1 and self.symmetric
                          and self.bound not in UNIT_INTERVAL_BOUNDS
                          and self.__dict__["_a_upper_"].dtype == np.float64)
         if self._fast_ok:
@@ -398,8 +409,9 @@ class _NeighborGraphPlanner:
         cache = self._active_cache
         dirty = self.dirty_
         triangle = self.triangle
+        sym = self.symmetric
         for p, q, v in rows:
-            i, j = (p, q) if p < q else (q, p)
+            i, j = (p, q) if (p < q or not sym) else (q, p)
             T = int(count[i, j])
             T1 = T + 1
             if T1 >= len(radius):
@@ -415,11 +427,17 @@ class _NeighborGraphPlanner:
                 cache.pop(i, None)
                 cache.pop(j, None)
             pend = max(int(pending[i, j]) - 1, 0)
-            mean[i, j] = mean[j, i] = m1
-            count[i, j] = count[j, i] = T1
-            upper[i, j] = upper[j, i] = hi
-            lower[i, j] = lower[j, i] = lo
-            pending[i, j] = pending[j, i] = pend
+            mean[i, j] = m1
+            count[i, j] = T1
+            upper[i, j] = hi
+            lower[i, j] = lo
+            pending[i, j] = pend
+            if sym:
+                mean[j, i] = m1
+                count[j, i] = T1
+                upper[j, i] = hi
+                lower[j, i] = lo
+                pending[j, i] = pend
             # A cached active set stays exact while only its own arms change (see _decide_1nn).
             if i in cache and j not in cache[i][2]:
                 del cache[i]
@@ -465,7 +483,9 @@ class _NeighborGraphPlanner:
         if self.bound in UNIT_INTERVAL_BOUNDS and (values.min() < 0 or values.max() > 1):
             raise ValueError(f"answers: bound={self.bound!r} needs values in [0, 1]")
         n = self.n_items
-        i, j = np.minimum(a, b), np.maximum(a, b)
+        sym = self.symmetric
+        # Symmetric: one entry per unordered pair, mirrored; head-based: row i only.
+        i, j = (np.minimum(a, b), np.maximum(a, b)) if sym else (a, b)
         keys = i * n + j
         if len(keys) > 1 and len(set(keys.tolist())) < len(keys):
             keys, inverse, adds = np.unique(keys, return_inverse=True, return_counts=True)
@@ -491,7 +511,7 @@ class _NeighborGraphPlanner:
             hi = np.where(crossed, conf_hi, hi)
             lo = np.where(crossed, np.minimum(conf_lo, conf_hi), lo)
         pend = np.maximum(pending_f[flat[:m]] - adds, 0)
-        for half in (flat[:m], flat[m:]):
+        for half in (flat[:m], flat[m:]) if sym else (flat[:m],):
             mean_f[half] = mean
             count_f[half] = T_new
             upper_f[half] = hi
@@ -557,7 +577,8 @@ class _NeighborGraphPlanner:
             if v <= 0:
                 continue
             pending[p, q] = v - 1
-            pending[q, p] = v - 1
+            if self.symmetric:
+                pending[q, p] = v - 1
             if issued[p] > 0:
                 issued[p] -= 1
 
@@ -1018,7 +1039,8 @@ class _NeighborGraphPlanner:
                             reps = min(reps, cap - int(issued[j]))
                     out.extend([(j, a)] * reps)
                     pending[j, a] += reps
-                    pending[a, j] += reps
+                    if self.symmetric:
+                        pending[a, j] += reps
                     issued[j] += reps
                     if cap is not None and issued[j] >= cap:
                         self._close_capped(j)
@@ -1027,6 +1049,46 @@ class _NeighborGraphPlanner:
                 depth += 1
             if len(out) == issued_before or not self._room():
                 break
+        self.n_issued_ += len(out)
+        return out
+
+    def repeat_questions(self, budget: int) -> list[tuple[int, int]]:
+        """Up to ``budget`` repeats for when every useful question is already pending: SETri
+        with questions in flight counted as samples.
+
+        For each open round in turn (round-robin), the undecided arm with the fewest answers
+        + pending questions (ties: the lowest index); the pair is issued (pending, counted
+        towards the round's cap) even if it is already pending, so raters get a useful repeat
+        rather than a uniformly random fallback. Rounds at ``max_samples_per_round`` are
+        skipped; returns ``[]`` when no round is open.
+        """
+        self._ensure_state()
+        budget = _check_positive_int("budget", budget, minimum=0)
+        cap = self.max_samples_per_round
+        rounds = []
+        for j in np.flatnonzero(self.status_ == ROUND_OPEN).tolist():
+            undecided = self._decide_round(j)  # None once the round is closed
+            if undecided is not None:
+                arms = np.asarray(undecided, dtype=np.int64)
+                arms = arms[arms != j]
+                if len(arms):
+                    rounds.append((j, arms))
+        count, pending, issued = self.count_, self.pending_, self.round_issued_
+        out: list[tuple[int, int]] = []
+        while len(out) < budget and rounds:
+            for entry in list(rounds):
+                j, arms = entry
+                if len(out) >= budget:
+                    break
+                if cap is not None and issued[j] >= cap:
+                    rounds.remove(entry)
+                    continue
+                a = int(arms[np.argmin(count[j, arms] + pending[j, arms])])
+                out.append((j, a))
+                pending[j, a] += 1
+                if self.symmetric:
+                    pending[a, j] += 1
+                issued[j] += 1
         self.n_issued_ += len(out)
         return out
 
@@ -1115,7 +1177,7 @@ class _NeighborGraphPlanner:
         st = self.status_
         n = self.n_items
         per_item = self.count_.sum(axis=1)
-        pending = int(self.pending_.sum()) // 2
+        pending = int(self.pending_.sum()) // (2 if self.symmetric else 1)
         return {
             "n_items": n,
             "k": int(self.k),
@@ -1153,6 +1215,7 @@ class _NeighborGraphPlanner:
             "full_pass_every": None if self.full_pass_every is None else int(self.full_pass_every),
             "lookahead": float(self.lookahead),
             "stagger": bool(self.stagger),
+            "symmetric": bool(self.symmetric),
         }
 
     _ARRAYS = ("mean_", "count_", "pending_", "upper_", "lower_", "order_", "status_",
@@ -1192,7 +1255,7 @@ class _NeighborGraphPlanner:
     @classmethod
     def from_state(cls, state: dict):
         """Rebuild a planner saved by :meth:`to_state` (it continues exactly where it was)."""
-        if state.get("version") not in (1, STATE_VERSION):
+        if state.get("version") not in (1, 2, STATE_VERSION):
             raise ValueError(f"unsupported state version {state.get('version')!r}")
         if state.get("class") != cls.__name__:
             raise ValueError(f"state of a {state.get('class')!r}, not of a {cls.__name__}")
@@ -1259,6 +1322,14 @@ class ANNTri(_NeighborGraphPlanner):
         anything is known; staggered, each new round starts from the rows already sampled
         and the window still grows to its size as rounds get going (benchmark 2). Not the
         paper's algorithm (the paper has window 1, where it changes nothing).
+    symmetric : bool, default True (a distance: Q(i, j) and Q(j, i) estimate the same
+        number and are pooled, as in the paper). ``False`` keeps head-based estimates for
+        samples that are not symmetric, such as triplet-derived ones ("is i more like j or a
+        random k?" depends on which item is the head): an answer ``(i, j, v)`` updates row
+        i only (head i's estimate of j), round i reads row i only and nothing is shared by
+        symmetry. Needs ``triangle=False`` (such quantities are not a metric, so triangle
+        bounds would be invalid); runs on the array paths (no scalar fast path). See
+        :data:`DERIVED_DEFAULTS`.
     """
 
 
@@ -1267,11 +1338,11 @@ class ANN(ANNTri):
 
     def __init__(self, n_items, k=1, delta=0.1, sigma=0.5, bound="lil",
                  max_samples_per_round=None, window=1, random_state=None, full_pass_every=None,
-                 lookahead=0.0, stagger=False):
+                 lookahead=0.0, stagger=False, symmetric=True):
         super().__init__(n_items, k=k, delta=delta, sigma=sigma, bound=bound, triangle=False,
                          max_samples_per_round=max_samples_per_round, window=window,
                          random_state=random_state, full_pass_every=full_pass_every,
-                         lookahead=lookahead, stagger=stagger)
+                         lookahead=lookahead, stagger=stagger, symmetric=symmetric)
 
 
 class RandomSampling(_NeighborGraphPlanner):
@@ -1285,11 +1356,11 @@ class RandomSampling(_NeighborGraphPlanner):
 
     def __init__(self, n_items, k=1, delta=0.1, sigma=0.5, bound="lil",
                  max_samples_per_round=None, window=1, random_state=None, full_pass_every=None,
-                 lookahead=0.0, stagger=False):
+                 lookahead=0.0, stagger=False, symmetric=True):
         super().__init__(n_items, k=k, delta=delta, sigma=sigma, bound=bound, triangle=False,
                          max_samples_per_round=max_samples_per_round, window=window,
                          random_state=random_state, full_pass_every=full_pass_every,
-                         lookahead=lookahead, stagger=stagger)
+                         lookahead=lookahead, stagger=stagger, symmetric=symmetric)
 
     def _settle(self):
         pass
@@ -1315,7 +1386,8 @@ class RandomSampling(_NeighborGraphPlanner):
         j = self.rng_.integers(n - 1, size=budget)
         j = j + (j >= i)
         np.add.at(self.pending_, (i, j), 1)
-        np.add.at(self.pending_, (j, i), 1)
+        if self.symmetric:
+            np.add.at(self.pending_, (j, i), 1)
         self.n_issued_ += budget
         return [(int(a), int(b)) for a, b in zip(i.tolist(), j.tolist(), strict=False)]
 

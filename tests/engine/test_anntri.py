@@ -153,23 +153,27 @@ def test_state_holds_only_arrays_and_json_values():
     planner = ANNTri(10, random_state=3)
     planner.observe([(0, 1, 0.5)])
     state = planner.to_state()
-    assert state["version"] == 2 and state["class"] == "ANNTri"
+    assert state["version"] == 3 and state["class"] == "ANNTri"
     plain = {k: v for k, v in state.items() if not isinstance(v, np.ndarray)}
     json.dumps(plain)
     assert planner_from_state(ANN(5).to_state()).__class__ is ANN
 
 
-def test_version_1_states_without_stagger_still_load_and_continue_alike():
+@pytest.mark.parametrize("version", [1, 2])
+def test_older_states_still_load_and_continue_alike(version):
     X, _ = circle_clusters(n_clusters=3, cluster_size=5, random_state=2)
     oracle = PointsOracle(X, noise=0.05, random_state=2)
     planner = ANNTri(len(X), sigma=0.05, window=3, random_state=2)
     for _ in range(20):
         planner.observe(oracle.answer(planner.next_questions(6)))
     old = planner.to_state()
-    old["version"] = 1
-    del old["params"]["stagger"]  # what version 1 wrote
+    old["version"] = version
+    del old["params"]["symmetric"]  # what versions 1 and 2 wrote
+    if version == 1:
+        del old["params"]["stagger"]
     restored = planner_from_state(old)
-    assert restored.stagger is False and restored.to_state()["version"] == 2
+    assert restored.stagger is False and restored.symmetric is True
+    assert restored.to_state()["version"] == 3
     for _ in range(30):
         qs = planner.next_questions(6)
         assert restored.next_questions(6) == qs
@@ -177,7 +181,7 @@ def test_version_1_states_without_stagger_still_load_and_continue_alike():
         planner.observe(answers)
         restored.observe(answers)
     with pytest.raises(ValueError, match="version"):
-        planner_from_state({**old, "version": 3})
+        planner_from_state({**old, "version": 4})
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -603,3 +607,144 @@ def test_scalar_fast_paths_ask_and_learn_exactly_what_the_array_paths_do(seed, w
         assert np.array_equal(getattr(fast, name), getattr(slow, name)), name
     assert fast.progress() == slow.progress()
     assert list(fast.dirty_) == list(slow.dirty_)
+
+
+# ---------------------------------------------------------------- head-based (asymmetric) mode
+def _asymmetric_matrix(seed, n):
+    """A non-symmetric 'distance' whose pooled (M + M.T) / 2 has other nearest neighbours."""
+    rng = np.random.default_rng(seed)
+    M = rng.uniform(0.3, 1.0, size=(n, n))
+    for i in range(n):
+        j = (i + 1) % n
+        M[i, j] = 0.05  # head i is closest to i + 1 ...
+        M[j, i] = 1.0  # ... but i + 1 finds i far: pooled, (i, i + 1) is no longer special
+    np.fill_diagonal(M, 0.0)
+    return M
+
+
+class _HeadOracle:
+    """Noisy samples of a non-symmetric matrix: (i, j) -> M[i, j] + N(0, noise²)."""
+
+    def __init__(self, M, noise, random_state):
+        self.distances = M
+        self.noise = noise
+        self.rng = np.random.default_rng(random_state)
+
+    def answer(self, pairs):
+        v = self.rng.normal(0.0, self.noise, size=len(pairs))
+        return [(i, j, float(self.distances[i, j] + e)) for (i, j), e in zip(pairs, v, strict=True)]
+
+
+def test_symmetric_false_updates_the_head_row_only():
+    planner = ANN(5, symmetric=False, random_state=0)
+    planner.observe([(0, 1, 0.25), (0, 1, 0.75), (2, 0, 1.0)])
+    assert planner.count_[0, 1] == 2 and planner.count_[1, 0] == 0
+    assert planner.mean_[0, 1] == 0.5 and planner.count_[2, 0] == 1 and planner.count_[0, 2] == 0
+    assert np.isinf(planner.upper_[1, 0]) and np.isfinite(planner.upper_[0, 1])
+    planner.observe([(3, 4, 0.5)] * 20)  # the long-batch (array) path
+    assert planner.count_[3, 4] == 20 and planner.count_[4, 3] == 0
+    qs = planner.next_questions(3)
+    assert all(planner.pending_[i, j] == 1 and planner.pending_[j, i] == 0 for i, j in qs)
+    assert planner.progress()["pending_questions"] == len(qs)
+    planner.forget(qs[:1])
+    assert planner.pending_[qs[0]] == 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_symmetric_false_finds_each_heads_own_nearest_neighbour(seed):
+    n = 8
+    M = _asymmetric_matrix(seed, n)
+    pooled = _true_knn((M + M.T) / 2)[:, 0]
+    head = _true_knn(M)[:, 0]
+    assert np.mean(pooled != head) > 0.3  # the case the option exists for
+    for cls in (ANN, RandomSampling):
+        planner = cls(n, sigma=0.05, symmetric=False, window=3, random_state=seed)
+        oracle = _HeadOracle(M, 0.05, seed)
+        res = _drive(planner, oracle, budget=200_000)
+        nb = planner.current_neighbors()[:, 0]
+        assert np.array_equal(nb, head), cls.__name__
+        if cls is ANN:
+            assert res.finished and planner.result().certified.all()
+
+
+def test_symmetric_false_learns_the_same_from_short_and_long_batches():
+    M = _asymmetric_matrix(1, 10)
+    rng = np.random.default_rng(0)
+    pairs = [(int(i), int(j)) for i, j in rng.integers(10, size=(300, 2)) if i != j]
+    answers = _HeadOracle(M, 0.1, 4).answer(pairs)
+    short = ANN(10, sigma=0.1, symmetric=False, random_state=4)
+    long = ANN(10, sigma=0.1, symmetric=False, random_state=4)
+    for start in range(0, len(answers), 5):
+        short.observe(answers[start:start + 5])  # the scalar small-batch path
+    long.observe(answers)  # the vectorised path
+    assert np.array_equal(short.count_, long.count_)
+    assert not np.array_equal(long.count_, long.count_.T)
+    assert np.allclose(short.mean_, long.mean_)
+    # Intersecting the anytime intervals after every short batch can only tighten them.
+    assert np.all(short.upper_ <= long.upper_ + 1e-12) and np.all(short.lower_ >= long.lower_ - 1e-12)
+    assert np.isinf(short.upper_[(short.count_ == 0)
+                    & ~np.eye(10, dtype=bool)]).all()
+
+
+def test_symmetric_false_refuses_triangle_bounds_and_round_trips():
+    with pytest.raises(ValueError, match="triangle"):
+        ANNTri(6, symmetric=False).next_questions(1)
+    with pytest.raises(ValueError, match="symmetric"):
+        ANN(6, symmetric="no").next_questions(1)
+    M = _asymmetric_matrix(2, 9)
+    oracle = _HeadOracle(M, 0.1, 1)
+    planner = ANNTri(9, sigma=0.1, triangle=False, symmetric=False, window=2, random_state=1)
+    for _ in range(10):
+        planner.observe(oracle.answer(planner.next_questions(4)))
+    planner.next_questions(2)
+    restored = planner_from_state(json.loads(json.dumps(
+        {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in planner.to_state().items()})))
+    assert restored.symmetric is False
+    for _ in range(10):
+        qs = planner.next_questions(4)
+        assert restored.next_questions(4) == qs
+        answers = oracle.answer(qs)
+        planner.observe(answers)
+        restored.observe(answers)
+    assert np.array_equal(planner.current_neighbors(), restored.current_neighbors())
+
+
+# ---------------------------------------------------------------- repeat_questions
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_repeat_questions_asks_the_least_asked_undecided_arms(symmetric):
+    n = 12
+    X, _ = circle_clusters(n_clusters=3, cluster_size=4, random_state=0)
+    oracle = PointsOracle(X, noise=0.2, random_state=0)
+    planner = ANN(n, sigma=0.2, window=2, symmetric=symmetric, random_state=0)
+    for _ in range(3):
+        planner.observe(oracle.answer(planner.next_questions(50)))
+    issued = planner.next_questions(10**4)  # every useful question is now pending
+    assert issued and planner.next_questions(5) == []
+    open_rounds = [int(j) for j in np.flatnonzero(planner.status_ == 1)]
+    before_count, before_pending = planner.count_.copy(), planner.pending_.copy()
+    before_issued = planner.round_issued_.copy()
+    reps = planner.repeat_questions(7)
+    assert len(reps) == 7
+    # Round-robin over the open rounds, each time the arm least asked so far (answers + pending).
+    load = before_count + before_pending
+    for q, (j, a) in enumerate(reps):
+        assert j == open_rounds[q % len(open_rounds)]
+        undecided = planner._decide_round(j)
+        assert a in list(undecided) and a != j
+        assert load[j, a] == min(load[j, b] for b in undecided)
+        load[j, a] += 1
+        if symmetric:
+            load[a, j] += 1
+    assert np.array_equal(planner.pending_, load - before_count)
+    assert int((planner.round_issued_ - before_issued).sum()) == 7
+    # The round cap is respected; nothing to repeat once no round is open.
+    cap = int(planner.round_issued_[open_rounds].max()) + 1
+    room = int(sum(cap - planner.round_issued_[j] for j in open_rounds))
+    planner.max_samples_per_round = cap
+    more = planner.repeat_questions(50)
+    assert len(more) == room and planner.round_issued_[open_rounds].max() == cap
+    assert planner.repeat_questions(0) == []
+    done = ANN(4, sigma=1e-6, random_state=0)
+    D = np.array([[0, 1, 3, 6], [1, 0, 2, 5], [3, 2, 0, 4], [6, 5, 4, 0]], dtype=float)
+    _drive(done, DistanceMatrixOracle(D, random_state=0))
+    assert done.done and done.repeat_questions(5) == []
