@@ -146,3 +146,72 @@ def test_item8_used_token_markers_outlive_the_longest_token_ttl(client, conn):
     again = answer(client, question, choice=question["head"]["index"], study_id="honest")
     assert again.status_code == 409
     assert len(read_answers(conn, "honest")) == 1
+
+
+def finish_code(client, study_id="honest"):
+    page = client.get(f"/s/{study_id}/done").get_data(as_text=True)
+    return 'id="completion-code"' in page, page
+
+
+def test_item6_a_full_study_says_so_before_any_work_and_gives_no_code(app, conn):
+    make_study(conn, limits={"answer_budget": 1})
+    first = app.test_client()
+    first.get("/s/honest?rater=r-first")
+    assert answer(first, fetch_question(first, "honest"), study_id="honest").status_code == 201
+    codes = 0
+    for n in range(10):
+        late = app.test_client()
+        page = late.get(f"/s/honest?rater=r-late-{n}").get_data(as_text=True)
+        assert 'id="full"' in page
+        late.get("/api/studies/honest/questions/next")  # a bot asks anyway: budget_reached marks it done
+        shown, _ = finish_code(late)
+        codes += shown
+    assert codes == 0
+    assert finish_code(first)[0]  # the one who answered keeps their code
+
+
+def test_item6_a_code_needs_the_configured_minimum_of_answers(client, conn):
+    make_study(conn, limits={"min_answers_for_code": 3, "max_questions_per_rater": 10})
+    client.get("/s/honest?rater=r-short")
+    question = fetch_question(client, "honest")
+    for _ in range(2):
+        question = answer(client, question, study_id="honest").get_json()["next"]
+    conn.hset(keys.rater_stats("honest"), "r-short:completed", 1)  # e.g. the study completed under them
+    shown, page = finish_code(client)
+    assert not shown and "at least 3 answers" in page
+    conn.hdel(keys.rater_stats("honest"), "r-short:completed")
+    client.get("/s/honest")
+    answer(client, question, study_id="honest")
+    conn.hset(keys.rater_stats("honest"), "r-short:completed", 1)
+    assert finish_code(client)[0]
+
+
+def test_item6_a_held_unanswered_catch_trial_withholds_the_code(client, conn):
+    make_study(conn, attention={"rate": 1.0, "min_checks": 1, "max_failure_share": 0.0})
+    client.get("/s/honest?rater=r-dodger")
+    fetch_question(client, "honest")  # a catch trial, never answered
+    conn.hset(keys.rater_stats("honest"), "r-dodger:completed", 1)
+    conn.hset(keys.rater_stats("honest"), "r-dodger:answers", 5)
+    shown, page = finish_code(client)
+    assert not shown and "attention checks" in page
+
+
+def test_item6_anonymous_sessions_per_address_are_limited(app, conn):
+    make_study(conn, limits={"anonymous_sessions_per_address": 3})
+    statuses = [app.test_client().get("/s/honest").status_code for _ in range(5)]
+    assert statuses == [200, 200, 200, 429, 429]
+    assert app.test_client().get("/s/honest?rater=r-recruited").status_code == 200  # recruited ids pass
+
+
+def test_item6_code_minting_is_rate_limited_per_address(app, conn):
+    app.config.update(CODE_RATE_PER_ADDRESS=0.001, CODE_BURST_PER_ADDRESS=2, RATE_LIMIT_EXEMPT_ADDRESSES=())
+    make_study(conn, limits={"max_questions_per_rater": 1})
+    statuses = []
+    for n in range(3):
+        rater = app.test_client()
+        rater.get(f"/s/honest?rater=r-mint-{n}")
+        response = answer(rater, fetch_question(rater, "honest"), study_id="honest")
+        assert response.status_code == 201
+        statuses.append(rater.get("/s/honest/done").status_code)
+        assert rater.get("/s/honest/done").status_code == statuses[-1]  # a reload costs nothing more
+    assert statuses == [200, 200, 429]

@@ -46,6 +46,10 @@ DEFAULTS = {
     # ``accounts`` counts failures of one name only).
     "LOGIN_RATE_PER_ADDRESS": 0.2,
     "LOGIN_BURST_PER_ADDRESS": 20,
+    # Completion codes first shown to raters of one address in one study: a class behind NAT
+    # finishes at human pace; a script minting codes does not.
+    "CODE_RATE_PER_ADDRESS": 0.1,
+    "CODE_BURST_PER_ADDRESS": 30,
     # Clients on the server's own machine: simulated raters, load benchmarks, and a reverse proxy on
     # the same host when TRUSTED_PROXIES is not set (then every client would share its address).
     "RATE_LIMIT_EXEMPT_ADDRESSES": ("127.0.0.1", "::1"),
@@ -154,6 +158,16 @@ def limit_rater_requests() -> None:
                    f"too many requests from {who} (at most {bucket.rate:g} per second); "
                    f"wait {retry_after(wait)} s and send it again",
                    headers={"Retry-After": retry_after(wait)}, retry_after=int(retry_after(wait)))
+
+
+def limit_code(study_id: str) -> bool:
+    """Charge one completion code to the client address's bucket of the study; False when it is full."""
+    address = request.remote_addr or "unknown"
+    if exempt(address):
+        return True
+    config = current_app.config
+    return take(get_redis(), [Bucket(f"{address_key(study_id, address)}:codes", float(config["CODE_RATE_PER_ADDRESS"]),
+                                     int(config["CODE_BURST_PER_ADDRESS"]), "codes")]) is None
 
 
 def limit_logins():

@@ -137,15 +137,23 @@ def study_page(study_id: str):
                    if RATER_ID_PATTERN.match(request.args.get(p, "").strip())}
     if recruitment:
         session["recruitment"] = recruitment
+    conn = get_redis()
+    if not session.get("rater_id") and not anonymous_session_allowed(conn, study):
+        return render_template("raters/closed.html", study=study, busy=True), 429, {"Retry-After": "3600"}
     rater = current_rater()
     if study.status != "running":
         return render_template("raters/closed.html", study=study)
+    stats = rater_stats(conn, study.id, rater)
+    if stats["completed"] and stats["answers"]:
+        return redirect(url_for("raters.finish", study_id=study.id))
+    if study_full(conn, study):
+        # said before any work: a full study has nothing to ask and no code to give
+        return render_template("raters/closed.html", study=study, full=True)
     if study.config.consent and study.id not in session.get("consented", []):
         return render_template("raters/consent.html", study=study, consent=render_markdown(study.config.consent, study))
-    stats = rater_stats(get_redis(), study.id, rater)
     if stats["completed"]:
         return redirect(url_for("raters.finish", study_id=study.id))
-    claim_rater_session(get_redis(), study.id, rater)
+    claim_rater_session(conn, study.id, rater)
     instructions = render_markdown(study.config.instructions, study)
     return render_template("raters/study.html", study=study, instructions=instructions,
                            practice=practice_payload(study), answered=stats["answers"],
@@ -177,13 +185,70 @@ def finish(study_id: str):
         if text:
             conn.hset(keys.rater_stats(study.id), f"{rater}:debrief", text)
         thanked = True
-    code = None if stopped else completion_code(current_app.config["SECRET_KEY"], study.id, rater)
+    shortfall = None if stopped else code_shortfall(conn, study, rater, stats)
+    code = None
+    if not stopped and shortfall is None:
+        if not code_minting_allowed(conn, study, rater):
+            return render_template("raters/closed.html", study=study, busy=True), 429, {"Retry-After": "60"}
+        code = completion_code(current_app.config["SECRET_KEY"], study.id, rater)
     redirect_url = None
     if code and completion.prolific_redirect_url:
         redirect_url = completion.prolific_redirect_url.replace("{code}", code)
-    return render_template("raters/finish.html", study=study, code=code, stopped=stopped, thanked=thanked,
+    return render_template("raters/finish.html", study=study, code=code, stopped=stopped or shortfall is not None,
+                           shortfall=shortfall, thanked=thanked,
                            redirect_url=redirect_url, message=render_markdown(completion.message),
                            debrief=completion.debrief_question)
+
+
+def study_full(conn, study) -> bool:
+    """Whether the study takes no more answers: its answer budget is reached or every algorithm finished."""
+    budget = study.config.limits.answer_budget
+    with conn.pipeline(transaction=False) as pipe:
+        pipe.xlen(keys.answers(study.id))
+        pipe.scard(keys.finished(study.id))
+        answers, finished = pipe.execute()
+    return bool(budget and int(answers) >= budget) or int(finished) >= len(study.config.algorithms)
+
+
+def anonymous_session_allowed(conn, study) -> bool:
+    """Count a new anonymous rater session of this address in the study (an hour's window); False
+    once the address opened the study's ``anonymous_sessions_per_address`` of them."""
+    key = keys.anonymous_sessions(study.id, request.remote_addr or "unknown")
+    with conn.pipeline() as pipe:
+        pipe.set(key, 0, ex=3600, nx=True)  # the window starts with the first session
+        pipe.incr(key)
+        opened = pipe.execute()[1]
+    return int(opened) <= study.config.limits.anonymous_sessions_per_address
+
+
+def code_shortfall(conn, study, rater: str, stats: dict[str, int]) -> str | None:
+    """Why this rater gets no completion code, or None when they did the work: the configured
+    minimum of answers and the attention checks (a check still held unanswered counts as failed)."""
+    needed = study.config.limits.answers_for_code
+    if stats["answers"] < needed:
+        if study_full(conn, study) or study.status != "running":
+            return "This study filled up before you could take part, so there is no completion code to give."
+        return f"A completion code needs at least {needed} answers; you gave {stats['answers']}."
+    held = conn.zrange(keys.outstanding(study.id, rater), 0, -1)
+    abandoned = sum(1 for member in held if member.startswith(b"c:"))
+    checks, failed = stats["catch"] + abandoned, stats["catch_failed"] + abandoned
+    attention = study.config.attention
+    if stats["flagged"] or (checks >= attention.min_checks and failed > attention.max_failure_share * checks):
+        return "Too many of the attention checks were missed, so there is no completion code to give."
+    return None
+
+
+def code_minting_allowed(conn, study, rater: str) -> bool:
+    """Charge the address's code bucket the first time a rater is shown their code (reloads are free)."""
+    from .limits import limit_code
+
+    field = f"{rater}:code_shown"
+    if not conn.hsetnx(keys.rater_stats(study.id), field, 1):
+        return True
+    if limit_code(study.id):
+        return True
+    conn.hdel(keys.rater_stats(study.id), field)
+    return False
 
 
 @bp.get("/media/<study_id>/<int:index>")
