@@ -58,3 +58,44 @@ def load_alien_eggs(data_dir=None) -> AlienEggs:
         trip.append((index[head], index[ans], index[other]))
     coords = np.array([int(s[1:]) for s in ids], dtype=np.int64)
     return AlienEggs(ids, coords, np.array(trip, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class Material:
+    """Material-appearance triplets (Lagunas et al. 2019), one row per individual response.
+
+    ``names`` the 100 material names (line i = item i); ``train`` / ``test`` int ndarrays of
+    shape (n_responses, 3), rows ``(anchor, closer, farther)`` as one worker answered (a
+    triplet asked to 4 workers who split 3:1 gives 3 rows one way and 1 the other).
+    """
+
+    names: list
+    train: np.ndarray
+    test: np.ndarray
+
+    @property
+    def n_items(self) -> int:
+        return len(self.names)
+
+
+def _material_split(path: Path) -> np.ndarray:
+    import json
+
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    rows = []
+    for (r, a, b), (n_a, n_b) in zip(data["answers"], data["agreement"], strict=True):
+        rows += [(r, a, b)] * int(n_a) + [(r, b, a)] * int(n_b)
+    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+
+
+def load_material(data_dir=None) -> Material:
+    """The material triplets: train 92,892 and test 11,800 responses over 100 items."""
+    folder = Path(data_dir or default_data_dir()) / "material"
+    names_path = folder / "material_names.txt"
+    if not names_path.exists():
+        raise FileNotFoundError(f"material data not found at {folder}")
+    names = [line.strip() for line in names_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    train = _material_split(folder / "answers_processed_train.json")
+    test = _material_split(folder / "answers_processed_test.json")
+    return Material(names, train, test)

@@ -19,7 +19,7 @@ from scipy.spatial.distance import cdist
 
 from .utils import check_random_state
 
-TRIPLET_NOISE_MODELS = ("flip", "logistic")
+TRIPLET_NOISE_MODELS = ("flip", "logistic", "human")
 
 
 def _as_index_array(questions: Iterable[Sequence[int]], width: int, n_items: int) -> np.ndarray:
@@ -100,16 +100,26 @@ class TripletOracle:
     - ``"flip"``: the true answer, flipped with probability ``noise`` (0 ≤ noise < 0.5);
     - ``"logistic"``: P(p1 wins) = 1 / (1 + exp((d(x,p1) − d(x,p2)) / noise)), so close calls
       are noisier, as people are (``noise`` is the logistic scale, in distance units).
-    With ``noise=0`` both answer exactly; ties go to p1.
+    - ``"human"``: the logistic plus a lapse rate λ = ``lapse``: P(p1 wins) =
+      λ/2 + (1 − λ) / (1 + exp((d(x,p1) − d(x,p2)) / noise)) — people answer at random about
+      one time in ten (λ and the scale fitted to real crowds by :func:`fit_human_noise`).
+    With ``noise=0`` the logistic part answers exactly (ties go to p1); ``lapse`` only applies to
+    the human model.
     """
 
-    def __init__(self, distances, noise: float = 0.0, model: str = "flip", random_state=None):
+    def __init__(self, distances, noise: float = 0.0, model: str = "flip", random_state=None,
+                 lapse: float = 0.0):
         self.distances = check_distance_matrix(distances)
         if model not in TRIPLET_NOISE_MODELS:
             raise ValueError(f"model must be one of {TRIPLET_NOISE_MODELS}, not {model!r}")
         if noise < 0 or (model == "flip" and noise >= 0.5):
             raise ValueError("noise must be >= 0 (and < 0.5 for the flip model)")
+        if not 0.0 <= lapse <= 1.0:
+            raise ValueError(f"lapse must lie in [0, 1], got {lapse}")
+        if lapse > 0 and model != "human":
+            raise ValueError("a lapse rate needs model='human'")
         self.noise = float(noise)
+        self.lapse = float(lapse)
         self.model = model
         self.rng = check_random_state(random_state)
 
@@ -129,6 +139,13 @@ class TripletOracle:
         q = _as_index_array(questions, 3, self.n_items)
         d1 = self.distances[q[:, 0], q[:, 1]]
         d2 = self.distances[q[:, 0], q[:, 2]]
+        if self.model == "human":
+            if self.noise == 0:
+                agree = np.where(d1 <= d2, 1.0, 0.0)
+            else:
+                agree = 1.0 / (1.0 + np.exp(np.clip((d1 - d2) / self.noise, -700, 700)))
+            p1 = 0.5 * self.lapse + (1.0 - self.lapse) * agree
+            return self.rng.random(len(q)) < p1
         if self.noise == 0:
             return d1 <= d2
         if self.model == "flip":
@@ -282,6 +299,124 @@ def fit_logistic_noise(distances, triplets) -> float:
     span = max(float(np.abs(diff).max()), 1e-12)
     res = minimize_scalar(nll, bounds=(np.log(span) - 12, np.log(span) + 4), method="bounded")
     return float(np.exp(res.x))
+
+
+@dataclass(frozen=True)
+class HumanNoise:
+    """A human noise model fitted by :func:`fit_human_noise`.
+
+    P(answer agrees with the truth) = λ/2 + (1 − λ)·σ(gap/s), gap = d(x, loser) − d(x, winner).
+    ``scale`` s in the fitted matrix's distance units; ``lapse`` λ; ``log_likelihood`` of the
+    answers under the fit and ``logistic_log_likelihood`` under the best plain logistic (λ = 0);
+    ``agreement`` the share of answers agreeing with the truth (ties count one half);
+    ``median_gap`` the median |d(x,a) − d(x,b)| over random triplets of the fitted matrix (the
+    unit :meth:`oracle` can transfer s in); ``n_answers`` how many answers were fitted.
+    """
+
+    scale: float
+    lapse: float
+    log_likelihood: float
+    logistic_log_likelihood: float
+    agreement: float
+    median_gap: float
+    n_answers: int
+
+    @property
+    def lapse_gain(self) -> float:
+        """Log-likelihood the lapse term buys over a plain logistic."""
+        return self.log_likelihood - self.logistic_log_likelihood
+
+    def scale_for(self, distances, unit: str = "range") -> float:
+        """s transferred to another distance matrix.
+
+        ``unit="range"``: s is kept as a share of the largest distance (the fitted matrix's
+        largest distance is the unit, e.g. alien eggs scaled to [0, 1]); ``"median_gap"``: s is
+        kept as a multiple of the median distance gap of random triplets, so the share of close
+        calls stays the same whatever the spread of the new data.
+        """
+        D = check_distance_matrix(distances)
+        if unit == "range":
+            return self.scale / self.fitted_range * float(D.max())
+        if unit == "median_gap":
+            return self.scale / self.median_gap * median_triplet_gap(D)
+        raise ValueError(f"unit must be 'range' or 'median_gap', not {unit!r}")
+
+    #: the largest distance of the fitted matrix (1 for matrices scaled to [0, 1])
+    fitted_range: float = 1.0
+
+    def oracle(self, distances, unit: str = "range", random_state=None) -> TripletOracle:
+        """A :class:`TripletOracle` answering like these people on another data set."""
+        return TripletOracle(distances, noise=self.scale_for(distances, unit), model="human",
+                             lapse=self.lapse, random_state=random_state)
+
+
+def median_triplet_gap(distances, n_samples: int = 100_000) -> float:
+    """Median |d(x,a) − d(x,b)| over random distinct triplets (a fixed seed: a property of D)."""
+    D = check_distance_matrix(distances)
+    n = D.shape[0]
+    rng = np.random.default_rng(0)
+    x = rng.integers(n, size=n_samples)
+    a = rng.integers(n - 1, size=n_samples)
+    a += a >= x
+    b = rng.integers(n - 2, size=n_samples)
+    lo, hi = np.minimum(x, a), np.maximum(x, a)
+    b += b >= lo
+    b += b >= hi
+    return float(np.median(np.abs(D[x, a] - D[x, b])))
+
+
+def _human_log_lik(gap: np.ndarray, scale: float, lapse: float) -> float:
+    # log(λ/2 + (1 − λ)σ(z)) computed in log space so confident wrong answers stay finite
+    log_sig = -np.logaddexp(0.0, -gap / scale)
+    if lapse <= 0:
+        return float(log_sig.sum())
+    return float(np.logaddexp(np.log(lapse / 2.0), np.log1p(-lapse) + log_sig).sum())
+
+
+def fit_human_noise(distances, triplets) -> HumanNoise:
+    """Maximum-likelihood scale and lapse rate of people's triplet answers against the truth.
+
+    ``triplets`` rows ``(i, j, k)``: a person judged i closer to j than to k; ``distances`` the
+    ground truth. Fits P(agree) = λ/2 + (1 − λ)·σ(gap/s), gap = d(i, k) − d(i, j), over
+    (log s, logit λ) by L-BFGS from several starts, and the plain logistic (λ = 0) beside it.
+    """
+    from scipy.optimize import minimize
+
+    D = check_distance_matrix(distances)
+    t = _as_index_array(triplets, 3, D.shape[0])
+    if len(t) == 0:
+        raise ValueError("need at least one triplet to fit a noise model")
+    gap = D[t[:, 0], t[:, 2]] - D[t[:, 0], t[:, 1]]
+    scale0 = fit_logistic_noise(D, t)
+    logistic_ll = _human_log_lik(gap, scale0, 0.0)
+
+    def nll(theta):
+        lapse = 1.0 / (1.0 + np.exp(-theta[1]))
+        return -_human_log_lik(gap, float(np.exp(theta[0])), lapse)
+
+    best = None
+    for lapse0 in (0.02, 0.1, 0.3):
+        for s0 in (scale0, scale0 / 4.0):
+            res = minimize(nll, [np.log(s0), np.log(lapse0 / (1 - lapse0))], method="L-BFGS-B",
+                           bounds=[(np.log(s0) - 12, np.log(s0) + 6), (-20, 10)])
+            if best is None or res.fun < best.fun:
+                best = res
+    scale = float(np.exp(best.x[0]))
+    lapse = float(1.0 / (1.0 + np.exp(-best.x[1])))
+    log_lik = -float(best.fun)
+    if log_lik < logistic_ll:  # the optimiser stopped short of the λ = 0 boundary
+        scale, lapse, log_lik = scale0, 0.0, logistic_ll
+    agreement = float(np.mean(np.where(gap > 0, 1.0, np.where(gap == 0, 0.5, 0.0))))
+    return HumanNoise(scale, lapse, log_lik, logistic_ll, agreement, median_triplet_gap(D),
+                      len(t), float(D.max()))
+
+
+def alien_egg_noise(data_dir=None) -> HumanNoise:
+    """:func:`fit_human_noise` on the NEXT alien-egg crowds (distances scaled to [0, 1])."""
+    from .datasets import load_alien_eggs
+
+    eggs = load_alien_eggs(data_dir)
+    return fit_human_noise(eggs.distances, eggs.triplets)
 
 
 # ---------------------------------------------------------------------------- driver

@@ -1,0 +1,90 @@
+import numpy as np
+import pytest
+
+from engine.datasets import default_data_dir, load_alien_eggs, load_material
+from engine.oracles import (
+    TripletOracle,
+    alien_egg_noise,
+    fit_human_noise,
+    median_triplet_gap,
+)
+
+HAVE_EGGS = (default_data_dir() / "alien_eggs" / "responses.csv.zip").exists()
+HAVE_MATERIAL = (default_data_dir() / "material" / "material_names.txt").exists()
+
+
+def _line(n=60):
+    x = np.linspace(0.0, 1.0, n)
+    return np.abs(x[:, None] - x[None, :])
+
+
+def _random_questions(n, m, rng):
+    return np.stack([rng.choice(n, 3, replace=False) for _ in range(m)])
+
+
+def test_human_model_probabilities():
+    D = _line(3)  # items at 0, 0.5, 1
+    q = np.array([(0, 1, 2)] * 40000)
+    lapse, s = 0.2, 0.25
+    wins = TripletOracle(D, noise=s, model="human", lapse=lapse, random_state=0).p1_wins(q)
+    expected = lapse / 2 + (1 - lapse) / (1 + np.exp((0.5 - 1.0) / s))
+    assert abs(wins.mean() - expected) < 0.01
+    # noise 0: only the lapses are wrong, half of them by chance
+    wins = TripletOracle(D, noise=0.0, model="human", lapse=lapse, random_state=0).p1_wins(q)
+    assert abs(wins.mean() - (1 - lapse / 2)) < 0.01
+
+
+def test_human_model_validation():
+    with pytest.raises(ValueError, match="lapse"):
+        TripletOracle(_line(4), noise=0.1, model="human", lapse=1.5)
+    with pytest.raises(ValueError, match="human"):
+        TripletOracle(_line(4), noise=0.1, model="logistic", lapse=0.1)
+
+
+@pytest.mark.parametrize(("scale", "lapse"), [(0.05, 0.1), (0.1, 0.0)])
+def test_fit_recovers_simulated_parameters(scale, lapse):
+    D = _line()
+    rng = np.random.default_rng(1)
+    q = _random_questions(60, 20000, rng)
+    answers = TripletOracle(D, noise=scale, model="human", lapse=lapse, random_state=2).answer(q)
+    trip = np.array([(x, w, p2 if w == p1 else p1) for x, p1, p2, w in answers])
+    fit = fit_human_noise(D, trip)
+    assert abs(fit.scale - scale) < 0.25 * scale
+    assert abs(fit.lapse - lapse) < 0.03
+    assert fit.log_likelihood >= fit.logistic_log_likelihood - 1e-6
+
+
+def test_transfer_of_the_scale():
+    fit = fit_human_noise(_line(), [(0, 1, 5), (3, 4, 20), (10, 9, 8), (5, 30, 6)])
+    D2 = 3.0 * _line(40)
+    assert np.isclose(fit.scale_for(D2, "range"), 3.0 * fit.scale)
+    assert np.isclose(fit.scale_for(D2, "median_gap"), fit.scale / fit.median_gap * median_triplet_gap(D2))
+    oracle = fit.oracle(D2, unit="range", random_state=0)
+    assert oracle.model == "human" and oracle.lapse == fit.lapse
+    with pytest.raises(ValueError, match="unit"):
+        fit.scale_for(D2, "mean")
+
+
+@pytest.mark.skipif(not HAVE_EGGS, reason="alien-egg data not available")
+def test_alien_egg_fit_reproduces_human_agreement():
+    eggs = load_alien_eggs()
+    fit = alien_egg_noise()
+    assert 0 < fit.lapse < 0.2 and fit.log_likelihood > fit.logistic_log_likelihood
+    assert abs(fit.agreement - 0.862) < 0.005  # the data README's figure
+    # simulated people answering the very questions the crowd answered
+    D, t = eggs.distances, eggs.triplets
+    rates = []
+    for seed in range(3):
+        wins = fit.oracle(D, random_state=seed).p1_wins(t)
+        d1, d2 = D[t[:, 0], t[:, 1]], D[t[:, 0], t[:, 2]]
+        rates.append(np.mean(np.where(d1 == d2, 0.5, wins == (d1 < d2))))
+    assert abs(np.mean(rates) - fit.agreement) < 0.02
+
+
+@pytest.mark.skipif(not HAVE_MATERIAL, reason="material data not available")
+def test_load_material():
+    m = load_material()
+    assert m.n_items == 100 and len(m.names) == 100
+    assert m.train.shape == (92892, 3) and m.test.shape == (11800, 3)
+    assert m.train.min() == 0 and m.train.max() == 99
+    assert np.all((m.train[:, 0] != m.train[:, 1]) & (m.train[:, 1] != m.train[:, 2]))
