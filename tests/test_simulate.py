@@ -329,3 +329,34 @@ def test_setup_then_simulate_a_triplet_study_from_the_command_line(live, tmp_pat
     assert accepted_line(result.output) == 40 and "Errors: none" in result.output
     assert len(list(iter_answers(live["conn"], "sim-setup"))) == 40
     assert "nearest-neighbour accuracy" in result.output
+
+
+def test_human_noise_model_lapses_and_defaults():
+    import random
+
+    from webapp.simulate import HUMAN_LAPSE, HUMAN_SCALE, noise_model
+
+    truth = Truth(["a", "b", "c"], np.array([[0.0, 0.1, 1.0], [0.1, 0.0, 0.9], [1.0, 0.9, 0.0]]), source="test")
+    model, text = noise_model(truth)
+    assert (model.logistic_scale, model.lapse) == (HUMAN_SCALE, HUMAN_LAPSE) and "lapse" in text
+    model, _ = noise_model(truth, noise=0.0)
+    assert model.lapse == 0 and model.logistic_scale is None
+    # noise-free distances, every answer a lapse: a coin flip; no lapses: always the truth
+    question = {"kind": "triplet", "head": {"index": 0, "id": "a"},
+                "candidates": [{"index": 1, "id": "b"}, {"index": 2, "id": "c"}]}
+    for lapse, low, high in ((1.0, 0.45, 0.55), (0.0, 1.0, 1.0)):
+        rater = Rater(truth, noise_model(truth, noise=0.0, lapse=lapse)[0], careless=False, rng=random.Random(0))
+        share = np.mean([rater.answer(question)["choice"] == 1 for _ in range(4000)])
+        assert low <= share <= high
+
+
+def test_human_constants_match_the_alien_egg_fit():
+    from engine.datasets import default_data_dir
+
+    if not (default_data_dir() / "alien_eggs" / "responses.csv.zip").exists():
+        pytest.skip("the alien-egg data is not next to the repository")
+    from webapp.simulate import HUMAN_LAPSE, HUMAN_SCALE
+
+    truth = load_truth("eggs")
+    assert truth.logistic_scale == pytest.approx(HUMAN_SCALE, abs=0.002)
+    assert truth.lapse == pytest.approx(HUMAN_LAPSE, abs=0.002)

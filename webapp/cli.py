@@ -723,8 +723,11 @@ def _wait_until_applied(conn, study_id: str, timeout: float) -> dict | None:
               help="Simulated raters answering at once (one thread and cookie session each).")
 @click.option("--noise", type=click.FloatRange(min=0), default=None,
               help="Gaussian noise sigma on distances scaled to [0, 1] (triplets: on both distances; ratings: "
-                   "on the similarity, times the scale's range). Default 0.1; for eggs, triplets follow the "
-                   "logistic model fitted to the human answers unless --noise is given.")
+                   "on the similarity, times the scale's range). Default: triplets follow the human model "
+                   "(logistic + lapse; fitted to the answers for eggs, the alien-egg fit otherwise), ratings 0.1.")
+@click.option("--lapse", type=click.FloatRange(0, 1), default=None,
+              help="Share of triplet answers given at random (the human lapse rate). Default: the fitted "
+                   "human rate without --noise, 0 with it.")
 @click.option("--careless", type=click.FloatRange(0, 1), default=0.0, show_default=True,
               help="Share of raters who answer uniformly at random (the first ones: sim-0, sim-1, ...).")
 @click.option("--think", type=click.FloatRange(min=0), default=2.0, show_default=True,
@@ -741,7 +744,7 @@ def _wait_until_applied(conn, study_id: str, timeout: float) -> dict | None:
 @click.option("--wait", default=60.0, show_default=True, type=click.FloatRange(min=0),
               help="Seconds to wait for the workers to apply the last answers before scoring the graph.")
 @click.option("--no-accuracy", is_flag=True, help="Do not score the learned graph at the end.")
-def simulate(study_id, url, oracle_spec, raters, noise, careless, think, max_answers, duration, seed,
+def simulate(study_id, url, oracle_spec, raters, noise, lapse, careless, think, max_answers, duration, seed,
              progress_every, log_path, wait, no_accuracy):
     """Simulated raters answering STUDY_ID on a running server, as real HTTP clients, from a known truth.
 
@@ -760,13 +763,7 @@ def simulate(study_id, url, oracle_spec, raters, noise, careless, think, max_ans
 
     try:
         truth = sim.load_truth(oracle_spec)
-        if truth.logistic_scale is not None and noise is None:
-            model = sim.NoiseModel(sigma=0.1, logistic_scale=truth.logistic_scale)
-            noise_text = (f"triplets logistic, scale {truth.logistic_scale:.4f} (fitted to the human answers); "
-                          "ratings Gaussian, sigma 0.1")
-        else:
-            model = sim.NoiseModel(sigma=0.1 if noise is None else noise)
-            noise_text = f"Gaussian, sigma {model.sigma:g}"
+        model, noise_text = sim.noise_model(truth, noise, lapse)
     except sim.SimulationError as exc:
         raise click.ClickException(str(exc)) from None
     base = url.rstrip("/")

@@ -44,8 +44,9 @@ class Truth:
     """The known metric simulated raters answer from.
 
     ``ids`` item ids (as in the study's items), ``distances`` ndarray of shape (n, n),
-    symmetric, zero diagonal, scaled so the largest distance is 1. ``logistic_scale`` is the
-    human-fitted triplet noise (alien eggs), in the same units, else None. ``points`` is
+    symmetric, zero diagonal, scaled so the largest distance is 1. ``logistic_scale`` and
+    ``lapse`` are the human noise model fitted to this truth's own answers (alien eggs), the
+    scale in the same units, else None. ``points`` is
     ndarray of shape (n, d) when the truth came from points.
     """
 
@@ -54,6 +55,7 @@ class Truth:
     source: str
     logistic_scale: float | None = None
     points: np.ndarray | None = None
+    lapse: float | None = None
     index: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -164,18 +166,18 @@ def matrix_truth(path: str | Path) -> Truth:
 
 
 def eggs_truth(data_dir: str | Path | None = None) -> Truth:
-    """The alien eggs: 1-D truth (the smoothness NNNN of ``iNNNN``), logistic noise fitted to people."""
+    """The alien eggs: 1-D truth (the smoothness NNNN of ``iNNNN``), human noise fitted to people."""
     from engine.datasets import load_alien_eggs
-    from engine.oracles import fit_logistic_noise
+    from engine.oracles import fit_human_noise
 
     try:
         eggs = load_alien_eggs(data_dir)
     except FileNotFoundError as exc:
         raise SimulationError(f"{exc}; pass eggs:DATA_DIR (the folder holding alien_eggs/)") from None
     D = eggs.distances
-    scale = fit_logistic_noise(D, eggs.triplets)
-    return Truth(list(eggs.items), D, source=f"eggs:{data_dir}" if data_dir else "eggs", logistic_scale=scale,
-                 points=eggs.coordinates.astype(np.float64)[:, None])
+    fit = fit_human_noise(D, eggs.triplets)
+    return Truth(list(eggs.items), D, source=f"eggs:{data_dir}" if data_dir else "eggs",
+                 logistic_scale=fit.scale, points=eggs.coordinates.astype(np.float64)[:, None], lapse=fit.lapse)
 
 
 def load_truth(spec: str) -> Truth:
@@ -198,20 +200,55 @@ def load_truth(spec: str) -> Truth:
 class NoiseModel:
     """How a simulated rater turns the truth into answers.
 
-    Triplets: with ``logistic_scale`` set, P(a wins) = 1 / (1 + exp((d(h,a) − d(h,b)) / scale));
-    otherwise both distances get independent N(0, ``sigma``²) noise and the smaller wins.
+    Triplets: with probability ``lapse`` a coin flip (people answer at random about one time in
+    ten to thirty); otherwise, with ``logistic_scale`` set, P(a wins) = 1 / (1 + exp((d(h,a) −
+    d(h,b)) / scale)) (together: engine.oracles' "human" model), else both distances get
+    independent N(0, ``sigma``²) noise and the smaller wins.
     Ratings: value = min + (max − min)·(1 − d + N(0, ``sigma``²)), clipped and snapped to the step.
     Distances are the truth's, scaled to [0, 1].
     """
 
     sigma: float = 0.0
     logistic_scale: float | None = None
+    lapse: float = 0.0
 
     def __post_init__(self):
         if not (self.sigma >= 0 and math.isfinite(self.sigma)):
             raise SimulationError(f"noise must be a number >= 0, got {self.sigma!r}")
         if self.logistic_scale is not None and not self.logistic_scale > 0:
             raise SimulationError("the logistic noise scale must be > 0")
+        if not 0 <= self.lapse <= 1:
+            raise SimulationError(f"the lapse rate must lie in [0, 1], got {self.lapse!r}")
+
+
+#: The human noise model fitted to the alien-egg crowds (engine.oracles.alien_egg_noise): the
+#: logistic scale in units of the largest distance (every truth here is scaled to [0, 1], so it
+#: transfers as a share of the distance range) and the lapse rate. Used for truths without
+#: answers of their own; a test refits it from the data.
+HUMAN_SCALE = 0.075
+HUMAN_LAPSE = 0.03
+
+
+def noise_model(truth: Truth, noise: float | None = None, lapse: float | None = None) -> tuple[NoiseModel, str]:
+    """The raters' noise for ``truth`` and a one-line description of it.
+
+    Without ``noise``, triplets follow the human model (logistic + lapse): fitted to the
+    truth's own answers (eggs) or else the alien-egg fit (:data:`HUMAN_SCALE`,
+    :data:`HUMAN_LAPSE`); ratings get Gaussian sigma 0.1. With ``noise``, both get Gaussian
+    noise of that sigma. ``lapse`` overrides the lapse rate in either case (default: the
+    human one without ``noise``, none with it).
+    """
+    if noise is None:
+        fitted = truth.logistic_scale is not None
+        scale = truth.logistic_scale if fitted else HUMAN_SCALE
+        lapse_rate = (truth.lapse if fitted and truth.lapse is not None else HUMAN_LAPSE) if lapse is None else lapse
+        model = NoiseModel(sigma=0.1, logistic_scale=scale, lapse=lapse_rate)
+        where = "fitted to this truth's human answers" if fitted else "the alien-egg human fit"
+        return model, (f"triplets human (logistic scale {scale:.4f}, lapse {lapse_rate:.3f}; {where}); "
+                       "ratings Gaussian, sigma 0.1")
+    model = NoiseModel(sigma=noise, lapse=0.0 if lapse is None else lapse)
+    text = f"Gaussian, sigma {model.sigma:g}"
+    return model, text + (f", triplet lapse {model.lapse:g}" if model.lapse else "")
 
 
 def snap(value: float, scale: dict) -> float | int:
@@ -264,6 +301,10 @@ class Rater:
         a, b = question["candidates"]
         h, ia, ib = self.truth.positions([head["id"], a["id"], b["id"]])
         if self.careless:
+            return (a if self.rng.random() < 0.5 else b)["index"]
+        # a lapse: the rater answers at random (a draw only when lapses are on, so seeded runs
+        # without them answer as before)
+        if self.noise.lapse > 0 and self.rng.random() < self.noise.lapse:
             return (a if self.rng.random() < 0.5 else b)["index"]
         D = self.truth.distances
         d1, d2 = D[h, ia], D[h, ib]
