@@ -1392,6 +1392,16 @@ class RandomSampling(_NeighborGraphPlanner):
         return [(int(a), int(b)) for a, b in zip(i.tolist(), j.tolist(), strict=False)]
 
 
+#: Parameters recommended for triplet-derived distance samples Q(i, j) ("is i more like j or a
+#: random k?", 1 if k wins), chosen with ``benchmarks/anntri_derived.py`` (alien eggs, simulated
+#: people): head-based estimates (the derived quantity is not symmetric), no triangle bounds
+#: (it is not a metric), the KL bound (the tightest for Bernoulli samples; LIL eliminates
+#: nothing before ~400 samples per arm) and every round open at once (not staggered: measured
+#: best from 500 answers per item on), so the questions spread over all items from the start
+#: instead of one round's long duel. ``window`` above ``n_items`` means "all".
+DERIVED_DEFAULTS: dict = {"symmetric": False, "triangle": False, "bound": "kl",
+                          "window": 100_000, "stagger": False}
+
 _PLANNERS = {cls.__name__: cls for cls in (ANNTri, ANN, RandomSampling)}
 
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.sparse.csgraph import shortest_path
 
-from engine.anntri import ANN, ANNTri, RandomSampling, planner_from_state
+from engine.anntri import ANN, DERIVED_DEFAULTS, ANNTri, RandomSampling, planner_from_state
 from engine.oracles import DistanceMatrixOracle, PointsOracle, circle_clusters, neighbor_error, run
 
 
@@ -748,3 +748,13 @@ def test_repeat_questions_asks_the_least_asked_undecided_arms(symmetric):
     D = np.array([[0, 1, 3, 6], [1, 0, 2, 5], [3, 2, 0, 4], [6, 5, 4, 0]], dtype=float)
     _drive(done, DistanceMatrixOracle(D, random_state=0))
     assert done.done and done.repeat_questions(5) == []
+
+
+def test_derived_defaults_build_a_head_based_planner_without_triangle_bounds():
+    planner = ANNTri(12, random_state=0, **DERIVED_DEFAULTS)
+    assert planner.symmetric is False and planner.triangle is False
+    rng = np.random.default_rng(0)
+    qs = planner.next_questions(30)
+    assert len(set(qs)) == 30 and len({i for i, _ in qs}) > 1  # several rounds asked at once
+    planner.observe([(i, j, float(rng.integers(2))) for i, j in qs])  # Bernoulli samples
+    assert planner.count_.sum() == 30 and not np.array_equal(planner.count_, planner.count_.T)

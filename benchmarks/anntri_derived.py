@@ -1,0 +1,82 @@
+"""Benchmark 5 — ANNTri settings for triplet-derived distance samples (picks ``DERIVED_DEFAULTS``).
+
+Alien eggs (real NEXT data, 1-D ground truth); simulated people answer triplets with the
+human noise model fitted to the 17,611 recorded answers (logistic + lapse, see
+``engine.oracles.fit_human_noise``), and Q(i, j) is "is j or a uniformly random k more
+similar to i?" (1 if k wins). Prints the nearest-neighbour error (ties count as correct) at
+several budgets in queries per item, mean over seeds, for the study's old default (window 1,
+symmetric, triangle, LIL) and head-based ANN with the LIL / Bernstein / KL bounds.
+    python benchmarks/anntri_derived.py [--data DIR] [--seeds 2] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+from anntri_common import PLANNERS, fmt, table
+
+from engine.anntri import DERIVED_DEFAULTS
+from engine.datasets import load_alien_eggs
+from engine.oracles import TripletDerivedOracle, fit_human_noise, neighbor_error
+
+
+def curve(planner, oracle, D, marks):
+    """Error of ``current_neighbors`` once each budget in ``marks`` (total answers) is spent."""
+    n = planner.n_items
+    total, errs = 0, []
+    for mark in marks:
+        while total < mark:
+            qs = planner.next_questions(min(n, mark - total))
+            if not qs:
+                qs = planner.repeat_questions(min(n, mark - total))
+            if not qs:
+                break
+            planner.observe(oracle.answer(qs))
+            total += len(qs)
+        errs.append(neighbor_error(planner.current_neighbors(), D))
+    return errs
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" / "data")
+    ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--stride", type=int, default=5,
+                    help="keep every stride-th egg (default 5: 60 eggs; 1 = all 300, hopeless below ~1000/item)")
+    ap.add_argument("--quick", action="store_true", help="budgets up to 200 per item, one seed")
+    a = ap.parse_args()
+    per_item = [5, 20, 50, 200] if a.quick else [5, 20, 50, 200, 500, 1000, 2000]
+    seeds = 1 if a.quick else a.seeds
+    eggs = load_alien_eggs(a.data)
+    people = fit_human_noise(eggs.distances, eggs.triplets)  # fitted on all eggs and answers
+    keep = np.arange(0, len(eggs.distances), a.stride)
+    D = eggs.distances[np.ix_(keep, keep)]
+    n = len(D)
+    print(f"alien eggs: n={n} (every {a.stride}th); human noise model: scale {people.scale:.4f}, "
+          f"lapse {people.lapse:.3f}")
+    d = {"symmetric": False, "triangle": False}
+    configs = [
+        ("old study default: ANNTri lil w=1 (symmetric)", "ANNTri", {"bound": "lil", "window": 1}),
+        ("head-based lil w=n stagger", "ANNTri", {**d, "bound": "lil", "window": n, "stagger": True}),
+        ("head-based bernstein w=n stagger", "ANNTri", {**d, "bound": "bernstein", "window": n, "stagger": True}),
+        ("head-based kl w=n stagger", "ANNTri", {**d, "bound": "kl", "window": n, "stagger": True}),
+        ("head-based kl w=n", "ANNTri", {**d, "bound": "kl", "window": n}),
+        ("DERIVED_DEFAULTS", "ANNTri", dict(DERIVED_DEFAULTS)),
+        ("Random head-based kl", "Random", {"symmetric": False, "bound": "kl"}),
+    ]
+    rows = []
+    for label, name, params in configs:
+        errs = []
+        for seed in range(seeds):
+            rater = people.oracle(D, unit="range", random_state=seed)
+            oracle = TripletDerivedOracle(rater, n, random_state=seed)
+            planner = PLANNERS[name](n, random_state=seed, **params)
+            errs.append(curve(planner, oracle, D, [m * n for m in per_item]))
+        rows.append([label] + [fmt(float(e)) for e in np.mean(errs, axis=0)])
+    print(f"\nNearest-neighbour error at a budget of queries per item ({seeds} seed(s))")
+    table(["planner"] + [f"{m}/item" for m in per_item], rows)
+
+
+if __name__ == "__main__":
+    main()
