@@ -200,3 +200,59 @@ def record_login_failure(conn: redis.Redis, name: str, ip: str, window_seconds: 
 
 def clear_login_failures(conn: redis.Redis, name: str, ip: str) -> None:
     conn.delete(login_failures_key(normalize_name(name), ip))
+
+
+# KEYS[1] the failure counter; ARGV[1] the most failures, ARGV[2] the window (s).
+# Returns 0 and counts this attempt as a failure in advance when fewer than ARGV[1] were counted,
+# else the seconds left in the window: checking and counting in one step, so parallel guesses
+# get exactly ARGV[1] password checks between them.
+_CLAIM_ATTEMPT = """
+local failures = tonumber(redis.call('GET', KEYS[1]) or '0')
+if failures >= tonumber(ARGV[1]) then return math.max(redis.call('TTL', KEYS[1]), 1) end
+if failures == 0 then redis.call('SET', KEYS[1], 1, 'EX', ARGV[2]) else redis.call('INCR', KEYS[1]) end
+return 0
+"""
+
+
+def claim_login_attempt(conn: redis.Redis, name: str, ip: str, limit: int, window_seconds: int) -> int:
+    """Reserve one password check for this (name, address): 0 when allowed (counted as a failure
+    until ``clear_login_failures`` on success), else the seconds until it may try again."""
+    key = login_failures_key(normalize_name(name), ip)
+    return int(conn.eval(_CLAIM_ATTEMPT, 1, key, int(limit), int(window_seconds)))
+
+
+def session_key(session_id: str) -> str:
+    """Hash of one researcher login: ``name``, ``login_at``; expires after the idle timeout."""
+    return f"{PREFIX}:researcher-session:{hashlib.sha256(session_id.encode()).hexdigest()}"
+
+
+def start_session(conn: redis.Redis, name: str, idle_seconds: int) -> str:
+    """Record a researcher login server-side; the returned id goes into the signed cookie."""
+    session_id = secrets.token_urlsafe(24)
+    key = session_key(session_id)
+    with conn.pipeline() as pipe:
+        pipe.hset(key, mapping={"name": normalize_name(name), "login_at": f"{time.time():.3f}"})
+        pipe.expire(key, int(idle_seconds))
+        pipe.execute()
+    return session_id
+
+
+def session_owner(conn: redis.Redis, session_id: str, idle_seconds: int, lifetime_seconds: int) -> str | None:
+    """The account name of a live login, extending its idle timeout; None once it was ended (logout,
+    idle too long, older than ``lifetime_seconds``)."""
+    if not isinstance(session_id, str) or not session_id:
+        return None
+    key = session_key(session_id)
+    with conn.pipeline() as pipe:
+        pipe.hmget(key, ["name", "login_at"])
+        pipe.expire(key, int(idle_seconds))
+        (name, login_at), _ = pipe.execute()
+    if name is None or login_at is None or time.time() - float(login_at) > lifetime_seconds:
+        conn.delete(key)
+        return None
+    return name.decode()
+
+
+def end_session(conn: redis.Redis, session_id) -> None:
+    if isinstance(session_id, str) and session_id:
+        conn.delete(session_key(session_id))

@@ -44,7 +44,7 @@ PUBLIC_ENDPOINTS = frozenset({"static", "api.health", "api.get_next_question", "
 # cross-site POST has nothing valid to send. Raters never have a CSRF token to send.
 CSRF_EXEMPT_ENDPOINTS = ("api.post_answer",)
 
-SESSION_KEYS = ("researcher", "researcher_epoch", "login_at")
+SESSION_KEYS = ("researcher", "researcher_epoch", "login_at", "researcher_session")
 
 
 class SessionInterface(SecureCookieSessionInterface):
@@ -71,9 +71,14 @@ def current_researcher() -> str | None:
     name = session.get("researcher")
     if name:
         login_at = session.get("login_at") or 0
-        max_age = current_app.config["LOGIN_SESSION_SECONDS"]
-        epoch = accounts.session_epoch(get_redis(), name)
-        if time.time() - login_at <= max_age and epoch is not None and epoch == session.get("researcher_epoch"):
+        config, conn = current_app.config, get_redis()
+        max_age = config["LOGIN_SESSION_SECONDS"]
+        epoch = accounts.session_epoch(conn, name)
+        # the server-side record ends with logout, the idle timeout or the lifetime, whatever the cookie says
+        owner = accounts.session_owner(conn, session.get("researcher_session"), config["LOGIN_IDLE_SECONDS"],
+                                       max_age)
+        if (time.time() - login_at <= max_age and epoch is not None and epoch == session.get("researcher_epoch")
+                and owner == name):
             g.researcher = name
         else:
             for key in SESSION_KEYS:
@@ -121,25 +126,27 @@ def login():
     name = accounts.normalize_name(request.form.get("username", ""))
     password = request.form.get("password", "")
     conn, ip, config = get_redis(), client_address(), current_app.config
-    wait = accounts.login_blocked_for(conn, name, ip, config["LOGIN_MAX_FAILURES"])
+    wait = accounts.claim_login_attempt(conn, name, ip, config["LOGIN_MAX_FAILURES"],
+                                        config["LOGIN_FAILURE_WINDOW_SECONDS"])
     if wait:
         minutes = -(-wait // 60)
         error = (f"Too many failed logins for this account from your address. "
                  f"Wait {minutes} minute{'s' if minutes != 1 else ''} and try again.")
         return render_template("auth/login.html", next_url=next_url, username=name, error=error), 429
     epoch = accounts.verify_password(conn, name, password)
-    if epoch is None:
-        accounts.record_login_failure(conn, name, ip, config["LOGIN_FAILURE_WINDOW_SECONDS"])
+    if epoch is None:  # already counted as a failure by claim_login_attempt
         error = "Wrong account name or password."
         return render_template("auth/login.html", next_url=next_url, username=name, error=error), 401
     accounts.clear_login_failures(conn, name, ip)
     session.clear()  # a fresh session: nothing from before the login (no fixation, no stale CSRF token)
-    session.update(researcher=name, researcher_epoch=epoch, login_at=time.time())
+    session.update(researcher=name, researcher_epoch=epoch, login_at=time.time(),
+                   researcher_session=accounts.start_session(conn, name, config["LOGIN_IDLE_SECONDS"]))
     return redirect(next_url)
 
 
 @bp.post("/logout")
 def logout():
+    accounts.end_session(get_redis(), session.get("researcher_session"))  # every copy of the cookie ends
     session.clear()
     flash("You are logged out.")
     return redirect(url_for("auth.login"))
