@@ -2,7 +2,6 @@
 people answer questions, the finish page with a completion code, and item media."""
 from __future__ import annotations
 
-import re
 import secrets
 
 from flask import Blueprint, Response, abort, current_app, redirect, render_template, request, session, url_for
@@ -10,6 +9,7 @@ from markdown_it import MarkdownIt
 from markupsafe import Markup
 
 from workers import keys
+from workers.answers import RATER_ID_PATTERN
 from workers.studies import StudyNotFound, get_items, get_media, get_study
 
 from .rating import completion_code, rater_stats
@@ -20,8 +20,6 @@ bp = Blueprint("raters", __name__)
 RATER_ID_PARAMS = ("PROLIFIC_PID", "workerId", "rater")
 #: Recruitment parameters kept in the session (Prolific and MTurk), shown to nobody but the log.
 RECRUITMENT_PARAMS = ("PROLIFIC_PID", "STUDY_ID", "SESSION_ID", "workerId", "assignmentId", "hitId")
-#: A rater id starts with a letter or digit (so no spreadsheet reads an exported id as a formula).
-RATER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
 DEBRIEF_MAX_CHARS = 2000
 
 # CommonMark with raw HTML off: researcher text is escaped, and markdown-it refuses javascript:,
@@ -129,7 +127,7 @@ def study_page(study_id: str):
     study = load_study_or_404(study_id)
     for param in RATER_ID_PARAMS:
         value = request.args.get(param, "").strip()
-        if value and RATER_ID_PATTERN.match(value):
+        if value and RATER_ID_PATTERN.match(value) and not value.startswith("anon-"):
             if session.get("rater_id") != value:
                 session["rater_id"] = value
             break

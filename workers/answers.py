@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -85,6 +86,9 @@ if ARGV[19] == '1' then
 end
 return reply
 """
+
+#: A rater id starts with a letter or digit (so no spreadsheet reads an exported id as a formula).
+RATER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
 
 ANSWER_FIELDS = ("qid", "rater", "kind", "head", "a", "b", "choice", "value", "probe", "algorithm", "fallback",
                  "issued_at", "answered_at", "response_ms", "flags")
@@ -242,6 +246,33 @@ def accept_and_issue(conn, study_id: str, question: dict, rater: str, choice: in
         raise AnswerRefused(status)
     following = questions.parse_next_reply(reply[3:]) if then is not None else None
     return reply[1].decode(), bool(int(reply[2])), following
+
+
+def answer_problem(answer: Answer, n_items: int, rating_range: tuple[float, float] | None = None) -> str | None:
+    """Why the live path would never have stored ``answer`` (None when it would): a rater id outside
+    the id pattern, an item outside the study, a choice that was not offered, a rating off the scale."""
+    if not RATER_ID_PATTERN.match(answer.rater):
+        return f"rater id {answer.rater!r} breaks the rater id pattern"
+    shown = [i for i in answer.items if i != NO_ITEM] if answer.kind == "rating" else answer.items
+    if not all(0 <= i < n_items for i in shown):
+        return f"an item index outside the study's {n_items} items"
+    if answer.kind == "triplet":
+        if answer.skipped:
+            return None if answer.choice == NO_ITEM else "a skipped answer with a choice"
+        if answer.choice not in (answer.a, answer.b):
+            return f"choice {answer.choice} was not one of the offered items [{answer.a}, {answer.b}]"
+        if answer.probe is not None and answer.probe not in (answer.a, answer.b):
+            return f"probe {answer.probe} is not one of the offered items"
+    elif answer.kind == "rating":
+        if answer.skipped:
+            return None
+        if answer.value is None:
+            return "a rating answer without a value"
+        if rating_range is not None and not rating_range[0] <= answer.value <= rating_range[1]:
+            return f"rating {answer.value:g} is off the scale {rating_range[0]:g}..{rating_range[1]:g}"
+    else:
+        return f"unknown question kind {answer.kind!r}"
+    return None
 
 
 def read_answers(conn, study_id: str, after: str = "0-0", count: int | None = None) -> list[Answer]:

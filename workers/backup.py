@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 import redis
 
 from . import keys
-from .answers import Answer
+from .answers import Answer, answer_problem
 from .config import ConfigError, StudyConfig
 from .studies import STUDY_STATUSES, Item, StudyError, check_config_for_items, check_study_id, get_study
 
@@ -334,6 +334,8 @@ def _check_whole(backup: Backup, state: dict) -> None:
         check_config_for_items(StudyConfig.from_dict(backup.config), [Item.from_dict(i) for i in backup.items])
     except StudyError as exc:
         raise BackupError(f"the items do not fit the study's config: {exc}") from None
+    config = StudyConfig.from_dict(backup.config)
+    rating_range = (float(config.rating.min), float(config.rating.max)) if config.rating is not None else None
     lines = state["answer_lines"]
     for answer_id, line in state["set_aside_lines"].items():
         if answer_id not in lines:
@@ -342,10 +344,15 @@ def _check_whole(backup: Backup, state: dict) -> None:
         if answer_id in backup.set_aside:
             continue  # kept as logged, however malformed: it was set aside with its reason
         try:
-            Answer.from_stream(answer_id.encode(), {k.encode(): v.encode() for k, v in fields.items()})
+            answer = Answer.from_stream(answer_id.encode(), {k.encode(): v.encode() for k, v in fields.items()})
         except (KeyError, ValueError) as exc:
             raise _fail(lines[answer_id], f"answer {answer_id} cannot be read ({type(exc).__name__}: {exc}) and is "
                                           "not marked as set aside") from None
+        # the live path's checks: an answer it would have refused is kept in the log but set aside
+        # with its reason, so no engine learns from it
+        problem = answer_problem(answer, int(n_items), rating_range)
+        if problem is not None:
+            backup.set_aside[answer_id] = f"restore: {problem}"
 
 
 # ---------------------------------------------------------------------------- restore
