@@ -18,7 +18,7 @@ from anntri_common import PLANNERS, fmt, table
 
 from engine.anntri import DERIVED_DEFAULTS
 from engine.datasets import load_alien_eggs
-from engine.oracles import TripletDerivedOracle, fit_human_noise, neighbor_error
+from engine.oracles import PointsOracle, TripletDerivedOracle, circle_clusters, fit_human_noise, neighbor_error
 
 
 def curve(planner, oracle, D, marks):
@@ -44,17 +44,27 @@ def main():
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--stride", type=int, default=5,
                     help="keep every stride-th egg (default 5: 60 eggs; 1 = all 300, hopeless below ~1000/item)")
+    ap.add_argument("--circle", action="store_true",
+                    help="the paper's 10 x 10 circle clusters instead of the eggs (the fitted human "
+                         "noise transferred by median triplet gap)")
     ap.add_argument("--quick", action="store_true", help="budgets up to 200 per item, one seed")
     a = ap.parse_args()
     per_item = [5, 20, 50, 200] if a.quick else [5, 20, 50, 200, 500, 1000, 2000]
     seeds = 1 if a.quick else a.seeds
     eggs = load_alien_eggs(a.data)
     people = fit_human_noise(eggs.distances, eggs.triplets)  # fitted on all eggs and answers
-    keep = np.arange(0, len(eggs.distances), a.stride)
-    D = eggs.distances[np.ix_(keep, keep)]
+    unit = "range"
+    if a.circle:
+        X, _ = circle_clusters(random_state=0, diameter=2.0, radial="linear")
+        D = PointsOracle(X).distances
+        unit = "median_gap"
+        print(f"circle clusters: n={len(D)}", end="; ")
+    else:
+        keep = np.arange(0, len(eggs.distances), a.stride)
+        D = eggs.distances[np.ix_(keep, keep)]
+        print(f"alien eggs: n={len(D)} (every {a.stride}th)", end="; ")
     n = len(D)
-    print(f"alien eggs: n={n} (every {a.stride}th); human noise model: scale {people.scale:.4f}, "
-          f"lapse {people.lapse:.3f}")
+    print(f"human noise model: scale {people.scale:.4f}, lapse {people.lapse:.3f}")
     d = {"symmetric": False, "triangle": False}
     configs = [
         ("old study default: ANNTri lil w=1 (symmetric)", "ANNTri", {"bound": "lil", "window": 1}),
@@ -69,7 +79,7 @@ def main():
     for label, name, params in configs:
         errs = []
         for seed in range(seeds):
-            rater = people.oracle(D, unit="range", random_state=seed)
+            rater = people.oracle(D, unit=unit, random_state=seed)
             oracle = TripletDerivedOracle(rater, n, random_state=seed)
             planner = PLANNERS[name](n, random_state=seed, **params)
             errs.append(curve(planner, oracle, D, [m * n for m in per_item]))

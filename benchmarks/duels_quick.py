@@ -94,7 +94,7 @@ def run(planner, oracle, budgets, n, on_checkpoint):
     return cpu, total
 
 
-def one_seed(s, D_all, scale, n_items, budgets, params, res):
+def one_seed(s, D_all, scale, n_items, budgets, params, res, peer=True):
     """One seed: a random subset of n_items eggs, both learners, scores into res[...][s]."""
     rng = np.random.default_rng(1000 + s)
     idx = np.sort(rng.choice(len(D_all), size=min(n_items, len(D_all)), replace=False))
@@ -108,6 +108,8 @@ def one_seed(s, D_all, scale, n_items, budgets, params, res):
 
     planner = CandidateDuels(n, random_state=s, **params)
     cpu, tot = run(planner, HumanOracle(D, scale, LAPSE, np.random.default_rng(s)), budgets, n, rec_duels)
+    if not peer:
+        return cpu, tot, "peer (skipped)"
     log = []
     rt = RandomTriplets(n, random_state=s)
     orig = rt.observe
@@ -135,6 +137,7 @@ def main():
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--budgets", default="10,20,50,100,200,300")
+    ap.add_argument("--no-peer", action="store_true", help="skip the peer (for tuning runs)")
     ap.add_argument("--params", default="", help="CandidateDuels params, e.g. shortlist=15,warmup=4")
     args = ap.parse_args()
     budgets = [int(b) for b in args.budgets.split(",")]
@@ -148,7 +151,7 @@ def main():
     res = {name: np.zeros((args.seeds, len(budgets), 2)) for name in ("duels", "peer")}
     cpu_total, ans_total, peer_name = 0.0, 0, "peer"
     for s in range(args.seeds):
-        cpu, tot, peer_name = one_seed(s, D_all, scale, args.n, budgets, params, res)
+        cpu, tot, peer_name = one_seed(s, D_all, scale, args.n, budgets, params, res, not args.no_peer)
         cpu_total += cpu
         ans_total += tot
     print(f"alien eggs n={args.n}, logistic scale {scale:.4f} + lapse {LAPSE}, {args.seeds} seeds, params {params}")

@@ -90,6 +90,13 @@ _ROUNDS = {
     "stagger": {"type": "boolean", "default": False},
 }
 _PAIR_STATES = ("PairTripletAdapter",)
+_EMBEDDING = {
+    "kernel": {"enum": ["tste", "ste"], "default": "tste"},
+    "dim": {"type": "integer", "minimum": 1, "maximum": 50, "default": 2},
+    "refit_share": {"type": "number", "minimum": 0, "default": 0.1},
+    "refit_min": {"type": ["integer", "null"], "minimum": 1, "default": None},
+    "l2": {"type": "number", "minimum": 0, "default": 1e-3},
+}
 
 _ENTRIES = (
     Algorithm("anntri", "engine.anntri:ANNTri", ("triplet", "rating"), "pair", "graph",
@@ -116,6 +123,15 @@ _ENTRIES = (
                "dim": {"type": "integer", "minimum": 1, "maximum": 50, "default": 2},
                "delta": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.05}},
               ("CandidateDuels",)),
+    Algorithm("embedding", "engine.embedding:EmbeddingLearner", ("triplet",), "triplet", "embedding",
+              "Embedding: uniformly random triplets and a t-STE ordinal embedding; neighbours = nearest points",
+              _EMBEDDING, ("EmbeddingLearner",)),
+    Algorithm("active_embedding", "engine.embedding:ActiveEmbedding", ("triplet",), "triplet", "embedding",
+              "Active embedding: t-STE embedding asking the most uncertain triplets near each item",
+              {**_EMBEDDING,
+               "warmup": {"type": ["integer", "null"], "minimum": 0, "default": None},
+               "n_candidates": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 50}},
+              ("ActiveEmbedding",)),
     Algorithm("comparison_forest", "engine.comparison_tree:ComparisonForest", ("triplet",), "triplet", "forest",
               "Comparison forest: random trees split by triplets; neighbours = frequent leaf-mates",
               {"n_trees": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10},

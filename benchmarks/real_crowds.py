@@ -1,0 +1,313 @@
+"""Real crowds: every learner of the algorithm table against random triplets + an ordinal embedding.
+
+What a researcher would otherwise do (NEXT / Salmon) is to buy uniformly random triplets and fit
+an ordinal embedding. This script drives every nearest-neighbour learner of ``engine.registry``
+through ``make_planner(name, n, question_kind="triplet")`` exactly as a live study does
+(``next_questions(batch)`` → answers → ``observe``), reads ``neighbor_graph(k=1)`` anytime, and
+prints per data set (mean over seeds):
+
+- NN error (share of items whose pick is not a true nearest neighbour; ties count as right) and
+  hit@3 (the pick is among the 3 truly nearest) at each budget of answers per item;
+- answers per item each method needs to reach the peer's hit@3 at 300 answers/item;
+- the peer: uniformly random triplets + the best of STE / t-STE (d = 2…8), chosen on held-out
+  answers (``engine.embedding.select_embedding``), refitted at every budget.
+
+Data sets:
+- ``eggs``: the 300 NEXT alien eggs (1-D truth); simulated raters with the logistic + lapse noise
+  fitted to the 17,611 human answers (``engine.oracles``); also the ±1-position accuracy;
+- ``clusters``: hierarchical clusters in R² (n = 100, 300, 1000) with the same fitted human noise;
+- ``material``: the Lagunas et al. material triplets: held-out triplet accuracy of the learners that
+  predict triplets (an embedding), trained on budgets of the recorded train answers.
+
+    python benchmarks/real_crowds.py [--quick] [--seeds 3] [--datasets eggs,clusters,material]
+        [--methods NAME,...] [--budgets 10,20,50,100,200,500] [--sizes 100,300,1000]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from engine import oracles
+from engine.datasets import load_alien_eggs, load_material
+from engine.embedding import embedding_neighbors, select_embedding
+from engine.registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, make_planner
+
+PEER = "random triplets + embedding"
+#: Finer marks than the printed budgets, to find where a method reaches the peer's accuracy.
+FINE_MARKS = (5, 10, 15, 20, 25, 30, 40, 50, 60, 75, 100, 125, 150, 200, 250, 300, 400, 500)
+
+
+# ---------------------------------------------------------------------------- truth metrics
+def nn_metrics(picks: np.ndarray, D: np.ndarray, tol: float = 1e-9) -> tuple[float, float]:
+    """(NN error, hit@3) of picks (n,) against the distance matrix; -1 (no pick) is wrong."""
+    n = len(D)
+    Dm = D.astype(np.float64).copy()
+    np.fill_diagonal(Dm, np.inf)
+    srt = np.sort(Dm, axis=1)
+    safe = np.maximum(picks, 0)
+    chosen = Dm[np.arange(n), safe]
+    has = picks >= 0
+    exact = has & (chosen <= srt[:, 0] + tol)
+    hit3 = has & (chosen <= srt[:, 2] + tol)
+    return float(1 - exact.mean()), float(hit3.mean())
+
+
+def near_share(picks: np.ndarray, coords: np.ndarray, spacing: float) -> float:
+    """Share of picks within one position of a true neighbour on a line of evenly spaced items."""
+    ok = (picks >= 0) & (np.abs(coords[np.maximum(picks, 0)] - coords) <= 2 * spacing + 1e-9)
+    return float(ok.mean())
+
+
+# ---------------------------------------------------------------------------- drivers
+def methods_for(names: list[str] | None) -> list[str]:
+    """Every table entry that learns a graph (or an embedding) from triplets."""
+    out = [name for name, entry in ALGORITHMS.items()
+           if "triplet" in entry.question_kinds and not entry.needs_labels]
+    if names:
+        unknown = sorted(set(names) - set(out) - {PEER})
+        if unknown:
+            raise SystemExit(f"unknown method(s) {unknown}; choose from {out + [PEER]}")
+        out = [m for m in out if m in names]
+    return out
+
+
+def drive(name: str, n: int, answer, marks: list[int], seed: int, batch: int) -> dict[int, np.ndarray]:
+    """Run one learner live: picks (n,) at every mark (total answers); engine CPU seconds under key -1."""
+    planner = make_planner(name, n, question_kind="triplet", random_state=seed)
+    picks: dict[int, np.ndarray] = {}
+    total, engine = 0, 0.0
+    clock = time.process_time
+    for mark in marks:
+        while total < mark:
+            t0 = clock()
+            qs = planner.next_questions(min(batch, mark - total))
+            engine += clock() - t0
+            if not qs:
+                break
+            ans = answer(qs)
+            t0 = clock()
+            planner.observe(ans)
+            engine += clock() - t0
+            total += len(qs)
+        t0 = clock()
+        picks[mark] = np.asarray(planner.neighbor_graph(k=1).neighbors, dtype=np.int64)[:, 0].copy()
+        engine += clock() - t0
+    picks[-1] = np.array([engine, total])
+    return picks
+
+
+def random_triplets(n: int, m: int, rng: np.random.Generator) -> np.ndarray:
+    """m uniformly random (head, a, b) questions with three distinct items."""
+    h = rng.integers(n, size=m)
+    a = rng.integers(n - 1, size=m)
+    a += a >= h
+    b = rng.integers(n - 2, size=m)
+    lo, hi = np.minimum(h, a), np.maximum(h, a)
+    b += b >= lo
+    b += b >= hi
+    return np.column_stack([h, a, b])
+
+
+def peer(n: int, answer, marks: list[int], seed: int) -> dict[int, np.ndarray]:
+    """Random triplets + the best embedding (picked on held-out answers) at every mark."""
+    rng = np.random.default_rng([seed, 7])
+    qs = random_triplets(n, max(marks), rng)
+    rows = np.asarray(answer([tuple(map(int, q)) for q in qs]), dtype=np.int64)
+    closer = rows[:, 3]
+    farther = np.where(rows[:, 3] == rows[:, 1], rows[:, 2], rows[:, 1])
+    trip = np.column_stack([rows[:, 0], closer, farther])
+    picks = {}
+    t0 = time.process_time()
+    for mark in marks:
+        X = select_embedding(trip[:mark], n, random_state=seed).embedding
+        picks[mark] = embedding_neighbors(X, 1)[:, 0]
+    picks[-1] = np.array([time.process_time() - t0, max(marks)])
+    return picks
+
+
+def oracle_answer(oracle):
+    def answer(qs):
+        return oracle.answer(qs)
+    return answer
+
+
+# ---------------------------------------------------------------------------- tables
+def fmt_row(cells: list[str], widths: list[int]) -> str:
+    return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+
+
+def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    print(f"\n### {title}\n")
+    print(fmt_row(header, widths))
+    print(fmt_row(["-" * w for w in widths], widths))
+    for r in rows:
+        print(fmt_row(r, widths))
+
+
+def reach(curve: dict[int, float], target: float) -> str:
+    """First mark (answers/item) whose hit@3 reaches ``target``, interpolated linearly."""
+    marks = sorted(curve)
+    prev = None
+    for m in marks:
+        if curve[m] >= target - 1e-12:
+            if prev is None:
+                return f"<={m:g}"
+            lo, hlo = prev, curve[prev]
+            val = lo + (m - lo) * (target - hlo) / max(curve[m] - hlo, 1e-12)
+            return f"{val:.0f}"
+        prev = m
+    return f">{marks[-1]:g}"
+
+
+def evaluate(title: str, n: int, D: np.ndarray, make_oracle, methods: list[str], budgets: list[int],
+             seeds: int, batch: int, extra=None) -> None:
+    per_item = sorted(set(budgets) | {b for b in FINE_MARKS if b <= max(budgets)} | {300})
+    marks = [b * n for b in per_item]
+    peer_marks = [b * n for b in sorted(set(budgets) | {300})]
+    err: dict[str, dict[int, list]] = {}
+    hit: dict[str, dict[int, list]] = {}
+    more: dict[str, dict[int, list]] = {}
+    cpu: dict[str, list] = {}
+    for name in methods + [PEER]:
+        err[name], hit[name], more[name], cpu[name] = {}, {}, {}, []
+        for s in range(seeds):
+            answer = oracle_answer(make_oracle(1000 + s))
+            picks = peer(n, answer, peer_marks, s) if name == PEER else drive(name, n, answer, marks, s, batch)
+            engine, total = picks.pop(-1)
+            cpu[name].append(1000 * engine / max(total, 1))
+            for mark, p in picks.items():
+                e, h = nn_metrics(p, D)
+                b = mark // n
+                err[name].setdefault(b, []).append(e)
+                hit[name].setdefault(b, []).append(h)
+                if extra is not None:
+                    more[name].setdefault(b, []).append(extra(p))
+            print(f"  {title}: {name} seed {s} done ({cpu[name][-1]:.2f} ms CPU per answer)", file=sys.stderr)
+    target = float(np.mean(hit[PEER][300]))
+    header = ["method"] + [f"{b}/item" for b in budgets] + ["reach peer@300", "ms/answer"]
+    rows = []
+    for name in [PEER] + methods:
+        cells = [name + (" (default)" if name == DEFAULT_NN_ALGORITHM else "")]
+        for b in budgets:
+            cells.append(f"{np.mean(err[name][b]):.2f} / {np.mean(hit[name][b]):.2f}")
+        curve = {b: float(np.mean(v)) for b, v in hit[name].items()}
+        cells.append(reach(curve, target))
+        cells.append(f"{np.mean(cpu[name]):.2f}")
+        rows.append(cells)
+    print_table(f"{title} — NN error / hit@3 by answers per item (mean of {seeds} seeds); "
+                f"peer hit@3 at 300/item = {target:.2f}", header, rows)
+    if extra is not None:
+        rows = [[name] + [f"{np.mean(more[name][b]):.2f}" for b in budgets] for name in [PEER] + methods]
+        print_table(f"{title} — share of picks within one position of a true neighbour",
+                    ["method"] + [f"{b}/item" for b in budgets], rows)
+
+
+def human_noise():
+    fit = oracles.alien_egg_noise()
+    print(f"human noise (alien eggs, {fit.n_answers} answers): scale {fit.scale:.4f} (distances in [0, 1]), "
+          f"lapse {fit.lapse:.3f}, simulated agreement with the 1-D truth {fit.agreement:.3f}")
+    return fit
+
+
+def eggs(args, methods, fit):
+    data = load_alien_eggs(args.data)
+    D = data.distances
+    n = len(D)
+    coords = data.coordinates.astype(np.float64) / (data.coordinates.max() - data.coordinates.min())
+    spacing = float(np.min(np.diff(np.sort(coords))))
+
+    def make(seed):
+        return oracles.TripletOracle(D, model="human", noise=fit.scale, lapse=fit.lapse, random_state=seed)
+
+    evaluate(f"alien eggs, n = {n}, simulated human raters", n, D, make, methods, args.budgets, args.seeds,
+             args.batch, extra=lambda p: near_share(p, coords, spacing))
+
+
+def clusters(args, methods, fit):
+    for n in args.sizes:
+        X, _ = oracles.hierarchical_clusters(n, random_state=n)
+        D = oracles.TripletOracle.from_points(X).distances
+        scale = oracles.transfer_noise_scale(fit, D)
+
+        def make(seed, D=D, scale=scale):
+            return oracles.TripletOracle(D, model="human", noise=scale, lapse=fit.lapse, random_state=seed)
+
+        evaluate(f"hierarchical clusters, n = {n}, fitted human noise", n, D, make, methods, args.budgets,
+                 args.seeds, args.batch)
+
+
+def material(args, methods):
+    """Held-out triplet accuracy on the material data of learners that expose an embedding."""
+    data = load_material(args.data)
+    n = data.n_items
+    train, test = data.train, data.test
+    learners = [m for m in methods if ALGORITHMS[m].learns == "embedding"]
+    budgets = [b for b in args.budgets if b * n <= len(train)]
+    acc: dict[str, dict[int, list]] = {}
+    for name in learners + [PEER]:
+        acc[name] = {}
+        for s in range(args.seeds):
+            rng = np.random.default_rng(s)
+            order = rng.permutation(len(train))
+            rows = train[order]
+            if name == PEER:
+                for b in budgets:
+                    X = select_embedding(rows[: b * n], n, random_state=s).embedding
+                    acc[name].setdefault(b, []).append(_accuracy(X, test))
+                continue
+            planner = make_planner(name, n, question_kind="triplet", random_state=s)
+            done = 0
+            for b in budgets:
+                chunk = rows[done: b * n]
+                # (anchor, closer, farther) -> (head, a, b, winner) with the candidates in random order
+                swap = rng.random(len(chunk)) < 0.5
+                a = np.where(swap, chunk[:, 2], chunk[:, 1])
+                c = np.where(swap, chunk[:, 1], chunk[:, 2])
+                planner.observe(np.column_stack([chunk[:, 0], a, c, chunk[:, 1]]).tolist())
+                done = b * n
+                acc[name].setdefault(b, []).append(_accuracy(np.asarray(planner.embedding()), test))
+    rows = [[name] + [f"{np.mean(acc[name][b]):.3f}" for b in budgets] for name in [PEER] + learners]
+    print_table(f"material (Lagunas et al. 2019), n = {n}: held-out triplet accuracy (the per-triplet majority "
+                f"caps it near 0.84) by recorded train answers per item, mean of {args.seeds} orders",
+                ["method"] + [f"{b}/item" for b in budgets], rows)
+
+
+def _accuracy(X: np.ndarray, test: np.ndarray) -> float:
+    d1 = np.sum((X[test[:, 0]] - X[test[:, 1]]) ** 2, axis=1)
+    d2 = np.sum((X[test[:, 0]] - X[test[:, 2]]) ** 2, axis=1)
+    return float(np.mean(d1 < d2))
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one seed, n = 100 clusters, budgets up to 100/item")
+    ap.add_argument("--seeds", type=int)
+    ap.add_argument("--datasets", default="eggs,clusters,material")
+    ap.add_argument("--methods", default="", help="comma-separated registry names (default: all)")
+    ap.add_argument("--budgets", default=None, help="answers per item, comma-separated")
+    ap.add_argument("--sizes", default=None, help="hierarchical cluster sizes")
+    ap.add_argument("--batch", type=int, default=50, help="questions per next_questions call (live pool refill)")
+    ap.add_argument("--data", default=None, help="data folder (default ../shared/data)")
+    args = ap.parse_args(argv)
+    args.seeds = args.seeds or (1 if args.quick else 3)
+    args.budgets = [int(x) for x in (args.budgets or ("10,20,50,100" if args.quick else "10,20,50,100,200,500"))
+                    .split(",")]
+    args.sizes = [int(x) for x in (args.sizes or ("100" if args.quick else "100,300,1000")).split(",")]
+    methods = methods_for([m for m in args.methods.split(",") if m])
+    sets = args.datasets.split(",")
+    print(f"# Real crowds benchmark — methods: {', '.join(methods)}; default NN learner: {DEFAULT_NN_ALGORITHM}")
+    fit = human_noise() if ("eggs" in sets or "clusters" in sets) else None
+    if "eggs" in sets:
+        eggs(args, methods, fit)
+    if "clusters" in sets:
+        clusters(args, methods, fit)
+    if "material" in sets:
+        material(args, methods)
+
+
+if __name__ == "__main__":
+    main()
