@@ -193,23 +193,42 @@ def _create_first_account(conn) -> None:
 @click.option("--workers", "n_workers", default=1, show_default=True, type=click.IntRange(0, 64),
               help="RQ worker processes that update the engines.")
 def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int):
-    """Start Redis (unless REDIS_URL is set), RQ workers and the web app under gunicorn."""
+    """Start Redis (unless REDIS_URL is set), RQ workers and the web app under gunicorn, and keep
+    them running: a crashed child is restarted with backoff (a crash loop stops serve, saying why),
+    children die with serve, and only one serve runs per instance folder."""
     from .embedded import free_port
+    from .supervise import Child, CrashLoop, InstanceBusy, InstanceLock, Sweeper, popen
 
     inst = instance_path()
     inst.mkdir(parents=True, exist_ok=True)
+    lock = InstanceLock(inst)
+    try:
+        leftovers = lock.acquire()
+    except InstanceBusy as exc:
+        raise click.ClickException(str(exc)) from None
+    if leftovers:
+        click.echo(f"Took over from a serve that died: stopped its leftover processes {leftovers}")
     server = None
     url = os.environ.get("REDIS_URL")
+    children: list[Child] = []
     if not url:
         server = EmbeddedRedis(inst)
         try:
             url = server.start()
         except EmbeddedRedisError as exc:
+            lock.release()
             raise click.ClickException(str(exc)) from None
         click.echo(f"Redis: embedded redis-server, data in {inst / 'redis'} (AOF, appendfsync always)")
+
+        def start_redis():
+            server.start()
+            return server.process
+
+        redis_child = Child("embedded Redis", start_redis)
+        redis_child.process = server.process
+        children.append(redis_child)
     else:
         click.echo("Redis: using REDIS_URL")
-    children: list[subprocess.Popen] = []
     stopping = False
 
     def stop(*_):
@@ -232,16 +251,20 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int):
         if port == 0:
             port = free_port()
         env = dict(os.environ, REDIS_URL=url, PROXIMA_INSTANCE_PATH=str(inst))
-        for _ in range(n_workers):
-            children.append(subprocess.Popen([sys.executable, "-m", "webapp", "worker"], env=env,
-                                             start_new_session=True))
-        children.append(subprocess.Popen(
+        for n in range(n_workers):
+            children.append(Child(f"RQ worker {n + 1}", lambda: popen([sys.executable, "-m", "webapp", "worker"],
+                                                                      env=env, start_new_session=True)))
+        children.append(Child("web server", lambda: popen(
             [sys.executable, "-m", "gunicorn", "--bind", f"{host}:{port}", "--workers", str(web_workers),
              *GUNICORN_THREADS, "--graceful-timeout", "10", "--log-level", "warning", "webapp:create_app()"],
-            env=env, cwd=str(ROOT), start_new_session=True))
+            env=env, cwd=str(ROOT), start_new_session=True)))
+        for child in children:
+            if child.process is None:
+                child.start()
+        lock.record([c.pid for c in children if c.pid])
         shown_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
         base = f"http://{shown_host}:{port}"
-        if not _wait_healthy(f"{base}/api/health", children, lambda: stopping):
+        if not _wait_healthy(f"{base}/api/health", [c.process for c in children], lambda: stopping):
             if not stopping:
                 raise click.ClickException("the web server did not start; see the messages above")
         else:
@@ -250,15 +273,28 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int):
                 click.echo(f"Rater link: {base}/s/{study_id}")
                 click.echo(f"Study dashboard: {base}/studies/{study_id}")
             click.echo("Press Ctrl-C to stop.", err=False)
+        sweeper = Sweeper(url)
         while not stopping:
-            if any(child.poll() is not None for child in children):
-                raise click.ClickException("a Proxima process exited unexpectedly; stopping the others")
+            now = time.monotonic()
+            pids = [c.pid for c in children]
+            for child in children:
+                try:
+                    child.check(now, lambda message: click.echo(message, err=True))
+                except CrashLoop as exc:
+                    raise click.ClickException(str(exc)) from None
+            if [c.pid for c in children] != pids:
+                lock.record([c.pid for c in children if c.pid])
+            for queued in sweeper.maybe_sweep(now):
+                click.echo(f"study {queued}: answers were waiting for an update; queued one", err=True)
             time.sleep(0.2)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        _stop_children(children)
+        # the embedded Redis is stopped last, by its own object (it flushes the AOF)
+        _stop_children([c.process for c in children
+                        if isinstance(c.process, subprocess.Popen) and c.name != "embedded Redis"])
         if server is not None:
             server.stop()
+        lock.release()
         click.echo("Proxima stopped.")
 
 

@@ -98,8 +98,12 @@ class EmbeddedRedis:
             "--save", "", "--dbfilename", "proxima.rdb", "--daemonize", "no",
             "--logfile", str(self.data_dir / "redis.log"), "--loglevel", "notice",
         ]
+        from .supervise import die_with_parent
+
+        # dies with the process that started it: a killed serve leaves no server holding the port
         self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, start_new_session=True)
+                                        stderr=subprocess.PIPE, start_new_session=True,
+                                        preexec_fn=die_with_parent(os.getpid()))  # noqa: PLW1509
         self.url = f"redis://:{password}@127.0.0.1:{port}/0"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

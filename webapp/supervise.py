@@ -1,0 +1,225 @@
+"""Process supervision for ``proxima serve``: restart crashed children with backoff, make children
+die with their parent, one live serve per instance folder, and a sweep for studies left waiting.
+
+Linux gets PR_SET_PDEATHSIG through ctypes; elsewhere each child also checks its parent's pid at
+start. Must never import the engine.
+"""
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+
+PR_SET_PDEATHSIG = 1
+LOCK_FILE = "serve.lock"
+#: Restarts allowed within the window before serve gives up on a child (a crash loop).
+MAX_RESTARTS, RESTART_WINDOW_S = 5, 60.0
+FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.5, 8.0
+#: Seconds between sweeps for studies whose answer log is ahead of their engines.
+SWEEP_INTERVAL_S = 10.0
+
+
+def die_with_parent(parent_pid: int) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets SIGTERM when the process that started it dies (Linux), and
+    exits at once if that parent is already gone (the race between fork and prctl)."""
+    def preexec() -> None:
+        if sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            except (OSError, AttributeError):
+                pass  # no prctl: the parent-pid check below and the lock's takeover still hold
+        if os.getppid() != parent_pid:
+            os._exit(1)
+    return preexec
+
+
+class InstanceBusy(Exception):
+    """Another live ``proxima serve`` holds this instance folder."""
+
+
+class InstanceLock:
+    """An exclusive ``flock`` on ``<instance>/serve.lock`` held for the life of a serve; the file
+    lists the serve's pid and its children's pids, so a serve that died without cleaning up (kill -9)
+    can be taken over: the lock is free (the kernel dropped it) and leftover children are stopped."""
+
+    def __init__(self, instance_path: str | Path):
+        self.path = Path(instance_path) / LOCK_FILE
+        self.fd: int | None = None
+
+    def acquire(self) -> list[int]:
+        """Take the lock; returns the pids of a dead serve's children that were still running (now stopped)."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.read(fd, 4096).decode(errors="replace").split()
+            os.close(fd)
+            pid = owner[0] if owner else "?"
+            raise InstanceBusy(f"another 'proxima serve' (pid {pid}) is running for {self.path.parent}; "
+                               "stop it first, or give this one its own PROXIMA_INSTANCE_PATH") from None
+        self.fd = fd
+        previous = os.read(fd, 4096).decode(errors="replace").split()
+        stopped = [pid for pid in (int(p) for p in previous[1:] if p.isdigit()) if _stop_leftover(pid)]
+        self.record([])
+        return stopped
+
+    def record(self, child_pids: list[int]) -> None:
+        if self.fd is None:
+            return
+        os.ftruncate(self.fd, 0)
+        os.lseek(self.fd, 0, os.SEEK_SET)
+        os.write(self.fd, " ".join(str(p) for p in [os.getpid(), *child_pids]).encode())
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.ftruncate(self.fd, 0)
+            os.close(self.fd)  # closing drops the flock
+            self.fd = None
+
+
+def _is_ours(pid: int) -> bool:
+    # a recorded pid may since belong to another program: only stop Proxima's own kinds of process
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return False
+    return any(word in cmdline for word in (b"redis-server", b"webapp", b"gunicorn"))
+
+
+def _stop_leftover(pid: int, timeout: float = 10.0) -> bool:
+    if not _is_ours(pid):
+        return False
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _is_ours(pid):
+        time.sleep(0.1)
+    if _is_ours(pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return True
+
+
+class CrashLoop(Exception):
+    """A child kept crashing: ``MAX_RESTARTS`` restarts within ``RESTART_WINDOW_S`` seconds."""
+
+
+class Child:
+    """One supervised process: ``start`` makes it (a Popen-like object with ``poll``/``pid``)."""
+
+    def __init__(self, name: str, start: Callable[[], object]):
+        self.name = name
+        self._start = start
+        self.process = None
+        self.restarts: deque[float] = deque()
+        self.restart_at: float | None = None
+        self.backoff = FIRST_BACKOFF_S
+        self.last_status = None
+
+    def start(self) -> None:
+        self.process = self._start()
+        self.restart_at = None
+
+    @property
+    def pid(self) -> int | None:
+        return getattr(self.process, "pid", None)
+
+    def check(self, now: float, say: Callable[[str], None]) -> None:
+        """Restart the process after its backoff if it exited; CrashLoop when it keeps crashing."""
+        if self.restart_at is None:
+            status = self.process.poll() if self.process is not None else None
+            if status is None:
+                if self.restarts and now - self.restarts[-1] > RESTART_WINDOW_S:
+                    self.backoff = FIRST_BACKOFF_S  # it has stayed up: the next crash starts over
+                return
+            self.last_status = status
+            while self.restarts and now - self.restarts[0] > RESTART_WINDOW_S:
+                self.restarts.popleft()
+            if len(self.restarts) >= MAX_RESTARTS:
+                raise CrashLoop(f"the {self.name} exited {len(self.restarts) + 1} times within "
+                                f"{RESTART_WINDOW_S:.0f} s (last exit status {status}); giving up")
+            say(f"the {self.name} exited (status {status}); restarting it in {self.backoff:.1f} s")
+            self.restart_at = now + self.backoff
+            self.backoff = min(MAX_BACKOFF_S, self.backoff * 2)
+            return
+        if now >= self.restart_at:
+            self.restarts.append(now)
+            try:
+                self.start()
+            except Exception as exc:  # noqa: BLE001 - a failed start counts as one more crash
+                say(f"the {self.name} did not start again: {exc}")
+                self.process = _Exited(1)
+                self.restart_at = None
+
+
+class _Exited:
+    """Stands for a process that could not be started (counts as an exit)."""
+
+    pid = None
+
+    def __init__(self, status: int):
+        self.status = status
+
+    def poll(self) -> int:
+        return self.status
+
+
+class Sweeper:
+    """Every ``SWEEP_INTERVAL_S``, queue an update for a study whose log was ahead of its engine at
+    the previous sweep too and whose cursor has not moved since: the web process that should have
+    queued it died between setting the update flag and enqueueing (the flag then blocks others)."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.next_at = time.monotonic() + SWEEP_INTERVAL_S
+        self.behind: dict[str, bytes] = {}
+
+    def maybe_sweep(self, now: float) -> list[str]:
+        if now < self.next_at:
+            return []
+        self.next_at = now + SWEEP_INTERVAL_S
+        try:
+            return self.sweep(redis.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=2))
+        except (redis.RedisError, OSError):
+            return []  # Redis restarting: the next sweep tries again
+
+    def sweep(self, conn) -> list[str]:
+        from workers import keys
+        from workers.queue import enqueue_update
+        from workers.studies import list_studies
+
+        queued, behind = [], {}
+        for study in list_studies(conn):
+            with conn.pipeline(transaction=False) as pipe:
+                pipe.xrevrange(keys.answers(study.id), count=1)
+                pipe.get(keys.cursor(study.id))
+                last, cursor = pipe.execute()
+            cursor = cursor or b"0-0"
+            if not last or last[0][0] == cursor:
+                continue
+            behind[study.id] = cursor
+            if self.behind.get(study.id) == cursor:
+                conn.set(keys.update_scheduled(study.id), "1", ex=60)
+                enqueue_update(conn, study.id)
+                queued.append(study.id)
+        self.behind = behind
+        return queued
+
+
+def popen(args: list[str], **kwargs) -> subprocess.Popen:
+    """``subprocess.Popen`` for a child that dies with this process."""
+    return subprocess.Popen(args, preexec_fn=die_with_parent(os.getpid()), **kwargs)  # noqa: PLW1509
