@@ -216,6 +216,67 @@ class TripletDerivedOracle:
 
 
 # ---------------------------------------------------------------------------- data sets
+class RecordedTriplets:
+    """Questions answered from a table holding one recorded answer per triplet.
+
+    This is how a study is judged on real crowd data collected exhaustively (one person's answer
+    per triplet): asking the same question again gets the same answer, so a learner that repeats
+    questions learns nothing new. The truth is the table's own: item i's nearest neighbour is
+    the j that loses the smallest share of the recorded triplets (i; j, ·) (:meth:`loss_share`).
+
+    ``closer[h, a, b]`` (bool, shape (n, n, n)) is True where the answer to "is h more like a or
+    b?" was a; only entries with a < b are read (the table is mirrored on construction).
+    """
+
+    def __init__(self, closer):
+        c = np.asarray(closer, dtype=bool)
+        if c.ndim != 3 or c.shape[0] != c.shape[1] or c.shape[1] != c.shape[2] or c.shape[0] < 3:
+            raise ValueError(f"closer must be an (n, n, n) boolean table with n >= 3, got shape {c.shape}")
+        n = c.shape[0]
+        upper = np.triu(np.ones((n, n), bool), 1)
+        self.closer = np.where(upper[None, :, :], c, ~np.swapaxes(c, 1, 2))
+
+    @classmethod
+    def record(cls, oracle: TripletOracle) -> RecordedTriplets:
+        """Ask ``oracle`` every triplet (h; a, b), a < b, exactly once."""
+        n = oracle.n_items
+        closer = np.zeros((n, n, n), bool)
+        a, b = np.triu_indices(n, 1)
+        for h in range(n):
+            keep = (a != h) & (b != h)
+            q = np.column_stack([np.full(int(keep.sum()), h), a[keep], b[keep]])
+            closer[h, a[keep], b[keep]] = oracle.p1_wins(q)
+        return cls(closer)
+
+    @property
+    def n_items(self) -> int:
+        return self.closer.shape[0]
+
+    def loss_share(self) -> np.ndarray:
+        """L[i, j] = share of the triplets (i; j, k), k ∉ {i, j}, recorded as k closer; inf on the
+        diagonal. Usable wherever a distance matrix is expected (row-wise: smaller is nearer)."""
+        n = self.n_items
+        wins = self.closer.sum(axis=2).astype(np.float64)  # (h, j): triplets j won, k over all items
+        idx = np.arange(n)
+        wins -= self.closer[idx, :, idx]  # k = h is not a triplet ...
+        wins -= self.closer[:, idx, idx]  # ... nor k = j (the table's diagonal)
+        L = 1.0 - wins / (n - 2)
+        np.fill_diagonal(L, np.inf)
+        return L
+
+    def p1_wins(self, questions) -> np.ndarray:
+        q = _as_index_array(questions, 3, self.n_items)
+        if np.any((q[:, 0] == q[:, 1]) | (q[:, 0] == q[:, 2]) | (q[:, 1] == q[:, 2])):
+            raise ValueError("a triplet question needs three distinct items")
+        return self.closer[q[:, 0], q[:, 1], q[:, 2]]
+
+    def answer(self, questions):
+        """Answers as ``(x, p1, p2, winner)`` rows."""
+        questions = [tuple(map(int, q)) for q in questions]
+        wins = self.p1_wins(questions)
+        return [(x, p1, p2, p1 if w else p2) for (x, p1, p2), w in zip(questions, wins, strict=True)]
+
+
 def circle_clusters(n_clusters: int = 10, cluster_size: int = 10, gap: float = 0.1,
                     random_state=None, diameter: float = 1.0,
                     radial: str = "uniform") -> tuple[np.ndarray, np.ndarray]:
