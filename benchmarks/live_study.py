@@ -76,7 +76,8 @@ def clusters(n_clusters: int, size: int, seed: int, sigma: float, unit_sigma: fl
 
 def start_server(instance: Path, web_workers: int, workers: int):
     port = free_port()
-    env = dict(os.environ, PROXIMA_INSTANCE_PATH=str(instance))
+    # the simulated crowd answers from this machine: exempt loopback from the rate limits (none is by default)
+    env = dict(os.environ, PROXIMA_INSTANCE_PATH=str(instance), PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1,::1")
     env.pop("REDIS_URL", None)
     log = (instance / "serve.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers",

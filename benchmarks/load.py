@@ -376,7 +376,9 @@ def run_load(a, code_root: Path, label: str) -> dict:
         conn = redis.Redis.from_url(url)
         conn.config_set("latency-monitor-threshold", LATENCY_THRESHOLD_MS)
         create_load_study(conn, a.items, a.pool_size, a.seed)
-        env = dict(os.environ, REDIS_URL=url, PROXIMA_INSTANCE_PATH=str(instance), PYTHONPATH=str(code_root))
+        # the load generators run on this machine: exempt loopback from the rate limits (none is by default)
+        env = dict(os.environ, REDIS_URL=url, PROXIMA_INSTANCE_PATH=str(instance), PYTHONPATH=str(code_root),
+                   PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1,::1")
         log = (scratch / "servers.log").open("w")
         rq = [subprocess.Popen([sys.executable, "-m", "webapp", "worker"], cwd=str(code_root), env=env,
                                stdout=log, stderr=subprocess.STDOUT) for _ in range(a.rq_workers)]

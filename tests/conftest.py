@@ -12,6 +12,8 @@ from workers.queue import get_queue
 from workers.studies import Item, create_study
 
 SECRET = "test-secret-key"
+#: Rate-limit exemption for tests driving many requests from this machine (nothing is exempt by default).
+LOOPBACK = ("127.0.0.1", "::1")
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +38,9 @@ def conn(redis_url):
 @pytest.fixture
 def app(conn, redis_url, tmp_path, monkeypatch):
     monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
-    return create_app({"TESTING": True, "REDIS_URL": redis_url, "SECRET_KEY": SECRET})
+    # the test client is loopback, which no limit exempts by default: tests of the limits set their own
+    return create_app({"TESTING": True, "REDIS_URL": redis_url, "SECRET_KEY": SECRET,
+                       "RATE_LIMIT_EXEMPT_ADDRESSES": LOOPBACK})
 
 
 @pytest.fixture

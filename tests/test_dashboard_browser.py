@@ -104,7 +104,7 @@ def journey_server(conn, redis_url, tmp_path):
     schedule_update(conn, CROWD_STUDY)
     port = free_port()
     env = dict(os.environ, REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"),
-               PROXIMA_UPLOAD_MAX_BYTES=str(UPLOAD_LIMIT))
+               PROXIMA_UPLOAD_MAX_BYTES=str(UPLOAD_LIMIT), PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1")
     proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers", "2"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"

@@ -201,7 +201,7 @@ def test_poisoned_answers_are_set_aside_with_their_reason_and_the_rest_are_appli
 def start_web(processes, redis_url, tmp_path, web_workers=1) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = dict(os.environ, REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"),
-               PROXIMA_SECRET_KEY="durability-test-secret")
+               PROXIMA_SECRET_KEY="durability-test-secret", PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1")
     proc = processes([sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", str(web_workers),
                       "--timeout", "120", "--log-level", "warning", "webapp:create_app()"], env)
     base = f"http://127.0.0.1:{port}"

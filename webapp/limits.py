@@ -50,9 +50,11 @@ DEFAULTS = {
     # finishes at human pace; a script minting codes does not.
     "CODE_RATE_PER_ADDRESS": 0.1,
     "CODE_BURST_PER_ADDRESS": 30,
-    # Clients on the server's own machine: simulated raters, load benchmarks, and a reverse proxy on
-    # the same host when TRUSTED_PROXIES is not set (then every client would share its address).
-    "RATE_LIMIT_EXEMPT_ADDRESSES": ("127.0.0.1", "::1"),
+    # Client addresses no limit applies to: none unless configured. Loopback is not exempt by
+    # default: behind a reverse proxy on the same host (TRUSTED_PROXIES unset) every client would be
+    # "loopback". Simulated crowds and load benchmarks exempt themselves where they need it, e.g.
+    # PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES=127.0.0.1,::1 (a JSON list works too).
+    "RATE_LIMIT_EXEMPT_ADDRESSES": (),
 }
 
 # KEYS[i]: one bucket each (a string holding its theoretical arrival time, microseconds).
@@ -129,8 +131,18 @@ def retry_after(seconds: float) -> str:
     return str(max(1, math.ceil(seconds)))
 
 
+def exempt_addresses(value) -> frozenset[str]:
+    """The configured exempt addresses: a list, or one string of addresses separated by commas or spaces
+    (as an environment variable gives it)."""
+    if not value:
+        return frozenset()
+    if isinstance(value, str):
+        value = value.replace(",", " ").split()
+    return frozenset(str(v).strip() for v in value if str(v).strip())
+
+
 def exempt(address: str) -> bool:
-    return address in current_app.config["RATE_LIMIT_EXEMPT_ADDRESSES"]
+    return address in exempt_addresses(current_app.config["RATE_LIMIT_EXEMPT_ADDRESSES"])
 
 
 def limit_rater_requests() -> None:
