@@ -337,11 +337,15 @@ def demo():
 @main.command()
 @click.option("--burst", is_flag=True, help="Process the queued jobs, then exit.")
 def worker(burst: bool):
-    """Run an RQ worker that applies answers to the engines (needs REDIS_URL)."""
-    from rq import Worker
+    """Run an RQ worker that applies answers to the engines (needs REDIS_URL).
+
+    Jobs run in the worker's own process (RQ's SimpleWorker, no fork per job), so a busy study's
+    learners and their journal state stay in memory from one job to the next instead of being read
+    back from Redis by every job."""
+    from rq import SimpleWorker
 
     try:
-        import workers.jobs  # noqa: F401  (import numpy and the engine once, before forking job processes)
+        import workers.jobs  # noqa: F401  (import numpy and the engine once)
     except ValueError as exc:  # a malformed PROXIMA_FAULT (crash testing)
         raise click.ClickException(str(exc)) from None
     from workers.queue import get_queue, schedule_stale_studies
@@ -355,7 +359,7 @@ def worker(burst: bool):
     except (redis.RedisError, OSError) as exc:
         raise click.ClickException(f"cannot reach Redis: {exc}") from None
     schedule_stale_studies(conn)
-    Worker([get_queue(conn)], connection=conn).work(burst=burst, logging_level="WARNING")
+    SimpleWorker([get_queue(conn)], connection=conn).work(burst=burst, logging_level="WARNING")
 
 
 @main.command()

@@ -30,9 +30,10 @@ import os
 import secrets
 import signal
 import sys
+import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import redis
 from rq import get_current_job
@@ -64,6 +65,10 @@ CACHED_STUDIES = 4
 #: A pool is filled to this multiple of the questions taken from it since the previous pass (with
 #: raters answering faster than passes come, a pool of pool_size alone runs dry between passes).
 DEMAND_HEADROOM = 1.5
+#: A checkpoint of a learner's state is written once its journal has grown to this share of the
+#: state's size, or to this many entries (what a reload replays stays below the state's own size).
+CHECKPOINT_SHARE = 1.0
+CHECKPOINT_ENTRIES = 2000
 
 # ---------------------------------------------------------------------------- crash testing
 FAULT_POINTS = ("after_read", "after_observe", "before_exec", "after_exec")
@@ -187,9 +192,16 @@ def drain_study(conn, study_id: str, renew=None, job_seconds: float = JOB_SECOND
     until ``job_seconds`` have passed or no answer arrived for ``linger`` seconds after a pass.
 
     Passes start at least ``interval`` seconds apart, so a steady stream is applied in batches."""
+    try:
+        return _drain(conn, study_id, renew, job_seconds, linger, interval)
+    finally:
+        settle_checkpoints(conn, study_id)
+
+
+def _drain(conn, study_id: str, renew, job_seconds: float, linger: float, interval: float) -> dict:
     started = time.monotonic()
     pass_started = started
-    total = apply_new_answers(conn, study_id, renew=renew)
+    total = apply_new_answers(conn, study_id, renew=renew, settle=False)
     while True:
         idle_until = time.monotonic() + linger
         check_at = pass_started + interval
@@ -203,7 +215,7 @@ def drain_study(conn, study_id: str, renew=None, job_seconds: float = JOB_SECOND
                 return total
             check_at = time.monotonic() + POLL_SECONDS
         pass_started = time.monotonic()
-        summary = apply_new_answers(conn, study_id, renew=renew)
+        summary = apply_new_answers(conn, study_id, renew=renew, settle=False)
         for name, value in summary.items():
             total[name] = total.get(name, 0) + value
 
@@ -218,12 +230,29 @@ def _has_new_answers(conn, study_id: str) -> bool:
 
 # ---------------------------------------------------------------------------- learners kept in memory
 @dataclass
+class _Kept:
+    """One learner's stored state as this process last committed or read it (see ``engine_state``)."""
+
+    lifted: engine_state.Lifted | None  # None: nothing stored yet (a fresh learner)
+    version: str | None
+    lineage: str | None  # None: nothing stored, or a state saved before journals (next save is whole)
+    seq: int = 0  # the last journal entry committed
+    checkpoint_seq: int = 0  # the journal entry the stored checkpoint includes
+    journal: tuple[tuple[int, int], ...] = ()  # (seq, bytes) of the entries after the checkpoint
+
+    @classmethod
+    def of(cls, stored: engine_state.Stored) -> _Kept:
+        return cls(stored.lifted, stored.version if stored.lifted is not None else None, stored.lineage,
+                   stored.seq, stored.checkpoint_seq, tuple(stored.journal))
+
+
+@dataclass
 class _Cached:
     """A study's learners as this process last saved them: valid while the config is the same and
     every stored state still carries the version this process wrote."""
 
     config: str
-    versions: dict[str, str]
+    kept: dict[str, _Kept]
     learners: dict[str, Learner]
 
 
@@ -238,55 +267,146 @@ def forget_cached(study_id: str | None = None) -> None:
         _cache.pop(study_id, None)
 
 
-def _remember(study: Study, versions: dict[str, str], learners: dict[str, Learner]) -> None:
-    _cache[study.id] = _Cached(repr(study.config), versions, learners)
+def _remember(study: Study, kept: dict[str, _Kept], learners: dict[str, Learner]) -> None:
+    _cache[study.id] = _Cached(repr(study.config), kept, learners)
     _cache.move_to_end(study.id)
     while len(_cache) > CACHED_STUDIES:
         _cache.popitem(last=False)
 
 
-def _cached_learners(conn, study: Study) -> tuple[dict[str, Learner], dict[str, str | None]] | None:
+def _cached_learners(conn, study: Study) -> tuple[dict[str, Learner], dict[str, _Kept]] | None:
     """The study's learners from memory, if every stored state is still the one this process saved."""
     cached = _cache.get(study.id)
     if cached is None or cached.config != repr(study.config):
         return None
     for alg in study.config.algorithms:
         version = engine_state.load_version(conn, study.id, alg.label)
-        if version is None or cached.versions.get(alg.label) != version:
+        kept = cached.kept.get(alg.label)
+        if version is None or kept is None or kept.version != version:
             return None
     for alg in study.config.algorithms:
         cached.learners[alg.label].algorithm = alg
         cached.learners[alg.label].config = study.config
-    return cached.learners, dict(cached.versions)
+    return cached.learners, dict(cached.kept)
+
+
+def _load(conn, study: Study) -> tuple[dict[str, Learner], dict[str, _Kept]]:
+    learners, kept, labels = {}, {}, None
+    for alg in study.config.algorithms:
+        stored = engine_state.load_stored(conn, study.id, alg.label)
+        kept[alg.label] = _Kept.of(stored)
+        if stored.lifted is not None:
+            learners[alg.label] = Learner.from_state(alg, study.config, stored.state)
+            continue
+        n = initial_item_count(conn, study.id, study.n_items)
+        if labels is None:
+            labels = [item.label for item in get_items(conn, study.id)][:n]
+        learners[alg.label] = Learner.new(alg, study.config, n, labels)
+    return learners, kept
 
 
 def load_learners(conn, study: Study, versions: dict | None = None) -> dict[str, Learner]:
     """Every algorithm's learner from its saved state, or fresh where none is saved yet.
 
     ``versions``, if given, receives each saved state's version (None for a fresh learner)."""
-    learners, labels = {}, None
-    for alg in study.config.algorithms:
-        state, version = engine_state.load_with_version(conn, study.id, alg.label)
-        if versions is not None:
-            versions[alg.label] = version if state is not None else None
-        if state is not None:
-            learners[alg.label] = Learner.from_state(alg, study.config, state)
-            continue
-        n = initial_item_count(conn, study.id, study.n_items)
-        if labels is None:
-            labels = [item.label for item in get_items(conn, study.id)][:n]
-        learners[alg.label] = Learner.new(alg, study.config, n, labels)
+    learners, kept = _load(conn, study)
+    if versions is not None:
+        versions.update({label: k.version for label, k in kept.items()})
     return learners
 
 
-def pass_learners(conn, study: Study) -> tuple[dict[str, Learner], dict[str, str | None], bool]:
-    """(learners, {label: version of the stored state they equal}, whether they came from memory)."""
+def pass_learners(conn, study: Study) -> tuple[dict[str, Learner], dict[str, _Kept], bool]:
+    """(learners, {label: the stored state they equal}, whether they came from memory)."""
     cached = _cached_learners(conn, study)
     if cached is not None:
         return cached[0], cached[1], True
     _cache.pop(study.id, None)
-    versions: dict[str, str | None] = {}
-    return load_learners(conn, study, versions), versions, False
+    return *_load(conn, study), False
+
+
+def _commit_state(pipe, study_id: str, label: str, learner: Learner, kept: _Kept) -> tuple[_Kept, int]:
+    """Queue the learner's changes since ``kept`` on ``pipe`` (inside MULTI): a journal entry of what
+    differs, or the whole state where there is no journal to append to. Returns (what will then be
+    stored, bytes queued)."""
+    lifted = engine_state.Lifted.of(learner.to_state(), copy=True)
+    if kept.lifted is None or kept.lineage is None:
+        version, lineage = engine_state.save_lifted(pipe, study_id, label, lifted)
+        return _Kept(lifted, version, lineage), lifted.nbytes
+    delta = engine_state.make_delta(kept.lifted, lifted, kept.lineage, kept.seq + 1)
+    if delta is None:
+        return kept, 0
+    version = engine_state.append_delta(pipe, study_id, label, delta)
+    return _Kept(lifted, version, kept.lineage, kept.seq + 1, kept.checkpoint_seq,
+                 (*kept.journal, (kept.seq + 1, len(delta)))), len(delta)
+
+
+# ---------------------------------------------------------------------------- checkpoints
+@dataclass
+class _Checkpoint:
+    """A checkpoint being written by a thread of this process (``engine_state.write_checkpoint``)."""
+
+    lineage: str
+    seq: int
+    thread: threading.Thread | None = None
+    written: int = 0
+    seconds: float = 0.0
+    ok: bool = False
+
+
+_checkpoints: dict[tuple[str, str], _Checkpoint] = {}
+
+
+def _checkpoint_due(kept: _Kept) -> bool:
+    if kept.lifted is None or kept.lineage is None or not kept.journal:
+        return False
+    journal_bytes = sum(n for _, n in kept.journal)
+    return journal_bytes >= CHECKPOINT_SHARE * kept.lifted.nbytes or len(kept.journal) >= CHECKPOINT_ENTRIES
+
+
+def _start_checkpoints(conn, study_id: str, kept: dict[str, _Kept]) -> None:
+    """Start writing a checkpoint of each learner whose journal has grown enough (one at a time per learner)."""
+    for label, k in kept.items():
+        if (study_id, label) in _checkpoints or not _checkpoint_due(k):
+            continue
+        job = _Checkpoint(k.lineage, k.seq)
+
+        def write(job=job, label=label, lifted=k.lifted):
+            started = time.perf_counter()
+            try:
+                job.written = engine_state.write_checkpoint(conn, study_id, label, lifted, job.lineage, job.seq)
+                job.ok = True
+            except redis.RedisError as exc:  # the journal still holds everything: try again later
+                print(f"checkpoint of {study_id}/{label} failed: {exc}", file=sys.stderr, flush=True)
+            job.seconds = time.perf_counter() - started
+
+        job.thread = threading.Thread(target=write, name=f"checkpoint {study_id}/{label}", daemon=True)
+        _checkpoints[(study_id, label)] = job
+        job.thread.start()
+
+
+def settle_checkpoints(conn, study_id: str, wait: bool = True) -> int:
+    """Put the study's written checkpoints in place (waiting for those still being written if ``wait``);
+    returns how many were put in place."""
+    swapped = 0
+    for (sid, label), job in list(_checkpoints.items()):
+        if sid != study_id or (job.thread.is_alive() and not wait):
+            continue
+        job.thread.join()
+        del _checkpoints[(sid, label)]
+        if not job.ok or not engine_state.swap_checkpoint(conn, study_id, label, job.lineage, job.seq):
+            continue
+        swapped += 1
+        cached = _cache.get(study_id)
+        kept = cached.kept.get(label) if cached is not None else None
+        if kept is not None and kept.lineage == job.lineage:
+            cached.kept[label] = replace(kept, checkpoint_seq=job.seq,
+                                         journal=tuple(e for e in kept.journal if e[0] > job.seq))
+        with conn.pipeline(transaction=False) as pipe:
+            pipe.hincrby(keys.engine_stats(study_id), "checkpoints", 1)
+            pipe.hincrby(keys.engine_stats(study_id), "checkpoint_bytes", job.written)
+            pipe.hset(keys.engine_stats(study_id), "last_checkpoint_ms", f"{job.seconds * 1000:.1f}")
+            pipe.execute()
+    return swapped
 
 
 def observe_batch(learners: dict[str, Learner], batch: list) -> dict[str, str]:
@@ -324,21 +444,28 @@ def read_batch(conn, study_id: str, after: str, count: int) -> tuple[list, dict[
     return batch, unreadable, entries[-1][0].decode() if entries else after
 
 
-def apply_new_answers(conn, study_id: str, now: float | None = None, renew=None) -> dict:
+def apply_new_answers(conn, study_id: str, now: float | None = None, renew=None, settle: bool = True) -> dict:
     """Apply every answer after the cursor, then refill the pools; retried if another writer raced us.
 
-    ``renew`` (from ``study_lock``) is called before each pass to keep the lock.
+    ``renew`` (from ``study_lock``) is called before each pass to keep the lock. With ``settle``,
+    checkpoints the passes started are waited for and put in place before returning (``drain_study``
+    lets them be written while it goes on with further passes).
     """
     total = {"applied": 0, "released": 0, "planned": 0, "pruned": 0, "passes": 0}
-    while True:
-        if renew is not None:
-            renew()
-        summary = _one_pass(conn, study_id, time.time() if now is None else now)
-        for name in ("applied", "released", "planned", "pruned"):
-            total[name] += summary[name]
-        total["passes"] += 1
-        if not summary["more"]:
-            return total
+    try:
+        while True:
+            if renew is not None:
+                renew()
+            settle_checkpoints(conn, study_id, wait=False)
+            summary = _one_pass(conn, study_id, time.time() if now is None else now)
+            for name in ("applied", "released", "planned", "pruned"):
+                total[name] += summary[name]
+            total["passes"] += 1
+            if not summary["more"]:
+                return total
+    finally:
+        if settle:
+            settle_checkpoints(conn, study_id)
 
 
 def _budget_reached(learner: Learner, counters: dict) -> bool:
@@ -369,7 +496,7 @@ def _one_pass(conn, study_id: str, now: float) -> dict:
                 # restore, another worker) makes EXEC fail, whatever its cursor
                 pipe.watch(keys.cursor(study_id), *[keys.engine(study_id, label) for label in labels])
                 cursor = engine_state.load_cursor(pipe, study_id)
-                learners, versions, from_memory = pass_learners(pipe, study)
+                learners, stored, from_memory = pass_learners(pipe, study)
                 routes_before = {label: len(learner.routes) for label, learner in learners.items()}
                 windows_before = {label: getattr(learner.planner, "window", None)
                                   for label, learner in learners.items()}
@@ -442,17 +569,18 @@ def _one_pass(conn, study_id: str, now: float) -> dict:
                         repeats += learner.repeats_planned
                 # a learner nothing happened to keeps its stored state (and version): no need to save it
                 changed = {label: bool(n_read or expired or pruned_earlier.get(label) or planned[label]
-                                       or versions.get(label) is None
+                                       or stored[label].version is None
                                        or len(learner.routes) != routes_before[label]
                                        or getattr(learner.planner, "window", None) != windows_before[label])
                            for label, learner in learners.items()}
                 latency_ms = (time.perf_counter() - started) * 1000.0
 
                 pipe.multi()
-                saved = dict(versions)
+                saved, state_bytes = dict(stored), 0
                 for label, learner in learners.items():
                     if changed[label]:
-                        saved[label] = engine_state.save(pipe, study_id, label, learner.to_state())
+                        saved[label], size = _commit_state(pipe, study_id, label, learner, stored[label])
+                        state_bytes += size
                     questions.push_questions(conn, study_id, label, planned[label], pipeline=pipe)
                 engine_state.save_cursor(pipe, study_id, new_cursor)
                 questions.release_questions(pipe, study_id, [q["qid"] for q in expired])
@@ -475,7 +603,7 @@ def _one_pass(conn, study_id: str, now: float) -> dict:
                                     ("answers_fallback", fallback_answers), ("questions_planned",
                                     sum(len(q) for q in planned.values())), ("questions_repeated", repeats),
                                     ("questions_pruned", pruned_now), ("questions_expired", len(expired)),
-                                    ("passes_from_memory", int(from_memory))):
+                                    ("passes_from_memory", int(from_memory)), ("state_bytes_written", state_bytes)):
                     if value or name in ("updates", "answers_applied"):
                         pipe.hincrby(keys.engine_stats(study_id), name, value)
                 if n_read:
@@ -490,6 +618,7 @@ def _one_pass(conn, study_id: str, now: float) -> dict:
             _remember(study, saved, learners)
             if n_read:
                 _fault("after_exec")
+            _start_checkpoints(conn, study_id, saved)
             return {"applied": n_read, "released": len(expired), "pruned": pruned_now,
                     "planned": sum(len(q) for q in planned.values()), "poisoned": len(poisoned),
                     "more": n_read == MAX_ANSWERS_PER_PASS}

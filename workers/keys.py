@@ -98,6 +98,18 @@ def engine(study_id: str, algorithm: str) -> str:
     return _study_key(study_id, f"engine:{algorithm}")
 
 
+def engine_journal(study_id: str, algorithm: str) -> str:
+    """List: the changes of one algorithm's engine state since its checkpoint (``keys.engine``), one
+    entry per update pass, oldest first (see ``workers.engine_state``)."""
+    return _study_key(study_id, f"engine-journal:{algorithm}")
+
+
+def engine_checkpoint(study_id: str, algorithm: str) -> str:
+    """Hash: a checkpoint of one algorithm's engine state being written; renamed onto ``keys.engine``
+    once complete."""
+    return _study_key(study_id, f"engine-checkpoint:{algorithm}")
+
+
 def cursor(study_id: str) -> str:
     """String: id of the last answer applied to the engines; written with their states in one MULTI."""
     return _study_key(study_id, "cursor")
@@ -138,6 +150,11 @@ def model(study_id: str, name: str) -> str:
     """Hash: a learner trained on the study's data (SMERF, TreeRank, SimForest): ``meta`` (JSON),
     ``export`` (the researcher's JSON document) and the estimator state (JSON skeleton + arrays)."""
     return _study_key(study_id, f"model:{name}")
+
+
+def plan(study_id: str) -> str:
+    """String: the JSON of the last budget plan (``proxima plan --study``) the dashboard shows."""
+    return _study_key(study_id, "plan")
 
 
 def rater_sessions(study_id: str) -> str:

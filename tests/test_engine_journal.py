@@ -1,0 +1,207 @@
+"""Engine state stored as a checkpoint plus a journal of what each pass changed: a delta applied to
+the old state gives the new one bit for bit, a pass commits only its changes, checkpoints fold the
+journal in without changing the state, a checkpoint never put in place (or of an older lineage)
+changes nothing, and a state saved before journals still loads.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from test_backup import give_answers
+
+from workers import engine_state, jobs, keys
+from workers.config import StudyConfig
+from workers.studies import Item, create_study, get_study
+
+
+@pytest.fixture(autouse=True)
+def empty_cache():
+    jobs.forget_cached()
+    yield
+    jobs.forget_cached()
+
+
+def assert_lifted_equal(a: engine_state.Lifted, b: engine_state.Lifted) -> None:
+    assert json.loads(a.skeleton) == json.loads(b.skeleton)
+    assert set(a.arrays) == set(b.arrays)
+    for path in a.arrays:
+        assert a.arrays[path].dtype == b.arrays[path].dtype, path
+        assert a.arrays[path].tobytes() == b.arrays[path].tobytes(), path  # bitwise: NaN, -0.0
+
+
+def assert_states_equal(a: dict, b: dict) -> None:
+    assert_lifted_equal(engine_state.Lifted.of(a), engine_state.Lifted.of(b))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_delta_applied_to_the_old_state_gives_the_new_one_bit_for_bit(seed):
+    rng = np.random.default_rng(seed)
+    old = {"n": 3, "mean": rng.normal(size=(40, 40)), "count": rng.integers(0, 5, (40, 40)),
+           "status": rng.integers(0, 3, 40).astype(np.int8), "dirty": np.arange(5),
+           "flags": rng.random(40) < 0.5, "nested": {"w": rng.random(7).astype(np.float32)}}
+    new = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in old.items()}
+    new["nested"] = {"w": old["nested"]["w"].copy()}
+    if seed % 2:
+        new["mean"].reshape(-1)[rng.choice(1600, 20, replace=False)] = np.nan  # a few elements: sparse
+    else:
+        new["mean"] = rng.normal(size=(40, 40))  # every element: stored whole
+    new["count"][3, :] += 1
+    new["mean"][0, 0] = -0.0 if seed % 3 else new["mean"][0, 0]
+    new["dirty"] = np.arange(seed)  # shape changes
+    new["flags"] = new["flags"].astype(np.int64) if seed % 4 == 0 else new["flags"]  # dtype changes
+    new["n"] = 3 + seed % 2
+    if seed % 5 == 0:
+        del new["status"]
+        new["extra"] = np.ones(3)
+    a, b = engine_state.Lifted.of(old, copy=True), engine_state.Lifted.of(new, copy=True)
+    delta = engine_state.make_delta(a, b, "lineage", 1)
+    applied, header = engine_state.apply_delta(a, delta)
+    assert header["seq"] == 1 and header["lineage"] == "lineage"
+    assert_lifted_equal(applied, b)
+    assert_lifted_equal(a, engine_state.Lifted.of(old))  # the old state is left as it was
+    assert engine_state.make_delta(b, applied, "lineage", 2) is None  # equal states: no entry
+
+
+def make_anntri_study(conn, study_id="big", n=300):
+    config = StudyConfig.from_dict({
+        "name": "Big", "random_state": 5, "pool_size": 20,
+        "algorithms": [{"algorithm": "anntri", "params": {"k": 1, "sigma": 0.5}},
+                       {"algorithm": "random_triplets", "label": "rt"}]})
+    items = [Item(id=f"i{i}", kind="text", text=f"item {i}") for i in range(n)]
+    return create_study(conn, config, items, study_id=study_id)
+
+
+def kept_state(study_id: str, label: str) -> dict:
+    return jobs._cache[study_id].learners[label].to_state()
+
+
+def test_a_pass_commits_only_what_changed_not_the_whole_state(conn):
+    study_id = make_anntri_study(conn)
+    jobs.apply_new_answers(conn, study_id)  # the first save is whole: there is nothing to append to
+    whole = engine_state.Lifted.of(engine_state.load(conn, study_id, "anntri")).nbytes
+    skeleton = conn.hget(keys.engine(study_id, "anntri"), "skeleton")
+    written = int(conn.hget(keys.engine_stats(study_id), "state_bytes_written"))
+    assert written >= whole
+    for seed in range(3):
+        give_answers(conn, study_id, 12, seed=seed)
+        jobs.apply_new_answers(conn, study_id)
+        now = int(conn.hget(keys.engine_stats(study_id), "state_bytes_written"))
+        assert 0 < now - written < whole / 20  # a pass of a dozen answers writes a few % of the state
+        written = now
+    assert conn.hget(keys.engine(study_id, "anntri"), "skeleton") == skeleton  # the checkpoint untouched
+    assert conn.llen(keys.engine_journal(study_id, "anntri")) == 3
+    for label in ("anntri", "rt"):
+        assert_states_equal(engine_state.load(conn, study_id, label), kept_state(study_id, label))
+
+
+def run_passes(conn, study_id: str, passes: int, check=False) -> dict:
+    for seed in range(passes):
+        give_answers(conn, study_id, 7, seed=seed)
+        jobs.apply_new_answers(conn, study_id)
+        if check:  # after every pass, checkpoint or not: the stored state is the one kept in memory
+            for label in ("anntri", "rt"):
+                assert_states_equal(engine_state.load(conn, study_id, label), kept_state(study_id, label))
+    return {label: engine_state.load(conn, study_id, label) for label in ("anntri", "rt")}
+
+
+def test_a_journal_grows_by_one_entry_per_pass_until_a_checkpoint_is_due(conn):
+    make_anntri_study(conn, "journal", n=60)
+    run_passes(conn, "journal", 8)
+    assert conn.llen(keys.engine_journal("journal", "anntri")) == 7  # the first pass saved whole
+    assert conn.hget(keys.engine_stats("journal"), "checkpoints") is None
+
+
+def test_checkpoints_fold_the_journal_in_without_changing_the_state(conn, monkeypatch):
+    monkeypatch.setattr(jobs, "CHECKPOINT_ENTRIES", 3)
+    make_anntri_study(conn, "folded", n=60)
+    run_passes(conn, "folded", 8, check=True)
+    assert int(conn.hget(keys.engine_stats("folded"), "checkpoints")) >= 2 * 2  # both learners, twice or more
+    assert conn.llen(keys.engine_journal("folded", "anntri")) < 3
+    assert not conn.exists(keys.engine_checkpoint("folded", "anntri"))
+    stored = engine_state.load_stored(conn, "folded", "anntri")
+    assert stored.checkpoint_seq > 0 and stored.seq == 7
+    # the kept learners go on from the checkpointed state: further passes still come from memory
+    before = int(conn.hget(keys.engine_stats("folded"), "passes_from_memory"))
+    give_answers(conn, "folded", 5, seed=99)
+    jobs.apply_new_answers(conn, "folded")
+    assert int(conn.hget(keys.engine_stats("folded"), "passes_from_memory")) == before + 1
+    # and a process without them (another worker) reloads the same state from checkpoint + journal
+    kept = {label: kept_state("folded", label) for label in ("anntri", "rt")}
+    jobs.forget_cached()
+    learners = jobs.load_learners(conn, get_study(conn, "folded"))
+    for label, learner in learners.items():
+        assert_states_equal(learner.to_state(), kept[label])
+
+
+def test_a_checkpoint_written_but_never_put_in_place_changes_nothing(conn):
+    study_id = make_anntri_study(conn, n=40)
+    run_passes(conn, study_id, 3)
+    stored = engine_state.load_stored(conn, study_id, "anntri")
+    # a worker killed between writing a checkpoint and putting it in place leaves it behind
+    engine_state.write_checkpoint(conn, study_id, "anntri", stored.lifted, stored.lineage, stored.seq, chunk_bytes=500)
+    assert len(conn.hkeys(keys.engine_checkpoint(study_id, "anntri"))) > 20  # written in pieces
+    assert_lifted_equal(engine_state.load_stored(conn, study_id, "anntri").lifted, stored.lifted)
+    jobs.forget_cached()
+    give_answers(conn, study_id, 5, seed=7)
+    jobs.apply_new_answers(conn, study_id)  # another worker goes on from checkpoint + journal
+    after = engine_state.load_stored(conn, study_id, "anntri")
+    assert after.seq == stored.seq + 1 and after.lineage == stored.lineage
+    # the leftover is of an older point of the journal than a fresh one would be: still valid, it is
+    # put in place and the state is the same
+    assert engine_state.swap_checkpoint(conn, study_id, "anntri", stored.lineage, stored.seq)
+    swapped = engine_state.load_stored(conn, study_id, "anntri")
+    assert swapped.checkpoint_seq == stored.seq and swapped.seq == after.seq
+    assert swapped.version == after.version  # the same state: kept learners stay valid
+    assert_lifted_equal(swapped.lifted, after.lifted)
+    assert conn.llen(keys.engine_journal(study_id, "anntri")) == 1
+
+
+def test_a_checkpoint_of_a_replaced_state_is_discarded(conn):
+    study_id = make_anntri_study(conn, n=40)
+    run_passes(conn, study_id, 2)
+    stored = engine_state.load_stored(conn, study_id, "anntri")
+    engine_state.write_checkpoint(conn, study_id, "anntri", stored.lifted, stored.lineage, stored.seq)
+    # a rebuild (or restore) replaces the state meanwhile: a new lineage, the journal gone
+    replacement = dict(stored.state, n_samples=12345)
+    with conn.pipeline(transaction=True) as pipe:
+        engine_state.save(pipe, study_id, "anntri", replacement)
+        pipe.execute()
+    assert not engine_state.swap_checkpoint(conn, study_id, "anntri", stored.lineage, stored.seq)
+    assert engine_state.load(conn, study_id, "anntri")["n_samples"] == 12345
+    assert not conn.exists(keys.engine_checkpoint(study_id, "anntri"))
+    assert not conn.exists(keys.engine_journal(study_id, "anntri"))
+
+
+def test_a_state_saved_before_journals_still_loads_and_the_next_pass_starts_a_journal(conn):
+    study_id = make_anntri_study(conn, n=40)
+    run_passes(conn, study_id, 2)
+    state = engine_state.load(conn, study_id, "anntri")
+    # format 1, as saved before journals: skeleton + one array field each + version, no lineage
+    lifted = engine_state.Lifted.of(state)
+    fields = {"skeleton": json.dumps({"format": 1, "state": json.loads(lifted.skeleton)}), "version": "old"}
+    fields.update({f"array:{p}": engine_state._npy(a) for p, a in lifted.arrays.items()})
+    conn.delete(keys.engine(study_id, "anntri"), keys.engine_journal(study_id, "anntri"))
+    conn.hset(keys.engine(study_id, "anntri"), mapping=fields)
+    jobs.forget_cached()
+    assert_states_equal(engine_state.load(conn, study_id, "anntri"), state)
+    assert engine_state.load_stored(conn, study_id, "anntri").lineage is None
+    give_answers(conn, study_id, 4, seed=11)
+    jobs.apply_new_answers(conn, study_id)
+    stored = engine_state.load_stored(conn, study_id, "anntri")
+    assert stored.lineage is not None and stored.seq == 0  # saved whole once, as a new lineage
+    assert stored.state["n_samples"] == state["n_samples"] + sum(
+        1 for _, f in conn.xrange(keys.answers(study_id))[-4:] if f[b"algorithm"] == b"anntri")
+    give_answers(conn, study_id, 4, seed=12)
+    jobs.apply_new_answers(conn, study_id)
+    assert engine_state.load_stored(conn, study_id, "anntri").seq == 1
+
+
+def test_readers_get_the_state_of_the_last_committed_pass(conn):
+    study_id = make_anntri_study(conn, n=40)
+    run_passes(conn, study_id, 4)
+    study = get_study(conn, study_id)
+    learners = jobs.load_learners(conn, study)  # what exports, layouts and rebuilds read
+    for label, learner in learners.items():
+        assert_states_equal(learner.to_state(), kept_state(study_id, label))
