@@ -32,6 +32,11 @@ SIMULATED_ALGORITHMS = tuple(name for name, entry in ALGORITHM_TABLE.items() if 
 #: holds each connection until the client closes it. Measured (benchmarks/load.py, n = 1000, 1000
 #: raters, 2 workers): 218 answers/s with sync workers, 449 with these.
 GUNICORN_THREADS = ("--worker-class", "gthread", "--threads", "8", "--keep-alive", "75")
+#: gunicorn's longest request line (its own default, 4094, answers longer URLs with an HTML 414): the
+#: app answers URLs over ``errors.MAX_URL_LENGTH`` with the JSON error shape on /api/.
+GUNICORN_LIMITS = ("--limit-request-line", "8190")
+#: Seconds ``proxima serve`` waits for the web server's first healthy answer.
+STARTUP_TIMEOUT_S = 60.0
 
 
 def instance_path() -> Path:
@@ -192,7 +197,12 @@ def _create_first_account(conn) -> None:
               help="gunicorn worker processes.")
 @click.option("--workers", "n_workers", default=1, show_default=True, type=click.IntRange(0, 64),
               help="RQ worker processes that update the engines.")
-def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int):
+@click.option("--max-restarts", default=5, show_default=True, type=click.IntRange(0, 1000),
+              help="Restarts of one process within 60 s before serve gives up on it (a crash loop).")
+@click.option("--sweep-interval", default=10.0, show_default=True, type=click.FloatRange(0.1, 3600),
+              help="Seconds between checks for studies whose answers wait for an update nobody queued.")
+def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int, max_restarts: int,
+          sweep_interval: float):
     """Start Redis (unless REDIS_URL is set), RQ workers and the web app under gunicorn, and keep
     them running: a crashed child is restarted with backoff (a crash loop stops serve, saying why),
     children die with serve, and only one serve runs per instance folder."""
@@ -224,7 +234,7 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int):
             server.start()
             return server.process
 
-        redis_child = Child("embedded Redis", start_redis)
+        redis_child = Child("embedded Redis", start_redis, max_restarts)
         redis_child.process = server.process
         children.append(redis_child)
     else:
@@ -253,27 +263,21 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int):
         env = dict(os.environ, REDIS_URL=url, PROXIMA_INSTANCE_PATH=str(inst))
         for n in range(n_workers):
             children.append(Child(f"RQ worker {n + 1}", lambda: popen([sys.executable, "-m", "webapp", "worker"],
-                                                                      env=env, start_new_session=True)))
+                                                                      env=env, start_new_session=True),
+                                  max_restarts))
         children.append(Child("web server", lambda: popen(
             [sys.executable, "-m", "gunicorn", "--bind", f"{host}:{port}", "--workers", str(web_workers),
-             *GUNICORN_THREADS, "--graceful-timeout", "10", "--log-level", "warning", "webapp:create_app()"],
-            env=env, cwd=str(ROOT), start_new_session=True)))
+             *GUNICORN_THREADS, *GUNICORN_LIMITS, "--graceful-timeout", "10", "--log-level", "warning",
+             "webapp:create_app()"],
+            env=env, cwd=str(ROOT), start_new_session=True), max_restarts))
         for child in children:
             if child.process is None:
                 child.start()
         lock.record([c.pid for c in children if c.pid])
         shown_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
         base = f"http://{shown_host}:{port}"
-        if not _wait_healthy(f"{base}/api/health", [c.process for c in children], lambda: stopping):
-            if not stopping:
-                raise click.ClickException("the web server did not start; see the messages above")
-        else:
-            click.echo(f"Dashboard:  {base}/")
-            if study_id:
-                click.echo(f"Rater link: {base}/s/{study_id}")
-                click.echo(f"Study dashboard: {base}/studies/{study_id}")
-            click.echo("Press Ctrl-C to stop.", err=False)
-        sweeper = Sweeper(url)
+        sweeper = Sweeper(url, sweep_interval)
+        started, announced = time.monotonic(), False
         while not stopping:
             now = time.monotonic()
             pids = [c.pid for c in children]
@@ -284,6 +288,18 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int):
                     raise click.ClickException(str(exc)) from None
             if [c.pid for c in children] != pids:
                 lock.record([c.pid for c in children if c.pid])
+            if not announced:
+                # a child crashing while the others start is restarted like any other crash
+                if _healthy(f"{base}/api/health"):
+                    announced = True
+                    click.echo(f"Dashboard:  {base}/")
+                    if study_id:
+                        click.echo(f"Rater link: {base}/s/{study_id}")
+                        click.echo(f"Study dashboard: {base}/studies/{study_id}")
+                    click.echo("Press Ctrl-C to stop.", err=False)
+                elif now - started > STARTUP_TIMEOUT_S:
+                    raise click.ClickException(f"the web server did not answer {base}/api/health within "
+                                               f"{STARTUP_TIMEOUT_S:.0f} s; see the messages above")
             for queued in sweeper.maybe_sweep(now):
                 click.echo(f"study {queued}: answers were waiting for an update; queued one", err=True)
             time.sleep(0.2)
@@ -298,19 +314,12 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int):
         click.echo("Proxima stopped.")
 
 
-def _wait_healthy(url: str, children, stopping, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not stopping():
-        if any(child.poll() is not None for child in children):
-            return False
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return True
-        except OSError:
-            pass
-        time.sleep(0.2)
-    return False
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 def _stop_children(children: list[subprocess.Popen], timeout: float = 15.0) -> None:
@@ -835,6 +844,10 @@ def simulate(study_id, url, oracle_spec, raters, noise, lapse, careless, think, 
         raise click.ClickException(str(exc)) from None
     for line in sim.summary_lines(report):
         click.echo(line)
+    if report.errors.get("rate_limited"):
+        click.echo("note: the server rate-limited this crowd (it answers faster than people, all from one address); "
+                   "start the server with PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES set to this machine's address "
+                   "(e.g. 127.0.0.1) to simulate without limits", err=True)
     if log_path is not None:
         sim.write_log(report, log_path)
         click.echo(f"Wrote {report.answers} accepted answers to {log_path}")
@@ -921,3 +934,140 @@ def verify_code_command(study_id: str, rater: str, code: str):
         click.echo(f"valid: {code.strip().upper()} is rater {rater}'s completion code for study {study_id}")
     else:
         raise click.ClickException(f"invalid: {code!r} is not rater {rater}'s completion code for study {study_id}")
+
+
+# ---------------------------------------------------------------------------- budget planning
+def _pilot_from_study(conn, study_id: str):
+    """(triplets, n_items, params) of a study's triplet answers so far (excluded raters left out) and
+    the parameters of its algorithms (by algorithm name), so its learners are simulated as they run."""
+    from engine.planning import read_pilot_csv
+    from workers import keys
+    from workers.answers import export_triplets, iter_answers
+    from workers.studies import get_study
+
+    try:
+        study = get_study(conn, study_id)
+    except StudyNotFound as exc:
+        raise click.ClickException(str(exc)) from None
+    excluded = {r.decode() for r in conn.smembers(keys.excluded_raters(study_id))}
+    text = "".join(export_triplets(iter_answers(conn, study_id), excluded))
+    try:
+        params = {}
+        for alg in study.config.algorithms:
+            params.setdefault(alg.algorithm, dict(alg.params))
+        return read_pilot_csv(text, f"study {study_id}"), study.n_items, params
+    except ValueError:
+        raise click.ClickException(f"study {study_id} has no triplet answers yet: run a pilot first") from None
+
+
+@main.command("plan")
+@click.option("--truth", "truth_spec", default=None, metavar="SPEC",
+              help="Plan from a known truth: points:FILE.csv (columns id,x1,x2,...), matrix:FILE.csv (header row "
+                   "of ids, then an n x n distance matrix) or eggs[:DATA_DIR].")
+@click.option("--pilot", "pilot_path", default=None, type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Plan from a pilot's answers: an answers CSV export or a triplets export (list-order i,j,k).")
+@click.option("--study", "study_id", default=None, metavar="ID",
+              help="Plan from a running study's answers so far (its pilot) and show the plan on its dashboard.")
+@click.option("--items", "n_items", type=click.IntRange(min=4), default=None,
+              help="Number of items of a --pilot file (default: the largest index + 1).")
+@click.option("--algorithms", default="", metavar="A,B,...",
+              help="Learners to simulate (default: every learner of the table a triplet study can run).")
+@click.option("--budgets", default="10,20,50,100,200,500", show_default=True, metavar="N,N,...",
+              help="Answers per item at which accuracy is measured.")
+@click.option("--runs", default=3, show_default=True, type=click.IntRange(1, 100),
+              help="Simulations per learner (seeds; with a pilot each also refits a bootstrap resample).")
+@click.option("--noise", type=click.FloatRange(min=0), default=None,
+              help="With --truth: the logistic noise scale as a share of the largest distance "
+                   "(default: the human fit, as 'proxima simulate').")
+@click.option("--lapse", type=click.FloatRange(0, 1), default=None,
+              help="With --truth: the share of answers given at random (default: the human fit).")
+@click.option("--pay", type=click.FloatRange(min=0), default=None,
+              help="Pay per answer, to print what each budget costs.")
+@click.option("--currency", default="$", show_default=True, help="Currency sign of --pay.")
+@click.option("--target", type=click.FloatRange(0, 1), default=0.9, show_default=True,
+              help="Accuracy to reach: prints the answers (and money) each learner needs.")
+@click.option("--metric", type=click.Choice(["exact", "hit3"]), default="exact", show_default=True,
+              help="Accuracy --target refers to: the exact nearest neighbour, or one of the 3 nearest.")
+@click.option("--batch", default=50, show_default=True, type=click.IntRange(1, 100000),
+              help="Questions a learner plans at a time (a pool refill of a live study).")
+@click.option("--jobs", type=click.IntRange(1, 64), default=None, help="Processes to simulate in (default: the CPUs).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+              help="Also write the plan as JSON to this file.")
+def plan_command(truth_spec, pilot_path, study_id, n_items, algorithms, budgets, runs, noise, lapse, pay, currency,
+                 target, metric, batch, jobs, json_path):
+    """Plan a study's budget before paying: expected nearest-neighbour accuracy against answers per item.
+
+    Every applicable learner runs in-process on simulated raters (logistic + lapse human noise) that answer
+    from a known truth, or from an ordinal embedding fitted to a pilot's answers with the pilot's own noise.
+    Prints accuracy (exact and hit@3, mean ± sd over runs) by budget, its cost at --pay, and the answers
+    needed to reach --target. For example, after a pilot of ~10 answers per item:
+
+    \b
+      proxima plan --study my-study --pay 0.02 --target 0.9
+      proxima plan --pilot pilot-answers.csv --runs 5 --metric hit3
+    """
+    import json
+
+    from engine import planning
+
+    if sum(x is not None for x in (truth_spec, pilot_path, study_id)) != 1:
+        raise click.UsageError("give exactly one of --truth, --pilot or --study")
+    try:
+        names = planning.plannable_algorithms([a.strip() for a in algorithms.split(",") if a.strip()])
+        grid = planning.check_budgets([float(b) for b in budgets.split(",") if b.strip()])
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    jobs = jobs or planning.default_jobs()
+    started = time.perf_counter()
+    params = None
+    if truth_spec is not None:
+        from .simulate import HUMAN_LAPSE, HUMAN_SCALE, SimulationError, load_truth
+
+        try:
+            truth = load_truth(truth_spec)
+        except (SimulationError, OSError) as exc:
+            raise click.ClickException(str(exc)) from None
+        scale = noise if noise is not None else (truth.logistic_scale or HUMAN_SCALE)
+        lapse = lapse if lapse is not None else (truth.lapse if truth.lapse is not None else HUMAN_LAPSE)
+        scenarios = [planning.Scenario(truth.distances, scale, lapse)]
+        source = (f"{truth.source} (logistic scale {scale:.4f} of the largest distance, lapse {lapse:.3f})")
+        spread = "seeds"
+    else:
+        if noise is not None or lapse is not None:
+            raise click.UsageError("--noise and --lapse are for --truth; a pilot's noise is fitted to its answers")
+        if study_id is not None:
+            with redis_connection() as conn:
+                triplets, n, params = _pilot_from_study(conn, study_id)
+        else:
+            try:
+                triplets = planning.read_pilot_csv(pilot_path.read_text(encoding="utf-8"), str(pilot_path))
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise click.ClickException(str(exc)) from None
+            n = n_items or int(triplets.max()) + 1
+        click.echo(f"Fitting an embedding and the raters' noise to {len(triplets)} pilot answers "
+                   f"({len(triplets) / n:.1f} per item) ...", err=True)
+        try:
+            fit = planning.fit_pilot(triplets, n, replicates=runs)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+        scenarios = list(fit.scenarios)
+        source = fit.describe()
+        spread = "seeds and bootstrap resamples of the pilot"
+    click.echo(f"Simulating {', '.join(names)} ({runs} runs each, up to {grid[-1]:g} answers per item, "
+               f"{jobs} processes) ...", err=True)
+    result = planning.plan(scenarios, names, grid, runs=runs, batch=batch, jobs=jobs, source=source, spread=spread,
+                            params=params)
+    for line in planning.format_plan(result, target=target, metric=metric, pay=pay, currency=currency):
+        click.echo(line)
+    click.echo(f"\nPlanned in {time.perf_counter() - started:.1f} s.", err=True)
+    doc = {**result.to_dict(), "target": target, "metric": metric, "pay": pay, "currency": currency,
+           "created_at": time.time(),
+           "reach": {name: result.reach(name, target, metric)[0].__dict__ for name in result.algorithms}}
+    if json_path is not None:
+        json_path.write_text(json.dumps(doc, indent=1, allow_nan=False), encoding="utf-8")
+    if study_id is not None:
+        from workers import keys
+
+        with redis_connection() as conn:
+            conn.set(keys.plan(study_id), json.dumps(doc, allow_nan=False))
+        click.echo(f"The plan is on study {study_id}'s dashboard.", err=True)

@@ -1,0 +1,478 @@
+"""Budget planning before paying: expected nearest-neighbour accuracy against answers per item.
+
+Drives every applicable learner of :mod:`engine.registry` in-process with simulated raters
+(:class:`engine.oracles.TripletOracle`, logistic + lapse human noise) answering from a truth: known
+distances, or an ordinal embedding fitted to a pilot study's answers together with the pilot's own
+noise (cross-fitted, bootstrapped for its uncertainty). numpy/scipy only: must never import Flask,
+Redis, RQ, ``webapp`` or ``workers``.
+
+Conventions: ``distances`` ndarray of shape (n_items, n_items), symmetric, zero diagonal; a
+triplet row ``(i, j, k)`` means "i is closer to j than to k"; budgets are answers per item.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.spatial.distance import cdist
+
+from .oracles import TripletOracle, check_distance_matrix, median_triplet_gap
+from .registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, make_planner
+
+DEFAULT_BUDGETS = (10, 20, 50, 100, 200, 500)
+#: Questions per ``next_questions`` call: a live pool refill between two worker passes.
+DEFAULT_BATCH = 50
+METRICS = ("exact", "hit3")
+METRIC_LABELS = {"exact": "exact NN", "hit3": "hit@3"}
+
+
+# ---------------------------------------------------------------------------- what can be planned
+def plannable_algorithms(names: Sequence[str] | None = None) -> list[str]:
+    """The table's learners a triplet study can run that yield a graph (all of them by default).
+
+    ``names`` picks some of them, in the table's order; ValueError names an unknown or
+    inapplicable one.
+    """
+    fit = [name for name, entry in ALGORITHMS.items() if "triplet" in entry.question_kinds and entry.yields_graph]
+    if not names:
+        return fit
+    wrong = [name for name in names if name not in fit]
+    if wrong:
+        raise ValueError(f"cannot plan {', '.join(map(repr, wrong))}: choose from {', '.join(fit)}")
+    return [name for name in fit if name in names]
+
+
+def check_budgets(budgets: Sequence[float]) -> np.ndarray:
+    b = np.unique(np.asarray(list(budgets), dtype=np.float64))
+    if b.size == 0 or not np.all(np.isfinite(b)) or b[0] <= 0:
+        raise ValueError("budgets must be positive numbers of answers per item")
+    return b
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One world the simulated raters answer from: ``distances`` (n_items, n_items) and the human
+    noise model in the same units (logistic ``scale``, ``lapse`` rate)."""
+
+    distances: np.ndarray
+    scale: float
+    lapse: float
+
+    def __post_init__(self):
+        D = check_distance_matrix(self.distances)
+        if len(D) < 4:
+            raise ValueError("planning needs at least 4 items")
+        if not (self.scale >= 0 and math.isfinite(self.scale)) or not 0 <= self.lapse <= 1:
+            raise ValueError("the noise scale must be >= 0 and the lapse rate in [0, 1]")
+        object.__setattr__(self, "distances", D)
+
+    @property
+    def n_items(self) -> int:
+        return len(self.distances)
+
+    def oracle(self, random_state) -> TripletOracle:
+        return TripletOracle(self.distances, noise=self.scale, model="human", lapse=self.lapse,
+                             random_state=random_state)
+
+
+# ---------------------------------------------------------------------------- scoring and driving
+def nn_accuracy(picks: np.ndarray, distances: np.ndarray, tol: float = 1e-9) -> tuple[float, float]:
+    """(exact, hit@3): shares of items whose pick is a true nearest neighbour (ties count as right) /
+    is among the 3 truly nearest. An item without a pick (-1) counts as wrong."""
+    D = np.array(distances, dtype=np.float64)
+    n = len(D)
+    np.fill_diagonal(D, np.inf)
+    srt = np.sort(D, axis=1)
+    picks = np.asarray(picks, dtype=np.int64)
+    has = picks >= 0
+    chosen = D[np.arange(n), np.maximum(picks, 0)]
+    exact = has & (chosen <= srt[:, 0] + tol)
+    hit3 = has & (chosen <= srt[:, min(2, n - 2)] + tol)
+    return float(exact.mean()), float(hit3.mean())
+
+
+def ask(planner, budget: int, window: int | None = None) -> list[tuple[int, int, int]]:
+    """Up to ``budget`` questions, planned as a live study's worker plans a pool refill: a learner
+    working through rounds (``window`` not None) opens more rounds while its open ones have too few
+    distinct questions, then asks the open rounds' least-asked pairs again (as
+    ``workers.engines.Learner.plan`` does)."""
+    if window is None:
+        return list(planner.next_questions(budget))
+    inner = getattr(planner, "planner", planner)
+    inner.window = max(int(window), 1)
+    out = list(planner.next_questions(budget))
+    cap = min(planner.n_items, max(int(window), budget))
+    while len(out) < budget and inner.window < cap and not inner.done:
+        inner.window = min(cap, max(inner.window + 1, math.ceil(inner.window * 1.5)))
+        out.extend(planner.next_questions(budget - len(out)))
+    if len(out) < budget and hasattr(inner, "repeat_questions") and hasattr(planner, "issued_"):
+        from .adapters import draw_third
+
+        for i, j in inner.repeat_questions(budget - len(out)):
+            q = (int(i), int(j), draw_third(int(i), int(j), planner.n_items, planner.rng_))
+            planner.issued_[q] = planner.issued_.get(q, 0) + 1  # the adapter's record of its probes
+            out.append(q)
+    return out
+
+
+def simulate_curve(name: str, scenario: Scenario, budgets: Sequence[float], seed: int = 0,
+                   batch: int = DEFAULT_BATCH, params: dict | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+    """Run one learner as a live study does (a pool refill of ``batch`` questions -> simulated
+    answers -> ``observe``) and score its graph at every budget. ``params`` are the algorithm's
+    parameters (the table's defaults otherwise). Returns (exact, hit@3) arrays of shape
+    (len(budgets),) and the CPU seconds spent. A learner that stops asking keeps its last graph."""
+    n = scenario.n_items
+    budgets = check_budgets(budgets)
+    params = dict(params or {})
+    planner = make_planner(name, n, question_kind="triplet", random_state=seed, **params)
+    window = params.get("window", 1) if ALGORITHMS[name].rounds else None
+    oracle = scenario.oracle(np.random.default_rng([seed, 7919]))
+    exact, hit3 = np.zeros(len(budgets)), np.zeros(len(budgets))
+    total, stopped = 0, False
+    t0 = time.process_time()
+    for b, per_item in enumerate(budgets):
+        mark = int(round(per_item * n))
+        while total < mark and not stopped:
+            questions = ask(planner, min(int(batch), mark - total), window)
+            if not questions:
+                stopped = True
+                break
+            planner.observe(oracle.answer(questions))
+            total += len(questions)
+        picks = np.asarray(planner.neighbor_graph(k=1).neighbors, dtype=np.int64)[:, 0]
+        exact[b], hit3[b] = nn_accuracy(picks, scenario.distances)
+    return exact, hit3, time.process_time() - t0
+
+
+def _run(job):
+    name, scenario, budgets, seed, batch, params = job
+    return simulate_curve(name, scenario, budgets, seed, batch, params)
+
+
+# ---------------------------------------------------------------------------- the plan
+@dataclass(frozen=True)
+class Reach:
+    """Answers per item a learner needs to reach a target: ``value`` (interpolated between
+    budgets), ``bound`` "=" (reached between two budgets), "<=" (already at the first budget) or
+    ">" (not within the largest budget; ``value`` is that budget)."""
+
+    value: float
+    bound: str
+
+    def text(self) -> str:
+        return {"=": "", "<=": "<= ", ">": "> "}[self.bound] + f"{self.value:,.0f}"
+
+
+def reach(budgets: np.ndarray, curve: np.ndarray, target: float) -> Reach:
+    """First budget at which ``curve`` reaches ``target``, interpolated linearly between budgets."""
+    for b in range(len(budgets)):
+        if curve[b] >= target - 1e-12:
+            if b == 0:
+                return Reach(float(budgets[0]), "<=")
+            lo, hi = curve[b - 1], curve[b]
+            share = (target - lo) / max(hi - lo, 1e-12)
+            return Reach(float(budgets[b - 1] + share * (budgets[b] - budgets[b - 1])), "=")
+    return Reach(float(budgets[-1]), ">")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Expected accuracy of each learner (rows of ``algorithms``) by answers per item.
+
+    ``exact`` and ``hit3``: ndarray of shape (n_algorithms, n_runs, n_budgets); each run is a seed
+    (and, for a pilot, one bootstrap replicate of its fit), so the spread over runs is the
+    uncertainty. ``seconds``: CPU seconds per (algorithm, run). ``source`` says what the simulated
+    raters answered from.
+    """
+
+    algorithms: tuple[str, ...]
+    budgets: np.ndarray
+    n_items: int
+    exact: np.ndarray
+    hit3: np.ndarray
+    seconds: np.ndarray
+    source: str
+    spread: str
+
+    def curve(self, name: str, metric: str = "exact") -> np.ndarray:
+        """(n_runs, n_budgets) accuracies of one learner."""
+        if metric not in METRICS:
+            raise ValueError(f"metric must be one of {METRICS}")
+        return getattr(self, metric)[self.algorithms.index(name)]
+
+    def reach(self, name: str, target: float, metric: str = "exact") -> tuple[Reach, Reach]:
+        """Answers per item to reach ``target``: on the mean curve, and on the worst run (the safe buy)."""
+        runs = self.curve(name, metric)
+        return reach(self.budgets, runs.mean(axis=0), target), reach(self.budgets, runs.min(axis=0), target)
+
+    def best(self, target: float, metric: str = "exact") -> str | None:
+        """The learner reaching ``target`` on the fewest answers (mean curve), if any does."""
+        reached = [(self.reach(name, target, metric)[0].value, name) for name in self.algorithms
+                   if self.reach(name, target, metric)[0].bound != ">"]
+        return min(reached)[1] if reached else None
+
+    def to_dict(self) -> dict:
+        """JSON-safe: what the dashboard draws (means, min and max over runs, per learner)."""
+        def stats(a):
+            return {"mean": a.mean(axis=0).round(4).tolist(), "min": a.min(axis=0).round(4).tolist(),
+                    "max": a.max(axis=0).round(4).tolist()}
+        return {"version": 1, "n_items": self.n_items, "budgets": self.budgets.tolist(), "source": self.source,
+                "spread": self.spread, "runs": int(self.exact.shape[1]),
+                "algorithms": {name: {"exact": stats(self.exact[a]), "hit3": stats(self.hit3[a]),
+                                      "cpu_seconds": round(float(self.seconds[a].mean()), 2)}
+                               for a, name in enumerate(self.algorithms)}}
+
+
+def plan(scenarios: Sequence[Scenario], algorithms: Sequence[str] | None = None,
+         budgets: Sequence[float] = DEFAULT_BUDGETS, runs: int = 3, batch: int = DEFAULT_BATCH, jobs: int = 1,
+         source: str = "", spread: str = "seeds", params: dict | None = None) -> Plan:
+    """Simulate every learner ``runs`` times to the largest budget; run r uses seed r and
+    ``scenarios[r % len(scenarios)]`` (one scenario per bootstrap replicate of a pilot fit).
+    ``params`` maps a learner's name to its parameters (e.g. a study's). ``jobs`` > 1 runs the
+    simulations in that many processes."""
+    names = plannable_algorithms(algorithms)
+    budgets = check_budgets(budgets)
+    if not scenarios:
+        raise ValueError("need at least one scenario to plan from")
+    n = scenarios[0].n_items
+    if any(s.n_items != n for s in scenarios):
+        raise ValueError("every scenario must have the same items")
+    runs = int(runs)
+    if runs < 1:
+        raise ValueError("runs must be >= 1")
+    params = params or {}
+    work = [(name, scenarios[r % len(scenarios)], budgets, r, int(batch), params.get(name))
+            for name in names for r in range(runs)]
+    # the slow learners first, so a pool of processes ends together
+    order = sorted(range(len(work)), key=lambda w: ALGORITHMS[work[w][0]].learns == "graph")
+    results: list = [None] * len(work)
+    jobs = max(1, min(int(jobs), len(work)))
+    if jobs == 1:
+        for w in order:
+            results[w] = _run(work[w])
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+            futures = {w: pool.submit(_run, work[w]) for w in order}
+            for w, future in futures.items():
+                results[w] = future.result()
+    shape = (len(names), runs, len(budgets))
+    exact = np.array([r[0] for r in results]).reshape(shape)
+    hit3 = np.array([r[1] for r in results]).reshape(shape)
+    seconds = np.array([r[2] for r in results]).reshape(shape[:2])
+    return Plan(tuple(names), budgets, n, exact, hit3, seconds, source, spread)
+
+
+def default_jobs() -> int:
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
+# ---------------------------------------------------------------------------- a truth from a pilot
+@dataclass(frozen=True)
+class PilotFit:
+    """What :func:`fit_pilot` learned from a pilot's triplets: one :class:`Scenario` per bootstrap
+    replicate (the first from all answers), the embedding chosen (``dim``, ``kernel``, its held-out
+    triplet accuracy), and the noise of each replicate."""
+
+    scenarios: tuple[Scenario, ...]
+    dim: int
+    kernel: str
+    holdout_accuracy: float
+    n_answers: int
+
+    @property
+    def lapses(self) -> np.ndarray:
+        return np.array([s.lapse for s in self.scenarios])
+
+    @property
+    def relative_scales(self) -> np.ndarray:
+        """Noise scales as a share of each truth's median triplet gap (comparable across replicates)."""
+        return np.array([s.scale / median_triplet_gap(s.distances, 20_000) for s in self.scenarios])
+
+    def describe(self) -> str:
+        lapse, rel = self.lapses, self.relative_scales
+        return (f"pilot of {self.n_answers} answers: {self.kernel.upper()} embedding in {self.dim} dimensions "
+                f"(held-out triplet accuracy {self.holdout_accuracy:.2f}); human noise lapse "
+                f"{lapse[0]:.3f} (bootstrap {lapse.min():.3f}-{lapse.max():.3f}), logistic scale "
+                f"{rel[0]:.2f} median gaps (bootstrap {rel.min():.2f}-{rel.max():.2f})")
+
+
+def check_pilot_triplets(triplets, n_items: int) -> np.ndarray:
+    t = np.asarray(triplets, dtype=np.int64)
+    if t.size == 0:
+        raise ValueError("the pilot has no triplet answers")
+    if t.ndim != 2 or t.shape[1] != 3:
+        raise ValueError(f"pilot triplets must be rows (i, j, k), got shape {t.shape}")
+    if t.min() < 0 or t.max() >= n_items:
+        raise ValueError(f"pilot item indices must lie in 0..{n_items - 1}")
+    if np.any((t[:, 0] == t[:, 1]) | (t[:, 0] == t[:, 2]) | (t[:, 1] == t[:, 2])):
+        raise ValueError("a pilot triplet names the same item twice")
+    return t
+
+
+def fit_gap_noise(gaps: np.ndarray) -> tuple[float, float]:
+    """Maximum-likelihood (scale, lapse) of P(answer agrees) = λ/2 + (1 − λ)·σ(gap/scale), where
+    ``gaps`` = d(i, k) − d(i, j) of answered triplets (i, j, k) under some truth."""
+    from scipy.optimize import minimize
+
+    gap = np.asarray(gaps, dtype=np.float64)
+    span = max(float(np.median(np.abs(gap))), 1e-12)
+
+    def nll(theta):
+        scale, lapse = np.exp(theta[0]), 1.0 / (1.0 + np.exp(-theta[1]))
+        log_sig = -np.logaddexp(0.0, -gap / scale)
+        return -float(np.logaddexp(np.log(lapse / 2.0), np.log1p(-lapse) + log_sig).sum())
+
+    best = None
+    for lapse0 in (0.02, 0.1, 0.3):
+        for s0 in (span, span / 4.0):
+            res = minimize(nll, [np.log(s0), np.log(lapse0 / (1 - lapse0))], method="L-BFGS-B",
+                           bounds=[(np.log(span) - 12, np.log(span) + 6), (-20, 10)])
+            if best is None or res.fun < best.fun:
+                best = res
+    return float(np.exp(best.x[0])), float(1.0 / (1.0 + np.exp(-best.x[1])))
+
+
+def _distances(X: np.ndarray) -> np.ndarray:
+    D = cdist(X, X)
+    return np.maximum(D, D.T)
+
+
+def _gaps(D: np.ndarray, t: np.ndarray) -> np.ndarray:
+    return D[t[:, 0], t[:, 2]] - D[t[:, 0], t[:, 1]]
+
+
+def _scenario(t: np.ndarray, n: int, dim: int, kernel: str, folds: int, rng: np.random.Generator) -> Scenario:
+    """The truth = an embedding of all of ``t``; the noise = fitted to answers the embedding did not
+    see (K-fold cross-fitting, each fold's gaps in units of its own embedding's median gap), so the
+    embedding cannot absorb the noise it is meant to measure."""
+    from .embedding import fit_embedding
+
+    seed = int(rng.integers(2**31))
+    X = fit_embedding(t, n, dim=dim, kernel=kernel, random_state=seed)
+    D = _distances(X)
+    fold = rng.permutation(len(t)) % folds
+    gaps = []
+    for f in range(folds):
+        Xf = fit_embedding(t[fold != f], n, dim=dim, kernel=kernel, init=X, random_state=seed)
+        Df = _distances(Xf)
+        gaps.append(_gaps(Df, t[fold == f]) / median_triplet_gap(Df, 20_000))
+    scale, lapse = fit_gap_noise(np.concatenate(gaps))
+    unit = median_triplet_gap(D, 20_000)
+    top = float(D.max())
+    return Scenario(D / top, scale * unit / top, lapse)
+
+
+def fit_pilot(triplets, n_items: int, replicates: int = 3, folds: int = 5, random_state=0) -> PilotFit:
+    """Fit a truth and a human noise model to a pilot's triplet answers.
+
+    The embedding's dimension and kernel are chosen on held-out answers
+    (:func:`engine.embedding.select_embedding`); replicate 0 uses every answer, replicates 1.. a
+    bootstrap resample of them, so the plans made from them spread as the fit is uncertain.
+    """
+    from .embedding import select_embedding
+
+    n = int(n_items)
+    t = check_pilot_triplets(triplets, n)
+    if len(t) < 5 * folds:
+        raise ValueError(f"a pilot of {len(t)} answers is too small to fit (need at least {5 * folds})")
+    rng = np.random.default_rng(random_state)
+    choice = select_embedding(t, n, random_state=int(rng.integers(2**31)))
+    scenarios = []
+    for r in range(max(1, int(replicates))):
+        sample = t if r == 0 else t[rng.integers(len(t), size=len(t))]
+        scenarios.append(_scenario(sample, n, choice.dim, choice.kernel, folds, rng))
+    return PilotFit(tuple(scenarios), choice.dim, choice.kernel, float(choice.holdout_accuracy), len(t))
+
+
+def triplets_from_answers(rows) -> np.ndarray:
+    """(head, a, b, winner) answer rows -> (head, winner, loser) triplets."""
+    a = np.asarray(rows, dtype=np.int64).reshape(-1, 4)
+    loser = np.where(a[:, 3] == a[:, 1], a[:, 2], a[:, 1])
+    return np.column_stack([a[:, 0], a[:, 3], loser])
+
+
+# ---------------------------------------------------------------------------- the printed table
+def format_plan(p: Plan, target: float | None = None, metric: str = "exact", pay: float | None = None,
+                currency: str = "$") -> list[str]:
+    """The plan as text lines: per learner, accuracy (mean ± sd over runs) at each budget with the
+    answers and cost it means; then the answers (and money) needed to reach ``target``."""
+    n = p.n_items
+    money = (lambda per_item: f"{currency}{per_item * n * pay:,.2f}") if pay is not None else None
+    lines = [f"Plan for {n} items; simulated raters answer from {p.source}.",
+             f"Accuracy: mean ± sd over {p.exact.shape[1]} runs ({p.spread}); exact = the pick is a true "
+             "nearest neighbour, hit@3 = among the 3 nearest."]
+    header = ["answers/item", "answers"] + (["cost"] if money else []) + ["exact", "hit@3"]
+    for a, name in enumerate(p.algorithms):
+        label = name + (" (default)" if name == DEFAULT_NN_ALGORITHM else "")
+        lines += ["", f"{label}: {ALGORITHMS[name].description}",
+                  f"  CPU {p.seconds[a].mean():.1f} s per run"]
+        rows = []
+        for b, per_item in enumerate(p.budgets):
+            ex, h3 = p.exact[a, :, b], p.hit3[a, :, b]
+            rows.append([f"{per_item:g}", f"{int(round(per_item * n)):,}"] + ([money(per_item)] if money else [])
+                        + [f"{ex.mean():.2f} ± {ex.std():.2f}", f"{h3.mean():.2f} ± {h3.std():.2f}"])
+        widths = [max(len(r[c]) for r in [header] + rows) for c in range(len(header))]
+        for r in [header] + rows:
+            lines.append("  " + "  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)))
+    if target is not None:
+        lines += ["", f"To reach {METRIC_LABELS[metric]} accuracy {target:.2f} (answers per item; mean curve, "
+                  "and the worst run for a safe buy):"]
+        for name in p.algorithms:
+            mean, worst = p.reach(name, target, metric)
+            cost = ""
+            if money and mean.bound != ">":
+                cost = f" = {int(round(mean.value * n)):,} answers = {money(mean.value)}"
+                if worst.bound != ">":
+                    cost += f" (safe: {money(worst.value)})"
+            lines.append(f"  {name:<20} {mean.text():>8} (worst run {worst.text()}){cost}")
+        best = p.best(target, metric)
+        lines.append(f"  Cheapest: {best}." if best else
+                     f"  No learner reaches {target:.2f} within {p.budgets[-1]:g} answers per item; "
+                     "try larger --budgets or a lower --target.")
+    return lines
+
+
+# ---------------------------------------------------------------------------- reading a pilot
+def read_pilot_csv(text: str, source: str = "pilot") -> np.ndarray:
+    """Triplets (head, closer, farther) from a pilot's answers export (``proxima export --what
+    answers``: kind, head, a, b, choice columns; skipped answers, catch trials and ratings left out)
+    or from cblearn list-order rows ``i,j,k`` (``--what triplets``)."""
+    import csv
+    import io
+
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if not lines:
+        raise ValueError(f"{source}: no answers")
+    first = next(csv.reader([lines[0]]))
+    if "head" in first and "choice" in first:
+        rows = []
+        for row in csv.DictReader(io.StringIO("\n".join(lines))):
+            if row.get("kind", "triplet") != "triplet" or not row.get("choice") or row.get("algorithm") == "catch":
+                continue
+            try:
+                h, a, b, c = (int(row[k]) for k in ("head", "a", "b", "choice"))
+            except (TypeError, ValueError):
+                continue
+            if c not in (a, b):
+                continue
+            rows.append((h, a, b, c))
+        if not rows:
+            raise ValueError(f"{source}: no answered triplet questions in this answers export")
+        return triplets_from_answers(rows)
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        parts = [p.strip() for p in line.replace(";", ",").replace("\t", ",").split(",")]
+        try:
+            i, j, k = (int(p) for p in parts)
+        except ValueError:
+            raise ValueError(f"{source}, line {number}: expected 'i,j,k' item indices or an answers export, "
+                             f"got {line!r}") from None
+        rows.append((i, j, k))
+    return np.asarray(rows, dtype=np.int64)

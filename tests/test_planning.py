@@ -1,0 +1,136 @@
+"""proxima plan: budget planning by simulation, checked against cases whose answer is known."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from engine import planning
+from engine.oracles import TripletOracle
+
+FAST = ["random_triplets", "embedding", "comparison_forest"]
+
+
+def pairs(n_pairs: int = 10, gap: float = 0.05) -> np.ndarray:
+    """Items in pairs on a circle of radius 5: each item's one nearest neighbour is its partner."""
+    angle = 2 * np.pi * np.arange(n_pairs) / n_pairs
+    centres = 5 * np.column_stack([np.cos(angle), np.sin(angle)])
+    return np.repeat(centres, 2, axis=0) + np.tile([[0.0, 0.0], [gap, 0.0]], (n_pairs, 1))
+
+
+def pair_distances(**kw) -> np.ndarray:
+    D = TripletOracle.from_points(pairs(**kw)).distances
+    return D / D.max()
+
+
+def random_questions(n: int, m: int, rng) -> list[tuple[int, int, int]]:
+    out = []
+    while len(out) < m:
+        h, a, b = rng.choice(n, 3, replace=False)
+        out.append((int(h), int(a), int(b)))
+    return out
+
+
+def test_noise_free_separated_pairs_reach_full_accuracy_on_a_small_budget():
+    result = planning.plan([planning.Scenario(pair_distances(), 0.0, 0.0)], FAST, [10, 50, 200], runs=2)
+    assert result.exact.shape == (3, 2, 3)
+    best = result.best(1.0)
+    assert best is not None, result.exact.mean(axis=1)
+    mean, worst = result.reach(best, 1.0)
+    assert mean.bound in ("=", "<=") and mean.value <= 50
+    assert worst.bound != ">"
+    # hit@3 is never below exact accuracy
+    assert np.all(result.hit3 >= result.exact)
+
+
+def test_raters_answering_at_random_leave_accuracy_at_chance_whatever_the_budget():
+    # 20 items: a random pick is the partner 1 time in 19
+    result = planning.plan([planning.Scenario(pair_distances(), 0.0, 1.0)], FAST, [10, 200], runs=2)
+    assert result.exact.mean() < 0.2
+    assert result.best(0.9) is None
+
+
+def test_cost_and_target_are_printed_for_each_learner():
+    result = planning.plan([planning.Scenario(pair_distances(), 0.0, 0.0)], ["comparison_forest"], [10, 50, 200],
+                           runs=1, source="pairs")
+    text = "\n".join(planning.format_plan(result, target=1.0, pay=0.05, currency="£"))
+    # 20 items x 50 answers x 0.05 = 50.00
+    assert "£50.00" in text and "1,000" in text
+    assert "comparison_forest" in text and "Cheapest: comparison_forest." in text
+    doc = result.to_dict()
+    json.dumps(doc, allow_nan=False)
+    assert doc["algorithms"]["comparison_forest"]["exact"]["mean"][-1] == 1.0
+
+
+def test_reach_interpolates_between_budgets_and_says_when_never_reached():
+    budgets = np.array([10.0, 20.0, 50.0])
+    assert planning.reach(budgets, np.array([0.2, 0.6, 1.0]), 0.8) == planning.Reach(35.0, "=")
+    assert planning.reach(budgets, np.array([0.9, 0.95, 1.0]), 0.8) == planning.Reach(10.0, "<=")
+    assert planning.reach(budgets, np.array([0.1, 0.2, 0.3]), 0.8) == planning.Reach(50.0, ">")
+
+
+def test_a_pilot_fit_recovers_the_raters_lapse_and_errs_on_the_safe_side():
+    # A pilot of 20 answers per item cannot resolve structure finer than its own noise: the plan it
+    # gives must not promise more than the truth delivers (it may ask to buy more).
+    D = pair_distances(n_pairs=15)
+    n = len(D)
+    truth = planning.Scenario(D, 0.02, 0.15)
+    rng = np.random.default_rng(3)
+    pilot = planning.triplets_from_answers(truth.oracle(rng).answer(random_questions(n, 20 * n, rng)))
+    fit = planning.fit_pilot(pilot, n, replicates=2)
+    assert len(fit.scenarios) == 2
+    assert 0.05 <= fit.lapses[0] <= 0.3, fit.describe()
+    budgets = [10, 50, 200]
+    from_truth = planning.plan([truth], ["comparison_forest", "embedding"], budgets, runs=2)
+    from_pilot = planning.plan(list(fit.scenarios), ["comparison_forest", "embedding"], budgets, runs=2)
+    over = from_pilot.exact.mean(axis=1) - from_truth.exact.mean(axis=1)
+    assert over.max() <= 0.1, (from_truth.exact.mean(axis=1), from_pilot.exact.mean(axis=1))
+    # ... and it still sees that more answers buy accuracy
+    assert np.all(from_pilot.exact.mean(axis=1)[:, -1] > from_pilot.exact.mean(axis=1)[:, 0])
+
+
+def test_unknown_or_inapplicable_learners_are_refused_by_name():
+    with pytest.raises(ValueError, match="simforest"):
+        planning.plannable_algorithms(["simforest"])
+    assert "anntri" in planning.plannable_algorithms()
+
+
+def test_pilot_csv_reads_answer_exports_and_list_order_triplets():
+    export = ("study,answer_id,kind,head,a,b,choice,algorithm\n"
+              "s,1,triplet,0,1,2,2,anntri\n"
+              "s,2,triplet,3,1,2,,anntri\n"   # skipped
+              "s,3,rating,0,1,,,anntri\n"
+              "s,4,triplet,0,1,2,1,catch\n")
+    assert planning.read_pilot_csv(export).tolist() == [[0, 2, 1]]
+    assert planning.read_pilot_csv("0,1,2\n3,4,5\n").tolist() == [[0, 1, 2], [3, 4, 5]]
+    with pytest.raises(ValueError, match="line 1"):
+        planning.read_pilot_csv("a;b\n")
+
+
+def test_plan_command_from_points_and_from_a_pilot_file(tmp_path):
+    from webapp.cli import main
+
+    X = pairs()
+    points = tmp_path / "truth.csv"
+    points.write_text("id,x1,x2\n" + "".join(f"i{i},{x},{y}\n" for i, (x, y) in enumerate(X)))
+    out = tmp_path / "plan.json"
+    runner = CliRunner()
+    result = runner.invoke(main, ["plan", "--truth", f"points:{points}", "--noise", "0", "--lapse", "0",
+                                  "--algorithms", "comparison_forest", "--budgets", "10,50,200", "--runs", "1",
+                                  "--pay", "0.1", "--target", "1", "--jobs", "1", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "$100.00" in result.output  # 20 items x 50 answers x 0.10
+    assert json.loads(out.read_text())["reach"]["comparison_forest"]["bound"] != ">"
+    rng = np.random.default_rng(0)
+    D = pair_distances()
+    rows = planning.triplets_from_answers(TripletOracle(D, random_state=0).answer(random_questions(20, 200, rng)))
+    pilot = tmp_path / "pilot.csv"
+    pilot.write_text("".join(f"{i},{j},{k}\n" for i, j, k in rows))
+    result = runner.invoke(main, ["plan", "--pilot", str(pilot), "--algorithms", "random_triplets",
+                                  "--budgets", "10,20", "--runs", "2", "--jobs", "2"])
+    assert result.exit_code == 0, result.output
+    assert "pilot of 200 answers" in result.output
+    result = runner.invoke(main, ["plan", "--pilot", str(pilot), "--truth", "eggs"])
+    assert result.exit_code != 0 and "exactly one" in result.output
