@@ -66,7 +66,14 @@ def add_security_headers(response):
     return response
 
 
-def create_app(test_config: dict | None = None) -> Flask:
+def instance_config(test_config: dict | None = None):
+    """The configuration ``create_app`` would use (defaults, ``proxima.cfg``, ``PROXIMA_*``, the
+    instance's secret key), without connecting to Redis: for commands that only need settings,
+    such as checking a completion code."""
+    return _configured_app(test_config).config
+
+
+def _configured_app(test_config: dict | None = None) -> Flask:
     from . import limits
 
     app = Flask(
@@ -100,6 +107,11 @@ def create_app(test_config: dict | None = None) -> Flask:
         app.config.update(test_config)
     if not app.config["SECRET_KEY"]:
         app.config["SECRET_KEY"] = _secret_key(app.instance_path)
+    return app
+
+
+def create_app(test_config: dict | None = None) -> Flask:
+    app = _configured_app(test_config)
     proxies = int(app.config["TRUSTED_PROXIES"] or 0)
     if proxies:  # the client's address (rate limits) and https (Secure cookies) as the proxy saw them
         from werkzeug.middleware.proxy_fix import ProxyFix

@@ -926,10 +926,11 @@ def simulate_setup(ctx, source, out_dir, kind, algorithm, sigma, seed, create_id
 @click.argument("code")
 def verify_code_command(study_id: str, rater: str, code: str):
     """Check a rater's completion code (an HMAC of study and rater with this instance's secret key)."""
-    from . import create_app
+    from . import instance_config
     from .rating import check_completion_code
 
-    secret = create_app().config["SECRET_KEY"]
+    # the secret key is all a code needs: no Redis (nor a running server) is required
+    secret = instance_config()["SECRET_KEY"]
     if check_completion_code(secret, study_id, rater, code):
         click.echo(f"valid: {code.strip().upper()} is rater {rater}'s completion code for study {study_id}")
     else:

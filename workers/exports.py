@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 import networkx as nx
+import numpy as np
 
 from . import answers as answer_log
 from . import engine_state, keys
@@ -78,8 +79,26 @@ def _learner(conn, study, algorithm: str | None, want: str) -> Learner:
 
 
 def _number(x) -> float | None:
+    """A JSON-safe number: None for NaN and ±infinity (strict parsers such as JavaScript's
+    ``JSON.parse`` or R's jsonlite reject ``NaN``/``Infinity``; docs/exports.md)."""
     x = float(x)
-    return None if math.isnan(x) else x
+    return x if math.isfinite(x) else None
+
+
+def _finite(doc):
+    """``doc`` with every non-finite float replaced by None (recursively through lists and dicts)."""
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, dict):
+        return {k: _finite(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [_finite(v) for v in doc]
+    return doc
+
+
+def _json(doc, indent: int | None = 1) -> str:
+    """Strict JSON: a number that is not finite is written as null (docs/exports.md)."""
+    return json.dumps(_finite(doc), indent=indent, allow_nan=False)
 
 
 def nn_graph(conn, study_id: str, algorithm: str | None = None) -> dict:
@@ -92,10 +111,13 @@ def nn_graph(conn, study_id: str, algorithm: str | None = None) -> dict:
     ids = [item.id for item in items]
     k = int(learner.algorithm.params.get("k", 1))
     g = learner.graph(k)
+    # a pair learner's edge no answer has touched is a guess (its estimate reads 0.0, "identical"):
+    # the item has no neighbour yet
+    blind = g.samples == 0 if learner.algorithm.entry.asks == "pair" else np.zeros(g.neighbors.shape, bool)
     edges = []
     for i in range(len(g.neighbors)):  # items added to a forest appear once their routing starts
         for rank, j in enumerate(g.neighbors[i].tolist()):
-            if j < 0:
+            if j < 0 or blind[i, rank]:
                 continue
             edges.append({"source": ids[i], "target": ids[j], "source_index": i, "target_index": int(j),
                           "rank": rank + 1, "estimate": _number(g.estimates[i, rank]),
@@ -195,14 +217,14 @@ def export(conn, study_id: str, what: str, fmt: str, algorithm: str | None = Non
     elif what == "graph":
         doc = nn_graph(conn, study_id, algorithm)
         if fmt == "json":
-            chunks = [json.dumps(doc, indent=1)]
+            chunks = [_json(doc)]
         elif fmt == "csv":
             chunks = graph_csv(doc)
         else:
             chunks = [graph_graphml(doc, get_items(conn, study_id))]
     elif what == "embedding":
         doc = embedding_document(conn, study_id, algorithm)
-        chunks = [json.dumps(doc, indent=1)] if fmt == "json" else embedding_csv(doc)
+        chunks = [_json(doc)] if fmt == "json" else embedding_csv(doc)
     elif what == "raters":
         from .raters import export_raters_csv
 
@@ -211,11 +233,11 @@ def export(conn, study_id: str, what: str, fmt: str, algorithm: str | None = Non
         from .models import ModelError, model_export
 
         try:
-            chunks = [json.dumps(model_export(conn, study_id, model))]
+            chunks = [_json(model_export(conn, study_id, model), indent=None)]
         except ModelError as exc:
             raise ExportError(str(exc)) from None
     else:
-        chunks = [json.dumps(forest_document(conn, study_id, algorithm))]
+        chunks = [_json(forest_document(conn, study_id, algorithm), indent=None)]
     return Export(media_type, filename, chunks)
 
 

@@ -1,0 +1,83 @@
+"""What a paid study needs end to end (issue 18): codes checked offline, strict exports, no
+neighbour named without evidence, one item validation for the CLI and the upload, public links."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from conftest import run_worker
+
+from webapp.cli import main
+from workers.config import StudyConfig
+from workers.exports import export
+from workers.studies import Item, create_study
+
+
+def strict_json(text: str):
+    """Parse as JavaScript's JSON.parse and R's jsonlite do: NaN and Infinity are errors."""
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+# ---------------------------------------------------------------- 4: verify-code needs no Redis
+def test_verify_code_works_without_redis_using_the_instance_secret(tmp_path, monkeypatch):
+    from webapp.rating import completion_code
+
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.delenv("PROXIMA_SECRET_KEY", raising=False)
+    instance = tmp_path / "instance"
+    instance.mkdir()
+    (instance / "secret_key").write_text("the-instance-secret")
+    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(instance))
+    code = completion_code("the-instance-secret", "s1", "rater-7")
+    runner = CliRunner()
+    ok = runner.invoke(main, ["verify-code", "s1", "rater-7", code.lower()])
+    assert ok.exit_code == 0, ok.output
+    assert "valid" in ok.output
+    bad = runner.invoke(main, ["verify-code", "s1", "rater-8", code])
+    assert bad.exit_code != 0 and "invalid" in bad.output and "Traceback" not in bad.output
+
+
+# ---------------------------------------------------------------- 7 and 14: strict graph export
+def _line_study(conn, app, answers: int) -> str:
+    items = [Item(id=f"p{i}", kind="color", color="#102030", position=(x,))
+             for i, x in enumerate([0.0, 0.05, 1.0, 1.05, 2.0, 2.05])]
+    config = StudyConfig.from_dict({"name": "Line", "random_state": 1, "pool_size": 6, "algorithms": [
+        {"algorithm": "anntri", "question_kind": "rating", "params": {"k": 2}}]})
+    study_id = create_study(conn, config, items, study_id="line")
+    run_worker(conn)
+    rater = app.test_client()
+    truth = [x.position[0] for x in items]
+    for _ in range(answers):
+        response = rater.get(f"/api/studies/{study_id}/questions/next")
+        if response.status_code != 200:
+            break
+        q = response.get_json()["question"]
+        i, j = (it["index"] for it in q["items"])
+        value = round(5 - 4 * abs(truth[i] - truth[j]) / 2.05)
+        rater.post(f"/api/studies/{study_id}/answers", json={"token": q["token"], "value": value})
+        run_worker(conn)
+    return study_id
+
+
+@pytest.mark.parametrize("answers", [0, 3, 40])
+def test_graph_json_export_is_strict_json_and_names_no_neighbour_without_answers(app, conn, answers):
+    study_id = _line_study(conn, app, answers)
+    doc = strict_json("".join(export(conn, study_id, "graph", "json").chunks))
+    for edge in doc["edges"]:
+        assert edge["samples"] > 0, edge  # an edge without answers is "no data yet", not estimate 0.0
+    if answers == 0:
+        assert doc["edges"] == []
+    if answers == 40:
+        assert doc["edges"]
+
+
+def test_every_json_export_writes_null_for_numbers_that_are_not_finite():
+    from workers.exports import _json
+
+    doc = {"edges": [{"estimate": float("nan"), "lower": float("-inf"), "upper": float("inf"), "samples": 0}],
+           "nested": [[1.5, float("inf")]]}
+    assert strict_json(_json(doc)) == {"edges": [{"estimate": None, "lower": None, "upper": None, "samples": 0}],
+                                       "nested": [[1.5, None]]}
