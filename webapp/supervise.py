@@ -115,15 +115,19 @@ def _stop_leftover(pid: int, timeout: float = 10.0) -> bool:
 
 
 class CrashLoop(Exception):
-    """A child kept crashing: ``MAX_RESTARTS`` restarts within ``RESTART_WINDOW_S`` seconds."""
+    """A child kept crashing: ``max_restarts`` restarts within ``RESTART_WINDOW_S`` seconds."""
 
 
 class Child:
-    """One supervised process: ``start`` makes it (a Popen-like object with ``poll``/``pid``)."""
+    """One supervised process: ``start`` makes it (a Popen-like object with ``poll``/``pid``), the
+    leader of its own process group (``start_new_session``). When it exits, what is left of its group
+    (a killed gunicorn master's workers, still holding the listening socket) gets SIGTERM at once and
+    SIGKILL when the backoff is over, before the process is started again."""
 
-    def __init__(self, name: str, start: Callable[[], object]):
+    def __init__(self, name: str, start: Callable[[], object], max_restarts: int = MAX_RESTARTS):
         self.name = name
         self._start = start
+        self.max_restarts = max_restarts
         self.process = None
         self.restarts: deque[float] = deque()
         self.restart_at: float | None = None
@@ -147,16 +151,19 @@ class Child:
                     self.backoff = FIRST_BACKOFF_S  # it has stayed up: the next crash starts over
                 return
             self.last_status = status
+            self._signal_group(signal.SIGTERM)
             while self.restarts and now - self.restarts[0] > RESTART_WINDOW_S:
                 self.restarts.popleft()
-            if len(self.restarts) >= MAX_RESTARTS:
+            if len(self.restarts) >= self.max_restarts:
                 raise CrashLoop(f"the {self.name} exited {len(self.restarts) + 1} times within "
-                                f"{RESTART_WINDOW_S:.0f} s (last exit status {status}); giving up")
+                                f"{RESTART_WINDOW_S:.0f} s (last exit status {status}; its own messages are "
+                                "above); giving up")
             say(f"the {self.name} exited (status {status}); restarting it in {self.backoff:.1f} s")
             self.restart_at = now + self.backoff
             self.backoff = min(MAX_BACKOFF_S, self.backoff * 2)
             return
         if now >= self.restart_at:
+            self._signal_group(signal.SIGKILL)
             self.restarts.append(now)
             try:
                 self.start()
@@ -164,6 +171,14 @@ class Child:
                 say(f"the {self.name} did not start again: {exc}")
                 self.process = _Exited(1)
                 self.restart_at = None
+
+    def _signal_group(self, signum: int) -> None:
+        if self.pid is None:
+            return
+        try:
+            os.killpg(self.pid, signum)  # the group the exited process led (start_new_session)
+        except (ProcessLookupError, PermissionError):
+            pass  # nothing left of it
 
 
 class _Exited:
@@ -179,27 +194,37 @@ class _Exited:
 
 
 class Sweeper:
-    """Every ``SWEEP_INTERVAL_S``, queue an update for a study whose log was ahead of its engine at
+    """Every ``interval`` seconds, queue an update for a study whose log was ahead of its engine at
     the previous sweep too and whose cursor has not moved since: the web process that should have
-    queued it died between setting the update flag and enqueueing (the flag then blocks others)."""
+    queued it died between setting the update flag and enqueueing (the flag then blocks others).
 
-    def __init__(self, url: str):
+    The sweep's update job has one id per study, so a study waiting behind a long job (a rebuild,
+    a busy worker) is queued once, not once per sweep."""
+
+    def __init__(self, url: str, interval: float = SWEEP_INTERVAL_S):
         self.url = url
-        self.next_at = time.monotonic() + SWEEP_INTERVAL_S
+        self.interval = interval
+        self.next_at = time.monotonic() + interval
         self.behind: dict[str, bytes] = {}
+        self._conn = None
 
     def maybe_sweep(self, now: float) -> list[str]:
         if now < self.next_at:
             return []
-        self.next_at = now + SWEEP_INTERVAL_S
+        self.next_at = now + self.interval
         try:
-            return self.sweep(redis.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=2))
+            if self._conn is None:
+                self._conn = redis.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=2)
+            return self.sweep(self._conn)
         except (redis.RedisError, OSError):
             return []  # Redis restarting: the next sweep tries again
 
     def sweep(self, conn) -> list[str]:
+        from rq.exceptions import NoSuchJobError
+        from rq.job import Job, JobStatus
+
         from workers import keys
-        from workers.queue import enqueue_update
+        from workers.queue import UPDATE_FLAG_TTL, UPDATE_JOB, get_queue
         from workers.studies import list_studies
 
         queued, behind = [], {}
@@ -212,12 +237,27 @@ class Sweeper:
             if not last or last[0][0] == cursor:
                 continue
             behind[study.id] = cursor
-            if self.behind.get(study.id) == cursor:
-                conn.set(keys.update_scheduled(study.id), "1", ex=60)
-                enqueue_update(conn, study.id)
-                queued.append(study.id)
+            if self.behind.get(study.id) != cursor:
+                continue
+            job_id = sweep_job_id(study.id)
+            try:
+                status = Job.fetch(job_id, connection=conn).get_status()
+            except NoSuchJobError:
+                status = None
+            if status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.SCHEDULED):
+                continue  # already waiting for a worker
+            # the flag tells web processes an update is on its way (the job clears it when it starts)
+            conn.set(keys.update_scheduled(study.id), "1", ex=UPDATE_FLAG_TTL)
+            get_queue(conn).enqueue(UPDATE_JOB, study.id, job_id=job_id, job_timeout=600, result_ttl=60,
+                                    failure_ttl=7 * 86400)
+            queued.append(study.id)
         self.behind = behind
         return queued
+
+
+def sweep_job_id(study_id: str) -> str:
+    """The id of the sweep's update job of a study (one at a time)."""
+    return f"proxima-sweep-{study_id}"
 
 
 def popen(args: list[str], **kwargs) -> subprocess.Popen:
