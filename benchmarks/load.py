@@ -70,6 +70,7 @@ from load_common import (  # noqa: E402
 )
 
 STUDY = "load-anntri"
+LABEL = "anntri"  # the study's one algorithm
 HTTP_TIMEOUT = 30.0
 #: New raters of a step join spread over this share of the step (at most RAMP_MAX_SECONDS).
 RAMP_SHARE, RAMP_MAX_SECONDS = 0.25, 5.0
@@ -278,6 +279,8 @@ class EngineSampler(threading.Thread):
         self.step_of, self.every = step_of, every
         self.latencies: dict[int, list[float]] = defaultdict(list)
         self.batches: dict[int, list[int]] = defaultdict(list)
+        self.pool_depths: dict[int, list[int]] = defaultdict(list)  # the question pool's depth, sampled
+        self.pool_targets: dict[int, list[int]] = defaultdict(list)
         self.updates = None
         self.halt = threading.Event()
 
@@ -288,7 +291,12 @@ class EngineSampler(threading.Thread):
             with self.conn.pipeline(transaction=True) as pipe:
                 pipe.hmget(keys.engine_stats(STUDY), ["updates", "last_batch"])
                 pipe.lrange(keys.refresh_latencies(STUDY), 0, -1)
-                (updates, batch), latest = pipe.execute()
+                pipe.llen(keys.pool(STUDY, LABEL))
+                pipe.hget(keys.pool_targets(STUDY), LABEL)
+                (updates, batch), latest, depth, target = pipe.execute()
+            step = self.step_of(time.time())
+            self.pool_depths[step].append(int(depth))
+            self.pool_targets[step].append(int(target or 0))
             updates = int(updates or 0)
             if self.updates is None:
                 self.updates = updates
@@ -341,9 +349,11 @@ def start_profilers(pids: dict[str, list[int]], seconds: int, folder: Path) -> l
     return running
 
 
-#: The files of the request hot path: ``--baseline REF`` runs this tree with these as they were at REF.
+#: The files of the request and update hot paths (``proxima worker`` included): ``--baseline REF`` runs
+#: this tree with these as they were at REF.
 HOT_PATH_FILES = ("webapp/rating.py", "webapp/tokens.py", "workers/questions.py", "workers/answers.py",
-                  "workers/queue.py")
+                  "workers/queue.py", "workers/jobs.py", "workers/engine_state.py", "workers/engines.py",
+                  "webapp/cli.py")
 
 
 def code_copy(ref: str, folder: Path) -> Path:
@@ -481,7 +491,8 @@ def run_load(a, code_root: Path, label: str) -> dict:
         server_ms = read_access_log(access_log)
         return {"label": label, "steps": steps, "step_seconds": step_s, "t0": t0, "snaps": snaps,
                 "peak_rss": peak_rss, "peak_load": peak_load, "engine": sampler.latencies,
-                "batches": sampler.batches, "generated": generated, "logged": logged, "server_ms": server_ms,
+                "batches": sampler.batches, "pool_depths": sampler.pool_depths, "pool_targets": sampler.pool_targets,
+                "generated": generated, "logged": logged, "server_ms": server_ms,
                 "drain_seconds": drain, "profiles": profiles, "redis_commands": redis_commands,
                 "aof": {k: info[k] for k in ("aof_current_size", "aof_base_size", "aof_delayed_fsync", "total_forks")
                         if k in info},
@@ -535,6 +546,9 @@ def step_figures(run: dict, a) -> list[dict]:
             "engine_p50": percentile(engine, 50), "engine_p95": percentile(engine, 95),
             "engine_max": max(engine) if engine else math.nan, "passes": len(engine),
             "batch": percentile(run["batches"].get(k, []), 50),
+            "pool_empty": _share(run["pool_depths"].get(k, []), lambda d: d == 0),
+            "pool_depth": percentile(run["pool_depths"].get(k, []), 50),
+            "pool_target": percentile(run["pool_targets"].get(k, []), 50),
             "lag": s1["logged"] - s1["applied"], "load": s1["load"], "peak_load": run["peak_load"].get(k, math.nan),
             "cpu": cpu, "busy": busy, "rss": run["peak_rss"].get(k, {}),
             "web_cpu_ms_per_request": 1000.0 * web_cpu / requests if requests else math.nan,
@@ -543,6 +557,10 @@ def step_figures(run: dict, a) -> list[dict]:
                         for kind in ("question", "answer", "page")},
         })
     return out
+
+
+def _share(values, test) -> float:
+    return 100.0 * sum(1 for v in values if test(v)) / len(values) if values else math.nan
 
 
 def p3(values) -> str:
@@ -562,6 +580,10 @@ def print_run(run: dict, figures: list[dict], a) -> None:
           [[f["raters"], f["offered"], f["answers_per_second"], f["errors"], 100.0 * f["fallback_rate"], f["passes"],
             f"{fmt(f['engine_p50'])} / {fmt(f['engine_p95'])} / {fmt(f['engine_max'])}", f["batch"], f["lag"],
             f"{f['load']:.2f} ({f['peak_load']:.2f})"] for f in figures])
+    print("\nQuestion pool (sampled every 0.5 s): share of samples with the pool empty, depth and the "
+          "workers' target (p50)")
+    table(["raters", "pool empty %", "depth p50", "target p50"],
+          [[f["raters"], f["pool_empty"], f["pool_depth"], f["pool_target"]] for f in figures])
     print("\nLatency per step, ms p50 / p95 / p99 (server: gunicorn access log %(D)s; client: aiohttp, "
           "includes queueing); an answer request also issues the next question; page: the study page a "
           "joining rater opens")

@@ -69,6 +69,9 @@ DEMAND_HEADROOM = 1.5
 #: state's size, or to this many entries (what a reload replays stays below the state's own size).
 CHECKPOINT_SHARE = 1.0
 CHECKPOINT_ENTRIES = 2000
+#: While a job goes on with pass after pass, the dashboard's summary of the learners (each item's
+#: neighbour: a pass over the n x n estimates) is written at most this often.
+SUMMARY_SECONDS = 1.0
 
 # ---------------------------------------------------------------------------- crash testing
 FAULT_POINTS = ("after_read", "after_observe", "before_exec", "after_exec")
@@ -196,6 +199,7 @@ def drain_study(conn, study_id: str, renew=None, job_seconds: float = JOB_SECOND
         return _drain(conn, study_id, renew, job_seconds, linger, interval)
     finally:
         settle_checkpoints(conn, study_id)
+        write_summary(conn, study_id)
 
 
 def _drain(conn, study_id: str, renew, job_seconds: float, linger: float, interval: float) -> dict:
@@ -257,6 +261,21 @@ class _Cached:
 
 
 _cache: OrderedDict[str, _Cached] = OrderedDict()
+#: study id -> time.monotonic() of the last summary written by this process
+_summarised: dict[str, float] = {}
+#: studies whose latest pass left the summary out (written when the job ends: ``write_summary``)
+_unsummarised: set[str] = set()
+
+
+def write_summary(conn, study_id: str) -> None:
+    """Write the dashboard's summary of the study's kept learners if the latest pass left it out."""
+    cached = _cache.get(study_id)
+    if study_id not in _unsummarised or cached is None:
+        return
+    conn.hset(keys.engine_stats(study_id), "summary",
+              json.dumps({label: learner.summary() for label, learner in cached.learners.items()}))
+    _summarised[study_id] = time.monotonic()
+    _unsummarised.discard(study_id)
 
 
 def forget_cached(study_id: str | None = None) -> None:
@@ -457,7 +476,8 @@ def apply_new_answers(conn, study_id: str, now: float | None = None, renew=None,
             if renew is not None:
                 renew()
             settle_checkpoints(conn, study_id, wait=False)
-            summary = _one_pass(conn, study_id, time.time() if now is None else now)
+            summary = _one_pass(conn, study_id, time.time() if now is None else now,
+                                0.0 if settle else SUMMARY_SECONDS)
             for name in ("applied", "released", "planned", "pruned"):
                 total[name] += summary[name]
             total["passes"] += 1
@@ -482,7 +502,7 @@ def _pool_target(base: int, label: str, counters: dict, previous: dict) -> int:
     return max(base, min(math.ceil(DEMAND_HEADROOM * demand), 10 * max(base, 1)))
 
 
-def _one_pass(conn, study_id: str, now: float) -> dict:
+def _one_pass(conn, study_id: str, now: float, summary_every: float = 0.0) -> dict:
     study = get_study(conn, study_id)
     config = study.config
     shares = config.shares()
@@ -548,7 +568,8 @@ def _one_pass(conn, study_id: str, now: float) -> dict:
                     window = learner.algorithm.params.get("window", 1)
                     planned[label] = learner.plan(wanted, study.n_items, window=window)
                     repeats += learner.repeats_planned
-                    kept = [q for q in pooled if q not in removed]
+                    removed_ids = {q["qid"] for q in removed}
+                    kept = [q for q in pooled if q["qid"] not in removed_ids]
                     for _ in range(REPLANS if running and not done else 0):
                         # planning reads rows whose deferred triangle updates can close more rounds:
                         # take their questions back too, pooled ones and those just planned, and plan
@@ -556,11 +577,13 @@ def _one_pass(conn, study_id: str, now: float) -> dict:
                         late = learner.stale(kept + planned[label])
                         if not late:
                             break
+                        late_ids = {q["qid"] for q in late}
+                        kept_ids = {q["qid"] for q in kept}
                         late_removed = questions.prune_questions(conn, study_id, label,
-                                                                 [q for q in late if q in kept])
-                        late_planned = [q for q in late if q in planned[label]]
-                        planned[label] = [q for q in planned[label] if q not in late_planned]
-                        kept = [q for q in kept if q not in late]
+                                                                 [q for q in late if q["qid"] in kept_ids])
+                        late_planned = [q for q in planned[label] if q["qid"] in late_ids]
+                        planned[label] = [q for q in planned[label] if q["qid"] not in late_ids]
+                        kept = [q for q in kept if q["qid"] not in late_ids]
                         learner.forget(late_removed + late_planned)
                         pruned_earlier.setdefault(label, []).extend(late_removed)
                         pruned_now += len(late_removed)
@@ -593,10 +616,13 @@ def _one_pass(conn, study_id: str, now: float) -> dict:
                 pipe.zremrangebyscore(keys.active_raters(study_id), "-inf", now - 86400)
                 pipe.lpush(keys.refresh_latencies(study_id), f"{latency_ms:.3f}")
                 pipe.ltrim(keys.refresh_latencies(study_id), 0, LATENCIES_KEPT - 1)
+                summary_field = {}
+                if time.monotonic() - _summarised.get(study_id, -math.inf) >= summary_every:
+                    summary_field["summary"] = json.dumps({label: learner.summary()
+                                                           for label, learner in learners.items()})
                 pipe.hset(keys.engine_stats(study_id), mapping={
                     "last_update_at": repr(now), "last_latency_ms": f"{latency_ms:.3f}",
-                    "last_batch": n_read, "cursor": new_cursor, "active_raters": active,
-                    "summary": json.dumps({label: learner.summary() for label, learner in learners.items()}),
+                    "last_batch": n_read, "cursor": new_cursor, "active_raters": active, **summary_field,
                     **{f"served:{label}": int(counters.get(f"questions_served:{label}", 0)) for label in labels},
                 })
                 for name, value in (("updates", 1), ("answers_applied", n_read), ("answers_closed_round", late_answers),
@@ -616,6 +642,11 @@ def _one_pass(conn, study_id: str, now: float) -> dict:
                 forget_cached(study_id)
                 raise
             _remember(study, saved, learners)
+            if summary_field:
+                _summarised[study_id] = time.monotonic()
+                _unsummarised.discard(study_id)
+            else:
+                _unsummarised.add(study_id)
             if n_read:
                 _fault("after_exec")
             _start_checkpoints(conn, study_id, saved)
