@@ -81,3 +81,78 @@ def test_every_json_export_writes_null_for_numbers_that_are_not_finite():
            "nested": [[1.5, float("inf")]]}
     assert strict_json(_json(doc)) == {"edges": [{"estimate": None, "lower": None, "upper": None, "samples": 0}],
                                        "nested": [[1.5, None]]}
+
+
+# ---------------------------------------------------------------- 5 and 13: one validation of items
+PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00\x00\x90wS\xde"
+       b"\x00\x00\x00\x0cIDATx\x9cc\xf8\xff\xff?\x00\x05\xfe\x02\xfe\xa7\x35\x81\x84\x00\x00\x00\x00IEND\xaeB`\x82")
+
+
+@pytest.fixture
+def cli(redis_url, conn, tmp_path, monkeypatch):
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
+    runner = CliRunner()
+    return lambda *args: runner.invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture
+def pngs(tmp_path):
+    folder = tmp_path / "pngs"
+    folder.mkdir()
+    for name in ("a", "b", "c", "d"):
+        (folder / f"{name}.png").write_bytes(PNG)
+    return folder
+
+
+def _zip(folder) -> bytes:
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        for path in sorted(folder.iterdir()):
+            archive.writestr(path.name, path.read_bytes())
+    return buf.getvalue()
+
+
+def test_create_and_the_upload_refuse_a_text_file_named_png_alike(cli, pngs, tmp_path):
+    from workers.studies import StudyError
+    from workers.uploads import items_from_zip
+
+    (pngs / "fake.png").write_text("this is not an image")
+    (tmp_path / "study.yaml").write_text("name: Pictures\n")
+    result = cli("create", tmp_path / "study.yaml", "--items", pngs)
+    assert result.exit_code != 0
+    assert "fake.png does not contain image/png data" in result.output
+    with pytest.raises(StudyError, match="fake.png does not contain image/png data"):
+        items_from_zip(_zip(pngs))
+    (pngs / "fake.png").unlink()
+    assert cli("create", tmp_path / "study.yaml", "--items", pngs).exit_code == 0
+
+
+@pytest.mark.parametrize("yaml_text,field", [
+    ("practice:\n- {head: a, candidates: [b, nope], answer: b}\n", "practice.0.candidates.1"),
+    ("practice:\n- {kind: rating, items: [a, ghost], answer: [1, 2]}\n", "practice.0.items.1"),
+    ("instructions: 'Look at ![x](item:nope) first'\n", "instructions"),
+    ("consent: 'We show ![an item](item:missing).'\n", "consent"),
+])
+def test_every_item_reference_is_checked_at_creation_naming_the_field(cli, pngs, tmp_path, yaml_text, field):
+    (tmp_path / "study.yaml").write_text("name: Pictures\n" + yaml_text)
+    result = cli("create", tmp_path / "study.yaml", "--items", pngs)
+    assert result.exit_code != 0, result.output
+    assert f"field '{field}'" in result.output and "Traceback" not in result.output
+    ok = yaml_text.replace("nope", "c").replace("ghost", "c").replace("missing", "d")
+    (tmp_path / "study.yaml").write_text("name: Pictures\n" + ok)
+    assert cli("create", tmp_path / "study.yaml", "--items", pngs).exit_code == 0
+
+
+def test_the_dashboard_form_refuses_an_unknown_item_in_instructions(researcher_client, conn, pngs):
+    import io
+
+    response = researcher_client.post("/studies/new", data={
+        "name": "Upload", "instructions": "See ![x](item:nope)",
+        "items": (io.BytesIO(_zip(pngs)), "items.zip")}, content_type="multipart/form-data")
+    assert response.status_code == 400
+    assert "field &#39;instructions&#39; names item &#39;nope&#39;" in response.get_data(as_text=True)
+    assert not conn.smembers("proxima:studies")

@@ -127,6 +127,7 @@ def create_study(conn, config: StudyConfig, items: list[Item], media: dict[int, 
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         raise StudyError(f"item ids must be unique; repeated: {', '.join(dupes[:10])}")
     check_config_for_items(config, items)
+    check_item_references(config, items)
     study_id = check_study_id(study_id) if study_id else new_study_id(config.name)
     if not conn.hsetnx(keys.study(study_id), "created_at", repr(time.time())):
         raise StudyError(f"a study with id '{study_id}' already exists")
@@ -143,6 +144,39 @@ def create_study(conn, config: StudyConfig, items: list[Item], media: dict[int, 
         pipe.sadd(keys.studies(), study_id)
         pipe.execute()
     return study_id
+
+
+#: ``![alt](item:ID)`` in researcher Markdown: an image showing one of the study's items.
+ITEM_REFERENCE = re.compile(r"!\[[^\]]*\]\(\s*<?item:([^\s)>]+)")
+
+
+def check_item_references(config: StudyConfig, items: list[Item]) -> None:
+    """Every item a config names exists: practice questions (head, candidates, items, answer) and
+    ``![..](item:ID)`` images in instructions, consent and the finish message (which must name an
+    image, audio or video item: a text or colour item has no picture). StudyError names the field."""
+    kinds = {item.id: item.kind for item in items}
+
+    def unknown(field_name: str, item_id) -> StudyError:
+        return StudyError(f"field '{field_name}' names item {item_id!r}, which is not among the study's "
+                          f"{len(items)} items (ids: {', '.join(list(kinds)[:5])}{', ...' if len(kinds) > 5 else ''})")
+
+    for n, p in enumerate(config.practice):
+        named = [("head", p["head"])] if "head" in p else []
+        named += [(f"candidates.{c}", x) for c, x in enumerate(p.get("candidates", ()))]
+        named += [(f"items.{c}", x) for c, x in enumerate(p.get("items", ()))]
+        if "candidates" in p:
+            named.append(("answer", p["answer"]))
+        for where, item_id in named:
+            if item_id not in kinds:
+                raise unknown(f"practice.{n}.{where}", item_id)
+    for field_name, text in (("instructions", config.instructions), ("consent", config.consent),
+                             ("completion.message", config.completion.message)):
+        for item_id in ITEM_REFERENCE.findall(text or ""):
+            if item_id not in kinds:
+                raise unknown(field_name, item_id)
+            if kinds[item_id] in ("text", "color"):
+                raise StudyError(f"field '{field_name}' shows item {item_id!r} as an image, but it is a "
+                                 f"{kinds[item_id]} item; only image, audio or video items can be shown there")
 
 
 def check_config_for_items(config: StudyConfig, items: list[Item]) -> None:
@@ -245,6 +279,75 @@ def set_status(conn, study_id: str, status: str) -> None:
     conn.hset(keys.study(study_id), "status", status)
 
 
+#: Largest image (width x height) accepted: a small, highly compressed file can ask a rater's
+#: browser to decode gigapixels. 40 megapixels is more than any camera photo needs here.
+MAX_IMAGE_PIXELS = 40_000_000
+# Leading bytes of each media type; a file whose bytes do not match its extension is refused.
+_SIGNATURES = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "audio/ogg": (b"OggS",),
+    "video/webm": (b"\x1a\x45\xdf\xa3",),
+}
+
+
+def _content_matches(media_type: str, data: bytes) -> bool:
+    if media_type == "image/webp":
+        return data[:4] == b"RIFF" and data[8:12] == b"WEBP"
+    if media_type == "audio/wav":
+        return data[:4] == b"RIFF" and data[8:12] == b"WAVE"
+    if media_type == "video/mp4":
+        return data[4:8] == b"ftyp"
+    if media_type == "audio/mpeg":
+        return data[:3] == b"ID3" or (len(data) > 1 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0)
+    return any(data.startswith(sig) for sig in _SIGNATURES.get(media_type, (b"",)))
+
+
+def _check_image(filename: str, name: str, data: bytes) -> None:
+    """Refuse an image of more than MAX_IMAGE_PIXELS. Only the header is read; bytes Pillow cannot
+    make sense of beyond the signature are left to the browser (they cannot ask it for many pixels)."""
+    import warnings
+
+    from PIL import Image, UnidentifiedImageError
+
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as image:
+                width, height = image.size
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):  # Pillow's own limit came first
+        raise StudyError(f"{filename}: {name} has far more than {MAX_IMAGE_PIXELS // 1_000_000} megapixels; "
+                         "scale it down") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError):
+        return
+    if width * height > MAX_IMAGE_PIXELS:
+        raise StudyError(f"{filename}: {name} is {width} x {height} pixels; images may have at most "
+                         f"{MAX_IMAGE_PIXELS // 1_000_000} megapixels (scale it down)")
+
+
+def check_media(source: str, name: str, data: bytes) -> tuple[str, str]:
+    """The one check of a media item's file, for ``proxima create`` (a folder) and the dashboard
+    upload (a ZIP) alike: an allowed extension, at most MAX_MEDIA_BYTES, content that is what the
+    extension says (a text file named ``x.png`` is refused), images of sane size. Returns
+    ``(kind, media_type)``; StudyError names ``source`` and ``name`` otherwise."""
+    ext = Path(name).suffix.lower()
+    if ext not in MEDIA_TYPES:
+        allowed = ", ".join(sorted(MEDIA_TYPES))
+        raise StudyError(f"{source}: {name} is not an image, audio or video file (allowed extensions: {allowed})")
+    if len(data) > MAX_MEDIA_BYTES:
+        raise StudyError(f"{source}: {name} is larger than {MAX_MEDIA_BYTES // (1024 * 1024)} MiB; items may be "
+                         f"at most {MAX_MEDIA_BYTES // (1024 * 1024)} MiB each")
+    kind, media_type = MEDIA_TYPES[ext]
+    if not _content_matches(media_type, data):
+        raise StudyError(f"{source}: {name} does not contain {media_type} data although its name "
+                         f"ends in {ext}; re-export it in that format")
+    if kind == "image":
+        _check_image(source, name, data)
+    return kind, media_type
+
+
 def items_from_folder(folder: str | Path) -> tuple[list[Item], dict[int, bytes]]:
     """One item per image/audio/video file of ``folder`` (sorted by name); ids are file stems."""
     folder = Path(folder)
@@ -256,11 +359,11 @@ def items_from_folder(folder: str | Path) -> tuple[list[Item], dict[int, bytes]]
         raise StudyError(f"items folder {folder} holds no media files (allowed extensions: {allowed})")
     items, media = [], {}
     for index, path in enumerate(files):
-        kind, media_type = MEDIA_TYPES[path.suffix.lower()]
-        data = path.read_bytes()
-        if len(data) > MAX_MEDIA_BYTES:
-            raise StudyError(f"{path.name} is {len(data) // 1024} KiB; items may be at most "
+        if path.stat().st_size > MAX_MEDIA_BYTES:
+            raise StudyError(f"{path.name} is {path.stat().st_size // 1024} KiB; items may be at most "
                              f"{MAX_MEDIA_BYTES // (1024 * 1024)} MiB each")
+        data = path.read_bytes()
+        kind, media_type = check_media(str(folder), path.name, data)
         items.append(Item(id=path.stem, kind=kind, media_type=media_type or mimetypes.guess_type(path)[0]))
         media[index] = data
     return items, media
@@ -445,5 +548,6 @@ def update_config(conn, study_id: str, **changes) -> StudyConfig:
     data["limits"] = {**data["limits"], **limits}
     data.update(changes)
     config = StudyConfig.from_dict(data)
+    check_item_references(config, get_items(conn, study_id))
     conn.hset(keys.study(study_id), mapping={"name": config.name, "config": config.to_json()})
     return config

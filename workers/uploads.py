@@ -15,65 +15,20 @@ import json
 import posixpath
 import re
 import stat
-import warnings
 import zipfile
 
 import yaml
-from PIL import Image, UnidentifiedImageError
 
 from .config import ConfigError, StudyConfig
-from .studies import MAX_MEDIA_BYTES, MEDIA_TYPES, Item, StudyError, items_from_csv_text
+from .studies import MAX_MEDIA_BYTES, MEDIA_TYPES, Item, StudyError, check_media, items_from_csv_text
 
 MAX_ZIP_MEMBERS = 5000
 MAX_ZIP_TOTAL_BYTES = 256 * 1024 * 1024
-#: Largest image (width x height) accepted: a small, highly compressed file can ask a rater's
-#: browser to decode gigapixels. 40 megapixels is more than any camera photo needs here.
-MAX_IMAGE_PIXELS = 40_000_000
 MAX_CONFIG_BYTES = 1024 * 1024
 #: Most values (after YAML aliases are expanded) a config may hold: "billion laughs" stays small
 #: as YAML but explodes when validated or stored as JSON.
 MAX_CONFIG_NODES = 100_000
 _SKIPPED = ("__MACOSX/", ".DS_Store", "Thumbs.db")
-
-# Leading bytes of each media type; a file whose bytes do not match its extension is refused.
-_SIGNATURES = {
-    "image/png": (b"\x89PNG\r\n\x1a\n",),
-    "image/jpeg": (b"\xff\xd8\xff",),
-    "image/gif": (b"GIF87a", b"GIF89a"),
-    "audio/ogg": (b"OggS",),
-    "video/webm": (b"\x1a\x45\xdf\xa3",),
-}
-
-
-def _content_matches(media_type: str, data: bytes) -> bool:
-    if media_type == "image/webp":
-        return data[:4] == b"RIFF" and data[8:12] == b"WEBP"
-    if media_type == "audio/wav":
-        return data[:4] == b"RIFF" and data[8:12] == b"WAVE"
-    if media_type == "video/mp4":
-        return data[4:8] == b"ftyp"
-    if media_type == "audio/mpeg":
-        return data[:3] == b"ID3" or (len(data) > 1 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0)
-    return any(data.startswith(sig) for sig in _SIGNATURES.get(media_type, (b"",)))
-
-
-def _check_image(filename: str, name: str, data: bytes) -> None:
-    """Refuse an image of more than MAX_IMAGE_PIXELS. Only the header is read; bytes Pillow cannot
-    make sense of beyond the signature are left to the browser (they cannot ask it for many pixels)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as image:
-                width, height = image.size
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning):  # Pillow's own limit came first
-        raise StudyError(f"{filename}: {name} has far more than {MAX_IMAGE_PIXELS // 1_000_000} megapixels; "
-                         "scale it down") from None
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError):
-        return
-    if width * height > MAX_IMAGE_PIXELS:
-        raise StudyError(f"{filename}: {name} is {width} x {height} pixels; images may have at most "
-                         f"{MAX_IMAGE_PIXELS // 1_000_000} megapixels (scale it down)")
-
 
 def _check_member_name(filename: str, name: str) -> None:
     """Refuse the member names that would escape a folder if the archive were ever extracted."""
@@ -122,7 +77,6 @@ def items_from_zip(data: bytes, filename: str = "items.zip", max_members: int = 
                 raise StudyError(f"{filename}: {name} and {seen[stem]} would both be item '{stem}'; "
                                  "give every file its own name")
             seen[stem] = name
-            kind, media_type = MEDIA_TYPES[ext.lower()]
             try:
                 # reads at most the declared size: a member that lies about its size fails its CRC check
                 with archive.open(info) as fh:
@@ -130,13 +84,7 @@ def items_from_zip(data: bytes, filename: str = "items.zip", max_members: int = 
             except (zipfile.BadZipFile, RuntimeError, NotImplementedError, OSError, EOFError) as exc:
                 raise StudyError(f"{filename}: cannot read {name} ({exc}); encrypted or damaged archives "
                                  "are not supported") from None
-            if len(content) > MAX_MEDIA_BYTES:
-                raise StudyError(f"{filename}: {name} is larger than {MAX_MEDIA_BYTES // (1024 * 1024)} MiB")
-            if not _content_matches(media_type, content):
-                raise StudyError(f"{filename}: {name} does not contain {media_type} data although its name "
-                                 f"ends in {ext}; re-export it in that format")
-            if kind == "image":
-                _check_image(filename, name, content)
+            kind, media_type = check_media(filename, name, content)
             try:
                 items.append(Item(id=stem, kind=kind, media_type=media_type))
             except StudyError as exc:
