@@ -240,6 +240,15 @@ def log_of(conn, prefix: str) -> list[tuple[str, str]]:
             if fields[b"rater"].decode().startswith(prefix + "-")]
 
 
+# ---------------------------------------------------------------------------- a long URL, through gunicorn
+@pytest.mark.parametrize("length", [5000, 8100])
+def test_a_long_api_url_gets_the_json_error_shape_through_gunicorn(module_serve, length):
+    url = f"{module_serve.base}/api/studies/{STUDY}/questions/next?pad="
+    response = requests.get(url + "x" * (length - len(url) + len(module_serve.base)), timeout=5)
+    assert response.status_code == 414
+    assert response.json()["error"]["code"] == "request_uri_too_long"
+
+
 # ---------------------------------------------------------------------------- kill -9 of each child
 CHILDREN = {"rq-worker": "webapp worker", "gunicorn-master": "gunicorn", "redis-server": "redis-server"}
 #: What serve calls each child in its messages.

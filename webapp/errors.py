@@ -5,7 +5,11 @@ from collections.abc import Mapping
 
 import redis
 from flask import Flask, jsonify, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestURITooLarge
+
+#: The longest URL (path and query) the app takes; gunicorn lets through up to 8190 bytes (its
+#: hard maximum) so that a long URL on /api/ is refused here, in the API's own error shape.
+MAX_URL_LENGTH = 4096
 
 
 class ApiError(Exception):
@@ -35,7 +39,18 @@ def _wants_json() -> bool:
     return request.path.startswith("/api/")
 
 
+def refuse_long_urls() -> None:
+    """``before_request``: a URL longer than ``MAX_URL_LENGTH`` gets a 414 (JSON on /api/)."""
+    environ = request.environ
+    length = len(environ.get("RAW_URI") or "") or (len(environ.get("PATH_INFO", ""))
+                                                   + len(environ.get("QUERY_STRING", "")) + 1)
+    if length > MAX_URL_LENGTH:
+        raise RequestURITooLarge(f"the URL is {length} characters long; at most {MAX_URL_LENGTH} are taken")
+
+
 def init_app(app: Flask) -> None:
+    app.before_request(refuse_long_urls)
+
     @app.errorhandler(ApiError)
     def handle_api_error(err: ApiError):
         return _json_error(err.status, err.code, err.message, err.headers, **err.extra)

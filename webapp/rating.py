@@ -18,7 +18,7 @@ import time
 from flask import current_app, session, url_for
 
 from workers import keys
-from workers.answers import CATCH_ALGORITHM, SKIPPED_FLAG, AnswerRefused, accept_and_issue
+from workers.answers import CATCH_ALGORITHM, LATE_FLAG, SKIPPED_FLAG, AnswerRefused, accept_and_issue
 from workers.config import StudyConfig
 from workers.questions import (
     NextQuestion,
@@ -235,16 +235,26 @@ def check_response(study: Study, question: dict, choice, value, skip: bool = Fal
             scale = study.config.rating
             raise ApiError(400, "malformed_answer",
                            f"a rating question needs 'value', a number from {scale.min:g} to {scale.max:g}")
+        scale = study.config.rating
         try:
-            return None, study.config.rating.check_value(value)
+            value = scale.check_value(value)
         except ValueError as exc:
             raise ApiError(400, "value_out_of_range", str(exc)) from None
+        return None, on_step(value, scale.min, scale.step)
     if choice is None:
         raise ApiError(400, "malformed_answer", "a triplet question needs 'choice', the index of the chosen item")
     if choice not in question["candidates"]:
         raise ApiError(400, "choice_not_offered",
                        f"choice {choice} was not one of the offered items {question['candidates']}")
     return choice, None
+
+
+def on_step(value: float, low: float, step: float | None) -> float:
+    """A rating taken as within 1e-6 of a step (``RatingScale.check_value``), stored exactly on it."""
+    if step is None:
+        return value
+    # rounded to 12 places: 0 + 3 * 0.1 is stored as 0.3, not 0.30000000000000004
+    return round(low + round((value - low) / step) * step, 12)
 
 
 def submit_answer(conn, study: Study, rater: str, body) -> dict:
@@ -254,7 +264,8 @@ def submit_answer(conn, study: Study, rater: str, body) -> dict:
     """
     token, choice, value, response_ms, skip = parse_answer_body(body)
     payload = verify_question(current_app.config["SECRET_KEY"], token, max_age=token_ttl(study))
-    if study.status != "running":
+    late = study.status != "running"
+    if late and not study.config.accept_late_answers:
         # a paused or closed study takes no answers, not even to questions handed out before
         raise ApiError(409, "study_closed", "this study is not taking answers at the moment; thank you for your time",
                        finish_url=finish_url(study))
@@ -265,6 +276,8 @@ def submit_answer(conn, study: Study, rater: str, body) -> dict:
     question = payload["q"]
     choice, value = check_response(study, question, choice, value, skip)
     flags, stats = answer_flags(study, question, choice, payload["t"], response_ms, value=value, skip=skip)
+    if late:
+        flags.append(LATE_FLAG)  # the researcher chose to keep it (accept_late_answers)
     limits, attention = study.config.limits, study.config.attention
     running = study.status == "running"
     now = time.time()

@@ -97,6 +97,8 @@ NO_ITEM = -1
 CATCH_ALGORITHM = "catch"
 #: The flag of an answer the rater skipped ("can't decide"): no choice, no value.
 SKIPPED_FLAG = "skipped"
+#: The flag of an answer taken after its study was paused or closed (``accept_late_answers``).
+LATE_FLAG = "late"
 
 
 class AnswerRefused(Exception):
@@ -140,6 +142,11 @@ class Answer:
     def skipped(self) -> bool:
         """The rater chose "can't decide": the log keeps the record, engines learn nothing from it."""
         return SKIPPED_FLAG in self.flags.split(",")
+
+    @property
+    def late(self) -> bool:
+        """Answered after the study was paused or closed, to a question handed out before."""
+        return LATE_FLAG in self.flags.split(",")
 
     def question(self) -> dict:
         """The question this answers, as the pool held it (what a learner's ``forget`` takes)."""

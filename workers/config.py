@@ -145,6 +145,7 @@ SCHEMA = {
         "instructions": {"type": "string", "maxLength": 20000},
         "question": {"type": "string", "minLength": 1, "maxLength": 500},
         "allow_skip": {"type": "boolean"},
+        "accept_late_answers": {"type": "boolean"},
         "skip_label": {"type": "string", "minLength": 1, "maxLength": 100},
         "pool_size": {"type": "integer", "minimum": 1, "maximum": 10000},
         "token_ttl_seconds": {"type": "integer", "minimum": 10, "maximum": 7 * 24 * 3600},
@@ -306,6 +307,9 @@ class StudyConfig:
     #: it and the question goes back to its planner; it counts towards the rater's limits
     allow_skip: bool = False
     skip_label: str = SKIP_LABEL
+    #: once the study is paused or closed, keep answers to questions handed out before (flagged ``late``)
+    #: instead of refusing them
+    accept_late_answers: bool = False
     pool_size: int = 20
     token_ttl_seconds: int = 900
     random_state: int | None = None
@@ -397,7 +401,8 @@ class StudyConfig:
             "name": self.name, "algorithms": [a.to_dict() for a in self.algorithms],
             "question_kind": self.question_kind, "rating": self.rating.to_dict(),
             "instructions": self.instructions, "question": self.question, "allow_skip": self.allow_skip,
-            "skip_label": self.skip_label, "pool_size": self.pool_size,
+            "skip_label": self.skip_label, "accept_late_answers": self.accept_late_answers,
+            "pool_size": self.pool_size,
             "token_ttl_seconds": self.token_ttl_seconds, "random_state": self.random_state,
             "consent": self.consent, "practice": [dict(p) for p in self.practice], "limits": self.limits.to_dict(),
             "attention": self.attention.to_dict(), "completion": self.completion.to_dict(),
