@@ -309,6 +309,19 @@ class EngineSampler(threading.Thread):
                 self.updates = updates
 
 
+def engine_state_figures(conn) -> dict:
+    """What the update passes wrote of the engine state, and what the study's engine keys hold now."""
+    from workers import keys
+
+    stats = {k.decode(): v.decode() for k, v in conn.hgetall(keys.engine_stats(STUDY)).items() if k != b"summary"}
+    figures = {name: int(stats.get(name, 0)) for name in ("updates", "state_bytes_written", "checkpoints",
+                                                           "checkpoint_bytes")}
+    figures["stored_bytes"] = sum(conn.memory_usage(key) or 0 for key in (
+        keys.engine(STUDY, LABEL), keys.engine_journal(STUDY, LABEL), keys.engine_checkpoint(STUDY, LABEL)))
+    figures["used_memory"] = int(conn.info("memory")["used_memory"])
+    return figures
+
+
 def redis_stalls(conn, since: float) -> dict[str, list[int]]:
     """Redis's latency monitor: per event (aof-fsync-always, aof-write, command, fork, ...) the
     worst stall in ms of each second with one over the threshold, since ``since``."""
@@ -496,7 +509,7 @@ def run_load(a, code_root: Path, label: str) -> dict:
                 "drain_seconds": drain, "profiles": profiles, "redis_commands": redis_commands,
                 "aof": {k: info[k] for k in ("aof_current_size", "aof_base_size", "aof_delayed_fsync", "total_forks")
                         if k in info},
-                "stalls": stalls,
+                "stalls": stalls, "engine_state": engine_state_figures(conn),
                 "web_workers": len(web_workers)}
     finally:
         for proc in reversed(procs):
@@ -631,6 +644,12 @@ def print_checks(run: dict, figures: list[dict]) -> dict:
     print("Redis time by command (whole run): " + ", ".join(
         f"{name} {v['usec'] / 1e6:.1f} s ({v['calls']} calls, {v['usec_per_call']:.0f} µs/call)" for name, v in top))
     print(f"Redis AOF: {run['aof']}")
+    es = run.get("engine_state") or {}
+    if es:
+        print(f"Engine state: {es['updates']} passes wrote {es['state_bytes_written'] / 2**20:.1f} MB of it "
+              f"(journal entries and whole saves) and {es['checkpoints']} checkpoints "
+              f"{es['checkpoint_bytes'] / 2**20:.1f} MB; the study's engine keys hold "
+              f"{es['stored_bytes'] / 2**20:.1f} MB, Redis {es['used_memory'] / 2**20:.0f} MB in all")
     if run["stalls"]:
         print(f"Redis stalls of >= {LATENCY_THRESHOLD_MS} ms during the load (latency monitor; seconds with one, "
               "median and worst of each second's worst):")

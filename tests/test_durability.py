@@ -155,6 +155,49 @@ def test_a_worker_killed_mid_batch_loses_no_answer_and_applies_none_twice(conn, 
     assert_engines_equal_a_replay_of_the_log(conn, study_id)
 
 
+@pytest.mark.parametrize("point", ["after_observe", "before_exec", "after_exec"])
+def test_a_worker_killed_mid_pass_of_a_journaled_state_loses_nothing_and_applies_nothing_twice(
+        conn, redis_url, tmp_path, processes, point):
+    study_id = make_study(conn, with_media=False)
+    answer_and_schedule(conn, study_id, 12, seed=1)
+    assert run_burst_worker(processes, redis_url, tmp_path).returncode == 0  # saved whole, then journaled
+    second = answer_and_schedule(conn, study_id, 9, seed=2)
+    before = engine_state.load_stored(conn, study_id, "anntri")
+    worker = processes([sys.executable, "-m", "webapp", "worker"], worker_env(redis_url, tmp_path, f"{point}:pause"))
+    marker = tmp_path / "paused"
+    wait_for(lambda: marker.exists() and marker.read_text().strip(), what="the worker pausing")
+    answer_and_schedule(conn, study_id, 6, seed=3)
+    kill_tree(worker)
+    after = engine_state.load_stored(conn, study_id, "anntri")
+    if point == "after_exec":
+        assert engine_state.load_cursor(conn, study_id) == second[-1]
+        assert after.seq == before.seq + 1  # one journal entry for the batch
+    else:
+        assert after.seq == before.seq and after.version == before.version  # nothing of the batch
+    restarted = run_burst_worker(processes, redis_url, tmp_path)
+    assert restarted.returncode == 0, stderr_of(restarted)
+    assert_engines_equal_a_replay_of_the_log(conn, study_id)
+
+
+def test_a_worker_killed_before_putting_a_checkpoint_in_place_loses_nothing(conn, redis_url, tmp_path, processes):
+    study_id = make_study(conn, with_media=False)
+    answer_and_schedule(conn, study_id, 12, seed=1)
+    assert run_burst_worker(processes, redis_url, tmp_path).returncode == 0
+    answer_and_schedule(conn, study_id, 9, seed=2)  # a journal entry as big as this small state: a checkpoint is due
+    crashed = run_burst_worker(processes, redis_url, tmp_path, fault="before_swap:crash")
+    assert "PROXIMA_FAULT: crash at before_swap" in stderr_of(crashed)
+    written = conn.hmget(keys.engine_checkpoint(study_id, "anntri"), engine_state.SEQ_FIELD)[0] or \
+        conn.hmget(keys.engine_checkpoint(study_id, "rt"), engine_state.SEQ_FIELD)[0]
+    assert written is not None  # written, never put in place
+    stored = engine_state.load_stored(conn, study_id, "anntri")
+    assert stored.seq > stored.checkpoint_seq  # the journal still holds the pass
+    answer_and_schedule(conn, study_id, 5, seed=4)
+    recovered = run_burst_worker(processes, redis_url, tmp_path)
+    assert recovered.returncode == 0, stderr_of(recovered)
+    assert_engines_equal_a_replay_of_the_log(conn, study_id)
+    assert int(conn.hget(keys.engine_stats(study_id), "checkpoints")) >= 1
+
+
 def test_a_worker_that_crashes_itself_mid_batch_is_recovered_by_the_next_one(conn, redis_url, tmp_path, processes):
     study_id = make_study(conn, with_media=False)
     answer_and_schedule(conn, study_id, 15, seed=3)
@@ -164,6 +207,18 @@ def test_a_worker_that_crashes_itself_mid_batch_is_recovered_by_the_next_one(con
     answer_and_schedule(conn, study_id, 5, seed=4)
     recovered = run_burst_worker(processes, redis_url, tmp_path)
     assert recovered.returncode == 0, stderr_of(recovered)
+    assert_engines_equal_a_replay_of_the_log(conn, study_id)
+
+
+def test_one_worker_process_keeps_a_studys_learners_in_memory_from_one_job_to_the_next(conn, redis_url, tmp_path,
+                                                                                       processes):
+    study_id = make_study(conn, with_media=False)
+    answer_and_schedule(conn, study_id, 10, seed=5)
+    answer_and_schedule(conn, study_id, 0, seed=6)  # a second job: its pass starts from the kept learners
+    done = run_burst_worker(processes, redis_url, tmp_path)
+    assert done.returncode == 0, stderr_of(done)
+    assert int(conn.hget(keys.engine_stats(study_id), "updates")) == 2
+    assert int(conn.hget(keys.engine_stats(study_id), "passes_from_memory")) == 1  # no fork per job
     assert_engines_equal_a_replay_of_the_log(conn, study_id)
 
 

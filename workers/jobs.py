@@ -3,10 +3,12 @@
 ``update_study`` is the only writer of a study's engine states. It takes the study's
 lock, reads every answer after the saved cursor, applies them as one batch to each
 algorithm's learner, releases expired questions back to the planners, takes questions of
-closed rounds out of the pools, tops the pools up, and writes states + cursor + pools +
-stats in one MULTI guarded by WATCH, so a worker killed at any instant neither loses nor
-double-applies an answer. The study's lock is taken over at once from a holder that died (its
-Redis connection is gone), so a crashed worker does not hold the study up.
+closed rounds out of the pools, tops the pools up, and writes what changed in the states (one
+journal entry each, see ``engine_state``) + cursor + pools + stats in one MULTI guarded by WATCH,
+so a worker killed at any instant neither loses nor double-applies an answer. Checkpoints of a
+state are written by a thread while passes go on and put in place between passes (at the latest
+when the job ends), so a pool refill never waits for one. The study's lock is taken over at once
+from a holder that died (its Redis connection is gone), so a crashed worker does not hold the study up.
 
 While answers keep arriving, one job goes on with pass after pass (up to ``JOB_SECONDS``), and
 the learners stay in this process's memory between passes: a pass reloads a learner only when
@@ -18,7 +20,8 @@ learners, so its retry starts from the stored state.
 Crash testing: ``PROXIMA_FAULT=<point>:<action>`` makes the worker crash (``crash``: SIGKILL
 itself) or hang (``pause``: write its pid to ``PROXIMA_FAULT_FILE`` if set, then sleep until
 killed) at a named point of a pass that applies answers: ``after_read``, ``after_observe``,
-``before_exec``, ``after_exec``. Unset (always, outside tests) it costs one ``None`` check.
+``before_exec``, ``after_exec``, or ``before_swap`` (a checkpoint written, not yet put in place).
+Unset (always, outside tests) it costs one ``None`` check.
 Must never import Flask.
 """
 from __future__ import annotations
@@ -74,7 +77,7 @@ CHECKPOINT_ENTRIES = 2000
 SUMMARY_SECONDS = 1.0
 
 # ---------------------------------------------------------------------------- crash testing
-FAULT_POINTS = ("after_read", "after_observe", "before_exec", "after_exec")
+FAULT_POINTS = ("after_read", "after_observe", "before_exec", "after_exec", "before_swap")
 FAULT_ACTIONS = ("crash", "pause")
 
 
@@ -412,6 +415,8 @@ def settle_checkpoints(conn, study_id: str, wait: bool = True) -> int:
             continue
         job.thread.join()
         del _checkpoints[(sid, label)]
+        if job.ok:
+            _fault("before_swap")
         if not job.ok or not engine_state.swap_checkpoint(conn, study_id, label, job.lineage, job.seq):
             continue
         swapped += 1
