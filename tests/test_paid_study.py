@@ -156,3 +156,14 @@ def test_the_dashboard_form_refuses_an_unknown_item_in_instructions(researcher_c
     assert response.status_code == 400
     assert "field &#39;instructions&#39; names item &#39;nope&#39;" in response.get_data(as_text=True)
     assert not conn.smembers("proxima:studies")
+
+
+# ---------------------------------------------------------------- 8: a public base URL for every copied link
+def test_study_links_use_the_public_url_when_set_whatever_host_the_request_came_through(app, researcher_client,
+                                                                                      study_id):
+    page = researcher_client.get("/studies/colours", base_url="https://localhost:8443").get_data(as_text=True)
+    assert "https://localhost:8443/s/colours" in page and 'id="public-url-hint"' in page
+    app.config["PUBLIC_URL"] = "https://study.example.org/"
+    page = researcher_client.get("/studies/colours", base_url="https://localhost:8443").get_data(as_text=True)
+    assert "https://study.example.org/s/colours?PROLIFIC_PID=" in page
+    assert "localhost" not in page and 'id="public-url-hint"' not in page

@@ -98,6 +98,7 @@ def _configured_app(test_config: dict | None = None) -> Flask:
         LOGIN_FAILURE_WINDOW_SECONDS=15 * 60,  # ... within this window
         TOKEN_TTL_SECONDS=None,
         TRUSTED_PROXIES=0,  # reverse proxies in front whose X-Forwarded-For/-Proto are believed
+        PUBLIC_URL=None,  # e.g. https://study.example.org: the base of every link a researcher copies
         HSTS_SECONDS=365 * 24 * 3600,  # Strict-Transport-Security on https responses (0: not sent)
         **limits.DEFAULTS,
     )

@@ -92,6 +92,14 @@ def upload_too_large(err):
     return render_template("auth/refused.html", message=message), 413
 
 
+def public_url(path: str) -> str:
+    """The address raters reach ``path`` at: under ``PUBLIC_URL`` (``PROXIMA_PUBLIC_URL``, e.g.
+    ``https://study.example.org``) when set, so links copied to Prolific/MTurk are right behind any
+    proxy; else from this request's host (which behind a proxy may be the proxy's own view)."""
+    base = (current_app.config.get("PUBLIC_URL") or "").strip().rstrip("/")
+    return f"{base}{path}" if base else request.host_url.rstrip("/") + path
+
+
 def _study_or_404(conn, study_id: str):
     try:
         return get_study(conn, study_id)
@@ -152,9 +160,10 @@ def study(study_id: str):
     conn = get_redis()
     study = _study_or_404(conn, study_id)
     items = get_items(conn, study_id)
-    rater_link = url_for("raters.study_page", study_id=study_id, _external=True)
+    rater_link = public_url(url_for("raters.study_page", study_id=study_id))
     return render_template("dashboard/study.html", study=study, items=items, stats=study_stats(conn, study),
                            rater_link=rater_link, prolific_link=f"{rater_link}?{PROLIFIC_PARAMS}",
+                           link_from_request=not current_app.config.get("PUBLIC_URL"),
                            mturk_link=rater_link, formats=FORMATS, models=trained_models(conn, study_id),
                            set_aside=set_aside_answers(conn, study_id)[:SET_ASIDE_SHOWN],
                            forest_algorithms=FOREST_ALGORITHMS)
