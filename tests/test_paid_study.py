@@ -167,3 +167,43 @@ def test_study_links_use_the_public_url_when_set_whatever_host_the_request_came_
     page = researcher_client.get("/studies/colours", base_url="https://localhost:8443").get_data(as_text=True)
     assert "https://study.example.org/s/colours?PROLIFIC_PID=" in page
     assert "localhost" not in page and 'id="public-url-hint"' not in page
+
+
+# ---------------------------------------------------------------- 9 and 15: the finish page
+def _finished_rater(client, conn, **completion):
+    import re
+
+    from conftest import answer, colour_items, fetch_question
+
+    config = StudyConfig.from_dict({"name": "Flow", "algorithm": "random_triplets", "pool_size": 8,
+                                    "limits": {"max_questions_per_rater": 1}, "completion": completion})
+    create_study(conn, config, colour_items(), study_id="flow")
+    client.get("/s/flow?PROLIFIC_PID=p-done")
+    answer(client, fetch_question(client, "flow"), study_id="flow")
+    page = client.get("/s/flow/done").get_data(as_text=True)
+    return page, re.search(r'name="csrf_token" value="([^"]+)"', page)
+
+
+REDIRECT = "https://app.prolific.com/submissions/complete?cc={code}"
+
+
+def test_finish_page_redirects_to_prolific_by_itself_and_keeps_the_button(client, conn):
+    from webapp.rating import completion_code
+
+    page, _ = _finished_rater(client, conn, prolific_redirect_url=REDIRECT)
+    target = REDIRECT.replace("{code}", completion_code("test-secret-key", "flow", "p-done"))
+    assert f'http-equiv="refresh" content="5;url={target}"' in page
+    assert f'id="prolific-return" href="{target}"' in page
+
+
+def test_finish_page_asks_the_debrief_before_redirecting_and_keeps_the_first_comment_only(client, conn):
+    from workers import keys
+
+    page, csrf = _finished_rater(client, conn, prolific_redirect_url=REDIRECT, debrief_question="Anything unclear?")
+    assert 'http-equiv="refresh"' not in page and 'id="debrief-form"' in page
+    after = client.post("/s/flow/done", data={"debrief": "first", "csrf_token": csrf.group(1)}).get_data(as_text=True)
+    assert 'http-equiv="refresh"' in after and 'id="debrief-thanks"' in after
+    reopened = client.get("/s/flow/done").get_data(as_text=True)
+    assert 'id="debrief-form"' not in reopened and 'id="debrief-thanks"' in reopened
+    client.post("/s/flow/done", data={"debrief": "second", "csrf_token": csrf.group(1)})
+    assert conn.hget(keys.rater_stats("flow"), "p-done:debrief") == b"first"

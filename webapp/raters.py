@@ -27,6 +27,9 @@ DEBRIEF_MAX_CHARS = 2000
 _markdown = MarkdownIt("commonmark", {"html": False})
 
 
+#: Seconds the finish page shows the completion code before it returns the rater to Prolific.
+REDIRECT_SECONDS = 5
+
 #: An image in instructions or consent may show one of the study's items: ``![alt text](item:ITEM_ID)``.
 ITEM_LINK = "item:"
 
@@ -177,11 +180,13 @@ def finish(study_id: str):
     if not stats["completed"] and not stopped:
         return redirect(url_for("raters.study_page", study_id=study.id))
     completion = study.config.completion
-    thanked = False
-    if request.method == "POST" and completion.debrief_question and not stopped:
+    # one comment per rater: the first is kept, and a reopened link does not ask again
+    debrief_field = f"{rater}:debrief"
+    thanked = bool(completion.debrief_question) and bool(conn.hexists(keys.rater_stats(study.id), debrief_field))
+    if request.method == "POST" and completion.debrief_question and not stopped and not thanked:
         text = request.form.get("debrief", "").strip()[:DEBRIEF_MAX_CHARS]
         if text:
-            conn.hset(keys.rater_stats(study.id), f"{rater}:debrief", text)
+            conn.hsetnx(keys.rater_stats(study.id), debrief_field, text)
         thanked = True
     shortfall = None if stopped else code_shortfall(conn, study, rater, stats)
     code = None
@@ -192,8 +197,11 @@ def finish(study_id: str):
     redirect_url = None
     if code and completion.prolific_redirect_url:
         redirect_url = completion.prolific_redirect_url.replace("{code}", code)
+    # redirect to Prolific by itself once nothing is left to do here (the button stays as a fallback)
+    auto_redirect = bool(redirect_url) and (not completion.debrief_question or thanked)
     return render_template("raters/finish.html", study=study, code=code, stopped=stopped or shortfall is not None,
-                           shortfall=shortfall, thanked=thanked,
+                           shortfall=shortfall, thanked=thanked, auto_redirect=auto_redirect,
+                           redirect_seconds=REDIRECT_SECONDS,
                            redirect_url=redirect_url, message=render_markdown(completion.message),
                            debrief=completion.debrief_question)
 
