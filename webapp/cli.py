@@ -337,6 +337,31 @@ def _stop_children(children: list[subprocess.Popen], timeout: float = 15.0) -> N
 
 
 @main.command()
+@click.option("--interval", default=10.0, show_default=True, type=click.FloatRange(0.1, 3600),
+              help="Seconds between checks.")
+def sweep(interval: float):
+    """Queue an update for every study whose answers wait for one nobody queued (a web process died
+    between storing an answer and queueing its update). 'proxima serve' does this itself; run this
+    beside web and worker processes started another way (systemd units, a Procfile runner)."""
+    from .supervise import Sweeper
+
+    url = os.environ.get("REDIS_URL") or running_url(instance_path())
+    if not url:
+        raise click.ClickException("no Redis to sweep: set REDIS_URL or start 'proxima serve' first")
+    sweeper = Sweeper(url, interval)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    click.echo(f"Sweeping every {interval:g} s for studies whose answers wait for an update.")
+    try:
+        while not stopping:
+            for queued in sweeper.maybe_sweep(time.monotonic()):
+                click.echo(f"study {queued}: answers were waiting for an update; queued one", err=True)
+            time.sleep(min(1.0, interval / 2))
+    except KeyboardInterrupt:
+        pass
+
+
+@main.command()
 def demo():
     """Same as 'serve --demo'."""
     ctx = click.get_current_context()
