@@ -207,3 +207,40 @@ def test_finish_page_asks_the_debrief_before_redirecting_and_keeps_the_first_com
     assert 'id="debrief-form"' not in reopened and 'id="debrief-thanks"' in reopened
     client.post("/s/flow/done", data={"debrief": "second", "csrf_token": csrf.group(1)})
     assert conn.hget(keys.rater_stats("flow"), "p-done:debrief") == b"first"
+
+
+# ---------------------------------------------------------------- 11: a study that never ends says so
+def test_create_warns_that_a_study_without_a_per_rater_limit_never_ends(cli, pngs, tmp_path):
+    (tmp_path / "study.yaml").write_text("name: Pictures\n")
+    result = cli("create", tmp_path / "study.yaml", "--items", pngs)
+    assert result.exit_code == 0 and "this study never ends: raters get no completion code" in result.output
+    (tmp_path / "study.yaml").write_text("name: Paid\nconsent: OK?\nlimits: {max_questions_per_rater: 30, "
+                                         "answer_budget: 900}\n")
+    result = cli("create", tmp_path / "study.yaml", "--items", pngs)
+    assert result.exit_code == 0 and "Warning" not in result.output
+    assert "max_questions_per_rater" in cli("create", "--help").output
+
+
+def test_new_study_form_offers_limit_consent_budget_and_code_and_warns_without_them(researcher_client, conn, pngs):
+    import io
+
+    from workers.studies import get_study
+
+    form = researcher_client.get("/studies/new").get_data(as_text=True)
+    for field in ("max_questions_per_rater", "answer_budget", "consent", "prolific_redirect_url"):
+        assert f'name="{field}"' in form
+    assert "this study never ends" in form
+    response = researcher_client.post("/studies/new", data={
+        "name": "Paid", "start": "1", "max_questions_per_rater": "40", "answer_budget": "2000",
+        "consent": "You agree.", "prolific_redirect_url": "https://app.prolific.com/submissions/complete?cc={code}",
+        "items": (io.BytesIO(_zip(pngs)), "items.zip")}, content_type="multipart/form-data", follow_redirects=True)
+    assert response.status_code == 200 and "never ends" not in response.get_data(as_text=True)
+    from workers.studies import list_studies
+
+    study = get_study(conn, next(s.id for s in list_studies(conn) if s.config.name == "Paid"))
+    assert study.config.limits.max_questions_per_rater == 40 and study.config.limits.answer_budget == 2000
+    assert study.config.consent == "You agree." and "{code}" in study.config.completion.prolific_redirect_url
+    response = researcher_client.post("/studies/new", data={
+        "name": "Free", "items": (io.BytesIO(_zip(pngs)), "items.zip")}, content_type="multipart/form-data",
+        follow_redirects=True)
+    assert "this study never ends: raters get no completion code" in response.get_data(as_text=True)

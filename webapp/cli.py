@@ -402,9 +402,24 @@ def worker(burst: bool):
               help="A folder of images/audio/video, or a CSV of texts with a 'text' column.")
 @click.option("--id", "study_id", default=None, help="Study id (default: from the name).")
 def create(config_file: Path, items_path: Path, study_id: str | None):
-    """Create a study from a YAML/JSON config and a folder of media or a CSV of texts."""
+    """Create a study from a YAML/JSON config and a folder of media or a CSV of texts.
+
+    \b
+    The config (every field optional but name; README "The rater's page" explains each):
+      name: My study
+      algorithm: anntri            # or algorithms: [{algorithm, question_kind, share, params, budget}]
+      question_kind: triplet       # or rating (with rating: {min, max, step, widget, prompt})
+      instructions: Markdown, ![an example](item:ITEM_ID)
+      consent: Markdown shown first
+      practice: [{head: ID, candidates: [ID, ID], answer: ID, explanation: ...}]
+      limits: {max_questions_per_rater: 50, answer_budget: 20000, min_response_ms: 800}
+      attention: {rate: 0.05, stop_flagged: true}
+      completion: {prolific_redirect_url: https://app.prolific.com/submissions/complete?cc={code},
+                   message: Markdown, debrief_question: Anything unclear?}
+    The full JSON schema is SCHEMA in workers/config.py.
+    """
     from workers.queue import schedule_update
-    from workers.studies import create_study, items_from_path
+    from workers.studies import config_warnings, create_study, items_from_path
 
     try:
         config = load_config_file(config_file)
@@ -418,6 +433,8 @@ def create(config_file: Path, items_path: Path, study_id: str | None):
             raise click.ClickException(str(exc)) from None
         schedule_update(conn, study_id)
     click.echo(f"Created study {study_id} with {len(items)} items. Rater page: /s/{study_id}")
+    for warning in config_warnings(config):
+        click.echo(f"Warning: {warning}.", err=True)
 
 
 @main.command("add-items")

@@ -34,8 +34,10 @@ from workers.exports import FORMATS, ExportError, export
 from workers.models import trained_models
 from workers.queue import enqueue_rebuild, schedule_update
 from workers.studies import (
+    NEVER_ENDS,
     StudyError,
     StudyNotFound,
+    config_warnings,
     create_study,
     get_items,
     get_study,
@@ -118,7 +120,7 @@ def _new_study_page(error: str | None = None, status: int = 200, form=None):
         form = request.form if request.method == "POST" else {}
     return render_template("dashboard/new.html", error=error, form=form, algorithms=ALGORITHMS,
                            algorithm_table=ALGORITHM_TABLE, default_algorithm=DEFAULT_NN_ALGORITHM,
-                           question_kinds=QUESTION_KINDS, upload_limit=upload_limit(),
+                           question_kinds=QUESTION_KINDS, upload_limit=upload_limit(), never_ends=NEVER_ENDS,
                            upload_size=size_text(upload_limit())), status
 
 
@@ -129,8 +131,21 @@ def config_from_form(form, files) -> StudyConfig:
         return config_from_yaml_bytes(upload.read(), upload.filename)
     data = {"name": form.get("name", "").strip(), "algorithm": form.get("algorithm") or DEFAULT_NN_ALGORITHM,
             "question_kind": form.get("question_kind") or "triplet"}
-    if form.get("instructions", "").strip():
-        data["instructions"] = form["instructions"].strip()
+    for name in ("instructions", "consent"):
+        if form.get(name, "").strip():
+            data[name] = form[name].strip()
+    limits = {}
+    for name in ("max_questions_per_rater", "answer_budget"):
+        value = form.get(name, "").strip()
+        if value:
+            try:
+                limits[name] = int(value)
+            except ValueError:
+                raise ConfigError(f"field 'limits.{name}' must be a whole number, got {value!r}") from None
+    if limits:
+        data["limits"] = limits
+    if form.get("prolific_redirect_url", "").strip():
+        data["completion"] = {"prolific_redirect_url": form["prolific_redirect_url"].strip()}
     return StudyConfig.from_dict(data)
 
 
@@ -152,6 +167,8 @@ def new_study():
         return _new_study_page(error=str(exc), status=400)
     schedule_update(conn, study_id)  # plans the first questions
     flash(f"Study '{config.name}' created with {len(items)} items.")
+    for warning in config_warnings(config):
+        flash(f"Note: {warning}.")
     return redirect(url_for("dashboard.study", study_id=study_id))
 
 

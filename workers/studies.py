@@ -179,6 +179,25 @@ def check_item_references(config: StudyConfig, items: list[Item]) -> None:
                                  f"{kinds[item_id]} item; only image, audio or video items can be shown there")
 
 
+#: Said by ``proxima create`` and the dashboard when a study would never end for its raters.
+NEVER_ENDS = ("this study never ends: raters get no completion code (set limits.max_questions_per_rater, "
+              "e.g. 50, so each rater finishes and is given a code)")
+
+
+def config_warnings(config: StudyConfig) -> list[str]:
+    """What a researcher about to pay raters should know about a valid config: no per-rater limit
+    (raters never finish, so get no code), no answer budget, no consent text."""
+    out = []
+    if not config.limits.max_questions_per_rater:
+        out.append(NEVER_ENDS)
+    if not config.limits.answer_budget:
+        out.append("no answer budget: the study takes answers until you pause or close it "
+                   "(set limits.answer_budget to cap what you pay)")
+    if not config.consent:
+        out.append("no consent text: raters start without a consent page (set consent)")
+    return out
+
+
 def check_config_for_items(config: StudyConfig, items: list[Item]) -> None:
     """What a config asks of the items: enough of them for k, labels for supervised forests."""
     for i, alg in enumerate(config.algorithms):
