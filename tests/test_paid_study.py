@@ -244,3 +244,26 @@ def test_new_study_form_offers_limit_consent_budget_and_code_and_warns_without_t
         "name": "Free", "items": (io.BytesIO(_zip(pngs)), "items.zip")}, content_type="multipart/form-data",
         follow_redirects=True)
     assert "this study never ends: raters get no completion code" in response.get_data(as_text=True)
+
+
+# ---------------------------------------------------------------- 10: the demo looks like a real study
+def test_demo_study_shows_consent_practice_a_question_limit_and_a_code(app, conn):
+    from conftest import answer, fetch_question
+
+    from webapp.demo import DEMO_QUESTIONS_PER_RATER, ensure_demo_study
+
+    study_id = ensure_demo_study(conn)
+    rater = app.test_client()
+    page = rater.get(f"/s/{study_id}").get_data(as_text=True)
+    assert "Demo consent" in page and 'value="agree"' in page
+    import re
+
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+    rater.post(f"/s/{study_id}/consent", data={"decision": "agree", "csrf_token": csrf})
+    page = rater.get(f"/s/{study_id}").get_data(as_text=True)
+    assert "The neighbouring hue is the closer colour." in page
+    for _ in range(DEMO_QUESTIONS_PER_RATER):
+        run_worker(conn)
+        assert answer(rater, fetch_question(rater, study_id), study_id=study_id).status_code == 201
+    done = rater.get(f"/s/{study_id}/done").get_data(as_text=True)
+    assert 'id="completion-code"' in done and "verify-code" in done

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,6 +52,10 @@ def test_serve_demo_answers_over_http_and_stops_cleanly(tmp_path, monkeypatch):
         assert proc.poll() is None, proc.stdout.read()
         researcher = http_log_in(base, RESEARCHER, RESEARCHER_PASSWORD)
         rater = requests.Session()
+        # the demo asks for consent first, as a real study does
+        page = rater.get(f"{base}/s/demo-colours", timeout=5).text
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+        rater.post(f"{base}/s/demo-colours/consent", data={"decision": "agree", "csrf_token": csrf}, timeout=5)
         question = rater.get(f"{base}/api/studies/demo-colours/questions/next", timeout=5).json()["question"]
         response = rater.post(f"{base}/api/studies/demo-colours/answers", timeout=5,
                               json={"token": question["token"], "choice": question["candidates"][1]["index"]})

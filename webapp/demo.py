@@ -18,8 +18,15 @@ DEMO_INSTRUCTIONS = (
     "Welcome, and thank you for helping! Each screen shows one colour on top and two colours below it. "
     "Click the one of the two lower colours that looks more similar to the colour on top, or press ← for "
     "the left one and → for the right one. There are no right or wrong answers: go with your first "
-    "impression. Answer as many questions as you like."
+    "impression. There are twenty questions, then a completion code."
 )
+
+
+DEMO_CONSENT = (
+    "**Demo consent.** This page is where a real study asks for consent: who runs it, what is stored (your "
+    "answers and response times, under a random id), and how to withdraw. Choose *I agree* to try the demo."
+)
+DEMO_QUESTIONS_PER_RATER = 20
 
 
 def demo_items(n_items: int = 20, seed: int = 7) -> list[Item]:
@@ -42,6 +49,16 @@ def ensure_demo_study(conn) -> str:
         return DEMO_STUDY_ID
     except StudyNotFound:
         pass
-    config = StudyConfig(name="Demo: which colours look alike?", instructions=DEMO_INSTRUCTIONS, pool_size=40,
-                         random_state=0)
-    return create_study(conn, config, demo_items(), study_id=DEMO_STUDY_ID)
+    items = demo_items()
+    # what a real paid study shows a rater: consent, a practice question, a question limit and a code
+    config = StudyConfig.from_dict({
+        "name": "Demo: which colours look alike?", "instructions": DEMO_INSTRUCTIONS, "pool_size": 40,
+        "random_state": 0, "consent": DEMO_CONSENT,
+        "practice": [{"head": items[0].id, "candidates": [items[1].id, items[10].id], "answer": items[1].id,
+                      "explanation": "The neighbouring hue is the closer colour."}],
+        "limits": {"max_questions_per_rater": DEMO_QUESTIONS_PER_RATER},
+        "completion": {"message": "This was the demo. In a paid study raters copy this code into Prolific or "
+                                  "MTurk (or are sent back to Prolific by themselves), and you check it with "
+                                  "`proxima verify-code`.",
+                       "debrief_question": "Was anything unclear?"}})
+    return create_study(conn, config, items, study_id=DEMO_STUDY_ID)
