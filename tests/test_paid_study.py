@@ -267,3 +267,36 @@ def test_demo_study_shows_consent_practice_a_question_limit_and_a_code(app, conn
         assert answer(rater, fetch_question(rater, study_id), study_id=study_id).status_code == 201
     done = rater.get(f"/s/{study_id}/done").get_data(as_text=True)
     assert 'id="completion-code"' in done and "verify-code" in done
+
+
+# ---------------------------------------------------------------- 14: early in a study, "no data yet"
+def test_early_graph_keeps_items_without_answers_apart_and_names_no_unanswered_neighbour(app, conn,
+                                                                                      researcher_client):
+    import numpy as np
+
+    from workers.studies import get_study
+
+    items = [Item(id=f"p{i:02d}", kind="color", color="#102030", position=(float(i),)) for i in range(30)]
+    config = StudyConfig.from_dict({"name": "Early", "random_state": 1, "pool_size": 10, "algorithms": [
+        {"algorithm": "anntri", "question_kind": "rating"}]})
+    study_id = create_study(conn, config, items, study_id="early")
+    run_worker(conn)
+    rater = app.test_client()
+    for _ in range(12):
+        q = rater.get(f"/api/studies/{study_id}/questions/next").get_json()["question"]
+        i, j = (it["index"] for it in q["items"])
+        rater.post(f"/api/studies/{study_id}/answers", json={"token": q["token"], "value": 5 - min(4, abs(i - j))})
+    run_worker(conn)
+    layout = researcher_client.get(f"/api/studies/{study_id}/graph-layout").get_json()
+    waiting = set(layout["no_data"])
+    assert 0 < len(waiting) < 30
+    placed = [tuple(p) for item, p in zip(layout["nodes"], layout["positions"], strict=True) if item not in waiting]
+    rows = {tuple(p) for item, p in zip(layout["nodes"], layout["positions"], strict=True) if item in waiting}
+    assert len(rows) == len(waiting)  # one position each, not a few stacked points
+    assert all(y > max(p[1] for p in placed) for _, y in rows)
+    for edge in layout["edges"]:
+        assert edge["from"] not in waiting and edge["to"] not in waiting
+    stats = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()
+    neighbors = np.array(stats["algorithms"][0]["neighbors"])
+    assert np.all(neighbors[sorted(waiting)] == -1)  # the page shows "no data yet" for these
+    assert get_study(conn, study_id).n_items == 30

@@ -301,7 +301,10 @@ class Learner:
 
     def summary(self) -> dict:
         """What the dashboard shows of a learner: its progress and each item's current neighbour."""
-        first = self.graph().neighbors[:, 0]
+        g = self.graph()
+        first = g.neighbors[:, 0]
+        if self.entry.asks == "pair":  # a pair no answer has touched is no neighbour ("no data yet")
+            first = np.where(np.asarray(g.samples)[:, 0] > 0, first, -1)
         return {"label": self.label, "algorithm": self.algorithm.algorithm,
                 "question_kind": self.algorithm.question_kind, "progress": self.progress(),
                 "finished": self.finished, "neighbors": [int(x) for x in first]}

@@ -64,6 +64,10 @@ def fill_distances(mean: np.ndarray, count: np.ndarray, lower: np.ndarray | None
     return np.clip(d, 0.0, None)
 
 
+#: Items no answer has touched yet are drawn in a row at this height (of the [0, 1] drawing).
+WAITING_Y = 0.94
+
+
 def _normalise(coords: np.ndarray) -> np.ndarray:
     """Coordinates scaled into [0, 1] on both axes (keeping the aspect ratio)."""
     if not len(coords):
@@ -148,6 +152,8 @@ def graph_layout(conn, study: Study, label: str, max_drawn: int = MAX_DRAWN) -> 
     if learner is not None:
         graph = learner.graph()
         neighbors = graph.neighbors[:, 0].astype(int)
+        if alg.entry.asks == "pair":  # a pair no answer has touched is no neighbour yet
+            neighbors = np.where(np.asarray(graph.samples)[:, 0] > 0, neighbors, -1)
         certified = np.asarray(graph.certified, bool)
     else:
         neighbors = np.full(n, -1)
@@ -163,7 +169,22 @@ def graph_layout(conn, study: Study, label: str, max_drawn: int = MAX_DRAWN) -> 
             if j in slot_of:
                 a, b = slot_of[i], slot_of[j]
                 distances[a, b] = distances[b, a] = min(distances[a, b], 0.3)
-    coords = _normalise(classical_mds(distances))
+    # Items without a single answer have no distances: MDS would stack them on a few points. They
+    # wait in a row along the bottom ("no data yet"); the others are placed above it.
+    waiting = np.zeros(m, bool)
+    if samples is not None:
+        counts = np.zeros(n, np.int64)
+        counts[: min(n, len(samples))] = np.asarray(samples)[:n]
+        waiting = counts[nodes] == 0
+    coords = np.zeros((m, 2))
+    placed = np.flatnonzero(~waiting)
+    if len(placed):
+        sub = distances[np.ix_(placed, placed)]
+        coords[placed] = _normalise(classical_mds(sub)) * (WAITING_Y - 0.08 if waiting.any() else 1.0)
+    if waiting.any():
+        row = np.flatnonzero(waiting)
+        coords[row, 0] = (np.arange(len(row)) + 0.5) / len(row)
+        coords[row, 1] = WAITING_Y + 0.03
     edges = [{"from": i, "to": int(neighbors[i]), "certified": bool(certified[i])}
              for i in nodes.tolist() if neighbors[i] >= 0 and int(neighbors[i]) in slot_of]
     n_edges = int(np.count_nonzero(neighbors >= 0))
@@ -173,6 +194,7 @@ def graph_layout(conn, study: Study, label: str, max_drawn: int = MAX_DRAWN) -> 
         "positions": [[round(float(x), 5), round(float(y), 5)] for x, y in coords],
         "edges": edges,
         "edges_not_drawn": n_edges - len(edges),
+        "no_data": nodes[waiting].tolist(),
         "candidates": candidates,
         "samples_histogram": histogram(samples, bins=15) if samples is not None else None,
     }

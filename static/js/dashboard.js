@@ -162,7 +162,10 @@
       alg.neighbors.forEach((nn, i) => {
         if (!rows[i]) return;
         const cell = rows[i].querySelector('.nn[data-label="' + alg.label + '"]');
-        if (cell) cell.textContent = nn >= 0 ? names[nn] : "—";
+        if (cell) {
+          cell.textContent = nn >= 0 ? names[nn] : "no data yet";
+          cell.classList.toggle("no-data", nn < 0);
+        }
       });
     });
     const first = (stats.algorithms || []).find((alg) => alg.truth_error);
@@ -249,6 +252,13 @@
         "data-from": edge.from,
       }, edges);
     });
+    const waiting = layout.no_data || [];
+    if (waiting.length) {
+      const label = el("text", { x: pad, y: pad + 0.9 * (H - 2 * pad), class: "no-data-label" },
+        el("g", { class: "labels" }, graphSvg));
+      label.textContent = "no data yet (" + waiting.length + " item" + (waiting.length === 1 ? "" : "s") +
+        " without an answer):";
+    }
     const nodes = el("g", { class: "nodes" }, graphSvg);
     layout.nodes.forEach((i) => {
       const [x, y] = xy.get(i);
