@@ -300,3 +300,17 @@ def test_early_graph_keeps_items_without_answers_apart_and_names_no_unanswered_n
     neighbors = np.array(stats["algorithms"][0]["neighbors"])
     assert np.all(neighbors[sorted(waiting)] == -1)  # the page shows "no data yet" for these
     assert get_study(conn, study_id).n_items == 30
+
+
+# ---------------------------------------------------------------- 15: the raters export
+def test_raters_export_writes_iso_times_and_the_code_each_rater_was_shown(client, conn):
+    import csv
+    import io
+
+    from webapp.rating import completion_code
+
+    _finished_rater(client, conn)
+    rows = list(csv.DictReader(io.StringIO("".join(export(conn, "flow", "raters", "csv").chunks))))
+    assert len(rows) == 1 and rows[0]["rater"] == "p-done"
+    assert rows[0]["completion_code"] == completion_code("test-secret-key", "flow", "p-done")
+    assert rows[0]["last_answer_at"].endswith("+00:00") and "T" in rows[0]["last_answer_at"]

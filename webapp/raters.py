@@ -191,9 +191,9 @@ def finish(study_id: str):
     shortfall = None if stopped else code_shortfall(conn, study, rater, stats)
     code = None
     if not stopped and shortfall is None:
-        if not code_minting_allowed(conn, study, rater):
-            return render_template("raters/closed.html", study=study, busy=True), 429, {"Retry-After": "60"}
         code = completion_code(current_app.config["SECRET_KEY"], study.id, rater)
+        if not code_minting_allowed(conn, study, rater, code):
+            return render_template("raters/closed.html", study=study, busy=True), 429, {"Retry-After": "60"}
     redirect_url = None
     if code and completion.prolific_redirect_url:
         redirect_url = completion.prolific_redirect_url.replace("{code}", code)
@@ -244,12 +244,13 @@ def code_shortfall(conn, study, rater: str, stats: dict[str, int]) -> str | None
     return None
 
 
-def code_minting_allowed(conn, study, rater: str) -> bool:
-    """Charge the address's code bucket the first time a rater is shown their code (reloads are free)."""
+def code_minting_allowed(conn, study, rater: str, code: str = "1") -> bool:
+    """Charge the address's code bucket the first time a rater is shown their code (reloads are free).
+    The code shown is kept (the raters export lists it beside the rater, to match Prolific's list)."""
     from .limits import limit_code
 
     field = f"{rater}:code_shown"
-    if not conn.hsetnx(keys.rater_stats(study.id), field, 1):
+    if not conn.hsetnx(keys.rater_stats(study.id), field, code):
         return True
     if limit_code(study.id):
         return True

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+from datetime import UTC, datetime
 from statistics import median
 
 from . import keys
@@ -14,7 +15,7 @@ from .answers import Answer
 #: The answers and median response times are read from at most this many of the latest answers.
 RATER_TABLE_ANSWERS = 50000
 CSV_COLUMNS = ("rater", "answers", "median_response_ms", "catch", "catch_failed", "too_fast_share", "skipped",
-               "flagged", "completed", "excluded", "last_answer_at", "debrief")
+               "flagged", "completed", "excluded", "last_answer_at", "completion_code", "debrief")
 
 
 def _int(value) -> int:
@@ -61,9 +62,16 @@ def rater_table(conn, study_id: str, limit: int = RATER_TABLE_ANSWERS) -> list[d
             "flagged": c.get("flagged") not in (None, "", "0"),
             "completed": c.get("completed") not in (None, "", "0"),
             "excluded": rater in excluded, "last_answer_at": last.get(rater), "debrief": c.get("debrief"),
+            # the code the finish page showed (older studies stored only "1": shown, code not kept)
+            "completion_code": c.get("code_shown") if c.get("code_shown") not in (None, "", "1") else None,
         })
     rows.sort(key=lambda r: (-r["flagged"], -r["answers"], r["rater"]))
     return rows
+
+
+def _iso(ts: float) -> str:
+    """A Unix time as the answers export writes times: ISO 8601 in UTC, to the millisecond."""
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds")
 
 
 def _text_cell(text: str | None) -> str:
@@ -82,5 +90,7 @@ def export_raters_csv(conn, study_id: str):
     for row in rater_table(conn, study_id):
         cells = {k: ("" if v is None else int(v) if isinstance(v, bool) else v) for k, v in row.items()}
         cells["debrief"] = _text_cell(row["debrief"])
+        # the same time format as the answers export (ISO 8601, UTC)
+        cells["last_answer_at"] = "" if row["last_answer_at"] is None else _iso(row["last_answer_at"])
         writer.writerow(cells)
     yield buf.getvalue()

@@ -44,14 +44,19 @@
     if (charts[key]) charts[key].destroy();
     charts[key] = new uPlot(Object.assign({
       width: width, height: 160, legend: { show: true },
-      scales: { x: { time: true } },
+      scales: { x: { time: true }, y: yFromZero },
       series: [{}].concat(series),
     }, opts || {}), data, el);
   }
   const bars = () => uPlot.paths && uPlot.paths.bars ? uPlot.paths.bars({ size: [0.8, 60] }) : undefined;
   const barSeries = (label, stroke) => ({ label: label, stroke: stroke, fill: stroke + "88", paths: bars(), points: { show: false } });
-  const lineSeries = (label, stroke, scale) => ({ label: label, stroke: stroke, width: 2, scale: scale });
-  const categoryOpts = (xLabel) => ({ scales: { x: { time: false } }, axes: [{ label: xLabel }, {}] });
+  // A series without a scale of its own must not carry `scale: undefined` (it would leave the "y"
+  // axis without a series, drawn without numbers).
+  const lineSeries = (label, stroke, scale) =>
+    Object.assign({ label: label, stroke: stroke, width: 2 }, scale ? { scale: scale } : {});
+  // y from 0 and at least to 1, so a flat or empty curve still gets numbered ticks
+  const yFromZero = { range: (u, lo, hi) => [Math.min(0, lo || 0), Math.max(1, hi || 0)] };
+  const categoryOpts = (xLabel) => ({ scales: { x: { time: false }, y: yFromZero }, axes: [{ label: xLabel }, {}] });
 
   const history = { t: [], fallback: [], pool: [] };
   const roundHistory = {};
