@@ -26,7 +26,7 @@ from webapp.embedded import free_port, redis_server_binary
 from webapp.supervise import LOCK_FILE
 from workers import keys
 
-STUDY = "demo-colours"
+STUDY = "supervised"
 RECOVERY_GOAL_S = 10.0
 
 
@@ -48,7 +48,7 @@ def healthy(base: str) -> bool:
 
 
 class Serve:
-    """One `proxima serve --demo` subprocess on an instance folder, its output in a log file."""
+    """One `proxima serve` subprocess on an instance folder, its output in a log file."""
 
     def __init__(self, instance: Path, port: int, *options: str, env: dict | None = None):
         self.instance, self.port = instance, port
@@ -58,7 +58,7 @@ class Serve:
         environment.update(PROXIMA_INSTANCE_PATH=str(instance), PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1",
                            **(env or {}))
         with self.log.open("w") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--demo", "--port", str(port),
+            self.proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port),
                                           "--web-workers", "1", *options], env=environment, cwd=str(ROOT),
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
 
@@ -68,6 +68,20 @@ class Serve:
     def wait_healthy(self, timeout=60.0) -> None:
         wait_for(lambda: healthy(self.base) or self.proc.poll() is not None, timeout, what="serve healthy")
         assert self.proc.poll() is None, self.output()
+
+    def add_study(self) -> None:
+        """The study raters answer here: ANNTri on ten colours, no limits, no consent."""
+        from conftest import colour_items
+
+        from workers.config import StudyConfig
+        from workers.queue import schedule_update
+        from workers.studies import create_study
+
+        conn = self.redis()
+        create_study(conn, StudyConfig(name="Supervised", pool_size=40, random_state=0), colour_items(),
+                     study_id=STUDY)
+        schedule_update(conn, STUDY)
+        conn.close()
 
     def children(self) -> dict[int, str]:
         """The live children (pid: command line); a killed one not yet reaped is left out."""
@@ -144,6 +158,7 @@ def module_serve(tmp_path_factory):
     serve = Serve(instance, free_port(), "--workers", "1")
     try:
         serve.wait_healthy()
+        serve.add_study()
         yield serve
     finally:
         left = [p.pid for p in descendants(serve.proc.pid)]
@@ -169,6 +184,7 @@ class Raters:
 
     def request(self, session, method, url, **kwargs):
         """The response once the server answers with anything but a 5xx (it may be restarting)."""
+        deadline = time.monotonic() + 60
         while True:
             try:
                 response = session.request(method, url, timeout=5, **kwargs)
@@ -176,6 +192,7 @@ class Raters:
                     return response
             except requests.RequestException:
                 pass
+            assert time.monotonic() < deadline, f"{method} {url}: no answer but errors for 60 s"
             time.sleep(0.1)
 
     def rater(self, name: str) -> None:
@@ -216,7 +233,9 @@ def answer_once(base: str, rater: str) -> str:
     """One answer from a fresh rater session; its answer id."""
     session = requests.Session()
     session.get(f"{base}/s/{STUDY}", params={"rater": rater}, timeout=5)
-    question = session.get(f"{base}/api/studies/{STUDY}/questions/next", timeout=5).json()["question"]
+    fetched = session.get(f"{base}/api/studies/{STUDY}/questions/next", timeout=5)
+    assert fetched.status_code == 200, fetched.text
+    question = fetched.json()["question"]
     response = session.post(f"{base}/api/studies/{STUDY}/answers", timeout=5,
                             json={"token": question["token"], "choice": question["candidates"][1]["index"]})
     assert response.status_code == 201, response.text
@@ -302,6 +321,7 @@ def test_kill_9_of_serve_leaves_no_orphans_and_a_new_serve_takes_over(started, t
     instance = tmp_path / "instance"
     first = started(instance)
     first.wait_healthy()
+    first.add_study()
     conn = first.redis()
     answered = answer_once(first.base, "before")
     wait_for(lambda: applied(conn, answered), 20, what="the answer applied")
@@ -319,19 +339,29 @@ def test_kill_9_of_serve_leaves_no_orphans_and_a_new_serve_takes_over(started, t
     wait_for(lambda: not orphans(), 30, what="every child of the killed serve gone")
     print(f"\nkill -9 serve: all {len(family)} descendants gone after {time.monotonic() - killed_at:.2f} s")
 
-    # a process the dead serve recorded and that is still running (no PDEATHSIG elsewhere) is stopped
-    stray = subprocess.Popen([redis_server_binary(), "--port", str(free_port()), "--bind", "127.0.0.1", "--save", ""],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    started.strays.append(stray.pid)
-    (instance / LOCK_FILE).write_text(f"{first.proc.pid} {stray.pid}")
+    # a process the dead serve recorded and that is still running (no PDEATHSIG elsewhere) is stopped;
+    # a recorded pid now used by another instance's server is left alone
+    def stray_redis(folder: Path) -> subprocess.Popen:
+        folder.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.Popen([redis_server_binary(), "--port", str(free_port()), "--bind", "127.0.0.1",
+                                 "--save", "", "--dir", str(folder)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        started.strays.append(proc.pid)
+        return proc
+
+    stray, other = stray_redis(instance / "redis"), stray_redis(tmp_path / "another-instance" / "redis")
+    time.sleep(0.3)
+    (instance / LOCK_FILE).write_text(f"{first.proc.pid} {stray.pid} {other.pid}")
 
     second = started(instance, first.port)
     second.wait_healthy()
     wait_for(lambda: stray.poll() is not None, 15, what="the leftover process stopped")
     assert f"stopped its leftover processes [{stray.pid}]" in second.output()
+    assert other.poll() is None
     conn = second.redis()
     assert conn.xlen(keys.answers(STUDY)) == 1  # the same data
-    wait_for(lambda: applied(conn, answer_once(second.base, "after")), 20, what="an answer applied after takeover")
+    after = answer_once(second.base, "after")
+    wait_for(lambda: applied(conn, after), 20, what="an answer applied after takeover")
 
     # a third serve beside the live one refuses at once, saying why
     third = subprocess.run([sys.executable, "-m", "webapp", "serve", "--port", str(free_port())],
@@ -369,6 +399,7 @@ def test_the_sweep_queues_a_study_whose_update_was_never_queued(started, tmp_pat
     instance = tmp_path / "instance"
     serve = started(instance, None, "--sweep-interval", "0.5")
     serve.wait_healthy()
+    serve.add_study()
     conn = serve.redis()
     wait_for(lambda: conn.get(keys.cursor(STUDY)) is not None and not conn.get(keys.update_scheduled(STUDY)),
              30, what="the first pool fill")

@@ -69,7 +69,8 @@ class InstanceLock:
                                "stop it first, or give this one its own PROXIMA_INSTANCE_PATH") from None
         self.fd = fd
         previous = os.read(fd, 4096).decode(errors="replace").split()
-        stopped = [pid for pid in (int(p) for p in previous[1:] if p.isdigit()) if _stop_leftover(pid)]
+        stopped = [pid for pid in (int(p) for p in previous[1:] if p.isdigit())
+                   if _stop_leftover(pid, self.path.parent)]
         self.record([])
         return stopped
 
@@ -87,26 +88,41 @@ class InstanceLock:
             self.fd = None
 
 
-def _is_ours(pid: int) -> bool:
-    # a recorded pid may since belong to another program: only stop Proxima's own kinds of process
+def _is_ours(pid: int, instance: Path) -> bool:
+    """Whether ``pid`` is still a process a serve of ``instance`` started: a recorded pid may since
+    belong to another program, or to another instance's serve (same kinds of process)."""
+    proc = Path(f"/proc/{pid}")
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        cmdline = (proc / "cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return any(word in cmdline for word in (b"redis-server", b"webapp", b"gunicorn"))
+    if any(b"redis-server" in arg for arg in cmdline[:1]):
+        # the embedded server works in the instance's data folder (redis-server chdirs to its --dir;
+        # it rewrites its command line, so that cannot tell)
+        try:
+            return Path(os.readlink(proc / "cwd")) == (instance / "redis").resolve()
+        except OSError:
+            return False
+    if not any(word in arg for arg in cmdline for word in (b"webapp", b"gunicorn")):
+        return False
+    try:
+        environ = (proc / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return False  # not ours to read: not ours to stop
+    return f"PROXIMA_INSTANCE_PATH={instance}".encode() in environ
 
 
-def _stop_leftover(pid: int, timeout: float = 10.0) -> bool:
-    if not _is_ours(pid):
+def _stop_leftover(pid: int, instance: Path, timeout: float = 10.0) -> bool:
+    if not _is_ours(pid, instance):
         return False
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return False
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _is_ours(pid):
+    while time.monotonic() < deadline and _is_ours(pid, instance):
         time.sleep(0.1)
-    if _is_ours(pid):
+    if _is_ours(pid, instance):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
