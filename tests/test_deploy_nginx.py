@@ -78,7 +78,7 @@ def site_config(tmp: Path, https_port: int, http_port: int, app_port: int, key: 
                 .replace("listen [::]:443 ssl http2;", "")
                 .replace("listen 80;", f"listen 127.0.0.1:{http_port};")
                 .replace("listen [::]:80;", "")
-                .replace("server 127.0.0.1:5000;", f"server 127.0.0.1:{app_port};")
+                .replace("server 127.0.0.1:8000;", f"server 127.0.0.1:{app_port};")
                 .replace(f"/etc/letsencrypt/live/{HOST}/fullchain.pem", str(cert))
                 .replace(f"/etc/letsencrypt/live/{HOST}/privkey.pem", str(key)))
     assert replaced.count(str(tmp)) == 2 and str(app_port) in replaced  # the shipped file has these lines
