@@ -107,7 +107,7 @@ def test_rater_limits_are_edited_while_running_and_enforced(researcher_client, a
     assert response.status_code == 302
     limits = get_study(conn, study_id).config.limits
     assert (limits.max_questions_per_rater, limits.answer_budget, limits.min_response_ms) == (1, None, 300)
-    page = researcher_client.get(f"/studies/{study_id}").get_data(as_text=True)
+    page = researcher_client.get(f"/studies/{study_id}?tab=settings").get_data(as_text=True)
     assert 'name="limit:max_questions_per_rater" min="1" value="1"' in page
     rater = app.test_client()
     question = rater.get(f"/api/studies/{study_id}/questions/next").get_json()["question"]
@@ -309,7 +309,7 @@ def test_excluding_a_rater_queues_a_rebuild_that_a_worker_runs(researcher_client
     assert algorithm["progress"]["answers"] == 6
     # the error curve (the colours have known positions) starts again from the rebuilt engine
     assert [x for x, _ in algorithm["truth_error"]["curve"]] == [6]
-    page = researcher_client.get(f"/studies/{study_id}").get_data(as_text=True)
+    page = researcher_client.get(f"/studies/{study_id}?tab=raters").get_data(as_text=True)
     assert "Rebuild finished at" in page
 
 
@@ -361,7 +361,7 @@ def test_stats_carry_an_error_curve_against_answers_for_a_study_with_known_posit
     # a poll without new answers adds nothing
     again = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()["algorithms"][0]["truth_error"]
     assert again["curve"] == error["curve"]
-    page = researcher_client.get(f"/studies/{study_id}").get_data(as_text=True)
+    page = researcher_client.get(f"/studies/{study_id}?tab=learning").get_data(as_text=True)
     assert 'class="plot error-plot"' in page
 
 
@@ -370,7 +370,7 @@ def test_a_study_without_positions_has_no_error_curve(researcher_client, conn):
     study_id = create_study(conn, StudyConfig(name="Texts"), items, study_id="texts")
     stats = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()
     assert not stats["study"]["truth_known"] and stats["algorithms"][0]["truth_error"] is None
-    assert "error-plot" not in researcher_client.get(f"/studies/{study_id}").get_data(as_text=True)
+    assert "error-plot" not in researcher_client.get(f"/studies/{study_id}?tab=learning").get_data(as_text=True)
 
 
 def test_forest_progress_has_depth_per_tree_next_to_nodes_built_and_pending(researcher_client, conn):
@@ -465,7 +465,7 @@ def test_a_large_study_draws_at_most_max_drawn_items_the_busiest_ones(researcher
     assert all(e["from"] in drawn and e["to"] in drawn for e in layout["edges"])
     assert len(layout["edges"]) + layout["edges_not_drawn"] <= 1000
     assert sum(layout["samples_histogram"]["counts"]) == 1000  # the histogram covers every item
-    assert 'id="graph-cap"' in researcher_client.get(f"/studies/{study_id}").get_data(as_text=True)
+    assert 'id="graph-cap"' in researcher_client.get(f"/studies/{study_id}?tab=learning").get_data(as_text=True)
 
 
 # ---------------------------------------------------------------------- changing one's password

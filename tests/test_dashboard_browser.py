@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import zipfile
 
 import numpy as np
@@ -33,43 +34,60 @@ pytestmark = pytest.mark.browser
 
 def test_dashboard_plots_render_and_refresh_without_reload(browser, live_server, conn):  # noqa: F811
     create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
     page.goto(f"{live_server}/studies/browser")
     page.fill("#username", RESEARCHER)
     page.fill("#password", RESEARCHER_PASSWORD)
     page.click("#login")
     page.wait_for_selector("#dashboard")
-    # the vendored uPlot draws every chart into a canvas
+    # the Overview: the vendored uPlot draws every chart into a canvas
     for plot in ("plot-per-minute", "plot-cumulative", "plot-pool", "plot-latency"):
-        page.wait_for_selector(f"#{plot} .uplot canvas")
-    page.wait_for_selector("#nn-graph g.item")
-    assert page.locator("#nn-graph g.item").count() == 12
+        page.wait_for_selector(f"#{plot} .uplot canvas", state="attached")
+    # healthy? how good? who cheats? all three answered above the fold of a laptop screen
+    assert page.evaluate("() => document.getElementById('glance').getBoundingClientRect().bottom") <= 900
+    for box in ("glance-health", "glance-quality", "glance-raters"):
+        assert page.locator(f"#{box}").is_visible()
+    learning = context.new_page()  # the same login
+    learning.goto(f"{live_server}/studies/browser?tab=learning")
+    learning.wait_for_selector("#nn-graph g.item")
+    assert learning.locator("#nn-graph g.item").count() == 12
     page.evaluate("window.__notReloaded = true")
+    learning.evaluate("window.__notReloaded = true")
 
     # a rater answers through the JSON API in a second browser context
     rater = browser.new_context()
     api = rater.request
     api.get(f"{live_server}/s/browser?PROLIFIC_PID=p-dash")
     for _ in range(12):
-        question = api.get(f"{live_server}/api/studies/browser/questions/next").json()["question"]
+        reply = api.get(f"{live_server}/api/studies/browser/questions/next").json()
+        while reply.get("error", {}).get("code") == "rate_limited":  # a rater session is held to 5/s
+            time.sleep(reply["error"]["retry_after"])
+            reply = api.get(f"{live_server}/api/studies/browser/questions/next").json()
+        question = reply.get("question") or pytest.fail(str(reply))
         response = api.post(f"{live_server}/api/studies/browser/answers",
                             data={"token": question["token"], "choice": question["candidates"][0]["index"],
                                   "response_ms": 1200})
         assert response.status == 201, response.text()
 
     page.wait_for_function("() => document.getElementById('n-answers')?.textContent === '12'", timeout=15000)
-    page.wait_for_selector("#plot-response .uplot canvas", timeout=15000)
+    page.wait_for_selector("#plot-response .uplot canvas", state="attached", timeout=15000)
+    learning.wait_for_function("() => document.querySelectorAll('#nn-graph line.edge').length > 0", timeout=20000)
+    assert page.evaluate("window.__notReloaded === true") and learning.evaluate("window.__notReloaded === true")
+    assert int(page.locator("#dashboard").get_attribute("data-updates")) >= 2
+    page.click("#tab-raters")
     page.wait_for_selector('#raters-table tr[data-rater="p-dash"]', timeout=20000)
     assert page.locator('#raters-table tr[data-rater="p-dash"] td').nth(1).inner_text() == "12"
-    page.wait_for_function("() => document.querySelectorAll('#nn-graph line.edge').length > 0", timeout=20000)
-    assert page.evaluate("window.__notReloaded === true")
-    assert int(page.locator("#dashboard").get_attribute("data-updates")) >= 2
 
-    page.locator("#nn-graph g.item").first.dispatch_event("click")  # items may overlap
-    page.wait_for_selector("#candidates h3")
+    learning.locator("#nn-graph g.item").first.dispatch_event("click")  # items may overlap
+    learning.wait_for_selector("#candidates h3")
     os.makedirs(ARTIFACTS, exist_ok=True)
-    page.screenshot(path=os.path.join(ARTIFACTS, "dashboard-study.png"), full_page=True)
+    page.goto(f"{live_server}/studies/browser")
+    page.wait_for_selector("#plot-per-minute .uplot canvas")
+    page.screenshot(path=os.path.join(ARTIFACTS, "dashboard-overview.png"))  # the laptop screen, unscrolled
+    learning.screenshot(path=os.path.join(ARTIFACTS, "dashboard-learning.png"), full_page=True)
     rater.close()
+    context.close()
 
 
 # ------------------------------------------------------------------------------ the researcher's journey
@@ -163,7 +181,8 @@ def test_a_researcher_creates_a_study_watches_raters_and_downloads_every_export(
     page.set_input_files("#config_file", files=[{"name": "pets.yaml", "mimeType": "text/yaml", "buffer": config}])
     page.click("#create")
     page.wait_for_selector("#dashboard")
-    assert "created with 6 items" in page.locator(".flash").inner_text()
+    assert "created with 6 items" in page.locator(".flash").first.inner_text()
+    assert "this study never ends" in page.locator("#dashboard").inner_text()  # no per-rater limit: said
     study_url = page.url
     study_id = study_url.rstrip("/").rsplit("/", 1)[1]
     page.goto(f"{base}/")
@@ -187,14 +206,17 @@ def test_a_researcher_creates_a_study_watches_raters_and_downloads_every_export(
 
     # the dashboard counts them without a reload
     page.wait_for_function("() => document.getElementById('n-answers')?.textContent === '4'", timeout=15000)
+    assert page.evaluate("window.__notReloaded === true")
+    page.click("#tab-raters")
     page.wait_for_selector('#raters-table tr[data-rater="p-journey"]', timeout=20000)
     # the forest's nodes built / pending and depth per tree
+    page.click("#tab-learning")
     page.wait_for_selector('.alg-plot[data-kind="comparison_forest"] .progress-plot .uplot canvas')
     page.wait_for_function("() => document.querySelector('#algorithms tr[data-label=\"comparison_forest\"] "
                            ".alg-progress').textContent.includes('depth up to')")
-    assert page.evaluate("window.__notReloaded === true")
 
     # every export link on the page downloads a non-empty file that parses
+    page.click("#tab-downloads")
     links = page.locator("ul.downloads a")
     hrefs = [links.nth(i).get_attribute("href") for i in range(links.count())]
     assert len(hrefs) == 11  # answers CSV/JSONL, triplets, raters, 2 x graph JSON/CSV/GraphML, forest JSON
@@ -239,11 +261,15 @@ def test_a_researcher_creates_a_study_watches_raters_and_downloads_every_export(
     try:
         page.wait_for_function("() => Number(document.getElementById('n-answers')?.textContent) >= 100",
                                timeout=30000)
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        page.screenshot(path=os.path.join(ARTIFACTS, "dashboard-live-overview.png"))
+        page.click("#tab-raters")
+        page.wait_for_selector('#raters-table tr[data-rater="sim-0"]', timeout=20000)
+        page.click("#tab-learning")
         page.wait_for_selector(".error-plot .uplot canvas", timeout=15000)
         # the graph and the raters table refresh every 10 s: wait for a graph drawn from answers
         page.wait_for_function("() => new Set(Array.from(document.querySelectorAll('#nn-graph circle'))"
                                ".map((c) => c.getAttribute('cx'))).size > 1", timeout=20000)
-        page.wait_for_selector('#raters-table tr[data-rater="sim-0"]', timeout=20000)
         page.locator("#nn-graph g.item").nth(3).dispatch_event("click")
         page.wait_for_selector("#candidates table")
         os.makedirs(ARTIFACTS, exist_ok=True)

@@ -235,13 +235,16 @@ def test_dashboard_shows_trained_models_with_feature_importances_and_set_aside_a
 
     items = clustered_items(24)
     sid = crowd_study(conn, items)
-    page = researcher_client.get(f"/studies/{sid}").get_data(as_text=True)
-    assert "proxima train crowd --model smerf" in page and "None: every answer could be used." in page
+    page = researcher_client.get(f"/studies/{sid}?tab=downloads").get_data(as_text=True)
+    assert "proxima train crowd --model smerf" in page
+    assert "None: every answer could be used." in researcher_client.get(f"/studies/{sid}?tab=raters").get_data(
+        as_text=True)
     train(conn, sid, "smerf", params={"n_trees": 10})
     answer_id = conn.xadd(keys.answers(sid), {"qid": "q1", "rater": "r<b>1</b>", "kind": "rating",
                                                "algorithm": "anntri"}).decode()
     conn.hset(keys.poisoned(sid), answer_id, "anntri: item index 99 is out of range")
-    page = researcher_client.get(f"/studies/{sid}").get_data(as_text=True)
+    page = researcher_client.get(f"/studies/{sid}?tab=downloads").get_data(as_text=True)
+    page += researcher_client.get(f"/studies/{sid}?tab=raters").get_data(as_text=True)
     assert 'id="model-smerf"' in page and "held out spearman" in page
     assert page.index(">a</td>") < page.index(">n1</td>") and "<meter" in page
     assert "export/model.json?model=smerf" in page

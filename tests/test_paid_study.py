@@ -314,3 +314,35 @@ def test_raters_export_writes_iso_times_and_the_code_each_rater_was_shown(client
     assert len(rows) == 1 and rows[0]["rater"] == "p-done"
     assert rows[0]["completion_code"] == completion_code("test-secret-key", "flow", "p-done")
     assert rows[0]["last_answer_at"].endswith("+00:00") and "T" in rows[0]["last_answer_at"]
+
+
+# ---------------------------------------------------------------- the dashboard in sections; the plan on it
+def test_each_section_of_a_study_page_loads_on_its_own(researcher_client, study_id):
+    marks = {"overview": 'id="glance"', "learning": 'id="nn-graph"', "raters": 'id="raters-table"',
+             "settings": 'id="settings-form"', "downloads": 'class="downloads"'}
+    for tab, mark in marks.items():
+        url = f"/studies/{study_id}" + ("" if tab == "overview" else f"?tab={tab}")
+        page = researcher_client.get(url).get_data(as_text=True)
+        assert mark in page and f'id="tab-{tab}" aria-current="page"' in page, tab
+        assert all(other not in page for t, other in marks.items() if t != tab), tab
+    assert researcher_client.get(f"/studies/{study_id}?tab=nope").status_code == 404
+
+
+def test_a_stored_plan_shows_its_curve_cost_and_what_to_expect_now(researcher_client, conn, study_id):
+    from workers import keys
+
+    plan = {"version": 1, "n_items": 10, "budgets": [10, 50], "source": "a pilot", "spread": "seeds", "runs": 2,
+            "algorithms": {"random_triplets": {"exact": {"mean": [0.2, 0.6], "min": [0.1, 0.5], "max": [0.3, 0.7]},
+                                               "hit3": {"mean": [0.5, 0.9], "min": [0.4, 0.8], "max": [0.6, 1.0]},
+                                               "cpu_seconds": 0.1}},
+            "target": 0.9, "metric": "exact", "pay": 0.5, "currency": "£",
+            "reach": {"random_triplets": {"value": 50.0, "bound": ">"}}}
+    conn.set(keys.plan(study_id), json.dumps(plan))
+    conn.hset(keys.study(study_id), "config", conn.hget(keys.study(study_id), "config").decode().replace(
+        '"answer_budget": null', '"answer_budget": 400'))
+    learning = researcher_client.get(f"/studies/{study_id}?tab=learning").get_data(as_text=True)
+    assert 'id="plan-table"' in learning and "0.60" in learning and "&gt; 50/item" in learning
+    assert "£250" in learning  # 50 answers x 10 items x 0.50
+    overview = researcher_client.get(f"/studies/{study_id}").get_data(as_text=True)
+    assert "£0.00</strong> spent" in overview and "of £200.00" in overview  # budget 400 answers x 0.50
+    assert 'id="budget-meter"' in overview

@@ -472,7 +472,7 @@ def test_researcher_text_is_escaped_on_the_dashboard(researcher_client, conn, ho
         html = researcher_client.get(url).get_data(as_text=True)
         assert_inert(html, url)
         assert "Study &#34;&gt;&lt;img" in html or "Study &quot;&gt;&lt;img" in html
-    page = researcher_client.get(f"/studies/{hostile_study}").get_data(as_text=True)
+    page = researcher_client.get(f"/studies/{hostile_study}?tab=settings").get_data(as_text=True)
     assert "&lt;/textarea&gt;" in page  # the instructions stay inside their textarea
     form = researcher_client.post("/studies/new", data={"name": XSS[1], "instructions": XSS[3]})
     assert form.status_code == 400  # no items file: the form comes back with the fields filled in
@@ -587,13 +587,20 @@ def test_pages_work_under_the_csp_and_hostile_text_stays_text(browser, hostile_s
     researcher.fill("#password", RESEARCHER_PASSWORD)
     researcher.click("#login")
     researcher.wait_for_selector("#dashboard")
-    researcher.wait_for_selector('#raters-table tr[data-rater="p-browser"]', timeout=20000)
     researcher.wait_for_selector("#plot-per-minute .uplot canvas")
     assert "Study \"><img" in researcher.locator("h1").inner_text()
-    assert "</textarea><script>" in researcher.locator("#settings-instructions").input_value()
     check(researcher, "study dashboard")
-    researcher.goto(f"{hostile_server}/studies/colours")
+    # the study page's sections (tabs) are pages of their own
+    researcher.click("#tab-raters")
+    researcher.wait_for_selector('#raters-table tr[data-rater="p-browser"]', timeout=20000)
+    check(researcher, "study dashboard: raters")
+    researcher.click("#tab-settings")
+    assert "</textarea><script>" in researcher.locator("#settings-instructions").input_value()
+    check(researcher, "study dashboard: settings")
+    researcher.goto(f"{hostile_server}/studies/colours?tab=learning")
     researcher.wait_for_selector("#nn-graph g.item")
+    check(researcher, "colours dashboard: learning")
+    researcher.goto(f"{hostile_server}/studies/colours")
     researcher.wait_for_selector("#plot-per-minute .uplot canvas")
     expected_dialogs.append("Close the study? Raters will get no more questions.")
     researcher.click("#action-close")  # asks first (from dashboard.js: no inline handler); dismissed
@@ -613,6 +620,7 @@ def test_pages_work_under_the_csp_and_hostile_text_stays_text(browser, hostile_s
     researcher.click("#create")
     researcher.wait_for_selector("#dashboard")
     assert "Uploaded <script>" in researcher.locator("h1").inner_text()
+    researcher.click("#tab-learning")
     assert researcher.locator("#items img.thumb").count() == 3
     check(researcher, "uploaded study")
     assert problems == []

@@ -172,18 +172,94 @@ def new_study():
     return redirect(url_for("dashboard.study", study_id=study_id))
 
 
+#: The sections of a study's page, each loadable on its own (``/studies/ID?tab=NAME``), first = default:
+#: is it healthy and what does it cost; how good is what it learned; who answers (and who cheats);
+#: what it asks; what to take away.
+TABS = (("overview", "Overview"), ("learning", "Learning"), ("raters", "Raters"), ("settings", "Settings"),
+        ("downloads", "Downloads"))
+
+
+def study_url(study_id: str, tab: str = "overview") -> str:
+    return url_for("dashboard.study", study_id=study_id, **({} if tab == "overview" else {"tab": tab}))
+
+
+def flagged_raters(conn, study_id: str) -> list[str]:
+    """Raters flagged by the attention checks (from the per-rater counters: one hash read)."""
+    out = []
+    for field, value in conn.hgetall(keys.rater_stats(study_id)).items():
+        rater, _, name = field.decode(errors="replace").rpartition(":")
+        if name == "flagged" and value not in (b"", b"0"):
+            out.append(rater)
+    return sorted(out)
+
+
+def stored_plan(conn, study_id: str) -> dict | None:
+    """The last ``proxima plan --study`` result for this study, with what the page shows of it."""
+    import json
+
+    raw = conn.get(keys.plan(study_id))
+    if raw is None:
+        return None
+    try:
+        plan = json.loads(raw)
+        plan["budgets"] = [float(b) for b in plan["budgets"]]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return plan
+
+
+def expected_now(plan: dict | None, per_item: float) -> dict:
+    """Each planned learner's expected exact accuracy at ``per_item`` answers per item (interpolated
+    on the plan's mean curve; None before the first budget)."""
+    import bisect
+
+    out = {}
+    if not plan:
+        return out
+    budgets = plan["budgets"]
+    for name, curves in plan.get("algorithms", {}).items():
+        mean = curves["exact"]["mean"]
+        k = bisect.bisect_right(budgets, per_item)
+        if k == 0:
+            out[name] = None
+        elif k == len(budgets):
+            out[name] = mean[-1]
+        else:
+            lo, hi = budgets[k - 1], budgets[k]
+            out[name] = mean[k - 1] + (mean[k] - mean[k - 1]) * (per_item - lo) / (hi - lo)
+    return out
+
+
 @bp.get("/studies/<study_id>")
 def study(study_id: str):
     conn = get_redis()
     study = _study_or_404(conn, study_id)
-    items = get_items(conn, study_id)
+    tab = request.args.get("tab", "overview")
+    if tab not in dict(TABS):
+        abort(404, description=f"A study's page has the sections {', '.join(dict(TABS))}, not {tab!r}.")
+    stats = study_stats(conn, study)
     rater_link = public_url(url_for("raters.study_page", study_id=study_id))
-    return render_template("dashboard/study.html", study=study, items=items, stats=study_stats(conn, study),
-                           rater_link=rater_link, prolific_link=f"{rater_link}?{PROLIFIC_PARAMS}",
-                           link_from_request=not current_app.config.get("PUBLIC_URL"),
-                           mturk_link=rater_link, formats=FORMATS, models=trained_models(conn, study_id),
-                           set_aside=set_aside_answers(conn, study_id)[:SET_ASIDE_SHOWN],
-                           forest_algorithms=FOREST_ALGORITHMS)
+    plan = stored_plan(conn, study_id)
+    per_item = stats["answers"] / max(study.n_items, 1)
+    pay = plan.get("pay") if plan else None
+    budget = study.config.limits.answer_budget
+    money = None
+    if pay:
+        money = {"currency": plan.get("currency") or "$", "spent": stats["answers"] * pay,
+                 "budget": None if budget is None else budget * pay}
+    context = {"study": study, "stats": stats, "tab": tab, "tabs": TABS, "plan": plan, "per_item": per_item,
+               "expected": expected_now(plan, per_item), "money": money, "budget": budget,
+               "flagged": flagged_raters(conn, study_id) if tab in ("overview", "raters") else []}
+    if tab == "overview":
+        context.update(rater_link=rater_link, prolific_link=f"{rater_link}?{PROLIFIC_PARAMS}", mturk_link=rater_link,
+                       link_from_request=not current_app.config.get("PUBLIC_URL"))
+    elif tab == "learning":
+        context.update(items=get_items(conn, study_id))
+    elif tab == "raters":
+        context.update(set_aside=set_aside_answers(conn, study_id)[:SET_ASIDE_SHOWN])
+    elif tab == "downloads":
+        context.update(formats=FORMATS, models=trained_models(conn, study_id), forest_algorithms=FOREST_ALGORITHMS)
+    return render_template("dashboard/study.html", **context)
 
 
 @bp.post("/studies/<study_id>/status")
@@ -243,7 +319,7 @@ def settings(study_id: str):
     else:
         schedule_update(conn, study_id)  # a new pool size or budget takes effect on the next update
         flash("Settings saved; raters see them from their next page load.")
-    return redirect(url_for("dashboard.study", study_id=study_id) + "#settings")
+    return redirect(study_url(study_id, "settings"))
 
 
 @bp.post("/studies/<study_id>/raters/exclude")
@@ -261,7 +337,7 @@ def exclude_rater(study_id: str):
         enqueue_rebuild(conn, study_id, [rater])
         flash(f"Excluded rater {rater}: rebuild queued. The engines are rebuilt from the log without their "
               "answers; this page says when the rebuild has finished.")
-    return redirect(url_for("dashboard.study", study_id=study_id) + "#raters")
+    return redirect(study_url(study_id, "raters"))
 
 
 @bp.route("/account", methods=["GET", "POST"])

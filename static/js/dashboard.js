@@ -128,20 +128,36 @@
         axes: [{ label: "answers applied" }, { scale: "share", label: "share wrong" }] });
   }
 
+  // Each section of the page (Overview, Learning, ...) is its own page: write only what this one shows.
+  function setText(id, text) {
+    const node = document.getElementById(id);
+    if (node) node.textContent = text;
+  }
+
   function update(stats) {
     const now = Date.now() / 1000;
-    document.getElementById("n-answers").textContent = stats.answers;
-    document.getElementById("n-raters").textContent = stats.raters;
-    document.getElementById("n-active").textContent = stats.active_raters;
-    document.getElementById("n-pool").textContent = stats.pool_depth;
-    document.getElementById("status").textContent = stats.study.status;
-    document.getElementById("fallback-rate").textContent = (100 * stats.fallback_rate).toFixed(1) + "%";
+    setText("n-answers", stats.answers);
+    setText("n-raters", stats.raters);
+    setText("n-active", stats.active_raters);
+    setText("n-pool", stats.pool_depth);
+    setText("status", stats.study.status);
+    setText("fallback-rate", (100 * stats.fallback_rate).toFixed(1) + "%");
+    setText("glance-fallback", (100 * stats.fallback_rate).toFixed(1) + "%");
+    setText("glance-answers", stats.answers);
+    if (stats.study.n_items) setText("glance-per-item", (stats.answers / stats.study.n_items).toFixed(1));
+    (stats.algorithms || []).forEach((alg) => {
+      const cell = document.querySelector('#glance-quality li[data-label="' + alg.label + '"] .quality');
+      if (!cell) return;
+      if (alg.truth_error) cell.textContent = (100 * (1 - alg.truth_error.share_wrong)).toFixed(0) + "% right (known truth)";
+      else if (alg.share_certified !== null && alg.share_certified !== undefined) cell.textContent = (100 * alg.share_certified).toFixed(0) + "% of items certified";
+      else cell.textContent = alg.answers + " answers";
+    });
     const e = stats.engine;
-    document.getElementById("latency").textContent = (e.last_latency_ms === null ? 0 : e.last_latency_ms).toFixed(1) + " ms";
-    document.getElementById("latency-p95").textContent = e.latency_ms_p50 === null ? "—"
-      : e.latency_ms_p50.toFixed(0) + " / " + e.latency_ms_p95.toFixed(0) + " ms";
+    setText("latency", (e.last_latency_ms === null ? 0 : e.last_latency_ms).toFixed(1) + " ms");
+    setText("latency-p95", e.latency_ms_p50 === null ? "—"
+      : e.latency_ms_p50.toFixed(0) + " / " + e.latency_ms_p95.toFixed(0) + " ms");
     const med = stats.response_ms.median;
-    document.getElementById("median-response").textContent = med === null ? "—" : (med / 1000).toFixed(1) + " s";
+    setText("median-response", med === null ? "—" : (med / 1000).toFixed(1) + " s");
     root.dataset.updates = String(Number(root.dataset.updates || 0) + 1);
 
     drawPerMinute(stats.answers_per_minute);
@@ -174,7 +190,7 @@
       });
     });
     const first = (stats.algorithms || []).find((alg) => alg.truth_error);
-    if (first) {
+    if (first && rows.length && document.getElementById("truth-agreement")) {
       const right = Math.round((1 - first.truth_error.share_wrong) * rows.length);
       document.getElementById("truth-agreement").textContent =
         "Known ground truth (" + first.label + "): " + right + " of " + rows.length +
@@ -400,8 +416,21 @@
   refreshGraph();
   refreshRaters();
   setInterval(refresh, 3000);
-  setInterval(refreshGraph, 10000);
-  setInterval(refreshRaters, 10000);
+  if (graphSvg) setInterval(refreshGraph, 10000);
+  if (ratersBody) setInterval(refreshRaters, 10000);
+
+  // Overview: how many raters the attention checks flagged, from the raters API every 10 s.
+  const flaggedCount = document.getElementById("n-flagged");
+  async function refreshFlagged() {
+    try {
+      const response = await fetch(root.dataset.ratersUrl, { credentials: "same-origin" });
+      if (!response.ok) return;
+      const raters = (await response.json()).raters;
+      flaggedCount.textContent = raters.filter((r) => r.flagged).length;
+      setText("glance-raters-total", raters.length);
+    } catch (e) { /* try again on the next tick */ }
+  }
+  if (flaggedCount) setInterval(refreshFlagged, 10000);
 
   // Embedding scatter: the learned coordinates (first two dimensions), fetched from the export.
   async function drawEmbeddings() {
