@@ -285,6 +285,8 @@ class PilotFit:
     kernel: str
     holdout_accuracy: float
     n_answers: int
+    #: the correction applied to the cross-fitted noise scale (1: none)
+    calibration: float = 1.0
 
     @property
     def lapses(self) -> np.ndarray:
@@ -300,7 +302,8 @@ class PilotFit:
         return (f"pilot of {self.n_answers} answers: {self.kernel.upper()} embedding in {self.dim} dimensions "
                 f"(held-out triplet accuracy {self.holdout_accuracy:.2f}); human noise lapse "
                 f"{lapse[0]:.3f} (bootstrap {lapse.min():.3f}-{lapse.max():.3f}), logistic scale "
-                f"{rel[0]:.2f} median gaps (bootstrap {rel.min():.2f}-{rel.max():.2f})")
+                f"{rel[0]:.2f} median gaps (bootstrap {rel.min():.2f}-{rel.max():.2f}; "
+                f"calibrated x{self.calibration:.2f})")
 
 
 def check_pilot_triplets(triplets, n_items: int) -> np.ndarray:
@@ -369,12 +372,60 @@ def _scenario(t: np.ndarray, n: int, dim: int, kernel: str, folds: int, rng: np.
     return Scenario(D / top, scale * unit / top, lapse)
 
 
-def fit_pilot(triplets, n_items: int, replicates: int = 3, folds: int = 5, random_state=0) -> PilotFit:
+def _heldout_accuracy(t: np.ndarray, n: int, dim: int, kernel: str, folds: int = 2) -> float:
+    """Mean held-out triplet accuracy of embeddings fitted without each of ``folds`` fifths of ``t``
+    (a fixed split: the same for the pilot and for pilots simulated on the same questions)."""
+    from .embedding import fit_embedding, triplet_accuracy
+
+    order = np.random.default_rng(0).permutation(len(t))
+    size = len(t) // 5
+    accs = []
+    for f in range(folds):
+        test = order[f * size:(f + 1) * size]
+        X = fit_embedding(np.delete(t, test, axis=0), n, dim=dim, kernel=kernel, random_state=0)
+        accs.append(triplet_accuracy(X, t[test]))
+    return float(np.mean(accs))
+
+
+#: Multipliers of the cross-fitted noise scale tried by :func:`_calibrate` (ascending).
+CALIBRATION_GRID = (0.03, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 1.0, 1.4)
+
+
+def _calibrate(t: np.ndarray, scenario: Scenario, dim: int, kernel: str) -> float:
+    """The multiplier of ``scenario.scale`` under which a pilot simulated on the same questions is
+    as predictable (held-out triplet accuracy of its embedding) as the real one.
+
+    Cross-fitted noise counts the embedding's own error as noise, so it overstates the raters'
+    noise; matching the held-out accuracy of a simulated pilot (fitted exactly like the real one)
+    takes that error out (indirect inference). Interpolated in log scale on
+    :data:`CALIBRATION_GRID`, kept within it."""
+    observed = _heldout_accuracy(t, scenario.n_items, dim, kernel)
+    accs = []
+    for c in CALIBRATION_GRID:
+        world = Scenario(scenario.distances, scenario.scale * c, scenario.lapse)
+        simulated = triplets_from_answers(world.oracle(np.random.default_rng(1)).answer(t.tolist()))
+        accs.append(_heldout_accuracy(simulated, scenario.n_items, dim, kernel))
+    # accuracy falls as the noise grows: the first multiplier whose simulated pilot is no more
+    # predictable than the real one, interpolated with the one before
+    for i, acc in enumerate(accs):
+        if acc <= observed:
+            if i == 0:
+                return CALIBRATION_GRID[0]
+            lo, hi = np.log(CALIBRATION_GRID[i - 1]), np.log(CALIBRATION_GRID[i])
+            share = (accs[i - 1] - observed) / max(accs[i - 1] - acc, 1e-12)
+            return float(np.exp(lo + share * (hi - lo)))
+    return CALIBRATION_GRID[-1]
+
+
+def fit_pilot(triplets, n_items: int, replicates: int = 3, folds: int = 5, random_state=0,
+              calibrate: bool = True) -> PilotFit:
     """Fit a truth and a human noise model to a pilot's triplet answers.
 
     The embedding's dimension and kernel are chosen on held-out answers
     (:func:`engine.embedding.select_embedding`); replicate 0 uses every answer, replicates 1.. a
-    bootstrap resample of them, so the plans made from them spread as the fit is uncertain.
+    bootstrap resample of them, so the plans made from them spread as the fit is uncertain. With
+    ``calibrate`` the cross-fitted noise scale is corrected once (:func:`_calibrate`, on replicate
+    0) and the same correction applies to every replicate.
     """
     from .embedding import select_embedding
 
@@ -388,7 +439,9 @@ def fit_pilot(triplets, n_items: int, replicates: int = 3, folds: int = 5, rando
     for r in range(max(1, int(replicates))):
         sample = t if r == 0 else t[rng.integers(len(t), size=len(t))]
         scenarios.append(_scenario(sample, n, choice.dim, choice.kernel, folds, rng))
-    return PilotFit(tuple(scenarios), choice.dim, choice.kernel, float(choice.holdout_accuracy), len(t))
+    factor = _calibrate(t, scenarios[0], choice.dim, choice.kernel) if calibrate else 1.0
+    scenarios = [Scenario(s.distances, s.scale * factor, s.lapse) for s in scenarios]
+    return PilotFit(tuple(scenarios), choice.dim, choice.kernel, float(choice.holdout_accuracy), len(t), factor)
 
 
 def triplets_from_answers(rows) -> np.ndarray:

@@ -134,3 +134,20 @@ def test_plan_command_from_points_and_from_a_pilot_file(tmp_path):
     assert "pilot of 200 answers" in result.output
     result = runner.invoke(main, ["plan", "--pilot", str(pilot), "--truth", "eggs"])
     assert result.exit_code != 0 and "exactly one" in result.output
+
+
+def test_calibration_takes_the_embeddings_own_error_out_of_the_pilots_noise():
+    from engine.oracles import median_triplet_gap
+
+    D = pair_distances(n_pairs=50)
+    n = len(D)
+    truth = planning.Scenario(D, 0.02, 0.15)
+    rng = np.random.default_rng(3)
+    pilot = planning.triplets_from_answers(truth.oracle(rng).answer(random_questions(n, 10 * n, rng)))
+    true_scale = 0.02 / median_triplet_gap(D)
+    raw = planning.fit_pilot(pilot, n, replicates=1, calibrate=False).relative_scales[0]
+    fit = planning.fit_pilot(pilot, n, replicates=1)
+    assert fit.calibration < 1
+    # cross-fitting alone overstates the noise; the calibrated scale is closer to the raters' own
+    assert raw > true_scale
+    assert abs(np.log(fit.relative_scales[0] / true_scale)) < abs(np.log(raw / true_scale))
