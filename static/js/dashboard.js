@@ -115,6 +115,21 @@
 
   // Known truth (simulated studies): share of items whose learned nearest neighbour is wrong,
   // against the answers the algorithm had applied, as the server recorded it.
+  // The budget plan's expected accuracy (exact nearest neighbour, mean over runs) per learner against
+  // answers per item, with where the study is now: drawn once from the table's data.
+  function drawPlan() {
+    const fig = document.getElementById("plan-plot");
+    if (!fig || !fig.dataset.plan) return;
+    const plan = JSON.parse(fig.dataset.plan);
+    const colours = ["#2857c5", "#c0392b", "#2e8540", "#d98b2b", "#7b4fb5", "#555555", "#1b9aaa", "#a0522d"];
+    const names = Object.keys(plan.algorithms);
+    const series = names.map((name, i) => lineSeries(name + " (plan)", colours[i % colours.length], "share"));
+    const data = [plan.budgets].concat(names.map((name) => plan.algorithms[name].exact.mean));
+    chart(fig.querySelector(".plot"), series, data,
+      { scales: { x: { time: false, distr: 3 }, share: { range: [0, 1] } },
+        axes: [{ label: "answers per item (log scale)" }, { scale: "share", label: "expected exact accuracy" }] });
+  }
+
   function drawError(fig, error) {
     const plot = fig.querySelector(".error-plot");
     if (!plot || !error) return;
@@ -450,13 +465,17 @@
       const sy = (y) => 340 - 320 * (y1 > y0 ? (y - y0) / (y1 - y0) : 0.5);
       while (svg.firstChild) svg.removeChild(svg.firstChild);
       pts.forEach((p, i) => {
-        const c = el("circle", { cx: sx(p[0]), cy: sy(p[1]), r: 5, class: "node", fill: "#2857c5" }, svg);
+        // the item itself where the page has it (thumbnail or colour swatch), else a dot
+        const g = el("g", { class: "item" }, svg);
+        if (itemCells[i]) itemVisual(i, sx(p[0]), sy(p[1]), g);
+        else el("circle", { cx: sx(p[0]), cy: sy(p[1]), r: 5, class: "node", fill: "#2857c5" }, g);
         const title = document.createElementNS(SVG, "title");
         title.textContent = doc.items[i];
-        c.appendChild(title);
+        g.appendChild(title);
       });
       status.textContent = `${pts.length} items, ${doc.dim} dimension(s), ${doc.fit.answers} answers`;
     }
   }
   drawEmbeddings();
+  drawPlan();
 })();
