@@ -196,7 +196,8 @@ def test_file_names_and_texts_with_markup_are_stored_as_text_and_shown_escaped(r
     response = create(researcher_client, archive, "items.zip", name="Pictures " + XSS[0])
     assert response.status_code == 302, response.get_data(as_text=True)[:500]
     study_id = response.headers["Location"].rsplit("/", 1)[1]
-    page = researcher_client.get(f"/studies/{study_id}").get_data(as_text=True)
+    assert_inert(researcher_client.get(f"/studies/{study_id}").get_data(as_text=True), "dashboard overview")
+    page = researcher_client.get(f"/studies/{study_id}?tab=learning").get_data(as_text=True)  # lists the items
     assert_inert(page, "dashboard of an upload with hostile names")
     assert "&#34;&gt;&lt;img src=x onerror=" in page
     rater = app.test_client()
