@@ -208,7 +208,7 @@ def test_file_names_and_texts_with_markup_are_stored_as_text_and_shown_escaped(r
     texts = "text,id\n" + "".join(f'"{x.replace(chr(34), chr(34) * 2)}",t{i}\n' for i, x in enumerate(XSS))
     response = create(researcher_client, texts.encode(), "texts.csv")
     assert response.status_code == 302
-    page = researcher_client.get(response.headers["Location"]).get_data(as_text=True)
+    page = researcher_client.get(response.headers["Location"] + "?tab=learning").get_data(as_text=True)
     assert_inert(page, "dashboard of hostile texts")
     assert "&lt;script&gt;window.__xss" in page
 
