@@ -85,9 +85,11 @@ def test_a_rater_answers_twenty_questions_and_the_researcher_sees_them(browser, 
     dashboard.wait_for_url(f"{live_server}/studies/browser")
     dashboard.wait_for_function("() => document.getElementById('n-answers')?.textContent === '20'")
     assert dashboard.locator("#n-raters").inner_text() == "1"
-    # the worker has applied the answers: the nearest-neighbour column is filled in
+    # the worker has applied the answers: the nearest-neighbour column (Learning section) is filled in
+    dashboard.click("#tab-learning")
     dashboard.wait_for_function("() => Array.from(document.querySelectorAll('#items td.nn'))"
-                                ".some((td) => td.textContent !== '—')", timeout=30000)
+                                ".some((td) => td.textContent !== '—' && td.textContent !== 'no data yet')",
+                                timeout=30000)
     csv_text = dashboard.request.get(f"{live_server}/studies/browser/answers.csv").text()
     rows = list(csv.DictReader(io.StringIO(csv_text)))
     assert len(rows) == 20
