@@ -151,3 +151,33 @@ def test_calibration_takes_the_embeddings_own_error_out_of_the_pilots_noise():
     # cross-fitting alone overstates the noise; the calibrated scale is closer to the raters' own
     assert raw > true_scale
     assert abs(np.log(fit.relative_scales[0] / true_scale)) < abs(np.log(raw / true_scale))
+
+
+def test_plan_command_from_a_running_studys_answers_is_shown_on_its_dashboard(redis_url, conn, tmp_path, monkeypatch,
+                                                                                 researcher_client):
+    from webapp.cli import main
+    from workers import keys
+    from workers.config import StudyConfig
+    from workers.exports import import_triplets
+    from workers.studies import Item, create_study
+
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
+    X = pairs()
+    items = [Item(id=f"p{i}", kind="color", color="#102030", position=tuple(x)) for i, x in enumerate(X)]
+    create_study(conn, StudyConfig(name="Pilot", algorithms=({"algorithm": "random_triplets"},)), items,
+                 study_id="pilot")
+    result = CliRunner().invoke(main, ["plan", "--study", "pilot", "--jobs", "1"])
+    assert result.exit_code != 0 and "no triplet answers yet" in result.output
+    rng = np.random.default_rng(1)
+    rows = planning.triplets_from_answers(
+        TripletOracle(pair_distances(), random_state=1).answer(random_questions(20, 200, rng)))
+    import_triplets(conn, "pilot", "".join(f"{i},{j},{k}\n" for i, j, k in rows))
+    result = CliRunner().invoke(main, ["plan", "--study", "pilot", "--algorithms", "random_triplets",
+                                       "--budgets", "10,20", "--runs", "2", "--jobs", "1", "--pay", "0.1"])
+    assert result.exit_code == 0, result.output
+    assert "pilot of 200 answers" in result.output
+    stored = json.loads(conn.get(keys.plan("pilot")))
+    assert stored["pay"] == 0.1 and list(stored["algorithms"]) == ["random_triplets"]
+    page = researcher_client.get("/studies/pilot?tab=learning").get_data(as_text=True)
+    assert 'id="plan-table"' in page and 'id="plan-plot"' in page
