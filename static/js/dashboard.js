@@ -37,6 +37,11 @@
     if (!el || typeof uPlot === "undefined") return;
     const key = el.id || el.dataset.key || (el.dataset.key = "k" + Math.random());
     const width = Math.max(240, el.clientWidth || 300);
+    const timeAxis = !(opts && opts.scales && opts.scales.x && opts.scales.x.time === false);
+    if (timeAxis && data[0].length === 1) {
+      // uPlot spreads a lone time point over years: give it an empty minute before
+      data = [[data[0][0] - 60, data[0][0]]].concat(data.slice(1).map((ys) => [null].concat(ys)));
+    }
     if (charts[key] && charts[key].series.length === series.length + 1) {
       charts[key].setData(data);
       return;
@@ -44,7 +49,7 @@
     if (charts[key]) charts[key].destroy();
     charts[key] = new uPlot(Object.assign({
       width: width, height: 160, legend: { show: true },
-      scales: { x: { time: true }, y: yFromZero },
+      scales: { x: { time: true, range: atLeastAMinute }, y: yFromZero },
       series: [{}].concat(series),
     }, opts || {}), data, el);
   }
@@ -54,6 +59,9 @@
   // axis without a series, drawn without numbers).
   const lineSeries = (label, stroke, scale) =>
     Object.assign({ label: label, stroke: stroke, width: 2 }, scale ? { scale: scale } : {});
+  // a time axis spans at least a minute (one point alone would be spread over years)
+  const atLeastAMinute = (u, lo, hi) => (lo === null || hi === null ? [0, 60]
+    : hi - lo < 60 ? [hi - 60, hi + 1] : [lo, hi]);
   // y from 0 and at least to 1, so a flat or empty curve still gets numbered ticks
   const yFromZero = { range: (u, lo, hi) => [Math.min(0, lo || 0), Math.max(1, hi || 0)] };
   const categoryOpts = (xLabel) => ({ scales: { x: { time: false }, y: yFromZero }, axes: [{ label: xLabel }, {}] });
@@ -180,7 +188,7 @@
     history.t.push(now); history.fallback.push(100 * stats.fallback_rate); history.pool.push(stats.pool_depth);
     chart("plot-pool", [lineSeries("fallback %", "#c0392b", "%"), lineSeries("pool depth", "#2857c5", "n")],
       [history.t, history.fallback, history.pool],
-      { scales: { x: { time: true }, "%": { range: [0, 100] }, n: {} },
+      { scales: { x: { time: true, range: atLeastAMinute }, "%": { range: [0, 100] }, n: yFromZero },
         axes: [{}, { scale: "%" }, { scale: "n", side: 1, grid: { show: false } }] });
     const lat = e.latencies_ms || [];
     chart("plot-latency", [lineSeries("refresh ms", "#7b4fb5")], [lat.map((_, i) => i), lat], categoryOpts("update"));
