@@ -20,6 +20,10 @@ from .utils import check_n_items, check_random_state, generator_from_state, gene
 PRIOR_DUELS = 2.0
 #: how many extra asks a pair at the bottom of the ranking waits for, against the top pair
 FOCUS = 2.0
+#: embedding dimensions ``dim="auto"`` keeps fitted side by side (warm started)
+AUTO_DIMS = (2, 4, 8)
+#: weight of older refits in the prequential score of each dimension (per refit)
+AUTO_DECAY = 0.7
 
 
 def _embedding_module():
@@ -62,17 +66,22 @@ class CandidateDuels:
         Share of later questions asked as random triplets (keeps the embedding global).
     refit_growth : float, default 0.25
         Refit the embedding when answers have grown by this share since the last fit.
-    dim : int, default 2
-        Embedding dimension.
+    dim : int or "auto", default "auto"
+        Embedding dimension. ``"auto"`` fits every dimension of ``AUTO_DIMS`` (warm started)
+        and takes the shortlists from the one that best predicted the answers that arrived
+        since the previous fit (answers no fit had seen: an honest, prequential test; older
+        refits count ``AUTO_DECAY`` times less per refit). The right dimension depends on the
+        items (the 1-D alien eggs want 2, four-dimensional data wants 4 to 8, and a shortlist
+        from too few dimensions misses the true neighbour).
     delta : float, default 0.05
         Failure probability of the elimination bounds (per head).
     """
 
-    VERSION = 1
+    VERSION = 2
 
     def __init__(self, n_items: int, random_state=None, shortlist: int = 12, min_shortlist: int = 6,
                  shrink_at: float = 100.0, warmup: float = 3.0, explore: float = 0.1,
-                 refit_growth: float = 0.25, dim: int = 2, delta: float = 0.05):
+                 refit_growth: float = 0.25, dim: int | str = "auto", delta: float = 0.05):
         self.n_items = check_n_items(n_items)
         self.random_state = random_state
         self.shortlist = shortlist
@@ -96,7 +105,10 @@ class CandidateDuels:
         self.answered_ = np.zeros(n, np.int64)
         self.cands_ = np.full((n, self.shortlist), NO_NEIGHBOR, np.int64)
         self.embedding_ = None
+        self.embeddings_: dict[int, np.ndarray] = {}  # dim -> warm fit
+        self.dim_scores_ = np.zeros(len(self._dims()))  # decayed prequential accuracy per dim
         self.fitted_on_ = 0
+        self.fitted_triplets_ = 0
         self.n_fits_ = 0
         self.n_answers_ = 0
         self.n_issued_ = 0
@@ -118,7 +130,8 @@ class CandidateDuels:
 
         integer("shortlist", 2)
         integer("min_shortlist", 2)
-        integer("dim", 1)
+        if self.dim != "auto":
+            integer("dim", 1)
         if self.min_shortlist > self.shortlist:
             raise ValueError(f"min_shortlist ({self.min_shortlist}) must not exceed shortlist ({self.shortlist})")
         real("shrink_at", 0, np.inf, lo_open=True)
@@ -184,15 +197,39 @@ class CandidateDuels:
         m = self.shortlist * math.sqrt(self.shrink_at / max(self.shrink_at, per_item))
         return int(min(self.shortlist, max(self.min_shortlist, round(m)), self.n_items - 1))
 
+    def _dims(self) -> tuple[int, ...]:
+        return AUTO_DIMS if self.dim == "auto" else (int(self.dim),)
+
+    def _fit_embeddings(self, emb, trip: np.ndarray) -> np.ndarray:
+        """Score each dimension's current fit on the answers it has not seen, refit every
+        dimension warm, and return the best one."""
+        dims = self._dims()
+        fresh = trip[self.fitted_triplets_:]
+        if len(dims) > 1 and len(fresh) and self.embeddings_:
+            self.dim_scores_ *= AUTO_DECAY
+            for i, d in enumerate(dims):
+                X = self.embeddings_.get(d)
+                if X is not None:
+                    self.dim_scores_[i] += emb.triplet_accuracy(X, fresh) * len(fresh)
+        seed = int(self.rng_.integers(2**31 - 1))
+        for d in dims:
+            X = emb.fit_embedding(trip, self.n_items, dim=d, init=self.embeddings_.get(d), random_state=seed)
+            self.embeddings_[d] = np.asarray(X, np.float64)
+        self.fitted_triplets_ = len(trip)
+        return self.embeddings_[dims[int(np.argmax(self.dim_scores_))]]
+
+    @property
+    def chosen_dim_(self) -> int:
+        dims = self._dims()
+        return dims[int(np.argmax(self.dim_scores_))]
+
     def _refresh(self) -> None:
         """Refit the embedding (warm start) and rebuild every head's shortlist."""
         trip = self._all_triplets()
         emb = _embedding_module()
         order = None
         if emb is not None and len(trip):
-            seed = int(self.rng_.integers(2**31 - 1))
-            X = emb.fit_embedding(trip, self.n_items, dim=self.dim, init=self.embedding_, random_state=seed)
-            self.embedding_ = np.asarray(X, np.float64)
+            self.embedding_ = self._fit_embeddings(emb, trip)
             sq = (self.embedding_**2).sum(axis=1)
             D = sq[:, None] + sq[None, :] - 2.0 * self.embedding_ @ self.embedding_.T
         else:
@@ -384,11 +421,15 @@ class CandidateDuels:
                 if certified or m < 2:
                     parked.append(h)
                     continue
-                # least-asked pair first, where pairs of the current leaders count as less
-                # asked (FOCUS): questions stay on the nearest candidates, all pairs still get
-                # asked; ties to the pair nearest the head
+                # unasked pairs before any repeat (a repeat can only sharpen one pair, a new pair
+                # also tells how the pair ranks against the rest; on recorded data a repeat says
+                # nothing new); among them, and then among repeats, the least-asked, where pairs
+                # of the current leaders count as less asked (FOCUS); ties to the pair nearest
+                # the head
                 iu, ju = np.triu_indices(m, 1)
-                key = Np[iu, ju] + FOCUS * (pos[iu] + pos[ju]) / (2 * max(m - 1, 1)) + 1e-6 * (iu + ju)
+                n_asked = Np[iu, ju]
+                key = (n_asked * (1.0 + FOCUS) + FOCUS * (pos[iu] + pos[ju]) / (2 * max(m - 1, 1))
+                       + 1e-6 * (iu + ju))
                 q = None
                 for idx in np.argsort(key, kind="stable"):
                     a, b = int(cands[iu[idx]]), int(cands[ju[idx]])
@@ -482,6 +523,7 @@ class CandidateDuels:
             "items_certified": int(certified),
             "pending": int(sum(self.pending_.values())),
             "embedding_fits": int(self.n_fits_),
+            "embedding_dim": int(self.chosen_dim_) if self.embeddings_ else None,
             "shortlist_size": float(np.mean((self.cands_ >= 0).sum(axis=1))),
         }
 
@@ -512,6 +554,9 @@ class CandidateDuels:
             "answered": self.answered_.copy(),
             "cands": self.cands_.copy(),
             "embedding": None if self.embedding_ is None else self.embedding_.copy(),
+            "embeddings": {str(d): X.copy() for d, X in self.embeddings_.items()},
+            "dim_scores": self.dim_scores_.copy(),
+            "fitted_triplets": int(self.fitted_triplets_),
             "fitted_on": int(self.fitted_on_),
             "n_fits": int(self.n_fits_),
             "n_answers": int(self.n_answers_),
@@ -520,7 +565,7 @@ class CandidateDuels:
 
     @classmethod
     def from_state(cls, state: dict) -> CandidateDuels:
-        if state.get("class") != cls.__name__ or state.get("version") != cls.VERSION:
+        if state.get("class") != cls.__name__ or state.get("version") not in (1, cls.VERSION):
             raise ValueError(
                 f"state is of {state.get('class')} v{state.get('version')}, not {cls.__name__} v{cls.VERSION}"
             )
@@ -537,6 +582,14 @@ class CandidateDuels:
         p.answered_ = np.array(state["answered"], np.int64)
         p.cands_ = np.array(state["cands"], np.int64)
         p.embedding_ = None if state["embedding"] is None else np.array(state["embedding"], np.float64)
+        if state["version"] == 1:  # one embedding of the fixed dimension; every triplet was fitted
+            if p.embedding_ is not None:
+                p.embeddings_ = {int(p.dim): p.embedding_.copy()}
+            p.fitted_triplets_ = len(p.triplets_) if p.embedding_ is not None else 0
+        else:
+            p.embeddings_ = {int(d): np.array(X, np.float64) for d, X in state["embeddings"].items()}
+            p.dim_scores_ = np.array(state["dim_scores"], np.float64)
+            p.fitted_triplets_ = int(state["fitted_triplets"])
         p.fitted_on_ = int(state["fitted_on"])
         p.n_fits_ = int(state["n_fits"])
         p.n_answers_ = int(state["n_answers"])

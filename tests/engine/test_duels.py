@@ -175,7 +175,7 @@ def test_shortlists_follow_the_embedding(monkeypatch):
     D = cdist(X, X)
     fake = _TrueEmbedding(X)
     monkeypatch.setattr(duels, "_embedding_module", lambda: fake)
-    p = CandidateDuels(n, random_state=0)
+    p = CandidateDuels(n, random_state=0, dim=2)
     drive(p, D, 30, rng=np.random.default_rng(0), scale=0.05, lapse=0.11)
     # refits are warm-started from the previous embedding, on every answer so far
     assert len(fake.calls) >= 3 and fake.calls[0][2] is None
@@ -188,3 +188,28 @@ def test_shortlists_follow_the_embedding(monkeypatch):
     nb = p.neighbor_graph(1).neighbors[:, 0]
     assert np.mean(ranks[np.arange(n), nb] < 3) >= 0.9
     assert p.to_state()["embedding"].shape == (n, 2)
+
+
+def test_auto_dimension_is_chosen_on_answers_no_fit_had_seen():
+    """dim="auto" keeps every dimension warm and takes shortlists from the one that predicted the
+    newest answers best: many dimensions for items that need them; the choice survives a state
+    round trip, and a version-1 state (one fixed-dimension embedding) still loads."""
+    from engine.oracles import TripletOracle
+
+    n = 60
+    X = np.random.default_rng(3).random((n, 8))
+    oracle = TripletOracle.from_points(X, random_state=0)
+    p = CandidateDuels(n, random_state=0)
+    while p.n_answers_ < 60 * n:
+        p.observe(oracle.answer(p.next_questions(200)))
+    assert set(p.embeddings_) == {2, 4, 8}
+    assert p.chosen_dim_ >= 4, p.dim_scores_
+    assert p.progress()["embedding_dim"] == p.chosen_dim_
+    q = CandidateDuels.from_state(p.to_state())
+    assert q.chosen_dim_ == p.chosen_dim_ and q.next_questions(30) == p.next_questions(30)
+    old = p.to_state()
+    old.update(version=1, params={**old["params"], "dim": 2}, embedding=p.embeddings_[2])
+    for key in ("embeddings", "dim_scores", "fitted_triplets"):
+        del old[key]
+    r = CandidateDuels.from_state(old)
+    assert set(r.embeddings_) == {2} and r.fitted_triplets_ == len(r.triplets_)
