@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-#: The algorithm a triplet study runs when its config names none (the one place that says so).
-DEFAULT_NN_ALGORITHM = "anntri"
+#: The algorithm a triplet study runs when its config names none (the one place that says so):
+#: the best on benchmarks/real_crowds.py (recorded human-like answers, alien eggs, clusters).
+DEFAULT_NN_ALGORITHM = "duels"
+#: ... and what a rating study runs (rated distances are metric: ANNTri's triangle bounds hold).
+DEFAULT_RATING_ALGORITHM = "anntri"
 
 QUESTION_KINDS = ("triplet", "rating")
 ASKS = ("pair", "triplet")
@@ -150,6 +153,11 @@ _ENTRIES = (
 
 #: name (as in a study config) -> :class:`Algorithm`, in the order researchers see them.
 ALGORITHMS: Mapping[str, Algorithm] = MappingProxyType({a.name: a for a in _ENTRIES})
+
+
+def default_algorithm(question_kind: str = "triplet") -> str:
+    """The algorithm a study asking ``question_kind`` runs when its config names none."""
+    return DEFAULT_RATING_ALGORITHM if question_kind == "rating" else DEFAULT_NN_ALGORITHM
 
 
 def get_algorithm(name: str) -> Algorithm:

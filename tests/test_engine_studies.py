@@ -308,7 +308,7 @@ def test_items_cannot_be_added_to_a_fixed_item_study(conn):
 
 
 def test_a_seeded_study_plans_the_same_triplet_derived_questions_again():
-    config = StudyConfig.from_dict({"name": "seeded", "random_state": 7})
+    config = StudyConfig.from_dict({"name": "seeded", "random_state": 7, "algorithm": "anntri"})
     plans = []
     for _ in range(2):
         learner = Learner.new(config.algorithms[0], config, 12)

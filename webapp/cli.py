@@ -18,7 +18,8 @@ from pathlib import Path
 import click
 import redis
 
-from workers.config import ALGORITHM_TABLE, DEFAULT_NN_ALGORITHM, ConfigError, load_config_file
+from engine.registry import DEFAULT_NN_ALGORITHM, DEFAULT_RATING_ALGORITHM, default_algorithm
+from workers.config import ALGORITHM_TABLE, ConfigError, load_config_file
 from workers.studies import StudyError, StudyNotFound
 
 from . import ROOT
@@ -923,8 +924,9 @@ def simulate(study_id, url, oracle_spec, raters, noise, lapse, careless, think, 
               help="Folder to write items.csv, truth.csv and study.yaml into.")
 @click.option("--kind", type=click.Choice(["rating", "triplet"]), default="rating", show_default=True,
               help="Question kind of the study (ANNTri samples from ratings or from triplets).")
-@click.option("--algorithm", type=click.Choice(list(SIMULATED_ALGORITHMS)), default=DEFAULT_NN_ALGORITHM,
-              show_default=True, help="Algorithm of the study: " + "; ".join(
+@click.option("--algorithm", type=click.Choice(list(SIMULATED_ALGORITHMS)), default=None,
+              help=f"Algorithm of the study (default {DEFAULT_NN_ALGORITHM} for triplets, "
+                   f"{DEFAULT_RATING_ALGORITHM} for ratings): " + "; ".join(
                   f"{name}: {ALGORITHM_TABLE[name].description}" for name in SIMULATED_ALGORITHMS) + ".")
 @click.option("--sigma", type=click.FloatRange(min=0, min_open=True), default=None,
               help="ANNTri's sigma parameter written into the config (default 0.1 for ratings, 0.5 for "
@@ -945,6 +947,7 @@ def simulate_setup(ctx, source, out_dir, kind, algorithm, sigma, seed, create_id
     """
     from .simulate import SimulationError, write_setup
 
+    algorithm = algorithm or default_algorithm(kind)
     if kind not in ALGORITHM_TABLE[algorithm].question_kinds:
         only = " or ".join(ALGORITHM_TABLE[algorithm].question_kinds)
         raise click.ClickException(f"{algorithm} asks {only} questions only; use --kind {only}")

@@ -16,7 +16,7 @@ import jsonschema
 import yaml
 
 from engine.registry import ALGORITHMS as _TABLE
-from engine.registry import DEFAULT_NN_ALGORITHM
+from engine.registry import DEFAULT_NN_ALGORITHM, default_algorithm  # noqa: F401 (re-exported)
 
 #: The algorithms a study may run, as declared once in :mod:`engine.registry` (numpy-free).
 ALGORITHM_TABLE = _TABLE
@@ -328,8 +328,9 @@ class StudyConfig:
             if "candidates" in p and p["answer"] not in p["candidates"]:
                 raise ConfigError(f"field 'practice.{n}.answer' ({p['answer']!r}) must be one of its candidates "
                                   f"{p['candidates']}")
+        default = ({"algorithm": default_algorithm(self.question_kind)},)
         algorithms = tuple(a if isinstance(a, AlgorithmConfig) else _algorithm_from_dict(a, i, self.question_kind)
-                           for i, a in enumerate(self.algorithms or ({"algorithm": DEFAULT_NN_ALGORITHM},)))
+                           for i, a in enumerate(self.algorithms or default))
         object.__setattr__(self, "algorithms", algorithms)
         if isinstance(self.rating, dict):
             object.__setattr__(self, "rating", RatingScale(**self.rating))
@@ -378,7 +379,8 @@ class StudyConfig:
             if "algorithms" in data:
                 raise ConfigError("give either 'algorithm' (with optional 'params') for one algorithm, or an "
                                   "'algorithms' list, not both")
-            data["algorithms"] = [{"algorithm": data.pop("algorithm", DEFAULT_NN_ALGORITHM),
+            data["algorithms"] = [{"algorithm": data.pop("algorithm", default_algorithm(data.get("question_kind",
+                                                                                                 "triplet"))),
                                    "params": data.pop("params", {})}]
         errors = []
         for i, alg in enumerate(data.get("algorithms", [])):
