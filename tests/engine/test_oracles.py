@@ -88,3 +88,30 @@ def test_load_material():
     assert m.train.shape == (92892, 3) and m.test.shape == (11800, 3)
     assert m.train.min() == 0 and m.train.max() == 99
     assert np.all((m.train[:, 0] != m.train[:, 1]) & (m.train[:, 1] != m.train[:, 2]))
+
+
+def test_recorded_triplets_answer_each_triplet_as_recorded_and_name_their_own_truth():
+    from engine.oracles import RecordedTriplets, TripletOracle
+
+    X = np.random.default_rng(0).random((12, 2))
+    noisy = TripletOracle.from_points(X, model="human", noise=0.05, lapse=0.2, random_state=1)
+    table = RecordedTriplets.record(noisy)
+    q = [(0, 1, 2), (0, 2, 1), (5, 3, 9)] * 3
+    a = table.answer(q)
+    # a repeated question gets the same answer, whichever way round its candidates come
+    assert a[0] == a[3] == a[6] and a[0][3] == a[1][3]
+    assert a[2] == a[5]
+    # the truth is the table's: loss shares of every (i; j, .) counted from the recorded answers
+    L = table.loss_share()
+    n = 12
+    for i, j in [(0, 1), (4, 7)]:
+        lost = sum(not table.p1_wins([(i, j, k)])[0] for k in range(n) if k not in (i, j))
+        assert L[i, j] == pytest.approx(lost / (n - 2))
+    assert np.isinf(np.diag(L)).all()
+    # noise-free, the table's truth is the metric's nearest neighbour
+    exact = RecordedTriplets.record(TripletOracle.from_points(X)).loss_share()
+    D = np.linalg.norm(X[:, None] - X[None], axis=2)
+    np.fill_diagonal(D, np.inf)
+    assert (exact.argmin(axis=1) == D.argmin(axis=1)).all()
+    with pytest.raises(ValueError, match="three distinct"):
+        table.answer([(1, 1, 2)])
