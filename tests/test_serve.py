@@ -78,3 +78,25 @@ def test_serve_demo_answers_over_http_and_stops_cleanly(tmp_path, monkeypatch):
     assert result.exit_code == 0
     rows = result.output.strip().splitlines()
     assert len(rows) == 2 and question["candidates"][1]["id"] in rows[1]
+
+
+def test_serve_on_a_busy_port_says_so_before_printing_links_or_a_password(tmp_path, monkeypatch):
+    import socket
+
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
+    with socket.socket() as other:  # another program owns the port
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        result = CliRunner().invoke(main, ["serve", "--demo", "--port", str(port)])
+    assert result.exit_code != 0
+    assert f"port {port} on 127.0.0.1 is in use" in result.output and "--port 0" in result.output
+    assert "password" not in result.output and "http://" not in result.output
+    # nothing was started and the instance is free again: the lock was released
+    assert not (tmp_path / "instance" / "redis" / "proxima.aof").exists()
+    from webapp.supervise import InstanceLock
+
+    lock = InstanceLock(tmp_path / "instance")
+    assert lock.acquire() == []
+    lock.release()

@@ -189,6 +189,20 @@ def _create_first_account(conn) -> None:
                    f"  (shown only now; change it with: proxima user passwd {FIRST_ACCOUNT})")
 
 
+def _port_free(host: str, port: int) -> bool:
+    """True when a server could listen on ``host:port`` now (bound and released at once)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn does
+        try:
+            sock.bind((host or "0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
 @main.command()
 @click.option("--demo", is_flag=True, help="Create the demo colour study (once) and print its links.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the web server listens on.")
@@ -219,6 +233,11 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int, ma
         raise click.ClickException(str(exc)) from None
     if leftovers:
         click.echo(f"Took over from a serve that died: stopped its leftover processes {leftovers}")
+    if port and not _port_free(host, port):
+        # before any link or password is printed: they would open whatever else owns the port
+        lock.release()
+        raise click.ClickException(f"port {port} on {host} is in use by another program; "
+                                   f"try --port {port + 1}, or --port 0 for any free port")
     server = None
     url = os.environ.get("REDIS_URL")
     children: list[Child] = []
