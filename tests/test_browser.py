@@ -290,3 +290,18 @@ def test_a_rater_completes_ten_questions_by_mouse_alone(browser, flow_server, co
     answers = read_answers(conn, "flow")
     assert [a.choice for a in answers] == chosen
     assert all(a.rater == "p-mouse" and a.response_ms is not None and a.response_ms > 0 for a in answers)
+
+
+def test_on_a_phone_the_practice_question_scrolls_into_view(browser, flow_server):
+    """After "Try the practice question" on a phone the choices are on the screen (the tap did
+    something), not below the instructions."""
+    context = browser.new_context(viewport={"width": 360, "height": 640}, is_mobile=True, has_touch=True)
+    page = context.new_page()
+    page.goto(f"{flow_server}/s/flow?PROLIFIC_PID=p-phone")
+    page.click("#consent-agree")
+    page.evaluate("() => window.scrollTo(0, 0)")
+    page.click("#start")
+    page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")
+    box = page.locator("#left").bounding_box()
+    assert box is not None and 0 <= box["y"] < 640, box
+    context.close()

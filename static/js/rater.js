@@ -200,6 +200,8 @@
     $("practice-banner").hidden = false;
     $("practice-n").textContent = String(practiceIndex + 1);
     show(practice[practiceIndex]);
+    // the instructions stay above: on a phone the question would open below the screen
+    $("practice-banner").scrollIntoView({ block: "start" });
   }
 
   function practiceFeedback(answer) {
