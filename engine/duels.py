@@ -24,6 +24,10 @@ FOCUS = 2.0
 AUTO_DIMS = (2, 4, 8)
 #: weight of older refits in the prequential score of each dimension (per refit)
 AUTO_DECAY = 0.7
+#: refits that fit every dimension before only the leading one is refitted each time ...
+AUTO_SETTLE = 4
+#: ... and the others again every this many refits (a fit in 8 dimensions costs ~5x one in 2)
+AUTO_RECHECK = 4
 
 
 def _embedding_module():
@@ -106,7 +110,9 @@ class CandidateDuels:
         self.cands_ = np.full((n, self.shortlist), NO_NEIGHBOR, np.int64)
         self.embedding_ = None
         self.embeddings_: dict[int, np.ndarray] = {}  # dim -> warm fit
-        self.dim_scores_ = np.zeros(len(self._dims()))  # decayed prequential accuracy per dim
+        # per dim: decayed [answers predicted right, answers predicted] by fits that had not seen them
+        self.dim_scores_ = np.zeros((2, len(self._dims())))
+        self.fresh_dims_ = np.zeros(len(self._dims()), bool)  # refitted at the last refit
         self.fitted_on_ = 0
         self.fitted_triplets_ = 0
         self.n_fits_ = 0
@@ -201,27 +207,35 @@ class CandidateDuels:
         return AUTO_DIMS if self.dim == "auto" else (int(self.dim),)
 
     def _fit_embeddings(self, emb, trip: np.ndarray) -> np.ndarray:
-        """Score each dimension's current fit on the answers it has not seen, refit every
-        dimension warm, and return the best one."""
+        """Score the dimensions refitted last time on the answers that arrived since (no fit has
+        seen them), refit warm (every dimension at first and every ``AUTO_RECHECK``-th refit,
+        else only the leading one), and return the leading dimension's embedding."""
         dims = self._dims()
         fresh = trip[self.fitted_triplets_:]
-        if len(dims) > 1 and len(fresh) and self.embeddings_:
-            self.dim_scores_ *= AUTO_DECAY
-            for i, d in enumerate(dims):
-                X = self.embeddings_.get(d)
-                if X is not None:
-                    self.dim_scores_[i] += emb.triplet_accuracy(X, fresh) * len(fresh)
+        if len(dims) > 1 and len(fresh) and self.fresh_dims_.any():
+            scored = self.fresh_dims_
+            self.dim_scores_[:, scored] *= AUTO_DECAY
+            for i in np.flatnonzero(scored):
+                self.dim_scores_[0, i] += emb.triplet_accuracy(self.embeddings_[dims[i]], fresh) * len(fresh)
+                self.dim_scores_[1, i] += len(fresh)
+        best = self._best_dim_index()
+        every = self.n_fits_ < AUTO_SETTLE or self.n_fits_ % AUTO_RECHECK == 0
+        self.fresh_dims_ = np.ones(len(dims), bool) if every else np.arange(len(dims)) == best
         seed = int(self.rng_.integers(2**31 - 1))
-        for d in dims:
+        for i in np.flatnonzero(self.fresh_dims_):
+            d = dims[i]
             X = emb.fit_embedding(trip, self.n_items, dim=d, init=self.embeddings_.get(d), random_state=seed)
             self.embeddings_[d] = np.asarray(X, np.float64)
         self.fitted_triplets_ = len(trip)
-        return self.embeddings_[dims[int(np.argmax(self.dim_scores_))]]
+        return self.embeddings_[dims[best]]
+
+    def _best_dim_index(self) -> int:
+        right, seen = self.dim_scores_
+        return int(np.argmax(np.where(seen > 0, right / np.maximum(seen, 1e-300), -1.0)))
 
     @property
     def chosen_dim_(self) -> int:
-        dims = self._dims()
-        return dims[int(np.argmax(self.dim_scores_))]
+        return self._dims()[self._best_dim_index()]
 
     def _refresh(self) -> None:
         """Refit the embedding (warm start) and rebuild every head's shortlist."""
@@ -556,6 +570,7 @@ class CandidateDuels:
             "embedding": None if self.embedding_ is None else self.embedding_.copy(),
             "embeddings": {str(d): X.copy() for d, X in self.embeddings_.items()},
             "dim_scores": self.dim_scores_.copy(),
+            "fresh_dims": self.fresh_dims_.copy(),
             "fitted_triplets": int(self.fitted_triplets_),
             "fitted_on": int(self.fitted_on_),
             "n_fits": int(self.n_fits_),
@@ -588,7 +603,8 @@ class CandidateDuels:
             p.fitted_triplets_ = len(p.triplets_) if p.embedding_ is not None else 0
         else:
             p.embeddings_ = {int(d): np.array(X, np.float64) for d, X in state["embeddings"].items()}
-            p.dim_scores_ = np.array(state["dim_scores"], np.float64)
+            p.dim_scores_ = np.array(state["dim_scores"], np.float64).reshape(2, -1)
+            p.fresh_dims_ = np.array(state["fresh_dims"], bool)
             p.fitted_triplets_ = int(state["fitted_triplets"])
         p.fitted_on_ = int(state["fitted_on"])
         p.n_fits_ = int(state["n_fits"])
