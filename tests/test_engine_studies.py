@@ -216,7 +216,8 @@ def test_pooled_questions_of_a_closed_round_are_taken_back_and_fallbacks_are_rar
         pruned += apply_new_answers(conn, sid)["pruned"]
         state = engine_state.load(conn, sid, "anntri")
         pooled = [json.loads(q) for q in conn.lrange(keys.pool(sid, "anntri"), 0, -1)]
-        assert all(state["status"][q["items"][0]] == 1 for q in pooled)  # only questions of open rounds remain
+        # only questions of open rounds (or of rounds closed by their sample cap) remain
+        assert all(state["status"][q["items"][0]] in (1, 3) for q in pooled)
     assert pruned > 0
     # the pool is refilled with the open rounds' least-asked arms, so random fallbacks are rare
     # (a few can occur when the last open rounds have nothing undecided left to plan)
@@ -351,3 +352,23 @@ def test_every_triplet_learner_of_the_table_runs_live(app, conn):
         nn, doc = learned_neighbors(conn, sid, name)
         assert len(doc["items"]) == len(POSITIONS)
         assert sum(x is not None for x in nn) >= len(POSITIONS) // 2
+
+
+def test_questions_of_a_round_closed_by_its_cap_stay_in_the_pool():
+    """A refill can close a round by its sample cap (the cap counts issued questions): those
+    pooled questions are the round's whole remaining budget, so they are not stale; a
+    certified round's are."""
+    from engine import anntri
+
+    config = StudyConfig.from_dict({"name": "capped", "question_kind": "rating",
+                                    "rating": {"min": 0, "max": 100, "step": None, "widget": "slider"},
+                                    "algorithms": [{"algorithm": "anntri",
+                                                    "params": {"window": 1, "max_samples_per_round": 6}}]})
+    learner = Learner.new(config.algorithms[0], config, 12)
+    pooled = learner.plan(6, 12)
+    assert len(pooled) == 6
+    head = pooled[0]["items"][0]
+    assert learner.planner.status_[head] == anntri.ROUND_CAPPED
+    assert learner.stale(pooled) == []
+    learner.planner.status_[head] = anntri.ROUND_CERTIFIED
+    assert learner.stale(pooled) == pooled

@@ -240,17 +240,22 @@ class Learner:
         return derived_triplet_question(i, j, draw_third(i, j, n_items, rng), self.label)
 
     def stale(self, questions: list[dict]) -> list[dict]:
-        """Pooled questions no longer worth asking: their round has closed.
+        """Pooled questions no longer worth asking: their round has been certified (or has not
+        opened: a rebuilt planner).
 
-        (Questions of arms the latest answers decided inside a still-open round are kept: taking
-        them back would not give back their place under the round's sample cap, which counts
-        issued questions, so rounds would reach the cap unanswered.)"""
+        Questions of a round closed by its sample cap are kept: the cap counts issued questions,
+        so a refill can close a round with every question it may still get sitting in the pool;
+        its answers still sharpen the round's empirical best (throwing them away made most of
+        a busy study's questions random fallbacks). Questions of arms the latest answers decided
+        inside an open round are kept too: taking them back would not give back their place
+        under the cap, so rounds would reach the cap unanswered."""
         if not self.entry.rounds or not hasattr(self.planner, "status_"):
             return []
         self.planner.progress()  # settles the rounds the latest answers decided
         status = self.planner.status_
+        live = (anntri.ROUND_OPEN, anntri.ROUND_CAPPED)
         return [q for q in questions
-                if status[q["items"][0] if q["kind"] == "rating" else q["head"]] != anntri.ROUND_OPEN]
+                if status[q["items"][0] if q["kind"] == "rating" else q["head"]] not in live]
 
     # ------------------------------------------------------------------ results
     @property
