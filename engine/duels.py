@@ -485,9 +485,21 @@ class CandidateDuels:
         cnt = np.zeros((n, k), np.int64)
         cert = np.zeros(n, bool)
         X = self.embedding_
+        early = None
         for h in range(n):
             cands, score, counts = self._ranking(h)
             if len(cands) == 0 and X is None:
+                # before the first fit: the items this head's answers chose most often (smoothed
+                # win share among the triplets that showed them), so the graph is anytime
+                if early is None:
+                    early = self._win_shares()
+                share, shown = early
+                seen = np.flatnonzero(shown[h] > 0)
+                if len(seen):
+                    top = seen[np.lexsort((seen, -share[h, seen]))][:k]
+                    nb[h, : len(top)] = top
+                    est[h, : len(top)] = 1.0 - share[h, top]
+                    cnt[h, : len(top)] = shown[h, top]
                 continue
             picked = list(cands[:k])
             if len(picked) < k and X is not None:
@@ -506,6 +518,17 @@ class CandidateDuels:
                 W, N = self._matrices(h, cands)
                 cert[h] = self._certified(h, cands, W, N)
         return NeighborGraph.from_neighbors(nb, estimates=est, samples=cnt, certified=cert)
+
+    def _win_shares(self) -> tuple[np.ndarray, np.ndarray]:
+        """(smoothed share of h's triplets that item j won, triplets of h that showed j)."""
+        n = self.n_items
+        trip = self._all_triplets()
+        wins = np.zeros((n, n))
+        shown = np.zeros((n, n), np.int64)
+        np.add.at(wins, (trip[:, 0], trip[:, 1]), 1.0)
+        np.add.at(shown, (trip[:, 0], trip[:, 1]), 1)
+        np.add.at(shown, (trip[:, 0], trip[:, 2]), 1)
+        return (wins + 1.0) / (shown + 2.0), shown
 
     def result(self) -> NeighborGraph:
         """The learned 1-NN graph."""

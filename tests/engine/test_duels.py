@@ -213,3 +213,13 @@ def test_auto_dimension_is_chosen_on_answers_no_fit_had_seen():
         del old[key]
     r = CandidateDuels.from_state(old)
     assert set(r.embeddings_) == {2} and r.fitted_triplets_ == len(r.triplets_)
+
+
+def test_the_graph_is_anytime_before_the_first_embedding_fit():
+    """Before its warm-up is over (no fit yet) a head that has answers already names the item
+    its answers chose most; a head without any names none."""
+    p = CandidateDuels(6, random_state=0, warmup=100)
+    p.observe([(0, 1, 2, 1), (0, 1, 3, 1), (0, 2, 3, 3)])
+    assert p.n_fits_ == 0
+    g = p.neighbor_graph(1)
+    assert g.neighbors[0, 0] == 1 and (g.neighbors[1:, 0] == -1).all()
