@@ -12,6 +12,8 @@ from workers.studies import create_study
 def make_app(redis_url, tmp_path, monkeypatch, **settings):
     monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
     return create_app({"TESTING": True, "REDIS_URL": redis_url, "SECRET_KEY": SECRET, "ANSWER_BURST_PER_RATER": 3,
+                       # buckets that do not refill during the test, however slow the machine
+                       "ANSWER_RATE_PER_RATER": 0.01, "ANSWER_RATE_PER_ADDRESS": 0.01,
                        **settings})
 
 

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from engine.random_triplets import RandomTriplets
+from engine.registry import DEFAULT_NN_ALGORITHM
 from workers import engine_state
 from workers.config import ConfigError, StudyConfig, load_config_file
 from workers.studies import (
@@ -27,7 +28,8 @@ from workers.studies import (
 def test_config_defaults_and_round_trip():
     config = StudyConfig.from_dict({"name": "Shoes", "pool_size": 20})
     [alg] = config.algorithms
-    assert (alg.label, alg.algorithm, alg.question_kind, alg.share) == ("anntri", "anntri", "triplet", 1.0)
+    default = DEFAULT_NN_ALGORITHM
+    assert (alg.label, alg.algorithm, alg.question_kind, alg.share) == (default, default, "triplet", 1.0)
     assert config.pool_size == 20
     assert StudyConfig.from_dict(config.to_dict()) == config
     assert StudyConfig.from_stored(config.to_dict()) == config
