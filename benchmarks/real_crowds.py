@@ -107,22 +107,10 @@ def drive(name: str, n: int, answer, marks: list[int], seed: int, batch: int) ->
     return picks
 
 
-def random_triplets(n: int, m: int, rng: np.random.Generator) -> np.ndarray:
-    """m uniformly random (head, a, b) questions with three distinct items."""
-    h = rng.integers(n, size=m)
-    a = rng.integers(n - 1, size=m)
-    a += a >= h
-    b = rng.integers(n - 2, size=m)
-    lo, hi = np.minimum(h, a), np.maximum(h, a)
-    b += b >= lo
-    b += b >= hi
-    return np.column_stack([h, a, b])
-
-
 def peer(n: int, answer, marks: list[int], seed: int) -> dict[int, np.ndarray]:
     """Random triplets + the best embedding (picked on held-out answers) at every mark."""
     rng = np.random.default_rng([seed, 7])
-    qs = random_triplets(n, max(marks), rng)
+    qs = oracles.random_triplet_questions(n, max(marks), rng)
     rows = np.asarray(answer([tuple(map(int, q)) for q in qs]), dtype=np.int64)
     closer = rows[:, 3]
     farther = np.where(rows[:, 3] == rows[:, 1], rows[:, 2], rows[:, 1])

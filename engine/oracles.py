@@ -411,18 +411,22 @@ class HumanNoise:
                              lapse=self.lapse, random_state=random_state)
 
 
-def median_triplet_gap(distances, n_samples: int = 100_000) -> float:
-    """Median |d(x,a) − d(x,b)| over random distinct triplets (a fixed seed: a property of D)."""
-    D = check_distance_matrix(distances)
-    n = D.shape[0]
-    rng = np.random.default_rng(0)
-    x = rng.integers(n, size=n_samples)
-    a = rng.integers(n - 1, size=n_samples)
+def random_triplet_questions(n_items: int, m: int, rng: np.random.Generator) -> np.ndarray:
+    """``m`` uniformly random questions ``(x, a, b)`` of three distinct items, shape (m, 3)."""
+    x = rng.integers(n_items, size=m)
+    a = rng.integers(n_items - 1, size=m)
     a += a >= x
-    b = rng.integers(n - 2, size=n_samples)
+    b = rng.integers(n_items - 2, size=m)
     lo, hi = np.minimum(x, a), np.maximum(x, a)
     b += b >= lo
     b += b >= hi
+    return np.column_stack([x, a, b])
+
+
+def median_triplet_gap(distances, n_samples: int = 100_000) -> float:
+    """Median |d(x,a) − d(x,b)| over random distinct triplets (a fixed seed: a property of D)."""
+    D = check_distance_matrix(distances)
+    x, a, b = random_triplet_questions(D.shape[0], n_samples, np.random.default_rng(0)).T
     return float(np.median(np.abs(D[x, a] - D[x, b])))
 
 
