@@ -407,6 +407,10 @@ def test_the_sweep_queues_a_study_whose_update_was_never_queued(started, tmp_pat
     session.get(f"{serve.base}/s/{STUDY}", params={"rater": "r-orphaned"}, timeout=5)
     token = session.get(f"{serve.base}/api/studies/{STUDY}/questions/next", timeout=5).json()["question"]["token"]
     payload = verify_question((instance / "secret_key").read_text().strip(), token, max_age=900)
+    # the update the question fetch may have queued has finished (a running job would otherwise
+    # pick the answer up itself, with no sweep needed)
+    wait_for(lambda: not conn.exists(keys.update_lock(STUDY), keys.update_scheduled(STUDY)), 30,
+             what="no update running")
     # a web process that died between the answer script's update flag and the enqueue
     conn.set(keys.update_scheduled(STUDY), "1", ex=60)
     answer_id, _ = accept_answer(conn, STUDY, payload["q"], "r-orphaned", payload["q"]["candidates"][0],
