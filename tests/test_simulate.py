@@ -343,7 +343,7 @@ def test_human_noise_model_lapses_and_defaults():
     model, text = noise_model(truth)
     assert (model.logistic_scale, model.lapse) == (HUMAN_SCALE, HUMAN_LAPSE) and "lapse" in text
     model, _ = noise_model(truth, noise=0.0)
-    assert model.lapse == 0 and model.logistic_scale is None
+    assert model.lapse == HUMAN_LAPSE and model.logistic_scale == 0.0
     # noise-free distances, every answer a lapse: a coin flip; no lapses: always the truth
     question = {"kind": "triplet", "head": {"index": 0, "id": "a"},
                 "candidates": [{"index": 1, "id": "b"}, {"index": 2, "id": "c"}]}
@@ -351,6 +351,31 @@ def test_human_noise_model_lapses_and_defaults():
         rater = Rater(truth, noise_model(truth, noise=0.0, lapse=lapse)[0], careless=False, rng=random.Random(0))
         share = np.mean([rater.answer(question)["choice"] == 1 for _ in range(4000)])
         assert low <= share <= high
+
+
+def test_simulated_triplets_follow_the_logistic_and_lapse_model_of_engine_oracles():
+    """--noise is the human model's logistic scale, not a Gaussian sigma: a gap of one scale is
+    won with probability λ/2 + (1 − λ)·σ(1), a near tie about half the time."""
+    import random
+
+    from engine.oracles import TripletOracle
+    from webapp.simulate import noise_model
+
+    D = np.array([[0.0, 0.2, 0.3, 0.2001], [0.2, 0.0, 0.5, 0.5], [0.3, 0.5, 0.0, 0.5], [0.2001, 0.5, 0.5, 0.0]])
+    truth = Truth(["h", "a", "b", "c"], D, source="test")
+    model, text = noise_model(truth, noise=0.1, lapse=0.2)
+    assert "logistic scale 0.1000" in text and "lapse 0.200" in text
+    rater = Rater(truth, model, careless=False, rng=random.Random(3))
+    assert isinstance(rater.oracle, TripletOracle) and rater.oracle.model == "human"
+
+    def share(a, b, n=6000):
+        q = {"kind": "triplet", "head": {"index": 0, "id": "h"},
+             "candidates": [{"index": 1, "id": a}, {"index": 2, "id": b}]}
+        return np.mean([rater.answer(q)["choice"] == 1 for _ in range(n)])
+
+    expected = 0.1 + 0.8 / (1 + np.exp(-1.0))  # gap 0.1 = one scale
+    assert share("a", "b") == pytest.approx(expected, abs=0.025)
+    assert share("a", "c") == pytest.approx(0.5, abs=0.025)
 
 
 def test_human_constants_match_the_alien_egg_fit():

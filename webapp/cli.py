@@ -833,12 +833,13 @@ def _wait_until_applied(conn, study_id: str, timeout: float) -> dict | None:
 @click.option("--raters", default=10, show_default=True, type=click.IntRange(1, 1000),
               help="Simulated raters answering at once (one thread and cookie session each).")
 @click.option("--noise", type=click.FloatRange(min=0), default=None,
-              help="Gaussian noise sigma on distances scaled to [0, 1] (triplets: on both distances; ratings: "
-                   "on the similarity, times the scale's range). Default: triplets follow the human model "
-                   "(logistic + lapse; fitted to the answers for eggs, the alien-egg fit otherwise), ratings 0.1.")
+              help="Triplets: the logistic scale of the human noise model (engine.oracles), as a share of the "
+                   "largest distance (0: raters answer the truth, but for lapses); ratings: Gaussian sigma on the "
+                   "similarity. Default: fitted to the answers for eggs, the alien-egg fit (0.075) otherwise; "
+                   "ratings 0.1.")
 @click.option("--lapse", type=click.FloatRange(0, 1), default=None,
               help="Share of triplet answers given at random (the human lapse rate). Default: the fitted "
-                   "human rate without --noise, 0 with it.")
+                   "human rate (0.03 without answers of the truth's own).")
 @click.option("--careless", type=click.FloatRange(0, 1), default=0.0, show_default=True,
               help="Share of raters who answer uniformly at random (the first ones: sim-0, sim-1, ...).")
 @click.option("--think", type=click.FloatRange(min=0), default=2.0, show_default=True,

@@ -200,23 +200,22 @@ def load_truth(spec: str) -> Truth:
 class NoiseModel:
     """How a simulated rater turns the truth into answers.
 
-    Triplets: with probability ``lapse`` a coin flip (people answer at random about one time in
-    ten to thirty); otherwise, with ``logistic_scale`` set, P(a wins) = 1 / (1 + exp((d(h,a) −
-    d(h,b)) / scale)) (together: engine.oracles' "human" model), else both distances get
-    independent N(0, ``sigma``²) noise and the smaller wins.
-    Ratings: value = min + (max − min)·(1 − d + N(0, ``sigma``²)), clipped and snapped to the step.
-    Distances are the truth's, scaled to [0, 1].
+    Triplets: engine.oracles' "human" model, the one noise model of every simulation here
+    (benchmarks, ``proxima plan``, ``proxima simulate``): P(a wins) = λ/2 + (1 − λ) / (1 +
+    exp((d(h,a) − d(h,b)) / ``logistic_scale``)) with λ = ``lapse`` (a scale of 0 answers the
+    truth exactly, ties to a). Ratings: value = min + (max − min)·(1 − d + N(0, ``sigma``²)),
+    clipped and snapped to the step. Distances are the truth's, scaled to [0, 1].
     """
 
     sigma: float = 0.0
-    logistic_scale: float | None = None
+    logistic_scale: float = 0.0
     lapse: float = 0.0
 
     def __post_init__(self):
         if not (self.sigma >= 0 and math.isfinite(self.sigma)):
             raise SimulationError(f"noise must be a number >= 0, got {self.sigma!r}")
-        if self.logistic_scale is not None and not self.logistic_scale > 0:
-            raise SimulationError("the logistic noise scale must be > 0")
+        if not (self.logistic_scale >= 0 and math.isfinite(self.logistic_scale)):
+            raise SimulationError(f"the logistic noise scale must be a number >= 0, got {self.logistic_scale!r}")
         if not 0 <= self.lapse <= 1:
             raise SimulationError(f"the lapse rate must lie in [0, 1], got {self.lapse!r}")
 
@@ -227,28 +226,35 @@ class NoiseModel:
 #: answers of their own; a test refits it from the data.
 HUMAN_SCALE = 0.075
 HUMAN_LAPSE = 0.03
+#: Gaussian sigma of simulated ratings (on similarity in [0, 1]) when --noise is not given.
+RATING_SIGMA = 0.1
 
 
 def noise_model(truth: Truth, noise: float | None = None, lapse: float | None = None) -> tuple[NoiseModel, str]:
     """The raters' noise for ``truth`` and a one-line description of it.
 
-    Without ``noise``, triplets follow the human model (logistic + lapse): fitted to the
-    truth's own answers (eggs) or else the alien-egg fit (:data:`HUMAN_SCALE`,
-    :data:`HUMAN_LAPSE`); ratings get Gaussian sigma 0.1. With ``noise``, both get Gaussian
-    noise of that sigma. ``lapse`` overrides the lapse rate in either case (default: the
-    human one without ``noise``, none with it).
+    Triplets always follow the human model (logistic + lapse). ``noise`` is its logistic scale
+    as a share of the largest distance (0: the truth's own answer); without it, the scale fitted
+    to the truth's own answers (eggs) or else the alien-egg fit (:data:`HUMAN_SCALE`).
+    ``lapse`` is the share of answers given at random; without it, the fitted rate or
+    :data:`HUMAN_LAPSE`. Ratings get Gaussian noise of sigma ``noise`` (default
+    :data:`RATING_SIGMA`) on the similarity.
     """
+    fitted = truth.logistic_scale is not None
     if noise is None:
-        fitted = truth.logistic_scale is not None
         scale = truth.logistic_scale if fitted else HUMAN_SCALE
-        lapse_rate = (truth.lapse if fitted and truth.lapse is not None else HUMAN_LAPSE) if lapse is None else lapse
-        model = NoiseModel(sigma=0.1, logistic_scale=scale, lapse=lapse_rate)
         where = "fitted to this truth's human answers" if fitted else "the alien-egg human fit"
-        return model, (f"triplets human (logistic scale {scale:.4f}, lapse {lapse_rate:.3f}; {where}); "
-                       "ratings Gaussian, sigma 0.1")
-    model = NoiseModel(sigma=noise, lapse=0.0 if lapse is None else lapse)
-    text = f"Gaussian, sigma {model.sigma:g}"
-    return model, text + (f", triplet lapse {model.lapse:g}" if model.lapse else "")
+    else:
+        scale, where = float(noise), "--noise"
+    if lapse is None:
+        lapse = truth.lapse if fitted and truth.lapse is not None else HUMAN_LAPSE
+        lapse_where = "fitted" if fitted and truth.lapse is not None else "human default"
+    else:
+        lapse_where = "--lapse"
+    sigma = RATING_SIGMA if noise is None else float(noise)
+    model = NoiseModel(sigma=sigma, logistic_scale=scale, lapse=lapse)
+    return model, (f"triplets human (logistic scale {scale:.4f} [{where}], lapse {model.lapse:.3f} "
+                   f"[{lapse_where}]); ratings Gaussian, sigma {sigma:g}")
 
 
 def snap(value: float, scale: dict) -> float | int:
@@ -286,6 +292,7 @@ class Rater:
         self.noise = noise
         self.careless = careless
         self.rng = rng
+        self._oracle = None
 
     def answer(self, question: dict) -> dict:
         """The answer body fields (``choice`` or ``value``) for one question payload."""
@@ -302,21 +309,17 @@ class Rater:
         h, ia, ib = self.truth.positions([head["id"], a["id"], b["id"]])
         if self.careless:
             return (a if self.rng.random() < 0.5 else b)["index"]
-        # a lapse: the rater answers at random (a draw only when lapses are on, so seeded runs
-        # without them answer as before)
-        if self.noise.lapse > 0 and self.rng.random() < self.noise.lapse:
-            return (a if self.rng.random() < 0.5 else b)["index"]
-        D = self.truth.distances
-        d1, d2 = D[h, ia], D[h, ib]
-        if self.noise.logistic_scale is not None:
-            z = max(-700.0, min(700.0, (d1 - d2) / self.noise.logistic_scale))
-            a_wins = self.rng.random() < 1.0 / (1.0 + math.exp(z))
-        else:
-            if self.noise.sigma > 0:
-                d1 += self.rng.gauss(0.0, self.noise.sigma)
-                d2 += self.rng.gauss(0.0, self.noise.sigma)
-            a_wins = d1 < d2 or (d1 == d2 and self.rng.random() < 0.5)
-        return (a if a_wins else b)["index"]
+        return a["index"] if self.oracle(h, ia, ib) == ia else b["index"]
+
+    @property
+    def oracle(self):
+        """engine.oracles' human triplet model on this truth, seeded from the rater's generator."""
+        if self._oracle is None:
+            from engine.oracles import TripletOracle
+
+            self._oracle = TripletOracle(self.truth.distances, noise=self.noise.logistic_scale, model="human",
+                                         lapse=self.noise.lapse, random_state=self.rng.getrandbits(32))
+        return self._oracle
 
     def rating_value(self, question: dict) -> float | int:
         scale = check_scale(question.get("scale"))
