@@ -18,7 +18,15 @@ import time
 from flask import current_app, session, url_for
 
 from workers import keys
-from workers.answers import CATCH_ALGORITHM, LATE_FLAG, SKIPPED_FLAG, AnswerRefused, accept_and_issue
+from workers.answers import (
+    CATCH_ALGORITHM,
+    LATE_FLAG,
+    REPEAT_AGREE_FLAG,
+    REPEAT_DISAGREE_FLAG,
+    SKIPPED_FLAG,
+    AnswerRefused,
+    accept_and_issue,
+)
 from workers.config import StudyConfig
 from workers.questions import (
     NextQuestion,
@@ -27,6 +35,8 @@ from workers.questions import (
     new_question_id,
     next_request,
     question_items,
+    queue_repeat,
+    repeat_question,
 )
 from workers.queue import enqueue_update
 from workers.studies import STUDY_ID_PATTERN, Study, StudyNotFound, get_study
@@ -38,6 +48,16 @@ MAX_RESPONSE_MS = 24 * 3600 * 1000
 #: How long a used-token marker lives: past the longest token TTL a study can be set to (7 days, the
 #: config's maximum), so raising a running study's TTL cannot revive an answered token.
 USED_MARKER_TTL = 7 * 24 * 3600 + 3600
+#: Validation repeats: a due repeat is asked at a question request with this chance (so when it comes
+#: cannot be told from the answers given), at least REPEAT_GAP_MIN answers after the answer it repeats
+#: and up to REPEAT_GAP_SPREAD more; repeated answers are drawn from the first REPEAT_SOURCE_SHARE of
+#: the rater's questions (of max_questions_per_rater, else REPEAT_DEFAULT_QUESTIONS), so they are asked
+#: before the rater finishes.
+REPEAT_ASK_CHANCE = 0.5
+REPEAT_GAP_MIN = 3
+REPEAT_GAP_SPREAD = 6
+REPEAT_SOURCE_SHARE = 0.6
+REPEAT_DEFAULT_QUESTIONS = 100
 #: Error codes meaning "no more questions for this rater": the page moves on to the finish page.
 DONE_CODES = ("study_complete", "rater_done", "budget_reached", "rater_stopped")
 
@@ -97,7 +117,8 @@ def check_completion_code(secret_key: str, study_id: str, rater: str, code: str)
 
 def rater_stats(conn, study_id: str, rater: str) -> dict[str, int]:
     """This rater's counters from the rater-stats hash (missing ones are 0)."""
-    names = ("answers", "catch", "catch_failed", "too_fast", "skipped", "flagged", "completed")
+    names = ("answers", "catch", "catch_failed", "too_fast", "skipped", "flagged", "completed", "repeats",
+             "repeat_agreed")
     values = conn.hmget(keys.rater_stats(study_id), [f"{rater}:{n}" for n in names])
     return {n: int(v or 0) for n, v in zip(names, values, strict=True)}
 
@@ -160,9 +181,45 @@ def question_request(study: Study, rater: str, now: float) -> NextRequest:
     at the study's rate, the algorithms' shares and fallbacks."""
     limits, attention = study.config.limits, study.config.attention
     catch = catch_question(study) if attention.rate > 0 and random.random() < attention.rate else None
+    ask_repeat = random.random() < REPEAT_ASK_CHANCE if attention.validation_repeats else None
     return next_request(study.id, study.config, study.n_items, rater, now=now, expires_at=now + token_ttl(study),
                         stop_flagged=attention.stop_flagged, max_per_rater=limits.max_questions_per_rater,
-                        budget=limits.answer_budget, catch=catch)
+                        budget=limits.answer_budget, catch=catch, ask_repeat=ask_repeat)
+
+
+def maybe_queue_repeat(conn, study: Study, rater: str, question: dict, choice, issued: NextQuestion | None) -> None:
+    """After an ordinary triplet answer: perhaps queue it to be asked again later (candidates swapped)
+    as one of the rater's ``attention.validation_repeats``. Costs a round trip only when drawn, about
+    validation_repeats times per rater."""
+    repeats = study.config.attention.validation_repeats
+    if (not repeats or question["kind"] != "triplet" or question.get("catch") or choice is None
+            or issued is None or issued.status != "ok"):
+        return
+    window = max(1, int(REPEAT_SOURCE_SHARE * (study.config.limits.max_questions_per_rater
+                                               or REPEAT_DEFAULT_QUESTIONS)))
+    if issued.answers > window or random.random() >= min(1.0, 1.5 * repeats / window):
+        return
+    head, (a, b) = question["head"], question["candidates"]
+    due = issued.answers + REPEAT_GAP_MIN + random.randint(0, REPEAT_GAP_SPREAD)
+    queue_repeat(conn, study.id, rater, repeat_question(head, a, b, choice), most=repeats, due_after=due,
+                 ttl=USED_MARKER_TTL)
+
+
+def self_agreement(stats: dict[str, int]) -> float | None:
+    """The share of validation repeats the rater answered as the first time (None before any)."""
+    return stats["repeat_agreed"] / stats["repeats"] if stats["repeats"] else None
+
+
+def flag_low_self_agreement(conn, study: Study, rater: str) -> bool:
+    """Flag the rater once at least ``min_repeats_to_flag`` repeats show self-agreement below the
+    study's ``min_self_agreement`` (flags only ever go on, so a concurrent answer cannot undo it)."""
+    attention = study.config.attention
+    stats = rater_stats(conn, study.id, rater)
+    agreement = self_agreement(stats)
+    if stats["repeats"] >= attention.min_repeats_to_flag and agreement < attention.min_self_agreement:
+        conn.hset(keys.rater_stats(study.id), f"{rater}:flagged", 1)
+        return True
+    return False
 
 
 def question_payload(conn, study: Study, rater: str, issued: NextQuestion, now: float) -> dict:
@@ -304,6 +361,10 @@ def submit_answer(conn, study: Study, rater: str, body) -> dict:
                        "this question expired before it was answered; fetch a new question") from None
     if schedule:
         enqueue_update(conn, study.id)
+    if question.get("repeat_of") is not None and choice is not None:
+        flag_low_self_agreement(conn, study, rater)
+    else:
+        maybe_queue_repeat(conn, study, rater, question, choice, issued)
     result = {"answer": {"id": answer_id}, "next": None}
     if running:
         check_consent(study)  # stored, but no next question before consent (as a question request)
@@ -334,7 +395,16 @@ def answer_flags(study: Study, question: dict, choice, issued_at: float, respons
     if minimum and ((response_ms is not None and response_ms < minimum) or elapsed_ms < minimum):
         flags.append("too_fast")
         stats.append("too_fast")
-    if question.get("catch"):
+    if question.get("repeat_of") is not None:
+        # a validation repeat: candidates swapped, so agreeing means choosing the same item again
+        if choice is not None:
+            stats.append("repeats")
+            if choice == question["repeat_of"]:
+                flags.append(REPEAT_AGREE_FLAG)
+                stats.append("repeat_agreed")
+            else:
+                flags.append(REPEAT_DISAGREE_FLAG)
+    elif question.get("catch"):
         stats.append("catch")
         if catch_passed(study, question, choice, value):
             flags.append("catch_pass")

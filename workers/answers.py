@@ -95,6 +95,12 @@ ANSWER_FIELDS = ("qid", "rater", "kind", "head", "a", "b", "choice", "value", "p
 NO_ITEM = -1
 #: The algorithm label of attention-check answers: kept in the log, never given to an engine.
 CATCH_ALGORITHM = "catch"
+#: The algorithm label of validation repeats (a triplet the rater answered, asked again with its
+#: candidates swapped): kept in the log with a flag below, never given to an engine, so a repeat is
+#: never counted as a second piece of evidence.
+REPEAT_ALGORITHM = questions.REPEAT_ALGORITHM
+REPEAT_AGREE_FLAG = "repeat_agree"
+REPEAT_DISAGREE_FLAG = "repeat_disagree"
 #: The flag of an answer the rater skipped ("can't decide"): no choice, no value.
 SKIPPED_FLAG = "skipped"
 #: The flag of an answer taken after its study was paused or closed (``accept_late_answers``).
@@ -355,12 +361,13 @@ def export_jsonl(answers, item_ids: list[str], study_id: str = ""):
 
 def export_triplets(answers, excluded_raters=frozenset()):
     """Triplet answers in cblearn's ``list-order`` format: CSV rows ``i,j,k`` (item indices),
-    meaning i was judged closer to j than to k. Load with ``numpy.loadtxt(f, delimiter=",", dtype=int)``.
+    meaning i was judged closer to j than to k (attention checks and validation repeats left out).
+    Load with ``numpy.loadtxt(f, delimiter=",", dtype=int)``.
     """
     buf = io.StringIO()
     for n, ans in enumerate(answers):
-        if (ans.kind != "triplet" or ans.rater in excluded_raters or ans.algorithm == CATCH_ALGORITHM
-                or ans.skipped):
+        if (ans.kind != "triplet" or ans.rater in excluded_raters
+                or ans.algorithm in (CATCH_ALGORITHM, REPEAT_ALGORITHM) or ans.skipped):
             continue
         other = ans.b if ans.choice == ans.a else ans.a
         buf.write(f"{ans.head},{ans.choice},{other}\n")

@@ -119,6 +119,8 @@ ATTENTION_SCHEMA = {
         "max_failure_share": {"type": "number", "minimum": 0, "maximum": 1},
         "min_checks": {"type": "integer", "minimum": 1, "maximum": 1000},
         "stop_flagged": {"type": "boolean"},
+        "validation_repeats": {"type": "integer", "minimum": 0, "maximum": 100},
+        "min_self_agreement": {"type": "number", "minimum": 0, "maximum": 1},
     },
 }
 COMPLETION_SCHEMA = {
@@ -235,6 +237,12 @@ class Limits:
         return int(self.min_answers_for_code or 1)
 
 
+#: Repeated questions a rater must have answered before a low self-agreement flags them.
+MIN_REPEATS_TO_FLAG = 8
+#: Labels of the answers that are not any algorithm's (attention checks, validation repeats).
+RESERVED_LABELS = ("catch", "repeat", "import")
+
+
 @dataclass(frozen=True)
 class Attention:
     """Catch trials: served with probability ``rate`` (of the ``kind`` in ATTENTION_KINDS); a rater with
@@ -246,10 +254,21 @@ class Attention:
     min_checks: int = 2
     stop_flagged: bool = False
     kind: str = "auto"
+    #: triplets a rater already answered asked again later (candidates swapped), to measure the rater's
+    #: self-agreement; their answers are logged (algorithm ``repeat``) and never given to a learner
+    validation_repeats: int = 0
+    #: a rater with at least MIN_REPEATS_TO_FLAG repeats answered alike less often than this is flagged
+    min_self_agreement: float = 0.6
 
     def to_dict(self) -> dict:
         return {"rate": self.rate, "kind": self.kind, "max_failure_share": self.max_failure_share,
-                "min_checks": self.min_checks, "stop_flagged": self.stop_flagged}
+                "min_checks": self.min_checks, "stop_flagged": self.stop_flagged,
+                "validation_repeats": self.validation_repeats, "min_self_agreement": self.min_self_agreement}
+
+    @property
+    def min_repeats_to_flag(self) -> int:
+        """Repeats a rater must have answered before self-agreement can flag them (few are noise)."""
+        return max(1, min(self.validation_repeats, MIN_REPEATS_TO_FLAG))
 
 
 @dataclass(frozen=True)
@@ -335,6 +354,9 @@ class StudyConfig:
         if isinstance(self.rating, dict):
             object.__setattr__(self, "rating", RatingScale(**self.rating))
         labels = [a.label for a in algorithms]
+        if self.attention.validation_repeats and all(a.question_kind == "rating" for a in algorithms):
+            raise ConfigError("field 'attention.validation_repeats': repeats re-ask triplet questions, and this "
+                              "study asks only ratings (set it to 0)")
         if len(set(labels)) != len(labels):
             dupes = sorted({x for x in labels if labels.count(x) > 1})
             raise ConfigError(f"algorithm labels must be distinct; repeated: {', '.join(dupes)} "
@@ -391,7 +413,12 @@ class StudyConfig:
         if errors:
             raise ConfigError("; ".join(errors))
         data["algorithms"] = tuple(data.get("algorithms", ()))
-        return cls(**data)
+        config = cls(**data)
+        reserved = [a.label for a in config.algorithms if a.label in RESERVED_LABELS]
+        if reserved:
+            raise ConfigError(f"algorithm label {reserved[0]!r} is reserved for answers no algorithm asked "
+                              f"({', '.join(RESERVED_LABELS)}); give the algorithm another 'label'")
+        return config
 
     @classmethod
     def from_stored(cls, data: dict) -> StudyConfig:

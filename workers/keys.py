@@ -172,3 +172,9 @@ def outstanding(study_id: str, rater: str) -> str:
 def anonymous_sessions(study_id: str, address: str) -> str:
     """Counter with a one-hour TTL: anonymous rater sessions an address opened in the study."""
     return _study_key(study_id, f"anonymous-sessions:{address}")
+
+
+def repeats(study_id: str, rater: str) -> str:
+    """List: the rater's validation repeats waiting to be asked, each ``"<answers> <question JSON>"``:
+    asked once the rater has given that many answers (attention.validation_repeats)."""
+    return _study_key(study_id, f"repeats:{rater}")

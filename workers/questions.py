@@ -74,7 +74,8 @@ ISSUE_SCRIPT = ISSUE_FUNCTION + "return issue(KEYS, ARGV, 0, 0)\n"
 # arguments of issue() (A[a + 7] ...; its rater id is this rater). After issue()'s keys comes the
 # rater's outstanding-questions zset, after issue()'s arguments the most questions a rater may hold
 # unanswered: asking for one more drops the oldest (its answer will be refused); a dropped or
-# expired attention check counts as a failed one.
+# expired attention check counts as a failed one. Optionally then the rater's validation-repeats list
+# (key) and '1' to ask its first entry if it is due (argument): handed out like an attention check.
 # Returns {'ok', question JSON, answers the rater has given, 1 if this call set the update flag,
 # item JSON per item the question shows} | {'rater_stopped'} | {'rater_done'} | {'budget_reached'}
 # | {'study_complete'}. The last three also mark the rater completed, as the finish page expects.
@@ -103,12 +104,22 @@ local function next_question(K, A, k, a)
       if tonumber(held[i + 1]) <= now or count >= most then
         redis.call('ZREM', held_key, held[i])
         count = count - 1
-        if string.sub(held[i], 1, 2) == 'c:' then abandoned = abandoned + 1 end
+        -- a validation repeat ('c:v...') left unanswered is no failed attention check
+        if string.sub(held[i], 1, 2) == 'c:' and string.sub(held[i], 3, 3) ~= 'v' then abandoned = abandoned + 1 end
       end
     end
     if abandoned > 0 then
       redis.call('HINCRBY', K[k + 1], rater .. ':catch', abandoned)
       redis.call('HINCRBY', K[k + 1], rater .. ':catch_failed', abandoned)
+    end
+    local repeats_key = K[k + 4 + 6 + m + 2]
+    if not is_catch and repeats_key and A[a + 6 + 5 + 3 * m + 2] == '1' then
+      local due = redis.call('LINDEX', repeats_key, 0)
+      local gap = due and string.find(due, ' ', 1, true)
+      if gap and tonumber(string.sub(due, 1, gap - 1)) <= answers then
+        redis.call('LPOP', repeats_key)
+        question, is_catch = string.sub(due, gap + 1), true
+      end
     end
     if is_catch then
       redis.call('ZADD', K[k + 4 + 5], A[a + 6 + 2], rater)
@@ -288,16 +299,56 @@ class NextQuestion:
 
 def next_request(study_id: str, config: StudyConfig, n_items: int, rater: str, now: float, expires_at: float,
                  stop_flagged: bool, max_per_rater: int | None, budget: int | None,
-                 catch: dict | None = None, max_outstanding: int | None = None) -> NextRequest:
+                 catch: dict | None = None, max_outstanding: int | None = None,
+                 ask_repeat: bool | None = None) -> NextRequest:
     """Keys and arguments to issue ``rater``'s next question (``catch``: this attention check instead).
-    ``max_outstanding``: questions the rater may hold unanswered (default: the study's setting)."""
+    ``max_outstanding``: questions the rater may hold unanswered (default: the study's setting);
+    ``ask_repeat``: True to ask the rater's first queued validation repeat if it is due (None: the
+    study asks none)."""
     most = int(max_outstanding or config.limits.max_outstanding)
     script_keys = [keys.rater_stats(study_id), keys.answers(study_id), keys.items(study_id),
                    keys.update_scheduled(study_id), *issue_keys(study_id, config), keys.outstanding(study_id, rater)]
     args = [rater, "1" if stop_flagged else "0", int(max_per_rater or 0), int(budget or 0),
             json.dumps(catch, sort_keys=True) if catch is not None else "", UPDATE_FLAG_TTL,
             *issue_args(config, n_items, rater, now, expires_at), most]
+    if ask_repeat is not None:
+        script_keys.append(keys.repeats(study_id, rater))
+        args.append("1" if ask_repeat else "0")
     return NextRequest(script_keys, args)
+
+
+# KEYS[1] the rater's validation-repeats list, KEYS[2] rater-stats hash; ARGV[1] rater id, ARGV[2] the
+# most repeats a rater gets, ARGV[3] the entry ("<answers> <question JSON>"), ARGV[4] the list's TTL (s).
+# Queues the entry unless the rater already has their share; returns 1 if queued, else 0.
+QUEUE_REPEAT_SCRIPT = """
+local queued = tonumber(redis.call('HGET', KEYS[2], ARGV[1] .. ':repeat_sources') or '0')
+if queued >= tonumber(ARGV[2]) then return 0 end
+redis.call('HINCRBY', KEYS[2], ARGV[1] .. ':repeat_sources', 1)
+redis.call('RPUSH', KEYS[1], ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return 1
+"""
+#: The algorithm label of validation repeats: kept in the log, never given to an engine.
+REPEAT_ALGORITHM = "repeat"
+
+
+def repeat_question(head: int, a: int, b: int, answered: int) -> dict:
+    """A triplet the rater answered (choosing ``answered``), asked again with its candidates swapped.
+
+    Handed out like an attention check (never pooled, sealed in its token like every question, so
+    the page cannot tell it apart); its question id starts with ``v`` so an unanswered repeat is not
+    counted as a failed attention check."""
+    return {"qid": "v" + new_question_id()[1:], "kind": "triplet", "head": int(head), "candidates": [int(b), int(a)],
+            "algorithm": REPEAT_ALGORITHM, "fallback": False, "catch": True, "repeat_of": int(answered)}
+
+
+def queue_repeat(conn, study_id: str, rater: str, question: dict, most: int, due_after: int, ttl: int) -> bool:
+    """Queue ``question`` (from ``repeat_question``) to be asked once the rater has given ``due_after``
+    answers, unless they already have ``most`` repeats. One round trip; True if queued."""
+    entry = f"{int(due_after)} {json.dumps(question, sort_keys=True)}"
+    script = conn.register_script(QUEUE_REPEAT_SCRIPT)
+    return bool(int(script(keys=[keys.repeats(study_id, rater), keys.rater_stats(study_id)],
+                           args=[rater, int(most), entry, int(ttl)])))
 
 
 def parse_next_reply(reply: list) -> NextQuestion:

@@ -15,7 +15,8 @@ from .answers import Answer
 #: The answers and median response times are read from at most this many of the latest answers.
 RATER_TABLE_ANSWERS = 50000
 CSV_COLUMNS = ("rater", "answers", "median_response_ms", "catch", "catch_failed", "too_fast_share", "skipped",
-               "flagged", "completed", "excluded", "last_answer_at", "completion_code", "debrief")
+               "repeats", "self_agreement", "flagged", "completed", "excluded", "last_answer_at", "completion_code",
+               "debrief")
 
 
 def _int(value) -> int:
@@ -27,7 +28,7 @@ def _int(value) -> int:
 
 def rater_table(conn, study_id: str, limit: int = RATER_TABLE_ANSWERS) -> list[dict]:
     """One row per rater: answers, median response time, catch trials and failures, too-fast share,
-    skips, flags, exclusion and the debrief answer.
+    skips, validation repeats and self-agreement, flags, exclusion and the debrief answer.
 
     Counts come from the per-rater counters (``keys.rater_stats``); answers are the larger of that
     counter and the rater's answers among the latest ``limit`` of the log, where the median response
@@ -59,6 +60,9 @@ def rater_table(conn, study_id: str, limit: int = RATER_TABLE_ANSWERS) -> list[d
             "median_response_ms": median(times[rater]) if times.get(rater) else None,
             "catch": _int(c.get("catch")), "catch_failed": _int(c.get("catch_failed")),
             "too_fast_share": too_fast / answers if answers else 0.0, "skipped": _int(c.get("skipped")),
+            # validation repeats answered (skips left out) and the share answered as the first time
+            "repeats": _int(c.get("repeats")),
+            "self_agreement": _int(c.get("repeat_agreed")) / _int(c.get("repeats")) if _int(c.get("repeats")) else None,
             "flagged": c.get("flagged") not in (None, "", "0"),
             "completed": c.get("completed") not in (None, "", "0"),
             "excluded": rater in excluded, "last_answer_at": last.get(rater), "debrief": c.get("debrief"),

@@ -387,7 +387,7 @@
       const raters = (await response.json()).raters;
       ratersBody.replaceChildren();
       if (!raters.length) {
-        ratersBody.innerHTML = '<tr><td colspan="8" class="muted">No answers yet.</td></tr>';
+        ratersBody.innerHTML = '<tr><td colspan="9" class="muted">No answers yet.</td></tr>';
         return;
       }
       raters.forEach((r) => {
@@ -397,7 +397,8 @@
         const cells = [r.rater, String(r.answers),
           r.median_response_ms === null ? "—" : (r.median_response_ms / 1000).toFixed(1) + " s",
           r.catch ? r.catch_failed + " of " + r.catch : "—",
-          (100 * r.too_fast_share).toFixed(0) + "%", String(r.skipped || 0), r.flagged ? "yes" : ""];
+          (100 * r.too_fast_share).toFixed(0) + "%", String(r.skipped || 0),
+          r.repeats ? (100 * r.self_agreement).toFixed(0) + "% of " + r.repeats : "—", r.flagged ? "yes" : ""];
         cells.forEach((text) => {
           const td = document.createElement("td");
           td.textContent = text;
