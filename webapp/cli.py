@@ -419,9 +419,12 @@ def worker(burst: bool):
 @main.command()
 @click.argument("config_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--items", "items_path", required=True, type=click.Path(path_type=Path),
-              help="A folder of images/audio/video, or a CSV of texts with a 'text' column.")
+              help="A folder of images/audio/video and/or HTML items (.html), or a CSV of texts with a 'text' column.")
 @click.option("--id", "study_id", default=None, help="Study id (default: from the name).")
-def create(config_file: Path, items_path: Path, study_id: str | None):
+@click.option("--stylesheet", "stylesheet_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="A CSS file applied to the study's rater pages (after Proxima's own; no @import, no url() but "
+                   "data:image/, no script).")
+def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet_path: Path | None = None):
     """Create a study from a YAML/JSON config and a folder of media or a CSV of texts.
 
     \b
@@ -433,22 +436,28 @@ def create(config_file: Path, items_path: Path, study_id: str | None):
       consent: Markdown shown first
       practice: [{head: ID, candidates: [ID, ID], answer: ID, explanation: ...}]
       limits: {max_questions_per_rater: 50, answer_budget: 20000, min_response_ms: 800}
-      attention: {rate: 0.05, stop_flagged: true}
+      attention: {rate: 0.05, stop_flagged: true, validation_repeats: 10, min_self_agreement: 0.6}
       completion: {prolific_redirect_url: https://app.prolific.com/submissions/complete?cc={code},
                    message: Markdown, debrief_question: Anything unclear?}
     The full JSON schema is SCHEMA in workers/config.py.
     """
     from workers.queue import schedule_update
-    from workers.studies import config_warnings, create_study, items_from_path
+    from workers.studies import check_stylesheet, config_warnings, create_study, items_from_path
 
     try:
         config = load_config_file(config_file)
         items, media = items_from_path(items_path)
+        stylesheet = None
+        if stylesheet_path is not None:
+            try:
+                stylesheet = check_stylesheet(str(stylesheet_path), stylesheet_path.read_bytes())
+            except OSError as exc:
+                raise StudyError(f"cannot read stylesheet {stylesheet_path}: {exc.strerror or exc}") from None
     except (ConfigError, StudyError) as exc:
         raise click.ClickException(str(exc)) from None
     with redis_connection() as conn:
         try:
-            study_id = create_study(conn, config, items, media, study_id=study_id)
+            study_id = create_study(conn, config, items, media, study_id=study_id, stylesheet=stylesheet)
         except StudyError as exc:
             raise click.ClickException(str(exc)) from None
         schedule_update(conn, study_id)

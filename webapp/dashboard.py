@@ -37,6 +37,7 @@ from workers.studies import (
     NEVER_ENDS,
     StudyError,
     StudyNotFound,
+    check_stylesheet,
     config_warnings,
     create_study,
     get_items,
@@ -156,11 +157,14 @@ def new_study():
     items_file = request.files.get("items")
     try:
         if not items_file or not items_file.filename:
-            raise StudyError("choose an items file: a .zip of images, audio or video, or a .csv with a 'text' column")
+            raise StudyError("choose an items file: a .zip of images, audio, video or HTML items, or a .csv with a "
+                             "'text' column")
         config = config_from_form(request.form, request.files)
         items, media = items_from_upload(items_file.read(), items_file.filename)
+        css_file = request.files.get("stylesheet")
+        stylesheet = check_stylesheet(css_file.filename, css_file.read()) if css_file and css_file.filename else None
         conn = get_redis()
-        study_id = create_study(conn, config, items, media)
+        study_id = create_study(conn, config, items, media, stylesheet=stylesheet)
         if not request.form.get("start"):
             set_status(conn, study_id, "paused")
     except (StudyError, ConfigError) as exc:

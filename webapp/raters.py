@@ -10,7 +10,7 @@ from markupsafe import Markup
 
 from workers import keys
 from workers.answers import RATER_ID_PATTERN
-from workers.studies import StudyNotFound, get_items, get_media, get_study
+from workers.studies import STUDY_ID_PATTERN, StudyNotFound, get_items, get_media, get_study, get_stylesheet
 
 from .rating import completion_code, rater_stats
 from .storage import get_redis
@@ -256,6 +256,24 @@ def code_minting_allowed(conn, study, rater: str, code: str = "1") -> bool:
         return True
     conn.hdel(keys.rater_stats(study.id), field)
     return False
+
+
+@bp.app_template_global()
+def study_stylesheet(study_id: str) -> bool:
+    """Whether the study ships its own stylesheet for its rater pages."""
+    return bool(get_redis().exists(keys.stylesheet(study_id)))
+
+
+@bp.get("/s/<study_id>/style.css")
+def stylesheet(study_id: str):
+    """The study's own CSS (checked at creation: nothing loaded from elsewhere, no script)."""
+    css = get_stylesheet(get_redis(), study_id) if STUDY_ID_PATTERN.match(study_id) else None
+    if css is None:
+        abort(404)
+    response = Response(css, mimetype="text/css")
+    response.headers["Cache-Control"] = "public, max-age=300"
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
 
 
 @bp.get("/media/<study_id>/<int:index>")

@@ -98,6 +98,8 @@ def item_payload(study_id: str, index: int, raw: bytes) -> dict:
     payload = {"index": index, "id": item["id"], "kind": item["kind"]}
     if item["kind"] == "text":
         payload["text"] = item["text"]
+    elif item["kind"] == "html":
+        payload["html"] = item["html"]  # sanitised when the item was made (studies.Item)
     elif item["kind"] == "color":
         payload["color"] = item["color"]
     else:

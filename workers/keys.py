@@ -178,3 +178,9 @@ def repeats(study_id: str, rater: str) -> str:
     """List: the rater's validation repeats waiting to be asked, each ``"<answers> <question JSON>"``:
     asked once the rater has given that many answers (attention.validation_repeats)."""
     return _study_key(study_id, f"repeats:{rater}")
+
+
+def stylesheet(study_id: str) -> str:
+    """String: the study's own CSS for its rater pages (checked by studies.check_stylesheet); kept
+    out of the study hash, which every rater request reads."""
+    return _study_key(study_id, "stylesheet")

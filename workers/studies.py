@@ -9,17 +9,19 @@ import csv
 import io
 import json
 import math
-import mimetypes
 import re
 import secrets
 import time
 from dataclasses import asdict, dataclass
+from html.parser import HTMLParser
 from pathlib import Path
+
+import nh3
 
 from . import keys
 from .config import ALGORITHM_TABLE, LABELLED_ALGORITHMS, StudyConfig
 
-ITEM_KINDS = ("color", "image", "text", "audio", "video")
+ITEM_KINDS = ("color", "image", "text", "audio", "video", "html")
 STUDY_STATUSES = ("running", "paused", "closed")
 STUDY_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 MEDIA_TYPES = {
@@ -34,7 +36,21 @@ MEDIA_TYPES = {
     ".mp4": ("video", "video/mp4"),
     ".webm": ("video", "video/webm"),
 }
+#: HTML item files (a formatted text stimulus): read as UTF-8, checked against HTML_TAGS and
+#: HTML_ATTRIBUTES, stored sanitised (nh3) in the item itself, shown inside the rater's page.
+HTML_EXTENSIONS = (".html", ".htm")
+MAX_HTML_BYTES = 20_000
+#: What an HTML item may use: text formatting and structure, no scripts, links, forms, frames, media
+#: or inline styles (a study's stylesheet styles items through their ``class``).
+HTML_TAGS = frozenset({
+    "p", "br", "hr", "div", "span", "b", "strong", "i", "em", "u", "s", "small", "mark", "sub", "sup", "code",
+    "pre", "kbd", "q", "blockquote", "cite", "abbr", "h1", "h2", "h3", "h4", "h5", "h6", "ul", "ol", "li", "dl",
+    "dt", "dd", "table", "thead", "tbody", "tfoot", "tr", "th", "td", "caption", "ruby", "rt", "rp", "bdi", "bdo",
+    "wbr", "del", "ins", "figure", "figcaption", "section", "article", "header", "footer"})
+HTML_ATTRIBUTES = frozenset({"class", "title", "lang", "dir", "colspan", "rowspan"})
 MAX_MEDIA_BYTES = 10 * 1024 * 1024
+#: Extensions a folder or ZIP of items may hold: media files and HTML items.
+ITEM_EXTENSIONS = (*MEDIA_TYPES, *HTML_EXTENSIONS)
 MAX_CSV_ROWS = 100_000
 MAX_TEXT_CHARS = 5000
 #: Columns of an items CSV that are not features; every other column is a numeric feature.
@@ -61,6 +77,7 @@ class Item:
     kind: str
     text: str | None = None
     color: str | None = None
+    html: str | None = None
     media_type: str | None = None
     label: str | None = None
     position: tuple[float, ...] | None = None
@@ -73,6 +90,11 @@ class Item:
             raise StudyError(f"item {self.id!r} has kind {self.kind!r}; allowed: {', '.join(ITEM_KINDS)}")
         if self.kind == "text" and not self.text:
             raise StudyError(f"text item {self.id!r} has no text")
+        if self.kind == "html":
+            if not self.html or not self.html.strip():
+                raise StudyError(f"HTML item {self.id!r} has no HTML")
+            # whatever built the item (a file, the demo, a stored study), raters only ever get clean HTML
+            object.__setattr__(self, "html", sanitize_html(self.html))
         if self.kind == "color" and not re.fullmatch(r"#[0-9a-fA-F]{6}", self.color or ""):
             raise StudyError(f"colour item {self.id!r} needs a colour like #1a2b3c, not {self.color!r}")
         if self.features is not None:
@@ -118,8 +140,9 @@ def check_study_id(study_id: str) -> str:
 
 
 def create_study(conn, config: StudyConfig, items: list[Item], media: dict[int, bytes] | None = None,
-                 study_id: str | None = None) -> str:
-    """Store a new study with its items (and media bytes by item index); returns its id."""
+                 study_id: str | None = None, stylesheet: str | bytes | None = None) -> str:
+    """Store a new study with its items (and media bytes by item index) and an optional stylesheet
+    for its rater pages (``check_stylesheet``); returns its id."""
     if len(items) < 3:
         raise StudyError(f"a study needs at least 3 items, got {len(items)}")
     ids = [item.id for item in items]
@@ -128,6 +151,7 @@ def create_study(conn, config: StudyConfig, items: list[Item], media: dict[int, 
         raise StudyError(f"item ids must be unique; repeated: {', '.join(dupes[:10])}")
     check_config_for_items(config, items)
     check_item_references(config, items)
+    css = check_stylesheet("the stylesheet", stylesheet) if stylesheet else None
     study_id = check_study_id(study_id) if study_id else new_study_id(config.name)
     if not conn.hsetnx(keys.study(study_id), "created_at", repr(time.time())):
         raise StudyError(f"a study with id '{study_id}' already exists")
@@ -141,6 +165,8 @@ def create_study(conn, config: StudyConfig, items: list[Item], media: dict[int, 
         pipe.rpush(keys.items(study_id), *[json.dumps(item.to_dict(), sort_keys=True) for item in items])
         if media:
             pipe.hset(keys.media(study_id), mapping={str(i): data for i, data in media.items()})
+        if css:
+            set_stylesheet(conn, study_id, css, pipeline=pipe)
         pipe.sadd(keys.studies(), study_id)
         pipe.execute()
     return study_id
@@ -174,7 +200,7 @@ def check_item_references(config: StudyConfig, items: list[Item]) -> None:
         for item_id in ITEM_REFERENCE.findall(text or ""):
             if item_id not in kinds:
                 raise unknown(field_name, item_id)
-            if kinds[item_id] in ("text", "color"):
+            if kinds[item_id] in ("text", "color", "html"):
                 raise StudyError(f"field '{field_name}' shows item {item_id!r} as an image, but it is a "
                                  f"{kinds[item_id]} item; only image, audio or video items can be shown there")
 
@@ -367,24 +393,138 @@ def check_media(source: str, name: str, data: bytes) -> tuple[str, str]:
     return kind, media_type
 
 
+def sanitize_html(html: str) -> str:
+    """``html`` with everything outside HTML_TAGS / HTML_ATTRIBUTES removed (nh3, the Ammonia
+    sanitiser): what a rater's page may insert as an item."""
+    return nh3.clean(html, tags=set(HTML_TAGS), attributes={"*": set(HTML_ATTRIBUTES)}, url_schemes=set(),
+                     strip_comments=True, link_rel=None)
+
+
+class _HtmlInventory(HTMLParser):
+    """The tags and attributes a document uses, to name what it may not use."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags: set[str] = set()
+        self.attributes: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        self.attributes.update(name for name, _ in attrs)
+
+    handle_startendtag = handle_starttag
+
+
+def check_html(source: str, name: str, data: bytes) -> str:
+    """The one check of an HTML item's file: UTF-8, at most MAX_HTML_BYTES, only HTML_TAGS and
+    HTML_ATTRIBUTES (a script, a link, an event handler or an inline style is refused, naming it,
+    rather than silently dropped), something to show. Returns the sanitised HTML."""
+    if len(data) > MAX_HTML_BYTES:
+        raise StudyError(f"{source}: {name} is {len(data) // 1024} KiB; an HTML item may be at most "
+                         f"{MAX_HTML_BYTES // 1000} kB (it is shown inside the question)")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise StudyError(f"{source}: {name} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    inventory = _HtmlInventory()
+    inventory.feed(text)
+    inventory.close()
+    tags = sorted(inventory.tags - HTML_TAGS - {"html", "head", "body", "meta", "title"})
+    attributes = sorted(inventory.attributes - HTML_ATTRIBUTES)
+    if tags or attributes:
+        what = ", ".join([f"<{t}>" for t in tags] + [f"the attribute '{a}'" for a in attributes][:8])
+        raise StudyError(f"{source}: {name} uses {what}, which raters' pages do not allow in an HTML item "
+                         f"(no scripts, links, forms, media or inline styles; style items with the study's "
+                         f"stylesheet through 'class'). Allowed tags: {', '.join(sorted(HTML_TAGS))}")
+    body = re.search(r"<body[^>]*>(.*)</body>", text, re.S | re.I)
+    clean = sanitize_html(body.group(1) if body else re.sub(r"<title>.*?</title>", "", text, flags=re.S | re.I))
+    if not re.sub(r"<[^>]*>|\s|&nbsp;", "", clean):
+        raise StudyError(f"{source}: {name} shows no text; an HTML item needs something for raters to read")
+    return clean
+
+
+def item_from_file(source: str, name: str, item_id: str, data: bytes) -> tuple[Item, bytes | None]:
+    """The one way a file becomes an item, for ``proxima create`` (a folder) and the dashboard upload
+    (a ZIP) alike: an HTML file is checked and kept as sanitised HTML in the item; any other file
+    passes ``check_media`` and its bytes are the item's media. Errors name ``source`` and ``name``."""
+    if Path(name).suffix.lower() in HTML_EXTENSIONS:
+        item, media = Item(id=item_id, kind="html", html=check_html(source, name, data)), None
+    else:
+        kind, media_type = check_media(source, name, data)
+        item, media = Item(id=item_id, kind=kind, media_type=media_type), data
+    return item, media
+
+
+#: A per-study stylesheet (``proxima create --stylesheet``, the dashboard's upload): at most this size.
+MAX_STYLESHEET_BYTES = 100_000
+# what a study's CSS may not do: load anything from elsewhere or run code in old browsers
+_CSS_FORBIDDEN = (
+    (re.compile(r"@import", re.I), "@import (put every rule in this one file)"),
+    (re.compile(r"url\(\s*(?![\"']?data:image/)", re.I), "url() other than a data:image/ URL (images of the "
+                                                           "study are its items; nothing is loaded from elsewhere)"),
+    (re.compile(r"expression\s*\(|javascript:|-moz-binding|behavior\s*:", re.I), "script in CSS"),
+    (re.compile(r"</", re.I), "'</' (a stylesheet holds CSS only, no HTML)"),
+)
+
+
+def check_stylesheet(source: str, data: bytes | str) -> str:
+    """The one check of a study's stylesheet, for the CLI and the dashboard upload alike: UTF-8
+    CSS of at most MAX_STYLESHEET_BYTES that loads nothing from elsewhere (@import, url() other than
+    data:image/) and holds no script (the pages' Content-Security-Policy would block both; refusing
+    them here tells the researcher why their style did not apply). Returns the CSS text."""
+    raw = data.encode() if isinstance(data, str) else data
+    if len(raw) > MAX_STYLESHEET_BYTES:
+        raise StudyError(f"{source} is {len(raw) // 1024} KiB; a study's stylesheet may be at most "
+                         f"{MAX_STYLESHEET_BYTES // 1000} kB")
+    try:
+        css = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise StudyError(f"{source} is not UTF-8 text (byte {exc.start}); save the stylesheet as UTF-8") from None
+    if "\x00" in css:
+        raise StudyError(f"{source} holds a NUL character; a stylesheet is plain CSS text")
+    for pattern, what in _CSS_FORBIDDEN:
+        found = pattern.search(css)
+        if found:
+            line = css.count("\n", 0, found.start()) + 1
+            raise StudyError(f"{source}, line {line}: a study's stylesheet may not use {what}")
+    if css.count("{") != css.count("}"):
+        raise StudyError(f"{source}: its braces do not balance ({css.count('{')} '{{' and {css.count('}')} '}}'); "
+                         "is it CSS?")
+    return css
+
+
+def set_stylesheet(conn, study_id: str, css: str | None, pipeline=None) -> None:
+    """Store (or with None remove) the study's checked stylesheet."""
+    target = pipeline if pipeline is not None else conn
+    if css:
+        target.set(keys.stylesheet(study_id), check_stylesheet("the stylesheet", css))
+    else:
+        target.delete(keys.stylesheet(study_id))
+
+
+def get_stylesheet(conn, study_id: str) -> str | None:
+    raw = conn.get(keys.stylesheet(study_id))
+    return raw.decode() if raw else None
+
+
 def items_from_folder(folder: str | Path) -> tuple[list[Item], dict[int, bytes]]:
     """One item per image/audio/video file of ``folder`` (sorted by name); ids are file stems."""
     folder = Path(folder)
     if not folder.is_dir():
         raise StudyError(f"items folder {folder} does not exist or is not a folder")
-    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in MEDIA_TYPES)
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in ITEM_EXTENSIONS)
     if not files:
-        allowed = ", ".join(sorted(MEDIA_TYPES))
-        raise StudyError(f"items folder {folder} holds no media files (allowed extensions: {allowed})")
+        allowed = ", ".join(sorted(ITEM_EXTENSIONS))
+        raise StudyError(f"items folder {folder} holds no media files or HTML items (allowed extensions: {allowed})")
     items, media = [], {}
     for index, path in enumerate(files):
         if path.stat().st_size > MAX_MEDIA_BYTES:
             raise StudyError(f"{path.name} is {path.stat().st_size // 1024} KiB; items may be at most "
                              f"{MAX_MEDIA_BYTES // (1024 * 1024)} MiB each")
-        data = path.read_bytes()
-        kind, media_type = check_media(str(folder), path.name, data)
-        items.append(Item(id=path.stem, kind=kind, media_type=media_type or mimetypes.guess_type(path)[0]))
-        media[index] = data
+        item, data = item_from_file(str(folder), path.name, path.stem, path.read_bytes())
+        items.append(item)
+        if data is not None:
+            media[index] = data
     return items, media
 
 

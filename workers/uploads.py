@@ -20,7 +20,7 @@ import zipfile
 import yaml
 
 from .config import ConfigError, StudyConfig
-from .studies import MAX_MEDIA_BYTES, MEDIA_TYPES, Item, StudyError, check_media, items_from_csv_text
+from .studies import ITEM_EXTENSIONS, MAX_MEDIA_BYTES, Item, StudyError, item_from_file, items_from_csv_text
 
 MAX_ZIP_MEMBERS = 5000
 MAX_ZIP_TOTAL_BYTES = 256 * 1024 * 1024
@@ -62,13 +62,13 @@ def items_from_zip(data: bytes, filename: str = "items.zip", max_members: int = 
         if total > max_total_bytes:
             raise StudyError(f"{filename} would unpack to {total // (1024 * 1024)} MiB; at most "
                              f"{max_total_bytes // (1024 * 1024)} MiB are allowed")
-        allowed = ", ".join(sorted(MEDIA_TYPES))
+        allowed = ", ".join(sorted(ITEM_EXTENSIONS))
         items, media, seen = [], {}, {}
         for info in sorted(members, key=lambda i: i.filename):
             name = info.filename
             stem, ext = posixpath.splitext(posixpath.basename(name))
-            if ext.lower() not in MEDIA_TYPES:
-                raise StudyError(f"{filename}: {name} is not an image, audio or video file "
+            if ext.lower() not in ITEM_EXTENSIONS:
+                raise StudyError(f"{filename}: {name} is not an image, audio, video or HTML file "
                                  f"(allowed extensions: {allowed}); remove it from the archive")
             if info.file_size > MAX_MEDIA_BYTES:
                 raise StudyError(f"{filename}: {name} is {info.file_size // 1024} KiB; items may be at most "
@@ -84,14 +84,17 @@ def items_from_zip(data: bytes, filename: str = "items.zip", max_members: int = 
             except (zipfile.BadZipFile, RuntimeError, NotImplementedError, OSError, EOFError) as exc:
                 raise StudyError(f"{filename}: cannot read {name} ({exc}); encrypted or damaged archives "
                                  "are not supported") from None
-            kind, media_type = check_media(filename, name, content)
             try:
-                items.append(Item(id=stem, kind=kind, media_type=media_type))
+                item, data = item_from_file(filename, name, stem, content)
             except StudyError as exc:
-                raise StudyError(f"{filename}: {name}: {exc}") from None
-            media[len(items) - 1] = content
+                message = str(exc)
+                raise StudyError(message if message.startswith(f"{filename}:") else f"{filename}: {name}: {message}") \
+                    from None
+            items.append(item)
+            if data is not None:
+                media[len(items) - 1] = data
     if not items:
-        raise StudyError(f"{filename} holds no media files (allowed extensions: {allowed})")
+        raise StudyError(f"{filename} holds no media files or HTML items (allowed extensions: {allowed})")
     return items, media
 
 

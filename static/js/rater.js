@@ -45,6 +45,11 @@
       el = document.createElement("span");
       el.className = "text-item";
       el.textContent = item.text;
+    } else if (item.kind === "html") {
+      // sanitised on the server (nh3, an allow-list of formatting tags); the page's CSP runs no inline script
+      el = document.createElement("div");
+      el.className = "html-item";
+      el.innerHTML = item.html;
     } else if (item.kind === "image") {
       el = document.createElement("img");
       el.src = item.url;
