@@ -27,6 +27,7 @@ PUBLIC_RULES = {
     "/api/health",
     "/api/studies/<study_id>/questions/next",
     "/api/studies/<study_id>/answers",
+    "/metrics",  # its own check (a researcher, a bearer token or an allowed address): tests/test_metrics.py
 }
 RATER_PREFIXES = ("/s/<study_id>", "/media/<study_id>/")
 

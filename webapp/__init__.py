@@ -100,6 +100,8 @@ def _configured_app(test_config: dict | None = None) -> Flask:
         TRUSTED_PROXIES=0,  # reverse proxies in front whose X-Forwarded-For/-Proto are believed
         PUBLIC_URL=None,  # e.g. https://study.example.org: the base of every link a researcher copies
         HSTS_SECONDS=365 * 24 * 3600,  # Strict-Transport-Security on https responses (0: not sent)
+        METRICS_TOKEN=None,  # /metrics for a Prometheus scraper sending "Authorization: Bearer <token>"
+        METRICS_ALLOWED_ADDRESSES=None,  # ... or from these addresses/networks ("10.0.0.5,10.1.0.0/16")
         **limits.DEFAULTS,
     )
     app.config.from_pyfile("proxima.cfg", silent=True)
@@ -123,8 +125,9 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     storage.init_app(app)
 
-    from . import api, auth, dashboard, errors, raters
+    from . import api, auth, dashboard, errors, metrics, raters
 
+    metrics.init_app(app)  # first: its timer starts before any other before_request runs
     errors.init_app(app)
     app.register_blueprint(raters.bp)
     app.register_blueprint(dashboard.bp)

@@ -37,7 +37,8 @@ csrf = CSRFProtect()
 # show researcher data (tests/test_auth.py checks the rater pages and the URL map).
 PUBLIC_BLUEPRINTS = frozenset({"raters", "auth"})
 # Single public endpoints on otherwise protected blueprints.
-PUBLIC_ENDPOINTS = frozenset({"static", "api.health", "api.get_next_question", "api.post_answer"})
+PUBLIC_ENDPOINTS = frozenset({"static", "api.health", "api.get_next_question", "api.post_answer",
+                              "metrics.metrics"})  # /metrics does its own check (researcher, token or address)
 # Rater routes exempt from CSRF. An answer is only accepted with a question token that
 # the server signed for this rater session and that is used once; a cross-site page
 # cannot read such a token (the question is fetched with a same-origin GET), so a forged

@@ -184,3 +184,9 @@ def stylesheet(study_id: str) -> str:
     """String: the study's own CSS for its rater pages (checked by studies.check_stylesheet); kept
     out of the study hash, which every rater request reads."""
     return _study_key(study_id, "stylesheet")
+
+
+def request_durations() -> str:
+    """Hash: HTTP request durations of every web process (``<endpoint>|<bucket>`` counts and
+    ``<endpoint>|sum`` seconds), for the Prometheus /metrics histogram."""
+    return f"{PREFIX}:metrics:request_durations"
