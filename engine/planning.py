@@ -495,7 +495,8 @@ def format_plan(p: Plan, target: float | None = None, metric: str = "exact", pay
 # ---------------------------------------------------------------------------- reading a pilot
 def read_pilot_csv(text: str, source: str = "pilot") -> np.ndarray:
     """Triplets (head, closer, farther) from a pilot's answers export (``proxima export --what
-    answers``: kind, head, a, b, choice columns; skipped answers, catch trials and ratings left out)
+    answers``: kind, head, a, b, choice columns; skipped answers, catch trials, validation repeats and
+    ratings left out)
     or from cblearn list-order rows ``i,j,k`` (``--what triplets``)."""
     import csv
     import io
@@ -507,7 +508,8 @@ def read_pilot_csv(text: str, source: str = "pilot") -> np.ndarray:
     if "head" in first and "choice" in first:
         rows = []
         for row in csv.DictReader(io.StringIO("\n".join(lines))):
-            if row.get("kind", "triplet") != "triplet" or not row.get("choice") or row.get("algorithm") == "catch":
+            if (row.get("kind", "triplet") != "triplet" or not row.get("choice")
+                    or row.get("algorithm") in ("catch", "repeat")):  # checks and validation repeats: no evidence
                 continue
             try:
                 h, a, b, c = (int(row[k]) for k in ("head", "a", "b", "choice"))
