@@ -30,6 +30,9 @@ from .bounds import UNIT_INTERVAL_BOUNDS, check_bound, confidence_interval
 from .graph import NO_NEIGHBOR, NeighborGraph  # noqa: F401  (re-exported: older imports)
 from .utils import check_n_items, check_random_state, generator_from_state, generator_state
 
+#: With more open rounds than this (and than the questions wanted), ``next_questions`` serves
+#: them in turn, reading only the rounds it asks (``ANNTri._next_spread``).
+SPREAD_MIN_ROUNDS = 32
 STATE_VERSION = 3  # 2 added params['stagger'], 3 params['symmetric']; older states still load
 
 #: ``status_`` values of a round.
@@ -786,6 +789,8 @@ class _NeighborGraphPlanner:
         """
         if self._fast_ok and type(budget) is int and budget > 0 and not self.lookahead:  # noqa: E721
             open_rounds = self.open_rounds_
+            if len(open_rounds) > max(budget, SPREAD_MIN_ROUNDS):
+                return self._next_general(budget)  # many open rounds: taken in turn (_next_spread)
             if len(open_rounds) != 1:
                 out = self._next_fast(budget)
                 if out is not None:
@@ -1008,6 +1013,9 @@ class _NeighborGraphPlanner:
         cap = self.max_samples_per_round
         lookahead = float(self.lookahead)
         pending, issued, status = self.pending_, self.round_issued_, self.status_
+        self._fill_window()
+        if not lookahead and len(self.open_rounds_) > max(budget, SPREAD_MIN_ROUNDS):
+            out = self._next_spread(budget)
         while len(out) < budget:
             self._fill_window()
             if not self.open_rounds_:
@@ -1050,6 +1058,40 @@ class _NeighborGraphPlanner:
             if len(out) == issued_before or not self._room():
                 break
         self.n_issued_ += len(out)
+        return out
+
+    def _next_spread(self, budget: int) -> list[tuple[int, int]]:
+        """More open rounds than questions wanted (e.g. every round open in a busy study): one
+        fewest-sampled arm from each of the next rounds in turn, reading only the rounds it
+        visits; the visited rounds move to the back of ``open_rounds_``, so successive calls
+        go round all the open rounds instead of serving the first ``budget`` ones forever.
+        (Only reached with more open rounds than ``budget``; otherwise every round is read.)"""
+        out: list[tuple[int, int]] = []
+        cap = self.max_samples_per_round
+        pending, issued, status = self.pending_, self.round_issued_, self.status_
+        rounds = list(self.open_rounds_)
+        visited = 0
+        for j in rounds:
+            if len(out) >= budget:
+                break
+            visited += 1
+            if status[j] != ROUND_OPEN:
+                continue
+            arms = self._eligible(j)
+            if not arms:
+                continue
+            a = arms[0]
+            out.append((j, a))
+            pending[j, a] += 1
+            if self.symmetric:
+                pending[a, j] += 1
+            issued[j] += 1
+            if cap is not None and issued[j] >= cap:
+                self._close_capped(j)
+        seen = set(rounds[:visited])
+        still = self.open_rounds_
+        self.open_rounds_ = [j for j in still if j not in seen] + [j for j in still if j in seen]
+        self._fill_window()
         return out
 
     def repeat_questions(self, budget: int) -> list[tuple[int, int]]:

@@ -36,7 +36,9 @@ class Algorithm:
     JSON-schema fragment whose ``"default"`` is the planner's default; ``state_classes`` the
     ``state["class"]`` names it restores; ``description`` one line for researchers; ``rounds``
     the planner works through SETri rounds (``status_``, ``window``, ``round_best``), so the
-    platform may widen its window, retire questions of closed rounds and ask least-asked repeats.
+    platform may widen its window, retire questions of closed rounds and ask least-asked repeats;
+    ``triplet_defaults`` the parameters a pair-asking planner gets in a triplet study unless given
+    (see :func:`defaults_for`).
     """
 
     name: str
@@ -50,6 +52,7 @@ class Algorithm:
     needs_labels: bool = False
     takes_labels: bool = False
     rounds: bool = False
+    triplet_defaults: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.asks not in ASKS or self.learns not in LEARNS:
@@ -58,6 +61,8 @@ class Algorithm:
             raise ValueError(f"{self.name}: question_kinds must be a non-empty subset of {QUESTION_KINDS}")
         object.__setattr__(self, "params", MappingProxyType({k: MappingProxyType(dict(v))
                                                              for k, v in self.params.items()}))
+        object.__setattr__(self, "triplet_defaults", MappingProxyType({k: v for k, v in self.triplet_defaults.items()
+                                                                       if k in self.params}))
 
     @property
     def yields_graph(self) -> bool:
@@ -91,7 +96,15 @@ _ROUNDS = {
     "max_samples_per_round": {"type": ["integer", "null"], "minimum": 1, "default": None},
     "window": {"type": "integer", "minimum": 1, "maximum": 100000, "default": 1},
     "stagger": {"type": "boolean", "default": False},
+    "symmetric": {"type": "boolean", "default": True},
+    "triangle": {"type": "boolean", "default": True},
 }
+#: What a pair planner runs in a triplet study unless its config says otherwise: the samples are
+#: triplet-derived ("is i more like j or a random k?"), which are head-based (not symmetric) and
+#: not a metric, so no pooling of Q(i, j) with Q(j, i) and no triangle bounds; the KL bound and
+#: every round open at once (``benchmarks/anntri_derived.py``: the window-1 paper defaults stay
+#: at ~.95 NN error through 2,000 answers per item). See ``engine.anntri.DERIVED_DEFAULTS``.
+_DERIVED = {"symmetric": False, "triangle": False, "bound": "kl", "window": 100000, "stagger": False}
 _PAIR_STATES = ("PairTripletAdapter",)
 _EMBEDDING = {
     "kernel": {"enum": ["tste", "ste"], "default": "tste"},
@@ -104,14 +117,16 @@ _EMBEDDING = {
 _ENTRIES = (
     Algorithm("anntri", "engine.anntri:ANNTri", ("triplet", "rating"), "pair", "graph",
               "ANNTri: adaptive pair distances with triangle-inequality pruning; certifies each neighbour",
-              _ROUNDS, ("ANNTri",) + _PAIR_STATES, rounds=True),
+              _ROUNDS, ("ANNTri",) + _PAIR_STATES, rounds=True, triplet_defaults=_DERIVED),
     Algorithm("ann", "engine.anntri:ANN", ("triplet", "rating"), "pair", "graph",
               "ANN: adaptive pair distances without the triangle bounds (the paper's baseline)",
-              _ROUNDS, ("ANN",) + _PAIR_STATES, rounds=True),
+              {k: v for k, v in _ROUNDS.items() if k != "triangle"}, ("ANN",) + _PAIR_STATES, rounds=True,
+              triplet_defaults=_DERIVED),
     Algorithm("random", "engine.anntri:RandomSampling", ("triplet", "rating"), "pair", "graph",
               "Random: uniformly random pairs until the confidence bounds certify every neighbour",
-              {k: v for k, v in _ROUNDS.items() if k not in ("window", "max_samples_per_round", "stagger")},
-              ("RandomSampling",) + _PAIR_STATES),
+              {k: v for k, v in _ROUNDS.items()
+               if k not in ("window", "max_samples_per_round", "stagger", "triangle")},
+              ("RandomSampling",) + _PAIR_STATES, triplet_defaults=_DERIVED),
     Algorithm("random_triplets", "engine.random_triplets:RandomTriplets", ("triplet",), "triplet", "graph",
               "Random triplets: uniformly random triplets, neighbour = highest win rate (no certificate)",
               {}, ("RandomTriplets",)),
@@ -179,6 +194,14 @@ def entry_for_state(state: Mapping) -> Algorithm:
     raise ValueError(f"no algorithm restores an engine state of class {cls!r}")
 
 
+def defaults_for(name: str, question_kind: str = "triplet") -> dict:
+    """The parameters ``name`` runs with when a study asking ``question_kind`` gives none: the
+    table's defaults, overridden in triplet studies by the entry's ``triplet_defaults`` (pair
+    planners learning from triplet-derived samples)."""
+    entry = get_algorithm(name)
+    return {**entry.defaults, **(entry.triplet_defaults if question_kind == "triplet" else {})}
+
+
 def check_params(name: str, params: Mapping) -> dict:
     """Validate ``params`` against the entry; returns them with the defaults filled in.
 
@@ -211,7 +234,9 @@ def make_planner(name: str, n_items: int, question_kind: str = "triplet", random
     entry = get_algorithm(name)
     if question_kind not in entry.question_kinds:
         raise ValueError(f"{name} asks {' or '.join(entry.question_kinds)} questions, not {question_kind!r}")
-    params = check_params(name, params)
+    # validated as given, then the study defaults for this question kind fill what is missing
+    check_params(name, params)
+    params = {**defaults_for(name, question_kind), **params}
     cls = entry.planner_class()
     supervised = params.pop("supervised", False)
     if entry.needs_labels or supervised:

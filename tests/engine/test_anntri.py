@@ -758,3 +758,45 @@ def test_derived_defaults_build_a_head_based_planner_without_triangle_bounds():
     assert len(set(qs)) == 30 and len({i for i, _ in qs}) > 1  # several rounds asked at once
     planner.observe([(i, j, float(rng.integers(2))) for i, j in qs])  # Bernoulli samples
     assert planner.count_.sum() == 30 and not np.array_equal(planner.count_, planner.count_.T)
+
+
+# ---------------------------------------------------------------- many open rounds, triplet studies
+def test_many_open_rounds_are_served_in_turn_and_replay_exactly():
+    # With every round open and small batches, each call asks the rounds after the last ones
+    # asked (not the first `budget` rounds again and again), and a restored state continues
+    # with exactly the same questions.
+    n = 60
+    X, _ = circle_clusters(n_clusters=6, cluster_size=10, random_state=3)
+    oracle = PointsOracle(X, noise=0.1, random_state=3)
+    planner = ANN(n, sigma=0.1, window=n, symmetric=False, random_state=3)
+    asked_rounds = []
+    for _ in range(6):
+        qs = planner.next_questions(20)
+        assert len(qs) == 20 and len({q[0] for q in qs}) == 20  # one question per round
+        asked_rounds.extend(q[0] for q in qs)
+        planner.observe(oracle.answer(qs))
+    counts = np.bincount(asked_rounds, minlength=n)
+    assert counts.min() == counts.max() == 2  # 120 questions went round all 60 rounds twice
+    twin = planner_from_state(planner.to_state())
+    for _ in range(5):
+        qs = planner.next_questions(17)
+        assert twin.next_questions(17) == qs
+        answers = oracle.answer(qs)
+        planner.observe(answers)
+        twin.observe(answers)
+    assert np.array_equal(planner.current_neighbors(), twin.current_neighbors())
+
+
+def test_a_triplet_study_runs_pair_planners_with_the_derived_defaults():
+    from engine.registry import defaults_for, make_planner
+
+    for name in ("anntri", "ann", "random"):
+        adapted = make_planner(name, 30, question_kind="triplet", random_state=0).planner
+        assert (adapted.symmetric, adapted.triangle, adapted.bound) == (False, False, "kl")
+        rated = make_planner(name, 30, question_kind="rating", random_state=0)
+        assert (rated.symmetric, rated.bound) == (True, "lil")  # ratings of a metric: the paper's
+        assert defaults_for(name, "rating")["bound"] == "lil"
+    assert make_planner("anntri", 30, question_kind="rating").triangle is True
+    given = make_planner("anntri", 30, question_kind="triplet", window=2, bound="lil").planner
+    assert (given.window, given.bound, given.symmetric) == (2, "lil", False)  # given values win
+    assert DERIVED_DEFAULTS.items() <= defaults_for("anntri", "triplet").items()
