@@ -160,3 +160,18 @@ def test_a_pool_is_filled_for_the_questions_taken_since_the_previous_pass(client
     assert conn.llen(keys.pool(study_id, "random_triplets")) == target
     jobs.apply_new_answers(conn, study_id)  # nothing taken since: back to pool_size
     assert int(conn.hget(keys.pool_targets(study_id), "random_triplets")) == 8
+
+
+def test_a_pass_records_the_memory_the_study_takes(client, conn, study_id, app):
+    from webapp.stats import study_stats
+
+    give(client, 6)
+    jobs.apply_new_answers(conn, study_id)
+    figures = stats(conn)
+    # the summary (and with it the memory figures) goes out with the first pass of a job
+    assert int(figures["memory_redis_bytes"]) > 0
+    give(client, 2)
+    jobs.apply_new_answers(conn, study_id)
+    study = get_study(conn, study_id)
+    engine = study_stats(conn, study)["engine"]
+    assert engine["memory_redis_bytes"] > 0 and engine["memory_engine_bytes"] > 0

@@ -267,6 +267,9 @@ def study_stats(conn, study: Study) -> dict:
             "latency_ms_p95": _percentile(latencies, 0.95),
             "latencies_ms": latencies[:LATENCY_POINTS][::-1],  # oldest first
             "last_batch": int(engine.get("last_batch", 0)),
+            # the study's keys in Redis and its learners' states in a worker (written with the summary)
+            "memory_redis_bytes": _int(engine.get("memory_redis_bytes")),
+            "memory_engine_bytes": _int(engine.get("memory_engine_bytes")),
             "last_update_at": float(engine["last_update_at"]) if "last_update_at" in engine else None,
         },
     }

@@ -270,6 +270,26 @@ _summarised: dict[str, float] = {}
 _unsummarised: set[str] = set()
 
 
+def study_memory(conn, study: Study, kept: dict[str, _Kept]) -> dict[str, int]:
+    """What the study takes: ``memory_redis_bytes``, its keys in Redis (MEMORY USAGE: answers, items,
+    pools, engine states and journals, statistics), and ``memory_engine_bytes``, its learners' states
+    as a worker holds them (arrays + skeleton). Read in one round trip; written with the summary."""
+    sid = study.id
+    names = [keys.study(sid), keys.items(sid), keys.media(sid), keys.answers(sid), keys.issued(sid),
+             keys.issued_questions(sid), keys.raters(sid), keys.counters(sid), keys.rater_stats(sid),
+             keys.engine_stats(sid), keys.answers_per_minute(sid), keys.active_raters(sid)]
+    for alg in study.config.algorithms:
+        names += [keys.pool(sid, alg.label), keys.engine(sid, alg.label), keys.engine_journal(sid, alg.label),
+                  keys.engine_checkpoint(sid, alg.label)]
+    with conn.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.memory_usage(name)
+        sizes = pipe.execute(raise_on_error=False)
+    redis_bytes = sum(int(size) for size in sizes if isinstance(size, int))
+    engine_bytes = sum(k.lifted.nbytes for k in kept.values() if k is not None and k.lifted is not None)
+    return {"memory_redis_bytes": redis_bytes, "memory_engine_bytes": engine_bytes}
+
+
 def write_summary(conn, study_id: str) -> None:
     """Write the dashboard's summary of the study's kept learners if the latest pass left it out."""
     cached = _cache.get(study_id)
@@ -625,6 +645,7 @@ def _one_pass(conn, study_id: str, now: float, summary_every: float = 0.0) -> di
                 if time.monotonic() - _summarised.get(study_id, -math.inf) >= summary_every:
                     summary_field["summary"] = json.dumps({label: learner.summary()
                                                            for label, learner in learners.items()})
+                    summary_field.update(study_memory(conn, study, stored))
                 pipe.hset(keys.engine_stats(study_id), mapping={
                     "last_update_at": repr(now), "last_latency_ms": f"{latency_ms:.3f}",
                     "last_batch": n_read, "cursor": new_cursor, "active_raters": active, **summary_field,
