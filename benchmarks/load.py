@@ -2,7 +2,8 @@
 
 Starts what ``proxima serve`` starts, in a scratch instance folder: the embedded
 redis-server (AOF, ``appendfsync always``), RQ worker(s) (``python -m webapp worker``) and
-gunicorn with serve's options (2 sync workers, ``webapp:create_app()``), plus an access log
+gunicorn with serve's options (``webapp.cli.GUNICORN_THREADS``: 2 threaded workers, keep-alive;
+``--worker-class``/``--threads``/``--keep-alive`` override them), plus an access log
 whose ``%(D)s`` gives the server-side time of every request. It creates an ANNTri study of
 n = 1,000 colour items (triplet-derived questions, the README's parameters) that the worker
 runs adaptively during the whole test.
@@ -33,6 +34,8 @@ within one run). The access log costs the web workers a little CPU production do
     python benchmarks/load.py --quick            # 50, 200, 500 raters, 10 s per step (< 2 min)
     python benchmarks/load.py --profile --baseline 2f71f82 --gthread   # the report's tables (~13 min)
     python benchmarks/load.py --web-workers 4 --worker-class gthread --threads 4 --keep-alive 75
+    python benchmarks/load.py --steps 500,1000 --compare 2x8,2x16,3x8   # web tiers back to back, one run
+    python benchmarks/load.py --items 1000,5000,10000 --steps 200      # study sizes back to back
 """
 from __future__ import annotations
 
@@ -79,7 +82,8 @@ ANCHORS = ("Salmon (Sievert et al.): 79 answers/s at about 100 concurrent raters
            "only; NEXT (Jamieson et al., NIPS 2015): query latency under 100 ms")
 GTHREAD_THREADS, GTHREAD_KEEP_ALIVE = 8, 75
 LATENCY_THRESHOLD_MS = 10  # Redis latency monitor: record stalls of at least this long
-GOALS = {"answers_per_second": 500.0, "server_p99_ms": 50.0, "fallback_rate": 0.01}
+GOALS = {"answers_per_second": 500.0, "served_share": 0.97, "server_p99_ms": 50.0, "fallback_rate": 0.01,
+         "engine_p95_ms": 200.0}
 
 
 # ============================================================================ load generator
@@ -211,8 +215,8 @@ def generator_main(spec_path: str) -> None:
 
 
 # ============================================================================ the servers
-def study_config(pool_size: int, seed: int) -> dict:
-    return {"name": "Load test (ANNTri, n = 1000)", "algorithm": "anntri",
+def study_config(pool_size: int, seed: int, n_items: int = 1000) -> dict:
+    return {"name": f"Load test (ANNTri, n = {n_items})", "algorithm": "anntri",
             "params": {"k": 1, "delta": 0.1, "sigma": 0.5, "bound": "lil", "max_samples_per_round": 400,
                        "window": 1},
             "pool_size": pool_size, "random_state": seed}
@@ -225,7 +229,7 @@ def create_load_study(conn, n_items: int, pool_size: int, seed: int) -> None:
 
     items = [Item(id=f"c{i:04d}", kind="color", color=f"#{int(x * 255):02x}{int(y * 255):02x}80",
                   position=(x, y)) for i, (x, y) in enumerate(item_positions(n_items, seed))]
-    create_study(conn, StudyConfig.from_dict(study_config(pool_size, seed)), items, study_id=STUDY)
+    create_study(conn, StudyConfig.from_dict(study_config(pool_size, seed, n_items)), items, study_id=STUDY)
     schedule_update(conn, STUDY)
 
 
@@ -246,10 +250,22 @@ def healthy(base: str) -> bool:
         return False
 
 
+def serve_gunicorn_options() -> dict:
+    """The worker class, threads and keep-alive ``proxima serve`` gives gunicorn (``webapp.cli``)."""
+    from webapp.cli import GUNICORN_THREADS
+
+    given = dict(zip(GUNICORN_THREADS[::2], GUNICORN_THREADS[1::2], strict=True))
+    keep_alive = given.get("--keep-alive")
+    return {"worker_class": given.get("--worker-class", "sync"), "threads": int(given.get("--threads", 1)),
+            "keep_alive": None if keep_alive is None else int(keep_alive)}
+
+
 def gunicorn_command(a, port: int, access_log: Path) -> list[str]:
     """``proxima serve``'s gunicorn command line, the worker options from the command line, plus the access log."""
+    from webapp.cli import GUNICORN_LIMITS
+
     cmd = [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", str(a.web_workers),
-           "--graceful-timeout", "10", "--log-level", "warning",
+           *GUNICORN_LIMITS, "--graceful-timeout", "10", "--log-level", "warning",
            "--access-logfile", str(access_log), "--access-logformat", ACCESS_LOG_FORMAT]
     if a.worker_class != "sync" or a.threads > 1:
         cmd += ["--worker-class", a.worker_class, "--threads", str(a.threads)]
@@ -674,7 +690,13 @@ def print_verdict(figures: list[dict], check: dict) -> None:
           f"{best['answers_per_second']:.0f} answers/s at {best['raters']} raters "
           f"({best['answers_per_second'] / 79:.1f} x Salmon's 79); server p99 over all steps {fmt(p99)} ms "
           "(NEXT: < 100 ms).")
+    short = [f for f in figures if f["answers_per_second"] < GOALS["served_share"] * f["offered"]]
+    engine_p95 = max((f["engine_p95"] for f in figures if f["engine_p95"] == f["engine_p95"]), default=math.nan)
     goals = [
+        (f">= {100 * GOALS['served_share']:.0f}% of the offered answers/s at every step", not short,
+         ", ".join(f"{f['raters']} raters {100 * f['answers_per_second'] / f['offered']:.0f}%" for f in figures)),
+        (f"engine refresh p95 < {GOALS['engine_p95_ms']:.0f} ms at every step", engine_p95 < GOALS["engine_p95_ms"],
+         f"worst {fmt(engine_p95)} ms"),
         ("answers/s >= 500 at the top step", top["answers_per_second"] >= GOALS["answers_per_second"],
          f"{top['answers_per_second']:.0f} (offered {top['offered']:.0f})"),
         ("server-side p99 < 50 ms (every step, both requests)", p99 < GOALS["server_p99_ms"], f"{fmt(p99)} ms"),
@@ -752,14 +774,21 @@ def parse_args(argv=None):
                     help="concurrent raters per step, comma-separated (default 50,100,200,500,1000)")
     ap.add_argument("--step-seconds", type=float, default=None, help="how long each step is held (default 30)")
     ap.add_argument("--quick", action="store_true", help="steps 50,200,500 of 10 s (< 2 minutes)")
-    ap.add_argument("--items", type=int, default=1000, help="items of the ANNTri study")
+    ap.add_argument("--items", type=lambda s: [int(x) for x in s.split(",")], default=[1000],
+                    help="items of the ANNTri study; several (1000,5000,10000): one run each, back to back")
     ap.add_argument("--pool-size", type=int, default=20, help="the study's pool_size (the config default)")
     ap.add_argument("--think-median", type=float, default=1.8, help="median think time, s (log-normal)")
     ap.add_argument("--think-sigma", type=float, default=0.4, help="sd of the log think time")
     ap.add_argument("--web-workers", type=int, default=2, help="gunicorn workers (proxima serve: 2)")
-    ap.add_argument("--worker-class", default="sync", help="gunicorn worker class (proxima serve: sync)")
-    ap.add_argument("--threads", type=int, default=1, help="threads per gunicorn worker (gthread)")
-    ap.add_argument("--keep-alive", type=int, default=None, help="gunicorn --keep-alive seconds")
+    serve = serve_gunicorn_options()
+    ap.add_argument("--worker-class", default=serve["worker_class"],
+                    help=f"gunicorn worker class (proxima serve: {serve['worker_class']})")
+    ap.add_argument("--threads", type=int, default=serve["threads"],
+                    help=f"threads per gunicorn worker (proxima serve: {serve['threads']})")
+    ap.add_argument("--keep-alive", type=int, default=serve["keep_alive"],
+                    help=f"gunicorn --keep-alive seconds (proxima serve: {serve['keep_alive']})")
+    ap.add_argument("--compare", type=lambda s: [tuple(int(x) for x in c.split("x")) for c in s.split(",")],
+                    metavar="WxT,...", help="run once per web tier of W gunicorn workers x T threads, back to back")
     ap.add_argument("--rq-workers", type=int, default=1, help="RQ workers (proxima serve: 1)")
     ap.add_argument("--appendfsync", default="always", choices=("always", "everysec", "no"),
                     help="Redis AOF fsync policy (proxima serve: always)")
@@ -795,12 +824,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="proxima-load-code-") as tmp:
         runs = []
         if a.baseline:
-            runs.append((code_copy(a.baseline, Path(tmp) / "baseline"), f"baseline {a.baseline}", a))
-        runs.append((ROOT, "this tree", a))
+            runs.append((code_copy(a.baseline, Path(tmp) / "baseline"), f"baseline {a.baseline}",
+                         argparse.Namespace(**{**vars(a), "items": a.items[0]})))
+        if a.compare or len(a.items) > 1:
+            for n_items in a.items:
+                for workers, threads in a.compare or [(a.web_workers, a.threads)]:
+                    tier = argparse.Namespace(**{**vars(a), "items": n_items, "web_workers": workers,
+                                                 "threads": threads})
+                    runs.append((ROOT, f"this tree, n = {n_items}, gunicorn {workers} x {threads} threads", tier))
+        else:
+            runs.append((ROOT, "this tree", argparse.Namespace(**{**vars(a), "items": a.items[0]})))
         if a.gthread:
             # the web tier without one blocked process per connection: threads, and connections kept
             # open between a rater's requests (longer than a think time, as browsers do)
-            tuned = argparse.Namespace(**{**vars(a), "worker_class": "gthread", "threads": GTHREAD_THREADS,
+            tuned = argparse.Namespace(**{**vars(a), "items": a.items[0], "worker_class": "gthread",
+                                          "threads": GTHREAD_THREADS,
                                           "keep_alive": GTHREAD_KEEP_ALIVE, "profile": False})
             runs.append((ROOT, f"this tree, gunicorn gthread x {GTHREAD_THREADS}, keep-alive {GTHREAD_KEEP_ALIVE} s",
                          tuned))

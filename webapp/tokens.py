@@ -38,7 +38,9 @@ def _keystream_xor(key: bytes, nonce: bytes, data: bytes) -> bytes:
     out = bytearray()
     for block in range((len(data) + 31) // 32):
         out += hmac.new(key, nonce + block.to_bytes(8, "big"), hashlib.sha256).digest()
-    return bytes(x ^ y for x, y in zip(data, out, strict=False))
+    # one XOR of two big integers: a byte-by-byte generator took a tenth of a question request's CPU
+    n = len(data)
+    return (int.from_bytes(data, "big") ^ int.from_bytes(out[:n], "big")).to_bytes(n, "big")
 
 
 def sign_question(secret_key: str, payload: dict) -> str:
