@@ -188,13 +188,30 @@ def study_url(study_id: str, tab: str = "overview") -> str:
 
 
 def flagged_raters(conn, study_id: str) -> list[str]:
-    """Raters flagged by the attention checks (from the per-rater counters: one hash read)."""
-    out = []
+    """Raters flagged by the attention checks or their self-agreement (one hash read)."""
+    return rater_quality(conn, study_id)["flagged"]
+
+
+def rater_quality(conn, study_id: str) -> dict:
+    """What the Overview says about cheating, from the per-rater counters (one hash read): the
+    flagged raters, catch trials given and failed, and the self-agreement of the raters who answered
+    validation repeats (median, and the lowest few)."""
+    counters: dict[str, dict[str, int]] = {}
     for field, value in conn.hgetall(keys.rater_stats(study_id)).items():
         rater, _, name = field.decode(errors="replace").rpartition(":")
-        if name == "flagged" and value not in (b"", b"0"):
-            out.append(rater)
-    return sorted(out)
+        if name in ("flagged", "catch", "catch_failed", "repeats", "repeat_agreed"):
+            try:
+                counters.setdefault(rater, {})[name] = int(value)
+            except ValueError:
+                counters.setdefault(rater, {})[name] = 1 if value not in (b"", b"0") else 0
+    agreement = sorted((c.get("repeat_agreed", 0) / c["repeats"], rater)
+                       for rater, c in counters.items() if c.get("repeats"))
+    return {"flagged": sorted(r for r, c in counters.items() if c.get("flagged")),
+            "catch": sum(c.get("catch", 0) for c in counters.values()),
+            "catch_failed": sum(c.get("catch_failed", 0) for c in counters.values()),
+            "self_agreement_median": agreement[len(agreement) // 2][0] if agreement else None,
+            "self_agreement_raters": len(agreement),
+            "least_consistent": [(rater, share) for share, rater in agreement[:3]]}
 
 
 def stored_plan(conn, study_id: str) -> dict | None:
@@ -253,7 +270,10 @@ def study(study_id: str):
                  "budget": None if budget is None else budget * pay}
     context = {"study": study, "stats": stats, "tab": tab, "tabs": TABS, "plan": plan, "per_item": per_item,
                "expected": expected_now(plan, per_item), "money": money, "budget": budget,
-               "flagged": flagged_raters(conn, study_id) if tab in ("overview", "raters") else []}
+               "flagged": []}
+    if tab in ("overview", "raters"):
+        context["quality"] = rater_quality(conn, study_id)
+        context["flagged"] = context["quality"]["flagged"]
     if tab == "overview":
         context.update(rater_link=rater_link, prolific_link=f"{rater_link}?{PROLIFIC_PARAMS}", mturk_link=rater_link,
                        link_from_request=not current_app.config.get("PUBLIC_URL"))

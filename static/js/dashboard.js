@@ -166,6 +166,7 @@
     setText("status", stats.study.status);
     setText("fallback-rate", (100 * stats.fallback_rate).toFixed(1) + "%");
     setText("glance-fallback", (100 * stats.fallback_rate).toFixed(1) + "%");
+    setText("glance-active", stats.active_raters);
     setText("glance-answers", stats.answers);
     if (stats.study.n_items) setText("glance-per-item", (stats.answers / stats.study.n_items).toFixed(1));
     (stats.algorithms || []).forEach((alg) => {

@@ -1,0 +1,84 @@
+"""The Overview of a paid study on a laptop screen (1366 x 768) in headless Chromium: healthy? how good?
+who cheats? answered above the fold while a simulated crowd with two careless raters has answered,
+saved as artifacts/dashboard-overview-laptop.png."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import RESEARCHER, RESEARCHER_PASSWORD
+from scipy.spatial.distance import cdist
+from test_browser import ARTIFACTS, browser  # noqa: F401  (fixture)
+from test_serve import healthy, wait_for
+
+from webapp.accounts import create_user
+from webapp.demo import demo_items
+from webapp.embedded import free_port
+from webapp.simulate import Crowd, NoiseModel, Truth
+from workers.config import StudyConfig
+from workers.queue import schedule_update
+from workers.studies import create_study
+
+pytestmark = pytest.mark.browser
+LAPTOP = {"width": 1366, "height": 768}
+
+
+@pytest.fixture
+def paid_server(conn, redis_url, tmp_path):
+    items = demo_items(12)
+    config = StudyConfig.from_dict({
+        "name": "Colours, a paid pilot", "random_state": 2, "pool_size": 10, "consent": "You agree.",
+        "limits": {"max_questions_per_rater": 40, "answer_budget": 1000},
+        "attention": {"rate": 0.1, "validation_repeats": 10, "min_self_agreement": 0.6},
+        "completion": {"prolific_redirect_url": "https://app.prolific.com/submissions/complete?cc={code}"}})
+    create_study(conn, config, items, study_id="paid")
+    schedule_update(conn, "paid")
+    port = free_port()
+    env = dict(os.environ, REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"),
+               PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1")
+    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers", "1"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: healthy(base) or proc.poll() is not None)
+        assert proc.poll() is None, proc.stdout.read()
+        yield base, items
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+
+
+def test_the_overview_answers_health_quality_and_cheating_on_a_laptop_screen(browser, paid_server, conn):  # noqa: F811
+    base, items = paid_server
+    points = np.array([item.position for item in items], dtype=float)
+    D = cdist(points, points)
+    truth = Truth([item.id for item in items], D / D.max(), source="demo colours", points=points)
+    crowd = Crowd(base, "paid", truth, NoiseModel(sigma=0.05, logistic_scale=0.02, lapse=0.03), raters=6,
+                  careless=0.34, think=0.5, seed=3)
+    report = crowd.run(progress=lambda *_: None, every=60)
+    assert report.answers >= 200, report.errors
+    create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
+    page = browser.new_page(viewport=LAPTOP)
+    page.goto(f"{base}/studies/paid")
+    page.fill("#username", RESEARCHER)
+    page.fill("#password", RESEARCHER_PASSWORD)
+    page.click("#login")
+    page.wait_for_selector("#dashboard")
+    for plot in ("plot-per-minute", "plot-cumulative"):
+        page.wait_for_selector(f"#{plot} .uplot canvas", state="attached")
+    # healthy? how good? who cheats? each box whole above the fold, without scrolling
+    for box in ("glance-health", "glance-quality", "glance-raters"):
+        bottom = page.evaluate(f"() => document.getElementById('{box}').getBoundingClientRect().bottom")
+        assert bottom <= LAPTOP["height"], (box, bottom)
+    assert page.evaluate("() => window.scrollY") == 0
+    cheats = page.locator("#glance-raters").inner_text()
+    assert "self-agreement" in cheats and "catch trials failed" in cheats
+    assert int(page.locator("#n-flagged").inner_text()) >= 1  # a careless rater is caught
+    assert "sim-0" in cheats or "sim-1" in cheats
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    page.screenshot(path=os.path.join(ARTIFACTS, "dashboard-overview-laptop.png"))
+    page.close()
