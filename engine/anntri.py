@@ -28,7 +28,7 @@ import numpy as np
 from . import triangle as tri
 from .bounds import UNIT_INTERVAL_BOUNDS, check_bound, confidence_interval
 from .graph import NO_NEIGHBOR, NeighborGraph  # noqa: F401  (re-exported: older imports)
-from .utils import check_n_items, check_random_state, generator_from_state, generator_state
+from .utils import check_int, check_n_items, check_random_state, generator_from_state, generator_state
 
 #: With more open rounds than this (and than the questions wanted), ``next_questions`` serves
 #: them in turn, reading only the rounds it asks (``ANNTri._next_spread``).
@@ -53,16 +53,6 @@ SMALL_BATCH = 16
 ROW_CHUNK_ELEMENTS = 1 << 21
 #: Active sets of at most this many arms are checked with scalar reads.
 SMALL_ACTIVE = 16
-
-
-def _check_positive_int(name, value, allow_none=False, minimum=1):
-    if value is None and allow_none:
-        return None
-    if not isinstance(value, (numbers.Integral, np.integer)) or isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer, not {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 def _check_pairs(pairs, n_items: int, width: int, what: str):
@@ -227,7 +217,7 @@ class _NeighborGraphPlanner:
     # ------------------------------------------------------------------ parameters
     def _check_params(self):
         n = check_n_items(self.n_items)
-        _check_positive_int("k", self.k)
+        check_int("k", self.k)
         if self.k > n - 1:
             raise ValueError(f"k must be at most n_items - 1 = {n - 1}, got {self.k}")
         if not (isinstance(self.delta, numbers.Real) and 0 < self.delta < 1):
@@ -237,9 +227,9 @@ class _NeighborGraphPlanner:
         check_bound(self.bound)
         if not isinstance(self.triangle, (bool, np.bool_)):
             raise ValueError(f"triangle must be True or False, not {self.triangle!r}")
-        _check_positive_int("max_samples_per_round", self.max_samples_per_round, allow_none=True)
-        _check_positive_int("window", self.window)
-        _check_positive_int("full_pass_every", self.full_pass_every, allow_none=True, minimum=0)
+        check_int("max_samples_per_round", self.max_samples_per_round, allow_none=True)
+        check_int("window", self.window)
+        check_int("full_pass_every", self.full_pass_every, allow_none=True, minimum=0)
         if not (isinstance(self.lookahead, numbers.Real) and 0 <= self.lookahead < math.inf):
             raise ValueError(f"lookahead must be a number >= 0, got {self.lookahead!r}")
         if not isinstance(self.stagger, (bool, np.bool_)):
@@ -1006,9 +996,9 @@ class _NeighborGraphPlanner:
 
     def _next_general(self, budget) -> list[tuple[int, int]]:
         self._ensure_state()
-        budget = _check_positive_int("budget", budget, minimum=0)
+        budget = check_int("budget", budget, minimum=0)
         # ``window`` may be changed on a live planner (the platform adapts it to its raters).
-        self.window = _check_positive_int("window", self.window)
+        self.window = check_int("window", self.window)
         out: list[tuple[int, int]] = []
         cap = self.max_samples_per_round
         lookahead = float(self.lookahead)
@@ -1105,7 +1095,7 @@ class _NeighborGraphPlanner:
         skipped; returns ``[]`` when no round is open.
         """
         self._ensure_state()
-        budget = _check_positive_int("budget", budget, minimum=0)
+        budget = check_int("budget", budget, minimum=0)
         cap = self.max_samples_per_round
         rounds = []
         for j in np.flatnonzero(self.status_ == ROUND_OPEN).tolist():
@@ -1419,7 +1409,7 @@ class RandomSampling(_NeighborGraphPlanner):
 
     def next_questions(self, budget: int) -> list[tuple[int, int]]:
         self._ensure_state()
-        budget = _check_positive_int("budget", budget, minimum=0)
+        budget = check_int("budget", budget, minimum=0)
         self._check_certified()
         if self.done or budget == 0:
             return []

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from .utils import GOLDEN, check_random_state
+from .utils import GOLDEN, check_int, check_random_state
 from .utils import child_keys as _child_keys
 from .utils import group_starts as _group_starts
 from .utils import mix64 as _mix64
@@ -333,14 +333,6 @@ class _TripletTable:
 # ----------------------------------------------------------------------------------------
 # boundary checks
 # ----------------------------------------------------------------------------------------
-def _check_int(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
-        raise ValueError(f"{name} must be an integer, not {value!r}")  # noqa: TRY004 (one error type at the boundary)
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
 def _check_rows(rows, width: int, what: str) -> np.ndarray:
     """Rows of item indices as an int64 ndarray of shape (m, width)."""
     if not isinstance(rows, np.ndarray):
@@ -500,11 +492,11 @@ class ComparisonForest:
 
     # -- validation and set-up ----------------------------------------------------------
     def _check_params(self) -> None:
-        n = _check_int(self.n_items, "n_items", 2)
+        n = check_int("n_items", self.n_items, 2)
         if n > MAX_ITEMS:
             raise ValueError(f"n_items must be <= {MAX_ITEMS}, got {n}")
-        _check_int(self.n_trees, "n_trees", 1)
-        _check_int(self.leaf_size, "leaf_size", 1)
+        check_int("n_trees", self.n_trees, 1)
+        check_int("leaf_size", self.leaf_size, 1)
         self.rule_ = VoteRule(self.redundancy)
         self.classes_, self.label_codes_ = _encode_labels(self.labels, n)
         self.values_ = _check_values(self.values, n)
@@ -682,7 +674,7 @@ class ComparisonForest:
         """Up to ``budget`` questions ``(x, p1, p2)``; issued copies count as pending until
         answered or released with :meth:`forget`. A triplet appears several times only when
         its redundancy needs several copies at once."""
-        budget = _check_int(budget, "budget", 0)
+        budget = check_int("budget", budget, 0)
         self._ensure_init()
         rows = self.table_.plan(budget, self.rule_)
         self.n_issued_ += int(rows.size)
@@ -824,7 +816,7 @@ class ComparisonForest:
         larger than ``max_group`` are skipped (they say little and cost |N|²).
         """
         self._ensure_init()
-        k = _check_int(k, "k", 1)
+        k = check_int("k", k, 1)
         n, m = int(self.n_items), int(self.n_trees)
         leaf = self.item_node_.reshape(-1)
         alone = self.node_size_[leaf] < 2
@@ -940,8 +932,6 @@ class ComparisonForest:
 
     def to_json(self) -> dict:
         """The forest as a JSON document (docs/forest-schema.md, ``schema_version`` 1)."""
-        from .forest_export import forest_to_json
-
         return forest_to_json(self)
 
 
@@ -1017,8 +1007,8 @@ class ForestRoute:
         if not forest.done:
             raise ValueError("route needs a fully built forest (forest.done is False)")
         self.forest = forest
-        self.item = _check_int(item, "item", 0)
-        self.refine = _check_int(refine, "refine", 0)
+        self.item = check_int("item", item, 0)
+        self.refine = check_int("refine", refine, 0)
         if vote not in ("pooled", "trees"):
             raise ValueError(f"vote must be 'pooled' or 'trees', not {vote!r}")
         self.vote = vote
@@ -1105,7 +1095,7 @@ class ForestRoute:
         self.phase_ = "refine"
 
     def next_questions(self, budget: int) -> list[tuple[int, int, int]]:
-        budget = _check_int(budget, "budget", 0)
+        budget = check_int("budget", budget, 0)
         rows = self.table_.plan(budget, self.rule_)
         self.n_issued_ += int(rows.size)
         codes = self.table_.codes[rows]
@@ -1244,3 +1234,154 @@ def run_with_oracle(planner, oracle: Callable, batch: int = 100_000, max_rounds:
         asked += len(questions)
         planner.observe(answer(questions))
     raise RuntimeError(f"planner not done after {max_rounds} rounds")
+
+
+# ----------------------------------------------------------------------------------------
+# the researcher's JSON document (docs/forest-schema.md); ``engine.forest_export`` names it
+# ----------------------------------------------------------------------------------------
+SCHEMA_VERSION = 1
+KIND = "comparison_forest"
+
+
+def forest_to_json(forest: ComparisonForest) -> dict:
+    """A JSON-safe dict (``json.dumps`` it as is) describing every tree of ``forest``.
+
+    Node ids are local to their tree and numbered in creation order, the root being 0.
+    """
+    res = forest.result()
+    progress = forest.progress()
+    labels = None
+    if forest.classes_ is not None:
+        labels = [v.item() for v in forest.classes_[forest.label_codes_]]
+    trees = []
+    for t in range(res.n_trees):
+        nodes = np.flatnonzero(res.node_tree == t)  # ascending global id = creation order
+        local = {int(g): i for i, g in enumerate(nodes.tolist())}
+        members = res.item_node[t]
+        order = np.argsort(members, kind="stable")
+        keys = members[order]
+        out = []
+        for g in nodes.tolist():
+            status = int(res.node_status[g])
+            entry = {
+                "id": local[g],
+                "parent": None if res.node_parent[g] == NO_NODE else local[int(res.node_parent[g])],
+                "depth": int(res.node_depth[g]),
+                "status": STATUS_NAMES[status],
+                "size": int(res.node_size[g]) if status >= SPLITTING else None,
+            }
+            if status in (SPLITTING, SPLIT):
+                entry["pivots"] = [int(p) for p in res.node_pivots[g]]
+                entry["children"] = [local[int(c)] for c in res.node_children[g]]
+            if status != SPLIT:
+                lo, hi = np.searchsorted(keys, g, "left"), np.searchsorted(keys, g, "right")
+                entry["members"] = sorted(int(i) for i in order[lo:hi])
+            out.append(entry)
+        trees.append({"tree": t, "seed": str(int(forest.tree_seeds_[t])), "nodes": out})
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "n_items": res.n_items,
+        "n_trees": res.n_trees,
+        "leaf_size": int(forest.leaf_size),
+        "redundancy": forest.rule_.redundancy,
+        "labels": labels,
+        "values": None if forest.values_ is None else [float(v) for v in forest.values_],
+        "done": res.done,
+        "questions_issued": progress["questions_issued"],
+        "answers_counted": progress["answers_counted"],
+        "trees": trees,
+    }
+
+
+def forest_from_json(doc: dict) -> ComparisonForest:
+    """Rebuild a forest from :func:`forest_to_json` output (structure and item positions).
+
+    Votes on undecided triplets are not part of the export: a forest still being built comes
+    back with its pending nodes re-asking their open triplets.
+    """
+    if doc.get("kind") != KIND:
+        raise ValueError(f"not a comparison forest document (kind={doc.get('kind')!r})")
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or version < 1 or version > SCHEMA_VERSION:
+        raise ValueError(f"unsupported schema_version {version!r} (this code reads 1..{SCHEMA_VERSION})")
+    n, m = int(doc["n_items"]), int(doc["n_trees"])
+    if len(doc["trees"]) != m:
+        raise ValueError("n_trees disagrees with the number of trees")
+    forest = ComparisonForest(n, n_trees=m, leaf_size=int(doc["leaf_size"]), labels=doc.get("labels"),
+                              redundancy=doc["redundancy"], values=doc.get("values"))
+    forest._check_params()
+    offsets = np.cumsum([0] + [len(t["nodes"]) for t in doc["trees"]])
+    total = int(offsets[-1])
+    # global ids: tree roots first (0..m-1), then the remaining nodes tree by tree
+    gid = []
+    nxt = m
+    for t, tree in enumerate(doc["trees"]):
+        ids = [t]
+        for _ in tree["nodes"][1:]:
+            ids.append(nxt)
+            nxt += 1
+        gid.append(ids)
+    node_tree = np.zeros(total, np.int64)
+    node_parent = np.full(total, NO_NODE, np.int64)
+    node_depth = np.zeros(total, np.int64)
+    node_status = np.zeros(total, np.int8)
+    node_size = np.zeros(total, np.int64)
+    node_pivots = np.full((total, 2), -1, np.int64)
+    node_children = np.full((total, 2), NO_NODE, np.int64)
+    item_node = np.full((m, n), NO_NODE, np.int64)
+    seeds = np.zeros(m, np.uint64)
+    for t, tree in enumerate(doc["trees"]):
+        seeds[t] = np.uint64(int(tree["seed"]))
+        ids = gid[t]
+        for node in tree["nodes"]:
+            g = ids[node["id"]]
+            node_tree[g] = t
+            node_parent[g] = NO_NODE if node["parent"] is None else ids[node["parent"]]
+            node_depth[g] = node["depth"]
+            node_status[g] = STATUS_NAMES.index(node["status"])
+            node_size[g] = node["size"] or 0
+            if "pivots" in node:
+                node_pivots[g] = node["pivots"]
+                node_children[g] = [ids[c] for c in node["children"]]
+            if "members" in node:
+                item_node[t, node["members"]] = g
+    if (item_node == NO_NODE).any():
+        raise ValueError("every item must be a member of one node per tree")
+    # node keys are recomputed from the seeds, so pivots drawn later match the original forest
+    node_key = np.zeros(total, np.uint64)
+    node_key[:m] = _mix64(seeds)
+    for g in np.argsort(node_depth, kind="stable"):
+        for side in (0, 1):
+            c = node_children[g, side]
+            if c != NO_NODE:
+                node_key[c] = _child_keys(node_key[g:g + 1], side)[0]
+    slot_code = np.full((m, n), -1, np.int64)
+    waiting = np.zeros(total, np.int64)
+    splitting = np.flatnonzero(node_status == SPLITTING)
+    for g in splitting:
+        t = node_tree[g]
+        items = np.flatnonzero(item_node[t] == g)
+        a, b = node_pivots[g].min(), node_pivots[g].max()
+        slot_code[t, items] = (items * n + a) * n + b
+        waiting[g] = items.size
+    state = {
+        "class": "ComparisonForest", "version": 1, "n_items": n, "n_trees": m,
+        "leaf_size": int(doc["leaf_size"]), "redundancy": forest.rule_.redundancy,
+        "label_classes": forest.classes_, "label_codes": forest.label_codes_, "values": forest.values_,
+        "tree_seeds": seeds, "n_nodes": total, "node_tree": node_tree, "node_parent": node_parent,
+        "node_depth": node_depth, "node_key": node_key, "node_status": node_status, "node_size": node_size,
+        "node_waiting": waiting, "node_pivots": node_pivots, "node_children": node_children,
+        "item_node": item_node, "slot_code": slot_code,
+        "n_issued": int(doc.get("questions_issued", 0)), "n_answers": int(doc.get("answers_counted", 0)),
+        "n_late": 0, "n_released": 0,
+        "triplets_live_codes": np.empty(0, np.int64), "triplets_live_votes": np.empty((0, 2), np.int64),
+        "triplets_live_outstanding": np.empty(0, np.int64), "triplets_live_priority": np.empty(0, np.int64),
+        "triplets_live_seq": np.empty(0, np.int64), "triplets_next_seq": 0,
+        "triplets_decided_codes": np.empty(0, np.int64), "triplets_decided_a_wins": np.empty(0, bool),
+    }
+    rebuilt = ComparisonForest.from_state(state)
+    codes = slot_code[slot_code >= 0]
+    if codes.size:
+        rebuilt.table_.add_live(codes, node_depth[item_node[slot_code >= 0]])
+    return rebuilt

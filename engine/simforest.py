@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .utils import check_random_state
+from .utils import check_int, check_random_state
 from .utils import child_keys as _child_keys
 from .utils import group_starts as _group_starts
 from .utils import mix64 as _mix64
@@ -144,16 +144,6 @@ def best_thresholds(candidate: np.ndarray, projection: np.ndarray, label: np.nda
 # ----------------------------------------------------------------------------------------
 # boundary checks
 # ----------------------------------------------------------------------------------------
-def _check_int(value, name: str, minimum: int, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
-        raise ValueError(f"{name} must be an integer, not {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
 def _encode_labels(labels, n: int | None = None) -> tuple[list, np.ndarray]:
     """(classes as a list, int64 codes of shape (n,)). Classes are sorted when they can be,
     else kept in order of first appearance."""
@@ -252,10 +242,10 @@ class SimilarityForest:
 
     # -- validation and set-up ----------------------------------------------------------
     def _check_params(self) -> None:
-        _check_int(self.n_trees, "n_trees", 1)
-        _check_int(self.n_pairs, "n_pairs", 1)
-        _check_int(self.max_depth, "max_depth", 0, allow_none=True)
-        _check_int(self.min_samples_split, "min_samples_split", 2)
+        check_int("n_trees", self.n_trees, 1)
+        check_int("n_pairs", self.n_pairs, 1)
+        check_int("max_depth", self.max_depth, 0, allow_none=True)
+        check_int("min_samples_split", self.min_samples_split, 2)
         if self.metric not in METRICS:
             raise ValueError(f"metric must be one of {METRICS}, not {self.metric!r}")
 
@@ -851,8 +841,8 @@ class ActiveSimilarityForest:
         self._check_params()  # fail at construction, before any question is planned
 
     def _check_params(self) -> tuple[list, np.ndarray]:
-        n = _check_int(self.n_items, "n_items", 2)
-        _check_int(self.repeats, "repeats", 1)
+        n = check_int("n_items", self.n_items, 2)
+        check_int("repeats", self.repeats, 1)
         SimilarityForest(self.n_trees, self.n_pairs, "similarity", self.max_depth,
                          self.min_samples_split)._check_params()
         return _encode_labels(self.labels, n)
@@ -905,7 +895,7 @@ class ActiveSimilarityForest:
     # -- the planner interface -----------------------------------------------------------
     def next_questions(self, budget: int) -> list[tuple[int, int]]:
         """Up to ``budget`` distinct item pairs to rate, the most urgent first."""
-        budget = _check_int(budget, "budget", 0)
+        budget = check_int("budget", budget, 0)
         self._ensure_init()
         rows = self.table_.plan(budget, int(self.repeats))
         self.n_issued_ += int(rows.size)

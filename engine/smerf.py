@@ -38,7 +38,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .utils import check_random_state
+from .utils import check_int, check_random_state
 
 __all__ = [
     "KIND",
@@ -130,23 +130,13 @@ def check_distances(Z, n: int, pair_weight=None) -> tuple[np.ndarray, np.ndarray
     return values, weights
 
 
-def _check_int(name: str, value, minimum: int, allow_none: bool = False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
-        raise ValueError(f"{name} must be an integer{' or None' if allow_none else ''}, not {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
 def _check_max_features(value):
     if value is None or value == "sqrt" or value == "log2":
         return value
     if isinstance(value, bool):
         raise ValueError(f"max_features must be 'sqrt', 'log2', an int, a float in (0, 1] or None, not {value!r}")
     if isinstance(value, (numbers.Integral, np.integer)):
-        return _check_int("max_features", value, 1)
+        return check_int("max_features", value, 1)
     if isinstance(value, (numbers.Real, np.floating)) and 0.0 < float(value) <= 1.0:
         return float(value)
     raise ValueError(f"max_features must be 'sqrt', 'log2', an int, a float in (0, 1] or None, not {value!r}")
@@ -259,8 +249,8 @@ class DistanceTree:
 
     def _check_params(self) -> None:
         _check_max_features(self.max_features)
-        _check_int("min_samples_leaf", self.min_samples_leaf, 1)
-        _check_int("max_depth", self.max_depth, 0, allow_none=True)
+        check_int("min_samples_leaf", self.min_samples_leaf, 1)
+        check_int("max_depth", self.max_depth, 0, allow_none=True)
 
     def _params(self) -> dict:
         return {
@@ -627,7 +617,7 @@ class DistanceForest:
         self.random_state = random_state
 
     def _check_params(self) -> None:
-        _check_int("n_trees", self.n_trees, 1)
+        check_int("n_trees", self.n_trees, 1)
         DistanceTree(self.max_features, self.min_samples_leaf, self.max_depth)._check_params()
         if not isinstance(self.bootstrap, (bool, np.bool_)):
             raise ValueError(f"bootstrap must be True or False, not {self.bootstrap!r}")
@@ -636,7 +626,7 @@ class DistanceForest:
             if isinstance(ms, bool):
                 raise ValueError(f"max_samples must be None, an int >= 1 or a float in (0, 1], not {ms!r}")
             if isinstance(ms, (numbers.Integral, np.integer)):
-                _check_int("max_samples", ms, 1)
+                check_int("max_samples", ms, 1)
             elif not (isinstance(ms, (numbers.Real, np.floating)) and 0.0 < float(ms) <= 1.0):
                 raise ValueError(f"max_samples must be None, an int >= 1 or a float in (0, 1], not {ms!r}")
 

@@ -30,7 +30,7 @@ import numbers
 import numpy as np
 from scipy.stats import rankdata
 
-from .utils import check_random_state
+from .utils import check_int, check_random_state
 
 __all__ = [
     "NO_NODE",
@@ -65,16 +65,6 @@ ENUMERATE_PAIRS = 2_000_000
 # ----------------------------------------------------------------------------------------
 # validation at the public boundary
 # ----------------------------------------------------------------------------------------
-def _check_int(name: str, value, minimum: int, allow_none: bool = False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
-        raise ValueError(f"{name} must be an integer, not {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
 def _check_features(X, name: str = "X") -> np.ndarray:
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2:
@@ -213,7 +203,7 @@ def pairs_from_labels(labels, n_pairs: int | None = None, random_state=None,
     n = labels.shape[0]
     if n < 2:
         raise ValueError("pairs need at least two items")
-    _check_int("n_pairs", n_pairs, 1, allow_none=True)
+    check_int("n_pairs", n_pairs, 1, allow_none=True)
     _, codes = np.unique(labels, return_inverse=True)
     codes = codes.ravel()
     rng = check_random_state(random_state)
@@ -577,13 +567,13 @@ class SimilarityTreeRank:
 
     # -- parameters ----------------------------------------------------------------------
     def _check_params(self) -> None:
-        _check_int("max_depth", self.max_depth, 1)
+        check_int("max_depth", self.max_depth, 1)
         if self.max_depth > 30:
             raise ValueError(f"max_depth must be <= 30 (scores are 2**max_depth), got {self.max_depth}")
-        _check_int("leafrank_depth", self.leafrank_depth, 1)
-        _check_int("min_samples_leaf", self.min_samples_leaf, 1)
+        check_int("leafrank_depth", self.leafrank_depth, 1)
+        check_int("min_samples_leaf", self.min_samples_leaf, 1)
         _check_max_features(self.max_features)
-        _check_int("max_bins", self.max_bins, 2)
+        check_int("max_bins", self.max_bins, 2)
         if self.max_bins > MAX_BINS:
             raise ValueError(f"max_bins must be <= {MAX_BINS}, got {self.max_bins}")
 
@@ -997,7 +987,7 @@ class RankingForest:
                 "max_bins": self.max_bins}
 
     def _check_params(self) -> None:
-        _check_int("n_trees", self.n_trees, 1)
+        check_int("n_trees", self.n_trees, 1)
         SimilarityTreeRank(**self._tree_params())._check_params()
         if not isinstance(self.bootstrap, bool):
             raise ValueError(f"bootstrap must be True or False, not {self.bootstrap!r}")
@@ -1005,7 +995,7 @@ class RankingForest:
         if ms is None:
             return
         if isinstance(ms, (numbers.Integral, np.integer)) and not isinstance(ms, bool):
-            _check_int("max_samples", ms, 1)
+            check_int("max_samples", ms, 1)
         elif not (isinstance(ms, numbers.Real) and not isinstance(ms, bool) and 0 < ms <= 1):
             raise ValueError(f"max_samples must be None, an int >= 1 or a float in (0, 1], not {ms!r}")
 
@@ -1160,8 +1150,8 @@ class GroundTruthTree:
     """
 
     def __init__(self, n_features: int = 3, depth: int = 3, delta: float = 0.01, random_state=None):
-        self.n_features = _check_int("n_features", n_features, 1)
-        self.depth = _check_int("depth", depth, 1)
+        self.n_features = check_int("n_features", n_features, 1)
+        self.depth = check_int("depth", depth, 1)
         if not 0.0 < delta < 1.0:
             raise ValueError(f"delta must lie in (0, 1), got {delta}")
         self.delta = float(delta)

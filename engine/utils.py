@@ -47,6 +47,18 @@ def generator_from_state(saved: dict) -> np.random.Generator:
     return rng
 
 
+def check_int(name: str, value, minimum: int = 1, allow_none: bool = False) -> int | None:
+    """``value`` as an int if it is an integer (not a bool) >= ``minimum`` (or None when
+    ``allow_none``); ValueError naming ``name`` otherwise. The one integer check of the engine."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise ValueError(f"{name} must be an integer{' or None' if allow_none else ''}, not {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
 def check_n_items(n_items) -> int:
     if not isinstance(n_items, (numbers.Integral, np.integer)) or isinstance(n_items, bool):
         raise ValueError(f"n_items must be an integer, not {n_items!r}")
