@@ -120,23 +120,27 @@ def ask(planner, budget: int, window: int | None = None) -> list[tuple[int, int,
 
 
 def simulate_curve(name: str, scenario: Scenario, budgets: Sequence[float], seed: int = 0,
-                   batch: int = DEFAULT_BATCH, params: dict | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+                   batch: int = DEFAULT_BATCH, params: dict | None = None,
+                   max_seconds: float | None = None) -> tuple[np.ndarray, np.ndarray, float]:
     """Run one learner as a live study does (a pool refill of ``batch`` questions -> simulated
     answers -> ``observe``) and score its graph at every budget. ``params`` are the algorithm's
     parameters (the table's defaults otherwise). Returns (exact, hit@3) arrays of shape
-    (len(budgets),) and the CPU seconds spent. A learner that stops asking keeps its last graph."""
+    (len(budgets),) and the CPU seconds spent. A learner that stops asking keeps its last graph.
+    ``max_seconds``: CPU seconds the run may take; budgets it has not reached by then are NaN."""
     n = scenario.n_items
     budgets = check_budgets(budgets)
     params = dict(params or {})
     planner = make_planner(name, n, question_kind="triplet", random_state=seed, **params)
     window = params.get("window", 1) if ALGORITHMS[name].rounds else None
     oracle = scenario.oracle(np.random.default_rng([seed, 7919]))
-    exact, hit3 = np.zeros(len(budgets)), np.zeros(len(budgets))
+    exact, hit3 = np.full(len(budgets), np.nan), np.full(len(budgets), np.nan)
     total, stopped = 0, False
     t0 = time.process_time()
     for b, per_item in enumerate(budgets):
         mark = int(round(per_item * n))
         while total < mark and not stopped:
+            if max_seconds is not None and time.process_time() - t0 > max_seconds:
+                return exact, hit3, time.process_time() - t0
             questions = ask(planner, min(int(batch), mark - total), window)
             if not questions:
                 stopped = True
@@ -149,8 +153,8 @@ def simulate_curve(name: str, scenario: Scenario, budgets: Sequence[float], seed
 
 
 def _run(job):
-    name, scenario, budgets, seed, batch, params = job
-    return simulate_curve(name, scenario, budgets, seed, batch, params)
+    name, scenario, budgets, seed, batch, params, max_seconds = job
+    return simulate_curve(name, scenario, budgets, seed, batch, params, max_seconds)
 
 
 # ---------------------------------------------------------------------------- the plan
@@ -170,6 +174,8 @@ class Reach:
 def reach(budgets: np.ndarray, curve: np.ndarray, target: float) -> Reach:
     """First budget at which ``curve`` reaches ``target``, interpolated linearly between budgets."""
     for b in range(len(budgets)):
+        if not np.isfinite(curve[b]):  # not simulated (time limit): beyond the last budget reached
+            return Reach(float(budgets[max(b - 1, 0)]), ">")
         if curve[b] >= target - 1e-12:
             if b == 0:
                 return Reach(float(budgets[0]), "<=")
@@ -215,11 +221,19 @@ class Plan:
                    if self.reach(name, target, metric)[0].bound != ">"]
         return min(reached)[1] if reached else None
 
+    @property
+    def cut_short(self) -> list[str]:
+        """The learners some of whose runs did not reach the largest budget within the time limit."""
+        return [name for a, name in enumerate(self.algorithms) if np.isnan(self.exact[a]).any()]
+
     def to_dict(self) -> dict:
-        """JSON-safe: what the dashboard draws (means, min and max over runs, per learner)."""
+        """JSON-safe: what the dashboard draws (means, min and max over runs, per learner; null at a
+        budget some run did not reach within the time limit)."""
+        def finite(values):
+            return [round(float(x), 4) if np.isfinite(x) else None for x in values]
+
         def stats(a):
-            return {"mean": a.mean(axis=0).round(4).tolist(), "min": a.min(axis=0).round(4).tolist(),
-                    "max": a.max(axis=0).round(4).tolist()}
+            return {"mean": finite(a.mean(axis=0)), "min": finite(a.min(axis=0)), "max": finite(a.max(axis=0))}
         return {"version": 1, "n_items": self.n_items, "budgets": self.budgets.tolist(), "source": self.source,
                 "spread": self.spread, "runs": int(self.exact.shape[1]),
                 "algorithms": {name: {"exact": stats(self.exact[a]), "hit3": stats(self.hit3[a]),
@@ -229,11 +243,14 @@ class Plan:
 
 def plan(scenarios: Sequence[Scenario], algorithms: Sequence[str] | None = None,
          budgets: Sequence[float] = DEFAULT_BUDGETS, runs: int = 3, batch: int = DEFAULT_BATCH, jobs: int = 1,
-         source: str = "", spread: str = "seeds", params: dict | None = None) -> Plan:
+         source: str = "", spread: str = "seeds", params: dict | None = None,
+         max_seconds: float | None = None) -> Plan:
     """Simulate every learner ``runs`` times to the largest budget; run r uses seed r and
     ``scenarios[r % len(scenarios)]`` (one scenario per bootstrap replicate of a pilot fit).
     ``params`` maps a learner's name to its parameters (e.g. a study's). ``jobs`` > 1 runs the
-    simulations in that many processes."""
+    simulations in that many processes. ``max_seconds`` bounds the whole plan's CPU time per
+    process: each run gets an equal share and stops at the budgets it reached (the rest NaN,
+    :attr:`Plan.cut_short`)."""
     names = plannable_algorithms(algorithms)
     budgets = check_budgets(budgets)
     if not scenarios:
@@ -245,12 +262,13 @@ def plan(scenarios: Sequence[Scenario], algorithms: Sequence[str] | None = None,
     if runs < 1:
         raise ValueError("runs must be >= 1")
     params = params or {}
-    work = [(name, scenarios[r % len(scenarios)], budgets, r, int(batch), params.get(name))
+    jobs = max(1, min(int(jobs), len(names) * runs))
+    share = None if max_seconds is None else float(max_seconds) * jobs / (len(names) * runs)
+    work = [(name, scenarios[r % len(scenarios)], budgets, r, int(batch), params.get(name), share)
             for name in names for r in range(runs)]
     # the slow learners first, so a pool of processes ends together
     order = sorted(range(len(work)), key=lambda w: ALGORITHMS[work[w][0]].learns == "graph")
     results: list = [None] * len(work)
-    jobs = max(1, min(int(jobs), len(work)))
     if jobs == 1:
         for w in order:
             results[w] = _run(work[w])
@@ -465,12 +483,15 @@ def format_plan(p: Plan, target: float | None = None, metric: str = "exact", pay
     for a, name in enumerate(p.algorithms):
         label = name + (" (default)" if name == DEFAULT_NN_ALGORITHM else "")
         lines += ["", f"{label}: {ALGORITHMS[name].description}",
-                  f"  CPU {p.seconds[a].mean():.1f} s per run"]
+                  f"  CPU {p.seconds[a].mean():.1f} s per run"
+                  + (" (time limit: budgets marked - were not reached in every run)" if name in p.cut_short else "")]
         rows = []
         for b, per_item in enumerate(p.budgets):
             ex, h3 = p.exact[a, :, b], p.hit3[a, :, b]
+            cells = ([f"{ex.mean():.2f} ± {ex.std():.2f}", f"{h3.mean():.2f} ± {h3.std():.2f}"]
+                     if np.isfinite(ex).all() else ["-", "-"])
             rows.append([f"{per_item:g}", f"{int(round(per_item * n)):,}"] + ([money(per_item)] if money else [])
-                        + [f"{ex.mean():.2f} ± {ex.std():.2f}", f"{h3.mean():.2f} ± {h3.std():.2f}"])
+                        + cells)
         widths = [max(len(r[c]) for r in [header] + rows) for c in range(len(header))]
         for r in [header] + rows:
             lines.append("  " + "  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)))

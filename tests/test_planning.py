@@ -102,11 +102,30 @@ def test_pilot_csv_reads_answer_exports_and_list_order_triplets():
               "s,1,triplet,0,1,2,2,anntri\n"
               "s,2,triplet,3,1,2,,anntri\n"   # skipped
               "s,3,rating,0,1,,,anntri\n"
-              "s,4,triplet,0,1,2,1,catch\n")
+              "s,4,triplet,0,1,2,1,catch\n"
+              "s,5,triplet,0,2,1,2,repeat\n")  # a validation repeat is no new evidence
     assert planning.read_pilot_csv(export).tolist() == [[0, 2, 1]]
     assert planning.read_pilot_csv("0,1,2\n3,4,5\n").tolist() == [[0, 1, 2], [3, 4, 5]]
     with pytest.raises(ValueError, match="line 1"):
         planning.read_pilot_csv("a;b\n")
+
+
+def test_a_plan_stays_within_its_time_limit_and_says_which_budgets_it_did_not_reach():
+    import time
+
+    D = pair_distances(n_pairs=30)
+    started = time.process_time()
+    p = planning.plan([planning.Scenario(D, 0.02, 0.0)], ["random_triplets", "embedding"], [2, 5, 2000], runs=2,
+                      max_seconds=2.0)
+    assert time.process_time() - started < 2.0 + 4 * 1.5  # each of 4 runs stops within its share and a batch
+    assert "embedding" in p.cut_short and np.isnan(p.exact[p.algorithms.index("embedding"), :, -1]).all()
+    assert np.isfinite(p.exact[:, :, 0]).all()  # the first budgets are reached
+    doc = json.dumps(p.to_dict(), allow_nan=False)  # strict JSON: null where a budget was not reached
+    assert "null" in doc
+    mean, _ = p.reach("embedding", 0.999)
+    assert mean.bound == ">" and mean.value <= 5
+    lines = "\n".join(planning.format_plan(p, target=0.9))
+    assert "time limit" in lines and " - " in lines
 
 
 def test_plan_command_from_points_and_from_a_pilot_file(tmp_path):

@@ -1066,10 +1066,13 @@ def _pilot_from_study(conn, study_id: str):
 @click.option("--batch", default=50, show_default=True, type=click.IntRange(1, 100000),
               help="Questions a learner plans at a time (a pool refill of a live study).")
 @click.option("--jobs", type=click.IntRange(1, 64), default=None, help="Processes to simulate in (default: the CPUs).")
+@click.option("--max-seconds", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="Bound on the plan's CPU time per process: every run gets an equal share, and a learner "
+                   "that needs more stops at the budgets it reached (shown as '-').")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
               help="Also write the plan as JSON to this file.")
 def plan_command(truth_spec, pilot_path, study_id, n_items, algorithms, budgets, runs, noise, lapse, pay, currency,
-                 target, metric, batch, jobs, json_path):
+                 target, metric, batch, jobs, json_path, max_seconds=300.0):
     """Plan a study's budget before paying: expected nearest-neighbour accuracy against answers per item.
 
     Every applicable learner runs in-process on simulated raters (logistic + lapse human noise) that answer
@@ -1129,12 +1132,15 @@ def plan_command(truth_spec, pilot_path, study_id, n_items, algorithms, budgets,
         source = fit.describe()
         spread = "seeds and bootstrap resamples of the pilot"
     click.echo(f"Simulating {', '.join(names)} ({runs} runs each, up to {grid[-1]:g} answers per item, "
-               f"{jobs} processes) ...", err=True)
+               f"{jobs} processes; at most about {max_seconds:g} s of CPU per process, --max-seconds) ...", err=True)
     result = planning.plan(scenarios, names, grid, runs=runs, batch=batch, jobs=jobs, source=source, spread=spread,
-                            params=params)
+                            params=params, max_seconds=max_seconds)
     for line in planning.format_plan(result, target=target, metric=metric, pay=pay, currency=currency):
         click.echo(line)
     click.echo(f"\nPlanned in {time.perf_counter() - started:.1f} s.", err=True)
+    if result.cut_short:
+        click.echo(f"Time limit: {', '.join(result.cut_short)} did not reach every budget within --max-seconds "
+                   f"{max_seconds:g}; raise it (or lower --budgets, --runs) for the rest.", err=True)
     doc = {**result.to_dict(), "target": target, "metric": metric, "pay": pay, "currency": currency,
            "created_at": time.time(),
            "reach": {name: result.reach(name, target, metric)[0].__dict__ for name in result.algorithms}}

@@ -245,6 +245,8 @@ def expected_now(plan: dict | None, per_item: float) -> dict:
             out[name] = None
         elif k == len(budgets):
             out[name] = mean[-1]
+        elif mean[k - 1] is None or mean[k] is None:  # a budget the plan did not reach in its time limit
+            out[name] = None
         else:
             lo, hi = budgets[k - 1], budgets[k]
             out[name] = mean[k - 1] + (mean[k] - mean[k - 1]) * (per_item - lo) / (hi - lo)
