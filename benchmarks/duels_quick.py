@@ -5,6 +5,14 @@ Prints NN error and hit@3 against answers per item for the duel learner and for 
 random triplets' win rates), mean over seeds, and the duel learner's CPU time per 1,000 answers.
 
     .venv/bin/python benchmarks/duels_quick.py [--n 300] [--seeds 3] [--budgets 10,20,50,100,200,300]
+
+``--pass-cost`` instead times what a live worker pays per update pass: n = 1000 clustered items,
+simulated human answers in batches (``--batch``, default 50) up to ``--answers`` (default 50,000);
+each pass is ``observe(batch)`` + ``next_questions(batch)``; prints the CPU time per pass (median,
+99th percentile, max, passes over 200 ms), split by the passes that did embedding work, and the
+cost of ``neighbor_graph(1)`` / ``progress()`` / ``to_state()`` at the end.
+
+    .venv/bin/python benchmarks/duels_quick.py --pass-cost [--answers 50000] [--batch 50]
 """
 from __future__ import annotations
 
@@ -132,8 +140,49 @@ def one_seed(s, D_all, scale, n_items, budgets, params, res, peer=True):
     return cpu, tot, name[0]
 
 
+def pass_cost(n_answers: int, batch: int, n: int = 1000, params=None) -> None:
+    """CPU time of each live update pass at n items (see the module docstring)."""
+    from engine import oracles
+
+    fit = oracles.alien_egg_noise()
+    X, _ = oracles.hierarchical_clusters(n, random_state=n)
+    D = oracles.TripletOracle.from_points(X).distances
+    oracle = oracles.TripletOracle(D, model="human", noise=fit.scale_for(D, unit="median_gap"), lapse=fit.lapse,
+                                   random_state=0)
+    planner = CandidateDuels(n, random_state=0, **(params or {}))
+    qs = planner.next_questions(batch)
+    costs, fitting = [], []
+    while planner.n_answers_ < n_answers:
+        ans = oracle.answer(qs)
+        t0 = time.process_time()
+        planner.observe(ans)
+        busy = planner._needs_refit()
+        qs = planner.next_questions(batch)
+        costs.append(time.process_time() - t0)
+        fitting.append(busy)
+    costs_ms, fitting = 1000 * np.asarray(costs), np.asarray(fitting)
+    print(f"duels live passes, n = {n}, {planner.n_answers_} answers in batches of {batch}, "
+          f"{planner.n_fits_} embedding refits, params {params or {}}")
+    for label, sel in (("all passes", np.ones(len(costs_ms), bool)), ("passes refitting", fitting),
+                       ("other passes", ~fitting)):
+        c = costs_ms[sel]
+        if len(c):
+            print(f"  {label:17s} {len(c):5d}: median {np.median(c):6.1f} ms, p99 {np.percentile(c, 99):6.1f} ms, "
+                  f"max {c.max():6.1f} ms, over 200 ms: {int((c > 200).sum())}")
+    last = costs_ms[-len(costs_ms) // 5:]
+    print(f"  last 20% of passes: median {np.median(last):.1f} ms, max {last.max():.1f} ms")
+    for name, call in (("neighbor_graph(1)", lambda: planner.neighbor_graph(1)),
+                       ("progress()", planner.progress), ("to_state()", planner.to_state)):
+        t0 = time.process_time()
+        call()
+        print(f"  {name:17s} {1000 * (time.process_time() - t0):6.1f} ms")
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--pass-cost", action="store_true", help="time live update passes at n = 1000")
+    ap.add_argument("--answers", type=int, default=50_000)
+    ap.add_argument("--batch", type=int, default=50)
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--budgets", default="10,20,50,100,200,300")
@@ -145,6 +194,9 @@ def main():
     for kv in filter(None, args.params.split(",")):
         k, v = kv.split("=")
         params[k] = float(v) if "." in v else int(v)
+    if args.pass_cost:
+        pass_cost(args.answers, args.batch, params=params)
+        return
     eggs = load_alien_eggs()
     D_all = eggs.distances
     scale = fit_scale_with_lapse(D_all, eggs.triplets, LAPSE)

@@ -16,8 +16,11 @@ from .graph import NO_NEIGHBOR, NeighborGraph
 from .random_triplets import check_triplet_answers
 from .utils import check_n_items, check_random_state, generator_from_state, generator_state
 
-#: weight (in duels) of the shortlist order in a candidate's score
+#: weight (in duels) of the embedding's prediction in a candidate's score, until repeated duels
+#: estimate it (``kappa_``)
 PRIOR_DUELS = 2.0
+#: weights the estimate of ``kappa_`` chooses from (a geometric grid, in duels)
+KAPPA_GRID = tuple(2.0**k for k in range(-1, 13))
 #: how many extra asks a pair at the bottom of the ranking waits for, against the top pair
 FOCUS = 2.0
 #: embedding dimensions ``dim="auto"`` keeps fitted side by side (warm started)
@@ -28,6 +31,10 @@ AUTO_DECAY = 0.7
 AUTO_SETTLE = 4
 #: ... and the others again every this many refits (a fit in 8 dimensions costs ~5x one in 2)
 AUTO_RECHECK = 4
+#: L-BFGS iterations a refit of one dimension may take in all (over however many calls) ...
+FIT_MAX_ITER = 300
+#: ... and at least per call, however little ``fit_work`` allows
+FIT_MIN_ITER = 2
 
 
 def _embedding_module():
@@ -51,6 +58,24 @@ def _radius(n: np.ndarray, delta: float, n_pairs: int) -> np.ndarray:
     return np.sqrt(np.log(math.pi**2 * n_pairs * n**2 / (3.0 * delta)) / (2.0 * n))
 
 
+def _tste_log_kernel(X: np.ndarray, h, c) -> np.ndarray:
+    """log of the t-STE kernel (alpha = max(dim - 1, 1)) between rows h and c of X."""
+    alpha = float(max(X.shape[1] - 1, 1))
+    d = ((X[c] - X[h]) ** 2).sum(axis=-1)
+    return -(alpha + 1.0) / 2.0 * np.log1p(d / alpha)
+
+
+def _tste_preference(X: np.ndarray, h: int, cands: np.ndarray) -> np.ndarray:
+    """P[i, j] = P(h is closer to cands[i] than to cands[j]) under the t-STE fit X."""
+    lk = _tste_log_kernel(X, h, cands)
+    return 1.0 / (1.0 + np.exp(np.clip(lk[None, :] - lk[:, None], -700, 700)))
+
+
+def _tste_pair_preference(X: np.ndarray, h, a, b) -> np.ndarray:
+    """P(h closer to a than to b) under the t-STE fit X, for arrays of heads and pairs."""
+    return 1.0 / (1.0 + np.exp(np.clip(_tste_log_kernel(X, h, b) - _tste_log_kernel(X, h, a), -700, 700)))
+
+
 class CandidateDuels:
     """Adaptive nearest-neighbour learner asking each head's shortlisted candidates in duels.
 
@@ -72,20 +97,25 @@ class CandidateDuels:
         Refit the embedding when answers have grown by this share since the last fit.
     dim : int or "auto", default "auto"
         Embedding dimension. ``"auto"`` fits every dimension of ``AUTO_DIMS`` (warm started)
-        and takes the shortlists from the one that best predicted the answers that arrived
-        since the previous fit (answers no fit had seen: an honest, prequential test; older
+        and takes the shortlists from the one that gave the answers that arrived
+        since the previous fit the highest likelihood (answers no fit had seen: an honest, prequential test; older
         refits count ``AUTO_DECAY`` times less per refit). The right dimension depends on the
         items (the 1-D alien eggs want 2, four-dimensional data wants 4 to 8, and a shortlist
         from too few dimensions misses the true neighbour).
     delta : float, default 0.05
         Failure probability of the elimination bounds (per head).
+    fit_work : int, default 1_500_000
+        Most embedding work one ``next_questions`` call does, in triplets x (dim + 2) per L-BFGS
+        iteration (~0.05 us each on one core: about 75 ms); a refit needing more goes on at the
+        following calls, the shortlists staying those of the previous fit until it is done.
     """
 
-    VERSION = 2
+    VERSION = 3
 
     def __init__(self, n_items: int, random_state=None, shortlist: int = 12, min_shortlist: int = 6,
                  shrink_at: float = 100.0, warmup: float = 3.0, explore: float = 0.1,
-                 refit_growth: float = 0.25, dim: int | str = "auto", delta: float = 0.05):
+                 refit_growth: float = 0.25, dim: int | str = "auto", delta: float = 0.05,
+                 fit_work: int = 1_500_000):
         self.n_items = check_n_items(n_items)
         self.random_state = random_state
         self.shortlist = shortlist
@@ -96,6 +126,7 @@ class CandidateDuels:
         self.refit_growth = refit_growth
         self.dim = dim
         self.delta = delta
+        self.fit_work = fit_work
         self._check_params()
         self.rng_ = check_random_state(random_state)
         n = self.n_items
@@ -110,9 +141,12 @@ class CandidateDuels:
         self.cands_ = np.full((n, self.shortlist), NO_NEIGHBOR, np.int64)
         self.embedding_ = None
         self.embeddings_: dict[int, np.ndarray] = {}  # dim -> warm fit
-        # per dim: decayed [answers predicted right, answers predicted] by fits that had not seen them
+        # per dim: decayed [log-likelihood of answers, answers] under fits that had not seen them
         self.dim_scores_ = np.zeros((2, len(self._dims())))
         self.fresh_dims_ = np.zeros(len(self._dims()), bool)  # refitted at the last refit
+        self.kappa_ = PRIOR_DUELS
+        self.fit_job_: dict | None = None  # the refit under way (see _continue_fit)
+        self.fit_partial_: dict[int, np.ndarray] = {}  # dim -> its fit so far in that refit
         self.fitted_on_ = 0
         self.fitted_triplets_ = 0
         self.n_fits_ = 0
@@ -135,6 +169,7 @@ class CandidateDuels:
                                  f"{')' if hi_open else ']'}, got {v!r}")
 
         integer("shortlist", 2)
+        integer("fit_work", 1)
         integer("min_shortlist", 2)
         if self.dim != "auto":
             integer("dim", 1)
@@ -206,32 +241,67 @@ class CandidateDuels:
     def _dims(self) -> tuple[int, ...]:
         return AUTO_DIMS if self.dim == "auto" else (int(self.dim),)
 
-    def _fit_embeddings(self, emb, trip: np.ndarray) -> np.ndarray:
-        """Score the dimensions refitted last time on the answers that arrived since (no fit has
-        seen them), refit warm (every dimension at first and every ``AUTO_RECHECK``-th refit,
-        else only the leading one), and return the leading dimension's embedding."""
+    def _start_fit(self, emb, trip: np.ndarray) -> None:
+        """Begin a refit: score the dimensions refitted last time on the answers that arrived
+        since (no fit has seen them) and choose which to refit warm (every dimension at first and
+        every ``AUTO_RECHECK``-th refit, else only the leading one)."""
         dims = self._dims()
         fresh = trip[self.fitted_triplets_:]
         if len(dims) > 1 and len(fresh) and self.fresh_dims_.any():
             scored = self.fresh_dims_
             self.dim_scores_[:, scored] *= AUTO_DECAY
             for i in np.flatnonzero(scored):
-                self.dim_scores_[0, i] += emb.triplet_accuracy(self.embeddings_[dims[i]], fresh) * len(fresh)
+                p = emb.triplet_probabilities(self.embeddings_[dims[i]], fresh)
+                self.dim_scores_[0, i] += float(np.log(np.maximum(p, 1e-12)).sum())
                 self.dim_scores_[1, i] += len(fresh)
-        best = self._best_dim_index()
         every = self.n_fits_ < AUTO_SETTLE or self.n_fits_ % AUTO_RECHECK == 0
-        self.fresh_dims_ = np.ones(len(dims), bool) if every else np.arange(len(dims)) == best
-        seed = int(self.rng_.integers(2**31 - 1))
-        for i in np.flatnonzero(self.fresh_dims_):
-            d = dims[i]
-            X = emb.fit_embedding(trip, self.n_items, dim=d, init=self.embeddings_.get(d), random_state=seed)
-            self.embeddings_[d] = np.asarray(X, np.float64)
-        self.fitted_triplets_ = len(trip)
-        return self.embeddings_[dims[best]]
+        todo = range(len(dims)) if every else [self._best_dim_index()]
+        self.fit_job_ = {"dims": [int(i) for i in todo], "triplets": int(len(trip)),
+                         "answers": int(self.n_answers_), "seed": int(self.rng_.integers(2**31 - 1)),
+                         "iterations": 0}
+
+    def _continue_fit(self, emb) -> bool:
+        """Spend at most ``fit_work`` on the refit under way; True once it is complete.
+
+        Work is counted as triplets x (dim + 2) per L-BFGS iteration (what one evaluation of the
+        objective costs), so a live update pass stays short however many answers there are; the
+        optimisation (warm, on the triplets the refit started with) goes on at the next call.
+        Every refit still runs to convergence or ``FIT_MAX_ITER`` iterations per dimension, as
+        an uncapped one would, only spread over calls: the same calls give the same fit.
+        """
+        job = self.fit_job_
+        dims = self._dims()
+        trip = self.triplets_[: job["triplets"]]
+        budget = float(self.fit_work)
+        while job["dims"] and budget > 0:
+            d = dims[job["dims"][0]]
+            units = len(trip) * (d + 2)
+            it = int(min(max(FIT_MIN_ITER, budget // units), FIT_MAX_ITER - job["iterations"]))
+            init = self.fit_partial_.get(d, self.embeddings_.get(d))
+            X, nit = emb.fit_embedding(trip, self.n_items, dim=d, init=init, random_state=job["seed"],
+                                       max_iter=it, return_n_iter=True)
+            self.fit_partial_[d] = np.asarray(X, np.float64)
+            job["iterations"] += max(int(nit), 1)
+            budget -= (max(int(nit), 1) + 1) * units
+            if nit < it or job["iterations"] >= FIT_MAX_ITER:  # converged, or as far as a fit goes
+                job["dims"].pop(0)
+                job["iterations"] = 0
+        if job["dims"]:
+            return False
+        fresh = np.zeros(len(dims), bool)
+        for d, X in self.fit_partial_.items():
+            self.embeddings_[d] = X
+            fresh[dims.index(d)] = True
+        self.fresh_dims_ = fresh
+        self.fit_partial_ = {}
+        self.fitted_triplets_ = job["triplets"]
+        self.fitted_on_ = job["answers"]
+        self.fit_job_ = None
+        return True
 
     def _best_dim_index(self) -> int:
         right, seen = self.dim_scores_
-        return int(np.argmax(np.where(seen > 0, right / np.maximum(seen, 1e-300), -1.0)))
+        return int(np.argmax(np.where(seen > 0, right / np.maximum(seen, 1e-300), -np.inf)))
 
     @property
     def chosen_dim_(self) -> int:
@@ -242,8 +312,15 @@ class CandidateDuels:
         trip = self._all_triplets()
         emb = _embedding_module()
         order = None
+        answers_fitted = self.n_answers_
         if emb is not None and len(trip):
-            self.embedding_ = self._fit_embeddings(emb, trip)
+            if self.fit_job_ is None:
+                self._start_fit(emb, trip)
+            answers_fitted = self.fit_job_["answers"]
+            if not self._continue_fit(emb):
+                return  # the refit goes on at the next call; the shortlists stay those of the last fit
+            self.embedding_ = self.embeddings_[self.chosen_dim_]
+            self._estimate_kappa()
             sq = (self.embedding_**2).sum(axis=1)
             D = sq[:, None] + sq[None, :] - 2.0 * self.embedding_ @ self.embedding_.T
         else:
@@ -285,7 +362,7 @@ class CandidateDuels:
                 chosen.sort(key=lambda c, row=D[h]: (row[c], c))
             cands[h, : len(chosen)] = chosen
         self.cands_ = cands
-        self.fitted_on_ = self.n_answers_
+        self.fitted_on_ = answers_fitted
         self.n_fits_ += 1
 
     def _neighbours_of_neighbours(self, order: np.ndarray, r: int = 3) -> np.ndarray:
@@ -339,21 +416,58 @@ class CandidateDuels:
                     N[j, i] += p
         return W, N
 
+    def _prior(self, h: int, cands: np.ndarray) -> np.ndarray:
+        """P[i, j]: prior probability that candidate i beats j for head h.
+
+        From the embedding that gave the shortlists (its own t-STE kernel, so the fit's
+        calibration carries over); before any fit, a lean to the earlier candidate of the
+        shortlist, from 1/2 up to 3/4 for first against last."""
+        m = len(cands)
+        X = self.embedding_
+        if X is None:
+            r = np.arange(m) / max(m - 1, 1)
+            return 0.5 + 0.25 * (r[None, :] - r[:, None])
+        return _tste_preference(X, h, cands)
+
     def _scores(self, h: int, cands: np.ndarray):
         """Smoothed win share of each candidate in its duels with the others (Borda-like)."""
         W, N = self._matrices(h, cands)
         m = len(cands)
         if m == 1:
             return np.ones(1), N.sum(axis=1)
-        # per pair, the smoothed share of i beating j, averaged over opponents (Borda on the
-        # preference matrix): unlike a share of all duels it does not depend on whom the
-        # schedule paired i with. The prior (PRIOR_DUELS pseudo-duels) leans to the candidate
-        # earlier in the shortlist (nearer in the fit), from 1/2 up to 3/4 for first vs last.
-        r = np.arange(m) / (m - 1)
-        prior = 0.5 + 0.25 * (r[None, :] - r[:, None])
-        P = (W + PRIOR_DUELS * prior) / (N + PRIOR_DUELS)
+        # per pair, the share of i beating j smoothed towards the embedding's prediction with
+        # kappa_ pseudo-duels, averaged over opponents (Borda on the preference matrix): unlike a
+        # share of all duels it does not depend on whom the schedule paired i with. kappa_ is
+        # large where repeated duels scatter around the fit's predictions only as much as coin
+        # flips do (the fit, pooling every answer, is then the better judge: items on a line
+        # people can hardly tell apart up close), small where they disagree with it systematically
+        # (a per-item ranking no embedding holds).
+        kappa = self.kappa_
+        P = (W + kappa * self._prior(h, cands)) / (N + kappa)
         np.fill_diagonal(P, 0.0)
         return P.sum(axis=1) / (m - 1), N.sum(axis=1)
+
+    def _estimate_kappa(self) -> None:
+        """Empirical-Bayes weight of the embedding prior: the kappa of ``KAPPA_GRID`` maximising
+        the beta-binomial likelihood of the pairs dueled at least twice, each pair's win share
+        drawn from Beta(kappa p, kappa (1 - p)) around the fit's prediction p."""
+        if self.embedding_ is None or not self.duels_:
+            return
+        rec = np.array([(*k, *v) for k, v in self.duels_.items() if v[1] >= 2], np.int64).reshape(-1, 5)
+        if len(rec) < 20:
+            return
+        from scipy.special import betaln
+
+        p = _tste_pair_preference(self.embedding_, rec[:, 0], rec[:, 1], rec[:, 2])
+        p = np.clip(p, 1e-6, 1 - 1e-6)
+        w, n = rec[:, 3].astype(np.float64), rec[:, 4].astype(np.float64)
+        best = None
+        for kappa in KAPPA_GRID:
+            a, b = kappa * p, kappa * (1 - p)
+            ll = float(np.sum(betaln(w + a, n - w + b) - betaln(a, b)))
+            if best is None or ll > best[0] + 1e-9:
+                best = (ll, kappa)
+        self.kappa_ = float(best[1])
 
     def _alive(self, h: int):
         """Shortlist of h without eliminated candidates, plus its duel matrices; eliminates
@@ -387,6 +501,8 @@ class CandidateDuels:
 
     # ------------------------------------------------------------------ planning
     def _needs_refit(self) -> bool:
+        if self.fit_job_ is not None:
+            return True
         if self.n_fits_ == 0:
             return self.n_answers_ >= self.warmup * self.n_items or self.warmup == 0
         return self.n_answers_ >= self.fitted_on_ * (1.0 + self.refit_growth) + 1
@@ -568,7 +684,8 @@ class CandidateDuels:
     def get_params(self) -> dict:
         return {"shortlist": self.shortlist, "min_shortlist": self.min_shortlist,
                 "shrink_at": self.shrink_at, "warmup": self.warmup, "explore": self.explore,
-                "refit_growth": self.refit_growth, "dim": self.dim, "delta": self.delta}
+                "refit_growth": self.refit_growth, "dim": self.dim, "delta": self.delta,
+                "fit_work": self.fit_work}
 
     def to_state(self) -> dict:
         def table(d: dict, width: int) -> np.ndarray:
@@ -595,6 +712,9 @@ class CandidateDuels:
             "dim_scores": self.dim_scores_.copy(),
             "fresh_dims": self.fresh_dims_.copy(),
             "fitted_triplets": int(self.fitted_triplets_),
+            "kappa": float(self.kappa_),
+            "fit_job": None if self.fit_job_ is None else {**self.fit_job_, "dims": list(self.fit_job_["dims"])},
+            "fit_partial": {str(d): X.copy() for d, X in self.fit_partial_.items()},
             "fitted_on": int(self.fitted_on_),
             "n_fits": int(self.n_fits_),
             "n_answers": int(self.n_answers_),
@@ -603,7 +723,7 @@ class CandidateDuels:
 
     @classmethod
     def from_state(cls, state: dict) -> CandidateDuels:
-        if state.get("class") != cls.__name__ or state.get("version") not in (1, cls.VERSION):
+        if state.get("class") != cls.__name__ or state.get("version") not in (1, 2, cls.VERSION):
             raise ValueError(
                 f"state is of {state.get('class')} v{state.get('version')}, not {cls.__name__} v{cls.VERSION}"
             )
@@ -627,8 +747,16 @@ class CandidateDuels:
         else:
             p.embeddings_ = {int(d): np.array(X, np.float64) for d, X in state["embeddings"].items()}
             p.dim_scores_ = np.array(state["dim_scores"], np.float64).reshape(2, -1)
+            if state["version"] == 2:  # v2 scored answers predicted right; start the log-likelihoods afresh
+                p.dim_scores_[:] = 0.0
             p.fresh_dims_ = np.array(state["fresh_dims"], bool)
             p.fitted_triplets_ = int(state["fitted_triplets"])
+        if state["version"] >= 3:
+            p.kappa_ = float(state["kappa"])
+            job = state["fit_job"]
+            p.fit_job_ = None if job is None else {**{k: int(v) for k, v in job.items() if k != "dims"},
+                                                   "dims": [int(i) for i in job["dims"]]}
+            p.fit_partial_ = {int(d): np.array(X, np.float64) for d, X in state["fit_partial"].items()}
         p.fitted_on_ = int(state["fitted_on"])
         p.n_fits_ = int(state["n_fits"])
         p.n_answers_ = int(state["n_answers"])

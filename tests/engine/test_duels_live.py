@@ -1,0 +1,196 @@
+"""CandidateDuels in a live worker: refits spread over calls, exact replay, state versions, the
+embedding prior's weight."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy.spatial.distance import cdist
+
+import engine.duels as duels
+from engine.duels import KAPPA_GRID, CandidateDuels
+
+
+def points(n, seed, dim=2):
+    return np.random.default_rng(seed).random((n, dim))
+
+
+def answer(D, qs, rng, scale=0.05, lapse=0.05):
+    q = np.asarray(qs, np.int64).reshape(-1, 3)
+    gap = D[q[:, 0], q[:, 1]] - D[q[:, 0], q[:, 2]]
+    p = lapse / 2 + (1 - lapse) / (1 + np.exp(np.clip(gap / scale, -700, 700)))
+    first = rng.random(len(q)) < p
+    return [(h, a, b, a if f else b) for (h, a, b), f in zip(q.tolist(), first, strict=True)]
+
+
+def _jsonable(state):
+    """The state as it goes through storage: arrays to lists, through JSON and back."""
+    def plain(v):
+        if isinstance(v, np.ndarray):
+            return v.tolist()
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+    return json.loads(json.dumps({k: plain(v) for k, v in state.items()}))
+
+
+class _CountingFits:
+    """engine.embedding with every fit recorded (iterations asked for and done)."""
+
+    def __init__(self):
+        from engine import embedding
+
+        self.real, self.calls = embedding, []
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def fit_embedding(self, triplets, n_items, max_iter=300, return_n_iter=False, **kw):
+        X, nit = self.real.fit_embedding(triplets, n_items, max_iter=max_iter, return_n_iter=True, **kw)
+        self.calls.append((len(triplets), max_iter, nit))
+        return (X, nit) if return_n_iter else X
+
+
+def test_a_refit_is_spread_over_calls_when_its_work_exceeds_fit_work(monkeypatch):
+    """With a small ``fit_work`` each call runs at most the iterations it allows (never fewer than
+    FIT_MIN_ITER); the refit goes on at the next calls on the triplets it started with, the
+    shortlists of the previous fit stay meanwhile, and the refit ends converged."""
+    fits = _CountingFits()
+    monkeypatch.setattr(duels, "_embedding_module", lambda: fits)
+    n = 40
+    D = cdist(points(n, 0), points(n, 0))
+    rng = np.random.default_rng(1)
+    work = 40 * n * 4 * 3  # a few iterations of a 2-D fit on the first answers
+    p = CandidateDuels(n, random_state=0, dim=2, fit_work=work)
+    calls_with_fit, fits_done = 0, []
+    while p.n_answers_ < 40 * n:
+        before = len(fits.calls)
+        qs = p.next_questions(40)
+        made = fits.calls[before:]
+        if made:
+            calls_with_fit += 1
+            # the work of one call: every fit but the last stays within the budget
+            spent = sum((max(nit, 1) + 1) * m * 4 for m, _, nit in made[:-1])
+            assert spent <= work
+            assert all(it >= duels.FIT_MIN_ITER for _, it, _ in made)
+        fits_done.append(p.n_fits_)
+        p.observe(answer(D, qs, rng))
+    assert p.n_fits_ >= 2
+    assert calls_with_fit > p.n_fits_ + 5  # some refits took several calls
+    # within one refit every call fitted the same triplets
+    sizes = [m for m, _, _ in fits.calls]
+    assert sizes == sorted(sizes)
+    assert p.fit_job_ is None or p.fit_job_["triplets"] <= p.n_answers_
+
+
+def test_exact_replay_with_a_refit_under_way_across_a_state_round_trip():
+    """Saving and restoring the state (through JSON) in the middle of a spread refit changes
+    nothing: the same answers in the same batches give the same questions and the same state."""
+    n = 40
+    D = cdist(points(n, 2), points(n, 2))
+
+    def run(split):
+        p = CandidateDuels(n, random_state=3, fit_work=2000)
+        asked, mid_refit = [], False
+        for step in range(30):
+            if step == split:
+                mid_refit = p.fit_job_ is not None
+                p = CandidateDuels.from_state(_jsonable(p.to_state()))
+            qs = p.next_questions(30)
+            asked.append(qs)
+            p.observe(answer(D, qs, np.random.default_rng(step)))
+        return asked, p, mid_refit
+
+    a1, p1, _ = run(None)
+    splits = [s for s in range(8, 30) if run(s)[2]]
+    assert splits, "no step fell inside a spread refit"
+    a2, p2, _ = run(splits[0])
+    assert a1 == a2
+    s1, s2 = p1.to_state(), p2.to_state()
+    assert s1["fit_job"] == s2["fit_job"] and s1["kappa"] == s2["kappa"]
+    for key in ("triplets", "duels", "cands", "embedding", "dim_scores"):
+        np.testing.assert_array_equal(s1[key], s2[key])
+    for d in s1["embeddings"]:
+        np.testing.assert_array_equal(s1["embeddings"][d], s2["embeddings"][d])
+    np.testing.assert_array_equal(p1.neighbor_graph(2).neighbors, p2.neighbor_graph(2).neighbors)
+
+
+def test_version_2_state_loads_and_goes_on():
+    n = 30
+    D = cdist(points(n, 4), points(n, 4))
+    p = CandidateDuels(n, random_state=0)
+    rng = np.random.default_rng(0)
+    while p.n_answers_ < 20 * n:
+        p.observe(answer(D, p.next_questions(60), rng))
+    old = p.to_state()
+    old["version"] = 2
+    old["params"] = {k: v for k, v in old["params"].items() if k != "fit_work"}
+    for key in ("kappa", "fit_job", "fit_partial"):
+        del old[key]
+    q = CandidateDuels.from_state(_jsonable(old))
+    assert q.kappa_ == duels.PRIOR_DUELS and q.fit_job_ is None and q.fit_work == 1_500_000
+    assert not q.dim_scores_.any()  # v2 scored right answers, v3 log-likelihoods: start afresh
+    np.testing.assert_array_equal(q.cands_, p.cands_)
+    q.observe(answer(D, q.next_questions(60), rng))
+    assert q.to_state()["version"] == CandidateDuels.VERSION
+
+
+@pytest.mark.parametrize("params, msg", [({"fit_work": 0}, "fit_work"), ({"fit_work": 2.5}, "fit_work")])
+def test_bad_fit_work(params, msg):
+    with pytest.raises(ValueError, match=msg):
+        CandidateDuels(10, **params)
+
+
+def _with_duels(X, repeats, agree, rng):
+    """A planner whose embedding is X and whose heads dueled their 5 nearest pairwise ``repeats``
+    times: answers drawn from the embedding's own prediction (agree) or one fixed answer per pair
+    against it (a per-item ranking the embedding does not hold)."""
+    n = len(X)
+    p = CandidateDuels(n, random_state=0, dim=2)
+    p.embedding_ = X
+    Dx = cdist(X, X)
+    np.fill_diagonal(Dx, np.inf)
+    for h in range(n):
+        near = np.argsort(Dx[h])[:5]
+        for i in range(5):
+            for j in range(i + 1, 5):
+                a, b = sorted((int(near[i]), int(near[j])))
+                pa = duels._tste_pair_preference(X, np.array([h]), np.array([a]), np.array([b]))[0]
+                wins = rng.binomial(repeats, pa) if agree else (0 if pa > 0.5 else repeats)
+                p.duels_[(h, a, b)] = [int(wins), repeats]
+    return p
+
+
+def test_embedding_prior_weight_follows_how_far_repeated_duels_stray_from_the_fit():
+    rng = np.random.default_rng(0)
+    X = points(40, 5) * 3
+    agreeing = _with_duels(X, 6, True, rng)
+    agreeing._estimate_kappa()
+    contrary = _with_duels(X, 6, False, rng)
+    contrary._estimate_kappa()
+    assert agreeing.kappa_ >= 64 and contrary.kappa_ == KAPPA_GRID[0]
+    # with a large weight the reading follows the embedding, with a small one the duels
+    h = 0
+    near = np.argsort(np.where(np.arange(40) == h, np.inf, cdist(X, X)[h]))[:5]
+    for p in (agreeing, contrary):
+        p.cands_[h] = -1
+        p.cands_[h, :5] = near
+    assert agreeing._ranking(h)[0][0] == near[0]
+    assert contrary._ranking(h)[0][0] != near[0]
+
+
+def test_noise_free_exact_neighbours_with_refits_spread_over_calls():
+    n = 40
+    D = cdist(points(n, 6), points(n, 6))
+    p = CandidateDuels(n, random_state=0, fit_work=5000)
+    while p.n_answers_ < 150 * n:
+        qs = p.next_questions(n)
+        if not qs:
+            break
+        q = np.asarray(qs)
+        first = D[q[:, 0], q[:, 1]] <= D[q[:, 0], q[:, 2]]
+        p.observe([(h, a, b, a if f else b) for (h, a, b), f in zip(qs, first, strict=True)])
+    nb = p.neighbor_graph(1).neighbors[:, 0]
+    Dd = D + np.diag(np.full(n, np.inf))
+    np.testing.assert_array_equal(nb, Dd.argmin(axis=1))
