@@ -33,8 +33,8 @@ AUTO_SETTLE = 4
 AUTO_RECHECK = 4
 #: L-BFGS iterations a refit of one dimension may take in all (over however many calls) ...
 FIT_MAX_ITER = 300
-#: ... and at least per call, however little ``fit_work`` allows
-FIT_MIN_ITER = 2
+#: objective evaluations a call may spend at least, however little ``fit_work`` allows
+FIT_MIN_EVALS = 3
 
 
 def _embedding_module():
@@ -104,9 +104,9 @@ class CandidateDuels:
         from too few dimensions misses the true neighbour).
     delta : float, default 0.05
         Failure probability of the elimination bounds (per head).
-    fit_work : int, default 1_500_000
-        Most embedding work one ``next_questions`` call does, in triplets x (dim + 2) per L-BFGS
-        iteration (~0.05 us each on one core: about 75 ms); a refit needing more goes on at the
+    fit_work : int, default 1_000_000
+        Most embedding work one ``next_questions`` call does, in triplets x (dim + 2) per
+        evaluation of the objective (~0.05 us each on one core: about 50 ms); a refit needing more goes on at the
         following calls, the shortlists staying those of the previous fit until it is done.
     """
 
@@ -115,7 +115,7 @@ class CandidateDuels:
     def __init__(self, n_items: int, random_state=None, shortlist: int = 12, min_shortlist: int = 6,
                  shrink_at: float = 100.0, warmup: float = 3.0, explore: float = 0.1,
                  refit_growth: float = 0.25, dim: int | str = "auto", delta: float = 0.05,
-                 fit_work: int = 1_500_000):
+                 fit_work: int = 1_000_000):
         self.n_items = check_n_items(n_items)
         self.random_state = random_state
         self.shortlist = shortlist
@@ -134,6 +134,10 @@ class CandidateDuels:
         self._buffer: list[tuple[int, int, int]] = []
         # duel counts keyed by (h, a, b) with a < b: [wins of a, answers]
         self.duels_: dict[tuple[int, int, int], list[int]] = {}
+        # the same counts as sorted arrays, for vectorised look-ups: code (h * n + a) * n + b
+        self._codes = np.empty(0, np.int64)
+        self._wins = np.empty(0, np.int64)
+        self._counts = np.empty(0, np.int64)
         self.pending_: dict[tuple[int, int, int], int] = {}
         self.eliminated_: dict[int, set[int]] = {}
         self.asked_ = np.zeros(n, np.int64)  # answers + pending per head (scheduling load)
@@ -206,6 +210,35 @@ class CandidateDuels:
                 self.asked_[h] += 1
             self.answered_[h] += 1
         self.n_answers_ += len(arr)
+        if len(arr):
+            lo, hi = np.minimum(arr[:, 1], arr[:, 2]), np.maximum(arr[:, 1], arr[:, 2])
+            self._index_add(self._code(arr[:, 0], lo, hi), (arr[:, 3] == lo).astype(np.int64))
+
+    def _code(self, h, a, b):
+        n = self.n_items
+        return (np.asarray(h, np.int64) * n + a) * n + b
+
+    def _index_add(self, codes: np.ndarray, wins: np.ndarray) -> None:
+        """Add answered duels (their codes, 1 where the smaller item won) to the sorted arrays."""
+        u, inv = np.unique(codes, return_inverse=True)
+        w = np.bincount(inv, wins, len(u)).astype(np.int64)
+        c = np.bincount(inv, minlength=len(u)).astype(np.int64)
+        pos = np.searchsorted(self._codes, u)
+        found = pos < len(self._codes)
+        found[found] = self._codes[pos[found]] == u[found]
+        self._wins[pos[found]] += w[found]
+        self._counts[pos[found]] += c[found]
+        new = ~found
+        self._codes = np.insert(self._codes, pos[new], u[new])
+        self._wins = np.insert(self._wins, pos[new], w[new])
+        self._counts = np.insert(self._counts, pos[new], c[new])
+
+    def _reindex(self) -> None:
+        """Rebuild the sorted arrays from ``duels_``."""
+        rec = np.array([(*k, *v) for k, v in self.duels_.items()], np.int64).reshape(-1, 5)
+        codes = self._code(rec[:, 0], rec[:, 1], rec[:, 2])
+        order = np.argsort(codes, kind="stable")
+        self._codes, self._wins, self._counts = codes[order], rec[order, 3], rec[order, 4]
 
     def forget(self, questions) -> int:
         """Release issued questions that will never be answered; returns how many were pending."""
@@ -263,8 +296,8 @@ class CandidateDuels:
     def _continue_fit(self, emb) -> bool:
         """Spend at most ``fit_work`` on the refit under way; True once it is complete.
 
-        Work is counted as triplets x (dim + 2) per L-BFGS iteration (what one evaluation of the
-        objective costs), so a live update pass stays short however many answers there are; the
+        Work is counted as triplets x (dim + 2) per evaluation of the objective (what one
+        costs), so a live update pass stays short however many answers there are; the
         optimisation (warm, on the triplets the refit started with) goes on at the next call.
         Every refit still runs to convergence or ``FIT_MAX_ITER`` iterations per dimension, as
         an uncapped one would, only spread over calls: the same calls give the same fit.
@@ -276,14 +309,15 @@ class CandidateDuels:
         while job["dims"] and budget > 0:
             d = dims[job["dims"][0]]
             units = len(trip) * (d + 2)
-            it = int(min(max(FIT_MIN_ITER, budget // units), FIT_MAX_ITER - job["iterations"]))
+            evals = int(max(FIT_MIN_EVALS, budget // units))
             init = self.fit_partial_.get(d, self.embeddings_.get(d))
-            X, nit = emb.fit_embedding(trip, self.n_items, dim=d, init=init, random_state=job["seed"],
-                                       max_iter=it, return_n_iter=True)
+            X, info = emb.fit_embedding(trip, self.n_items, dim=d, init=init, random_state=job["seed"],
+                                        max_iter=FIT_MAX_ITER - job["iterations"], max_fun=evals,
+                                        return_info=True)
             self.fit_partial_[d] = np.asarray(X, np.float64)
-            job["iterations"] += max(int(nit), 1)
-            budget -= (max(int(nit), 1) + 1) * units
-            if nit < it or job["iterations"] >= FIT_MAX_ITER:  # converged, or as far as a fit goes
+            job["iterations"] += max(info["nit"], 1)
+            budget -= max(info["nfev"], 1) * units
+            if info["converged"] or job["iterations"] >= FIT_MAX_ITER:  # as far as an uncapped fit goes
                 job["dims"].pop(0)
                 job["iterations"] = 0
         if job["dims"]:
@@ -398,20 +432,23 @@ class CandidateDuels:
 
     def _matrices(self, h: int, cands: np.ndarray, pending: bool = False):
         """W[i, j] = duels candidate i won against j for head h; N = answered (+ pending) duels."""
-        m = len(cands)
-        W = np.zeros((m, m))
-        N = np.zeros((m, m))
-        for i in range(m):
-            for j in range(i + 1, m):
-                a, b = int(cands[i]), int(cands[j])
-                lo, hi, ia, ib = (a, b, i, j) if a < b else (b, a, j, i)
-                rec = self.duels_.get((h, lo, hi))
-                if rec is not None:
-                    W[ia, ib] = rec[0]
-                    W[ib, ia] = rec[1] - rec[0]
-                    N[i, j] = N[j, i] = rec[1]
-                if pending:
-                    p = self.pending_.get((h, lo, hi), 0)
+        c = np.asarray(cands, np.int64)
+        m = len(c)
+        lo, hi = np.minimum(c[:, None], c[None, :]), np.maximum(c[:, None], c[None, :])
+        codes = self._code(h, lo, hi)
+        pos = np.minimum(np.searchsorted(self._codes, codes), max(len(self._codes) - 1, 0))
+        if len(self._codes):
+            hit = (self._codes[pos] == codes) & (lo != hi)
+            N = np.where(hit, self._counts[pos], 0).astype(np.float64)
+            wins_lo = np.where(hit, self._wins[pos], 0).astype(np.float64)
+        else:
+            N = np.zeros((m, m))
+            wins_lo = np.zeros((m, m))
+        W = np.where(c[:, None] < c[None, :], wins_lo, N - wins_lo)
+        if pending and self.pending_:
+            for i in range(m):
+                for j in range(i + 1, m):
+                    p = self.pending_.get((h, int(lo[i, j]), int(hi[i, j])), 0)
                     N[i, j] += p
                     N[j, i] += p
         return W, N
@@ -451,9 +488,10 @@ class CandidateDuels:
         """Empirical-Bayes weight of the embedding prior: the kappa of ``KAPPA_GRID`` maximising
         the beta-binomial likelihood of the pairs dueled at least twice, each pair's win share
         drawn from Beta(kappa p, kappa (1 - p)) around the fit's prediction p."""
-        if self.embedding_ is None or not self.duels_:
+        if self.embedding_ is None or not len(self._codes):
             return
-        rec = np.array([(*k, *v) for k, v in self.duels_.items() if v[1] >= 2], np.int64).reshape(-1, 5)
+        rec = self._duel_table()
+        rec = rec[rec[:, 4] >= 2]
         if len(rec) < 20:
             return
         from scipy.special import betaln
@@ -687,6 +725,13 @@ class CandidateDuels:
                 "refit_growth": self.refit_growth, "dim": self.dim, "delta": self.delta,
                 "fit_work": self.fit_work}
 
+    def _duel_table(self) -> np.ndarray:
+        """Rows (h, a, b, wins of a, answers), a < b, sorted (as ``sorted(duels_)``)."""
+        n = self.n_items
+        h, rest = np.divmod(self._codes, n * n)
+        a, b = np.divmod(rest, n)
+        return np.column_stack([h, a, b, self._wins, self._counts]).astype(np.int64).reshape(-1, 5)
+
     def to_state(self) -> dict:
         def table(d: dict, width: int) -> np.ndarray:
             if not d:
@@ -701,7 +746,7 @@ class CandidateDuels:
             "params": self.get_params(),
             "rng": generator_state(self.rng_),
             "triplets": self._all_triplets().copy(),
-            "duels": table(self.duels_, 5),
+            "duels": self._duel_table(),
             "pending": table(self.pending_, 4),
             "eliminated": np.array(elim, np.int64).reshape(-1, 2),
             "asked": self.asked_.copy(),
@@ -732,6 +777,7 @@ class CandidateDuels:
         p.triplets_ = np.array(state["triplets"], np.int64).reshape(-1, 3)
         p.duels_ = {(int(r[0]), int(r[1]), int(r[2])): [int(r[3]), int(r[4])]
                     for r in np.asarray(state["duels"], np.int64).reshape(-1, 5)}
+        p._reindex()
         p.pending_ = {(int(r[0]), int(r[1]), int(r[2])): int(r[3])
                       for r in np.asarray(state["pending"], np.int64).reshape(-1, 4)}
         for h, c in np.asarray(state["eliminated"], np.int64).reshape(-1, 2).tolist():

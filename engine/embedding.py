@@ -92,7 +92,8 @@ def _objective(flat, t, n, dim, kernel, alpha, l2):
 
 
 def fit_embedding(triplets, n_items: int, dim: int = 2, kernel: str = "tste", alpha=None, init=None,
-                  l2: float = 1e-3, max_iter: int = 300, random_state=None, return_n_iter: bool = False):
+                  l2: float = 1e-3, max_iter: int = 300, random_state=None, return_n_iter: bool = False,
+                  max_fun: int | None = None, return_info: bool = False):
     """Fit an STE or t-STE embedding (van der Maaten & Weinberger 2012) by L-BFGS.
 
     ``triplets`` rows ``(i, j, k)`` mean "i is closer to j than to k". STE:
@@ -100,7 +101,10 @@ def fit_embedding(triplets, n_items: int, dim: int = 2, kernel: str = "tste", al
     the Student-t kernel (1 + d/α)^(−(α+1)/2), α = max(dim − 1, 1) by default. Minimises the
     mean negative log-likelihood + ``l2`` · mean squared norm. ``init`` (n_items, dim) warm
     starts (e.g. the previous fit); otherwise a small random start from ``random_state``.
-    Returns ndarray (n_items, dim), and the number of L-BFGS iterations if ``return_n_iter``.
+    Returns ndarray (n_items, dim), and the number of L-BFGS iterations if ``return_n_iter``, or
+    a dict ``{"nit", "nfev", "converged"}`` if ``return_info`` (``max_fun`` bounds the objective
+    evaluations; a fit stopped by ``max_iter`` or ``max_fun`` is not converged and can be
+    continued from its result).
     """
     n = check_n_items(n_items)
     dim = int(dim)
@@ -117,10 +121,18 @@ def fit_embedding(triplets, n_items: int, dim: int = 2, kernel: str = "tste", al
         if X0.shape != (n, dim):
             raise ValueError(f"init must have shape {(n, dim)}, got {X0.shape}")
     if len(t) == 0:
+        if return_info:
+            return X0, {"nit": 0, "nfev": 0, "converged": True}
         return (X0, 0) if return_n_iter else X0
+    options = {"maxiter": int(max_iter), "gtol": 1e-7, "ftol": 1e-12}
+    if max_fun is not None:
+        options["maxfun"] = int(max_fun)
     res = minimize(_objective, X0.ravel(), args=(t, n, dim, kernel, a, float(l2)), jac=True,
-                   method="L-BFGS-B", options={"maxiter": int(max_iter), "gtol": 1e-7, "ftol": 1e-12})
+                   method="L-BFGS-B", options=options)
     X = res.x.reshape(n, dim)
+    if return_info:
+        # status 1: stopped by maxiter / maxfun (0 converged, 2 the line search gave up)
+        return X, {"nit": int(res.nit), "nfev": int(res.nfev), "converged": int(res.status) != 1}
     return (X, int(res.nit)) if return_n_iter else X
 
 

@@ -141,7 +141,7 @@ _ENTRIES = (
                "dim": {"oneOf": [{"type": "integer", "minimum": 1, "maximum": 50}, {"const": "auto"}],
                        "default": "auto"},
                "delta": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.05},
-               "fit_work": {"type": "integer", "minimum": 1, "default": 1_500_000}},
+               "fit_work": {"type": "integer", "minimum": 1, "default": 1_000_000}},
               ("CandidateDuels",)),
     Algorithm("embedding", "engine.embedding:EmbeddingLearner", ("triplet",), "triplet", "embedding",
               "Embedding: uniformly random triplets and a t-STE ordinal embedding; neighbours = nearest points",

@@ -162,9 +162,10 @@ class _TrueEmbedding:
     def __init__(self, X):
         self.X, self.calls = X, []
 
-    def fit_embedding(self, triplets, n_items, dim=2, init=None, random_state=None, return_n_iter=False, **kw):
+    def fit_embedding(self, triplets, n_items, dim=2, init=None, random_state=None, return_info=False, **kw):
         self.calls.append((len(triplets), n_items, None if init is None else init.copy(), random_state))
-        return (self.X.copy(), 0) if return_n_iter else self.X.copy()
+        info = {"nit": 1, "nfev": 1, "converged": True}
+        return (self.X.copy(), info) if return_info else self.X.copy()
 
 
 def test_shortlists_follow_the_embedding(monkeypatch):
