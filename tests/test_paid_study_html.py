@@ -9,6 +9,7 @@ import zipfile
 import pytest
 from click.testing import CliRunner
 from conftest import run_worker
+from test_browser import browser  # noqa: F401  (fixture)
 
 from webapp.cli import main
 from workers.studies import Item, StudyError, check_stylesheet, get_items, get_stylesheet
@@ -132,3 +133,57 @@ def test_the_upload_form_takes_a_stylesheet(researcher_client, conn, folder):
     (study_id,) = [s.decode() for s in conn.smembers("proxima:studies")]
     assert get_stylesheet(conn, study_id) == CSS
     assert check_stylesheet("x.css", "p { background: url(data:image/png;base64,iVBO) }")
+
+
+@pytest.mark.browser
+def test_html_items_render_styled_in_chromium_and_run_no_script(browser, conn, redis_url, tmp_path):  # noqa: F811
+    """In a real browser: the study's stylesheet applies to an HTML item, and an item stored with a script
+    (as an old or tampered study might hold it) shows its text without running anything."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from test_serve import healthy, wait_for
+
+    from webapp.embedded import free_port
+    from workers import keys
+    from workers.config import StudyConfig
+    from workers.studies import create_study
+
+    items = [Item(id=name, kind="html", html=html) for name, html in GOOD_HTML.items()]
+    create_study(conn, StudyConfig.from_dict({"name": "Styled", "pool_size": 5}), items, study_id="styled",
+                 stylesheet=CSS)
+    # bypass every check, as a hand-edited Redis would: the page must still run no script
+    tampered = {"id": "poem", "kind": "html",
+                "html": '<p class="verse">Roses<img src=x onerror="document.title=\'pwned\'"></p><script>'
+                        "document.title='pwned'</script>"}
+    conn.lset(keys.items("styled"), 0, json.dumps(tampered))
+    run_worker(conn)
+    port = free_port()
+    env = dict(os.environ, REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"))
+    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers", "1"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: healthy(base) or proc.poll() is not None)
+        page = browser.new_page()
+        errors = []
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.goto(f"{base}/s/styled")
+        page.click("#start")
+        page.wait_for_selector("#question:not([hidden]) .html-item")
+        for _ in range(6):  # until the tampered item is on screen
+            if page.locator(".verse").count():
+                break
+            page.click("#left")
+            page.wait_for_timeout(400)
+        assert page.locator(".verse").count() >= 1
+        colour = page.evaluate("() => getComputedStyle(document.querySelector('.verse')).color")
+        assert colour == "rgb(64, 32, 16)"  # the study's stylesheet applied
+        assert page.title() != "pwned"
+        assert any("Content Security Policy" in e for e in errors) or not page.locator(".verse img").count()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)

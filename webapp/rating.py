@@ -39,7 +39,7 @@ from workers.questions import (
     repeat_question,
 )
 from workers.queue import enqueue_update
-from workers.studies import STUDY_ID_PATTERN, Study, StudyNotFound, get_study
+from workers.studies import STUDY_ID_PATTERN, Study, StudyNotFound, get_study, sanitize_html
 
 from .errors import ApiError
 from .tokens import sign_question, verify_question
@@ -99,7 +99,8 @@ def item_payload(study_id: str, index: int, raw: bytes) -> dict:
     if item["kind"] == "text":
         payload["text"] = item["text"]
     elif item["kind"] == "html":
-        payload["html"] = item["html"]  # sanitised when the item was made (studies.Item)
+        # sanitised when the item was made (studies.Item) and again here, for an item stored another way
+        payload["html"] = sanitize_html(item["html"])
     elif item["kind"] == "color":
         payload["color"] = item["color"]
     else:
