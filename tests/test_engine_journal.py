@@ -211,3 +211,24 @@ def test_readers_get_the_state_of_the_last_committed_pass(conn):
     learners = jobs.load_learners(conn, study)  # what exports, layouts and rebuilds read
     for label, learner in learners.items():
         assert_states_equal(learner.to_state(), kept_state(study_id, label))
+
+
+def test_advancing_the_kept_state_in_place_gives_the_same_delta_and_state_as_a_copy():
+    rng = np.random.default_rng(3)
+    old = engine_state.Lifted.of({"mean": rng.random((40, 40)), "count": rng.integers(0, 9, (40, 40)).astype(np.int32),
+                                  "order": np.arange(40), "gone": np.zeros(3), "n": 40}, copy=True)
+    reference = engine_state.Lifted.of(old.state(), copy=True)
+    live_state = {"mean": old.arrays["state.mean"].copy(), "count": old.arrays["state.count"].copy(),
+                  "order": rng.permutation(40), "extra": np.ones(5), "n": 41}
+    live_state["mean"][3, 4] = np.nan  # bitwise comparison: NaN is a change, and later equal to itself
+    live_state["count"][[1, 7], [2, 9]] += 1
+    live = engine_state.Lifted.of(live_state)
+    mean_before = old.arrays["state.mean"]
+    delta, advanced = engine_state.advance_delta(old, live, "L", 1)
+    assert delta == engine_state.make_delta(reference, live, "L", 1)
+    assert_lifted_equal(advanced, engine_state.apply_delta(reference, delta)[0])
+    assert_lifted_equal(advanced, engine_state.Lifted.of(live_state, copy=True))
+    # sparse changes went into the kept array itself; nothing is shared with the live state
+    assert advanced.arrays["state.mean"] is mean_before
+    assert not any(np.shares_memory(advanced.arrays[p], live.arrays[p]) for p in live.arrays)
+    assert engine_state.advance_delta(advanced, live, "L", 2)[0] is None

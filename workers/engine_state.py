@@ -172,6 +172,20 @@ def make_delta(old: Lifted, new: Lifted, lineage: str, seq: int) -> bytes | None
     """One journal entry turning ``old`` into ``new`` (None if they are equal): an .npz of a JSON
     ``header`` (lineage, seq, the new skeleton if it changed, which arrays are whole, sparse or gone)
     and the arrays: ``f<k>`` whole, ``i<k>``/``v<k>`` flat indices and new values."""
+    return _delta(old, new, lineage, seq, None)
+
+
+def advance_delta(old: Lifted, live: Lifted, lineage: str, seq: int) -> tuple[bytes | None, Lifted]:
+    """``make_delta(old, live)`` and the state after it, made by writing the changed elements into
+    ``old``'s own arrays (arrays that changed shape or mostly changed are copied whole): no copy of the
+    whole state per pass. ``old`` is changed in place, so only for a state nobody else reads (no
+    checkpoint writer); ``live`` may hold the planner's own arrays, which are never kept."""
+    kept: dict[str, np.ndarray] = {}
+    delta = _delta(old, live, lineage, seq, kept)
+    return delta, Lifted(live.skeleton, kept)
+
+
+def _delta(old: Lifted, new: Lifted, lineage: str, seq: int, kept: dict | None) -> bytes | None:
     header = {"lineage": lineage, "seq": int(seq), "skeleton": None if new.skeleton == old.skeleton else new.skeleton,
               "full": [], "sparse": [], "removed": sorted(set(old.arrays) - set(new.arrays))}
     payload: dict[str, np.ndarray] = {}
@@ -181,19 +195,32 @@ def make_delta(old: Lifted, new: Lifted, lineage: str, seq: int) -> bytes | None
             a, b = _as_bits(arr), _as_bits(before)
             if a is None:
                 if arr.tobytes() == before.tobytes():
+                    if kept is not None:
+                        kept[path] = before
                     continue
             else:
                 changed = np.flatnonzero(a != b)
                 if len(changed) == 0:
+                    if kept is not None:
+                        kept[path] = before
                     continue
                 if len(changed) * (8 + arr.dtype.itemsize) < SPARSE_SHARE * max(arr.nbytes, 1):
                     k = len(header["sparse"])
                     header["sparse"].append(path)
                     payload[f"i{k}"] = changed.astype(np.int64)
-                    payload[f"v{k}"] = np.ascontiguousarray(arr).reshape(-1)[changed]
+                    payload[f"v{k}"] = values = np.ascontiguousarray(arr).reshape(-1)[changed]
+                    if kept is not None:
+                        flat = before.reshape(-1)
+                        if np.shares_memory(flat, before) and flat.flags.writeable:
+                            flat[changed] = values
+                            kept[path] = before
+                        else:  # not an array of our own we may write into: keep a copy instead
+                            kept[path] = np.array(arr, copy=True, order="C")
                     continue
         payload[f"f{len(header['full'])}"] = arr
         header["full"].append(path)
+        if kept is not None:
+            kept[path] = np.array(arr, copy=True, order="C")
     if header["skeleton"] is None and not header["full"] and not header["sparse"] and not header["removed"]:
         return None
     buf = io.BytesIO()

@@ -370,13 +370,21 @@ def _commit_state(pipe, study_id: str, label: str, learner: Learner, kept: _Kept
     """Queue the learner's changes since ``kept`` on ``pipe`` (inside MULTI): a journal entry of what
     differs, or the whole state where there is no journal to append to. Returns (what will then be
     stored, bytes queued)."""
-    lifted = engine_state.Lifted.of(learner.to_state(), copy=True)
     if kept.lifted is None or kept.lineage is None:
+        lifted = engine_state.Lifted.of(learner.to_state(), copy=True)
         version, lineage = engine_state.save_lifted(pipe, study_id, label, lifted)
         return _Kept(lifted, version, lineage), lifted.nbytes
-    delta = engine_state.make_delta(kept.lifted, lifted, kept.lineage, kept.seq + 1)
+    if (study_id, label) in _checkpoints:
+        # a checkpoint writer reads the kept state: diff against it, keep a copy of the new one
+        lifted = engine_state.Lifted.of(learner.to_state(), copy=True)
+        delta = engine_state.make_delta(kept.lifted, lifted, kept.lineage, kept.seq + 1)
+    else:
+        # the changed elements are written into the kept arrays: no copy of the whole state per pass.
+        # Should EXEC fail, the kept learners and states are dropped (forget_cached) and read back.
+        delta, lifted = engine_state.advance_delta(kept.lifted, engine_state.Lifted.of(learner.to_state()),
+                                                   kept.lineage, kept.seq + 1)
     if delta is None:
-        return kept, 0
+        return replace(kept, lifted=lifted), 0
     version = engine_state.append_delta(pipe, study_id, label, delta)
     return _Kept(lifted, version, kept.lineage, kept.seq + 1, kept.checkpoint_seq,
                  (*kept.journal, (kept.seq + 1, len(delta)))), len(delta)
