@@ -2,7 +2,7 @@
 
 Starts what ``proxima serve`` starts, in a scratch instance folder: the embedded
 redis-server (AOF, ``appendfsync always``), RQ worker(s) (``python -m webapp worker``) and
-gunicorn with serve's options (``webapp.cli.GUNICORN_THREADS``: 2 threaded workers, keep-alive;
+gunicorn with serve's options (``webapp.cli``: 3 workers x 8 threads, keep-alive;
 ``--worker-class``/``--threads``/``--keep-alive`` override them), plus an access log
 whose ``%(D)s`` gives the server-side time of every request. It creates an ANNTri study of
 n = 1,000 colour items (triplet-derived questions, the README's parameters) that the worker
@@ -251,12 +251,13 @@ def healthy(base: str) -> bool:
 
 
 def serve_gunicorn_options() -> dict:
-    """The worker class, threads and keep-alive ``proxima serve`` gives gunicorn (``webapp.cli``)."""
-    from webapp.cli import GUNICORN_THREADS
+    """The workers, worker class, threads and keep-alive ``proxima serve`` gives gunicorn (``webapp.cli``)."""
+    from webapp.cli import GUNICORN_THREADS, SERVE_WEB_WORKERS
 
     given = dict(zip(GUNICORN_THREADS[::2], GUNICORN_THREADS[1::2], strict=True))
     keep_alive = given.get("--keep-alive")
-    return {"worker_class": given.get("--worker-class", "sync"), "threads": int(given.get("--threads", 1)),
+    return {"web_workers": SERVE_WEB_WORKERS, "worker_class": given.get("--worker-class", "sync"),
+            "threads": int(given.get("--threads", 1)),
             "keep_alive": None if keep_alive is None else int(keep_alive)}
 
 
@@ -779,8 +780,9 @@ def parse_args(argv=None):
     ap.add_argument("--pool-size", type=int, default=20, help="the study's pool_size (the config default)")
     ap.add_argument("--think-median", type=float, default=1.8, help="median think time, s (log-normal)")
     ap.add_argument("--think-sigma", type=float, default=0.4, help="sd of the log think time")
-    ap.add_argument("--web-workers", type=int, default=2, help="gunicorn workers (proxima serve: 2)")
     serve = serve_gunicorn_options()
+    ap.add_argument("--web-workers", type=int, default=serve["web_workers"],
+                    help=f"gunicorn workers (proxima serve: {serve['web_workers']})")
     ap.add_argument("--worker-class", default=serve["worker_class"],
                     help=f"gunicorn worker class (proxima serve: {serve['worker_class']})")
     ap.add_argument("--threads", type=int, default=serve["threads"],

@@ -33,6 +33,9 @@ SIMULATED_ALGORITHMS = tuple(name for name, entry in ALGORITHM_TABLE.items() if 
 #: holds each connection until the client closes it. Measured (benchmarks/load.py, n = 1000, 1000
 #: raters, 2 workers): 218 answers/s with sync workers, 449 with these.
 GUNICORN_THREADS = ("--worker-class", "gthread", "--threads", "8", "--keep-alive", "75")
+#: gunicorn worker processes ``proxima serve`` starts: on a 2-core machine 3 x 8 threads served 15-55%
+#: more answers/s at 1,000 raters than 2 x 8 (less GIL contention; benchmarks/load.py --compare).
+SERVE_WEB_WORKERS = 3
 #: gunicorn's longest request line (its own default, 4094, answers longer URLs with an HTML 414): the
 #: app answers URLs over ``errors.MAX_URL_LENGTH`` with the JSON error shape on /api/.
 GUNICORN_LIMITS = ("--limit-request-line", "8190")
@@ -208,7 +211,7 @@ def _port_free(host: str, port: int) -> bool:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the web server listens on.")
 @click.option("--port", default=5000, show_default=True, type=click.IntRange(0, 65535),
               help="Port of the web server (0: any free port).")
-@click.option("--web-workers", default=2, show_default=True, type=click.IntRange(1, 64),
+@click.option("--web-workers", default=SERVE_WEB_WORKERS, show_default=True, type=click.IntRange(1, 64),
               help="gunicorn worker processes.")
 @click.option("--workers", "n_workers", default=1, show_default=True, type=click.IntRange(0, 64),
               help="RQ worker processes that update the engines.")
