@@ -232,3 +232,22 @@ def test_advancing_the_kept_state_in_place_gives_the_same_delta_and_state_as_a_c
     assert advanced.arrays["state.mean"] is mean_before
     assert not any(np.shares_memory(advanced.arrays[p], live.arrays[p]) for p in live.arrays)
     assert engine_state.advance_delta(advanced, live, "L", 2)[0] is None
+
+
+def test_journal_entries_are_deflated_and_uncompressed_ones_still_apply():
+    import io
+    import zipfile
+
+    old = engine_state.Lifted.of({"mean": np.zeros((60, 60)), "n": 60}, copy=True)
+    new_state = {"mean": np.zeros((60, 60)), "n": 60}
+    new_state["mean"][np.arange(60), (np.arange(60) * 7) % 60] = 0.5
+    new = engine_state.Lifted.of(new_state, copy=True)
+    delta = engine_state.make_delta(old, new, "L", 1)
+    with zipfile.ZipFile(io.BytesIO(delta)) as zf:
+        assert {i.compress_type for i in zf.infolist()} == {zipfile.ZIP_DEFLATED}
+    assert len(delta) < engine_state.entry_size(delta)
+    with np.load(io.BytesIO(delta)) as z:  # the same entry as np.savez wrote it before compression
+        plain = io.BytesIO()
+        np.savez(plain, **{k: z[k] for k in z.files})
+    for entry in (delta, plain.getvalue()):
+        assert_lifted_equal(engine_state.apply_delta(old, entry)[0], new)

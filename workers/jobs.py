@@ -245,7 +245,7 @@ class _Kept:
     lineage: str | None  # None: nothing stored, or a state saved before journals (next save is whole)
     seq: int = 0  # the last journal entry committed
     checkpoint_seq: int = 0  # the journal entry the stored checkpoint includes
-    journal: tuple[tuple[int, int], ...] = ()  # (seq, bytes) of the entries after the checkpoint
+    journal: tuple[tuple[int, int], ...] = ()  # (seq, array bytes) of the entries after the checkpoint
 
     @classmethod
     def of(cls, stored: engine_state.Stored) -> _Kept:
@@ -387,7 +387,7 @@ def _commit_state(pipe, study_id: str, label: str, learner: Learner, kept: _Kept
         return replace(kept, lifted=lifted), 0
     version = engine_state.append_delta(pipe, study_id, label, delta)
     return _Kept(lifted, version, kept.lineage, kept.seq + 1, kept.checkpoint_seq,
-                 (*kept.journal, (kept.seq + 1, len(delta)))), len(delta)
+                 (*kept.journal, (kept.seq + 1, engine_state.entry_size(delta)))), len(delta)
 
 
 # ---------------------------------------------------------------------------- checkpoints
