@@ -33,6 +33,8 @@ AUTO_SETTLE = 4
 AUTO_RECHECK = 4
 #: L-BFGS iterations a refit of one dimension may take in all (over however many calls) ...
 FIT_MAX_ITER = 300
+#: what an item costs in one evaluation of the objective (and its L-BFGS step), in triplets
+FIT_ITEM_COST = 3
 #: objective evaluations a call may spend at least, however little ``fit_work`` allows
 FIT_MIN_EVALS = 3
 
@@ -105,9 +107,10 @@ class CandidateDuels:
     delta : float, default 0.05
         Failure probability of the elimination bounds (per head).
     fit_work : int, default 1_000_000
-        Most embedding work one ``next_questions`` call does, in triplets x (dim + 2) per
-        evaluation of the objective (~0.05 us each on one core: about 50 ms); a refit needing more goes on at the
-        following calls, the shortlists staying those of the previous fit until it is done.
+        Most embedding work one ``next_questions`` call does, in (triplets + 3 x items) x
+        (dim + 2) per evaluation of the objective (~0.05 us each on one core: about 50 ms); a
+        refit needing more goes on at the following calls, the shortlists staying those of the
+        previous fit until it is done.
     """
 
     VERSION = 3
@@ -115,7 +118,7 @@ class CandidateDuels:
     def __init__(self, n_items: int, random_state=None, shortlist: int = 12, min_shortlist: int = 6,
                  shrink_at: float = 100.0, warmup: float = 3.0, explore: float = 0.1,
                  refit_growth: float = 0.25, dim: int | str = "auto", delta: float = 0.05,
-                 fit_work: int = 1_000_000):
+                 fit_work: int = 1_000_000, explore_pairs: int = 0):
         self.n_items = check_n_items(n_items)
         self.random_state = random_state
         self.shortlist = shortlist
@@ -127,6 +130,7 @@ class CandidateDuels:
         self.dim = dim
         self.delta = delta
         self.fit_work = fit_work
+        self.explore_pairs = explore_pairs
         self._check_params()
         self.rng_ = check_random_state(random_state)
         n = self.n_items
@@ -174,6 +178,7 @@ class CandidateDuels:
 
         integer("shortlist", 2)
         integer("fit_work", 1)
+        integer("explore_pairs", 0)
         integer("min_shortlist", 2)
         if self.dim != "auto":
             integer("dim", 1)
@@ -296,8 +301,8 @@ class CandidateDuels:
     def _continue_fit(self, emb) -> bool:
         """Spend at most ``fit_work`` on the refit under way; True once it is complete.
 
-        Work is counted as triplets x (dim + 2) per evaluation of the objective (what one
-        costs), so a live update pass stays short however many answers there are; the
+        Work is counted as (triplets + ``FIT_ITEM_COST`` x items) x (dim + 2) per evaluation
+        of the objective (what one costs), so a live update pass stays short however many answers there are; the
         optimisation (warm, on the triplets the refit started with) goes on at the next call.
         Every refit still runs to convergence or ``FIT_MAX_ITER`` iterations per dimension, as
         an uncapped one would, only spread over calls: the same calls give the same fit.
@@ -308,7 +313,7 @@ class CandidateDuels:
         budget = float(self.fit_work)
         while job["dims"] and budget > 0:
             d = dims[job["dims"][0]]
-            units = len(trip) * (d + 2)
+            units = (len(trip) + FIT_ITEM_COST * self.n_items) * (d + 2)
             evals = int(max(FIT_MIN_EVALS, budget // units))
             init = self.fit_partial_.get(d, self.embeddings_.get(d))
             X, info = emb.fit_embedding(trip, self.n_items, dim=d, init=init, random_state=job["seed"],
@@ -374,13 +379,19 @@ class CandidateDuels:
         if emb is None:
             order = self._neighbours_of_neighbours(order)
         cands = np.full((self.n_items, self.shortlist), NO_NEIGHBOR, np.int64)
+        olds = [[int(c) for c in self.cands_[h] if c >= 0 and c not in self.eliminated_.get(h, ())]
+                for h in range(self.n_items)]
+        old_rows = np.full((self.n_items, self.shortlist), NO_NEIGHBOR, np.int64)
+        for h, old in enumerate(olds):
+            old_rows[h, : len(old)] = old
+        old_scores, old_counts = self._batch_scores(old_rows)
         for h in range(self.n_items):
             gone = self.eliminated_.get(h, ())
             keep = []
-            old = [int(c) for c in self.cands_[h] if c >= 0 and c not in gone]
+            old = olds[h]
             if old:
                 # the dueled leaders survive a refit, so evidence is not thrown away
-                score, counts = self._scores(h, np.asarray(old))
+                score, counts = old_scores[h, : len(old)], old_counts[h, : len(old)]
                 ranked = [old[i] for i in np.argsort(-score, kind="stable") if counts[i] > 0]
                 keep = ranked[: (m + 1) // 2]
             chosen = list(keep)
@@ -484,6 +495,38 @@ class CandidateDuels:
         np.fill_diagonal(P, 0.0)
         return P.sum(axis=1) / (m - 1), N.sum(axis=1)
 
+    def _batch_scores(self, rows: np.ndarray):
+        """:meth:`_scores` of every head at once: rows (n_items, w) of candidates, the padding
+        (``NO_NEIGHBOR``) at the end of each row; returns scores and duel counts (n_items, w)."""
+        heads = np.arange(len(rows))
+        valid = rows >= 0
+        c = np.where(valid, rows, 0)
+        m = valid.sum(axis=1)
+        both = valid[:, :, None] & valid[:, None, :]
+        lo, hi = np.minimum(c[:, :, None], c[:, None, :]), np.maximum(c[:, :, None], c[:, None, :])
+        codes = self._code(heads[:, None, None], lo, hi)
+        if len(self._codes):
+            pos = np.minimum(np.searchsorted(self._codes, codes), len(self._codes) - 1)
+            hit = (self._codes[pos] == codes) & (lo != hi) & both
+            N = np.where(hit, self._counts[pos], 0).astype(np.float64)
+            wins_lo = np.where(hit, self._wins[pos], 0).astype(np.float64)
+        else:
+            N = np.zeros(codes.shape)
+            wins_lo = np.zeros(codes.shape)
+        W = np.where(c[:, :, None] < c[:, None, :], wins_lo, N - wins_lo)
+        X = self.embedding_
+        if X is None:
+            r = np.arange(rows.shape[1])[None, :] / np.maximum(m[:, None] - 1, 1)
+            prior = 0.5 + 0.25 * (r[:, None, :] - r[:, :, None])
+        else:
+            lk = _tste_log_kernel(X, heads[:, None], c)
+            prior = 1.0 / (1.0 + np.exp(np.clip(lk[:, None, :] - lk[:, :, None], -700, 700)))
+        kappa = self.kappa_
+        P = np.where(both, (W + kappa * prior) / (N + kappa), 0.0)
+        P[:, np.arange(rows.shape[1]), np.arange(rows.shape[1])] = 0.0
+        score = np.where(m[:, None] > 1, P.sum(axis=2) / np.maximum(m[:, None] - 1, 1), 1.0)
+        return score, N.sum(axis=2)
+
     def _estimate_kappa(self) -> None:
         """Empirical-Bayes weight of the embedding prior: the kappa of ``KAPPA_GRID`` maximising
         the beta-binomial likelihood of the pairs dueled at least twice, each pair's win share
@@ -554,6 +597,30 @@ class CandidateDuels:
                 break
         return (h, a, b)
 
+    def _exploring_question(self, h: int, taken: set) -> tuple[int, int, int]:
+        """Of ``explore_pairs`` random pairs, the one the fit is least sure of, weighted towards
+        pairs holding a plausible neighbour: p (1 - p) / (1 + r / r0), r the nearer one's rank
+        from h in the fit, r0 = n / 20 (the active embedding's rule)."""
+        n, c = self.n_items, self.explore_pairs
+        X = self.embedding_
+        a = self.rng_.integers(n - 1, size=c)
+        a = a + (a >= h)
+        b = self.rng_.integers(n - 2, size=c)
+        lo, hi = np.minimum(h, a), np.maximum(h, a)
+        b = b + (b >= lo)
+        b = b + (b >= hi)
+        lk = _tste_log_kernel(X, h, np.arange(n))
+        lk[h] = np.inf
+        rank = np.empty(n, np.int64)
+        rank[np.argsort(-lk, kind="stable")] = np.arange(n)
+        p = 1.0 / (1.0 + np.exp(np.clip(lk[b] - lk[a], -700, 700)))
+        score = p * (1.0 - p) / (1.0 + np.minimum(rank[a], rank[b]) / max(1.0, n / 20.0))
+        for j in np.argsort(-score, kind="stable"):
+            x, y = int(a[j]), int(b[j])
+            if (h, min(x, y), max(x, y)) not in taken:
+                return (h, x, y)
+        return (h, int(a[0]), int(b[0]))
+
     def next_questions(self, budget: int) -> list[tuple[int, int, int]]:
         """Up to ``budget`` distinct questions, least-asked heads first; counted as pending."""
         if isinstance(budget, bool) or not isinstance(budget, (numbers.Integral, np.integer)):
@@ -575,7 +642,10 @@ class CandidateDuels:
             load, t, h = heapq.heappop(heap)
             warm = self.n_fits_ == 0 or self.answered_[h] < self.warmup
             if warm or self.rng_.random() < self.explore:
-                q = self._random_question(h, taken)
+                if warm or not self.explore_pairs or self.embedding_ is None:
+                    q = self._random_question(h, taken)
+                else:
+                    q = self._exploring_question(h, taken)
             else:
                 if h not in cache:
                     cands, W, N = self._alive(h)
@@ -723,7 +793,7 @@ class CandidateDuels:
         return {"shortlist": self.shortlist, "min_shortlist": self.min_shortlist,
                 "shrink_at": self.shrink_at, "warmup": self.warmup, "explore": self.explore,
                 "refit_growth": self.refit_growth, "dim": self.dim, "delta": self.delta,
-                "fit_work": self.fit_work}
+                "fit_work": self.fit_work, "explore_pairs": self.explore_pairs}
 
     def _duel_table(self) -> np.ndarray:
         """Rows (h, a, b, wins of a, answers), a < b, sorted (as ``sorted(duels_)``)."""

@@ -61,7 +61,7 @@ def test_a_refit_is_spread_over_calls_when_its_work_exceeds_fit_work(monkeypatch
     n = 40
     D = cdist(points(n, 0), points(n, 0))
     rng = np.random.default_rng(1)
-    work = 40 * n * 4 * 3  # a few iterations of a 2-D fit on the first answers
+    work = (40 + duels.FIT_ITEM_COST) * n * 4 * 3  # a few evaluations of a 2-D fit on the first answers
     p = CandidateDuels(n, random_state=0, dim=2, fit_work=work)
     calls_with_fit, fits_done = 0, []
     while p.n_answers_ < 40 * n:
@@ -72,7 +72,7 @@ def test_a_refit_is_spread_over_calls_when_its_work_exceeds_fit_work(monkeypatch
             calls_with_fit += 1
             # the work of one call: every fit but the last stays within the budget (L-BFGS-B may
             # finish its line search a few evaluations past max_fun)
-            spent = sum(nfev * m * 4 for m, _, nfev in made[:-1])
+            spent = sum(nfev * (m + duels.FIT_ITEM_COST * n) * 4 for m, _, nfev in made[:-1])
             assert spent <= work
             assert all(fun >= duels.FIT_MIN_EVALS for _, fun, _ in made)
             assert all(nfev <= fun + 25 for _, fun, nfev in made)
@@ -186,7 +186,7 @@ def test_embedding_prior_weight_follows_how_far_repeated_duels_stray_from_the_fi
 def test_noise_free_exact_neighbours_with_refits_spread_over_calls():
     n = 40
     D = cdist(points(n, 6), points(n, 6))
-    p = CandidateDuels(n, random_state=0, fit_work=100_000)
+    p = CandidateDuels(n, random_state=0, fit_work=300_000)
     while p.n_answers_ < 150 * n:
         qs = p.next_questions(n)
         if not qs:
