@@ -3,7 +3,7 @@
 Drives every applicable learner of :mod:`engine.registry` in-process with simulated raters
 (:class:`engine.oracles.TripletOracle`, logistic + lapse human noise) answering from a truth: known
 distances, or an ordinal embedding fitted to a pilot study's answers together with the pilot's own
-noise (cross-fitted, bootstrapped for its uncertainty). numpy/scipy only: must never import Flask,
+noise (cross-fitted, bootstrapped for its uncertainty). numpy/scipy (and threadpoolctl) only: must never import Flask,
 Redis, RQ, ``webapp`` or ``workers``.
 
 Conventions: ``distances`` ndarray of shape (n_items, n_items), symmetric, zero diagonal; a
@@ -154,7 +154,13 @@ def simulate_curve(name: str, scenario: Scenario, budgets: Sequence[float], seed
 
 def _run(job):
     name, scenario, budgets, seed, batch, params, max_seconds = job
-    return simulate_curve(name, scenario, budgets, seed, batch, params, max_seconds)
+    # One BLAS thread per simulation: the plan runs simulations side by side in processes, and a
+    # multi-threaded BLAS spinning on small L-BFGS-B problems on a busy machine made the embedding
+    # learners several times slower (duels, 300 items: 16 -> 3.5 CPU s to 20 answers per item).
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        return simulate_curve(name, scenario, budgets, seed, batch, params, max_seconds)
 
 
 # ---------------------------------------------------------------------------- the plan
