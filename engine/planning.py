@@ -26,6 +26,12 @@ from .registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, make_planner
 DEFAULT_BUDGETS = (10, 20, 50, 100, 200, 500)
 #: Questions per ``next_questions`` call: a live pool refill between two worker passes.
 DEFAULT_BATCH = 50
+#: Past GROWTH_FROM answers per item a refill grows to BATCH_GROWTH of the answers so far (at least
+#: ``batch``): a live worker's pass takes longer as a learner's answers grow (an embedding refit is
+#: linear in them), so more answers arrive per pass; and a plan to 500 answers per item stays
+#: seconds, not hours. Budgets up to GROWTH_FROM per item (pilots, most paid studies) are unchanged.
+GROWTH_FROM = 20
+BATCH_GROWTH = 0.05
 METRICS = ("exact", "hit3")
 METRIC_LABELS = {"exact": "exact NN", "hit3": "hit@3"}
 
@@ -123,7 +129,8 @@ def simulate_curve(name: str, scenario: Scenario, budgets: Sequence[float], seed
                    batch: int = DEFAULT_BATCH, params: dict | None = None,
                    max_seconds: float | None = None) -> tuple[np.ndarray, np.ndarray, float]:
     """Run one learner as a live study does (a pool refill of ``batch`` questions -> simulated
-    answers -> ``observe``) and score its graph at every budget. ``params`` are the algorithm's
+    answers -> ``observe``; refills grow past GROWTH_FROM answers per item) and score its graph at
+    every budget. ``params`` are the algorithm's
     parameters (the table's defaults otherwise). Returns (exact, hit@3) arrays of shape
     (len(budgets),) and the CPU seconds spent. A learner that stops asking keeps its last graph.
     ``max_seconds``: CPU seconds the run may take; budgets it has not reached by then are NaN."""
@@ -141,7 +148,8 @@ def simulate_curve(name: str, scenario: Scenario, budgets: Sequence[float], seed
         while total < mark and not stopped:
             if max_seconds is not None and time.process_time() - t0 > max_seconds:
                 return exact, hit3, time.process_time() - t0
-            questions = ask(planner, min(int(batch), mark - total), window)
+            step = int(batch) if total < GROWTH_FROM * n else max(int(batch), int(BATCH_GROWTH * total))
+            questions = ask(planner, min(step, mark - total), window)
             if not questions:
                 stopped = True
                 break
