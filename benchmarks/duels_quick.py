@@ -216,4 +216,8 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from threadpoolctl import threadpool_limits
+
+    # one BLAS thread, as a live worker should run (threads spinning on small fits only burn CPU)
+    with threadpool_limits(limits=1, user_api="blas"):
+        main()

@@ -343,4 +343,8 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from threadpoolctl import threadpool_limits
+
+    # one BLAS thread: OpenBLAS threads spinning on the small L-BFGS problems only burn CPU
+    with threadpool_limits(limits=1, user_api="blas"):
+        main()
