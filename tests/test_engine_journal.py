@@ -251,3 +251,20 @@ def test_journal_entries_are_deflated_and_uncompressed_ones_still_apply():
         np.savez(plain, **{k: z[k] for k in z.files})
     for entry in (delta, plain.getvalue()):
         assert_lifted_equal(engine_state.apply_delta(old, entry)[0], new)
+
+
+def test_a_large_first_save_is_written_in_pieces_outside_the_pass_transaction(conn, monkeypatch):
+    monkeypatch.setattr(jobs, "CHUNKED_SAVE_BYTES", 0)  # every whole save counts as large
+    writes = []
+    real = engine_state.write_checkpoint
+    monkeypatch.setattr(engine_state, "write_checkpoint",
+                        lambda *a, **k: writes.append(a[2]) or real(*a[:6], chunk_bytes=64 * 1024))
+    study_id = make_anntri_study(conn, "pieces", n=150)
+    states = run_passes(conn, study_id, 3, check=True)
+    assert sorted(set(writes)) == ["anntri", "rt"]  # the first pass of each learner
+    assert conn.hkeys(keys.engine(study_id, "anntri"))  # in place, with its pieces
+    assert any(name.startswith(b"array#") for name in conn.hkeys(keys.engine(study_id, "anntri")))
+    assert not conn.exists(keys.engine_checkpoint(study_id, "anntri"))
+    assert conn.llen(keys.engine_journal(study_id, "anntri")) == 2  # later passes append to its journal
+    jobs.forget_cached()
+    assert_states_equal(engine_state.load(conn, study_id, "anntri"), states["anntri"])

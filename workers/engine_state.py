@@ -347,6 +347,23 @@ def save_lifted(pipeline, study_id: str, algorithm: str, lifted: Lifted) -> tupl
     return version, lineage
 
 
+def save_lifted_chunked(conn, pipeline, study_id: str, algorithm: str, lifted: Lifted,
+                        chunk_bytes: int = CHUNK_BYTES) -> tuple[str, str]:
+    """``save_lifted`` for a large state (hundreds of MB at n = 5,000): its fields are written first
+    into the checkpoint key through ``conn``, outside any transaction, in commands of at most
+    ``chunk_bytes`` (Redis serves other clients in between), and ``pipeline`` (inside MULTI, with the
+    cursor) only renames them in place, so the EXEC is short. A crash before the EXEC leaves a
+    checkpoint of a lineage nobody stored, which the next save or swap replaces. The caller holds the
+    study's update lock (nothing else writes the checkpoint key meanwhile)."""
+    version, lineage = new_version(), new_version()
+    write_checkpoint(conn, study_id, algorithm, lifted, lineage, 0, chunk_bytes)
+    engine = keys.engine(study_id, algorithm)
+    pipeline.delete(engine, keys.engine_journal(study_id, algorithm))
+    pipeline.rename(keys.engine_checkpoint(study_id, algorithm), engine)
+    pipeline.hset(engine, VERSION_FIELD, version)
+    return version, lineage
+
+
 def save(pipeline, study_id: str, algorithm: str, state: dict) -> str:
     """Replace one algorithm's engine state (call inside MULTI, with the cursor, to make it atomic).
 

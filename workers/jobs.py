@@ -366,13 +366,22 @@ def pass_learners(conn, study: Study) -> tuple[dict[str, Learner], dict[str, _Ke
     return *_load(conn, study), False
 
 
-def _commit_state(pipe, study_id: str, label: str, learner: Learner, kept: _Kept) -> tuple[_Kept, int]:
+#: A whole state larger than this is written in pieces before the pass's MULTI (``save_lifted_chunked``).
+CHUNKED_SAVE_BYTES = 8 << 20
+
+
+def _commit_state(pipe, study_id: str, label: str, learner: Learner, kept: _Kept,
+                  conn=None) -> tuple[_Kept, int]:
     """Queue the learner's changes since ``kept`` on ``pipe`` (inside MULTI): a journal entry of what
     differs, or the whole state where there is no journal to append to. Returns (what will then be
     stored, bytes queued)."""
     if kept.lifted is None or kept.lineage is None:
         lifted = engine_state.Lifted.of(learner.to_state(), copy=True)
-        version, lineage = engine_state.save_lifted(pipe, study_id, label, lifted)
+        if conn is not None and lifted.nbytes > CHUNKED_SAVE_BYTES:
+            # one EXEC of the whole state would block Redis for seconds
+            version, lineage = engine_state.save_lifted_chunked(conn, pipe, study_id, label, lifted)
+        else:
+            version, lineage = engine_state.save_lifted(pipe, study_id, label, lifted)
         return _Kept(lifted, version, lineage), lifted.nbytes
     if (study_id, label) in _checkpoints:
         # a checkpoint writer reads the kept state: diff against it, keep a copy of the new one
@@ -635,7 +644,7 @@ def _one_pass(conn, study_id: str, now: float, summary_every: float = 0.0) -> di
                 saved, state_bytes = dict(stored), 0
                 for label, learner in learners.items():
                     if changed[label]:
-                        saved[label], size = _commit_state(pipe, study_id, label, learner, stored[label])
+                        saved[label], size = _commit_state(pipe, study_id, label, learner, stored[label], conn)
                         state_bytes += size
                     questions.push_questions(conn, study_id, label, planned[label], pipeline=pipe)
                 engine_state.save_cursor(pipe, study_id, new_cursor)
