@@ -115,11 +115,11 @@ def test_a_plan_stays_within_its_time_limit_and_says_which_budgets_it_did_not_re
 
     D = pair_distances(n_pairs=30)
     started = time.process_time()
-    p = planning.plan([planning.Scenario(D, 0.02, 0.0)], ["random_triplets", "embedding"], [2, 5, 2000], runs=2,
-                      max_seconds=2.0)
-    assert time.process_time() - started < 2.0 + 4 * 1.5  # each of 4 runs stops within its share and a batch
+    p = planning.plan([planning.Scenario(D, 0.02, 0.0)], ["random_triplets", "embedding"], [1, 5, 100_000],
+                      runs=2, max_seconds=0.4)
+    assert time.process_time() - started < 10  # each of 4 runs stops within its share and one refill
     assert "embedding" in p.cut_short and np.isnan(p.exact[p.algorithms.index("embedding"), :, -1]).all()
-    assert np.isfinite(p.exact[:, :, 0]).all()  # the first budgets are reached
+    assert np.isfinite(p.exact[0, :, 0]).all()  # the first budget is reached
     doc = json.dumps(p.to_dict(), allow_nan=False)  # strict JSON: null where a budget was not reached
     assert "null" in doc
     mean, _ = p.reach("embedding", 0.999)
