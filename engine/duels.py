@@ -16,8 +16,8 @@ from .graph import NO_NEIGHBOR, NeighborGraph
 from .random_triplets import check_triplet_answers
 from .utils import check_n_items, check_random_state, generator_from_state, generator_state
 
-#: weight (in duels) of the embedding's prediction in a candidate's score, until repeated duels
-#: estimate it (``kappa_``)
+#: weight (in duels) of the shortlist order in a candidate's score, until repeated duels have
+#: weighed the embedding's own prediction (``kappa_``)
 PRIOR_DUELS = 2.0
 #: weights the estimate of ``kappa_`` chooses from (a geometric grid, in duels)
 KAPPA_GRID = tuple(2.0**k for k in range(-1, 13))
@@ -99,8 +99,8 @@ class CandidateDuels:
         Refit the embedding when answers have grown by this share since the last fit.
     dim : int or "auto", default "auto"
         Embedding dimension. ``"auto"`` fits every dimension of ``AUTO_DIMS`` (warm started)
-        and takes the shortlists from the one that gave the answers that arrived
-        since the previous fit the highest likelihood (answers no fit had seen: an honest, prequential test; older
+        and takes the shortlists from the one that best predicted the answers that arrived
+        since the previous fit (answers no fit had seen: an honest, prequential test; older
         refits count ``AUTO_DECAY`` times less per refit). The right dimension depends on the
         items (the 1-D alien eggs want 2, four-dimensional data wants 4 to 8, and a shortlist
         from too few dimensions misses the true neighbour).
@@ -149,10 +149,10 @@ class CandidateDuels:
         self.cands_ = np.full((n, self.shortlist), NO_NEIGHBOR, np.int64)
         self.embedding_ = None
         self.embeddings_: dict[int, np.ndarray] = {}  # dim -> warm fit
-        # per dim: decayed [log-likelihood of answers, answers] under fits that had not seen them
+        # per dim: decayed [answers predicted right, answers predicted] by fits that had not seen them
         self.dim_scores_ = np.zeros((2, len(self._dims())))
         self.fresh_dims_ = np.zeros(len(self._dims()), bool)  # refitted at the last refit
-        self.kappa_ = PRIOR_DUELS
+        self.kappa_: float | None = None  # weight of the embedding prior, once repeats have weighed it
         self.fit_job_: dict | None = None  # the refit under way (see _continue_fit)
         self.fit_partial_: dict[int, np.ndarray] = {}  # dim -> its fit so far in that refit
         self.fitted_on_ = 0
@@ -289,8 +289,7 @@ class CandidateDuels:
             scored = self.fresh_dims_
             self.dim_scores_[:, scored] *= AUTO_DECAY
             for i in np.flatnonzero(scored):
-                p = emb.triplet_probabilities(self.embeddings_[dims[i]], fresh)
-                self.dim_scores_[0, i] += float(np.log(np.maximum(p, 1e-12)).sum())
+                self.dim_scores_[0, i] += emb.triplet_accuracy(self.embeddings_[dims[i]], fresh) * len(fresh)
                 self.dim_scores_[1, i] += len(fresh)
         every = self.n_fits_ < AUTO_SETTLE or self.n_fits_ % AUTO_RECHECK == 0
         todo = range(len(dims)) if every else [self._best_dim_index()]
@@ -468,11 +467,12 @@ class CandidateDuels:
         """P[i, j]: prior probability that candidate i beats j for head h.
 
         From the embedding that gave the shortlists (its own t-STE kernel, so the fit's
-        calibration carries over); before any fit, a lean to the earlier candidate of the
-        shortlist, from 1/2 up to 3/4 for first against last."""
+        calibration carries over) once repeated duels have weighed it (``kappa_``); before, a
+        lean to the earlier candidate of the shortlist (nearer in the fit), from 1/2 up to 3/4
+        for first against last, worth ``PRIOR_DUELS`` duels."""
         m = len(cands)
         X = self.embedding_
-        if X is None:
+        if X is None or self.kappa_ is None:
             r = np.arange(m) / max(m - 1, 1)
             return 0.5 + 0.25 * (r[None, :] - r[:, None])
         return _tste_preference(X, h, cands)
@@ -490,7 +490,7 @@ class CandidateDuels:
         # flips do (the fit, pooling every answer, is then the better judge: items on a line
         # people can hardly tell apart up close), small where they disagree with it systematically
         # (a per-item ranking no embedding holds).
-        kappa = self.kappa_
+        kappa = PRIOR_DUELS if self.kappa_ is None else self.kappa_
         P = (W + kappa * self._prior(h, cands)) / (N + kappa)
         np.fill_diagonal(P, 0.0)
         return P.sum(axis=1) / (m - 1), N.sum(axis=1)
@@ -515,13 +515,13 @@ class CandidateDuels:
             wins_lo = np.zeros(codes.shape)
         W = np.where(c[:, :, None] < c[:, None, :], wins_lo, N - wins_lo)
         X = self.embedding_
-        if X is None:
+        if X is None or self.kappa_ is None:
             r = np.arange(rows.shape[1])[None, :] / np.maximum(m[:, None] - 1, 1)
             prior = 0.5 + 0.25 * (r[:, None, :] - r[:, :, None])
         else:
             lk = _tste_log_kernel(X, heads[:, None], c)
             prior = 1.0 / (1.0 + np.exp(np.clip(lk[:, None, :] - lk[:, :, None], -700, 700)))
-        kappa = self.kappa_
+        kappa = PRIOR_DUELS if self.kappa_ is None else self.kappa_
         P = np.where(both, (W + kappa * prior) / (N + kappa), 0.0)
         P[:, np.arange(rows.shape[1]), np.arange(rows.shape[1])] = 0.0
         score = np.where(m[:, None] > 1, P.sum(axis=2) / np.maximum(m[:, None] - 1, 1), 1.0)
@@ -827,7 +827,7 @@ class CandidateDuels:
             "dim_scores": self.dim_scores_.copy(),
             "fresh_dims": self.fresh_dims_.copy(),
             "fitted_triplets": int(self.fitted_triplets_),
-            "kappa": float(self.kappa_),
+            "kappa": None if self.kappa_ is None else float(self.kappa_),
             "fit_job": None if self.fit_job_ is None else {**self.fit_job_, "dims": list(self.fit_job_["dims"])},
             "fit_partial": {str(d): X.copy() for d, X in self.fit_partial_.items()},
             "fitted_on": int(self.fitted_on_),
@@ -863,12 +863,10 @@ class CandidateDuels:
         else:
             p.embeddings_ = {int(d): np.array(X, np.float64) for d, X in state["embeddings"].items()}
             p.dim_scores_ = np.array(state["dim_scores"], np.float64).reshape(2, -1)
-            if state["version"] == 2:  # v2 scored answers predicted right; start the log-likelihoods afresh
-                p.dim_scores_[:] = 0.0
             p.fresh_dims_ = np.array(state["fresh_dims"], bool)
             p.fitted_triplets_ = int(state["fitted_triplets"])
         if state["version"] >= 3:
-            p.kappa_ = float(state["kappa"])
+            p.kappa_ = None if state["kappa"] is None else float(state["kappa"])
             job = state["fit_job"]
             p.fit_job_ = None if job is None else {**{k: int(v) for k, v in job.items() if k != "dims"},
                                                    "dims": [int(i) for i in job["dims"]]}

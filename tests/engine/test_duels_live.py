@@ -131,8 +131,7 @@ def test_version_2_state_loads_and_goes_on():
     for key in ("kappa", "fit_job", "fit_partial"):
         del old[key]
     q = CandidateDuels.from_state(_jsonable(old))
-    assert q.kappa_ == duels.PRIOR_DUELS and q.fit_job_ is None and q.fit_work == 1_000_000
-    assert not q.dim_scores_.any()  # v2 scored right answers, v3 log-likelihoods: start afresh
+    assert q.kappa_ is None and q.fit_job_ is None and q.fit_work == 1_000_000
     np.testing.assert_array_equal(q.cands_, p.cands_)
     q.observe(answer(D, q.next_questions(60), rng))
     assert q.to_state()["version"] == CandidateDuels.VERSION
