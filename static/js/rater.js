@@ -31,6 +31,29 @@
   let busy = true;
   let answered = Number(root.dataset.answered || 0);
 
+  // The tags and attributes an HTML item may use (the server's allow-list, workers/studies.py).
+  const HTML_TAGS = new Set(("p br hr div span b strong i em u s small mark sub sup code pre kbd q blockquote cite " +
+    "abbr h1 h2 h3 h4 h5 h6 ul ol li dl dt dd table thead tbody tfoot tr th td caption ruby rt rp bdi bdo wbr del " +
+    "ins figure figcaption section article header footer").split(" "));
+  const HTML_ATTRIBUTES = ["class", "title", "lang", "dir", "colspan", "rowspan"];
+  const HTML_DROPPED = new Set(["script", "style", "template", "noscript", "iframe", "object", "svg", "math", "title"]);
+
+  function copyAllowed(from, to) {
+    from.childNodes.forEach((node) => {
+      if (node.nodeType === Node.TEXT_NODE) {
+        to.appendChild(document.createTextNode(node.textContent));
+      } else if (node.nodeType === Node.ELEMENT_NODE) {
+        const tag = node.tagName.toLowerCase();
+        if (HTML_DROPPED.has(tag)) return;  // neither the element nor its content
+        if (!HTML_TAGS.has(tag)) { copyAllowed(node, to); return; }  // keep the text, drop the tag
+        const copy = document.createElement(tag);
+        HTML_ATTRIBUTES.forEach((name) => { if (node.hasAttribute(name)) copy.setAttribute(name, node.getAttribute(name)); });
+        copyAllowed(node, copy);
+        to.appendChild(copy);
+      }
+    });
+  }
+
   function renderItem(container, item) {
     container.replaceChildren();
     container.dataset.index = item.index;
@@ -46,10 +69,12 @@
       el.className = "text-item";
       el.textContent = item.text;
     } else if (item.kind === "html") {
-      // sanitised on the server (nh3, an allow-list of formatting tags); the page's CSP runs no inline script
+      // sanitised on the server (nh3); rebuilt here from an inert parse, tag by allowed tag, so nothing
+      // but formatting reaches the page (and the page's CSP runs no inline script anyway)
       el = document.createElement("div");
       el.className = "html-item";
-      el.innerHTML = item.html;
+      const parsed = new DOMParser().parseFromString(item.html, "text/html");
+      copyAllowed(parsed.body, el);
     } else if (item.kind === "image") {
       el = document.createElement("img");
       el.src = item.url;
