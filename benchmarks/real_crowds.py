@@ -20,7 +20,7 @@ Data sets:
   predict triplets (an embedding), trained on budgets of the recorded train answers.
 
     python benchmarks/real_crowds.py [--quick] [--seeds 3] [--datasets eggs,clusters,material]
-        [--methods NAME,...] [--budgets 10,20,50,100,200,500] [--sizes 100,300,1000]
+        [--methods NAME,...] [--budgets 10,20,50,100,200,500] [--sizes 100,300,1000] [--spread]
 """
 from __future__ import annotations
 
@@ -79,6 +79,8 @@ def methods_for(names: list[str] | None) -> list[str]:
 PARAMS: dict = {}
 #: --no-peer: leave the peer out (tuning runs)
 SKIP_PEER = False
+#: --spread: also print the standard deviation of hit@3 over seeds
+SPREAD = False
 
 
 def drive(name: str, n: int, answer, marks: list[int], seed: int, batch: int) -> dict[int, np.ndarray]:
@@ -194,7 +196,10 @@ def evaluate(title: str, n: int, D: np.ndarray | None, make_oracle, methods: lis
     for name in [m for m in [PEER] + methods if m in hit]:
         cells = [name + (" (default)" if name == DEFAULT_NN_ALGORITHM else "")]
         for b in budgets:
-            cells.append(f"{np.mean(err[name][b]):.2f} / {np.mean(hit[name][b]):.2f}")
+            cell = f"{np.mean(err[name][b]):.2f} / {np.mean(hit[name][b]):.2f}"
+            if SPREAD:
+                cell += f" ±{np.std(hit[name][b]):.2f}"
+            cells.append(cell)
         curve = {b: float(np.mean(v)) for b, v in hit[name].items()}
         cells.append(reach(curve, target))
         cells.append(f"{np.mean(cpu[name]):.2f}")
@@ -316,6 +321,7 @@ def main(argv=None) -> None:
     ap.add_argument("--batch", type=int, default=50, help="questions per next_questions call (live pool refill)")
     ap.add_argument("--data", default=None, help="data folder (default ../shared/data)")
     ap.add_argument("--no-peer", action="store_true", help="leave the peer out (tuning runs)")
+    ap.add_argument("--spread", action="store_true", help="also print hit@3's standard deviation over seeds")
     ap.add_argument("--params", default="", help="learner parameters, e.g. shortlist=15,explore=0.2 (given to "
                     "every method that has them)")
     args = ap.parse_args(argv)
@@ -324,8 +330,9 @@ def main(argv=None) -> None:
                     .split(",")]
     args.sizes = [int(x) for x in (args.sizes or ("100" if args.quick else "100,300,1000")).split(",")]
     methods = methods_for([m for m in args.methods.split(",") if m])
-    global SKIP_PEER
+    global SKIP_PEER, SPREAD
     SKIP_PEER = args.no_peer
+    SPREAD = args.spread
     for item in filter(None, args.params.split(",")):
         key, _, value = item.partition("=")
         PARAMS[key] = json.loads(value)
