@@ -21,10 +21,11 @@ BUDGETS = [8, 25]
 def test_the_plan_predicts_what_a_live_study_of_pairs_reaches(app, conn):
     D = clustered_truth(20, seed=1, cluster=2, spread=0.4)  # ten pairs: each item's neighbour is its partner
     scale, lapse = 0.03, 0.03
-    predicted = plan([Scenario(D, scale, lapse)], ["duels"], BUDGETS, runs=4).exact[0].mean(axis=0)
-    live = np.mean([live_curve(app, conn, D, scale, lapse, "duels", BUDGETS, seed, raters=5) for seed in (1, 2)],
-                   axis=0)
+    runs = plan([Scenario(D, scale, lapse)], ["duels"], BUDGETS, runs=8).exact[0]
+    lives = np.array([live_curve(app, conn, D, scale, lapse, "duels", BUDGETS, seed, raters=5) for seed in (1, 2, 3)])
+    predicted, live = runs.mean(axis=0), lives.mean(axis=0)
     assert live[-1] >= 0.65 and predicted[-1] >= 0.65, (live, predicted)  # learnable: the answer is known
-    # 20 items: one item is 0.05 and two live runs are few (measured: plan 0.61, 0.75; live 0.65, 0.78);
-    # the benchmark measures the gap at scale
-    assert np.all(np.abs(live - predicted) <= 0.1), (live, predicted)
+    # 20 items: one item is 0.05 and a run's accuracy varies by ~0.1, so the gap is judged against the
+    # standard error of the two means (3 SE, at least 0.1); benchmarks/plan_vs_live.py measures it at scale
+    se = np.sqrt(runs.var(axis=0, ddof=1) / len(runs) + lives.var(axis=0, ddof=1) / len(lives))
+    assert np.all(np.abs(live - predicted) <= np.maximum(0.1, 3 * se)), (live, predicted, se)
