@@ -36,10 +36,10 @@ sys.path[:0] = [str(HERE), str(ROOT)]
 def measure(n: int, passes: int, batch: int, raters: int, seed: int, copy_state: bool = False) -> dict:
     from load import ANSWER_NOISE, item_positions, study_config
 
-    from workers import engine_state
-    from workers.answers import Answer
-    from workers.config import StudyConfig
-    from workers.engines import Learner
+    from workers.jobs.learners import Learner
+    from workers.store import engine_state
+    from workers.store.answers import Answer
+    from workers.store.config import StudyConfig
 
     config = StudyConfig.from_dict(study_config(20, seed, n))
     alg = config.algorithms[0]

@@ -43,12 +43,12 @@ from engine.anntri import ANNTri, planner_from_state  # noqa: E402
 from engine.oracles import DistanceMatrixOracle, circle_clusters, run  # noqa: E402
 from webapp.embedded import free_port, running_url  # noqa: E402
 from webapp.simulate import Crowd, NoiseModel, Truth, graph_accuracy, progress_line  # noqa: E402
-from workers import keys  # noqa: E402
-from workers.config import StudyConfig  # noqa: E402
-from workers.engine_state import load as load_state  # noqa: E402
-from workers.exports import nn_graph  # noqa: E402
-from workers.queue import schedule_update  # noqa: E402
-from workers.studies import Item, create_study, get_study  # noqa: E402
+from workers.results.exports import nn_graph  # noqa: E402
+from workers.store import keys  # noqa: E402
+from workers.store.config import StudyConfig  # noqa: E402
+from workers.store.engine_state import load as load_state  # noqa: E402
+from workers.store.queue import schedule_update  # noqa: E402
+from workers.store.studies import Item, create_study, get_study  # noqa: E402
 
 STUDY = "live-clusters"
 #: Counters the update pass keeps (``keys.engine_stats``): where the live run's questions went.

@@ -223,9 +223,9 @@ def study_config(pool_size: int, seed: int, n_items: int = 1000) -> dict:
 
 
 def create_load_study(conn, n_items: int, pool_size: int, seed: int) -> None:
-    from workers.config import StudyConfig
-    from workers.queue import schedule_update
-    from workers.studies import Item, create_study
+    from workers.store.config import StudyConfig
+    from workers.store.queue import schedule_update
+    from workers.store.studies import Item, create_study
 
     items = [Item(id=f"c{i:04d}", kind="color", color=f"#{int(x * 255):02x}{int(y * 255):02x}80",
                   position=(x, y)) for i, (x, y) in enumerate(item_positions(n_items, seed))]
@@ -302,7 +302,7 @@ class EngineSampler(threading.Thread):
         self.halt = threading.Event()
 
     def run(self) -> None:
-        from workers import keys
+        from workers.store import keys
 
         while not self.halt.wait(self.every):
             with self.conn.pipeline(transaction=True) as pipe:
@@ -328,7 +328,7 @@ class EngineSampler(threading.Thread):
 
 def engine_state_figures(conn) -> dict:
     """What the update passes wrote of the engine state, and what the study's engine keys hold now."""
-    from workers import keys
+    from workers.store import keys
 
     stats = {k.decode(): v.decode() for k, v in conn.hgetall(keys.engine_stats(STUDY)).items() if k != b"summary"}
     figures = {name: int(stats.get(name, 0)) for name in ("updates", "state_bytes_written", "checkpoints",
@@ -351,7 +351,7 @@ def redis_stalls(conn, since: float) -> dict[str, list[int]]:
 
 
 def snapshot(conn, groups: ProcessGroups) -> dict:
-    from workers import keys
+    from workers.store import keys
 
     with conn.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.counters(STUDY))
@@ -381,9 +381,9 @@ def start_profilers(pids: dict[str, list[int]], seconds: int, folder: Path) -> l
 
 #: The files of the request and update hot paths (``proxima worker`` included): ``--baseline REF`` runs
 #: this tree with these as they were at REF.
-HOT_PATH_FILES = ("webapp/rating.py", "webapp/tokens.py", "workers/questions.py", "workers/answers.py",
-                  "workers/queue.py", "workers/jobs.py", "workers/engine_state.py", "workers/engines.py",
-                  "webapp/cli.py")
+HOT_PATH_FILES = ("webapp/rating.py", "webapp/tokens.py", "workers/store/questions.py",
+                  "workers/store/answers.py", "workers/store/queue.py", "workers/jobs/update.py",
+                  "workers/store/engine_state.py", "workers/jobs/learners.py", "webapp/cli.py")
 
 
 def code_copy(ref: str, folder: Path) -> Path:
@@ -405,7 +405,7 @@ def run_load(a, code_root: Path, label: str) -> dict:
     import redis
 
     from webapp.embedded import EmbeddedRedis, free_port
-    from workers import keys
+    from workers.store import keys
 
     scratch = Path(tempfile.mkdtemp(prefix="proxima-load-"))
     instance = scratch / "instance"

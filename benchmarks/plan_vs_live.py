@@ -51,10 +51,10 @@ def live_curve(app, conn, distances: np.ndarray, scale: float, lapse: float, alg
     the crowd, as a busy worker would)."""
     from rq import SimpleWorker
 
-    from workers import keys
-    from workers.config import StudyConfig
-    from workers.queue import get_queue, schedule_update
-    from workers.studies import Item, create_study
+    from workers.store import keys
+    from workers.store.config import StudyConfig
+    from workers.store.queue import get_queue, schedule_update
+    from workers.store.studies import Item, create_study
 
     def run_worker():
         SimpleWorker([get_queue(conn)], connection=conn).work(burst=True, logging_level="WARNING")

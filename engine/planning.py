@@ -106,7 +106,7 @@ def ask(planner, budget: int, window: int | None = None) -> list[tuple[int, int,
     """Up to ``budget`` questions, planned as a live study's worker plans a pool refill: a learner
     working through rounds (``window`` not None) opens more rounds while its open ones have too few
     distinct questions, then asks the open rounds' least-asked pairs again (as
-    ``workers.engines.Learner.plan`` does)."""
+    ``workers.jobs.learners.Learner.plan`` does)."""
     if window is None:
         return list(planner.next_questions(budget))
     inner = getattr(planner, "planner", planner)

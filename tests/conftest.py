@@ -7,9 +7,9 @@ from rq import SimpleWorker
 
 from webapp import create_app
 from webapp.embedded import EmbeddedRedis
-from workers.config import StudyConfig
-from workers.queue import get_queue
-from workers.studies import Item, create_study
+from workers.store.config import StudyConfig
+from workers.store.queue import get_queue
+from workers.store.studies import Item, create_study
 
 SECRET = "test-secret-key"
 #: Rate-limit exemption for tests driving many requests from this machine (nothing is exempt by default).

@@ -6,8 +6,8 @@ import pytest
 from test_browser import browser, live_server  # noqa: F401  (fixtures)
 
 from webapp.demo import demo_items
-from workers.config import StudyConfig
-from workers.studies import create_study
+from workers.store.config import StudyConfig
+from workers.store.studies import create_study
 
 pytestmark = pytest.mark.browser
 

@@ -7,9 +7,9 @@ import json
 
 from conftest import answer, fetch_question, run_worker
 
-from workers import engine_state, keys
-from workers.answers import count_answers, read_answers
-from workers.jobs import apply_new_answers
+from workers.jobs.update import apply_new_answers
+from workers.store import engine_state, keys
+from workers.store.answers import count_answers, read_answers
 
 
 def test_answer_flows_from_api_through_worker_into_engine_and_export(client, researcher_client, conn, study_id):
@@ -113,7 +113,7 @@ def test_distinct_raters_are_counted_by_session(app, researcher_client, conn, st
 
 
 def test_a_starting_worker_catches_up_on_answers_a_crashed_job_left_behind(client, conn, study_id):
-    from workers.queue import get_queue, schedule_stale_studies
+    from workers.store.queue import get_queue, schedule_stale_studies
 
     answer(client, fetch_question(client))
     get_queue(conn).empty()  # the queued job is lost, as if its worker died before running it

@@ -12,14 +12,14 @@ from click.testing import CliRunner
 
 from webapp.cli import main
 from webapp.embedded import EmbeddedRedis
-from workers import keys
-from workers.answers import accept_answer, read_answers
-from workers.backup import FORMAT, VERSION, BackupError, read_backup, restore_study, set_aside_answers
-from workers.config import StudyConfig
-from workers.exports import nn_graph
-from workers.jobs import apply_new_answers
-from workers.questions import issue_question
-from workers.studies import Item, create_study, get_items, get_media, get_study
+from workers.jobs.update import apply_new_answers
+from workers.results.exports import nn_graph
+from workers.store import keys
+from workers.store.answers import accept_answer, read_answers
+from workers.store.backup import FORMAT, VERSION, BackupError, read_backup, restore_study, set_aside_answers
+from workers.store.config import StudyConfig
+from workers.store.questions import issue_question
+from workers.store.studies import Item, create_study, get_items, get_media, get_study
 
 N_ITEMS = 8
 
@@ -151,7 +151,7 @@ def test_backup_to_standard_output_restores_from_standard_input(conn, redis_url,
 
 
 def backup_text(conn, study_id) -> list[str]:
-    from workers.backup import backup_lines
+    from workers.store.backup import backup_lines
 
     return list(backup_lines(conn, study_id))
 

@@ -7,9 +7,9 @@ import pytest
 from conftest import answer, colour_items, fetch_question
 
 from webapp.tokens import sign_question
-from workers.answers import count_answers
-from workers.config import StudyConfig
-from workers.studies import create_study
+from workers.store.answers import count_answers
+from workers.store.config import StudyConfig
+from workers.store.studies import create_study
 
 
 def error_of(response, status):

@@ -15,8 +15,8 @@ from test_serve import healthy, wait_for
 
 from webapp.demo import demo_items
 from webapp.embedded import free_port
-from workers.config import StudyConfig
-from workers.studies import create_study
+from workers.store.config import StudyConfig
+from workers.store.studies import create_study
 
 pytestmark = pytest.mark.browser
 
@@ -135,7 +135,7 @@ ARTIFACTS = os.environ.get("PROXIMA_ARTIFACTS") or os.path.join(os.path.dirname(
 
 def test_consent_practice_ten_questions_by_keyboard_and_a_completion_code(browser, flow_server, conn, tmp_path):
     flow_server_instance = tmp_path / "instance"
-    from workers.answers import read_answers
+    from workers.store.answers import read_answers
 
     page = browser.new_page()
     page.goto(f"{flow_server}/s/flow?PROLIFIC_PID=p-keys")
@@ -184,7 +184,7 @@ def test_consent_declined_means_no_questions(browser, flow_server, conn):
 
 
 def test_rating_questions_by_keys_one_to_five(browser, flow_server, conn):
-    from workers.answers import read_answers
+    from workers.store.answers import read_answers
 
     page = browser.new_page()
     page.goto(f"{flow_server}/s/ratings?PROLIFIC_PID=p-rate")
@@ -199,7 +199,7 @@ def test_rating_questions_by_keys_one_to_five(browser, flow_server, conn):
 
 
 def test_an_answer_sent_while_offline_is_retried_and_stored_once(browser, flow_server, conn):
-    from workers.answers import read_answers
+    from workers.store.answers import read_answers
 
     context = browser.new_context()
     page = context.new_page()
@@ -228,8 +228,8 @@ def _wait_for_triplet(page):
 def test_a_rater_by_mouse_skips_twice_fails_catch_trials_and_is_stopped_politely(browser, flow_server, conn):
     """Mouse only: "can't decide" by button and by the S key is logged as a skip; attention checks
     (one candidate is the head itself) failed twice flag the rater, who is then stopped politely."""
-    from workers import keys
-    from workers.answers import read_answers
+    from workers.store import keys
+    from workers.store.answers import read_answers
 
     page = browser.new_page()
     page.goto(f"{flow_server}/s/checks?PROLIFIC_PID=p-careless")
@@ -268,7 +268,7 @@ def test_a_rater_by_mouse_skips_twice_fails_catch_trials_and_is_stopped_politely
 
 
 def test_a_rater_completes_ten_questions_by_mouse_alone(browser, flow_server, conn):
-    from workers.answers import read_answers
+    from workers.store.answers import read_answers
 
     page = browser.new_page()
     page.goto(f"{flow_server}/s/flow?PROLIFIC_PID=p-mouse")

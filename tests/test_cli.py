@@ -10,7 +10,7 @@ from conftest import answer, fetch_question
 
 from engine.registry import DEFAULT_NN_ALGORITHM
 from webapp.cli import main
-from workers.studies import get_items, get_study
+from workers.store.studies import get_items, get_study
 
 
 @pytest.fixture
@@ -92,8 +92,8 @@ def test_without_redis_url_commands_use_the_instance_redis_and_its_data_persists
 def test_rebuild_excluding_a_rater_replays_the_log_without_them(cli, app, conn, study_id):
     import numpy as np
 
-    from workers import engine_state, keys
-    from workers.jobs import apply_new_answers
+    from workers.jobs.update import apply_new_answers
+    from workers.store import engine_state, keys
 
     careful, careless = app.test_client(), app.test_client()
     for client, n in ((careful, 6), (careless, 4)):
@@ -129,7 +129,7 @@ def test_rebuild_excluding_a_rater_replays_the_log_without_them(cli, app, conn, 
 def test_triplet_export_is_cblearn_list_order(cli, client, conn, study_id, tmp_path):
     import numpy as np
 
-    from workers.answers import read_answers
+    from workers.store.answers import read_answers
 
     question = fetch_question(client)
     for _ in range(5):

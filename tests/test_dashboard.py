@@ -13,12 +13,12 @@ import pytest
 from conftest import RESEARCHER, RESEARCHER_PASSWORD, answer, colour_items, fetch_question, log_in, run_worker
 
 from webapp.stats import share_wrong, true_neighbours
-from workers import keys
-from workers.config import ConfigError, StudyConfig
-from workers.layout import MAX_DRAWN, classical_mds, fill_distances
-from workers.queue import schedule_update
-from workers.studies import Item, StudyError, create_study, get_items, get_study, update_config
-from workers.uploads import items_from_csv_bytes, items_from_zip
+from workers.results.layout import MAX_DRAWN, classical_mds, fill_distances
+from workers.store import keys
+from workers.store.config import ConfigError, StudyConfig
+from workers.store.queue import schedule_update
+from workers.store.studies import Item, StudyError, create_study, get_items, get_study, update_config
+from workers.store.uploads import items_from_csv_bytes, items_from_zip
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
 JPEG = b"\xff\xd8\xff\xe0" + b"\x00" * 32
@@ -140,7 +140,7 @@ def test_create_a_paused_study_from_a_csv_with_labels(researcher_client, conn):
     assert response.status_code == 302
     study = get_study(conn, response.headers["Location"].rsplit("/", 1)[1])
     assert study.status == "paused"
-    from workers.studies import get_items
+    from workers.store.studies import get_items
     assert [(i.id, i.label) for i in get_items(conn, study.id)] == [("x", "fruit"), ("y", "fruit"),
                                                                      ("z", "vehicle")]
 

@@ -19,9 +19,9 @@ from webapp.accounts import create_user
 from webapp.demo import demo_items
 from webapp.embedded import free_port
 from webapp.simulate import Crowd, NoiseModel, Truth
-from workers.config import StudyConfig
-from workers.queue import schedule_update
-from workers.studies import create_study
+from workers.store.config import StudyConfig
+from workers.store.queue import schedule_update
+from workers.store.studies import create_study
 
 pytestmark = pytest.mark.browser
 LAPTOP = {"width": 1366, "height": 768}

@@ -21,7 +21,7 @@ import requests
 from webapp import ROOT
 from webapp.cli import GUNICORN_LIMITS, GUNICORN_THREADS
 from webapp.embedded import free_port, redis_server_binary
-from workers import keys
+from workers.store import keys
 
 DEPLOY = ROOT / "deploy"
 UNITS = ("proxima-web.service", "proxima-worker@.service", "proxima-sweep.service")
@@ -137,9 +137,9 @@ def test_every_unit_restarts_its_process_and_gives_up_on_a_crash_loop():
 def test_the_units_serve_an_answer_that_the_worker_applies(tmp_path, deploy_redis):
     from conftest import colour_items
 
-    from workers.config import StudyConfig
-    from workers.queue import schedule_update
-    from workers.studies import create_study
+    from workers.store.config import StudyConfig
+    from workers.store.queue import schedule_update
+    from workers.store.studies import create_study
 
     url, conn = deploy_redis
     assert conn.config_get("appendfsync")["appendfsync"] == "always"

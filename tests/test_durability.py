@@ -26,13 +26,13 @@ from test_backup import N_ITEMS, give_answers, make_study, poison
 
 from webapp import ROOT
 from webapp.embedded import EmbeddedRedis, free_port
-from workers import engine_state, keys
-from workers.answers import ACCEPT_SCRIPT
-from workers.backup import set_aside_answers
-from workers.config import StudyConfig
-from workers.queue import enqueue_update
-from workers.rebuild import replay_log
-from workers.studies import create_study, get_study
+from workers.jobs.rebuild import replay_log
+from workers.store import engine_state, keys
+from workers.store.answers import ACCEPT_SCRIPT
+from workers.store.backup import set_aside_answers
+from workers.store.config import StudyConfig
+from workers.store.queue import enqueue_update
+from workers.store.studies import create_study, get_study
 
 WAIT = 60.0
 

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from test_backup import give_answers
 
-from workers import engine_state, jobs, keys
-from workers.config import StudyConfig
-from workers.studies import Item, create_study, get_study
+from workers.jobs import update as jobs
+from workers.store import engine_state, keys
+from workers.store.config import StudyConfig
+from workers.store.studies import Item, create_study, get_study
 
 
 @pytest.fixture(autouse=True)

@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 from conftest import fetch_question, run_worker
 
-from workers import engine_state, keys
-from workers.answers import read_answers
-from workers.config import StudyConfig
-from workers.engines import Learner
-from workers.exports import export, import_triplets, nn_graph
-from workers.jobs import apply_new_answers
-from workers.queue import get_queue
-from workers.studies import Item, create_study, get_study
+from workers.jobs.learners import Learner
+from workers.jobs.update import apply_new_answers
+from workers.results.exports import export, import_triplets, nn_graph
+from workers.store import engine_state, keys
+from workers.store.answers import read_answers
+from workers.store.config import StudyConfig
+from workers.store.queue import get_queue
+from workers.store.studies import Item, create_study, get_study
 
 # three tight pairs on a line: every item's nearest neighbour is its pair-mate
 POSITIONS = [0.0, 0.05, 1.0, 1.05, 2.0, 2.05]
@@ -301,7 +301,7 @@ def test_a_built_forest_routes_items_added_later(app, conn, redis_url, tmp_path,
 
 
 def test_items_cannot_be_added_to_a_fixed_item_study(conn):
-    from workers.studies import StudyError, add_items
+    from workers.store.studies import StudyError, add_items
 
     sid = make_study(conn, "fixed", algorithms=[{"algorithm": "anntri"}])
     with pytest.raises(StudyError, match="anntri learn"):
@@ -321,7 +321,7 @@ def test_a_seeded_study_plans_the_same_triplet_derived_questions_again():
 
 def test_least_asked_repeats_come_from_every_undecided_arm_of_the_open_rounds():
     from engine.anntri import ANNTri
-    from workers.engines import _least_asked
+    from workers.jobs.learners import _least_asked
 
     planner = ANNTri(10, window=1, random_state=0)
     first = planner.next_questions(100)  # the open round's whole first layer, all pending

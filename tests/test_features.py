@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from workers.config import StudyConfig
-from workers.studies import (
+from workers.store.config import StudyConfig
+from workers.store.studies import (
     Item,
     StudyError,
     create_study,

@@ -17,7 +17,7 @@ from schemathesis.checks import content_type_conformance, response_schema_confor
 from webapp.errors import ApiError
 from webapp.rating import parse_answer_body
 from webapp.tokens import sign_question, verify_question
-from workers.answers import count_answers
+from workers.store.answers import count_answers
 
 OPENAPI = Path(__file__).resolve().parent.parent / "docs" / "openapi.yaml"
 FUZZ = settings(max_examples=60, deadline=None, database=None, derandomize=True,

@@ -9,10 +9,10 @@ import time
 
 from conftest import answer, colour_items, fetch_question
 
-from workers import keys
-from workers.answers import read_answers
-from workers.config import StudyConfig
-from workers.studies import create_study, set_status
+from workers.store import keys
+from workers.store.answers import read_answers
+from workers.store.config import StudyConfig
+from workers.store.studies import create_study, set_status
 
 REVEALING = ("catch", "algorithm", "probe", "fallback", "qid")
 

@@ -13,9 +13,9 @@ import zlib
 import pytest
 from test_security import XSS, assert_inert, tiny_png
 
-from workers import uploads
-from workers.config import ConfigError
-from workers.studies import MAX_MEDIA_BYTES, StudyError, list_studies
+from workers.store import uploads
+from workers.store.config import ConfigError
+from workers.store.studies import MAX_MEDIA_BYTES, StudyError, list_studies
 
 PNG = tiny_png()
 

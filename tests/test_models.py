@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from test_engine_studies import drive
 
-from workers import engine_state
-from workers.config import ConfigError, StudyConfig
-from workers.engines import Learner
-from workers.exports import ExportError, export
-from workers.models import ModelError, crowd_distances, load_model, predict_for_items, train, trained_models
-from workers.studies import Item, StudyError, create_study
+from workers.jobs.learners import Learner
+from workers.results.exports import ExportError, export
+from workers.results.models import ModelError, crowd_distances, load_model, predict_for_items, train, trained_models
+from workers.store import engine_state
+from workers.store.config import ConfigError, StudyConfig
+from workers.store.studies import Item, StudyError, create_study
 
 
 def clustered_items(n=30, seed=0, with_labels=True):
@@ -231,7 +231,7 @@ def test_cli_sets_features_trains_exports_and_predicts(cli, conn, tmp_path):
 
 
 def test_dashboard_shows_trained_models_with_feature_importances_and_set_aside_answers(conn, researcher_client):
-    from workers import keys
+    from workers.store import keys
 
     items = clustered_items(24)
     sid = crowd_study(conn, items)

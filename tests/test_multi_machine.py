@@ -28,8 +28,8 @@ from rq.registry import FinishedJobRegistry, StartedJobRegistry
 
 from webapp import ROOT
 from webapp.embedded import free_port
-from workers import keys
-from workers.queue import get_queue
+from workers.store import keys
+from workers.store.queue import get_queue
 
 STUDIES = [f"machines-{i}" for i in range(4)]
 RATERS_PER_STUDY = 2
@@ -232,9 +232,9 @@ def study_workers(conn) -> dict[str, set[str]]:
 def test_two_web_instances_and_two_workers_share_one_redis7(tmp_path):
     from conftest import colour_items
 
-    from workers.config import StudyConfig
-    from workers.queue import schedule_update
-    from workers.studies import create_study
+    from workers.store.config import StudyConfig
+    from workers.store.queue import schedule_update
+    from workers.store.studies import create_study
 
     machines = Machines(tmp_path)
     try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from conftest import SECRET, colour_items
 
 from webapp import create_app
-from workers.config import StudyConfig
-from workers.studies import create_study
+from workers.store.config import StudyConfig
+from workers.store.studies import create_study
 
 
 def make_app(redis_url, tmp_path, monkeypatch, **settings):

@@ -9,9 +9,9 @@ from click.testing import CliRunner
 from conftest import run_worker
 
 from webapp.cli import main
-from workers.config import StudyConfig
-from workers.exports import export
-from workers.studies import Item, create_study
+from workers.results.exports import export
+from workers.store.config import StudyConfig
+from workers.store.studies import Item, create_study
 
 
 def strict_json(text: str):
@@ -75,7 +75,7 @@ def test_graph_json_export_is_strict_json_and_names_no_neighbour_without_answers
 
 
 def test_every_json_export_writes_null_for_numbers_that_are_not_finite():
-    from workers.exports import _json
+    from workers.results.exports import _json
 
     doc = {"edges": [{"estimate": float("nan"), "lower": float("-inf"), "upper": float("inf"), "samples": 0}],
            "nested": [[1.5, float("inf")]]}
@@ -117,8 +117,8 @@ def _zip(folder) -> bytes:
 
 
 def test_create_and_the_upload_refuse_a_text_file_named_png_alike(cli, pngs, tmp_path):
-    from workers.studies import StudyError
-    from workers.uploads import items_from_zip
+    from workers.store.studies import StudyError
+    from workers.store.uploads import items_from_zip
 
     (pngs / "fake.png").write_text("this is not an image")
     (tmp_path / "study.yaml").write_text("name: Pictures\n")
@@ -197,7 +197,7 @@ def test_finish_page_redirects_to_prolific_by_itself_and_keeps_the_button(client
 
 
 def test_finish_page_asks_the_debrief_before_redirecting_and_keeps_the_first_comment_only(client, conn):
-    from workers import keys
+    from workers.store import keys
 
     page, csrf = _finished_rater(client, conn, prolific_redirect_url=REDIRECT, debrief_question="Anything unclear?")
     assert 'http-equiv="refresh"' not in page and 'id="debrief-form"' in page
@@ -224,7 +224,7 @@ def test_create_warns_that_a_study_without_a_per_rater_limit_never_ends(cli, png
 def test_new_study_form_offers_limit_consent_budget_and_code_and_warns_without_them(researcher_client, conn, pngs):
     import io
 
-    from workers.studies import get_study
+    from workers.store.studies import get_study
 
     form = researcher_client.get("/studies/new").get_data(as_text=True)
     for field in ("max_questions_per_rater", "answer_budget", "consent", "prolific_redirect_url"):
@@ -235,7 +235,7 @@ def test_new_study_form_offers_limit_consent_budget_and_code_and_warns_without_t
         "consent": "You agree.", "prolific_redirect_url": "https://app.prolific.com/submissions/complete?cc={code}",
         "items": (io.BytesIO(_zip(pngs)), "items.zip")}, content_type="multipart/form-data", follow_redirects=True)
     assert response.status_code == 200 and "never ends" not in response.get_data(as_text=True)
-    from workers.studies import list_studies
+    from workers.store.studies import list_studies
 
     study = get_study(conn, next(s.id for s in list_studies(conn) if s.config.name == "Paid"))
     assert study.config.limits.max_questions_per_rater == 40 and study.config.limits.answer_budget == 2000
@@ -274,7 +274,7 @@ def test_early_graph_keeps_items_without_answers_apart_and_names_no_unanswered_n
                                                                                       researcher_client):
     import numpy as np
 
-    from workers.studies import get_study
+    from workers.store.studies import get_study
 
     items = [Item(id=f"p{i:02d}", kind="color", color="#102030", position=(float(i),)) for i in range(30)]
     config = StudyConfig.from_dict({"name": "Early", "random_state": 1, "pool_size": 10, "algorithms": [
@@ -329,7 +329,7 @@ def test_each_section_of_a_study_page_loads_on_its_own(researcher_client, study_
 
 
 def test_a_stored_plan_shows_its_curve_cost_and_what_to_expect_now(researcher_client, conn, study_id):
-    from workers import keys
+    from workers.store import keys
 
     plan = {"version": 1, "n_items": 10, "budgets": [10, 50], "source": "a pilot", "spread": "seeds", "runs": 2,
             "algorithms": {"random_triplets": {"exact": {"mean": [0.2, 0.6], "min": [0.1, 0.5], "max": [0.3, 0.7]},

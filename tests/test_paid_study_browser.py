@@ -9,7 +9,7 @@ from conftest import RESEARCHER, RESEARCHER_PASSWORD
 from test_browser import browser, live_server  # noqa: F401  (fixtures)
 
 from webapp.accounts import create_user
-from workers import keys
+from workers.store import keys
 
 pytestmark = pytest.mark.browser
 

@@ -12,8 +12,8 @@ from conftest import run_worker
 from test_browser import browser  # noqa: F401  (fixture)
 
 from webapp.cli import main
-from workers.studies import Item, StudyError, check_stylesheet, get_items, get_stylesheet
-from workers.uploads import items_from_zip
+from workers.store.studies import Item, StudyError, check_stylesheet, get_items, get_stylesheet
+from workers.store.uploads import items_from_zip
 
 GOOD_HTML = {
     "poem": "<p class='verse'>Roses are <em>red</em>,<br>violets are <strong>blue</strong>.</p>",
@@ -148,9 +148,9 @@ def test_html_items_render_styled_in_chromium_and_run_no_script(browser, conn, r
     from test_serve import healthy, wait_for
 
     from webapp.embedded import free_port
-    from workers import keys
-    from workers.config import StudyConfig
-    from workers.studies import create_study
+    from workers.store import keys
+    from workers.store.config import StudyConfig
+    from workers.store.studies import create_study
 
     items = [Item(id=name, kind="html", html=html) for name, html in GOOD_HTML.items()]
     create_study(conn, StudyConfig.from_dict({"name": "Styled", "pool_size": 5}), items, study_id="styled",

@@ -11,11 +11,11 @@ from conftest import run_worker
 
 from engine.registry import common_progress, restore_planner
 from webapp.tokens import verify_question
-from workers.answers import REPEAT_ALGORITHM, export_triplets, iter_answers
-from workers.config import ConfigError, StudyConfig
-from workers.engine_state import load as load_state
-from workers.raters import export_raters_csv, rater_table
-from workers.studies import Item, create_study
+from workers.store.answers import REPEAT_ALGORITHM, export_triplets, iter_answers
+from workers.store.config import ConfigError, StudyConfig
+from workers.store.engine_state import load as load_state
+from workers.store.raters import export_raters_csv, rater_table
+from workers.store.studies import Item, create_study
 
 N_ITEMS, REPEATS, QUESTIONS = 12, 20, 120
 # distinct gaps between positions: no triplet is a tie, so an honest rater always answers alike

@@ -175,10 +175,10 @@ def test_calibration_takes_the_embeddings_own_error_out_of_the_pilots_noise():
 def test_plan_command_from_a_running_studys_answers_is_shown_on_its_dashboard(redis_url, conn, tmp_path, monkeypatch,
                                                                                  researcher_client):
     from webapp.cli import main
-    from workers import keys
-    from workers.config import StudyConfig
-    from workers.exports import import_triplets
-    from workers.studies import Item, create_study
+    from workers.results.exports import import_triplets
+    from workers.store import keys
+    from workers.store.config import StudyConfig
+    from workers.store.studies import Item, create_study
 
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))

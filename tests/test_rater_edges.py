@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from conftest import answer, colour_items, fetch_question
 
-from workers.answers import read_answers
-from workers.config import ConfigError, StudyConfig
-from workers.studies import create_study, set_status
+from workers.store.answers import read_answers
+from workers.store.config import ConfigError, StudyConfig
+from workers.store.studies import create_study, set_status
 
 
 def make_study(conn, study_id="edges", **fields):

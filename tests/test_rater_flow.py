@@ -10,10 +10,10 @@ from conftest import SECRET, answer, colour_items, fetch_question
 
 from webapp.cli import main
 from webapp.rating import completion_code
-from workers import keys
-from workers.answers import read_answers
-from workers.config import ConfigError, StudyConfig
-from workers.studies import create_study, set_status
+from workers.store import keys
+from workers.store.answers import read_answers
+from workers.store.config import ConfigError, StudyConfig
+from workers.store.studies import create_study, set_status
 
 
 def make_study(conn, study_id="flow", **fields):
@@ -246,10 +246,10 @@ def test_one_session_per_rater_id_the_latest_page_wins_and_answers_are_kept(app,
 
 def test_a_skip_is_kept_and_flagged_counts_for_progress_and_the_planner_asks_again(client, conn):
     from engine.anntri import planner_from_state
-    from workers.answers import NO_ITEM, export_triplets
-    from workers.engine_state import load
-    from workers.jobs import apply_new_answers
-    from workers.questions import pooled_questions
+    from workers.jobs.update import apply_new_answers
+    from workers.store.answers import NO_ITEM, export_triplets
+    from workers.store.engine_state import load
+    from workers.store.questions import pooled_questions
 
     make_study(conn, study_id="skips", algorithm="anntri", allow_skip=True, skip_label="Not sure",
                limits={"max_questions_per_rater": 3}, random_state=1)
@@ -343,7 +343,7 @@ def test_skip_and_check_options_are_validated(fields, message):
 
 
 def test_instructions_show_the_studys_own_items_as_example_images(client, conn):
-    from workers.studies import Item
+    from workers.store.studies import Item
 
     items = [Item(id=f"shoe-{i}", kind="image", media_type="image/png") for i in range(3)]
     config = StudyConfig.from_dict({

@@ -7,8 +7,8 @@ import json
 import redis
 from test_backup import backup_text, fresh_redis, give_answers, make_study  # noqa: F401 (fixture)
 
-from workers import keys
-from workers.backup import restore_study, set_aside_answers
+from workers.store import keys
+from workers.store.backup import restore_study, set_aside_answers
 
 
 def tamper(lines: list[str], change) -> list[str]:

@@ -33,10 +33,10 @@ from webapp import create_app
 from webapp.accounts import create_user
 from webapp.auth import CSRF_EXEMPT_ENDPOINTS
 from webapp.limits import rater_key
-from workers import keys
-from workers.answers import count_answers
-from workers.config import StudyConfig
-from workers.studies import Item, create_study, get_study
+from workers.store import keys
+from workers.store.answers import count_answers
+from workers.store.config import StudyConfig
+from workers.store.studies import Item, create_study, get_study
 
 ROOT = Path(__file__).resolve().parent.parent
 ELSEWHERE = "198.51.100.7"  # a client address that is not exempt from rate limits

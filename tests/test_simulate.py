@@ -31,10 +31,10 @@ from webapp.simulate import (
     write_setup,
 )
 from webapp.tokens import verify_question
-from workers.answers import iter_answers
-from workers.config import StudyConfig, load_config_file
-from workers.engine_state import load as load_state
-from workers.studies import create_study, items_from_csv
+from workers.store.answers import iter_answers
+from workers.store.config import StudyConfig, load_config_file
+from workers.store.engine_state import load as load_state
+from workers.store.studies import create_study, items_from_csv
 
 
 # ---------------------------------------------------------------------------- the live server
@@ -93,8 +93,8 @@ def make_study(conn, study_id, points, kind="triplet", algorithm="anntri", param
     config = StudyConfig.from_dict({"name": study_id, "question_kind": kind,
                                     "algorithms": [{"algorithm": algorithm, "params": params or {}}],
                                     "random_state": 0, **config})
-    from workers.queue import schedule_update
-    from workers.studies import Item
+    from workers.store.queue import schedule_update
+    from workers.store.studies import Item
 
     items = [Item(id=f"p{i}", kind="text", text=f"point {i}") for i in range(len(points))]
     create_study(conn, config, items, study_id=study_id)

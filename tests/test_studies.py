@@ -9,9 +9,9 @@ from PIL import Image
 
 from engine.random_triplets import RandomTriplets
 from engine.registry import DEFAULT_NN_ALGORITHM
-from workers import engine_state
-from workers.config import ConfigError, StudyConfig, load_config_file
-from workers.studies import (
+from workers.store import engine_state
+from workers.store.config import ConfigError, StudyConfig, load_config_file
+from workers.store.studies import (
     Item,
     StudyError,
     StudyNotFound,
@@ -151,7 +151,7 @@ def test_studies_need_three_unique_items_and_a_free_id(conn):
 
 
 def items_from_csv_rows(texts):
-    from workers.studies import Item
+    from workers.store.studies import Item
 
     return [Item(id=t, kind="text", text=t) for t in texts]
 

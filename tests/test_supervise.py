@@ -24,7 +24,7 @@ import requests
 from webapp import ROOT
 from webapp.embedded import free_port, redis_server_binary
 from webapp.supervise import LOCK_FILE
-from workers import keys
+from workers.store import keys
 
 STUDY = "supervised"
 RECOVERY_GOAL_S = 10.0
@@ -73,9 +73,9 @@ class Serve:
         """The study raters answer here: ANNTri on ten colours, no limits, no consent."""
         from conftest import colour_items
 
-        from workers.config import StudyConfig
-        from workers.queue import schedule_update
-        from workers.studies import create_study
+        from workers.store.config import StudyConfig
+        from workers.store.queue import schedule_update
+        from workers.store.studies import create_study
 
         conn = self.redis()
         create_study(conn, StudyConfig(name="Supervised", pool_size=40, random_state=0), colour_items(),
@@ -393,8 +393,8 @@ def test_a_crash_loop_gives_up_saying_why(started, tmp_path):
 # ---------------------------------------------------------------------------- the sweep
 def test_the_sweep_queues_a_study_whose_update_was_never_queued(started, tmp_path):
     from webapp.tokens import verify_question
-    from workers.answers import accept_answer
-    from workers.queue import schedule_update
+    from workers.store.answers import accept_answer
+    from workers.store.queue import schedule_update
 
     instance = tmp_path / "instance"
     serve = started(instance, None, "--sweep-interval", "0.5")

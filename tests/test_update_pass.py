@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 from conftest import answer, colour_items, fetch_question
 
-from workers import engine_state, jobs, keys
-from workers.answers import read_answers
-from workers.config import StudyConfig
-from workers.engines import Learner
-from workers.studies import create_study, get_study
+from workers.jobs import update as jobs
+from workers.jobs.learners import Learner
+from workers.store import engine_state, keys
+from workers.store.answers import read_answers
+from workers.store.config import StudyConfig
+from workers.store.studies import create_study, get_study
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ import json
 
 from flask import Blueprint, jsonify, request
 
-from workers.raters import rater_table
+from workers.store.raters import rater_table
 
 from .errors import ApiError
 from .raters import check_rater_session, current_rater
@@ -79,7 +79,7 @@ def get_raters(study_id: str):
 @bp.get("/studies/<study_id>/graph-layout")
 def get_graph_layout(study_id: str):
     """One algorithm's learned graph placed in 2-D (classical MDS of its estimated distances)."""
-    from workers.layout import graph_layout  # numpy/scipy: only researchers' dashboards call this
+    from workers.results.layout import graph_layout  # numpy/scipy: only researchers' dashboards call this
 
     conn = get_redis()
     study = load_study(conn, study_id)

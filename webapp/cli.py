@@ -19,13 +19,13 @@ import click
 import redis
 
 from engine.registry import DEFAULT_NN_ALGORITHM, DEFAULT_RATING_ALGORITHM, default_algorithm
-from workers.config import ALGORITHM_TABLE, ConfigError, load_config_file
-from workers.studies import StudyError, StudyNotFound
+from workers.store.config import ALGORITHM_TABLE, ConfigError, load_config_file
+from workers.store.studies import StudyError, StudyNotFound
 
 from . import ROOT
 from .embedded import EmbeddedRedis, EmbeddedRedisError, running_url
 
-#: The models ``proxima train`` fits (workers.models.MODELS; listed here so --help needs no numpy).
+#: The models ``proxima train`` fits (workers.results.models.MODELS; listed here so --help needs no numpy).
 MODEL_NAMES = ("smerf", "treerank", "ranking_forest", "simforest")
 #: Algorithms a simulated study can run: the graph learners (label-driven forests need real labels).
 SIMULATED_ALGORITHMS = tuple(name for name, entry in ALGORITHM_TABLE.items() if entry.yields_graph)
@@ -275,7 +275,7 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int, ma
         _create_first_account(conn)
         study_id = None
         if demo:
-            from workers.queue import schedule_update
+            from workers.store.queue import schedule_update
 
             from .demo import ensure_demo_study
 
@@ -402,10 +402,10 @@ def worker(burst: bool):
     from rq import SimpleWorker
 
     try:
-        import workers.jobs  # noqa: F401  (import numpy and the engine once)
+        import workers.jobs.update  # noqa: F401  (import numpy and the engine once)
     except ValueError as exc:  # a malformed PROXIMA_FAULT (crash testing)
         raise click.ClickException(str(exc)) from None
-    from workers.queue import get_queue, schedule_stale_studies
+    from workers.store.queue import get_queue, schedule_stale_studies
 
     url = os.environ.get("REDIS_URL") or running_url(instance_path())
     if not url:
@@ -442,10 +442,10 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
       attention: {rate: 0.05, stop_flagged: true, validation_repeats: 10, min_self_agreement: 0.6}
       completion: {prolific_redirect_url: https://app.prolific.com/submissions/complete?cc={code},
                    message: Markdown, debrief_question: Anything unclear?}
-    The full JSON schema is SCHEMA in workers/config.py.
+    The full JSON schema is SCHEMA in workers/store/config.py.
     """
-    from workers.queue import schedule_update
-    from workers.studies import check_stylesheet, config_warnings, create_study, items_from_path
+    from workers.store.queue import schedule_update
+    from workers.store.studies import check_stylesheet, config_warnings, create_study, items_from_path
 
     try:
         config = load_config_file(config_file)
@@ -475,8 +475,8 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
               help="A folder of images/audio/video, or a CSV of texts with a 'text' column.")
 def add_items_command(study_id: str, items_path: Path):
     """Add items to a comparison-forest study; once its forests are built, each is routed down the trees."""
-    from workers.queue import schedule_update
-    from workers.studies import add_items, items_from_path
+    from workers.store.queue import schedule_update
+    from workers.store.studies import add_items, items_from_path
 
     try:
         items, media = items_from_path(items_path)
@@ -512,8 +512,8 @@ def add_items_command(study_id: str, items_path: Path):
 def export(study_id: str, what: str, fmt: str | None, algorithm: str | None, model: str | None,
            output: Path | None):
     """Export a study's answers, triplets, learned graph or forest (same code as the dashboard)."""
-    from workers.exports import ExportError
-    from workers.exports import export as make_export
+    from workers.results.exports import ExportError
+    from workers.results.exports import export as make_export
 
     fmt = fmt or {"answers": "csv", "triplets": "csv", "raters": "csv", "graph": "json", "forest": "json",
                   "model": "json", "embedding": "csv"}[what]
@@ -542,7 +542,7 @@ def export(study_id: str, what: str, fmt: str | None, algorithm: str | None, mod
 def features_command(study_id: str, features_file: Path):
     """Give every item of a study numeric features, from a CSV with an 'id' column and one column per
     feature (SMERF and TreeRank learn over them). All items at once, or nothing changes."""
-    from workers.studies import features_from_csv_text, set_features
+    from workers.store.studies import features_from_csv_text, set_features
 
     try:
         text = features_file.read_bytes().decode("utf-8-sig")
@@ -597,8 +597,8 @@ def train(study_id, name, algorithm, threshold, params, seed, output):
     'proxima export STUDY --what model --model NAME'; predict with 'proxima predict')."""
     import json
 
-    from workers.models import ModelError, model_export
-    from workers.models import train as fit
+    from workers.results.models import ModelError, model_export
+    from workers.results.models import train as fit
 
     parsed = _parse_params(params)
     with redis_connection() as conn:
@@ -646,8 +646,8 @@ def predict(study_id, name, items_path, k, output):
 
     import numpy as np
 
-    from workers.models import ModelError, predict_for_items
-    from workers.studies import items_from_csv
+    from workers.results.models import ModelError, predict_for_items
+    from workers.store.studies import items_from_csv
 
     try:
         new_items = items_from_csv(items_path)
@@ -679,7 +679,7 @@ def predict(study_id, name, items_path, k, output):
 @click.option("--rater", default="import", show_default=True, help="Rater id recorded for the imported answers.")
 def import_triplets_command(study_id: str, triplets_file: Path, rater: str):
     """Append triplets in cblearn's list-order format (CSV rows i,j,k: i closer to j than to k)."""
-    from workers.exports import import_triplets
+    from workers.results.exports import import_triplets
 
     try:
         text = triplets_file.read_text(encoding="utf-8")
@@ -701,8 +701,8 @@ def import_triplets_command(study_id: str, triplets_file: Path, rater: str):
               help="Leave this rater's answers out of the engine (repeatable; remembered for later updates).")
 def rebuild(study_id: str, exclude: tuple[str, ...]):
     """Replay the answer log into fresh engine state and report how the learned graph changed."""
-    from workers import keys
-    from workers.rebuild import rebuild_study
+    from workers.jobs.rebuild import rebuild_study
+    from workers.store import keys
 
     with redis_connection() as conn:
         try:
@@ -731,7 +731,7 @@ def rebuild(study_id: str, exclude: tuple[str, ...]):
               help="Write to this file instead of standard output.")
 def backup(study_id: str, output: Path | None):
     """Write STUDY as a portable backup (NDJSON: config, items with media, the answer log, ...)."""
-    from workers.backup import BackupError, backup_lines
+    from workers.store.backup import BackupError, backup_lines
 
     with redis_connection() as conn:
         try:
@@ -772,8 +772,8 @@ def backup(study_id: str, output: Path | None):
               help="Replay the restored log into the engines now (otherwise a worker's first update does).")
 def restore(backup_file, as_id: str | None, rebuild_after: bool):
     """Restore a study from a file written by 'proxima backup' ('-' reads standard input)."""
-    from workers.backup import BackupError, restore_study
-    from workers.queue import schedule_update
+    from workers.store.backup import BackupError, restore_study
+    from workers.store.queue import schedule_update
 
     with redis_connection() as conn:
         try:
@@ -783,7 +783,7 @@ def restore(backup_file, as_id: str | None, rebuild_after: bool):
         click.echo(f"Restored study {report.study_id} (backup of {report.source_study}, {report.created}): "
                    f"{report.items} items, {report.answers} answers, {report.set_aside} set aside.")
         if rebuild_after:
-            from workers.rebuild import rebuild_study
+            from workers.jobs.rebuild import rebuild_study
 
             result = rebuild_study(conn, report.study_id)
             click.echo(f"Rebuilt its engines from {result.answers_replayed} answers in {result.seconds:.2f} s.")
@@ -796,8 +796,8 @@ def restore(backup_file, as_id: str | None, rebuild_after: bool):
 @main.command("studies")
 def list_studies_command():
     """List the studies on this Redis."""
-    from workers.answers import count_answers
-    from workers.studies import list_studies
+    from workers.store.answers import count_answers
+    from workers.store.studies import list_studies
 
     with redis_connection() as conn:
         for study in list_studies(conn):
@@ -824,7 +824,7 @@ def _simulation_redis():
 
 def _wait_until_applied(conn, study_id: str, timeout: float) -> dict | None:
     """Study stats once the workers have applied every logged answer (or at the timeout)."""
-    from workers.studies import get_study
+    from workers.store.studies import get_study
 
     from .stats import study_stats
 
@@ -898,7 +898,7 @@ def simulate(study_id, url, oracle_spec, raters, noise, lapse, careless, think, 
                                    "start one with 'proxima serve' or pass --url") from None
     conn = _simulation_redis()
     if conn is not None:
-        from workers.studies import get_items
+        from workers.store.studies import get_items
 
         try:
             ids = [item.id for item in get_items(conn, study_id)]
@@ -932,7 +932,7 @@ def simulate(study_id, url, oracle_spec, raters, noise, lapse, careless, think, 
         click.echo("Accuracy: skipped (the server's Redis is not reachable: set REDIS_URL, or run beside "
                    "'proxima serve' with the same PROXIMA_INSTANCE_PATH)")
         return
-    from workers.exports import ExportError, nn_graph
+    from workers.results.exports import ExportError, nn_graph
 
     stats = _wait_until_applied(conn, study_id, wait)
     if stats["engine"]["answers_applied"] < stats["answers"]:
@@ -1019,9 +1019,9 @@ def _pilot_from_study(conn, study_id: str):
     """(triplets, n_items, params) of a study's triplet answers so far (excluded raters left out) and
     the parameters of its algorithms (by algorithm name), so its learners are simulated as they run."""
     from engine.planning import read_pilot_csv
-    from workers import keys
-    from workers.answers import export_triplets, iter_answers
-    from workers.studies import get_study
+    from workers.store import keys
+    from workers.store.answers import export_triplets, iter_answers
+    from workers.store.studies import get_study
 
     try:
         study = get_study(conn, study_id)
@@ -1150,7 +1150,7 @@ def plan_command(truth_spec, pilot_path, study_id, n_items, algorithms, budgets,
     if json_path is not None:
         json_path.write_text(json.dumps(doc, indent=1, allow_nan=False), encoding="utf-8")
     if study_id is not None:
-        from workers import keys
+        from workers.store import keys
 
         with redis_connection() as conn:
             conn.set(keys.plan(study_id), json.dumps(doc, allow_nan=False))

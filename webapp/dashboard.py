@@ -19,9 +19,12 @@ from flask import (
     url_for,
 )
 
-from workers import keys
-from workers.backup import set_aside_answers
-from workers.config import (
+from workers.jobs.learners import FOREST_ALGORITHMS
+from workers.results.exports import FORMATS, ExportError, export
+from workers.results.models import trained_models
+from workers.store import keys
+from workers.store.backup import set_aside_answers
+from workers.store.config import (
     ALGORITHM_TABLE,
     ALGORITHMS,
     DEFAULT_NN_ALGORITHM,
@@ -29,11 +32,8 @@ from workers.config import (
     ConfigError,
     StudyConfig,
 )
-from workers.engines import FOREST_ALGORITHMS
-from workers.exports import FORMATS, ExportError, export
-from workers.models import trained_models
-from workers.queue import enqueue_rebuild, schedule_update
-from workers.studies import (
+from workers.store.queue import enqueue_rebuild, schedule_update
+from workers.store.studies import (
     NEVER_ENDS,
     StudyError,
     StudyNotFound,
@@ -46,7 +46,7 @@ from workers.studies import (
     set_status,
     update_config,
 )
-from workers.uploads import config_from_yaml_bytes, items_from_upload
+from workers.store.uploads import config_from_yaml_bytes, items_from_upload
 
 from . import accounts
 from .accounts import AccountError

@@ -10,8 +10,8 @@ import colorsys
 import math
 import random
 
-from workers.config import StudyConfig
-from workers.studies import Item, StudyNotFound, create_study, get_study
+from workers.store.config import StudyConfig
+from workers.store.studies import Item, StudyNotFound, create_study, get_study
 
 DEMO_STUDY_ID = "demo-colours"
 DEMO_INSTRUCTIONS = (

@@ -28,10 +28,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import generate_latest
 
-from workers import keys
-from workers.questions import pool_depths
-from workers.queue import get_queue
-from workers.studies import list_studies
+from workers.store import keys
+from workers.store.questions import pool_depths
+from workers.store.queue import get_queue
+from workers.store.studies import list_studies
 
 from .storage import get_redis
 

@@ -8,9 +8,9 @@ from flask import Blueprint, Response, abort, current_app, redirect, render_temp
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
-from workers import keys
-from workers.answers import RATER_ID_PATTERN
-from workers.studies import STUDY_ID_PATTERN, StudyNotFound, get_items, get_media, get_study, get_stylesheet
+from workers.store import keys
+from workers.store.answers import RATER_ID_PATTERN
+from workers.store.studies import STUDY_ID_PATTERN, StudyNotFound, get_items, get_media, get_study, get_stylesheet
 
 from .rating import completion_code, rater_stats
 from .storage import get_redis

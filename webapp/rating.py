@@ -17,8 +17,8 @@ import time
 
 from flask import current_app, session, url_for
 
-from workers import keys
-from workers.answers import (
+from workers.store import keys
+from workers.store.answers import (
     CATCH_ALGORITHM,
     LATE_FLAG,
     REPEAT_AGREE_FLAG,
@@ -27,8 +27,8 @@ from workers.answers import (
     AnswerRefused,
     accept_and_issue,
 )
-from workers.config import StudyConfig
-from workers.questions import (
+from workers.store.config import StudyConfig
+from workers.store.questions import (
     NextQuestion,
     NextRequest,
     issue_next_question,
@@ -38,8 +38,8 @@ from workers.questions import (
     queue_repeat,
     repeat_question,
 )
-from workers.queue import enqueue_update
-from workers.studies import STUDY_ID_PATTERN, Study, StudyNotFound, get_study, sanitize_html
+from workers.store.queue import enqueue_update
+from workers.store.studies import STUDY_ID_PATTERN, Study, StudyNotFound, get_study, sanitize_html
 
 from .errors import ApiError
 from .tokens import sign_question, verify_question

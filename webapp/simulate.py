@@ -645,7 +645,7 @@ class Crowd:
 
 # ---------------------------------------------------------------------------- results
 def graph_accuracy(graph: dict, truth: Truth) -> dict:
-    """How well a learned NN graph (``workers.exports.nn_graph`` shape) matches the truth.
+    """How well a learned NN graph (``workers.results.exports.nn_graph`` shape) matches the truth.
 
     ``accuracy``: share of the graph's items whose returned nearest neighbour (lowest rank)
     is a true nearest neighbour (ties in the truth count as correct; an item without an edge

@@ -15,10 +15,10 @@ from statistics import median
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
 
-from workers import keys
-from workers.config import ALGORITHM_TABLE
-from workers.queue import REBUILD_STATUS_FIELD
-from workers.studies import Study, get_items
+from workers.store import keys
+from workers.store.config import ALGORITHM_TABLE
+from workers.store.queue import REBUILD_STATUS_FIELD
+from workers.store.studies import Study, get_items
 
 #: The response-time histogram covers this many of the latest answers.
 RECENT_ANSWERS = 2000

@@ -239,9 +239,9 @@ class Sweeper:
         from rq.exceptions import NoSuchJobError
         from rq.job import Job, JobStatus
 
-        from workers import keys
-        from workers.queue import UPDATE_FLAG_TTL, UPDATE_JOB, get_queue
-        from workers.studies import list_studies
+        from workers.store import keys
+        from workers.store.queue import UPDATE_FLAG_TTL, UPDATE_JOB, get_queue
+        from workers.store.studies import list_studies
 
         queued, behind = [], {}
         for study in list_studies(conn):

@@ -41,10 +41,10 @@ from dataclasses import dataclass, replace
 import redis
 from rq import get_current_job
 
-from . import answers as answer_log
-from . import engine_state, keys, questions
-from .engines import Learner
-from .studies import Study, get_items, get_study, initial_item_count
+from workers.jobs.learners import Learner
+from workers.store import answers as answer_log
+from workers.store import engine_state, keys, questions
+from workers.store.studies import Study, get_items, get_study, initial_item_count
 
 # an issued question is reclaimed this long after its token expired (clock skew between hosts)
 EXPIRY_GRACE_SECONDS = 30

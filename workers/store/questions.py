@@ -15,9 +15,9 @@ import random
 import secrets
 from dataclasses import dataclass
 
-from . import keys
-from .config import AlgorithmConfig, StudyConfig
-from .queue import UPDATE_FLAG_TTL
+from workers.store import keys
+from workers.store.config import AlgorithmConfig, StudyConfig
+from workers.store.queue import UPDATE_FLAG_TTL
 
 # issue(K, A, k, a): choose an algorithm by share, pop its next question (or take its fallback) and
 # record it as issued. Keys from K[k + 1]: issued zset, issued-questions hash, counters hash, finished

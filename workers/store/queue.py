@@ -9,12 +9,12 @@ from rq import Queue
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 
-from . import keys
+from workers.store import keys
 
 QUEUE_NAME = "proxima"
 UPDATE_FLAG_TTL = 60  # a web process that dies between flag and enqueue delays the study this long at most
-UPDATE_JOB = "workers.jobs.update_study"
-REBUILD_JOB = "workers.rebuild.rebuild_job"
+UPDATE_JOB = "workers.jobs.update.update_study"
+REBUILD_JOB = "workers.jobs.rebuild.rebuild_job"
 #: Field of ``keys.engine_stats`` holding the latest rebuild's status (JSON), which the dashboard polls.
 REBUILD_STATUS_FIELD = "rebuild"
 
@@ -42,7 +42,7 @@ def schedule_stale_studies(conn) -> list[str]:
     Run when a worker starts, so answers left behind by a worker that crashed mid-job (and
     whose study then received no further answer) are not left waiting.
     """
-    from .studies import list_studies
+    from workers.store.studies import list_studies
 
     stale = []
     for study in list_studies(conn):

@@ -100,7 +100,7 @@ def engine(study_id: str, algorithm: str) -> str:
 
 def engine_journal(study_id: str, algorithm: str) -> str:
     """List: the changes of one algorithm's engine state since its checkpoint (``keys.engine``), one
-    entry per update pass, oldest first (see ``workers.engine_state``)."""
+    entry per update pass, oldest first (see ``workers.store.engine_state``)."""
     return _study_key(study_id, f"engine-journal:{algorithm}")
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import eigh
 
-from . import engine_state
-from .engines import Learner
-from .studies import Study
+from workers.jobs.learners import Learner
+from workers.store import engine_state
+from workers.store.studies import Study
 
 
 def _win_rates(planner):

@@ -19,10 +19,10 @@ from datetime import UTC, datetime
 
 import redis
 
-from . import keys
-from .answers import Answer, answer_problem
-from .config import ConfigError, StudyConfig
-from .studies import STUDY_STATUSES, Item, StudyError, check_config_for_items, check_study_id, get_study
+from workers.store import keys
+from workers.store.answers import Answer, answer_problem
+from workers.store.config import ConfigError, StudyConfig
+from workers.store.studies import STUDY_STATUSES, Item, StudyError, check_config_for_items, check_study_id, get_study
 
 FORMAT = "proxima-backup"
 VERSION = 1

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import engine_state, keys
-from .engines import Learner
-from .studies import StudyError, feature_matrix, get_items, get_study, initial_item_count
+from workers.jobs.learners import Learner
+from workers.store import engine_state, keys
+from workers.store.studies import StudyError, feature_matrix, get_items, get_study, initial_item_count
 
 #: model name -> what it learns, for help texts and errors
 MODELS = {

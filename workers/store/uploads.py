@@ -19,8 +19,15 @@ import zipfile
 
 import yaml
 
-from .config import ConfigError, StudyConfig
-from .studies import ITEM_EXTENSIONS, MAX_MEDIA_BYTES, Item, StudyError, item_from_file, items_from_csv_text
+from workers.store.config import ConfigError, StudyConfig
+from workers.store.studies import (
+    ITEM_EXTENSIONS,
+    MAX_MEDIA_BYTES,
+    Item,
+    StudyError,
+    item_from_file,
+    items_from_csv_text,
+)
 
 MAX_ZIP_MEMBERS = 5000
 MAX_ZIP_TOTAL_BYTES = 256 * 1024 * 1024

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from . import answers as answer_log
-from . import engine_state, keys
-from .engines import EMBEDDING_ALGORITHMS, FOREST_ALGORITHMS, IMPORTED, Learner
-from .queue import schedule_update
-from .studies import StudyError, get_items, get_study, initial_item_count
+from workers.jobs.learners import EMBEDDING_ALGORITHMS, FOREST_ALGORITHMS, IMPORTED, Learner
+from workers.store import answers as answer_log
+from workers.store import engine_state, keys
+from workers.store.queue import schedule_update
+from workers.store.studies import StudyError, get_items, get_study, initial_item_count
 
 #: (what, format) -> (media type, file extension)
 FORMATS = {
@@ -226,11 +226,11 @@ def export(conn, study_id: str, what: str, fmt: str, algorithm: str | None = Non
         doc = embedding_document(conn, study_id, algorithm)
         chunks = [_json(doc)] if fmt == "json" else embedding_csv(doc)
     elif what == "raters":
-        from .raters import export_raters_csv
+        from workers.store.raters import export_raters_csv
 
         chunks = export_raters_csv(conn, study_id)
     elif what == "model":
-        from .models import ModelError, model_export
+        from workers.results.models import ModelError, model_export
 
         try:
             chunks = [_json(model_export(conn, study_id, model), indent=None)]

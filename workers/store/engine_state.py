@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import redis
 
-from . import keys
+from workers.store import keys
 
 #: Format of the skeleton document; format 1 (no chunked arrays) still loads.
 FORMAT_VERSION = 2

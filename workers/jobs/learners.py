@@ -20,10 +20,9 @@ from engine.registry import (
     neighbor_graph,
     restore_planner,
 )
-
-from .answers import Answer
-from .config import AlgorithmConfig, StudyConfig
-from .questions import derived_triplet_question, rating_question, triplet_question
+from workers.store.answers import Answer
+from workers.store.config import AlgorithmConfig, StudyConfig
+from workers.store.questions import derived_triplet_question, rating_question, triplet_question
 
 #: Answers imported from a file carry this algorithm label.
 IMPORTED = "import"

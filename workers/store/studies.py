@@ -18,8 +18,8 @@ from pathlib import Path
 
 import nh3
 
-from . import keys
-from .config import ALGORITHM_TABLE, LABELLED_ALGORITHMS, StudyConfig
+from workers.store import keys
+from workers.store.config import ALGORITHM_TABLE, LABELLED_ALGORITHMS, StudyConfig
 
 ITEM_KINDS = ("color", "image", "text", "audio", "video", "html")
 STUDY_STATUSES = ("running", "paused", "closed")

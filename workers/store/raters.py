@@ -9,8 +9,8 @@ import io
 from datetime import UTC, datetime
 from statistics import median
 
-from . import keys
-from .answers import Answer
+from workers.store import keys
+from workers.store.answers import Answer
 
 #: The answers and median response times are read from at most this many of the latest answers.
 RATER_TABLE_ANSWERS = 50000

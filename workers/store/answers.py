@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from . import keys, questions
-from .queue import UPDATE_FLAG_TTL
+from workers.store import keys, questions
+from workers.store.queue import UPDATE_FLAG_TTL
 
 # KEYS[1] used-token marker, KEYS[2] issued zset, KEYS[3] issued-questions hash,
 # KEYS[4] answers stream, KEYS[5] raters set, KEYS[6] per-minute hash, KEYS[7] update-scheduled flag,

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 import redis
 from rq import get_current_job
 
-from . import engine_state, keys
-from .engines import Learner, new_learners
-from .jobs import load_learners, observe_batch, read_batch, study_lock
-from .queue import REBUILD_STATUS_FIELD, schedule_update
-from .studies import Study, get_items, get_study, initial_item_count
+from workers.jobs.learners import Learner, new_learners
+from workers.jobs.update import load_learners, observe_batch, read_batch, study_lock
+from workers.store import engine_state, keys
+from workers.store.queue import REBUILD_STATUS_FIELD, schedule_update
+from workers.store.studies import Study, get_items, get_study, initial_item_count
 
 
 @dataclass
