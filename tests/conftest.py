@@ -3,17 +3,12 @@ from __future__ import annotations
 
 import pytest
 import redis
-from rq import SimpleWorker
+from helpers import LOOPBACK, RESEARCHER, RESEARCHER_PASSWORD, SECRET, colour_items, csrf_token_of, log_in
 
 from webapp import create_app
 from webapp.embedded import EmbeddedRedis
 from workers.store.config import StudyConfig
-from workers.store.queue import get_queue
-from workers.store.studies import Item, create_study
-
-SECRET = "test-secret-key"
-#: Rate-limit exemption for tests driving many requests from this machine (nothing is exempt by default).
-LOOPBACK = ("127.0.0.1", "::1")
+from workers.store.studies import create_study
 
 
 @pytest.fixture(scope="session")
@@ -48,52 +43,10 @@ def client(app):
     return app.test_client()
 
 
-def colour_items(n: int = 10) -> list[Item]:
-    return [Item(id=f"c{i}", kind="color", color=f"#{(25 * i) % 256:02x}3050", position=(float(i),))
-            for i in range(n)]
-
-
 @pytest.fixture
 def study_id(conn):
     config = StudyConfig(name="Colours", algorithms=({"algorithm": "random_triplets"},), pool_size=8, random_state=0)
     return create_study(conn, config, colour_items(), study_id="colours")
-
-
-def run_worker(conn) -> int:
-    """Run every queued job in this process (RQ SimpleWorker, burst); returns how many ran."""
-    queue = get_queue(conn)
-    queued = queue.count
-    SimpleWorker([queue], connection=conn).work(burst=True, logging_level="WARNING")
-    return queued
-
-
-def fetch_question(client, study_id="colours") -> dict:
-    response = client.get(f"/api/studies/{study_id}/questions/next")
-    assert response.status_code == 200, response.get_json()
-    return response.get_json()["question"]
-
-
-def answer(client, question, choice=None, study_id="colours", **extra):
-    body = {"token": question["token"],
-            "choice": question["candidates"][0]["index"] if choice is None else choice, **extra}
-    return client.post(f"/api/studies/{study_id}/answers", json=body)
-
-
-RESEARCHER, RESEARCHER_PASSWORD = "researcher", "a long test password"
-
-
-def csrf_token_of(html: str) -> str:
-    """The CSRF token of a page: the login form's hidden field or the <meta name="csrf-token"> tag."""
-    import re
-
-    match = re.search(r'name="csrf[-_]token" (?:value|content)="([^"]+)"', html)
-    assert match, "the page carries no CSRF token"
-    return match.group(1)
-
-
-def log_in(client, name=RESEARCHER, password=RESEARCHER_PASSWORD, **extra):
-    token = csrf_token_of(client.get("/login").get_data(as_text=True))
-    return client.post("/login", data={"username": name, "password": password, "csrf_token": token, **extra})
 
 
 @pytest.fixture

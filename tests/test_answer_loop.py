@@ -5,7 +5,7 @@ import csv
 import io
 import json
 
-from conftest import answer, fetch_question, run_worker
+from helpers import answer, fetch_question, run_worker
 
 from workers.jobs.update import apply_new_answers
 from workers.store import engine_state, keys

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import requests
 from click.testing import CliRunner
-from conftest import RESEARCHER, RESEARCHER_PASSWORD, answer, csrf_token_of, fetch_question, log_in
+from helpers import RESEARCHER, RESEARCHER_PASSWORD, answer, csrf_token_of, fetch_question, log_in
 from werkzeug.routing import FloatConverter, IntegerConverter
 
 from webapp import accounts, create_app

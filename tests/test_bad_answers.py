@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import answer, colour_items, fetch_question
+from helpers import answer, colour_items, fetch_question
 
 from webapp.tokens import sign_question
 from workers.store.answers import count_answers

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import colour_items
+from helpers import colour_items
 from test_serve import healthy, wait_for
 
 from webapp.demo import demo_items
@@ -72,7 +72,7 @@ def test_a_rater_answers_twenty_questions_and_the_researcher_sees_them(browser, 
         else:
             page.keyboard.press("ArrowLeft" if side == 0 else "ArrowRight")
         page.wait_for_function(f"() => document.getElementById('answered')?.textContent === '{n + 1}'")
-    from conftest import RESEARCHER, RESEARCHER_PASSWORD
+    from helpers import RESEARCHER, RESEARCHER_PASSWORD
 
     from webapp.accounts import create_user
 

@@ -6,7 +6,7 @@ import io
 
 import pytest
 from click.testing import CliRunner
-from conftest import answer, fetch_question
+from helpers import answer, fetch_question
 
 from engine.registry import DEFAULT_NN_ALGORITHM
 from webapp.cli import main

@@ -10,7 +10,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from conftest import RESEARCHER, RESEARCHER_PASSWORD, answer, colour_items, fetch_question, log_in, run_worker
+from helpers import RESEARCHER, RESEARCHER_PASSWORD, answer, colour_items, fetch_question, log_in, run_worker
 
 from webapp.stats import share_wrong, true_neighbours
 from workers.results.layout import MAX_DRAWN, classical_mds, fill_distances

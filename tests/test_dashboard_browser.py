@@ -17,7 +17,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from conftest import RESEARCHER, RESEARCHER_PASSWORD
+from helpers import RESEARCHER, RESEARCHER_PASSWORD
 from test_browser import ARTIFACTS, browser, live_server  # noqa: F401  (fixtures)
 from test_serve import healthy, wait_for
 

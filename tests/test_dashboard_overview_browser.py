@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import RESEARCHER, RESEARCHER_PASSWORD
+from helpers import RESEARCHER, RESEARCHER_PASSWORD
 from scipy.spatial.distance import cdist
 from test_browser import ARTIFACTS, browser  # noqa: F401  (fixture)
 from test_serve import healthy, wait_for

@@ -135,7 +135,7 @@ def test_every_unit_restarts_its_process_and_gives_up_on_a_crash_loop():
 
 
 def test_the_units_serve_an_answer_that_the_worker_applies(tmp_path, deploy_redis):
-    from conftest import colour_items
+    from helpers import colour_items
 
     from workers.store.config import StudyConfig
     from workers.store.queue import schedule_update

@@ -13,7 +13,7 @@ import random
 import networkx as nx
 import numpy as np
 import pytest
-from conftest import fetch_question, run_worker
+from helpers import fetch_question, run_worker
 
 from workers.jobs.learners import Learner
 from workers.jobs.update import apply_new_answers

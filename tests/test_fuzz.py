@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import schemathesis
-from conftest import SECRET, fetch_question
+from helpers import SECRET, fetch_question
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import content_type_conformance, response_schema_conformance, status_code_conformance

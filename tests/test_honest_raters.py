@@ -7,7 +7,7 @@ import base64
 import json
 import time
 
-from conftest import answer, colour_items, fetch_question
+from helpers import answer, colour_items, fetch_question
 
 from workers.store import keys
 from workers.store.answers import read_answers

@@ -11,7 +11,7 @@ import time
 import pytest
 import redis
 import requests
-from conftest import LOOPBACK, SECRET
+from helpers import LOOPBACK, SECRET
 from prometheus_client.parser import text_string_to_metric_families
 from test_auth import http_log_in
 from test_serve import healthy, wait_for

@@ -230,7 +230,7 @@ def study_workers(conn) -> dict[str, set[str]]:
 
 
 def test_two_web_instances_and_two_workers_share_one_redis7(tmp_path):
-    from conftest import colour_items
+    from helpers import colour_items
 
     from workers.store.config import StudyConfig
     from workers.store.queue import schedule_update

@@ -2,7 +2,7 @@
 proxy on the same host (every client then looks like loopback) does not switch the limits off."""
 from __future__ import annotations
 
-from conftest import SECRET, colour_items
+from helpers import SECRET, colour_items
 
 from webapp import create_app
 from workers.store.config import StudyConfig

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from conftest import run_worker
+from helpers import run_worker
 
 from webapp.cli import main
 from workers.results.exports import export
@@ -173,7 +173,7 @@ def test_study_links_use_the_public_url_when_set_whatever_host_the_request_came_
 def _finished_rater(client, conn, **completion):
     import re
 
-    from conftest import answer, colour_items, fetch_question
+    from helpers import answer, colour_items, fetch_question
 
     config = StudyConfig.from_dict({"name": "Flow", "algorithm": "random_triplets", "pool_size": 8,
                                     "limits": {"max_questions_per_rater": 1}, "completion": completion})
@@ -248,7 +248,7 @@ def test_new_study_form_offers_limit_consent_budget_and_code_and_warns_without_t
 
 # ---------------------------------------------------------------- 10: the demo looks like a real study
 def test_demo_study_shows_consent_practice_a_question_limit_and_a_code(app, conn):
-    from conftest import answer, fetch_question
+    from helpers import answer, fetch_question
 
     from webapp.demo import DEMO_QUESTIONS_PER_RATER, ensure_demo_study
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import RESEARCHER, RESEARCHER_PASSWORD
+from helpers import RESEARCHER, RESEARCHER_PASSWORD
 from test_browser import browser, live_server  # noqa: F401  (fixtures)
 
 from webapp.accounts import create_user

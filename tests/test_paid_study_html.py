@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 from click.testing import CliRunner
-from conftest import run_worker
+from helpers import run_worker
 from test_browser import browser  # noqa: F401  (fixture)
 
 from webapp.cli import main

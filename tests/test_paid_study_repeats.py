@@ -7,7 +7,7 @@ import json
 import random
 
 import pytest
-from conftest import run_worker
+from helpers import run_worker
 
 from engine.registry import common_progress, restore_planner
 from webapp.tokens import verify_question

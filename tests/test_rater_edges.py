@@ -4,7 +4,7 @@ that must not share one rater (the one-session rule)."""
 from __future__ import annotations
 
 import pytest
-from conftest import answer, colour_items, fetch_question
+from helpers import answer, colour_items, fetch_question
 
 from workers.store.answers import read_answers
 from workers.store.config import ConfigError, StudyConfig

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from conftest import SECRET, answer, colour_items, fetch_question
+from helpers import SECRET, answer, colour_items, fetch_question
 
 from webapp.cli import main
 from webapp.rating import completion_code

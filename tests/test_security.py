@@ -17,7 +17,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from conftest import (
+from helpers import (
     RESEARCHER,
     RESEARCHER_PASSWORD,
     SECRET,

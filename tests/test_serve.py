@@ -33,7 +33,7 @@ def healthy(base):
 
 
 def test_serve_demo_answers_over_http_and_stops_cleanly(tmp_path, monkeypatch):
-    from conftest import RESEARCHER, RESEARCHER_PASSWORD
+    from helpers import RESEARCHER, RESEARCHER_PASSWORD
     from test_auth import http_log_in
 
     monkeypatch.delenv("REDIS_URL", raising=False)

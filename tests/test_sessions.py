@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from conftest import RESEARCHER, RESEARCHER_PASSWORD, csrf_token_of, log_in
+from helpers import RESEARCHER, RESEARCHER_PASSWORD, csrf_token_of, log_in
 
 from webapp import accounts
 from webapp.accounts import create_user

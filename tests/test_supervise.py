@@ -71,7 +71,7 @@ class Serve:
 
     def add_study(self) -> None:
         """The study raters answer here: ANNTri on ten colours, no limits, no consent."""
-        from conftest import colour_items
+        from helpers import colour_items
 
         from workers.store.config import StudyConfig
         from workers.store.queue import schedule_update

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import answer, colour_items, fetch_question
+from helpers import answer, colour_items, fetch_question
 
 from workers.jobs import update as jobs
 from workers.jobs.learners import Learner
