@@ -22,8 +22,8 @@ from engine.registry import DEFAULT_NN_ALGORITHM, DEFAULT_RATING_ALGORITHM, defa
 from workers.store.config import ALGORITHM_TABLE, ConfigError, load_config_file
 from workers.store.studies import StudyError, StudyNotFound
 
-from . import ROOT
-from .embedded import EmbeddedRedis, EmbeddedRedisError, running_url
+from .. import ROOT
+from ..embedded import EmbeddedRedis, EmbeddedRedisError, running_url
 
 #: The models ``proxima train`` fits (workers.results.models.MODELS; listed here so --help needs no numpy).
 MODEL_NAMES = ("smerf", "treerank", "ranking_forest", "simforest")
@@ -85,7 +85,7 @@ def user():
 
 def _read_new_password(password_stdin: bool, generate: bool) -> tuple[str, bool]:
     """(password, generated): typed twice, read from stdin, or generated."""
-    from .accounts import AccountError, check_password, generate_password
+    from ..accounts import AccountError, check_password, generate_password
 
     if password_stdin and generate:
         raise click.UsageError("use either --password-stdin or --generate, not both")
@@ -112,7 +112,7 @@ def _password_options(command):
 @_password_options
 def user_add(name: str, password_stdin: bool, generate: bool):
     """Create a researcher account NAME (asks for the password twice)."""
-    from .accounts import AccountError, check_name, create_user, user_key
+    from ..accounts import AccountError, check_name, create_user, user_key
 
     try:
         name = check_name(name)
@@ -136,7 +136,7 @@ def user_add(name: str, password_stdin: bool, generate: bool):
 @click.argument("name")
 def user_remove(name: str):
     """Delete the researcher account NAME; its open sessions end at their next request."""
-    from .accounts import AccountError, count_users, remove_user
+    from ..accounts import AccountError, count_users, remove_user
 
     with redis_connection() as conn:
         try:
@@ -154,7 +154,7 @@ def user_remove(name: str):
 @_password_options
 def user_passwd(name: str, password_stdin: bool, generate: bool):
     """Change the password of NAME and log out its sessions."""
-    from .accounts import set_password, user_key
+    from ..accounts import set_password, user_key
 
     name = name.strip().lower()
     with redis_connection() as conn:
@@ -170,7 +170,7 @@ def user_passwd(name: str, password_stdin: bool, generate: bool):
 @user.command("list")
 def user_list():
     """List the researcher accounts."""
-    from .accounts import list_users
+    from ..accounts import list_users
 
     with redis_connection() as conn:
         users = list_users(conn)
@@ -183,7 +183,7 @@ def user_list():
 
 def _create_first_account(conn) -> None:
     """On an instance without accounts, create 'admin' and print its one-time password once."""
-    from .accounts import FIRST_ACCOUNT, ensure_first_account
+    from ..accounts import FIRST_ACCOUNT, ensure_first_account
 
     password = ensure_first_account(conn)
     if password:
@@ -224,8 +224,8 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int, ma
     """Start Redis (unless REDIS_URL is set), RQ workers and the web app under gunicorn, and keep
     them running: a crashed child is restarted with backoff (a crash loop stops serve, saying why),
     children die with serve, and only one serve runs per instance folder."""
-    from .embedded import free_port
-    from .supervise import Child, CrashLoop, InstanceBusy, InstanceLock, Sweeper, popen
+    from ..embedded import free_port
+    from ..supervise import Child, CrashLoop, InstanceBusy, InstanceLock, Sweeper, popen
 
     inst = instance_path()
     inst.mkdir(parents=True, exist_ok=True)
@@ -277,7 +277,7 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int, ma
         if demo:
             from workers.store.queue import schedule_update
 
-            from .demo import ensure_demo_study
+            from ..demo import ensure_demo_study
 
             study_id = ensure_demo_study(conn)
             schedule_update(conn, study_id)
@@ -366,7 +366,7 @@ def sweep(interval: float):
     """Queue an update for every study whose answers wait for one nobody queued (a web process died
     between storing an answer and queueing its update). 'proxima serve' does this itself; run this
     beside web and worker processes started another way (systemd units, a Procfile runner)."""
-    from .supervise import Sweeper
+    from ..supervise import Sweeper
 
     url = os.environ.get("REDIS_URL") or running_url(instance_path())
     if not url:
@@ -826,7 +826,7 @@ def _wait_until_applied(conn, study_id: str, timeout: float) -> dict | None:
     """Study stats once the workers have applied every logged answer (or at the timeout)."""
     from workers.store.studies import get_study
 
-    from .stats import study_stats
+    from ..stats import study_stats
 
     deadline = time.monotonic() + timeout
     while True:
@@ -883,7 +883,7 @@ def simulate(study_id, url, oracle_spec, raters, noise, lapse, careless, think, 
     """
     import requests
 
-    from . import simulate as sim
+    from .. import simulate as sim
 
     try:
         truth = sim.load_truth(oracle_spec)
@@ -977,7 +977,7 @@ def simulate_setup(ctx, source, out_dir, kind, algorithm, sigma, seed, create_id
       proxima create OUT/study.yaml --items OUT/items.csv --id my-sim
       proxima simulate my-sim --oracle points:OUT/truth.csv --raters 20
     """
-    from .simulate import SimulationError, write_setup
+    from ..simulate import SimulationError, write_setup
 
     algorithm = algorithm or default_algorithm(kind)
     if kind not in ALGORITHM_TABLE[algorithm].question_kinds:
@@ -1003,8 +1003,8 @@ def simulate_setup(ctx, source, out_dir, kind, algorithm, sigma, seed, create_id
 @click.argument("code")
 def verify_code_command(study_id: str, rater: str, code: str):
     """Check a rater's completion code (an HMAC of study and rater with this instance's secret key)."""
-    from . import instance_config
-    from .rating import check_completion_code
+    from .. import instance_config
+    from ..rating import check_completion_code
 
     # the secret key is all a code needs: no Redis (nor a running server) is required
     secret = instance_config()["SECRET_KEY"]
@@ -1102,7 +1102,7 @@ def plan_command(truth_spec, pilot_path, study_id, n_items, algorithms, budgets,
     started = time.perf_counter()
     params = None
     if truth_spec is not None:
-        from .simulate import HUMAN_LAPSE, HUMAN_SCALE, SimulationError, load_truth
+        from ..simulate import HUMAN_LAPSE, HUMAN_SCALE, SimulationError, load_truth
 
         try:
             truth = load_truth(truth_spec)
