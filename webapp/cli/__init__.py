@@ -1,4 +1,36 @@
-"""The ``proxima`` command (``[project.scripts]`` in pyproject.toml points at :func:`main`)."""
-from .serve import GUNICORN_LIMITS, GUNICORN_THREADS, SERVE_WEB_WORKERS, main
+"""The ``proxima`` command (``[project.scripts]`` in pyproject.toml points at :func:`main`).
+
+This file only wires the commands into one click group; each command lives in the module named
+after it (``serve.py``: serve, demo, worker, sweep; ``studies.py``; ``backup.py``; ``models.py``;
+``plan.py``; ``simulate.py``; ``users.py``). Every command prints a clear message and exits
+non-zero on bad input. Never imports Flask.
+"""
+from __future__ import annotations
+
+import click
+
+from . import backup, models, plan, serve, simulate, studies, users
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main():
+    """Proxima: learn which items people find most alike, asking as few questions as possible."""
+
+
+for command in (
+    users.user,
+    serve.serve, serve.demo, serve.worker, serve.sweep,
+    studies.create, studies.add_items_command, studies.features_command, studies.import_triplets_command,
+    studies.export, studies.list_studies_command, studies.rebuild, studies.verify_code_command,
+    backup.backup, backup.restore,
+    models.train, models.predict,
+    plan.plan_command,
+    simulate.simulate, simulate.simulate_setup,
+):
+    main.add_command(command)
+
+# serve's gunicorn settings, read by tests/test_deploy_units.py and benchmarks/load.py until they import
+# them from webapp.cli.serve
+from .serve import GUNICORN_LIMITS, GUNICORN_THREADS, SERVE_WEB_WORKERS  # noqa: E402
 
 __all__ = ["GUNICORN_LIMITS", "GUNICORN_THREADS", "SERVE_WEB_WORKERS", "main"]

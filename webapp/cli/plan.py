@@ -1,0 +1,155 @@
+"""``proxima plan``: a study's budget planned before paying, by simulating every learner on
+simulated raters (engine/planning.py does the work). Never imports Flask.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from workers.store.studies import StudyNotFound
+
+from .connection import redis_connection
+
+
+def _pilot_from_study(conn, study_id: str):
+    """(triplets, n_items, params) of a study's triplet answers so far (excluded raters left out) and
+    the parameters of its algorithms (by algorithm name), so its learners are simulated as they run."""
+    from engine.planning import read_pilot_csv
+    from workers.store import keys
+    from workers.store.answers import export_triplets, iter_answers
+    from workers.store.studies import get_study
+
+    try:
+        study = get_study(conn, study_id)
+    except StudyNotFound as exc:
+        raise click.ClickException(str(exc)) from None
+    excluded = {r.decode() for r in conn.smembers(keys.excluded_raters(study_id))}
+    text = "".join(export_triplets(iter_answers(conn, study_id), excluded))
+    try:
+        params = {}
+        for alg in study.config.algorithms:
+            params.setdefault(alg.algorithm, dict(alg.params))
+        return read_pilot_csv(text, f"study {study_id}"), study.n_items, params
+    except ValueError:
+        raise click.ClickException(f"study {study_id} has no triplet answers yet: run a pilot first") from None
+
+
+@click.command("plan")
+@click.option("--truth", "truth_spec", default=None, metavar="SPEC",
+              help="Plan from a known truth: points:FILE.csv (columns id,x1,x2,...), matrix:FILE.csv (header row "
+                   "of ids, then an n x n distance matrix) or eggs[:DATA_DIR].")
+@click.option("--pilot", "pilot_path", default=None, type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Plan from a pilot's answers: an answers CSV export or a triplets export (list-order i,j,k).")
+@click.option("--study", "study_id", default=None, metavar="ID",
+              help="Plan from a running study's answers so far (its pilot) and show the plan on its dashboard.")
+@click.option("--items", "n_items", type=click.IntRange(min=4), default=None,
+              help="Number of items of a --pilot file (default: the largest index + 1).")
+@click.option("--algorithms", default="", metavar="A,B,...",
+              help="Learners to simulate (default: every learner of the table a triplet study can run).")
+@click.option("--budgets", default="10,20,50,100,200,500", show_default=True, metavar="N,N,...",
+              help="Answers per item at which accuracy is measured.")
+@click.option("--runs", default=3, show_default=True, type=click.IntRange(1, 100),
+              help="Simulations per learner (seeds; with a pilot each also refits a bootstrap resample).")
+@click.option("--noise", type=click.FloatRange(min=0), default=None,
+              help="With --truth: the logistic noise scale as a share of the largest distance "
+                   "(default: the human fit, as 'proxima simulate').")
+@click.option("--lapse", type=click.FloatRange(0, 1), default=None,
+              help="With --truth: the share of answers given at random (default: the human fit).")
+@click.option("--pay", type=click.FloatRange(min=0), default=None,
+              help="Pay per answer, to print what each budget costs.")
+@click.option("--currency", default="$", show_default=True, help="Currency sign of --pay.")
+@click.option("--target", type=click.FloatRange(0, 1), default=0.9, show_default=True,
+              help="Accuracy to reach: prints the answers (and money) each learner needs.")
+@click.option("--metric", type=click.Choice(["exact", "hit3"]), default="exact", show_default=True,
+              help="Accuracy --target refers to: the exact nearest neighbour, or one of the 3 nearest.")
+@click.option("--batch", default=50, show_default=True, type=click.IntRange(1, 100000),
+              help="Questions a learner plans at a time (a pool refill of a live study).")
+@click.option("--jobs", type=click.IntRange(1, 64), default=None, help="Processes to simulate in (default: the CPUs).")
+@click.option("--max-seconds", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="Bound on the plan's CPU time per process: every run gets an equal share, and a learner "
+                   "that needs more stops at the budgets it reached (shown as '-').")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+              help="Also write the plan as JSON to this file.")
+def plan_command(truth_spec, pilot_path, study_id, n_items, algorithms, budgets, runs, noise, lapse, pay, currency,
+                 target, metric, batch, jobs, json_path, max_seconds=300.0):
+    """Plan a study's budget before paying: expected nearest-neighbour accuracy against answers per item.
+
+    Every applicable learner runs in-process on simulated raters (logistic + lapse human noise) that answer
+    from a known truth, or from an ordinal embedding fitted to a pilot's answers with the pilot's own noise.
+    Prints accuracy (exact and hit@3, mean ± sd over runs) by budget, its cost at --pay, and the answers
+    needed to reach --target. For example, after a pilot of ~10 answers per item:
+
+    \b
+      proxima plan --study my-study --pay 0.02 --target 0.9
+      proxima plan --pilot pilot-answers.csv --runs 5 --metric hit3
+    """
+    import json
+
+    from engine import planning
+
+    if sum(x is not None for x in (truth_spec, pilot_path, study_id)) != 1:
+        raise click.UsageError("give exactly one of --truth, --pilot or --study")
+    try:
+        names = planning.plannable_algorithms([a.strip() for a in algorithms.split(",") if a.strip()])
+        grid = planning.check_budgets([float(b) for b in budgets.split(",") if b.strip()])
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    jobs = jobs or planning.default_jobs()
+    started = time.perf_counter()
+    params = None
+    if truth_spec is not None:
+        from ..simulate import HUMAN_LAPSE, HUMAN_SCALE, SimulationError, load_truth
+
+        try:
+            truth = load_truth(truth_spec)
+        except (SimulationError, OSError) as exc:
+            raise click.ClickException(str(exc)) from None
+        scale = noise if noise is not None else (truth.logistic_scale or HUMAN_SCALE)
+        lapse = lapse if lapse is not None else (truth.lapse if truth.lapse is not None else HUMAN_LAPSE)
+        scenarios = [planning.Scenario(truth.distances, scale, lapse)]
+        source = (f"{truth.source} (logistic scale {scale:.4f} of the largest distance, lapse {lapse:.3f})")
+        spread = "seeds"
+    else:
+        if noise is not None or lapse is not None:
+            raise click.UsageError("--noise and --lapse are for --truth; a pilot's noise is fitted to its answers")
+        if study_id is not None:
+            with redis_connection() as conn:
+                triplets, n, params = _pilot_from_study(conn, study_id)
+        else:
+            try:
+                triplets = planning.read_pilot_csv(pilot_path.read_text(encoding="utf-8"), str(pilot_path))
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise click.ClickException(str(exc)) from None
+            n = n_items or int(triplets.max()) + 1
+        click.echo(f"Fitting an embedding and the raters' noise to {len(triplets)} pilot answers "
+                   f"({len(triplets) / n:.1f} per item) ...", err=True)
+        try:
+            fit = planning.fit_pilot(triplets, n, replicates=runs)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+        scenarios = list(fit.scenarios)
+        source = fit.describe()
+        spread = "seeds and bootstrap resamples of the pilot"
+    click.echo(f"Simulating {', '.join(names)} ({runs} runs each, up to {grid[-1]:g} answers per item, "
+               f"{jobs} processes; at most about {max_seconds:g} s of CPU per process, --max-seconds) ...", err=True)
+    result = planning.plan(scenarios, names, grid, runs=runs, batch=batch, jobs=jobs, source=source, spread=spread,
+                            params=params, max_seconds=max_seconds)
+    for line in planning.format_plan(result, target=target, metric=metric, pay=pay, currency=currency):
+        click.echo(line)
+    click.echo(f"\nPlanned in {time.perf_counter() - started:.1f} s.", err=True)
+    if result.cut_short:
+        click.echo(f"Time limit: {', '.join(result.cut_short)} did not reach every budget within --max-seconds "
+                   f"{max_seconds:g}; raise it (or lower --budgets, --runs) for the rest.", err=True)
+    doc = {**result.to_dict(), "target": target, "metric": metric, "pay": pay, "currency": currency,
+           "created_at": time.time(),
+           "reach": {name: result.reach(name, target, metric)[0].__dict__ for name in result.algorithms}}
+    if json_path is not None:
+        json_path.write_text(json.dumps(doc, indent=1, allow_nan=False), encoding="utf-8")
+    if study_id is not None:
+        from workers.store import keys
+
+        with redis_connection() as conn:
+            conn.set(keys.plan(study_id), json.dumps(doc, allow_nan=False))
+        click.echo(f"The plan is on study {study_id}'s dashboard.", err=True)

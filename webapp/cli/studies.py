@@ -1,0 +1,241 @@
+"""``proxima create``, ``add-items``, ``features``, ``import-triplets``, ``export``, ``studies``,
+``rebuild`` and ``verify-code``: a study's life from the command line.
+
+Never imports Flask (the study and export functions live in workers/; ``verify-code`` reads the
+instance's secret key through the web package's configuration).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from workers.store.config import ConfigError, load_config_file
+from workers.store.studies import StudyError, StudyNotFound
+
+from .connection import redis_connection
+from .models import MODEL_NAMES
+
+
+@click.command()
+@click.argument("config_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--items", "items_path", required=True, type=click.Path(path_type=Path),
+              help="A folder of images/audio/video and/or HTML items (.html), or a CSV of texts with a 'text' column.")
+@click.option("--id", "study_id", default=None, help="Study id (default: from the name).")
+@click.option("--stylesheet", "stylesheet_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="A CSS file applied to the study's rater pages (after Proxima's own; no @import, no url() but "
+                   "data:image/, no script).")
+def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet_path: Path | None = None):
+    """Create a study from a YAML/JSON config and a folder of media or a CSV of texts.
+
+    \b
+    The config (every field optional but name; README "The rater's page" explains each):
+      name: My study
+      algorithm: anntri            # or algorithms: [{algorithm, question_kind, share, params, budget}]
+      question_kind: triplet       # or rating (with rating: {min, max, step, widget, prompt})
+      instructions: Markdown, ![an example](item:ITEM_ID)
+      consent: Markdown shown first
+      practice: [{head: ID, candidates: [ID, ID], answer: ID, explanation: ...}]
+      limits: {max_questions_per_rater: 50, answer_budget: 20000, min_response_ms: 800}
+      attention: {rate: 0.05, stop_flagged: true, validation_repeats: 10, min_self_agreement: 0.6}
+      completion: {prolific_redirect_url: https://app.prolific.com/submissions/complete?cc={code},
+                   message: Markdown, debrief_question: Anything unclear?}
+    The full JSON schema is SCHEMA in workers/store/config.py.
+    """
+    from workers.store.queue import schedule_update
+    from workers.store.studies import check_stylesheet, config_warnings, create_study, items_from_path
+
+    try:
+        config = load_config_file(config_file)
+        items, media = items_from_path(items_path)
+        stylesheet = None
+        if stylesheet_path is not None:
+            try:
+                stylesheet = check_stylesheet(str(stylesheet_path), stylesheet_path.read_bytes())
+            except OSError as exc:
+                raise StudyError(f"cannot read stylesheet {stylesheet_path}: {exc.strerror or exc}") from None
+    except (ConfigError, StudyError) as exc:
+        raise click.ClickException(str(exc)) from None
+    with redis_connection() as conn:
+        try:
+            study_id = create_study(conn, config, items, media, study_id=study_id, stylesheet=stylesheet)
+        except StudyError as exc:
+            raise click.ClickException(str(exc)) from None
+        schedule_update(conn, study_id)
+    click.echo(f"Created study {study_id} with {len(items)} items. Rater page: /s/{study_id}")
+    for warning in config_warnings(config):
+        click.echo(f"Warning: {warning}.", err=True)
+
+
+@click.command("add-items")
+@click.argument("study_id")
+@click.option("--items", "items_path", required=True, type=click.Path(path_type=Path),
+              help="A folder of images/audio/video, or a CSV of texts with a 'text' column.")
+def add_items_command(study_id: str, items_path: Path):
+    """Add items to a comparison-forest study; once its forests are built, each is routed down the trees."""
+    from workers.store.queue import schedule_update
+    from workers.store.studies import add_items, items_from_path
+
+    try:
+        items, media = items_from_path(items_path)
+    except StudyError as exc:
+        raise click.ClickException(str(exc)) from None
+    with redis_connection() as conn:
+        try:
+            total = add_items(conn, study_id, items, media)
+        except (StudyError, StudyNotFound) as exc:
+            raise click.ClickException(str(exc)) from None
+        schedule_update(conn, study_id)
+    click.echo(f"Added {len(items)} items to study {study_id} ({total} items now).")
+
+
+@click.command("features")
+@click.argument("study_id")
+@click.argument("features_file", type=click.Path(dir_okay=False, path_type=Path))
+def features_command(study_id: str, features_file: Path):
+    """Give every item of a study numeric features, from a CSV with an 'id' column and one column per
+    feature (SMERF and TreeRank learn over them). All items at once, or nothing changes."""
+    from workers.store.studies import features_from_csv_text, set_features
+
+    try:
+        text = features_file.read_bytes().decode("utf-8-sig")
+        features = features_from_csv_text(text, str(features_file))
+    except FileNotFoundError:
+        raise click.ClickException(f"features file {features_file} does not exist") from None
+    except UnicodeDecodeError:
+        raise click.ClickException(f"{features_file} is not UTF-8 text; save it as CSV UTF-8") from None
+    except StudyError as exc:
+        raise click.ClickException(str(exc)) from None
+    with redis_connection() as conn:
+        try:
+            n = set_features(conn, study_id, features)
+        except (StudyError, StudyNotFound) as exc:
+            raise click.ClickException(str(exc)) from None
+    names = next(iter(features.values()))
+    click.echo(f"Set {len(names)} feature(s) ({', '.join(names)}) on {n} items of study {study_id}.")
+
+
+@click.command("import-triplets")
+@click.argument("study_id")
+@click.argument("triplets_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--rater", default="import", show_default=True, help="Rater id recorded for the imported answers.")
+def import_triplets_command(study_id: str, triplets_file: Path, rater: str):
+    """Append triplets in cblearn's list-order format (CSV rows i,j,k: i closer to j than to k)."""
+    from workers.results.exports import import_triplets
+
+    try:
+        text = triplets_file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise click.ClickException(f"triplets file {triplets_file} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.ClickException(f"cannot read {triplets_file}: {exc}") from None
+    with redis_connection() as conn:
+        try:
+            count = import_triplets(conn, study_id, text, source=str(triplets_file), rater=rater)
+        except (StudyNotFound, StudyError) as exc:
+            raise click.ClickException(str(exc)) from None
+    click.echo(f"Imported {count} triplets into study {study_id}.")
+
+
+@click.command()
+@click.argument("study_id")
+@click.option("--what", type=click.Choice(["answers", "triplets", "raters", "graph", "forest", "model", "embedding"]),
+              default="answers",
+              show_default=True, help="answers: one row per answer; triplets: cblearn list-order; raters: one row per "
+              "rater (checks, flags, skips, debrief answers); graph: the learned "
+              "nearest-neighbour graph; forest: a comparison forest (docs/forest-schema.md) or SimForest; model: a "
+              "model made by 'proxima train' (with --model); embedding: an embedding learner's coordinates "
+              "(docs/exports.md).")
+@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl", "json", "graphml"]), default=None,
+              help="answers: csv (default) or jsonl; triplets and raters: csv; graph: json (default), csv or graphml; "
+              "forest and model: json; embedding: csv (default) or json.")
+@click.option("--algorithm", default=None, metavar="LABEL",
+              help="Which algorithm's graph, forest or embedding (default: the study's first that has one).")
+@click.option("--model", default=None, type=click.Choice(MODEL_NAMES),
+              help="Which trained model to export with --what model.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+              help="Write to this file instead of standard output.")
+def export(study_id: str, what: str, fmt: str | None, algorithm: str | None, model: str | None,
+           output: Path | None):
+    """Export a study's answers, triplets, learned graph or forest (same code as the dashboard)."""
+    from workers.results.exports import ExportError
+    from workers.results.exports import export as make_export
+
+    fmt = fmt or {"answers": "csv", "triplets": "csv", "raters": "csv", "graph": "json", "forest": "json",
+                  "model": "json", "embedding": "csv"}[what]
+    with redis_connection() as conn:
+        try:
+            result = make_export(conn, study_id, what, fmt, algorithm, model=model)
+            chunks = iter(result.chunks)
+            first = next(chunks, "")  # surfaces errors before anything is written
+        except (StudyNotFound, ExportError) as exc:
+            raise click.ClickException(str(exc)) from None
+        if output is None:
+            click.echo(first, nl=False)
+            for chunk in chunks:
+                click.echo(chunk, nl=False)
+        else:
+            with output.open("w", encoding="utf-8", newline="") as fh:
+                fh.write(first)
+                for chunk in chunks:
+                    fh.write(chunk)
+            click.echo(f"Wrote {output}", err=True)
+
+
+@click.command("studies")
+def list_studies_command():
+    """List the studies on this Redis."""
+    from workers.store.answers import count_answers
+    from workers.store.studies import list_studies
+
+    with redis_connection() as conn:
+        for study in list_studies(conn):
+            click.echo(f"{study.id}\t{study.status}\t{study.config.algorithm}\t{study.n_items} items\t"
+                       f"{count_answers(conn, study.id)} answers\t{study.config.name}")
+
+
+@click.command()
+@click.argument("study_id")
+@click.option("--exclude-rater", "exclude", multiple=True, metavar="ID",
+              help="Leave this rater's answers out of the engine (repeatable; remembered for later updates).")
+def rebuild(study_id: str, exclude: tuple[str, ...]):
+    """Replay the answer log into fresh engine state and report how the learned graph changed."""
+    from workers.jobs.rebuild import rebuild_study
+    from workers.store import keys
+
+    with redis_connection() as conn:
+        try:
+            known = {r.decode() for r in conn.smembers(keys.raters(study_id))}
+            unknown = sorted(set(exclude) - known)
+            report = rebuild_study(conn, study_id, exclude)
+        except StudyNotFound as exc:
+            raise click.ClickException(str(exc)) from None
+    for rater in unknown:
+        click.echo(f"warning: rater {rater} has no answers in study {study_id}", err=True)
+    click.echo(f"Replayed {report.answers_replayed} answers ({report.answers_excluded} excluded from "
+               f"{len(report.excluded_raters)} rater(s)) in {report.seconds:.2f} s.")
+    if report.answers_set_aside:
+        click.echo(f"{report.answers_set_aside} answer(s) could not be used by an engine and were set aside.")
+    if not report.changed:
+        click.echo("The learned nearest-neighbour graph did not change.")
+    else:
+        click.echo(f"{len(report.changed)} item(s) changed nearest neighbour:")
+        for algorithm, item, before, after in report.changed:
+            click.echo(f"  [{algorithm}] {item}: {before or '-'} -> {after or '-'}")
+
+
+@click.command("verify-code")
+@click.argument("study_id")
+@click.argument("rater")
+@click.argument("code")
+def verify_code_command(study_id: str, rater: str, code: str):
+    """Check a rater's completion code (an HMAC of study and rater with this instance's secret key)."""
+    from .. import instance_config
+    from ..rating import check_completion_code
+
+    # the secret key is all a code needs: no Redis (nor a running server) is required
+    secret = instance_config()["SECRET_KEY"]
+    if check_completion_code(secret, study_id, rater, code):
+        click.echo(f"valid: {code.strip().upper()} is rater {rater}'s completion code for study {study_id}")
+    else:
+        raise click.ClickException(f"invalid: {code!r} is not rater {rater}'s completion code for study {study_id}")
