@@ -19,9 +19,6 @@ from flask import (
     url_for,
 )
 
-from workers.jobs.learners import FOREST_ALGORITHMS
-from workers.results.exports import FORMATS, ExportError, export
-from workers.results.models import trained_models
 from workers.store import keys
 from workers.store.backup import set_aside_answers
 from workers.store.config import (
@@ -55,6 +52,10 @@ from .stats import study_stats
 from .storage import get_redis
 
 bp = Blueprint("dashboard", __name__)
+
+#: Algorithms whose planner grows a forest the researcher can download as JSON (read from the table:
+#: workers.jobs.learners says the same but imports numpy, which a web process loads only when asked).
+FOREST_ALGORITHMS = tuple(name for name, entry in ALGORITHM_TABLE.items() if entry.learns == "forest")
 
 #: Largest upload accepted by the create-study form (the app-wide limit stays small).
 DEFAULT_UPLOAD_MAX_BYTES = 64 * 1024 * 1024
@@ -284,6 +285,9 @@ def study(study_id: str):
     elif tab == "raters":
         context.update(set_aside=set_aside_answers(conn, study_id)[:SET_ASIDE_SHOWN])
     elif tab == "downloads":
+        from workers.results.exports import FORMATS  # numpy-heavy: loaded when a researcher opens this tab
+        from workers.results.models import trained_models
+
         context.update(formats=FORMATS, models=trained_models(conn, study_id), forest_algorithms=FOREST_ALGORITHMS)
     return render_template("dashboard/study.html", **context)
 
@@ -404,6 +408,8 @@ def _account_error(message: str, status: int):
 
 
 def _download(study_id: str, what: str, fmt: str):
+    from workers.results.exports import ExportError, export  # numpy-heavy: loaded on the first download
+
     conn = get_redis()
     _study_or_404(conn, study_id)
     try:
