@@ -6,7 +6,6 @@ pass or fail.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import socket
@@ -28,7 +27,7 @@ from webapp import ROOT
 from webapp.embedded import EmbeddedRedis, free_port
 from workers.jobs.rebuild import replay_log
 from workers.store import engine_state, keys
-from workers.store.answers import ACCEPT_SCRIPT
+from workers.store.answers import ACCEPT
 from workers.store.backup import set_aside_answers
 from workers.store.config import StudyConfig
 from workers.store.queue import enqueue_update
@@ -122,7 +121,7 @@ def assert_engines_equal_a_replay_of_the_log(conn, study_id):
         np.testing.assert_allclose(saved["anntri"][name], fresh["anntri"][name], rtol=1e-12, atol=0)
     anntri_answers = sum(1 for _, f in log if f.get(b"algorithm") == b"anntri")
     assert saved["anntri"]["n_samples"] == fresh["anntri"]["n_samples"] == anntri_answers
-    per_answer = 2 if saved["anntri"].get("symmetric", True) else 1  # a symmetric planner counts (i, j) and (j, i)
+    per_answer = 2 if saved["anntri"]["params"].get("symmetric", True) else 1  # symmetric: (i, j) and (j, i)
     assert int(saved["anntri"]["count"].sum()) == per_answer * anntri_answers
     for name in ("wins", "shown"):
         np.testing.assert_array_equal(saved["rt"][name], fresh["rt"][name])
@@ -406,7 +405,7 @@ class ReplyHoldingProxy:
 
     def __init__(self, target_port: int):
         self.target_port = target_port
-        self.accept_sha = hashlib.sha1(ACCEPT_SCRIPT.encode()).hexdigest().encode()
+        self.accept_sha = ACCEPT.sha.encode()
         self.armed = threading.Event()
         self.held = threading.Event()
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -459,7 +458,7 @@ class ReplyHoldingProxy:
 def test_a_web_process_killed_after_storing_an_answer_keeps_it_once_when_the_rater_retries(
         conn, redis_url, tmp_path, processes):
     study_id = simple_study(conn)
-    conn.script_load(ACCEPT_SCRIPT)
+    conn.script_load(ACCEPT.text)
     proxy = ReplyHoldingProxy(redis.Redis.from_url(redis_url).connection_pool.connection_kwargs["port"])
     url = redis_url.rsplit(":", 1)[0] + f":{proxy.port}/0"
     try:

@@ -32,7 +32,6 @@ from test_browser import browser  # noqa: F401  (fixture)
 from webapp import create_app
 from webapp.accounts import create_user
 from webapp.auth import CSRF_EXEMPT_ENDPOINTS
-from webapp.limits import rater_key
 from workers.store import keys
 from workers.store.answers import count_answers
 from workers.store.config import StudyConfig
@@ -303,7 +302,7 @@ def test_a_rater_over_the_answer_limit_gets_429_with_retry_after(redis_url, conn
     assert client_at(app).get(f"/api/studies/{study_id}/questions/next").status_code == 200
     # once the bucket has drained, the same token is accepted (the rater page sends it again)
     with client.session_transaction() as session:
-        key = rater_key(study_id, session["rater_id"])
+        key = keys.rate_rater(study_id, session["rater_id"])
     assert 0 < conn.pttl(key) <= 3 * 2000 + 1
     conn.delete(key)
     assert answer(client, question).status_code == 201

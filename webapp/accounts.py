@@ -1,18 +1,12 @@
-"""Researcher accounts and failed-login counters in Redis, with the key names they use.
+"""Researcher accounts, researcher login sessions and failed-login counters in Redis.
 
 Passwords are hashed with werkzeug's ``generate_password_hash`` (scrypt); nothing here
 stores or logs a password. Used by the web app and the CLI; must never import Flask.
-
-Keys (account keys are not per-study, so they carry no ``{hash tag}``; every script and
-transaction touches one key, so nothing here needs two keys on one Cluster slot):
-
-- ``proxima:user:<name>``  hash: password_hash, epoch, created_at, password_changed_at
-- ``proxima:users``        set of account names (the index for ``list`` / ``count``)
-- ``proxima:login-failures:<sha256(name, ip)>``  counter with a TTL (rate limiting)
+The keys (``keys.user``, ``keys.users``, ``keys.login_failures``, ``keys.researcher_session``)
+are not per study, so they carry no ``{hash tag}``; every script and transaction here touches one key.
 """
 from __future__ import annotations
 
-import hashlib
 import re
 import secrets
 import time
@@ -20,30 +14,17 @@ import time
 import redis
 from werkzeug.security import check_password_hash, generate_password_hash
 
-PREFIX = "proxima"
+from workers.store import keys
+from workers.store.lua import Script
+
 FIRST_ACCOUNT = "admin"
 MIN_PASSWORD_LENGTH = 10
 MAX_PASSWORD_LENGTH = 1024
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.@-]{0,63}$")
 
 
-def user_key(name: str) -> str:
-    """Hash of one account: password_hash, epoch (bumped to log out its sessions), timestamps."""
-    return f"{PREFIX}:user:{name}"
-
-
-def users_key() -> str:
-    """Set of every account name."""
-    return f"{PREFIX}:users"
-
-
-def login_failures_key(name: str, ip: str) -> str:
-    """Counter of failed logins for one (account name, client address), expiring after the window.
-
-    Hashed so that whatever a client types as a name, the key stays short and opaque.
-    """
-    digest = hashlib.sha256(f"{name}\0{ip}".encode()).hexdigest()[:32]
-    return f"{PREFIX}:login-failures:{digest}"
+#: The account keys by the names the CLI knows them (built in ``workers.store.keys``).
+user_key, users_key, login_failures_key = keys.user, keys.users, keys.login_failures
 
 
 class AccountError(ValueError):
@@ -75,27 +56,17 @@ def generate_password() -> str:
     return secrets.token_urlsafe(15)
 
 
-# KEYS[1] = user_key(name); ARGV = password_hash, epoch, now. Creates the hash only if absent.
-_CREATE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'password_hash', ARGV[1], 'epoch', ARGV[2], 'created_at', ARGV[3],
-           'password_changed_at', ARGV[3])
-return 1
-"""
-
-# KEYS[1] = user_key(name); ARGV = password_hash, epoch, now. Updates the hash only if present.
-_SET_PASSWORD = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'password_hash', ARGV[1], 'epoch', ARGV[2], 'password_changed_at', ARGV[3])
-return 1
-"""
+CREATE = Script("account_create.lua")
+SET_PASSWORD = Script("account_set_password.lua")
+CLAIM_ATTEMPT = Script("login_attempt.lua")
 
 
 def create_user(conn: redis.Redis, name: str, password: str) -> str:
     """Create an account; returns its normalized name. AccountError if it exists or the input is bad."""
     name = check_name(name)
     password_hash = generate_password_hash(check_password(password))
-    if not conn.eval(_CREATE, 1, user_key(name), password_hash, secrets.token_hex(8), f"{time.time():.3f}"):
+    if not CREATE(conn, keys={"user": user_key(name)},
+                  args={"password_hash": password_hash, "epoch": secrets.token_hex(8), "now": f"{time.time():.3f}"}):
         raise AccountError(f"account {name!r} already exists (change its password with 'proxima user passwd {name}')")
     conn.sadd(users_key(), name)
     return name
@@ -114,7 +85,8 @@ def set_password(conn: redis.Redis, name: str, password: str) -> None:
     """Change the password and log out every session of the account (a new epoch)."""
     name = normalize_name(name)
     password_hash = generate_password_hash(check_password(password))
-    if not conn.eval(_SET_PASSWORD, 1, user_key(name), password_hash, secrets.token_hex(8), f"{time.time():.3f}"):
+    args = {"password_hash": password_hash, "epoch": secrets.token_hex(8), "now": f"{time.time():.3f}"}
+    if not SET_PASSWORD(conn, keys={"user": user_key(name)}, args=args):
         raise AccountError(f"there is no account {name!r}")
 
 
@@ -202,28 +174,14 @@ def clear_login_failures(conn: redis.Redis, name: str, ip: str) -> None:
     conn.delete(login_failures_key(normalize_name(name), ip))
 
 
-# KEYS[1] the failure counter; ARGV[1] the most failures, ARGV[2] the window (s).
-# Returns 0 and counts this attempt as a failure in advance when fewer than ARGV[1] were counted,
-# else the seconds left in the window: checking and counting in one step, so parallel guesses
-# get exactly ARGV[1] password checks between them.
-_CLAIM_ATTEMPT = """
-local failures = tonumber(redis.call('GET', KEYS[1]) or '0')
-if failures >= tonumber(ARGV[1]) then return math.max(redis.call('TTL', KEYS[1]), 1) end
-if failures == 0 then redis.call('SET', KEYS[1], 1, 'EX', ARGV[2]) else redis.call('INCR', KEYS[1]) end
-return 0
-"""
-
-
 def claim_login_attempt(conn: redis.Redis, name: str, ip: str, limit: int, window_seconds: int) -> int:
     """Reserve one password check for this (name, address): 0 when allowed (counted as a failure
     until ``clear_login_failures`` on success), else the seconds until it may try again."""
     key = login_failures_key(normalize_name(name), ip)
-    return int(conn.eval(_CLAIM_ATTEMPT, 1, key, int(limit), int(window_seconds)))
+    return int(CLAIM_ATTEMPT(conn, keys={"failures": key}, args={"limit": int(limit), "window": int(window_seconds)}))
 
 
-def session_key(session_id: str) -> str:
-    """Hash of one researcher login: ``name``, ``login_at``; expires after the idle timeout."""
-    return f"{PREFIX}:researcher-session:{hashlib.sha256(session_id.encode()).hexdigest()}"
+session_key = keys.researcher_session
 
 
 def start_session(conn: redis.Redis, name: str, idle_seconds: int) -> str:

@@ -6,28 +6,27 @@ time"): ``rate`` requests per second sustained, at most ``burst`` at once. All t
 request are checked and charged by one Lua script (one round trip), all or none. The clock is
 Redis's ``TIME``, so web processes on machines with skewed clocks agree.
 
-Keys (built here, like ``accounts``; the rater buckets carry the study's ``{hash tag}`` so the
-script's keys share one Cluster slot):
-
-- ``proxima:{<study>}:rate:rater:<sha256(rater)>``  answers + question requests of one rater session
-- ``proxima:{<study>}:rate:addr:<sha256(address)>``  the same, of one client address
-- ``proxima:login-rate:<sha256(address)>``  login attempts (POST /login) of one client address
+Keys (built in ``workers.store.keys``; the rater buckets carry the study's ``{hash tag}`` so the
+script's keys share one Cluster slot): ``keys.rate_rater`` (answers + question requests of one rater
+session), ``keys.rate_address`` (the same, of one client address), ``keys.rate_codes`` (completion
+codes first shown to one client address), ``keys.rate_login`` (login attempts of one client address).
 
 Must never import the engine or the workers' numpy code.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 
 import redis
 from flask import Flask, current_app, render_template, request
 
+from workers.store import keys
+from workers.store.lua import Script
+
 from .errors import ApiError
 from .storage import get_redis
 
-PREFIX = "proxima"
 STUDY_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 #: Endpoints that count against a rater's (and their address's) answer buckets.
@@ -57,30 +56,8 @@ DEFAULTS = {
     "RATE_LIMIT_EXEMPT_ADDRESSES": (),
 }
 
-# KEYS[i]: one bucket each (a string holding its theoretical arrival time, microseconds).
-# ARGV[2i-1]: the bucket's emission interval in microseconds (1e6 / rate); ARGV[2i]: its burst.
-# Returns 0 when every bucket had room (each is charged one request), else {i, wait_us}: the
-# bucket that is fullest and the microseconds until it has room; nothing is charged then.
-TAKE_SCRIPT = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local new = {}
-local worst, worst_wait = 0, 0
-for i, key in ipairs(KEYS) do
-  local interval = tonumber(ARGV[2 * i - 1])
-  local burst = tonumber(ARGV[2 * i])
-  local tat = tonumber(redis.call('GET', key) or now)
-  if tat < now then tat = now end
-  local wait = tat + interval - burst * interval - now
-  if wait > worst_wait then worst, worst_wait = i, wait end
-  new[i] = tat + interval
-end
-if worst > 0 then return {worst, math.ceil(worst_wait)} end
-for i, key in ipairs(KEYS) do
-  redis.call('SET', key, string.format('%.0f', new[i]), 'PX', math.ceil((new[i] - now) / 1000) + 1)
-end
-return 0
-"""
+#: Check and charge every bucket of a request in one step: workers/store/lua/take.lua.
+TAKE = Script("take.lua")
 
 
 @dataclass(frozen=True)
@@ -93,22 +70,6 @@ class Bucket:
     name: str
 
 
-def _digest(value: str) -> str:
-    return hashlib.sha256(value.encode()).hexdigest()[:24]
-
-
-def rater_key(study_id: str, rater: str) -> str:
-    return f"{PREFIX}:{{{study_id}}}:rate:rater:{_digest(rater)}"
-
-
-def address_key(study_id: str, address: str) -> str:
-    return f"{PREFIX}:{{{study_id}}}:rate:addr:{_digest(address)}"
-
-
-def login_key(address: str) -> str:
-    return f"{PREFIX}:login-rate:{_digest(address)}"
-
-
 def take(conn: redis.Redis, buckets: list[Bucket]) -> tuple[Bucket, float] | None:
     """Charge one request to every bucket, or to none: None when all had room, else the full
     bucket and the seconds until it has room again. Buckets with a rate of 0 are off."""
@@ -118,8 +79,7 @@ def take(conn: redis.Redis, buckets: list[Bucket]) -> tuple[Bucket, float] | Non
     args = []
     for b in buckets:
         args += [f"{1e6 / b.rate:.0f}", int(b.burst)]
-    script = conn.register_script(TAKE_SCRIPT)
-    result = script(keys=[b.key for b in buckets], args=args)
+    result = TAKE(conn, more_keys=[b.key for b in buckets], more_args=args)
     if not result:
         return None
     index, wait_us = int(result[0]), int(result[1])
@@ -157,9 +117,9 @@ def limit_rater_requests() -> None:
 
     config = current_app.config
     refused = take(get_redis(), [
-        Bucket(rater_key(study_id, current_rater()), float(config["ANSWER_RATE_PER_RATER"]),
+        Bucket(keys.rate_rater(study_id, current_rater()), float(config["ANSWER_RATE_PER_RATER"]),
                int(config["ANSWER_BURST_PER_RATER"]), "rater"),
-        Bucket(address_key(study_id, address), float(config["ANSWER_RATE_PER_ADDRESS"]),
+        Bucket(keys.rate_address(study_id, address), float(config["ANSWER_RATE_PER_ADDRESS"]),
                int(config["ANSWER_BURST_PER_ADDRESS"]), "address"),
     ])
     if refused is None:
@@ -178,7 +138,7 @@ def limit_code(study_id: str) -> bool:
     if exempt(address):
         return True
     config = current_app.config
-    return take(get_redis(), [Bucket(f"{address_key(study_id, address)}:codes", float(config["CODE_RATE_PER_ADDRESS"]),
+    return take(get_redis(), [Bucket(keys.rate_codes(study_id, address), float(config["CODE_RATE_PER_ADDRESS"]),
                                      int(config["CODE_BURST_PER_ADDRESS"]), "codes")]) is None
 
 
@@ -190,7 +150,7 @@ def limit_logins():
     if exempt(address):
         return None
     config = current_app.config
-    refused = take(get_redis(), [Bucket(login_key(address), float(config["LOGIN_RATE_PER_ADDRESS"]),
+    refused = take(get_redis(), [Bucket(keys.rate_login(address), float(config["LOGIN_RATE_PER_ADDRESS"]),
                                         int(config["LOGIN_BURST_PER_ADDRESS"]), "login")])
     if refused is None:
         return None

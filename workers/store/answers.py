@@ -15,77 +15,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from workers.store import keys, questions
+from workers.store.lua import Script
 from workers.store.queue import UPDATE_FLAG_TTL
 
-# KEYS[1] used-token marker, KEYS[2] issued zset, KEYS[3] issued-questions hash,
-# KEYS[4] answers stream, KEYS[5] raters set, KEYS[6] per-minute hash, KEYS[7] update-scheduled flag,
-# KEYS[8] counters hash, KEYS[9] rater-stats hash, KEYS[10] the rater's outstanding-questions zset,
-# KEYS[11..] the keys of the next question (see below)
-# ARGV[1] question id, ARGV[2] used-marker TTL (s), ARGV[3] rater id, ARGV[4] unix minute,
-# ARGV[5] update-flag TTL (s), ARGV[6] algorithm label, ARGV[7] '1' if the question was never pooled
-# (a catch trial: no issued entry to claim), ARGV[8] max answers of this rater (0 = no limit),
-# ARGV[9] study answer budget (0 = none), ARGV[10] comma-separated rater-stats counters to increment
-# besides 'answers' (may be empty), ARGV[11] the stream entry's field/value strings as one JSON array
-# (one argument: cheaper to send), ARGV[12] catch trials before a rater can be flagged ('' = leave the
-# flag alone), ARGV[13] the largest share of them a rater may fail, ARGV[14] '1' if flagged raters are
-# stopped (their outstanding answers are refused), ARGV[15] minimum response time (ms, 0 = none),
-# ARGV[16] issue time (unix s), ARGV[17] now (unix s), ARGV[18] '1' if the question must be one the
-# rater holds (KEYS[10]; the live path: a question dropped for a newer one, or expired, is refused),
-# ARGV[19] '1' to issue the rater's next question in the same step: then KEYS[11..] and ARGV[20..]
-# are those of questions.NEXT_FUNCTION. Too fast is measured here, from the later of the question's issue and
-# the rater's previous answer, so holding several questions and answering them in a burst is caught.
-# Returns {'ok', answer id, 1 if this call scheduled the update else 0, then the next question's reply
-# when one was asked for} | {'used', answer id} | {'expired'} | {'rater_limit'} | {'budget'}
-# | {'rater_stopped'}
-ACCEPT_SCRIPT = questions.ISSUE_FUNCTION + questions.NEXT_FUNCTION + """
-local prior = redis.call('GET', KEYS[1])
-if prior then return {'used', prior} end
-local st = redis.call('HMGET', KEYS[9], ARGV[3] .. ':answers', ARGV[3] .. ':flagged', ARGV[3] .. ':last_answer_at')
-local given = tonumber(st[1] or '0')
-if ARGV[14] == '1' and tonumber(st[2] or '0') ~= 0 then return {'rater_stopped'} end
-if tonumber(ARGV[8]) > 0 and given >= tonumber(ARGV[8]) then return {'rater_limit'} end
-if tonumber(ARGV[9]) > 0 and redis.call('XLEN', KEYS[4]) >= tonumber(ARGV[9]) then return {'budget'} end
-local member = ARGV[1]
-if ARGV[7] == '1' then member = 'c:' .. member end
-if redis.call('ZREM', KEYS[10], member) == 0 and ARGV[18] == '1' then return {'expired'} end
-if ARGV[7] ~= '1' then
-  if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return {'expired'} end
-  redis.call('HDEL', KEYS[3], ARGV[1])
-end
-local fields = cjson.decode(ARGV[11])
-local stats = ARGV[10]
-local now = tonumber(ARGV[17])
-local since = math.max(tonumber(ARGV[16]), tonumber(st[3] or '0'))
-if tonumber(ARGV[15]) > 0 and (now - since) * 1000 < tonumber(ARGV[15]) then
-  for i = 1, #fields, 2 do
-    if fields[i] == 'flags' and not string.find(',' .. fields[i + 1] .. ',', ',too_fast,', 1, true) then
-      if fields[i + 1] == '' then fields[i + 1] = 'too_fast' else fields[i + 1] = fields[i + 1] .. ',too_fast' end
-      stats = stats .. ',too_fast'
-    end
-  end
-end
-local id = redis.call('XADD', KEYS[4], '*', unpack(fields))
-redis.call('SET', KEYS[1], id, 'EX', ARGV[2])
-redis.call('SADD', KEYS[5], ARGV[3])
-redis.call('HINCRBY', KEYS[6], ARGV[4], 1)
-redis.call('HINCRBY', KEYS[8], 'answers:' .. ARGV[6], 1)
-redis.call('HINCRBY', KEYS[9], ARGV[3] .. ':answers', 1)
-redis.call('HSET', KEYS[9], ARGV[3] .. ':last_answer_at', ARGV[17])
-for stat in string.gmatch(stats, '[^,]+') do redis.call('HINCRBY', KEYS[9], ARGV[3] .. ':' .. stat, 1) end
-if ARGV[12] ~= '' then
-  local c = redis.call('HMGET', KEYS[9], ARGV[3] .. ':catch', ARGV[3] .. ':catch_failed')
-  local checks, failed = tonumber(c[1] or '0'), tonumber(c[2] or '0')
-  if checks >= tonumber(ARGV[12]) and failed > tonumber(ARGV[13]) * checks then
-    redis.call('HSET', KEYS[9], ARGV[3] .. ':flagged', 1)
-  end
-end
-local reply = {'ok', id, 0}
-if redis.call('SET', KEYS[7], '1', 'NX', 'EX', ARGV[5]) then reply[3] = 1 end
-if ARGV[19] == '1' then
-  for _, v in ipairs(next_question(KEYS, ARGV, 10, 19)) do reply[#reply + 1] = v end
-end
-return reply
-"""
+#: Accepting an answer (and issuing the rater's next question): workers/store/lua/accept.lua.
+ACCEPT = Script("accept.lua")
 
 #: A rater id starts with a letter or digit (so no spreadsheet reads an exported id as a formula).
 RATER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
@@ -215,7 +149,7 @@ def accept_and_issue(conn, study_id: str, question: dict, rater: str, choice: in
     question or None when none was asked for). ``stop_flagged``: refuse a flagged rater's answer
     (``rater_stopped``); ``min_response_ms``: flag ``too_fast`` an answer given sooner after the later of
     its issue and the rater's previous answer; ``require_held``: refuse (``expired``) a question the
-    rater no longer holds (dropped for a newer one, or expired; see questions.NEXT_FUNCTION).
+    rater no longer holds (dropped for a newer one, or expired; see lua/next_question.lua).
     """
     now = time.time()
     if question["kind"] == "rating":
@@ -232,26 +166,27 @@ def accept_and_issue(conn, study_id: str, question: dict, rater: str, choice: in
         "fallback": 1 if question.get("fallback") else 0, "issued_at": repr(float(issued_at)),
         "answered_at": repr(now), "response_ms": "" if response_ms is None else int(response_ms), "flags": flags,
     }
-    args = [question["qid"], int(used_ttl), rater, int(now // 60), UPDATE_FLAG_TTL, fields["algorithm"],
-            "1" if question.get("catch") else "0", int(max_per_rater or 0), int(budget or 0), ",".join(stats),
-            json.dumps([str(x) for name in ANSWER_FIELDS for x in (name, fields[name])])]
-    if flag_rule is None:
-        args.extend(["", ""])
-    else:
-        args.extend([int(flag_rule[0]), repr(float(flag_rule[1]))])
-    args.extend(["1" if stop_flagged else "0", int(min_response_ms or 0), repr(float(issued_at)), repr(now),
-                 "1" if require_held else "0"])
-    script_keys = [keys.used_token(study_id, question["qid"]), keys.issued(study_id),
-                   keys.issued_questions(study_id), keys.answers(study_id), keys.raters(study_id),
-                   keys.answers_per_minute(study_id), keys.update_scheduled(study_id),
-                   keys.counters(study_id), keys.rater_stats(study_id), keys.outstanding(study_id, rater)]
-    if then is not None:
-        args.append("1")
-        args.extend(then.args)
-        script_keys.extend(then.keys)
-    else:
-        args.append("0")
-    reply = conn.register_script(ACCEPT_SCRIPT)(keys=script_keys, args=args)
+    args = {
+        "question_id": question["qid"], "used_ttl": int(used_ttl), "rater": rater, "minute": int(now // 60),
+        "update_ttl": UPDATE_FLAG_TTL, "algorithm": fields["algorithm"],
+        "unpooled": "1" if question.get("catch") else "0",
+        "max_per_rater": int(max_per_rater or 0), "budget": int(budget or 0), "stats": ",".join(stats),
+        "fields": json.dumps([str(x) for name in ANSWER_FIELDS for x in (name, fields[name])]),
+        "min_checks": "" if flag_rule is None else int(flag_rule[0]),
+        "max_failure_share": "" if flag_rule is None else repr(float(flag_rule[1])),
+        "stop_flagged": "1" if stop_flagged else "0", "min_response_ms": int(min_response_ms or 0),
+        "issued_at": repr(float(issued_at)), "now": repr(now), "require_held": "1" if require_held else "0",
+        "issue_next": "0" if then is None else "1",
+    }
+    script_keys = {
+        "used_token": keys.used_token(study_id, question["qid"]), "issued": keys.issued(study_id),
+        "issued_questions": keys.issued_questions(study_id), "answers": keys.answers(study_id),
+        "raters": keys.raters(study_id), "per_minute": keys.answers_per_minute(study_id),
+        "update_scheduled": keys.update_scheduled(study_id), "counters": keys.counters(study_id),
+        "rater_stats": keys.rater_stats(study_id), "outstanding": keys.outstanding(study_id, rater),
+    }
+    reply = ACCEPT(conn, keys=script_keys, args=args, more_keys=then.keys if then is not None else (),
+                   more_args=then.args if then is not None else ())
     status = reply[0].decode()
     if status == "used":
         raise AnswerRefused("used", reply[1].decode())

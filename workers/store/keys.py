@@ -6,6 +6,8 @@ project formats key names. Must never import Flask or the engine.
 """
 from __future__ import annotations
 
+import hashlib
+
 PREFIX = "proxima"
 
 
@@ -190,3 +192,80 @@ def request_durations() -> str:
     """Hash: HTTP request durations of every web process (``<endpoint>|<bucket>`` counts and
     ``<endpoint>|sum`` seconds), for the Prometheus /metrics histogram."""
     return f"{PREFIX}:metrics:request_durations"
+
+
+def _digest(value: str, length: int) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:length]
+
+
+def rate_rater(study_id: str, rater: str) -> str:
+    """String: the rate-limit bucket of one rater session's answers and question requests (GCRA: its
+    theoretical arrival time in microseconds); the rater id hashed."""
+    return _study_key(study_id, f"rate:rater:{_digest(rater, 24)}")
+
+
+def rate_address(study_id: str, address: str) -> str:
+    """String: the rate-limit bucket of one client address's answers and question requests in the study."""
+    return _study_key(study_id, f"rate:addr:{_digest(address, 24)}")
+
+
+def rate_codes(study_id: str, address: str) -> str:
+    """String: the rate-limit bucket of completion codes first shown to one client address in the study."""
+    return f"{rate_address(study_id, address)}:codes"
+
+
+def rate_login(address: str) -> str:
+    """String: the rate-limit bucket of login attempts (POST /login) of one client address."""
+    return f"{PREFIX}:login-rate:{_digest(address, 24)}"
+
+
+# Researcher accounts are not per study: their keys carry no {hash tag} (every script and transaction
+# on them touches one key).
+
+def user(name: str) -> str:
+    """Hash of one researcher account: password_hash, epoch (bumped to log out its sessions), created_at,
+    password_changed_at."""
+    return f"{PREFIX}:user:{name}"
+
+
+def users() -> str:
+    """Set of every account name."""
+    return f"{PREFIX}:users"
+
+
+def login_failures(name: str, address: str) -> str:
+    """Counter of failed logins of one (account name, client address), expiring after the window; hashed
+    so that whatever a client types as a name, the key stays short and opaque."""
+    digest = _digest(f"{name}\0{address}", 32)
+    return f"{PREFIX}:login-failures:{digest}"
+
+
+def researcher_session(session_id: str) -> str:
+    """Hash of one researcher login: ``name``, ``login_at``; expires after the idle timeout."""
+    return f"{PREFIX}:researcher-session:{_digest(session_id, 64)}"
+
+
+# Hash fields. A study's hashes hold one field per (rater or algorithm, counter); the Lua scripts
+# (workers/store/lua/) build the same names with '..'.
+
+def rater_field(rater: str, name: str) -> str:
+    """Field of ``rater_stats``: ``<rater>:<name>`` (answers, catch, catch_failed, too_fast, skipped, flagged,
+    completed, repeats, repeat_agreed, repeat_sources, last_answer_at, debrief, code_shown)."""
+    return f"{rater}:{name}"
+
+
+def split_rater_field(field: str) -> tuple[str, str]:
+    """(rater, counter name) of a ``rater_stats`` field; the rater is '' for a field of no rater."""
+    rater, _, name = field.rpartition(":")
+    return rater, name
+
+
+def counter_field(name: str, label: str) -> str:
+    """Field of ``counters`` per algorithm: ``<name>:<label>`` for questions_served, fallback_served and
+    answers (the study-wide totals are the bare names)."""
+    return f"{name}:{label}"
+
+
+def served_field(label: str) -> str:
+    """Field of ``engine_stats``: ``served:<label>``, the questions served when the last update pass ran."""
+    return f"served:{label}"

@@ -46,7 +46,7 @@ def rater_table(conn, study_id: str, limit: int = RATER_TABLE_ANSWERS) -> list[d
             times.setdefault(answer.rater, []).append(answer.response_ms)
     counters: dict[str, dict[str, str]] = {}
     for field, value in conn.hgetall(keys.rater_stats(study_id)).items():
-        rater, _, name = field.decode(errors="replace").rpartition(":")
+        rater, name = keys.split_rater_field(field.decode(errors="replace"))
         if rater:
             counters.setdefault(rater, {})[name] = value.decode(errors="replace")
     excluded = {r.decode() for r in conn.smembers(keys.excluded_raters(study_id))}

@@ -1,0 +1,76 @@
+-- Accept one answer exactly once (answers.accept_and_issue): refuse a used or reclaimed question,
+-- append the answer to the log, mark the token used, count it and flag an update — all or nothing;
+-- then, if asked, issue the rater's next question in the same step (next_question.lua).
+-- KEYS: used_token issued issued_questions answers raters per_minute update_scheduled counters rater_stats outstanding ...
+-- ARGV: question_id used_ttl rater minute update_ttl algorithm unpooled max_per_rater budget stats fields min_checks max_failure_share stop_flagged min_response_ms issued_at now require_held issue_next ...
+--   used_token: the used-token marker (string: the answer id); issued, issued_questions: the study's
+--   issued zset and hash; answers: the log (stream); raters: set; per_minute, counters, rater_stats:
+--   hashes; update_scheduled: the update flag; outstanding: the questions the rater holds (zset).
+--   unpooled: '1' if the question was never pooled (a catch trial: no issued entry to claim);
+--   max_per_rater, budget: the rater's and the study's most answers (0 = none); stats: rater-stats
+--   counters to increment besides 'answers', comma-separated (may be empty); fields: the stream
+--   entry's field/value strings as one JSON array (one argument: cheaper to send); min_checks: catch
+--   trials before a rater can be flagged ('' = leave the flag alone) and max_failure_share the largest
+--   share of them a rater may fail; stop_flagged: '1' if flagged raters are stopped (their answers are
+--   refused); min_response_ms: 0 = none; issued_at, now: unix s; require_held: '1' if the question
+--   must be one the rater holds (the live path: one dropped for a newer one, or expired, is refused);
+--   issue_next: '1' to issue the rater's next question: the keys and arguments of next_question.lua
+--   follow (KEYS[11..], ARGV[20..]).
+-- Too fast is measured here, from the later of the question's issue and the rater's previous answer,
+-- so holding several questions and answering them in a burst is caught.
+-- Returns {'ok', answer id, 1 if this call scheduled the update else 0, then the next question's reply
+-- when one was asked for} | {'used', answer id} | {'expired'} | {'rater_limit'} | {'budget'}
+-- | {'rater_stopped'}
+--#include issue.lua
+--#include next_question.lua
+local used_token, issued, issued_questions, answers, raters, per_minute, update_scheduled, counters, rater_stats,
+      outstanding = unpack(KEYS, 1, 10)
+local question_id, used_ttl, rater, minute, update_ttl, algorithm, unpooled, max_per_rater, budget, stats, fields,
+      min_checks, max_failure_share, stop_flagged, min_response_ms, issued_at, now, require_held,
+      issue_next = unpack(ARGV, 1, 19)
+
+local prior = redis.call('GET', used_token)
+if prior then return {'used', prior} end
+local st = redis.call('HMGET', rater_stats, rater .. ':answers', rater .. ':flagged', rater .. ':last_answer_at')
+local given = tonumber(st[1] or '0')
+if stop_flagged == '1' and tonumber(st[2] or '0') ~= 0 then return {'rater_stopped'} end
+if tonumber(max_per_rater) > 0 and given >= tonumber(max_per_rater) then return {'rater_limit'} end
+if tonumber(budget) > 0 and redis.call('XLEN', answers) >= tonumber(budget) then return {'budget'} end
+local member = question_id
+if unpooled == '1' then member = 'c:' .. member end
+if redis.call('ZREM', outstanding, member) == 0 and require_held == '1' then return {'expired'} end
+if unpooled ~= '1' then
+  if redis.call('ZREM', issued, question_id) == 0 then return {'expired'} end
+  redis.call('HDEL', issued_questions, question_id)
+end
+local entry = cjson.decode(fields)
+local since = math.max(tonumber(issued_at), tonumber(st[3] or '0'))
+if tonumber(min_response_ms) > 0 and (tonumber(now) - since) * 1000 < tonumber(min_response_ms) then
+  for i = 1, #entry, 2 do
+    if entry[i] == 'flags' and not string.find(',' .. entry[i + 1] .. ',', ',too_fast,', 1, true) then
+      if entry[i + 1] == '' then entry[i + 1] = 'too_fast' else entry[i + 1] = entry[i + 1] .. ',too_fast' end
+      stats = stats .. ',too_fast'
+    end
+  end
+end
+local id = redis.call('XADD', answers, '*', unpack(entry))
+redis.call('SET', used_token, id, 'EX', used_ttl)
+redis.call('SADD', raters, rater)
+redis.call('HINCRBY', per_minute, minute, 1)
+redis.call('HINCRBY', counters, 'answers:' .. algorithm, 1)
+redis.call('HINCRBY', rater_stats, rater .. ':answers', 1)
+redis.call('HSET', rater_stats, rater .. ':last_answer_at', now)
+for stat in string.gmatch(stats, '[^,]+') do redis.call('HINCRBY', rater_stats, rater .. ':' .. stat, 1) end
+if min_checks ~= '' then
+  local c = redis.call('HMGET', rater_stats, rater .. ':catch', rater .. ':catch_failed')
+  local checks, failed = tonumber(c[1] or '0'), tonumber(c[2] or '0')
+  if checks >= tonumber(min_checks) and failed > tonumber(max_failure_share) * checks then
+    redis.call('HSET', rater_stats, rater .. ':flagged', 1)
+  end
+end
+local reply = {'ok', id, 0}
+if redis.call('SET', update_scheduled, '1', 'NX', 'EX', update_ttl) then reply[3] = 1 end
+if issue_next == '1' then
+  for _, v in ipairs(next_question(KEYS, ARGV, 10, 19)) do reply[#reply + 1] = v end
+end
+return reply
