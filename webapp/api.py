@@ -9,8 +9,8 @@ from flask import Blueprint, jsonify, request
 from workers.store.raters import rater_table
 
 from .errors import ApiError
-from .raters import check_rater_session, current_rater
-from .rating import load_study, next_question, submit_answer
+from .raters import check_rater_session, current_rater, session_replaced
+from .rating import load_study, load_study_for_rater, next_question, submit_answer
 from .stats import study_stats
 from .storage import get_redis
 
@@ -42,9 +42,9 @@ def health():
 @bp.get("/studies/<study_id>/questions/next")
 def get_next_question(study_id: str):
     conn = get_redis()
-    study = load_study(conn, study_id)
     rater = current_rater()
-    check_rater_session(conn, study_id, rater)
+    study, holder = load_study_for_rater(conn, study_id, rater)
+    check_rater_session(study_id, rater, holder)
     question = next_question(conn, study, rater)
     if question is None:
         raise ApiError(409, "study_not_running", f"study '{study_id}' is {study.status} and is not asking questions")
@@ -54,11 +54,12 @@ def get_next_question(study_id: str):
 @bp.post("/studies/<study_id>/answers")
 def post_answer(study_id: str):
     conn = get_redis()
-    study = load_study(conn, study_id)
     rater = current_rater()
-    result = submit_answer(conn, study, rater, json_body())
+    study, holder = load_study_for_rater(conn, study_id, rater)
+    replaced = session_replaced(study_id, rater, holder)
     # the answer is kept either way; a replaced session is told so instead of getting a next question
-    check_rater_session(conn, study_id, rater)
+    result = submit_answer(conn, study, rater, json_body(), issue_next=not replaced)
+    check_rater_session(study_id, rater, holder)
     return jsonify(result), 201
 
 

@@ -12,6 +12,7 @@ from workers.store import keys
 from workers.store.answers import RATER_ID_PATTERN
 from workers.store.studies import STUDY_ID_PATTERN, StudyNotFound, get_items, get_media, get_study, get_stylesheet
 
+from .errors import ApiError
 from .rating import completion_code, rater_stats
 from .storage import get_redis
 
@@ -73,16 +74,18 @@ def claim_rater_session(conn, study_id: str, rater: str) -> None:
     conn.hset(keys.rater_sessions(study_id), rater, nonce)
 
 
-def check_rater_session(conn, study_id: str, rater: str) -> None:
+def session_replaced(study_id: str, rater: str, holder: str | None) -> bool:
+    """Whether the recruited ``rater`` id was since opened in another browser session: ``holder`` is the
+    nonce stored for it (``questions_answers.load_study_for_rater`` reads it with the study)."""
+    if rater.startswith("anon-") or holder is None:
+        return False
+    return holder != session.get("rater_sessions", {}).get(study_id)
+
+
+def check_rater_session(study_id: str, rater: str, holder: str | None) -> None:
     """Refuse new questions to a session whose rater id was since opened in another session.
     Answers to questions already handed out are still taken (they are the rater's own)."""
-    if rater.startswith("anon-"):
-        return
-    current = conn.hget(keys.rater_sessions(study_id), rater)
-    mine = session.get("rater_sessions", {}).get(study_id)
-    if current is not None and current.decode() != mine:
-        from .errors import ApiError
-
+    if session_replaced(study_id, rater, holder):
         raise ApiError(409, "session_replaced", "This study was opened with your participant id in another tab, "
                        "browser or device; please continue there, or reload this page to continue here.")
 
@@ -181,7 +184,7 @@ def finish(study_id: str):
         return redirect(url_for("raters.study_page", study_id=study.id))
     completion = study.config.completion
     # one comment per rater: the first is kept, and a reopened link does not ask again
-    debrief_field = f"{rater}:debrief"
+    debrief_field = keys.rater_field(rater, "debrief")
     thanked = bool(completion.debrief_question) and bool(conn.hexists(keys.rater_stats(study.id), debrief_field))
     if request.method == "POST" and completion.debrief_question and not stopped and not thanked:
         text = request.form.get("debrief", "").strip()[:DEBRIEF_MAX_CHARS]
@@ -249,7 +252,7 @@ def code_minting_allowed(conn, study, rater: str, code: str = "1") -> bool:
     The code shown is kept (the raters export lists it beside the rater, to match Prolific's list)."""
     from .limits import limit_code
 
-    field = f"{rater}:code_shown"
+    field = keys.rater_field(rater, "code_shown")
     if not conn.hsetnx(keys.rater_stats(study.id), field, code):
         return True
     if limit_code(study.id):

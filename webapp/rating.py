@@ -3,8 +3,8 @@
 Views parse the request and call these; nothing here waits on the engine: a question is
 popped from the study's pool (or a fallback is drawn), an answer is validated against its
 signed token and appended to the log by one Lua script. Each request costs two Redis round
-trips: the study's hash, then one script (an answer is stored and the rater's next question
-issued by the same script).
+trips: the study's hash (with the rater's session nonce), then one script (an answer is stored
+and the rater's next question issued by the same script).
 """
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ from workers.store.answers import (
     AnswerRefused,
     accept_and_issue,
 )
-from workers.store.config import StudyConfig
 from workers.store.questions import (
     NextQuestion,
     NextRequest,
@@ -39,7 +38,7 @@ from workers.store.questions import (
     repeat_question,
 )
 from workers.store.queue import enqueue_update
-from workers.store.studies import STUDY_ID_PATTERN, Study, StudyNotFound, get_study, sanitize_html
+from workers.store.studies import Study, StudyNotFound, get_study, get_study_and_rater_session, sanitize_html
 
 from .errors import ApiError
 from .tokens import sign_question, verify_question
@@ -62,29 +61,21 @@ REPEAT_DEFAULT_QUESTIONS = 100
 DONE_CODES = ("study_complete", "rater_done", "budget_reached", "rater_stopped")
 
 
-#: Parsed study configs by (study id, stored config JSON): the study's hash is read on every request,
-#: so an edit made by any process is seen at once; only the parsing is saved.
-_CONFIGS: dict[tuple[str, bytes], StudyConfig] = {}
-CONFIGS_KEPT = 64
-
-
 def load_study(conn, study_id: str) -> Study:
     """The study as stored now (one round trip); ApiError 404 for an unknown one."""
-    raw = conn.hgetall(keys.study(study_id)) if isinstance(study_id, str) and STUDY_ID_PATTERN.match(study_id) else {}
-    try:
-        stored = raw[b"config"]
-        config = _CONFIGS.get((study_id, stored))
-        if config is None:
-            config = StudyConfig.from_stored(json.loads(stored))
-            if len(_CONFIGS) >= CONFIGS_KEPT:
-                _CONFIGS.clear()
-            _CONFIGS[(study_id, stored)] = config
-        return Study(id=study_id, config=config, status=raw[b"status"].decode(),
-                     created_at=float(raw[b"created_at"]), n_items=int(raw[b"n_items"]))
-    except (KeyError, ValueError, TypeError):
-        pass  # not there (or not as expected): let get_study say what is wrong
     try:
         return get_study(conn, study_id)
+    except StudyNotFound as exc:
+        raise ApiError(404, "unknown_study", str(exc)) from None
+
+
+def load_study_for_rater(conn, study_id: str, rater: str) -> tuple[Study, str | None]:
+    """``load_study`` and the nonce of the browser session holding the recruited ``rater`` id in the
+    study (``raters.claim_rater_session``), read in the same round trip; None for an anonymous id."""
+    try:
+        if rater.startswith("anon-"):
+            return get_study(conn, study_id), None  # an anonymous id belongs to one session by construction
+        return get_study_and_rater_session(conn, study_id, rater)
     except StudyNotFound as exc:
         raise ApiError(404, "unknown_study", str(exc)) from None
 
@@ -122,12 +113,12 @@ def rater_stats(conn, study_id: str, rater: str) -> dict[str, int]:
     """This rater's counters from the rater-stats hash (missing ones are 0)."""
     names = ("answers", "catch", "catch_failed", "too_fast", "skipped", "flagged", "completed", "repeats",
              "repeat_agreed")
-    values = conn.hmget(keys.rater_stats(study_id), [f"{rater}:{n}" for n in names])
+    values = conn.hmget(keys.rater_stats(study_id), [keys.rater_field(rater, n) for n in names])
     return {n: int(v or 0) for n, v in zip(names, values, strict=True)}
 
 
 def mark_completed(conn, study_id: str, rater: str) -> None:
-    conn.hset(keys.rater_stats(study_id), f"{rater}:completed", 1)
+    conn.hset(keys.rater_stats(study_id), keys.rater_field(rater, "completed"), 1)
 
 
 def consent_given(study: Study) -> bool:
@@ -145,7 +136,7 @@ def done(conn, study: Study, rater: str, code: str, message: str, complete: bool
     return ApiError(409, code, message, finish_url=finish_url(study))
 
 
-#: Why a rater gets no further question (see questions.NEXT_FUNCTION) and what the page says.
+#: Why a rater gets no further question (see workers/store/lua/next_question.lua) and what the page says.
 DONE_MESSAGES = {
     "rater_stopped": "thank you for your time; this study has no more questions for you",
     "rater_done": "you have answered all the questions; thank you!",
@@ -220,7 +211,7 @@ def flag_low_self_agreement(conn, study: Study, rater: str) -> bool:
     stats = rater_stats(conn, study.id, rater)
     agreement = self_agreement(stats)
     if stats["repeats"] >= attention.min_repeats_to_flag and agreement < attention.min_self_agreement:
-        conn.hset(keys.rater_stats(study.id), f"{rater}:flagged", 1)
+        conn.hset(keys.rater_stats(study.id), keys.rater_field(rater, "flagged"), 1)
         return True
     return False
 
@@ -317,10 +308,11 @@ def on_step(value: float, low: float, step: float | None) -> float:
     return round(low + round((value - low) / step) * step, 12)
 
 
-def submit_answer(conn, study: Study, rater: str, body) -> dict:
+def submit_answer(conn, study: Study, rater: str, body, issue_next: bool = True) -> dict:
     """Validate and store one answer; returns {"answer": {"id"}, "next": question | None}.
 
-    Storing the answer and issuing the rater's next question are one Lua script (one round trip).
+    Storing the answer and issuing the rater's next question are one Lua script (one round trip);
+    ``issue_next=False`` stores the answer only (a session that lost its rater id to another one).
     """
     token, choice, value, response_ms, skip = parse_answer_body(body)
     payload = verify_question(current_app.config["SECRET_KEY"], token, max_age=token_ttl(study))
@@ -341,7 +333,7 @@ def submit_answer(conn, study: Study, rater: str, body) -> dict:
     limits, attention = study.config.limits, study.config.attention
     running = study.status == "running"
     now = time.time()
-    then = question_request(study, rater, now) if running and consent_given(study) else None
+    then = question_request(study, rater, now) if running and issue_next and consent_given(study) else None
     try:
         answer_id, schedule, issued = accept_and_issue(
             conn, study.id, question, rater, choice, issued_at=payload["t"], response_ms=response_ms,
@@ -369,7 +361,7 @@ def submit_answer(conn, study: Study, rater: str, body) -> dict:
     else:
         maybe_queue_repeat(conn, study, rater, question, choice, issued)
     result = {"answer": {"id": answer_id}, "next": None}
-    if running:
+    if running and issue_next:
         check_consent(study)  # stored, but no next question before consent (as a question request)
         try:
             result["next"] = question_payload(conn, study, rater, issued, now)
@@ -415,16 +407,3 @@ def answer_flags(study: Study, question: dict, choice, issued_at: float, respons
             flags.append("catch_fail")
             stats.append("catch_failed")
     return flags, tuple(stats)
-
-
-def update_flag(conn, study: Study, rater: str) -> bool:
-    """Flag the rater once their failed share of at least ``min_checks`` catch trials is over the limit.
-
-    Answers do this inside their Lua step (``flag_rule`` of ``accept_and_issue``); this is the same
-    rule for a caller holding no answer."""
-    attention = study.config.attention
-    stats = rater_stats(conn, study.id, rater)
-    if stats["catch"] >= attention.min_checks and stats["catch_failed"] > attention.max_failure_share * stats["catch"]:
-        conn.hset(keys.rater_stats(study.id), f"{rater}:flagged", 1)
-        return True
-    return False

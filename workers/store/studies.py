@@ -283,19 +283,44 @@ def initial_item_count(conn, study_id: str, n_items: int) -> int:
     return int(raw) if raw is not None else n_items
 
 
+#: Parsed study configs by (study id, stored config JSON): the study's hash is read on every call, so
+#: an edit made by any process is seen at once; only the parsing is saved (configs are frozen, so one
+#: parsed config may be shared).
+_CONFIGS: dict[tuple[str, bytes], StudyConfig] = {}
+CONFIGS_KEPT = 64
+
+
+def _study_from_hash(study_id: str, raw: dict) -> Study:
+    stored = raw.get(b"config")
+    if stored is None:
+        raise StudyNotFound(study_id)
+    config = _CONFIGS.get((study_id, stored))
+    if config is None:
+        config = StudyConfig.from_stored(json.loads(stored))
+        if len(_CONFIGS) >= CONFIGS_KEPT:
+            _CONFIGS.clear()
+        _CONFIGS[(study_id, stored)] = config
+    return Study(id=study_id, config=config, status=raw[b"status"].decode(), created_at=float(raw[b"created_at"]),
+                 n_items=int(raw[b"n_items"]))
+
+
 def get_study(conn, study_id: str) -> Study:
+    """The study as stored now (one round trip); StudyNotFound for an unknown or malformed id."""
     if not isinstance(study_id, str) or not STUDY_ID_PATTERN.match(study_id):
         raise StudyNotFound(str(study_id))
-    raw = conn.hgetall(keys.study(study_id))
-    if b"config" not in raw:
-        raise StudyNotFound(study_id)
-    return Study(
-        id=study_id,
-        config=StudyConfig.from_stored(json.loads(raw[b"config"])),
-        status=raw[b"status"].decode(),
-        created_at=float(raw[b"created_at"]),
-        n_items=int(raw[b"n_items"]),
-    )
+    return _study_from_hash(study_id, conn.hgetall(keys.study(study_id)))
+
+
+def get_study_and_rater_session(conn, study_id: str, rater: str) -> tuple[Study, str | None]:
+    """``get_study`` and, in the same round trip, the nonce of the browser session that holds the
+    recruited ``rater`` id in the study (``keys.rater_sessions``; None when no session claimed it)."""
+    if not isinstance(study_id, str) or not STUDY_ID_PATTERN.match(study_id):
+        raise StudyNotFound(str(study_id))
+    with conn.pipeline(transaction=False) as pipe:
+        pipe.hgetall(keys.study(study_id))
+        pipe.hget(keys.rater_sessions(study_id), rater)
+        raw, nonce = pipe.execute()
+    return _study_from_hash(study_id, raw), None if nonce is None else nonce.decode()
 
 
 def list_studies(conn) -> list[Study]:
