@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 from helpers import RESEARCHER, RESEARCHER_PASSWORD, answer, colour_items, fetch_question, log_in, run_worker
 
-from webapp.stats import share_wrong, true_neighbours
+from workers.jobs.update import share_wrong, true_neighbours
 from workers.results.layout import MAX_DRAWN, classical_mds, fill_distances
 from workers.store import keys
 from workers.store.config import ConfigError, StudyConfig
 from workers.store.queue import schedule_update
 from workers.store.studies import Item, StudyError, create_study, get_items, get_study, update_config
+from workers.store.truth import TRUTH_ERROR_PREFIX
 from workers.store.uploads import items_from_csv_bytes, items_from_zip
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
@@ -349,8 +350,8 @@ def test_stats_carry_an_error_curve_against_answers_for_a_study_with_known_posit
             i, j = (it["index"] for it in q["items"])
             rater.post(f"/api/studies/{study_id}/answers",
                        json={"token": q["token"], "value": 5 - min(4, abs(i - j))})
-        run_worker(conn)
-        researcher_client.get(f"/api/studies/{study_id}/stats")  # each poll records a point
+        run_worker(conn)  # each update job records a point
+        researcher_client.get(f"/api/studies/{study_id}/stats")  # polls record nothing
     error = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()["algorithms"][0]["truth_error"]
     xs = [x for x, _ in error["curve"]]
     assert xs == sorted(xs) and xs[0] == 0 and xs[-1] == error["answers_applied"] == 40
@@ -363,6 +364,57 @@ def test_stats_carry_an_error_curve_against_answers_for_a_study_with_known_posit
     assert again["curve"] == error["curve"]
     page = researcher_client.get(f"/studies/{study_id}?tab=learning").get_data(as_text=True)
     assert 'class="plot error-plot"' in page
+
+
+def _line_study(conn) -> str:
+    config = StudyConfig.from_dict({"name": "Line", "algorithm": "anntri", "question_kind": "rating",
+                                    "random_state": 3, "pool_size": 8})
+    return create_study(conn, config, colour_items(8), study_id="line")
+
+
+def _rate(rater, study_id: str, n: int) -> None:
+    """``n`` noiseless ratings: items closer on the line are rated more alike."""
+    for _ in range(n):
+        q = fetch_question(rater, study_id)
+        i, j = (it["index"] for it in q["items"])
+        assert rater.post(f"/api/studies/{study_id}/answers",
+                          json={"token": q["token"], "value": 5 - min(4, abs(i - j))}).status_code == 201
+
+
+def test_the_error_curve_grows_with_no_dashboard_open(app, conn):
+    study_id = _line_study(conn)
+    schedule_update(conn, study_id)
+    run_worker(conn)
+    rater = app.test_client()
+    for _ in range(3):
+        _rate(rater, study_id, 10)
+        run_worker(conn)
+    curve = json.loads(conn.hget(keys.engine_stats(study_id), TRUTH_ERROR_PREFIX + "anntri"))
+    assert [x for x, _ in curve] == [0, 10, 20, 30]
+    assert all(0.0 <= y <= 1.0 for _, y in curve)
+
+
+def _study_keys_dumped(conn, study_id: str) -> dict[bytes, bytes]:
+    return {key: conn.dump(key) for key in conn.scan_iter(match=keys.engine_stats(study_id).replace(
+        "engine:stats", "*"), count=1000)}
+
+
+def test_reading_a_studys_stats_writes_nothing(researcher_client, app, conn):
+    study_id = _line_study(conn)
+    before = _study_keys_dumped(conn, study_id)  # no pass yet: nothing known, and a read computes nothing
+    assert researcher_client.get(f"/api/studies/{study_id}/stats").get_json()["algorithms"][0]["truth_error"] is None
+    assert _study_keys_dumped(conn, study_id) == before
+    schedule_update(conn, study_id)
+    run_worker(conn)
+    _rate(app.test_client(), study_id, 10)
+    run_worker(conn)
+    before = _study_keys_dumped(conn, study_id)
+    assert keys.engine_stats(study_id).encode() in before
+    stats = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()
+    assert stats["study"]["truth_known"] and stats["algorithms"][0]["truth_error"]["answers_applied"] == 10
+    for tab in ("overview", "learning"):
+        assert researcher_client.get(f"/studies/{study_id}?tab={tab}").status_code == 200
+    assert _study_keys_dumped(conn, study_id) == before
 
 
 def test_a_study_without_positions_has_no_error_curve(researcher_client, conn):

@@ -1,15 +1,14 @@
 """Numbers the dashboard shows about a study, read from Redis in one round trip, and the raters table.
 
-Pure Python on purpose: the stats route is polled every few seconds by every open dashboard.
-For studies whose items have known positions (demo and simulated studies), it also keeps, per
-algorithm, how many items' learned nearest neighbour is wrong against the answers applied so far.
+Pure Python on purpose: the stats route is polled every few seconds by every open dashboard. It
+only reads: for studies whose items have known positions (demo and simulated studies), the error
+curve against the answers applied is recorded by the update pass (``workers.store.truth``).
 Must never import the engine.
 """
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
 from statistics import median
 
 from rq.exceptions import NoSuchJobError
@@ -18,49 +17,14 @@ from rq.job import Job
 from workers.store import keys
 from workers.store.config import ALGORITHM_TABLE
 from workers.store.queue import REBUILD_STATUS_FIELD
-from workers.store.studies import Study, get_items
+from workers.store.studies import Study
+from workers.store.truth import TRUTH_FIELD, error_curves, stored_truth
 
 #: The response-time histogram covers this many of the latest answers.
 RECENT_ANSWERS = 2000
 #: A rater counts as active when they were given a question this recently.
 ACTIVE_SECONDS = 300
 LATENCY_POINTS = 200
-#: Fields of ``keys.engine_stats`` kept here: each item's true nearest neighbours (JSON, computed once
-#: from the items' positions) and, per algorithm, the error curve ``[[answers applied, share wrong], ...]``.
-TRUTH_FIELD = "truth:neighbors"
-TRUTH_ERROR_PREFIX = "truth-error:"
-#: An error curve keeps at most this many points; past it every other point is dropped (the curve
-#: keeps its whole span, at a coarser step).
-TRUTH_ERROR_POINTS = 400
-#: Distances within this of an item's smallest distance are all true nearest neighbours (ties).
-TIE_TOLERANCE = 1e-9
-#: Studies with more items than this get no error curve (finding the true neighbours is quadratic).
-MAX_TRUTH_ITEMS = 5000
-#: Rows of the distance matrix computed at once when finding the true neighbours (bounds memory).
-_TRUTH_CHUNK = 256
-
-# KEYS[1] = keys.engine_stats(study); ARGV = field, answers applied, share wrong, most points kept.
-# Appends the point unless it equals the last one; a point with fewer answers than the last one
-# (a rebuild without some raters) starts the curve again. Atomic, so dashboards polling at once
-# neither lose nor double a point.
-_APPEND_POINT = """
-local raw = redis.call('HGET', KEYS[1], ARGV[1])
-local points = {}
-if raw then points = cjson.decode(raw) end
-local x, y = tonumber(ARGV[2]), tonumber(ARGV[3])
-local last = points[#points]
-if last and last[1] == x and last[2] == y then return 0 end
-if last and x < last[1] then points = {} end
-table.insert(points, {x, y})
-if #points > tonumber(ARGV[4]) then
-  local kept = {}
-  for i = 1, #points - 1, 2 do table.insert(kept, points[i]) end
-  table.insert(kept, points[#points])
-  points = kept
-end
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(points))
-return 1
-"""
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -81,67 +45,6 @@ def histogram(values: list[float], bins: int = 20, top: float | None = None) -> 
     for v in values:
         counts[min(bins - 1, max(0, int(v // width)))] += 1
     return {"edges": [round(i * width, 3) for i in range(bins + 1)], "counts": counts}
-
-
-def true_neighbours(positions: Sequence[Sequence[float]]) -> list[list[int]]:
-    """Each item's true nearest neighbours from its known position: every other item at the smallest
-    Euclidean distance (ties within TIE_TOLERANCE all count). ``positions``: n_items rows of coordinates."""
-    import numpy as np  # the web app has it loaded already; this runs once per study, then it is kept
-
-    points = np.asarray(positions, dtype=np.float64)
-    n = len(points)
-    out: list[list[int]] = []
-    for start in range(0, n, _TRUTH_CHUNK):
-        block = points[start:start + _TRUTH_CHUNK]
-        d = np.sqrt(((block[:, None, :] - points[None, :, :]) ** 2).sum(axis=-1))
-        d[np.arange(len(block)), np.arange(start, start + len(block))] = np.inf
-        best = d.min(axis=1, keepdims=True)
-        out.extend(np.flatnonzero(row).tolist() for row in d <= best + TIE_TOLERANCE * np.maximum(best, 1.0))
-    return out
-
-
-def share_wrong(neighbors: list[int], truth: list[list[int]]) -> float:
-    """Share of items whose learned nearest neighbour is not a true one (no neighbour yet counts as wrong)."""
-    if not truth:
-        return 0.0
-    wrong = sum(1 for i, right in enumerate(truth) if i >= len(neighbors) or neighbors[i] not in right)
-    return wrong / len(truth)
-
-
-def _truth(conn, study: Study, cached: str | None) -> list[list[int]] | None:
-    """The items' true nearest neighbours, or None unless every item has a position; kept in
-    ``keys.engine_stats`` and computed again only when the study's item count changes."""
-    if cached:
-        doc = json.loads(cached)
-        if doc.get("n_items") == study.n_items:
-            return doc.get("neighbors")
-    items = get_items(conn, study.id)
-    dims = {len(item.position) if item.position else 0 for item in items}
-    neighbors = None
-    if 2 <= len(items) <= MAX_TRUTH_ITEMS and len(dims) == 1 and 0 not in dims:
-        neighbors = true_neighbours([item.position for item in items])
-    conn.hset(keys.engine_stats(study.id), TRUTH_FIELD, json.dumps({"n_items": study.n_items, "neighbors": neighbors}))
-    return neighbors
-
-
-def _answers_applied(progress: dict | None, fallback: int) -> int:
-    """Answers the learner has applied (what its current neighbours rest on), from its progress."""
-    for name in ("samples", "answers", "answers_counted"):
-        value = (progress or {}).get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return fallback
-
-
-def _error_curve(conn, study_id: str, label: str, curve: list, applied: int, wrong: float) -> list:
-    """``curve`` with the point (applied, wrong) appended (and stored) if it is new."""
-    point = [applied, round(wrong, 4)]
-    if curve and curve[-1] == point:
-        return curve
-    conn.eval(_APPEND_POINT, 1, keys.engine_stats(study_id), TRUTH_ERROR_PREFIX + label, point[0], point[1],
-              TRUTH_ERROR_POINTS)
-    raw = conn.hget(keys.engine_stats(study_id), TRUTH_ERROR_PREFIX + label)
-    return json.loads(raw) if raw else [point]
 
 
 #: RQ job states as the dashboard words them.
@@ -210,9 +113,8 @@ def study_stats(conn, study: Study) -> dict:
     engine = {k.decode(): v.decode() for k, v in engine.items()}
     summaries = json.loads(engine.pop("summary")) if "summary" in engine else {}
     rebuild = _rebuild_status(conn, engine.pop(REBUILD_STATUS_FIELD, None))
-    truth = _truth(conn, study, engine.pop(TRUTH_FIELD, None))
-    curves = {name[len(TRUTH_ERROR_PREFIX):]: json.loads(engine.pop(name))
-              for name in [k for k in engine if k.startswith(TRUTH_ERROR_PREFIX)]}
+    truth_known = stored_truth(engine.pop(TRUTH_FIELD, None), study.n_items)[1] is not None
+    curves = error_curves(engine)
     latencies = [float(x) for x in latencies]
     finished = {f.decode() for f in finished}
     algorithms = []
@@ -223,11 +125,10 @@ def study_stats(conn, study: Study) -> dict:
         progress = (summaries.get(label) or {}).get("progress")
         neighbors = (summaries.get(label) or {}).get("neighbors")
         error = None
-        if truth is not None and neighbors is not None and ALGORITHM_TABLE[alg.algorithm].yields_graph:
-            applied = _answers_applied(progress, counters.get(f"answers:{label}", 0))
-            wrong = share_wrong(neighbors, truth)
-            error = {"share_wrong": wrong, "answers_applied": applied,
-                     "curve": _error_curve(conn, study.id, label, curves.get(label) or [], applied, wrong)}
+        curve = curves.get(label)
+        if truth_known and curve and ALGORITHM_TABLE[alg.algorithm].yields_graph:
+            # the update pass appends a point with every summary it writes: the last one is the current error
+            error = {"share_wrong": curve[-1][1], "answers_applied": curve[-1][0], "curve": curve}
         certified = None
         if progress and "rounds_certified" in progress and progress.get("n_items"):
             certified = progress["rounds_certified"] / progress["n_items"]
@@ -242,7 +143,7 @@ def study_stats(conn, study: Study) -> dict:
     return {
         "study": {"id": study.id, "name": study.config.name, "status": study.status,
                   "algorithm": study.config.algorithm, "n_items": study.n_items,
-                  "complete": bool(labels) and finished >= set(labels), "truth_known": truth is not None},
+                  "complete": bool(labels) and finished >= set(labels), "truth_known": truth_known},
         "rebuild": rebuild,
         "answers": int(n_answers),
         "raters": int(n_raters),

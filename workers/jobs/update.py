@@ -38,12 +38,14 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
+import numpy as np
 import redis
 from rq import get_current_job
 
 from workers.jobs.learners import Learner
 from workers.store import answers as answer_log
 from workers.store import engine_state, keys, questions
+from workers.store import truth as known_truth
 from workers.store.studies import Study, get_items, get_study, initial_item_count
 
 # an issued question is reclaimed this long after its token expired (clock skew between hosts)
@@ -291,14 +293,101 @@ def study_memory(conn, study: Study, kept: dict[str, _Kept]) -> dict[str, int]:
 
 
 def write_summary(conn, study_id: str) -> None:
-    """Write the dashboard's summary of the study's kept learners if the latest pass left it out."""
+    """Write the dashboard's summary of the study's kept learners if the latest pass left it out
+    (with the point of each learner's error curve against a known truth, see ``record_truth_error``)."""
     cached = _cache.get(study_id)
     if study_id not in _unsummarised or cached is None:
         return
-    conn.hset(keys.engine_stats(study_id), "summary",
-              json.dumps({label: learner.summary() for label, learner in cached.learners.items()}))
+    study = get_study(conn, study_id)
+    truth = known_truth_of(conn, study)
+    counters = {k.decode(): v for k, v in conn.hgetall(keys.counters(study_id)).items()}
+    summaries = {label: learner.summary() for label, learner in cached.learners.items()}
+    with conn.pipeline(transaction=True) as pipe:
+        pipe.hset(keys.engine_stats(study_id), "summary", json.dumps(summaries))
+        record_truth_error(pipe, study, cached.learners, summaries, counters, truth)
+        pipe.execute()
     _summarised[study_id] = time.monotonic()
     _unsummarised.discard(study_id)
+
+
+# ---------------------------------------------------------------------------- error against a known truth
+#: Distances within this of an item's smallest distance are all true nearest neighbours (ties).
+TIE_TOLERANCE = 1e-9
+#: Rows of the distance matrix computed at once when finding the true neighbours (bounds memory).
+_TRUTH_CHUNK = 256
+
+
+@dataclass(frozen=True)
+class KnownTruth:
+    """The items' true nearest neighbours (None: not every item has a position), and whether they
+    were computed in this pass (then the pass saves them)."""
+
+    neighbors: list[list[int]] | None
+    computed: bool
+
+
+def true_neighbours(positions) -> list[list[int]]:
+    """Each item's true nearest neighbours from its known position: every other item at the smallest
+    Euclidean distance (ties within TIE_TOLERANCE all count). ``positions``: n_items rows of coordinates."""
+    points = np.asarray(positions, dtype=np.float64)
+    n = len(points)
+    out: list[list[int]] = []
+    for start in range(0, n, _TRUTH_CHUNK):
+        block = points[start:start + _TRUTH_CHUNK]
+        d = np.sqrt(((block[:, None, :] - points[None, :, :]) ** 2).sum(axis=-1))
+        d[np.arange(len(block)), np.arange(start, start + len(block))] = np.inf
+        best = d.min(axis=1, keepdims=True)
+        out.extend(np.flatnonzero(row).tolist() for row in d <= best + TIE_TOLERANCE * np.maximum(best, 1.0))
+    return out
+
+
+def share_wrong(neighbors: list[int], truth: list[list[int]]) -> float:
+    """Share of items whose learned nearest neighbour is not a true one (no neighbour yet counts as wrong)."""
+    if not truth:
+        return 0.0
+    wrong = sum(1 for i, right in enumerate(truth) if i >= len(neighbors) or neighbors[i] not in right)
+    return wrong / len(truth)
+
+
+def known_truth_of(conn, study: Study) -> KnownTruth:
+    """The study's known truth as stored, computed from the items' positions when none is stored for
+    its current number of items."""
+    fresh, neighbors = known_truth.stored_truth(conn.hget(keys.engine_stats(study.id), known_truth.TRUTH_FIELD),
+                                                study.n_items)
+    if fresh:
+        return KnownTruth(neighbors, computed=False)
+    items = get_items(conn, study.id)
+    dims = {len(item.position) if item.position else 0 for item in items}
+    if 2 <= len(items) <= known_truth.MAX_TRUTH_ITEMS and len(dims) == 1 and 0 not in dims:
+        neighbors = true_neighbours([item.position for item in items])
+    return KnownTruth(neighbors, computed=True)
+
+
+def _answers_applied(progress: dict | None, fallback: int) -> int:
+    """Answers the learner has applied (what its current neighbours rest on), from its progress."""
+    for name in ("samples", "answers", "answers_counted"):
+        value = (progress or {}).get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return fallback
+
+
+def record_truth_error(pipe, study: Study, learners: dict[str, Learner], summaries: dict[str, dict], counters: dict,
+                       truth: KnownTruth) -> None:
+    """Queue on ``pipe`` (a MULTI) the truth if it was computed, and for each learner that yields a graph
+    the point (answers applied, share of items whose neighbour in ``summaries`` is wrong) of its error
+    curve. Written with every summary, whether or not a dashboard is open. ``counters``: ``keys.counters``."""
+    if truth.computed:
+        known_truth.save_truth(pipe, study.id, study.n_items, truth.neighbors)
+    if truth.neighbors is None:
+        return
+    for label, learner in learners.items():
+        summary = summaries.get(label) or {}
+        if summary.get("neighbors") is None or not learner.entry.yields_graph:
+            continue
+        applied = _answers_applied(summary.get("progress"), int(counters.get(f"answers:{label}", 0)))
+        known_truth.append_error_point(pipe, study.id, label, applied, share_wrong(summary["neighbors"],
+                                                                                    truth.neighbors))
 
 
 def forget_cached(study_id: str | None = None) -> None:
@@ -639,6 +728,8 @@ def _one_pass(conn, study_id: str, now: float, summary_every: float = 0.0) -> di
                                        or getattr(learner.planner, "window", None) != windows_before[label])
                            for label, learner in learners.items()}
                 latency_ms = (time.perf_counter() - started) * 1000.0
+                summarise = time.monotonic() - _summarised.get(study_id, -math.inf) >= summary_every
+                truth = known_truth_of(pipe, study) if summarise else None
 
                 pipe.multi()
                 saved, state_bytes = dict(stored), 0
@@ -659,10 +750,11 @@ def _one_pass(conn, study_id: str, now: float, summary_every: float = 0.0) -> di
                 pipe.lpush(keys.refresh_latencies(study_id), f"{latency_ms:.3f}")
                 pipe.ltrim(keys.refresh_latencies(study_id), 0, LATENCIES_KEPT - 1)
                 summary_field = {}
-                if time.monotonic() - _summarised.get(study_id, -math.inf) >= summary_every:
-                    summary_field["summary"] = json.dumps({label: learner.summary()
-                                                           for label, learner in learners.items()})
+                if summarise:
+                    summaries = {label: learner.summary() for label, learner in learners.items()}
+                    summary_field["summary"] = json.dumps(summaries)
                     summary_field.update(study_memory(conn, study, stored))
+                    record_truth_error(pipe, study, learners, summaries, counters, truth)
                 pipe.hset(keys.engine_stats(study_id), mapping={
                     "last_update_at": repr(now), "last_latency_ms": f"{latency_ms:.3f}",
                     "last_batch": n_read, "cursor": new_cursor, "active_raters": active, **summary_field,

@@ -1,0 +1,72 @@
+"""A study's error against a known truth, as stored: for studies whose items have known positions
+(demo and simulated studies), each item's true nearest neighbours and, per algorithm, the curve of
+the share of items whose learned nearest neighbour is wrong against the answers applied so far.
+
+The update pass writes both (``workers.jobs.update``); the dashboard only reads them. Both live in
+fields of ``keys.engine_stats``. Light: no numpy (web processes import it). Must never import Flask.
+"""
+from __future__ import annotations
+
+import json
+
+from workers.store import keys
+
+#: Field of ``keys.engine_stats``: JSON ``{"n_items": n, "neighbors": [[true neighbours of item i], ...]}``,
+#: ``neighbors`` null when not every item has a position (no truth is known).
+TRUTH_FIELD = "truth:neighbors"
+#: Field prefix (+ algorithm label): JSON error curve ``[[answers applied, share wrong], ...]``.
+TRUTH_ERROR_PREFIX = "truth-error:"
+#: An error curve keeps at most this many points; past it every other point is dropped (the curve
+#: keeps its whole span, at a coarser step).
+TRUTH_ERROR_POINTS = 400
+#: Studies with more items than this get no error curve (finding the true neighbours is quadratic).
+MAX_TRUTH_ITEMS = 5000
+
+# KEYS[1] = keys.engine_stats(study); ARGV = field, answers applied, share wrong, most points kept.
+# Appends the point unless it equals the last one; a point with fewer answers than the last one
+# (a rebuild without some raters) starts the curve again.
+_APPEND_POINT = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+local points = {}
+if raw then points = cjson.decode(raw) end
+local x, y = tonumber(ARGV[2]), tonumber(ARGV[3])
+local last = points[#points]
+if last and last[1] == x and last[2] == y then return 0 end
+if last and x < last[1] then points = {} end
+table.insert(points, {x, y})
+if #points > tonumber(ARGV[4]) then
+  local kept = {}
+  for i = 1, #points - 1, 2 do table.insert(kept, points[i]) end
+  table.insert(kept, points[#points])
+  points = kept
+end
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(points))
+return 1
+"""
+
+
+def stored_truth(raw: bytes | str | None, n_items: int) -> tuple[bool, list[list[int]] | None]:
+    """(whether ``raw``, the stored ``TRUTH_FIELD``, is up to date for ``n_items`` items, the true
+    neighbours it holds: None when no truth is known)."""
+    if not raw:
+        return False, None
+    doc = json.loads(raw)
+    if doc.get("n_items") != n_items:
+        return False, None
+    return True, doc.get("neighbors")
+
+
+def save_truth(pipe, study_id: str, n_items: int, neighbors: list[list[int]] | None) -> None:
+    pipe.hset(keys.engine_stats(study_id), TRUTH_FIELD, json.dumps({"n_items": n_items, "neighbors": neighbors}))
+
+
+def append_error_point(pipe, study_id: str, label: str, applied: int, wrong: float) -> None:
+    """Append (answers applied, share wrong) to the algorithm's error curve unless it is its last point."""
+    pipe.eval(_APPEND_POINT, 1, keys.engine_stats(study_id), TRUTH_ERROR_PREFIX + label, int(applied),
+              round(float(wrong), 4), TRUTH_ERROR_POINTS)
+
+
+def error_curves(engine_stats: dict[str, str]) -> dict[str, list]:
+    """Algorithm label -> its error curve, from the fields of ``keys.engine_stats`` (decoded)."""
+    return {name[len(TRUTH_ERROR_PREFIX):]: json.loads(value)
+            for name, value in engine_stats.items() if name.startswith(TRUTH_ERROR_PREFIX)}
