@@ -2,6 +2,7 @@
 people answer questions, the finish page with a completion code, and item media."""
 from __future__ import annotations
 
+import json
 import secrets
 
 from flask import Blueprint, Response, abort, current_app, redirect, render_template, request, session, url_for
@@ -101,11 +102,10 @@ def practice_payload(study) -> list[dict]:
     """The practice questions with their items; ones naming unknown items are left out."""
     from .rating import item_payload
 
-    conn = get_redis()
-    raws = conn.lrange(keys.items(study.id), 0, -1)
-    index = {}
-    for i, raw in enumerate(raws):
-        index[item_payload(study.id, i, raw)["id"]] = (i, raw)
+    if not study.config.practice:
+        return []  # most studies: no need to read (and parse) every item on each page view
+    raws = get_redis().lrange(keys.items(study.id), 0, -1)
+    index = {json.loads(raw)["id"]: (i, raw) for i, raw in enumerate(raws)}
 
     def item(item_id):
         i, raw = index[item_id]
