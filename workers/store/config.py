@@ -459,9 +459,17 @@ def _algorithm_from_dict(data: dict, index: int, default_kind: str) -> Algorithm
     if not re.match(LABEL_PATTERN, label):
         raise ConfigError(f"field 'algorithms.{index}.label' {label!r} must be 1 to 32 lowercase letters, digits, "
                           "'_' or '-'")
-    return AlgorithmConfig(label=label, algorithm=algorithm, question_kind=kind or default_kind,
-                           share=float(data.get("share", 1.0)), params=dict(data.get("params") or {}),
-                           budget=data.get("budget"))
+    kind = kind or default_kind
+    params = dict(data.get("params") or {})
+    entry = _TABLE[algorithm]
+    if kind == "triplet" and entry.pair_over_triplets:
+        # A pair planner learning from triplet-derived samples gets the triplet-study defaults
+        # (head-based estimates, no triangle bounds, every round open: engine.registry._DERIVED),
+        # written into the study's config when it is created, so a study keeps what it started with
+        # whatever later versions choose (configs stored in Redis are loaded by from_stored, unchanged).
+        params = {**entry.triplet_defaults, **params}
+    return AlgorithmConfig(label=label, algorithm=algorithm, question_kind=kind, share=float(data.get("share", 1.0)),
+                           params=params, budget=data.get("budget"))
 
 
 def _describe(error: jsonschema.ValidationError, prefix: str = "", allowed=None, what: str = "field(s)") -> str:
