@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import redis
@@ -63,7 +63,7 @@ LINGER_SECONDS = 0.1
 #: Passes of one job start at least this far apart (each saves the whole state: batch the answers).
 PASS_INTERVAL_SECONDS = 0.03
 POLL_SECONDS = 0.01
-#: Times a pass plans again for the questions its own planning made stale (see ``_one_pass``).
+#: Times a pass plans again for the questions its own planning made stale (see ``_replan``).
 REPLANS = 3
 #: Studies whose learners this process keeps in memory between passes (least recently used dropped).
 CACHED_STUDIES = 4
@@ -633,158 +633,249 @@ def _pool_target(base: int, label: str, counters: dict, previous: dict) -> int:
     return max(base, min(math.ceil(DEMAND_HEADROOM * demand), 10 * max(base, 1)))
 
 
+# ---------------------------------------------------------------------------- one pass
+@dataclass
+class _Pass:
+    """What one attempt of a pass has read and decided so far, handed from step to step:
+    ``_begin`` → ``_read_answers`` → ``_observe`` → ``_read_demand`` → ``_plan`` → ``_commit``.
+
+    An attempt whose EXEC fails is thrown away with its learners; only the questions its planning
+    took out of the pools outlive it (``pruned``, see ``_one_pass``)."""
+
+    study: Study
+    now: float
+    started: float  # time.perf_counter() when the attempt began
+    learners: dict[str, Learner]
+    stored: dict[str, _Kept]  # the stored state each learner equals when the attempt begins
+    from_memory: bool
+    routes_before: dict[str, int]
+    windows_before: dict[str, int | None]
+    cursor: str = "0-0"  # the id of the last answer read (saved as the new cursor)
+    n_read: int = 0  # log entries read, readable or not
+    poisoned: dict[str, str] = field(default_factory=dict)  # answer id -> why it is set aside
+    late_answers: int = 0
+    fallback_answers: int = 0
+    expired: list[dict] = field(default_factory=list)
+    counters: dict = field(default_factory=dict)  # keys.counters, names decoded
+    previous: dict = field(default_factory=dict)  # "served:<label>" as the previous pass saw it
+    active: int = 0
+    planned: dict[str, list[dict]] = field(default_factory=dict)
+    targets: dict[str, int] = field(default_factory=dict)
+    finished: list[str] = field(default_factory=list)
+    pruned_now: int = 0
+    repeats: int = 0
+
+    @property
+    def labels(self) -> list[str]:
+        return [alg.label for alg in self.study.config.algorithms]
+
+
+def _begin(pipe, study: Study, now: float) -> _Pass:
+    """Watch the cursor and the engine states, and take the study's learners (from memory or Redis)."""
+    study_id = study.id
+    started = time.perf_counter()
+    # the engine states are watched too: a state replaced since we read it (a rebuild, a
+    # restore, another worker) makes EXEC fail, whatever its cursor
+    pipe.watch(keys.cursor(study_id), *[keys.engine(study_id, alg.label) for alg in study.config.algorithms])
+    cursor = engine_state.load_cursor(pipe, study_id)
+    learners, stored, from_memory = pass_learners(pipe, study)
+    return _Pass(study, now, started, learners, stored, from_memory, cursor=cursor,
+                 routes_before={label: len(learner.routes) for label, learner in learners.items()},
+                 windows_before={label: getattr(learner.planner, "window", None)
+                                 for label, learner in learners.items()})
+
+
+def _read_answers(pipe, p: _Pass) -> list:
+    """The answers after the cursor this pass applies (excluded raters' left out); moves ``p.cursor``."""
+    study_id = p.study.id
+    for learner in p.learners.values():
+        learner.sync_items(p.study.n_items)
+    batch, p.poisoned, p.cursor = read_batch(pipe, study_id, p.cursor, MAX_ANSWERS_PER_PASS)
+    p.n_read = len(batch) + len(p.poisoned)
+    if p.n_read:
+        _fault("after_read")
+    excluded = {r.decode() for r in pipe.smembers(keys.excluded_raters(study_id))}
+    return [a for a in batch if a.rater not in excluded]
+
+
+def _observe(p: _Pass, used: list) -> None:
+    """Apply the answers to every learner (refused ones are set aside in ``p.poisoned``)."""
+    p.late_answers = sum(learner.closed_round_answers(used) for learner in p.learners.values())
+    p.fallback_answers = sum(1 for a in used if a.fallback and not a.skipped)
+    p.poisoned.update(observe_batch(p.learners, used))
+    if p.n_read:
+        _fault("after_observe")
+    for learner in p.learners.values():
+        learner.sync_items(p.study.n_items)  # a forest finished by this batch starts routing added items
+
+
+def _read_demand(pipe, p: _Pass) -> None:
+    """What the pool refill depends on: expired questions, counters, the previous pass's served
+    counts and the raters active now."""
+    study_id = p.study.id
+    p.expired = questions.expired_questions(pipe, study_id, before=p.now - EXPIRY_GRACE_SECONDS)
+    p.counters = {k.decode(): v for k, v in pipe.hgetall(keys.counters(study_id)).items()}
+    served_fields = [f"served:{label}" for label in p.labels]
+    p.previous = {name: v for name, v in zip(served_fields, pipe.hmget(keys.engine_stats(study_id), served_fields),
+                                             strict=True)
+                  if v is not None}
+    p.active = int(pipe.zcount(keys.active_raters(study_id), p.now - ACTIVE_RATER_SECONDS, "+inf"))
+
+
+def _plan(conn, pipe, p: _Pass, pruned: dict[str, list[dict]]) -> None:
+    """Release expired questions to the learners, take stale questions out of the pools and plan
+    each pool's refill (``p.planned``, ``p.targets``, ``p.finished``).
+
+    The pools are pruned here, before the MULTI, with ``conn`` (a script that returns the questions
+    it removed), not inside the transaction: raters take questions from the pools all the time, so
+    a learner can be told which of its stale questions are gone for good (and will get no answer)
+    only once they are gone. Inside the MULTI the learner state saved with it would have to guess,
+    and WATCHing the pools would make every pass fail while raters are answering. So the removal
+    is final even when EXEC then fails: ``pruned`` collects what this pass removed across its
+    retries, and every attempt makes its learners forget it again."""
+    study, config = p.study, p.study.config
+    shares = config.shares()
+    running = study.status == "running"
+    for label, learner in p.learners.items():
+        learner.forget(p.expired)
+        learner.forget(pruned.get(label, []))
+        done = learner.finished or _budget_reached(learner, p.counters)
+        if done:
+            p.finished.append(label)
+        base = max(math.ceil(config.pool_size * shares[label]), math.ceil(p.active * shares[label]))
+        target = p.targets[label] = _pool_target(base, label, p.counters, p.previous)
+        pooled = questions.pooled_questions(pipe, study.id, label)
+        stale = pooled if done or not running else learner.stale(pooled)
+        removed = questions.prune_questions(conn, study.id, label, stale)
+        learner.forget(removed)
+        pruned.setdefault(label, []).extend(removed)
+        p.pruned_now += len(removed)
+        depth = len(pooled) - len(removed)
+        wanted = max(0, target - depth) if running and not done else 0
+        if learner.algorithm.budget is not None:
+            served = int(p.counters.get(f"questions_served:{label}", 0))
+            wanted = min(wanted, max(0, learner.algorithm.budget - served - depth))
+        window = learner.algorithm.params.get("window", 1)
+        p.planned[label] = learner.plan(wanted, study.n_items, window=window)
+        p.repeats += learner.repeats_planned
+        removed_ids = {q["qid"] for q in removed}
+        kept = [q for q in pooled if q["qid"] not in removed_ids]
+        for _ in range(REPLANS if running and not done else 0):
+            if not _replan(conn, p, label, learner, kept, pruned, window):
+                break
+
+
+def _replan(conn, p: _Pass, label: str, learner: Learner, kept: list[dict], pruned: dict[str, list[dict]],
+            window: int) -> bool:
+    """Planning reads rows whose deferred triangle updates can close more rounds: take their
+    questions back too, pooled ones (``kept``, updated in place) and those just planned, and plan
+    for the gap again. Returns whether there were any."""
+    late = learner.stale(kept + p.planned[label])
+    if not late:
+        return False
+    late_ids = {q["qid"] for q in late}
+    kept_ids = {q["qid"] for q in kept}
+    late_removed = questions.prune_questions(conn, p.study.id, label, [q for q in late if q["qid"] in kept_ids])
+    late_planned = [q for q in p.planned[label] if q["qid"] in late_ids]
+    p.planned[label] = [q for q in p.planned[label] if q["qid"] not in late_ids]
+    kept[:] = [q for q in kept if q["qid"] not in late_ids]
+    learner.forget(late_removed + late_planned)
+    pruned.setdefault(label, []).extend(late_removed)
+    p.pruned_now += len(late_removed)
+    gap = len(late_removed) + len(late_planned)
+    p.planned[label].extend(learner.plan(gap, p.study.n_items, window=window))
+    p.repeats += learner.repeats_planned
+    return True
+
+
+def _changed(p: _Pass, pruned: dict[str, list[dict]]) -> dict[str, bool]:
+    """Which learners to save: one nothing happened to keeps its stored state (and version)."""
+    return {label: bool(p.n_read or p.expired or pruned.get(label) or p.planned[label]
+                        or p.stored[label].version is None
+                        or len(learner.routes) != p.routes_before[label]
+                        or getattr(learner.planner, "window", None) != p.windows_before[label])
+            for label, learner in p.learners.items()}
+
+
+def _commit(conn, pipe, p: _Pass, changed: dict[str, bool], summarise: bool) -> tuple[dict[str, _Kept], bool]:
+    """Queue every write of the pass in one MULTI and EXEC it (raises WatchError if a watched key
+    changed). Returns (the stored state of each learner after it, whether the summary was written)."""
+    study, study_id, learners = p.study, p.study.id, p.learners
+    latency_ms = (time.perf_counter() - p.started) * 1000.0
+    truth = known_truth_of(pipe, study) if summarise else None
+
+    pipe.multi()
+    saved, state_bytes = dict(p.stored), 0
+    for label, learner in learners.items():
+        if changed[label]:
+            saved[label], size = _commit_state(pipe, study_id, label, learner, p.stored[label], conn)
+            state_bytes += size
+        questions.push_questions(conn, study_id, label, p.planned[label], pipeline=pipe)
+    engine_state.save_cursor(pipe, study_id, p.cursor)
+    questions.release_questions(pipe, study_id, [q["qid"] for q in p.expired])
+    pipe.hset(keys.pool_targets(study_id), mapping=p.targets)
+    pipe.delete(keys.finished(study_id))
+    if p.finished:
+        pipe.sadd(keys.finished(study_id), *p.finished)
+    if p.poisoned:
+        pipe.hset(keys.poisoned(study_id), mapping=p.poisoned)
+    pipe.zremrangebyscore(keys.active_raters(study_id), "-inf", p.now - 86400)
+    pipe.lpush(keys.refresh_latencies(study_id), f"{latency_ms:.3f}")
+    pipe.ltrim(keys.refresh_latencies(study_id), 0, LATENCIES_KEPT - 1)
+    summary_field = {}
+    if summarise:
+        summaries = {label: learner.summary() for label, learner in learners.items()}
+        summary_field["summary"] = json.dumps(summaries)
+        summary_field.update(study_memory(conn, study, p.stored))
+        record_truth_error(pipe, study, learners, summaries, p.counters, truth)
+    pipe.hset(keys.engine_stats(study_id), mapping={
+        "last_update_at": repr(p.now), "last_latency_ms": f"{latency_ms:.3f}",
+        "last_batch": p.n_read, "cursor": p.cursor, "active_raters": p.active, **summary_field,
+        **{f"served:{label}": int(p.counters.get(f"questions_served:{label}", 0)) for label in p.labels},
+    })
+    for name, value in (("updates", 1), ("answers_applied", p.n_read), ("answers_closed_round", p.late_answers),
+                        ("answers_fallback", p.fallback_answers),
+                        ("questions_planned", sum(len(q) for q in p.planned.values())),
+                        ("questions_repeated", p.repeats), ("questions_pruned", p.pruned_now),
+                        ("questions_expired", len(p.expired)), ("passes_from_memory", int(p.from_memory)),
+                        ("state_bytes_written", state_bytes)):
+        if value or name in ("updates", "answers_applied"):
+            pipe.hincrby(keys.engine_stats(study_id), name, value)
+    if p.n_read:
+        _fault("before_exec")
+    pipe.execute()
+    return saved, bool(summary_field)
+
+
 def _one_pass(conn, study_id: str, now: float, summary_every: float = 0.0) -> dict:
     study = get_study(conn, study_id)
-    config = study.config
-    shares = config.shares()
-    labels = [alg.label for alg in config.algorithms]
-    pruned_earlier: dict[str, list[dict]] = {}
+    # questions taken out of the pools by this pass: final even if an attempt's EXEC fails (see _plan)
+    pruned: dict[str, list[dict]] = {}
     with conn.pipeline(transaction=True) as pipe:
         while True:
-            started = time.perf_counter()
             try:
-                # the engine states are watched too: a state replaced since we read it (a rebuild, a
-                # restore, another worker) makes EXEC fail, whatever its cursor
-                pipe.watch(keys.cursor(study_id), *[keys.engine(study_id, label) for label in labels])
-                cursor = engine_state.load_cursor(pipe, study_id)
-                learners, stored, from_memory = pass_learners(pipe, study)
-                routes_before = {label: len(learner.routes) for label, learner in learners.items()}
-                windows_before = {label: getattr(learner.planner, "window", None)
-                                  for label, learner in learners.items()}
-                for learner in learners.values():
-                    learner.sync_items(study.n_items)
-                batch, poisoned, new_cursor = read_batch(pipe, study_id, cursor, MAX_ANSWERS_PER_PASS)
-                n_read = len(batch) + len(poisoned)
-                if n_read:
-                    _fault("after_read")
-                excluded = {r.decode() for r in pipe.smembers(keys.excluded_raters(study_id))}
-                used = [a for a in batch if a.rater not in excluded]
-                late_answers = sum(learner.closed_round_answers(used) for learner in learners.values())
-                fallback_answers = sum(1 for a in used if a.fallback and not a.skipped)
-                poisoned.update(observe_batch(learners, used))
-                if n_read:
-                    _fault("after_observe")
-                for learner in learners.values():
-                    learner.sync_items(study.n_items)  # a forest finished by this batch starts routing added items
-                expired = questions.expired_questions(pipe, study_id, before=now - EXPIRY_GRACE_SECONDS)
-                counters = {k.decode(): v for k, v in pipe.hgetall(keys.counters(study_id)).items()}
-                served_fields = [f"served:{label}" for label in labels]
-                previous = {name: v for name, v in zip(served_fields, pipe.hmget(keys.engine_stats(study_id),
-                                                                                 served_fields), strict=True)
-                            if v is not None}
-                active = int(pipe.zcount(keys.active_raters(study_id), now - ACTIVE_RATER_SECONDS, "+inf"))
-                running = study.status == "running"
-                planned, targets, finished, pruned_now, repeats = {}, {}, [], 0, 0
-                for label, learner in learners.items():
-                    learner.forget(expired)
-                    # questions pruned in a pass whose transaction was retried are forgotten again
-                    learner.forget(pruned_earlier.get(label, []))
-                    done = learner.finished or _budget_reached(learner, counters)
-                    if done:
-                        finished.append(label)
-                    base = max(math.ceil(config.pool_size * shares[label]), math.ceil(active * shares[label]))
-                    target = _pool_target(base, label, counters, previous)
-                    targets[label] = target
-                    pooled = questions.pooled_questions(pipe, study_id, label)
-                    stale = pooled if done or not running else learner.stale(pooled)
-                    removed = questions.prune_questions(conn, study_id, label, stale)
-                    learner.forget(removed)
-                    pruned_earlier.setdefault(label, []).extend(removed)
-                    pruned_now += len(removed)
-                    depth = len(pooled) - len(removed)
-                    wanted = max(0, target - depth) if running and not done else 0
-                    if learner.algorithm.budget is not None:
-                        served = int(counters.get(f"questions_served:{label}", 0))
-                        wanted = min(wanted, max(0, learner.algorithm.budget - served - depth))
-                    window = learner.algorithm.params.get("window", 1)
-                    planned[label] = learner.plan(wanted, study.n_items, window=window)
-                    repeats += learner.repeats_planned
-                    removed_ids = {q["qid"] for q in removed}
-                    kept = [q for q in pooled if q["qid"] not in removed_ids]
-                    for _ in range(REPLANS if running and not done else 0):
-                        # planning reads rows whose deferred triangle updates can close more rounds:
-                        # take their questions back too, pooled ones and those just planned, and plan
-                        # for the gap again
-                        late = learner.stale(kept + planned[label])
-                        if not late:
-                            break
-                        late_ids = {q["qid"] for q in late}
-                        kept_ids = {q["qid"] for q in kept}
-                        late_removed = questions.prune_questions(conn, study_id, label,
-                                                                 [q for q in late if q["qid"] in kept_ids])
-                        late_planned = [q for q in planned[label] if q["qid"] in late_ids]
-                        planned[label] = [q for q in planned[label] if q["qid"] not in late_ids]
-                        kept = [q for q in kept if q["qid"] not in late_ids]
-                        learner.forget(late_removed + late_planned)
-                        pruned_earlier.setdefault(label, []).extend(late_removed)
-                        pruned_now += len(late_removed)
-                        gap = len(late_removed) + len(late_planned)
-                        planned[label].extend(learner.plan(gap, study.n_items, window=window))
-                        repeats += learner.repeats_planned
-                # a learner nothing happened to keeps its stored state (and version): no need to save it
-                changed = {label: bool(n_read or expired or pruned_earlier.get(label) or planned[label]
-                                       or stored[label].version is None
-                                       or len(learner.routes) != routes_before[label]
-                                       or getattr(learner.planner, "window", None) != windows_before[label])
-                           for label, learner in learners.items()}
-                latency_ms = (time.perf_counter() - started) * 1000.0
+                p = _begin(pipe, study, now)
+                used = _read_answers(pipe, p)
+                _observe(p, used)
+                _read_demand(pipe, p)
+                _plan(conn, pipe, p, pruned)
                 summarise = time.monotonic() - _summarised.get(study_id, -math.inf) >= summary_every
-                truth = known_truth_of(pipe, study) if summarise else None
-
-                pipe.multi()
-                saved, state_bytes = dict(stored), 0
-                for label, learner in learners.items():
-                    if changed[label]:
-                        saved[label], size = _commit_state(pipe, study_id, label, learner, stored[label], conn)
-                        state_bytes += size
-                    questions.push_questions(conn, study_id, label, planned[label], pipeline=pipe)
-                engine_state.save_cursor(pipe, study_id, new_cursor)
-                questions.release_questions(pipe, study_id, [q["qid"] for q in expired])
-                pipe.hset(keys.pool_targets(study_id), mapping=targets)
-                pipe.delete(keys.finished(study_id))
-                if finished:
-                    pipe.sadd(keys.finished(study_id), *finished)
-                if poisoned:
-                    pipe.hset(keys.poisoned(study_id), mapping=poisoned)
-                pipe.zremrangebyscore(keys.active_raters(study_id), "-inf", now - 86400)
-                pipe.lpush(keys.refresh_latencies(study_id), f"{latency_ms:.3f}")
-                pipe.ltrim(keys.refresh_latencies(study_id), 0, LATENCIES_KEPT - 1)
-                summary_field = {}
-                if summarise:
-                    summaries = {label: learner.summary() for label, learner in learners.items()}
-                    summary_field["summary"] = json.dumps(summaries)
-                    summary_field.update(study_memory(conn, study, stored))
-                    record_truth_error(pipe, study, learners, summaries, counters, truth)
-                pipe.hset(keys.engine_stats(study_id), mapping={
-                    "last_update_at": repr(now), "last_latency_ms": f"{latency_ms:.3f}",
-                    "last_batch": n_read, "cursor": new_cursor, "active_raters": active, **summary_field,
-                    **{f"served:{label}": int(counters.get(f"questions_served:{label}", 0)) for label in labels},
-                })
-                for name, value in (("updates", 1), ("answers_applied", n_read), ("answers_closed_round", late_answers),
-                                    ("answers_fallback", fallback_answers), ("questions_planned",
-                                    sum(len(q) for q in planned.values())), ("questions_repeated", repeats),
-                                    ("questions_pruned", pruned_now), ("questions_expired", len(expired)),
-                                    ("passes_from_memory", int(from_memory)), ("state_bytes_written", state_bytes)):
-                    if value or name in ("updates", "answers_applied"):
-                        pipe.hincrby(keys.engine_stats(study_id), name, value)
-                if n_read:
-                    _fault("before_exec")
-                pipe.execute()
+                saved, summarised = _commit(conn, pipe, p, _changed(p, pruned), summarise)
             except redis.WatchError:
                 forget_cached(study_id)  # the learners may be mutated: the retry starts from the stored state
                 continue
             except BaseException:
                 forget_cached(study_id)
                 raise
-            _remember(study, saved, learners)
-            if summary_field:
+            _remember(study, saved, p.learners)
+            if summarised:
                 _summarised[study_id] = time.monotonic()
                 _unsummarised.discard(study_id)
             else:
                 _unsummarised.add(study_id)
-            if n_read:
+            if p.n_read:
                 _fault("after_exec")
             _start_checkpoints(conn, study_id, saved)
-            return {"applied": n_read, "released": len(expired), "pruned": pruned_now,
-                    "planned": sum(len(q) for q in planned.values()), "poisoned": len(poisoned),
-                    "more": n_read == MAX_ANSWERS_PER_PASS}
+            return {"applied": p.n_read, "released": len(p.expired), "pruned": p.pruned_now,
+                    "planned": sum(len(q) for q in p.planned.values()), "poisoned": len(p.poisoned),
+                    "more": p.n_read == MAX_ANSWERS_PER_PASS}
