@@ -19,7 +19,7 @@ from workers.store.answers import accept_answer, read_answers
 from workers.store.backup import FORMAT, VERSION, BackupError, read_backup, restore_study, set_aside_answers
 from workers.store.config import StudyConfig
 from workers.store.questions import issue_question
-from workers.store.studies import Item, create_study, get_items, get_media, get_study
+from workers.store.studies import Item, create_study, get_items, get_media, get_study, get_stylesheet
 
 N_ITEMS = 8
 
@@ -220,3 +220,19 @@ def test_backup_of_an_unknown_study_fails_cleanly(conn, redis_url, tmp_path):
                                 env={"REDIS_URL": redis_url})
     assert result.exit_code != 0 and "no study with id 'no-such-study'" in result.output
     assert not (tmp_path / "x.ndjson").exists()
+
+
+def test_the_study_stylesheet_survives_a_backup_and_a_hostile_one_is_refused(conn):
+    config = StudyConfig.from_dict({"name": "Styled", "random_state": 1})
+    items = [Item(id=f"t{i}", kind="text", text=f"item {i}") for i in range(4)]
+    css = ".item-text { font-size: 2rem; }\n"
+    study_id = create_study(conn, config, items, study_id="styled", stylesheet=css)
+    lines = backup_text(conn, study_id)
+    restore_study(conn, lines, as_id="styled-restored")
+    assert get_stylesheet(conn, "styled-restored") == css
+
+    study = json.loads(lines[1])
+    study["stylesheet"] = "</style><script>alert(1)</script>"
+    with pytest.raises(BackupError, match="line 2: the study's stylesheet"):
+        restore_study(conn, [lines[0], json.dumps(study) + "\n", *lines[2:]], as_id="styled-hostile")
+    assert nothing_written(conn, "styled-hostile") and get_stylesheet(conn, "styled-hostile") is None

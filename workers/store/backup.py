@@ -1,7 +1,7 @@
 """A study as one portable file: back it up as versioned NDJSON, restore it into any Proxima Redis.
 
-A backup holds what cannot be recomputed: the study's config and status, its items (media
-bytes as base64), the whole answer log in order with its stream ids, the answers set aside,
+A backup holds what cannot be recomputed: the study's config and status, its stylesheet, its
+items (media bytes as base64), the whole answer log in order with its stream ids, the answers set aside,
 excluded raters, rater statistics and counters. Engine states are not in it (``proxima
 rebuild`` replays the log into them), nor question pools, issued questions, used tokens or
 trained models. Also reads the set-aside answers for the dashboard. Must never import Flask
@@ -22,7 +22,16 @@ import redis
 from workers.store import keys
 from workers.store.answers import Answer, answer_problem
 from workers.store.config import ConfigError, StudyConfig
-from workers.store.studies import STUDY_STATUSES, Item, StudyError, check_config_for_items, check_study_id, get_study
+from workers.store.studies import (
+    STUDY_STATUSES,
+    Item,
+    StudyError,
+    check_config_for_items,
+    check_study_id,
+    check_stylesheet,
+    get_study,
+    set_stylesheet,
+)
 
 FORMAT = "proxima-backup"
 VERSION = 1
@@ -109,8 +118,9 @@ def backup_lines(conn, study_id: str, chunk: int = 5000) -> Iterator[str]:
         pipe.hgetall(keys.counters(study_id))
         pipe.hgetall(keys.rater_stats(study_id))
         pipe.hgetall(keys.answers_per_minute(study_id))
+        pipe.get(keys.stylesheet(study_id))
         (study, items, media_keys, last, n_answers, poisoned, excluded, raters, counters, rater_stats,
-         per_minute) = pipe.execute()
+         per_minute, stylesheet) = pipe.execute()
     last_id = _text(last[0][0]) if last else None
     set_aside = {k: v for k, v in _text_hash(poisoned).items()
                  if last_id is not None and _stream_order(k) <= _stream_order(last_id)}
@@ -122,7 +132,10 @@ def backup_lines(conn, study_id: str, chunk: int = 5000) -> Iterator[str]:
     yield _line({"format": FORMAT, "version": VERSION, "study": study_id,
                  "created": datetime.now(tz=UTC).isoformat(timespec="seconds"), "generator": _generator(),
                  "counts": counts})
-    yield _line({"type": "study", "fields": study, "config": config})
+    record = {"type": "study", "fields": study, "config": config}
+    if stylesheet is not None:
+        record["stylesheet"] = _text(stylesheet)
+    yield _line(record)
     for index, raw in enumerate(items):
         record = {"type": "item", "index": index, "item": json.loads(raw)}
         if index in with_media:
@@ -171,6 +184,7 @@ class Backup:
     excluded_raters: list[str] = field(default_factory=list)
     raters: list[str] = field(default_factory=list)
     hashes: dict[str, dict[str, str]] = field(default_factory=dict)  # counters, rater_stats, per_minute
+    stylesheet: str | None = None
 
 
 def _fail(line: int, message: str) -> BackupError:
@@ -225,6 +239,11 @@ def _parse_record(backup: Backup, record: dict, line: int, state: dict) -> None:
             StudyConfig.from_dict(record["config"])
         except ConfigError as exc:
             raise _fail(line, f"the study's config: {exc}") from None
+        if record.get("stylesheet") is not None:
+            try:
+                backup.stylesheet = check_stylesheet("the study's stylesheet", record["stylesheet"])
+            except (StudyError, TypeError) as exc:
+                raise _fail(line, str(exc)) from None
         backup.study_fields, backup.config = dict(fields), record["config"]
     elif kind == "item":
         if record.get("index") != len(backup.items):
@@ -371,7 +390,7 @@ def _derived_keys(study_id: str, labels: list[str]) -> list[str]:
     per_study = [keys.items, keys.media, keys.answers, keys.pool_targets, keys.finished, keys.active_raters,
                  keys.issued, keys.issued_questions, keys.raters, keys.excluded_raters, keys.answers_per_minute,
                  keys.counters, keys.cursor, keys.refresh_latencies, keys.poisoned, keys.engine_stats,
-                 keys.update_scheduled, keys.rater_stats]
+                 keys.update_scheduled, keys.rater_stats, keys.stylesheet]
     names = [make(study_id) for make in per_study]
     for label in labels:
         names += [keys.pool(study_id, label), keys.engine(study_id, label)]
@@ -403,6 +422,8 @@ def restore_study(conn, lines: Iterable[str | bytes], as_id: str | None = None) 
         pipe.hset(keys.study(target), mapping={**backup.study_fields, "config": config_json})
         if backup.items:
             pipe.rpush(keys.items(target), *[json.dumps(item, sort_keys=True) for item in backup.items])
+        if backup.stylesheet:
+            set_stylesheet(conn, target, backup.stylesheet, pipeline=pipe)
         if backup.media:
             pipe.hset(keys.media(target), mapping={str(i): data for i, data in backup.media.items()})
         for answer_id, fields in backup.answers:
