@@ -380,8 +380,10 @@ def start_profilers(pids: dict[str, list[int]], seconds: int, folder: Path) -> l
 
 
 #: The files of the request and update hot paths (``proxima worker`` included): ``--baseline REF`` runs
-#: this tree with these as they were at REF.
-HOT_PATH_FILES = ("webapp/rating.py", "webapp/tokens.py", "workers/store/questions.py",
+#: this tree with these as they were at REF. A file's earlier and later names are both listed (e.g.
+#: webapp/rating.py, now webapp/questions_answers.py): one missing at REF is left out of the copy.
+HOT_PATH_FILES = ("webapp/questions_answers.py", "webapp/rating.py", "webapp/api.py", "webapp/raters.py",
+                  "webapp/limits.py", "webapp/tokens.py", "workers/store/studies.py", "workers/store/questions.py",
                   "workers/store/answers.py", "workers/store/queue.py", "workers/jobs/update.py",
                   "workers/store/engine_state.py", "workers/jobs/learners.py", "webapp/cli.py")
 
@@ -393,9 +395,14 @@ def code_copy(ref: str, folder: Path) -> Path:
     tar = subprocess.run(["tar", "-c", "--exclude=./.venv", "--exclude=./.git", "--exclude=./instance",
                           "--exclude=__pycache__", "-C", str(ROOT), "."], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(folder)], input=tar, check=True)
+    subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", f"{ref}^{{commit}}"], check=True,
+                   capture_output=True)
     for path in HOT_PATH_FILES:
-        old = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:{path}"], check=True, capture_output=True).stdout
-        (folder / path).write_bytes(old)
+        old = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:{path}"], capture_output=True)
+        if old.returncode == 0:
+            (folder / path).write_bytes(old.stdout)
+        else:
+            (folder / path).unlink(missing_ok=True)  # not there at REF (a later name)
     return folder
 
 

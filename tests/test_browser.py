@@ -161,7 +161,7 @@ def test_consent_practice_ten_questions_by_keyboard_and_a_completion_code(browse
         if n < 9:
             page.wait_for_function(f"() => document.getElementById('answered')?.textContent === '{n + 1}'")
     page.wait_for_selector("#completion-code")
-    from webapp.rating import completion_code
+    from webapp.questions_answers import completion_code
 
     secret = (flow_server_instance / "secret_key").read_text().strip()
     assert page.locator("#completion-code").inner_text().strip() == completion_code(secret, "flow", "p-keys")

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from schemathesis.checks import content_type_conformance, response_schema_conformance, status_code_conformance
 
 from webapp.errors import ApiError
-from webapp.rating import parse_answer_body
+from webapp.questions_answers import parse_answer_body
 from webapp.tokens import sign_question, verify_question
 from workers.store.answers import count_answers
 

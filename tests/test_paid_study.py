@@ -23,7 +23,7 @@ def strict_json(text: str):
 
 # ---------------------------------------------------------------- 4: verify-code needs no Redis
 def test_verify_code_works_without_redis_using_the_instance_secret(tmp_path, monkeypatch):
-    from webapp.rating import completion_code
+    from webapp.questions_answers import completion_code
 
     monkeypatch.delenv("REDIS_URL", raising=False)
     monkeypatch.delenv("PROXIMA_SECRET_KEY", raising=False)
@@ -188,7 +188,7 @@ REDIRECT = "https://app.prolific.com/submissions/complete?cc={code}"
 
 
 def test_finish_page_redirects_to_prolific_by_itself_and_keeps_the_button(client, conn):
-    from webapp.rating import completion_code
+    from webapp.questions_answers import completion_code
 
     page, _ = _finished_rater(client, conn, prolific_redirect_url=REDIRECT)
     target = REDIRECT.replace("{code}", completion_code("test-secret-key", "flow", "p-done"))
@@ -307,7 +307,7 @@ def test_raters_export_writes_iso_times_and_the_code_each_rater_was_shown(client
     import csv
     import io
 
-    from webapp.rating import completion_code
+    from webapp.questions_answers import completion_code
 
     _finished_rater(client, conn)
     rows = list(csv.DictReader(io.StringIO("".join(export(conn, "flow", "raters", "csv").chunks))))

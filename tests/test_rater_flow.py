@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from helpers import SECRET, answer, colour_items, fetch_question
 
 from webapp.cli import main
-from webapp.rating import completion_code
+from webapp.questions_answers import completion_code
 from workers.store import keys
 from workers.store.answers import read_answers
 from workers.store.config import ConfigError, StudyConfig

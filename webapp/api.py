@@ -9,8 +9,8 @@ from flask import Blueprint, jsonify, request
 from workers.store.raters import rater_table
 
 from .errors import ApiError
+from .questions_answers import load_study, load_study_for_rater, next_question, submit_answer
 from .raters import check_rater_session, current_rater, session_replaced
-from .rating import load_study, load_study_for_rater, next_question, submit_answer
 from .stats import study_stats
 from .storage import get_redis
 

@@ -1,10 +1,11 @@
-"""What happens when a rater asks for a question or sends an answer.
+"""The rater question/answer service: what happens when a rater asks for a question or sends an answer.
 
-Views parse the request and call these; nothing here waits on the engine: a question is
-popped from the study's pool (or a fallback is drawn), an answer is validated against its
-signed token and appended to the log by one Lua script. Each request costs two Redis round
-trips: the study's hash (with the rater's session nonce), then one script (an answer is stored
-and the rater's next question issued by the same script).
+The JSON API's views (``api.py``) and the rater pages (``raters.py``) call it; the raters table and
+its export are ``workers.store.raters``. Views parse the request and call these; nothing here waits
+on the engine: a question is popped from the study's pool (or a fallback is drawn), an answer is
+validated against its signed token and appended to the log by one Lua script. Each request costs
+two Redis round trips: the study's hash (with the rater's session nonce), then one script (an
+answer is stored and the rater's next question issued by the same script).
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from workers.store.answers import RATER_ID_PATTERN
 from workers.store.studies import STUDY_ID_PATTERN, StudyNotFound, get_items, get_media, get_study, get_stylesheet
 
 from .errors import ApiError
-from .rating import completion_code, rater_stats
+from .questions_answers import completion_code, rater_stats
 from .storage import get_redis
 
 bp = Blueprint("raters", __name__)
@@ -100,7 +100,7 @@ def load_study_or_404(study_id: str):
 
 def practice_payload(study) -> list[dict]:
     """The practice questions with their items; ones naming unknown items are left out."""
-    from .rating import item_payload
+    from .questions_answers import item_payload
 
     if not study.config.practice:
         return []  # most studies: no need to read (and parse) every item on each page view

@@ -231,7 +231,7 @@ def rebuild(study_id: str, exclude: tuple[str, ...]):
 def verify_code_command(study_id: str, rater: str, code: str):
     """Check a rater's completion code (an HMAC of study and rater with this instance's secret key)."""
     from .. import instance_config
-    from ..rating import check_completion_code
+    from ..questions_answers import check_completion_code
 
     # the secret key is all a code needs: no Redis (nor a running server) is required
     secret = instance_config()["SECRET_KEY"]
