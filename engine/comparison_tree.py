@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from .utils import GOLDEN, check_int, check_random_state
+from .utils import GOLDEN, CodeTable, check_int, check_random_state, find_sorted, lowest_per_code
 from .utils import child_keys as _child_keys
 from .utils import group_starts as _group_starts
 from .utils import mix64 as _mix64
@@ -130,44 +130,33 @@ class VoteRule:
         return np.maximum(need, 1)
 
 
-class _TripletTable:
+class _TripletTable(CodeTable):
     """Votes and outstanding copies of the triplets a planner wants, keyed by int64 codes.
 
-    *Live* triplets (wanted, undecided) sit in arrays sorted by code; *decided* triplets are
-    kept forever (sorted main part plus a small sorted buffer merged geometrically), so a late
-    answer is recognised and a decision is shared by every tree that needs the same triplet.
+    *Live* triplets (wanted, undecided) are the rows of the table, sorted by code; *decided*
+    triplets are kept forever (sorted main part plus a small sorted buffer merged geometrically),
+    so a late answer is recognised and a decision is shared by every tree that needs the same
+    triplet.
     """
 
+    # votes column 0: votes for a (the smaller pivot), 1: for b
+    COLUMNS = {"votes": (np.int64, (2,), 0), "outstanding": (np.int64, (), 0)}
+    WHAT = "triplet"
+
     def __init__(self):
-        self.codes = np.empty(0, np.int64)
-        self.votes = np.empty((0, 2), np.int64)  # column 0: votes for a (smaller pivot), 1: for b
-        self.outstanding = np.empty(0, np.int64)
-        self.priority = np.empty(0, np.int64)
-        self.seq = np.empty(0, np.int64)
-        self.next_seq = 0
+        super().__init__()
         self.dec_codes = np.empty(0, np.int64)
         self.dec_a_wins = np.empty(0, bool)
         self.buf_codes = np.empty(0, np.int64)
         self.buf_a_wins = np.empty(0, bool)
 
     # -- lookups -------------------------------------------------------------------------
-    @staticmethod
-    def _find(sorted_codes: np.ndarray, codes: np.ndarray):
-        pos = np.searchsorted(sorted_codes, codes)
-        if sorted_codes.size == 0:
-            return pos, np.zeros(codes.shape, bool)
-        found = sorted_codes[np.minimum(pos, sorted_codes.size - 1)] == codes
-        return pos, found & (pos < sorted_codes.size)
-
-    def find_live(self, codes: np.ndarray):
-        return self._find(self.codes, codes)
-
     def find_decided(self, codes: np.ndarray):
         """(found, a_wins) for every code."""
         found = np.zeros(codes.shape, bool)
         a_wins = np.zeros(codes.shape, bool)
         for keys, wins in ((self.dec_codes, self.dec_a_wins), (self.buf_codes, self.buf_a_wins)):
-            pos, hit = self._find(keys, codes)
+            pos, hit = find_sorted(keys, codes)
             found |= hit
             a_wins[hit] = wins[pos[hit]]
         return found, a_wins
@@ -179,26 +168,11 @@ class _TripletTable:
     # -- changes -------------------------------------------------------------------------
     def add_live(self, codes: np.ndarray, priority: np.ndarray) -> None:
         """Start tracking ``codes`` (not decided ones); a code already live keeps the lower priority."""
-        if codes.size == 0:
-            return
-        order = np.lexsort((priority, codes))
-        codes, priority = codes[order], priority[order]
-        first = _group_starts(codes)
-        codes, priority = codes[first], priority[first]
-        pos, live = self.find_live(codes)
+        codes, priority = lowest_per_code(codes, priority)
+        pos, live = self.find(codes)
         if live.any():
             self.priority[pos[live]] = np.minimum(self.priority[pos[live]], priority[live])
-        new, new_priority = codes[~live], priority[~live]
-        if new.size == 0:
-            return
-        seq = self.next_seq + np.arange(new.size, dtype=np.int64)
-        self.next_seq += int(new.size)
-        at = np.searchsorted(self.codes, new)
-        self.codes = np.insert(self.codes, at, new)
-        self.votes = np.insert(self.votes, at, 0, axis=0)
-        self.outstanding = np.insert(self.outstanding, at, 0)
-        self.priority = np.insert(self.priority, at, new_priority)
-        self.seq = np.insert(self.seq, at, seq)
+        self.insert(codes[~live], priority[~live])
 
     def _add_decided(self, codes: np.ndarray, a_wins: np.ndarray) -> None:
         buf = np.concatenate([self.buf_codes, codes])
@@ -215,7 +189,7 @@ class _TripletTable:
 
     def check_known(self, codes: np.ndarray) -> np.ndarray:
         """Boolean mask of codes that are neither live nor decided (never asked)."""
-        _, live = self.find_live(codes)
+        _, live = self.find(codes)
         unknown = ~live
         if unknown.any():
             found, _ = self.find_decided(codes[unknown])
@@ -229,7 +203,7 @@ class _TripletTable:
         decisive decides it; answers after that (same batch or later) are *late* and ignored.
         The caller has checked that every code is known.
         """
-        pos, live = self.find_live(codes)
+        pos, live = self.find(codes)
         rows = np.flatnonzero(live)
         n_late = int(codes.size - rows.size)
         if rows.size == 0:
@@ -258,21 +232,9 @@ class _TripletTable:
         done_rows = group_rows[first < slot.size]
         done_codes = self.codes[done_rows]
         done_a = self.votes[done_rows, 0] > self.votes[done_rows, 1]
-        self._drop_live(done_rows)
+        self.drop(done_rows)
         self._add_decided(done_codes, done_a)
         return done_codes, done_a, int(counted.sum()), n_late
-
-    def _drop_live(self, rows: np.ndarray) -> None:
-        if rows.size == 0:
-            return
-        keep = np.ones(self.codes.size, bool)
-        keep[rows] = False
-        self.codes, self.votes = self.codes[keep], self.votes[keep]
-        self.outstanding, self.priority, self.seq = self.outstanding[keep], self.priority[keep], self.seq[keep]
-
-    def drop_live_codes(self, codes: np.ndarray) -> None:
-        pos, live = self.find_live(codes)
-        self._drop_live(np.unique(pos[live]))
 
     def plan(self, budget: int, rule: VoteRule) -> np.ndarray:
         """Rows to issue (a row repeated once per copy), by priority then age; marks them outstanding."""
@@ -280,13 +242,13 @@ class _TripletTable:
             return np.empty(0, np.int64)
         need = rule.needed(self.votes[:, 0], self.votes[:, 1]) - self.outstanding
         rows = np.flatnonzero(need > 0)
-        rows = rows[np.lexsort((self.seq[rows], self.priority[rows]))]
+        rows = self.by_urgency(rows)
         issued = np.repeat(rows, need[rows])[:budget]
         np.add.at(self.outstanding, issued, 1)
         return issued
 
     def release(self, codes: np.ndarray) -> int:
-        pos, live = self.find_live(codes)
+        pos, live = self.find(codes)
         released = 0
         if live.any():
             rows, counts = np.unique(pos[live], return_counts=True)
@@ -300,31 +262,16 @@ class _TripletTable:
         codes = np.concatenate([self.dec_codes, self.buf_codes])
         wins = np.concatenate([self.dec_a_wins, self.buf_a_wins])
         order = np.argsort(codes, kind="stable")
-        return {
-            f"{prefix}live_codes": self.codes.copy(),
-            f"{prefix}live_votes": self.votes.copy(),
-            f"{prefix}live_outstanding": self.outstanding.copy(),
-            f"{prefix}live_priority": self.priority.copy(),
-            f"{prefix}live_seq": self.seq.copy(),
-            f"{prefix}next_seq": int(self.next_seq),
-            f"{prefix}decided_codes": codes[order],
-            f"{prefix}decided_a_wins": wins[order],
-        }
+        state = super().to_state(prefix, "live_")
+        state[f"{prefix}decided_codes"] = codes[order]
+        state[f"{prefix}decided_a_wins"] = wins[order]
+        return state
 
     @classmethod
     def from_state(cls, state: dict, prefix: str) -> _TripletTable:
-        table = cls()
-        table.codes = np.asarray(state[f"{prefix}live_codes"], np.int64).copy()
-        table.votes = np.asarray(state[f"{prefix}live_votes"], np.int64).reshape(-1, 2).copy()
-        table.outstanding = np.asarray(state[f"{prefix}live_outstanding"], np.int64).copy()
-        table.priority = np.asarray(state[f"{prefix}live_priority"], np.int64).copy()
-        table.seq = np.asarray(state[f"{prefix}live_seq"], np.int64).copy()
-        table.next_seq = int(state[f"{prefix}next_seq"])
+        table = super().from_state(state, prefix, "live_")
         table.dec_codes = np.asarray(state[f"{prefix}decided_codes"], np.int64).copy()
         table.dec_a_wins = np.asarray(state[f"{prefix}decided_a_wins"], bool).copy()
-        n = table.codes.size
-        if not (table.votes.shape[0] == table.outstanding.size == table.priority.size == table.seq.size == n):
-            raise ValueError("inconsistent triplet table in state")
         if table.dec_codes.size != table.dec_a_wins.size:
             raise ValueError("inconsistent decided triplets in state")
         return table
@@ -707,7 +654,7 @@ class ComparisonForest:
             waiting = np.flatnonzero(flat != _NO_CODE)
             order = np.argsort(done_codes)
             sorted_codes, sorted_a = done_codes[order], done_a[order]
-            pos, hit = _TripletTable._find(sorted_codes, flat[waiting])
+            pos, hit = find_sorted(sorted_codes, flat[waiting])
             self._resolve(waiting[hit], sorted_a[pos[hit]])
             self._advance()
 

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .utils import check_int, check_random_state
+from .utils import CodeTable, check_int, check_random_state, lowest_per_code
 from .utils import child_keys as _child_keys
 from .utils import group_starts as _group_starts
 from .utils import mix64 as _mix64
@@ -684,47 +684,18 @@ class SimilarityForest:
 # ----------------------------------------------------------------------------------------
 # active mode: the similarities a split needs, asked as rating questions
 # ----------------------------------------------------------------------------------------
-class _PairTable:
+class _PairTable(CodeTable):
     """Every pair the planner wanted or heard about, sorted by code: the sum and number of
     its ratings, whether a copy is outstanding, and (for wanted pairs) its priority and age."""
 
-    ARRAYS = {"codes": np.int64, "sums": np.float64, "counts": np.int64, "outstanding": bool, "wanted": bool,
-              "priority": np.int64, "seq": np.int64}
-
-    def __init__(self):
-        for name, dtype in self.ARRAYS.items():
-            setattr(self, name, np.empty(0, dtype))
-        self.next_seq = 0
-
-    def find(self, codes: np.ndarray):
-        pos = np.searchsorted(self.codes, codes)
-        if self.codes.size == 0:
-            return pos, np.zeros(codes.shape, bool)
-        return pos, (pos < self.codes.size) & (self.codes[np.minimum(pos, self.codes.size - 1)] == codes)
-
-    def _insert(self, codes: np.ndarray) -> None:
-        """Add rows for the (unique, absent) ``codes``."""
-        if codes.size == 0:
-            return
-        at = np.searchsorted(self.codes, codes)
-        seq = self.next_seq + np.arange(codes.size, dtype=np.int64)
-        self.next_seq += int(codes.size)
-        fill = {"codes": codes, "sums": 0.0, "counts": 0, "outstanding": False, "wanted": False,
-                "priority": 0, "seq": seq}
-        for name in self.ARRAYS:
-            setattr(self, name, np.insert(getattr(self, name), at, fill[name]))
+    COLUMNS = {"sums": (np.float64, (), 0.0), "counts": (np.int64, (), 0), "outstanding": (bool, (), False),
+               "wanted": (bool, (), False)}
+    WHAT = "pair"
 
     def want(self, codes: np.ndarray, priority: np.ndarray) -> None:
         """Mark ``codes`` wanted; a pair wanted twice keeps the more urgent (lower) priority."""
-        if codes.size == 0:
-            return
-        order = np.lexsort((priority, codes))
-        codes, priority = codes[order], priority[order]
-        first = _group_starts(codes)
-        codes, priority = codes[first], priority[first]
-        _, found = self.find(codes)
-        self._insert(codes[~found])
-        pos, _ = self.find(codes)
+        codes, priority = lowest_per_code(codes, priority)
+        pos = self.rows_of(codes)
         fresh = ~self.wanted[pos]
         self.priority[pos] = np.where(fresh, priority, np.minimum(self.priority[pos], priority))
         self.wanted[pos] = True
@@ -732,9 +703,7 @@ class _PairTable:
     def add(self, codes: np.ndarray, values: np.ndarray) -> int:
         """Add ratings (in order); clears the outstanding mark. Returns how many were unrequested."""
         uniq, inverse = np.unique(codes, return_inverse=True)
-        _, found = self.find(uniq)
-        self._insert(uniq[~found])
-        pos, _ = self.find(uniq)
+        pos = self.rows_of(uniq)
         unrequested = int((~self.wanted[pos][inverse]).sum())
         np.add.at(self.sums, pos[inverse], values)
         np.add.at(self.counts, pos[inverse], 1)
@@ -761,7 +730,7 @@ class _PairTable:
         if budget <= 0:
             return np.empty(0, np.int64)
         rows = np.flatnonzero(self.wanted & (self.counts < repeats) & ~self.outstanding)
-        rows = rows[np.lexsort((self.seq[rows], self.priority[rows]))][:budget]
+        rows = self.by_urgency(rows)[:budget]
         self.outstanding[rows] = True
         return rows
 
@@ -771,21 +740,6 @@ class _PairTable:
         released = int(self.outstanding[rows].sum())
         self.outstanding[rows] = False
         return released
-
-    def to_state(self, prefix: str) -> dict:
-        state = {f"{prefix}{name}": getattr(self, name).copy() for name in self.ARRAYS}
-        state[f"{prefix}next_seq"] = int(self.next_seq)
-        return state
-
-    @classmethod
-    def from_state(cls, state: dict, prefix: str) -> _PairTable:
-        table = cls()
-        for name, dtype in cls.ARRAYS.items():
-            setattr(table, name, np.asarray(state[f"{prefix}{name}"], dtype).copy())
-        table.next_seq = int(state[f"{prefix}next_seq"])
-        if len({getattr(table, name).shape for name in cls.ARRAYS}) != 1:
-            raise ValueError("inconsistent pair table in state")
-        return table
 
 
 def _check_pairs(rows, n: int, width: int, what: str) -> tuple[np.ndarray, list]:

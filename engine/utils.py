@@ -1,10 +1,12 @@
-"""Small helpers shared by every engine module: random state and state (de)serialisation.
+"""Small helpers shared by every engine module: random state, checks, counter-based hashing,
+the head of a saved state and the sorted code tables of the planners.
 
 Must never import Flask, Redis or anything outside numpy/scipy.
 """
 from __future__ import annotations
 
 import numbers
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -95,3 +97,136 @@ def group_starts(sorted_keys: np.ndarray) -> np.ndarray:
     if sorted_keys.size == 0:
         return np.empty(0, dtype=np.int64)
     return np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+
+
+# ----------------------------------------------------------------------------------------
+# saved state: the head every engine estimator's ``to_state`` starts with
+# ----------------------------------------------------------------------------------------
+def json_seed(random_state) -> int | None:
+    """``random_state`` as saved in a state's params: the int itself, else None (a Generator or
+    fresh entropy cannot be written down; the learned seeds are saved instead)."""
+    if isinstance(random_state, (numbers.Integral, np.integer)):
+        return int(random_state)
+    return None
+
+
+def check_state(state: dict, cls_name: str, versions: Iterable[int]) -> int:
+    """The version of ``state`` once it is known to be a saved ``cls_name`` of one of the
+    ``versions`` this code reads; ValueError saying which of the two it is not otherwise."""
+    if state.get("class") != cls_name:
+        raise ValueError(f"state of a {state.get('class')!r}, not of a {cls_name}")
+    versions = tuple(versions)
+    version = state.get("version")
+    if version not in versions:
+        expected = " or ".join(str(v) for v in versions)
+        raise ValueError(f"unsupported state version {version!r} (expected {expected})")
+    return version
+
+
+def state_head(estimator, version: int, fitted: bool) -> dict:
+    """``{"class", "version", "params", "fitted"}``: the start of an estimator's state; its
+    JSON-safe parameters come from ``estimator._params()``, the learned arrays follow."""
+    return {"class": type(estimator).__name__, "version": version, "params": estimator._params(),
+            "fitted": fitted}
+
+
+def unfitted_from_state(cls, state: dict, versions: Iterable[int]):
+    """``cls(**state["params"])`` with its parameters checked, after :func:`check_state`; the
+    caller restores what was learned when ``state["fitted"]``."""
+    check_state(state, cls.__name__, versions)
+    estimator = cls(**state["params"])
+    estimator._check_params()
+    return estimator
+
+
+# ----------------------------------------------------------------------------------------
+# sorted code tables: the questions a planner wants, one row per int64 code
+# ----------------------------------------------------------------------------------------
+def find_sorted(sorted_codes: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(pos, found): where each of ``codes`` stands (or would be inserted) in ``sorted_codes``,
+    and whether it is there."""
+    pos = np.searchsorted(sorted_codes, codes)
+    if sorted_codes.size == 0:
+        return pos, np.zeros(codes.shape, bool)
+    found = sorted_codes[np.minimum(pos, sorted_codes.size - 1)] == codes
+    return pos, found & (pos < sorted_codes.size)
+
+
+def lowest_per_code(codes: np.ndarray, priority: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct codes ascending, the lowest priority each was given)."""
+    order = np.lexsort((priority, codes))
+    codes, priority = codes[order], priority[order]
+    first = group_starts(codes)
+    return codes[first], priority[first]
+
+
+class CodeTable:
+    """Rows kept sorted by an int64 ``codes`` column, each with a ``priority`` (lower: asked
+    sooner) and a ``seq`` number (the order rows were added: older first among equals).
+
+    A subclass names its other columns in ``COLUMNS``, ``{name: (dtype, shape of one row, value
+    of a new row)}``, and says what its rows are in ``WHAT`` (for error messages).
+    """
+
+    COLUMNS: dict = {}
+    WHAT = "code"
+
+    @classmethod
+    def _layout(cls) -> dict:
+        return {"codes": (np.int64, (), 0), **cls.COLUMNS, "priority": (np.int64, (), 0), "seq": (np.int64, (), 0)}
+
+    def __init__(self):
+        for name, (dtype, shape, _) in self._layout().items():
+            setattr(self, name, np.empty((0, *shape), dtype))
+        self.next_seq = 0
+
+    def find(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(pos, found) of ``codes`` among the rows, as :func:`find_sorted`."""
+        return find_sorted(self.codes, codes)
+
+    def insert(self, codes: np.ndarray, priority=0) -> None:
+        """Add rows for ``codes`` (ascending, none present yet), numbered in that order."""
+        if codes.size == 0:
+            return
+        at = np.searchsorted(self.codes, codes)
+        seq = self.next_seq + np.arange(codes.size, dtype=np.int64)
+        self.next_seq += int(codes.size)
+        given = {"codes": codes, "priority": priority, "seq": seq}
+        for name, (_, _, fill) in self._layout().items():
+            setattr(self, name, np.insert(getattr(self, name), at, given.get(name, fill), axis=0))
+
+    def rows_of(self, codes: np.ndarray) -> np.ndarray:
+        """The rows of ``codes`` (ascending, distinct), adding those not present yet."""
+        _, found = self.find(codes)
+        self.insert(codes[~found])
+        return self.find(codes)[0]
+
+    def drop(self, rows: np.ndarray) -> None:
+        if rows.size == 0:
+            return
+        keep = np.ones(self.codes.size, bool)
+        keep[rows] = False
+        for name in self._layout():
+            setattr(self, name, getattr(self, name)[keep])
+
+    def by_urgency(self, rows: np.ndarray) -> np.ndarray:
+        """``rows`` ordered by priority, then age."""
+        return rows[np.lexsort((self.seq[rows], self.priority[rows]))]
+
+    def to_state(self, prefix: str, columns: str = "") -> dict:
+        """The columns under ``prefix + columns + name``, then ``prefix + "next_seq"``."""
+        state = {f"{prefix}{columns}{name}": getattr(self, name).copy() for name in self._layout()}
+        state[f"{prefix}next_seq"] = int(self.next_seq)
+        return state
+
+    @classmethod
+    def from_state(cls, state: dict, prefix: str, columns: str = ""):
+        table = cls()
+        for name, (dtype, shape, _) in cls._layout().items():
+            arr = np.asarray(state[f"{prefix}{columns}{name}"], dtype)
+            setattr(table, name, (arr.reshape(-1, *shape) if shape else arr).copy())
+        table.next_seq = int(state[f"{prefix}next_seq"])
+        n = table.codes.shape[0] if table.codes.ndim else -1
+        if any(getattr(table, name).shape != (n, *shape) for name, (_, shape, _) in cls._layout().items()):
+            raise ValueError(f"inconsistent {cls.WHAT} table in state")
+        return table
