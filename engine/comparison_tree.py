@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from .utils import GOLDEN, CodeTable, check_int, check_random_state, find_sorted, lowest_per_code
+from .utils import GOLDEN, CodeTable, check_int, check_random_state, check_state, find_sorted, lowest_per_code
 from .utils import child_keys as _child_keys
 from .utils import group_starts as _group_starts
 from .utils import mix64 as _mix64
@@ -838,10 +838,7 @@ class ComparisonForest:
 
     @classmethod
     def from_state(cls, state: dict) -> ComparisonForest:
-        if state.get("class") != cls.__name__:
-            raise ValueError(f"state is for {state.get('class')!r}, not {cls.__name__}")
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"unsupported state version {state.get('version')!r} (expected {STATE_VERSION})")
+        check_state(state, cls.__name__, (STATE_VERSION,))
         labels = None
         if state["label_classes"] is not None:
             labels = np.asarray(state["label_classes"])[np.asarray(state["label_codes"], np.int64)]
@@ -1143,8 +1140,7 @@ class ForestRoute:
 
     @classmethod
     def from_state(cls, state: dict, forest: ComparisonForest) -> ForestRoute:
-        if state.get("class") != cls.__name__ or state.get("version") != STATE_VERSION:
-            raise ValueError("not a ForestRoute state of a supported version")
+        check_state(state, cls.__name__, (STATE_VERSION,))
         search = cls.__new__(cls)
         search.forest = forest
         search.item, search.refine, search.vote = int(state["item"]), int(state["refine"]), state["vote"]

@@ -48,7 +48,16 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .utils import CodeTable, check_int, check_random_state, lowest_per_code
+from .utils import (
+    CodeTable,
+    check_int,
+    check_random_state,
+    check_state,
+    json_seed,
+    lowest_per_code,
+    state_head,
+    unfitted_from_state,
+)
 from .utils import child_keys as _child_keys
 from .utils import group_starts as _group_starts
 from .utils import mix64 as _mix64
@@ -502,19 +511,17 @@ class SimilarityForest:
     }
 
     def _params(self) -> dict:
-        rs = self.random_state
         return {
             "n_trees": int(self.n_trees), "n_pairs": int(self.n_pairs), "metric": str(self.metric),
             "max_depth": None if self.max_depth is None else int(self.max_depth),
             "min_samples_split": int(self.min_samples_split),
-            "random_state": int(rs) if isinstance(rs, (numbers.Integral, np.integer)) else None,
+            "random_state": json_seed(self.random_state),
         }
 
     def to_state(self) -> dict:
         """Plain numpy arrays plus JSON-safe values (never pickle), version ``STATE_VERSION``."""
         self._check_params()
-        state = {"class": type(self).__name__, "version": STATE_VERSION, "params": self._params(),
-                 "fitted": hasattr(self, "item_node_")}
+        state = state_head(self, STATE_VERSION, fitted=hasattr(self, "item_node_"))
         if state["fitted"]:
             state["classes"] = [_json_label(c) for c in self.classes_]
             state["label_codes"] = self.label_codes_.copy()
@@ -526,12 +533,7 @@ class SimilarityForest:
 
     @classmethod
     def from_state(cls, state: dict) -> SimilarityForest:
-        if state.get("class") != cls.__name__:
-            raise ValueError(f"state is for {state.get('class')!r}, not {cls.__name__}")
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"unsupported state version {state.get('version')!r} (expected {STATE_VERSION})")
-        forest = cls(**state["params"])
-        forest._check_params()
+        forest = unfitted_from_state(cls, state, (STATE_VERSION,))
         if state.get("fitted"):
             forest.classes_ = list(state["classes"])
             forest.label_codes_ = np.asarray(state["label_codes"], np.int64).copy()
@@ -966,12 +968,11 @@ class ActiveSimilarityForest:
 
     # -- state and export ------------------------------------------------------------------
     def _params(self) -> dict:
-        rs = self.random_state
         return {
             "n_items": int(self.n_items), "n_trees": int(self.n_trees), "n_pairs": int(self.n_pairs),
             "repeats": int(self.repeats), "max_depth": None if self.max_depth is None else int(self.max_depth),
             "min_samples_split": int(self.min_samples_split),
-            "random_state": int(rs) if isinstance(rs, (numbers.Integral, np.integer)) else None,
+            "random_state": json_seed(self.random_state),
         }
 
     def to_state(self) -> dict:
@@ -993,10 +994,7 @@ class ActiveSimilarityForest:
 
     @classmethod
     def from_state(cls, state: dict) -> ActiveSimilarityForest:
-        if state.get("class") != cls.__name__:
-            raise ValueError(f"state is for {state.get('class')!r}, not {cls.__name__}")
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"unsupported state version {state.get('version')!r} (expected {STATE_VERSION})")
+        check_state(state, cls.__name__, (STATE_VERSION,))
         params = dict(state["params"])
         planner = cls(labels=state["labels"], **params)
         planner.classes_ = list(state["forest_classes"])

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .utils import check_int, check_random_state
+from .utils import check_int, check_random_state, json_seed, state_head, unfitted_from_state
 
 __all__ = [
     "KIND",
@@ -154,10 +154,6 @@ def _n_features_to_try(max_features, p: int) -> int:
     return max(1, int(max_features * p))
 
 
-def _json_seed(random_state):
-    return int(random_state) if isinstance(random_state, (numbers.Integral, np.integer)) else None
-
-
 # ----------------------------------------------------------------------------------------
 # the split kernel: all thresholds of several features in O(m²) per feature
 # ----------------------------------------------------------------------------------------
@@ -257,7 +253,7 @@ class DistanceTree:
             "max_features": _check_max_features(self.max_features),
             "min_samples_leaf": int(self.min_samples_leaf),
             "max_depth": None if self.max_depth is None else int(self.max_depth),
-            "random_state": _json_seed(self.random_state),
+            "random_state": json_seed(self.random_state),
         }
 
     # -- fitting -------------------------------------------------------------------------
@@ -457,8 +453,7 @@ class DistanceTree:
         list per node array, ``None`` for NaN), ``"leaf_distances"`` (upper triangle by rows:
         ``leaf_distances[a][b - a] = h(a, b)`` for b ≥ a) and ``"feature_importances"``.
         """
-        state = {"class": type(self).__name__, "version": STATE_VERSION, "params": self._params(),
-                 "fitted": hasattr(self, "leaf_distances_")}
+        state = state_head(self, STATE_VERSION, fitted=hasattr(self, "leaf_distances_"))
         if state["fitted"]:
             nodes = {name: [int(v) for v in getattr(self, name + "_")] for name in self._INT_NODE_ARRAYS}
             for name in self._FLOAT_NODE_ARRAYS:
@@ -476,9 +471,7 @@ class DistanceTree:
     @classmethod
     def from_state(cls, state: dict) -> DistanceTree:
         """Rebuild a tree saved by :meth:`to_state` (it predicts exactly as before)."""
-        _check_header(state, cls.__name__)
-        tree = cls(**state["params"])
-        tree._check_params()
+        tree = unfitted_from_state(cls, state, (STATE_VERSION,))
         if state.get("fitted"):
             tree._load_arrays(state["nodes"], state["leaf_distances"], int(state["n_features_in"]))
             tree.feature_names_in_ = _check_names(state.get("feature_names"), tree.n_features_in_)
@@ -553,13 +546,6 @@ def _check_names(names, p: int):
     if len(names) != p:
         raise ValueError(f"feature_names must have {p} entries, got {len(names)}")
     return names
-
-
-def _check_header(state: dict, name: str) -> None:
-    if state.get("class") != name:
-        raise ValueError(f"state of a {state.get('class')!r}, not of a {name}")
-    if state.get("version") != STATE_VERSION:
-        raise ValueError(f"unsupported state version {state.get('version')!r} (expected {STATE_VERSION})")
 
 
 def _floats_or_none(arr) -> list:
@@ -641,7 +627,7 @@ class DistanceForest:
             "bootstrap": bool(self.bootstrap),
             "max_samples": None if ms is None else (int(ms) if isinstance(ms, (numbers.Integral, np.integer))
                                                     else float(ms)),
-            "random_state": _json_seed(self.random_state),
+            "random_state": json_seed(self.random_state),
         }
 
     def _sample_size(self, n: int) -> int:
@@ -725,8 +711,7 @@ class DistanceForest:
         """JSON-safe dict (``json.dumps`` it as is): ``{"class", "version", "params", "fitted"}``
         and, once fitted, ``"n_features_in"``, ``"feature_names"``, ``"tree_seeds"``,
         ``"feature_importances"`` and ``"trees"`` (each a :meth:`DistanceTree.to_state`)."""
-        state = {"class": type(self).__name__, "version": STATE_VERSION, "params": self._params(),
-                 "fitted": hasattr(self, "estimators_")}
+        state = state_head(self, STATE_VERSION, fitted=hasattr(self, "estimators_"))
         if state["fitted"]:
             state.update({
                 "n_features_in": self.n_features_in_,
@@ -740,9 +725,7 @@ class DistanceForest:
     @classmethod
     def from_state(cls, state: dict) -> DistanceForest:
         """Rebuild a forest saved by :meth:`to_state` (it predicts exactly as before)."""
-        _check_header(state, cls.__name__)
-        forest = cls(**state["params"])
-        forest._check_params()
+        forest = unfitted_from_state(cls, state, (STATE_VERSION,))
         if state.get("fitted"):
             forest.estimators_ = [DistanceTree.from_state(t) for t in state["trees"]]
             forest._finish_load(state, [int(s) for s in state["tree_seeds"]])

@@ -30,7 +30,7 @@ import numbers
 import numpy as np
 from scipy.stats import rankdata
 
-from .utils import check_int, check_random_state
+from .utils import check_int, check_random_state, json_seed, state_head, unfitted_from_state
 
 __all__ = [
     "NO_NODE",
@@ -578,7 +578,6 @@ class SimilarityTreeRank:
             raise ValueError(f"max_bins must be <= {MAX_BINS}, got {self.max_bins}")
 
     def _params(self) -> dict:
-        rs = self.random_state
         mf = self.max_features
         if isinstance(mf, (numbers.Integral, np.integer)):
             mf = int(mf)
@@ -587,7 +586,7 @@ class SimilarityTreeRank:
         return {"max_depth": int(self.max_depth), "leafrank_depth": int(self.leafrank_depth),
                 "min_samples_leaf": int(self.min_samples_leaf), "max_features": mf,
                 "max_bins": int(self.max_bins),
-                "random_state": int(rs) if isinstance(rs, (numbers.Integral, np.integer)) else None}
+                "random_state": json_seed(self.random_state)}
 
     def get_params(self) -> dict:
         return self._params() | {"random_state": self.random_state}
@@ -753,8 +752,7 @@ class SimilarityTreeRank:
         """JSON-safe dict (plain lists and scalars; never pickle): ``{"class", "version", "params",
         "fitted"}`` and, once fitted, ``n_features`` and the node / rule arrays named like the
         attributes without the trailing underscore."""
-        state = {"class": type(self).__name__, "version": STATE_VERSION, "params": self._params(),
-                 "fitted": hasattr(self, "node_left_")}
+        state = state_head(self, STATE_VERSION, fitted=hasattr(self, "node_left_"))
         if state["fitted"]:
             state["n_features"] = int(self.n_features_in_)
             for name in self._ARRAYS:
@@ -764,12 +762,7 @@ class SimilarityTreeRank:
     @classmethod
     def from_state(cls, state: dict) -> SimilarityTreeRank:
         """Rebuild a tree saved by :meth:`to_state` (it scores exactly as before)."""
-        if state.get("class") != cls.__name__:
-            raise ValueError(f"state of a {state.get('class')!r}, not of a {cls.__name__}")
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"unsupported state version {state.get('version')!r} (expected {STATE_VERSION})")
-        tree = cls(**state["params"])
-        tree._check_params()
+        tree = unfitted_from_state(cls, state, (STATE_VERSION,))
         if state.get("fitted"):
             tree.n_features_in_ = int(state["n_features"])
             for name, dtype in cls._ARRAYS.items():
@@ -1000,12 +993,11 @@ class RankingForest:
             raise ValueError(f"max_samples must be None, an int >= 1 or a float in (0, 1], not {ms!r}")
 
     def _params(self) -> dict:
-        rs = self.random_state
         ms = self.max_samples
         return {"n_trees": int(self.n_trees), **SimilarityTreeRank(**self._tree_params())._params(),
                 "max_samples": ms if ms is None or isinstance(ms, float) else int(ms),
                 "bootstrap": bool(self.bootstrap),
-                "random_state": int(rs) if isinstance(rs, (numbers.Integral, np.integer)) else None}
+                "random_state": json_seed(self.random_state)}
 
     def _n_samples(self, m: int) -> int:
         ms = self.max_samples
@@ -1080,8 +1072,7 @@ class RankingForest:
     def to_state(self) -> dict:
         """JSON-safe dict: ``{"class", "version", "params", "fitted"}`` and, once fitted,
         ``n_features``, ``tree_seeds`` and ``trees`` (each a :meth:`SimilarityTreeRank.to_state`)."""
-        state = {"class": type(self).__name__, "version": STATE_VERSION, "params": self._params(),
-                 "fitted": hasattr(self, "estimators_")}
+        state = state_head(self, STATE_VERSION, fitted=hasattr(self, "estimators_"))
         if state["fitted"]:
             state["n_features"] = int(self.n_features_in_)
             state["tree_seeds"] = [int(s) for s in self.tree_seeds_]
@@ -1090,12 +1081,7 @@ class RankingForest:
 
     @classmethod
     def from_state(cls, state: dict) -> RankingForest:
-        if state.get("class") != cls.__name__:
-            raise ValueError(f"state of a {state.get('class')!r}, not of a {cls.__name__}")
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"unsupported state version {state.get('version')!r} (expected {STATE_VERSION})")
-        forest = cls(**state["params"])
-        forest._check_params()
+        forest = unfitted_from_state(cls, state, (STATE_VERSION,))
         if state.get("fitted"):
             forest.n_features_in_ = int(state["n_features"])
             forest.tree_seeds_ = np.asarray(state["tree_seeds"], dtype=np.int64).reshape(-1)
