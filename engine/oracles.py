@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.spatial.distance import cdist
 
+from .graph import NO_NEIGHBOR  # noqa: F401 (re-exported: where an item has no neighbour yet)
 from .utils import check_random_state
 
 TRIPLET_NOISE_MODELS = ("flip", "logistic", "human")
@@ -93,6 +94,22 @@ class PointsOracle(DistanceMatrixOracle):
         super().__init__(cdist(X, X), noise=noise, clip=clip, random_state=random_state)
 
 
+def human_agree_probability(gap, scale: float, lapse: float) -> np.ndarray:
+    """The one model of people's triplet answers: P(the answer agrees with the truth) =
+    λ/2 + (1 − λ)·σ(gap/s), λ = ``lapse``, s = ``scale``, ``gap`` = d(x, other) − d(x, candidate) (so
+    a positive gap means the truth picks the candidate). With s = 0 the logistic part answers
+    exactly (a tie agrees). Its log-likelihood: :func:`human_log_likelihood`; fitted by
+    :func:`fit_gap_noise` / :func:`fit_human_noise`."""
+    gap = np.asarray(gap, dtype=np.float64)
+    if scale == 0:
+        agree = np.where(gap >= 0, 1.0, 0.0)
+    else:
+        agree = 1.0 / (1.0 + np.exp(np.clip(-gap / scale, -700, 700)))
+    if lapse == 0:
+        return agree
+    return 0.5 * lapse + (1.0 - lapse) * agree
+
+
 class TripletOracle:
     """A simulated rater answering "is x more similar to p1 or to p2?" from a distance matrix.
 
@@ -140,20 +157,14 @@ class TripletOracle:
         d1 = self.distances[q[:, 0], q[:, 1]]
         d2 = self.distances[q[:, 0], q[:, 2]]
         if self.model == "human":
-            if self.noise == 0:
-                agree = np.where(d1 <= d2, 1.0, 0.0)
-            else:
-                agree = 1.0 / (1.0 + np.exp(np.clip((d1 - d2) / self.noise, -700, 700)))
-            p1 = 0.5 * self.lapse + (1.0 - self.lapse) * agree
-            return self.rng.random(len(q)) < p1
+            return self.rng.random(len(q)) < human_agree_probability(d2 - d1, self.noise, self.lapse)
         if self.noise == 0:
             return d1 <= d2
         if self.model == "flip":
             truth = d1 <= d2
             flip = self.rng.random(len(q)) < self.noise
             return truth ^ flip
-        z = np.clip((d1 - d2) / self.noise, -700, 700)
-        return self.rng.random(len(q)) < 1.0 / (1.0 + np.exp(z))
+        return self.rng.random(len(q)) < human_agree_probability(d2 - d1, self.noise, 0.0)
 
     def __call__(self, x: int, p1: int, p2: int) -> int:
         """The winner of one triplet question."""
@@ -430,12 +441,42 @@ def median_triplet_gap(distances, n_samples: int = 100_000) -> float:
     return float(np.median(np.abs(D[x, a] - D[x, b])))
 
 
-def _human_log_lik(gap: np.ndarray, scale: float, lapse: float) -> float:
+def human_log_likelihood(gap: np.ndarray, scale: float, lapse: float) -> float:
+    """Log-likelihood of answers whose truth gaps are ``gap`` (d(i, k) − d(i, j) of an answered
+    triplet (i, j, k)) under :func:`human_agree_probability` with scale > 0."""
     # log(λ/2 + (1 − λ)σ(z)) computed in log space so confident wrong answers stay finite
     log_sig = -np.logaddexp(0.0, -gap / scale)
     if lapse <= 0:
         return float(log_sig.sum())
     return float(np.logaddexp(np.log(lapse / 2.0), np.log1p(-lapse) + log_sig).sum())
+
+
+def fit_gap_noise(gaps, starts: Sequence[float] | None = None, bounds_around: float | None = None
+                  ) -> tuple[float, float, float]:
+    """Maximum-likelihood (scale, lapse, log-likelihood) of :func:`human_agree_probability` for answers
+    whose truth gaps are ``gaps``: L-BFGS over (log s, logit λ) from λ in (0.02, 0.1, 0.3) and each scale
+    of ``starts`` (default: the median |gap| and a quarter of it). log s is kept within −12 and +6 of
+    log ``bounds_around`` (default: the start's own scale)."""
+    from scipy.optimize import minimize
+
+    gap = np.asarray(gaps, dtype=np.float64)
+    if starts is None:
+        span = max(float(np.median(np.abs(gap))), 1e-12)
+        starts, bounds_around = (span, span / 4.0), span if bounds_around is None else bounds_around
+
+    def nll(theta):
+        lapse = 1.0 / (1.0 + np.exp(-theta[1]))
+        return -human_log_likelihood(gap, float(np.exp(theta[0])), lapse)
+
+    best = None
+    for lapse0 in (0.02, 0.1, 0.3):
+        for s0 in starts:
+            around = s0 if bounds_around is None else bounds_around
+            res = minimize(nll, [np.log(s0), np.log(lapse0 / (1 - lapse0))], method="L-BFGS-B",
+                           bounds=[(np.log(around) - 12, np.log(around) + 6), (-20, 10)])
+            if best is None or res.fun < best.fun:
+                best = res
+    return float(np.exp(best.x[0])), float(1.0 / (1.0 + np.exp(-best.x[1]))), -float(best.fun)
 
 
 def fit_human_noise(distances, triplets) -> HumanNoise:
@@ -445,30 +486,14 @@ def fit_human_noise(distances, triplets) -> HumanNoise:
     ground truth. Fits P(agree) = λ/2 + (1 − λ)·σ(gap/s), gap = d(i, k) − d(i, j), over
     (log s, logit λ) by L-BFGS from several starts, and the plain logistic (λ = 0) beside it.
     """
-    from scipy.optimize import minimize
-
     D = check_distance_matrix(distances)
     t = _as_index_array(triplets, 3, D.shape[0])
     if len(t) == 0:
         raise ValueError("need at least one triplet to fit a noise model")
     gap = D[t[:, 0], t[:, 2]] - D[t[:, 0], t[:, 1]]
     scale0 = fit_logistic_noise(D, t)
-    logistic_ll = _human_log_lik(gap, scale0, 0.0)
-
-    def nll(theta):
-        lapse = 1.0 / (1.0 + np.exp(-theta[1]))
-        return -_human_log_lik(gap, float(np.exp(theta[0])), lapse)
-
-    best = None
-    for lapse0 in (0.02, 0.1, 0.3):
-        for s0 in (scale0, scale0 / 4.0):
-            res = minimize(nll, [np.log(s0), np.log(lapse0 / (1 - lapse0))], method="L-BFGS-B",
-                           bounds=[(np.log(s0) - 12, np.log(s0) + 6), (-20, 10)])
-            if best is None or res.fun < best.fun:
-                best = res
-    scale = float(np.exp(best.x[0]))
-    lapse = float(1.0 / (1.0 + np.exp(-best.x[1])))
-    log_lik = -float(best.fun)
+    logistic_ll = human_log_likelihood(gap, scale0, 0.0)
+    scale, lapse, log_lik = fit_gap_noise(gap, starts=(scale0, scale0 / 4.0))
     if log_lik < logistic_ll:  # the optimiser stopped short of the λ = 0 boundary
         scale, lapse, log_lik = scale0, 0.0, logistic_ll
     agreement = float(np.mean(np.where(gap > 0, 1.0, np.where(gap == 0, 0.5, 0.0))))
@@ -484,25 +509,82 @@ def alien_egg_noise(data_dir=None) -> HumanNoise:
     return fit_human_noise(eggs.distances, eggs.triplets)
 
 
-# ---------------------------------------------------------------------------- driver
-def neighbor_error(neighbors, distances, tol: float = 1e-9) -> float:
-    """Share of items whose chosen k neighbours are not a true k-NN set (ties count as right).
+# ---------------------------------------------------------------------------- nearest-neighbour error
+#: A chosen neighbour within TIE_TOLERANCE·max(d, 1) of the true k-th nearest distance d is right (ties).
+TIE_TOLERANCE = 1e-9
+#: Rows of the distance matrix computed at once from points (memory: this many rows of n_items).
+_POINT_ROWS = 256
 
-    ``neighbors`` is an int array of shape (n_items, k); row j is right when every chosen
-    neighbour is at most as far from j as j's true k-th nearest neighbour.
+
+def _points(points) -> np.ndarray:
+    X = np.asarray(points, dtype=np.float64)
+    return X[:, None] if X.ndim == 1 else X
+
+
+def true_kth_distances(distances=None, *, points=None, rank: int = 1) -> np.ndarray:
+    """Each item's distance to its true ``rank``-th nearest other item: ndarray of shape (n_items,).
+
+    The truth is ``distances`` (shape (n_items, n_items)) or ``points`` (shape (n_items, d), Euclidean
+    distances, computed a few rows at a time so that memory stays linear in n_items). ``rank`` is at
+    most n_items − 1.
     """
-    D = np.array(distances, dtype=np.float64)
+    if (distances is None) == (points is None):
+        raise ValueError("give the truth as either distances or points")
+    if distances is not None:
+        D = np.array(distances, dtype=np.float64)
+        r = max(1, min(int(rank), len(D) - 1))
+        np.fill_diagonal(D, np.inf)
+        return np.partition(D, r - 1, axis=1)[:, r - 1]
+    X = _points(points)
+    n = len(X)
+    r = max(1, min(int(rank), n - 1))
+    out = np.empty(n)
+    for start in range(0, n, _POINT_ROWS):
+        block = X[start:start + _POINT_ROWS]
+        d = np.sqrt(((block[:, None, :] - X[None, :, :]) ** 2).sum(axis=-1))
+        d[np.arange(len(block)), np.arange(start, start + len(block))] = np.inf
+        out[start:start + len(block)] = np.partition(d, r - 1, axis=1)[:, r - 1]
+    return out
+
+
+def neighbor_wrong(neighbors, distances=None, tol: float = TIE_TOLERANCE, *, points=None, rank: int | None = None,
+                   kth=None) -> np.ndarray:
+    """Which items' chosen neighbours are not among their true nearest: bool ndarray of shape (n_items,).
+
+    ``neighbors``: int array of shape (n_items,) or (n_items, k), ``NO_NEIGHBOR`` (-1) where an item
+    has none yet (wrong). Row i is right when every chosen neighbour is another item at most as far
+    from i as i's true ``rank``-th nearest one (default rank: k, a true k-NN set), ties within
+    ``tol``·max(that distance, 1) counting as right. The truth is ``distances`` or ``points`` (as in
+    :func:`true_kth_distances`); ``kth``, if given, is :func:`true_kth_distances` of that truth
+    computed beforehand (with ``points`` the check then takes time linear in n_items).
+    """
     nb = np.asarray(neighbors, dtype=np.int64)
     if nb.ndim == 1:
         nb = nb[:, None]
-    k = nb.shape[1]
-    np.fill_diagonal(D, np.inf)
-    kth = np.partition(D, k - 1, axis=1)[:, k - 1]
-    chosen = np.take_along_axis(D, nb, axis=1)
-    wrong = np.any(chosen > kth[:, None] + tol, axis=1)
-    return float(wrong.mean())
+    n = nb.shape[0]
+    if kth is None:
+        kth = true_kth_distances(distances, points=points, rank=nb.shape[1] if rank is None else rank)
+    kth = np.asarray(kth, dtype=np.float64)
+    missing = (nb < 0) | (nb == np.arange(n)[:, None])
+    safe = np.where(missing, 0, nb)
+    if distances is not None:
+        chosen = np.take_along_axis(np.asarray(distances, dtype=np.float64), safe, axis=1)
+    else:
+        X = _points(points)
+        chosen = np.sqrt(((X[:, None, :] - X[safe]) ** 2).sum(axis=-1))
+    too_far = chosen > (kth + tol * np.maximum(kth, 1.0))[:, None]
+    return np.any(missing | too_far, axis=1)
 
 
+def neighbor_error(neighbors, distances=None, tol: float = TIE_TOLERANCE, *, points=None, rank: int | None = None,
+                   kth=None) -> float:
+    """Share of items whose chosen neighbours are not a true nearest set: the mean of :func:`neighbor_wrong`
+    (same arguments); 0 for no items."""
+    wrong = neighbor_wrong(neighbors, distances, tol, points=points, rank=rank, kth=kth)
+    return float(wrong.mean()) if len(wrong) else 0.0
+
+
+# ---------------------------------------------------------------------------- driver
 @dataclass
 class RunResult:
     """What :func:`run` records. ``queries`` and ``error`` have one entry per checkpoint."""

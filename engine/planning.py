@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.spatial.distance import cdist
 
+from . import oracles
 from .oracles import TripletOracle, check_distance_matrix, median_triplet_gap
 from .registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, make_planner
 
@@ -87,18 +88,12 @@ class Scenario:
 
 
 # ---------------------------------------------------------------------------- scoring and driving
-def nn_accuracy(picks: np.ndarray, distances: np.ndarray, tol: float = 1e-9) -> tuple[float, float]:
+def nn_accuracy(picks: np.ndarray, distances: np.ndarray, tol: float = oracles.TIE_TOLERANCE) -> tuple[float, float]:
     """(exact, hit@3): shares of items whose pick is a true nearest neighbour (ties count as right) /
-    is among the 3 truly nearest. An item without a pick (-1) counts as wrong."""
-    D = np.array(distances, dtype=np.float64)
-    n = len(D)
-    np.fill_diagonal(D, np.inf)
-    srt = np.sort(D, axis=1)
-    picks = np.asarray(picks, dtype=np.int64)
-    has = picks >= 0
-    chosen = D[np.arange(n), np.maximum(picks, 0)]
-    exact = has & (chosen <= srt[:, 0] + tol)
-    hit3 = has & (chosen <= srt[:, min(2, n - 2)] + tol)
+    is among the 3 truly nearest (:func:`engine.oracles.neighbor_wrong`). An item without a pick (-1)
+    counts as wrong."""
+    exact = ~oracles.neighbor_wrong(picks, distances, tol, rank=1)
+    hit3 = ~oracles.neighbor_wrong(picks, distances, tol, rank=3)
     return float(exact.mean()), float(hit3.mean())
 
 
@@ -353,26 +348,10 @@ def check_pilot_triplets(triplets, n_items: int) -> np.ndarray:
 
 
 def fit_gap_noise(gaps: np.ndarray) -> tuple[float, float]:
-    """Maximum-likelihood (scale, lapse) of P(answer agrees) = λ/2 + (1 − λ)·σ(gap/scale), where
-    ``gaps`` = d(i, k) − d(i, j) of answered triplets (i, j, k) under some truth."""
-    from scipy.optimize import minimize
-
-    gap = np.asarray(gaps, dtype=np.float64)
-    span = max(float(np.median(np.abs(gap))), 1e-12)
-
-    def nll(theta):
-        scale, lapse = np.exp(theta[0]), 1.0 / (1.0 + np.exp(-theta[1]))
-        log_sig = -np.logaddexp(0.0, -gap / scale)
-        return -float(np.logaddexp(np.log(lapse / 2.0), np.log1p(-lapse) + log_sig).sum())
-
-    best = None
-    for lapse0 in (0.02, 0.1, 0.3):
-        for s0 in (span, span / 4.0):
-            res = minimize(nll, [np.log(s0), np.log(lapse0 / (1 - lapse0))], method="L-BFGS-B",
-                           bounds=[(np.log(span) - 12, np.log(span) + 6), (-20, 10)])
-            if best is None or res.fun < best.fun:
-                best = res
-    return float(np.exp(best.x[0])), float(1.0 / (1.0 + np.exp(-best.x[1])))
+    """Maximum-likelihood (scale, lapse) of the human noise model (:func:`engine.oracles.human_agree_probability`)
+    for ``gaps`` = d(i, k) − d(i, j) of answered triplets (i, j, k) under some truth."""
+    scale, lapse, _ = oracles.fit_gap_noise(gaps)
+    return scale, lapse
 
 
 def _distances(X: np.ndarray) -> np.ndarray:

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from helpers import RESEARCHER, RESEARCHER_PASSWORD, answer, colour_items, fetch_question, log_in, run_worker
 
-from workers.jobs.update import share_wrong, true_neighbours
 from workers.results.layout import MAX_DRAWN, classical_mds, fill_distances
 from workers.store import keys
 from workers.store.config import ConfigError, StudyConfig
@@ -325,13 +324,6 @@ def test_a_second_exclusion_while_a_rebuild_waits_gets_its_own_job(researcher_cl
 
 
 # ---------------------------------------------------------------------- known truth: error against answers
-def test_true_neighbours_count_ties_and_share_wrong_counts_missing_guesses():
-    truth = true_neighbours([(0.0,), (1.0,), (2.0,), (10.0,)])
-    assert truth == [[1], [0, 2], [1], [2]]
-    assert share_wrong([1, 2, 1, 2], truth) == 0.0
-    assert share_wrong([1, 0, -1, 0], truth) == 0.5
-
-
 def test_stats_carry_an_error_curve_against_answers_for_a_study_with_known_positions(researcher_client, app,
                                                                                        conn):
     config = StudyConfig.from_dict({"name": "Line", "algorithm": "anntri", "question_kind": "rating",

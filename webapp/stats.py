@@ -18,7 +18,7 @@ from workers.store import keys
 from workers.store.config import ALGORITHM_TABLE
 from workers.store.queue import REBUILD_STATUS_FIELD
 from workers.store.studies import Study
-from workers.store.truth import TRUTH_FIELD, error_curves, stored_truth
+from workers.store.truth import TRUTH_FIELD, error_curves, truth_known
 
 #: The response-time histogram covers this many of the latest answers.
 RECENT_ANSWERS = 2000
@@ -113,7 +113,7 @@ def study_stats(conn, study: Study) -> dict:
     engine = {k.decode(): v.decode() for k, v in engine.items()}
     summaries = json.loads(engine.pop("summary")) if "summary" in engine else {}
     rebuild = _rebuild_status(conn, engine.pop(REBUILD_STATUS_FIELD, None))
-    truth_known = stored_truth(engine.pop(TRUTH_FIELD, None), study.n_items)[1] is not None
+    known = truth_known(engine.pop(TRUTH_FIELD, None), study.n_items)
     curves = error_curves(engine)
     latencies = [float(x) for x in latencies]
     finished = {f.decode() for f in finished}
@@ -126,7 +126,7 @@ def study_stats(conn, study: Study) -> dict:
         neighbors = (summaries.get(label) or {}).get("neighbors")
         error = None
         curve = curves.get(label)
-        if truth_known and curve and ALGORITHM_TABLE[alg.algorithm].yields_graph:
+        if known and curve and ALGORITHM_TABLE[alg.algorithm].yields_graph:
             # the update pass appends a point with every summary it writes: the last one is the current error
             error = {"share_wrong": curve[-1][1], "answers_applied": curve[-1][0], "curve": curve}
         certified = None
@@ -143,7 +143,7 @@ def study_stats(conn, study: Study) -> dict:
     return {
         "study": {"id": study.id, "name": study.config.name, "status": study.status,
                   "algorithm": study.config.algorithm, "n_items": study.n_items,
-                  "complete": bool(labels) and finished >= set(labels), "truth_known": truth_known},
+                  "complete": bool(labels) and finished >= set(labels), "truth_known": known},
         "rebuild": rebuild,
         "answers": int(n_answers),
         "raters": int(n_raters),

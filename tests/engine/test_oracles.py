@@ -1,12 +1,19 @@
 import numpy as np
 import pytest
 
+from engine import planning
 from engine.datasets import default_data_dir, load_alien_eggs, load_material
 from engine.oracles import (
+    NO_NEIGHBOR,
     TripletOracle,
     alien_egg_noise,
+    fit_gap_noise,
     fit_human_noise,
+    human_agree_probability,
     median_triplet_gap,
+    neighbor_error,
+    neighbor_wrong,
+    true_kth_distances,
 )
 
 HAVE_EGGS = (default_data_dir() / "alien_eggs" / "responses.csv.zip").exists()
@@ -115,3 +122,67 @@ def test_recorded_triplets_answer_each_triplet_as_recorded_and_name_their_own_tr
     assert (exact.argmin(axis=1) == D.argmin(axis=1)).all()
     with pytest.raises(ValueError, match="three distinct"):
         table.answer([(1, 1, 2)])
+
+
+# ---------------------------------------------------------------------------- one noise model
+def test_the_oracles_answer_with_the_one_human_noise_model():
+    D = _line(5)
+    q = np.array([(0, 1, 3), (2, 4, 0), (1, 1, 1)] * 4000)
+    gap = D[q[:, 0], q[:, 2]] - D[q[:, 0], q[:, 1]]
+    for model, lapse in (("human", 0.2), ("logistic", 0.0)):
+        oracle = TripletOracle(D, noise=0.3, model=model, lapse=lapse, random_state=5)
+        draws = np.random.default_rng(5).random(len(q))
+        assert np.array_equal(oracle.p1_wins(q), draws < human_agree_probability(gap, 0.3, lapse))
+    # scale 0: the truth, ties to the first candidate; lapses answer at random
+    assert human_agree_probability([0.1, 0.0, -0.1], 0.0, 0.2).tolist() == [0.9, 0.9, 0.1]
+
+
+def test_fitting_gaps_recovers_the_model_planning_fits_alike():
+    rng = np.random.default_rng(3)
+    gap = rng.uniform(0.0, 0.5, 20000)  # |d(i, k) - d(i, j)| of the questions asked
+    agree = rng.random(len(gap)) < human_agree_probability(gap, 0.05, 0.1)
+    signed = np.where(agree, gap, -gap)  # the gap of the answer given: negative where it disagrees
+    scale, lapse, _ = fit_gap_noise(signed)
+    assert abs(scale - 0.05) < 0.015 and abs(lapse - 0.1) < 0.03
+    assert planning.fit_gap_noise(signed) == (scale, lapse)
+
+
+# ---------------------------------------------------------------------------- one nearest-neighbour error
+POINTS = [(0.0,), (1.0,), (2.0,), (10.0,)]  # item 1 has two true nearest neighbours (0 and 2)
+
+
+def test_neighbor_error_counts_ties_as_right_and_missing_or_self_neighbours_as_wrong():
+    D = np.abs(np.subtract.outer(np.ravel(POINTS), np.ravel(POINTS)))
+    assert neighbor_error([1, 2, 1, 2], D) == 0.0
+    assert neighbor_error([1, 0, 1, 2], D) == 0.0
+    assert neighbor_wrong([1, 0, NO_NEIGHBOR, 0], D).tolist() == [False, False, True, True]
+    assert neighbor_error([0, 0, 1, 2], D) == 0.25  # item 0 is not its own neighbour
+    # the truth as points gives the same answers, and so does its nearest distances computed beforehand
+    for picks in ([1, 2, 1, 2], [1, 0, NO_NEIGHBOR, 0], [3, 3, 3, 0]):
+        expected = neighbor_error(picks, D)
+        assert neighbor_error(picks, points=POINTS) == expected
+        assert neighbor_error(picks, points=POINTS, kth=true_kth_distances(points=POINTS)) == expected
+
+
+def test_neighbor_error_of_k_neighbours_and_of_a_rank():
+    D = np.abs(np.subtract.outer(np.ravel(POINTS), np.ravel(POINTS)))
+    assert neighbor_error([[1, 2], [0, 2], [1, 0], [2, 1]], D) == 0.0
+    assert neighbor_error([[1, 3], [0, 2], [1, 0], [2, 1]], D) == 0.25
+    assert neighbor_error([2, 3, 0, 0], D, rank=2) == 0.5  # item 0's 2nd nearest is 2; item 3's is 1
+    assert true_kth_distances(D, rank=99).tolist() == true_kth_distances(points=POINTS, rank=3).tolist()
+
+
+def test_neighbor_error_from_points_computes_in_blocks_like_the_distance_matrix():
+    X = np.random.default_rng(0).normal(size=(600, 3))
+    D = np.sqrt(((X[:, None] - X[None]) ** 2).sum(-1))
+    picks = np.random.default_rng(1).integers(-1, 600, size=600)
+    assert np.array_equal(true_kth_distances(points=X), true_kth_distances(D))
+    assert neighbor_error(picks, points=X) == neighbor_error(picks, D)
+
+
+def test_planning_scores_picks_with_the_one_error():
+    D = np.abs(np.subtract.outer(np.ravel(POINTS), np.ravel(POINTS)))
+    picks = np.array([2, 0, NO_NEIGHBOR, 0])
+    exact, hit3 = planning.nn_accuracy(picks, D)
+    assert exact == 1 - neighbor_error(picks, D) == 0.25
+    assert hit3 == 1 - neighbor_error(picks, D, rank=3) == 0.75

@@ -38,10 +38,10 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
-import numpy as np
 import redis
 from rq import get_current_job
 
+from engine import oracles
 from workers.jobs.learners import Learner
 from workers.store import answers as answer_log
 from workers.store import engine_state, keys, questions
@@ -311,56 +311,29 @@ def write_summary(conn, study_id: str) -> None:
 
 
 # ---------------------------------------------------------------------------- error against a known truth
-#: Distances within this of an item's smallest distance are all true nearest neighbours (ties).
-TIE_TOLERANCE = 1e-9
-#: Rows of the distance matrix computed at once when finding the true neighbours (bounds memory).
-_TRUTH_CHUNK = 256
-
-
 @dataclass(frozen=True)
 class KnownTruth:
-    """The items' true nearest neighbours (None: not every item has a position), and whether they
-    were computed in this pass (then the pass saves them)."""
+    """The items' positions and each one's distance to its true nearest neighbour (both None: not
+    every item has a position), and whether they were computed in this pass (then it saves them)."""
 
-    neighbors: list[list[int]] | None
+    points: list | None
+    nearest: list | None
     computed: bool
-
-
-def true_neighbours(positions) -> list[list[int]]:
-    """Each item's true nearest neighbours from its known position: every other item at the smallest
-    Euclidean distance (ties within TIE_TOLERANCE all count). ``positions``: n_items rows of coordinates."""
-    points = np.asarray(positions, dtype=np.float64)
-    n = len(points)
-    out: list[list[int]] = []
-    for start in range(0, n, _TRUTH_CHUNK):
-        block = points[start:start + _TRUTH_CHUNK]
-        d = np.sqrt(((block[:, None, :] - points[None, :, :]) ** 2).sum(axis=-1))
-        d[np.arange(len(block)), np.arange(start, start + len(block))] = np.inf
-        best = d.min(axis=1, keepdims=True)
-        out.extend(np.flatnonzero(row).tolist() for row in d <= best + TIE_TOLERANCE * np.maximum(best, 1.0))
-    return out
-
-
-def share_wrong(neighbors: list[int], truth: list[list[int]]) -> float:
-    """Share of items whose learned nearest neighbour is not a true one (no neighbour yet counts as wrong)."""
-    if not truth:
-        return 0.0
-    wrong = sum(1 for i, right in enumerate(truth) if i >= len(neighbors) or neighbors[i] not in right)
-    return wrong / len(truth)
 
 
 def known_truth_of(conn, study: Study) -> KnownTruth:
     """The study's known truth as stored, computed from the items' positions when none is stored for
     its current number of items."""
-    fresh, neighbors = known_truth.stored_truth(conn.hget(keys.engine_stats(study.id), known_truth.TRUTH_FIELD),
-                                                study.n_items)
+    fresh, points, nearest = known_truth.stored_truth(conn.hget(keys.engine_stats(study.id), known_truth.TRUTH_FIELD),
+                                                      study.n_items)
     if fresh:
-        return KnownTruth(neighbors, computed=False)
+        return KnownTruth(points, nearest, computed=False)
     items = get_items(conn, study.id)
     dims = {len(item.position) if item.position else 0 for item in items}
-    if 2 <= len(items) <= known_truth.MAX_TRUTH_ITEMS and len(dims) == 1 and 0 not in dims:
-        neighbors = true_neighbours([item.position for item in items])
-    return KnownTruth(neighbors, computed=True)
+    if not (2 <= len(items) <= known_truth.MAX_TRUTH_ITEMS and len(dims) == 1 and 0 not in dims):
+        return KnownTruth(None, None, computed=True)
+    points = [list(item.position) for item in items]
+    return KnownTruth(points, oracles.true_kth_distances(points=points).tolist(), computed=True)
 
 
 def _answers_applied(progress: dict | None, fallback: int) -> int:
@@ -378,16 +351,18 @@ def record_truth_error(pipe, study: Study, learners: dict[str, Learner], summari
     the point (answers applied, share of items whose neighbour in ``summaries`` is wrong) of its error
     curve. Written with every summary, whether or not a dashboard is open. ``counters``: ``keys.counters``."""
     if truth.computed:
-        known_truth.save_truth(pipe, study.id, study.n_items, truth.neighbors)
-    if truth.neighbors is None:
+        known_truth.save_truth(pipe, study.id, study.n_items, truth.points, truth.nearest)
+    if truth.points is None:
         return
     for label, learner in learners.items():
         summary = summaries.get(label) or {}
         if summary.get("neighbors") is None or not learner.entry.yields_graph:
             continue
         applied = _answers_applied(summary.get("progress"), int(counters.get(f"answers:{label}", 0)))
-        known_truth.append_error_point(pipe, study.id, label, applied, share_wrong(summary["neighbors"],
-                                                                                    truth.neighbors))
+        n = len(truth.points)  # a learner not yet grown to the study's items: the others have no neighbour
+        neighbors = list(summary["neighbors"][:n]) + [oracles.NO_NEIGHBOR] * (n - len(summary["neighbors"]))
+        wrong = oracles.neighbor_error(neighbors, points=truth.points, kth=truth.nearest)
+        known_truth.append_error_point(pipe, study.id, label, applied, wrong)
 
 
 def forget_cached(study_id: str | None = None) -> None:

@@ -1,6 +1,7 @@
 """A study's error against a known truth, as stored: for studies whose items have known positions
-(demo and simulated studies), each item's true nearest neighbours and, per algorithm, the curve of
-the share of items whose learned nearest neighbour is wrong against the answers applied so far.
+(demo and simulated studies), the positions with each item's true nearest distance and, per
+algorithm, the curve of the share of items whose learned nearest neighbour is wrong against the
+answers applied so far.
 
 The update pass writes both (``workers.jobs.update``); the dashboard only reads them. Both live in
 fields of ``keys.engine_stats``. Light: no numpy (web processes import it). Must never import Flask.
@@ -11,8 +12,9 @@ import json
 
 from workers.store import keys
 
-#: Field of ``keys.engine_stats``: JSON ``{"n_items": n, "neighbors": [[true neighbours of item i], ...]}``,
-#: ``neighbors`` null when not every item has a position (no truth is known).
+#: Field of ``keys.engine_stats``: JSON ``{"n_items": n, "points": [[coordinates of item i], ...], "nearest":
+#: [distance from item i to its true nearest neighbour, ...]}``, both null when not every item has a
+#: position (no truth is known).
 TRUTH_FIELD = "truth:neighbors"
 #: Field prefix (+ algorithm label): JSON error curve ``[[answers applied, share wrong], ...]``.
 TRUTH_ERROR_PREFIX = "truth-error:"
@@ -45,19 +47,29 @@ return 1
 """
 
 
-def stored_truth(raw: bytes | str | None, n_items: int) -> tuple[bool, list[list[int]] | None]:
-    """(whether ``raw``, the stored ``TRUTH_FIELD``, is up to date for ``n_items`` items, the true
-    neighbours it holds: None when no truth is known)."""
+def stored_truth(raw: bytes | str | None, n_items: int) -> tuple[bool, list | None, list | None]:
+    """(whether ``raw``, the stored ``TRUTH_FIELD``, is up to date for ``n_items`` items, the items'
+    positions and each item's distance to its true nearest neighbour: both None when no truth is known)."""
     if not raw:
-        return False, None
+        return False, None, None
     doc = json.loads(raw)
-    if doc.get("n_items") != n_items:
-        return False, None
-    return True, doc.get("neighbors")
+    if doc.get("n_items") != n_items or "nearest" not in doc:
+        return False, None, None
+    return True, doc.get("points"), doc.get("nearest")
 
 
-def save_truth(pipe, study_id: str, n_items: int, neighbors: list[list[int]] | None) -> None:
-    pipe.hset(keys.engine_stats(study_id), TRUTH_FIELD, json.dumps({"n_items": n_items, "neighbors": neighbors}))
+def truth_known(raw: bytes | str | None, n_items: int) -> bool:
+    """Whether the stored ``TRUTH_FIELD`` says the truth of the study's ``n_items`` items is known
+    (also from the ``neighbors`` lists that versions before this one stored)."""
+    if not raw:
+        return False
+    doc = json.loads(raw)
+    return doc.get("n_items") == n_items and (doc.get("nearest") or doc.get("neighbors")) is not None
+
+
+def save_truth(pipe, study_id: str, n_items: int, points: list | None, nearest: list | None) -> None:
+    pipe.hset(keys.engine_stats(study_id), TRUTH_FIELD,
+              json.dumps({"n_items": n_items, "points": points, "nearest": nearest}))
 
 
 def append_error_point(pipe, study_id: str, label: str, applied: int, wrong: float) -> None:
