@@ -25,7 +25,17 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from .utils import GOLDEN, CodeTable, check_int, check_random_state, check_state, find_sorted, lowest_per_code
+from .utils import (
+    GOLDEN,
+    CodeTable,
+    check_int,
+    check_random_state,
+    check_state,
+    counters_state,
+    find_sorted,
+    load_counters,
+    lowest_per_code,
+)
 from .utils import child_keys as _child_keys
 from .utils import group_starts as _group_starts
 from .utils import mix64 as _mix64
@@ -332,6 +342,22 @@ def _oriented(x, a, b, codes, copy) -> list[tuple[int, int, int]]:
     return [tuple(q) for q in np.column_stack([x, first, second]).tolist()]
 
 
+def _apply_answers(planner, rows: np.ndarray, codes: np.ndarray, a_wins: np.ndarray, asker: str):
+    """Record checked answers (``rows`` of shape (m, 4) and their triplet ``codes``) in the
+    ``table_`` and counters of ``planner``; returns the codes decided now and their a_wins.
+
+    Raises ValueError, changing nothing, when a triplet was never asked by this ``asker``.
+    """
+    unknown = planner.table_.check_known(codes)
+    if unknown.any():
+        r = tuple(rows[np.argmax(unknown), :3].tolist())
+        raise ValueError(f"question {r} was never asked by this {asker} ({int(unknown.sum())} such answers)")
+    done_codes, done_a, counted, late = planner.table_.record(codes, a_wins, planner.rule_)
+    planner.n_answers_ += counted
+    planner.n_late_ += late
+    return done_codes, done_a
+
+
 def _copy_index(rows: np.ndarray) -> np.ndarray:
     """0, 1, 2, ... for repeated rows in a sorted run (to vary the orientation of extra copies)."""
     if rows.size == 0:
@@ -427,6 +453,8 @@ class ComparisonForest:
     ``forget(questions)`` releases issued copies that expired unanswered.
     """
 
+    _COUNTERS = ("n_issued", "n_answers", "n_late", "n_released")
+
     def __init__(self, n_items, n_trees=10, leaf_size=1, labels=None, redundancy=1,
                  random_state=None, values=None):
         self.n_items = n_items
@@ -472,10 +500,7 @@ class ComparisonForest:
         self.item_node_ = np.repeat(np.arange(m, dtype=np.int64)[:, None], n, axis=1)
         self.slot_code_ = np.full((m, n), _NO_CODE, np.int64)
         self.table_ = _TripletTable()
-        self.n_issued_ = 0
-        self.n_answers_ = 0
-        self.n_late_ = 0
-        self.n_released_ = 0
+        load_counters(self, self._COUNTERS)
         self._advance()
 
     def _reserve(self, extra: int) -> None:
@@ -642,13 +667,7 @@ class ComparisonForest:
         if rows.shape[0] == 0:
             return
         codes = self._code(rows[:, 0], rows[:, 1:3].min(axis=1), rows[:, 1:3].max(axis=1))
-        unknown = self.table_.check_known(codes)
-        if unknown.any():
-            r = tuple(rows[np.argmax(unknown), :3].tolist())
-            raise ValueError(f"question {r} was never asked by this forest ({int(unknown.sum())} such answers)")
-        done_codes, done_a, counted, late = self.table_.record(codes, a_wins, self.rule_)
-        self.n_answers_ += counted
-        self.n_late_ += late
+        done_codes, done_a = _apply_answers(self, rows, codes, a_wins, "forest")
         if done_codes.size:
             flat = self.slot_code_.reshape(-1)
             waiting = np.flatnonzero(flat != _NO_CODE)
@@ -828,10 +847,7 @@ class ComparisonForest:
             "node_children": self.node_children_[:k].copy(),
             "item_node": self.item_node_.copy(),
             "slot_code": self.slot_code_.copy(),
-            "n_issued": int(self.n_issued_),
-            "n_answers": int(self.n_answers_),
-            "n_late": int(self.n_late_),
-            "n_released": int(self.n_released_),
+            **counters_state(self, self._COUNTERS),
         }
         state.update(self.table_.to_state("triplets_"))
         return state
@@ -868,10 +884,7 @@ class ComparisonForest:
                                          forest.node_waiting_, forest.node_pivots_, forest.node_children_)):
             raise ValueError("node arrays in state disagree with n_nodes")
         forest.table_ = _TripletTable.from_state(state, "triplets_")
-        forest.n_issued_ = int(state["n_issued"])
-        forest.n_answers_ = int(state["n_answers"])
-        forest.n_late_ = int(state["n_late"])
-        forest.n_released_ = int(state["n_released"])
+        load_counters(forest, cls._COUNTERS, state)
         return forest
 
     def to_json(self) -> dict:
@@ -946,6 +959,8 @@ class ForestRoute:
     Ties go to the smallest class.
     """
 
+    _COUNTERS = ("n_issued", "n_answers", "n_late")
+
     def __init__(self, forest: ComparisonForest, item: int, refine: int = 8, vote: str = "pooled",
                  redundancy=None):
         if not forest.done:
@@ -964,9 +979,7 @@ class ForestRoute:
         self.candidates_ = np.empty(0, np.int64)
         self.counts_ = np.empty(0, np.int64)
         self.phase_ = "trees"
-        self.n_issued_ = 0
-        self.n_answers_ = 0
-        self.n_late_ = 0
+        load_counters(self, self._COUNTERS)
         self._advance()
 
     def _code(self, a, b):
@@ -1054,13 +1067,7 @@ class ForestRoute:
         if rows.shape[0] == 0:
             return
         codes = self._code(rows[:, 1:3].min(axis=1), rows[:, 1:3].max(axis=1))
-        unknown = self.table_.check_known(codes)
-        if unknown.any():
-            r = tuple(rows[np.argmax(unknown), :3].tolist())
-            raise ValueError(f"question {r} was never asked by this search")
-        _, _, counted, late = self.table_.record(codes, a_wins, self.rule_)
-        self.n_answers_ += counted
-        self.n_late_ += late
+        _apply_answers(self, rows, codes, a_wins, "search")
         self._advance()
 
     def asked(self, questions) -> np.ndarray:
@@ -1132,8 +1139,7 @@ class ForestRoute:
             "class": type(self).__name__, "version": STATE_VERSION, "item": self.item, "refine": self.refine,
             "vote": self.vote, "redundancy": self.rule_.redundancy, "phase": self.phase_,
             "node": self.node_.copy(), "bracket": self.bracket_.copy(), "candidates": self.candidates_.copy(),
-            "counts": self.counts_.copy(), "n_issued": int(self.n_issued_), "n_answers": int(self.n_answers_),
-            "n_late": int(self.n_late_),
+            "counts": self.counts_.copy(), **counters_state(self, self._COUNTERS),
         }
         state.update(self.table_.to_state("triplets_"))
         return state
@@ -1151,8 +1157,7 @@ class ForestRoute:
         search.bracket_ = np.asarray(state["bracket"], np.int64).copy()
         search.candidates_ = np.asarray(state["candidates"], np.int64).copy()
         search.counts_ = np.asarray(state["counts"], np.int64).copy()
-        search.n_issued_, search.n_answers_ = int(state["n_issued"]), int(state["n_answers"])
-        search.n_late_ = int(state["n_late"])
+        load_counters(search, cls._COUNTERS, state)
         search.table_ = _TripletTable.from_state(state, "triplets_")
         return search
 

@@ -53,7 +53,9 @@ from .utils import (
     check_int,
     check_random_state,
     check_state,
+    counters_state,
     json_seed,
+    load_counters,
     lowest_per_code,
     state_head,
     unfitted_from_state,
@@ -784,6 +786,8 @@ class ActiveSimilarityForest:
     did not ask for are kept and used (counted as unrequested).
     """
 
+    _COUNTERS = ("n_issued", "n_answers", "n_unrequested", "n_released")
+
     def __init__(self, n_items, labels, n_trees=10, n_pairs=1, repeats=1, max_depth=None, min_samples_split=2,
                  random_state=None):
         self.n_items = n_items
@@ -812,10 +816,7 @@ class ActiveSimilarityForest:
                                         self.min_samples_split, self.random_state)
         self.forest_._start(classes, codes)
         self.table_ = _PairTable()
-        self.n_issued_ = 0
-        self.n_answers_ = 0
-        self.n_unrequested_ = 0
-        self.n_released_ = 0
+        load_counters(self, self._COUNTERS)
         self._advance()
 
     def _codes(self, a, b) -> np.ndarray:
@@ -983,8 +984,7 @@ class ActiveSimilarityForest:
         classes = [_json_label(c) for c in self.classes_]
         state = {"class": type(self).__name__, "version": STATE_VERSION, "params": self._params(),
                  "labels": [classes[k] for k in self.forest_.label_codes_.tolist()],
-                 "n_issued": int(self.n_issued_), "n_answers": int(self.n_answers_),
-                 "n_unrequested": int(self.n_unrequested_), "n_released": int(self.n_released_)}
+                 **counters_state(self, self._COUNTERS)}
         forest = self.forest_.to_state()
         state["forest_classes"] = forest["classes"]
         for name in ["label_codes", "tree_seeds", "item_node", *SimilarityForest._NODE_ARRAYS]:
@@ -1009,10 +1009,7 @@ class ActiveSimilarityForest:
         if planner.forest_.n_items_ != planner.n_items:
             raise ValueError("state arrays disagree with n_items")
         planner.table_ = _PairTable.from_state(state, "pairs_")
-        planner.n_issued_ = int(state["n_issued"])
-        planner.n_answers_ = int(state["n_answers"])
-        planner.n_unrequested_ = int(state["n_unrequested"])
-        planner.n_released_ = int(state["n_released"])
+        load_counters(planner, cls._COUNTERS, state)
         return planner
 
     def to_json(self) -> dict:

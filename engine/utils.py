@@ -230,3 +230,15 @@ class CodeTable:
         if any(getattr(table, name).shape != (n, *shape) for name, (_, shape, _) in cls._layout().items()):
             raise ValueError(f"inconsistent {cls.WHAT} table in state")
         return table
+
+
+def load_counters(target, names: Iterable[str], state: dict | None = None) -> None:
+    """Set ``target.<name>_`` to ``int(state[name])`` for each of ``names`` (a planner's answer
+    counters), or to 0 without a ``state``."""
+    for name in names:
+        setattr(target, name + "_", 0 if state is None else int(state[name]))
+
+
+def counters_state(source, names: Iterable[str]) -> dict:
+    """``{name: int(source.<name>_)}`` for each of ``names``: the counters' part of a state."""
+    return {name: int(getattr(source, name + "_")) for name in names}
