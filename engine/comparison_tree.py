@@ -35,6 +35,7 @@ from .utils import (
     find_sorted,
     load_counters,
     lowest_per_code,
+    read_forest_doc,
 )
 from .utils import child_keys as _child_keys
 from .utils import group_starts as _group_starts
@@ -1259,51 +1260,16 @@ def forest_from_json(doc: dict) -> ComparisonForest:
     forest = ComparisonForest(n, n_trees=m, leaf_size=int(doc["leaf_size"]), labels=doc.get("labels"),
                               redundancy=doc["redundancy"], values=doc.get("values"))
     forest._check_params()
-    offsets = np.cumsum([0] + [len(t["nodes"]) for t in doc["trees"]])
-    total = int(offsets[-1])
-    # global ids: tree roots first (0..m-1), then the remaining nodes tree by tree
-    gid = []
-    nxt = m
-    for t, tree in enumerate(doc["trees"]):
-        ids = [t]
-        for _ in tree["nodes"][1:]:
-            ids.append(nxt)
-            nxt += 1
-        gid.append(ids)
-    node_tree = np.zeros(total, np.int64)
-    node_parent = np.full(total, NO_NODE, np.int64)
-    node_depth = np.zeros(total, np.int64)
-    node_status = np.zeros(total, np.int8)
+    nodes, arrays = read_forest_doc(doc["trees"], n, STATUS_NAMES)
+    total = arrays["node_tree"].size
     node_size = np.zeros(total, np.int64)
     node_pivots = np.full((total, 2), -1, np.int64)
-    node_children = np.full((total, 2), NO_NODE, np.int64)
-    item_node = np.full((m, n), NO_NODE, np.int64)
-    seeds = np.zeros(m, np.uint64)
-    for t, tree in enumerate(doc["trees"]):
-        seeds[t] = np.uint64(int(tree["seed"]))
-        ids = gid[t]
-        for node in tree["nodes"]:
-            g = ids[node["id"]]
-            node_tree[g] = t
-            node_parent[g] = NO_NODE if node["parent"] is None else ids[node["parent"]]
-            node_depth[g] = node["depth"]
-            node_status[g] = STATUS_NAMES.index(node["status"])
-            node_size[g] = node["size"] or 0
-            if "pivots" in node:
-                node_pivots[g] = node["pivots"]
-                node_children[g] = [ids[c] for c in node["children"]]
-            if "members" in node:
-                item_node[t, node["members"]] = g
-    if (item_node == NO_NODE).any():
-        raise ValueError("every item must be a member of one node per tree")
-    # node keys are recomputed from the seeds, so pivots drawn later match the original forest
-    node_key = np.zeros(total, np.uint64)
-    node_key[:m] = _mix64(seeds)
-    for g in np.argsort(node_depth, kind="stable"):
-        for side in (0, 1):
-            c = node_children[g, side]
-            if c != NO_NODE:
-                node_key[c] = _child_keys(node_key[g:g + 1], side)[0]
+    for g, node in nodes:
+        node_size[g] = node["size"] or 0
+        if "pivots" in node:
+            node_pivots[g] = node["pivots"]
+    node_tree, node_depth, node_status = arrays["node_tree"], arrays["node_depth"], arrays["node_status"]
+    item_node = arrays["item_node"]
     slot_code = np.full((m, n), -1, np.int64)
     waiting = np.zeros(total, np.int64)
     splitting = np.flatnonzero(node_status == SPLITTING)
@@ -1317,16 +1283,12 @@ def forest_from_json(doc: dict) -> ComparisonForest:
         "class": "ComparisonForest", "version": 1, "n_items": n, "n_trees": m,
         "leaf_size": int(doc["leaf_size"]), "redundancy": forest.rule_.redundancy,
         "label_classes": forest.classes_, "label_codes": forest.label_codes_, "values": forest.values_,
-        "tree_seeds": seeds, "n_nodes": total, "node_tree": node_tree, "node_parent": node_parent,
-        "node_depth": node_depth, "node_key": node_key, "node_status": node_status, "node_size": node_size,
-        "node_waiting": waiting, "node_pivots": node_pivots, "node_children": node_children,
-        "item_node": item_node, "slot_code": slot_code,
+        "tree_seeds": arrays["tree_seeds"], "n_nodes": total, "node_tree": node_tree,
+        "node_parent": arrays["node_parent"], "node_depth": node_depth, "node_key": arrays["node_key"],
+        "node_status": node_status, "node_size": node_size, "node_waiting": waiting, "node_pivots": node_pivots,
+        "node_children": arrays["node_children"], "item_node": item_node, "slot_code": slot_code,
         "n_issued": int(doc.get("questions_issued", 0)), "n_answers": int(doc.get("answers_counted", 0)),
-        "n_late": 0, "n_released": 0,
-        "triplets_live_codes": np.empty(0, np.int64), "triplets_live_votes": np.empty((0, 2), np.int64),
-        "triplets_live_outstanding": np.empty(0, np.int64), "triplets_live_priority": np.empty(0, np.int64),
-        "triplets_live_seq": np.empty(0, np.int64), "triplets_next_seq": 0,
-        "triplets_decided_codes": np.empty(0, np.int64), "triplets_decided_a_wins": np.empty(0, bool),
+        "n_late": 0, "n_released": 0, **_TripletTable().to_state("triplets_"),
     }
     rebuilt = ComparisonForest.from_state(state)
     codes = slot_code[slot_code >= 0]

@@ -57,6 +57,7 @@ from .utils import (
     json_seed,
     load_counters,
     lowest_per_code,
+    read_forest_doc,
     state_head,
     unfitted_from_state,
 )
@@ -624,55 +625,21 @@ class SimilarityForest:
         if codes.size != n or len(doc["trees"]) != m:
             raise ValueError("labels or trees disagree with n_items / n_trees")
         forest._start(classes, codes)
-        offsets = np.cumsum([0] + [len(t["nodes"]) for t in doc["trees"]])
-        total = int(offsets[-1])
-        gid = []  # global ids: roots 0..m-1, then the other nodes tree by tree
-        nxt = m
-        for t, tree in enumerate(doc["trees"]):
-            rest = len(tree["nodes"]) - 1
-            gid.append([t] + list(range(nxt, nxt + rest)))
-            nxt += rest
-        c, r = len(classes), int(forest.n_pairs)
-        arrays = {
-            "node_tree": np.zeros(total, np.int64), "node_parent": np.full(total, NO_NODE, np.int64),
-            "node_depth": np.zeros(total, np.int64), "node_key": np.zeros(total, np.uint64),
-            "node_status": np.zeros(total, np.int8), "node_size": np.zeros(total, np.int64),
-            "node_counts": np.zeros((total, c), np.int64),
-            "node_candidates": np.full((total, r, 2), NO_ITEM, np.int64),
-            "node_pair": np.full((total, 2), NO_ITEM, np.int64), "node_threshold": np.full(total, np.nan),
-            "node_children": np.full((total, 2), NO_NODE, np.int64),
-        }
-        item_node = np.full((m, n), NO_NODE, np.int64)
-        seeds = np.zeros(m, np.uint64)
-        for t, tree in enumerate(doc["trees"]):
-            seeds[t] = np.uint64(int(tree["seed"]))
-            ids = gid[t]
-            for nd in tree["nodes"]:
-                g = ids[nd["id"]]
-                arrays["node_tree"][g] = t
-                arrays["node_parent"][g] = NO_NODE if nd["parent"] is None else ids[nd["parent"]]
-                arrays["node_depth"][g] = nd["depth"]
-                arrays["node_status"][g] = STATUS_NAMES.index(nd["status"])
-                arrays["node_size"][g] = nd["size"]
-                arrays["node_counts"][g] = nd["counts"]
-                if nd["pair"] is not None:
-                    arrays["node_pair"][g] = nd["pair"]
-                    arrays["node_threshold"][g] = nd["threshold"]
-                    arrays["node_children"][g] = [ids[x] for x in nd["children"]]
-                item_node[t, nd["members"]] = g
-        if (item_node == NO_NODE).any():
-            raise ValueError("every object must sit in exactly one node per tree")
-        keys = arrays["node_key"]
-        keys[:m] = _mix64(seeds)
-        for g in np.argsort(arrays["node_depth"], kind="stable"):
-            for side in (0, 1):
-                ch = arrays["node_children"][g, side]
-                if ch != NO_NODE:
-                    keys[ch] = _child_keys(keys[g:g + 1], side)[0]
-        forest.tree_seeds_ = seeds
-        forest.item_node_ = item_node
+        nodes, arrays = read_forest_doc(doc["trees"], n, STATUS_NAMES)
         for name, arr in arrays.items():
             setattr(forest, name + "_", arr)
+        total, c, r = forest.n_nodes_, len(classes), int(forest.n_pairs)
+        forest.node_size_ = np.zeros(total, np.int64)
+        forest.node_counts_ = np.zeros((total, c), np.int64)
+        forest.node_candidates_ = np.full((total, r, 2), NO_ITEM, np.int64)
+        forest.node_pair_ = np.full((total, 2), NO_ITEM, np.int64)
+        forest.node_threshold_ = np.full(total, np.nan)
+        for g, nd in nodes:
+            forest.node_size_[g] = nd["size"]
+            forest.node_counts_[g] = nd["counts"]
+            if nd["pair"] is not None:
+                forest.node_pair_[g] = nd["pair"]
+                forest.node_threshold_[g] = nd["threshold"]
         forest._check_arrays()
         return forest
 

@@ -96,6 +96,15 @@ def _check_pairs_of(X1, X2) -> tuple[np.ndarray, np.ndarray]:
     return X1, X2
 
 
+def _check_training_pairs(X1, X2, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(X1, X2, alike) of the pairs a model is fitted on: both alike and not-alike ones needed."""
+    X1, X2 = _check_pairs_of(X1, X2)
+    alike = _check_pair_labels(y, X1.shape[0])
+    if alike.all() or not alike.any():
+        raise ValueError("fit needs both alike (+1) and not-alike (-1) pairs")
+    return X1, X2, alike
+
+
 def _check_index_pairs(pairs, n_items: int) -> np.ndarray:
     pairs = np.asarray(pairs)
     if pairs.ndim != 2 or pairs.shape[1] != 2:
@@ -595,10 +604,7 @@ class SimilarityTreeRank:
     def fit(self, X1, X2, y) -> SimilarityTreeRank:
         """Grow the tree on row-aligned pairs ``X1``, ``X2`` (m, p) labelled ``y`` (m,) in {+1, -1}."""
         self._check_params()
-        X1, X2 = _check_pairs_of(X1, X2)
-        alike = _check_pair_labels(y, X1.shape[0])
-        if alike.all() or not alike.any():
-            raise ValueError("fit needs both alike (+1) and not-alike (-1) pairs")
+        X1, X2, alike = _check_training_pairs(X1, X2, y)
         rng = check_random_state(self.random_state)
         F = _sym(X1, X2)
         edges = _bin_edges(F, self.max_bins, rng)
@@ -1010,10 +1016,7 @@ class RankingForest:
     def fit(self, X1, X2, y) -> RankingForest:
         """Grow ``n_trees`` trees on row-aligned pairs (see :meth:`SimilarityTreeRank.fit`)."""
         self._check_params()
-        X1, X2 = _check_pairs_of(X1, X2)
-        alike = _check_pair_labels(y, X1.shape[0])
-        if alike.all() or not alike.any():
-            raise ValueError("fit needs both alike (+1) and not-alike (-1) pairs")
+        X1, X2, alike = _check_training_pairs(X1, X2, y)
         rng = check_random_state(self.random_state)
         self.tree_seeds_ = rng.integers(0, 2**31 - 1, size=self.n_trees, dtype=np.int64)
         m = X1.shape[0]

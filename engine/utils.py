@@ -242,3 +242,67 @@ def load_counters(target, names: Iterable[str], state: dict | None = None) -> No
 def counters_state(source, names: Iterable[str]) -> dict:
     """``{name: int(source.<name>_)}`` for each of ``names``: the counters' part of a state."""
     return {name: int(getattr(source, name + "_")) for name in names}
+
+
+# ----------------------------------------------------------------------------------------
+# the forests' JSON documents: trees of nodes with ids local to their tree
+# ----------------------------------------------------------------------------------------
+NO_NODE = -1
+
+
+def read_forest_doc(trees: list, n_items: int, status_names: tuple) -> tuple[list, dict]:
+    """The nodes of a forest document's ``trees`` in one global numbering: tree t's root is node
+    t, the other nodes follow tree by tree in document order.
+
+    Each tree has a ``seed`` (uint64 as a string) and ``nodes``, each node an ``id`` (local, the
+    root 0), ``parent`` (local id or None), ``depth``, ``status`` (one of ``status_names``),
+    ``children`` (local ids; absent or None where the node is not split) and ``members`` (absent,
+    or the items whose node it is). Returns ``(nodes, arrays)``: the ``(global id, node)`` of every
+    node, for the caller's own fields, and the ndarrays ``tree_seeds`` (n_trees,), ``node_tree``,
+    ``node_parent``, ``node_depth``, ``node_status``, ``node_key`` (recomputed from the seeds, so
+    pivots drawn later match the exported forest), ``node_children`` (n_nodes, 2) and
+    ``item_node`` (n_trees, n_items).
+    """
+    m = len(trees)
+    total = sum(len(tree["nodes"]) for tree in trees)
+    arrays = {
+        "tree_seeds": np.zeros(m, np.uint64), "node_tree": np.zeros(total, np.int64),
+        "node_parent": np.full(total, NO_NODE, np.int64), "node_depth": np.zeros(total, np.int64),
+        "node_status": np.zeros(total, np.int8), "node_children": np.full((total, 2), NO_NODE, np.int64),
+        "item_node": np.full((m, n_items), NO_NODE, np.int64),
+    }
+    nodes = []
+    following = m
+    for t, tree in enumerate(trees):
+        rest = len(tree["nodes"]) - 1
+        ids = [t, *range(following, following + rest)]
+        following += rest
+        arrays["tree_seeds"][t] = np.uint64(int(tree["seed"]))
+        for node in tree["nodes"]:
+            g = ids[node["id"]]
+            nodes.append((g, node))
+            arrays["node_tree"][g] = t
+            arrays["node_parent"][g] = NO_NODE if node["parent"] is None else ids[node["parent"]]
+            arrays["node_depth"][g] = node["depth"]
+            arrays["node_status"][g] = status_names.index(node["status"])
+            if node.get("children") is not None:
+                arrays["node_children"][g] = [ids[c] for c in node["children"]]
+            if "members" in node:
+                arrays["item_node"][t, node["members"]] = g
+    if (arrays["item_node"] == NO_NODE).any():
+        raise ValueError("every item must sit in exactly one node per tree")
+    arrays["node_key"] = node_keys(arrays["tree_seeds"], arrays["node_depth"], arrays["node_children"])
+    return nodes, arrays
+
+
+def node_keys(tree_seeds: np.ndarray, node_depth: np.ndarray, node_children: np.ndarray) -> np.ndarray:
+    """The counter-based key of every node (tree t's root is node t), from its tree's seed and its
+    path; ``node_children`` of shape (n_nodes, 2), ``NO_NODE`` where there is no child."""
+    keys = np.zeros(node_depth.size, np.uint64)
+    keys[: tree_seeds.size] = mix64(tree_seeds)
+    for g in np.argsort(node_depth, kind="stable"):
+        for side in (0, 1):
+            child = node_children[g, side]
+            if child != NO_NODE:
+                keys[child] = child_keys(keys[g:g + 1], side)[0]
+    return keys
