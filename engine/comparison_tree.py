@@ -28,6 +28,7 @@ from scipy import sparse
 from .utils import (
     GOLDEN,
     CodeTable,
+    array_from_state,
     check_int,
     check_random_state,
     check_state,
@@ -455,6 +456,14 @@ class ComparisonForest:
     """
 
     _COUNTERS = ("n_issued", "n_answers", "n_late", "n_released")
+    #: the arrays of one entry per node (``n_nodes_`` of them in use, more allocated): dtype, shape
+    #: of one entry, value of a node not made yet
+    _NODE_ARRAYS = {
+        "node_tree": (np.int64, (), -1), "node_parent": (np.int64, (), NO_NODE), "node_depth": (np.int64, (), 0),
+        "node_key": (np.uint64, (), 0), "node_status": (np.int8, (), FILLING), "node_size": (np.int64, (), 0),
+        "node_waiting": (np.int64, (), 0), "node_pivots": (np.int64, (2,), NO_ITEM),
+        "node_children": (np.int64, (2,), NO_NODE),
+    }
 
     def __init__(self, n_items, n_trees=10, leaf_size=1, labels=None, redundancy=1,
                  random_state=None, values=None):
@@ -486,18 +495,11 @@ class ComparisonForest:
         self.tree_seeds_ = rng.integers(0, 2**63 - 1, size=m, dtype=np.int64).astype(np.uint64)
         self.n_nodes_ = m
         cap = max(16, 4 * m)
-        self.node_tree_ = np.full(cap, -1, np.int64)
+        for name, (dtype, shape, fill) in self._NODE_ARRAYS.items():
+            setattr(self, name + "_", np.full((cap, *shape), fill, dtype))
         self.node_tree_[:m] = np.arange(m)
-        self.node_parent_ = np.full(cap, NO_NODE, np.int64)
-        self.node_depth_ = np.zeros(cap, np.int64)
-        self.node_key_ = np.zeros(cap, np.uint64)
         self.node_key_[:m] = _mix64(self.tree_seeds_)
-        self.node_status_ = np.full(cap, FILLING, np.int8)
         self.node_status_[:m] = READY
-        self.node_size_ = np.zeros(cap, np.int64)
-        self.node_waiting_ = np.zeros(cap, np.int64)
-        self.node_pivots_ = np.full((cap, 2), NO_ITEM, np.int64)
-        self.node_children_ = np.full((cap, 2), NO_NODE, np.int64)
         self.item_node_ = np.repeat(np.arange(m, dtype=np.int64)[:, None], n, axis=1)
         self.slot_code_ = np.full((m, n), _NO_CODE, np.int64)
         self.table_ = _TripletTable()
@@ -506,15 +508,8 @@ class ComparisonForest:
 
     def _reserve(self, extra: int) -> None:
         size = self.n_nodes_ + extra
-        self.node_tree_ = _grow(self.node_tree_, size, -1)
-        self.node_parent_ = _grow(self.node_parent_, size, NO_NODE)
-        self.node_depth_ = _grow(self.node_depth_, size, 0)
-        self.node_key_ = _grow(self.node_key_, size, 0)
-        self.node_status_ = _grow(self.node_status_, size, FILLING)
-        self.node_size_ = _grow(self.node_size_, size, 0)
-        self.node_waiting_ = _grow(self.node_waiting_, size, 0)
-        self.node_pivots_ = _grow(self.node_pivots_, size, NO_ITEM)
-        self.node_children_ = _grow(self.node_children_, size, NO_NODE)
+        for name, (_, _, fill) in self._NODE_ARRAYS.items():
+            setattr(self, name + "_", _grow(getattr(self, name + "_"), size, fill))
 
     # -- building ------------------------------------------------------------------------
     def _code(self, x, a, b) -> np.ndarray:
@@ -837,15 +832,7 @@ class ComparisonForest:
             "values": None if self.values_ is None else self.values_.copy(),
             "tree_seeds": self.tree_seeds_.copy(),
             "n_nodes": int(k),
-            "node_tree": self.node_tree_[:k].copy(),
-            "node_parent": self.node_parent_[:k].copy(),
-            "node_depth": self.node_depth_[:k].copy(),
-            "node_key": self.node_key_[:k].copy(),
-            "node_status": self.node_status_[:k].copy(),
-            "node_size": self.node_size_[:k].copy(),
-            "node_waiting": self.node_waiting_[:k].copy(),
-            "node_pivots": self.node_pivots_[:k].copy(),
-            "node_children": self.node_children_[:k].copy(),
+            **{name: getattr(self, name + "_")[:k].copy() for name in self._NODE_ARRAYS},
             "item_node": self.item_node_.copy(),
             "slot_code": self.slot_code_.copy(),
             **counters_state(self, self._COUNTERS),
@@ -866,23 +853,14 @@ class ComparisonForest:
         k = int(state["n_nodes"])
         forest.tree_seeds_ = np.asarray(state["tree_seeds"], np.uint64).copy()
         forest.n_nodes_ = k
-        forest.node_tree_ = np.asarray(state["node_tree"], np.int64).copy()
-        forest.node_parent_ = np.asarray(state["node_parent"], np.int64).copy()
-        forest.node_depth_ = np.asarray(state["node_depth"], np.int64).copy()
-        forest.node_key_ = np.asarray(state["node_key"], np.uint64).copy()
-        forest.node_status_ = np.asarray(state["node_status"], np.int8).copy()
-        forest.node_size_ = np.asarray(state["node_size"], np.int64).copy()
-        forest.node_waiting_ = np.asarray(state["node_waiting"], np.int64).copy()
-        forest.node_pivots_ = np.asarray(state["node_pivots"], np.int64).reshape(-1, 2).copy()
-        forest.node_children_ = np.asarray(state["node_children"], np.int64).reshape(-1, 2).copy()
+        for name, (dtype, shape, _) in cls._NODE_ARRAYS.items():
+            setattr(forest, name + "_", array_from_state(state[name], dtype, shape))
         forest.item_node_ = np.asarray(state["item_node"], np.int64).copy()
         forest.slot_code_ = np.asarray(state["slot_code"], np.int64).copy()
         shape = (forest.n_trees, forest.n_items)
         if forest.item_node_.shape != shape or forest.slot_code_.shape != shape:
             raise ValueError(f"item_node and slot_code must have shape {shape}")
-        if any(a.shape[0] != k for a in (forest.node_tree_, forest.node_parent_, forest.node_depth_,
-                                         forest.node_key_, forest.node_status_, forest.node_size_,
-                                         forest.node_waiting_, forest.node_pivots_, forest.node_children_)):
+        if any(getattr(forest, name + "_").shape[0] != k for name in cls._NODE_ARRAYS):
             raise ValueError("node arrays in state disagree with n_nodes")
         forest.table_ = _TripletTable.from_state(state, "triplets_")
         load_counters(forest, cls._COUNTERS, state)

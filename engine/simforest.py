@@ -50,11 +50,13 @@ import numpy as np
 
 from .utils import (
     CodeTable,
+    arrays_state,
     check_int,
     check_random_state,
     check_state,
     counters_state,
     json_seed,
+    load_arrays,
     load_counters,
     lowest_per_code,
     read_forest_doc,
@@ -512,6 +514,8 @@ class SimilarityForest:
         "node_status": np.int8, "node_size": np.int64, "node_counts": np.int64, "node_candidates": np.int64,
         "node_pair": np.int64, "node_threshold": np.float64, "node_children": np.int64,
     }
+    #: every learned array, as saved in a state
+    _FITTED_ARRAYS = {"label_codes": np.int64, "tree_seeds": np.uint64, "item_node": np.int64, **_NODE_ARRAYS}
 
     def _params(self) -> dict:
         return {
@@ -527,11 +531,7 @@ class SimilarityForest:
         state = state_head(self, STATE_VERSION, fitted=hasattr(self, "item_node_"))
         if state["fitted"]:
             state["classes"] = [_json_label(c) for c in self.classes_]
-            state["label_codes"] = self.label_codes_.copy()
-            state["tree_seeds"] = self.tree_seeds_.copy()
-            state["item_node"] = self.item_node_.copy()
-            for name in self._NODE_ARRAYS:
-                state[name] = getattr(self, name + "_").copy()
+            state.update(arrays_state(self, self._FITTED_ARRAYS))
         return state
 
     @classmethod
@@ -539,13 +539,9 @@ class SimilarityForest:
         forest = unfitted_from_state(cls, state, (STATE_VERSION,))
         if state.get("fitted"):
             forest.classes_ = list(state["classes"])
-            forest.label_codes_ = np.asarray(state["label_codes"], np.int64).copy()
+            load_arrays(forest, state, cls._FITTED_ARRAYS)
             forest.n_items_ = int(forest.label_codes_.size)
             forest.n_trees_ = int(forest.n_trees)
-            forest.tree_seeds_ = np.asarray(state["tree_seeds"], np.uint64).copy()
-            forest.item_node_ = np.asarray(state["item_node"], np.int64).copy()
-            for name, dtype in cls._NODE_ARRAYS.items():
-                setattr(forest, name + "_", np.asarray(state[name], dtype).copy())
             forest._check_arrays()
         return forest
 
@@ -647,7 +643,7 @@ class SimilarityForest:
         twin = SimilarityForest(**self._params())
         for name in ("classes_", "n_items_", "n_trees_"):
             setattr(twin, name, getattr(self, name) if name != "classes_" else list(self.classes_))
-        for name in ["label_codes", "tree_seeds", "item_node", *self._NODE_ARRAYS]:
+        for name in self._FITTED_ARRAYS:
             setattr(twin, name + "_", getattr(self, name + "_").copy())
         return twin
 
@@ -952,10 +948,8 @@ class ActiveSimilarityForest:
         state = {"class": type(self).__name__, "version": STATE_VERSION, "params": self._params(),
                  "labels": [classes[k] for k in self.forest_.label_codes_.tolist()],
                  **counters_state(self, self._COUNTERS)}
-        forest = self.forest_.to_state()
-        state["forest_classes"] = forest["classes"]
-        for name in ["label_codes", "tree_seeds", "item_node", *SimilarityForest._NODE_ARRAYS]:
-            state[f"forest_{name}"] = forest[name]
+        state["forest_classes"] = classes
+        state.update(arrays_state(self.forest_, SimilarityForest._FITTED_ARRAYS, "forest_"))
         state.update(self.table_.to_state("pairs_"))
         return state
 
@@ -969,9 +963,8 @@ class ActiveSimilarityForest:
                         "params": {"n_trees": params["n_trees"], "n_pairs": params["n_pairs"], "metric": "similarity",
                                    "max_depth": params["max_depth"], "min_samples_split": params["min_samples_split"],
                                    "random_state": params["random_state"]},
-                        "classes": planner.classes_}
-        for name in ["label_codes", "tree_seeds", "item_node", *SimilarityForest._NODE_ARRAYS]:
-            forest_state[name] = state[f"forest_{name}"]
+                        "classes": planner.classes_,
+                        **{name: state[f"forest_{name}"] for name in SimilarityForest._FITTED_ARRAYS}}
         planner.forest_ = SimilarityForest.from_state(forest_state)
         if planner.forest_.n_items_ != planner.n_items:
             raise ValueError("state arrays disagree with n_items")

@@ -223,8 +223,7 @@ class CodeTable:
     def from_state(cls, state: dict, prefix: str, columns: str = ""):
         table = cls()
         for name, (dtype, shape, _) in cls._layout().items():
-            arr = np.asarray(state[f"{prefix}{columns}{name}"], dtype)
-            setattr(table, name, (arr.reshape(-1, *shape) if shape else arr).copy())
+            setattr(table, name, array_from_state(state[f"{prefix}{columns}{name}"], dtype, shape))
         table.next_seq = int(state[f"{prefix}next_seq"])
         n = table.codes.shape[0] if table.codes.ndim else -1
         if any(getattr(table, name).shape != (n, *shape) for name, (_, shape, _) in cls._layout().items()):
@@ -306,3 +305,21 @@ def node_keys(tree_seeds: np.ndarray, node_depth: np.ndarray, node_children: np.
             if child != NO_NODE:
                 keys[child] = child_keys(keys[g:g + 1], side)[0]
     return keys
+
+
+def arrays_state(source, names: Iterable[str], prefix: str = "") -> dict:
+    """``{prefix + name: a copy of source.<name>_}`` for each of ``names``."""
+    return {prefix + name: getattr(source, name + "_").copy() for name in names}
+
+
+def array_from_state(value, dtype, shape: tuple = ()) -> np.ndarray:
+    """A fresh ndarray of ``value`` as ``dtype``; with a ``shape`` (of one row), rows of that shape."""
+    arr = np.asarray(value, dtype)
+    return (arr.reshape(-1, *shape) if shape else arr).copy()
+
+
+def load_arrays(target, state: dict, dtypes: dict, prefix: str = "") -> None:
+    """Set ``target.<name>_`` to a fresh ndarray of ``state[prefix + name]`` for every
+    ``name: dtype`` of ``dtypes`` (the inverse of :func:`arrays_state`)."""
+    for name, dtype in dtypes.items():
+        setattr(target, name + "_", array_from_state(state[prefix + name], dtype))
