@@ -120,7 +120,7 @@ def study_stats(conn, study: Study) -> dict:
     algorithms = []
     for alg in study.config.algorithms:
         label = alg.label
-        a_served = counters.get(f"questions_served:{label}", 0)
+        a_served = counters.get(keys.counter_field("questions_served", label), 0)
         a_fallback = counters.get(f"fallback_served:{label}", 0)
         progress = (summaries.get(label) or {}).get("progress")
         neighbors = (summaries.get(label) or {}).get("neighbors")
@@ -134,7 +134,8 @@ def study_stats(conn, study: Study) -> dict:
             certified = progress["rounds_certified"] / progress["n_items"]
         algorithms.append({
             "label": label, "algorithm": alg.algorithm, "question_kind": alg.question_kind, "share": alg.share,
-            "budget": alg.budget, "answers": counters.get(f"answers:{label}", 0), "questions_served": a_served,
+            "budget": alg.budget, "answers": counters.get(keys.counter_field("answers", label), 0),
+            "questions_served": a_served,
             "fallback_served": a_fallback, "fallback_rate": a_fallback / a_served if a_served else 0.0,
             "pool_depth": int(depths[label]), "finished": label in finished,
             "progress": progress, "share_certified": certified,

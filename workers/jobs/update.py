@@ -46,6 +46,7 @@ from workers.jobs.learners import Learner
 from workers.store import answers as answer_log
 from workers.store import engine_state, keys, questions
 from workers.store import truth as known_truth
+from workers.store.lua import Script
 from workers.store.studies import Study, get_items, get_study, initial_item_count
 
 # an issued question is reclaimed this long after its token expired (clock skew between hosts)
@@ -113,13 +114,7 @@ def _fault(point: str) -> None:
 
 
 # ---------------------------------------------------------------------------- the study lock
-# KEYS[1] lock; ARGV[1] the value it must hold; ARGV[2] the new value ('' to delete); ARGV[3] TTL (ms)
-# Returns 1 if the lock held ARGV[1] (and was replaced or deleted), else 0.
-_SWAP_SCRIPT = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if ARGV[2] == '' then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end
-return 1
-"""
+_SWAP = Script("lock_swap.lua")  # replace or release the lock only while it holds the value we read
 
 
 def _holder_gone(conn, value: str, run_id: str) -> bool:
@@ -159,12 +154,11 @@ def study_lock(conn, study_id: str, timeout: float = LOCK_TIMEOUT_SECONDS, wait:
     try:
         run_id = holder.info("server")["run_id"]
         value = f"{run_id}:{holder.client_id()}:{secrets.token_hex(4)}"
-        swap = holder.register_script(_SWAP_SCRIPT)
         deadline = time.monotonic() + wait
         while not holder.set(key, value, nx=True, px=ttl_ms):
             current = holder.get(key)
             if current is not None and _holder_gone(holder, current.decode(), run_id):
-                if swap(keys=[key], args=[current, value, ttl_ms]):
+                if _SWAP(holder, keys={"lock": key}, args={"expected": current, "new_value": value, "ttl_ms": ttl_ms}):
                     break
                 continue
             if time.monotonic() >= deadline:
@@ -172,12 +166,12 @@ def study_lock(conn, study_id: str, timeout: float = LOCK_TIMEOUT_SECONDS, wait:
             time.sleep(0.05)
 
         def renew() -> None:
-            swap(keys=[key], args=[value, value, ttl_ms])
+            _SWAP(holder, keys={"lock": key}, args={"expected": value, "new_value": value, "ttl_ms": ttl_ms})
 
         try:
             yield renew
         finally:
-            swap(keys=[key], args=[value, "", 0])
+            _SWAP(holder, keys={"lock": key}, args={"expected": value, "new_value": "", "ttl_ms": 0})
     finally:
         holder.close()
 
@@ -358,7 +352,7 @@ def record_truth_error(pipe, study: Study, learners: dict[str, Learner], summari
         summary = summaries.get(label) or {}
         if summary.get("neighbors") is None or not learner.entry.yields_graph:
             continue
-        applied = _answers_applied(summary.get("progress"), int(counters.get(f"answers:{label}", 0)))
+        applied = _answers_applied(summary.get("progress"), int(counters.get(keys.counter_field("answers", label), 0)))
         n = len(truth.points)  # a learner not yet grown to the study's items: the others have no neighbour
         neighbors = list(summary["neighbors"][:n]) + [oracles.NO_NEIGHBOR] * (n - len(summary["neighbors"]))
         wrong = oracles.neighbor_error(neighbors, points=truth.points, kth=truth.nearest)
@@ -596,14 +590,14 @@ def apply_new_answers(conn, study_id: str, now: float | None = None, renew=None,
 
 def _budget_reached(learner: Learner, counters: dict) -> bool:
     budget = learner.algorithm.budget
-    return budget is not None and int(counters.get(f"questions_served:{learner.label}", 0)) >= budget
+    return budget is not None and int(counters.get(keys.counter_field("questions_served", learner.label), 0)) >= budget
 
 
 def _pool_target(base: int, label: str, counters: dict, previous: dict) -> int:
     """At least ``base``, and enough for the questions taken from the pool since the previous pass
     (times ``DEMAND_HEADROOM``); at most ten times ``base``."""
-    served = int(counters.get(f"questions_served:{label}", 0))
-    before = previous.get(f"served:{label}")
+    served = int(counters.get(keys.counter_field("questions_served", label), 0))
+    before = previous.get(keys.served_field(label))
     demand = served - int(before) if before is not None else 0
     return max(base, min(math.ceil(DEMAND_HEADROOM * demand), 10 * max(base, 1)))
 
@@ -690,7 +684,7 @@ def _read_demand(pipe, p: _Pass) -> None:
     study_id = p.study.id
     p.expired = questions.expired_questions(pipe, study_id, before=p.now - EXPIRY_GRACE_SECONDS)
     p.counters = {k.decode(): v for k, v in pipe.hgetall(keys.counters(study_id)).items()}
-    served_fields = [f"served:{label}" for label in p.labels]
+    served_fields = [keys.served_field(label) for label in p.labels]
     p.previous = {name: v for name, v in zip(served_fields, pipe.hmget(keys.engine_stats(study_id), served_fields),
                                              strict=True)
                   if v is not None}
@@ -728,7 +722,7 @@ def _plan(conn, pipe, p: _Pass, pruned: dict[str, list[dict]]) -> None:
         depth = len(pooled) - len(removed)
         wanted = max(0, target - depth) if running and not done else 0
         if learner.algorithm.budget is not None:
-            served = int(p.counters.get(f"questions_served:{label}", 0))
+            served = int(p.counters.get(keys.counter_field("questions_served", label), 0))
             wanted = min(wanted, max(0, learner.algorithm.budget - served - depth))
         window = learner.algorithm.params.get("window", 1)
         p.planned[label] = learner.plan(wanted, study.n_items, window=window)
@@ -806,7 +800,8 @@ def _commit(conn, pipe, p: _Pass, changed: dict[str, bool], summarise: bool) -> 
     pipe.hset(keys.engine_stats(study_id), mapping={
         "last_update_at": repr(p.now), "last_latency_ms": f"{latency_ms:.3f}",
         "last_batch": p.n_read, "cursor": p.cursor, "active_raters": p.active, **summary_field,
-        **{f"served:{label}": int(p.counters.get(f"questions_served:{label}", 0)) for label in p.labels},
+        **{keys.served_field(label): int(p.counters.get(keys.counter_field("questions_served", label), 0))
+           for label in p.labels},
     })
     for name, value in (("updates", 1), ("answers_applied", p.n_read), ("answers_closed_round", p.late_answers),
                         ("answers_fallback", p.fallback_answers),

@@ -282,7 +282,7 @@ def import_triplets(conn, study_id: str, text: str, source: str = "file", rater:
             })
         if rows:
             pipe.sadd(keys.raters(study_id), rater)
-            pipe.hincrby(keys.counters(study_id), f"answers:{IMPORTED}", len(rows))
+            pipe.hincrby(keys.counters(study_id), keys.counter_field("answers", IMPORTED), len(rows))
         pipe.execute()
     if rows:
         schedule_update(conn, study_id)
