@@ -50,6 +50,7 @@ import numpy as np
 
 from .utils import (
     CodeTable,
+    StateMixin,
     arrays_state,
     check_int,
     check_random_state,
@@ -60,8 +61,6 @@ from .utils import (
     load_counters,
     lowest_per_code,
     read_forest_doc,
-    state_head,
-    unfitted_from_state,
 )
 from .utils import child_keys as _child_keys
 from .utils import group_starts as _group_starts
@@ -223,7 +222,7 @@ def _affinity(arr: np.ndarray, metric: str) -> np.ndarray:
 # ----------------------------------------------------------------------------------------
 # the forest
 # ----------------------------------------------------------------------------------------
-class SimilarityForest:
+class SimilarityForest(StateMixin):
     """SimForest: a random forest whose splits need only similarities between objects.
 
     Parameters
@@ -509,6 +508,8 @@ class SimilarityForest:
         return int(self.node_depth_.max())
 
     # -- state ---------------------------------------------------------------------------
+    STATE_VERSIONS = (STATE_VERSION,)
+    _FITTED_ATTRIBUTE = "item_node_"
     _NODE_ARRAYS = {
         "node_tree": np.int64, "node_parent": np.int64, "node_depth": np.int64, "node_key": np.uint64,
         "node_status": np.int8, "node_size": np.int64, "node_counts": np.int64, "node_candidates": np.int64,
@@ -528,22 +529,18 @@ class SimilarityForest:
     def to_state(self) -> dict:
         """Plain numpy arrays plus JSON-safe values (never pickle), version ``STATE_VERSION``."""
         self._check_params()
-        state = state_head(self, STATE_VERSION, fitted=hasattr(self, "item_node_"))
-        if state["fitted"]:
-            state["classes"] = [_json_label(c) for c in self.classes_]
-            state.update(arrays_state(self, self._FITTED_ARRAYS))
-        return state
+        return super().to_state()
 
-    @classmethod
-    def from_state(cls, state: dict) -> SimilarityForest:
-        forest = unfitted_from_state(cls, state, (STATE_VERSION,))
-        if state.get("fitted"):
-            forest.classes_ = list(state["classes"])
-            load_arrays(forest, state, cls._FITTED_ARRAYS)
-            forest.n_items_ = int(forest.label_codes_.size)
-            forest.n_trees_ = int(forest.n_trees)
-            forest._check_arrays()
-        return forest
+    def _fitted_state(self) -> dict:
+        """``classes`` (list) and the learned arrays, named like the attributes without the underscore."""
+        return {"classes": [_json_label(c) for c in self.classes_], **arrays_state(self, self._FITTED_ARRAYS)}
+
+    def _load_fitted(self, state: dict) -> None:
+        self.classes_ = list(state["classes"])
+        load_arrays(self, state, self._FITTED_ARRAYS)
+        self.n_items_ = int(self.label_codes_.size)
+        self.n_trees_ = int(self.n_trees)
+        self._check_arrays()
 
     def _check_arrays(self) -> None:
         k, r, c = self.n_nodes_, int(self.n_pairs), len(self.classes_)

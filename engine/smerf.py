@@ -38,7 +38,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .utils import check_int, check_random_state, json_seed, state_head, unfitted_from_state
+from .utils import StateMixin, check_int, check_random_state, json_seed
 
 __all__ = [
     "KIND",
@@ -206,7 +206,7 @@ def _split_gains(xs, Zs, Cs, z_rows, c_rows, ws, node_mean: float, min_samples_l
 # ----------------------------------------------------------------------------------------
 # one tree
 # ----------------------------------------------------------------------------------------
-class DistanceTree:
+class DistanceTree(StateMixin):
     """One SMERF tree: axis-aligned splits maximising the drop of n·I (module docstring).
 
     Parameters
@@ -444,42 +444,36 @@ class DistanceTree:
         return self.leaf_distances_[l1, l2]
 
     # -- state ---------------------------------------------------------------------------
+    STATE_VERSIONS = (STATE_VERSION,)
+    _FITTED_ATTRIBUTE = "leaf_distances_"
     _INT_NODE_ARRAYS = ("feature", "left", "right", "parent", "depth", "n_items")
     _FLOAT_NODE_ARRAYS = ("threshold", "weight", "impurity", "mean", "gain", "cross_mean")
 
-    def to_state(self) -> dict:
-        """JSON-safe dict (plain lists, no NaN): ``{"class", "version", "params", "fitted"}`` and,
-        once fitted, ``"n_features_in"``, ``"feature_names"``, ``"global_mean"``, ``"nodes"`` (one
-        list per node array, ``None`` for NaN), ``"leaf_distances"`` (upper triangle by rows:
-        ``leaf_distances[a][b - a] = h(a, b)`` for b ≥ a) and ``"feature_importances"``.
+    def _fitted_state(self) -> dict:
+        """JSON-safe (plain lists, no NaN): ``"n_features_in"``, ``"feature_names"``,
+        ``"global_mean"``, ``"nodes"`` (one list per node array, ``None`` for NaN),
+        ``"leaf_distances"`` (upper triangle by rows: ``leaf_distances[a][b - a] = h(a, b)`` for
+        b ≥ a) and ``"feature_importances"``.
         """
-        state = state_head(self, STATE_VERSION, fitted=hasattr(self, "leaf_distances_"))
-        if state["fitted"]:
-            nodes = {name: [int(v) for v in getattr(self, name + "_")] for name in self._INT_NODE_ARRAYS}
-            for name in self._FLOAT_NODE_ARRAYS:
-                nodes[name] = _floats_or_none(getattr(self, name + "_"))
-            state.update({
-                "n_features_in": self.n_features_in_,
-                "feature_names": self.feature_names_in_,
-                "global_mean": float(self.global_mean_),
-                "nodes": nodes,
-                "leaf_distances": _upper_rows(self.leaf_distances_),
-                "feature_importances": [float(v) for v in self.feature_importances_],
-            })
-        return state
+        nodes = {name: [int(v) for v in getattr(self, name + "_")] for name in self._INT_NODE_ARRAYS}
+        for name in self._FLOAT_NODE_ARRAYS:
+            nodes[name] = _floats_or_none(getattr(self, name + "_"))
+        return {
+            "n_features_in": self.n_features_in_,
+            "feature_names": self.feature_names_in_,
+            "global_mean": float(self.global_mean_),
+            "nodes": nodes,
+            "leaf_distances": _upper_rows(self.leaf_distances_),
+            "feature_importances": [float(v) for v in self.feature_importances_],
+        }
 
-    @classmethod
-    def from_state(cls, state: dict) -> DistanceTree:
-        """Rebuild a tree saved by :meth:`to_state` (it predicts exactly as before)."""
-        tree = unfitted_from_state(cls, state, (STATE_VERSION,))
-        if state.get("fitted"):
-            tree._load_arrays(state["nodes"], state["leaf_distances"], int(state["n_features_in"]))
-            tree.feature_names_in_ = _check_names(state.get("feature_names"), tree.n_features_in_)
-            tree.global_mean_ = float(state["global_mean"])
-            tree.feature_importances_ = np.asarray(state["feature_importances"], np.float64)
-            if tree.feature_importances_.shape != (tree.n_features_in_,):
-                raise ValueError("feature_importances must have one entry per feature")
-        return tree
+    def _load_fitted(self, state: dict) -> None:
+        self._load_arrays(state["nodes"], state["leaf_distances"], int(state["n_features_in"]))
+        self.feature_names_in_ = _check_names(state.get("feature_names"), self.n_features_in_)
+        self.global_mean_ = float(state["global_mean"])
+        self.feature_importances_ = np.asarray(state["feature_importances"], np.float64)
+        if self.feature_importances_.shape != (self.n_features_in_,):
+            raise ValueError("feature_importances must have one entry per feature")
 
     def _load_arrays(self, nodes: dict, leaf_rows, n_features: int) -> None:
         for name in self._INT_NODE_ARRAYS:
@@ -572,7 +566,7 @@ def _from_upper_rows(rows, L: int) -> np.ndarray:
 # ----------------------------------------------------------------------------------------
 # the forest
 # ----------------------------------------------------------------------------------------
-class DistanceForest:
+class DistanceForest(StateMixin):
     """Similarity and Metric Random Forest: ``n_trees`` randomised :class:`DistanceTree` s.
 
     Parameters
@@ -707,29 +701,23 @@ class DistanceForest:
         return out / len(self.estimators_)
 
     # -- state and export ----------------------------------------------------------------
-    def to_state(self) -> dict:
-        """JSON-safe dict (``json.dumps`` it as is): ``{"class", "version", "params", "fitted"}``
-        and, once fitted, ``"n_features_in"``, ``"feature_names"``, ``"tree_seeds"``,
-        ``"feature_importances"`` and ``"trees"`` (each a :meth:`DistanceTree.to_state`)."""
-        state = state_head(self, STATE_VERSION, fitted=hasattr(self, "estimators_"))
-        if state["fitted"]:
-            state.update({
-                "n_features_in": self.n_features_in_,
-                "feature_names": self.feature_names_in_,
-                "tree_seeds": [int(s) for s in self.tree_seeds_],
-                "feature_importances": [float(v) for v in self.feature_importances_],
-                "trees": [t.to_state() for t in self.estimators_],
-            })
-        return state
+    STATE_VERSIONS = (STATE_VERSION,)
+    _FITTED_ATTRIBUTE = "estimators_"
 
-    @classmethod
-    def from_state(cls, state: dict) -> DistanceForest:
-        """Rebuild a forest saved by :meth:`to_state` (it predicts exactly as before)."""
-        forest = unfitted_from_state(cls, state, (STATE_VERSION,))
-        if state.get("fitted"):
-            forest.estimators_ = [DistanceTree.from_state(t) for t in state["trees"]]
-            forest._finish_load(state, [int(s) for s in state["tree_seeds"]])
-        return forest
+    def _fitted_state(self) -> dict:
+        """JSON-safe (``json.dumps`` it as is): ``"n_features_in"``, ``"feature_names"``,
+        ``"tree_seeds"``, ``"feature_importances"`` and ``"trees"`` (each a :meth:`DistanceTree.to_state`)."""
+        return {
+            "n_features_in": self.n_features_in_,
+            "feature_names": self.feature_names_in_,
+            "tree_seeds": [int(s) for s in self.tree_seeds_],
+            "feature_importances": [float(v) for v in self.feature_importances_],
+            "trees": [t.to_state() for t in self.estimators_],
+        }
+
+    def _load_fitted(self, state: dict) -> None:
+        self.estimators_ = [DistanceTree.from_state(t) for t in state["trees"]]
+        self._finish_load(state, [int(s) for s in state["tree_seeds"]])
 
     def _finish_load(self, doc: dict, seeds: list) -> None:
         self.n_features_in_ = int(doc["n_features_in"] if "n_features_in" in doc else doc["n_features"])

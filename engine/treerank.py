@@ -30,7 +30,7 @@ import numbers
 import numpy as np
 from scipy.stats import rankdata
 
-from .utils import check_int, check_random_state, json_seed, state_head, unfitted_from_state
+from .utils import StateMixin, check_int, check_random_state, json_seed
 
 __all__ = [
     "NO_NODE",
@@ -533,7 +533,7 @@ def _check_max_features(value):
 # ----------------------------------------------------------------------------------------
 # one similarity tree
 # ----------------------------------------------------------------------------------------
-class SimilarityTreeRank:
+class SimilarityTreeRank(StateMixin):
     """A similarity ranking tree (Similarity TreeRank, Clémençon & Vogel 2019, §3.1).
 
     Each cell of the master tree is split by a LeafRank rule grown on the symmetric features of
@@ -749,33 +749,25 @@ class SimilarityTreeRank:
                 np.r_[0.0, np.cumsum(pos) / max(pos.sum(), 1)])
 
     # -- state and export ----------------------------------------------------------------
+    STATE_VERSIONS = (STATE_VERSION,)
+    _FITTED_ATTRIBUTE = "node_left_"
     _ARRAYS = {"node_left": np.int64, "node_right": np.int64, "node_depth": np.int64,
                "node_position": np.int64, "node_rule": np.int64, "node_n_alike": np.int64,
                "node_n_other": np.int64, "rule_feature": np.int64, "rule_threshold": np.float64,
                "rule_left": np.int64, "rule_right": np.int64, "rule_alike": bool}
 
-    def to_state(self) -> dict:
-        """JSON-safe dict (plain lists and scalars; never pickle): ``{"class", "version", "params",
-        "fitted"}`` and, once fitted, ``n_features`` and the node / rule arrays named like the
-        attributes without the trailing underscore."""
-        state = state_head(self, STATE_VERSION, fitted=hasattr(self, "node_left_"))
-        if state["fitted"]:
-            state["n_features"] = int(self.n_features_in_)
-            for name in self._ARRAYS:
-                state[name] = getattr(self, name + "_").tolist()
-        return state
+    def _fitted_state(self) -> dict:
+        """JSON-safe (plain lists and scalars): ``n_features`` and the node / rule arrays named
+        like the attributes without the trailing underscore."""
+        return {"n_features": int(self.n_features_in_),
+                **{name: getattr(self, name + "_").tolist() for name in self._ARRAYS}}
 
-    @classmethod
-    def from_state(cls, state: dict) -> SimilarityTreeRank:
-        """Rebuild a tree saved by :meth:`to_state` (it scores exactly as before)."""
-        tree = unfitted_from_state(cls, state, (STATE_VERSION,))
-        if state.get("fitted"):
-            tree.n_features_in_ = int(state["n_features"])
-            for name, dtype in cls._ARRAYS.items():
-                setattr(tree, name + "_", np.asarray(state[name], dtype=dtype).reshape(-1))
-            tree._validate_structure()
-            tree._finish()
-        return tree
+    def _load_fitted(self, state: dict) -> None:
+        self.n_features_in_ = int(state["n_features"])
+        for name, dtype in self._ARRAYS.items():
+            setattr(self, name + "_", np.asarray(state[name], dtype=dtype).reshape(-1))
+        self._validate_structure()
+        self._finish()
 
     def _validate_structure(self) -> None:
         n = self.node_left_.size
@@ -953,7 +945,7 @@ def _tree_from_doc(tree: SimilarityTreeRank, doc: dict, p: int) -> SimilarityTre
 # ----------------------------------------------------------------------------------------
 # ranking forest
 # ----------------------------------------------------------------------------------------
-class RankingForest:
+class RankingForest(StateMixin):
     """Bagged similarity TreeRank trees aggregated by mean rank (Clémençon, Depecker & Vayatis 2013).
 
     Each tree is grown on its own sample of the training pairs (``max_samples`` of them, drawn
@@ -1072,28 +1064,22 @@ class RankingForest:
         self._check_fitted()
         return [t.n_leaves_ for t in self.estimators_]
 
-    def to_state(self) -> dict:
-        """JSON-safe dict: ``{"class", "version", "params", "fitted"}`` and, once fitted,
-        ``n_features``, ``tree_seeds`` and ``trees`` (each a :meth:`SimilarityTreeRank.to_state`)."""
-        state = state_head(self, STATE_VERSION, fitted=hasattr(self, "estimators_"))
-        if state["fitted"]:
-            state["n_features"] = int(self.n_features_in_)
-            state["tree_seeds"] = [int(s) for s in self.tree_seeds_]
-            state["trees"] = [t.to_state() for t in self.estimators_]
-        return state
+    STATE_VERSIONS = (STATE_VERSION,)
+    _FITTED_ATTRIBUTE = "estimators_"
 
-    @classmethod
-    def from_state(cls, state: dict) -> RankingForest:
-        forest = unfitted_from_state(cls, state, (STATE_VERSION,))
-        if state.get("fitted"):
-            forest.n_features_in_ = int(state["n_features"])
-            forest.tree_seeds_ = np.asarray(state["tree_seeds"], dtype=np.int64).reshape(-1)
-            forest.estimators_ = [SimilarityTreeRank.from_state(t) for t in state["trees"]]
-            if len(forest.estimators_) != forest.n_trees or forest.tree_seeds_.size != forest.n_trees:
-                raise ValueError("the state's trees disagree with n_trees")
-            if any(t.n_features_in_ != forest.n_features_in_ for t in forest.estimators_):
-                raise ValueError("a tree of the state has another number of features")
-        return forest
+    def _fitted_state(self) -> dict:
+        """JSON-safe: ``n_features``, ``tree_seeds`` and ``trees`` (each a :meth:`SimilarityTreeRank.to_state`)."""
+        return {"n_features": int(self.n_features_in_), "tree_seeds": [int(s) for s in self.tree_seeds_],
+                "trees": [t.to_state() for t in self.estimators_]}
+
+    def _load_fitted(self, state: dict) -> None:
+        self.n_features_in_ = int(state["n_features"])
+        self.tree_seeds_ = np.asarray(state["tree_seeds"], dtype=np.int64).reshape(-1)
+        self.estimators_ = [SimilarityTreeRank.from_state(t) for t in state["trees"]]
+        if len(self.estimators_) != self.n_trees or self.tree_seeds_.size != self.n_trees:
+            raise ValueError("the state's trees disagree with n_trees")
+        if any(t.n_features_in_ != self.n_features_in_ for t in self.estimators_):
+            raise ValueError("a tree of the state has another number of features")
 
     def to_json(self) -> dict:
         """The researcher's export (``schema_version`` 1, ``kind`` "ranking_forest"): as

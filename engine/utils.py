@@ -100,7 +100,7 @@ def group_starts(sorted_keys: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------
-# saved state: the head every engine estimator's ``to_state`` starts with
+# saved state: the envelope of every engine estimator's state
 # ----------------------------------------------------------------------------------------
 def json_seed(random_state) -> int | None:
     """``random_state`` as saved in a state's params: the int itself, else None (a Generator or
@@ -123,20 +123,39 @@ def check_state(state: dict, cls_name: str, versions: Iterable[int]) -> int:
     return version
 
 
-def state_head(estimator, version: int, fitted: bool) -> dict:
-    """``{"class", "version", "params", "fitted"}``: the start of an estimator's state; its
-    JSON-safe parameters come from ``estimator._params()``, the learned arrays follow."""
-    return {"class": type(estimator).__name__, "version": version, "params": estimator._params(),
-            "fitted": fitted}
+class StateMixin:
+    """``to_state`` / ``from_state`` of an estimator saved as its parameters plus, once fitted,
+    what it learned: ``{"class", "version", "params", "fitted", ...}`` with JSON-safe values and
+    plain arrays, never pickled (like scikit-learn's ``__getstate__``, the envelope is the base
+    class's, the learned part each estimator's).
 
+    A subclass sets ``STATE_VERSIONS`` (the versions ``from_state`` reads; ``to_state`` writes the
+    last) and ``_FITTED_ATTRIBUTE`` (a learned attribute, present once fitted), and has
+    ``_params()`` (its parameters, JSON-safe), ``_check_params()``, ``_fitted_state()`` (the
+    learned part, a dict) and ``_load_fitted(state)`` (its inverse, checking what it reads).
+    """
 
-def unfitted_from_state(cls, state: dict, versions: Iterable[int]):
-    """``cls(**state["params"])`` with its parameters checked, after :func:`check_state`; the
-    caller restores what was learned when ``state["fitted"]``."""
-    check_state(state, cls.__name__, versions)
-    estimator = cls(**state["params"])
-    estimator._check_params()
-    return estimator
+    STATE_VERSIONS: tuple = (1,)
+    _FITTED_ATTRIBUTE = ""
+
+    def to_state(self) -> dict:
+        """The estimator as a dict of JSON-safe values and plain arrays (see ``_fitted_state``)."""
+        fitted = hasattr(self, self._FITTED_ATTRIBUTE)
+        state = {"class": type(self).__name__, "version": self.STATE_VERSIONS[-1], "params": self._params(),
+                 "fitted": fitted}
+        if fitted:
+            state.update(self._fitted_state())
+        return state
+
+    @classmethod
+    def from_state(cls, state: dict):
+        """Rebuild an estimator saved by :meth:`to_state` (it predicts exactly as before)."""
+        check_state(state, cls.__name__, cls.STATE_VERSIONS)
+        estimator = cls(**state["params"])
+        estimator._check_params()
+        if state.get("fitted"):
+            estimator._load_fitted(state)
+        return estimator
 
 
 # ----------------------------------------------------------------------------------------
