@@ -37,6 +37,7 @@ from .utils import (
     load_counters,
     lowest_per_code,
     read_forest_doc,
+    unit_floats,
 )
 from .utils import child_keys as _child_keys
 from .utils import group_starts as _group_starts
@@ -86,7 +87,7 @@ def _uniforms(keys: np.ndarray, k: int) -> np.ndarray:
     keys = np.asarray(keys, dtype=np.uint64)
     with np.errstate(over="ignore"):
         z = keys[:, None] + np.arange(1, k + 1, dtype=np.uint64)[None, :] * GOLDEN
-    return (_mix64(z) >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+    return unit_floats(_mix64(z))
 
 
 def _grow(arr: np.ndarray, size: int, fill) -> np.ndarray:

@@ -61,6 +61,7 @@ from .utils import (
     load_counters,
     lowest_per_code,
     read_forest_doc,
+    unit_floats,
 )
 from .utils import child_keys as _child_keys
 from .utils import group_starts as _group_starts
@@ -104,7 +105,7 @@ def _uniforms(keys: np.ndarray, k: int) -> np.ndarray:
     keys = np.asarray(keys, dtype=np.uint64)
     with np.errstate(over="ignore"):
         z = keys[:, None] ^ _mix64(np.arange(1, k + 1, dtype=np.uint64))[None, :]
-    return (_mix64(z) >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+    return unit_floats(_mix64(z))
 
 
 # ----------------------------------------------------------------------------------------
@@ -763,17 +764,20 @@ class ActiveSimilarityForest:
     def _check_params(self) -> tuple[list, np.ndarray]:
         n = check_int("n_items", self.n_items, 2)
         check_int("repeats", self.repeats, 1)
-        SimilarityForest(self.n_trees, self.n_pairs, "similarity", self.max_depth,
-                         self.min_samples_split)._check_params()
+        self._forest()._check_params()
         return _encode_labels(self.labels, n)
+
+    def _forest(self) -> SimilarityForest:
+        """An unfitted :class:`SimilarityForest` with this planner's tree parameters."""
+        return SimilarityForest(self.n_trees, self.n_pairs, "similarity", self.max_depth, self.min_samples_split,
+                                self.random_state)
 
     def _ensure_init(self) -> None:
         if hasattr(self, "forest_"):
             return
         classes, codes = self._check_params()
         self.classes_ = classes
-        self.forest_ = SimilarityForest(self.n_trees, self.n_pairs, "similarity", self.max_depth,
-                                        self.min_samples_split, self.random_state)
+        self.forest_ = self._forest()
         self.forest_._start(classes, codes)
         self.table_ = _PairTable()
         load_counters(self, self._COUNTERS)
@@ -956,13 +960,9 @@ class ActiveSimilarityForest:
         params = dict(state["params"])
         planner = cls(labels=state["labels"], **params)
         planner.classes_ = list(state["forest_classes"])
-        forest_state = {"class": "SimilarityForest", "version": STATE_VERSION, "fitted": True,
-                        "params": {"n_trees": params["n_trees"], "n_pairs": params["n_pairs"], "metric": "similarity",
-                                   "max_depth": params["max_depth"], "min_samples_split": params["min_samples_split"],
-                                   "random_state": params["random_state"]},
-                        "classes": planner.classes_,
-                        **{name: state[f"forest_{name}"] for name in SimilarityForest._FITTED_ARRAYS}}
-        planner.forest_ = SimilarityForest.from_state(forest_state)
+        planner.forest_ = planner._forest()
+        planner.forest_._load_fitted({"classes": planner.classes_,
+                                      **{name: state[f"forest_{name}"] for name in SimilarityForest._FITTED_ARRAYS}})
         if planner.forest_.n_items_ != planner.n_items:
             raise ValueError("state arrays disagree with n_items")
         planner.table_ = _PairTable.from_state(state, "pairs_")

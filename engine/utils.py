@@ -86,6 +86,11 @@ def mix64(z) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
+def unit_floats(words: np.ndarray) -> np.ndarray:
+    """Uniforms in [0, 1) from 64-bit words (their top 53 bits over 2**53)."""
+    return (np.asarray(words, dtype=np.uint64) >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+
+
 def child_keys(keys: np.ndarray, side: int) -> np.ndarray:
     """The keys of the children on ``side`` (0 or 1) of nodes with ``keys``."""
     with np.errstate(over="ignore"):
