@@ -105,7 +105,7 @@ def group_starts(sorted_keys: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------
-# saved state: the envelope of every engine estimator's state
+# saved state: the envelope (class, version, params), learned arrays and answer counters
 # ----------------------------------------------------------------------------------------
 def json_seed(random_state) -> int | None:
     """``random_state`` as saved in a state's params: the int itself, else None (a Generator or
@@ -126,6 +126,36 @@ def check_state(state: dict, cls_name: str, versions: Iterable[int]) -> int:
         expected = " or ".join(str(v) for v in versions)
         raise ValueError(f"unsupported state version {version!r} (expected {expected})")
     return version
+
+
+def arrays_state(source, names: Iterable[str], prefix: str = "") -> dict:
+    """``{prefix + name: a copy of source.<name>_}`` for each of ``names``."""
+    return {prefix + name: getattr(source, name + "_").copy() for name in names}
+
+
+def array_from_state(value, dtype, shape: tuple = ()) -> np.ndarray:
+    """A fresh ndarray of ``value`` as ``dtype``; with a ``shape`` (of one row), rows of that shape."""
+    arr = np.asarray(value, dtype)
+    return (arr.reshape(-1, *shape) if shape else arr).copy()
+
+
+def load_arrays(target, state: dict, dtypes: dict, prefix: str = "") -> None:
+    """Set ``target.<name>_`` to a fresh ndarray of ``state[prefix + name]`` for every
+    ``name: dtype`` of ``dtypes`` (the inverse of :func:`arrays_state`)."""
+    for name, dtype in dtypes.items():
+        setattr(target, name + "_", array_from_state(state[prefix + name], dtype))
+
+
+def load_counters(target, names: Iterable[str], state: dict | None = None) -> None:
+    """Set ``target.<name>_`` to ``int(state[name])`` for each of ``names`` (a planner's answer
+    counters), or to 0 without a ``state``."""
+    for name in names:
+        setattr(target, name + "_", 0 if state is None else int(state[name]))
+
+
+def counters_state(source, names: Iterable[str]) -> dict:
+    """``{name: int(source.<name>_)}`` for each of ``names``: the counters' part of a state."""
+    return {name: int(getattr(source, name + "_")) for name in names}
 
 
 class StateMixin:
@@ -255,18 +285,6 @@ class CodeTable:
         return table
 
 
-def load_counters(target, names: Iterable[str], state: dict | None = None) -> None:
-    """Set ``target.<name>_`` to ``int(state[name])`` for each of ``names`` (a planner's answer
-    counters), or to 0 without a ``state``."""
-    for name in names:
-        setattr(target, name + "_", 0 if state is None else int(state[name]))
-
-
-def counters_state(source, names: Iterable[str]) -> dict:
-    """``{name: int(source.<name>_)}`` for each of ``names``: the counters' part of a state."""
-    return {name: int(getattr(source, name + "_")) for name in names}
-
-
 # ----------------------------------------------------------------------------------------
 # the forests' JSON documents: trees of nodes with ids local to their tree
 # ----------------------------------------------------------------------------------------
@@ -329,21 +347,3 @@ def node_keys(tree_seeds: np.ndarray, node_depth: np.ndarray, node_children: np.
             if child != NO_NODE:
                 keys[child] = child_keys(keys[g:g + 1], side)[0]
     return keys
-
-
-def arrays_state(source, names: Iterable[str], prefix: str = "") -> dict:
-    """``{prefix + name: a copy of source.<name>_}`` for each of ``names``."""
-    return {prefix + name: getattr(source, name + "_").copy() for name in names}
-
-
-def array_from_state(value, dtype, shape: tuple = ()) -> np.ndarray:
-    """A fresh ndarray of ``value`` as ``dtype``; with a ``shape`` (of one row), rows of that shape."""
-    arr = np.asarray(value, dtype)
-    return (arr.reshape(-1, *shape) if shape else arr).copy()
-
-
-def load_arrays(target, state: dict, dtypes: dict, prefix: str = "") -> None:
-    """Set ``target.<name>_`` to a fresh ndarray of ``state[prefix + name]`` for every
-    ``name: dtype`` of ``dtypes`` (the inverse of :func:`arrays_state`)."""
-    for name, dtype in dtypes.items():
-        setattr(target, name + "_", array_from_state(state[prefix + name], dtype))
