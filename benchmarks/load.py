@@ -2,7 +2,7 @@
 
 Starts what ``proxima serve`` starts, in a scratch instance folder: the embedded
 redis-server (AOF, ``appendfsync always``), RQ worker(s) (``python -m webapp worker``) and
-gunicorn with serve's options (``webapp.cli``: 3 workers x 8 threads, keep-alive;
+gunicorn with serve's options (``webapp.cli.serve``: 3 workers x 8 threads, keep-alive;
 ``--worker-class``/``--threads``/``--keep-alive`` override them), plus an access log
 whose ``%(D)s`` gives the server-side time of every request. It creates an ANNTri study of
 n = 1,000 colour items (triplet-derived questions, the README's parameters) that the worker
@@ -251,8 +251,8 @@ def healthy(base: str) -> bool:
 
 
 def serve_gunicorn_options() -> dict:
-    """The workers, worker class, threads and keep-alive ``proxima serve`` gives gunicorn (``webapp.cli``)."""
-    from webapp.cli import GUNICORN_THREADS, SERVE_WEB_WORKERS
+    """The workers, worker class, threads and keep-alive ``proxima serve`` gives gunicorn (``webapp.cli.serve``)."""
+    from webapp.cli.serve import GUNICORN_THREADS, SERVE_WEB_WORKERS
 
     given = dict(zip(GUNICORN_THREADS[::2], GUNICORN_THREADS[1::2], strict=True))
     keep_alive = given.get("--keep-alive")
@@ -263,7 +263,7 @@ def serve_gunicorn_options() -> dict:
 
 def gunicorn_command(a, port: int, access_log: Path) -> list[str]:
     """``proxima serve``'s gunicorn command line, the worker options from the command line, plus the access log."""
-    from webapp.cli import GUNICORN_LIMITS
+    from webapp.cli.serve import GUNICORN_LIMITS
 
     cmd = [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", str(a.web_workers),
            *GUNICORN_LIMITS, "--graceful-timeout", "10", "--log-level", "warning",
@@ -385,7 +385,7 @@ def start_profilers(pids: dict[str, list[int]], seconds: int, folder: Path) -> l
 HOT_PATH_FILES = ("webapp/questions_answers.py", "webapp/rating.py", "webapp/api.py", "webapp/raters.py",
                   "webapp/limits.py", "webapp/tokens.py", "workers/store/studies.py", "workers/store/questions.py",
                   "workers/store/answers.py", "workers/store/queue.py", "workers/jobs/update.py",
-                  "workers/store/engine_state.py", "workers/jobs/learners.py", "webapp/cli.py")
+                  "workers/store/engine_state.py", "workers/jobs/learners.py", "webapp/cli/serve.py")
 
 
 def code_copy(ref: str, folder: Path) -> Path:
@@ -411,7 +411,7 @@ def run_load(a, code_root: Path, label: str) -> dict:
     import psutil
     import redis
 
-    from webapp.embedded import EmbeddedRedis, free_port
+    from webapp.cli.embedded import EmbeddedRedis, free_port
     from workers.store import keys
 
     scratch = Path(tempfile.mkdtemp(prefix="proxima-load-"))

@@ -125,7 +125,7 @@ def main() -> None:
     import redis
 
     from webapp import create_app
-    from webapp.embedded import EmbeddedRedis
+    from webapp.cli.embedded import EmbeddedRedis
 
     with tempfile.TemporaryDirectory() as tmp:
         store = EmbeddedRedis(Path(tmp) / "redis", appendfsync="everysec")

@@ -6,7 +6,7 @@ import redis
 from helpers import LOOPBACK, RESEARCHER, RESEARCHER_PASSWORD, SECRET, colour_items, csrf_token_of, log_in
 
 from webapp import create_app
-from webapp.embedded import EmbeddedRedis
+from webapp.cli.embedded import EmbeddedRedis
 from workers.store.config import StudyConfig
 from workers.store.studies import create_study
 

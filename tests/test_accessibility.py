@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from test_browser import browser, live_server  # noqa: F401  (fixtures)
 
-from webapp.demo import demo_items
+from webapp.cli.demo_study import demo_items
 from workers.store.config import StudyConfig
 from workers.store.studies import create_study
 

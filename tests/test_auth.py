@@ -428,7 +428,7 @@ def test_the_first_account_is_created_once(conn):
 def test_serve_on_a_fresh_instance_prints_a_one_time_admin_password(redis_url, conn, tmp_path):
     from test_serve import healthy, wait_for
 
-    from webapp.embedded import free_port
+    from webapp.cli.embedded import free_port
 
     port = free_port()
     env = dict(os.environ, REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"))

@@ -11,7 +11,7 @@ import redis
 from click.testing import CliRunner
 
 from webapp.cli import main
-from webapp.embedded import EmbeddedRedis
+from webapp.cli.embedded import EmbeddedRedis
 from workers.jobs.update import apply_new_answers
 from workers.results.exports import nn_graph
 from workers.store import keys

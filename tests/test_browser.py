@@ -13,8 +13,8 @@ import pytest
 from helpers import colour_items
 from test_serve import healthy, wait_for
 
-from webapp.demo import demo_items
-from webapp.embedded import free_port
+from webapp.cli.demo_study import demo_items
+from webapp.cli.embedded import free_port
 from workers.store.config import StudyConfig
 from workers.store.studies import create_study
 

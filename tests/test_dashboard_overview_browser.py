@@ -16,9 +16,9 @@ from test_browser import ARTIFACTS, browser  # noqa: F401  (fixture)
 from test_serve import healthy, wait_for
 
 from webapp.accounts import create_user
-from webapp.demo import demo_items
-from webapp.embedded import free_port
-from webapp.simulate import Crowd, NoiseModel, Truth
+from webapp.cli.crowd import Crowd, NoiseModel, Truth
+from webapp.cli.demo_study import demo_items
+from webapp.cli.embedded import free_port
 from workers.store.config import StudyConfig
 from workers.store.queue import schedule_update
 from workers.store.studies import create_study

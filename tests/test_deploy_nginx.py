@@ -17,7 +17,7 @@ import requests
 from requests.adapters import HTTPAdapter
 from test_serve import healthy, wait_for
 
-from webapp.embedded import free_port
+from webapp.cli.embedded import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SITE = ROOT / "deploy" / "nginx-proxima.conf"

@@ -19,8 +19,8 @@ import redis
 import requests
 
 from webapp import ROOT
-from webapp.cli import GUNICORN_LIMITS, GUNICORN_THREADS
-from webapp.embedded import free_port, redis_server_binary
+from webapp.cli.embedded import free_port, redis_server_binary
+from webapp.cli.serve import GUNICORN_LIMITS, GUNICORN_THREADS
 from workers.store import keys
 
 DEPLOY = ROOT / "deploy"

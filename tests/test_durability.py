@@ -24,7 +24,7 @@ from helpers import colour_items
 from test_backup import N_ITEMS, give_answers, make_study, poison
 
 from webapp import ROOT
-from webapp.embedded import EmbeddedRedis, free_port
+from webapp.cli.embedded import EmbeddedRedis, free_port
 from workers.jobs.rebuild import replay_log
 from workers.store import engine_state, keys
 from workers.store.answers import ACCEPT

@@ -1,6 +1,7 @@
 """The layering the modules' docstrings promise, checked on the source (AST, every import
-statement including the ones inside functions): engine → workers → webapp, never upwards; and
-what a web process loads when it starts."""
+statement including the ones inside functions): engine → workers → webapp, never upwards; the
+command line's own rules (webapp/cli: no Flask, the simulated crowd a pure HTTP client); and what a
+web process loads when it starts."""
 from __future__ import annotations
 
 import ast
@@ -45,6 +46,69 @@ def test_the_checker_sees_imports_inside_functions(tmp_path):
     sample = tmp_path / "sample.py"
     sample.write_text("import numpy\n\ndef f():\n    from redis import Redis\n    import flask.json\n")
     assert imported_modules(sample) == [(1, "numpy"), (4, "redis"), (5, "flask")]
+
+
+#: module or package (a path under the root) -> modules it must never import; a name forbids its submodules
+#: too, and relative imports count (``from .. import raters`` in webapp/cli is ``webapp.raters``)
+FORBIDDEN_IN = {
+    # the command line works on Redis through workers' functions, as a job does: no Flask, no views
+    "webapp/cli": {"flask", "werkzeug", "jinja2", "webapp.raters", "webapp.dashboard", "webapp.api", "webapp.auth",
+                   "webapp.storage"},
+    # the simulated crowd is a client of a running server: HTTP only
+    "webapp/cli/crowd.py": {"flask", "werkzeug", "jinja2", "redis", "rq", "workers", "webapp"},
+    # process management for ``proxima serve``: starts processes, never loads the algorithms
+    "webapp/cli/supervise.py": {"engine", "flask"},
+    "webapp/cli/embedded.py": {"engine", "flask"},
+}
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def resolved_imports(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
+    """(line, full dotted name) of every import in ``path``, relative ones resolved against its package;
+    ``from X import a`` also yields ``X.a`` (``a`` may be a submodule)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = module_name(path, root).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            found.append((node.lineno, module))
+            found.extend((node.lineno, f"{module}.{alias.name}") for alias in node.names if alias.name != "*")
+    return found
+
+
+def _is_within(module: str, forbidden: str) -> bool:
+    return module == forbidden or module.startswith(forbidden + ".")
+
+
+@pytest.mark.parametrize("target", sorted(FORBIDDEN_IN))
+def test_modules_keep_to_their_promised_imports(target):
+    root = ROOT / target
+    paths = sorted(root.rglob("*.py")) if root.is_dir() else [root]
+    assert paths, f"{target} does not exist: update FORBIDDEN_IN"
+    offences = sorted({f"{path.relative_to(ROOT)}:{line} imports {module}"
+                       for path in paths for line, module in resolved_imports(path)
+                       for forbidden in FORBIDDEN_IN[target] if _is_within(module, forbidden)})
+    assert not offences, "\n".join(offences)
+
+
+def test_the_checker_resolves_relative_imports(tmp_path):
+    package = tmp_path / "pkg" / "sub"
+    package.mkdir(parents=True)
+    sample = package / "mod.py"
+    sample.write_text("from .. import views\nfrom ..store.keys import study\n\ndef f():\n    from . import other\n")
+    assert resolved_imports(sample, tmp_path) == [(1, "pkg"), (1, "pkg.views"), (2, "pkg.store.keys"),
+                                                  (2, "pkg.store.keys.study"), (5, "pkg.sub"), (5, "pkg.sub.other")]
+    assert _is_within("webapp.raters", "webapp") and not _is_within("webapplication", "webapp")
 
 
 #: Run in a fresh interpreter: build the web app as a web process does, say which heavy modules it loaded.

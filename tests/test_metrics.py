@@ -18,7 +18,7 @@ from test_serve import healthy, wait_for
 
 from webapp import create_app
 from webapp.accounts import create_user
-from webapp.embedded import EmbeddedRedis, free_port
+from webapp.cli.embedded import EmbeddedRedis, free_port
 from workers.store.config import StudyConfig
 from workers.store.queue import schedule_update
 from workers.store.studies import Item, create_study

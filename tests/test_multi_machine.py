@@ -27,7 +27,7 @@ import requests
 from rq.registry import FinishedJobRegistry, StartedJobRegistry
 
 from webapp import ROOT
-from webapp.embedded import free_port
+from webapp.cli.embedded import free_port
 from workers.store import keys
 from workers.store.queue import get_queue
 

@@ -250,7 +250,7 @@ def test_new_study_form_offers_limit_consent_budget_and_code_and_warns_without_t
 def test_demo_study_shows_consent_practice_a_question_limit_and_a_code(app, conn):
     from helpers import answer, fetch_question
 
-    from webapp.demo import DEMO_QUESTIONS_PER_RATER, ensure_demo_study
+    from webapp.cli.demo_study import DEMO_QUESTIONS_PER_RATER, ensure_demo_study
 
     study_id = ensure_demo_study(conn)
     rater = app.test_client()

@@ -147,7 +147,7 @@ def test_html_items_render_styled_in_chromium_and_run_no_script(browser, conn, r
 
     from test_serve import healthy, wait_for
 
-    from webapp.embedded import free_port
+    from webapp.cli.embedded import free_port
     from workers.store import keys
     from workers.store.config import StudyConfig
     from workers.store.studies import create_study

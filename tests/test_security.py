@@ -498,7 +498,7 @@ def test_markdown_keeps_no_raw_html_and_no_script_links(app, conn, hostile_study
 def hostile_server(conn, redis_url, tmp_path):
     from test_serve import healthy, wait_for
 
-    from webapp.embedded import free_port
+    from webapp.cli.embedded import free_port
 
     create_study(conn, hostile_config(), hostile_items(), study_id="hostile")
     create_study(conn, StudyConfig(name="Colours", pool_size=10, random_state=1), colour_items(8), study_id="colours")

@@ -12,7 +12,7 @@ import requests
 from click.testing import CliRunner
 
 from webapp.cli import main
-from webapp.embedded import free_port
+from webapp.cli.embedded import free_port
 
 
 def wait_for(predicate, timeout=60.0, interval=0.2):
@@ -95,7 +95,7 @@ def test_serve_on_a_busy_port_says_so_before_printing_links_or_a_password(tmp_pa
     assert "password" not in result.output and "http://" not in result.output
     # nothing was started and the instance is free again: the lock was released
     assert not (tmp_path / "instance" / "redis" / "proxima.aof").exists()
-    from webapp.supervise import InstanceLock
+    from webapp.cli.supervise import InstanceLock
 
     lock = InstanceLock(tmp_path / "instance")
     assert lock.acquire() == []

@@ -18,8 +18,7 @@ from test_serve import healthy, wait_for
 from engine.anntri import planner_from_state
 from webapp import _secret_key
 from webapp.cli import main
-from webapp.embedded import EmbeddedRedis, free_port
-from webapp.simulate import (
+from webapp.cli.crowd import (
     Crowd,
     NoiseModel,
     Rater,
@@ -30,6 +29,7 @@ from webapp.simulate import (
     snap,
     write_setup,
 )
+from webapp.cli.embedded import EmbeddedRedis, free_port
 from webapp.tokens import verify_question
 from workers.store.answers import iter_answers
 from workers.store.config import StudyConfig, load_config_file
@@ -337,7 +337,7 @@ def test_setup_then_simulate_a_triplet_study_from_the_command_line(live, tmp_pat
 def test_human_noise_model_lapses_and_defaults():
     import random
 
-    from webapp.simulate import HUMAN_LAPSE, HUMAN_SCALE, noise_model
+    from webapp.cli.crowd import HUMAN_LAPSE, HUMAN_SCALE, noise_model
 
     truth = Truth(["a", "b", "c"], np.array([[0.0, 0.1, 1.0], [0.1, 0.0, 0.9], [1.0, 0.9, 0.0]]), source="test")
     model, text = noise_model(truth)
@@ -359,7 +359,7 @@ def test_simulated_triplets_follow_the_logistic_and_lapse_model_of_engine_oracle
     import random
 
     from engine.oracles import TripletOracle
-    from webapp.simulate import noise_model
+    from webapp.cli.crowd import noise_model
 
     D = np.array([[0.0, 0.2, 0.3, 0.2001], [0.2, 0.0, 0.5, 0.5], [0.3, 0.5, 0.0, 0.5], [0.2001, 0.5, 0.5, 0.0]])
     truth = Truth(["h", "a", "b", "c"], D, source="test")
@@ -383,7 +383,7 @@ def test_human_constants_match_the_alien_egg_fit():
 
     if not (default_data_dir() / "alien_eggs" / "responses.csv.zip").exists():
         pytest.skip("the alien-egg data is not next to the repository")
-    from webapp.simulate import HUMAN_LAPSE, HUMAN_SCALE
+    from webapp.cli.crowd import HUMAN_LAPSE, HUMAN_SCALE
 
     truth = load_truth("eggs")
     assert truth.logistic_scale == pytest.approx(HUMAN_SCALE, abs=0.002)

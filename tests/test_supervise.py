@@ -22,8 +22,8 @@ import redis
 import requests
 
 from webapp import ROOT
-from webapp.embedded import free_port, redis_server_binary
-from webapp.supervise import LOCK_FILE
+from webapp.cli.embedded import free_port, redis_server_binary
+from webapp.cli.supervise import LOCK_FILE
 from workers.store import keys
 
 STUDY = "supervised"

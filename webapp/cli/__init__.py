@@ -2,8 +2,10 @@
 
 This file only wires the commands into one click group; each command lives in the module named
 after it (``serve.py``: serve, demo, worker, sweep; ``studies.py``; ``backup.py``; ``models.py``;
-``plan.py``; ``simulate.py``; ``users.py``). Every command prints a clear message and exits
-non-zero on bad input. Never imports Flask.
+``plan.py``; ``simulate.py``; ``users.py``). Beside them: what ``proxima serve`` starts and watches
+(``supervise.py``, ``embedded.py``, ``demo_study.py``) and the simulated crowd (``crowd.py``, an HTTP
+client). Every command prints a clear message and exits non-zero on bad input. Never imports Flask
+(tests/test_import_rules.py).
 """
 from __future__ import annotations
 
@@ -29,8 +31,4 @@ for command in (
 ):
     main.add_command(command)
 
-# serve's gunicorn settings, read by tests/test_deploy_units.py and benchmarks/load.py until they import
-# them from webapp.cli.serve
-from .serve import GUNICORN_LIMITS, GUNICORN_THREADS, SERVE_WEB_WORKERS  # noqa: E402
-
-__all__ = ["GUNICORN_LIMITS", "GUNICORN_THREADS", "SERVE_WEB_WORKERS", "main"]
+__all__ = ["main"]

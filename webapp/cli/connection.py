@@ -13,7 +13,7 @@ import click
 import redis
 
 from .. import ROOT
-from ..embedded import EmbeddedRedis, EmbeddedRedisError, running_url
+from .embedded import EmbeddedRedis, EmbeddedRedisError, running_url
 
 
 def instance_path() -> Path:

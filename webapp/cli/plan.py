@@ -100,7 +100,7 @@ def plan_command(truth_spec, pilot_path, study_id, n_items, algorithms, budgets,
     started = time.perf_counter()
     params = None
     if truth_spec is not None:
-        from ..simulate import HUMAN_LAPSE, HUMAN_SCALE, SimulationError, load_truth
+        from .crowd import HUMAN_LAPSE, HUMAN_SCALE, SimulationError, load_truth
 
         try:
             truth = load_truth(truth_spec)

@@ -16,8 +16,8 @@ import click
 import redis
 
 from .. import ROOT
-from ..embedded import EmbeddedRedis, EmbeddedRedisError, running_url
 from .connection import instance_path
+from .embedded import EmbeddedRedis, EmbeddedRedisError, running_url
 
 #: Threaded gunicorn workers that keep connections alive across a rater's think time: a sync worker
 #: holds each connection until the client closes it. Measured (benchmarks/load.py, n = 1000, 1000
@@ -76,8 +76,8 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int, ma
     """Start Redis (unless REDIS_URL is set), RQ workers and the web app under gunicorn, and keep
     them running: a crashed child is restarted with backoff (a crash loop stops serve, saying why),
     children die with serve, and only one serve runs per instance folder."""
-    from ..embedded import free_port
-    from ..supervise import Child, CrashLoop, InstanceBusy, InstanceLock, Sweeper, popen
+    from .embedded import free_port
+    from .supervise import Child, CrashLoop, InstanceBusy, InstanceLock, Sweeper, popen
 
     inst = instance_path()
     inst.mkdir(parents=True, exist_ok=True)
@@ -129,7 +129,7 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int, ma
         if demo:
             from workers.store.queue import schedule_update
 
-            from ..demo import ensure_demo_study
+            from .demo_study import ensure_demo_study
 
             study_id = ensure_demo_study(conn)
             schedule_update(conn, study_id)
@@ -218,7 +218,7 @@ def sweep(interval: float):
     """Queue an update for every study whose answers wait for one nobody queued (a web process died
     between storing an answer and queueing its update). 'proxima serve' does this itself; run this
     beside web and worker processes started another way (systemd units, a Procfile runner)."""
-    from ..supervise import Sweeper
+    from .supervise import Sweeper
 
     url = os.environ.get("REDIS_URL") or running_url(instance_path())
     if not url:

@@ -13,8 +13,8 @@ import redis
 from engine.registry import DEFAULT_NN_ALGORITHM, DEFAULT_RATING_ALGORITHM, default_algorithm
 from workers.store.config import ALGORITHM_TABLE
 
-from ..embedded import running_url
 from .connection import instance_path
+from .embedded import running_url
 from .studies import create
 
 #: Algorithms a simulated study can run: the graph learners (label-driven forests need real labels).
@@ -98,7 +98,7 @@ def simulate(study_id, url, oracle_spec, raters, noise, lapse, careless, think, 
     """
     import requests
 
-    from .. import simulate as sim
+    from . import crowd as sim
 
     try:
         truth = sim.load_truth(oracle_spec)
@@ -192,7 +192,7 @@ def simulate_setup(ctx, source, out_dir, kind, algorithm, sigma, seed, create_id
       proxima create OUT/study.yaml --items OUT/items.csv --id my-sim
       proxima simulate my-sim --oracle points:OUT/truth.csv --raters 20
     """
-    from ..simulate import SimulationError, write_setup
+    from .crowd import SimulationError, write_setup
 
     algorithm = algorithm or default_algorithm(kind)
     if kind not in ALGORITHM_TABLE[algorithm].question_kinds:

@@ -2,7 +2,7 @@
 
 Twenty hues at fixed saturation and lightness; an item's ground-truth position is its
 point on the hue circle, so the dashboard can say how many learned nearest neighbours
-are the true ones.
+are the true ones. Created by ``proxima serve --demo``; the tests use its items.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 die with their parent, one live serve per instance folder, and a sweep for studies left waiting.
 
 Linux gets PR_SET_PDEATHSIG through ctypes; elsewhere each child also checks its parent's pid at
-start. Must never import the engine.
+start. Must never import the engine or Flask.
 """
 from __future__ import annotations
 

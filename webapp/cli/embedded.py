@@ -4,7 +4,9 @@ Data lives under ``<instance>/redis`` with AOF persistence (``appendfsync always
 answer acknowledged to a rater has been fsynced to disk). The server listens on loopback
 with a random password; its URL is written to ``<instance>/redis/redis.url`` (mode 600)
 so CLI commands run beside ``proxima serve`` reach the same server instead of starting a
-second one on the same files.
+second one on the same files. Started by the CLI (``proxima serve``, a command run without
+REDIS_URL) and the tests; the web app itself only ever connects to REDIS_URL. Must never import
+Flask or the engine.
 """
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 Each simulated rater is a real HTTP client with its own cookie session, exactly like a
 browser, so a simulation exercises the same web processes, pool and workers as real people.
 The truth is a set of points, a distance matrix or the alien-egg data with a noise model
-fitted to the human answers. Must never import Flask or the workers (it is a client).
+fitted to the human answers. Must never import Flask, Redis, the workers or the web app's
+modules: it is a client, speaking to a server over HTTP only (tests/test_import_rules.py).
 """
 from __future__ import annotations
 
