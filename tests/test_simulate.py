@@ -280,7 +280,14 @@ def test_graph_accuracy_counts_ties_in_the_truth_as_correct():
         {"source": "a", "target": "b", **edge}, {"source": "b", "target": "c", **edge},
         {"source": "c", "target": "d", **edge}]}  # c's answer is wrong, d has none
     score = graph_accuracy(graph, truth)
-    assert score["accuracy"] == 0.5 and score["certified"] == 0.75
+    assert score["accuracy"] == 0.5 and score["certified"] == 0.75 and score["knn_accuracy"] == 0.5
+    # k = 2: a's two nearest are b and c; b's are a and c (tied); c has one edge only; d has none
+    graph = {"k": 2, "items": ["a", "b", "c", "d"], "edges": [
+        {"source": "a", "target": "b", "rank": 1}, {"source": "a", "target": "c", "rank": 2},
+        {"source": "b", "target": "c", "rank": 1}, {"source": "b", "target": "a", "rank": 2},
+        {"source": "c", "target": "b", "rank": 1}]}
+    score = graph_accuracy(graph, truth)
+    assert score["accuracy"] == 0.75 and score["knn_accuracy"] == 0.5 and score["certified"] == 0
 
 
 def test_setup_writes_a_study_proxima_create_accepts(tmp_path):

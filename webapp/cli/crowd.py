@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 
-TIE_TOLERANCE = 1e-9
 #: spread (sigma of log think time) of the log-normal think time
 THINK_SPREAD = 0.5
 #: a rater gives up after this many failures in a row (the server is gone or refuses everything)
@@ -650,35 +649,38 @@ def graph_accuracy(graph: dict, truth: Truth) -> dict:
 
     ``accuracy``: share of the graph's items whose returned nearest neighbour (lowest rank)
     is a true nearest neighbour (ties in the truth count as correct; an item without an edge
-    counts as wrong). ``knn_accuracy``: the same for the whole returned k-NN set.
+    counts as wrong). ``knn_accuracy``: the same for the whole returned k-NN set (an item with
+    fewer than k edges counts as wrong). Both are scored by ``engine.oracles.neighbor_wrong``.
     """
+    from engine.graph import NO_NEIGHBOR
+    from engine.oracles import neighbor_wrong
+
     items = list(graph.get("items") or [])
     if not items:
         raise SimulationError("the learned graph has no items")
     pos = truth.positions(items)
     D = np.array(truth.distances, dtype=np.float64)
-    np.fill_diagonal(D, np.inf)
     by_source: dict[str, list[tuple[int, str]]] = {}
-    for edge in graph.get("edges", []):
-        by_source.setdefault(edge["source"], []).append((int(edge.get("rank", 0)), edge["target"]))
-    k = int(graph.get("k") or 1)
-    nn_right = knn_right = certified_items = 0
     certified = Counter()
     for edge in graph.get("edges", []):
+        by_source.setdefault(edge["source"], []).append((int(edge.get("rank", 0)), edge["target"]))
         certified[edge["source"]] += bool(edge.get("certified"))
+    k = int(graph.get("k") or 1)
+    width = min(k, len(D) - 1)  # a k-NN set of more than the other items cannot be right
+    picks = np.full((len(D), width), NO_NEIGHBOR, dtype=np.int64)  # rows of the truth; -1: no edge there
+    short = np.zeros(len(D), dtype=bool)  # fewer than k edges: the k-NN set is wrong
+    certified_items = 0
     for item, i in zip(items, pos, strict=True):
         edges = sorted(by_source.get(item, []))
-        if not edges:
-            continue
-        row = D[i]
-        targets = truth.positions([t for _, t in edges])
-        nn_right += row[targets[0]] <= row.min() + TIE_TOLERANCE
-        kth = np.partition(row, min(k, len(row)) - 1)[min(k, len(row)) - 1]
-        knn_right += len(targets) >= k and all(row[t] <= kth + TIE_TOLERANCE for t in targets[:k])
-        certified_items += certified[item] > 0 and certified[item] == len(edges)
+        targets = truth.positions([t for _, t in edges[:width]])
+        picks[i, :len(targets)] = targets
+        short[i] = len(edges) < k
+        certified_items += bool(edges) and certified[item] > 0 and certified[item] == len(edges)
+    nn_wrong = neighbor_wrong(picks[:, :1], D, rank=1)[pos]
+    knn_wrong = (neighbor_wrong(picks, D, rank=width) | short)[pos]
     n = len(items)
-    return {"items": n, "k": k, "accuracy": nn_right / n, "knn_accuracy": knn_right / n,
-            "certified": certified_items / n}
+    return {"items": n, "k": k, "accuracy": int((~nn_wrong).sum()) / n,
+            "knn_accuracy": int((~knn_wrong).sum()) / n, "certified": certified_items / n}
 
 
 def summary_lines(report: Report) -> list[str]:
