@@ -4,6 +4,7 @@ the researcher's own account page (changing the password)."""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from flask import (
     Blueprint,
@@ -50,6 +51,10 @@ from .accounts import AccountError
 from .auth import client_address, current_researcher
 from .stats import study_stats
 from .storage import get_redis
+
+if TYPE_CHECKING:
+    from redis import Redis
+
 
 bp = Blueprint("dashboard", __name__)
 
@@ -104,7 +109,7 @@ def public_url(path: str) -> str:
     return f"{base}{path}" if base else request.host_url.rstrip("/") + path
 
 
-def _study_or_404(conn, study_id: str):
+def _study_or_404(conn: Redis, study_id: str):
     try:
         return get_study(conn, study_id)
     except StudyNotFound:
@@ -188,12 +193,12 @@ def study_url(study_id: str, tab: str = "overview") -> str:
     return url_for("dashboard.study", study_id=study_id, **({} if tab == "overview" else {"tab": tab}))
 
 
-def flagged_raters(conn, study_id: str) -> list[str]:
+def flagged_raters(conn: Redis, study_id: str) -> list[str]:
     """Raters flagged by the attention checks or their self-agreement (one hash read)."""
     return rater_quality(conn, study_id)["flagged"]
 
 
-def rater_quality(conn, study_id: str) -> dict:
+def rater_quality(conn: Redis, study_id: str) -> dict:
     """What the Overview says about cheating, from the per-rater counters (one hash read): the
     flagged raters, catch trials given and failed, and the self-agreement of the raters who answered
     validation repeats (median, and the lowest few)."""
@@ -215,7 +220,7 @@ def rater_quality(conn, study_id: str) -> dict:
             "least_consistent": [(rater, share) for share, rater in agreement[:3]]}
 
 
-def stored_plan(conn, study_id: str) -> dict | None:
+def stored_plan(conn: Redis, study_id: str) -> dict | None:
     """The last ``proxima plan --study`` result for this study, with what the page shows of it."""
     import json
 

@@ -16,6 +16,7 @@ import ipaddress
 import os
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import redis
 from flask import Blueprint, Response, current_app, g, request
@@ -34,6 +35,10 @@ from workers.store.queue import get_queue
 from workers.store.studies import list_studies
 
 from .storage import get_redis
+
+if TYPE_CHECKING:
+    from redis import Redis
+
 
 bp = Blueprint("metrics", __name__)
 
@@ -86,7 +91,7 @@ class _Durations:
 _durations = _Durations()
 
 
-def flush(conn, force: bool = False) -> None:
+def flush(conn: Redis, force: bool = False) -> None:
     """Add this process's pending durations to Redis (if a second has passed, or ``force``)."""
     pending = _durations.take(force)
     if not pending:
@@ -107,7 +112,7 @@ def _start_timer():
     g.metrics_started = time.perf_counter()
 
 
-def _flush_forever(conn) -> None:
+def _flush_forever(conn: Redis) -> None:
     while True:
         time.sleep(FLUSH_SECONDS)
         flush(conn, force=True)
@@ -176,7 +181,7 @@ def metrics():
 class RedisCollector:
     """Every metric, read from Redis at scrape time (``collect`` is what prometheus_client calls)."""
 
-    def __init__(self, conn):
+    def __init__(self, conn: Redis):
         self.conn = conn
 
     def collect(self):

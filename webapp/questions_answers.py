@@ -15,6 +15,7 @@ import hmac
 import json
 import random
 import time
+from typing import TYPE_CHECKING
 
 from flask import current_app, session, url_for
 
@@ -44,6 +45,10 @@ from workers.store.studies import Study, StudyNotFound, get_study, get_study_and
 from .errors import ApiError
 from .tokens import sign_question, verify_question
 
+if TYPE_CHECKING:
+    from redis import Redis
+
+
 MAX_RESPONSE_MS = 24 * 3600 * 1000
 #: How long a used-token marker lives: past the longest token TTL a study can be set to (7 days, the
 #: config's maximum), so raising a running study's TTL cannot revive an answered token.
@@ -62,7 +67,7 @@ REPEAT_DEFAULT_QUESTIONS = 100
 DONE_CODES = ("study_complete", "rater_done", "budget_reached", "rater_stopped")
 
 
-def load_study(conn, study_id: str) -> Study:
+def load_study(conn: Redis, study_id: str) -> Study:
     """The study as stored now (one round trip); ApiError 404 for an unknown one."""
     try:
         return get_study(conn, study_id)
@@ -70,7 +75,7 @@ def load_study(conn, study_id: str) -> Study:
         raise ApiError(404, "unknown_study", str(exc)) from None
 
 
-def load_study_for_rater(conn, study_id: str, rater: str) -> tuple[Study, str | None]:
+def load_study_for_rater(conn: Redis, study_id: str, rater: str) -> tuple[Study, str | None]:
     """``load_study`` and the nonce of the browser session holding the recruited ``rater`` id in the
     study (``raters.claim_rater_session``), read in the same round trip; None for an anonymous id."""
     try:
@@ -110,7 +115,7 @@ def check_completion_code(secret_key: str, study_id: str, rater: str, code: str)
     return hmac.compare_digest(completion_code(secret_key, study_id, rater), code.strip().upper())
 
 
-def rater_stats(conn, study_id: str, rater: str) -> dict[str, int]:
+def rater_stats(conn: Redis, study_id: str, rater: str) -> dict[str, int]:
     """This rater's counters from the rater-stats hash (missing ones are 0)."""
     names = ("answers", "catch", "catch_failed", "too_fast", "skipped", "flagged", "completed", "repeats",
              "repeat_agreed")
@@ -118,7 +123,7 @@ def rater_stats(conn, study_id: str, rater: str) -> dict[str, int]:
     return {n: int(v or 0) for n, v in zip(names, values, strict=True)}
 
 
-def mark_completed(conn, study_id: str, rater: str) -> None:
+def mark_completed(conn: Redis, study_id: str, rater: str) -> None:
     conn.hset(keys.rater_stats(study_id), keys.rater_field(rater, "completed"), 1)
 
 
@@ -130,7 +135,7 @@ def finish_url(study: Study) -> str:
     return url_for("raters.finish", study_id=study.id)
 
 
-def done(conn, study: Study, rater: str, code: str, message: str, complete: bool = True) -> ApiError:
+def done(conn: Redis, study: Study, rater: str, code: str, message: str, complete: bool = True) -> ApiError:
     """The 409 telling the page this rater has no more questions (and where the finish page is)."""
     if complete:
         mark_completed(conn, study.id, rater)
@@ -182,7 +187,8 @@ def question_request(study: Study, rater: str, now: float) -> NextRequest:
                         budget=limits.answer_budget, catch=catch, ask_repeat=ask_repeat)
 
 
-def maybe_queue_repeat(conn, study: Study, rater: str, question: dict, choice, issued: NextQuestion | None) -> None:
+def maybe_queue_repeat(conn: Redis, study: Study, rater: str, question: dict, choice,
+                       issued: NextQuestion | None) -> None:
     """After an ordinary triplet answer: perhaps queue it to be asked again later (candidates swapped)
     as one of the rater's ``attention.validation_repeats``. Costs a round trip only when drawn, about
     validation_repeats times per rater."""
@@ -205,7 +211,7 @@ def self_agreement(stats: dict[str, int]) -> float | None:
     return stats["repeat_agreed"] / stats["repeats"] if stats["repeats"] else None
 
 
-def flag_low_self_agreement(conn, study: Study, rater: str) -> bool:
+def flag_low_self_agreement(conn: Redis, study: Study, rater: str) -> bool:
     """Flag the rater once at least ``min_repeats_to_flag`` repeats show self-agreement below the
     study's ``min_self_agreement`` (flags only ever go on, so a concurrent answer cannot undo it)."""
     attention = study.config.attention
@@ -217,7 +223,7 @@ def flag_low_self_agreement(conn, study: Study, rater: str) -> bool:
     return False
 
 
-def question_payload(conn, study: Study, rater: str, issued: NextQuestion, now: float) -> dict:
+def question_payload(conn: Redis, study: Study, rater: str, issued: NextQuestion, now: float) -> dict:
     """The page's question with its signed token; the "done" ApiError when the rater gets none."""
     if issued.status != "ok":
         raise ApiError(409, issued.status, DONE_MESSAGES[issued.status], finish_url=finish_url(study))
@@ -236,7 +242,7 @@ def question_payload(conn, study: Study, rater: str, issued: NextQuestion, now: 
     return payload
 
 
-def next_question(conn, study: Study, rater: str) -> dict | None:
+def next_question(conn: Redis, study: Study, rater: str) -> dict | None:
     """Issue the next question to ``rater``: a payload with its signed token, or None if closed.
 
     Raises ApiError 403 ``consent_required`` before consent, and a 409 with a ``finish_url``
@@ -309,7 +315,7 @@ def on_step(value: float, low: float, step: float | None) -> float:
     return round(low + round((value - low) / step) * step, 12)
 
 
-def submit_answer(conn, study: Study, rater: str, body, issue_next: bool = True) -> dict:
+def submit_answer(conn: Redis, study: Study, rater: str, body, issue_next: bool = True) -> dict:
     """Validate and store one answer; returns {"answer": {"id"}, "next": question | None}.
 
     Storing the answer and issuing the rater's next question are one Lua script (one round trip);

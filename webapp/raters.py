@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from typing import TYPE_CHECKING
 
 from flask import Blueprint, Response, abort, current_app, redirect, render_template, request, session, url_for
 from markdown_it import MarkdownIt
@@ -16,6 +17,10 @@ from workers.store.studies import STUDY_ID_PATTERN, StudyNotFound, get_items, ge
 from .errors import ApiError
 from .questions_answers import completion_code, rater_stats
 from .storage import get_redis
+
+if TYPE_CHECKING:
+    from redis import Redis
+
 
 bp = Blueprint("raters", __name__)
 
@@ -65,7 +70,7 @@ def current_rater() -> str:
     return rater
 
 
-def claim_rater_session(conn, study_id: str, rater: str) -> None:
+def claim_rater_session(conn: Redis, study_id: str, rater: str) -> None:
     """Make this browser session the one session of a recruited rater id in the study: a study page
     opened with the same id elsewhere (another tab, browser or device) stops getting questions."""
     if rater.startswith("anon-"):
@@ -209,7 +214,7 @@ def finish(study_id: str):
                            debrief=completion.debrief_question)
 
 
-def study_full(conn, study) -> bool:
+def study_full(conn: Redis, study) -> bool:
     """Whether the study takes no more answers: its answer budget is reached or every algorithm finished."""
     budget = study.config.limits.answer_budget
     with conn.pipeline(transaction=False) as pipe:
@@ -219,7 +224,7 @@ def study_full(conn, study) -> bool:
     return bool(budget and int(answers) >= budget) or int(finished) >= len(study.config.algorithms)
 
 
-def anonymous_session_allowed(conn, study) -> bool:
+def anonymous_session_allowed(conn: Redis, study) -> bool:
     """Count a new anonymous rater session of this address in the study (an hour's window); False
     once the address opened the study's ``anonymous_sessions_per_address`` of them."""
     key = keys.anonymous_sessions(study.id, request.remote_addr or "unknown")
@@ -230,7 +235,7 @@ def anonymous_session_allowed(conn, study) -> bool:
     return int(opened) <= study.config.limits.anonymous_sessions_per_address
 
 
-def code_shortfall(conn, study, rater: str, stats: dict[str, int]) -> str | None:
+def code_shortfall(conn: Redis, study, rater: str, stats: dict[str, int]) -> str | None:
     """Why this rater gets no completion code, or None when they did the work: the configured
     minimum of answers and the attention checks (a check still held unanswered counts as failed)."""
     needed = study.config.limits.answers_for_code
@@ -247,7 +252,7 @@ def code_shortfall(conn, study, rater: str, stats: dict[str, int]) -> str | None
     return None
 
 
-def code_minting_allowed(conn, study, rater: str, code: str = "1") -> bool:
+def code_minting_allowed(conn: Redis, study, rater: str, code: str = "1") -> bool:
     """Charge the address's code bucket the first time a rater is shown their code (reloads are free).
     The code shown is kept (the raters export lists it beside the rater, to match Prolific's list)."""
     from .limits import limit_code

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from statistics import median
+from typing import TYPE_CHECKING
 
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
@@ -19,6 +20,10 @@ from workers.store.config import ALGORITHM_TABLE
 from workers.store.queue import REBUILD_STATUS_FIELD
 from workers.store.studies import Study
 from workers.store.truth import TRUTH_FIELD, error_curves, truth_known
+
+if TYPE_CHECKING:
+    from redis import Redis
+
 
 #: The response-time histogram covers this many of the latest answers.
 RECENT_ANSWERS = 2000
@@ -52,7 +57,7 @@ _REBUILD_STATES = {"queued": "queued", "deferred": "queued", "scheduled": "queue
                    "finished": "finished", "failed": "failed", "stopped": "failed", "canceled": "failed"}
 
 
-def _rebuild_status(conn, raw: str | None) -> dict | None:
+def _rebuild_status(conn: Redis, raw: str | None) -> dict | None:
     """The latest rebuild (queued, running, finished with its figures, or failed), or None if none was asked for."""
     if not raw:
         return None
@@ -86,7 +91,7 @@ def rebuild_message(status: dict) -> str:
             f"{status.get('neighbours_changed', 0)} nearest neighbours changed.")
 
 
-def study_stats(conn, study: Study) -> dict:
+def study_stats(conn: Redis, study: Study) -> dict:
     labels = [a.label for a in study.config.algorithms]
     with conn.pipeline(transaction=False) as pipe:
         pipe.xlen(keys.answers(study.id))

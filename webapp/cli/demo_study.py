@@ -9,9 +9,14 @@ from __future__ import annotations
 import colorsys
 import math
 import random
+from typing import TYPE_CHECKING
 
 from workers.store.config import StudyConfig
 from workers.store.studies import Item, StudyNotFound, create_study, get_study
+
+if TYPE_CHECKING:
+    from redis import Redis
+
 
 DEMO_STUDY_ID = "demo-colours"
 DEMO_INSTRUCTIONS = (
@@ -42,7 +47,7 @@ def demo_items(n_items: int = 20, seed: int = 7) -> list[Item]:
     return items
 
 
-def ensure_demo_study(conn) -> str:
+def ensure_demo_study(conn: Redis) -> str:
     """Create the demo study once; later calls find it and leave its answers alone."""
     try:
         get_study(conn, DEMO_STUDY_ID)

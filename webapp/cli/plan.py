@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,8 +13,12 @@ from workers.store.studies import StudyNotFound
 
 from .connection import redis_connection
 
+if TYPE_CHECKING:
+    from redis import Redis
 
-def _pilot_from_study(conn, study_id: str):
+
+
+def _pilot_from_study(conn: Redis, study_id: str):
     """(triplets, n_items, params) of a study's triplet answers so far (excluded raters left out) and
     the parameters of its algorithms (by algorithm name), so its learners are simulated as they run."""
     from engine.planning import read_pilot_csv

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from typing import TYPE_CHECKING
 
 import click
 import redis
@@ -18,6 +19,10 @@ import redis
 from .. import ROOT
 from .connection import instance_path
 from .embedded import EmbeddedRedis, EmbeddedRedisError, running_url
+
+if TYPE_CHECKING:
+    from redis import Redis
+
 
 #: Threaded gunicorn workers that keep connections alive across a rater's think time: a sync worker
 #: holds each connection until the client closes it. Measured (benchmarks/load.py, n = 1000, 1000
@@ -33,7 +38,7 @@ GUNICORN_LIMITS = ("--limit-request-line", "8190")
 STARTUP_TIMEOUT_S = 60.0
 
 
-def _create_first_account(conn) -> None:
+def _create_first_account(conn: Redis) -> None:
     """On an instance without accounts, create 'admin' and print its one-time password once."""
     from ..accounts import FIRST_ACCOUNT, ensure_first_account
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import redis
@@ -16,6 +17,10 @@ from workers.store.config import ALGORITHM_TABLE
 from .connection import instance_path
 from .embedded import running_url
 from .studies import create
+
+if TYPE_CHECKING:
+    from redis import Redis
+
 
 #: Algorithms a simulated study can run: the graph learners (label-driven forests need real labels).
 SIMULATED_ALGORITHMS = tuple(name for name, entry in ALGORITHM_TABLE.items() if entry.yields_graph)
@@ -37,7 +42,7 @@ def _simulation_redis():
     return conn
 
 
-def _wait_until_applied(conn, study_id: str, timeout: float) -> dict | None:
+def _wait_until_applied(conn: Redis, study_id: str, timeout: float) -> dict | None:
     """Study stats once the workers have applied every logged answer (or at the timeout)."""
     from workers.store.studies import get_study
 

@@ -16,8 +16,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import redis
+
+if TYPE_CHECKING:
+    from redis import Redis
+
 
 PR_SET_PDEATHSIG = 1
 LOCK_FILE = "serve.lock"
@@ -235,7 +240,7 @@ class Sweeper:
         except (redis.RedisError, OSError):
             return []  # Redis restarting: the next sweep tries again
 
-    def sweep(self, conn) -> list[str]:
+    def sweep(self, conn: Redis) -> list[str]:
         from rq.exceptions import NoSuchJobError
         from rq.job import Job, JobStatus
 

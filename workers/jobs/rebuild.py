@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import redis
 from rq import get_current_job
@@ -18,6 +19,10 @@ from workers.jobs.update import load_learners, observe_batch, read_batch, study_
 from workers.store import engine_state, keys
 from workers.store.queue import REBUILD_STATUS_FIELD, schedule_update
 from workers.store.studies import Study, get_items, get_study, initial_item_count
+
+if TYPE_CHECKING:
+    from redis import Redis
+
 
 
 @dataclass
@@ -42,7 +47,7 @@ class Replay:
     excluded: int = 0  # answers of excluded raters
 
 
-def replay_log(conn, study: Study, excluded=frozenset(), chunk: int = 20000) -> Replay:
+def replay_log(conn: Redis, study: Study, excluded=frozenset(), chunk: int = 20000) -> Replay:
     """Replay the study's answer log, oldest first, into fresh learners, without writing anything."""
     items = get_items(conn, study.id)
     n_initial = initial_item_count(conn, study.id, study.n_items)
@@ -65,7 +70,7 @@ def replay_log(conn, study: Study, excluded=frozenset(), chunk: int = 20000) -> 
     return replay
 
 
-def rebuild_study(conn, study_id: str, exclude_raters=(), chunk: int = 20000) -> RebuildReport:
+def rebuild_study(conn: Redis, study_id: str, exclude_raters=(), chunk: int = 20000) -> RebuildReport:
     """Replace the study's engine states by a replay of its log (without ``exclude_raters``, remembered)."""
     started = time.perf_counter()
     study = get_study(conn, study_id)

@@ -37,6 +37,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import redis
 from rq import get_current_job
@@ -48,6 +49,10 @@ from workers.store import engine_state, keys, questions
 from workers.store import truth as known_truth
 from workers.store.lua import Script
 from workers.store.studies import Study, get_items, get_study, initial_item_count
+
+if TYPE_CHECKING:
+    from redis import Redis
+
 
 # an issued question is reclaimed this long after its token expired (clock skew between hosts)
 EXPIRY_GRACE_SECONDS = 30
@@ -117,7 +122,7 @@ def _fault(point: str) -> None:
 _SWAP = Script("lock_swap.lua")  # replace or release the lock only while it holds the value we read
 
 
-def _holder_gone(conn, value: str, run_id: str) -> bool:
+def _holder_gone(conn: Redis, value: str, run_id: str) -> bool:
     """Whether the lock value names a holder whose Redis connection no longer exists.
 
     The value is ``<server run id>:<client id>:<nonce>``: a holder killed with SIGKILL loses its
@@ -138,7 +143,7 @@ def _holder_gone(conn, value: str, run_id: str) -> bool:
 
 
 @contextlib.contextmanager
-def study_lock(conn, study_id: str, timeout: float = LOCK_TIMEOUT_SECONDS, wait: float = LOCK_TIMEOUT_SECONDS):
+def study_lock(conn: Redis, study_id: str, timeout: float = LOCK_TIMEOUT_SECONDS, wait: float = LOCK_TIMEOUT_SECONDS):
     """Hold the study's update lock: one writer of its engine states at a time.
 
     Waits up to ``wait`` seconds for a live holder, takes the lock over at once from a dead one
@@ -188,7 +193,7 @@ def update_study(study_id: str) -> dict:
         return drain_study(conn, study_id, renew=renew)
 
 
-def drain_study(conn, study_id: str, renew=None, job_seconds: float = JOB_SECONDS,
+def drain_study(conn: Redis, study_id: str, renew=None, job_seconds: float = JOB_SECONDS,
                 linger: float = LINGER_SECONDS, interval: float = PASS_INTERVAL_SECONDS) -> dict:
     """``apply_new_answers`` again and again while answers keep arriving (the learners stay in memory),
     until ``job_seconds`` have passed or no answer arrived for ``linger`` seconds after a pass.
@@ -201,7 +206,7 @@ def drain_study(conn, study_id: str, renew=None, job_seconds: float = JOB_SECOND
         write_summary(conn, study_id)
 
 
-def _drain(conn, study_id: str, renew, job_seconds: float, linger: float, interval: float) -> dict:
+def _drain(conn: Redis, study_id: str, renew, job_seconds: float, linger: float, interval: float) -> dict:
     started = time.monotonic()
     pass_started = started
     total = apply_new_answers(conn, study_id, renew=renew, settle=False)
@@ -223,7 +228,7 @@ def _drain(conn, study_id: str, renew, job_seconds: float, linger: float, interv
             total[name] = total.get(name, 0) + value
 
 
-def _has_new_answers(conn, study_id: str) -> bool:
+def _has_new_answers(conn: Redis, study_id: str) -> bool:
     with conn.pipeline(transaction=False) as pipe:
         pipe.get(keys.cursor(study_id))
         pipe.xrevrange(keys.answers(study_id), count=1)
@@ -266,7 +271,7 @@ _summarised: dict[str, float] = {}
 _unsummarised: set[str] = set()
 
 
-def study_memory(conn, study: Study, kept: dict[str, _Kept]) -> dict[str, int]:
+def study_memory(conn: Redis, study: Study, kept: dict[str, _Kept]) -> dict[str, int]:
     """What the study takes: ``memory_redis_bytes``, its keys in Redis (MEMORY USAGE: answers, items,
     pools, engine states and journals, statistics), and ``memory_engine_bytes``, its learners' states
     as a worker holds them (arrays + skeleton). Read in one round trip; written with the summary."""
@@ -286,7 +291,7 @@ def study_memory(conn, study: Study, kept: dict[str, _Kept]) -> dict[str, int]:
     return {"memory_redis_bytes": redis_bytes, "memory_engine_bytes": engine_bytes}
 
 
-def write_summary(conn, study_id: str) -> None:
+def write_summary(conn: Redis, study_id: str) -> None:
     """Write the dashboard's summary of the study's kept learners if the latest pass left it out
     (with the point of each learner's error curve against a known truth, see ``record_truth_error``)."""
     cached = _cache.get(study_id)
@@ -315,7 +320,7 @@ class KnownTruth:
     computed: bool
 
 
-def known_truth_of(conn, study: Study) -> KnownTruth:
+def known_truth_of(conn: Redis, study: Study) -> KnownTruth:
     """The study's known truth as stored, computed from the items' positions when none is stored for
     its current number of items."""
     fresh, points, nearest = known_truth.stored_truth(conn.hget(keys.engine_stats(study.id), known_truth.TRUTH_FIELD),
@@ -374,7 +379,7 @@ def _remember(study: Study, kept: dict[str, _Kept], learners: dict[str, Learner]
         _cache.popitem(last=False)
 
 
-def _cached_learners(conn, study: Study) -> tuple[dict[str, Learner], dict[str, _Kept]] | None:
+def _cached_learners(conn: Redis, study: Study) -> tuple[dict[str, Learner], dict[str, _Kept]] | None:
     """The study's learners from memory, if every stored state is still the one this process saved."""
     cached = _cache.get(study.id)
     if cached is None or cached.config != repr(study.config):
@@ -390,7 +395,7 @@ def _cached_learners(conn, study: Study) -> tuple[dict[str, Learner], dict[str, 
     return cached.learners, dict(cached.kept)
 
 
-def _load(conn, study: Study) -> tuple[dict[str, Learner], dict[str, _Kept]]:
+def _load(conn: Redis, study: Study) -> tuple[dict[str, Learner], dict[str, _Kept]]:
     learners, kept, labels = {}, {}, None
     for alg in study.config.algorithms:
         stored = engine_state.load_stored(conn, study.id, alg.label)
@@ -405,7 +410,7 @@ def _load(conn, study: Study) -> tuple[dict[str, Learner], dict[str, _Kept]]:
     return learners, kept
 
 
-def load_learners(conn, study: Study, versions: dict | None = None) -> dict[str, Learner]:
+def load_learners(conn: Redis, study: Study, versions: dict | None = None) -> dict[str, Learner]:
     """Every algorithm's learner from its saved state, or fresh where none is saved yet.
 
     ``versions``, if given, receives each saved state's version (None for a fresh learner)."""
@@ -415,7 +420,7 @@ def load_learners(conn, study: Study, versions: dict | None = None) -> dict[str,
     return learners
 
 
-def pass_learners(conn, study: Study) -> tuple[dict[str, Learner], dict[str, _Kept], bool]:
+def pass_learners(conn: Redis, study: Study) -> tuple[dict[str, Learner], dict[str, _Kept], bool]:
     """(learners, {label: the stored state they equal}, whether they came from memory)."""
     cached = _cached_learners(conn, study)
     if cached is not None:
@@ -429,7 +434,7 @@ CHUNKED_SAVE_BYTES = 8 << 20
 
 
 def _commit_state(pipe, study_id: str, label: str, learner: Learner, kept: _Kept,
-                  conn=None) -> tuple[_Kept, int]:
+                  conn: Redis=None) -> tuple[_Kept, int]:
     """Queue the learner's changes since ``kept`` on ``pipe`` (inside MULTI): a journal entry of what
     differs, or the whole state where there is no journal to append to. Returns (what will then be
     stored, bytes queued)."""
@@ -480,7 +485,7 @@ def _checkpoint_due(kept: _Kept) -> bool:
     return journal_bytes >= CHECKPOINT_SHARE * kept.lifted.nbytes or len(kept.journal) >= CHECKPOINT_ENTRIES
 
 
-def _start_checkpoints(conn, study_id: str, kept: dict[str, _Kept]) -> None:
+def _start_checkpoints(conn: Redis, study_id: str, kept: dict[str, _Kept]) -> None:
     """Start writing a checkpoint of each learner whose journal has grown enough (one at a time per learner)."""
     for label, k in kept.items():
         if (study_id, label) in _checkpoints or not _checkpoint_due(k):
@@ -501,7 +506,7 @@ def _start_checkpoints(conn, study_id: str, kept: dict[str, _Kept]) -> None:
         job.thread.start()
 
 
-def settle_checkpoints(conn, study_id: str, wait: bool = True) -> int:
+def settle_checkpoints(conn: Redis, study_id: str, wait: bool = True) -> int:
     """Put the study's written checkpoints in place (waiting for those still being written if ``wait``);
     returns how many were put in place."""
     swapped = 0
@@ -547,7 +552,7 @@ def observe_batch(learners: dict[str, Learner], batch: list) -> dict[str, str]:
     return poisoned
 
 
-def read_batch(conn, study_id: str, after: str, count: int) -> tuple[list, dict[str, str], str]:
+def read_batch(conn: Redis, study_id: str, after: str, count: int) -> tuple[list, dict[str, str], str]:
     """(answers, {entry id: reason} of entries that are not readable answers, id of the last entry read).
 
     A log entry that cannot be read as an answer (a missing or malformed field) is set aside like
@@ -563,7 +568,7 @@ def read_batch(conn, study_id: str, after: str, count: int) -> tuple[list, dict[
     return batch, unreadable, entries[-1][0].decode() if entries else after
 
 
-def apply_new_answers(conn, study_id: str, now: float | None = None, renew=None, settle: bool = True) -> dict:
+def apply_new_answers(conn: Redis, study_id: str, now: float | None = None, renew=None, settle: bool = True) -> dict:
     """Apply every answer after the cursor, then refill the pools; retried if another writer raced us.
 
     ``renew`` (from ``study_lock``) is called before each pass to keep the lock. With ``settle``,
@@ -691,7 +696,7 @@ def _read_demand(pipe, p: _Pass) -> None:
     p.active = int(pipe.zcount(keys.active_raters(study_id), p.now - ACTIVE_RATER_SECONDS, "+inf"))
 
 
-def _plan(conn, pipe, p: _Pass, pruned: dict[str, list[dict]]) -> None:
+def _plan(conn: Redis, pipe, p: _Pass, pruned: dict[str, list[dict]]) -> None:
     """Release expired questions to the learners, take stale questions out of the pools and plan
     each pool's refill (``p.planned``, ``p.targets``, ``p.finished``).
 
@@ -734,7 +739,7 @@ def _plan(conn, pipe, p: _Pass, pruned: dict[str, list[dict]]) -> None:
                 break
 
 
-def _replan(conn, p: _Pass, label: str, learner: Learner, kept: list[dict], pruned: dict[str, list[dict]],
+def _replan(conn: Redis, p: _Pass, label: str, learner: Learner, kept: list[dict], pruned: dict[str, list[dict]],
             window: int) -> bool:
     """Planning reads rows whose deferred triangle updates can close more rounds: take their
     questions back too, pooled ones (``kept``, updated in place) and those just planned, and plan
@@ -766,7 +771,7 @@ def _changed(p: _Pass, pruned: dict[str, list[dict]]) -> dict[str, bool]:
             for label, learner in p.learners.items()}
 
 
-def _commit(conn, pipe, p: _Pass, changed: dict[str, bool], summarise: bool) -> tuple[dict[str, _Kept], bool]:
+def _commit(conn: Redis, pipe, p: _Pass, changed: dict[str, bool], summarise: bool) -> tuple[dict[str, _Kept], bool]:
     """Queue every write of the pass in one MULTI and EXEC it (raises WatchError if a watched key
     changed). Returns (the stored state of each learner after it, whether the summary was written)."""
     study, study_id, learners = p.study, p.study.id, p.learners
@@ -817,7 +822,7 @@ def _commit(conn, pipe, p: _Pass, changed: dict[str, bool], summarise: bool) -> 
     return saved, bool(summary_field)
 
 
-def _one_pass(conn, study_id: str, now: float, summary_every: float = 0.0) -> dict:
+def _one_pass(conn: Redis, study_id: str, now: float, summary_every: float = 0.0) -> dict:
     study = get_study(conn, study_id)
     # questions taken out of the pools by this pass: final even if an attempt's EXEC fails (see _plan)
     pruned: dict[str, list[dict]] = {}

@@ -13,6 +13,7 @@ import json
 import math
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import networkx as nx
 import numpy as np
@@ -22,6 +23,10 @@ from workers.store import answers as answer_log
 from workers.store import engine_state, keys
 from workers.store.queue import schedule_update
 from workers.store.studies import StudyError, get_items, get_study, initial_item_count
+
+if TYPE_CHECKING:
+    from redis import Redis
+
 
 #: (what, format) -> (media type, file extension)
 FORMATS = {
@@ -52,7 +57,7 @@ class Export:
     chunks: object  # iterable of str
 
 
-def _learner(conn, study, algorithm: str | None, want: str) -> Learner:
+def _learner(conn: Redis, study, algorithm: str | None, want: str) -> Learner:
     """The learner to export: the named algorithm, else the study's first that can give ``want``."""
     fits = {"graph": lambda a: True, "forest": lambda a: a.algorithm in FOREST_ALGORITHMS,
             "embedding": lambda a: a.algorithm in EMBEDDING_ALGORITHMS}[want]
@@ -101,7 +106,7 @@ def _json(doc, indent: int | None = 1) -> str:
     return json.dumps(_finite(doc), indent=indent, allow_nan=False)
 
 
-def nn_graph(conn, study_id: str, algorithm: str | None = None) -> dict:
+def nn_graph(conn: Redis, study_id: str, algorithm: str | None = None) -> dict:
     """The learned k-NN graph as a JSON-safe document: ``{"study", "algorithm", "k", "items",
     "edges": [{"source", "target", "source_index", "target_index", "rank", "estimate", "lower",
     "upper", "samples", "certified"}]}`` (distances in [0, 1] for ratings; None where unknown)."""
@@ -155,7 +160,7 @@ def graph_graphml(doc: dict, items) -> str:
     return buf.getvalue().decode("utf-8")
 
 
-def forest_document(conn, study_id: str, algorithm: str | None = None) -> dict:
+def forest_document(conn: Redis, study_id: str, algorithm: str | None = None) -> dict:
     from engine.forest_export import forest_to_json
 
     study = get_study(conn, study_id)
@@ -167,7 +172,7 @@ def forest_document(conn, study_id: str, algorithm: str | None = None) -> dict:
     return doc
 
 
-def embedding_document(conn, study_id: str, algorithm: str | None = None) -> dict:
+def embedding_document(conn: Redis, study_id: str, algorithm: str | None = None) -> dict:
     """The learned embedding: ``{"study", "algorithm", "method", "dim", "items", "coordinates"
     (one row of ``dim`` numbers per item, in item order), "fit" (the learner's progress: answers,
     fits, ...)}``. Coordinates are defined up to rotation, reflection, shift and scale."""
@@ -192,7 +197,7 @@ def embedding_csv(doc: dict):
     yield buf.getvalue()
 
 
-def export(conn, study_id: str, what: str, fmt: str, algorithm: str | None = None, model: str | None = None
+def export(conn: Redis, study_id: str, what: str, fmt: str, algorithm: str | None = None, model: str | None = None
            ) -> Export:
     """One export of a study; raises ExportError (or StudyNotFound) saying what was wrong.
 
@@ -263,7 +268,7 @@ def parse_triplets(text: str, n_items: int, source: str = "file") -> list[tuple[
     return rows
 
 
-def import_triplets(conn, study_id: str, text: str, source: str = "file", rater: str = "import") -> int:
+def import_triplets(conn: Redis, study_id: str, text: str, source: str = "file", rater: str = "import") -> int:
     """Append list-order triplets to the study's log as imported answers (rater ``rater``,
     algorithm ``import``); all or nothing. Returns how many were imported.
 

@@ -5,12 +5,18 @@ Reads engine state through ``engine_state``/``engines``; must never import Flask
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from scipy.linalg import eigh
 
 from workers.jobs.learners import Learner
 from workers.store import engine_state
 from workers.store.studies import Study
+
+if TYPE_CHECKING:
+    from redis import Redis
+
 
 
 def _win_rates(planner):
@@ -107,7 +113,7 @@ def drawn_items(n: int, samples_per_item: np.ndarray | None, limit: int = MAX_DR
     return np.sort(order[:limit])
 
 
-def graph_layout(conn, study: Study, label: str, max_drawn: int = MAX_DRAWN) -> dict:
+def graph_layout(conn: Redis, study: Study, label: str, max_drawn: int = MAX_DRAWN) -> dict:
     """One algorithm's current graph for drawing (JSON-safe): at most ``max_drawn`` items
     (``nodes``, with ``positions`` and ``candidates`` in the same order), the neighbour edges
     between drawn items, and the histogram of answers per item over every item.

@@ -10,12 +10,17 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from workers.jobs.learners import Learner
 from workers.store import engine_state, keys
 from workers.store.studies import StudyError, feature_matrix, get_items, get_study, initial_item_count
+
+if TYPE_CHECKING:
+    from redis import Redis
+
 
 #: model name -> what it learns, for help texts and errors
 MODELS = {
@@ -54,7 +59,7 @@ def _check_model(name: str) -> str:
     return name
 
 
-def crowd_distances(conn, study_id: str, algorithm: str | None = None) -> CrowdDistances:
+def crowd_distances(conn: Redis, study_id: str, algorithm: str | None = None) -> CrowdDistances:
     """Distance estimates from a distance learner of the study (the named one, else the first)."""
     study = get_study(conn, study_id)
     graph_learners = [a for a in study.config.algorithms if a.learns_graph]
@@ -80,7 +85,7 @@ def crowd_distances(conn, study_id: str, algorithm: str | None = None) -> CrowdD
     return CrowdDistances(alg.label, distances, counts)
 
 
-def _study_features(conn, study_id: str):
+def _study_features(conn: Redis, study_id: str):
     study = get_study(conn, study_id)
     n = initial_item_count(conn, study_id, study.n_items)
     items = get_items(conn, study_id)[:n]
@@ -106,7 +111,7 @@ def _held_out_items(n: int, rng: np.random.Generator) -> np.ndarray:
     return mask
 
 
-def _train_smerf(conn, study_id, algorithm, params, seed):
+def _train_smerf(conn: Redis, study_id, algorithm, params, seed):
     from scipy.stats import spearmanr
 
     from engine.smerf import DistanceForest
@@ -142,7 +147,7 @@ def _train_smerf(conn, study_id, algorithm, params, seed):
     return forest, summary, {"feature_names": names}
 
 
-def _pairs_and_labels(conn, study_id, items, algorithm, threshold):
+def _pairs_and_labels(conn: Redis, study_id, items, algorithm, threshold):
     """(pairs, y): from item labels, or from crowd distances at most ``threshold`` (alike = +1)."""
     from engine.treerank import pairs_from_labels, pairs_from_ratings
 
@@ -167,7 +172,7 @@ def _pairs_and_labels(conn, study_id, items, algorithm, threshold):
                                                       "algorithm": crowd.algorithm}
 
 
-def _train_treerank(conn, study_id, algorithm, params, seed, threshold, forest: bool):
+def _train_treerank(conn: Redis, study_id, algorithm, params, seed, threshold, forest: bool):
     from engine.treerank import RankingForest, SimilarityTreeRank, auc, tpr_at_fpr
 
     items, names, X = _study_features(conn, study_id)
@@ -188,7 +193,7 @@ def _train_treerank(conn, study_id, algorithm, params, seed, threshold, forest: 
     return model, summary, {"feature_names": names}
 
 
-def _train_simforest(conn, study_id, algorithm, params, seed):
+def _train_simforest(conn: Redis, study_id, algorithm, params, seed):
     from engine.simforest import SimilarityForest
 
     study = get_study(conn, study_id)
@@ -210,7 +215,7 @@ def _train_simforest(conn, study_id, algorithm, params, seed):
     return forest, summary, {"item_ids": [i.id for i in items]}
 
 
-def train(conn, study_id: str, name: str, algorithm: str | None = None, params: dict | None = None,
+def train(conn: Redis, study_id: str, name: str, algorithm: str | None = None, params: dict | None = None,
           threshold: float | None = None, random_state: int | None = None) -> dict:
     """Fit model ``name`` on the study's data, check it on held-out data, store it; returns its
     metadata (what it was trained on and the held-out figures)."""
@@ -243,12 +248,12 @@ def train(conn, study_id: str, name: str, algorithm: str | None = None, params: 
     return meta
 
 
-def model_meta(conn, study_id: str, name: str) -> dict | None:
+def model_meta(conn: Redis, study_id: str, name: str) -> dict | None:
     raw = conn.hget(keys.model(study_id, _check_model(name)), "meta")
     return None if raw is None else json.loads(raw)
 
 
-def trained_models(conn, study_id: str) -> dict[str, dict]:
+def trained_models(conn: Redis, study_id: str) -> dict[str, dict]:
     """Metadata of every model trained on the study, by name."""
     out = {}
     for name in MODELS:
@@ -258,7 +263,7 @@ def trained_models(conn, study_id: str) -> dict[str, dict]:
     return out
 
 
-def model_export(conn, study_id: str, name: str) -> dict:
+def model_export(conn: Redis, study_id: str, name: str) -> dict:
     get_study(conn, study_id)
     raw = conn.hget(keys.model(study_id, _check_model(name)), "export")
     if raw is None:
@@ -267,7 +272,7 @@ def model_export(conn, study_id: str, name: str) -> dict:
     return json.loads(raw)
 
 
-def load_model(conn, study_id: str, name: str):
+def load_model(conn: Redis, study_id: str, name: str):
     """(estimator, meta) of a stored model."""
     fields = conn.hgetall(keys.model(study_id, _check_model(name)))
     if b"meta" not in fields:
@@ -286,7 +291,7 @@ def load_model(conn, study_id: str, name: str):
     return cls.from_state(state), meta
 
 
-def predict_for_items(conn, study_id: str, name: str, new_items) -> tuple[list[str], list[str], np.ndarray]:
+def predict_for_items(conn: Redis, study_id: str, name: str, new_items) -> tuple[list[str], list[str], np.ndarray]:
     """Predictions between new items (with the same features) and the study's items: distances for
     SMERF, similarity scores for TreeRank. Returns (new ids, study item ids, (n_new, n_study) matrix)."""
     if name not in ("smerf", "treerank", "ranking_forest"):

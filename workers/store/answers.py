@@ -13,10 +13,15 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from workers.store import keys, questions
 from workers.store.lua import Script
 from workers.store.queue import UPDATE_FLAG_TTL
+
+if TYPE_CHECKING:
+    from redis import Redis
+
 
 #: Accepting an answer (and issuing the rater's next question): workers/store/lua/accept.lua.
 ACCEPT = Script("accept.lua")
@@ -116,7 +121,7 @@ class Answer:
         )
 
 
-def accept_answer(conn, study_id: str, question: dict, rater: str, choice: int | None, issued_at: float,
+def accept_answer(conn: Redis, study_id: str, question: dict, rater: str, choice: int | None, issued_at: float,
                   response_ms: int | None, used_ttl: int, value: float | None = None,
                   flags: str = "", stats: tuple[str, ...] = (), max_per_rater: int | None = None,
                   budget: int | None = None) -> tuple[str, bool]:
@@ -134,7 +139,7 @@ def accept_answer(conn, study_id: str, question: dict, rater: str, choice: int |
     return answer_id, schedule
 
 
-def accept_and_issue(conn, study_id: str, question: dict, rater: str, choice: int | None, issued_at: float,
+def accept_and_issue(conn: Redis, study_id: str, question: dict, rater: str, choice: int | None, issued_at: float,
                      response_ms: int | None, used_ttl: int, value: float | None = None,
                      flags: str = "", stats: tuple[str, ...] = (), max_per_rater: int | None = None,
                      budget: int | None = None, flag_rule: tuple[int, float] | None = None,
@@ -223,14 +228,14 @@ def answer_problem(answer: Answer, n_items: int, rating_range: tuple[float, floa
     return None
 
 
-def read_answers(conn, study_id: str, after: str = "0-0", count: int | None = None) -> list[Answer]:
+def read_answers(conn: Redis, study_id: str, after: str = "0-0", count: int | None = None) -> list[Answer]:
     """Answers with stream id strictly after ``after``, oldest first."""
     entries = conn.xrange(keys.answers(study_id), min=f"({after}" if after != "0-0" else "-", max="+",
                           count=count)
     return [Answer.from_stream(entry_id, fields) for entry_id, fields in entries]
 
 
-def iter_answers(conn, study_id: str, chunk: int = 5000):
+def iter_answers(conn: Redis, study_id: str, chunk: int = 5000):
     after = "0-0"
     while True:
         batch = read_answers(conn, study_id, after=after, count=chunk)
@@ -240,7 +245,7 @@ def iter_answers(conn, study_id: str, chunk: int = 5000):
         after = batch[-1].id
 
 
-def count_answers(conn, study_id: str) -> int:
+def count_answers(conn: Redis, study_id: str) -> int:
     return int(conn.xlen(keys.answers(study_id)))
 
 

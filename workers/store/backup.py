@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import redis
 
@@ -32,6 +33,10 @@ from workers.store.studies import (
     get_study,
     set_stylesheet,
 )
+
+if TYPE_CHECKING:
+    from redis import Redis
+
 
 FORMAT = "proxima-backup"
 VERSION = 1
@@ -64,7 +69,7 @@ def _text_hash(raw: dict) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------- set-aside answers
-def set_aside_answers(conn, study_id: str) -> list[dict]:
+def set_aside_answers(conn: Redis, study_id: str) -> list[dict]:
     """Answers no engine could use, oldest first: ``{"answer_id", "reason", "rater", "algorithm",
     "kind", "fields"}`` (``fields``: the log entry as stored, empty if it is gone from the log).
 
@@ -98,7 +103,7 @@ def _generator() -> str:
         return "proxima"
 
 
-def backup_lines(conn, study_id: str, chunk: int = 5000) -> Iterator[str]:
+def backup_lines(conn: Redis, study_id: str, chunk: int = 5000) -> Iterator[str]:
     """The study as NDJSON lines (each ending in a newline): a header, then one record per line.
 
     The log is read up to its last answer when the backup starts; a running study keeps taking
@@ -397,7 +402,7 @@ def _derived_keys(study_id: str, labels: list[str]) -> list[str]:
     return names
 
 
-def restore_study(conn, lines: Iterable[str | bytes], as_id: str | None = None) -> RestoreReport:
+def restore_study(conn: Redis, lines: Iterable[str | bytes], as_id: str | None = None) -> RestoreReport:
     """Restore a backup as a new study (its own id, or ``as_id``), all or nothing.
 
     Reads and checks the whole file first, then writes every key in one MULTI guarded by WATCH on

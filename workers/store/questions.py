@@ -14,11 +14,16 @@ import json
 import random
 import secrets
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from workers.store import keys
 from workers.store.config import AlgorithmConfig, StudyConfig
 from workers.store.lua import Script
 from workers.store.queue import UPDATE_FLAG_TTL
+
+if TYPE_CHECKING:
+    from redis import Redis
+
 
 #: The Lua scripts of the pools (workers/store/lua/): the shared functions issue() and next_question()
 #: are in issue.lua and next_question.lua.
@@ -81,18 +86,18 @@ def fallback_question(algorithm: AlgorithmConfig, n_items: int) -> dict:
     return triplet_question(i, j, k, algorithm.label, fallback=True)
 
 
-def push_questions(conn, study_id: str, algorithm: str, questions: list[dict], pipeline=None) -> None:
+def push_questions(conn: Redis, study_id: str, algorithm: str, questions: list[dict], pipeline=None) -> None:
     if not questions:
         return
     target = pipeline if pipeline is not None else conn
     target.rpush(keys.pool(study_id, algorithm), *[json.dumps(q, sort_keys=True) for q in questions])
 
 
-def pooled_questions(conn, study_id: str, algorithm: str) -> list[dict]:
+def pooled_questions(conn: Redis, study_id: str, algorithm: str) -> list[dict]:
     return [json.loads(raw) for raw in conn.lrange(keys.pool(study_id, algorithm), 0, -1)]
 
 
-def prune_questions(conn, study_id: str, algorithm: str, questions: list[dict]) -> list[dict]:
+def prune_questions(conn: Redis, study_id: str, algorithm: str, questions: list[dict]) -> list[dict]:
     """Take ``questions`` out of the pool; returns those that were still there (not yet issued)."""
     if not questions:
         return []
@@ -127,7 +132,7 @@ def algorithm_args(config: StudyConfig, n_items: int) -> list:
     return args
 
 
-def issue_question(conn, study_id: str, config: StudyConfig, n_items: int, rater: str, now: float,
+def issue_question(conn: Redis, study_id: str, config: StudyConfig, n_items: int, rater: str, now: float,
                    expires_at: float) -> tuple[dict, int, int]:
     """Choose an algorithm by share, pop its next pooled question (or a fallback) and record it
     as issued until ``expires_at``. Returns (question, questions left in that pool, the pool's target).
@@ -204,7 +209,7 @@ def repeat_question(head: int, a: int, b: int, answered: int) -> dict:
             "algorithm": REPEAT_ALGORITHM, "fallback": False, "catch": True, "repeat_of": int(answered)}
 
 
-def queue_repeat(conn, study_id: str, rater: str, question: dict, most: int, due_after: int, ttl: int) -> bool:
+def queue_repeat(conn: Redis, study_id: str, rater: str, question: dict, most: int, due_after: int, ttl: int) -> bool:
     """Queue ``question`` (from ``repeat_question``) to be asked once the rater has given ``due_after``
     answers, unless they already have ``most`` repeats. One round trip; True if queued."""
     entry = f"{int(due_after)} {json.dumps(question, sort_keys=True)}"
@@ -220,19 +225,19 @@ def parse_next_reply(reply: list) -> NextQuestion:
     return NextQuestion(status, json.loads(reply[1]), int(reply[2]), bool(int(reply[3])), tuple(reply[4:]))
 
 
-def issue_next_question(conn, request: NextRequest) -> NextQuestion:
+def issue_next_question(conn: Redis, request: NextRequest) -> NextQuestion:
     """Run next.lua (one round trip): check the rater may go on, issue, read the items."""
     return parse_next_reply(NEXT.run(conn, request.keys, request.args))
 
 
-def pool_depths(conn, study_id: str, config: StudyConfig) -> dict[str, int]:
+def pool_depths(conn: Redis, study_id: str, config: StudyConfig) -> dict[str, int]:
     with conn.pipeline(transaction=False) as pipe:
         for alg in config.algorithms:
             pipe.llen(keys.pool(study_id, alg.label))
         return {alg.label: int(n) for alg, n in zip(config.algorithms, pipe.execute(), strict=True)}
 
 
-def expired_questions(conn, study_id: str, before: float) -> list[dict]:
+def expired_questions(conn: Redis, study_id: str, before: float) -> list[dict]:
     """Issued questions whose expiry is before ``before`` (not answered, or they would be gone)."""
     qids = conn.zrangebyscore(keys.issued(study_id), "-inf", repr(float(before)))
     if not qids:

@@ -4,12 +4,17 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from typing import TYPE_CHECKING
 
 from rq import Queue
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 
 from workers.store import keys
+
+if TYPE_CHECKING:
+    from redis import Redis
+
 
 QUEUE_NAME = "proxima"
 UPDATE_FLAG_TTL = 60  # a web process that dies between flag and enqueue delays the study this long at most
@@ -19,16 +24,16 @@ REBUILD_JOB = "workers.jobs.rebuild.rebuild_job"
 REBUILD_STATUS_FIELD = "rebuild"
 
 
-def get_queue(conn) -> Queue:
+def get_queue(conn: Redis) -> Queue:
     return Queue(QUEUE_NAME, connection=conn)
 
 
-def enqueue_update(conn, study_id: str):
+def enqueue_update(conn: Redis, study_id: str):
     """Queue one update of the study (callers hold the study's update-scheduled flag)."""
     return get_queue(conn).enqueue(UPDATE_JOB, study_id, job_timeout=600, result_ttl=60, failure_ttl=7 * 86400)
 
 
-def schedule_update(conn, study_id: str) -> bool:
+def schedule_update(conn: Redis, study_id: str) -> bool:
     """Enqueue an update unless one is already queued and not started; True if this call queued it."""
     if conn.set(keys.update_scheduled(study_id), "1", nx=True, ex=UPDATE_FLAG_TTL):
         enqueue_update(conn, study_id)
@@ -36,7 +41,7 @@ def schedule_update(conn, study_id: str) -> bool:
     return False
 
 
-def schedule_stale_studies(conn) -> list[str]:
+def schedule_stale_studies(conn: Redis) -> list[str]:
     """Queue an update for every study whose log holds answers its engine has not applied.
 
     Run when a worker starts, so answers left behind by a worker that crashed mid-job (and
@@ -60,7 +65,7 @@ def rebuild_job_id(study_id: str, excluded_raters) -> str:
     return f"proxima-rebuild-{study_id}-{digest}"
 
 
-def enqueue_rebuild(conn, study_id: str, raters=()) -> str:
+def enqueue_rebuild(conn: Redis, study_id: str, raters=()) -> str:
     """Queue a replay of the study's log without its excluded raters (``keys.excluded_raters``, which
     the caller has already updated); returns the job id. The status the dashboard shows is set to
     "queued" unless this very rebuild is already queued, running or done."""

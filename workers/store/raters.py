@@ -8,9 +8,14 @@ import csv
 import io
 from datetime import UTC, datetime
 from statistics import median
+from typing import TYPE_CHECKING
 
 from workers.store import keys
 from workers.store.answers import Answer
+
+if TYPE_CHECKING:
+    from redis import Redis
+
 
 #: The answers and median response times are read from at most this many of the latest answers.
 RATER_TABLE_ANSWERS = 50000
@@ -26,7 +31,7 @@ def _int(value) -> int:
         return 0
 
 
-def rater_table(conn, study_id: str, limit: int = RATER_TABLE_ANSWERS) -> list[dict]:
+def rater_table(conn: Redis, study_id: str, limit: int = RATER_TABLE_ANSWERS) -> list[dict]:
     """One row per rater: answers, median response time, catch trials and failures, too-fast share,
     skips, validation repeats and self-agreement, flags, exclusion and the debrief answer.
 
@@ -85,7 +90,7 @@ def _text_cell(text: str | None) -> str:
     return "'" + text if text[0] in "=+-@\t\r" else text
 
 
-def export_raters_csv(conn, study_id: str):
+def export_raters_csv(conn: Redis, study_id: str):
     """The rater table as CSV (one chunk): yes/no columns as 1/0, empty where unknown; the debrief
     answer is the rater's text, with a ' in front if it would start a spreadsheet formula."""
     buf = io.StringIO()

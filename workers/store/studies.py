@@ -15,11 +15,16 @@ import time
 from dataclasses import asdict, dataclass
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nh3
 
 from workers.store import keys
 from workers.store.config import ALGORITHM_TABLE, LABELLED_ALGORITHMS, StudyConfig
+
+if TYPE_CHECKING:
+    from redis import Redis
+
 
 ITEM_KINDS = ("color", "image", "text", "audio", "video", "html")
 STUDY_STATUSES = ("running", "paused", "closed")
@@ -139,7 +144,7 @@ def check_study_id(study_id: str) -> str:
     return study_id
 
 
-def create_study(conn, config: StudyConfig, items: list[Item], media: dict[int, bytes] | None = None,
+def create_study(conn: Redis, config: StudyConfig, items: list[Item], media: dict[int, bytes] | None = None,
                  study_id: str | None = None, stylesheet: str | bytes | None = None) -> str:
     """Store a new study with its items (and media bytes by item index) and an optional stylesheet
     for its rater pages (``check_stylesheet``); returns its id."""
@@ -245,7 +250,7 @@ def check_config_for_items(config: StudyConfig, items: list[Item]) -> None:
                                  "items CSV)")
 
 
-def add_items(conn, study_id: str, items: list[Item], media: dict[int, bytes] | None = None) -> int:
+def add_items(conn: Redis, study_id: str, items: list[Item], media: dict[int, bytes] | None = None) -> int:
     """Append items to a study whose algorithms can take them (comparison forests: once a forest
     is built, each added item is routed down its trees by triplet questions). Returns the new count.
 
@@ -277,7 +282,7 @@ def add_items(conn, study_id: str, items: list[Item], media: dict[int, bytes] | 
     return first + len(items)
 
 
-def initial_item_count(conn, study_id: str, n_items: int) -> int:
+def initial_item_count(conn: Redis, study_id: str, n_items: int) -> int:
     """How many items the study was created with (its engines' fixed item set)."""
     raw = conn.hget(keys.study(study_id), "n_items_initial")
     return int(raw) if raw is not None else n_items
@@ -304,14 +309,14 @@ def _study_from_hash(study_id: str, raw: dict) -> Study:
                  n_items=int(raw[b"n_items"]))
 
 
-def get_study(conn, study_id: str) -> Study:
+def get_study(conn: Redis, study_id: str) -> Study:
     """The study as stored now (one round trip); StudyNotFound for an unknown or malformed id."""
     if not isinstance(study_id, str) or not STUDY_ID_PATTERN.match(study_id):
         raise StudyNotFound(str(study_id))
     return _study_from_hash(study_id, conn.hgetall(keys.study(study_id)))
 
 
-def get_study_and_rater_session(conn, study_id: str, rater: str) -> tuple[Study, str | None]:
+def get_study_and_rater_session(conn: Redis, study_id: str, rater: str) -> tuple[Study, str | None]:
     """``get_study`` and, in the same round trip, the nonce of the browser session that holds the
     recruited ``rater`` id in the study (``keys.rater_sessions``; None when no session claimed it)."""
     if not isinstance(study_id, str) or not STUDY_ID_PATTERN.match(study_id):
@@ -323,7 +328,7 @@ def get_study_and_rater_session(conn, study_id: str, rater: str) -> tuple[Study,
     return _study_from_hash(study_id, raw), None if nonce is None else nonce.decode()
 
 
-def list_studies(conn) -> list[Study]:
+def list_studies(conn: Redis) -> list[Study]:
     ids = sorted(s.decode() for s in conn.smembers(keys.studies()))
     studies = []
     for study_id in ids:
@@ -334,15 +339,15 @@ def list_studies(conn) -> list[Study]:
     return sorted(studies, key=lambda s: s.created_at)
 
 
-def get_items(conn, study_id: str) -> list[Item]:
+def get_items(conn: Redis, study_id: str) -> list[Item]:
     return [Item.from_dict(json.loads(raw)) for raw in conn.lrange(keys.items(study_id), 0, -1)]
 
 
-def get_media(conn, study_id: str, index: int) -> bytes | None:
+def get_media(conn: Redis, study_id: str, index: int) -> bytes | None:
     return conn.hget(keys.media(study_id), str(int(index)))
 
 
-def set_status(conn, study_id: str, status: str) -> None:
+def set_status(conn: Redis, study_id: str, status: str) -> None:
     if status not in STUDY_STATUSES:
         raise StudyError(f"status must be one of {', '.join(STUDY_STATUSES)}")
     get_study(conn, study_id)
@@ -518,7 +523,7 @@ def check_stylesheet(source: str, data: bytes | str) -> str:
     return css
 
 
-def set_stylesheet(conn, study_id: str, css: str | None, pipeline=None) -> None:
+def set_stylesheet(conn: Redis, study_id: str, css: str | None, pipeline=None) -> None:
     """Store (or with None remove) the study's checked stylesheet."""
     target = pipeline if pipeline is not None else conn
     if css:
@@ -527,7 +532,7 @@ def set_stylesheet(conn, study_id: str, css: str | None, pipeline=None) -> None:
         target.delete(keys.stylesheet(study_id))
 
 
-def get_stylesheet(conn, study_id: str) -> str | None:
+def get_stylesheet(conn: Redis, study_id: str) -> str | None:
     raw = conn.get(keys.stylesheet(study_id))
     return raw.decode() if raw else None
 
@@ -680,7 +685,7 @@ def features_from_csv_text(text: str, filename: str = "features.csv") -> dict[st
     return out
 
 
-def set_features(conn, study_id: str, features: dict[str, dict[str, float]]) -> int:
+def set_features(conn: Redis, study_id: str, features: dict[str, dict[str, float]]) -> int:
     """Give every item of a study its features (item id -> name -> value); all or nothing.
     Returns the number of items updated."""
     get_study(conn, study_id)
@@ -709,7 +714,7 @@ def set_features(conn, study_id: str, features: dict[str, dict[str, float]]) -> 
 EDITABLE_FIELDS = ("name", "instructions", "question", "pool_size", "token_ttl_seconds", "budgets", "limits")
 
 
-def update_config(conn, study_id: str, **changes) -> StudyConfig:
+def update_config(conn: Redis, study_id: str, **changes) -> StudyConfig:
     """Change editable fields of a study's config, re-validated as a whole; returns the new config.
 
     ``budgets`` maps algorithm labels to a question budget (None for no limit); ``limits`` changes

@@ -15,6 +15,11 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from importlib.resources import files
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from redis import Redis
+
 
 INCLUDE = re.compile(r"^--#include ([a-z_]+\.lua)$", re.MULTILINE)
 HEADER = re.compile(r"^-- (KEYS|ARGV):(.*)$", re.MULTILINE)
@@ -74,12 +79,12 @@ class Script:
             raise TypeError(f"{self.name} takes no {what}s beyond {list(names)}")
         return [given[n] for n in names] + list(more)
 
-    def __call__(self, conn, keys: Mapping[str, object] | None = None, args: Mapping[str, object] | None = None,
+    def __call__(self, conn: Redis, keys: Mapping[str, object] | None = None, args: Mapping[str, object] | None = None,
                  more_keys: Sequence = (), more_args: Sequence = ()):
         key_list, arg_list = self.ordered(keys, args, more_keys, more_args)
         return self.run(conn, key_list, arg_list)
 
-    def run(self, conn, key_list: Sequence, arg_list: Sequence):
+    def run(self, conn: Redis, key_list: Sequence, arg_list: Sequence):
         """Run with KEYS and ARGV already in order (``ordered``)."""
         script = self._script
         if script is None:
