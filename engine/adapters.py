@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .utils import check_random_state, generator_from_state, generator_state
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .graph import NeighborGraph
+
 
 #: A third item drawn from a distinct stream of the study seed (not the planner's own stream).
 _THIRD_STREAM = 0x7A1
@@ -125,10 +132,10 @@ class PairTripletAdapter:
         if pairs:
             self.planner.forget(pairs)
 
-    def result(self):
+    def result(self) -> Any:
         return self.planner.result()
 
-    def neighbor_graph(self, k: int = 1):
+    def neighbor_graph(self, k: int = 1) -> NeighborGraph:
         from .registry import neighbor_graph
 
         return neighbor_graph(self.planner, k)

@@ -75,7 +75,7 @@ class DistanceMatrixOracle:
             values = np.clip(values, self.clip[0], self.clip[1])
         return values
 
-    def answer(self, pairs):
+    def answer(self, pairs) -> list[tuple]:
         """Samples as ``(i, j, value)`` rows, the shape ``planner.observe`` takes."""
         pairs = [tuple(map(int, p)) for p in pairs]
         return [(i, j, float(v)) for (i, j), v in zip(pairs, self.sample(pairs), strict=False)]
@@ -170,7 +170,7 @@ class TripletOracle:
         """The winner of one triplet question."""
         return int(p1) if self.p1_wins([(x, p1, p2)])[0] else int(p2)
 
-    def answer(self, questions):
+    def answer(self, questions) -> list[tuple]:
         """Answers as ``(x, p1, p2, winner)`` rows, the shape ``forest.observe`` takes."""
         questions = [tuple(map(int, q)) for q in questions]
         wins = self.p1_wins(questions)
@@ -221,7 +221,7 @@ class TripletDerivedOracle:
             [1.0 if self.triplet(int(i), int(j), int(k)) == k else 0.0 for (i, j), k in zip(idx, thirds, strict=False)]
         )
 
-    def answer(self, pairs):
+    def answer(self, pairs) -> list[tuple]:
         pairs = [tuple(map(int, p)) for p in pairs]
         return [(i, j, float(v)) for (i, j), v in zip(pairs, self.sample(pairs), strict=False)]
 
@@ -281,7 +281,7 @@ class RecordedTriplets:
             raise ValueError("a triplet question needs three distinct items")
         return self.closer[q[:, 0], q[:, 1], q[:, 2]]
 
-    def answer(self, questions):
+    def answer(self, questions) -> list[tuple]:
         """Answers as ``(x, p1, p2, winner)`` rows."""
         questions = [tuple(map(int, q)) for q in questions]
         wins = self.p1_wins(questions)

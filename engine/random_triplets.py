@@ -7,10 +7,15 @@ row-wise argmax is an (uncertified) nearest-neighbour guess. Must never import F
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .utils import check_n_items, check_random_state, generator_from_state, generator_state
+
+if TYPE_CHECKING:
+    from .graph import NeighborGraph
+
 
 NO_NEIGHBOR = -1
 
@@ -108,7 +113,7 @@ class RandomTriplets:
         """Never: random triplets have no stopping rule (the study's budget stops them)."""
         return False
 
-    def neighbor_graph(self, k: int = 1):
+    def neighbor_graph(self, k: int = 1) -> NeighborGraph:
         """Each head's k candidates of highest smoothed win rate among those it was shown with
         (-1 where fewer were shown); ``estimates`` 1 - win rate, ``samples`` times shown."""
         from .graph import NeighborGraph

@@ -10,7 +10,11 @@ import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .graph import NeighborGraph
+
 
 #: The algorithm a triplet study runs when its config names none (the one place that says so):
 #: the best on benchmarks/real_crowds.py (recorded human-like answers, alien eggs, clusters).
@@ -271,7 +275,7 @@ def restore_planner(state: Mapping) -> Any:
     return entry.planner_class().from_state(dict(state))
 
 
-def neighbor_graph(planner, k: int = 1):
+def neighbor_graph(planner, k: int = 1) -> NeighborGraph:
     """The :class:`engine.graph.NeighborGraph` of any planner of the table, ``k`` columns.
 
     Planners with a ``neighbor_graph`` method answer themselves; the pair planners (which learn

@@ -9,8 +9,13 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from flask import Flask, request
+
+if TYPE_CHECKING:
+    from flask import Response
+
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,7 +57,7 @@ def _secret_key(instance_path: str) -> str:
         return key
 
 
-def add_security_headers(response):
+def add_security_headers(response) -> Response:
     """``after_request``: the security headers, and no-store on everything personal."""
     from flask import current_app
 
@@ -66,7 +71,7 @@ def add_security_headers(response):
     return response
 
 
-def instance_config(test_config: dict | None = None):
+def instance_config(test_config: dict | None = None) -> dict:
     """The configuration ``create_app`` would use (defaults, ``proxima.cfg``, ``PROXIMA_*``, the
     instance's secret key), without connecting to Redis: for commands that only need settings,
     such as checking a completion code."""

@@ -3,6 +3,7 @@ graph's layout, the raters table, health."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from flask import Blueprint, jsonify, request
 
@@ -14,6 +15,12 @@ from .raters import check_rater_session, current_rater, session_replaced
 from .stats import study_stats
 from .storage import get_redis
 
+if TYPE_CHECKING:
+    from typing import Any
+
+    from flask.typing import ResponseReturnValue
+
+
 bp = Blueprint("api", __name__, url_prefix="/api")
 
 
@@ -21,7 +28,7 @@ def _refuse_constant(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
-def json_body():
+def json_body() -> Any:
     """The request's JSON document, or ApiError 415/400. Stricter than ``request.get_json``:
     NaN/Infinity are refused, and so is nesting too deep for the parser (a RecursionError,
     which Flask would let through as a 500)."""
@@ -34,13 +41,13 @@ def json_body():
 
 
 @bp.get("/health")
-def health():
+def health() -> ResponseReturnValue:
     get_redis().ping()
     return jsonify({"status": "ok"})
 
 
 @bp.get("/studies/<study_id>/questions/next")
-def get_next_question(study_id: str):
+def get_next_question(study_id: str) -> ResponseReturnValue:
     conn = get_redis()
     rater = current_rater()
     study, holder = load_study_for_rater(conn, study_id, rater)
@@ -52,7 +59,7 @@ def get_next_question(study_id: str):
 
 
 @bp.post("/studies/<study_id>/answers")
-def post_answer(study_id: str):
+def post_answer(study_id: str) -> ResponseReturnValue:
     conn = get_redis()
     rater = current_rater()
     study, holder = load_study_for_rater(conn, study_id, rater)
@@ -64,21 +71,21 @@ def post_answer(study_id: str):
 
 
 @bp.get("/studies/<study_id>/stats")
-def get_stats(study_id: str):
+def get_stats(study_id: str) -> ResponseReturnValue:
     conn = get_redis()
     study = load_study(conn, study_id)
     return jsonify(study_stats(conn, study))
 
 
 @bp.get("/studies/<study_id>/raters")
-def get_raters(study_id: str):
+def get_raters(study_id: str) -> ResponseReturnValue:
     conn = get_redis()
     study = load_study(conn, study_id)
     return jsonify({"raters": rater_table(conn, study.id)})
 
 
 @bp.get("/studies/<study_id>/graph-layout")
-def get_graph_layout(study_id: str):
+def get_graph_layout(study_id: str) -> ResponseReturnValue:
     """One algorithm's learned graph placed in 2-D (classical MDS of its estimated distances)."""
     from workers.results.layout import graph_layout  # numpy/scipy: only researchers' dashboards call this
 

@@ -8,6 +8,7 @@ a route someone adds later is protected without a decorator. Accounts live in Re
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from flask import (
@@ -29,6 +30,10 @@ from flask_wtf.csrf import CSRFError, CSRFProtect
 from . import accounts, limits
 from .errors import ApiError
 from .storage import get_redis
+
+if TYPE_CHECKING:
+    from flask.typing import ResponseReturnValue
+
 
 bp = Blueprint("auth", __name__)
 csrf = CSRFProtect()
@@ -100,7 +105,7 @@ def safe_next(target: str | None) -> str:
     return target
 
 
-def require_login():
+def require_login() -> ResponseReturnValue | None:
     """``before_request`` for the whole app: refuse researcher endpoints to anonymous clients."""
     endpoint = request.endpoint
     if endpoint is None or is_public(endpoint):
@@ -118,7 +123,7 @@ def client_address() -> str:
 
 
 @bp.route("/login", methods=["GET", "POST"])
-def login():
+def login() -> ResponseReturnValue:
     next_url = safe_next(request.values.get("next"))
     if request.method == "GET":
         if current_researcher():
@@ -146,14 +151,14 @@ def login():
 
 
 @bp.post("/logout")
-def logout():
+def logout() -> ResponseReturnValue:
     accounts.end_session(get_redis(), session.get("researcher_session"))  # every copy of the cookie ends
     session.clear()
     flash("You are logged out.")
     return redirect(url_for("auth.login"))
 
 
-def csrf_failed(err: CSRFError):
+def csrf_failed(err: CSRFError) -> ResponseReturnValue:
     if request.path.startswith("/api/"):
         body = {"error": {"code": "csrf_failed", "message": f"{err.description} Send the token of the page's "
                           "<meta name=\"csrf-token\"> in an X-CSRFToken header."}}

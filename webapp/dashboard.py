@@ -53,6 +53,7 @@ from .stats import study_stats
 from .storage import get_redis
 
 if TYPE_CHECKING:
+    from flask.typing import ResponseReturnValue
     from redis import Redis
 
 
@@ -84,7 +85,7 @@ def size_text(n_bytes: int) -> str:
 
 
 @bp.url_value_preprocessor
-def allow_uploads(endpoint, values):
+def allow_uploads(endpoint, values) -> None:
     # Runs before the app's before_request hooks, so before the CSRF check parses the form body.
     if endpoint == "dashboard.new_study" and request.method == "POST":
         request.max_content_length = upload_limit()
@@ -93,7 +94,7 @@ def allow_uploads(endpoint, values):
 
 
 @bp.errorhandler(413)
-def upload_too_large(err):
+def upload_too_large(err) -> ResponseReturnValue:
     message = (f"The upload is too large: at most {size_text(upload_limit())} are accepted. Split the items "
                "into a smaller ZIP, or shrink the images.")
     if request.endpoint == "dashboard.new_study":
@@ -117,7 +118,7 @@ def _study_or_404(conn: Redis, study_id: str):
 
 
 @bp.get("/")
-def index():
+def index() -> ResponseReturnValue:
     conn = get_redis()
     return render_template("dashboard/index.html", studies=list_studies(conn))
 
@@ -157,7 +158,7 @@ def config_from_form(form, files) -> StudyConfig:
 
 
 @bp.route("/studies/new", methods=["GET", "POST"])
-def new_study():
+def new_study() -> ResponseReturnValue:
     if request.method == "GET":
         return _new_study_page()
     items_file = request.files.get("items")
@@ -260,7 +261,7 @@ def expected_now(plan: dict | None, per_item: float) -> dict:
 
 
 @bp.get("/studies/<study_id>")
-def study(study_id: str):
+def study(study_id: str) -> ResponseReturnValue:
     conn = get_redis()
     study = _study_or_404(conn, study_id)
     tab = request.args.get("tab", "overview")
@@ -298,7 +299,7 @@ def study(study_id: str):
 
 
 @bp.post("/studies/<study_id>/status")
-def change_status(study_id: str):
+def change_status(study_id: str) -> ResponseReturnValue:
     conn = get_redis()
     study = _study_or_404(conn, study_id)
     action = request.form.get("action", "")
@@ -325,7 +326,7 @@ def _optional_int(form, name: str, label: str) -> int | None:
 
 
 @bp.post("/studies/<study_id>/settings")
-def settings(study_id: str):
+def settings(study_id: str) -> ResponseReturnValue:
     conn = get_redis()
     study = _study_or_404(conn, study_id)
     form = request.form
@@ -358,7 +359,7 @@ def settings(study_id: str):
 
 
 @bp.post("/studies/<study_id>/raters/exclude")
-def exclude_rater(study_id: str):
+def exclude_rater(study_id: str) -> ResponseReturnValue:
     """Exclude a rater: their later answers are skipped at once, and an RQ job rebuilds the engines
     from the log without their earlier ones (the page polls its status through the stats JSON)."""
     conn = get_redis()
@@ -376,7 +377,7 @@ def exclude_rater(study_id: str):
 
 
 @bp.route("/account", methods=["GET", "POST"])
-def account():
+def account() -> ResponseReturnValue:
     """The logged-in researcher changes their own password (current password, the new one twice).
     Wrong current passwords count as failed logins, so this form is no way around the login limit."""
     if request.method == "GET":
@@ -437,16 +438,16 @@ def _download(study_id: str, what: str, fmt: str):
 
 
 @bp.get("/studies/<study_id>/export/<what>.<fmt>")
-def download(study_id: str, what: str, fmt: str):
+def download(study_id: str, what: str, fmt: str) -> ResponseReturnValue:
     """Every export of the platform: answers.csv/.jsonl, triplets.csv, graph.json/.csv/.graphml, forest.json."""
     return _download(study_id, what, fmt)
 
 
 @bp.get("/studies/<study_id>/answers.csv")
-def answers_csv(study_id: str):
+def answers_csv(study_id: str) -> ResponseReturnValue:
     return _download(study_id, "answers", "csv")
 
 
 @bp.get("/studies/<study_id>/answers.jsonl")
-def answers_jsonl(study_id: str):
+def answers_jsonl(study_id: str) -> ResponseReturnValue:
     return _download(study_id, "answers", "jsonl")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import redis
 from flask import Flask, current_app, render_template, request
@@ -26,6 +27,10 @@ from workers.store.lua import Script
 
 from .errors import ApiError
 from .storage import get_redis
+
+if TYPE_CHECKING:
+    from flask.typing import ResponseReturnValue
+
 
 STUDY_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
@@ -142,7 +147,7 @@ def limit_code(study_id: str) -> bool:
                                      int(config["CODE_BURST_PER_ADDRESS"]), "codes")]) is None
 
 
-def limit_logins():
+def limit_logins() -> ResponseReturnValue | None:
     """``before_request``: refuse login attempts from an address over its limit (429, the login page)."""
     if request.endpoint != "auth.login" or request.method != "POST":
         return None

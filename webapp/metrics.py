@@ -37,6 +37,10 @@ from workers.store.studies import list_studies
 from .storage import get_redis
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from flask.typing import ResponseReturnValue
+    from prometheus_client.metrics_core import Metric
     from redis import Redis
 
 
@@ -164,7 +168,7 @@ def scrape_allowed() -> bool:
 
 
 @bp.get("/metrics")
-def metrics():
+def metrics() -> ResponseReturnValue:
     if not scrape_allowed():
         response = Response("metrics need a researcher login, the bearer token of PROXIMA_METRICS_TOKEN or an "
                             "address in PROXIMA_METRICS_ALLOWED_ADDRESSES\n", status=401, mimetype="text/plain")
@@ -184,7 +188,7 @@ class RedisCollector:
     def __init__(self, conn: Redis):
         self.conn = conn
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         yield self._durations()
         yield from self._studies()
         queued = GaugeMetricFamily("proxima_update_jobs_queued", "Engine update jobs waiting for a worker.")

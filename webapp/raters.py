@@ -19,7 +19,10 @@ from .questions_answers import completion_code, rater_stats
 from .storage import get_redis
 
 if TYPE_CHECKING:
+    from flask.typing import ResponseReturnValue
     from redis import Redis
+
+    from workers.store.studies import Study
 
 
 bp = Blueprint("raters", __name__)
@@ -96,7 +99,7 @@ def check_rater_session(study_id: str, rater: str, holder: str | None) -> None:
                        "browser or device; please continue there, or reload this page to continue here.")
 
 
-def load_study_or_404(study_id: str):
+def load_study_or_404(study_id: str) -> Study:
     try:
         return get_study(get_redis(), study_id)
     except StudyNotFound:
@@ -134,7 +137,7 @@ def practice_payload(study) -> list[dict]:
 
 
 @bp.get("/s/<study_id>")
-def study_page(study_id: str):
+def study_page(study_id: str) -> ResponseReturnValue:
     study = load_study_or_404(study_id)
     for param in RATER_ID_PARAMS:
         value = request.args.get(param, "").strip()
@@ -170,7 +173,7 @@ def study_page(study_id: str):
 
 
 @bp.post("/s/<study_id>/consent")
-def consent(study_id: str):
+def consent(study_id: str) -> ResponseReturnValue:
     study = load_study_or_404(study_id)
     if request.form.get("decision") != "agree":
         return render_template("raters/declined.html", study=study)
@@ -179,7 +182,7 @@ def consent(study_id: str):
 
 
 @bp.route("/s/<study_id>/done", methods=["GET", "POST"])
-def finish(study_id: str):
+def finish(study_id: str) -> ResponseReturnValue:
     study = load_study_or_404(study_id)
     conn = get_redis()
     rater = current_rater()
@@ -273,7 +276,7 @@ def study_stylesheet(study_id: str) -> bool:
 
 
 @bp.get("/s/<study_id>/style.css")
-def stylesheet(study_id: str):
+def stylesheet(study_id: str) -> ResponseReturnValue:
     """The study's own CSS (checked at creation: nothing loaded from elsewhere, no script)."""
     css = get_stylesheet(get_redis(), study_id) if STUDY_ID_PATTERN.match(study_id) else None
     if css is None:
@@ -285,7 +288,7 @@ def stylesheet(study_id: str):
 
 
 @bp.get("/media/<study_id>/<int:index>")
-def media(study_id: str, index: int):
+def media(study_id: str, index: int) -> ResponseReturnValue:
     conn = get_redis()
     data = get_media(conn, study_id, index)
     if data is None:

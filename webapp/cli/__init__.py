@@ -15,7 +15,7 @@ from . import backup, models, plan, serve, simulate, studies, users
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def main():
+def main() -> None:
     """Proxima: learn which items people find most alike, asking as few questions as possible."""
 
 

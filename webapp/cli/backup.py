@@ -19,7 +19,7 @@ from .connection import redis_connection
 @click.argument("study_id")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
               help="Write to this file instead of standard output.")
-def backup(study_id: str, output: Path | None):
+def backup(study_id: str, output: Path | None) -> None:
     """Write STUDY as a portable backup (NDJSON: config, items with media, the answer log, ...)."""
     from workers.store.backup import BackupError, backup_lines
 
@@ -60,7 +60,7 @@ def backup(study_id: str, output: Path | None):
 @click.option("--as", "as_id", default=None, metavar="NEW_ID", help="Restore under this study id instead.")
 @click.option("--rebuild/--no-rebuild", "rebuild_after", default=True, show_default=True,
               help="Replay the restored log into the engines now (otherwise a worker's first update does).")
-def restore(backup_file, as_id: str | None, rebuild_after: bool):
+def restore(backup_file, as_id: str | None, rebuild_after: bool) -> None:
     """Restore a study from a file written by 'proxima backup' ('-' reads standard input)."""
     from workers.store.backup import BackupError, restore_study
     from workers.store.queue import schedule_update

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import redis
@@ -15,13 +16,17 @@ import redis
 from .. import ROOT
 from .embedded import EmbeddedRedis, EmbeddedRedisError, running_url
 
+if TYPE_CHECKING:
+    from redis import Redis
+
+
 
 def instance_path() -> Path:
     return Path(os.environ.get("PROXIMA_INSTANCE_PATH") or ROOT / "instance")
 
 
 @contextlib.contextmanager
-def redis_connection():
+def redis_connection() -> Redis:
     """A Redis client: REDIS_URL, else the running embedded server, else a temporary one."""
     url = os.environ.get("REDIS_URL") or running_url(instance_path())
     if url:

@@ -19,6 +19,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.oracles import TripletOracle
+
 
 import numpy as np
 
@@ -312,7 +317,7 @@ class Rater:
         return a["index"] if self.oracle(h, ia, ib) == ia else b["index"]
 
     @property
-    def oracle(self):
+    def oracle(self) -> TripletOracle:
         """engine.oracles' human triplet model on this truth, seeded from the rater's generator."""
         if self._oracle is None:
             from engine.oracles import TripletOracle

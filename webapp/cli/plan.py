@@ -78,7 +78,7 @@ def _pilot_from_study(conn: Redis, study_id: str):
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
               help="Also write the plan as JSON to this file.")
 def plan_command(truth_spec, pilot_path, study_id, n_items, algorithms, budgets, runs, noise, lapse, pay, currency,
-                 target, metric, batch, jobs, json_path, max_seconds=300.0):
+                 target, metric, batch, jobs, json_path, max_seconds=300.0) -> None:
     """Plan a study's budget before paying: expected nearest-neighbour accuracy against answers per item.
 
     Every applicable learner runs in-process on simulated raters (logistic + lapse human noise) that answer

@@ -77,7 +77,7 @@ def _port_free(host: str, port: int) -> bool:
 @click.option("--sweep-interval", default=10.0, show_default=True, type=click.FloatRange(0.1, 3600),
               help="Seconds between checks for studies whose answers wait for an update nobody queued.")
 def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int, max_restarts: int,
-          sweep_interval: float):
+          sweep_interval: float) -> None:
     """Start Redis (unless REDIS_URL is set), RQ workers and the web app under gunicorn, and keep
     them running: a crashed child is restarted with backoff (a crash loop stops serve, saying why),
     children die with serve, and only one serve runs per instance folder."""
@@ -219,7 +219,7 @@ def _stop_children(children: list[subprocess.Popen], timeout: float = 15.0) -> N
 @click.command()
 @click.option("--interval", default=10.0, show_default=True, type=click.FloatRange(0.1, 3600),
               help="Seconds between checks.")
-def sweep(interval: float):
+def sweep(interval: float) -> None:
     """Queue an update for every study whose answers wait for one nobody queued (a web process died
     between storing an answer and queueing its update). 'proxima serve' does this itself; run this
     beside web and worker processes started another way (systemd units, a Procfile runner)."""
@@ -242,7 +242,7 @@ def sweep(interval: float):
 
 
 @click.command()
-def demo():
+def demo() -> None:
     """Same as 'serve --demo'."""
     ctx = click.get_current_context()
     ctx.invoke(serve, demo=True)
@@ -250,7 +250,7 @@ def demo():
 
 @click.command()
 @click.option("--burst", is_flag=True, help="Process the queued jobs, then exit.")
-def worker(burst: bool):
+def worker(burst: bool) -> None:
     """Run an RQ worker that applies answers to the engines (needs REDIS_URL).
 
     Jobs run in the worker's own process (RQ's SimpleWorker, no fork per job), so a busy study's

@@ -25,7 +25,7 @@ from .models import MODEL_NAMES
 @click.option("--stylesheet", "stylesheet_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help="A CSS file applied to the study's rater pages (after Proxima's own; no @import, no url() but "
                    "data:image/, no script).")
-def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet_path: Path | None = None):
+def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet_path: Path | None = None) -> None:
     """Create a study from a YAML/JSON config and a folder of media or a CSV of texts.
 
     \b
@@ -71,7 +71,7 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
 @click.argument("study_id")
 @click.option("--items", "items_path", required=True, type=click.Path(path_type=Path),
               help="A folder of images/audio/video, or a CSV of texts with a 'text' column.")
-def add_items_command(study_id: str, items_path: Path):
+def add_items_command(study_id: str, items_path: Path) -> None:
     """Add items to a comparison-forest study; once its forests are built, each is routed down the trees."""
     from workers.store.queue import schedule_update
     from workers.store.studies import add_items, items_from_path
@@ -92,7 +92,7 @@ def add_items_command(study_id: str, items_path: Path):
 @click.command("features")
 @click.argument("study_id")
 @click.argument("features_file", type=click.Path(dir_okay=False, path_type=Path))
-def features_command(study_id: str, features_file: Path):
+def features_command(study_id: str, features_file: Path) -> None:
     """Give every item of a study numeric features, from a CSV with an 'id' column and one column per
     feature (SMERF and TreeRank learn over them). All items at once, or nothing changes."""
     from workers.store.studies import features_from_csv_text, set_features
@@ -119,7 +119,7 @@ def features_command(study_id: str, features_file: Path):
 @click.argument("study_id")
 @click.argument("triplets_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--rater", default="import", show_default=True, help="Rater id recorded for the imported answers.")
-def import_triplets_command(study_id: str, triplets_file: Path, rater: str):
+def import_triplets_command(study_id: str, triplets_file: Path, rater: str) -> None:
     """Append triplets in cblearn's list-order format (CSV rows i,j,k: i closer to j than to k)."""
     from workers.results.exports import import_triplets
 
@@ -156,7 +156,7 @@ def import_triplets_command(study_id: str, triplets_file: Path, rater: str):
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
               help="Write to this file instead of standard output.")
 def export(study_id: str, what: str, fmt: str | None, algorithm: str | None, model: str | None,
-           output: Path | None):
+           output: Path | None) -> None:
     """Export a study's answers, triplets, learned graph or forest (same code as the dashboard)."""
     from workers.results.exports import ExportError
     from workers.results.exports import export as make_export
@@ -183,7 +183,7 @@ def export(study_id: str, what: str, fmt: str | None, algorithm: str | None, mod
 
 
 @click.command("studies")
-def list_studies_command():
+def list_studies_command() -> None:
     """List the studies on this Redis."""
     from workers.store.answers import count_answers
     from workers.store.studies import list_studies
@@ -198,7 +198,7 @@ def list_studies_command():
 @click.argument("study_id")
 @click.option("--exclude-rater", "exclude", multiple=True, metavar="ID",
               help="Leave this rater's answers out of the engine (repeatable; remembered for later updates).")
-def rebuild(study_id: str, exclude: tuple[str, ...]):
+def rebuild(study_id: str, exclude: tuple[str, ...]) -> None:
     """Replay the answer log into fresh engine state and report how the learned graph changed."""
     from workers.jobs.rebuild import rebuild_study
     from workers.store import keys
@@ -228,7 +228,7 @@ def rebuild(study_id: str, exclude: tuple[str, ...]):
 @click.argument("study_id")
 @click.argument("rater")
 @click.argument("code")
-def verify_code_command(study_id: str, rater: str, code: str):
+def verify_code_command(study_id: str, rater: str, code: str) -> None:
     """Check a rater's completion code (an HMAC of study and rater with this instance's secret key)."""
     from .. import instance_config
     from ..questions_answers import check_completion_code

@@ -13,7 +13,7 @@ from .connection import redis_connection
 
 
 @click.group()
-def user():
+def user() -> None:
     """Researcher accounts: add, remove, change a password, list."""
 
 
@@ -44,7 +44,7 @@ def _password_options(command):
 @user.command("add")
 @click.argument("name")
 @_password_options
-def user_add(name: str, password_stdin: bool, generate: bool):
+def user_add(name: str, password_stdin: bool, generate: bool) -> None:
     """Create a researcher account NAME (asks for the password twice)."""
     from ..accounts import AccountError, check_name, create_user, user_key
 
@@ -68,7 +68,7 @@ def user_add(name: str, password_stdin: bool, generate: bool):
 
 @user.command("remove")
 @click.argument("name")
-def user_remove(name: str):
+def user_remove(name: str) -> None:
     """Delete the researcher account NAME; its open sessions end at their next request."""
     from ..accounts import AccountError, count_users, remove_user
 
@@ -86,7 +86,7 @@ def user_remove(name: str):
 @user.command("passwd")
 @click.argument("name")
 @_password_options
-def user_passwd(name: str, password_stdin: bool, generate: bool):
+def user_passwd(name: str, password_stdin: bool, generate: bool) -> None:
     """Change the password of NAME and log out its sessions."""
     from ..accounts import set_password, user_key
 
@@ -102,7 +102,7 @@ def user_passwd(name: str, password_stdin: bool, generate: bool):
 
 
 @user.command("list")
-def user_list():
+def user_list() -> None:
     """List the researcher accounts."""
     from ..accounts import list_users
 

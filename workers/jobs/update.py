@@ -51,6 +51,8 @@ from workers.store.lua import Script
 from workers.store.studies import Study, get_items, get_study, initial_item_count
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
     from redis import Redis
 
 
@@ -143,7 +145,8 @@ def _holder_gone(conn: Redis, value: str, run_id: str) -> bool:
 
 
 @contextlib.contextmanager
-def study_lock(conn: Redis, study_id: str, timeout: float = LOCK_TIMEOUT_SECONDS, wait: float = LOCK_TIMEOUT_SECONDS):
+def study_lock(conn: Redis, study_id: str, timeout: float = LOCK_TIMEOUT_SECONDS,
+               wait: float = LOCK_TIMEOUT_SECONDS) -> Iterator[Callable[[], None]]:
     """Hold the study's update lock: one writer of its engine states at a time.
 
     Waits up to ``wait`` seconds for a live holder, takes the lock over at once from a dead one

@@ -25,6 +25,8 @@ from workers.store.queue import schedule_update
 from workers.store.studies import StudyError, get_items, get_study, initial_item_count
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from redis import Redis
 
 
@@ -133,7 +135,7 @@ def nn_graph(conn: Redis, study_id: str, algorithm: str | None = None) -> dict:
             "created_at": time.time(), "items": ids, "edges": edges}
 
 
-def graph_csv(doc: dict):
+def graph_csv(doc: dict) -> Iterator[str]:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=GRAPH_CSV_COLUMNS, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
@@ -188,7 +190,7 @@ def embedding_document(conn: Redis, study_id: str, algorithm: str | None = None)
             "fit": learner.progress()}
 
 
-def embedding_csv(doc: dict):
+def embedding_csv(doc: dict) -> Iterator[str]:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(["item", *(f"x{d + 1}" for d in range(doc["dim"]))])

@@ -19,6 +19,8 @@ from workers.store import engine_state, keys
 from workers.store.studies import StudyError, feature_matrix, get_items, get_study, initial_item_count
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from redis import Redis
 
 
@@ -272,7 +274,7 @@ def model_export(conn: Redis, study_id: str, name: str) -> dict:
     return json.loads(raw)
 
 
-def load_model(conn: Redis, study_id: str, name: str):
+def load_model(conn: Redis, study_id: str, name: str) -> tuple[Any, dict]:
     """(estimator, meta) of a stored model."""
     fields = conn.hgetall(keys.model(study_id, _check_model(name)))
     if b"meta" not in fields:

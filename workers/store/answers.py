@@ -20,6 +20,8 @@ from workers.store.lua import Script
 from workers.store.queue import UPDATE_FLAG_TTL
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from redis import Redis
 
 
@@ -235,7 +237,7 @@ def read_answers(conn: Redis, study_id: str, after: str = "0-0", count: int | No
     return [Answer.from_stream(entry_id, fields) for entry_id, fields in entries]
 
 
-def iter_answers(conn: Redis, study_id: str, chunk: int = 5000):
+def iter_answers(conn: Redis, study_id: str, chunk: int = 5000) -> Iterator[tuple[str, dict]]:
     after = "0-0"
     while True:
         batch = read_answers(conn, study_id, after=after, count=chunk)
@@ -258,7 +260,7 @@ CSV_COLUMNS = ("study", "answer_id", "answered_at", "rater", "algorithm", "kind"
                "question_id")
 
 
-def answer_rows(answers, item_ids: list[str], study_id: str = ""):
+def answer_rows(answers, item_ids: list[str], study_id: str = "") -> Iterator[dict]:
     """One flat row per answer; item columns absent from a question kind are empty."""
     def item_id(index):
         return "" if index is None or index < 0 else item_ids[index]
@@ -280,7 +282,7 @@ def answer_rows(answers, item_ids: list[str], study_id: str = ""):
         }
 
 
-def export_csv(answers, item_ids: list[str], study_id: str = ""):
+def export_csv(answers, item_ids: list[str], study_id: str = "") -> Iterator[str]:
     """Yield the answers as CSV text chunks (header first), for streaming responses and files."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
@@ -294,12 +296,12 @@ def export_csv(answers, item_ids: list[str], study_id: str = ""):
     yield buf.getvalue()
 
 
-def export_jsonl(answers, item_ids: list[str], study_id: str = ""):
+def export_jsonl(answers, item_ids: list[str], study_id: str = "") -> Iterator[str]:
     for row in answer_rows(answers, item_ids, study_id):
         yield json.dumps(row) + "\n"
 
 
-def export_triplets(answers, excluded_raters=frozenset()):
+def export_triplets(answers, excluded_raters=frozenset()) -> Iterator[str]:
     """Triplet answers in cblearn's ``list-order`` format: CSV rows ``i,j,k`` (item indices),
     meaning i was judged closer to j than to k (attention checks and validation repeats left out).
     Load with ``numpy.loadtxt(f, delimiter=",", dtype=int)``.

@@ -11,12 +11,17 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jsonschema
 import yaml
 
 from engine.registry import ALGORITHMS as _TABLE
 from engine.registry import DEFAULT_NN_ALGORITHM, default_algorithm  # noqa: F401 (re-exported)
+
+if TYPE_CHECKING:
+    from engine.registry import Algorithm
+
 
 #: The algorithms a study may run, as declared once in :mod:`engine.registry` (numpy-free).
 ALGORITHM_TABLE = _TABLE
@@ -302,7 +307,7 @@ class AlgorithmConfig:
         return _TABLE[self.algorithm].pair_over_triplets
 
     @property
-    def entry(self):
+    def entry(self) -> Algorithm:
         """This algorithm's entry of the table (:class:`engine.registry.Algorithm`)."""
         return _TABLE[self.algorithm]
 

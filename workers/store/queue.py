@@ -28,7 +28,7 @@ def get_queue(conn: Redis) -> Queue:
     return Queue(QUEUE_NAME, connection=conn)
 
 
-def enqueue_update(conn: Redis, study_id: str):
+def enqueue_update(conn: Redis, study_id: str) -> Job:
     """Queue one update of the study (callers hold the study's update-scheduled flag)."""
     return get_queue(conn).enqueue(UPDATE_JOB, study_id, job_timeout=600, result_ttl=60, failure_ttl=7 * 86400)
 

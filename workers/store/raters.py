@@ -14,6 +14,8 @@ from workers.store import keys
 from workers.store.answers import Answer
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from redis import Redis
 
 
@@ -90,7 +92,7 @@ def _text_cell(text: str | None) -> str:
     return "'" + text if text[0] in "=+-@\t\r" else text
 
 
-def export_raters_csv(conn: Redis, study_id: str):
+def export_raters_csv(conn: Redis, study_id: str) -> Iterator[str]:
     """The rater table as CSV (one chunk): yes/no columns as 1/0, empty where unknown; the debrief
     answer is the rater's text, with a ' in front if it would start a spreadsheet formula."""
     buf = io.StringIO()

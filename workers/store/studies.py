@@ -643,7 +643,7 @@ def items_from_csv_text(text: str, filename: str = "items.csv") -> list[Item]:
     return items
 
 
-def feature_matrix(items: list[Item]):
+def feature_matrix(items: list[Item]) -> tuple[list[str], list[list[float]]]:
     """``(names, X)``: the items' features as an (n_items, n_features) list of rows, or raises
     StudyError naming the first item without them (or with different feature names)."""
     if not items or items[0].features is None:

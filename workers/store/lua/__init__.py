@@ -18,6 +18,8 @@ from importlib.resources import files
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from redis import Redis
 
 
@@ -84,7 +86,7 @@ class Script:
         key_list, arg_list = self.ordered(keys, args, more_keys, more_args)
         return self.run(conn, key_list, arg_list)
 
-    def run(self, conn: Redis, key_list: Sequence, arg_list: Sequence):
+    def run(self, conn: Redis, key_list: Sequence, arg_list: Sequence) -> Any:
         """Run with KEYS and ARGV already in order (``ordered``)."""
         script = self._script
         if script is None:
