@@ -224,3 +224,28 @@ def test_the_graph_is_anytime_before_the_first_embedding_fit():
     assert p.n_fits_ == 0
     g = p.neighbor_graph(1)
     assert g.neighbors[0, 0] == 1 and (g.neighbors[1:, 0] == -1).all()
+
+
+def test_a_won_duel_counts_in_full_only_where_duels_are_answered_consistently():
+    """Before repeats weigh the embedding, a candidate that beat the leader once leads where the
+    embedding predicts fresh answers well (share of all duels), not where duels look like coin
+    flips (the per-pair average, whose untried pairs sit at the shortlist-order prior)."""
+    n = 12
+    p = CandidateDuels(n, random_state=0, dim="auto")
+    p.cands_[0] = [*range(1, n), -1]
+    p.observe([(0, 3, 1, 3)])
+    p.n_answers_ = 10 * n
+    p.dim_scores_[:] = [[90.0, 0.0, 0.0], [100.0, 0.0, 0.0]]  # prequential accuracy .9
+    assert p._duel_trust() == 1.0
+    assert p._ranking(0)[0][0] == 3
+    p.dim_scores_[:] = [[55.0, 0.0, 0.0], [100.0, 0.0, 0.0]]  # .55: near coin flips
+    assert p._duel_trust() == 0.0
+    assert p._ranking(0)[0][0] == 1
+    p.dim_scores_[:] = [[90.0, 0.0, 0.0], [100.0, 0.0, 0.0]]
+    p.n_answers_ = 5 * n  # too early: the warm-up's random triplets dominate the accuracy
+    assert p._duel_trust() == 0.0
+    rows = np.full((n, n), -1)
+    rows[0, : n - 1] = range(1, n)
+    p.n_answers_ = 10 * n
+    score, _ = p._batch_scores(rows)
+    assert int(rows[0, np.argmax(score[0, : n - 1])]) == 3
