@@ -531,9 +531,10 @@ class CandidateDuels:
         if trust > 0:
             # a duel or two per pair that people answer consistently: the share of all its duels
             return _early_scores(W, N, np.ones(m, bool), trust), N.sum(axis=1)
-        # once repeats have weighed the embedding: per pair, the share of i beating j smoothed towards the embedding's prediction with
-        # kappa_ pseudo-duels, averaged over opponents (Borda on the preference matrix): unlike a
-        # share of all duels it does not depend on whom the schedule paired i with. kappa_ is
+        # once repeats have weighed the embedding: per pair, the share of i beating j smoothed towards
+        # the embedding's prediction with kappa_ pseudo-duels, averaged over opponents (Borda on the
+        # preference matrix): unlike a share of all duels it does not depend on whom the schedule
+        # paired i with. kappa_ is
         # large where repeated duels scatter around the fit's predictions only as much as coin
         # flips do (the fit, pooling every answer, is then the better judge: items on a line
         # people can hardly tell apart up close), small where they disagree with it systematically
