@@ -16,6 +16,11 @@ Shapes used throughout (n = ``n_items``):
   estimates for triplet-derived samples) none of these matrices is symmetric: row i holds
   head i's samples only.
 - Round j finds item j's k nearest neighbours; rounds open in the random order ``order_``.
+- A head-based planner stores no ``upper_``/``lower_``: they are computed from ``mean_`` and
+  ``count_`` (today's interval), with the pairs whose running intersection is tighter kept in
+  ``_tight``; reading the attributes builds the whole matrices.
+- The exact SETri fast path for long duels (the "scalar overlay", ``observe`` and
+  ``next_questions`` in Python scalars) is :mod:`engine.anntri_overlay`.
 """
 from __future__ import annotations
 
@@ -26,14 +31,14 @@ import numbers
 import numpy as np
 
 from . import triangle as tri
+from .anntri_overlay import SMALL_BATCH, SPREAD_MIN_ROUNDS, ScalarOverlay, overlaid  # noqa: F401
 from .bounds import UNIT_INTERVAL_BOUNDS, check_bound, confidence_interval
 from .graph import NO_NEIGHBOR, NeighborGraph  # noqa: F401  (re-exported: older imports)
 from .utils import check_int, check_n_items, check_random_state, generator_from_state, generator_state
 
-#: With more open rounds than this (and than the questions wanted), ``next_questions`` serves
-#: them in turn, reading only the rounds it asks (``ANNTri._next_spread``).
-SPREAD_MIN_ROUNDS = 32
-STATE_VERSION = 3  # 2 added params['stagger'], 3 params['symmetric']; older states still load
+#: 2 added params['stagger'], 3 params['symmetric'], 4 head-based states without ``upper``/``lower``
+#: (``tight_*`` instead) and float32 means above FLOAT64_MAX_ITEMS; older states still load.
+STATE_VERSION = 4
 
 #: ``status_`` values of a round.
 ROUND_WAITING = 0
@@ -47,8 +52,6 @@ FLOAT64_MAX_ITEMS = 2048
 FULL_PASS_MAX_ITEMS = 1024
 
 _BIG = 1e12
-#: Batches of at most this many answers are applied with scalar updates (no numpy dispatch).
-SMALL_BATCH = 16
 #: Elements of the (rows, n) temporaries :meth:`current_neighbors` builds at once.
 ROW_CHUNK_ELEMENTS = 1 << 21
 #: Active sets of at most this many arms are checked with scalar reads.
@@ -154,48 +157,82 @@ def _racing_decision(upper_row, lower_row, j, k):
     return accepted, undecided
 
 
-def _overlaid(name: str, doc: str) -> property:
-    """A public array attribute whose hot entries may live in the planner's scalar overlay
-    (see :meth:`_NeighborGraphPlanner._drop_hot`): reading or assigning it first writes the
-    overlay back and drops it, so callers (and code writing into the array) see the truth."""
-    private = "_a_" + name
-
-    def get(self):
-        if self._hot_on:
-            self._drop_hot()
-        try:
-            return self.__dict__[private]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def set(self, value):
-        if self._hot_on:
-            self._drop_hot()
-        self.__dict__[private] = value
-
-    return property(get, set, doc=doc)
+_TOKENS = itertools.count(1)
 
 
-class _NeighborGraphPlanner:
+class RowChanges:
+    """Which rows of a planner's (n, n) state arrays changed between two of its states.
+
+    ``to_state(copy=False)`` hands out its (n, n) arrays as :class:`RowTracked` views labelled
+    with one of these (planner token, state number); ``later.rows_since(earlier)`` is the rows
+    written after the state ``earlier`` was handed out (a superset is possible, a subset never),
+    or None when unknown (another planner, or states out of order): then diff everything."""
+
+    __slots__ = ("token", "epoch", "_row_epoch")
+
+    def __init__(self, token: int, epoch: int, row_epoch: np.ndarray):
+        self.token, self.epoch, self._row_epoch = token, epoch, row_epoch
+
+    def rows_since(self, earlier) -> np.ndarray | None:
+        if (not isinstance(earlier, RowChanges) or earlier.token != self.token
+                or earlier.epoch > self.epoch):
+            return None
+        return np.flatnonzero(self._row_epoch > earlier.epoch)
+
+
+class RowTracked(np.ndarray):
+    """A view of a planner's own (n, n) array, carrying ``row_changes`` (a :class:`RowChanges`);
+    arrays derived from it (slices, arithmetic, copies) carry none."""
+
+    row_changes = None
+
+    def __array_finalize__(self, obj):
+        self.row_changes = None
+
+
+def _outward(hi, lo, dtype):
+    """Bounds stored in ``dtype``, rounded outward (U* up, L* down): a float32 bound never claims
+    more than the float64 one it stores, so rounding closes no round wrongly."""
+    t = np.dtype(dtype).type
+    if t is np.float64:
+        return hi, lo
+    h = np.asarray(hi).astype(t)
+    lw = np.asarray(lo).astype(t)
+    with np.errstate(invalid="ignore"):
+        h = np.where(h < hi, np.nextafter(h, t(np.inf)), h)
+        lw = np.where(lw > lo, np.nextafter(lw, t(-np.inf)), lw)
+    return h, lw
+
+
+def _outward_one(hi: float, lo: float):
+    """:func:`_outward` for one float32 pair of bounds, as Python floats."""
+    h = float(np.float32(hi))
+    if h < hi:
+        h = float(np.nextafter(np.float32(h), np.float32(np.inf)))
+    low = float(np.float32(lo))
+    if low > lo:
+        low = float(np.nextafter(np.float32(low), np.float32(-np.inf)))
+    return h, low
+
+
+class _NeighborGraphPlanner(ScalarOverlay):
     """Shared state, answers, results and (de)serialisation of the planners below."""
 
     _uses_rounds = True
 
     # The pair arrays and round_issued_ are properties: in long duels (few active arms) the
-    # exact SETri fast path keeps the entries of its arms as Python scalars (the "overlay":
-    # ``_hot`` pair records [count, mean, upper, lower, pending] by key i * n + j, i < j,
-    # and ``_hot_rounds`` [questions issued, refresh mark] by round) and writes them back
-    # the moment anything reads these attributes. Same numbers, no numpy scalar traffic.
-    mean_ = _overlaid("mean_", "D̂, shape (n, n)")
-    count_ = _overlaid("count_", "answers per pair, shape (n, n)")
-    pending_ = _overlaid("pending_", "issued, unanswered questions per pair, shape (n, n)")
-    upper_ = _overlaid("upper_", "U*, shape (n, n)")
-    lower_ = _overlaid("lower_", "L*, shape (n, n)")
-    round_issued_ = _overlaid("round_issued_", "questions each round has issued, shape (n,)")
-    _hot = None  # None until the state exists
-    _hot_rounds = None
-    _hot_on = False
-    _fast_ok = False
+    # exact SETri fast path keeps the entries of its arms as Python scalars (the overlay,
+    # engine.anntri_overlay) and writes them back the moment anything reads these attributes.
+    mean_ = overlaid("mean_", "D̂, shape (n, n)")
+    count_ = overlaid("count_", "answers per pair, shape (n, n)")
+    pending_ = overlaid("pending_", "issued, unanswered questions per pair, shape (n, n)")
+    upper_ = overlaid("upper_", "U*, shape (n, n)")
+    lower_ = overlaid("lower_", "L*, shape (n, n)")
+    round_issued_ = overlaid("round_issued_", "questions each round has issued, shape (n,)")
+    #: Head-based estimates (``symmetric=False``, never triangle bounds): U*/L* are not stored as
+    #: (n, n) arrays but computed from ``mean_``/``count_`` (the current anytime interval), with the
+    #: few pairs whose running intersection is tighter than that interval kept in ``_tight``.
+    _derived_bounds = False
 
     def __init__(self, n_items, k=1, delta=0.1, sigma=0.5, bound="lil", triangle=True,
                  max_samples_per_round=None, window=1, random_state=None, full_pass_every=None,
@@ -258,12 +295,18 @@ class _NeighborGraphPlanner:
         n = self.n_items
         self.rng_ = check_random_state(self.random_state)
         fdtype = np.float64 if n <= FLOAT64_MAX_ITEMS else np.float32
-        self.mean_ = np.zeros((n, n), dtype=np.float64)
+        self._derived_bounds = not self.symmetric
+        self._tight = {}
+        # A mean of 0/1 answers (triplet-derived samples) is k / T: above FLOAT64_MAX_ITEMS items the
+        # head-based planner stores it in float32 and reads k back exactly (see _exact_mean).
+        self.mean_ = np.zeros((n, n), dtype=np.float32 if self._derived_bounds and fdtype == np.float32
+                              else np.float64)
         self.count_ = np.zeros((n, n), dtype=np.int32)
         self.pending_ = np.zeros((n, n), dtype=np.int32)
-        self.upper_ = np.full((n, n), np.inf, dtype=fdtype)
-        self.lower_ = np.zeros((n, n), dtype=fdtype)
-        np.fill_diagonal(self.upper_, 0.0)
+        if not self._derived_bounds:
+            self.upper_ = np.full((n, n), np.inf, dtype=fdtype)
+            self.lower_ = np.zeros((n, n), dtype=fdtype)
+            np.fill_diagonal(self.upper_, 0.0)
         self.order_ = self.rng_.permutation(n).astype(np.int64)
         self.status_ = np.zeros(n, dtype=np.int8)
         self.round_issued_ = np.zeros(n, dtype=np.int64)
@@ -277,116 +320,241 @@ class _NeighborGraphPlanner:
         self.dirty_ = {}  # pairs i * n + j (i < j) sampled since the last triangle step
         self._active_cache = {}
         self._start_overlay()
+        self._start_tracking()
 
-    def _start_overlay(self):
-        self._hot = {}
-        self._hot_rounds = {}
-        self._hot_on = False
-        # The scalar fast paths: exact SETri (k = 1, one layer per decision), sub-Gaussian
-        # bounds (their radius depends on the count only) and float64 bounds.
-        # Head-based (symmetric=False) estimates take the array paths.
-        self._fast_ok = (not isinstance(self, RandomSampling) and self.k == 1 and self.symmetric
-                         and self.bound not in UNIT_INTERVAL_BOUNDS
-                         and self.__dict__["_a_upper_"].dtype == np.float64)
-        if self._fast_ok:
-            self._radius_lookup(0)
+    # ------------------------------------------------------------------ changed rows
+    def _start_tracking(self):
+        """Rows of the (n, n) arrays written since the last ``to_state(copy=False)``: every writer in
+        this module adds its rows to ``_touched`` (or sets ``_touched_all``), ``to_state`` folds them
+        into ``_row_epoch`` (the state in which each row last changed), so a caller diffing two states
+        of this planner reads only the rows changed in between (:class:`RowChanges`)."""
+        self._touched = set()
+        self._touched_all = True  # nothing known about the states handed out before
+        self._row_epoch = np.zeros(self.n_items, dtype=np.int64)
+        self._epoch = 0
+        self._token = next(_TOKENS)
+        self._best_cache = None  # (tick, rows' best) of current_neighbors
+        self._sums_cache = None  # (tick, count and pending row sums) of progress
 
-    def _drop_hot(self):
-        """Write the overlay's scalars back into the arrays and forget them."""
+    def mark_rows(self, rows) -> None:
+        """Tell the planner that rows of its (n, n) arrays were written from outside (e.g. a caller
+        adding to ``pending_``), so the next ``to_state(copy=False)`` reports them as changed and
+        :meth:`current_neighbors` recomputes them. Writers from outside must call it: an unreported
+        write is missing from a row-limited diff and from the cached neighbours."""
+        if self._hot is not None:
+            self._touched.update(int(r) for r in np.atleast_1d(rows).tolist())
+
+    def _fold(self) -> int:
+        """Stamp the rows written since the last fold with a new tick in ``_row_epoch``; the tick."""
+        d = self.__dict__
+        self._epoch += 1
+        if d.get("_touched_all"):
+            self._row_epoch[:] = self._epoch
+        elif self._touched:
+            self._row_epoch[np.fromiter(self._touched, dtype=np.int64, count=len(self._touched))] = self._epoch
+        self._touched.clear()
+        d["_touched_all"] = False
+        return self._epoch
+
+    def _changes(self) -> RowChanges:
+        """The label of the state handed out now (rows written later get a later tick)."""
+        return RowChanges(self._token, self._fold(), self._row_epoch)
+
+    # ------------------------------------------------------------------ derived bounds
+    def _exact_mean(self, m, T):
+        """Float64 means of the given stored means and counts: a float32 mean of 0/1 answers is
+        read back as exactly k / T (k = round(m * T), exact below 2**23 answers)."""
+        m = np.asarray(m)
+        if m.dtype != np.float32:
+            return m.astype(np.float64, copy=False)
+        T = np.asarray(T, dtype=np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(T > 0, np.round(m.astype(np.float64) * T) / np.maximum(T, 1.0), 0.0)
+
+    def _interval(self, m, T):
+        """Today's anytime interval (L, U) of entries with float64 means ``m`` and counts ``T``
+        ((0, inf) where T = 0), as the observe paths compute it."""
+        T = np.asarray(T)
+        if self.bound in UNIT_INTERVAL_BOUNDS:
+            # bisections (KL) are costly: only where there are answers (the rest is (0, inf) anyway)
+            m = np.asarray(m, dtype=np.float64)
+            lo, hi = np.zeros(T.shape), np.full(T.shape, np.inf)
+            sampled = T > 0
+            if sampled.any():
+                lo[sampled], hi[sampled] = confidence_interval(m[sampled], T[sampled], self.n_items, self.delta,
+                                                               self.sigma, self.bound)
+            return np.maximum(lo, 0.0), hi
+        else:
+            self._radius_lookup(int(T.max()) if T.size else 0)
+            r = self._radius_table[T]
+            lo, hi = m - r, m + r
+        lo = np.maximum(lo, 0.0)
+        sampled = T > 0
+        return np.where(sampled, lo, 0.0), np.where(sampled, hi, np.inf)
+
+    def _bounds_at(self, j: int, cols):
+        """(U*, L*) of head j at the columns ``cols`` (int array), float64."""
+        cols = np.asarray(cols, dtype=np.int64)
+        if not self._derived_bounds:
+            return (self.upper_[j, cols].astype(np.float64), self.lower_[j, cols].astype(np.float64))
+        d = self.__dict__
+        T = d["_a_count_"][j, cols]
+        lo, hi = self._interval(self._exact_mean(d["_a_mean_"][j, cols], T), T)
+        tight = self._tight.get(j)
+        if tight:
+            for pos, a in enumerate(cols.tolist()):
+                t = tight.get(a)
+                if t is not None:
+                    hi[pos], lo[pos] = t
+        return hi, lo
+
+    def _row_bounds(self, j: int):
+        """Row j of (U*, L*): the stored rows (float64 or float32), or computed (float64)."""
+        if not self._derived_bounds:
+            return self.upper_[j], self.lower_[j]
+        U, L = self._bounds_at(j, np.arange(self.n_items))
+        U[j] = 0.0  # the diagonal, as the stored arrays hold it
+        return U, L
+
+    def _rows_bounds(self, rows):
+        """(U*, L*) of the given rows, shape (len(rows), n), float64."""
+        if not self._derived_bounds:
+            return self.upper_[rows].astype(np.float64), self.lower_[rows].astype(np.float64)
+        d = self.__dict__
+        T = d["_a_count_"][rows]
+        lo, hi = self._interval(self._exact_mean(d["_a_mean_"][rows], T), T)
+        for r, j in enumerate(np.asarray(rows).tolist()):
+            tight = self._tight.get(j)
+            if tight:
+                for a, (h, l_) in tight.items():
+                    hi[r, a], lo[r, a] = h, l_
+            hi[r, j] = 0.0
+        return hi, lo
+
+    def _materialise_bounds(self):
+        """The whole (U*, L*) matrices of a head-based planner (O(n²), for readers from outside)."""
+        fdtype = np.float64 if self.n_items <= FLOAT64_MAX_ITEMS else np.float32
+        n = self.n_items
+        U = np.empty((n, n), dtype=fdtype)
+        L = np.empty((n, n), dtype=fdtype)
+        step = max(1, ROW_CHUNK_ELEMENTS // n)
+        for start in range(0, n, step):
+            rows = np.arange(start, min(start + step, n))
+            hi, lo = self._rows_bounds(rows)
+            U[rows], L[rows] = _outward(hi, lo, fdtype)
+        return U, L
+
+    def _set_bounds(self, upper_=None, lower_=None):
+        """Adopt given U*/L* matrices (an older state's, or an assignment): keep, as ``_tight``
+        entries, the sampled pairs where they are tighter than today's interval (float32 matrices
+        are read as rounded: within one float32 step of the interval counts as equal)."""
         n = self.n_items
         d = self.__dict__
-        mean, count, pending = d["_a_mean_"], d["_a_count_"], d["_a_pending_"]
-        upper, lower, issued = d["_a_upper_"], d["_a_lower_"], d["_a_round_issued_"]
-        for key, (T, m, hi, lo, pend) in self._hot.items():
-            i, j = divmod(key, n)
-            count[i, j] = count[j, i] = T
-            mean[i, j] = mean[j, i] = m
-            upper[i, j] = upper[j, i] = hi
-            lower[i, j] = lower[j, i] = lo
-            pending[i, j] = pending[j, i] = pend
-        for j, hr in self._hot_rounds.items():
-            issued[j] = hr[0]
-        self._hot = {}
-        self._hot_rounds = {}
-        self._hot_on = False
+        cur_U, cur_L = self._materialise_bounds() if upper_ is None or lower_ is None else (None, None)
+        U = np.asarray(upper_ if upper_ is not None else cur_U)
+        L = np.asarray(lower_ if lower_ is not None else cur_L)
+        if U.shape != (n, n) or L.shape != (n, n):
+            raise ValueError(f"bound matrices must have shape {(n, n)}")
+        tight: dict = {}
+        count = d["_a_count_"]
+        for j in range(n):
+            cols = np.flatnonzero(count[j])
+            if not len(cols):
+                continue
+            T = count[j, cols]
+            lo, hi = self._interval(self._exact_mean(d["_a_mean_"][j, cols], T), T)
+            u = U[j, cols].astype(np.float64)
+            low = L[j, cols].astype(np.float64)
+            tol_u = np.abs(hi) * 2.0 ** -22 if U.dtype == np.float32 else 0.0
+            tol_l = np.abs(lo) * 2.0 ** -22 if L.dtype == np.float32 else 0.0
+            tighter = (u < hi - tol_u) | (low > lo + tol_l)
+            if tighter.any():
+                u = np.where(u < hi - tol_u, u, hi)
+                low = np.where(low > lo + tol_l, low, lo)
+                tight[j] = {int(a): (float(h), float(l_)) for a, h, l_ in
+                            zip(cols[tighter].tolist(), u[tighter].tolist(), low[tighter].tolist(), strict=True)}
+        self._tight = tight
+
+    def _interval_one(self, m: float, T: int):
+        """:meth:`_interval` of one entry with T > 0, as Python floats (same arithmetic)."""
+        if self.bound in UNIT_INTERVAL_BOUNDS:
+            lo, hi = self._interval(np.array([m]), np.array([T]))
+            return float(lo[0]), float(hi[0])
+        radius = self._radius_lookup(T)
+        r = radius[T]
+        lo = m - r
+        return (lo if lo > 0.0 else 0.0), m + r
+
+    def _upgrade_mean(self):
+        """A value other than 0 or 1 arrived: keep the means in float64 from now on (exact k / T)."""
+        d = self.__dict__
+        mean = d["_a_mean_"]
+        if mean.dtype == np.float32:
+            d["_a_mean_"] = self._exact_mean(mean, d["_a_count_"])
+            d["_touched_all"] = True
+
+    def _tighten_many(self, i, j, m_old, T_old, m1, T1):
+        """:meth:`_tighten` for arrays of distinct pairs (head i, arm j), vectorised where no entry
+        of ``_tight`` is involved."""
+        lo0, hi0 = self._interval(m_old, T_old)
+        conf_lo, conf_hi = self._interval(m1, T1)
+        tight_rows = self._tight
+        if tight_rows:
+            for pos, (a, b) in enumerate(zip(i.tolist(), j.tolist(), strict=True)):
+                t = tight_rows.get(a)
+                t = t.get(b) if t else None
+                if t is not None:
+                    hi0[pos], lo0[pos] = t
+        hi = np.minimum(hi0, conf_hi)
+        lo = np.maximum(lo0, conf_lo)
+        crossed = lo > hi
+        if crossed.any():
+            hi = np.where(crossed, conf_hi, hi)
+            lo = np.where(crossed, np.minimum(conf_lo, conf_hi), lo)
+        keep = (hi < conf_hi) | (lo > conf_lo)
+        for pos in np.flatnonzero(keep).tolist():
+            a, b = int(i[pos]), int(j[pos])
+            self._tight.setdefault(a, {})[b] = (float(hi[pos]), float(lo[pos]))
+        if tight_rows:
+            for pos in np.flatnonzero(~keep).tolist():
+                a, b = int(i[pos]), int(j[pos])
+                t = tight_rows.get(a)
+                if t and b in t:
+                    del t[b]
+                    if not t:
+                        del tight_rows[a]
+
+    def _tighten(self, i, j, m_old, T_old, m1, T1):
+        """The derived-bounds update of head i's pair (i, j) after answers took it from (m_old, T_old)
+        to (m1, T1) (float64 means): U* = min(U*_old, U), L* = max(L*_old, L), today's interval when
+        they cross; an entry of ``_tight`` only where that is tighter than today's interval."""
+        tight = self._tight.get(i)
+        t = tight.get(j) if tight else None
+        if t is not None:
+            hi0, lo0 = t
+        elif T_old > 0:
+            lo0, hi0 = self._interval_one(m_old, T_old)
+        else:
+            hi0, lo0 = math.inf, 0.0
+        conf_lo, conf_hi = self._interval_one(m1, T1)
+        hi = min(hi0, conf_hi)
+        lo = max(lo0, conf_lo)
+        if lo > hi:  # the confidence event failed somewhere: fall back to today's interval
+            hi, lo = conf_hi, min(conf_lo, conf_hi)
+            self._active_cache.pop(i, None)
+            self._active_cache.pop(j, None)
+        if hi < conf_hi or lo > conf_lo:
+            if tight is None:
+                tight = self._tight[i] = {}
+            tight[j] = (hi, lo)
+        elif t is not None:
+            del tight[j]
+            if not tight:
+                del self._tight[i]
 
     # ------------------------------------------------------------------ answers
-    def observe(self, answers) -> None:
-        """Apply noisy distance samples ``(i, j, value)``: any order, any batch size.
-
-        Answers for rounds already closed still tighten the estimates; each answer clears
-        one pending entry of its pair. Raises ``ValueError`` (state unchanged) on bad
-        indices, i == j or non-finite values (or values outside [0, 1] for the bounded
-        ``bound="bernstein"``/``"kl"``).
-
-        Triangle bounds are not propagated here: the sampled pairs are queued (``dirty_``)
-        and propagated in one vectorised step before a round reads its row again (a round
-        opening, or every n new samples), so a short batch costs a few scalar updates.
-        """
-        if self._fast_ok and type(answers) is list and len(answers) <= SMALL_BATCH:  # noqa: E721
-            # Short lists of plain (int, int, float) rows, in Python scalars: pairs in the
-            # overlay are updated there, the others in the arrays, with the same arithmetic
-            # as the array paths. Any other row goes to the general path (which validates
-            # it and applies the batch or raises) before anything changes.
-            n = self.n_items
-            for row in answers:
-                tr = type(row)
-                if tr is not tuple and tr is not list:
-                    break
-                try:
-                    p, q, v = row
-                except ValueError:
-                    break
-                if (type(p) is not int or type(q) is not int or type(v) is not float  # noqa: E721
-                        or not (0 <= p < n and 0 <= q < n) or p == q or v - v != 0.0):
-                    break
-            else:
-                hot = self._hot
-                radius = self._radius_list
-                top = len(radius)
-                cache = self._active_cache
-                dirty = self.dirty_ if self.triangle else None
-                for p, q, v in answers:
-                    i, j = (p, q) if p < q else (q, p)
-                    key = i * n + j
-                    r = hot.get(key)
-                    if r is None:
-                        self._observe_cold(i, j, v)
-                    else:
-                        T, m, hi0, lo0, pend = r
-                        T1 = T + 1
-                        if T1 >= top:
-                            radius = self._radius_lookup(T1)
-                            top = len(radius)
-                        m1 = (m * T + v) / T1
-                        rad = radius[T1]
-                        conf_lo = m1 - rad
-                        if conf_lo < 0.0:
-                            conf_lo = 0.0
-                        conf_hi = m1 + rad
-                        hi = conf_hi if conf_hi < hi0 else hi0
-                        lo = conf_lo if conf_lo > lo0 else lo0
-                        if lo > hi:  # the confidence event failed: fall back to today's interval
-                            hi, lo = conf_hi, (conf_hi if conf_hi < conf_lo else conf_lo)
-                            cache.pop(i, None)
-                            cache.pop(j, None)
-                        r[0] = T1
-                        r[1] = m1
-                        r[2] = hi
-                        r[3] = lo
-                        r[4] = pend - 1 if pend > 0 else 0
-                    # A cached active set stays exact while only its own arms change (see _decide_1nn).
-                    if cache:
-                        c = cache.get(i)
-                        if c is not None and j not in c[2]:
-                            del cache[i]
-                        c = cache.get(j)
-                        if c is not None and i not in c[2]:
-                            del cache[j]
-                    if dirty is not None:
-                        dirty[key] = None
-                self.n_samples_ += len(answers)
-                return
+    def _observe_general(self, answers) -> None:
+        """:meth:`observe` off the scalar overlay: validates the batch, applies it or raises."""
         self._ensure_state()
         scalar = self.bound not in UNIT_INTERVAL_BOUNDS
         rows = _small_rows(answers, self.n_items, 3, "answers") if scalar else None
@@ -396,13 +564,18 @@ class _NeighborGraphPlanner:
         if not rows:
             return
         n = self.n_items
+        if self._derived_bounds:
+            self._observe_derived(rows)
+            return
         mean, count, pending = self.mean_, self.count_, self.pending_
         upper, lower = self.upper_, self.lower_
+        f32 = upper.dtype == np.float32
         radius = self._radius_lookup(0)
         cache = self._active_cache
         dirty = self.dirty_
         triangle = self.triangle
         sym = self.symmetric
+        touched = self._touched
         for p, q, v in rows:
             i, j = (p, q) if (p < q or not sym) else (q, p)
             T = int(count[i, j])
@@ -420,12 +593,16 @@ class _NeighborGraphPlanner:
                 cache.pop(i, None)
                 cache.pop(j, None)
             pend = max(int(pending[i, j]) - 1, 0)
+            if f32:
+                hi, lo = _outward_one(hi, lo)
             mean[i, j] = m1
             count[i, j] = T1
             upper[i, j] = hi
             lower[i, j] = lo
             pending[i, j] = pend
+            touched.add(i)
             if sym:
+                touched.add(j)
                 mean[j, i] = m1
                 count[j, i] = T1
                 upper[j, i] = hi
@@ -440,30 +617,36 @@ class _NeighborGraphPlanner:
                 dirty[i * n + j] = None
         self.n_samples_ += len(rows)
 
-    def _observe_cold(self, i, j, v):
-        """One answer for a pair outside the overlay, straight into the arrays (i < j)."""
+    def _observe_derived(self, rows):
+        """The scalar :meth:`observe` of a head-based planner (bounds derived from mean and count)."""
         d = self.__dict__
+        if d["_a_mean_"].dtype == np.float32 and any(v != 0.0 and v != 1.0 for _, _, v in rows):
+            self._upgrade_mean()
         mean, count, pending = d["_a_mean_"], d["_a_count_"], d["_a_pending_"]
-        upper, lower = d["_a_upper_"], d["_a_lower_"]
-        T = int(count[i, j])
-        T1 = T + 1
-        radius = self._radius_lookup(T1)
-        m1 = (float(mean[i, j]) * T + v) / T1
-        r = radius[T1]
-        conf_lo = max(m1 - r, 0.0)
-        conf_hi = m1 + r
-        hi = min(float(upper[i, j]), conf_hi)
-        lo = max(float(lower[i, j]), conf_lo)
-        if lo > hi:
-            hi, lo = conf_hi, min(conf_lo, conf_hi)
-            self._active_cache.pop(i, None)
-            self._active_cache.pop(j, None)
-        pend = max(int(pending[i, j]) - 1, 0)
-        mean[i, j] = mean[j, i] = m1
-        count[i, j] = count[j, i] = T1
-        upper[i, j] = upper[j, i] = hi
-        lower[i, j] = lower[j, i] = lo
-        pending[i, j] = pending[j, i] = pend
+        exact = mean.dtype == np.float32
+        cache = self._active_cache
+        touched = self._touched
+        for i, j, v in rows:
+            T = int(count[i, j])
+            T1 = T + 1
+            m = float(mean[i, j])
+            if exact:  # k / T read back exactly (see _exact_mean)
+                k = round(m * T)
+                m_old = k / T if T else 0.0
+                m1 = (k + v) / T1
+            else:
+                m_old = m
+                m1 = (m * T + v) / T1
+            self._tighten(i, j, m_old, T, m1, T1)
+            mean[i, j] = m1
+            count[i, j] = T1
+            pending[i, j] = max(int(pending[i, j]) - 1, 0)
+            touched.add(i)
+            if i in cache and j not in cache[i][2]:
+                del cache[i]
+            if j in cache and i not in cache[j][2]:
+                del cache[j]
+        self.n_samples_ += len(rows)
 
     def _observe_arrays(self, answers) -> None:
         """The vectorised :meth:`observe` for long batches (and the bounded bounds)."""
@@ -487,6 +670,9 @@ class _NeighborGraphPlanner:
         else:
             sums = values
             adds = np.ones(len(keys), dtype=np.int64)
+        if self._derived_bounds:
+            self._observe_arrays_derived(i, j, sums, adds, values)
+            return
         flat = np.concatenate([i * n + j, j * n + i])  # both mirrored entries at once
         m = len(i)
         mean_f, count_f = self.mean_.reshape(-1), self.count_.reshape(-1)
@@ -504,6 +690,10 @@ class _NeighborGraphPlanner:
             hi = np.where(crossed, conf_hi, hi)
             lo = np.where(crossed, np.minimum(conf_lo, conf_hi), lo)
         pend = np.maximum(pending_f[flat[:m]] - adds, 0)
+        hi, lo = _outward(hi, lo, upper_f.dtype)
+        self._touched.update(i.tolist())
+        if sym:
+            self._touched.update(j.tolist())
         for half in (flat[:m], flat[m:]) if sym else (flat[:m],):
             mean_f[half] = mean
             count_f[half] = T_new
@@ -516,6 +706,34 @@ class _NeighborGraphPlanner:
                 self._active_cache.pop(r, None)
         if self.triangle:
             self.dirty_.update(dict.fromkeys((i * n + j).tolist()))
+
+    def _observe_arrays_derived(self, i, j, sums, adds, values) -> None:
+        """The vectorised :meth:`observe` of a head-based planner (distinct pairs (head i, arm j))."""
+        d = self.__dict__
+        if d["_a_mean_"].dtype == np.float32 and not np.all((values == 0.0) | (values == 1.0)):
+            self._upgrade_mean()
+        n = self.n_items
+        flat = i * n + j
+        mean_f, count_f = d["_a_mean_"].reshape(-1), d["_a_count_"].reshape(-1)
+        pending_f = d["_a_pending_"].reshape(-1)
+        T_old = count_f[flat].astype(np.int64)
+        T_new = T_old + adds
+        if mean_f.dtype == np.float32:
+            k = np.round(mean_f[flat].astype(np.float64) * T_old)
+            m_old = np.where(T_old > 0, k / np.maximum(T_old, 1), 0.0)
+            mean = (k + sums) / T_new
+        else:
+            m_old = mean_f[flat]
+            mean = (m_old * T_old + sums) / T_new
+        self._tighten_many(i, j, m_old, T_old, mean, T_new)
+        mean_f[flat] = mean
+        count_f[flat] = T_new
+        pending_f[flat] = np.maximum(pending_f[flat] - adds, 0)
+        self._touched.update(i.tolist())
+        self.n_samples_ += int(adds.sum())
+        if self._active_cache:
+            for r in set(i.tolist()) | set(j.tolist()):
+                self._active_cache.pop(r, None)
 
     def _radius_lookup(self, top: int):
         """The LIL/Hoeffding radius C(T) for T = 0..top (and beyond), as a cached float list."""
@@ -543,12 +761,14 @@ class _NeighborGraphPlanner:
         n = self.n_items
         keys = np.fromiter(self.dirty_, dtype=np.int64, count=len(self.dirty_))
         tri.update_pairs(self.upper_, self.lower_, keys // n, keys % n)
+        self._touched_all = True  # mirrored entries: any row may change
         self.dirty_.clear()
         self._active_cache.clear()
 
     def _refresh(self, j):
         self._flush_triangle()
         tri.refresh_row(self.upper_, self.lower_, j)
+        self._touched_all = True
         self.refresh_mark_[j] = self.round_issued_[j]
         self._active_cache.clear()
 
@@ -570,8 +790,10 @@ class _NeighborGraphPlanner:
             if v <= 0:
                 continue
             pending[p, q] = v - 1
+            self._touched.add(p)
             if self.symmetric:
                 pending[q, p] = v - 1
+                self._touched.add(q)
             if issued[p] > 0:
                 issued[p] -= 1
 
@@ -580,13 +802,19 @@ class _NeighborGraphPlanner:
         for j in list(self.open_rounds_):
             self._decide_round(j)
 
+    def settle(self) -> None:
+        """Close the open rounds the answers so far have decided: what :meth:`progress` does
+        first, without its O(n²) counts (the update pass calls this before retiring questions)."""
+        self._ensure_state()
+        self._settle()
+
     # ------------------------------------------------------------------ rounds
     def _decide_round(self, j):
         """Close round j if its neighbours are decided (returns None); else its undecided
         arms, sorted (a list of ints, or an int array when there are many)."""
         if self.k == 1:
             return self._decide_1nn(j)
-        accepted, undecided = _racing_decision(self.upper_[j], self.lower_[j], j, self.k)
+        accepted, undecided = _racing_decision(*self._row_bounds(j), j, self.k)
         n_acc = int(accepted.sum())
         n_und = int(undecided.sum())
         if n_acc < self.k and n_acc + n_und > self.k:
@@ -605,9 +833,13 @@ class _NeighborGraphPlanner:
         the cached decision equals the full O(n) one; a short active set is checked with
         scalar reads.
         """
-        U = self.upper_[j]
-        L = self.lower_[j]
         cached = self._active_cache.get(j)
+        if self._derived_bounds and cached is not None:
+            act = cached[0]
+            U, L = np.full(self.n_items, np.inf), np.zeros(self.n_items)
+            U[act], L[act] = self._bounds_at(j, act)  # the cached branch reads the active arms only
+        else:
+            U, L = self._row_bounds(j)
         if cached is None:
             Uc = U.astype(np.float64)
             Uc[j] = np.inf
@@ -686,10 +918,10 @@ class _NeighborGraphPlanner:
 
     def _score_row(self, j):
         sampled = self.count_[j] > 0
-        mid = np.where(np.isfinite(self.upper_[j]),
-                       0.5 * (self.upper_[j].astype(np.float64) + self.lower_[j]), np.inf)
-        key = np.where(sampled, self.mean_[j], mid)
-        return np.where(np.isfinite(key), key, _BIG + self.lower_[j])
+        U, L = self._row_bounds(j)
+        mid = np.where(np.isfinite(U), 0.5 * (U.astype(np.float64) + L), np.inf)
+        key = np.where(sampled, self._exact_mean(self.mean_[j], self.count_[j]), mid)
+        return np.where(np.isfinite(key), key, _BIG + L)
 
     def _open_round(self, j):
         self.status_[j] = ROUND_OPEN
@@ -700,6 +932,7 @@ class _NeighborGraphPlanner:
             if period and self.rounds_since_full_pass_ >= period and self.n_samples_ > 0:
                 self._flush_triangle()
                 tri.full_pass(self.upper_, self.lower_)
+                self._touched_all = True
                 self.rounds_since_full_pass_ = 0
             self._refresh(j)
 
@@ -728,10 +961,10 @@ class _NeighborGraphPlanner:
         if cached is not None:
             arms = np.asarray(cached[0], dtype=np.int64)
         elif self.k == 1:
-            _, active = _setri_active(self.upper_[j], self.lower_[j], j)
+            _, active = _setri_active(*self._row_bounds(j), j)
             arms = np.flatnonzero(active)
         else:
-            _, undecided = _racing_decision(self.upper_[j], self.lower_[j], j, self.k)
+            _, undecided = _racing_decision(*self._row_bounds(j), j, self.k)
             arms = np.flatnonzero(undecided)
         if len(arms) and int(self.count_[j, arms].min()) == 0:
             return False
@@ -765,234 +998,6 @@ class _NeighborGraphPlanner:
             return [a for a, t in zip(undecided, T, strict=True) if t == tmin and not prow[a]]
         T = self.count_[j, undecided]
         return undecided[(T == T.min()) & (self.pending_[j, undecided] == 0)].tolist()
-
-    def next_questions(self, budget: int) -> list[tuple[int, int]]:
-        """Up to ``budget`` pairs ``(i, j)`` worth asking now, as plain int tuples; i is the round.
-
-        Draws SETri's fewest-sampled undecided arms from every open round (at most
-        ``window`` rounds, round-robin), never re-issuing a pair that is still pending.
-        Returns fewer than ``budget`` when every useful question is pending or all rounds
-        are done (``[]`` then). Issued pairs count as pending until answered or forgotten.
-        With the default ``lookahead=0`` the pairs are distinct; with ``lookahead > 0`` an
-        arm whose round has sampled it T times is issued up to ``1 + floor(lookahead * T)``
-        times at once (a batch of SETri layers, see :class:`ANNTri`).
-        """
-        if self._fast_ok and type(budget) is int and budget > 0 and not self.lookahead:  # noqa: E721
-            open_rounds = self.open_rounds_
-            if len(open_rounds) > max(budget, SPREAD_MIN_ROUNDS):
-                return self._next_general(budget)  # many open rounds: taken in turn (_next_spread)
-            if len(open_rounds) != 1:
-                out = self._next_fast(budget)
-                if out is not None:
-                    return out
-                return self._next_general(budget)
-            # One open round (window 1, or the last round): _next_fast inlined, same steps.
-            j = open_rounds[0]
-            window = self.window
-            n = self.n_items
-            c = self._active_cache.get(j)
-            hr = self._hot_rounds.get(j)
-            if (c is not None and type(c[0]) is list and type(window) is int and window >= 1  # noqa: E721
-                    and (window == 1 or self.next_round_ >= n or (self.stagger and not self._room()))):
-                if hr is None:
-                    d = self.__dict__
-                    hr = self._hot_rounds[j] = [int(d["_a_round_issued_"][j]),
-                                                int(self.refresh_mark_[j]), None, None, None]
-                    self._hot_on = True
-                if hr[2] is not c:
-                    hr[3] = self._hot_records(j, c[0])
-                    hr[2] = c
-                    hr[4] = None
-                arms = hr[4]
-                if arms is None:
-                    arms = hr[4] = [(a, r, (j, a)) for a, r in zip(c[0], hr[3], strict=True)]
-                iss = hr[0]
-                due = iss >> 3
-                if not self.triangle or iss - hr[1] < (due if due > n else n):
-                    bu, bi = c[1]
-                    tmin = arms[0][1][0]
-                    for a, r, _ in arms:
-                        ua = r[2]
-                        if ua < bu or (ua == bu and a < bi):
-                            bu, bi = ua, a
-                        if r[0] < tmin:
-                            tmin = r[0]
-                    for r in hr[3]:
-                        if r[3] >= bu:
-                            break
-                    else:
-                        r = None
-                    if r is not None:  # some arms are eliminated: the general fast path
-                        out = self._next_fast(budget)
-                        if out is not None:
-                            return out
-                        return self._next_general(budget)
-                    out = []
-                    cap = self.max_samples_per_round
-                    for _a, r, question in arms:
-                        if r[0] == tmin and not r[4]:
-                            if len(out) >= budget:
-                                break
-                            out.append(question)
-                            r[4] = 1
-                            hr[0] += 1
-                            if cap is not None and hr[0] >= cap:
-                                self._close_capped(j)
-                                self.n_issued_ += len(out)
-                                if len(out) < budget and self.next_round_ < n:
-                                    out.extend(self._next_general(budget - len(out)))
-                                return out
-                    self.n_issued_ += len(out)
-                    return out
-        return self._next_general(budget)
-
-    def _next_fast(self, budget: int):
-        """:meth:`next_questions` in Python scalars for the common case of a long duel: every
-        open round has a short cached active set, none is due for a row refresh or decided
-        now, and the window needs no refill. Computes exactly what the general path would
-        (same decisions, same order, same caches) on the overlay's scalars; returns None,
-        having changed nothing observable, whenever the general path has to run instead."""
-        open_rounds = self.open_rounds_
-        window = self.window
-        if not open_rounds or type(window) is not int or window < 1:  # noqa: E721
-            return None
-        n = self.n_items
-        if self._room():
-            return None
-        cache = self._active_cache
-        hrounds = self._hot_rounds
-        triangle = self.triangle
-        plan = []
-        for j in open_rounds:
-            c = cache.get(j)
-            if c is None:
-                return None
-            act = c[0]
-            if type(act) is not list:  # noqa: E721
-                return None
-            # hr = [questions issued, refresh mark, the cache entry the rest belongs to, the
-            # arms' overlay records, (arm, record, question) triples]
-            hr = hrounds.get(j)
-            if hr is None:
-                d = self.__dict__
-                hr = hrounds[j] = [int(d["_a_round_issued_"][j]), int(self.refresh_mark_[j]), None, None, None]
-                self._hot_on = True
-            if hr[2] is not c:
-                hr[3] = self._hot_records(j, act)
-                hr[2] = c
-                hr[4] = None
-            arms = hr[4]
-            if arms is None:
-                arms = hr[4] = [(a, r, (j, a)) for a, r in zip(act, hr[3], strict=True)]
-            iss = hr[0]
-            if triangle:
-                due = iss >> 3
-                if iss - hr[1] >= (due if due > n else n):
-                    return None  # a row refresh is due (see _eligible)
-            # _decide_1nn's cached branch on the overlay's scalars.
-            bu, bi = c[1]
-            tmin = arms[0][1][0]
-            for a, r, _ in arms:
-                ua = r[2]
-                if ua < bu or (ua == bu and a < bi):
-                    bu, bi = ua, a
-                if r[0] < tmin:
-                    tmin = r[0]
-            for r in hr[3]:
-                if r[3] >= bu:
-                    break
-            else:
-                r = None
-            if r is not None:  # some arms are eliminated now
-                rmin, ridx = c[1]
-                keep = []
-                for t in arms:
-                    r = t[1]
-                    if r[3] < bu:
-                        keep.append(t)
-                    else:
-                        ua = r[2]
-                        if ua < rmin or (ua == rmin and t[0] < ridx):
-                            rmin, ridx = ua, t[0]
-                if len(keep) < 2:
-                    return None  # the round is decided: the general path certifies it
-                act = [t[0] for t in keep]
-                c = cache[j] = (act, (rmin, ridx), set(act))
-                hr[2] = c
-                hr[3] = [t[1] for t in keep]
-                arms = hr[4] = keep
-                tmin = min([t[1][0] for t in keep])
-            # _eligible: the fewest-sampled undecided arms that are not pending.
-            plan.append((j, [t for t in arms if t[1][0] == tmin and not t[1][4]], hr))
-        # The general path's issuing loop: round-robin over the rounds, one arm each per pass.
-        out: list[tuple[int, int]] = []
-        cap = self.max_samples_per_round
-        closed = None
-        if len(plan) == 1:
-            j, arms, hr = plan[0]
-            for _, r, question in arms:
-                if len(out) >= budget:
-                    break
-                if r[4]:
-                    continue
-                out.append(question)
-                r[4] += 1
-                hr[0] += 1
-                if cap is not None and hr[0] >= cap:
-                    self._close_capped(j)
-                    closed = True
-                    break
-        else:
-            depth = 0
-            while len(out) < budget:
-                progressed = False
-                for j, arms, hr in plan:
-                    if len(out) >= budget:
-                        break
-                    if depth >= len(arms) or (closed is not None and j in closed):
-                        continue
-                    _, r, question = arms[depth]
-                    progressed = True
-                    if r[4]:
-                        continue  # already issued by the round of a in this call
-                    out.append(question)
-                    r[4] += 1
-                    hr[0] += 1
-                    if cap is not None and hr[0] >= cap:
-                        self._close_capped(j)
-                        closed = closed or set()
-                        closed.add(j)
-                if not progressed:
-                    break
-                depth += 1
-        self.n_issued_ += len(out)
-        if (closed is not None and out and len(out) < budget
-                and self._room()):
-            out.extend(self._next_general(budget - len(out)))  # refill the window, go on
-        return out
-
-    def _hot_records(self, j: int, act: list) -> list:
-        """The overlay records of pairs (j, a) for a in ``act``, moved in where missing."""
-        n = self.n_items
-        hot = self._hot
-        d = self.__dict__
-        recs = []
-        for a in act:
-            key = j * n + a if j < a else a * n + j
-            r = hot.get(key)
-            if r is None:
-                r = self._make_hot(key, d)
-            recs.append(r)
-        return recs
-
-    def _make_hot(self, key: int, d: dict) -> list:
-        """Move pair ``key`` (i * n + j, i < j) into the overlay: [count, mean, U*, L*, pending]."""
-        i, j = divmod(key, self.n_items)
-        r = [int(d["_a_count_"][i, j]), float(d["_a_mean_"][i, j]), float(d["_a_upper_"][i, j]),
-             float(d["_a_lower_"][i, j]), int(d["_a_pending_"][i, j])]
-        self._hot[key] = r
-        self._hot_on = True
-        return r
 
     def _next_general(self, budget) -> list[tuple[int, int]]:
         self._ensure_state()
@@ -1037,8 +1042,10 @@ class _NeighborGraphPlanner:
                             reps = min(reps, cap - int(issued[j]))
                     out.extend([(j, a)] * reps)
                     pending[j, a] += reps
+                    self._touched.add(j)
                     if self.symmetric:
                         pending[a, j] += reps
+                        self._touched.add(a)
                     issued[j] += reps
                     if cap is not None and issued[j] >= cap:
                         self._close_capped(j)
@@ -1073,8 +1080,10 @@ class _NeighborGraphPlanner:
             a = arms[0]
             out.append((j, a))
             pending[j, a] += 1
+            self._touched.add(j)
             if self.symmetric:
                 pending[a, j] += 1
+                self._touched.add(a)
             issued[j] += 1
             if cap is not None and issued[j] >= cap:
                 self._close_capped(j)
@@ -1118,8 +1127,10 @@ class _NeighborGraphPlanner:
                 a = int(arms[np.argmin(count[j, arms] + pending[j, arms])])
                 out.append((j, a))
                 pending[j, a] += 1
+                self._touched.add(j)
                 if self.symmetric:
                     pending[a, j] += 1
+                    self._touched.add(a)
                 issued[j] += 1
         self.n_issued_ += len(out)
         return out
@@ -1133,14 +1144,29 @@ class _NeighborGraphPlanner:
     # ------------------------------------------------------------------ results
     def current_neighbors(self) -> np.ndarray:
         """Current best k neighbours of every item, shape (n_items, k): the certified answer
-        where a round is certified, else the best estimates among the not-eliminated."""
+        where a round is certified, else the best estimates among the not-eliminated.
+
+        A row's best depends on that row alone: rows not written since the previous call are
+        taken from then (the dashboard asks every second; O(changed rows x n), not O(n²))."""
         self._ensure_state()
         self._settle()
         n = self.n_items
-        best = np.empty((n, self.k), dtype=np.int64)
+        if self._hot_on:
+            self._drop_hot()
+        tick = self._fold()
+        cached = self.__dict__.get("_best_cache")
+        if cached is not None and cached[1].shape == (n, self.k):
+            rows = np.flatnonzero(self._row_epoch > cached[0])
+            best = cached[1]
+        else:
+            rows = np.arange(n)
+            best = np.empty((n, self.k), dtype=np.int64)
         step = max(1, ROW_CHUNK_ELEMENTS // n)  # a few (step, n) temporaries, not (n, n)
-        for start in range(0, n, step):
-            best[start:start + step] = self._best_rows(np.arange(start, min(start + step, n)))
+        for start in range(0, len(rows), step):
+            chunk = rows[start:start + step]
+            best[chunk] = self._best_rows(chunk)
+        self._best_cache = (tick, best)
+        best = best.copy()
         done = self.status_ == ROUND_CERTIFIED
         best[done] = self.neighbors_[done]
         return best.astype(np.int64)
@@ -1149,15 +1175,14 @@ class _NeighborGraphPlanner:
         """Current best k neighbours of the given rows (certified or not), shape (len(rows), k)."""
         k = self.k
         r = np.arange(len(rows))
-        U = self.upper_[rows].astype(np.float64)
-        L = self.lower_[rows].astype(np.float64)
+        U, L = self._rows_bounds(rows)
         U[r, rows] = np.inf
         L[r, rows] = np.inf
         kth_upper = np.partition(U, k - 1, axis=1)[:, k - 1] if k > 1 else U.min(axis=1)
         sampled = self.count_[rows] > 0
         with np.errstate(invalid="ignore"):
             mid = np.where(np.isfinite(U), 0.5 * (U + L), np.inf)
-        key = np.where(sampled, self.mean_[rows], mid)
+        key = np.where(sampled, self._exact_mean(self.mean_[rows], self.count_[rows]), mid)
         key = np.where(np.isfinite(key), key, _BIG + np.minimum(L, _BIG / 4))
         key[L >= kth_upper[:, None]] += 4 * _BIG
         key[r, rows] = np.inf
@@ -1166,6 +1191,25 @@ class _NeighborGraphPlanner:
         part = np.argpartition(key, k - 1, axis=1)[:, :k]
         order = np.argsort(np.take_along_axis(key, part, axis=1), axis=1, kind="stable")
         return np.take_along_axis(part, order, axis=1)
+
+    def _row_sums(self):
+        """Row sums of ``count_`` and ``pending_`` (int64), recomputed for the rows written since the
+        previous call only (:meth:`progress` runs with every dashboard summary)."""
+        if self._hot_on:
+            self._drop_hot()
+        tick = self._fold()
+        cached = self.__dict__.get("_sums_cache")
+        d = self.__dict__
+        if cached is not None and cached[1].shape == (self.n_items,):
+            rows = np.flatnonzero(self._row_epoch > cached[0])
+            counts, pendings = cached[1], cached[2]
+            counts[rows] = d["_a_count_"][rows].sum(axis=1)
+            pendings[rows] = d["_a_pending_"][rows].sum(axis=1)
+        else:
+            counts = d["_a_count_"].sum(axis=1, dtype=np.int64)
+            pendings = d["_a_pending_"].sum(axis=1, dtype=np.int64)
+        self._sums_cache = (tick, counts, pendings)
+        return counts, pendings
 
     def round_best(self, j: int) -> tuple[np.ndarray, int]:
         """Round j's current best k neighbours (as in :meth:`current_neighbors`, row j only,
@@ -1193,12 +1237,23 @@ class _NeighborGraphPlanner:
         """The k-NN graph now: certified rows are final, the others are best estimates."""
         nb = self.current_neighbors()
         rows = np.arange(self.n_items)[:, None]
+        if self._derived_bounds:
+            d = self.__dict__
+            T = d["_a_count_"][rows, nb]
+            lower, upper = self._interval(self._exact_mean(d["_a_mean_"][rows, nb], T), T)
+            for j, tight in self._tight.items():
+                for pos, a in enumerate(nb[j].tolist()):
+                    if a in tight:
+                        upper[j, pos], lower[j, pos] = tight[a]
+        else:
+            lower = self.lower_[rows, nb].astype(np.float64)
+            upper = self.upper_[rows, nb].astype(np.float64)
         return NeighborGraph(
             neighbors=nb,
             certified=self._certified().copy(),
-            estimates=self.mean_[rows, nb].copy(),
-            lower=self.lower_[rows, nb].astype(np.float64),
-            upper=self.upper_[rows, nb].astype(np.float64),
+            estimates=self._exact_mean(self.mean_[rows, nb], self.count_[rows, nb]),
+            lower=lower,
+            upper=upper,
             samples=self.count_[rows, nb].astype(np.int64),
         )
 
@@ -1208,8 +1263,8 @@ class _NeighborGraphPlanner:
         self._settle()
         st = self.status_
         n = self.n_items
-        per_item = self.count_.sum(axis=1)
-        pending = int(self.pending_.sum()) // (2 if self.symmetric else 1)
+        per_item, pending_rows = self._row_sums()
+        pending = int(pending_rows.sum()) // (2 if self.symmetric else 1)
         return {
             "n_items": n,
             "k": int(self.k),
@@ -1254,7 +1309,14 @@ class _NeighborGraphPlanner:
                "round_issued_", "neighbors_", "refresh_mark_")
     _SCALARS = ("next_round_", "n_samples_", "n_issued_", "rounds_since_full_pass_")
 
-    def to_state(self) -> dict:
+    _SQUARE = ("mean_", "count_", "pending_", "upper_", "lower_")
+
+    def _state_names(self):
+        if self._derived_bounds:
+            return tuple(a for a in self._ARRAYS if a not in ("upper_", "lower_"))
+        return self._ARRAYS
+
+    def to_state(self, copy: bool = True) -> dict:
         """Plain numpy arrays + JSON-safe values (never pickle); see :func:`planner_from_state`.
 
         Layout: ``{"version", "class", "params": {...constructor arguments},
@@ -1266,7 +1328,15 @@ class _NeighborGraphPlanner:
         ``neighbors`` (n, k) and ``dirty`` (m,): the pairs
         ``i * n + j`` (i < j) sampled since the last triangle step, oldest first (optional
         when loading). ``params["window"]`` is the live window, changed or not since
-        construction.
+        construction. A head-based planner (``symmetric=False``) has no ``upper``/``lower``:
+        its bounds follow from ``mean`` and ``count`` except at the pairs ``tight_keys``
+        (``i * n + j``, sorted) whose running intersection is tighter, given by ``tight_upper``
+        and ``tight_lower``; its ``mean`` is float32 above ``FLOAT64_MAX_ITEMS`` items while every
+        answer is 0 or 1 (read back exactly as k / count).
+
+        ``copy=False`` hands out the planner's own arrays (no copy: they change with the planner,
+        so use them before the next call), the (n, n) ones as :class:`RowTracked` views whose
+        ``row_changes`` tell which rows changed since an earlier such state of this planner.
         """
         state = {
             "version": STATE_VERSION,
@@ -1280,14 +1350,27 @@ class _NeighborGraphPlanner:
             state["dirty"] = np.fromiter(self.dirty_, dtype=np.int64, count=len(self.dirty_))
             for name in self._SCALARS:
                 state[name.rstrip("_")] = int(getattr(self, name))
-            for name in self._ARRAYS:
-                state[name.rstrip("_")] = np.array(getattr(self, name), copy=True)
+            arrays = {name: getattr(self, name) for name in self._state_names()}  # writes the overlay back
+            changes = None if copy else self._changes()
+            for name, arr in arrays.items():
+                if copy:
+                    arr = np.array(arr, copy=True)
+                elif name in self._SQUARE:
+                    arr = arr.view(RowTracked)
+                    arr.row_changes = changes
+                state[name.rstrip("_")] = arr
+            if self._derived_bounds:
+                n = self.n_items
+                items = sorted((i * n + j, hi, lo) for i, row in self._tight.items() for j, (hi, lo) in row.items())
+                state["tight_keys"] = np.array([t[0] for t in items], dtype=np.int64)
+                state["tight_upper"] = np.array([t[1] for t in items], dtype=np.float64)
+                state["tight_lower"] = np.array([t[2] for t in items], dtype=np.float64)
         return state
 
     @classmethod
     def from_state(cls, state: dict):
         """Rebuild a planner saved by :meth:`to_state` (it continues exactly where it was)."""
-        if state.get("version") not in (1, 2, STATE_VERSION):
+        if state.get("version") not in (1, 2, 3, STATE_VERSION):
             raise ValueError(f"unsupported state version {state.get('version')!r}")
         if state.get("class") != cls.__name__:
             raise ValueError(f"state of a {state.get('class')!r}, not of a {cls.__name__}")
@@ -1299,24 +1382,73 @@ class _NeighborGraphPlanner:
         if state.get("initialized"):
             n, k = planner.n_items, planner.k
             fdtype = np.float64 if n <= FLOAT64_MAX_ITEMS else np.float32
-            dtypes = {"mean_": np.float64, "count_": np.int32, "pending_": np.int32,
+            derived = not planner.symmetric
+            planner._derived_bounds = derived
+            planner._tight = {}
+            mdtype = np.float64
+            if derived and fdtype == np.float32:
+                stored = np.asarray(state["mean"])
+                count = np.asarray(state["count"])
+                if stored.dtype == np.float32 or _binary_means(stored, count):
+                    mdtype = np.float32
+            dtypes = {"mean_": mdtype, "count_": np.int32, "pending_": np.int32,
                       "upper_": fdtype, "lower_": fdtype, "order_": np.int64, "status_": np.int8,
                       "round_issued_": np.int64, "neighbors_": np.int64, "refresh_mark_": np.int64}
             shapes = {"neighbors_": (n, k), "mean_": (n, n), "count_": (n, n), "pending_": (n, n),
                       "upper_": (n, n), "lower_": (n, n)}
+            d = planner.__dict__
             for name in cls._ARRAYS:
-                arr = np.array(state[name.rstrip("_")], dtype=dtypes[name], copy=True)
+                if derived and name in ("upper_", "lower_"):
+                    continue
+                src = state[name.rstrip("_")]
+                if name == "mean_" and mdtype == np.float32 and np.asarray(src).dtype != np.float32:
+                    src = _binary_to_float32(src, state["count"])
+                arr = np.array(src, dtype=dtypes[name], copy=True)
                 if arr.shape != shapes.get(name, (n,)):
                     raise ValueError(f"state array {name.rstrip('_')!r} has shape {arr.shape}")
-                setattr(planner, name, arr)
+                d["_a_" + name if name in _OVERLAID else name] = arr
             for name in cls._SCALARS:
                 setattr(planner, name, int(state[name.rstrip("_")]))
             planner.open_rounds_ = [int(j) for j in state["open_rounds"]]
             planner.dirty_ = dict.fromkeys(np.asarray(state.get("dirty", []), dtype=np.int64).tolist())
             planner._active_cache = {}
             planner.rng_ = generator_from_state(state["rng"])
+            if derived and "upper" in state:  # an older head-based state: keep only what is tighter
+                planner._set_bounds(np.asarray(state["upper"]), np.asarray(state["lower"]))
+            elif derived:
+                keys = np.asarray(state.get("tight_keys", []), dtype=np.int64).tolist()
+                his = np.asarray(state.get("tight_upper", []), dtype=np.float64).tolist()
+                los = np.asarray(state.get("tight_lower", []), dtype=np.float64).tolist()
+                for key, hi, lo in zip(keys, his, los, strict=True):
+                    i, j = divmod(key, n)
+                    planner._tight.setdefault(i, {})[j] = (hi, lo)
             planner._start_overlay()
+            planner._start_tracking()
         return planner
+
+
+def _binary_means(mean, count) -> bool:
+    """Are these float64 means all of 0/1 answers (k / count, up to rounding)? Then float32 keeps them."""
+    mean = np.asarray(mean, dtype=np.float64)
+    count = np.asarray(count)
+    step = max(1, ROW_CHUNK_ELEMENTS // max(mean.shape[1], 1))
+    for start in range(0, mean.shape[0], step):
+        m, T = mean[start:start + step], count[start:start + step].astype(np.float64)
+        k = np.round(m * T)
+        if not np.all(np.abs(m * T - k) <= 1e-6) or np.any((T == 0) & (m != 0)):
+            return False
+    return True
+
+
+def _binary_to_float32(mean, count) -> np.ndarray:
+    """Float64 means of 0/1 answers as float32 values of exactly k / count."""
+    mean = np.asarray(mean, dtype=np.float64)
+    T = np.asarray(count).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(T > 0, np.round(mean * T) / np.maximum(T, 1.0), 0.0).astype(np.float32)
+
+
+_OVERLAID = ("mean_", "count_", "pending_", "upper_", "lower_", "round_issued_")
 
 
 class ANNTri(_NeighborGraphPlanner):
@@ -1394,6 +1526,8 @@ class RandomSampling(_NeighborGraphPlanner):
                          random_state=random_state, full_pass_every=full_pass_every,
                          lookahead=lookahead, stagger=stagger, symmetric=symmetric)
 
+    _overlay_capable = False
+
     def _settle(self):
         pass
 
@@ -1418,8 +1552,10 @@ class RandomSampling(_NeighborGraphPlanner):
         j = self.rng_.integers(n - 1, size=budget)
         j = j + (j >= i)
         np.add.at(self.pending_, (i, j), 1)
+        self._touched.update(i.tolist())
         if self.symmetric:
             np.add.at(self.pending_, (j, i), 1)
+            self._touched.update(j.tolist())
         self.n_issued_ += budget
         return [(int(a), int(b)) for a, b in zip(i.tolist(), j.tolist(), strict=False)]
 

@@ -269,3 +269,69 @@ def test_a_large_first_save_is_written_in_pieces_outside_the_pass_transaction(co
     assert conn.llen(keys.engine_journal(study_id, "anntri")) == 2  # later passes append to its journal
     jobs.forget_cached()
     assert_states_equal(engine_state.load(conn, study_id, "anntri"), states["anntri"])
+
+
+def _planner_ops(planner, rng, steps):
+    """Random questions, answers (some late, some repeated), expiries and repeats on a planner."""
+    pending = []
+    for _ in range(steps):
+        pending += planner.next_questions(int(rng.integers(1, 12)))
+        if rng.random() < 0.2:
+            pending += planner.repeat_questions(2)
+        rng.shuffle(pending)
+        take, pending = pending[:int(rng.integers(0, 10))], pending[10:]
+        planner.observe([(i, j, float(rng.random() < 0.4)) for i, j in take])
+        if pending and rng.random() < 0.3:
+            planner.forget(pending[:2])
+            pending = pending[2:]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: __import__("engine.anntri", fromlist=["ANN"]).ANN(40, symmetric=False, random_state=1, window=3),
+    lambda: __import__("engine.anntri", fromlist=["ANN"]).ANN(30, symmetric=False, bound="kl", window=50,
+                                                             random_state=2, max_samples_per_round=60),
+    lambda: __import__("engine.anntri", fromlist=["ANNTri"]).ANNTri(30, random_state=3, window=2),
+    lambda: __import__("engine.anntri", fromlist=["RandomSampling"]).RandomSampling(20, random_state=4),
+], ids=["head-based", "head-based-kl", "symmetric-triangle", "random"])
+def test_passes_diffing_only_the_reported_rows_give_the_deltas_of_a_whole_diff(make):
+    """The planner reports the rows it changed since its last ``to_state(copy=False)``; a pass diffs
+    only those rows against the kept state, with no copy of the planner's arrays, and gets the delta
+    and kept state a whole diff of copies gives (an extra state handed out in between loses nothing)."""
+    rng = np.random.default_rng(7)
+    planner = make()
+    planner.next_questions(1)
+    kept = engine_state.Lifted.of(planner.to_state(copy=False), copy=True)
+    reference = engine_state.Lifted.of(planner.to_state(), copy=True)
+    assert kept.marks and not reference.marks
+    for step in range(40):
+        _planner_ops(planner, rng, int(rng.integers(1, 4)))
+        if step % 9 == 4:
+            planner.to_state(copy=False)  # handed out and not diffed (e.g. a whole save elsewhere)
+        live = engine_state.Lifted.of(planner.to_state(copy=False))
+        whole = engine_state.Lifted.of(planner.to_state(), copy=True)
+        assert all(not np.shares_memory(live.arrays[p], whole.arrays[p]) for p in whole.arrays)
+        delta, kept = engine_state.advance_delta(kept, live, "L", step + 1)
+        assert delta == engine_state.make_delta(reference, whole, "L", step + 1)
+        assert_lifted_equal(kept, whole)
+        if delta is not None:
+            reference = engine_state.apply_delta(reference, delta)[0]
+        assert_lifted_equal(reference, whole)
+
+
+def test_rows_written_from_outside_are_reported_through_mark_rows():
+    from engine.anntri import ANN
+
+    planner = ANN(12, symmetric=False, random_state=0)
+    planner.next_questions(3)
+    kept = engine_state.Lifted.of(planner.to_state(copy=False), copy=True)
+    planner.pending_[5, 6] += 1  # unreported: a row diff cannot see it ...
+    _, unreported = engine_state.advance_delta(kept, engine_state.Lifted.of(planner.to_state(copy=False)), "L", 1)
+    assert unreported.arrays["state.pending"][5, 6] == 0
+    planner.pending_[5, 6] += 1
+    planner.mark_rows([5])  # ... reported, it is in the delta
+    kept = engine_state.Lifted.of(planner.to_state(copy=False), copy=True)
+    planner.pending_[7, 1] += 3
+    planner.mark_rows(7)
+    delta, kept = engine_state.advance_delta(kept, engine_state.Lifted.of(planner.to_state(copy=False)), "L", 2)
+    assert delta is not None and kept.arrays["state.pending"][7, 1] == 3
+    assert_lifted_equal(kept, engine_state.Lifted.of(planner.to_state(), copy=True))

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.sparse.csgraph import shortest_path
 
+from engine import anntri
 from engine.anntri import ANN, DERIVED_DEFAULTS, ANNTri, RandomSampling, planner_from_state
 from engine.oracles import DistanceMatrixOracle, PointsOracle, circle_clusters, neighbor_error, run
 
@@ -153,7 +154,7 @@ def test_state_holds_only_arrays_and_json_values():
     planner = ANNTri(10, random_state=3)
     planner.observe([(0, 1, 0.5)])
     state = planner.to_state()
-    assert state["version"] == 3 and state["class"] == "ANNTri"
+    assert state["version"] == 4 and state["class"] == "ANNTri"
     plain = {k: v for k, v in state.items() if not isinstance(v, np.ndarray)}
     json.dumps(plain)
     assert planner_from_state(ANN(5).to_state()).__class__ is ANN
@@ -173,7 +174,7 @@ def test_older_states_still_load_and_continue_alike(version):
         del old["params"]["stagger"]
     restored = planner_from_state(old)
     assert restored.stagger is False and restored.symmetric is True
-    assert restored.to_state()["version"] == 3
+    assert restored.to_state()["version"] == 4
     for _ in range(30):
         qs = planner.next_questions(6)
         assert restored.next_questions(6) == qs
@@ -181,7 +182,7 @@ def test_older_states_still_load_and_continue_alike(version):
         planner.observe(answers)
         restored.observe(answers)
     with pytest.raises(ValueError, match="version"):
-        planner_from_state({**old, "version": 4})
+        planner_from_state({**old, "version": 5})
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -800,3 +801,132 @@ def test_a_triplet_study_runs_pair_planners_with_the_derived_defaults():
     given = make_planner("anntri", 30, question_kind="triplet", window=2, bound="lil").planner
     assert (given.window, given.bound, given.symmetric) == (2, "lil", False)  # given values win
     assert DERIVED_DEFAULTS.items() <= defaults_for("anntri", "triplet").items()
+
+
+def _intersected_bounds(batches, n, bound="lil", delta=0.1, sigma=0.5):
+    """Head-based U*/L* by hand: every pair's running intersection of its anytime intervals (one
+    interval per batch of answers for the pair, as observe applies a batch at once)."""
+    from engine.bounds import confidence_interval
+
+    total, count = {}, {}
+    U, L = np.full((n, n), np.inf), np.zeros((n, n))
+    np.fill_diagonal(U, 0.0)
+    # short batches (<= SMALL_BATCH answers) are applied one answer at a time (LIL, Hoeffding)
+    short = anntri.SMALL_BATCH if bound not in ("kl", "bernstein") else 0
+    batches = [part for b in batches for part in ([[a] for a in b] if len(b) <= short else [b])]
+    for batch in batches:
+        i, j = batch[0][:2]
+        T = count.get((i, j), 0)
+        total[i, j] = (total.get((i, j), 0.0) * T + sum(v for _, _, v in batch)) / (T + len(batch))
+        count[i, j] = T + len(batch)
+        lo, hi = confidence_interval(np.array([total[i, j]]), np.array([count[i, j]]), n, delta, sigma, bound)
+        lo, hi = max(float(lo[0]), 0.0), float(hi[0])
+        u, low = min(U[i, j], hi), max(L[i, j], lo)
+        U[i, j], L[i, j] = (hi, min(lo, hi)) if low > u else (u, low)
+    return U, L
+
+
+@pytest.mark.parametrize("bound", ["lil", "kl"])
+def test_head_based_bounds_follow_from_mean_and_count_and_the_tighter_pairs(bound):
+    """No (n, n) bound arrays in head-based mode: U*/L* are today's interval of mean and count,
+    except the pairs whose running intersection is tighter (``_tight``); same numbers as keeping them."""
+    n = 15
+    rng = np.random.default_rng(3)
+    planner = ANN(n, symmetric=False, bound=bound, random_state=0)
+    answers = []
+    for _ in range(60):
+        i, j = rng.choice(n, 2, replace=False)
+        batch = [(int(i), int(j), float(rng.random() < 0.3 + 0.4 * (t % 2))) for t in range(int(rng.integers(1, 25)))]
+        planner.observe(batch)
+        answers.append(batch)
+    assert "_a_upper_" not in planner.__dict__ and (planner._tight or bound != "lil")  # some bind (LIL)
+    U, L = _intersected_bounds(answers, n, bound)
+    assert np.allclose(planner.upper_, U, rtol=0, atol=1e-9) and np.allclose(planner.lower_, L, rtol=0, atol=1e-9)
+    state = planner.to_state()
+    assert "upper" not in state and len(state["tight_keys"]) == sum(map(len, planner._tight.values()))
+    back = planner_from_state(state)
+    assert np.array_equal(back.upper_, planner.upper_) and np.array_equal(back.lower_, planner.lower_)
+
+
+def test_an_older_head_based_state_with_bound_arrays_loads_and_continues_identically():
+    M = _asymmetric_matrix(2, 12)
+    planner = ANN(12, sigma=0.1, symmetric=False, window=3, random_state=1)
+    oracle = _HeadOracle(M, 0.1, 1)
+    for _ in range(40):
+        planner.observe(oracle.answer(planner.next_questions(5)))
+    old = {k: v for k, v in planner.to_state().items() if not k.startswith("tight_")}
+    old.update(version=3, upper=planner.upper_.copy(), lower=planner.lower_.copy())  # what version 3 stored
+    restored = planner_from_state(old)
+    assert restored._tight == planner._tight
+    for _ in range(40):
+        qs = planner.next_questions(5)
+        assert restored.next_questions(5) == qs
+        answers = oracle.answer(qs)
+        planner.observe(answers)
+        restored.observe(answers)
+    assert np.array_equal(restored.current_neighbors(), planner.current_neighbors())
+
+
+def test_large_head_based_planners_keep_means_of_0_1_answers_exactly_in_float32():
+    n = 2100  # above FLOAT64_MAX_ITEMS
+    planner = ANN(n, symmetric=False, random_state=0)
+    answers = [(0, 1, float(t % 3 == 0)) for t in range(31)] + [(5, 7, 1.0)] * 3
+    planner.observe(answers[:10])
+    planner.observe(answers[10:])  # long batch: the array path
+    for i, j, v in answers[:5]:
+        planner.observe([(i, j, v)])  # short: the scalar path
+    assert planner.mean_.dtype == np.float32 and planner.count_[0, 1] == 36
+    g = planner.result()
+    assert planner._exact_mean(planner.mean_[0, 1], 36) == 13 / 36
+    assert planner._exact_mean(planner.mean_[5, 7], 3) == 1.0
+    state = planner.to_state()
+    assert state["mean"].dtype == np.float32
+    old = dict(state, version=3, mean=planner._exact_mean(planner.mean_, planner.count_))  # float64, as before
+    assert planner_from_state(old).mean_.dtype == np.float32
+    assert np.array_equal(planner_from_state(old).mean_, planner.mean_)
+    planner.observe([(0, 1, 0.5)])  # not a 0/1 answer: float64 from now on, k / T kept exactly
+    assert planner.mean_.dtype == np.float64 and planner.mean_[0, 1] == (13 + 0.5) / 37
+    assert planner.mean_[5, 7] == 1.0 and g.estimates.dtype == np.float64
+
+
+def test_float32_bounds_are_rounded_outward():
+    from engine.bounds import confidence_interval
+
+    n = 2100  # float32 bound matrices (a symmetric planner)
+    planner = ANN(n, random_state=0)
+    rng = np.random.default_rng(0)
+    pairs = {(int(min(i, j)), int(max(i, j))) for i, j in rng.integers(0, 60, (200, 2)) if i != j}
+    answers = [(i, j, float(rng.random())) for i, j in sorted(pairs)]
+    planner.observe(answers[:10])  # short batch: the scalar path
+    planner.observe(answers[10:])  # the array path
+    assert planner.upper_.dtype == np.float32
+    for i, j, v in answers:  # one answer each: U* and L* are that answer's interval, in float64
+        lo, hi = confidence_interval(np.array([v]), np.array([1]), n, 0.1, 0.5)
+        assert float(planner.upper_[i, j]) >= hi[0] and float(planner.upper_[i, j]) - hi[0] < 1e-6 * hi[0]
+        assert float(planner.lower_[i, j]) <= max(lo[0], 0.0)
+    hi = np.array([0.1, 1 / 3, 2.0 / 7])
+    lo = np.array([0.05, 1 / 7, 0.0])
+    h, low = anntri._outward(hi, lo, np.float32)
+    assert np.all(h.astype(np.float64) >= hi) and np.all(low.astype(np.float64) <= lo)
+    assert anntri._outward_one(1 / 3, 1 / 7)[0] >= 1 / 3 and anntri._outward_one(1 / 3, 1 / 7)[1] <= 1 / 7
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_current_neighbors_recomputes_only_changed_rows_and_matches_a_fresh_planner(symmetric):
+    rng = np.random.default_rng(5)
+    planner = ANN(30, symmetric=symmetric, window=4, random_state=2) if not symmetric else ANNTri(30, window=4,
+                                                                                                  random_state=2)
+    M = _asymmetric_matrix(3, 30)
+    pending = []
+    for step in range(120):
+        pending += planner.next_questions(int(rng.integers(1, 8)))
+        rng.shuffle(pending)
+        take, pending = pending[:5], pending[5:]
+        planner.observe([(i, j, float(M[i, j] + rng.normal(0, 0.05))) for i, j in take])
+        if step % 3 == 0:
+            fresh = planner_from_state(planner.to_state())
+            assert np.array_equal(planner.current_neighbors(), fresh.current_neighbors())
+    planner.mean_[7, 3] = -1.0  # written from outside: reported with mark_rows
+    planner.count_[7, 3] = max(int(planner.count_[7, 3]), 1)
+    planner.mark_rows([7])
+    assert np.array_equal(planner.current_neighbors(), planner_from_state(planner.to_state()).current_neighbors())

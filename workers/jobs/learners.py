@@ -250,7 +250,12 @@ class Learner:
         under the cap, so rounds would reach the cap unanswered."""
         if not self.entry.rounds or not hasattr(self.planner, "status_"):
             return []
-        self.planner.progress()  # settles the rounds the latest answers decided
+        # settle the rounds the latest answers decided (progress() did it too, with O(n²) counts per call)
+        settle = getattr(self.planner, "settle", None)
+        if settle is not None:
+            settle()
+        else:
+            self.planner.progress()
         status = self.planner.status_
         live = (anntri.ROUND_OPEN, anntri.ROUND_CAPPED)
         return [q for q in questions
@@ -317,6 +322,10 @@ class Learner:
         if self.is_forest:
             return {"class": FOREST_STATE, "forest": self.planner.to_state(),
                     "routes": [route.to_state() for _, route in sorted(self.routes.items())]}
+        if isinstance(self.planner, anntri._NeighborGraphPlanner):
+            # the planner's own arrays, no copy (callers lift or encode them at once): the update pass
+            # diffs only the rows they report changed since the previous state (engine_state.advance_delta)
+            return self.planner.to_state(copy=False)
         return self.planner.to_state()
 
 
@@ -344,7 +353,11 @@ def _least_asked(planner, budget: int) -> list[tuple[int, int]]:
             a = int(arms[np.argmin(planner.count_[j, arms] + planner.pending_[j, arms])])
             out.append((j, a))
             planner.pending_[j, a] += 1
-            planner.pending_[a, j] += 1
+            touched = [j]
+            if planner.symmetric:  # head-based planners keep row j only (forget releases only that one)
+                planner.pending_[a, j] += 1
+                touched.append(a)
+            planner.mark_rows(touched)
             planner.round_issued_[j] += 1
     planner.n_issued_ += len(out)
     return out

@@ -5,18 +5,19 @@ out of it (``Lifted``: a JSON skeleton referencing arrays by path), so nothing i
 
 Why a journal of differences. Writing the whole state (n x n arrays, ~40 MB at n = 1,000) in every
 update pass made Redis spend tens of ms per EXEC and rewrite its AOF every few seconds. A pass now
-commits, in the same MULTI as the answer-log cursor, one journal entry holding only the array
-elements and skeleton that differ from the previous committed state (``make_delta``: bitwise
-comparison, changed elements as flat indices + values, whole arrays only where most of one
-changed). The stored state is the checkpoint (``keys.engine``) with the journal entries after its
-sequence number applied in order (``load_stored``), so it is exactly the state the last pass
-committed whatever the planner does: replay needs no determinism from the engine (replaying the
-answers instead would need every planner to be deterministic across issued, expired and pruned
+commits, in the same MULTI as the answer-log cursor, one journal entry holding only the array elements
+and skeleton that differ from the previous committed state (``make_delta``: bitwise comparison, changed
+elements as flat indices + values, whole arrays only where most of one changed; a planner that labels
+its arrays with the rows it changed, ``row_changes``, gets only those rows compared: O(changed rows x
+n) per pass instead of O(n²)). The stored state is the checkpoint (``keys.engine``) with the journal
+entries after its sequence number applied in order (``load_stored``), so it is exactly the state the
+last pass committed whatever the planner does: replay needs no determinism from the engine (replaying
+the answers instead would need every planner to be deterministic across issued, expired and pruned
 questions). When the journal has grown to about the state's size a checkpoint is written into
-``keys.engine_checkpoint`` outside any transaction in pieces of at most ``CHUNK_BYTES`` (other
-clients' commands run between them), then renamed onto ``keys.engine`` in one short MULTI that
-also trims the journal (``swap_checkpoint``); a crash anywhere leaves the old checkpoint and the
-journal, which together still give the committed state.
+``keys.engine_checkpoint`` outside any transaction in pieces of at most ``CHUNK_BYTES`` (other clients'
+commands run between them), then renamed onto ``keys.engine`` in one short MULTI that also trims the
+journal (``swap_checkpoint``); a crash anywhere leaves the old checkpoint and the journal, which
+together still give the committed state.
 
 Fields of ``keys.engine``: ``skeleton`` (JSON) and ``array:<path>`` (.npy bytes; a large one
 continued in ``array#<i>:<path>``), ``version`` (a random token, new at every committed change:
@@ -88,18 +89,29 @@ class Lifted:
 
     skeleton: str
     arrays: dict[str, np.ndarray]
+    #: path -> the array's ``row_changes`` label when the planner handed it out (see ``_delta``)
+    marks: dict[str, object] = field(default_factory=dict)
 
     @classmethod
     def of(cls, state: dict, copy: bool = False) -> Lifted:
-        """``copy``: copy the arrays (a planner's ``to_state`` may hand out arrays it goes on changing)."""
+        """``copy``: copy the arrays (a planner's ``to_state`` may hand out arrays it goes on changing).
+
+        Arrays carrying ``row_changes`` (a planner's ``to_state(copy=False)`` views, e.g.
+        ``engine.anntri.RowTracked``) keep that label in ``marks``, copied or not."""
         arrays: dict[str, np.ndarray] = {}
+        marks: dict[str, object] = {}
         skeleton = json.dumps(_lift_arrays(state, "state", arrays))
         for path, arr in arrays.items():
             if arr.dtype == object:
                 raise ValueError(f"engine state array {path} has dtype object; store plain numeric arrays")
+            mark = getattr(arr, "row_changes", None)
+            if mark is not None:
+                marks[path] = mark
+            if type(arr) is not np.ndarray:  # noqa: E721 -- keep plain arrays (a view, no copy)
+                arr = arrays[path] = arr.view(np.ndarray)
             if copy:
                 arrays[path] = np.array(arr, copy=True, order="C")
-        return cls(skeleton, arrays)
+        return cls(skeleton, arrays, marks)
 
     def state(self) -> dict:
         return _restore_arrays(json.loads(self.skeleton), self.arrays)
@@ -185,7 +197,20 @@ def advance_delta(old: Lifted, live: Lifted, lineage: str, seq: int) -> tuple[by
     checkpoint writer); ``live`` may hold the planner's own arrays, which are never kept."""
     kept: dict[str, np.ndarray] = {}
     delta = _delta(old, live, lineage, seq, kept)
-    return delta, Lifted(live.skeleton, kept)
+    return delta, Lifted(live.skeleton, kept, dict(live.marks))
+
+
+def _changed_rows(old: Lifted, new: Lifted, path: str, arr: np.ndarray) -> np.ndarray | None:
+    """The rows of a 2-D array that may differ between ``old`` and ``new`` when the planner told
+    (``marks``: both states handed out by the same planner, ``new`` later), else None (compare all)."""
+    mark_new, mark_old = new.marks.get(path), old.marks.get(path)
+    if mark_new is None or mark_old is None or arr.ndim != 2:
+        return None
+    try:
+        rows = mark_new.rows_since(mark_old)
+    except Exception:  # noqa: BLE001 -- an unknown label: compare everything
+        return None
+    return None if rows is None else np.asarray(rows, dtype=np.int64)
 
 
 def _delta(old: Lifted, new: Lifted, lineage: str, seq: int, kept: dict | None) -> bytes | None:
@@ -195,6 +220,29 @@ def _delta(old: Lifted, new: Lifted, lineage: str, seq: int, kept: dict | None) 
     for path, arr in new.arrays.items():
         before = old.arrays.get(path)
         if before is not None and before.shape == arr.shape and before.dtype == arr.dtype:
+            rows = _changed_rows(old, new, path, arr)
+            if rows is not None and _as_bits(arr[:0]) is not None:
+                # only the rows the planner reports changed: O(changed rows x n), not O(n²)
+                width = arr.shape[1]
+                sub_new, sub_old = arr[rows], before[rows]
+                r, c = np.nonzero(_as_bits(sub_new).reshape(sub_new.shape) != _as_bits(sub_old).reshape(sub_old.shape))
+                changed = rows[r] * width + c
+                if len(changed) == 0:
+                    if kept is not None:
+                        kept[path] = before
+                    continue
+                if len(changed) * (8 + arr.dtype.itemsize) < SPARSE_SHARE * max(arr.nbytes, 1):
+                    k = len(header["sparse"])
+                    header["sparse"].append(path)
+                    payload[f"i{k}"] = changed.astype(np.int64)
+                    payload[f"v{k}"] = values = sub_new[r, c]
+                    if kept is not None:
+                        if before.flags.writeable and before.flags.c_contiguous:
+                            before[rows[r], c] = values
+                            kept[path] = before
+                        else:
+                            kept[path] = np.array(arr, copy=True, order="C")
+                    continue
             a, b = _as_bits(arr), _as_bits(before)
             if a is None:
                 if arr.tobytes() == before.tobytes():
@@ -293,7 +341,7 @@ def _text(value: bytes | None) -> str | None:
     return value.decode() if value else None
 
 
-def load_stored(conn, study_id: str, algorithm: str) -> Stored:
+def load_stored(conn: redis.Redis, study_id: str, algorithm: str) -> Stored:
     """The stored state as of the last committed pass (checkpoint and journal read in one MULTI)."""
     with conn.pipeline(transaction=True) as pipe:
         pipe.hgetall(keys.engine(study_id, algorithm))
@@ -317,18 +365,18 @@ def load_stored(conn, study_id: str, algorithm: str) -> Stored:
     return stored
 
 
-def load(conn, study_id: str, algorithm: str) -> dict | None:
+def load(conn: redis.Redis, study_id: str, algorithm: str) -> dict | None:
     """One algorithm's state as of the last committed pass, None before its first update."""
     return load_stored(conn, study_id, algorithm).state
 
 
-def load_with_version(conn, study_id: str, algorithm: str) -> tuple[dict | None, str | None]:
+def load_with_version(conn: redis.Redis, study_id: str, algorithm: str) -> tuple[dict | None, str | None]:
     """(state, version) read in one step; the version is None for a state saved without one."""
     stored = load_stored(conn, study_id, algorithm)
     return stored.state, stored.version
 
 
-def load_version(conn, study_id: str, algorithm: str) -> str | None:
+def load_version(conn: redis.Redis, study_id: str, algorithm: str) -> str | None:
     """The version of the saved state (one HGET): equal to the version a save returned exactly while
     nothing else has replaced, restored or deleted that state since. None if there is none."""
     version = conn.hget(keys.engine(study_id, algorithm), VERSION_FIELD)
@@ -347,7 +395,7 @@ def save_lifted(pipeline, study_id: str, algorithm: str, lifted: Lifted) -> tupl
     return version, lineage
 
 
-def save_lifted_chunked(conn, pipeline, study_id: str, algorithm: str, lifted: Lifted,
+def save_lifted_chunked(conn: redis.Redis, pipeline, study_id: str, algorithm: str, lifted: Lifted,
                         chunk_bytes: int = CHUNK_BYTES) -> tuple[str, str]:
     """``save_lifted`` for a large state (hundreds of MB at n = 5,000): its fields are written first
     into the checkpoint key through ``conn``, outside any transaction, in commands of at most
@@ -380,7 +428,7 @@ def append_delta(pipeline, study_id: str, algorithm: str, delta: bytes) -> str:
 
 
 # ---------------------------------------------------------------------------- checkpoints
-def write_checkpoint(conn, study_id: str, algorithm: str, lifted: Lifted, lineage: str, seq: int,
+def write_checkpoint(conn: redis.Redis, study_id: str, algorithm: str, lifted: Lifted, lineage: str, seq: int,
                      chunk_bytes: int = CHUNK_BYTES) -> int:
     """Write ``lifted`` (the state after journal entry ``seq`` of ``lineage``) into the checkpoint key,
     in commands of at most ``chunk_bytes``, outside any transaction; ``swap_checkpoint`` puts it in
@@ -401,7 +449,7 @@ def write_checkpoint(conn, study_id: str, algorithm: str, lifted: Lifted, lineag
     return written
 
 
-def swap_checkpoint(conn, study_id: str, algorithm: str, lineage: str, seq: int) -> bool:
+def swap_checkpoint(conn: redis.Redis, study_id: str, algorithm: str, lineage: str, seq: int) -> bool:
     """Put a written checkpoint in place of the stored one and drop the journal entries it includes,
     in one MULTI, if the stored state is still of ``lineage`` and its checkpoint older; otherwise
     discard it. Returns whether it was put in place. The state's version does not change."""
@@ -435,7 +483,7 @@ def save_cursor(pipeline, study_id: str, cursor: str) -> None:
     pipeline.set(keys.cursor(study_id), cursor)
 
 
-def load_cursor(conn, study_id: str) -> str:
+def load_cursor(conn: redis.Redis, study_id: str) -> str:
     """The id of the last answer applied to the engines ("0-0" before any)."""
     raw = conn.get(keys.cursor(study_id))
     return raw.decode() if raw else "0-0"
