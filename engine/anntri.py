@@ -416,6 +416,11 @@ class _NeighborGraphPlanner(ScalarOverlay):
         U[j] = 0.0  # the diagonal, as the stored arrays hold it
         return U, L
 
+    def bounds_of(self, rows) -> tuple[np.ndarray, np.ndarray]:
+        """(U*, L*) of the given rows, shape (len(rows), n), float64: what ``upper_``/``lower_`` hold
+        for them, without building the whole matrices of a head-based planner (O(len(rows) x n))."""
+        return self._rows_bounds(np.asarray(rows, dtype=np.int64))
+
     def _rows_bounds(self, rows):
         """(U*, L*) of the given rows, shape (len(rows), n), float64."""
         if not self._derived_bounds:

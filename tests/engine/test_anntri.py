@@ -761,6 +761,20 @@ def test_derived_defaults_build_a_head_based_planner_without_triangle_bounds():
     assert planner.count_.sum() == 30 and not np.array_equal(planner.count_, planner.count_.T)
 
 
+@pytest.mark.parametrize("params", [{}, DERIVED_DEFAULTS])
+def test_bounds_of_some_rows_are_those_rows_of_the_whole_bound_matrices(params):
+    # the dashboard's layout reads the drawn rows only: a head-based planner stores no bound matrices
+    planner = ANNTri(15, random_state=1, **params)
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        qs = planner.next_questions(40)
+        planner.observe([(i, j, float(rng.integers(2))) for i, j in qs])
+    rows = np.array([3, 0, 14, 7])
+    upper, lower = planner.bounds_of(rows)
+    np.testing.assert_array_equal(upper, np.asarray(planner.upper_, dtype=np.float64)[rows])
+    np.testing.assert_array_equal(lower, np.asarray(planner.lower_, dtype=np.float64)[rows])
+
+
 # ---------------------------------------------------------------- many open rounds, triplet studies
 def test_many_open_rounds_are_served_in_turn_and_replay_exactly():
     # With every round open and small batches, each call asks the rounds after the last ones

@@ -137,16 +137,17 @@ def graph_layout(conn: Redis, study: Study, label: str, max_drawn: int = MAX_DRA
     m = len(nodes)
     candidates: list[list[dict]] = [[] for _ in range(m)]
     if has_bounds:
-        mean, count, lower, upper = planner.mean_, planner.count_, planner.lower_, planner.upper_
+        mean, count = planner.mean_, planner.count_
         known = nodes[nodes < mean.shape[0]]  # items added after the engine was built have no row yet
         sub = np.ix_(known, known)
-        distances = fill_distances(mean[sub], count[sub], lower[sub], upper[sub])
+        upper, lower = planner.bounds_of(known)  # the drawn rows only (whole matrices cost O(n²))
+        distances = fill_distances(mean[sub], count[sub], lower[:, known], upper[:, known])
         for slot, i in enumerate(known.tolist()):
             est = np.where(count[i] > 0, mean[i], np.nan)
-            order = np.lexsort((np.nan_to_num(upper[i], posinf=np.inf), np.nan_to_num(est, nan=np.inf)))
+            order = np.lexsort((np.nan_to_num(upper[slot], posinf=np.inf), np.nan_to_num(est, nan=np.inf)))
             order = [j for j in order[: MAX_CANDIDATES + 1].tolist() if j != i][:MAX_CANDIDATES]
-            candidates[slot] = [{"item": j, "estimate": _num(est[j]), "lower": _num(lower[i, j]),
-                                 "upper": _num(upper[i, j]), "samples": int(count[i, j])} for j in order]
+            candidates[slot] = [{"item": j, "estimate": _num(est[j]), "lower": _num(lower[slot, j]),
+                                 "upper": _num(upper[slot, j]), "samples": int(count[i, j])} for j in order]
     elif planner is not None and _win_rates(planner) is not None:
         res = _win_rates(planner)
         known = nodes[nodes < np.asarray(res.shown).shape[0]]
