@@ -31,7 +31,7 @@ import numbers
 import numpy as np
 
 from . import triangle as tri
-from .anntri_overlay import SMALL_BATCH, SPREAD_MIN_ROUNDS, ScalarOverlay, overlaid  # noqa: F401
+from .anntri_overlay import SMALL_BATCH, SPREAD_MIN_ROUNDS, ScalarOverlay, interval_step, overlaid  # noqa: F401
 from .bounds import UNIT_INTERVAL_BOUNDS, check_bound, confidence_interval
 from .graph import NO_NEIGHBOR, NeighborGraph  # noqa: F401  (re-exported: older imports)
 from .utils import check_int, check_n_items, check_random_state, generator_from_state, generator_state
@@ -202,6 +202,16 @@ def _outward(hi, lo, dtype):
         h = np.where(h < hi, np.nextafter(h, t(np.inf)), h)
         lw = np.where(lw > lo, np.nextafter(lw, t(-np.inf)), lw)
     return h, lw
+
+
+def _drop_stale_active(cache: dict, i: int, j: int) -> None:
+    """After an answer for (i, j): a cached active set stays exact while only its own arms change
+    (see ``ANNTri._decide_1nn``), so round i's is dropped unless j is among its arms, and j's
+    unless i is."""
+    if i in cache and j not in cache[i][2]:
+        del cache[i]
+    if j in cache and i not in cache[j][2]:
+        del cache[j]
 
 
 def _outward_one(hi: float, lo: float):
@@ -587,14 +597,9 @@ class _NeighborGraphPlanner(ScalarOverlay):
             T1 = T + 1
             if T1 >= len(radius):
                 radius = self._radius_lookup(T1)
-            m1 = (float(mean[i, j]) * T + v) / T1
-            r = radius[T1]
-            conf_lo = max(m1 - r, 0.0)
-            conf_hi = m1 + r
-            hi = min(float(upper[i, j]), conf_hi)
-            lo = max(float(lower[i, j]), conf_lo)
-            if lo > hi:  # the confidence event failed somewhere: fall back to today's interval
-                hi, lo = conf_hi, min(conf_lo, conf_hi)
+            m1, hi, lo, failed = interval_step(float(mean[i, j]), T, v, radius[T1],
+                                               float(upper[i, j]), float(lower[i, j]))
+            if failed:
                 cache.pop(i, None)
                 cache.pop(j, None)
             pend = max(int(pending[i, j]) - 1, 0)
@@ -613,11 +618,7 @@ class _NeighborGraphPlanner(ScalarOverlay):
                 upper[j, i] = hi
                 lower[j, i] = lo
                 pending[j, i] = pend
-            # A cached active set stays exact while only its own arms change (see _decide_1nn).
-            if i in cache and j not in cache[i][2]:
-                del cache[i]
-            if j in cache and i not in cache[j][2]:
-                del cache[j]
+            _drop_stale_active(cache, i, j)
             if triangle:
                 dirty[i * n + j] = None
         self.n_samples_ += len(rows)
@@ -647,10 +648,7 @@ class _NeighborGraphPlanner(ScalarOverlay):
             count[i, j] = T1
             pending[i, j] = max(int(pending[i, j]) - 1, 0)
             touched.add(i)
-            if i in cache and j not in cache[i][2]:
-                del cache[i]
-            if j in cache and i not in cache[j][2]:
-                del cache[j]
+            _drop_stale_active(cache, i, j)
         self.n_samples_ += len(rows)
 
     def _observe_arrays(self, answers) -> None:
@@ -1046,12 +1044,7 @@ class _NeighborGraphPlanner(ScalarOverlay):
                         if cap is not None:
                             reps = min(reps, cap - int(issued[j]))
                     out.extend([(j, a)] * reps)
-                    pending[j, a] += reps
-                    self._touched.add(j)
-                    if self.symmetric:
-                        pending[a, j] += reps
-                        self._touched.add(a)
-                    issued[j] += reps
+                    self._count_issued(j, a, reps, pending, issued)
                     if cap is not None and issued[j] >= cap:
                         self._close_capped(j)
                 if not progressed:
@@ -1084,12 +1077,7 @@ class _NeighborGraphPlanner(ScalarOverlay):
                 continue
             a = arms[0]
             out.append((j, a))
-            pending[j, a] += 1
-            self._touched.add(j)
-            if self.symmetric:
-                pending[a, j] += 1
-                self._touched.add(a)
-            issued[j] += 1
+            self._count_issued(j, a, 1, pending, issued)
             if cap is not None and issued[j] >= cap:
                 self._close_capped(j)
         seen = set(rounds[:visited])
@@ -1131,14 +1119,20 @@ class _NeighborGraphPlanner(ScalarOverlay):
                     continue
                 a = int(arms[np.argmin(count[j, arms] + pending[j, arms])])
                 out.append((j, a))
-                pending[j, a] += 1
-                self._touched.add(j)
-                if self.symmetric:
-                    pending[a, j] += 1
-                    self._touched.add(a)
-                issued[j] += 1
+                self._count_issued(j, a, 1, pending, issued)
         self.n_issued_ += len(out)
         return out
+
+    def _count_issued(self, j: int, a: int, reps: int, pending: np.ndarray, issued: np.ndarray) -> None:
+        """Count ``reps`` questions (j, a) as issued: pending (both entries when symmetric) and
+        towards round j's cap. ``pending``/``issued`` are the planner's ``pending_`` and
+        ``round_issued_``, read once by the caller."""
+        pending[j, a] += reps
+        self._touched.add(j)
+        if self.symmetric:
+            pending[a, j] += reps
+            self._touched.add(a)
+        issued[j] += reps
 
     def _close_capped(self, j):
         self.status_[j] = ROUND_CAPPED
@@ -1502,8 +1496,9 @@ class ANNTri(_NeighborGraphPlanner):
     """
 
 
-class ANN(ANNTri):
-    """ANNTri without triangle bounds (the paper's ANN baseline), same code path."""
+class _WithoutTriangle:
+    """A planner with ``triangle=False`` fixed (ANN, RandomSampling); otherwise the parameters of
+    :class:`ANNTri`."""
 
     def __init__(self, n_items, k=1, delta=0.1, sigma=0.5, bound="lil",
                  max_samples_per_round=None, window=1, random_state=None, full_pass_every=None,
@@ -1514,7 +1509,11 @@ class ANN(ANNTri):
                          lookahead=lookahead, stagger=stagger, symmetric=symmetric)
 
 
-class RandomSampling(_NeighborGraphPlanner):
+class ANN(_WithoutTriangle, ANNTri):
+    """ANNTri without triangle bounds (the paper's ANN baseline), same code path."""
+
+
+class RandomSampling(_WithoutTriangle, _NeighborGraphPlanner):
     """Uniformly random pairs, same estimates and bounds (no triangle); the paper's Random.
 
     ``next_questions(budget)`` returns ``budget`` uniform pairs i != j until every item's
@@ -1522,14 +1521,6 @@ class RandomSampling(_NeighborGraphPlanner):
     ``progress``) but do not steer the choice. ``window``, ``max_samples_per_round`` and
     ``lookahead`` and ``stagger`` are accepted for a uniform interface and not used.
     """
-
-    def __init__(self, n_items, k=1, delta=0.1, sigma=0.5, bound="lil",
-                 max_samples_per_round=None, window=1, random_state=None, full_pass_every=None,
-                 lookahead=0.0, stagger=False, symmetric=True):
-        super().__init__(n_items, k=k, delta=delta, sigma=sigma, bound=bound, triangle=False,
-                         max_samples_per_round=max_samples_per_round, window=window,
-                         random_state=random_state, full_pass_every=full_pass_every,
-                         lookahead=lookahead, stagger=stagger, symmetric=symmetric)
 
     _overlay_capable = False
 
@@ -1578,7 +1569,7 @@ DERIVED_DEFAULTS: dict = {"symmetric": False, "triangle": False, "bound": "kl",
 _PLANNERS = {cls.__name__: cls for cls in (ANNTri, ANN, RandomSampling)}
 
 
-def planner_from_state(state: dict):
+def planner_from_state(state: dict) -> ANNTri | RandomSampling:
     """Restore whichever planner (``ANNTri``, ``ANN``, ``RandomSampling``) saved ``state``."""
     name = state.get("class")
     if name not in _PLANNERS:

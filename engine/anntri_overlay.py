@@ -30,6 +30,24 @@ SMALL_BATCH = 16
 SPREAD_MIN_ROUNDS = 32
 
 
+def interval_step(mean: float, count: int, value: float, radius: float, upper: float,
+                  lower: float) -> tuple[float, float, float, bool]:
+    """One answer ``value`` for a pair of ``count`` answers averaging ``mean``, in Python floats:
+    the new mean, U* and L* (the confidence interval of ``radius`` around the new mean, clipped
+    at 0 and intersected with ``[lower, upper]``) and whether that intersection was empty, in
+    which case the confidence event failed somewhere and today's interval stands alone. The
+    array path (``ANNTri._observe_general``) and the overlay's cold pairs share it; the overlay's
+    hot loop inlines the same arithmetic."""
+    m1 = (mean * count + value) / (count + 1)
+    conf_lo = max(m1 - radius, 0.0)
+    conf_hi = m1 + radius
+    hi = min(upper, conf_hi)
+    lo = max(lower, conf_lo)
+    if lo > hi:
+        return m1, conf_hi, min(conf_lo, conf_hi), True
+    return m1, hi, lo, False
+
+
 class PairRecord:
     """One pair's entries while it is in the overlay: answers, D̂, U*, L*, questions pending."""
 
@@ -213,15 +231,9 @@ class ScalarOverlay:
         upper, lower = d["_a_upper_"], d["_a_lower_"]
         T = int(count[i, j])
         T1 = T + 1
-        radius = self._radius_lookup(T1)
-        m1 = (float(mean[i, j]) * T + v) / T1
-        r = radius[T1]
-        conf_lo = max(m1 - r, 0.0)
-        conf_hi = m1 + r
-        hi = min(float(upper[i, j]), conf_hi)
-        lo = max(float(lower[i, j]), conf_lo)
-        if lo > hi:
-            hi, lo = conf_hi, min(conf_lo, conf_hi)
+        m1, hi, lo, failed = interval_step(float(mean[i, j]), T, v, self._radius_lookup(T1)[T1],
+                                           float(upper[i, j]), float(lower[i, j]))
+        if failed:
             self._active_cache.pop(i, None)
             self._active_cache.pop(j, None)
         pend = max(int(pending[i, j]) - 1, 0)

@@ -13,7 +13,7 @@ import numbers
 import numpy as np
 
 from .graph import NO_NEIGHBOR, NeighborGraph
-from .random_triplets import check_triplet_answers
+from .random_triplets import candidate_pairs, check_triplet_answers
 from .utils import check_n_items, check_random_state, generator_from_state, generator_state
 
 #: weight (in duels) of the shortlist order in a candidate's score, until repeated duels have
@@ -677,12 +677,7 @@ class CandidateDuels:
         from h in the fit, r0 = n / 20 (the active embedding's rule)."""
         n, c = self.n_items, self.explore_pairs
         X = self.embedding_
-        a = self.rng_.integers(n - 1, size=c)
-        a = a + (a >= h)
-        b = self.rng_.integers(n - 2, size=c)
-        lo, hi = np.minimum(h, a), np.maximum(h, a)
-        b = b + (b >= lo)
-        b = b + (b >= hi)
+        a, b = candidate_pairs(self.rng_, n, h, c)
         lk = _tste_log_kernel(X, h, np.arange(n))
         lk[h] = np.inf
         rank = np.empty(n, np.int64)

@@ -12,7 +12,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from .graph import NO_NEIGHBOR, NeighborGraph
-from .random_triplets import check_triplet_answers
+from .random_triplets import candidate_pairs, check_triplet_answers
 from .utils import check_n_items, check_random_state, generator_from_state, generator_state
 
 KERNELS = ("ste", "tste")
@@ -93,7 +93,8 @@ def _objective(flat, t, n, dim, kernel, alpha, l2):
 
 def fit_embedding(triplets, n_items: int, dim: int = 2, kernel: str = "tste", alpha=None, init=None,
                   l2: float = 1e-3, max_iter: int = 300, random_state=None, return_n_iter: bool = False,
-                  max_fun: int | None = None, return_info: bool = False):
+                  max_fun: int | None = None,
+                  return_info: bool = False) -> np.ndarray | tuple[np.ndarray, int] | tuple[np.ndarray, dict]:
     """Fit an STE or t-STE embedding (van der Maaten & Weinberger 2012) by L-BFGS.
 
     ``triplets`` rows ``(i, j, k)`` mean "i is closer to j than to k". STE:
@@ -267,12 +268,7 @@ class EmbeddingLearner:
     def _random_questions(self, budget: int) -> np.ndarray:
         n, rng = self.n_items, self.rng_
         heads = rng.integers(n, size=budget)
-        a = rng.integers(n - 1, size=budget)
-        a = a + (a >= heads)
-        b = rng.integers(n - 2, size=budget)
-        lo, hi = np.minimum(heads, a), np.maximum(heads, a)
-        b = b + (b >= lo)
-        b = b + (b >= hi)
+        a, b = candidate_pairs(rng, n, heads, budget)
         return np.column_stack([heads, a, b])
 
     def next_questions(self, budget: int) -> list[tuple[int, int, int]]:
@@ -456,12 +452,7 @@ class ActiveEmbedding(EmbeddingLearner):
             # least-asked head, ties in a random order (counts change as questions are issued)
             tie = self.rng_.random(n)
             h = int(np.lexsort((tie, asked))[0])
-            a = self.rng_.integers(n - 1, size=c)
-            a = a + (a >= h)
-            b = self.rng_.integers(n - 2, size=c)
-            lo, hi = np.minimum(h, a), np.maximum(h, a)
-            b = b + (b >= lo)
-            b = b + (b >= hi)
+            a, b = candidate_pairs(self.rng_, n, h, c)
             p = np.exp(_log_p_and_grads(D2[h, a], D2[h, b], self.kernel, self.alpha_)[0])
             w = 1.0 / (1.0 + np.minimum(rank[h, a], rank[h, b]) / r0)
             score = p * (1.0 - p) * w

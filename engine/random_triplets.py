@@ -20,6 +20,20 @@ if TYPE_CHECKING:
 NO_NEIGHBOR = -1
 
 
+def candidate_pairs(rng: np.random.Generator, n_items: int, head: int | np.ndarray,
+                    size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``size`` uniformly random candidate pairs for ``head`` (one item, or an array of shape
+    (size,), one head per row): arrays a, b of shape (size,) with a, b and the head distinct in
+    every row (pairs may repeat). Draws a, then b, from ``rng``."""
+    a = rng.integers(n_items - 1, size=size)
+    a = a + (a >= head)
+    b = rng.integers(n_items - 2, size=size)
+    lo, hi = np.minimum(head, a), np.maximum(head, a)
+    b = b + (b >= lo)
+    b = b + (b >= hi)
+    return a, b
+
+
 @dataclass(frozen=True)
 class TripletWinRates:
     """What random triplets learn.

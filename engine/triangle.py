@@ -105,6 +105,12 @@ def update_pairs(upper: np.ndarray, lower: np.ndarray, i, j) -> None:
         t1 = min(t0 + tile, len(rows))
         new_u[t0:t1, rows] = np.minimum(new_u[t0:t1][:, rows], new_u[:, rows[t0:t1]].T)
         new_l[t0:t1, rows] = np.maximum(new_l[t0:t1][:, rows], new_l[:, rows[t0:t1]].T)
+    _write_rows(upper, lower, rows, new_u, new_l)
+
+
+def _write_rows(upper: np.ndarray, lower: np.ndarray, rows, new_u: np.ndarray, new_l: np.ndarray) -> None:
+    """Store the tightened ``rows`` (``new_u``/``new_l`` of shape (len(rows), n)) into both
+    matrices, rows and mirrored columns, with a zero diagonal and lower bounds of at least 0."""
     k = np.arange(len(rows))
     new_u[k, rows] = 0.0
     new_l[k, rows] = 0.0
@@ -141,14 +147,7 @@ def _update_few_pairs(upper: np.ndarray, lower: np.ndarray, i: list, j: list) ->
     new_u[:, rows] = np.minimum(cross, cross.T)
     cross = new_l[:, rows]
     new_l[:, rows] = np.maximum(cross, cross.T)
-    k = np.arange(len(rows))
-    new_u[k, rows] = 0.0
-    new_l[k, rows] = 0.0
-    np.maximum(new_l, 0.0, out=new_l)
-    upper[rows, :] = new_u
-    upper[:, rows] = new_u.T
-    lower[rows, :] = new_l
-    lower[:, rows] = new_l.T
+    _write_rows(upper, lower, rows, new_u, new_l)
 
 
 def refresh_row(upper: np.ndarray, lower: np.ndarray, j: int, chunk: int = REFRESH_CHUNK) -> None:
@@ -195,7 +194,7 @@ def full_pass(upper: np.ndarray, lower: np.ndarray) -> None:
     np.maximum(lower, 0.0, out=lower)
 
 
-def closure_reference(upper: np.ndarray, lower: np.ndarray, sweeps: int = 3):
+def closure_reference(upper: np.ndarray, lower: np.ndarray, sweeps: int = 3) -> tuple[np.ndarray, np.ndarray]:
     """Slow, obviously-correct fixpoint for tests: repeated all-pivot relaxations on copies."""
     U = np.array(upper, dtype=np.float64)
     L = np.array(lower, dtype=np.float64)
