@@ -213,6 +213,22 @@ def _changed_rows(old: Lifted, new: Lifted, path: str, arr: np.ndarray) -> np.nd
     return None if rows is None else np.asarray(rows, dtype=np.int64)
 
 
+def _sparse_pays(changed: np.ndarray, arr: np.ndarray) -> bool:
+    """Whether sending only the ``changed`` flat positions of ``arr`` (index + value each) costs
+    less than ``SPARSE_SHARE`` of sending it whole."""
+    return len(changed) * (8 + arr.dtype.itemsize) < SPARSE_SHARE * max(arr.nbytes, 1)
+
+
+def _add_sparse(header: dict, payload: dict, path: str, changed: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Record ``path`` in the delta as its changed flat positions and their new values; returns
+    ``values``."""
+    k = len(header["sparse"])
+    header["sparse"].append(path)
+    payload[f"i{k}"] = changed.astype(np.int64)
+    payload[f"v{k}"] = values
+    return values
+
+
 def _delta(old: Lifted, new: Lifted, lineage: str, seq: int, kept: dict | None) -> bytes | None:
     header = {"lineage": lineage, "seq": int(seq), "skeleton": None if new.skeleton == old.skeleton else new.skeleton,
               "full": [], "sparse": [], "removed": sorted(set(old.arrays) - set(new.arrays))}
@@ -231,11 +247,8 @@ def _delta(old: Lifted, new: Lifted, lineage: str, seq: int, kept: dict | None) 
                     if kept is not None:
                         kept[path] = before
                     continue
-                if len(changed) * (8 + arr.dtype.itemsize) < SPARSE_SHARE * max(arr.nbytes, 1):
-                    k = len(header["sparse"])
-                    header["sparse"].append(path)
-                    payload[f"i{k}"] = changed.astype(np.int64)
-                    payload[f"v{k}"] = values = sub_new[r, c]
+                if _sparse_pays(changed, arr):
+                    values = _add_sparse(header, payload, path, changed, sub_new[r, c])
                     if kept is not None:
                         if before.flags.writeable and before.flags.c_contiguous:
                             before[rows[r], c] = values
@@ -255,11 +268,9 @@ def _delta(old: Lifted, new: Lifted, lineage: str, seq: int, kept: dict | None) 
                     if kept is not None:
                         kept[path] = before
                     continue
-                if len(changed) * (8 + arr.dtype.itemsize) < SPARSE_SHARE * max(arr.nbytes, 1):
-                    k = len(header["sparse"])
-                    header["sparse"].append(path)
-                    payload[f"i{k}"] = changed.astype(np.int64)
-                    payload[f"v{k}"] = values = np.ascontiguousarray(arr).reshape(-1)[changed]
+                if _sparse_pays(changed, arr):
+                    values = _add_sparse(header, payload, path, changed,
+                                         np.ascontiguousarray(arr).reshape(-1)[changed])
                     if kept is not None:
                         flat = before.reshape(-1)
                         if np.shares_memory(flat, before) and flat.flags.writeable:

@@ -445,17 +445,25 @@ class _HtmlInventory(HTMLParser):
     handle_startendtag = handle_starttag
 
 
+def _upload_text(what: str, data: bytes, limit: int, limit_rule: str, save_what: str) -> str:
+    """An uploaded text file's text: at most ``limit`` bytes (else a StudyError naming ``what``, its
+    size and ``limit_rule``) and UTF-8, a byte-order mark dropped (else one saying to save
+    ``save_what`` as UTF-8)."""
+    if len(data) > limit:
+        raise StudyError(f"{what} is {len(data) // 1024} KiB; {limit_rule}")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise StudyError(f"{what} is not UTF-8 text (byte {exc.start}); save {save_what} as UTF-8") from None
+
+
 def check_html(source: str, name: str, data: bytes) -> str:
     """The one check of an HTML item's file: UTF-8, at most MAX_HTML_BYTES, only HTML_TAGS and
     HTML_ATTRIBUTES (a script, a link, an event handler or an inline style is refused, naming it,
     rather than silently dropped), something to show. Returns the sanitised HTML."""
-    if len(data) > MAX_HTML_BYTES:
-        raise StudyError(f"{source}: {name} is {len(data) // 1024} KiB; an HTML item may be at most "
-                         f"{MAX_HTML_BYTES // 1000} kB (it is shown inside the question)")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise StudyError(f"{source}: {name} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    text = _upload_text(f"{source}: {name}", data, MAX_HTML_BYTES,
+                        f"an HTML item may be at most {MAX_HTML_BYTES // 1000} kB (it is shown inside the question)",
+                        "it")
     inventory = _HtmlInventory()
     inventory.feed(text)
     inventory.close()
@@ -503,13 +511,8 @@ def check_stylesheet(source: str, data: bytes | str) -> str:
     data:image/) and holds no script (the pages' Content-Security-Policy would block both; refusing
     them here tells the researcher why their style did not apply). Returns the CSS text."""
     raw = data.encode() if isinstance(data, str) else data
-    if len(raw) > MAX_STYLESHEET_BYTES:
-        raise StudyError(f"{source} is {len(raw) // 1024} KiB; a study's stylesheet may be at most "
-                         f"{MAX_STYLESHEET_BYTES // 1000} kB")
-    try:
-        css = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise StudyError(f"{source} is not UTF-8 text (byte {exc.start}); save the stylesheet as UTF-8") from None
+    css = _upload_text(source, raw, MAX_STYLESHEET_BYTES,
+                       f"a study's stylesheet may be at most {MAX_STYLESHEET_BYTES // 1000} kB", "the stylesheet")
     if "\x00" in css:
         raise StudyError(f"{source} holds a NUL character; a stylesheet is plain CSS text")
     for pattern, what in _CSS_FORBIDDEN:
