@@ -6,6 +6,7 @@ This is the one place that knows both. Must never import Flask.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,6 +24,9 @@ from engine.registry import (
 from workers.store.answers import Answer
 from workers.store.config import AlgorithmConfig, StudyConfig
 from workers.store.questions import derived_triplet_question, rating_question, triplet_question
+
+if TYPE_CHECKING:
+    from engine.registry import Algorithm
 
 #: Answers imported from a file carry this algorithm label.
 IMPORTED = "import"
@@ -57,7 +61,7 @@ class Learner:
 
     # ------------------------------------------------------------------ construction
     @property
-    def entry(self):
+    def entry(self) -> Algorithm:
         """The algorithm's entry of the table (:mod:`engine.registry`)."""
         return ALGORITHMS[self.algorithm.algorithm]
 
