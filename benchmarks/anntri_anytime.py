@@ -12,23 +12,9 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from anntri_common import PLANNERS, fmt, table
+from anntri_common import PLANNERS, error_curve, fmt, table
 
-from engine.oracles import PointsOracle, circle_clusters, neighbor_error
-
-
-def curve(planner, oracle, D, marks):
-    n = planner.n_items
-    total, errs = 0, []
-    for mark in marks:
-        while total < mark:
-            qs = planner.next_questions(min(n, mark - total))
-            if not qs:
-                break
-            planner.observe(oracle.answer(qs))
-            total += len(qs)
-        errs.append(neighbor_error(planner.current_neighbors(), D))
-    return np.array(errs)
+from engine.oracles import PointsOracle, circle_clusters
 
 
 def needed(grid, err, level):
@@ -70,7 +56,7 @@ def main():
             n = len(X)
             oracle = PointsOracle(X, noise=a.sigma, random_state=1000 + seed)
             planner = PLANNERS[name](n, sigma=a.sigma, random_state=seed, **params)
-            errs.append(curve(planner, oracle, oracle.distances, [g * n for g in grid]))
+            errs.append(error_curve(planner, oracle, oracle.distances, [g * n for g in grid]))
         curves[label] = np.mean(errs, axis=0)
     print(f"Nearest-neighbour error against queries per item ({a.seeds} seeds, σ = {a.sigma}, "
           f"discs of diameter {a.diameter}, {a.radial})")

@@ -14,28 +14,11 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-from anntri_common import PLANNERS, fmt, table
+from anntri_common import PLANNERS, error_curve, fmt, table
 
 from engine.anntri import DERIVED_DEFAULTS
 from engine.datasets import load_alien_eggs
-from engine.oracles import PointsOracle, TripletDerivedOracle, circle_clusters, fit_human_noise, neighbor_error
-
-
-def curve(planner, oracle, D, marks):
-    """Error of ``current_neighbors`` once each budget in ``marks`` (total answers) is spent."""
-    n = planner.n_items
-    total, errs = 0, []
-    for mark in marks:
-        while total < mark:
-            qs = planner.next_questions(min(n, mark - total))
-            if not qs:
-                qs = planner.repeat_questions(min(n, mark - total))
-            if not qs:
-                break
-            planner.observe(oracle.answer(qs))
-            total += len(qs)
-        errs.append(neighbor_error(planner.current_neighbors(), D))
-    return errs
+from engine.oracles import PointsOracle, TripletDerivedOracle, circle_clusters, fit_human_noise
 
 
 def main():
@@ -82,7 +65,7 @@ def main():
             rater = people.oracle(D, unit=unit, random_state=seed)
             oracle = TripletDerivedOracle(rater, n, random_state=seed)
             planner = PLANNERS[name](n, random_state=seed, **params)
-            errs.append(curve(planner, oracle, D, [m * n for m in per_item]))
+            errs.append(error_curve(planner, oracle, D, [m * n for m in per_item], repeat=True))
         rows.append([label] + [fmt(float(e)) for e in np.mean(errs, axis=0)])
     print(f"\nNearest-neighbour error at a budget of queries per item ({seeds} seed(s))")
     table(["planner"] + [f"{m}/item" for m in per_item], rows)

@@ -20,7 +20,7 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-from anntri_common import PLANNERS, fmt, table
+from anntri_common import PLANNERS, ask_and_answer, fmt, quick_defaults, table
 
 from engine.datasets import load_alien_eggs
 from engine.oracles import TripletDerivedOracle, TripletOracle, fit_logistic_noise, neighbor_error
@@ -47,11 +47,10 @@ def drive(planner, oracle, budget, D, spacing, near):
 
     record()
     while total < budget:
-        qs = planner.next_questions(min(n, budget - total))
-        if not qs:
+        asked = ask_and_answer(planner, oracle, min(n, budget - total))
+        if not asked:
             break
-        planner.observe(oracle.answer(qs))
-        total += len(qs)
+        total += asked
         if total >= next_mark:
             record()
             next_mark = max(total * 1.02, total + n)
@@ -75,10 +74,7 @@ def main():
     ap.add_argument("--near", type=int, default=3, help="positions for the secondary metric")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
-    if a.seeds is None:
-        a.seeds = 1 if a.quick else 2
-    if a.per_item is None:
-        a.per_item = 300 if a.quick else 3000
+    quick_defaults(a, seeds=(1, 2), per_item=(300, 3000))
     eggs = load_alien_eggs(a.data)
     D = eggs.distances
     n = len(eggs.items)

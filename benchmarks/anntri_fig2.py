@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from anntri_common import PLANNERS, fmt, table
+from anntri_common import PLANNERS, fmt, quick_defaults, table
 
 from engine.anntri import ANN
 from engine.oracles import PointsOracle, circle_clusters, run
@@ -101,6 +101,18 @@ def error_at(res, n, q):
     return res.error[max(idx, 0)]
 
 
+def fig2_runs(planners, a, data):
+    """Each seed's circle clusters, then each of ``planners`` on them: yields (name, planner,
+    oracle), the planner with ``a``'s σ and round cap, δ = 0.1, and a fresh oracle per planner."""
+    for seed in range(a.seeds):
+        X, _ = circle_clusters(random_state=seed, **data)
+        n = len(X)
+        for name, cls in planners.items():
+            oracle = PointsOracle(X, noise=a.sigma, random_state=1000 + seed)
+            planner = cls(n, sigma=a.sigma, delta=0.1, max_samples_per_round=a.cap, random_state=seed)
+            yield name, planner, oracle
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seeds", type=int, default=None, help="default 20 (3 with --quick)")
@@ -114,11 +126,7 @@ def main():
     ap.add_argument("--no-global", action="store_true", help="per-round table only")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
-    # --quick only changes what was not given explicitly (--quick --seeds 20 runs 20 seeds).
-    if a.seeds is None:
-        a.seeds = 3 if a.quick else 20
-    if a.cap is None:
-        a.cap = 10_000 if a.quick else 100_000
+    quick_defaults(a, seeds=(3, 20), cap=(10_000, 100_000))
     data = dict(diameter=a.diameter, radial=a.radial)
     print(f"Fig. 2 setting: 10 clusters x 10 points, discs of diameter {a.diameter:g} "
           f"({a.radial} radius), gap 10% of diameter, sigma={a.sigma}, delta=0.1, "
@@ -127,18 +135,13 @@ def main():
     rcurves = {name: [] for name in ROUND_PLANNERS}
     rtotals = {name: [] for name in ROUND_PLANNERS}
     rfinished = {name: 0 for name in ROUND_PLANNERS}
-    for seed in range(a.seeds):
-        X, _ = circle_clusters(random_state=seed, **data)
-        n = len(X)
-        for name, cls in ROUND_PLANNERS.items():
-            oracle = PointsOracle(X, noise=a.sigma, random_state=1000 + seed)
-            D = np.array(oracle.distances, dtype=np.float64)
-            np.fill_diagonal(D, np.inf)
-            planner = cls(n, sigma=a.sigma, delta=0.1, max_samples_per_round=a.cap, random_state=seed)
-            e, tot, fin = per_round_errors(planner, oracle, rgrid, D.min(axis=1))
-            rcurves[name].append(e.mean(axis=0))
-            rtotals[name].append(tot)
-            rfinished[name] += fin
+    for name, planner, oracle in fig2_runs(ROUND_PLANNERS, a, data):
+        D = np.array(oracle.distances, dtype=np.float64)
+        np.fill_diagonal(D, np.inf)
+        e, tot, fin = per_round_errors(planner, oracle, rgrid, D.min(axis=1))
+        rcurves[name].append(e.mean(axis=0))
+        rtotals[name].append(tot)
+        rfinished[name] += fin
     print("\nPer round (paper's Fig. 2b): mean error of a round's current best after t "
           "samples in that round")
     rows = [[t] + [fmt(float(np.mean([c[i] for c in rcurves[nm]]))) for nm in ROUND_PLANNERS]
@@ -158,18 +161,14 @@ def main():
     totals = {name: [] for name in PLANNERS}
     finished = {name: 0 for name in PLANNERS}
     secs = {name: 0.0 for name in PLANNERS}
-    for seed in range(a.seeds):
-        X, _ = circle_clusters(random_state=seed, **data)
-        n = len(X)
-        for name, cls in PLANNERS.items():
-            oracle = PointsOracle(X, noise=a.sigma, random_state=1000 + seed)
-            planner = cls(n, sigma=a.sigma, delta=0.1, max_samples_per_round=a.cap, random_state=seed)
-            budget = int(rb * n) if name == "Random" else 10**9
-            res = run(planner, oracle, budget)
-            curves[name].append([error_at(res, n, q) for q in grid])
-            totals[name].append(res.total_queries)
-            finished[name] += res.finished
-            secs[name] += res.engine_seconds
+    for name, planner, oracle in fig2_runs(PLANNERS, a, data):
+        n = planner.n_items
+        budget = int(rb * n) if name == "Random" else 10**9
+        res = run(planner, oracle, budget)
+        curves[name].append([error_at(res, n, q) for q in grid])
+        totals[name].append(res.total_queries)
+        finished[name] += res.finished
+        secs[name] += res.engine_seconds
     print(f"\nGlobal (all rounds together), Random = uniform pairs stopped at {rb:g} "
           "queries/item: mean error rate at q total queries per item")
     rows = [[q] + [fmt(float(np.mean([c[i] for c in curves[nm]]))) for nm in PLANNERS]

@@ -20,6 +20,7 @@ import argparse
 import time
 
 import numpy as np
+from anntri_common import timed_answers
 
 from engine.datasets import load_alien_eggs
 from engine.duels import CandidateDuels
@@ -86,16 +87,8 @@ def peer_neighbors(trip_rows, n, seed):
 def run(planner, oracle, budgets, n, on_checkpoint):
     total, cpu = 0, 0.0
     for b in budgets:
-        target = b * n
-        while total < target:
-            t0 = time.process_time()
-            qs = planner.next_questions(min(n, target - total))
-            cpu += time.process_time() - t0
-            ans = oracle.answer(qs)
-            t0 = time.process_time()
-            planner.observe(ans)
-            cpu += time.process_time() - t0
-            total += len(qs)
+        total, spent = timed_answers(planner, oracle, total, b * n, n)
+        cpu += spent
         t0 = time.process_time()
         on_checkpoint(b, planner)
         cpu += time.process_time() - t0

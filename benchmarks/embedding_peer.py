@@ -17,6 +17,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from anntri_common import timed_answers  # noqa: E402
+
 from engine.datasets import load_alien_eggs, load_material  # noqa: E402
 from engine.embedding import (  # noqa: E402
     ActiveEmbedding,
@@ -107,15 +109,8 @@ def learner_table(fit, budgets, seeds):
             planner, oracle = make(s), fit.oracle(D, random_state=100 + s)
             total = 0
             for bi, b in enumerate(budgets):
-                while total < b:
-                    c0 = time.process_time()
-                    qs = planner.next_questions(min(n, b - total))
-                    secs += time.process_time() - c0
-                    ans = oracle.answer(qs)
-                    c0 = time.process_time()
-                    planner.observe(ans)
-                    secs += time.process_time() - c0
-                    total += len(qs)
+                total, spent = timed_answers(planner, oracle, total, b, n)
+                secs += spent
                 c0 = time.process_time()
                 nb = planner.neighbor_graph(1).neighbors
                 secs += time.process_time() - c0
