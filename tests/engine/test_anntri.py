@@ -12,6 +12,17 @@ from engine.anntri import ANN, DERIVED_DEFAULTS, ANNTri, RandomSampling, planner
 from engine.oracles import DistanceMatrixOracle, PointsOracle, circle_clusters, neighbor_error, run
 
 
+def continue_in_step(planner, twin, oracle, steps: int, batch: int) -> None:
+    """``twin`` (a restored copy of ``planner``) asks exactly ``planner``'s questions for ``steps`` batches
+    of ``batch``, both observing the same answers."""
+    for _ in range(steps):
+        qs = planner.next_questions(batch)
+        assert twin.next_questions(batch) == qs
+        answers = oracle.answer(qs)
+        planner.observe(answers)
+        twin.observe(answers)
+
+
 def _true_knn(D, k=1):
     D = D.copy()
     np.fill_diagonal(D, np.inf)
@@ -175,12 +186,7 @@ def test_older_states_still_load_and_continue_alike(version):
     restored = planner_from_state(old)
     assert restored.stagger is False and restored.symmetric is True
     assert restored.to_state()["version"] == 4
-    for _ in range(30):
-        qs = planner.next_questions(6)
-        assert restored.next_questions(6) == qs
-        answers = oracle.answer(qs)
-        planner.observe(answers)
-        restored.observe(answers)
+    continue_in_step(planner, restored, oracle, steps=30, batch=6)
     with pytest.raises(ValueError, match="version"):
         planner_from_state({**old, "version": 5})
 
@@ -701,12 +707,7 @@ def test_symmetric_false_refuses_triangle_bounds_and_round_trips():
     restored = planner_from_state(json.loads(json.dumps(
         {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in planner.to_state().items()})))
     assert restored.symmetric is False
-    for _ in range(10):
-        qs = planner.next_questions(4)
-        assert restored.next_questions(4) == qs
-        answers = oracle.answer(qs)
-        planner.observe(answers)
-        restored.observe(answers)
+    continue_in_step(planner, restored, oracle, steps=10, batch=4)
     assert np.array_equal(planner.current_neighbors(), restored.current_neighbors())
 
 
@@ -793,12 +794,7 @@ def test_many_open_rounds_are_served_in_turn_and_replay_exactly():
     counts = np.bincount(asked_rounds, minlength=n)
     assert counts.min() == counts.max() == 2  # 120 questions went round all 60 rounds twice
     twin = planner_from_state(planner.to_state())
-    for _ in range(5):
-        qs = planner.next_questions(17)
-        assert twin.next_questions(17) == qs
-        answers = oracle.answer(qs)
-        planner.observe(answers)
-        twin.observe(answers)
+    continue_in_step(planner, twin, oracle, steps=5, batch=17)
     assert np.array_equal(planner.current_neighbors(), twin.current_neighbors())
 
 
@@ -872,12 +868,7 @@ def test_an_older_head_based_state_with_bound_arrays_loads_and_continues_identic
     old.update(version=3, upper=planner.upper_.copy(), lower=planner.lower_.copy())  # what version 3 stored
     restored = planner_from_state(old)
     assert restored._tight == planner._tight
-    for _ in range(40):
-        qs = planner.next_questions(5)
-        assert restored.next_questions(5) == qs
-        answers = oracle.answer(qs)
-        planner.observe(answers)
-        restored.observe(answers)
+    continue_in_step(planner, restored, oracle, steps=40, batch=5)
     assert np.array_equal(restored.current_neighbors(), planner.current_neighbors())
 
 
