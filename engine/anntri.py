@@ -31,7 +31,7 @@ import numbers
 import numpy as np
 
 from . import triangle as tri
-from .anntri_overlay import SMALL_BATCH, SPREAD_MIN_ROUNDS, ScalarOverlay, interval_step, overlaid  # noqa: F401
+from .anntri_overlay import SMALL_BATCH, SPREAD_MIN_ROUNDS, ScalarOverlay, interval_step, overlaid, round_robin  # noqa: F401
 from .bounds import UNIT_INTERVAL_BOUNDS, check_bound, confidence_interval
 from .graph import NO_NEIGHBOR, NeighborGraph  # noqa: F401  (re-exported: older imports)
 from .utils import check_int, check_n_items, check_random_state, generator_from_state, generator_state
@@ -1027,29 +1027,20 @@ class _NeighborGraphPlanner(ScalarOverlay):
             if self._room():
                 continue  # a round closed: refill the window first
             issued_before = len(out)
-            depth = 0
-            while len(out) < budget:
-                progressed = False
-                for j, arms, reps in lists:
-                    if len(out) >= budget:
-                        break
-                    if depth >= len(arms) or status[j] != ROUND_OPEN:
-                        continue
-                    a = arms[depth]
-                    progressed = True
-                    if pending[j, a]:
-                        continue  # already issued by the round of a in this call
-                    if reps > 1:
-                        reps = min(reps, budget - len(out))
-                        if cap is not None:
-                            reps = min(reps, cap - int(issued[j]))
-                    out.extend([(j, a)] * reps)
-                    self._count_issued(j, a, reps, pending, issued)
-                    if cap is not None and issued[j] >= cap:
-                        self._close_capped(j)
-                if not progressed:
+            for i, a in round_robin([arms for _, arms, _ in lists]):
+                if len(out) >= budget:
                     break
-                depth += 1
+                j, _, reps = lists[i]
+                if status[j] != ROUND_OPEN or pending[j, a]:
+                    continue  # capped in this call, or already issued by the round of a in this call
+                if reps > 1:
+                    reps = min(reps, budget - len(out))
+                    if cap is not None:
+                        reps = min(reps, cap - int(issued[j]))
+                out.extend([(j, a)] * reps)
+                self._count_issued(j, a, reps, pending, issued)
+                if cap is not None and issued[j] >= cap:
+                    self._close_capped(j)
             if len(out) == issued_before or not self._room():
                 break
         self.n_issued_ += len(out)

@@ -19,6 +19,9 @@ Redis, RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from typing import TypeVar
+
 import numpy as np
 
 from .bounds import UNIT_INTERVAL_BOUNDS
@@ -46,6 +49,25 @@ def interval_step(mean: float, count: int, value: float, radius: float, upper: f
     if lo > hi:
         return m1, conf_hi, min(conf_lo, conf_hi), True
     return m1, hi, lo, False
+
+
+T = TypeVar("T")
+
+
+def round_robin(rows: Sequence[Sequence[T]]) -> Iterator[tuple[int, T]]:
+    """``(i, rows[i][depth])`` for depth 0, 1, ... and, within a depth, every row that still has an
+    item, in order: the first item of each row, then the second of each, and so on. ANNTri's
+    issuing order (one arm of each open round per pass, fewest-sampled first), which the array
+    path (``ANNTri._next_general``) and the overlay share; the caller stops it at its budget."""
+    depth = 0
+    more = True
+    while more:
+        more = False
+        for i, row in enumerate(rows):
+            if depth < len(row):
+                more = True
+                yield i, row[depth]
+        depth += 1
 
 
 class PairRecord:
@@ -352,30 +374,20 @@ class ScalarOverlay:
                         closed = True
                         break
         else:
-            plan = [(j, [t for t in arms if t[1].count == tmin and not t[1].pending], hr)
-                    for j, arms, hr, tmin in plan]
-            depth = 0
-            while len(out) < budget:
-                progressed = False
-                for j, arms, hr in plan:
-                    if len(out) >= budget:
-                        break
-                    if depth >= len(arms) or (closed is not None and j in closed):
-                        continue
-                    _, r, question = arms[depth]
-                    progressed = True
-                    if r.pending:
-                        continue  # already issued by the round of a in this call
-                    out.append(question)
-                    r.pending += 1
-                    hr.issued += 1
-                    if cap is not None and hr.issued >= cap:
-                        self._close_capped(j)
-                        closed = closed or set()
-                        closed.add(j)
-                if not progressed:
+            eligible = [[t for t in arms if t[1].count == tmin and not t[1].pending] for _, arms, _, tmin in plan]
+            for i, (_, r, question) in round_robin(eligible):
+                if len(out) >= budget:
                     break
-                depth += 1
+                j, _, hr, _ = plan[i]
+                if r.pending or (closed is not None and j in closed):
+                    continue  # already issued by the round of a in this call, or the round is capped
+                out.append(question)
+                r.pending += 1
+                hr.issued += 1
+                if cap is not None and hr.issued >= cap:
+                    self._close_capped(j)
+                    closed = closed or set()
+                    closed.add(j)
         self.n_issued_ += len(out)
         if closed is not None and out and len(out) < budget and self._room():
             out.extend(self._next_general(budget - len(out)))  # refill the window, go on
