@@ -33,6 +33,24 @@ def test_key_strings_are_the_ones_stored_data_uses():
     assert keys.rate_login("10.0.0.1") == "proxima:login-rate:f5047344122f0dee9974ba67"
 
 
+def test_every_other_study_key_keeps_its_name():
+    assert [keys.items("s1"), keys.media("s1"), keys.pool_targets("s1"), keys.finished("s1")] == [
+        "proxima:{s1}:items", "proxima:{s1}:media", "proxima:{s1}:pool-targets", "proxima:{s1}:finished"]
+    assert [keys.active_raters("s1"), keys.issued("s1"), keys.issued_questions("s1"), keys.raters("s1")] == [
+        "proxima:{s1}:active-raters", "proxima:{s1}:issued", "proxima:{s1}:issued:questions", "proxima:{s1}:raters"]
+    assert [keys.excluded_raters("s1"), keys.answers_per_minute("s1"), keys.counters("s1"), keys.cursor("s1")] == [
+        "proxima:{s1}:excluded-raters", "proxima:{s1}:per-minute", "proxima:{s1}:counters", "proxima:{s1}:cursor"]
+    assert [keys.refresh_latencies("s1"), keys.poisoned("s1"), keys.engine_stats("s1"), keys.plan("s1")] == [
+        "proxima:{s1}:refresh-ms", "proxima:{s1}:poisoned", "proxima:{s1}:engine:stats", "proxima:{s1}:plan"]
+    assert [keys.update_scheduled("s1"), keys.update_lock("s1"), keys.stylesheet("s1")] == [
+        "proxima:{s1}:update-scheduled", "proxima:{s1}:update-lock", "proxima:{s1}:stylesheet"]
+    assert [keys.engine("s1", "a"), keys.engine_journal("s1", "a"), keys.engine_checkpoint("s1", "a")] == [
+        "proxima:{s1}:engine:a", "proxima:{s1}:engine-journal:a", "proxima:{s1}:engine-checkpoint:a"]
+    assert [keys.model("s1", "m"), keys.anonymous_sessions("s1", "10.0.0.1"), keys.repeats("s1", "r1")] == [
+        "proxima:{s1}:model:m", "proxima:{s1}:anonymous-sessions:10.0.0.1", "proxima:{s1}:repeats:r1"]
+    assert keys.request_durations() == "proxima:metrics:request_durations"
+
+
 def test_hash_field_names_are_the_ones_stored_data_uses():
     assert keys.rater_field("p-7", "answers") == "p-7:answers"
     assert keys.split_rater_field("p:7:catch_failed") == ("p:7", "catch_failed")

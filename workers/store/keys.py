@@ -7,6 +7,7 @@ project formats key names. Must never import Flask or the engine.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 PREFIX = "proxima"
 
@@ -20,172 +21,131 @@ def studies() -> str:
     return f"{PREFIX}:studies"
 
 
-def study(study_id: str) -> str:
-    """Hash: name, status, created_at, config (JSON)."""
-    return _study_key(study_id, "study")
+def _per_study(name: str) -> Callable[[str], str]:
+    """The builder of one study's key ``proxima:{<study id>}:<name>``."""
+    def key(study_id: str) -> str:
+        return _study_key(study_id, name)
+    key.__doc__ = f"The key {PREFIX}:{{<study id>}}:{name}."
+    return key
 
 
-def items(study_id: str) -> str:
-    """List of item JSON documents, position = item index."""
-    return _study_key(study_id, "items")
+def _per_study_part(name: str, part: str) -> Callable[[str, str], str]:
+    """The builder of one study's keys ``proxima:{<study id>}:<name>:<part>``, one per algorithm, rater, question,
+    client address or model: ``part`` says which, the builder's second argument is its value."""
+    def key(study_id: str, value: str) -> str:
+        return _study_key(study_id, f"{name}:{value}")
+    key.__doc__ = f"The key {PREFIX}:{{<study id>}}:{name}:<{part}>."
+    return key
 
 
-def media(study_id: str) -> str:
-    """Hash: item index -> file bytes of image/audio/video items."""
-    return _study_key(study_id, "media")
+# The keys of one study, each with what it holds.
+
+#: Hash: name, status, created_at, config (JSON).
+study = _per_study("study")
+
+#: List of item JSON documents, position = item index.
+items = _per_study("items")
+
+#: Hash: item index -> file bytes of image/audio/video items.
+media = _per_study("media")
+
+#: Stream: the answer log, the source of truth of a study.
+answers = _per_study("answers")
+
+#: Hash: algorithm label -> the pool depth the workers aim for (web schedules a refill below half).
+pool_targets = _per_study("pool-targets")
+
+#: Set of algorithm labels that need no more questions (all rounds closed, or budget reached).
+finished = _per_study("finished")
+
+#: Sorted set: rater id -> unix time of the last question issued to them.
+active_raters = _per_study("active-raters")
+
+#: Sorted set: question id -> expiry (unix seconds) of questions handed to raters.
+issued = _per_study("issued")
+
+#: Hash: question id -> question JSON of issued questions (to release them on expiry).
+issued_questions = _per_study("issued:questions")
+
+#: Set of rater ids that have answered.
+raters = _per_study("raters")
+
+#: Set of rater ids whose answers stay in the log but are not applied to the engine.
+excluded_raters = _per_study("excluded-raters")
+
+#: Hash: unix minute -> answers accepted in that minute.
+answers_per_minute = _per_study("per-minute")
+
+#: Hash of counters: questions_served, fallback_served, ...
+counters = _per_study("counters")
+
+#: String: id of the last answer applied to the engines; written with their states in one MULTI.
+cursor = _per_study("cursor")
+
+#: List: the latest update passes' latencies in ms (newest first, capped).
+refresh_latencies = _per_study("refresh-ms")
+
+#: Hash: answer id -> why the engine could not use it (kept in the log, skipped by the engine).
+poisoned = _per_study("poisoned")
+
+#: Hash: last refresh latency, batch size, ... written by the update job.
+engine_stats = _per_study("engine:stats")
+
+#: String with a TTL: an update job for the study is queued and not yet started.
+update_scheduled = _per_study("update-scheduled")
+
+#: Lock held by the one worker applying answers of the study.
+update_lock = _per_study("update-lock")
+
+#: Hash of per-rater counters: ``<rater>:answers``, ``<rater>:catch``, ``<rater>:catch_failed``, ``<rater>:too_fast``,
+#: ``<rater>:flagged`` (1), ``<rater>:completed`` (1), ``<rater>:debrief`` (text).
+rater_stats = _per_study("rater-stats")
+
+#: String: the JSON of the last budget plan (``proxima plan --study``) the dashboard shows.
+plan = _per_study("plan")
+
+#: Hash: recruited rater id -> the nonce of the one browser session allowed to ask for questions (the latest one to
+#: open the study page).
+rater_sessions = _per_study("rater-sessions")
+
+#: String: the study's own CSS for its rater pages (checked by studies.check_stylesheet); kept out of the study hash,
+#: which every rater request reads.
+stylesheet = _per_study("stylesheet")
 
 
-def answers(study_id: str) -> str:
-    """Stream: the answer log, the source of truth of a study."""
-    return _study_key(study_id, "answers")
+# The keys of one study and one algorithm, question, rater, address or model (the second argument), each with
+# what it holds.
 
+#: List of ready question JSON documents of one algorithm, which the web process pops from.
+pool = _per_study_part("pool", "algorithm")
 
-def pool(study_id: str, algorithm: str) -> str:
-    """List of ready question JSON documents of one algorithm, which the web process pops from."""
-    return _study_key(study_id, f"pool:{algorithm}")
+#: String: the answer id stored for a question token; its presence means "answered".
+used_token = _per_study_part("used", "question_id")
 
+#: Hash: one algorithm's engine state (JSON skeleton + numpy arrays).
+engine = _per_study_part("engine", "algorithm")
 
-def pool_targets(study_id: str) -> str:
-    """Hash: algorithm label -> the pool depth the workers aim for (web schedules a refill below half)."""
-    return _study_key(study_id, "pool-targets")
+#: List: the changes of one algorithm's engine state since its checkpoint (``keys.engine``), one entry per update pass,
+#: oldest first (see ``workers.store.engine_state``).
+engine_journal = _per_study_part("engine-journal", "algorithm")
 
+#: Hash: a checkpoint of one algorithm's engine state being written; renamed onto ``keys.engine`` once complete.
+engine_checkpoint = _per_study_part("engine-checkpoint", "algorithm")
 
-def finished(study_id: str) -> str:
-    """Set of algorithm labels that need no more questions (all rounds closed, or budget reached)."""
-    return _study_key(study_id, "finished")
+#: Hash: a learner trained on the study's data (SMERF, TreeRank, SimForest): ``meta`` (JSON), ``export`` (the
+#: researcher's JSON document) and the estimator state (JSON skeleton + arrays).
+model = _per_study_part("model", "name")
 
+#: Sorted set: the questions a rater holds unanswered, scored by expiry (unix s); an attention check's member is
+#: ``c:<question id>``. Expires with the last of them.
+outstanding = _per_study_part("outstanding", "rater")
 
-def active_raters(study_id: str) -> str:
-    """Sorted set: rater id -> unix time of the last question issued to them."""
-    return _study_key(study_id, "active-raters")
+#: Counter with a one-hour TTL: anonymous rater sessions an address opened in the study.
+anonymous_sessions = _per_study_part("anonymous-sessions", "address")
 
-
-def issued(study_id: str) -> str:
-    """Sorted set: question id -> expiry (unix seconds) of questions handed to raters."""
-    return _study_key(study_id, "issued")
-
-
-def issued_questions(study_id: str) -> str:
-    """Hash: question id -> question JSON of issued questions (to release them on expiry)."""
-    return _study_key(study_id, "issued:questions")
-
-
-def used_token(study_id: str, question_id: str) -> str:
-    """String: the answer id stored for a question token; its presence means "answered"."""
-    return _study_key(study_id, f"used:{question_id}")
-
-
-def raters(study_id: str) -> str:
-    """Set of rater ids that have answered."""
-    return _study_key(study_id, "raters")
-
-
-def excluded_raters(study_id: str) -> str:
-    """Set of rater ids whose answers stay in the log but are not applied to the engine."""
-    return _study_key(study_id, "excluded-raters")
-
-
-def answers_per_minute(study_id: str) -> str:
-    """Hash: unix minute -> answers accepted in that minute."""
-    return _study_key(study_id, "per-minute")
-
-
-def counters(study_id: str) -> str:
-    """Hash of counters: questions_served, fallback_served, ..."""
-    return _study_key(study_id, "counters")
-
-
-def engine(study_id: str, algorithm: str) -> str:
-    """Hash: one algorithm's engine state (JSON skeleton + numpy arrays)."""
-    return _study_key(study_id, f"engine:{algorithm}")
-
-
-def engine_journal(study_id: str, algorithm: str) -> str:
-    """List: the changes of one algorithm's engine state since its checkpoint (``keys.engine``), one
-    entry per update pass, oldest first (see ``workers.store.engine_state``)."""
-    return _study_key(study_id, f"engine-journal:{algorithm}")
-
-
-def engine_checkpoint(study_id: str, algorithm: str) -> str:
-    """Hash: a checkpoint of one algorithm's engine state being written; renamed onto ``keys.engine``
-    once complete."""
-    return _study_key(study_id, f"engine-checkpoint:{algorithm}")
-
-
-def cursor(study_id: str) -> str:
-    """String: id of the last answer applied to the engines; written with their states in one MULTI."""
-    return _study_key(study_id, "cursor")
-
-
-def refresh_latencies(study_id: str) -> str:
-    """List: the latest update passes' latencies in ms (newest first, capped)."""
-    return _study_key(study_id, "refresh-ms")
-
-
-def poisoned(study_id: str) -> str:
-    """Hash: answer id -> why the engine could not use it (kept in the log, skipped by the engine)."""
-    return _study_key(study_id, "poisoned")
-
-
-def engine_stats(study_id: str) -> str:
-    """Hash: last refresh latency, batch size, ... written by the update job."""
-    return _study_key(study_id, "engine:stats")
-
-
-def update_scheduled(study_id: str) -> str:
-    """String with a TTL: an update job for the study is queued and not yet started."""
-    return _study_key(study_id, "update-scheduled")
-
-
-def update_lock(study_id: str) -> str:
-    """Lock held by the one worker applying answers of the study."""
-    return _study_key(study_id, "update-lock")
-
-
-def rater_stats(study_id: str) -> str:
-    """Hash of per-rater counters: ``<rater>:answers``, ``<rater>:catch``, ``<rater>:catch_failed``,
-    ``<rater>:too_fast``, ``<rater>:flagged`` (1), ``<rater>:completed`` (1), ``<rater>:debrief`` (text)."""
-    return _study_key(study_id, "rater-stats")
-
-
-def model(study_id: str, name: str) -> str:
-    """Hash: a learner trained on the study's data (SMERF, TreeRank, SimForest): ``meta`` (JSON),
-    ``export`` (the researcher's JSON document) and the estimator state (JSON skeleton + arrays)."""
-    return _study_key(study_id, f"model:{name}")
-
-
-def plan(study_id: str) -> str:
-    """String: the JSON of the last budget plan (``proxima plan --study``) the dashboard shows."""
-    return _study_key(study_id, "plan")
-
-
-def rater_sessions(study_id: str) -> str:
-    """Hash: recruited rater id -> the nonce of the one browser session allowed to ask for questions
-    (the latest one to open the study page)."""
-    return _study_key(study_id, "rater-sessions")
-
-
-def outstanding(study_id: str, rater: str) -> str:
-    """Sorted set: the questions a rater holds unanswered, scored by expiry (unix s); an attention
-    check's member is ``c:<question id>``. Expires with the last of them."""
-    return _study_key(study_id, f"outstanding:{rater}")
-
-
-def anonymous_sessions(study_id: str, address: str) -> str:
-    """Counter with a one-hour TTL: anonymous rater sessions an address opened in the study."""
-    return _study_key(study_id, f"anonymous-sessions:{address}")
-
-
-def repeats(study_id: str, rater: str) -> str:
-    """List: the rater's validation repeats waiting to be asked, each ``"<answers> <question JSON>"``:
-    asked once the rater has given that many answers (attention.validation_repeats)."""
-    return _study_key(study_id, f"repeats:{rater}")
-
-
-def stylesheet(study_id: str) -> str:
-    """String: the study's own CSS for its rater pages (checked by studies.check_stylesheet); kept
-    out of the study hash, which every rater request reads."""
-    return _study_key(study_id, "stylesheet")
+#: List: the rater's validation repeats waiting to be asked, each ``"<answers> <question JSON>"``: asked once the rater
+#: has given that many answers (attention.validation_repeats).
+repeats = _per_study_part("repeats", "rater")
 
 
 def request_durations() -> str:
