@@ -261,13 +261,15 @@ def serve_gunicorn_options() -> dict:
             "keep_alive": None if keep_alive is None else int(keep_alive)}
 
 
-def gunicorn_command(a, port: int, access_log: Path) -> list[str]:
-    """``proxima serve``'s gunicorn command line, the worker options from the command line, plus the access log."""
+def gunicorn_command(a: argparse.Namespace, port: int, access_log: Path | None) -> list[str]:
+    """``proxima serve``'s gunicorn command line, the worker options from the command line, plus the
+    access log (none when ``access_log`` is None, as under ``proxima serve``)."""
     from webapp.cli.serve import GUNICORN_LIMITS
 
     cmd = [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", str(a.web_workers),
-           *GUNICORN_LIMITS, "--graceful-timeout", "10", "--log-level", "warning",
-           "--access-logfile", str(access_log), "--access-logformat", ACCESS_LOG_FORMAT]
+           *GUNICORN_LIMITS, "--graceful-timeout", "10", "--log-level", "warning"]
+    if access_log is not None:
+        cmd += ["--access-logfile", str(access_log), "--access-logformat", ACCESS_LOG_FORMAT]
     if a.worker_class != "sync" or a.threads > 1:
         cmd += ["--worker-class", a.worker_class, "--threads", str(a.threads)]
     if a.keep_alive is not None:
@@ -385,7 +387,11 @@ def start_profilers(pids: dict[str, list[int]], seconds: int, folder: Path) -> l
 HOT_PATH_FILES = ("webapp/questions_answers.py", "webapp/rating.py", "webapp/api.py", "webapp/raters.py",
                   "webapp/limits.py", "webapp/tokens.py", "workers/store/studies.py", "workers/store/questions.py",
                   "workers/store/answers.py", "workers/store/queue.py", "workers/jobs/update.py",
-                  "workers/store/engine_state.py", "workers/jobs/learners.py", "webapp/cli/serve.py")
+                  "workers/store/engine_state.py", "workers/jobs/learners.py", "webapp/cli/serve.py",
+                  "webapp/__init__.py", "webapp/metrics.py", "webapp/errors.py", "webapp/storage.py",
+                  "webapp/auth.py", "workers/store/raters.py", "workers/store/lua/accept.lua",
+                  "workers/store/lua/issue.lua", "workers/store/lua/next.lua", "workers/store/lua/next_question.lua",
+                  "workers/store/lua/take.lua")
 
 
 def code_copy(ref: str, folder: Path) -> Path:
