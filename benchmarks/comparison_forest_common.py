@@ -2,6 +2,7 @@
 with a simulated rater (engine.oracles.TripletOracle), counting the triplets used."""
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -12,6 +13,16 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engine.comparison_tree import ComparisonForest, run_with_oracle  # noqa: E402
 from engine.oracles import TripletOracle  # noqa: E402
+
+
+def parse_args(doc: str, **int_options: int) -> argparse.Namespace:
+    """The command line of a benchmark: ``--quick`` and one integer option per keyword (its default),
+    described by the first line of the benchmark's docstring ``doc``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    for name, default in int_options.items():
+        parser.add_argument(f"--{name}", type=int, default=default)
+    return parser.parse_args()
 
 
 def build(n_train, oracle, batch=200_000, **kwargs):

@@ -6,20 +6,14 @@ Usage: python benchmarks/comparison_forest_noise.py [--quick] [--splits 3] [--tr
 """
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
-from comparison_forest_common import build, mean_std, route_all, standardised_oracle
+from comparison_forest_common import build, mean_std, parse_args, route_all, standardised_oracle
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--splits", type=int, default=3)
-    parser.add_argument("--trees", type=int, default=20)
-    args = parser.parse_args()
+    args = parse_args(__doc__, splits=3, trees=20)
     splits = 1 if args.quick else args.splits
     flips = [0.0, 0.3] if args.quick else [0.0, 0.1, 0.2, 0.3]
     trees = 5 if args.quick else args.trees

@@ -6,22 +6,17 @@ Usage: python benchmarks/comparison_forest_speed.py [--quick] [--n 2000] [--tree
 """
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
-from comparison_forest_common import Timer
+from comparison_forest_common import Timer, parse_args
 
 from engine.comparison_tree import ComparisonForest
 from engine.oracles import TripletOracle
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--n", type=int, default=2000)
-    parser.add_argument("--trees", type=int, default=100)
-    args = parser.parse_args()
+    args = parse_args(__doc__, n=2000, trees=100)
     n, m = (500, 20) if args.quick else (args.n, args.trees)
     X = np.random.default_rng(0).normal(size=(n, 5))
     oracle = TripletOracle.from_points(X)
