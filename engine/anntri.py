@@ -27,14 +27,25 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
+from collections.abc import Iterable, Sequence
+from typing import Self
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import triangle as tri
 from .anntri_overlay import SMALL_BATCH, SPREAD_MIN_ROUNDS, ScalarOverlay, interval_step, overlaid, round_robin  # noqa: F401
 from .bounds import UNIT_INTERVAL_BOUNDS, check_bound, confidence_interval
 from .graph import NO_NEIGHBOR, NeighborGraph  # noqa: F401  (re-exported: older imports)
-from .utils import check_int, check_n_items, check_random_state, generator_from_state, generator_state
+from .utils import (
+    RandomState,
+    check_int,
+    check_n_items,
+    check_random_state,
+    generator_from_state,
+    generator_state,
+    store_params,
+)
 
 #: 2 added params['stagger'], 3 params['symmetric'], 4 head-based states without ``upper``/``lower``
 #: (``tight_*`` instead) and float32 means above FLOAT64_MAX_ITEMS; older states still load.
@@ -170,10 +181,10 @@ class RowChanges:
 
     __slots__ = ("token", "epoch", "_row_epoch")
 
-    def __init__(self, token: int, epoch: int, row_epoch: np.ndarray):
+    def __init__(self, token: int, epoch: int, row_epoch: np.ndarray) -> None:
         self.token, self.epoch, self._row_epoch = token, epoch, row_epoch
 
-    def rows_since(self, earlier) -> np.ndarray | None:
+    def rows_since(self, earlier: object) -> np.ndarray | None:
         if (not isinstance(earlier, RowChanges) or earlier.token != self.token
                 or earlier.epoch > self.epoch):
             return None
@@ -186,7 +197,7 @@ class RowTracked(np.ndarray):
 
     row_changes = None
 
-    def __array_finalize__(self, obj):
+    def __array_finalize__(self, obj: np.ndarray | None) -> None:
         self.row_changes = None
 
 
@@ -244,22 +255,11 @@ class _NeighborGraphPlanner(ScalarOverlay):
     #: few pairs whose running intersection is tighter than that interval kept in ``_tight``.
     _derived_bounds = False
 
-    def __init__(self, n_items, k=1, delta=0.1, sigma=0.5, bound="lil", triangle=True,
-                 max_samples_per_round=None, window=1, random_state=None, full_pass_every=None,
-                 lookahead=0.0, stagger=False, symmetric=True):
-        self.n_items = n_items
-        self.k = k
-        self.delta = delta
-        self.sigma = sigma
-        self.bound = bound
-        self.triangle = triangle
-        self.max_samples_per_round = max_samples_per_round
-        self.window = window
-        self.random_state = random_state
-        self.full_pass_every = full_pass_every
-        self.lookahead = lookahead
-        self.stagger = stagger
-        self.symmetric = symmetric
+    def __init__(self, n_items: int, k: int = 1, delta: float = 0.1, sigma: float = 0.5, bound: str = "lil",
+                 triangle: bool = True, max_samples_per_round: int | None = None, window: int = 1,
+                 random_state: RandomState = None, full_pass_every: int | None = None, lookahead: float = 0.0,
+                 stagger: bool = False, symmetric: bool = True) -> None:
+        store_params(self, locals())
 
     # ------------------------------------------------------------------ parameters
     def _check_params(self):
@@ -346,7 +346,7 @@ class _NeighborGraphPlanner(ScalarOverlay):
         self._best_cache = None  # (tick, rows' best) of current_neighbors
         self._sums_cache = None  # (tick, count and pending row sums) of progress
 
-    def mark_rows(self, rows) -> None:
+    def mark_rows(self, rows: ArrayLike) -> None:
         """Tell the planner that rows of its (n, n) arrays were written from outside (e.g. a caller
         adding to ``pending_``), so the next ``to_state(copy=False)`` reports them as changed and
         :meth:`current_neighbors` recomputes them. Writers from outside must call it: an unreported
@@ -426,7 +426,7 @@ class _NeighborGraphPlanner(ScalarOverlay):
         U[j] = 0.0  # the diagonal, as the stored arrays hold it
         return U, L
 
-    def bounds_of(self, rows) -> tuple[np.ndarray, np.ndarray]:
+    def bounds_of(self, rows: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         """(U*, L*) of the given rows, shape (len(rows), n), float64: what ``upper_``/``lower_`` hold
         for them, without building the whole matrices of a head-based planner (O(len(rows) x n))."""
         return self._rows_bounds(np.asarray(rows, dtype=np.int64))
@@ -775,7 +775,7 @@ class _NeighborGraphPlanner(ScalarOverlay):
         self.refresh_mark_[j] = self.round_issued_[j]
         self._active_cache.clear()
 
-    def forget(self, pairs) -> None:
+    def forget(self, pairs: Iterable[Sequence[int]] | np.ndarray) -> None:
         """Release pending entries of questions that expired unanswered, one per ``(i, j)`` row.
 
         The platform calls this when an issued question times out (or is taken back unasked, or
@@ -1358,7 +1358,7 @@ class _NeighborGraphPlanner(ScalarOverlay):
         return state
 
     @classmethod
-    def from_state(cls, state: dict):
+    def from_state(cls, state: dict) -> Self:
         """Rebuild a planner saved by :meth:`to_state` (it continues exactly where it was)."""
         if state.get("version") not in (1, 2, 3, STATE_VERSION):
             raise ValueError(f"unsupported state version {state.get('version')!r}")
@@ -1491,9 +1491,10 @@ class _WithoutTriangle:
     """A planner with ``triangle=False`` fixed (ANN, RandomSampling); otherwise the parameters of
     :class:`ANNTri`."""
 
-    def __init__(self, n_items, k=1, delta=0.1, sigma=0.5, bound="lil",
-                 max_samples_per_round=None, window=1, random_state=None, full_pass_every=None,
-                 lookahead=0.0, stagger=False, symmetric=True):
+    def __init__(self, n_items: int, k: int = 1, delta: float = 0.1, sigma: float = 0.5, bound: str = "lil",
+                 max_samples_per_round: int | None = None, window: int = 1, random_state: RandomState = None,
+                 full_pass_every: int | None = None, lookahead: float = 0.0, stagger: bool = False,
+                 symmetric: bool = True) -> None:
         super().__init__(n_items, k=k, delta=delta, sigma=sigma, bound=bound, triangle=False,
                          max_samples_per_round=max_samples_per_round, window=window,
                          random_state=random_state, full_pass_every=full_pass_every,

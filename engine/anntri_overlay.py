@@ -19,7 +19,7 @@ Redis, RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -75,7 +75,7 @@ class PairRecord:
 
     __slots__ = ("count", "mean", "upper", "lower", "pending")
 
-    def __init__(self, count: int, mean: float, upper: float, lower: float, pending: int):
+    def __init__(self, count: int, mean: float, upper: float, lower: float, pending: int) -> None:
         self.count, self.mean, self.upper, self.lower, self.pending = count, mean, upper, lower, pending
 
 
@@ -86,7 +86,7 @@ class RoundRecord:
 
     __slots__ = ("issued", "refresh_mark", "cache", "records", "arms")
 
-    def __init__(self, issued: int, refresh_mark: int):
+    def __init__(self, issued: int, refresh_mark: int) -> None:
         self.issued, self.refresh_mark = issued, refresh_mark
         self.cache = self.records = self.arms = None
 
@@ -167,7 +167,7 @@ class ScalarOverlay:
         self._hot_on = False
 
     # ------------------------------------------------------------------ answers
-    def observe(self, answers) -> None:
+    def observe(self, answers: Iterable[Sequence[float]] | np.ndarray) -> None:
         """Apply noisy distance samples ``(i, j, value)``: any order, any batch size.
 
         Answers for rounds already closed still tighten the estimates; each answer clears

@@ -23,11 +23,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import sparse
 
 from .utils import (
     GOLDEN,
     CodeTable,
+    RandomState,
     array_from_state,
     check_int,
     check_random_state,
@@ -37,6 +39,7 @@ from .utils import (
     load_counters,
     lowest_per_code,
     read_forest_doc,
+    store_params,
     unit_floats,
 )
 from .utils import child_keys as _child_keys
@@ -114,7 +117,7 @@ class VoteRule:
 
     redundancy: int | str = 1
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         r = self.redundancy
         if isinstance(r, str):
             if r != ADAPTIVE:
@@ -466,15 +469,9 @@ class ComparisonForest:
         "node_children": (np.int64, (2,), NO_NODE),
     }
 
-    def __init__(self, n_items, n_trees=10, leaf_size=1, labels=None, redundancy=1,
-                 random_state=None, values=None):
-        self.n_items = n_items
-        self.n_trees = n_trees
-        self.leaf_size = leaf_size
-        self.labels = labels
-        self.redundancy = redundancy
-        self.random_state = random_state
-        self.values = values
+    def __init__(self, n_items: int, n_trees: int = 10, leaf_size: int = 1, labels: ArrayLike | None = None,
+                 redundancy: int | str = 1, random_state: RandomState = None, values: ArrayLike | None = None) -> None:
+        store_params(self, locals())
 
     # -- validation and set-up ----------------------------------------------------------
     def _check_params(self) -> None:
@@ -747,7 +744,8 @@ class ComparisonForest:
         }
 
     # -- using a built forest ------------------------------------------------------------
-    def route(self, item: int, refine: int = 8, vote: str = "pooled", redundancy=None) -> ForestRoute:
+    def route(self, item: int, refine: int = 8, vote: str = "pooled",
+              redundancy: int | str | None = None) -> ForestRoute:
         """A planner that routes a new item (any int id; answers must use it as x) down every
         tree, one triplet per level in all trees at once, then ranks the candidates; see
         :class:`ForestRoute`."""
@@ -942,7 +940,7 @@ class ForestRoute:
     _COUNTERS = ("n_issued", "n_answers", "n_late")
 
     def __init__(self, forest: ComparisonForest, item: int, refine: int = 8, vote: str = "pooled",
-                 redundancy=None):
+                 redundancy: int | str | None = None) -> None:
         if not forest.done:
             raise ValueError("route needs a fully built forest (forest.done is False)")
         self.forest = forest
@@ -1050,7 +1048,7 @@ class ForestRoute:
         _apply_answers(self, rows, codes, a_wins, "search")
         self._advance()
 
-    def asked(self, questions) -> np.ndarray:
+    def asked(self, questions: Iterable[Sequence[int]]) -> np.ndarray:
         """Bool per ``(q, p1, p2)``: whether this search asked that triplet about its item."""
         rows = _check_rows(questions, 3, "question")
         if rows.shape[0] == 0:
@@ -1058,7 +1056,7 @@ class ForestRoute:
         codes = self._code(rows[:, 1:3].min(axis=1), rows[:, 1:3].max(axis=1))
         return (rows[:, 0] == self.item) & ~self.table_.check_known(codes)
 
-    def forget(self, questions) -> int:
+    def forget(self, questions: Iterable[Sequence[int]]) -> int:
         rows = _check_rows(questions, 3, "question")
         if rows.shape[0] == 0:
             return 0
@@ -1145,7 +1143,8 @@ class ForestRoute:
 # ----------------------------------------------------------------------------------------
 # offline driver
 # ----------------------------------------------------------------------------------------
-def run_with_oracle(planner, oracle: Callable, batch: int = 100_000, max_rounds: int = 100_000) -> int:
+def run_with_oracle(planner: ComparisonForest | ForestRoute, oracle: Callable, batch: int = 100_000,
+                    max_rounds: int = 100_000) -> int:
     """Drive a planner with a simulated rater until it is done; returns the answers given.
 
     ``oracle`` is anything with ``answer(questions) -> [(x, p1, p2, winner)]`` (e.g.

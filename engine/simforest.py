@@ -44,12 +44,14 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .utils import (
     CodeTable,
+    RandomState,
     StateMixin,
     arrays_state,
     check_int,
@@ -61,6 +63,7 @@ from .utils import (
     load_counters,
     lowest_per_code,
     read_forest_doc,
+    store_params,
     unit_floats,
 )
 from .utils import child_keys as _child_keys
@@ -245,14 +248,9 @@ class SimilarityForest(StateMixin):
     ``node_children_ : (n_nodes, 2)`` and ``item_node_ : (n_trees, n_items_)``.
     """
 
-    def __init__(self, n_trees=50, n_pairs=1, metric="similarity", max_depth=None, min_samples_split=2,
-                 random_state=None):
-        self.n_trees = n_trees
-        self.n_pairs = n_pairs
-        self.metric = metric
-        self.max_depth = max_depth
-        self.min_samples_split = min_samples_split
-        self.random_state = random_state
+    def __init__(self, n_trees: int = 50, n_pairs: int = 1, metric: str = "similarity", max_depth: int | None = None,
+                 min_samples_split: int = 2, random_state: RandomState = None) -> None:
+        store_params(self, locals())
 
     # -- validation and set-up ----------------------------------------------------------
     def _check_params(self) -> None:
@@ -429,7 +427,7 @@ class SimilarityForest(StateMixin):
         self.node_children_ = np.concatenate([self.node_children_, np.full((k, 2), NO_NODE, np.int64)])
 
     # -- the estimator interface -----------------------------------------------------------
-    def fit(self, S, y) -> SimilarityForest:
+    def fit(self, S: ArrayLike, y: Sequence[Hashable] | np.ndarray) -> SimilarityForest:
         """Grow every tree, breadth-first, to pure leaves (or ``max_depth``).
 
         S : array-like of shape (n, n), similarities (or distances), NaN = missing.
@@ -459,7 +457,7 @@ class SimilarityForest(StateMixin):
         if not hasattr(self, "item_node_"):
             raise ValueError("this SimilarityForest is not fitted yet; call fit first")
 
-    def apply(self, S_test) -> np.ndarray:
+    def apply(self, S_test: ArrayLike) -> np.ndarray:
         """ndarray of shape (m, n_trees) of the node where each test object stops in each tree:
         a leaf, or the node where a needed similarity is missing (or a node still waiting)."""
         self._check_fitted()
@@ -481,14 +479,14 @@ class SimilarityForest(StateMixin):
             active[:] = False
             active[rows[ok], trees[ok]] = True
 
-    def predict_proba(self, S_test) -> np.ndarray:
+    def predict_proba(self, S_test: ArrayLike) -> np.ndarray:
         """ndarray of shape (m, n_classes): the class shares of the nodes reached, averaged over trees."""
         node = self.apply(S_test)
         counts = self.node_counts_[node].astype(np.float64)  # (m, trees, classes)
         shares = counts / np.maximum(counts.sum(axis=2, keepdims=True), 1)
         return shares.mean(axis=1)
 
-    def predict(self, S_test) -> np.ndarray:
+    def predict(self, S_test: ArrayLike) -> np.ndarray:
         """Labels of shape (m,): the class with the largest averaged share (ties: smallest class)."""
         proba = self.predict_proba(S_test)
         picked = [self.classes_[k] for k in np.argmax(proba, axis=1).tolist()]
@@ -749,16 +747,10 @@ class ActiveSimilarityForest:
 
     _COUNTERS = ("n_issued", "n_answers", "n_unrequested", "n_released")
 
-    def __init__(self, n_items, labels, n_trees=10, n_pairs=1, repeats=1, max_depth=None, min_samples_split=2,
-                 random_state=None):
-        self.n_items = n_items
-        self.labels = labels
-        self.n_trees = n_trees
-        self.n_pairs = n_pairs
-        self.repeats = repeats
-        self.max_depth = max_depth
-        self.min_samples_split = min_samples_split
-        self.random_state = random_state
+    def __init__(self, n_items: int, labels: Sequence[Hashable] | np.ndarray, n_trees: int = 10, n_pairs: int = 1,
+                 repeats: int = 1, max_depth: int | None = None, min_samples_split: int = 2,
+                 random_state: RandomState = None) -> None:
+        store_params(self, locals())
         self._check_params()  # fail at construction, before any question is planned
 
     def _check_params(self) -> tuple[list, np.ndarray]:
@@ -911,7 +903,7 @@ class ActiveSimilarityForest:
         """Same as :meth:`result`."""
         return self.result()
 
-    def predict(self, S_test) -> np.ndarray:
+    def predict(self, S_test: ArrayLike) -> np.ndarray:
         """Labels for new items from their similarities to the training items, shape (m, n_items);
         only the pivots on each item's path are read, NaN elsewhere is fine."""
         return self.result().predict(S_test)

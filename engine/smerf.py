@@ -37,8 +37,9 @@ import numbers
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from .utils import StateMixin, check_int, check_random_state, json_seed
+from .utils import MaxFeatures, RandomState, StateMixin, check_int, check_random_state, json_seed, store_params
 
 __all__ = [
     "KIND",
@@ -69,7 +70,7 @@ _MAX_SEED = 2**53  # tree seeds stay exact in JSON readers that use doubles
 # ----------------------------------------------------------------------------------------
 # validation at the public boundary
 # ----------------------------------------------------------------------------------------
-def check_features(X, n_features: int | None = None, what: str = "X") -> np.ndarray:
+def check_features(X: ArrayLike, n_features: int | None = None, what: str = "X") -> np.ndarray:
     """X as a C-contiguous float64 array of shape (n, p) with finite entries."""
     arr = np.asarray(X)
     if arr.dtype == object or arr.dtype.kind not in "biuf":
@@ -86,7 +87,7 @@ def check_features(X, n_features: int | None = None, what: str = "X") -> np.ndar
     return arr
 
 
-def check_distances(Z, n: int, pair_weight=None) -> tuple[np.ndarray, np.ndarray]:
+def check_distances(Z: ArrayLike, n: int, pair_weight: ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(values, weights), both of shape (n, n), symmetric, zero diagonal.
 
     ``values`` holds z with 0 where unobserved; ``weights`` is the pair weight π (1 for observed
@@ -236,12 +237,9 @@ class DistanceTree(StateMixin):
     table h; ``feature_importances_`` (p,).
     """
 
-    def __init__(self, max_features=None, min_samples_leaf: int = 1, max_depth: int | None = None,
-                 random_state=None):
-        self.max_features = max_features
-        self.min_samples_leaf = min_samples_leaf
-        self.max_depth = max_depth
-        self.random_state = random_state
+    def __init__(self, max_features: MaxFeatures = None, min_samples_leaf: int = 1, max_depth: int | None = None,
+                 random_state: RandomState = None) -> None:
+        store_params(self, locals())
 
     def _check_params(self) -> None:
         _check_max_features(self.max_features)
@@ -257,8 +255,8 @@ class DistanceTree(StateMixin):
         }
 
     # -- fitting -------------------------------------------------------------------------
-    def fit(self, X, Z, sample_weight=None, *, pair_weight=None,
-            feature_names: Sequence[str] | None = None) -> DistanceTree:
+    def fit(self, X: ArrayLike, Z: ArrayLike, sample_weight: ArrayLike | None = None, *,
+            pair_weight: ArrayLike | None = None, feature_names: Sequence[str] | None = None) -> DistanceTree:
         """Grow the tree on items X (n, p) and distances Z (n, n) (module docstring).
 
         ``sample_weight`` (n,), non-negative (bootstrap counts; items of weight 0 are left out).
@@ -423,19 +421,19 @@ class DistanceTree(StateMixin):
             active = active[self.feature_[node[active]] != LEAF]
         return self.leaf_[node]
 
-    def apply(self, X) -> np.ndarray:
+    def apply(self, X: ArrayLike) -> np.ndarray:
         """Leaf number (0..n_leaves_-1) of every row of X; int array of shape (m,)."""
         self._check_fitted()
         return self._apply_checked(check_features(X, self.n_features_in_))
 
-    def predict(self, X1, X2=None) -> np.ndarray:
+    def predict(self, X1: ArrayLike, X2: ArrayLike | None = None) -> np.ndarray:
         """Predicted distances, shape (m1, m2): entry (i, j) for X1[i] and X2[j] (X2 defaults to X1)."""
         self._check_fitted()
         l1 = self.apply(X1)
         l2 = l1 if X2 is None else self.apply(X2)
         return self.leaf_distances_[np.ix_(l1, l2)]
 
-    def predict_pairs(self, X1, X2) -> np.ndarray:
+    def predict_pairs(self, X1: ArrayLike, X2: ArrayLike) -> np.ndarray:
         """Predicted distance of each row-aligned pair (X1[i], X2[i]); shape (m,)."""
         self._check_fitted()
         l1, l2 = self.apply(X1), self.apply(X2)
@@ -586,15 +584,10 @@ class DistanceForest(StateMixin):
     that split at all, normalised to sum 1 (all 0 when no tree split).
     """
 
-    def __init__(self, n_trees: int = 100, max_features="sqrt", min_samples_leaf: int = 1,
-                 max_depth: int | None = None, bootstrap: bool = True, max_samples=None, random_state=None):
-        self.n_trees = n_trees
-        self.max_features = max_features
-        self.min_samples_leaf = min_samples_leaf
-        self.max_depth = max_depth
-        self.bootstrap = bootstrap
-        self.max_samples = max_samples
-        self.random_state = random_state
+    def __init__(self, n_trees: int = 100, max_features: MaxFeatures = "sqrt", min_samples_leaf: int = 1,
+                 max_depth: int | None = None, bootstrap: bool = True, max_samples: int | float | None = None,
+                 random_state: RandomState = None) -> None:
+        store_params(self, locals())
 
     def _check_params(self) -> None:
         check_int("n_trees", self.n_trees, 1)
@@ -634,7 +627,8 @@ class DistanceForest(StateMixin):
             return int(ms)
         return max(1, int(round(float(ms) * n)))
 
-    def fit(self, X, Z, *, pair_weight=None, feature_names: Sequence[str] | None = None) -> DistanceForest:
+    def fit(self, X: ArrayLike, Z: ArrayLike, *, pair_weight: ArrayLike | None = None,
+            feature_names: Sequence[str] | None = None) -> DistanceForest:
         """Grow the forest on items X (n, p) and distances Z (n, n), NaN = unobserved (module docstring)."""
         self._check_params()
         X = check_features(X)
@@ -670,13 +664,13 @@ class DistanceForest(StateMixin):
         if not hasattr(self, "estimators_"):
             raise ValueError("this DistanceForest is not fitted yet: call fit(X, Z) first")
 
-    def apply(self, X) -> np.ndarray:
+    def apply(self, X: ArrayLike) -> np.ndarray:
         """Leaf numbers, int array of shape (m, n_trees)."""
         self._check_fitted()
         X = check_features(X, self.n_features_in_)
         return np.stack([t._apply_checked(X) for t in self.estimators_], axis=1)
 
-    def predict(self, X1, X2=None) -> np.ndarray:
+    def predict(self, X1: ArrayLike, X2: ArrayLike | None = None) -> np.ndarray:
         """Predicted distances, shape (m1, m2): the trees' h(leaf(X1[i]), leaf(X2[j])) averaged (eq. 2.3)."""
         self._check_fitted()
         X1 = check_features(X1, self.n_features_in_, "X1")
@@ -688,7 +682,7 @@ class DistanceForest(StateMixin):
             out += tree.leaf_distances_[np.ix_(l1, l2)]
         return out / len(self.estimators_)
 
-    def predict_pairs(self, X1, X2) -> np.ndarray:
+    def predict_pairs(self, X1: ArrayLike, X2: ArrayLike) -> np.ndarray:
         """Predicted distance of each row-aligned pair (X1[i], X2[i]); shape (m,)."""
         self._check_fitted()
         X1 = check_features(X1, self.n_features_in_, "X1")

@@ -28,9 +28,10 @@ import math
 import numbers
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.stats import rankdata
 
-from .utils import StateMixin, check_int, check_random_state, json_seed
+from .utils import MaxFeatures, RandomState, StateMixin, check_int, check_random_state, json_seed, store_params
 
 __all__ = [
     "NO_NODE",
@@ -132,7 +133,7 @@ def _check_scores(scores, y) -> tuple[np.ndarray, np.ndarray]:
 # ----------------------------------------------------------------------------------------
 # symmetric features, ROC analysis
 # ----------------------------------------------------------------------------------------
-def symmetric_features(X1, X2) -> np.ndarray:
+def symmetric_features(X1: ArrayLike, X2: ArrayLike) -> np.ndarray:
     """ndarray of shape (m, 2p): ``((x + x')/√2, |x - x'|/√2)`` for every pair (module docstring)."""
     X1, X2 = _check_pairs_of(X1, X2)
     return _sym(X1, X2)
@@ -144,7 +145,7 @@ def _sym(X1: np.ndarray, X2: np.ndarray) -> np.ndarray:
     return np.concatenate([(X1 + X2) * _INV_SQRT2, np.abs(X1 - X2) * _INV_SQRT2], axis=-1)
 
 
-def roc_curve(scores, y) -> tuple[np.ndarray, np.ndarray]:
+def roc_curve(scores: ArrayLike, y: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """ROC knots ``(fpr, tpr)`` of ``scores`` (higher = more alike) against ``y`` in {+1, -1}.
 
     One knot per distinct score, from (0, 0) to (1, 1); tied scores give one straight segment
@@ -161,7 +162,7 @@ def roc_curve(scores, y) -> tuple[np.ndarray, np.ndarray]:
     return np.r_[0.0, fp / n_neg], np.r_[0.0, tp / n_pos]
 
 
-def auc(scores, y) -> float:
+def auc(scores: ArrayLike, y: ArrayLike) -> float:
     """Area under the ROC curve: P(score of an alike pair > score of a not-alike pair), ties half."""
     s, alike = _check_scores(scores, y)
     ranks = rankdata(s)  # mid-ranks: a tie counts one half
@@ -170,7 +171,7 @@ def auc(scores, y) -> float:
     return float((ranks[alike].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 
 
-def tpr_at_fpr(scores, y, fpr: float = 0.1) -> float:
+def tpr_at_fpr(scores: ArrayLike, y: ArrayLike, fpr: float = 0.1) -> float:
     """True positive rate of the ROC curve at false positive rate ``fpr`` (interpolated on the
     segment that crosses ``fpr``: the best test of level ``fpr`` that may randomise on a tie)."""
     if not 0.0 <= float(fpr) <= 1.0:
@@ -190,7 +191,7 @@ def _roc_at(fprs: np.ndarray, tprs: np.ndarray, alpha: float) -> float:
 # ----------------------------------------------------------------------------------------
 # pair labels
 # ----------------------------------------------------------------------------------------
-def pairs_from_labels(labels, n_pairs: int | None = None, random_state=None,
+def pairs_from_labels(labels: ArrayLike, n_pairs: int | None = None, random_state: RandomState = None,
                       balanced: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Pairs of distinct items and their labels: +1 when the two items share a label, else -1.
 
@@ -279,7 +280,7 @@ def pairs_from_labels(labels, n_pairs: int | None = None, random_state=None,
     return pairs, y
 
 
-def pairs_from_ratings(pairs, ratings, threshold: float, higher_is_alike: bool = True,
+def pairs_from_ratings(pairs: ArrayLike, ratings: ArrayLike, threshold: float, higher_is_alike: bool = True,
                        pool: bool = True) -> np.ndarray:
     """Labels in {+1, -1} for rated pairs: alike when the rating is at least ``threshold``.
 
@@ -566,13 +567,8 @@ class SimilarityTreeRank(StateMixin):
     """
 
     def __init__(self, max_depth: int = 4, leafrank_depth: int = 2, min_samples_leaf: int = 5,
-                 max_features=None, max_bins: int = MAX_BINS, random_state=None):
-        self.max_depth = max_depth
-        self.leafrank_depth = leafrank_depth
-        self.min_samples_leaf = min_samples_leaf
-        self.max_features = max_features
-        self.max_bins = max_bins
-        self.random_state = random_state
+                 max_features: MaxFeatures = None, max_bins: int = MAX_BINS, random_state: RandomState = None) -> None:
+        store_params(self, locals())
 
     # -- parameters ----------------------------------------------------------------------
     def _check_params(self) -> None:
@@ -601,7 +597,7 @@ class SimilarityTreeRank(StateMixin):
         return self._params() | {"random_state": self.random_state}
 
     # -- fitting -------------------------------------------------------------------------
-    def fit(self, X1, X2, y) -> SimilarityTreeRank:
+    def fit(self, X1: ArrayLike, X2: ArrayLike, y: ArrayLike) -> SimilarityTreeRank:
         """Grow the tree on row-aligned pairs ``X1``, ``X2`` (m, p) labelled ``y`` (m,) in {+1, -1}."""
         self._check_params()
         X1, X2, alike = _check_training_pairs(X1, X2, y)
@@ -612,7 +608,7 @@ class SimilarityTreeRank(StateMixin):
         self._grow(codes, edges, alike, np.arange(F.shape[0]), X1.shape[1], rng)
         return self
 
-    def fit_pairs(self, X, pairs, y) -> SimilarityTreeRank:
+    def fit_pairs(self, X: ArrayLike, pairs: ArrayLike, y: ArrayLike) -> SimilarityTreeRank:
         """Fit on item features ``X`` (n, p) and item-index ``pairs`` (m, 2) labelled ``y``."""
         X = _check_features(X)
         pairs = _check_index_pairs(pairs, X.shape[0])
@@ -717,12 +713,12 @@ class SimilarityTreeRank(StateMixin):
             raise ValueError(f"pairs have {X1.shape[1]} features, the tree was fitted on {self.n_features_in_}")
         return X1, X2
 
-    def apply(self, X1, X2) -> np.ndarray:
+    def apply(self, X1: ArrayLike, X2: ArrayLike) -> np.ndarray:
         """Master-tree leaf (node id) of every pair: int ndarray of shape (m,)."""
         X1, X2 = self._check_X(X1, X2)
         return _by_chunks(X1, X2, self._apply_features)
 
-    def score(self, X1, X2) -> np.ndarray:
+    def score(self, X1: ArrayLike, X2: ArrayLike) -> np.ndarray:
         """Similarity of every pair, ndarray of shape (m,): ``2**D - leaf rank`` (higher = more alike).
 
         Exactly symmetric: ``score(X1, X2) == score(X2, X1)``.
@@ -730,11 +726,11 @@ class SimilarityTreeRank(StateMixin):
         X1, X2 = self._check_X(X1, X2)
         return _by_chunks(X1, X2, lambda F: self.node_score_[self._apply_features(F)])
 
-    def score_matrix(self, XA, XB) -> np.ndarray:
+    def score_matrix(self, XA: ArrayLike, XB: ArrayLike) -> np.ndarray:
         """Scores of all pairs (a, b), ndarray of shape (len(XA), len(XB))."""
         return _matrix(self, XA, XB, lambda F: self.node_score_[self._apply_features(F)])
 
-    def mid_rank(self, X1, X2) -> np.ndarray:
+    def mid_rank(self, X1: ArrayLike, X2: ArrayLike) -> np.ndarray:
         """Share of training pairs ranked above each pair's leaf plus half its leaf's share, in (0, 1)."""
         X1, X2 = self._check_X(X1, X2)
         return _by_chunks(X1, X2, lambda F: self.node_mid_rank_[self._apply_features(F)])
@@ -960,17 +956,9 @@ class RankingForest(StateMixin):
     """
 
     def __init__(self, n_trees: int = 20, max_depth: int = 4, leafrank_depth: int = 2, min_samples_leaf: int = 5,
-                 max_features=None, max_samples=None, bootstrap: bool = True, max_bins: int = MAX_BINS,
-                 random_state=None):
-        self.n_trees = n_trees
-        self.max_depth = max_depth
-        self.leafrank_depth = leafrank_depth
-        self.min_samples_leaf = min_samples_leaf
-        self.max_features = max_features
-        self.max_samples = max_samples
-        self.bootstrap = bootstrap
-        self.max_bins = max_bins
-        self.random_state = random_state
+                 max_features: MaxFeatures = None, max_samples: int | float | None = None, bootstrap: bool = True,
+                 max_bins: int = MAX_BINS, random_state: RandomState = None) -> None:
+        store_params(self, locals())
 
     def _tree_params(self) -> dict:
         return {"max_depth": self.max_depth, "leafrank_depth": self.leafrank_depth,
@@ -1005,7 +993,7 @@ class RankingForest(StateMixin):
             return min(int(ms), m) if not self.bootstrap else int(ms)
         return max(1, int(round(ms * m)))
 
-    def fit(self, X1, X2, y) -> RankingForest:
+    def fit(self, X1: ArrayLike, X2: ArrayLike, y: ArrayLike) -> RankingForest:
         """Grow ``n_trees`` trees on row-aligned pairs (see :meth:`SimilarityTreeRank.fit`)."""
         self._check_params()
         X1, X2, alike = _check_training_pairs(X1, X2, y)
@@ -1028,7 +1016,7 @@ class RankingForest(StateMixin):
         self.n_features_in_ = int(X1.shape[1])
         return self
 
-    def fit_pairs(self, X, pairs, y) -> RankingForest:
+    def fit_pairs(self, X: ArrayLike, pairs: ArrayLike, y: ArrayLike) -> RankingForest:
         """Fit on item features ``X`` (n, p) and item-index ``pairs`` (m, 2) labelled ``y``."""
         X = _check_features(X)
         pairs = _check_index_pairs(pairs, X.shape[0])
@@ -1044,7 +1032,7 @@ class RankingForest(StateMixin):
             total += tree.node_mid_rank_[tree._apply_features(F)]
         return 1.0 - total / len(self.estimators_)
 
-    def score(self, X1, X2) -> np.ndarray:
+    def score(self, X1: ArrayLike, X2: ArrayLike) -> np.ndarray:
         """Similarity of every pair, ndarray of shape (m,) in (0, 1): 1 - mean mid-rank over trees.
 
         Exactly symmetric: ``score(X1, X2) == score(X2, X1)``.
@@ -1055,7 +1043,7 @@ class RankingForest(StateMixin):
             raise ValueError(f"pairs have {X1.shape[1]} features, the forest was fitted on {self.n_features_in_}")
         return _by_chunks(X1, X2, self._score_features)
 
-    def score_matrix(self, XA, XB) -> np.ndarray:
+    def score_matrix(self, XA: ArrayLike, XB: ArrayLike) -> np.ndarray:
         """Scores of all pairs (a, b), ndarray of shape (len(XA), len(XB))."""
         return _matrix(self, XA, XB, self._score_features)
 
@@ -1124,7 +1112,8 @@ class GroundTruthTree:
     whose symmetric features are (u, v) again.
     """
 
-    def __init__(self, n_features: int = 3, depth: int = 3, delta: float = 0.01, random_state=None):
+    def __init__(self, n_features: int = 3, depth: int = 3, delta: float = 0.01,
+                 random_state: RandomState = None) -> None:
         self.n_features = check_int("n_features", n_features, 1)
         self.depth = check_int("depth", depth, 1)
         if not 0.0 < delta < 1.0:
@@ -1159,7 +1148,8 @@ class GroundTruthTree:
         fpr, tpr = self.optimal_roc()
         return float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) * 0.5))
 
-    def sample(self, m: int, alike_share: float = 0.5, random_state=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def sample(self, m: int, alike_share: float = 0.5,
+               random_state: RandomState = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(X1, X2, y)``: m pairs, each alike with probability ``alike_share``."""
         rng = check_random_state(random_state)
         y = np.where(rng.random(m) < alike_share, 1, -1).astype(np.int64)
@@ -1175,12 +1165,12 @@ class GroundTruthTree:
         X2 = np.where(swap[:, None], a, b)
         return X1, X2, y
 
-    def cell(self, X1, X2) -> np.ndarray:
+    def cell(self, X1: ArrayLike, X2: ArrayLike) -> np.ndarray:
         """Ground-truth cell of every pair (0 = most alike), from its symmetric features."""
         F = symmetric_features(X1, X2)
         inside = ((F[:, None, :] >= self.lower_[None]) & (F[:, None, :] <= self.upper_[None])).all(axis=2)
         return np.argmax(inside, axis=1)
 
-    def optimal_score(self, X1, X2) -> np.ndarray:
+    def optimal_score(self, X1: ArrayLike, X2: ArrayLike) -> np.ndarray:
         """An optimal similarity: minus the ground-truth cell."""
         return -self.cell(X1, X2).astype(np.float64)

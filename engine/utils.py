@@ -7,11 +7,18 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Iterable
+from typing import Any, Self
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
+
+#: What a ``random_state`` parameter accepts: None (fresh entropy), an integer seed or a Generator.
+RandomState = int | np.integer | np.random.Generator | None
+#: What a forest's ``max_features`` accepts: "sqrt", "log2", an int, a float in (0, 1] or None (all).
+MaxFeatures = str | int | float | None
 
 
-def check_random_state(seed) -> np.random.Generator:
+def check_random_state(seed: RandomState) -> np.random.Generator:
     """Turn ``seed`` into a ``numpy.random.Generator``.
 
     ``None`` gives fresh OS entropy, an int a reproducible generator, and a
@@ -49,7 +56,18 @@ def generator_from_state(saved: dict) -> np.random.Generator:
     return rng
 
 
-def check_int(name: str, value, minimum: int = 1, allow_none: bool = False) -> int | None:
+def store_params(estimator: object, arguments: dict[str, Any]) -> None:
+    """Set ``estimator.<name> = value`` for every argument of its ``__init__``, unchanged and
+    unchecked (``_check_params`` checks them when they are used): the scikit-learn convention
+    that keeps the signature the one list of an estimator's parameters. Called as the first
+    statement of ``__init__``, as ``store_params(self, locals())``, so the arguments are all that
+    ``locals()`` holds besides ``self``."""
+    for name, value in arguments.items():
+        if name not in ("self", "__class__"):  # (``__class__``: there when ``__init__`` calls super())
+            setattr(estimator, name, value)
+
+
+def check_int(name: str, value: object, minimum: int = 1, allow_none: bool = False) -> int | None:
     """``value`` as an int if it is an integer (not a bool) >= ``minimum`` (or None when
     ``allow_none``); ValueError naming ``name`` otherwise. The one integer check of the engine."""
     if value is None and allow_none:
@@ -61,7 +79,7 @@ def check_int(name: str, value, minimum: int = 1, allow_none: bool = False) -> i
     return int(value)
 
 
-def check_n_items(n_items) -> int:
+def check_n_items(n_items: object) -> int:
     if not isinstance(n_items, (numbers.Integral, np.integer)) or isinstance(n_items, bool):
         raise ValueError(f"n_items must be an integer, not {n_items!r}")
     if n_items < 3:
@@ -76,7 +94,7 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 
 
-def mix64(z) -> np.ndarray:
+def mix64(z: ArrayLike) -> np.ndarray:
     """SplitMix64 finaliser, vectorised: a counter-based hash giving independent 64-bit words."""
     z = np.asarray(z, dtype=np.uint64)
     with np.errstate(over="ignore"):
@@ -107,7 +125,7 @@ def group_starts(sorted_keys: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------------------
 # saved state: the envelope (class, version, params), learned arrays and answer counters
 # ----------------------------------------------------------------------------------------
-def json_seed(random_state) -> int | None:
+def json_seed(random_state: RandomState) -> int | None:
     """``random_state`` as saved in a state's params: the int itself, else None (a Generator or
     fresh entropy cannot be written down; the learned seeds are saved instead)."""
     if isinstance(random_state, (numbers.Integral, np.integer)):
@@ -128,32 +146,32 @@ def check_state(state: dict, cls_name: str, versions: Iterable[int]) -> int:
     return version
 
 
-def arrays_state(source, names: Iterable[str], prefix: str = "") -> dict:
+def arrays_state(source: object, names: Iterable[str], prefix: str = "") -> dict:
     """``{prefix + name: a copy of source.<name>_}`` for each of ``names``."""
     return {prefix + name: getattr(source, name + "_").copy() for name in names}
 
 
-def array_from_state(value, dtype, shape: tuple = ()) -> np.ndarray:
+def array_from_state(value: ArrayLike, dtype: DTypeLike, shape: tuple[int, ...] = ()) -> np.ndarray:
     """A fresh ndarray of ``value`` as ``dtype``; with a ``shape`` (of one row), rows of that shape."""
     arr = np.asarray(value, dtype)
     return (arr.reshape(-1, *shape) if shape else arr).copy()
 
 
-def load_arrays(target, state: dict, dtypes: dict, prefix: str = "") -> None:
+def load_arrays(target: object, state: dict, dtypes: dict, prefix: str = "") -> None:
     """Set ``target.<name>_`` to a fresh ndarray of ``state[prefix + name]`` for every
     ``name: dtype`` of ``dtypes`` (the inverse of :func:`arrays_state`)."""
     for name, dtype in dtypes.items():
         setattr(target, name + "_", array_from_state(state[prefix + name], dtype))
 
 
-def load_counters(target, names: Iterable[str], state: dict | None = None) -> None:
+def load_counters(target: object, names: Iterable[str], state: dict | None = None) -> None:
     """Set ``target.<name>_`` to ``int(state[name])`` for each of ``names`` (a planner's answer
     counters), or to 0 without a ``state``."""
     for name in names:
         setattr(target, name + "_", 0 if state is None else int(state[name]))
 
 
-def counters_state(source, names: Iterable[str]) -> dict:
+def counters_state(source: object, names: Iterable[str]) -> dict:
     """``{name: int(source.<name>_)}`` for each of ``names``: the counters' part of a state."""
     return {name: int(getattr(source, name + "_")) for name in names}
 
@@ -183,7 +201,7 @@ class StateMixin:
         return state
 
     @classmethod
-    def from_state(cls, state: dict):
+    def from_state(cls, state: dict) -> Self:
         """Rebuild an estimator saved by :meth:`to_state` (it predicts exactly as before)."""
         check_state(state, cls.__name__, cls.STATE_VERSIONS)
         estimator = cls(**state["params"])
@@ -229,7 +247,7 @@ class CodeTable:
     def _layout(cls) -> dict:
         return {"codes": (np.int64, (), 0), **cls.COLUMNS, "priority": (np.int64, (), 0), "seq": (np.int64, (), 0)}
 
-    def __init__(self):
+    def __init__(self) -> None:
         for name, (dtype, shape, _) in self._layout().items():
             setattr(self, name, np.empty((0, *shape), dtype))
         self.next_seq = 0
@@ -238,7 +256,7 @@ class CodeTable:
         """(pos, found) of ``codes`` among the rows, as :func:`find_sorted`."""
         return find_sorted(self.codes, codes)
 
-    def insert(self, codes: np.ndarray, priority=0) -> None:
+    def insert(self, codes: np.ndarray, priority: ArrayLike = 0) -> None:
         """Add rows for ``codes`` (ascending, none present yet), numbered in that order."""
         if codes.size == 0:
             return
@@ -274,7 +292,7 @@ class CodeTable:
         return state
 
     @classmethod
-    def from_state(cls, state: dict, prefix: str, columns: str = ""):
+    def from_state(cls, state: dict, prefix: str, columns: str = "") -> Self:
         table = cls()
         for name, (dtype, shape, _) in cls._layout().items():
             setattr(table, name, array_from_state(state[f"{prefix}{columns}{name}"], dtype, shape))
