@@ -211,6 +211,6 @@ def session_owner(conn: redis.Redis, session_id: str, idle_seconds: int, lifetim
     return name.decode()
 
 
-def end_session(conn: redis.Redis, session_id) -> None:
+def end_session(conn: redis.Redis, session_id: object) -> None:
     if isinstance(session_id, str) and session_id:
         conn.delete(session_key(session_id))

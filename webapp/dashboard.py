@@ -53,8 +53,13 @@ from .stats import study_stats
 from .storage import get_redis
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
     from flask.typing import ResponseReturnValue
     from redis import Redis
+    from werkzeug.datastructures import FileStorage
+    from werkzeug.exceptions import HTTPException
 
 
 bp = Blueprint("dashboard", __name__)
@@ -85,7 +90,7 @@ def size_text(n_bytes: int) -> str:
 
 
 @bp.url_value_preprocessor
-def allow_uploads(endpoint, values) -> None:
+def allow_uploads(endpoint: str | None, values: dict[str, Any] | None) -> None:
     # Runs before the app's before_request hooks, so before the CSRF check parses the form body.
     if endpoint == "dashboard.new_study" and request.method == "POST":
         request.max_content_length = upload_limit()
@@ -94,7 +99,7 @@ def allow_uploads(endpoint, values) -> None:
 
 
 @bp.errorhandler(413)
-def upload_too_large(err) -> ResponseReturnValue:
+def upload_too_large(err: HTTPException) -> ResponseReturnValue:
     message = (f"The upload is too large: at most {size_text(upload_limit())} are accepted. Split the items "
                "into a smaller ZIP, or shrink the images.")
     if request.endpoint == "dashboard.new_study":
@@ -132,7 +137,7 @@ def _new_study_page(error: str | None = None, status: int = 200, form=None):
                            upload_size=size_text(upload_limit())), status
 
 
-def config_from_form(form, files) -> StudyConfig:
+def config_from_form(form: Mapping[str, str], files: Mapping[str, FileStorage]) -> StudyConfig:
     """The study config from an uploaded YAML/JSON file if one was sent, else from the form fields."""
     upload = files.get("config_file")
     if upload and upload.filename:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TextIO
 
 import click
 
@@ -60,7 +61,7 @@ def backup(study_id: str, output: Path | None) -> None:
 @click.option("--as", "as_id", default=None, metavar="NEW_ID", help="Restore under this study id instead.")
 @click.option("--rebuild/--no-rebuild", "rebuild_after", default=True, show_default=True,
               help="Replay the restored log into the engines now (otherwise a worker's first update does).")
-def restore(backup_file, as_id: str | None, rebuild_after: bool) -> None:
+def restore(backup_file: TextIO, as_id: str | None, rebuild_after: bool) -> None:
     """Restore a study from a file written by 'proxima backup' ('-' reads standard input)."""
     from workers.store.backup import BackupError, restore_study
     from workers.store.queue import schedule_update

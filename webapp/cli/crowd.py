@@ -16,7 +16,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,14 +63,14 @@ class Truth:
     lapse: float | None = None
     index: dict = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "index", {item: i for i, item in enumerate(self.ids)})
 
     @property
     def n_items(self) -> int:
         return len(self.ids)
 
-    def positions(self, item_ids) -> list[int]:
+    def positions(self, item_ids: Iterable[str]) -> list[int]:
         try:
             return [self.index[i] for i in item_ids]
         except KeyError as exc:
@@ -216,7 +216,7 @@ class NoiseModel:
     logistic_scale: float = 0.0
     lapse: float = 0.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not (self.sigma >= 0 and math.isfinite(self.sigma)):
             raise SimulationError(f"noise must be a number >= 0, got {self.sigma!r}")
         if not (self.logistic_scale >= 0 and math.isfinite(self.logistic_scale)):
@@ -277,7 +277,7 @@ def snap(value: float, scale: dict) -> float | int:
     return value
 
 
-def check_scale(scale) -> dict:
+def check_scale(scale: object) -> dict:
     if not isinstance(scale, dict):
         raise SimulationError(f"the rating question has no usable scale: {scale!r}")
     try:
@@ -292,7 +292,7 @@ def check_scale(scale) -> dict:
 class Rater:
     """One simulated person: answers questions from the truth (or at random if careless)."""
 
-    def __init__(self, truth: Truth, noise: NoiseModel, careless: bool, rng: random.Random):
+    def __init__(self, truth: Truth, noise: NoiseModel, careless: bool, rng: random.Random) -> None:
         self.truth = truth
         self.noise = noise
         self.careless = careless
@@ -428,7 +428,7 @@ class Crowd:
 
     def __init__(self, base_url: str, study_id: str, truth: Truth, noise: NoiseModel, raters: int = 10,
                  careless: float = 0.0, think: float = 0.0, max_answers: int | None = None,
-                 duration: float | None = None, seed: int | None = None, rater_prefix: str = "sim"):
+                 duration: float | None = None, seed: int | None = None, rater_prefix: str = "sim") -> None:
         if raters < 1:
             raise SimulationError("need at least one rater")
         if not 0 <= careless <= 1:

@@ -68,7 +68,7 @@ class EmbeddedRedis:
     the same password, so clients holding its URL reconnect to the same data.
     """
 
-    def __init__(self, instance_path: str | Path, port: int | None = None, appendfsync: str = APPENDFSYNC):
+    def __init__(self, instance_path: str | Path, port: int | None = None, appendfsync: str = APPENDFSYNC) -> None:
         self.data_dir = Path(instance_path) / "redis"
         self.port = port
         # "always" is the platform's default; the test suite's scratch server trades it for speed
@@ -152,5 +152,5 @@ class EmbeddedRedis:
         self.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -46,7 +46,8 @@ def _parse_params(pairs: tuple[str, ...]) -> dict:
 @click.option("--seed", type=int, default=None, help="Random seed (default: the study's random_state, else 0).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
               help="Also write the model's JSON export to this file.")
-def train(study_id, name, algorithm, threshold, params, seed, output) -> None:
+def train(study_id: str, name: str, algorithm: str | None, threshold: float | None, params: tuple[str, ...],
+          seed: int | None, output: Path | None) -> None:
     """Fit a model on what a study collected, report held-out figures and store it (export it with
     'proxima export STUDY --what model --model NAME'; predict with 'proxima predict')."""
     import json
@@ -92,7 +93,7 @@ def train(study_id, name, algorithm, threshold, params, seed, output) -> None:
               help="How many of the study's items to list per new item, nearest first.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
               help="Write the CSV to this file instead of standard output.")
-def predict(study_id, name, items_path, k, output) -> None:
+def predict(study_id: str, name: str, items_path: Path, k: int, output: Path | None) -> None:
     """For new items (by their features), the study's items a trained model puts nearest: a CSV of
     new_item, item, rank and the predicted distance (smerf) or similarity score (treerank)."""
     import csv

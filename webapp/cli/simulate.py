@@ -88,8 +88,9 @@ def _wait_until_applied(conn: Redis, study_id: str, timeout: float) -> dict | No
 @click.option("--wait", default=60.0, show_default=True, type=click.FloatRange(min=0),
               help="Seconds to wait for the workers to apply the last answers before scoring the graph.")
 @click.option("--no-accuracy", is_flag=True, help="Do not score the learned graph at the end.")
-def simulate(study_id, url, oracle_spec, raters, noise, lapse, careless, think, max_answers, duration, seed,
-             progress_every, log_path, wait, no_accuracy) -> None:
+def simulate(study_id: str, url: str, oracle_spec: str, raters: int, noise: float | None, lapse: float | None,
+             careless: float, think: float, max_answers: int | None, duration: float | None, seed: int | None,
+             progress_every: float, log_path: Path | None, wait: float, no_accuracy: bool) -> None:
     """Simulated raters answering STUDY_ID on a running server, as real HTTP clients, from a known truth.
 
     Each rater opens the rater link as sim-<n>, then asks for questions and answers them from
@@ -187,7 +188,8 @@ def simulate(study_id, url, oracle_spec, raters, noise, lapse, careless, think, 
 @click.option("--create", "create_id", default=None, metavar="ID",
               help="Also create the study with this id (like 'proxima create').")
 @click.pass_context
-def simulate_setup(ctx, source, out_dir, kind, algorithm, sigma, seed, create_id) -> None:
+def simulate_setup(ctx: click.Context, source: str, out_dir: Path, kind: str, algorithm: str | None,
+                   sigma: float | None, seed: int, create_id: str | None) -> None:
     """Write a truth and a matching study (items.csv, truth.csv, study.yaml) for 'proxima simulate'.
 
     TRUTH is clusters[:CxS] (the ANNTri paper's circle clusters, default 10x10), eggs[:DATA_DIR],

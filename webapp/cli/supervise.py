@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 import redis
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from redis import Redis
 
 
@@ -57,7 +59,7 @@ class InstanceLock:
     lists the serve's pid and its children's pids, so a serve that died without cleaning up (kill -9)
     can be taken over: the lock is free (the kernel dropped it) and leftover children are stopped."""
 
-    def __init__(self, instance_path: str | Path):
+    def __init__(self, instance_path: str | Path) -> None:
         self.path = Path(instance_path) / LOCK_FILE
         self.fd: int | None = None
 
@@ -145,7 +147,7 @@ class Child:
     (a killed gunicorn master's workers, still holding the listening socket) gets SIGTERM at once and
     SIGKILL when the backoff is over, before the process is started again."""
 
-    def __init__(self, name: str, start: Callable[[], object], max_restarts: int = MAX_RESTARTS):
+    def __init__(self, name: str, start: Callable[[], object], max_restarts: int = MAX_RESTARTS) -> None:
         self.name = name
         self._start = start
         self.max_restarts = max_restarts
@@ -222,7 +224,7 @@ class Sweeper:
     The sweep's update job has one id per study, so a study waiting behind a long job (a rebuild,
     a busy worker) is queued once, not once per sweep."""
 
-    def __init__(self, url: str, interval: float = SWEEP_INTERVAL_S):
+    def __init__(self, url: str, interval: float = SWEEP_INTERVAL_S) -> None:
         self.url = url
         self.interval = interval
         self.next_at = time.monotonic() + interval
@@ -281,6 +283,6 @@ def sweep_job_id(study_id: str) -> str:
     return f"proxima-sweep-{study_id}"
 
 
-def popen(args: list[str], **kwargs) -> subprocess.Popen:
+def popen(args: list[str], **kwargs: Any) -> subprocess.Popen:
     """``subprocess.Popen`` for a child that dies with this process."""
     return subprocess.Popen(args, preexec_fn=die_with_parent(os.getpid()), **kwargs)  # noqa: PLW1509

@@ -26,6 +26,9 @@ from workers.store.config import AlgorithmConfig, StudyConfig
 from workers.store.questions import derived_triplet_question, rating_question, triplet_question
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
     from engine.registry import Algorithm
 
 #: Answers imported from a file carry this algorithm label.
@@ -50,7 +53,8 @@ def _seed(config: StudyConfig, index: int):
 class Learner:
     """One algorithm of a study: builds questions for its pool and applies its answers."""
 
-    def __init__(self, algorithm: AlgorithmConfig, config: StudyConfig, planner, routes=None):
+    def __init__(self, algorithm: AlgorithmConfig, config: StudyConfig, planner: Any,
+                 routes: Mapping[int, ForestRoute] | None = None) -> None:
         self.algorithm = algorithm
         self.config = config
         self.planner = planner
@@ -66,7 +70,8 @@ class Learner:
         return ALGORITHMS[self.algorithm.algorithm]
 
     @classmethod
-    def new(cls, algorithm: AlgorithmConfig, config: StudyConfig, n_items: int, labels=None) -> Learner:
+    def new(cls, algorithm: AlgorithmConfig, config: StudyConfig, n_items: int,
+            labels: Sequence[str | None] | None = None) -> Learner:
         index = config.algorithms.index(algorithm)
         entry = ALGORITHMS[algorithm.algorithm]
         # parameters stored before an algorithm dropped one (e.g. a window for Random) are ignored
@@ -367,5 +372,5 @@ def _least_asked(planner, budget: int) -> list[tuple[int, int]]:
     return out
 
 
-def new_learners(config: StudyConfig, n_items: int, labels=None) -> dict[str, Learner]:
+def new_learners(config: StudyConfig, n_items: int, labels: Sequence[str | None] | None = None) -> dict[str, Learner]:
     return {alg.label: Learner.new(alg, config, n_items, labels) for alg in config.algorithms}

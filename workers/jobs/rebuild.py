@@ -21,6 +21,8 @@ from workers.store.queue import REBUILD_STATUS_FIELD, schedule_update
 from workers.store.studies import Study, get_items, get_study, initial_item_count
 
 if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable
+
     from redis import Redis
 
 
@@ -47,7 +49,7 @@ class Replay:
     excluded: int = 0  # answers of excluded raters
 
 
-def replay_log(conn: Redis, study: Study, excluded=frozenset(), chunk: int = 20000) -> Replay:
+def replay_log(conn: Redis, study: Study, excluded: Collection[str] = frozenset(), chunk: int = 20000) -> Replay:
     """Replay the study's answer log, oldest first, into fresh learners, without writing anything."""
     items = get_items(conn, study.id)
     n_initial = initial_item_count(conn, study.id, study.n_items)
@@ -70,7 +72,7 @@ def replay_log(conn: Redis, study: Study, excluded=frozenset(), chunk: int = 200
     return replay
 
 
-def rebuild_study(conn: Redis, study_id: str, exclude_raters=(), chunk: int = 20000) -> RebuildReport:
+def rebuild_study(conn: Redis, study_id: str, exclude_raters: Iterable[str] = (), chunk: int = 20000) -> RebuildReport:
     """Replace the study's engine states by a replay of its log (without ``exclude_raters``, remembered)."""
     started = time.perf_counter()
     study = get_study(conn, study_id)

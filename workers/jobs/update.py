@@ -196,7 +196,7 @@ def update_study(study_id: str) -> dict:
         return drain_study(conn, study_id, renew=renew)
 
 
-def drain_study(conn: Redis, study_id: str, renew=None, job_seconds: float = JOB_SECONDS,
+def drain_study(conn: Redis, study_id: str, renew: Callable[[], None] | None = None, job_seconds: float = JOB_SECONDS,
                 linger: float = LINGER_SECONDS, interval: float = PASS_INTERVAL_SECONDS) -> dict:
     """``apply_new_answers`` again and again while answers keep arriving (the learners stay in memory),
     until ``job_seconds`` have passed or no answer arrived for ``linger`` seconds after a pass.
@@ -347,8 +347,8 @@ def _answers_applied(progress: dict | None, fallback: int) -> int:
     return fallback
 
 
-def record_truth_error(pipe, study: Study, learners: dict[str, Learner], summaries: dict[str, dict], counters: dict,
-                       truth: KnownTruth) -> None:
+def record_truth_error(pipe: redis.client.Pipeline, study: Study, learners: dict[str, Learner],
+                       summaries: dict[str, dict], counters: dict, truth: KnownTruth) -> None:
     """Queue on ``pipe`` (a MULTI) the truth if it was computed, and for each learner that yields a graph
     the point (answers applied, share of items whose neighbour in ``summaries`` is wrong) of its error
     curve. Written with every summary, whether or not a dashboard is open. ``counters``: ``keys.counters``."""
@@ -571,7 +571,8 @@ def read_batch(conn: Redis, study_id: str, after: str, count: int) -> tuple[list
     return batch, unreadable, entries[-1][0].decode() if entries else after
 
 
-def apply_new_answers(conn: Redis, study_id: str, now: float | None = None, renew=None, settle: bool = True) -> dict:
+def apply_new_answers(conn: Redis, study_id: str, now: float | None = None, renew: Callable[[], None] | None = None,
+                      settle: bool = True) -> dict:
     """Apply every answer after the cursor, then refill the pools; retried if another writer raced us.
 
     ``renew`` (from ``study_lock``) is called before each pass to keep the lock. With ``settle``,

@@ -25,9 +25,11 @@ from workers.store.queue import schedule_update
 from workers.store.studies import StudyError, get_items, get_study, initial_item_count
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
 
     from redis import Redis
+
+    from workers.store.studies import Item
 
 
 #: (what, format) -> (media type, file extension)
@@ -144,7 +146,7 @@ def graph_csv(doc: dict) -> Iterator[str]:
     yield buf.getvalue()
 
 
-def graph_graphml(doc: dict, items) -> str:
+def graph_graphml(doc: dict, items: Iterable[Item]) -> str:
     """GraphML (networkx writes it; Gephi, igraph and networkx read it): one node per item, one
     directed edge per (item, neighbour) with the edge's numbers as attributes."""
     graph = nx.DiGraph(study=doc["study"], algorithm=doc["algorithm"], k=doc["k"])

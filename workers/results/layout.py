@@ -15,6 +15,7 @@ from workers.store import engine_state
 from workers.store.studies import Study
 
 if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
     from redis import Redis
 
 
@@ -207,7 +208,7 @@ def graph_layout(conn: Redis, study: Study, label: str, max_drawn: int = MAX_DRA
     }
 
 
-def histogram(values, bins: int = 20) -> dict:
+def histogram(values: ArrayLike, bins: int = 20) -> dict:
     """Counts of ``values`` in ``bins`` equal-width bins: {"edges": [bins + 1], "counts": [bins]}."""
     values = np.asarray(values, dtype=np.float64)
     if not values.size:

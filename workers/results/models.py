@@ -19,9 +19,12 @@ from workers.store import engine_state, keys
 from workers.store.studies import StudyError, feature_matrix, get_items, get_study, initial_item_count
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any
 
     from redis import Redis
+
+    from workers.store.studies import Item
 
 
 #: model name -> what it learns, for help texts and errors
@@ -293,7 +296,8 @@ def load_model(conn: Redis, study_id: str, name: str) -> tuple[Any, dict]:
     return cls.from_state(state), meta
 
 
-def predict_for_items(conn: Redis, study_id: str, name: str, new_items) -> tuple[list[str], list[str], np.ndarray]:
+def predict_for_items(conn: Redis, study_id: str, name: str,
+                      new_items: Iterable[Item]) -> tuple[list[str], list[str], np.ndarray]:
     """Predictions between new items (with the same features) and the study's items: distances for
     SMERF, similarity scores for TreeRank. Returns (new ids, study item ids, (n_new, n_study) matrix)."""
     if name not in ("smerf", "treerank", "ranking_forest"):

@@ -182,7 +182,7 @@ class RatingScale:
     high_label: str = "very similar"
     prompt: str = RATING_PROMPT
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.max > self.min:
             raise ConfigError(f"field 'rating.max' ({self.max}) must be greater than 'rating.min' ({self.min})")
         if self.step is not None and self.step > self.max - self.min:
@@ -191,7 +191,7 @@ class RatingScale:
             raise ConfigError("a rating with widget 'buttons' needs a step giving at most 11 buttons "
                               "(e.g. min 1, max 5, step 1); use widget 'slider' for finer scales")
 
-    def check_value(self, value) -> float:
+    def check_value(self, value: object) -> float:
         """A rater's value as a float, or ValueError saying what is allowed."""
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
             raise ValueError(f"'value' must be a number from {self.min:g} to {self.max:g}")
@@ -343,7 +343,7 @@ class StudyConfig:
     attention: Attention = field(default_factory=Attention)
     completion: Completion = field(default_factory=Completion)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name, kind in (("limits", Limits), ("attention", Attention), ("completion", Completion)):
             if isinstance(getattr(self, name), dict):
                 object.__setattr__(self, name, kind(**getattr(self, name)))
@@ -393,7 +393,7 @@ class StudyConfig:
         return {a.label: a.share / total for a in self.algorithms}
 
     @classmethod
-    def from_dict(cls, data) -> StudyConfig:
+    def from_dict(cls, data: object) -> StudyConfig:
         """Validate a config mapping; raises ConfigError naming every bad field."""
         if not isinstance(data, dict):
             raise ConfigError("a study config must be a mapping of fields (e.g. name: My study)")

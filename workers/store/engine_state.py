@@ -394,7 +394,7 @@ def load_version(conn: redis.Redis, study_id: str, algorithm: str) -> str | None
     return version.decode() if version else None
 
 
-def save_lifted(pipeline, study_id: str, algorithm: str, lifted: Lifted) -> tuple[str, str]:
+def save_lifted(pipeline: redis.client.Pipeline, study_id: str, algorithm: str, lifted: Lifted) -> tuple[str, str]:
     """Replace one algorithm's state by ``lifted`` as a new lineage with an empty journal (call inside
     MULTI, with the cursor, to make it atomic). Returns (version, lineage)."""
     fields = _fields_of(lifted)
@@ -406,8 +406,8 @@ def save_lifted(pipeline, study_id: str, algorithm: str, lifted: Lifted) -> tupl
     return version, lineage
 
 
-def save_lifted_chunked(conn: redis.Redis, pipeline, study_id: str, algorithm: str, lifted: Lifted,
-                        chunk_bytes: int = CHUNK_BYTES) -> tuple[str, str]:
+def save_lifted_chunked(conn: redis.Redis, pipeline: redis.client.Pipeline, study_id: str, algorithm: str,
+                        lifted: Lifted, chunk_bytes: int = CHUNK_BYTES) -> tuple[str, str]:
     """``save_lifted`` for a large state (hundreds of MB at n = 5,000): its fields are written first
     into the checkpoint key through ``conn``, outside any transaction, in commands of at most
     ``chunk_bytes`` (Redis serves other clients in between), and ``pipeline`` (inside MULTI, with the
@@ -423,14 +423,14 @@ def save_lifted_chunked(conn: redis.Redis, pipeline, study_id: str, algorithm: s
     return version, lineage
 
 
-def save(pipeline, study_id: str, algorithm: str, state: dict) -> str:
+def save(pipeline: redis.client.Pipeline, study_id: str, algorithm: str, state: dict) -> str:
     """Replace one algorithm's engine state (call inside MULTI, with the cursor, to make it atomic).
 
     Returns the state's new version (see ``load_version``)."""
     return save_lifted(pipeline, study_id, algorithm, Lifted.of(state))[0]
 
 
-def append_delta(pipeline, study_id: str, algorithm: str, delta: bytes) -> str:
+def append_delta(pipeline: redis.client.Pipeline, study_id: str, algorithm: str, delta: bytes) -> str:
     """Commit one journal entry (call inside MULTI, with the cursor). Returns the state's new version."""
     version = new_version()
     pipeline.rpush(keys.engine_journal(study_id, algorithm), delta)
@@ -490,7 +490,7 @@ def swap_checkpoint(conn: redis.Redis, study_id: str, algorithm: str, lineage: s
                 continue
 
 
-def save_cursor(pipeline, study_id: str, cursor: str) -> None:
+def save_cursor(pipeline: redis.client.Pipeline, study_id: str, cursor: str) -> None:
     pipeline.set(keys.cursor(study_id), cursor)
 
 

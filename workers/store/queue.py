@@ -13,6 +13,8 @@ from rq.job import Job, JobStatus
 from workers.store import keys
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from redis import Redis
 
 
@@ -59,13 +61,13 @@ def schedule_stale_studies(conn: Redis) -> list[str]:
     return stale
 
 
-def rebuild_job_id(study_id: str, excluded_raters) -> str:
+def rebuild_job_id(study_id: str, excluded_raters: Iterable[str]) -> str:
     """One job id per (study, set of excluded raters): asking twice for the same rebuild queues it once."""
     digest = hashlib.sha256("\n".join(sorted(excluded_raters)).encode()).hexdigest()[:16]
     return f"proxima-rebuild-{study_id}-{digest}"
 
 
-def enqueue_rebuild(conn: Redis, study_id: str, raters=()) -> str:
+def enqueue_rebuild(conn: Redis, study_id: str, raters: Iterable[str] = ()) -> str:
     """Queue a replay of the study's log without its excluded raters (``keys.excluded_raters``, which
     the caller has already updated); returns the job id. The status the dashboard shows is set to
     "queued" unless this very rebuild is already queued, running or done."""

@@ -9,8 +9,12 @@ fields of ``keys.engine_stats``. Light: no numpy (web processes import it). Must
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from workers.store import keys
+
+if TYPE_CHECKING:
+    from redis.client import Pipeline
 
 #: Field of ``keys.engine_stats``: JSON ``{"n_items": n, "points": [[coordinates of item i], ...], "nearest":
 #: [distance from item i to its true nearest neighbour, ...]}``, both null when not every item has a
@@ -67,12 +71,12 @@ def truth_known(raw: bytes | str | None, n_items: int) -> bool:
     return doc.get("n_items") == n_items and (doc.get("nearest") or doc.get("neighbors")) is not None
 
 
-def save_truth(pipe, study_id: str, n_items: int, points: list | None, nearest: list | None) -> None:
+def save_truth(pipe: Pipeline, study_id: str, n_items: int, points: list | None, nearest: list | None) -> None:
     pipe.hset(keys.engine_stats(study_id), TRUTH_FIELD,
               json.dumps({"n_items": n_items, "points": points, "nearest": nearest}))
 
 
-def append_error_point(pipe, study_id: str, label: str, applied: int, wrong: float) -> None:
+def append_error_point(pipe: Pipeline, study_id: str, label: str, applied: int, wrong: float) -> None:
     """Append (answers applied, share wrong) to the algorithm's error curve unless it is its last point."""
     pipe.eval(_APPEND_POINT, 1, keys.engine_stats(study_id), TRUTH_ERROR_PREFIX + label, int(applied),
               round(float(wrong), 4), TRUTH_ERROR_POINTS)
