@@ -29,12 +29,17 @@ def _per_study(name: str) -> Callable[[str], str]:
     return key
 
 
-def _per_study_part(name: str, part: str) -> Callable[[str, str], str]:
+def _per_study_part(template: str) -> Callable[[str, str], str]:
     """The builder of one study's keys ``proxima:{<study id>}:<name>:<part>``, one per algorithm, rater, question,
-    client address or model: ``part`` says which, the builder's second argument is its value."""
+    client address or model; ``template`` is ``<name>:<part>`` with the part named in angle brackets, and the
+    builder's second argument is the part's value."""
+    name, _, part = template.partition(":<")
+    if not (name and part.endswith(">")):
+        raise ValueError(f"a key template is 'name:<part>', not {template!r}")
+
     def key(study_id: str, value: str) -> str:
         return _study_key(study_id, f"{name}:{value}")
-    key.__doc__ = f"The key {PREFIX}:{{<study id>}}:{name}:<{part}>."
+    key.__doc__ = f"The key {PREFIX}:{{<study id>}}:{template}."
     return key
 
 
@@ -117,35 +122,35 @@ stylesheet = _per_study("stylesheet")
 # what it holds.
 
 #: List of ready question JSON documents of one algorithm, which the web process pops from.
-pool = _per_study_part("pool", "algorithm")
+pool = _per_study_part("pool:<algorithm>")
 
 #: String: the answer id stored for a question token; its presence means "answered".
-used_token = _per_study_part("used", "question_id")
+used_token = _per_study_part("used:<question_id>")
 
 #: Hash: one algorithm's engine state (JSON skeleton + numpy arrays).
-engine = _per_study_part("engine", "algorithm")
+engine = _per_study_part("engine:<algorithm>")
 
 #: List: the changes of one algorithm's engine state since its checkpoint (``keys.engine``), one entry per update pass,
 #: oldest first (see ``workers.store.engine_state``).
-engine_journal = _per_study_part("engine-journal", "algorithm")
+engine_journal = _per_study_part("engine-journal:<algorithm>")
 
 #: Hash: a checkpoint of one algorithm's engine state being written; renamed onto ``keys.engine`` once complete.
-engine_checkpoint = _per_study_part("engine-checkpoint", "algorithm")
+engine_checkpoint = _per_study_part("engine-checkpoint:<algorithm>")
 
 #: Hash: a learner trained on the study's data (SMERF, TreeRank, SimForest): ``meta`` (JSON), ``export`` (the
 #: researcher's JSON document) and the estimator state (JSON skeleton + arrays).
-model = _per_study_part("model", "name")
+model = _per_study_part("model:<name>")
 
 #: Sorted set: the questions a rater holds unanswered, scored by expiry (unix s); an attention check's member is
 #: ``c:<question id>``. Expires with the last of them.
-outstanding = _per_study_part("outstanding", "rater")
+outstanding = _per_study_part("outstanding:<rater>")
 
 #: Counter with a one-hour TTL: anonymous rater sessions an address opened in the study.
-anonymous_sessions = _per_study_part("anonymous-sessions", "address")
+anonymous_sessions = _per_study_part("anonymous-sessions:<address>")
 
 #: List: the rater's validation repeats waiting to be asked, each ``"<answers> <question JSON>"``: asked once the rater
 #: has given that many answers (attention.validation_repeats).
-repeats = _per_study_part("repeats", "rater")
+repeats = _per_study_part("repeats:<rater>")
 
 
 def request_durations() -> str:
