@@ -34,17 +34,17 @@ from .utils import (
     check_int,
     check_random_state,
     check_state,
+    child_keys,
     counters_state,
     find_sorted,
+    group_starts,
     load_counters,
     lowest_per_code,
+    mix64,
     read_forest_doc,
     store_params,
     unit_floats,
 )
-from .utils import child_keys as _child_keys
-from .utils import group_starts as _group_starts
-from .utils import mix64 as _mix64
 
 __all__ = [
     "NO_ITEM",
@@ -90,7 +90,7 @@ def _uniforms(keys: np.ndarray, k: int) -> np.ndarray:
     keys = np.asarray(keys, dtype=np.uint64)
     with np.errstate(over="ignore"):
         z = keys[:, None] + np.arange(1, k + 1, dtype=np.uint64)[None, :] * GOLDEN
-    return unit_floats(_mix64(z))
+    return unit_floats(mix64(z))
 
 
 def _grow(arr: np.ndarray, size: int, fill) -> np.ndarray:
@@ -228,7 +228,7 @@ class _TripletTable(CodeTable):
         slot = pos[order]
         ga = a_wins[order].astype(np.int64)
         gb = 1 - ga
-        starts = _group_starts(slot)
+        starts = group_starts(slot)
         gid = np.cumsum(np.r_[True, slot[1:] != slot[:-1]]) - 1
         ca, cb = np.cumsum(ga), np.cumsum(gb)
         base_a = (ca[starts] - ga[starts])[gid]
@@ -343,7 +343,7 @@ def _check_answers(answers, n_items: int, x_range=None):
 
 def _oriented(x, a, b, codes, copy) -> list[tuple[int, int, int]]:
     """Questions with the pivots in a pseudo-random order, so screen position carries no index bias."""
-    swap = (_mix64(codes.astype(np.uint64) ^ _mix64(copy)) & np.uint64(1)).astype(bool)
+    swap = (mix64(codes.astype(np.uint64) ^ mix64(copy)) & np.uint64(1)).astype(bool)
     first, second = np.where(swap, b, a), np.where(swap, a, b)
     return [tuple(q) for q in np.column_stack([x, first, second]).tolist()]
 
@@ -368,7 +368,7 @@ def _copy_index(rows: np.ndarray) -> np.ndarray:
     """0, 1, 2, ... for repeated rows in a sorted run (to vary the orientation of extra copies)."""
     if rows.size == 0:
         return rows
-    starts = _group_starts(rows)
+    starts = group_starts(rows)
     gid = np.cumsum(np.r_[True, rows[1:] != rows[:-1]]) - 1
     return np.arange(rows.size) - starts[gid]
 
@@ -496,7 +496,7 @@ class ComparisonForest:
         for name, (dtype, shape, fill) in self._NODE_ARRAYS.items():
             setattr(self, name + "_", np.full((cap, *shape), fill, dtype))
         self.node_tree_[:m] = np.arange(m)
-        self.node_key_[:m] = _mix64(self.tree_seeds_)
+        self.node_key_[:m] = mix64(self.tree_seeds_)
         self.node_status_[:m] = READY
         self.item_node_ = np.repeat(np.arange(m, dtype=np.int64)[:, None], n, axis=1)
         self.slot_code_ = np.full((m, n), _NO_CODE, np.int64)
@@ -557,7 +557,7 @@ class ComparisonForest:
             self.node_tree_[child] = trees
             self.node_parent_[child] = nodes
             self.node_depth_[child] = self.node_depth_[nodes] + 1
-            self.node_key_[child] = _child_keys(self.node_key_[nodes], side)
+            self.node_key_[child] = child_keys(self.node_key_[nodes], side)
             self.node_status_[child] = FILLING
             self.node_children_[nodes, side] = child
         self.n_nodes_ += 2 * k
@@ -785,7 +785,7 @@ class ComparisonForest:
         slots = np.arange(n * m)
         order = np.argsort(group, kind="stable")
         group, slots = group[order], slots[order]
-        starts = _group_starts(group)
+        starts = group_starts(group)
         sizes = np.diff(np.r_[starts, group.size])
         # a tree's root says nothing yet (every item is in it): no neighbours before answers
         keep = (sizes >= 2) & (sizes <= max_group) & (self.node_parent_[group[starts]] != NO_NODE)
@@ -807,7 +807,7 @@ class ComparisonForest:
                                 shape=(n, n)).tocsr().tocoo()  # tocsr sums duplicate pairs
         order = np.lexsort((mat.col, -mat.data, mat.row))
         r, c, d = mat.row[order].astype(np.int64), mat.col[order].astype(np.int64), mat.data[order]
-        starts = _group_starts(r)
+        starts = group_starts(r)
         rank = np.arange(r.size) - np.repeat(starts, np.diff(np.r_[starts, r.size]))
         keep = rank < k
         neighbors[r[keep], rank[keep]] = c[keep]

@@ -10,15 +10,19 @@ error curves. Must never import Flask or Redis.
 """
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.spatial.distance import cdist
 
-from .graph import NO_NEIGHBOR  # noqa: F401 (re-exported: where an item has no neighbour yet)
-from .utils import check_random_state
+from .graph import NO_NEIGHBOR, NeighborGraph, Planner  # noqa: F401 (NO_NEIGHBOR re-exported: item without a neighbour)
+from .random_triplets import candidate_pairs
+from .utils import RandomState, check_random_state
 
 TRIPLET_NOISE_MODELS = ("flip", "logistic", "human")
 
@@ -34,7 +38,7 @@ def _as_index_array(questions: Iterable[Sequence[int]], width: int, n_items: int
     return arr
 
 
-def check_distance_matrix(distances) -> np.ndarray:
+def check_distance_matrix(distances: ArrayLike) -> np.ndarray:
     D = np.asarray(distances, dtype=np.float64)
     if D.ndim != 2 or D.shape[0] != D.shape[1]:
         raise ValueError(f"a distance matrix must be square, got shape {D.shape}")
@@ -53,7 +57,8 @@ class DistanceMatrixOracle:
     ``clip=(lo, hi)`` clips samples, e.g. to [0, 1] for rating-like answers.
     """
 
-    def __init__(self, distances, noise: float = 0.0, clip=None, random_state=None):
+    def __init__(self, distances: ArrayLike, noise: float = 0.0, clip: tuple[float, float] | None = None,
+                 random_state: RandomState = None) -> None:
         self.distances = check_distance_matrix(distances)
         if noise < 0:
             raise ValueError("noise must be >= 0")
@@ -75,7 +80,7 @@ class DistanceMatrixOracle:
             values = np.clip(values, self.clip[0], self.clip[1])
         return values
 
-    def answer(self, pairs) -> list[tuple]:
+    def answer(self, pairs: Iterable[Sequence[int]]) -> list[tuple[int, int, float]]:
         """Samples as ``(i, j, value)`` rows, the shape ``planner.observe`` takes."""
         pairs = [tuple(map(int, p)) for p in pairs]
         return [(i, j, float(v)) for (i, j), v in zip(pairs, self.sample(pairs), strict=False)]
@@ -84,7 +89,8 @@ class DistanceMatrixOracle:
 class PointsOracle(DistanceMatrixOracle):
     """Points in R^d; Q(i, j) = ||x_i − x_j|| + Gaussian noise."""
 
-    def __init__(self, points, noise: float = 0.0, clip=None, random_state=None):
+    def __init__(self, points: ArrayLike, noise: float = 0.0, clip: tuple[float, float] | None = None,
+                 random_state: RandomState = None) -> None:
         X = np.asarray(points, dtype=np.float64)
         if X.ndim == 1:
             X = X[:, None]
@@ -94,7 +100,7 @@ class PointsOracle(DistanceMatrixOracle):
         super().__init__(cdist(X, X), noise=noise, clip=clip, random_state=random_state)
 
 
-def human_agree_probability(gap, scale: float, lapse: float) -> np.ndarray:
+def human_agree_probability(gap: ArrayLike, scale: float, lapse: float) -> np.ndarray:
     """The one model of people's triplet answers: P(the answer agrees with the truth) =
     λ/2 + (1 − λ)·σ(gap/s), λ = ``lapse``, s = ``scale``, ``gap`` = d(x, other) − d(x, candidate) (so
     a positive gap means the truth picks the candidate). With s = 0 the logistic part answers
@@ -124,8 +130,8 @@ class TripletOracle:
     the human model.
     """
 
-    def __init__(self, distances, noise: float = 0.0, model: str = "flip", random_state=None,
-                 lapse: float = 0.0):
+    def __init__(self, distances: ArrayLike, noise: float = 0.0, model: str = "flip",
+                 random_state: RandomState = None, lapse: float = 0.0) -> None:
         self.distances = check_distance_matrix(distances)
         if model not in TRIPLET_NOISE_MODELS:
             raise ValueError(f"model must be one of {TRIPLET_NOISE_MODELS}, not {model!r}")
@@ -141,7 +147,7 @@ class TripletOracle:
         self.rng = check_random_state(random_state)
 
     @classmethod
-    def from_points(cls, points, **kwargs) -> TripletOracle:
+    def from_points(cls, points: ArrayLike, **kwargs: Any) -> TripletOracle:
         X = np.asarray(points, dtype=np.float64)
         if X.ndim == 1:
             X = X[:, None]
@@ -151,7 +157,7 @@ class TripletOracle:
     def n_items(self) -> int:
         return self.distances.shape[0]
 
-    def p1_wins(self, questions) -> np.ndarray:
+    def p1_wins(self, questions: Iterable[Sequence[int]]) -> np.ndarray:
         """Boolean ndarray of shape (len(questions),): True where p1 is judged closer to x."""
         q = _as_index_array(questions, 3, self.n_items)
         d1 = self.distances[q[:, 0], q[:, 1]]
@@ -170,7 +176,7 @@ class TripletOracle:
         """The winner of one triplet question."""
         return int(p1) if self.p1_wins([(x, p1, p2)])[0] else int(p2)
 
-    def answer(self, questions) -> list[tuple]:
+    def answer(self, questions: Iterable[Sequence[int]]) -> list[tuple[int, int, int, int]]:
         """Answers as ``(x, p1, p2, winner)`` rows, the shape ``forest.observe`` takes."""
         questions = [tuple(map(int, q)) for q in questions]
         wins = self.p1_wins(questions)
@@ -186,7 +192,8 @@ class TripletDerivedOracle:
     model fitted to human answers, ...).
     """
 
-    def __init__(self, triplet: Callable[[int, int, int], int], n_items: int, random_state=None):
+    def __init__(self, triplet: Callable[[int, int, int], int], n_items: int,
+                 random_state: RandomState = None) -> None:
         self.triplet = triplet
         self.n_items = int(n_items)
         if self.n_items < 3:
@@ -202,7 +209,7 @@ class TripletDerivedOracle:
             k += 1
         return k
 
-    def draw_thirds(self, pairs) -> np.ndarray:
+    def draw_thirds(self, pairs: ArrayLike) -> np.ndarray:
         """One uniformly random third item per ``(i, j)`` row, vectorised."""
         idx = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
         k = self.rng.integers(self.n_items - 2, size=len(idx))
@@ -211,7 +218,7 @@ class TripletDerivedOracle:
         k += k >= hi
         return k
 
-    def sample(self, pairs) -> np.ndarray:
+    def sample(self, pairs: Iterable[Sequence[int]]) -> np.ndarray:
         idx = _as_index_array(pairs, 2, self.n_items)
         thirds = self.draw_thirds(idx)
         if isinstance(self.triplet, TripletOracle):
@@ -221,7 +228,7 @@ class TripletDerivedOracle:
             [1.0 if self.triplet(int(i), int(j), int(k)) == k else 0.0 for (i, j), k in zip(idx, thirds, strict=False)]
         )
 
-    def answer(self, pairs) -> list[tuple]:
+    def answer(self, pairs: Iterable[Sequence[int]]) -> list[tuple[int, int, float]]:
         pairs = [tuple(map(int, p)) for p in pairs]
         return [(i, j, float(v)) for (i, j), v in zip(pairs, self.sample(pairs), strict=False)]
 
@@ -239,7 +246,7 @@ class RecordedTriplets:
     b?" was a; only entries with a < b are read (the table is mirrored on construction).
     """
 
-    def __init__(self, closer):
+    def __init__(self, closer: ArrayLike) -> None:
         c = np.asarray(closer, dtype=bool)
         if c.ndim != 3 or c.shape[0] != c.shape[1] or c.shape[1] != c.shape[2] or c.shape[0] < 3:
             raise ValueError(f"closer must be an (n, n, n) boolean table with n >= 3, got shape {c.shape}")
@@ -275,13 +282,13 @@ class RecordedTriplets:
         np.fill_diagonal(L, np.inf)
         return L
 
-    def p1_wins(self, questions) -> np.ndarray:
+    def p1_wins(self, questions: Iterable[Sequence[int]]) -> np.ndarray:
         q = _as_index_array(questions, 3, self.n_items)
         if np.any((q[:, 0] == q[:, 1]) | (q[:, 0] == q[:, 2]) | (q[:, 1] == q[:, 2])):
             raise ValueError("a triplet question needs three distinct items")
         return self.closer[q[:, 0], q[:, 1], q[:, 2]]
 
-    def answer(self, questions) -> list[tuple]:
+    def answer(self, questions: Iterable[Sequence[int]]) -> list[tuple[int, int, int, int]]:
         """Answers as ``(x, p1, p2, winner)`` rows."""
         questions = [tuple(map(int, q)) for q in questions]
         wins = self.p1_wins(questions)
@@ -289,7 +296,7 @@ class RecordedTriplets:
 
 
 def circle_clusters(n_clusters: int = 10, cluster_size: int = 10, gap: float = 0.1,
-                    random_state=None, diameter: float = 1.0,
+                    random_state: RandomState = None, diameter: float = 1.0,
                     radial: str = "uniform") -> tuple[np.ndarray, np.ndarray]:
     """The ANNTri paper's Fig. 2 data: clusters of points spread around a circle in R².
 
@@ -319,7 +326,7 @@ def circle_clusters(n_clusters: int = 10, cluster_size: int = 10, gap: float = 0
 
 
 def hierarchical_clusters(n_items: int, cluster_size: int | None = None, dim: int = 2,
-                          shrink: float = 0.3, random_state=None) -> tuple[np.ndarray, np.ndarray]:
+                          shrink: float = 0.3, random_state: RandomState = None) -> tuple[np.ndarray, np.ndarray]:
     """Clusters of ~log2(n) points split recursively along a binary tree (the paper's Thm 4.6).
 
     A point's position is the sum over tree levels l of ``shrink**l`` times a random unit
@@ -350,7 +357,7 @@ def hierarchical_clusters(n_items: int, cluster_size: int | None = None, dim: in
 
 
 # ---------------------------------------------------------------------------- human noise
-def fit_logistic_noise(distances, triplets) -> float:
+def fit_logistic_noise(distances: ArrayLike, triplets: Iterable[Sequence[int]]) -> float:
     """Maximum-likelihood logistic scale for triplet answers (``TripletOracle(model="logistic")``).
 
     ``triplets`` rows ``(i, j, k)`` mean "i is closer to j than to k" as answered by people;
@@ -398,7 +405,7 @@ class HumanNoise:
         """Log-likelihood the lapse term buys over a plain logistic."""
         return self.log_likelihood - self.logistic_log_likelihood
 
-    def scale_for(self, distances, unit: str = "range") -> float:
+    def scale_for(self, distances: ArrayLike, unit: str = "range") -> float:
         """s transferred to another distance matrix.
 
         ``unit="range"``: s is kept as a share of the largest distance (the fitted matrix's
@@ -416,7 +423,7 @@ class HumanNoise:
     #: the largest distance of the fitted matrix (1 for matrices scaled to [0, 1])
     fitted_range: float = 1.0
 
-    def oracle(self, distances, unit: str = "range", random_state=None) -> TripletOracle:
+    def oracle(self, distances: ArrayLike, unit: str = "range", random_state: RandomState = None) -> TripletOracle:
         """A :class:`TripletOracle` answering like these people on another data set."""
         return TripletOracle(distances, noise=self.scale_for(distances, unit), model="human",
                              lapse=self.lapse, random_state=random_state)
@@ -425,16 +432,11 @@ class HumanNoise:
 def random_triplet_questions(n_items: int, m: int, rng: np.random.Generator) -> np.ndarray:
     """``m`` uniformly random questions ``(x, a, b)`` of three distinct items, shape (m, 3)."""
     x = rng.integers(n_items, size=m)
-    a = rng.integers(n_items - 1, size=m)
-    a += a >= x
-    b = rng.integers(n_items - 2, size=m)
-    lo, hi = np.minimum(x, a), np.maximum(x, a)
-    b += b >= lo
-    b += b >= hi
+    a, b = candidate_pairs(rng, n_items, x, m)
     return np.column_stack([x, a, b])
 
 
-def median_triplet_gap(distances, n_samples: int = 100_000) -> float:
+def median_triplet_gap(distances: ArrayLike, n_samples: int = 100_000) -> float:
     """Median |d(x,a) − d(x,b)| over random distinct triplets (a fixed seed: a property of D)."""
     D = check_distance_matrix(distances)
     x, a, b = random_triplet_questions(D.shape[0], n_samples, np.random.default_rng(0)).T
@@ -451,7 +453,7 @@ def human_log_likelihood(gap: np.ndarray, scale: float, lapse: float) -> float:
     return float(np.logaddexp(np.log(lapse / 2.0), np.log1p(-lapse) + log_sig).sum())
 
 
-def fit_gap_noise(gaps, starts: Sequence[float] | None = None, bounds_around: float | None = None
+def fit_gap_noise(gaps: ArrayLike, starts: Sequence[float] | None = None, bounds_around: float | None = None
                   ) -> tuple[float, float, float]:
     """Maximum-likelihood (scale, lapse, log-likelihood) of :func:`human_agree_probability` for answers
     whose truth gaps are ``gaps``: L-BFGS over (log s, logit λ) from λ in (0.02, 0.1, 0.3) and each scale
@@ -479,7 +481,7 @@ def fit_gap_noise(gaps, starts: Sequence[float] | None = None, bounds_around: fl
     return float(np.exp(best.x[0])), float(1.0 / (1.0 + np.exp(-best.x[1]))), -float(best.fun)
 
 
-def fit_human_noise(distances, triplets) -> HumanNoise:
+def fit_human_noise(distances: ArrayLike, triplets: Iterable[Sequence[int]]) -> HumanNoise:
     """Maximum-likelihood scale and lapse rate of people's triplet answers against the truth.
 
     ``triplets`` rows ``(i, j, k)``: a person judged i closer to j than to k; ``distances`` the
@@ -501,7 +503,7 @@ def fit_human_noise(distances, triplets) -> HumanNoise:
                       len(t), float(D.max()))
 
 
-def alien_egg_noise(data_dir=None) -> HumanNoise:
+def alien_egg_noise(data_dir: str | os.PathLike | None = None) -> HumanNoise:
     """:func:`fit_human_noise` on the NEXT alien-egg crowds (distances scaled to [0, 1])."""
     from .datasets import load_alien_eggs
 
@@ -521,7 +523,8 @@ def _points(points) -> np.ndarray:
     return X[:, None] if X.ndim == 1 else X
 
 
-def true_kth_distances(distances=None, *, points=None, rank: int = 1) -> np.ndarray:
+def true_kth_distances(distances: ArrayLike | None = None, *, points: ArrayLike | None = None,
+                       rank: int = 1) -> np.ndarray:
     """Each item's distance to its true ``rank``-th nearest other item: ndarray of shape (n_items,).
 
     The truth is ``distances`` (shape (n_items, n_items)) or ``points`` (shape (n_items, d), Euclidean
@@ -547,8 +550,9 @@ def true_kth_distances(distances=None, *, points=None, rank: int = 1) -> np.ndar
     return out
 
 
-def neighbor_wrong(neighbors, distances=None, tol: float = TIE_TOLERANCE, *, points=None, rank: int | None = None,
-                   kth=None) -> np.ndarray:
+def neighbor_wrong(neighbors: ArrayLike, distances: ArrayLike | None = None, tol: float = TIE_TOLERANCE, *,
+                   points: ArrayLike | None = None, rank: int | None = None,
+                   kth: ArrayLike | None = None) -> np.ndarray:
     """Which items' chosen neighbours are not among their true nearest: bool ndarray of shape (n_items,).
 
     ``neighbors``: int array of shape (n_items,) or (n_items, k), ``NO_NEIGHBOR`` (-1) where an item
@@ -576,8 +580,8 @@ def neighbor_wrong(neighbors, distances=None, tol: float = TIE_TOLERANCE, *, poi
     return np.any(missing | too_far, axis=1)
 
 
-def neighbor_error(neighbors, distances=None, tol: float = TIE_TOLERANCE, *, points=None, rank: int | None = None,
-                   kth=None) -> float:
+def neighbor_error(neighbors: ArrayLike, distances: ArrayLike | None = None, tol: float = TIE_TOLERANCE, *,
+                   points: ArrayLike | None = None, rank: int | None = None, kth: ArrayLike | None = None) -> float:
     """Share of items whose chosen neighbours are not a true nearest set: the mean of :func:`neighbor_wrong`
     (same arguments); 0 for no items."""
     wrong = neighbor_wrong(neighbors, distances, tol, points=points, rank=rank, kth=kth)
@@ -585,6 +589,40 @@ def neighbor_error(neighbors, distances=None, tol: float = TIE_TOLERANCE, *, poi
 
 
 # ---------------------------------------------------------------------------- driver
+class Rater(Protocol):
+    """A simulated rater as :func:`run` uses it (every oracle here): answers a batch of questions
+    with the rows ``planner.observe`` takes."""
+
+    def answer(self, questions: list[tuple[int, ...]]) -> list[tuple]: ...
+
+
+class NeighborPlanner(Planner, Protocol):
+    """A :class:`engine.graph.Planner` that tells its current nearest neighbours at any time and
+    its :class:`engine.graph.NeighborGraph` at the end (ANNTri and its baselines): what :func:`run` drives."""
+
+    def current_neighbors(self) -> np.ndarray: ...
+
+    def result(self) -> NeighborGraph: ...
+
+
+def timed_step(planner: Planner, answer: Callable[[list[tuple[int, ...]]], list[tuple]],
+               budget: int) -> tuple[int, float]:
+    """One turn of the planner-driving loop: ``next_questions(budget)``, ``answer`` them (a simulated
+    rater), ``observe`` the answers. Returns (questions asked, CPU seconds spent inside the planner,
+    process time, so the rater and other programs sharing the machine do not count); asks nothing
+    more once the planner returns no question."""
+    clock = time.process_time
+    t0 = clock()
+    questions = planner.next_questions(budget)
+    seconds = clock() - t0
+    if not questions:
+        return 0, seconds
+    answers = answer(questions)
+    t0 = clock()
+    planner.observe(answers)
+    return len(questions), seconds + (clock() - t0)
+
+
 @dataclass
 class RunResult:
     """What :func:`run` records. ``queries`` and ``error`` have one entry per checkpoint."""
@@ -606,8 +644,8 @@ class RunResult:
         return float(self.queries[hit[0]]) if len(hit) else float("nan")
 
 
-def run(planner, oracle, budget: int, batch: int | None = None, distances=None,
-        checkpoint_growth: float = 1.05) -> RunResult:
+def run(planner: NeighborPlanner, oracle: Rater, budget: int, batch: int | None = None,
+        distances: ArrayLike | None = None, checkpoint_growth: float = 1.05) -> RunResult:
     """Drive ``planner`` with ``oracle`` for at most ``budget`` answers; record the error curve.
 
     Loops ``next_questions(batch)`` → ``oracle.answer`` → ``observe`` until the planner has
@@ -638,16 +676,11 @@ def run(planner, oracle, budget: int, batch: int | None = None, distances=None,
     record()
     next_mark = n
     while total < budget:
-        t0 = clock()
-        qs = planner.next_questions(min(batch, budget - total))
-        engine += clock() - t0
-        if not qs:
+        asked, seconds = timed_step(planner, oracle.answer, min(batch, budget - total))
+        engine += seconds
+        if not asked:
             break
-        answers = oracle.answer(qs)
-        t0 = clock()
-        planner.observe(answers)
-        engine += clock() - t0
-        total += len(qs)
+        total += asked
         if total >= next_mark:
             record()
             next_mark = max(total * checkpoint_growth, total + n)

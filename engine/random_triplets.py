@@ -6,12 +6,13 @@ row-wise argmax is an (uncertified) nearest-neighbour guess. Must never import F
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .utils import check_n_items, check_random_state, generator_from_state, generator_state
+from .utils import RandomState, check_n_items, check_random_state, generator_from_state, generator_state
 
 if TYPE_CHECKING:
     from .graph import NeighborGraph
@@ -53,7 +54,7 @@ class TripletWinRates:
         return (self.wins + 1.0) / (self.shown + 2.0)
 
 
-def check_triplet_answers(answers, n_items: int) -> np.ndarray:
+def check_triplet_answers(answers: Iterable[Sequence[int]], n_items: int) -> np.ndarray:
     """Validate ``(head, a, b, winner)`` rows; returns an int64 array of shape (m, 4)."""
     rows = list(answers)
     if not rows:
@@ -85,7 +86,7 @@ class RandomTriplets:
 
     VERSION = 1
 
-    def __init__(self, n_items: int, random_state=None):
+    def __init__(self, n_items: int, random_state: RandomState = None) -> None:
         self.n_items = check_n_items(n_items)
         self.random_state = random_state
         self.rng_ = check_random_state(random_state)
@@ -100,16 +101,11 @@ class RandomTriplets:
             return []
         # head uniform; candidates a uniformly random ordered pair of the other items
         heads = self.rng_.integers(self.n_items, size=budget)
-        a = self.rng_.integers(self.n_items - 1, size=budget)
-        a = a + (a >= heads)
-        b = self.rng_.integers(self.n_items - 2, size=budget)
-        lo, hi = np.minimum(heads, a), np.maximum(heads, a)
-        b = b + (b >= lo)
-        b = b + (b >= hi)
+        a, b = candidate_pairs(self.rng_, self.n_items, heads, budget)
         self.n_planned_ += budget
         return [(int(h), int(x), int(y)) for h, x, y in zip(heads, a, b, strict=True)]
 
-    def observe(self, answers) -> None:
+    def observe(self, answers: Iterable[Sequence[int]]) -> None:
         arr = check_triplet_answers(answers, self.n_items)
         if not len(arr):
             return
@@ -119,7 +115,7 @@ class RandomTriplets:
         np.add.at(self.wins_, (h, w), 1)
         self.n_answers_ += len(arr)
 
-    def forget(self, questions) -> None:
+    def forget(self, questions: Iterable[Sequence[int]]) -> None:
         """Questions that expired unanswered: nothing to release, every question is fresh."""
 
     @property
