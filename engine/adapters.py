@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .utils import check_random_state, generator_from_state, generator_state
+from .utils import RandomState, check_random_state, generator_from_state, generator_state, take_one
 
 if TYPE_CHECKING:
     from typing import Any
 
-    from .graph import NeighborGraph
+    from .graph import NeighborGraph, Planner
 
 
 #: A third item drawn from a distinct stream of the study seed (not the planner's own stream).
@@ -63,7 +63,7 @@ class PairTripletAdapter:
 
     VERSION = 1
 
-    def __init__(self, planner, random_state=None):
+    def __init__(self, planner: Planner, random_state: RandomState = None) -> None:
         self.planner = planner
         self.n_items = int(planner.n_items)
         if isinstance(random_state, numbers.Integral):
@@ -94,12 +94,7 @@ class PairTripletAdapter:
     def _take(self, h: int, a: int, b: int) -> int | None:
         """The probe of an issued (h, a, b) or (h, b, a), releasing it; None if never issued."""
         for q, probe in (((h, a, b), a), ((h, b, a), b)):
-            left = self.issued_.get(q, 0)
-            if left:
-                if left == 1:
-                    del self.issued_[q]
-                else:
-                    self.issued_[q] = left - 1
+            if take_one(self.issued_, q):
                 return probe
         return None
 

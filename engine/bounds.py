@@ -7,6 +7,7 @@ Must never import Flask, Redis or anything outside numpy/scipy.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 #: Names accepted by :func:`confidence_interval` (``bound=``).
 BOUNDS = ("lil", "hoeffding", "bernstein", "kl")
@@ -24,7 +25,7 @@ def check_bound(bound: str) -> str:
     return bound
 
 
-def lil_radius(count, n_items: int, delta: float, sigma: float, epsilon: float = LIL_EPSILON) -> np.ndarray:
+def lil_radius(count: ArrayLike, n_items: int, delta: float, sigma: float, epsilon: float = LIL_EPSILON) -> np.ndarray:
     """Finite-LIL radius C(T) the paper's experiments used (ε = 0.7), union over n rounds.
 
     ``C(T) = (1 + √ε) σ sqrt(2(1 + ε)/T · log(log((1 + ε)T + 2) / (δ/n)))``; C(0) = ∞.
@@ -36,7 +37,7 @@ def lil_radius(count, n_items: int, delta: float, sigma: float, epsilon: float =
     return np.where(T > 0, r, np.inf)
 
 
-def hoeffding_radius(count, n_items: int, delta: float, sigma: float) -> np.ndarray:
+def hoeffding_radius(count: ArrayLike, n_items: int, delta: float, sigma: float) -> np.ndarray:
     """The paper's eq. (2), scaled by the sub-Gaussian σ: σ sqrt(2 log(4 n² T² / δ) / T)."""
     T = np.asarray(count, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -49,7 +50,7 @@ def _log_term(T, n_items, delta):
     return np.log(4.0 * n_items**2 * np.maximum(T, 1.0) ** 2 / delta)
 
 
-def bernstein_interval(mean, count, n_items: int, delta: float) -> tuple[np.ndarray, np.ndarray]:
+def bernstein_interval(mean: ArrayLike, count: ArrayLike, n_items: int, delta: float) -> tuple[np.ndarray, np.ndarray]:
     """Empirical-Bernstein interval for samples in [0, 1] (Audibert, Munos & Szepesvári 2009).
 
     The empirical variance of [0, 1] samples is at most m̂(1 − m̂), so that plug-in keeps
@@ -71,7 +72,7 @@ def _kl_bernoulli(p, q):
     return p * np.log(p / q) + (1 - p) * np.log((1 - p) / (1 - q))
 
 
-def kl_interval(mean, count, n_items: int, delta: float) -> tuple[np.ndarray, np.ndarray]:
+def kl_interval(mean: ArrayLike, count: ArrayLike, n_items: int, delta: float) -> tuple[np.ndarray, np.ndarray]:
     """Chernoff–KL interval for samples in [0, 1]: {q : T·kl(m̂, q) ≤ log(4n²T²/δ)}, by bisection."""
     m = np.clip(np.asarray(mean, dtype=np.float64), 0.0, 1.0)
     T = np.asarray(count, dtype=np.float64)
@@ -93,7 +94,7 @@ def kl_interval(mean, count, n_items: int, delta: float) -> tuple[np.ndarray, np
     return lower, upper
 
 
-def confidence_interval(mean, count, n_items: int, delta: float, sigma: float,
+def confidence_interval(mean: ArrayLike, count: ArrayLike, n_items: int, delta: float, sigma: float,
                         bound: str = "lil") -> tuple[np.ndarray, np.ndarray]:
     """Lower and upper confidence bounds on the distance of every entry of ``mean``/``count``.
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,7 @@ class AlienEggs:
         return D / D.max()
 
 
-def load_alien_eggs(data_dir=None) -> AlienEggs:
+def load_alien_eggs(data_dir: str | os.PathLike | None = None) -> AlienEggs:
     path = Path(data_dir or default_data_dir()) / "alien_eggs" / "responses.csv.zip"
     if not path.exists():
         raise FileNotFoundError(f"alien-egg responses not found at {path}")
@@ -89,7 +90,7 @@ def _material_split(path: Path) -> np.ndarray:
     return np.array(rows, dtype=np.int64).reshape(-1, 3)
 
 
-def load_material(data_dir=None) -> Material:
+def load_material(data_dir: str | os.PathLike | None = None) -> Material:
     """The material triplets: train 92,892 and test 11,800 responses over 100 items."""
     folder = Path(data_dir or default_data_dir()) / "material"
     names_path = folder / "material_names.txt"

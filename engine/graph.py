@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 #: ``neighbors`` entry of an item with no neighbour yet (no evidence at all).
 NO_NEIGHBOR = -1
@@ -40,7 +41,8 @@ class NeighborGraph:
     samples: np.ndarray
 
     @classmethod
-    def from_neighbors(cls, neighbors, estimates=None, samples=None, certified=None) -> NeighborGraph:
+    def from_neighbors(cls, neighbors: ArrayLike, estimates: ArrayLike | None = None, samples: ArrayLike | None = None,
+                       certified: ArrayLike | None = None) -> NeighborGraph:
         """A graph with only what a learner without bounds knows (NaN bounds)."""
         nb = np.asarray(neighbors, dtype=np.int64)
         if nb.ndim == 1:

@@ -51,7 +51,17 @@ def check_distance_matrix(distances: ArrayLike) -> np.ndarray:
     return D
 
 
-class DistanceMatrixOracle:
+class _KnownDistances:
+    """A simulated rater whose truth is the matrix ``distances`` (set by the subclass)."""
+
+    distances: np.ndarray
+
+    @property
+    def n_items(self) -> int:
+        return self.distances.shape[0]
+
+
+class DistanceMatrixOracle(_KnownDistances):
     """Noisy distance samples Q(i, j) = d(i, j) + N(0, noise²) from a known matrix.
 
     ``clip=(lo, hi)`` clips samples, e.g. to [0, 1] for rating-like answers.
@@ -65,10 +75,6 @@ class DistanceMatrixOracle:
         self.noise = float(noise)
         self.clip = clip
         self.rng = check_random_state(random_state)
-
-    @property
-    def n_items(self) -> int:
-        return self.distances.shape[0]
 
     def sample(self, pairs: Iterable[Sequence[int]]) -> np.ndarray:
         """One noisy sample per (i, j) row of ``pairs``; returns ndarray of shape (len(pairs),)."""
@@ -116,7 +122,7 @@ def human_agree_probability(gap: ArrayLike, scale: float, lapse: float) -> np.nd
     return 0.5 * lapse + (1.0 - lapse) * agree
 
 
-class TripletOracle:
+class TripletOracle(_KnownDistances):
     """A simulated rater answering "is x more similar to p1 or to p2?" from a distance matrix.
 
     Noise models:
@@ -152,10 +158,6 @@ class TripletOracle:
         if X.ndim == 1:
             X = X[:, None]
         return cls(cdist(X, X), **kwargs)
-
-    @property
-    def n_items(self) -> int:
-        return self.distances.shape[0]
 
     def p1_wins(self, questions: Iterable[Sequence[int]]) -> np.ndarray:
         """Boolean ndarray of shape (len(questions),): True where p1 is judged closer to x."""

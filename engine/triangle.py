@@ -17,6 +17,7 @@ outside numpy.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 #: Rows of the i-axis processed at once by :func:`refresh_row`, to bound temporary memory.
 REFRESH_CHUNK = 256
@@ -53,7 +54,7 @@ def update_pair(upper: np.ndarray, lower: np.ndarray, i: int, j: int) -> None:
         _write_row(upper, lower, a, new_u, new_l)
 
 
-def update_pairs(upper: np.ndarray, lower: np.ndarray, i, j) -> None:
+def update_pairs(upper: np.ndarray, lower: np.ndarray, i: ArrayLike, j: ArrayLike) -> None:
     """:func:`update_pair` for many pairs at once, vectorised: rows ``i[t]`` and ``j[t]`` are
     tightened through the edges (i[t], j[t]) in O(m·n) numpy work for m pairs.
 

@@ -6,8 +6,8 @@ Must never import Flask, Redis or anything outside numpy/scipy.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable
-from typing import Any, Self
+from collections.abc import Hashable, Iterable
+from typing import Any, Self, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
@@ -16,6 +16,8 @@ from numpy.typing import ArrayLike, DTypeLike
 RandomState = int | np.integer | np.random.Generator | None
 #: What a forest's ``max_features`` accepts: "sqrt", "log2", an int, a float in (0, 1] or None (all).
 MaxFeatures = str | int | float | None
+#: The key type of a dict of counts (:func:`take_one`).
+K = TypeVar("K", bound=Hashable)
 
 
 def check_random_state(seed: RandomState) -> np.random.Generator:
@@ -65,6 +67,19 @@ def store_params(estimator: object, arguments: dict[str, Any]) -> None:
     for name, value in arguments.items():
         if name not in ("self", "__class__"):  # (``__class__``: there when ``__init__`` calls super())
             setattr(estimator, name, value)
+
+
+def take_one(counts: dict[K, int], key: K) -> bool:
+    """Take one copy of ``key`` from ``counts`` (a multiset: positive counts, a key gone at 0);
+    False, changing nothing, when there is none (e.g. issued questions, released once each)."""
+    left = counts.get(key, 0)
+    if not left:
+        return False
+    if left == 1:
+        del counts[key]
+    else:
+        counts[key] = left - 1
+    return True
 
 
 def check_int(name: str, value: object, minimum: int = 1, allow_none: bool = False) -> int | None:
