@@ -9,12 +9,13 @@ from __future__ import annotations
 import heapq
 import math
 import numbers
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from .graph import NO_NEIGHBOR, NeighborGraph
 from .random_triplets import candidate_pairs, check_triplet_answers
-from .utils import check_n_items, check_random_state, generator_from_state, generator_state
+from .utils import RandomState, check_n_items, check_random_state, generator_from_state, generator_state
 
 #: weight (in duels) of the shortlist order in a candidate's score, until repeated duels have
 #: weighed the embedding's own prediction (``kappa_``)
@@ -159,10 +160,10 @@ class CandidateDuels:
 
     VERSION = 3
 
-    def __init__(self, n_items: int, random_state=None, shortlist: int = 12, min_shortlist: int = 6,
+    def __init__(self, n_items: int, random_state: RandomState = None, shortlist: int = 12, min_shortlist: int = 6,
                  shrink_at: float = 100.0, warmup: float = 3.0, explore: float = 0.1,
                  refit_growth: float = 0.25, dim: int | str = "auto", delta: float = 0.05,
-                 fit_work: int = 1_000_000, explore_pairs: int = 0):
+                 fit_work: int = 1_000_000, explore_pairs: int = 0) -> None:
         self.n_items = check_n_items(n_items)
         self.random_state = random_state
         self.shortlist = shortlist
@@ -235,7 +236,7 @@ class CandidateDuels:
         real("delta", 0, 1, lo_open=True, hi_open=True)
 
     # ------------------------------------------------------------------ answers
-    def observe(self, answers) -> None:
+    def observe(self, answers: Iterable[Sequence[int]] | np.ndarray) -> None:
         """Apply ``(head, a, b, winner)`` rows; any triplet is accepted (issued or not): it feeds
         the embedding, and counts as a duel of a and b for that head."""
         arr = check_triplet_answers(answers, self.n_items)
@@ -289,7 +290,7 @@ class CandidateDuels:
         order = np.argsort(codes, kind="stable")
         self._codes, self._wins, self._counts = codes[order], rec[order, 3], rec[order, 4]
 
-    def forget(self, questions) -> int:
+    def forget(self, questions: Iterable[Sequence[int]]) -> int:
         """Release issued questions that will never be answered; returns how many were pending."""
         released = 0
         for q in questions:

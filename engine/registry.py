@@ -7,13 +7,14 @@ Flask, Redis, RQ, ``webapp`` or ``workers`` (planner classes are resolved on fir
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .graph import NeighborGraph
+    from .utils import RandomState
 
 
 #: The algorithm a triplet study runs when its config names none (the one place that says so):
@@ -227,8 +228,8 @@ def check_params(name: str, params: Mapping) -> dict:
     return {**entry.defaults, **params}
 
 
-def make_planner(name: str, n_items: int, question_kind: str = "triplet", random_state=0,
-                 labels=None, **params) -> Any:
+def make_planner(name: str, n_items: int, question_kind: str = "triplet", random_state: RandomState = 0,
+                 labels: Sequence[Any] | None = None, **params: Any) -> Any:
     """A new planner of algorithm ``name`` for ``n_items`` items asking ``question_kind``.
 
     Triplet studies of pair-asking algorithms get a :class:`engine.adapters.PairTripletAdapter`
@@ -275,7 +276,7 @@ def restore_planner(state: Mapping) -> Any:
     return entry.planner_class().from_state(dict(state))
 
 
-def neighbor_graph(planner, k: int = 1) -> NeighborGraph:
+def neighbor_graph(planner: Any, k: int = 1) -> NeighborGraph:
     """The :class:`engine.graph.NeighborGraph` of any planner of the table, ``k`` columns.
 
     Planners with a ``neighbor_graph`` method answer themselves; the pair planners (which learn
@@ -320,7 +321,7 @@ def _widen(g, k: int, count=None):
                          pad(g.lower, np.nan, float), pad(g.upper, np.nan, float), pad(g.samples, 0, np.int64))
 
 
-def common_progress(planner) -> dict:
+def common_progress(planner: Any) -> dict:
     """``planner.progress()`` with the keys of :data:`engine.graph.PROGRESS_KEYS` filled in for
     planners that name them differently (the pair planners: ``samples``, ``rounds_certified``)."""
     p = dict(planner.progress())
