@@ -39,6 +39,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT)]
 
+import psutil  # noqa: E402
 from load import (  # noqa: E402
     LABEL,
     STUDY,
@@ -116,9 +117,15 @@ async def _close(sessions: dict) -> None:
 
 
 # ============================================================================ measuring
-def web_cpu_seconds(master) -> float:
-    """CPU seconds of the gunicorn master and its workers (``load_common.tree_cpu_seconds``)."""
-    return tree_cpu_seconds(master)
+def web_cpu_seconds(master) -> tuple[float, float]:
+    """(user + system, system) CPU seconds of the gunicorn master and its workers."""
+    system = 0.0
+    for proc in (master, *master.children(recursive=True)):
+        try:
+            system += proc.cpu_times().system
+        except psutil.Error:
+            continue
+    return tree_cpu_seconds(master), system
 
 
 def command_calls(conn) -> Counter:
@@ -193,14 +200,15 @@ def measure(a, code_root: Path, label: str) -> dict:
             await _drive(base, a.clients, "question", a.clients * 3, held, {"question": []}, Counter(), sessions)
             for phase in PHASES:
                 latencies[phase].clear()
-                calls0, cpu0, t0 = command_calls(conn), web_cpu_seconds(master), time.perf_counter()
+                calls0, (cpu0, sys0), t0 = command_calls(conn), web_cpu_seconds(master), time.perf_counter()
                 await _drive(base, a.clients, phase, a.requests, held, latencies, errors, sessions)
-                wall, cpu1, calls1 = time.perf_counter() - t0, web_cpu_seconds(master), command_calls(conn)
+                wall, (cpu1, sys1), calls1 = time.perf_counter() - t0, web_cpu_seconds(master), command_calls(conn)
                 delta = calls1 - calls0
                 delta["info"] -= 1  # our own INFO before the phase
                 delta = +delta
                 figures["phases"][phase] = {
                     "requests": a.requests, "wall": wall, "cpu_ms": 1000.0 * (cpu1 - cpu0) / a.requests,
+                    "system_ms": 1000.0 * (sys1 - sys0) / a.requests,
                     "redis_calls": sum(delta.values()) / a.requests,
                     "redis_by_command": {k: v / a.requests for k, v in delta.most_common()},
                     "p50": percentile(latencies[phase], 50), "p99": percentile(latencies[phase], 99)}
@@ -230,10 +238,11 @@ def print_figures(runs: list[dict], a) -> None:
     rows = []
     for run in runs:
         for phase, f in run["phases"].items():
-            rows.append([run["label"], phase, f"{f['cpu_ms']:.2f}", f"{f['redis_calls']:.2f}",
-                         f"{f['requests'] / f['wall']:.0f}", f"{f['p50']:.1f}", f"{f['p99']:.1f}"])
-    table(["code", "request", "web CPU ms/request", "Redis commands/request", "requests/s", "p50 ms", "p99 ms"],
-          rows)
+            rows.append([run["label"], phase, f"{f['cpu_ms']:.2f}", f"{f['system_ms']:.2f}",
+                         f"{f['redis_calls']:.2f}", f"{f['requests'] / f['wall']:.0f}", f"{f['p50']:.1f}",
+                         f"{f['p99']:.1f}"])
+    table(["code", "request", "web CPU ms/request", "of which system", "Redis commands/request", "requests/s",
+           "p50 ms", "p99 ms"], rows)
     for run in runs:
         for phase, f in run["phases"].items():
             print(f"  {run['label']}, {phase}: Redis " + ", ".join(

@@ -134,3 +134,14 @@ def test_the_dashboard_knows_the_forest_algorithms_the_learners_know():
     from workers.jobs.learners import FOREST_ALGORITHMS as LEARNERS_FORESTS
 
     assert FOREST_ALGORITHMS == LEARNERS_FORESTS and FOREST_ALGORITHMS
+
+
+def test_the_simulated_crowd_loads_no_web_framework():
+    """``webapp.cli.crowd`` is an HTTP client: importing it (which runs ``webapp/__init__.py``) loads
+    neither Flask, werkzeug nor jinja2 (``create_app`` imports Flask when it makes an app)."""
+    code = ("import json, sys\nimport webapp.cli.crowd\n"
+            "print(json.dumps(sorted(m for m in ('flask', 'werkzeug', 'jinja2') if m in sys.modules)))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == [], "importing the simulated crowd loads the web framework"

@@ -11,10 +11,10 @@ import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flask import Flask, request
-
 if TYPE_CHECKING:
-    from flask import Response
+    # Flask is imported where an app is made, not here: the simulated crowd (``webapp.cli.crowd``) and
+    # the other commands import this package without loading Flask
+    from flask import Flask, Response
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,12 +57,19 @@ def _secret_key(instance_path: str) -> str:
         return key
 
 
-def add_security_headers(response) -> Response:
-    """``after_request``: the security headers, and no-store on everything personal."""
-    from flask import current_app
+#: SECURITY_HEADERS as (lower-case name, name, value), for ``add_security_headers``.
+_SECURITY_HEADER_ITEMS = tuple((name.lower(), name, value) for name, value in SECURITY_HEADERS.items())
 
-    for name, value in SECURITY_HEADERS.items():
-        response.headers.setdefault(name, value)
+
+def add_security_headers(response: Response) -> Response:
+    """``after_request``: the security headers (unless the view set its own), and no-store on everything
+    personal."""
+    from flask import current_app, request
+
+    headers = response.headers
+    # one pass over the response's few headers, instead of one search per security header (setdefault)
+    present = {name.lower() for name, _ in headers.items()}
+    headers.extend([(name, value) for lower, name, value in _SECURITY_HEADER_ITEMS if lower not in present])
     if request.endpoint not in CACHEABLE_ENDPOINTS:
         response.headers["Cache-Control"] = "no-store"
     hsts = current_app.config.get("HSTS_SECONDS")
@@ -79,6 +86,8 @@ def instance_config(test_config: dict | None = None) -> dict:
 
 
 def _configured_app(test_config: dict | None = None) -> Flask:
+    from flask import Flask
+
     from . import limits
 
     app = Flask(
@@ -120,6 +129,8 @@ def _configured_app(test_config: dict | None = None) -> Flask:
 
 def create_app(test_config: dict | None = None) -> Flask:
     app = _configured_app(test_config)
+    # JSON_SORT_KEYS is a Flask 2 setting; Flask 3's JSON provider reads its own attribute
+    app.json.sort_keys = bool(app.config["JSON_SORT_KEYS"])
     proxies = int(app.config["TRUSTED_PROXIES"] or 0)
     if proxies:  # the client's address (rate limits) and https (Secure cookies) as the proxy saw them
         from werkzeug.middleware.proxy_fix import ProxyFix

@@ -16,7 +16,9 @@ Must never import the engine or the workers' numpy code.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import redis
@@ -96,7 +98,7 @@ def retry_after(seconds: float) -> str:
     return str(max(1, math.ceil(seconds)))
 
 
-def exempt_addresses(value) -> frozenset[str]:
+def exempt_addresses(value: str | Iterable[str] | None) -> frozenset[str]:
     """The configured exempt addresses: a list, or one string of addresses separated by commas or spaces
     (as an environment variable gives it)."""
     if not value:
@@ -106,8 +108,17 @@ def exempt_addresses(value) -> frozenset[str]:
     return frozenset(str(v).strip() for v in value if str(v).strip())
 
 
+@lru_cache(maxsize=16)
+def _exempt_set(value: str | tuple) -> frozenset[str]:
+    return exempt_addresses(value)
+
+
 def exempt(address: str) -> bool:
-    return address in exempt_addresses(current_app.config["RATE_LIMIT_EXEMPT_ADDRESSES"])
+    """Whether no limit applies to ``address`` (``RATE_LIMIT_EXEMPT_ADDRESSES``, parsed once per setting)."""
+    value = current_app.config["RATE_LIMIT_EXEMPT_ADDRESSES"]
+    if not value:
+        return False
+    return address in _exempt_set(value if isinstance(value, str) else tuple(value))
 
 
 def limit_rater_requests() -> None:

@@ -2,8 +2,15 @@
 
 The browser can neither read nor change a token: the question inside names the algorithm that
 asked it, whether it is an attention check and what it expects, none of which a rater may see.
-Encryption is HMAC-SHA256 in counter mode under a random nonce (the standard library only),
-then itsdangerous signs the ciphertext with its time stamp (encrypt-then-MAC).
+The payload is encrypted under a random nonce with a keystream of SHAKE-256 over (encryption key,
+nonce), then itsdangerous' ``TimestampSigner`` signs the ciphertext with its time stamp
+(encrypt-then-MAC): ``base64url(nonce + ciphertext).timestamp.signature``, the standard library only.
+Every question request seals a token and every answer opens one, so both are one hash call each
+besides the signature.
+
+Tokens of the previous format (HMAC-SHA256 in counter mode, inside itsdangerous' URL-safe JSON
+serializer under ``PREVIOUS_SALT``) are still opened, so a question handed out before an upgrade
+can be answered after it.
 """
 from __future__ import annotations
 
@@ -14,61 +21,100 @@ import json
 import os
 from functools import lru_cache
 
-from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
+from itsdangerous import BadSignature, SignatureExpired, TimestampSigner, URLSafeTimedSerializer
 
 from .errors import ApiError
 
-SALT = "proxima.question.v2"
+SALT = "proxima.question.v3"
+PREVIOUS_SALT = "proxima.question.v2"
 NONCE_BYTES = 16
+INVALID = "the question token is not one this server issued"
 
 
 @lru_cache(maxsize=8)
-def _serializer(secret_key: str) -> URLSafeTimedSerializer:
+def _signer(secret_key: str) -> TimestampSigner:
     # built once per key: every question and answer request seals or opens a token
-    return URLSafeTimedSerializer(secret_key, salt=SALT)
+    return TimestampSigner(secret_key, salt=SALT)
 
 
 @lru_cache(maxsize=8)
-def _cipher_key(secret_key: str) -> bytes:
+def _cipher_key(secret_key: str, label: bytes = b"proxima.question.encryption.v3") -> bytes:
     # a key of its own for encryption, so the signing key is never used for two purposes
-    return hmac.new(secret_key.encode(), b"proxima.question.encryption", hashlib.sha256).digest()
+    return hmac.new(secret_key.encode(), label, hashlib.sha256).digest()
 
 
-def _keystream_xor(key: bytes, nonce: bytes, data: bytes) -> bytes:
-    out = bytearray()
-    for block in range((len(data) + 31) // 32):
-        out += hmac.new(key, nonce + block.to_bytes(8, "big"), hashlib.sha256).digest()
+def _xor(data: bytes, keystream: bytes) -> bytes:
     # one XOR of two big integers: a byte-by-byte generator took a tenth of a question request's CPU
     n = len(data)
-    return (int.from_bytes(data, "big") ^ int.from_bytes(out[:n], "big")).to_bytes(n, "big")
+    return (int.from_bytes(data, "big") ^ int.from_bytes(keystream[:n], "big")).to_bytes(n, "big")
+
+
+def _keystream(key: bytes, nonce: bytes, n: int) -> bytes:
+    """``n`` bytes of SHAKE-256 over the key and the nonce: a keyed XOF (no length extension), one C call."""
+    return hashlib.shake_256(key + nonce).digest(n)
 
 
 def sign_question(secret_key: str, payload: dict) -> str:
     """An opaque token carrying ``payload``: unreadable and unforgeable without ``secret_key``."""
     nonce = os.urandom(NONCE_BYTES)
-    plain = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
-    sealed = base64.urlsafe_b64encode(nonce + _keystream_xor(_cipher_key(secret_key), nonce, plain)).decode()
-    return _serializer(secret_key).dumps(sealed)
+    plain = json.dumps(payload, separators=(",", ":")).encode()
+    sealed = nonce + _xor(plain, _keystream(_cipher_key(secret_key), nonce, len(plain)))
+    return _signer(secret_key).sign(base64.urlsafe_b64encode(sealed).rstrip(b"=")).decode()
 
 
-def verify_question(secret_key: str, token, max_age: int) -> dict:
+def verify_question(secret_key: str, token: object, max_age: int) -> dict:
     """The token's payload; ApiError 400/410 when it is forged, malformed or expired."""
     if not isinstance(token, str) or not token or len(token) > 4096:
         raise ApiError(400, "invalid_token", "the answer must carry the question's token as a string")
     try:
-        sealed = _serializer(secret_key).loads(token, max_age=max_age)
+        sealed = _signer(secret_key).unsign(token, max_age=max_age)
     except SignatureExpired:
         raise ApiError(410, "expired_token",
                        "this question expired before it was answered; fetch a new question") from None
     except BadSignature:
-        raise ApiError(400, "invalid_token", "the question token is not one this server issued") from None
+        return _verify_previous(secret_key, token, max_age)
+    try:
+        raw = base64.urlsafe_b64decode(sealed + b"=" * (-len(sealed) % 4))
+        nonce, body = raw[:NONCE_BYTES], raw[NONCE_BYTES:]
+        if len(nonce) != NONCE_BYTES:
+            raise ValueError("no nonce")
+        payload = json.loads(_xor(body, _keystream(_cipher_key(secret_key), nonce, len(body))))
+    except (ValueError, TypeError):
+        raise ApiError(400, "invalid_token", INVALID) from None
+    if not isinstance(payload, dict):
+        raise ApiError(400, "invalid_token", INVALID)
+    return payload
+
+
+# ------------------------------------------------------------------- the previous format
+@lru_cache(maxsize=8)
+def _previous_serializer(secret_key: str) -> URLSafeTimedSerializer:
+    return URLSafeTimedSerializer(secret_key, salt=PREVIOUS_SALT)
+
+
+def _previous_keystream_xor(key: bytes, nonce: bytes, data: bytes) -> bytes:
+    out = b"".join(hmac.digest(key, nonce + block.to_bytes(8, "big"), "sha256")
+                   for block in range((len(data) + 31) // 32))
+    return _xor(data, out)
+
+
+def _verify_previous(secret_key: str, token: str, max_age: int) -> dict:
+    """A token of the previous format (see the module's docstring), or the same ApiErrors."""
+    try:
+        sealed = _previous_serializer(secret_key).loads(token, max_age=max_age)
+    except SignatureExpired:
+        raise ApiError(410, "expired_token",
+                       "this question expired before it was answered; fetch a new question") from None
+    except BadSignature:
+        raise ApiError(400, "invalid_token", INVALID) from None
     try:
         raw = base64.urlsafe_b64decode(sealed.encode())
         nonce, body = raw[:NONCE_BYTES], raw[NONCE_BYTES:]
-        payload = json.loads(_keystream_xor(_cipher_key(secret_key), nonce, body))
+        payload = json.loads(_previous_keystream_xor(_cipher_key(secret_key, b"proxima.question.encryption"),
+                                                     nonce, body))
     except (ValueError, TypeError, AttributeError):
-        # signed by this server's key yet not a sealed question (e.g. an older token format)
-        raise ApiError(400, "invalid_token", "the question token is not one this server issued") from None
+        # signed by this server's key yet not a sealed question
+        raise ApiError(400, "invalid_token", INVALID) from None
     if not isinstance(payload, dict):
-        raise ApiError(400, "invalid_token", "the question token is not one this server issued")
+        raise ApiError(400, "invalid_token", INVALID)
     return payload
