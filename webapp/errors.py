@@ -18,7 +18,8 @@ class ApiError(Exception):
     ``headers`` go on the response (e.g. ``Retry-After`` of a 429); ``extra`` keys join the error body.
     """
 
-    def __init__(self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None, **extra):
+    def __init__(self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None,
+                 **extra: object) -> None:
         super().__init__(message)
         self.status = status
         self.code = code

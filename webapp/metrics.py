@@ -39,6 +39,7 @@ from .storage import get_redis
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from flask import Flask
     from flask.typing import ResponseReturnValue
     from prometheus_client.metrics_core import Metric
     from redis import Redis
@@ -134,7 +135,7 @@ def _record(response):
     return response
 
 
-def init_app(app) -> None:
+def init_app(app: Flask) -> None:
     app.register_blueprint(bp)
     app.before_request(_start_timer)
     app.after_request(_record)
@@ -185,7 +186,7 @@ def metrics() -> ResponseReturnValue:
 class RedisCollector:
     """Every metric, read from Redis at scrape time (``collect`` is what prometheus_client calls)."""
 
-    def __init__(self, conn: Redis):
+    def __init__(self, conn: Redis) -> None:
         self.conn = conn
 
     def collect(self) -> Iterator[Metric]:

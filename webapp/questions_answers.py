@@ -163,7 +163,7 @@ def catch_question(study: Study) -> dict:
     return {**common, "kind": "triplet", "head": head, "candidates": candidates}
 
 
-def catch_passed(study: Study, question: dict, choice, value) -> bool:
+def catch_passed(study: Study, question: dict, choice: int | None, value: float | None) -> bool:
     """Whether an attention check was answered as anyone paying attention would (a skip fails it)."""
     if question["kind"] == "rating":
         return value is not None and study.config.rating.catch_passes(value)
@@ -187,7 +187,7 @@ def question_request(study: Study, rater: str, now: float) -> NextRequest:
                         budget=limits.answer_budget, catch=catch, ask_repeat=ask_repeat)
 
 
-def maybe_queue_repeat(conn: Redis, study: Study, rater: str, question: dict, choice,
+def maybe_queue_repeat(conn: Redis, study: Study, rater: str, question: dict, choice: int | None,
                        issued: NextQuestion | None) -> None:
     """After an ordinary triplet answer: perhaps queue it to be asked again later (candidates swapped)
     as one of the rater's ``attention.validation_repeats``. Costs a round trip only when drawn, about
@@ -256,7 +256,7 @@ def next_question(conn: Redis, study: Study, rater: str) -> dict | None:
     return question_payload(conn, study, rater, issued, now)
 
 
-def parse_answer_body(body) -> tuple[str, int | None, float | None, int | None, bool]:
+def parse_answer_body(body: object) -> tuple[str, int | None, float | None, int | None, bool]:
     """(token, choice, value, response_ms, skip) of an answer body; which of choice/value is needed
     depends on the question kind, checked once the token is verified."""
     if not isinstance(body, dict):
@@ -281,7 +281,8 @@ def parse_answer_body(body) -> tuple[str, int | None, float | None, int | None, 
     return body.get("token"), choice, value, None if response_ms is None else int(response_ms), skip
 
 
-def check_response(study: Study, question: dict, choice, value, skip: bool = False) -> tuple[int | None, float | None]:
+def check_response(study: Study, question: dict, choice: int | None, value: float | None,
+                   skip: bool = False) -> tuple[int | None, float | None]:
     """The answer's choice (triplets) or value (ratings), or ApiError saying what the question needs."""
     if skip:
         if not study.config.allow_skip:
@@ -315,7 +316,7 @@ def on_step(value: float, low: float, step: float | None) -> float:
     return round(low + round((value - low) / step) * step, 12)
 
 
-def submit_answer(conn: Redis, study: Study, rater: str, body, issue_next: bool = True) -> dict:
+def submit_answer(conn: Redis, study: Study, rater: str, body: object, issue_next: bool = True) -> dict:
     """Validate and store one answer; returns {"answer": {"id"}, "next": question | None}.
 
     Storing the answer and issuing the rater's next question are one Lua script (one round trip);
@@ -379,7 +380,7 @@ def submit_answer(conn: Redis, study: Study, rater: str, body, issue_next: bool 
     return result
 
 
-def answer_flags(study: Study, question: dict, choice, issued_at: float, response_ms: int | None,
+def answer_flags(study: Study, question: dict, choice: int | None, issued_at: float, response_ms: int | None,
                  value: float | None = None, skip: bool = False) -> tuple[list[str], tuple[str, ...]]:
     """(flags for the log, rater-stats counters to increment) of one answer.
 

@@ -44,7 +44,7 @@ REDIRECT_SECONDS = 5
 ITEM_LINK = "item:"
 
 
-def render_markdown(text: str | None, study=None) -> Markup:
+def render_markdown(text: str | None, study: Study | None = None) -> Markup:
     """Researcher Markdown as safe HTML; with ``study``, ``item:ID`` image sources become the item's media."""
     if study is None or ITEM_LINK not in (text or ""):
         return Markup(_markdown.render(text or ""))
@@ -106,7 +106,7 @@ def load_study_or_404(study_id: str) -> Study:
         abort(404, description=f"There is no study '{study_id}'. Check the link you were given.")
 
 
-def practice_payload(study) -> list[dict]:
+def practice_payload(study: Study) -> list[dict]:
     """The practice questions with their items; ones naming unknown items are left out."""
     from .questions_answers import item_payload
 
@@ -217,7 +217,7 @@ def finish(study_id: str) -> ResponseReturnValue:
                            debrief=completion.debrief_question)
 
 
-def study_full(conn: Redis, study) -> bool:
+def study_full(conn: Redis, study: Study) -> bool:
     """Whether the study takes no more answers: its answer budget is reached or every algorithm finished."""
     budget = study.config.limits.answer_budget
     with conn.pipeline(transaction=False) as pipe:
@@ -227,7 +227,7 @@ def study_full(conn: Redis, study) -> bool:
     return bool(budget and int(answers) >= budget) or int(finished) >= len(study.config.algorithms)
 
 
-def anonymous_session_allowed(conn: Redis, study) -> bool:
+def anonymous_session_allowed(conn: Redis, study: Study) -> bool:
     """Count a new anonymous rater session of this address in the study (an hour's window); False
     once the address opened the study's ``anonymous_sessions_per_address`` of them."""
     key = keys.anonymous_sessions(study.id, request.remote_addr or "unknown")
@@ -238,7 +238,7 @@ def anonymous_session_allowed(conn: Redis, study) -> bool:
     return int(opened) <= study.config.limits.anonymous_sessions_per_address
 
 
-def code_shortfall(conn: Redis, study, rater: str, stats: dict[str, int]) -> str | None:
+def code_shortfall(conn: Redis, study: Study, rater: str, stats: dict[str, int]) -> str | None:
     """Why this rater gets no completion code, or None when they did the work: the configured
     minimum of answers and the attention checks (a check still held unanswered counts as failed)."""
     needed = study.config.limits.answers_for_code
@@ -255,7 +255,7 @@ def code_shortfall(conn: Redis, study, rater: str, stats: dict[str, int]) -> str
     return None
 
 
-def code_minting_allowed(conn: Redis, study, rater: str, code: str = "1") -> bool:
+def code_minting_allowed(conn: Redis, study: Study, rater: str, code: str = "1") -> bool:
     """Charge the address's code bucket the first time a rater is shown their code (reloads are free).
     The code shown is kept (the raters export lists it beside the rater, to match Prolific's list)."""
     from .limits import limit_code

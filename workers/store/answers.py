@@ -20,7 +20,7 @@ from workers.store.lua import Script
 from workers.store.queue import UPDATE_FLAG_TTL
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Collection, Iterable, Iterator
 
     from redis import Redis
 
@@ -52,7 +52,7 @@ class AnswerRefused(Exception):
     """The answer was not stored; ``code`` says why: ``used``, ``expired``, ``rater_limit`` (the rater
     has answered their maximum) or ``budget`` (the study has all the answers it may take)."""
 
-    def __init__(self, code: str, answer_id: str | None = None):
+    def __init__(self, code: str, answer_id: str | None = None) -> None:
         super().__init__(code)
         self.code = code
         self.answer_id = answer_id
@@ -260,7 +260,7 @@ CSV_COLUMNS = ("study", "answer_id", "answered_at", "rater", "algorithm", "kind"
                "question_id")
 
 
-def answer_rows(answers, item_ids: list[str], study_id: str = "") -> Iterator[dict]:
+def answer_rows(answers: Iterable[Answer], item_ids: list[str], study_id: str = "") -> Iterator[dict]:
     """One flat row per answer; item columns absent from a question kind are empty."""
     def item_id(index):
         return "" if index is None or index < 0 else item_ids[index]
@@ -282,7 +282,7 @@ def answer_rows(answers, item_ids: list[str], study_id: str = "") -> Iterator[di
         }
 
 
-def export_csv(answers, item_ids: list[str], study_id: str = "") -> Iterator[str]:
+def export_csv(answers: Iterable[Answer], item_ids: list[str], study_id: str = "") -> Iterator[str]:
     """Yield the answers as CSV text chunks (header first), for streaming responses and files."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
@@ -296,12 +296,12 @@ def export_csv(answers, item_ids: list[str], study_id: str = "") -> Iterator[str
     yield buf.getvalue()
 
 
-def export_jsonl(answers, item_ids: list[str], study_id: str = "") -> Iterator[str]:
+def export_jsonl(answers: Iterable[Answer], item_ids: list[str], study_id: str = "") -> Iterator[str]:
     for row in answer_rows(answers, item_ids, study_id):
         yield json.dumps(row) + "\n"
 
 
-def export_triplets(answers, excluded_raters=frozenset()) -> Iterator[str]:
+def export_triplets(answers: Iterable[Answer], excluded_raters: Collection[str] = frozenset()) -> Iterator[str]:
     """Triplet answers in cblearn's ``list-order`` format: CSV rows ``i,j,k`` (item indices),
     meaning i was judged closer to j than to k (attention checks and validation repeats left out).
     Load with ``numpy.loadtxt(f, delimiter=",", dtype=int)``.

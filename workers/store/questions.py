@@ -23,6 +23,7 @@ from workers.store.queue import UPDATE_FLAG_TTL
 
 if TYPE_CHECKING:
     from redis import Redis
+    from redis.client import Pipeline
 
 
 #: The Lua scripts of the pools (workers/store/lua/): the shared functions issue() and next_question()
@@ -86,7 +87,8 @@ def fallback_question(algorithm: AlgorithmConfig, n_items: int) -> dict:
     return triplet_question(i, j, k, algorithm.label, fallback=True)
 
 
-def push_questions(conn: Redis, study_id: str, algorithm: str, questions: list[dict], pipeline=None) -> None:
+def push_questions(conn: Redis, study_id: str, algorithm: str, questions: list[dict],
+                   pipeline: Pipeline | None = None) -> None:
     if not questions:
         return
     target = pipeline if pipeline is not None else conn
@@ -249,7 +251,7 @@ def expired_questions(conn: Redis, study_id: str, before: float) -> list[dict]:
     return found
 
 
-def release_questions(pipeline, study_id: str, qids: list[str]) -> None:
+def release_questions(pipeline: Pipeline, study_id: str, qids: list[str]) -> None:
     if qids:
         pipeline.zrem(keys.issued(study_id), *qids)
         pipeline.hdel(keys.issued_questions(study_id), *qids)

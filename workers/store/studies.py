@@ -24,6 +24,7 @@ from workers.store.config import ALGORITHM_TABLE, LABELLED_ALGORITHMS, StudyConf
 
 if TYPE_CHECKING:
     from redis import Redis
+    from redis.client import Pipeline
 
 
 ITEM_KINDS = ("color", "image", "text", "audio", "video", "html")
@@ -67,7 +68,7 @@ class StudyError(ValueError):
 
 
 class StudyNotFound(LookupError):
-    def __init__(self, study_id: str):
+    def __init__(self, study_id: str) -> None:
         super().__init__(f"there is no study with id '{study_id}'")
         self.study_id = study_id
 
@@ -88,7 +89,7 @@ class Item:
     position: tuple[float, ...] | None = None
     features: dict[str, float] | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.id or len(self.id) > 200:
             raise StudyError(f"item id {self.id!r} must be 1 to 200 characters")
         if self.kind not in ITEM_KINDS:
@@ -526,7 +527,7 @@ def check_stylesheet(source: str, data: bytes | str) -> str:
     return css
 
 
-def set_stylesheet(conn: Redis, study_id: str, css: str | None, pipeline=None) -> None:
+def set_stylesheet(conn: Redis, study_id: str, css: str | None, pipeline: Pipeline | None = None) -> None:
     """Store (or with None remove) the study's checked stylesheet."""
     target = pipeline if pipeline is not None else conn
     if css:
@@ -717,7 +718,7 @@ def set_features(conn: Redis, study_id: str, features: dict[str, dict[str, float
 EDITABLE_FIELDS = ("name", "instructions", "question", "pool_size", "token_ttl_seconds", "budgets", "limits")
 
 
-def update_config(conn: Redis, study_id: str, **changes) -> StudyConfig:
+def update_config(conn: Redis, study_id: str, **changes: object) -> StudyConfig:
     """Change editable fields of a study's config, re-validated as a whole; returns the new config.
 
     ``budgets`` maps algorithm labels to a question budget (None for no limit); ``limits`` changes

@@ -53,7 +53,7 @@ class Script:
     header, so a call missing one or naming an unknown one fails before Redis sees it.
     """
 
-    def __init__(self, name: str):
+    def __init__(self, name: str) -> None:
         self.name = name
         own = files(__name__).joinpath(name).read_text(encoding="utf-8")
         self.key_names, self.more_keys = _header(own, "KEYS")
@@ -82,7 +82,7 @@ class Script:
         return [given[n] for n in names] + list(more)
 
     def __call__(self, conn: Redis, keys: Mapping[str, object] | None = None, args: Mapping[str, object] | None = None,
-                 more_keys: Sequence = (), more_args: Sequence = ()):
+                 more_keys: Sequence = (), more_args: Sequence = ()) -> Any:
         key_list, arg_list = self.ordered(keys, args, more_keys, more_args)
         return self.run(conn, key_list, arg_list)
 
