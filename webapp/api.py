@@ -10,8 +10,8 @@ from flask import Blueprint, jsonify, request
 from workers.store.raters import rater_table
 
 from .errors import ApiError
-from .questions_answers import load_study, load_study_for_rater, next_question, submit_answer
-from .raters import check_rater_session, current_rater, session_replaced
+from .questions_answers import load_study, rater_answer, rater_next_question
+from .raters import current_rater, session_guard
 from .stats import study_stats
 from .storage import get_redis
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 bp = Blueprint("api", __name__, url_prefix="/api")
 
 
-def _refuse_constant(name: str):
+def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
@@ -48,25 +48,17 @@ def health() -> ResponseReturnValue:
 
 @bp.get("/studies/<study_id>/questions/next")
 def get_next_question(study_id: str) -> ResponseReturnValue:
-    conn = get_redis()
     rater = current_rater()
-    study, holder = load_study_for_rater(conn, study_id, rater)
-    check_rater_session(study_id, rater, holder)
-    question = next_question(conn, study, rater)
-    if question is None:
-        raise ApiError(409, "study_not_running", f"study '{study_id}' is {study.status} and is not asking questions")
+    # one round trip: the study guard checks this process's copy of the study and the rater's session
+    question = rater_next_question(get_redis(), study_id, rater, session_guard(study_id, rater))
     return jsonify({"question": question})
 
 
 @bp.post("/studies/<study_id>/answers")
 def post_answer(study_id: str) -> ResponseReturnValue:
-    conn = get_redis()
     rater = current_rater()
-    study, holder = load_study_for_rater(conn, study_id, rater)
-    replaced = session_replaced(study_id, rater, holder)
-    # the answer is kept either way; a replaced session is told so instead of getting a next question
-    result = submit_answer(conn, study, rater, json_body(), issue_next=not replaced)
-    check_rater_session(study_id, rater, holder)
+    # the answer is kept either way; a replaced session is told so (409) instead of getting a next question
+    result = rater_answer(get_redis(), study_id, rater, json_body, session_guard(study_id, rater))
     return jsonify(result), 201
 
 

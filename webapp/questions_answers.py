@@ -4,8 +4,10 @@ The JSON API's views (``api.py``) and the rater pages (``raters.py``) call it; t
 its export are ``workers.store.raters``. Views parse the request and call these; nothing here waits
 on the engine: a question is popped from the study's pool (or a fallback is drawn), an answer is
 validated against its signed token and appended to the log by one Lua script. Each request costs
-two Redis round trips: the study's hash (with the rater's session nonce), then one script (an
-answer is stored and the rater's next question issued by the same script).
+one Redis round trip: one script (an answer is stored and the rater's next question issued by the
+same script). The study comes from this process's copy (``studies.current_study``), which the
+script checks first (lua/study_guard.lua) together with the rater's browser session: a stale copy is
+read again and the request redone, so an edit made by any process is seen at once.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from workers.store.answers import (
 from workers.store.questions import (
     NextQuestion,
     NextRequest,
+    StudyGuard,
     issue_next_question,
     new_question_id,
     next_request,
@@ -40,12 +43,21 @@ from workers.store.questions import (
     repeat_question,
 )
 from workers.store.queue import enqueue_update
-from workers.store.studies import Study, StudyNotFound, get_study, get_study_and_rater_session, sanitize_html
+from workers.store.studies import (
+    Study,
+    StudyNotFound,
+    current_study,
+    get_study,
+    get_study_and_rater_session,
+    sanitize_html,
+)
 
 from .errors import ApiError
 from .tokens import sign_question, verify_question
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from redis import Redis
 
 
@@ -65,6 +77,20 @@ REPEAT_SOURCE_SHARE = 0.6
 REPEAT_DEFAULT_QUESTIONS = 100
 #: Error codes meaning "no more questions for this rater": the page moves on to the finish page.
 DONE_CODES = ("study_complete", "rater_done", "budget_reached", "rater_stopped")
+#: Tries of a rater's request against a copy of the study that turns out stale (the last one reads the
+#: study and runs its script without the check, as a request did before copies were kept).
+STUDY_ATTEMPTS = 3
+SESSION_REPLACED_MESSAGE = ("This study was opened with your participant id in another tab, browser or device; "
+                            "please continue there, or reload this page to continue here.")
+
+
+class StaleStudy(Exception):
+    """The request's script found this process's copy of the study out of date: nothing was done."""
+
+
+def session_replaced_error() -> ApiError:
+    """The 409 telling a page that its rater id was since opened in another browser session."""
+    return ApiError(409, "session_replaced", SESSION_REPLACED_MESSAGE)
 
 
 def load_study(conn: Redis, study_id: str) -> Study:
@@ -176,15 +202,15 @@ def check_consent(study: Study) -> None:
                        consent_url=url_for("raters.study_page", study_id=study.id))
 
 
-def question_request(study: Study, rater: str, now: float) -> NextRequest:
+def question_request(study: Study, rater: str, now: float, guard: StudyGuard | None = None) -> NextRequest:
     """What the Lua step issuing ``rater``'s next question needs: limits, an attention check drawn
-    at the study's rate, the algorithms' shares and fallbacks."""
+    at the study's rate, the algorithms' shares and fallbacks (``guard``: behind the study guard)."""
     limits, attention = study.config.limits, study.config.attention
     catch = catch_question(study) if attention.rate > 0 and random.random() < attention.rate else None
     ask_repeat = random.random() < REPEAT_ASK_CHANCE if attention.validation_repeats else None
     return next_request(study.id, study.config, study.n_items, rater, now=now, expires_at=now + token_ttl(study),
                         stop_flagged=attention.stop_flagged, max_per_rater=limits.max_questions_per_rater,
-                        budget=limits.answer_budget, catch=catch, ask_repeat=ask_repeat)
+                        budget=limits.answer_budget, catch=catch, ask_repeat=ask_repeat, guard=guard)
 
 
 def maybe_queue_repeat(conn: Redis, study: Study, rater: str, question: dict, choice: int | None,
@@ -242,18 +268,64 @@ def question_payload(conn: Redis, study: Study, rater: str, issued: NextQuestion
     return payload
 
 
-def next_question(conn: Redis, study: Study, rater: str) -> dict | None:
+def next_question(conn: Redis, study: Study, rater: str, guard: StudyGuard | None = None) -> dict | None:
     """Issue the next question to ``rater``: a payload with its signed token, or None if closed.
 
     Raises ApiError 403 ``consent_required`` before consent, and a 409 with a ``finish_url``
-    (one of DONE_CODES) when the rater or the study is done.
+    (one of DONE_CODES) when the rater or the study is done. Behind a ``guard``: StaleStudy (nothing
+    was done) and the 409 ``session_replaced``.
     """
     if study.status != "running":
         return None
     check_consent(study)
     now = time.time()
-    issued = issue_next_question(conn, question_request(study, rater, now))
+    issued = issue_next_question(conn, question_request(study, rater, now, guard=guard))
+    if issued.status == "stale":
+        raise StaleStudy(study.id)
+    if issued.status == "replaced":
+        raise session_replaced_error()
     return question_payload(conn, study, rater, issued, now)
+
+
+def _current(conn: Redis, study_id: str, attempt: int) -> tuple[Study, str, bool]:
+    """``studies.current_study`` for try ``attempt`` (a copy first, then read), ApiError 404 if unknown;
+    the last try's fingerprint is '' (no check: the study was read just now)."""
+    try:
+        study, fingerprint, fresh = current_study(conn, study_id, fresh=attempt > 0)
+    except StudyNotFound as exc:
+        raise ApiError(404, "unknown_study", str(exc)) from None
+    return study, "" if attempt == STUDY_ATTEMPTS - 1 else fingerprint, fresh
+
+
+def _session_replaced(conn: Redis, study_id: str, session: StudyGuard) -> bool:
+    holder = conn.hget(keys.rater_sessions(study_id), session.rater) if session.rater else None
+    return holder is not None and holder.decode() != session.nonce
+
+
+def rater_next_question(conn: Redis, study_id: str, rater: str, session: StudyGuard) -> dict:
+    """A rater's question request (GET .../questions/next) in one round trip: ``next_question`` on
+    this process's copy of the study, behind the study guard with the rater's browser ``session``
+    (``StudyGuard``'s rater and nonce). A stale copy is read again and the request redone; a refusal
+    made on a copy (not running, no consent) is confirmed on the study read again, and a session that
+    lost its rater id hears that first, as when the study was always read before."""
+    for attempt in range(STUDY_ATTEMPTS):
+        study, fingerprint, fresh = _current(conn, study_id, attempt)
+        try:
+            question = next_question(conn, study, rater, StudyGuard(fingerprint, session.rater, session.nonce))
+            if question is None:
+                raise ApiError(409, "study_not_running",
+                               f"study '{study_id}' is {study.status} and is not asking questions")
+            return question
+        except StaleStudy:
+            continue
+        except ApiError as exc:
+            if exc.code in ("study_not_running", "consent_required"):
+                if not fresh:
+                    continue  # decided on the copy: decide again on the stored study
+                if _session_replaced(conn, study_id, session):
+                    raise session_replaced_error() from None
+            raise
+    raise AssertionError("the last try runs without the study check")
 
 
 def parse_answer_body(body: object) -> tuple[str, int | None, float | None, int | None, bool]:
@@ -316,12 +388,74 @@ def on_step(value: float, low: float, step: float | None) -> float:
     return round(low + round((value - low) / step) * step, 12)
 
 
-def submit_answer(conn: Redis, study: Study, rater: str, body: object, issue_next: bool = True) -> dict:
+def submit_answer(conn: Redis, study: Study, rater: str, body: object, issue_next: bool = True,
+                  guard: StudyGuard | None = None, copy: bool = False) -> dict:
     """Validate and store one answer; returns {"answer": {"id"}, "next": question | None}.
 
     Storing the answer and issuing the rater's next question are one Lua script (one round trip);
     ``issue_next=False`` stores the answer only (a session that lost its rater id to another one).
+    Behind a ``guard`` (lua/study_guard.lua): StaleStudy when the study changed (nothing stored), and a
+    rater id another browser session holds stores the answer, then raises the 409 ``session_replaced``.
+    ``copy``: ``study`` is this process's copy, so a refusal before storing raises StaleStudy (the
+    caller decides again on the stored study) instead of its ApiError.
     """
+    try:
+        payload, question, choice, value, response_ms, flags, stats = _checked_answer(study, rater, body)
+    except ApiError:
+        if copy:
+            raise StaleStudy(study.id) from None
+        raise
+    limits, attention = study.config.limits, study.config.attention
+    running = study.status == "running"
+    now = time.time()
+    then = question_request(study, rater, now) if running and issue_next and consent_given(study) else None
+    try:
+        answer_id, schedule, issued = accept_and_issue(
+            conn, study.id, question, rater, choice, issued_at=payload["t"], response_ms=response_ms,
+            used_ttl=USED_MARKER_TTL, value=value, flags=",".join(flags), stats=stats,
+            max_per_rater=limits.max_questions_per_rater, budget=limits.answer_budget,
+            # every answer re-checks the flag rule: abandoned checks count as failed without an answer
+            flag_rule=(attention.min_checks, attention.max_failure_share), then=then,
+            stop_flagged=attention.stop_flagged, min_response_ms=limits.min_response_ms, require_held=True,
+            guard=guard)
+    except AnswerRefused as refused:
+        if refused.code == "stale":
+            raise StaleStudy(study.id) from None
+        if refused.code == "used":
+            raise ApiError(409, "already_answered", "this question was already answered; the first answer is kept",
+                           answer_id=refused.answer_id) from None
+        if refused.code == "rater_stopped":
+            raise ApiError(409, "rater_stopped", DONE_MESSAGES["rater_stopped"], finish_url=finish_url(study)) from None
+        if refused.code == "rater_limit":
+            raise done(conn, study, rater, "rater_done", DONE_MESSAGES["rater_done"]) from None
+        if refused.code == "budget":
+            raise done(conn, study, rater, "budget_reached", DONE_MESSAGES["budget_reached"]) from None
+        raise ApiError(410, "expired_token",
+                       "this question expired before it was answered; fetch a new question") from None
+    replaced = issued is not None and issued.status == "replaced"
+    if schedule:
+        enqueue_update(conn, study.id)
+    if question.get("repeat_of") is not None and choice is not None:
+        flag_low_self_agreement(conn, study, rater)
+    else:
+        maybe_queue_repeat(conn, study, rater, question, choice, issued)
+    if replaced:
+        raise session_replaced_error()  # the answer is kept; the page is told instead of getting a question
+    result = {"answer": {"id": answer_id}, "next": None}
+    if running and issue_next:
+        check_consent(study)  # stored, but no next question before consent (as a question request)
+        try:
+            result["next"] = question_payload(conn, study, rater, issued, now)
+        except ApiError as exc:
+            if exc.code not in DONE_CODES:
+                raise
+            result["done"] = {"code": exc.code, "message": exc.message, "finish_url": finish_url(study)}
+    return result
+
+
+def _checked_answer(study: Study, rater: str, body: object) -> tuple:
+    """What ``submit_answer`` stores, checked before anything is: (token payload, question, choice,
+    value, response_ms, flags, rater-stats counters); ApiError for anything wrong."""
     token, choice, value, response_ms, skip = parse_answer_body(body)
     payload = verify_question(current_app.config["SECRET_KEY"], token, max_age=token_ttl(study))
     late = study.status != "running"
@@ -338,46 +472,26 @@ def submit_answer(conn: Redis, study: Study, rater: str, body: object, issue_nex
     flags, stats = answer_flags(study, question, choice, payload["t"], response_ms, value=value, skip=skip)
     if late:
         flags.append(LATE_FLAG)  # the researcher chose to keep it (accept_late_answers)
-    limits, attention = study.config.limits, study.config.attention
-    running = study.status == "running"
-    now = time.time()
-    then = question_request(study, rater, now) if running and issue_next and consent_given(study) else None
-    try:
-        answer_id, schedule, issued = accept_and_issue(
-            conn, study.id, question, rater, choice, issued_at=payload["t"], response_ms=response_ms,
-            used_ttl=USED_MARKER_TTL, value=value, flags=",".join(flags), stats=stats,
-            max_per_rater=limits.max_questions_per_rater, budget=limits.answer_budget,
-            # every answer re-checks the flag rule: abandoned checks count as failed without an answer
-            flag_rule=(attention.min_checks, attention.max_failure_share), then=then,
-            stop_flagged=attention.stop_flagged, min_response_ms=limits.min_response_ms, require_held=True)
-    except AnswerRefused as refused:
-        if refused.code == "used":
-            raise ApiError(409, "already_answered", "this question was already answered; the first answer is kept",
-                           answer_id=refused.answer_id) from None
-        if refused.code == "rater_stopped":
-            raise ApiError(409, "rater_stopped", DONE_MESSAGES["rater_stopped"], finish_url=finish_url(study)) from None
-        if refused.code == "rater_limit":
-            raise done(conn, study, rater, "rater_done", DONE_MESSAGES["rater_done"]) from None
-        if refused.code == "budget":
-            raise done(conn, study, rater, "budget_reached", DONE_MESSAGES["budget_reached"]) from None
-        raise ApiError(410, "expired_token",
-                       "this question expired before it was answered; fetch a new question") from None
-    if schedule:
-        enqueue_update(conn, study.id)
-    if question.get("repeat_of") is not None and choice is not None:
-        flag_low_self_agreement(conn, study, rater)
-    else:
-        maybe_queue_repeat(conn, study, rater, question, choice, issued)
-    result = {"answer": {"id": answer_id}, "next": None}
-    if running and issue_next:
-        check_consent(study)  # stored, but no next question before consent (as a question request)
+    return payload, question, choice, value, response_ms, flags, stats
+
+
+def rater_answer(conn: Redis, study_id: str, rater: str, read_body: Callable[[], object],
+                 session: StudyGuard) -> dict:
+    """A rater's answer (POST .../answers) in one round trip: ``submit_answer`` on this process's copy
+    of the study, behind the study guard with the rater's browser ``session``; a stale copy is read
+    again and the answer redone (the guard refused it before anything was stored). ``read_body`` gives
+    the request's JSON document, read once the study is known (an unknown study is a 404 first)."""
+    body = None
+    for attempt in range(STUDY_ATTEMPTS):
+        study, fingerprint, fresh = _current(conn, study_id, attempt)
+        if attempt == 0:
+            body = read_body()
         try:
-            result["next"] = question_payload(conn, study, rater, issued, now)
-        except ApiError as exc:
-            if exc.code not in DONE_CODES:
-                raise
-            result["done"] = {"code": exc.code, "message": exc.message, "finish_url": finish_url(study)}
-    return result
+            return submit_answer(conn, study, rater, body, guard=StudyGuard(fingerprint, session.rater, session.nonce),
+                                 copy=not fresh)
+        except StaleStudy:
+            continue
+    raise AssertionError("the last try reads the study and refuses nothing as stale")
 
 
 def answer_flags(study: Study, question: dict, choice: int | None, issued_at: float, response_ms: int | None,

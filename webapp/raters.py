@@ -12,10 +12,10 @@ from markupsafe import Markup
 
 from workers.store import keys
 from workers.store.answers import RATER_ID_PATTERN
+from workers.store.questions import StudyGuard
 from workers.store.studies import STUDY_ID_PATTERN, StudyNotFound, get_items, get_media, get_study, get_stylesheet
 
-from .errors import ApiError
-from .questions_answers import completion_code, rater_stats
+from .questions_answers import completion_code, rater_stats, session_replaced_error
 from .storage import get_redis
 
 if TYPE_CHECKING:
@@ -95,8 +95,16 @@ def check_rater_session(study_id: str, rater: str, holder: str | None) -> None:
     """Refuse new questions to a session whose rater id was since opened in another session.
     Answers to questions already handed out are still taken (they are the rater's own)."""
     if session_replaced(study_id, rater, holder):
-        raise ApiError(409, "session_replaced", "This study was opened with your participant id in another tab, "
-                       "browser or device; please continue there, or reload this page to continue here.")
+        raise session_replaced_error()
+
+
+def session_guard(study_id: str, rater: str) -> StudyGuard:
+    """The rater id and this browser session's nonce for it, for the study guard of a rater's request
+    (lua/study_guard.lua does what ``session_replaced`` does, in the request's own script); an
+    anonymous id belongs to one session by construction and is not checked."""
+    if rater.startswith("anon-"):
+        return StudyGuard()
+    return StudyGuard(rater=rater, nonce=session.get("rater_sessions", {}).get(study_id) or "")
 
 
 def load_study_or_404(study_id: str) -> Study:

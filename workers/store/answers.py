@@ -50,7 +50,8 @@ LATE_FLAG = "late"
 
 class AnswerRefused(Exception):
     """The answer was not stored; ``code`` says why: ``used``, ``expired``, ``rater_limit`` (the rater
-    has answered their maximum) or ``budget`` (the study has all the answers it may take)."""
+    has answered their maximum), ``budget`` (the study has all the answers it may take), ``rater_stopped``
+    or ``stale`` (the caller's copy of the study is out of date: lua/study_guard.lua)."""
 
     def __init__(self, code: str, answer_id: str | None = None) -> None:
         super().__init__(code)
@@ -147,6 +148,7 @@ def accept_and_issue(conn: Redis, study_id: str, question: dict, rater: str, cho
                      budget: int | None = None, flag_rule: tuple[int, float] | None = None,
                      then: questions.NextRequest | None = None, stop_flagged: bool = False,
                      min_response_ms: int = 0, require_held: bool = False,
+                     guard: questions.StudyGuard | None = None,
                      ) -> tuple[str, bool, questions.NextQuestion | None]:
     """``accept_answer``, then in the same atomic step (one round trip) two optional follow-ups:
 
@@ -156,7 +158,10 @@ def accept_and_issue(conn: Redis, study_id: str, question: dict, rater: str, cho
     question or None when none was asked for). ``stop_flagged``: refuse a flagged rater's answer
     (``rater_stopped``); ``min_response_ms``: flag ``too_fast`` an answer given sooner after the later of
     its issue and the rater's previous answer; ``require_held``: refuse (``expired``) a question the
-    rater no longer holds (dropped for a newer one, or expired; see lua/next_question.lua).
+    rater no longer holds (dropped for a newer one, or expired; see lua/next_question.lua); ``guard``:
+    check the caller's copy of the study and the rater's browser session first (lua/study_guard.lua):
+    a stale copy refuses the answer (``stale``, nothing written); a rater id another session holds
+    stores the answer but issues nothing (the next question is ``NextQuestion('replaced')``).
     """
     now = time.time()
     if question["kind"] == "rating":
@@ -183,7 +188,7 @@ def accept_and_issue(conn: Redis, study_id: str, question: dict, rater: str, cho
         "max_failure_share": "" if flag_rule is None else repr(float(flag_rule[1])),
         "stop_flagged": "1" if stop_flagged else "0", "min_response_ms": int(min_response_ms or 0),
         "issued_at": repr(float(issued_at)), "now": repr(now), "require_held": "1" if require_held else "0",
-        "issue_next": "0" if then is None else "1",
+        "issue_next": "0" if then is None else "1", **(guard or questions.StudyGuard()).args(),
     }
     script_keys = {
         "used_token": keys.used_token(study_id, question["qid"]), "issued": keys.issued(study_id),
@@ -191,6 +196,7 @@ def accept_and_issue(conn: Redis, study_id: str, question: dict, rater: str, cho
         "raters": keys.raters(study_id), "per_minute": keys.answers_per_minute(study_id),
         "update_scheduled": keys.update_scheduled(study_id), "counters": keys.counters(study_id),
         "rater_stats": keys.rater_stats(study_id), "outstanding": keys.outstanding(study_id, rater),
+        **questions.StudyGuard().keys(study_id),
     }
     reply = ACCEPT(conn, keys=script_keys, args=args, more_keys=then.keys if then is not None else (),
                    more_args=then.args if then is not None else ())
@@ -199,7 +205,10 @@ def accept_and_issue(conn: Redis, study_id: str, question: dict, rater: str, cho
         raise AnswerRefused("used", reply[1].decode())
     if status != "ok":
         raise AnswerRefused(status)
-    following = questions.parse_next_reply(reply[3:]) if then is not None else None
+    if reply[3] == b"replaced":
+        following = questions.NextQuestion("replaced")
+    else:
+        following = questions.parse_next_reply(reply[4:]) if then is not None else None
     return reply[1].decode(), bool(int(reply[2])), following
 
 

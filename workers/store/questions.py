@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 #: are in issue.lua and next_question.lua.
 ISSUE = Script("issue_one.lua")
 NEXT = Script("next.lua")
+#: next.lua behind study_guard.lua: a web request's copy of the study is checked in the same step.
+NEXT_GUARDED = Script("next_guarded.lua")
 PRUNE = Script("prune.lua")
 QUEUE_REPEAT = Script("queue_repeat.lua")
 
@@ -150,16 +152,36 @@ def issue_question(conn: Redis, study_id: str, config: StudyConfig, n_items: int
 
 @dataclass(frozen=True)
 class NextRequest:
-    """The keys and arguments of next.lua for one rater, in order (accept.lua takes them after its own)."""
+    """The keys and arguments of next.lua for one rater, in order (accept.lua takes them after its own);
+    ``guarded``: those of next_guarded.lua (the study guard's first)."""
 
     keys: list[str]
     args: list
+    guarded: bool = False
+
+
+@dataclass(frozen=True)
+class StudyGuard:
+    """What lua/study_guard.lua checks before a rater's request acts: the study's fingerprint as the web
+    process read it ('' = no check) and the recruited rater id ('' = none) with this browser session's
+    nonce for it."""
+
+    fingerprint: str = ""
+    rater: str = ""
+    nonce: str = ""
+
+    def keys(self, study_id: str) -> dict[str, str]:
+        return {"study": keys.study(study_id), "rater_sessions": keys.rater_sessions(study_id)}
+
+    def args(self) -> dict[str, str]:
+        return {"fingerprint": self.fingerprint, "holder_rater": self.rater, "holder_nonce": self.nonce}
 
 
 @dataclass(frozen=True)
 class NextQuestion:
     """What ``next_question`` gave: ``status`` 'ok' or why the rater gets no question ('rater_stopped',
-    'rater_done', 'budget_reached', 'study_complete'); when 'ok' the question, the answers the rater had
+    'rater_done', 'budget_reached', 'study_complete'; behind a guard also 'stale' and 'replaced', see
+    lua/study_guard.lua); when 'ok' the question, the answers the rater had
     given, whether this call set the study's update flag (the caller enqueues the update) and the
     item JSON documents of the items it shows, in display order."""
 
@@ -173,11 +195,11 @@ class NextQuestion:
 def next_request(study_id: str, config: StudyConfig, n_items: int, rater: str, now: float, expires_at: float,
                  stop_flagged: bool, max_per_rater: int | None, budget: int | None,
                  catch: dict | None = None, max_outstanding: int | None = None,
-                 ask_repeat: bool | None = None) -> NextRequest:
+                 ask_repeat: bool | None = None, guard: StudyGuard | None = None) -> NextRequest:
     """Keys and arguments to issue ``rater``'s next question (``catch``: this attention check instead).
     ``max_outstanding``: questions the rater may hold unanswered (default: the study's setting);
     ``ask_repeat``: True to ask the rater's first queued validation repeat if it is due (None: the
-    study asks none)."""
+    study asks none); ``guard``: run behind the study guard (next_guarded.lua)."""
     most = int(max_outstanding or config.limits.max_outstanding)
     more_keys = [*pool_keys(study_id, config), keys.outstanding(study_id, rater)]
     more_args = [*algorithm_args(config, n_items), most]
@@ -186,15 +208,16 @@ def next_request(study_id: str, config: StudyConfig, n_items: int, rater: str, n
         more_args.append("1" if ask_repeat else "0")
     issue_named = issue_args(config, rater, now, expires_at)
     issue_named["issue_rater"] = issue_named.pop("rater")
-    script_keys, args = NEXT.ordered(
+    script = NEXT if guard is None else NEXT_GUARDED
+    script_keys, args = script.ordered(
         keys={"rater_stats": keys.rater_stats(study_id), "answers": keys.answers(study_id),
               "items": keys.items(study_id), "update_scheduled": keys.update_scheduled(study_id),
-              **issue_keys(study_id)},
+              **issue_keys(study_id), **(guard.keys(study_id) if guard is not None else {})},
         args={"rater": rater, "stop_flagged": "1" if stop_flagged else "0", "max_per_rater": int(max_per_rater or 0),
               "budget": int(budget or 0), "catch": json.dumps(catch, sort_keys=True) if catch is not None else "",
-              "update_ttl": UPDATE_FLAG_TTL, **issue_named},
+              "update_ttl": UPDATE_FLAG_TTL, **issue_named, **(guard.args() if guard is not None else {})},
         more_keys=more_keys, more_args=more_args)
-    return NextRequest(script_keys, args)
+    return NextRequest(script_keys, args, guarded=guard is not None)
 
 
 #: The algorithm label of validation repeats: kept in the log, never given to an engine.
@@ -229,7 +252,7 @@ def parse_next_reply(reply: list) -> NextQuestion:
 
 def issue_next_question(conn: Redis, request: NextRequest) -> NextQuestion:
     """Run next.lua (one round trip): check the rater may go on, issue, read the items."""
-    return parse_next_reply(NEXT.run(conn, request.keys, request.args))
+    return parse_next_reply((NEXT_GUARDED if request.guarded else NEXT).run(conn, request.keys, request.args))
 
 
 def pool_depths(conn: Redis, study_id: str, config: StudyConfig) -> dict[str, int]:

@@ -6,6 +6,7 @@ caller can fold them into one transaction. Must never import Flask or the engine
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import math
@@ -315,6 +316,36 @@ def get_study(conn: Redis, study_id: str) -> Study:
     if not isinstance(study_id, str) or not STUDY_ID_PATTERN.match(study_id):
         raise StudyNotFound(str(study_id))
     return _study_from_hash(study_id, conn.hgetall(keys.study(study_id)))
+
+
+#: The study as this process last read it, with its fingerprint, by study id (``current_study``).
+_CURRENT: dict[str, tuple[Study, str]] = {}
+
+
+def study_fingerprint(raw: dict) -> str:
+    """What lua/study_guard.lua compares: status|n_items|created_at|SHA-1 of the config, as stored."""
+    return "|".join([raw[b"status"].decode(), raw[b"n_items"].decode(), raw[b"created_at"].decode(),
+                     hashlib.sha1(raw[b"config"]).hexdigest()])
+
+
+def current_study(conn: Redis, study_id: str, fresh: bool = False) -> tuple[Study, str, bool]:
+    """(study, fingerprint, whether it was read now) for a rater's request: the copy this process read
+    last, without a round trip, unless ``fresh`` or never read. The request's script checks the
+    fingerprint (lua/study_guard.lua) and refuses to act on a stale copy, so an edit made by any process
+    is seen at once. StudyNotFound for an unknown or malformed id (read now)."""
+    if not fresh:
+        hit = _CURRENT.get(study_id)
+        if hit is not None:
+            return hit[0], hit[1], False
+    if not isinstance(study_id, str) or not STUDY_ID_PATTERN.match(study_id):
+        raise StudyNotFound(str(study_id))
+    raw = conn.hgetall(keys.study(study_id))
+    study = _study_from_hash(study_id, raw)
+    fingerprint = study_fingerprint(raw)
+    if len(_CURRENT) >= CONFIGS_KEPT and study_id not in _CURRENT:
+        _CURRENT.clear()
+    _CURRENT[study_id] = (study, fingerprint)
+    return study, fingerprint, True
 
 
 def get_study_and_rater_session(conn: Redis, study_id: str, rater: str) -> tuple[Study, str | None]:
