@@ -6,14 +6,18 @@ never import Flask, Redis, RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, Self
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.optimize import minimize
+from scipy.special import expit
 
 from .graph import NO_NEIGHBOR, NeighborGraph
 from .random_triplets import candidate_pairs, check_triplet_answers
-from .utils import check_n_items, check_random_state, generator_from_state, generator_state
+from .utils import RandomState, check_n_items, check_random_state, generator_from_state, generator_state
 
 KERNELS = ("ste", "tste")
 
@@ -40,24 +44,30 @@ def _check_kernel(kernel: str, alpha, dim: int) -> float:
     return float(alpha)
 
 
-def _log_p_and_grads(dij, dik, kernel: str, alpha: float):
-    """log P(i closer to j) and its derivatives with respect to the squared distances."""
-    if kernel == "ste":
-        # p = sigmoid(dik - dij)
-        z = dij - dik
-        log_p = -np.logaddexp(0.0, z)
-        q = np.exp(-np.logaddexp(0.0, -z))  # 1 - p, computed stably
-        return log_p, -q, q
+def _log_p(dij, dik, kernel: str, alpha: float) -> np.ndarray:
+    """log P(i closer to j) from the squared distances d(i, j), d(i, k)."""
+    if kernel == "ste":  # p = sigmoid(dik - dij)
+        return -np.logaddexp(0.0, dij - dik)
     c = -(alpha + 1.0) / 2.0
     log_kj = c * np.log1p(dij / alpha)
     log_kk = c * np.log1p(dik / alpha)
-    log_p = log_kj - np.logaddexp(log_kj, log_kk)
+    return log_kj - np.logaddexp(log_kj, log_kk)
+
+
+def _log_p_and_grads(dij, dik, kernel: str, alpha: float):
+    """log P(i closer to j) and its derivatives with respect to the squared distances."""
+    log_p = _log_p(dij, dik, kernel, alpha)
+    if kernel == "ste":
+        q = np.exp(-np.logaddexp(0.0, -(dij - dik)))  # 1 - p, computed stably
+        return log_p, -q, q
+    c = -(alpha + 1.0) / 2.0
     q = -np.expm1(log_p)
     # d log K / d d = c / (alpha + d)
     return log_p, q * c / (alpha + dij), -q * c / (alpha + dik)
 
 
-def triplet_probabilities(X, triplets, kernel: str = "tste", alpha=None) -> np.ndarray:
+def triplet_probabilities(X: ArrayLike, triplets: ArrayLike, kernel: str = "tste",
+                          alpha: float | None = None) -> np.ndarray:
     """P(i closer to j than to k) under the fitted model, one per ``(i, j, k)`` row."""
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2:
@@ -66,10 +76,12 @@ def triplet_probabilities(X, triplets, kernel: str = "tste", alpha=None) -> np.n
     t = _check_triplets(triplets, len(X))
     dij = np.sum((X[t[:, 0]] - X[t[:, 1]]) ** 2, axis=1)
     dik = np.sum((X[t[:, 0]] - X[t[:, 2]]) ** 2, axis=1)
-    return np.exp(_log_p_and_grads(dij, dik, kernel, a)[0])
+    return np.exp(_log_p(dij, dik, kernel, a))
 
 
 def _objective(flat, t, n, dim, kernel, alpha, l2):
+    """The fitted objective and its gradient, written out plainly: the reference :class:`_TripletLoss`
+    computes faster (and the tests hold it to)."""
     X = flat.reshape(n, dim)
     xi, xj, xk = X[t[:, 0]], X[t[:, 1]], X[t[:, 2]]
     dj, dk = xi - xj, xi - xk
@@ -91,8 +103,107 @@ def _objective(flat, t, n, dim, kernel, alpha, l2):
     return loss, grad.ravel()
 
 
-def fit_embedding(triplets, n_items: int, dim: int = 2, kernel: str = "tste", alpha=None, init=None,
-                  l2: float = 1e-3, max_iter: int = 300, random_state=None, return_n_iter: bool = False,
+#: :class:`_TripletLoss` works on the grid of all item pairs (instead of triplet by triplet) when
+#: the grid has at most this many cells per triplet-coordinate and at most PAIR_GRID_CELLS cells.
+PAIR_GRID_RATIO = 2.0
+PAIR_GRID_CELLS = 4_000_000
+
+
+class _TripletLoss:
+    """The objective of :func:`fit_embedding` (mean negative log-likelihood + ``l2`` · mean squared
+    norm) and its gradient for one set of triplets, the same numbers as :func:`_objective` to float
+    rounding but several times cheaper.
+
+    The triplets' columns are laid out once per fit. With few items for the answers (the usual case:
+    tens to hundreds of answers per item) a triplet's two squared distances are read from the
+    (n_items, n_items) grid of all pairs' squared distances, and the gradient is that of a weighted
+    graph on the pairs: each triplet adds a weight to its pairs (i, j) and (i, k), and the gradient is
+    L · X for the graph's Laplacian L — two gathers, a few elementwise passes and two ``bincount``
+    per evaluation, whatever the dimension. Otherwise (many items, few answers) the distances and
+    the gradient go coordinate by coordinate over the triplets. t-STE's probability is computed from
+    the ratio of the two kernels, one power instead of two logarithms and a log-sum-exp.
+    """
+
+    def __init__(self, t: np.ndarray, n: int, dim: int, kernel: str, alpha: float, l2: float,
+                 grid: bool | None = None) -> None:
+        self.n, self.dim, self.kernel, self.alpha, self.l2 = n, dim, kernel, alpha, l2
+        self.m = len(t)
+        self.power = (alpha + 1.0) / 2.0
+        i, j, k = (np.ascontiguousarray(t[:, c], dtype=np.intp) for c in range(3))
+        self.grid = n * n <= min(PAIR_GRID_CELLS, PAIR_GRID_RATIO * self.m * dim) if grid is None else bool(grid)
+        if self.grid:
+            self.ij, self.ik = i * n + j, i * n + k
+        else:
+            self.i, self.j, self.k = i, j, k
+
+    def _terms(self, dij: np.ndarray, dik: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """(sum of −log p, wj, wk): the gradient is Σ wj·∂dij/∂X + wk·∂dik/∂X (mean over triplets).
+        Overwrites ``dij`` and ``dik``."""
+        scale = 2.0 / self.m
+        if self.kernel == "ste":  # p = sigmoid(dik − dij)
+            z = np.subtract(dij, dik, out=dij)
+            nll = float(np.sum(np.logaddexp(0.0, z)))
+            w = expit(z)
+            w *= scale
+            return nll, w, -w
+        # t-STE: p = Kj / (Kj + Kk) = 1 / (1 + v), v = Kk / Kj = r ** power, r = (alpha + dij) / (alpha + dik)
+        aj, ak = np.add(dij, self.alpha, out=dij), np.add(dik, self.alpha, out=dik)
+        r = aj / ak
+        e = self.power
+        if e == 1.0:  # p = ak / (aj + ak): wj = scale / (aj + ak), wk = −wj · r
+            nll = float(np.sum(np.log1p(r)))
+            wj = np.divide(scale, np.add(aj, ak, out=aj), out=aj)
+            return nll, wj, np.negative(np.multiply(r, wj, out=r), out=r)
+        with np.errstate(over="ignore"):
+            v = r * r if e == 2.0 else np.square(r * r) if e == 4.0 else np.power(r, e)
+        nll = float(np.sum(np.log1p(v)))
+        if np.isfinite(nll):
+            q = v / (1.0 + v)
+        else:  # v overflowed: the same in logs
+            s = e * np.log(r)
+            nll = float(np.sum(np.logaddexp(0.0, s)))
+            q = expit(s)
+        q *= scale * e
+        return nll, np.divide(q, aj, out=aj), np.negative(np.divide(q, ak, out=ak), out=ak)
+
+    def __call__(self, flat: np.ndarray) -> tuple[float, np.ndarray]:
+        n, dim = self.n, self.dim
+        X = flat.reshape(n, dim)
+        if self.grid:
+            D2 = np.square(X[:, 0, None] - X[None, :, 0])
+            for d in range(1, dim):
+                diff = X[:, d, None] - X[None, :, d]
+                D2 += np.square(diff, out=diff)
+            D2 = D2.ravel()
+            nll, wj, wk = self._terms(D2.take(self.ij), D2.take(self.ik))
+            # a triplet's weight w on pair (a, b) adds w·(x_a − x_b) to a's gradient and w·(x_b − x_a) to b's
+            W = (np.bincount(self.ij, wj, minlength=n * n) + np.bincount(self.ik, wk, minlength=n * n)).reshape(n, n)
+            W += W.T
+            grad = W.sum(axis=1)[:, None] * X - W @ X
+        else:
+            XT = np.ascontiguousarray(X.T)
+            dj, dk = [], []
+            for d in range(dim):
+                xi = XT[d].take(self.i)
+                dj.append(xi - XT[d].take(self.j))
+                dk.append(xi - XT[d].take(self.k))
+            dij, dik = dj[0] * dj[0], dk[0] * dk[0]
+            for d in range(1, dim):
+                dij += dj[d] * dj[d]
+                dik += dk[d] * dk[d]
+            nll, wj, wk = self._terms(dij, dik)
+            grad = np.empty((n, dim))
+            for d in range(dim):
+                fj, fk = wj * dj[d], wk * dk[d]
+                grad[:, d] = (np.bincount(self.i, fj + fk, minlength=n) - np.bincount(self.j, fj, minlength=n)
+                              - np.bincount(self.k, fk, minlength=n))
+        grad += (2.0 * self.l2 / n) * X
+        return nll / self.m + self.l2 * float(np.sum(X * X)) / n, grad.ravel()
+
+
+def fit_embedding(triplets: ArrayLike, n_items: int, dim: int = 2, kernel: str = "tste", alpha: float | None = None,
+                  init: ArrayLike | None = None, l2: float = 1e-3, max_iter: int = 300,
+                  random_state: RandomState = None, return_n_iter: bool = False,
                   max_fun: int | None = None,
                   return_info: bool = False) -> np.ndarray | tuple[np.ndarray, int] | tuple[np.ndarray, dict]:
     """Fit an STE or t-STE embedding (van der Maaten & Weinberger 2012) by L-BFGS.
@@ -128,8 +239,8 @@ def fit_embedding(triplets, n_items: int, dim: int = 2, kernel: str = "tste", al
     options = {"maxiter": int(max_iter), "gtol": 1e-7, "ftol": 1e-12}
     if max_fun is not None:
         options["maxfun"] = int(max_fun)
-    res = minimize(_objective, X0.ravel(), args=(t, n, dim, kernel, a, float(l2)), jac=True,
-                   method="L-BFGS-B", options=options)
+    res = minimize(_TripletLoss(t, n, dim, kernel, a, float(l2)), X0.ravel(), jac=True, method="L-BFGS-B",
+                   options=options)
     X = res.x.reshape(n, dim)
     if return_info:
         # status 1: stopped by maxiter / maxfun (0 converged, 2 the line search gave up)
@@ -137,7 +248,7 @@ def fit_embedding(triplets, n_items: int, dim: int = 2, kernel: str = "tste", al
     return (X, int(res.nit)) if return_n_iter else X
 
 
-def embedding_neighbors(X, k: int = 1) -> np.ndarray:
+def embedding_neighbors(X: ArrayLike, k: int = 1) -> np.ndarray:
     """Each item's k nearest other items in the embedding, closest first: int (n_items, k)."""
     X = np.asarray(X, dtype=np.float64)
     k = int(k)
@@ -153,7 +264,7 @@ def _sq_dists(X: np.ndarray) -> np.ndarray:
     return np.maximum(sq[:, None] + sq[None, :] - 2.0 * X @ X.T, 0.0)
 
 
-def triplet_accuracy(X, triplets) -> float:
+def triplet_accuracy(X: ArrayLike, triplets: ArrayLike) -> float:
     """Share of ``(i, j, k)`` rows where j is strictly the closer of the two in X."""
     t = _check_triplets(triplets, len(X))
     if len(t) == 0:
@@ -175,8 +286,9 @@ class EmbeddingChoice:
     scores: dict
 
 
-def select_embedding(triplets, n_items: int, dims=(2, 3, 5, 8), kernels=("ste", "tste"),
-                     holdout: float = 0.2, random_state=0, **fit_params) -> EmbeddingChoice:
+def select_embedding(triplets: ArrayLike, n_items: int, dims: Iterable[int] = (2, 3, 5, 8),
+                     kernels: Sequence[str] = ("ste", "tste"), holdout: float = 0.2, random_state: RandomState = 0,
+                     **fit_params: Any) -> EmbeddingChoice:
     """Pick dim and kernel by held-out triplet accuracy, then refit the winner on all triplets.
 
     The "random triplets + best embedding" peer of the benchmarks. ``scores`` maps
@@ -237,8 +349,8 @@ class EmbeddingLearner:
 
     VERSION = 1
 
-    def __init__(self, n_items: int, random_state=None, kernel: str = "tste", dim: int = 2,
-                 refit_share: float = 0.1, refit_min: int | None = None, l2: float = 1e-3):
+    def __init__(self, n_items: int, random_state: RandomState = None, kernel: str = "tste", dim: int = 2,
+                 refit_share: float = 0.1, refit_min: int | None = None, l2: float = 1e-3) -> None:
         self.n_items = check_n_items(n_items)
         self.random_state = random_state
         self.kernel = kernel
@@ -279,12 +391,12 @@ class EmbeddingLearner:
         self.n_planned_ += budget
         return [tuple(map(int, row)) for row in q]
 
-    def observe(self, answers) -> None:
+    def observe(self, answers: Iterable[Sequence[int]]) -> None:
         arr = check_triplet_answers(answers, self.n_items)
         if len(arr):
             self.answers_ = np.concatenate([self.answers_, arr])
 
-    def forget(self, questions) -> None:
+    def forget(self, questions: Iterable[Sequence[int]]) -> None:
         """Nothing to release: random questions are fresh, none is reserved."""
 
     @property
@@ -368,7 +480,7 @@ class EmbeddingLearner:
         }
 
     @classmethod
-    def from_state(cls, state: dict):
+    def from_state(cls, state: dict) -> Self:
         if state.get("class") != cls.__name__ or state.get("version") != cls.VERSION:
             raise ValueError(
                 f"state is of {state.get('class')} v{state.get('version')}, not {cls.__name__} v{cls.VERSION}"
@@ -406,9 +518,9 @@ class ActiveEmbedding(EmbeddingLearner):
 
     VERSION = 1
 
-    def __init__(self, n_items: int, random_state=None, kernel: str = "tste", dim: int = 2,
+    def __init__(self, n_items: int, random_state: RandomState = None, kernel: str = "tste", dim: int = 2,
                  refit_share: float = 0.1, refit_min: int | None = None, l2: float = 1e-3,
-                 warmup: int | None = None, n_candidates: int = 50):
+                 warmup: int | None = None, n_candidates: int = 50) -> None:
         super().__init__(n_items, random_state=random_state, kernel=kernel, dim=dim,
                          refit_share=refit_share, refit_min=refit_min, l2=l2)
         self.warmup = 5 * self.n_items * self.dim if warmup is None else int(warmup)
@@ -446,29 +558,40 @@ class ActiveEmbedding(EmbeddingLearner):
         rank = np.empty((n, n), np.int64)
         rank[np.arange(n)[:, None], np.argsort(D2, axis=1, kind="stable")] = np.arange(n)
         r0 = max(1.0, n / 20.0)
+        # a pair's weight is that of its nearer candidate (the smaller rank), read off this grid
+        near = 1.0 / (1.0 + rank / r0)
         asked = np.bincount(self.answers_[:, 0], minlength=n) + self.pending_
+        # the least-asked heads, ties in a random order, counting the questions issued here too:
+        # level by level, every head as often asked as the least-asked ones in a random permutation
+        heads, left = [], budget
+        while left:
+            tied = self.rng_.permutation(np.flatnonzero(asked == asked.min()))[:left]
+            asked[tied] += 1
+            heads.append(tied)
+            left -= len(tied)
+        heads = np.concatenate(heads)
+        first, second = (x.reshape(budget, c) for x in candidate_pairs(self.rng_, n, np.repeat(heads, c), budget * c))
+        rows = heads[:, None]
+        p = np.exp(_log_p(D2[rows, first], D2[rows, second], self.kernel, self.alpha_))
+        score = p * (1.0 - p) * np.maximum(near[rows, first], near[rows, second])
+        best = score.argmax(axis=1)  # the first of each row's stable descending order
+        picked = np.column_stack([heads, first[np.arange(budget), best], second[np.arange(budget), best]])
         out = []
-        for _ in range(budget):
-            # least-asked head, ties in a random order (counts change as questions are issued)
-            tie = self.rng_.random(n)
-            h = int(np.lexsort((tie, asked))[0])
-            a, b = candidate_pairs(self.rng_, n, h, c)
-            p = np.exp(_log_p_and_grads(D2[h, a], D2[h, b], self.kernel, self.alpha_)[0])
-            w = 1.0 / (1.0 + np.minimum(rank[h, a], rank[h, b]) / r0)
-            score = p * (1.0 - p) * w
-            for j in np.argsort(-score, kind="stable"):
-                cand = (h, int(a[j]), int(b[j]))
-                if cand not in taken and (h, cand[2], cand[1]) not in taken:
-                    break
-            else:
-                cand = (h, int(a[0]), int(b[0]))
+        for s, cand in enumerate(map(tuple, picked.tolist())):
+            if cand in taken or (cand[0], cand[2], cand[1]) in taken:
+                h = cand[0]
+                for j in np.argsort(-score[s], kind="stable"):
+                    cand = (h, int(first[s, j]), int(second[s, j]))
+                    if cand not in taken and (h, cand[2], cand[1]) not in taken:
+                        break
+                else:
+                    cand = (h, int(first[s, 0]), int(second[s, 0]))
             taken.add(cand)
             out.append(cand)
-            asked[h] += 1
-            self.pending_[h] += 1
+        self.pending_ += np.bincount(heads, minlength=n)
         return out
 
-    def observe(self, answers) -> None:
+    def observe(self, answers: Iterable[Sequence[int]]) -> None:
         arr = check_triplet_answers(answers, self.n_items)
         if len(arr):
             self.answers_ = np.concatenate([self.answers_, arr])
@@ -476,7 +599,7 @@ class ActiveEmbedding(EmbeddingLearner):
             got = np.bincount(arr[:, 0], minlength=self.n_items)
             self.pending_ = np.maximum(self.pending_ - got, 0)
 
-    def forget(self, questions) -> None:
+    def forget(self, questions: Iterable[Sequence[int]]) -> None:
         """Release the pending count of questions that will never be answered."""
         q = np.asarray(list(questions), dtype=np.int64).reshape(-1, 3)
         if len(q) and (q.min() < 0 or q.max() >= self.n_items):

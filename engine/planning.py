@@ -14,8 +14,9 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.spatial.distance import cdist
@@ -23,6 +24,12 @@ from scipy.spatial.distance import cdist
 from . import oracles
 from .oracles import TripletOracle, check_distance_matrix, median_triplet_gap
 from .registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, make_planner
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from .graph import Planner
+    from .utils import RandomState
 
 DEFAULT_BUDGETS = (10, 20, 50, 100, 200, 500)
 #: Questions per ``next_questions`` call: a live pool refill between two worker passes.
@@ -70,7 +77,7 @@ class Scenario:
     scale: float
     lapse: float
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         D = check_distance_matrix(self.distances)
         if len(D) < 4:
             raise ValueError("planning needs at least 4 items")
@@ -82,7 +89,7 @@ class Scenario:
     def n_items(self) -> int:
         return len(self.distances)
 
-    def oracle(self, random_state) -> TripletOracle:
+    def oracle(self, random_state: RandomState) -> TripletOracle:
         return TripletOracle(self.distances, noise=self.scale, model="human", lapse=self.lapse,
                              random_state=random_state)
 
@@ -97,7 +104,7 @@ def nn_accuracy(picks: np.ndarray, distances: np.ndarray, tol: float = oracles.T
     return float(exact.mean()), float(hit3.mean())
 
 
-def ask(planner, budget: int, window: int | None = None) -> list[tuple[int, int, int]]:
+def ask(planner: Planner, budget: int, window: int | None = None) -> list[tuple[int, int, int]]:
     """Up to ``budget`` questions, planned as a live study's worker plans a pool refill: a learner
     working through rounds (``window`` not None) opens more rounds while its open ones have too few
     distinct questions, then asks the open rounds' least-asked pairs again (as
@@ -165,6 +172,40 @@ def _run(job):
 
     with threadpool_limits(limits=1, user_api="blas"):
         return simulate_curve(name, scenario, budgets, seed, batch, params, max_seconds)
+
+
+def _run_in_processes(work: list, results: list, jobs: int, runs: int) -> None:
+    """Run ``work`` (``runs`` consecutive jobs per learner) in ``jobs`` forked processes, filling
+    ``results``. Longest first, so the processes end together: every learner's first run starts
+    before any second one, and a process that falls free takes a run of the learner whose first run
+    took the most CPU time (one still running counts as the longest, it has run longest)."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    learners = len(work) // runs
+    left = [list(range(a * runs, (a + 1) * runs)) for a in range(learners)]
+    cost = [math.inf] * learners  # CPU seconds of the learner's first finished run
+
+    def next_job() -> int | None:
+        fresh = [a for a in range(learners) if len(left[a]) == runs]
+        if fresh:
+            return left[fresh[0]].pop(0)
+        todo = [a for a in range(learners) if left[a]]
+        return left[max(todo, key=lambda a: cost[a])].pop(0) if todo else None
+
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        running = {}
+        while True:
+            while len(running) < jobs and (w := next_job()) is not None:
+                running[pool.submit(_run, work[w])] = w
+            if not running:
+                break
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                w = running.pop(future)
+                results[w] = future.result()
+                if math.isinf(cost[w // runs]):
+                    cost[w // runs] = results[w][2]
 
 
 # ---------------------------------------------------------------------------- the plan
@@ -276,20 +317,12 @@ def plan(scenarios: Sequence[Scenario], algorithms: Sequence[str] | None = None,
     share = None if max_seconds is None else float(max_seconds) * jobs / (len(names) * runs)
     work = [(name, scenarios[r % len(scenarios)], budgets, r, int(batch), params.get(name), share)
             for name in names for r in range(runs)]
-    # the slow learners first, so a pool of processes ends together
-    order = sorted(range(len(work)), key=lambda w: ALGORITHMS[work[w][0]].learns == "graph")
     results: list = [None] * len(work)
     if jobs == 1:
-        for w in order:
-            results[w] = _run(work[w])
+        for w, job in enumerate(work):
+            results[w] = _run(job)
     else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-            futures = {w: pool.submit(_run, work[w]) for w in order}
-            for w, future in futures.items():
-                results[w] = future.result()
+        _run_in_processes(work, results, jobs, runs)
     shape = (len(names), runs, len(budgets))
     exact = np.array([r[0] for r in results]).reshape(shape)
     hit3 = np.array([r[1] for r in results]).reshape(shape)
@@ -334,7 +367,7 @@ class PilotFit:
                 f"calibrated x{self.calibration:.2f})")
 
 
-def check_pilot_triplets(triplets, n_items: int) -> np.ndarray:
+def check_pilot_triplets(triplets: ArrayLike, n_items: int) -> np.ndarray:
     t = np.asarray(triplets, dtype=np.int64)
     if t.size == 0:
         raise ValueError("the pilot has no triplet answers")
@@ -429,7 +462,7 @@ def _calibrate(t: np.ndarray, scenario: Scenario, dim: int, kernel: str) -> floa
     return CALIBRATION_GRID[-1]
 
 
-def fit_pilot(triplets, n_items: int, replicates: int = 3, folds: int = 5, random_state=0,
+def fit_pilot(triplets: ArrayLike, n_items: int, replicates: int = 3, folds: int = 5, random_state: RandomState = 0,
               calibrate: bool = True) -> PilotFit:
     """Fit a truth and a human noise model to a pilot's triplet answers.
 
@@ -456,7 +489,7 @@ def fit_pilot(triplets, n_items: int, replicates: int = 3, folds: int = 5, rando
     return PilotFit(tuple(scenarios), choice.dim, choice.kernel, float(choice.holdout_accuracy), len(t), factor)
 
 
-def triplets_from_answers(rows) -> np.ndarray:
+def triplets_from_answers(rows: Iterable[Sequence[int]] | np.ndarray) -> np.ndarray:
     """(head, a, b, winner) answer rows -> (head, winner, loser) triplets."""
     a = np.asarray(rows, dtype=np.int64).reshape(-1, 4)
     loser = np.where(a[:, 3] == a[:, 1], a[:, 2], a[:, 1])

@@ -3,6 +3,7 @@ import pytest
 
 from engine.embedding import (
     _objective,
+    _TripletLoss,
     embedding_neighbors,
     fit_embedding,
     select_embedding,
@@ -56,6 +57,49 @@ def test_gradient_matches_finite_differences(kernel):
         for e in np.eye(n * dim)
     ])
     np.testing.assert_allclose(grad, num, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("kernel", ["ste", "tste"])
+@pytest.mark.parametrize("dim", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("grid", [True, False])
+def test_fast_objective_is_the_plain_one(kernel, dim, grid):
+    """The objective the fits use (pair grid or triplet by triplet) gives the plain one's numbers."""
+    rng = np.random.default_rng(dim)
+    n, m = 25, 400
+    t = np.column_stack([rng.integers(n, size=m) for _ in range(3)])  # repeats and degenerate rows too
+    x = rng.normal(size=n * dim) * 2
+    alpha = float(max(dim - 1, 1))
+    loss, grad = _TripletLoss(t, n, dim, kernel, alpha, 0.01, grid=grid)(x.copy())
+    ref_loss, ref_grad = _objective(x, t, n, dim, kernel, alpha, 0.01)
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-12)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-9, atol=1e-13 * np.abs(ref_grad).max())
+
+
+def test_fast_objective_where_the_kernel_ratio_overflows():
+    # t-STE in 50 dimensions: the kernel ratio to the power 25 overflows for far-apart distances
+    t = np.array([[0, 1, 2], [0, 2, 1], [1, 0, 2]])
+    X = np.zeros((3, 50))
+    X[1, 0], X[2, 0] = 1e-3, 1e9
+    loss, grad = _TripletLoss(t, 3, 50, "tste", 49.0, 0.0)(X.ravel().copy())
+    ref_loss, ref_grad = _objective(X.ravel(), t, 3, 50, "tste", 49.0, 0.0)
+    assert np.isfinite(loss) and np.all(np.isfinite(grad))
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-12)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-9, atol=1e-15)
+
+
+@pytest.mark.parametrize(("kernel", "dim"), [("tste", 2), ("tste", 4), ("ste", 3)])
+def test_fit_is_the_fit_of_the_plain_objective(kernel, dim):
+    from scipy.optimize import minimize
+
+    rng = np.random.default_rng(6)
+    points = rng.random((40, 2))
+    t = _truth_triplets(points, 3000, rng)
+    X = fit_embedding(t, 40, dim=dim, kernel=kernel, random_state=2)
+    X0 = np.random.default_rng(2).normal(scale=1e-2, size=(40, dim))
+    alpha = float(max(dim - 1, 1))
+    ref = minimize(_objective, X0.ravel(), args=(t, 40, dim, kernel, alpha, 1e-3), jac=True, method="L-BFGS-B",
+                   options={"maxiter": 300, "gtol": 1e-7, "ftol": 1e-12}).x.reshape(40, dim)
+    np.testing.assert_allclose(X, ref, atol=1e-4 * np.abs(ref).max())
 
 
 def test_deterministic_for_a_seed():

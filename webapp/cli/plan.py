@@ -14,11 +14,11 @@ from workers.store.studies import StudyNotFound
 from .connection import redis_connection
 
 if TYPE_CHECKING:
+    import numpy as np
     from redis import Redis
 
 
-
-def _pilot_from_study(conn: Redis, study_id: str):
+def _pilot_from_study(conn: Redis, study_id: str) -> tuple[np.ndarray, int, dict[str, dict]]:
     """(triplets, n_items, params) of a study's triplet answers so far (excluded raters left out) and
     the parameters of its algorithms (by algorithm name), so its learners are simulated as they run."""
     from engine.planning import read_pilot_csv
@@ -77,8 +77,10 @@ def _pilot_from_study(conn: Redis, study_id: str):
                    "that needs more stops at the budgets it reached (shown as '-').")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
               help="Also write the plan as JSON to this file.")
-def plan_command(truth_spec, pilot_path, study_id, n_items, algorithms, budgets, runs, noise, lapse, pay, currency,
-                 target, metric, batch, jobs, json_path, max_seconds=300.0) -> None:
+def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str | None, n_items: int | None,
+                 algorithms: str, budgets: str, runs: int, noise: float | None, lapse: float | None, pay: float | None,
+                 currency: str, target: float, metric: str, batch: int, jobs: int | None, json_path: Path | None,
+                 max_seconds: float = 300.0) -> None:
     """Plan a study's budget before paying: expected nearest-neighbour accuracy against answers per item.
 
     Every applicable learner runs in-process on simulated raters (logistic + lapse human noise) that answer
