@@ -13,6 +13,7 @@ from typing import Any, Self
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.optimize import minimize
+from scipy.spatial.distance import cdist
 from scipy.special import expit
 
 from .graph import NO_NEIGHBOR, NeighborGraph
@@ -104,9 +105,10 @@ def _objective(flat, t, n, dim, kernel, alpha, l2):
 
 
 #: :class:`_TripletLoss` works on the grid of all item pairs (instead of triplet by triplet) when
-#: the grid has at most this many cells per triplet-coordinate and at most PAIR_GRID_CELLS cells.
-PAIR_GRID_RATIO = 2.0
-PAIR_GRID_CELLS = 4_000_000
+#: the grid has at most PAIR_GRID_RATIO cells per triplet coordinate (triplets x dim) and at most
+#: PAIR_GRID_CELLS cells (500 items): where it was the faster of the two (larger grids leave the cache).
+PAIR_GRID_RATIO = 1.5
+PAIR_GRID_CELLS = 250_000
 
 
 class _TripletLoss:
@@ -170,11 +172,7 @@ class _TripletLoss:
         n, dim = self.n, self.dim
         X = flat.reshape(n, dim)
         if self.grid:
-            D2 = np.square(X[:, 0, None] - X[None, :, 0])
-            for d in range(1, dim):
-                diff = X[:, d, None] - X[None, :, d]
-                D2 += np.square(diff, out=diff)
-            D2 = D2.ravel()
+            D2 = cdist(X, X, "sqeuclidean").ravel()  # Σ_d (x_id − x_jd)², as the plain objective sums it
             nll, wj, wk = self._terms(D2.take(self.ij), D2.take(self.ik))
             # a triplet's weight w on pair (a, b) adds w·(x_a − x_b) to a's gradient and w·(x_b − x_a) to b's
             W = (np.bincount(self.ij, wj, minlength=n * n) + np.bincount(self.ik, wk, minlength=n * n)).reshape(n, n)
@@ -528,6 +526,7 @@ class ActiveEmbedding(EmbeddingLearner):
         if self.n_candidates < 1:
             raise ValueError(f"n_candidates must be >= 1, got {n_candidates}")
         self.pending_ = np.zeros(self.n_items, np.int64)
+        self._grids: tuple[int, np.ndarray, np.ndarray] | None = None  # (fit, D2, weights): _scoring_grids
 
     def _params(self) -> dict:
         return {**super()._params(), "warmup": self.warmup, "n_candidates": self.n_candidates}
@@ -545,6 +544,18 @@ class ActiveEmbedding(EmbeddingLearner):
         self.n_planned_ += len(out)
         return out
 
+    def _scoring_grids(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Squared distances of the fit (inf on the diagonal) and each candidate's weight
+        1 / (1 + r / r0) by its rank r from the head; kept until the next fit."""
+        if self._grids is None or self._grids[0] != self.n_fits_:
+            n = self.n_items
+            D2 = _sq_dists(X)
+            np.fill_diagonal(D2, np.inf)
+            rank = np.empty((n, n), np.int64)
+            rank[np.arange(n)[:, None], np.argsort(D2, axis=1, kind="stable")] = np.arange(n)
+            self._grids = (self.n_fits_, D2, 1.0 / (1.0 + rank / max(1.0, n / 20.0)))
+        return self._grids[1], self._grids[2]
+
     def _active_questions(self, budget: int, taken: set) -> list[tuple[int, int, int]]:
         X = self.embedding()
         if X is None:  # warm-up of 0 and no answer yet: nothing to score with
@@ -553,13 +564,7 @@ class ActiveEmbedding(EmbeddingLearner):
                 self.pending_[h] += 1
             return q
         n, c = self.n_items, self.n_candidates
-        D2 = _sq_dists(X)
-        np.fill_diagonal(D2, np.inf)
-        rank = np.empty((n, n), np.int64)
-        rank[np.arange(n)[:, None], np.argsort(D2, axis=1, kind="stable")] = np.arange(n)
-        r0 = max(1.0, n / 20.0)
-        # a pair's weight is that of its nearer candidate (the smaller rank), read off this grid
-        near = 1.0 / (1.0 + rank / r0)
+        D2, near = self._scoring_grids(X)
         asked = np.bincount(self.answers_[:, 0], minlength=n) + self.pending_
         # the least-asked heads, ties in a random order, counting the questions issued here too:
         # level by level, every head as often asked as the least-asked ones in a random permutation

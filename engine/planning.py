@@ -174,29 +174,38 @@ def _run(job):
         return simulate_curve(name, scenario, budgets, seed, batch, params, max_seconds)
 
 
+class _LongestFirst:
+    """The order a pool of processes takes the runs in (``runs`` consecutive runs per learner), so
+    the processes end together: every learner's first run before any second one, then a run of the
+    learner whose first run took the most CPU time (one not finished yet counts as the longest)."""
+
+    def __init__(self, learners: int, runs: int) -> None:
+        self.runs = runs
+        self.left = [list(range(a * runs, (a + 1) * runs)) for a in range(learners)]
+        self.cost = [math.inf] * learners
+
+    def next(self) -> int | None:
+        """The run to start next, None when every run has started."""
+        fresh = [a for a, left in enumerate(self.left) if len(left) == self.runs]
+        todo = fresh[:1] or [a for a, left in enumerate(self.left) if left]
+        return self.left[max(todo, key=lambda a: self.cost[a])].pop(0) if todo else None
+
+    def finished(self, run: int, seconds: float) -> None:
+        a = run // self.runs
+        if math.isinf(self.cost[a]):
+            self.cost[a] = seconds
+
+
 def _run_in_processes(work: list, results: list, jobs: int, runs: int) -> None:
-    """Run ``work`` (``runs`` consecutive jobs per learner) in ``jobs`` forked processes, filling
-    ``results``. Longest first, so the processes end together: every learner's first run starts
-    before any second one, and a process that falls free takes a run of the learner whose first run
-    took the most CPU time (one still running counts as the longest, it has run longest)."""
+    """Run ``work`` in ``jobs`` forked processes, longest first (:class:`_LongestFirst`), into ``results``."""
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    learners = len(work) // runs
-    left = [list(range(a * runs, (a + 1) * runs)) for a in range(learners)]
-    cost = [math.inf] * learners  # CPU seconds of the learner's first finished run
-
-    def next_job() -> int | None:
-        fresh = [a for a in range(learners) if len(left[a]) == runs]
-        if fresh:
-            return left[fresh[0]].pop(0)
-        todo = [a for a in range(learners) if left[a]]
-        return left[max(todo, key=lambda a: cost[a])].pop(0) if todo else None
-
+    order = _LongestFirst(len(work) // runs, runs)
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
         running = {}
         while True:
-            while len(running) < jobs and (w := next_job()) is not None:
+            while len(running) < jobs and (w := order.next()) is not None:
                 running[pool.submit(_run, work[w])] = w
             if not running:
                 break
@@ -204,8 +213,7 @@ def _run_in_processes(work: list, results: list, jobs: int, runs: int) -> None:
             for future in done:
                 w = running.pop(future)
                 results[w] = future.result()
-                if math.isinf(cost[w // runs]):
-                    cost[w // runs] = results[w][2]
+                order.finished(w, results[w][2])
 
 
 # ---------------------------------------------------------------------------- the plan

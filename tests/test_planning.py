@@ -128,6 +128,25 @@ def test_a_plan_stays_within_its_time_limit_and_says_which_budgets_it_did_not_re
     assert "time limit" in lines and " - " in lines
 
 
+def test_processes_take_every_learners_first_run_then_the_costliest_learners_runs():
+    order = planning._LongestFirst(learners=3, runs=2)  # runs 0-1: learner 0, 2-3: learner 1, 4-5: learner 2
+    assert [order.next(), order.next()] == [0, 2]
+    order.finished(0, 1.0)
+    assert order.next() == 4  # the last first run
+    order.finished(2, 5.0)
+    assert order.next() == 5  # learner 2's first run is still going: the longest so far
+    order.finished(4, 9.0)
+    assert [order.next(), order.next(), order.next()] == [3, 1, None]
+
+
+def test_a_plan_in_processes_is_the_plan_in_one():
+    scenario = planning.Scenario(pair_distances(), 0.02, 0.05)
+    one = planning.plan([scenario], ["random_triplets", "active_embedding"], [5, 20], runs=2)
+    two = planning.plan([scenario], ["random_triplets", "active_embedding"], [5, 20], runs=2, jobs=2)
+    np.testing.assert_array_equal(one.exact, two.exact)
+    np.testing.assert_array_equal(one.hit3, two.hit3)
+
+
 def test_plan_command_from_points_and_from_a_pilot_file(tmp_path):
     from webapp.cli import main
 
