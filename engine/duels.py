@@ -28,14 +28,25 @@ TRUST_ACCURACY = (0.62, 0.67)
 #: ... measured from this many answers per item on (before, the warm-up's random triplets,
 #: easier to predict than duels, dominate it)
 TRUST_FROM = 10.0
+#: where single duels are coin flips (the prequential accuracy gate below ``TRUST_ACCURACY[0]`` from
+#: ``TRUST_FROM`` answers per item on): the share of questions asked to place items in the embedding
+#: (the active embedding's rule over ``COIN_PAIRS`` random pairs) instead of duels, ...
+COIN_EXPLORE = 0.9
+COIN_PAIRS = 50
+#: ... and the refit cadence there (answers grown by this share since the last fit)
+COIN_REFIT = 0.1
 #: weights the estimate of ``kappa_`` chooses from (a geometric grid, in duels)
 KAPPA_GRID = tuple(2.0**k for k in range(-1, 13))
+#: share of a refreshed shortlist kept for the dueled leaders of the previous one
+KEEP_SHARE = 0.5
 #: how many extra asks a pair at the bottom of the ranking waits for, against the top pair
 FOCUS = 2.0
 #: embedding dimensions ``dim="auto"`` keeps fitted side by side (warm started)
 AUTO_DIMS = (2, 4, 8)
 #: weight of older refits in the prequential score of each dimension (per refit)
 AUTO_DECAY = 0.7
+#: standard errors (of the best accuracy) a larger dimension must beat a smaller one by
+AUTO_MARGIN = 1.0
 #: refits that fit every dimension before only the leading one is refitted each time ...
 AUTO_SETTLE = 4
 #: ... and the others again every this many refits (a fit in 8 dimensions costs ~5x one in 2)
@@ -383,8 +394,17 @@ class CandidateDuels:
         return True
 
     def _best_dim_index(self) -> int:
+        """The dimension whose fits best predicted fresh answers; the smallest one within
+        ``AUTO_MARGIN`` standard errors of the best (a larger one must earn its place: on the alien
+        eggs 2, 4 and 8 dimensions score within a point of each other and the 2-D fit places the
+        eggs best)."""
         right, seen = self.dim_scores_
-        return int(np.argmax(np.where(seen > 0, right / np.maximum(seen, 1e-300), -np.inf)))
+        acc = np.where(seen > 0, right / np.maximum(seen, 1e-300), -np.inf)
+        best = int(np.argmax(acc))
+        if AUTO_MARGIN <= 0 or seen[best] <= 0:
+            return best
+        se = math.sqrt(max(acc[best] * (1.0 - acc[best]), 0.0) / seen[best])
+        return int(np.flatnonzero(acc >= acc[best] - AUTO_MARGIN * se)[0])
 
     @property
     def chosen_dim_(self) -> int:
@@ -437,7 +457,7 @@ class CandidateDuels:
                 # the dueled leaders survive a refit, so evidence is not thrown away
                 score, counts = old_scores[h, : len(old)], old_counts[h, : len(old)]
                 ranked = [old[i] for i in np.argsort(-score, kind="stable") if counts[i] > 0]
-                keep = ranked[: (m + 1) // 2]
+                keep = ranked[: math.ceil(m * KEEP_SHARE)]
             chosen = list(keep)
             for c in order[h]:
                 if len(chosen) >= m:
@@ -602,6 +622,16 @@ class CandidateDuels:
         lo, hi = TRUST_ACCURACY
         return float(np.clip((right / seen - lo) / (hi - lo), 0.0, 1.0))
 
+    def _coin_flips(self) -> bool:
+        """True where single duels are answered like coin flips: from ``TRUST_FROM`` answers per item
+        on, the chosen dimension predicted the fresh answers no better than ``TRUST_ACCURACY[0]``
+        (the alien eggs, ~.55-.59; recorded answers of 85 items ~.63-.78). Only the embedding, pooling
+        every answer about an item, can place such items; questions then go to placing them."""
+        right, seen = self.dim_scores_[:, self._best_dim_index()]
+        if seen < self.n_items or self.n_answers_ < TRUST_FROM * self.n_items:
+            return False
+        return bool(right / seen < TRUST_ACCURACY[0])
+
     def _estimate_kappa(self) -> None:
         """Empirical-Bayes weight of the embedding prior: the kappa of ``KAPPA_GRID`` maximising
         the beta-binomial likelihood of the pairs dueled at least twice, each pair's win share
@@ -661,7 +691,8 @@ class CandidateDuels:
             return True
         if self.n_fits_ == 0:
             return self.n_answers_ >= self.warmup * self.n_items or self.warmup == 0
-        return self.n_answers_ >= self.fitted_on_ * (1.0 + self.refit_growth) + 1
+        growth = min(self.refit_growth, COIN_REFIT) if self._coin_flips() else self.refit_growth
+        return self.n_answers_ >= self.fitted_on_ * (1.0 + growth) + 1
 
     def _random_question(self, h: int, taken: set) -> tuple[int, int, int]:
         n = self.n_items
@@ -676,7 +707,7 @@ class CandidateDuels:
         """Of ``explore_pairs`` random pairs, the one the fit is least sure of, weighted towards
         pairs holding a plausible neighbour: p (1 - p) / (1 + r / r0), r the nearer one's rank
         from h in the fit, r0 = n / 20 (the active embedding's rule)."""
-        n, c = self.n_items, self.explore_pairs
+        n, c = self.n_items, self.explore_pairs or COIN_PAIRS
         X = self.embedding_
         a, b = candidate_pairs(self.rng_, n, h, c)
         lk = _tste_log_kernel(X, h, np.arange(n))
@@ -709,11 +740,14 @@ class CandidateDuels:
         cache: dict[int, tuple] = {}
         parked = []  # heads with nothing new to ask in this call (certified or all pairs taken)
         trust = self._duel_trust() if self.kappa_ is None else 0.0
+        coin = self._coin_flips()
+        explore, pairs = (COIN_EXPLORE, self.explore_pairs or COIN_PAIRS) if coin else (self.explore,
+                                                                                    self.explore_pairs)
         while len(out) < budget and heap:
             load, t, h = heapq.heappop(heap)
             warm = self.n_fits_ == 0 or self.answered_[h] < self.warmup
-            if warm or self.rng_.random() < self.explore:
-                if warm or not self.explore_pairs or self.embedding_ is None:
+            if warm or self.rng_.random() < explore:
+                if warm or not pairs or self.embedding_ is None:
                     q = self._random_question(h, taken)
                 else:
                     q = self._exploring_question(h, taken)

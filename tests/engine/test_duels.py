@@ -249,3 +249,41 @@ def test_a_won_duel_counts_in_full_only_where_duels_are_answered_consistently():
     p.n_answers_ = 10 * n
     score, _ = p._batch_scores(rows)
     assert int(rows[0, np.argmax(score[0, : n - 1])]) == 3
+
+
+def test_a_larger_dimension_must_beat_a_smaller_one_by_a_standard_error():
+    """dim="auto" takes the smallest dimension whose fits predicted fresh answers within one
+    standard error of the best one (the alien eggs: 2, 4 and 8 within a point of each other)."""
+    p = CandidateDuels(20, random_state=0)
+    p.dim_scores_[:] = [[590.0, 598.0, 580.0], [1000.0, 1000.0, 1000.0]]  # 4-D ahead by .008 (se .016)
+    assert p.chosen_dim_ == 2
+    p.dim_scores_[:] = [[600.0, 700.0, 720.0], [1000.0, 1000.0, 1000.0]]  # 8-D ahead of 4-D by .02 (se .014)
+    assert p.chosen_dim_ == 8
+    p.dim_scores_[:] = [[0.0, 700.0, 0.0], [0.0, 1000.0, 0.0]]  # only 4-D scored yet
+    assert p.chosen_dim_ == 4
+
+
+def test_where_duels_are_coin_flips_most_questions_place_items_in_the_embedding(monkeypatch):
+    """From TRUST_FROM answers per item on, where the fit predicts fresh answers no better than
+    TRUST_ACCURACY[0], most questions are the active embedding's (uncertain pairs weighted to the
+    head's near items) and refits come sooner; elsewhere duels, with ``explore`` random triplets."""
+    from engine.duels import COIN_EXPLORE, COIN_REFIT, TRUST_ACCURACY, TRUST_FROM
+
+    n = 60
+    D = cdist(points(n, 4), points(n, 4))
+    rng = np.random.default_rng(5)
+    shares = {}
+    for acc in (0.55, 0.9):
+        p = CandidateDuels(n, random_state=0)
+        drive(p, D, 12, rng=rng, scale=0.05, lapse=0.1)
+        p.dim_scores_[0] = acc * p.dim_scores_[1]
+        assert p._coin_flips() == (acc < TRUST_ACCURACY[0]) and p.n_answers_ >= TRUST_FROM * n
+        p.fitted_on_ = p.n_answers_  # no refit in this call
+        placing = []
+        monkeypatch.setattr(p, "_exploring_question", lambda h, taken, p=p, placing=placing: placing.append(h)
+                            or CandidateDuels._exploring_question(p, h, taken))
+        qs = p.next_questions(2 * n)
+        shares[acc] = len(placing) / len(qs)
+        p.fitted_on_ = int(p.n_answers_ / (1.0 + COIN_REFIT)) - 1
+        assert p._needs_refit() == (acc < TRUST_ACCURACY[0])
+    assert abs(shares[0.55] - COIN_EXPLORE) < 0.1 and shares[0.9] == 0.0, shares
