@@ -2,7 +2,7 @@
 
 Starts what ``proxima serve`` starts, in a scratch instance folder: the embedded
 redis-server (AOF, ``appendfsync always``), RQ worker(s) (``python -m webapp worker``) and
-gunicorn with serve's options (``webapp.cli.serve``: 3 workers x 8 threads, keep-alive;
+gunicorn with serve's options (``webapp.cli.serve``: 2 workers x 8 threads, keep-alive;
 ``--worker-class``/``--threads``/``--keep-alive`` override them), plus an access log
 whose ``%(D)s`` gives the server-side time of every request. It creates an ANNTri study of
 n = 1,000 colour items (triplet-derived questions, the README's parameters) that the worker

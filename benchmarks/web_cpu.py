@@ -1,6 +1,6 @@
 """Benchmark — web CPU per request: what one question and one answer request cost the web processes.
 
-Starts gunicorn the way ``proxima serve`` does (``load.py``'s command line: 3 workers x 8 threads,
+Starts gunicorn the way ``proxima serve`` does (``load.py``'s command line: 2 workers x 8 threads,
 gthread, keep-alive) against the embedded redis-server (AOF, ``appendfsync always``) and the load
 benchmark's ANNTri study of n = 1,000 items, fills the study's question pool with planned questions
 (so requests take the pooled path, as under a running engine, without an RQ worker's CPU and Redis

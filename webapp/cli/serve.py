@@ -28,9 +28,12 @@ if TYPE_CHECKING:
 #: holds each connection until the client closes it. Measured (benchmarks/load.py, n = 1000, 1000
 #: raters, 2 workers): 218 answers/s with sync workers, 449 with these.
 GUNICORN_THREADS = ("--worker-class", "gthread", "--threads", "8", "--keep-alive", "75")
-#: gunicorn worker processes ``proxima serve`` starts: on a 2-core machine 3 x 8 threads served 15-55%
-#: more answers/s at 1,000 raters than 2 x 8 (less GIL contention; benchmarks/load.py --compare).
-SERVE_WEB_WORKERS = 3
+#: gunicorn worker processes ``proxima serve`` starts. On a 2-core machine, once a rater request cost
+#: one Redis round trip, 2 x 8 threads took ~11% less web CPU per request than 3 x 8 at 1,000 raters
+#: with no worse latency (``benchmarks/load.py --steps 1000 --step-seconds 25 --compare 2x8,3x8,2x8,3x8``:
+#: 1.66 / 1.67 against 1.86 / 1.88 ms per request, answers/s and p99 within the machine's noise); when a
+#: request cost two round trips and 2.2-3.2 ms, 3 x 8 had served 15-55% more answers/s than 2 x 8.
+SERVE_WEB_WORKERS = 2
 #: gunicorn's longest request line (its own default, 4094, answers longer URLs with an HTML 414): the
 #: app answers URLs over ``errors.MAX_URL_LENGTH`` with the JSON error shape on /api/.
 GUNICORN_LIMITS = ("--limit-request-line", "8190")
