@@ -81,8 +81,8 @@ def triplet_probabilities(X: ArrayLike, triplets: ArrayLike, kernel: str = "tste
 
 
 def _objective(flat, t, n, dim, kernel, alpha, l2):
-    """The fitted objective and its gradient, written out plainly: the reference :class:`_TripletLoss`
-    computes faster (and the tests hold it to)."""
+    """The objective of :func:`fit_embedding` and its gradient, written out plainly: the reference the
+    tests hold :class:`_TripletLoss` (what the fits run) to."""
     X = flat.reshape(n, dim)
     xi, xj, xk = X[t[:, 0]], X[t[:, 1]], X[t[:, 2]]
     dj, dk = xi - xj, xi - xk
@@ -116,14 +116,15 @@ class _TripletLoss:
     norm) and its gradient for one set of triplets, the same numbers as :func:`_objective` to float
     rounding but several times cheaper.
 
-    The triplets' columns are laid out once per fit. With few items for the answers (the usual case:
-    tens to hundreds of answers per item) a triplet's two squared distances are read from the
-    (n_items, n_items) grid of all pairs' squared distances, and the gradient is that of a weighted
-    graph on the pairs: each triplet adds a weight to its pairs (i, j) and (i, k), and the gradient is
-    L · X for the graph's Laplacian L — two gathers, a few elementwise passes and two ``bincount``
-    per evaluation, whatever the dimension. Otherwise (many items, few answers) the distances and
-    the gradient go coordinate by coordinate over the triplets. t-STE's probability is computed from
-    the ratio of the two kernels, one power instead of two logarithms and a log-sum-exp.
+    The triplets' columns are laid out once per fit. With many answers for the items (at most
+    PAIR_GRID_RATIO grid cells per triplet coordinate, up to 500 items) a triplet's two squared
+    distances are read from the (n_items, n_items) grid of all pairs' squared distances, and the
+    gradient is that of a weighted graph on the pairs: each triplet adds a weight to its pairs (i, j)
+    and (i, k), and the gradient is L · X for the graph's Laplacian L — two gathers, a few elementwise
+    passes and two ``bincount`` per evaluation, whatever the dimension. Otherwise the distances and
+    the gradient go coordinate by coordinate over the triplets. t-STE's probability comes from the
+    ratio of the two kernels: a division and one ``log1p`` (and a power above 2 dimensions) instead
+    of two logarithms and a log-sum-exp.
     """
 
     def __init__(self, t: np.ndarray, n: int, dim: int, kernel: str, alpha: float, l2: float,
