@@ -59,7 +59,7 @@ HTTP_TIMEOUT = 30.0
 POOL_MARGIN = 1.5
 PROFILE_GROUPS = {
     "gunicorn outside the app (accept, read, respond)": ("!Flask.wsgi_app (",),
-    "Flask request handling outside the views": ("!Flask.dispatch_request (",),
+    "the Flask app (request context, hooks, views, response)": ("Flask.wsgi_app (",),
     "the view functions": ("Flask.dispatch_request (",),
     "redis-py (pack commands, parse replies)": ("redis/",),
     "question tokens": ("tokens.py",),
