@@ -32,6 +32,9 @@ TRUST_FROM = 10.0
 #: ``TRUST_FROM`` answers per item on): the share of questions asked to place items in the embedding
 #: (the active embedding's rule over ``COIN_PAIRS`` random pairs) instead of duels, ...
 COIN_EXPLORE = 0.9
+#: prequential accuracy over which the coin-flip regime ends
+COIN_LEAVE = 0.645
+COIN_NEAR = 20.0
 COIN_PAIRS = 50
 #: ... and the refit cadence there (answers grown by this share since the last fit)
 COIN_REFIT = 0.1
@@ -169,7 +172,7 @@ class CandidateDuels:
         previous fit until it is done.
     """
 
-    VERSION = 3
+    VERSION = 4
 
     def __init__(self, n_items: int, random_state: RandomState = None, shortlist: int = 12, min_shortlist: int = 6,
                  shrink_at: float = 100.0, warmup: float = 3.0, explore: float = 0.1,
@@ -208,6 +211,7 @@ class CandidateDuels:
         # per dim: decayed [answers predicted right, answers predicted] by fits that had not seen them
         self.dim_scores_ = np.zeros((2, len(self._dims())))
         self.fresh_dims_ = np.zeros(len(self._dims()), bool)  # refitted at the last refit
+        self.coin_ = False  # single duels are coin flips here (see _update_coin)
         self.kappa_: float | None = None  # weight of the embedding prior, once repeats have weighed it
         self.fit_job_: dict | None = None  # the refit under way (see _continue_fit)
         self.fit_partial_: dict[int, np.ndarray] = {}  # dim -> its fit so far in that refit
@@ -347,14 +351,19 @@ class CandidateDuels:
             for i in np.flatnonzero(scored):
                 self.dim_scores_[0, i] += emb.triplet_accuracy(self.embeddings_[dims[i]], fresh) * len(fresh)
                 self.dim_scores_[1, i] += len(fresh)
+        self._update_coin()
         every = self.n_fits_ < AUTO_SETTLE or self.n_fits_ % AUTO_RECHECK == 0
-        todo = range(len(dims)) if every else [self._best_dim_index()]
+        best = self._best_dim_index()
+        # the leading dimension first: its fit gives the shortlists as soon as it is done
+        todo = [best] + ([i for i in range(len(dims)) if i != best] if every else [])
         self.fit_job_ = {"dims": [int(i) for i in todo], "triplets": int(len(trip)),
                          "answers": int(self.n_answers_), "seed": int(self.rng_.integers(2**31 - 1)),
                          "iterations": 0}
 
     def _continue_fit(self, emb) -> bool:
-        """Spend at most ``fit_work`` on the refit under way; True once it is complete.
+        """Spend at most ``fit_work`` on the refit under way; True when its leading dimension (the
+        chosen one, fitted first) was finished in this call: the shortlists are rebuilt from it
+        then, while the other dimensions of a refit that checks them all go on.
 
         Work is counted as (triplets + ``FIT_ITEM_COST`` x items) x (dim + 2) per evaluation
         of the objective (what one costs), so a live update pass stays short however many answers there are; the
@@ -366,6 +375,7 @@ class CandidateDuels:
         dims = self._dims()
         trip = self.triplets_[: job["triplets"]]
         budget = float(self.fit_work)
+        publish = False
         while job["dims"] and budget > 0:
             d = dims[job["dims"][0]]
             units = (len(trip) + FIT_ITEM_COST * self.n_items) * (d + 2)
@@ -378,20 +388,36 @@ class CandidateDuels:
             job["iterations"] += max(info["nit"], 1)
             budget -= max(info["nfev"], 1) * units
             if info["converged"] or job["iterations"] >= FIT_MAX_ITER:  # as far as an uncapped fit goes
-                job["dims"].pop(0)
+                i = job["dims"].pop(0)
                 job["iterations"] = 0
+                # a finished dimension is used at once (the leading one gives the shortlists); the
+                # others only count in the choice of dimension once the whole refit is done
+                self.embeddings_[d] = self.fit_partial_.pop(d)
+                job["fitted"] = job.get("fitted", 0) | (1 << i)
+                if not job.get("published"):
+                    job["published"] = 1
+                    publish = True
         if job["dims"]:
-            return False
-        fresh = np.zeros(len(dims), bool)
+            return publish
+        self._end_fit()
+        return publish or not job.get("published")
+
+    def _end_fit(self) -> None:
+        """Close the refit under way: the dimensions it finished are scored on the answers that
+        arrive next; one it did not finish (a new refit of the leading dimension fell due first)
+        keeps its partial fit as the warm start of its next refit, unscored."""
+        job = self.fit_job_
+        dims = self._dims()
+        fitted = job.get("fitted", 0)
         for d, X in self.fit_partial_.items():
             self.embeddings_[d] = X
-            fresh[dims.index(d)] = True
-        self.fresh_dims_ = fresh
+            if not job["dims"] or d != dims[job["dims"][0]]:  # finished (a refit saved by an older version)
+                fitted |= 1 << dims.index(d)
+        self.fresh_dims_ = np.array([bool(fitted >> i & 1) for i in range(len(dims))])
         self.fit_partial_ = {}
         self.fitted_triplets_ = job["triplets"]
         self.fitted_on_ = job["answers"]
         self.fit_job_ = None
-        return True
 
     def _best_dim_index(self) -> int:
         """The dimension whose fits best predicted fresh answers; the smallest one within
@@ -417,11 +443,18 @@ class CandidateDuels:
         order = None
         answers_fitted = self.n_answers_
         if emb is not None and len(trip):
+            job = self.fit_job_
+            if job is not None and self.coin_ and job.get("published") and self._grown(job["answers"]):
+                # where duels are coin flips only the leading dimension's shortlists matter: when it is
+                # due again, the others wait for a later refit (they take long in 8 dimensions)
+                self._end_fit()
             if self.fit_job_ is None:
                 self._start_fit(emb, trip)
             answers_fitted = self.fit_job_["answers"]
             if not self._continue_fit(emb):
-                return  # the refit goes on at the next call; the shortlists stay those of the last fit
+                # the refit goes on at the next call; the shortlists stay those of the last fit (or,
+                # once its leading dimension is done, of that one while the others finish)
+                return
             self.embedding_ = self.embeddings_[self.chosen_dim_]
             self._estimate_kappa()
             sq = (self.embedding_**2).sum(axis=1)
@@ -623,14 +656,22 @@ class CandidateDuels:
         return float(np.clip((right / seen - lo) / (hi - lo), 0.0, 1.0))
 
     def _coin_flips(self) -> bool:
-        """True where single duels are answered like coin flips: from ``TRUST_FROM`` answers per item
-        on, the chosen dimension predicted the fresh answers no better than ``TRUST_ACCURACY[0]``
-        (the alien eggs, ~.55-.59; recorded answers of 85 items ~.63-.78). Only the embedding, pooling
-        every answer about an item, can place such items; questions then go to placing them."""
+        """True where single duels are answered like coin flips (see :meth:`_update_coin`): only the
+        embedding, pooling every answer about an item, can place such items, and questions go to
+        placing them."""
+        return self.coin_
+
+    def _update_coin(self) -> None:
+        """From ``TRUST_FROM`` answers per item on, enter the coin-flip regime when the chosen
+        dimension predicted the fresh answers no better than ``TRUST_ACCURACY[0]`` (the alien eggs,
+        ~.55-.62; recorded answers of 85 items ~.63-.78 from 15 answers per item on), and leave it
+        above ``COIN_LEAVE`` (questions placing items are harder to predict than duels, so the
+        accuracy sits lower inside the regime)."""
         right, seen = self.dim_scores_[:, self._best_dim_index()]
         if seen < self.n_items or self.n_answers_ < TRUST_FROM * self.n_items:
-            return False
-        return bool(right / seen < TRUST_ACCURACY[0])
+            return
+        acc = right / seen
+        self.coin_ = bool(acc < COIN_LEAVE) if self.coin_ else bool(acc < TRUST_ACCURACY[0])
 
     def _estimate_kappa(self) -> None:
         """Empirical-Bayes weight of the embedding prior: the kappa of ``KAPPA_GRID`` maximising
@@ -691,8 +732,12 @@ class CandidateDuels:
             return True
         if self.n_fits_ == 0:
             return self.n_answers_ >= self.warmup * self.n_items or self.warmup == 0
+        return self._grown(self.fitted_on_)
+
+    def _grown(self, fitted_on: int) -> bool:
+        """Answers have grown enough since a fit on ``fitted_on`` answers to refit."""
         growth = min(self.refit_growth, COIN_REFIT) if self._coin_flips() else self.refit_growth
-        return self.n_answers_ >= self.fitted_on_ * (1.0 + growth) + 1
+        return self.n_answers_ >= fitted_on * (1.0 + growth) + 1
 
     def _random_question(self, h: int, taken: set) -> tuple[int, int, int]:
         n = self.n_items
@@ -715,7 +760,7 @@ class CandidateDuels:
         rank = np.empty(n, np.int64)
         rank[np.argsort(-lk, kind="stable")] = np.arange(n)
         p = 1.0 / (1.0 + np.exp(np.clip(lk[b] - lk[a], -700, 700)))
-        score = p * (1.0 - p) / (1.0 + np.minimum(rank[a], rank[b]) / max(1.0, n / 20.0))
+        score = p * (1.0 - p) / (1.0 + np.minimum(rank[a], rank[b]) / max(1.0, n / COIN_NEAR))
         for j in np.argsort(-score, kind="stable"):
             x, y = int(a[j]), int(b[j])
             if (h, min(x, y), max(x, y)) not in taken:
@@ -939,6 +984,7 @@ class CandidateDuels:
             "fresh_dims": self.fresh_dims_.copy(),
             "fitted_triplets": int(self.fitted_triplets_),
             "kappa": None if self.kappa_ is None else float(self.kappa_),
+            "coin": bool(self.coin_),
             "fit_job": None if self.fit_job_ is None else {**self.fit_job_, "dims": list(self.fit_job_["dims"])},
             "fit_partial": {str(d): X.copy() for d, X in self.fit_partial_.items()},
             "fitted_on": int(self.fitted_on_),
@@ -949,7 +995,7 @@ class CandidateDuels:
 
     @classmethod
     def from_state(cls, state: dict) -> CandidateDuels:
-        if state.get("class") != cls.__name__ or state.get("version") not in (1, 2, cls.VERSION):
+        if state.get("class") != cls.__name__ or state.get("version") not in (1, 2, 3, cls.VERSION):
             raise ValueError(
                 f"state is of {state.get('class')} v{state.get('version')}, not {cls.__name__} v{cls.VERSION}"
             )
@@ -982,6 +1028,7 @@ class CandidateDuels:
             p.fit_job_ = None if job is None else {**{k: int(v) for k, v in job.items() if k != "dims"},
                                                    "dims": [int(i) for i in job["dims"]]}
             p.fit_partial_ = {int(d): np.array(X, np.float64) for d, X in state["fit_partial"].items()}
+        p.coin_ = bool(state.get("coin", False))  # before version 4: decided at the next refit
         p.fitted_on_ = int(state["fitted_on"])
         p.n_fits_ = int(state["n_fits"])
         p.n_answers_ = int(state["n_answers"])

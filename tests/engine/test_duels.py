@@ -266,8 +266,10 @@ def test_a_larger_dimension_must_beat_a_smaller_one_by_a_standard_error():
 def test_where_duels_are_coin_flips_most_questions_place_items_in_the_embedding(monkeypatch):
     """From TRUST_FROM answers per item on, where the fit predicts fresh answers no better than
     TRUST_ACCURACY[0], most questions are the active embedding's (uncertain pairs weighted to the
-    head's near items) and refits come sooner; elsewhere duels, with ``explore`` random triplets."""
-    from engine.duels import COIN_EXPLORE, COIN_REFIT, TRUST_ACCURACY, TRUST_FROM
+    head's near items) and refits come sooner; elsewhere duels, with ``explore`` random triplets.
+    The regime is decided when a refit starts, ends only above COIN_LEAVE and survives a state
+    round trip."""
+    from engine.duels import COIN_EXPLORE, COIN_LEAVE, COIN_REFIT, TRUST_ACCURACY, TRUST_FROM
 
     n = 60
     D = cdist(points(n, 4), points(n, 4))
@@ -276,8 +278,12 @@ def test_where_duels_are_coin_flips_most_questions_place_items_in_the_embedding(
     for acc in (0.55, 0.9):
         p = CandidateDuels(n, random_state=0)
         drive(p, D, 12, rng=rng, scale=0.05, lapse=0.1)
+        assert p.n_answers_ >= TRUST_FROM * n
         p.dim_scores_[0] = acc * p.dim_scores_[1]
-        assert p._coin_flips() == (acc < TRUST_ACCURACY[0]) and p.n_answers_ >= TRUST_FROM * n
+        p._update_coin()
+        assert p._coin_flips() == (acc < TRUST_ACCURACY[0])
+        q = CandidateDuels.from_state(p.to_state())
+        assert q.coin_ == p.coin_ and q.next_questions(n) == p.next_questions(n)
         p.fitted_on_ = p.n_answers_  # no refit in this call
         placing = []
         monkeypatch.setattr(p, "_exploring_question", lambda h, taken, p=p, placing=placing: placing.append(h)
@@ -285,5 +291,12 @@ def test_where_duels_are_coin_flips_most_questions_place_items_in_the_embedding(
         qs = p.next_questions(2 * n)
         shares[acc] = len(placing) / len(qs)
         p.fitted_on_ = int(p.n_answers_ / (1.0 + COIN_REFIT)) - 1
-        assert p._needs_refit() == (acc < TRUST_ACCURACY[0])
+        assert p._grown(p.fitted_on_) == (acc < TRUST_ACCURACY[0])
+        if p.coin_:  # hysteresis: stays below COIN_LEAVE, ends above it
+            p.dim_scores_[0] = (TRUST_ACCURACY[0] + COIN_LEAVE) / 2 * p.dim_scores_[1]
+            p._update_coin()
+            assert p.coin_
+            p.dim_scores_[0] = (COIN_LEAVE + 0.01) * p.dim_scores_[1]
+            p._update_coin()
+            assert not p.coin_
     assert abs(shares[0.55] - COIN_EXPLORE) < 0.1 and shares[0.9] == 0.0, shares

@@ -137,6 +137,33 @@ def test_version_2_state_loads_and_goes_on():
     assert q.to_state()["version"] == CandidateDuels.VERSION
 
 
+def test_version_3_state_mid_refit_loads_and_goes_on():
+    """A version-3 state (no coin-flip flag; a refit under way whose finished dimensions wait in
+    fit_partial) loads, finishes that refit as it would have and goes on."""
+    n = 30
+    D = cdist(points(n, 4), points(n, 4))
+    p = CandidateDuels(n, random_state=0, fit_work=20_000)
+    rng = np.random.default_rng(1)
+    while p.fit_job_ is None or len(p.fit_job_["dims"]) == 3 or p.n_answers_ < 12 * n:
+        p.observe(answer(D, p.next_questions(30), rng))
+    old = p.to_state()
+    old["version"] = 3
+    del old["coin"]
+    job = old["fit_job"]
+    done = [i for i in range(3) if job.get("fitted", 0) >> i & 1]
+    assert done and job["dims"]
+    # version 3 kept finished dimensions in fit_partial until the whole refit was done
+    old["fit_partial"] = {**{str(duels.AUTO_DIMS[i]): p.embeddings_[duels.AUTO_DIMS[i]] for i in done},
+                          **old["fit_partial"]}
+    old["fit_job"] = {k: v for k, v in job.items() if k not in ("fitted", "published")}
+    q = CandidateDuels.from_state(_jsonable(old))
+    assert q.coin_ is False
+    while q.fit_job_ is not None:
+        q.observe(answer(D, q.next_questions(30), rng))
+    assert q.fresh_dims_[done].all()
+    assert q.to_state()["version"] == CandidateDuels.VERSION
+
+
 @pytest.mark.parametrize("params, msg", [({"fit_work": 0}, "fit_work"), ({"fit_work": 2.5}, "fit_work")])
 def test_bad_fit_work(params, msg):
     with pytest.raises(ValueError, match=msg):
