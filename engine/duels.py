@@ -2,7 +2,11 @@
 
 Each head's shortlisted candidates are asked against each other ("is h more like a or b?") and
 the neighbour is the Condorcet winner of those duels; shortlists come from an ordinal embedding
-fitted on all answers. Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
+fitted on all answers. Where single duels turn out to be coin flips (people cannot tell near items
+apart: the fit predicts fresh answers barely better than chance), most questions go instead to
+placing items in the embedding (uncertain pairs near each item, as the active embedding asks) and
+the neighbour is read mostly from the fit. Numpy only; must never import Flask, Redis, RQ,
+``webapp`` or ``workers``.
 """
 from __future__ import annotations
 
@@ -32,12 +36,13 @@ TRUST_FROM = 10.0
 #: ``TRUST_FROM`` answers per item on): the share of questions asked to place items in the embedding
 #: (the active embedding's rule over ``COIN_PAIRS`` random pairs) instead of duels, ...
 COIN_EXPLORE = 0.9
-#: prequential accuracy over which the coin-flip regime ends
-COIN_LEAVE = 0.645
-COIN_NEAR = 20.0
 COIN_PAIRS = 50
+#: ... an exploring pair's weight halves where its nearer item ranks n / COIN_NEAR from the head ...
+COIN_NEAR = 20.0
 #: ... and the refit cadence there (answers grown by this share since the last fit)
 COIN_REFIT = 0.1
+#: prequential accuracy over which the coin-flip regime ends (it is entered below TRUST_ACCURACY[0])
+COIN_LEAVE = 0.645
 #: weights the estimate of ``kappa_`` chooses from (a geometric grid, in duels)
 KAPPA_GRID = tuple(2.0**k for k in range(-1, 13))
 #: share of a refreshed shortlist kept for the dueled leaders of the previous one
@@ -153,16 +158,23 @@ class CandidateDuels:
     warmup : float, default 3
         Random-triplet answers per head before its duels start (they seed the embedding).
     explore : float, default 0.1
-        Share of later questions asked as random triplets (keeps the embedding global).
+        Share of later questions asked as random triplets (keeps the embedding global). Where
+        duels are coin flips (see ``_update_coin``) ``COIN_EXPLORE`` of the questions place items
+        in the embedding instead.
     refit_growth : float, default 0.25
-        Refit the embedding when answers have grown by this share since the last fit.
+        Refit the embedding when answers have grown by this share since the last fit (at most
+        ``COIN_REFIT`` where duels are coin flips).
     dim : int or "auto", default "auto"
         Embedding dimension. ``"auto"`` fits every dimension of ``AUTO_DIMS`` (warm started)
         and takes the shortlists from the one that best predicted the answers that arrived
         since the previous fit (answers no fit had seen: an honest, prequential test; older
-        refits count ``AUTO_DECAY`` times less per refit). The right dimension depends on the
+        refits count ``AUTO_DECAY`` times less per refit; a larger dimension must beat a smaller
+        one by ``AUTO_MARGIN`` standard errors). The right dimension depends on the
         items (the 1-D alien eggs want 2, four-dimensional data wants 4 to 8, and a shortlist
         from too few dimensions misses the true neighbour).
+    explore_pairs : int, default 0
+        Random pairs an exploring question is chosen from (the one the fit is least sure of, near
+        the head); 0 asks random triplets (``COIN_PAIRS`` where duels are coin flips).
     delta : float, default 0.05
         Failure probability of the elimination bounds (per head).
     fit_work : int, default 1_000_000
@@ -751,7 +763,7 @@ class CandidateDuels:
     def _exploring_question(self, h: int, taken: set) -> tuple[int, int, int]:
         """Of ``explore_pairs`` random pairs, the one the fit is least sure of, weighted towards
         pairs holding a plausible neighbour: p (1 - p) / (1 + r / r0), r the nearer one's rank
-        from h in the fit, r0 = n / 20 (the active embedding's rule)."""
+        from h in the fit, r0 = n / ``COIN_NEAR`` (the active embedding's rule)."""
         n, c = self.n_items, self.explore_pairs or COIN_PAIRS
         X = self.embedding_
         a, b = candidate_pairs(self.rng_, n, h, c)
