@@ -7,9 +7,12 @@ process
 
     proxima plan --truth points:FILE.csv --algorithms A,B,... --budgets 10,20,50,100,200,500 --runs 3
 
-and prints its wall time, the CPU seconds of the whole command (its processes together) and the
-CPU seconds of one run of each learner (from the plan's JSON), with the accuracy reached at the
-largest budget (a speed-up must not change what the plan predicts).
+and prints its wall time, the CPU seconds of the whole command (its processes together), the wall
+time it would take on free cores (the plan's longest-first order replayed with the measured CPU
+seconds of each learner's runs, plus the rest of the command's CPU shared out: on a shared machine
+the wall time says more about the neighbours than about the plan) and the CPU seconds of one run of
+each learner (from the plan's JSON), with the accuracy reached at the largest budget (a speed-up
+must not change what the plan predicts).
 
     python benchmarks/plan_speed.py
     python benchmarks/plan_speed.py --algorithms duels,random_triplets --repeat 2
@@ -62,6 +65,28 @@ def run_plan(truth: Path, algorithms: str, budgets: str, runs: int, jobs: int | 
     return wall, cpu, doc
 
 
+def free_cores_wall(costs: list[float], runs: int, jobs: int) -> float:
+    """Seconds the plan's processes would take on ``jobs`` free cores: the longest-first order of
+    ``engine.planning`` replayed with every run of learner a taking ``costs[a]`` CPU seconds."""
+    import heapq
+
+    sys.path.insert(0, str(ROOT))
+    from engine.planning import _LongestFirst
+
+    order = _LongestFirst(len(costs), runs)
+    free = [0.0] * jobs  # when each idle process fell free
+    running: list[tuple[float, int]] = []  # (end, run)
+    end = 0.0
+    while True:
+        while free and (w := order.next()) is not None:
+            heapq.heappush(running, (heapq.heappop(free) + costs[w // runs], w))
+        if not running:
+            return end
+        end, w = heapq.heappop(running)
+        order.finished(w, costs[w // runs])
+        heapq.heappush(free, end)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--items", type=int, default=300)
@@ -79,15 +104,19 @@ def main() -> None:
               f"--runs {a.runs}" + (f" --jobs {a.jobs}" if a.jobs else "") + "".join(f" {x}" for x in extra))
         print(f"machine: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         names = a.algorithms.split(",")
-        print("repeat | wall s | CPU s | " + " | ".join(f"{name} CPU s/run (exact@{a.budgets.split(',')[-1]})"
-                                                        for name in names))
+        jobs = a.jobs or min(4, os.cpu_count() or 1)
+        print(f"repeat | wall s | CPU s | wall on {jobs} free cores (estimate) | "
+              + " | ".join(f"{name} CPU s/run (exact@{a.budgets.split(',')[-1]})" for name in names))
         for r in range(a.repeat):
             wall, cpu, doc = run_plan(truth, a.algorithms, a.budgets, a.runs, a.jobs, extra)
+            order = list(doc["algorithms"])  # the plan's order of learners (the table's)
+            costs = [doc["algorithms"][name]["cpu_seconds"] for name in order]
+            ideal = free_cores_wall(costs, a.runs, jobs) + (cpu - a.runs * sum(costs)) / jobs
             cells = []
             for name in names:
                 alg = doc["algorithms"][name]
                 cells.append(f"{alg['cpu_seconds']:.1f} ({alg['exact']['mean'][-1]})")
-            print(f"{r + 1:6d} | {wall:6.1f} | {cpu:5.1f} | " + " | ".join(cells), flush=True)
+            print(f"{r + 1:6d} | {wall:6.1f} | {cpu:5.1f} | {ideal:5.1f} | " + " | ".join(cells), flush=True)
 
 
 if __name__ == "__main__":
