@@ -86,6 +86,28 @@ def test_a_refit_is_spread_over_calls_when_its_work_exceeds_fit_work(monkeypatch
     assert p.fit_job_ is None or p.fit_job_["triplets"] <= p.n_answers_
 
 
+def test_the_leading_dimension_gives_the_shortlists_before_the_others_finish():
+    """A refit of every dimension fits the chosen one first; the shortlists are rebuilt from it at
+    once while the 4-D and 8-D fits go on over the next calls (they only count in the choice of
+    dimension once the whole refit is done)."""
+    n = 40
+    D = cdist(points(n, 2), points(n, 2))
+    rng = np.random.default_rng(3)
+    p = CandidateDuels(n, random_state=0, fit_work=30_000)
+    seen = 0
+    while p.n_answers_ < 30 * n:
+        job = p.fit_job_
+        fits, cands = p.n_fits_, p.cands_.copy()
+        p.observe(answer(D, p.next_questions(40), rng))
+        if job is not None and p.fit_job_ is not None and p.fit_job_.get("published") and p.n_fits_ == fits + 1:
+            # published in this call, the rest of the refit still under way
+            assert p.fit_job_["dims"] and p.fit_job_["fitted"] == 1 << p._best_dim_index()
+            assert np.array_equal(p.embedding_, p.embeddings_[p.chosen_dim_])
+            assert not np.array_equal(p.cands_, cands)
+            seen += 1
+    assert seen >= 1
+
+
 def test_exact_replay_with_a_refit_under_way_across_a_state_round_trip():
     """Saving and restoring the state (through JSON) in the middle of a spread refit changes
     nothing: the same answers in the same batches give the same questions and the same state."""
