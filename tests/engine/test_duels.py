@@ -267,7 +267,7 @@ def test_where_duels_are_coin_flips_most_questions_place_items_in_the_embedding(
     """From TRUST_FROM answers per item on, where the fit predicts fresh answers no better than
     TRUST_ACCURACY[0], most questions are the active embedding's (uncertain pairs weighted to the
     head's near items) and refits come sooner; elsewhere duels, with ``explore`` random triplets.
-    The regime is decided when a refit starts, ends only above COIN_LEAVE and survives a state
+    The regime is decided when a refit starts, ends from COIN_LEAVE on and survives a state
     round trip."""
     from engine.duels import COIN_EXPLORE, COIN_LEAVE, COIN_REFIT, TRUST_ACCURACY, TRUST_FROM
 
@@ -292,8 +292,8 @@ def test_where_duels_are_coin_flips_most_questions_place_items_in_the_embedding(
         shares[acc] = len(placing) / len(qs)
         p.fitted_on_ = int(p.n_answers_ / (1.0 + COIN_REFIT)) - 1
         assert p._grown(p.fitted_on_) == (acc < TRUST_ACCURACY[0])
-        if p.coin_:  # hysteresis: stays below COIN_LEAVE, ends above it
-            p.dim_scores_[0] = (TRUST_ACCURACY[0] + COIN_LEAVE) / 2 * p.dim_scores_[1]
+        if p.coin_:  # stays below COIN_LEAVE, ends from it on
+            p.dim_scores_[0] = (COIN_LEAVE - 0.01) * p.dim_scores_[1]
             p._update_coin()
             assert p.coin_
             p.dim_scores_[0] = (COIN_LEAVE + 0.01) * p.dim_scores_[1]
