@@ -19,7 +19,7 @@ import numpy as np
 
 from .graph import NO_NEIGHBOR, NeighborGraph
 from .random_triplets import candidate_pairs, check_triplet_answers
-from .utils import RandomState, check_n_items, check_random_state, generator_from_state, generator_state
+from .utils import RandomState, check_n_items, check_random_state, generator_from_state, generator_state, store_params
 
 #: weight (in duels) of the shortlist order in a candidate's score, until repeated duels have
 #: weighed the embedding's own prediction (``kappa_``)
@@ -192,18 +192,8 @@ class CandidateDuels:
                  shrink_at: float = 100.0, warmup: float = 3.0, explore: float = 0.1,
                  refit_growth: float = 0.25, dim: int | str = "auto", delta: float = 0.05,
                  fit_work: int = 1_000_000, explore_pairs: int = 0) -> None:
+        store_params(self, locals())
         self.n_items = check_n_items(n_items)
-        self.random_state = random_state
-        self.shortlist = shortlist
-        self.min_shortlist = min_shortlist
-        self.shrink_at = shrink_at
-        self.warmup = warmup
-        self.explore = explore
-        self.refit_growth = refit_growth
-        self.dim = dim
-        self.delta = delta
-        self.fit_work = fit_work
-        self.explore_pairs = explore_pairs
         self._check_params()
         self.rng_ = check_random_state(random_state)
         n = self.n_items
