@@ -19,7 +19,9 @@ import hashlib
 import hmac
 import json
 import os
+from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 from itsdangerous import BadSignature, SignatureExpired, TimestampSigner, URLSafeTimedSerializer
 
@@ -67,23 +69,41 @@ def verify_question(secret_key: str, token: object, max_age: int) -> dict:
     if not isinstance(token, str) or not token or len(token) > 4096:
         raise ApiError(400, "invalid_token", "the answer must carry the question's token as a string")
     try:
-        sealed = _signer(secret_key).unsign(token, max_age=max_age)
+        return _open(lambda: _signer(secret_key).unsign(token, max_age=max_age),
+                     lambda sealed: _unseal(_cipher_key(secret_key), sealed))
+    except _NotThisFormat:
+        return _verify_previous(secret_key, token, max_age)
+
+
+class _NotThisFormat(Exception):
+    """The signature does not verify under this format's salt (perhaps a token of the previous one)."""
+
+
+def _open(unsign: Callable[[], Any], unseal: Callable[[Any], bytes]) -> dict:
+    """The payload of a signed, sealed token: ``unsign`` checks the signature and age, ``unseal``
+    decrypts; 410 when expired, 400 when signed by this server yet not a sealed question."""
+    try:
+        sealed = unsign()
     except SignatureExpired:
         raise ApiError(410, "expired_token",
                        "this question expired before it was answered; fetch a new question") from None
     except BadSignature:
-        return _verify_previous(secret_key, token, max_age)
+        raise _NotThisFormat from None
     try:
-        raw = base64.urlsafe_b64decode(sealed + b"=" * (-len(sealed) % 4))
-        nonce, body = raw[:NONCE_BYTES], raw[NONCE_BYTES:]
-        if len(nonce) != NONCE_BYTES:
-            raise ValueError("no nonce")
-        payload = json.loads(_xor(body, _keystream(_cipher_key(secret_key), nonce, len(body))))
-    except (ValueError, TypeError):
+        payload = json.loads(unseal(sealed))
+    except (ValueError, TypeError, AttributeError):
         raise ApiError(400, "invalid_token", INVALID) from None
     if not isinstance(payload, dict):
         raise ApiError(400, "invalid_token", INVALID)
     return payload
+
+
+def _unseal(key: bytes, sealed: bytes) -> bytes:
+    raw = base64.urlsafe_b64decode(sealed + b"=" * (-len(sealed) % 4))
+    nonce, body = raw[:NONCE_BYTES], raw[NONCE_BYTES:]
+    if len(nonce) != NONCE_BYTES:
+        raise ValueError("no nonce")
+    return _xor(body, _keystream(key, nonce, len(body)))
 
 
 # ------------------------------------------------------------------- the previous format
@@ -92,29 +112,18 @@ def _previous_serializer(secret_key: str) -> URLSafeTimedSerializer:
     return URLSafeTimedSerializer(secret_key, salt=PREVIOUS_SALT)
 
 
-def _previous_keystream_xor(key: bytes, nonce: bytes, data: bytes) -> bytes:
+def _previous_unseal(key: bytes, sealed: str) -> bytes:
+    raw = base64.urlsafe_b64decode(sealed.encode())
+    nonce, body = raw[:NONCE_BYTES], raw[NONCE_BYTES:]
     out = b"".join(hmac.digest(key, nonce + block.to_bytes(8, "big"), "sha256")
-                   for block in range((len(data) + 31) // 32))
-    return _xor(data, out)
+                   for block in range((len(body) + 31) // 32))
+    return _xor(body, out)
 
 
 def _verify_previous(secret_key: str, token: str, max_age: int) -> dict:
     """A token of the previous format (see the module's docstring), or the same ApiErrors."""
     try:
-        sealed = _previous_serializer(secret_key).loads(token, max_age=max_age)
-    except SignatureExpired:
-        raise ApiError(410, "expired_token",
-                       "this question expired before it was answered; fetch a new question") from None
-    except BadSignature:
+        return _open(lambda: _previous_serializer(secret_key).loads(token, max_age=max_age),
+                     lambda sealed: _previous_unseal(_cipher_key(secret_key, b"proxima.question.encryption"), sealed))
+    except _NotThisFormat:
         raise ApiError(400, "invalid_token", INVALID) from None
-    try:
-        raw = base64.urlsafe_b64decode(sealed.encode())
-        nonce, body = raw[:NONCE_BYTES], raw[NONCE_BYTES:]
-        payload = json.loads(_previous_keystream_xor(_cipher_key(secret_key, b"proxima.question.encryption"),
-                                                     nonce, body))
-    except (ValueError, TypeError, AttributeError):
-        # signed by this server's key yet not a sealed question
-        raise ApiError(400, "invalid_token", INVALID) from None
-    if not isinstance(payload, dict):
-        raise ApiError(400, "invalid_token", INVALID)
-    return payload

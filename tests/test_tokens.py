@@ -1,0 +1,67 @@
+"""Question tokens: sealed (unreadable) and signed (unforgeable), in the current format and the
+previous one, so a question handed out before an upgrade can still be answered after it."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+
+import pytest
+from itsdangerous import URLSafeTimedSerializer
+
+from webapp.errors import ApiError
+from webapp.tokens import PREVIOUS_SALT, sign_question, verify_question
+
+KEY = "a token test key"
+PAYLOAD = {"study": "s1", "q": [3, 1, 4], "catch": True, "expect": 1}
+
+
+def previous_format_token(secret_key: str, payload: dict) -> str:
+    """A token as the previous release made it: HMAC-SHA256 counter-mode keystream, URL-safe JSON signer."""
+    key = hmac.new(secret_key.encode(), b"proxima.question.encryption", hashlib.sha256).digest()
+    nonce = os.urandom(16)
+    plain = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+    stream = b"".join(hmac.new(key, nonce + block.to_bytes(8, "big"), hashlib.sha256).digest()
+                      for block in range((len(plain) + 31) // 32))
+    body = bytes(p ^ s for p, s in zip(plain, stream, strict=False))
+    return URLSafeTimedSerializer(secret_key, salt=PREVIOUS_SALT).dumps(base64.urlsafe_b64encode(nonce + body).decode())
+
+
+def error_of(token: object, key: str = KEY, max_age: int = 60) -> tuple[int, str]:
+    with pytest.raises(ApiError) as info:
+        verify_question(key, token, max_age)
+    return info.value.status, info.value.code
+
+
+def test_a_token_round_trips_and_hides_its_payload():
+    token = sign_question(KEY, PAYLOAD)
+    assert verify_question(KEY, token, 60) == PAYLOAD
+    assert "catch" not in token and "expect" not in token
+    assert sign_question(KEY, PAYLOAD) != token  # a fresh nonce each time
+
+
+def test_a_previous_format_token_still_opens_and_a_forged_one_does_not():
+    old = previous_format_token(KEY, PAYLOAD)
+    assert verify_question(KEY, old, 60) == PAYLOAD
+    assert error_of(old, key="another key") == (400, "invalid_token")
+    assert error_of(old[:-2] + ("AA" if old[-2:] != "AA" else "BB")) == (400, "invalid_token")
+
+
+@pytest.mark.parametrize("make", [sign_question, previous_format_token])
+def test_an_expired_token_of_either_format_is_410(make, monkeypatch):
+    import time as time_module
+    token = make(KEY, PAYLOAD)
+    later = time_module.time() + 120
+    monkeypatch.setattr(time_module, "time", lambda: later)
+    assert error_of(token, max_age=60) == (410, "expired_token")
+
+
+def test_tampered_malformed_and_foreign_tokens_are_400():
+    token = sign_question(KEY, PAYLOAD)
+    value, _, rest = token.partition(".")
+    flipped = ("B" if value[0] != "B" else "C") + value[1:]
+    for bad in (flipped + "." + rest, token + "x", "", "no dots", "a.b.c", 12, None, "x" * 5000):
+        assert error_of(bad)[0] == 400, bad
+    assert error_of(token, key="another key") == (400, "invalid_token")
