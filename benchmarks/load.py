@@ -412,35 +412,55 @@ def code_copy(ref: str, folder: Path) -> Path:
     return folder
 
 
+class Setup:
+    """A fresh embedded Redis with load.py's study, and the environment the servers get."""
+
+    def __init__(self, a: argparse.Namespace, code_root: Path, prefix: str, pool_size: int) -> None:
+        import redis
+
+        from webapp.cli.embedded import EmbeddedRedis
+
+        self.scratch = Path(tempfile.mkdtemp(prefix=prefix))
+        self.instance = self.scratch / "instance"
+        self.server = EmbeddedRedis(self.instance, appendfsync=a.appendfsync)
+        self.url = self.server.start()
+        self.procs: list[subprocess.Popen] = []
+        self.conn = redis.Redis.from_url(self.url)
+        create_load_study(self.conn, a.items, pool_size, a.seed)
+        # the load generators run on this machine: exempt loopback from the rate limits (none is by default)
+        self.env = dict(os.environ, REDIS_URL=self.url, PROXIMA_INSTANCE_PATH=str(self.instance),
+                        PYTHONPATH=str(code_root), PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1,::1")
+        self.log = (self.scratch / "servers.log").open("w")
+        self.code_root = code_root
+
+    def start(self, command: list[str]) -> subprocess.Popen:
+        """A server process in the code under test, logging to servers.log; stopped by ``stop``."""
+        proc = subprocess.Popen(command, cwd=str(self.code_root), env=self.env, stdout=self.log,
+                                stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            stop_process(proc)
+        self.server.stop()
+
+
 def run_load(a, code_root: Path, label: str) -> dict:
     """One full ramp against a fresh setup running the code in ``code_root``; returns every figure."""
     import psutil
-    import redis
 
-    from webapp.cli.embedded import EmbeddedRedis, free_port
+    from webapp.cli.embedded import free_port
     from workers.store import keys
 
-    scratch = Path(tempfile.mkdtemp(prefix="proxima-load-"))
-    instance = scratch / "instance"
-    server = EmbeddedRedis(instance, appendfsync=a.appendfsync)
-    url = server.start()
-    procs: list[subprocess.Popen] = []
+    setup = Setup(a, code_root, "proxima-load-", a.pool_size)
+    scratch, url, conn, server, log, procs = setup.scratch, setup.url, setup.conn, setup.server, setup.log, setup.procs
     try:
-        conn = redis.Redis.from_url(url)
         conn.config_set("latency-monitor-threshold", LATENCY_THRESHOLD_MS)
-        create_load_study(conn, a.items, a.pool_size, a.seed)
-        # the load generators run on this machine: exempt loopback from the rate limits (none is by default)
-        env = dict(os.environ, REDIS_URL=url, PROXIMA_INSTANCE_PATH=str(instance), PYTHONPATH=str(code_root),
-                   PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1,::1")
-        log = (scratch / "servers.log").open("w")
-        rq = [subprocess.Popen([sys.executable, "-m", "webapp", "worker"], cwd=str(code_root), env=env,
-                               stdout=log, stderr=subprocess.STDOUT) for _ in range(a.rq_workers)]
-        procs += rq
+        rq = [setup.start([sys.executable, "-m", "webapp", "worker"]) for _ in range(a.rq_workers)]
         port = free_port()
         access_log = scratch / "access.log"
-        web = subprocess.Popen(gunicorn_command(a, port, access_log), cwd=str(code_root), env=env,
-                               stdout=log, stderr=subprocess.STDOUT)
-        procs.append(web)
+        web = setup.start(gunicorn_command(a, port, access_log))
         base = f"http://127.0.0.1:{port}"
         wait_until(lambda: healthy(base), 90, "gunicorn to answer /api/health")
         wait_until(lambda: conn.hget(keys.engine_stats(STUDY), "updates"), 120, "the first pool fill")
@@ -542,9 +562,7 @@ def run_load(a, code_root: Path, label: str) -> dict:
                 "stalls": stalls, "engine_state": engine_state_figures(conn),
                 "web_workers": len(web_workers)}
     finally:
-        for proc in reversed(procs):
-            stop_process(proc)
-        server.stop()
+        setup.stop()
         if a.keep:
             print(f"[{label}] kept {scratch}")
         else:

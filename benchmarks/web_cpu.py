@@ -43,12 +43,11 @@ import psutil  # noqa: E402
 from load import (  # noqa: E402
     LABEL,
     STUDY,
+    Setup,
     code_copy,
-    create_load_study,
     gunicorn_command,
     healthy,
     serve_gunicorn_options,
-    stop_process,
     wait_until,
 )
 from load_common import percentile, profile_summary, read_collapsed, table, tree_cpu_seconds  # noqa: E402
@@ -153,32 +152,17 @@ def fill_pool(conn, n_items: int, count: int, seed: int) -> None:
 
 def measure(a, code_root: Path, label: str) -> dict:
     """One fresh server running the code in ``code_root``; both phases measured. Returns the figures."""
-    import psutil
-    import redis
+    from webapp.cli.embedded import free_port
 
-    from webapp.cli.embedded import EmbeddedRedis, free_port
-
-    scratch = Path(tempfile.mkdtemp(prefix="proxima-webcpu-"))
-    instance = scratch / "instance"
-    server = EmbeddedRedis(instance, appendfsync=a.appendfsync)
-    url = server.start()
-    procs: list[subprocess.Popen] = []
+    setup = Setup(a, code_root, "proxima-webcpu-", 20)
+    scratch, conn = setup.scratch, setup.conn
     spy = None
     try:
-        conn = redis.Redis.from_url(url)
-        create_load_study(conn, a.items, pool_size=20, seed=a.seed)
-        env = dict(os.environ, REDIS_URL=url, PROXIMA_INSTANCE_PATH=str(instance), PYTHONPATH=str(code_root),
-                   PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1,::1")
-        log = (scratch / "servers.log").open("w")
         if a.worker:
-            procs.append(subprocess.Popen([sys.executable, "-m", "webapp", "worker"], cwd=str(code_root), env=env,
-                                          stdout=log, stderr=subprocess.STDOUT))
+            setup.start([sys.executable, "-m", "webapp", "worker"])
         fill_pool(conn, a.items, int(POOL_MARGIN * 2 * a.requests) + 1000, a.seed)
         port = free_port()
-        access_log = scratch / "access.log" if a.access_log else None
-        web = subprocess.Popen(gunicorn_command(a, port, access_log), cwd=str(code_root), env=env, stdout=log,
-                               stderr=subprocess.STDOUT)
-        procs.append(web)
+        web = setup.start(gunicorn_command(a, port, scratch / "access.log" if a.access_log else None))
         base = f"http://127.0.0.1:{port}"
         wait_until(lambda: healthy(base), 90, "gunicorn to answer /api/health")
         master = psutil.Process(web.pid)
@@ -226,9 +210,7 @@ def measure(a, code_root: Path, label: str) -> dict:
     finally:
         if spy is not None and spy.poll() is None:
             spy.kill()
-        for proc in reversed(procs):
-            stop_process(proc)
-        server.stop()
+        setup.stop()
 
 
 # ============================================================================ report
