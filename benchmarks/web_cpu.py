@@ -39,17 +39,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT)]
 
+import load  # noqa: E402
 import psutil  # noqa: E402
-from load import (  # noqa: E402
-    LABEL,
-    STUDY,
-    Setup,
-    code_copy,
-    gunicorn_command,
-    healthy,
-    serve_gunicorn_options,
-    wait_until,
-)
 from load_common import percentile, profile_summary, read_collapsed, table, tree_cpu_seconds  # noqa: E402
 
 PHASES = ("question", "answer")
@@ -79,20 +70,20 @@ async def _client(base: str, index: int, phase: str, quota: list[int], held: dic
         jar = aiohttp.CookieJar(unsafe=True)  # keep the cookies of an IP-address host (127.0.0.1)
         session = sessions[index] = aiohttp.ClientSession(
             cookie_jar=jar, timeout=aiohttp.ClientTimeout(total=HTTP_TIMEOUT))
-        async with session.get(f"{base}/s/{STUDY}", params={"rater": f"cpu-{index}"}) as resp:
+        async with session.get(f"{base}/s/{load.STUDY}", params={"rater": f"cpu-{index}"}) as resp:
             await resp.read()
     while quota[0] > 0:
         quota[0] -= 1
         sent = time.perf_counter()
         if phase == "question" or held.get(index) is None:
-            async with session.get(f"{base}/api/studies/{STUDY}/questions/next") as resp:
+            async with session.get(f"{base}/api/studies/{load.STUDY}/questions/next") as resp:
                 body = await resp.json(content_type=None)
                 status = resp.status
             question = (body or {}).get("question") if status == 200 else None
         else:
             question = held[index]
             choice = question["candidates"][0]["index"]
-            async with session.post(f"{base}/api/studies/{STUDY}/answers",
+            async with session.post(f"{base}/api/studies/{load.STUDY}/answers",
                                     json={"token": question["token"], "choice": choice, "response_ms": 2500}) as resp:
                 body = await resp.json(content_type=None)
                 status = resp.status
@@ -143,18 +134,18 @@ def fill_pool(conn, n_items: int, count: int, seed: int) -> None:
     batch = []
     for _ in range(count):
         i, j, k = rng.sample(range(n_items), 3)
-        batch.append(derived_triplet_question(i, j, k, LABEL))
+        batch.append(derived_triplet_question(i, j, k, load.LABEL))
         if len(batch) == 1000:
-            push_questions(conn, STUDY, LABEL, batch)
+            push_questions(conn, load.STUDY, load.LABEL, batch)
             batch = []
-    push_questions(conn, STUDY, LABEL, batch)
+    push_questions(conn, load.STUDY, load.LABEL, batch)
 
 
 def measure(a, code_root: Path, label: str) -> dict:
     """One fresh server running the code in ``code_root``; both phases measured. Returns the figures."""
     from webapp.cli.embedded import free_port
 
-    setup = Setup(a, code_root, "proxima-webcpu-", 20)
+    setup = load.Setup(a, code_root, "proxima-webcpu-", 20)
     scratch, conn = setup.scratch, setup.conn
     spy = None
     try:
@@ -162,9 +153,9 @@ def measure(a, code_root: Path, label: str) -> dict:
             setup.start([sys.executable, "-m", "webapp", "worker"])
         fill_pool(conn, a.items, int(POOL_MARGIN * 2 * a.requests) + 1000, a.seed)
         port = free_port()
-        web = setup.start(gunicorn_command(a, port, scratch / "access.log" if a.access_log else None))
+        web = setup.start(load.gunicorn_command(a, port, scratch / "access.log" if a.access_log else None))
         base = f"http://127.0.0.1:{port}"
-        wait_until(lambda: healthy(base), 90, "gunicorn to answer /api/health")
+        load.wait_until(lambda: load.healthy(base), 90, "gunicorn to answer /api/health")
         master = psutil.Process(web.pid)
         if a.profile:
             worker_pid = master.children()[0].pid
@@ -255,7 +246,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--clients", type=int, default=32, help="concurrent simulated raters")
     ap.add_argument("--requests", type=int, default=3000, help="requests per phase")
     ap.add_argument("--items", type=int, default=1000, help="items of the study")
-    serve = serve_gunicorn_options()
+    serve = load.serve_gunicorn_options()
     ap.add_argument("--web-workers", type=int, default=serve["web_workers"])
     ap.add_argument("--worker-class", default=serve["worker_class"])
     ap.add_argument("--threads", type=int, default=serve["threads"])
@@ -277,7 +268,7 @@ def main() -> None:
     runs = []
     with tempfile.TemporaryDirectory(prefix="proxima-webcpu-code-") as tmp:
         if a.baseline:
-            runs.append(measure(a, code_copy(a.baseline, Path(tmp) / "baseline"), f"baseline {a.baseline}"))
+            runs.append(measure(a, load.code_copy(a.baseline, Path(tmp) / "baseline"), f"baseline {a.baseline}"))
         runs.append(measure(a, ROOT, "this tree"))
     print_figures(runs, a)
     if any(math.isnan(f["cpu_ms"]) for run in runs for f in run["phases"].values()):
