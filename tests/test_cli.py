@@ -144,3 +144,26 @@ def test_triplet_export_is_cblearn_list_order(cli, client, conn, study_id, tmp_p
 def test_rebuild_of_unknown_study_fails_clearly(cli):
     result = cli("rebuild", "nope")
     assert result.exit_code != 0 and "there is no study with id 'nope'" in result.output
+
+
+@pytest.mark.parametrize("option, expected", [([], 1), (["--blas-threads", "2"], 2)])
+def test_the_worker_runs_its_jobs_with_capped_blas_threads(cli, monkeypatch, option, expected):
+    import numpy  # noqa: F401  (loads the BLAS library whose threads the worker caps)
+    from rq import SimpleWorker
+    from threadpoolctl import threadpool_info
+
+    seen: list[list[int]] = []
+
+    def work(self, **kwargs):
+        seen.append([pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"])
+        return True
+
+    monkeypatch.setattr(SimpleWorker, "work", work)
+    result = cli("worker", "--burst", *option)
+    assert result.exit_code == 0, result.output
+    assert seen and seen[0] and set(seen[0]) == {expected}
+
+
+def test_the_worker_refuses_a_negative_thread_count(cli):
+    result = CliRunner().invoke(main, ["worker", "--burst", "--blas-threads", "-1"])
+    assert result.exit_code != 0 and "--blas-threads" in result.output

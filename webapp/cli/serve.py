@@ -34,6 +34,8 @@ GUNICORN_THREADS = ("--worker-class", "gthread", "--threads", "8", "--keep-alive
 #: 1.66 / 1.67 against 1.86 / 1.88 ms per request, answers/s and p99 within the machine's noise); when a
 #: request cost two round trips and 2.2-3.2 ms, 3 x 8 had served 15-55% more answers/s than 2 x 8.
 SERVE_WEB_WORKERS = 2
+#: BLAS threads of a `proxima worker` (see its help).
+WORKER_BLAS_THREADS = 1
 #: gunicorn's longest request line (its own default, 4094, answers longer URLs with an HTML 414): the
 #: app answers URLs over ``errors.MAX_URL_LENGTH`` with the JSON error shape on /api/.
 GUNICORN_LIMITS = ("--limit-request-line", "8190")
@@ -253,13 +255,19 @@ def demo() -> None:
 
 @click.command()
 @click.option("--burst", is_flag=True, help="Process the queued jobs, then exit.")
-def worker(burst: bool) -> None:
+@click.option("--blas-threads", default=WORKER_BLAS_THREADS, show_default=True, type=click.IntRange(0, 256),
+              help="Threads numpy's linear algebra (BLAS) may use in this worker; 0 = the library's default "
+                   "(one per core).")
+def worker(burst: bool, blas_threads: int) -> None:
     """Run an RQ worker that applies answers to the engines (needs REDIS_URL).
 
     Jobs run in the worker's own process (RQ's SimpleWorker, no fork per job), so a busy study's
     learners and their journal state stay in memory from one job to the next instead of being read
-    back from Redis by every job."""
+    back from Redis by every job. Its linear algebra runs on one thread by default: an update pass's
+    matrices are small, and BLAS threads spinning beside the web processes, Redis and other workers
+    cost more than they give (on a 2-core machine about twice the CPU per answer)."""
     from rq import SimpleWorker
+    from threadpoolctl import threadpool_limits
 
     try:
         import workers.jobs.update  # noqa: F401  (import numpy and the engine once)
@@ -276,4 +284,5 @@ def worker(burst: bool) -> None:
     except (redis.RedisError, OSError) as exc:
         raise click.ClickException(f"cannot reach Redis: {exc}") from None
     schedule_stale_studies(conn)
-    SimpleWorker([get_queue(conn)], connection=conn).work(burst=burst, logging_level="WARNING")
+    with threadpool_limits(limits=blas_threads or None, user_api="blas"):
+        SimpleWorker([get_queue(conn)], connection=conn).work(burst=burst, logging_level="WARNING")
