@@ -17,6 +17,9 @@ UNIT_INTERVAL_BOUNDS = ("bernstein", "kl")
 LIL_EPSILON = 0.7
 
 _KL_BISECTION_STEPS = 30
+#: Distinct (mean, level) pairs whose KL interval ends are remembered (the cache starts over when full).
+_KL_CACHE_SIZE = 1 << 14
+_KL_CACHE: dict[tuple[float, float], tuple[float, float]] = {}
 
 
 def check_bound(bound: str) -> str:
@@ -66,31 +69,67 @@ def bernstein_interval(mean: ArrayLike, count: ArrayLike, n_items: int, delta: f
     return np.clip(m - r, 0.0, 1.0), np.clip(m + r, 0.0, 1.0)
 
 
-def _kl_bernoulli(p, q):
-    p = np.clip(p, 1e-12, 1 - 1e-12)
-    q = np.clip(q, 1e-12, 1 - 1e-12)
-    return p * np.log(p / q) + (1 - p) * np.log((1 - p) / (1 - q))
+def _kl_brackets(m, level):
+    """Outer ends (lower, upper) of the bisection brackets of {q : kl(m, q) ≤ level} for 1-D float64
+    arrays of means in [0, 1] and levels.
+
+    kl(p, q) = p log(p/q) + (1 − p) log((1 − p)/(1 − q)) with p and q clipped to [1e-12, 1 − 1e-12].
+    Both sides bisect as one array of 2·len(m) brackets ([m, 1] for the upper end, [0, m] for the
+    lower one), and the p terms are clipped once; every step evaluates, elementwise, the same
+    floating-point expression in the same order as a bisection of one side at a time would.
+    """
+    n = m.size
+    p = np.clip(np.concatenate([m, m]), 1e-12, 1 - 1e-12)
+    one_minus_p = 1 - p
+    level = np.concatenate([level, level])
+    lo = np.concatenate([m, np.zeros(n)])
+    hi = np.concatenate([np.ones(n), m])
+    below = np.arange(2 * n) >= n  # the lower end's brackets: mid inside moves their upper end
+    for _ in range(_KL_BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        q = np.clip(mid, 1e-12, 1 - 1e-12)
+        raise_lo = (p * np.log(p / q) + one_minus_p * np.log(one_minus_p / (1 - q)) <= level) != below
+        lo = np.where(raise_lo, mid, lo)
+        hi = np.where(raise_lo, hi, mid)
+    return lo[n:], hi[:n]
+
+
+def _kl_ends(m, level):
+    """:func:`_kl_brackets` of distinct (m, level) pairs; pairs bisected before are read back from
+    ``_KL_CACHE`` (the same floats a new bisection gives: the bisection is elementwise)."""
+    keys = list(zip(m.tolist(), level.tolist(), strict=True))
+    ends = [_KL_CACHE.get(key) for key in keys]
+    todo = [i for i, e in enumerate(ends) if e is None]
+    if todo:
+        lo, hi = _kl_brackets(m[todo], level[todo])
+        if len(_KL_CACHE) + len(todo) > _KL_CACHE_SIZE:
+            _KL_CACHE.clear()
+        for i, e in zip(todo, zip(lo.tolist(), hi.tolist(), strict=True), strict=True):
+            ends[i] = e
+            if keys[i][0] == keys[i][0] and keys[i][1] == keys[i][1]:  # a NaN key would never be found again
+                _KL_CACHE[keys[i]] = e
+    ends = np.array(ends, dtype=np.float64).reshape(len(keys), 2)
+    return ends[:, 0], ends[:, 1]
 
 
 def kl_interval(mean: ArrayLike, count: ArrayLike, n_items: int, delta: float) -> tuple[np.ndarray, np.ndarray]:
-    """Chernoff–KL interval for samples in [0, 1]: {q : T·kl(m̂, q) ≤ log(4n²T²/δ)}, by bisection."""
+    """Chernoff–KL interval for samples in [0, 1]: {q : T·kl(m̂, q) ≤ log(4n²T²/δ)}, by bisection.
+
+    The bisection runs once per distinct (m̂, level) pair, and once per process for the pairs it
+    remembers: means of 0/1 answers are k/T, so a planner asks about the same few pairs over and over.
+    """
     m = np.clip(np.asarray(mean, dtype=np.float64), 0.0, 1.0)
     T = np.asarray(count, dtype=np.float64)
     level = _log_term(T, n_items, delta) / np.maximum(T, 1.0)
-    lo_up, hi_up = m.copy(), np.ones_like(m)
-    lo_dn, hi_dn = np.zeros_like(m), m.copy()
-    for _ in range(_KL_BISECTION_STEPS):
-        mid = 0.5 * (lo_up + hi_up)
-        inside = _kl_bernoulli(m, mid) <= level
-        lo_up = np.where(inside, mid, lo_up)
-        hi_up = np.where(inside, hi_up, mid)
-        mid = 0.5 * (lo_dn + hi_dn)
-        inside = _kl_bernoulli(m, mid) <= level
-        hi_dn = np.where(inside, mid, hi_dn)
-        lo_dn = np.where(inside, lo_dn, mid)
+    m, level = np.broadcast_arrays(m, level)
+    key = np.empty(m.shape, dtype=np.complex128)
+    key.real, key.imag = m, level
+    # equal_nan=False: a NaN mean or level stays its own entry, as in an elementwise bisection
+    key, where = np.unique(key.ravel(), return_inverse=True, equal_nan=False)
+    lo, hi = _kl_ends(np.ascontiguousarray(key.real), np.ascontiguousarray(key.imag))
     # The outer ends of the bisection brackets keep the interval conservative.
-    lower = np.where(T > 0, lo_dn, 0.0)
-    upper = np.where(T > 0, hi_up, 1.0)
+    lower = np.where(T > 0, lo[where].reshape(m.shape), 0.0)
+    upper = np.where(T > 0, hi[where].reshape(m.shape), 1.0)
     return lower, upper
 
 
