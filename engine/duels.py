@@ -67,6 +67,22 @@ FIT_MAX_ITER = 300
 FIT_ITEM_COST = 3
 #: objective evaluations a call may spend at least, however little ``fit_work`` allows
 FIT_MIN_EVALS = 3
+#: most entries (rows x items) of the fit's rows kept for exploring questions between refits
+ROW_CACHE_ENTRIES = 4_000_000
+
+_TRIU: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
+def _triu(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(iu, ju, 1e-6 (iu + ju)) of ``np.triu_indices(m, 1)``, computed once per m (read only)."""
+    out = _TRIU.get(m)
+    if out is None:
+        iu, ju = np.triu_indices(m, 1)
+        tie = 1e-6 * (iu + ju)
+        for a in (iu, ju, tie):
+            a.flags.writeable = False
+        out = _TRIU[m] = (iu, ju, tie)
+    return out
 
 
 def _embedding_module():
@@ -224,6 +240,10 @@ class CandidateDuels:
         self.n_fits_ = 0
         self.n_answers_ = 0
         self.n_issued_ = 0
+        # per head, the fit's log kernel row and ranks for exploring questions (never saved: they
+        # follow from embedding_, and are dropped when it changes)
+        self._rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._rows_of: np.ndarray | None = None
 
     # ------------------------------------------------------------------ validation
     def _check_params(self) -> None:
@@ -543,7 +563,8 @@ class CandidateDuels:
         return out
 
     def _matrices(self, h: int, cands: np.ndarray, pending: bool = False):
-        """W[i, j] = duels candidate i won against j for head h; N = answered (+ pending) duels."""
+        """W[i, j] = duels candidate i won against j for head h; N = answered (+ pending) duels.
+        (:meth:`next_questions` adds the pending ones itself, from :meth:`_pending_by_head`.)"""
         c = np.asarray(cands, np.int64)
         m = len(c)
         lo, hi = np.minimum(c[:, None], c[None, :]), np.maximum(c[:, None], c[None, :])
@@ -579,9 +600,11 @@ class CandidateDuels:
             return 0.5 + 0.25 * (r[None, :] - r[:, None])
         return _tste_preference(X, h, cands)
 
-    def _scores(self, h: int, cands: np.ndarray):
-        """Smoothed win share of each candidate in its duels with the others."""
-        W, N = self._matrices(h, cands)
+    def _scores(self, h: int, cands: np.ndarray, W: np.ndarray | None = None, N: np.ndarray | None = None):
+        """Smoothed win share of each candidate in its duels with the others (W, N: its
+        :meth:`_matrices`, looked up when not given)."""
+        if W is None:
+            W, N = self._matrices(h, cands)
         m = len(cands)
         if m == 1:
             return np.ones(1), N.sum(axis=1)
@@ -730,6 +753,25 @@ class CandidateDuels:
         sure = (share - _radius(N, self.delta, max(1, m * (m - 1) // 2)) > 0.5) & (N > 0)
         return bool(sure.sum(axis=1).max() == m - 1)
 
+    def _pending_by_head(self) -> dict[int, list[tuple[int, int]]]:
+        """The pending questions' pairs (a < b) per head, once per pair and issue."""
+        out: dict[int, list[tuple[int, int]]] = {}
+        for (h, a, b), k in self.pending_.items():
+            out.setdefault(h, []).extend([(a, b)] * k)
+        return out
+
+    def _add_pending(self, h: int, cands: np.ndarray, N: np.ndarray, pairs: list | None) -> np.ndarray:
+        """N plus the pending duels of pairs of cands (``pairs`` from :meth:`_pending_by_head`)."""
+        Np = N.copy()
+        if pairs:
+            at = {int(c): i for i, c in enumerate(cands)}
+            for a, b in pairs:
+                i, j = at.get(a), at.get(b)
+                if i is not None and j is not None:
+                    Np[i, j] += 1
+                    Np[j, i] += 1
+        return Np
+
     # ------------------------------------------------------------------ planning
     def _needs_refit(self) -> bool:
         if self.fit_job_ is not None:
@@ -759,10 +801,18 @@ class CandidateDuels:
         n, c = self.n_items, self.explore_pairs or COIN_PAIRS
         X = self.embedding_
         a, b = candidate_pairs(self.rng_, n, h, c)
-        lk = _tste_log_kernel(X, h, np.arange(n))
-        lk[h] = np.inf
-        rank = np.empty(n, np.int64)
-        rank[np.argsort(-lk, kind="stable")] = np.arange(n)
+        if self._rows_of is not X or (len(self._rows) + 1) * n > ROW_CACHE_ENTRIES:
+            # the row and ranks change only with the fit: kept until embedding_ is replaced
+            self._rows, self._rows_of = {}, X
+        row = self._rows.get(h)
+        if row is None:
+            lk = _tste_log_kernel(X, h, np.arange(n))
+            lk[h] = np.inf
+            rank = np.empty(n, np.int64)
+            rank[np.argsort(-lk, kind="stable")] = np.arange(n)
+            lk.flags.writeable = rank.flags.writeable = False
+            row = self._rows[h] = (lk, rank)
+        lk, rank = row
         p = 1.0 / (1.0 + np.exp(np.clip(lk[b] - lk[a], -700, 700)))
         score = p * (1.0 - p) / (1.0 + np.minimum(rank[a], rank[b]) / max(1.0, n / COIN_NEAR))
         for j in np.argsort(-score, kind="stable"):
@@ -787,6 +837,7 @@ class CandidateDuels:
         out: list[tuple[int, int, int]] = []
         taken: set = set()
         cache: dict[int, tuple] = {}
+        pending = self._pending_by_head()
         parked = []  # heads with nothing new to ask in this call (certified or all pairs taken)
         trust = self._duel_trust() if self.kappa_ is None else 0.0
         coin = self._coin_flips()
@@ -803,12 +854,22 @@ class CandidateDuels:
             else:
                 if h not in cache:
                     cands, W, N = self._alive(h)
-                    _, Np = self._matrices(h, cands, pending=True)
-                    score, _ = self._scores(h, cands)
-                    pos = np.empty(len(cands))
-                    pos[np.lexsort((np.arange(len(cands)), -score))] = np.arange(len(cands))
-                    cache[h] = (cands, Np, pos, self._certified(h, cands, W, N))
-                cands, Np, pos, certified = cache[h]
+                    Np = self._add_pending(h, cands, N, pending.get(h))
+                    score, _ = self._scores(h, cands, W, N)
+                    m = len(cands)
+                    pos = np.empty(m)
+                    pos[np.lexsort((np.arange(m), -score))] = np.arange(m)
+                    certified = self._certified(h, cands, W, N)
+                    order = None
+                    if not certified and m >= 2:
+                        iu, ju, tie = _triu(m)
+                        pi, pj = pos[iu], pos[ju]
+                        if trust > 0.5:
+                            order = FOCUS * (np.minimum(pi, pj) * m + np.maximum(pi, pj)) / (m * m)
+                        else:
+                            order = FOCUS * (pi + pj) / (2 * max(m - 1, 1))
+                    cache[h] = (cands, Np, order, certified)
+                cands, Np, order, certified = cache[h]
                 m = len(cands)
                 if certified or m < 2:
                     parked.append(h)
@@ -819,15 +880,9 @@ class CandidateDuels:
                 # of the current leaders count as less asked (FOCUS): the leader against each
                 # challenger in turn (best first), then the runner-up against the rest, ...;
                 # ties to the pair nearest the head
-                iu, ju = np.triu_indices(m, 1)
-                n_asked = Np[iu, ju]
-                first, second = np.minimum(pos[iu], pos[ju]), np.maximum(pos[iu], pos[ju])
-                if trust > 0.5:
-                    key = (n_asked * (1.0 + FOCUS) + FOCUS * (first * m + second) / (m * m)
-                           + 1e-6 * (iu + ju))
-                else:
-                    key = (n_asked * (1.0 + FOCUS) + FOCUS * (pos[iu] + pos[ju]) / (2 * max(m - 1, 1))
-                           + 1e-6 * (iu + ju))
+                iu, ju, tie = _triu(m)
+                # (the same sum, in the same order, for every trust: the pair order part per head)
+                key = Np[iu, ju] * (1.0 + FOCUS) + order + tie
                 q = None
                 for idx in np.argsort(key, kind="stable"):
                     a, b = int(cands[iu[idx]]), int(cands[ju[idx]])
@@ -841,6 +896,7 @@ class CandidateDuels:
             key3 = (q[0], min(q[1], q[2]), max(q[1], q[2]))
             taken.add(key3)
             self.pending_[key3] = self.pending_.get(key3, 0) + 1
+            pending.setdefault(h, []).append(key3[1:])
             self.asked_[h] += 1
             out.append(q)
             heapq.heappush(heap, (load + 1, t, h))
