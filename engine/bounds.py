@@ -102,11 +102,12 @@ def _kl_ends(m, level):
     todo = [i for i, e in enumerate(ends) if e is None]
     if todo:
         lo, hi = _kl_brackets(m[todo], level[todo])
-        if len(_KL_CACHE) + len(todo) > _KL_CACHE_SIZE:
+        keep = len(todo) <= _KL_CACHE_SIZE  # a batch larger than the cache is not remembered
+        if keep and len(_KL_CACHE) + len(todo) > _KL_CACHE_SIZE:
             _KL_CACHE.clear()
         for i, e in zip(todo, zip(lo.tolist(), hi.tolist(), strict=True), strict=True):
             ends[i] = e
-            if keys[i][0] == keys[i][0] and keys[i][1] == keys[i][1]:  # a NaN key would never be found again
+            if keep and keys[i][0] == keys[i][0] and keys[i][1] == keys[i][1]:  # a NaN key is never found again
                 _KL_CACHE[keys[i]] = e
     ends = np.array(ends, dtype=np.float64).reshape(len(keys), 2)
     return ends[:, 0], ends[:, 1]
