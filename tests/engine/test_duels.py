@@ -300,3 +300,48 @@ def test_where_duels_are_coin_flips_most_questions_place_items_in_the_embedding(
             p._update_coin()
             assert not p.coin_
     assert abs(shares[0.55] - COIN_EXPLORE) < 0.1 and shares[0.9] == 0.0, shares
+
+
+def test_kept_rows_and_pending_index_ask_what_a_fresh_computation_asks(monkeypatch):
+    """The fit's rows kept for exploring questions (dropped when the embedding changes, never
+    saved) and the per-call index of pending pairs give the questions a planner that recomputes
+    them every time gives (rows per question, pending duels looked up pair by pair): answers
+    arriving late, questions forgotten, a state round trip midway."""
+    import engine.duels as duels
+    from engine.duels import _tste_log_kernel
+
+    n = 30
+    D = cdist(points(n, 6), points(n, 6))
+    ROWS, ADD_PENDING = duels.ROW_CACHE_ENTRIES, CandidateDuels._add_pending
+
+    def run(keep_rows):
+        monkeypatch.setattr(duels, "ROW_CACHE_ENTRIES", ROWS if keep_rows else 0)
+        monkeypatch.setattr(CandidateDuels, "_add_pending", ADD_PENDING if keep_rows else (
+            lambda self, h, cands, N, pairs: self._matrices(h, cands, pending=True)[1]))
+        p = CandidateDuels(n, random_state=2, explore=0.4, explore_pairs=8, warmup=1)
+        asked, late = [], []
+        for step in range(30):
+            if step == 17:
+                state = p.to_state()
+                assert not any("row" in k for k in state)
+                p = CandidateDuels.from_state(state)
+            qs = p.next_questions(20)
+            asked.append(qs)
+            p.observe(answer(D, late, rng=np.random.default_rng(step), scale=0.05, lapse=0.1))
+            p.forget(qs[8:10])
+            p.observe(answer(D, qs[:8], rng=np.random.default_rng(step + 99), scale=0.05, lapse=0.1))
+            late = qs[10:]
+            if keep_rows and p._rows:
+                assert p._rows_of is p.embedding_
+                for h, (lk, rank) in p._rows.items():
+                    fresh = _tste_log_kernel(p.embedding_, h, np.arange(n))
+                    fresh[h] = np.inf
+                    np.testing.assert_array_equal(lk, fresh)
+                    np.testing.assert_array_equal(np.argsort(rank), np.argsort(-fresh, kind="stable"))
+        return asked, p.to_state()
+
+    (a1, s1), (a2, s2) = run(True), run(False)
+    assert s1["n_fits"] > 1
+    assert a1 == a2
+    for key in ("triplets", "duels", "pending", "cands", "embedding", "asked"):
+        np.testing.assert_array_equal(s1[key], s2[key])
