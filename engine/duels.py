@@ -724,8 +724,9 @@ class CandidateDuels:
         self.kappa_ = float(best[1])
 
     def _alive(self, h: int):
-        """Shortlist of h without eliminated candidates, plus its duel matrices; eliminates
-        candidates beaten with confidence (anytime bound) on the way."""
+        """Shortlist of h without eliminated candidates, plus its duel matrices and whether h is
+        certified (:meth:`_certified`); eliminates candidates beaten with confidence (anytime
+        bound) on the way."""
         cands = self.cands_[h][self.cands_[h] >= 0]
         W, N = self._matrices(h, cands)
         m = len(cands)
@@ -740,7 +741,9 @@ class CandidateDuels:
                 self.cands_[h, : m] = np.concatenate([cands[~lost], np.full(int(lost.sum()), NO_NEIGHBOR)])
                 keep = ~lost
                 cands, W, N = cands[keep], W[np.ix_(keep, keep)], N[np.ix_(keep, keep)]
-        return cands, W, N
+            else:  # the same candidates: _certified's matrix is this one
+                return cands, W, N, bool(beaten.sum(axis=1).max() == m - 1)
+        return cands, W, N, self._certified(h, cands, W, N)
 
     def _certified(self, h: int, cands, W, N) -> bool:
         m = len(cands)
@@ -813,8 +816,12 @@ class CandidateDuels:
             lk.flags.writeable = rank.flags.writeable = False
             row = self._rows[h] = (lk, rank)
         lk, rank = row
-        p = 1.0 / (1.0 + np.exp(np.clip(lk[b] - lk[a], -700, 700)))
+        p = 1.0 / (1.0 + np.exp(np.minimum(np.maximum(lk[b] - lk[a], -700.0), 700.0)))  # np.clip, cheaper
         score = p * (1.0 - p) / (1.0 + np.minimum(rank[a], rank[b]) / max(1.0, n / COIN_NEAR))
+        j = int(np.argmax(score))  # the first of the stable order below, unless taken
+        x, y = int(a[j]), int(b[j])
+        if score[j] == score[j] and (h, min(x, y), max(x, y)) not in taken:
+            return (h, x, y)
         for j in np.argsort(-score, kind="stable"):
             x, y = int(a[j]), int(b[j])
             if (h, min(x, y), max(x, y)) not in taken:
@@ -853,13 +860,12 @@ class CandidateDuels:
                     q = self._exploring_question(h, taken)
             else:
                 if h not in cache:
-                    cands, W, N = self._alive(h)
+                    cands, W, N, certified = self._alive(h)
                     Np = self._add_pending(h, cands, N, pending.get(h))
                     score, _ = self._scores(h, cands, W, N)
                     m = len(cands)
                     pos = np.empty(m)
                     pos[np.lexsort((np.arange(m), -score))] = np.arange(m)
-                    certified = self._certified(h, cands, W, N)
                     order = None
                     if not certified and m >= 2:
                         iu, ju, tie = _triu(m)
@@ -904,12 +910,13 @@ class CandidateDuels:
         return out
 
     # ------------------------------------------------------------------ results
-    def _ranking(self, h: int):
-        """h's candidates best first (duel score, then shortlist order), with score and duels."""
+    def _ranking(self, h: int, W: np.ndarray | None = None, N: np.ndarray | None = None):
+        """h's candidates best first (duel score, then shortlist order), with score and duels
+        (W, N: the shortlist's :meth:`_matrices`, looked up when not given)."""
         cands = self.cands_[h][self.cands_[h] >= 0]
         if len(cands) == 0:
             return cands, np.empty(0), np.empty(0, np.int64)
-        score, counts = self._scores(h, cands)
+        score, counts = self._scores(h, cands, W, N)
         order = np.lexsort((np.arange(len(cands)), -score))
         return cands[order], score[order], counts[order].astype(np.int64)
 
@@ -927,7 +934,11 @@ class CandidateDuels:
         X = self.embedding_
         early = None
         for h in range(n):
-            cands, score, counts = self._ranking(h)
+            shortlist = self.cands_[h][self.cands_[h] >= 0]
+            W = N = None
+            if len(shortlist):
+                W, N = self._matrices(h, shortlist)
+            cands, score, counts = self._ranking(h, W, N)
             if len(cands) == 0 and X is None:
                 # before the first fit: the items this head's answers chose most often (smoothed
                 # win share among the triplets that showed them), so the graph is anytime
@@ -955,8 +966,7 @@ class CandidateDuels:
             est[h, :r] = 1.0 - score[:r]
             cnt[h, :r] = counts[:r]
             if len(cands):
-                W, N = self._matrices(h, cands)
-                cert[h] = self._certified(h, cands, W, N)
+                cert[h] = self._certified(h, shortlist, W, N)
         return NeighborGraph.from_neighbors(nb, estimates=est, samples=cnt, certified=cert)
 
     def _win_shares(self) -> tuple[np.ndarray, np.ndarray]:
