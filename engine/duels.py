@@ -67,8 +67,8 @@ FIT_MAX_ITER = 300
 FIT_ITEM_COST = 3
 #: objective evaluations a call may spend at least, however little ``fit_work`` allows
 FIT_MIN_EVALS = 3
-#: most entries (rows x items) of the fit's rows kept for exploring questions between refits
-ROW_CACHE_ENTRIES = 4_000_000
+#: most entries (rows x items, 16 bytes each) of the fit's rows kept for exploring questions between refits
+ROW_CACHE_ENTRIES = 1_000_000
 
 _TRIU: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
