@@ -125,6 +125,21 @@ def descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
+def alive(proc: psutil.Process) -> bool:
+    """Running and not a zombie; a process that exits while being looked at counts as gone."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def command_line(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.NoSuchProcess:
+        return ""
+
+
 def kill_tree(pids) -> None:
     for pid in pids:
         try:
@@ -328,13 +343,13 @@ def test_kill_9_of_serve_leaves_no_orphans_and_a_new_serve_takes_over(started, t
     conn.close()
     family = descendants(first.proc.pid)
     assert {"redis-server", "webapp worker", "gunicorn"} <= {w for w in CHILDREN.values()
-                                                             if any(w in " ".join(p.cmdline()) for p in family)}
+                                                             if any(w in command_line(p) for p in family)}
     os.kill(first.proc.pid, signal.SIGKILL)
     killed_at = time.monotonic()
     first.proc.wait()
 
     def orphans():
-        return [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        return [p for p in family if alive(p)]
 
     wait_for(lambda: not orphans(), 30, what="every child of the killed serve gone")
     print(f"\nkill -9 serve: all {len(family)} descendants gone after {time.monotonic() - killed_at:.2f} s")
