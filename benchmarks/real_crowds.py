@@ -23,8 +23,9 @@ Data sets:
 - ``material``: the Lagunas et al. material triplets: held-out triplet accuracy of the learners that
   predict triplets (an embedding), trained on budgets of the recorded train answers.
 
-    python benchmarks/real_crowds.py [--quick] [--seeds 3] [--datasets eggs,clusters,material]
-        [--methods NAME,...] [--budgets 10,20,50,100,200,500] [--sizes 100,300,1000] [--spread]
+    python benchmarks/real_crowds.py [--quick] [--seeds 3]
+        [--datasets recorded,recorded-idiosyncratic,eggs,clusters,material] [--methods NAME,...]
+        [--budgets 10,20,50,100,200,500] [--sizes 100,300,1000] [--spread]
 """
 from __future__ import annotations
 
@@ -350,7 +351,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one seed, n = 100 clusters, budgets up to 100/item")
     ap.add_argument("--seeds", type=int)
-    ap.add_argument("--datasets", default="recorded,eggs,clusters,material")
+    ap.add_argument("--datasets", default="recorded,recorded-idiosyncratic,eggs,clusters,material")
     ap.add_argument("--methods", default="", help="comma-separated registry names (default: all)")
     ap.add_argument("--budgets", default=None, help="answers per item, comma-separated")
     ap.add_argument("--sizes", default=None, help="hierarchical cluster sizes")
