@@ -143,6 +143,7 @@ def pass_cost(n_answers: int, batch: int, n: int = 1000, params=None) -> None:
     oracle = oracles.TripletOracle(D, model="human", noise=fit.scale_for(D, unit="median_gap"), lapse=fit.lapse,
                                    random_state=0)
     planner = CandidateDuels(n, random_state=0, **(params or {}))
+    planner.pool = True  # a live pool refill
     qs = planner.next_questions(batch)
     costs, fitting = [], []
     while planner.n_answers_ < n_answers:

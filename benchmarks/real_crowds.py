@@ -2,8 +2,9 @@
 
 What a researcher would otherwise do (NEXT / Salmon) is to buy uniformly random triplets and fit
 an ordinal embedding. This script drives every nearest-neighbour learner of ``engine.registry``
-through ``make_planner(name, n, question_kind="triplet")`` exactly as a live study does
-(``next_questions(batch)`` → answers → ``observe``), reads ``neighbor_graph(k=1)`` anytime, and
+through ``make_planner(name, n, question_kind="triplet")`` with its defaults, as a script or an
+outside harness does (``next_questions(batch)`` → answers → ``observe``; a live study's pool mode,
+``duels.pool``, is measured in ``duels_batches.py``), reads ``neighbor_graph(k=1)`` anytime, and
 prints per data set (mean over seeds):
 
 - NN error (share of items whose pick is not a true nearest neighbour; ties count as right) and
@@ -89,7 +90,8 @@ SPREAD = False
 
 
 def drive(name: str, n: int, answer, marks: list[int], seed: int, batch: int) -> dict[int, np.ndarray]:
-    """Run one learner live: picks (n,) at every mark (total answers); engine CPU seconds under key -1."""
+    """Run one learner (asked ``batch`` at a time): picks (n,) at every mark (total answers); engine CPU
+    seconds under key -1."""
     params = {k: v for k, v in PARAMS.items() if k in ALGORITHMS[name].params}
     planner = make_planner(name, n, question_kind="triplet", random_state=seed, **params)
     picks: dict[int, np.ndarray] = {}
@@ -269,13 +271,13 @@ def clusters(args, methods, fit):
                  methods, args.budgets, args.seeds, args.batch)
 
 
-def recorded(args, methods, fit, idiosyncrasy: float = 0.0):
+def recorded_oracle(seed: int, fit, lapse: float, idiosyncrasy: float = 0.0, n: int = 85):
     """One recorded answer per triplet, as on an exhaustively collected real crowd data set.
 
-    85 items uniform in [0, 1]^4 (with the fitted human noise, the true neighbour loses ~2.4% of
-    its triplets, the runner-up ~4.8%, a typical item ~50%: the statistics of a held-out set of
-    85 product photos with one person's answer per triplet). Every triplet is answered once by a
-    simulated human; questions are answered from that table (a repeated question gets the same
+    ``n`` items uniform in [0, 1]^4 (with the fitted human noise, the true neighbour loses ~2.4%
+    of its triplets, the runner-up ~4.8%, a typical item ~50%: the statistics of a held-out set
+    of 85 product photos with one person's answer per triplet). Every triplet is answered once by
+    a simulated human; questions are answered from that table (a repeated question gets the same
     answer) and the truth is the table's: the j losing the smallest share of (i; j, ·).
 
     ``idiosyncrasy`` > 0 adds to every pair's distance its own symmetric Gaussian term (that many
@@ -284,20 +286,26 @@ def recorded(args, methods, fit, idiosyncrasy: float = 0.0):
     At 0.1 the loss-share statistics above stay the same and the ceiling of t-STE on 60,000 random
     answers is .42 / .77 / .74 hit@3 in 2 / 4 / 8 dimensions (plain points: .92 in 4 and 8).
     """
+    rng = np.random.default_rng([seed, 85])
+    X = rng.random((n, 4))
+    D = oracles.TripletOracle.from_points(X).distances
+    if idiosyncrasy > 0:
+        E = rng.normal(size=(n, n))
+        D = D + idiosyncrasy * float(np.median(D[np.triu_indices(n, 1)])) * (E + E.T) / np.sqrt(2)
+        D = D - min(0.0, float(D.min())) + 1e-3
+        np.fill_diagonal(D, 0.0)
+    rater = oracles.TripletOracle(D, model="human", noise=fit.scale_for(D, unit="median_gap"), lapse=lapse,
+                                  random_state=seed)
+    return oracles.RecordedTriplets.record(rater)
+
+
+def recorded(args, methods, fit, idiosyncrasy: float = 0.0):
+    """85 items answered from a table of recorded answers (:func:`recorded_oracle`), at the fitted
+    lapse rate and at 0.1."""
     n = 85
     for lapse in sorted({round(fit.lapse, 3), 0.1}):
         def make(seed, lapse=lapse):
-            rng = np.random.default_rng([seed, 85])
-            X = rng.random((n, 4))
-            D = oracles.TripletOracle.from_points(X).distances
-            if idiosyncrasy > 0:
-                E = rng.normal(size=(n, n))
-                D = D + idiosyncrasy * float(np.median(D[np.triu_indices(n, 1)])) * (E + E.T) / np.sqrt(2)
-                D = D - min(0.0, float(D.min())) + 1e-3
-                np.fill_diagonal(D, 0.0)
-            rater = oracles.TripletOracle(D, model="human", noise=fit.scale_for(D, unit="median_gap"),
-                                          lapse=lapse, random_state=seed)
-            return oracles.RecordedTriplets.record(rater)
+            return recorded_oracle(seed, fit, lapse, idiosyncrasy, n)
 
         kind = f"item-specific similarities {idiosyncrasy:g}, " if idiosyncrasy > 0 else ""
         evaluate(f"recorded answers (one per triplet), n = {n}, {kind}fitted human noise, lapse {lapse}", n,

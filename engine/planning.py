@@ -141,6 +141,8 @@ def simulate_curve(name: str, scenario: Scenario, budgets: Sequence[float], seed
     budgets = check_budgets(budgets)
     params = dict(params or {})
     planner = make_planner(name, n, question_kind="triplet", random_state=seed, **params)
+    if hasattr(planner, "pool"):
+        planner.pool = True  # a pool refill, as in a live study (workers.jobs.learners.Learner)
     window = params.get("window", 1) if ALGORITHMS[name].rounds else None
     oracle = scenario.oracle(np.random.default_rng([seed, 7919]))
     exact, hit3 = np.full(len(budgets), np.nan), np.full(len(budgets), np.nan)

@@ -319,6 +319,17 @@ def test_a_seeded_study_plans_the_same_triplet_derived_questions_again():
     assert len(thirds) > 1
 
 
+def test_a_live_duels_learner_fills_its_pool():
+    """A pool holds questions for every rater at once: the live learner puts duels in pool mode
+    (the whole budget, not one question per head and call), whether new or restored."""
+    config = StudyConfig.from_dict({"name": "pool", "random_state": 3, "algorithm": "duels"})
+    learner = Learner.new(config.algorithms[0], config, 12)
+    assert learner.planner.pool is True
+    assert len(learner.plan(40, 12)) == 40  # more than one per item
+    again = Learner.from_state(config.algorithms[0], config, learner.planner.to_state())
+    assert again.planner.pool is True
+
+
 def test_least_asked_repeats_come_from_every_undecided_arm_of_the_open_rounds():
     from engine.anntri import ANNTri
     from workers.jobs.learners import _least_asked

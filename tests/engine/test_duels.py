@@ -90,9 +90,34 @@ def test_replay_and_state_round_trip():
     np.testing.assert_array_equal(nb1, nb3)
 
 
+def test_outside_a_pool_a_call_gives_each_head_one_question_and_finishes_its_refit():
+    """A caller asking for many answers per item at once gets one question per head and comes back
+    after observing, each time with the refit finished; a pool gets the whole budget and spreads
+    refits over calls (fit_work)."""
+    n = 20
+    D = cdist(points(n, 3), points(n, 3))
+    p = CandidateDuels(n, random_state=0, warmup=1, fit_work=1)
+    assert p.pool is False and "pool" not in p.get_params()
+    for _ in range(6):
+        qs = p.next_questions(10 * n)
+        assert sorted(h for h, _, _ in qs) == list(range(n))  # every head once, none twice
+        p.observe(answer(D, qs))
+        assert p.fit_job_ is None  # a refit started by the call ended in it, whatever fit_work
+    assert p.n_fits_ >= 3
+    restored = CandidateDuels.from_state(p.to_state())
+    assert restored.pool is False  # not saved: whoever drives the planner sets it
+    p.pool = True
+    assert len(p.next_questions(5 * n)) == 5 * n
+    while not p._needs_refit():
+        p.observe(answer(D, p.next_questions(5 * n)))
+    p.next_questions(n)
+    assert p.fit_job_ is not None  # fit_work=1: one evaluation per call, the refit goes on
+
+
 def test_questions_distinct_within_a_call_and_pending_counted():
     n = 20
     p = CandidateDuels(n, random_state=0, warmup=0)
+    p.pool = True  # as many as asked for
     D = cdist(points(n, 3), points(n, 3))
     qs = p.next_questions(200)
     keys = [(h, min(a, b), max(a, b)) for h, a, b in qs]

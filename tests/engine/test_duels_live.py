@@ -12,6 +12,19 @@ import engine.duels as duels
 from engine.duels import KAPPA_GRID, CandidateDuels
 
 
+def live(n: int, **params) -> CandidateDuels:
+    """The planner as the worker drives it: a pool (the whole budget, refits spread over calls)."""
+    p = CandidateDuels(n, **params)
+    p.pool = True
+    return p
+
+
+def restored(state: dict) -> CandidateDuels:
+    p = CandidateDuels.from_state(state)
+    p.pool = True
+    return p
+
+
 def points(n, seed, dim=2):
     return np.random.default_rng(seed).random((n, dim))
 
@@ -62,7 +75,7 @@ def test_a_refit_is_spread_over_calls_when_its_work_exceeds_fit_work(monkeypatch
     D = cdist(points(n, 0), points(n, 0))
     rng = np.random.default_rng(1)
     work = (40 + duels.FIT_ITEM_COST) * n * 4 * 3  # a few evaluations of a 2-D fit on the first answers
-    p = CandidateDuels(n, random_state=0, dim=2, fit_work=work)
+    p = live(n, random_state=0, dim=2, fit_work=work)
     calls_with_fit, fits_done = 0, []
     while p.n_answers_ < 40 * n:
         before = len(fits.calls)
@@ -93,7 +106,7 @@ def test_the_leading_dimension_gives_the_shortlists_before_the_others_finish():
     n = 40
     D = cdist(points(n, 2), points(n, 2))
     rng = np.random.default_rng(3)
-    p = CandidateDuels(n, random_state=0, fit_work=30_000)
+    p = live(n, random_state=0, fit_work=30_000)
     seen = 0
     while p.n_answers_ < 30 * n:
         job = p.fit_job_
@@ -115,12 +128,12 @@ def test_exact_replay_with_a_refit_under_way_across_a_state_round_trip():
     D = cdist(points(n, 2), points(n, 2))
 
     def run(split):
-        p = CandidateDuels(n, random_state=3, fit_work=2000)
+        p = live(n, random_state=3, fit_work=2000)
         asked, mid_refit = [], False
         for step in range(30):
             if step == split:
                 mid_refit = p.fit_job_ is not None
-                p = CandidateDuels.from_state(_jsonable(p.to_state()))
+                p = restored(_jsonable(p.to_state()))
             qs = p.next_questions(30)
             asked.append(qs)
             p.observe(answer(D, qs, np.random.default_rng(step)))
@@ -143,7 +156,7 @@ def test_exact_replay_with_a_refit_under_way_across_a_state_round_trip():
 def test_version_2_state_loads_and_goes_on():
     n = 30
     D = cdist(points(n, 4), points(n, 4))
-    p = CandidateDuels(n, random_state=0)
+    p = live(n, random_state=0)
     rng = np.random.default_rng(0)
     while p.n_answers_ < 20 * n:
         p.observe(answer(D, p.next_questions(60), rng))
@@ -152,7 +165,7 @@ def test_version_2_state_loads_and_goes_on():
     old["params"] = {k: v for k, v in old["params"].items() if k != "fit_work"}
     for key in ("kappa", "fit_job", "fit_partial"):
         del old[key]
-    q = CandidateDuels.from_state(_jsonable(old))
+    q = restored(_jsonable(old))
     assert q.kappa_ is None and q.fit_job_ is None and q.fit_work == 1_000_000
     np.testing.assert_array_equal(q.cands_, p.cands_)
     q.observe(answer(D, q.next_questions(60), rng))
@@ -164,7 +177,7 @@ def test_version_3_state_mid_refit_loads_and_goes_on():
     fit_partial) loads, finishes that refit as it would have and goes on."""
     n = 30
     D = cdist(points(n, 4), points(n, 4))
-    p = CandidateDuels(n, random_state=0, fit_work=20_000)
+    p = live(n, random_state=0, fit_work=20_000)
     rng = np.random.default_rng(1)
     while p.fit_job_ is None or len(p.fit_job_["dims"]) == 3 or p.n_answers_ < 12 * n:
         p.observe(answer(D, p.next_questions(30), rng))
@@ -178,7 +191,7 @@ def test_version_3_state_mid_refit_loads_and_goes_on():
     old["fit_partial"] = {**{str(duels.AUTO_DIMS[i]): p.embeddings_[duels.AUTO_DIMS[i]] for i in done},
                           **old["fit_partial"]}
     old["fit_job"] = {k: v for k, v in job.items() if k not in ("fitted", "published")}
-    q = CandidateDuels.from_state(_jsonable(old))
+    q = restored(_jsonable(old))
     assert q.coin_ is False
     while q.fit_job_ is not None:
         q.observe(answer(D, q.next_questions(30), rng))
@@ -197,7 +210,7 @@ def _with_duels(X, repeats, agree, rng):
     times: answers drawn from the embedding's own prediction (agree) or one fixed answer per pair
     against it (a per-item ranking the embedding does not hold)."""
     n = len(X)
-    p = CandidateDuels(n, random_state=0, dim=2)
+    p = live(n, random_state=0, dim=2)
     p.embedding_ = X
     Dx = cdist(X, X)
     np.fill_diagonal(Dx, np.inf)
@@ -234,7 +247,7 @@ def test_embedding_prior_weight_follows_how_far_repeated_duels_stray_from_the_fi
 def test_noise_free_exact_neighbours_with_refits_spread_over_calls():
     n = 40
     D = cdist(points(n, 6), points(n, 6))
-    p = CandidateDuels(n, random_state=0, fit_work=300_000)
+    p = live(n, random_state=0, fit_work=300_000)
     while p.n_answers_ < 150 * n:
         qs = p.next_questions(n)
         if not qs:

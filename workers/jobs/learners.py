@@ -58,6 +58,10 @@ class Learner:
         self.algorithm = algorithm
         self.config = config
         self.planner = planner
+        if hasattr(planner, "pool"):
+            # a pool holds questions for every rater at once and an update pass must stay short
+            # (duels: the whole budget, refits spread over passes)
+            planner.pool = True
         #: comparison forests: item added after the forest was built -> its search down the trees
         self.routes: dict[int, ForestRoute] = dict(routes or {})
         #: questions of the latest ``plan`` that repeat an arm still pending (``_least_asked``)
