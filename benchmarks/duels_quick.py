@@ -25,6 +25,7 @@ from anntri_common import timed_answers
 from engine.datasets import load_alien_eggs
 from engine.duels import CandidateDuels
 from engine.random_triplets import RandomTriplets
+from engine.registry import drive_as_pool
 
 LAPSE = 0.11  # lapse rate fitted to the alien-egg crowds (ALGORITHMS.md section 6)
 
@@ -143,7 +144,7 @@ def pass_cost(n_answers: int, batch: int, n: int = 1000, params=None) -> None:
     oracle = oracles.TripletOracle(D, model="human", noise=fit.scale_for(D, unit="median_gap"), lapse=fit.lapse,
                                    random_state=0)
     planner = CandidateDuels(n, random_state=0, **(params or {}))
-    planner.pool = True  # a live pool refill
+    drive_as_pool(planner)  # a live pool refill
     qs = planner.next_questions(batch)
     costs, fitting = [], []
     while planner.n_answers_ < n_answers:

@@ -196,8 +196,8 @@ class CandidateDuels:
     delta : float, default 0.05
         Failure probability of the elimination bounds (per head).
     fit_work : int, default 1_000_000
-        Most embedding work one ``next_questions`` call of a live pool (``pool``) does, in (triplets + 3 x items) x
-        (dim + 2) per evaluation of the objective (~0.05 us each on one core: about 50 ms); a
+        Most embedding work one ``next_questions`` call of a live pool (``pool``) does, in
+        (triplets + 3 x items) x (dim + 2) per evaluation of the objective (~0.05 us each on one core: about 50 ms); a
         refit needing more goes on at the following calls, the shortlists staying those of the
         previous fit until it is done.
 
@@ -211,7 +211,7 @@ class CandidateDuels:
         to its end inside the call. True (a live pool, which must hold questions for every rater
         at once and whose update passes must stay short; the worker's ``Learner`` and ``proxima
         plan`` set it): the whole budget, and refits spread over calls by ``fit_work``. On recorded
-        answers of 85 items asked 1,000 at a time, hit@3 at 25 answers per item: .63 against .28
+        answers of 85 items asked 1,000 at a time, hit@3 at 25 answers per item: .78 against .30
         (``benchmarks/duels_batches.py``). Not a parameter and not saved: set by whoever drives
         the planner; the questions and fits of a replay follow from the same calls either way.
     """

@@ -23,7 +23,7 @@ from scipy.spatial.distance import cdist
 
 from . import oracles
 from .oracles import TripletOracle, check_distance_matrix, median_triplet_gap
-from .registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, make_planner
+from .registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool, make_planner
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -140,9 +140,8 @@ def simulate_curve(name: str, scenario: Scenario, budgets: Sequence[float], seed
     n = scenario.n_items
     budgets = check_budgets(budgets)
     params = dict(params or {})
-    planner = make_planner(name, n, question_kind="triplet", random_state=seed, **params)
-    if hasattr(planner, "pool"):
-        planner.pool = True  # a pool refill, as in a live study (workers.jobs.learners.Learner)
+    # a pool refill, as in a live study (workers.jobs.learners.Learner)
+    planner = drive_as_pool(make_planner(name, n, question_kind="triplet", random_state=seed, **params))
     window = params.get("window", 1) if ALGORITHMS[name].rounds else None
     oracle = scenario.oracle(np.random.default_rng([seed, 7919]))
     exact, hit3 = np.full(len(budgets), np.nan), np.full(len(budgets), np.nan)

@@ -259,6 +259,15 @@ def make_planner(name: str, n_items: int, question_kind: str = "triplet", random
     return planner
 
 
+def drive_as_pool(planner: Any) -> Any:
+    """Put ``planner`` in live-pool mode where it has one (``CandidateDuels.pool``: the whole
+    budget per call, refits spread over calls) and return it. A live study's worker and ``proxima
+    plan`` drive planners this way; a script observing between calls keeps the default."""
+    if hasattr(planner, "pool"):
+        planner.pool = True
+    return planner
+
+
 def restore_planner(state: Mapping) -> Any:
     """The planner that saved ``state`` (any class of the table's ``state_classes``)."""
     entry = entry_for_state(state)

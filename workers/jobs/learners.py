@@ -16,6 +16,7 @@ from engine.comparison_tree import ComparisonForest, ForestRoute
 from engine.registry import (
     ALGORITHMS,
     common_progress,
+    drive_as_pool,
     entry_for_state,
     make_planner,
     neighbor_graph,
@@ -57,11 +58,8 @@ class Learner:
                  routes: Mapping[int, ForestRoute] | None = None) -> None:
         self.algorithm = algorithm
         self.config = config
-        self.planner = planner
-        if hasattr(planner, "pool"):
-            # a pool holds questions for every rater at once and an update pass must stay short
-            # (duels: the whole budget, refits spread over passes)
-            planner.pool = True
+        # a pool holds questions for every rater at once and an update pass must stay short
+        self.planner = drive_as_pool(planner)
         #: comparison forests: item added after the forest was built -> its search down the trees
         self.routes: dict[int, ForestRoute] = dict(routes or {})
         #: questions of the latest ``plan`` that repeat an arm still pending (``_least_asked``)
