@@ -51,8 +51,17 @@ KAPPA_GRID = tuple(2.0**k for k in range(-1, 13))
 KEEP_SHARE = 0.5
 #: how many extra asks a pair at the bottom of the ranking waits for, against the top pair
 FOCUS = 2.0
-#: embedding dimensions ``dim="auto"`` keeps fitted side by side (warm started)
-AUTO_DIMS = (2, 4, 8)
+#: embedding dimensions ``dim="auto"`` keeps fitted side by side (warm started). Dimension 1 is a
+#: continuum (morphs, a scale): fitted with the human noise model (``embedding.HUMAN_LAPSE``; t-STE's
+#: heavy tails need more room than a line) from the order of the items along the leading fit
+#: (:func:`_continuum_start`); it is listed last, so it is chosen only where it predicts fresh
+#: answers ``AUTO_MARGIN`` standard errors better than every other dimension (the alien eggs)
+AUTO_DIMS = (2, 4, 8, 1)
+#: items whose nearest neighbours (in the leading fit) make the graph a continuum's order is read from
+CONTINUUM_NEIGHBOURS = 10
+#: length of a continuum's first start (in units of the human model's logistic scale; the alien eggs
+#: span ~13: the fitted scale is 0.075 of their range)
+CONTINUUM_SPAN = 10.0
 #: weight of older refits in the prequential score of each dimension (per refit)
 AUTO_DECAY = 0.7
 #: standard errors (of the best accuracy) a larger dimension must beat a smaller one by
@@ -106,22 +115,66 @@ def _radius(n: np.ndarray, delta: float, n_pairs: int) -> np.ndarray:
     return np.sqrt(np.log(math.pi**2 * n_pairs * n**2 / (3.0 * delta)) / (2.0 * n))
 
 
+def _kernel_of(dim: int) -> str:
+    """The embedding kernel duels fits in ``dim`` dimensions: t-STE, the human model on a line."""
+    return "human" if dim == 1 else "tste"
+
+
 def _tste_log_kernel(X: np.ndarray, h, c) -> np.ndarray:
-    """log of the t-STE kernel (alpha = max(dim - 1, 1)) between rows h and c of X."""
-    alpha = float(max(X.shape[1] - 1, 1))
+    """log of the fit's kernel between rows h and c of X: t-STE (alpha = max(dim - 1, 1)); on a
+    line (the human model, see ``AUTO_DIMS``) minus the distance, so that a difference of two is
+    the logit of the model's answer before lapses."""
     d = ((X[c] - X[h]) ** 2).sum(axis=-1)
+    if X.shape[1] == 1:
+        return -np.sqrt(d)
+    alpha = float(max(X.shape[1] - 1, 1))
     return -(alpha + 1.0) / 2.0 * np.log1p(d / alpha)
 
 
+def _with_lapses(X: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """The fit's P(answer) from its kernel's: on a line the human model's lapses are added."""
+    if X.shape[1] != 1:
+        return p
+    lapse = _embedding_module().HUMAN_LAPSE
+    return 0.5 * lapse + (1.0 - lapse) * p
+
+
 def _tste_preference(X: np.ndarray, h: int, cands: np.ndarray) -> np.ndarray:
-    """P[i, j] = P(h is closer to cands[i] than to cands[j]) under the t-STE fit X."""
+    """P[i, j] = P(h is closer to cands[i] than to cands[j]) under the fit X (its own kernel)."""
     lk = _tste_log_kernel(X, h, cands)
-    return 1.0 / (1.0 + np.exp(np.clip(lk[None, :] - lk[:, None], -700, 700)))
+    return _with_lapses(X, 1.0 / (1.0 + np.exp(np.clip(lk[None, :] - lk[:, None], -700, 700))))
 
 
 def _tste_pair_preference(X: np.ndarray, h, a, b) -> np.ndarray:
-    """P(h closer to a than to b) under the t-STE fit X, for arrays of heads and pairs."""
-    return 1.0 / (1.0 + np.exp(np.clip(_tste_log_kernel(X, h, b) - _tste_log_kernel(X, h, a), -700, 700)))
+    """P(h closer to a than to b) under the fit X, for arrays of heads and pairs."""
+    return _with_lapses(X, 1.0 / (1.0 + np.exp(np.clip(_tste_log_kernel(X, h, b) - _tste_log_kernel(X, h, a),
+                                                       -700, 700))))
+
+
+def _continuum_start(X: np.ndarray) -> np.ndarray:
+    """A line through the items of the fit X (n, d), as a start for a 1-D fit: the items in the order
+    of their geodesic distance (along the graph of each item's ``CONTINUUM_NEIGHBOURS`` nearest) from
+    one end of the graph (the item farthest from the item farthest from item 0), evenly spaced over
+    ``CONTINUUM_SPAN``; items the graph does not reach come last. O(n k log n): a k-d tree and two
+    Dijkstra runs, so it is cheap at any study size."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import dijkstra
+    from scipy.spatial import cKDTree
+
+    n = len(X)
+    k = min(CONTINUUM_NEIGHBOURS, n - 1)
+    dist, nb = cKDTree(X).query(X, k=k + 1)
+    rows = np.repeat(np.arange(n), k)
+    graph = csr_matrix((np.maximum(dist[:, 1:].ravel(), 1e-12), (rows, nb[:, 1:].ravel())), shape=(n, n))
+    far = 0
+    for _ in range(2):
+        geo = dijkstra(graph, directed=False, indices=far)
+        far = int(np.argmax(np.where(np.isfinite(geo), geo, -1.0)))
+    geo = dijkstra(graph, directed=False, indices=far)
+    order = np.lexsort((np.arange(n), np.where(np.isfinite(geo), geo, np.inf)))
+    line = np.empty(n)
+    line[order] = np.linspace(0.0, CONTINUUM_SPAN, n)
+    return line[:, None]
 
 
 def _share_scores(W: np.ndarray, N: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -216,7 +269,7 @@ class CandidateDuels:
         the planner; the questions and fits of a replay follow from the same calls either way.
     """
 
-    VERSION = 4
+    VERSION = 5
 
     def __init__(self, n_items: int, random_state: RandomState = None, shortlist: int = 12, min_shortlist: int = 6,
                  shrink_at: float = 100.0, warmup: float = 3.0, explore: float = 0.1,
@@ -420,7 +473,13 @@ class CandidateDuels:
             units = (len(trip) + FIT_ITEM_COST * self.n_items) * (d + 2)
             evals = None if math.isinf(budget) else int(max(FIT_MIN_EVALS, budget // units))
             init = self.fit_partial_.get(d, self.embeddings_.get(d))
-            X, info = emb.fit_embedding(trip, self.n_items, dim=d, init=init, random_state=job["seed"],
+            if d == 1 and d not in self.fit_partial_ and self.n_items > 2:
+                # a line starts again from the order along the leading fit at every refit: items cannot
+                # pass each other on a line, so a warm start would keep an early fit's folds
+                lead = next((self.embeddings_[e] for e in dims if e != 1 and e in self.embeddings_), None)
+                init = init if lead is None else _continuum_start(lead)
+            X, info = emb.fit_embedding(trip, self.n_items, dim=d, kernel=_kernel_of(d), init=init,
+                                        random_state=job["seed"],
                                         max_iter=FIT_MAX_ITER - job["iterations"], max_fun=evals,
                                         return_info=True)
             self.fit_partial_[d] = np.asarray(X, np.float64)
@@ -458,13 +517,17 @@ class CandidateDuels:
         self.fitted_on_ = job["answers"]
         self.fit_job_ = None
 
-    def _best_dim_index(self) -> int:
-        """The dimension whose fits best predicted fresh answers; the smallest one within
+    def _best_dim_index(self, line: bool = True) -> int:
+        """The dimension whose fits best predicted fresh answers; the first of ``AUTO_DIMS`` within
         ``AUTO_MARGIN`` standard errors of the best (a larger one must earn its place: on the alien
         eggs 2, 4 and 8 dimensions score within a point of each other and the 2-D fit places the
-        eggs best)."""
+        eggs best; the line, listed last, must beat them all). ``line=False`` leaves the line out
+        (the regime gates: how well near duels are predicted is read from the t-STE fits)."""
         right, seen = self.dim_scores_
         acc = np.where(seen > 0, right / np.maximum(seen, 1e-300), -np.inf)
+        dims = self._dims()
+        if not line and len(dims) > 1 and 1 in dims:
+            acc[dims.index(1)] = -np.inf
         best = int(np.argmax(acc))
         if AUTO_MARGIN <= 0 or seen[best] <= 0:
             return best
@@ -691,7 +754,7 @@ class CandidateDuels:
         below, 1 at ``TRUST_ACCURACY[1]`` or above; 0 before ``TRUST_FROM`` answers per item. On recorded
         answers of 85 items it is ~.68-.78 from 20 answers per item on; on the alien eggs, whose
         near duels are coin flips and whose embedding judges better, ~.57."""
-        right, seen = self.dim_scores_[:, self._best_dim_index()]
+        right, seen = self.dim_scores_[:, self._best_dim_index(line=False)]
         if seen < self.n_items or self.n_answers_ < TRUST_FROM * self.n_items:
             return 0.0
         lo, hi = TRUST_ACCURACY
@@ -709,10 +772,12 @@ class CandidateDuels:
         ~.55-.62; recorded answers of 85 items ~.63-.78 from 15 answers per item on, ~.58-.66 with
         a lapse rate of 0.1), and leave it from ``COIN_LEAVE`` on. Decided when a refit starts (the
         scores change only then), so a replay in the same batches decides the same."""
-        right, seen = self.dim_scores_[:, self._best_dim_index()]
+        right, seen = self.dim_scores_[:, self._best_dim_index(line=False)]
         if seen < self.n_items or self.n_answers_ < TRUST_FROM * self.n_items:
             return
         acc = right / seen
+        if self.coin_ and self.chosen_dim_ == 1 and len(self._dims()) > 1:
+            return  # a line places the items best: the regime for items people can hardly tell apart up close
         self.coin_ = bool(acc < (COIN_LEAVE if self.coin_ else TRUST_ACCURACY[0]))
 
     def _estimate_kappa(self) -> None:
@@ -1083,7 +1148,7 @@ class CandidateDuels:
 
     @classmethod
     def from_state(cls, state: dict) -> CandidateDuels:
-        if state.get("class") != cls.__name__ or state.get("version") not in (1, 2, 3, cls.VERSION):
+        if state.get("class") != cls.__name__ or state.get("version") not in (1, 2, 3, 4, cls.VERSION):
             raise ValueError(
                 f"state is of {state.get('class')} v{state.get('version')}, not {cls.__name__} v{cls.VERSION}"
             )
@@ -1110,6 +1175,10 @@ class CandidateDuels:
             p.dim_scores_ = np.array(state["dim_scores"], np.float64).reshape(2, -1)
             p.fresh_dims_ = np.array(state["fresh_dims"], bool)
             p.fitted_triplets_ = int(state["fitted_triplets"])
+            missing = len(p._dims()) - p.dim_scores_.shape[1]
+            if missing > 0:  # before version 5 "auto" had no line (AUTO_DIMS gained it at the end)
+                p.dim_scores_ = np.pad(p.dim_scores_, ((0, 0), (0, missing)))
+                p.fresh_dims_ = np.pad(p.fresh_dims_, (0, missing))
         if state["version"] >= 3:
             p.kappa_ = None if state["kappa"] is None else float(state["kappa"])
             job = state["fit_job"]

@@ -20,7 +20,14 @@ from .graph import NO_NEIGHBOR, NeighborGraph
 from .random_triplets import candidate_pairs, check_triplet_answers
 from .utils import RandomState, check_n_items, check_random_state, generator_from_state, generator_state
 
-KERNELS = ("ste", "tste")
+KERNELS = ("ste", "tste", "human")
+#: Lapse rate of the ``"human"`` kernel: the share of answers given at random. People lapse on ~3%
+#: (the alien-egg crowds, :func:`engine.oracles.alien_egg_noise`) to ~10% of triplets; a model that
+#: expects some lapses does not pull items apart to explain one odd answer.
+HUMAN_LAPSE = 0.05
+#: Below this squared distance the ``"human"`` kernel's distance is smoothed (sqrt(d + eps)): its
+#: gradient stays finite where two points meet.
+HUMAN_EPS = 1e-9
 
 
 # ---------------------------------------------------------------------------- fitting core
@@ -45,10 +52,21 @@ def _check_kernel(kernel: str, alpha, dim: int) -> float:
     return float(alpha)
 
 
+def _human_p(dij, dik, lapse: float = HUMAN_LAPSE) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The ``"human"`` kernel from the squared distances: (p, s, ri, rk) with
+    p = lapse/2 + (1 - lapse) s, s = sigmoid(sqrt(dik) - sqrt(dij)) and ri, rk the two distances."""
+    ri = np.sqrt(np.asarray(dij, dtype=np.float64) + HUMAN_EPS)
+    rk = np.sqrt(np.asarray(dik, dtype=np.float64) + HUMAN_EPS)
+    s = expit(rk - ri)
+    return 0.5 * lapse + (1.0 - lapse) * s, s, ri, rk
+
+
 def _log_p(dij, dik, kernel: str, alpha: float) -> np.ndarray:
     """log P(i closer to j) from the squared distances d(i, j), d(i, k)."""
     if kernel == "ste":  # p = sigmoid(dik - dij)
         return -np.logaddexp(0.0, dij - dik)
+    if kernel == "human":
+        return np.log(_human_p(dij, dik)[0])
     c = -(alpha + 1.0) / 2.0
     log_kj = c * np.log1p(dij / alpha)
     log_kk = c * np.log1p(dik / alpha)
@@ -61,6 +79,10 @@ def _log_p_and_grads(dij, dik, kernel: str, alpha: float):
     if kernel == "ste":
         q = np.exp(-np.logaddexp(0.0, -(dij - dik)))  # 1 - p, computed stably
         return log_p, -q, q
+    if kernel == "human":
+        p, s, ri, rk = _human_p(dij, dik)
+        u = (1.0 - HUMAN_LAPSE) * s * (1.0 - s) / p  # d log p / d (rk - ri)
+        return log_p, -u / (2.0 * ri), u / (2.0 * rk)
     c = -(alpha + 1.0) / 2.0
     q = -np.expm1(log_p)
     # d log K / d d = c / (alpha + d)
@@ -149,6 +171,11 @@ class _TripletLoss:
             w = expit(z)
             w *= scale
             return nll, w, -w
+        if self.kernel == "human":  # p = lapse/2 + (1 − lapse)·sigmoid(√dik − √dij)
+            p, s, ri, rk = _human_p(dij, dik)
+            nll = float(-np.sum(np.log(p)))
+            u = (1.0 - HUMAN_LAPSE) * scale / 2.0 * s * (1.0 - s) / p
+            return nll, u / ri, -(u / rk)
         # t-STE: p = Kj / (Kj + Kk) = 1 / (1 + v), v = Kk / Kj = r ** power, r = (alpha + dij) / (alpha + dik)
         aj, ak = np.add(dij, self.alpha, out=dij), np.add(dik, self.alpha, out=dik)
         r = aj / ak

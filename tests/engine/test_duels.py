@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from scipy.spatial.distance import cdist
 
+from engine import duels
 from engine.duels import CandidateDuels
 from engine.graph import PROGRESS_KEYS, NeighborGraph
 from engine.random_triplets import RandomTriplets
@@ -228,7 +229,7 @@ def test_auto_dimension_is_chosen_on_answers_no_fit_had_seen():
     p = CandidateDuels(n, random_state=0)
     while p.n_answers_ < 60 * n:
         p.observe(oracle.answer(p.next_questions(200)))
-    assert set(p.embeddings_) == {2, 4, 8}
+    assert set(p.embeddings_) == {1, 2, 4, 8}
     assert p.chosen_dim_ >= 4, p.dim_scores_
     assert p.progress()["embedding_dim"] == p.chosen_dim_
     q = CandidateDuels.from_state(p.to_state())
@@ -260,13 +261,13 @@ def test_a_won_duel_counts_in_full_only_where_duels_are_answered_consistently():
     p.cands_[0] = [*range(1, n), -1]
     p.observe([(0, 3, 1, 3)])
     p.n_answers_ = 10 * n
-    p.dim_scores_[:] = [[90.0, 0.0, 0.0], [100.0, 0.0, 0.0]]  # prequential accuracy .9
+    p.dim_scores_[:] = [[90.0, 0.0, 0.0, 0.0], [100.0, 0.0, 0.0, 0.0]]  # prequential accuracy .9
     assert p._duel_trust() == 1.0
     assert p._ranking(0)[0][0] == 3
-    p.dim_scores_[:] = [[55.0, 0.0, 0.0], [100.0, 0.0, 0.0]]  # .55: near coin flips
+    p.dim_scores_[:] = [[55.0, 0.0, 0.0, 0.0], [100.0, 0.0, 0.0, 0.0]]  # .55: near coin flips
     assert p._duel_trust() == 0.0
     assert p._ranking(0)[0][0] == 1
-    p.dim_scores_[:] = [[90.0, 0.0, 0.0], [100.0, 0.0, 0.0]]
+    p.dim_scores_[:] = [[90.0, 0.0, 0.0, 0.0], [100.0, 0.0, 0.0, 0.0]]
     p.n_answers_ = 5 * n  # too early: the warm-up's random triplets dominate the accuracy
     assert p._duel_trust() == 0.0
     rows = np.full((n, n), -1)
@@ -280,12 +281,58 @@ def test_a_larger_dimension_must_beat_a_smaller_one_by_a_standard_error():
     """dim="auto" takes the smallest dimension whose fits predicted fresh answers within one
     standard error of the best one (the alien eggs: 2, 4 and 8 within a point of each other)."""
     p = CandidateDuels(20, random_state=0)
-    p.dim_scores_[:] = [[590.0, 598.0, 580.0], [1000.0, 1000.0, 1000.0]]  # 4-D ahead by .008 (se .016)
+    p.dim_scores_[:] = [[590.0, 598.0, 580.0, 0.0], [1000.0, 1000.0, 1000.0, 0.0]]  # 4-D ahead by .008 (se .016)
     assert p.chosen_dim_ == 2
-    p.dim_scores_[:] = [[600.0, 700.0, 720.0], [1000.0, 1000.0, 1000.0]]  # 8-D ahead of 4-D by .02 (se .014)
+    p.dim_scores_[:] = [[600.0, 700.0, 720.0, 0.0], [1000.0, 1000.0, 1000.0, 0.0]]  # 8-D ahead of 4-D by .02
     assert p.chosen_dim_ == 8
-    p.dim_scores_[:] = [[0.0, 700.0, 0.0], [0.0, 1000.0, 0.0]]  # only 4-D scored yet
+    p.dim_scores_[:] = [[0.0, 700.0, 0.0, 0.0], [0.0, 1000.0, 0.0, 0.0]]  # only 4-D scored yet
     assert p.chosen_dim_ == 4
+
+
+def test_the_line_must_beat_every_other_dimension_and_keeps_the_coin_flip_regime():
+    """The line (dimension 1, listed last in AUTO_DIMS) is chosen only where it predicted fresh answers
+    a standard error better than every other dimension; the regime gates read the t-STE fits, and
+    where the line places the items best the coin-flip regime is not left."""
+    assert duels.AUTO_DIMS[-1] == 1
+    p = CandidateDuels(20, random_state=0)
+    p.n_answers_ = 20 * 20
+    p.dim_scores_[:] = [[600.0, 598.0, 590.0, 610.0], [1000.0, 1000.0, 1000.0, 1000.0]]  # ahead by .01 < se
+    assert p.chosen_dim_ == 2
+    p.dim_scores_[:] = [[600.0, 598.0, 590.0, 640.0], [1000.0, 1000.0, 1000.0, 1000.0]]  # ahead by .04
+    assert p.chosen_dim_ == 1 and p._best_dim_index(line=False) == 0
+    assert p._duel_trust() == 0.0  # the 2-D fit's .60, not the line's .64
+    p.coin_ = True
+    p.dim_scores_[:] = [[650.0, 598.0, 590.0, 700.0], [1000.0, 1000.0, 1000.0, 1000.0]]
+    p._update_coin()
+    assert p.coin_  # the 2-D fit's .65 would leave it, but the line is chosen
+    p.dim_scores_[:] = [[650.0, 598.0, 590.0, 600.0], [1000.0, 1000.0, 1000.0, 1000.0]]
+    p._update_coin()
+    assert not p.coin_
+
+
+def test_a_line_starts_from_the_order_along_the_leading_fit():
+    """_continuum_start orders items along a bent curve by geodesic distance from one end (evenly
+    spaced), whatever order the items come in; a fixed dim=1 fits the human model on a line."""
+    rng = np.random.default_rng(0)
+    n = 80
+    t = np.sort(rng.random(n)) * 3.0
+    curve = np.column_stack([np.cos(t), np.sin(t)]) * (1 + 0.2 * t[:, None])  # a spiral arc: no straight axis
+    perm = rng.permutation(n)
+    line = duels._continuum_start(curve[perm])[:, 0]
+    order = np.argsort(line)
+    ranks = np.argsort(perm[order])  # where each item of the curve lands on the line
+    assert np.all(np.diff(ranks) > 0) or np.all(np.diff(ranks) < 0)
+    assert np.allclose(np.sort(line), np.linspace(0.0, duels.CONTINUUM_SPAN, n))
+    from engine.oracles import TripletOracle
+
+    x = np.linspace(0.0, 1.0, 40)[:, None]
+    oracle = TripletOracle.from_points(x, random_state=0)
+    p = CandidateDuels(40, random_state=0, dim=1)
+    while p.n_answers_ < 30 * 40:
+        p.observe(oracle.answer(p.next_questions(40)))
+    nb = p.neighbor_graph(1).neighbors[:, 0]
+    assert p.embedding_.shape == (40, 1)
+    assert np.mean(np.abs(nb - np.arange(40)) == 1) >= 0.75  # an adjacent item (a random pick: ~5%)
 
 
 def test_where_duels_are_coin_flips_most_questions_place_items_in_the_embedding(monkeypatch):

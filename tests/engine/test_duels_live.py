@@ -179,13 +179,13 @@ def test_version_3_state_mid_refit_loads_and_goes_on():
     D = cdist(points(n, 4), points(n, 4))
     p = live(n, random_state=0, fit_work=20_000)
     rng = np.random.default_rng(1)
-    while p.fit_job_ is None or len(p.fit_job_["dims"]) == 3 or p.n_answers_ < 12 * n:
+    while p.fit_job_ is None or len(p.fit_job_["dims"]) == len(duels.AUTO_DIMS) or p.n_answers_ < 12 * n:
         p.observe(answer(D, p.next_questions(30), rng))
     old = p.to_state()
     old["version"] = 3
     del old["coin"]
     job = old["fit_job"]
-    done = [i for i in range(3) if job.get("fitted", 0) >> i & 1]
+    done = [i for i in range(len(duels.AUTO_DIMS)) if job.get("fitted", 0) >> i & 1]
     assert done and job["dims"]
     # version 3 kept finished dimensions in fit_partial until the whole refit was done
     old["fit_partial"] = {**{str(duels.AUTO_DIMS[i]): p.embeddings_[duels.AUTO_DIMS[i]] for i in done},
@@ -196,6 +196,31 @@ def test_version_3_state_mid_refit_loads_and_goes_on():
     while q.fit_job_ is not None:
         q.observe(answer(D, q.next_questions(30), rng))
     assert q.fresh_dims_[done].all()
+    assert q.to_state()["version"] == CandidateDuels.VERSION
+
+
+def test_version_4_state_without_the_line_loads_and_goes_on():
+    """A version-4 state ("auto" fitted 2, 4 and 8 dimensions, no line) loads with the line unscored
+    and the same choice of dimension, and fits the line at a later refit that checks every dimension."""
+    n = 30
+    D = cdist(points(n, 4), points(n, 4))
+    p = live(n, random_state=0)
+    rng = np.random.default_rng(2)
+    while p.n_answers_ < 15 * n or p.fit_job_ is not None:
+        p.observe(answer(D, p.next_questions(30), rng))
+    old = p.to_state()
+    old["version"] = 4
+    line = duels.AUTO_DIMS.index(1)
+    old["dim_scores"] = np.delete(old["dim_scores"], line, axis=1)
+    old["fresh_dims"] = np.delete(old["fresh_dims"], line)
+    old["embeddings"] = {d: X for d, X in old["embeddings"].items() if d != "1"}
+    q = restored(_jsonable(old))
+    assert q.dim_scores_.shape == (2, len(duels.AUTO_DIMS)) and not q.fresh_dims_[line]
+    assert q.dim_scores_[:, line].sum() == 0 and 1 not in q.embeddings_
+    assert q.chosen_dim_ == p.chosen_dim_ != 1
+    while 1 not in q.embeddings_:
+        q.observe(answer(D, q.next_questions(30), rng))
+    assert q.embeddings_[1].shape == (n, 1)
     assert q.to_state()["version"] == CandidateDuels.VERSION
 
 
