@@ -112,7 +112,7 @@ _ROUNDS = {
 _DERIVED = {"symmetric": False, "triangle": False, "bound": "kl", "window": 100000, "stagger": False}
 _PAIR_STATES = ("PairTripletAdapter",)
 _EMBEDDING = {
-    "kernel": {"enum": ["tste", "ste"], "default": "tste"},
+    "kernel": {"enum": ["tste", "ste", "human"], "default": "tste"},
     "dim": {"type": "integer", "minimum": 1, "maximum": 50, "default": 2},
     "refit_share": {"type": "number", "minimum": 0, "default": 0.1},
     "refit_min": {"type": ["integer", "null"], "minimum": 1, "default": None},

@@ -23,7 +23,7 @@ def _truth_triplets(points, m, rng):
 
 
 # t-STE's heavy tails trade some fine order of uniformly spread points for cluster separation
-@pytest.mark.parametrize(("kernel", "floor"), [("ste", 0.95), ("tste", 0.9)])
+@pytest.mark.parametrize(("kernel", "floor"), [("ste", 0.95), ("tste", 0.9), ("human", 0.9)])
 def test_noise_free_fit_generalises(kernel, floor):
     rng = np.random.default_rng(0)
     points = rng.random((40, 2))
@@ -43,7 +43,7 @@ def test_warm_start_needs_fewer_iterations():
     assert warm_iter < cold_iter
 
 
-@pytest.mark.parametrize("kernel", ["ste", "tste"])
+@pytest.mark.parametrize("kernel", ["ste", "tste", "human"])
 def test_gradient_matches_finite_differences(kernel):
     rng = np.random.default_rng(3)
     n, dim = 8, 3
@@ -59,7 +59,7 @@ def test_gradient_matches_finite_differences(kernel):
     np.testing.assert_allclose(grad, num, rtol=1e-5, atol=1e-8)
 
 
-@pytest.mark.parametrize("kernel", ["ste", "tste"])
+@pytest.mark.parametrize("kernel", ["ste", "tste", "human"])
 @pytest.mark.parametrize("dim", [1, 2, 3, 4, 8])
 @pytest.mark.parametrize("grid", [True, False])
 def test_fast_objective_is_the_plain_one(kernel, dim, grid):
@@ -72,7 +72,10 @@ def test_fast_objective_is_the_plain_one(kernel, dim, grid):
     loss, grad = _TripletLoss(t, n, dim, kernel, alpha, 0.01, grid=grid)(x.copy())
     ref_loss, ref_grad = _objective(x, t, n, dim, kernel, alpha, 0.01)
     np.testing.assert_allclose(loss, ref_loss, rtol=1e-12)
-    np.testing.assert_allclose(grad, ref_grad, rtol=1e-9, atol=1e-13 * np.abs(ref_grad).max())
+    # the human model's gradient divides by distances, smoothed only below HUMAN_EPS: rows with a
+    # repeated item carry that division's rounding
+    rtol = 1e-7 if kernel == "human" else 1e-9
+    np.testing.assert_allclose(grad, ref_grad, rtol=rtol, atol=1e-13 * np.abs(ref_grad).max())
 
 
 def test_fast_objective_where_the_kernel_ratio_overflows():
@@ -87,7 +90,7 @@ def test_fast_objective_where_the_kernel_ratio_overflows():
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-9, atol=1e-15)
 
 
-@pytest.mark.parametrize(("kernel", "dim"), [("tste", 2), ("tste", 4), ("ste", 3)])
+@pytest.mark.parametrize(("kernel", "dim"), [("tste", 2), ("tste", 4), ("ste", 3), ("human", 2)])
 def test_fit_is_the_fit_of_the_plain_objective(kernel, dim):
     from scipy.optimize import minimize
 
@@ -110,7 +113,7 @@ def test_deterministic_for_a_seed():
 
 def test_probabilities_and_neighbors():
     X = np.array([[0.0, 0.0], [1.0, 0.0], [5.0, 0.0], [5.5, 0.0]])
-    for kernel in ("ste", "tste"):
+    for kernel in ("ste", "tste", "human"):
         p = triplet_probabilities(X, [(0, 1, 2), (0, 2, 1)], kernel=kernel)
         assert p[0] > 0.5 and np.isclose(p[0] + p[1], 1.0)
     np.testing.assert_array_equal(embedding_neighbors(X, 2), [[1, 2], [0, 2], [3, 1], [2, 1]])
