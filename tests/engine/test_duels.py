@@ -417,3 +417,19 @@ def test_kept_rows_and_pending_index_ask_what_a_fresh_computation_asks(monkeypat
     assert a1 == a2
     for key in ("triplets", "duels", "pending", "cands", "embedding", "asked"):
         np.testing.assert_array_equal(s1[key], s2[key])
+
+
+def test_on_a_line_an_exploring_question_has_an_item_on_either_side_of_the_head():
+    """Where the fit is a line, an exploring pair straddles the head (only such a pair's answer moves
+    with the head's place); in a map, pairs on one side are asked too."""
+    n = 60
+    p = CandidateDuels(n, random_state=0, dim=1)
+    p.embedding_ = np.linspace(0.0, 10.0, n)[:, None]
+    heads = range(10, 50)
+    for h in heads:
+        _, a, b = p._exploring_question(h, set())
+        assert (a - h) * (b - h) < 0, (h, a, b)
+    q = CandidateDuels(n, random_state=0, dim=2)
+    q.embedding_ = np.column_stack([np.linspace(0.0, 10.0, n), np.zeros(n)])
+    one_side = sum((a - h) * (b - h) > 0 for h in heads for _, a, b in [q._exploring_question(h, set())])
+    assert one_side > 0
