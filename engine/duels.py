@@ -446,8 +446,18 @@ class CandidateDuels:
         self._update_coin()
         every = self.n_fits_ < AUTO_SETTLE or self.n_fits_ % AUTO_RECHECK == 0
         best = self._best_dim_index()
-        # the leading dimension first: its fit gives the shortlists as soon as it is done
-        todo = [best] + ([i for i in range(len(dims)) if i != best] if every else [])
+        # the leading dimension first: its fit gives the shortlists as soon as it is done; then the
+        # others from the cheapest up, the line right after the smallest map it starts from, so that
+        # in a live pool, where a refit of the leading one that falls due cuts the others short, the
+        # cheap ones are scored too
+        maps = [d for d in dims if d != 1]
+        after = min(maps) + 0.5 if maps else 0
+
+        def cost(i: int) -> float:
+            return after if dims[i] == 1 else dims[i]
+
+        rest = sorted((i for i in range(len(dims)) if i != best), key=cost) if every else []
+        todo = [best] + rest
         self.fit_job_ = {"dims": [int(i) for i in todo], "triplets": int(len(trip)),
                          "answers": int(self.n_answers_), "seed": int(self.rng_.integers(2**31 - 1)),
                          "iterations": 0}
@@ -476,7 +486,8 @@ class CandidateDuels:
             if d == 1 and d not in self.fit_partial_ and self.n_items > 2:
                 # a line starts again from the order along the leading fit at every refit: items cannot
                 # pass each other on a line, so a warm start would keep an early fit's folds
-                lead = next((self.embeddings_[e] for e in dims if e != 1 and e in self.embeddings_), None)
+                # the order is read from the smallest map (a curve folds less in fewer dimensions)
+                lead = next((self.embeddings_[e] for e in sorted(dims) if e != 1 and e in self.embeddings_), None)
                 init = init if lead is None else _continuum_start(lead)
             X, info = emb.fit_embedding(trip, self.n_items, dim=d, kernel=_kernel_of(d), init=init,
                                         random_state=job["seed"],

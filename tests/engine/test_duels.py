@@ -433,3 +433,16 @@ def test_on_a_line_an_exploring_question_has_an_item_on_either_side_of_the_head(
     q.embedding_ = np.column_stack([np.linspace(0.0, 10.0, n), np.zeros(n)])
     one_side = sum((a - h) * (b - h) > 0 for h in heads for _, a, b in [q._exploring_question(h, set())])
     assert one_side > 0
+
+
+def test_a_refit_fits_the_leading_dimension_first_then_the_cheapest_with_the_line_after_its_start():
+    """A refit that checks every dimension fits the leading one first, then the others from the cheapest
+    up with the line right after the smallest map (its start): in a live pool a refit of the leading
+    one falling due cuts the rest short, and the line is cheap."""
+    from engine import embedding
+
+    p = CandidateDuels(20, random_state=0)
+    p.n_answers_ = 20 * 20
+    p.dim_scores_[:] = [[600.0, 700.0, 590.0, 580.0], [1000.0, 1000.0, 1000.0, 1000.0]]  # 4-D leads
+    p._start_fit(embedding, np.empty((0, 3), np.int64))
+    assert [duels.AUTO_DIMS[i] for i in p.fit_job_["dims"]] == [4, 2, 1, 8]
