@@ -1,4 +1,5 @@
-"""Ordinal embeddings (STE / t-STE) fitted to triplet answers, and the planners built on them.
+"""Ordinal embeddings (STE / t-STE / the human noise model) fitted to triplet answers, and the planners
+built on them.
 
 The peer Proxima is judged against: uniformly random (or uncertainty-sampled) triplets and an
 embedding fitted to them, whose nearest points give the neighbour graph. Numpy/scipy only; must
@@ -236,7 +237,9 @@ def fit_embedding(triplets: ArrayLike, n_items: int, dim: int = 2, kernel: str =
 
     ``triplets`` rows ``(i, j, k)`` mean "i is closer to j than to k". STE:
     p = exp(−d_ij) / (exp(−d_ij) + exp(−d_ik)) on squared distances; t-STE replaces exp(−d) by
-    the Student-t kernel (1 + d/α)^(−(α+1)/2), α = max(dim − 1, 1) by default. Minimises the
+    the Student-t kernel (1 + d/α)^(−(α+1)/2), α = max(dim − 1, 1) by default. ``"human"``: the
+    noise model fitted to people's answers, p = λ/2 + (1 − λ)·sigmoid(‖x_i − x_k‖ − ‖x_i − x_j‖) on plain
+    distances, λ = ``HUMAN_LAPSE`` (``alpha`` unused; a line is the continuum ``engine.duels`` fits). Minimises the
     mean negative log-likelihood + ``l2`` · mean squared norm. ``init`` (n_items, dim) warm
     starts (e.g. the previous fit); otherwise a small random start from ``random_state``.
     Returns ndarray (n_items, dim), and the number of L-BFGS iterations if ``return_n_iter``, or
