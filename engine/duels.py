@@ -53,11 +53,11 @@ KEEP_SHARE = 0.5
 FOCUS = 2.0
 #: embedding dimensions ``dim="auto"`` keeps fitted side by side (warm started). Dimension 1 is a
 #: continuum (morphs, a scale): fitted with the human noise model (``embedding.HUMAN_LAPSE``; t-STE's
-#: heavy tails need more room than a line) from the order of the items along the leading fit
+#: heavy tails need more room than a line) from the order of the items along the smallest map
 #: (:func:`_continuum_start`); it is listed last, so it is chosen only where it predicts fresh
 #: answers ``AUTO_MARGIN`` standard errors better than every other dimension (the alien eggs)
 AUTO_DIMS = (2, 4, 8, 1)
-#: items whose nearest neighbours (in the leading fit) make the graph a continuum's order is read from
+#: items whose nearest neighbours (in the map) make the graph a continuum's order is read from
 CONTINUUM_NEIGHBOURS = 10
 #: length of a continuum's first start (in units of the human model's logistic scale; the alien eggs
 #: span ~13: the fitted scale is 0.075 of their range)
@@ -120,7 +120,7 @@ def _kernel_of(dim: int) -> str:
     return "human" if dim == 1 else "tste"
 
 
-def _tste_log_kernel(X: np.ndarray, h, c) -> np.ndarray:
+def _log_kernel(X: np.ndarray, h, c) -> np.ndarray:
     """log of the fit's kernel between rows h and c of X: t-STE (alpha = max(dim - 1, 1)); on a
     line (the human model, see ``AUTO_DIMS``) minus the distance, so that a difference of two is
     the logit of the model's answer before lapses."""
@@ -139,15 +139,15 @@ def _with_lapses(X: np.ndarray, p: np.ndarray) -> np.ndarray:
     return 0.5 * lapse + (1.0 - lapse) * p
 
 
-def _tste_preference(X: np.ndarray, h: int, cands: np.ndarray) -> np.ndarray:
+def _preference(X: np.ndarray, h: int, cands: np.ndarray) -> np.ndarray:
     """P[i, j] = P(h is closer to cands[i] than to cands[j]) under the fit X (its own kernel)."""
-    lk = _tste_log_kernel(X, h, cands)
+    lk = _log_kernel(X, h, cands)
     return _with_lapses(X, 1.0 / (1.0 + np.exp(np.clip(lk[None, :] - lk[:, None], -700, 700))))
 
 
-def _tste_pair_preference(X: np.ndarray, h, a, b) -> np.ndarray:
+def _pair_preference(X: np.ndarray, h, a, b) -> np.ndarray:
     """P(h closer to a than to b) under the fit X, for arrays of heads and pairs."""
-    return _with_lapses(X, 1.0 / (1.0 + np.exp(np.clip(_tste_log_kernel(X, h, b) - _tste_log_kernel(X, h, a),
+    return _with_lapses(X, 1.0 / (1.0 + np.exp(np.clip(_log_kernel(X, h, b) - _log_kernel(X, h, a),
                                                        -700, 700))))
 
 
@@ -484,9 +484,9 @@ class CandidateDuels:
             evals = None if math.isinf(budget) else int(max(FIT_MIN_EVALS, budget // units))
             init = self.fit_partial_.get(d, self.embeddings_.get(d))
             if d == 1 and d not in self.fit_partial_ and self.n_items > 2:
-                # a line starts again from the order along the leading fit at every refit: items cannot
-                # pass each other on a line, so a warm start would keep an early fit's folds
-                # the order is read from the smallest map (a curve folds less in fewer dimensions)
+                # a line starts again at every refit from the order along the smallest map (a curve folds
+                # less in fewer dimensions): items cannot pass each other on a line, so a warm start
+                # would keep an early fit's folds
                 lead = next((self.embeddings_[e] for e in sorted(dims) if e != 1 and e in self.embeddings_), None)
                 init = init if lead is None else _continuum_start(lead)
             X, info = emb.fit_embedding(trip, self.n_items, dim=d, kernel=_kernel_of(d), init=init,
@@ -687,7 +687,7 @@ class CandidateDuels:
         if X is None or self.kappa_ is None:
             r = np.arange(m) / max(m - 1, 1)
             return 0.5 + 0.25 * (r[None, :] - r[:, None])
-        return _tste_preference(X, h, cands)
+        return _preference(X, h, cands)
 
     def _scores(self, h: int, cands: np.ndarray, W: np.ndarray | None = None, N: np.ndarray | None = None):
         """Smoothed win share of each candidate in its duels with the others (W, N: its
@@ -751,7 +751,7 @@ class CandidateDuels:
             r = np.arange(rows.shape[1])[None, :] / np.maximum(m[:, None] - 1, 1)
             prior = 0.5 + 0.25 * (r[:, None, :] - r[:, :, None])
         else:
-            lk = _tste_log_kernel(X, heads[:, None], c)
+            lk = _log_kernel(X, heads[:, None], c)
             prior = 1.0 / (1.0 + np.exp(np.clip(lk[:, None, :] - lk[:, :, None], -700, 700)))
         kappa = BORDA_PRIOR_DUELS if self.kappa_ is None else self.kappa_
         P = np.where(both, (W + kappa * prior) / (N + kappa), 0.0)
@@ -803,7 +803,7 @@ class CandidateDuels:
             return
         from scipy.special import betaln
 
-        p = _tste_pair_preference(self.embedding_, rec[:, 0], rec[:, 1], rec[:, 2])
+        p = _pair_preference(self.embedding_, rec[:, 0], rec[:, 1], rec[:, 2])
         p = np.clip(p, 1e-6, 1 - 1e-6)
         w, n = rec[:, 3].astype(np.float64), rec[:, 4].astype(np.float64)
         best = None
@@ -901,7 +901,7 @@ class CandidateDuels:
             self._rows, self._rows_of = {}, X
         row = self._rows.get(h)
         if row is None:
-            lk = _tste_log_kernel(X, h, np.arange(n))
+            lk = _log_kernel(X, h, np.arange(n))
             lk[h] = np.inf
             rank = np.empty(n, np.int64)
             rank[np.argsort(-lk, kind="stable")] = np.arange(n)

@@ -53,9 +53,10 @@ def _check_kernel(kernel: str, alpha, dim: int) -> float:
     return float(alpha)
 
 
-def _human_p(dij, dik, lapse: float = HUMAN_LAPSE) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The ``"human"`` kernel from the squared distances: (p, s, ri, rk) with
-    p = lapse/2 + (1 - lapse) s, s = sigmoid(sqrt(dik) - sqrt(dij)) and ri, rk the two distances."""
+def _human_p(dij, dik) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The ``"human"`` kernel from the squared distances: (p, s, ri, rk) with p = λ/2 + (1 − λ) s,
+    λ = ``HUMAN_LAPSE``, s = sigmoid(sqrt(dik) − sqrt(dij)) and ri, rk the two distances."""
+    lapse = HUMAN_LAPSE
     ri = np.sqrt(np.asarray(dij, dtype=np.float64) + HUMAN_EPS)
     rk = np.sqrt(np.asarray(dik, dtype=np.float64) + HUMAN_EPS)
     s = expit(rk - ri)

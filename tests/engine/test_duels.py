@@ -380,7 +380,7 @@ def test_kept_rows_and_pending_index_ask_what_a_fresh_computation_asks(monkeypat
     them every time gives (rows per question, pending duels looked up pair by pair): answers
     arriving late, questions forgotten, a state round trip midway."""
     import engine.duels as duels
-    from engine.duels import _tste_log_kernel
+    from engine.duels import _log_kernel
 
     n = 30
     D = cdist(points(n, 6), points(n, 6))
@@ -406,7 +406,7 @@ def test_kept_rows_and_pending_index_ask_what_a_fresh_computation_asks(monkeypat
             if keep_rows and p._rows:
                 assert p._rows_of is p.embedding_
                 for h, (lk, rank) in p._rows.items():
-                    fresh = _tste_log_kernel(p.embedding_, h, np.arange(n))
+                    fresh = _log_kernel(p.embedding_, h, np.arange(n))
                     fresh[h] = np.inf
                     np.testing.assert_array_equal(lk, fresh)
                     np.testing.assert_array_equal(np.argsort(rank), np.argsort(-fresh, kind="stable"))
