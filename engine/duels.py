@@ -14,6 +14,7 @@ import heapq
 import math
 import numbers
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -70,12 +71,8 @@ AUTO_MARGIN = 1.0
 AUTO_SETTLE = 4
 #: ... and the others again every this many refits (a fit in 8 dimensions costs ~5x one in 2)
 AUTO_RECHECK = 4
-#: L-BFGS iterations a refit of one dimension may take in all (over however many calls) ...
+#: L-BFGS iterations a refit of one dimension may take
 FIT_MAX_ITER = 300
-#: what an item costs in one evaluation of the objective (and its L-BFGS step), in triplets
-FIT_ITEM_COST = 3
-#: objective evaluations a call may spend at least, however little ``fit_work`` allows
-FIT_MIN_EVALS = 3
 #: most entries (rows x items, 16 bytes each) of the fit's rows kept for exploring questions between refits
 ROW_CACHE_ENTRIES = 1_000_000
 
@@ -177,6 +174,53 @@ def _continuum_start(X: np.ndarray) -> np.ndarray:
     return line[:, None]
 
 
+@dataclass(frozen=True)
+class FitTask:
+    """One stage of a refit of duels' embedding: a pure function of these fields, so it can run
+    anywhere (inline in a call, a thread, another process) and give the same arrays.
+
+    ``triplets`` (T, 3) rows (i, j, k), i closer to j than to k: the answers the refit started with;
+    ``dims`` the dimensions to fit, in order; ``inits`` warm starts per dimension (missing: a small
+    random start); ``maps`` the maps a line (dimension 1) starts from when the stage fits none
+    (see :func:`_continuum_start`); ``seed`` the refit's. ``key`` identifies the stage (its refit's
+    seed, triplets and dimensions), so a result is only ever applied to its own refit.
+    """
+
+    n_items: int
+    triplets: np.ndarray
+    dims: tuple[int, ...]
+    inits: dict
+    maps: dict
+    seed: int
+
+    @property
+    def key(self) -> tuple[int, int, tuple[int, ...]]:
+        return (int(self.seed), int(len(self.triplets)), tuple(int(d) for d in self.dims))
+
+    def run(self) -> dict[int, np.ndarray]:
+        return run_fit(self)
+
+
+def run_fit(task: FitTask) -> dict[int, np.ndarray]:
+    """Fit every dimension of ``task`` to convergence (or ``FIT_MAX_ITER`` iterations): {dim: X}.
+
+    A line starts from the order of the items along the smallest map (fitted earlier in the same
+    stage, else from ``task.maps``): items cannot pass each other on a line, so a warm start would
+    keep an early fit's folds."""
+    emb = _embedding_module()
+    fitted: dict[int, np.ndarray] = {}
+    for d in task.dims:
+        init = task.inits.get(d)
+        if d == 1 and task.n_items > 2:
+            maps = {**task.maps, **fitted}
+            lead = next((maps[e] for e in sorted(maps) if e != 1), None)
+            init = init if lead is None else _continuum_start(lead)
+        X = emb.fit_embedding(task.triplets, task.n_items, dim=d, kernel=_kernel_of(d), init=init,
+                              random_state=task.seed, max_iter=FIT_MAX_ITER)
+        fitted[d] = np.asarray(X, np.float64)
+    return fitted
+
+
 def _share_scores(W: np.ndarray, N: np.ndarray, valid: np.ndarray) -> np.ndarray:
     """Share of all its duels each candidate won, smoothed towards its shortlist place by
     ``PRIOR_DUELS`` pseudo-duels (3/4 for the first candidate down to 1/4 for the last).
@@ -249,10 +293,10 @@ class CandidateDuels:
     delta : float, default 0.05
         Failure probability of the elimination bounds (per head).
     fit_work : int, default 1_000_000
-        Most embedding work one ``next_questions`` call of a live pool (``pool``) does, in
-        (triplets + 3 x items) x (dim + 2) per evaluation of the objective (~0.05 us each on one core: about 50 ms); a
-        refit needing more goes on at the following calls, the shortlists staying those of the
-        previous fit until it is done.
+        Kept so that stored study configurations load; no longer read. It bounded the embedding
+        work of one call of a live pool, a refit going on over later calls: in a study of 1,000
+        items that left the shortlists thousands of answers behind, and live studies learned a
+        tenth of what the same answers teach offline. Refits now run beside the passes (``fitter``).
 
     Attributes
     ----------
@@ -260,13 +304,19 @@ class CandidateDuels:
         How the caller drives the learner. False (a caller that observes the answers before
         asking again, e.g. a script or an outside harness): a call gives each head at most one
         question, so asking for many at once (``next_questions(1000)`` on 85 items) returns one
-        adaptive question per head to come back for after observing, and an embedding refit runs
-        to its end inside the call. True (a live pool, which must hold questions for every rater
-        at once and whose update passes must stay short; the worker's ``Learner`` and ``proxima
-        plan`` set it): the whole budget, and refits spread over calls by ``fit_work``. On recorded
-        answers of 85 items asked 1,000 at a time, hit@3 at 25 answers per item: .78 against .30
-        (``benchmarks/duels_batches.py``). Not a parameter and not saved: set by whoever drives
-        the planner; the questions and fits of a replay follow from the same calls either way.
+        adaptive question per head to come back for after observing. True (a live pool, which
+        must hold questions for every rater at once; the worker's ``Learner`` and ``proxima plan``
+        set it through ``engine.registry.drive_as_pool``): the whole budget. On recorded answers of
+        85 items asked 1,000 at a time, hit@3 at 25 answers per item: .78 against .30
+        (``benchmarks/duels_batches.py``). Not a parameter and not saved.
+    fitter : object with ``fit(task: FitTask) -> future``, or None (default)
+        Where a live pool's refits run. None: to the end inside the call that starts them (the
+        same fits, at the same answers, as offline). Set (the worker: a process beside its update
+        passes): each stage of a refit (the leading dimension, then the others) is handed over as
+        a :class:`FitTask`, and its result (a ``concurrent.futures.Future``-like object whose
+        ``done()`` / ``result()`` give :func:`run_fit`'s dict) is taken by the first call after it
+        is ready; calls in between plan from the previous fit's shortlists and the duel counts.
+        Not saved: a restored planner hands the refit under way (``fit_job_``, saved) over again.
     """
 
     VERSION = 5
@@ -279,6 +329,9 @@ class CandidateDuels:
         self.n_items = check_n_items(n_items)
         self._check_params()
         self.pool = False
+        self.fitter = None
+        # the stage of the refit handed to ``fitter``: (its FitTask key, its future); never saved
+        self._fit_running: tuple | None = None
         self.rng_ = check_random_state(random_state)
         n = self.n_items
         self.triplets_ = np.empty((0, 3), np.int64)  # (i, j, k): i closer to j than to k
@@ -462,51 +515,69 @@ class CandidateDuels:
                          "answers": int(self.n_answers_), "seed": int(self.rng_.integers(2**31 - 1)),
                          "iterations": 0}
 
-    def _continue_fit(self, emb) -> bool:
-        """Spend at most ``fit_work`` on the refit under way; True when its leading dimension (the
-        chosen one, fitted first) was finished in this call: the shortlists are rebuilt from it
-        then, while the other dimensions of a refit that checks them all go on.
-
-        Work is counted as (triplets + ``FIT_ITEM_COST`` x items) x (dim + 2) per evaluation
-        of the objective (what one costs), so a live update pass stays short however many answers there are; the
-        optimisation (warm, on the triplets the refit started with) goes on at the next call.
-        Every refit still runs to convergence or ``FIT_MAX_ITER`` iterations per dimension, as
-        an uncapped one would, only spread over calls: the same calls give the same fit.
-        """
+    def _fit_task(self, dims: list[int]) -> FitTask:
+        """The refit under way's next stage: the dimensions ``dims`` (indices into ``_dims()``)."""
         job = self.fit_job_
-        dims = self._dims()
-        trip = self.triplets_[: job["triplets"]]
-        budget = float(self.fit_work) if self.pool else math.inf  # outside a pool: to the end
+        ds = self._dims()
+        want = tuple(int(ds[i]) for i in dims)
+        inits = {d: self.fit_partial_.get(d, self.embeddings_.get(d)) for d in want}
+        # a line kept half-fitted by an older version goes on from there; otherwise it restarts
+        maps = {} if 1 in self.fit_partial_ else {d: X for d, X in self.embeddings_.items() if d != 1}
+        return FitTask(self.n_items, self.triplets_[: job["triplets"]], want,
+                       {d: X for d, X in inits.items() if X is not None}, maps, int(job["seed"]))
+
+    def _take_fit(self, task: FitTask, fitted: dict[int, np.ndarray]) -> bool:
+        """Put a finished stage in place; True when it held the leading dimension (the shortlists
+        are rebuilt from it then, while the other dimensions of a refit that checks them all go on)."""
+        job = self.fit_job_
+        ds = self._dims()
         publish = False
-        while job["dims"] and budget > 0:
-            d = dims[job["dims"][0]]
-            units = (len(trip) + FIT_ITEM_COST * self.n_items) * (d + 2)
-            evals = None if math.isinf(budget) else int(max(FIT_MIN_EVALS, budget // units))
-            init = self.fit_partial_.get(d, self.embeddings_.get(d))
-            if d == 1 and d not in self.fit_partial_ and self.n_items > 2:
-                # a line starts again at every refit from the order along the smallest map (a curve folds
-                # less in fewer dimensions): items cannot pass each other on a line, so a warm start
-                # would keep an early fit's folds
-                lead = next((self.embeddings_[e] for e in sorted(dims) if e != 1 and e in self.embeddings_), None)
-                init = init if lead is None else _continuum_start(lead)
-            X, info = emb.fit_embedding(trip, self.n_items, dim=d, kernel=_kernel_of(d), init=init,
-                                        random_state=job["seed"],
-                                        max_iter=FIT_MAX_ITER - job["iterations"], max_fun=evals,
-                                        return_info=True)
-            self.fit_partial_[d] = np.asarray(X, np.float64)
-            job["iterations"] += max(info["nit"], 1)
-            budget -= max(info["nfev"], 1) * units
-            if info["converged"] or job["iterations"] >= FIT_MAX_ITER:  # as far as an uncapped fit goes
-                i = job["dims"].pop(0)
-                job["iterations"] = 0
-                # a finished dimension is used at once (the leading one gives the shortlists); the
-                # others only count in the choice of dimension once the whole refit is done
-                self.embeddings_[d] = self.fit_partial_.pop(d)
-                job["fitted"] = job.get("fitted", 0) | (1 << i)
-                if not job.get("published"):
-                    job["published"] = 1
-                    publish = True
+        for d in task.dims:
+            i = ds.index(d)
+            if i in job["dims"]:
+                job["dims"].remove(i)
+            self.fit_partial_.pop(d, None)
+            # a finished dimension is used at once (the leading one gives the shortlists); the
+            # others only count in the choice of dimension once the whole refit is done
+            self.embeddings_[d] = np.asarray(fitted[d], np.float64)
+            job["fitted"] = job.get("fitted", 0) | (1 << i)
+            if not job.get("published"):
+                job["published"] = 1
+                publish = True
+        job["iterations"] = 0
+        return publish
+
+    def _continue_fit(self, emb) -> bool:
+        """Take the refit under way as far as this call can; True when its leading dimension (the
+        chosen one, fitted first) was finished in this call.
+
+        Without a ``fitter`` (a script, ``proxima plan``, a replay) the refit runs to its end inside
+        the call. With one (a live worker) each stage of the refit (the leading dimension, then the
+        others) is handed to it and runs beside the update passes; a call takes a stage's result
+        when it is ready, and otherwise plans from what is already known (the previous fit's
+        shortlists, the duel counts). A stage is a pure function of its :class:`FitTask`, so where
+        it ran changes only when its result arrives."""
+        job = self.fit_job_
+        if self.fitter is None or not self.pool:
+            task = self._fit_task(list(job["dims"]))
+            publish = self._take_fit(task, run_fit(task))
+            self._end_fit()
+            return publish or not job.get("published")
+        lead = not job.get("published")
+        task = self._fit_task(job["dims"][:1] if lead else list(job["dims"]))
+        running = self._fit_running
+        if running is None or running[0] != task.key:
+            # (a planner restored from its state hands its refit over again: the fitter may have it)
+            running = self._fit_running = (task.key, self.fitter.fit(task))
+        if not running[1].done():
+            return False
+        fitted = running[1].result()  # a failed fit raises here: the pass fails and says why
+        self._fit_running = None
+        publish = self._take_fit(task, fitted)
         if job["dims"]:
+            # the other dimensions go on beside the passes; the shortlists come from the leading one now
+            task = self._fit_task(list(job["dims"]))
+            self._fit_running = (task.key, self.fitter.fit(task))
             return publish
         self._end_fit()
         return publish or not job.get("published")

@@ -259,13 +259,23 @@ def make_planner(name: str, n_items: int, question_kind: str = "triplet", random
     return planner
 
 
-def drive_as_pool(planner: Any) -> Any:
+def drive_as_pool(planner: Any, fitter: Any = None) -> Any:
     """Put ``planner`` in live-pool mode where it has one (``CandidateDuels.pool``: the whole
-    budget per call, refits spread over calls) and return it. A live study's worker and ``proxima
-    plan`` drive planners this way; a script observing between calls keeps the default."""
+    budget per call) and return it. A live study's worker and ``proxima plan`` drive planners this
+    way; a script observing between calls keeps the default. ``fitter`` (an object whose
+    ``fit(task)`` returns a future of ``task.run()``, e.g. the worker's fit process) is where a
+    planner that refits a model runs its refits, beside the calls; None runs them inside the call
+    that starts them."""
     if hasattr(planner, "pool"):
         planner.pool = True
+    if hasattr(planner, "fitter"):
+        planner.fitter = fitter
     return planner
+
+
+def run_fit_task(task: Any) -> Any:
+    """Run a planner's fit task (``engine.duels.FitTask``) where it was sent: a pure function of it."""
+    return task.run()
 
 
 def restore_planner(state: Mapping) -> Any:

@@ -93,8 +93,8 @@ def test_replay_and_state_round_trip():
 
 def test_outside_a_pool_a_call_gives_each_head_one_question_and_finishes_its_refit():
     """A caller asking for many answers per item at once gets one question per head and comes back
-    after observing, each time with the refit finished; a pool gets the whole budget and spreads
-    refits over calls (fit_work)."""
+    after observing, each time with the refit finished; a pool gets the whole budget (and, with no
+    fitter to run refits beside it, finishes them in the call too)."""
     n = 20
     D = cdist(points(n, 3), points(n, 3))
     p = CandidateDuels(n, random_state=0, warmup=1, fit_work=1)
@@ -112,7 +112,7 @@ def test_outside_a_pool_a_call_gives_each_head_one_question_and_finishes_its_ref
     while not p._needs_refit():
         p.observe(answer(D, p.next_questions(5 * n)))
     p.next_questions(n)
-    assert p.fit_job_ is not None  # fit_work=1: one evaluation per call, the refit goes on
+    assert p.fit_job_ is None  # no fitter: the pool's refit ends in the call, as offline
 
 
 def test_questions_distinct_within_a_call_and_pending_counted():

@@ -1,5 +1,5 @@
-"""CandidateDuels in a live worker: refits spread over calls, exact replay, state versions, the
-embedding prior's weight."""
+"""CandidateDuels in a live worker: refits beside the calls (a ``fitter``), exact replay, state
+versions, the embedding prior's weight."""
 from __future__ import annotations
 
 import json
@@ -48,65 +48,90 @@ def _jsonable(state):
     return json.loads(json.dumps({k: plain(v) for k, v in state.items()}))
 
 
-class _CountingFits:
-    """engine.embedding with every fit recorded (iterations asked for and done)."""
+class Lagged:
+    """A fitter whose fits are ready ``lag`` looks after they were handed over (a fit beside the
+    passes that takes that many passes), keyed by the task as the worker's pool is, so a planner
+    restored from its state finds its refit where the saved one left it."""
 
-    def __init__(self):
-        from engine import embedding
+    def __init__(self, lag: int) -> None:
+        self.lag, self.looks, self.tasks = lag, {}, []
 
-        self.real, self.calls = embedding, []
+    def fit(self, task):
+        if task.key not in self.looks:
+            self.tasks.append(task)
+        return self._Handle(self, task)
 
-    def __getattr__(self, name):
-        return getattr(self.real, name)
+    class _Handle:
+        def __init__(self, fitter, task):
+            self.fitter, self.task = fitter, task
+            fitter.looks.setdefault(task.key, 0)
 
-    def fit_embedding(self, triplets, n_items, max_fun=None, return_info=False, **kw):
-        X, info = self.real.fit_embedding(triplets, n_items, max_fun=max_fun, return_info=True, **kw)
-        self.calls.append((len(triplets), max_fun, info["nfev"]))
-        return (X, info) if return_info else X
+        def done(self):
+            f = self.fitter
+            f.looks[self.task.key] += 1
+            return f.looks[self.task.key] > f.lag
+
+        def result(self):
+            return duels.run_fit(self.task)
 
 
-def test_a_refit_is_spread_over_calls_when_its_work_exceeds_fit_work(monkeypatch):
-    """With a small ``fit_work`` each call runs at most the objective evaluations it allows (never
-    fewer than FIT_MIN_EVALS); the refit goes on at the next calls on the triplets it started with, the
-    shortlists of the previous fit stay meanwhile, and the refit ends converged."""
-    fits = _CountingFits()
-    monkeypatch.setattr(duels, "_embedding_module", lambda: fits)
+def beside(n: int, lag: int, **params) -> CandidateDuels:
+    """The planner as a worker with a fit process drives it: a pool whose refits take ``lag`` calls."""
+    p = live(n, **params)
+    p.fitter = Lagged(lag)
+    return p
+
+
+def test_a_refit_runs_beside_the_calls_and_its_result_is_the_inline_fit():
+    """Handed to a fitter, a refit leaves every call its whole budget, planned from the previous
+    fit's shortlists until the result is ready; the result put in place is what the same refit
+    gives inside a call (a pure function of its task)."""
     n = 40
     D = cdist(points(n, 0), points(n, 0))
     rng = np.random.default_rng(1)
-    work = (40 + duels.FIT_ITEM_COST) * n * 4 * 3  # a few evaluations of a 2-D fit on the first answers
-    p = live(n, random_state=0, dim=2, fit_work=work)
-    calls_with_fit, fits_done = 0, []
-    while p.n_answers_ < 40 * n:
-        before = len(fits.calls)
+    p = beside(n, 3, random_state=0, dim=2)
+    waited = 0
+    while p.n_answers_ < 30 * n:
+        job, cands, fits = p.fit_job_, p.cands_.copy(), p.n_fits_
         qs = p.next_questions(40)
-        made = fits.calls[before:]
-        if made:
-            calls_with_fit += 1
-            # the work of one call: every fit but the last stays within the budget (L-BFGS-B may
-            # finish its line search a few evaluations past max_fun)
-            spent = sum(nfev * (m + duels.FIT_ITEM_COST * n) * 4 for m, _, nfev in made[:-1])
-            assert spent <= work
-            assert all(fun >= duels.FIT_MIN_EVALS for _, fun, _ in made)
-            assert all(nfev <= fun + 25 for _, fun, nfev in made)
-        fits_done.append(p.n_fits_)
+        assert len(qs) == 40
+        if job is not None and p.n_fits_ == fits:
+            waited += 1
+            np.testing.assert_array_equal(p.cands_, cands)  # the shortlists wait for the fit
         p.observe(answer(D, qs, rng))
-    assert p.n_fits_ >= 2
-    assert calls_with_fit > p.n_fits_ + 5  # some refits took several calls
-    # within one refit every call fitted the same triplets
-    sizes = [m for m, _, _ in fits.calls]
-    assert sizes == sorted(sizes)
-    assert p.fit_job_ is None or p.fit_job_["triplets"] <= p.n_answers_
+    assert p.n_fits_ >= 3 and waited >= 2 * p.n_fits_
+    # every fit taken is the fit of its own task, computed again here
+    for task in p.fitter.tasks[-2:]:
+        again = duels.run_fit(task)
+        if p.fit_job_ is None or task.key[1] < p.fit_job_["triplets"]:
+            for d, X in again.items():
+                assert X.shape == (n, d)
+    last = p.fitter.tasks[-1]
+    if p.fit_job_ is None:
+        np.testing.assert_array_equal(p.embeddings_[last.dims[-1]], duels.run_fit(last)[last.dims[-1]])
+
+
+def test_without_a_fitter_a_pool_refits_inside_the_call_as_offline():
+    """A pool with no fitter (proxima plan, a replay) finishes each refit inside the call that starts
+    it: the same answers in the same batches give the same state as the default mode's fits."""
+    n = 30
+    D = cdist(points(n, 1), points(n, 1))
+    p = live(n, random_state=0)
+    rng = np.random.default_rng(2)
+    while p.n_answers_ < 20 * n:
+        p.observe(answer(D, p.next_questions(n), rng))
+        assert p.fit_job_ is None
+    assert p.n_fits_ >= 4
 
 
 def test_the_leading_dimension_gives_the_shortlists_before_the_others_finish():
-    """A refit of every dimension fits the chosen one first; the shortlists are rebuilt from it at
-    once while the 4-D and 8-D fits go on over the next calls (they only count in the choice of
-    dimension once the whole refit is done)."""
+    """A refit of every dimension fits the chosen one first; the shortlists are rebuilt from it as
+    soon as it is ready while the other dimensions go on beside the calls (they only count in the
+    choice of dimension once the whole refit is done)."""
     n = 40
     D = cdist(points(n, 2), points(n, 2))
     rng = np.random.default_rng(3)
-    p = live(n, random_state=0, fit_work=30_000)
+    p = beside(n, 2, random_state=0)
     seen = 0
     while p.n_answers_ < 30 * n:
         job = p.fit_job_
@@ -128,12 +153,15 @@ def test_exact_replay_with_a_refit_under_way_across_a_state_round_trip():
     D = cdist(points(n, 2), points(n, 2))
 
     def run(split):
-        p = live(n, random_state=3, fit_work=2000)
+        fitter = Lagged(4)
+        p = live(n, random_state=3)
+        p.fitter = fitter
         asked, mid_refit = [], False
         for step in range(30):
             if step == split:
                 mid_refit = p.fit_job_ is not None
                 p = restored(_jsonable(p.to_state()))
+                p.fitter = fitter  # the worker's pool: the refit under way goes on there
             qs = p.next_questions(30)
             asked.append(qs)
             p.observe(answer(D, qs, np.random.default_rng(step)))
@@ -141,7 +169,7 @@ def test_exact_replay_with_a_refit_under_way_across_a_state_round_trip():
 
     a1, p1, _ = run(None)
     splits = [s for s in range(8, 30) if run(s)[2]]
-    assert splits, "no step fell inside a spread refit"
+    assert splits, "no step fell inside a refit under way"
     a2, p2, _ = run(splits[0])
     assert a1 == a2
     s1, s2 = p1.to_state(), p2.to_state()
@@ -177,7 +205,7 @@ def test_version_3_state_mid_refit_loads_and_goes_on():
     fit_partial) loads, finishes that refit as it would have and goes on."""
     n = 30
     D = cdist(points(n, 4), points(n, 4))
-    p = live(n, random_state=0, fit_work=20_000)
+    p = beside(n, 3, random_state=0)
     rng = np.random.default_rng(1)
     while p.fit_job_ is None or len(p.fit_job_["dims"]) == len(duels.AUTO_DIMS) or p.n_answers_ < 12 * n:
         p.observe(answer(D, p.next_questions(30), rng))
@@ -192,6 +220,7 @@ def test_version_3_state_mid_refit_loads_and_goes_on():
                           **old["fit_partial"]}
     old["fit_job"] = {k: v for k, v in job.items() if k not in ("fitted", "published")}
     q = restored(_jsonable(old))
+    q.fitter = Lagged(1)
     assert q.coin_ is False
     while q.fit_job_ is not None:
         q.observe(answer(D, q.next_questions(30), rng))
@@ -269,10 +298,10 @@ def test_embedding_prior_weight_follows_how_far_repeated_duels_stray_from_the_fi
     assert contrary._ranking(h)[0][0] != near[0]
 
 
-def test_noise_free_exact_neighbours_with_refits_spread_over_calls():
+def test_noise_free_exact_neighbours_with_refits_beside_the_calls():
     n = 40
     D = cdist(points(n, 6), points(n, 6))
-    p = live(n, random_state=0, fit_work=300_000)
+    p = beside(n, 3, random_state=0)
     while p.n_answers_ < 150 * n:
         qs = p.next_questions(n)
         if not qs:

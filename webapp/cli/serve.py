@@ -258,7 +258,10 @@ def demo() -> None:
 @click.option("--blas-threads", default=WORKER_BLAS_THREADS, show_default=True, type=click.IntRange(0, 256),
               help="Threads numpy's linear algebra (BLAS) may use in this worker; 0 = the library's default "
                    "(one per core).")
-def worker(burst: bool, blas_threads: int) -> None:
+@click.option("--fit-processes", default=1, show_default=True, type=click.IntRange(0, 64),
+              help="Processes that refit learners' models beside the update passes (0: refits run inside "
+                   "the passes, which then take as long as a refit).")
+def worker(burst: bool, blas_threads: int, fit_processes: int = 1) -> None:
     """Run an RQ worker that applies answers to the engines (needs REDIS_URL).
 
     Jobs run in the worker's own process (RQ's SimpleWorker, no fork per job), so a busy study's
@@ -284,5 +287,11 @@ def worker(burst: bool, blas_threads: int) -> None:
     except (redis.RedisError, OSError) as exc:
         raise click.ClickException(f"cannot reach Redis: {exc}") from None
     schedule_stale_studies(conn)
-    with threadpool_limits(limits=blas_threads or None, user_api="blas"):
-        SimpleWorker([get_queue(conn)], connection=conn).work(burst=burst, logging_level="WARNING")
+    from workers.jobs import fits
+
+    fits.use_fit_processes(fit_processes, blas_threads)
+    try:
+        with threadpool_limits(limits=blas_threads or None, user_api="blas"):
+            SimpleWorker([get_queue(conn)], connection=conn).work(burst=burst, logging_level="WARNING")
+    finally:
+        fits.shutdown()

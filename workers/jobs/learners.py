@@ -105,6 +105,10 @@ class Learner:
     def label(self) -> str:
         return self.algorithm.label
 
+    def fit_beside(self, fitter: Any) -> None:
+        """Hand the planner's refits to ``fitter`` (the worker's fit process; None: inside the pass)."""
+        drive_as_pool(self.planner, fitter)
+
     @property
     def learns_graph(self) -> bool:
         return self.algorithm.learns_graph

@@ -43,6 +43,7 @@ import redis
 from rq import get_current_job
 
 from engine import oracles
+from workers.jobs import fits
 from workers.jobs.learners import Learner
 from workers.store import answers as answer_log
 from workers.store import engine_state, keys, questions
@@ -424,12 +425,16 @@ def load_learners(conn: Redis, study: Study, versions: dict | None = None) -> di
 
 
 def pass_learners(conn: Redis, study: Study) -> tuple[dict[str, Learner], dict[str, _Kept], bool]:
-    """(learners, {label: the stored state they equal}, whether they came from memory)."""
+    """(learners, {label: the stored state they equal}, whether they came from memory); their refits
+    run in this process's fit pool where it has one (``workers.jobs.fits``)."""
     cached = _cached_learners(conn, study)
     if cached is not None:
         return cached[0], cached[1], True
     _cache.pop(study.id, None)
-    return *_load(conn, study), False
+    learners, kept = _load(conn, study)
+    for label, learner in learners.items():
+        learner.fit_beside(fits.fitter_for(study.id, label))
+    return learners, kept, False
 
 
 #: A whole state larger than this is written in pieces before the pass's MULTI (``save_lifted_chunked``).

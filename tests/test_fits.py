@@ -1,0 +1,94 @@
+"""Refits beside the update passes (workers.jobs.fits): a real process runs a learner's fit task and
+gives exactly the fit a pass would have made inside itself; a killed fit process costs a retry, not
+the fit."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+from scipy.spatial.distance import cdist
+
+from engine import duels
+from engine.registry import drive_as_pool, make_planner
+from workers.jobs.fits import FitPool
+
+
+def _task(n=30, seed=0):
+    X = np.random.default_rng(seed).random((n, 2))
+    D = cdist(X, X)
+    rng = np.random.default_rng(seed + 1)
+    q = np.array([rng.choice(n, 3, replace=False) for _ in range(20 * n)])
+    closer = D[q[:, 0], q[:, 1]] <= D[q[:, 0], q[:, 2]]
+    trip = np.where(closer[:, None], q, q[:, [0, 2, 1]])
+    return duels.FitTask(n, trip, (2, 4, 1), {}, {}, 7)
+
+
+def _wait(handle, seconds=120.0):
+    deadline = time.monotonic() + seconds
+    while not handle.done():
+        assert time.monotonic() < deadline, "the fit process gave no result"
+        time.sleep(0.05)
+    return handle.result()
+
+
+def test_a_fit_in_the_pool_process_is_the_fit_made_in_place():
+    task = _task()
+    pool = FitPool(1)
+    try:
+        got = _wait(pool.fitter("study", "duels").fit(task))
+    finally:
+        pool.shutdown()
+    want = duels.run_fit(task)
+    assert set(got) == set(want) == {1, 2, 4}
+    for d in want:
+        np.testing.assert_array_equal(got[d], want[d])
+
+
+def test_asking_again_for_a_running_fit_gives_the_same_future():
+    task = _task(seed=3)
+    pool = FitPool(1)
+    try:
+        fitter = pool.fitter("study", "duels")
+        a, b = fitter.fit(task), fitter.fit(task)
+        assert pool.future(a.key, task) is pool.future(b.key, task)
+        other = pool.fitter("another-study", "duels").fit(task)
+        assert other.key != a.key
+        _wait(a)
+    finally:
+        pool.shutdown()
+
+
+def test_a_killed_fit_process_is_replaced_and_the_fit_done_again():
+    task = _task(n=60, seed=5)
+    pool = FitPool(1)
+    try:
+        handle = pool.fitter("study", "duels").fit(task)
+        procs = list(pool._executor._processes.values())
+        assert procs
+        os.kill(procs[0].pid, signal.SIGKILL)
+        got = _wait(handle)
+    finally:
+        pool.shutdown()
+    np.testing.assert_array_equal(got[2], duels.run_fit(task)[2])
+
+
+def test_a_pool_driven_learner_takes_its_refits_from_the_fit_process():
+    n = 40
+    X = np.random.default_rng(0).random((n, 2))
+    D = cdist(X, X)
+    pool = FitPool(1)
+    try:
+        p = drive_as_pool(make_planner("duels", n, question_kind="triplet", random_state=0),
+                          pool.fitter("study", "duels"))
+        deadline = time.monotonic() + 120
+        while p.n_fits_ < 2:
+            assert time.monotonic() < deadline
+            q = np.asarray(p.next_questions(40))
+            first = D[q[:, 0], q[:, 1]] <= D[q[:, 0], q[:, 2]]
+            p.observe([(h, a, b, a if f else b) for (h, a, b), f in zip(q.tolist(), first, strict=True)])
+            time.sleep(0.02)
+    finally:
+        pool.shutdown()
+    assert p.embedding_ is not None and p.cands_.max() >= 0

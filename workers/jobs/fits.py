@@ -1,0 +1,132 @@
+"""Refits beside the update passes: a process of the worker's own that runs engine fit tasks.
+
+A learner whose questions come from a fitted model (``engine.duels``) hands each refit to the pool
+set up here as a pure task (``engine.duels.FitTask``) and takes the result at the first pass after
+it is ready, so a pass applies answers and refills pools in bounded time however long a fit takes.
+Nothing here is the only copy of anything: the refit under way is described in the saved engine
+state, and a worker that dies with a fit running hands the same task over again when it (or another
+worker) loads the state. Must never import Flask.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import signal
+from collections import OrderedDict
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from engine.registry import run_fit_task
+
+#: Fit results kept for planners reloaded from their state (after a failed pass, another job) to take.
+KEPT_FITS = 16
+
+
+def _child_setup(blas_threads: int) -> None:
+    # Ctrl-C goes to the worker, which shuts the pool down; BLAS on as many threads as asked
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=blas_threads or None, user_api="blas")
+
+
+class FitPool:
+    """``processes`` processes (spawned, so no lock or Redis connection is inherited) running fits.
+
+    Fits of one study and algorithm are identified by the task's key: asking again for a fit that
+    is running or done gives the same future (a learner reloaded from its state after a failed
+    pass finds its refit where it left it)."""
+
+    def __init__(self, processes: int = 1, blas_threads: int = 1) -> None:
+        if processes < 1:
+            raise ValueError(f"a fit pool needs at least one process, got {processes}")
+        self.processes = int(processes)
+        self.blas_threads = int(blas_threads)
+        self._executor: ProcessPoolExecutor | None = None
+        self._futures: OrderedDict[tuple, Future] = OrderedDict()
+        self._restarts: dict[tuple, int] = {}
+
+    def _pool(self) -> ProcessPoolExecutor:
+        if self._executor is None:
+            self._executor = ProcessPoolExecutor(max_workers=self.processes,
+                                                 mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=_child_setup, initargs=(self.blas_threads,))
+        return self._executor
+
+    def future(self, key: tuple, task: Any) -> Future:
+        """The future of ``task`` (submitted now unless running or done; again if its process died)."""
+        f = self._futures.get(key)
+        if f is not None and f.done() and isinstance(f.exception(), BrokenProcessPool):
+            # a fit process was killed (out of memory, by hand): start a new pool and fit again, once
+            # (a fit that kills its process every time fails the pass with the pool's error)
+            if self._restarts.get(key, 0) >= 1:
+                return f
+            self._restarts[key] = self._restarts.get(key, 0) + 1
+            self.shutdown(wait=False)
+            f = None
+        if f is None:
+            f = self._futures[key] = self._pool().submit(run_fit_task, task)
+        self._futures.move_to_end(key)
+        while len(self._futures) > KEPT_FITS:
+            self._futures.popitem(last=False)
+        return f
+
+    def fitter(self, study_id: str, label: str) -> StudyFitter:
+        return StudyFitter(self, study_id, label)
+
+    def shutdown(self, wait: bool = True) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=wait, cancel_futures=True)
+        self._executor = None
+        self._futures.clear()
+        while len(self._restarts) > KEPT_FITS:
+            self._restarts.pop(next(iter(self._restarts)))
+
+
+class _Handle:
+    """What a planner holds for a fit handed over: ``done()`` / ``result()`` of its future, which
+    is submitted again if the process running it died."""
+
+    def __init__(self, pool: FitPool, key: tuple, task: Any) -> None:
+        self.pool, self.key, self.task = pool, key, task
+
+    def done(self) -> bool:
+        return self.pool.future(self.key, self.task).done()
+
+    def result(self) -> Any:
+        return self.pool.future(self.key, self.task).result()
+
+
+class StudyFitter:
+    """The ``fitter`` of one study's learner: fits go to the worker's pool under the study's name."""
+
+    def __init__(self, pool: FitPool, study_id: str, label: str) -> None:
+        self.pool, self.study_id, self.label = pool, study_id, label
+
+    def fit(self, task: Any) -> _Handle:
+        key = (self.study_id, self.label, getattr(task, "n_items", None), task.key)
+        handle = _Handle(self.pool, key, task)
+        handle.done()  # submit now
+        return handle
+
+
+_pool: FitPool | None = None
+
+
+def use_fit_processes(processes: int, blas_threads: int = 1) -> None:
+    """Run this process's refits in ``processes`` processes beside its passes (0: inside the passes,
+    as tests and in-process runs do: the same fits at the same answers, deterministic)."""
+    global _pool
+    if _pool is not None:
+        _pool.shutdown(wait=False)
+    _pool = FitPool(processes, blas_threads) if processes > 0 else None
+
+
+def fitter_for(study_id: str, label: str) -> StudyFitter | None:
+    """The fitter a study's learner hands its refits to in this process (None: fits in the pass)."""
+    return None if _pool is None else _pool.fitter(study_id, label)
+
+
+def shutdown() -> None:
+    use_fit_processes(0)
+
