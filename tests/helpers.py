@@ -44,6 +44,13 @@ def answer(client, question, choice=None, study_id="colours", **extra):
     return client.post(f"/api/studies/{study_id}/answers", json=body)
 
 
+def closer_candidate(question) -> int:
+    """The index of the candidate a careful rater picks in a ``colour_items`` study (item i sits at
+    position i): the one nearer the head, which is what a catch trial expects."""
+    head = question["head"]["index"]
+    return min((c["index"] for c in question["candidates"]), key=lambda i: abs(i - head))
+
+
 def csrf_token_of(html: str) -> str:
     """The CSRF token of a page: the login form's hidden field or the <meta name="csrf-token"> tag."""
     match = re.search(r'name="csrf[-_]token" (?:value|content)="([^"]+)"', html)

@@ -226,44 +226,39 @@ def _wait_for_triplet(page):
 
 
 def test_a_rater_by_mouse_skips_twice_fails_catch_trials_and_is_stopped_politely(browser, flow_server, conn):
-    """Mouse only: "can't decide" by button and by the S key is logged as a skip; attention checks
-    (one candidate is the head itself) failed twice flag the rater, who is then stopped politely."""
+    """Mouse only: "can't decide" by button and by the S key is logged as a skip; a rater who then
+    always picks the candidate less like the head (the page cannot tell which questions are attention
+    checks) fails them, is flagged and is then stopped politely."""
     from workers.store import keys
     from workers.store.answers import read_answers
 
     page = browser.new_page()
     page.goto(f"{flow_server}/s/checks?PROLIFIC_PID=p-careless")
     page.click("#start")
-    skipped = failed = passed = answered = 0
+    skipped = answered = 0
     while True:
-        head = _wait_for_triplet(page)
-        sides = [page.locator(side).get_attribute("data-index") for side in ("#left", "#right")]
-        if head in sides and skipped < 2:  # a catch trial, passed while we still want to skip
-            page.click("#left" if sides[0] == head else "#right")
-            passed += 1
-        elif head in sides:  # failed from then on
-            page.click("#right" if sides[0] == head else "#left")
-            failed += 1
-        elif skipped == 0:
+        head = int(_wait_for_triplet(page))
+        sides = [int(page.locator(side).get_attribute("data-index")) for side in ("#left", "#right")]
+        if skipped == 0:
             page.click("#skip")
             skipped += 1
         elif skipped == 1:
             page.keyboard.press("s")
             skipped += 1
-        else:
-            page.click("#left")
+        else:  # colour item i sits at position i: the farther one is what a catch trial does not expect
+            page.click("#left" if abs(sides[0] - head) > abs(sides[1] - head) else "#right")
         answered += 1
-        if failed > passed and passed + failed >= 2:  # over the failure share: stopped
-            page.wait_for_url("**/s/checks/done")
+        page.wait_for_function("() => location.pathname.endsWith('/done') || "
+                               f"document.getElementById('answered')?.textContent === '{answered}'")
+        if page.url.endswith("/s/checks/done"):
             break
-        page.wait_for_function(f"() => document.getElementById('answered')?.textContent === '{answered}'")
         assert answered < 80
     assert "no more questions for you" in page.content() and page.locator("#completion-code").count() == 0
     answers = read_answers(conn, "checks")
     assert len(answers) == answered and all(a.response_ms is not None for a in answers)
     assert sum(a.skipped for a in answers) == skipped == 2
-    assert sum("catch_fail" in a.flags for a in answers) == failed
-    assert sum("catch_pass" in a.flags for a in answers) == passed
+    assert sum("catch_fail" in a.flags for a in answers) >= 2
+    assert sum("catch_pass" in a.flags for a in answers) == 0
     assert conn.hget(keys.rater_stats("checks"), "p-careless:flagged") == b"1"
 
 

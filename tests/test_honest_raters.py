@@ -7,7 +7,7 @@ import base64
 import json
 import time
 
-from helpers import answer, colour_items, fetch_question
+from helpers import answer, closer_candidate, colour_items, fetch_question
 
 from workers.store import keys
 from workers.store.answers import read_answers
@@ -58,8 +58,7 @@ def test_item4_the_token_still_carries_the_question_to_the_server(client, conn):
     make_study(conn, attention={"rate": 1.0})
     client.get("/s/honest?rater=r-honest")
     question = fetch_question(client, "honest")
-    head = question["head"]["index"]
-    assert answer(client, question, choice=head, study_id="honest").status_code == 201
+    assert answer(client, question, choice=closer_candidate(question), study_id="honest").status_code == 201
     [stored] = read_answers(conn, "honest")
     assert stored.algorithm == "catch" and "catch_pass" in stored.flags
 
@@ -72,7 +71,7 @@ def test_item4_abandoned_catch_trials_count_as_failed(client, conn):
     stats = stats_of(conn, "honest", "r-skipper")
     assert stats.get("catch") == "2" and stats.get("catch_failed") == "2"
     # the next answer applies the flag rule: two checks, both failed (abandoned)
-    assert answer(client, held[-1], choice=held[-1]["head"]["index"], study_id="honest").status_code == 201
+    assert answer(client, held[-1], choice=closer_candidate(held[-1]), study_id="honest").status_code == 201
     assert stats_of(conn, "honest", "r-skipper").get("flagged") == "1"
 
 
@@ -135,7 +134,7 @@ def test_item8_used_token_markers_outlive_the_longest_token_ttl(client, conn):
     make_study(conn, attention={"rate": 1.0})
     client.get("/s/honest?rater=r-twice")
     question = fetch_question(client, "honest")
-    assert answer(client, question, choice=question["head"]["index"], study_id="honest").status_code == 201
+    assert answer(client, question, choice=closer_candidate(question), study_id="honest").status_code == 201
     [stored] = read_answers(conn, "honest")
     marker_ttl = conn.ttl(keys.used_token("honest", stored.qid))
     assert marker_ttl > 7 * 24 * 3600  # the schema's longest token_ttl_seconds
@@ -143,7 +142,7 @@ def test_item8_used_token_markers_outlive_the_longest_token_ttl(client, conn):
     raw = json.loads(conn.hget(keys.study("honest"), "config"))
     raw["token_ttl_seconds"] = 7 * 24 * 3600
     conn.hset(keys.study("honest"), "config", json.dumps(raw))
-    again = answer(client, question, choice=question["head"]["index"], study_id="honest")
+    again = answer(client, question, choice=closer_candidate(question), study_id="honest")
     assert again.status_code == 409
     assert len(read_answers(conn, "honest")) == 1
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from helpers import SECRET, answer, colour_items, fetch_question
+from helpers import SECRET, answer, closer_candidate, colour_items, fetch_question
 
 from webapp.cli import main
 from webapp.questions_answers import completion_code
@@ -110,12 +110,12 @@ def test_catch_trials_are_logged_apart_and_failures_flag_the_rater(client, conn)
     make_study(conn, attention={"rate": 1.0, "max_failure_share": 0.4, "min_checks": 2})
     client.get("/s/flow?rater=r-careless")
     question = fetch_question(client, "flow")
-    head = question["head"]["index"]
-    assert head in [c["index"] for c in question["candidates"]]
+    # three distinct items: the head with a very similar and a very different one (by their positions)
+    assert len({question["head"]["index"], *(c["index"] for c in question["candidates"])}) == 3
     assert "catch" not in json.dumps(question)  # only the signed token knows
-    right = answer(client, question, choice=head, study_id="flow").get_json()
+    right = answer(client, question, choice=closer_candidate(question), study_id="flow").get_json()
     wrong_q = right["next"]
-    other = next(c["index"] for c in wrong_q["candidates"] if c["index"] != wrong_q["head"]["index"])
+    other = next(c["index"] for c in wrong_q["candidates"] if c["index"] != closer_candidate(wrong_q))
     assert answer(client, wrong_q, choice=other, study_id="flow").status_code == 201
     stored = read_answers(conn, "flow")
     assert [(a.kind, a.algorithm, a.flags) for a in stored] == [("triplet", "catch", "catch_pass"),
@@ -129,7 +129,7 @@ def test_catch_trials_are_logged_apart_and_failures_flag_the_rater(client, conn)
 def test_a_flagged_rater_can_be_stopped_politely_without_a_code(client, conn):
     make_study(conn, attention={"rate": 1.0, "max_failure_share": 0.0, "min_checks": 1, "stop_flagged": True})
     question = fetch_question(client, "flow")
-    wrong = next(c["index"] for c in question["candidates"] if c["index"] != question["head"]["index"])
+    wrong = next(c["index"] for c in question["candidates"] if c["index"] != closer_candidate(question))
     body = answer(client, question, choice=wrong, study_id="flow").get_json()
     assert body["next"] is None and body["done"]["code"] == "rater_stopped"
     page = client.get("/s/flow/done").get_data(as_text=True)
@@ -305,23 +305,56 @@ def test_a_skipped_catch_trial_counts_as_failed(client, conn):
     assert stats["flagged"] == "1"
 
 
-def test_rating_studies_get_rating_catch_trials_an_item_shown_twice(client, conn):
+def test_rating_studies_get_rating_catch_trials_a_very_similar_or_a_very_different_pair(client, conn):
     make_study(conn, algorithm="anntri", question_kind="rating",
                attention={"rate": 1.0, "max_failure_share": 0.4, "min_checks": 2})
     client.get("/s/flow?rater=r-rating")
-    question = fetch_question(client, "flow")
-    assert question["kind"] == "rating"
-    first, second = question["items"]
-    assert first["index"] == second["index"]
-    body = client.post("/api/studies/flow/answers", json={"token": question["token"], "value": 5}).get_json()
-    wrong = body["next"]
-    assert wrong["items"][0]["index"] == wrong["items"][1]["index"]
-    assert client.post("/api/studies/flow/answers", json={"token": wrong["token"], "value": 2}).status_code == 201
+    question, outcomes = fetch_question(client, "flow"), []
+    for _ in range(12):
+        assert question["kind"] == "rating"
+        i, j = (item["index"] for item in question["items"])
+        assert i != j  # never one item twice: that is answered without a look
+        alike = abs(i - j) == 1  # a neighbour (position i) or one of the farthest quarter
+        assert alike or abs(i - j) >= 4
+        value = 5 if alike else 1  # what a careful rater answers
+        if len(outcomes) == 1:
+            value = 1 if alike else 5  # one careless answer
+        outcomes.append(value)
+        body = client.post("/api/studies/flow/answers", json={"token": question["token"], "value": value}).get_json()
+        if body["next"] is None:
+            break
+        question = body["next"]
     stored = read_answers(conn, "flow")
-    assert [(a.kind, a.algorithm, a.flags, a.value) for a in stored] == [
-        ("rating", "catch", "catch_pass", 5.0), ("rating", "catch", "catch_fail", 2.0)]
+    assert {a.algorithm for a in stored} == {"catch"}
+    assert [a.flags for a in stored[:3]] == ["catch_pass", "catch_fail", "catch_pass"]
     stats = stats_of(conn, "flow", "r-rating")
-    assert stats["catch"] == "2" and stats["catch_failed"] == "1" and stats["flagged"] == "1"
+    assert stats["catch_failed"] == "1" and stats["flagged"] == "1"  # 1 of 2 > 0.4
+
+
+def test_a_study_without_positions_or_labels_asks_no_catch_trial(client, conn):
+    from workers.store.studies import Item
+    items = [Item(id=f"t{i}", kind="text", text=f"word {i}") for i in range(10)]
+    config = StudyConfig.from_dict({"name": "Flow", "algorithm": "random_triplets", "pool_size": 8,
+                                    "attention": {"rate": 1.0}})
+    create_study(conn, config, items, study_id="flow")
+    client.get("/s/flow?rater=r-plain")
+    assert answer(client, fetch_question(client, "flow"), study_id="flow").status_code == 201
+    assert [a.algorithm for a in read_answers(conn, "flow")] == ["random_triplets"]
+
+
+def test_labelled_items_give_catch_trials_of_one_same_label_and_one_other_label_candidate(client, conn):
+    from workers.store.studies import Item
+    items = [Item(id=f"t{i}", kind="text", text=f"word {i}", label="ab"[i % 2]) for i in range(10)]
+    config = StudyConfig.from_dict({"name": "Flow", "algorithm": "random_triplets", "pool_size": 8,
+                                    "attention": {"rate": 1.0}})
+    create_study(conn, config, items, study_id="flow")
+    client.get("/s/flow?rater=r-labels")
+    question = fetch_question(client, "flow")
+    head, (a, b) = question["head"]["index"], (c["index"] for c in question["candidates"])
+    assert head not in (a, b) and {a % 2, b % 2} == {0, 1}
+    same = a if a % 2 == head % 2 else b
+    assert answer(client, question, choice=same, study_id="flow").status_code == 201
+    assert read_answers(conn, "flow")[0].flags == "catch_pass"
 
 
 @pytest.mark.parametrize("kind, expected", [("auto", "triplet"), ("rating", "rating"), ("triplet", "triplet")])

@@ -65,3 +65,26 @@ def test_tampered_malformed_and_foreign_tokens_are_400():
     for bad in (flipped + "." + rest, token + "x", "", "no dots", "a.b.c", 12, None, "x" * 5000):
         assert error_of(bad)[0] == 400, bad
     assert error_of(token, key="another key") == (400, "invalid_token")
+
+
+def test_every_token_has_the_same_length_whatever_its_question_says():
+    short = {"s": "s1", "q": {"qid": "1", "kind": "triplet"}, "r": "r", "t": 1.0}
+    long = {"s": "s" * 64, "r": "r" * 128, "t": 1712345678.123456,
+            "q": {"qid": "v" * 16, "kind": "triplet", "head": 99999, "candidates": [99998, 99997],
+                  "algorithm": "a-long-algorithm-label", "fallback": False, "catch": True, "closer": 99998,
+                  "repeat_of": 99998, "probe": 99997}}
+    lengths = {len(sign_question(KEY, payload)) for payload in (short, long, PAYLOAD)}
+    assert len(lengths) == 1
+    assert verify_question(KEY, sign_question(KEY, long), 60) == long
+
+
+def test_a_token_sealed_without_padding_still_opens():
+    import webapp.tokens as tokens
+    unpadded = tokens.pad
+    try:
+        tokens.pad = lambda plain: plain
+        old = sign_question(KEY, PAYLOAD)
+    finally:
+        tokens.pad = unpadded
+    assert len(old) < len(sign_question(KEY, PAYLOAD))
+    assert verify_question(KEY, old, 60) == PAYLOAD

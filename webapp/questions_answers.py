@@ -52,6 +52,8 @@ from workers.store.studies import (
     sanitize_html,
 )
 
+from . import catches
+from .catches import Comparison
 from .errors import ApiError
 from .tokens import sign_question, verify_question
 
@@ -177,23 +179,36 @@ DONE_MESSAGES = {
 }
 
 
-def catch_question(study: Study) -> dict:
-    """An attention check: a triplet whose candidates are the head itself and another item, or
-    (rating studies) one item shown twice, to be rated in the top quarter of the scale."""
+def catch_question(study: Study, found: list[Comparison]) -> dict | None:
+    """An attention check that needs a look at the items (``catches``: a head, a very similar and a
+    very different item): a triplet of the three, candidates in random order, expecting the similar
+    one; or (rating studies) the head with one of them, to be rated in the top or bottom quarter of
+    the scale. None when the study has no such comparison (no catch trial then)."""
+    if not found:
+        return None
+    head, similar, different = random.choice(found)
     common = {"qid": new_question_id(), "algorithm": CATCH_ALGORITHM, "fallback": False, "catch": True}
     if study.config.catch_kind == "rating":
-        item = random.randrange(study.n_items)
-        return {**common, "kind": "rating", "items": [item, item]}
-    head, other = random.sample(range(study.n_items), 2)
-    candidates = [head, other] if random.random() < 0.5 else [other, head]
-    return {**common, "kind": "triplet", "head": head, "candidates": candidates}
+        alike = random.random() < 0.5
+        pair = [head, similar if alike else different]
+        random.shuffle(pair)
+        return {**common, "kind": "rating", "items": pair, "expect": "high" if alike else "low"}
+    candidates = [similar, different] if random.random() < 0.5 else [different, similar]
+    return {**common, "kind": "triplet", "head": head, "candidates": candidates, "expect": similar}
 
 
 def catch_passed(study: Study, question: dict, choice: int | None, value: float | None) -> bool:
-    """Whether an attention check was answered as anyone paying attention would (a skip fails it)."""
+    """Whether an attention check was answered as anyone paying attention would (a skip fails it).
+    A check issued before checks had an ``expect`` showed the head among its candidates (triplets) or
+    one item twice (ratings)."""
     if question["kind"] == "rating":
-        return value is not None and study.config.rating.catch_passes(value)
-    return choice is not None and choice == question["head"]
+        scale = study.config.rating
+        if value is None:
+            return False
+        if question.get("expect") == "low":
+            return value <= scale.min + 0.25 * (scale.max - scale.min)
+        return scale.catch_passes(value)
+    return choice is not None and choice == question.get("expect", question["head"])
 
 
 def check_consent(study: Study) -> None:
@@ -202,11 +217,17 @@ def check_consent(study: Study) -> None:
                        consent_url=url_for("raters.study_page", study_id=study.id))
 
 
-def question_request(study: Study, rater: str, now: float, guard: StudyGuard | None = None) -> NextRequest:
+def question_request(study: Study, rater: str, now: float, guard: StudyGuard | None = None,
+                     conn: Redis | None = None) -> NextRequest:
     """What the Lua step issuing ``rater``'s next question needs: limits, an attention check drawn
-    at the study's rate, the algorithms' shares and fallbacks (``guard``: behind the study guard)."""
+    at the study's rate (from ``catches.comparisons``, read through ``conn``; none without it), the
+    algorithms' shares and fallbacks (``guard``: behind the study guard)."""
     limits, attention = study.config.limits, study.config.attention
-    catch = catch_question(study) if attention.rate > 0 and random.random() < attention.rate else None
+    catch = None
+    if attention.rate > 0 and conn is not None:
+        # read (or refreshed) whether or not a check is drawn, so a check costs no time of its own
+        found = catches.comparisons(conn, study)
+        catch = catch_question(study, found) if random.random() < attention.rate else None
     ask_repeat = random.random() < REPEAT_ASK_CHANCE if attention.validation_repeats else None
     return next_request(study.id, study.config, study.n_items, rater, now=now, expires_at=now + token_ttl(study),
                         stop_flagged=attention.stop_flagged, max_per_rater=limits.max_questions_per_rater,
@@ -279,7 +300,7 @@ def next_question(conn: Redis, study: Study, rater: str, guard: StudyGuard | Non
         return None
     check_consent(study)
     now = time.time()
-    issued = issue_next_question(conn, question_request(study, rater, now, guard=guard))
+    issued = issue_next_question(conn, question_request(study, rater, now, guard=guard, conn=conn))
     if issued.status == "stale":
         raise StaleStudy(study.id)
     if issued.status == "replaced":
@@ -408,7 +429,7 @@ def submit_answer(conn: Redis, study: Study, rater: str, body: object, issue_nex
     limits, attention = study.config.limits, study.config.attention
     running = study.status == "running"
     now = time.time()
-    then = question_request(study, rater, now) if running and issue_next and consent_given(study) else None
+    then = question_request(study, rater, now, conn=conn) if running and issue_next and consent_given(study) else None
     try:
         answer_id, schedule, issued = accept_and_issue(
             conn, study.id, question, rater, choice, issued_at=payload["t"], response_ms=response_ms,

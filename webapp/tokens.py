@@ -5,6 +5,9 @@ asked it, whether it is an attention check and what it expects, none of which a 
 The payload is encrypted under a random nonce with a keystream of SHAKE-256 over (encryption key,
 nonce), then itsdangerous' ``TimestampSigner`` signs the ciphertext with its time stamp
 (encrypt-then-MAC): ``base64url(nonce + ciphertext).timestamp.signature``, the standard library only.
+The JSON is padded with spaces to ``SEALED_BYTES`` before it is sealed, so every token has the same
+length whatever question it carries (an attention check or a repeat says more than an ordinary
+question); JSON ignores the trailing spaces, so tokens sealed before padding still open.
 Every question request seals a token and every answer opens one, so both are one hash call each
 besides the signature.
 
@@ -30,6 +33,9 @@ from .errors import ApiError
 SALT = "proxima.question.v3"
 PREVIOUS_SALT = "proxima.question.v2"
 NONCE_BYTES = 16
+#: The size every payload is padded to before sealing (a longer one, which no question of valid study
+#: and rater ids reaches, to a multiple of it), so a token's length says nothing about its question.
+SEALED_BYTES = 1024
 INVALID = "the question token is not one this server issued"
 
 
@@ -59,9 +65,15 @@ def _keystream(key: bytes, nonce: bytes, n: int) -> bytes:
 def sign_question(secret_key: str, payload: dict) -> str:
     """An opaque token carrying ``payload``: unreadable and unforgeable without ``secret_key``."""
     nonce = os.urandom(NONCE_BYTES)
-    plain = json.dumps(payload, separators=(",", ":")).encode()
+    plain = pad(json.dumps(payload, separators=(",", ":")).encode())
     sealed = nonce + _xor(plain, _keystream(_cipher_key(secret_key), nonce, len(plain)))
     return _signer(secret_key).sign(base64.urlsafe_b64encode(sealed).rstrip(b"=")).decode()
+
+
+def pad(plain: bytes) -> bytes:
+    """``plain`` with trailing spaces up to ``SEALED_BYTES`` (or the next multiple of it)."""
+    size = max(1, -(-len(plain) // SEALED_BYTES)) * SEALED_BYTES
+    return plain.ljust(size, b" ")
 
 
 def verify_question(secret_key: str, token: object, max_age: int) -> dict:

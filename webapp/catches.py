@@ -1,0 +1,111 @@
+"""Attention checks that need a look at the items: near-certain comparisons chosen from the study's data.
+
+A catch trial shows a head with a very similar and a very different item (triplets), or one such
+pair (ratings), chosen from what the researcher said about the items: their known positions (demo
+and simulated studies) or their labels (same label vs another label). On the wire it is an ordinary
+question of three distinct items, so only a look at them answers it. A study with neither gets no
+catch trials: a check a program can answer without looking (the head among its own candidates)
+certifies exactly the raters it should catch. Standard library only (web processes load no numpy).
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from typing import TYPE_CHECKING, NamedTuple
+
+from workers.store import keys
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+    from workers.store.studies import Study
+
+#: Seconds a web process keeps a study's comparisons before reading its items again (items are added
+#: to a running study rarely; the refresh is timed, not drawn, so it says nothing about the question).
+CACHE_SECONDS = 300
+#: Heads per study to choose comparisons for, and the most item distances computed for them in all.
+MAX_HEADS = 200
+MAX_DISTANCES = 400_000
+#: A comparison is kept only when the similar item is at most this share of the different one's distance.
+MAX_DISTANCE_RATIO = 0.5
+#: The different item is drawn from this farthest share of the items.
+FAR_SHARE = 0.25
+
+
+class Comparison(NamedTuple):
+    """A head, an item very like it and one very unlike it (item indices)."""
+
+    head: int
+    similar: int
+    different: int
+
+
+_cache: dict[str, tuple[float, tuple[float, int], list[Comparison]]] = {}
+
+
+def comparisons(conn: Redis, study: Study, now: float | None = None) -> list[Comparison]:
+    """The study's near-certain comparisons, from this process's copy (read again every CACHE_SECONDS,
+    and at once for another study of the same id or a changed item count)."""
+    now = time.time() if now is None else now
+    cached, version = _cache.get(study.id), (study.created_at, study.n_items)
+    if cached is not None and cached[0] > now and cached[1] == version:
+        return cached[2]
+    raws = conn.lrange(keys.items(study.id), 0, -1)
+    found = choose_comparisons([json.loads(raw) for raw in raws], random.Random())
+    _cache[study.id] = (now + CACHE_SECONDS, version, found)
+    return found
+
+
+def forget(study_id: str | None = None) -> None:
+    """Drop this process's copies (all of them without ``study_id``)."""
+    if study_id is None:
+        _cache.clear()
+    else:
+        _cache.pop(study_id, None)
+
+
+def choose_comparisons(items: list[dict], rng: random.Random) -> list[Comparison]:
+    """Comparisons by the items' positions where every item has one, else by their labels; [] when neither."""
+    positions = [item.get("position") for item in items]
+    if len(items) >= 3 and all(p is not None and len(p) == len(positions[0]) for p in positions):
+        return _by_position([tuple(map(float, p)) for p in positions], rng)
+    labels = [item.get("label") for item in items]
+    if len(items) >= 3 and all(label is not None for label in labels):
+        return _by_label(labels, rng)
+    return []
+
+
+def _by_position(positions: list[tuple[float, ...]], rng: random.Random) -> list[Comparison]:
+    n = len(positions)
+    heads = rng.sample(range(n), min(n, MAX_HEADS, max(1, MAX_DISTANCES // n)))
+    found = []
+    for h in heads:
+        others = sorted((math.dist(positions[h], positions[j]), j) for j in range(n) if j != h)
+        near_distance, similar = others[0]
+        far = others[len(others) - max(1, int(FAR_SHARE * len(others))):]
+        far_distance, different = far[rng.randrange(len(far))]
+        if similar != different and near_distance <= MAX_DISTANCE_RATIO * far_distance:
+            found.append(Comparison(h, similar, different))
+    return found
+
+
+def _by_label(labels: list, rng: random.Random) -> list[Comparison]:
+    groups: dict = {}
+    for i, label in enumerate(labels):
+        groups.setdefault(label, []).append(i)
+    if len(groups) < 2:
+        return []
+    n = len(labels)
+    found = []
+    for h in rng.sample(range(n), min(n, MAX_HEADS)):
+        same = [j for j in groups[labels[h]] if j != h]
+        if not same:
+            continue
+        while True:
+            different = rng.randrange(n)
+            if labels[different] != labels[h]:
+                break
+        found.append(Comparison(h, rng.choice(same), different))
+    return found
