@@ -195,7 +195,7 @@ def finish(study_id: str) -> ResponseReturnValue:
     conn = get_redis()
     rater = current_rater()
     stats = rater_stats(conn, study.id, rater)
-    stopped = bool(stats["flagged"] and study.config.attention.stop_flagged)
+    stopped = bool(stats["flagged"] and study.config.attention.stops_flagged)
     if not stats["completed"] and not stopped:
         return redirect(url_for("raters.study_page", study_id=study.id))
     completion = study.config.completion
@@ -258,7 +258,8 @@ def code_shortfall(conn: Redis, study: Study, rater: str, stats: dict[str, int])
     abandoned = sum(1 for member in held if member.startswith(b"c:"))
     checks, failed = stats["catch"] + abandoned, stats["catch_failed"] + abandoned
     attention = study.config.attention
-    if stats["flagged"] or (checks >= attention.min_checks and failed > attention.max_failure_share * checks):
+    failing = checks >= attention.min_checks and failed > attention.max_failure_share * checks
+    if (stats["flagged"] and attention.withholds_code) or failing:
         return "Too many of the attention checks were missed, so there is no completion code to give."
     return None
 
