@@ -270,8 +270,8 @@ class Attention:
     #: triplets a rater already answered asked again later (candidates swapped), to measure the rater's
     #: self-agreement; their answers are logged (algorithm ``repeat``) and never given to a learner
     validation_repeats: int = 0
-    #: self-agreement is judged once, when the rater has answered all ``validation_repeats`` repeats (and
-    #: only if there are at least MIN_REPEATS_TO_FLAG): below this share answered alike flags the rater
+    #: self-agreement is judged once, when the rater has answered ``repeats_to_judge`` repeats: below this
+    #: share answered alike flags the rater
     min_self_agreement: float = 0.6
     #: judge every rater's answers against the model learned from the other raters (workers/jobs/
     #: rater_checks.py): a rater whose answers look item-blind is flagged, at most ``false_flag_rate`` of
@@ -290,9 +290,11 @@ class Attention:
 
     @property
     def repeats_to_judge(self) -> int | None:
-        """The number of answered repeats at which self-agreement is judged, once (None: it never flags,
-        too few repeats to tell a careful rater from a careless one)."""
-        return self.validation_repeats if self.validation_repeats >= MIN_REPEATS_TO_FLAG else None
+        """The number of answered repeats at which self-agreement is judged, once: four fifths of
+        ``validation_repeats`` (rounded up), as a rater may finish before the last repeats come due;
+        None below MIN_REPEATS_TO_FLAG (it never flags: too few to tell a careful rater from a careless one)."""
+        count = -(-4 * self.validation_repeats // 5)
+        return count if count >= MIN_REPEATS_TO_FLAG else None
 
     @property
     def stops_flagged(self) -> bool:
