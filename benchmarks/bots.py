@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import random
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,8 +32,9 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine import rater_checks  # noqa: E402
 from live_study import start_server, stop_server  # noqa: E402
+
+from engine import rater_checks  # noqa: E402
 from webapp.cli.crowd import Rater, eggs_truth, noise_model  # noqa: E402
 from workers.store import keys  # noqa: E402
 from workers.store.config import StudyConfig  # noqa: E402
