@@ -187,9 +187,9 @@ def _judge_ratings(study: Study, reference: list[Answer], windows: dict[str, lis
     group = np.array([_fold(a.rater) for a in answers])
     in_reference = np.arange(len(rows)) < len(reference)
     predicted = rater_checks.held_out_rating_predictions(rows, group, in_reference, study.n_items, seed=seed)
-    residual = np.sort(np.abs(rows[in_reference, 2] - predicted[in_reference]))
-    kept = residual[: max(1, int(0.9 * len(residual)))]  # the largest tenth: lapses
-    sigma = float(np.sqrt(np.mean(kept ** 2))) if len(kept) else 0.25
+    residual = rows[in_reference, 2] - predicted[in_reference]
+    # every residual, lapses included: a spread too small would make careful raters look item-blind
+    sigma = float(np.sqrt(np.mean(residual ** 2))) if len(residual) else 0.25
     levels = None
     if scale.step:
         steps = int(round((scale.max - scale.min) / scale.step))
