@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 #: The reference model is fitted on at most this many of the study's answers (a random sample).
 MAX_REFERENCE_ANSWERS = 20000
+#: Whether rating answers are judged (see ``judge``: not calibrated yet).
+JUDGE_RATINGS = False
 #: The log is read up to this many answers (the latest).
 MAX_LOG_ANSWERS = 100000
 
@@ -142,7 +144,10 @@ def judge(study: Study, log_answers: list[Answer], due: dict[str, tuple[int, int
     if any(judged_t.values()):
         verdicts.update(_judge_triplets(study, triplets, {r: w for r, w in judged_t.items()
                                                           if len(w) >= len(judged_r[r]) and w}, due, seed))
-    if any(judged_r.values()):
+    # ratings are not judged yet: on the egg ratings (benchmarks/bots.py) the honest spread model flagged
+    # 42% of careful raters, far above false_flag_rate (engine.rater_checks.judge_ratings stays for when
+    # it is calibrated)
+    if JUDGE_RATINGS and any(judged_r.values()):
         verdicts.update(_judge_ratings(study, ratings, {r: w for r, w in judged_r.items()
                                                         if len(w) > len(judged_t[r])}, due, seed))
     return verdicts
