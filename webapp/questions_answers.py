@@ -230,7 +230,7 @@ def question_request(study: Study, rater: str, now: float, guard: StudyGuard | N
         catch = catch_question(study, found) if random.random() < attention.rate else None
     ask_repeat = random.random() < REPEAT_ASK_CHANCE if attention.validation_repeats else None
     return next_request(study.id, study.config, study.n_items, rater, now=now, expires_at=now + token_ttl(study),
-                        stop_flagged=attention.stop_flagged, max_per_rater=limits.max_questions_per_rater,
+                        stop_flagged=attention.stops_flagged, max_per_rater=limits.max_questions_per_rater,
                         budget=limits.answer_budget, catch=catch, ask_repeat=ask_repeat, guard=guard)
 
 
@@ -259,12 +259,18 @@ def self_agreement(stats: dict[str, int]) -> float | None:
 
 
 def flag_low_self_agreement(conn: Redis, study: Study, rater: str) -> bool:
-    """Flag the rater once at least ``min_repeats_to_flag`` repeats show self-agreement below the
-    study's ``min_self_agreement`` (flags only ever go on, so a concurrent answer cannot undo it)."""
+    """Judge self-agreement once, when the rater has answered ``repeats_to_judge`` repeats: below the
+    study's ``min_self_agreement`` flags the rater. Deciding once at a fixed count keeps the error rates
+    those of one binomial test (re-checking after every repeat would flag more honest raters); flags only
+    ever go on, so a concurrent answer cannot undo it."""
     attention = study.config.attention
+    needed = attention.repeats_to_judge
     stats = rater_stats(conn, study.id, rater)
-    agreement = self_agreement(stats)
-    if stats["repeats"] >= attention.min_repeats_to_flag and agreement < attention.min_self_agreement:
+    if needed is None or stats["repeats"] < needed:
+        return False
+    if not conn.hsetnx(keys.rater_stats(study.id), keys.rater_field(rater, "repeats_judged"), stats["repeats"]):
+        return False  # decided before
+    if self_agreement(stats) < attention.min_self_agreement:
         conn.hset(keys.rater_stats(study.id), keys.rater_field(rater, "flagged"), 1)
         return True
     return False
@@ -437,7 +443,7 @@ def submit_answer(conn: Redis, study: Study, rater: str, body: object, issue_nex
             max_per_rater=limits.max_questions_per_rater, budget=limits.answer_budget,
             # every answer re-checks the flag rule: abandoned checks count as failed without an answer
             flag_rule=(attention.min_checks, attention.max_failure_share), then=then,
-            stop_flagged=attention.stop_flagged, min_response_ms=limits.min_response_ms, require_held=True,
+            stop_flagged=attention.stops_flagged, min_response_ms=limits.min_response_ms, require_held=True,
             guard=guard)
     except AnswerRefused as refused:
         if refused.code == "stale":

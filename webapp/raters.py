@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from typing import TYPE_CHECKING
 
 from flask import Blueprint, Response, abort, current_app, redirect, render_template, request, session, url_for
@@ -13,6 +14,7 @@ from markupsafe import Markup
 from workers.store import keys
 from workers.store.answers import RATER_ID_PATTERN
 from workers.store.questions import StudyGuard
+from workers.store.raters import answer_check_pending
 from workers.store.studies import STUDY_ID_PATTERN, StudyNotFound, get_items, get_media, get_study, get_stylesheet
 
 from .questions_answers import completion_code, rater_stats, session_replaced_error
@@ -37,6 +39,8 @@ DEBRIEF_MAX_CHARS = 2000
 _markdown = MarkdownIt("commonmark", {"html": False})
 
 
+#: Seconds between reloads of the page waiting for the answer check of a rater's last answers.
+CHECK_REFRESH_SECONDS = 2
 #: Seconds the finish page shows the completion code before it returns the rater to Prolific.
 REDIRECT_SECONDS = 5
 
@@ -195,9 +199,14 @@ def finish(study_id: str) -> ResponseReturnValue:
     conn = get_redis()
     rater = current_rater()
     stats = rater_stats(conn, study.id, rater)
-    stopped = bool(stats["flagged"] and study.config.attention.stop_flagged)
+    stopped = bool(stats["flagged"] and study.config.attention.stops_flagged)
     if not stats["completed"] and not stopped:
         return redirect(url_for("raters.study_page", study_id=study.id))
+    attention = study.config.attention
+    if (not stopped and attention.answer_check and attention.withholds_code
+            and answer_check_pending(conn, study.id, rater, time.time())):
+        # the answer check has a look at this rater's last answers to do: its verdict decides the code
+        return render_template("raters/checking.html", study=study), 200, {"Refresh": str(CHECK_REFRESH_SECONDS)}
     completion = study.config.completion
     # one comment per rater: the first is kept, and a reopened link does not ask again
     debrief_field = keys.rater_field(rater, "debrief")
@@ -258,7 +267,8 @@ def code_shortfall(conn: Redis, study: Study, rater: str, stats: dict[str, int])
     abandoned = sum(1 for member in held if member.startswith(b"c:"))
     checks, failed = stats["catch"] + abandoned, stats["catch_failed"] + abandoned
     attention = study.config.attention
-    if stats["flagged"] or (checks >= attention.min_checks and failed > attention.max_failure_share * checks):
+    failing = checks >= attention.min_checks and failed > attention.max_failure_share * checks
+    if (stats["flagged"] and attention.withholds_code) or failing:
         return "Too many of the attention checks were missed, so there is no completion code to give."
     return None
 

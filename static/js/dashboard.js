@@ -388,7 +388,7 @@
       const raters = (await response.json()).raters;
       ratersBody.replaceChildren();
       if (!raters.length) {
-        ratersBody.innerHTML = '<tr><td colspan="9" class="muted">No answers yet.</td></tr>';
+        ratersBody.innerHTML = '<tr><td colspan="10" class="muted">No answers yet.</td></tr>';
         return;
       }
       raters.forEach((r) => {
@@ -399,7 +399,8 @@
           r.median_response_ms === null ? "—" : (r.median_response_ms / 1000).toFixed(1) + " s",
           r.catch ? r.catch_failed + " of " + r.catch : "—",
           (100 * r.too_fast_share).toFixed(0) + "%", String(r.skipped || 0),
-          r.repeats ? (100 * r.self_agreement).toFixed(0) + "% of " + r.repeats : "—", r.flagged ? "yes" : ""];
+          r.repeats ? (100 * r.self_agreement).toFixed(0) + "% of " + r.repeats : "—", answerCheck(r),
+          r.flagged ? "yes" : ""];
         cells.forEach((text) => {
           const td = document.createElement("td");
           td.textContent = text;
@@ -443,6 +444,13 @@
   setInterval(refresh, 3000);
   if (graphSvg) setInterval(refreshGraph, 10000);
   if (ratersBody) setInterval(refreshRaters, 10000);
+
+  // The answer check's verdict: "random-looking, p = 0.0003" when it flagged the rater, else its p-value.
+  function answerCheck(r) {
+    if (r.answer_check_p === null || r.answer_check_p === undefined) return "—";
+    const p = r.answer_check_p < 0.001 ? r.answer_check_p.toExponential(1) : r.answer_check_p.toFixed(3);
+    return r.answer_check_flagged ? r.answer_check_rule + "-looking, p = " + p : "p = " + p;
+  }
 
   // Overview: how many raters the attention checks flagged, from the raters API every 10 s.
   const flaggedCount = document.getElementById("n-flagged");

@@ -43,7 +43,7 @@ import redis
 from rq import get_current_job
 
 from engine import oracles
-from workers.jobs import fits
+from workers.jobs import fits, rater_checks
 from workers.jobs.learners import Learner
 from workers.store import answers as answer_log
 from workers.store import engine_state, keys, questions
@@ -592,6 +592,7 @@ def apply_new_answers(conn: Redis, study_id: str, now: float | None = None, rene
             settle_checkpoints(conn, study_id, wait=False)
             summary = _one_pass(conn, study_id, time.time() if now is None else now,
                                 0.0 if settle else SUMMARY_SECONDS)
+            rater_checks.after_pass(conn, study_id, summary)
             for name in ("applied", "released", "planned", "pruned"):
                 total[name] += summary[name]
             total["passes"] += 1

@@ -115,6 +115,10 @@ LIMITS_SCHEMA = {
 #: Catch trials: "triplet" (one candidate is the head itself), "rating" (an item shown twice must be
 #: rated in the top quarter of the scale), "auto" (rating checks when every algorithm asks ratings).
 ATTENTION_KINDS = ("auto", "triplet", "rating")
+#: What a flag does, each including the ones before it but "mark": "mark" (shown on the dashboard, nothing
+#: else), "no_code" (no completion code), "stop" (no code and no more questions), "exclude" (also left out
+#: of learning from then on: the update pass skips the rater's answers).
+FLAG_ACTIONS = ("mark", "no_code", "stop", "exclude")
 ATTENTION_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
@@ -126,6 +130,9 @@ ATTENTION_SCHEMA = {
         "stop_flagged": {"type": "boolean"},
         "validation_repeats": {"type": "integer", "minimum": 0, "maximum": 100},
         "min_self_agreement": {"type": "number", "minimum": 0, "maximum": 1},
+        "answer_check": {"type": "boolean"},
+        "false_flag_rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 0.5},
+        "flag_action": {"enum": list(FLAG_ACTIONS)},
     },
 }
 COMPLETION_SCHEMA = {
@@ -242,7 +249,8 @@ class Limits:
         return int(self.min_answers_for_code or 1)
 
 
-#: Repeated questions a rater must have answered before a low self-agreement flags them.
+#: Repeated questions a rater must have answered before a low self-agreement can flag them: fewer never
+#: flag (with 5 repeats an honest rater agreeing 80% of the time falls below 0.6 one time in 15).
 MIN_REPEATS_TO_FLAG = 8
 #: Labels of the answers that are not any algorithm's (attention checks, validation repeats).
 RESERVED_LABELS = ("catch", "repeat", "import")
@@ -262,18 +270,41 @@ class Attention:
     #: triplets a rater already answered asked again later (candidates swapped), to measure the rater's
     #: self-agreement; their answers are logged (algorithm ``repeat``) and never given to a learner
     validation_repeats: int = 0
-    #: a rater with at least MIN_REPEATS_TO_FLAG repeats answered alike less often than this is flagged
+    #: self-agreement is judged once, when the rater has answered ``repeats_to_judge`` repeats: below this
+    #: share answered alike flags the rater
     min_self_agreement: float = 0.6
+    #: judge every rater's answers against the model learned from the other raters (workers/jobs/
+    #: rater_checks.py): a rater whose answers look item-blind is flagged, at most ``false_flag_rate`` of
+    #: raters answering like the study's average rater
+    answer_check: bool = True
+    false_flag_rate: float = 0.01
+    #: what a flag does (FLAG_ACTIONS); ``stop_flagged: true`` means at least "stop"
+    flag_action: str = "no_code"
 
     def to_dict(self) -> dict:
         return {"rate": self.rate, "kind": self.kind, "max_failure_share": self.max_failure_share,
                 "min_checks": self.min_checks, "stop_flagged": self.stop_flagged,
-                "validation_repeats": self.validation_repeats, "min_self_agreement": self.min_self_agreement}
+                "validation_repeats": self.validation_repeats, "min_self_agreement": self.min_self_agreement,
+                "answer_check": self.answer_check, "false_flag_rate": self.false_flag_rate,
+                "flag_action": self.flag_action}
 
     @property
-    def min_repeats_to_flag(self) -> int:
-        """Repeats a rater must have answered before self-agreement can flag them (few are noise)."""
-        return max(1, min(self.validation_repeats, MIN_REPEATS_TO_FLAG))
+    def repeats_to_judge(self) -> int | None:
+        """The number of answered repeats at which self-agreement is judged, once: four fifths of
+        ``validation_repeats`` (rounded up), as a rater may finish before the last repeats come due;
+        None below MIN_REPEATS_TO_FLAG (it never flags: too few to tell a careful rater from a careless one)."""
+        count = -(-4 * self.validation_repeats // 5)
+        return count if count >= MIN_REPEATS_TO_FLAG else None
+
+    @property
+    def stops_flagged(self) -> bool:
+        """Whether a flagged rater gets no more questions."""
+        return self.stop_flagged or self.flag_action in ("stop", "exclude")
+
+    @property
+    def withholds_code(self) -> bool:
+        """Whether a flagged rater gets no completion code."""
+        return self.flag_action != "mark" or self.stop_flagged
 
 
 @dataclass(frozen=True)

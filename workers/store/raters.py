@@ -22,8 +22,45 @@ if TYPE_CHECKING:
 #: The answers and median response times are read from at most this many of the latest answers.
 RATER_TABLE_ANSWERS = 50000
 CSV_COLUMNS = ("rater", "answers", "median_response_ms", "catch", "catch_failed", "too_fast_share", "skipped",
-               "repeats", "self_agreement", "flagged", "completed", "excluded", "last_answer_at", "completion_code",
-               "debrief")
+               "repeats", "self_agreement", "answer_check_p", "answer_check_rule", "answer_check_flagged", "flagged",
+               "completed", "excluded", "last_answer_at", "completion_code", "debrief")
+
+
+#: The answer check's looks (workers/jobs/rater_checks.py): a rater is judged when their answers reach
+#: FIRST_LOOK, twice that, ... (MAX_LOOKS of them).
+FIRST_LOOK = 10
+MAX_LOOKS = 6
+#: engine_stats field: when the answer check last ran (the finish page waits for it only if it runs).
+CHECKED_AT_FIELD = "answer_check_at"
+#: How long the finish page waits for the answer check of a rater's last answers before giving up.
+ANSWER_CHECK_WAIT_SECONDS = 60
+
+
+def answer_check_looks(answers: int) -> list[tuple[int, int]]:
+    """The looks (number, answers judged) a rater with ``answers`` answers has reached."""
+    return [(k, FIRST_LOOK * 2 ** (k - 1)) for k in range(1, MAX_LOOKS + 1) if FIRST_LOOK * 2 ** (k - 1) <= answers]
+
+
+def answer_check_pending(conn: Redis, study_id: str, rater: str, now: float) -> bool:
+    """Whether the answer check has a look of this rater still to do (so the finish page waits for its
+    verdict before showing a code): only while the check runs for the study (a worker ran it) and for
+    ANSWER_CHECK_WAIT_SECONDS after the rater's last answer at most."""
+    with conn.pipeline(transaction=False) as pipe:
+        pipe.hget(keys.engine_stats(study_id), CHECKED_AT_FIELD)
+        pipe.hmget(keys.rater_stats(study_id), [keys.rater_field(rater, n)
+                                                for n in ("answers", "looks", "last_answer_at")])
+        checked_at, (answers, looks, last) = pipe.execute()
+    if checked_at is None or now - float(last or 0) > ANSWER_CHECK_WAIT_SECONDS:
+        return False
+    reached = answer_check_looks(_int(answers))
+    return bool(reached) and reached[-1][0] > _int(looks)
+
+
+def _float(value) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _int(value) -> int:
@@ -70,6 +107,10 @@ def rater_table(conn: Redis, study_id: str, limit: int = RATER_TABLE_ANSWERS) ->
             # validation repeats answered (skips left out) and the share answered as the first time
             "repeats": _int(c.get("repeats")),
             "self_agreement": _int(c.get("repeat_agreed")) / _int(c.get("repeats")) if _int(c.get("repeats")) else None,
+            # the answer check (workers/jobs/rater_checks.py): its latest p-value, the item-blind responder
+            # the answers look likeliest from, and whether it flagged the rater
+            "answer_check_p": _float(c.get("answer_p")), "answer_check_rule": c.get("answer_rule") or None,
+            "answer_check_flagged": c.get("answer_flagged") not in (None, "", "0"),
             "flagged": c.get("flagged") not in (None, "", "0"),
             "completed": c.get("completed") not in (None, "", "0"),
             "excluded": rater in excluded, "last_answer_at": last.get(rater), "debrief": c.get("debrief"),

@@ -1,0 +1,231 @@
+"""Benchmark — do bots that never look at the items get a completion code? (issue 26)
+
+Starts ``proxima serve`` in a scratch instance folder, creates a triplet study and a rating study of the
+alien-egg items (default settings but ``max_questions_per_rater`` and ``min_answers_for_code``: QUESTIONS)
+and runs, over HTTP like a browser, simulated careful raters (engine.oracles' human model: logistic in
+the distance gap + lapse, fitted to the alien-egg crowds; ratings Gaussian) and seven kinds of bots:
+always-left, always-right, uniformly random, lowest item index, random + memory of its own answers,
+random + reading token/URL lengths, 80/20 position bias. Careful raters and bots take turns, so the
+study's model is learned from everyone (bots included). Prints per kind the share of runs that were
+shown a code and the share flagged before the code. A second table measures the answer check offline
+(engine.rater_checks, the same code) against the answers per rater: 10, 20, 40, 80.
+
+    python benchmarks/bots.py               # 20 runs of each bot, 60 careful raters per study
+    python benchmarks/bots.py --quick       # 5 runs each, 15 careful raters
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import sys
+import tempfile
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import redis
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from live_study import start_server, stop_server  # noqa: E402
+
+from engine import rater_checks  # noqa: E402
+from webapp.cli.crowd import Rater, eggs_truth, noise_model  # noqa: E402
+from workers.store import keys  # noqa: E402
+from workers.store.config import StudyConfig  # noqa: E402
+from workers.store.studies import Item, create_study  # noqa: E402
+
+QUESTIONS = 40
+CODE = re.compile(r'id="completion-code">([A-Z0-9]+)<')
+BOTS = ("always left", "always right", "random", "lowest index", "random + memory", "random + lengths",
+        "80/20 left")
+
+
+class Bot:
+    """An item-blind rater: ``kind`` one of BOTS. Ratings: left = the scale's lowest step, right = its
+    highest, lowest index = a value from the items' indices, 80/20 = the lowest step 80% of the time."""
+
+    def __init__(self, kind: str, rng: random.Random):
+        self.kind, self.rng, self.memory = kind, rng, {}
+
+    def answer(self, q: dict) -> dict:
+        if q["kind"] == "triplet":
+            a, b = (c["index"] for c in q["candidates"])
+            key = (q["head"]["index"], frozenset((a, b)))
+            if self.kind == "random + memory" and key in self.memory:
+                return {"choice": self.memory[key]}
+            choice = {"always left": a, "always right": b, "lowest index": min(a, b),
+                      "80/20 left": a if self.rng.random() < 0.8 else b}.get(self.kind, self.rng.choice((a, b)))
+            if self.kind == "random + lengths" and len(q["token"]) % 2:
+                choice = a  # anything it can read: a token's length picks the side when it is odd
+            self.memory[key] = choice
+            return {"choice": choice}
+        scale = q["scale"]
+        steps = [scale["min"] + k * scale["step"] for k in range(int(round((scale["max"] - scale["min"])
+                                                                           / scale["step"])) + 1)]
+        i, j = (item["index"] for item in q["items"])
+        key = frozenset((i, j))
+        if self.kind == "random + memory" and key in self.memory:
+            return {"value": self.memory[key]}
+        value = {"always left": steps[0], "always right": steps[-1], "lowest index": steps[min(i, j) % len(steps)],
+                 "80/20 left": steps[0] if self.rng.random() < 0.8 else self.rng.choice(steps)
+                 }.get(self.kind, self.rng.choice(steps))
+        if self.kind == "random + lengths":
+            value = steps[len(q["token"]) % len(steps)]
+        self.memory[key] = value
+        return {"value": value}
+
+
+def run_rater(base: str, study_id: str, name: str, answerer, think: float) -> dict:
+    """One rater session from the study link to the finish page; returns answers given and the code."""
+    session = requests.Session()
+    session.get(f"{base}/s/{study_id}", params={"PROLIFIC_PID": name, "STUDY_ID": "bench", "SESSION_ID": name})
+    response = session.get(f"{base}/api/studies/{study_id}/questions/next")
+    question = response.json().get("question") if response.status_code == 200 else None
+    answers = 0
+    while question is not None:
+        time.sleep(think)
+        body = {"token": question["token"], **answerer.answer(question), "response_ms": 1500}
+        reply = session.post(f"{base}/api/studies/{study_id}/answers", json=body)
+        if reply.status_code != 201:
+            break
+        answers += 1
+        question = reply.json().get("next")
+    code = None
+    for _ in range(60):  # the finish page waits for the answer check of the last answers
+        page = session.get(f"{base}/s/{study_id}/done")
+        if 'id="checking"' not in page.text:
+            found = CODE.search(page.text)
+            code = found.group(1) if found else None
+            break
+        time.sleep(1)
+    return {"answers": answers, "code": code}
+
+
+def live(base: str, conn: redis.Redis, kind: str, runs: int, careful: int, think: float, seed: int) -> dict:
+    truth = eggs_truth()
+    noise, _ = noise_model(truth)
+    items = [Item(id=i, kind="text", text=f"Egg {i}") for i in truth.ids]
+    config = {"name": f"Bots {kind}", "question_kind": kind, "random_state": seed,
+              "limits": {"max_questions_per_rater": QUESTIONS, "min_answers_for_code": QUESTIONS}}
+    study_id = create_study(conn, StudyConfig.from_dict(config), items, study_id=f"bots-{kind}")
+    rng = random.Random(seed)
+    jobs = [("careful", f"careful-{n}") for n in range(careful)]
+    bots = [(b, f"{b.replace(' ', '').replace('/', '').replace('+', '-')}-{n}") for n in range(runs) for b in BOTS]
+    rng.shuffle(bots)
+    # careful raters first (a quarter of them), then everyone mixed
+    head, rest = jobs[: careful // 4], jobs[careful // 4:] + bots
+    rng.shuffle(rest)
+    results = {}
+
+    def one(job):
+        who, name = job
+        r = random.Random(zlib.crc32(name.encode()) + seed)
+        answerer = Rater(truth, noise, False, r) if who == "careful" else Bot(who, r)
+        return who, name, run_rater(base, study_id, name, answerer, think)
+
+    with ThreadPoolExecutor(6) as pool:
+        for batch in (head, rest):
+            for who, name, result in pool.map(one, batch):
+                results[name] = (who, result)
+    time.sleep(3)
+    table = {}
+    for name, (who, result) in results.items():
+        flagged = conn.hget(keys.rater_stats(study_id), keys.rater_field(name, "flagged")) not in (None, b"0", b"")
+        row = table.setdefault(who, {"runs": 0, "code": 0, "flagged_no_code": 0})
+        row["runs"] += 1
+        row["code"] += result["code"] is not None
+        row["flagged_no_code"] += flagged and result["code"] is None
+    return table
+
+
+def offline(kind: str, trials: int, seed: int) -> dict:
+    """Flag shares of the answer check against answers per rater, on random questions of the egg items:
+    a reference of 40 careful raters x 40 answers, then each judged rater alone (engine code only)."""
+    truth = eggs_truth()
+    noise, _ = noise_model(truth)
+    n = truth.n_items
+    rng = np.random.default_rng(seed)
+    from engine.oracles import TripletOracle
+
+    oracle = TripletOracle(truth.distances, noise=noise.logistic_scale, model="human", lapse=noise.lapse,
+                           random_state=seed)
+
+    def questions(m):
+        rows = []
+        while len(rows) < m:
+            h, a, b = rng.choice(n, 3, replace=False)
+            rows.append((h, a, b))
+        return np.array(rows)
+
+    def honest(q):
+        return np.array([int(oracle(h, a, b) == a) for h, a, b in q])
+
+    ref_q = questions(1600)
+    ref = np.column_stack([ref_q, honest(ref_q)])
+    x = rater_checks.fit_triplet_embedding(ref, n, seed=seed)
+    z_ref = rater_checks.held_out_triplet_margins(ref, rng.integers(0, 4, len(ref)), np.ones(len(ref), bool), n)
+    scale = rater_checks.calibrate_temperature(z_ref, ref[:, 3])
+    answerers = {"careful": honest, "random": lambda q: rng.integers(0, 2, len(q)),
+                 "always left": lambda q: np.ones(len(q), int), "lowest index": lambda q: (q[:, 1] < q[:, 2]) * 1,
+                 "80/20 left": lambda q: (rng.random(len(q)) < 0.8) * 1}
+    out = {}
+    for who, answer in answerers.items():
+        for look, m in enumerate((10, 20, 40, 80), start=1):
+            alpha = rater_checks.look_alpha(look, 0.01)
+            flags = 0
+            for t in range(trials):
+                q = questions(m)
+                h, a, b = q.T
+                zz = ((x[h] - x[b]) ** 2).sum(1) - ((x[h] - x[a]) ** 2).sum(1)
+                p = rater_checks.LAPSE / 2 + (1 - rater_checks.LAPSE) / (1 + np.exp(-np.clip(scale * zz, -30, 30)))
+                verdict = rater_checks.judge_triplets(p, answer(q), (a < b) * 1, seed=t,
+                                                      simulations=max(2000, int(4 / alpha)))
+                flags += verdict.p < alpha
+            out[(who, m)] = flags / trials
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--careful", type=int, default=60)
+    parser.add_argument("--think", type=float, default=0.0, help="seconds between answers")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip-live", action="store_true")
+    a = parser.parse_args()
+    if a.quick:
+        a.runs, a.careful = 5, 15
+    if not a.skip_live:
+        with tempfile.TemporaryDirectory() as tmp:
+            proc, base, redis_url = start_server(Path(tmp), web_workers=2, workers=1)
+            try:
+                conn = redis.Redis.from_url(redis_url)
+                for kind in ("triplet", "rating"):
+                    started = time.monotonic()
+                    table = live(base, conn, kind, a.runs, a.careful, a.think, a.seed)
+                    print(f"\n{kind} study, {QUESTIONS} questions per rater ({time.monotonic() - started:.0f} s)")
+                    print("| rater | runs | shown a code | flagged before the code |\n|---|---|---|---|")
+                    for who in ("careful", *BOTS):
+                        r = table.get(who)
+                        if r:
+                            print(f"| {who} | {r['runs']} | {r['code'] / r['runs']:.0%} | "
+                                  f"{r['flagged_no_code'] / r['runs']:.0%} |")
+            finally:
+                stop_server(proc)
+    trials = 50 if a.quick else 200
+    out = offline("triplet", trials, a.seed)
+    print(f"\nanswer check alone, random triplets of the egg items, {trials} raters each: share flagged")
+    print("| rater | 10 answers | 20 | 40 | 80 |\n|---|---|---|---|---|")
+    for who in dict.fromkeys(k for k, _ in out):
+        print(f"| {who} | " + " | ".join(f"{out[(who, m)]:.1%}" for m in (10, 20, 40, 80)) + " |")
+
+
+if __name__ == "__main__":
+    main()

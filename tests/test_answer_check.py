@@ -1,0 +1,171 @@
+"""Issue 26: raters judged by their answers (the answer check of the update pass), and validation
+repeats judged once at a fixed count so the README's rates are the code's."""
+from __future__ import annotations
+
+import random
+from math import comb
+
+import pytest
+from helpers import run_worker
+
+from webapp.questions_answers import flag_low_self_agreement
+from workers.store import keys
+from workers.store.config import Attention, StudyConfig
+from workers.store.raters import rater_table
+from workers.store.studies import Item, create_study, get_study
+
+N_ITEMS, QUESTIONS = 16, 40
+POSITIONS = [float(i * i) for i in range(N_ITEMS)]
+
+
+def study(conn, **attention) -> str:
+    items = [Item(id=f"p{i}", kind="color", color="#203040", position=(x,)) for i, x in enumerate(POSITIONS)]
+    config = StudyConfig.from_dict({
+        "name": "Judged", "random_state": 5, "pool_size": 10, "algorithms": [{"algorithm": "random_triplets"}],
+        "limits": {"max_questions_per_rater": QUESTIONS, "min_answers_for_code": QUESTIONS},
+        "attention": attention})
+    study_id = create_study(conn, config, items, study_id="judged")
+    run_worker(conn)
+    return study_id
+
+
+def careful(q, rng):
+    h = POSITIONS[q["head"]["index"]]
+    a, b = (c["index"] for c in q["candidates"])
+    if rng.random() < 0.1:
+        return rng.choice((a, b))
+    return a if abs(POSITIONS[a] - h) < abs(POSITIONS[b] - h) else b
+
+
+def lowest_index(q, rng):
+    return min(c["index"] for c in q["candidates"])
+
+
+def coin_flip(q, rng):
+    return rng.choice(q["candidates"])["index"]
+
+
+def run_rater(app, conn, study_id, name, choose, seed=0):
+    client, rng = app.test_client(), random.Random(seed)
+    client.get(f"/s/{study_id}?PROLIFIC_PID={name}&STUDY_ID=s&SESSION_ID={name}")
+    question = client.get(f"/api/studies/{study_id}/questions/next").get_json().get("question")
+    while question is not None:
+        body = client.post(f"/api/studies/{study_id}/answers",
+                           json={"token": question["token"], "choice": choose(question, rng)}).get_json()
+        if "answer" not in body:
+            break
+        run_worker(conn)
+        question = body.get("next")
+    run_worker(conn)
+    return client
+
+
+@pytest.fixture
+def seeded():
+    state = random.getstate()
+    random.seed(26)
+    yield
+    random.setstate(state)
+
+
+def test_a_bot_that_never_looks_is_flagged_and_gets_no_code_while_careful_raters_get_theirs(app, conn, seeded):
+    study_id = study(conn)
+    for n in range(6):
+        run_rater(app, conn, study_id, f"person-{n}", careful, seed=n)
+    bot = run_rater(app, conn, study_id, "bot-index", lowest_index, seed=10)
+    flipper = run_rater(app, conn, study_id, "bot-coin", coin_flip, seed=11)
+    person = run_rater(app, conn, study_id, "person-last", careful, seed=12)
+    rows = {r["rater"]: r for r in rater_table(conn, study_id)}
+    for name in ("bot-index", "bot-coin"):
+        assert rows[name]["flagged"] and rows[name]["answer_check_flagged"], rows[name]
+        assert rows[name]["answer_check_p"] < 0.01
+    assert rows["bot-index"]["answer_check_rule"] == "lowest index"
+    assert not any(rows[f"person-{n}"]["flagged"] for n in range(6)) and not rows["person-last"]["flagged"]
+    assert rows["person-last"]["answer_check_p"] is not None
+    for client in (bot, flipper):
+        page = client.get(f"/s/{study_id}/done").get_data(as_text=True)
+        assert 'id="completion-code"' not in page
+    assert 'id="completion-code"' in person.get(f"/s/{study_id}/done").get_data(as_text=True)
+
+
+def test_flag_action_mark_only_marks(app, conn, seeded):
+    study_id = study(conn, flag_action="mark")
+    for n in range(4):
+        run_rater(app, conn, study_id, f"person-{n}", careful, seed=n)
+    bot = run_rater(app, conn, study_id, "bot-index", lowest_index, seed=10)
+    row = next(r for r in rater_table(conn, study_id) if r["rater"] == "bot-index")
+    assert row["answer_check_flagged"] and not row["flagged"]
+    assert 'id="completion-code"' in bot.get(f"/s/{study_id}/done").get_data(as_text=True)
+
+
+def test_flag_action_exclude_stops_the_rater_and_leaves_them_out_of_learning(app, conn, seeded):
+    study_id = study(conn, flag_action="exclude")
+    for n in range(4):
+        run_rater(app, conn, study_id, f"person-{n}", careful, seed=n)
+    run_rater(app, conn, study_id, "bot-index", lowest_index, seed=10)
+    row = next(r for r in rater_table(conn, study_id) if r["rater"] == "bot-index")
+    assert row["flagged"] and row["excluded"]
+    assert row["answers"] < QUESTIONS  # stopped at the look that flagged them
+
+
+def test_the_finish_page_waits_for_the_answer_check_of_the_last_answers(app, conn, seeded):
+    study_id = study(conn)
+    conn.hset(keys.engine_stats(study_id), "answer_check_at", 1)  # the check runs for this study
+    client = app.test_client()
+    client.get(f"/s/{study_id}?PROLIFIC_PID=fast&STUDY_ID=s&SESSION_ID=fast")
+    question = client.get(f"/api/studies/{study_id}/questions/next").get_json()["question"]
+    rng = random.Random(0)
+    while question is not None:  # no worker runs: the check has not seen these answers
+        body = client.post(f"/api/studies/{study_id}/answers",
+                           json={"token": question["token"], "choice": careful(question, rng)}).get_json()
+        question = body.get("next")
+    page = client.get(f"/s/{study_id}/done")
+    assert 'id="checking"' in page.get_data(as_text=True) and page.headers["Refresh"]
+    run_worker(conn)
+    assert 'id="completion-code"' in client.get(f"/s/{study_id}/done").get_data(as_text=True)
+
+
+# ------------------------------------------------------------------ validation repeats (item 8)
+def binomial_below(n: int, p: float, share: float) -> float:
+    """P(agreed / n < share) for agreed ~ Binomial(n, p)."""
+    return sum(comb(n, k) * p ** k * (1 - p) ** (n - k) for k in range(n + 1) if k / n < share)
+
+
+def simulate_repeat_flags(conn, attention: Attention, consistency: float, raters: int, seed: int) -> float:
+    """The share of simulated raters the repeat rule flags, each answering all their repeats in turn and
+    agreeing with themself with chance ``consistency`` (the rule runs after every repeat, as live)."""
+    config = StudyConfig(name="R", attention=attention)
+    items = [Item(id=f"p{i}", kind="color", color="#203040") for i in range(4)]
+    study_id = create_study(conn, config, items, study_id="repeat-rates")
+    the_study = get_study(conn, study_id)
+    rng = random.Random(seed)
+    flagged = 0
+    for r in range(raters):
+        rater = f"r{r}"
+        for _ in range(attention.validation_repeats):
+            conn.hincrby(keys.rater_stats(study_id), keys.rater_field(rater, "repeats"), 1)
+            if rng.random() < consistency:
+                conn.hincrby(keys.rater_stats(study_id), keys.rater_field(rater, "repeat_agreed"), 1)
+            flag_low_self_agreement(conn, the_study, rater)
+        flagged += conn.hget(keys.rater_stats(study_id), keys.rater_field(rater, "flagged")) is not None
+    return flagged / raters
+
+
+@pytest.mark.parametrize("repeats, honest_rate, random_rate", [(10, 0.056, 0.637), (20, 0.027, 0.773)])
+def test_the_repeat_flag_rates_in_the_readme_are_the_rates_the_code_produces(conn, repeats, honest_rate,
+                                                                             random_rate):
+    attention = Attention(validation_repeats=repeats, min_self_agreement=0.6)
+    n = attention.repeats_to_judge
+    assert binomial_below(n, 0.8, 0.6) == pytest.approx(honest_rate, abs=0.001)
+    assert binomial_below(n, 0.5, 0.6) == pytest.approx(random_rate, abs=0.001)
+    honest = simulate_repeat_flags(conn, attention, 0.8, 1000, seed=1)
+    conn.flushall()
+    coin = simulate_repeat_flags(conn, attention, 0.5, 1000, seed=2)
+    # 1000 raters: within about three standard errors of the exact rates
+    assert abs(honest - honest_rate) < 0.025 and abs(coin - random_rate) < 0.05, (honest, coin)
+
+
+def test_no_honest_rater_is_flagged_on_five_repeats(conn):
+    attention = Attention(validation_repeats=5, min_self_agreement=0.6)
+    assert simulate_repeat_flags(conn, attention, 0.8, 200, seed=3) == 0
+    assert attention.repeats_to_judge is None

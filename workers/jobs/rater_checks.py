@@ -1,0 +1,210 @@
+"""The answer check of the update pass: judge each rater's answers against the model learned from the
+other raters (engine/rater_checks.py) at fixed looks, and flag the ones that look item-blind.
+
+A rater is judged when their answers reach 10, 20, 40, 80, 160 or 320 (the k-th look allows a share
+``false_flag_rate / 2**k`` of honest raters to be flagged, so all looks together flag at most
+``false_flag_rate``); each look uses the rater's first that many answers, so a verdict does not depend
+on when the pass runs. Flags only ever go on. Must never import Flask.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from engine import rater_checks
+from workers.store import keys
+from workers.store.answers import CATCH_ALGORITHM, REPEAT_ALGORITHM, Answer
+from workers.store.raters import CHECKED_AT_FIELD, answer_check_looks
+from workers.store.studies import get_study
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+    from workers.store.studies import Study
+
+log = logging.getLogger(__name__)
+
+#: The reference model is fitted on at most this many of the study's answers (a random sample).
+MAX_REFERENCE_ANSWERS = 20000
+#: Whether rating answers are judged (see ``judge``: not calibrated yet).
+JUDGE_RATINGS = False
+#: The log is read up to this many answers (the latest).
+MAX_LOG_ANSWERS = 100000
+
+
+def _fold(rater: str) -> int:
+    return zlib.crc32(rater.encode()) % rater_checks.N_FOLDS
+
+
+def _stats(conn: Redis, study_id: str) -> dict[str, dict[str, str]]:
+    rows: dict[str, dict[str, str]] = {}
+    for field, value in conn.hgetall(keys.rater_stats(study_id)).items():
+        rater, name = keys.split_rater_field(field.decode(errors="replace"))
+        if rater:
+            rows.setdefault(rater, {})[name] = value.decode(errors="replace")
+    return rows
+
+
+def _read_log(conn: Redis, study_id: str) -> list[Answer]:
+    entries = conn.xrevrange(keys.answers(study_id), count=MAX_LOG_ANSWERS)
+    return [Answer.from_stream(i, f) for i, f in reversed(entries)]
+
+
+def after_pass(conn: Redis, study_id: str, summary: dict) -> None:
+    """The update pass's call (workers/jobs/update.py): check the raters when the pass applied answers."""
+    if summary.get("applied"):
+        check_raters(conn, study_id)
+
+
+def check_raters(conn: Redis, study_id: str) -> dict[str, dict]:
+    """Judge every rater with a look due; returns {rater: verdict fields} of the raters judged now.
+    Never raises: a failed check is logged and the update pass goes on."""
+    try:
+        return _check(conn, study_id)
+    except Exception:  # the update pass must not fail on a check
+        log.exception("answer check of study %s failed", study_id)
+        return {}
+
+
+def _check(conn: Redis, study_id: str) -> dict[str, dict]:
+    study = get_study(conn, study_id)
+    attention = study.config.attention
+    if not attention.answer_check:
+        return {}
+    stats = _stats(conn, study_id)
+    unseen = {r: int(c.get("answers") or 0) for r, c in stats.items()
+              if int(c.get("answers") or 0) > int(c.get("checked_answers") or 0)}
+    if not unseen:
+        return {}
+    due = {}
+    for rater, answers in unseen.items():
+        done = int(stats[rater].get("looks") or 0)
+        looks = answer_check_looks(answers)
+        if looks and looks[-1][0] > done:
+            due[rater] = looks[-1]
+    verdicts = judge(study, _read_log(conn, study_id), due, stats) if due else {}
+    with conn.pipeline(transaction=False) as pipe:
+        for rater, answers in unseen.items():
+            pipe.hset(keys.rater_stats(study_id), keys.rater_field(rater, "checked_answers"), answers)
+        for rater, verdict in verdicts.items():
+            look, _ = due[rater]
+            alpha = rater_checks.look_alpha(look, attention.false_flag_rate)
+            fields = {"looks": look, "answer_p": f"{verdict.p:.6g}", "answer_rule": verdict.likeliest,
+                      "answer_n": verdict.n,
+                      "answer_agreement": "" if verdict.agreement is None else f"{verdict.agreement:.4f}"}
+            if verdict.p < alpha:
+                fields["answer_flagged"] = 1
+                if attention.flag_action != "mark":
+                    fields["flagged"] = 1
+                if attention.flag_action == "exclude":
+                    pipe.sadd(keys.excluded_raters(study_id), rater)
+            pipe.hset(keys.rater_stats(study_id), mapping={keys.rater_field(rater, k): v for k, v in fields.items()})
+        pipe.hset(keys.engine_stats(study_id), CHECKED_AT_FIELD, time.time())
+        pipe.execute()
+    return {r: {"p": v.p, "likeliest": v.likeliest, "n": v.n, "agreement": v.agreement} for r, v in verdicts.items()}
+
+
+def _ordinary(answer: Answer) -> bool:
+    """An answer a learner uses: no catch trial, repeat or skip (a catch or repeat can be told apart
+    or remembered, so it is no evidence of looking)."""
+    return answer.algorithm not in (CATCH_ALGORITHM, REPEAT_ALGORITHM) and not answer.skipped
+
+
+def judge(study: Study, log_answers: list[Answer], due: dict[str, tuple[int, int]],
+          stats: dict[str, dict[str, str]]) -> dict[str, rater_checks.Verdict]:
+    """Verdicts of the ``due`` raters ({rater: (look, answers)}): each judged on the ordinary answers among
+    their first ``answers`` answers, against models fitted on the other raters' folds (raters flagged
+    before are left out of every fit)."""
+    position: dict[str, int] = {}
+    window: dict[str, list[Answer]] = {r: [] for r in due}
+    reference: list[Answer] = []
+    flagged = {r for r, c in stats.items() if c.get("flagged") not in (None, "", "0")
+               or c.get("answer_flagged") not in (None, "", "0")}
+    for answer in log_answers:
+        position[answer.rater] = position.get(answer.rater, 0) + 1
+        if not _ordinary(answer):
+            continue
+        if answer.rater in due and position[answer.rater] <= due[answer.rater][1]:
+            window[answer.rater].append(answer)
+        if answer.rater not in flagged:
+            reference.append(answer)
+    seed = study.config.random_state or 0
+    rng = np.random.default_rng(seed)
+    if len(reference) > MAX_REFERENCE_ANSWERS:
+        reference = [reference[i] for i in np.sort(rng.choice(len(reference), MAX_REFERENCE_ANSWERS, replace=False))]
+    verdicts = {}
+    triplets = [a for a in reference if a.kind != "rating"]
+    ratings = [a for a in reference if a.kind == "rating"]
+    judged_t = {r: [a for a in w if a.kind != "rating"] for r, w in window.items()}
+    judged_r = {r: [a for a in w if a.kind == "rating"] for r, w in window.items()}
+    if any(judged_t.values()):
+        verdicts.update(_judge_triplets(study, triplets, {r: w for r, w in judged_t.items()
+                                                          if len(w) >= len(judged_r[r]) and w}, due, seed))
+    # ratings are not judged yet: on the egg ratings (benchmarks/bots.py) the honest spread model flagged
+    # 42% of careful raters, far above false_flag_rate (engine.rater_checks.judge_ratings stays for when
+    # it is calibrated)
+    if JUDGE_RATINGS and any(judged_r.values()):
+        verdicts.update(_judge_ratings(study, ratings, {r: w for r, w in judged_r.items()
+                                                        if len(w) > len(judged_t[r])}, due, seed))
+    return verdicts
+
+
+def _simulations(look: int, false_flag_rate: float) -> int:
+    return int(min(100000, max(rater_checks.SIMULATIONS, 4 / rater_checks.look_alpha(look, false_flag_rate))))
+
+
+def _judge_triplets(study: Study, reference: list[Answer], windows: dict[str, list[Answer]],
+                    due: dict[str, tuple[int, int]], seed: int) -> dict[str, rater_checks.Verdict]:
+    n = study.n_items
+    judged = [a for w in windows.values() for a in w]
+    rows = np.array([(a.head, a.a, a.b, int(a.choice == a.a)) for a in reference + judged], dtype=np.int64)
+    if len(rows) == 0:
+        return {}
+    group = np.array([_fold(a.rater) for a in reference + judged])
+    in_reference = np.arange(len(rows)) < len(reference)
+    z = rater_checks.held_out_triplet_margins(rows, group, in_reference, n, seed=seed)
+    scale = rater_checks.calibrate_temperature(z[in_reference], rows[in_reference, 3])
+    p_first = rater_checks.LAPSE / 2 + (1 - rater_checks.LAPSE) / (1 + np.exp(-np.clip(scale * z, -30, 30)))
+    verdicts, start = {}, len(reference)
+    false_flag_rate = study.config.attention.false_flag_rate
+    for rater, window in windows.items():
+        part = slice(start, start + len(window))
+        start += len(window)
+        r = rows[part]
+        verdicts[rater] = rater_checks.judge_triplets(
+            p_first[part], r[:, 3], (r[:, 1] < r[:, 2]).astype(int), seed=seed + zlib.crc32(rater.encode()),
+            simulations=_simulations(due[rater][0], false_flag_rate))
+    return verdicts
+
+
+def _judge_ratings(study: Study, reference: list[Answer], windows: dict[str, list[Answer]],
+                   due: dict[str, tuple[int, int]], seed: int) -> dict[str, rater_checks.Verdict]:
+    scale = study.config.rating
+    judged = [a for w in windows.values() for a in w]
+    answers = reference + judged
+    if not answers:
+        return {}
+    rows = np.array([(a.head, a.a, scale.distance(a.value if a.value is not None else scale.min)) for a in answers])
+    group = np.array([_fold(a.rater) for a in answers])
+    in_reference = np.arange(len(rows)) < len(reference)
+    predicted = rater_checks.held_out_rating_predictions(rows, group, in_reference, study.n_items, seed=seed)
+    residual = rows[in_reference, 2] - predicted[in_reference]
+    # every residual, lapses included: a spread too small would make careful raters look item-blind
+    sigma = float(np.sqrt(np.mean(residual ** 2))) if len(residual) else 0.25
+    levels = None
+    if scale.step:
+        steps = int(round((scale.max - scale.min) / scale.step))
+        levels = np.array([scale.distance(scale.min + k * scale.step) for k in range(steps + 1)])
+    verdicts, start = {}, len(reference)
+    false_flag_rate = study.config.attention.false_flag_rate
+    for rater, window in windows.items():
+        part = slice(start, start + len(window))
+        start += len(window)
+        verdicts[rater] = rater_checks.judge_ratings(
+            predicted[part], rows[part, 2], sigma, levels=levels, seed=seed + zlib.crc32(rater.encode()),
+            simulations=_simulations(due[rater][0], false_flag_rate))
+    return verdicts
