@@ -289,7 +289,7 @@ def worker(burst: bool, blas_threads: int, fit_processes: int = 1) -> None:
     schedule_stale_studies(conn)
     from workers.jobs import fits
 
-    fits.use_fit_processes(fit_processes, blas_threads)
+    fits.use_fit_processes(fit_processes, blas_threads, url)
     try:
         with threadpool_limits(limits=blas_threads or None, user_api="blas"):
             SimpleWorker([get_queue(conn)], connection=conn).work(burst=burst, logging_level="WARNING")

@@ -45,6 +45,7 @@ class FitPool:
         self._executor: ProcessPoolExecutor | None = None
         self._futures: OrderedDict[tuple, Future] = OrderedDict()
         self._restarts: dict[tuple, int] = {}
+        self._jobs: dict[tuple, Future] = {}
 
     def _pool(self) -> ProcessPoolExecutor:
         if self._executor is None:
@@ -70,6 +71,20 @@ class FitPool:
         while len(self._futures) > KEPT_FITS:
             self._futures.popitem(last=False)
         return f
+
+    def beside(self, key: tuple, fn: Any, *args: Any) -> None:
+        """Run ``fn(*args)`` in the pool unless the last run under ``key`` is still going (one at a
+        time per key; its failure is logged by ``fn`` itself)."""
+        f = self._jobs.get(key)
+        if f is not None and not f.done():
+            return
+        try:
+            self._jobs[key] = self._pool().submit(fn, *args)
+        except BrokenProcessPool:
+            self.shutdown(wait=False)
+            self._jobs[key] = self._pool().submit(fn, *args)
+        while len(self._jobs) > 4 * KEPT_FITS:
+            self._jobs.pop(next(iter(self._jobs)))
 
     def fitter(self, study_id: str, label: str) -> StudyFitter:
         return StudyFitter(self, study_id, label)
@@ -111,15 +126,27 @@ class StudyFitter:
 
 
 _pool: FitPool | None = None
+_redis_url: str | None = None
 
 
-def use_fit_processes(processes: int, blas_threads: int = 1) -> None:
-    """Run this process's refits in ``processes`` processes beside its passes (0: inside the passes,
-    as tests and in-process runs do: the same fits at the same answers, deterministic)."""
-    global _pool
+def use_fit_processes(processes: int, blas_threads: int = 1, redis_url: str | None = None) -> None:
+    """Run this process's refits (and, given ``redis_url``, its answer checks) in ``processes``
+    processes beside its passes (0: inside the passes, as tests and in-process runs do: the same fits
+    at the same answers, deterministic)."""
+    global _pool, _redis_url
     if _pool is not None:
         _pool.shutdown(wait=False)
     _pool = FitPool(processes, blas_threads) if processes > 0 else None
+    _redis_url = redis_url
+
+
+def run_beside(key: tuple, fn: Any, *args: Any) -> bool:
+    """Run ``fn(redis_url, *args)`` in the fit pool (one run at a time per ``key``); False where this
+    process has no pool or no Redis address for it (the caller runs the work itself)."""
+    if _pool is None or not _redis_url:
+        return False
+    _pool.beside(key, fn, _redis_url, *args)
+    return True
 
 
 def fitter_for(study_id: str, label: str) -> StudyFitter | None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine import rater_checks
+from workers.jobs import fits
 from workers.store import keys
 from workers.store.answers import CATCH_ALGORITHM, REPEAT_ALGORITHM, Answer
 from workers.store.raters import CHECKED_AT_FIELD, answer_check_looks
@@ -54,10 +55,37 @@ def _read_log(conn: Redis, study_id: str) -> list[Answer]:
     return [Answer.from_stream(i, f) for i, f in reversed(entries)]
 
 
+#: A check beside the passes goes on while answers it has not seen keep arriving, at most this many rounds.
+CHECK_ROUNDS = 50
+
+
 def after_pass(conn: Redis, study_id: str, summary: dict) -> None:
-    """The update pass's call (workers/jobs/update.py): check the raters when the pass applied answers."""
-    if summary.get("applied"):
+    """The update pass's call (workers/jobs/update.py): check the raters when the pass applied answers,
+    in the worker's fit process where it has one (a check reads the log and fits models: it must not
+    hold the pool refills up), else here."""
+    if summary.get("applied") and not fits.run_beside(("answer-check", study_id), check_study_at, study_id):
         check_raters(conn, study_id)
+
+
+def _unchecked(conn: Redis, study_id: str) -> bool:
+    return any(int(c.get("answers") or 0) > int(c.get("checked_answers") or 0)
+               for c in _stats(conn, study_id).values())
+
+
+def check_study_at(redis_url: str, study_id: str) -> None:
+    """Check a study's raters from another process (the worker's fit pool), until every answer
+    that arrived meanwhile was seen too."""
+    import redis
+
+    conn = redis.Redis.from_url(redis_url)
+    try:
+        for _ in range(CHECK_ROUNDS):
+            check_raters(conn, study_id)
+            if not _unchecked(conn, study_id):
+                return
+            time.sleep(0.2)
+    finally:
+        conn.close()
 
 
 def check_raters(conn: Redis, study_id: str) -> dict[str, dict]:
