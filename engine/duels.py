@@ -75,6 +75,8 @@ AUTO_RECHECK = 4
 FIT_MAX_ITER = 300
 #: most entries (rows x items, 16 bytes each) of the fit's rows kept for exploring questions between refits
 ROW_CACHE_ENTRIES = 1_000_000
+#: distances (heads x items) computed at a time when shortlists are rebuilt from a fit (8 bytes each)
+NEAREST_BLOCK = 4_000_000
 
 _TRIU: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
@@ -624,8 +626,6 @@ class CandidateDuels:
         """Refit the embedding (warm start) and rebuild every head's shortlist."""
         trip = self._all_triplets()
         emb = _embedding_module()
-        order = None
-        answers_fitted = self.n_answers_
         if emb is not None and len(trip):
             job = self.fit_job_
             if job is not None and self.coin_ and job.get("published") and self._grown(job["answers"]):
@@ -641,52 +641,94 @@ class CandidateDuels:
                 return
             self.embedding_ = self.embeddings_[self.chosen_dim_]
             self._estimate_kappa()
-            sq = (self.embedding_**2).sum(axis=1)
-            D = sq[:, None] + sq[None, :] - 2.0 * self.embedding_ @ self.embedding_.T
-        else:
-            # no embedding fitter: rank candidates by their smoothed win rate as this head's
-            # answers (a weak, head-local signal; the duels sharpen it)
-            n = self.n_items
-            wins = np.zeros((n, n))
-            shown = np.zeros((n, n))
-            if len(trip):
-                np.add.at(wins, (trip[:, 0], trip[:, 1]), 1.0)
-                np.add.at(shown, (trip[:, 0], trip[:, 1]), 1.0)
-                np.add.at(shown, (trip[:, 0], trip[:, 2]), 1.0)
-            D = -(wins + 1.0) / (shown + 2.0)
+            self._shortlists_from_fit(answers_fitted)
+            return
+        # no embedding fitter (or no answer yet): rank candidates by their smoothed win rate as this
+        # head's answers (a weak, head-local signal; the duels sharpen it). n x n: only without scipy
+        answers_fitted = self.n_answers_
+        n = self.n_items
+        wins = np.zeros((n, n))
+        shown = np.zeros((n, n))
+        if len(trip):
+            np.add.at(wins, (trip[:, 0], trip[:, 1]), 1.0)
+            np.add.at(shown, (trip[:, 0], trip[:, 1]), 1.0)
+            np.add.at(shown, (trip[:, 0], trip[:, 2]), 1.0)
+        D = -(wins + 1.0) / (shown + 2.0)
         np.fill_diagonal(D, np.inf)
         m = self._target_size()
-        order = np.argsort(D, axis=1, kind="stable")
-        if emb is None:
-            order = self._neighbours_of_neighbours(order)
+        order = self._neighbours_of_neighbours(np.argsort(D, axis=1, kind="stable"))
         cands = np.full((self.n_items, self.shortlist), NO_NEIGHBOR, np.int64)
-        olds = [[int(c) for c in self.cands_[h] if c >= 0 and c not in self.eliminated_.get(h, ())]
-                for h in range(self.n_items)]
-        old_rows = np.full((self.n_items, self.shortlist), NO_NEIGHBOR, np.int64)
-        for h, old in enumerate(olds):
-            old_rows[h, : len(old)] = old
-        old_scores, old_counts = self._batch_scores(old_rows)
+        # the dueled leaders survive a refit, so evidence is not thrown away (and stay first: no fit
+        # to order the shortlist by)
+        keeps = self._old_leaders(m)
         for h in range(self.n_items):
             gone = self.eliminated_.get(h, ())
-            keep = []
-            old = olds[h]
-            if old:
-                # the dueled leaders survive a refit, so evidence is not thrown away
-                score, counts = old_scores[h, : len(old)], old_counts[h, : len(old)]
-                ranked = [old[i] for i in np.argsort(-score, kind="stable") if counts[i] > 0]
-                keep = ranked[: math.ceil(m * KEEP_SHARE)]
-            chosen = list(keep)
+            chosen = list(keeps[h])
             for c in order[h]:
                 if len(chosen) >= m:
                     break
                 c = int(c)
                 if c != h and c not in gone and c not in chosen:
                     chosen.append(c)
-            if emb is not None:
-                # shortlist order = nearness in the fit (the prior of the duel scores); without
-                # a fit the dueled leaders stay first
-                chosen.sort(key=lambda c, row=D[h]: (row[c], c))
             cands[h, : len(chosen)] = chosen
+        self.cands_ = cands
+        self.fitted_on_ = answers_fitted
+        self.n_fits_ += 1
+
+    def _old_leaders(self, m: int) -> list[list[int]]:
+        """Per head, the dueled leaders of its shortlist that survive a refit (``KEEP_SHARE`` of m)."""
+        olds = [[int(c) for c in self.cands_[h] if c >= 0 and c not in self.eliminated_.get(h, ())]
+                for h in range(self.n_items)]
+        old_rows = np.full((self.n_items, self.shortlist), NO_NEIGHBOR, np.int64)
+        for h, old in enumerate(olds):
+            old_rows[h, : len(old)] = old
+        old_scores, old_counts = self._batch_scores(old_rows)
+        keeps = []
+        for h, old in enumerate(olds):
+            keep = []
+            if old:
+                score, counts = old_scores[h, : len(old)], old_counts[h, : len(old)]
+                ranked = [old[i] for i in np.argsort(-score, kind="stable") if counts[i] > 0]
+                keep = ranked[: math.ceil(m * KEEP_SHARE)]
+            keeps.append(keep)
+        return keeps
+
+    def _shortlists_from_fit(self, answers_fitted: int) -> None:
+        """Every head's shortlist from the fit: its dueled leaders, then its nearest items in the
+        fit, in order of nearness. Heads are taken in blocks (``NEAREST_BLOCK`` distances at a time),
+        so no n x n array is made: at 50,000 items a block of 80 heads holds 32 MB."""
+        X = self.embedding_
+        n = self.n_items
+        m = self._target_size()
+        keeps = self._old_leaders(m)
+        sq = (X**2).sum(axis=1)
+        cands = np.full((n, self.shortlist), NO_NEIGHBOR, np.int64)
+        rows = max(1, NEAREST_BLOCK // n)
+        for lo in range(0, n, rows):
+            heads = np.arange(lo, min(n, lo + rows))
+            D = sq[heads, None] + sq[None, :] - 2.0 * X[heads] @ X.T
+            D[np.arange(len(heads)), heads] = np.inf
+            # enough nearest items for the head with most eliminated candidates in the block
+            k = min(n, m + 1 + max(len(self.eliminated_.get(int(h), ())) for h in heads))
+            if k < n:
+                # the k nearest, nearest first and ties to the smaller index (as a stable sort of the row)
+                part = np.argpartition(D, k - 1, axis=1)[:, :k]
+                near = np.take_along_axis(D, part, axis=1)
+                order = [part[i][np.lexsort((part[i], near[i]))] for i in range(len(heads))]
+            else:
+                order = list(np.argsort(D, axis=1, kind="stable"))
+            for i, h in enumerate(heads.tolist()):
+                gone = self.eliminated_.get(h, ())
+                chosen = list(keeps[h])
+                for c in order[i]:
+                    if len(chosen) >= m:
+                        break
+                    c = int(c)
+                    if c != h and c not in gone and c not in chosen:
+                        chosen.append(c)
+                # shortlist order = nearness in the fit (the prior of the duel scores)
+                chosen.sort(key=lambda c, row=D[i]: (row[c], c))
+                cands[h, : len(chosen)] = chosen
         self.cands_ = cands
         self.fitted_on_ = answers_fitted
         self.n_fits_ += 1
@@ -1119,13 +1161,12 @@ class CandidateDuels:
                 # win share among the triplets that showed them), so the graph is anytime
                 if early is None:
                     early = self._win_shares()
-                share, shown = early
-                seen = np.flatnonzero(shown[h] > 0)
-                if len(seen):
-                    top = seen[np.lexsort((seen, -share[h, seen]))][:k]
-                    nb[h, : len(top)] = top
-                    est[h, : len(top)] = 1.0 - share[h, top]
-                    cnt[h, : len(top)] = shown[h, top]
+                if h in early:
+                    seen, share, shown = early[h]
+                    top = np.lexsort((seen, -share))[:k]
+                    nb[h, : len(top)] = seen[top]
+                    est[h, : len(top)] = 1.0 - share[top]
+                    cnt[h, : len(top)] = shown[top]
                 continue
             picked = list(cands[:k])
             if len(picked) < k and X is not None:
@@ -1144,16 +1185,23 @@ class CandidateDuels:
                 cert[h] = self._certified(h, shortlist, W, N)
         return NeighborGraph.from_neighbors(nb, estimates=est, samples=cnt, certified=cert)
 
-    def _win_shares(self) -> tuple[np.ndarray, np.ndarray]:
-        """(smoothed share of h's triplets that item j won, triplets of h that showed j)."""
+    def _win_shares(self) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per head h with answers: (items its triplets showed, smoothed share of them each won,
+        triplets that showed each), from the answers' (h, item) pairs (no n x n array)."""
         n = self.n_items
         trip = self._all_triplets()
-        wins = np.zeros((n, n))
-        shown = np.zeros((n, n), np.int64)
-        np.add.at(wins, (trip[:, 0], trip[:, 1]), 1.0)
-        np.add.at(shown, (trip[:, 0], trip[:, 1]), 1)
-        np.add.at(shown, (trip[:, 0], trip[:, 2]), 1)
-        return (wins + 1.0) / (shown + 2.0), shown
+        if not len(trip):
+            return {}
+        shown_codes = np.concatenate([trip[:, 0] * n + trip[:, 1], trip[:, 0] * n + trip[:, 2]])
+        codes, shown = np.unique(shown_codes, return_counts=True)
+        won = np.searchsorted(codes, trip[:, 0] * n + trip[:, 1])
+        wins = np.bincount(won, minlength=len(codes)).astype(np.float64)
+        heads, items = np.divmod(codes, n)
+        share = (wins + 1.0) / (shown + 2.0)
+        bounds = np.flatnonzero(np.diff(heads)) + 1
+        return {int(h[0]): (i, sh, c) for h, i, sh, c in zip(np.split(heads, bounds), np.split(items, bounds),
+                                                             np.split(share, bounds), np.split(shown, bounds),
+                                                             strict=True)}
 
     def result(self) -> NeighborGraph:
         """The learned 1-NN graph."""
