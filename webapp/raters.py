@@ -15,7 +15,13 @@ from workers.store.answers import RATER_ID_PATTERN
 from workers.store.questions import StudyGuard
 from workers.store.studies import STUDY_ID_PATTERN, StudyNotFound, get_items, get_media, get_study, get_stylesheet
 
-from .questions_answers import completion_code, rater_stats, session_replaced_error
+from .questions_answers import (
+    FULL_CODE,
+    PARTIAL_CODE,
+    completion_code,
+    rater_stats,
+    session_replaced_error,
+)
 from .storage import get_redis
 
 if TYPE_CHECKING:
@@ -196,7 +202,9 @@ def finish(study_id: str) -> ResponseReturnValue:
     rater = current_rater()
     stats = rater_stats(conn, study.id, rater)
     stopped = bool(stats["flagged"] and study.config.attention.stop_flagged)
-    if not stats["completed"] and not stopped:
+    # a study closed on a rater who had begun ends their work too (what they get: code_decision)
+    ended = study.status == "closed" and stats["answers"] > 0
+    if not stats["completed"] and not stopped and not ended:
         return redirect(url_for("raters.study_page", study_id=study.id))
     completion = study.config.completion
     # one comment per rater: the first is kept, and a reopened link does not ask again
@@ -207,20 +215,20 @@ def finish(study_id: str) -> ResponseReturnValue:
         if text:
             conn.hsetnx(keys.rater_stats(study.id), debrief_field, text)
         thanked = True
-    shortfall = None if stopped else code_shortfall(conn, study, rater, stats)
+    kind, shortfall = (None, None) if stopped else code_decision(conn, study, rater, stats)
     code = None
-    if not stopped and shortfall is None:
-        code = completion_code(current_app.config["SECRET_KEY"], study.id, rater)
-        if not code_minting_allowed(conn, study, rater, code):
+    if kind is not None:
+        code = completion_code(current_app.config["SECRET_KEY"], study.id, rater, kind)
+        if not code_minting_allowed(conn, study, rater, code, kind):
             return render_template("raters/closed.html", study=study, busy=True), 429, {"Retry-After": "60"}
     redirect_url = None
     if code and completion.prolific_redirect_url:
         redirect_url = completion.prolific_redirect_url.replace("{code}", code)
     # redirect to Prolific by itself once nothing is left to do here (the button stays as a fallback)
     auto_redirect = bool(redirect_url) and (not completion.debrief_question or thanked)
-    return render_template("raters/finish.html", study=study, code=code, stopped=stopped or shortfall is not None,
-                           shortfall=shortfall, thanked=thanked, auto_redirect=auto_redirect,
-                           redirect_seconds=REDIRECT_SECONDS,
+    return render_template("raters/finish.html", study=study, code=code, stopped=stopped or code is None,
+                           shortfall=shortfall, partial=kind == PARTIAL_CODE, thanked=thanked,
+                           auto_redirect=auto_redirect, redirect_seconds=REDIRECT_SECONDS,
                            redirect_url=redirect_url, message=render_markdown(completion.message),
                            debrief=completion.debrief_question)
 
@@ -246,34 +254,43 @@ def anonymous_session_allowed(conn: Redis, study: Study) -> bool:
     return int(opened) <= study.config.limits.anonymous_sessions_per_address
 
 
-def code_shortfall(conn: Redis, study: Study, rater: str, stats: dict[str, int]) -> str | None:
-    """Why this rater gets no completion code, or None when they did the work: the configured
-    minimum of answers and the attention checks (a check still held unanswered counts as failed)."""
-    needed = study.config.limits.answers_for_code
-    if stats["answers"] < needed:
-        if study_full(conn, study) or study.status != "running":
-            return "This study filled up before you could take part, so there is no completion code to give."
-        return f"A completion code needs at least {needed} answers; you gave {stats['answers']}."
+def code_decision(conn: Redis, study: Study, rater: str, stats: dict[str, int]) -> tuple[str | None, str | None]:
+    """(the code this rater is shown: FULL_CODE, PARTIAL_CODE or None; why it is not the full one).
+
+    The full code needs the attention checks passed (a check still held unanswered counts as failed)
+    and ``limits.answers_for_code`` answers (by default the study's per-rater question count). A rater
+    the study ran out of questions or budget for, or closed on, before that gets a partial-completion
+    code when ``completion.partial_code`` is set, else none: never the full code.
+    """
     held = conn.zrange(keys.outstanding(study.id, rater), 0, -1)
     abandoned = sum(1 for member in held if member.startswith(b"c:"))
     checks, failed = stats["catch"] + abandoned, stats["catch_failed"] + abandoned
     attention = study.config.attention
     if stats["flagged"] or (checks >= attention.min_checks and failed > attention.max_failure_share * checks):
-        return "Too many of the attention checks were missed, so there is no completion code to give."
-    return None
+        return None, "Too many of the attention checks were missed, so there is no completion code to give."
+    needed = study.config.limits.answers_for_code
+    if stats["answers"] < needed:
+        if study_full(conn, study) or study.status != "running":
+            if study.config.completion.partial_code and stats["answers"] > 0:
+                return PARTIAL_CODE, (f"This study ran out of questions after {stats['answers']} of the {needed} "
+                                      "answers a full completion code needs, so this is a partial-completion code.")
+            return None, "This study filled up before you could take part, so there is no completion code to give."
+        return None, f"A completion code needs at least {needed} answers; you gave {stats['answers']}."
+    return FULL_CODE, None
 
 
-def code_minting_allowed(conn: Redis, study: Study, rater: str, code: str = "1") -> bool:
+def code_minting_allowed(conn: Redis, study: Study, rater: str, code: str = "1", kind: str = FULL_CODE) -> bool:
     """Charge the address's code bucket the first time a rater is shown their code (reloads are free).
-    The code shown is kept (the raters export lists it beside the rater, to match Prolific's list)."""
+    The code shown and its kind are kept (the raters export lists them beside the rater, to match
+    Prolific's list); a rater shown a partial code who later earns the full one is charged again."""
     from .limits import limit_code
 
     field = keys.rater_field(rater, "code_shown")
-    if not conn.hsetnx(keys.rater_stats(study.id), field, code):
+    if conn.hget(keys.rater_stats(study.id), field) == code.encode():
         return True
     if limit_code(study.id):
+        conn.hset(keys.rater_stats(study.id), mapping={field: code, keys.rater_field(rater, "code_kind"): kind})
         return True
-    conn.hdel(keys.rater_stats(study.id), field)
     return False
 
 

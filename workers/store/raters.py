@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 RATER_TABLE_ANSWERS = 50000
 CSV_COLUMNS = ("rater", "answers", "median_response_ms", "catch", "catch_failed", "too_fast_share", "skipped",
                "repeats", "self_agreement", "flagged", "completed", "excluded", "last_answer_at", "completion_code",
-               "debrief")
+               "debrief", "code_kind")
 
 
 def _int(value) -> int:
@@ -75,6 +75,8 @@ def rater_table(conn: Redis, study_id: str, limit: int = RATER_TABLE_ANSWERS) ->
             "excluded": rater in excluded, "last_answer_at": last.get(rater), "debrief": c.get("debrief"),
             # the code the finish page showed (older studies stored only "1": shown, code not kept)
             "completion_code": c.get("code_shown") if c.get("code_shown") not in (None, "", "1") else None,
+            # "full", or "partial" for a partial-completion code (the study ran out before the rater finished)
+            "code_kind": (c.get("code_kind") or "full") if c.get("code_shown") not in (None, "") else None,
         })
     rows.sort(key=lambda r: (-r["flagged"], -r["answers"], r["rater"]))
     return rows

@@ -1,0 +1,115 @@
+"""No pay without honest work (issue 26, items 3 and 4): a code means the work was done, a study
+that runs out gives a partial code or none (never the full one), a late last answer completes the
+rater, and the anonymous-session cap counts sessions however they are made."""
+from __future__ import annotations
+
+import csv
+import io
+
+from click.testing import CliRunner
+from helpers import SECRET, answer, colour_items, fetch_question
+
+from webapp import questions_answers
+from webapp.cli import main
+from webapp.questions_answers import completion_code
+from workers.store import keys
+from workers.store.config import StudyConfig
+from workers.store.raters import export_raters_csv
+from workers.store.studies import create_study, set_status
+
+
+def make_study(conn, study_id="codes", **fields):
+    config = StudyConfig.from_dict({"name": "Codes", "algorithm": "random_triplets", "pool_size": 8, **fields})
+    return create_study(conn, config, colour_items(), study_id=study_id)
+
+
+def finish_page(client, study_id="codes") -> tuple[str | None, str]:
+    """(the code the finish page shows or None, the page)."""
+    page = client.get(f"/s/{study_id}/done").get_data(as_text=True)
+    marker = 'id="completion-code"'
+    if marker not in page:
+        return None, page
+    return page.split(marker, 1)[1].split(">", 1)[1].split("<", 1)[0].strip(), page
+
+
+def one_answer_each(app, n: int, prefix: str = "r-once") -> list:
+    raters = []
+    for i in range(n):
+        rater = app.test_client()
+        rater.get(f"/s/codes?rater={prefix}-{i}")
+        assert answer(rater, fetch_question(rater, "codes"), study_id="codes").status_code == 201
+        raters.append(rater)
+    return raters
+
+
+def test_by_default_a_study_running_out_gives_no_code_for_fewer_answers_than_the_per_rater_count(app, conn):
+    make_study(conn, limits={"answer_budget": 3, "max_questions_per_rater": 20})
+    raters = one_answer_each(app, 3)
+    for rater in raters:
+        response = rater.get("/api/studies/codes/questions/next")
+        assert response.get_json()["error"]["code"] == "budget_reached"  # marks the rater completed
+        code, page = finish_page(rater)
+        assert code is None and "filled up" in page
+
+
+def test_partial_code_policy_gives_a_different_code_the_researcher_can_tell_apart(app, conn, tmp_path, monkeypatch):
+    make_study(conn, limits={"answer_budget": 2, "max_questions_per_rater": 20}, completion={"partial_code": True})
+    [rater, _] = one_answer_each(app, 2)
+    rater.get("/api/studies/codes/questions/next")
+    code, page = finish_page(rater)
+    assert code == completion_code(SECRET, "codes", "r-once-0", "partial")
+    assert code != completion_code(SECRET, "codes", "r-once-0")
+    assert 'id="partial"' in page and "partial-completion code" in page
+    assert questions_answers.completion_code_kind(SECRET, "codes", "r-once-0", code) == "partial"
+    rows = {r["rater"]: r for r in csv.DictReader(io.StringIO("".join(export_raters_csv(conn, "codes"))))}
+    assert rows["r-once-0"]["completion_code"] == code and rows["r-once-0"]["code_kind"] == "partial"
+    assert rows["r-once-1"]["code_kind"] == ""  # never shown a code
+    # verify-code tells the researcher it is a partial code, not a full one
+    instance = tmp_path / "cli-instance"
+    instance.mkdir()
+    (instance / "secret_key").write_text(SECRET)
+    monkeypatch.delenv("PROXIMA_SECRET_KEY", raising=False)
+    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(instance))
+    result = CliRunner().invoke(main, ["verify-code", "codes", "r-once-0", code])
+    assert result.exit_code == 0 and result.output.startswith("partial:"), result.output
+
+
+def test_a_rater_who_did_the_work_gets_the_full_code_and_the_export_says_full(client, conn):
+    make_study(conn, limits={"max_questions_per_rater": 3}, completion={"partial_code": True})
+    client.get("/s/codes?rater=r-full")
+    question = fetch_question(client, "codes")
+    for _ in range(3):
+        body = answer(client, question, study_id="codes").get_json()
+        question = body["next"]
+    assert body["done"]["code"] == "rater_done"
+    code, _ = finish_page(client)
+    assert code == completion_code(SECRET, "codes", "r-full")
+    rows = list(csv.DictReader(io.StringIO("".join(export_raters_csv(conn, "codes")))))
+    assert rows[0]["code_kind"] == "full"
+
+
+def test_a_late_last_answer_under_accept_late_answers_completes_the_rater(client, conn):
+    make_study(conn, accept_late_answers=True, limits={"max_questions_per_rater": 3})
+    client.get("/s/codes?rater=r-late")
+    question = fetch_question(client, "codes")
+    for _ in range(2):
+        question = answer(client, question, study_id="codes").get_json()["next"]
+    set_status(conn, "codes", "closed")
+    response = answer(client, question, study_id="codes")
+    assert response.status_code == 201
+    body = response.get_json()
+    assert body["done"]["code"] == "rater_done" and body["done"]["finish_url"].endswith("/s/codes/done")
+    code, _ = finish_page(client)
+    assert code == completion_code(SECRET, "codes", "r-late")
+
+
+def test_a_late_answer_short_of_the_count_gets_no_full_code(client, conn):
+    make_study(conn, accept_late_answers=True, limits={"max_questions_per_rater": 5, "max_outstanding": 3})
+    client.get("/s/codes?rater=r-short")
+    held = [fetch_question(client, "codes") for _ in range(2)]
+    set_status(conn, "codes", "closed")
+    body = answer(client, held[0], study_id="codes").get_json()
+    assert body["done"]["code"] == "study_closed"
+    code, page = finish_page(client)
+    assert code is None and "no completion code" in page
+    assert conn.hget(keys.rater_stats("codes"), "r-short:completed") is None
