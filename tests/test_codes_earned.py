@@ -113,3 +113,41 @@ def test_a_late_answer_short_of_the_count_gets_no_full_code(client, conn):
     code, page = finish_page(client)
     assert code is None and "no completion code" in page
     assert conn.hget(keys.rater_stats("codes"), "r-short:completed") is None
+
+
+# ---------------------------------------------------------------- item 4: every entry counts
+def test_anonymous_sessions_made_by_the_question_api_count_against_the_cap(app, conn):
+    make_study(conn, limits={"anonymous_sessions_per_address": 3})
+    statuses = [app.test_client().get("/api/studies/codes/questions/next").status_code for _ in range(5)]
+    assert statuses == [200, 200, 200, 429, 429]
+    refused = app.test_client().get("/api/studies/codes/questions/next")
+    assert refused.get_json()["error"]["code"] == "too_many_sessions" and refused.headers["Retry-After"]
+    # one count per address: the page is refused too, and a session already made goes on
+    assert app.test_client().get("/s/codes").status_code == 429
+
+
+def test_an_address_capped_on_the_page_gets_no_session_from_the_api(app, conn):
+    make_study(conn, limits={"anonymous_sessions_per_address": 2})
+    assert [app.test_client().get("/s/codes").status_code for _ in range(3)] == [200, 200, 429]
+    bot = app.test_client(use_cookies=False)
+    for _ in range(5):
+        assert bot.get("/api/studies/codes/questions/next").status_code == 429
+        response = bot.post("/api/studies/codes/answers", json={"token": "x", "choice": 1})
+        assert response.status_code == 429 and response.get_json()["error"]["code"] == "too_many_sessions"
+    assert conn.xlen(keys.answers("codes")) == 0
+
+
+def test_the_cap_holds_with_rate_limits_on(app, conn):
+    app.config.update(RATE_LIMIT_EXEMPT_ADDRESSES=())
+    make_study(conn, limits={"anonymous_sessions_per_address": 2})
+    statuses = [app.test_client().get("/api/studies/codes/questions/next").status_code for _ in range(3)]
+    assert statuses == [200, 200, 429]
+
+
+def test_the_finish_page_mints_no_session_that_would_skip_the_cap(app, conn):
+    make_study(conn, limits={"anonymous_sessions_per_address": 1})
+    assert app.test_client().get("/s/codes").status_code == 200
+    sneaky = app.test_client()
+    assert sneaky.get("/s/codes/done").status_code == 302
+    assert sneaky.get("/s/codes").status_code == 429
+    assert sneaky.get("/api/studies/codes/questions/next").status_code == 429

@@ -15,6 +15,7 @@ from workers.store.answers import RATER_ID_PATTERN
 from workers.store.questions import StudyGuard
 from workers.store.studies import STUDY_ID_PATTERN, StudyNotFound, get_items, get_media, get_study, get_stylesheet
 
+from .errors import ApiError
 from .questions_answers import (
     FULL_CODE,
     PARTIAL_CODE,
@@ -70,6 +71,10 @@ def render_markdown(text: str | None, study: Study | None = None) -> Markup:
     return Markup(_markdown.renderer.render(tokens, _markdown.options, env))
 
 
+ANONYMOUS_CAP_MESSAGE = ("too many anonymous sessions of this study were opened from your network address in "
+                         "the last hour; open the study link you were given (with your participant id) or try later")
+
+
 def current_rater() -> str:
     """The rater id of this browser session, minting an anonymous one on first use."""
     rater = session.get("rater_id")
@@ -77,6 +82,21 @@ def current_rater() -> str:
         rater = f"anon-{secrets.token_hex(8)}"
         session["rater_id"] = rater
     return rater
+
+
+def request_rater(conn: Redis, study_id: str) -> str:
+    """The rater id of a question or answer request: the session's, or a new anonymous one counted
+    against the study's anonymous-session cap exactly as the study page counts it, so a client that
+    skips the page (or drops its cookie) opens no more sessions; ApiError 429 over the cap."""
+    from .questions_answers import load_study
+
+    rater = session.get("rater_id")
+    if rater:
+        return rater
+    if not anonymous_session_allowed(conn, load_study(conn, study_id)):
+        raise ApiError(429, "too_many_sessions", ANONYMOUS_CAP_MESSAGE, headers={"Retry-After": "3600"},
+                       retry_after=3600)
+    return current_rater()
 
 
 def claim_rater_session(conn: Redis, study_id: str, rater: str) -> None:
@@ -199,7 +219,9 @@ def consent(study_id: str) -> ResponseReturnValue:
 def finish(study_id: str) -> ResponseReturnValue:
     study = load_study_or_404(study_id)
     conn = get_redis()
-    rater = current_rater()
+    rater = session.get("rater_id")
+    if not rater:  # a session that never opened the study has nothing to finish (and mints no id here)
+        return redirect(url_for("raters.study_page", study_id=study.id))
     stats = rater_stats(conn, study.id, rater)
     stopped = bool(stats["flagged"] and study.config.attention.stop_flagged)
     # a study closed on a rater who had begun ends their work too (what they get: code_decision)
