@@ -151,3 +151,35 @@ def test_the_finish_page_mints_no_session_that_would_skip_the_cap(app, conn):
     assert sneaky.get("/s/codes/done").status_code == 302
     assert sneaky.get("/s/codes").status_code == 429
     assert sneaky.get("/api/studies/codes/questions/next").status_code == 429
+
+
+# ---------------------------------------------------------------- item 7: a stopped rater knows what to do
+def stopped_page(app, conn, link: str, **completion) -> str:
+    make_study(conn, attention={"rate": 0.0, "stop_flagged": True}, completion=completion)
+    rater = app.test_client()
+    rater.get(link)
+    rater_id = next(part.split("=", 1)[1] for part in link.split("?", 1)[1].split("&")
+                    if part.split("=")[0] in ("PROLIFIC_PID", "workerId"))
+    conn.hset(keys.rater_stats("codes"), f"{rater_id}:flagged", 1)
+    response = rater.get("/api/studies/codes/questions/next")
+    assert response.get_json()["error"]["code"] == "rater_stopped"
+    page = rater.get("/s/codes/done").get_data(as_text=True)
+    assert 'id="completion-code"' not in page
+    return page
+
+
+def test_a_stopped_prolific_rater_is_told_the_study_ended_and_to_return_the_submission(app, conn):
+    page = stopped_page(app, conn, "/s/codes?PROLIFIC_PID=p-stopped&STUDY_ID=s&SESSION_ID=x")
+    assert "The study has ended for you" in page and "no completion code" in page
+    assert "return your submission" in page and "Prolific" in page and "message the researcher" in page
+
+
+def test_a_stopped_mturk_rater_is_told_to_return_the_hit(app, conn):
+    page = stopped_page(app, conn, "/s/codes?workerId=w-stopped&assignmentId=a1&hitId=h1")
+    assert "The study has ended for you" in page and "return the HIT" in page
+
+
+def test_the_study_can_say_it_in_its_own_words(app, conn):
+    page = stopped_page(app, conn, "/s/codes?PROLIFIC_PID=p-own", stopped_message="Sorry! **Return** it, please.")
+    assert "Sorry! <strong>Return</strong> it, please." in page and "The study has ended for you" not in page
+    assert 'id="next-step"' in page

@@ -44,6 +44,33 @@ DEBRIEF_MAX_CHARS = 2000
 _markdown = MarkdownIt("commonmark", {"html": False})
 
 
+#: What a rater who gets no completion code should do next, by where they came from (the recruitment
+#: parameters kept in the session): the finish page's last line.
+NEXT_STEPS = {
+    "prolific": ("If you came from Prolific, please return your submission there (\u201cReturn submission\u201d "
+                 "on the study in your Prolific account) rather than leave it to time out; if you think this is a "
+                 "mistake, message the researcher through Prolific."),
+    "mturk": ("If you came from Amazon Mechanical Turk, please return the HIT (\u201cReturn\u201d) rather than "
+              "submit it without a code; if you think this is a mistake, contact the requester through MTurk."),
+    "other": ("If you were sent here by a recruitment site (Prolific, MTurk ...), please return your submission "
+              "there; if you think this is a mistake, contact the researcher who invited you."),
+}
+#: What a flagged rater stopped by ``attention.stop_flagged`` reads unless the study says it in its own
+#: words (``completion.stopped_message``).
+STOPPED_MESSAGE = ("The study has ended for you: this study has no more questions for you, because too many of "
+                   "your answers did not pass its attention checks, so there is no completion code.")
+
+
+def next_step() -> str:
+    """NEXT_STEPS for this browser session's recruitment site."""
+    recruitment = session.get("recruitment") or {}
+    if "PROLIFIC_PID" in recruitment:
+        return NEXT_STEPS["prolific"]
+    if "workerId" in recruitment or "assignmentId" in recruitment:
+        return NEXT_STEPS["mturk"]
+    return NEXT_STEPS["other"]
+
+
 #: Seconds the finish page shows the completion code before it returns the rater to Prolific.
 REDIRECT_SECONDS = 5
 
@@ -252,6 +279,8 @@ def finish(study_id: str) -> ResponseReturnValue:
                            shortfall=shortfall, partial=kind == PARTIAL_CODE, thanked=thanked,
                            auto_redirect=auto_redirect, redirect_seconds=REDIRECT_SECONDS,
                            redirect_url=redirect_url, message=render_markdown(completion.message),
+                           stopped_message=(render_markdown(completion.stopped_message or STOPPED_MESSAGE)
+                                            if stopped else None), next_step=next_step(),
                            debrief=completion.debrief_question)
 
 
