@@ -6,6 +6,8 @@ worker, except that the requests gunicorn itself refuses before the app sees the
 from __future__ import annotations
 
 import json
+import socket
+from typing import Any
 
 from gunicorn import util
 from gunicorn.http.errors import LimitRequestHeaders, LimitRequestLine
@@ -31,7 +33,7 @@ def json_error_response(status: int, reason: str, code: str, message: str) -> by
 class JsonErrorWorker(ThreadWorker):
     """gunicorn's gthread worker answering its own refusals in the JSON error shape."""
 
-    def handle_error(self, req, client, addr, exc) -> None:
+    def handle_error(self, req: Any, client: socket.socket, addr: Any, exc: BaseException) -> None:
         for kind, status, reason, code, message in JSON_REFUSALS:
             if isinstance(exc, kind):
                 self.log.warning("Invalid request from ip=%s: %s", (addr or ("",))[0], exc)
