@@ -179,3 +179,7 @@ def test_rater_flow_over_https_with_secure_cookies_hsts_and_the_raters_own_addre
     # a rater cannot pose as another address: nginx replaces any X-Forwarded-For it is sent
     spoof = rater_from("127.0.0.3", ca).get(f"{base}/s/tls", headers={"X-Forwarded-For": "198.51.100.9"}, timeout=10)
     assert spoof.status_code == 429
+    # a long request line gets the JSON error shape, from gunicorn's worker (over 8,190 bytes) or nginx (16 kB)
+    for length in (9000, 20000):
+        long = rater.get(f"{base}/api/studies/tls/questions/next?pad=" + "x" * length, timeout=10)
+        assert long.status_code == 414 and long.json()["error"]["code"] == "request_uri_too_long", long.text

@@ -11,7 +11,7 @@ from workers.store.raters import rater_table
 
 from .errors import ApiError
 from .questions_answers import load_study, rater_answer, rater_next_question
-from .raters import current_rater, session_guard
+from .raters import request_rater, session_guard
 from .stats import study_stats
 from .storage import get_redis
 
@@ -48,7 +48,7 @@ def health() -> ResponseReturnValue:
 
 @bp.get("/studies/<study_id>/questions/next")
 def get_next_question(study_id: str) -> ResponseReturnValue:
-    rater = current_rater()
+    rater = request_rater(get_redis(), study_id)
     # one round trip: the study guard checks this process's copy of the study and the rater's session
     question = rater_next_question(get_redis(), study_id, rater, session_guard(study_id, rater))
     return jsonify({"question": question})
@@ -56,7 +56,7 @@ def get_next_question(study_id: str) -> ResponseReturnValue:
 
 @bp.post("/studies/<study_id>/answers")
 def post_answer(study_id: str) -> ResponseReturnValue:
-    rater = current_rater()
+    rater = request_rater(get_redis(), study_id)
     # the answer is kept either way; a replaced session is told so (409) instead of getting a next question
     result = rater_answer(get_redis(), study_id, rater, json_body, session_guard(study_id, rater))
     return jsonify(result), 201

@@ -127,13 +127,17 @@ def limit_rater_requests() -> None:
         return None
     study_id = (request.view_args or {}).get("study_id", "")
     address = request.remote_addr or "unknown"
-    if not study_id or not set(study_id) <= STUDY_ID_CHARS or len(study_id) > 64 or exempt(address):
+    if not study_id or not set(study_id) <= STUDY_ID_CHARS or len(study_id) > 64:
         return None  # an unknown study is refused by the view itself
-    from .raters import current_rater
+    from .raters import request_rater
 
+    # a session made here (no study page first) counts against the anonymous-session cap like the page's
+    rater = request_rater(get_redis(), study_id)
+    if exempt(address):
+        return None
     config = current_app.config
     refused = take(get_redis(), [
-        Bucket(keys.rate_rater(study_id, current_rater()), float(config["ANSWER_RATE_PER_RATER"]),
+        Bucket(keys.rate_rater(study_id, rater), float(config["ANSWER_RATE_PER_RATER"]),
                int(config["ANSWER_BURST_PER_RATER"]), "rater"),
         Bucket(keys.rate_address(study_id, address), float(config["ANSWER_RATE_PER_ADDRESS"]),
                int(config["ANSWER_BURST_PER_ADDRESS"]), "address"),

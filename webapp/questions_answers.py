@@ -133,14 +133,30 @@ def item_payload(study_id: str, index: int, raw: bytes) -> dict:
     return payload
 
 
-def completion_code(secret_key: str, study_id: str, rater: str) -> str:
-    """The rater's completion code: an HMAC of study and rater, 12 characters of base32."""
-    digest = hmac.new(secret_key.encode(), f"{study_id}\n{rater}".encode(), hashlib.sha256).digest()
+#: The kinds of completion code: the work was done, or the study ran out (``completion.partial_code``).
+FULL_CODE, PARTIAL_CODE = "full", "partial"
+
+
+def completion_code(secret_key: str, study_id: str, rater: str, kind: str = FULL_CODE) -> str:
+    """The rater's completion code: an HMAC of study and rater, 12 characters of base32. A partial-
+    completion code is the HMAC of another message, so it is never the full code."""
+    message = f"{study_id}\n{rater}" + ("\npartial" if kind == PARTIAL_CODE else "")
+    digest = hmac.new(secret_key.encode(), message.encode(), hashlib.sha256).digest()
     return base64.b32encode(digest).decode()[:12]
 
 
 def check_completion_code(secret_key: str, study_id: str, rater: str, code: str) -> bool:
+    """Whether ``code`` is the rater's full completion code (a partial one is not)."""
     return hmac.compare_digest(completion_code(secret_key, study_id, rater), code.strip().upper())
+
+
+def completion_code_kind(secret_key: str, study_id: str, rater: str, code: str) -> str | None:
+    """FULL_CODE or PARTIAL_CODE when ``code`` is one of the rater's codes, else None."""
+    given = code.strip().upper()
+    for kind in (FULL_CODE, PARTIAL_CODE):
+        if hmac.compare_digest(completion_code(secret_key, study_id, rater, kind), given):
+            return kind
+    return None
 
 
 def rater_stats(conn: Redis, study_id: str, rater: str) -> dict[str, int]:
@@ -469,6 +485,8 @@ def submit_answer(conn: Redis, study: Study, rater: str, body: object, issue_nex
     if replaced:
         raise session_replaced_error()  # the answer is kept; the page is told instead of getting a question
     result = {"answer": {"id": answer_id}, "next": None}
+    if not running:
+        result["done"] = late_answer_done(conn, study, rater)
     if running and issue_next:
         check_consent(study)  # stored, but no next question before consent (as a question request)
         try:
@@ -478,6 +496,17 @@ def submit_answer(conn: Redis, study: Study, rater: str, body: object, issue_nex
                 raise
             result["done"] = {"code": exc.code, "message": exc.message, "finish_url": finish_url(study)}
     return result
+
+
+def late_answer_done(conn: Redis, study: Study, rater: str) -> dict:
+    """What a page is told after a late answer (kept under ``accept_late_answers``): the study asks no
+    more, and the rater who has now given the answers a code needs is completed (their code waits on
+    the finish page)."""
+    if rater_stats(conn, study.id, rater)["answers"] >= study.config.limits.answers_for_code:
+        mark_completed(conn, study.id, rater)
+        return {"code": "rater_done", "message": DONE_MESSAGES["rater_done"], "finish_url": finish_url(study)}
+    return {"code": "study_closed", "finish_url": finish_url(study),
+            "message": "this study is not taking answers at the moment; thank you for your time"}
 
 
 def _checked_answer(study: Study, rater: str, body: object) -> tuple:

@@ -17,7 +17,14 @@ from workers.store.questions import StudyGuard
 from workers.store.raters import answer_check_pending
 from workers.store.studies import STUDY_ID_PATTERN, StudyNotFound, get_items, get_media, get_study, get_stylesheet
 
-from .questions_answers import completion_code, rater_stats, session_replaced_error
+from .errors import ApiError
+from .questions_answers import (
+    FULL_CODE,
+    PARTIAL_CODE,
+    completion_code,
+    rater_stats,
+    session_replaced_error,
+)
 from .storage import get_redis
 
 if TYPE_CHECKING:
@@ -41,6 +48,33 @@ _markdown = MarkdownIt("commonmark", {"html": False})
 
 #: Seconds between reloads of the page waiting for the answer check of a rater's last answers.
 CHECK_REFRESH_SECONDS = 2
+#: What a rater who gets no completion code should do next, by where they came from (the recruitment
+#: parameters kept in the session): the finish page's last line.
+NEXT_STEPS = {
+    "prolific": ("If you came from Prolific, please return your submission there (\u201cReturn submission\u201d "
+                 "on the study in your Prolific account) rather than leave it to time out; if you think this is a "
+                 "mistake, message the researcher through Prolific."),
+    "mturk": ("If you came from Amazon Mechanical Turk, please return the HIT (\u201cReturn\u201d) rather than "
+              "submit it without a code; if you think this is a mistake, contact the requester through MTurk."),
+    "other": ("If you were sent here by a recruitment site (Prolific, MTurk ...), please return your submission "
+              "there; if you think this is a mistake, contact the researcher who invited you."),
+}
+#: What a flagged rater stopped by ``attention.stop_flagged`` reads unless the study says it in its own
+#: words (``completion.stopped_message``).
+STOPPED_MESSAGE = ("The study has ended for you: this study has no more questions for you, because too many of "
+                   "your answers did not pass its attention checks, so there is no completion code.")
+
+
+def next_step() -> str:
+    """NEXT_STEPS for this browser session's recruitment site."""
+    recruitment = session.get("recruitment") or {}
+    if "PROLIFIC_PID" in recruitment:
+        return NEXT_STEPS["prolific"]
+    if "workerId" in recruitment or "assignmentId" in recruitment:
+        return NEXT_STEPS["mturk"]
+    return NEXT_STEPS["other"]
+
+
 #: Seconds the finish page shows the completion code before it returns the rater to Prolific.
 REDIRECT_SECONDS = 5
 
@@ -68,6 +102,10 @@ def render_markdown(text: str | None, study: Study | None = None) -> Markup:
     return Markup(_markdown.renderer.render(tokens, _markdown.options, env))
 
 
+ANONYMOUS_CAP_MESSAGE = ("too many anonymous sessions of this study were opened from your network address in "
+                         "the last hour; open the study link you were given (with your participant id) or try later")
+
+
 def current_rater() -> str:
     """The rater id of this browser session, minting an anonymous one on first use."""
     rater = session.get("rater_id")
@@ -75,6 +113,21 @@ def current_rater() -> str:
         rater = f"anon-{secrets.token_hex(8)}"
         session["rater_id"] = rater
     return rater
+
+
+def request_rater(conn: Redis, study_id: str) -> str:
+    """The rater id of a question or answer request: the session's, or a new anonymous one counted
+    against the study's anonymous-session cap exactly as the study page counts it, so a client that
+    skips the page (or drops its cookie) opens no more sessions; ApiError 429 over the cap."""
+    from .questions_answers import load_study
+
+    rater = session.get("rater_id")
+    if rater:
+        return rater
+    if not anonymous_session_allowed(conn, load_study(conn, study_id)):
+        raise ApiError(429, "too_many_sessions", ANONYMOUS_CAP_MESSAGE, headers={"Retry-After": "3600"},
+                       retry_after=3600)
+    return current_rater()
 
 
 def claim_rater_session(conn: Redis, study_id: str, rater: str) -> None:
@@ -197,10 +250,14 @@ def consent(study_id: str) -> ResponseReturnValue:
 def finish(study_id: str) -> ResponseReturnValue:
     study = load_study_or_404(study_id)
     conn = get_redis()
-    rater = current_rater()
+    rater = session.get("rater_id")
+    if not rater:  # a session that never opened the study has nothing to finish (and mints no id here)
+        return redirect(url_for("raters.study_page", study_id=study.id))
     stats = rater_stats(conn, study.id, rater)
     stopped = bool(stats["flagged"] and study.config.attention.stops_flagged)
-    if not stats["completed"] and not stopped:
+    # a study closed on a rater who had begun ends their work too (what they get: code_decision)
+    ended = study.status == "closed" and stats["answers"] > 0
+    if not stats["completed"] and not stopped and not ended:
         return redirect(url_for("raters.study_page", study_id=study.id))
     attention = study.config.attention
     if (not stopped and attention.answer_check and attention.withholds_code
@@ -216,21 +273,23 @@ def finish(study_id: str) -> ResponseReturnValue:
         if text:
             conn.hsetnx(keys.rater_stats(study.id), debrief_field, text)
         thanked = True
-    shortfall = None if stopped else code_shortfall(conn, study, rater, stats)
+    kind, shortfall = (None, None) if stopped else code_decision(conn, study, rater, stats)
     code = None
-    if not stopped and shortfall is None:
-        code = completion_code(current_app.config["SECRET_KEY"], study.id, rater)
-        if not code_minting_allowed(conn, study, rater, code):
+    if kind is not None:
+        code = completion_code(current_app.config["SECRET_KEY"], study.id, rater, kind)
+        if not code_minting_allowed(conn, study, rater, code, kind):
             return render_template("raters/closed.html", study=study, busy=True), 429, {"Retry-After": "60"}
     redirect_url = None
     if code and completion.prolific_redirect_url:
         redirect_url = completion.prolific_redirect_url.replace("{code}", code)
     # redirect to Prolific by itself once nothing is left to do here (the button stays as a fallback)
     auto_redirect = bool(redirect_url) and (not completion.debrief_question or thanked)
-    return render_template("raters/finish.html", study=study, code=code, stopped=stopped or shortfall is not None,
-                           shortfall=shortfall, thanked=thanked, auto_redirect=auto_redirect,
-                           redirect_seconds=REDIRECT_SECONDS,
+    return render_template("raters/finish.html", study=study, code=code, stopped=stopped or code is None,
+                           shortfall=shortfall, partial=kind == PARTIAL_CODE, thanked=thanked,
+                           auto_redirect=auto_redirect, redirect_seconds=REDIRECT_SECONDS,
                            redirect_url=redirect_url, message=render_markdown(completion.message),
+                           stopped_message=(render_markdown(completion.stopped_message or STOPPED_MESSAGE)
+                                            if stopped else None), next_step=next_step(),
                            debrief=completion.debrief_question)
 
 
@@ -255,35 +314,44 @@ def anonymous_session_allowed(conn: Redis, study: Study) -> bool:
     return int(opened) <= study.config.limits.anonymous_sessions_per_address
 
 
-def code_shortfall(conn: Redis, study: Study, rater: str, stats: dict[str, int]) -> str | None:
-    """Why this rater gets no completion code, or None when they did the work: the configured
-    minimum of answers and the attention checks (a check still held unanswered counts as failed)."""
-    needed = study.config.limits.answers_for_code
-    if stats["answers"] < needed:
-        if study_full(conn, study) or study.status != "running":
-            return "This study filled up before you could take part, so there is no completion code to give."
-        return f"A completion code needs at least {needed} answers; you gave {stats['answers']}."
+def code_decision(conn: Redis, study: Study, rater: str, stats: dict[str, int]) -> tuple[str | None, str | None]:
+    """(the code this rater is shown: FULL_CODE, PARTIAL_CODE or None; why it is not the full one).
+
+    The full code needs the attention checks passed (a check still held unanswered counts as failed)
+    and ``limits.answers_for_code`` answers (by default the study's per-rater question count). A rater
+    the study ran out of questions or budget for, or closed on, before that gets a partial-completion
+    code when ``completion.partial_code`` is set, else none: never the full code.
+    """
     held = conn.zrange(keys.outstanding(study.id, rater), 0, -1)
     abandoned = sum(1 for member in held if member.startswith(b"c:"))
     checks, failed = stats["catch"] + abandoned, stats["catch_failed"] + abandoned
     attention = study.config.attention
     failing = checks >= attention.min_checks and failed > attention.max_failure_share * checks
     if (stats["flagged"] and attention.withholds_code) or failing:
-        return "Too many of the attention checks were missed, so there is no completion code to give."
-    return None
+        return None, "Too many of the attention checks were missed, so there is no completion code to give."
+    needed = study.config.limits.answers_for_code
+    if stats["answers"] < needed:
+        if study_full(conn, study) or study.status != "running":
+            if study.config.completion.partial_code and stats["answers"] > 0:
+                return PARTIAL_CODE, (f"This study ran out of questions after {stats['answers']} of the {needed} "
+                                      "answers a full completion code needs, so this is a partial-completion code.")
+            return None, "This study filled up before you could take part, so there is no completion code to give."
+        return None, f"A completion code needs at least {needed} answers; you gave {stats['answers']}."
+    return FULL_CODE, None
 
 
-def code_minting_allowed(conn: Redis, study: Study, rater: str, code: str = "1") -> bool:
+def code_minting_allowed(conn: Redis, study: Study, rater: str, code: str = "1", kind: str = FULL_CODE) -> bool:
     """Charge the address's code bucket the first time a rater is shown their code (reloads are free).
-    The code shown is kept (the raters export lists it beside the rater, to match Prolific's list)."""
+    The code shown and its kind are kept (the raters export lists them beside the rater, to match
+    Prolific's list); a rater shown a partial code who later earns the full one is charged again."""
     from .limits import limit_code
 
     field = keys.rater_field(rater, "code_shown")
-    if not conn.hsetnx(keys.rater_stats(study.id), field, code):
+    if conn.hget(keys.rater_stats(study.id), field) == code.encode():
         return True
     if limit_code(study.id):
+        conn.hset(keys.rater_stats(study.id), mapping={field: code, keys.rater_field(rater, "code_kind"): kind})
         return True
-    conn.hdel(keys.rater_stats(study.id), field)
     return False
 
 

@@ -395,7 +395,10 @@
         const tr = document.createElement("tr");
         tr.dataset.rater = r.rater;
         if (r.flagged) tr.className = "flagged";
-        const cells = [r.rater, String(r.answers),
+        // a partial-completion code (the study ran out before the rater finished): pay it as such
+        if (r.code_kind === "partial") tr.title = "shown a partial-completion code";
+        const answers = String(r.answers) + (r.code_kind === "partial" ? " (partial code)" : "");
+        const cells = [r.rater, answers,
           r.median_response_ms === null ? "—" : (r.median_response_ms / 1000).toFixed(1) + " s",
           r.catch ? r.catch_failed + " of " + r.catch : "—",
           (100 * r.too_fast_share).toFixed(0) + "%", String(r.skipped || 0),

@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 #: Threaded gunicorn workers that keep connections alive across a rater's think time: a sync worker
 #: holds each connection until the client closes it. Measured (benchmarks/load.py, n = 1000, 1000
 #: raters, 2 workers): 218 answers/s with sync workers, 449 with these.
-GUNICORN_THREADS = ("--worker-class", "gthread", "--threads", "8", "--keep-alive", "75")
+#: The worker class is gthread's, answering gunicorn's own refusals (a request line over the limit below)
+#: in the JSON error shape (webapp/gunicorn_worker.py).
+GUNICORN_THREADS = ("--worker-class", "webapp.gunicorn_worker.JsonErrorWorker", "--threads", "8", "--keep-alive", "75")
 #: gunicorn worker processes ``proxima serve`` starts. On a 2-core machine, once a rater request cost
 #: one Redis round trip, 2 x 8 threads took ~11% less web CPU per request than 3 x 8 at 1,000 raters
 #: with no worse latency (``benchmarks/load.py --steps 1000 --step-seconds 25 --compare 2x8,3x8,2x8,3x8``:
@@ -36,8 +38,8 @@ GUNICORN_THREADS = ("--worker-class", "gthread", "--threads", "8", "--keep-alive
 SERVE_WEB_WORKERS = 2
 #: BLAS threads of a `proxima worker` (see its help).
 WORKER_BLAS_THREADS = 1
-#: gunicorn's longest request line (its own default, 4094, answers longer URLs with an HTML 414): the
-#: app answers URLs over ``errors.MAX_URL_LENGTH`` with the JSON error shape on /api/.
+#: gunicorn's longest request line (its default is 4094): the app answers URLs over ``errors.MAX_URL_LENGTH``
+#: with the JSON error shape on /api/, and the worker answers lines over this one in that shape too.
 GUNICORN_LIMITS = ("--limit-request-line", "8190")
 #: Seconds ``proxima serve`` waits for the web server's first healthy answer.
 STARTUP_TIMEOUT_S = 60.0

@@ -2,7 +2,9 @@
 
 A backup holds what cannot be recomputed: the study's config and status, its stylesheet, its
 items (media bytes as base64), the whole answer log in order with its stream ids, the answers set aside,
-excluded raters, rater statistics and counters. Engine states are not in it (``proxima
+excluded raters, rater statistics and counters. A restore trusts none of what the log implies: rater
+statistics, flags, attention-check and repeat outcomes and completion are recomputed from the restored
+log, and a log answering one question twice is refused. Engine states are not in it (``proxima
 rebuild`` replays the log into them), nor question pools, issued questions, used tokens or
 trained models. Also reads the set-aside answers for the dashboard. Must never import Flask
 or the engine (numpy).
@@ -23,6 +25,7 @@ import redis
 from workers.store import keys
 from workers.store.answers import Answer, answer_problem
 from workers.store.config import ConfigError, StudyConfig
+from workers.store.raters import KEPT_RATER_FIELDS, replay_rater_stats
 from workers.store.studies import (
     STUDY_STATUSES,
     Item,
@@ -190,6 +193,8 @@ class Backup:
     raters: list[str] = field(default_factory=list)
     hashes: dict[str, dict[str, str]] = field(default_factory=dict)  # counters, rater_stats, per_minute
     stylesheet: str | None = None
+    #: answers the live path would have refused, set aside by the restore's own checks: they count for nothing
+    refused: set[str] = field(default_factory=set)
 
 
 def _fail(line: int, message: str) -> BackupError:
@@ -361,6 +366,7 @@ def _check_whole(backup: Backup, state: dict) -> None:
     config = StudyConfig.from_dict(backup.config)
     rating_range = (float(config.rating.min), float(config.rating.max)) if config.rating is not None else None
     lines = state["answer_lines"]
+    _refuse_duplicate_questions(backup, lines)
     for answer_id, line in state["set_aside_lines"].items():
         if answer_id not in lines:
             raise _fail(line, f"set-aside answer {answer_id} is not in the backup's answer log")
@@ -377,6 +383,54 @@ def _check_whole(backup: Backup, state: dict) -> None:
         problem = answer_problem(answer, int(n_items), rating_range)
         if problem is not None:
             backup.set_aside[answer_id] = f"restore: {problem}"
+            backup.refused.add(answer_id)
+
+
+def _refuse_duplicate_questions(backup: Backup, lines: dict[str, int]) -> None:
+    """A question is answered once (its token is used up): a log with two answers to one question id
+    was edited or joined with another. Imported answers (no question id) are exempt."""
+    first: dict[str, str] = {}
+    duplicates = []
+    for answer_id, fields in backup.answers:
+        qid = fields.get("qid", "")
+        if not qid:
+            continue
+        if qid in first:
+            duplicates.append(f"{qid} (answers {first[qid]} and {answer_id}, lines {lines[first[qid]]} and "
+                              f"{lines[answer_id]})")
+        else:
+            first[qid] = answer_id
+    if duplicates:
+        shown = "; ".join(duplicates[:5]) + (f"; and {len(duplicates) - 5} more" if len(duplicates) > 5 else "")
+        raise BackupError(f"the answer log answers one question twice: question {shown}. A question is answered "
+                          "once, so the file was edited or joined with another; nothing was restored")
+
+
+def _replayed(backup: Backup) -> tuple[dict[str, str], dict[str, str], set[str], dict[str, int]]:
+    """What a restore derives from the answer log instead of taking it from the file: each answer's
+    outcome flags, the rater statistics (``raters.replay_rater_stats``; only what a rater typed, the
+    debrief, is kept from the file), the raters and the answers per algorithm. Answers the live path
+    would have refused (or that cannot be read) count for nothing; ones set aside later (by an update
+    pass) were accepted and count, as they did."""
+    config = StudyConfig.from_dict(backup.config)
+    answers = []
+    for answer_id, fields in backup.answers:
+        if answer_id in backup.refused:
+            continue
+        try:
+            answers.append(Answer.from_stream(answer_id.encode(), {k.encode(): v.encode() for k, v in fields.items()}))
+        except (KeyError, ValueError):
+            continue  # unreadable: kept in the log, set aside in the file with its reason (_check_whole)
+    flags, rater_stats = replay_rater_stats(answers, config)
+    for name, value in backup.hashes.get("rater_stats", {}).items():
+        rater, what = keys.split_rater_field(name)
+        if rater and what in KEPT_RATER_FIELDS:
+            rater_stats[name] = value
+    per_algorithm: dict[str, int] = {}
+    for answer in answers:
+        field = keys.counter_field("answers", answer.algorithm)
+        per_algorithm[field] = per_algorithm.get(field, 0) + 1
+    return flags, rater_stats, {answer.rater for answer in answers}, per_algorithm
 
 
 # ---------------------------------------------------------------------------- restore
@@ -415,6 +469,11 @@ def restore_study(conn: Redis, lines: Iterable[str | bytes], as_id: str | None =
     except StudyError as exc:
         raise BackupError(f"--as: {exc}") from None
     labels = [a.label for a in StudyConfig.from_dict(backup.config).algorithms]
+    flags, rater_stats, raters, per_algorithm = _replayed(backup)
+    # statistics, flags, check outcomes and codes come from the log, never from the file
+    hashes = {"rater_stats": rater_stats, "per_minute": backup.hashes.get("per_minute", {}),
+              "counters": {**{k: v for k, v in backup.hashes.get("counters", {}).items()
+                              if not k.startswith("answers:")}, **{k: str(v) for k, v in per_algorithm.items()}}}
     config_json = json.dumps(backup.config, sort_keys=True)
     with conn.pipeline(transaction=True) as pipe:
         pipe.watch(keys.study(target))
@@ -432,17 +491,19 @@ def restore_study(conn: Redis, lines: Iterable[str | bytes], as_id: str | None =
         if backup.media:
             pipe.hset(keys.media(target), mapping={str(i): data for i, data in backup.media.items()})
         for answer_id, fields in backup.answers:
+            if answer_id in flags:
+                fields = {**fields, "flags": flags[answer_id]}
             pipe.xadd(keys.answers(target), fields, id=answer_id)
         if backup.set_aside:
             pipe.hset(keys.poisoned(target), mapping=backup.set_aside)
         if backup.excluded_raters:
             pipe.sadd(keys.excluded_raters(target), *backup.excluded_raters)
-        if backup.raters:
-            pipe.sadd(keys.raters(target), *backup.raters)
+        if raters:
+            pipe.sadd(keys.raters(target), *sorted(raters))
         for name, make in (("counters", keys.counters), ("rater_stats", keys.rater_stats),
                            ("per_minute", keys.answers_per_minute)):
-            if backup.hashes.get(name):
-                pipe.hset(make(target), mapping=backup.hashes[name])
+            if hashes.get(name):
+                pipe.hset(make(target), mapping=hashes[name])
         pipe.sadd(keys.studies(), target)
         try:
             pipe.execute()

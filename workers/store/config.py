@@ -142,6 +142,8 @@ COMPLETION_SCHEMA = {
         "prolific_redirect_url": {"type": ["string", "null"], "pattern": "^https?://", "maxLength": 2000},
         "debrief_question": {"type": ["string", "null"], "maxLength": 1000},
         "message": {"type": ["string", "null"], "maxLength": 5000},
+        "partial_code": {"type": "boolean"},
+        "stopped_message": {"type": ["string", "null"], "maxLength": 5000},
     },
 }
 
@@ -232,7 +234,7 @@ class Limits:
     answer_budget: int | None = None
     #: questions a rater session may hold unanswered at once (the page prefetches one)
     max_outstanding: int = 2
-    #: answers a rater must give before a completion code (None: 1)
+    #: answers a rater must give before a completion code (None: max_questions_per_rater, else 1)
     min_answers_for_code: int | None = None
     #: anonymous rater sessions one address may open in a study per hour
     anonymous_sessions_per_address: int = 20
@@ -245,8 +247,9 @@ class Limits:
 
     @property
     def answers_for_code(self) -> int:
-        """The answers a rater must have given to be shown a completion code."""
-        return int(self.min_answers_for_code or 1)
+        """The answers a rater must have given to be shown a completion code: ``min_answers_for_code``,
+        else the study's per-rater question count (a code means the work was done), else 1."""
+        return int(self.min_answers_for_code or self.max_questions_per_rater or 1)
 
 
 #: Repeated questions a rater must have answered before a low self-agreement can flag them: fewer never
@@ -310,15 +313,21 @@ class Attention:
 @dataclass(frozen=True)
 class Completion:
     """The finish page: a redirect back to Prolific (``{code}`` is replaced by the rater's completion
-    code), an optional debrief question and a thank-you message (Markdown)."""
+    code), an optional debrief question and a thank-you message (Markdown). ``partial_code``: a rater
+    the study ran out of questions or budget for (or closed on) before they gave the answers a code
+    needs is shown a *partial-completion* code (another code, marked partial in the raters export and by
+    ``proxima verify-code``) instead of none. ``stopped_message``: what a stopped (flagged) rater reads
+    (Markdown; a default says to return the submission or contact the researcher)."""
 
     prolific_redirect_url: str | None = None
     debrief_question: str | None = None
     message: str | None = None
+    partial_code: bool = False
+    stopped_message: str | None = None
 
     def to_dict(self) -> dict:
         return {"prolific_redirect_url": self.prolific_redirect_url, "debrief_question": self.debrief_question,
-                "message": self.message}
+                "message": self.message, "partial_code": self.partial_code, "stopped_message": self.stopped_message}
 
 
 @dataclass(frozen=True)

@@ -215,7 +215,7 @@ def researcher_session(session_id: str) -> str:
 
 def rater_field(rater: str, name: str) -> str:
     """Field of ``rater_stats``: ``<rater>:<name>`` (answers, catch, catch_failed, too_fast, skipped, flagged,
-    completed, repeats, repeat_agreed, repeat_sources, last_answer_at, debrief, code_shown)."""
+    completed, repeats, repeat_agreed, repeat_sources, last_answer_at, debrief, code_shown, code_kind)."""
     return f"{rater}:{name}"
 
 

@@ -11,19 +11,27 @@ from statistics import median
 from typing import TYPE_CHECKING
 
 from workers.store import keys
-from workers.store.answers import Answer
+from workers.store.answers import (
+    CATCH_ALGORITHM,
+    REPEAT_AGREE_FLAG,
+    REPEAT_ALGORITHM,
+    REPEAT_DISAGREE_FLAG,
+    Answer,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from redis import Redis
 
+    from workers.store.config import StudyConfig
+
 
 #: The answers and median response times are read from at most this many of the latest answers.
 RATER_TABLE_ANSWERS = 50000
 CSV_COLUMNS = ("rater", "answers", "median_response_ms", "catch", "catch_failed", "too_fast_share", "skipped",
                "repeats", "self_agreement", "answer_check_p", "answer_check_rule", "answer_check_flagged", "flagged",
-               "completed", "excluded", "last_answer_at", "completion_code", "debrief")
+               "completed", "excluded", "last_answer_at", "completion_code", "debrief", "code_kind")
 
 
 #: The answer check's looks (workers/jobs/rater_checks.py): a rater is judged when their answers reach
@@ -116,9 +124,90 @@ def rater_table(conn: Redis, study_id: str, limit: int = RATER_TABLE_ANSWERS) ->
             "excluded": rater in excluded, "last_answer_at": last.get(rater), "debrief": c.get("debrief"),
             # the code the finish page showed (older studies stored only "1": shown, code not kept)
             "completion_code": c.get("code_shown") if c.get("code_shown") not in (None, "", "1") else None,
+            # "full", or "partial" for a partial-completion code (the study ran out before the rater finished)
+            "code_kind": (c.get("code_kind") or "full") if c.get("code_shown") not in (None, "") else None,
         })
     rows.sort(key=lambda r: (-r["flagged"], -r["answers"], r["rater"]))
     return rows
+
+
+#: The answer flags a replay of the log recomputes (others, e.g. ``skipped`` and ``late``, say what the
+#: rater did or when, and are kept).
+OUTCOME_FLAGS = frozenset({"catch_pass", "catch_fail", REPEAT_AGREE_FLAG, REPEAT_DISAGREE_FLAG, "too_fast"})
+#: Rater-stats fields a replay of the log cannot recompute and keeps: what the rater typed.
+KEPT_RATER_FIELDS = frozenset({"debrief"})
+
+
+def replay_rater_stats(answers: list[Answer], config: StudyConfig) -> tuple[dict[str, str], dict[str, str]]:
+    """Recompute from the answer log (in log order) what the live path derived as answers arrived:
+    each answer's outcome flags (catch passed or failed, repeat agreed or not, too fast) and the
+    rater-stats fields (``keys.rater_field``: answers, catch, catch_failed, too_fast, skipped, repeats,
+    repeat_agreed, repeat_sources, last_answer_at, flagged, completed). Returns (flags by answer id,
+    rater-stats hash). Imported answers (no question id) belong to no rater session and are left out.
+
+    The rules are the live path's: a triplet attention check passes when the head itself is chosen, a
+    rating one in the top quarter of the scale; a repeat agrees when it picks what the rater picked the
+    first time they answered that triplet (no first answer in the log: it does not agree); the flag
+    rules of ``attention`` are checked after each answer. Completion codes are not in it: the finish
+    page shows a code again from these statistics.
+    """
+    attention, limits = config.attention, config.limits
+    stats: dict[str, dict[str, float]] = {}
+    first_choice: dict[tuple[str, int, frozenset], int] = {}
+    flags_by_id: dict[str, str] = {}
+    for answer in answers:
+        if not answer.qid:
+            continue
+        rater = stats.setdefault(answer.rater, dict.fromkeys(
+            ("answers", "catch", "catch_failed", "too_fast", "skipped", "repeats", "repeat_agreed", "flagged"), 0))
+        previous = rater.get("last_answer_at", 0.0)
+        kept = [f for f in answer.flags.split(",") if f and f not in OUTCOME_FLAGS]
+        outcome = []
+        rater["answers"] += 1
+        rater["last_answer_at"] = answer.answered_at
+        if answer.skipped:
+            rater["skipped"] += 1
+        minimum = limits.min_response_ms
+        elapsed_ms = (answer.answered_at - max(answer.issued_at, previous)) * 1000
+        if minimum and ((answer.response_ms is not None and answer.response_ms < minimum) or elapsed_ms < minimum):
+            outcome.append("too_fast")
+            rater["too_fast"] += 1
+        if answer.algorithm == REPEAT_ALGORITHM:
+            if not answer.skipped:
+                first = first_choice.get((answer.rater, answer.head, frozenset((answer.a, answer.b))))
+                agreed = first is not None and answer.choice == first
+                rater["repeats"] += 1
+                rater["repeat_agreed"] += agreed
+                outcome.append(REPEAT_AGREE_FLAG if agreed else REPEAT_DISAGREE_FLAG)
+                if (rater["repeats"] >= attention.min_repeats_to_flag
+                        and rater["repeat_agreed"] / rater["repeats"] < attention.min_self_agreement):
+                    rater["flagged"] = 1
+        elif answer.algorithm == CATCH_ALGORITHM:
+            if answer.kind == "rating":
+                passed = answer.value is not None and config.rating.catch_passes(answer.value)
+            else:
+                passed = not answer.skipped and answer.choice == answer.head
+            rater["catch"] += 1
+            rater["catch_failed"] += not passed
+            outcome.append("catch_pass" if passed else "catch_fail")
+        elif answer.kind == "triplet" and not answer.skipped:
+            first_choice.setdefault((answer.rater, answer.head, frozenset((answer.a, answer.b))), answer.choice)
+        if (rater["catch"] >= attention.min_checks
+                and rater["catch_failed"] > attention.max_failure_share * rater["catch"]):
+            rater["flagged"] = 1
+        flags_by_id[answer.id] = ",".join(kept + outcome)
+    n_answers = len(answers)
+    budget_reached = bool(limits.answer_budget) and n_answers >= limits.answer_budget
+    fields: dict[str, str] = {}
+    for rater, counts in stats.items():
+        counts["repeat_sources"] = counts["repeats"]
+        done = bool(limits.max_questions_per_rater) and counts["answers"] >= limits.max_questions_per_rater
+        counts["completed"] = int(done or budget_reached)
+        for name, value in counts.items():
+            if not value:
+                continue  # as the live path, which makes a field when it first counts one
+            fields[keys.rater_field(rater, name)] = repr(value) if name == "last_answer_at" else str(int(value))
+    return flags_by_id, fields
 
 
 def _iso(ts: float) -> str:
