@@ -421,7 +421,7 @@ def _replayed(backup: Backup) -> tuple[dict[str, str], dict[str, str], set[str],
             answers.append(Answer.from_stream(answer_id.encode(), {k.encode(): v.encode() for k, v in fields.items()}))
         except (KeyError, ValueError):
             continue  # unreadable: kept in the log, set aside in the file with its reason (_check_whole)
-    flags, rater_stats = replay_rater_stats(answers, config)
+    flags, rater_stats = replay_rater_stats(answers, config, backup.items)
     for name, value in backup.hashes.get("rater_stats", {}).items():
         rater, what = keys.split_rater_field(name)
         if rater and what in KEPT_RATER_FIELDS:

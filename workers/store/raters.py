@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from datetime import UTC, datetime
 from statistics import median
 from typing import TYPE_CHECKING
@@ -138,15 +139,53 @@ OUTCOME_FLAGS = frozenset({"catch_pass", "catch_fail", REPEAT_AGREE_FLAG, REPEAT
 KEPT_RATER_FIELDS = frozenset({"debrief"})
 
 
-def replay_rater_stats(answers: list[Answer], config: StudyConfig) -> tuple[dict[str, str], dict[str, str]]:
+def _catch_expected(head: int, other: int, items: list[dict]) -> bool | None:
+    """Whether ``other`` is the item an attention check built from the items (webapp/catches.py) showed
+    as like ``head``: the same label, or (by known positions) nearer than half the head's items; None
+    where the items say neither."""
+    if not (0 <= head < len(items) and 0 <= other < len(items)):
+        return None
+    positions = [item.get("position") for item in items]
+    if all(p is not None for p in positions):
+        here = [float(x) for x in positions[head]]
+        dists = sorted(math.dist(here, [float(x) for x in p]) for j, p in enumerate(positions) if j != head)
+        return math.dist(here, [float(x) for x in positions[other]]) <= dists[len(dists) // 2]
+    labels = [item.get("label") for item in items]
+    if all(label is not None for label in labels):
+        return labels[other] == labels[head]
+    return None
+
+
+def _catch_passed(answer: Answer, config: StudyConfig, items: list[dict]) -> bool:
+    """The live rule (webapp.questions_answers.catch_passed) from what the log and the items hold: a
+    check showing the head among its candidates (or one item twice) expects the head (a high rating);
+    one built from the items expects the like item (a high rating of a like pair, a low one of an unlike)."""
+    scale = config.rating
+    if answer.kind == "rating":
+        if answer.value is None:
+            return False
+        alike = True if answer.a == answer.head else _catch_expected(answer.head, answer.a, items)
+        if alike is False:
+            return answer.value <= scale.min + 0.25 * (scale.max - scale.min)
+        return scale.catch_passes(answer.value)
+    if answer.skipped or answer.choice is None:
+        return False
+    if answer.head in (answer.a, answer.b):
+        return answer.choice == answer.head
+    return bool(_catch_expected(answer.head, answer.choice, items))
+
+
+def replay_rater_stats(answers: list[Answer], config: StudyConfig,
+                       items: list[dict] | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """Recompute from the answer log (in log order) what the live path derived as answers arrived:
     each answer's outcome flags (catch passed or failed, repeat agreed or not, too fast) and the
     rater-stats fields (``keys.rater_field``: answers, catch, catch_failed, too_fast, skipped, repeats,
     repeat_agreed, repeat_sources, last_answer_at, flagged, completed). Returns (flags by answer id,
     rater-stats hash). Imported answers (no question id) belong to no rater session and are left out.
 
-    The rules are the live path's: a triplet attention check passes when the head itself is chosen, a
-    rating one in the top quarter of the scale; a repeat agrees when it picks what the rater picked the
+    The rules are the live path's: a triplet attention check passes when the item like the head is chosen
+    (the head itself in checks that showed it; by the study's ``items``' positions or labels otherwise), a
+    rating one in the top quarter of the scale for a like pair and the bottom quarter for an unlike one; a repeat agrees when it picks what the rater picked the
     first time they answered that triplet (no first answer in the log: it does not agree); the flag
     rules of ``attention`` are checked after each answer. Completion codes are not in it: the finish
     page shows a code again from these statistics.
@@ -183,10 +222,7 @@ def replay_rater_stats(answers: list[Answer], config: StudyConfig) -> tuple[dict
                         and rater["repeat_agreed"] / rater["repeats"] < attention.min_self_agreement):
                     rater["flagged"] = 1
         elif answer.algorithm == CATCH_ALGORITHM:
-            if answer.kind == "rating":
-                passed = answer.value is not None and config.rating.catch_passes(answer.value)
-            else:
-                passed = not answer.skipped and answer.choice == answer.head
+            passed = _catch_passed(answer, config, items or [])
             rater["catch"] += 1
             rater["catch_failed"] += not passed
             outcome.append("catch_pass" if passed else "catch_fail")
