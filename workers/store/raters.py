@@ -185,7 +185,8 @@ def replay_rater_stats(answers: list[Answer], config: StudyConfig,
 
     The rules are the live path's: a triplet attention check passes when the item like the head is chosen
     (the head itself in checks that showed it; by the study's ``items``' positions or labels otherwise), a
-    rating one in the top quarter of the scale for a like pair and the bottom quarter for an unlike one; a repeat agrees when it picks what the rater picked the
+    rating one in the top quarter of the scale for a like pair and the bottom quarter for an unlike one;
+    a repeat agrees when it picks what the rater picked the
     first time they answered that triplet (no first answer in the log: it does not agree); the flag
     rules of ``attention`` are checked after each answer. Completion codes are not in it: the finish
     page shows a code again from these statistics.
