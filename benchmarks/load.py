@@ -215,21 +215,27 @@ def generator_main(spec_path: str) -> None:
 
 
 # ============================================================================ the servers
-def study_config(pool_size: int, seed: int, n_items: int = 1000) -> dict:
+def study_config(pool_size: int, seed: int, n_items: int = 1000, algorithm: str = "anntri") -> dict:
+    """The load study: ANNTri on triplet-derived questions with the parameters the figures below were
+    measured with, or ``algorithm`` with its study defaults."""
+    if algorithm != "anntri":
+        return {"name": f"Load test ({algorithm}, n = {n_items})", "algorithm": algorithm,
+                "pool_size": pool_size, "random_state": seed}
     return {"name": f"Load test (ANNTri, n = {n_items})", "algorithm": "anntri",
             "params": {"k": 1, "delta": 0.1, "sigma": 0.5, "bound": "lil", "max_samples_per_round": 400,
                        "window": 1},
             "pool_size": pool_size, "random_state": seed}
 
 
-def create_load_study(conn, n_items: int, pool_size: int, seed: int) -> None:
+def create_load_study(conn, n_items: int, pool_size: int, seed: int, algorithm: str = "anntri") -> None:
     from workers.store.config import StudyConfig
     from workers.store.queue import schedule_update
     from workers.store.studies import Item, create_study
 
     items = [Item(id=f"c{i:04d}", kind="color", color=f"#{int(x * 255):02x}{int(y * 255):02x}80",
                   position=(x, y)) for i, (x, y) in enumerate(item_positions(n_items, seed))]
-    create_study(conn, StudyConfig.from_dict(study_config(pool_size, seed, n_items)), items, study_id=STUDY)
+    create_study(conn, StudyConfig.from_dict(study_config(pool_size, seed, n_items, algorithm)), items,
+                 study_id=STUDY)
     schedule_update(conn, STUDY)
 
 
@@ -426,7 +432,7 @@ class Setup:
         self.url = self.server.start()
         self.procs: list[subprocess.Popen] = []
         self.conn = redis.Redis.from_url(self.url)
-        create_load_study(self.conn, a.items, pool_size, a.seed)
+        create_load_study(self.conn, a.items, pool_size, a.seed, a.algorithm)
         # the load generators run on this machine: exempt loopback from the rate limits (none is by default)
         self.env = dict(os.environ, REDIS_URL=self.url, PROXIMA_INSTANCE_PATH=str(self.instance),
                         PYTHONPATH=str(code_root), PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1,::1")
@@ -834,6 +840,9 @@ def parse_args(argv=None):
                     help=f"then run this tree again under gunicorn --worker-class gthread --threads {GTHREAD_THREADS}"
                          f" --keep-alive {GTHREAD_KEEP_ALIVE}")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--algorithm", default="anntri",
+                    help="the study's learner (a name of engine/registry.py's table; 'duels' is the default of "
+                         "every triplet study); anntri is what the figures in benchmarks/README.md were measured with")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (logs, access log, profiles)")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     a = ap.parse_args(argv)
