@@ -29,6 +29,38 @@ LEARNS = ("graph", "forest", "embedding")
 
 
 @dataclass(frozen=True)
+class Memory:
+    """What a learner holds in a worker's memory, as bytes per item pair (n x n arrays), per item and
+    per answer: its peak while driven as a live pool, measured by ``benchmarks/engine_memory.py``
+    (n = 2,000 and 4,000 items; the per-pair figure is the growth between them). A model, not a
+    promise: the platform refuses a study whose learner would not fit the machine by it."""
+
+    per_pair: float = 0.0
+    per_item: float = 0.0
+    per_answer: float = 0.0
+
+    def bytes(self, n_items: int, answers: int) -> float:
+        return self.per_pair * float(n_items) ** 2 + self.per_item * n_items + self.per_answer * answers
+
+    def max_items(self, budget: float, answers_per_item: float) -> int:
+        """The most items whose learner fits in ``budget`` bytes at ``answers_per_item``."""
+        a, b = self.per_pair, self.per_item + self.per_answer * answers_per_item
+        if a <= 0:
+            return int(budget / b) if b > 0 else 10**12
+        return int((-b + (b * b + 4 * a * budget) ** 0.5) / (2 * a))
+
+    def describe(self) -> str:
+        parts = []
+        if self.per_pair:
+            parts.append(f"{self.per_pair:g} B per item pair (n\u00b2)")
+        if self.per_item:
+            parts.append(f"{self.per_item / 1000:g} kB per item")
+        if self.per_answer:
+            parts.append(f"{self.per_answer:g} B per answer")
+        return ", ".join(parts) or "little"
+
+
+@dataclass(frozen=True)
 class Algorithm:
     """One entry of the table.
 
@@ -43,7 +75,7 @@ class Algorithm:
     the planner works through SETri rounds (``status_``, ``window``, ``round_best``), so the
     platform may widen its window, retire questions of closed rounds and ask least-asked repeats;
     ``triplet_defaults`` the parameters a pair-asking planner gets in a triplet study unless given
-    (see :func:`defaults_for`).
+    (see :func:`defaults_for`); ``memory`` what it holds in a worker's memory (:class:`Memory`).
     """
 
     name: str
@@ -58,6 +90,7 @@ class Algorithm:
     takes_labels: bool = False
     rounds: bool = False
     triplet_defaults: Mapping[str, Any] = field(default_factory=dict)
+    memory: Memory = Memory()
 
     def __post_init__(self) -> None:
         if self.asks not in ASKS or self.learns not in LEARNS:
@@ -111,6 +144,8 @@ _ROUNDS = {
 #: at ~.95 NN error through 2,000 answers per item). See ``engine.anntri.DERIVED_DEFAULTS``.
 _DERIVED = {"symmetric": False, "triangle": False, "bound": "kl", "window": 100000, "stagger": False}
 _PAIR_STATES = ("PairTripletAdapter",)
+#: ANNTri and its baselines keep bound matrices over every pair (mean, count, pending, bounds)
+_BOUNDS = Memory(per_pair=80.0)
 _EMBEDDING = {
     "kernel": {"enum": ["tste", "ste", "human"], "default": "tste"},
     "dim": {"type": "integer", "minimum": 1, "maximum": 50, "default": 2},
@@ -122,19 +157,19 @@ _EMBEDDING = {
 _ENTRIES = (
     Algorithm("anntri", "engine.anntri:ANNTri", ("triplet", "rating"), "pair", "graph",
               "ANNTri: adaptive pair distances with triangle-inequality pruning; certifies each neighbour",
-              _ROUNDS, ("ANNTri",) + _PAIR_STATES, rounds=True, triplet_defaults=_DERIVED),
+              _ROUNDS, ("ANNTri",) + _PAIR_STATES, rounds=True, triplet_defaults=_DERIVED, memory=_BOUNDS),
     Algorithm("ann", "engine.anntri:ANN", ("triplet", "rating"), "pair", "graph",
               "ANN: adaptive pair distances without the triangle bounds (the paper's baseline)",
               {k: v for k, v in _ROUNDS.items() if k != "triangle"}, ("ANN",) + _PAIR_STATES, rounds=True,
-              triplet_defaults=_DERIVED),
+              triplet_defaults=_DERIVED, memory=_BOUNDS),
     Algorithm("random", "engine.anntri:RandomSampling", ("triplet", "rating"), "pair", "graph",
               "Random: uniformly random pairs until the confidence bounds certify every neighbour",
               {k: v for k, v in _ROUNDS.items()
                if k not in ("window", "max_samples_per_round", "stagger", "triangle")},
-              ("RandomSampling",) + _PAIR_STATES, triplet_defaults=_DERIVED),
+              ("RandomSampling",) + _PAIR_STATES, triplet_defaults=_DERIVED, memory=_BOUNDS),
     Algorithm("random_triplets", "engine.random_triplets:RandomTriplets", ("triplet",), "triplet", "graph",
               "Random triplets: uniformly random triplets, neighbour = highest win rate (no certificate)",
-              {}, ("RandomTriplets",)),
+              {}, ("RandomTriplets",), memory=Memory(per_pair=56.0)),
     Algorithm("duels", "engine.duels:CandidateDuels", ("triplet",), "triplet", "graph",
               "Candidate duels: each item's shortlisted candidates duel in triplets until a winner is certain",
               {"shortlist": {"type": "integer", "minimum": 2, "maximum": 1000, "default": 12},
@@ -148,29 +183,29 @@ _ENTRIES = (
                "delta": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.05},
                "fit_work": {"type": "integer", "minimum": 1, "default": 1_000_000},
                "explore_pairs": {"type": "integer", "minimum": 0, "maximum": 10000, "default": 0}},
-              ("CandidateDuels",)),
+              ("CandidateDuels",), memory=Memory(per_item=16_000.0, per_answer=400.0)),
     Algorithm("embedding", "engine.embedding:EmbeddingLearner", ("triplet",), "triplet", "embedding",
               "Embedding: uniformly random triplets and a t-STE ordinal embedding; neighbours = nearest points",
-              _EMBEDDING, ("EmbeddingLearner",)),
+              _EMBEDDING, ("EmbeddingLearner",), memory=Memory(per_pair=16.0, per_item=2_000.0)),
     Algorithm("active_embedding", "engine.embedding:ActiveEmbedding", ("triplet",), "triplet", "embedding",
               "Active embedding: t-STE embedding asking the most uncertain triplets near each item",
               {**_EMBEDDING,
                "warmup": {"type": ["integer", "null"], "minimum": 0, "default": None},
                "n_candidates": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 50}},
-              ("ActiveEmbedding",)),
+              ("ActiveEmbedding",), memory=Memory(per_pair=32.0, per_item=2_000.0)),
     Algorithm("comparison_forest", "engine.comparison_tree:ComparisonForest", ("triplet",), "triplet", "forest",
               "Comparison forest: random trees split by triplets; neighbours = frequent leaf-mates",
               {"n_trees": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10},
                "leaf_size": {"type": "integer", "minimum": 1, "default": 1},
                "redundancy": {"oneOf": [{"type": "integer", "minimum": 1}, {"const": "adaptive"}], "default": 1},
                "supervised": {"type": "boolean", "default": False}},
-              ("ComparisonForest", "ForestStudy"), takes_labels=True),
+              ("ComparisonForest", "ForestStudy"), takes_labels=True, memory=Memory(per_item=3_000.0)),
     Algorithm("simforest", "engine.simforest:ActiveSimilarityForest", ("rating",), "pair", "forest",
               "SimForest: a similarity forest classifying items by label, asking only the ratings its splits need",
               {"n_trees": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10},
                "n_pairs": {"type": "integer", "minimum": 1, "maximum": 100, "default": 1},
                "repeats": {"type": "integer", "minimum": 1, "maximum": 20, "default": 1}},
-              ("ActiveSimilarityForest",), needs_labels=True, takes_labels=True),
+              ("ActiveSimilarityForest",), needs_labels=True, takes_labels=True, memory=Memory(per_pair=16.0)),
 )
 
 #: name (as in a study config) -> :class:`Algorithm`, in the order researchers see them.

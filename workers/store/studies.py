@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import math
+import os
 import re
 import secrets
 import time
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 import nh3
 
 from workers.store import keys
-from workers.store.config import ALGORITHM_TABLE, LABELLED_ALGORITHMS, StudyConfig
+from workers.store.config import ALGORITHM_TABLE, LABELLED_ALGORITHMS, StudyConfig, default_algorithm
 from workers.store.css import CssRefused, check_css
 
 if TYPE_CHECKING:
@@ -232,8 +233,54 @@ def config_warnings(config: StudyConfig) -> list[str]:
     return out
 
 
+#: Share of the machine's memory a study's learners may take (web processes, Redis and other studies
+#: need the rest); ``PROXIMA_WORKER_MEMORY_GB`` says how much a worker machine has instead.
+MEMORY_SHARE = 0.75
+#: Answers per item a study's memory is planned for when it sets no answer budget.
+PLANNED_ANSWERS_PER_ITEM = 100
+
+
+def worker_memory() -> float:
+    """Bytes a worker may give one study's learners: ``PROXIMA_WORKER_MEMORY_GB`` (the worker machine's
+    memory, where the web and the workers run on different machines), else this machine's, times
+    ``MEMORY_SHARE``."""
+    given = os.environ.get("PROXIMA_WORKER_MEMORY_GB")
+    if given:
+        try:
+            return float(given) * 1e9 * MEMORY_SHARE
+        except ValueError:
+            raise StudyError(f"PROXIMA_WORKER_MEMORY_GB must be a number of gigabytes, not {given!r}") from None
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * MEMORY_SHARE
+
+
+def check_memory(config: StudyConfig, n_items: int) -> None:
+    """Refuse a study whose learners would not fit a worker's memory (``engine.registry.Memory``), saying
+    how much they need and which learner of the same question kind fits."""
+    answers = config.limits.answer_budget or PLANNED_ANSWERS_PER_ITEM * n_items
+    budget = worker_memory()
+    need = sum(alg.entry.memory.bytes(n_items, answers) for alg in config.algorithms)
+    if need <= budget:
+        return
+    per_item = answers / max(n_items, 1)
+    kind = config.algorithms[0].question_kind
+    # the learner to name: the question kind's default where it fits, else the leanest that does
+    default = default_algorithm(kind)
+    fits = sorted((name != default, e.memory.bytes(n_items, answers), name) for name, e in ALGORITHM_TABLE.items()
+                  if kind in e.question_kinds and not e.needs_labels and e.memory.bytes(n_items, answers) <= budget)
+    heavy = max(config.algorithms, key=lambda a: a.entry.memory.bytes(n_items, answers))
+    advice = (f"; {fits[0][2]} fits ({fits[0][1] / 1e9:.1f} GB)" if fits
+              else "; no learner of this question kind fits: use fewer items or a larger worker")
+    raise StudyError(
+        f"{heavy.algorithm} on {n_items:,} items would need about {need / 1e9:.1f} GB of a worker's memory "
+        f"({heavy.entry.memory.describe()}, at {per_item:.0f} answers per item), and a worker here has "
+        f"{budget / 1e9:.1f} GB for a study (PROXIMA_WORKER_MEMORY_GB sets a worker machine's memory); at most "
+        f"{heavy.entry.memory.max_items(budget, per_item):,} items fit{advice}")
+
+
 def check_config_for_items(config: StudyConfig, items: list[Item]) -> None:
-    """What a config asks of the items: enough of them for k, labels for supervised forests."""
+    """What a config asks of the items: enough of them for k, labels for supervised forests, and a
+    worker with the memory its learners need."""
+    check_memory(config, len(items))
     for i, alg in enumerate(config.algorithms):
         k = alg.params.get("k", 1)
         if alg.learns_graph and k > len(items) - 1:
