@@ -10,7 +10,8 @@ prints per data set (mean over seeds):
 - NN error (share of items whose pick is not a true nearest neighbour; ties count as right) and
   hit@3 (the pick is among the 3 truly nearest) at each budget of answers per item;
 - answers per item each method needs to reach the peer's hit@3 at 300 answers/item;
-- the peer: uniformly random triplets + the best of STE / t-STE (d = 2…8), chosen on held-out
+- the peer: uniformly random triplets + the best of STE / t-STE (d = 2…8) and the human model on a line
+  (what duels fits for a continuum), chosen on held-out
   answers (``engine.embedding.select_embedding``), refitted at every budget.
 
 Data sets:

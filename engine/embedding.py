@@ -318,11 +318,14 @@ class EmbeddingChoice:
 
 def select_embedding(triplets: ArrayLike, n_items: int, dims: Iterable[int] = (2, 3, 5, 8),
                      kernels: Sequence[str] = ("ste", "tste"), holdout: float = 0.2, random_state: RandomState = 0,
-                     **fit_params: Any) -> EmbeddingChoice:
+                     line: bool = True, **fit_params: Any) -> EmbeddingChoice:
     """Pick dim and kernel by held-out triplet accuracy, then refit the winner on all triplets.
 
     The "random triplets + best embedding" peer of the benchmarks. ``scores`` maps
     ``(kernel, dim)`` to held-out accuracy; ties go to the smaller dim and the earlier kernel.
+    ``line``: also offer what ``engine.duels`` fits for items on a continuum, the human noise model
+    on a line (``("human", 1)``) started from the items' order along the 2-D t-STE map, so a peer has
+    every model the learner it is compared with can choose (it is tried last and must beat the rest).
     """
     n = check_n_items(n_items)
     t = _check_triplets(triplets, n)
@@ -344,9 +347,26 @@ def select_embedding(triplets: ArrayLike, n_items: int, dims: Iterable[int] = (2
             scores[(kernel, dim)] = acc
             if best is None or acc > best[0]:
                 best = (acc, kernel, dim)
+    if line and n > 2:
+        acc = triplet_accuracy(_line(train, n, seed, fit_params), test)
+        scores[("human", 1)] = acc
+        if acc > best[0]:
+            best = (acc, "human", 1)
     acc, kernel, dim = best
-    X = fit_embedding(t, n, dim=dim, kernel=kernel, random_state=seed, **fit_params)
+    if kernel == "human" and dim == 1 and line:
+        X = _line(t, n, seed, fit_params)
+    else:
+        X = fit_embedding(t, n, dim=dim, kernel=kernel, random_state=seed, **fit_params)
     return EmbeddingChoice(X, dim, kernel, acc, scores)
+
+
+def _line(triplets: np.ndarray, n: int, seed: int, fit_params: dict) -> np.ndarray:
+    """The human model on a line, started from the order along a 2-D t-STE map (as engine.duels does)."""
+    from .duels import _continuum_start
+
+    plane = fit_embedding(triplets, n, dim=2, kernel="tste", random_state=seed, **fit_params)
+    return fit_embedding(triplets, n, dim=1, kernel="human", init=_continuum_start(plane), random_state=seed,
+                         **fit_params)
 
 
 # ---------------------------------------------------------------------------- planners

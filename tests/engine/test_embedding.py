@@ -123,9 +123,29 @@ def test_select_embedding_picks_by_holdout():
     rng = np.random.default_rng(5)
     t = _truth_triplets(rng.random((30, 2)), 2000, rng)
     choice = select_embedding(t, 30, dims=(1, 2), kernels=("tste",))
-    assert set(choice.scores) == {("tste", 1), ("tste", 2)}
+    assert set(choice.scores) == {("tste", 1), ("tste", 2), ("human", 1)}
     assert choice.dim == 2 and choice.embedding.shape == (30, 2)
     assert choice.holdout_accuracy == max(choice.scores.values()) > 0.9
+    plain = select_embedding(t, 30, dims=(2,), kernels=("tste",), line=False)
+    assert set(plain.scores) == {("tste", 2)}
+
+
+def test_select_embedding_offers_the_line_duels_fits_for_a_continuum():
+    """Items on a curve people judge with lapses: the human model on a line (started from the order
+    along the plane) is offered to the peer and wins where it predicts held-out answers best."""
+    rng = np.random.default_rng(7)
+    s = np.sort(rng.random(40))
+    X = np.column_stack([np.cos(3 * s), np.sin(3 * s)]) * 5
+    t = _truth_triplets(X, 3000, rng)
+    lapses = rng.random(len(t)) < 0.1
+    t[lapses] = t[lapses][:, [0, 2, 1]]
+    choice = select_embedding(t, 40, dims=(2,), kernels=("tste",))
+    assert choice.scores[("human", 1)] > choice.scores[("tste", 2)]
+    assert (choice.kernel, choice.dim) == ("human", 1) and choice.embedding.shape == (40, 1)
+    # the items (indexed in their order along the curve) keep that order on the line, up to a few swaps
+    order = np.argsort(choice.embedding[:, 0])
+    order = order if order[0] < order[-1] else order[::-1]
+    assert np.mean(np.abs(np.diff(order)) == 1) > 0.6
 
 
 def test_validation():
