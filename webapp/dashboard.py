@@ -12,6 +12,7 @@ from flask import (
     abort,
     current_app,
     flash,
+    jsonify,
     redirect,
     render_template,
     request,
@@ -75,6 +76,8 @@ ACTIONS = {"start": ("running", ("paused",)), "pause": ("paused", ("running",)),
            "resume": ("running", ("paused",)), "close": ("closed", ("running", "paused"))}
 #: At most this many set-aside answers are listed on the study page (the backup and the answers export have all).
 SET_ASIDE_SHOWN = 200
+#: Items listed per page of the Learning tab (a study may have 50,000: the list is paged and searchable)
+ITEMS_PER_PAGE = 200
 PROLIFIC_PARAMS = "PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}&SESSION_ID={{%SESSION_ID%}}"
 
 
@@ -292,7 +295,7 @@ def study(study_id: str) -> ResponseReturnValue:
         context.update(rater_link=rater_link, prolific_link=f"{rater_link}?{PROLIFIC_PARAMS}", mturk_link=rater_link,
                        link_from_request=not current_app.config.get("PUBLIC_URL"))
     elif tab == "learning":
-        context.update(items=get_items(conn, study_id))
+        context.update(_items_page(get_items(conn, study_id)))
     elif tab == "raters":
         context.update(set_aside=set_aside_answers(conn, study_id)[:SET_ASIDE_SHOWN])
     elif tab == "downloads":
@@ -439,6 +442,35 @@ def _download(study_id: str, what: str, fmt: str):
     # the file name carries the ?algorithm= parameter: only plain characters go into the header
     filename = re.sub(r"[^A-Za-z0-9._-]", "_", result.filename)
     response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def _items_page(items: list) -> dict:
+    """One page of the items (``?page=``), those whose id, text or label holds ``?q=`` (any case)."""
+    q = request.args.get("q", "").strip()
+    try:
+        page = int(request.args.get("page", "1"))
+    except ValueError:
+        abort(400, description="page must be a whole number (1 is the first page).")
+    found = [(i, item) for i, item in enumerate(items)
+             if not q or q.casefold() in " ".join(str(x) for x in (item.id, item.text, item.label)
+                                                  if x is not None).casefold()]
+    pages = max(1, -(-len(found) // ITEMS_PER_PAGE))
+    if not 1 <= page <= pages:
+        abort(404, description=f"There are {pages} page(s) of items{' matching ' + repr(q) if q else ''}, "
+                               f"not a page {page}.")
+    start = (page - 1) * ITEMS_PER_PAGE
+    return {"items_page": found[start:start + ITEMS_PER_PAGE], "items_found": len(found), "items_query": q,
+            "items_pagenum": page, "items_pages": pages}
+
+
+@bp.get("/studies/<study_id>/items.json")
+def item_ids(study_id: str) -> ResponseReturnValue:
+    """Every item's id, in index order (the dashboard names neighbours not on the page shown)."""
+    conn = get_redis()
+    _study_or_404(conn, study_id)
+    response = jsonify({"ids": [item.id for item in get_items(conn, study_id)]})
+    response.headers["Cache-Control"] = "private, max-age=60"
     return response
 
 

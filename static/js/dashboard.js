@@ -8,9 +8,23 @@
   const SVG = "http://www.w3.org/2000/svg";
   const csrf = (document.querySelector('meta[name="csrf-token"]') || {}).content || "";
   document.querySelectorAll(".swatch[data-color]").forEach((el) => (el.style.backgroundColor = el.dataset.color));
+  // the Learning tab lists one page of the items (rows carry their item's index); every item's id
+  // comes once from the items list, so neighbours off the page are named too
   const rows = Array.from(document.querySelectorAll("#items tbody tr"));
-  const names = rows.map((r) => r.children[1].textContent.trim());
-  const itemCells = rows.map((r) => r.children[1]);
+  const names = [];
+  const itemCells = [];
+  rows.forEach((r) => {
+    const i = Number(r.dataset.index);
+    names[i] = r.children[1].textContent.trim();
+    itemCells[i] = r.children[1];
+  });
+  const itemsTable = document.getElementById("items");
+  if (itemsTable && itemsTable.dataset.namesUrl) {
+    fetch(itemsTable.dataset.namesUrl, { credentials: "same-origin" })
+      .then((response) => (response.ok ? response.json() : { ids: [] }))
+      .then((doc) => (doc.ids || []).forEach((id, i) => { if (names[i] === undefined) names[i] = id; }))
+      .catch(() => {});
+  }
 
   // ------------------------------------------------------------------ confirmations (no inline handlers: CSP)
   document.querySelectorAll("form[data-confirm]").forEach((form) => {
@@ -204,20 +218,20 @@
         row.querySelector(".alg-progress").textContent = describe(alg);
       }
       if (!alg.neighbors) return;
-      alg.neighbors.forEach((nn, i) => {
-        if (!rows[i]) return;
-        const cell = rows[i].querySelector('.nn[data-label="' + alg.label + '"]');
-        if (cell) {
-          cell.textContent = nn >= 0 ? names[nn] : "no data yet";
+      rows.forEach((row) => {
+        const nn = alg.neighbors[Number(row.dataset.index)];
+        const cell = row.querySelector('.nn[data-label="' + alg.label + '"]');
+        if (cell && nn !== undefined) {
+          cell.textContent = nn >= 0 ? (names[nn] || "item " + nn) : "no data yet";
           cell.classList.toggle("no-data", nn < 0);
         }
       });
     });
     const first = (stats.algorithms || []).find((alg) => alg.truth_error);
-    if (first && rows.length && document.getElementById("truth-agreement")) {
-      const right = Math.round((1 - first.truth_error.share_wrong) * rows.length);
+    if (first && stats.study.n_items && document.getElementById("truth-agreement")) {
+      const right = Math.round((1 - first.truth_error.share_wrong) * stats.study.n_items);
       document.getElementById("truth-agreement").textContent =
-        "Known ground truth (" + first.label + "): " + right + " of " + rows.length +
+        "Known ground truth (" + first.label + "): " + right + " of " + stats.study.n_items +
         " items have a true nearest neighbour as their learned one.";
     }
     showRebuild(stats.rebuild);

@@ -6,6 +6,7 @@ instance's secret key through the web package's configuration).
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import click
@@ -16,11 +17,15 @@ from workers.store.studies import StudyError, StudyNotFound
 from .connection import redis_connection
 from .models import MODEL_NAMES
 
+#: From this many items ``create`` says what it read and how long storing took.
+LARGE_STUDY_ITEMS = 5000
+
 
 @click.command()
 @click.argument("config_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--items", "items_path", required=True, type=click.Path(path_type=Path),
-              help="A folder of images/audio/video and/or HTML items (.html), or a CSV of texts with a 'text' column.")
+              help="A folder of images/audio/video and/or HTML items (.html), a .zip of them, or a CSV of texts "
+                   "with a 'text' column.")
 @click.option("--id", "study_id", default=None, help="Study id (default: from the name).")
 @click.option("--stylesheet", "stylesheet_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help="A CSS file applied to the study's rater pages (after Proxima's own; no @import, no url() but "
@@ -56,12 +61,20 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
                 raise StudyError(f"cannot read stylesheet {stylesheet_path}: {exc.strerror or exc}") from None
     except (ConfigError, StudyError) as exc:
         raise click.ClickException(str(exc)) from None
+    started = time.monotonic()
+    if len(items) >= LARGE_STUDY_ITEMS:
+        # a large upload takes a while to store: say what was read and that it is being stored
+        size = sum(len(b) for b in (media or {}).values())
+        of_media = f" ({size / 1e6:,.0f} MB of media)" if size else ""
+        click.echo(f"Read {len(items):,} items from {items_path}{of_media}; storing them ...", err=True)
     with redis_connection() as conn:
         try:
             study_id = create_study(conn, config, items, media, study_id=study_id, stylesheet=stylesheet)
         except StudyError as exc:
             raise click.ClickException(str(exc)) from None
         schedule_update(conn, study_id)
+    if len(items) >= LARGE_STUDY_ITEMS:
+        click.echo(f"Stored {len(items):,} items in {time.monotonic() - started:.1f} s.", err=True)
     click.echo(f"Created study {study_id} with {len(items)} items. Rater page: /s/{study_id}")
     for warning in config_warnings(config):
         click.echo(f"Warning: {warning}.", err=True)

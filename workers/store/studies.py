@@ -640,12 +640,20 @@ def items_from_folder(folder: str | Path) -> tuple[list[Item], dict[int, bytes]]
 
 
 def items_from_path(path: str | Path) -> tuple[list[Item], dict[int, bytes] | None]:
-    """Items (and media) from a folder of media files or a CSV of texts."""
+    """Items (and media) from a folder of media files, a .zip of them, or a CSV of texts."""
     path = Path(path)
     if not path.exists():
         raise StudyError(f"items path {path} does not exist")
     if path.is_dir():
         return items_from_folder(path)
+    if path.suffix.lower() == ".zip":
+        from workers.store.uploads import items_from_zip
+
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise StudyError(f"cannot read items archive {path}: {exc.strerror or exc}") from None
+        return items_from_zip(data, path.name)
     return items_from_csv(path), None
 
 

@@ -29,8 +29,8 @@ from workers.store.studies import (
     items_from_csv_text,
 )
 
-MAX_ZIP_MEMBERS = 5000
-MAX_ZIP_TOTAL_BYTES = 256 * 1024 * 1024
+MAX_ZIP_MEMBERS = 100_000
+MAX_ZIP_TOTAL_BYTES = 2 * 1024 * 1024 * 1024
 MAX_CONFIG_BYTES = 1024 * 1024
 #: Most values (after YAML aliases are expanded) a config may hold: "billion laughs" stays small
 #: as YAML but explodes when validated or stored as JSON.
