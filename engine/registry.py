@@ -32,22 +32,27 @@ LEARNS = ("graph", "forest", "embedding")
 class Memory:
     """What a learner holds in a worker's memory, as bytes per item pair (n x n arrays), per item and
     per answer: its peak while driven as a live pool, measured by ``benchmarks/engine_memory.py``
-    (n = 2,000 and 4,000 items; the per-pair figure is the growth between them). A model, not a
+    (n = 2,000 and 4,000 items, 5 answers per item; the per-pair figure is the growth between them,
+    and duels' per-item figure is an upper bound: at 20,000 items it held 300 MB against 700). A model, not a
     promise: the platform refuses a study whose learner would not fit the machine by it."""
 
     per_pair: float = 0.0
     per_item: float = 0.0
     per_answer: float = 0.0
+    fixed: float = 0.0
 
     def bytes(self, n_items: int, answers: int) -> float:
-        return self.per_pair * float(n_items) ** 2 + self.per_item * n_items + self.per_answer * answers
+        return (self.fixed + self.per_pair * float(n_items) ** 2 + self.per_item * n_items
+                + self.per_answer * answers)
 
     def max_items(self, budget: float, answers_per_item: float) -> int:
         """The most items whose learner fits in ``budget`` bytes at ``answers_per_item``."""
-        a, b = self.per_pair, self.per_item + self.per_answer * answers_per_item
+        a, b, c = self.per_pair, self.per_item + self.per_answer * answers_per_item, self.fixed - budget
+        if c >= 0:
+            return 0
         if a <= 0:
-            return int(budget / b) if b > 0 else 10**12
-        return int((-b + (b * b + 4 * a * budget) ** 0.5) / (2 * a))
+            return int(-c / b) if b > 0 else 10**12
+        return int((-b + (b * b - 4 * a * c) ** 0.5) / (2 * a))
 
     def describe(self) -> str:
         parts = []
@@ -57,6 +62,8 @@ class Memory:
             parts.append(f"{self.per_item / 1000:g} kB per item")
         if self.per_answer:
             parts.append(f"{self.per_answer:g} B per answer")
+        if self.fixed:
+            parts.append(f"{self.fixed / 1e6:g} MB besides")
         return ", ".join(parts) or "little"
 
 
@@ -145,7 +152,7 @@ _ROUNDS = {
 _DERIVED = {"symmetric": False, "triangle": False, "bound": "kl", "window": 100000, "stagger": False}
 _PAIR_STATES = ("PairTripletAdapter",)
 #: ANNTri and its baselines keep bound matrices over every pair (mean, count, pending, bounds)
-_BOUNDS = Memory(per_pair=80.0)
+_BOUNDS = Memory(per_pair=72.0, fixed=300e6)
 _EMBEDDING = {
     "kernel": {"enum": ["tste", "ste", "human"], "default": "tste"},
     "dim": {"type": "integer", "minimum": 1, "maximum": 50, "default": 2},
@@ -169,7 +176,7 @@ _ENTRIES = (
               ("RandomSampling",) + _PAIR_STATES, triplet_defaults=_DERIVED, memory=_BOUNDS),
     Algorithm("random_triplets", "engine.random_triplets:RandomTriplets", ("triplet",), "triplet", "graph",
               "Random triplets: uniformly random triplets, neighbour = highest win rate (no certificate)",
-              {}, ("RandomTriplets",), memory=Memory(per_pair=56.0)),
+              {}, ("RandomTriplets",), memory=Memory(per_pair=54.0, fixed=10e6)),
     Algorithm("duels", "engine.duels:CandidateDuels", ("triplet",), "triplet", "graph",
               "Candidate duels: each item's shortlisted candidates duel in triplets until a winner is certain",
               {"shortlist": {"type": "integer", "minimum": 2, "maximum": 1000, "default": 12},
@@ -183,29 +190,30 @@ _ENTRIES = (
                "delta": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.05},
                "fit_work": {"type": "integer", "minimum": 1, "default": 1_000_000},
                "explore_pairs": {"type": "integer", "minimum": 0, "maximum": 10000, "default": 0}},
-              ("CandidateDuels",), memory=Memory(per_item=16_000.0, per_answer=400.0)),
+              ("CandidateDuels",), memory=Memory(per_item=30_000.0, per_answer=400.0, fixed=60e6)),
     Algorithm("embedding", "engine.embedding:EmbeddingLearner", ("triplet",), "triplet", "embedding",
               "Embedding: uniformly random triplets and a t-STE ordinal embedding; neighbours = nearest points",
-              _EMBEDDING, ("EmbeddingLearner",), memory=Memory(per_pair=16.0, per_item=2_000.0)),
+              _EMBEDDING, ("EmbeddingLearner",), memory=Memory(per_pair=16.0, fixed=50e6)),
     Algorithm("active_embedding", "engine.embedding:ActiveEmbedding", ("triplet",), "triplet", "embedding",
               "Active embedding: t-STE embedding asking the most uncertain triplets near each item",
               {**_EMBEDDING,
                "warmup": {"type": ["integer", "null"], "minimum": 0, "default": None},
                "n_candidates": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 50}},
-              ("ActiveEmbedding",), memory=Memory(per_pair=32.0, per_item=2_000.0)),
+              ("ActiveEmbedding",), memory=Memory(per_pair=32.0, fixed=50e6)),
     Algorithm("comparison_forest", "engine.comparison_tree:ComparisonForest", ("triplet",), "triplet", "forest",
               "Comparison forest: random trees split by triplets; neighbours = frequent leaf-mates",
               {"n_trees": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10},
                "leaf_size": {"type": "integer", "minimum": 1, "default": 1},
                "redundancy": {"oneOf": [{"type": "integer", "minimum": 1}, {"const": "adaptive"}], "default": 1},
                "supervised": {"type": "boolean", "default": False}},
-              ("ComparisonForest", "ForestStudy"), takes_labels=True, memory=Memory(per_item=3_000.0)),
+              ("ComparisonForest", "ForestStudy"), takes_labels=True, memory=Memory(per_item=2_500.0, fixed=20e6)),
     Algorithm("simforest", "engine.simforest:ActiveSimilarityForest", ("rating",), "pair", "forest",
               "SimForest: a similarity forest classifying items by label, asking only the ratings its splits need",
               {"n_trees": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10},
                "n_pairs": {"type": "integer", "minimum": 1, "maximum": 100, "default": 1},
                "repeats": {"type": "integer", "minimum": 1, "maximum": 20, "default": 1}},
-              ("ActiveSimilarityForest",), needs_labels=True, takes_labels=True, memory=Memory(per_pair=16.0)),
+              ("ActiveSimilarityForest",), needs_labels=True, takes_labels=True,
+              memory=Memory(per_pair=16.0, fixed=50e6)),
 )
 
 #: name (as in a study config) -> :class:`Algorithm`, in the order researchers see them.
