@@ -19,6 +19,9 @@ POSITIONS = [float(i * i) for i in range(N_ITEMS)]
 
 
 def study(conn, **attention) -> str:
+    """A study of N_ITEMS items on a line; catch trials off unless given (these tests are about the answer
+    check, and catch trials would flag the item-blind raters first: tests/test_catch_rule.py)."""
+    attention = {"rate": 0, **attention}
     items = [Item(id=f"p{i}", kind="color", color="#203040", position=(x,)) for i, x in enumerate(POSITIONS)]
     config = StudyConfig.from_dict({
         "name": "Judged", "random_state": 5, "pool_size": 10, "algorithms": [{"algorithm": "random_triplets"}],
