@@ -1,14 +1,18 @@
 """Benchmark — do bots that never look at the items get a completion code? (issue 26)
 
 Starts ``proxima serve`` in a scratch instance folder, creates a triplet study and a rating study of the
-alien-egg items (default settings but ``max_questions_per_rater`` and ``min_answers_for_code``: QUESTIONS)
-and runs, over HTTP like a browser, simulated careful raters (engine.oracles' human model: logistic in
-the distance gap + lapse, fitted to the alien-egg crowds; ratings Gaussian) and seven kinds of bots:
+alien-egg items (default settings but ``max_questions_per_rater`` and ``min_answers_for_code``: QUESTIONS;
+each item's ``position`` is its known smoothness, as a researcher who generated the eggs would give it, so
+the study has catch trials: a study whose items have neither positions nor labels has none) and runs,
+over HTTP like a browser, simulated careful raters (engine.oracles' human model: logistic in the distance
+gap fitted to the alien-egg crowds, lapse CAREFUL_LAPSE; ratings Gaussian) and seven kinds of bots:
 always-left, always-right, uniformly random, lowest item index, random + memory of its own answers,
 random + reading token/URL lengths, 80/20 position bias. Careful raters and bots take turns, so the
 study's model is learned from everyone (bots included). Prints per kind the share of runs that were
-shown a code and the share flagged before the code. A second table measures the answer check offline
-(engine.rater_checks, the same code) against the answers per rater: 10, 20, 40, 80.
+shown a code and the share flagged before the code. Offline tables then measure, against the answers per
+rater (10, 20, 40, 80, each the study's ``max_questions_per_rater``), the answer check (engine.rater_checks,
+the same code), the catch-trial rule (StudyConfig.catch_every / catch_failing, the egg items' own catch
+comparisons from webapp.catches) and both together.
 
     python benchmarks/bots.py               # 20 runs of each bot, 60 careful raters per study
     python benchmarks/bots.py --quick       # 5 runs each, 15 careful raters
@@ -41,6 +45,9 @@ from workers.store.config import StudyConfig  # noqa: E402
 from workers.store.studies import Item, create_study  # noqa: E402
 
 QUESTIONS = 40
+#: The careful raters' lapse rate (issue 26's goal: the human model with lapse about 0.1; the egg crowds'
+#: own fit is 0.03).
+CAREFUL_LAPSE = 0.1
 CODE = re.compile(r'id="completion-code">([A-Z0-9]+)<')
 BOTS = ("always left", "always right", "random", "lowest index", "random + memory", "random + lengths",
         "80/20 left")
@@ -109,8 +116,9 @@ def run_rater(base: str, study_id: str, name: str, answerer, think: float) -> di
 
 def live(base: str, conn: redis.Redis, kind: str, runs: int, careful: int, think: float, seed: int) -> dict:
     truth = eggs_truth()
-    noise, _ = noise_model(truth)
-    items = [Item(id=i, kind="text", text=f"Egg {i}") for i in truth.ids]
+    noise, _ = noise_model(truth, lapse=CAREFUL_LAPSE)
+    items = [Item(id=i, kind="text", text=f"Egg {i}", position=(float(p[0]),))
+             for i, p in zip(truth.ids, truth.points, strict=True)]
     config = {"name": f"Bots {kind}", "question_kind": kind, "random_state": seed,
               "limits": {"max_questions_per_rater": QUESTIONS, "min_answers_for_code": QUESTIONS}}
     study_id = create_study(conn, StudyConfig.from_dict(config), items, study_id=f"bots-{kind}")
@@ -145,16 +153,23 @@ def live(base: str, conn: redis.Redis, kind: str, runs: int, careful: int, think
 
 
 def offline(kind: str, trials: int, seed: int) -> dict:
-    """Flag shares of the answer check against answers per rater, on random questions of the egg items:
-    a reference of 40 careful raters x 40 answers, then each judged rater alone (engine code only)."""
+    """Flag shares against answers per rater m (the study's max_questions_per_rater), on random questions
+    of the egg items: a reference of 40 careful raters x 40 answers, then each judged rater alone (engine
+    code only): (who, m, "answer check" | "catch trials" | "either") -> share flagged. A rater's m
+    questions hold the catch trials the study's schedule gives (StudyConfig.catch_every, a random place
+    per block), drawn from the egg items' catch comparisons (webapp.catches), candidates in random order."""
+    from engine.oracles import TripletOracle
+    from webapp.catches import choose_comparisons
+    from workers.store.config import StudyConfig
+
     truth = eggs_truth()
-    noise, _ = noise_model(truth)
+    noise, _ = noise_model(truth, lapse=CAREFUL_LAPSE)
     n = truth.n_items
     rng = np.random.default_rng(seed)
-    from engine.oracles import TripletOracle
-
     oracle = TripletOracle(truth.distances, noise=noise.logistic_scale, model="human", lapse=noise.lapse,
                            random_state=seed)
+    comparisons = np.array([c[:3] for c in choose_comparisons([{"position": [float(p[0])]} for p in truth.points],
+                                                             random.Random(seed))])
 
     def questions(m):
         rows = []
@@ -175,19 +190,33 @@ def offline(kind: str, trials: int, seed: int) -> dict:
                  "always left": lambda q: np.ones(len(q), int), "lowest index": lambda q: (q[:, 1] < q[:, 2]) * 1,
                  "80/20 left": lambda q: (rng.random(len(q)) < 0.8) * 1}
     out = {}
-    for who, answer in answerers.items():
-        for look, m in enumerate((10, 20, 40, 80), start=1):
-            alpha = rater_checks.look_alpha(look, 0.01)
-            flags = 0
+    for m in (10, 20, 40, 80):
+        config = StudyConfig.from_dict({"name": "bots", "limits": {"max_questions_per_rater": m}})
+        every = config.catch_every
+        look = len([k for k in (10, 20, 40, 80) if k <= m])
+        alpha = rater_checks.look_alpha(look, 0.01)
+        for who, answer in answerers.items():
+            counts = {"answer check": 0, "catch trials": 0, "either": 0}
             for t in range(trials):
-                q = questions(m)
+                # the schedule: one catch trial per block of `every` questions, at a random place
+                places = [b + rng.integers(every) for b in range(0, m, every)]
+                n_catch = sum(p < m for p in places)
+                q = questions(m - n_catch)
                 h, a, b = q.T
                 zz = ((x[h] - x[b]) ** 2).sum(1) - ((x[h] - x[a]) ** 2).sum(1)
                 p = rater_checks.LAPSE / 2 + (1 - rater_checks.LAPSE) / (1 + np.exp(-np.clip(scale * zz, -30, 30)))
                 verdict = rater_checks.judge_triplets(p, answer(q), (a < b) * 1, seed=t,
                                                       simulations=max(2000, int(4 / alpha)))
-                flags += verdict.p < alpha
-            out[(who, m)] = flags / trials
+                c = comparisons[rng.integers(len(comparisons), size=n_catch)]
+                swap = rng.random(n_catch) < 0.5
+                cq = np.column_stack([c[:, 0], np.where(swap, c[:, 2], c[:, 1]), np.where(swap, c[:, 1], c[:, 2])])
+                missed = int(np.sum(answer(cq) != (~swap) * 1)) if n_catch else 0
+                by_answers, by_catches = verdict.p < alpha, config.catch_failing(n_catch, missed)
+                counts["answer check"] += by_answers
+                counts["catch trials"] += by_catches
+                counts["either"] += by_answers or by_catches
+            for name, count in counts.items():
+                out[(who, m, name)] = count / trials
     return out
 
 
@@ -221,10 +250,11 @@ def main() -> None:
                 stop_server(proc)
     trials = 50 if a.quick else 200
     out = offline("triplet", trials, a.seed)
-    print(f"\nanswer check alone, random triplets of the egg items, {trials} raters each: share flagged")
-    print("| rater | 10 answers | 20 | 40 | 80 |\n|---|---|---|---|---|")
-    for who in dict.fromkeys(k for k, _ in out):
-        print(f"| {who} | " + " | ".join(f"{out[(who, m)]:.1%}" for m in (10, 20, 40, 80)) + " |")
+    for name in ("answer check", "catch trials", "either"):
+        print(f"\n{name}, triplets of the egg items, {trials} raters each: share flagged by answers per rater")
+        print("| rater | 10 answers | 20 | 40 | 80 |\n|---|---|---|---|---|")
+        for who in dict.fromkeys(k for k, _, _ in out):
+            print(f"| {who} | " + " | ".join(f"{out[(who, m, name)]:.1%}" for m in (10, 20, 40, 80)) + " |")
 
 
 if __name__ == "__main__":

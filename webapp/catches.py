@@ -32,14 +32,21 @@ MAX_DISTANCES = 400_000
 MAX_DISTANCE_RATIO = 0.5
 #: The different item is drawn from this farthest share of the items.
 FAR_SHARE = 0.25
+#: A rating check expecting a low rating shows only a pair at least this share of the largest distance
+#: found apart: the farthest quarter of a central item is not far in absolute terms, and a careful rater
+#: rates such a pair in the middle of the scale (on the egg items, 0.6 of the way: about a third of them).
+RATING_FAR_SHARE = 0.85
 
 
 class Comparison(NamedTuple):
-    """A head, an item very like it and one very unlike it (item indices)."""
+    """A head, an item very like it and one very unlike it (item indices); ``far``: whether the different
+    one is far from the head in absolute terms too (a pair a careful rater rates low), not only against
+    the similar one."""
 
     head: int
     similar: int
     different: int
+    far: bool = True
 
 
 _cache: dict[str, tuple[float, tuple[float, int], list[Comparison]]] = {}
@@ -87,8 +94,9 @@ def _by_position(positions: list[tuple[float, ...]], rng: random.Random) -> list
         far = others[len(others) - max(1, int(FAR_SHARE * len(others))):]
         far_distance, different = far[rng.randrange(len(far))]
         if similar != different and near_distance <= MAX_DISTANCE_RATIO * far_distance:
-            found.append(Comparison(h, similar, different))
-    return found
+            found.append((Comparison(h, similar, different), far_distance))
+    largest = max((d for _, d in found), default=0.0)
+    return [c._replace(far=d >= RATING_FAR_SHARE * largest) for c, d in found]
 
 
 def _by_label(labels: list, rng: random.Random) -> list[Comparison]:

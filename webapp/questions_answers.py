@@ -202,10 +202,13 @@ def catch_question(study: Study, found: list[Comparison]) -> dict | None:
     the scale. None when the study has no such comparison (no catch trial then)."""
     if not found:
         return None
-    head, similar, different = random.choice(found)
+    head, similar, different, _ = random.choice(found)
     common = {"qid": new_question_id(), "algorithm": CATCH_ALGORITHM, "fallback": False, "catch": True}
     if study.config.catch_kind == "rating":
-        alike = random.random() < 0.5
+        far = [c for c in found if c.far]
+        alike = not far or random.random() < 0.5
+        if not alike:  # a low rating is expected only of a pair far apart in absolute terms
+            head, similar, different, _ = random.choice(far)
         pair = [head, similar if alike else different]
         random.shuffle(pair)
         return {**common, "kind": "rating", "items": pair, "expect": "high" if alike else "low"}
@@ -235,19 +238,21 @@ def check_consent(study: Study) -> None:
 
 def question_request(study: Study, rater: str, now: float, guard: StudyGuard | None = None,
                      conn: Redis | None = None) -> NextRequest:
-    """What the Lua step issuing ``rater``'s next question needs: limits, an attention check drawn
-    at the study's rate (from ``catches.comparisons``, read through ``conn``; none without it), the
+    """What the Lua step issuing ``rater``'s next question needs: limits, an attention check for when it
+    is the rater's turn (``StudyConfig.catch_every``; from ``catches.comparisons``, read through ``conn``;
+    none without it), the
     algorithms' shares and fallbacks (``guard``: behind the study guard)."""
     limits, attention = study.config.limits, study.config.attention
-    catch = None
-    if attention.rate > 0 and conn is not None:
-        # read (or refreshed) whether or not a check is drawn, so a check costs no time of its own
-        found = catches.comparisons(conn, study)
-        catch = catch_question(study, found) if random.random() < attention.rate else None
+    catch, every = None, study.config.catch_every
+    if every and conn is not None:
+        # a check is offered with every request (the Lua step decides whether it is the rater's turn), so
+        # the request costs the same time whether or not a check is given
+        catch = catch_question(study, catches.comparisons(conn, study))
     ask_repeat = random.random() < REPEAT_ASK_CHANCE if attention.validation_repeats else None
     return next_request(study.id, study.config, study.n_items, rater, now=now, expires_at=now + token_ttl(study),
                         stop_flagged=attention.stops_flagged, max_per_rater=limits.max_questions_per_rater,
-                        budget=limits.answer_budget, catch=catch, ask_repeat=ask_repeat, guard=guard)
+                        budget=limits.answer_budget, catch=catch, ask_repeat=ask_repeat, guard=guard,
+                        catch_every=every or 1, catch_draw=random.random())
 
 
 def maybe_queue_repeat(conn: Redis, study: Study, rater: str, question: dict, choice: int | None,
@@ -458,7 +463,7 @@ def submit_answer(conn: Redis, study: Study, rater: str, body: object, issue_nex
             used_ttl=USED_MARKER_TTL, value=value, flags=",".join(flags), stats=stats,
             max_per_rater=limits.max_questions_per_rater, budget=limits.answer_budget,
             # every answer re-checks the flag rule: abandoned checks count as failed without an answer
-            flag_rule=(attention.min_checks, attention.max_failure_share), then=then,
+            flag_rule=study.config.catch_rule(), then=then,
             stop_flagged=attention.stops_flagged, min_response_ms=limits.min_response_ms, require_held=True,
             guard=guard)
     except AnswerRefused as refused:

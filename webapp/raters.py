@@ -326,7 +326,7 @@ def code_decision(conn: Redis, study: Study, rater: str, stats: dict[str, int]) 
     abandoned = sum(1 for member in held if member.startswith(b"c:"))
     checks, failed = stats["catch"] + abandoned, stats["catch_failed"] + abandoned
     attention = study.config.attention
-    failing = checks >= attention.min_checks and failed > attention.max_failure_share * checks
+    failing = study.config.catch_failing(checks, failed)
     if (stats["flagged"] and attention.withholds_code) or failing:
         return None, "Too many of the attention checks were missed, so there is no completion code to give."
     needed = study.config.limits.answers_for_code

@@ -131,6 +131,10 @@ def _check(conn: Redis, study_id: str) -> dict[str, dict]:
                 if attention.flag_action == "exclude":
                     pipe.sadd(keys.excluded_raters(study_id), rater)
             pipe.hset(keys.rater_stats(study_id), mapping={keys.rater_field(rater, k): v for k, v in fields.items()})
+        for rater in due.keys() - verdicts.keys():
+            # a look with nothing to judge (rating answers while JUDGE_RATINGS is off, or only checks and
+            # repeats) is done too: the finish page waits for no verdict that will not come
+            pipe.hset(keys.rater_stats(study_id), keys.rater_field(rater, "looks"), due[rater][0])
         pipe.hset(keys.engine_stats(study_id), CHECKED_AT_FIELD, time.time())
         pipe.execute()
     return {r: {"p": v.p, "likeliest": v.likeliest, "n": v.n, "agreement": v.agreement} for r, v in verdicts.items()}

@@ -145,15 +145,16 @@ def accept_answer(conn: Redis, study_id: str, question: dict, rater: str, choice
 def accept_and_issue(conn: Redis, study_id: str, question: dict, rater: str, choice: int | None, issued_at: float,
                      response_ms: int | None, used_ttl: int, value: float | None = None,
                      flags: str = "", stats: tuple[str, ...] = (), max_per_rater: int | None = None,
-                     budget: int | None = None, flag_rule: tuple[int, float] | None = None,
+                     budget: int | None = None, flag_rule: tuple[int, float, int] | None = None,
                      then: questions.NextRequest | None = None, stop_flagged: bool = False,
                      min_response_ms: int = 0, require_held: bool = False,
                      guard: questions.StudyGuard | None = None,
                      ) -> tuple[str, bool, questions.NextQuestion | None]:
     """``accept_answer``, then in the same atomic step (one round trip) two optional follow-ups:
 
-    ``flag_rule`` (min_checks, max_failure_share): flag the rater once they failed more than that
-    share of at least min_checks catch trials; ``then``: issue the rater's next question
+    ``flag_rule`` (min_checks, max_failure_share, misses allowed; ``StudyConfig.catch_rule``): flag the
+    rater once they failed more than that share of at least min_checks catch trials and more than
+    the misses allowed; ``then``: issue the rater's next question
     (``questions.next_request``). Returns (answer id, whether an update must be enqueued, the next
     question or None when none was asked for). ``stop_flagged``: refuse a flagged rater's answer
     (``rater_stopped``); ``min_response_ms``: flag ``too_fast`` an answer given sooner after the later of
@@ -185,7 +186,7 @@ def accept_and_issue(conn: Redis, study_id: str, question: dict, rater: str, cho
         "max_per_rater": int(max_per_rater or 0), "budget": int(budget or 0), "stats": ",".join(stats),
         "fields": json.dumps([str(x) for name in ANSWER_FIELDS for x in (name, fields[name])]),
         "min_checks": "" if flag_rule is None else int(flag_rule[0]),
-        "max_failure_share": "" if flag_rule is None else repr(float(flag_rule[1])),
+        "failure_limits": "" if flag_rule is None else f"{float(flag_rule[1])!r} {int(flag_rule[2])}",
         "stop_flagged": "1" if stop_flagged else "0", "min_response_ms": int(min_response_ms or 0),
         "issued_at": repr(float(issued_at)), "now": repr(now), "require_held": "1" if require_held else "0",
         "issue_next": "0" if then is None else "1", **(guard or questions.StudyGuard()).args(),

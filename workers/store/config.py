@@ -8,6 +8,7 @@ numerical modules (only the numpy-free algorithm table, :mod:`engine.registry`).
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,9 +124,10 @@ ATTENTION_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "rate": {"type": "number", "minimum": 0, "maximum": 1},
+        "rate": {"anyOf": [{"type": "number", "minimum": 0, "maximum": 1}, {"const": "auto"}]},
         "kind": {"enum": list(ATTENTION_KINDS)},
-        "max_failure_share": {"type": "number", "minimum": 0, "maximum": 1},
+        "misses_allowed": {"anyOf": [{"type": "integer", "minimum": 0, "maximum": 1000}, {"const": "auto"}]},
+        "max_failure_share": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
         "min_checks": {"type": "integer", "minimum": 1, "maximum": 1000},
         "stop_flagged": {"type": "boolean"},
         "validation_repeats": {"type": "integer", "minimum": 0, "maximum": 100},
@@ -255,19 +257,43 @@ class Limits:
 #: Repeated questions a rater must have answered before a low self-agreement can flag them: fewer never
 #: flag (with 5 repeats an honest rater agreeing 80% of the time falls below 0.6 one time in 15).
 MIN_REPEATS_TO_FLAG = 8
+#: ``attention.rate: auto``: the sparsest schedule of catch trials (one in every ``e`` questions of a
+#: rater, ``e`` at least CATCH_MIN_EVERY) for which the allowed misses keep a careful rater's flag rate (at
+#: CATCH_MISS_RATE per catch trial) within ``false_flag_rate`` and a responder answering catch trials at
+#: random passes at most CATCH_RANDOM_PASS of the time; planned on ``max_questions_per_rater`` (else
+#: CATCH_PLANNED_QUESTIONS). 40 questions: one in 3 (13 or 14 trials, 3 misses allowed: careful flagged
+#: 0.8%, random passing 4.6%); 100: one in 6; 200: one in 13 (tests/test_catch_rule.py).
+CATCH_MIN_EVERY = 3
+CATCH_PLANNED_QUESTIONS = 100
+CATCH_RANDOM_PASS = 0.05
+#: The share of near-certain catch trials a careful rater misses: half the human lapse rate of 0.1 (a
+#: lapse picks at random) and a little more for the comparison itself (engine.oracles' human model on
+#: the egg items misses 0.7% of them without lapses: tests/test_catch_rule.py measures it).
+CATCH_MISS_RATE = 0.06
+
+
+def binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X > k) for X ~ Binomial(n, p) (standard library: the web processes load no scipy)."""
+    return float(sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k + 1, n + 1)))
+
+
 #: Labels of the answers that are not any algorithm's (attention checks, validation repeats).
 RESERVED_LABELS = ("catch", "repeat", "import")
 
 
 @dataclass(frozen=True)
 class Attention:
-    """Catch trials: served with probability ``rate`` (of the ``kind`` in ATTENTION_KINDS); a rater with
-    at least ``min_checks`` of them and a failed share above ``max_failure_share`` is flagged (and
-    stopped if ``stop_flagged``)."""
+    """Catch trials (of the ``kind`` in ATTENTION_KINDS): one in every ``1 / rate`` questions of a rater
+    (rounded), at a random place in each such block (``"auto"``: CATCH_TRIALS per rater, see
+    ``StudyConfig.catch_every``). A rater who misses more than ``misses_allowed`` of them (``"auto"``:
+    ``StudyConfig.catch_misses_allowed``) is flagged; with ``max_failure_share`` set, also only once
+    they answered ``min_checks`` and missed more than that share of them (the rule before misses were
+    counted, kept for studies that set it)."""
 
-    rate: float = 0.0
-    max_failure_share: float = 0.5
-    min_checks: int = 2
+    rate: float | str = "auto"
+    misses_allowed: int | str = "auto"
+    max_failure_share: float | None = None
+    min_checks: int = 1
     stop_flagged: bool = False
     kind: str = "auto"
     #: triplets a rater already answered asked again later (candidates swapped), to measure the rater's
@@ -285,7 +311,8 @@ class Attention:
     flag_action: str = "no_code"
 
     def to_dict(self) -> dict:
-        return {"rate": self.rate, "kind": self.kind, "max_failure_share": self.max_failure_share,
+        return {"rate": self.rate, "kind": self.kind, "misses_allowed": self.misses_allowed,
+                "max_failure_share": self.max_failure_share,
                 "min_checks": self.min_checks, "stop_flagged": self.stop_flagged,
                 "validation_repeats": self.validation_repeats, "min_self_agreement": self.min_self_agreement,
                 "answer_check": self.answer_check, "false_flag_rate": self.false_flag_rate,
@@ -419,6 +446,62 @@ class StudyConfig:
         if kind == "auto":
             return "rating" if all(a.question_kind == "rating" for a in self.algorithms) else "triplet"
         return kind
+
+    @property
+    def planned_questions(self) -> int:
+        """The questions a rater is planned to answer: ``max_questions_per_rater``, else CATCH_PLANNED_QUESTIONS."""
+        return int(self.limits.max_questions_per_rater or CATCH_PLANNED_QUESTIONS)
+
+    def _allowed_misses(self, trials: int) -> int:
+        """The fewest misses a careful rater (missing CATCH_MISS_RATE of catch trials) exceeds over
+        ``trials`` of them with probability at most ``false_flag_rate``."""
+        alpha = self.attention.false_flag_rate
+        return next(m for m in range(trials + 1) if binomial_tail(m, trials, CATCH_MISS_RATE) <= alpha)
+
+    @property
+    def catch_every(self) -> int:
+        """One catch trial in every this many questions of a rater, at a random place in each such block
+        (0: none); ``attention.rate: auto`` as CATCH_RANDOM_PASS says."""
+        rate = self.attention.rate
+        if rate != "auto":
+            return 0 if rate <= 0 else max(1, round(1 / rate))
+        n, coded = self.planned_questions, self.limits.min_answers_for_code or self.planned_questions
+        for every in range(max(CATCH_MIN_EVERY, n // CATCH_MIN_EVERY), CATCH_MIN_EVERY - 1, -1):
+            fewest, most = min(n, coded) // every, -(-n // every)
+            if fewest and 1 - binomial_tail(self._allowed_misses(most), fewest, 0.5) <= CATCH_RANDOM_PASS:
+                return every
+        return CATCH_MIN_EVERY
+
+    @property
+    def catch_trials(self) -> tuple[int, int]:
+        """(fewest, most) catch trials of a rater shown a code (``min_answers_for_code`` answers, else the
+        planned questions) and of one answering every planned question (the last block may be cut short)."""
+        every, n = self.catch_every, self.planned_questions
+        coded = min(n, self.limits.min_answers_for_code or n)
+        return (coded // every, -(-n // every)) if every else (0, 0)
+
+    @property
+    def catch_misses_allowed(self) -> int:
+        """Catch trials a rater may miss: ``attention.misses_allowed``, or (``"auto"``) the fewest misses a
+        careful rater exceeds over the most catch trials planned with probability at most
+        ``false_flag_rate``. Misses are counted, not a share: the count only grows, so checking after
+        every catch trial flags no more careful raters than checking once at the end."""
+        allowed = self.attention.misses_allowed
+        return self._allowed_misses(self.catch_trials[1]) if allowed == "auto" else int(allowed)
+
+    def catch_rule(self) -> tuple[int, float, int]:
+        """(min_checks, max_failure_share or 0, misses allowed): see ``catch_failing``."""
+        attention = self.attention
+        share = attention.max_failure_share
+        if share is not None:
+            return attention.min_checks, float(share), 0 if attention.misses_allowed == "auto" else int(
+                attention.misses_allowed)
+        return attention.min_checks, 0.0, self.catch_misses_allowed
+
+    def catch_failing(self, checks: int, failed: int) -> bool:
+        """Whether ``failed`` missed of ``checks`` catch trials flag a rater (accept.lua applies the same rule)."""
+        min_checks, share, misses = self.catch_rule()
+        return checks >= min_checks and failed > share * checks and failed > misses
 
     @property
     def algorithm(self) -> str:

@@ -195,8 +195,11 @@ class NextQuestion:
 def next_request(study_id: str, config: StudyConfig, n_items: int, rater: str, now: float, expires_at: float,
                  stop_flagged: bool, max_per_rater: int | None, budget: int | None,
                  catch: dict | None = None, max_outstanding: int | None = None,
-                 ask_repeat: bool | None = None, guard: StudyGuard | None = None) -> NextRequest:
-    """Keys and arguments to issue ``rater``'s next question (``catch``: this attention check instead).
+                 ask_repeat: bool | None = None, guard: StudyGuard | None = None,
+                 catch_every: int = 1, catch_draw: float = 0.0) -> NextRequest:
+    """Keys and arguments to issue ``rater``'s next question (``catch``: this attention check instead,
+    if it is the rater's turn for one: one in every ``catch_every`` questions, the place in each block
+    drawn by ``catch_draw``, uniform in [0, 1); see lua/next_question.lua; the defaults give it now).
     ``max_outstanding``: questions the rater may hold unanswered (default: the study's setting);
     ``ask_repeat``: True to ask the rater's first queued validation repeat if it is due (None: the
     study asks none); ``guard``: run behind the study guard (next_guarded.lua)."""
@@ -209,12 +212,14 @@ def next_request(study_id: str, config: StudyConfig, n_items: int, rater: str, n
     issue_named = issue_args(config, rater, now, expires_at)
     issue_named["issue_rater"] = issue_named.pop("rater")
     script = NEXT if guard is None else NEXT_GUARDED
+    catch_arg = ("" if catch is None
+                 else f"{max(1, int(catch_every))} {float(catch_draw)!r} {json.dumps(catch, sort_keys=True)}")
     script_keys, args = script.ordered(
         keys={"rater_stats": keys.rater_stats(study_id), "answers": keys.answers(study_id),
               "items": keys.items(study_id), "update_scheduled": keys.update_scheduled(study_id),
               **issue_keys(study_id), **(guard.keys(study_id) if guard is not None else {})},
         args={"rater": rater, "stop_flagged": "1" if stop_flagged else "0", "max_per_rater": int(max_per_rater or 0),
-              "budget": int(budget or 0), "catch": json.dumps(catch, sort_keys=True) if catch is not None else "",
+              "budget": int(budget or 0), "catch": catch_arg,
               "update_ttl": UPDATE_FLAG_TTL, **issue_named, **(guard.args() if guard is not None else {})},
         more_keys=more_keys, more_args=more_args)
     return NextRequest(script_keys, args, guarded=guard is not None)

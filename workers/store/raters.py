@@ -219,7 +219,8 @@ def replay_rater_stats(answers: list[Answer], config: StudyConfig,
                 rater["repeats"] += 1
                 rater["repeat_agreed"] += agreed
                 outcome.append(REPEAT_AGREE_FLAG if agreed else REPEAT_DISAGREE_FLAG)
-                if (rater["repeats"] >= attention.min_repeats_to_flag
+                # judged once, at repeats_to_judge, as the live path (flag_low_self_agreement) does
+                if (rater["repeats"] == attention.repeats_to_judge
                         and rater["repeat_agreed"] / rater["repeats"] < attention.min_self_agreement):
                     rater["flagged"] = 1
         elif answer.algorithm == CATCH_ALGORITHM:
@@ -227,10 +228,12 @@ def replay_rater_stats(answers: list[Answer], config: StudyConfig,
             rater["catch"] += 1
             rater["catch_failed"] += not passed
             outcome.append("catch_pass" if passed else "catch_fail")
+            if config.catch_every:  # the block given its check (next_question.lua), so a restored rater's
+                rater["catch_block"] = (rater["answers"] - 1) // config.catch_every  # schedule goes on
+
         elif answer.kind == "triplet" and not answer.skipped:
             first_choice.setdefault((answer.rater, answer.head, frozenset((answer.a, answer.b))), answer.choice)
-        if (rater["catch"] >= attention.min_checks
-                and rater["catch_failed"] > attention.max_failure_share * rater["catch"]):
+        if config.catch_failing(rater["catch"], rater["catch_failed"]):
             rater["flagged"] = 1
         flags_by_id[answer.id] = ",".join(kept + outcome)
     n_answers = len(answers)
@@ -241,7 +244,7 @@ def replay_rater_stats(answers: list[Answer], config: StudyConfig,
         done = bool(limits.max_questions_per_rater) and counts["answers"] >= limits.max_questions_per_rater
         counts["completed"] = int(done or budget_reached)
         for name, value in counts.items():
-            if not value:
+            if not value and name != "catch_block":
                 continue  # as the live path, which makes a field when it first counts one
             fields[keys.rater_field(rater, name)] = repr(value) if name == "last_answer_at" else str(int(value))
     return flags_by_id, fields

@@ -2,7 +2,7 @@
 -- append the answer to the log, mark the token used, count it and flag an update — all or nothing;
 -- then, if asked, issue the rater's next question in the same step (next_question.lua).
 -- KEYS: used_token issued issued_questions answers raters per_minute update_scheduled counters rater_stats outstanding study rater_sessions ...
--- ARGV: question_id used_ttl rater minute update_ttl algorithm unpooled max_per_rater budget stats fields min_checks max_failure_share stop_flagged min_response_ms issued_at now require_held issue_next fingerprint holder_rater holder_nonce ...
+-- ARGV: question_id used_ttl rater minute update_ttl algorithm unpooled max_per_rater budget stats fields min_checks failure_limits stop_flagged min_response_ms issued_at now require_held issue_next fingerprint holder_rater holder_nonce ...
 --   used_token: the used-token marker (string: the answer id); issued, issued_questions: the study's
 --   issued zset and hash; answers: the log (stream); raters: set; per_minute, counters, rater_stats:
 --   hashes; update_scheduled: the update flag; outstanding: the questions the rater holds (zset).
@@ -10,8 +10,8 @@
 --   max_per_rater, budget: the rater's and the study's most answers (0 = none); stats: rater-stats
 --   counters to increment besides 'answers', comma-separated (may be empty); fields: the stream
 --   entry's field/value strings as one JSON array (one argument: cheaper to send); min_checks: catch
---   trials before a rater can be flagged ('' = leave the flag alone) and max_failure_share the largest
---   share of them a rater may fail; stop_flagged: '1' if flagged raters are stopped (their answers are
+--   trials before a rater can be flagged ('' = leave the flag alone) and failure_limits 'SHARE MISSES':
+--   a rater is flagged who failed more than SHARE of them and more than MISSES (config.catch_failing); stop_flagged: '1' if flagged raters are stopped (their answers are
 --   refused); min_response_ms: 0 = none; issued_at, now: unix s; require_held: '1' if the question
 --   must be one the rater holds (the live path: one dropped for a newer one, or expired, is refused);
 --   issue_next: '1' to issue the rater's next question: the keys and arguments of next_question.lua
@@ -30,7 +30,7 @@
 local used_token, issued, issued_questions, answers, raters, per_minute, update_scheduled, counters, rater_stats,
       outstanding = unpack(KEYS, 1, 10)
 local question_id, used_ttl, rater, minute, update_ttl, algorithm, unpooled, max_per_rater, budget, stats, fields,
-      min_checks, max_failure_share, stop_flagged, min_response_ms, issued_at, now, require_held,
+      min_checks, failure_limits, stop_flagged, min_response_ms, issued_at, now, require_held,
       issue_next = unpack(ARGV, 1, 19)
 
 local guard = study_guard(KEYS, ARGV, 10, 19)
@@ -70,7 +70,9 @@ for stat in string.gmatch(stats, '[^,]+') do redis.call('HINCRBY', rater_stats, 
 if min_checks ~= '' then
   local c = redis.call('HMGET', rater_stats, rater .. ':catch', rater .. ':catch_failed')
   local checks, failed = tonumber(c[1] or '0'), tonumber(c[2] or '0')
-  if checks >= tonumber(min_checks) and failed > tonumber(max_failure_share) * checks then
+  local gap = string.find(failure_limits, ' ', 1, true)
+  local share, misses = tonumber(string.sub(failure_limits, 1, gap - 1)), tonumber(string.sub(failure_limits, gap + 1))
+  if checks >= tonumber(min_checks) and failed > share * checks and failed > misses then
     redis.call('HSET', rater_stats, rater .. ':flagged', 1)
   end
 end

@@ -4,8 +4,10 @@
 -- runs it alone, accept.lua after storing an answer); it needs issue.lua included before it.
 -- Keys from K[k + 1]: rater-stats hash, answers stream, items list, update-scheduled flag, then the
 -- keys of issue() (K[k + 5] ...). Arguments from A[a + 1]: rater id, '1' if flagged raters are
--- stopped, max answers of a rater (0 = none), study answer budget (0 = none), an attention-check
--- question JSON to hand out instead of a pooled one ('' = none), update-flag TTL (s), then the
+-- stopped, max answers of a rater (0 = none), study answer budget (0 = none), an attention check
+-- ('' = none) as 'EVERY DRAW JSON': the rater gets one in each block of EVERY questions, at a uniformly
+-- random place (DRAW, uniform in [0, 1), picks it: at the j-th place of a block without one yet,
+-- with probability 1 / (EVERY - j); EVERY 1: every request), instead of a pooled question, update-flag TTL (s), then the
 -- arguments of issue() (A[a + 7] ...; its rater id is this rater). After issue()'s keys comes the
 -- rater's outstanding-questions zset, after issue()'s arguments the most questions a rater may hold
 -- unanswered: asking for one more drops the oldest (its answer will be refused); a dropped or
@@ -15,7 +17,7 @@
 -- item JSON per item the question shows} | {'rater_stopped'} | {'rater_done'} | {'budget_reached'}
 -- | {'study_complete'}. The last three also mark the rater completed, as the finish page expects.
 -- Rater-stats fields (keys.rater_field): '<rater>:answers', ':flagged', ':catch', ':catch_failed',
--- ':completed'.
+-- ':completed', ':catch_block' (the last block given its attention check).
 local function next_question(K, A, k, a)
   local rater = A[a + 1]
   local stats = redis.call('HMGET', K[k + 1], rater .. ':answers', rater .. ':flagged')
@@ -29,7 +31,18 @@ local function next_question(K, A, k, a)
     done = 'budget_reached'
   end
   local question, scheduled = A[a + 5], 0
-  local is_catch = question ~= ''
+  local is_catch = false
+  if question ~= '' and not done then
+    local s1 = string.find(question, ' ', 1, true)
+    local s2 = string.find(question, ' ', s1 + 1, true)
+    local every, draw = tonumber(string.sub(question, 1, s1 - 1)), tonumber(string.sub(question, s1 + 1, s2 - 1))
+    local block = math.floor(answers / every)
+    local given = tonumber(redis.call('HGET', K[k + 1], rater .. ':catch_block') or '-1')
+    if every <= 1 or (given < block and draw * (every - answers % every) < 1) then
+      question, is_catch = string.sub(question, s2 + 1), true
+      redis.call('HSET', K[k + 1], rater .. ':catch_block', block)
+    end
+  end
   if not done then
     local m = tonumber(A[a + 6 + 5])
     local held_key, most = K[k + 4 + 6 + m + 1], tonumber(A[a + 6 + 5 + 3 * m + 1])
