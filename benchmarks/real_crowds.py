@@ -2,10 +2,12 @@
 
 What a researcher would otherwise do (NEXT / Salmon) is to buy uniformly random triplets and fit
 an ordinal embedding. This script drives every nearest-neighbour learner of ``engine.registry``
-through ``make_planner(name, n, question_kind="triplet")`` with its defaults, as a script or an
-outside harness does (``next_questions(batch)`` → answers → ``observe``; a live study's pool mode,
-``duels.pool``, is measured in ``duels_batches.py``), reads ``neighbor_graph(k=1)`` anytime, and
-prints per data set (mean over seeds):
+through ``make_planner(name, n, question_kind="triplet")`` with its defaults, driven as a live
+study's worker drives it (``--mode live``, the default: ``drive_as_pool``, ``--batch`` questions per
+pass, refits beside the passes arriving as late as their CPU time at ``--rate`` answers per second;
+``--mode script``: as a script or an outside harness does, ``next_questions(batch)`` → answers →
+``observe`` with the planner's own defaults), reads ``neighbor_graph(k=1)`` anytime, and prints per
+data set (mean over seeds):
 
 - NN error (share of items whose pick is not a true nearest neighbour; ties count as right) and
   hit@3 (the pick is among the 3 truly nearest) at each budget of answers per item;
@@ -41,7 +43,7 @@ import numpy as np
 from engine import oracles
 from engine.datasets import load_alien_eggs, load_material
 from engine.embedding import embedding_neighbors, select_embedding
-from engine.registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, make_planner
+from engine.registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool, make_planner  # noqa: E402
 
 PEER = "random triplets + embedding"
 #: Finer marks than the printed budgets, to find where a method reaches the peer's accuracy.
@@ -86,6 +88,8 @@ def methods_for(names: list[str] | None) -> list[str]:
 PARAMS: dict = {}
 #: --no-peer: leave the peer out (tuning runs)
 SKIP_PEER = False
+#: --mode live: the crowd's answers per second that refits beside the passes lag behind (None: --mode script)
+LIVE_RATE: float | None = None
 #: --spread: also print the standard deviation of hit@3 over seeds
 SPREAD = False
 
@@ -95,6 +99,12 @@ def drive(name: str, n: int, answer, marks: list[int], seed: int, batch: int) ->
     seconds under key -1."""
     params = {k: v for k, v in PARAMS.items() if k in ALGORITHMS[name].params}
     planner = make_planner(name, n, question_kind="triplet", random_state=seed, **params)
+    crowd = None
+    if LIVE_RATE:
+        from live_vs_offline import CrowdClock, TimedFitter
+
+        crowd = CrowdClock(LIVE_RATE)
+        drive_as_pool(planner, TimedFitter(crowd))
     picks: dict[int, np.ndarray] = {}
     total, engine = 0, 0.0
     clock = time.process_time
@@ -110,6 +120,8 @@ def drive(name: str, n: int, answer, marks: list[int], seed: int, batch: int) ->
             planner.observe(ans)
             engine += clock() - t0
             total += len(qs)
+            if crowd is not None:
+                crowd.answers = total
         t0 = clock()
         picks[mark] = np.asarray(planner.neighbor_graph(k=1).neighbors, dtype=np.int64)[:, 0].copy()
         engine += clock() - t0
@@ -365,6 +377,10 @@ def main(argv=None) -> None:
     ap.add_argument("--budgets", default=None, help="answers per item, comma-separated")
     ap.add_argument("--sizes", default=None, help="hierarchical cluster sizes")
     ap.add_argument("--batch", type=int, default=50, help="questions per next_questions call (live pool refill)")
+    ap.add_argument("--mode", choices=("live", "script"), default="live",
+                    help="live: as a study's worker drives the learners (pool, refits beside the passes); script: "
+                         "with the planners' own defaults, as an outside harness")
+    ap.add_argument("--rate", type=float, default=50.0, help="--mode live: the crowd's answers per second")
     ap.add_argument("--data", default=None, help="data folder (default ../shared/data)")
     ap.add_argument("--no-peer", action="store_true", help="leave the peer out (tuning runs)")
     ap.add_argument("--spread", action="store_true", help="also print hit@3's standard deviation over seeds")
@@ -376,14 +392,17 @@ def main(argv=None) -> None:
                     .split(",")]
     args.sizes = [int(x) for x in (args.sizes or ("100" if args.quick else "100,300,1000")).split(",")]
     methods = methods_for([m for m in args.methods.split(",") if m])
-    global SKIP_PEER, SPREAD
+    global SKIP_PEER, SPREAD, LIVE_RATE
     SKIP_PEER = args.no_peer
+    LIVE_RATE = args.rate if args.mode == "live" else None
     SPREAD = args.spread
     for item in filter(None, args.params.split(",")):
         key, _, value = item.partition("=")
         PARAMS[key] = json.loads(value)
     sets = args.datasets.split(",")
-    print(f"# Real crowds benchmark — methods: {', '.join(methods)}; default NN learner: {DEFAULT_NN_ALGORITHM}")
+    print(f"# Real crowds benchmark — methods: {', '.join(methods)}; default NN learner: {DEFAULT_NN_ALGORITHM}; "
+          + (f"live mode (batches of {args.batch}, crowd {args.rate:g} answers/s)" if LIVE_RATE else
+             f"script mode (batches of {args.batch})"))
     fit = human_noise() if {"eggs", "clusters", "recorded", "recorded-idiosyncratic"} & set(sets) else None
     if "eggs" in sets:
         eggs(args, methods, fit)
