@@ -43,7 +43,7 @@ import numpy as np
 from engine import oracles
 from engine.datasets import load_alien_eggs, load_material
 from engine.embedding import embedding_neighbors, select_embedding
-from engine.registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool, make_planner  # noqa: E402
+from engine.registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool, make_planner
 
 PEER = "random triplets + embedding"
 #: Finer marks than the printed budgets, to find where a method reaches the peer's accuracy.
