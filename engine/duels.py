@@ -1042,6 +1042,16 @@ class CandidateDuels:
                 return (h, x, y)
         return (h, int(a[0]), int(b[0]))
 
+    def settle_fit(self) -> bool:
+        """Take the refit under way as far as it goes without planning a question (a pass with nothing
+        to plan: a refit that finished beside the passes is put in place, shortlists and all). True
+        when a fit was put in place."""
+        if self.fit_job_ is None:
+            return False
+        before = self.n_fits_
+        self._refresh()
+        return self.n_fits_ != before
+
     def next_questions(self, budget: int) -> list[tuple[int, int, int]]:
         """Up to ``budget`` distinct questions, least-asked heads first (outside a pool at most one per
         head, see ``pool``); counted as pending."""

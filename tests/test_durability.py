@@ -505,3 +505,47 @@ def test_a_web_process_killed_after_storing_an_answer_keeps_it_once_when_the_rat
         assert len(conn.xrange(keys.answers(study_id))) == 2
     finally:
         proxy.close()
+
+
+# ---------------------------------------------------------------------------- refits beside the passes
+def test_a_worker_killed_while_a_refit_runs_beside_it_loses_nothing_and_the_refit_is_done_again(
+        conn, redis_url, tmp_path, processes):
+    """A duels study's refit runs in the worker's fit process. While it runs (here: hangs) the passes go
+    on applying answers; a kill -9 of the worker and its fit process then leaves the saved state with
+    the refit described but not applied (no half-applied fit) and every answer applied once; the next
+    worker does the refit again and puts it in place."""
+    config = StudyConfig.from_dict({"name": "Refits", "random_state": 5, "pool_size": 20,
+                                    "algorithms": [{"algorithm": "duels", "params": {"warmup": 2}}]})
+    study_id = create_study(conn, config, colour_items(), study_id="refits")
+    n = get_study(conn, study_id).n_items
+    answer_and_schedule(conn, study_id, 3 * n, seed=1)
+    worker = processes([sys.executable, "-m", "webapp", "worker"], worker_env(redis_url, tmp_path, "in_fit:pause"))
+    marker = tmp_path / "paused"
+    wait_for(lambda: marker.exists() and marker.read_text().strip(), what="the fit process hanging in a refit")
+
+    def state():
+        return engine_state.load(conn, study_id, "duels")
+
+    wait_for(lambda: state() is not None and state()["fit_job"] is not None, what="a saved state with its refit")
+    fits_before = state()["n_fits"]
+    # passes go on while the refit runs: later answers are applied without waiting for it
+    answer_and_schedule(conn, study_id, 25, seed=2)
+    log_length = conn.xlen(keys.answers(study_id))
+    wait_for(lambda: int(conn.hget(keys.engine_stats(study_id), "answers_applied") or 0) == log_length,
+             what="the answers given during the refit applied")
+    kill_tree(worker)  # the worker and its hanging fit process
+    saved = state()
+    assert saved["fit_job"] is not None and saved["n_fits"] == fits_before  # described, not applied
+    assert saved["n_answers"] == log_length == int(conn.hget(keys.engine_stats(study_id), "answers_applied"))
+
+    # the next worker (refits inside its passes) takes the refit up from the saved state and finishes it
+    answer_and_schedule(conn, study_id, 5, seed=3)
+    env = worker_env(redis_url, tmp_path)
+    restarted = processes([sys.executable, "-m", "webapp", "worker", "--burst", "--fit-processes", "0"], env)
+    restarted.wait(timeout=WAIT)
+    assert restarted.returncode == 0, stderr_of(restarted)
+    after = state()
+    assert after["n_fits"] > fits_before and after["fit_job"] is None
+    log_length = conn.xlen(keys.answers(study_id))
+    assert after["n_answers"] == log_length == int(conn.hget(keys.engine_stats(study_id), "answers_applied"))
+    assert engine_state.load_cursor(conn, study_id) == conn.xrevrange(keys.answers(study_id), count=1)[0][0].decode()

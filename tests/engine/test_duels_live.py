@@ -312,3 +312,17 @@ def test_noise_free_exact_neighbours_with_refits_beside_the_calls():
     nb = p.neighbor_graph(1).neighbors[:, 0]
     Dd = D + np.diag(np.full(n, np.inf))
     np.testing.assert_array_equal(nb, Dd.argmin(axis=1))
+
+
+def test_a_pass_with_nothing_to_plan_still_puts_a_finished_refit_in_place():
+    n = 30
+    D = cdist(points(n, 3), points(n, 3))
+    rng = np.random.default_rng(4)
+    p = beside(n, 2, random_state=0, dim=2)
+    while p.fit_job_ is None:
+        p.observe(answer(D, p.next_questions(30), rng))
+    fits, asked = p.n_fits_, p.n_issued_
+    assert p.settle_fit() is False  # handed over, not ready yet (looked at once)
+    assert p.settle_fit() is True  # ready: in place, shortlists rebuilt, no question planned
+    assert p.n_fits_ == fits + 1 and p.n_issued_ == asked and p.cands_.max() >= 0
+    assert p.settle_fit() is False and p.fit_job_ is None

@@ -17,9 +17,16 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from engine.registry import run_fit_task
+from workers.jobs import faults
 
 #: Fit results kept for planners reloaded from their state (after a failed pass, another job) to take.
 KEPT_FITS = 16
+
+
+def _fit(task: Any) -> Any:
+    """What the fit process runs: the task (``PROXIMA_FAULT=in_fit:...`` crashes or hangs it first)."""
+    faults.fault("in_fit")
+    return run_fit_task(task)
 
 
 def _child_setup(blas_threads: int) -> None:
@@ -66,7 +73,7 @@ class FitPool:
             self.shutdown(wait=False)
             f = None
         if f is None:
-            f = self._futures[key] = self._pool().submit(run_fit_task, task)
+            f = self._futures[key] = self._pool().submit(_fit, task)
         self._futures.move_to_end(key)
         while len(self._futures) > KEPT_FITS:
             self._futures.popitem(last=False)

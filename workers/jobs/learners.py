@@ -64,6 +64,8 @@ class Learner:
         self.routes: dict[int, ForestRoute] = dict(routes or {})
         #: questions of the latest ``plan`` that repeat an arm still pending (``_least_asked``)
         self.repeats_planned = 0
+        #: the latest ``plan`` planned nothing but put a finished refit in place
+        self.fit_settled = False
 
     # ------------------------------------------------------------------ construction
     @property
@@ -219,7 +221,12 @@ class Learner:
         ``window`` and beyond, as needed) when their open rounds have too few distinct questions."""
         self.repeats_planned = 0
         if budget <= 0:
+            # nothing to plan: a refit that finished beside the passes is still put in place (the
+            # learned graph and the next questions use it), and the state is saved with it
+            settle = getattr(self.planner, "settle_fit", None)
+            self.fit_settled = bool(settle and settle())
             return []
+        self.fit_settled = False
         planner = self.planner
         if window is not None and self.entry.rounds:
             planner.window = max(int(window), 1)

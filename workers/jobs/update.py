@@ -20,7 +20,8 @@ learners, so its retry starts from the stored state.
 Crash testing: ``PROXIMA_FAULT=<point>:<action>`` makes the worker crash (``crash``: SIGKILL
 itself) or hang (``pause``: write its pid to ``PROXIMA_FAULT_FILE`` if set, then sleep until
 killed) at a named point of a pass that applies answers: ``after_read``, ``after_observe``,
-``before_exec``, ``after_exec``, or ``before_swap`` (a checkpoint written, not yet put in place).
+``before_exec``, ``after_exec``, ``before_swap`` (a checkpoint written, not yet put in place), or
+``in_fit`` (in the worker's fit process, a refit handed over to it under way: ``workers.jobs.fits``).
 Unset (always, outside tests) it costs one ``None`` check.
 Must never import Flask.
 """
@@ -29,9 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import secrets
-import signal
 import sys
 import threading
 import time
@@ -43,7 +42,7 @@ import redis
 from rq import get_current_job
 
 from engine import oracles
-from workers.jobs import fits, rater_checks
+from workers.jobs import faults, fits, rater_checks
 from workers.jobs.learners import Learner
 from workers.store import answers as answer_log
 from workers.store import engine_state, keys, questions
@@ -88,40 +87,13 @@ CHECKPOINT_ENTRIES = 2000
 SUMMARY_SECONDS = 1.0
 
 # ---------------------------------------------------------------------------- crash testing
-FAULT_POINTS = ("after_read", "after_observe", "before_exec", "after_exec", "before_swap")
-FAULT_ACTIONS = ("crash", "pause")
+FAULT_POINTS = faults.FAULT_POINTS
+FAULT_ACTIONS = faults.FAULT_ACTIONS
+parse_fault = faults.parse_fault
+FAULT = faults.FAULT
+_fault = faults.fault
 
 
-def parse_fault(spec: str | None) -> tuple[str, str] | None:
-    """``"<point>:<action>"`` (see the module docstring) as a pair, None for an unset variable."""
-    if not spec:
-        return None
-    point, _, action = spec.partition(":")
-    if point not in FAULT_POINTS or action not in FAULT_ACTIONS:
-        raise ValueError(f"PROXIMA_FAULT={spec!r}: expected <point>:<action> with point one of "
-                         f"{', '.join(FAULT_POINTS)} and action one of {', '.join(FAULT_ACTIONS)}")
-    return point, action
-
-
-FAULT = parse_fault(os.environ.get("PROXIMA_FAULT"))
-
-
-def _fault(point: str) -> None:
-    """Crash or hang here if PROXIMA_FAULT names this point (only ever set by crash tests)."""
-    if FAULT is None or FAULT[0] != point:
-        return
-    print(f"PROXIMA_FAULT: {FAULT[1]} at {point} (pid {os.getpid()})", file=sys.stderr, flush=True)
-    if FAULT[1] == "crash":
-        os.kill(os.getpid(), signal.SIGKILL)
-    marker = os.environ.get("PROXIMA_FAULT_FILE")
-    if marker:
-        with open(marker, "w") as fh:
-            fh.write(f"{os.getpid()}\n")
-    while True:
-        time.sleep(3600)
-
-
-# ---------------------------------------------------------------------------- the study lock
 _SWAP = Script("lock_swap.lua")  # replace or release the lock only while it holds the value we read
 
 
@@ -774,7 +746,7 @@ def _replan(conn: Redis, p: _Pass, label: str, learner: Learner, kept: list[dict
 
 def _changed(p: _Pass, pruned: dict[str, list[dict]]) -> dict[str, bool]:
     """Which learners to save: one nothing happened to keeps its stored state (and version)."""
-    return {label: bool(p.n_read or p.expired or pruned.get(label) or p.planned[label]
+    return {label: bool(p.n_read or p.expired or pruned.get(label) or p.planned[label] or learner.fit_settled
                         or p.stored[label].version is None
                         or len(learner.routes) != p.routes_before[label]
                         or getattr(learner.planner, "window", None) != p.windows_before[label])
