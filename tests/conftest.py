@@ -45,7 +45,9 @@ def client(app):
 
 @pytest.fixture
 def study_id(conn):
-    config = StudyConfig(name="Colours", algorithms=({"algorithm": "random_triplets"},), pool_size=8, random_state=0)
+    # no catch trials: the tests that use it count questions and answers (catch trials have tests of their own)
+    config = StudyConfig.from_dict({"name": "Colours", "algorithms": [{"algorithm": "random_triplets"}], "pool_size": 8,
+                                    "random_state": 0, "attention": {"rate": 0}})
     return create_study(conn, config, colour_items(), study_id="colours")
 
 

@@ -61,3 +61,7 @@ def csrf_token_of(html: str) -> str:
 def log_in(client, name=RESEARCHER, password=RESEARCHER_PASSWORD, **extra):
     token = csrf_token_of(client.get("/login").get_data(as_text=True))
     return client.post("/login", data={"username": name, "password": password, "csrf_token": token, **extra})
+
+#: A study config fragment without catch trials, for tests that count questions and answers (studies
+#: whose items have positions or labels get catch trials by default; their tests set them themselves).
+NO_CHECKS = {"attention": {"rate": 0}}

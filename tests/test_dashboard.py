@@ -10,7 +10,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from helpers import RESEARCHER, RESEARCHER_PASSWORD, answer, colour_items, fetch_question, log_in, run_worker
+from helpers import NO_CHECKS, RESEARCHER, RESEARCHER_PASSWORD, answer, colour_items, fetch_question, log_in, run_worker
 
 from workers.results.layout import MAX_DRAWN, classical_mds, fill_distances
 from workers.store import keys
@@ -326,7 +326,7 @@ def test_a_second_exclusion_while_a_rebuild_waits_gets_its_own_job(researcher_cl
 # ---------------------------------------------------------------------- known truth: error against answers
 def test_stats_carry_an_error_curve_against_answers_for_a_study_with_known_positions(researcher_client, app,
                                                                                        conn):
-    config = StudyConfig.from_dict({"name": "Line", "algorithm": "anntri", "question_kind": "rating",
+    config = StudyConfig.from_dict({**NO_CHECKS, "name": "Line", "algorithm": "anntri", "question_kind": "rating",
                                     "random_state": 3, "pool_size": 8})
     study_id = create_study(conn, config, colour_items(8), study_id="line")
     schedule_update(conn, study_id)
@@ -359,7 +359,7 @@ def test_stats_carry_an_error_curve_against_answers_for_a_study_with_known_posit
 
 
 def _line_study(conn) -> str:
-    config = StudyConfig.from_dict({"name": "Line", "algorithm": "anntri", "question_kind": "rating",
+    config = StudyConfig.from_dict({**NO_CHECKS, "name": "Line", "algorithm": "anntri", "question_kind": "rating",
                                     "random_state": 3, "pool_size": 8})
     return create_study(conn, config, colour_items(8), study_id="line")
 
@@ -418,7 +418,7 @@ def test_a_study_without_positions_has_no_error_curve(researcher_client, conn):
 
 
 def test_forest_progress_has_depth_per_tree_next_to_nodes_built_and_pending(researcher_client, conn):
-    config = StudyConfig.from_dict({"name": "Forest", "algorithm": "comparison_forest", "random_state": 0,
+    config = StudyConfig.from_dict({**NO_CHECKS, "name": "Forest", "algorithm": "comparison_forest", "random_state": 0,
                                     "params": {"n_trees": 3}})
     study_id = create_study(conn, config, colour_items(12), study_id="forest")
     schedule_update(conn, study_id)
@@ -453,7 +453,7 @@ def test_unknown_distances_are_filled_from_bounds_then_the_largest_known():
 def test_graph_layout_route_places_items_and_lists_candidates_with_bounds(researcher_client, app, conn):
     items = [Item(id=f"p{i}", kind="color", color="#102030", position=(x,))
              for i, x in enumerate([0.0, 0.05, 1.0, 1.05, 2.0, 2.05])]
-    config = StudyConfig.from_dict({"name": "Line", "algorithm": "anntri", "question_kind": "rating",
+    config = StudyConfig.from_dict({**NO_CHECKS, "name": "Line", "algorithm": "anntri", "question_kind": "rating",
                                     "random_state": 1, "pool_size": 6})
     study_id = create_study(conn, config, items, study_id="line")
     run_worker(conn)
@@ -489,7 +489,7 @@ def test_graph_layout_of_a_study_without_engine_state_yet(researcher_client, con
 
 def test_a_large_study_draws_at_most_max_drawn_items_the_busiest_ones(researcher_client, app, conn):
     items = [Item(id=f"p{i}", kind="color", color="#102030", position=(float(i),)) for i in range(1000)]
-    config = StudyConfig.from_dict({"name": "Big", "algorithm": "anntri", "question_kind": "rating",
+    config = StudyConfig.from_dict({**NO_CHECKS, "name": "Big", "algorithm": "anntri", "question_kind": "rating",
                                     "random_state": 1, "pool_size": 10})
     study_id = create_study(conn, config, items, study_id="big")
     schedule_update(conn, study_id)

@@ -13,7 +13,7 @@ import random
 import networkx as nx
 import numpy as np
 import pytest
-from helpers import fetch_question, run_worker
+from helpers import NO_CHECKS, fetch_question, run_worker
 
 from workers.jobs.learners import Learner
 from workers.jobs.update import apply_new_answers
@@ -90,7 +90,7 @@ def drive(app, conn, study_id, respond, max_answers, raters=3, update_every=None
 
 
 def make_study(conn, study_id, **config):
-    return create_study(conn, StudyConfig.from_dict({"name": study_id, "random_state": 1, "pool_size": 6,
+    return create_study(conn, StudyConfig.from_dict({**NO_CHECKS, "name": study_id, "random_state": 1, "pool_size": 6,
                                                      **config}), line_items(), study_id=study_id)
 
 
@@ -198,7 +198,7 @@ def test_rating_answers_are_checked_against_the_scale(app, conn):
 
 def test_pooled_questions_of_a_closed_round_are_taken_back_and_fallbacks_are_rare(app, conn):
     positions = [x + d for x in range(6) for d in (0.0, 0.05)]
-    config = StudyConfig.from_dict({"name": "pruned", "question_kind": "rating", "pool_size": 30,
+    config = StudyConfig.from_dict({**NO_CHECKS, "name": "pruned", "question_kind": "rating", "pool_size": 30,
                                     "rating": {"min": 0, "max": 100, "step": None, "widget": "slider"},
                                     "algorithms": [{"algorithm": "anntri", "params": {"sigma": 0.02}}]})
     sid = create_study(conn, config, line_items(positions), study_id="pruned")
@@ -309,7 +309,7 @@ def test_items_cannot_be_added_to_a_fixed_item_study(conn):
 
 
 def test_a_seeded_study_plans_the_same_triplet_derived_questions_again():
-    config = StudyConfig.from_dict({"name": "seeded", "random_state": 7, "algorithm": "anntri"})
+    config = StudyConfig.from_dict({**NO_CHECKS, "name": "seeded", "random_state": 7, "algorithm": "anntri"})
     plans = []
     for _ in range(2):
         learner = Learner.new(config.algorithms[0], config, 12)
@@ -322,7 +322,7 @@ def test_a_seeded_study_plans_the_same_triplet_derived_questions_again():
 def test_a_live_duels_learner_fills_its_pool():
     """A pool holds questions for every rater at once: the live learner puts duels in pool mode
     (the whole budget, not one question per head and call), whether new or restored."""
-    config = StudyConfig.from_dict({"name": "pool", "random_state": 3, "algorithm": "duels"})
+    config = StudyConfig.from_dict({**NO_CHECKS, "name": "pool", "random_state": 3, "algorithm": "duels"})
     learner = Learner.new(config.algorithms[0], config, 12)
     assert learner.planner.pool is True
     assert len(learner.plan(40, 12)) == 40  # more than one per item
@@ -371,7 +371,7 @@ def test_questions_of_a_round_closed_by_its_cap_stay_in_the_pool():
     certified round's are."""
     from engine import anntri
 
-    config = StudyConfig.from_dict({"name": "capped", "question_kind": "rating",
+    config = StudyConfig.from_dict({**NO_CHECKS, "name": "capped", "question_kind": "rating",
                                     "rating": {"min": 0, "max": 100, "step": None, "widget": "slider"},
                                     "algorithms": [{"algorithm": "anntri",
                                                     "params": {"window": 1, "max_samples_per_round": 6}}]})

@@ -95,12 +95,12 @@ def test_symbolic_links_in_the_archive_are_refused():
 def test_a_small_archive_declaring_a_huge_total_is_refused_before_anything_is_decompressed(monkeypatch):
     archive = make_zip({"a.png": PNG, "b.png": PNG, "c.png": PNG})
     bomb = archive
-    for name in ("a.png", "b.png", "c.png"):  # 3 x 100 MiB declared, a few hundred bytes on disk
-        bomb = with_declared_size(bomb, name, 100 * 1024 * 1024)
+    for name in ("a.png", "b.png", "c.png"):  # 3 x 1 GiB declared, a few hundred bytes on disk
+        bomb = with_declared_size(bomb, name, 1024 * 1024 * 1024)
     assert len(bomb) < 2000
     opened = []
     monkeypatch.setattr(zipfile.ZipFile, "open", lambda self, *a, **k: opened.append(a) or pytest.fail("opened"))
-    refused(uploads.items_from_zip, bomb, "bomb.zip", match="would unpack to 300 MiB; at most 256 MiB")
+    refused(uploads.items_from_zip, bomb, "bomb.zip", match="would unpack to 3072 MiB; at most 2048 MiB")
     assert opened == []
 
 

@@ -28,7 +28,7 @@ def repeats_study(conn, **attention) -> str:
         "name": "Repeats", "random_state": 3, "pool_size": 10,
         "algorithms": [{"algorithm": "random_triplets"}],
         "limits": {"max_questions_per_rater": QUESTIONS},
-        "attention": {"validation_repeats": REPEATS, "min_self_agreement": 0.75, **attention}})
+        "attention": {"rate": 0, "validation_repeats": REPEATS, "min_self_agreement": 0.75, **attention}})
     study_id = create_study(conn, config, items, study_id="repeats")
     run_worker(conn)
     return study_id

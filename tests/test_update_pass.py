@@ -120,7 +120,7 @@ def test_a_state_nothing_happened_to_is_not_saved_again(client, conn, study_id):
 def test_kept_learners_and_reloaded_learners_reach_the_same_state(app, conn):
     def run(study_id, keep):
         config = StudyConfig.from_dict({
-            "name": study_id, "question_kind": "rating", "random_state": 3, "pool_size": 4,
+            "name": study_id, "question_kind": "rating", "random_state": 3, "pool_size": 4, "attention": {"rate": 0},
             "rating": {"min": 0, "max": 1, "step": None, "widget": "slider"},
             "algorithms": [{"algorithm": "anntri", "params": {"sigma": 0.1, "delta": 0.1}}]})
         create_study(conn, config, colour_items(8), study_id=study_id)
