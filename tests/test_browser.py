@@ -237,6 +237,12 @@ def test_a_rater_by_mouse_skips_twice_fails_catch_trials_and_is_stopped_politely
     page.click("#start")
     skipped = answered = 0
     while True:
+        # the next question, or the finish page the stopped rater is sent to (after the last answer's
+        # response, a moment later)
+        page.wait_for_function("() => location.pathname.endsWith('/done') || "
+                               "!!document.querySelector('#question:not([hidden]) #left:not([disabled])')")
+        if page.url.endswith("/s/checks/done"):
+            break
         head = int(_wait_for_triplet(page))
         sides = [int(page.locator(side).get_attribute("data-index")) for side in ("#left", "#right")]
         if skipped == 0:
@@ -250,8 +256,6 @@ def test_a_rater_by_mouse_skips_twice_fails_catch_trials_and_is_stopped_politely
         answered += 1
         page.wait_for_function("() => location.pathname.endsWith('/done') || "
                                f"document.getElementById('answered')?.textContent === '{answered}'")
-        if page.url.endswith("/s/checks/done"):
-            break
         assert answered < 80
     assert "no more questions for you" in page.content() and page.locator("#completion-code").count() == 0
     answers = read_answers(conn, "checks")
