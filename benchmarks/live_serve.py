@@ -103,17 +103,35 @@ def live(X: np.ndarray, args, scratch: Path) -> dict:
                    "--seed", str(args.seed), "--progress-every", "30", "--wait", "300"], env)
         took = time.monotonic() - started
         graph = run([*PROXIMA, "export", "live-serve", "--what", "graph", "--format", "json"], env).stdout
-        stats = run([*PROXIMA, "studies"], env).stdout
+        stats = server_figures(scratch / "instance")
     finally:
         os.killpg(serve.pid, signal.SIGINT)
         try:
             serve.wait(60)
         except subprocess.TimeoutExpired:
             os.killpg(serve.pid, signal.SIGKILL)
-    rate = re.search(r"([\d.]+) answers/s", sim.stdout)
-    fallback = re.search(r"fallback[^\d]*([\d.]+)%", sim.stdout)
+    rate = re.search(r"Answers accepted: \d+ in [\d.]+ s \(([\d.]+) answers/s\)", sim.stdout)
     return {"graph": json.loads(graph), "answers_per_s": float(rate.group(1)) if rate else args.per_item * n / took,
-            "fallback": fallback.group(1) + "%" if fallback else "n/a", "simulate": sim.stdout, "studies": stats}
+            "simulate": sim.stdout, "server": stats}
+
+
+def server_figures(instance: Path) -> dict:
+    """What the server's counters say: fallback share, passes and their latency, the learner's refits."""
+    import redis
+
+    from webapp.cli.embedded import running_url
+    from workers.store import engine_state, keys
+
+    conn = redis.Redis.from_url(running_url(instance))
+    counters = {k.decode(): int(v) for k, v in conn.hgetall(keys.counters("live-serve")).items()}
+    engine = {k.decode(): v.decode() for k, v in conn.hgetall(keys.engine_stats("live-serve")).items()}
+    latencies = sorted(float(x) for x in conn.lrange(keys.refresh_latencies("live-serve"), 0, -1))
+    state = engine_state.load(conn, "live-serve", "duels") or {}
+    served = counters.get("questions_served", 0)
+    return {"fallback": counters.get("fallback_served", 0) / served if served else float("nan"),
+            "passes": int(engine.get("updates", 0)),
+            "refresh_p95_ms": latencies[int(0.95 * (len(latencies) - 1))] if latencies else float("nan"),
+            "fits": state.get("n_fits"), "fitted_on": state.get("fitted_on"), "answers": state.get("n_answers")}
 
 
 def main(argv=None) -> None:
@@ -138,6 +156,10 @@ def main(argv=None) -> None:
     error, hit3 = nn_metrics(picks, D)
     exact_off, hit3_off = offline(D, args.noise, args.lapse, args.per_item, args.seed)
     print(got["simulate"])
+    server = got["server"]
+    print(f"Server: fallback {100 * server['fallback']:.1f}% of questions served, {server['passes']} update passes "
+          f"(refresh p95 {server['refresh_p95_ms']:.0f} ms of the last 500), {server['fits']} refits, the last on "
+          f"{server['fitted_on']} of {server['answers']} answers")
     print_table(f"duels, {args.items} clustered items, {args.raters} raters, {args.per_item} answers per item "
                 f"(human noise {args.noise}, lapse {args.lapse})", ["run", "answers/s", "exact", "hit@3"],
                 [["live (proxima serve + simulate)", f"{got['answers_per_s']:.0f}", f"{1 - error:.2f}", f"{hit3:.2f}"],

@@ -1,4 +1,5 @@
-"""Refits beside the update passes: a process of the worker's own that runs engine fit tasks.
+"""Refits beside the update passes: a process of the worker's own that runs engine fit tasks (and a
+second one for other work that must not hold a pass up, such as the answer check).
 
 A learner whose questions come from a fitted model (``engine.duels``) hands each refit to the pool
 set up here as a pure task (``engine.duels.FitTask``) and takes the result at the first pass after
@@ -9,8 +10,10 @@ worker) loads the state. Must never import Flask.
 """
 from __future__ import annotations
 
+import math
 import multiprocessing
 import signal
+import time
 from collections import OrderedDict
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -52,7 +55,8 @@ class FitPool:
         self._executor: ProcessPoolExecutor | None = None
         self._futures: OrderedDict[tuple, Future] = OrderedDict()
         self._restarts: dict[tuple, int] = {}
-        self._jobs: dict[tuple, Future] = {}
+        self._jobs: dict[tuple, tuple[Future, float]] = {}
+        self._side: ProcessPoolExecutor | None = None
 
     def _pool(self) -> ProcessPoolExecutor:
         if self._executor is None:
@@ -79,17 +83,25 @@ class FitPool:
             self._futures.popitem(last=False)
         return f
 
-    def beside(self, key: tuple, fn: Any, *args: Any) -> None:
-        """Run ``fn(*args)`` in the pool unless the last run under ``key`` is still going (one at a
-        time per key; its failure is logged by ``fn`` itself)."""
-        f = self._jobs.get(key)
-        if f is not None and not f.done():
+    def _side_pool(self) -> ProcessPoolExecutor:
+        if self._side is None:
+            self._side = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_child_setup, initargs=(self.blas_threads,))
+        return self._side
+
+    def beside(self, key: tuple, fn: Any, *args: Any, every: float = 0.0) -> None:
+        """Run ``fn(*args)`` in a process of its own beside the fits (so refits never wait behind it),
+        unless the last run under ``key`` is still going or started less than ``every`` seconds ago
+        (its failure is logged by ``fn`` itself)."""
+        f, started = self._jobs.get(key, (None, -math.inf))
+        if (f is not None and not f.done()) or time.monotonic() - started < every:
             return
         try:
-            self._jobs[key] = self._pool().submit(fn, *args)
+            self._jobs[key] = (self._side_pool().submit(fn, *args), time.monotonic())
         except BrokenProcessPool:
-            self.shutdown(wait=False)
-            self._jobs[key] = self._pool().submit(fn, *args)
+            self._side.shutdown(wait=False, cancel_futures=True)
+            self._side = None
+            self._jobs[key] = (self._side_pool().submit(fn, *args), time.monotonic())
         while len(self._jobs) > 4 * KEPT_FITS:
             self._jobs.pop(next(iter(self._jobs)))
 
@@ -100,6 +112,9 @@ class FitPool:
         if self._executor is not None:
             self._executor.shutdown(wait=wait, cancel_futures=True)
         self._executor = None
+        if self._side is not None:
+            self._side.shutdown(wait=wait, cancel_futures=True)
+        self._side = None
         self._futures.clear()
         while len(self._restarts) > KEPT_FITS:
             self._restarts.pop(next(iter(self._restarts)))
@@ -147,12 +162,13 @@ def use_fit_processes(processes: int, blas_threads: int = 1, redis_url: str | No
     _redis_url = redis_url
 
 
-def run_beside(key: tuple, fn: Any, *args: Any) -> bool:
-    """Run ``fn(redis_url, *args)`` in the fit pool (one run at a time per ``key``); False where this
-    process has no pool or no Redis address for it (the caller runs the work itself)."""
+def run_beside(key: tuple, fn: Any, *args: Any, every: float = 0.0) -> bool:
+    """Run ``fn(redis_url, *args)`` in a process beside the passes and the fits (one run at a time per
+    ``key``, at most one start per ``every`` seconds); False where this process has no pool or no Redis
+    address for it (the caller runs the work itself)."""
     if _pool is None or not _redis_url:
         return False
-    _pool.beside(key, fn, _redis_url, *args)
+    _pool.beside(key, fn, _redis_url, *args, every=every)
     return True
 
 

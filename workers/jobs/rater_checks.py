@@ -55,15 +55,19 @@ def _read_log(conn: Redis, study_id: str) -> list[Answer]:
     return [Answer.from_stream(i, f) for i, f in reversed(entries)]
 
 
-#: A check beside the passes goes on while answers it has not seen keep arriving, at most this many rounds.
+#: A check beside the passes goes on while answers it has not seen keep arriving, at most this many rounds ...
 CHECK_ROUNDS = 50
+#: ... one this often, and a new one starts at most this often (a verdict reads the rater's first answers
+#: up to a look, so when it runs changes only when the finish page shows the code)
+CHECK_EVERY_SECONDS = 5.0
 
 
 def after_pass(conn: Redis, study_id: str, summary: dict) -> None:
     """The update pass's call (workers/jobs/update.py): check the raters when the pass applied answers,
     in the worker's fit process where it has one (a check reads the log and fits models: it must not
     hold the pool refills up), else here."""
-    if summary.get("applied") and not fits.run_beside(("answer-check", study_id), check_study_at, study_id):
+    if summary.get("applied") and not fits.run_beside(("answer-check", study_id), check_study_at, study_id,
+                                                      every=CHECK_EVERY_SECONDS):
         check_raters(conn, study_id)
 
 
@@ -83,7 +87,7 @@ def check_study_at(redis_url: str, study_id: str) -> None:
             check_raters(conn, study_id)
             if not _unchecked(conn, study_id):
                 return
-            time.sleep(0.2)
+            time.sleep(CHECK_EVERY_SECONDS)  # one check per study this often, however fast answers come
     finally:
         conn.close()
 
