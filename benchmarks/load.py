@@ -636,7 +636,8 @@ def p3(values) -> str:
 
 def print_run(run: dict, figures: list[dict], a) -> None:
     mean_think = a.think_median * math.exp(a.think_sigma ** 2 / 2)
-    print(f"\n=== {run['label']}: {a.items} items, ANNTri (triplet-derived), {run['web_workers']} gunicorn "
+    learner = "ANNTri (triplet-derived)" if a.algorithm == "anntri" else a.algorithm
+    print(f"\n=== {run['label']}: {a.items} items, {learner}, {run['web_workers']} gunicorn "
           f"{a.worker_class} worker(s)" + (f" x {a.threads} threads" if a.threads > 1 else "")
           + (f", keep-alive {a.keep_alive} s" if a.keep_alive is not None else "")
           + f", {a.rq_workers} RQ worker(s), Redis appendfsync {a.appendfsync}, {a.generators} load generator(s); "
@@ -866,6 +867,8 @@ def main() -> None:
         generator_main(sys.argv[2])
         return
     a = parse_args()
+    global LABEL
+    LABEL = a.algorithm  # the study's one algorithm's label (its name)
     print(f"Machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
           "(other users' work shows in the 'others %' column)", flush=True)
     results = []
