@@ -7,6 +7,7 @@ numerical modules (only the numpy-free algorithm table, :mod:`engine.registry`).
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -272,8 +273,10 @@ CATCH_RANDOM_PASS = 0.05
 CATCH_MISS_RATE = 0.06
 
 
+@functools.lru_cache(maxsize=65536)
 def binomial_tail(k: int, n: int, p: float) -> float:
-    """P(X > k) for X ~ Binomial(n, p) (standard library: the web processes load no scipy)."""
+    """P(X > k) for X ~ Binomial(n, p) (standard library: the web processes load no scipy; remembered,
+    since every rater request asks for the study's catch schedule)."""
     return float(sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k + 1, n + 1)))
 
 
@@ -458,7 +461,7 @@ class StudyConfig:
         alpha = self.attention.false_flag_rate
         return next(m for m in range(trials + 1) if binomial_tail(m, trials, CATCH_MISS_RATE) <= alpha)
 
-    @property
+    @functools.cached_property
     def catch_every(self) -> int:
         """One catch trial in every this many questions of a rater, at a random place in each such block
         (0: none); ``attention.rate: auto`` as CATCH_RANDOM_PASS says."""
@@ -472,7 +475,7 @@ class StudyConfig:
                 return every
         return CATCH_MIN_EVERY
 
-    @property
+    @functools.cached_property
     def catch_trials(self) -> tuple[int, int]:
         """(fewest, most) catch trials of a rater shown a code (``min_answers_for_code`` answers, else the
         planned questions) and of one answering every planned question (the last block may be cut short)."""
@@ -480,7 +483,7 @@ class StudyConfig:
         coded = min(n, self.limits.min_answers_for_code or n)
         return (coded // every, -(-n // every)) if every else (0, 0)
 
-    @property
+    @functools.cached_property
     def catch_misses_allowed(self) -> int:
         """Catch trials a rater may miss: ``attention.misses_allowed``, or (``"auto"``) the fewest misses a
         careful rater exceeds over the most catch trials planned with probability at most
