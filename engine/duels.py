@@ -1035,13 +1035,29 @@ class CandidateDuels:
 
     def settle_fit(self) -> bool:
         """Take the refit under way as far as it goes without planning a question (a pass with nothing
-        to plan: a refit that finished beside the passes is put in place, shortlists and all). True
-        when a fit was put in place."""
-        if self.fit_job_ is None:
+        to plan: a refit that finished beside the passes is put in place, shortlists and all); with a
+        fitter, also hand over a refit that is due (a study whose raters stopped still gets the refit
+        its last answers call for). True when a fit (or a stage of one) was put in place."""
+        beside = self.fitter is not None and self.pool
+        if self.fit_job_ is None and not (beside and self._needs_refit()):
             return False
-        before = self.n_fits_
+
+        def stage():
+            job = self.fit_job_
+            return self.n_fits_, None if job is None else (job["seed"], len(job["dims"]))
+
+        before = stage()
         self._refresh()
-        return self.n_fits_ != before
+        # put in place: a new fit, or a stage of the refit under way (the others' dimensions), or its end
+        return self.n_fits_ != before[0] or (before[1] is not None and stage()[1] != before[1])
+
+    def fit_ready(self) -> bool | None:
+        """None: no refit handed to a fitter; False: one runs beside the calls; True: its result waits
+        for the next call (or :meth:`settle_fit`)."""
+        running = self._fit_running
+        if running is None or running[1] is None or self.fit_job_ is None or self.fitter is None or not self.pool:
+            return None
+        return bool(running[1].done())
 
     def next_questions(self, budget: int) -> list[tuple[int, int, int]]:
         """Up to ``budget`` distinct questions, least-asked heads first (outside a pool at most one per

@@ -549,3 +549,23 @@ def test_a_worker_killed_while_a_refit_runs_beside_it_loses_nothing_and_the_refi
     log_length = conn.xlen(keys.answers(study_id))
     assert after["n_answers"] == log_length == int(conn.hget(keys.engine_stats(study_id), "answers_applied"))
     assert engine_state.load_cursor(conn, study_id) == conn.xrevrange(keys.answers(study_id), count=1)[0][0].decode()
+
+
+def test_a_study_whose_raters_stopped_still_gets_its_refit_from_the_fit_process(conn, redis_url, tmp_path, processes):
+    """The last answers call for a refit; it runs beside the passes and, with no answer coming after it,
+    the worker still puts it in place and saves it."""
+    config = StudyConfig.from_dict({"name": "Idle", "random_state": 2, "pool_size": 5,
+                                    "algorithms": [{"algorithm": "duels", "params": {"warmup": 2}}]})
+    study_id = create_study(conn, config, colour_items(), study_id="idle")
+    n = get_study(conn, study_id).n_items
+    worker = processes([sys.executable, "-m", "webapp", "worker"], worker_env(redis_url, tmp_path))
+    answer_and_schedule(conn, study_id, 3 * n, seed=4)  # past the warm-up: the first refit is due
+
+    def state():
+        return engine_state.load(conn, study_id, "duels") or {}
+
+    wait_for(lambda: state().get("n_answers") == 3 * n, what="the answers applied")
+    wait_for(lambda: state().get("n_fits", 0) >= 1 and state().get("fit_job") is None,
+             what="the refit put in place and saved with no further answer")
+    assert state()["fitted_on"] == 3 * n
+    assert worker.poll() is None

@@ -325,4 +325,9 @@ def test_a_pass_with_nothing_to_plan_still_puts_a_finished_refit_in_place():
     assert p.settle_fit() is False  # handed over, not ready yet (looked at once)
     assert p.settle_fit() is True  # ready: in place, shortlists rebuilt, no question planned
     assert p.n_fits_ == fits + 1 and p.n_issued_ == asked and p.cands_.max() >= 0
-    assert p.settle_fit() is False and p.fit_job_ is None
+    # the answers that came while it ran call for the next refit: an idle pass hands it over
+    assert p.fit_job_ is None and p._needs_refit()
+    handed = p.n_answers_
+    assert p.settle_fit() is False and p.fit_job_["answers"] == handed and p.fit_ready() is False
+    assert p.settle_fit() is True  # (Lagged: ready at its second look) in place with no question asked
+    assert p.n_fits_ == fits + 2 and p.fitted_on_ == handed and p.n_issued_ == asked

@@ -71,6 +71,8 @@ LINGER_SECONDS = 0.1
 #: Passes of one job start at least this far apart (each saves the whole state: batch the answers).
 PASS_INTERVAL_SECONDS = 0.03
 POLL_SECONDS = 0.01
+#: How often an idle job looks whether a refit running beside the passes is ready.
+FIT_POLL_SECONDS = 0.2
 #: Times a pass plans again for the questions its own planning made stale (see ``_replan``).
 REPLANS = 3
 #: Studies whose learners this process keeps in memory between passes (least recently used dropped).
@@ -193,15 +195,31 @@ def _drain(conn: Redis, study_id: str, renew, job_seconds: float, linger: float,
             time.sleep(max(0.0, check_at - time.monotonic()))
             if time.monotonic() - started >= job_seconds:
                 return total
-            if _has_new_answers(conn, study_id):
-                break
+            fits = _fits_beside(study_id)
+            if fits or _has_new_answers(conn, study_id):
+                break  # new answers, or a refit ready to be put in place (and saved)
             if time.monotonic() >= idle_until:
-                return total
+                if fits is None:
+                    return total
+                # a refit runs beside: the job waits for it (a study whose raters stopped gets it)
+                check_at = time.monotonic() + FIT_POLL_SECONDS
+                continue
             check_at = time.monotonic() + POLL_SECONDS
         pass_started = time.monotonic()
         summary = apply_new_answers(conn, study_id, renew=renew, settle=False)
         for name, value in summary.items():
             total[name] = total.get(name, 0) + value
+
+
+def _fits_beside(study_id: str) -> bool | None:
+    """Of the study's learners kept in memory: True if a refit that ran beside the passes is ready,
+    False if one is still running, None if none is handed over (``planner.fit_ready``)."""
+    cached = _cache.get(study_id)
+    states = [] if cached is None else [getattr(learner.planner, "fit_ready", lambda: None)()
+                                        for learner in cached.learners.values()]
+    if any(states):
+        return True
+    return False if any(state is False for state in states) else None
 
 
 def _has_new_answers(conn: Redis, study_id: str) -> bool:
