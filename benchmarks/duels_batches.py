@@ -4,7 +4,8 @@ A caller of ``make_planner("duels", ...)`` that asks for a large batch (``next_q
 on 85 items), answers it and observes, gets by default (``pool = False``) one question per head,
 with the embedding refit finished inside the call, and comes back for more after observing;
 in pool mode (``pool = True``, what a live study and ``proxima plan`` set) the whole batch is
-planned from one fit and refits are spread over calls (``fit_work``). Recorded answers of 85
+planned from one fit (refits finished in the call here, as no fitter is given; a live worker runs them
+beside its passes: ``live_vs_offline.py``). Recorded answers of 85
 items (``real_crowds.recorded_oracle``; plain points and item-specific similarities), hit@3 by
 answers per item, mean over seeds::
 
