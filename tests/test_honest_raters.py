@@ -7,7 +7,7 @@ import base64
 import json
 import time
 
-from helpers import answer, closer_candidate, colour_items, fetch_question
+from helpers import NO_CHECKS, answer, closer_candidate, colour_items, fetch_question
 
 from workers.store import keys
 from workers.store.answers import read_answers
@@ -18,7 +18,8 @@ REVEALING = ("catch", "algorithm", "probe", "fallback", "qid")
 
 
 def make_study(conn, study_id="honest", **fields):
-    config = StudyConfig.from_dict({"name": "Honest", "algorithm": "random_triplets", "pool_size": 8, **fields})
+    config = StudyConfig.from_dict({"name": "Honest", "algorithm": "random_triplets", "pool_size": 8,
+                                    **NO_CHECKS, **fields})
     return create_study(conn, config, colour_items(), study_id=study_id)
 
 

@@ -11,7 +11,7 @@ from helpers import run_worker
 
 from engine.registry import common_progress, restore_planner
 from webapp.tokens import verify_question
-from workers.store.answers import REPEAT_ALGORITHM, export_triplets, iter_answers
+from workers.store.answers import CATCH_ALGORITHM, REPEAT_ALGORITHM, export_triplets, iter_answers
 from workers.store.config import ConfigError, StudyConfig
 from workers.store.engine_state import load as load_state
 from workers.store.raters import export_raters_csv, rater_table
@@ -28,7 +28,7 @@ def repeats_study(conn, **attention) -> str:
         "name": "Repeats", "random_state": 3, "pool_size": 10,
         "algorithms": [{"algorithm": "random_triplets"}],
         "limits": {"max_questions_per_rater": QUESTIONS},
-        "attention": {"rate": 0, "validation_repeats": REPEATS, "min_self_agreement": 0.75, **attention}})
+        "attention": {"validation_repeats": REPEATS, "min_self_agreement": 0.75, **attention}})
     study_id = create_study(conn, config, items, study_id="repeats")
     run_worker(conn)
     return study_id
@@ -125,7 +125,8 @@ def test_repeats_are_never_given_to_a_learner_nor_exported_as_triplets(app, conn
     study_id = repeats_study(conn)
     run_rater(app, conn, study_id, honest)
     answers = list(iter_answers(conn, study_id))
-    new = [a for a in answers if a.algorithm != REPEAT_ALGORITHM]
+    # (catch trials, on by default for items with positions, are no learner's either)
+    new = [a for a in answers if a.algorithm not in (REPEAT_ALGORITHM, CATCH_ALGORITHM)]
     assert len(new) < len(answers)
     learner = restore_planner(load_state(conn, study_id, "random_triplets"))
     assert common_progress(learner)["answers"] == len(new)  # each answer once; no repeat counted

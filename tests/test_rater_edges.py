@@ -4,7 +4,7 @@ that must not share one rater (the one-session rule)."""
 from __future__ import annotations
 
 import pytest
-from helpers import answer, colour_items, fetch_question
+from helpers import NO_CHECKS, answer, colour_items, fetch_question
 
 from workers.store.answers import read_answers
 from workers.store.config import ConfigError, StudyConfig
@@ -12,7 +12,8 @@ from workers.store.studies import create_study, set_status
 
 
 def make_study(conn, study_id="edges", **fields):
-    config = StudyConfig.from_dict({"name": "Edges", "algorithm": "random_triplets", "pool_size": 8, **fields})
+    config = StudyConfig.from_dict({"name": "Edges", "algorithm": "random_triplets", "pool_size": 8,
+                                    **NO_CHECKS, **fields})
     return create_study(conn, config, colour_items(), study_id=study_id)
 
 

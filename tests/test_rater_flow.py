@@ -6,7 +6,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from helpers import SECRET, answer, closer_candidate, colour_items, fetch_question
+from helpers import NO_CHECKS, SECRET, answer, closer_candidate, colour_items, fetch_question
 
 from webapp.cli import main
 from webapp.questions_answers import completion_code
@@ -17,7 +17,8 @@ from workers.store.studies import create_study, set_status
 
 
 def make_study(conn, study_id="flow", **fields):
-    config = StudyConfig.from_dict({"name": "Flow", "algorithm": "random_triplets", "pool_size": 8, **fields})
+    config = StudyConfig.from_dict({"name": "Flow", "algorithm": "random_triplets", "pool_size": 8,
+                                    **NO_CHECKS, **fields})
     return create_study(conn, config, colour_items(), study_id=study_id)
 
 

@@ -117,12 +117,16 @@ class FitPool:
         return StudyFitter(self, study_id, label)
 
     def shutdown(self, wait: bool = True) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=wait, cancel_futures=True)
-        self._executor = None
-        if self._side is not None:
-            self._side.shutdown(wait=wait, cancel_futures=True)
-        self._side = None
+        """Stop the processes, a fit or check under way included (the saved state describes a refit
+        under way, and a check only ever adds flags: the next worker does either again)."""
+        for executor in (self._executor, self._side):
+            if executor is None:
+                continue
+            for process in list((executor._processes or {}).values()):
+                if process.is_alive():
+                    process.terminate()
+            executor.shutdown(wait=wait, cancel_futures=True)
+        self._executor = self._side = None
         self._futures.clear()
         while len(self._restarts) > KEPT_FITS:
             self._restarts.pop(next(iter(self._restarts)))
