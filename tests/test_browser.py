@@ -106,6 +106,9 @@ def flow_server(conn, redis_url, tmp_path):
         "practice": [{"head": "c0", "candidates": ["c1", "c2"], "answer": "c1", "explanation": "c1 is closer."}],
         "limits": {"max_questions_per_rater": 10},
         "completion": {"debrief_question": "Anything unclear?"},
+        # the flow of a page, not its quality checks (those have tests of their own): a rater pressing
+        # one key throughout would be flagged
+        "attention": {"rate": 0, "answer_check": False},
     })
     create_study(conn, config, colour_items(12), study_id="flow")
     rating = StudyConfig.from_dict({"name": "Ratings", "algorithm": "random", "question_kind": "rating",

@@ -113,6 +113,11 @@ class FitPool:
         while len(self._jobs) > 4 * KEPT_FITS:
             self._jobs.pop(next(iter(self._jobs)))
 
+    def running(self, key: tuple) -> bool:
+        """Whether the last run of ``beside`` under ``key`` is still going."""
+        f = self._jobs.get(key, (None, 0.0))[0]
+        return f is not None and not f.done()
+
     def fitter(self, study_id: str, label: str) -> StudyFitter:
         return StudyFitter(self, study_id, label)
 
@@ -182,6 +187,11 @@ def run_beside(key: tuple, fn: Any, *args: Any, every: float = 0.0) -> bool:
         return False
     _pool.beside(key, fn, _redis_url, *args, every=every)
     return True
+
+
+def running_beside(key: tuple) -> bool:
+    """Whether work started by ``run_beside`` under ``key`` is still going in this process's pool."""
+    return _pool is not None and _pool.running(key)
 
 
 def fitter_for(study_id: str, label: str) -> StudyFitter | None:

@@ -57,8 +57,8 @@ def _read_log(conn: Redis, study_id: str) -> list[Answer]:
 
 #: A check beside the passes goes on while answers it has not seen keep arriving, at most this many rounds ...
 CHECK_ROUNDS = 50
-#: ... one this often, and a new one starts at most this often (a verdict reads the rater's first answers
-#: up to a look, so when it runs changes only when the finish page shows the code)
+#: ... one this often (a verdict reads the rater's first answers up to a look, so when it runs changes only
+#: when the finish page shows the code)
 CHECK_EVERY_SECONDS = 5.0
 
 
@@ -66,9 +66,22 @@ def after_pass(conn: Redis, study_id: str, summary: dict) -> None:
     """The update pass's call (workers/jobs/update.py): check the raters when the pass applied answers,
     in the worker's fit process where it has one (a check reads the log and fits models: it must not
     hold the pool refills up), else here."""
-    if summary.get("applied") and not fits.run_beside(("answer-check", study_id), check_study_at, study_id,
-                                                      every=CHECK_EVERY_SECONDS):
+    if summary.get("applied") and not fits.run_beside(("answer-check", study_id), check_study_at, study_id):
         check_raters(conn, study_id)
+
+
+def settle(conn: Redis, study_id: str, wait: float = 2 * CHECK_EVERY_SECONDS) -> None:
+    """At the end of an update job: let a check under way beside the passes finish (``wait`` seconds at
+    most), then start one for answers it did not see, so a study's last answers are checked too."""
+    key = ("answer-check", study_id)
+    deadline = time.monotonic() + wait
+    while fits.running_beside(key) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        if not fits.running_beside(key) and _unchecked(conn, study_id):
+            after_pass(conn, study_id, {"applied": 1})
+    except Exception:  # the update job must not fail on a check
+        log.exception("answer check of study %s failed", study_id)
 
 
 def _unchecked(conn: Redis, study_id: str) -> bool:

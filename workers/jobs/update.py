@@ -185,6 +185,12 @@ def drain_study(conn: Redis, study_id: str, renew: Callable[[], None] | None = N
 
 
 def _drain(conn: Redis, study_id: str, renew, job_seconds: float, linger: float, interval: float) -> dict:
+    total = _drain_passes(conn, study_id, renew, job_seconds, linger, interval)
+    rater_checks.settle(conn, study_id)  # the study's last answers get their answer check too
+    return total
+
+
+def _drain_passes(conn: Redis, study_id: str, renew, job_seconds: float, linger: float, interval: float) -> dict:
     started = time.monotonic()
     pass_started = started
     total = apply_new_answers(conn, study_id, renew=renew, settle=False)
