@@ -660,14 +660,7 @@ class CandidateDuels:
         # to order the shortlist by)
         keeps = self._old_leaders(m)
         for h in range(self.n_items):
-            gone = self.eliminated_.get(h, ())
-            chosen = list(keeps[h])
-            for c in order[h]:
-                if len(chosen) >= m:
-                    break
-                c = int(c)
-                if c != h and c not in gone and c not in chosen:
-                    chosen.append(c)
+            chosen = self._fill_shortlist(h, keeps[h], order[h], m)
             cands[h, : len(chosen)] = chosen
         self.cands_ = cands
         self.fitted_on_ = answers_fitted
@@ -691,6 +684,19 @@ class CandidateDuels:
             keeps.append(keep)
         return keeps
 
+    def _fill_shortlist(self, h: int, keep: list[int], order: np.ndarray, m: int) -> list[int]:
+        """h's dueled leaders ``keep``, then items of ``order`` (nearest first) up to m: neither h, nor
+        one eliminated for h, nor one already chosen (nor past the last item: a k-d tree's padding)."""
+        gone = self.eliminated_.get(h, ())
+        chosen = list(keep)
+        for c in order:
+            if len(chosen) >= m:
+                break
+            c = int(c)
+            if c != h and c not in gone and c not in chosen and c < self.n_items:
+                chosen.append(c)
+        return chosen
+
     def _shortlists_from_fit(self, answers_fitted: int) -> None:
         """Every head's shortlist from the fit: its dueled leaders, then its nearest items in the
         fit, in order of nearness. The nearest items come from a k-d tree over the fit (no n x n
@@ -708,14 +714,7 @@ class CandidateDuels:
         _, near = cKDTree(X).query(X, k=k)
         near = np.asarray(near, np.int64).reshape(n, k)
         for h in range(n):
-            gone = self.eliminated_.get(h, ())
-            chosen = list(keeps[h])
-            for c in near[h]:
-                if len(chosen) >= m:
-                    break
-                c = int(c)
-                if c != h and c not in gone and c not in chosen and c < n:
-                    chosen.append(c)
+            chosen = self._fill_shortlist(h, keeps[h], near[h], m)
             # shortlist order = nearness in the fit (the prior of the duel scores), ties to the smaller index
             picked = np.asarray(chosen, np.int64)
             d = sq[h] + sq[picked] - 2.0 * X[picked] @ X[h]
