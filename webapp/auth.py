@@ -3,7 +3,9 @@
 Default deny: every endpoint requires a logged-in researcher unless it is listed below as
 public (rater pages, media, static files, login, health and the two rater API routes), so
 a route someone adds later is protected without a decorator. Accounts live in Redis
-(``accounts``); the login is kept in Flask's signed session cookie.
+(``accounts``); the login is kept in Flask's signed session cookie. A program reaches the JSON
+API (``/api/``) with a researcher API token instead (``Authorization: Bearer <token>``,
+``api_tokens``): no cookie and no CSRF token, since a browser never sends the header on its own.
 """
 from __future__ import annotations
 
@@ -25,9 +27,10 @@ from flask import (
     url_for,
 )
 from flask.sessions import SecureCookieSessionInterface
-from flask_wtf.csrf import CSRFError, CSRFProtect
+from flask_wtf.csrf import CSRFError
+from flask_wtf.csrf import CSRFProtect as _CSRFProtect
 
-from . import accounts, limits
+from . import accounts, api_tokens, limits
 from .errors import ApiError
 from .storage import get_redis
 
@@ -36,7 +39,21 @@ if TYPE_CHECKING:
 
 
 bp = Blueprint("auth", __name__)
+
+
+class CSRFProtect(_CSRFProtect):
+    """Flask-WTF's CSRF check, skipped for a request authenticated by an API token: a cross-site page
+    can make a browser send cookies, never an ``Authorization`` header, so such a request is no forgery."""
+
+    def protect(self, *args, **kwargs):
+        if g.get("api_token") is not None:
+            return None
+        return super().protect(*args, **kwargs)
+
+
 csrf = CSRFProtect()
+#: Methods a read-only API token may use.
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 # Blueprints whose every route is for raters or anonymous visitors. Nothing on them may
 # show researcher data (tests/test_auth.py checks the rater pages and the URL map).
@@ -110,12 +127,48 @@ def require_login() -> ResponseReturnValue | None:
     endpoint = request.endpoint
     if endpoint is None or is_public(endpoint):
         return None  # unknown URLs go on to their 404/405
+    if request.path.startswith("/api/") and bearer_token() is not None:
+        token_login()
+        return None
     if current_researcher():
         return None
     if request.path.startswith("/api/"):
         raise ApiError(401, "login_required", "log in as a researcher to use this route (POST /login)")
     target = request.full_path.rstrip("?") if request.method in ("GET", "HEAD") else None
     return redirect(url_for("auth.login", next=target))
+
+
+def bearer_token() -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, or None without one."""
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else None
+
+
+def token_login() -> None:
+    """Authenticate this API request by its bearer token, or refuse it (401/403, in words): the token must
+    be valid, cover the study in the URL, and be read-write for anything but reading."""
+    record = api_tokens.verify_token(get_redis(), bearer_token() or "")
+    if record is None:
+        raise ApiError(401, "invalid_api_token",
+                       "this API token is not valid: it was mistyped or revoked, or its account was removed; "
+                       "make a new one on the dashboard's account page or with 'proxima token create'",
+                       headers={"WWW-Authenticate": 'Bearer realm="proxima"'})
+    study = (request.view_args or {}).get("study_id")
+    if record["study"] and study is not None and study != record["study"]:
+        raise ApiError(403, "token_not_for_study",
+                       f"this API token reads only study '{record['study']}', not '{study}'; "
+                       "make a token for every study or for this one")
+    if record["access"] != "write" and request.method not in READ_METHODS:
+        raise ApiError(403, "read_only_token",
+                       "this API token is read-only; changing a study needs a read-write token")
+    g.researcher = record["owner"]
+    g.api_token = record
+
+
+def token_study() -> str | None:
+    """The one study this request's API token is limited to (None: a login, or a token for every study)."""
+    record = g.get("api_token")
+    return record["study"] if record else None
 
 
 def client_address() -> str:

@@ -2,7 +2,7 @@
 
 This file only wires the commands into one click group; each command lives in the module named
 after it (``serve.py``: serve, demo, worker, sweep; ``studies.py``; ``backup.py``; ``models.py``;
-``plan.py``; ``simulate.py``; ``users.py``). Beside them: what ``proxima serve`` starts and watches
+``plan.py``; ``simulate.py``; ``users.py``; ``tokens.py``). Beside them: what ``proxima serve`` starts and watches
 (``supervise.py``, ``embedded.py``, ``demo_study.py``) and the simulated crowd (``crowd.py``, an HTTP
 client). Every command prints a clear message and exits non-zero on bad input. Never imports Flask
 (tests/test_import_rules.py).
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import click
 
-from . import backup, models, plan, serve, simulate, studies, users
+from . import backup, models, plan, serve, simulate, studies, tokens, users
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -20,7 +20,7 @@ def main() -> None:
 
 
 for command in (
-    users.user,
+    users.user, tokens.token,
     serve.serve, serve.demo, serve.worker, serve.sweep,
     studies.create, studies.add_items_command, studies.features_command, studies.import_triplets_command,
     studies.export, studies.list_studies_command, studies.rebuild, studies.verify_code_command,

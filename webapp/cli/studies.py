@@ -166,14 +166,29 @@ def import_triplets_command(study_id: str, triplets_file: Path, rater: str) -> N
               help="Which algorithm's graph, forest or embedding (default: the study's first that has one).")
 @click.option("--model", default=None, type=click.Choice(MODEL_NAMES),
               help="Which trained model to export with --what model.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
-              help="Write to this file instead of standard output.")
+@click.option("-o", "--output", type=click.Path(writable=True, path_type=Path), default=None,
+              help="Write to this file instead of standard output (with --package: a new folder, or a .zip file).")
+@click.option("--package", is_flag=True,
+              help="Write the whole data package instead (docs/data-package.md): items, answers, raters, exclusions, "
+                   "triplets, every graph, embedding and forest, the config, consent and instructions, the platform's "
+                   "version and the seeds, described by a Frictionless datapackage.json. Needs -o.")
+@click.option("--rater-ids", is_flag=True,
+              help="With --package: keep the raters' recruitment ids (Prolific/MTurk); default pseudonymous ids.")
+@click.option("--no-media", is_flag=True, help="With --package: leave out the items' media files.")
 def export(study_id: str, what: str, fmt: str | None, algorithm: str | None, model: str | None,
-           output: Path | None) -> None:
-    """Export a study's answers, triplets, learned graph or forest (same code as the dashboard)."""
+           output: Path | None, package: bool = False, rater_ids: bool = False, no_media: bool = False) -> None:
+    """Export a study's answers, triplets, learned graph or forest (same code as the dashboard), or its
+    whole data package (--package)."""
     from workers.results.exports import ExportError
     from workers.results.exports import export as make_export
 
+    if package:
+        _export_package(study_id, output, rater_ids, not no_media)
+        return
+    if rater_ids or no_media:
+        raise click.UsageError("--rater-ids and --no-media go with --package")
+    if output is not None and output.is_dir():
+        raise click.UsageError(f"-o {output} is a folder; give a file name (a folder is for --package)")
     fmt = fmt or {"answers": "csv", "triplets": "csv", "raters": "csv", "graph": "json", "forest": "json",
                   "model": "json", "embedding": "csv"}[what]
     with redis_connection() as conn:
@@ -193,6 +208,32 @@ def export(study_id: str, what: str, fmt: str | None, algorithm: str | None, mod
                 for chunk in chunks:
                     fh.write(chunk)
             click.echo(f"Wrote {output}", err=True)
+
+
+def _export_package(study_id: str, output: Path | None, rater_ids: bool, media: bool) -> None:
+    from workers.results.exports import ExportError
+    from workers.results.package import PackageError, write_package_folder, write_package_zip
+    from workers.store.studies import get_study
+
+    from ..stats import study_stats
+
+    if output is None:
+        raise click.UsageError("--package needs -o: a new folder, or a file name ending in .zip")
+    with redis_connection() as conn:
+        try:
+            status = study_stats(conn, get_study(conn, study_id))
+            options = {"rater_ids": rater_ids, "status": status, "media": media}
+            if output.suffix.lower() == ".zip":
+                with output.open("wb") as fh:
+                    write_package_zip(conn, study_id, fh, **options)
+            else:
+                write_package_folder(conn, study_id, output, **options)
+        except (StudyNotFound, ExportError, PackageError) as exc:
+            raise click.ClickException(str(exc)) from None
+    ids = "recruitment ids" if rater_ids else "pseudonymous rater ids"
+    click.echo(f"Wrote the data package of {study_id} to {output} ({ids}); check it with "
+               f"'frictionless validate {output / 'datapackage.json' if output.suffix.lower() != '.zip' else output}' "
+               "and read it with proxima.read_export().", err=True)
 
 
 @click.command("studies")

@@ -210,6 +210,18 @@ def researcher_session(session_id: str) -> str:
     return f"{PREFIX}:researcher-session:{_digest(session_id, 64)}"
 
 
+def api_token(token_id: str) -> str:
+    """Hash of one researcher API token: ``secret_hash`` (SHA-256 of its secret), ``owner`` (account name),
+    ``name``, ``study`` (one study id, or empty for every study), ``access`` (``read`` or ``write``),
+    ``created_at``, ``last_used_at``."""
+    return f"{PREFIX}:api-token:{token_id}"
+
+
+def api_tokens() -> str:
+    """Set of every API token id."""
+    return f"{PREFIX}:api-tokens"
+
+
 # Hash fields. A study's hashes hold one field per (rater or algorithm, counter); the Lua scripts
 # (workers/store/lua/) build the same names with '..'.
 

@@ -1,0 +1,133 @@
+"""The JSON API a researcher's program uses (``proxima.connect``, curl, R): the studies, one study's
+config and items, its exports (the same files the dashboard offers), its data package, item media,
+and starting/pausing/closing it. Every route takes a logged-in session or an API token
+(``Authorization: Bearer``, webapp/auth.py); a token for one study sees only that study.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from flask import Blueprint, Response, jsonify, request, send_file, stream_with_context
+
+from workers.store.answers import count_answers
+from workers.store.queue import schedule_update
+from workers.store.studies import get_items, get_media, list_studies, set_status
+
+from .api import json_body
+from .auth import token_study
+from .dashboard import ACTIONS
+from .errors import ApiError
+from .questions_answers import load_study
+from .stats import study_stats
+from .storage import get_redis
+
+if TYPE_CHECKING:
+    from flask.typing import ResponseReturnValue
+
+
+bp = Blueprint("researcher_api", __name__, url_prefix="/api")
+
+
+def platform() -> dict:
+    """The server's version and source commit, so a result can name the code that made it."""
+    from workers.results.package import platform_version
+
+    return platform_version()
+
+
+def study_summary(conn, study) -> dict:
+    return {"id": study.id, "name": study.config.name, "status": study.status, "n_items": study.n_items,
+            "created_at": study.created_at, "answers": count_answers(conn, study.id),
+            "question_kind": study.config.question_kind,
+            "algorithms": [a.label for a in study.config.algorithms]}
+
+
+@bp.get("/studies")
+def get_studies() -> ResponseReturnValue:
+    conn = get_redis()
+    only = token_study()
+    studies = [s for s in list_studies(conn) if only is None or s.id == only]
+    return jsonify({"studies": [study_summary(conn, s) for s in studies]})
+
+
+@bp.get("/studies/<study_id>")
+def get_study_details(study_id: str) -> ResponseReturnValue:
+    conn = get_redis()
+    study = load_study(conn, study_id)
+    items = [{"index": i, **item.to_dict()} for i, item in enumerate(get_items(conn, study_id))]
+    return jsonify({**study_summary(conn, study), "config": study.config.to_dict(), "items": items,
+                    "platform": platform()})
+
+
+@bp.get("/studies/<study_id>/items/<int:index>/media")
+def get_item_media(study_id: str, index: int) -> ResponseReturnValue:
+    """The file of an image, audio or video item (what raters see), for thumbnails in an analysis."""
+    conn = get_redis()
+    load_study(conn, study_id)
+    data = get_media(conn, study_id, index)
+    if data is None:
+        raise ApiError(404, "no_media", f"item {index} of study '{study_id}' has no media file "
+                       "(text, colour and HTML items have none)")
+    items = get_items(conn, study_id)
+    response = Response(data, mimetype=items[index].media_type or "application/octet-stream")
+    response.headers["Content-Security-Policy"] = "default-src 'none'; sandbox"
+    return response
+
+
+def _stream(chunks, media_type: str, filename: str) -> Response:
+    response = Response(stream_with_context(chunks), mimetype=media_type)
+    response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@bp.get("/studies/<study_id>/export/<what>")
+def get_export(study_id: str, what: str) -> ResponseReturnValue:
+    """One export (``?format=``, ``?algorithm=``, ``?model=``), exactly as the dashboard's download."""
+    from workers.results.exports import ExportError, export  # numpy-heavy: loaded on the first export
+
+    conn = get_redis()
+    load_study(conn, study_id)
+    fmt = request.args.get("format") or {"graph": "json", "forest": "json", "model": "json"}.get(what, "csv")
+    try:
+        result = export(conn, study_id, what, fmt, request.args.get("algorithm") or None,
+                        model=request.args.get("model") or None)
+        chunks = iter(result.chunks)
+        first = next(chunks, "")  # an export that cannot be made is an error, not a broken download
+    except ExportError as exc:
+        raise ApiError(404, "no_such_export", str(exc)) from None
+
+    def body():
+        yield first
+        yield from chunks
+
+    return _stream(body(), result.media_type, result.filename)
+
+
+@bp.get("/studies/<study_id>/package")
+def get_package(study_id: str) -> ResponseReturnValue:
+    """The study's data package as a zip (docs/data-package.md); ``?rater_ids=1`` keeps recruitment ids."""
+    from workers.results.package import package_filename, write_package_zip
+
+    conn = get_redis()
+    study = load_study(conn, study_id)
+    data = write_package_zip(conn, study_id, rater_ids=request.args.get("rater_ids") in ("1", "true", "yes"),
+                             status=study_stats(conn, study))
+    return send_file(data, mimetype="application/zip", as_attachment=True,
+                     download_name=f"{package_filename(study_id)}.zip")
+
+
+@bp.post("/studies/<study_id>/status")
+def post_status(study_id: str) -> ResponseReturnValue:
+    """Start, pause, resume or close a study: ``{"action": "pause"}`` (read-write tokens only)."""
+    conn = get_redis()
+    study = load_study(conn, study_id)
+    body = json_body()
+    action = body.get("action") if isinstance(body, dict) else None
+    if action not in ACTIONS:
+        raise ApiError(400, "unknown_action", f"send {{\"action\": ...}} with one of {', '.join(ACTIONS)}")
+    status, allowed_from = ACTIONS[action]
+    if study.status not in allowed_from:
+        raise ApiError(409, "wrong_status", f"the study is {study.status}; it cannot {action}")
+    set_status(conn, study_id, status)
+    schedule_update(conn, study_id)  # refills the pools of a resumed study, empties them when paused
+    return jsonify({"status": status})
