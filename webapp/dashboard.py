@@ -1,6 +1,6 @@
 """Researcher pages: the list of studies, creating a study from uploads, one study's live
-dashboard with its controls (start/pause/close, settings, excluding raters), every export, and
-the researcher's own account page (changing the password)."""
+dashboard with its controls (start/pause/close, settings, excluding raters), every export and the
+data package, and the researcher's own account page (changing the password, API tokens)."""
 from __future__ import annotations
 
 import re
@@ -47,7 +47,7 @@ from workers.store.studies import (
 )
 from workers.store.uploads import config_from_yaml_bytes, items_from_upload
 
-from . import accounts
+from . import accounts, api_tokens
 from .accounts import AccountError
 from .auth import client_address, current_researcher
 from .stats import study_stats
@@ -389,7 +389,7 @@ def account() -> ResponseReturnValue:
     """The logged-in researcher changes their own password (current password, the new one twice).
     Wrong current passwords count as failed logins, so this form is no way around the login limit."""
     if request.method == "GET":
-        return render_template("dashboard/account.html", min_length=accounts.MIN_PASSWORD_LENGTH)
+        return _account_page()
     conn, name, ip = get_redis(), current_researcher(), client_address()
     config = current_app.config
     wait = accounts.login_blocked_for(conn, name, ip, config["LOGIN_MAX_FAILURES"])
@@ -418,7 +418,44 @@ def account() -> ResponseReturnValue:
 
 
 def _account_error(message: str, status: int):
-    return render_template("dashboard/account.html", error=message, min_length=accounts.MIN_PASSWORD_LENGTH), status
+    return _account_page(error=message), status
+
+
+def _account_page(**context):
+    """The account page: the password form and the researcher's API tokens (``api_tokens``)."""
+    import time
+
+    def when(ts: float | None) -> str:
+        return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts)) if ts else "never"
+
+    conn = get_redis()
+    tokens = [{**t, "created": when(t["created_at"]), "last_used": when(t["last_used_at"])}
+              for t in api_tokens.list_tokens(conn, current_researcher())]
+    return render_template("dashboard/account.html", min_length=accounts.MIN_PASSWORD_LENGTH, tokens=tokens,
+                           studies=list_studies(conn), api_url=public_url(""), **context)
+
+
+@bp.post("/account/tokens")
+def create_api_token() -> ResponseReturnValue:
+    """A new API token, shown on this one page and never again (not flashed: it would ride in the cookie)."""
+    form = request.form
+    try:
+        secret, record = api_tokens.create_token(get_redis(), current_researcher(), form.get("name", ""),
+                                                 study=form.get("study") or None,
+                                                 access="write" if form.get("access") == "write" else "read")
+    except api_tokens.TokenError as exc:
+        return _account_page(token_error=f"No token was made: {exc}."), 400
+    return _account_page(new_token=secret, new_token_record=record)
+
+
+@bp.post("/account/tokens/<token_id>/revoke")
+def revoke_api_token(token_id: str) -> ResponseReturnValue:
+    try:
+        record = api_tokens.revoke_token(get_redis(), token_id, owner=current_researcher())
+    except api_tokens.TokenError as exc:
+        abort(404, description=f"{str(exc)[0].upper()}{str(exc)[1:]}.")
+    flash(f"Token '{record['name']}' is revoked: programs using it are refused from now on.")
+    return redirect(url_for("dashboard.account"))
 
 
 def _download(study_id: str, what: str, fmt: str):
@@ -478,6 +515,15 @@ def item_ids(study_id: str) -> ResponseReturnValue:
 def download(study_id: str, what: str, fmt: str) -> ResponseReturnValue:
     """Every export of the platform: answers.csv/.jsonl, triplets.csv, graph.json/.csv/.graphml, forest.json."""
     return _download(study_id, what, fmt)
+
+
+@bp.get("/studies/<study_id>/package.zip")
+def package_zip(study_id: str) -> ResponseReturnValue:
+    """The study's data package (docs/data-package.md); ``?rater_ids=1`` keeps recruitment ids."""
+    from .researcher_api import package_response
+
+    conn = get_redis()
+    return package_response(conn, _study_or_404(conn, study_id))
 
 
 @bp.get("/studies/<study_id>/answers.csv")

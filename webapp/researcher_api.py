@@ -59,11 +59,14 @@ def get_study_details(study_id: str) -> ResponseReturnValue:
                     "platform": platform()})
 
 
-@bp.get("/studies/<study_id>/items/<int:index>/media")
-def get_item_media(study_id: str, index: int) -> ResponseReturnValue:
+@bp.get("/studies/<study_id>/items/<index>/media")
+def get_item_media(study_id: str, index: str) -> ResponseReturnValue:
     """The file of an image, audio or video item (what raters see), for thumbnails in an analysis."""
     conn = get_redis()
-    load_study(conn, study_id)
+    study = load_study(conn, study_id)
+    if not index.isdigit() or int(index) >= study.n_items:
+        raise ApiError(404, "unknown_item", f"study '{study_id}' has items 0 to {study.n_items - 1}, not {index!r}")
+    index = int(index)
     data = get_media(conn, study_id, index)
     if data is None:
         raise ApiError(404, "no_media", f"item {index} of study '{study_id}' has no media file "
@@ -106,14 +109,18 @@ def get_export(study_id: str, what: str) -> ResponseReturnValue:
 @bp.get("/studies/<study_id>/package")
 def get_package(study_id: str) -> ResponseReturnValue:
     """The study's data package as a zip (docs/data-package.md); ``?rater_ids=1`` keeps recruitment ids."""
+    conn = get_redis()
+    return package_response(conn, load_study(conn, study_id))
+
+
+def package_response(conn, study) -> Response:
+    """The data package as a zip download (the dashboard's link and this route); ``?rater_ids=1``."""
     from workers.results.package import package_filename, write_package_zip
 
-    conn = get_redis()
-    study = load_study(conn, study_id)
-    data = write_package_zip(conn, study_id, rater_ids=request.args.get("rater_ids") in ("1", "true", "yes"),
+    data = write_package_zip(conn, study.id, rater_ids=request.args.get("rater_ids") in ("1", "true", "yes"),
                              status=study_stats(conn, study))
     return send_file(data, mimetype="application/zip", as_attachment=True,
-                     download_name=f"{package_filename(study_id)}.zip")
+                     download_name=f"{package_filename(study.id)}.zip")
 
 
 @bp.post("/studies/<study_id>/status")
