@@ -177,7 +177,8 @@ def test_one_researcher_cannot_revoke_anothers_token(researcher_client, conn):
     _, record = create_token(conn, "bob", "bob's laptop")
     page = researcher_client.get("/account").get_data(as_text=True)
     assert "bob&#39;s laptop" not in page and "bob's laptop" not in page
-    response = researcher_client.post(f"/account/tokens/{record['id']}/revoke", data={"csrf_token": csrf_token_of(page)})
+    response = researcher_client.post(f"/account/tokens/{record['id']}/revoke",
+                                      data={"csrf_token": csrf_token_of(page)})
     assert response.status_code == 404 and list_tokens(conn, "bob")
 
 

@@ -291,7 +291,7 @@ def write_package(conn: Redis, study_id: str, put: Callable[[str, bytes], None],
                 description=f"The nearest-neighbour graph learned by '{alg.label}' ({alg.algorithm}), k = {doc['k']}: "
                             "one row per (item, neighbour), estimate with its lower and upper bound.")
         w.document(f"graph-{slug.lower()}-json", f"graphs/{slug}.json", doc,
-                   f"The same graph as JSON (docs/exports.md), with k and the method.")
+                   "The same graph as JSON (docs/exports.md), with k and the method.")
         entry["graph"] = f"graphs/{slug}.json"
         if alg.algorithm in FOREST_ALGORITHMS:
             w.document(f"forest-{slug.lower()}", f"forests/{slug}.json", forest_document(conn, study_id, alg.label),
