@@ -321,8 +321,9 @@ def write_package(conn: Redis, study_id: str, put: Callable[[str, bytes], None],
         w.text("instructions", "instructions.md", config.instructions, "The instructions raters read.")
     if config.consent:
         w.text("consent", "consent.md", config.consent, "The consent text raters agreed to before answering.")
-    if status is not None:
-        w.document("status", "status.json", status, "The dashboard's numbers when the package was made.")
+    if status is not None:  # it names raters in places (a rebuild's excluded raters): pseudonyms there too
+        w.document("status", "status.json", _renamed(status, rename, [r["rater"] for r in raters]),
+                   "The dashboard's numbers when the package was made.")
 
     defaults = {}
     for want, key in (("graph", "graph"), ("embedding", "embedding")):
@@ -350,6 +351,26 @@ def write_package(conn: Redis, study_id: str, put: Callable[[str, bytes], None],
     }
     put("datapackage.json", json.dumps(descriptor, indent=1).encode("utf-8"))
     return descriptor
+
+
+def _renamed(doc, rename: Callable[[str], str], raters: list[str]):
+    """``doc`` with every rater id in its strings (alone or in a message) replaced by the package's id."""
+    ids = sorted((r for r in raters if rename(r) != r), key=len, reverse=True)
+    if not ids:
+        return doc
+    # a rater id is made of letters, digits and _.:@- (answers.RATER_ID_PATTERN): match whole ids only
+    pattern = re.compile(r"(?<![A-Za-z0-9_.:@-])(" + "|".join(map(re.escape, ids)) + r")(?![A-Za-z0-9_.:@-])")
+
+    def walk(value):
+        if isinstance(value, str):
+            return pattern.sub(lambda m: rename(m.group(1)), value)
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [walk(v) for v in value]
+        return value
+
+    return walk(doc)
 
 
 def _learns_graph(config, label: str) -> bool:
