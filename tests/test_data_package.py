@@ -116,7 +116,6 @@ def test_a_broken_table_fails_validation(conn, study, tmp_path):
 
 def test_raters_are_pseudonymous_unless_recruitment_ids_are_asked_for(conn, study, tmp_path):
     folder = make(conn, tmp_path)
-    everything = b"".join(p.read_bytes() for p in folder.rglob("*") if p.is_file())
     assert not [(r, p) for r in RATERS for p in folder.rglob("*") if p.is_file() and r.encode() in p.read_bytes()]
     answers = table((folder / "answers.csv").read_text())
     assert sorted(answers["rater"].unique()) == ["R0001", "R0002", "R0003", "R0004"]
