@@ -132,9 +132,17 @@ class StudyReaders:
     def items(self) -> pd.DataFrame:
         """One row per item, in index order (the indices of ``triplets()`` and the answers' item columns)."""
         pd = _pandas()
-        rows = self._item_rows()
+        rows = []
+        for row in self._item_rows():  # features: a dict from the server, "feature:NAME" columns in a package
+            features = {f"feature:{k}": v for k, v in (row.get("features") or {}).items()}
+            rows.append({**{k: v for k, v in row.items() if k != "features"}, **features})
         columns = ["index", "id", "kind", "label", "text", "color", "media_type"]
-        return pd.DataFrame([{c: row.get(c) for c in columns} for row in rows], columns=columns).set_index("index")
+        columns += sorted({c for row in rows for c in row if c.startswith("feature:")})
+        frame = pd.DataFrame([{c: row.get(c) for c in columns} for row in rows], columns=columns).set_index("index")
+        for column in columns:
+            if column.startswith("feature:"):
+                frame[column] = pd.to_numeric(frame[column]).astype(float)
+        return frame
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id!r}>"

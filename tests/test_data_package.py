@@ -28,7 +28,7 @@ from workers.store import keys
 from workers.store.answers import read_answers
 from workers.store.config import StudyConfig
 from workers.store.queue import enqueue_rebuild
-from workers.store.studies import create_study, get_study
+from workers.store.studies import create_study, get_study, set_features
 
 STUDY = "pkg"
 RATERS = ("p-alpha", "p-bravo", "p-charlie", "p-delta")
@@ -56,6 +56,7 @@ def study(app, conn):
         "algorithms": [{"algorithm": "random_triplets"}, {"algorithm": "embedding"},
                        {"algorithm": "comparison_forest"}]})
     create_study(conn, config, colour_items(), study_id=STUDY)
+    set_features(conn, STUDY, {f"c{i}": {"brightness": i / 10, "warmth": 1.5 - i} for i in range(10)})
     run_worker(conn)
     rng = np.random.default_rng(3)
     for rater in RATERS:
@@ -178,7 +179,10 @@ def test_read_export_round_trips_the_package(conn, study, tmp_path, form):
     assert list(embedding.index) == server_embedding["items"]
     assert package.config == get_study(conn, STUDY).config.to_dict()
     assert package.status()["answers"] == len(answers)
-    assert list(package.items()["id"]) == [f"c{i}" for i in range(10)]
+    items = package.items()
+    assert list(items["id"]) == [f"c{i}" for i in range(10)]
+    assert items["feature:brightness"].tolist() == [i / 10 for i in range(10)]
+    assert items["feature:warmth"].tolist() == [1.5 - i for i in range(10)]
     raters = package.raters().set_index("rater")
     assert raters.loc["p-delta", "excluded"] and raters["answers"].sum() == len(answers)
     with pytest.raises(proxima.ProximaError, match="has no algorithm 'nope'"):

@@ -104,7 +104,9 @@ def package_filename(study_id: str) -> str:
 
 def _field(name: str) -> dict:
     field = {"name": name, "type": "string"}
-    if name in _INTEGER:
+    if name.startswith("feature:"):
+        field.update(type="number", description=f"The item's feature '{name[8:]}' (proxima features).")
+    elif name in _INTEGER:
         field["type"] = "integer"
     elif name in _NUMBER:
         field["type"] = "number"
@@ -249,16 +251,20 @@ def write_package(conn: Redis, study_id: str, put: Callable[[str, bytes], None],
     rename = _pseudonyms(conn, study_id, rater_ids, raters)
 
     item_rows = []
+    # the researcher's numeric item features (proxima features), one column each: "feature:NAME"
+    feature_names = sorted({name for item in items for name in (item.features or {})})
     for index, item in enumerate(items):
         row = {"index": index, "id": item.id, "kind": item.kind, "label": item.label, "text": item.text,
-               "color": item.color, "media_type": item.media_type, "file": ""}
+               "color": item.color, "media_type": item.media_type, "file": "",
+               **{f"feature:{name}": (item.features or {}).get(name) for name in feature_names}}
         data = get_media(conn, study_id, index) if media and item.media_type else None
         if data is not None:
             ext = mimetypes.guess_extension(item.media_type or "") or ".bin"
             row["file"] = f"media/{index:05d}-{_safe(item.id)}{ext}"
             put(row["file"], data)
         item_rows.append(row)
-    w.table("items", "items.csv", ("index", "id", "kind", "label", "text", "color", "media_type", "file"),
+    w.table("items", "items.csv", ("index", "id", "kind", "label", "text", "color", "media_type", "file",
+                                   *(f"feature:{name}" for name in feature_names)),
             item_rows, primary_key="index")
 
     def answer_rows():
