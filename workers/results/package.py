@@ -166,19 +166,20 @@ class _Writer:
                                "encoding": "utf-8", "description": description})
 
 
-def _pseudonyms(conn: Redis, study_id: str, rater_ids: bool, raters: list[dict]) -> Callable[[str], str]:
-    """rater id -> its id in the package: R0001, ... by first answer (or the id itself with ``rater_ids``)."""
-    if rater_ids:
-        return lambda rater: rater
-    order: dict[str, str] = {}
-    for answer in answer_log.iter_answers(conn, study_id):
-        order.setdefault(answer.rater, f"R{len(order) + 1:04d}")
-    late = sorted({r.decode() for r in conn.smembers(keys.raters(study_id))}
-                  | {r.decode() for r in conn.smembers(keys.excluded_raters(study_id))}
-                  | {row["rater"] for row in raters})
-    for rater in late:
-        order.setdefault(rater, f"R{len(order) + 1:04d}")
-    return lambda rater: order.get(rater, rater)
+class _Pseudonyms:
+    """rater id -> their id in the package, R0001, R0002, … in the order first asked: the answers are
+    written first, so raters are numbered by their first answer (or the id itself with ``keep``)."""
+
+    def __init__(self, keep: bool) -> None:
+        self.keep = keep
+        self.ids: dict[str, str] = {}
+
+    def __call__(self, rater: str) -> str:
+        if self.keep:
+            return rater
+        if rater not in self.ids:
+            self.ids[rater] = f"R{len(self.ids) + 1:04d}"
+        return self.ids[rater]
 
 
 def _flag_reason(row: dict) -> str:
@@ -208,7 +209,17 @@ _NOT_LEARNED = (
 )
 
 
-def _exclusions(conn: Redis, study_id: str, rename: Callable[[str], str], rows: list[dict]) -> list[dict]:
+def _answer_exclusion(answer, rename: Callable[[str], str]) -> dict | None:
+    """The row of ``exclusions.csv`` of an answer no learner is given by design, else None."""
+    for applies, reason in _NOT_LEARNED:
+        if applies(answer):
+            return {"what": "answer", "rater": rename(answer.rater), "answer_id": answer.id, "reason": reason,
+                    "effect": "kept in answers.csv, never given to a learner"}
+    return None
+
+
+def _rater_exclusions(conn: Redis, study_id: str, rename: Callable[[str], str], rows: list[dict]) -> list[dict]:
+    """Rows of ``exclusions.csv``: raters excluded or flagged, then answers set aside by a learner."""
     out = []
     excluded = {r.decode() for r in conn.smembers(keys.excluded_raters(study_id))}
     for row in rows:
@@ -226,12 +237,6 @@ def _exclusions(conn: Redis, study_id: str, rename: Callable[[str], str], rows: 
         out.append({"what": "answer", "rater": rename(entry["rater"]) if entry["rater"] else "",
                     "answer_id": entry["answer_id"], "reason": f"set aside: {entry['reason']}",
                     "effect": "left out of the learners"})
-    for answer in answer_log.iter_answers(conn, study_id):
-        for applies, reason in _NOT_LEARNED:
-            if applies(answer):
-                out.append({"what": "answer", "rater": rename(answer.rater), "answer_id": answer.id, "reason": reason,
-                            "effect": "kept in answers.csv, never given to a learner"})
-                break
     return out
 
 
@@ -248,7 +253,7 @@ def write_package(conn: Redis, study_id: str, put: Callable[[str, bytes], None],
     w = _Writer(put)
     # every answer's response time goes into the medians (the dashboard's table reads the latest 2,000)
     raters = rater_table(conn, study_id, limit=max(1, answer_log.count_answers(conn, study_id)))
-    rename = _pseudonyms(conn, study_id, rater_ids, raters)
+    rename = _Pseudonyms(keep=rater_ids)
 
     item_rows = []
     # the researcher's numeric item features (proxima features), one column each: "feature:NAME"
@@ -267,12 +272,26 @@ def write_package(conn: Redis, study_id: str, put: Callable[[str, bytes], None],
                                    *(f"feature:{name}" for name in feature_names)),
             item_rows, primary_key="index")
 
+    not_learned: list[dict] = []  # collected in the same pass over the log as the answers
+
+    def logged():
+        for answer in answer_log.iter_answers(conn, study_id):
+            exclusion = _answer_exclusion(answer, rename)
+            if exclusion is not None:
+                not_learned.append(exclusion)
+            yield answer
+
     def answer_rows():
-        for row in answer_log.answer_rows(answer_log.iter_answers(conn, study_id), ids, study_id):
+        for row in answer_log.answer_rows(logged(), ids, study_id):
             row["rater"] = rename(row["rater"])
             yield row
 
     w.table("answers", "answers.csv", answer_log.CSV_COLUMNS, answer_rows(), primary_key="answer_id")
+    # raters with no answer in the log (excluded before answering, counters only) are numbered after the rest
+    for rater in sorted({r.decode() for r in conn.smembers(keys.raters(study_id))}
+                        | {r.decode() for r in conn.smembers(keys.excluded_raters(study_id))}
+                        | {row["rater"] for row in raters}):
+        rename(rater)
 
     columns = [c for c in RATER_COLUMNS if rater_ids or c != "completion_code"]
     w.table("raters", "raters.csv", columns,
@@ -280,7 +299,7 @@ def write_package(conn: Redis, study_id: str, put: Callable[[str, bytes], None],
               "last_answer_at": None if r["last_answer_at"] is None else _iso(r["last_answer_at"])} for r in raters),
             primary_key="rater")
     w.table("exclusions", "exclusions.csv", ("what", "rater", "answer_id", "reason", "effect"),
-            _exclusions(conn, study_id, rename, raters))
+            _rater_exclusions(conn, study_id, rename, raters) + not_learned)
 
     excluded = {r.decode() for r in conn.smembers(keys.excluded_raters(study_id))}
     lines = "".join(answer_log.export_triplets(answer_log.iter_answers(conn, study_id), excluded))
