@@ -212,7 +212,7 @@ def export(study_id: str, what: str, fmt: str | None, algorithm: str | None, mod
 
 def _export_package(study_id: str, output: Path | None, rater_ids: bool, media: bool) -> None:
     from workers.results.exports import ExportError
-    from workers.results.package import PackageError, write_package_folder, write_package_zip
+    from workers.results.package import PackageError, package_filename, write_package_folder, write_package_zip
     from workers.store.studies import get_study
 
     from ..stats import study_stats
@@ -231,9 +231,10 @@ def _export_package(study_id: str, output: Path | None, rater_ids: bool, media: 
         except (StudyNotFound, ExportError, PackageError) as exc:
             raise click.ClickException(str(exc)) from None
     ids = "recruitment ids" if rater_ids else "pseudonymous rater ids"
-    click.echo(f"Wrote the data package of {study_id} to {output} ({ids}); check it with "
-               f"'frictionless validate {output / 'datapackage.json' if output.suffix.lower() != '.zip' else output}' "
-               "and read it with proxima.read_export().", err=True)
+    descriptor = (f"{package_filename(study_id)}/datapackage.json (after unzipping)" if output.suffix.lower() == ".zip"
+                  else output / "datapackage.json")
+    click.echo(f"Wrote the data package of {study_id} to {output} ({ids}); check it with 'frictionless validate "
+               f"{descriptor}' and read it with proxima.read_export('{output}').", err=True)
 
 
 @click.command("studies")
