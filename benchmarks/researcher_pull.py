@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -98,7 +99,7 @@ def main() -> None:
             t_triplets, got = timed(study.triplets, repeats)
             assert len(answers) == n and len(got) == n
             zip_path = work / f"{study_id}.zip"
-            t_package, package = timed(lambda: study.download_package(zip_path), repeats)
+            t_package, package = timed(partial(study.download_package, zip_path), repeats)
             t_offline, offline = timed(package.answers, repeats)
             assert len(offline) == n
             rows.append((n, n_items, t_answers, t_triplets, t_package, zip_path.stat().st_size / 1e6, t_offline))
