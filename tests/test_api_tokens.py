@@ -4,6 +4,7 @@ token; made, listed and revoked on the account page and with ``proxima token``."
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -67,6 +68,17 @@ def test_a_removed_accounts_tokens_stop_working(conn, account):
     assert verify_token(conn, token) is None
 
 
+def test_a_token_stops_working_when_it_expires(client, conn, account, study_id):
+    token, record = create_token(conn, account, "a week", expires_days=7)
+    assert 7 * 86400 - 60 < record["expires_at"] - record["created_at"] <= 7 * 86400 + 1
+    assert client.get(f"/api/studies/{study_id}/stats", headers=bearer(token)).status_code == 200
+    conn.hset(f"proxima:api-token:{record['id']}", "expires_at", f"{time.time() - 1:.3f}")  # a week later
+    assert verify_token(conn, token) is None
+    refused = client.get(f"/api/studies/{study_id}/stats", headers=bearer(token))
+    assert refused.status_code == 401 and "has expired" in refused.get_json()["error"]["message"]
+    assert create_token(conn, account, "forever")[1]["expires_at"] is None
+
+
 def test_tokens_for_unknown_studies_or_accounts_are_refused_in_words(conn, account):
     from webapp.api_tokens import TokenError
 
@@ -76,6 +88,8 @@ def test_tokens_for_unknown_studies_or_accounts_are_refused_in_words(conn, accou
         create_token(conn, "bob", "x")
     with pytest.raises(TokenError, match="give the token a name"):
         create_token(conn, account, "  ")
+    with pytest.raises(TokenError, match="a token expires after 1 to 3650 days, not 0"):
+        create_token(conn, account, "x", expires_days=0)
 
 
 # ------------------------------------------------------------------------------------------------ the API
@@ -147,11 +161,12 @@ def test_the_account_page_makes_shows_once_lists_and_revokes_tokens(researcher_c
     page = researcher_client.get("/account").get_data(as_text=True)
     assert 'id="no-tokens"' in page and f'<option value="{study_id}">' in page
     made = researcher_client.post("/account/tokens", data={"name": "laptop analysis", "study": study_id,
-                                                           "access": "read", "csrf_token": csrf_token_of(page)})
+                                                           "access": "read", "expires_days": "30",
+                                                           "csrf_token": csrf_token_of(page)})
     assert made.status_code == 200
     html = made.get_data(as_text=True)
     token = re.search(r'id="new-token-value">([^<]+)<', html).group(1)
-    assert "shown only once" in html
+    assert "shown only once" in html and ", expires 20" in html
     # it works, for its study only and read-only
     anonymous = researcher_client.application.test_client()
     assert anonymous.get(f"/api/studies/{study_id}/stats", headers=bearer(token)).status_code == 200
@@ -189,15 +204,16 @@ def test_the_cli_creates_lists_and_revokes_tokens(conn, redis_url, monkeypatch, 
     create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
     runner = CliRunner()
     made = runner.invoke(main, ["token", "create", "--user", RESEARCHER, "--name", "cluster job", "--study", study_id,
-                                "--write"])
+                                "--write", "--expires-days", "30"])
     assert made.exit_code == 0, made.output
     token = re.search(r"^(prx_\S+)$", made.output, re.M).group(1)
-    assert f"(read-write, study {study_id})" in made.output
+    assert f"(read-write, study {study_id}, expires 20" in made.output
     assert app.test_client().post(f"/api/studies/{study_id}/status", json={"action": "pause"},
                                   headers=bearer(token)).status_code == 200
     listed = runner.invoke(main, ["token", "list"])
     token_id = token.split("_")[1]
     assert listed.exit_code == 0 and token_id in listed.output and "cluster job" in listed.output
+    assert "\texpires 20" in listed.output
     assert token not in listed.output
     gone = runner.invoke(main, ["token", "revoke", token_id])
     assert gone.exit_code == 0 and f"Revoked token {token_id}" in gone.output

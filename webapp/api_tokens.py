@@ -21,6 +21,7 @@ from workers.store import keys
 PREFIX = "prx"
 ACCESS = ("read", "write")
 MAX_NAME_LENGTH = 80
+MAX_EXPIRES_DAYS = 3650
 _TOKEN_PATTERN = re.compile(r"^prx_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
 _FIELDS = ("owner", "name", "study", "access", "created_at", "last_used_at")
 
@@ -35,15 +36,16 @@ def _digest(secret: str) -> str:
 
 def _record(token_id: str, raw: dict) -> dict:
     f = {k.decode(): v.decode() for k, v in raw.items()}
-    last = f.get("last_used_at")
+    last, expires = f.get("last_used_at"), f.get("expires_at")
     return {"id": token_id, "owner": f.get("owner", ""), "name": f.get("name", ""), "study": f.get("study") or None,
             "access": f.get("access", "read"), "created_at": float(f.get("created_at") or 0),
-            "last_used_at": float(last) if last else None}
+            "last_used_at": float(last) if last else None, "expires_at": float(expires) if expires else None}
 
 
-def create_token(conn: redis.Redis, owner: str, name: str, study: str | None = None, access: str = "read"
-                 ) -> tuple[str, dict]:
-    """A new token for account ``owner``: (the token, to show once; its record). ``study`` None: every study."""
+def create_token(conn: redis.Redis, owner: str, name: str, study: str | None = None, access: str = "read",
+                 expires_days: int | None = None) -> tuple[str, dict]:
+    """A new token for account ``owner``: (the token, to show once; its record). ``study`` None: every study;
+    ``expires_days`` None: until revoked."""
     name = " ".join((name or "").split())
     if not name:
         raise TokenError("give the token a name that says what it is for (e.g. 'laptop analysis')")
@@ -51,6 +53,8 @@ def create_token(conn: redis.Redis, owner: str, name: str, study: str | None = N
         raise TokenError(f"a token's name has at most {MAX_NAME_LENGTH} characters")
     if access not in ACCESS:
         raise TokenError(f"a token's access is 'read' (read-only) or 'write' (read-write), not {access!r}")
+    if expires_days is not None and not 1 <= int(expires_days) <= MAX_EXPIRES_DAYS:
+        raise TokenError(f"a token expires after 1 to {MAX_EXPIRES_DAYS} days, not {expires_days}")
     if not conn.exists(keys.user(owner)):
         raise TokenError(f"there is no account {owner!r}")
     if study is not None and not conn.sismember(keys.studies(), study):
@@ -58,6 +62,8 @@ def create_token(conn: redis.Redis, owner: str, name: str, study: str | None = N
     token_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
     record = {"secret_hash": _digest(secret), "owner": owner, "name": name, "study": study or "", "access": access,
               "created_at": f"{time.time():.3f}"}
+    if expires_days is not None:
+        record["expires_at"] = f"{time.time() + int(expires_days) * 86400:.3f}"
     with conn.pipeline() as pipe:
         pipe.hset(keys.api_token(token_id), mapping=record)
         pipe.sadd(keys.api_tokens(), token_id)
@@ -102,6 +108,8 @@ def verify_token(conn: redis.Redis, token: str) -> dict | None:
     if not raw or not hmac.compare_digest(raw.get(b"secret_hash", b"").decode(), _digest(secret)):
         return None
     record = _record(token_id, raw)
+    if record["expires_at"] is not None and time.time() >= record["expires_at"]:
+        return None
     if not conn.exists(keys.user(record["owner"])):  # a removed account's tokens end with it
         return None
     conn.hset(keys.api_token(token_id), "last_used_at", f"{time.time():.3f}")

@@ -150,7 +150,8 @@ def token_login() -> None:
     record = api_tokens.verify_token(get_redis(), bearer_token() or "")
     if record is None:
         raise ApiError(401, "invalid_api_token",
-                       "this API token is not valid: it was mistyped or revoked, or its account was removed; "
+                       "this API token is not valid: it was mistyped, revoked or has expired, or its account was "
+                       "removed; "
                        "make a new one on the dashboard's account page or with 'proxima token create'",
                        headers={"WWW-Authenticate": 'Bearer realm="proxima"'})
     study = (request.view_args or {}).get("study_id")

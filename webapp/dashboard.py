@@ -4,6 +4,7 @@ data package, and the researcher's own account page (changing the password, API 
 from __future__ import annotations
 
 import re
+import time
 from typing import TYPE_CHECKING
 
 from flask import (
@@ -423,13 +424,13 @@ def _account_error(message: str, status: int):
 
 def _account_page(**context):
     """The account page: the password form and the researcher's API tokens (``api_tokens``)."""
-    import time
-
     def when(ts: float | None) -> str:
         return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts)) if ts else "never"
 
     conn = get_redis()
-    tokens = [{**t, "created": when(t["created_at"]), "last_used": when(t["last_used_at"])}
+    tokens = [{**t, "created": when(t["created_at"]), "last_used": when(t["last_used_at"]),
+               "expires": when(t["expires_at"]) if t["expires_at"] else "when revoked",
+               "expired": bool(t["expires_at"] and t["expires_at"] <= time.time())}
               for t in api_tokens.list_tokens(conn, current_researcher())]
     return render_template("dashboard/account.html", min_length=accounts.MIN_PASSWORD_LENGTH, tokens=tokens,
                            studies=list_studies(conn), api_url=public_url(""), **context)
@@ -440,12 +441,18 @@ def create_api_token() -> ResponseReturnValue:
     """A new API token, shown on this one page and never again (not flashed: it would ride in the cookie)."""
     form = request.form
     try:
+        expires = form.get("expires_days", "").strip()
+        if expires and not expires.isdigit():
+            raise api_tokens.TokenError(f"a token expires after a whole number of days, not {expires!r}")
         secret, record = api_tokens.create_token(get_redis(), current_researcher(), form.get("name", ""),
                                                  study=form.get("study") or None,
-                                                 access="write" if form.get("access") == "write" else "read")
+                                                 access="write" if form.get("access") == "write" else "read",
+                                                 expires_days=int(expires) if expires else None)
     except api_tokens.TokenError as exc:
         return _account_page(token_error=f"No token was made: {exc}."), 400
-    return _account_page(new_token=secret, new_token_record=record)
+    expires = record["expires_at"]
+    until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(expires)) if expires else None
+    return _account_page(new_token=secret, new_token_record=record, new_token_expires=until)
 
 
 @bp.post("/account/tokens/<token_id>/revoke")

@@ -26,7 +26,9 @@ def _when(ts: float | None) -> str:
 @click.option("--name", required=True, help="What the token is for, e.g. 'laptop analysis'.")
 @click.option("--study", default=None, metavar="STUDY_ID", help="Limit the token to one study (default: every study).")
 @click.option("--write", is_flag=True, help="Read-write: may also start, pause and close studies (default: read-only).")
-def token_create(owner: str, name: str, study: str | None, write: bool) -> None:
+@click.option("--expires-days", type=click.IntRange(1, 3650), default=None,
+              help="The token stops working after this many days (default: when revoked).")
+def token_create(owner: str, name: str, study: str | None, write: bool, expires_days: int | None) -> None:
     """Create an API token and print it once (only its hash is kept)."""
     from ..accounts import normalize_name
     from ..api_tokens import TokenError, create_token
@@ -34,12 +36,13 @@ def token_create(owner: str, name: str, study: str | None, write: bool) -> None:
     with redis_connection() as conn:
         try:
             secret, record = create_token(conn, normalize_name(owner), name, study=study,
-                                          access="write" if write else "read")
+                                          access="write" if write else "read", expires_days=expires_days)
         except TokenError as exc:
             raise click.ClickException(str(exc)) from None
     scope = f"study {record['study']}" if record["study"] else "every study"
     access = "read-write" if record["access"] == "write" else "read-only"
-    click.echo(f"Created token {record['id']} ({access}, {scope}) for {record['owner']}:")
+    until = f", expires {_when(record['expires_at'])}" if record["expires_at"] else ""
+    click.echo(f"Created token {record['id']} ({access}, {scope}{until}) for {record['owner']}:")
     click.echo(secret)
     click.echo("It is shown only now: store it like a password. In Python: "
                "proxima.connect(URL, TOKEN).study(STUDY_ID)", err=True)
@@ -60,7 +63,8 @@ def token_list(owner: str | None) -> None:
     for r in records:
         click.echo(f"{r['id']}\t{r['owner']}\t{'read-write' if r['access'] == 'write' else 'read-only'}\t"
                    f"{r['study'] or 'every study'}\t{r['name']}\tcreated {_when(r['created_at'])}\t"
-                   f"last used {_when(r['last_used_at'])}")
+                   f"last used {_when(r['last_used_at'])}\t"
+                   f"{'expires ' + _when(r['expires_at']) if r['expires_at'] else 'no expiry'}")
 
 
 @token.command("revoke")
