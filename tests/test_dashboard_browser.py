@@ -154,6 +154,10 @@ def parse_download(path: str, filename: str):
         return json.loads(data)
     if filename.endswith(".graphml"):
         return nx.read_graphml(path)
+    if filename.endswith(".zip"):  # the data package
+        import proxima
+
+        return proxima.read_export(path)
     raise AssertionError(f"unexpected download {filename}")
 
 
@@ -221,14 +225,19 @@ def test_a_researcher_creates_a_study_watches_raters_and_downloads_every_export(
     page.click("#tab-downloads")
     links = page.locator("ul.downloads a")
     hrefs = [links.nth(i).get_attribute("href") for i in range(links.count())]
-    assert len(hrefs) == 11  # answers CSV/JSONL, triplets, raters, 2 x graph JSON/CSV/GraphML, forest JSON
+    # the data package twice (pseudonymous, recruitment ids), answers CSV/JSONL, triplets, raters,
+    # 2 x graph JSON/CSV/GraphML, forest JSON
+    assert len(hrefs) == 13
     parsed = {}
     for i in range(len(hrefs)):
         with page.expect_download() as info:
             links.nth(i).click()
         download = info.value
         parsed[download.suggested_filename] = parse_download(download.path(), download.suggested_filename)
-    assert len(parsed) == 11, sorted(parsed)
+    assert len(parsed) == 13, sorted(parsed)
+    package = parsed[f"{study_id}-data-package-with-rater-ids.zip"]
+    assert set(package.answers()["rater"]) == {"p-journey"}
+    assert set(parsed[f"{study_id}-data-package.zip"].answers()["rater"]) == {"R0001"}
     answers = parsed[f"{study_id}-answers.csv"]
     assert len(answers) == 1 + 4 and {row[answers[0].index("rater")] for row in answers[1:]} == {"p-journey"}
     assert len(parsed[f"{study_id}-answers.jsonl"]) == 4

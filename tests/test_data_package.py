@@ -224,5 +224,6 @@ def test_the_dashboard_downloads_the_package(researcher_client, conn, study):
     assert f'filename={STUDY}-data-package.zip' in response.headers["Content-Disposition"]
     names = zipfile.ZipFile(io.BytesIO(response.data)).namelist()
     assert f"{STUDY}-data-package/datapackage.json" in names
-    with_ids = researcher_client.get(f"/studies/{STUDY}/package.zip?rater_ids=1").data
-    assert b"p-alpha" in b"".join(zipfile.ZipFile(io.BytesIO(with_ids)).read(n) for n in names)
+    with_ids = researcher_client.get(f"/studies/{STUDY}/package.zip?rater_ids=1")
+    assert f"filename={STUDY}-data-package-with-rater-ids.zip" in with_ids.headers["Content-Disposition"]
+    assert b"p-alpha" in b"".join(zipfile.ZipFile(io.BytesIO(with_ids.data)).read(n) for n in names)

@@ -117,10 +117,11 @@ def package_response(conn, study) -> Response:
     """The data package as a zip download (the dashboard's link and this route); ``?rater_ids=1``."""
     from workers.results.package import package_filename, write_package_zip
 
-    data = write_package_zip(conn, study.id, rater_ids=request.args.get("rater_ids") in ("1", "true", "yes"),
-                             status=study_stats(conn, study))
-    return send_file(data, mimetype="application/zip", as_attachment=True,
-                     download_name=f"{package_filename(study.id)}.zip")
+    rater_ids = request.args.get("rater_ids") in ("1", "true", "yes")
+    data = write_package_zip(conn, study.id, rater_ids=rater_ids, status=study_stats(conn, study))
+    # a zip with recruitment ids says so in its name: it is not the one to deposit
+    name = f"{package_filename(study.id)}{'-with-rater-ids' if rater_ids else ''}.zip"
+    return send_file(data, mimetype="application/zip", as_attachment=True, download_name=name)
 
 
 @bp.post("/studies/<study_id>/status")
