@@ -257,3 +257,63 @@ def verify_code_command(study_id: str, rater: str, code: str) -> None:
         click.echo(f"valid: {code.strip().upper()} is rater {rater}'s completion code for study {study_id}")
     else:
         raise click.ClickException(f"invalid: {code!r} is not rater {rater}'s completion code for study {study_id}")
+
+
+def _operator() -> str:
+    """Who ran a command, for an audit line: ``cli:<login name>``."""
+    import getpass
+
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "cli"
+
+
+@click.command("delete")
+@click.argument("study_id")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def delete_command(study_id: str, yes: bool) -> None:
+    """Delete a study for good: its items, media, answers, raters, learned state, models and queued jobs.
+    Make a backup first ('proxima backup') if you may want it again."""
+    from workers.store.deletion import delete_study
+    from workers.store.studies import get_study
+
+    with redis_connection() as conn:
+        try:
+            study = get_study(conn, study_id)
+        except StudyNotFound as exc:
+            raise click.ClickException(str(exc)) from None
+        if not yes:
+            click.confirm(f"Delete study {study_id} ({study.config.name!r}, {study.n_items} items) and all its "
+                          "answers for good?", abort=True)
+        try:
+            report = delete_study(conn, study_id, by=_operator())
+        except StudyNotFound as exc:
+            raise click.ClickException(str(exc)) from None
+    click.echo(f"Deleted study {report.study_id} ({report.name!r}): {report.items} items, {report.answers} answers "
+               f"of {report.raters} raters, {report.keys_deleted} Redis keys, {report.jobs_cancelled} queued job(s).")
+
+
+@click.command("forget-rater")
+@click.argument("study_id")
+@click.argument("rater")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def forget_rater_command(study_id: str, rater: str, yes: bool) -> None:
+    """Forget a rater (a participant who withdrew): their answers leave the answer log and every record of
+    them goes; the engines are rebuilt from the other raters' answers; an audit line records when and by
+    whom (with a SHA-256 of the rater id, not the id)."""
+    from workers.jobs.rebuild import rebuild_study
+    from workers.store.deletion import forget_rater
+
+    if not yes:
+        click.confirm(f"Remove every answer of rater {rater} from study {study_id} for good?", abort=True)
+    with redis_connection() as conn:
+        try:
+            report = forget_rater(conn, study_id, rater, by=_operator(), rebuild=False)
+            rebuilt = rebuild_study(conn, study_id)
+        except (StudyNotFound, StudyError) as exc:
+            raise click.ClickException(str(exc)) from None
+    click.echo(f"Forgot rater {rater} of study {study_id}: {report.answers_removed} answer(s) removed "
+               f"(audit line {report.audit_id}).")
+    click.echo(f"Rebuilt the engines from the {rebuilt.answers_replayed} remaining answer(s) in "
+               f"{rebuilt.seconds:.2f} s; {len(rebuilt.changed)} item(s) changed nearest neighbour.")
