@@ -141,13 +141,14 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     storage.init_app(app)
 
-    from . import api, auth, dashboard, errors, metrics, raters
+    from . import api, auth, dashboard, errors, metrics, preview, raters
 
     metrics.init_app(app)  # first: its timer starts before any other before_request runs
     errors.init_app(app)
     app.register_blueprint(raters.bp)
     app.register_blueprint(dashboard.bp)
     app.register_blueprint(api.bp)
+    app.register_blueprint(preview.bp)
     auth.init_app(app)  # last: it exempts rater routes from CSRF and guards every other endpoint
     app.after_request(add_security_headers)
     return app

@@ -308,12 +308,16 @@ def question_payload(conn: Redis, study: Study, rater: str, issued: NextQuestion
     token = sign_question(current_app.config["SECRET_KEY"], {"s": study.id, "q": question, "r": rater, "t": now})
     payload = {"token": token, "kind": question["kind"], "expires_in": token_ttl(study),
                "progress": {"answered": issued.answers, "total": study.config.limits.max_questions_per_rater}}
+    return {**payload, **screen_payload(study, question, items)}
+
+
+def screen_payload(study: Study, question: dict, items: list[dict]) -> dict:
+    """What the rater's page shows of a question (its prompt and items in the order shown): the live
+    payload's and the researcher's preview's (webapp.preview) alike."""
     if question["kind"] == "rating":
         scale = study.config.rating
-        payload.update(prompt=scale.prompt, items=items, scale=scale.to_dict())
-    else:
-        payload.update(prompt=study.config.question, head=items[0], candidates=items[1:])
-    return payload
+        return {"prompt": scale.prompt, "items": items, "scale": scale.to_dict()}
+    return {"prompt": study.config.question, "head": items[0], "candidates": items[1:]}
 
 
 def next_question(conn: Redis, study: Study, rater: str, guard: StudyGuard | None = None) -> dict | None:
