@@ -278,7 +278,7 @@ def study(study_id: str) -> ResponseReturnValue:
     stats = study_stats(conn, study)
     rater_link = public_url(url_for("raters.study_page", study_id=study_id))
     plan = stored_plan(conn, study_id)
-    per_item = stats["answers"] / max(study.n_items, 1)
+    per_item = stats["answers_per_item"]  # the learners' answers: catch trials and repeats are not about items
     pay = plan.get("pay") if plan else None
     budget = study.config.limits.answer_budget
     money = None
