@@ -76,8 +76,20 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
     if len(items) >= LARGE_STUDY_ITEMS:
         click.echo(f"Stored {len(items):,} items in {time.monotonic() - started:.1f} s.", err=True)
     click.echo(f"Created study {study_id} with {len(items)} items. Rater page: /s/{study_id}")
+    _say_skipped(items_path)
     for warning in config_warnings(config):
         click.echo(f"Warning: {warning}.", err=True)
+
+
+def _say_skipped(items_path: Path) -> None:
+    """Name the files of an items folder that did not become items (a PDF or notes beside the images)."""
+    from workers.store.studies import ITEM_EXTENSIONS, skipped_files
+
+    skipped = skipped_files(items_path)
+    if skipped:
+        shown = ", ".join(skipped[:10]) + (f" and {len(skipped) - 10} more" if len(skipped) > 10 else "")
+        click.echo(f"Warning: skipped {len(skipped)} file(s) of {items_path} that are not items: {shown} (items are "
+                   f"{', '.join(sorted(ITEM_EXTENSIONS))} files).", err=True)
 
 
 @click.command("add-items")
@@ -100,6 +112,7 @@ def add_items_command(study_id: str, items_path: Path) -> None:
             raise click.ClickException(str(exc)) from None
         schedule_update(conn, study_id)
     click.echo(f"Added {len(items)} items to study {study_id} ({total} items now).")
+    _say_skipped(items_path)
 
 
 @click.command("features")
