@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -197,7 +197,8 @@ class _LongestFirst:
             self.cost[a] = seconds
 
 
-def _run_in_processes(work: list, results: list, jobs: int, runs: int) -> None:
+def _run_in_processes(work: list, results: list, jobs: int, runs: int,
+                      finished: Callable[[int], None] | None = None) -> None:
     """Run ``work`` in ``jobs`` forked processes, longest first (:class:`_LongestFirst`), into ``results``."""
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -215,6 +216,8 @@ def _run_in_processes(work: list, results: list, jobs: int, runs: int) -> None:
                 w = running.pop(future)
                 results[w] = future.result()
                 order.finished(w, results[w][2])
+                if finished is not None:
+                    finished(w)
 
 
 # ---------------------------------------------------------------------------- the plan
@@ -304,13 +307,15 @@ class Plan:
 def plan(scenarios: Sequence[Scenario], algorithms: Sequence[str] | None = None,
          budgets: Sequence[float] = DEFAULT_BUDGETS, runs: int = 3, batch: int = DEFAULT_BATCH, jobs: int = 1,
          source: str = "", spread: str = "seeds", params: dict | None = None,
-         max_seconds: float | None = None) -> Plan:
+         max_seconds: float | None = None,
+         progress: Callable[[str, int, int, float, bool], None] | None = None) -> Plan:
     """Simulate every learner ``runs`` times to the largest budget; run r uses seed r and
     ``scenarios[r % len(scenarios)]`` (one scenario per bootstrap replicate of a pilot fit).
     ``params`` maps a learner's name to its parameters (e.g. a study's). ``jobs`` > 1 runs the
     simulations in that many processes. ``max_seconds`` bounds the whole plan's CPU time per
     process: each run gets an equal share and stops at the budgets it reached (the rest NaN,
-    :attr:`Plan.cut_short`)."""
+    :attr:`Plan.cut_short`). ``progress(learner, runs done, runs in all, CPU seconds of the run, whether
+    the time limit stopped it)`` is called as each run ends (a plan may take minutes)."""
     names = plannable_algorithms(algorithms)
     budgets = check_budgets(budgets)
     if not scenarios:
@@ -327,11 +332,20 @@ def plan(scenarios: Sequence[Scenario], algorithms: Sequence[str] | None = None,
     work = [(name, scenarios[r % len(scenarios)], budgets, r, int(batch), params.get(name), share)
             for name in names for r in range(runs)]
     results: list = [None] * len(work)
+    done = 0
+
+    def finished(w: int) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(work[w][0], done, len(work), float(results[w][2]), bool(np.isnan(results[w][0]).any()))
+
     if jobs == 1:
         for w, job in enumerate(work):
             results[w] = _run(job)
+            finished(w)
     else:
-        _run_in_processes(work, results, jobs, runs)
+        _run_in_processes(work, results, jobs, runs, finished)
     shape = (len(names), runs, len(budgets))
     exact = np.array([r[0] for r in results]).reshape(shape)
     hit3 = np.array([r[1] for r in results]).reshape(shape)
@@ -543,9 +557,17 @@ def format_plan(p: Plan, target: float | None = None, metric: str = "exact", pay
                     cost += f" (safe: {money(worst.value)})"
             lines.append(f"  {name:<20} {mean.text():>8} (worst run {worst.text()}){cost}")
         best = p.best(target, metric)
-        lines.append(f"  Cheapest: {best}." if best else
-                     f"  No learner reaches {target:.2f} within {p.budgets[-1]:g} answers per item; "
-                     "try larger --budgets or a lower --target.")
+        if best:
+            lines.append(f"  Cheapest: {best}.")
+        elif p.cut_short:
+            # the time limit ended the runs: the larger budgets were not simulated, not found wanting
+            reached = ", ".join(f"{name} up to {p.reach(name, target, metric)[0].value:g}" for name in p.cut_short)
+            lines.append(f"  No learner reached {target:.2f} in the budgets simulated before the time limit stopped "
+                         f"the runs ({reached} answers per item); raise --max-seconds (or lower --runs) to "
+                         "simulate the larger budgets.")
+        else:
+            lines.append(f"  No learner reaches {target:.2f} within {p.budgets[-1]:g} answers per item; "
+                         "try larger --budgets or a lower --target.")
     return lines
 
 

@@ -38,3 +38,25 @@ def test_creating_a_study_from_a_folder_names_the_files_it_skipped(cli, tmp_path
     assert "with 5 items" in result.output
     assert "skipped 2 file(s)" in result.stderr and "notes.txt, protocol.pdf" in result.stderr
     assert ".DS_Store" not in result.stderr
+
+
+@pytest.mark.parametrize("args, option, words", [
+    (["--budgets", "10,abc"], "'--budgets'", "'abc' is not a number"),
+    (["--budgets", "0,-5"], "'--budgets'", "positive numbers"),
+    (["--algorithms", "duels,nonsense"], "'--algorithms'", "'nonsense'"),
+])
+def test_a_bad_list_option_is_named_in_the_error(cli, args, option, words):
+    result = cli("plan", "--truth", "eggs", *args)
+    assert result.exit_code == 2
+    assert f"Invalid value for {option}" in result.output and words in result.output
+
+
+def test_plan_says_how_far_it_is_and_blames_the_time_limit_not_the_budgets(cli):
+    result = cli("plan", "--truth", "eggs", "--algorithms", "random_triplets", "--budgets", "5,20000", "--runs", "2",
+                 "--max-seconds", "1", "--jobs", "1", "--target", "0.99")
+    assert result.exit_code == 0, result.output
+    assert "[1/2] a run of random_triplets ended after" in result.stderr
+    assert "[2/2] a run of random_triplets ended after" in result.stderr
+    assert "stopped by the time limit" in result.stderr
+    assert "before the time limit stopped the runs (random_triplets up to 5 answers per item)" in result.stdout
+    assert "raise --max-seconds" in result.stdout and "try larger --budgets" not in result.stdout
