@@ -60,3 +60,68 @@ def test_plan_says_how_far_it_is_and_blames_the_time_limit_not_the_budgets(cli):
     assert "stopped by the time limit" in result.stderr
     assert "before the time limit stopped the runs (random_triplets up to 5 answers per item)" in result.stdout
     assert "raise --max-seconds" in result.stdout and "try larger --budgets" not in result.stdout
+
+
+# ---------------------------------------------------------------------------- a changed secret key
+def rotated_app(redis_url, tmp_path, monkeypatch, key, previous=None):
+    from helpers import LOOPBACK
+
+    from webapp import create_app
+
+    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
+    config = {"TESTING": True, "REDIS_URL": redis_url, "SECRET_KEY": key, "RATE_LIMIT_EXEMPT_ADDRESSES": LOOPBACK}
+    if previous is not None:
+        config["PREVIOUS_SECRET_KEYS"] = previous
+    return create_app(config)
+
+
+def test_codes_shown_and_questions_held_before_a_key_change_stay_valid(redis_url, conn, tmp_path, monkeypatch, cli):
+    from helpers import answer, colour_items, fetch_question
+
+    from workers.store.answers import read_answers
+    from workers.store.config import StudyConfig
+    from workers.store.studies import create_study
+
+    create_study(conn, StudyConfig.from_dict({"name": "Keys", "algorithm": "random_triplets", "random_state": 0,
+                                              "attention": {"rate": 0}, "limits": {"max_questions_per_rater": 3}}),
+                 colour_items(), study_id="keys")
+    old = rotated_app(redis_url, tmp_path, monkeypatch, "the old key").test_client()
+    old.get("/s/keys?PROLIFIC_PID=p-rotate")
+    for _ in range(2):
+        assert answer(old, fetch_question(old, "keys"), study_id="keys").status_code == 201
+    held = fetch_question(old, "keys")  # a question in hand when the key changes
+    new = rotated_app(redis_url, tmp_path, monkeypatch, "the new key", previous="the old key").test_client()
+    new.set_cookie("session", old.get_cookie("session").value)  # the rater's browser, signed with the old key
+    assert answer(new, held, study_id="keys").status_code == 201
+    assert {a.rater for a in read_answers(conn, "keys")} == {"p-rotate"}  # the same rater, not a new one
+    shown = new.get("/s/keys/done").get_data(as_text=True)
+    from webapp.questions_answers import completion_code
+    new_code = completion_code("the new key", "keys", "p-rotate")
+    assert new_code in shown
+    # the rater was shown a code under the old key: it still verifies, and is shown again
+    conn.hset("proxima:{keys}:rater-stats", "p-rotate:code_shown", completion_code("the old key", "keys", "p-rotate"))
+    old_code = completion_code("the old key", "keys", "p-rotate")
+    assert old_code in new.get("/s/keys/done").get_data(as_text=True)
+    monkeypatch.setenv("PROXIMA_SECRET_KEY", "the new key")
+    assert cli("verify-code", "keys", "p-rotate", old_code).exit_code != 0  # no previous key: refused
+    monkeypatch.setenv("PROXIMA_PREVIOUS_SECRET_KEYS", "another old key,the old key")
+    result = cli("verify-code", "keys", "p-rotate", old_code)
+    assert result.exit_code == 0 and result.output.startswith("valid:")
+    assert cli("verify-code", "keys", "p-rotate", new_code).exit_code == 0
+
+
+def test_setting_a_secret_key_keeps_the_one_the_instance_generated(tmp_path, monkeypatch, caplog):
+    from webapp import instance_config
+    from webapp.questions_answers import completion_code, completion_code_kind
+
+    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
+    monkeypatch.delenv("PROXIMA_SECRET_KEY", raising=False)
+    generated = instance_config()["SECRET_KEY"]  # a first trial: the instance makes its own key
+    code = completion_code(generated, "s1", "p-1")
+    monkeypatch.setenv("PROXIMA_SECRET_KEY", "a key set by the server guide")
+    with caplog.at_level("WARNING", logger="proxima"):
+        config = instance_config()
+    assert config["SECRET_KEY"] == "a key set by the server guide"
+    assert config["PREVIOUS_SECRET_KEYS"] == (generated,) and config["SECRET_KEY_FALLBACKS"] == [generated]
+    assert completion_code_kind(config["SECRET_KEY"], "s1", "p-1", code, config["PREVIOUS_SECRET_KEYS"]) == "full"
+    assert "completion codes already shown to raters still verify" in caplog.text

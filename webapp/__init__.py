@@ -6,6 +6,7 @@ state another process needs; everything shared lives in Redis.
 """
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 from pathlib import Path
@@ -99,6 +100,9 @@ def _configured_app(test_config: dict | None = None) -> Flask:
     )
     app.config.from_mapping(
         SECRET_KEY=None,
+        # keys used before the current one (PROXIMA_PREVIOUS_SECRET_KEYS: a JSON list or comma-separated): the
+        # completion codes, question tokens and rater sessions they signed stay valid (``previous_secret_keys``)
+        PREVIOUS_SECRET_KEYS=(),
         REDIS_URL=os.environ.get("REDIS_URL"),
         MAX_CONTENT_LENGTH=64 * 1024,
         JSON_SORT_KEYS=False,
@@ -124,7 +128,39 @@ def _configured_app(test_config: dict | None = None) -> Flask:
         app.config.update(test_config)
     if not app.config["SECRET_KEY"]:
         app.config["SECRET_KEY"] = _secret_key(app.instance_path)
+    app.config["PREVIOUS_SECRET_KEYS"] = previous_secret_keys(app)
+    # Flask reads rater and researcher sessions signed with these as well
+    app.config["SECRET_KEY_FALLBACKS"] = list(app.config["PREVIOUS_SECRET_KEYS"])
     return app
+
+
+def previous_secret_keys(app: Flask) -> tuple[str, ...]:
+    """The secret keys used before ``SECRET_KEY``, newest first: ``PREVIOUS_SECRET_KEYS`` (a list, or text
+    with the keys separated by commas), then the key the instance folder generated, if ``SECRET_KEY`` was
+    set to another one (``PROXIMA_SECRET_KEY``, as a server is set up after a first trial): completion codes
+    already shown to raters were made with it, and must still verify. The switch is logged once."""
+    given = app.config.get("PREVIOUS_SECRET_KEYS") or ()
+    if isinstance(given, str):
+        given = given.split(",")
+    keys = [str(k).strip() for k in given if str(k).strip()]
+    current = app.config["SECRET_KEY"]
+    stored_path = Path(app.instance_path) / "secret_key"
+    try:
+        stored = stored_path.read_text().strip()
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        stored = ""
+    if stored and stored != current and stored not in keys:
+        keys.append(stored)
+        if stored_path not in _TOLD:
+            _TOLD.add(stored_path)
+            logging.getLogger("proxima").warning(
+                "the secret key is set (PROXIMA_SECRET_KEY) and differs from the one this instance generated "
+                "(%s): that one is kept as a previous key, so completion codes already shown to raters still "
+                "verify; list it in PROXIMA_PREVIOUS_SECRET_KEYS if you move the instance folder", stored_path)
+    return tuple(k for k in dict.fromkeys(keys) if k != current)
+
+
+_TOLD: set[Path] = set()
 
 
 def create_app(test_config: dict | None = None) -> Flask:

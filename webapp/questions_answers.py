@@ -58,7 +58,7 @@ from .errors import ApiError
 from .tokens import sign_question, verify_question
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from redis import Redis
 
@@ -150,12 +150,15 @@ def check_completion_code(secret_key: str, study_id: str, rater: str, code: str)
     return hmac.compare_digest(completion_code(secret_key, study_id, rater), code.strip().upper())
 
 
-def completion_code_kind(secret_key: str, study_id: str, rater: str, code: str) -> str | None:
-    """FULL_CODE or PARTIAL_CODE when ``code`` is one of the rater's codes, else None."""
+def completion_code_kind(secret_key: str, study_id: str, rater: str, code: str,
+                         previous_keys: Sequence[str] = ()) -> str | None:
+    """FULL_CODE or PARTIAL_CODE when ``code`` is one of the rater's codes under the secret key or one of
+    the ``previous_keys`` (a code shown before the key was changed stays valid), else None."""
     given = code.strip().upper()
-    for kind in (FULL_CODE, PARTIAL_CODE):
-        if hmac.compare_digest(completion_code(secret_key, study_id, rater, kind), given):
-            return kind
+    for key in (secret_key, *previous_keys):
+        for kind in (FULL_CODE, PARTIAL_CODE):
+            if hmac.compare_digest(completion_code(key, study_id, rater, kind), given):
+                return kind
     return None
 
 
@@ -522,7 +525,8 @@ def _checked_answer(study: Study, rater: str, body: object) -> tuple:
     """What ``submit_answer`` stores, checked before anything is: (token payload, question, choice,
     value, response_ms, flags, rater-stats counters); ApiError for anything wrong."""
     token, choice, value, response_ms, skip = parse_answer_body(body)
-    payload = verify_question(current_app.config["SECRET_KEY"], token, max_age=token_ttl(study))
+    payload = verify_question(current_app.config["SECRET_KEY"], token, max_age=token_ttl(study),
+                              previous_keys=current_app.config.get("PREVIOUS_SECRET_KEYS") or ())
     late = study.status != "running"
     if late and not study.config.accept_late_answers:
         # a paused or closed study takes no answers, not even to questions handed out before

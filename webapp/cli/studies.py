@@ -255,14 +255,15 @@ def rebuild(study_id: str, exclude: tuple[str, ...]) -> None:
 @click.argument("rater")
 @click.argument("code")
 def verify_code_command(study_id: str, rater: str, code: str) -> None:
-    """Check a rater's completion code (an HMAC of study and rater with this instance's secret key):
-    a full code, or a partial-completion code (the study ran out before the rater finished)."""
+    """Check a rater's completion code (an HMAC of study and rater with this instance's secret key, or one
+    of its previous keys, PROXIMA_PREVIOUS_SECRET_KEYS): a full code, or a partial-completion code (the
+    study ran out before the rater finished)."""
     from .. import instance_config
     from ..questions_answers import PARTIAL_CODE, completion_code_kind
 
     # the secret key is all a code needs: no Redis (nor a running server) is required
-    secret = instance_config()["SECRET_KEY"]
-    kind = completion_code_kind(secret, study_id, rater, code)
+    config = instance_config()
+    kind = completion_code_kind(config["SECRET_KEY"], study_id, rater, code, config["PREVIOUS_SECRET_KEYS"])
     if kind == PARTIAL_CODE:
         click.echo(f"partial: {code.strip().upper()} is rater {rater}'s partial-completion code for study "
                    f"{study_id} (the study ran out of questions before they finished)")
