@@ -41,6 +41,10 @@ SECURITY_HEADERS = {
 CACHEABLE_ENDPOINTS = frozenset({"static", "raters.media"})
 
 
+#: What deploy/proxima.env holds where a deployment must put its own value.
+PLACEHOLDER = "CHANGE-ME"
+
+
 def _secret_key(instance_path: str) -> str:
     """A per-instance secret kept in the instance folder, so every web process signs alike."""
     path = Path(instance_path) / "secret_key"
@@ -128,6 +132,9 @@ def _configured_app(test_config: dict | None = None) -> Flask:
         app.config.update(test_config)
     if not app.config["SECRET_KEY"]:
         app.config["SECRET_KEY"] = _secret_key(app.instance_path)
+    if str(app.config["SECRET_KEY"]).startswith(PLACEHOLDER):
+        raise RuntimeError("PROXIMA_SECRET_KEY is still the placeholder of deploy/proxima.env: set it to a long random "
+                           "value (python3 -c \"import secrets; print(secrets.token_hex(32))\")")
     app.config["PREVIOUS_SECRET_KEYS"] = previous_secret_keys(app)
     # Flask reads rater and researcher sessions signed with these as well
     app.config["SECRET_KEY_FALLBACKS"] = list(app.config["PREVIOUS_SECRET_KEYS"])
