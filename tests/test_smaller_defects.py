@@ -125,3 +125,28 @@ def test_setting_a_secret_key_keeps_the_one_the_instance_generated(tmp_path, mon
     assert config["PREVIOUS_SECRET_KEYS"] == (generated,) and config["SECRET_KEY_FALLBACKS"] == [generated]
     assert completion_code_kind(config["SECRET_KEY"], "s1", "p-1", code, config["PREVIOUS_SECRET_KEYS"]) == "full"
     assert "completion codes already shown to raters still verify" in caplog.text
+
+
+# ---------------------------------------------------------------------------- the lapse of a careless pilot
+def test_the_lapse_fitted_to_a_pilot_with_careless_raters_is_near_the_truth():
+    """A pilot of 100 items, 10 answers per item from raters of 20 answers each, the first 10% of them
+    careless (every answer at random), the others people-like (logistic noise, lapse .03): the raters
+    as a whole lapse on 0.1 + 0.9 x 0.03 = .127 of their answers. The fit took .50 before."""
+    import numpy as np
+
+    from engine.planning import Scenario, fit_pilot, triplets_from_answers
+
+    rng = np.random.default_rng(5)
+    n, per_item, per_rater = 100, 10, 20
+    X = rng.normal(size=(n, 2))
+    D = np.linalg.norm(X[:, None] - X[None], axis=-1)
+    world = Scenario(D / D.max(), 0.075, 0.03)
+    questions = np.array([rng.choice(n, 3, replace=False) for _ in range(n * per_item)])
+    answers = np.asarray(world.oracle(np.random.default_rng(6)).answer([tuple(q) for q in questions]))
+    raters = np.arange(len(questions)) // per_rater
+    careless = raters < 0.1 * raters.max()
+    answers[careless, 3] = np.where(rng.random(int(careless.sum())) < .5, questions[careless, 1],
+                                    questions[careless, 2])
+    truth = careless.mean() + (1 - careless.mean()) * 0.03
+    fit = fit_pilot(triplets_from_answers(answers), n, replicates=1)
+    assert abs(fit.lapses[0] - truth) < 0.05, (fit.lapses[0], truth)
