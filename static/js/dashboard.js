@@ -439,9 +439,15 @@
     const duels = cands[0].win_share !== undefined;
     const table = document.createElement("table");
     table.className = "table";
-    table.innerHTML = duels
-      ? "<thead><tr><th>Candidate</th><th title='Smoothed share of the duels about this item the candidate won'>Won</th><th>Duels</th></tr></thead>"
-      : "<thead><tr><th>Candidate</th><th>Estimate</th><th>Lower</th><th>Upper</th><th>Answers</th></tr></thead>";
+    const head = document.createElement("tr");
+    (duels ? [["Candidate"], ["Won", "Smoothed share of the duels about this item the candidate won"], ["Duels"]]
+      : [["Candidate"], ["Estimate"], ["Lower"], ["Upper"], ["Answers"]]).forEach(([text, title]) => {
+      const th = document.createElement("th");
+      th.textContent = text;
+      if (title) th.title = title;
+      head.appendChild(th);
+    });
+    table.appendChild(document.createElement("thead")).appendChild(head);
     const body = document.createElement("tbody");
     cands.forEach((c) => {
       const tr = document.createElement("tr");
