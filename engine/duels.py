@@ -1153,6 +1153,24 @@ class CandidateDuels:
         order = np.lexsort((np.arange(len(cands)), -score))
         return cands[order], score[order], counts[order].astype(np.int64)
 
+    def candidates(self, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Item ``h``'s candidates for nearest neighbour, best first: (items, smoothed share of the duels
+        each won, duels that showed each). Its shortlist once the embedding is fitted; before that the
+        items ``h``'s answers chose most often (their win share among the triplets that showed them, as
+        :meth:`neighbor_graph` ranks them then)."""
+        h = int(h)
+        if not 0 <= h < self.n_items:
+            raise ValueError(f"item {h} is not one of the {self.n_items} items")
+        cands, score, counts = self._ranking(h)
+        if len(cands) or self.embedding_ is not None:
+            return cands, score, counts
+        early = self._win_shares().get(h)
+        if early is None:
+            return np.empty(0, np.int64), np.empty(0), np.empty(0, np.int64)
+        seen, share, shown = early
+        order = np.lexsort((seen, -share))
+        return seen[order].astype(np.int64), share[order], shown[order].astype(np.int64)
+
     def neighbor_graph(self, k: int = 1) -> NeighborGraph:
         """Top-k by the duel ranking inside the shortlist, then embedding order; ``estimates``
         1 - smoothed win share, ``samples`` duels behind the edge, ``certified`` by elimination."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -197,7 +197,8 @@ class _LongestFirst:
             self.cost[a] = seconds
 
 
-def _run_in_processes(work: list, results: list, jobs: int, runs: int) -> None:
+def _run_in_processes(work: list, results: list, jobs: int, runs: int,
+                      finished: Callable[[int], None] | None = None) -> None:
     """Run ``work`` in ``jobs`` forked processes, longest first (:class:`_LongestFirst`), into ``results``."""
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -215,6 +216,8 @@ def _run_in_processes(work: list, results: list, jobs: int, runs: int) -> None:
                 w = running.pop(future)
                 results[w] = future.result()
                 order.finished(w, results[w][2])
+                if finished is not None:
+                    finished(w)
 
 
 # ---------------------------------------------------------------------------- the plan
@@ -304,13 +307,15 @@ class Plan:
 def plan(scenarios: Sequence[Scenario], algorithms: Sequence[str] | None = None,
          budgets: Sequence[float] = DEFAULT_BUDGETS, runs: int = 3, batch: int = DEFAULT_BATCH, jobs: int = 1,
          source: str = "", spread: str = "seeds", params: dict | None = None,
-         max_seconds: float | None = None) -> Plan:
+         max_seconds: float | None = None,
+         progress: Callable[[str, int, int, float, bool], None] | None = None) -> Plan:
     """Simulate every learner ``runs`` times to the largest budget; run r uses seed r and
     ``scenarios[r % len(scenarios)]`` (one scenario per bootstrap replicate of a pilot fit).
     ``params`` maps a learner's name to its parameters (e.g. a study's). ``jobs`` > 1 runs the
     simulations in that many processes. ``max_seconds`` bounds the whole plan's CPU time per
     process: each run gets an equal share and stops at the budgets it reached (the rest NaN,
-    :attr:`Plan.cut_short`)."""
+    :attr:`Plan.cut_short`). ``progress(learner, runs done, runs in all, CPU seconds of the run, whether
+    the time limit stopped it)`` is called as each run ends (a plan may take minutes)."""
     names = plannable_algorithms(algorithms)
     budgets = check_budgets(budgets)
     if not scenarios:
@@ -327,11 +332,20 @@ def plan(scenarios: Sequence[Scenario], algorithms: Sequence[str] | None = None,
     work = [(name, scenarios[r % len(scenarios)], budgets, r, int(batch), params.get(name), share)
             for name in names for r in range(runs)]
     results: list = [None] * len(work)
+    done = 0
+
+    def finished(w: int) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(work[w][0], done, len(work), float(results[w][2]), bool(np.isnan(results[w][0]).any()))
+
     if jobs == 1:
         for w, job in enumerate(work):
             results[w] = _run(job)
+            finished(w)
     else:
-        _run_in_processes(work, results, jobs, runs)
+        _run_in_processes(work, results, jobs, runs, finished)
     shape = (len(names), runs, len(budgets))
     exact = np.array([r[0] for r in results]).reshape(shape)
     hit3 = np.array([r[1] for r in results]).reshape(shape)
@@ -429,16 +443,63 @@ def _scenario(t: np.ndarray, n: int, dim: int, kernel: str, folds: int, rng: np.
 def _heldout_accuracy(t: np.ndarray, n: int, dim: int, kernel: str, folds: int = 2) -> float:
     """Mean held-out triplet accuracy of embeddings fitted without each of ``folds`` fifths of ``t``
     (a fixed split: the same for the pilot and for pilots simulated on the same questions)."""
-    from .embedding import fit_embedding, triplet_accuracy
+    return _heldout_stats(t, n, dim, kernel, folds)[0]
+
+
+#: Share of held-out triplets, those the embedding is surest of (largest gap), whose accuracy measures
+#: the lapse rate (:func:`_calibrate_lapse`): a rater answers them against the truth only by lapsing.
+CONFIDENT_SHARE = 1 / 3
+
+
+def _heldout_stats(t: np.ndarray, n: int, dim: int, kernel: str, folds: int = 2) -> tuple[float, float]:
+    """(held-out triplet accuracy, the same on the CONFIDENT_SHARE of held-out triplets with the largest
+    gap in the embedding that did not see them), over ``folds`` fifths of ``t`` (a fixed split)."""
+    from .embedding import fit_embedding
 
     order = np.random.default_rng(0).permutation(len(t))
     size = len(t) // 5
-    accs = []
+    accs, confident = [], []
     for f in range(folds):
-        test = order[f * size:(f + 1) * size]
-        X = fit_embedding(np.delete(t, test, axis=0), n, dim=dim, kernel=kernel, random_state=0)
-        accs.append(triplet_accuracy(X, t[test]))
-    return float(np.mean(accs))
+        test = t[order[f * size:(f + 1) * size]]
+        X = fit_embedding(np.delete(t, order[f * size:(f + 1) * size], axis=0), n, dim=dim, kernel=kernel,
+                          random_state=0)
+        gap = np.sum((X[test[:, 0]] - X[test[:, 2]]) ** 2, axis=1) - np.sum((X[test[:, 0]] - X[test[:, 1]]) ** 2,
+                                                                             axis=1)
+        accs.append(float(np.mean(gap > 0)))
+        sure = np.argsort(-np.abs(gap), kind="stable")[: max(1, int(len(gap) * CONFIDENT_SHARE))]
+        confident.append(float(np.mean(gap[sure] > 0)))
+    return float(np.mean(accs)), float(np.mean(confident))
+
+
+#: Rounds of (scale, lapse) calibration before the last scale calibration (:func:`fit_pilot`).
+CALIBRATION_ROUNDS = 1
+#: Lapse rates tried by :func:`_calibrate_lapse` (ascending).
+LAPSE_GRID = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.45)
+
+
+def _calibrate_lapse(t: np.ndarray, scenario: Scenario, dim: int, kernel: str) -> float:
+    """The lapse rate under which a pilot simulated on the same questions disagrees as often with the
+    embedding where it is surest as the real pilot does (indirect inference, as :func:`_calibrate`).
+
+    The maximum-likelihood lapse of cross-fitted gaps mixes the raters' lapses with the embedding's
+    own errors and trades them against the scale: with careless raters in a pilot it came out at .29
+    or at .02 where the truth was .13. Disagreement on the surest held-out triplets barely depends on
+    the scale, so it measures the lapse. Interpolated linearly on :data:`LAPSE_GRID`."""
+    # every fifth held out once: the surest third of them is a small sample, and its noise is the lapse's
+    observed = _heldout_stats(t, scenario.n_items, dim, kernel, folds=5)[1]
+    sure = []
+    for lapse in LAPSE_GRID:
+        world = Scenario(scenario.distances, scenario.scale, lapse)
+        simulated = triplets_from_answers(world.oracle(np.random.default_rng(2)).answer(t.tolist()))
+        sure.append(_heldout_stats(simulated, scenario.n_items, dim, kernel, folds=5)[1])
+    # the surest answers agree less as the lapse grows: the first lapse no more agreeing than the pilot
+    for i, acc in enumerate(sure):
+        if acc <= observed:
+            if i == 0:
+                return LAPSE_GRID[0]
+            share = (sure[i - 1] - observed) / max(sure[i - 1] - acc, 1e-12)
+            return float(LAPSE_GRID[i - 1] + share * (LAPSE_GRID[i] - LAPSE_GRID[i - 1]))
+    return LAPSE_GRID[-1]
 
 
 #: Multipliers of the cross-fitted noise scale tried by :func:`_calibrate` (ascending).
@@ -493,7 +554,20 @@ def fit_pilot(triplets: ArrayLike, n_items: int, replicates: int = 3, folds: int
     for r in range(max(1, int(replicates))):
         sample = t if r == 0 else t[rng.integers(len(t), size=len(t))]
         scenarios.append(_scenario(sample, n, choice.dim, choice.kernel, folds, rng))
-    factor = _calibrate(t, scenarios[0], choice.dim, choice.kernel) if calibrate else 1.0
+    factor = 1.0
+    if calibrate:
+        # the scale (under the cross-fitted lapse), then the lapse under that scale, then the scale again
+        # under that lapse: each statistic depends mostly, not only, on its own parameter. A bootstrap
+        # replicate's lapse moves by what replicate 0's did.
+        first = scenarios[0]
+        rough, lapse = 1.0, first.lapse
+        for _ in range(CALIBRATION_ROUNDS):
+            rough = _calibrate(t, Scenario(first.distances, first.scale, lapse), choice.dim, choice.kernel)
+            lapse = _calibrate_lapse(t, Scenario(first.distances, first.scale * rough, lapse), choice.dim,
+                                     choice.kernel)
+        shift = lapse - first.lapse
+        scenarios = [Scenario(s.distances, s.scale, float(np.clip(s.lapse + shift, 0.0, 0.9))) for s in scenarios]
+        factor = _calibrate(t, scenarios[0], choice.dim, choice.kernel)
     scenarios = [Scenario(s.distances, s.scale * factor, s.lapse) for s in scenarios]
     return PilotFit(tuple(scenarios), choice.dim, choice.kernel, float(choice.holdout_accuracy), len(t), factor)
 
@@ -543,9 +617,17 @@ def format_plan(p: Plan, target: float | None = None, metric: str = "exact", pay
                     cost += f" (safe: {money(worst.value)})"
             lines.append(f"  {name:<20} {mean.text():>8} (worst run {worst.text()}){cost}")
         best = p.best(target, metric)
-        lines.append(f"  Cheapest: {best}." if best else
-                     f"  No learner reaches {target:.2f} within {p.budgets[-1]:g} answers per item; "
-                     "try larger --budgets or a lower --target.")
+        if best:
+            lines.append(f"  Cheapest: {best}.")
+        elif p.cut_short:
+            # the time limit ended the runs: the larger budgets were not simulated, not found wanting
+            reached = ", ".join(f"{name} up to {p.reach(name, target, metric)[0].value:g}" for name in p.cut_short)
+            lines.append(f"  No learner reached {target:.2f} in the budgets simulated before the time limit stopped "
+                         f"the runs ({reached} answers per item); raise --max-seconds (or lower --runs) to "
+                         "simulate the larger budgets.")
+        else:
+            lines.append(f"  No learner reaches {target:.2f} within {p.budgets[-1]:g} answers per item; "
+                         "try larger --budgets or a lower --target.")
     return lines
 
 

@@ -98,7 +98,7 @@ def test_backup_restores_study_log_items_and_config_into_a_fresh_instance_and_re
     lines = backup_file.read_text(encoding="utf-8").splitlines()
     header = json.loads(lines[0])
     assert header["format"] == FORMAT and header["version"] == VERSION and header["study"] == study_id
-    assert header["counts"] == {"items": N_ITEMS, "answers": 41, "set_aside": 1, "excluded_raters": 1}
+    assert header["counts"] == {"items": N_ITEMS, "answers": 41, "set_aside": 1, "excluded_raters": 1, "removed": 0}
     assert all(isinstance(json.loads(line), dict) for line in lines)  # NDJSON: one JSON object per line
 
     result = invoke(["restore", str(backup_file)], fresh_redis)
@@ -170,7 +170,7 @@ def nothing_written(conn, study_id):
     (lambda lines: lines[:5] + ['{"type": "answer", "id": "12-0", "fields": {'] + lines[6:],
      "line 6: is not valid JSON"),
     (lambda lines: lines[:3] + ['{"type": "nonsense"}\n'] + lines[3:], "line 4: unknown record type 'nonsense'"),
-    (lambda lines: [lines[0].replace('"version":1', '"version":2')] + lines[1:], "line 1: backup format version 2"),
+    (lambda lines: [lines[0].replace('"version":2', '"version":3')] + lines[1:], "line 1: backup format version 3"),
     (lambda lines: ['{"hello": 1}\n'] + lines[1:], "line 1: not a Proxima backup"),
     (lambda lines: lines[:2] + [lines[3]] + [lines[2]] + lines[4:], "line 3: expected item index 0"),
     (lambda lines: lines[:-7] + [lines[-6], lines[-7]] + lines[-5:], "line 22: answer .* is not after answer"),

@@ -488,7 +488,7 @@ def test_graph_layout_of_a_study_without_engine_state_yet(researcher_client, con
 
 
 def test_a_large_study_draws_at_most_max_drawn_items_the_busiest_ones(researcher_client, app, conn):
-    items = [Item(id=f"p{i}", kind="color", color="#102030", position=(float(i),)) for i in range(1000)]
+    items = [Item(id=f"p{i}", kind="color", color="#102030", position=(float(i),)) for i in range(1200)]
     config = StudyConfig.from_dict({**NO_CHECKS, "name": "Big", "algorithm": "anntri", "question_kind": "rating",
                                     "random_state": 1, "pool_size": 10})
     study_id = create_study(conn, config, items, study_id="big")
@@ -502,13 +502,13 @@ def test_a_large_study_draws_at_most_max_drawn_items_the_busiest_ones(researcher
         rater.post(f"/api/studies/{study_id}/answers", json={"token": q["token"], "value": 3})
     run_worker(conn)
     layout = researcher_client.get(f"/api/studies/{study_id}/graph-layout").get_json()
-    assert MAX_DRAWN == 300 and layout["n_items"] == 1000 and layout["max_drawn"] == MAX_DRAWN
+    assert MAX_DRAWN == 1000 and layout["n_items"] == 1200 and layout["max_drawn"] == MAX_DRAWN
     assert len(layout["nodes"]) == len(layout["positions"]) == len(layout["candidates"]) == MAX_DRAWN
     assert asked <= set(layout["nodes"])  # the items with answers are drawn first
     drawn = set(layout["nodes"])
     assert all(e["from"] in drawn and e["to"] in drawn for e in layout["edges"])
-    assert len(layout["edges"]) + layout["edges_not_drawn"] <= 1000
-    assert sum(layout["samples_histogram"]["counts"]) == 1000  # the histogram covers every item
+    assert len(layout["edges"]) + layout["edges_not_drawn"] <= 1200
+    assert sum(layout["samples_histogram"]["counts"]) == 1200  # the histogram covers every item
     assert 'id="graph-cap"' in researcher_client.get(f"/studies/{study_id}?tab=learning").get_data(as_text=True)
 
 

@@ -62,7 +62,8 @@ class Placeholders:
         self.instance.mkdir()
         self.port = port
         settings = read_env_file(DEPLOY / "proxima.env")
-        settings.update(REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(self.instance))
+        settings.update(REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(self.instance),
+                        PROXIMA_SECRET_KEY="a deployment's own secret key")
         self.env_file = tmp_path / "proxima.env"
         self.env_file.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
 
@@ -175,7 +176,9 @@ def test_the_units_serve_an_answer_that_the_worker_applies(tmp_path, deploy_redi
         while conn.get(keys.cursor("deployed")) != answer_id.encode():
             assert time.monotonic() < deadline, "the worker unit did not apply the answer\n" + logs()
             time.sleep(0.1)
-        assert (place.instance / "secret_key").exists()  # the instance folder of the env file
+        # the web unit signs with the env file's secret key (deploy/proxima.env sets one)
+        from webapp.tokens import verify_question
+        assert verify_question("a deployment's own secret key", question["token"], max_age=600)["s"] == "deployed"
         assert all(p.poll() is None for p in procs.values()), logs()
     finally:
         for proc in procs.values():

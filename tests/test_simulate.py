@@ -166,7 +166,7 @@ def test_a_careless_share_answers_at_random(live, tmp_path):
     log = tmp_path / "sent.jsonl"
     result = simulate(study, "--url", live["base"], "--oracle", f"points:{truth_file}", "--raters", 10,
                       "--careless", 0.4, "--noise", 0, "--think", 0, "--answers", 150, "--seed", 5, "--log", log,
-                      "--no-accuracy")
+                      "--no-accuracy", "--prefix", "sim")
     assert result.exit_code == 0, result.output
     sent = [json.loads(line) for line in log.read_text().splitlines()]
     careless = {s["rater"] for s in sent if s["careless"]}

@@ -6,6 +6,7 @@ state another process needs; everything shared lives in Redis.
 """
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 from pathlib import Path
@@ -38,6 +39,10 @@ SECURITY_HEADERS = {
 #: Endpoints whose responses may be cached (static files, item media); every other response is
 #: personal (tokens, CSRF tokens, study data) and is sent with ``Cache-Control: no-store``.
 CACHEABLE_ENDPOINTS = frozenset({"static", "raters.media"})
+
+
+#: What deploy/proxima.env holds where a deployment must put its own value.
+PLACEHOLDER = "CHANGE-ME"
 
 
 def _secret_key(instance_path: str) -> str:
@@ -99,6 +104,9 @@ def _configured_app(test_config: dict | None = None) -> Flask:
     )
     app.config.from_mapping(
         SECRET_KEY=None,
+        # keys used before the current one (PROXIMA_PREVIOUS_SECRET_KEYS: a JSON list or comma-separated): the
+        # completion codes, question tokens and rater sessions they signed stay valid (``previous_secret_keys``)
+        PREVIOUS_SECRET_KEYS=(),
         REDIS_URL=os.environ.get("REDIS_URL"),
         MAX_CONTENT_LENGTH=64 * 1024,
         JSON_SORT_KEYS=False,
@@ -124,7 +132,42 @@ def _configured_app(test_config: dict | None = None) -> Flask:
         app.config.update(test_config)
     if not app.config["SECRET_KEY"]:
         app.config["SECRET_KEY"] = _secret_key(app.instance_path)
+    if str(app.config["SECRET_KEY"]).startswith(PLACEHOLDER):
+        raise RuntimeError("PROXIMA_SECRET_KEY is still the placeholder of deploy/proxima.env: set it to a long random "
+                           "value (python3 -c \"import secrets; print(secrets.token_hex(32))\")")
+    app.config["PREVIOUS_SECRET_KEYS"] = previous_secret_keys(app)
+    # Flask reads rater and researcher sessions signed with these as well
+    app.config["SECRET_KEY_FALLBACKS"] = list(app.config["PREVIOUS_SECRET_KEYS"])
     return app
+
+
+def previous_secret_keys(app: Flask) -> tuple[str, ...]:
+    """The secret keys used before ``SECRET_KEY``, newest first: ``PREVIOUS_SECRET_KEYS`` (a list, or text
+    with the keys separated by commas), then the key the instance folder generated, if ``SECRET_KEY`` was
+    set to another one (``PROXIMA_SECRET_KEY``, as a server is set up after a first trial): completion codes
+    already shown to raters were made with it, and must still verify. The switch is logged once."""
+    given = app.config.get("PREVIOUS_SECRET_KEYS") or ()
+    if isinstance(given, str):
+        given = given.split(",")
+    keys = [str(k).strip() for k in given if str(k).strip()]
+    current = app.config["SECRET_KEY"]
+    stored_path = Path(app.instance_path) / "secret_key"
+    try:
+        stored = stored_path.read_text().strip()
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        stored = ""
+    if stored and stored != current and stored not in keys:
+        keys.append(stored)
+        if stored_path not in _TOLD:
+            _TOLD.add(stored_path)
+            logging.getLogger("proxima").warning(
+                "the secret key is set (PROXIMA_SECRET_KEY) and differs from the one this instance generated "
+                "(%s): that one is kept as a previous key, so completion codes already shown to raters still "
+                "verify; list it in PROXIMA_PREVIOUS_SECRET_KEYS if you move the instance folder", stored_path)
+    return tuple(k for k in dict.fromkeys(keys) if k != current)
+
+
+_TOLD: set[Path] = set()
 
 
 def create_app(test_config: dict | None = None) -> Flask:
@@ -141,7 +184,7 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     storage.init_app(app)
 
-    from . import api, auth, dashboard, errors, metrics, raters, researcher_api
+    from . import api, auth, dashboard, errors, metrics, preview, raters, researcher_api
 
     metrics.init_app(app)  # first: its timer starts before any other before_request runs
     errors.init_app(app)
@@ -149,6 +192,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.register_blueprint(dashboard.bp)
     app.register_blueprint(api.bp)
     app.register_blueprint(researcher_api.bp)
+    app.register_blueprint(preview.bp)
     auth.init_app(app)  # last: it exempts rater routes from CSRF and guards every other endpoint
     app.after_request(add_security_headers)
     return app

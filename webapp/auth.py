@@ -65,7 +65,8 @@ PUBLIC_ENDPOINTS = frozenset({"static", "api.health", "api.get_next_question", "
 # the server signed for this rater session and that is used once; a cross-site page
 # cannot read such a token (the question is fetched with a same-origin GET), so a forged
 # cross-site POST has nothing valid to send. Raters never have a CSRF token to send.
-CSRF_EXEMPT_ENDPOINTS = ("api.post_answer",)
+# A preview answer (researcher-only) writes nothing, so there is nothing for a forged request to change.
+CSRF_EXEMPT_ENDPOINTS = ("api.post_answer", "preview.answer")
 
 SESSION_KEYS = ("researcher", "researcher_epoch", "login_at", "researcher_session")
 

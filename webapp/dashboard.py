@@ -22,7 +22,7 @@ from flask import (
     url_for,
 )
 
-from workers.store import keys
+from workers.store import deletion, keys
 from workers.store.backup import set_aside_answers
 from workers.store.config import (
     ALGORITHM_TABLE,
@@ -279,7 +279,7 @@ def study(study_id: str) -> ResponseReturnValue:
     stats = study_stats(conn, study)
     rater_link = public_url(url_for("raters.study_page", study_id=study_id))
     plan = stored_plan(conn, study_id)
-    per_item = stats["answers"] / max(study.n_items, 1)
+    per_item = stats["answers_per_item"]  # the learners' answers: catch trials and repeats are not about items
     pay = plan.get("pay") if plan else None
     budget = study.config.limits.answer_budget
     money = None
@@ -298,7 +298,8 @@ def study(study_id: str) -> ResponseReturnValue:
     elif tab == "learning":
         context.update(_items_page(get_items(conn, study_id)))
     elif tab == "raters":
-        context.update(set_aside=set_aside_answers(conn, study_id)[:SET_ASIDE_SHOWN])
+        context.update(set_aside=set_aside_answers(conn, study_id)[:SET_ASIDE_SHOWN],
+                       audit=deletion.audit_lines(conn, study_id))
     elif tab == "downloads":
         from workers.results.exports import FORMATS  # numpy-heavy: loaded when a researcher opens this tab
         from workers.results.models import trained_models
@@ -383,6 +384,43 @@ def exclude_rater(study_id: str) -> ResponseReturnValue:
         flash(f"Excluded rater {rater}: rebuild queued. The engines are rebuilt from the log without their "
               "answers; this page says when the rebuild has finished.")
     return redirect(study_url(study_id, "raters"))
+
+
+@bp.post("/studies/<study_id>/raters/forget")
+def forget_rater(study_id: str) -> ResponseReturnValue:
+    """Forget a rater who withdrew: their answers leave the log and every record of them goes (at once),
+    an audit line says when and by whom, and an RQ job rebuilds the engines from what remains."""
+    conn = get_redis()
+    _study_or_404(conn, study_id)
+    rater = request.form.get("rater", "").strip()
+    if not rater:
+        flash("Say which rater to forget.", "error")
+    elif request.form.get("confirm") != "yes":
+        flash(f"Rater {rater} was not forgotten: tick the box that confirms their answers are removed for good.",
+              "error")
+    else:
+        try:
+            report = deletion.forget_rater(conn, study_id, rater, by=current_researcher() or "unknown")
+        except StudyError as exc:
+            flash(f"Nothing was removed: {exc}.", "error")
+        else:
+            flash(f"Forgot rater {rater}: {report.answers_removed} answer(s) removed from the log; the engines are "
+                  "being rebuilt from the other raters' answers (this page says when the rebuild has finished).")
+    return redirect(study_url(study_id, "raters"))
+
+
+@bp.post("/studies/<study_id>/delete")
+def delete_study(study_id: str) -> ResponseReturnValue:
+    """Delete the study for good, once the researcher has typed its id to confirm."""
+    conn = get_redis()
+    study = _study_or_404(conn, study_id)
+    if request.form.get("confirm_id", "").strip() != study_id:
+        flash(f"The study was not deleted: type its id, {study_id}, to confirm.", "error")
+        return redirect(study_url(study_id, "settings"))
+    report = deletion.delete_study(conn, study_id, by=current_researcher() or "unknown")
+    flash(f"Deleted study {study_id} ({study.config.name}): {report.items} items and {report.answers} answers of "
+          f"{report.raters} raters.")
+    return redirect(url_for("dashboard.index"))
 
 
 @bp.route("/account", methods=["GET", "POST"])

@@ -58,7 +58,7 @@ from .errors import ApiError
 from .tokens import sign_question, verify_question
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from redis import Redis
 
@@ -150,12 +150,15 @@ def check_completion_code(secret_key: str, study_id: str, rater: str, code: str)
     return hmac.compare_digest(completion_code(secret_key, study_id, rater), code.strip().upper())
 
 
-def completion_code_kind(secret_key: str, study_id: str, rater: str, code: str) -> str | None:
-    """FULL_CODE or PARTIAL_CODE when ``code`` is one of the rater's codes, else None."""
+def completion_code_kind(secret_key: str, study_id: str, rater: str, code: str,
+                         previous_keys: Sequence[str] = ()) -> str | None:
+    """FULL_CODE or PARTIAL_CODE when ``code`` is one of the rater's codes under the secret key or one of
+    the ``previous_keys`` (a code shown before the key was changed stays valid), else None."""
     given = code.strip().upper()
-    for kind in (FULL_CODE, PARTIAL_CODE):
-        if hmac.compare_digest(completion_code(secret_key, study_id, rater, kind), given):
-            return kind
+    for key in (secret_key, *previous_keys):
+        for kind in (FULL_CODE, PARTIAL_CODE):
+            if hmac.compare_digest(completion_code(key, study_id, rater, kind), given):
+                return kind
     return None
 
 
@@ -308,12 +311,16 @@ def question_payload(conn: Redis, study: Study, rater: str, issued: NextQuestion
     token = sign_question(current_app.config["SECRET_KEY"], {"s": study.id, "q": question, "r": rater, "t": now})
     payload = {"token": token, "kind": question["kind"], "expires_in": token_ttl(study),
                "progress": {"answered": issued.answers, "total": study.config.limits.max_questions_per_rater}}
+    return {**payload, **screen_payload(study, question, items)}
+
+
+def screen_payload(study: Study, question: dict, items: list[dict]) -> dict:
+    """What the rater's page shows of a question (its prompt and items in the order shown): the live
+    payload's and the researcher's preview's (webapp.preview) alike."""
     if question["kind"] == "rating":
         scale = study.config.rating
-        payload.update(prompt=scale.prompt, items=items, scale=scale.to_dict())
-    else:
-        payload.update(prompt=study.config.question, head=items[0], candidates=items[1:])
-    return payload
+        return {"prompt": scale.prompt, "items": items, "scale": scale.to_dict()}
+    return {"prompt": study.config.question, "head": items[0], "candidates": items[1:]}
 
 
 def next_question(conn: Redis, study: Study, rater: str, guard: StudyGuard | None = None) -> dict | None:
@@ -518,7 +525,8 @@ def _checked_answer(study: Study, rater: str, body: object) -> tuple:
     """What ``submit_answer`` stores, checked before anything is: (token payload, question, choice,
     value, response_ms, flags, rater-stats counters); ApiError for anything wrong."""
     token, choice, value, response_ms, skip = parse_answer_body(body)
-    payload = verify_question(current_app.config["SECRET_KEY"], token, max_age=token_ttl(study))
+    payload = verify_question(current_app.config["SECRET_KEY"], token, max_age=token_ttl(study),
+                              previous_keys=current_app.config.get("PREVIOUS_SECRET_KEYS") or ())
     late = study.status != "running"
     if late and not study.config.accept_late_answers:
         # a paused or closed study takes no answers, not even to questions handed out before

@@ -22,6 +22,7 @@ from .questions_answers import (
     FULL_CODE,
     PARTIAL_CODE,
     completion_code,
+    completion_code_kind,
     rater_stats,
     session_replaced_error,
 )
@@ -276,7 +277,8 @@ def finish(study_id: str) -> ResponseReturnValue:
     kind, shortfall = (None, None) if stopped else code_decision(conn, study, rater, stats)
     code = None
     if kind is not None:
-        code = completion_code(current_app.config["SECRET_KEY"], study.id, rater, kind)
+        code = shown_code(conn, study, rater, kind) or completion_code(current_app.config["SECRET_KEY"], study.id,
+                                                                        rater, kind)
         if not code_minting_allowed(conn, study, rater, code, kind):
             return render_template("raters/closed.html", study=study, busy=True), 429, {"Retry-After": "60"}
     redirect_url = None
@@ -291,6 +293,21 @@ def finish(study_id: str) -> ResponseReturnValue:
                            stopped_message=(render_markdown(completion.stopped_message or STOPPED_MESSAGE)
                                             if stopped else None), next_step=next_step(),
                            debrief=completion.debrief_question)
+
+
+def shown_code(conn: Redis, study: Study, rater: str, kind: str) -> str | None:
+    """The code of ``kind`` this rater was shown before, when it was made with a previous secret key
+    (``PREVIOUS_SECRET_KEYS``): shown again, so the code the rater may have already handed in stays theirs."""
+    previous = current_app.config.get("PREVIOUS_SECRET_KEYS") or ()
+    if not previous:
+        return None
+    stored = conn.hget(keys.rater_stats(study.id), keys.rater_field(rater, "code_shown"))
+    if stored is None:
+        return None
+    code = stored.decode()
+    if completion_code_kind(previous[0], study.id, rater, code, previous[1:]) == kind:
+        return code
+    return None
 
 
 def study_full(conn: Redis, study: Study) -> bool:

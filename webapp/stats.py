@@ -146,10 +146,22 @@ def study_stats(conn: Redis, study: Study) -> dict:
             "progress": progress, "share_certified": certified,
             "neighbors": neighbors, "truth_error": error,
         })
+    # answers to the learners' own questions: attention checks and validation repeats left out
+    learner_answers = sum(a["answers"] for a in algorithms)
+    budget = study.config.limits.answer_budget
+    complete = bool(labels) and finished >= set(labels)
+    state = study.status
+    if study.status == "running" and budget and int(n_answers) >= budget:
+        state = "budget reached"
+    elif study.status == "running" and complete:
+        state = "complete"
     return {
+        "state": state,
+        "learner_answers": learner_answers,
+        "answers_per_item": learner_answers / study.n_items if study.n_items else 0.0,
         "study": {"id": study.id, "name": study.config.name, "status": study.status,
                   "algorithm": study.config.algorithm, "n_items": study.n_items,
-                  "complete": bool(labels) and finished >= set(labels), "truth_known": known},
+                  "complete": complete, "truth_known": known},
         "rebuild": rebuild,
         "answers": int(n_answers),
         "raters": int(n_raters),

@@ -22,7 +22,7 @@ import hashlib
 import hmac
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -76,10 +76,26 @@ def pad(plain: bytes) -> bytes:
     return plain.ljust(size, b" ")
 
 
-def verify_question(secret_key: str, token: object, max_age: int) -> dict:
-    """The token's payload; ApiError 400/410 when it is forged, malformed or expired."""
+def verify_question(secret_key: str, token: object, max_age: int, previous_keys: Sequence[str] = ()) -> dict:
+    """The token's payload; ApiError 400/410 when it is forged, malformed or expired. A token sealed
+    under one of ``previous_keys`` (the secret key was changed while raters held questions) opens too."""
     if not isinstance(token, str) or not token or len(token) > 4096:
         raise ApiError(400, "invalid_token", "the answer must carry the question's token as a string")
+    try:
+        return _verify_one(secret_key, token, max_age)
+    except ApiError as exc:
+        if exc.code != "invalid_token" or not previous_keys:
+            raise
+        for key in previous_keys:
+            try:
+                return _verify_one(key, token, max_age)
+            except ApiError as again:
+                if again.code != "invalid_token":
+                    raise
+        raise
+
+
+def _verify_one(secret_key: str, token: str, max_age: int) -> dict:
     try:
         return _open(lambda: _signer(secret_key).unsign(token, max_age=max_age),
                      lambda sealed: _unseal(_cipher_key(secret_key), sealed))

@@ -148,8 +148,9 @@
     const series = names.map((name, i) => lineSeries(name + " (plan)", colours[i % colours.length], "share"));
     const data = [plan.budgets].concat(names.map((name) => plan.algorithms[name].exact.mean));
     chart(fig.querySelector(".plot"), series, data,
-      { scales: { x: { time: false, distr: 3 }, share: { range: [0, 1] } },
-        axes: [{ label: "answers per item (log scale)" }, { scale: "share", label: "expected exact accuracy" }] });
+      { height: 320, scales: { x: { time: false, distr: 3 }, share: { range: [0, 1] } },
+        axes: [{ label: "answers per item (log scale)", labelSize: 22, size: 50 },
+          { scale: "share", label: "expected exact accuracy", labelSize: 22, size: 56 }] });
   }
 
   function drawError(fig, error) {
@@ -182,7 +183,8 @@
     setText("glance-fallback", (100 * stats.fallback_rate).toFixed(1) + "%");
     setText("glance-active", stats.active_raters);
     setText("glance-answers", stats.answers);
-    if (stats.study.n_items) setText("glance-per-item", (stats.answers / stats.study.n_items).toFixed(1));
+    setText("glance-per-item", stats.answers_per_item.toFixed(1));  // the learners' answers only
+    setText("health-state", stats.state);
     (stats.algorithms || []).forEach((alg) => {
       const cell = document.querySelector('#glance-quality li[data-label="' + alg.label + '"] .quality');
       if (!cell) return;
@@ -279,36 +281,59 @@
     return node;
   }
 
-  function itemVisual(i, x, y, group) {
+  // An item as the map draws it: its picture, colour or a dot, ``size`` px across; from the layout's
+  // looks (every drawn item), else the item table on this page.
+  function itemVisual(i, x, y, group, size, look) {
+    const s = size || 28;
     const cell = itemCells[i];
     const swatch = cell && cell.querySelector(".swatch");
     const img = cell && cell.querySelector("img.thumb");
-    if (img) {
-      el("image", { href: img.getAttribute("src"), x: x - 14, y: y - 14, width: 28, height: 28, class: "node" }, group);
+    const src = look && look.media !== undefined && look.kind === "image" ? mediaUrl + look.media
+      : img ? img.getAttribute("src") : null;
+    const colour = look && look.color ? look.color : swatch ? swatch.dataset.color : "#2857c5";
+    if (src) {
+      el("image", { href: src, x: x - s / 2, y: y - s / 2, width: s, height: s, class: "node",
+        preserveAspectRatio: "xMidYMid slice" }, group);
     } else {
-      el("circle", { cx: x, cy: y, r: 9, class: "node", fill: swatch ? swatch.dataset.color : "#2857c5" }, group);
+      el("circle", { cx: x, cy: y, r: Math.max(3, s / 3), class: "node", fill: colour }, group);
     }
     const title = el("title", {}, group);
-    title.textContent = names[i] || "item " + i;
+    title.textContent = (look && look.id) || names[i] || "item " + i;
+  }
+
+  function itemName(i) {
+    const slot = layout ? layout.nodes.indexOf(i) : -1;
+    return (slot >= 0 && layout.looks && layout.looks[slot].id) || names[i] || "item " + i;
+  }
+
+  const mediaUrl = root.dataset.mediaUrl || "";
+  const W = 640, H = 480, pad = 24;
+  let view = { x: 0, y: 0, w: W, h: H };
+
+  function setView(v) {
+    view = v;
+    graphSvg.setAttribute("viewBox", [v.x, v.y, v.w, v.h].join(" "));
   }
 
   function drawGraph() {
     if (!graphSvg || !layout) return;
+    const started = performance.now();
     Array.from(graphSvg.querySelectorAll("g")).forEach((g) => g.remove());
-    const W = 640, H = 480, pad = 30;
+    const size = Math.max(7, (layout.node_size || 0.045) * (W - 2 * pad));
     const xy = new Map();
     layout.nodes.forEach((item, slot) => {
       const [x, y] = layout.positions[slot];
       xy.set(item, [pad + x * (W - 2 * pad), pad + y * (H - 2 * pad)]);
     });
     const edges = el("g", { class: "edges" }, graphSvg);
+    const many = layout.nodes.length > 200;
     layout.edges.forEach((edge) => {
       const [x1, y1] = xy.get(edge.from), [x2, y2] = xy.get(edge.to);
-      const len = Math.hypot(x2 - x1, y2 - y1) || 1, shrink = Math.min(14, len / 2);
+      const len = Math.hypot(x2 - x1, y2 - y1) || 1, shrink = Math.min(size / 2 + 2, len / 2);
       el("line", {
         x1: x1, y1: y1, x2: x2 - ((x2 - x1) / len) * shrink, y2: y2 - ((y2 - y1) / len) * shrink,
-        class: "edge " + (edge.certified ? "certified" : "uncertain"), "marker-end": "url(#arrow)",
-        "data-from": edge.from,
+        class: "edge " + (edge.certified ? "certified" : "uncertain") + (many ? " thin" : ""),
+        "marker-end": "url(#arrow)", "data-from": edge.from,
       }, edges);
     });
     const waiting = layout.no_data || [];
@@ -319,15 +344,26 @@
         " without an answer):";
     }
     const nodes = el("g", { class: "nodes" }, graphSvg);
-    layout.nodes.forEach((i) => {
+    const certified = layout.certified || [];
+    layout.nodes.forEach((i, slot) => {
       const [x, y] = xy.get(i);
-      const g = el("g", { class: "item" + (i === selected ? " selected" : ""), "data-index": i, tabindex: 0 }, nodes);
-      itemVisual(i, x, y, g);
+      const g = el("g", { class: "item" + (i === selected ? " selected" : "") + (certified[slot] ? " certified" : ""),
+        "data-index": i, tabindex: 0 }, nodes);
+      if (certified[slot]) el("circle", { cx: x, cy: y, r: size / 2 + 2.5, class: "certainty" }, g);
+      itemVisual(i, x, y, g, size, layout.looks && layout.looks[slot]);
       g.addEventListener("click", () => showCandidates(i));
       g.addEventListener("keydown", (ev) => { if (ev.key === "Enter") showCandidates(i); });
     });
-    document.getElementById("graph-updated").textContent = layout.edges.length + " edges, " +
-      layout.edges.filter((e) => e.certified).length + " certified · updated " + new Date().toLocaleTimeString();
+    const nCertified = certified.filter(Boolean).length;
+    document.getElementById("graph-updated").textContent = layout.nodes.length + " items, " + layout.edges.length +
+      " arrows, " + nCertified + " items certified · updated " + new Date().toLocaleTimeString();
+    const how = document.getElementById("graph-placement");
+    if (how) {
+      how.textContent = layout.placement === "embedding"
+        ? "Items placed by the embedding the learner fitted to the answers (" + layout.embedding_dim +
+          " dimension" + (layout.embedding_dim === 1 ? "" : "s") + ", its two main axes shown)"
+        : "Items placed by classical MDS of the estimated distances";
+    }
     const cap = document.getElementById("graph-cap");
     if (cap) {
       cap.hidden = layout.nodes.length >= layout.n_items;
@@ -336,6 +372,43 @@
         " arrows between them; " + layout.edges_not_drawn + " arrows lead to items not drawn. " +
         "Every item and its nearest neighbour is listed in the table at the end of the page.";
     }
+    graphSvg.dataset.drawMs = (performance.now() - started).toFixed(1);
+    graphSvg.dataset.drawn = String(layout.nodes.length);
+  }
+
+  // zoom with the wheel (or the buttons) around the pointer, drag to pan: a map of 1,000 items is read up close
+  function zoom(factor, cx, cy) {
+    const w = Math.min(W, Math.max(W / 16, view.w * factor)), h = w * H / W;
+    const x = cx - (cx - view.x) * (w / view.w), y = cy - (cy - view.y) * (h / view.h);
+    setView({ x: Math.min(Math.max(x, 0), W - w), y: Math.min(Math.max(y, 0), H - h), w: w, h: h });
+  }
+  function svgPoint(ev) {
+    const r = graphSvg.getBoundingClientRect();
+    return [view.x + (ev.clientX - r.left) / r.width * view.w, view.y + (ev.clientY - r.top) / r.height * view.h];
+  }
+  if (graphSvg) {
+    graphSvg.addEventListener("wheel", (ev) => {
+      ev.preventDefault();
+      const [cx, cy] = svgPoint(ev);
+      zoom(ev.deltaY < 0 ? 0.8 : 1.25, cx, cy);
+    }, { passive: false });
+    let drag = null;
+    graphSvg.addEventListener("pointerdown", (ev) => {
+      if (ev.target.closest("g.item")) return;
+      drag = { x: ev.clientX, y: ev.clientY, view: view };
+    });
+    window.addEventListener("pointerup", () => { drag = null; });
+    graphSvg.addEventListener("pointermove", (ev) => {
+      if (!drag) return;
+      const r = graphSvg.getBoundingClientRect();
+      const dx = (ev.clientX - drag.x) / r.width * drag.view.w, dy = (ev.clientY - drag.y) / r.height * drag.view.h;
+      setView({ x: Math.min(Math.max(drag.view.x - dx, 0), W - drag.view.w),
+        y: Math.min(Math.max(drag.view.y - dy, 0), H - drag.view.h), w: drag.view.w, h: drag.view.h });
+    });
+    document.querySelectorAll("[data-zoom]").forEach((b) => b.addEventListener("click", () => {
+      if (b.dataset.zoom === "reset") setView({ x: 0, y: 0, w: W, h: H });
+      else zoom(b.dataset.zoom === "in" ? 0.67 : 1.5, view.x + view.w / 2, view.y + view.h / 2);
+    }));
   }
 
   function fmt(x) { return x === null || x === undefined ? "—" : Number(x).toFixed(3); }
@@ -345,24 +418,42 @@
     graphSvg.querySelectorAll("g.item").forEach((g) => g.classList.toggle("selected", Number(g.dataset.index) === i));
     panel.replaceChildren();
     const h = document.createElement("h3");
-    h.textContent = names[i] || "item " + i;
+    h.textContent = itemName(i);
     panel.appendChild(h);
     const slot = layout ? layout.nodes.indexOf(i) : -1;
     const cands = (slot >= 0 && layout.candidates[slot]) || [];
-    if (!cands.length) {
-      const p = document.createElement("p");
-      p.className = "muted";
-      p.textContent = "This algorithm keeps no distance bounds (or has no answers about this item yet).";
+    const p = document.createElement("p");
+    p.className = "muted";
+    if (slot >= 0 && layout.certified) {
+      p.textContent = layout.certified[slot] ? "Its nearest neighbour is certified." :
+        "Its nearest neighbour is not certified yet.";
       panel.appendChild(p);
+    }
+    if (!cands.length) {
+      const none = document.createElement("p");
+      none.className = "muted";
+      none.textContent = "This learner keeps no candidates for it (or has no answers about it yet).";
+      panel.appendChild(none);
       return;
     }
+    const duels = cands[0].win_share !== undefined;
     const table = document.createElement("table");
     table.className = "table";
-    table.innerHTML = "<thead><tr><th>Candidate</th><th>Estimate</th><th>Lower</th><th>Upper</th><th>Answers</th></tr></thead>";
+    const head = document.createElement("tr");
+    (duels ? [["Candidate"], ["Won", "Smoothed share of the duels about this item the candidate won"], ["Duels"]]
+      : [["Candidate"], ["Estimate"], ["Lower"], ["Upper"], ["Answers"]]).forEach(([text, title]) => {
+      const th = document.createElement("th");
+      th.textContent = text;
+      if (title) th.title = title;
+      head.appendChild(th);
+    });
+    table.appendChild(document.createElement("thead")).appendChild(head);
     const body = document.createElement("tbody");
     cands.forEach((c) => {
       const tr = document.createElement("tr");
-      [names[c.item] || String(c.item), fmt(c.estimate), fmt(c.lower), fmt(c.upper), String(c.samples)].forEach((text) => {
+      const cells = duels ? [itemName(c.item), (100 * c.win_share).toFixed(0) + "%", String(c.duels)]
+        : [itemName(c.item), fmt(c.estimate), fmt(c.lower), fmt(c.upper), String(c.samples)];
+      cells.forEach((text) => {
         const td = document.createElement("td");
         td.textContent = text;
         tr.appendChild(td);

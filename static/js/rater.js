@@ -216,6 +216,7 @@
 
   // ---- practice: checked here, never sent ----
   function startPractice() {
+    $("start").closest(".start").hidden = true;  // started: the instructions stay above, the button goes
     practiceIndex = 0;
     showPractice();
   }

@@ -24,6 +24,7 @@ for command in (
     serve.serve, serve.demo, serve.worker, serve.sweep,
     studies.create, studies.add_items_command, studies.features_command, studies.import_triplets_command,
     studies.export, studies.list_studies_command, studies.rebuild, studies.verify_code_command,
+    studies.delete_command, studies.forget_rater_command,
     backup.backup, backup.restore,
     models.train, models.predict,
     plan.plan_command,

@@ -5,6 +5,7 @@ Never imports Flask.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -15,45 +16,111 @@ from workers.store.studies import StudyNotFound
 
 from .connection import redis_connection
 
+#: File names ``backup --all`` writes: ``<study id>-<UTC date>.ndjson`` (what ``--keep-days`` may delete).
+ALL_NAME = re.compile(r"^(?P<study>[a-z0-9][a-z0-9-]*)-(?P<date>\d{4}-\d{2}-\d{2})\.ndjson$")
+
 
 @click.command()
-@click.argument("study_id")
+@click.argument("study_id", required=False)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
               help="Write to this file instead of standard output.")
-def backup(study_id: str, output: Path | None) -> None:
-    """Write STUDY as a portable backup (NDJSON: config, items with media, the answer log, ...)."""
-    from workers.store.backup import BackupError, backup_lines
+@click.option("--all", "every_study", is_flag=True,
+              help="Back up every study into --dir, one file each: STUDY-YYYY-MM-DD.ndjson (UTC date).")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="With --all: the folder the files are written to (created if missing).")
+@click.option("--keep-days", type=click.IntRange(min=1), default=None,
+              help="With --all: delete the files --all wrote there more than this many days ago.")
+def backup(study_id: str | None, output: Path | None, every_study: bool = False, directory: Path | None = None,
+           keep_days: int | None = None) -> None:
+    """Write STUDY as a portable backup (NDJSON: config, items with media, the answer log, ...), or with
+    --all every study into a folder (what deploy/proxima-backup.timer runs each night)."""
+    from workers.store.backup import BackupError
 
+    if every_study:
+        if study_id is not None or output is not None:
+            raise click.UsageError("--all backs up every study into --dir: give no STUDY and no -o")
+        if directory is None:
+            raise click.UsageError("--all needs --dir, the folder to write the backups to")
+        _backup_all(directory, keep_days)
+        return
+    if study_id is None:
+        raise click.UsageError("give the STUDY to back up (or --all --dir FOLDER for every study)")
+    if directory is not None or keep_days is not None:
+        raise click.UsageError("--dir and --keep-days go with --all")
     with redis_connection() as conn:
         try:
-            lines = backup_lines(conn, study_id)
-            first = next(lines)  # surfaces an unknown study before anything is written
+            _write_backup(conn, study_id, output)
         except StudyNotFound as exc:
             raise click.ClickException(str(exc)) from None
-        target = None
-        try:
-            if output is None:
-                out = sys.stdout
-            else:
-                target = output.with_name(output.name + ".partial")
-                out = target.open("w", encoding="utf-8", newline="\n")
-            try:
-                out.write(first)
-                for line in lines:
-                    out.write(line)
-                out.flush()
-                if target is not None:
-                    os.fsync(out.fileno())
-            finally:
-                if target is not None:
-                    out.close()
         except BackupError as exc:
-            if target is not None:
-                target.unlink(missing_ok=True)
             raise click.ClickException(str(exc)) from None
+    if output is not None:
+        click.echo(f"Wrote {output}", err=True)
+
+
+def _write_backup(conn, study_id: str, output: Path | None) -> None:
+    """The study's backup to ``output`` (complete or absent: written under a temporary name, then renamed)
+    or standard output. StudyNotFound before anything is written; BackupError."""
+    from workers.store.backup import BackupError, backup_lines
+
+    lines = backup_lines(conn, study_id)
+    first = next(lines)  # surfaces an unknown study before anything is written
+    target = None
+    try:
+        if output is None:
+            out = sys.stdout
+        else:
+            target = output.with_name(output.name + ".partial")
+            out = target.open("w", encoding="utf-8", newline="\n")
+        try:
+            out.write(first)
+            for line in lines:
+                out.write(line)
+            out.flush()
+            if target is not None:
+                os.fsync(out.fileno())
+        finally:
+            if target is not None:
+                out.close()
+    except BackupError:
         if target is not None:
-            target.replace(output)  # a backup file is complete or absent
-            click.echo(f"Wrote {output}", err=True)
+            target.unlink(missing_ok=True)
+        raise
+    if target is not None:
+        target.replace(output)  # a backup file is complete or absent
+
+
+def _backup_all(directory: Path, keep_days: int | None) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from workers.store.backup import BackupError
+    from workers.store.studies import list_studies
+
+    directory.mkdir(parents=True, exist_ok=True)
+    today = datetime.now(tz=UTC).date()
+    failed = []
+    with redis_connection() as conn:
+        studies = list_studies(conn)
+        for study in studies:
+            path = directory / f"{study.id}-{today.isoformat()}.ndjson"
+            try:
+                _write_backup(conn, study.id, path)
+            except (StudyNotFound, BackupError) as exc:  # deleted meanwhile, or changed while read
+                failed.append(f"{study.id}: {exc}")
+                continue
+            click.echo(f"Wrote {path}", err=True)
+    removed = 0
+    if keep_days is not None:
+        oldest = today - timedelta(days=keep_days)
+        for path in directory.iterdir():
+            found = ALL_NAME.match(path.name)
+            if found and datetime.strptime(found["date"], "%Y-%m-%d").date() < oldest:
+                path.unlink()
+                removed += 1
+    click.echo(f"Backed up {len(studies) - len(failed)} of {len(studies)} studies to {directory}"
+               + (f"; deleted {removed} backup(s) older than {keep_days} days" if removed else "") + ".")
+    if failed:
+        raise click.ClickException("not backed up: " + "; ".join(failed))
 
 
 @click.command()

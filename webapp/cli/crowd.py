@@ -423,6 +423,10 @@ class _Failure(Exception):
         self.code = code
 
 
+#: What the rater page's consent form posts to: its presence means the page asks for consent.
+CONSENT_FORM = "/consent\""
+
+
 class Crowd:
     """Simulated raters driving one study of a running server, one thread and HTTP session each."""
 
@@ -476,9 +480,13 @@ class Crowd:
             self.report.errors[code] += 1
 
     def _fetch(self, session) -> dict | None:
-        """The next question, or None once the server has nothing more to ask."""
-        response = self._request(session, "GET", f"{self.base}/api/studies/{self.study_id}/questions/next",
-                                 self.report.get_ms)
+        """The next question, or None once the server has nothing more to ask. A study asking for consent
+        (again: the first visit's page gave it) is agreed to and asked again, as a person would: not an error."""
+        url = f"{self.base}/api/studies/{self.study_id}/questions/next"
+        response = self._request(session, "GET", url, self.report.get_ms)
+        if response.status_code == 403 and self._code(response) == "consent_required":
+            self._consent(session)
+            response = self._request(session, "GET", url, self.report.get_ms)
         if response.status_code == 200:
             return response.json()["question"]
         code = self._code(response)
@@ -489,13 +497,13 @@ class Crowd:
             self.fatal = f"the server has no study '{self.study_id}'"
             self.stop.set()
             return None
-        if response.status_code == 403 and code == "consent_required":
-            self._consent(session)
         raise _Failure(code)
 
-    def _consent(self, session) -> None:
-        """Agree to the study's consent form, as a person clicking "I agree" would."""
-        page = self._request(session, "GET", f"{self.base}/s/{self.study_id}", self.report.get_ms)
+    def _consent(self, session, page=None) -> None:
+        """Agree to the study's consent form (``page``, the consent page if already fetched), as a person
+        clicking "I agree" would."""
+        if page is None:
+            page = self._request(session, "GET", f"{self.base}/s/{self.study_id}", self.report.get_ms)
         found = CSRF_FIELD.search(page.text)
         self._request(session, "POST", f"{self.base}/s/{self.study_id}/consent", self.report.post_ms,
                       data={"decision": "agree", "csrf_token": found.group(1) if found else ""})
@@ -533,6 +541,8 @@ class Crowd:
                 self.fatal = f"the server has no study '{self.study_id}'"
                 self.stop.set()
                 return
+            if CONSENT_FORM in page.text:  # the first visit shows the consent form: agree, as people do
+                self._consent(session, page)
             while not self.stop.is_set():
                 try:
                     if question is None:

@@ -41,6 +41,19 @@ def _pilot_from_study(conn: Redis, study_id: str) -> tuple[np.ndarray, int, dict
         raise click.ClickException(f"study {study_id} has no triplet answers yet: run a pilot first") from None
 
 
+def _numbers(text: str) -> list[float]:
+    """The numbers of a comma-separated list; ValueError naming the first one that is not."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            out.append(float(part))
+        except ValueError:
+            raise ValueError(f"{part!r} is not a number; budgets are answers per item") from None
+    return out
+
+
 @click.command("plan")
 @click.option("--truth", "truth_spec", default=None, metavar="SPEC",
               help="Plan from a known truth: points:FILE.csv (columns id,x1,x2,...), matrix:FILE.csv (header row "
@@ -100,9 +113,12 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
         raise click.UsageError("give exactly one of --truth, --pilot or --study")
     try:
         names = planning.plannable_algorithms([a.strip() for a in algorithms.split(",") if a.strip()])
-        grid = planning.check_budgets([float(b) for b in budgets.split(",") if b.strip()])
     except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+        raise click.BadParameter(str(exc), param_hint="'--algorithms'") from None
+    try:
+        grid = planning.check_budgets(_numbers(budgets))
+    except ValueError as exc:
+        raise click.BadParameter(f"{exc}, separated by commas (e.g. 10,20,50)", param_hint="'--budgets'") from None
     jobs = jobs or planning.default_jobs()
     started = time.perf_counter()
     params = None
@@ -141,8 +157,13 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
         spread = "seeds and bootstrap resamples of the pilot"
     click.echo(f"Simulating {', '.join(names)} ({runs} runs each, up to {grid[-1]:g} answers per item, "
                f"{jobs} processes; at most about {max_seconds:g} s of CPU per process, --max-seconds) ...", err=True)
+    def progress(name: str, done: int, total: int, seconds: float, stopped: bool) -> None:
+        note = " (stopped by the time limit before the largest budget)" if stopped else ""
+        click.echo(f"  [{done}/{total}] a run of {name} ended after {seconds:.1f} s of CPU{note}; "
+                   f"{time.perf_counter() - started:.0f} s so far", err=True)
+
     result = planning.plan(scenarios, names, grid, runs=runs, batch=batch, jobs=jobs, source=source, spread=spread,
-                            params=params, max_seconds=max_seconds)
+                            params=params, max_seconds=max_seconds, progress=progress)
     for line in planning.format_plan(result, target=target, metric=metric, pay=pay, currency=currency):
         click.echo(line)
     click.echo(f"\nPlanned in {time.perf_counter() - started:.1f} s.", err=True)

@@ -73,7 +73,10 @@ def _wait_until_applied(conn: Redis, study_id: str, timeout: float) -> dict | No
               help="Share of triplet answers given at random (the human lapse rate). Default: the fitted "
                    "human rate (0.03 without answers of the truth's own).")
 @click.option("--careless", type=click.FloatRange(0, 1), default=0.0, show_default=True,
-              help="Share of raters who answer uniformly at random (the first ones: sim-0, sim-1, ...).")
+              help="Share of raters who answer uniformly at random (the first ones: PREFIX-0, PREFIX-1, ...).")
+@click.option("--prefix", default=None, metavar="PREFIX",
+              help="Rater ids are PREFIX-0, PREFIX-1, ... (default: 'sim-' and 6 random hex digits, new on every "
+                   "run, so a second run is a new crowd rather than the first one's raters coming back).")
 @click.option("--think", type=click.FloatRange(min=0), default=2.0, show_default=True,
               help="Mean think time per question in seconds (log-normal; 0 for benchmarks).")
 @click.option("--answers", "max_answers", type=click.IntRange(min=1), default=None,
@@ -90,10 +93,12 @@ def _wait_until_applied(conn: Redis, study_id: str, timeout: float) -> dict | No
 @click.option("--no-accuracy", is_flag=True, help="Do not score the learned graph at the end.")
 def simulate(study_id: str, url: str, oracle_spec: str, raters: int, noise: float | None, lapse: float | None,
              careless: float, think: float, max_answers: int | None, duration: float | None, seed: int | None,
-             progress_every: float, log_path: Path | None, wait: float, no_accuracy: bool) -> None:
+             progress_every: float, log_path: Path | None, wait: float, no_accuracy: bool,
+             prefix: str | None = None) -> None:
     """Simulated raters answering STUDY_ID on a running server, as real HTTP clients, from a known truth.
 
-    Each rater opens the rater link as sim-<n>, then asks for questions and answers them from
+    Each rater opens the rater link as PREFIX-<n> (agreeing to its consent form if it has one), then asks
+    for questions and answers them from
     the truth with noise (a --careless share answers at random), until --answers, --duration
     or the study is complete. Prints progress, answers/s, HTTP latency p50/p95, errors by
     code and, when the server's Redis is reachable (REDIS_URL or 'proxima serve' on this
@@ -102,9 +107,18 @@ def simulate(study_id: str, url: str, oracle_spec: str, raters: int, noise: floa
 
     To make a study that matches a truth, see 'proxima simulate-setup'.
     """
+    import secrets
+
     import requests
 
+    from workers.store.answers import RATER_ID_PATTERN
+
     from . import crowd as sim
+
+    prefix = prefix if prefix is not None else f"sim-{secrets.token_hex(3)}"
+    if not RATER_ID_PATTERN.match(f"{prefix}-{raters - 1}") or prefix.startswith("anon-"):
+        raise click.BadParameter(f"{prefix!r} does not make rater ids: use letters, digits and _.:@- (at most "
+                                 "120 characters, starting with a letter or digit)", param_hint="'--prefix'")
 
     try:
         truth = sim.load_truth(oracle_spec)
@@ -131,9 +145,10 @@ def simulate(study_id: str, url: str, oracle_spec: str, raters: int, noise: floa
                 f"{len(unknown)} item(s) of study {study_id} are not in the truth ({truth.source}), e.g. "
                 f"{', '.join(unknown[:5])}; simulate a study created from the same items")
     click.echo(f"Simulating {raters} rater(s) on {base}/s/{study_id}: truth {truth.source} ({truth.n_items} items), "
-               f"noise {noise_text}, careless share {careless:g}, think time {think:g} s")
+               f"noise {noise_text}, careless share {careless:g}, think time {think:g} s; rater ids "
+               f"{prefix}-0 to {prefix}-{raters - 1}")
     crowd = sim.Crowd(base, study_id, truth, model, raters=raters, careless=careless, think=think,
-                  max_answers=max_answers, duration=duration, seed=seed)
+                      max_answers=max_answers, duration=duration, seed=seed, rater_prefix=prefix)
     try:
         report = crowd.run(progress=lambda r, s: click.echo(sim.progress_line(r, s)), every=progress_every)
     except sim.SimulationError as exc:

@@ -76,8 +76,20 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
     if len(items) >= LARGE_STUDY_ITEMS:
         click.echo(f"Stored {len(items):,} items in {time.monotonic() - started:.1f} s.", err=True)
     click.echo(f"Created study {study_id} with {len(items)} items. Rater page: /s/{study_id}")
+    _say_skipped(items_path)
     for warning in config_warnings(config):
         click.echo(f"Warning: {warning}.", err=True)
+
+
+def _say_skipped(items_path: Path) -> None:
+    """Name the files of an items folder that did not become items (a PDF or notes beside the images)."""
+    from workers.store.studies import ITEM_EXTENSIONS, skipped_files
+
+    skipped = skipped_files(items_path)
+    if skipped:
+        shown = ", ".join(skipped[:10]) + (f" and {len(skipped) - 10} more" if len(skipped) > 10 else "")
+        click.echo(f"Warning: skipped {len(skipped)} file(s) of {items_path} that are not items: {shown} (items are "
+                   f"{', '.join(sorted(ITEM_EXTENSIONS))} files).", err=True)
 
 
 @click.command("add-items")
@@ -100,6 +112,7 @@ def add_items_command(study_id: str, items_path: Path) -> None:
             raise click.ClickException(str(exc)) from None
         schedule_update(conn, study_id)
     click.echo(f"Added {len(items)} items to study {study_id} ({total} items now).")
+    _say_skipped(items_path)
 
 
 @click.command("features")
@@ -284,14 +297,15 @@ def rebuild(study_id: str, exclude: tuple[str, ...]) -> None:
 @click.argument("rater")
 @click.argument("code")
 def verify_code_command(study_id: str, rater: str, code: str) -> None:
-    """Check a rater's completion code (an HMAC of study and rater with this instance's secret key):
-    a full code, or a partial-completion code (the study ran out before the rater finished)."""
+    """Check a rater's completion code (an HMAC of study and rater with this instance's secret key, or one
+    of its previous keys, PROXIMA_PREVIOUS_SECRET_KEYS): a full code, or a partial-completion code (the
+    study ran out before the rater finished)."""
     from .. import instance_config
     from ..questions_answers import PARTIAL_CODE, completion_code_kind
 
     # the secret key is all a code needs: no Redis (nor a running server) is required
-    secret = instance_config()["SECRET_KEY"]
-    kind = completion_code_kind(secret, study_id, rater, code)
+    config = instance_config()
+    kind = completion_code_kind(config["SECRET_KEY"], study_id, rater, code, config["PREVIOUS_SECRET_KEYS"])
     if kind == PARTIAL_CODE:
         click.echo(f"partial: {code.strip().upper()} is rater {rater}'s partial-completion code for study "
                    f"{study_id} (the study ran out of questions before they finished)")
@@ -299,3 +313,63 @@ def verify_code_command(study_id: str, rater: str, code: str) -> None:
         click.echo(f"valid: {code.strip().upper()} is rater {rater}'s completion code for study {study_id}")
     else:
         raise click.ClickException(f"invalid: {code!r} is not rater {rater}'s completion code for study {study_id}")
+
+
+def _operator() -> str:
+    """Who ran a command, for an audit line: ``cli:<login name>``."""
+    import getpass
+
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "cli"
+
+
+@click.command("delete")
+@click.argument("study_id")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def delete_command(study_id: str, yes: bool) -> None:
+    """Delete a study for good: its items, media, answers, raters, learned state, models and queued jobs.
+    Make a backup first ('proxima backup') if you may want it again."""
+    from workers.store.deletion import delete_study
+    from workers.store.studies import get_study
+
+    with redis_connection() as conn:
+        try:
+            study = get_study(conn, study_id)
+        except StudyNotFound as exc:
+            raise click.ClickException(str(exc)) from None
+        if not yes:
+            click.confirm(f"Delete study {study_id} ({study.config.name!r}, {study.n_items} items) and all its "
+                          "answers for good?", abort=True)
+        try:
+            report = delete_study(conn, study_id, by=_operator())
+        except StudyNotFound as exc:
+            raise click.ClickException(str(exc)) from None
+    click.echo(f"Deleted study {report.study_id} ({report.name!r}): {report.items} items, {report.answers} answers "
+               f"of {report.raters} raters, {report.keys_deleted} Redis keys, {report.jobs_cancelled} queued job(s).")
+
+
+@click.command("forget-rater")
+@click.argument("study_id")
+@click.argument("rater")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def forget_rater_command(study_id: str, rater: str, yes: bool) -> None:
+    """Forget a rater (a participant who withdrew): their answers leave the answer log and every record of
+    them goes; the engines are rebuilt from the other raters' answers; an audit line records when and by
+    whom (with a SHA-256 of the rater id, not the id)."""
+    from workers.jobs.rebuild import rebuild_study
+    from workers.store.deletion import forget_rater
+
+    if not yes:
+        click.confirm(f"Remove every answer of rater {rater} from study {study_id} for good?", abort=True)
+    with redis_connection() as conn:
+        try:
+            report = forget_rater(conn, study_id, rater, by=_operator(), rebuild=False)
+            rebuilt = rebuild_study(conn, study_id)
+        except (StudyNotFound, StudyError) as exc:
+            raise click.ClickException(str(exc)) from None
+    click.echo(f"Forgot rater {rater} of study {study_id}: {report.answers_removed} answer(s) removed "
+               f"(audit line {report.audit_id}).")
+    click.echo(f"Rebuilt the engines from the {rebuilt.answers_replayed} remaining answer(s) in "
+               f"{rebuilt.seconds:.2f} s; {len(rebuilt.changed)} item(s) changed nearest neighbour.")

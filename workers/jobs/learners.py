@@ -330,6 +330,30 @@ class Learner:
         X = get() if callable(get) else getattr(self.planner, "embedding_", None)
         return None if X is None else np.asarray(X, dtype=np.float64)
 
+    def fitted_coordinates(self) -> np.ndarray | None:
+        """Coordinates (n_items, dim) the learner has fitted to its answers, to draw the items by: an
+        embedding learner's embedding, or the embedding duels fits to pick its shortlists; None for a
+        learner without one (or before its first fit)."""
+        if self.entry.learns == "embedding":
+            return self.embedding()
+        X = getattr(self.planner, "embedding_", None)
+        return None if X is None else np.asarray(X, dtype=np.float64)
+
+    @property
+    def ranks_candidates(self) -> bool:
+        """Whether the learner ranks each item's candidates in duels (``candidate_evidence``)."""
+        return callable(getattr(self.planner, "candidates", None)) and not self.routes
+
+    def candidate_evidence(self, item: int, limit: int) -> list[dict] | None:
+        """The item's best ``limit`` candidates for nearest neighbour with the duels behind each
+        (``{"item", "win_share", "duels"}``), for a learner that ranks candidates in duels; None for
+        the others (a bounds learner's candidates are read from its bounds)."""
+        if not self.ranks_candidates:
+            return None
+        items, share, duels = self.planner.candidates(item)
+        return [{"item": int(j), "win_share": round(float(w), 6), "duels": int(c)}
+                for j, w, c in zip(items[:limit], share[:limit], duels[:limit], strict=True)]
+
     def summary(self) -> dict:
         """What the dashboard shows of a learner: its progress and each item's current neighbour."""
         g = self.graph()

@@ -168,6 +168,8 @@ def update_study(study_id: str) -> dict:
     # the queue while this one goes on, and takes over when it ends: no answer is left waiting.
     conn.delete(keys.update_scheduled(study_id))
     with study_lock(conn, study_id) as renew:
+        if not conn.exists(keys.study(study_id)):
+            return {}  # deleted since the job was queued (workers.store.deletion)
         return drain_study(conn, study_id, renew=renew)
 
 

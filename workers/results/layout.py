@@ -1,17 +1,20 @@
-"""Where to draw a study's items: classical MDS of the distances a learner has estimated so far,
-plus each item's nearest neighbour and candidates with their bounds, for the dashboard's graph.
+"""Where to draw a study's items: by the embedding a learner has fitted where it has one (duels,
+embedding learners; its two principal axes), else classical MDS of the distances it has estimated so far;
+plus each item's nearest neighbour, its certainty and its candidates with their evidence (bounds, or
+duels), and what each item looks like, for the dashboard's map.
 
 Reads engine state through ``engine_state``/``engines``; must never import Flask.
 """
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.linalg import eigh
 
 from workers.jobs.learners import Learner
-from workers.store import engine_state
+from workers.store import engine_state, keys
 from workers.store.studies import Study
 
 if TYPE_CHECKING:
@@ -30,7 +33,12 @@ def _win_rates(planner):
 
 MAX_CANDIDATES = 8
 #: At most this many items are drawn (and laid out); the others are only listed on the page.
-MAX_DRAWN = 300
+MAX_DRAWN = 1000
+#: Size of an item's picture on the map, as a share of the drawing's width: this at up to
+#: FULL_SIZE_ITEMS items, shrinking like 1/sqrt(items) beyond, never below SMALLEST_NODE.
+LARGEST_NODE = 0.045
+SMALLEST_NODE = 0.012
+FULL_SIZE_ITEMS = 30
 
 
 def classical_mds(distances: np.ndarray, dims: int = 2) -> np.ndarray:
@@ -50,6 +58,52 @@ def classical_mds(distances: np.ndarray, dims: int = 2) -> np.ndarray:
     if coords.shape[1] < dims:
         coords = np.hstack([coords, np.zeros((n, dims - coords.shape[1]))])
     return coords
+
+
+def principal_axes(X: np.ndarray, dims: int = 2) -> np.ndarray:
+    """``X`` (n_items, d) projected on its ``dims`` principal axes (zeros where d < dims): the view
+    of a fitted embedding that keeps the most of its spread."""
+    X = np.asarray(X, dtype=np.float64)
+    centred = X - X.mean(axis=0) if len(X) else X
+    if X.shape[1] > dims:
+        _, _, vt = np.linalg.svd(centred, full_matrices=False)
+        centred = centred @ vt[:dims].T
+    out = np.zeros((len(X), dims))
+    out[:, : centred.shape[1]] = centred
+    return out
+
+
+def node_size(m: int) -> float:
+    """The picture size (share of the drawing's width) for a map of ``m`` items."""
+    return float(np.clip(LARGEST_NODE * np.sqrt(FULL_SIZE_ITEMS / max(m, 1)), SMALLEST_NODE, LARGEST_NODE))
+
+
+def spread_apart(coords: np.ndarray, gap: float, rounds: int = 40, seed: int = 0) -> np.ndarray:
+    """``coords`` (in [0, 1]²) moved the least needed so that no two are closer than ``gap`` where room
+    allows: items the learner places together stay neighbours, but each can be seen and clicked (an
+    estimate matrix with few answers puts many items on one point). Deterministic."""
+    from scipy.spatial import cKDTree
+
+    x = np.asarray(coords, dtype=np.float64).copy()
+    if len(x) < 2:
+        return x
+    rng = np.random.default_rng(seed)
+    for _ in range(rounds):
+        pairs = cKDTree(x).query_pairs(gap * 0.999, output_type="ndarray")
+        if not len(pairs):
+            break
+        i, j = pairs[:, 0], pairs[:, 1]
+        d = x[j] - x[i]
+        dist = np.hypot(d[:, 0], d[:, 1])
+        overlap = (gap - np.minimum(dist, gap)) / 2.0
+        same = dist < 1e-9  # items on one point part in a random (seeded) direction
+        d[same] = rng.normal(size=(int(same.sum()), 2))
+        push = (d / np.hypot(d[:, 0], d[:, 1])[:, None]) * overlap[:, None]
+        move = np.zeros_like(x)
+        np.add.at(move, i, -push)
+        np.add.at(move, j, push)
+        x = np.clip(x + move, 0.0, 1.0)
+    return x
 
 
 def fill_distances(mean: np.ndarray, count: np.ndarray, lower: np.ndarray | None = None,
@@ -157,6 +211,10 @@ def graph_layout(conn: Redis, study: Study, label: str, max_drawn: int = MAX_DRA
     else:
         distances = np.ones((m, m))
         np.fill_diagonal(distances, 0.0)
+    if learner is not None and learner.ranks_candidates:  # duels: each item's shortlist and its duels
+        for slot, i in enumerate(nodes.tolist()):
+            if i < int(planner.n_items):
+                candidates[slot] = learner.candidate_evidence(i, MAX_CANDIDATES) or []
     if learner is not None:
         graph = learner.graph()
         neighbors = graph.neighbors[:, 0].astype(int)
@@ -167,6 +225,7 @@ def graph_layout(conn: Redis, study: Study, label: str, max_drawn: int = MAX_DRA
         neighbors = np.full(n, -1)
         certified = np.zeros(n, bool)
     neighbors = np.concatenate([neighbors[:n], np.full(max(0, n - len(neighbors)), -1)]).astype(int)
+    looks = item_looks(conn, study.id, nodes)
     certified = np.concatenate([certified[:n], np.zeros(max(0, n - len(certified)), bool)])
     distances = _pad(distances, m, fill=float(distances.max()) if distances.size else 1.0)
     slot_of = {int(i): s for s, i in enumerate(nodes.tolist())}
@@ -186,9 +245,20 @@ def graph_layout(conn: Redis, study: Study, label: str, max_drawn: int = MAX_DRA
         waiting = counts[nodes] == 0
     coords = np.zeros((m, 2))
     placed = np.flatnonzero(~waiting)
+    fitted = learner.fitted_coordinates() if learner is not None else None
+    placement = "embedding" if fitted is not None else "mds"
     if len(placed):
-        sub = distances[np.ix_(placed, placed)]
-        coords[placed] = _normalise(classical_mds(sub)) * (WAITING_Y - 0.08 if waiting.any() else 1.0)
+        if fitted is not None:
+            # the learner's own map: items it has (added items without a row wait with the unanswered)
+            rows = nodes[placed]
+            inside = rows < len(fitted)
+            waiting[placed[~inside]] = True
+            placed = placed[inside]
+            flat = principal_axes(fitted[rows[inside]])
+        else:
+            flat = classical_mds(distances[np.ix_(placed, placed)])
+        coords[placed] = _normalise(flat) * (WAITING_Y - 0.08 if waiting.any() else 1.0)
+        coords[placed] = spread_apart(coords[placed], gap=node_size(m))
     if waiting.any():
         row = np.flatnonzero(waiting)
         coords[row, 0] = (np.arange(len(row)) + 0.5) / len(row)
@@ -198,6 +268,10 @@ def graph_layout(conn: Redis, study: Study, label: str, max_drawn: int = MAX_DRA
     n_edges = int(np.count_nonzero(neighbors >= 0))
     return {
         "algorithm": label, "kind": alg.algorithm, "n_items": n, "max_drawn": max_drawn,
+        "placement": placement, "embedding_dim": None if fitted is None else int(fitted.shape[1]),
+        "node_size": round(node_size(m), 5),
+        "certified": [bool(certified[i]) for i in nodes.tolist()],
+        "looks": looks,
         "nodes": nodes.tolist(),
         "positions": [[round(float(x), 5), round(float(y), 5)] for x, y in coords],
         "edges": edges,
@@ -206,6 +280,27 @@ def graph_layout(conn: Redis, study: Study, label: str, max_drawn: int = MAX_DRA
         "candidates": candidates,
         "samples_histogram": histogram(samples, bins=15) if samples is not None else None,
     }
+
+
+def item_looks(conn: Redis, study_id: str, nodes: np.ndarray) -> list[dict]:
+    """What each drawn item looks like on the map: ``{"id", "kind"}`` with its ``color``, its
+    ``media`` index (image, audio, video) or a short ``text``."""
+    with conn.pipeline(transaction=False) as pipe:
+        for i in nodes.tolist():
+            pipe.lindex(keys.items(study_id), i)
+        raws = pipe.execute()
+    out = []
+    for i, raw in zip(nodes.tolist(), raws, strict=True):
+        item = json.loads(raw) if raw else {"id": str(i), "kind": "text"}
+        look = {"id": item["id"], "kind": item["kind"]}
+        if item["kind"] == "color":
+            look["color"] = item["color"]
+        elif item["kind"] in ("image", "audio", "video"):
+            look["media"] = int(i)
+        elif item["kind"] == "text":
+            look["text"] = (item.get("text") or "")[:40]
+        out.append(look)
+    return out
 
 
 def histogram(values: ArrayLike, bins: int = 20) -> dict:

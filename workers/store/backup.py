@@ -2,10 +2,11 @@
 
 A backup holds what cannot be recomputed: the study's config and status, its stylesheet, its
 items (media bytes as base64), the whole answer log in order with its stream ids, the answers set aside,
-excluded raters, rater statistics and counters. A restore trusts none of what the log implies: rater
-statistics, flags, attention-check and repeat outcomes and completion are recomputed from the restored
-log, and a log answering one question twice is refused. Engine states are not in it (``proxima
-rebuild`` replays the log into them), nor question pools, issued questions, used tokens or
+excluded raters, rater statistics and counters, and what was removed from the study's data (the audit
+lines of forgotten raters: when, by whom, how many answers; ``workers.store.deletion``). A restore trusts
+none of what the log implies: rater statistics, flags, attention-check and repeat outcomes and completion
+are recomputed from the restored log, and a log answering one question twice is refused. Engine states
+are not in it (``proxima rebuild`` replays the log into them), nor question pools, issued questions, used tokens or
 trained models. Also reads the set-aside answers for the dashboard. Must never import Flask
 or the engine (numpy).
 """
@@ -25,6 +26,7 @@ import redis
 from workers.store import keys
 from workers.store.answers import Answer, answer_problem
 from workers.store.config import ConfigError, StudyConfig
+from workers.store.deletion import AuditLine
 from workers.store.raters import KEPT_RATER_FIELDS, replay_rater_stats
 from workers.store.studies import (
     STUDY_STATUSES,
@@ -42,14 +44,16 @@ if TYPE_CHECKING:
 
 
 FORMAT = "proxima-backup"
-VERSION = 1
+#: Version 2 added the ``removed`` records (audit lines of forgotten raters); version 1 files are still read.
+VERSION = 2
 #: Record types after the header line, in the order a backup writes them.
-RECORD_TYPES = ("study", "item", "answer", "set_aside", "excluded_rater", "raters", "counters", "rater_stats",
-                "per_minute", "end")
+RECORD_TYPES = ("study", "item", "answer", "set_aside", "excluded_rater", "removed", "raters", "counters",
+                "rater_stats", "per_minute", "end")
 #: Records that appear at most once (``study`` exactly once).
 SINGLE_RECORDS = ("study", "raters", "counters", "rater_stats", "per_minute", "end")
 #: The header's counts, checked against the records on restore (a truncated file is refused).
-COUNTED = {"items": "item", "answers": "answer", "set_aside": "set_aside", "excluded_raters": "excluded_rater"}
+COUNTED = {"items": "item", "answers": "answer", "set_aside": "set_aside", "excluded_raters": "excluded_rater",
+           "removed": "removed"}
 STREAM_ID = re.compile(r"^(\d+)-(\d+)$")
 _STUDY_FIELDS = ("name", "status", "created_at", "n_items")  # besides config, required in the study hash
 
@@ -127,8 +131,9 @@ def backup_lines(conn: Redis, study_id: str, chunk: int = 5000) -> Iterator[str]
         pipe.hgetall(keys.rater_stats(study_id))
         pipe.hgetall(keys.answers_per_minute(study_id))
         pipe.get(keys.stylesheet(study_id))
+        pipe.xrange(keys.audit(study_id))
         (study, items, media_keys, last, n_answers, poisoned, excluded, raters, counters, rater_stats,
-         per_minute, stylesheet) = pipe.execute()
+         per_minute, stylesheet, removed) = pipe.execute()
     last_id = _text(last[0][0]) if last else None
     set_aside = {k: v for k, v in _text_hash(poisoned).items()
                  if last_id is not None and _stream_order(k) <= _stream_order(last_id)}
@@ -136,7 +141,7 @@ def backup_lines(conn: Redis, study_id: str, chunk: int = 5000) -> Iterator[str]
     config = json.loads(study.pop("config"))
     with_media = {int(k) for k in media_keys}
     counts = {"items": len(items), "answers": int(n_answers), "set_aside": len(set_aside),
-              "excluded_raters": len(excluded)}
+              "excluded_raters": len(excluded), "removed": len(removed)}
     yield _line({"format": FORMAT, "version": VERSION, "study": study_id,
                  "created": datetime.now(tz=UTC).isoformat(timespec="seconds"), "generator": _generator(),
                  "counts": counts})
@@ -167,6 +172,8 @@ def backup_lines(conn: Redis, study_id: str, chunk: int = 5000) -> Iterator[str]
         yield _line({"type": "set_aside", "answer": answer_id, "reason": set_aside[answer_id]})
     for rater in sorted(_text(r) for r in excluded):
         yield _line({"type": "excluded_rater", "rater": rater})
+    for entry_id, fields in removed:  # what left the study's data, so a reader knows the log is not whole
+        yield _line({"type": "removed", "id": _text(entry_id), "fields": _text_hash(fields)})
     yield _line({"type": "raters", "raters": sorted(_text(r) for r in raters)})
     yield _line({"type": "counters", "fields": _text_hash(counters)})
     yield _line({"type": "rater_stats", "fields": _text_hash(rater_stats)})
@@ -190,6 +197,8 @@ class Backup:
     answers: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     set_aside: dict[str, str] = field(default_factory=dict)
     excluded_raters: list[str] = field(default_factory=list)
+    #: audit lines of removals from the study's data (forgotten raters), by their stream id
+    removed: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     raters: list[str] = field(default_factory=list)
     hashes: dict[str, dict[str, str]] = field(default_factory=dict)  # counters, rater_stats, per_minute
     stylesheet: str | None = None
@@ -224,6 +233,8 @@ def _check_header(doc, line: int = 1) -> tuple[int, str, str, dict]:
     except StudyError as exc:
         raise _fail(line, f"header: {exc}") from None
     counts = doc.get("counts")
+    if isinstance(counts, dict) and version < 2:
+        counts = {"removed": 0, **counts}  # version 1 had no removed records
     if not isinstance(counts, dict) or any(not isinstance(counts.get(name), int) or counts[name] < 0
                                            for name in COUNTED):
         raise _fail(line, f"the header's 'counts' must give {', '.join(COUNTED)} as numbers")
@@ -291,6 +302,18 @@ def _parse_record(backup: Backup, record: dict, line: int, state: dict) -> None:
         if not isinstance(record.get("rater"), str) or not record["rater"]:
             raise _fail(line, "an excluded-rater record needs 'rater' (a rater id)")
         backup.excluded_raters.append(record["rater"])
+    elif kind == "removed":
+        entry_id = record.get("id")
+        if not isinstance(entry_id, str) or not STREAM_ID.match(entry_id):
+            raise _fail(line, f"removed record id {entry_id!r} is not a stream id like 1700000000000-0")
+        fields = _string_map(record.get("fields"), line, "a removed record's 'fields'")
+        try:
+            AuditLine.from_fields(fields)
+        except (KeyError, ValueError):
+            raise _fail(line, "a removed record needs action, at, by, rater_sha256 and answers") from None
+        if backup.removed and _stream_order(entry_id) <= _stream_order(backup.removed[-1][0]):
+            raise _fail(line, f"removed record {entry_id} is not after {backup.removed[-1][0]}")
+        backup.removed.append((entry_id, fields))
     elif kind == "raters":
         raters = record.get("raters")
         if not isinstance(raters, list) or not all(isinstance(r, str) and r for r in raters):
@@ -449,7 +472,7 @@ def _derived_keys(study_id: str, labels: list[str]) -> list[str]:
     per_study = [keys.items, keys.media, keys.answers, keys.pool_targets, keys.finished, keys.active_raters,
                  keys.issued, keys.issued_questions, keys.raters, keys.excluded_raters, keys.answers_per_minute,
                  keys.counters, keys.cursor, keys.refresh_latencies, keys.poisoned, keys.engine_stats,
-                 keys.update_scheduled, keys.rater_stats, keys.stylesheet]
+                 keys.update_scheduled, keys.rater_stats, keys.stylesheet, keys.audit]
     names = [make(study_id) for make in per_study]
     for label in labels:
         names += [keys.pool(study_id, label), keys.engine(study_id, label)]
@@ -498,6 +521,8 @@ def restore_study(conn: Redis, lines: Iterable[str | bytes], as_id: str | None =
             pipe.hset(keys.poisoned(target), mapping=backup.set_aside)
         if backup.excluded_raters:
             pipe.sadd(keys.excluded_raters(target), *backup.excluded_raters)
+        for entry_id, fields in backup.removed:
+            pipe.xadd(keys.audit(target), fields, id=entry_id)
         if raters:
             pipe.sadd(keys.raters(target), *sorted(raters))
         for name, make in (("counters", keys.counters), ("rater_stats", keys.rater_stats),

@@ -117,6 +117,10 @@ rater_sessions = _per_study("rater-sessions")
 #: which every rater request reads.
 stylesheet = _per_study("stylesheet")
 
+#: Stream: the study's audit lines, one per removal from its data (a forgotten rater: when, by whom, the
+#: SHA-256 of the rater id, how many answers left the log); kept in backups (workers.store.deletion).
+audit = _per_study("audit")
+
 
 # The keys of one study and one algorithm, question, rater, address or model (the second argument), each with
 # what it holds.
@@ -151,6 +155,17 @@ anonymous_sessions = _per_study_part("anonymous-sessions:<address>")
 #: List: the rater's validation repeats waiting to be asked, each ``"<answers> <question JSON>"``: asked once the rater
 #: has given that many answers (attention.validation_repeats).
 repeats = _per_study_part("repeats:<rater>")
+
+
+def study_pattern(study_id: str) -> str:
+    """The SCAN pattern matching every key of one study (ids hold no glob characters: STUDY_ID_PATTERN)."""
+    return _study_key(study_id, "*")
+
+
+def deleted_studies() -> str:
+    """Stream: one audit line per deleted study (when, by whom, its id, name and what it held); the study's
+    own keys are gone, so the line is kept outside its hash tag."""
+    return f"{PREFIX}:deleted-studies"
 
 
 def request_durations() -> str:

@@ -61,18 +61,20 @@ def schedule_stale_studies(conn: Redis) -> list[str]:
     return stale
 
 
-def rebuild_job_id(study_id: str, excluded_raters: Iterable[str]) -> str:
-    """One job id per (study, set of excluded raters): asking twice for the same rebuild queues it once."""
-    digest = hashlib.sha256("\n".join(sorted(excluded_raters)).encode()).hexdigest()[:16]
+def rebuild_job_id(study_id: str, excluded_raters: Iterable[str], reason: str = "") -> str:
+    """One job id per (study, set of excluded raters, reason): asking twice for the same rebuild queues it
+    once. A rebuild after a change to the log itself (a forgotten rater) gives the change as ``reason``."""
+    text = "\n".join(sorted(excluded_raters)) + (f"\n#{reason}" if reason else "")
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     return f"proxima-rebuild-{study_id}-{digest}"
 
 
-def enqueue_rebuild(conn: Redis, study_id: str, raters: Iterable[str] = ()) -> str:
+def enqueue_rebuild(conn: Redis, study_id: str, raters: Iterable[str] = (), reason: str = "") -> str:
     """Queue a replay of the study's log without its excluded raters (``keys.excluded_raters``, which
     the caller has already updated); returns the job id. The status the dashboard shows is set to
     "queued" unless this very rebuild is already queued, running or done."""
     excluded = sorted(r.decode() for r in conn.smembers(keys.excluded_raters(study_id)))
-    job_id = rebuild_job_id(study_id, excluded)
+    job_id = rebuild_job_id(study_id, excluded, reason)
     try:
         status = Job.fetch(job_id, connection=conn).get_status()
     except NoSuchJobError:

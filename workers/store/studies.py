@@ -639,6 +639,16 @@ def items_from_folder(folder: str | Path) -> tuple[list[Item], dict[int, bytes]]
     return items, media
 
 
+def skipped_files(folder: str | Path) -> list[str]:
+    """Names of the files in an items folder that ``items_from_folder`` leaves out (not media or HTML;
+    hidden files are not counted), sorted, so a command can say what it did not take."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir()
+                  if p.is_file() and not p.name.startswith(".") and p.suffix.lower() not in ITEM_EXTENSIONS)
+
+
 def items_from_path(path: str | Path) -> tuple[list[Item], dict[int, bytes] | None]:
     """Items (and media) from a folder of media files, a .zip of them, or a CSV of texts."""
     path = Path(path)

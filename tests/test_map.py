@@ -1,0 +1,119 @@
+"""A map you can read (issue 28, item 6): the dashboard's graph view places a duels study's items by its
+fitted embedding (30 items at 30 distinct places, near where they truly are), lists every item's
+candidates with the duels behind them, and says what each item looks like."""
+from __future__ import annotations
+
+import random
+import time
+
+import numpy as np
+import pytest
+from helpers import NO_CHECKS
+
+from workers.jobs.update import apply_new_answers
+from workers.results.layout import graph_layout, node_size, principal_axes, spread_apart
+from workers.store.answers import accept_answer
+from workers.store.config import StudyConfig
+from workers.store.questions import issue_question
+from workers.store.studies import Item, create_study, get_study
+
+
+def grid_items(n: int) -> list[Item]:
+    """``n`` colour items at known 2-D places (a jittered grid), their colour from their place."""
+    rng = np.random.default_rng(0)
+    side = int(np.ceil(np.sqrt(n)))
+    out = []
+    for i in range(n):
+        x, y = (i % side) + rng.uniform(-.3, .3), (i // side) + rng.uniform(-.3, .3)
+        colour = f"#{int(40 + 200 * x / side):02x}{int(40 + 200 * y / side):02x}90"
+        out.append(Item(id=f"i{i:04d}", kind="color", color=colour, position=(float(x), float(y))))
+    return out
+
+
+def duels_study(conn, n: int, answers_per_item: int, study_id: str = "map") -> str:
+    config = StudyConfig.from_dict({**NO_CHECKS, "name": "Map", "algorithm": "duels", "random_state": 3,
+                                    "pool_size": 40})
+    items = grid_items(n)
+    create_study(conn, config, items, study_id=study_id)
+    study = get_study(conn, study_id)
+    truth = np.array([item.position for item in items])
+    rng = random.Random(1)
+    apply_new_answers(conn, study_id)
+    for k in range(answers_per_item * n):
+        now = time.time()
+        question, _, _ = issue_question(conn, study_id, study.config, n, f"r{k % 25}", now=now, expires_at=now + 600)
+        h, (a, b) = question["head"], question["candidates"]
+        gap = np.linalg.norm(truth[h] - truth[a]) - np.linalg.norm(truth[h] - truth[b])
+        pick = a if rng.random() < 1 / (1 + np.exp(4 * gap)) else b  # near ties answered at random
+        accept_answer(conn, study_id, question, f"r{k % 25}", pick, issued_at=now, response_ms=900, used_ttl=3600)
+        if k % max(60, n // 2) == max(60, n // 2) - 1:
+            apply_new_answers(conn, study_id)
+    apply_new_answers(conn, study_id)
+    return study_id
+
+
+def test_a_duels_map_of_30_items_shows_30_distinct_items_where_the_embedding_puts_them(conn):
+    duels_study(conn, 30, 25)
+    study = get_study(conn, "map")
+    layout = graph_layout(conn, study, "duels")
+    assert layout["placement"] == "embedding" and layout["embedding_dim"] >= 1
+    pos = np.array(layout["positions"])
+    assert len(pos) == 30
+    gaps = np.linalg.norm(pos[:, None] - pos[None], axis=-1) + np.eye(30)
+    assert gaps.min() >= 0.9 * layout["node_size"]  # every item its own place: none drawn over another
+    # the map keeps the items' true arrangement: far apart in truth, far apart on the map
+    truth = np.array([item.position for item in grid_items(30)])
+    true_d = np.linalg.norm(truth[:, None] - truth[None], axis=-1)[np.triu_indices(30, 1)]
+    map_d = gaps[np.triu_indices(30, 1)]
+    assert np.corrcoef(np.argsort(np.argsort(true_d)), np.argsort(np.argsort(map_d)))[0, 1] > 0.6
+    # every item's candidates with the duels behind them; the nearest neighbour drawn is the best one
+    assert all(layout["candidates"])
+    first = layout["candidates"][0][0]
+    assert set(first) == {"item", "win_share", "duels"} and 0 <= first["win_share"] <= 1
+    assert sum(c["duels"] for cands in layout["candidates"] for c in cands) > 0
+    assert len(layout["edges"]) == 30 and len(layout["certified"]) == 30
+    assert {e["from"]: e["to"] for e in layout["edges"]}[0] == first["item"]
+    assert layout["looks"][0] == {"id": "i0000", "kind": "color", "color": grid_items(30)[0].color}
+
+
+def test_spreading_moves_items_off_one_point_and_keeps_distinct_ones_in_place():
+    stacked = np.array([[0.5, 0.5]] * 12 + [[0.1, 0.1], [0.9, 0.9]])
+    out = spread_apart(stacked, gap=0.05)
+    gaps = np.linalg.norm(out[:, None] - out[None], axis=-1) + np.eye(14)
+    assert gaps.min() >= 0.05 * 0.95
+    assert np.allclose(out[12:], stacked[12:], atol=1e-9)  # items with room are not moved
+    assert np.array_equal(spread_apart(stacked, gap=0.05), out)  # deterministic
+
+
+def test_principal_axes_keep_a_flat_embedding_and_pad_a_line():
+    rng = np.random.default_rng(0)
+    flat = rng.normal(size=(50, 2)) * [3, 1]
+    X = np.hstack([flat, np.zeros((50, 2))]) @ np.linalg.qr(rng.normal(size=(4, 4)))[0]
+    pa = principal_axes(X)
+    d = lambda p: np.linalg.norm(p[:, None] - p[None], axis=-1)  # noqa: E731
+    assert np.allclose(d(pa), d(flat), atol=1e-9)
+    line = principal_axes(np.arange(5.0)[:, None])
+    assert np.allclose(line[:, 1], 0) and np.allclose(line[:, 0], np.arange(5.0) - 2)
+    assert node_size(30) > node_size(1000) >= 0.012
+
+
+def test_answers_per_item_leave_out_catch_trials_and_the_state_says_budget_reached(conn):
+    from webapp.stats import study_stats
+    from workers.store.studies import update_config
+
+    create_study(conn, StudyConfig.from_dict({**NO_CHECKS, "name": "Counts", "algorithm": "random_triplets",
+                                              "limits": {"answer_budget": 4}}), grid_items(10), study_id="counts")
+    study = get_study(conn, "counts")
+    for _ in range(3):
+        now = time.time()
+        question, _, _ = issue_question(conn, "counts", study.config, 10, "r1", now=now, expires_at=now + 600)
+        accept_answer(conn, "counts", question, "r1", question["candidates"][0], issued_at=now, response_ms=900,
+                      used_ttl=3600)
+    catch = {"qid": "catch-1", "kind": "triplet", "head": 0, "candidates": [1, 2], "algorithm": "catch", "catch": True}
+    accept_answer(conn, "counts", catch, "r1", 1, issued_at=time.time(), response_ms=900, used_ttl=3600)
+    stats = study_stats(conn, get_study(conn, "counts"))
+    assert stats["answers"] == 4 and stats["learner_answers"] == 3
+    assert stats["answers_per_item"] == pytest.approx(0.3)
+    assert stats["state"] == "budget reached" and stats["study"]["status"] == "running"
+    update_config(conn, "counts", limits={"answer_budget": 100})
+    assert study_stats(conn, get_study(conn, "counts"))["state"] == "running"
