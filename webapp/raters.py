@@ -173,31 +173,27 @@ def load_study_or_404(study_id: str) -> Study:
 
 def practice_payload(study: Study) -> list[dict]:
     """The practice questions with their items; ones naming unknown items are left out."""
-    from .questions_answers import item_payload
+    from engine.kinds import DEFAULT_KIND, get_kind
+
+    from .questions_answers import item_payload, screen_payload
 
     if not study.config.practice:
         return []  # most studies: no need to read (and parse) every item on each page view
     raws = get_redis().lrange(keys.items(study.id), 0, -1)
     index = {json.loads(raw)["id"]: (i, raw) for i, raw in enumerate(raws)}
-
-    def item(item_id):
-        i, raw = index[item_id]
-        return item_payload(study.id, i, raw)
+    index_by_position = dict(enumerate(raws))
 
     out = []
     for p in study.config.practice:
-        ids = [p["head"], *p["candidates"]] if "candidates" in p else list(p["items"])
-        if not all(i in index for i in ids):
-            current_app.logger.warning("practice question of study %s names unknown items: %s", study.id, ids)
+        kind = get_kind(p.get("kind", DEFAULT_KIND))
+        try:
+            # the kind's entry turns the question written with item ids into a screen and its answer
+            screen, answer = kind.practice_screen(p, lambda item_id: index[item_id][0], study.config.settings_of(kind))
+        except KeyError:
+            current_app.logger.warning("practice question of study %s names unknown items: %s", study.id, p)
             continue
-        entry = {"kind": p.get("kind", "triplet"), "explanation": p.get("explanation", "")}
-        if entry["kind"] == "rating":
-            entry.update(prompt=study.config.rating.prompt, items=[item(i) for i in ids],
-                         scale=study.config.rating.to_dict(), answer=list(p["answer"]))
-        else:
-            entry.update(prompt=study.config.question, head=item(ids[0]), candidates=[item(i) for i in ids[1:]],
-                         answer=item(p["answer"])["index"])
-        out.append(entry)
+        items = [item_payload(study.id, i, index_by_position[i]) for i in kind.shown(screen)]
+        out.append({**screen_payload(study, screen, items), "answer": answer, "explanation": p.get("explanation", "")})
     return out
 
 
