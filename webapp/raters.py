@@ -11,6 +11,7 @@ from flask import Blueprint, Response, abort, current_app, redirect, render_temp
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
+from engine.kinds import KINDS
 from workers.store import keys
 from workers.store.answers import RATER_ID_PATTERN
 from workers.store.questions import StudyGuard
@@ -164,6 +165,12 @@ def session_guard(study_id: str, rater: str) -> StudyGuard:
     return StudyGuard(rater=rater, nonce=session.get("rater_sessions", {}).get(study_id) or "")
 
 
+#: Every kind's rater widget (engine/kinds.py), each drawn by templates/raters/widgets/<name>.html and
+#: static/js/widgets/<name>.js; a page carries them all (a study's catch trials and practice questions
+#: may be of another kind than its own questions).
+WIDGETS = tuple(dict.fromkeys(k.widget for k in KINDS.values()))
+
+
 def load_study_or_404(study_id: str) -> Study:
     try:
         return get_study(get_redis(), study_id)
@@ -229,7 +236,7 @@ def study_page(study_id: str) -> ResponseReturnValue:
     claim_rater_session(conn, study.id, rater)
     instructions = render_markdown(study.config.instructions, study)
     return render_template("raters/study.html", study=study, instructions=instructions,
-                           practice=practice_payload(study), answered=stats["answers"],
+                           practice=practice_payload(study), answered=stats["answers"], widgets=WIDGETS,
                            total=study.config.limits.max_questions_per_rater)
 
 
