@@ -570,7 +570,7 @@ class StudyConfig:
             able = ", ".join(n for n, e in _TABLE.items() if asked in e.question_kinds)
             for alg in data.get("algorithms", []):
                 kinds = _TABLE[alg["algorithm"]].question_kinds
-                if "question_kind" not in alg and asked not in kinds and _asks_other_kinds(kinds):
+                if "question_kind" not in alg and asked not in kinds:
                     raise ConfigError(f"{alg['algorithm']} {_asks(kinds)}, not {asked}; choose another "
                                       f"algorithm for this question kind (one of {able})")
         data["algorithms"] = tuple(data.get("algorithms", ()))
@@ -609,12 +609,6 @@ class StudyConfig:
 
 def _asks(kinds: tuple[str, ...]) -> str:
     return f"asks {kinds[0]} questions only" if len(kinds) == 1 else f"asks {' or '.join(kinds)} questions"
-
-
-def _asks_other_kinds(kinds: tuple[str, ...]) -> bool:
-    """An algorithm asking these kinds is not one that asks a single kind of its own (SimForest asks
-    ratings whatever the study's kind: kept so, as configs always had it)."""
-    return len(kinds) > 1 or KINDS[kinds[0]].triplet_derived
 
 
 def _algorithm_from_dict(data: dict, index: int, default_kind: str) -> AlgorithmConfig:
