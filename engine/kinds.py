@@ -25,9 +25,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-#: How many references a rank screen may show, and the default "8-rank-2" (PsiZ's trial).
-MIN_REFERENCES, MAX_REFERENCES = 3, 12
-DEFAULT_REFERENCES, DEFAULT_SELECT = 8, 2
+from . import registry
+
+#: How many references a rank screen may show, and the default "8-rank-2" (PsiZ's trial): the engine's.
+MIN_REFERENCES = registry.SCREEN_PARAMS["rank"]["n_reference"]["minimum"]
+MAX_REFERENCES = registry.SCREEN_PARAMS["rank"]["n_reference"]["maximum"]
+DEFAULT_SELECT = registry.SCREEN_PARAMS["rank"]["n_select"]["default"]
 
 #: The kind a study asks when its config names none (and the kind of a mixed study's catch trials).
 DEFAULT_KIND = "triplet"
@@ -157,6 +160,23 @@ class QuestionKind:
         return 3
 
     # ------------------------------------------------------------------ answers
+    def simulated_rater(self, distances: Any, scale: float, lapse: float, settings: Mapping,
+                        random_state: Any = None) -> Any:
+        """The simulated rater of this kind (``oracle``, an ``engine.oracles`` class) on a distance matrix
+        with the human noise model's logistic ``scale`` and ``lapse`` rate; its ``answer(proposals)``
+        gives the observations :meth:`picks_of` reads. None for kinds answered with a value."""
+        return None
+
+    def picks_of(self, observation: Sequence) -> tuple[int, ...]:
+        """The picks of an observation (what the simulated rater's ``answer`` gives)."""
+        raise NotImplementedError
+
+    def _oracle_class(self) -> type:
+        import importlib
+
+        module, _, cls = self.oracle.partition(":")
+        return getattr(importlib.import_module(module), cls)
+
     def check_answer(self, screen: Mapping, picks: Sequence[int] | None, value: float | None) -> tuple[int, ...]:
         """The picks of an answer to ``screen`` as a tuple of item indices; AnswerError saying what the
         question needs otherwise (a rating's value is checked by the study's scale)."""
@@ -234,6 +254,12 @@ class _Triplet(QuestionKind):
     def triplets(self, shown, picks):
         head, a, b = shown
         return [(head, a, b, picks[0])]
+
+    def simulated_rater(self, distances, scale, lapse, settings, random_state=None):
+        return self._oracle_class()(distances, noise=scale, model="human", lapse=lapse, random_state=random_state)
+
+    def picks_of(self, observation):
+        return (int(observation[3]),)
 
     def catch_screen(self, head, similar, different, others, settings, rng):
         candidates = [similar, different]
@@ -316,6 +342,12 @@ class _OddOneOut(QuestionKind):
 
         a, b, c = shown
         return [tuple(int(x) for x in t) for t in odd_one_out_triplets(a, b, c, picks[0])]
+
+    def simulated_rater(self, distances, scale, lapse, settings, random_state=None):
+        return self._oracle_class()(distances, scale=scale, lapse=lapse, random_state=random_state)
+
+    def picks_of(self, observation):
+        return (int(observation[3]),)
 
     def catch_screen(self, head, similar, different, others, settings, rng):
         items = [head, similar, different]
@@ -404,6 +436,13 @@ class _Rank(QuestionKind):
         from .screens import rank_triplets
 
         return [tuple(int(x) for x in t) for t in rank_triplets(shown[0], tuple(shown[1:]), tuple(picks))]
+
+    def simulated_rater(self, distances, scale, lapse, settings, random_state=None):
+        return self._oracle_class()(distances, scale=scale, lapse=lapse, n_select=int(settings["n_select"]),
+                                    random_state=random_state)
+
+    def picks_of(self, observation):
+        return tuple(int(p) for p in observation[2])
 
     def catch_screen(self, head, similar, different, others, settings, rng):
         # one reference very like the head among n - 1 very unlike it: the first pick must be the like one
@@ -496,10 +535,8 @@ _ENTRIES = (
                       "answers: go with your first impression."),
         # both scaled by n and k: screen_seconds, too_fast
         too_fast_ms=0, seconds=SECONDS_TRIPLET, oracle="engine.oracles:RankOracle",
-        settings={"n_reference": {"type": "integer", "minimum": MIN_REFERENCES, "maximum": MAX_REFERENCES,
-                                  "default": DEFAULT_REFERENCES},
-                  "n_select": {"type": "integer", "minimum": 1, "maximum": MAX_REFERENCES - 1,
-                               "default": DEFAULT_SELECT}},
+        # the study's n and k, as the engine's screen planners take them (engine.registry.SCREEN_PARAMS)
+        settings={k: v for k, v in registry.SCREEN_PARAMS["rank"].items() if k in ("n_reference", "n_select")},
         practice_schema={"type": "object", "additionalProperties": False,
                          "required": ["kind", "head", "candidates", "answer"],
                          "properties": {"kind": {"const": "rank"}, "head": _ITEM_ID,
@@ -513,8 +550,10 @@ _ENTRIES = (
 
 #: name (as in a study config) -> :class:`QuestionKind`, in the order researchers see them.
 KINDS: Mapping[str, QuestionKind] = MappingProxyType({k.name: k for k in _ENTRIES})
-#: Every question kind, defined once (engine.registry and the study config read it from here).
-QUESTION_KINDS: tuple[str, ...] = tuple(KINDS)
+#: Every question kind, as the algorithm table lists them (``engine.registry.QUESTION_KINDS``): one entry each.
+QUESTION_KINDS: tuple[str, ...] = registry.QUESTION_KINDS
+if tuple(KINDS) != QUESTION_KINDS:
+    raise ImportError(f"engine.kinds describes {tuple(KINDS)} but engine.registry lists {QUESTION_KINDS}")
 
 
 def get_kind(name: str) -> QuestionKind:

@@ -16,6 +16,7 @@ from engine.comparison_tree import ComparisonForest, ForestRoute
 from engine.kinds import KINDS, kind_of
 from engine.registry import (
     ALGORITHMS,
+    SCREEN_PARAMS,
     common_progress,
     drive_as_pool,
     entry_for_state,
@@ -80,7 +81,8 @@ class Learner:
         index = config.algorithms.index(algorithm)
         entry = ALGORITHMS[algorithm.algorithm]
         # parameters stored before an algorithm dropped one (e.g. a window for Random) are ignored
-        params = {k: v for k, v in algorithm.params.items() if k in entry.params}
+        params = {k: v for k, v in algorithm.params.items()
+                  if k in entry.params or k in SCREEN_PARAMS.get(algorithm.question_kind, {})}
         seed = _seed(config, index)
         unlabelled = labels is None or any(x is None for x in labels)
         if entry.needs_labels and unlabelled:

@@ -20,6 +20,7 @@ import yaml
 
 from engine.kinds import DEFAULT_KIND, KINDS, QUESTION_KINDS, get_kind
 from engine.registry import ALGORITHMS as _TABLE
+from engine.registry import SCREEN_PARAMS
 from engine.registry import DEFAULT_NN_ALGORITHM, default_algorithm  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
@@ -558,9 +559,11 @@ class StudyConfig:
                                    "params": data.pop("params", {})}]
         errors = []
         for i, alg in enumerate(data.get("algorithms", [])):
-            schema = {"type": "object", "additionalProperties": False, "properties": PARAMS_SCHEMAS[alg["algorithm"]]}
+            kind = alg.get("question_kind") or data.get("question_kind", DEFAULT_KIND)
+            props = {**PARAMS_SCHEMAS[alg["algorithm"]], **_screen_params(kind)}
+            schema = {"type": "object", "additionalProperties": False, "properties": props}
             for e in jsonschema.Draft202012Validator(schema).iter_errors(alg.get("params", {})):
-                errors.append(_describe(e, prefix=f"algorithms.{i}.params", allowed=PARAMS_SCHEMAS[alg["algorithm"]],
+                errors.append(_describe(e, prefix=f"algorithms.{i}.params", allowed=props,
                                         what=f"parameter(s) for {alg['algorithm']}"))
         if errors:
             raise ConfigError("; ".join(errors))
@@ -605,6 +608,15 @@ class StudyConfig:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def _screen_params(kind: str) -> dict:
+    """The parameters an algorithm takes in a study of ``kind`` besides its own: how a screen kind's
+    planner chooses screens (``screens``: adaptive, or random as the baseline; engine.registry.SCREEN_PARAMS),
+    not the screen's size, which is the study's (``rank: {n_reference, n_select}``)."""
+    fragments = SCREEN_PARAMS.get(kind, {})
+    return {k: {kk: vv for kk, vv in v.items() if kk != "default"} for k, v in fragments.items()
+            if k not in KINDS[kind].settings} if kind in KINDS else {}
 
 
 def _asks(kinds: tuple[str, ...]) -> str:
