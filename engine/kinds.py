@@ -145,7 +145,11 @@ class QuestionKind:
 
     def proposal(self, screen: Mapping) -> tuple:
         """The planner's proposal a screen was built from (what its ``forget`` takes)."""
-        raise NotImplementedError
+        return self.proposal_of(self.shown(screen))
+
+    def proposal_of(self, shown: Sequence[int]) -> tuple:
+        """The proposal of a screen showing ``shown`` (in display order)."""
+        return tuple(int(i) for i in shown)
 
     def random_screen(self, n_items: int, settings: Mapping, rng: random.Random | None = None) -> dict:
         """A uniformly random screen: a pool's fallback, the random-screen baseline."""
@@ -234,9 +238,6 @@ class _Triplet(QuestionKind):
         head, a, b = (_item(x) for x in proposal)
         return {"kind": self.name, "head": head, "candidates": [a, b]}
 
-    def proposal(self, screen):
-        return (int(screen["head"]), *(int(c) for c in screen["candidates"]))
-
     def _random_proposal(self, n_items, settings, rng):
         return tuple(rng.sample(range(n_items), 3))
 
@@ -285,9 +286,6 @@ class _Rating(QuestionKind):
         i, j = (_item(x) for x in proposal)
         return {"kind": self.name, "items": [i, j]}
 
-    def proposal(self, screen):
-        return tuple(int(i) for i in screen["items"])
-
     def _random_proposal(self, n_items, settings, rng):
         return tuple(rng.sample(range(n_items), 2))
 
@@ -318,9 +316,6 @@ class _OddOneOut(QuestionKind):
     def screen(self, proposal, settings):
         items = [_item(x) for x in proposal]
         return {"kind": self.name, "items": items}
-
-    def proposal(self, screen):
-        return tuple(int(i) for i in screen["items"])
 
     def _random_proposal(self, n_items, settings, rng):
         return tuple(rng.sample(range(n_items), 3))
@@ -409,8 +404,8 @@ class _Rank(QuestionKind):
         return {"kind": self.name, "head": _item(head), "candidates": [_item(r) for r in references],
                 "select": int(settings["n_select"])}
 
-    def proposal(self, screen):
-        return (int(screen["head"]), tuple(int(c) for c in screen["candidates"]))
+    def proposal_of(self, shown):
+        return (int(shown[0]), tuple(int(c) for c in shown[1:]))
 
     def _random_proposal(self, n_items, settings, rng):
         drawn = rng.sample(range(n_items), int(settings["n_reference"]) + 1)
