@@ -222,6 +222,22 @@ class QuestionKind:
         """(screen, expected answer in item indices) of a practice question written with item ids."""
         raise NotImplementedError
 
+    def practice_items(self, practice: Mapping) -> list[tuple[str, str]]:
+        """(field, item id) of every item a practice question names, its answer included."""
+        named = [("head", practice["head"])] if "head" in practice else []
+        named += [(f"candidates.{c}", x) for c, x in enumerate(practice.get("candidates", ()))]
+        named += [(f"items.{c}", x) for c, x in enumerate(practice.get("items", ()))]
+        answer = practice.get("answer")
+        if isinstance(answer, str):
+            named.append(("answer", answer))
+        elif self.picks_are_items(answer):
+            named += [(f"answer.{c}", x) for c, x in enumerate(answer)]
+        return named
+
+    @staticmethod
+    def picks_are_items(answer: Any) -> bool:
+        return isinstance(answer, (list, tuple)) and all(isinstance(x, str) for x in answer)
+
     def check_practice(self, practice: Mapping, settings: Mapping) -> tuple[str, str] | None:
         """Why a practice question (item ids) cannot be asked, as (its field, what is wrong), None when
         it can."""

@@ -100,8 +100,10 @@ def _by_position(positions: list[tuple[float, ...]], rng: random.Random) -> list
         far = others[len(others) - max(1, int(FAR_SHARE * len(others))):]
         far_distance, different = far[rng.randrange(len(far))]
         if similar != different and near_distance <= MAX_DISTANCE_RATIO * far_distance:
-            # more far items for grids, each at least twice as far from the head as the like one
-            fillers = [j for d, j in far if j != different and near_distance <= MAX_DISTANCE_RATIO * d]
+            # more unlike items for grids: from the farther half of the head's items, each at least twice as
+            # far from the head as the like one
+            fillers = [j for d, j in others[len(others) // 2:]
+                       if j != different and near_distance <= MAX_DISTANCE_RATIO * d]
             more = tuple(rng.sample(fillers, min(OTHERS, len(fillers))))
             found.append((Comparison(h, similar, different, others=more), far_distance))
     largest = max((d for _, d in found), default=0.0)

@@ -20,8 +20,7 @@ import yaml
 
 from engine.kinds import DEFAULT_KIND, KINDS, QUESTION_KINDS, get_kind
 from engine.registry import ALGORITHMS as _TABLE
-from engine.registry import SCREEN_PARAMS
-from engine.registry import DEFAULT_NN_ALGORITHM, default_algorithm  # noqa: F401 (re-exported)
+from engine.registry import DEFAULT_NN_ALGORITHM, SCREEN_PARAMS, default_algorithm  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from engine.kinds import QuestionKind

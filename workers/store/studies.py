@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import nh3
 
+from engine.kinds import DEFAULT_KIND, get_kind
 from workers.store import keys
 from workers.store.config import ALGORITHM_TABLE, LABELLED_ALGORITHMS, StudyConfig, default_algorithm
 from workers.store.css import CssRefused, check_css
@@ -196,12 +197,8 @@ def check_item_references(config: StudyConfig, items: list[Item]) -> None:
                           f"{len(items)} items (ids: {', '.join(list(kinds)[:5])}{', ...' if len(kinds) > 5 else ''})")
 
     for n, p in enumerate(config.practice):
-        named = [("head", p["head"])] if "head" in p else []
-        named += [(f"candidates.{c}", x) for c, x in enumerate(p.get("candidates", ()))]
-        named += [(f"items.{c}", x) for c, x in enumerate(p.get("items", ()))]
-        if "candidates" in p:
-            named.append(("answer", p["answer"]))
-        for where, item_id in named:
+        # every item the practice question names, as its kind's entry lists them (engine/kinds.py)
+        for where, item_id in get_kind(p.get("kind", DEFAULT_KIND)).practice_items(p):
             if item_id not in kinds:
                 raise unknown(f"practice.{n}.{where}", item_id)
     for field_name, text in (("instructions", config.instructions), ("consent", config.consent),

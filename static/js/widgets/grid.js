@@ -35,6 +35,7 @@
         b.type = "button";
         b.className = "candidate grid-ref";
         b.dataset.n = String(n);
+        b.dataset.index = String(item.index);
         b.setAttribute("aria-keyshortcuts", KEYS[n]);
         const box = document.createElement("span");
         box.className = "grid-item";
