@@ -21,13 +21,13 @@ from flask import (
     url_for,
 )
 
+from engine.kinds import DEFAULT_KIND, KINDS
 from workers.store import keys
 from workers.store.backup import set_aside_answers
 from workers.store.config import (
     ALGORITHM_TABLE,
     ALGORITHMS,
     DEFAULT_NN_ALGORITHM,
-    QUESTION_KINDS,
     ConfigError,
     StudyConfig,
 )
@@ -136,7 +136,8 @@ def _new_study_page(error: str | None = None, status: int = 200, form=None):
         form = request.form if request.method == "POST" else {}
     return render_template("dashboard/new.html", error=error, form=form, algorithms=ALGORITHMS,
                            algorithm_table=ALGORITHM_TABLE, default_algorithm=DEFAULT_NN_ALGORITHM,
-                           question_kinds=QUESTION_KINDS, upload_limit=upload_limit(), never_ends=NEVER_ENDS,
+                           kinds=list(KINDS.values()), default_kind=DEFAULT_KIND, upload_limit=upload_limit(),
+                           never_ends=NEVER_ENDS,
                            upload_size=size_text(upload_limit())), status
 
 
@@ -145,8 +146,21 @@ def config_from_form(form: Mapping[str, str], files: Mapping[str, FileStorage]) 
     upload = files.get("config_file")
     if upload and upload.filename:
         return config_from_yaml_bytes(upload.read(), upload.filename)
+    kind = form.get("question_kind") or DEFAULT_KIND
     data = {"name": form.get("name", "").strip(), "algorithm": form.get("algorithm") or DEFAULT_NN_ALGORITHM,
-            "question_kind": form.get("question_kind") or "triplet"}
+            "question_kind": kind}
+    if kind in KINDS and KINDS[kind].settings:
+        # the kind's own settings (a grid's n and k), fields named "<kind>:<setting>"; empty: its default
+        settings = {}
+        for name in KINDS[kind].settings:
+            value = form.get(f"{kind}:{name}", "").strip()
+            if value:
+                try:
+                    settings[name] = int(value)
+                except ValueError:
+                    raise ConfigError(f"field '{kind}.{name}' must be a whole number, got {value!r}") from None
+        if settings:
+            data[kind] = settings
     for name in ("instructions", "consent"):
         if form.get(name, "").strip():
             data[name] = form[name].strip()
