@@ -53,8 +53,21 @@ def _pilot_from_study(conn: Redis, study_id: str) -> tuple[np.ndarray, int, dict
               help="Number of items of a --pilot file (default: the largest index + 1).")
 @click.option("--algorithms", default="", metavar="A,B,...",
               help="Learners to simulate (default: every learner of the table a triplet study can run).")
+@click.option("--kinds", default="triplet", show_default=True, metavar="K,K,...",
+              help="Question kinds to compare, every learner asking each: triplet, odd_one_out, rank "
+                   "(budgets are then screens per item).")
+@click.option("--n-reference", type=click.IntRange(3, 12), default=None,
+              help="References of a rank screen (default 8).")
+@click.option("--n-select", type=click.IntRange(1, 11), default=None,
+              help="References a rater picks on a rank screen, most similar first (default 2).")
+@click.option("--seconds", "seconds_spec", default="", metavar="KIND=S,...",
+              help="A rater's seconds per screen of a kind (a pilot's median; default: engine/kinds.py's stated "
+                   "figures, their sources there), for the raters' hours and --wage.")
+@click.option("--wage", type=click.FloatRange(min=0), default=None,
+              help="Pay per hour of raters' time: prints what each budget costs by the time its screens take "
+                   "(instead of --pay per screen).")
 @click.option("--budgets", default="10,20,50,100,200,500", show_default=True, metavar="N,N,...",
-              help="Answers per item at which accuracy is measured.")
+              help="Answers (screens) per item at which accuracy is measured.")
 @click.option("--runs", default=3, show_default=True, type=click.IntRange(1, 100),
               help="Simulations per learner (seeds; with a pilot each also refits a bootstrap resample).")
 @click.option("--noise", type=click.FloatRange(min=0), default=None,
@@ -80,7 +93,8 @@ def _pilot_from_study(conn: Redis, study_id: str) -> tuple[np.ndarray, int, dict
 def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str | None, n_items: int | None,
                  algorithms: str, budgets: str, runs: int, noise: float | None, lapse: float | None, pay: float | None,
                  currency: str, target: float, metric: str, batch: int, jobs: int | None, json_path: Path | None,
-                 max_seconds: float = 300.0) -> None:
+                 max_seconds: float = 300.0, kinds: str = "triplet", n_reference: int | None = None,
+                 n_select: int | None = None, seconds_spec: str = "", wage: float | None = None) -> None:
     """Plan a study's budget before paying: expected nearest-neighbour accuracy against answers per item.
 
     Every applicable learner runs in-process on simulated raters (logistic + lapse human noise) that answer
@@ -98,8 +112,22 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
 
     if sum(x is not None for x in (truth_spec, pilot_path, study_id)) != 1:
         raise click.UsageError("give exactly one of --truth, --pilot or --study")
+    if pay is not None and wage is not None:
+        raise click.UsageError("give --pay (per screen) or --wage (per hour of raters' time), not both")
+    size = {k: v for k, v in (("n_reference", n_reference), ("n_select", n_select)) if v is not None}
     try:
-        names = planning.plannable_algorithms([a.strip() for a in algorithms.split(",") if a.strip()])
+        wanted = [a.strip() for a in algorithms.split(",") if a.strip()]
+        kind_list = planning.plannable_kinds([k.strip() for k in kinds.split(",") if k.strip()])
+        seconds = {}
+        for part in filter(None, (x.strip() for x in seconds_spec.split(","))):
+            kind, _, value = part.partition("=")
+            if kind not in kind_list or not value:
+                raise ValueError(f"--seconds takes KIND=SECONDS for the planned kinds ({', '.join(kind_list)}), "
+                                 f"got {part!r}")
+            seconds[kind] = float(value)
+        lines = planning.arms(wanted, kind_list, {k: size for k in kind_list if size and "n_reference" in
+                                                  planning.get_kind(k).settings}, seconds)
+        names = [line.label for line in lines]
         grid = planning.check_budgets([float(b) for b in budgets.split(",") if b.strip()])
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
@@ -141,15 +169,16 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
         spread = "seeds and bootstrap resamples of the pilot"
     click.echo(f"Simulating {', '.join(names)} ({runs} runs each, up to {grid[-1]:g} answers per item, "
                f"{jobs} processes; at most about {max_seconds:g} s of CPU per process, --max-seconds) ...", err=True)
-    result = planning.plan(scenarios, names, grid, runs=runs, batch=batch, jobs=jobs, source=source, spread=spread,
-                            params=params, max_seconds=max_seconds)
-    for line in planning.format_plan(result, target=target, metric=metric, pay=pay, currency=currency):
+    result = planning.plan(scenarios, wanted or None, grid, runs=runs, batch=batch, jobs=jobs, source=source,
+                           spread=spread, params=params, max_seconds=max_seconds, kinds=kind_list,
+                           settings={line.kind: dict(line.settings) for line in lines}, seconds=seconds)
+    for line in planning.format_plan(result, target=target, metric=metric, pay=pay, currency=currency, wage=wage):
         click.echo(line)
     click.echo(f"\nPlanned in {time.perf_counter() - started:.1f} s.", err=True)
     if result.cut_short:
         click.echo(f"Time limit: {', '.join(result.cut_short)} did not reach every budget within --max-seconds "
                    f"{max_seconds:g}; raise it (or lower --budgets, --runs) for the rest.", err=True)
-    doc = {**result.to_dict(), "target": target, "metric": metric, "pay": pay, "currency": currency,
+    doc = {**result.to_dict(), "target": target, "metric": metric, "pay": pay, "wage": wage, "currency": currency,
            "created_at": time.time(),
            "reach": {name: result.reach(name, target, metric)[0].__dict__ for name in result.algorithms}}
     if json_path is not None:
