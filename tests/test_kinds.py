@@ -198,3 +198,10 @@ def test_importing_the_table_stays_cheap():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_the_api_description_lists_the_kinds_of_the_table():
+    import yaml
+
+    spec = yaml.safe_load((ROOT / "docs" / "openapi.yaml").read_text())
+    assert tuple(spec["components"]["schemas"]["Question"]["properties"]["kind"]["enum"]) == QUESTION_KINDS
