@@ -391,16 +391,28 @@ class RankScreens(_Screens):
         self.load_ = np.zeros(self.n_items, np.int64)  # screens per head, answered or pending
 
     def _references(self, h: int, cands: np.ndarray) -> list[int]:
-        take = self.n_reference - self.n_explore if len(cands) else 0
+        """The head's ``n_reference - n_explore`` likeliest neighbours, then explorers: alternately one
+        of its next likeliest (past those shown, where the model may have misplaced the true neighbour)
+        and a uniformly random item (the model's blind spots); random items fill what is left."""
+        if not len(cands):
+            return self._random_others({h}, self.n_reference)
+        take = self.n_reference - self.n_explore
         refs = [int(c) for c in cands[:take] if c != h]
-        return refs + self._random_others({h, *refs}, self.n_reference - len(refs))
+        tail = [int(c) for c in cands[take:] if c != h and int(c) not in refs]
+        near = self.rng_.permutation(len(tail)).tolist()
+        for e in range(self.n_reference - len(refs)):
+            if e % 2 == 0 and near:
+                refs.append(tail[near.pop()])
+            else:
+                refs.extend(self._random_others({h, *refs}, 1))
+        return refs
 
     def next_questions(self, budget: int) -> list[tuple[int, tuple[int, ...]]]:
         budget = self._check_budget(budget)
         if budget == 0:
             return []
         refresh = getattr(self.planner, "refresh_if_due", None)
-        if self.screens == "adaptive" and refresh is not None:
+        if refresh is not None:  # the learner's refits happen as when it plans its own questions
             refresh()
         n = self.n_items
         tie = self.rng_.permutation(n)
