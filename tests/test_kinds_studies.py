@@ -188,3 +188,53 @@ def test_repeats_and_catch_trials_of_screens_replay_as_they_were_judged(conn, ki
     flags, _ = replay_rater_stats(log, config, items)
     assert flags["2-0"] == "repeat_agree"
     assert flags["3-0"] == "catch_pass" and flags["4-0"] == "catch_fail"
+
+
+def _texts_csv(n: int = 12) -> bytes:
+    return ("id,text\n" + "".join(f"t{i},Item number {i}\n" for i in range(n))).encode()
+
+
+def test_the_new_study_form_asks_any_kind_with_a_grids_size_and_warns_of_weak_learners(researcher_client, conn):
+    from workers.store.studies import get_study, list_studies
+
+    form = researcher_client.get("/studies/new").get_data(as_text=True)
+    for kind in ("triplet", "rating", "odd_one_out", "rank"):
+        assert f'<option value="{kind}"' in form
+    assert 'name="rank:n_reference"' in form and 'name="rank:n_select"' in form
+    assert "loses to random questions" in form  # anntri, ann and random carry the table's warning
+    response = researcher_client.post("/studies/new", data={
+        "name": "Grid", "question_kind": "rank", "rank:n_reference": "6", "rank:n_select": "1",
+        "items": (io.BytesIO(_texts_csv()), "items.csv")}, content_type="multipart/form-data", follow_redirects=True)
+    assert response.status_code == 200, response.get_data(as_text=True)[:500]
+    study = get_study(conn, next(s.id for s in list_studies(conn) if s.config.name == "Grid"))
+    assert study.config.question_kind == "rank" and study.config.settings_of("rank") == {"n_reference": 6,
+                                                                                          "n_select": 1}
+    response = researcher_client.post("/studies/new", data={
+        "name": "Weak", "algorithm": "anntri", "question_kind": "triplet",
+        "items": (io.BytesIO(_texts_csv()), "items.csv")}, content_type="multipart/form-data", follow_redirects=True)
+    page = response.get_data(as_text=True)
+    assert "anntri in a triplet study: In triplet studies" in page and "loses to random questions" in page
+    # a grid larger than the items is refused in words
+    response = researcher_client.post("/studies/new", data={
+        "name": "Too big", "question_kind": "rank", "rank:n_reference": "12",
+        "items": (io.BytesIO(_texts_csv(8)), "items.csv")}, content_type="multipart/form-data")
+    assert response.status_code == 400 and "shows 13 items, but the study has only 8" in response.get_data(as_text=True)
+
+
+def test_proxima_create_warns_of_a_learner_that_loses_to_random_questions(conn, redis_url, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from webapp.cli import main as cli
+
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    (tmp_path / "items.csv").write_bytes(_texts_csv())
+    (tmp_path / "study.yaml").write_text("name: Weak\nalgorithm: anntri\nquestion_kind: triplet\n")
+    result = CliRunner().invoke(cli, ["create", str(tmp_path / "study.yaml"), "--items", str(tmp_path / "items.csv"),
+                                      "--id", "weak"])
+    assert result.exit_code == 0, result.output
+    assert "Warning: anntri in a triplet study: In triplet studies" in result.output
+    assert "loses to random questions" in result.output
+    (tmp_path / "odd.yaml").write_text("name: Odd\nquestion_kind: odd_one_out\n")
+    result = CliRunner().invoke(cli, ["create", str(tmp_path / "odd.yaml"), "--items", str(tmp_path / "items.csv"),
+                                      "--id", "odd"])
+    assert result.exit_code == 0 and "loses to random" not in result.output
