@@ -99,6 +99,13 @@ def test_an_odd_one_out_study_learns_from_whole_screens_and_exports_them(client,
     assert answers[0]["picks_ids"] == f"c{log[0].picks[0]}"
     jsonl = researcher_client.get(f"/studies/{study}/answers.jsonl").get_data(as_text=True).splitlines()
     assert json.loads(jsonl[0])["picks"] == str(log[0].picks[0])
+    # the researcher watches it on the dashboard like any study
+    for tab in ("overview", "learning", "raters", "settings", "downloads"):
+        page = researcher_client.get(f"/studies/{study}?tab={tab}")
+        assert page.status_code == 200, tab
+    assert "<td>odd_one_out</td>" in researcher_client.get(f"/studies/{study}?tab=learning").get_data(as_text=True)
+    stats = researcher_client.get(f"/api/studies/{study}/stats").get_json()
+    assert stats["answers"] == 30 and stats["algorithms"][0]["question_kind"] == "odd_one_out"
 
 
 def test_a_rank_study_takes_ordered_picks_and_refuses_bad_ones_in_words(client, researcher_client, conn):
