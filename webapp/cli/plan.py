@@ -41,6 +41,22 @@ def _pilot_from_study(conn: Redis, study_id: str) -> tuple[np.ndarray, int, dict
         raise click.ClickException(f"study {study_id} has no triplet answers yet: run a pilot first") from None
 
 
+def _study_kinds(study_id: str) -> tuple[str, dict]:
+    """The triplet-implying question kinds a study asks (comma-separated) and its grid's size, if any."""
+    from workers.store.studies import get_study
+
+    with redis_connection() as conn:
+        try:
+            config = get_study(conn, study_id).config
+        except StudyNotFound as exc:
+            raise click.ClickException(str(exc)) from None
+    kinds = [a.question_kind for a in config.algorithms if a.kind.triplet_derived]
+    size = {}
+    for name in kinds:
+        size.update(config.settings_of(name))
+    return ",".join(dict.fromkeys(kinds)), size
+
+
 @click.command("plan")
 @click.option("--truth", "truth_spec", default=None, metavar="SPEC",
               help="Plan from a known truth: points:FILE.csv (columns id,x1,x2,...), matrix:FILE.csv (header row "
@@ -53,9 +69,9 @@ def _pilot_from_study(conn: Redis, study_id: str) -> tuple[np.ndarray, int, dict
               help="Number of items of a --pilot file (default: the largest index + 1).")
 @click.option("--algorithms", default="", metavar="A,B,...",
               help="Learners to simulate (default: every learner of the table a triplet study can run).")
-@click.option("--kinds", default="triplet", show_default=True, metavar="K,K,...",
+@click.option("--kinds", default=None, metavar="K,K,...",
               help="Question kinds to compare, every learner asking each: triplet, odd_one_out, rank "
-                   "(budgets are then screens per item).")
+                   "(budgets are then screens per item; default: a --study's own kinds, else triplet).")
 @click.option("--n-reference", type=click.IntRange(3, 12), default=None,
               help="References of a rank screen (default 8).")
 @click.option("--n-select", type=click.IntRange(1, 11), default=None,
@@ -93,7 +109,7 @@ def _pilot_from_study(conn: Redis, study_id: str) -> tuple[np.ndarray, int, dict
 def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str | None, n_items: int | None,
                  algorithms: str, budgets: str, runs: int, noise: float | None, lapse: float | None, pay: float | None,
                  currency: str, target: float, metric: str, batch: int, jobs: int | None, json_path: Path | None,
-                 max_seconds: float = 300.0, kinds: str = "triplet", n_reference: int | None = None,
+                 max_seconds: float = 300.0, kinds: str | None = None, n_reference: int | None = None,
                  n_select: int | None = None, seconds_spec: str = "", wage: float | None = None) -> None:
     """Plan a study's budget before paying: expected nearest-neighbour accuracy against answers per item.
 
@@ -115,9 +131,12 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
     if pay is not None and wage is not None:
         raise click.UsageError("give --pay (per screen) or --wage (per hour of raters' time), not both")
     size = {k: v for k, v in (("n_reference", n_reference), ("n_select", n_select)) if v is not None}
+    if kinds is None and study_id is not None:
+        kinds, study_size = _study_kinds(study_id)
+        size = {**study_size, **size}
     try:
         wanted = [a.strip() for a in algorithms.split(",") if a.strip()]
-        kind_list = planning.plannable_kinds([k.strip() for k in kinds.split(",") if k.strip()])
+        kind_list = planning.plannable_kinds([k.strip() for k in (kinds or "").split(",") if k.strip()])
         seconds = {}
         for part in filter(None, (x.strip() for x in seconds_spec.split(","))):
             kind, _, value = part.partition("=")
