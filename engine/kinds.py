@@ -279,8 +279,7 @@ class _Triplet(QuestionKind):
         return (int(observation[3]),)
 
     def catch_screen(self, head, similar, different, others, settings, rng):
-        candidates = [similar, different]
-        rng.shuffle(candidates)
+        candidates = [similar, different] if rng.random() < 0.5 else [different, similar]
         return {"kind": self.name, "head": head, "candidates": candidates}, similar
 
     def repeat_screen(self, screen, rng):

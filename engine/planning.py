@@ -20,7 +20,7 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.spatial.distance import cdist
@@ -148,7 +148,7 @@ class Scenario:
     def n_items(self) -> int:
         return len(self.distances)
 
-    def oracle(self, random_state: RandomState, kind: str = DEFAULT_KIND, settings: dict | None = None):
+    def oracle(self, random_state: RandomState, kind: str = DEFAULT_KIND, settings: dict | None = None) -> Any:
         """The simulated rater of ``kind`` (:meth:`engine.kinds.QuestionKind.simulated_rater`) on this
         world's distances and noise."""
         entry = get_kind(kind)

@@ -209,7 +209,7 @@ def catch_question(study: Study, found: list[Comparison]) -> dict | None:
     kind = KINDS[study.config.catch_kind]
     head, similar, different, far_apart, others = random.choice(found)
     common = {"algorithm": CATCH_ALGORITHM, "fallback": False, "catch": True}
-    rng = random.Random()
+    rng = random  # the process's generator, as every draw of a request (a seeded test replays them)
     if kind.asks == "pair":  # a rating expects a value on the scale, not a pick
         far = [c for c in found if c.far]
         alike = not far or random.random() < 0.5

@@ -19,10 +19,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from engine.kinds import get_kind
+from engine.kinds import QuestionKind, get_kind
 
 #: spread (sigma of log think time) of the log-normal think time
 THINK_SPREAD = 0.5
@@ -308,7 +309,7 @@ class Rater:
         picks = self.screen_picks(kind, question)
         return {"choice": picks[0]} if len(picks) == 1 and "select" not in question else {"picks": list(picks)}
 
-    def screen_picks(self, kind, question: dict) -> list[int]:
+    def screen_picks(self, kind: QuestionKind, question: dict) -> list[int]:
         """The items this rater picks on a screen (item indices, in order): engine.oracles' human model
         of the kind on the truth, or (careless) a uniformly random answer."""
         shown = [question["head"], *question["candidates"]] if kind.headed else list(question["items"])
@@ -321,7 +322,7 @@ class Rater:
         observation = self.oracle(kind, k).answer([kind.proposal_of(positions)])[0]
         return [at[p] for p in kind.picks_of(observation)]
 
-    def oracle(self, kind, n_select: int = 1):
+    def oracle(self, kind: QuestionKind, n_select: int = 1) -> Any:
         """engine.oracles' human model of ``kind`` on this truth (one per kind and number of picks),
         seeded from the rater's generator."""
         key = (kind.name, n_select)

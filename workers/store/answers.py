@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
     from redis import Redis
 
+    from engine.kinds import QuestionKind
+
 
 #: Accepting an answer (and issuing the rater's next question): workers/store/lua/accept.lua.
 ACCEPT = Script("accept.lua")
@@ -100,7 +102,7 @@ class Answer:
             object.__setattr__(self, "picks", (self.choice,))
 
     @property
-    def question_kind(self):
+    def question_kind(self) -> QuestionKind:
         """This answer's entry of the table of question kinds (:class:`engine.kinds.QuestionKind`)."""
         return get_kind(self.kind)
 
@@ -255,10 +257,16 @@ def answer_problem(answer: Answer, n_items: int, rating_range: tuple[float, floa
         return "an item shown twice in one question"
     if answer.skipped:
         return None if not answer.picks else "a skipped answer with a choice"
+    offered = answer.shown[1:] if kind.headed else answer.shown
+    if answer.choice != NO_ITEM and answer.choice not in offered:
+        return f"choice {answer.choice} was not one of the offered items {list(offered)}"
     try:
         kind.check_answer(answer.question(), list(answer.picks), answer.value)
     except AnswerError as exc:
         return str(exc)
+    if (tuple(x for x in (answer.head, answer.a, answer.b) if x != NO_ITEM) != answer.shown[:3]
+            or (answer.picks[0] if answer.picks else NO_ITEM) != answer.choice):
+        return "its head, a, b and choice columns disagree with the screen it records (shown, picks)"
     if answer.probe is not None and answer.probe not in answer.shown[1:]:
         return f"probe {answer.probe} is not one of the offered items"
     if (answer.value is not None and rating_range is not None
