@@ -68,7 +68,7 @@ class QuestionKind:
     items); ``asks`` what a planner proposes for it ("pair": ``(i, j)``, "triplet": ``(head, a, b)``,
     "triple": ``(a, b, c)``, "grid": ``(head, (r1, ..., rn))``); ``triplet_derived`` its answers imply
     anchored triplets (so triplet learners learn from them and they export as triplets); ``widget`` the
-    rater page's renderer (``static/js/rater.js``: ``WIDGETS[widget]``, its markup in
+    rater page's renderer (``static/js/widgets/<widget>.js``: ``window.ProximaWidgets[widget]``, its markup in
     ``templates/raters/widgets/<widget>.html``); ``settings`` the JSON-schema fragments of the study's
     ``<name>:`` section with their defaults; ``prompt`` and ``instructions`` the rater's texts (``{k}``,
     ``{n}`` filled from the settings); ``too_fast_ms`` the default too-fast threshold per screen (a

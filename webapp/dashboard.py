@@ -301,7 +301,9 @@ def study(study_id: str) -> ResponseReturnValue:
                  "budget": None if budget is None else budget * pay}
     context = {"study": study, "stats": stats, "tab": tab, "tabs": TABS, "plan": plan, "per_item": per_item,
                "expected": expected_now(plan, per_item), "money": money, "budget": budget,
-               "flagged": []}
+               "flagged": [],
+               # the too-fast threshold a study without its own gets: its first algorithm's kind's
+               "too_fast_default": study.config.too_fast_ms(study.config.algorithms[0].kind)}
     if tab in ("overview", "raters"):
         context["quality"] = rater_quality(conn, study_id)
         context["flagged"] = context["quality"]["flagged"]
@@ -368,7 +370,8 @@ def settings(study_id: str) -> ResponseReturnValue:
         limits = {name: _optional_int(form, f"limit:{name}", f"limits.{name}")
                   for name in ("max_questions_per_rater", "answer_budget") if f"limit:{name}" in form}
         if "limit:min_response_ms" in form:
-            limits["min_response_ms"] = _optional_int(form, "limit:min_response_ms", "limits.min_response_ms") or 0
+            # empty: each question kind's own threshold (engine/kinds.py)
+            limits["min_response_ms"] = _optional_int(form, "limit:min_response_ms", "limits.min_response_ms")
         if limits:
             changes["limits"] = limits
         update_config(conn, study_id, **changes)
