@@ -77,6 +77,8 @@ FIT_MAX_ITER = 300
 ROW_CACHE_ENTRIES = 1_000_000
 #: How many likely neighbours :meth:`CandidateDuels.screen_candidates` gives a screen planner at most
 SCREEN_CANDIDATES = 16
+#: Where near duels are coin flips, screens show references from the head's this many nearest (0: never)
+SCREEN_SPREAD = 24
 
 _TRIU: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
@@ -1159,10 +1161,19 @@ class CandidateDuels:
         h = int(h)
         if self.n_fits_ == 0 or self.answered_[h] < self.warmup:
             return np.empty(0, np.int64), False
+        X = self.embedding_
+        if SCREEN_SPREAD and X is not None and (self.coin_ or X.shape[1] == 1):
+            # near duels are coin flips (items people can hardly tell apart up close): a screen of the
+            # head's nearest says little, one spread over its wider neighbourhood places it
+            lk = _log_kernel(X, h, np.arange(self.n_items))
+            lk[h] = -np.inf
+            span = min(SCREEN_SPREAD, self.n_items - 1)
+            near = np.argpartition(-lk, span - 1)[:span]
+            near = near[np.lexsort((near, -lk[near]))]
+            return near[self.rng_.permutation(span)].astype(np.int64), False
         cands, W, N, certified = self._alive(h)
         ranked, _, _ = self._ranking(h, W, N)
         out = [int(c) for c in ranked]
-        X = self.embedding_
         if X is not None and len(out) < SCREEN_CANDIDATES:
             lk = _log_kernel(X, h, np.arange(self.n_items))
             lk[h] = -np.inf

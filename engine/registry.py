@@ -318,7 +318,12 @@ def make_planner(name: str, n_items: int, question_kind: str = "triplet", random
 
     Triplet studies of pair-asking algorithms get a :class:`engine.adapters.PairTripletAdapter`
     (triplets in, ``(head, a, b, winner)`` answers); with ``question_kind="rating"`` they are
-    returned as they are (pairs in, ``(i, j, value)`` answers). ``labels`` (one per item) is
+    returned as they are (pairs in, ``(i, j, value)`` answers). Odd-one-out and rank studies of a
+    triplet learner get its screen planner (:mod:`engine.screens`): ``question_kind="odd_one_out"``
+    asks ``(a, b, c)`` and observes ``(a, b, c, odd)``; ``question_kind="rank"`` (``n_reference``
+    = 8, ``n_select`` = 2 unless given) asks ``(head, (r1, ..., rn))`` and observes
+    ``(head, (r1, ..., rn), (s1, ..., sk))``, s1 the most alike; ``screens="random"`` asks uniformly
+    random screens (the default of the learners that ask random triplets, the entry's ``screens``). ``labels`` (one per item) is
     required by label-driven algorithms. Every planner returned has ``neighbor_graph(k)``
     (except label-driven forests) and the progress keys of :data:`engine.graph.PROGRESS_KEYS`.
     """

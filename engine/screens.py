@@ -389,6 +389,9 @@ class RankScreens(_Screens):
             raise ValueError(f"n_explore must be an integer in 0..{self.n_reference}, got {n_explore!r}")
         self.n_explore = int(n_explore)
         self.load_ = np.zeros(self.n_items, np.int64)  # screens per head, answered or pending
+        self.answered_ = np.zeros(self.n_items, np.int64)  # answered screens per head
+        # per head, the picks of its latest answered screen (-1: none yet)
+        self.last_picks_ = np.full((self.n_items, self.n_select), -1, np.int64)
 
     def _references(self, h: int, cands: np.ndarray) -> list[int]:
         """The head's ``n_reference - n_explore`` likeliest neighbours, then explorers: alternately one
@@ -398,6 +401,12 @@ class RankScreens(_Screens):
             return self._random_others({h}, self.n_reference)
         take = self.n_reference - self.n_explore
         refs = [int(c) for c in cands[:take] if c != h]
+        if KEEP_PICKS:
+            # the head's latest picks stay on its next screen, ahead of the model's weakest likely
+            # neighbours: a pick the model has not placed near yet (an explorer) keeps being tested
+            kept = [int(p) for p in self.last_picks_[h] if p >= 0 and p != h and int(p) not in refs]
+            if kept:
+                refs = refs[: max(0, take - len(kept))] + kept
         tail = [int(c) for c in cands[take:] if c != h and int(c) not in refs]
         near = self.rng_.permutation(len(tail)).tolist()
         for e in range(self.n_reference - len(refs)):
@@ -425,7 +434,8 @@ class RankScreens(_Screens):
             parked, load, t, h = heapq.heappop(heap)
             if self.screens == "adaptive":
                 if h not in known:
-                    known[h] = _ranked_candidates(self.planner, h)
+                    known[h] = (_ranked_candidates(self.planner, h) if self.answered_[h] >= RANK_WARMUP
+                                else (np.empty(0, np.int64), False))
                 cands, certified = known[h]
                 if certified and not parked:
                     heapq.heappush(heap, (1, load, t, h))
@@ -459,6 +469,8 @@ class RankScreens(_Screens):
         for head, refs, picks in checked:
             self._release(head, refs)
             self.load_[head] += 1
+            self.answered_[head] += 1
+            self.last_picks_[head] = picks
             rows.extend(rank_triplets(head, refs, picks))
         self._feed(rows, len(checked))
 
@@ -472,7 +484,8 @@ class RankScreens(_Screens):
         width = self.n_reference + 2
         issued = np.array([(*key, c) for key, c in sorted(self.issued_.items())], np.int64).reshape(-1, width)
         return {**self._base_state(), "n_reference": self.n_reference, "n_select": self.n_select,
-                "n_explore": self.n_explore, "issued": issued, "load": self.load_.copy()}
+                "n_explore": self.n_explore, "issued": issued, "load": self.load_.copy(),
+                "answered": self.answered_.copy(), "last_picks": self.last_picks_.copy()}
 
     @classmethod
     def from_state(cls, state: dict) -> RankScreens:
@@ -485,7 +498,15 @@ class RankScreens(_Screens):
         width = self.n_reference + 2
         self.issued_ = {tuple(r[:-1]): r[-1] for r in np.asarray(state["issued"], np.int64).reshape(-1, width).tolist()}
         self.load_ = np.asarray(state["load"], np.int64).copy()
+        self.answered_ = np.asarray(state["answered"], np.int64).copy()
+        self.last_picks_ = np.asarray(state["last_picks"], np.int64).reshape(self.n_items, self.n_select).copy()
         return self
+
+
+#: Screens of random references a head gets before its screens follow the learner's model
+RANK_WARMUP = 1
+#: Show a head its latest picks again on its next screen (see ``RankScreens._references``)
+KEEP_PICKS = True
 
 
 def default_explorers(n_reference: int) -> int:
