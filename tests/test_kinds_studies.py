@@ -221,6 +221,11 @@ def test_the_new_study_form_asks_any_kind_with_a_grids_size_and_warns_of_weak_le
         "items": (io.BytesIO(_texts_csv()), "items.csv")}, content_type="multipart/form-data", follow_redirects=True)
     page = response.get_data(as_text=True)
     assert "anntri in a triplet study: In triplet studies" in page and "loses to random questions" in page
+    # the settings offer the triplet prompt only to a study that asks triplets
+    weak = next(s.id for s in list_studies(conn) if s.config.name == "Weak")
+    assert 'id="settings-question"' in researcher_client.get(f"/studies/{weak}?tab=settings").get_data(as_text=True)
+    settings = researcher_client.get(f"/studies/{study.id}?tab=settings").get_data(as_text=True)
+    assert 'id="settings-question"' not in settings and 'placeholder="' in settings
     # a grid larger than the items is refused in words
     response = researcher_client.post("/studies/new", data={
         "name": "Too big", "question_kind": "rank", "rank:n_reference": "12",
