@@ -493,10 +493,11 @@ def main(argv=None) -> None:
         else:
             default = "10,20,33,50,100" if kind == "odd_one_out" else "5,10,15,25,50"
             args.budgets = [int(x) for x in (args.screen_budgets or default).split(",")]
+        unit = "answers" if kind == "triplet" else "screens"
         print(f"\n# Real crowds benchmark, {kind} questions — methods: {', '.join(methods)}; default NN learner: "
               f"{DEFAULT_NN_ALGORITHM}; "
-              + (f"live mode (batches of {args.batch}, crowd {args.rate:g} {'answers' if kind == 'triplet' else 'screens'}"
-                 "/s)" if LIVE_RATE else f"script mode (batches of {args.batch})"))
+              + (f"live mode (batches of {args.batch}, crowd {args.rate:g} {unit}/s)" if LIVE_RATE else
+                 f"script mode (batches of {args.batch})"))
         if "eggs" in sets:
             eggs(args, methods, fit)
         if "clusters" in sets:

@@ -323,8 +323,8 @@ def make_planner(name: str, n_items: int, question_kind: str = "triplet", random
     asks ``(a, b, c)`` and observes ``(a, b, c, odd)``; ``question_kind="rank"`` (``n_reference``
     = 8, ``n_select`` = 2 unless given) asks ``(head, (r1, ..., rn))`` and observes
     ``(head, (r1, ..., rn), (s1, ..., sk))``, s1 the most alike; ``screens="random"`` asks uniformly
-    random screens (the default of the learners that ask random triplets, the entry's ``screens``). ``labels`` (one per item) is
-    required by label-driven algorithms. Every planner returned has ``neighbor_graph(k)``
+    random screens (the default of the learners that ask random triplets, the entry's ``screens``).
+    ``labels`` (one per item) is required by label-driven algorithms. Every planner returned has ``neighbor_graph(k)``
     (except label-driven forests) and the progress keys of :data:`engine.graph.PROGRESS_KEYS`.
     """
     entry = get_algorithm(name)
