@@ -138,6 +138,25 @@ async def _request(session, rec: Recorder, kind: str, method: str, url: str, **k
     return status, body
 
 
+def screen_answer(question: dict, positions: list[tuple[float, float]], rng: random.Random) -> dict:
+    """A simulated rater's answer to any kind of screen (engine/kinds.py) from the hidden positions with
+    Gaussian noise on each distance: a screen with a head picks the ``select`` (else one) candidates
+    nearest the head, in order; three items without one pick the odd one (the item not in the nearest
+    pair). One pick goes as ``choice``, several as ``picks``."""
+    def noisy(i, j):
+        return math.dist(positions[i], positions[j]) + rng.gauss(0.0, ANSWER_NOISE)
+
+    if "head" in question:
+        head = question["head"]["index"]
+        ranked = sorted((noisy(head, c["index"]), c["index"]) for c in question["candidates"])
+        picks = [i for _, i in ranked[: int(question.get("select", 1))]]
+    else:
+        x, y, z = (i["index"] for i in question["items"])
+        pairs = [(noisy(y, z), x), (noisy(x, z), y), (noisy(x, y), z)]  # the pair nearest: the third is odd
+        picks = [min(pairs)[1]]
+    return {"picks": picks} if "select" in question else {"choice": picks[0]}
+
+
 async def _rater(spec: dict, rec: Recorder, name: str, join_at: float, end_at: float,
                  positions: list[tuple[float, float]], rng: random.Random) -> None:
     import aiohttp
@@ -165,13 +184,8 @@ async def _rater(spec: dict, rec: Recorder, name: str, join_at: float, end_at: f
                 return
             await asyncio.sleep(think)
             rec.late[str(rec.step_at(wake))].append((time.time() - wake) * 1000.0)
-            head = positions[question["head"]["index"]]
-            a, b = (positions[c["index"]] for c in question["candidates"])
-            da = math.dist(head, a) + rng.gauss(0.0, ANSWER_NOISE)
-            db = math.dist(head, b) + rng.gauss(0.0, ANSWER_NOISE)
-            choice = question["candidates"][0 if da <= db else 1]["index"]
             status, body = await _request(session, rec, "answer", "POST", f"{base}/api/studies/{study}/answers",
-                                          json={"token": question["token"], "choice": choice,
+                                          json={"token": question["token"], **screen_answer(question, positions, rng),
                                                 "response_ms": int(think * 1000)})
             if status == 201:
                 failures = 0
@@ -215,9 +229,17 @@ def generator_main(spec_path: str) -> None:
 
 
 # ============================================================================ the servers
-def study_config(pool_size: int, seed: int, n_items: int = 1000, algorithm: str = "anntri") -> dict:
+def study_config(pool_size: int, seed: int, n_items: int = 1000, algorithm: str = "anntri",
+                 kind: str | None = None, settings: dict | None = None) -> dict:
     """The load study: ANNTri on triplet-derived questions with the parameters the figures below were
-    measured with, or ``algorithm`` with its study defaults."""
+    measured with, or ``algorithm`` with its study defaults asking ``kind`` (the default kind: None) with
+    that kind's ``settings`` (``rank: {n_reference, n_select}``)."""
+    if kind is not None:
+        config = {"name": f"Load test ({algorithm}, {kind}, n = {n_items})", "algorithm": algorithm,
+                  "question_kind": kind, "pool_size": pool_size, "random_state": seed}
+        if settings:
+            config[kind] = settings
+        return config
     if algorithm != "anntri":
         return {"name": f"Load test ({algorithm}, n = {n_items})", "algorithm": algorithm,
                 "pool_size": pool_size, "random_state": seed}
@@ -227,15 +249,16 @@ def study_config(pool_size: int, seed: int, n_items: int = 1000, algorithm: str 
             "pool_size": pool_size, "random_state": seed}
 
 
-def create_load_study(conn, n_items: int, pool_size: int, seed: int, algorithm: str = "anntri") -> None:
+def create_load_study(conn, n_items: int, pool_size: int, seed: int, algorithm: str = "anntri",
+                      kind: str | None = None, settings: dict | None = None) -> None:
     from workers.store.config import StudyConfig
     from workers.store.queue import schedule_update
     from workers.store.studies import Item, create_study
 
     items = [Item(id=f"c{i:04d}", kind="color", color=f"#{int(x * 255):02x}{int(y * 255):02x}80",
                   position=(x, y)) for i, (x, y) in enumerate(item_positions(n_items, seed))]
-    create_study(conn, StudyConfig.from_dict(study_config(pool_size, seed, n_items, algorithm)), items,
-                 study_id=STUDY)
+    create_study(conn, StudyConfig.from_dict(study_config(pool_size, seed, n_items, algorithm, kind, settings)),
+                 items, study_id=STUDY)
     schedule_update(conn, STUDY)
 
 
@@ -432,7 +455,7 @@ class Setup:
         self.url = self.server.start()
         self.procs: list[subprocess.Popen] = []
         self.conn = redis.Redis.from_url(self.url)
-        create_load_study(self.conn, a.items, pool_size, a.seed, a.algorithm)
+        create_load_study(self.conn, a.items, pool_size, a.seed, a.algorithm, a.kind, a.kind_settings)
         # the load generators run on this machine: exempt loopback from the rate limits (none is by default)
         self.env = dict(os.environ, REDIS_URL=self.url, PROXIMA_INSTANCE_PATH=str(self.instance),
                         PYTHONPATH=str(code_root), PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1,::1")
@@ -636,7 +659,10 @@ def p3(values) -> str:
 
 def print_run(run: dict, figures: list[dict], a) -> None:
     mean_think = a.think_median * math.exp(a.think_sigma ** 2 / 2)
-    learner = "ANNTri (triplet-derived)" if a.algorithm == "anntri" else a.algorithm
+    learner = "ANNTri (triplet-derived)" if a.algorithm == "anntri" and a.kind is None else a.algorithm
+    if a.kind is not None:
+        shape = dict(a.kind_settings or {})
+        learner += f", {a.kind}" + (f" {shape['n_reference']}-rank-{shape['n_select']}" if shape else "")
     print(f"\n=== {run['label']}: {a.items} items, {learner}, {run['web_workers']} gunicorn "
           f"{a.worker_class} worker(s)" + (f" x {a.threads} threads" if a.threads > 1 else "")
           + (f", keep-alive {a.keep_alive} s" if a.keep_alive is not None else "")
@@ -847,9 +873,15 @@ def parse_args(argv=None):
                     help=f"then run this tree again under gunicorn --worker-class gthread --threads {GTHREAD_THREADS}"
                          f" --keep-alive {GTHREAD_KEEP_ALIVE}")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--algorithm", default="anntri",
+    ap.add_argument("--algorithm", default=None,
                     help="the study's learner (a name of engine/registry.py's table; 'duels' is the default of "
-                         "every triplet study); anntri is what the figures in benchmarks/README.md were measured with")
+                         "every triplet study); anntri (the default without --kind) is what the triplet figures "
+                         "in benchmarks/README.md were measured with; with --kind the kind's default learner")
+    ap.add_argument("--kind", default=None,
+                    help="the study's question kind (engine/kinds.py: triplet, rating, odd_one_out, rank); "
+                         "without it, the triplet-derived ANNTri study of the README's figures")
+    ap.add_argument("--n-reference", type=int, default=None, help="with --kind rank: references per screen (8)")
+    ap.add_argument("--n-select", type=int, default=None, help="with --kind rank: picks per screen (2)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (logs, access log, profiles)")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     a = ap.parse_args(argv)
@@ -859,6 +891,19 @@ def parse_args(argv=None):
         a.step_seconds = 10.0 if a.quick else 30.0
     if a.profile_seconds is None:
         a.profile_seconds = 8.0 if a.quick else 20.0
+    from engine.kinds import get_kind
+    from engine.registry import default_algorithm
+
+    if a.kind is not None:
+        try:
+            kind = get_kind(a.kind)
+        except ValueError as exc:
+            ap.error(str(exc))
+        size = {k: v for k, v in (("n_reference", a.n_reference), ("n_select", a.n_select)) if v is not None}
+        a.kind_settings = kind.check_settings(size) if kind.settings else None
+    else:
+        a.kind_settings = None
+    a.algorithm = a.algorithm or (default_algorithm(a.kind) if a.kind is not None else "anntri")
     return a
 
 

@@ -27,9 +27,21 @@ Data sets:
 - ``material``: the Lagunas et al. material triplets: held-out triplet accuracy of the learners that
   predict triplets (an embedding), trained on budgets of the recorded train answers.
 
+Question kinds (``--kinds triplet,odd_one_out,rank``): for ``odd_one_out`` and ``rank`` (a study's
+``n_reference``-rank-``n_select`` grid, ``--n-reference 8 --n-select 2``) every triplet learner is
+driven through ``make_planner(name, n, question_kind=kind)`` with its defaults, its screens answered
+by the simulated rater of that kind on the same truth with the same fitted noise
+(``engine.oracles.OddOneOutOracle`` / ``RankOracle``: a softmax over the pairs / sequential choice,
+plus lapse), budgets in screens per item. Its peer: uniformly random screens of the kind, every
+answer read as the triplets it implies (``engine.screens``), + the best embedding (the THINGS
+workflow). On the recorded sets a screen is answered afresh by the simulated person the table was
+recorded from (one recorded answer per triplet cannot answer a grid), so the truth is that person's
+distances. ``material`` has no truth to simulate screens from and is run for triplets only.
+
     python benchmarks/real_crowds.py [--quick] [--seeds 3]
         [--datasets recorded,recorded-idiosyncratic,eggs,clusters,material] [--methods NAME,...]
         [--budgets 10,20,50,100,200,500] [--sizes 100,300,1000] [--spread]
+        [--kinds triplet,odd_one_out,rank] [--n-reference 8] [--n-select 2]
 """
 from __future__ import annotations
 
@@ -44,10 +56,13 @@ from engine import oracles
 from engine.datasets import load_alien_eggs, load_material
 from engine.embedding import embedding_neighbors, select_embedding
 from engine.registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool, make_planner
+from engine.screens import odd_one_out_triplets, rank_triplets
 
 PEER = "random triplets + embedding"
+#: the peer's name per question kind (random screens of the kind + the best embedding)
+PEERS = {"triplet": PEER, "odd_one_out": "random odd-one-out + embedding", "rank": "random grids + embedding"}
 #: Finer marks than the printed budgets, to find where a method reaches the peer's accuracy.
-FINE_MARKS = (5, 10, 15, 20, 25, 30, 40, 50, 60, 75, 100, 125, 150, 200, 250, 300, 400, 500)
+FINE_MARKS = (5, 10, 15, 20, 25, 30, 33, 40, 50, 60, 75, 100, 125, 150, 200, 250, 300, 400, 500)
 
 
 # ---------------------------------------------------------------------------- truth metrics
@@ -72,12 +87,12 @@ def near_share(picks: np.ndarray, coords: np.ndarray, spacing: float) -> float:
 
 
 # ---------------------------------------------------------------------------- drivers
-def methods_for(names: list[str] | None) -> list[str]:
-    """Every table entry that learns a graph (or an embedding) from triplets."""
+def methods_for(names: list[str] | None, kind: str = "triplet") -> list[str]:
+    """Every table entry that learns a graph (or an embedding) from ``kind`` questions."""
     out = [name for name, entry in ALGORITHMS.items()
-           if "triplet" in entry.question_kinds and not entry.needs_labels]
+           if kind in entry.question_kinds and not entry.needs_labels]
     if names:
-        unknown = sorted(set(names) - set(out) - {PEER})
+        unknown = sorted(set(names) - set(methods_for(None, "triplet")) - {PEER})
         if unknown:
             raise SystemExit(f"unknown method(s) {unknown}; choose from {out + [PEER]}")
         out = [m for m in out if m in names]
@@ -92,13 +107,60 @@ SKIP_PEER = False
 LIVE_RATE: float | None = None
 #: --spread: also print the standard deviation of hit@3 over seeds
 SPREAD = False
+#: the question kind being measured (--kinds runs each in turn) and the rank screens' shape
+KIND = "triplet"
+SCREEN = {"n_reference": 8, "n_select": 2}
+
+
+def reference_budget(budgets: list[int]) -> int:
+    """The peer's budget (questions per item) whose hit@3 the "reach" column is measured against:
+    300 triplets, 100 odd-one-out screens (the goals of the question kinds), the largest rank budget."""
+    return {"triplet": 300, "odd_one_out": 100}.get(KIND, max(budgets))
+
+
+def kind_params() -> dict:
+    return dict(SCREEN) if KIND == "rank" else {}
+
+
+def screen_oracle(oracle, seed: int):
+    """The simulated rater of the current kind answering like ``oracle`` (a human-model TripletOracle,
+    or a recorded table made from one: then its person, answering afresh): same distances, scale, lapse."""
+    if KIND == "triplet":
+        return oracle
+    rater = getattr(oracle, "rater", oracle)
+    if KIND == "odd_one_out":
+        return oracles.OddOneOutOracle(rater.distances, scale=rater.noise, lapse=rater.lapse, random_state=seed)
+    return oracles.RankOracle(rater.distances, scale=rater.noise, lapse=rater.lapse,
+                              n_select=SCREEN["n_select"], random_state=seed)
+
+
+def implied_triplets(rows) -> np.ndarray:
+    """(head, closer, farther) rows of the answers of the current kind."""
+    out = []
+    for r in rows:
+        if KIND == "triplet":
+            h, a, b, w = r
+            out.append((h, w, b if w == a else a))
+        else:
+            conv = odd_one_out_triplets(*r) if KIND == "odd_one_out" else rank_triplets(*r)
+            out.extend((h, w, b if w == a else a) for h, a, b, w in conv)
+    return np.asarray(out, np.int64).reshape(-1, 3)
+
+
+def random_screens(n: int, m: int, rng: np.random.Generator) -> list:
+    """``m`` uniformly random screens of the current kind."""
+    if KIND == "triplet":
+        return [tuple(map(int, q)) for q in oracles.random_triplet_questions(n, m, rng)]
+    width = 3 if KIND == "odd_one_out" else SCREEN["n_reference"] + 1
+    items = [tuple(int(x) for x in rng.choice(n, size=width, replace=False)) for _ in range(m)]
+    return items if KIND == "odd_one_out" else [(q[0], q[1:]) for q in items]
 
 
 def drive(name: str, n: int, answer, marks: list[int], seed: int, batch: int) -> dict[int, np.ndarray]:
     """Run one learner (asked ``batch`` at a time): picks (n,) at every mark (total answers); engine CPU
     seconds under key -1."""
     params = {k: v for k, v in PARAMS.items() if k in ALGORITHMS[name].params}
-    planner = make_planner(name, n, question_kind="triplet", random_state=seed, **params)
+    planner = make_planner(name, n, question_kind=KIND, random_state=seed, **params, **kind_params())
     crowd = None
     if LIVE_RATE:
         from live_vs_offline import CrowdClock, TimedFitter
@@ -130,17 +192,16 @@ def drive(name: str, n: int, answer, marks: list[int], seed: int, batch: int) ->
 
 
 def peer(n: int, answer, marks: list[int], seed: int) -> dict[int, np.ndarray]:
-    """Random triplets + the best embedding (picked on held-out answers) at every mark."""
+    """Random questions of the current kind + the best embedding (picked on held-out answers) at every
+    mark (marks count questions: triplets or screens)."""
     rng = np.random.default_rng([seed, 7])
-    qs = oracles.random_triplet_questions(n, max(marks), rng)
-    rows = np.asarray(answer([tuple(map(int, q)) for q in qs]), dtype=np.int64)
-    closer = rows[:, 3]
-    farther = np.where(rows[:, 3] == rows[:, 1], rows[:, 2], rows[:, 1])
-    trip = np.column_stack([rows[:, 0], closer, farther])
+    rows = answer(random_screens(n, max(marks), rng))
+    per = [len(implied_triplets([r])) for r in rows[:1]] or [1]
+    trip = implied_triplets(rows)
     picks = {}
     t0 = time.process_time()
     for mark in marks:
-        X = select_embedding(trip[:mark], n, random_state=seed).embedding
+        X = select_embedding(trip[: mark * per[0]], n, random_state=seed).embedding
         picks[mark] = embedding_neighbors(X, 1)[:, 0]
     picks[-1] = np.array([time.process_time() - t0, max(marks)])
     return picks
@@ -185,21 +246,26 @@ def evaluate(title: str, n: int, D: np.ndarray | None, make_oracle, methods: lis
              seeds: int, batch: int, extra=None, truth=None) -> None:
     """One table: every method and the peer on ``seeds`` oracles; ``truth(oracle)`` gives the matrix
     the picks are scored against when it depends on the oracle (else ``D``)."""
-    per_item = sorted(set(budgets) | {b for b in FINE_MARKS if b <= max(budgets)} | {300})
+    ref = reference_budget(budgets)
+    per_item = sorted(set(budgets) | {b for b in FINE_MARKS if b <= max(budgets)} | {ref})
     marks = [b * n for b in per_item]
-    peer_marks = [b * n for b in sorted(set(budgets) | {300})]
+    peer_marks = [b * n for b in sorted(set(budgets) | {ref})]
     err: dict[str, dict[int, list]] = {}
     hit: dict[str, dict[int, list]] = {}
     more: dict[str, dict[int, list]] = {}
     cpu: dict[str, list] = {}
-    everyone = methods + ([] if SKIP_PEER else [PEER])
+    peer_name = PEERS[KIND]
+    everyone = methods + ([] if SKIP_PEER else [peer_name])
     for name in everyone:
         err[name], hit[name], more[name], cpu[name] = {}, {}, {}, []
         for s in range(seeds):
             oracle = make_oracle(1000 + s)
-            answer = oracle_answer(oracle)
-            D_s = D if truth is None else truth(oracle)
-            picks = peer(n, answer, peer_marks, s) if name == PEER else drive(name, n, answer, marks, s, batch)
+            answer = oracle_answer(screen_oracle(oracle, 2000 + s))
+            if KIND != "triplet" and hasattr(oracle, "rater"):
+                D_s = oracle.rater.distances  # screens are answered afresh by the recorded person
+            else:
+                D_s = D if truth is None else truth(oracle)
+            picks = peer(n, answer, peer_marks, s) if name == peer_name else drive(name, n, answer, marks, s, batch)
             engine, total = picks.pop(-1)
             cpu[name].append(1000 * engine / max(total, 1))
             for mark, p in picks.items():
@@ -210,10 +276,12 @@ def evaluate(title: str, n: int, D: np.ndarray | None, make_oracle, methods: lis
                 if extra is not None:
                     more[name].setdefault(b, []).append(extra(p))
             print(f"  {title}: {name} seed {s} done ({cpu[name][-1]:.2f} ms CPU per answer)", file=sys.stderr)
-    target = float(np.mean(hit[PEER][300])) if PEER in hit else float("nan")
-    header = ["method"] + [f"{b}/item" for b in budgets] + ["reach peer@300", "ms/answer"]
+    top = max(peer_marks) // n
+    target = float(np.mean(hit[peer_name][top])) if peer_name in hit else float("nan")
+    unit = "answers" if KIND == "triplet" else "screens"
+    header = ["method"] + [f"{b}/item" for b in budgets] + [f"reach peer@{top}", f"ms/{unit[:-1]}"]
     rows = []
-    for name in [m for m in [PEER] + methods if m in hit]:
+    for name in [m for m in [peer_name] + methods if m in hit]:
         cells = [name + (" (default)" if name == DEFAULT_NN_ALGORITHM else "")]
         for b in budgets:
             cell = f"{np.mean(err[name][b]):.2f} / {np.mean(hit[name][b]):.2f}"
@@ -224,8 +292,11 @@ def evaluate(title: str, n: int, D: np.ndarray | None, make_oracle, methods: lis
         cells.append(reach(curve, target))
         cells.append(f"{np.mean(cpu[name]):.2f}")
         rows.append(cells)
-    print_table(f"{title} — NN error / hit@3 by answers per item (mean of {seeds} seeds); "
-                f"peer hit@3 at 300/item = {target:.2f}", header, rows)
+    what = "triplets" if KIND == "triplet" else (
+        "odd-one-out screens" if KIND == "odd_one_out" else
+        f"{SCREEN['n_reference']}-rank-{SCREEN['n_select']} screens")
+    print_table(f"{title} — {what}: NN error / hit@3 by {unit} per item (mean of {seeds} seeds); "
+                f"peer hit@3 at {top}/item = {target:.2f}", header, rows)
     if extra is not None:
         rows = [[name] + [f"{np.mean(more[name][b]):.2f}" for b in budgets] for name in everyone]
         print_table(f"{title} — share of picks within one position of a true neighbour",
@@ -309,7 +380,9 @@ def recorded_oracle(seed: int, fit, lapse: float, idiosyncrasy: float = 0.0, n: 
         np.fill_diagonal(D, 0.0)
     rater = oracles.TripletOracle(D, model="human", noise=fit.scale_for(D, unit="median_gap"), lapse=lapse,
                                   random_state=seed)
-    return oracles.RecordedTriplets.record(rater)
+    table = oracles.RecordedTriplets.record(rater)
+    table.rater = rater  # the person the table was recorded from (answers screens afresh)
+    return table
 
 
 def recorded(args, methods, fit, idiosyncrasy: float = 0.0):
@@ -375,6 +448,12 @@ def main(argv=None) -> None:
     ap.add_argument("--datasets", default="recorded,recorded-idiosyncratic,eggs,clusters,material")
     ap.add_argument("--methods", default="", help="comma-separated registry names (default: all)")
     ap.add_argument("--budgets", default=None, help="answers per item, comma-separated")
+    ap.add_argument("--kinds", default="triplet", help="question kinds, comma-separated: triplet,odd_one_out,rank")
+    ap.add_argument("--screen-budgets", default=None,
+                    help="screens per item for the screen kinds (default odd_one_out 10,20,33,50,100; "
+                         "rank 5,10,15,25,50)")
+    ap.add_argument("--n-reference", type=int, default=8, help="rank screens: references shown")
+    ap.add_argument("--n-select", type=int, default=2, help="rank screens: references picked")
     ap.add_argument("--sizes", default=None, help="hierarchical cluster sizes")
     ap.add_argument("--batch", type=int, default=50, help="questions per next_questions call (live pool refill)")
     ap.add_argument("--mode", choices=("live", "script"), default="live",
@@ -391,29 +470,44 @@ def main(argv=None) -> None:
     args.budgets = [int(x) for x in (args.budgets or ("10,20,50,100" if args.quick else "10,20,50,100,200,500"))
                     .split(",")]
     args.sizes = [int(x) for x in (args.sizes or ("100" if args.quick else "100,300,1000")).split(",")]
-    methods = methods_for([m for m in args.methods.split(",") if m])
-    global SKIP_PEER, SPREAD, LIVE_RATE
+    global SKIP_PEER, SPREAD, LIVE_RATE, KIND
     SKIP_PEER = args.no_peer
     LIVE_RATE = args.rate if args.mode == "live" else None
     SPREAD = args.spread
     for item in filter(None, args.params.split(",")):
         key, _, value = item.partition("=")
         PARAMS[key] = json.loads(value)
+    SCREEN.update(n_reference=args.n_reference, n_select=args.n_select)
     sets = args.datasets.split(",")
-    print(f"# Real crowds benchmark — methods: {', '.join(methods)}; default NN learner: {DEFAULT_NN_ALGORITHM}; "
-          + (f"live mode (batches of {args.batch}, crowd {args.rate:g} answers/s)" if LIVE_RATE else
-             f"script mode (batches of {args.batch})"))
+    kinds = [k for k in args.kinds.split(",") if k]
+    unknown = sorted(set(kinds) - set(PEERS))
+    if unknown:
+        raise SystemExit(f"unknown question kind(s) {unknown}; choose from {list(PEERS)}")
+    triplet_budgets = args.budgets
     fit = human_noise() if {"eggs", "clusters", "recorded", "recorded-idiosyncratic"} & set(sets) else None
-    if "eggs" in sets:
-        eggs(args, methods, fit)
-    if "clusters" in sets:
-        clusters(args, methods, fit)
-    if "recorded" in sets:
-        recorded(args, methods, fit)
-    if "recorded-idiosyncratic" in sets:
-        recorded(args, methods, fit, idiosyncrasy=0.1)
-    if "material" in sets:
-        material(args, methods)
+    for kind in kinds:
+        KIND = kind
+        methods = methods_for([m for m in args.methods.split(",") if m], kind)
+        if kind == "triplet":
+            args.budgets = triplet_budgets
+        else:
+            default = "10,20,33,50,100" if kind == "odd_one_out" else "5,10,15,25,50"
+            args.budgets = [int(x) for x in (args.screen_budgets or default).split(",")]
+        unit = "answers" if kind == "triplet" else "screens"
+        print(f"\n# Real crowds benchmark, {kind} questions — methods: {', '.join(methods)}; default NN learner: "
+              f"{DEFAULT_NN_ALGORITHM}; "
+              + (f"live mode (batches of {args.batch}, crowd {args.rate:g} {unit}/s)" if LIVE_RATE else
+                 f"script mode (batches of {args.batch})"))
+        if "eggs" in sets:
+            eggs(args, methods, fit)
+        if "clusters" in sets:
+            clusters(args, methods, fit)
+        if "recorded" in sets:
+            recorded(args, methods, fit)
+        if "recorded-idiosyncratic" in sets:
+            recorded(args, methods, fit, idiosyncrasy=0.1)
+        if "material" in sets and kind == "triplet":
+            material(args, methods)
 
 
 if __name__ == "__main__":

@@ -75,6 +75,10 @@ AUTO_RECHECK = 4
 FIT_MAX_ITER = 300
 #: most entries (rows x items, 16 bytes each) of the fit's rows kept for exploring questions between refits
 ROW_CACHE_ENTRIES = 1_000_000
+#: How many likely neighbours :meth:`CandidateDuels.screen_candidates` gives a screen planner at most
+SCREEN_CANDIDATES = 16
+#: Where near duels are coin flips, screens show references from the head's this many nearest (0: never)
+SCREEN_SPREAD = 24
 
 _TRIU: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
@@ -1141,6 +1145,48 @@ class CandidateDuels:
                 heapq.heappush(heap, (load + 1, t, h))
         self.n_issued_ += len(out)
         return out
+
+    # ------------------------------------------------------------------ screens
+    def refresh_if_due(self) -> None:
+        """Refit and rebuild the shortlists if the answers call for it (what :meth:`next_questions`
+        does first); screen planners (``engine.screens``) that choose their own questions call it."""
+        if self._needs_refit():
+            self._refresh()
+
+    def screen_candidates(self, h: int) -> tuple[np.ndarray, bool]:
+        """h's likeliest neighbours, best first, for a screen showing several at once: its alive
+        shortlist by duel score, then the nearest items of the fit outside it (up to
+        ``SCREEN_CANDIDATES`` in all); and whether h is certified. Empty while h is warming up
+        (no fit yet, or fewer than ``warmup`` answers for it): a screen then shows random items."""
+        h = int(h)
+        if self.n_fits_ == 0 or self.answered_[h] < self.warmup:
+            return np.empty(0, np.int64), False
+        X = self.embedding_
+        if SCREEN_SPREAD and X is not None and (self.coin_ or X.shape[1] == 1):
+            # near duels are coin flips (items people can hardly tell apart up close): a screen of the
+            # head's nearest says little, one spread over its wider neighbourhood places it
+            lk = _log_kernel(X, h, np.arange(self.n_items))
+            lk[h] = -np.inf
+            span = min(SCREEN_SPREAD, self.n_items - 1)
+            near = np.argpartition(-lk, span - 1)[:span]
+            near = near[np.lexsort((near, -lk[near]))]
+            return near[self.rng_.permutation(span)].astype(np.int64), False
+        cands, W, N, certified = self._alive(h)
+        ranked, _, _ = self._ranking(h, W, N)
+        out = [int(c) for c in ranked]
+        if X is not None and len(out) < SCREEN_CANDIDATES:
+            lk = _log_kernel(X, h, np.arange(self.n_items))
+            lk[h] = -np.inf
+            gone = self.eliminated_.get(h, ())
+            want = SCREEN_CANDIDATES + len(out) + len(gone) + 1
+            near = np.argpartition(-lk, min(want, self.n_items - 1))[:want]
+            for c in near[np.lexsort((near, -lk[near]))]:
+                c = int(c)
+                if len(out) >= SCREEN_CANDIDATES:
+                    break
+                if c != h and c not in out and c not in gone:
+                    out.append(c)
+        return np.asarray(out, np.int64), bool(certified)
 
     # ------------------------------------------------------------------ results
     def _ranking(self, h: int, W: np.ndarray | None = None, N: np.ndarray | None = None):

@@ -29,6 +29,8 @@ HUMAN_LAPSE = 0.05
 #: Below this squared distance the ``"human"`` kernel's distance is smoothed (sqrt(d + eps)): its
 #: gradient stays finite where two points meet.
 HUMAN_EPS = 1e-9
+#: How many nearest points :meth:`EmbeddingLearner.screen_candidates` gives a screen planner
+SCREEN_CANDIDATES = 16
 
 
 # ---------------------------------------------------------------------------- fitting core
@@ -492,6 +494,29 @@ class EmbeddingLearner:
         per_head = np.bincount(self.answers_[:, 0], minlength=self.n_items)
         samples = np.repeat(per_head[:, None], k, axis=1)
         return NeighborGraph.from_neighbors(nb, estimates=est, samples=samples)
+
+    def refresh_if_due(self) -> None:
+        """Refit now if the answers have grown enough (see the class docstring)."""
+        if self._stale():
+            self.refit()
+
+    def screen_candidates(self, h: int) -> tuple[np.ndarray, bool]:
+        """h's nearest points in the current fit, nearest first (``SCREEN_CANDIDATES`` of them), for
+        a screen showing several items at once; never certified. Empty before any fit or while h is in
+        no answer yet (its point is arbitrary)."""
+        h = int(h)
+        X = self.embedding_
+        cached = getattr(self, "_seen", None)
+        if cached is None or cached[0] != len(self.answers_):
+            seen = np.bincount(self.answers_[:, :3].ravel(), minlength=self.n_items) > 0
+            cached = self._seen = (len(self.answers_), seen)
+        if X is None or not cached[1][h]:
+            return np.empty(0, np.int64), False
+        d = ((X - X[h]) ** 2).sum(axis=1)
+        d[h] = np.inf
+        m = min(SCREEN_CANDIDATES, self.n_items - 1)
+        near = np.argpartition(d, m - 1)[:m]
+        return near[np.lexsort((near, d[near]))].astype(np.int64), False
 
     def result(self) -> np.ndarray | None:
         return self.embedding()

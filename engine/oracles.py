@@ -1,4 +1,4 @@
-"""Simulated raters: answer distance and triplet questions from a known metric.
+"""Simulated raters: answer distance, triplet, odd-one-out and rank questions from a known metric.
 
 Tests, benchmarks and budget planning drive the very planners that serve real raters
 with these oracles. Conventions: items are ``0..n_items-1``; ``distances`` is an
@@ -183,6 +183,155 @@ class TripletOracle(_KnownDistances):
         questions = [tuple(map(int, q)) for q in questions]
         wins = self.p1_wins(questions)
         return [(x, p1, p2, p1 if w else p2) for (x, p1, p2), w in zip(questions, wins, strict=False)]
+
+
+def _softmax_choice(rng: np.random.Generator, logits: np.ndarray, allowed: np.ndarray, scale: float,
+                    lapse: float) -> np.ndarray:
+    """Per row, the index chosen among the ``allowed`` columns: with probability ``lapse`` a uniform
+    pick, otherwise a softmax over ``logits / scale`` (by the Gumbel-max trick: the largest of
+    logits / scale + Gumbel noise); with ``scale == 0`` the largest logit (ties to the first)."""
+    m, w = logits.shape
+    if scale == 0:
+        score = np.where(allowed, logits, -np.inf)
+    else:
+        score = np.where(allowed, logits / scale + rng.gumbel(size=(m, w)), -np.inf)
+    pick = np.argmax(score, axis=1)
+    if lapse > 0:
+        uniform = np.argmax(np.where(allowed, rng.random((m, w)), -1.0), axis=1)
+        pick = np.where(rng.random(m) < lapse, uniform, pick)
+    return pick
+
+
+def _check_scale_lapse(scale: float, lapse: float) -> tuple[float, float]:
+    if not np.isfinite(scale) or scale < 0:
+        raise ValueError(f"scale must be a finite number >= 0, got {scale}")
+    if not 0.0 <= lapse <= 1.0:
+        raise ValueError(f"lapse must lie in [0, 1], got {lapse}")
+    return float(scale), float(lapse)
+
+
+class OddOneOutOracle(_KnownDistances):
+    """A simulated rater answering odd-one-out screens ``(a, b, c)`` ("which is least like the other
+    two?") from a distance matrix.
+
+    The model (the human triplet model of :func:`human_agree_probability` on three pairs): with
+    probability ``lapse`` λ the rater picks one of the three at random; otherwise it picks the pair
+    that belongs together by a softmax over the three pairs' distances,
+    P(pair {x, y}) = exp(−d(x, y)/s) / Σ_pairs exp(−d/s), s = ``scale`` (equivalently: the pair of
+    smallest distance after adding Gumbel noise of scale s to each, i.e. noisy distances), and the
+    odd one is the item not in that pair. With two options the softmax is the logistic σ(gap/s) of
+    :class:`TripletOracle`'s "human" model, so s and λ fitted to people's triplets
+    (:func:`fit_human_noise`) carry over (:meth:`from_noise`); that a lapse picks uniformly among
+    three here is the model's assumption. ``scale=0`` answers exactly (ties to the first pair of
+    (b, c), (a, c), (a, b), i.e. the first item shown is the odd one).
+
+    ``answer(screens)`` gives rows ``(a, b, c, odd)``, the shape ``OddOneOutScreens.observe`` takes.
+    """
+
+    def __init__(self, distances: ArrayLike, scale: float = 0.0, lapse: float = 0.0,
+                 random_state: RandomState = None) -> None:
+        self.distances = check_distance_matrix(distances)
+        self.scale, self.lapse = _check_scale_lapse(scale, lapse)
+        self.rng = check_random_state(random_state)
+
+    @classmethod
+    def from_points(cls, points: ArrayLike, **kwargs: Any) -> OddOneOutOracle:
+        return cls(cdist(_points(points), _points(points)), **kwargs)
+
+    @classmethod
+    def from_noise(cls, noise: HumanNoise, distances: ArrayLike, unit: str = "range",
+                   random_state: RandomState = None) -> OddOneOutOracle:
+        """A rater answering like the people ``noise`` was fitted to, on ``distances`` (s transferred
+        by :meth:`HumanNoise.scale_for`)."""
+        return cls(distances, scale=noise.scale_for(distances, unit), lapse=noise.lapse, random_state=random_state)
+
+    def odd_ones(self, screens: Iterable[Sequence[int]]) -> np.ndarray:
+        """The odd one of each screen ``(a, b, c)``, shape (len(screens),)."""
+        q = _as_index_array(screens, 3, self.n_items)
+        if len(q) == 0:
+            return np.empty(0, np.int64)
+        if np.any((q[:, 0] == q[:, 1]) | (q[:, 0] == q[:, 2]) | (q[:, 1] == q[:, 2])):
+            raise ValueError("an odd-one-out screen shows three different items")
+        D = self.distances
+        # column t: the pair leaving item t out (t is then the odd one)
+        pair = np.column_stack([D[q[:, 1], q[:, 2]], D[q[:, 0], q[:, 2]], D[q[:, 0], q[:, 1]]])
+        col = _softmax_choice(self.rng, -pair, np.ones_like(pair, bool), self.scale, self.lapse)
+        return q[np.arange(len(q)), col]
+
+    def answer(self, screens: Iterable[Sequence[int]]) -> list[tuple[int, int, int, int]]:
+        screens = [tuple(map(int, s)) for s in screens]
+        odd = self.odd_ones(screens)
+        return [(a, b, c, int(o)) for (a, b, c), o in zip(screens, odd, strict=True)]
+
+
+class RankOracle(_KnownDistances):
+    """A simulated rater answering rank screens ``(head, (r1, ..., rn))`` ("pick the ``n_select``
+    references most like the head, most alike first") from a distance matrix.
+
+    The model: sequential choice. Each pick is, with probability ``lapse`` λ, a uniform pick among
+    the references not yet picked; otherwise a softmax over their distances to the head,
+    P(r) = exp(−d(head, r)/s) / Σ_remaining exp(−d/s), s = ``scale`` (a Plackett–Luce ranking of
+    noisy distances). For two references this is exactly :class:`TripletOracle`'s "human" model, so
+    s and λ fitted to people's triplets (:func:`fit_human_noise`) carry over (:meth:`from_noise`);
+    that λ applies per pick is the model's assumption. ``scale=0`` ranks exactly (ties to the
+    reference shown first).
+
+    ``answer(screens)`` gives rows ``(head, (r1, ..., rn), (s1, ..., sk))``, the shape
+    ``RankScreens.observe`` takes.
+    """
+
+    def __init__(self, distances: ArrayLike, scale: float = 0.0, lapse: float = 0.0, n_select: int = 2,
+                 random_state: RandomState = None) -> None:
+        self.distances = check_distance_matrix(distances)
+        self.scale, self.lapse = _check_scale_lapse(scale, lapse)
+        if isinstance(n_select, bool) or not isinstance(n_select, (int, np.integer)) or n_select < 1:
+            raise ValueError(f"n_select must be a positive integer, got {n_select!r}")
+        self.n_select = int(n_select)
+        self.rng = check_random_state(random_state)
+
+    @classmethod
+    def from_points(cls, points: ArrayLike, **kwargs: Any) -> RankOracle:
+        return cls(cdist(_points(points), _points(points)), **kwargs)
+
+    @classmethod
+    def from_noise(cls, noise: HumanNoise, distances: ArrayLike, n_select: int = 2, unit: str = "range",
+                   random_state: RandomState = None) -> RankOracle:
+        """A rater answering like the people ``noise`` was fitted to, on ``distances``."""
+        return cls(distances, scale=noise.scale_for(distances, unit), lapse=noise.lapse, n_select=n_select,
+                   random_state=random_state)
+
+    def picks(self, heads: ArrayLike, references: ArrayLike) -> np.ndarray:
+        """The picks (most alike first) of screens with the same number of references: ``heads``
+        shape (m,), ``references`` shape (m, n); returns shape (m, n_select)."""
+        h = np.asarray(heads, np.int64).reshape(-1)
+        R = np.asarray(references, np.int64).reshape(len(h), -1)
+        if len(h) == 0:
+            return np.empty((0, self.n_select), np.int64)
+        if R.min() < 0 or R.max() >= self.n_items or h.min() < 0 or h.max() >= self.n_items:
+            raise ValueError(f"item indices must lie in 0..{self.n_items - 1}")
+        if self.n_select >= R.shape[1]:
+            raise ValueError(f"a screen of {R.shape[1]} references cannot take {self.n_select} picks")
+        logits = -self.distances[h[:, None], R]
+        left = np.ones(R.shape, bool)
+        out = np.empty((len(h), self.n_select), np.int64)
+        rows = np.arange(len(h))
+        for t in range(self.n_select):
+            col = _softmax_choice(self.rng, logits, left, self.scale, self.lapse)
+            out[:, t] = R[rows, col]
+            left[rows, col] = False
+        return out
+
+    def answer(self, screens: Iterable[Sequence[Any]]) -> list[tuple[int, tuple[int, ...], tuple[int, ...]]]:
+        screens = [(int(h), tuple(int(r) for r in refs)) for h, refs in screens]
+        out: list = [None] * len(screens)
+        by_width: dict[int, list[int]] = {}
+        for i, (_, refs) in enumerate(screens):
+            by_width.setdefault(len(refs), []).append(i)
+        for idx in by_width.values():
+            P = self.picks([screens[i][0] for i in idx], [screens[i][1] for i in idx])
+            for i, p in zip(idx, P.tolist(), strict=True):
+                out[i] = (screens[i][0], screens[i][1], tuple(p))
+        return out
 
 
 class TripletDerivedOracle:
@@ -429,6 +578,16 @@ class HumanNoise:
         """A :class:`TripletOracle` answering like these people on another data set."""
         return TripletOracle(distances, noise=self.scale_for(distances, unit), model="human",
                              lapse=self.lapse, random_state=random_state)
+
+    def odd_one_out_oracle(self, distances: ArrayLike, unit: str = "range",
+                           random_state: RandomState = None) -> OddOneOutOracle:
+        """An :class:`OddOneOutOracle` answering like these people on another data set."""
+        return OddOneOutOracle.from_noise(self, distances, unit=unit, random_state=random_state)
+
+    def rank_oracle(self, distances: ArrayLike, n_select: int = 2, unit: str = "range",
+                    random_state: RandomState = None) -> RankOracle:
+        """A :class:`RankOracle` answering like these people on another data set."""
+        return RankOracle.from_noise(self, distances, n_select=n_select, unit=unit, random_state=random_state)
 
 
 def random_triplet_questions(n_items: int, m: int, rng: np.random.Generator) -> np.ndarray:

@@ -6,8 +6,12 @@ distances, or an ordinal embedding fitted to a pilot study's answers together wi
 noise (cross-fitted, bootstrapped for its uncertainty). numpy/scipy (and threadpoolctl) only: must never import Flask,
 Redis, RQ, ``webapp`` or ``workers``.
 
+Every question kind that implies triplets can be planned (:mod:`engine.kinds`): a learner asking
+odd-one-out or rank screens is driven with that kind's simulated rater, and the plan compares kinds and
+learners by screens, by rater time (each kind's seconds per screen) and by money.
+
 Conventions: ``distances`` ndarray of shape (n_items, n_items), symmetric, zero diagonal; a
-triplet row ``(i, j, k)`` means "i is closer to j than to k"; budgets are answers per item.
+triplet row ``(i, j, k)`` means "i is closer to j than to k"; budgets are screens (answers) per item.
 """
 from __future__ import annotations
 
@@ -16,13 +20,14 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.spatial.distance import cdist
 
 from . import oracles
-from .oracles import TripletOracle, check_distance_matrix, median_triplet_gap
+from .kinds import DEFAULT_KIND, KINDS, get_kind
+from .oracles import check_distance_matrix, median_triplet_gap
 from .registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool, make_planner
 
 if TYPE_CHECKING:
@@ -46,19 +51,73 @@ METRIC_LABELS = {"exact": "exact NN", "hit3": "hit@3"}
 
 
 # ---------------------------------------------------------------------------- what can be planned
-def plannable_algorithms(names: Sequence[str] | None = None) -> list[str]:
-    """The table's learners a triplet study can run that yield a graph (all of them by default).
+def plannable_kinds(names: Sequence[str] | None = None) -> list[str]:
+    """The question kinds a plan can simulate: those implying triplets (:mod:`engine.kinds`), the default
+    kind alone by default; ValueError names an unknown or inapplicable one."""
+    fit = [k.name for k in KINDS.values() if k.triplet_derived]
+    if not names:
+        return [DEFAULT_KIND]
+    wrong = [name for name in names if name not in fit]
+    if wrong:
+        raise ValueError(f"cannot plan {', '.join(map(repr, wrong))} questions: choose from {', '.join(fit)}")
+    return [name for name in fit if name in names]
+
+
+def plannable_algorithms(names: Sequence[str] | None = None, kind: str = DEFAULT_KIND) -> list[str]:
+    """The table's learners a study of ``kind`` can run that yield a graph (all of them by default).
 
     ``names`` picks some of them, in the table's order; ValueError names an unknown or
     inapplicable one.
     """
-    fit = [name for name, entry in ALGORITHMS.items() if "triplet" in entry.question_kinds and entry.yields_graph]
+    fit = [name for name, entry in ALGORITHMS.items() if kind in entry.question_kinds and entry.yields_graph]
     if not names:
         return fit
     wrong = [name for name in names if name not in fit]
     if wrong:
-        raise ValueError(f"cannot plan {', '.join(map(repr, wrong))}: choose from {', '.join(fit)}")
+        raise ValueError(f"cannot plan {', '.join(map(repr, wrong))} for {kind} questions: choose from "
+                         f"{', '.join(fit)}")
     return [name for name in fit if name in names]
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One line of a plan: a learner asking one kind of question (with the kind's settings, e.g. a
+    grid's n and k) and a rater's seconds per screen of it."""
+
+    algorithm: str
+    kind: str = DEFAULT_KIND
+    settings: tuple = ()
+    seconds: float = 0.0
+
+    @property
+    def label(self) -> str:
+        if self.kind == DEFAULT_KIND:  # the default kind's lines keep the learner's name
+            return self.algorithm
+        size = dict(self.settings)
+        shape = f" {size['n_reference']}-{size['n_select']}" if "n_reference" in size else ""
+        return f"{self.algorithm} ({self.kind}{shape})"
+
+
+def arms(algorithms: Sequence[str] | None, kinds: Sequence[str] | None = None, settings: dict | None = None,
+         seconds: dict | None = None) -> list[Arm]:
+    """Every (learner, kind) pair to plan: ``algorithms`` (default: every learner of each kind) asking each
+    of ``kinds`` (default: the default kind) with ``settings`` per kind (its defaults otherwise) and a
+    rater's ``seconds`` per screen per kind (the kind's stated default otherwise, :mod:`engine.kinds`)."""
+    out = []
+    for kind in plannable_kinds(kinds):
+        entry = get_kind(kind)
+        values = entry.check_settings((settings or {}).get(kind))
+        names = plannable_algorithms(algorithms, kind) if not algorithms else [
+            a for a in plannable_algorithms(None, kind) if a in algorithms]
+        if algorithms:
+            unknown = [a for a in algorithms if a not in ALGORITHMS]
+            if unknown:
+                raise ValueError(f"unknown algorithm {unknown[0]!r}; choose one of {', '.join(ALGORITHMS)}")
+        per_screen = float((seconds or {}).get(kind) or entry.screen_seconds(values))
+        out.extend(Arm(name, kind, tuple(sorted(values.items())), per_screen) for name in names)
+    if not out:
+        raise ValueError("no learner of the table asks these question kinds")
+    return out
 
 
 def check_budgets(budgets: Sequence[float]) -> np.ndarray:
@@ -89,9 +148,12 @@ class Scenario:
     def n_items(self) -> int:
         return len(self.distances)
 
-    def oracle(self, random_state: RandomState) -> TripletOracle:
-        return TripletOracle(self.distances, noise=self.scale, model="human", lapse=self.lapse,
-                             random_state=random_state)
+    def oracle(self, random_state: RandomState, kind: str = DEFAULT_KIND, settings: dict | None = None) -> Any:
+        """The simulated rater of ``kind`` (:meth:`engine.kinds.QuestionKind.simulated_rater`) on this
+        world's distances and noise."""
+        entry = get_kind(kind)
+        return entry.simulated_rater(self.distances, self.scale, self.lapse, entry.check_settings(settings),
+                                     random_state=random_state)
 
 
 # ---------------------------------------------------------------------------- scoring and driving
@@ -130,20 +192,25 @@ def ask(planner: Planner, budget: int, window: int | None = None) -> list[tuple[
 
 def simulate_curve(name: str, scenario: Scenario, budgets: Sequence[float], seed: int = 0,
                    batch: int = DEFAULT_BATCH, params: dict | None = None,
-                   max_seconds: float | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+                   max_seconds: float | None = None, kind: str = DEFAULT_KIND,
+                   settings: dict | None = None) -> tuple[np.ndarray, np.ndarray, float]:
     """Run one learner as a live study does (a pool refill of ``batch`` questions -> simulated
     answers -> ``observe``; refills grow past GROWTH_FROM answers per item) and score its graph at
     every budget. ``params`` are the algorithm's
     parameters (the table's defaults otherwise). Returns (exact, hit@3) arrays of shape
     (len(budgets),) and the CPU seconds spent. A learner that stops asking keeps its last graph.
-    ``max_seconds``: CPU seconds the run may take; budgets it has not reached by then are NaN."""
+    ``max_seconds``: CPU seconds the run may take; budgets it has not reached by then are NaN. ``kind``:
+    the question kind it asks (budgets are then screens per item), with the kind's ``settings``."""
     n = scenario.n_items
     budgets = check_budgets(budgets)
     params = dict(params or {})
+    entry = get_kind(kind)
+    values = entry.check_settings(settings)
     # a pool refill, as in a live study (workers.jobs.learners.Learner)
-    planner = drive_as_pool(make_planner(name, n, question_kind="triplet", random_state=seed, **params))
-    window = params.get("window", 1) if ALGORITHMS[name].rounds else None
-    oracle = scenario.oracle(np.random.default_rng([seed, 7919]))
+    planner = drive_as_pool(make_planner(name, n, question_kind=kind, random_state=seed,
+                                         **entry.planner_params(values), **params))
+    window = params.get("window", 1) if ALGORITHMS[name].rounds and entry.asks == "triplet" else None
+    oracle = scenario.oracle(np.random.default_rng([seed, 7919]), kind, values)
     exact, hit3 = np.full(len(budgets), np.nan), np.full(len(budgets), np.nan)
     total, stopped = 0, False
     t0 = time.process_time()
@@ -165,14 +232,15 @@ def simulate_curve(name: str, scenario: Scenario, budgets: Sequence[float], seed
 
 
 def _run(job):
-    name, scenario, budgets, seed, batch, params, max_seconds = job
+    arm, scenario, budgets, seed, batch, params, max_seconds = job
     # One BLAS thread per simulation: the plan runs simulations side by side in processes, and a
     # multi-threaded BLAS spinning on small L-BFGS-B problems on a busy machine made the embedding
     # learners several times slower (duels, 300 items: 16 -> 3.5 CPU s to 20 answers per item).
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=1, user_api="blas"):
-        return simulate_curve(name, scenario, budgets, seed, batch, params, max_seconds)
+        return simulate_curve(arm.algorithm, scenario, budgets, seed, batch, params, max_seconds, arm.kind,
+                              dict(arm.settings))
 
 
 class _LongestFirst:
@@ -252,7 +320,9 @@ def reach(budgets: np.ndarray, curve: np.ndarray, target: float) -> Reach:
 class Plan:
     """Expected accuracy of each learner (rows of ``algorithms``) by answers per item.
 
-    ``exact`` and ``hit3``: ndarray of shape (n_algorithms, n_runs, n_budgets); each run is a seed
+    ``algorithms`` are the lines' labels (a learner's name; with its kind for another kind than the
+    default, :class:`Arm`), ``arms`` the lines themselves. ``exact`` and ``hit3``: ndarray of shape
+    (n_algorithms, n_runs, n_budgets) at screens per item; each run is a seed
     (and, for a pilot, one bootstrap replicate of its fit), so the spread over runs is the
     uncertainty. ``seconds``: CPU seconds per (algorithm, run). ``source`` says what the simulated
     raters answered from.
@@ -266,6 +336,13 @@ class Plan:
     seconds: np.ndarray
     source: str
     spread: str
+    arms: tuple = ()
+
+    def rater_hours(self, name: str, per_item: float) -> float:
+        """Hours of raters' time ``per_item`` screens per item of line ``name`` take."""
+        arm = self.arms[self.algorithms.index(name)] if self.arms else Arm(name)
+        seconds = arm.seconds or get_kind(arm.kind).screen_seconds(get_kind(arm.kind).check_settings(None))
+        return per_item * self.n_items * seconds / 3600
 
     def curve(self, name: str, metric: str = "exact") -> np.ndarray:
         """(n_runs, n_budgets) accuracies of one learner."""
@@ -284,6 +361,12 @@ class Plan:
                    if self.reach(name, target, metric)[0].bound != ">"]
         return min(reached)[1] if reached else None
 
+    def fastest(self, target: float, metric: str = "exact") -> str | None:
+        """The line reaching ``target`` in the fewest hours of raters' time (mean curve), if any does."""
+        reached = [(self.rater_hours(name, self.reach(name, target, metric)[0].value), name)
+                   for name in self.algorithms if self.reach(name, target, metric)[0].bound != ">"]
+        return min(reached)[1] if reached else None
+
     @property
     def cut_short(self) -> list[str]:
         """The learners some of whose runs did not reach the largest budget within the time limit."""
@@ -297,26 +380,34 @@ class Plan:
 
         def stats(a):
             return {"mean": finite(a.mean(axis=0)), "min": finite(a.min(axis=0)), "max": finite(a.max(axis=0))}
+        def kind(a):
+            arm = self.arms[a] if self.arms else Arm(self.algorithms[a])
+            return {"kind": arm.kind, "settings": dict(arm.settings), "seconds_per_screen": arm.seconds}
+
         return {"version": 1, "n_items": self.n_items, "budgets": self.budgets.tolist(), "source": self.source,
                 "spread": self.spread, "runs": int(self.exact.shape[1]),
                 "algorithms": {name: {"exact": stats(self.exact[a]), "hit3": stats(self.hit3[a]),
-                                      "cpu_seconds": round(float(self.seconds[a].mean()), 2)}
+                                      "cpu_seconds": round(float(self.seconds[a].mean()), 2), **kind(a)}
                                for a, name in enumerate(self.algorithms)}}
 
 
 def plan(scenarios: Sequence[Scenario], algorithms: Sequence[str] | None = None,
          budgets: Sequence[float] = DEFAULT_BUDGETS, runs: int = 3, batch: int = DEFAULT_BATCH, jobs: int = 1,
          source: str = "", spread: str = "seeds", params: dict | None = None,
-         max_seconds: float | None = None,
-         progress: Callable[[str, int, int, float, bool], None] | None = None) -> Plan:
+         max_seconds: float | None = None, kinds: Sequence[str] | None = None, settings: dict | None = None,
+         seconds: dict | None = None, progress: Callable[[str, int, int, float, bool], None] | None = None) -> Plan:
     """Simulate every learner ``runs`` times to the largest budget; run r uses seed r and
     ``scenarios[r % len(scenarios)]`` (one scenario per bootstrap replicate of a pilot fit).
     ``params`` maps a learner's name to its parameters (e.g. a study's). ``jobs`` > 1 runs the
     simulations in that many processes. ``max_seconds`` bounds the whole plan's CPU time per
     process: each run gets an equal share and stops at the budgets it reached (the rest NaN,
-    :attr:`Plan.cut_short`). ``progress(learner, runs done, runs in all, CPU seconds of the run, whether
-    the time limit stopped it)`` is called as each run ends (a plan may take minutes)."""
-    names = plannable_algorithms(algorithms)
+    :attr:`Plan.cut_short`). ``kinds``: the question kinds to compare (every learner asking each; the
+    default kind alone by default), with ``settings`` and a rater's ``seconds`` per screen per kind
+    (:func:`arms`); budgets are then screens per item. ``progress(line, runs done, runs in all, CPU
+    seconds of the run, whether the time limit stopped it)`` is called as each run ends (a plan may
+    take minutes)."""
+    lines = arms(algorithms, kinds, settings, seconds)
+    names = [arm.label for arm in lines]
     budgets = check_budgets(budgets)
     if not scenarios:
         raise ValueError("need at least one scenario to plan from")
@@ -329,8 +420,8 @@ def plan(scenarios: Sequence[Scenario], algorithms: Sequence[str] | None = None,
     params = params or {}
     jobs = max(1, min(int(jobs), len(names) * runs))
     share = None if max_seconds is None else float(max_seconds) * jobs / (len(names) * runs)
-    work = [(name, scenarios[r % len(scenarios)], budgets, r, int(batch), params.get(name), share)
-            for name in names for r in range(runs)]
+    work = [(arm, scenarios[r % len(scenarios)], budgets, r, int(batch), params.get(arm.algorithm), share)
+            for arm in lines for r in range(runs)]
     results: list = [None] * len(work)
     done = 0
 
@@ -338,7 +429,7 @@ def plan(scenarios: Sequence[Scenario], algorithms: Sequence[str] | None = None,
         nonlocal done
         done += 1
         if progress is not None:
-            progress(work[w][0], done, len(work), float(results[w][2]), bool(np.isnan(results[w][0]).any()))
+            progress(work[w][0].label, done, len(work), float(results[w][2]), bool(np.isnan(results[w][0]).any()))
 
     if jobs == 1:
         for w, job in enumerate(work):
@@ -349,8 +440,8 @@ def plan(scenarios: Sequence[Scenario], algorithms: Sequence[str] | None = None,
     shape = (len(names), runs, len(budgets))
     exact = np.array([r[0] for r in results]).reshape(shape)
     hit3 = np.array([r[1] for r in results]).reshape(shape)
-    seconds = np.array([r[2] for r in results]).reshape(shape[:2])
-    return Plan(tuple(names), budgets, n, exact, hit3, seconds, source, spread)
+    cpu = np.array([r[2] for r in results]).reshape(shape[:2])
+    return Plan(tuple(names), budgets, n, exact, hit3, cpu, source, spread, tuple(lines))
 
 
 def default_jobs() -> int:
@@ -581,18 +672,33 @@ def triplets_from_answers(rows: Iterable[Sequence[int]] | np.ndarray) -> np.ndar
 
 # ---------------------------------------------------------------------------- the printed table
 def format_plan(p: Plan, target: float | None = None, metric: str = "exact", pay: float | None = None,
-                currency: str = "$") -> list[str]:
-    """The plan as text lines: per learner, accuracy (mean ± sd over runs) at each budget with the
-    answers and cost it means; then the answers (and money) needed to reach ``target``."""
+                currency: str = "$", wage: float | None = None) -> list[str]:
+    """The plan as text lines: per line (a learner asking a kind), accuracy (mean ± sd over runs) at each
+    budget with the screens, the raters' hours and the cost it means (``pay`` per screen, or ``wage``
+    per hour of raters' time); then the screens, hours (and money) needed to reach ``target``, cheapest
+    first by rater time."""
     n = p.n_items
-    money = (lambda per_item: f"{currency}{per_item * n * pay:,.2f}") if pay is not None else None
+
+    def cost(name, per_item):
+        if wage is not None:
+            return f"{currency}{p.rater_hours(name, per_item) * wage:,.2f}"
+        return f"{currency}{per_item * n * pay:,.2f}" if pay is not None else None
+
+    priced = pay is not None or wage is not None
+    kinds = sorted({arm.kind for arm in p.arms}) if p.arms else [DEFAULT_KIND]
     lines = [f"Plan for {n} items; simulated raters answer from {p.source}.",
              f"Accuracy: mean ± sd over {p.exact.shape[1]} runs ({p.spread}); exact = the pick is a true "
              "nearest neighbour, hit@3 = among the 3 nearest."]
-    header = ["answers/item", "answers"] + (["cost"] if money else []) + ["exact", "hit@3"]
+    if p.arms:
+        seconds = {arm.kind: arm.seconds for arm in p.arms}
+        lines.append("Rater time per screen: " + ", ".join(f"{k} {seconds[k]:.1f} s" for k in kinds)
+                     + " (engine/kinds.py's stated defaults and their sources; --seconds KIND=S for a pilot's)."
+                     + (f" Cost: {currency}{wage:g} per hour of raters' time." if wage is not None else ""))
+    header = ["screens/item", "screens", "rater h"] + (["cost"] if priced else []) + ["exact", "hit@3"]
     for a, name in enumerate(p.algorithms):
-        label = name + (" (default)" if name == DEFAULT_NN_ALGORITHM else "")
-        lines += ["", f"{label}: {ALGORITHMS[name].description}",
+        arm = p.arms[a] if p.arms else Arm(name)
+        label = name + (" (default)" if arm.algorithm == DEFAULT_NN_ALGORITHM else "")
+        lines += ["", f"{label}: {ALGORITHMS[arm.algorithm].description}",
                   f"  CPU {p.seconds[a].mean():.1f} s per run"
                   + (" (time limit: budgets marked - were not reached in every run)" if name in p.cut_short else "")]
         rows = []
@@ -600,33 +706,39 @@ def format_plan(p: Plan, target: float | None = None, metric: str = "exact", pay
             ex, h3 = p.exact[a, :, b], p.hit3[a, :, b]
             cells = ([f"{ex.mean():.2f} ± {ex.std():.2f}", f"{h3.mean():.2f} ± {h3.std():.2f}"]
                      if np.isfinite(ex).all() else ["-", "-"])
-            rows.append([f"{per_item:g}", f"{int(round(per_item * n)):,}"] + ([money(per_item)] if money else [])
-                        + cells)
+            rows.append([f"{per_item:g}", f"{int(round(per_item * n)):,}", f"{p.rater_hours(name, per_item):,.1f}"]
+                        + ([cost(name, per_item)] if priced else []) + cells)
         widths = [max(len(r[c]) for r in [header] + rows) for c in range(len(header))]
         for r in [header] + rows:
             lines.append("  " + "  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)))
     if target is not None:
-        lines += ["", f"To reach {METRIC_LABELS[metric]} accuracy {target:.2f} (answers per item; mean curve, "
-                  "and the worst run for a safe buy):"]
+        lines += ["", f"To reach {METRIC_LABELS[metric]} accuracy {target:.2f} (screens per item; mean curve, "
+                  "and the worst run for a safe buy; then raters' hours):"]
+        width = max(len(name) for name in p.algorithms)
         for name in p.algorithms:
             mean, worst = p.reach(name, target, metric)
-            cost = ""
-            if money and mean.bound != ">":
-                cost = f" = {int(round(mean.value * n)):,} answers = {money(mean.value)}"
-                if worst.bound != ">":
-                    cost += f" (safe: {money(worst.value)})"
-            lines.append(f"  {name:<20} {mean.text():>8} (worst run {worst.text()}){cost}")
+            extra = ""
+            if mean.bound != ">":
+                extra = f" = {int(round(mean.value * n)):,} screens, {p.rater_hours(name, mean.value):,.1f} h"
+                if priced:
+                    extra += f" = {cost(name, mean.value)}"
+                    if worst.bound != ">":
+                        extra += f" (safe: {cost(name, worst.value)})"
+            lines.append(f"  {name:<{width}} {mean.text():>8} (worst run {worst.text()}){extra}")
         best = p.best(target, metric)
-        if best:
+        fastest = p.fastest(target, metric)
+        if best and fastest and fastest != best:
+            lines.append(f"  Fewest screens: {best}; least rater time: {fastest}.")
+        elif best:
             lines.append(f"  Cheapest: {best}.")
         elif p.cut_short:
             # the time limit ended the runs: the larger budgets were not simulated, not found wanting
             reached = ", ".join(f"{name} up to {p.reach(name, target, metric)[0].value:g}" for name in p.cut_short)
-            lines.append(f"  No learner reached {target:.2f} in the budgets simulated before the time limit stopped "
-                         f"the runs ({reached} answers per item); raise --max-seconds (or lower --runs) to "
+            lines.append(f"  No line reached {target:.2f} in the budgets simulated before the time limit stopped "
+                         f"the runs ({reached} screens per item); raise --max-seconds (or lower --runs) to "
                          "simulate the larger budgets.")
         else:
-            lines.append(f"  No learner reaches {target:.2f} within {p.budgets[-1]:g} answers per item; "
+            lines.append(f"  No line reaches {target:.2f} within {p.budgets[-1]:g} screens per item; "
                          "try larger --budgets or a lower --target.")
     return lines
 
@@ -647,12 +759,22 @@ def read_pilot_csv(text: str, source: str = "pilot") -> np.ndarray:
     if "head" in first and "choice" in first:
         rows = []
         for row in csv.DictReader(io.StringIO("\n".join(lines))):
-            if (row.get("kind", "triplet") != "triplet" or not row.get("choice")
+            try:
+                kind = get_kind(row.get("kind") or DEFAULT_KIND)
+            except ValueError:
+                continue
+            if (not kind.triplet_derived or not row.get("choice")
                     or row.get("algorithm") in ("catch", "repeat")):  # checks and validation repeats: no evidence
                 continue
             try:
+                if row.get("shown"):  # the whole screen: every triplet the answer implies (engine.kinds)
+                    shown = [int(x) for x in row["shown"].split()]
+                    picks = [int(x) for x in row["picks"].split()]
+                    kind.check_answer(kind.screen(kind.proposal_of(shown), {"n_select": len(picks)}), picks, None)
+                    rows.extend(kind.triplets(shown, picks))
+                    continue
                 h, a, b, c = (int(row[k]) for k in ("head", "a", "b", "choice"))
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, KeyError):
                 continue
             if c not in (a, b):
                 continue

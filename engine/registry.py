@@ -23,7 +23,21 @@ DEFAULT_NN_ALGORITHM = "duels"
 #: ... and what a rating study runs (rated distances are metric: ANNTri's triangle bounds hold).
 DEFAULT_RATING_ALGORITHM = "anntri"
 
-QUESTION_KINDS = ("triplet", "rating")
+QUESTION_KINDS = ("triplet", "rating", "odd_one_out", "rank")
+#: The kinds whose screens show several items at once and imply anchored triplets (``engine.screens``):
+#: triplet learners ask them through a screen planner.
+SCREEN_KINDS = ("odd_one_out", "rank")
+#: The parameters a screen kind takes beside the algorithm's (JSON-schema fragments with defaults);
+#: ``screens``: "adaptive" (from the learner's model) or "random" (the random-screen baseline), the
+#: entry's ``screens`` when not given.
+SCREEN_PARAMS: Mapping[str, Mapping[str, Mapping[str, Any]]] = MappingProxyType({
+    "odd_one_out": MappingProxyType({"screens": MappingProxyType({"enum": ["adaptive", "random"]})}),
+    "rank": MappingProxyType({
+        "n_reference": MappingProxyType({"type": "integer", "minimum": 3, "maximum": 12, "default": 8}),
+        "n_select": MappingProxyType({"type": "integer", "minimum": 1, "maximum": 11, "default": 2}),
+        "screens": MappingProxyType({"enum": ["adaptive", "random"]}),
+    }),
+})
 ASKS = ("pair", "triplet")
 LEARNS = ("graph", "forest", "embedding")
 
@@ -82,7 +96,10 @@ class Algorithm:
     the planner works through SETri rounds (``status_``, ``window``, ``round_best``), so the
     platform may widen its window, retire questions of closed rounds and ask least-asked repeats;
     ``triplet_defaults`` the parameters a pair-asking planner gets in a triplet study unless given
-    (see :func:`defaults_for`); ``memory`` what it holds in a worker's memory (:class:`Memory`).
+    (see :func:`defaults_for`); ``memory`` what it holds in a worker's memory (:class:`Memory`);
+    ``screens`` how it chooses the screens of odd-one-out and rank studies ("adaptive": from its
+    model, "random": uniformly random screens; see :mod:`engine.screens`); ``warning`` a sentence a
+    researcher must read before choosing it (e.g. it loses to random questions), with its figures.
     """
 
     name: str
@@ -98,12 +115,16 @@ class Algorithm:
     rounds: bool = False
     triplet_defaults: Mapping[str, Any] = field(default_factory=dict)
     memory: Memory = Memory()
+    screens: str = "adaptive"
+    warning: str = ""
 
     def __post_init__(self) -> None:
         if self.asks not in ASKS or self.learns not in LEARNS:
             raise ValueError(f"{self.name}: asks must be one of {ASKS} and learns one of {LEARNS}")
         if not self.question_kinds or any(k not in QUESTION_KINDS for k in self.question_kinds):
             raise ValueError(f"{self.name}: question_kinds must be a non-empty subset of {QUESTION_KINDS}")
+        if self.screens not in ("adaptive", "random"):
+            raise ValueError(f"{self.name}: screens must be 'adaptive' or 'random'")
         object.__setattr__(self, "params", MappingProxyType({k: MappingProxyType(dict(v))
                                                              for k, v in self.params.items()}))
         object.__setattr__(self, "triplet_defaults", MappingProxyType({k: v for k, v in self.triplet_defaults.items()
@@ -151,6 +172,21 @@ _ROUNDS = {
 #: at ~.95 NN error through 2,000 answers per item). See ``engine.anntri.DERIVED_DEFAULTS``.
 _DERIVED = {"symmetric": False, "triangle": False, "bound": "kl", "window": 100000, "stagger": False}
 _PAIR_STATES = ("PairTripletAdapter",)
+#: the screen planners wrapping a triplet learner (engine.screens); their state names the learner
+_SCREEN_STATES = ("OddOneOutScreens", "RankScreens")
+_TRIPLET_KINDS = ("triplet", "odd_one_out", "rank")
+
+
+def _loses_to_random(name: str, recorded: str) -> str:
+    """The warning of a pair planner in triplet studies, with its measured figures: the outside check
+    on held-out human triplets, and ``benchmarks/real_crowds.py --kinds triplet --datasets recorded
+    --methods anntri,ann,random,duels --budgets 50,100,300 --seeds 2`` (85 items, one recorded answer
+    per triplet, lapse 0.03 / 0.1; hit@3 at 300 answers per item)."""
+    return (f"In triplet studies {name} loses to random questions: on held-out human triplets ANNTri reached "
+            f"hit@3 .24 at 300 answers per item, against .68 for random triplets + an embedding; on simulated "
+            f"recorded answers {name} reached {recorded} at 300 answers per item, against .88 / .82 for random "
+            f"triplets + an embedding and .97 / .86 for duels (the default). Use it for rating studies, or "
+            f"choose duels.")
 #: ANNTri and its baselines keep bound matrices over every pair (mean, count, pending, bounds)
 _BOUNDS = Memory(per_pair=72.0, fixed=300e6)
 _EMBEDDING = {
@@ -164,20 +200,22 @@ _EMBEDDING = {
 _ENTRIES = (
     Algorithm("anntri", "engine.anntri:ANNTri", ("triplet", "rating"), "pair", "graph",
               "ANNTri: adaptive pair distances with triangle-inequality pruning; certifies each neighbour",
-              _ROUNDS, ("ANNTri",) + _PAIR_STATES, rounds=True, triplet_defaults=_DERIVED, memory=_BOUNDS),
+              _ROUNDS, ("ANNTri",) + _PAIR_STATES, rounds=True, triplet_defaults=_DERIVED, memory=_BOUNDS,
+              warning=_loses_to_random("ANNTri", ".20 / .22")),
     Algorithm("ann", "engine.anntri:ANN", ("triplet", "rating"), "pair", "graph",
               "ANN: adaptive pair distances without the triangle bounds (the paper's baseline)",
               {k: v for k, v in _ROUNDS.items() if k != "triangle"}, ("ANN",) + _PAIR_STATES, rounds=True,
-              triplet_defaults=_DERIVED, memory=_BOUNDS),
+              triplet_defaults=_DERIVED, memory=_BOUNDS, warning=_loses_to_random("ANN", ".20 / .22")),
     Algorithm("random", "engine.anntri:RandomSampling", ("triplet", "rating"), "pair", "graph",
               "Random: uniformly random pairs until the confidence bounds certify every neighbour",
               {k: v for k, v in _ROUNDS.items()
                if k not in ("window", "max_samples_per_round", "stagger", "triangle")},
-              ("RandomSampling",) + _PAIR_STATES, triplet_defaults=_DERIVED, memory=_BOUNDS),
-    Algorithm("random_triplets", "engine.random_triplets:RandomTriplets", ("triplet",), "triplet", "graph",
+              ("RandomSampling",) + _PAIR_STATES, triplet_defaults=_DERIVED, memory=_BOUNDS,
+              warning=_loses_to_random("Random sampling", ".15 / .11")),
+    Algorithm("random_triplets", "engine.random_triplets:RandomTriplets", _TRIPLET_KINDS, "triplet", "graph",
               "Random triplets: uniformly random triplets, neighbour = highest win rate (no certificate)",
-              {}, ("RandomTriplets",), memory=Memory(per_pair=54.0, fixed=10e6)),
-    Algorithm("duels", "engine.duels:CandidateDuels", ("triplet",), "triplet", "graph",
+              {}, ("RandomTriplets",) + _SCREEN_STATES, memory=Memory(per_pair=54.0, fixed=10e6), screens="random"),
+    Algorithm("duels", "engine.duels:CandidateDuels", _TRIPLET_KINDS, "triplet", "graph",
               "Candidate duels: each item's shortlisted candidates duel in triplets until a winner is certain",
               {"shortlist": {"type": "integer", "minimum": 2, "maximum": 1000, "default": 12},
                "min_shortlist": {"type": "integer", "minimum": 2, "maximum": 1000, "default": 6},
@@ -190,16 +228,19 @@ _ENTRIES = (
                "delta": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.05},
                "fit_work": {"type": "integer", "minimum": 1, "default": 1_000_000},
                "explore_pairs": {"type": "integer", "minimum": 0, "maximum": 10000, "default": 0}},
-              ("CandidateDuels",), memory=Memory(per_item=30_000.0, per_answer=400.0, fixed=60e6)),
-    Algorithm("embedding", "engine.embedding:EmbeddingLearner", ("triplet",), "triplet", "embedding",
+              ("CandidateDuels",) + _SCREEN_STATES, memory=Memory(per_item=30_000.0, per_answer=400.0, fixed=60e6)),
+    Algorithm("embedding", "engine.embedding:EmbeddingLearner", _TRIPLET_KINDS, "triplet", "embedding",
               "Embedding: uniformly random triplets and a t-STE ordinal embedding; neighbours = nearest points",
-              _EMBEDDING, ("EmbeddingLearner",), memory=Memory(per_pair=16.0, fixed=50e6)),
-    Algorithm("active_embedding", "engine.embedding:ActiveEmbedding", ("triplet",), "triplet", "embedding",
+              _EMBEDDING, ("EmbeddingLearner",) + _SCREEN_STATES, memory=Memory(per_pair=16.0, fixed=50e6),
+              screens="random"),
+    Algorithm("active_embedding", "engine.embedding:ActiveEmbedding", _TRIPLET_KINDS, "triplet", "embedding",
               "Active embedding: t-STE embedding asking the most uncertain triplets near each item",
               {**_EMBEDDING,
                "warmup": {"type": ["integer", "null"], "minimum": 0, "default": None},
                "n_candidates": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 50}},
-              ("ActiveEmbedding",), memory=Memory(per_pair=32.0, fixed=50e6)),
+              ("ActiveEmbedding",) + _SCREEN_STATES, memory=Memory(per_pair=32.0, fixed=50e6)),
+    # triplet studies only: a forest's splits take the answers of the triplets it asked (``observe`` refuses
+    # others), and an odd-one-out or rank screen implies triplets no split asked
     Algorithm("comparison_forest", "engine.comparison_tree:ComparisonForest", ("triplet",), "triplet", "forest",
               "Comparison forest: random trees split by triplets; neighbours = frequent leaf-mates",
               {"n_trees": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10},
@@ -236,7 +277,7 @@ def get_algorithm(name: str) -> Algorithm:
 def entry_for_state(state: Mapping) -> Algorithm:
     """The (first) entry whose planner saved ``state`` (by ``state["class"]``)."""
     cls = state.get("class") if isinstance(state, Mapping) else None
-    if cls == "PairTripletAdapter" and isinstance(state.get("planner"), Mapping):
+    if cls in ("PairTripletAdapter",) + _SCREEN_STATES and isinstance(state.get("planner"), Mapping):
         cls = state["planner"].get("class")  # the adapted planner says which algorithm it is
     for entry in ALGORITHMS.values():
         if cls in entry.state_classes:
@@ -277,13 +318,22 @@ def make_planner(name: str, n_items: int, question_kind: str = "triplet", random
 
     Triplet studies of pair-asking algorithms get a :class:`engine.adapters.PairTripletAdapter`
     (triplets in, ``(head, a, b, winner)`` answers); with ``question_kind="rating"`` they are
-    returned as they are (pairs in, ``(i, j, value)`` answers). ``labels`` (one per item) is
-    required by label-driven algorithms. Every planner returned has ``neighbor_graph(k)``
+    returned as they are (pairs in, ``(i, j, value)`` answers). Odd-one-out and rank studies of a
+    triplet learner get its screen planner (:mod:`engine.screens`): ``question_kind="odd_one_out"``
+    asks ``(a, b, c)`` and observes ``(a, b, c, odd)``; ``question_kind="rank"`` (``n_reference``
+    = 8, ``n_select`` = 2 unless given) asks ``(head, (r1, ..., rn))`` and observes
+    ``(head, (r1, ..., rn), (s1, ..., sk))``, s1 the most alike; ``screens="random"`` asks uniformly
+    random screens (the default of the learners that ask random triplets, the entry's ``screens``).
+    ``labels`` (one per item) is required by label-driven algorithms. Every planner returned has ``neighbor_graph(k)``
     (except label-driven forests) and the progress keys of :data:`engine.graph.PROGRESS_KEYS`.
     """
     entry = get_algorithm(name)
+    if question_kind not in QUESTION_KINDS:
+        raise ValueError(f"unknown question kind {question_kind!r}; choose one of {', '.join(QUESTION_KINDS)}")
     if question_kind not in entry.question_kinds:
         raise ValueError(f"{name} asks {' or '.join(entry.question_kinds)} questions, not {question_kind!r}")
+    screen = check_screen_params(name, question_kind,
+                                 {k: params.pop(k) for k in list(params) if k in _ALL_SCREEN_PARAMS})
     # validated as given, then the study defaults for this question kind fill what is missing
     check_params(name, params)
     params = {**defaults_for(name, question_kind), **params}
@@ -299,7 +349,60 @@ def make_planner(name: str, n_items: int, question_kind: str = "triplet", random
         from .adapters import PairTripletAdapter
 
         return PairTripletAdapter(planner, random_state=random_state)
+    if question_kind in SCREEN_KINDS:
+        import numbers
+
+        import numpy as np
+
+        from .screens import OddOneOutScreens, RankScreens
+
+        # the screens draw from their own stream of the study seed (not the learner's)
+        rs = np.random.default_rng([int(random_state), _SCREEN_STREAM]) \
+            if isinstance(random_state, numbers.Integral) else random_state
+        if question_kind == "odd_one_out":
+            return OddOneOutScreens(planner, random_state=rs, **screen)
+        return RankScreens(planner, random_state=rs, **screen)
     return planner
+
+
+_ALL_SCREEN_PARAMS = frozenset(p for kind in SCREEN_PARAMS.values() for p in kind)
+#: a distinct stream of the study seed for the screen planners' own draws
+_SCREEN_STREAM = 0x5C2
+
+
+def check_screen_params(name: str, question_kind: str, params: Mapping) -> dict:
+    """Validate the screen parameters of a ``question_kind`` study running ``name`` (``n_reference``,
+    ``n_select``, ``screens``: see :data:`SCREEN_PARAMS`); returns them with the defaults filled in
+    (``screens`` from the entry). ValueError naming the parameter otherwise."""
+    import jsonschema
+
+    entry = get_algorithm(name)
+    allowed = SCREEN_PARAMS.get(question_kind, {})
+    for key, value in params.items():
+        if key not in allowed:
+            raise ValueError(f"{key!r} is a parameter of "
+                             f"{' and '.join(k for k, v in SCREEN_PARAMS.items() if key in v)} studies, "
+                             f"not of {question_kind!r} studies")
+        fragment = {kk: vv for kk, vv in allowed[key].items() if kk != "default"}
+        try:
+            jsonschema.validate(value, fragment)
+        except jsonschema.ValidationError as exc:
+            raise ValueError(f"parameter {key!r} of a {question_kind} study: {exc.message}") from None
+    out = {k: v["default"] for k, v in allowed.items() if "default" in v}
+    if "screens" in allowed:
+        out["screens"] = entry.screens
+    out.update(params)
+    if question_kind == "rank" and not 1 <= out["n_select"] < out["n_reference"]:
+        raise ValueError(f"a rank study picks fewer references than it shows: n_select ({out['n_select']}) "
+                         f"must be less than n_reference ({out['n_reference']})")
+    return out
+
+
+def warning_for(name: str, question_kind: str = "triplet") -> str:
+    """The warning a researcher choosing ``name`` for a ``question_kind`` study must read ("" for none):
+    the entry's ``warning`` holds for the triplet-derived kinds (a rating study of ANNTri is sound)."""
+    entry = get_algorithm(name)
+    return entry.warning if question_kind != "rating" else ""
 
 
 def drive_as_pool(planner: Any, fitter: Any = None) -> Any:
@@ -324,6 +427,10 @@ def run_fit_task(task: Any) -> Any:
 def restore_planner(state: Mapping) -> Any:
     """The planner that saved ``state`` (any class of the table's ``state_classes``)."""
     entry = entry_for_state(state)
+    if state.get("class") in _SCREEN_STATES:
+        from .screens import SCREEN_CLASSES
+
+        return SCREEN_CLASSES[state["class"]].from_state(dict(state))
     if state.get("class") == "PairTripletAdapter":
         from .adapters import PairTripletAdapter
 

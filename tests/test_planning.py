@@ -219,3 +219,39 @@ def test_plan_command_from_a_running_studys_answers_is_shown_on_its_dashboard(re
     assert stored["pay"] == 0.1 and list(stored["algorithms"]) == ["random_triplets"]
     page = researcher_client.get("/studies/pilot?tab=learning").get_data(as_text=True)
     assert 'id="plan-table"' in page and 'id="plan-plot"' in page
+
+
+def test_kinds_are_compared_by_screens_rater_time_and_money():
+    """Every learner asks every kind planned; noise-free separated pairs are found by each kind, and the
+    rater hours and the wage's cost follow each kind's seconds per screen (a given one replaces the
+    stated default)."""
+    from engine.kinds import get_kind
+
+    result = planning.plan([planning.Scenario(pair_distances(), 0.0, 0.0)], ["embedding"], [20, 100], runs=1,
+                           kinds=["triplet", "odd_one_out", "rank"], settings={"rank": {"n_reference": 4,
+                                                                                         "n_select": 1}},
+                           seconds={"odd_one_out": 5.0})
+    assert result.algorithms == ("embedding", "embedding (odd_one_out)", "embedding (rank 4-1)")
+    assert (result.hit3[:, 0, -1] >= 0.9).all(), result.hit3
+    triplet_s = get_kind("triplet").screen_seconds({})
+    rank_s = get_kind("rank").screen_seconds({"n_reference": 4, "n_select": 1})
+    assert result.rater_hours("embedding", 100) == pytest.approx(100 * 20 * triplet_s / 3600)
+    assert result.rater_hours("embedding (odd_one_out)", 100) == pytest.approx(100 * 20 * 5.0 / 3600)
+    assert result.rater_hours("embedding (rank 4-1)", 100) == pytest.approx(100 * 20 * rank_s / 3600)
+    text = "\n".join(planning.format_plan(result, target=0.9, metric="hit3", wage=18.0))
+    # 100 screens per item x 20 items x 5 s = 2.8 h, at 18 an hour
+    assert "odd_one_out 5.0 s" in text and f"${100 * 20 * 5.0 / 3600 * 18:,.2f}" in text
+    assert result.to_dict()["algorithms"]["embedding (rank 4-1)"]["kind"] == "rank"
+    with pytest.raises(ValueError, match="rating"):
+        planning.plan([planning.Scenario(pair_distances(), 0.0, 0.0)], ["embedding"], [10], kinds=["rating"])
+
+
+def test_a_pilots_answers_export_gives_every_triplet_its_screens_imply():
+    text = ("kind,head,a,b,choice,algorithm,shown,picks\n"
+            "odd_one_out,0,1,2,2,duels,0 1 2,2\n"
+            "rank,0,1,2,1,duels,0 1 2 3 4,1 3\n"
+            "triplet,5,6,7,7,duels,,\n"
+            "rank,0,1,2,1,catch,0 1 2 3 4,1 3\n")
+    rows = planning.read_pilot_csv(text)
+    assert sorted(map(tuple, rows.tolist())) == sorted([(0, 1, 2), (1, 0, 2), (0, 1, 3), (0, 1, 2), (0, 1, 4),
+                                                        (0, 3, 2), (0, 3, 4), (5, 7, 6)])

@@ -216,7 +216,9 @@ def test_rater_options_are_validated_with_readable_errors(fields, message):
 def test_configs_without_the_rater_options_keep_their_defaults():
     config = StudyConfig.from_dict({"name": "x"})
     assert config.consent is None and config.practice == ()
-    assert config.limits.max_questions_per_rater is None and config.limits.min_response_ms == 0
+    # no threshold of its own: each question kind's (none for triplets, as before)
+    assert config.limits.max_questions_per_rater is None and config.limits.min_response_ms is None
+    assert config.too_fast_ms("triplet") == 0
     assert config.attention.rate == "auto" and config.completion.prolific_redirect_url is None
     assert StudyConfig.from_stored(json.loads(config.to_json())) == config
 

@@ -373,7 +373,10 @@ def test_simulated_triplets_follow_the_logistic_and_lapse_model_of_engine_oracle
     model, text = noise_model(truth, noise=0.1, lapse=0.2)
     assert "logistic scale 0.1000" in text and "lapse 0.200" in text
     rater = Rater(truth, model, careless=False, rng=random.Random(3))
-    assert isinstance(rater.oracle, TripletOracle) and rater.oracle.model == "human"
+    from engine.kinds import get_kind
+
+    oracle = rater.oracle(get_kind("triplet"))
+    assert isinstance(oracle, TripletOracle) and oracle.model == "human"
 
     def share(a, b, n=6000):
         q = {"kind": "triplet", "head": {"index": 0, "id": "h"},
@@ -395,3 +398,34 @@ def test_human_constants_match_the_alien_egg_fit():
     truth = load_truth("eggs")
     assert truth.logistic_scale == pytest.approx(HUMAN_SCALE, abs=0.002)
     assert truth.lapse == pytest.approx(HUMAN_LAPSE, abs=0.002)
+
+
+@pytest.mark.parametrize("kind, question", [
+    ("odd_one_out", {"kind": "odd_one_out", "items": [{"index": 0, "id": "h"}, {"index": 1, "id": "a"},
+                                                      {"index": 2, "id": "b"}]}),
+    ("rank", {"kind": "rank", "select": 2, "head": {"index": 0, "id": "h"},
+              "candidates": [{"index": 1, "id": "a"}, {"index": 2, "id": "b"}, {"index": 3, "id": "c"}]}),
+])
+def test_simulated_raters_answer_screens_with_engine_oracles_noise_model(kind, question):
+    """A simulated rater answers odd-one-out and grid screens with the engine's simulated rater of the
+    kind: without noise the truth (b is the odd one of h, a, b; a then c are nearest h), with lapses
+    a random answer about as often as the lapse rate says."""
+    import random
+
+    from engine.oracles import OddOneOutOracle, RankOracle
+    from webapp.cli.crowd import noise_model
+
+    D = np.array([[0.0, 0.1, 0.9, 0.3], [0.1, 0.0, 0.9, 0.4], [0.9, 0.9, 0.0, 0.8], [0.3, 0.4, 0.8, 0.0]])
+    truth = Truth(["h", "a", "b", "c"], D, source="test")
+    exact = Rater(truth, noise_model(truth, noise=0.0, lapse=0.0)[0], careless=False, rng=random.Random(1))
+    answer = exact.answer(question)
+    assert answer == ({"choice": 2} if kind == "odd_one_out" else {"picks": [1, 3]})
+    from engine.kinds import get_kind
+
+    assert isinstance(exact.oracle(get_kind(kind), 2 if kind == "rank" else 1), (OddOneOutOracle, RankOracle))
+    lapsing = Rater(truth, noise_model(truth, noise=0.0, lapse=0.3)[0], careless=False, rng=random.Random(2))
+    answers = [lapsing.answer(question) for _ in range(3000)]
+    first = [a["choice"] if "choice" in a else a["picks"][0] for a in answers]
+    # a lapse picks uniformly among the options: right 1 - λ + λ/3 of the time
+    assert np.mean([f == (2 if kind == "odd_one_out" else 1) for f in first]) == pytest.approx(0.8, abs=0.03)
+

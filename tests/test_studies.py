@@ -43,7 +43,7 @@ def test_config_defaults_and_round_trip():
      ["unknown parameter", "kay", "algorithms.0.params", "window"]),
     ({"name": "x", "algorithms": [{"algorithm": "anntri"}, {"algorithm": "anntri"}]}, ["labels", "distinct"]),
     ({"name": "x", "algorithms": [{"algorithm": "random_triplets", "question_kind": "rating"}]},
-     ["algorithms.0.question_kind", "triplet questions only"]),
+     ["algorithms.0.question_kind", "random_triplets asks triplet or", "not rating"]),
     ({"name": "x", "algorithms": [{"algorithm": "anntri", "share": 0}]}, ["algorithms.0.share"]),
     ({"name": "x", "algorithm": "ann", "algorithms": [{"algorithm": "anntri"}]}, ["either", "not both"]),
     ({"name": "x", "rating": {"min": 5, "max": 1}}, ["rating.max", "greater"]),

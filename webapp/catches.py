@@ -38,15 +38,21 @@ FAR_SHARE = 0.25
 RATING_FAR_SHARE = 0.85
 
 
+#: Items very unlike the head kept per comparison besides ``different``: enough to fill a grid of the
+#: most references a rank screen shows (engine.kinds.MAX_REFERENCES) around the one like item.
+OTHERS = 11
+
+
 class Comparison(NamedTuple):
     """A head, an item very like it and one very unlike it (item indices); ``far``: whether the different
     one is far from the head in absolute terms too (a pair a careful rater rates low), not only against
-    the similar one."""
+    the similar one; ``others``: more items very unlike the head (a grid's other references)."""
 
     head: int
     similar: int
     different: int
     far: bool = True
+    others: tuple[int, ...] = ()
 
 
 _cache: dict[str, tuple[float, tuple[float, int], list[Comparison]]] = {}
@@ -94,7 +100,12 @@ def _by_position(positions: list[tuple[float, ...]], rng: random.Random) -> list
         far = others[len(others) - max(1, int(FAR_SHARE * len(others))):]
         far_distance, different = far[rng.randrange(len(far))]
         if similar != different and near_distance <= MAX_DISTANCE_RATIO * far_distance:
-            found.append((Comparison(h, similar, different), far_distance))
+            # more unlike items for grids: from the farther half of the head's items, each at least twice as
+            # far from the head as the like one
+            fillers = [j for d, j in others[len(others) // 2:]
+                       if j != different and near_distance <= MAX_DISTANCE_RATIO * d]
+            more = tuple(rng.sample(fillers, min(OTHERS, len(fillers))))
+            found.append((Comparison(h, similar, different, others=more), far_distance))
     largest = max((d for _, d in found), default=0.0)
     return [c._replace(far=d >= RATING_FAR_SHARE * largest) for c, d in found]
 
@@ -115,5 +126,12 @@ def _by_label(labels: list, rng: random.Random) -> list[Comparison]:
             different = rng.randrange(n)
             if labels[different] != labels[h]:
                 break
-        found.append(Comparison(h, rng.choice(same), different))
+        more = set()
+        for _ in range(8 * OTHERS):  # items of other labels for grids (drawn, not listed: n may be large)
+            j = rng.randrange(n)
+            if labels[j] != labels[h] and j != different:
+                more.add(j)
+                if len(more) == OTHERS:
+                    break
+        found.append(Comparison(h, rng.choice(same), different, others=tuple(sorted(more))))
     return found

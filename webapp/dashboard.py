@@ -22,13 +22,13 @@ from flask import (
     url_for,
 )
 
+from engine.kinds import DEFAULT_KIND, KINDS
 from workers.store import deletion, keys
 from workers.store.backup import set_aside_answers
 from workers.store.config import (
     ALGORITHM_TABLE,
     ALGORITHMS,
     DEFAULT_NN_ALGORITHM,
-    QUESTION_KINDS,
     ConfigError,
     StudyConfig,
 )
@@ -137,7 +137,8 @@ def _new_study_page(error: str | None = None, status: int = 200, form=None):
         form = request.form if request.method == "POST" else {}
     return render_template("dashboard/new.html", error=error, form=form, algorithms=ALGORITHMS,
                            algorithm_table=ALGORITHM_TABLE, default_algorithm=DEFAULT_NN_ALGORITHM,
-                           question_kinds=QUESTION_KINDS, upload_limit=upload_limit(), never_ends=NEVER_ENDS,
+                           kinds=list(KINDS.values()), default_kind=DEFAULT_KIND, upload_limit=upload_limit(),
+                           never_ends=NEVER_ENDS,
                            upload_size=size_text(upload_limit())), status
 
 
@@ -146,8 +147,21 @@ def config_from_form(form: Mapping[str, str], files: Mapping[str, FileStorage]) 
     upload = files.get("config_file")
     if upload and upload.filename:
         return config_from_yaml_bytes(upload.read(), upload.filename)
+    kind = form.get("question_kind") or DEFAULT_KIND
     data = {"name": form.get("name", "").strip(), "algorithm": form.get("algorithm") or DEFAULT_NN_ALGORITHM,
-            "question_kind": form.get("question_kind") or "triplet"}
+            "question_kind": kind}
+    if kind in KINDS and KINDS[kind].settings:
+        # the kind's own settings (a grid's n and k), fields named "<kind>:<setting>"; empty: its default
+        settings = {}
+        for name in KINDS[kind].settings:
+            value = form.get(f"{kind}:{name}", "").strip()
+            if value:
+                try:
+                    settings[name] = int(value)
+                except ValueError:
+                    raise ConfigError(f"field '{kind}.{name}' must be a whole number, got {value!r}") from None
+        if settings:
+            data[kind] = settings
     for name in ("instructions", "consent"):
         if form.get(name, "").strip():
             data[name] = form[name].strip()
@@ -288,7 +302,9 @@ def study(study_id: str) -> ResponseReturnValue:
                  "budget": None if budget is None else budget * pay}
     context = {"study": study, "stats": stats, "tab": tab, "tabs": TABS, "plan": plan, "per_item": per_item,
                "expected": expected_now(plan, per_item), "money": money, "budget": budget,
-               "flagged": []}
+               "flagged": [],
+               # the too-fast threshold a study without its own gets: its first algorithm's kind's
+               "too_fast_default": study.config.too_fast_ms(study.config.algorithms[0].kind)}
     if tab in ("overview", "raters"):
         context["quality"] = rater_quality(conn, study_id)
         context["flagged"] = context["quality"]["flagged"]
@@ -356,7 +372,8 @@ def settings(study_id: str) -> ResponseReturnValue:
         limits = {name: _optional_int(form, f"limit:{name}", f"limits.{name}")
                   for name in ("max_questions_per_rater", "answer_budget") if f"limit:{name}" in form}
         if "limit:min_response_ms" in form:
-            limits["min_response_ms"] = _optional_int(form, "limit:min_response_ms", "limits.min_response_ms") or 0
+            # empty: each question kind's own threshold (engine/kinds.py)
+            limits["min_response_ms"] = _optional_int(form, "limit:min_response_ms", "limits.min_response_ms")
         if limits:
             changes["limits"] = limits
         update_config(conn, study_id, **changes)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from flask import current_app, session, url_for
 
+from engine.kinds import KINDS, AnswerError, kind_of
 from workers.store import keys
 from workers.store.answers import (
     CATCH_ALGORITHM,
@@ -36,8 +37,8 @@ from workers.store.questions import (
     NextRequest,
     StudyGuard,
     issue_next_question,
-    new_question_id,
     next_request,
+    pooled,
     question_items,
     queue_repeat,
     repeat_question,
@@ -200,37 +201,44 @@ DONE_MESSAGES = {
 
 def catch_question(study: Study, found: list[Comparison]) -> dict | None:
     """An attention check that needs a look at the items (``catches``: a head, a very similar and a
-    very different item): a triplet of the three, candidates in random order, expecting the similar
-    one; or (rating studies) the head with one of them, to be rated in the top or bottom quarter of
-    the scale. None when the study has no such comparison (no catch trial then)."""
+    very different item, and more items very unlike the head): a screen of the study's catch kind built
+    from them by the kind's entry (``engine.kinds``: a triplet of the three expecting the similar one, an
+    odd-one-out of the three expecting the different one, a grid of the similar one among very unlike
+    ones expecting it first), items in random order; or (a kind rated on a scale) the head with one of
+    them, to be rated in the top or bottom quarter of the scale. None when the study has no such
+    comparison (no catch trial then)."""
     if not found:
         return None
-    head, similar, different, _ = random.choice(found)
-    common = {"qid": new_question_id(), "algorithm": CATCH_ALGORITHM, "fallback": False, "catch": True}
-    if study.config.catch_kind == "rating":
+    kind = KINDS[study.config.catch_kind]
+    head, similar, different, far_apart, others = random.choice(found)
+    common = {"algorithm": CATCH_ALGORITHM, "fallback": False, "catch": True}
+    rng = random  # the process's generator, as every draw of a request (a seeded test replays them)
+    if kind.asks == "pair":  # a rating expects a value on the scale, not a pick
         far = [c for c in found if c.far]
         alike = not far or random.random() < 0.5
         if not alike:  # a low rating is expected only of a pair far apart in absolute terms
-            head, similar, different, _ = random.choice(far)
-        pair = [head, similar if alike else different]
-        random.shuffle(pair)
-        return {**common, "kind": "rating", "items": pair, "expect": "high" if alike else "low"}
-    candidates = [similar, different] if random.random() < 0.5 else [different, similar]
-    return {**common, "kind": "triplet", "head": head, "candidates": candidates, "expect": similar}
+            head, similar, different, far_apart, others = random.choice(far)
+        screen, _ = kind.catch_screen(head, similar if alike else different, different, others, {}, rng)
+        return {**pooled(screen, CATCH_ALGORITHM), **common, "expect": "high" if alike else "low"}
+    built = kind.catch_screen(head, similar, different, others, study.config.settings_of(kind), rng)
+    if built is None:
+        return None
+    screen, expect = built
+    return {**pooled(screen, CATCH_ALGORITHM), **common, "expect": expect}
 
 
-def catch_passed(study: Study, question: dict, choice: int | None, value: float | None) -> bool:
-    """Whether an attention check was answered as anyone paying attention would (a skip fails it).
-    A check issued before checks had an ``expect`` showed the head among its candidates (triplets) or
-    one item twice (ratings)."""
-    if question["kind"] == "rating":
+def catch_passed(study: Study, question: dict, picks: list[int] | None, value: float | None) -> bool:
+    """Whether an attention check was answered as anyone paying attention would (a skip fails it): the
+    expected item picked first. A check issued before checks had an ``expect`` showed the head among
+    its candidates (triplets) or one item twice (ratings)."""
+    if kind_of(question).asks == "pair":
         scale = study.config.rating
         if value is None:
             return False
         if question.get("expect") == "low":
             return value <= scale.min + 0.25 * (scale.max - scale.min)
         return scale.catch_passes(value)
-    return choice is not None and choice == question.get("expect", question["head"])
+    return bool(picks) and picks[0] == question.get("expect", question.get("head"))
 
 
 def check_consent(study: Study) -> None:
@@ -258,22 +266,21 @@ def question_request(study: Study, rater: str, now: float, guard: StudyGuard | N
                         catch_every=every or 1, catch_draw=random.random())
 
 
-def maybe_queue_repeat(conn: Redis, study: Study, rater: str, question: dict, choice: int | None,
+def maybe_queue_repeat(conn: Redis, study: Study, rater: str, question: dict, picks: list[int] | None,
                        issued: NextQuestion | None) -> None:
-    """After an ordinary triplet answer: perhaps queue it to be asked again later (candidates swapped)
-    as one of the rater's ``attention.validation_repeats``. Costs a round trip only when drawn, about
-    validation_repeats times per rater."""
+    """After an ordinary answer of a kind that repeats (``engine.kinds``): perhaps queue it to be asked
+    again later (items in another order) as one of the rater's ``attention.validation_repeats``. Costs a
+    round trip only when drawn, about validation_repeats times per rater."""
     repeats = study.config.attention.validation_repeats
-    if (not repeats or question["kind"] != "triplet" or question.get("catch") or choice is None
+    if (not repeats or not kind_of(question).repeatable or question.get("catch") or not picks
             or issued is None or issued.status != "ok"):
         return
     window = max(1, int(REPEAT_SOURCE_SHARE * (study.config.limits.max_questions_per_rater
                                                or REPEAT_DEFAULT_QUESTIONS)))
     if issued.answers > window or random.random() >= min(1.0, 1.5 * repeats / window):
         return
-    head, (a, b) = question["head"], question["candidates"]
     due = issued.answers + REPEAT_GAP_MIN + random.randint(0, REPEAT_GAP_SPREAD)
-    queue_repeat(conn, study.id, rater, repeat_question(head, a, b, choice), most=repeats, due_after=due,
+    queue_repeat(conn, study.id, rater, repeat_question(question, picks[0]), most=repeats, due_after=due,
                  ttl=USED_MARKER_TTL)
 
 
@@ -315,12 +322,20 @@ def question_payload(conn: Redis, study: Study, rater: str, issued: NextQuestion
 
 
 def screen_payload(study: Study, question: dict, items: list[dict]) -> dict:
-    """What the rater's page shows of a question (its prompt and items in the order shown): the live
-    payload's and the researcher's preview's (webapp.preview) alike."""
-    if question["kind"] == "rating":
-        scale = study.config.rating
-        return {"prompt": scale.prompt, "items": items, "scale": scale.to_dict()}
-    return {"prompt": study.config.question, "head": items[0], "candidates": items[1:]}
+    """What the page draws of a screen (a question or a practice question; the live payload's and the
+    researcher's preview's, webapp.preview, alike): its widget (``engine.kinds``),
+    prompt and items (a head and candidates, or items), how many to pick, a rating's scale."""
+    kind = kind_of(question)
+    out = {"kind": kind.name, "widget": kind.widget, "prompt": study.config.texts(kind)[0]}
+    if kind.headed:
+        out.update(head=items[0], candidates=items[1:])
+    else:
+        out.update(items=items)
+    if "select" in question:
+        out["select"] = int(question["select"])
+    if kind.asks == "pair":
+        out["scale"] = study.config.rating.to_dict()
+    return out
 
 
 def next_question(conn: Redis, study: Study, rater: str, guard: StudyGuard | None = None) -> dict | None:
@@ -383,21 +398,33 @@ def rater_next_question(conn: Redis, study_id: str, rater: str, session: StudyGu
     raise AssertionError("the last try runs without the study check")
 
 
-def parse_answer_body(body: object) -> tuple[str, int | None, float | None, int | None, bool]:
-    """(token, choice, value, response_ms, skip) of an answer body; which of choice/value is needed
-    depends on the question kind, checked once the token is verified."""
+def parse_answer_body(body: object) -> tuple[str, list[int] | None, float | None, int | None, bool]:
+    """(token, picks, value, response_ms, skip) of an answer body; which of choice (or picks, the items
+    picked in order) and value is needed depends on the question kind, checked once the token is verified."""
     if not isinstance(body, dict):
         raise ApiError(400, "malformed_answer",
-                       "send the answer as a JSON object: {\"token\": ..., \"choice\": ...} or "
-                       "{\"token\": ..., \"value\": ...} (or {\"token\": ..., \"skip\": true})")
+                       "send the answer as a JSON object: {\"token\": ..., \"choice\": ...}, "
+                       "{\"token\": ..., \"picks\": [...]} or {\"token\": ..., \"value\": ...} "
+                       "(or {\"token\": ..., \"skip\": true})")
     skip = body.get("skip", False)
     if not isinstance(skip, bool):
         raise ApiError(400, "malformed_answer", "'skip' must be true (the rater can't decide) or false")
-    if skip and (body.get("choice") is not None or body.get("value") is not None):
-        raise ApiError(400, "malformed_answer", "a skipped question has no 'choice' or 'value': send one or the other")
+    if skip and any(body.get(f) is not None for f in ("choice", "picks", "value")):
+        raise ApiError(400, "malformed_answer", "a skipped question has no 'choice', 'picks' or 'value': send one "
+                       "or the other")
     choice = body.get("choice")
     if choice is not None and (isinstance(choice, bool) or not isinstance(choice, int)):
         raise ApiError(400, "malformed_answer", "'choice' must be the index of the chosen item (an integer)")
+    picks = body.get("picks")
+    if picks is not None:
+        if choice is not None:
+            raise ApiError(400, "malformed_answer", "send either 'choice' or 'picks', not both")
+        if (not isinstance(picks, list) or len(picks) > 64
+                or any(isinstance(p, bool) or not isinstance(p, int) for p in picks)):
+            raise ApiError(400, "malformed_answer", "'picks' must be a list of the picked items' indices, "
+                           "the most similar first")
+    elif choice is not None:
+        picks = [choice]
     value = body.get("value")
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
         raise ApiError(400, "malformed_answer", "'value' must be a number on the rating scale")
@@ -405,18 +432,20 @@ def parse_answer_body(body: object) -> tuple[str, int | None, float | None, int 
     if response_ms is not None and (isinstance(response_ms, bool) or not isinstance(response_ms, (int, float))
                                     or not 0 <= response_ms <= MAX_RESPONSE_MS):
         raise ApiError(400, "malformed_answer", "'response_ms' must be a number of milliseconds between 0 and 86400000")
-    return body.get("token"), choice, value, None if response_ms is None else int(response_ms), skip
+    return body.get("token"), picks, value, None if response_ms is None else int(response_ms), skip
 
 
-def check_response(study: Study, question: dict, choice: int | None, value: float | None,
-                   skip: bool = False) -> tuple[int | None, float | None]:
-    """The answer's choice (triplets) or value (ratings), or ApiError saying what the question needs."""
+def check_response(study: Study, question: dict, picks: list[int] | None, value: float | None,
+                   skip: bool = False) -> tuple[list[int] | None, float | None]:
+    """The answer's picks (``engine.kinds``: the kind's answer check) or value (kinds rated on the
+    study's scale), or ApiError saying what the question needs."""
     if skip:
         if not study.config.allow_skip:
             raise ApiError(400, "skip_not_allowed", "this study does not allow skipping a question: "
                            "please choose an answer")
         return None, None
-    if question["kind"] == "rating":
+    kind = kind_of(question)
+    if kind.asks == "pair":
         if value is None:
             scale = study.config.rating
             raise ApiError(400, "malformed_answer",
@@ -427,12 +456,15 @@ def check_response(study: Study, question: dict, choice: int | None, value: floa
         except ValueError as exc:
             raise ApiError(400, "value_out_of_range", str(exc)) from None
         return None, on_step(value, scale.min, scale.step)
-    if choice is None:
-        raise ApiError(400, "malformed_answer", "a triplet question needs 'choice', the index of the chosen item")
-    if choice not in question["candidates"]:
-        raise ApiError(400, "choice_not_offered",
-                       f"choice {choice} was not one of the offered items {question['candidates']}")
-    return choice, None
+    if not picks:
+        try:
+            kind.check_answer(question, picks, value)
+        except AnswerError as exc:
+            raise ApiError(400, "malformed_answer", str(exc)) from None
+    try:
+        return list(kind.check_answer(question, picks, value)), None
+    except AnswerError as exc:
+        raise ApiError(400, "choice_not_offered", str(exc)) from None
 
 
 def on_step(value: float, low: float, step: float | None) -> float:
@@ -471,7 +503,8 @@ def submit_answer(conn: Redis, study: Study, rater: str, body: object, issue_nex
             max_per_rater=limits.max_questions_per_rater, budget=limits.answer_budget,
             # every answer re-checks the flag rule: abandoned checks count as failed without an answer
             flag_rule=study.config.catch_rule(), then=then,
-            stop_flagged=attention.stops_flagged, min_response_ms=limits.min_response_ms, require_held=True,
+            stop_flagged=attention.stops_flagged, min_response_ms=study.config.too_fast_ms(kind_of(question)),
+            require_held=True,
             guard=guard)
     except AnswerRefused as refused:
         if refused.code == "stale":
@@ -490,7 +523,7 @@ def submit_answer(conn: Redis, study: Study, rater: str, body: object, issue_nex
     replaced = issued is not None and issued.status == "replaced"
     if schedule:
         enqueue_update(conn, study.id)
-    if question.get("repeat_of") is not None and choice is not None:
+    if question.get("repeat_of") is not None and choice:
         flag_low_self_agreement(conn, study, rater)
     else:
         maybe_queue_repeat(conn, study, rater, question, choice, issued)
@@ -563,7 +596,7 @@ def rater_answer(conn: Redis, study_id: str, rater: str, read_body: Callable[[],
     raise AssertionError("the last try reads the study and refuses nothing as stale")
 
 
-def answer_flags(study: Study, question: dict, choice: int | None, issued_at: float, response_ms: int | None,
+def answer_flags(study: Study, question: dict, picks: list[int] | None, issued_at: float, response_ms: int | None,
                  value: float | None = None, skip: bool = False) -> tuple[list[str], tuple[str, ...]]:
     """(flags for the log, rater-stats counters to increment) of one answer.
 
@@ -575,24 +608,24 @@ def answer_flags(study: Study, question: dict, choice: int | None, issued_at: fl
     if skip:
         flags.append(SKIPPED_FLAG)
         stats.append("skipped")
-    minimum = study.config.limits.min_response_ms
+    minimum = study.config.too_fast_ms(kind_of(question))
     elapsed_ms = (time.time() - float(issued_at)) * 1000
     # the answer script also measures from the rater's previous answer (a burst of held questions)
     if minimum and ((response_ms is not None and response_ms < minimum) or elapsed_ms < minimum):
         flags.append("too_fast")
         stats.append("too_fast")
     if question.get("repeat_of") is not None:
-        # a validation repeat: candidates swapped, so agreeing means choosing the same item again
-        if choice is not None:
+        # a validation repeat: items in another order, so agreeing means picking the same item first again
+        if picks:
             stats.append("repeats")
-            if choice == question["repeat_of"]:
+            if picks[0] == question["repeat_of"]:
                 flags.append(REPEAT_AGREE_FLAG)
                 stats.append("repeat_agreed")
             else:
                 flags.append(REPEAT_DISAGREE_FLAG)
     elif question.get("catch"):
         stats.append("catch")
-        if catch_passed(study, question, choice, value):
+        if catch_passed(study, question, picks, value):
             flags.append("catch_pass")
         else:
             flags.append("catch_fail")

@@ -11,6 +11,7 @@ from flask import Blueprint, Response, abort, current_app, redirect, render_temp
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
+from engine.kinds import KINDS
 from workers.store import keys
 from workers.store.answers import RATER_ID_PATTERN
 from workers.store.questions import StudyGuard
@@ -165,6 +166,12 @@ def session_guard(study_id: str, rater: str) -> StudyGuard:
     return StudyGuard(rater=rater, nonce=session.get("rater_sessions", {}).get(study_id) or "")
 
 
+#: Every kind's rater widget (engine/kinds.py), each drawn by templates/raters/widgets/<name>.html and
+#: static/js/widgets/<name>.js; a page carries them all (a study's catch trials and practice questions
+#: may be of another kind than its own questions).
+WIDGETS = tuple(dict.fromkeys(k.widget for k in KINDS.values()))
+
+
 def load_study_or_404(study_id: str) -> Study:
     try:
         return get_study(get_redis(), study_id)
@@ -174,31 +181,27 @@ def load_study_or_404(study_id: str) -> Study:
 
 def practice_payload(study: Study) -> list[dict]:
     """The practice questions with their items; ones naming unknown items are left out."""
-    from .questions_answers import item_payload
+    from engine.kinds import DEFAULT_KIND, get_kind
+
+    from .questions_answers import item_payload, screen_payload
 
     if not study.config.practice:
         return []  # most studies: no need to read (and parse) every item on each page view
     raws = get_redis().lrange(keys.items(study.id), 0, -1)
     index = {json.loads(raw)["id"]: (i, raw) for i, raw in enumerate(raws)}
-
-    def item(item_id):
-        i, raw = index[item_id]
-        return item_payload(study.id, i, raw)
+    index_by_position = dict(enumerate(raws))
 
     out = []
     for p in study.config.practice:
-        ids = [p["head"], *p["candidates"]] if "candidates" in p else list(p["items"])
-        if not all(i in index for i in ids):
-            current_app.logger.warning("practice question of study %s names unknown items: %s", study.id, ids)
+        kind = get_kind(p.get("kind", DEFAULT_KIND))
+        try:
+            # the kind's entry turns the question written with item ids into a screen and its answer
+            screen, answer = kind.practice_screen(p, lambda item_id: index[item_id][0], study.config.settings_of(kind))
+        except KeyError:
+            current_app.logger.warning("practice question of study %s names unknown items: %s", study.id, p)
             continue
-        entry = {"kind": p.get("kind", "triplet"), "explanation": p.get("explanation", "")}
-        if entry["kind"] == "rating":
-            entry.update(prompt=study.config.rating.prompt, items=[item(i) for i in ids],
-                         scale=study.config.rating.to_dict(), answer=list(p["answer"]))
-        else:
-            entry.update(prompt=study.config.question, head=item(ids[0]), candidates=[item(i) for i in ids[1:]],
-                         answer=item(p["answer"])["index"])
-        out.append(entry)
+        items = [item_payload(study.id, i, index_by_position[i]) for i in kind.shown(screen)]
+        out.append({**screen_payload(study, screen, items), "answer": answer, "explanation": p.get("explanation", "")})
     return out
 
 
@@ -234,7 +237,7 @@ def study_page(study_id: str) -> ResponseReturnValue:
     claim_rater_session(conn, study.id, rater)
     instructions = render_markdown(study.config.instructions, study)
     return render_template("raters/study.html", study=study, instructions=instructions,
-                           practice=practice_payload(study), answered=stats["answers"],
+                           practice=practice_payload(study), answered=stats["answers"], widgets=WIDGETS,
                            total=study.config.limits.max_questions_per_rater)
 
 

@@ -1,12 +1,13 @@
-// Rater page: instructions, practice questions with feedback (never sent), then triplet and rating
-// questions. Each answer goes into an outbox (localStorage) before it is sent and is retried with the
+// Rater page: instructions, practice questions with feedback (never sent), then the study's questions,
+// each drawn by the widget its kind names (engine/kinds.py; static/js/widgets/*.js register themselves
+// in window.ProximaWidgets before this file runs). Each answer goes into an outbox (localStorage) before it is sent and is retried with the
 // same token until the server has it: the server stores a token's answer once, and a 409
 // already_answered means an earlier try got through. No inline scripts: configuration comes from data-*.
 (function () {
   "use strict";
   const root = document.getElementById("study");
-  const questionEl = document.getElementById("question");
-  if (!root || !questionEl) return;
+  const WIDGETS = window.ProximaWidgets || {};
+  if (!root) return;
   const nextUrl = root.dataset.nextUrl;
   const answerUrl = root.dataset.answerUrl;
   const finishUrl = root.dataset.finishUrl;
@@ -17,12 +18,6 @@
   const $ = (id) => document.getElementById(id);
   const statusEl = $("status");
   const offlineEl = $("offline");
-  const buttons = [$("left"), $("right")];
-  const ratingEl = $("rating");
-  const scaleButtons = $("scale-buttons");
-  const sliderBox = $("scale-slider");
-  const slider = $("slider");
-  const sliderSubmit = $("slider-submit");
   const feedbackEl = $("feedback");
   const skipRow = $("skip-row");  // present only in studies that allow "can't decide"
   let current = null;      // the question on screen
@@ -89,53 +84,15 @@
     container.appendChild(el);
   }
 
+  const widgets = () => Object.values(WIDGETS).filter((w) => w.el);
+  const widgetOf = (question) => WIDGETS[question.widget];
+  function hideWidgets() { widgets().forEach((w) => w.hide()); }
+
   function prefetch(question) {  // warm the cache so the next screen appears at once
-    if (!question) return;
-    const items = question.kind === "rating" ? question.items : [question.head].concat(question.candidates);
-    items.forEach((item) => { if (item.kind === "image") { const img = new Image(); img.src = item.url; } });
-  }
-
-  function stepsOf(scale) {
-    const values = [];
-    for (let v = scale.min; v <= scale.max + 1e-9; v += scale.step) values.push(Math.round(v * 1e6) / 1e6);
-    return values;
-  }
-
-  function showRating(question) {
-    const scale = question.scale;
-    $("rating-prompt").textContent = question.prompt;
-    renderItem($("rating-a"), question.items[0]);
-    renderItem($("rating-b"), question.items[1]);
-    const useButtons = scale.widget === "buttons";
-    scaleButtons.hidden = !useButtons;
-    sliderBox.hidden = useButtons;
-    if (useButtons) {
-      scaleButtons.replaceChildren();
-      const values = stepsOf(scale);
-      values.forEach((v, n) => {
-        const b = document.createElement("button");
-        b.type = "button";
-        b.className = "scale-button";
-        b.dataset.value = String(v);
-        b.textContent = String(v);
-        const label = n === 0 ? scale.low_label : n === values.length - 1 ? scale.high_label : "";
-        if (label) b.title = label;
-        b.setAttribute("aria-label", v + (label ? " (" + label + ")" : ""));
-        b.addEventListener("click", () => rate(v));
-        scaleButtons.appendChild(b);
-      });
-      $("rating-hint").textContent = scale.min + " = " + scale.low_label + ", " + scale.max + " = " +
-        scale.high_label + ". Click or tap a number, or press its key.";
-    } else {
-      slider.min = scale.min;
-      slider.max = scale.max;
-      slider.step = scale.step === null ? "any" : scale.step;
-      slider.value = (scale.min + scale.max) / 2;
-      $("slider-low").textContent = scale.low_label;
-      $("slider-high").textContent = scale.high_label;
-      $("rating-hint").textContent = "Move the slider (or use the arrow keys), then press Enter or Submit.";
-    }
-    ratingEl.hidden = false;
+    if (!question || !widgetOf(question)) return;
+    widgetOf(question).items(question).forEach((item) => {
+      if (item.kind === "image") { const img = new Image(); img.src = item.url; }
+    });
   }
 
   function setProgress(n) {
@@ -148,8 +105,7 @@
 
   function show(question) {
     current = question;
-    questionEl.hidden = true;
-    ratingEl.hidden = true;
+    hideWidgets();
     feedbackEl.hidden = true;
     if (skipRow) skipRow.hidden = !question || practiceIndex >= 0;
     if (!question) {
@@ -157,14 +113,13 @@
       return;
     }
     if (question.progress) setProgress(question.progress.answered);
-    if (question.kind === "rating") {
-      showRating(question);
-    } else {
-      $("prompt").textContent = question.prompt;
-      renderItem($("head"), question.head);
-      question.candidates.forEach((item, side) => renderItem(buttons[side], item));
-      questionEl.hidden = false;
+    const widget = widgetOf(question);
+    if (!widget) {
+      current = null;
+      statusEl.textContent = "This page cannot show this kind of question; please reload it.";
+      return;
     }
+    widget.show(question);
     statusEl.textContent = "";
     setDisabled(true);
     busy = true;
@@ -173,10 +128,7 @@
   }
 
   function setDisabled(disabled) {
-    buttons.forEach((b) => (b.disabled = disabled));
-    scaleButtons.querySelectorAll("button").forEach((b) => (b.disabled = disabled));
-    slider.disabled = disabled;
-    sliderSubmit.disabled = disabled;
+    widgets().forEach((w) => w.setDisabled(disabled));
     if (skipRow) $("skip").disabled = disabled;
   }
 
@@ -193,8 +145,7 @@
     if (error && error.finish_url) { window.location.assign(error.finish_url); return; }
     if (error && error.code === "consent_required") { window.location.reload(); return; }
     current = null;
-    questionEl.hidden = true;
-    ratingEl.hidden = true;
+    hideWidgets();
     if (skipRow) skipRow.hidden = true;
     statusEl.textContent = error ? error.message : "The server did not answer; please reload.";
   }
@@ -237,11 +188,8 @@
 
   function practiceFeedback(answer) {
     const q = practice[practiceIndex];
-    let right;
-    if (q.kind === "rating") right = answer.value >= q.answer[0] && answer.value <= q.answer[1];
-    else right = answer.choice === q.answer;
-    questionEl.hidden = true;
-    ratingEl.hidden = true;
+    const right = widgetOf(q).isRight(q, answer);
+    hideWidgets();
     if (skipRow) skipRow.hidden = true;
     $("feedback-text").textContent = (right ? "Well done — that is what we expected. " :
       "Most people would answer differently here. ") + (q.explanation || "");
@@ -259,16 +207,6 @@
   }
 
   // ---- answers ----
-  function choose(side) {
-    if (!current || current.kind !== "triplet") return;
-    submit({ choice: current.candidates[side].index });
-  }
-
-  function rate(value) {
-    if (!current || current.kind !== "rating") return;
-    submit({ value: Number(value) });
-  }
-
   function skip() {
     if (!current || !skipRow || practiceIndex >= 0) return;
     submit({ skip: true });
@@ -326,8 +264,8 @@
     }
   }
 
-  buttons.forEach((b, side) => b.addEventListener("click", () => choose(side)));
-  sliderSubmit.addEventListener("click", () => rate(slider.value));
+  // each widget whose markup the page has: it draws its screens and hands its answers to submit()
+  Object.values(WIDGETS).forEach((w) => w.init({ renderItem: renderItem, submit: submit }));
   if (skipRow) $("skip").addEventListener("click", skip);
   $("feedback-next").addEventListener("click", () => { practiceIndex += 1; showPractice(); });
   $("start").addEventListener("click", () => (practice.length ? startPractice() : startQuestions()));
@@ -339,18 +277,8 @@
       skip();
       return;
     }
-    if (current.kind === "rating") {
-      if (current.scale.widget === "buttons") {
-        const b = Array.from(scaleButtons.querySelectorAll("button")).find((x) => x.dataset.value === event.key);
-        if (b) { event.preventDefault(); rate(b.dataset.value); }
-      } else if (event.key === "Enter") {
-        event.preventDefault();
-        rate(slider.value);
-      }
-      return;
-    }
-    if (event.key === "ArrowLeft") { event.preventDefault(); choose(0); }
-    if (event.key === "ArrowRight") { event.preventDefault(); choose(1); }
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    widgetOf(current).keydown(event);
   });
   window.addEventListener("online", () => { offlineEl.hidden = true; });
   if (answered > 0) startQuestions();  // reload mid-study: straight back to the questions

@@ -11,7 +11,7 @@ from scipy.spatial.distance import cdist
 
 from engine.adapters import PairTripletAdapter, pair_sample, triplet_samples
 from engine.graph import NO_NEIGHBOR, PROGRESS_KEYS, NeighborGraph
-from engine.oracles import PointsOracle, TripletOracle
+from engine.oracles import OddOneOutOracle, PointsOracle, RankOracle, TripletOracle
 from engine.registry import (
     ALGORITHMS,
     DEFAULT_NN_ALGORITHM,
@@ -45,6 +45,10 @@ def _answer(kind, X, questions):
     """Noise-free answers of the shape the planner's kind takes."""
     if kind == "triplet":
         return TripletOracle.from_points(X).answer(questions)
+    if kind == "odd_one_out":
+        return OddOneOutOracle.from_points(X).answer(questions)
+    if kind == "rank":
+        return RankOracle.from_points(X, n_select=2).answer(questions)
     d = cdist(X, X)
     scale = d.max()
     # ratings: a similarity in [0, 1] for label forests, a distance for the pair planners

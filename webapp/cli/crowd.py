@@ -19,13 +19,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from engine.oracles import TripletOracle
-
+from typing import Any
 
 import numpy as np
+
+from engine.kinds import QuestionKind, get_kind
 
 #: spread (sigma of log think time) of the log-normal think time
 THINK_SPREAD = 0.5
@@ -297,34 +295,42 @@ class Rater:
         self.noise = noise
         self.careless = careless
         self.rng = rng
-        self._oracle = None
+        self._oracles: dict = {}
 
     def answer(self, question: dict) -> dict:
-        """The answer body fields (``choice`` or ``value``) for one question payload."""
-        kind = question.get("kind")
-        if kind == "triplet":
-            return {"choice": self.triplet_choice(question)}
-        if kind == "rating":
+        """The answer body fields for one question payload: ``value`` for a kind rated on a scale, else
+        the picks of the kind's simulated rater (``engine.kinds``), sent as ``choice`` for one pick."""
+        try:
+            kind = get_kind(question.get("kind"))
+        except ValueError as exc:
+            raise SimulationError(f"the server asked a question the simulator does not know: {exc}") from None
+        if kind.asks == "pair":
             return {"value": self.rating_value(question)}
-        raise SimulationError(f"the server asked a {kind!r} question; the simulator answers triplet and rating")
+        picks = self.screen_picks(kind, question)
+        return {"choice": picks[0]} if len(picks) == 1 and "select" not in question else {"picks": list(picks)}
 
-    def triplet_choice(self, question: dict) -> int:
-        head = question["head"]
-        a, b = question["candidates"]
-        h, ia, ib = self.truth.positions([head["id"], a["id"], b["id"]])
+    def screen_picks(self, kind: QuestionKind, question: dict) -> list[int]:
+        """The items this rater picks on a screen (item indices, in order): engine.oracles' human model
+        of the kind on the truth, or (careless) a uniformly random answer."""
+        shown = [question["head"], *question["candidates"]] if kind.headed else list(question["items"])
+        offered = shown[1:] if kind.headed else shown
+        k = int(question.get("select", 1))
         if self.careless:
-            return (a if self.rng.random() < 0.5 else b)["index"]
-        return a["index"] if self.oracle(h, ia, ib) == ia else b["index"]
+            return [item["index"] for item in self.rng.sample(offered, k)]
+        positions = self.truth.positions([item["id"] for item in shown])
+        at = {p: item["index"] for p, item in zip(positions, shown, strict=True)}
+        observation = self.oracle(kind, k).answer([kind.proposal_of(positions)])[0]
+        return [at[p] for p in kind.picks_of(observation)]
 
-    @property
-    def oracle(self) -> TripletOracle:
-        """engine.oracles' human triplet model on this truth, seeded from the rater's generator."""
-        if self._oracle is None:
-            from engine.oracles import TripletOracle
-
-            self._oracle = TripletOracle(self.truth.distances, noise=self.noise.logistic_scale, model="human",
-                                         lapse=self.noise.lapse, random_state=self.rng.getrandbits(32))
-        return self._oracle
+    def oracle(self, kind: QuestionKind, n_select: int = 1) -> Any:
+        """engine.oracles' human model of ``kind`` on this truth (one per kind and number of picks),
+        seeded from the rater's generator."""
+        key = (kind.name, n_select)
+        if key not in self._oracles:
+            self._oracles[key] = kind.simulated_rater(
+                self.truth.distances, self.noise.logistic_scale, self.noise.lapse, {"n_select": n_select},
+                random_state=self.rng.getrandbits(32))
+        return self._oracles[key]
 
     def rating_value(self, question: dict) -> float | int:
         scale = check_scale(question.get("scale"))
@@ -610,8 +616,8 @@ class Crowd:
 
     def _accept(self, name, question, body, answer_id, received, answered, careless) -> None:
         items = ([question["head"]["id"], *(c["id"] for c in question["candidates"])]
-                 if question.get("kind") == "triplet" else [i["id"] for i in question.get("items", [])])
-        answer = {k: v for k, v in body.items() if k in ("choice", "value")}
+                 if "head" in question else [i["id"] for i in question.get("items", [])])
+        answer = {k: v for k, v in body.items() if k in ("choice", "picks", "value")}
         sent = Sent(name, str(answer_id), question["token"], question.get("kind", ""), items, answer,
                     received, answered, careless)
         with self.lock:
@@ -758,17 +764,22 @@ def setup_truth(source: str, seed: int = 0) -> tuple[Truth, list[str] | None]:
 
 def study_config(name: str, kind: str = "rating", algorithm: str = "anntri", delta: float = 0.1,
                  sigma: float = 0.1, window: int | None = None, pool_size: int = 50, seed: int = 0,
-                 scale: dict | None = None) -> dict:
-    """A study config for simulated raters (the schema of ``proxima create``)."""
-    if kind not in ("rating", "triplet"):
-        raise SimulationError(f"question kind must be rating or triplet, not {kind!r}")
+                 scale: dict | None = None, settings: dict | None = None) -> dict:
+    """A study config for simulated raters (the schema of ``proxima create``); ``settings`` the kind's
+    own (``rank: {n_reference, n_select}``)."""
+    try:
+        entry = get_kind(kind)
+    except ValueError as exc:
+        raise SimulationError(str(exc)) from None
     params = {"k": 1, "delta": delta, "sigma": sigma}
     if window:
         params["window"] = window
     config: dict = {"name": name, "question_kind": kind}
-    if kind == "rating":
+    if entry.asks == "pair":
         # a fine slider: a 1-5 scale would round away most of what a simulated rater knows
         config["rating"] = scale or {"min": 0, "max": 100, "step": 1, "widget": "slider"}
+    if entry.settings:
+        config[kind] = entry.check_settings(settings)
     config["algorithms"] = [{"algorithm": algorithm, "params": params}] if algorithm in ("anntri", "ann") \
         else [{"algorithm": algorithm}]
     config["pool_size"] = pool_size
@@ -777,7 +788,7 @@ def study_config(name: str, kind: str = "rating", algorithm: str = "anntri", del
 
 
 def write_setup(source: str, out: str | Path, kind: str = "rating", algorithm: str = "anntri",
-                sigma: float | None = None, seed: int = 0) -> dict:
+                sigma: float | None = None, seed: int = 0, settings: dict | None = None) -> dict:
     """Write ``items.csv`` (id,text[,label]), ``truth.csv`` and ``study.yaml`` for a simulated study.
 
     Returns the paths and the ``--oracle`` spec that answers from the written truth. ``sigma``
@@ -809,8 +820,8 @@ def write_setup(source: str, out: str | Path, kind: str = "rating", algorithm: s
             oracle = f"matrix:{truth_path}"
     name = f"Simulated {truth.source.split(':')[0]} ({truth.n_items} items)"
     if sigma is None:
-        sigma = 0.1 if kind == "rating" else 0.5
-    config = study_config(name, kind=kind, algorithm=algorithm, sigma=sigma, seed=seed)
+        sigma = 0.1 if get_kind(kind).asks == "pair" else 0.5
+    config = study_config(name, kind=kind, algorithm=algorithm, sigma=sigma, seed=seed, settings=settings)
     config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return {"items": items_path, "truth": truth_path, "config": config_path, "oracle": oracle,
             "n_items": truth.n_items}

@@ -54,6 +54,22 @@ def _numbers(text: str) -> list[float]:
     return out
 
 
+def _study_kinds(study_id: str) -> tuple[str, dict]:
+    """The triplet-implying question kinds a study asks (comma-separated) and its grid's size, if any."""
+    from workers.store.studies import get_study
+
+    with redis_connection() as conn:
+        try:
+            config = get_study(conn, study_id).config
+        except StudyNotFound as exc:
+            raise click.ClickException(str(exc)) from None
+    kinds = [a.question_kind for a in config.algorithms if a.kind.triplet_derived]
+    size = {}
+    for name in kinds:
+        size.update(config.settings_of(name))
+    return ",".join(dict.fromkeys(kinds)), size
+
+
 @click.command("plan")
 @click.option("--truth", "truth_spec", default=None, metavar="SPEC",
               help="Plan from a known truth: points:FILE.csv (columns id,x1,x2,...), matrix:FILE.csv (header row "
@@ -66,8 +82,21 @@ def _numbers(text: str) -> list[float]:
               help="Number of items of a --pilot file (default: the largest index + 1).")
 @click.option("--algorithms", default="", metavar="A,B,...",
               help="Learners to simulate (default: every learner of the table a triplet study can run).")
+@click.option("--kinds", default=None, metavar="K,K,...",
+              help="Question kinds to compare, every learner asking each: triplet, odd_one_out, rank "
+                   "(budgets are then screens per item; default: a --study's own kinds, else triplet).")
+@click.option("--n-reference", type=click.IntRange(3, 12), default=None,
+              help="References of a rank screen (default 8).")
+@click.option("--n-select", type=click.IntRange(1, 11), default=None,
+              help="References a rater picks on a rank screen, most similar first (default 2).")
+@click.option("--seconds", "seconds_spec", default="", metavar="KIND=S,...",
+              help="A rater's seconds per screen of a kind (a pilot's median; default: engine/kinds.py's stated "
+                   "figures, their sources there), for the raters' hours and --wage.")
+@click.option("--wage", type=click.FloatRange(min=0), default=None,
+              help="Pay per hour of raters' time: prints what each budget costs by the time its screens take "
+                   "(instead of --pay per screen).")
 @click.option("--budgets", default="10,20,50,100,200,500", show_default=True, metavar="N,N,...",
-              help="Answers per item at which accuracy is measured.")
+              help="Answers (screens) per item at which accuracy is measured.")
 @click.option("--runs", default=3, show_default=True, type=click.IntRange(1, 100),
               help="Simulations per learner (seeds; with a pilot each also refits a bootstrap resample).")
 @click.option("--noise", type=click.FloatRange(min=0), default=None,
@@ -93,7 +122,8 @@ def _numbers(text: str) -> list[float]:
 def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str | None, n_items: int | None,
                  algorithms: str, budgets: str, runs: int, noise: float | None, lapse: float | None, pay: float | None,
                  currency: str, target: float, metric: str, batch: int, jobs: int | None, json_path: Path | None,
-                 max_seconds: float = 300.0) -> None:
+                 max_seconds: float = 300.0, kinds: str | None = None, n_reference: int | None = None,
+                 n_select: int | None = None, seconds_spec: str = "", wage: float | None = None) -> None:
     """Plan a study's budget before paying: expected nearest-neighbour accuracy against answers per item.
 
     Every applicable learner runs in-process on simulated raters (logistic + lapse human noise) that answer
@@ -111,8 +141,35 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
 
     if sum(x is not None for x in (truth_spec, pilot_path, study_id)) != 1:
         raise click.UsageError("give exactly one of --truth, --pilot or --study")
+    if pay is not None and wage is not None:
+        raise click.UsageError("give --pay (per screen) or --wage (per hour of raters' time), not both")
+    size = {k: v for k, v in (("n_reference", n_reference), ("n_select", n_select)) if v is not None}
+    if kinds is None and study_id is not None:
+        kinds, study_size = _study_kinds(study_id)
+        size = {**study_size, **size}
     try:
-        names = planning.plannable_algorithms([a.strip() for a in algorithms.split(",") if a.strip()])
+        wanted = [a.strip() for a in algorithms.split(",") if a.strip()]
+        planning.plannable_algorithms(wanted)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--algorithms'") from None
+    try:
+        kind_list = planning.plannable_kinds([k.strip() for k in (kinds or "").split(",") if k.strip()])
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--kinds'") from None
+    seconds = {}
+    for part in filter(None, (x.strip() for x in seconds_spec.split(","))):
+        kind, _, value = part.partition("=")
+        try:
+            if kind not in kind_list or not value:
+                raise ValueError
+            seconds[kind] = float(value)
+        except ValueError:
+            raise click.BadParameter(f"takes KIND=SECONDS for the planned kinds ({', '.join(kind_list)}), "
+                                     f"got {part!r}", param_hint="'--seconds'") from None
+    try:
+        lines = planning.arms(wanted, kind_list, {k: size for k in kind_list if size and "n_reference" in
+                                                  planning.get_kind(k).settings}, seconds)
+        names = [line.label for line in lines]
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--algorithms'") from None
     try:
@@ -162,15 +219,17 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
         click.echo(f"  [{done}/{total}] a run of {name} ended after {seconds:.1f} s of CPU{note}; "
                    f"{time.perf_counter() - started:.0f} s so far", err=True)
 
-    result = planning.plan(scenarios, names, grid, runs=runs, batch=batch, jobs=jobs, source=source, spread=spread,
-                            params=params, max_seconds=max_seconds, progress=progress)
-    for line in planning.format_plan(result, target=target, metric=metric, pay=pay, currency=currency):
+    result = planning.plan(scenarios, wanted or None, grid, runs=runs, batch=batch, jobs=jobs, source=source,
+                           spread=spread, params=params, max_seconds=max_seconds, kinds=kind_list,
+                           settings={line.kind: dict(line.settings) for line in lines}, seconds=seconds,
+                           progress=progress)
+    for line in planning.format_plan(result, target=target, metric=metric, pay=pay, currency=currency, wage=wage):
         click.echo(line)
     click.echo(f"\nPlanned in {time.perf_counter() - started:.1f} s.", err=True)
     if result.cut_short:
         click.echo(f"Time limit: {', '.join(result.cut_short)} did not reach every budget within --max-seconds "
                    f"{max_seconds:g}; raise it (or lower --budgets, --runs) for the rest.", err=True)
-    doc = {**result.to_dict(), "target": target, "metric": metric, "pay": pay, "currency": currency,
+    doc = {**result.to_dict(), "target": target, "metric": metric, "pay": pay, "wage": wage, "currency": currency,
            "created_at": time.time(),
            "reach": {name: result.reach(name, target, metric)[0].__dict__ for name in result.algorithms}}
     if json_path is not None:

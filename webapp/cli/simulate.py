@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 import redis
 
+from engine.kinds import KINDS, QUESTION_KINDS
 from engine.registry import DEFAULT_NN_ALGORITHM, DEFAULT_RATING_ALGORITHM, default_algorithm
 from workers.store.config import ALGORITHM_TABLE
 
@@ -190,8 +191,13 @@ def simulate(study_id: str, url: str, oracle_spec: str, raters: int, noise: floa
 @click.argument("source", metavar="TRUTH")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder to write items.csv, truth.csv and study.yaml into.")
-@click.option("--kind", type=click.Choice(["rating", "triplet"]), default="rating", show_default=True,
-              help="Question kind of the study (ANNTri samples from ratings or from triplets).")
+@click.option("--kind", type=click.Choice(list(QUESTION_KINDS)), default="rating", show_default=True,
+              help="Question kind of the study: " + "; ".join(f"{k.name}: {k.description}" for k in KINDS.values())
+              + ".")
+@click.option("--n-reference", type=int, default=None,
+              help="References of a rank screen (3 to 12; default 8).")
+@click.option("--n-select", type=int, default=None,
+              help="References a rater picks on a rank screen, most similar first (default 2).")
 @click.option("--algorithm", type=click.Choice(list(SIMULATED_ALGORITHMS)), default=None,
               help=f"Algorithm of the study (default {DEFAULT_NN_ALGORITHM} for triplets, "
                    f"{DEFAULT_RATING_ALGORITHM} for ratings): " + "; ".join(
@@ -203,8 +209,9 @@ def simulate(study_id: str, url: str, oracle_spec: str, raters: int, noise: floa
 @click.option("--create", "create_id", default=None, metavar="ID",
               help="Also create the study with this id (like 'proxima create').")
 @click.pass_context
-def simulate_setup(ctx: click.Context, source: str, out_dir: Path, kind: str, algorithm: str | None,
-                   sigma: float | None, seed: int, create_id: str | None) -> None:
+def simulate_setup(ctx: click.Context, source: str, out_dir: Path, kind: str, n_reference: int | None,
+                   n_select: int | None, algorithm: str | None, sigma: float | None, seed: int,
+                   create_id: str | None) -> None:
     """Write a truth and a matching study (items.csv, truth.csv, study.yaml) for 'proxima simulate'.
 
     TRUTH is clusters[:CxS] (the ANNTri paper's circle clusters, default 10x10), eggs[:DATA_DIR],
@@ -220,9 +227,17 @@ def simulate_setup(ctx: click.Context, source: str, out_dir: Path, kind: str, al
     if kind not in ALGORITHM_TABLE[algorithm].question_kinds:
         only = " or ".join(ALGORITHM_TABLE[algorithm].question_kinds)
         raise click.ClickException(f"{algorithm} asks {only} questions only; use --kind {only}")
+    given = {"n_reference": n_reference, "n_select": n_select}
+    settings = {k: v for k, v in given.items() if v is not None}
+    unknown = [k for k in settings if k not in KINDS[kind].settings]
+    if unknown:
+        raise click.ClickException(f"--{unknown[0].replace('_', '-')} is a setting of "
+                                   f"{' or '.join(k.name for k in KINDS.values() if unknown[0] in k.settings)} "
+                                   f"studies, not of {kind} studies")
     try:
-        written = write_setup(source, out_dir, kind=kind, algorithm=algorithm, sigma=sigma, seed=seed)
-    except SimulationError as exc:
+        written = write_setup(source, out_dir, kind=kind, algorithm=algorithm, sigma=sigma, seed=seed,
+                              settings=settings)
+    except (SimulationError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"Wrote {written['items']}, {written['truth']} and {written['config']} ({written['n_items']} items).")
     if create_id:

@@ -165,15 +165,21 @@ def import_triplets_command(study_id: str, triplets_file: Path, rater: str) -> N
 
 @click.command()
 @click.argument("study_id")
-@click.option("--what", type=click.Choice(["answers", "triplets", "raters", "graph", "forest", "model", "embedding"]),
+@click.option("--what", type=click.Choice(["answers", "triplets", "odd_one_out", "items", "raters", "graph", "forest",
+                                           "model", "embedding"]),
               default="answers",
-              show_default=True, help="answers: one row per answer; triplets: cblearn list-order; raters: one row per "
+              show_default=True, help="answers: one row per answer (every item shown, the picks in order); "
+              "triplets: the triplets every answer implies, cblearn list-order; odd_one_out: odd-one-out answers as "
+              "SPoSE/VICE read them (rows 'i j k', odd one last, 0-based; zip: with the item table); items: the "
+              "item table (index, id, label); raters: one row per "
               "rater (checks, flags, skips, debrief answers); graph: the learned "
               "nearest-neighbour graph; forest: a comparison forest (docs/forest-schema.md) or SimForest; model: a "
               "model made by 'proxima train' (with --model); embedding: an embedding learner's coordinates "
               "(docs/exports.md).")
-@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl", "json", "graphml"]), default=None,
-              help="answers: csv (default) or jsonl; triplets and raters: csv; graph: json (default), csv or graphml; "
+@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl", "json", "graphml", "txt", "zip", "tsv"]),
+              default=None,
+              help="answers: csv (default) or jsonl; triplets and raters: csv; odd_one_out: txt (default) or zip; "
+              "items: tsv; graph: json (default), csv or graphml; "
               "forest and model: json; embedding: csv (default) or json.")
 @click.option("--algorithm", default=None, metavar="LABEL",
               help="Which algorithm's graph, forest or embedding (default: the study's first that has one).")
@@ -203,7 +209,7 @@ def export(study_id: str, what: str, fmt: str | None, algorithm: str | None, mod
     if output is not None and output.is_dir():
         raise click.UsageError(f"-o {output} is a folder; give a file name (a folder is for --package)")
     fmt = fmt or {"answers": "csv", "triplets": "csv", "raters": "csv", "graph": "json", "forest": "json",
-                  "model": "json", "embedding": "csv"}[what]
+                  "model": "json", "embedding": "csv", "odd_one_out": "txt", "items": "tsv"}[what]
     with redis_connection() as conn:
         try:
             result = make_export(conn, study_id, what, fmt, algorithm, model=model)
@@ -211,7 +217,12 @@ def export(study_id: str, what: str, fmt: str | None, algorithm: str | None, mod
             first = next(chunks, "")  # surfaces errors before anything is written
         except (StudyNotFound, ExportError) as exc:
             raise click.ClickException(str(exc)) from None
-        if output is None:
+        if isinstance(first, bytes):  # a zip: to a file only
+            if output is None:
+                raise click.ClickException(f"a {fmt} export is written to a file: add -o FILE.{fmt}")
+            output.write_bytes(first + b"".join(chunks))
+            click.echo(f"Wrote {output}", err=True)
+        elif output is None:
             click.echo(first, nl=False)
             for chunk in chunks:
                 click.echo(chunk, nl=False)

@@ -13,8 +13,10 @@ import numpy as np
 from engine import anntri
 from engine.adapters import draw_third, pair_sample
 from engine.comparison_tree import ComparisonForest, ForestRoute
+from engine.kinds import KINDS, kind_of
 from engine.registry import (
     ALGORITHMS,
+    SCREEN_PARAMS,
     common_progress,
     drive_as_pool,
     entry_for_state,
@@ -24,7 +26,7 @@ from engine.registry import (
 )
 from workers.store.answers import Answer
 from workers.store.config import AlgorithmConfig, StudyConfig
-from workers.store.questions import derived_triplet_question, rating_question, triplet_question
+from workers.store.questions import derived_triplet_question, pooled
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -79,7 +81,8 @@ class Learner:
         index = config.algorithms.index(algorithm)
         entry = ALGORITHMS[algorithm.algorithm]
         # parameters stored before an algorithm dropped one (e.g. a window for Random) are ignored
-        params = {k: v for k, v in algorithm.params.items() if k in entry.params}
+        params = {k: v for k, v in algorithm.params.items()
+                  if k in entry.params or k in SCREEN_PARAMS.get(algorithm.question_kind, {})}
         seed = _seed(config, index)
         unlabelled = labels is None or any(x is None for x in labels)
         if entry.needs_labels and unlabelled:
@@ -88,10 +91,16 @@ class Learner:
             raise ValueError(f"a supervised {entry.name} needs a label for every item "
                              "(a 'label' column in the items CSV)")
         # The platform drives each planner in its native shape (pair planners get pairs and build
-        # the triplet around them here, keeping which item was the probe in the answer document).
-        native = "rating" if entry.asks == "pair" else "triplet"
-        planner = make_planner(entry.name, n_items, question_kind=native, random_state=seed,
-                               labels=None if unlabelled else list(labels), **params)
+        # the triplet around them here, keeping which item was the probe in the answer document);
+        # every other planner proposes whole screens of the study's kind (a grid takes its n and k).
+        kind = algorithm.kind
+        if entry.asks == "pair":
+            kind = next(k for k in KINDS.values() if k.asks == "pair" and k.name in entry.question_kinds)
+            kind_params = {}
+        else:
+            kind_params = kind.planner_params(config.settings_of(kind))
+        planner = make_planner(entry.name, n_items, question_kind=kind.name, random_state=seed,
+                               labels=None if unlabelled else list(labels), **kind_params, **params)
         return cls(algorithm, config, planner)
 
     @classmethod
@@ -138,22 +147,25 @@ class Learner:
             for a in answers:
                 if a.algorithm != self.label:
                     continue
-                if a.kind == "rating" and a.value is not None:
+                if a.question_kind.asks == "pair" and a.value is not None:
                     rows.append((a.head, a.a, scale.distance(a.value)))
-                elif a.kind == "triplet" and a.probe is not None:
-                    rows.append(pair_sample(a.head, a.probe, a.choice))
+                elif a.probe is not None and a.picks:
+                    rows.append(pair_sample(a.head, a.probe, a.picks[0]))
         elif self.entry.asks == "triplet" and not self.is_forest:
-            # learners of any triplet (win rates, duels, embeddings) also learn from imported ones
-            rows = [(a.head, a.a, a.b, a.choice) for a in answers
-                    if a.kind == "triplet" and a.algorithm in (self.label, IMPORTED)]
+            # learners of any triplet (win rates, duels, embeddings) also learn from imported answers of
+            # their kind; each answer becomes the planner's observation through its kind's entry
+            kind = self.algorithm.kind
+            rows = [kind.observation(a.shown, a.picks) for a in answers
+                    if a.question_kind is kind and a.algorithm in (self.label, IMPORTED) and a.picks]
         elif self.entry.asks == "pair":  # rating-only pair learners (similarities)
             scale = self.config.rating
             rows = [(a.head, a.a, 1.0 - scale.distance(a.value)) for a in answers
-                    if a.kind == "rating" and a.algorithm == self.label and a.value is not None]
+                    if a.question_kind.asks == "pair" and a.algorithm == self.label and a.value is not None]
         else:
-            n = int(self.planner.n_items)
-            mine = [(a.head, a.a, a.b, a.choice) for a in answers
-                    if a.kind == "triplet" and a.algorithm == self.label and not a.fallback and a.head < n]
+            n, kind = int(self.planner.n_items), self.algorithm.kind
+            mine = [kind.observation(a.shown, a.picks) for a in answers
+                    if a.question_kind is kind and a.algorithm == self.label and not a.fallback and a.head < n
+                    and a.picks]
             # A forest only takes answers to triplets it asked (a rebuild without some raters
             # grows different trees, so older answers may no longer match any question).
             if mine:
@@ -163,10 +175,11 @@ class Learner:
 
     def _route_answers(self, answers: list[Answer]) -> dict[int, list[tuple]]:
         by_item: dict[int, list[tuple]] = {}
+        kind = self.algorithm.kind
         for a in answers:
-            if (a.kind == "triplet" and a.algorithm == self.label and not a.fallback and a.head in self.routes
+            if (a.question_kind is kind and a.algorithm == self.label and not a.fallback and a.head in self.routes
                     and not a.skipped):
-                by_item.setdefault(a.head, []).append((a.head, a.a, a.b, a.choice))
+                by_item.setdefault(a.head, []).append(kind.observation(a.shown, a.picks))
         return by_item
 
     def observe(self, answers: list[Answer]) -> int:
@@ -204,16 +217,16 @@ class Learner:
         if not mine:
             return
         if self.entry.asks == "pair":
-            pairs = [tuple(q["items"]) if q["kind"] == "rating" else (q["head"], q["probe"]) for q in mine]
+            pairs = [kind_of(q).proposal(q) if kind_of(q).asks == "pair" else (q["head"], q["probe"]) for q in mine]
             self.planner.forget(pairs)
             return
         n = int(self.planner.n_items)
-        own = [(q["head"], *q["candidates"]) for q in mine if q["head"] < n]
+        own = [kind_of(q).proposal(q) for q in mine if kind_of(q).shown(q)[0] < n]
         if own:
             self.planner.forget(own)
         for q in mine:
-            if q["head"] in self.routes:
-                self.routes[q["head"]].forget([(q["head"], *q["candidates"])])
+            if q.get("head") in self.routes:
+                self.routes[q["head"]].forget([kind_of(q).proposal(q)])
 
     # ------------------------------------------------------------------ questions
     def plan(self, budget: int, n_items: int, window: int | None = None) -> list[dict]:
@@ -253,12 +266,11 @@ class Learner:
         return [self._question(q, n_items, rng) for q in planned]
 
     def _question(self, planned: tuple, n_items: int, rng: np.random.Generator) -> dict:
-        if self.entry.asks == "triplet":
-            return triplet_question(*planned, algorithm=self.label)
-        i, j = planned
-        if self.algorithm.question_kind == "rating":
-            return rating_question(i, j, self.label)
-        return derived_triplet_question(i, j, draw_third(i, j, n_items, rng), self.label)
+        kind = self.algorithm.kind
+        if self.entry.asks == "pair" and kind.asks != "pair":
+            i, j = planned  # a pair asked as a triplet-derived question
+            return derived_triplet_question(i, j, draw_third(i, j, n_items, rng), self.label)
+        return pooled(kind.screen(planned, self.config.settings_of(kind)), self.label)
 
     def stale(self, questions: list[dict]) -> list[dict]:
         """Pooled questions no longer worth asking: their round has been certified (or has not
@@ -280,8 +292,7 @@ class Learner:
             self.planner.progress()
         status = self.planner.status_
         live = (anntri.ROUND_OPEN, anntri.ROUND_CAPPED)
-        return [q for q in questions
-                if status[q["items"][0] if q["kind"] == "rating" else q["head"]] not in live]
+        return [q for q in questions if status[kind_of(q).shown(q)[0]] not in live]
 
     # ------------------------------------------------------------------ results
     @property

@@ -186,10 +186,13 @@ def judge(study: Study, log_answers: list[Answer], due: dict[str, tuple[int, int
     if len(reference) > MAX_REFERENCE_ANSWERS:
         reference = [reference[i] for i in np.sort(rng.choice(len(reference), MAX_REFERENCE_ANSWERS, replace=False))]
     verdicts = {}
-    triplets = [a for a in reference if a.kind != "rating"]
-    ratings = [a for a in reference if a.kind == "rating"]
-    judged_t = {r: [a for a in w if a.kind != "rating"] for r, w in window.items()}
-    judged_r = {r: [a for a in w if a.kind == "rating"] for r, w in window.items()}
+    # the model judges binary choices (anchored triplets) and ratings; screens of more items (odd-one-out,
+    # grids) imply triplets whose candidates depend on the answer itself, which the random-responder
+    # simulation does not model, so they are left to catch trials and repeats
+    triplets = [a for a in reference if a.question_kind.asks == "triplet"]
+    ratings = [a for a in reference if a.question_kind.asks == "pair"]
+    judged_t = {r: [a for a in w if a.question_kind.asks == "triplet"] for r, w in window.items()}
+    judged_r = {r: [a for a in w if a.question_kind.asks == "pair"] for r, w in window.items()}
     if any(judged_t.values()):
         verdicts.update(_judge_triplets(study, triplets, {r: w for r, w in judged_t.items()
                                                           if len(w) >= len(judged_r[r]) and w}, due, seed))

@@ -37,6 +37,9 @@ FORMATS = {
     ("answers", "csv"): ("text/csv", "csv"),
     ("answers", "jsonl"): ("application/x-ndjson", "jsonl"),
     ("triplets", "csv"): ("text/csv", "csv"),
+    ("odd_one_out", "txt"): ("text/plain", "txt"),
+    ("odd_one_out", "zip"): ("application/zip", "zip"),
+    ("items", "tsv"): ("text/tab-separated-values", "tsv"),
     ("graph", "json"): ("application/json", "json"),
     ("graph", "csv"): ("text/csv", "csv"),
     ("graph", "graphml"): ("application/graphml+xml", "graphml"),
@@ -223,6 +226,13 @@ def export(conn: Redis, study_id: str, what: str, fmt: str, algorithm: str | Non
     elif what == "triplets":
         excluded = {r.decode() for r in conn.smembers(keys.excluded_raters(study_id))}
         chunks = answer_log.export_triplets(answer_log.iter_answers(conn, study_id), excluded)
+    elif what == "odd_one_out":
+        excluded = {r.decode() for r in conn.smembers(keys.excluded_raters(study_id))}
+        rows = answer_log.export_odd_one_out(answer_log.iter_answers(conn, study_id), excluded)
+        chunks = rows if fmt == "txt" else [_odd_one_out_zip("".join(rows), get_items(conn, study_id))]
+    elif what == "items":
+        items = get_items(conn, study_id)
+        chunks = [answer_log.export_item_table([i.id for i in items], [i.label for i in items])]
     elif what == "graph":
         doc = nn_graph(conn, study_id, algorithm)
         if fmt == "json":
@@ -248,6 +258,18 @@ def export(conn: Redis, study_id: str, what: str, fmt: str, algorithm: str | Non
     else:
         chunks = [_json(forest_document(conn, study_id, algorithm), indent=None)]
     return Export(media_type, filename, chunks)
+
+
+def _odd_one_out_zip(rows: str, items: list[Item]) -> bytes:
+    """The SPoSE/VICE layout with its item table: ``triplets.txt`` (rows ``i j k``, odd one last, 0-based)
+    and ``items.tsv`` (index, id, label), one zip."""
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("triplets.txt", rows)
+        zf.writestr("items.tsv", answer_log.export_item_table([i.id for i in items], [i.label for i in items]))
+    return buf.getvalue()
 
 
 def parse_triplets(text: str, n_items: int, source: str = "file") -> list[tuple[int, int, int]]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from engine.kinds import AnswerError, get_kind, kind_of
 from workers.store import keys, questions
 from workers.store.lua import Script
 from workers.store.queue import UPDATE_FLAG_TTL
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 
     from redis import Redis
 
+    from engine.kinds import QuestionKind
+
 
 #: Accepting an answer (and issuing the rater's next question): workers/store/lua/accept.lua.
 ACCEPT = Script("accept.lua")
@@ -32,7 +35,7 @@ ACCEPT = Script("accept.lua")
 RATER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
 
 ANSWER_FIELDS = ("qid", "rater", "kind", "head", "a", "b", "choice", "value", "probe", "algorithm", "fallback",
-                 "issued_at", "answered_at", "response_ms", "flags")
+                 "issued_at", "answered_at", "response_ms", "flags", "shown", "picks")
 NO_ITEM = -1
 #: The algorithm label of attention-check answers: kept in the log, never given to an engine.
 CATCH_ALGORITHM = "catch"
@@ -63,10 +66,14 @@ class AnswerRefused(Exception):
 class Answer:
     """One row of the answer log. ``id`` is the stream id (ms timestamp-sequence).
 
-    A triplet answer: ``head`` was judged closer to ``choice`` (one of ``a``, ``b``);
-    ``probe`` is set for triplet-derived distance questions (the j of the pair (head, j)).
-    A rating answer: ``head`` and ``a`` were rated ``value`` on the study's scale;
-    ``b`` and ``choice`` are ``NO_ITEM``. ``flags`` is a comma-separated list of quality flags.
+    Every answer keeps its whole screen: ``shown`` every item, in the order shown (a headed kind's head
+    first), and ``picks`` the items chosen, in the order chosen (``engine.kinds``). ``head``, ``a``, ``b``
+    and ``choice`` are the first three items shown and the first pick (``NO_ITEM`` where there is none),
+    the columns answers had before screens of more items: a triplet answer judged ``head`` closer to
+    ``choice`` (one of ``a``, ``b``); a rating rated ``head`` and ``a`` ``value`` on the study's scale.
+    ``probe`` is set for triplet-derived distance questions (the j of the pair (head, j)). ``flags`` is
+    a comma-separated list of quality flags. Log entries written before ``shown``/``picks`` existed
+    get them from ``head``, ``a``, ``b`` and ``choice``.
     """
 
     id: str
@@ -85,6 +92,19 @@ class Answer:
     value: float | None = None
     probe: int | None = None
     flags: str = ""
+    shown: tuple[int, ...] = ()
+    picks: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.shown:
+            object.__setattr__(self, "shown", tuple(i for i in (self.head, self.a, self.b) if i != NO_ITEM))
+        if not self.picks and self.choice != NO_ITEM:
+            object.__setattr__(self, "picks", (self.choice,))
+
+    @property
+    def question_kind(self) -> QuestionKind:
+        """This answer's entry of the table of question kinds (:class:`engine.kinds.QuestionKind`)."""
+        return get_kind(self.kind)
 
     @property
     def skipped(self) -> bool:
@@ -99,17 +119,26 @@ class Answer:
     def question(self) -> dict:
         """The question this answers, as the pool held it (what a learner's ``forget`` takes)."""
         common = {"qid": self.qid, "kind": self.kind, "algorithm": self.algorithm, "fallback": self.fallback}
-        if self.kind == "rating":
-            return {**common, "items": [self.head, self.a]}
-        question = {**common, "head": self.head, "candidates": [self.a, self.b]}
+        if not self.question_kind.headed:
+            return {**common, "items": list(self.shown)}
+        question = {**common, "head": self.shown[0], "candidates": list(self.shown[1:])}
+        if len(self.shown) > 3 or len(self.picks) > 1:
+            question["select"] = len(self.picks)
         if self.probe is not None:
             question["probe"] = self.probe
         return question
 
     @property
     def items(self) -> list[int]:
-        return [self.head, self.a] if self.kind == "rating" else [self.head, self.a, self.b]
+        """Every item shown, in the order shown."""
+        return list(self.shown)
 
+    def triplets(self) -> list[tuple[int, int, int, int]]:
+        """The anchored triplets ``(head, x, y, winner)`` this answer implies (``engine.kinds``); none
+        for a skipped answer or a rating."""
+        if self.skipped or not self.picks:
+            return []
+        return self.question_kind.triplets(self.shown, self.picks)
     @classmethod
     def from_stream(cls, entry_id: bytes, fields: dict) -> Answer:
         f = {k.decode(): v.decode() for k, v in fields.items()}
@@ -121,6 +150,8 @@ class Answer:
             value=float(f["value"]) if f.get("value") not in (None, "") else None,
             probe=int(f["probe"]) if f.get("probe") not in (None, "") else None,
             flags=f.get("flags", ""),
+            shown=tuple(int(x) for x in f.get("shown", "").split()),
+            picks=tuple(int(x) for x in f.get("picks", "").split()),
         )
 
 
@@ -130,7 +161,8 @@ def accept_answer(conn: Redis, study_id: str, question: dict, rater: str, choice
                   budget: int | None = None) -> tuple[str, bool]:
     """Append one answer to the log; returns (answer id, whether an update must be enqueued).
 
-    ``choice`` answers a triplet question, ``value`` a rating question. Every accepted answer
+    ``choice`` is the pick (a sequence: the picks in order, for kinds with several), ``value`` a rating's
+    value; the whole screen is kept (``Answer.shown``, ``Answer.picks``). Every accepted answer
     counts ``<rater>:answers`` in the rater-stats hash, plus each name in ``stats``. Raises
     AnswerRefused when the question was already answered or was reclaimed after expiry, or the
     rater's ``max_per_rater`` or the study's answer ``budget`` is reached. A question marked
@@ -165,16 +197,13 @@ def accept_and_issue(conn: Redis, study_id: str, question: dict, rater: str, cho
     stores the answer but issues nothing (the next question is ``NextQuestion('replaced')``).
     """
     now = time.time()
-    if question["kind"] == "rating":
-        head, a = question["items"]
-        b, choice = NO_ITEM, NO_ITEM
-    else:
-        head, (a, b) = question["head"], question["candidates"]
-        if choice is None:  # skipped
-            choice = NO_ITEM
+    shown = kind_of(question).shown(question)
+    picks = [] if choice is None else [int(c) for c in (choice if isinstance(choice, (list, tuple)) else [choice])]
+    head, a, b = (shown + [NO_ITEM, NO_ITEM])[:3]
     fields = {
         "qid": question["qid"], "rater": rater, "kind": question["kind"], "head": head,
-        "a": a, "b": b, "choice": int(choice), "value": "" if value is None else repr(float(value)),
+        "a": a, "b": b, "choice": picks[0] if picks else NO_ITEM, "value": "" if value is None else repr(float(value)),
+        "shown": " ".join(map(str, shown)), "picks": " ".join(map(str, picks)),
         "probe": question.get("probe", ""), "algorithm": question.get("algorithm", ""),
         "fallback": 1 if question.get("fallback") else 0, "issued_at": repr(float(issued_at)),
         "answered_at": repr(now), "response_ms": "" if response_ms is None else int(response_ms), "flags": flags,
@@ -218,25 +247,31 @@ def answer_problem(answer: Answer, n_items: int, rating_range: tuple[float, floa
     the id pattern, an item outside the study, a choice that was not offered, a rating off the scale."""
     if not RATER_ID_PATTERN.match(answer.rater):
         return f"rater id {answer.rater!r} breaks the rater id pattern"
-    shown = [i for i in answer.items if i != NO_ITEM] if answer.kind == "rating" else answer.items
-    if not all(0 <= i < n_items for i in shown):
-        return f"an item index outside the study's {n_items} items"
-    if answer.kind == "triplet":
-        if answer.skipped:
-            return None if answer.choice == NO_ITEM else "a skipped answer with a choice"
-        if answer.choice not in (answer.a, answer.b):
-            return f"choice {answer.choice} was not one of the offered items [{answer.a}, {answer.b}]"
-        if answer.probe is not None and answer.probe not in (answer.a, answer.b):
-            return f"probe {answer.probe} is not one of the offered items"
-    elif answer.kind == "rating":
-        if answer.skipped:
-            return None
-        if answer.value is None:
-            return "a rating answer without a value"
-        if rating_range is not None and not rating_range[0] <= answer.value <= rating_range[1]:
-            return f"rating {answer.value:g} is off the scale {rating_range[0]:g}..{rating_range[1]:g}"
-    else:
+    try:
+        kind = answer.question_kind
+    except ValueError:
         return f"unknown question kind {answer.kind!r}"
+    if not all(0 <= i < n_items for i in answer.shown):
+        return f"an item index outside the study's {n_items} items"
+    if len(set(answer.shown)) != len(answer.shown):
+        return "an item shown twice in one question"
+    if answer.skipped:
+        return None if not answer.picks else "a skipped answer with a choice"
+    offered = answer.shown[1:] if kind.headed else answer.shown
+    if answer.choice != NO_ITEM and answer.choice not in offered:
+        return f"choice {answer.choice} was not one of the offered items {list(offered)}"
+    try:
+        kind.check_answer(answer.question(), list(answer.picks), answer.value)
+    except AnswerError as exc:
+        return str(exc)
+    if (tuple(x for x in (answer.head, answer.a, answer.b) if x != NO_ITEM) != answer.shown[:3]
+            or (answer.picks[0] if answer.picks else NO_ITEM) != answer.choice):
+        return "its head, a, b and choice columns disagree with the screen it records (shown, picks)"
+    if answer.probe is not None and answer.probe not in answer.shown[1:]:
+        return f"probe {answer.probe} is not one of the offered items"
+    if (answer.value is not None and rating_range is not None
+            and not rating_range[0] <= answer.value <= rating_range[1]):
+        return f"rating {answer.value:g} is off the scale {rating_range[0]:g}..{rating_range[1]:g}"
     return None
 
 
@@ -267,7 +302,7 @@ def _iso(ts: float) -> str:
 
 CSV_COLUMNS = ("study", "answer_id", "answered_at", "rater", "algorithm", "kind", "head", "head_id", "a", "a_id",
                "b", "b_id", "choice", "choice_id", "value", "probe", "fallback", "flags", "response_ms", "issued_at",
-               "question_id")
+               "question_id", "shown", "shown_ids", "picks", "picks_ids")
 
 
 def answer_rows(answers: Iterable[Answer], item_ids: list[str], study_id: str = "") -> Iterator[dict]:
@@ -289,6 +324,8 @@ def answer_rows(answers: Iterable[Answer], item_ids: list[str], study_id: str = 
             "fallback": int(ans.fallback), "flags": ans.flags,
             "response_ms": "" if ans.response_ms is None else ans.response_ms,
             "issued_at": _iso(ans.issued_at), "question_id": ans.qid,
+            "shown": " ".join(map(str, ans.shown)), "shown_ids": " ".join(item_ids[i] for i in ans.shown),
+            "picks": " ".join(map(str, ans.picks)), "picks_ids": " ".join(item_ids[i] for i in ans.picks),
         }
 
 
@@ -312,19 +349,49 @@ def export_jsonl(answers: Iterable[Answer], item_ids: list[str], study_id: str =
 
 
 def export_triplets(answers: Iterable[Answer], excluded_raters: Collection[str] = frozenset()) -> Iterator[str]:
-    """Triplet answers in cblearn's ``list-order`` format: CSV rows ``i,j,k`` (item indices),
-    meaning i was judged closer to j than to k (attention checks and validation repeats left out).
-    Load with ``numpy.loadtxt(f, delimiter=",", dtype=int)``.
+    """The anchored triplets every answer implies (a triplet's own, an odd-one-out's two, a grid's
+    ordered picks: ``engine.kinds``) in cblearn's ``list-order`` format: CSV rows ``i,j,k`` (item
+    indices), meaning i was judged closer to j than to k (attention checks and validation repeats
+    left out; ratings imply none). Load with ``numpy.loadtxt(f, delimiter=",", dtype=int, ndmin=2)``.
     """
     buf = io.StringIO()
     for n, ans in enumerate(answers):
-        if (ans.kind != "triplet" or ans.rater in excluded_raters
-                or ans.algorithm in (CATCH_ALGORITHM, REPEAT_ALGORITHM) or ans.skipped):
+        if ans.rater in excluded_raters or ans.algorithm in (CATCH_ALGORITHM, REPEAT_ALGORITHM):
             continue
-        other = ans.b if ans.choice == ans.a else ans.a
-        buf.write(f"{ans.head},{ans.choice},{other}\n")
+        for head, x, y, winner in ans.triplets():
+            buf.write(f"{head},{winner},{y if winner == x else x}\n")
         if n % 1000 == 999:
             yield buf.getvalue()
             buf.seek(0)
             buf.truncate()
     yield buf.getvalue()
+
+
+def export_odd_one_out(answers: Iterable[Answer], excluded_raters: Collection[str] = frozenset()) -> Iterator[str]:
+    """Odd-one-out answers in the layout SPoSE and VICE read: one line ``i j k`` per answer (0-based item
+    indices, space-separated, the odd one last; attention checks, repeats and skips left out). The
+    item of index i is the i-th of the study's items (``export_item_table``)."""
+    buf = io.StringIO()
+    for n, ans in enumerate(answers):
+        if (ans.rater in excluded_raters or ans.algorithm in (CATCH_ALGORITHM, REPEAT_ALGORITHM) or ans.skipped
+                or not ans.picks):
+            continue
+        row = ans.question_kind.odd_one_out_row(ans.shown, ans.picks)
+        if row is not None:
+            buf.write(f"{row[0]} {row[1]} {row[2]}\n")
+        if n % 1000 == 999:
+            yield buf.getvalue()
+            buf.seek(0)
+            buf.truncate()
+    yield buf.getvalue()
+
+
+def export_item_table(item_ids: list[str], labels: list[str | None] | None = None) -> str:
+    """The items as a tab-separated table ``index, id, label`` (header first): what the indices of the
+    triplet and odd-one-out exports name."""
+    lines = ["index\tid\tlabel"]
+    for i, item_id in enumerate(item_ids):
+        label = "" if labels is None or labels[i] is None else str(labels[i])
+        lines.append(f"{i}\t{item_id}\t{label}")
+    return "\n".join(lines) + "\n"
+

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING
 import jsonschema
 import yaml
 
+from engine.kinds import DEFAULT_KIND, KINDS, QUESTION_KINDS, get_kind
 from engine.registry import ALGORITHMS as _TABLE
-from engine.registry import DEFAULT_NN_ALGORITHM, default_algorithm  # noqa: F401 (re-exported)
+from engine.registry import DEFAULT_NN_ALGORITHM, SCREEN_PARAMS, default_algorithm  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
+    from engine.kinds import QuestionKind
     from engine.registry import Algorithm
 
 
@@ -29,29 +31,13 @@ if TYPE_CHECKING:
 ALGORITHM_TABLE = _TABLE
 #: Algorithms that learn a nearest-neighbour graph from distance samples (pairs, or triplets adapted).
 DISTANCE_ALGORITHMS = tuple(n for n, e in _TABLE.items() if e.pair_over_triplets)
-#: Algorithms that ask triplets directly.
-TRIPLET_ALGORITHMS = tuple(n for n, e in _TABLE.items() if e.question_kinds == ("triplet",))
-#: Algorithms that ask rating questions only (SimForest asks the similarities its splits need).
-RATING_ALGORITHMS = tuple(n for n, e in _TABLE.items() if e.question_kinds == ("rating",))
 #: Algorithms that need a label for every item.
 LABELLED_ALGORITHMS = tuple(n for n, e in _TABLE.items() if e.needs_labels)
 ALGORITHMS = tuple(_TABLE)
-QUESTION_KINDS = ("triplet", "rating")
 RATING_WIDGETS = ("buttons", "slider")
 LABEL_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
 
-TRIPLET_INSTRUCTIONS = (
-    "You will see one item on top and two items below it. Click the one of the two that is "
-    "more similar to the item on top (or press the ← / → key). There are no right or wrong "
-    "answers: go with your first impression."
-)
-RATING_INSTRUCTIONS = (
-    "You will see two items. Say how similar they are, from very different to very similar "
-    "(click a button or press the keys 1–5, or move the slider and press Enter). There are no "
-    "right or wrong answers: go with your first impression."
-)
-DEFAULT_INSTRUCTIONS = TRIPLET_INSTRUCTIONS
-TRIPLET_PROMPT = "Which of these two is more similar to the one on top?"
+TRIPLET_PROMPT = KINDS[DEFAULT_KIND].prompt
 RATING_PROMPT = "How similar are these two?"
 SKIP_LABEL = "I can't decide"
 
@@ -86,37 +72,25 @@ RATING_SCHEMA = {
     },
 }
 
-_ITEM_ID = {"type": "string", "minLength": 1, "maxLength": 200}
-PRACTICE_SCHEMA = {
-    "type": "array",
-    "maxItems": 20,
-    "items": {"oneOf": [
-        {"type": "object", "additionalProperties": False, "required": ["head", "candidates", "answer"],
-         "properties": {"kind": {"const": "triplet"}, "head": _ITEM_ID,
-                        "candidates": {"type": "array", "items": _ITEM_ID, "minItems": 2, "maxItems": 2},
-                        "answer": _ITEM_ID, "explanation": {"type": "string", "maxLength": 2000}}},
-        {"type": "object", "additionalProperties": False, "required": ["kind", "items", "answer"],
-         "properties": {"kind": {"const": "rating"},
-                        "items": {"type": "array", "items": _ITEM_ID, "minItems": 2, "maxItems": 2},
-                        "answer": {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2},
-                        "explanation": {"type": "string", "maxLength": 2000}}},
-    ]},
-}
+#: One practice question of any kind (each kind's entry says what one of its own looks like).
+PRACTICE_SCHEMA = {"type": "array", "maxItems": 20, "items": {"oneOf": [k.practice_schema for k in KINDS.values()]}}
+#: The sections of kinds that take settings (``rank: {n_reference, n_select}``), named after the kind.
+KIND_SETTINGS_SCHEMAS = {k.name: k.settings_schema() for k in KINDS.values() if k.settings_schema()}
 LIMITS_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
         "max_questions_per_rater": {"type": ["integer", "null"], "minimum": 1, "maximum": 100000},
-        "min_response_ms": {"type": "integer", "minimum": 0, "maximum": 600000},
+        "min_response_ms": {"type": ["integer", "null"], "minimum": 0, "maximum": 600000},
         "answer_budget": {"type": ["integer", "null"], "minimum": 1},
         "max_outstanding": {"type": "integer", "minimum": 1, "maximum": 20},
         "min_answers_for_code": {"type": ["integer", "null"], "minimum": 1, "maximum": 100000},
         "anonymous_sessions_per_address": {"type": "integer", "minimum": 1, "maximum": 100000},
     },
 }
-#: Catch trials: "triplet" (one candidate is the head itself), "rating" (an item shown twice must be
-#: rated in the top quarter of the scale), "auto" (rating checks when every algorithm asks ratings).
-ATTENTION_KINDS = ("auto", "triplet", "rating")
+#: Catch trials: a screen of one of the question kinds built from a near-certain comparison (each kind's
+#: ``catch_screen``), or "auto": the kind every algorithm asks (the default kind in a mixed study).
+ATTENTION_KINDS = ("auto", *QUESTION_KINDS)
 #: What a flag does, each including the ones before it but "mark": "mark" (shown on the dashboard, nothing
 #: else), "no_code" (no completion code), "stop" (no code and no more questions), "exclude" (also left out
 #: of learning from then on: the update pass skips the rater's answers).
@@ -161,6 +135,7 @@ SCHEMA = {
         "algorithms": {"type": "array", "minItems": 1, "maxItems": 10, "items": ALGORITHM_SCHEMA},
         "question_kind": {"enum": list(QUESTION_KINDS)},
         "rating": RATING_SCHEMA,
+        **KIND_SETTINGS_SCHEMAS,
         "instructions": {"type": "string", "maxLength": 20000},
         "question": {"type": "string", "minLength": 1, "maxLength": 500},
         "allow_skip": {"type": "boolean"},
@@ -233,7 +208,9 @@ class Limits:
     """Server-enforced limits: questions per rater, the too-fast threshold, answers per study."""
 
     max_questions_per_rater: int | None = None
-    min_response_ms: int = 0
+    #: answers faster than this are flagged ``too_fast`` (None: each question kind's own threshold,
+    #: ``engine.kinds``; 0: never)
+    min_response_ms: int | None = None
     answer_budget: int | None = None
     #: questions a rater session may hold unanswered at once (the page prefetches one)
     max_outstanding: int = 2
@@ -381,6 +358,11 @@ class AlgorithmConfig:
         """This algorithm's entry of the table (:class:`engine.registry.Algorithm`)."""
         return _TABLE[self.algorithm]
 
+    @property
+    def kind(self) -> QuestionKind:
+        """The entry of the question kind it asks (:class:`engine.kinds.QuestionKind`)."""
+        return KINDS[self.question_kind]
+
     def to_dict(self) -> dict:
         return {"label": self.label, "algorithm": self.algorithm, "question_kind": self.question_kind,
                 "share": self.share, "params": dict(self.params), "budget": self.budget}
@@ -393,9 +375,13 @@ class StudyConfig:
 
     name: str
     algorithms: tuple = ()
-    question_kind: str = "triplet"
+    question_kind: str = DEFAULT_KIND
     rating: RatingScale = field(default_factory=RatingScale)
+    #: kind name -> its settings (``rank: {n_reference, n_select}``), defaults filled in for every kind
+    #: the study asks (``engine.kinds``: a kind's ``settings``)
+    kind_settings: dict = field(default_factory=dict)
     instructions: str | None = None
+    #: the triplet prompt (other kinds word theirs from their entry and settings)
     question: str = TRIPLET_PROMPT
     #: offer a "can't decide" button: the skip is logged (flag ``skipped``), engines learn nothing from
     #: it and the question goes back to its planner; it counts towards the rater's limits
@@ -418,36 +404,71 @@ class StudyConfig:
             if isinstance(getattr(self, name), dict):
                 object.__setattr__(self, name, kind(**getattr(self, name)))
         object.__setattr__(self, "practice", tuple(dict(p) for p in self.practice or ()))
-        for n, p in enumerate(self.practice):
-            if "candidates" in p and p["answer"] not in p["candidates"]:
-                raise ConfigError(f"field 'practice.{n}.answer' ({p['answer']!r}) must be one of its candidates "
-                                  f"{p['candidates']}")
         default = ({"algorithm": default_algorithm(self.question_kind)},)
         algorithms = tuple(a if isinstance(a, AlgorithmConfig) else _algorithm_from_dict(a, i, self.question_kind)
                            for i, a in enumerate(self.algorithms or default))
         object.__setattr__(self, "algorithms", algorithms)
         if isinstance(self.rating, dict):
             object.__setattr__(self, "rating", RatingScale(**self.rating))
+        settings = {}
+        for name in dict.fromkeys([self.question_kind, *(a.question_kind for a in algorithms),
+                                   *(p.get("kind", DEFAULT_KIND) for p in self.practice), *self.kind_settings]):
+            try:
+                settings[name] = get_kind(name).check_settings(self.kind_settings.get(name))
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        object.__setattr__(self, "kind_settings", settings)
+        for n, p in enumerate(self.practice):
+            kind = get_kind(p.get("kind", DEFAULT_KIND))
+            problem = kind.check_practice(p, settings[kind.name])
+            if problem:
+                raise ConfigError(f"field 'practice.{n}.{problem[0]}' {problem[1]}")
         labels = [a.label for a in algorithms]
-        if self.attention.validation_repeats and all(a.question_kind == "rating" for a in algorithms):
-            raise ConfigError("field 'attention.validation_repeats': repeats re-ask triplet questions, and this "
-                              "study asks only ratings (set it to 0)")
+        if self.attention.validation_repeats and not any(a.kind.repeatable for a in algorithms):
+            raise ConfigError("field 'attention.validation_repeats': repeats re-ask a question with its items in "
+                              f"another order, and this study asks only {algorithms[0].question_kind} questions, "
+                              "which are not repeated (set it to 0)")
         if len(set(labels)) != len(labels):
             dupes = sorted({x for x in labels if labels.count(x) > 1})
             raise ConfigError(f"algorithm labels must be distinct; repeated: {', '.join(dupes)} "
                               "(give each algorithm its own 'label')")
         if self.instructions is None:
             kinds = {a.question_kind for a in algorithms}
-            text = "\n\n".join(t for kind, t in (("triplet", TRIPLET_INSTRUCTIONS), ("rating", RATING_INSTRUCTIONS))
-                               if kind in kinds)
+            text = "\n\n".join(self.texts(kind)[1] for kind in KINDS.values() if kind.name in kinds)
             object.__setattr__(self, "instructions", text)
+
+    def settings_of(self, kind: QuestionKind | str) -> dict:
+        """The study's settings of a question kind (its defaults when the study does not ask it)."""
+        kind = get_kind(kind) if isinstance(kind, str) else kind
+        return self.kind_settings.get(kind.name) or kind.check_settings(None)
+
+    def texts(self, kind: QuestionKind) -> tuple[str, str]:
+        """(prompt, instructions) of a kind in this study: the configured triplet prompt and rating
+        scale's prompt, else the kind's own words for its settings."""
+        prompt, instructions = kind.texts(self.settings_of(kind))
+        if kind.prompt_field:
+            value = self
+            for part in kind.prompt_field.split("."):
+                value = getattr(value, part)
+            prompt = value
+        return prompt, instructions
+
+    def too_fast_ms(self, kind: QuestionKind | str) -> int:
+        """The too-fast threshold of an answer to a question of ``kind``: ``limits.min_response_ms``, else
+        the kind's own (``engine.kinds``; it grows with a grid's references and picks)."""
+        if self.limits.min_response_ms is not None:
+            return int(self.limits.min_response_ms)
+        kind = get_kind(kind) if isinstance(kind, str) else kind
+        return kind.too_fast(self.settings_of(kind))
 
     @property
     def catch_kind(self) -> str:
-        """The question kind of this study's attention checks."""
+        """The question kind of this study's attention checks: ``attention.kind``, or (auto) the kind every
+        algorithm asks (the default kind in a study mixing kinds)."""
         kind = self.attention.kind
         if kind == "auto":
-            return "rating" if all(a.question_kind == "rating" for a in self.algorithms) else "triplet"
+            kinds = {a.question_kind for a in self.algorithms}
+            return kinds.pop() if len(kinds) == 1 else DEFAULT_KIND
         return kind
 
     @property
@@ -533,17 +554,29 @@ class StudyConfig:
                 raise ConfigError("give either 'algorithm' (with optional 'params') for one algorithm, or an "
                                   "'algorithms' list, not both")
             data["algorithms"] = [{"algorithm": data.pop("algorithm", default_algorithm(data.get("question_kind",
-                                                                                                 "triplet"))),
+                                                                                                 DEFAULT_KIND))),
                                    "params": data.pop("params", {})}]
         errors = []
         for i, alg in enumerate(data.get("algorithms", [])):
-            schema = {"type": "object", "additionalProperties": False, "properties": PARAMS_SCHEMAS[alg["algorithm"]]}
+            kind = alg.get("question_kind") or data.get("question_kind", DEFAULT_KIND)
+            props = {**PARAMS_SCHEMAS[alg["algorithm"]], **_screen_params(kind)}
+            schema = {"type": "object", "additionalProperties": False, "properties": props}
             for e in jsonschema.Draft202012Validator(schema).iter_errors(alg.get("params", {})):
-                errors.append(_describe(e, prefix=f"algorithms.{i}.params", allowed=PARAMS_SCHEMAS[alg["algorithm"]],
+                errors.append(_describe(e, prefix=f"algorithms.{i}.params", allowed=props,
                                         what=f"parameter(s) for {alg['algorithm']}"))
         if errors:
             raise ConfigError("; ".join(errors))
+        if "question_kind" in data:
+            # a kind the researcher chose is asked: an algorithm that cannot ask it is named, not switched
+            asked = data["question_kind"]
+            able = ", ".join(n for n, e in _TABLE.items() if asked in e.question_kinds)
+            for alg in data.get("algorithms", []):
+                kinds = _TABLE[alg["algorithm"]].question_kinds
+                if "question_kind" not in alg and asked not in kinds:
+                    raise ConfigError(f"{alg['algorithm']} {_asks(kinds)}, not {asked}; choose another "
+                                      f"algorithm for this question kind (one of {able})")
         data["algorithms"] = tuple(data.get("algorithms", ()))
+        data["kind_settings"] = {name: data.pop(name) for name in KIND_SETTINGS_SCHEMAS if name in data}
         config = cls(**data)
         reserved = [a.label for a in config.algorithms if a.label in RESERVED_LABELS]
         if reserved:
@@ -554,12 +587,16 @@ class StudyConfig:
     @classmethod
     def from_stored(cls, data: dict) -> StudyConfig:
         """Rebuild a config saved by :meth:`to_json` (already validated when it was created)."""
+        data = dict(data)
+        data["kind_settings"] = {name: data.pop(name) for name in KIND_SETTINGS_SCHEMAS if name in data}
         return cls(**data)
 
     def to_dict(self) -> dict:
         return {
             "name": self.name, "algorithms": [a.to_dict() for a in self.algorithms],
             "question_kind": self.question_kind, "rating": self.rating.to_dict(),
+            # each kind's settings under its own name, as a config file gives them (``rank: {...}``)
+            **{k: dict(v) for k, v in self.kind_settings.items() if k in KIND_SETTINGS_SCHEMAS},
             "instructions": self.instructions, "question": self.question, "allow_skip": self.allow_skip,
             "skip_label": self.skip_label, "accept_late_answers": self.accept_late_answers,
             "pool_size": self.pool_size,
@@ -572,28 +609,38 @@ class StudyConfig:
         return json.dumps(self.to_dict(), sort_keys=True)
 
 
+def _screen_params(kind: str) -> dict:
+    """The parameters an algorithm takes in a study of ``kind`` besides its own: how a screen kind's
+    planner chooses screens (``screens``: adaptive, or random as the baseline; engine.registry.SCREEN_PARAMS),
+    not the screen's size, which is the study's (``rank: {n_reference, n_select}``)."""
+    fragments = SCREEN_PARAMS.get(kind, {})
+    return {k: {kk: vv for kk, vv in v.items() if kk != "default"} for k, v in fragments.items()
+            if k not in KINDS[kind].settings} if kind in KINDS else {}
+
+
+def _asks(kinds: tuple[str, ...]) -> str:
+    return f"asks {kinds[0]} questions only" if len(kinds) == 1 else f"asks {' or '.join(kinds)} questions"
+
+
 def _algorithm_from_dict(data: dict, index: int, default_kind: str) -> AlgorithmConfig:
     algorithm = data["algorithm"]
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"field 'algorithms.{index}.algorithm' is {algorithm!r}; allowed values: "
                           f"{', '.join(ALGORITHMS)}")
+    entry = _TABLE[algorithm]
     kind = data.get("question_kind")
-    if algorithm in TRIPLET_ALGORITHMS:
-        if kind not in (None, "triplet"):
-            raise ConfigError(f"field 'algorithms.{index}.question_kind': {algorithm} asks triplet questions only")
-        kind = "triplet"
-    if algorithm in RATING_ALGORITHMS:
-        if kind not in (None, "rating"):
-            raise ConfigError(f"field 'algorithms.{index}.question_kind': {algorithm} asks rating questions only")
-        kind = "rating"
+    if kind is not None and kind not in entry.question_kinds:
+        raise ConfigError(f"field 'algorithms.{index}.question_kind': {algorithm} {_asks(entry.question_kinds)}, "
+                          f"not {kind}")
+    if kind is None and default_kind not in entry.question_kinds:
+        kind = entry.question_kinds[0]  # a study's kind the algorithm cannot ask: its own (from_dict says so)
     label = data.get("label") or algorithm
     if not re.match(LABEL_PATTERN, label):
         raise ConfigError(f"field 'algorithms.{index}.label' {label!r} must be 1 to 32 lowercase letters, digits, "
                           "'_' or '-'")
     kind = kind or default_kind
     params = dict(data.get("params") or {})
-    entry = _TABLE[algorithm]
-    if kind == "triplet" and entry.pair_over_triplets:
+    if get_kind(kind).asks != entry.asks and entry.pair_over_triplets:
         # A pair planner learning from triplet-derived samples gets the triplet-study defaults
         # (head-based estimates, no triangle bounds, every round open: engine.registry._DERIVED),
         # written into the study's config when it is created, so a study keeps what it started with

@@ -16,6 +16,7 @@ import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from engine.kinds import KINDS, kind_of
 from workers.store import keys
 from workers.store.config import AlgorithmConfig, StudyConfig
 from workers.store.lua import Script
@@ -44,12 +45,18 @@ def new_question_id() -> str:
     return secrets.token_hex(8)
 
 
+def pooled(screen: dict, algorithm: str, fallback: bool = False) -> dict:
+    """A screen (``engine.kinds``: the kind's ``screen``) as a pool holds it: with its question id, the
+    label of the algorithm that asked it and whether it is a fallback."""
+    return {"qid": new_question_id(), **screen, "algorithm": algorithm, "fallback": bool(fallback)}
+
+
 def triplet_question(head: int, a: int, b: int, algorithm: str, fallback: bool = False,
                      probe: int | None = None) -> dict:
-    """"Is ``head`` more similar to ``a`` or to ``b``?". ``probe`` marks a triplet-derived distance
-    question: the answer is a sample of d(head, probe), 1 if the other candidate wins."""
-    question = {"qid": new_question_id(), "kind": "triplet", "head": int(head), "candidates": [int(a), int(b)],
-                "algorithm": algorithm, "fallback": bool(fallback)}
+    """"Is ``head`` more similar to ``a`` or to ``b``?" (the default kind's screen). ``probe`` marks a
+    triplet-derived distance question: the answer is a sample of d(head, probe), 1 if the other
+    candidate wins."""
+    question = pooled(KINDS["triplet"].screen((head, a, b), {}), algorithm, fallback)
     if probe is not None:
         question["probe"] = int(probe)
     return question
@@ -61,32 +68,25 @@ def derived_triplet_question(i: int, j: int, k: int, algorithm: str, fallback: b
     return triplet_question(i, a, b, algorithm, fallback=fallback, probe=j)
 
 
-def rating_question(i: int, j: int, algorithm: str, fallback: bool = False) -> dict:
-    """"How similar are ``i`` and ``j``?" on the study's rating scale."""
-    return {"qid": new_question_id(), "kind": "rating", "items": [int(i), int(j)], "algorithm": algorithm,
-            "fallback": bool(fallback)}
-
-
 def question_items(question: dict) -> list[int]:
     """Every item a question shows, in display order."""
-    if question["kind"] == "rating":
-        return list(question["items"])
-    return [question["head"], *question["candidates"]]
+    return kind_of(question).shown(question)
 
 
-def fallback_question(algorithm: AlgorithmConfig, n_items: int) -> dict:
-    """A uniformly random question of the algorithm's kind, served when its pool is empty.
+def fallback_question(algorithm: AlgorithmConfig, n_items: int, config: StudyConfig | None = None) -> dict:
+    """A uniformly random screen of the algorithm's kind (``engine.kinds``), served when its pool is empty.
 
-    For distance algorithms it is a uniformly random pair, a sample the engine still uses
-    (as its Random baseline would); for triplet algorithms a uniformly random triplet; for
-    rating algorithms (SimForest) a random pair, whose rating the forest keeps for later splits.
+    A pair planner asking a kind built around a pair of another shape (a triplet study's distance
+    learners) gets a uniformly random pair asked as a triplet-derived question, a sample the engine
+    still uses (as its Random baseline would); every other algorithm a uniformly random screen of its
+    kind (rating forests keep a random pair's rating for later splits).
     """
-    i, j, k = random.sample(range(n_items), 3)
-    if algorithm.question_kind == "rating":
-        return rating_question(i, j, algorithm.label, fallback=True)
-    if algorithm.learns_graph:
+    kind = algorithm.kind
+    if algorithm.entry.asks == "pair" and kind.asks != "pair":
+        i, j, k = random.sample(range(n_items), 3)
         return derived_triplet_question(i, j, k, algorithm.label, fallback=True)
-    return triplet_question(i, j, k, algorithm.label, fallback=True)
+    settings = config.settings_of(kind) if config is not None else kind.check_settings(None)
+    return pooled(kind.random_screen(n_items, settings), algorithm.label, fallback=True)
 
 
 def push_questions(conn: Redis, study_id: str, algorithm: str, questions: list[dict],
@@ -132,7 +132,8 @@ def algorithm_args(config: StudyConfig, n_items: int) -> list:
     """Per algorithm its label, share and a fallback question, as issue.lua takes them."""
     args = []
     for alg in config.algorithms:
-        args.extend([alg.label, repr(float(alg.share)), json.dumps(fallback_question(alg, n_items), sort_keys=True)])
+        args.extend([alg.label, repr(float(alg.share)),
+                     json.dumps(fallback_question(alg, n_items, config), sort_keys=True)])
     return args
 
 
@@ -229,14 +230,16 @@ def next_request(study_id: str, config: StudyConfig, n_items: int, rater: str, n
 REPEAT_ALGORITHM = "repeat"
 
 
-def repeat_question(head: int, a: int, b: int, answered: int) -> dict:
-    """A triplet the rater answered (choosing ``answered``), asked again with its candidates swapped.
+def repeat_question(question: dict, answered: int) -> dict:
+    """A question the rater answered (first picking ``answered``), asked again with its items in another
+    order (its kind's ``repeat_screen``: a triplet's candidates swapped, a grid's shuffled).
 
     Handed out like an attention check (never pooled, sealed in its token like every question, so
     the page cannot tell it apart); its question id starts with ``v`` so an unanswered repeat is not
     counted as a failed attention check."""
-    return {"qid": "v" + new_question_id()[1:], "kind": "triplet", "head": int(head), "candidates": [int(b), int(a)],
-            "algorithm": REPEAT_ALGORITHM, "fallback": False, "catch": True, "repeat_of": int(answered)}
+    screen = kind_of(question).repeat_screen(question, random.Random())
+    return {"qid": "v" + new_question_id()[1:], **screen, "algorithm": REPEAT_ALGORITHM, "fallback": False,
+            "catch": True, "repeat_of": int(answered)}
 
 
 def queue_repeat(conn: Redis, study_id: str, rater: str, question: dict, most: int, due_after: int, ttl: int) -> bool:

@@ -161,18 +161,25 @@ def _catch_passed(answer: Answer, config: StudyConfig, items: list[dict]) -> boo
     check showing the head among its candidates (or one item twice) expects the head (a high rating);
     one built from the items expects the like item (a high rating of a like pair, a low one of an unlike)."""
     scale = config.rating
-    if answer.kind == "rating":
+    if answer.question_kind.asks == "pair":
         if answer.value is None:
             return False
         alike = True if answer.a == answer.head else _catch_expected(answer.head, answer.a, items)
         if alike is False:
             return answer.value <= scale.min + 0.25 * (scale.max - scale.min)
         return scale.catch_passes(answer.value)
-    if answer.skipped or answer.choice is None:
+    if answer.skipped or not answer.picks:
         return False
     if answer.head in (answer.a, answer.b):
         return answer.choice == answer.head
-    return bool(_catch_expected(answer.head, answer.choice, items))
+    return bool(answer.question_kind.catch_passes(answer.shown, answer.picks,
+                                                  lambda i, j: _catch_expected(i, j, items)))
+
+
+def _screen_key(answer: Answer) -> tuple:
+    """A rater's question whatever the order its items were shown in (a repeat shuffles them; a headed
+    screen keeps its head)."""
+    return answer.rater, answer.shown[0] if answer.question_kind.headed else None, frozenset(answer.shown)
 
 
 def replay_rater_stats(answers: list[Answer], config: StudyConfig,
@@ -207,15 +214,15 @@ def replay_rater_stats(answers: list[Answer], config: StudyConfig,
         rater["last_answer_at"] = answer.answered_at
         if answer.skipped:
             rater["skipped"] += 1
-        minimum = limits.min_response_ms
+        minimum = config.too_fast_ms(answer.question_kind)
         elapsed_ms = (answer.answered_at - max(answer.issued_at, previous)) * 1000
         if minimum and ((answer.response_ms is not None and answer.response_ms < minimum) or elapsed_ms < minimum):
             outcome.append("too_fast")
             rater["too_fast"] += 1
         if answer.algorithm == REPEAT_ALGORITHM:
             if not answer.skipped:
-                first = first_choice.get((answer.rater, answer.head, frozenset((answer.a, answer.b))))
-                agreed = first is not None and answer.choice == first
+                first = first_choice.get(_screen_key(answer))
+                agreed = first is not None and bool(answer.picks) and answer.picks[0] == first
                 rater["repeats"] += 1
                 rater["repeat_agreed"] += agreed
                 outcome.append(REPEAT_AGREE_FLAG if agreed else REPEAT_DISAGREE_FLAG)
@@ -231,8 +238,8 @@ def replay_rater_stats(answers: list[Answer], config: StudyConfig,
             if config.catch_every:  # the block given its check (next_question.lua), so a restored rater's
                 rater["catch_block"] = (rater["answers"] - 1) // config.catch_every  # schedule goes on
 
-        elif answer.kind == "triplet" and not answer.skipped:
-            first_choice.setdefault((answer.rater, answer.head, frozenset((answer.a, answer.b))), answer.choice)
+        elif answer.question_kind.repeatable and answer.picks:
+            first_choice.setdefault(_screen_key(answer), answer.picks[0])
         if config.catch_failing(rater["catch"], rater["catch_failed"]):
             rater["flagged"] = 1
         flags_by_id[answer.id] = ",".join(kept + outcome)

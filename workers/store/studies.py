@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 import nh3
 
+from engine.kinds import DEFAULT_KIND, get_kind
+from engine.registry import warning_for
 from workers.store import keys
 from workers.store.config import ALGORITHM_TABLE, LABELLED_ALGORITHMS, StudyConfig, default_algorithm
 from workers.store.css import CssRefused, check_css
@@ -196,12 +198,8 @@ def check_item_references(config: StudyConfig, items: list[Item]) -> None:
                           f"{len(items)} items (ids: {', '.join(list(kinds)[:5])}{', ...' if len(kinds) > 5 else ''})")
 
     for n, p in enumerate(config.practice):
-        named = [("head", p["head"])] if "head" in p else []
-        named += [(f"candidates.{c}", x) for c, x in enumerate(p.get("candidates", ()))]
-        named += [(f"items.{c}", x) for c, x in enumerate(p.get("items", ()))]
-        if "candidates" in p:
-            named.append(("answer", p["answer"]))
-        for where, item_id in named:
+        # every item the practice question names, as its kind's entry lists them (engine/kinds.py)
+        for where, item_id in get_kind(p.get("kind", DEFAULT_KIND)).practice_items(p):
             if item_id not in kinds:
                 raise unknown(f"practice.{n}.{where}", item_id)
     for field_name, text in (("instructions", config.instructions), ("consent", config.consent),
@@ -220,9 +218,14 @@ NEVER_ENDS = ("this study never ends: raters get no completion code (set limits.
 
 
 def config_warnings(config: StudyConfig) -> list[str]:
-    """What a researcher about to pay raters should know about a valid config: no per-rater limit
-    (raters never finish, so get no code), no answer budget, no consent text."""
+    """What a researcher about to pay raters should know about a valid config: an algorithm the table
+    marks for its question kind (``engine.registry.warning_for``: it loses to random questions on human
+    answers), no per-rater limit (raters never finish, so get no code), no answer budget, no consent text."""
     out = []
+    for alg in config.algorithms:
+        warning = warning_for(alg.algorithm, alg.question_kind)
+        if warning:
+            out.append(f"{alg.label} in a {alg.question_kind} study: {warning.rstrip('.')}")
     if not config.limits.max_questions_per_rater:
         out.append(NEVER_ENDS)
     if not config.limits.answer_budget:
@@ -278,8 +281,13 @@ def check_memory(config: StudyConfig, n_items: int) -> None:
 
 
 def check_config_for_items(config: StudyConfig, items: list[Item]) -> None:
-    """What a config asks of the items: enough of them for k, labels for supervised forests, and a
-    worker with the memory its learners need."""
+    """What a config asks of the items: enough of them for a screen of each kind asked (a grid's head and
+    references) and for k, labels for supervised forests, and a worker with the memory its learners need."""
+    for alg in config.algorithms:
+        needed = alg.kind.items_needed(config.settings_of(alg.kind))
+        if len(items) < needed:
+            raise StudyError(f"a {alg.question_kind} question shows {needed} items, but the study has only "
+                             f"{len(items)}; add items or show fewer (e.g. rank.n_reference)")
     check_memory(config, len(items))
     for i, alg in enumerate(config.algorithms):
         k = alg.params.get("k", 1)

@@ -96,8 +96,10 @@ local function next_question(K, A, k, a)
   if is_catch then member = 'c:' .. member end
   redis.call('ZADD', held_key, A[a + 6 + 1], member)
   redis.call('EXPIRE', held_key, math.ceil(tonumber(A[a + 6 + 1]) - tonumber(A[a + 6 + 2])) + 60)
+  -- every item the screen shows, in display order (engine/kinds.py: a headed screen is its head, then
+  -- its candidates; any other lists its items)
   local shown = doc['items']
-  if doc['kind'] ~= 'rating' then
+  if doc['head'] ~= nil then
     shown = {doc['head']}
     for _, c in ipairs(doc['candidates']) do shown[#shown + 1] = c end
   end

@@ -1,0 +1,579 @@
+"""The one table of question kinds: every kind of question a study can ask is declared here once.
+
+Like :mod:`engine.registry` for algorithms: the platform (study configs, the question pools, the answer
+log, the worker's learners, the rater pages, exports, the CLI) reads an entry of this table instead of
+comparing a kind's name. An entry says how a screen (the question document a pool holds) is built from a
+planner's proposal, which items it shows, how an answer is checked and turned into what the engine
+learns from, its fallback, catch, practice and repeat questions, its widget on the rater page, its
+simulated rater and its too-fast threshold. Importing it must stay cheap: it must never import numpy,
+Flask, Redis, RQ, ``webapp`` or ``workers`` (the engine's conversions are imported on first use).
+
+Screens (plain JSON-safe dicts, without the ``qid``, ``algorithm`` and ``fallback`` the pools add):
+
+- headed kinds (``triplet``, ``rank``): ``{"kind", "head": h, "candidates": [c1, ...]}``, ``rank`` also
+  ``"select": k``; a triplet-derived distance question (a pair planner in a triplet study) adds ``"probe"``;
+- unheaded kinds (``rating``, ``odd_one_out``): ``{"kind", "items": [i, j, ...]}``.
+
+An answer is the screen's ``shown`` items (every item, in the order shown) and its ``picks`` (the items
+chosen, in the order chosen; none for a rating, which has a ``value``).
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from . import registry
+
+#: How many references a rank screen may show, and the default "8-rank-2" (PsiZ's trial): the engine's.
+MIN_REFERENCES = registry.SCREEN_PARAMS["rank"]["n_reference"]["minimum"]
+MAX_REFERENCES = registry.SCREEN_PARAMS["rank"]["n_reference"]["maximum"]
+DEFAULT_SELECT = registry.SCREEN_PARAMS["rank"]["n_select"]["default"]
+
+#: The kind a study asks when its config names none (and the kind of a mixed study's catch trials).
+DEFAULT_KIND = "triplet"
+
+#: Seconds a careful rater takes per screen, the source of ``proxima plan``'s rater time and money when
+#: no pilot's response times are given (``proxima plan --seconds KIND=S``). Triplet: measured, the median
+#: response time of the 17,611 human answers of the alien-egg set (../shared/data/alien_eggs, column
+#: ``Response.Time..s.``: median 2.0 s, tenth percentile 1.1 s). The others are stated assumptions
+#: scaled from it, not measurements: a rating looks at one pair and places a slider or button (as a
+#: triplet: 2.0 s); an odd-one-out screen compares three pairs instead of two (1.5 x: 3.0 s); an
+#: n-rank-k grid is looked at item by item and picked k times, ``2.0 s x (n + k) / 3`` (8-rank-2: 6.7 s).
+#: A pilot's own median replaces them.
+SECONDS_TRIPLET = 2.0
+SECONDS_RATING = 2.0
+SECONDS_ODD = 1.5 * SECONDS_TRIPLET
+#: too fast: a quarter of a kind's stated time per screen (the eggs' fastest tenth took 1.1 s, over half
+#: the median), so only answers no one could give after a look are flagged; triplets and ratings keep
+#: their earlier default (off) so running studies flag as before
+TOO_FAST_SHARE = 0.25
+
+
+class AnswerError(ValueError):
+    """An answer that does not fit its question; the message says what the question needs."""
+
+
+def _item(index: Any) -> int:
+    return int(index)
+
+
+@dataclass(frozen=True)
+class QuestionKind:
+    """One entry of the table.
+
+    ``name`` as in a study config; ``headed`` the screen has a head and candidates (else a list of
+    items); ``asks`` what a planner proposes for it ("pair": ``(i, j)``, "triplet": ``(head, a, b)``,
+    "triple": ``(a, b, c)``, "grid": ``(head, (r1, ..., rn))``); ``triplet_derived`` its answers imply
+    anchored triplets (so triplet learners learn from them and they export as triplets); ``widget`` the
+    rater page's renderer (``static/js/widgets/<widget>.js``: ``window.ProximaWidgets[widget]``, its markup in
+    ``templates/raters/widgets/<widget>.html``); ``settings`` the JSON-schema fragments of the study's
+    ``<name>:`` section with their defaults; ``prompt`` and ``instructions`` the rater's texts (``{k}``,
+    ``{n}`` filled from the settings); ``too_fast_ms`` the default too-fast threshold per screen (a
+    study's ``limits.min_response_ms`` overrides it); ``seconds`` a careful rater's time per screen
+    (``{n}``/``{k}``-scaled by :meth:`screen_seconds`); ``oracle`` the simulated rater
+    (``engine.oracles`` class path); ``repeatable`` a validation repeat can re-ask it; ``practice_schema``
+    the JSON schema of one practice question.
+    """
+
+    name: str
+    headed: bool
+    asks: str
+    triplet_derived: bool
+    widget: str
+    description: str
+    prompt: str
+    instructions: str
+    too_fast_ms: int
+    seconds: float
+    oracle: str
+    practice_schema: Mapping[str, Any]
+    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    repeatable: bool = True
+    #: the study config's field (dotted) holding this kind's prompt, if a study words its own
+    prompt_field: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "settings", MappingProxyType({k: MappingProxyType(dict(v))
+                                                               for k, v in self.settings.items()}))
+
+    # ------------------------------------------------------------------ settings
+    def settings_schema(self) -> dict | None:
+        """The JSON schema of the study's ``<name>:`` section (None: the kind takes no settings here)."""
+        if not self.settings:
+            return None
+        props = {k: {kk: vv for kk, vv in v.items() if kk != "default"} for k, v in self.settings.items()}
+        return {"type": "object", "additionalProperties": False, "properties": props}
+
+    def check_settings(self, given: Mapping | None) -> dict:
+        """The settings with defaults filled in; ValueError naming the field otherwise."""
+        values = {k: v["default"] for k, v in self.settings.items()}
+        values.update(given or {})
+        return values
+
+    def planner_params(self, settings: Mapping) -> dict:
+        """What ``engine.registry.make_planner`` takes besides ``question_kind`` for this kind."""
+        return dict(settings)
+
+    def texts(self, settings: Mapping) -> tuple[str, str]:
+        """(prompt, instructions) for the study's settings."""
+        return self.prompt.format(**self._fill(settings)), self.instructions.format(**self._fill(settings))
+
+    def _fill(self, settings: Mapping) -> dict:
+        return {}
+
+    def screen_seconds(self, settings: Mapping) -> float:
+        """A careful rater's seconds per screen at these settings (see the SECONDS_* constants)."""
+        return self.seconds
+
+    def too_fast(self, settings: Mapping) -> int:
+        """The default too-fast threshold (ms) of one screen at these settings."""
+        return int(self.too_fast_ms)
+
+    # ------------------------------------------------------------------ screens
+    def screen(self, proposal: Sequence, settings: Mapping) -> dict:
+        """The screen for a planner's proposal (its ``next_questions`` element in this kind's shape)."""
+        raise NotImplementedError
+
+    def shown(self, screen: Mapping) -> list[int]:
+        """Every item a screen shows, in display order."""
+        if self.headed:
+            return [int(screen["head"]), *(int(c) for c in screen["candidates"])]
+        return [int(i) for i in screen["items"]]
+
+    def proposal(self, screen: Mapping) -> tuple:
+        """The planner's proposal a screen was built from (what its ``forget`` takes)."""
+        return self.proposal_of(self.shown(screen))
+
+    def proposal_of(self, shown: Sequence[int]) -> tuple:
+        """The proposal of a screen showing ``shown`` (in display order)."""
+        return tuple(int(i) for i in shown)
+
+    def random_screen(self, n_items: int, settings: Mapping, rng: random.Random | None = None) -> dict:
+        """A uniformly random screen: a pool's fallback, the random-screen baseline."""
+        rng = rng or random
+        return self.screen(self._random_proposal(n_items, settings, rng), settings)
+
+    def _random_proposal(self, n_items: int, settings: Mapping, rng) -> tuple:
+        raise NotImplementedError
+
+    def items_needed(self, settings: Mapping) -> int:
+        """The fewest items a study of this kind needs (one screen's distinct items)."""
+        return 3
+
+    # ------------------------------------------------------------------ answers
+    def simulated_rater(self, distances: Any, scale: float, lapse: float, settings: Mapping,
+                        random_state: Any = None) -> Any:
+        """The simulated rater of this kind (``oracle``, an ``engine.oracles`` class) on a distance matrix
+        with the human noise model's logistic ``scale`` and ``lapse`` rate; its ``answer(proposals)``
+        gives the observations :meth:`picks_of` reads. None for kinds answered with a value."""
+        return None
+
+    def picks_of(self, observation: Sequence) -> tuple[int, ...]:
+        """The picks of an observation (what the simulated rater's ``answer`` gives)."""
+        raise NotImplementedError
+
+    def _oracle_class(self) -> type:
+        import importlib
+
+        module, _, cls = self.oracle.partition(":")
+        return getattr(importlib.import_module(module), cls)
+
+    def check_answer(self, screen: Mapping, picks: Sequence[int] | None, value: float | None) -> tuple[int, ...]:
+        """The picks of an answer to ``screen`` as a tuple of item indices; AnswerError saying what the
+        question needs otherwise (a rating's value is checked by the study's scale)."""
+        raise NotImplementedError
+
+    def observation(self, shown: Sequence[int], picks: Sequence[int], screen: Mapping | None = None) -> tuple:
+        """What a planner asking this kind observes for one answer (its ``observe`` element)."""
+        raise NotImplementedError
+
+    def triplets(self, shown: Sequence[int], picks: Sequence[int]) -> list[tuple[int, int, int, int]]:
+        """The anchored triplets ``(head, x, y, winner)`` an answer implies (none for ratings)."""
+        return []
+
+    def odd_one_out_row(self, shown: Sequence[int], picks: Sequence[int]) -> tuple[int, int, int] | None:
+        """The answer as a row of the layout SPoSE/VICE read (``i j k``, the odd one last), None for
+        kinds that are no odd-one-out choice."""
+        return None
+
+    def catch_screen(self, head: int, similar: int, different: int, others: Sequence[int],
+                     settings: Mapping, rng: random.Random) -> tuple[dict, int] | None:
+        """An attention check from a near-certain comparison (``head`` very like ``similar``, very unlike
+        ``different``; ``others`` more items very unlike ``head``): (screen, expected first pick), None
+        when the comparison cannot fill one. On the wire it is an ordinary screen."""
+        return None
+
+    def catch_passes(self, shown: Sequence[int], picks: Sequence[int],
+                     alike: Callable[[int, int], bool | None]) -> bool:
+        """Whether an attention check was passed, judged from its items alone (a restore, which has no
+        ``expect``): ``alike(i, j)`` says whether two items are alike by the study's data. Headed kinds:
+        the first pick is like the head."""
+        return bool(picks) and bool(alike(shown[0], picks[0]))
+
+    def repeat_screen(self, screen: Mapping, rng: random.Random) -> dict:
+        """The same question asked again with its items in another order (a validation repeat)."""
+        raise NotImplementedError
+
+    def practice_screen(self, practice: Mapping, index_of: Callable[[str], int],
+                        settings: Mapping) -> tuple[dict, Any]:
+        """(screen, expected answer in item indices) of a practice question written with item ids."""
+        raise NotImplementedError
+
+    def practice_items(self, practice: Mapping) -> list[tuple[str, str]]:
+        """(field, item id) of every item a practice question names, its answer included."""
+        named = [("head", practice["head"])] if "head" in practice else []
+        named += [(f"candidates.{c}", x) for c, x in enumerate(practice.get("candidates", ()))]
+        named += [(f"items.{c}", x) for c, x in enumerate(practice.get("items", ()))]
+        answer = practice.get("answer")
+        if isinstance(answer, str):
+            named.append(("answer", answer))
+        elif self.picks_are_items(answer):
+            named += [(f"answer.{c}", x) for c, x in enumerate(answer)]
+        return named
+
+    @staticmethod
+    def picks_are_items(answer: Any) -> bool:
+        return isinstance(answer, (list, tuple)) and all(isinstance(x, str) for x in answer)
+
+    def check_practice(self, practice: Mapping, settings: Mapping) -> tuple[str, str] | None:
+        """Why a practice question (item ids) cannot be asked, as (its field, what is wrong), None when
+        it can."""
+        return None
+
+
+def _distinct(items: Sequence[int], what: str) -> None:
+    if len(set(items)) != len(items):
+        raise AnswerError(f"a {what} shows distinct items")
+
+
+class _Triplet(QuestionKind):
+    def screen(self, proposal, settings):
+        head, a, b = (_item(x) for x in proposal)
+        return {"kind": self.name, "head": head, "candidates": [a, b]}
+
+    def _random_proposal(self, n_items, settings, rng):
+        return tuple(rng.sample(range(n_items), 3))
+
+    def check_answer(self, screen, picks, value):
+        if not picks or len(picks) != 1:
+            raise AnswerError("a triplet question needs 'choice', the index of the chosen item")
+        if picks[0] not in screen["candidates"]:
+            raise AnswerError(f"choice {picks[0]} was not one of the offered items {list(screen['candidates'])}")
+        return (int(picks[0]),)
+
+    def observation(self, shown, picks, screen=None):
+        head, a, b = shown
+        return (head, a, b, picks[0])
+
+    def triplets(self, shown, picks):
+        head, a, b = shown
+        return [(head, a, b, picks[0])]
+
+    def simulated_rater(self, distances, scale, lapse, settings, random_state=None):
+        return self._oracle_class()(distances, noise=scale, model="human", lapse=lapse, random_state=random_state)
+
+    def picks_of(self, observation):
+        return (int(observation[3]),)
+
+    def catch_screen(self, head, similar, different, others, settings, rng):
+        candidates = [similar, different] if rng.random() < 0.5 else [different, similar]
+        return {"kind": self.name, "head": head, "candidates": candidates}, similar
+
+    def repeat_screen(self, screen, rng):
+        return {"kind": self.name, "head": screen["head"], "candidates": list(screen["candidates"])[::-1]}
+
+    def practice_screen(self, practice, index_of, settings):
+        screen = {"kind": self.name, "head": index_of(practice["head"]),
+                  "candidates": [index_of(c) for c in practice["candidates"]]}
+        return screen, index_of(practice["answer"])
+
+    def check_practice(self, practice, settings):
+        if practice["answer"] not in practice["candidates"]:
+            return "answer", f"({practice['answer']!r}) must be one of its candidates {practice['candidates']}"
+        return None
+
+
+class _Rating(QuestionKind):
+    def screen(self, proposal, settings):
+        i, j = (_item(x) for x in proposal)
+        return {"kind": self.name, "items": [i, j]}
+
+    def _random_proposal(self, n_items, settings, rng):
+        return tuple(rng.sample(range(n_items), 2))
+
+    def items_needed(self, settings):
+        return 2
+
+    def check_answer(self, screen, picks, value):
+        if value is None:
+            raise AnswerError("a rating question needs 'value', a number on the study's scale")
+        return ()
+
+    def observation(self, shown, picks, screen=None):
+        raise AnswerError("a rating's observation needs its value on the study's scale")
+
+    def catch_screen(self, head, similar, different, others, settings, rng):
+        pair = [head, similar]
+        rng.shuffle(pair)
+        return {"kind": self.name, "items": pair}, similar
+
+    def repeat_screen(self, screen, rng):
+        return {"kind": self.name, "items": list(screen["items"])[::-1]}
+
+    def practice_screen(self, practice, index_of, settings):
+        return {"kind": self.name, "items": [index_of(i) for i in practice["items"]]}, list(practice["answer"])
+
+
+class _OddOneOut(QuestionKind):
+    def screen(self, proposal, settings):
+        items = [_item(x) for x in proposal]
+        return {"kind": self.name, "items": items}
+
+    def _random_proposal(self, n_items, settings, rng):
+        return tuple(rng.sample(range(n_items), 3))
+
+    def check_answer(self, screen, picks, value):
+        if not picks or len(picks) != 1:
+            raise AnswerError("an odd-one-out question needs 'choice', the index of the item least like the "
+                              "other two")
+        if picks[0] not in screen["items"]:
+            raise AnswerError(f"choice {picks[0]} was not one of the offered items {list(screen['items'])}")
+        return (int(picks[0]),)
+
+    def observation(self, shown, picks, screen=None):
+        a, b, c = shown
+        return (a, b, c, picks[0])
+
+    def triplets(self, shown, picks):
+        from .screens import odd_one_out_triplets
+
+        a, b, c = shown
+        return [tuple(int(x) for x in t) for t in odd_one_out_triplets(a, b, c, picks[0])]
+
+    def simulated_rater(self, distances, scale, lapse, settings, random_state=None):
+        return self._oracle_class()(distances, scale=scale, lapse=lapse, random_state=random_state)
+
+    def picks_of(self, observation):
+        return (int(observation[3]),)
+
+    def catch_screen(self, head, similar, different, others, settings, rng):
+        items = [head, similar, different]
+        rng.shuffle(items)
+        return {"kind": self.name, "items": items}, different
+
+    def odd_one_out_row(self, shown, picks):
+        x, y = (int(i) for i in shown if i != picks[0])
+        return (x, y, int(picks[0]))
+
+    def catch_passes(self, shown, picks, alike):
+        # the two left are alike and the odd one is unlike them
+        x, y = (i for i in shown if i != picks[0])
+        return bool(alike(x, y)) and alike(x, picks[0]) is False
+
+    def repeat_screen(self, screen, rng):
+        items = list(screen["items"])
+        while items == list(screen["items"]):
+            rng.shuffle(items)
+        return {"kind": self.name, "items": items}
+
+    def practice_screen(self, practice, index_of, settings):
+        return {"kind": self.name, "items": [index_of(i) for i in practice["items"]]}, index_of(practice["answer"])
+
+    def check_practice(self, practice, settings):
+        if practice["answer"] not in practice["items"]:
+            return "answer", f"({practice['answer']!r}) must be one of its items {practice['items']}"
+        return None
+
+
+class _Rank(QuestionKind):
+    def _fill(self, settings):
+        n, k = int(settings["n_reference"]), int(settings["n_select"])
+        return {"n": n, "k": k, "k_words": "the one" if k == 1 else f"the {k}",
+                "first": "" if k == 1 else ", most similar first", "is_are": "is" if k == 1 else "are",
+                "order": "" if k == 1 else ", the most similar first",
+                "undo": "" if k == 1 else "Click a picked item again to take it back. "}
+
+    def check_settings(self, given):
+        values = super().check_settings(given)
+        n, k = int(values["n_reference"]), int(values["n_select"])
+        if not k < n:
+            raise ValueError(f"field 'rank.n_select' ({k}) must be smaller than 'rank.n_reference' ({n}): "
+                             "a rater picks some of the references, not all")
+        return {"n_reference": n, "n_select": k}
+
+    def screen_seconds(self, settings):
+        # looked at item by item and picked k times, on the triplet's measured time (SECONDS_TRIPLET)
+        return SECONDS_TRIPLET * (int(settings["n_reference"]) + int(settings["n_select"])) / 3
+
+    def too_fast(self, settings) -> int:
+        return int(1000 * TOO_FAST_SHARE * self.screen_seconds(settings))
+
+    def items_needed(self, settings):
+        return int(settings["n_reference"]) + 1
+
+    def screen(self, proposal, settings):
+        head, references = proposal
+        return {"kind": self.name, "head": _item(head), "candidates": [_item(r) for r in references],
+                "select": int(settings["n_select"])}
+
+    def proposal_of(self, shown):
+        return (int(shown[0]), tuple(int(c) for c in shown[1:]))
+
+    def _random_proposal(self, n_items, settings, rng):
+        drawn = rng.sample(range(n_items), int(settings["n_reference"]) + 1)
+        return (drawn[0], tuple(drawn[1:]))
+
+    def check_answer(self, screen, picks, value):
+        k = int(screen.get("select", DEFAULT_SELECT))
+        want = f"'picks', the {k} item indices most like the one on top, most similar first"
+        if not picks or len(picks) != k:
+            raise AnswerError(f"this question needs {want}; got {len(picks or ())} pick(s)")
+        offered = [int(c) for c in screen["candidates"]]
+        stray = [p for p in picks if p not in offered]
+        if stray:
+            raise AnswerError(f"pick {stray[0]} was not one of the offered items {offered}")
+        if len(set(picks)) != len(picks):
+            raise AnswerError("each item can be picked once")
+        return tuple(int(p) for p in picks)
+
+    def observation(self, shown, picks, screen=None):
+        return (shown[0], tuple(shown[1:]), tuple(picks))
+
+    def triplets(self, shown, picks):
+        from .screens import rank_triplets
+
+        return [tuple(int(x) for x in t) for t in rank_triplets(shown[0], tuple(shown[1:]), tuple(picks))]
+
+    def simulated_rater(self, distances, scale, lapse, settings, random_state=None):
+        return self._oracle_class()(distances, scale=scale, lapse=lapse, n_select=int(settings["n_select"]),
+                                    random_state=random_state)
+
+    def picks_of(self, observation):
+        return tuple(int(p) for p in observation[2])
+
+    def catch_screen(self, head, similar, different, others, settings, rng):
+        # one reference very like the head among n - 1 very unlike it: the first pick must be the like one
+        n = int(settings["n_reference"])
+        fillers = [o for o in dict.fromkeys([different, *others]) if o not in (head, similar)]
+        if len(fillers) < n - 1:
+            return None
+        references = [similar, *rng.sample(fillers, n - 1)]
+        rng.shuffle(references)
+        return {"kind": self.name, "head": head, "candidates": references,
+                "select": int(settings["n_select"])}, similar
+
+    def repeat_screen(self, screen, rng):
+        references = list(screen["candidates"])
+        while references == list(screen["candidates"]):
+            rng.shuffle(references)
+        return {"kind": self.name, "head": screen["head"], "candidates": references,
+                "select": int(screen.get("select", DEFAULT_SELECT))}
+
+    def practice_screen(self, practice, index_of, settings):
+        screen = {"kind": self.name, "head": index_of(practice["head"]),
+                  "candidates": [index_of(c) for c in practice["candidates"]],
+                  "select": len(practice["answer"])}
+        return screen, [index_of(a) for a in practice["answer"]]
+
+    def check_practice(self, practice, settings):
+        n, k = int(settings["n_reference"]), int(settings["n_select"])
+        if len(practice["candidates"]) != n:
+            given = len(practice["candidates"])
+            return "candidates", f"must list the study's {n} references (rank.n_reference), not {given}"
+        if len(practice["answer"]) != k:
+            return "answer", f"must list the {k} most similar references (rank.n_select), most similar first"
+        if not set(practice["answer"]) <= set(practice["candidates"]) or len(set(practice["answer"])) != k:
+            return "answer", f"{practice['answer']} must be {k} distinct items of its candidates"
+        return None
+
+
+_ITEM_ID = {"type": "string", "minLength": 1, "maxLength": 200}
+_EXPLANATION = {"type": "string", "maxLength": 2000}
+
+_ENTRIES = (
+    _Triplet(
+        "triplet", headed=True, asks="triplet", triplet_derived=True, widget="pick",
+        description="an item on top and two below: which of the two is more similar to the one on top?",
+        prompt="Which of these two is more similar to the one on top?",
+        instructions=("You will see one item on top and two items below it. Click the one of the two that is "
+                      "more similar to the item on top (or press the ← / → key). There are no right or wrong "
+                      "answers: go with your first impression."),
+        too_fast_ms=0, seconds=SECONDS_TRIPLET, oracle="engine.oracles:TripletOracle", prompt_field="question",
+        practice_schema={"type": "object", "additionalProperties": False, "required": ["head", "candidates", "answer"],
+                         "properties": {"kind": {"const": "triplet"}, "head": _ITEM_ID,
+                                        "candidates": {"type": "array", "items": _ITEM_ID, "minItems": 2,
+                                                       "maxItems": 2},
+                                        "answer": _ITEM_ID, "explanation": _EXPLANATION}}),
+    _Rating(
+        "rating", headed=False, asks="pair", triplet_derived=False, widget="rating",
+        description="two items: how similar are they, on a scale?",
+        prompt="How similar are these two?",
+        instructions=("You will see two items. Say how similar they are, from very different to very similar "
+                      "(click a button or press the keys 1–5, or move the slider and press Enter). There are no "
+                      "right or wrong answers: go with your first impression."),
+        too_fast_ms=0, seconds=SECONDS_RATING, oracle="engine.oracles:DistanceMatrixOracle", repeatable=False,
+        prompt_field="rating.prompt",
+        practice_schema={"type": "object", "additionalProperties": False, "required": ["kind", "items", "answer"],
+                         "properties": {"kind": {"const": "rating"},
+                                        "items": {"type": "array", "items": _ITEM_ID, "minItems": 2, "maxItems": 2},
+                                        "answer": {"type": "array", "items": {"type": "number"}, "minItems": 2,
+                                                   "maxItems": 2},
+                                        "explanation": _EXPLANATION}}),
+    _OddOneOut(
+        "odd_one_out", headed=False, asks="triple", triplet_derived=True, widget="odd",
+        description="three items, no head: which one is least like the other two? (THINGS, SPoSE/VICE)",
+        prompt="Which one is the odd one out?",
+        instructions=("You will see three items. Click the one that is least like the other two — the odd one "
+                      "out (or press 1, 2 or 3). There are no right or wrong answers: go with your first "
+                      "impression."),
+        too_fast_ms=int(1000 * TOO_FAST_SHARE * SECONDS_ODD), seconds=SECONDS_ODD,
+        oracle="engine.oracles:OddOneOutOracle",
+        practice_schema={"type": "object", "additionalProperties": False, "required": ["kind", "items", "answer"],
+                         "properties": {"kind": {"const": "odd_one_out"},
+                                        "items": {"type": "array", "items": _ITEM_ID, "minItems": 3, "maxItems": 3},
+                                        "answer": _ITEM_ID, "explanation": _EXPLANATION}}),
+    _Rank(
+        "rank", headed=True, asks="grid", triplet_derived=True, widget="grid",
+        description="an item on top and n references: pick the k most similar, most similar first (PsiZ 8-rank-2)",
+        prompt="Pick {k_words} most similar to the one on top{first}.",
+        instructions=("You will see one item on top and {n} items below it. Pick {k_words} of the {n} that "
+                      "{is_are} most similar to the item on top{order}: click or tap them, or press their "
+                      "numbers (1–{n}). {undo}Then press Confirm (or Enter). There are no right or wrong "
+                      "answers: go with your first impression."),
+        # both scaled by n and k: screen_seconds, too_fast
+        too_fast_ms=0, seconds=SECONDS_TRIPLET, oracle="engine.oracles:RankOracle",
+        # the study's n and k, as the engine's screen planners take them (engine.registry.SCREEN_PARAMS)
+        settings={k: v for k, v in registry.SCREEN_PARAMS["rank"].items() if k in ("n_reference", "n_select")},
+        practice_schema={"type": "object", "additionalProperties": False,
+                         "required": ["kind", "head", "candidates", "answer"],
+                         "properties": {"kind": {"const": "rank"}, "head": _ITEM_ID,
+                                        "candidates": {"type": "array", "items": _ITEM_ID,
+                                                       "minItems": MIN_REFERENCES, "maxItems": MAX_REFERENCES},
+                                        "answer": {"type": "array", "items": _ITEM_ID, "minItems": 1,
+                                                   "maxItems": MAX_REFERENCES - 1},
+                                        "explanation": _EXPLANATION}}),
+)
+
+
+#: name (as in a study config) -> :class:`QuestionKind`, in the order researchers see them.
+KINDS: Mapping[str, QuestionKind] = MappingProxyType({k.name: k for k in _ENTRIES})
+#: Every question kind, as the algorithm table lists them (``engine.registry.QUESTION_KINDS``): one entry each.
+QUESTION_KINDS: tuple[str, ...] = registry.QUESTION_KINDS
+if tuple(KINDS) != QUESTION_KINDS:
+    raise ImportError(f"engine.kinds describes {tuple(KINDS)} but engine.registry lists {QUESTION_KINDS}")
+
+
+def get_kind(name: str) -> QuestionKind:
+    """The entry of ``name``; ValueError listing the choices otherwise."""
+    try:
+        return KINDS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown question kind {name!r}; choose one of {', '.join(KINDS)}") from None
+
+
+def kind_of(screen: Mapping) -> QuestionKind:
+    """The entry of a screen (question document) or an answer row with a ``kind``."""
+    return get_kind(screen.get("kind", DEFAULT_KIND))
