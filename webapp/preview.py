@@ -20,7 +20,7 @@ from workers.store.studies import StudyNotFound, get_study
 
 from .errors import ApiError
 from .questions_answers import check_response, item_payload, parse_answer_body, screen_payload
-from .raters import practice_payload, render_markdown
+from .raters import WIDGETS, practice_payload, render_markdown
 from .storage import get_redis
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ def page(study_id: str) -> ResponseReturnValue:
         "answer_url": url_for("preview.answer", study_id=study.id),
         "finish_url": url_for("preview.done", study_id=study.id)},
         instructions=render_markdown(study.config.instructions, study), practice=practice_payload(study),
-        answered=0, total=preview_total(study))
+        answered=0, total=preview_total(study), widgets=WIDGETS)
 
 
 @bp.get("/next")
