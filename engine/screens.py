@@ -358,8 +358,10 @@ class RankScreens(_Screens):
     Heads are served least-screened first (ties in a random order; outside a pool at most one screen
     per head a call, as ``CandidateDuels`` does). ``screens="adaptive"``: the references are the
     head's likeliest neighbours under the learner's model (duels: its shortlist by duel score, then
-    embedding order; embeddings: the nearest points), ``n_reference - n_explore`` of them, plus
-    ``n_explore`` random explorers; a head the model knows nothing of yet gets random references.
+    embedding order; embeddings: the nearest points; duels where near duels are coin flips: a spread of
+    its wider neighbourhood), ``n_reference - n_explore`` of them with the head's latest picks kept on
+    (``KEEP_PICKS``), plus ``n_explore`` explorers (see :meth:`_references`); a head's first
+    ``RANK_WARMUP`` screens, and those of a head the model knows nothing of yet, show random references.
     Heads whose neighbour the learner has certified are left until every other head has been served.
     ``screens="random"``: uniformly random references (the random-grid baseline).
 

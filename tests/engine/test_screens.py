@@ -319,3 +319,31 @@ def test_algorithms_that_lose_to_random_triplets_say_so():
     for name in ("duels", "embedding", "active_embedding", "random_triplets", "comparison_forest"):
         assert warning_for(name, "triplet") == ""
     assert "rank" not in ALGORITHMS["comparison_forest"].question_kinds
+
+
+class _RecordingFitter:
+    """A fit process stand-in that runs each task at once and records it (a real future's shape)."""
+
+    def __init__(self):
+        self.tasks = []
+
+    def fit(self, task):
+        from concurrent.futures import Future
+
+        self.tasks.append(task)
+        done = Future()
+        done.set_result(task.run())
+        return done
+
+
+@pytest.mark.parametrize("kind", SCREEN_KINDS)
+def test_duels_refits_go_to_the_fitter_through_the_screens(kind):
+    X = _points()
+    fitter = _RecordingFitter()
+    p = drive_as_pool(make_planner("duels", len(X), question_kind=kind, random_state=6), fitter)
+    oracle = _oracle(kind, X, seed=6, scale=0.3)
+    for _ in range(12):
+        p.observe(oracle.answer(p.next_questions(40)))
+    p.settle_fit()
+    assert fitter.tasks, "no refit was handed to the fitter"
+    assert p.planner.n_fits_ > 0  # the handed-over fits were put in place
