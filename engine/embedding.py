@@ -551,7 +551,7 @@ class EmbeddingLearner:
 
 
 #: :class:`ActiveEmbedding` ranks candidates from at most this many head-to-item distances at a time.
-SCORING_CELLS = 1 << 20
+SCORING_CELLS = 1 << 18
 
 
 class ActiveEmbedding(EmbeddingLearner):

@@ -296,7 +296,7 @@ class _DenseActiveEmbedding(ActiveEmbedding):
         return p * (1.0 - p) * np.maximum(near[rows, first], near[rows, second])
 
 
-@pytest.mark.parametrize("cells", [1 << 20, 100])
+@pytest.mark.parametrize("cells", [1 << 18, 100])
 def test_active_questions_are_those_of_the_all_pairs_grids(cells, monkeypatch):
     """Scored from a row of distances per head asked (one chunk, or a few heads at a time), the active
     questions are those the all-pairs grids give."""
