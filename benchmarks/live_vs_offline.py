@@ -120,7 +120,8 @@ def main(argv=None) -> None:
                 mean = np.mean(hits, axis=0)
                 rows.append(["offline (n per call)" if batch is None else f"live, batches of {batch}",
                              *[f"{v:.2f}" for v in mean]])
-                print(f"  {algorithm} n={n} batch={batch} done", file=sys.stderr, flush=True)
+                print(f"  {algorithm} n={n} {rows[-1][0]}: hit@3 {' / '.join(rows[-1][1:])}", file=sys.stderr,
+                      flush=True)
             print_table(f"{algorithm}, {n} clustered items, human noise (lapse {LAPSE}), crowd {args.rate:.0f} "
                         f"answers/s — hit@3 by answers per item (mean of {args.seeds} seeds)",
                         ["mode", *[f"{b}/item" for b in budgets]], rows)

@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from engine.oracles import TripletOracle  # noqa: E402
-from engine.planning import Scenario, nn_accuracy, plan  # noqa: E402
+from engine.planning import METRICS, Scenario, nn_accuracy, plan  # noqa: E402
 
 HUMAN_SCALE, HUMAN_LAPSE = 0.075, 0.03
 
@@ -43,18 +43,29 @@ def clustered_truth(n_items: int, seed: int = 0, cluster: int = 5, spread: float
 
 
 def live_curve(app, conn, distances: np.ndarray, scale: float, lapse: float, algorithm: str,
-               budgets, seed: int, raters: int = 10, params: dict | None = None) -> np.ndarray:
-    """Exact-NN accuracy a live study of ``algorithm`` reaches at each budget (answers per item).
+               budgets, seed: int, raters: int = 10, params: dict | None = None, through: str = "api",
+               metric: str = "exact") -> np.ndarray:
+    """Exact-NN accuracy (``metric="hit3"``: hit@3) a live study of ``algorithm`` reaches at each budget
+    (answers per item).
 
     ``raters`` simulated raters each hold one question at a time and answer in turn; the worker runs
     the update jobs the web processes queued after every ``raters`` answers (one pass per round of
-    the crowd, as a busy worker would)."""
+    the crowd, as a busy worker would). ``through="api"``: the raters take and answer questions
+    through the Flask app's rater API; ``"store"``: through the two storage calls the API makes
+    (``issue_question``: pop a pooled question or a fallback and record it as issued; ``accept_answer``:
+    the answer script, which schedules the update) without HTTP, so a 1,000-item study fits in a
+    test's time (``app`` is unused then)."""
     from rq import SimpleWorker
 
     from workers.store import keys
+    from workers.store.answers import accept_answer
     from workers.store.config import StudyConfig
-    from workers.store.queue import get_queue, schedule_update
+    from workers.store.questions import issue_question
+    from workers.store.queue import enqueue_update, get_queue, schedule_update
     from workers.store.studies import Item, create_study
+
+    if through not in ("api", "store"):
+        raise ValueError(f"through must be 'api' or 'store', not {through!r}")
 
     def run_worker():
         SimpleWorker([get_queue(conn)], connection=conn).work(burst=True, logging_level="WARNING")
@@ -68,26 +79,41 @@ def live_curve(app, conn, distances: np.ndarray, scale: float, lapse: float, alg
     schedule_update(conn, study_id)
     run_worker()
     oracle = TripletOracle(distances, noise=scale, model="human", lapse=lapse, random_state=seed + 1000)
-    crowd = [app.test_client() for _ in range(raters)]
-    held = [c.get(f"/api/studies/{study_id}/questions/next").get_json()["question"] for c in crowd]
+    if through == "api":
+        crowd = [app.test_client() for _ in range(raters)]
+        held = [c.get(f"/api/studies/{study_id}/questions/next").get_json()["question"] for c in crowd]
+    else:
+        def issue(r):
+            now = time.time()
+            return issue_question(conn, study_id, config, n, f"rater-{r}", now, now + 3600)[0]
+
+        held = [issue(r) for r in range(raters)]
     label = config.algorithms[0].label
     out, total = [], 0
     for per_item in budgets:
         mark = int(round(per_item * n))
         while total < mark:
-            for r, client in enumerate(crowd):
+            for r in range(raters):
                 q = held[r]
-                head, (a, b) = q["head"]["index"], [c["index"] for c in q["candidates"]]
-                body = client.post(f"/api/studies/{study_id}/answers",
-                                   json={"token": q["token"], "choice": oracle(head, a, b)}).get_json()
-                held[r] = body["next"]
+                head, (a, b) = (q["head"]["index"], [c["index"] for c in q["candidates"]]) if through == "api" \
+                    else (q["head"], q["candidates"])
+                if through == "api":
+                    body = crowd[r].post(f"/api/studies/{study_id}/answers",
+                                         json={"token": q["token"], "choice": oracle(head, a, b)}).get_json()
+                    held[r] = body["next"]
+                    if held[r] is None:
+                        raise RuntimeError(f"the study stopped asking after {total} answers: {body.get('done')}")
+                else:
+                    _, scheduled = accept_answer(conn, study_id, q, f"rater-{r}", oracle(head, a, b),
+                                                 issued_at=time.time(), response_ms=1500, used_ttl=3600)
+                    if scheduled:
+                        enqueue_update(conn, study_id)
+                    held[r] = issue(r)
                 total += 1
-                if held[r] is None:
-                    raise RuntimeError(f"the study stopped asking after {total} answers: {body.get('done')}")
             run_worker()
         run_worker()
         summary = json.loads(conn.hget(keys.engine_stats(study_id), "summary"))[label]
-        out.append(nn_accuracy(np.asarray(summary["neighbors"]), distances)[0])
+        out.append(nn_accuracy(np.asarray(summary["neighbors"]), distances)[METRICS.index(metric)])
     return np.array(out)
 
 

@@ -14,7 +14,7 @@ from typing import Any, Self
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.optimize import minimize
-from scipy.spatial.distance import cdist
+from scipy.spatial import cKDTree
 from scipy.special import expit
 
 from .graph import NO_NEIGHBOR, NeighborGraph
@@ -130,40 +130,24 @@ def _objective(flat, t, n, dim, kernel, alpha, l2):
     return loss, grad.ravel()
 
 
-#: :class:`_TripletLoss` works on the grid of all item pairs (instead of triplet by triplet) when
-#: the grid has at most PAIR_GRID_RATIO cells per triplet coordinate (triplets x dim) and at most
-#: PAIR_GRID_CELLS cells (500 items): where it was the faster of the two (larger grids leave the cache).
-PAIR_GRID_RATIO = 1.5
-PAIR_GRID_CELLS = 250_000
-
-
 class _TripletLoss:
     """The objective of :func:`fit_embedding` (mean negative log-likelihood + ``l2`` · mean squared
     norm) and its gradient for one set of triplets, the same numbers as :func:`_objective` to float
     rounding but several times cheaper.
 
-    The triplets' columns are laid out once per fit. With many answers for the items (at most
-    PAIR_GRID_RATIO grid cells per triplet coordinate, up to 500 items) a triplet's two squared
-    distances are read from the (n_items, n_items) grid of all pairs' squared distances, and the
-    gradient is that of a weighted graph on the pairs: each triplet adds a weight to its pairs (i, j)
-    and (i, k), and the gradient is L · X for the graph's Laplacian L — two gathers, a few elementwise
-    passes and two ``bincount`` per evaluation, whatever the dimension. Otherwise the distances and
-    the gradient go coordinate by coordinate over the triplets. t-STE's probability comes from the
-    ratio of the two kernels: a division and one ``log1p`` (and a power above 2 dimensions) instead
-    of two logarithms and a log-sum-exp.
+    Everything is computed over the answered triplets only (no array of all item pairs): memory is
+    O(triplets · dim + items · dim) whatever the number of items. The triplets' columns are laid out
+    once per fit; the distances and the gradient go coordinate by coordinate, a gather per column and
+    three ``bincount`` per coordinate. t-STE's probability comes from the ratio of the two kernels: a
+    division and one ``log1p`` (and a power above 2 dimensions) instead of two logarithms and a
+    log-sum-exp.
     """
 
-    def __init__(self, t: np.ndarray, n: int, dim: int, kernel: str, alpha: float, l2: float,
-                 grid: bool | None = None) -> None:
+    def __init__(self, t: np.ndarray, n: int, dim: int, kernel: str, alpha: float, l2: float) -> None:
         self.n, self.dim, self.kernel, self.alpha, self.l2 = n, dim, kernel, alpha, l2
         self.m = len(t)
         self.power = (alpha + 1.0) / 2.0
-        i, j, k = (np.ascontiguousarray(t[:, c], dtype=np.intp) for c in range(3))
-        self.grid = n * n <= min(PAIR_GRID_CELLS, PAIR_GRID_RATIO * self.m * dim) if grid is None else bool(grid)
-        if self.grid:
-            self.ij, self.ik = i * n + j, i * n + k
-        else:
-            self.i, self.j, self.k = i, j, k
+        self.i, self.j, self.k = (np.ascontiguousarray(t[:, c], dtype=np.intp) for c in range(3))
 
     def _terms(self, dij: np.ndarray, dik: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         """(sum of −log p, wj, wk): the gradient is Σ wj·∂dij/∂X + wk·∂dik/∂X (mean over triplets).
@@ -203,30 +187,22 @@ class _TripletLoss:
     def __call__(self, flat: np.ndarray) -> tuple[float, np.ndarray]:
         n, dim = self.n, self.dim
         X = flat.reshape(n, dim)
-        if self.grid:
-            D2 = cdist(X, X, "sqeuclidean").ravel()  # Σ_d (x_id − x_jd)², as the plain objective sums it
-            nll, wj, wk = self._terms(D2.take(self.ij), D2.take(self.ik))
-            # a triplet's weight w on pair (a, b) adds w·(x_a − x_b) to a's gradient and w·(x_b − x_a) to b's
-            W = (np.bincount(self.ij, wj, minlength=n * n) + np.bincount(self.ik, wk, minlength=n * n)).reshape(n, n)
-            W += W.T
-            grad = W.sum(axis=1)[:, None] * X - W @ X
-        else:
-            XT = np.ascontiguousarray(X.T)
-            dj, dk = [], []
-            for d in range(dim):
-                xi = XT[d].take(self.i)
-                dj.append(xi - XT[d].take(self.j))
-                dk.append(xi - XT[d].take(self.k))
-            dij, dik = dj[0] * dj[0], dk[0] * dk[0]
-            for d in range(1, dim):
-                dij += dj[d] * dj[d]
-                dik += dk[d] * dk[d]
-            nll, wj, wk = self._terms(dij, dik)
-            grad = np.empty((n, dim))
-            for d in range(dim):
-                fj, fk = wj * dj[d], wk * dk[d]
-                grad[:, d] = (np.bincount(self.i, fj + fk, minlength=n) - np.bincount(self.j, fj, minlength=n)
-                              - np.bincount(self.k, fk, minlength=n))
+        XT = np.ascontiguousarray(X.T)
+        dj, dk = [], []
+        for d in range(dim):
+            xi = XT[d].take(self.i)
+            dj.append(xi - XT[d].take(self.j))
+            dk.append(xi - XT[d].take(self.k))
+        dij, dik = dj[0] * dj[0], dk[0] * dk[0]
+        for d in range(1, dim):
+            dij += dj[d] * dj[d]
+            dik += dk[d] * dk[d]
+        nll, wj, wk = self._terms(dij, dik)
+        grad = np.empty((n, dim))
+        for d in range(dim):
+            fj, fk = wj * dj[d], wk * dk[d]
+            grad[:, d] = (np.bincount(self.i, fj + fk, minlength=n) - np.bincount(self.j, fj, minlength=n)
+                          - np.bincount(self.k, fk, minlength=n))
         grad += (2.0 * self.l2 / n) * X
         return nll / self.m + self.l2 * float(np.sum(X * X)) / n, grad.ravel()
 
@@ -281,19 +257,43 @@ def fit_embedding(triplets: ArrayLike, n_items: int, dim: int = 2, kernel: str =
 
 
 def embedding_neighbors(X: ArrayLike, k: int = 1) -> np.ndarray:
-    """Each item's k nearest other items in the embedding, closest first: int (n_items, k)."""
+    """Each item's k nearest other items in the embedding, closest first (ties by item index): int
+    (n_items, k). From a k-d tree over the points: O(n_items · k) memory, no array of all pairs."""
     X = np.asarray(X, dtype=np.float64)
     k = int(k)
     if X.ndim != 2 or k < 1 or k >= len(X):
         raise ValueError(f"need X of shape (n, dim) and 1 <= k < n, got {X.shape} and k={k}")
-    D = _sq_dists(X)
-    np.fill_diagonal(D, np.inf)
-    return np.argsort(D, axis=1, kind="stable")[:, :k].astype(np.int64)
+    return _nearest(X, k)[0]
 
 
-def _sq_dists(X: np.ndarray) -> np.ndarray:
-    sq = np.sum(X * X, axis=1)
-    return np.maximum(sq[:, None] + sq[None, :] - 2.0 * X @ X.T, 0.0)
+def _nearest(X: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(neighbours, squared distances), both (n, k): each point's k nearest other points, closest
+    first, ties by index. The tree is asked for k + 1 points; a point's own row is dropped (if a
+    duplicate point hid it, the farthest of the k + 1 is)."""
+    n = len(X)
+    _, nb = cKDTree(X).query(X, k=k + 1)
+    nb = nb.reshape(n, k + 1).astype(np.int64)
+    d2 = _pair_sq_dists(X, np.arange(n)[:, None], nb)
+    own = nb == np.arange(n)[:, None]
+    d2[own] = np.inf  # the point itself goes last, then is cut
+    order = np.lexsort((nb, d2), axis=1)[:, :k]
+    return np.take_along_axis(nb, order, axis=1), np.take_along_axis(d2, order, axis=1)
+
+
+def _sq_dists_from(X: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Squared distances (len(rows), n) from the points X[rows] to every point, summed coordinate by
+    coordinate (the same numbers for a row whatever the other rows are)."""
+    D2 = np.zeros((len(rows), len(X)))
+    for d in range(X.shape[1]):
+        diff = X[rows, d][:, None] - X[None, :, d]
+        D2 += diff * diff
+    return D2
+
+
+def _pair_sq_dists(X: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Squared distances between the points indexed by a and b (broadcast together)."""
+    diff = X[a] - X[b]
+    return np.einsum("...d,...d->...", diff, diff)
 
 
 def triplet_accuracy(X: ArrayLike, triplets: ArrayLike) -> float:
@@ -486,9 +486,8 @@ class EmbeddingLearner:
         X = self.embedding()
         if X is None:
             return NeighborGraph.from_neighbors(np.full((self.n_items, k), NO_NEIGHBOR, np.int64))
-        nb = embedding_neighbors(X, k)
-        rows = np.arange(self.n_items)[:, None]
-        est = np.sqrt(_sq_dists(X)[rows, nb])
+        nb, d2 = _nearest(X, k)
+        est = np.sqrt(d2)
         seen = np.bincount(self.answers_[:, :3].ravel(), minlength=self.n_items) > 0
         nb = np.where(seen[:, None] & seen[nb], nb, NO_NEIGHBOR)
         per_head = np.bincount(self.answers_[:, 0], minlength=self.n_items)
@@ -576,6 +575,10 @@ class EmbeddingLearner:
         """Hook for subclasses with more state."""
 
 
+#: :class:`ActiveEmbedding` ranks candidates from at most this many head-to-item distances at a time.
+SCORING_CELLS = 1 << 18
+
+
 class ActiveEmbedding(EmbeddingLearner):
     """Embedding learner that, after a random warm-up, asks the most informative triplets.
 
@@ -603,7 +606,6 @@ class ActiveEmbedding(EmbeddingLearner):
         if self.n_candidates < 1:
             raise ValueError(f"n_candidates must be >= 1, got {n_candidates}")
         self.pending_ = np.zeros(self.n_items, np.int64)
-        self._grids: tuple[int, np.ndarray, np.ndarray] | None = None  # (fit, D2, weights): _scoring_grids
 
     def _params(self) -> dict:
         return {**super()._params(), "warmup": self.warmup, "n_candidates": self.n_candidates}
@@ -621,17 +623,34 @@ class ActiveEmbedding(EmbeddingLearner):
         self.n_planned_ += len(out)
         return out
 
-    def _scoring_grids(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Squared distances of the fit (inf on the diagonal) and each candidate's weight
-        1 / (1 + r / r0) by its rank r from the head; kept until the next fit."""
-        if self._grids is None or self._grids[0] != self.n_fits_:
-            n = self.n_items
-            D2 = _sq_dists(X)
-            np.fill_diagonal(D2, np.inf)
-            rank = np.empty((n, n), np.int64)
-            rank[np.arange(n)[:, None], np.argsort(D2, axis=1, kind="stable")] = np.arange(n)
-            self._grids = (self.n_fits_, D2, 1.0 / (1.0 + rank / max(1.0, n / 20.0)))
-        return self._grids[1], self._grids[2]
+    def _candidate_scores(self, X: np.ndarray, heads: np.ndarray, first: np.ndarray,
+                          second: np.ndarray) -> np.ndarray:
+        """Score p·(1 − p)·w of each candidate pair (first[s, c], second[s, c]) for head heads[s] (see
+        the class): p from the fit's squared distances, w = 1 / (1 + r / r0) of the pair's nearer
+        candidate by its rank r from the head (the head itself ranks last, ties by item index).
+
+        The ranks need each head's distances to every item: they are computed for the heads asked,
+        ``SCORING_CELLS`` (heads × items) at a time, so memory stays O(n_items), never n × n."""
+        n = self.n_items
+        r0 = max(1.0, n / 20.0)
+        uniq, inv = np.unique(heads, return_inverse=True)
+        d_first, d_second = np.empty(first.shape), np.empty(second.shape)
+        w_first, w_second = np.empty(first.shape), np.empty(second.shape)
+        step = max(1, SCORING_CELLS // n)
+        for lo in range(0, len(uniq), step):
+            hs = uniq[lo:lo + step]
+            rows = np.arange(len(hs))
+            D2 = _sq_dists_from(X, hs)
+            D2[rows, hs] = np.inf
+            rank = np.empty(D2.shape, np.int64)
+            rank[rows[:, None], np.argsort(D2, axis=1, kind="stable")] = np.arange(n)
+            mine = np.flatnonzero((inv >= lo) & (inv < lo + len(hs)))
+            r = (inv[mine] - lo)[:, None]
+            d_first[mine], d_second[mine] = D2[r, first[mine]], D2[r, second[mine]]
+            w_first[mine], w_second[mine] = rank[r, first[mine]], rank[r, second[mine]]
+        p = np.exp(_log_p(d_first, d_second, self.kernel, self.alpha_))
+        near = 1.0 / (1.0 + np.minimum(w_first, w_second) / r0)
+        return p * (1.0 - p) * near
 
     def _active_questions(self, budget: int, taken: set) -> list[tuple[int, int, int]]:
         X = self.embedding()
@@ -641,7 +660,6 @@ class ActiveEmbedding(EmbeddingLearner):
                 self.pending_[h] += 1
             return q
         n, c = self.n_items, self.n_candidates
-        D2, near = self._scoring_grids(X)
         asked = np.bincount(self.answers_[:, 0], minlength=n) + self.pending_
         # the least-asked heads, ties in a random order, counting the questions issued here too:
         # level by level, every head as often asked as the least-asked ones in a random permutation
@@ -653,9 +671,7 @@ class ActiveEmbedding(EmbeddingLearner):
             left -= len(tied)
         heads = np.concatenate(heads)
         first, second = (x.reshape(budget, c) for x in candidate_pairs(self.rng_, n, np.repeat(heads, c), budget * c))
-        rows = heads[:, None]
-        p = np.exp(_log_p(D2[rows, first], D2[rows, second], self.kernel, self.alpha_))
-        score = p * (1.0 - p) * np.maximum(near[rows, first], near[rows, second])
+        score = self._candidate_scores(X, heads, first, second)
         best = score.argmax(axis=1)  # the first of each row's stable descending order
         picked = np.column_stack([heads, first[np.arange(budget), best], second[np.arange(budget), best]])
         out = []

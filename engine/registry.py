@@ -47,7 +47,8 @@ class Memory:
     """What a learner holds in a worker's memory, as bytes per item pair (n x n arrays), per item and
     per answer: its peak while driven as a live pool, measured by ``benchmarks/engine_memory.py``
     (n = 2,000 and 4,000 items, 5 answers per item; the per-pair figure is the growth between them,
-    and duels' per-item figure is an upper bound: at 20,000 items it held 300 MB against 700). A model, not a
+    and duels' per-item figure is an upper bound: at 20,000 items it held 300 MB against 700; the
+    embeddings' per-answer figure is the growth from 5 to 20 answers per item at 4,000 items). A model, not a
     promise: the platform refuses a study whose learner would not fit the machine by it."""
 
     per_pair: float = 0.0
@@ -231,14 +232,14 @@ _ENTRIES = (
               ("CandidateDuels",) + _SCREEN_STATES, memory=Memory(per_item=30_000.0, per_answer=400.0, fixed=60e6)),
     Algorithm("embedding", "engine.embedding:EmbeddingLearner", _TRIPLET_KINDS, "triplet", "embedding",
               "Embedding: uniformly random triplets and a t-STE ordinal embedding; neighbours = nearest points",
-              _EMBEDDING, ("EmbeddingLearner",) + _SCREEN_STATES, memory=Memory(per_pair=16.0, fixed=50e6),
-              screens="random"),
+              _EMBEDDING, ("EmbeddingLearner",) + _SCREEN_STATES,
+              memory=Memory(per_item=1_200.0, per_answer=170.0, fixed=50e6), screens="random"),
     Algorithm("active_embedding", "engine.embedding:ActiveEmbedding", _TRIPLET_KINDS, "triplet", "embedding",
               "Active embedding: t-STE embedding asking the most uncertain triplets near each item",
               {**_EMBEDDING,
                "warmup": {"type": ["integer", "null"], "minimum": 0, "default": None},
                "n_candidates": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 50}},
-              ("ActiveEmbedding",) + _SCREEN_STATES, memory=Memory(per_pair=32.0, fixed=50e6)),
+              ("ActiveEmbedding",) + _SCREEN_STATES, memory=Memory(per_item=1_200.0, per_answer=170.0, fixed=56e6)),
     # triplet studies only: a forest's splits take the answers of the triplets it asked (``observe`` refuses
     # others), and an odd-one-out or rank screen implies triplets no split asked
     Algorithm("comparison_forest", "engine.comparison_tree:ComparisonForest", ("triplet",), "triplet", "forest",

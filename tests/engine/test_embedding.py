@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from engine.embedding import (
+    _log_p,
     _objective,
     _TripletLoss,
     embedding_neighbors,
@@ -61,15 +62,14 @@ def test_gradient_matches_finite_differences(kernel):
 
 @pytest.mark.parametrize("kernel", ["ste", "tste", "human"])
 @pytest.mark.parametrize("dim", [1, 2, 3, 4, 8])
-@pytest.mark.parametrize("grid", [True, False])
-def test_fast_objective_is_the_plain_one(kernel, dim, grid):
-    """The objective the fits use (pair grid or triplet by triplet) gives the plain one's numbers."""
+def test_fast_objective_is_the_plain_one(kernel, dim):
+    """The objective the fits use gives the plain one's numbers."""
     rng = np.random.default_rng(dim)
     n, m = 25, 400
     t = np.column_stack([rng.integers(n, size=m) for _ in range(3)])  # repeats and degenerate rows too
     x = rng.normal(size=n * dim) * 2
     alpha = float(max(dim - 1, 1))
-    loss, grad = _TripletLoss(t, n, dim, kernel, alpha, 0.01, grid=grid)(x.copy())
+    loss, grad = _TripletLoss(t, n, dim, kernel, alpha, 0.01)(x.copy())
     ref_loss, ref_grad = _objective(x, t, n, dim, kernel, alpha, 0.01)
     np.testing.assert_allclose(loss, ref_loss, rtol=1e-12)
     # the human model's gradient divides by distances, smoothed only below HUMAN_EPS: rows with a
@@ -103,6 +103,24 @@ def test_fit_is_the_fit_of_the_plain_objective(kernel, dim):
     ref = minimize(_objective, X0.ravel(), args=(t, 40, dim, kernel, alpha, 1e-3), jac=True, method="L-BFGS-B",
                    options={"maxiter": 300, "gtol": 1e-7, "ftol": 1e-12}).x.reshape(40, dim)
     np.testing.assert_allclose(X, ref, atol=1e-4 * np.abs(ref).max())
+
+
+def _dense_neighbors(X, k):
+    """The reference: every pair's squared distance, each row sorted (stable: ties by index)."""
+    D = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)
+    np.fill_diagonal(D, np.inf)
+    nb = np.argsort(D, axis=1, kind="stable")[:, :k]
+    return nb, np.take_along_axis(D, nb, axis=1)
+
+
+@pytest.mark.parametrize("dim", [1, 2, 5])
+def test_neighbors_are_those_of_all_pairs(dim):
+    rng = np.random.default_rng(dim)
+    X = rng.normal(size=(300, dim))
+    np.testing.assert_array_equal(embedding_neighbors(X, 7), _dense_neighbors(X, 7)[0])
+    # a duplicated point is its twin's nearest, whichever of the two the tree meets first
+    twins = np.concatenate([X[:50], X[:50]])
+    np.testing.assert_array_equal(embedding_neighbors(twins, 1)[:, 0], np.r_[np.arange(50, 100), np.arange(50)])
 
 
 def test_deterministic_for_a_seed():
@@ -247,3 +265,86 @@ def test_accepts_answers_never_asked(cls):
     assert planner.progress()["answers"] == 20
     with pytest.raises(ValueError, match="winner"):
         planner.observe([(0, 1, 2, 3)])
+
+
+def test_neighbor_graph_is_that_of_all_pairs():
+    rng = np.random.default_rng(8)
+    oracle = TripletOracle.from_points(rng.random((60, 3)), random_state=0)
+    planner = EmbeddingLearner(60, random_state=0, dim=3)
+    _drive(planner, oracle, 10, batch=200)
+    X = planner.embedding()
+    nb, d2 = _dense_neighbors(X, 4)
+    g = planner.neighbor_graph(4)
+    np.testing.assert_array_equal(g.neighbors, nb)
+    np.testing.assert_allclose(g.estimates, np.sqrt(d2), rtol=1e-12)
+
+
+class _DenseActiveEmbedding(ActiveEmbedding):
+    """The reference: candidate pairs scored from the (n, n) grids of squared distances and of ranks."""
+
+    def _candidate_scores(self, X, heads, first, second):
+        n = self.n_items
+        D2 = np.zeros((n, n))
+        for d in range(X.shape[1]):
+            D2 += (X[:, d][:, None] - X[None, :, d]) ** 2
+        np.fill_diagonal(D2, np.inf)
+        rank = np.empty((n, n), np.int64)
+        rank[np.arange(n)[:, None], np.argsort(D2, axis=1, kind="stable")] = np.arange(n)
+        near = 1.0 / (1.0 + rank / max(1.0, n / 20.0))
+        rows = heads[:, None]
+        p = np.exp(_log_p(D2[rows, first], D2[rows, second], self.kernel, self.alpha_))
+        return p * (1.0 - p) * np.maximum(near[rows, first], near[rows, second])
+
+
+@pytest.mark.parametrize("cells", [1 << 18, 100])
+def test_active_questions_are_those_of_the_all_pairs_grids(cells, monkeypatch):
+    """Scored from a row of distances per head asked (one chunk, or a few heads at a time), the active
+    questions are those the all-pairs grids give."""
+    import engine.embedding as emb
+
+    monkeypatch.setattr(emb, "SCORING_CELLS", cells)
+    rng = np.random.default_rng(9)
+    oracle = TripletOracle.from_points(rng.random((40, 2)), random_state=0)
+    fast, dense = ActiveEmbedding(40, random_state=3, warmup=200), _DenseActiveEmbedding(40, random_state=3, warmup=200)
+    X = None
+    for _ in range(8):
+        qs = fast.next_questions(60)
+        assert qs == dense.next_questions(60)
+        answers = oracle.answer(qs)
+        fast.observe(answers)
+        dense.observe(answers)
+        X = fast.embedding()
+        np.testing.assert_array_equal(X, dense.embedding())
+    heads = rng.integers(40, size=30)
+    first, second = rng.integers(40, size=(2, 30, 5))
+    second = np.where(second == first, (first + 1) % 40, second)
+    first, second = np.where(first == heads[:, None], (first + 2) % 40, first), second
+    second = np.where(second == heads[:, None], (second + 3) % 40, second)
+    np.testing.assert_allclose(fast._candidate_scores(X, heads, first, second),
+                               dense._candidate_scores(X, heads, first, second), rtol=1e-9, atol=1e-15)
+
+
+@pytest.mark.parametrize("cls", PLANNERS)
+def test_learners_hold_no_array_of_all_pairs(cls):
+    """At 8,000 items an (n, n) array of floats is 512 MB: fitting, asking and the graph stay far below."""
+    import tracemalloc
+
+    n = 8_000
+    points = np.random.default_rng(10).random((n, 2))
+
+    def answer(questions):  # noise-free, from the points (an oracle's distance matrix would be n x n)
+        q = np.asarray(questions)
+        first = ((points[q[:, 0]] - points[q[:, 1]]) ** 2).sum(1) <= ((points[q[:, 0]] - points[q[:, 2]]) ** 2).sum(1)
+        return np.column_stack([q, np.where(first, q[:, 1], q[:, 2])])
+
+    planner = cls(n, random_state=0, warmup=0) if cls is ActiveEmbedding else cls(n, random_state=0)
+    tracemalloc.start()
+    try:
+        planner.observe(answer(planner.next_questions(1000)))
+        planner.observe(answer(planner.next_questions(100)))
+        g = planner.neighbor_graph(3)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert g.neighbors.shape == (n, 3) and planner.progress()["fits"] >= 1
+    assert peak < 150e6, f"peak {peak / 1e6:.0f} MB"
