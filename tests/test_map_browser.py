@@ -43,7 +43,7 @@ def test_a_duels_map_of_30_items_reads_and_a_click_shows_the_candidates(browser,
     duels_study(conn, 30, 25)
     conn.set(keys.plan("map"), json.dumps(PLAN))
     context, page, errors = log_in(browser, live_server, "/studies/map?tab=learning")
-    page.wait_for_function("() => document.getElementById('nn-graph').dataset.drawn === '30'")
+    page.wait_for_function("() => document.getElementById('nn-graph')?.dataset.drawn === '30'")
     assert "embedding the learner fitted" in page.locator("#graph-placement").inner_text()
     boxes = page.evaluate("""() => Array.from(document.querySelectorAll('#nn-graph g.item .node')).map((n) => {
         const r = n.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })""")
@@ -90,7 +90,7 @@ def test_a_map_of_1000_items_draws_and_reports_its_time(browser, live_server, co
     create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
     duels_study(conn, 1000, 4, study_id="big-map")
     context, page, errors = log_in(browser, live_server, "/studies/big-map?tab=learning")
-    page.wait_for_function("() => document.getElementById('nn-graph').dataset.drawn === '1000'", timeout=60000)
+    page.wait_for_function("() => document.getElementById('nn-graph')?.dataset.drawn === '1000'", timeout=60000)
     draw_ms = float(page.locator("#nn-graph").get_attribute("data-draw-ms"))
     # the drawing's first paint after the DOM work, measured in the page
     paint_ms = page.evaluate("""async () => { const t = performance.now();

@@ -14,18 +14,18 @@ def test_simulate_twice_on_a_study_with_consent_accepts_answers_both_times(live,
     study = make_study(live["conn"], "sim-consent", PAIRS, params={"delta": 0.2, "sigma": 0.5, "window": 4},
                        consent="You agree to take part.", limits={"max_questions_per_rater": 5})
     truth = points_file(tmp_path, PAIRS)
-    args = ("--url", live["base"], "--oracle", f"points:{truth}", "--raters", 4, "--think", 0, "--answers", 12,
+    args = ("--url", live["base"], "--oracle", f"points:{truth}", "--raters", 4, "--think", 0, "--answers", 20,
             "--no-accuracy")
     first = simulate(study, *args)
     second = simulate(study, *args)
     for result in (first, second):
         assert result.exit_code == 0, result.output
-        assert accepted_line(result.output) == 12, result.output
+        assert accepted_line(result.output) == 20, result.output
         assert "Errors: none" in result.output, result.output
     prefixes = [re.search(r"rater ids (\S+)-0 to", r.output).group(1) for r in (first, second)]
     assert prefixes[0] != prefixes[1] and all(p.startswith("sim-") for p in prefixes)
     third = simulate(study, *args, "--prefix", "pilot2")
-    assert third.exit_code == 0 and accepted_line(third.output) == 12 and "Errors: none" in third.output
+    assert third.exit_code == 0 and accepted_line(third.output) == 20 and "Errors: none" in third.output
     raters = {r.decode() for r in live["conn"].smembers(keys.raters(study))}
     assert len(raters) == 12 and {r.rsplit("-", 1)[0] for r in raters} == {*prefixes, "pilot2"}
     bad = simulate(study, *args, "--prefix", "no spaces")

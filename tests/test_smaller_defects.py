@@ -45,14 +45,26 @@ def test_creating_a_study_from_a_folder_names_the_files_it_skipped(cli, tmp_path
     (["--budgets", "0,-5"], "'--budgets'", "positive numbers"),
     (["--algorithms", "duels,nonsense"], "'--algorithms'", "'nonsense'"),
 ])
-def test_a_bad_list_option_is_named_in_the_error(cli, args, option, words):
-    result = cli("plan", "--truth", "eggs", *args)
+def test_a_bad_list_option_is_named_in_the_error(cli, args, option, words, tmp_path):
+    result = cli("plan", "--truth", f"points:{points_truth(tmp_path)}", *args)
     assert result.exit_code == 2
     assert f"Invalid value for {option}" in result.output and words in result.output
 
 
-def test_plan_says_how_far_it_is_and_blames_the_time_limit_not_the_budgets(cli):
-    result = cli("plan", "--truth", "eggs", "--algorithms", "random_triplets", "--budgets", "5,20000", "--runs", "2",
+def points_truth(folder) -> str:
+    """A truth of 60 points in 2-D (clusters of 10) as a CSV, so the plan needs no data beside the repository."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    X = np.repeat(rng.uniform(0, 10, size=(6, 2)), 10, axis=0) + rng.normal(size=(60, 2))
+    path = folder / "truth.csv"
+    path.write_text("id,x1,x2\n" + "".join(f"p{i},{x:.4f},{y:.4f}\n" for i, (x, y) in enumerate(X)), encoding="utf-8")
+    return str(path)
+
+
+def test_plan_says_how_far_it_is_and_blames_the_time_limit_not_the_budgets(cli, tmp_path):
+    result = cli("plan", "--truth", f"points:{points_truth(tmp_path)}", "--algorithms", "random_triplets",
+                 "--budgets", "5,20000", "--runs", "2",
                  "--max-seconds", "1", "--jobs", "1", "--target", "0.99")
     assert result.exit_code == 0, result.output
     assert "[1/2] a run of random_triplets ended after" in result.stderr

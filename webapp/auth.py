@@ -10,7 +10,7 @@ API (``/api/``) with a researcher API token instead (``Authorization: Bearer <to
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from flask import (
@@ -45,7 +45,7 @@ class CSRFProtect(_CSRFProtect):
     """Flask-WTF's CSRF check, skipped for a request authenticated by an API token: a cross-site page
     can make a browser send cookies, never an ``Authorization`` header, so such a request is no forgery."""
 
-    def protect(self, *args, **kwargs):
+    def protect(self, *args: Any, **kwargs: Any) -> None:
         if g.get("api_token") is not None:
             return None
         return super().protect(*args, **kwargs)

@@ -23,6 +23,9 @@ from .storage import get_redis
 
 if TYPE_CHECKING:
     from flask.typing import ResponseReturnValue
+    from redis import Redis
+
+    from workers.store.studies import Study
 
 
 bp = Blueprint("researcher_api", __name__, url_prefix="/api")
@@ -35,7 +38,7 @@ def platform() -> dict:
     return platform_version()
 
 
-def study_summary(conn, study) -> dict:
+def study_summary(conn: Redis, study: Study) -> dict:
     return {"id": study.id, "name": study.config.name, "status": study.status, "n_items": study.n_items,
             "created_at": study.created_at, "answers": count_answers(conn, study.id),
             "question_kind": study.config.question_kind,
@@ -113,7 +116,7 @@ def get_package(study_id: str) -> ResponseReturnValue:
     return package_response(conn, load_study(conn, study_id))
 
 
-def package_response(conn, study) -> Response:
+def package_response(conn: Redis, study: Study) -> Response:
     """The data package as a zip download (the dashboard's link and this route); ``?rater_ids=1``."""
     from workers.results.package import package_filename, write_package_zip
 

@@ -8,13 +8,16 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import click
 
 from workers.store.studies import StudyNotFound
 
 from .connection import redis_connection
+
+if TYPE_CHECKING:
+    from redis import Redis
 
 #: File names ``backup --all`` writes: ``<study id>-<UTC date>.ndjson`` (what ``--keep-days`` may delete).
 ALL_NAME = re.compile(r"^(?P<study>[a-z0-9][a-z0-9-]*)-(?P<date>\d{4}-\d{2}-\d{2})\.ndjson$")
@@ -58,7 +61,7 @@ def backup(study_id: str | None, output: Path | None, every_study: bool = False,
         click.echo(f"Wrote {output}", err=True)
 
 
-def _write_backup(conn, study_id: str, output: Path | None) -> None:
+def _write_backup(conn: Redis, study_id: str, output: Path | None) -> None:
     """The study's backup to ``output`` (complete or absent: written under a temporary name, then renamed)
     or standard output. StudyNotFound before anything is written; BackupError."""
     from workers.store.backup import BackupError, backup_lines

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from workers.jobs.learners import EMBEDDING_ALGORITHMS, FOREST_ALGORITHMS
 from workers.results.exports import (
@@ -403,7 +403,7 @@ def _learns_graph(config, label: str) -> bool:
     return bool(alg and alg.learns_graph)
 
 
-def write_package_folder(conn: Redis, study_id: str, folder: str | Path, **options) -> dict:
+def write_package_folder(conn: Redis, study_id: str, folder: str | Path, **options: Any) -> dict:
     """Write the package into ``folder`` (made if missing; it must be empty)."""
     folder = Path(folder)
     if folder.exists() and any(folder.iterdir()):
@@ -418,7 +418,8 @@ def write_package_folder(conn: Redis, study_id: str, folder: str | Path, **optio
     return write_package(conn, study_id, put, **options)
 
 
-def write_package_zip(conn: Redis, study_id: str, target: str | Path | IO[bytes] | None = None, **options):
+def write_package_zip(conn: Redis, study_id: str, target: str | Path | IO[bytes] | None = None,
+                      **options: Any) -> IO[bytes] | None:
     """Write the package as a zip (its files under one folder named after the study) to ``target``
     (a path or a binary file); without a target, return a spooled temporary file positioned at 0."""
     out = target if target is not None else tempfile.SpooledTemporaryFile(max_size=32 * 1024 * 1024)
