@@ -194,7 +194,9 @@ def test_a_rating_study_runs_until_complete_and_learns_the_exact_graph(live, tmp
     result = simulate(study, "--url", live["base"], "--oracle", f"points:{truth}", "--raters", 8, "--think", 0,
                       "--noise", 0.02, "--answers", 3000, "--seed", 2, "--progress-every", 2)
     assert result.exit_code == 0, result.output
-    assert "the server stopped asking: study_complete" in result.output
+    # every rater was sent away, the study's completion among the reasons (under load a rater may have
+    # been sent away for another reason first; the reasons are listed in name order)
+    assert re.search(r"the server stopped asking: .*study_complete", result.output), result.output
     assert accepted_line(result.output) < 3000
     assert "nearest-neighbour accuracy 1.000 over 8 items" in result.output
     assert "certified 100%" in result.output
