@@ -5,7 +5,12 @@ time (one per head for duels), the answers observed before it is asked again, re
 Live: what a study's worker does (``drive_as_pool``), asked ``--batches`` questions per pass, its
 refits handed to a fitter that stands for the worker's fit process: a refit starts when the learner
 asks for it and is ready once the crowd (``--rate`` answers per second) has given as many answers as
-arrive in the CPU time the fit took, so a slow fit lags as many answers as it would in a real study.
+arrive in the time the fit takes, so a slow fit lags as many answers as it would in a real study.
+That time is *modelled*, not measured: the fit's objective evaluations x triplets x (dimensions + 1)
+x ``--unit`` seconds (calibrated on a quiet machine: ``--calibrate`` prints the ratio of measured
+CPU time to the units). The fit's arithmetic does not depend on the machine, so the same command
+gives the same figures on a busy machine and on a quiet one (with measured CPU time two identical
+runs gave 4 and 13 refits). ``--unit measured`` charges measured CPU time instead.
 Truth: clustered points (4-D, clusters of 20), answered by the human noise model (logistic 0.1 of the
 clusters' unit spread, lapse 0.1). hit@3 by answers per item, mean over seeds::
 
@@ -27,10 +32,13 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from real_crowds import nn_metrics, print_table  # noqa: E402
 
-from engine import oracles  # noqa: E402
+from engine import embedding, oracles  # noqa: E402
 from engine.registry import drive_as_pool, make_planner  # noqa: E402
 
 NOISE, LAPSE = 0.1, 0.1
+#: seconds per unit of fit work (one objective evaluation over one triplet in one dimension + 1),
+#: from ``--calibrate`` on a quiet 2-core machine
+UNIT_SECONDS = 1.1e-8
 
 
 def clustered(n: int, seed: int, cluster: int = 20, dim: int = 4) -> np.ndarray:
@@ -52,20 +60,67 @@ class CrowdClock:
         return self.answers / self.rate
 
 
-class TimedFitter:
-    """A fit process beside the passes: the fit is computed at once (its CPU time measured) and is
-    ready when the crowd's clock has moved on by that time."""
+class FitWork:
+    """Counts the work of the embedding fits run inside it: objective evaluations x triplets x
+    (dimensions + 1), summed over the fits (what a fit's CPU time is proportional to)."""
 
-    def __init__(self, clock: CrowdClock) -> None:
-        self.clock, self.fits, self.seconds = clock, 0, 0.0
+    def __init__(self) -> None:
+        self.units, self._fit = 0.0, None
+
+    def __enter__(self) -> FitWork:
+        self._fit = embedding.fit_embedding
+
+        def counted(triplets, n_items, dim=2, *args, **kwargs):
+            info = kwargs.pop("return_info", False)
+            X, got = self._fit(triplets, n_items, dim, *args, return_info=True, **kwargs)
+            self.units += got["nfev"] * len(triplets) * (int(dim) + 1)
+            return (X, got) if info else X
+
+        embedding.fit_embedding = counted
+        return self
+
+    def __exit__(self, *exc) -> None:
+        embedding.fit_embedding = self._fit
+
+
+class TimedFitter:
+    """A fit process beside the passes: the fit is computed at once and is ready when the crowd's
+    clock has moved on by the time it takes: its work (:class:`FitWork`) x ``unit`` seconds, or its
+    measured CPU time where ``unit`` is None."""
+
+    def __init__(self, clock: CrowdClock, unit: float | None = UNIT_SECONDS) -> None:
+        self.clock, self.unit, self.fits, self.seconds = clock, unit, 0, 0.0
 
     def fit(self, task):
         t0 = time.process_time()
-        result = task.run()
-        took = time.process_time() - t0
+        with FitWork() as work:
+            result = task.run()
+        took = time.process_time() - t0 if self.unit is None else work.units * self.unit
         self.fits += 1
         self.seconds += took
         return _Ready(self.clock, self.clock.now + took, result)
+
+
+def calibrate(n: int = 1000, seed: int = 0) -> None:
+    """Print measured CPU seconds per unit of fit work for fits like a study's refits."""
+    D = clustered(n, seed)
+    oracle = oracles.TripletOracle(D, noise=NOISE, model="human", lapse=LAPSE, random_state=seed)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for per_item in (5, 20, 60):
+        q = np.array([rng.choice(n, 3, replace=False) for _ in range(per_item * n)])
+        a = np.asarray(oracle.answer([tuple(map(int, r)) for r in q]))
+        far = np.where(a[:, 3] == a[:, 1], a[:, 2], a[:, 1])
+        t = np.column_stack([a[:, 0], a[:, 3], far])
+        for dim in (1, 2, 4, 8):
+            kernel = "human" if dim == 1 else "tste"
+            t0 = time.process_time()
+            with FitWork() as work:
+                embedding.fit_embedding(t, n, dim=dim, kernel=kernel, random_state=seed, max_iter=300)
+            took = time.process_time() - t0
+            rows.append([f"{per_item}/item", str(dim), f"{took:.2f}", f"{work.units:.3g}", f"{took / work.units:.3g}"])
+    print_table(f"fit work calibration, {n} items (model unit: {UNIT_SECONDS:.3g} s)",
+                ["answers", "dim", "cpu s", "units", "s/unit"], rows)
 
 
 class _Ready:
@@ -79,14 +134,15 @@ class _Ready:
         return self._result
 
 
-def run(algorithm: str, n: int, batch: int | None, budgets: list[int], seed: int, rate: float) -> list[float]:
+def run(algorithm: str, n: int, batch: int | None, budgets: list[int], seed: int, rate: float,
+        unit: float | None = UNIT_SECONDS) -> list[float]:
     """hit@3 at each budget; ``batch`` None: offline."""
     D = clustered(n, seed)
     oracle = oracles.TripletOracle(D, noise=NOISE, model="human", lapse=LAPSE, random_state=seed + 7)
     planner = make_planner(algorithm, n, question_kind="triplet", random_state=seed)
     clock = CrowdClock(rate)
     if batch is not None:
-        drive_as_pool(planner, TimedFitter(clock))
+        drive_as_pool(planner, TimedFitter(clock, unit))
     step = n if batch is None else batch
     total, out = 0, []
     for b in budgets:
@@ -110,13 +166,20 @@ def main(argv=None) -> None:
     ap.add_argument("--budgets", default="20,60,100", help="answers per item")
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--rate", type=float, default=500.0, help="the crowd's answers per second")
+    ap.add_argument("--unit", default=str(UNIT_SECONDS),
+                    help="seconds per unit of fit work, or 'measured' (the fits' CPU time: not reproducible)")
+    ap.add_argument("--calibrate", action="store_true", help="print CPU seconds per unit of fit work and stop")
     args = ap.parse_args(argv)
+    if args.calibrate:
+        calibrate()
+        return
+    unit = None if args.unit == "measured" else float(args.unit)
     budgets = [int(x) for x in args.budgets.split(",")]
     for algorithm in args.algorithms.split(","):
         for n in (int(x) for x in args.items.split(",")):
             rows = []
             for batch in [None, *(int(x) for x in args.batches.split(","))]:
-                hits = [run(algorithm, n, batch, budgets, s, args.rate) for s in range(args.seeds)]
+                hits = [run(algorithm, n, batch, budgets, s, args.rate, unit) for s in range(args.seeds)]
                 mean = np.mean(hits, axis=0)
                 rows.append(["offline (n per call)" if batch is None else f"live, batches of {batch}",
                              *[f"{v:.2f}" for v in mean]])

@@ -38,7 +38,89 @@ def _as_index_array(questions: Iterable[Sequence[int]], width: int, n_items: int
     return arr
 
 
+#: items from which ``from_points`` oracles compute distances when read (:class:`PointDistances`)
+#: instead of holding the n x n matrix (8 bytes per pair: 200 MB at 5,000 items, 20 GB at 50,000)
+DENSE_ITEMS = 5000
+
+
+class PointDistances:
+    """The Euclidean distance matrix of ``points`` / ``scale``, computed when read: O(n·d) memory.
+
+    Reads as the matrix does where the oracles and the scores read it: ``D[rows, cols]`` with integer
+    arrays that broadcast (or integers), ``D[i]`` (one row), ``shape``, ``len``, ``max()``. Turning
+    it into an array (``np.asarray``) builds the dense matrix, refused above ``DENSE_ITEMS``
+    items with the size it would take."""
+
+    ndim = 2
+    dtype = np.dtype(np.float64)
+
+    def __init__(self, points: ArrayLike, scale: float = 1.0) -> None:
+        X = _points(points)
+        if X.ndim != 2 or len(X) < 1 or not np.all(np.isfinite(X)):
+            raise ValueError(f"points must be a finite array of shape (n_items, d), got shape {X.shape}")
+        if not scale > 0:
+            raise ValueError(f"scale must be > 0, got {scale}")
+        self.points = X / float(scale)
+        self.shape = (len(X), len(X))
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key) -> np.ndarray | float:
+        if not isinstance(key, tuple):
+            key = (key, slice(None))
+        if len(key) != 2:
+            raise IndexError("a distance matrix takes two indices")
+        rows, cols = (np.arange(self.shape[0])[k] if isinstance(k, slice) else np.asarray(k, np.int64)
+                      for k in key)
+        if isinstance(key[0], slice) or isinstance(key[1], slice):  # a block: outer product of the two
+            rows, cols = np.atleast_1d(rows)[:, None], np.atleast_1d(cols)[None, :]
+            out = self._between(rows, cols)
+            return out.reshape(-1) if np.ndim(key[0]) == 0 and not isinstance(key[0], slice) else out
+        out = self._between(rows, cols)
+        return float(out) if out.ndim == 0 else out
+
+    def _between(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        rows, cols = np.broadcast_arrays(rows, cols)
+        diff = self.points[rows] - self.points[cols]
+        return np.sqrt(np.einsum("...d,...d->...", diff, diff))
+
+    def max(self) -> float:
+        """The largest distance (the diameter): over the convex hull's vertices where there is one."""
+        return float(diameter(self.points))
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        n = self.shape[0]
+        if n > DENSE_ITEMS:
+            raise ValueError(f"{n:,} items: the full distance matrix would take {8 * n * n / 2**30:.1f} GiB; "
+                             "read the distances you need by index instead")
+        return cdist(self.points, self.points).astype(dtype or np.float64)
+
+
+def diameter(points: ArrayLike) -> float:
+    """The largest Euclidean distance between two of ``points`` (n, d), without an n x n array: the
+    farthest pair lies on the convex hull, so only its vertices are compared (all points, a block of
+    rows at a time, where the hull is degenerate or the dimension too high for one)."""
+    X = _points(points)
+    cand = X
+    if 2 <= X.shape[1] <= 6 and len(X) > X.shape[1] + 1:
+        from scipy.spatial import ConvexHull, QhullError
+
+        try:
+            cand = X[ConvexHull(X).vertices]
+        except QhullError:
+            cand = X
+    elif X.shape[1] == 1:
+        return float(X.max() - X.min())
+    top = 0.0
+    for start in range(0, len(cand), _POINT_ROWS):
+        top = max(top, float(cdist(cand[start:start + _POINT_ROWS], cand).max()))
+    return top
+
+
 def check_distance_matrix(distances: ArrayLike) -> np.ndarray:
+    if isinstance(distances, PointDistances):
+        return distances  # finite, non-negative and symmetric by construction
     D = np.asarray(distances, dtype=np.float64)
     if D.ndim != 2 or D.shape[0] != D.shape[1]:
         raise ValueError(f"a distance matrix must be square, got shape {D.shape}")
@@ -154,10 +236,7 @@ class TripletOracle(_KnownDistances):
 
     @classmethod
     def from_points(cls, points: ArrayLike, **kwargs: Any) -> TripletOracle:
-        X = np.asarray(points, dtype=np.float64)
-        if X.ndim == 1:
-            X = X[:, None]
-        return cls(cdist(X, X), **kwargs)
+        return cls(point_distances(points), **kwargs)
 
     def p1_wins(self, questions: Iterable[Sequence[int]]) -> np.ndarray:
         """Boolean ndarray of shape (len(questions),): True where p1 is judged closer to x."""
@@ -236,7 +315,7 @@ class OddOneOutOracle(_KnownDistances):
 
     @classmethod
     def from_points(cls, points: ArrayLike, **kwargs: Any) -> OddOneOutOracle:
-        return cls(cdist(_points(points), _points(points)), **kwargs)
+        return cls(point_distances(points), **kwargs)
 
     @classmethod
     def from_noise(cls, noise: HumanNoise, distances: ArrayLike, unit: str = "range",
@@ -291,7 +370,7 @@ class RankOracle(_KnownDistances):
 
     @classmethod
     def from_points(cls, points: ArrayLike, **kwargs: Any) -> RankOracle:
-        return cls(cdist(_points(points), _points(points)), **kwargs)
+        return cls(point_distances(points), **kwargs)
 
     @classmethod
     def from_noise(cls, noise: HumanNoise, distances: ArrayLike, n_select: int = 2, unit: str = "range",
@@ -677,6 +756,15 @@ def alien_egg_noise(data_dir: str | os.PathLike | None = None) -> HumanNoise:
 TIE_TOLERANCE = 1e-9
 #: Rows of the distance matrix computed at once from points (memory: this many rows of n_items).
 _POINT_ROWS = 256
+
+
+def point_distances(points: ArrayLike, scale: float = 1.0) -> np.ndarray | PointDistances:
+    """The distance matrix of ``points`` / ``scale``: dense up to ``DENSE_ITEMS`` items, else read on
+    demand (:class:`PointDistances`)."""
+    X = _points(points)
+    if len(X) > DENSE_ITEMS:
+        return PointDistances(X, scale)
+    return cdist(X, X) / float(scale) if scale != 1.0 else cdist(X, X)
 
 
 def _points(points) -> np.ndarray:

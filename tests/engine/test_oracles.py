@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
+from scipy.spatial.distance import cdist
 
-from engine import planning
+from engine import oracles, planning
 from engine.datasets import default_data_dir, load_alien_eggs, load_material
 from engine.oracles import (
     NO_NEIGHBOR,
@@ -186,3 +187,54 @@ def test_planning_scores_picks_with_the_one_error():
     exact, hit3 = planning.nn_accuracy(picks, D)
     assert exact == 1 - neighbor_error(picks, D) == 0.25
     assert hit3 == 1 - neighbor_error(picks, D, rank=3) == 0.75
+
+
+# ---------------------------------------------------------------- distances read on demand
+def _cloud(n=300, d=4, seed=3):
+    return np.random.default_rng(seed).normal(size=(n, d))
+
+
+def test_point_distances_read_as_the_dense_matrix():
+    X = _cloud()
+    D = cdist(X, X) / 2.5
+    P = oracles.PointDistances(X, scale=2.5)
+    rng = np.random.default_rng(0)
+    r, c = rng.integers(0, 300, 50), rng.integers(0, 300, 50)
+    assert P.shape == D.shape and len(P) == 300
+    np.testing.assert_allclose(P[r, c], D[r, c], rtol=1e-12, atol=1e-12)
+    block = P[r[:, None], np.tile(c[:8], (50, 1))]
+    np.testing.assert_allclose(block, D[r[:, None], np.tile(c[:8], (50, 1))], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(P[7], D[7], rtol=1e-12, atol=1e-12)
+    assert P[3, 9] == pytest.approx(D[3, 9], rel=1e-12)
+    assert P.max() == pytest.approx(D.max(), rel=1e-12)
+    np.testing.assert_allclose(np.asarray(P), D, rtol=1e-12, atol=1e-12)
+
+
+def test_diameter_is_the_largest_distance_in_every_dimension():
+    for d in (1, 2, 3, 5, 9):
+        X = _cloud(400, d, seed=d)
+        assert oracles.diameter(X) == pytest.approx(cdist(X, X).max(), rel=1e-12)
+    line = np.zeros((50, 3))
+    line[:, 0] = np.arange(50)  # degenerate hull: every point on one line
+    assert oracles.diameter(line) == pytest.approx(49.0)
+
+
+def test_oracles_from_many_points_keep_no_dense_matrix_and_answer_alike(monkeypatch):
+    X = _cloud(200)
+    questions = [tuple(q) for q in oracles.random_triplet_questions(200, 2000, np.random.default_rng(1))]
+    dense = oracles.TripletOracle.from_points(X, noise=0.3, model="human", lapse=0.1, random_state=5)
+    monkeypatch.setattr(oracles, "DENSE_ITEMS", 100)
+    lazy = oracles.TripletOracle.from_points(X, noise=0.3, model="human", lapse=0.1, random_state=5)
+    assert isinstance(lazy.distances, oracles.PointDistances) and isinstance(dense.distances, np.ndarray)
+    same = np.mean(np.array(lazy.answer(questions)) == np.array(dense.answer(questions)))
+    assert same == 1.0
+    screens = [tuple(q) for q in oracles.random_triplet_questions(200, 500, np.random.default_rng(2))]
+    odd_lazy = oracles.OddOneOutOracle.from_points(X, scale=0.3, lapse=0.1, random_state=4).odd_ones(screens)
+    odd_dense = oracles.OddOneOutOracle(cdist(X, X), scale=0.3, lapse=0.1, random_state=4).odd_ones(screens)
+    np.testing.assert_array_equal(odd_lazy, odd_dense)
+    heads, refs = np.arange(40), np.random.default_rng(3).integers(0, 200, (40, 6))
+    rank_lazy = oracles.RankOracle.from_points(X, scale=0.3, lapse=0.1, random_state=6).picks(heads, refs)
+    rank_dense = oracles.RankOracle(cdist(X, X), scale=0.3, lapse=0.1, random_state=6).picks(heads, refs)
+    np.testing.assert_array_equal(rank_lazy, rank_dense)
+    with pytest.raises(ValueError, match="GiB"):
+        np.asarray(lazy.distances)

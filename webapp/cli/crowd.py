@@ -137,6 +137,16 @@ def points_truth(path: str | Path) -> Truth:
         coords.append(_floats(row[1:], f"{path}, row {line}"))
     _check_ids(ids, str(path))
     X = np.asarray(coords, dtype=np.float64)
+    from engine.oracles import DENSE_ITEMS, PointDistances, diameter
+
+    if len(X) > DENSE_ITEMS:
+        # a large study: distances are read when a rater answers (O(n·d) memory, not n x n)
+        if len(X) < 3 or not np.all(np.isfinite(X)):
+            raise SimulationError(f"{path}: coordinates must be finite numbers")
+        top = diameter(X)
+        if top <= 0:
+            raise SimulationError(f"{path}: all points coincide; there is nothing to learn")
+        return Truth(ids, PointDistances(X, top), source=f"points:{path}", points=X)
     diff = X[:, None, :] - X[None, :, :]
     D = np.sqrt((diff**2).sum(axis=-1))
     return Truth(ids, _normalised(D, str(path)), source=f"points:{path}", points=X)
@@ -674,13 +684,16 @@ def graph_accuracy(graph: dict, truth: Truth) -> dict:
     fewer than k edges counts as wrong). Both are scored by ``engine.oracles.neighbor_wrong``.
     """
     from engine.graph import NO_NEIGHBOR
-    from engine.oracles import neighbor_wrong
+    from engine.oracles import PointDistances, neighbor_wrong
 
     items = list(graph.get("items") or [])
     if not items:
         raise SimulationError("the learned graph has no items")
     pos = truth.positions(items)
-    D = np.array(truth.distances, dtype=np.float64)
+    on_demand = isinstance(truth.distances, PointDistances)
+    D = truth.distances if on_demand else np.array(truth.distances, dtype=np.float64)
+    # the truth for the scores: the matrix, or (a large study) its points, neighbours by blocks of rows
+    given = {"points": truth.distances.points} if on_demand else {"distances": D}
     by_source: dict[str, list[tuple[int, str]]] = {}
     certified = Counter()
     for edge in graph.get("edges", []):
@@ -697,8 +710,8 @@ def graph_accuracy(graph: dict, truth: Truth) -> dict:
         picks[i, :len(targets)] = targets
         short[i] = len(edges) < k
         certified_items += bool(edges) and certified[item] > 0 and certified[item] == len(edges)
-    nn_wrong = neighbor_wrong(picks[:, :1], D, rank=1)[pos]
-    knn_wrong = (neighbor_wrong(picks, D, rank=width) | short)[pos]
+    nn_wrong = neighbor_wrong(picks[:, :1], rank=1, **given)[pos]
+    knn_wrong = (neighbor_wrong(picks, rank=width, **given) | short)[pos]
     n = len(items)
     return {"items": n, "k": k, "accuracy": int((~nn_wrong).sum()) / n,
             "knn_accuracy": int((~knn_wrong).sum()) / n, "certified": certified_items / n}
