@@ -13,6 +13,15 @@ live answers went (fallback share) from the server's counters.
 
     python benchmarks/live_serve.py                          # 1,000 items, 200 raters, 60 answers per item
     python benchmarks/live_serve.py --items 300 --raters 40 --per-item 20
+    python benchmarks/live_serve.py --items 50000 --budgets 10,20 --peer   # a 50,000-item study
+
+``--budgets`` exports the graph at each of those answers per item (the crowd goes on between them);
+``--peer`` adds random triplets + an embedding (:func:`engine.embedding.select_embedding`) at the same
+budgets. Above ``oracles.DENSE_ITEMS`` items nothing builds an n x n matrix: the raters read distances
+of the points on demand, the scores use the points (neighbours by blocks of rows), and the offline run
+is left out unless ``--offline`` asks for it. Also reported: each server process's peak RSS (the
+worker, its fit process, the web workers), update passes (p50 / p99 of the last 500), the learner
+state written per pass, the first checkpoint's size and Redis's own time per EXEC.
 """
 from __future__ import annotations
 
@@ -29,15 +38,15 @@ from pathlib import Path
 
 import numpy as np
 import requests
-from scipy.spatial.distance import cdist
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT)]
 
-from real_crowds import nn_metrics, print_table  # noqa: E402
+from real_crowds import print_table  # noqa: E402
 
 from engine import oracles  # noqa: E402
+from engine.embedding import embedding_neighbors, select_embedding  # noqa: E402
 from engine.registry import DEFAULT_NN_ALGORITHM, make_planner  # noqa: E402
 
 PROXIMA = [str(Path(sys.executable).parent / "proxima")]
@@ -49,17 +58,79 @@ def points(n: int, seed: int) -> np.ndarray:
     return np.repeat(centres, 20, axis=0)[:n] + rng.normal(size=(n, 4))
 
 
-def offline(D: np.ndarray, scale: float, lapse: float, per_item: int, seed: int) -> tuple[float, float]:
-    n = len(D)
-    oracle = oracles.TripletOracle(D, noise=scale, model="human", lapse=lapse, random_state=seed + 7)
+def scores(picks: np.ndarray, X: np.ndarray) -> tuple[float, float]:
+    """(exact, hit@3) of picks (n,) (-1: none, wrong): a true nearest neighbour, one of the true 3."""
+    exact = ~oracles.neighbor_wrong(picks, points=X, rank=1)
+    hit3 = ~oracles.neighbor_wrong(picks, points=X, rank=3)
+    return float(exact.mean()), float(hit3.mean())
+
+
+def oracle_of(X: np.ndarray, scale: float, lapse: float, seed: int) -> oracles.TripletOracle:
+    return oracles.TripletOracle.from_points(X, noise=scale, model="human", lapse=lapse, random_state=seed)
+
+
+def offline(X: np.ndarray, scale: float, lapse: float, per_item: int, seed: int) -> tuple[float, float]:
+    n = len(X)
+    oracle = oracle_of(X, scale, lapse, seed + 7)
     planner = make_planner(DEFAULT_NN_ALGORITHM, n, question_kind="triplet", random_state=seed)
     total = 0
     while total < per_item * n:
         qs = planner.next_questions(min(n, per_item * n - total))
         planner.observe(oracle.answer(qs))
         total += len(qs)
-    error, hit3 = nn_metrics(np.asarray(planner.neighbor_graph(k=1).neighbors)[:, 0], D)
-    return 1.0 - error, hit3
+    return scores(np.asarray(planner.neighbor_graph(k=1).neighbors)[:, 0], X)
+
+
+def peer(X: np.ndarray, scale: float, lapse: float, budgets: list[int], seed: int) -> list[tuple[float, float]]:
+    """Random triplets answered by the same noise model + the best embedding, at each budget."""
+    n = len(X)
+    rng = np.random.default_rng([seed, 7])
+    q = oracles.random_triplet_questions(n, max(budgets) * n, rng)
+    a = np.asarray(oracle_of(X, scale, lapse, seed + 11).answer([tuple(map(int, r)) for r in q]))
+    t = np.column_stack([a[:, 0], a[:, 3], np.where(a[:, 3] == a[:, 1], a[:, 2], a[:, 1])])
+    out = []
+    for b in budgets:
+        emb = select_embedding(t[: b * n], n, random_state=seed).embedding
+        out.append(scores(embedding_neighbors(emb, 1)[:, 0], X))
+    return out
+
+
+def graph_picks(graph: dict, n: int) -> np.ndarray:
+    picks = np.full(n, -1)
+    for edge in graph["edges"]:
+        if edge["rank"] == 1:
+            picks[edge["source_index"]] = edge["target_index"]
+    return picks
+
+
+def peak_rss(root: int) -> dict[str, float]:
+    """Peak RSS (MB, VmHWM) of the server process and all its descendants, by what each runs."""
+    procs: dict[int, tuple[int, str, float]] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            status = (proc / "status").read_text()
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        ppid = re.search(r"PPid:\s+(\d+)", status)
+        hwm = re.search(r"VmHWM:\s+(\d+) kB", status)
+        if ppid and hwm:
+            procs[int(proc.name)] = (int(ppid.group(1)), cmd, int(hwm.group(1)) / 1024)
+    family, grew = {root}, True
+    while grew:
+        more = {pid for pid, (ppid, _, _) in procs.items() if ppid in family} - family
+        family |= more
+        grew = bool(more)
+    out = {}
+    for pid in sorted(family & procs.keys()):
+        cmd = procs[pid][1]
+        label = ("redis" if "redis" in cmd else "web (gunicorn)" if "gunicorn" in cmd else
+                 "fit process" if "spawn_main" in cmd else "resource tracker" if "resource_tracker" in cmd else
+                 " ".join(w.rsplit("/", 1)[-1] for w in cmd.split()[:5]))
+        out[f"{label} [{pid}]"] = procs[pid][2]
+    return out
 
 
 def run(cmd: list[str], env: dict, **kw) -> subprocess.CompletedProcess:
@@ -95,14 +166,25 @@ def live(X: np.ndarray, args, scratch: Path) -> dict:
             time.sleep(0.5)
         run([*PROXIMA, "create", str(scratch / "study" / "study.yaml"), "--items", str(scratch / "study" / "items.csv"),
              "--id", "live-serve"], env)
-        scale_share = args.noise / float(cdist(X, X).max())
+        scale_share = args.noise / oracles.diameter(X)
         started = time.monotonic()
-        sim = run([*PROXIMA, "simulate", "live-serve", "--url", f"http://127.0.0.1:{port}", "--oracle",
-                   f"points:{scratch / 'study' / 'truth.csv'}", "--raters", str(args.raters), "--think", "0",
-                   "--noise", f"{scale_share:.9f}", "--lapse", str(args.lapse), "--answers", str(args.per_item * n),
-                   "--seed", str(args.seed), "--progress-every", "30", "--wait", "300"], env)
+        marks, done, out = [], 0, []
+        for b in args.budgets:
+            sim = run([*PROXIMA, "simulate", "live-serve", "--url", f"http://127.0.0.1:{port}", "--oracle",
+                       f"points:{scratch / 'study' / 'truth.csv'}", "--raters", str(args.raters), "--think", "0",
+                       "--noise", f"{scale_share:.9f}", "--lapse", str(args.lapse),
+                       "--answers", str(max(1, b * n - done)),
+                       "--seed", str(args.seed + b), "--progress-every", "60", "--wait", "300"], env)
+            got = re.search(r"Answers accepted: (\d+) in ([\d.]+) s", sim.stdout)
+            done += int(got.group(1)) if got else 0
+            out.append(sim.stdout)
+            graph = json.loads(run([*PROXIMA, "export", "live-serve", "--what", "graph", "--format", "json"],
+                                   env).stdout)
+            marks.append((b, done, graph_picks(graph, n)))
+            print(f"  {b} answers per item: {done} answers in {time.monotonic() - started:.0f} s", file=sys.stderr,
+                  flush=True)
         took = time.monotonic() - started
-        graph = run([*PROXIMA, "export", "live-serve", "--what", "graph", "--format", "json"], env).stdout
+        rss = peak_rss(serve.pid)
         stats = server_figures(scratch / "instance")
     finally:
         os.killpg(serve.pid, signal.SIGINT)
@@ -110,9 +192,7 @@ def live(X: np.ndarray, args, scratch: Path) -> dict:
             serve.wait(60)
         except subprocess.TimeoutExpired:
             os.killpg(serve.pid, signal.SIGKILL)
-    rate = re.search(r"Answers accepted: \d+ in [\d.]+ s \(([\d.]+) answers/s\)", sim.stdout)
-    return {"graph": json.loads(graph), "answers_per_s": float(rate.group(1)) if rate else args.per_item * n / took,
-            "simulate": sim.stdout, "server": stats}
+    return {"marks": marks, "answers_per_s": done / took, "simulate": "\n".join(out), "server": stats, "rss": rss}
 
 
 def server_figures(instance: Path) -> dict:
@@ -128,9 +208,18 @@ def server_figures(instance: Path) -> dict:
     latencies = sorted(float(x) for x in conn.lrange(keys.refresh_latencies("live-serve"), 0, -1))
     state = engine_state.load(conn, "live-serve", "duels") or {}
     served = counters.get("questions_served", 0)
+    passes = int(engine.get("updates", 0))
+    execs = conn.info("commandstats").get("cmdstat_exec", {})
+
+    def pct(q: float) -> float:
+        return latencies[int(q * (len(latencies) - 1))] if latencies else float("nan")
+
     return {"fallback": counters.get("fallback_served", 0) / served if served else float("nan"),
-            "passes": int(engine.get("updates", 0)),
-            "refresh_p95_ms": latencies[int(0.95 * (len(latencies) - 1))] if latencies else float("nan"),
+            "passes": passes, "refresh_p50_ms": pct(0.5), "refresh_p95_ms": pct(0.95), "refresh_p99_ms": pct(0.99),
+            "state_kb_per_pass": int(engine.get("state_bytes_written", 0)) / max(passes, 1) / 1024,
+            "checkpoints": int(engine.get("checkpoints", 0)),
+            "last_checkpoint_mb": int(engine.get("last_checkpoint_bytes", 0)) / 2**20,
+            "exec_us": float(execs.get("usec_per_call", float("nan"))),
             "fits": state.get("n_fits"), "fitted_on": state.get("fitted_on"), "answers": state.get("n_answers")}
 
 
@@ -144,26 +233,36 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--port", type=int, default=5077)
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (logs)")
+    ap.add_argument("--budgets", default=None, help="answers per item at which the graph is exported and scored, "
+                    "comma-separated (default: --per-item)")
+    ap.add_argument("--peer", action="store_true", help="also random triplets + an embedding at each budget")
+    ap.add_argument("--offline", action=argparse.BooleanOptionalAction, default=None,
+                    help=f"also the learner offline (default: up to {oracles.DENSE_ITEMS} items)")
     args = ap.parse_args(argv)
+    args.budgets = [int(b) for b in (args.budgets or str(args.per_item)).split(",")]
     X = points(args.items, args.seed)
-    D = cdist(X, X)
     scratch = Path(tempfile.mkdtemp(prefix="proxima-live-serve-"))
     got = live(X, args, scratch)
-    picks = np.full(len(X), -1)
-    for edge in got["graph"]["edges"]:
-        if edge["rank"] == 1:
-            picks[edge["source_index"]] = edge["target_index"]
-    error, hit3 = nn_metrics(picks, D)
-    exact_off, hit3_off = offline(D, args.noise, args.lapse, args.per_item, args.seed)
     print(got["simulate"])
     server = got["server"]
     print(f"Server: fallback {100 * server['fallback']:.1f}% of questions served, {server['passes']} update passes "
-          f"(refresh p95 {server['refresh_p95_ms']:.0f} ms of the last 500), {server['fits']} refits, the last on "
-          f"{server['fitted_on']} of {server['answers']} answers")
-    print_table(f"duels, {args.items} clustered items, {args.raters} raters, {args.per_item} answers per item "
-                f"(human noise {args.noise}, lapse {args.lapse})", ["run", "answers/s", "exact", "hit@3"],
-                [["live (proxima serve + simulate)", f"{got['answers_per_s']:.0f}", f"{1 - error:.2f}", f"{hit3:.2f}"],
-                 ["offline (make_planner, same answers per item)", "", f"{exact_off:.2f}", f"{hit3_off:.2f}"]])
+          f"(last 500: p50 {server['refresh_p50_ms']:.0f} ms, p95 {server['refresh_p95_ms']:.0f} ms, p99 "
+          f"{server['refresh_p99_ms']:.0f} ms), learner state written {server['state_kb_per_pass']:.0f} kB per pass, "
+          f"{server['checkpoints']} checkpoints (the last {server['last_checkpoint_mb']:.1f} MB), Redis "
+          f"{server['exec_us']:.0f} us per EXEC; {server['fits']} refits, the last on {server['fitted_on']} of "
+          f"{server['answers']} answers")
+    print("Peak RSS (MB): " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(got["rss"].items())))
+    rows = [[f"live (proxima serve + simulate), {b}/item", f"{got['answers_per_s']:.0f}", *map("{:.2f}".format,
+             scores(picks, X))] for b, _, picks in got["marks"]]
+    if args.offline or (args.offline is None and args.items <= oracles.DENSE_ITEMS):
+        for b in args.budgets:
+            rows.append([f"offline (make_planner), {b}/item", "",
+                         *map("{:.2f}".format, offline(X, args.noise, args.lapse, b, args.seed))])
+    if args.peer:
+        for b, got_peer in zip(args.budgets, peer(X, args.noise, args.lapse, args.budgets, args.seed), strict=True):
+            rows.append([f"random triplets + embedding, {b}/item", "", *map("{:.2f}".format, got_peer)])
+    print_table(f"duels, {args.items} clustered items, {args.raters} raters (human noise {args.noise}, lapse "
+                f"{args.lapse})", ["run", "answers/s", "exact", "hit@3"], rows)
     if not args.keep:
         import shutil
 

@@ -534,7 +534,8 @@ def settle_checkpoints(conn: Redis, study_id: str, wait: bool = True) -> int:
         with conn.pipeline(transaction=False) as pipe:
             pipe.hincrby(keys.engine_stats(study_id), "checkpoints", 1)
             pipe.hincrby(keys.engine_stats(study_id), "checkpoint_bytes", job.written)
-            pipe.hset(keys.engine_stats(study_id), "last_checkpoint_ms", f"{job.seconds * 1000:.1f}")
+            pipe.hset(keys.engine_stats(study_id), mapping={"last_checkpoint_ms": f"{job.seconds * 1000:.1f}",
+                                                            "last_checkpoint_bytes": job.written})
             pipe.execute()
     return swapped
 
