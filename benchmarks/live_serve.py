@@ -1,7 +1,8 @@
 """Benchmark — a live study on a real ``proxima serve`` learns what the same answers teach offline.
 
 The researcher's path, command by command: ``proxima simulate-setup`` writes a study of clustered
-points (4-D, clusters of 20, unit spread, centres in [0, 10]^4), ``proxima serve`` runs it (gunicorn,
+points (4-D, clusters of 20, unit spread, centres in [0, 10]^4 at 1,000 items, the box growing with n so
+the clusters stay as dense), ``proxima serve`` runs it (gunicorn,
 one RQ worker with its fit process, the embedded Redis) in a scratch folder, ``proxima create`` makes
 the study, ``proxima simulate`` sends ``--raters`` simulated raters (real HTTP clients, no think time,
 the human noise model: logistic ``--noise`` of the clusters' unit spread, lapse ``--lapse``) until
@@ -53,8 +54,11 @@ PROXIMA = [str(Path(sys.executable).parent / "proxima")]
 
 
 def points(n: int, seed: int) -> np.ndarray:
+    """n points in clusters of 20 (unit spread), the clusters as dense as 1,000 items' in [0, 10]^4:
+    the box grows with n (side 10 (n / 1000)^(1/4)), so a larger study is not a harder one."""
     rng = np.random.default_rng(seed)
-    centres = rng.uniform(0, 10, size=(-(-n // 20), 4))
+    side = 10.0 * max(1.0, n / 1000) ** 0.25
+    centres = rng.uniform(0, side, size=(-(-n // 20), 4))
     return np.repeat(centres, 20, axis=0)[:n] + rng.normal(size=(n, 4))
 
 
