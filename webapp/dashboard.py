@@ -435,8 +435,9 @@ def delete_study(study_id: str) -> ResponseReturnValue:
         flash(f"The study was not deleted: type its id, {study_id}, to confirm.", "error")
         return redirect(study_url(study_id, "settings"))
     report = deletion.delete_study(conn, study_id, by=current_researcher() or "unknown")
+    revoked = f"; {report.tokens_revoked} API token(s) made for it revoked" if report.tokens_revoked else ""
     flash(f"Deleted study {study_id} ({study.config.name}): {report.items} items and {report.answers} answers of "
-          f"{report.raters} raters.")
+          f"{report.raters} raters{revoked}.")
     return redirect(url_for("dashboard.index"))
 
 

@@ -358,7 +358,8 @@ def delete_command(study_id: str, yes: bool) -> None:
         except StudyNotFound as exc:
             raise click.ClickException(str(exc)) from None
     click.echo(f"Deleted study {report.study_id} ({report.name!r}): {report.items} items, {report.answers} answers "
-               f"of {report.raters} raters, {report.keys_deleted} Redis keys, {report.jobs_cancelled} queued job(s).")
+               f"of {report.raters} raters, {report.keys_deleted} Redis keys, {report.jobs_cancelled} queued job(s); "
+               f"{report.tokens_revoked} API token(s) revoked.")
 
 
 @click.command("forget-rater")

@@ -189,6 +189,7 @@ class DeletionReport:
     raters: int
     keys_deleted: int
     jobs_cancelled: int
+    tokens_revoked: int = 0
 
 
 def _study_jobs(conn: Redis, study_id: str) -> list[Job]:
@@ -210,11 +211,29 @@ def purge_study_keys(conn: Redis, study_id: str) -> int:
     return deleted
 
 
+def revoke_study_tokens(conn: Redis, study_id: str) -> int:
+    """Delete the researcher API tokens made for this one study (``webapp.api_tokens``' records): a
+    study made later under the same id must not be readable with them. Returns how many."""
+    ids = [t.decode() for t in conn.smembers(keys.api_tokens())]
+    with conn.pipeline(transaction=False) as pipe:
+        for token_id in ids:
+            pipe.hget(keys.api_token(token_id), "study")
+        studies = pipe.execute()
+    doomed = [t for t, s in zip(ids, studies, strict=True) if s is not None and s.decode() == study_id]
+    if doomed:
+        with conn.pipeline() as pipe:
+            pipe.delete(*(keys.api_token(t) for t in doomed))
+            pipe.srem(keys.api_tokens(), *doomed)
+            pipe.execute()
+    return len(doomed)
+
+
 def delete_study(conn: Redis, study_id: str, by: str) -> DeletionReport:
     """Delete the study: it leaves the list and every page at once, its queued jobs are cancelled, its
     keys (items, media, answer log, engine states, models, raters, pools ...) deleted, and one line in
     ``keys.deleted_studies`` records it. A worker sweeps its keys once more when the pass that may be
-    running for it has ended (``PURGE_JOB``). StudyNotFound for an unknown id."""
+    running for it has ended (``PURGE_JOB``), and the API tokens made for it alone are revoked. StudyNotFound
+    for an unknown id."""
     study = get_study(conn, study_id)
     with conn.pipeline(transaction=True) as pipe:
         pipe.xlen(keys.answers(study_id))
@@ -230,8 +249,9 @@ def delete_study(conn: Redis, study_id: str, by: str) -> DeletionReport:
         job.cancel()
         job.delete()
     deleted = purge_study_keys(conn, study_id) + 1
+    revoked = revoke_study_tokens(conn, study_id)
     get_queue(conn).enqueue(PURGE_JOB, study_id, job_timeout=600, result_ttl=0, failure_ttl=7 * 86400)
-    return DeletionReport(study_id, study.config.name, study.n_items, answers, raters, deleted, len(jobs))
+    return DeletionReport(study_id, study.config.name, study.n_items, answers, raters, deleted, len(jobs), revoked)
 
 
 def deleted_studies(conn: Redis) -> list[dict[str, str]]:
