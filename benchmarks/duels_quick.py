@@ -24,42 +24,9 @@ from anntri_common import timed_answers
 
 from engine.datasets import load_alien_eggs
 from engine.duels import CandidateDuels
+from engine.oracles import TripletOracle, alien_egg_noise
 from engine.random_triplets import RandomTriplets
 from engine.registry import drive_as_pool
-
-LAPSE = 0.11  # lapse rate fitted to the alien-egg crowds (ALGORITHMS.md section 6)
-
-
-class HumanOracle:
-    """Logistic in the distance gap plus lapses (answers uniformly at random with prob. LAPSE)."""
-
-    def __init__(self, D, scale, lapse, rng):
-        self.D, self.scale, self.lapse, self.rng = D, scale, lapse, rng
-
-    def answer(self, qs):
-        q = np.asarray(qs, np.int64).reshape(-1, 3)
-        z = np.clip((self.D[q[:, 0], q[:, 1]] - self.D[q[:, 0], q[:, 2]]) / self.scale, -700, 700)
-        p = LAPSE_MIX(1.0 / (1.0 + np.exp(z)), self.lapse)
-        first = self.rng.random(len(q)) < p
-        return [(h, a, b, a if f else b) for (h, a, b), f in zip(q.tolist(), first, strict=True)]
-
-
-def LAPSE_MIX(p, lapse):  # noqa: N802 - reads like the formula
-    return lapse / 2.0 + (1.0 - lapse) * p
-
-
-def fit_scale_with_lapse(D, triplets, lapse):
-    """Maximum-likelihood logistic scale with the lapse rate fixed (the crowd's noise model)."""
-    from scipy.optimize import minimize_scalar
-
-    t = np.asarray(triplets, np.int64)
-    gap = D[t[:, 0], t[:, 1]] - D[t[:, 0], t[:, 2]]
-
-    def nll(log_scale):
-        p = LAPSE_MIX(1.0 / (1.0 + np.exp(np.clip(gap / np.exp(log_scale), -700, 700))), lapse)
-        return -float(np.sum(np.log(p)))
-
-    return float(np.exp(minimize_scalar(nll, bounds=(-12.0, 2.0), method="bounded").x))
 
 
 def true_ranks(D):
@@ -96,7 +63,7 @@ def run(planner, oracle, budgets, n, on_checkpoint):
     return cpu, total
 
 
-def one_seed(s, D_all, scale, n_items, budgets, params, res, peer=True):
+def one_seed(s, D_all, scale, lapse, n_items, budgets, params, res, peer=True):
     """One seed: a random subset of n_items eggs, both learners, scores into res[...][s]."""
     rng = np.random.default_rng(1000 + s)
     idx = np.sort(rng.choice(len(D_all), size=min(n_items, len(D_all)), replace=False))
@@ -109,7 +76,8 @@ def one_seed(s, D_all, scale, n_items, budgets, params, res, peer=True):
         res["duels"][s, budgets.index(b)] = scores(p.neighbor_graph(1).neighbors[:, 0], ranks)
 
     planner = CandidateDuels(n, random_state=s, **params)
-    cpu, tot = run(planner, HumanOracle(D, scale, LAPSE, np.random.default_rng(s)), budgets, n, rec_duels)
+    oracle = TripletOracle(D, noise=scale, model="human", lapse=lapse, random_state=np.random.default_rng(s))
+    cpu, tot = run(planner, oracle, budgets, n, rec_duels)
     if not peer:
         return cpu, tot, "peer (skipped)"
     log = []
@@ -130,7 +98,8 @@ def one_seed(s, D_all, scale, n_items, budgets, params, res, peer=True):
             nb = p.neighbor_graph(1).neighbors[:, 0]
         res["peer"][s, budgets.index(b)] = scores(nb, ranks)
 
-    run(rt, HumanOracle(D, scale, LAPSE, np.random.default_rng(s)), budgets, n, rec_peer)
+    peer_oracle = TripletOracle(D, noise=scale, model="human", lapse=lapse, random_state=np.random.default_rng(s))
+    run(rt, peer_oracle, budgets, n, rec_peer)
     return cpu, tot, name[0]
 
 
@@ -194,14 +163,15 @@ def main():
         return
     eggs = load_alien_eggs()
     D_all = eggs.distances
-    scale = fit_scale_with_lapse(D_all, eggs.triplets, LAPSE)
+    fit = alien_egg_noise()  # the one human noise model: scale and lapse fitted to the egg crowds
+    scale, lapse = fit.scale, fit.lapse
     res = {name: np.zeros((args.seeds, len(budgets), 2)) for name in ("duels", "peer")}
     cpu_total, ans_total, peer_name = 0.0, 0, "peer"
     for s in range(args.seeds):
-        cpu, tot, peer_name = one_seed(s, D_all, scale, args.n, budgets, params, res, not args.no_peer)
+        cpu, tot, peer_name = one_seed(s, D_all, scale, lapse, args.n, budgets, params, res, not args.no_peer)
         cpu_total += cpu
         ans_total += tot
-    print(f"alien eggs n={args.n}, logistic scale {scale:.4f} + lapse {LAPSE}, {args.seeds} seeds, params {params}")
+    print(f"alien eggs n={args.n}, logistic scale {scale:.4f} + lapse {lapse:.3f}, {args.seeds} seeds, params {params}")
     print(f"{'answers/item':>12} | {'duels err':>9} {'duels hit@3':>11} | {peer_name + ' err':>22} {'hit@3':>6}")
     for j, b in enumerate(budgets):
         d = res["duels"][:, j].mean(axis=0)

@@ -19,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from engine.oracles import OddOneOutOracle, RankOracle, hierarchical_clusters
+from engine.oracles import HUMAN_LAPSE, OddOneOutOracle, RankOracle, hierarchical_clusters
 from engine.registry import drive_as_pool, make_planner, run_fit_task
 
 
@@ -37,8 +37,8 @@ def run(kind: str, n: int, batch: int, per_item: float, pool: ProcessPoolExecuto
     X, _ = hierarchical_clusters(n, random_state=1)
     D = cdist(X, X)
     noise = 0.02 * float(np.median(D))
-    oracle = (RankOracle(D, scale=noise, lapse=0.03, random_state=0) if kind == "rank"
-              else OddOneOutOracle(D, scale=noise, lapse=0.03, random_state=0))
+    oracle = (RankOracle(D, scale=noise, lapse=HUMAN_LAPSE, random_state=0) if kind == "rank"
+              else OddOneOutOracle(D, scale=noise, lapse=HUMAN_LAPSE, random_state=0))
     planner = drive_as_pool(make_planner("duels", n, question_kind=kind, random_state=0), ProcessFitter(pool))
     plan, obs = [], []
     while planner.progress()["answers"] < per_item * n:

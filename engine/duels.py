@@ -53,7 +53,7 @@ KEEP_SHARE = 0.5
 #: how many extra asks a pair at the bottom of the ranking waits for, against the top pair
 FOCUS = 2.0
 #: embedding dimensions ``dim="auto"`` keeps fitted side by side (warm started). Dimension 1 is a
-#: continuum (morphs, a scale): fitted with the human noise model (``embedding.HUMAN_LAPSE``; t-STE's
+#: continuum (morphs, a scale): fitted with the human noise model (``embedding.FIT_LAPSE``; t-STE's
 #: heavy tails need more room than a line) from the order of the items along the smallest map
 #: (:func:`_continuum_start`); it is listed last, so it is chosen only where it predicts fresh
 #: answers ``AUTO_MARGIN`` standard errors better than every other dimension (the alien eggs)
@@ -136,7 +136,7 @@ def _with_lapses(X: np.ndarray, p: np.ndarray) -> np.ndarray:
     """The fit's P(answer) from its kernel's: on a line the human model's lapses are added."""
     if X.shape[1] != 1:
         return p
-    lapse = _embedding_module().HUMAN_LAPSE
+    lapse = _embedding_module().FIT_LAPSE
     return 0.5 * lapse + (1.0 - lapse) * p
 
 

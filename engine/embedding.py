@@ -22,10 +22,11 @@ from .random_triplets import candidate_pairs, check_triplet_answers
 from .utils import RandomState, check_n_items, check_random_state, generator_from_state, generator_state
 
 KERNELS = ("ste", "tste", "human")
-#: Lapse rate of the ``"human"`` kernel: the share of answers given at random. People lapse on ~3%
-#: (the alien-egg crowds, :func:`engine.oracles.alien_egg_noise`) to ~10% of triplets; a model that
-#: expects some lapses does not pull items apart to explain one odd answer.
-HUMAN_LAPSE = 0.05
+#: Lapse rate the ``"human"`` fitting kernel assumes: the share of answers given at random. People lapse
+#: on ~3% (the alien-egg crowds, ``engine.oracles.HUMAN_LAPSE``, what simulations use) to ~10% of
+#: triplets; a fit that expects a little more than the crowd's lapses does not pull items apart to
+#: explain one odd answer. A property of the fit, not of the raters it simulates.
+FIT_LAPSE = 0.05
 #: Below this squared distance the ``"human"`` kernel's distance is smoothed (sqrt(d + eps)): its
 #: gradient stays finite where two points meet.
 HUMAN_EPS = 1e-9
@@ -57,8 +58,8 @@ def _check_kernel(kernel: str, alpha, dim: int) -> float:
 
 def _human_p(dij, dik) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The ``"human"`` kernel from the squared distances: (p, s, ri, rk) with p = λ/2 + (1 − λ) s,
-    λ = ``HUMAN_LAPSE``, s = sigmoid(sqrt(dik) − sqrt(dij)) and ri, rk the two distances."""
-    lapse = HUMAN_LAPSE
+    λ = ``FIT_LAPSE``, s = sigmoid(sqrt(dik) − sqrt(dij)) and ri, rk the two distances."""
+    lapse = FIT_LAPSE
     ri = np.sqrt(np.asarray(dij, dtype=np.float64) + HUMAN_EPS)
     rk = np.sqrt(np.asarray(dik, dtype=np.float64) + HUMAN_EPS)
     s = expit(rk - ri)
@@ -85,7 +86,7 @@ def _log_p_and_grads(dij, dik, kernel: str, alpha: float):
         return log_p, -q, q
     if kernel == "human":
         p, s, ri, rk = _human_p(dij, dik)
-        u = (1.0 - HUMAN_LAPSE) * s * (1.0 - s) / p  # d log p / d (rk - ri)
+        u = (1.0 - FIT_LAPSE) * s * (1.0 - s) / p  # d log p / d (rk - ri)
         return log_p, -u / (2.0 * ri), u / (2.0 * rk)
     c = -(alpha + 1.0) / 2.0
     q = -np.expm1(log_p)
@@ -162,7 +163,7 @@ class _TripletLoss:
         if self.kernel == "human":  # p = lapse/2 + (1 − lapse)·sigmoid(√dik − √dij)
             p, s, ri, rk = _human_p(dij, dik)
             nll = float(-np.sum(np.log(p)))
-            u = (1.0 - HUMAN_LAPSE) * scale / 2.0 * s * (1.0 - s) / p
+            u = (1.0 - FIT_LAPSE) * scale / 2.0 * s * (1.0 - s) / p
             return nll, u / ri, -(u / rk)
         # t-STE: p = Kj / (Kj + Kk) = 1 / (1 + v), v = Kk / Kj = r ** power, r = (alpha + dij) / (alpha + dik)
         aj, ak = np.add(dij, self.alpha, out=dij), np.add(dik, self.alpha, out=dik)
@@ -218,7 +219,7 @@ def fit_embedding(triplets: ArrayLike, n_items: int, dim: int = 2, kernel: str =
     p = exp(−d_ij) / (exp(−d_ij) + exp(−d_ik)) on squared distances; t-STE replaces exp(−d) by
     the Student-t kernel (1 + d/α)^(−(α+1)/2), α = max(dim − 1, 1) by default. ``"human"``: the
     noise model fitted to people's answers, p = λ/2 + (1 − λ)·sigmoid(‖x_i − x_k‖ − ‖x_i − x_j‖) on plain
-    distances, λ = ``HUMAN_LAPSE`` (``alpha`` unused; a line is the continuum ``engine.duels`` fits). Minimises the
+    distances, λ = ``FIT_LAPSE`` (``alpha`` unused; a line is the continuum ``engine.duels`` fits). Minimises the
     mean negative log-likelihood + ``l2`` · mean squared norm. ``init`` (n_items, dim) warm
     starts (e.g. the previous fit); otherwise a small random start from ``random_state``.
     Returns ndarray (n_items, dim), and the number of L-BFGS iterations if ``return_n_iter``, or

@@ -38,6 +38,12 @@ def _as_index_array(questions: Iterable[Sequence[int]], width: int, n_items: int
     return arr
 
 
+#: The human noise model fitted to the alien-egg crowds (:func:`alien_egg_noise`, a test refits it from
+#: the data): the logistic scale in units of the largest distance (a truth scaled to [0, 1]: it transfers
+#: as a share of the distance range) and the lapse rate. The one noise setting of every simulation (the
+#: simulated crowd, ``proxima plan``, the benchmarks) where a truth has no answers of its own.
+HUMAN_SCALE = 0.075
+HUMAN_LAPSE = 0.03
 #: items from which ``from_points`` oracles compute distances when read (:class:`PointDistances`)
 #: instead of holding the n x n matrix (8 bytes per pair: 200 MB at 5,000 items, 20 GB at 50,000)
 DENSE_ITEMS = 5000

@@ -494,13 +494,6 @@ def check_pilot_triplets(triplets: ArrayLike, n_items: int) -> np.ndarray:
     return t
 
 
-def fit_gap_noise(gaps: np.ndarray) -> tuple[float, float]:
-    """Maximum-likelihood (scale, lapse) of the human noise model (:func:`engine.oracles.human_agree_probability`)
-    for ``gaps`` = d(i, k) − d(i, j) of answered triplets (i, j, k) under some truth."""
-    scale, lapse, _ = oracles.fit_gap_noise(gaps)
-    return scale, lapse
-
-
 def _distances(X: np.ndarray) -> np.ndarray:
     D = cdist(X, X)
     return np.maximum(D, D.T)
@@ -525,7 +518,7 @@ def _scenario(t: np.ndarray, n: int, dim: int, kernel: str, folds: int, rng: np.
         Xf = fit_embedding(t[fold != f], n, dim=dim, kernel=kernel, init=X, random_state=seed)
         Df = _distances(Xf)
         gaps.append(_gaps(Df, t[fold == f]) / median_triplet_gap(Df, 20_000))
-    scale, lapse = fit_gap_noise(np.concatenate(gaps))
+    scale, lapse, _ = oracles.fit_gap_noise(np.concatenate(gaps))
     unit = median_triplet_gap(D, 20_000)
     top = float(D.max())
     return Scenario(D / top, scale * unit / top, lapse)

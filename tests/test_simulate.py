@@ -348,7 +348,8 @@ def test_setup_then_simulate_a_triplet_study_from_the_command_line(live, tmp_pat
 def test_human_noise_model_lapses_and_defaults():
     import random
 
-    from webapp.cli.crowd import HUMAN_LAPSE, HUMAN_SCALE, noise_model
+    from engine.oracles import HUMAN_LAPSE, HUMAN_SCALE
+    from webapp.cli.crowd import noise_model
 
     truth = Truth(["a", "b", "c"], np.array([[0.0, 0.1, 1.0], [0.1, 0.0, 0.9], [1.0, 0.9, 0.0]]), source="test")
     model, text = noise_model(truth)
@@ -397,7 +398,7 @@ def test_human_constants_match_the_alien_egg_fit():
 
     if not (default_data_dir() / "alien_eggs" / "responses.csv.zip").exists():
         pytest.skip("the alien-egg data is not next to the repository")
-    from webapp.cli.crowd import HUMAN_LAPSE, HUMAN_SCALE
+    from engine.oracles import HUMAN_LAPSE, HUMAN_SCALE
 
     truth = load_truth("eggs")
     assert truth.logistic_scale == pytest.approx(HUMAN_SCALE, abs=0.002)

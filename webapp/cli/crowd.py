@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from engine.kinds import QuestionKind, get_kind
+from engine.oracles import HUMAN_LAPSE, HUMAN_SCALE  # noqa: F401 (the noise of truths without answers)
 
 #: spread (sigma of log think time) of the log-normal think time
 THINK_SPREAD = 0.5
@@ -233,12 +234,6 @@ class NoiseModel:
             raise SimulationError(f"the lapse rate must lie in [0, 1], got {self.lapse!r}")
 
 
-#: The human noise model fitted to the alien-egg crowds (engine.oracles.alien_egg_noise): the
-#: logistic scale in units of the largest distance (every truth here is scaled to [0, 1], so it
-#: transfers as a share of the distance range) and the lapse rate. Used for truths without
-#: answers of their own; a test refits it from the data.
-HUMAN_SCALE = 0.075
-HUMAN_LAPSE = 0.03
 #: Gaussian sigma of simulated ratings (on similarity in [0, 1]) when --noise is not given.
 RATING_SIGMA = 0.1
 

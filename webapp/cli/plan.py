@@ -180,7 +180,9 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
     started = time.perf_counter()
     params = None
     if truth_spec is not None:
-        from .crowd import HUMAN_LAPSE, HUMAN_SCALE, SimulationError, load_truth
+        from engine.oracles import HUMAN_LAPSE, HUMAN_SCALE
+
+        from .crowd import SimulationError, load_truth
 
         try:
             truth = load_truth(truth_spec)
