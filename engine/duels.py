@@ -375,6 +375,7 @@ class CandidateDuels:
         self._rows_of: np.ndarray | None = None
         self._rank_ref: np.ndarray | None = None
         self._rank_ref_of: np.ndarray | None = None
+        self._certified_memo: tuple | None = None
 
     # ------------------------------------------------------------------ validation
     def _check_params(self) -> None:
@@ -1291,6 +1292,8 @@ class CandidateDuels:
             cnt[h, :r] = counts[:r]
             if len(cands):
                 cert[h] = self._certified(h, shortlist, W, N)
+        if X is not None:  # (before the first fit the certificates are not read from the shortlists)
+            self._certified_memo = (self._state_key(), cert.copy())
         return NeighborGraph.from_neighbors(nb, estimates=est, samples=cnt, certified=cert)
 
     def _win_shares(self) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -1318,14 +1321,27 @@ class CandidateDuels:
     def current_neighbors(self) -> np.ndarray:
         return self.neighbor_graph(1).neighbors[:, 0]
 
+    def _state_key(self) -> tuple:
+        """What every head's ranking and certificate depend on: equal keys, equal results (the
+        answers, the fit and its shortlists, the eliminations, the regime and trust inputs)."""
+        return (self.n_answers_, self.n_fits_, self.fitted_on_, id(self.cands_), id(self.embedding_), self.kappa_,
+                self.coin_, self.dim_scores_.tobytes(), sum(len(g) for g in self.eliminated_.values()))
+
     def _n_certified(self) -> int:
-        total = 0
+        """Heads whose neighbour is certified inside their shortlist. A dashboard summary asks for the
+        graph, the progress and ``done`` of one state: the flags of the last look are reused while the
+        state is the same (one pass over the heads instead of three: ~10 s at 50,000 items)."""
+        key = self._state_key()
+        if self._certified_memo is not None and self._certified_memo[0] == key:
+            return int(self._certified_memo[1].sum())
+        flags = np.zeros(self.n_items, bool)
         for h in range(self.n_items):
             cands = self.cands_[h][self.cands_[h] >= 0]
             if len(cands):
                 W, N = self._matrices(h, cands)
-                total += self._certified(h, cands, W, N)
-        return total
+                flags[h] = self._certified(h, cands, W, N)
+        self._certified_memo = (key, flags)
+        return int(flags.sum())
 
     @property
     def done(self) -> bool:

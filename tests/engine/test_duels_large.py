@@ -53,3 +53,27 @@ def test_an_exploring_question_at_many_items_reads_no_whole_row(monkeypatch):
     seen.clear()
     small._exploring_question(3, set())
     assert max(seen) == 500
+
+
+def test_certificates_reused_only_while_the_state_is_the_same(monkeypatch):
+    from engine import oracles
+
+    # a certificate that moves with every answer (the real one needs many repeated duels), so a stale
+    # memo would show
+    monkeypatch.setattr(CandidateDuels, "_certified", lambda self, h, cands, W, N: bool(N.sum() > 2 * (h % 9) + 4))
+    X = np.random.default_rng(2).normal(size=(60, 2))
+    oracle = oracles.TripletOracle.from_points(X, noise=0.02, model="human", lapse=0.0, random_state=3)
+    p = CandidateDuels(60, random_state=4)
+    seen = set()
+    for step in range(80):
+        qs = p.next_questions(30)
+        p.observe(oracle.answer(qs))
+        if step % 3 == 0:
+            g = p.neighbor_graph(k=1)
+            assert p._n_certified() == int(np.asarray(g.certified).sum())
+        memo = p._n_certified()
+        p._certified_memo = None
+        fresh = p._n_certified()
+        assert memo == fresh
+        seen.add(fresh)
+    assert len(seen) > 5  # the count moved along the way, so the comparison meant something

@@ -85,8 +85,11 @@ DEMAND_HEADROOM = 1.5
 CHECKPOINT_SHARE = 1.0
 CHECKPOINT_ENTRIES = 2000
 #: While a job goes on with pass after pass, the dashboard's summary of the learners (each item's
-#: neighbour: a pass over the n x n estimates) is written at most this often.
+#: neighbour: a pass over the n x n estimates) is written at most this often ...
 SUMMARY_SECONDS = 1.0
+#: ... and at most as often as keeps its cost below this share of the worker's time (at 50,000 items
+#: a summary of duels takes seconds: written every few seconds it would leave the passes no time)
+SUMMARY_SHARE = 0.1
 
 # ---------------------------------------------------------------------------- crash testing
 FAULT_POINTS = faults.FAULT_POINTS
@@ -271,6 +274,17 @@ _cache: OrderedDict[str, _Cached] = OrderedDict()
 _summarised: dict[str, float] = {}
 #: studies whose latest pass left the summary out (written when the job ends: ``write_summary``)
 _unsummarised: set[str] = set()
+#: study id -> seconds the last summary written by this process took
+_summary_cost: dict[str, float] = {}
+
+
+def _summary_due(study_id: str, every: float) -> bool:
+    """Whether this pass writes the summary: ``every`` seconds after the last one, and no sooner than
+    its cost over ``SUMMARY_SHARE`` (``every`` 0: always, as when a job settles)."""
+    if every <= 0:
+        return True
+    wait = max(every, _summary_cost.get(study_id, 0.0) / SUMMARY_SHARE)
+    return time.monotonic() - _summarised.get(study_id, -math.inf) >= wait
 
 
 def study_memory(conn: Redis, study: Study, kept: dict[str, _Kept]) -> dict[str, int]:
@@ -807,10 +821,12 @@ def _commit(conn: Redis, pipe, p: _Pass, changed: dict[str, bool], summarise: bo
     pipe.ltrim(keys.refresh_latencies(study_id), 0, LATENCIES_KEPT - 1)
     summary_field = {}
     if summarise:
+        began = time.perf_counter()
         summaries = {label: learner.summary() for label, learner in learners.items()}
         summary_field["summary"] = json.dumps(summaries)
         summary_field.update(study_memory(conn, study, p.stored))
         record_truth_error(pipe, study, learners, summaries, p.counters, truth)
+        _summary_cost[study_id] = time.perf_counter() - began
     pipe.hset(keys.engine_stats(study_id), mapping={
         "last_update_at": repr(p.now), "last_latency_ms": f"{latency_ms:.3f}",
         "last_batch": p.n_read, "cursor": p.cursor, "active_raters": p.active, **summary_field,
@@ -843,7 +859,7 @@ def _one_pass(conn: Redis, study_id: str, now: float, summary_every: float = 0.0
                 _observe(p, used)
                 _read_demand(pipe, p)
                 _plan(conn, pipe, p, pruned)
-                summarise = time.monotonic() - _summarised.get(study_id, -math.inf) >= summary_every
+                summarise = _summary_due(study_id, summary_every)
                 saved, summarised = _commit(conn, pipe, p, _changed(p, pruned), summarise)
             except redis.WatchError:
                 forget_cached(study_id)  # the learners may be mutated: the retry starts from the stored state
