@@ -679,21 +679,37 @@ class CandidateDuels:
 
     def _old_leaders(self, m: int) -> list[list[int]]:
         """Per head, the dueled leaders of its shortlist that survive a refit (``KEEP_SHARE`` of m)."""
-        olds = [[int(c) for c in self.cands_[h] if c >= 0 and c not in self.eliminated_.get(h, ())]
-                for h in range(self.n_items)]
-        old_rows = np.full((self.n_items, self.shortlist), NO_NEIGHBOR, np.int64)
-        for h, old in enumerate(olds):
-            old_rows[h, : len(old)] = old
-        old_scores, old_counts = self._batch_scores(old_rows)
-        keeps = []
-        for h, old in enumerate(olds):
-            keep = []
-            if old:
-                score, counts = old_scores[h, : len(old)], old_counts[h, : len(old)]
-                ranked = [old[i] for i in np.argsort(-score, kind="stable") if counts[i] > 0]
-                keep = ranked[: math.ceil(m * KEEP_SHARE)]
-            keeps.append(keep)
-        return keeps
+        return [[int(c) for c in row if c >= 0] for row in self._old_leader_rows(m)]
+
+    def _eliminated_codes(self) -> np.ndarray:
+        """Sorted codes h * n + c of every candidate c eliminated for a head h."""
+        n = self.n_items
+        codes = [h * n + c for h, gone in self.eliminated_.items() for c in gone]
+        return np.unique(np.asarray(codes, np.int64))
+
+    def _old_leader_rows(self, m: int) -> np.ndarray:
+        """:meth:`_old_leaders` as rows (n_items, ceil(m KEEP_SHARE)), ``NO_NEIGHBOR`` padding: per head,
+        the candidates of its shortlist that are not eliminated and have duels, best score first (ties
+        in shortlist order). Whole-array operations: at 50,000 items a loop over the heads took seconds."""
+        n, width = self.n_items, self.cands_.shape[1]
+        heads = np.arange(n)[:, None]
+        rows = self.cands_
+        valid = rows >= 0
+        gone = self._eliminated_codes()
+        if len(gone):
+            valid &= ~np.isin(heads * n + rows, gone)
+        # the shortlist without its eliminated candidates, in its order, the padding at the end
+        order = np.argsort(~valid, axis=1, kind="stable")
+        olds = np.where(np.take_along_axis(valid, order, axis=1), np.take_along_axis(rows, order, axis=1),
+                        NO_NEIGHBOR)
+        score, counts = self._batch_scores(olds)
+        ok = (olds >= 0) & (counts > 0)
+        rank = np.argsort(np.where(ok, -score, np.inf), axis=1, kind="stable")
+        ranked_ok = np.take_along_axis(ok, rank, axis=1)
+        take = ranked_ok & (np.cumsum(ranked_ok, axis=1) <= math.ceil(m * KEEP_SHARE))
+        ranked = np.where(take, np.take_along_axis(olds, rank, axis=1), NO_NEIGHBOR)
+        # (taken entries come first in each row: they are the first ``ok`` ones of the ranking)
+        return ranked[:, : max(1, min(width, math.ceil(m * KEEP_SHARE)))]
 
     def _fill_shortlist(self, h: int, keep: list[int], order: np.ndarray, m: int) -> list[int]:
         """h's dueled leaders ``keep``, then items of ``order`` (nearest first) up to m: neither h, nor
@@ -717,19 +733,36 @@ class CandidateDuels:
         X = self.embedding_
         n = self.n_items
         m = self._target_size()
-        keeps = self._old_leaders(m)
+        keeps = self._old_leader_rows(m)
         sq = (X**2).sum(axis=1)
-        cands = np.full((n, self.shortlist), NO_NEIGHBOR, np.int64)
+        gone = self._eliminated_codes()
         # enough nearest items (the head itself comes first) for the head with most eliminated candidates
         k = min(n, m + 1 + max((len(g) for g in self.eliminated_.values()), default=0))
         _, near = cKDTree(X).query(X, k=k)
         near = np.asarray(near, np.int64).reshape(n, k)
-        for h in range(n):
-            chosen = self._fill_shortlist(h, keeps[h], near[h], m)
-            # shortlist order = nearness in the fit (the prior of the duel scores), ties to the smaller index
-            picked = np.asarray(chosen, np.int64)
-            d = sq[h] + sq[picked] - 2.0 * X[picked] @ X[h]
-            cands[h, : len(chosen)] = picked[np.lexsort((picked, d))]
+        heads = np.arange(n)[:, None]
+        # fill each head's kept leaders up to m with its nearest items in the fit: neither the head, nor
+        # one eliminated for it, nor a kept leader (nor past the last item: a k-d tree's padding)
+        fill = (near != heads) & (near < n)
+        if len(gone):
+            fill &= ~np.isin(heads * n + np.minimum(near, n - 1), gone)
+        kept = keeps >= 0
+        if kept.any():
+            codes = np.unique((heads * n + keeps)[kept])
+            fill &= ~np.isin(heads * n + np.minimum(near, n - 1), codes)
+        need = m - kept.sum(axis=1)
+        fill &= np.cumsum(fill, axis=1) <= need[:, None]
+        picked = np.concatenate([np.where(kept, keeps, NO_NEIGHBOR), np.where(fill, near, NO_NEIGHBOR)], axis=1)
+        # shortlist order = nearness in the fit (the prior of the duel scores), ties to the smaller index;
+        # the padding last
+        safe = np.maximum(picked, 0)
+        d = sq[:, None] + sq[safe] - 2.0 * np.einsum("hcd,hd->hc", X[safe], X)
+        d = np.where(picked >= 0, d, np.inf)
+        key = np.where(picked >= 0, picked, n)
+        order = np.lexsort((key, d), axis=1)
+        picked = np.take_along_axis(picked, order, axis=1)[:, : self.shortlist]
+        cands = np.full((n, self.shortlist), NO_NEIGHBOR, np.int64)
+        cands[:, : picked.shape[1]] = picked
         self.cands_ = cands
         self.fitted_on_ = answers_fitted
         self.n_fits_ += 1

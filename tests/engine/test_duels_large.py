@@ -77,3 +77,59 @@ def test_certificates_reused_only_while_the_state_is_the_same(monkeypatch):
         assert memo == fresh
         seen.add(fresh)
     assert len(seen) > 5  # the count moved along the way, so the comparison meant something
+
+
+def _reference_shortlists(p: CandidateDuels) -> np.ndarray:
+    """The shortlists as the per-head loop built them before (the whole-array version must agree)."""
+    import math
+
+    from scipy.spatial import cKDTree
+
+    X, n, m = p.embedding_, p.n_items, p._target_size()
+    olds = [[int(c) for c in p.cands_[h] if c >= 0 and c not in p.eliminated_.get(h, ())] for h in range(n)]
+    old_rows = np.full((n, p.shortlist), -1, np.int64)
+    for h, old in enumerate(olds):
+        old_rows[h, : len(old)] = old
+    scores, counts = p._batch_scores(old_rows)
+    keeps = []
+    for h, old in enumerate(olds):
+        ranked = [old[i] for i in np.argsort(-scores[h, : len(old)], kind="stable") if counts[h, i] > 0]
+        keeps.append(ranked[: math.ceil(m * duels.KEEP_SHARE)])
+    sq = (X**2).sum(axis=1)
+    k = min(n, m + 1 + max((len(g) for g in p.eliminated_.values()), default=0))
+    near = np.asarray(cKDTree(X).query(X, k=k)[1], np.int64).reshape(n, k)
+    out = np.full((n, p.shortlist), -1, np.int64)
+    for h in range(n):
+        chosen = list(keeps[h])
+        for c in near[h]:
+            if len(chosen) >= m:
+                break
+            if c != h and c not in p.eliminated_.get(h, ()) and c not in chosen and c < n:
+                chosen.append(int(c))
+        picked = np.asarray(chosen, np.int64)
+        d = sq[h] + sq[picked] - 2.0 * X[picked] @ X[h]
+        out[h, : len(chosen)] = picked[np.lexsort((picked, d))]
+    return out
+
+
+def test_shortlists_from_a_fit_keep_the_dueled_leaders_and_fill_with_the_nearest():
+    import copy
+
+    from engine import oracles
+
+    X = np.random.default_rng(5).normal(size=(90, 3))
+    oracle = oracles.TripletOracle.from_points(X, noise=0.05, model="human", lapse=0.05, random_state=6)
+    p = CandidateDuels(90, random_state=7)
+    for _ in range(40):
+        p.observe(oracle.answer(p.next_questions(45)))
+    assert p.n_fits_ > 0 and p.duels_
+    rng = np.random.default_rng(8)
+    for h in rng.choice(90, 30, replace=False):  # eliminations, as duels make them
+        row = p.cands_[h][p.cands_[h] >= 0]
+        p.eliminated_.setdefault(int(h), set()).update(int(c) for c in rng.choice(row, 3, replace=False))
+    p.embedding_ = p.embedding_ + rng.normal(scale=0.3, size=p.embedding_.shape)  # a new fit
+    want = _reference_shortlists(copy.deepcopy(p))
+    p._shortlists_from_fit(p.n_answers_)
+    np.testing.assert_array_equal(p.cands_, want)
+    kept = sum(len(r) for r in p._old_leaders(p._target_size()))
+    assert kept > 20  # leaders were kept, so the comparison covers them
