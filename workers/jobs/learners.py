@@ -118,6 +118,12 @@ class Learner:
         return cast("RoundPlanner", self.planner) if self.entry.rounds else None
 
     @property
+    def window(self) -> int | None:
+        """How many rounds the planner may have open at once (None: it works in no rounds)."""
+        rounds = self.rounds
+        return None if rounds is None else int(rounds.window)
+
+    @property
     def grows(self) -> ForestStudy | None:
         """The planner as a :class:`engine.forest_study.ForestStudy` when its entry takes items added
         to the study later (``Algorithm.grows``: it takes only answers to questions it asked)."""
