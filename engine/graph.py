@@ -99,7 +99,8 @@ class Planner(Protocol):
     answers in any order and batch size; ``forget(questions)`` releases questions that will never be
     answered; ``done`` nothing is left to ask; ``progress()`` the numbers of :class:`Progress`;
     ``neighbor_graph(k)`` the learned :class:`NeighborGraph` with ``k`` columns (a learner without
-    one, e.g. a label-driven forest, gives every item :data:`NO_NEIGHBOR`); ``to_state()`` /
+    one, e.g. a label-driven forest, gives every item :data:`NO_NEIGHBOR`); ``result()`` the learned
+    object in the learner's own terms (a graph with bounds, win rates, a forest); ``to_state()`` /
     ``from_state(state)`` round-trip through plain arrays + JSON scalars.
     """
 
@@ -117,6 +118,8 @@ class Planner(Protocol):
     def progress(self) -> Progress: ...
 
     def neighbor_graph(self, k: int = 1) -> NeighborGraph: ...
+
+    def result(self) -> Any: ...
 
     def to_state(self) -> dict: ...
 
