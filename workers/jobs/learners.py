@@ -12,10 +12,8 @@ import numpy as np
 from engine.adapters import draw_third, pair_sample
 from engine.graph import NeighborGraph, Progress, RefitsBeside, RoundPlanner, refill_rounds
 from engine.kinds import KINDS, kind_of
-from engine.registry import (  # noqa: F401  (FOREST_ALGORITHMS, EMBEDDING_ALGORITHMS: for the exports)
+from engine.registry import (
     ALGORITHMS,
-    EMBEDDING_ALGORITHMS,
-    FOREST_ALGORITHMS,
     SCREEN_PARAMS,
     candidate_duels,
     drive_as_pool,

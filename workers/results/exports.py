@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import networkx as nx
 import numpy as np
 
-from workers.jobs.learners import EMBEDDING_ALGORITHMS, FOREST_ALGORITHMS, IMPORTED, Learner
+from engine.registry import EMBEDDING_ALGORITHMS, FOREST_ALGORITHMS
+from workers.jobs.learners import IMPORTED, Learner
 from workers.store import answers as answer_log
 from workers.store import engine_state, keys
 from workers.store.queue import schedule_update
