@@ -168,7 +168,7 @@ class Learner:
             # A forest only takes answers to triplets it (or the search of an added item) asked: a
             # rebuild without some raters grows different trees, so older answers may match no question.
             if mine:
-                asked = self.planner.asked([r[:3] for r in mine])
+                asked = cast("ForestStudy", self.grows).asked([r[:3] for r in mine])
                 rows = [r for r, ok in zip(mine, asked, strict=True) if ok]
         return rows
 
