@@ -104,8 +104,13 @@ class ForestStudy:
     def progress(self) -> Progress:
         progress: Any = self.forest.progress()
         if self.routes:
-            # done: nothing left to ask, the searches of the added items included
-            progress = {**progress, "done": self.done, "added_items": len(self.routes),
+            # answers, questions and done count the searches of the added items too (the contract's
+            # meaning: every answer applied, nothing left to ask)
+            routed = [route.progress() for route in self.routes.values()]
+            progress = {**progress, "done": self.done,
+                        "answers": progress["answers"] + sum(r["answers"] for r in routed),
+                        "questions_issued": progress["questions_issued"] + sum(r["questions_issued"] for r in routed),
+                        "added_items": len(self.routes),
                         "added_items_routed": sum(route.done for route in self.routes.values())}
         return progress
 
