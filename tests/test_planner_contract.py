@@ -405,3 +405,23 @@ def test_adding_an_algorithm_is_one_engine_module_and_one_table_line(redis_url, 
     assert {int(k): v for k, v in out["nn"].items()} == {0: 1, 1: 0, 2: 3, 3: 2, 4: 5, 5: 4}
     shutil.rmtree(tree)  # the toy algorithm is deleted again; the real source never held it
     assert "toy_nearest" not in registry.ALGORITHMS and not (ROOT / "engine" / "toy_nearest.py").exists()
+
+
+if __name__ == "__main__":
+    # ``python tests/test_planner_contract.py [REV]``: the branches the scan finds in the platform's
+    # source at a git revision (the working tree without one), and how many
+    rev = sys.argv[1] if len(sys.argv) > 1 else None
+    found = []
+    if rev is None:
+        found = [o for rel, path in _platform_files() for o in offences(path.read_text(encoding="utf-8"), rel)]
+    else:
+        listed = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, *PLATFORM], cwd=ROOT,
+                                capture_output=True, text=True, check=True).stdout.split()
+        for rel in listed:
+            if rel.endswith(".py") and rel not in TABLES:
+                source = subprocess.run(["git", "show", f"{rev}:{rel}"], cwd=ROOT, capture_output=True, text=True,
+                                        check=True).stdout
+                found += offences(source, rel)
+    print("\n".join(found))
+    print(f"{len(found)} branches on a name, a planner class, a guessed planner attribute or progress key "
+          f"at {rev or 'the working tree'}")
