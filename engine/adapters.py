@@ -18,7 +18,9 @@ from .utils import RandomState, check_random_state, generator_from_state, genera
 if TYPE_CHECKING:
     from typing import Any
 
-    from .graph import NeighborGraph, Planner
+    from numpy.typing import ArrayLike
+
+    from .graph import NeighborGraph, Planner, Progress
 
 
 #: A third item drawn from a distinct stream of the study seed (not the planner's own stream).
@@ -131,15 +133,40 @@ class PairTripletAdapter:
         return self.planner.result()
 
     def neighbor_graph(self, k: int = 1) -> NeighborGraph:
-        from .registry import neighbor_graph
+        return self.planner.neighbor_graph(k)
 
-        return neighbor_graph(self.planner, k)
-
-    def progress(self) -> dict:
+    def progress(self) -> Progress:
         inner = self.planner.progress()
         return {**inner, "answers": int(self.n_answers_), "questions_issued": int(self.n_issued_),
-                "done": self.done, "items_certified": int(inner.get("rounds_certified", 0)),
-                "samples": int(inner.get("samples", 0))}
+                "done": self.done, "samples": int(inner["answers"])}
+
+    # -- the rounds of a pair planner that works in rounds (engine.graph.RoundPlanner), in triplets
+    @property
+    def window(self) -> int:
+        return int(self.planner.window)
+
+    @window.setter
+    def window(self, value: int) -> None:
+        self.planner.window = value
+
+    def settle(self) -> None:
+        self.planner.settle()
+
+    def stale(self, heads: ArrayLike) -> np.ndarray:
+        return self.planner.stale(heads)
+
+    def closed(self, heads: ArrayLike) -> np.ndarray:
+        return self.planner.closed(heads)
+
+    def repeat_questions(self, budget: int) -> list[tuple[int, int, int]]:
+        """The pair planner's repeats, each asked with a third item drawn as for a new question."""
+        out = []
+        for i, j in self.planner.repeat_questions(budget):
+            q = (int(i), int(j), draw_third(int(i), int(j), self.n_items, self.rng_))
+            self.issued_[q] = self.issued_.get(q, 0) + 1
+            out.append(q)
+        self.n_issued_ += len(out)
+        return out
 
     def to_state(self) -> dict:
         issued = np.array([(*q, c) for q, c in sorted(self.issued_.items())], dtype=np.int64).reshape(-1, 4)

@@ -346,6 +346,11 @@ class _NeighborGraphPlanner(ScalarOverlay):
         self._best_cache = None  # (tick, rows' best) of current_neighbors
         self._sums_cache = None  # (tick, count and pending row sums) of progress
 
+    @property
+    def initialized(self) -> bool:
+        """The state (pair arrays, rounds) exists: created by the first call that needs it."""
+        return self._hot is not None
+
     def mark_rows(self, rows: ArrayLike) -> None:
         """Tell the planner that rows of its (n, n) arrays were written from outside (e.g. a caller
         adding to ``pending_``), so the next ``to_state(copy=False)`` reports them as changed and
@@ -807,8 +812,10 @@ class _NeighborGraphPlanner(ScalarOverlay):
 
     def settle(self) -> None:
         """Close the open rounds the answers so far have decided: what :meth:`progress` does
-        first, without its O(n²) counts (the update pass calls this before retiring questions)."""
-        self._ensure_state()
+        first, without its O(n²) counts (the update pass calls this before retiring questions).
+        Before the planner's first call there are no rounds to close."""
+        if self._hot is None:
+            return
         self._settle()
 
     # ------------------------------------------------------------------ rounds
@@ -1264,11 +1271,58 @@ class _NeighborGraphPlanner(ScalarOverlay):
             "rounds_waiting": int(np.sum(st == ROUND_WAITING)),
             "pending_questions": pending,
             "samples": int(self.n_samples_),
+            "answers": int(self.n_samples_),
+            "items_certified": int(np.sum(st == ROUND_CERTIFIED)),
             "questions_issued": int(self.n_issued_),
             "samples_per_item": float(self.n_samples_) / n,
             "samples_per_item_max": int(per_item.max()),
             "done": self.done,
         }
+
+    def neighbor_graph(self, k: int = 1) -> NeighborGraph:
+        """:meth:`result` with ``k`` columns: fewer are cut, more are filled with :data:`NO_NEIGHBOR`
+        (the planner has no estimate beyond its own ``k``); an item no answer has touched has no
+        neighbour yet (not the argmin of zeros)."""
+        k = int(k)
+        if k < 1:
+            raise ValueError(f"k must be a positive integer, got {k}")
+        g = self.result()
+        blind = np.asarray(self.count_).sum(axis=1) == 0
+        if blind.any():
+            b = blind[:, None]
+            g = NeighborGraph(np.where(b, NO_NEIGHBOR, g.neighbors).astype(np.int64), g.certified,
+                              np.where(b, np.nan, g.estimates), np.where(b, np.nan, g.lower),
+                              np.where(b, np.nan, g.upper), np.where(b, 0, g.samples).astype(np.int64))
+        have = g.neighbors.shape[1]
+        if k <= have:
+            return NeighborGraph(g.neighbors[:, :k], g.certified, g.estimates[:, :k], g.lower[:, :k],
+                                 g.upper[:, :k], g.samples[:, :k])
+        extra = k - have
+
+        def pad(a, value, dtype):
+            return np.concatenate([np.asarray(a, dtype), np.full((len(a), extra), value, dtype)], axis=1)
+
+        return NeighborGraph(pad(g.neighbors, NO_NEIGHBOR, np.int64), g.certified, pad(g.estimates, np.nan, float),
+                             pad(g.lower, np.nan, float), pad(g.upper, np.nan, float), pad(g.samples, 0, np.int64))
+
+    # ------------------------------------------------------------------ rounds (engine.graph.RoundPlanner)
+    def stale(self, heads: ArrayLike) -> np.ndarray:
+        """Per head: its questions are no longer worth asking (round certified, or not open: a rebuilt
+        planner). A round closed by its sample cap keeps its questions (the cap counts issued
+        questions, so their answers still sharpen its empirical best). Reads the rounds as they
+        are: call :meth:`settle` first to close the ones the latest answers decided."""
+        heads = np.asarray(heads, dtype=np.int64).reshape(-1)
+        if self._hot is None:  # no rounds before the first call
+            return np.zeros(len(heads), bool)
+        status = self.status_[heads]
+        return (status != ROUND_OPEN) & (status != ROUND_CAPPED)
+
+    def closed(self, heads: ArrayLike) -> np.ndarray:
+        """Per head: its round is not open (waiting, certified or capped)."""
+        heads = np.asarray(heads, dtype=np.int64).reshape(-1)
+        if self._hot is None:
+            return np.zeros(len(heads), bool)
+        return self.status_[heads] != ROUND_OPEN
 
     @property
     def done(self) -> bool:

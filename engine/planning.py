@@ -20,12 +20,13 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from scipy.spatial.distance import cdist
 
 from . import oracles
+from .graph import RoundPlanner, refill_rounds
 from .kinds import DEFAULT_KIND, KINDS, get_kind
 from .oracles import check_distance_matrix, median_triplet_gap
 from .registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool, make_planner
@@ -168,26 +169,12 @@ def nn_accuracy(picks: np.ndarray, distances: np.ndarray, tol: float = oracles.T
 
 def ask(planner: Planner, budget: int, window: int | None = None) -> list[tuple[int, int, int]]:
     """Up to ``budget`` questions, planned as a live study's worker plans a pool refill: a learner
-    working through rounds (``window`` not None) opens more rounds while its open ones have too few
-    distinct questions, then asks the open rounds' least-asked pairs again (as
-    ``workers.jobs.learners.Learner.plan`` does)."""
+    working in rounds (``window`` not None: a :class:`engine.graph.RoundPlanner`) opens more rounds
+    while its open ones have too few distinct questions, then asks the open rounds' least-asked
+    questions again (:func:`engine.graph.refill_rounds`, as ``workers.jobs.learners.Learner.plan``)."""
     if window is None:
         return list(planner.next_questions(budget))
-    inner = getattr(planner, "planner", planner)
-    inner.window = max(int(window), 1)
-    out = list(planner.next_questions(budget))
-    cap = min(planner.n_items, max(int(window), budget))
-    while len(out) < budget and inner.window < cap and not inner.done:
-        inner.window = min(cap, max(inner.window + 1, math.ceil(inner.window * 1.5)))
-        out.extend(planner.next_questions(budget - len(out)))
-    if len(out) < budget and hasattr(inner, "repeat_questions") and hasattr(planner, "issued_"):
-        from .adapters import draw_third
-
-        for i, j in inner.repeat_questions(budget - len(out)):
-            q = (int(i), int(j), draw_third(int(i), int(j), planner.n_items, planner.rng_))
-            planner.issued_[q] = planner.issued_.get(q, 0) + 1  # the adapter's record of its probes
-            out.append(q)
-    return out
+    return refill_rounds(cast(RoundPlanner, planner), budget, window)[0]
 
 
 def simulate_curve(name: str, scenario: Scenario, budgets: Sequence[float], seed: int = 0,

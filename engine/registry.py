@@ -94,13 +94,17 @@ class Algorithm:
     ``labels`` (required then only when the parameter ``supervised`` is true); ``params`` name ->
     JSON-schema fragment whose ``"default"`` is the planner's default; ``state_classes`` the
     ``state["class"]`` names it restores; ``description`` one line for researchers; ``rounds``
-    the planner works through SETri rounds (``status_``, ``window``, ``round_best``), so the
-    platform may widen its window, retire questions of closed rounds and ask least-asked repeats;
+    the planner works in rounds (:class:`engine.graph.RoundPlanner`), so the platform may widen its
+    window, retire questions of closed rounds and ask least-asked repeats; ``grows`` items added to a
+    study after its learner was built are taken in (a comparison forest routes each down its built
+    trees: :func:`make_planner` wraps the planner in :class:`engine.forest_study.ForestStudy`);
     ``triplet_defaults`` the parameters a pair-asking planner gets in a triplet study unless given
     (see :func:`defaults_for`); ``memory`` what it holds in a worker's memory (:class:`Memory`);
     ``screens`` how it chooses the screens of odd-one-out and rank studies ("adaptive": from its
     model, "random": uniformly random screens; see :mod:`engine.screens`); ``warning`` a sentence a
-    researcher must read before choosing it (e.g. it loses to random questions), with its figures.
+    researcher must read before choosing it (e.g. it loses to random questions), with its figures;
+    ``state_in_place`` its ``to_state(copy=False)`` hands out its own arrays and reports the rows
+    changed since the previous state, so the update pass saves only those (the pair planners).
     """
 
     name: str
@@ -114,6 +118,8 @@ class Algorithm:
     needs_labels: bool = False
     takes_labels: bool = False
     rounds: bool = False
+    grows: bool = False
+    state_in_place: bool = False
     triplet_defaults: Mapping[str, Any] = field(default_factory=dict)
     memory: Memory = Memory()
     screens: str = "adaptive"
@@ -201,17 +207,18 @@ _EMBEDDING = {
 _ENTRIES = (
     Algorithm("anntri", "engine.anntri:ANNTri", ("triplet", "rating"), "pair", "graph",
               "ANNTri: adaptive pair distances with triangle-inequality pruning; certifies each neighbour",
-              _ROUNDS, ("ANNTri",) + _PAIR_STATES, rounds=True, triplet_defaults=_DERIVED, memory=_BOUNDS,
-              warning=_loses_to_random("ANNTri", ".20 / .22")),
+              _ROUNDS, ("ANNTri",) + _PAIR_STATES, rounds=True, state_in_place=True, triplet_defaults=_DERIVED,
+              memory=_BOUNDS, warning=_loses_to_random("ANNTri", ".20 / .22")),
     Algorithm("ann", "engine.anntri:ANN", ("triplet", "rating"), "pair", "graph",
               "ANN: adaptive pair distances without the triangle bounds (the paper's baseline)",
               {k: v for k, v in _ROUNDS.items() if k != "triangle"}, ("ANN",) + _PAIR_STATES, rounds=True,
-              triplet_defaults=_DERIVED, memory=_BOUNDS, warning=_loses_to_random("ANN", ".20 / .22")),
+              state_in_place=True, triplet_defaults=_DERIVED, memory=_BOUNDS,
+              warning=_loses_to_random("ANN", ".20 / .22")),
     Algorithm("random", "engine.anntri:RandomSampling", ("triplet", "rating"), "pair", "graph",
               "Random: uniformly random pairs until the confidence bounds certify every neighbour",
               {k: v for k, v in _ROUNDS.items()
                if k not in ("window", "max_samples_per_round", "stagger", "triangle")},
-              ("RandomSampling",) + _PAIR_STATES, triplet_defaults=_DERIVED, memory=_BOUNDS,
+              ("RandomSampling",) + _PAIR_STATES, state_in_place=True, triplet_defaults=_DERIVED, memory=_BOUNDS,
               warning=_loses_to_random("Random sampling", ".15 / .11")),
     Algorithm("random_triplets", "engine.random_triplets:RandomTriplets", _TRIPLET_KINDS, "triplet", "graph",
               "Random triplets: uniformly random triplets, neighbour = highest win rate (no certificate)",
@@ -248,7 +255,8 @@ _ENTRIES = (
                "leaf_size": {"type": "integer", "minimum": 1, "default": 1},
                "redundancy": {"oneOf": [{"type": "integer", "minimum": 1}, {"const": "adaptive"}], "default": 1},
                "supervised": {"type": "boolean", "default": False}},
-              ("ComparisonForest", "ForestStudy"), takes_labels=True, memory=Memory(per_item=2_500.0, fixed=20e6)),
+              ("ComparisonForest", "ForestStudy"), takes_labels=True, grows=True,
+              memory=Memory(per_item=2_500.0, fixed=20e6)),
     Algorithm("simforest", "engine.simforest:ActiveSimilarityForest", ("rating",), "pair", "forest",
               "SimForest: a similarity forest classifying items by label, asking only the ratings its splits need",
               {"n_trees": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10},
@@ -260,6 +268,10 @@ _ENTRIES = (
 
 #: name (as in a study config) -> :class:`Algorithm`, in the order researchers see them.
 ALGORITHMS: Mapping[str, Algorithm] = MappingProxyType({a.name: a for a in _ENTRIES})
+#: Algorithms that grow a forest (the researcher downloads it as JSON).
+FOREST_ALGORITHMS = tuple(name for name, entry in ALGORITHMS.items() if entry.learns == "forest")
+#: Algorithms that learn an embedding (exported as coordinates, drawn as a scatter).
+EMBEDDING_ALGORITHMS = tuple(name for name, entry in ALGORITHMS.items() if entry.learns == "embedding")
 
 
 def default_algorithm(question_kind: str = "triplet") -> str:
@@ -326,7 +338,7 @@ def make_planner(name: str, n_items: int, question_kind: str = "triplet", random
     ``(head, (r1, ..., rn), (s1, ..., sk))``, s1 the most alike; ``screens="random"`` asks uniformly
     random screens (the default of the learners that ask random triplets, the entry's ``screens``).
     ``labels`` (one per item) is required by label-driven algorithms. Every planner returned has ``neighbor_graph(k)``
-    (except label-driven forests) and the progress keys of :data:`engine.graph.PROGRESS_KEYS`.
+    and the progress keys of :data:`engine.graph.PROGRESS_KEYS` (:class:`engine.graph.Planner`).
     """
     entry = get_algorithm(name)
     if question_kind not in QUESTION_KINDS:
@@ -346,6 +358,10 @@ def make_planner(name: str, n_items: int, question_kind: str = "triplet", random
     if entry.takes_labels:
         params["labels"] = list(labels) if (entry.needs_labels or supervised) else None
     planner = cls(n_items, random_state=random_state, **params)
+    if entry.grows:
+        from .forest_study import ForestStudy
+
+        return ForestStudy(planner)
     if entry.pair_over_triplets and question_kind == "triplet":
         from .adapters import PairTripletAdapter
 
@@ -407,17 +423,33 @@ def warning_for(name: str, question_kind: str = "triplet") -> str:
 
 
 def drive_as_pool(planner: Any, fitter: Any = None) -> Any:
-    """Put ``planner`` in live-pool mode where it has one (``CandidateDuels.pool``: the whole
-    budget per call) and return it. A live study's worker and ``proxima plan`` drive planners this
-    way; a script observing between calls keeps the default. ``fitter`` (an object whose
-    ``fit(task)`` returns a future of ``task.run()``, e.g. the worker's fit process) is where a
-    planner that refits a model runs its refits, beside the calls; None runs them inside the call
-    that starts them."""
-    if hasattr(planner, "pool"):
+    """Put ``planner`` in live-pool mode where it refits a model (:class:`engine.graph.RefitsBeside`,
+    e.g. ``CandidateDuels.pool``: the whole budget per call) and return it. A live study's worker and
+    ``proxima plan`` drive planners this way; a script observing between calls keeps the default.
+    ``fitter`` (an object whose ``fit(task)`` returns a future of ``task.run()``, e.g. the worker's
+    fit process) is where a planner that refits a model runs its refits, beside the calls; None runs
+    them inside the call that starts them."""
+    from .graph import RefitsBeside
+
+    if isinstance(planner, RefitsBeside):
         planner.pool = True
-    if hasattr(planner, "fitter"):
         planner.fitter = fitter
     return planner
+
+
+def fitted_coordinates(planner: Any) -> Any | None:
+    """The coordinates (n_items, dim) a planner has fitted to its answers, None for a planner without
+    them (or before its first fit): an embedding learner's ``embedding()``, or the ``embedding_``
+    candidate duels fits to pick its shortlists."""
+    get = getattr(planner, "embedding", None)
+    return get() if callable(get) else getattr(planner, "embedding_", None)
+
+
+def candidate_duels(planner: Any) -> Any | None:
+    """A planner's ``candidates(h) -> (items, win shares, duels)`` where it ranks each item's
+    candidates in duels (candidate duels), None for the others."""
+    ranking = getattr(planner, "candidates", None)
+    return ranking if callable(ranking) else None
 
 
 def run_fit_task(task: Any) -> Any:
@@ -425,78 +457,32 @@ def run_fit_task(task: Any) -> Any:
     return task.run()
 
 
+#: state class of a planner wrapping the table's planner -> the wrapper (which restores what it wraps)
+_WRAPPERS = {"PairTripletAdapter": "engine.adapters:PairTripletAdapter",
+             "OddOneOutScreens": "engine.screens:OddOneOutScreens", "RankScreens": "engine.screens:RankScreens",
+             "ForestStudy": "engine.forest_study:ForestStudy"}
+
+
+def _resolve(path: str) -> Any:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def restore_planner(state: Mapping) -> Any:
-    """The planner that saved ``state`` (any class of the table's ``state_classes``)."""
+    """The planner that saved ``state`` (any class of the table's ``state_classes``), wrapped as
+    :func:`make_planner` wraps it (a bare forest state of an entry that ``grows`` is given no routes)."""
     entry = entry_for_state(state)
-    if state.get("class") in _SCREEN_STATES:
-        from .screens import SCREEN_CLASSES
+    if state.get("class") in _WRAPPERS:
+        return _resolve(_WRAPPERS[state["class"]]).from_state(dict(state))
+    planner = entry.planner_class().from_state(dict(state))
+    if entry.grows:
+        from .forest_study import ForestStudy
 
-        return SCREEN_CLASSES[state["class"]].from_state(dict(state))
-    if state.get("class") == "PairTripletAdapter":
-        from .adapters import PairTripletAdapter
-
-        return PairTripletAdapter.from_state(state)
-    if state.get("class") == "ForestStudy":
-        raise ValueError("a ForestStudy state holds a forest and its routes; restore it with the worker's Learner")
-    if entry.planner.startswith("engine.anntri:"):
-        # one restorer for the three pair planners (a state names its own class)
-        from .anntri import planner_from_state
-
-        return planner_from_state(dict(state))
-    return entry.planner_class().from_state(dict(state))
+        return ForestStudy(planner)
+    return planner
 
 
 def neighbor_graph(planner: Any, k: int = 1) -> NeighborGraph:
-    """The :class:`engine.graph.NeighborGraph` of any planner of the table, ``k`` columns.
-
-    Planners with a ``neighbor_graph`` method answer themselves; the pair planners (which learn
-    ``planner.k`` neighbours) give their ``result()``: fewer columns are cut, more columns are
-    filled with -1 (they have no estimate beyond their own k)."""
-    if hasattr(planner, "neighbor_graph"):
-        g = planner.neighbor_graph(k=k)
-        from .graph import NeighborGraph
-
-        if isinstance(g, NeighborGraph):
-            return g
-        return NeighborGraph.from_neighbors(g.neighbors)
-    return _widen(planner.result(), k, getattr(planner, "count_", None))
-
-
-def _widen(g, k: int, count=None):
-    import numpy as np
-
-    from .graph import NO_NEIGHBOR, NeighborGraph
-
-    k = int(k)
-    if k < 1:
-        raise ValueError(f"k must be a positive integer, got {k}")
-    if count is not None:
-        # an item no answer has touched has no neighbour yet (not the argmin of zeros)
-        blind = np.asarray(count).sum(axis=1) == 0
-        if blind.any():
-            b = blind[:, None]
-            g = NeighborGraph(np.where(b, NO_NEIGHBOR, g.neighbors).astype(np.int64), g.certified,
-                              np.where(b, np.nan, g.estimates), np.where(b, np.nan, g.lower),
-                              np.where(b, np.nan, g.upper), np.where(b, 0, g.samples).astype(np.int64))
-    have = g.neighbors.shape[1]
-    if k <= have:
-        return NeighborGraph(g.neighbors[:, :k], g.certified, g.estimates[:, :k], g.lower[:, :k],
-                             g.upper[:, :k], g.samples[:, :k])
-    extra = k - have
-
-    def pad(a, value, dtype):
-        return np.concatenate([np.asarray(a, dtype), np.full((len(a), extra), value, dtype)], axis=1)
-
-    return NeighborGraph(pad(g.neighbors, NO_NEIGHBOR, np.int64), g.certified, pad(g.estimates, np.nan, float),
-                         pad(g.lower, np.nan, float), pad(g.upper, np.nan, float), pad(g.samples, 0, np.int64))
-
-
-def common_progress(planner: Any) -> dict:
-    """``planner.progress()`` with the keys of :data:`engine.graph.PROGRESS_KEYS` filled in for
-    planners that name them differently (the pair planners: ``samples``, ``rounds_certified``)."""
-    p = dict(planner.progress())
-    p.setdefault("answers", p.get("samples", p.get("answers_received", p.get("answers_counted", 0))))
-    p.setdefault("questions_issued", p.get("questions_asked", p.get("questions_planned", 0)))
-    p.setdefault("done", bool(getattr(planner, "done", False)))
-    p.setdefault("items_certified", p.get("rounds_certified", 0))
-    return p
+    """The :class:`engine.graph.NeighborGraph` of any planner of the table, ``k`` columns (the
+    contract's ``planner.neighbor_graph(k)``)."""
+    return planner.neighbor_graph(k)

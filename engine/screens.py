@@ -22,14 +22,15 @@ from __future__ import annotations
 import heapq
 import numbers
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .graph import RefitsBeside
 from .utils import RandomState, check_random_state, generator_from_state, generator_state, take_one
 
 if TYPE_CHECKING:
-    from .graph import NeighborGraph
+    from .graph import NeighborGraph, Progress
 
 #: Smallest and largest number of references a rank screen shows.
 MIN_REFERENCES, MAX_REFERENCES = 3, 12
@@ -116,13 +117,24 @@ def rank_triplets(head: int, references: Sequence[int], picks: Sequence[int]) ->
 
 
 # ---------------------------------------------------------------------------------------------- planners
+@runtime_checkable
+class ScreenSource(Protocol):
+    """What a learner offers the screen planners beside the :class:`engine.graph.Planner` life cycle
+    (duels and the embeddings do; random triplets do not): ``screen_candidates(h)`` h's likely
+    neighbours, best first, and whether h is certified; ``refresh_if_due()`` the refit it would do
+    before planning its own questions."""
+
+    def screen_candidates(self, h: int) -> tuple[np.ndarray, bool]: ...
+
+    def refresh_if_due(self) -> None: ...
+
+
 def _ranked_candidates(inner: Any, h: int) -> tuple[np.ndarray, bool]:
-    """h's likely neighbours, best first, from the learner's model, and whether h is certified.
-    Learners say so themselves (``screen_candidates``); otherwise nothing is known."""
-    ranked = getattr(inner, "screen_candidates", None)
-    if ranked is None:
+    """h's likely neighbours, best first, from the learner's model, and whether h is certified;
+    nothing is known of a learner that is no :class:`ScreenSource`."""
+    if not isinstance(inner, ScreenSource):
         return np.empty(0, np.int64), False
-    cands, certified = ranked(h)
+    cands, certified = inner.screen_candidates(h)
     return np.asarray(cands, np.int64), bool(certified)
 
 
@@ -148,12 +160,13 @@ class _Screens:
     # -- the inner learner
     @property
     def k(self) -> int:
-        return int(getattr(self.planner, "k", 1))
+        return 1  # the triplet learners behind a screen learn one neighbour per item
 
     @property
     def done(self) -> bool:
         return bool(self.planner.done)
 
+    # live pool and refits (engine.graph.RefitsBeside), passed on to a learner that refits
     @property
     def pool(self) -> bool:
         """Live-pool mode (see ``engine.registry.drive_as_pool``), passed on to the learner."""
@@ -162,30 +175,26 @@ class _Screens:
     @pool.setter
     def pool(self, value: bool) -> None:
         self._pool = bool(value)
-        if hasattr(self.planner, "pool"):
+        if isinstance(self.planner, RefitsBeside):
             self.planner.pool = bool(value)
 
     @property
     def fitter(self) -> Any:
-        return getattr(self.planner, "fitter", None)
+        return self.planner.fitter if isinstance(self.planner, RefitsBeside) else None
 
     @fitter.setter
     def fitter(self, value: Any) -> None:
-        if hasattr(self.planner, "fitter"):
+        if isinstance(self.planner, RefitsBeside):
             self.planner.fitter = value
 
     def settle_fit(self) -> bool:
-        settle = getattr(self.planner, "settle_fit", None)
-        return bool(settle()) if settle is not None else False
+        return bool(self.planner.settle_fit()) if isinstance(self.planner, RefitsBeside) else False
 
     def fit_ready(self) -> bool | None:
-        ready = getattr(self.planner, "fit_ready", None)
-        return ready() if ready is not None else None
+        return self.planner.fit_ready() if isinstance(self.planner, RefitsBeside) else None
 
     def neighbor_graph(self, k: int = 1) -> NeighborGraph:
-        from .registry import neighbor_graph
-
-        return neighbor_graph(self.planner, k)
+        return self.planner.neighbor_graph(k)
 
     def result(self) -> Any:
         return self.planner.result()
@@ -193,10 +202,8 @@ class _Screens:
     def current_neighbors(self) -> np.ndarray:
         return self.neighbor_graph(1).neighbors[:, 0]
 
-    def progress(self) -> dict:
-        from .registry import common_progress
-
-        inner = common_progress(self.planner)
+    def progress(self) -> Progress:
+        inner = self.planner.progress()
         return {**inner, "answers": int(self.n_answers_), "questions_issued": int(self.n_issued_),
                 "done": self.done, "triplets": int(self.n_triplets_),
                 "pending_screens": int(sum(self.issued_.values()))}
@@ -422,9 +429,8 @@ class RankScreens(_Screens):
         budget = self._check_budget(budget)
         if budget == 0:
             return []
-        refresh = getattr(self.planner, "refresh_if_due", None)
-        if refresh is not None:  # the learner's refits happen as when it plans its own questions
-            refresh()
+        if isinstance(self.planner, ScreenSource):  # the learner's refits happen as when it plans its own questions
+            self.planner.refresh_if_due()
         n = self.n_items
         tie = self.rng_.permutation(n)
         heap = [(0, int(self.load_[h]), int(tie[h]), h) for h in range(n)]

@@ -49,6 +49,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
+from .graph import NO_NEIGHBOR, NeighborGraph
 from .utils import (
     CodeTable,
     RandomState,
@@ -892,6 +893,11 @@ class ActiveSimilarityForest:
             "depth": int(f.node_depth_.max()),
             "done": self.done,
         }
+
+    def neighbor_graph(self, k: int = 1) -> NeighborGraph:
+        """No neighbour graph: the forest learns to classify items by label, so every item has
+        :data:`engine.graph.NO_NEIGHBOR` (the table says so: ``Algorithm.yields_graph``)."""
+        return NeighborGraph.from_neighbors(np.full((int(self.n_items), max(int(k), 1)), NO_NEIGHBOR, np.int64))
 
     def result(self) -> SimilarityForest:
         """A fitted :class:`SimilarityForest` (a copy) over the ratings so far; before ``done``

@@ -331,14 +331,15 @@ def test_a_live_duels_learner_fills_its_pool():
 
 
 def test_least_asked_repeats_come_from_every_undecided_arm_of_the_open_rounds():
+    """Once every question of the open rounds is pending, the worker's refill asks the open rounds'
+    undecided arms again: the planner's ``repeat_questions`` (engine.graph.RoundPlanner)."""
     from engine.anntri import ANNTri
-    from workers.jobs.learners import _least_asked
 
     planner = ANNTri(10, window=1, random_state=0)
     first = planner.next_questions(100)  # the open round's whole first layer, all pending
     j = first[0][0]
     assert planner.next_questions(10) == []
-    repeats = _least_asked(planner, 9)
+    repeats = planner.repeat_questions(9)
     assert sorted(a for _, a in repeats) == sorted(a for a in range(10) if a != j)
     assert all(r == j for r, _ in repeats)
 

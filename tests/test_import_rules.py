@@ -132,10 +132,12 @@ def test_a_web_process_starts_without_numpy_or_scipy(redis_url, tmp_path):
 
 
 def test_the_dashboard_knows_the_forest_algorithms_the_learners_know():
+    from engine.registry import FOREST_ALGORITHMS as TABLE_FORESTS
     from webapp.dashboard import FOREST_ALGORITHMS
-    from workers.jobs.learners import FOREST_ALGORITHMS as LEARNERS_FORESTS
+    from workers.results.exports import FOREST_ALGORITHMS as EXPORTED_FORESTS
 
-    assert FOREST_ALGORITHMS == LEARNERS_FORESTS and FOREST_ALGORITHMS
+    # computed once, by the table: the dashboard and the exports hold the same tuple
+    assert FOREST_ALGORITHMS is EXPORTED_FORESTS is TABLE_FORESTS and FOREST_ALGORITHMS
 
 
 def test_the_simulated_crowd_loads_no_web_framework():

@@ -9,7 +9,7 @@ import random
 import pytest
 from helpers import run_worker
 
-from engine.registry import common_progress, restore_planner
+from engine.registry import restore_planner
 from webapp.tokens import verify_question
 from workers.store.answers import CATCH_ALGORITHM, REPEAT_ALGORITHM, export_triplets, iter_answers
 from workers.store.config import ConfigError, StudyConfig
@@ -129,7 +129,7 @@ def test_repeats_are_never_given_to_a_learner_nor_exported_as_triplets(app, conn
     new = [a for a in answers if a.algorithm not in (REPEAT_ALGORITHM, CATCH_ALGORITHM)]
     assert len(new) < len(answers)
     learner = restore_planner(load_state(conn, study_id, "random_triplets"))
-    assert common_progress(learner)["answers"] == len(new)  # each answer once; no repeat counted
+    assert learner.progress()["answers"] == len(new)  # each answer once; no repeat counted
     triplets = "".join(export_triplets(answers)).splitlines()
     assert len(triplets) == len(new)
 

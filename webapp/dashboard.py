@@ -23,6 +23,7 @@ from flask import (
 )
 
 from engine.kinds import DEFAULT_KIND, KINDS
+from engine.registry import FOREST_ALGORITHMS
 from workers.store import deletion, keys
 from workers.store.backup import set_aside_answers
 from workers.store.config import (
@@ -65,10 +66,6 @@ if TYPE_CHECKING:
 
 
 bp = Blueprint("dashboard", __name__)
-
-#: Algorithms whose planner grows a forest the researcher can download as JSON (read from the table:
-#: workers.jobs.learners says the same but imports numpy, which a web process loads only when asked).
-FOREST_ALGORITHMS = tuple(name for name, entry in ALGORITHM_TABLE.items() if entry.learns == "forest")
 
 #: Largest upload accepted by the create-study form (the app-wide limit stays small).
 DEFAULT_UPLOAD_MAX_BYTES = 64 * 1024 * 1024

@@ -134,16 +134,17 @@ def study_stats(conn: Redis, study: Study) -> dict:
         if known and curve and ALGORITHM_TABLE[alg.algorithm].yields_graph:
             # the update pass appends a point with every summary it writes: the last one is the current error
             error = {"share_wrong": curve[-1][1], "answers_applied": curve[-1][0], "curve": curve}
-        certified = None
-        if progress and "rounds_certified" in progress and progress.get("n_items"):
-            certified = progress["rounds_certified"] / progress["n_items"]
+        entry = ALGORITHM_TABLE[alg.algorithm]
+        # planners that work in rounds certify each item's neighbour (engine.graph.Progress)
+        certified = progress["items_certified"] / study.n_items if progress and entry.rounds and study.n_items \
+            else None
         algorithms.append({
             "label": label, "algorithm": alg.algorithm, "question_kind": alg.question_kind, "share": alg.share,
             "budget": alg.budget, "answers": counters.get(keys.counter_field("answers", label), 0),
             "questions_served": a_served,
             "fallback_served": a_fallback, "fallback_rate": a_fallback / a_served if a_served else 0.0,
             "pool_depth": int(depths[label]), "finished": label in finished,
-            "progress": progress, "share_certified": certified,
+            "progress": progress, "share_certified": certified, "rounds": entry.rounds,
             "neighbors": neighbors, "truth_error": error,
         })
     # answers to the learners' own questions: attention checks and validation repeats left out

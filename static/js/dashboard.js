@@ -117,7 +117,7 @@
         [trees, p.nodes_built, p.nodes_pending, depth],
         { scales: { x: { time: false }, depth: { range: (u, lo, hi) => [0, Math.max(1, hi)] } },
           axes: [{ label: "tree" }, { label: "nodes" }, { scale: "depth", side: 1, label: "depth", grid: { show: false } }] });
-      } else if (p.rounds_certified !== undefined) {
+      } else if (alg.rounds && alg.progress) {  // a planner working in rounds (its entry says so)
         const h = roundHistory[alg.label] || (roundHistory[alg.label] = { t: [], c: [], o: [], w: [] });
         h.t.push(now); h.c.push(p.rounds_certified); h.o.push(p.rounds_open); h.w.push(p.rounds_waiting);
         chart(plot, [lineSeries("certified", "#2e8540"), lineSeries("open", "#2857c5"), lineSeries("waiting", "#999999")],
@@ -258,14 +258,14 @@
     const p = alg.progress;
     if (alg.finished) return "finished";
     if (!p) return "—";
-    if (p.rounds_certified !== undefined) {
+    if (alg.rounds) {
       return p.rounds_certified + " certified, " + p.rounds_open + " open, " + p.rounds_waiting + " waiting";
     }
     if (p.trees_built !== undefined) {
       const depth = p.depth && p.depth.length ? ", depth up to " + Math.max.apply(null, p.depth) : "";
       return p.trees_built + " of " + p.n_trees + " trees built" + depth;
     }
-    return (p.answers !== undefined ? p.answers : alg.answers) + " answers";
+    return p.answers + " answers";
   }
 
   // ------------------------------------------------------------------ learned graph

@@ -9,14 +9,13 @@ import numpy as np
 import pytest
 from scipy.spatial.distance import cdist
 
-from engine.adapters import PairTripletAdapter, pair_sample, triplet_samples
+from engine.adapters import pair_sample, triplet_samples
 from engine.graph import NO_NEIGHBOR, PROGRESS_KEYS, NeighborGraph
 from engine.oracles import OddOneOutOracle, PointsOracle, RankOracle, TripletOracle
 from engine.registry import (
     ALGORITHMS,
     DEFAULT_NN_ALGORITHM,
     check_params,
-    common_progress,
     entry_for_state,
     make_planner,
     neighbor_graph,
@@ -109,17 +108,14 @@ def test_bad_parameter_names_the_parameter(name):
 @pytest.mark.parametrize("name,kind", CASES, ids=IDS)
 def test_progress_keys_done_and_empty_graph(name, kind):
     p = _make(name, kind)
-    progress = common_progress(p)
+    # every planner has the whole contract itself (engine.graph.Planner), whatever it wraps
+    progress = p.progress()
     assert set(PROGRESS_KEYS) <= set(progress)
     assert progress["answers"] == 0 and progress["done"] is False and p.done is False
-    if ALGORITHMS[name].yields_graph:
-        g = neighbor_graph(p, k=2)
-        assert isinstance(g, NeighborGraph)
-        assert g.neighbors.shape == (N, 2) and (g.neighbors == NO_NEIGHBOR).all()
-    if isinstance(p, PairTripletAdapter) or ALGORITHMS[name].asks == "triplet":
-        # the planners a triplet harness drives have the whole contract themselves
-        assert set(PROGRESS_KEYS) <= set(p.progress())
-        assert p.neighbor_graph(k=1).neighbors.shape == (N, 1)
+    g = neighbor_graph(p, k=2)
+    assert isinstance(g, NeighborGraph) and isinstance(p.neighbor_graph(k=1), NeighborGraph)
+    assert g.neighbors.shape == (N, 2) and (g.neighbors == NO_NEIGHBOR).all()
+    assert p.neighbor_graph(k=1).neighbors.shape == (N, 1)
 
 
 @pytest.mark.parametrize("name,kind", CASES, ids=IDS)
@@ -149,16 +145,16 @@ def test_forget_releases(name, kind):
     X = _points(2)
     p = _make(name, kind)
     first = p.next_questions(3)
-    before = common_progress(p)["answers"]
+    before = p.progress()["answers"]
     p.forget(first)
     p.forget(first)  # twice, and never-issued questions, are harmless
-    assert common_progress(p)["answers"] == before
+    assert p.progress()["answers"] == before
     if kind == "triplet" and ALGORITHMS[name].asks == "pair":
         assert p.issued_ == {}
     # answers still arriving for a released question are used
     _run(p, name, kind, X, 2)
     p.observe(_answer_for(name, kind, X, first[:1]))
-    assert common_progress(p)["answers"] > before
+    assert p.progress()["answers"] > before
 
 
 @pytest.mark.parametrize("name", [n for n, e in ALGORITHMS.items() if e.yields_graph and "triplet" in e.question_kinds])

@@ -25,6 +25,7 @@ import numpy as np
 
 from engine.kinds import QuestionKind, get_kind
 from engine.oracles import HUMAN_LAPSE, HUMAN_SCALE  # noqa: F401 (the noise of truths without answers)
+from engine.registry import get_algorithm
 
 #: spread (sigma of log think time) of the log-normal think time
 THINK_SPREAD = 0.5
@@ -788,8 +789,12 @@ def study_config(name: str, kind: str = "rating", algorithm: str = "anntri", del
         config["rating"] = scale or {"min": 0, "max": 100, "step": 1, "widget": "slider"}
     if entry.settings:
         config[kind] = entry.check_settings(settings)
-    config["algorithms"] = [{"algorithm": algorithm, "params": params}] if algorithm in ("anntri", "ann") \
-        else [{"algorithm": algorithm}]
+    try:
+        rounds = get_algorithm(algorithm).rounds
+    except ValueError as exc:
+        raise SimulationError(str(exc)) from None
+    # the planners that work in rounds take the confidence bounds' k, delta, sigma and window
+    config["algorithms"] = [{"algorithm": algorithm, "params": params}] if rounds else [{"algorithm": algorithm}]
     config["pool_size"] = pool_size
     config["random_state"] = seed
     return config

@@ -5,23 +5,20 @@ This is the one place that knows both. Must never import Flask.
 """
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from engine import anntri
 from engine.adapters import draw_third, pair_sample
-from engine.comparison_tree import ComparisonForest, ForestRoute
+from engine.graph import NeighborGraph, Progress, RefitsBeside, RoundPlanner, refill_rounds
 from engine.kinds import KINDS, kind_of
 from engine.registry import (
     ALGORITHMS,
     SCREEN_PARAMS,
-    common_progress,
+    candidate_duels,
     drive_as_pool,
-    entry_for_state,
+    fitted_coordinates,
     make_planner,
-    neighbor_graph,
     restore_planner,
 )
 from workers.store.answers import Answer
@@ -29,24 +26,20 @@ from workers.store.config import AlgorithmConfig, StudyConfig
 from workers.store.questions import derived_triplet_question, pooled
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
     from typing import Any
 
+    from engine.forest_study import ForestStudy
+    from engine.graph import Planner
     from engine.registry import Algorithm
 
 #: Answers imported from a file carry this algorithm label.
 IMPORTED = "import"
-#: A comparison forest's saved state: the forest plus the searches routing items added later.
-FOREST_STATE = "ForestStudy"
-#: Algorithms whose planner grows a forest the researcher exports as JSON.
-FOREST_ALGORITHMS = tuple(n for n, e in ALGORITHMS.items() if e.learns == "forest")
-#: Algorithms that learn an embedding (exported as coordinates, drawn as a scatter).
-EMBEDDING_ALGORITHMS = tuple(n for n, e in ALGORITHMS.items() if e.learns == "embedding")
 
 
 #: A learned k-NN graph; learners without distance estimates (triplet win rates, forests) fill
 #: ``estimates``/``lower``/``upper`` with NaN and ``neighbors`` with -1 where an item has none yet.
-Graph = anntri.NeighborGraph
+Graph = NeighborGraph
 
 
 def _seed(config: StudyConfig, index: int):
@@ -56,15 +49,12 @@ def _seed(config: StudyConfig, index: int):
 class Learner:
     """One algorithm of a study: builds questions for its pool and applies its answers."""
 
-    def __init__(self, algorithm: AlgorithmConfig, config: StudyConfig, planner: Any,
-                 routes: Mapping[int, ForestRoute] | None = None) -> None:
+    def __init__(self, algorithm: AlgorithmConfig, config: StudyConfig, planner: Planner) -> None:
         self.algorithm = algorithm
         self.config = config
         # a pool holds questions for every rater at once and an update pass must stay short
-        self.planner = drive_as_pool(planner)
-        #: comparison forests: item added after the forest was built -> its search down the trees
-        self.routes: dict[int, ForestRoute] = dict(routes or {})
-        #: questions of the latest ``plan`` that repeat an arm still pending (``_least_asked``)
+        self.planner: Any = drive_as_pool(planner)
+        #: questions of the latest ``plan`` that repeat a question still pending (``repeat_questions``)
         self.repeats_planned = 0
         #: the latest ``plan`` planned nothing but put a finished refit in place
         self.fit_settled = False
@@ -105,11 +95,7 @@ class Learner:
 
     @classmethod
     def from_state(cls, algorithm: AlgorithmConfig, config: StudyConfig, state: dict) -> Learner:
-        entry_for_state(state)  # raises for a state no algorithm of the table restores
-        if state.get("class") == FOREST_STATE:
-            planner = ComparisonForest.from_state(state["forest"])
-            routes = {int(r["item"]): ForestRoute.from_state(r, planner) for r in state["routes"]}
-            return cls(algorithm, config, planner, routes)
+        """The learner whose planner saved ``state`` (ValueError for a state no algorithm restores)."""
         return cls(algorithm, config, restore_planner(state))
 
     @property
@@ -125,17 +111,31 @@ class Learner:
         return self.algorithm.learns_graph
 
     @property
-    def is_forest(self) -> bool:
-        """A triplet forest: takes only answers to triplets it asked, routes items added later."""
-        return self.entry.asks == "triplet" and self.entry.learns == "forest"
+    def rounds(self) -> RoundPlanner | None:
+        """The planner as a :class:`engine.graph.RoundPlanner` when its entry works in rounds."""
+        return cast("RoundPlanner", self.planner) if self.entry.rounds else None
 
-    def sync_items(self, n_items: int) -> None:
-        """Start routing items added to the study after its forest was built."""
-        if not self.is_forest or not self.planner.done:
-            return
-        for item in range(int(self.planner.n_items), n_items):
-            if item not in self.routes:
-                self.routes[item] = self.planner.route(item)
+    @property
+    def window(self) -> int | None:
+        """How many rounds the planner may have open at once (None: it works in no rounds)."""
+        rounds = self.rounds
+        return None if rounds is None else int(rounds.window)
+
+    @property
+    def grows(self) -> ForestStudy | None:
+        """The planner as a :class:`engine.forest_study.ForestStudy` when its entry takes items added
+        to the study later (``Algorithm.grows``: it takes only answers to questions it asked)."""
+        return cast("ForestStudy", self.planner) if self.entry.grows else None
+
+    def sync_items(self, n_items: int) -> int:
+        """Start routing items added to the study after its forest was built; how many started."""
+        grows = self.grows
+        return grows.add_items(n_items) if grows is not None else 0
+
+    def fit_ready(self) -> bool | None:
+        """True once a refit that ran beside the passes is ready, False while one runs, None if none
+        was handed over (or the planner refits no model: :class:`engine.graph.RefitsBeside`)."""
+        return self.planner.fit_ready() if isinstance(self.planner, RefitsBeside) else None
 
     # ------------------------------------------------------------------ answers
     def engine_answers(self, answers: list[Answer]) -> list[tuple]:
@@ -151,7 +151,7 @@ class Learner:
                     rows.append((a.head, a.a, scale.distance(a.value)))
                 elif a.probe is not None and a.picks:
                     rows.append(pair_sample(a.head, a.probe, a.picks[0]))
-        elif self.entry.asks == "triplet" and not self.is_forest:
+        elif self.entry.asks == "triplet" and not self.entry.grows:
             # learners of any triplet (win rates, duels, embeddings) also learn from imported answers of
             # their kind; each answer becomes the planner's observation through its kind's entry
             kind = self.algorithm.kind
@@ -162,25 +162,15 @@ class Learner:
             rows = [(a.head, a.a, 1.0 - scale.distance(a.value)) for a in answers
                     if a.question_kind.asks == "pair" and a.algorithm == self.label and a.value is not None]
         else:
-            n, kind = int(self.planner.n_items), self.algorithm.kind
+            kind = self.algorithm.kind
             mine = [kind.observation(a.shown, a.picks) for a in answers
-                    if a.question_kind is kind and a.algorithm == self.label and not a.fallback and a.head < n
-                    and a.picks]
-            # A forest only takes answers to triplets it asked (a rebuild without some raters
-            # grows different trees, so older answers may no longer match any question).
+                    if a.question_kind is kind and a.algorithm == self.label and not a.fallback and a.picks]
+            # A forest only takes answers to triplets it (or the search of an added item) asked: a
+            # rebuild without some raters grows different trees, so older answers may match no question.
             if mine:
-                asked = self.planner.asked([r[:3] for r in mine])
+                asked = cast("ForestStudy", self.grows).asked([r[:3] for r in mine])
                 rows = [r for r, ok in zip(mine, asked, strict=True) if ok]
         return rows
-
-    def _route_answers(self, answers: list[Answer]) -> dict[int, list[tuple]]:
-        by_item: dict[int, list[tuple]] = {}
-        kind = self.algorithm.kind
-        for a in answers:
-            if (a.question_kind is kind and a.algorithm == self.label and not a.fallback and a.head in self.routes
-                    and not a.skipped):
-                by_item.setdefault(a.head, []).append(kind.observation(a.shown, a.picks))
-        return by_item
 
     def observe(self, answers: list[Answer]) -> int:
         """Apply the answers this learner uses; returns how many it used.
@@ -193,23 +183,18 @@ class Learner:
         rows = self.engine_answers(answers)
         if rows:
             self.planner.observe(rows)
-        used = len(rows)
-        for item, item_rows in self._route_answers(answers).items():
-            route = self.routes[item]
-            known = [r for r, ok in zip(item_rows, route.asked([r[:3] for r in item_rows]), strict=True) if ok]
-            if known:
-                route.observe(known)
-                used += len(known)
-        return used
+        return len(rows)
 
     def closed_round_answers(self, answers: list[Answer]) -> int:
         """How many of the answers this learner uses were asked for a round that is closed by now
         (before they are applied): still used for the estimates, but no longer for that round."""
-        if not self.entry.rounds or not hasattr(self.planner, "status_"):  # no state before its first call
+        rounds = self.rounds
+        if rounds is None:
             return 0
-        status = self.planner.status_
-        return sum(1 for a in answers if a.algorithm == self.label and not a.fallback and not a.skipped
-                   and 0 <= a.head < len(status) and status[a.head] != anntri.ROUND_OPEN)
+        n = int(rounds.n_items)
+        heads = [a.head for a in answers if a.algorithm == self.label and not a.fallback and not a.skipped
+                 and 0 <= a.head < n]
+        return int(rounds.closed(heads).sum()) if heads else 0
 
     def forget(self, questions: list[dict]) -> None:
         """Release this learner's questions that expired unanswered, so they can be asked again."""
@@ -220,13 +205,9 @@ class Learner:
             pairs = [kind_of(q).proposal(q) if kind_of(q).asks == "pair" else (q["head"], q["probe"]) for q in mine]
             self.planner.forget(pairs)
             return
-        n = int(self.planner.n_items)
-        own = [kind_of(q).proposal(q) for q in mine if kind_of(q).shown(q)[0] < n]
+        own = [kind_of(q).proposal(q) for q in mine if kind_of(q).shown(q)[0] < int(self.planner.n_items)]
         if own:
             self.planner.forget(own)
-        for q in mine:
-            if q.get("head") in self.routes:
-                self.routes[q["head"]].forget([kind_of(q).proposal(q)])
 
     # ------------------------------------------------------------------ questions
     def plan(self, budget: int, n_items: int, window: int | None = None) -> list[dict]:
@@ -236,33 +217,21 @@ class Learner:
         if budget <= 0:
             # nothing to plan: a refit that finished beside the passes is still put in place (the
             # learned graph and the next questions use it), and the state is saved with it
-            settle = getattr(self.planner, "settle_fit", None)
-            self.fit_settled = bool(settle and settle())
+            self.fit_settled = isinstance(self.planner, RefitsBeside) and bool(self.planner.settle_fit())
             return []
         self.fit_settled = False
-        planner = self.planner
-        if window is not None and self.entry.rounds:
-            planner.window = max(int(window), 1)
-        planned = list(planner.next_questions(budget))
-        if self.entry.rounds:
-            # More raters than the open rounds have distinct questions: open more rounds (up to one
-            # per wanted question; repeats would spend the rounds' sample caps), and only then ask
-            # the open rounds' least-asked arms again.
-            cap = min(n_items, max(int(window or 1), budget))
-            while len(planned) < budget and planner.window < cap and not planner.done:
-                planner.window = min(cap, max(planner.window + 1, math.ceil(planner.window * 1.5)))
-                planned.extend(planner.next_questions(budget - len(planned)))
-            if len(planned) < budget:
-                repeats = _least_asked(planner, budget - len(planned))
-                self.repeats_planned = len(repeats)
-                planned.extend(repeats)
-        for route in self.routes.values():
-            if len(planned) < budget and not route.done:
-                planned.extend(route.next_questions(budget - len(planned)))
+        rounds = self.rounds
+        if rounds is not None:
+            # More raters than the open rounds have distinct questions: open more rounds, then repeats.
+            planned, self.repeats_planned = refill_rounds(rounds, budget, window)
+        else:
+            planned = list(self.planner.next_questions(budget))
         # The third item of a triplet-derived question is drawn from a generator seeded by the study's
-        # random_state and the planner's question count, so a seeded study asks the same questions again.
+        # random_state and the pair planner's count of questions issued (``n_issued_`` of the pair
+        # planners, engine.anntri), so a seeded study asks the same questions again.
         seed = _seed(self.config, self.config.algorithms.index(self.algorithm))
-        rng = np.random.default_rng(None if seed is None else [seed, int(getattr(planner, "n_issued_", 0))])
+        derived = self.entry.asks == "pair" and self.algorithm.kind.asks != "pair"
+        rng = np.random.default_rng(None if seed is None else [seed, int(self.planner.n_issued_) if derived else 0])
         return [self._question(q, n_items, rng) for q in planned]
 
     def _question(self, planned: tuple, n_items: int, rng: np.random.Generator) -> dict:
@@ -282,86 +251,56 @@ class Learner:
         a busy study's questions random fallbacks). Questions of arms the latest answers decided
         inside an open round are kept too: taking them back would not give back their place
         under the cap, so rounds would reach the cap unanswered."""
-        if not self.entry.rounds or not hasattr(self.planner, "status_"):
+        rounds = self.rounds
+        if rounds is None or not questions:
             return []
-        # settle the rounds the latest answers decided (progress() did it too, with O(n²) counts per call)
-        settle = getattr(self.planner, "settle", None)
-        if settle is not None:
-            settle()
-        else:
-            self.planner.progress()
-        status = self.planner.status_
-        live = (anntri.ROUND_OPEN, anntri.ROUND_CAPPED)
-        return [q for q in questions if status[kind_of(q).shown(q)[0]] not in live]
+        rounds.settle()  # close the rounds the latest answers decided
+        stale = rounds.stale([kind_of(q).shown(q)[0] for q in questions])
+        return [q for q, old in zip(questions, stale.tolist(), strict=True) if old]
 
     # ------------------------------------------------------------------ results
     @property
     def finished(self) -> bool:
-        done = getattr(self.planner, "done", False)
-        return bool(done) and all(route.done for route in self.routes.values())
+        return bool(self.planner.done)
 
-    def progress(self) -> dict:
-        progress = common_progress(self.planner)  # the common keys under their common names
-        if self.routes:
-            progress = {**progress, "added_items": len(self.routes),
-                        "added_items_routed": sum(route.done for route in self.routes.values())}
-        return progress
+    def progress(self) -> Progress:
+        return self.planner.progress()
 
     def graph(self, k: int | None = None) -> Graph:
         """The learned nearest-neighbour graph (for forests: most frequent leaf-mates)."""
-        planner = self.planner
-        if not self.entry.yields_graph:
-            n_all = int(planner.n_items)
-            nan = np.full((n_all, k or 1), np.nan)
-            return Graph(np.full((n_all, k or 1), -1, np.int64), np.zeros(n_all, bool), nan, nan, nan,
-                         np.zeros((n_all, k or 1), np.int64))
-        if not self.routes:
+        if self.learns_graph and k is None:
             # pair planners: their own k neighbours unless a k is asked for (then cut or -1-filled)
-            if self.learns_graph and k is None:
-                g = planner.result()
-                return Graph(g.neighbors, g.certified, g.estimates, g.lower, g.upper, g.samples)
-            return neighbor_graph(planner, k or 1)
-        k = k or 1
-        ng = planner.neighbor_graph(k=k)
-        n_all = int(planner.n_items) + len(self.routes)
-        neighbors = np.full((n_all, k), -1, np.int64)
-        neighbors[: int(planner.n_items)] = ng.neighbors
-        for item, route in self.routes.items():
-            found = route.result().neighbors[:k]
-            neighbors[item, : len(found)] = found
-        nan = np.full(neighbors.shape, np.nan)
-        return Graph(neighbors, np.zeros(n_all, bool), nan, nan, nan, np.zeros(neighbors.shape, np.int64))
+            g = self.planner.result()
+            return Graph(g.neighbors, g.certified, g.estimates, g.lower, g.upper, g.samples)
+        return self.planner.neighbor_graph(k or 1)
 
     def embedding(self) -> np.ndarray | None:
-        """The learned coordinates (n_items, dim) of an embedding learner, None before its first fit
-        (read from ``embedding()`` or the fitted attribute ``embedding_``)."""
+        """The learned coordinates (n_items, dim) of an embedding learner, None before its first fit."""
         if self.entry.learns != "embedding":
             return None
-        get = getattr(self.planner, "embedding", None)
-        X = get() if callable(get) else getattr(self.planner, "embedding_", None)
+        X = fitted_coordinates(self.planner)
         return None if X is None else np.asarray(X, dtype=np.float64)
 
     def fitted_coordinates(self) -> np.ndarray | None:
         """Coordinates (n_items, dim) the learner has fitted to its answers, to draw the items by: an
         embedding learner's embedding, or the embedding duels fits to pick its shortlists; None for a
         learner without one (or before its first fit)."""
-        if self.entry.learns == "embedding":
-            return self.embedding()
-        X = getattr(self.planner, "embedding_", None)
+        X = fitted_coordinates(self.planner)
         return None if X is None else np.asarray(X, dtype=np.float64)
 
     @property
     def ranks_candidates(self) -> bool:
         """Whether the learner ranks each item's candidates in duels (``candidate_evidence``)."""
-        return callable(getattr(self.planner, "candidates", None)) and not self.routes
+        return candidate_duels(self.planner) is not None
 
     def candidate_evidence(self, item: int, limit: int) -> list[dict] | None:
         """The item's best ``limit`` candidates for nearest neighbour with the duels behind each
         (``{"item", "win_share", "duels"}``), for a learner that ranks candidates in duels; None for
         the others (a bounds learner's candidates are read from its bounds)."""
-        if not self.ranks_candidates:
+        ranking = candidate_duels(self.planner)
+        if ranking is None:
             return None
-        items, share, duels = self.planner.candidates(item)
+        items, share, duels = ranking(item)
         return [{"item": int(j), "win_share": round(float(w), 6), "duels": int(c)}
                 for j, w, c in zip(items[:limit], share[:limit], duels[:limit], strict=True)]
 
@@ -376,48 +315,11 @@ class Learner:
                 "finished": self.finished, "neighbors": [int(x) for x in first]}
 
     def to_state(self) -> dict:
-        if self.is_forest:
-            return {"class": FOREST_STATE, "forest": self.planner.to_state(),
-                    "routes": [route.to_state() for _, route in sorted(self.routes.items())]}
-        if isinstance(self.planner, anntri._NeighborGraphPlanner):
+        if self.entry.state_in_place:
             # the planner's own arrays, no copy (callers lift or encode them at once): the update pass
             # diffs only the rows they report changed since the previous state (engine_state.advance_delta)
             return self.planner.to_state(copy=False)
         return self.planner.to_state()
-
-
-def _least_asked(planner, budget: int) -> list[tuple[int, int]]:
-    """SETri with questions in flight counted as samples: for each open round in turn, the
-    undecided arm with the fewest answers + pending questions. Used once every arm of the open
-    rounds is pending, so raters get a useful repeat rather than a uniformly random fallback."""
-    cap = planner.max_samples_per_round
-    rounds = []
-    for j in np.flatnonzero(planner.status_ == anntri.ROUND_OPEN).tolist():
-        undecided = planner._decide_round(j)  # the round's undecided arms (indices), None once closed
-        if undecided is not None:
-            arms = np.asarray(undecided, dtype=np.int64)
-            arms = arms[arms != j]
-            if len(arms):
-                rounds.append((j, arms))
-    out: list[tuple[int, int]] = []
-    while len(out) < budget and rounds:
-        for j, arms in list(rounds):
-            if len(out) >= budget:
-                break
-            if cap is not None and planner.round_issued_[j] >= cap:
-                rounds.remove((j, arms))
-                continue
-            a = int(arms[np.argmin(planner.count_[j, arms] + planner.pending_[j, arms])])
-            out.append((j, a))
-            planner.pending_[j, a] += 1
-            touched = [j]
-            if planner.symmetric:  # head-based planners keep row j only (forget releases only that one)
-                planner.pending_[a, j] += 1
-                touched.append(a)
-            planner.mark_rows(touched)
-            planner.round_issued_[j] += 1
-    planner.n_issued_ += len(out)
-    return out
 
 
 def new_learners(config: StudyConfig, n_items: int, labels: Sequence[str | None] | None = None) -> dict[str, Learner]:

@@ -226,8 +226,7 @@ def _fits_beside(study_id: str) -> bool | None:
     """Of the study's learners kept in memory: True if a refit that ran beside the passes is ready,
     False if one is still running, None if none is handed over (``planner.fit_ready``)."""
     cached = _cache.get(study_id)
-    states = [] if cached is None else [getattr(learner.planner, "fit_ready", lambda: None)()
-                                        for learner in cached.learners.values()]
+    states = [] if cached is None else [learner.fit_ready() for learner in cached.learners.values()]
     if any(states):
         return True
     return False if any(state is False for state in states) else None
@@ -352,12 +351,9 @@ def known_truth_of(conn: Redis, study: Study) -> KnownTruth:
 
 
 def _answers_applied(progress: dict | None, fallback: int) -> int:
-    """Answers the learner has applied (what its current neighbours rest on), from its progress."""
-    for name in ("samples", "answers", "answers_counted"):
-        value = (progress or {}).get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return fallback
+    """Answers the learner has applied (what its current neighbours rest on), from its progress
+    (``answers``, :class:`engine.graph.Progress`); ``fallback`` for a summary without one."""
+    return int(progress["answers"]) if progress else fallback
 
 
 def record_truth_error(pipe: redis.client.Pipeline, study: Study, learners: dict[str, Learner],
@@ -645,7 +641,6 @@ class _Pass:
     learners: dict[str, Learner]
     stored: dict[str, _Kept]  # the stored state each learner equals when the attempt begins
     from_memory: bool
-    routes_before: dict[str, int]
     windows_before: dict[str, int | None]
     cursor: str = "0-0"  # the id of the last answer read (saved as the new cursor)
     n_read: int = 0  # log entries read, readable or not
@@ -661,6 +656,7 @@ class _Pass:
     finished: list[str] = field(default_factory=list)
     pruned_now: int = 0
     repeats: int = 0
+    items_routed: dict[str, int] = field(default_factory=dict)  # added items whose routing this pass started
 
     @property
     def labels(self) -> list[str]:
@@ -677,16 +673,19 @@ def _begin(pipe, study: Study, now: float) -> _Pass:
     cursor = engine_state.load_cursor(pipe, study_id)
     learners, stored, from_memory = pass_learners(pipe, study)
     return _Pass(study, now, started, learners, stored, from_memory, cursor=cursor,
-                 routes_before={label: len(learner.routes) for label, learner in learners.items()},
-                 windows_before={label: getattr(learner.planner, "window", None)
-                                 for label, learner in learners.items()})
+                 windows_before={label: learner.window for label, learner in learners.items()})
+
+
+def _sync_items(p: _Pass) -> None:
+    """Start routing the items added to the study since a learner that takes them was built."""
+    for label, learner in p.learners.items():
+        p.items_routed[label] = p.items_routed.get(label, 0) + learner.sync_items(p.study.n_items)
 
 
 def _read_answers(pipe, p: _Pass) -> list:
     """The answers after the cursor this pass applies (excluded raters' left out); moves ``p.cursor``."""
     study_id = p.study.id
-    for learner in p.learners.values():
-        learner.sync_items(p.study.n_items)
+    _sync_items(p)
     batch, p.poisoned, p.cursor = read_batch(pipe, study_id, p.cursor, MAX_ANSWERS_PER_PASS)
     p.n_read = len(batch) + len(p.poisoned)
     if p.n_read:
@@ -702,8 +701,7 @@ def _observe(p: _Pass, used: list) -> None:
     p.poisoned.update(observe_batch(p.learners, used))
     if p.n_read:
         _fault("after_observe")
-    for learner in p.learners.values():
-        learner.sync_items(p.study.n_items)  # a forest finished by this batch starts routing added items
+    _sync_items(p)  # a forest finished by this batch starts routing added items
 
 
 def _read_demand(pipe, p: _Pass) -> None:
@@ -789,8 +787,7 @@ def _changed(p: _Pass, pruned: dict[str, list[dict]]) -> dict[str, bool]:
     """Which learners to save: one nothing happened to keeps its stored state (and version)."""
     return {label: bool(p.n_read or p.expired or pruned.get(label) or p.planned[label] or learner.fit_settled
                         or p.stored[label].version is None
-                        or len(learner.routes) != p.routes_before[label]
-                        or getattr(learner.planner, "window", None) != p.windows_before[label])
+                        or p.items_routed.get(label) or learner.window != p.windows_before[label])
             for label, learner in p.learners.items()}
 
 

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import networkx as nx
 import numpy as np
 
-from workers.jobs.learners import EMBEDDING_ALGORITHMS, FOREST_ALGORITHMS, IMPORTED, Learner
+from engine.registry import EMBEDDING_ALGORITHMS, FOREST_ALGORITHMS
+from workers.jobs.learners import IMPORTED, Learner
 from workers.store import answers as answer_log
 from workers.store import engine_state, keys
 from workers.store.queue import schedule_update
@@ -168,11 +169,9 @@ def graph_graphml(doc: dict, items: Iterable[Item]) -> str:
 
 
 def forest_document(conn: Redis, study_id: str, algorithm: str | None = None) -> dict:
-    from engine.forest_export import forest_to_json
-
     study = get_study(conn, study_id)
     learner = _learner(conn, study, algorithm, "forest")
-    doc = forest_to_json(learner.planner) if learner.is_forest else learner.planner.to_json()
+    doc = learner.planner.to_json()  # every forest planner describes itself as JSON
     doc["study"] = study.id
     doc["algorithm"] = learner.label
     doc["items"] = [item.id for item in get_items(conn, study_id)]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy.linalg import eigh
 
+from engine.random_triplets import TripletWinRates
 from workers.jobs.learners import Learner
 from workers.store import engine_state, keys
 from workers.store.studies import Study
@@ -23,13 +24,12 @@ if TYPE_CHECKING:
 
 
 
-def _win_rates(planner):
+def _win_rates(learner: Learner) -> TripletWinRates | None:
     """The triplet win rates a learner keeps (random triplets' ``result()``), else None."""
-    result = getattr(planner, "result", None)
-    if result is None or hasattr(planner, "mean_"):
+    if learner.learns_graph:  # a distance learner's result is its graph
         return None
-    res = result()
-    return res if hasattr(res, "win_rate") and hasattr(res, "shown") else None
+    res = learner.planner.result()
+    return res if isinstance(res, TripletWinRates) else None
 
 MAX_CANDIDATES = 8
 #: At most this many items are drawn (and laid out); the others are only listed on the page.
@@ -182,12 +182,14 @@ def graph_layout(conn: Redis, study: Study, label: str, max_drawn: int = MAX_DRA
     state = engine_state.load(conn, study.id, label)
     learner = Learner.from_state(alg, study.config, state) if state is not None else None
     planner = learner.planner if learner is not None else None
-    has_bounds = planner is not None and hasattr(planner, "mean_")
+    # distance learners (the pair planners of engine.anntri) keep bounds on every pair, once started
+    has_bounds = learner is not None and learner.learns_graph and planner.initialized
+    rates = _win_rates(learner) if learner is not None else None
     samples = None
     if has_bounds:
         samples = planner.count_.sum(axis=1).astype(np.int64)
-    elif planner is not None and _win_rates(planner) is not None:
-        samples = np.asarray(_win_rates(planner).shown).sum(axis=1).astype(np.int64)
+    elif rates is not None:
+        samples = np.asarray(rates.shown).sum(axis=1).astype(np.int64)
     nodes = drawn_items(n, samples, max_drawn)
     m = len(nodes)
     candidates: list[list[dict]] = [[] for _ in range(m)]
@@ -203,8 +205,8 @@ def graph_layout(conn: Redis, study: Study, label: str, max_drawn: int = MAX_DRA
             order = [j for j in order[: MAX_CANDIDATES + 1].tolist() if j != i][:MAX_CANDIDATES]
             candidates[slot] = [{"item": j, "estimate": _num(est[j]), "lower": _num(lower[slot, j]),
                                  "upper": _num(upper[slot, j]), "samples": int(count[i, j])} for j in order]
-    elif planner is not None and _win_rates(planner) is not None:
-        res = _win_rates(planner)
+    elif rates is not None:
+        res = rates
         known = nodes[nodes < np.asarray(res.shown).shape[0]]
         sub = np.ix_(known, known)
         distances = fill_distances(1.0 - np.asarray(res.win_rate, dtype=np.float64)[sub], np.asarray(res.shown)[sub])

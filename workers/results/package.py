@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from workers.jobs.learners import EMBEDDING_ALGORITHMS, FOREST_ALGORITHMS
+from engine.registry import EMBEDDING_ALGORITHMS, FOREST_ALGORITHMS
 from workers.results.exports import (
     GRAPH_CSV_COLUMNS,
     ExportError,

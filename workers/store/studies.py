@@ -315,8 +315,8 @@ def add_items(conn: Redis, study_id: str, items: list[Item], media: dict[int, by
     ``media`` is keyed by the index within ``items``.
     """
     study = get_study(conn, study_id)
-    # only triplet forests route items added later (down their built trees)
-    growable = [n for n, e in ALGORITHM_TABLE.items() if e.asks == "triplet" and e.learns == "forest"]
+    # only learners that take items added later (comparison forests route them down their built trees)
+    growable = [n for n, e in ALGORITHM_TABLE.items() if e.grows]
     fixed = [a.label for a in study.config.algorithms if a.algorithm not in growable]
     if fixed:
         raise StudyError(f"items can only be added to studies whose algorithms are all {' or '.join(growable)}; "

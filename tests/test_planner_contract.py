@@ -1,0 +1,427 @@
+"""The planner contract holds (engine/graph.py): every planner of the table has everything the
+platform calls, no file outside the two tables (engine/registry.py, engine/kinds.py) branches on an
+algorithm's or a question kind's name, a planner class or a guessed planner attribute, and
+docs/architecture.md's "Adding an algorithm" is true as written: one engine module and one
+``_ENTRIES`` line make an algorithm a study runs end to end."""
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from engine import registry
+from engine.graph import PROGRESS_KEYS, NeighborGraph, Planner, Progress, RoundPlanner
+from engine.kinds import QUESTION_KINDS
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The two tables: the only files that may tell algorithms or kinds apart by name or class.
+TABLES = {"engine/registry.py", "engine/kinds.py"}
+#: What the platform is made of (its Python source).
+PLATFORM = ("engine", "workers", "webapp", "proxima")
+
+#: The names a branch must not compare: algorithm names, question kind names and the state class
+#: names of the table (``state["class"] == "ForestStudy"`` is a name test too).
+NAMES = (set(registry.ALGORITHMS) | set(QUESTION_KINDS)
+         | {c for entry in registry.ALGORITHMS.values() for c in entry.state_classes})
+#: Entry fields whose values are a vocabulary of their own (``entry.asks == "triplet"`` asks the
+#: entry a question: "pair" or "triplet"; ``learns``: graph, forest, embedding; ``screens``: adaptive
+#: or random), so comparing them with a word that is also a name is no name test.
+ENTRY_FIELDS = {"asks", "learns", "screens"}
+#: Variables holding another vocabulary in which a word may also be a name: ``what`` is an export's
+#: name ("graph", "embedding", "odd_one_out" the SPoSE/VICE layout, ...), not an algorithm or a kind.
+OTHER_VOCABULARIES = {"what"}
+#: ... and a JSON document's own type (``doc["kind"] == "comparison_forest"``: the forest export's schema).
+DOCUMENT_TYPE = re.compile(r"""^doc(?:\.get\(|\[)['"]kind['"]""")
+
+
+def _planner_classes() -> set[str]:
+    """Every planner class of the table, the engine's wrappers and their engine base classes."""
+    import engine.adapters
+    import engine.forest_study
+    import engine.screens
+
+    classes = {entry.planner_class() for entry in registry.ALGORITHMS.values()}
+    classes |= {engine.adapters.PairTripletAdapter, engine.screens.OddOneOutScreens,
+                engine.screens.RankScreens, engine.forest_study.ForestStudy}
+    return {base.__name__ for cls in classes for base in cls.__mro__ if base.__module__.startswith("engine.")}
+
+
+PLANNER_CLASSES = _planner_classes()
+#: Every key a planner's progress may have that the platform reads (engine.graph.Progress).
+PROGRESS_DECLARED = set(Progress.__annotations__)
+
+
+def _holds_planner(node: ast.AST) -> bool:
+    """``planner``, ``self.planner``, ``learner.planner``, ``inner`` ...: an expression naming a planner."""
+    text = ast.unparse(node)
+    return bool(re.search(r"(?:^|[._])(?:planner|inner)(?:$|\b)", text))
+
+
+def _names_in(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value] if node.value in NAMES else []
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [n for elt in node.elts for n in _names_in(elt)]
+    return []
+
+
+def _entry_field(node: ast.AST) -> bool:
+    return ((isinstance(node, ast.Attribute) and node.attr in ENTRY_FIELDS)
+            or (isinstance(node, ast.Name) and node.id in OTHER_VOCABULARIES)
+            or bool(DOCUMENT_TYPE.match(ast.unparse(node))))
+
+
+def _holds_progress(node: ast.AST) -> bool:
+    return "progress" in ast.unparse(node)
+
+
+def _undeclared_key(node: ast.AST) -> str | None:
+    """A string constant that is no key of :class:`engine.graph.Progress` (a guessed progress key)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value not in PROGRESS_DECLARED:
+        return node.value
+    return None
+
+
+def offences(source: str, rel: str = "<source>") -> list[str]:
+    """The branches of ``source`` on an algorithm or kind name (also through a module constant), a
+    planner class, a guessed planner attribute or a guessed progress key, as ``file:line: code``."""
+    found = []
+    tree = ast.parse(source)
+    # module constants holding one name: ``FOREST_STATE = "ForestStudy"`` then ``== FOREST_STATE``
+    constants = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign)
+                 and isinstance(node.value, ast.Constant) and _names_in(node.value)
+                 for t in node.targets if isinstance(t, ast.Name)}
+    for node in ast.walk(tree):
+        why = None
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            for op, (left, right) in zip(node.ops, zip(operands, operands[1:], strict=False), strict=True):
+                if not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn, ast.Is, ast.IsNot)):
+                    continue
+                for named, other in ((right, left), (left, right)):
+                    value = constants.get(named.id, named) if isinstance(named, ast.Name) else named
+                    hit = _names_in(value)
+                    if hit and not _entry_field(other):
+                        why = f"compares with the name {hit[0]!r}"
+                if isinstance(op, (ast.In, ast.NotIn)) and _holds_progress(right) and _undeclared_key(left):
+                    why = f"guesses the progress key {_undeclared_key(left)!r}"
+        elif isinstance(node, ast.MatchValue):
+            hit = _names_in(node.value)
+            if hit:
+                why = f"matches the name {hit[0]!r}"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
+            if node.func.id in ("isinstance", "issubclass") and len(node.args) == 2:
+                target = node.args[1]
+                parts = target.elts if isinstance(target, ast.Tuple) else [target]
+                named = [p.attr if isinstance(p, ast.Attribute) else getattr(p, "id", None) for p in parts]
+                hit = [n for n in named if n in PLANNER_CLASSES]
+                if hit:
+                    why = f"tests for the planner class {hit[0]}"
+            elif node.func.id in ("hasattr", "getattr") and _holds_planner(node.args[0]):
+                why = f"guesses an attribute of a planner ({node.func.id})"
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and node.args and _holds_progress(node.func.value) and _undeclared_key(node.args[0])):
+            why = f"guesses the progress key {_undeclared_key(node.args[0])!r}"
+        elif (isinstance(node, ast.For) and isinstance(node.iter, (ast.Tuple, ast.List))
+              and any(_undeclared_key(e) for e in node.iter.elts)
+              and any(_holds_progress(n) for n in ast.walk(ast.Module(body=node.body, type_ignores=[])))):
+            why = "tries progress keys in turn"
+        if why:
+            found.append(f"{rel}:{node.lineno}: {why}: {ast.get_source_segment(source, node)}")
+    return found
+
+
+def _platform_files():
+    for folder in PLATFORM:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel not in TABLES:
+                yield rel, path
+
+
+def test_no_platform_file_branches_on_an_algorithm_a_kind_or_a_planner_class():
+    """What an algorithm or a kind does is read from its table entry or the planner contract, never
+    decided by its name, its class or a guessed attribute in a caller."""
+    found = [o for rel, path in _platform_files() for o in offences(path.read_text(encoding="utf-8"), rel)]
+    assert not found, ("ask the table entry or the planner contract (engine/graph.py) instead:\n"
+                       + "\n".join(found))
+
+
+@pytest.mark.parametrize("line", [
+    'if algorithm in ("anntri", "ann"):\n    pass',
+    'if config.algorithm == "duels":\n    pass',
+    'x = "rating" != question_kind',
+    'if state.get("class") == "ForestStudy":\n    pass',
+    'if isinstance(self.planner, anntri._NeighborGraphPlanner):\n    pass',
+    'if isinstance(p, (RandomTriplets, CandidateDuels)):\n    pass',
+    'settle = getattr(self.planner, "settle", None)',
+    'if hasattr(planner, "status_"):\n    pass',
+    'window = getattr(learner.planner, "window", None)',
+    'match name:\n    case "comparison_forest":\n        pass',
+    'FOREST_STATE = "ForestStudy"\nif state.get("class") == FOREST_STATE:\n    pass',
+    'if "samples" in progress and progress.get("n_items"):\n    pass',
+    'x = summary["progress"].get("answers_counted", 0)',
+    'for name in ("samples", "answers"):\n    value = progress.get(name)',
+])
+def test_the_branch_check_catches_the_branches_it_looks_for(line):
+    assert offences(line), line
+
+
+@pytest.mark.parametrize("line", [
+    'if entry.asks == "triplet":\n    pass',
+    'if kind.asks == "pair":\n    pass',
+    'if self.entry.learns == "embedding":\n    pass',
+    'if entry.screens == "random":\n    pass',
+    'if name == "smerf":\n    pass',
+    'if what == "embedding":\n    pass',
+    'if doc.get("kind") != "comparison_forest":\n    pass',
+    'ok = getattr(self, "_radius_list", None)',
+    'if isinstance(planner, RoundPlanner):\n    pass',
+])
+def test_the_branch_check_lets_questions_to_the_entry_through(line):
+    assert not offences(line), line
+
+
+def test_the_dashboard_reads_only_declared_progress_keys():
+    """The dashboard's script reads a learner's progress by the keys of engine.graph.Progress (the
+    keys every planner has, and the optional ones of planners in rounds and of forests)."""
+    script = (ROOT / "static" / "js" / "dashboard.js").read_text(encoding="utf-8")
+    read = set(re.findall(r"\b(?:p|progress)\.([a-z_]+)\b", script))
+    assert read and {"answers", "rounds_certified", "nodes_built"} <= read
+    assert read <= PROGRESS_DECLARED, sorted(read - PROGRESS_DECLARED)
+
+
+# ---------------------------------------------------------------------------- the contract itself
+def _cases():
+    for name, entry in registry.ALGORITHMS.items():
+        for kind in entry.question_kinds:
+            yield name, kind
+
+
+@pytest.mark.parametrize("name,kind", list(_cases()), ids=[f"{n}-{k}" for n, k in _cases()])
+def test_every_planner_of_the_table_has_the_whole_contract(name, kind):
+    entry = registry.ALGORITHMS[name]
+    labels = ["ab"[i % 2] for i in range(12)] if entry.needs_labels or entry.takes_labels else None
+    planner = registry.make_planner(name, 12, question_kind=kind, random_state=0, labels=labels)
+    assert isinstance(planner, Planner)
+    progress = planner.progress()
+    assert set(PROGRESS_KEYS) <= set(progress)
+    assert isinstance(progress["done"], bool) and progress["done"] is planner.done is False
+    assert progress["answers"] == 0 and progress["questions_issued"] == 0
+    graph = planner.neighbor_graph(2)
+    assert isinstance(graph, NeighborGraph) and graph.neighbors.shape == (12, 2)
+    # planners that work in rounds say so in the table, and have the capability (wrapped or not)
+    if entry.rounds:
+        assert isinstance(planner, RoundPlanner)
+        heads = [q[0] for q in planner.next_questions(3)]
+        assert heads and not planner.stale(heads).any() and not planner.closed(heads).any()
+    # the state round-trips through the class the contract names
+    progress = planner.progress()
+    again = type(planner).from_state(planner.to_state())
+    assert type(again) is type(planner)
+    assert json.dumps(again.progress(), sort_keys=True) == json.dumps(progress, sort_keys=True)
+    assert type(registry.restore_planner(planner.to_state())) is type(planner)
+
+
+# ---------------------------------------------------------------------------- adding an algorithm
+#: A whole algorithm, as docs/architecture.md's "Adding an algorithm" describes: a triplet planner that
+#: asks each item about two others in turn and calls the candidate that won most often its neighbour.
+TOY_MODULE = '''
+"""A toy algorithm: each item in turn is asked about two other items; its neighbour is the item that
+won most often with it. Numpy only."""
+from __future__ import annotations
+
+import numpy as np
+
+from .graph import NO_NEIGHBOR, NeighborGraph
+
+
+class ToyNearest:
+    VERSION = 1
+
+    def __init__(self, n_items, random_state=None, rounds=3):
+        self.n_items = int(n_items)
+        self.random_state = random_state
+        self.rounds = int(rounds)
+        self.wins_ = np.zeros((self.n_items, self.n_items), np.int64)
+        self.next_ = 0
+        self.n_issued_ = 0
+        self.n_answers_ = 0
+
+    @property
+    def done(self):
+        return self.n_answers_ >= self.rounds * self.n_items * (self.n_items - 1)
+
+    def next_questions(self, budget):
+        out = []
+        n = self.n_items
+        while len(out) < budget and not self.done and self.next_ < self.rounds * n * (n - 1):
+            step = self.next_
+            head, offset = step % n, 1 + (step // n) % (n - 1)
+            a = (head + offset) % n
+            b = (a + 1) % n if (a + 1) % n != head else (a + 2) % n
+            out.append((head, a, b))
+            self.next_ += 1
+        self.n_issued_ += len(out)
+        return out
+
+    def observe(self, answers):
+        for head, a, b, winner in answers:
+            self.wins_[int(head), int(winner)] += 1
+            self.n_answers_ += 1
+
+    def forget(self, questions):
+        return 0
+
+    def progress(self):
+        return {"answers": int(self.n_answers_), "questions_issued": int(self.n_issued_),
+                "done": bool(self.done), "items_certified": 0}
+
+    def neighbor_graph(self, k=1):
+        order = np.argsort(-self.wins_, axis=1, kind="stable")[:, :k]
+        seen = np.take_along_axis(self.wins_, order, axis=1) > 0
+        return NeighborGraph.from_neighbors(np.where(seen, order, NO_NEIGHBOR))
+
+    def result(self):
+        return self.neighbor_graph(1)
+
+    def to_state(self):
+        return {"class": "ToyNearest", "version": self.VERSION, "n_items": self.n_items, "rounds": self.rounds,
+                "wins": self.wins_, "next": self.next_, "n_issued": self.n_issued_, "n_answers": self.n_answers_}
+
+    @classmethod
+    def from_state(cls, state):
+        planner = cls(state["n_items"], rounds=state["rounds"])
+        planner.wins_ = np.asarray(state["wins"], np.int64).reshape(planner.n_items, planner.n_items).copy()
+        planner.next_, planner.n_issued_ = int(state["next"]), int(state["n_issued"])
+        planner.n_answers_ = int(state["n_answers"])
+        return planner
+'''
+#: The one line of the table.
+TOY_ENTRY = ('    Algorithm("toy_nearest", "engine.toy_nearest:ToyNearest", ("triplet",), "triplet", "graph",'
+             ' "Toy: the candidate that won most often", {"rounds": {"type": "integer", "minimum": 1,'
+             ' "default": 3}}, ("ToyNearest",)),\n')
+
+#: A study of the toy algorithm through the platform: the web API serves its questions and takes the
+#: answers, the RQ job function applies them, the dashboard's numbers and the graph export read it.
+TOY_STUDY = '''
+import json, sys
+import numpy as np
+import redis
+from rq import SimpleWorker
+
+import engine
+assert engine.__file__.startswith(sys.argv[2]), engine.__file__
+from webapp import create_app
+from webapp.stats import study_stats
+from workers.jobs.learners import Learner
+from workers.results.exports import nn_graph
+from workers.store import engine_state
+from workers.store.config import StudyConfig
+from workers.store.queue import get_queue
+from workers.store.studies import Item, create_study, get_study
+
+positions = [0.0, 0.05, 1.0, 1.05, 2.0, 2.05]
+conn = redis.Redis.from_url(sys.argv[1])
+config = StudyConfig.from_dict({"name": "toy", "random_state": 1, "pool_size": 6, "attention": {"rate": 0},
+                                "algorithms": [{"algorithm": "toy_nearest"}]})
+items = [Item(id=f"p{i}", kind="text", text=f"point {i}", position=(x,)) for i, x in enumerate(positions)]
+sid = create_study(conn, config, items, study_id="toy")
+app = create_app({"TESTING": True, "REDIS_URL": sys.argv[1], "SECRET_KEY": "toy-secret"})
+client = app.test_client()
+queue = get_queue(conn)
+SimpleWorker([queue], connection=conn).work(burst=True, logging_level="WARNING")
+sent, question = 0, None
+while sent < 200:
+    if question is None:
+        response = client.get(f"/api/studies/{sid}/questions/next")
+        if response.status_code == 409:
+            break
+        question = response.get_json()["question"]
+    head = question["head"]["index"]
+    a, b = (c["index"] for c in question["candidates"])
+    choice = a if abs(positions[head] - positions[a]) < abs(positions[head] - positions[b]) else b
+    response = client.post(f"/api/studies/{sid}/answers", json={"token": question["token"], "choice": choice})
+    assert response.status_code == 201, response.get_json()
+    question = response.get_json()["next"]
+    sent += 1
+    SimpleWorker([queue], connection=conn).work(burst=True, logging_level="WARNING")
+study = get_study(conn, sid)
+learner = Learner.from_state(study.config.algorithms[0], study.config, engine_state.load(conn, sid, "toy_nearest"))
+doc = nn_graph(conn, sid)
+stats = study_stats(conn, study)
+print(json.dumps({"sent": sent, "progress": learner.progress(), "fallback": stats["fallback_rate"],
+                  "nn": {e["source_index"]: e["target_index"] for e in doc["edges"] if e["rank"] == 1},
+                  "dashboard": [a["progress"] for a in stats["algorithms"]]}))
+'''
+
+
+def _copy_tree(dest: Path) -> None:
+    for folder in ("engine", "workers", "webapp", "templates", "static"):
+        shutil.copytree(ROOT / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def test_adding_an_algorithm_is_one_engine_module_and_one_table_line(redis_url, conn, tmp_path):
+    """docs/architecture.md, "Adding an algorithm", done to a copy of the source: the diff is one new
+    engine module and one added line of engine/registry.py, and a study of the new algorithm runs
+    through the web API, the update pass (the RQ job), the dashboard's numbers and the graph export."""
+    tree = tmp_path / "tree"
+    _copy_tree(tree)
+    (tree / "engine" / "toy_nearest.py").write_text(textwrap.dedent(TOY_MODULE).lstrip(), encoding="utf-8")
+    table = (tree / "engine" / "registry.py").read_text(encoding="utf-8")
+    end = table.index("\n)\n\n#: name (as in a study config)")  # the end of _ENTRIES
+    (tree / "engine" / "registry.py").write_text(table[: end + 1] + TOY_ENTRY + table[end + 1:], encoding="utf-8")
+
+    diff = list(difflib.unified_diff(table.splitlines(keepends=True),
+                                     (tree / "engine" / "registry.py").read_text(encoding="utf-8").splitlines(
+                                         keepends=True), "a/engine/registry.py", "b/engine/registry.py"))
+    print("".join(diff))
+    changed = [line for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    assert changed == ["+" + TOY_ENTRY]
+    made = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*.py")
+                  if not (ROOT / p.relative_to(tree)).exists())
+    assert made == ["engine/toy_nearest.py"]
+
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run([sys.executable, "-c", TOY_STUDY, redis_url, str(tree)], cwd=tree, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    # the toy planner asked its whole plan from the pool (3 rounds of 5 pairs per item); the platform's
+    # random fallbacks filled in only while the last pass had not yet applied the last answers
+    assert out["progress"]["questions_issued"] == 3 * 6 * 5 and out["progress"]["done"] is True
+    assert out["sent"] - 3 * 6 * 5 <= 2 and out["fallback"] * out["sent"] <= 2 + 1e-9
+    # every answer applied once (none lost, none counted twice), and the dashboard reads the same
+    assert out["progress"]["answers"] == out["sent"] and out["dashboard"][0]["answers"] == out["sent"]
+    assert {int(k): v for k, v in out["nn"].items()} == {0: 1, 1: 0, 2: 3, 3: 2, 4: 5, 5: 4}
+    shutil.rmtree(tree)  # the toy algorithm is deleted again; the real source never held it
+    assert "toy_nearest" not in registry.ALGORITHMS and not (ROOT / "engine" / "toy_nearest.py").exists()
+
+
+if __name__ == "__main__":
+    # ``python tests/test_planner_contract.py [REV]``: the branches the scan finds in the platform's
+    # source at a git revision (the working tree without one), and how many
+    rev = sys.argv[1] if len(sys.argv) > 1 else None
+    found = []
+    if rev is None:
+        found = [o for rel, path in _platform_files() for o in offences(path.read_text(encoding="utf-8"), rel)]
+    else:
+        listed = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, *PLATFORM], cwd=ROOT,
+                                capture_output=True, text=True, check=True).stdout.split()
+        for rel in listed:
+            if rel.endswith(".py") and rel not in TABLES:
+                source = subprocess.run(["git", "show", f"{rev}:{rel}"], cwd=ROOT, capture_output=True, text=True,
+                                        check=True).stdout
+                found += offences(source, rel)
+    print("\n".join(found))
+    print(f"{len(found)} branches on a name, a planner class, a guessed planner attribute or progress key "
+          f"at {rev or 'the working tree'}")
