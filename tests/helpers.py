@@ -1,14 +1,31 @@
-"""Helpers shared by the tests: constants, study items, and one-line client actions.
+"""Helpers shared by the tests: constants, study items, one-line client actions, waiting, and
+`proxima serve` as a real subprocess.
 
 Test modules import these with ``from helpers import ...`` (pytest puts ``tests/`` on
 ``sys.path`` because it holds no ``__init__.py``); fixtures stay in ``conftest.py``.
 """
 from __future__ import annotations
 
+import io
+import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
+import numpy as np
+import pytest
+import requests
 from rq import SimpleWorker
 
+from webapp import ROOT
+from webapp.cli.embedded import EmbeddedRedis, free_port
 from workers.store.queue import get_queue
 from workers.store.studies import Item
 
@@ -17,6 +34,9 @@ SECRET = "test-secret-key"
 LOOPBACK = ("127.0.0.1", "::1")
 
 RESEARCHER, RESEARCHER_PASSWORD = "researcher", "a long test password"
+
+#: Where browser tests leave screenshots for people to look at.
+ARTIFACTS = os.environ.get("PROXIMA_ARTIFACTS") or os.path.join(os.path.dirname(__file__), "..", "artifacts")
 
 
 def colour_items(n: int = 10) -> list[Item]:
@@ -65,3 +85,173 @@ def log_in(client, name=RESEARCHER, password=RESEARCHER_PASSWORD, **extra):
 #: A study config fragment without catch trials, for tests that count questions and answers (studies
 #: whose items have positions or labels get catch trials by default; their tests set them themselves).
 NO_CHECKS = {"attention": {"rate": 0}}
+
+
+# ------------------------------------------------------------------------------------- waiting
+def wait_for(predicate, timeout: float = 60.0, interval: float = 0.1, what: str = "condition"):
+    """Call ``predicate`` until it returns something true, and return that; fail naming ``what``
+    when ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"{what} not met within {timeout:.0f} s")
+
+
+def healthy(base: str) -> bool:
+    """Whether a served Proxima at ``base`` answers its health check."""
+    try:
+        return requests.get(f"{base}/api/health", timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+# ------------------------------------------------------------------------------- proxima serve
+class Serve:
+    """One ``python -m webapp serve`` subprocess on 127.0.0.1, its output in a log file beside the
+    instance folder.
+
+    ``options`` are serve's own (``"--workers", "1"``); without ``redis_url`` serve starts its
+    embedded Redis in the instance folder. ``env`` adds variables to this process's environment (a
+    value of None removes one); REDIS_URL and PROXIMA_FAULT are never inherited.
+    """
+
+    def __init__(self, instance: Path, *options: str, redis_url: str | None = None, port: int | None = None,
+                 web_workers: int = 1, env: dict | None = None):
+        self.instance, self.port = Path(instance), port or free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = self.instance.parent / f"serve-{self.port}-{time.monotonic_ns()}.log"
+        environment = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "PROXIMA_FAULT")}
+        environment["PROXIMA_INSTANCE_PATH"] = str(self.instance)
+        if redis_url:
+            environment["REDIS_URL"] = redis_url
+        for key, value in (env or {}).items():
+            if value is None:
+                environment.pop(key, None)
+            else:
+                environment[key] = str(value)
+        with self.log.open("w") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(self.port),
+                                          "--web-workers", str(web_workers), *options], env=environment,
+                                         cwd=str(ROOT), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_healthy(self, timeout: float = 60.0) -> None:
+        wait_for(lambda: healthy(self.base) or self.proc.poll() is not None, timeout, what="serve healthy")
+        assert self.proc.poll() is None, self.output()
+
+    def stop(self) -> int:
+        """SIGINT, as Ctrl-C would; SIGKILL if serve has not stopped within a minute. Returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@contextmanager
+def serving(instance: Path, *options: str, **kwargs) -> Iterator[Serve]:
+    """A healthy :class:`Serve` for the ``with`` block, stopped after it (pass or fail)."""
+    serve = Serve(instance, *options, **kwargs)
+    try:
+        serve.wait_healthy()
+        yield serve
+    finally:
+        serve.stop()
+
+
+@contextmanager
+def serving_on_own_redis(instance: Path, env: dict | None = None) -> Iterator[tuple[Serve, str]]:
+    """(serve, its Redis URL): `proxima serve` with two web processes and one RQ worker on an embedded
+    Redis of its own, loopback exempt from rate limits (simulated raters answer faster than people)."""
+    store = EmbeddedRedis(Path(instance) / "store", appendfsync="everysec")
+    url = store.start()
+    try:
+        with serving(instance, "--workers", "1", redis_url=url, web_workers=2,
+                     env={"PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES": "127.0.0.1", **(env or {})}) as serve:
+            yield serve, url
+    finally:
+        store.stop()
+
+
+def http_log_in(base: str, name: str, password: str) -> requests.Session:
+    """A requests session logged in through a served Proxima's real login form."""
+    from urllib.parse import urlsplit
+
+    session = requests.Session()
+    token = csrf_token_of(session.get(f"{base}/login", timeout=5).text)
+    response = session.post(f"{base}/login", data={"username": name, "password": password, "csrf_token": token},
+                            timeout=10)
+    assert response.status_code == 200 and urlsplit(response.url).path != "/login", response.text
+    return session
+
+
+# -------------------------------------------------------------------------------------- files
+def zip_of(members: dict[str, bytes], method: int = zipfile.ZIP_DEFLATED) -> bytes:
+    """A zip archive holding ``members`` (name: bytes)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", method) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buf.getvalue()
+
+
+def upload_study(client, items: bytes, filename: str, config: tuple[bytes, str] | None = None, **fields):
+    """POST the dashboard's new-study form: an items file, optionally a config file (bytes, name)."""
+    data = {"name": "Uploaded", "algorithm": "random_triplets", "question_kind": "triplet", "start": "1",
+            "items": (io.BytesIO(items), filename), **fields}
+    if config:
+        data["config_file"] = (io.BytesIO(config[0]), config[1])
+    return client.post("/studies/new", data=data, content_type="multipart/form-data")
+
+
+def save_load(state: dict) -> dict:
+    """A planner state as the platform stores it: arrays through np.save (no pickle), the rest through JSON."""
+    arrays, scalars = {}, {}
+    for key, value in state.items():
+        if isinstance(value, np.ndarray):
+            buf = io.BytesIO()
+            np.save(buf, value, allow_pickle=False)
+            arrays[key] = buf.getvalue()
+        else:
+            scalars[key] = value
+    restored = json.loads(json.dumps(scalars))
+    for key, raw in arrays.items():
+        restored[key] = np.load(io.BytesIO(raw), allow_pickle=False)
+    return restored
+
+
+# ------------------------------------------------------------------ what a test needs installed
+def in_ci() -> bool:
+    """Whether the tests run under CI (``CI`` set to anything but empty, 0 or false)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def require(available: bool, what: str, install: str) -> None:
+    """Stop a test that cannot run without ``what``: under CI a failure naming what to install (CI
+    installs it, so its absence is a broken CI machine), elsewhere a skip that says why."""
+    if available:
+        return
+    if in_ci():
+        pytest.fail(f"{what} is required under CI and is missing: {install}", pytrace=False)
+    pytest.skip(f"{what} is not installed ({install})")
+
+
+def shared_data_file(relative: str) -> Path:
+    """A file of the human-collected data sets (``../shared/data`` beside the repository, see
+    engine/datasets.py; they are not part of the repository). A test that needs one and does not
+    find it is skipped with the missing path as its reason, under CI too (``-rs`` lists it)."""
+    from engine.datasets import default_data_dir
+
+    path = default_data_dir() / relative
+    if not path.exists():
+        pytest.skip(f"needs {path} (the human-collected data beside the repository: shared/data/{relative}), "
+                    "which this checkout does not have")
+    return path

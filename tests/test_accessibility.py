@@ -3,7 +3,6 @@ alt text on images and keyboard focus — measured in a real headless Chromium."
 from __future__ import annotations
 
 import pytest
-from test_browser import browser, live_server  # noqa: F401  (fixtures)
 
 from webapp.cli.demo_study import demo_items
 from workers.store.config import StudyConfig
@@ -59,7 +58,7 @@ def check_page(page, where: str, expect_text: str) -> None:
     assert not no_alt, f"{where}: images without alt text: {no_alt}"
 
 
-def test_rater_pages_meet_contrast_touch_and_alt_text_bars_on_a_phone(browser, live_server, conn):  # noqa: F811
+def test_rater_pages_meet_contrast_touch_and_alt_text_bars_on_a_phone(browser, live_server, conn):
     create_study(conn, StudyConfig.from_dict({
         "name": "Ratings on a phone", "random_state": 2, "question_kind": "rating", "allow_skip": True,
         "consent": "I agree to take part. **Data** are kept anonymous.",

@@ -8,16 +8,10 @@ from __future__ import annotations
 import io
 import math
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_browser import browser  # noqa: F401  (fixture)
-from test_serve import healthy, wait_for
 
-from webapp.cli.embedded import free_port
 from workers.store.answers import read_answers
 from workers.store.config import StudyConfig
 from workers.store.studies import Item, create_study
@@ -68,22 +62,11 @@ RANK = {"name": "Ranked grid", "question_kind": "rank", "rank": {"n_reference": 
 
 
 @pytest.fixture
-def kinds_server(conn, redis_url, tmp_path):
+def kinds_server(conn, start_serve):
     items, media = picture_items()
     create_study(conn, StudyConfig.from_dict(ODD), items, media, study_id="odd")
     create_study(conn, StudyConfig.from_dict(RANK), items, media, study_id="grid")
-    port = free_port()
-    env = dict(os.environ, REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"))
-    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers", "1"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: healthy(base) or proc.poll() is not None)
-        assert proc.poll() is None, proc.stdout.read()
-        yield base
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
+    return start_serve()
 
 
 def _shots(tmp_path: Path) -> list[Path]:
@@ -117,7 +100,7 @@ def _log(conn, study_id: str, rater: str):
     return [a for a in read_answers(conn, study_id) if a.rater == rater]
 
 
-def test_odd_one_out_by_mouse_touch_and_keys_keeps_the_whole_screen(browser, kinds_server, conn,  # noqa: F811
+def test_odd_one_out_by_mouse_touch_and_keys_keeps_the_whole_screen(browser, kinds_server, conn,
                                                                     tmp_path):
     context = browser.new_context(viewport={"width": 1100, "height": 900})
     page = context.new_page()
@@ -187,7 +170,7 @@ def test_odd_one_out_by_mouse_touch_and_keys_keeps_the_whole_screen(browser, kin
     phone.close()
 
 
-def test_a_ranked_grid_by_mouse_touch_and_keys_numbers_the_picks_and_undoes(browser, kinds_server, conn,  # noqa: F811
+def test_a_ranked_grid_by_mouse_touch_and_keys_numbers_the_picks_and_undoes(browser, kinds_server, conn,
                                                                              tmp_path):
     context = browser.new_context(viewport={"width": 1100, "height": 1000})
     page = context.new_page()

@@ -8,8 +8,7 @@ import json
 import os
 
 import pytest
-from helpers import RESEARCHER, RESEARCHER_PASSWORD
-from test_browser import ARTIFACTS, browser, live_server  # noqa: F401  (fixtures)
+from helpers import ARTIFACTS, RESEARCHER, RESEARCHER_PASSWORD
 from test_map import duels_study
 
 from webapp.accounts import create_user
@@ -26,7 +25,7 @@ PLAN = {"version": 1, "n_items": 30, "budgets": [5, 10, 20, 40, 80], "source": "
         "reach": {"duels": {"value": 70.0, "bound": "="}}}
 
 
-def log_in(browser, live_server, path):  # noqa: F811
+def log_in(browser, live_server, path):
     context = browser.new_context(viewport={"width": 1280, "height": 1000})
     page = context.new_page()
     errors = []
@@ -38,7 +37,7 @@ def log_in(browser, live_server, path):  # noqa: F811
     return context, page, errors
 
 
-def test_a_duels_map_of_30_items_reads_and_a_click_shows_the_candidates(browser, live_server, conn):  # noqa: F811
+def test_a_duels_map_of_30_items_reads_and_a_click_shows_the_candidates(browser, live_server, conn):
     create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
     duels_study(conn, 30, 25)
     conn.set(keys.plan("map"), json.dumps(PLAN))
@@ -71,7 +70,7 @@ def test_a_duels_map_of_30_items_reads_and_a_click_shows_the_candidates(browser,
     context.close()
 
 
-def test_the_overview_counters_say_what_they_count(browser, live_server, conn):  # noqa: F811
+def test_the_overview_counters_say_what_they_count(browser, live_server, conn):
     create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
     duels_study(conn, 12, 5, study_id="full")
     conn.hset(keys.study("full"), "config", json.dumps({
@@ -86,7 +85,7 @@ def test_the_overview_counters_say_what_they_count(browser, live_server, conn): 
     context.close()
 
 
-def test_a_map_of_1000_items_draws_and_reports_its_time(browser, live_server, conn):  # noqa: F811
+def test_a_map_of_1000_items_draws_and_reports_its_time(browser, live_server, conn):
     create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
     duels_study(conn, 1000, 4, study_id="big-map")
     context, page, errors = log_in(browser, live_server, "/studies/big-map?tab=learning")

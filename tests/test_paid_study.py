@@ -89,14 +89,6 @@ PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08
 
 
 @pytest.fixture
-def cli(redis_url, conn, tmp_path, monkeypatch):
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
-    runner = CliRunner()
-    return lambda *args: runner.invoke(main, [str(a) for a in args])
-
-
-@pytest.fixture
 def pngs(tmp_path):
     folder = tmp_path / "pngs"
     folder.mkdir()

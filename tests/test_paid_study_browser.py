@@ -6,7 +6,6 @@ import json
 
 import pytest
 from helpers import RESEARCHER, RESEARCHER_PASSWORD
-from test_browser import browser, live_server  # noqa: F401  (fixtures)
 
 from webapp.accounts import create_user
 from workers.store import keys
@@ -14,7 +13,7 @@ from workers.store import keys
 pytestmark = pytest.mark.browser
 
 
-def test_the_hint_says_tap_on_a_phone_and_names_the_arrow_keys_with_a_mouse(browser, live_server):  # noqa: F811
+def test_the_hint_says_tap_on_a_phone_and_names_the_arrow_keys_with_a_mouse(browser, live_server):
     phone = browser.new_context(viewport={"width": 390, "height": 844}, has_touch=True, is_mobile=True)
     page = phone.new_page()
     page.goto(f"{live_server}/s/browser?PROLIFIC_PID=p-phone")
@@ -33,7 +32,7 @@ def test_the_hint_says_tap_on_a_phone_and_names_the_arrow_keys_with_a_mouse(brow
     desktop.close()
 
 
-def test_learning_section_draws_the_plans_expected_curve(browser, live_server, conn):  # noqa: F811
+def test_learning_section_draws_the_plans_expected_curve(browser, live_server, conn):
     create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
     plan = {"version": 1, "n_items": 12, "budgets": [10, 50, 200], "source": "a pilot", "spread": "seeds",
             "runs": 3, "target": 0.9, "metric": "exact", "pay": 0.1, "currency": "$",

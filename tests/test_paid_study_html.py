@@ -7,11 +7,8 @@ import io
 import zipfile
 
 import pytest
-from click.testing import CliRunner
 from helpers import run_worker
-from test_browser import browser  # noqa: F401  (fixture)
 
-from webapp.cli import main
 from workers.store.studies import Item, StudyError, check_stylesheet, get_items, get_stylesheet
 from workers.store.uploads import items_from_zip
 
@@ -21,14 +18,6 @@ GOOD_HTML = {
     "list": "<html><head><title>x</title></head><body><ul><li>one</li><li>two</li></ul></body></html>",
 }
 CSS = ".verse { font-family: serif; color: #402010; }\n.html-item th { text-align: left; }\n"
-
-
-@pytest.fixture
-def cli(redis_url, conn, tmp_path, monkeypatch):
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
-    runner = CliRunner()
-    return lambda *args: runner.invoke(main, [str(a) for a in args])
 
 
 @pytest.fixture
@@ -136,18 +125,11 @@ def test_the_upload_form_takes_a_stylesheet(researcher_client, conn, folder):
 
 
 @pytest.mark.browser
-def test_html_items_render_styled_in_chromium_and_run_no_script(browser, conn, redis_url, tmp_path):  # noqa: F811
+def test_html_items_render_styled_in_chromium_and_run_no_script(browser, conn, start_serve):
     """In a real browser: the study's stylesheet applies to an HTML item, and an item stored with a script
     (as an old or tampered study might hold it) shows its text without running anything."""
     import json
-    import os
-    import signal
-    import subprocess
-    import sys
 
-    from test_serve import healthy, wait_for
-
-    from webapp.cli.embedded import free_port
     from workers.store import keys
     from workers.store.config import StudyConfig
     from workers.store.studies import create_study
@@ -161,29 +143,20 @@ def test_html_items_render_styled_in_chromium_and_run_no_script(browser, conn, r
                         "document.title='pwned'</script>"}
     conn.lset(keys.items("styled"), 0, json.dumps(tampered))
     run_worker(conn)
-    port = free_port()
-    env = dict(os.environ, REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"))
-    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers", "1"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: healthy(base) or proc.poll() is not None)
-        page = browser.new_page()
-        errors = []
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        page.goto(f"{base}/s/styled")
-        page.click("#start")
-        page.wait_for_selector("#question:not([hidden]) .html-item")
-        for _ in range(6):  # until the tampered item is on screen
-            if page.locator(".verse").count():
-                break
-            page.click("#left")
-            page.wait_for_timeout(400)
-        assert page.locator(".verse").count() >= 1
-        colour = page.evaluate("() => getComputedStyle(document.querySelector('.verse')).color")
-        assert colour == "rgb(64, 32, 16)"  # the study's stylesheet applied
-        assert page.title() != "pwned"
-        assert any("Content Security Policy" in e for e in errors) or not page.locator(".verse img").count()
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
+    base = start_serve()
+    page = browser.new_page()
+    errors = []
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.goto(f"{base}/s/styled")
+    page.click("#start")
+    page.wait_for_selector("#question:not([hidden]) .html-item")
+    for _ in range(6):  # until the tampered item is on screen
+        if page.locator(".verse").count():
+            break
+        page.click("#left")
+        page.wait_for_timeout(400)
+    assert page.locator(".verse").count() >= 1
+    colour = page.evaluate("() => getComputedStyle(document.querySelector('.verse')).color")
+    assert colour == "rgb(64, 32, 16)"  # the study's stylesheet applied
+    assert page.title() != "pwned"
+    assert any("Content Security Policy" in e for e in errors) or not page.locator(".verse img").count()

@@ -7,7 +7,7 @@ import io
 import os
 
 import pytest
-from test_browser import ARTIFACTS, browser, flow_server  # noqa: F401  (fixtures)
+from helpers import ARTIFACTS
 
 from workers.store.config import StudyConfig
 from workers.store.studies import Item, create_study
@@ -36,7 +36,7 @@ def image_study(conn):
     return create_study(conn, config, items, media, study_id="phone")
 
 
-def test_on_a_phone_images_are_centred_no_key_is_offered_and_the_start_button_goes(browser, flow_server,  # noqa: F811
+def test_on_a_phone_images_are_centred_no_key_is_offered_and_the_start_button_goes(browser, flow_server,
                                                                                    image_study):
     context = browser.new_context(**PHONE)
     page = context.new_page()
