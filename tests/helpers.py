@@ -35,6 +35,9 @@ LOOPBACK = ("127.0.0.1", "::1")
 
 RESEARCHER, RESEARCHER_PASSWORD = "researcher", "a long test password"
 
+#: Playwright's context options for a phone: its screen, a touch screen, no mouse.
+PHONE = {"viewport": {"width": 390, "height": 844}, "has_touch": True, "is_mobile": True}
+
 #: Where browser tests leave screenshots for people to look at.
 ARTIFACTS = os.environ.get("PROXIMA_ARTIFACTS") or os.path.join(os.path.dirname(__file__), "..", "artifacts")
 
@@ -42,6 +45,20 @@ ARTIFACTS = os.environ.get("PROXIMA_ARTIFACTS") or os.path.join(os.path.dirname(
 def colour_items(n: int = 10) -> list[Item]:
     return [Item(id=f"c{i}", kind="color", color=f"#{(25 * i) % 256:02x}3050", position=(float(i),))
             for i in range(n)]
+
+
+def positioned_study(conn, study_id: str, positions: list[float], **config) -> str:
+    """A random-triplets study of colour items p0, p1, ... at the 1-D ``positions`` (``config`` adds to or
+    overrides its config), its first pool filled."""
+    from workers.store.config import StudyConfig
+    from workers.store.studies import create_study
+
+    items = [Item(id=f"p{i}", kind="color", color="#203040", position=(x,)) for i, x in enumerate(positions)]
+    create_study(conn, StudyConfig.from_dict({"name": study_id.title(), "pool_size": 10,
+                                              "algorithms": [{"algorithm": "random_triplets"}], **config}),
+                 items, study_id=study_id)
+    run_worker(conn)
+    return study_id
 
 
 def run_worker(conn) -> int:
@@ -62,6 +79,22 @@ def answer(client, question, choice=None, study_id="colours", **extra):
     body = {"token": question["token"],
             "choice": question["candidates"][0]["index"] if choice is None else choice, **extra}
     return client.post(f"/api/studies/{study_id}/answers", json=body)
+
+
+def rate_by_position(rater, conn, study_id: str, items: list[Item], answers: int) -> None:
+    """``rater`` (a test client) answers up to ``answers`` rating questions as a careful person would on
+    items with 1-D positions: 5 for the same place down to 1 for the two ends; the worker runs after each."""
+    truth = [item.position[0] for item in items]
+    spread = max(truth) - min(truth)
+    for _ in range(answers):
+        response = rater.get(f"/api/studies/{study_id}/questions/next")
+        if response.status_code != 200:
+            break
+        question = response.get_json()["question"]
+        i, j = (it["index"] for it in question["items"])
+        value = round(5 - 4 * abs(truth[i] - truth[j]) / spread)
+        rater.post(f"/api/studies/{study_id}/answers", json={"token": question["token"], "value": value})
+        run_worker(conn)
 
 
 def closer_candidate(question) -> int:
@@ -193,6 +226,30 @@ def http_log_in(base: str, name: str, password: str) -> requests.Session:
     return session
 
 
+def watched_page(browser, url: str, **context_options) -> tuple:
+    """(context, page, errors): a page of a fresh browser context (``context_options`` as Playwright's
+    ``new_context`` takes them) opened at ``url``; ``errors`` collects the page's uncaught script errors."""
+    context = browser.new_context(**context_options)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url)
+    return context, page, errors
+
+
+@contextmanager
+def researcher_page(browser, base: str, path: str, viewport: dict | None = None) -> Iterator:
+    """A page of a fresh browser context at ``base + path``, logged in on the way as RESEARCHER (the
+    account must exist); after the ``with`` block no script error may have happened on it."""
+    context, page, errors = watched_page(browser, f"{base}{path}", viewport=viewport or {"width": 1280, "height": 1000})
+    page.fill("#username", RESEARCHER)
+    page.fill("#password", RESEARCHER_PASSWORD)
+    page.click("#login")
+    yield page
+    assert errors == [], errors
+    context.close()
+
+
 # -------------------------------------------------------------------------------------- files
 def zip_of(members: dict[str, bytes], method: int = zipfile.ZIP_DEFLATED) -> bytes:
     """A zip archive holding ``members`` (name: bytes)."""
@@ -201,6 +258,11 @@ def zip_of(members: dict[str, bytes], method: int = zipfile.ZIP_DEFLATED) -> byt
         for name, data in members.items():
             archive.writestr(name, data)
     return buf.getvalue()
+
+
+def zip_folder(folder: Path) -> bytes:
+    """A zip archive of the files in ``folder`` (by name, sorted), as a researcher would zip them."""
+    return zip_of({path.name: path.read_bytes() for path in sorted(Path(folder).iterdir())})
 
 
 def upload_study(client, items: bytes, filename: str, config: tuple[bytes, str] | None = None, **fields):
@@ -226,6 +288,20 @@ def save_load(state: dict) -> dict:
     for key, raw in arrays.items():
         restored[key] = np.load(io.BytesIO(raw), allow_pickle=False)
     return restored
+
+
+def in_lockstep(first, second, oracle, rounds: int, batch: int, graphs: bool = False) -> None:
+    """Two planners asked ``batch`` questions ``rounds`` times must ask the same; both then observe the
+    one oracle's answers (and, with ``graphs``, build their neighbour graphs, as a pass does)."""
+    for _ in range(rounds):
+        asked = first.next_questions(batch)
+        assert second.next_questions(batch) == asked
+        answers = oracle.answer(asked)
+        first.observe(answers)
+        second.observe(answers)
+        if graphs:
+            first.neighbor_graph()
+            second.neighbor_graph()
 
 
 # ------------------------------------------------------------------ what a test needs installed

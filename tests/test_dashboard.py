@@ -16,6 +16,7 @@ from helpers import (
     colour_items,
     fetch_question,
     log_in,
+    rate_by_position,
     run_worker,
     upload_study,
     zip_of,
@@ -452,17 +453,7 @@ def test_graph_layout_route_places_items_and_lists_candidates_with_bounds(resear
                                     "random_state": 1, "pool_size": 6})
     study_id = create_study(conn, config, items, study_id="line")
     run_worker(conn)
-    rater = app.test_client()
-    truth = [x.position[0] for x in items]
-    for _ in range(120):
-        response = rater.get(f"/api/studies/{study_id}/questions/next")
-        if response.status_code != 200:
-            break
-        q = response.get_json()["question"]
-        i, j = (it["index"] for it in q["items"])
-        value = round(5 - 4 * abs(truth[i] - truth[j]) / 2.05)
-        rater.post(f"/api/studies/{study_id}/answers", json={"token": q["token"], "value": value})
-        run_worker(conn)
+    rate_by_position(app.test_client(), conn, study_id, items, 120)
     layout = researcher_client.get(f"/api/studies/{study_id}/graph-layout?algorithm=anntri").get_json()
     assert layout["nodes"] == list(range(6)) and len(layout["positions"]) == 6
     assert all(0 <= x <= 1 and 0 <= y <= 1 for x, y in layout["positions"])

@@ -4,10 +4,9 @@ the pages' Content-Security-Policy unchanged."""
 from __future__ import annotations
 
 import io
-import zipfile
 
 import pytest
-from helpers import run_worker
+from helpers import run_worker, zip_folder
 
 from workers.store.studies import Item, StudyError, check_stylesheet, get_items, get_stylesheet
 from workers.store.uploads import items_from_zip
@@ -29,14 +28,6 @@ def folder(tmp_path):
     (tmp_path / "study.yaml").write_text("name: Poems\nlimits: {max_questions_per_rater: 5}\n")
     (tmp_path / "look.css").write_text(CSS)
     return tmp_path
-
-
-def zipped(folder) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as archive:
-        for path in sorted(folder.iterdir()):
-            archive.writestr(path.name, path.read_bytes())
-    return buf.getvalue()
 
 
 def test_create_makes_html_items_and_serves_the_stylesheet_on_rater_pages(cli, conn, app, folder):
@@ -78,9 +69,9 @@ def test_create_and_the_upload_refuse_an_unsafe_html_item_alike_naming_it(cli, r
     assert result.exit_code != 0 and "evil.html" in result.output and named in result.output
     assert "Traceback" not in result.output
     with pytest.raises(StudyError, match="evil.html"):
-        items_from_zip(zipped(folder / "items"))
+        items_from_zip(zip_folder(folder / "items"))
     response = researcher_client.post("/studies/new", data={
-        "name": "Upload", "items": (io.BytesIO(zipped(folder / "items")), "items.zip")},
+        "name": "Upload", "items": (io.BytesIO(zip_folder(folder / "items")), "items.zip")},
         content_type="multipart/form-data")
     assert response.status_code == 400 and "evil.html" in response.get_data(as_text=True)
     assert not conn.smembers("proxima:studies")
@@ -108,7 +99,7 @@ def test_a_stylesheet_that_loads_or_runs_anything_is_refused_by_cli_and_upload(c
     result = cli("create", folder / "study.yaml", "--items", folder / "items", "--stylesheet", folder / "look.css")
     assert result.exit_code != 0 and message in result.output and "look.css" in result.output
     response = researcher_client.post("/studies/new", data={
-        "name": "Upload", "items": (io.BytesIO(zipped(folder / "items")), "items.zip"),
+        "name": "Upload", "items": (io.BytesIO(zip_folder(folder / "items")), "items.zip"),
         "stylesheet": (io.BytesIO(css.encode()), "look.css")}, content_type="multipart/form-data")
     assert response.status_code == 400 and "look.css" in response.get_data(as_text=True)
     assert not conn.smembers("proxima:studies")
@@ -116,7 +107,7 @@ def test_a_stylesheet_that_loads_or_runs_anything_is_refused_by_cli_and_upload(c
 
 def test_the_upload_form_takes_a_stylesheet(researcher_client, conn, folder):
     response = researcher_client.post("/studies/new", data={
-        "name": "Upload", "items": (io.BytesIO(zipped(folder / "items")), "items.zip"),
+        "name": "Upload", "items": (io.BytesIO(zip_folder(folder / "items")), "items.zip"),
         "stylesheet": (io.BytesIO(CSS.encode()), "look.css")}, content_type="multipart/form-data")
     assert response.status_code == 302, response.get_data(as_text=True)[:500]
     (study_id,) = [s.decode() for s in conn.smembers("proxima:studies")]

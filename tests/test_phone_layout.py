@@ -7,13 +7,12 @@ import io
 import os
 
 import pytest
-from helpers import ARTIFACTS
+from helpers import ARTIFACTS, PHONE
 
 from workers.store.config import StudyConfig
 from workers.store.studies import Item, create_study
 
 pytestmark = pytest.mark.browser
-PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True}
 
 
 def png(colour: tuple[int, int, int], size: int = 120) -> bytes:
