@@ -320,6 +320,10 @@ def require(available: bool, what: str, install: str) -> None:
     pytest.skip(f"{what} is not installed ({install})")
 
 
+#: The alien-egg crowd's answers among the shared data sets (see :func:`shared_data_file`).
+EGG_ANSWERS = "alien_eggs/responses.csv.zip"
+
+
 def shared_data_file(relative: str) -> Path:
     """A file of the human-collected data sets (``../shared/data`` beside the repository, see
     engine/datasets.py; they are not part of the repository). A test that needs one and does not

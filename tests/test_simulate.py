@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import redis
 from click.testing import CliRunner
-from helpers import serving_on_own_redis, wait_for
+from helpers import EGG_ANSWERS, serving_on_own_redis, shared_data_file, wait_for
 
 from engine.anntri import planner_from_state
 from webapp import _secret_key
@@ -285,10 +285,7 @@ def test_setup_writes_a_study_proxima_create_accepts(tmp_path):
 
 
 def test_eggs_raters_agree_with_the_truth_about_as_often_as_people():
-    from engine.datasets import default_data_dir
-
-    if not (default_data_dir() / "alien_eggs" / "responses.csv.zip").exists():
-        pytest.skip("the alien-egg data is not next to the repository")
+    shared_data_file(EGG_ANSWERS)
     from engine.datasets import load_alien_eggs
 
     truth = load_truth("eggs")
@@ -371,10 +368,7 @@ def test_simulated_triplets_follow_the_logistic_and_lapse_model_of_engine_oracle
 
 
 def test_human_constants_match_the_alien_egg_fit():
-    from engine.datasets import default_data_dir
-
-    if not (default_data_dir() / "alien_eggs" / "responses.csv.zip").exists():
-        pytest.skip("the alien-egg data is not next to the repository")
+    shared_data_file(EGG_ANSWERS)
     from webapp.cli.crowd import HUMAN_LAPSE, HUMAN_SCALE
 
     truth = load_truth("eggs")
