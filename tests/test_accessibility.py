@@ -79,7 +79,8 @@ def test_rater_pages_meet_contrast_touch_and_alt_text_bars_on_a_phone(browser, l
     page = context.new_page()
     page.goto(f"{live_server}/s/phone-rating?PROLIFIC_PID=a11y-2")
     check_page(page, "consent page", "I agree to take part")
-    page.click("#consent-agree")
+    with page.expect_navigation():  # to the study page with its script run: a click before would do nothing
+        page.click("#consent-agree")
     page.click("#start")
     page.wait_for_selector(".scale-button:not([disabled])")
     # a buttons scale shows no slider: the [hidden] attribute wins over the slider's display rule

@@ -545,7 +545,8 @@ def test_pages_work_under_the_csp_and_hostile_text_stays_text(browser, hostile_s
     page.goto(f"{hostile_server}/s/hostile?PROLIFIC_PID=p-browser")
     assert "<script>" in page.locator("#consent-text").inner_text()
     check(page, "consent")
-    page.click("#consent-agree")
+    with page.expect_navigation():  # to the study page with its script run: a click before would do nothing
+        page.click("#consent-agree")
     page.wait_for_selector("#instructions")
     assert "a javascript link" in page.locator("#instructions").inner_text()
     assert page.locator("#instructions a").count() == 0
