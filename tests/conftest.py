@@ -169,8 +169,10 @@ def flow_server(conn, start_serve):
         "attention": {"rate": 0, "answer_check": False},
     })
     create_study(conn, config, colour_items(12), study_id="flow")
+    # keys 1 to 5 in turn, whatever the question: no catch trials or answer check to fail at random
     rating = StudyConfig.from_dict({"name": "Ratings", "algorithm": "random", "question_kind": "rating",
-                                    "pool_size": 10, "limits": {"max_questions_per_rater": 5}})
+                                    "pool_size": 10, "random_state": 2, "limits": {"max_questions_per_rater": 5},
+                                    "attention": {"rate": 0, "answer_check": False}})
     create_study(conn, rating, colour_items(12), study_id="ratings")
     checks = StudyConfig.from_dict({"name": "Checks", "algorithm": "random_triplets", "pool_size": 10,
                                     "allow_skip": True, "limits": {"max_questions_per_rater": 80},
