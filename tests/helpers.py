@@ -237,6 +237,13 @@ def watched_page(browser, url: str, **context_options) -> tuple:
     return context, page, errors
 
 
+def agree_to_consent(page) -> None:
+    """Agree on a study's consent page and wait for the study page to load: a click on Start before
+    its script has run would do nothing (a race a loaded machine loses)."""
+    with page.expect_navigation():
+        page.click("#consent-agree")
+
+
 @contextmanager
 def researcher_page(browser, base: str, path: str, viewport: dict | None = None) -> Iterator:
     """A page of a fresh browser context at ``base + path``, logged in on the way as RESEARCHER (the

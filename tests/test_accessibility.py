@@ -3,6 +3,7 @@ alt text on images and keyboard focus — measured in a real headless Chromium."
 from __future__ import annotations
 
 import pytest
+from helpers import agree_to_consent
 
 from webapp.cli.demo_study import demo_items
 from workers.store.config import StudyConfig
@@ -79,8 +80,7 @@ def test_rater_pages_meet_contrast_touch_and_alt_text_bars_on_a_phone(browser, l
     page = context.new_page()
     page.goto(f"{live_server}/s/phone-rating?PROLIFIC_PID=a11y-2")
     check_page(page, "consent page", "I agree to take part")
-    with page.expect_navigation():  # to the study page with its script run: a click before would do nothing
-        page.click("#consent-agree")
+    agree_to_consent(page)
     page.click("#start")
     page.wait_for_selector(".scale-button:not([disabled])")
     # a buttons scale shows no slider: the [hidden] attribute wins over the slider's display rule

@@ -6,7 +6,7 @@ import io
 import os
 
 import pytest
-from helpers import ARTIFACTS
+from helpers import ARTIFACTS, agree_to_consent
 
 pytestmark = pytest.mark.browser
 
@@ -57,8 +57,7 @@ def test_consent_practice_ten_questions_by_keyboard_and_a_completion_code(browse
 
     page = browser.new_page()
     page.goto(f"{flow_server}/s/flow?PROLIFIC_PID=p-keys")
-    with page.expect_navigation():  # to the study page with its script run: a click before would do nothing
-        page.click("#consent-agree")
+    agree_to_consent(page)
     page.click("#start")
     page.wait_for_selector("#practice-banner:not([hidden])")
     page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")
@@ -123,8 +122,7 @@ def test_an_answer_sent_while_offline_is_retried_and_stored_once(browser, flow_s
     context = browser.new_context()
     page = context.new_page()
     page.goto(f"{flow_server}/s/flow?PROLIFIC_PID=p-net")
-    with page.expect_navigation():  # to the study page with its script run: a click before would do nothing
-        page.click("#consent-agree")
+    agree_to_consent(page)
     page.click("#start")
     page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")
     page.click("#left")  # the practice question
@@ -191,8 +189,7 @@ def test_a_rater_completes_ten_questions_by_mouse_alone(browser, flow_server, co
 
     page = browser.new_page()
     page.goto(f"{flow_server}/s/flow?PROLIFIC_PID=p-mouse")
-    with page.expect_navigation():  # to the study page with its script run: a click before would do nothing
-        page.click("#consent-agree")
+    agree_to_consent(page)
     page.click("#start")
     _wait_for_triplet(page)
     page.click("#right")  # the practice question: feedback either way, nothing stored
@@ -218,8 +215,7 @@ def test_on_a_phone_the_practice_question_scrolls_into_view(browser, flow_server
     context = browser.new_context(viewport={"width": 360, "height": 640}, is_mobile=True, has_touch=True)
     page = context.new_page()
     page.goto(f"{flow_server}/s/flow?PROLIFIC_PID=p-phone")
-    with page.expect_navigation():  # to the study page with its script run: a click before would do nothing
-        page.click("#consent-agree")
+    agree_to_consent(page)
     page.evaluate("() => window.scrollTo(0, 0)")
     page.click("#start")
     page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from helpers import ARTIFACTS, RESEARCHER, RESEARCHER_PASSWORD, colour_items
+from helpers import ARTIFACTS, RESEARCHER, RESEARCHER_PASSWORD, agree_to_consent, colour_items
 
 from webapp.accounts import create_user
 from workers.store.config import StudyConfig
@@ -101,8 +101,7 @@ def test_a_researcher_previews_a_study_in_chromium_and_nothing_is_recorded(brows
     # the server's own worker keeps its heartbeat in Redis: the study's keys are what must not change
     before = study_keys(conn)
     page.wait_for_selector("#consent-agree")
-    with page.expect_navigation():  # to the study page with its script run: a click before would do nothing
-        page.click("#consent-agree")
+    agree_to_consent(page)
     page.click("#start")
     page.wait_for_selector("#practice-banner:not([hidden])")
     page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")

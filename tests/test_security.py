@@ -17,6 +17,7 @@ from helpers import (
     RESEARCHER,
     RESEARCHER_PASSWORD,
     SECRET,
+    agree_to_consent,
     answer,
     colour_items,
     csrf_token_of,
@@ -545,8 +546,7 @@ def test_pages_work_under_the_csp_and_hostile_text_stays_text(browser, hostile_s
     page.goto(f"{hostile_server}/s/hostile?PROLIFIC_PID=p-browser")
     assert "<script>" in page.locator("#consent-text").inner_text()
     check(page, "consent")
-    with page.expect_navigation():  # to the study page with its script run: a click before would do nothing
-        page.click("#consent-agree")
+    agree_to_consent(page)
     page.wait_for_selector("#instructions")
     assert "a javascript link" in page.locator("#instructions").inner_text()
     assert page.locator("#instructions a").count() == 0
