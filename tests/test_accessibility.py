@@ -3,7 +3,7 @@ alt text on images and keyboard focus — measured in a real headless Chromium."
 from __future__ import annotations
 
 import pytest
-from test_browser import browser, live_server  # noqa: F401  (fixtures)
+from helpers import agree_to_consent
 
 from webapp.cli.demo_study import demo_items
 from workers.store.config import StudyConfig
@@ -59,7 +59,7 @@ def check_page(page, where: str, expect_text: str) -> None:
     assert not no_alt, f"{where}: images without alt text: {no_alt}"
 
 
-def test_rater_pages_meet_contrast_touch_and_alt_text_bars_on_a_phone(browser, live_server, conn):  # noqa: F811
+def test_rater_pages_meet_contrast_touch_and_alt_text_bars_on_a_phone(browser, live_server, conn):
     create_study(conn, StudyConfig.from_dict({
         "name": "Ratings on a phone", "random_state": 2, "question_kind": "rating", "allow_skip": True,
         "consent": "I agree to take part. **Data** are kept anonymous.",
@@ -80,7 +80,7 @@ def test_rater_pages_meet_contrast_touch_and_alt_text_bars_on_a_phone(browser, l
     page = context.new_page()
     page.goto(f"{live_server}/s/phone-rating?PROLIFIC_PID=a11y-2")
     check_page(page, "consent page", "I agree to take part")
-    page.click("#consent-agree")
+    agree_to_consent(page)
     page.click("#start")
     page.wait_for_selector(".scale-button:not([disabled])")
     # a buttons scale shows no slider: the [hidden] attribute wins over the slider's display rule

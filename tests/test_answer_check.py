@@ -6,7 +6,7 @@ import random
 from math import comb
 
 import pytest
-from helpers import run_worker
+from helpers import positioned_study, run_worker
 
 from webapp.questions_answers import flag_low_self_agreement
 from workers.store import keys
@@ -16,17 +16,12 @@ from workers.store.studies import Item, create_study, get_study
 
 N_ITEMS, QUESTIONS = 16, 40
 POSITIONS = [float(i * i) for i in range(N_ITEMS)]
+RANDOM_SEED = 26  # the global random the platform draws from (conftest's ``seeded``)
 
 
 def study(conn, **attention) -> str:
-    items = [Item(id=f"p{i}", kind="color", color="#203040", position=(x,)) for i, x in enumerate(POSITIONS)]
-    config = StudyConfig.from_dict({
-        "name": "Judged", "random_state": 5, "pool_size": 10, "algorithms": [{"algorithm": "random_triplets"}],
-        "limits": {"max_questions_per_rater": QUESTIONS, "min_answers_for_code": QUESTIONS},
-        "attention": attention})
-    study_id = create_study(conn, config, items, study_id="judged")
-    run_worker(conn)
-    return study_id
+    return positioned_study(conn, "judged", POSITIONS, random_state=5, attention=attention,
+                            limits={"max_questions_per_rater": QUESTIONS, "min_answers_for_code": QUESTIONS})
 
 
 def careful(q, rng):
@@ -58,14 +53,6 @@ def run_rater(app, conn, study_id, name, choose, seed=0):
         question = body.get("next")
     run_worker(conn)
     return client
-
-
-@pytest.fixture
-def seeded():
-    state = random.getstate()
-    random.seed(26)
-    yield
-    random.setstate(state)
 
 
 def test_a_bot_that_never_looks_is_flagged_and_gets_no_code_while_careful_raters_get_theirs(app, conn, seeded):

@@ -8,15 +8,14 @@ import zipfile
 
 import pytest
 import requests
-from helpers import RESEARCHER, RESEARCHER_PASSWORD
-from test_browser import ARTIFACTS, browser, live_server  # noqa: F401  (fixtures)
+from helpers import ARTIFACTS, RESEARCHER, RESEARCHER_PASSWORD
 
 from webapp.accounts import create_user
 
 pytestmark = pytest.mark.browser
 
 
-def test_a_researcher_makes_uses_and_revokes_a_token_in_the_browser(browser, live_server, conn):  # noqa: F811
+def test_a_researcher_makes_uses_and_revokes_a_token_in_the_browser(browser, live_server, conn):
     create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
     page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     page.goto(f"{live_server}/account")

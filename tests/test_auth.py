@@ -2,17 +2,23 @@
 the URL map proving that every route outside the rater/public allow-list refuses strangers."""
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import requests
 from click.testing import CliRunner
-from helpers import RESEARCHER, RESEARCHER_PASSWORD, answer, csrf_token_of, fetch_question, log_in
+from helpers import (
+    RESEARCHER,
+    RESEARCHER_PASSWORD,
+    Serve,
+    answer,
+    csrf_token_of,
+    fetch_question,
+    http_log_in,
+    log_in,
+    wait_for,
+)
 from werkzeug.routing import FloatConverter, IntegerConverter
 
 from webapp import accounts, create_app
@@ -55,16 +61,6 @@ def assert_refused(response, url: str, method: str) -> None:
     else:
         assert response.status_code == 302, where
         assert urlsplit(response.headers["Location"]).path == "/login", where
-
-
-def http_log_in(base: str, name: str, password: str) -> requests.Session:
-    """A requests session logged in through the real login form."""
-    session = requests.Session()
-    token = csrf_token_of(session.get(f"{base}/login", timeout=5).text)
-    response = session.post(f"{base}/login", data={"username": name, "password": password, "csrf_token": token},
-                            timeout=10)
-    assert response.status_code == 200 and urlsplit(response.url).path != "/login", response.text
-    return session
 
 
 @pytest.fixture
@@ -348,18 +344,6 @@ def test_researcher_client_sends_the_token_and_raters_need_none(probe_app, resea
 # --- accounts on the CLI ------------------------------------------------------------------
 
 
-@pytest.fixture
-def cli(redis_url, conn, tmp_path, monkeypatch):
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
-    runner = CliRunner()
-
-    def invoke(*args, input=None):
-        return runner.invoke(main, list(args), input=input, catch_exceptions=False)
-
-    return invoke
-
-
 def test_user_add_asks_twice_and_the_account_can_log_in(cli, client, conn):
     result = cli("user", "add", "Alice", input="a long password\na long password\n")
     assert result.exit_code == 0, result.output
@@ -426,29 +410,19 @@ def test_the_first_account_is_created_once(conn):
 
 
 def test_serve_on_a_fresh_instance_prints_a_one_time_admin_password(redis_url, conn, tmp_path):
-    from test_serve import healthy, wait_for
-
-    from webapp.cli.embedded import free_port
-
-    port = free_port()
-    env = dict(os.environ, REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"))
-    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers", "1",
-                             "--workers", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    seen = []
+    serve = Serve(tmp_path / "instance", "--workers", "0", redis_url=redis_url)
+    base = serve.base
     try:
-        while not any("change it with: proxima user passwd admin" in line for line in seen):
-            line = proc.stdout.readline()
-            assert line, "".join(seen)
-            seen.append(line)
-        password = re.search(r"one-time password: (\S+)", "".join(seen)).group(1)
-        wait_for(lambda: healthy(base) or proc.poll() is not None)
+        seen = wait_for(lambda: "change it with: proxima user passwd admin" in serve.output() and serve.output(),
+                        what="serve printing the first account's password")
+        password = re.search(r"one-time password: (\S+)", seen).group(1)
+        serve.wait_healthy()
         assert requests.get(f"{base}/", timeout=5, allow_redirects=False).status_code == 302
         researcher = http_log_in(base, "admin", password)
         assert "Studies" in researcher.get(f"{base}/", timeout=5).text
     finally:
-        proc.send_signal(signal.SIGINT)
-        output, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 0, output
-    assert "one-time password" not in output  # printed once, before anything else
+        returncode = serve.stop()
+    output = serve.output()
+    assert returncode == 0, output
+    assert output.count("one-time password") == 1  # printed once
     assert accounts.ensure_first_account(conn) is None

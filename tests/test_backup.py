@@ -11,7 +11,6 @@ import redis
 from click.testing import CliRunner
 
 from webapp.cli import main
-from webapp.cli.embedded import EmbeddedRedis
 from workers.jobs.update import apply_new_answers
 from workers.results.exports import nn_graph
 from workers.store import keys
@@ -59,15 +58,6 @@ def poison(conn, study_id: str, label: str = "rt", qid: str = "poison-1") -> str
     answer_id, _ = accept_answer(conn, study_id, question, "mallory", N_ITEMS + 5, issued_at=time.time(),
                                  response_ms=500, used_ttl=3600)
     return answer_id
-
-
-@pytest.fixture
-def fresh_redis(tmp_path):
-    """A second, empty Redis: the instance a backup is restored into."""
-    server = EmbeddedRedis(tmp_path / "fresh", appendfsync="everysec")
-    url = server.start()
-    yield url
-    server.stop()
 
 
 def invoke(args, url, **kwargs):

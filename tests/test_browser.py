@@ -4,57 +4,11 @@ from __future__ import annotations
 import csv
 import io
 import os
-import shutil
-import signal
-import subprocess
-import sys
 
 import pytest
-from helpers import colour_items
-from test_serve import healthy, wait_for
-
-from webapp.cli.demo_study import demo_items
-from webapp.cli.embedded import free_port
-from workers.store.config import StudyConfig
-from workers.store.studies import create_study
+from helpers import ARTIFACTS, agree_to_consent
 
 pytestmark = pytest.mark.browser
-
-CHROMIUM = os.environ.get("PROXIMA_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-@pytest.fixture
-def browser():
-    if not CHROMIUM:
-        if os.environ.get("CI"):
-            pytest.fail("Chromium is required for browser tests in CI (apt-get install chromium)")
-        pytest.skip("Chromium is not installed")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def live_server(conn, redis_url, tmp_path):
-    create_study(conn, StudyConfig(name="Colours in a browser", pool_size=10, random_state=1), demo_items(12),
-                 study_id="browser")
-    port = free_port()
-    env = dict(os.environ, REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"))
-    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers", "1"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: healthy(base) or proc.poll() is not None)
-        assert proc.poll() is None, proc.stdout.read()
-        yield base
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
 
 
 def test_a_rater_answers_twenty_questions_and_the_researcher_sees_them(browser, live_server, conn):
@@ -97,52 +51,13 @@ def test_a_rater_answers_twenty_questions_and_the_researcher_sees_them(browser, 
     assert {r["rater"] for r in rows} == {"p-0001"}
 
 
-@pytest.fixture
-def flow_server(conn, redis_url, tmp_path):
-    """A served study with consent, one practice question, 10 questions per rater and a debrief."""
-    config = StudyConfig.from_dict({
-        "name": "Flow in a browser", "algorithm": "random_triplets", "pool_size": 10, "random_state": 2,
-        "consent": "**Consent.** We store your answers.",
-        "practice": [{"head": "c0", "candidates": ["c1", "c2"], "answer": "c1", "explanation": "c1 is closer."}],
-        "limits": {"max_questions_per_rater": 10},
-        "completion": {"debrief_question": "Anything unclear?"},
-        # the flow of a page, not its quality checks (those have tests of their own): a rater pressing
-        # one key throughout would be flagged
-        "attention": {"rate": 0, "answer_check": False},
-    })
-    create_study(conn, config, colour_items(12), study_id="flow")
-    rating = StudyConfig.from_dict({"name": "Ratings", "algorithm": "random", "question_kind": "rating",
-                                    "pool_size": 10, "limits": {"max_questions_per_rater": 5}})
-    create_study(conn, rating, colour_items(12), study_id="ratings")
-    checks = StudyConfig.from_dict({"name": "Checks", "algorithm": "random_triplets", "pool_size": 10,
-                                    "allow_skip": True, "limits": {"max_questions_per_rater": 80},
-                                    "attention": {"rate": 0.5, "min_checks": 2, "max_failure_share": 0.5,
-                                                  "stop_flagged": True}})
-    create_study(conn, checks, colour_items(12), study_id="checks")
-    port = free_port()
-    env = dict(os.environ, REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"))
-    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers", "1"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: healthy(base) or proc.poll() is not None)
-        assert proc.poll() is None, proc.stdout.read()
-        yield base
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
-
-
-ARTIFACTS = os.environ.get("PROXIMA_ARTIFACTS") or os.path.join(os.path.dirname(__file__), "..", "artifacts")
-
-
 def test_consent_practice_ten_questions_by_keyboard_and_a_completion_code(browser, flow_server, conn, tmp_path):
     flow_server_instance = tmp_path / "instance"
     from workers.store.answers import read_answers
 
     page = browser.new_page()
     page.goto(f"{flow_server}/s/flow?PROLIFIC_PID=p-keys")
-    page.click("#consent-agree")
+    agree_to_consent(page)
     page.click("#start")
     page.wait_for_selector("#practice-banner:not([hidden])")
     page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")
@@ -207,7 +122,7 @@ def test_an_answer_sent_while_offline_is_retried_and_stored_once(browser, flow_s
     context = browser.new_context()
     page = context.new_page()
     page.goto(f"{flow_server}/s/flow?PROLIFIC_PID=p-net")
-    page.click("#consent-agree")
+    agree_to_consent(page)
     page.click("#start")
     page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")
     page.click("#left")  # the practice question
@@ -274,7 +189,7 @@ def test_a_rater_completes_ten_questions_by_mouse_alone(browser, flow_server, co
 
     page = browser.new_page()
     page.goto(f"{flow_server}/s/flow?PROLIFIC_PID=p-mouse")
-    page.click("#consent-agree")
+    agree_to_consent(page)
     page.click("#start")
     _wait_for_triplet(page)
     page.click("#right")  # the practice question: feedback either way, nothing stored
@@ -300,7 +215,7 @@ def test_on_a_phone_the_practice_question_scrolls_into_view(browser, flow_server
     context = browser.new_context(viewport={"width": 360, "height": 640}, is_mobile=True, has_touch=True)
     page = context.new_page()
     page.goto(f"{flow_server}/s/flow?PROLIFIC_PID=p-phone")
-    page.click("#consent-agree")
+    agree_to_consent(page)
     page.evaluate("() => window.scrollTo(0, 0)")
     page.click("#start")
     page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")

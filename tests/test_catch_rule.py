@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 import pytest
-from helpers import answer, closer_candidate, colour_items, fetch_question
+from helpers import EGG_ANSWERS, answer, closer_candidate, colour_items, fetch_question, shared_data_file
 
 from engine.oracles import TripletOracle
 from webapp.catches import choose_comparisons
@@ -55,10 +55,7 @@ def test_stated_rates_at_40_questions_careful_flagged_under_1_percent_random_pas
 def test_a_careful_rater_misses_the_egg_catch_trials_at_most_at_the_planned_rate():
     """engine.oracles' human model on the egg items with lapse 0.1 (issue 26's careful rater), on the
     comparisons webapp.catches chooses from the eggs' positions: misses at most CATCH_MISS_RATE."""
-    from engine.datasets import default_data_dir
-
-    if not (default_data_dir() / "alien_eggs" / "responses.csv.zip").exists():
-        pytest.skip("the alien-egg data is not next to the repository")
+    shared_data_file(EGG_ANSWERS)
     truth = eggs_truth()
     noise, _ = noise_model(truth, lapse=0.1)
     oracle = TripletOracle(truth.distances, noise=noise.logistic_scale, model="human", lapse=noise.lapse,

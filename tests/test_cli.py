@@ -14,18 +14,6 @@ from workers.store.studies import get_items, get_study
 
 
 @pytest.fixture
-def cli(redis_url, conn, tmp_path, monkeypatch):
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
-    runner = CliRunner()
-
-    def invoke(*args):
-        return runner.invoke(main, list(args), catch_exceptions=False)
-
-    return invoke
-
-
-@pytest.fixture
 def texts(tmp_path):
     (tmp_path / "study.yaml").write_text("name: Sentences\npool_size: 5\n")
     (tmp_path / "items.csv").write_text("id,text\ns1,The cat sat.\ns2,A dog ran.\ns3,Cars are fast.\ns4,Kittens nap.\n")

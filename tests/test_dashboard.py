@@ -4,13 +4,23 @@ studies with a known truth, the MDS layout of the learned graph (capped for larg
 changing one's own password."""
 from __future__ import annotations
 
-import io
 import json
-import zipfile
 
 import numpy as np
 import pytest
-from helpers import NO_CHECKS, RESEARCHER, RESEARCHER_PASSWORD, answer, colour_items, fetch_question, log_in, run_worker
+from helpers import (
+    NO_CHECKS,
+    RESEARCHER,
+    RESEARCHER_PASSWORD,
+    answer,
+    colour_items,
+    fetch_question,
+    log_in,
+    rate_by_position,
+    run_worker,
+    upload_study,
+    zip_of,
+)
 
 from workers.results.layout import MAX_DRAWN, classical_mds, fill_distances
 from workers.store import keys
@@ -22,22 +32,6 @@ from workers.store.uploads import items_from_csv_bytes, items_from_zip
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
 JPEG = b"\xff\xd8\xff\xe0" + b"\x00" * 32
-
-
-def make_zip(members: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, data in members.items():
-            archive.writestr(name, data)
-    return buf.getvalue()
-
-
-def create(client, items: bytes, filename: str, config: tuple[bytes, str] | None = None, **fields):
-    data = {"name": "Uploaded", "algorithm": "random_triplets", "question_kind": "triplet", "start": "1",
-            "items": (io.BytesIO(items), filename), **fields}
-    if config:
-        data["config_file"] = (io.BytesIO(config[0]), config[1])
-    return client.post("/studies/new", data=data, content_type="multipart/form-data")
 
 
 # ---------------------------------------------------------------------- lifecycle
@@ -124,8 +118,8 @@ def test_rater_limits_are_edited_while_running_and_enforced(researcher_client, a
 
 # ---------------------------------------------------------------------- create from uploads
 def test_create_a_study_from_a_zip_of_images(researcher_client, conn):
-    archive = make_zip({"cats/a.png": PNG, "cats/b.jpg": JPEG, "c.png": PNG, "__MACOSX/._c.png": b"junk"})
-    response = create(researcher_client, archive, "pets.zip")
+    archive = zip_of({"cats/a.png": PNG, "cats/b.jpg": JPEG, "c.png": PNG, "__MACOSX/._c.png": b"junk"})
+    response = upload_study(researcher_client, archive, "pets.zip")
     assert response.status_code == 302, response.get_data(as_text=True)
     study_id = response.headers["Location"].rsplit("/", 1)[1]
     study = get_study(conn, study_id)
@@ -136,7 +130,7 @@ def test_create_a_study_from_a_zip_of_images(researcher_client, conn):
 
 def test_create_a_paused_study_from_a_csv_with_labels(researcher_client, conn):
     csv_bytes = b"id,text,label\nx,red apple,fruit\ny,green pear,fruit\nz,blue car,vehicle\n"
-    response = create(researcher_client, csv_bytes, "texts.csv", start="")
+    response = upload_study(researcher_client, csv_bytes, "texts.csv", start="")
     assert response.status_code == 302
     study = get_study(conn, response.headers["Location"].rsplit("/", 1)[1])
     assert study.status == "paused"
@@ -148,7 +142,7 @@ def test_create_a_paused_study_from_a_csv_with_labels(researcher_client, conn):
 def test_create_from_a_csv_with_feature_columns(researcher_client, conn):
     csv_bytes = (b"id,text,label,length,weight\nx,red apple,fruit,7.5,0.2\ny,green pear,fruit,9,0.25\n"
                  b"z,blue car,vehicle,400,1e3\n")
-    response = create(researcher_client, csv_bytes, "features.csv")
+    response = upload_study(researcher_client, csv_bytes, "features.csv")
     assert response.status_code == 302, response.get_data(as_text=True)
     items = get_items(conn, response.headers["Location"].rsplit("/", 1)[1])
     assert [i.features for i in items] == [{"length": 7.5, "weight": 0.2}, {"length": 9.0, "weight": 0.25},
@@ -158,7 +152,7 @@ def test_create_from_a_csv_with_feature_columns(researcher_client, conn):
 
 def test_a_bad_feature_cell_is_named_by_file_row_and_column(researcher_client, conn):
     csv_bytes = b"text,length\nred apple,7.5\ngreen pear,long\nblue car,400\n"
-    response = create(researcher_client, csv_bytes, "features.csv")
+    response = upload_study(researcher_client, csv_bytes, "features.csv")
     page = response.get_data(as_text=True).replace("&#39;", "'")
     assert response.status_code == 400
     assert "features.csv, row 3, column 'length': 'long' is not a number" in page
@@ -167,7 +161,8 @@ def test_a_bad_feature_cell_is_named_by_file_row_and_column(researcher_client, c
 
 def test_create_from_an_uploaded_yaml_config(researcher_client, conn):
     yaml_text = b"name: From YAML\nalgorithm: anntri\nquestion_kind: rating\n"
-    response = create(researcher_client, b"text\none\ntwo\nthree\nfour\n", "t.csv", config=(yaml_text, "study.yaml"))
+    response = upload_study(researcher_client, b"text\none\ntwo\nthree\nfour\n", "t.csv",
+                            config=(yaml_text, "study.yaml"))
     assert response.status_code == 302
     study = get_study(conn, response.headers["Location"].rsplit("/", 1)[1])
     assert study.config.name == "From YAML" and study.config.algorithms[0].question_kind == "rating"
@@ -181,21 +176,21 @@ def test_create_from_an_uploaded_yaml_config(researcher_client, conn):
     ({"x/a.png": PNG, "y/a.png": PNG, "b.png": PNG}, "would both be item 'a'"),
 ])
 def test_hostile_or_broken_zips_are_refused_with_the_member_named(researcher_client, conn, members, message):
-    response = create(researcher_client, make_zip(members), "items.zip")
+    response = upload_study(researcher_client, zip_of(members), "items.zip")
     assert response.status_code == 400
     assert message in response.get_data(as_text=True).replace("&#39;", "'")
     assert not conn.smembers(keys.studies())
 
 
 def test_zip_bombs_are_refused_before_anything_is_decompressed():
-    bomb = make_zip({f"{i}.png": PNG + b"\x00" * 100_000 for i in range(5)})
+    bomb = zip_of({f"{i}.png": PNG + b"\x00" * 100_000 for i in range(5)})
     assert len(bomb) < 5000
     with pytest.raises(StudyError, match="would unpack to"):
         items_from_zip(bomb, "bomb.zip", max_total_bytes=200_000)
     with pytest.raises(StudyError, match="holds 5 entries; at most 4"):
         items_from_zip(bomb, "bomb.zip", max_members=4)
     # a member whose header lies about its size fails its check instead of unpacking without limit
-    raw = bytearray(make_zip({"a.png": PNG + b"\x00" * 5000, "b.png": PNG, "c.png": PNG}))
+    raw = bytearray(zip_of({"a.png": PNG + b"\x00" * 5000, "b.png": PNG, "c.png": PNG}))
     central = raw.rfind(b"PK\x01\x02", 0, raw.rfind(b"PK\x01\x02", 0, raw.rfind(b"PK\x01\x02")))
     raw[central + 24:central + 28] = (10).to_bytes(4, "little")  # declared uncompressed size of a.png
     with pytest.raises(StudyError, match="a.png"):
@@ -203,16 +198,17 @@ def test_zip_bombs_are_refused_before_anything_is_decompressed():
 
 
 def test_wrong_file_types_and_bad_configs_are_named(researcher_client):
-    response = create(researcher_client, b"MZ\x90\x00", "setup.exe")
+    response = upload_study(researcher_client, b"MZ\x90\x00", "setup.exe")
     assert response.status_code == 400 and "must be a .zip" in response.get_data(as_text=True)
-    response = create(researcher_client, b"not a zip at all", "items.zip")
+    response = upload_study(researcher_client, b"not a zip at all", "items.zip")
     assert "items.zip is not a ZIP archive" in response.get_data(as_text=True)
-    response = create(researcher_client, b"text\na\nb\nc\n", "t.csv", config=(b"name: x\nwindow_size: 3\n", "c.yaml"))
+    response = upload_study(researcher_client, b"text\na\nb\nc\n", "t.csv",
+                            config=(b"name: x\nwindow_size: 3\n", "c.yaml"))
     page = response.get_data(as_text=True)
     assert response.status_code == 400 and "c.yaml: unknown field(s) window_size" in page
-    response = create(researcher_client, b"text\na\nb\nc\n", "t.csv", name="")
+    response = upload_study(researcher_client, b"text\na\nb\nc\n", "t.csv", name="")
     assert "field &#39;name&#39;" in response.get_data(as_text=True)
-    response = create(researcher_client, b"text\na\nb\nc\n", "t.csv", config=(b"name: [unclosed", "c.yaml"))
+    response = upload_study(researcher_client, b"text\na\nb\nc\n", "t.csv", config=(b"name: [unclosed", "c.yaml"))
     assert "c.yaml is not valid YAML" in response.get_data(as_text=True)
 
 
@@ -229,16 +225,16 @@ def test_csv_errors_name_the_row():
 
 def test_an_oversized_upload_is_refused_with_a_clear_message(researcher_client, app):
     app.config["UPLOAD_MAX_BYTES"] = 2048
-    response = create(researcher_client, make_zip({"a.png": PNG + np.random.default_rng(0).bytes(5000)}), "big.zip")
+    response = upload_study(researcher_client, zip_of({"a.png": PNG + np.random.default_rng(0).bytes(5000)}), "big.zip")
     assert response.status_code == 413
     assert "The upload is too large: at most" in response.get_data(as_text=True)
 
 
 def test_uploads_above_the_app_wide_limit_reach_the_create_form(researcher_client, conn):
     # 64 KiB is the limit of every other request; the create form accepts far more
-    big = make_zip({f"{i}.png": PNG + np.random.default_rng(i).bytes(40_000) for i in range(3)})
+    big = zip_of({f"{i}.png": PNG + np.random.default_rng(i).bytes(40_000) for i in range(3)})
     assert len(big) > 64 * 1024
-    response = create(researcher_client, big, "big.zip")
+    response = upload_study(researcher_client, big, "big.zip")
     assert response.status_code == 302
 
 
@@ -457,17 +453,7 @@ def test_graph_layout_route_places_items_and_lists_candidates_with_bounds(resear
                                     "random_state": 1, "pool_size": 6})
     study_id = create_study(conn, config, items, study_id="line")
     run_worker(conn)
-    rater = app.test_client()
-    truth = [x.position[0] for x in items]
-    for _ in range(120):
-        response = rater.get(f"/api/studies/{study_id}/questions/next")
-        if response.status_code != 200:
-            break
-        q = response.get_json()["question"]
-        i, j = (it["index"] for it in q["items"])
-        value = round(5 - 4 * abs(truth[i] - truth[j]) / 2.05)
-        rater.post(f"/api/studies/{study_id}/answers", json={"token": q["token"], "value": value})
-        run_worker(conn)
+    rate_by_position(app.test_client(), conn, study_id, items, 120)
     layout = researcher_client.get(f"/api/studies/{study_id}/graph-layout?algorithm=anntri").get_json()
     assert layout["nodes"] == list(range(6)) and len(layout["positions"]) == 6
     assert all(0 <= x <= 1 and 0 <= y <= 1 for x, y in layout["positions"])

@@ -8,23 +8,17 @@ import csv
 import io
 import json
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 import zipfile
 
 import numpy as np
 import pytest
-from helpers import RESEARCHER, RESEARCHER_PASSWORD
-from test_browser import ARTIFACTS, browser, live_server  # noqa: F401  (fixtures)
-from test_serve import healthy, wait_for
+from helpers import ARTIFACTS, RESEARCHER, RESEARCHER_PASSWORD, zip_of
 
 from webapp.accounts import create_user
 from webapp.cli.crowd import Crowd, NoiseModel, Truth
 from webapp.cli.demo_study import demo_items
-from webapp.cli.embedded import free_port
 from workers.store.config import StudyConfig
 from workers.store.queue import schedule_update
 from workers.store.studies import Item, create_study
@@ -32,7 +26,7 @@ from workers.store.studies import Item, create_study
 pytestmark = pytest.mark.browser
 
 
-def test_dashboard_plots_render_and_refresh_without_reload(browser, live_server, conn):  # noqa: F811
+def test_dashboard_plots_render_and_refresh_without_reload(browser, live_server, conn):
     create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
@@ -105,16 +99,8 @@ def png(colour: tuple[int, int, int]) -> bytes:
     return buf.getvalue()
 
 
-def zip_of(members: dict[str, bytes], method=zipfile.ZIP_DEFLATED) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", method) as archive:
-        for name, data in members.items():
-            archive.writestr(name, data)
-    return buf.getvalue()
-
-
 @pytest.fixture
-def journey_server(conn, redis_url, tmp_path):
+def journey_server(conn, start_serve):
     """``proxima serve`` (two web processes, one RQ worker) with a small upload limit, a researcher
     account, and a running study of colours with known positions for a simulated crowd."""
     create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
@@ -122,19 +108,8 @@ def journey_server(conn, redis_url, tmp_path):
                                     "question_kind": "rating", "pool_size": 20, "random_state": 4})
     create_study(conn, config, demo_items(12), study_id=CROWD_STUDY)
     schedule_update(conn, CROWD_STUDY)
-    port = free_port()
-    env = dict(os.environ, REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"),
-               PROXIMA_UPLOAD_MAX_BYTES=str(UPLOAD_LIMIT), PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1")
-    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers", "2"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: healthy(base) or proc.poll() is not None)
-        assert proc.poll() is None, proc.stdout.read()
-        yield base
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
+    return start_serve(web_workers=2, env={"PROXIMA_UPLOAD_MAX_BYTES": UPLOAD_LIMIT,
+                                           "PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES": "127.0.0.1"})
 
 
 def parse_download(path: str, filename: str):
@@ -168,7 +143,7 @@ def crowd_truth(items) -> Truth:
                  points=points)
 
 
-def test_a_researcher_creates_a_study_watches_raters_and_downloads_every_export(browser, journey_server, conn):  # noqa: F811
+def test_a_researcher_creates_a_study_watches_raters_and_downloads_every_export(browser, journey_server, conn):
     base = journey_server
     page = browser.new_page(viewport={"width": 1280, "height": 900}, accept_downloads=True)
     page.goto(f"{base}/")

@@ -4,21 +4,15 @@ saved as artifacts/dashboard-overview-laptop.png."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from helpers import RESEARCHER, RESEARCHER_PASSWORD
+from helpers import ARTIFACTS, RESEARCHER, RESEARCHER_PASSWORD, wait_for
 from scipy.spatial.distance import cdist
-from test_browser import ARTIFACTS, browser  # noqa: F401  (fixture)
-from test_serve import healthy, wait_for
 
 from webapp.accounts import create_user
 from webapp.cli.crowd import Crowd, NoiseModel, Truth
 from webapp.cli.demo_study import demo_items
-from webapp.cli.embedded import free_port
 from workers.store import keys
 from workers.store.config import StudyConfig
 from workers.store.queue import schedule_update
@@ -30,7 +24,7 @@ LAPTOP = {"width": 1366, "height": 768}
 
 
 @pytest.fixture
-def paid_server(conn, redis_url, tmp_path):
+def paid_server(conn, start_serve):
     items = demo_items(12)
     config = StudyConfig.from_dict({
         "name": "Colours, a paid pilot", "random_state": 2, "pool_size": 10, "consent": "You agree.",
@@ -39,22 +33,10 @@ def paid_server(conn, redis_url, tmp_path):
         "completion": {"prolific_redirect_url": "https://app.prolific.com/submissions/complete?cc={code}"}})
     create_study(conn, config, items, study_id="paid")
     schedule_update(conn, "paid")
-    port = free_port()
-    env = dict(os.environ, REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"),
-               PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1")
-    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers", "1"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: healthy(base) or proc.poll() is not None)
-        assert proc.poll() is None, proc.stdout.read()
-        yield base, items
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
+    return start_serve(env={"PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES": "127.0.0.1"}), items
 
 
-def test_the_overview_answers_health_quality_and_cheating_on_a_laptop_screen(browser, paid_server, conn):  # noqa: F811
+def test_the_overview_answers_health_quality_and_cheating_on_a_laptop_screen(browser, paid_server, conn):
     base, items = paid_server
     points = np.array([item.position for item in items], dtype=float)
     D = cdist(points, points)

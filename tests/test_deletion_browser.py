@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from helpers import RESEARCHER, RESEARCHER_PASSWORD
-from test_browser import ARTIFACTS, browser, live_server  # noqa: F401  (fixtures)
+from helpers import ARTIFACTS, RESEARCHER, RESEARCHER_PASSWORD
 from test_deletion import crowd, make_study
 
 from webapp.accounts import create_user
@@ -15,7 +14,7 @@ from workers.store import keys
 pytestmark = pytest.mark.browser
 
 
-def test_forget_a_rater_and_delete_the_study_each_after_a_confirmation(browser, live_server, conn):  # noqa: F811
+def test_forget_a_rater_and_delete_the_study_each_after_a_confirmation(browser, live_server, conn):
     create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
     make_study(conn, "gdpr")
     crowd(conn, "gdpr", raters=5, per_rater=4)

@@ -9,13 +9,12 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import requests
+from helpers import Serve, require, wait_for
 from requests.adapters import HTTPAdapter
-from test_serve import healthy, wait_for
 
 from webapp.cli.embedded import free_port
 
@@ -39,8 +38,11 @@ http {{
 }}
 """
 
-pytestmark = pytest.mark.skipif(NGINX is None or shutil.which("openssl") is None,
-                                reason="needs Debian's nginx and openssl (.ci/run installs nginx)")
+
+@pytest.fixture(autouse=True)
+def _nginx_and_openssl():
+    require(NGINX is not None, "Debian's nginx", "apt-get install nginx (.ci/run installs it)")
+    require(shutil.which("openssl") is not None, "openssl", "apt-get install openssl (.ci/run installs it)")
 
 
 class FromAddress(HTTPAdapter):
@@ -88,17 +90,14 @@ def site_config(tmp: Path, https_port: int, http_port: int, app_port: int, key: 
 @pytest.fixture
 def deployed(tmp_path, monkeypatch):
     """(https base URL, CA file) of nginx in front of `proxima serve`, resolving HOST to 127.0.0.1."""
-    app_port, https_port, http_port = free_port(), free_port(), free_port()
+    https_port, http_port = free_port(), free_port()
     key, cert = self_signed(tmp_path)
-    (tmp_path / "site.conf").write_text(site_config(tmp_path, https_port, http_port, app_port, key, cert))
     (tmp_path / "nginx.conf").write_text(MAIN.format(tmp=tmp_path))
-    env = dict(os.environ, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"), PROXIMA_TRUSTED_PROXIES="1",
-               PROXIMA_SECRET_KEY="deploy-test-secret", PROXIMA_PUBLIC_URL=f"https://{HOST}:{https_port}")
-    env.pop("REDIS_URL", None)
-    env.pop("PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES", None)
-    serve = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--host", "127.0.0.1", "--port", str(app_port),
-                              "--web-workers", "1", "--workers", "1"], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+    env = {"PROXIMA_TRUSTED_PROXIES": "1", "PROXIMA_SECRET_KEY": "deploy-test-secret",
+           "PROXIMA_PUBLIC_URL": f"https://{HOST}:{https_port}", "PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES": None}
+    # no REDIS_URL: serve's own embedded Redis, as on a single machine
+    serve = Serve(tmp_path / "instance", "--host", "127.0.0.1", "--workers", "1", env=env)
+    (tmp_path / "site.conf").write_text(site_config(tmp_path, https_port, http_port, serve.port, key, cert))
     nginx = subprocess.Popen([NGINX, "-e", str(tmp_path / "error.log"), "-p", str(tmp_path), "-c",
                               str(tmp_path / "nginx.conf"), "-g", "daemon off;"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -113,19 +112,18 @@ def deployed(tmp_path, monkeypatch):
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
     base = f"https://{HOST}:{https_port}"
     try:
-        wait_for(lambda: healthy(f"http://127.0.0.1:{app_port}") or serve.poll() is not None, timeout=90)
-        assert serve.poll() is None, serve.stdout.read()
+        serve.wait_healthy(timeout=90)
         assert nginx.poll() is None, nginx.stdout.read() + (tmp_path / "error.log").read_text()
-        wait_for(lambda: requests.get(f"{base}/api/health", verify=str(cert), timeout=2).ok, timeout=30)
+        wait_for(lambda: requests.get(f"{base}/api/health", verify=str(cert), timeout=2).ok, timeout=30,
+                 what="nginx passing /api/health through")
         yield base, cert, f"http://{HOST}:{http_port}", tmp_path
     finally:
         nginx.send_signal(signal.SIGQUIT)
-        serve.send_signal(signal.SIGINT)
-        for proc in (nginx, serve):
-            try:
-                proc.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        serve.stop()
+        try:
+            nginx.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            nginx.kill()
 
 
 def make_study(instance: Path, limits: str) -> None:

@@ -11,12 +11,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import redis
 import requests
+from helpers import healthy, wait_for
 
 from webapp import ROOT
 from webapp.cli.embedded import free_port, redis_server_binary
@@ -106,15 +106,15 @@ def deploy_redis(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"redis://:{password}@127.0.0.1:{port}/0"
     conn = redis.Redis.from_url(url)
-    deadline = time.monotonic() + 20
-    while True:
+
+    def answering():
+        assert proc.poll() is None, "redis-server did not start with deploy/redis-proxima.conf"
         try:
-            conn.ping()
-            break
+            return conn.ping()
         except redis.ConnectionError:
-            assert proc.poll() is None, "redis-server did not start with deploy/redis-proxima.conf"
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+            return False
+
+    wait_for(answering, 20, what="redis-server with deploy/redis-proxima.conf answering")
     yield url, conn
     conn.close()
     proc.terminate()
@@ -155,16 +155,9 @@ def test_the_units_serve_an_answer_that_the_worker_applies(tmp_path, deploy_redi
         return "\n".join(f"--- {u}\n{(tmp_path / f'{u}.log').read_text(errors='replace')}" for u in UNITS)
 
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert all(p.poll() is None for p in procs.values()), logs()
-            try:
-                if requests.get(f"{base}/api/health", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline, logs()
-            time.sleep(0.2)
+        wait_for(lambda: healthy(base) or any(p.poll() is not None for p in procs.values()), 60,
+                 what="the web unit answering /api/health")
+        assert all(p.poll() is None for p in procs.values()), logs()
         rater = requests.Session()
         rater.get(f"{base}/s/deployed", params={"rater": "r-deployed"}, timeout=5)
         question = rater.get(f"{base}/api/studies/deployed/questions/next", timeout=5).json()["question"]
@@ -172,10 +165,8 @@ def test_the_units_serve_an_answer_that_the_worker_applies(tmp_path, deploy_redi
                               json={"token": question["token"], "choice": question["candidates"][0]["index"]})
         assert response.status_code == 201, response.text
         answer_id = response.json()["answer"]["id"]
-        deadline = time.monotonic() + 30
-        while conn.get(keys.cursor("deployed")) != answer_id.encode():
-            assert time.monotonic() < deadline, "the worker unit did not apply the answer\n" + logs()
-            time.sleep(0.1)
+        wait_for(lambda: conn.get(keys.cursor("deployed")) == answer_id.encode(), 30,
+                 what="the worker unit applying the answer")
         # the web unit signs with the env file's secret key (deploy/proxima.env sets one)
         from webapp.tokens import verify_question
         assert verify_question("a deployment's own secret key", question["token"], max_age=600)["s"] == "deployed"

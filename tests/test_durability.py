@@ -20,7 +20,7 @@ import psutil
 import pytest
 import redis
 import requests
-from helpers import colour_items
+from helpers import colour_items, healthy, wait_for
 from test_backup import N_ITEMS, give_answers, make_study, poison
 
 from webapp import ROOT
@@ -34,16 +34,6 @@ from workers.store.queue import enqueue_update
 from workers.store.studies import create_study, get_study
 
 WAIT = 60.0
-
-
-def wait_for(predicate, timeout=WAIT, interval=0.05, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"{what} not met within {timeout:.0f} s")
 
 
 @pytest.fixture
@@ -266,15 +256,8 @@ def start_web(processes, redis_url, tmp_path, web_workers=1) -> tuple[subprocess
                       "--timeout", "120", "--log-level", "warning", "webapp:create_app()"], env)
     base = f"http://127.0.0.1:{port}"
 
-    def healthy():
-        if proc.poll() is not None:
-            raise AssertionError(f"gunicorn exited: {stderr_of(proc)}")
-        try:
-            return requests.get(f"{base}/api/health", timeout=2).status_code == 200
-        except requests.RequestException:
-            return False
-
-    wait_for(healthy, what="the web server answering")
+    wait_for(lambda: healthy(base) or proc.poll() is not None, what="the web server answering")
+    assert proc.poll() is None, f"gunicorn exited: {stderr_of(proc)}"
     return proc, base
 
 

@@ -8,6 +8,7 @@ import signal
 import time
 
 import numpy as np
+from helpers import wait_for
 from scipy.spatial.distance import cdist
 
 from engine import duels
@@ -26,10 +27,7 @@ def _task(n=30, seed=0):
 
 
 def _wait(handle, seconds=120.0):
-    deadline = time.monotonic() + seconds
-    while not handle.done():
-        assert time.monotonic() < deadline, "the fit process gave no result"
-        time.sleep(0.05)
+    wait_for(handle.done, seconds, interval=0.05, what="the fit process giving a result")
     return handle.result()
 
 

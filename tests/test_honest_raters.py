@@ -41,6 +41,23 @@ def stats_of(conn, study_id, rater):
     return {k.decode().rsplit(":", 1)[1]: v.decode() for k, v in raw.items() if k.decode().startswith(rater + ":")}
 
 
+def one_catch_answered(client, conn, rater: str):
+    """(question, stored answer): ``rater`` answers one catch trial as a careful person would, in a study
+    of catch trials only."""
+    make_study(conn, attention={"rate": 1.0})
+    client.get(f"/s/honest?rater={rater}")
+    question = fetch_question(client, "honest")
+    assert answer(client, question, choice=closer_candidate(question), study_id="honest").status_code == 201
+    [stored] = read_answers(conn, "honest")
+    return question, stored
+
+
+def refusal(response) -> str:
+    """The error code of a 409 refusal of an answer."""
+    assert response.status_code == 409, response.get_data(as_text=True)
+    return response.get_json()["error"]["code"]
+
+
 def test_item4_nothing_the_browser_receives_names_the_check_or_the_algorithm(client, conn):
     make_study(conn, attention={"rate": 1.0})
     client.get("/s/honest?rater=r-bot")
@@ -56,11 +73,7 @@ def test_item4_nothing_the_browser_receives_names_the_check_or_the_algorithm(cli
 
 
 def test_item4_the_token_still_carries_the_question_to_the_server(client, conn):
-    make_study(conn, attention={"rate": 1.0})
-    client.get("/s/honest?rater=r-honest")
-    question = fetch_question(client, "honest")
-    assert answer(client, question, choice=closer_candidate(question), study_id="honest").status_code == 201
-    [stored] = read_answers(conn, "honest")
+    _, stored = one_catch_answered(client, conn, "r-honest")
     assert stored.algorithm == "catch" and "catch_pass" in stored.flags
 
 
@@ -114,9 +127,7 @@ def test_item7_a_flagged_stopped_raters_held_questions_are_refused(client, conn)
     client.get("/s/honest?rater=r-flagged")
     held = [fetch_question(client, "honest") for _ in range(3)]
     conn.hset(keys.rater_stats("honest"), "r-flagged:flagged", 1)
-    for q in held:
-        response = answer(client, q, study_id="honest")
-        assert response.status_code == 409 and response.get_json()["error"]["code"] == "rater_stopped"
+    assert [refusal(answer(client, q, study_id="honest")) for q in held] == ["rater_stopped"] * 3
     assert read_answers(conn, "honest") == []
 
 
@@ -124,19 +135,16 @@ def test_item7_paused_and_closed_studies_refuse_earlier_tokens(client, conn):
     make_study(conn, limits={"max_outstanding": 3})
     client.get("/s/honest?rater=r-late")
     held = [fetch_question(client, "honest") for _ in range(2)]
+    refusals = []
     for status, q in zip(("paused", "closed"), held, strict=True):
         set_status(conn, "honest", status)
-        response = answer(client, q, study_id="honest")
-        assert response.status_code == 409 and response.get_json()["error"]["code"] == "study_closed"
+        refusals.append(refusal(answer(client, q, study_id="honest")))
+    assert refusals == ["study_closed", "study_closed"]
     assert read_answers(conn, "honest") == []
 
 
 def test_item8_used_token_markers_outlive_the_longest_token_ttl(client, conn):
-    make_study(conn, attention={"rate": 1.0})
-    client.get("/s/honest?rater=r-twice")
-    question = fetch_question(client, "honest")
-    assert answer(client, question, choice=closer_candidate(question), study_id="honest").status_code == 201
-    [stored] = read_answers(conn, "honest")
+    question, stored = one_catch_answered(client, conn, "r-twice")
     marker_ttl = conn.ttl(keys.used_token("honest", stored.qid))
     assert marker_ttl > 7 * 24 * 3600  # the schema's longest token_ttl_seconds
     # the researcher raises the TTL on the running study: the same token is still answered once

@@ -11,6 +11,7 @@ import zipfile
 import zlib
 
 import pytest
+from helpers import upload_study, zip_of
 from test_security import XSS, assert_inert, tiny_png
 
 from workers.store import uploads
@@ -18,14 +19,6 @@ from workers.store.config import ConfigError
 from workers.store.studies import MAX_MEDIA_BYTES, StudyError, list_studies
 
 PNG = tiny_png()
-
-
-def make_zip(members: dict[str, bytes], compression=zipfile.ZIP_DEFLATED) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", compression) as archive:
-        for name, data in members.items():
-            archive.writestr(name, data)
-    return buf.getvalue()
 
 
 def with_declared_size(data: bytes, name: str, size: int, local_too: bool = False) -> bytes:
@@ -54,14 +47,6 @@ def png_of_size(width: int, height: int) -> bytes:
     return bytes(data)
 
 
-def create(client, items: bytes, filename: str, config: tuple[bytes, str] | None = None, **fields):
-    data = {"name": "Uploaded", "algorithm": "random_triplets", "question_kind": "triplet", "start": "1",
-            "items": (io.BytesIO(items), filename), **fields}
-    if config:
-        data["config_file"] = (io.BytesIO(config[0]), config[1])
-    return client.post("/studies/new", data=data, content_type="multipart/form-data")
-
-
 def refused(callable_, *args, match: str):
     with pytest.raises((StudyError, ConfigError), match=match):
         callable_(*args)
@@ -73,7 +58,7 @@ def refused(callable_, *args, match: str):
 @pytest.mark.parametrize("name", ["../evil.png", "items/../../evil.png", "/etc/evil.png", "\\evil.png",
                                   "items\\..\\..\\evil.png", "C:/evil.png", "c:evil.png"])
 def test_zip_slip_names_are_refused(name):
-    archive = make_zip({"a.png": PNG, "b.png": PNG, name: PNG})
+    archive = zip_of({"a.png": PNG, "b.png": PNG, name: PNG})
     refused(uploads.items_from_zip, archive, "items.zip", match="absolute or parent-directory")
 
 
@@ -93,7 +78,7 @@ def test_symbolic_links_in_the_archive_are_refused():
 
 
 def test_a_small_archive_declaring_a_huge_total_is_refused_before_anything_is_decompressed(monkeypatch):
-    archive = make_zip({"a.png": PNG, "b.png": PNG, "c.png": PNG})
+    archive = zip_of({"a.png": PNG, "b.png": PNG, "c.png": PNG})
     bomb = archive
     for name in ("a.png", "b.png", "c.png"):  # 3 x 1 GiB declared, a few hundred bytes on disk
         bomb = with_declared_size(bomb, name, 1024 * 1024 * 1024)
@@ -105,31 +90,31 @@ def test_a_small_archive_declaring_a_huge_total_is_refused_before_anything_is_de
 
 
 def test_a_member_over_the_per_file_limit_is_refused_before_it_is_read(monkeypatch):
-    bomb = with_declared_size(make_zip({"a.png": PNG, "b.png": PNG, "c.png": PNG}), "b.png", MAX_MEDIA_BYTES + 1)
+    bomb = with_declared_size(zip_of({"a.png": PNG, "b.png": PNG, "c.png": PNG}), "b.png", MAX_MEDIA_BYTES + 1)
     refused(uploads.items_from_zip, bomb, "bomb.zip", match="b.png is 10240 KiB; items may be at most 10 MiB")
 
 
 def test_a_real_zip_bomb_member_is_never_inflated_past_its_limit():
-    zeros = make_zip({"a.png": PNG, "b.png": PNG, "c.png": b"\x89PNG\r\n\x1a\n" + bytes(20 * 1024 * 1024)})
+    zeros = zip_of({"a.png": PNG, "b.png": PNG, "c.png": b"\x89PNG\r\n\x1a\n" + bytes(20 * 1024 * 1024)})
     assert len(zeros) < 64 * 1024  # 20 MiB of zeros in a few KiB
     refused(uploads.items_from_zip, zeros, "zeros.zip", match="items may be at most 10 MiB")
 
 
 def test_a_member_that_understates_its_size_is_cut_off_and_refused():
     big = b"\x89PNG\r\n\x1a\n" + bytes(5 * 1024 * 1024)
-    liar = with_declared_size(make_zip({"a.png": PNG, "b.png": PNG, "c.png": big}), "c.png", 100, local_too=True)
+    liar = with_declared_size(zip_of({"a.png": PNG, "b.png": PNG, "c.png": big}), "c.png", 100, local_too=True)
     refused(uploads.items_from_zip, liar, "liar.zip", match="cannot read c.png")
 
 
 def test_too_many_members_are_refused():
     members = {f"{i:05}.png": b"" for i in range(uploads.MAX_ZIP_MEMBERS + 1)}
-    refused(uploads.items_from_zip, make_zip(members, zipfile.ZIP_STORED), "many.zip",
+    refused(uploads.items_from_zip, zip_of(members, zipfile.ZIP_STORED), "many.zip",
             match=f"holds {uploads.MAX_ZIP_MEMBERS + 1} entries; at most {uploads.MAX_ZIP_MEMBERS}")
 
 
 @pytest.mark.parametrize("width,height", [(7000, 7000), (100_000, 100_000), (2**31 - 1, 2**31 - 1)])
 def test_images_with_too_many_pixels_are_refused(width, height):
-    archive = make_zip({"a.png": PNG, "b.png": PNG, "huge.png": png_of_size(width, height)})
+    archive = zip_of({"a.png": PNG, "b.png": PNG, "huge.png": png_of_size(width, height)})
     refused(uploads.items_from_zip, archive, "pixels.zip",
             match="huge.png (is .* pixels; images may have at most|has far more than) 40")
 
@@ -141,13 +126,13 @@ def test_a_gif_with_a_huge_canvas_is_refused():
     Image.new("P", (2, 2)).save(out, "GIF")
     gif = bytearray(out.getvalue())
     struct.pack_into("<HH", gif, 6, 65535, 65535)  # the logical screen
-    archive = make_zip({"a.png": PNG, "b.png": PNG, "huge.gif": bytes(gif)})
+    archive = zip_of({"a.png": PNG, "b.png": PNG, "huge.gif": bytes(gif)})
     refused(uploads.items_from_zip, archive, "gif.zip",
             match="huge.gif (is 65535 x 65535 pixels|has far more than 40 megapixels)")
 
 
 def test_ordinary_images_pass():
-    items, media = uploads.items_from_zip(make_zip({"a.png": PNG, "b.png": png_of_size(4000, 3000),
+    items, media = uploads.items_from_zip(zip_of({"a.png": PNG, "b.png": png_of_size(4000, 3000),
                                                     "c.png": PNG}), "ok.zip")
     assert [item.id for item in items] == ["a", "b", "c"] and len(media) == 3
 
@@ -182,7 +167,7 @@ def test_hostile_configs_are_refused(data, filename, match):
 
 def test_a_config_bomb_through_the_form_is_refused_and_creates_nothing(researcher_client, conn):
     csv = b"text\na\nb\nc\n"
-    response = create(researcher_client, csv, "items.csv", config=(BILLION_LAUGHS, "laughs.yaml"))
+    response = upload_study(researcher_client, csv, "items.csv", config=(BILLION_LAUGHS, "laughs.yaml"))
     assert response.status_code == 400 and "more than 100000 values" in response.get_data(as_text=True)
     assert list_studies(conn) == []
 
@@ -192,8 +177,8 @@ def test_a_config_bomb_through_the_form_is_refused_and_creates_nothing(researche
 
 def test_file_names_and_texts_with_markup_are_stored_as_text_and_shown_escaped(researcher_client, app, conn):
     hostile = XSS[1].replace("/", "")  # a file name cannot hold "/"
-    archive = make_zip({f"{hostile}.png": PNG, "b.png": PNG, "c.png": PNG})
-    response = create(researcher_client, archive, "items.zip", name="Pictures " + XSS[0])
+    archive = zip_of({f"{hostile}.png": PNG, "b.png": PNG, "c.png": PNG})
+    response = upload_study(researcher_client, archive, "items.zip", name="Pictures " + XSS[0])
     assert response.status_code == 302, response.get_data(as_text=True)[:500]
     study_id = response.headers["Location"].rsplit("/", 1)[1]
     assert_inert(researcher_client.get(f"/studies/{study_id}").get_data(as_text=True), "dashboard overview")
@@ -206,7 +191,7 @@ def test_file_names_and_texts_with_markup_are_stored_as_text_and_shown_escaped(r
     assert hostile in ids  # the id is data; the rater page puts it into the DOM as text (alt, aria-label)
 
     texts = "text,id\n" + "".join(f'"{x.replace(chr(34), chr(34) * 2)}",t{i}\n' for i, x in enumerate(XSS))
-    response = create(researcher_client, texts.encode(), "texts.csv")
+    response = upload_study(researcher_client, texts.encode(), "texts.csv")
     assert response.status_code == 302
     page = researcher_client.get(response.headers["Location"] + "?tab=learning").get_data(as_text=True)
     assert_inert(page, "dashboard of hostile texts")
@@ -215,7 +200,7 @@ def test_file_names_and_texts_with_markup_are_stored_as_text_and_shown_escaped(r
 
 def test_a_hostile_upload_name_is_escaped_in_the_error(researcher_client, conn):
     # (a double quote would end the multipart header's filename="..." field, so none here)
-    response = create(researcher_client, b"not a zip", "<img src=x onerror=alert(1)>.zip")
+    response = upload_study(researcher_client, b"not a zip", "<img src=x onerror=alert(1)>.zip")
     assert response.status_code == 400
     html = response.get_data(as_text=True)
     assert_inert(html, "upload error")

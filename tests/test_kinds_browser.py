@@ -8,16 +8,11 @@ from __future__ import annotations
 import io
 import math
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_browser import browser  # noqa: F401  (fixture)
-from test_serve import healthy, wait_for
+from helpers import PHONE, watched_page
 
-from webapp.cli.embedded import free_port
 from workers.store.answers import read_answers
 from workers.store.config import StudyConfig
 from workers.store.studies import Item, create_study
@@ -68,22 +63,11 @@ RANK = {"name": "Ranked grid", "question_kind": "rank", "rank": {"n_reference": 
 
 
 @pytest.fixture
-def kinds_server(conn, redis_url, tmp_path):
+def kinds_server(conn, start_serve):
     items, media = picture_items()
     create_study(conn, StudyConfig.from_dict(ODD), items, media, study_id="odd")
     create_study(conn, StudyConfig.from_dict(RANK), items, media, study_id="grid")
-    port = free_port()
-    env = dict(os.environ, REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"))
-    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers", "1"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: healthy(base) or proc.poll() is not None)
-        assert proc.poll() is None, proc.stdout.read()
-        yield base
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
+    return start_serve()
 
 
 def _shots(tmp_path: Path) -> list[Path]:
@@ -109,6 +93,14 @@ def _gap(i: int, j: int) -> float:
     return min(d, 1 - d)
 
 
+def started_page(browser, url: str, instructions: str, **context_options) -> tuple:
+    """(context, page, errors) of a rater's page whose instructions say ``instructions``, started."""
+    context, page, errors = watched_page(browser, url, **context_options)
+    assert instructions in page.locator("#instructions").inner_text()
+    page.click("#start")
+    return context, page, errors
+
+
 def _wait_answered(page, n: int) -> None:
     page.wait_for_function(f"() => document.getElementById('answered')?.textContent === '{n}'")
 
@@ -117,15 +109,9 @@ def _log(conn, study_id: str, rater: str):
     return [a for a in read_answers(conn, study_id) if a.rater == rater]
 
 
-def test_odd_one_out_by_mouse_touch_and_keys_keeps_the_whole_screen(browser, kinds_server, conn,  # noqa: F811
-                                                                    tmp_path):
-    context = browser.new_context(viewport={"width": 1100, "height": 900})
-    page = context.new_page()
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{kinds_server}/s/odd?PROLIFIC_PID=odd-desk")
-    assert "least like the other two" in page.locator("#instructions").inner_text()
-    page.click("#start")
+def test_odd_one_out_by_mouse_touch_and_keys_keeps_the_whole_screen(browser, kinds_server, conn, tmp_path):
+    context, page, errors = started_page(browser, f"{kinds_server}/s/odd?PROLIFIC_PID=odd-desk",
+                                         "least like the other two", viewport={"width": 1100, "height": 900})
     # the practice question: feedback, never sent
     page.wait_for_selector("#odd:not([hidden]) .odd-item:not([disabled])")
     assert page.locator("#practice-banner").is_visible()
@@ -161,9 +147,7 @@ def test_odd_one_out_by_mouse_touch_and_keys_keeps_the_whole_screen(browser, kin
         assert sorted(a.triplets()) == sorted([(x, y, a.picks[0], y), (y, x, a.picks[0], x)])
     context.close()
 
-    phone = browser.new_context(viewport={"width": 390, "height": 844}, has_touch=True, is_mobile=True)
-    page = phone.new_page()
-    page.goto(f"{kinds_server}/s/odd?PROLIFIC_PID=odd-phone")
+    phone, page, errors = watched_page(browser, f"{kinds_server}/s/odd?PROLIFIC_PID=odd-phone", **PHONE)
     page.click("#start")
     page.wait_for_selector("#odd:not([hidden]) .odd-item:not([disabled])")
     page.locator(".odd-item").nth(0).tap()  # the practice question, answered wrong on purpose
@@ -184,18 +168,13 @@ def test_odd_one_out_by_mouse_touch_and_keys_keeps_the_whole_screen(browser, kin
     _wait_answered(page, 1)
     (answer,) = _log(conn, "odd", "odd-phone")
     assert answer.picks == (first,) and len(answer.shown) == 3
+    assert errors == []
     phone.close()
 
 
-def test_a_ranked_grid_by_mouse_touch_and_keys_numbers_the_picks_and_undoes(browser, kinds_server, conn,  # noqa: F811
-                                                                             tmp_path):
-    context = browser.new_context(viewport={"width": 1100, "height": 1000})
-    page = context.new_page()
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{kinds_server}/s/grid?PROLIFIC_PID=grid-desk")
-    assert "Pick the 2 of the 8" in page.locator("#instructions").inner_text()
-    page.click("#start")
+def test_a_ranked_grid_by_mouse_touch_and_keys_numbers_the_picks_and_undoes(browser, kinds_server, conn, tmp_path):
+    context, page, errors = started_page(browser, f"{kinds_server}/s/grid?PROLIFIC_PID=grid-desk",
+                                         "Pick the 2 of the 8", viewport={"width": 1100, "height": 1000})
     page.wait_for_selector("#grid:not([hidden]) .grid-ref:not([disabled])")
     # practice: the two nearest hues, nearest first
     page.locator(".grid-ref[data-index='1']").click()
@@ -246,9 +225,7 @@ def test_a_ranked_grid_by_mouse_touch_and_keys_numbers_the_picks_and_undoes(brow
         assert len(triplets) == 13 and all(t[0] == a.shown[0] and t[3] in a.picks for t in triplets)
     context.close()
 
-    phone = browser.new_context(viewport={"width": 390, "height": 844}, has_touch=True, is_mobile=True)
-    page = phone.new_page()
-    page.goto(f"{kinds_server}/s/grid?PROLIFIC_PID=grid-phone")
+    phone, page, errors = watched_page(browser, f"{kinds_server}/s/grid?PROLIFIC_PID=grid-phone", **PHONE)
     page.click("#start")
     page.wait_for_selector("#feedback-next, #grid:not([hidden]) .grid-ref:not([disabled])")
     page.locator(".grid-ref").nth(0).tap()
@@ -270,4 +247,5 @@ def test_a_ranked_grid_by_mouse_touch_and_keys_numbers_the_picks_and_undoes(brow
     _wait_answered(page, 1)
     (answer,) = _log(conn, "grid", "grid-phone")
     assert len(answer.picks) == 2 and answer.picks == (answer.shown[4], answer.shown[6])
+    assert errors == []
     phone.close()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import requests
+from helpers import healthy, wait_for
 
 from webapp.cli.embedded import free_port
 from webapp.cli.serve import GUNICORN_LIMITS, GUNICORN_THREADS
@@ -25,17 +25,9 @@ def gunicorn(redis_url, tmp_path):
                                 *GUNICORN_THREADS, *GUNICORN_LIMITS, "--log-level", "warning", "webapp:create_app()"],
                                env=env, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if requests.get(f"{base}/api/health", timeout=2).status_code == 200:
-                break
-        except requests.ConnectionError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"gunicorn did not start: {process.stdout.read().decode(errors='replace')[-2000:]}")
-        time.sleep(0.2)
+    wait_for(lambda: healthy(base) or process.poll() is not None, 30, what="gunicorn answering /api/health")
+    if process.poll() is not None:
+        pytest.fail(f"gunicorn did not start: {process.stdout.read().decode(errors='replace')[-2000:]}")
     yield base
     process.terminate()
     process.wait(timeout=15)

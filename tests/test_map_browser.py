@@ -8,8 +8,7 @@ import json
 import os
 
 import pytest
-from helpers import RESEARCHER, RESEARCHER_PASSWORD
-from test_browser import ARTIFACTS, browser, live_server  # noqa: F401  (fixtures)
+from helpers import ARTIFACTS, RESEARCHER, RESEARCHER_PASSWORD, researcher_page
 from test_map import duels_study
 
 from webapp.accounts import create_user
@@ -26,81 +25,63 @@ PLAN = {"version": 1, "n_items": 30, "budgets": [5, 10, 20, 40, 80], "source": "
         "reach": {"duels": {"value": 70.0, "bound": "="}}}
 
 
-def log_in(browser, live_server, path):  # noqa: F811
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
-    page = context.new_page()
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{live_server}{path}")
-    page.fill("#username", RESEARCHER)
-    page.fill("#password", RESEARCHER_PASSWORD)
-    page.click("#login")
-    return context, page, errors
-
-
-def test_a_duels_map_of_30_items_reads_and_a_click_shows_the_candidates(browser, live_server, conn):  # noqa: F811
+def test_a_duels_map_of_30_items_reads_and_a_click_shows_the_candidates(browser, live_server, conn):
     create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
     duels_study(conn, 30, 25)
     conn.set(keys.plan("map"), json.dumps(PLAN))
-    context, page, errors = log_in(browser, live_server, "/studies/map?tab=learning")
-    page.wait_for_function("() => document.getElementById('nn-graph')?.dataset.drawn === '30'")
-    assert "embedding the learner fitted" in page.locator("#graph-placement").inner_text()
-    boxes = page.evaluate("""() => Array.from(document.querySelectorAll('#nn-graph g.item .node')).map((n) => {
-        const r = n.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })""")
-    assert len(boxes) == 30
-    assert len({(round(x), round(y)) for x, y in boxes}) == 30  # 30 items at 30 places
-    assert page.locator("#nn-graph line.edge").count() == 30
-    page.locator("#nn-graph g.item").nth(4).click()
-    page.wait_for_selector("#candidates table tbody tr")
-    header = page.locator("#candidates thead").inner_text()
-    assert "Won" in header and "Duels" in header
-    assert page.locator("#candidates tbody tr").count() >= 3
-    os.makedirs(ARTIFACTS, exist_ok=True)
-    page.locator(".graph-wrap").screenshot(path=os.path.join(ARTIFACTS, "map-duels-30.png"))
-    # the plan plot: room to read it and both axis titles inside the figure
-    page.wait_for_selector("#plan-plot .uplot canvas")
-    plot = page.locator("#plan-plot .uplot").bounding_box()
-    assert plot["height"] >= 300
-    fig = page.locator("#plan-plot").bounding_box()
-    for title in page.locator("#plan-plot .u-label").all():
-        box = title.bounding_box()
-        if box and title.inner_text() in ("answers per item (log scale)", "expected exact accuracy"):
-            assert fig["x"] <= box["x"] and box["x"] + box["width"] <= fig["x"] + fig["width"] + 1
-    page.locator("#plan-plot").screenshot(path=os.path.join(ARTIFACTS, "plan-plot.png"))
-    assert errors == []
-    context.close()
+    with researcher_page(browser, live_server, "/studies/map?tab=learning") as page:
+        page.wait_for_function("() => document.getElementById('nn-graph')?.dataset.drawn === '30'")
+        assert "embedding the learner fitted" in page.locator("#graph-placement").inner_text()
+        boxes = page.evaluate("""() => Array.from(document.querySelectorAll('#nn-graph g.item .node')).map((n) => {
+            const r = n.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })""")
+        assert len(boxes) == 30
+        assert len({(round(x), round(y)) for x, y in boxes}) == 30  # 30 items at 30 places
+        assert page.locator("#nn-graph line.edge").count() == 30
+        page.locator("#nn-graph g.item").nth(4).click()
+        page.wait_for_selector("#candidates table tbody tr")
+        header = page.locator("#candidates thead").inner_text()
+        assert "Won" in header and "Duels" in header
+        assert page.locator("#candidates tbody tr").count() >= 3
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        page.locator(".graph-wrap").screenshot(path=os.path.join(ARTIFACTS, "map-duels-30.png"))
+        # the plan plot: room to read it and both axis titles inside the figure
+        page.wait_for_selector("#plan-plot .uplot canvas")
+        plot = page.locator("#plan-plot .uplot").bounding_box()
+        assert plot["height"] >= 300
+        fig = page.locator("#plan-plot").bounding_box()
+        for title in page.locator("#plan-plot .u-label").all():
+            box = title.bounding_box()
+            if box and title.inner_text() in ("answers per item (log scale)", "expected exact accuracy"):
+                assert fig["x"] <= box["x"] and box["x"] + box["width"] <= fig["x"] + fig["width"] + 1
+        page.locator("#plan-plot").screenshot(path=os.path.join(ARTIFACTS, "plan-plot.png"))
 
 
-def test_the_overview_counters_say_what_they_count(browser, live_server, conn):  # noqa: F811
+def test_the_overview_counters_say_what_they_count(browser, live_server, conn):
     create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
     duels_study(conn, 12, 5, study_id="full")
     conn.hset(keys.study("full"), "config", json.dumps({
         **json.loads(conn.hget(keys.study("full"), "config")), "limits": {"answer_budget": 60}}))
-    context, page, errors = log_in(browser, live_server, "/studies/full")
-    page.wait_for_selector("#glance")
-    assert page.locator("#health-state").inner_text() == "budget reached"
-    assert "raters who answered" in page.locator(".cards").inner_text()
-    assert "asked for a question (5 min)" in page.locator(".cards").inner_text()
-    page.locator("#glance").screenshot(path=os.path.join(ARTIFACTS, "overview-counters.png"))
-    assert errors == []
-    context.close()
+    with researcher_page(browser, live_server, "/studies/full") as page:
+        page.wait_for_selector("#glance")
+        assert page.locator("#health-state").inner_text() == "budget reached"
+        assert "raters who answered" in page.locator(".cards").inner_text()
+        assert "asked for a question (5 min)" in page.locator(".cards").inner_text()
+        page.locator("#glance").screenshot(path=os.path.join(ARTIFACTS, "overview-counters.png"))
 
 
-def test_a_map_of_1000_items_draws_and_reports_its_time(browser, live_server, conn):  # noqa: F811
+def test_a_map_of_1000_items_draws_and_reports_its_time(browser, live_server, conn):
     create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
     duels_study(conn, 1000, 4, study_id="big-map")
-    context, page, errors = log_in(browser, live_server, "/studies/big-map?tab=learning")
-    page.wait_for_function("() => document.getElementById('nn-graph')?.dataset.drawn === '1000'", timeout=60000)
-    draw_ms = float(page.locator("#nn-graph").get_attribute("data-draw-ms"))
-    # the drawing's first paint after the DOM work, measured in the page
-    paint_ms = page.evaluate("""async () => { const t = performance.now();
-        await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
-        return performance.now() - t; }""")
-    print(f"\nmap of 1,000 items in Chromium: drawGraph {draw_ms:.0f} ms, then {paint_ms:.0f} ms to the next frame")
-    assert page.locator("#nn-graph g.item").count() == 1000
-    page.locator(".graph-wrap").screenshot(path=os.path.join(ARTIFACTS, "map-duels-1000.png"))
-    page.click("[data-zoom=in]")
-    page.click("[data-zoom=in]")
-    page.locator(".graph-wrap").screenshot(path=os.path.join(ARTIFACTS, "map-duels-1000-zoomed.png"))
-    assert errors == []
-    context.close()
+    with researcher_page(browser, live_server, "/studies/big-map?tab=learning") as page:
+        page.wait_for_function("() => document.getElementById('nn-graph')?.dataset.drawn === '1000'", timeout=60000)
+        draw_ms = float(page.locator("#nn-graph").get_attribute("data-draw-ms"))
+        # the drawing's first paint after the DOM work, measured in the page
+        paint_ms = page.evaluate("""async () => { const t = performance.now();
+            await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+            return performance.now() - t; }""")
+        print(f"\nmap of 1,000 items in Chromium: drawGraph {draw_ms:.0f} ms, then {paint_ms:.0f} ms to the next frame")
+        assert page.locator("#nn-graph g.item").count() == 1000
+        page.locator(".graph-wrap").screenshot(path=os.path.join(ARTIFACTS, "map-duels-1000.png"))
+        page.click("[data-zoom=in]")
+        page.click("[data-zoom=in]")
+        page.locator(".graph-wrap").screenshot(path=os.path.join(ARTIFACTS, "map-duels-1000-zoomed.png"))

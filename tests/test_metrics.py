@@ -2,23 +2,16 @@
 request counted once whichever process served it, study figures read from Redis, never public."""
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
 import redis
 import requests
-from helpers import LOOPBACK, SECRET
+from helpers import LOOPBACK, SECRET, http_log_in, serving_on_own_redis
 from prometheus_client.parser import text_string_to_metric_families
-from test_auth import http_log_in
-from test_serve import healthy, wait_for
 
 from webapp import create_app
 from webapp.accounts import create_user
-from webapp.cli.embedded import EmbeddedRedis, free_port
 from workers.store.config import StudyConfig
 from workers.store.queue import schedule_update
 from workers.store.studies import Item, create_study
@@ -29,28 +22,10 @@ TOKEN = "scrape-token-for-the-test"
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     inst = tmp_path_factory.mktemp("metrics-instance")
-    store = EmbeddedRedis(inst / "store", appendfsync="everysec")
-    url = store.start()
-    port = free_port()
-    env = dict(os.environ, REDIS_URL=url, PROXIMA_INSTANCE_PATH=str(inst), PROXIMA_METRICS_TOKEN=TOKEN,
-               PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1")
-    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers", "2",
-                             "--workers", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    conn = redis.Redis.from_url(url)
-    try:
-        wait_for(lambda: healthy(base) or proc.poll() is not None)
-        assert proc.poll() is None, proc.stdout.read()
-        yield {"base": base, "conn": conn}
-    finally:
+    with serving_on_own_redis(inst, env={"PROXIMA_METRICS_TOKEN": TOKEN}) as (serve, url):
+        conn = redis.Redis.from_url(url)
+        yield {"base": serve.base, "conn": conn}
         conn.close()
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-        store.stop()
 
 
 def scrape(base: str, **headers) -> requests.Response:

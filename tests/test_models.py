@@ -179,18 +179,6 @@ def test_models_say_what_the_study_lacks(conn):
     assert trained["model"] == "smerf"
 
 
-@pytest.fixture
-def cli(redis_url, conn, tmp_path, monkeypatch):
-    from click.testing import CliRunner
-
-    from webapp.cli import main
-
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
-    runner = CliRunner()
-    return lambda *args: runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
-
-
 def test_cli_sets_features_trains_exports_and_predicts(cli, conn, tmp_path):
     items = clustered_items(30)
     plain = [Item(id=it.id, kind="text", text=it.text, label=it.label) for it in items]

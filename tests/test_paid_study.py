@@ -6,7 +6,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from helpers import run_worker
+from helpers import rate_by_position, run_worker, zip_folder
 
 from webapp.cli import main
 from workers.results.exports import export
@@ -48,17 +48,7 @@ def _line_study(conn, app, answers: int) -> str:
         {"algorithm": "anntri", "question_kind": "rating", "params": {"k": 2}}]})
     study_id = create_study(conn, config, items, study_id="line")
     run_worker(conn)
-    rater = app.test_client()
-    truth = [x.position[0] for x in items]
-    for _ in range(answers):
-        response = rater.get(f"/api/studies/{study_id}/questions/next")
-        if response.status_code != 200:
-            break
-        q = response.get_json()["question"]
-        i, j = (it["index"] for it in q["items"])
-        value = round(5 - 4 * abs(truth[i] - truth[j]) / 2.05)
-        rater.post(f"/api/studies/{study_id}/answers", json={"token": q["token"], "value": value})
-        run_worker(conn)
+    rate_by_position(app.test_client(), conn, study_id, items, answers)
     return study_id
 
 
@@ -89,31 +79,12 @@ PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08
 
 
 @pytest.fixture
-def cli(redis_url, conn, tmp_path, monkeypatch):
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
-    runner = CliRunner()
-    return lambda *args: runner.invoke(main, [str(a) for a in args])
-
-
-@pytest.fixture
 def pngs(tmp_path):
     folder = tmp_path / "pngs"
     folder.mkdir()
     for name in ("a", "b", "c", "d"):
         (folder / f"{name}.png").write_bytes(PNG)
     return folder
-
-
-def _zip(folder) -> bytes:
-    import io
-    import zipfile
-
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as archive:
-        for path in sorted(folder.iterdir()):
-            archive.writestr(path.name, path.read_bytes())
-    return buf.getvalue()
 
 
 def test_create_and_the_upload_refuse_a_text_file_named_png_alike(cli, pngs, tmp_path):
@@ -126,7 +97,7 @@ def test_create_and_the_upload_refuse_a_text_file_named_png_alike(cli, pngs, tmp
     assert result.exit_code != 0
     assert "fake.png does not contain image/png data" in result.output
     with pytest.raises(StudyError, match="fake.png does not contain image/png data"):
-        items_from_zip(_zip(pngs))
+        items_from_zip(zip_folder(pngs))
     (pngs / "fake.png").unlink()
     assert cli("create", tmp_path / "study.yaml", "--items", pngs).exit_code == 0
 
@@ -152,7 +123,7 @@ def test_the_dashboard_form_refuses_an_unknown_item_in_instructions(researcher_c
 
     response = researcher_client.post("/studies/new", data={
         "name": "Upload", "instructions": "See ![x](item:nope)",
-        "items": (io.BytesIO(_zip(pngs)), "items.zip")}, content_type="multipart/form-data")
+        "items": (io.BytesIO(zip_folder(pngs)), "items.zip")}, content_type="multipart/form-data")
     assert response.status_code == 400
     assert "field &#39;instructions&#39; names item &#39;nope&#39;" in response.get_data(as_text=True)
     assert not conn.smembers("proxima:studies")
@@ -233,7 +204,8 @@ def test_new_study_form_offers_limit_consent_budget_and_code_and_warns_without_t
     response = researcher_client.post("/studies/new", data={
         "name": "Paid", "start": "1", "max_questions_per_rater": "40", "answer_budget": "2000",
         "consent": "You agree.", "prolific_redirect_url": "https://app.prolific.com/submissions/complete?cc={code}",
-        "items": (io.BytesIO(_zip(pngs)), "items.zip")}, content_type="multipart/form-data", follow_redirects=True)
+        "items": (io.BytesIO(zip_folder(pngs)), "items.zip")}, content_type="multipart/form-data",
+        follow_redirects=True)
     assert response.status_code == 200 and "never ends" not in response.get_data(as_text=True)
     from workers.store.studies import list_studies
 
@@ -241,7 +213,7 @@ def test_new_study_form_offers_limit_consent_budget_and_code_and_warns_without_t
     assert study.config.limits.max_questions_per_rater == 40 and study.config.limits.answer_budget == 2000
     assert study.config.consent == "You agree." and "{code}" in study.config.completion.prolific_redirect_url
     response = researcher_client.post("/studies/new", data={
-        "name": "Free", "items": (io.BytesIO(_zip(pngs)), "items.zip")}, content_type="multipart/form-data",
+        "name": "Free", "items": (io.BytesIO(zip_folder(pngs)), "items.zip")}, content_type="multipart/form-data",
         follow_redirects=True)
     assert "this study never ends: raters get no completion code" in response.get_data(as_text=True)
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import RESEARCHER, RESEARCHER_PASSWORD
-from test_browser import browser, live_server  # noqa: F401  (fixtures)
+from helpers import PHONE, RESEARCHER, RESEARCHER_PASSWORD, researcher_page
 
 from webapp.accounts import create_user
 from workers.store import keys
@@ -14,26 +13,23 @@ from workers.store import keys
 pytestmark = pytest.mark.browser
 
 
-def test_the_hint_says_tap_on_a_phone_and_names_the_arrow_keys_with_a_mouse(browser, live_server):  # noqa: F811
-    phone = browser.new_context(viewport={"width": 390, "height": 844}, has_touch=True, is_mobile=True)
-    page = phone.new_page()
-    page.goto(f"{live_server}/s/browser?PROLIFIC_PID=p-phone")
+@pytest.mark.parametrize(("device", "says", "not_said"), [
+    (PHONE, "Tap", "←"),
+    ({}, "←", "Tap"),
+], ids=["phone", "mouse"])
+def test_the_hint_says_tap_on_a_phone_and_names_the_arrow_keys_with_a_mouse(browser, live_server, device, says,
+                                                                           not_said):
+    context = browser.new_context(**device)
+    page = context.new_page()
+    page.goto(f"{live_server}/s/browser?PROLIFIC_PID=p-hint")
     page.click("#start")
     page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")
     hint = page.locator("#question .hint").inner_text()
-    assert "Tap" in hint and "←" not in hint, hint
-    phone.close()
-    desktop = browser.new_context()
-    page = desktop.new_page()
-    page.goto(f"{live_server}/s/browser?PROLIFIC_PID=p-desk")
-    page.click("#start")
-    page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")
-    hint = page.locator("#question .hint").inner_text()
-    assert "←" in hint and "Tap" not in hint, hint
-    desktop.close()
+    assert says in hint and not_said not in hint, hint
+    context.close()
 
 
-def test_learning_section_draws_the_plans_expected_curve(browser, live_server, conn):  # noqa: F811
+def test_learning_section_draws_the_plans_expected_curve(browser, live_server, conn):
     create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
     plan = {"version": 1, "n_items": 12, "budgets": [10, 50, 200], "source": "a pilot", "spread": "seeds",
             "runs": 3, "target": 0.9, "metric": "exact", "pay": 0.1, "currency": "$",
@@ -42,16 +38,7 @@ def test_learning_section_draws_the_plans_expected_curve(browser, live_server, c
                                   "cpu_seconds": 0.1} for name in ("anntri", "random_triplets")},
             "reach": {"anntri": {"value": 200.0, "bound": "="}, "random_triplets": {"value": 200.0, "bound": ">"}}}
     conn.set(keys.plan("browser"), json.dumps(plan))
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{live_server}/studies/browser?tab=learning")
-    page.fill("#username", RESEARCHER)
-    page.fill("#password", RESEARCHER_PASSWORD)
-    page.click("#login")
-    page.wait_for_selector("#plan-plot .uplot canvas")
-    assert page.locator("#plan-table tbody tr").count() == 2
-    assert "$240" in page.locator("#plan-table thead").inner_text()  # 200 answers x 12 items x $0.10
-    assert errors == []
-    context.close()
+    with researcher_page(browser, live_server, "/studies/browser?tab=learning", {"width": 1280, "height": 900}) as page:
+        page.wait_for_selector("#plan-plot .uplot canvas")
+        assert page.locator("#plan-table tbody tr").count() == 2
+        assert "$240" in page.locator("#plan-table thead").inner_text()  # 200 answers x 12 items x $0.10

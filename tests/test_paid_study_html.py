@@ -4,14 +4,10 @@ the pages' Content-Security-Policy unchanged."""
 from __future__ import annotations
 
 import io
-import zipfile
 
 import pytest
-from click.testing import CliRunner
-from helpers import run_worker
-from test_browser import browser  # noqa: F401  (fixture)
+from helpers import run_worker, zip_folder
 
-from webapp.cli import main
 from workers.store.studies import Item, StudyError, check_stylesheet, get_items, get_stylesheet
 from workers.store.uploads import items_from_zip
 
@@ -24,14 +20,6 @@ CSS = ".verse { font-family: serif; color: #402010; }\n.html-item th { text-alig
 
 
 @pytest.fixture
-def cli(redis_url, conn, tmp_path, monkeypatch):
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
-    runner = CliRunner()
-    return lambda *args: runner.invoke(main, [str(a) for a in args])
-
-
-@pytest.fixture
 def folder(tmp_path):
     items = tmp_path / "items"
     items.mkdir()
@@ -40,14 +28,6 @@ def folder(tmp_path):
     (tmp_path / "study.yaml").write_text("name: Poems\nlimits: {max_questions_per_rater: 5}\n")
     (tmp_path / "look.css").write_text(CSS)
     return tmp_path
-
-
-def zipped(folder) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as archive:
-        for path in sorted(folder.iterdir()):
-            archive.writestr(path.name, path.read_bytes())
-    return buf.getvalue()
 
 
 def test_create_makes_html_items_and_serves_the_stylesheet_on_rater_pages(cli, conn, app, folder):
@@ -89,9 +69,9 @@ def test_create_and_the_upload_refuse_an_unsafe_html_item_alike_naming_it(cli, r
     assert result.exit_code != 0 and "evil.html" in result.output and named in result.output
     assert "Traceback" not in result.output
     with pytest.raises(StudyError, match="evil.html"):
-        items_from_zip(zipped(folder / "items"))
+        items_from_zip(zip_folder(folder / "items"))
     response = researcher_client.post("/studies/new", data={
-        "name": "Upload", "items": (io.BytesIO(zipped(folder / "items")), "items.zip")},
+        "name": "Upload", "items": (io.BytesIO(zip_folder(folder / "items")), "items.zip")},
         content_type="multipart/form-data")
     assert response.status_code == 400 and "evil.html" in response.get_data(as_text=True)
     assert not conn.smembers("proxima:studies")
@@ -119,7 +99,7 @@ def test_a_stylesheet_that_loads_or_runs_anything_is_refused_by_cli_and_upload(c
     result = cli("create", folder / "study.yaml", "--items", folder / "items", "--stylesheet", folder / "look.css")
     assert result.exit_code != 0 and message in result.output and "look.css" in result.output
     response = researcher_client.post("/studies/new", data={
-        "name": "Upload", "items": (io.BytesIO(zipped(folder / "items")), "items.zip"),
+        "name": "Upload", "items": (io.BytesIO(zip_folder(folder / "items")), "items.zip"),
         "stylesheet": (io.BytesIO(css.encode()), "look.css")}, content_type="multipart/form-data")
     assert response.status_code == 400 and "look.css" in response.get_data(as_text=True)
     assert not conn.smembers("proxima:studies")
@@ -127,7 +107,7 @@ def test_a_stylesheet_that_loads_or_runs_anything_is_refused_by_cli_and_upload(c
 
 def test_the_upload_form_takes_a_stylesheet(researcher_client, conn, folder):
     response = researcher_client.post("/studies/new", data={
-        "name": "Upload", "items": (io.BytesIO(zipped(folder / "items")), "items.zip"),
+        "name": "Upload", "items": (io.BytesIO(zip_folder(folder / "items")), "items.zip"),
         "stylesheet": (io.BytesIO(CSS.encode()), "look.css")}, content_type="multipart/form-data")
     assert response.status_code == 302, response.get_data(as_text=True)[:500]
     (study_id,) = [s.decode() for s in conn.smembers("proxima:studies")]
@@ -136,18 +116,11 @@ def test_the_upload_form_takes_a_stylesheet(researcher_client, conn, folder):
 
 
 @pytest.mark.browser
-def test_html_items_render_styled_in_chromium_and_run_no_script(browser, conn, redis_url, tmp_path):  # noqa: F811
+def test_html_items_render_styled_in_chromium_and_run_no_script(browser, conn, start_serve):
     """In a real browser: the study's stylesheet applies to an HTML item, and an item stored with a script
     (as an old or tampered study might hold it) shows its text without running anything."""
     import json
-    import os
-    import signal
-    import subprocess
-    import sys
 
-    from test_serve import healthy, wait_for
-
-    from webapp.cli.embedded import free_port
     from workers.store import keys
     from workers.store.config import StudyConfig
     from workers.store.studies import create_study
@@ -161,29 +134,20 @@ def test_html_items_render_styled_in_chromium_and_run_no_script(browser, conn, r
                         "document.title='pwned'</script>"}
     conn.lset(keys.items("styled"), 0, json.dumps(tampered))
     run_worker(conn)
-    port = free_port()
-    env = dict(os.environ, REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"))
-    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers", "1"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: healthy(base) or proc.poll() is not None)
-        page = browser.new_page()
-        errors = []
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        page.goto(f"{base}/s/styled")
-        page.click("#start")
-        page.wait_for_selector("#question:not([hidden]) .html-item")
-        for _ in range(6):  # until the tampered item is on screen
-            if page.locator(".verse").count():
-                break
-            page.click("#left")
-            page.wait_for_timeout(400)
-        assert page.locator(".verse").count() >= 1
-        colour = page.evaluate("() => getComputedStyle(document.querySelector('.verse')).color")
-        assert colour == "rgb(64, 32, 16)"  # the study's stylesheet applied
-        assert page.title() != "pwned"
-        assert any("Content Security Policy" in e for e in errors) or not page.locator(".verse img").count()
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
+    base = start_serve()
+    page = browser.new_page()
+    errors = []
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.goto(f"{base}/s/styled")
+    page.click("#start")
+    page.wait_for_selector("#question:not([hidden]) .html-item")
+    for _ in range(6):  # until the tampered item is on screen
+        if page.locator(".verse").count():
+            break
+        page.click("#left")
+        page.wait_for_timeout(400)
+    assert page.locator(".verse").count() >= 1
+    colour = page.evaluate("() => getComputedStyle(document.querySelector('.verse')).color")
+    assert colour == "rgb(64, 32, 16)"  # the study's stylesheet applied
+    assert page.title() != "pwned"
+    assert any("Content Security Policy" in e for e in errors) or not page.locator(".verse img").count()

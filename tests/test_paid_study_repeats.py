@@ -7,7 +7,7 @@ import json
 import random
 
 import pytest
-from helpers import run_worker
+from helpers import positioned_study, run_worker
 
 from engine.registry import restore_planner
 from webapp.tokens import verify_question
@@ -15,23 +15,16 @@ from workers.store.answers import CATCH_ALGORITHM, REPEAT_ALGORITHM, export_trip
 from workers.store.config import ConfigError, StudyConfig
 from workers.store.engine_state import load as load_state
 from workers.store.raters import export_raters_csv, rater_table
-from workers.store.studies import Item, create_study
 
 N_ITEMS, REPEATS, QUESTIONS = 12, 20, 120
 # distinct gaps between positions: no triplet is a tie, so an honest rater always answers alike
 POSITIONS = [float(i * i) for i in range(N_ITEMS)]
+RANDOM_SEED = 18  # the global random the platform draws from (conftest's ``seeded``)
 
 
 def repeats_study(conn, **attention) -> str:
-    items = [Item(id=f"p{i}", kind="color", color="#203040", position=(x,)) for i, x in enumerate(POSITIONS)]
-    config = StudyConfig.from_dict({
-        "name": "Repeats", "random_state": 3, "pool_size": 10,
-        "algorithms": [{"algorithm": "random_triplets"}],
-        "limits": {"max_questions_per_rater": QUESTIONS},
-        "attention": {"validation_repeats": REPEATS, "min_self_agreement": 0.75, **attention}})
-    study_id = create_study(conn, config, items, study_id="repeats")
-    run_worker(conn)
-    return study_id
+    return positioned_study(conn, "repeats", POSITIONS, random_state=3, limits={"max_questions_per_rater": QUESTIONS},
+                            attention={"validation_repeats": REPEATS, "min_self_agreement": 0.75, **attention})
 
 
 def honest(q, rng):
@@ -63,14 +56,6 @@ def run_rater(app, conn, study_id, choose, seed=0) -> list[dict]:
             run_worker(conn)
     run_worker(conn)
     return shown
-
-
-@pytest.fixture
-def seeded():
-    state = random.getstate()
-    random.seed(18)
-    yield
-    random.setstate(state)
 
 
 def rows_by_rater(conn, study_id):

@@ -7,13 +7,12 @@ import io
 import os
 
 import pytest
-from test_browser import ARTIFACTS, browser, flow_server  # noqa: F401  (fixtures)
+from helpers import ARTIFACTS, PHONE
 
 from workers.store.config import StudyConfig
 from workers.store.studies import Item, create_study
 
 pytestmark = pytest.mark.browser
-PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True}
 
 
 def png(colour: tuple[int, int, int], size: int = 120) -> bytes:
@@ -36,7 +35,7 @@ def image_study(conn):
     return create_study(conn, config, items, media, study_id="phone")
 
 
-def test_on_a_phone_images_are_centred_no_key_is_offered_and_the_start_button_goes(browser, flow_server,  # noqa: F811
+def test_on_a_phone_images_are_centred_no_key_is_offered_and_the_start_button_goes(browser, flow_server,
                                                                                    image_study):
     context = browser.new_context(**PHONE)
     page = context.new_page()

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from helpers import RESEARCHER, RESEARCHER_PASSWORD, colour_items
-from test_browser import ARTIFACTS, browser, live_server  # noqa: F401  (fixtures)
+from helpers import ARTIFACTS, RESEARCHER, RESEARCHER_PASSWORD, agree_to_consent, colour_items
 
 from webapp.accounts import create_user
 from workers.store.config import StudyConfig
@@ -90,7 +89,7 @@ def test_only_a_researcher_may_preview(client, two_kinds):
 
 
 @pytest.mark.browser
-def test_a_researcher_previews_a_study_in_chromium_and_nothing_is_recorded(browser, live_server, conn,  # noqa: F811
+def test_a_researcher_previews_a_study_in_chromium_and_nothing_is_recorded(browser, live_server, conn,
                                                                               two_kinds):
     create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
     page = browser.new_page(viewport={"width": 1100, "height": 850})
@@ -102,7 +101,7 @@ def test_a_researcher_previews_a_study_in_chromium_and_nothing_is_recorded(brows
     # the server's own worker keeps its heartbeat in Redis: the study's keys are what must not change
     before = study_keys(conn)
     page.wait_for_selector("#consent-agree")
-    page.click("#consent-agree")
+    agree_to_consent(page)
     page.click("#start")
     page.wait_for_selector("#practice-banner:not([hidden])")
     page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")

@@ -7,22 +7,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import redis
 from click.testing import CliRunner
-from test_serve import healthy, wait_for
+from helpers import serving_on_own_redis, wait_for
 
 import proxima
 from webapp.accounts import create_user
 from webapp.api_tokens import create_token
 from webapp.cli import main
-from webapp.cli.embedded import EmbeddedRedis, free_port
+from webapp.cli.embedded import free_port
 from workers.store.queue import get_queue
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,20 +56,10 @@ def live(tmp_path_factory):
     """`proxima serve` on its own Redis, a study of 12 images answered by 10 simulated raters, an account
     and a read-only and a read-write token."""
     inst = tmp_path_factory.mktemp("loop-instance")
-    store = EmbeddedRedis(inst / "store", appendfsync="everysec")
-    url = store.start()
-    port = free_port()
-    env = dict(os.environ, REDIS_URL=url, PROXIMA_INSTANCE_PATH=str(inst),
-               PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1")
-    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers", "2",
-                             "--workers", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    saved = {k: os.environ.get(k) for k in ("REDIS_URL", "PROXIMA_INSTANCE_PATH")}
-    os.environ.update(REDIS_URL=url, PROXIMA_INSTANCE_PATH=str(inst))
-    conn = redis.Redis.from_url(url)
-    try:
-        wait_for(lambda: healthy(base) or proc.poll() is not None)
-        assert proc.poll() is None, proc.stdout.read()
+    with serving_on_own_redis(inst) as (serve, url), pytest.MonkeyPatch.context() as env:
+        env.setenv("REDIS_URL", url)
+        env.setenv("PROXIMA_INSTANCE_PATH", str(inst))
+        base, conn = serve.base, redis.Redis.from_url(url)
         work = tmp_path_factory.mktemp("loop-study")
         truth = write_items(work / "items")
         config = work / "study.yaml"
@@ -91,20 +78,7 @@ def live(tmp_path_factory):
         read = create_token(conn, "lab", "laptop", study=STUDY)[0]
         write = create_token(conn, "lab", "pipeline", access="write")[0]
         yield {"base": base, "conn": conn, "read": read, "write": write, "instance": inst}
-    finally:
         conn.close()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-        store.stop()
 
 
 def test_two_lines_pull_a_running_study_and_reproduce_the_dashboards_numbers(live):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import redis
-from test_backup import backup_text, fresh_redis, give_answers, make_study  # noqa: F401 (fixture)
+from test_backup import backup_text, give_answers, make_study
 
 from workers.store import keys
 from workers.store.backup import restore_study, set_aside_answers
@@ -24,7 +24,7 @@ def tamper(lines: list[str], change) -> list[str]:
     return out
 
 
-def test_item12_restore_sets_aside_a_choice_never_offered_and_a_bad_rater_id(conn, fresh_redis):  # noqa: F811
+def test_item12_restore_sets_aside_a_choice_never_offered_and_a_bad_rater_id(conn, fresh_redis):
     study_id = make_study(conn, with_media=False)
     give_answers(conn, study_id, 4)
     lines = backup_text(conn, study_id)

@@ -7,11 +7,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
 import zipfile
 from html.parser import HTMLParser
 from pathlib import Path
@@ -21,13 +17,13 @@ from helpers import (
     RESEARCHER,
     RESEARCHER_PASSWORD,
     SECRET,
+    agree_to_consent,
     answer,
     colour_items,
     csrf_token_of,
     fetch_question,
     log_in,
 )
-from test_browser import browser  # noqa: F401  (fixture)
 
 from webapp import create_app
 from webapp.accounts import create_user
@@ -507,26 +503,11 @@ def test_markdown_keeps_no_raw_html_and_no_script_links(app, conn, hostile_study
 # ------------------------------------------------------------------------------ in a real browser
 
 @pytest.fixture
-def hostile_server(conn, redis_url, tmp_path):
-    from test_serve import healthy, wait_for
-
-    from webapp.cli.embedded import free_port
-
+def hostile_server(conn, start_serve):
     create_study(conn, hostile_config(), hostile_items(), study_id="hostile")
     create_study(conn, StudyConfig(name="Colours", pool_size=10, random_state=1), colour_items(8), study_id="colours")
     create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
-    port = free_port()
-    env = dict(os.environ, REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"))
-    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers", "1"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: healthy(base) or proc.poll() is not None)
-        assert proc.poll() is None, proc.stdout.read()
-        yield base
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
+    return start_serve()
 
 
 # Runs before any page script: records CSP violations (the browser also logs them to the console).
@@ -539,7 +520,7 @@ document.addEventListener('securitypolicyviolation', (e) => {
 
 
 @pytest.mark.browser
-def test_pages_work_under_the_csp_and_hostile_text_stays_text(browser, hostile_server):  # noqa: F811
+def test_pages_work_under_the_csp_and_hostile_text_stays_text(browser, hostile_server):
     context = browser.new_context()
     context.add_init_script(WATCH_CSP)
     problems = []
@@ -565,7 +546,7 @@ def test_pages_work_under_the_csp_and_hostile_text_stays_text(browser, hostile_s
     page.goto(f"{hostile_server}/s/hostile?PROLIFIC_PID=p-browser")
     assert "<script>" in page.locator("#consent-text").inner_text()
     check(page, "consent")
-    page.click("#consent-agree")
+    agree_to_consent(page)
     page.wait_for_selector("#instructions")
     assert "a javascript link" in page.locator("#instructions").inner_text()
     assert page.locator("#instructions a").count() == 0

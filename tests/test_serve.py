@@ -1,55 +1,24 @@
 """`proxima serve` as a real subprocess: embedded Redis, an RQ worker and gunicorn, stopped cleanly."""
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
 
 import requests
 from click.testing import CliRunner
+from helpers import RESEARCHER, RESEARCHER_PASSWORD, Serve, healthy, http_log_in, wait_for
 
 from webapp.cli import main
-from webapp.cli.embedded import free_port
-
-
-def wait_for(predicate, timeout=60.0, interval=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not met in time")
-
-
-def healthy(base):
-    try:
-        return requests.get(f"{base}/api/health", timeout=2).status_code == 200
-    except requests.RequestException:
-        return False
 
 
 def test_serve_demo_answers_over_http_and_stops_cleanly(tmp_path, monkeypatch):
-    from helpers import RESEARCHER, RESEARCHER_PASSWORD
-    from test_auth import http_log_in
-
     monkeypatch.delenv("REDIS_URL", raising=False)
     monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
     assert CliRunner().invoke(main, ["user", "add", RESEARCHER, "--password-stdin"],
                               input=RESEARCHER_PASSWORD + "\n").exit_code == 0
-    port = free_port()
-    env = dict(os.environ, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"))
-    env.pop("REDIS_URL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--demo", "--port", str(port),
-                             "--web-workers", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    base = f"http://127.0.0.1:{port}"
+    serve = Serve(tmp_path / "instance", "--demo")  # no REDIS_URL: its own embedded Redis
+    base = serve.base
     try:
-        wait_for(lambda: healthy(base) or proc.poll() is not None)
-        assert proc.poll() is None, proc.stdout.read()
+        serve.wait_healthy()
         researcher = http_log_in(base, RESEARCHER, RESEARCHER_PASSWORD)
         rater = requests.Session()
         # the demo asks for consent first, as a real study does
@@ -66,9 +35,9 @@ def test_serve_demo_answers_over_http_and_stops_cleanly(tmp_path, monkeypatch):
         assert stats["answers"] == 1 and stats["pool_depth"] > 0
         assert "/s/demo-colours" in researcher.get(f"{base}/studies/demo-colours", timeout=5).text
     finally:
-        proc.send_signal(signal.SIGINT)
-        output, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 0, output
+        returncode = serve.stop()
+    output = serve.output()
+    assert returncode == 0, output
     assert "Rater link: " in output and "Proxima stopped." in output
     assert not healthy(base)
     # the answer survived the shutdown in the AOF: a fresh embedded server sees it

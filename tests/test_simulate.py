@@ -2,18 +2,14 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
 from collections import defaultdict
 
 import numpy as np
 import pytest
 import redis
 from click.testing import CliRunner
-from test_serve import healthy, wait_for
+from helpers import EGG_ANSWERS, serving_on_own_redis, shared_data_file, wait_for
 
 from engine.anntri import planner_from_state
 from webapp import _secret_key
@@ -29,8 +25,9 @@ from webapp.cli.crowd import (
     snap,
     write_setup,
 )
-from webapp.cli.embedded import EmbeddedRedis, free_port
+from webapp.cli.embedded import free_port
 from webapp.tokens import verify_question
+from workers.store import keys
 from workers.store.answers import iter_answers
 from workers.store.config import StudyConfig, load_config_file
 from workers.store.engine_state import load as load_state
@@ -42,27 +39,8 @@ from workers.store.studies import create_study, items_from_csv
 def server(tmp_path_factory):
     """One `proxima serve` (2 web workers, 1 RQ worker) on its own Redis for the whole module."""
     inst = tmp_path_factory.mktemp("sim-instance")
-    store = EmbeddedRedis(inst / "store", appendfsync="everysec")
-    url = store.start()
-    port = free_port()
-    # simulated crowds answer from loopback faster than people: exempt it (nothing is by default)
-    env = dict(os.environ, REDIS_URL=url, PROXIMA_INSTANCE_PATH=str(inst),
-               PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1")
-    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers", "2",
-                             "--workers", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: healthy(base) or proc.poll() is not None)
-        assert proc.poll() is None, proc.stdout.read()
-        yield {"base": base, "redis_url": url, "instance": inst}
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-        store.stop()
+    with serving_on_own_redis(inst) as (serve, url):
+        yield {"base": serve.base, "redis_url": url, "instance": inst}
 
 
 @pytest.fixture
@@ -307,10 +285,7 @@ def test_setup_writes_a_study_proxima_create_accepts(tmp_path):
 
 
 def test_eggs_raters_agree_with_the_truth_about_as_often_as_people():
-    from engine.datasets import default_data_dir
-
-    if not (default_data_dir() / "alien_eggs" / "responses.csv.zip").exists():
-        pytest.skip("the alien-egg data is not next to the repository")
+    shared_data_file(EGG_ANSWERS)
     from engine.datasets import load_alien_eggs
 
     truth = load_truth("eggs")
@@ -394,10 +369,7 @@ def test_simulated_triplets_follow_the_logistic_and_lapse_model_of_engine_oracle
 
 
 def test_human_constants_match_the_alien_egg_fit():
-    from engine.datasets import default_data_dir
-
-    if not (default_data_dir() / "alien_eggs" / "responses.csv.zip").exists():
-        pytest.skip("the alien-egg data is not next to the repository")
+    shared_data_file(EGG_ANSWERS)
     from engine.oracles import HUMAN_LAPSE, HUMAN_SCALE
 
     truth = load_truth("eggs")
@@ -434,3 +406,25 @@ def test_simulated_raters_answer_screens_with_engine_oracles_noise_model(kind, q
     # a lapse picks uniformly among the options: right 1 - λ + λ/3 of the time
     assert np.mean([f == (2 if kind == "odd_one_out" else 1) for f in first]) == pytest.approx(0.8, abs=0.03)
 
+
+# ------------------------------------------------ a second run on a study with consent (issue 28, item 7)
+def test_simulate_twice_on_a_study_with_consent_accepts_answers_both_times(live, tmp_path):
+    study = make_study(live["conn"], "sim-consent", PAIRS, params={"delta": 0.2, "sigma": 0.5, "window": 4},
+                       consent="You agree to take part.", limits={"max_questions_per_rater": 5})
+    truth = points_file(tmp_path, PAIRS)
+    args = ("--url", live["base"], "--oracle", f"points:{truth}", "--raters", 4, "--think", 0, "--answers", 20,
+            "--no-accuracy")
+    first = simulate(study, *args)
+    second = simulate(study, *args)
+    for result in (first, second):
+        assert result.exit_code == 0, result.output
+        assert accepted_line(result.output) == 20, result.output
+        assert "Errors: none" in result.output, result.output
+    prefixes = [re.search(r"rater ids (\S+)-0 to", r.output).group(1) for r in (first, second)]
+    assert prefixes[0] != prefixes[1] and all(p.startswith("sim-") for p in prefixes)
+    third = simulate(study, *args, "--prefix", "pilot2")
+    assert third.exit_code == 0 and accepted_line(third.output) == 20 and "Errors: none" in third.output
+    raters = {r.decode() for r in live["conn"].smembers(keys.raters(study))}
+    assert len(raters) == 12 and {r.rsplit("-", 1)[0] for r in raters} == {*prefixes, "pilot2"}
+    bad = simulate(study, *args, "--prefix", "no spaces")
+    assert bad.exit_code == 2 and "Invalid value for '--prefix'" in bad.output

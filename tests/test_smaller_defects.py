@@ -3,25 +3,10 @@ are named; ..."""
 from __future__ import annotations
 
 import pytest
-from click.testing import CliRunner
-
-from webapp.cli import main
 
 PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00\x00\x90wS"
        b"\xde\x00\x00\x00\x0cIDATx\x9cc\xf8\xcf\xc0\x00\x00\x03\x01\x01\x00\xc9\xfe\x92\xef\x00\x00\x00\x00"
        b"IEND\xaeB`\x82")
-
-
-@pytest.fixture
-def cli(redis_url, conn, tmp_path, monkeypatch):
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
-    runner = CliRunner()
-
-    def invoke(*args, **kwargs):
-        return runner.invoke(main, list(args), catch_exceptions=False, **kwargs)
-
-    return invoke
 
 
 def test_creating_a_study_from_a_folder_names_the_files_it_skipped(cli, tmp_path):

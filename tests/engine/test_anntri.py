@@ -3,6 +3,7 @@ import json
 
 import numpy as np
 import pytest
+from helpers import in_lockstep
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.sparse.csgraph import shortest_path
@@ -10,17 +11,6 @@ from scipy.sparse.csgraph import shortest_path
 from engine import anntri
 from engine.anntri import ANN, DERIVED_DEFAULTS, ANNTri, RandomSampling, planner_from_state
 from engine.oracles import DistanceMatrixOracle, PointsOracle, circle_clusters, neighbor_error, run
-
-
-def continue_in_step(planner, twin, oracle, steps: int, batch: int) -> None:
-    """``twin`` (a restored copy of ``planner``) asks exactly ``planner``'s questions for ``steps`` batches
-    of ``batch``, both observing the same answers."""
-    for _ in range(steps):
-        qs = planner.next_questions(batch)
-        assert twin.next_questions(batch) == qs
-        answers = oracle.answer(qs)
-        planner.observe(answers)
-        twin.observe(answers)
 
 
 def _true_knn(D, k=1):
@@ -186,7 +176,7 @@ def test_older_states_still_load_and_continue_alike(version):
     restored = planner_from_state(old)
     assert restored.stagger is False and restored.symmetric is True
     assert restored.to_state()["version"] == 4
-    continue_in_step(planner, restored, oracle, steps=30, batch=6)
+    in_lockstep(planner, restored, oracle, rounds=30, batch=6)
     with pytest.raises(ValueError, match="version"):
         planner_from_state({**old, "version": 5})
 
@@ -707,7 +697,7 @@ def test_symmetric_false_refuses_triangle_bounds_and_round_trips():
     restored = planner_from_state(json.loads(json.dumps(
         {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in planner.to_state().items()})))
     assert restored.symmetric is False
-    continue_in_step(planner, restored, oracle, steps=10, batch=4)
+    in_lockstep(planner, restored, oracle, rounds=10, batch=4)
     assert np.array_equal(planner.current_neighbors(), restored.current_neighbors())
 
 
@@ -794,7 +784,7 @@ def test_many_open_rounds_are_served_in_turn_and_replay_exactly():
     counts = np.bincount(asked_rounds, minlength=n)
     assert counts.min() == counts.max() == 2  # 120 questions went round all 60 rounds twice
     twin = planner_from_state(planner.to_state())
-    continue_in_step(planner, twin, oracle, steps=5, batch=17)
+    in_lockstep(planner, twin, oracle, rounds=5, batch=17)
     assert np.array_equal(planner.current_neighbors(), twin.current_neighbors())
 
 
@@ -868,7 +858,7 @@ def test_an_older_head_based_state_with_bound_arrays_loads_and_continues_identic
     old.update(version=3, upper=planner.upper_.copy(), lower=planner.lower_.copy())  # what version 3 stored
     restored = planner_from_state(old)
     assert restored._tight == planner._tight
-    continue_in_step(planner, restored, oracle, steps=40, batch=5)
+    in_lockstep(planner, restored, oracle, rounds=40, batch=5)
     assert np.array_equal(restored.current_neighbors(), planner.current_neighbors())
 
 

@@ -1,11 +1,11 @@
 """Behaviour of comparison-tree forests: building, voting, pending questions, state, routing."""
 from __future__ import annotations
 
-import io
 import json
 
 import numpy as np
 import pytest
+from helpers import save_load
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.spatial.distance import cdist
@@ -43,22 +43,6 @@ def subtree_items(res, tree, node):
                 break
             v = res.node_parent[v]
     return np.array(items)
-
-
-def save_load(state: dict) -> dict:
-    """What the platform does: arrays through np.save (no pickle), the rest through JSON."""
-    arrays, scalars = {}, {}
-    for key, value in state.items():
-        if isinstance(value, np.ndarray):
-            buf = io.BytesIO()
-            np.save(buf, value, allow_pickle=False)
-            arrays[key] = buf.getvalue()
-        else:
-            scalars[key] = value
-    restored = json.loads(json.dumps(scalars))
-    for key, raw in arrays.items():
-        restored[key] = np.load(io.BytesIO(raw), allow_pickle=False)
-    return restored
 
 
 # -- building with a noise-free Euclidean oracle --------------------------------------------

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from helpers import in_lockstep
 
 from engine.embedding import (
     _log_p,
@@ -228,14 +229,7 @@ def test_replay_and_state_round_trip(cls):
     oracle = TripletOracle.from_points(rng.random((15, 2)), random_state=0)
     kw = {"warmup": 60} if cls is ActiveEmbedding else {}
     p1, p2 = cls(15, random_state=5, **kw), cls(15, random_state=5, **kw)
-    for _ in range(6):
-        q1, q2 = p1.next_questions(20), p2.next_questions(20)
-        assert q1 == q2
-        ans = oracle.answer(q1)
-        p1.observe(ans)
-        p2.observe(ans)
-        p1.neighbor_graph()
-        p2.neighbor_graph()
+    in_lockstep(p1, p2, oracle, rounds=6, batch=20, graphs=True)
     restored = cls.from_state(p1.to_state())
     assert restored.next_questions(25) == p1.next_questions(25)
     np.testing.assert_array_equal(restored.neighbor_graph(2).neighbors, p1.neighbor_graph(2).neighbors)

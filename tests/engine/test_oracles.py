@@ -1,9 +1,10 @@
 import numpy as np
 import pytest
+from helpers import EGG_ANSWERS, shared_data_file
 from scipy.spatial.distance import cdist
 
 from engine import oracles, planning
-from engine.datasets import default_data_dir, load_alien_eggs, load_material
+from engine.datasets import load_alien_eggs, load_material
 from engine.oracles import (
     NO_NEIGHBOR,
     TripletOracle,
@@ -16,9 +17,6 @@ from engine.oracles import (
     neighbor_wrong,
     true_kth_distances,
 )
-
-HAVE_EGGS = (default_data_dir() / "alien_eggs" / "responses.csv.zip").exists()
-HAVE_MATERIAL = (default_data_dir() / "material" / "material_names.txt").exists()
 
 
 def _line(n=60):
@@ -73,8 +71,8 @@ def test_transfer_of_the_scale():
         fit.scale_for(D2, "mean")
 
 
-@pytest.mark.skipif(not HAVE_EGGS, reason="alien-egg data not available")
 def test_alien_egg_fit_reproduces_human_agreement():
+    shared_data_file(EGG_ANSWERS)
     eggs = load_alien_eggs()
     fit = alien_egg_noise()
     assert 0 < fit.lapse < 0.2 and fit.log_likelihood > fit.logistic_log_likelihood
@@ -89,8 +87,8 @@ def test_alien_egg_fit_reproduces_human_agreement():
     assert abs(np.mean(rates) - fit.agreement) < 0.02
 
 
-@pytest.mark.skipif(not HAVE_MATERIAL, reason="material data not available")
 def test_load_material():
+    shared_data_file("material/material_names.txt")
     m = load_material()
     assert m.n_items == 100 and len(m.names) == 100
     assert m.train.shape == (92892, 3) and m.test.shape == (11800, 3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import in_lockstep
 from scipy.spatial.distance import cdist
 
 from engine.graph import PROGRESS_KEYS
@@ -166,12 +167,7 @@ def test_state_round_trip_replays_exactly(name, kind):
     pending = p.next_questions(7)  # issued, not answered: kept in the state
     q = restore_planner(p.to_state())
     assert type(q) is type(p) and q.progress()["pending_screens"] == p.progress()["pending_screens"] == 7
-    for _ in range(3):
-        a, b = p.next_questions(15), q.next_questions(15)
-        assert a == b
-        ans = oracle.answer(a)
-        p.observe(ans)
-        q.observe(ans)
+    in_lockstep(p, q, oracle, rounds=3, batch=15)
     late = oracle.answer(pending)
     p.observe(late)
     q.observe(late)

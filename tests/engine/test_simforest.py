@@ -2,12 +2,12 @@
 active planner that asks only the similarities its splits need."""
 from __future__ import annotations
 
-import io
 import json
 import math
 
 import numpy as np
 import pytest
+from helpers import save_load
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -82,22 +82,6 @@ def build(planner, answer, batch=10_000, max_rounds=1000):
         assert questions, "planner not done but has nothing to ask"
         planner.observe(answer(questions))
     raise AssertionError("planner did not finish")
-
-
-def save_load(state: dict) -> dict:
-    """What the platform does: arrays through np.save (no pickle), the rest through JSON."""
-    arrays, scalars = {}, {}
-    for key, value in state.items():
-        if isinstance(value, np.ndarray):
-            buf = io.BytesIO()
-            np.save(buf, value, allow_pickle=False)
-            arrays[key] = buf.getvalue()
-        else:
-            scalars[key] = value
-    restored = json.loads(json.dumps(scalars))
-    for key, raw in arrays.items():
-        restored[key] = np.load(io.BytesIO(raw), allow_pickle=False)
-    return restored
 
 
 # -- the split kernel -------------------------------------------------------------------------
