@@ -3,6 +3,8 @@ per-rater stats, completion codes (page and CLI), and config errors for the rate
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -419,3 +421,11 @@ def test_the_raters_export_lists_checks_skips_flags_and_debrief_answers(client, 
     assert row["rater"] == "p-debrief" and row["answers"] == "2" and row["skipped"] == "1"
     assert row["completed"] == "1" and row["flagged"] == "0" and row["excluded"] == "0"
     assert row["debrief"] == "'=HYPERLINK(\"x\") the colours, all fine"  # no formula in a spreadsheet
+
+
+def test_the_start_button_is_served_disabled_until_the_rater_script_enables_it(client, study_id):
+    # a click before rater.js has run would do nothing (the rater would think the page is broken)
+    html = client.get(f"/s/{study_id}?PROLIFIC_PID=p-7").get_data(as_text=True)
+    assert re.search(r'<button type="button" id="start" class="primary" disabled>', html)
+    script = (Path(__file__).resolve().parents[1] / "static" / "js" / "rater.js").read_text()
+    assert '$("start").disabled = false;' in script

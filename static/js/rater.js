@@ -269,6 +269,7 @@
   if (skipRow) $("skip").addEventListener("click", skip);
   $("feedback-next").addEventListener("click", () => { practiceIndex += 1; showPractice(); });
   $("start").addEventListener("click", () => (practice.length ? startPractice() : startQuestions()));
+  $("start").disabled = false;  // served disabled: a click before this script has run would do nothing
   document.addEventListener("keydown", (event) => {
     if (event.target && event.target.tagName === "TEXTAREA") return;
     if (!current || busy) return;
