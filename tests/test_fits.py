@@ -90,3 +90,39 @@ def test_a_pool_driven_learner_takes_its_refits_from_the_fit_process():
     finally:
         pool.shutdown()
     assert p.embedding_ is not None and p.cands_.max() >= 0
+
+
+_WORKER = """
+import sys, time
+from workers.jobs.fits import FitPool
+pool = FitPool(1)
+pool._pool().submit(time.sleep, 0).result()  # the fit process is up
+print(" ".join(str(p.pid) for p in pool._executor._processes.values()), flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_fit_process_of_a_killed_worker_ends_with_it():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    worker = subprocess.Popen([sys.executable, "-c", _WORKER], cwd=root, stdout=subprocess.PIPE, text=True)
+    try:
+        fit_pids = [int(p) for p in worker.stdout.readline().split()]
+        assert fit_pids and all(_alive(p) for p in fit_pids)
+        worker.kill()  # kill -9: the pool is never shut down
+        worker.wait(30)
+        wait_for(lambda: not any(_alive(p) for p in fit_pids), timeout=60, what="the fit process to end")
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
