@@ -72,7 +72,7 @@ class PointDistances:
     def __len__(self) -> int:
         return self.shape[0]
 
-    def __getitem__(self, key) -> np.ndarray | float:
+    def __getitem__(self, key: Any) -> np.ndarray | float:
         if not isinstance(key, tuple):
             key = (key, slice(None))
         if len(key) != 2:
@@ -95,7 +95,7 @@ class PointDistances:
         """The largest distance (the diameter): over the convex hull's vertices where there is one."""
         return float(diameter(self.points))
 
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         n = self.shape[0]
         if n > DENSE_ITEMS:
             raise ValueError(f"{n:,} items: the full distance matrix would take {8 * n * n / 2**30:.1f} GiB; "
