@@ -198,6 +198,7 @@ def test_a_researcher_creates_a_study_watches_raters_and_downloads_every_export(
 
     # every export link on the page downloads a non-empty file that parses
     page.click("#tab-downloads")
+    page.wait_for_selector("ul.downloads a#download-package")  # the tab is a page of its own: wait for it
     links = page.locator("ul.downloads a")
     hrefs = [links.nth(i).get_attribute("href") for i in range(links.count())]
     # the data package twice (pseudonymous, recruitment ids), answers CSV/JSONL, triplets, raters,
