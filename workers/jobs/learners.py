@@ -324,3 +324,22 @@ class Learner:
 
 def new_learners(config: StudyConfig, n_items: int, labels: Sequence[str | None] | None = None) -> dict[str, Learner]:
     return {alg.label: Learner.new(alg, config, n_items, labels) for alg in config.algorithms}
+
+
+def observe_batch(learners: dict[str, Learner], batch: list) -> dict[str, str]:
+    """Apply a batch to every learner; an answer a learner refuses is set aside, not retried forever.
+
+    Returns {answer id: reason} of the answers set aside. Engines validate a whole batch before
+    changing anything, so on a refusal the batch is applied again one answer at a time.
+    """
+    poisoned: dict[str, str] = {}
+    for learner in learners.values():
+        try:
+            learner.observe(batch)
+        except ValueError:
+            for answer in batch:
+                try:
+                    learner.observe([answer])
+                except ValueError as exc:
+                    poisoned[answer.id] = f"{learner.label}: {exc}"
+    return poisoned

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING
 import redis
 from rq import get_current_job
 
-from workers.jobs.learners import Learner, new_learners
-from workers.jobs.update import load_learners, observe_batch, read_batch, study_lock
+from workers.jobs.learner_cache import load_learners
+from workers.jobs.learners import Learner, new_learners, observe_batch
+from workers.jobs.lock import study_lock
+from workers.jobs.update_pass import read_batch
 from workers.store import engine_state, keys
 from workers.store.queue import REBUILD_STATUS_FIELD, schedule_update
 from workers.store.studies import Study, get_items, get_study, initial_item_count
