@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from workers.jobs import fits
-from workers.jobs.learners import Learner
+from workers.jobs.learners import Learner, fresh_learners
 from workers.store import engine_state
-from workers.store.studies import Study, get_items, initial_item_count
+from workers.store.studies import Study
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -103,18 +103,12 @@ def _cached_learners(conn: Redis, study: Study) -> tuple[dict[str, Learner], dic
 
 
 def _load(conn: Redis, study: Study) -> tuple[dict[str, Learner], dict[str, Kept]]:
-    learners, kept, labels = {}, {}, None
-    for alg in study.config.algorithms:
-        stored = engine_state.load_stored(conn, study.id, alg.label)
-        kept[alg.label] = Kept.of(stored)
-        if stored.lifted is not None:
-            learners[alg.label] = Learner.from_state(alg, study.config, stored.state)
-            continue
-        n = initial_item_count(conn, study.id, study.n_items)
-        if labels is None:
-            labels = [item.label for item in get_items(conn, study.id)][:n]
-        learners[alg.label] = Learner.new(alg, study.config, n, labels)
-    return learners, kept
+    algorithms = study.config.algorithms
+    stored = {alg.label: engine_state.load_stored(conn, study.id, alg.label) for alg in algorithms}
+    fresh = fresh_learners(conn, study, [alg for alg in algorithms if stored[alg.label].lifted is None])
+    learners = {alg.label: fresh[alg.label] if alg.label in fresh
+                else Learner.from_state(alg, study.config, stored[alg.label].state) for alg in algorithms}
+    return learners, {label: Kept.of(s) for label, s in stored.items()}
 
 
 def load_learners(conn: Redis, study: Study, versions: dict | None = None) -> dict[str, Learner]:
