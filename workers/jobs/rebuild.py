@@ -17,8 +17,8 @@ from rq import get_current_job
 from workers.jobs.learner_cache import load_learners
 from workers.jobs.learners import Learner, fresh_learners, observe_batch
 from workers.jobs.lock import study_lock
-from workers.jobs.update_pass import read_batch
 from workers.store import engine_state, keys
+from workers.store.answers import read_batch
 from workers.store.queue import REBUILD_STATUS_FIELD, schedule_update
 from workers.store.studies import Study, get_items, get_study
 

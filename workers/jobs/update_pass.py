@@ -23,8 +23,8 @@ from workers.jobs.learner_cache import Kept, forget_cached, pass_learners, remem
 from workers.jobs.learners import Learner, observe_batch
 from workers.jobs.summary import SUMMARY_SECONDS, note_pass, queue_summary, summary_due
 from workers.jobs.truth_curve import known_truth_of
-from workers.store import answers as answer_log
 from workers.store import engine_state, keys, questions
+from workers.store.answers import read_batch
 from workers.store.studies import Study, get_study
 
 if TYPE_CHECKING:
@@ -44,22 +44,6 @@ REPLANS = 3
 #: A pool is filled to this multiple of the questions taken from it since the previous pass (with
 #: raters answering faster than passes come, a pool of pool_size alone runs dry between passes).
 DEMAND_HEADROOM = 1.5
-
-
-def read_batch(conn: Redis, study_id: str, after: str, count: int) -> tuple[list, dict[str, str], str]:
-    """(answers, {entry id: reason} of entries that are not readable answers, id of the last entry read).
-
-    A log entry that cannot be read as an answer (a missing or malformed field) is set aside like
-    an answer an engine refuses, so it cannot stop every later update of the study.
-    """
-    entries = conn.xrange(keys.answers(study_id), min=f"({after}" if after != "0-0" else "-", max="+", count=count)
-    batch, unreadable = [], {}
-    for entry_id, fields in entries:
-        try:
-            batch.append(answer_log.Answer.from_stream(entry_id, fields))
-        except (KeyError, ValueError, UnicodeDecodeError) as exc:
-            unreadable[entry_id.decode()] = f"unreadable log entry: {type(exc).__name__}: {exc}"
-    return batch, unreadable, entries[-1][0].decode() if entries else after
 
 
 def apply_new_answers(conn: Redis, study_id: str, now: float | None = None, renew: Callable[[], None] | None = None,
