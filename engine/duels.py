@@ -1163,9 +1163,13 @@ class CandidateDuels:
         if self._needs_refit():
             self._refresh()
         n = self.n_items
-        tie = self.rng_.permutation(n)
-        heap = [(int(self.asked_[h]), int(tie[h]), h) for h in range(n)]
-        heapq.heapify(heap)
+        draw = self.rng_.permutation(n)
+        # heads by (questions asked, tie), fed into the heap only when they come next: the same order
+        # as a heap of every head, without a Python tuple per item (at 50,000 items that took ~70 ms)
+        loads = self.asked_.copy()
+        queue = np.lexsort((draw, loads))
+        fed = 0
+        heap: list[tuple[int, int, int]] = []
         out: list[tuple[int, int, int]] = []
         taken: set = set()
         cache: dict[int, tuple] = {}
@@ -1176,7 +1180,11 @@ class CandidateDuels:
         explore, pairs = (COIN_EXPLORE, self.explore_pairs or COIN_PAIRS) if coin else (self.explore,
                                                                                     self.explore_pairs)
         once = not self.pool  # one question per head in this call
-        while len(out) < budget and heap:
+        while len(out) < budget and (heap or fed < n):
+            while fed < n and (not heap or (int(loads[queue[fed]]), int(draw[queue[fed]])) < heap[0][:2]):
+                g = int(queue[fed])
+                heapq.heappush(heap, (int(loads[g]), int(draw[g]), g))
+                fed += 1
             load, t, h = heapq.heappop(heap)
             warm = self.n_fits_ == 0 or self.answered_[h] < self.warmup
             if warm or self.rng_.random() < explore:
