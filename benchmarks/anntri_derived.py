@@ -17,8 +17,9 @@ import numpy as np
 from anntri_common import PLANNERS, error_curve, fmt, table
 
 from engine.anntri import DERIVED_DEFAULTS
-from engine.datasets import load_alien_eggs
-from engine.oracles import PointsOracle, TripletDerivedOracle, circle_clusters, fit_human_noise
+from simulation.datasets import load_alien_eggs
+from simulation.noise import fit_human_noise
+from simulation.oracles import circle_clusters, PointsOracle, TripletDerivedOracle
 
 
 def main():

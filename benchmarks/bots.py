@@ -158,7 +158,7 @@ def offline(kind: str, trials: int, seed: int) -> dict:
     code only): (who, m, "answer check" | "catch trials" | "either") -> share flagged. A rater's m
     questions hold the catch trials the study's schedule gives (StudyConfig.catch_every, a random place
     per block), drawn from the egg items' catch comparisons (webapp.catches), candidates in random order."""
-    from engine.oracles import TripletOracle
+    from simulation.oracles import TripletOracle
     from webapp.catches import choose_comparisons
     from workers.store.config import StudyConfig
 

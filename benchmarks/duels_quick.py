@@ -22,9 +22,10 @@ import time
 import numpy as np
 from anntri_common import timed_answers
 
-from engine.datasets import load_alien_eggs
+from simulation.datasets import load_alien_eggs
 from engine.duels import CandidateDuels
-from engine.oracles import TripletOracle, alien_egg_noise
+from simulation.noise import alien_egg_noise
+from simulation.oracles import TripletOracle
 from engine.random_triplets import RandomTriplets
 from engine.registry import drive_as_pool
 

@@ -40,7 +40,7 @@ from scipy.spatial.distance import cdist
 ROOT = Path(__file__).resolve().parents[1]
 
 from engine.anntri import ANNTri, planner_from_state  # noqa: E402
-from engine.oracles import DistanceMatrixOracle, circle_clusters, run  # noqa: E402
+from simulation.oracles import circle_clusters, DistanceMatrixOracle, run  # noqa: E402
 from webapp.cli.crowd import Crowd, NoiseModel, Truth, graph_accuracy, progress_line  # noqa: E402
 from webapp.cli.embedded import free_port, running_url  # noqa: E402
 from workers.results.exports import nn_graph  # noqa: E402

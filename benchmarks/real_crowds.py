@@ -53,7 +53,7 @@ import time
 import numpy as np
 
 from engine import oracles
-from engine.datasets import load_alien_eggs, load_material
+from simulation.datasets import load_alien_eggs, load_material
 from engine.embedding import embedding_neighbors, select_embedding
 from engine.registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool, make_planner
 from engine.screens import odd_one_out_triplets, rank_triplets

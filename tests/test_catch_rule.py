@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from helpers import EGG_ANSWERS, answer, closer_candidate, colour_items, fetch_question, shared_data_file
 
-from engine.oracles import TripletOracle
+from simulation.oracles import TripletOracle
 from webapp.catches import choose_comparisons
 from webapp.cli.crowd import eggs_truth, noise_model
 from workers.store.answers import read_answers

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from engine import planning
-from engine.oracles import TripletOracle
+from simulation.oracles import TripletOracle
 
 FAST = ["random_triplets", "embedding", "comparison_forest"]
 
@@ -178,7 +178,7 @@ def test_plan_command_from_points_and_from_a_pilot_file(tmp_path):
 
 
 def test_calibration_takes_the_embeddings_own_error_out_of_the_pilots_noise():
-    from engine.oracles import median_triplet_gap
+    from simulation.noise import median_triplet_gap
 
     truth, pilot = simulated_pilot(n_pairs=50, answers_per_item=10)
     n, D = truth.n_items, truth.distances

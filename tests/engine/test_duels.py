@@ -221,7 +221,7 @@ def test_auto_dimension_is_chosen_on_answers_no_fit_had_seen():
     """dim="auto" keeps every dimension warm and takes shortlists from the one that predicted the
     newest answers best: many dimensions for items that need them; the choice survives a state
     round trip, and a version-1 state (one fixed-dimension embedding) still loads."""
-    from engine.oracles import TripletOracle
+    from simulation.oracles import TripletOracle
 
     n = 60
     X = np.random.default_rng(3).random((n, 8))
@@ -323,7 +323,7 @@ def test_a_line_starts_from_the_order_along_the_leading_fit():
     ranks = np.argsort(perm[order])  # where each item of the curve lands on the line
     assert np.all(np.diff(ranks) > 0) or np.all(np.diff(ranks) < 0)
     assert np.allclose(np.sort(line), np.linspace(0.0, duels.CONTINUUM_SPAN, n))
-    from engine.oracles import TripletOracle
+    from simulation.oracles import TripletOracle
 
     x = np.linspace(0.0, 1.0, 40)[:, None]
     oracle = TripletOracle.from_points(x, random_state=0)

@@ -11,7 +11,7 @@ from scipy.spatial.distance import cdist
 
 from engine.adapters import pair_sample, triplet_samples
 from engine.graph import NO_NEIGHBOR, PROGRESS_KEYS, NeighborGraph
-from engine.oracles import OddOneOutOracle, PointsOracle, RankOracle, TripletOracle
+from simulation.oracles import OddOneOutOracle, PointsOracle, RankOracle, TripletOracle
 from engine.registry import (
     ALGORITHMS,
     DEFAULT_NN_ALGORITHM,

@@ -8,7 +8,8 @@ from helpers import in_lockstep
 from scipy.spatial.distance import cdist
 
 from engine.graph import PROGRESS_KEYS
-from engine.oracles import HumanNoise, OddOneOutOracle, RankOracle, TripletOracle
+from simulation.noise import HumanNoise
+from simulation.oracles import OddOneOutOracle, RankOracle, TripletOracle
 from engine.registry import (
     ALGORITHMS,
     SCREEN_KINDS,

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 import redis
 from rq import get_current_job
 
-from engine import oracles
+from engine import truth as oracles
 from workers.jobs import faults, fits, rater_checks
 from workers.jobs.learners import Learner
 from workers.store import answers as answer_log

@@ -4,19 +4,11 @@ from helpers import EGG_ANSWERS, shared_data_file
 from scipy.spatial.distance import cdist
 
 from engine import oracles, planning
-from engine.datasets import load_alien_eggs, load_material
-from engine.oracles import (
-    NO_NEIGHBOR,
-    TripletOracle,
-    alien_egg_noise,
-    fit_gap_noise,
-    fit_human_noise,
-    human_agree_probability,
-    median_triplet_gap,
-    neighbor_error,
-    neighbor_wrong,
-    true_kth_distances,
-)
+from simulation.datasets import load_alien_eggs, load_material
+from engine.graph import NO_NEIGHBOR
+from engine.truth import neighbor_error, neighbor_wrong, true_kth_distances
+from simulation.noise import alien_egg_noise, fit_gap_noise, fit_human_noise, median_triplet_gap
+from simulation.oracles import human_agree_probability, TripletOracle
 
 
 def _line(n=60):
@@ -97,7 +89,7 @@ def test_load_material():
 
 
 def test_recorded_triplets_answer_each_triplet_as_recorded_and_name_their_own_truth():
-    from engine.oracles import RecordedTriplets, TripletOracle
+    from simulation.oracles import RecordedTriplets, TripletOracle
 
     X = np.random.default_rng(0).random((12, 2))
     noisy = TripletOracle.from_points(X, model="human", noise=0.05, lapse=0.2, random_state=1)
