@@ -19,7 +19,7 @@ from anntri_common import PLANNERS, error_curve, fmt, table
 from engine.anntri import DERIVED_DEFAULTS
 from simulation.datasets import load_alien_eggs
 from simulation.noise import fit_human_noise
-from simulation.oracles import circle_clusters, PointsOracle, TripletDerivedOracle
+from simulation.oracles import PointsOracle, TripletDerivedOracle, circle_clusters
 
 
 def main():

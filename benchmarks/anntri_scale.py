@@ -30,7 +30,7 @@ import numpy as np
 from anntri_common import PLANNERS, fmt, table
 
 from engine.bounds import lil_radius
-from simulation.oracles import hierarchical_clusters, PointsOracle, run
+from simulation.oracles import PointsOracle, hierarchical_clusters, run
 
 ERRORS = (0.1, 0.05, 0.0)
 

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from live_study import start_server, stop_server  # noqa: E402
 
 from engine import rater_checks  # noqa: E402
-from webapp.cli.crowd import Rater, eggs_truth, noise_model  # noqa: E402
+from simulation.crowd import Rater, eggs_truth, noise_model  # noqa: E402
 from workers.store import keys  # noqa: E402
 from workers.store.config import StudyConfig  # noqa: E402
 from workers.store.studies import Item, create_study  # noqa: E402

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from helpers import EGG_ANSWERS, answer, closer_candidate, colour_items, fetch_question, shared_data_file
 
+from simulation.crowd import eggs_truth, noise_model
 from simulation.oracles import TripletOracle
 from webapp.catches import choose_comparisons
-from webapp.cli.crowd import eggs_truth, noise_model
 from workers.store.answers import read_answers
 from workers.store.config import CATCH_MISS_RATE, StudyConfig, binomial_tail
 from workers.store.studies import create_study

@@ -10,8 +10,8 @@ import pytest
 from helpers import ARTIFACTS, RESEARCHER, RESEARCHER_PASSWORD, wait_for
 from scipy.spatial.distance import cdist
 
+from simulation.crowd import Crowd, NoiseModel, Truth
 from webapp.accounts import create_user
-from webapp.cli.crowd import Crowd, NoiseModel, Truth
 from webapp.cli.demo_study import demo_items
 from workers.store import keys
 from workers.store.config import StudyConfig

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from plan_vs_live import clustered_truth, live_curve  # noqa: E402
 
-from engine.planning import plan, Scenario  # noqa: E402
+from engine.planning import Scenario, plan  # noqa: E402
 from engine.registry import DEFAULT_NN_ALGORITHM  # noqa: E402
 
 BUDGETS = [8, 25]

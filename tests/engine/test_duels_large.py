@@ -56,7 +56,7 @@ def test_an_exploring_question_at_many_items_reads_no_whole_row(monkeypatch):
 
 
 def test_certificates_reused_only_while_the_state_is_the_same(monkeypatch):
-    from engine import oracles
+    from simulation import oracles
 
     # a certificate that moves with every answer (the real one needs many repeated duels), so a stale
     # memo would show
@@ -115,7 +115,7 @@ def _reference_shortlists(p: CandidateDuels) -> np.ndarray:
 def test_shortlists_from_a_fit_keep_the_dueled_leaders_and_fill_with_the_nearest():
     import copy
 
-    from engine import oracles
+    from simulation import oracles
 
     X = np.random.default_rng(5).normal(size=(90, 3))
     oracle = oracles.TripletOracle.from_points(X, noise=0.05, model="human", lapse=0.05, random_state=6)
