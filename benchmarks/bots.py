@@ -4,7 +4,7 @@ Starts ``proxima serve`` in a scratch instance folder, creates a triplet study a
 alien-egg items (default settings but ``max_questions_per_rater`` and ``min_answers_for_code``: QUESTIONS;
 each item's ``position`` is its known smoothness, as a researcher who generated the eggs would give it, so
 the study has catch trials: a study whose items have neither positions nor labels has none) and runs,
-over HTTP like a browser, simulated careful raters (engine.oracles' human model: logistic in the distance
+over HTTP like a browser, simulated careful raters (simulation.oracles' human model: logistic in the distance
 gap fitted to the alien-egg crowds, lapse CAREFUL_LAPSE; ratings Gaussian) and seven kinds of bots:
 always-left, always-right, uniformly random, lowest item index, random + memory of its own answers,
 random + reading token/URL lengths, 80/20 position bias. Careful raters and bots take turns, so the

@@ -1,5 +1,5 @@
 """Shared helpers for the comparison-forest benchmarks: build a forest and route held-out items
-with a simulated rater (engine.oracles.TripletOracle), counting the triplets used."""
+with a simulated rater (simulation.oracles.TripletOracle), counting the triplets used."""
 from __future__ import annotations
 
 import argparse

@@ -6,7 +6,7 @@ Starts ``proxima serve`` (gunicorn + RQ worker + embedded Redis with its default
 time 0) answer until the server says the study is complete, and reports answers/s, the
 fallback (empty-pool) rate, the engine refresh latency p50/p95, HTTP latency and the total
 questions until every round is closed — next to the offline engine run
-(``engine.anntri.ANNTri`` + ``engine.oracles.run``, same seed, same parameters, batches of
+(``engine.anntri.ANNTri`` + ``simulation.oracles.run``, same seed, same parameters, batches of
 one question per rater). The live/offline ratio says whether adaptivity survives going live.
 
 Data: ``circle_clusters`` as in the paper's experiment code (discs of diameter 2, 10% gaps,

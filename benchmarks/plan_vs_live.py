@@ -2,7 +2,7 @@
 
 The plan (``engine.planning.plan``: learners driven in-process, no Redis) against the same study
 run through the real serving path in-process: the study stored in a real Redis (the embedded
-server), simulated raters (engine.oracles' human logistic + lapse model, the one the plan uses)
+server), simulated raters (simulation.oracles' human logistic + lapse model, the one the plan uses)
 answering through the Flask app's rater API (pool, sealed tokens, the answer script, fallbacks
 when a pool runs dry), RQ update passes applying the answers, and the accuracy read from the
 learner summary the dashboard shows. Truth: clustered points (clusters of 5 in the plane), so the

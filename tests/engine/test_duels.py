@@ -9,6 +9,7 @@ from engine import duels
 from engine.duels import CandidateDuels
 from engine.graph import PROGRESS_KEYS, NeighborGraph
 from engine.random_triplets import RandomTriplets
+from simulation.oracles import human_agree_probability
 
 
 def points(n, seed):
@@ -27,7 +28,7 @@ def answer(D, qs, rng=None, scale=0.0, lapse=0.0):
     if rng is None:
         first = gap <= 0
     else:
-        p = lapse / 2 + (1 - lapse) / (1 + np.exp(np.clip(gap / scale, -700, 700)))
+        p = human_agree_probability(-gap, scale, lapse)  # the simulated raters' one human model
         first = rng.random(len(q)) < p
     return [(h, a, b, a if f else b) for (h, a, b), f in zip(q.tolist(), first, strict=True)]
 
