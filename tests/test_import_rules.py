@@ -156,3 +156,18 @@ def test_the_simulated_crowd_loads_no_web_framework():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == [], "importing the simulated crowd loads the web framework"
+
+
+def test_every_top_level_package_is_installed():
+    """``pip install -e .`` and a wheel hold every package of the layering above (pyproject.toml's
+    ``packages.find``): a new top-level package left out of the list would import in a checkout and fail
+    once installed."""
+    import fnmatch
+    import tomllib
+
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"][
+        "packages"]["find"]["include"]
+    packages = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
+    assert set(FORBIDDEN) <= set(packages)
+    missing = [p for p in packages if not any(fnmatch.fnmatchcase(p, pattern) for pattern in include)]
+    assert not missing, f"not installed by pyproject.toml's packages.find include: {missing}"
