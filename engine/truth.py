@@ -14,8 +14,6 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.spatial.distance import cdist
 
-from .graph import NO_NEIGHBOR  # noqa: F401 (re-exported: the pick of an item without a neighbour)
-
 #: items from which :func:`point_distances` (the simulated raters' ``from_points``) computes distances
 #: when read (:class:`PointDistances`) instead of holding the n x n matrix (8 bytes per pair: 200 MB at
 #: 5,000 items, 20 GB at 50,000)
@@ -165,7 +163,7 @@ def neighbor_wrong(neighbors: ArrayLike, distances: ArrayLike | None = None, tol
                    kth: ArrayLike | None = None) -> np.ndarray:
     """Which items' chosen neighbours are not among their true nearest: bool ndarray of shape (n_items,).
 
-    ``neighbors``: int array of shape (n_items,) or (n_items, k), ``NO_NEIGHBOR`` (-1) where an item
+    ``neighbors``: int array of shape (n_items,) or (n_items, k), ``engine.graph.NO_NEIGHBOR`` (-1) where an item
     has none yet (wrong). Row i is right when every chosen neighbour is another item at most as far
     from i as i's true ``rank``-th nearest one (default rank: k, a true k-NN set), ties within
     ``tol``·max(that distance, 1) counting as right. The truth is ``distances`` or ``points`` (as in
