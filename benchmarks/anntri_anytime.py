@@ -14,7 +14,7 @@ import argparse
 import numpy as np
 from anntri_common import PLANNERS, error_curve, fmt, table
 
-from engine.oracles import PointsOracle, circle_clusters
+from simulation.oracles import PointsOracle, circle_clusters
 
 
 def needed(grid, err, level):

@@ -52,9 +52,9 @@ def ask_and_answer(planner, oracle, budget, repeat=False):
 
 def error_curve(planner, oracle, D, marks, repeat=False):
     """Error of ``current_neighbors`` once each budget in ``marks`` (total answers) is spent."""
-    # Imported here: engine.oracles brings in scipy, and duels_quick / embedding_peer (which
+    # Imported here: engine.truth brings in scipy, and duels_quick / embedding_peer (which
     # import this module for timed_answers) time the engine's own first, lazy scipy imports.
-    from engine.oracles import neighbor_error
+    from engine.truth import neighbor_error
 
     n = planner.n_items
     total, errs = 0, []

@@ -2,7 +2,7 @@
 
 Alien eggs (real NEXT data, 1-D ground truth); simulated people answer triplets with the
 human noise model fitted to the 17,611 recorded answers (logistic + lapse, see
-``engine.oracles.fit_human_noise``), and Q(i, j) is "is j or a uniformly random k more
+``simulation.noise.fit_human_noise``), and Q(i, j) is "is j or a uniformly random k more
 similar to i?" (1 if k wins). Prints the nearest-neighbour error (ties count as correct) at
 several budgets in queries per item, mean over seeds, for the study's old default (window 1,
 symmetric, triangle, LIL) and head-based ANN with the LIL / Bernstein / KL bounds.
@@ -17,8 +17,9 @@ import numpy as np
 from anntri_common import PLANNERS, error_curve, fmt, table
 
 from engine.anntri import DERIVED_DEFAULTS
-from engine.datasets import load_alien_eggs
-from engine.oracles import PointsOracle, TripletDerivedOracle, circle_clusters, fit_human_noise
+from simulation.datasets import load_alien_eggs
+from simulation.noise import fit_human_noise
+from simulation.oracles import PointsOracle, TripletDerivedOracle, circle_clusters
 
 
 def main():

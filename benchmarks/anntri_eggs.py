@@ -22,8 +22,10 @@ from pathlib import Path
 import numpy as np
 from anntri_common import PLANNERS, ask_and_answer, fmt, quick_defaults, table
 
-from engine.datasets import load_alien_eggs
-from engine.oracles import TripletDerivedOracle, TripletOracle, fit_logistic_noise, neighbor_error
+from engine.truth import neighbor_error
+from simulation.datasets import load_alien_eggs
+from simulation.noise import fit_logistic_noise
+from simulation.oracles import TripletDerivedOracle, TripletOracle
 
 
 def derived_mean(D, scale, i, j):

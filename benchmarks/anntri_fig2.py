@@ -26,7 +26,7 @@ import numpy as np
 from anntri_common import PLANNERS, fmt, quick_defaults, table
 
 from engine.anntri import ANN
-from engine.oracles import PointsOracle, circle_clusters, run
+from simulation.oracles import PointsOracle, circle_clusters, run
 
 GRID = [0, 3, 10, 30, 100, 300, 1000, 3000, 10000]
 ROUND_GRID = [0, 1, 3, 10, 30, 100, 300, 1000, 3000, 10000, 30000, 100000]

@@ -30,7 +30,7 @@ import numpy as np
 from anntri_common import PLANNERS, fmt, table
 
 from engine.bounds import lil_radius
-from engine.oracles import PointsOracle, hierarchical_clusters, run
+from simulation.oracles import PointsOracle, hierarchical_clusters, run
 
 ERRORS = (0.1, 0.05, 0.0)
 
@@ -119,7 +119,7 @@ def main():
 
 def _random_until_exact(planner, oracle, budget):
     """Random in slices, stopping early once its error has reached 0 (a run has no such hook)."""
-    from engine.oracles import RunResult
+    from simulation.oracles import RunResult
 
     queries, errors, done = [], [], 0
     res = None

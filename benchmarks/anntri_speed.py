@@ -36,7 +36,7 @@ import numpy as np
 from anntri_common import fmt, table
 
 from engine.anntri import ANNTri
-from engine.oracles import PointsOracle, circle_clusters, hierarchical_clusters, run
+from simulation.oracles import PointsOracle, circle_clusters, hierarchical_clusters, run
 
 REFERENCE_SECONDS = 150.0
 

@@ -4,7 +4,7 @@ Starts ``proxima serve`` in a scratch instance folder, creates a triplet study a
 alien-egg items (default settings but ``max_questions_per_rater`` and ``min_answers_for_code``: QUESTIONS;
 each item's ``position`` is its known smoothness, as a researcher who generated the eggs would give it, so
 the study has catch trials: a study whose items have neither positions nor labels has none) and runs,
-over HTTP like a browser, simulated careful raters (engine.oracles' human model: logistic in the distance
+over HTTP like a browser, simulated careful raters (simulation.oracles' human model: logistic in the distance
 gap fitted to the alien-egg crowds, lapse CAREFUL_LAPSE; ratings Gaussian) and seven kinds of bots:
 always-left, always-right, uniformly random, lowest item index, random + memory of its own answers,
 random + reading token/URL lengths, 80/20 position bias. Careful raters and bots take turns, so the
@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from live_study import start_server, stop_server  # noqa: E402
 
 from engine import rater_checks  # noqa: E402
-from webapp.cli.crowd import Rater, eggs_truth, noise_model  # noqa: E402
+from simulation.crowd import Rater, eggs_truth, noise_model  # noqa: E402
 from workers.store import keys  # noqa: E402
 from workers.store.config import StudyConfig  # noqa: E402
 from workers.store.studies import Item, create_study  # noqa: E402
@@ -158,7 +158,7 @@ def offline(kind: str, trials: int, seed: int) -> dict:
     code only): (who, m, "answer check" | "catch trials" | "either") -> share flagged. A rater's m
     questions hold the catch trials the study's schedule gives (StudyConfig.catch_every, a random place
     per block), drawn from the egg items' catch comparisons (webapp.catches), candidates in random order."""
-    from engine.oracles import TripletOracle
+    from simulation.oracles import TripletOracle
     from webapp.catches import choose_comparisons
     from workers.store.config import StudyConfig
 

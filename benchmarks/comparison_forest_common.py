@@ -1,5 +1,5 @@
 """Shared helpers for the comparison-forest benchmarks: build a forest and route held-out items
-with a simulated rater (engine.oracles.TripletOracle), counting the triplets used."""
+with a simulated rater (simulation.oracles.TripletOracle), counting the triplets used."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +12,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engine.comparison_tree import ComparisonForest, run_with_oracle  # noqa: E402
-from engine.oracles import TripletOracle  # noqa: E402
+from simulation.oracles import TripletOracle  # noqa: E402
 
 
 def parse_args(doc: str, **int_options: int) -> argparse.Namespace:

@@ -16,7 +16,7 @@ import numpy as np
 from comparison_forest_common import build, route_all
 from scipy.spatial.distance import cdist
 
-from engine.oracles import TripletOracle
+from simulation.oracles import TripletOracle
 
 
 def mixture(n, d=10, k=10, seed=0):

@@ -12,7 +12,7 @@ import numpy as np
 from comparison_forest_common import Timer, parse_args
 
 from engine.comparison_tree import ComparisonForest
-from engine.oracles import TripletOracle
+from simulation.oracles import TripletOracle
 
 
 def main():

@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from real_crowds import nn_metrics, print_table, recorded_oracle  # noqa: E402
 
-from engine import oracles  # noqa: E402
 from engine.registry import DEFAULT_NN_ALGORITHM, make_planner  # noqa: E402
+from simulation.noise import alien_egg_noise  # noqa: E402
 
 
 def run(oracle, n: int, batch: int, pool: bool, budgets: list[int], seed: int) -> tuple[list[float], int]:
@@ -54,7 +54,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     batches = [int(x) for x in args.batches.split(",")]
     budgets = [int(x) for x in args.budgets.split(",")]
-    fit = oracles.alien_egg_noise()
+    fit = alien_egg_noise()
     n = 85
     for idio, label in ((0.0, "plain points"), (0.1, "item-specific similarities 0.1")):
         rows = []

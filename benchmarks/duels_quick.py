@@ -22,11 +22,12 @@ import time
 import numpy as np
 from anntri_common import timed_answers
 
-from engine.datasets import load_alien_eggs
 from engine.duels import CandidateDuels
-from engine.oracles import TripletOracle, alien_egg_noise
 from engine.random_triplets import RandomTriplets
 from engine.registry import drive_as_pool
+from simulation.datasets import load_alien_eggs
+from simulation.noise import alien_egg_noise
+from simulation.oracles import TripletOracle
 
 
 def true_ranks(D):
@@ -105,9 +106,10 @@ def one_seed(s, D_all, scale, lapse, n_items, budgets, params, res, peer=True):
 
 def pass_cost(n_answers: int, batch: int, n: int = 1000, params=None) -> None:
     """CPU time of each live update pass at n items (see the module docstring)."""
-    from engine import oracles
+    from simulation import oracles
+    from simulation.noise import alien_egg_noise
 
-    fit = oracles.alien_egg_noise()
+    fit = alien_egg_noise()
     X, _ = oracles.hierarchical_clusters(n, random_state=n)
     D = oracles.TripletOracle.from_points(X).distances
     oracle = oracles.TripletOracle(D, model="human", noise=fit.scale_for(D, unit="median_gap"), lapse=fit.lapse,

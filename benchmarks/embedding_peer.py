@@ -19,15 +19,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from anntri_common import timed_answers  # noqa: E402
 
-from engine.datasets import load_alien_eggs, load_material  # noqa: E402
 from engine.embedding import (  # noqa: E402
     ActiveEmbedding,
     EmbeddingLearner,
     fit_embedding,
     triplet_accuracy,
 )
-from engine.oracles import alien_egg_noise, fit_human_noise, neighbor_error  # noqa: E402
 from engine.random_triplets import RandomTriplets  # noqa: E402
+from engine.truth import neighbor_error  # noqa: E402
+from simulation.datasets import load_alien_eggs, load_material  # noqa: E402
+from simulation.noise import alien_egg_noise, fit_human_noise  # noqa: E402
 
 
 def heldout_table(dims, seeds):

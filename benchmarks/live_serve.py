@@ -18,7 +18,7 @@ live answers went (fallback share) from the server's counters.
 
 ``--budgets`` exports the graph at each of those answers per item (the crowd goes on between them);
 ``--peer`` adds random triplets + an embedding (:func:`engine.embedding.select_embedding`) at the same
-budgets. Above ``oracles.DENSE_ITEMS`` items nothing builds an n x n matrix: the raters read distances
+budgets. Above ``truth.DENSE_ITEMS`` items nothing builds an n x n matrix: the raters read distances
 of the points on demand, the scores use the points (neighbours by blocks of rows), and the offline run
 is left out unless ``--offline`` asks for it. Also reported: each server process's peak RSS (the
 worker, its fit process, the web workers), update passes (p50 / p99 of the last 500), the learner
@@ -46,9 +46,10 @@ sys.path[:0] = [str(HERE), str(ROOT)]
 
 from real_crowds import print_table  # noqa: E402
 
-from engine import oracles  # noqa: E402
+from engine import truth  # noqa: E402
 from engine.embedding import embedding_neighbors, select_embedding  # noqa: E402
 from engine.registry import DEFAULT_NN_ALGORITHM, make_planner  # noqa: E402
+from simulation import oracles  # noqa: E402
 
 PROXIMA = [str(Path(sys.executable).parent / "proxima")]
 
@@ -64,8 +65,8 @@ def points(n: int, seed: int) -> np.ndarray:
 
 def scores(picks: np.ndarray, X: np.ndarray) -> tuple[float, float]:
     """(exact, hit@3) of picks (n,) (-1: none, wrong): a true nearest neighbour, one of the true 3."""
-    exact = ~oracles.neighbor_wrong(picks, points=X, rank=1)
-    hit3 = ~oracles.neighbor_wrong(picks, points=X, rank=3)
+    exact = ~truth.neighbor_wrong(picks, points=X, rank=1)
+    hit3 = ~truth.neighbor_wrong(picks, points=X, rank=3)
     return float(exact.mean()), float(hit3.mean())
 
 
@@ -170,7 +171,7 @@ def live(X: np.ndarray, args, scratch: Path) -> dict:
             time.sleep(0.5)
         run([*PROXIMA, "create", str(scratch / "study" / "study.yaml"), "--items", str(scratch / "study" / "items.csv"),
              "--id", "live-serve"], env)
-        scale_share = args.noise / oracles.diameter(X)
+        scale_share = args.noise / truth.diameter(X)
         started = time.monotonic()
         marks, done, out = [], 0, []
         for b in args.budgets:
@@ -241,7 +242,7 @@ def main(argv=None) -> None:
                     "comma-separated (default: --per-item)")
     ap.add_argument("--peer", action="store_true", help="also random triplets + an embedding at each budget")
     ap.add_argument("--offline", action=argparse.BooleanOptionalAction, default=None,
-                    help=f"also the learner offline (default: up to {oracles.DENSE_ITEMS} items)")
+                    help=f"also the learner offline (default: up to {truth.DENSE_ITEMS} items)")
     args = ap.parse_args(argv)
     args.budgets = [int(b) for b in (args.budgets or str(args.per_item)).split(",")]
     X = points(args.items, args.seed)
@@ -258,7 +259,7 @@ def main(argv=None) -> None:
     print("Peak RSS (MB): " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(got["rss"].items())))
     rows = [[f"live (proxima serve + simulate), {b}/item", f"{got['answers_per_s']:.0f}", *map("{:.2f}".format,
              scores(picks, X))] for b, _, picks in got["marks"]]
-    if args.offline or (args.offline is None and args.items <= oracles.DENSE_ITEMS):
+    if args.offline or (args.offline is None and args.items <= truth.DENSE_ITEMS):
         for b in args.budgets:
             rows.append([f"offline (make_planner), {b}/item", "",
                          *map("{:.2f}".format, offline(X, args.noise, args.lapse, b, args.seed))])

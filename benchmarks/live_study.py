@@ -2,11 +2,11 @@
 
 Starts ``proxima serve`` (gunicorn + RQ worker + embedded Redis with its default
 ``appendfsync always``) in a scratch instance folder, creates an ANNTri rating study
-(slider 0–1, δ = 0.1), lets simulated raters (``webapp.cli.crowd``: real HTTP clients, think
+(slider 0–1, δ = 0.1), lets simulated raters (``simulation.crowd``: real HTTP clients, think
 time 0) answer until the server says the study is complete, and reports answers/s, the
 fallback (empty-pool) rate, the engine refresh latency p50/p95, HTTP latency and the total
 questions until every round is closed — next to the offline engine run
-(``engine.anntri.ANNTri`` + ``engine.oracles.run``, same seed, same parameters, batches of
+(``engine.anntri.ANNTri`` + ``simulation.oracles.run``, same seed, same parameters, batches of
 one question per rater). The live/offline ratio says whether adaptivity survives going live.
 
 Data: ``circle_clusters`` as in the paper's experiment code (discs of diameter 2, 10% gaps,
@@ -40,8 +40,8 @@ from scipy.spatial.distance import cdist
 ROOT = Path(__file__).resolve().parents[1]
 
 from engine.anntri import ANNTri, planner_from_state  # noqa: E402
-from engine.oracles import DistanceMatrixOracle, circle_clusters, run  # noqa: E402
-from webapp.cli.crowd import Crowd, NoiseModel, Truth, graph_accuracy, progress_line  # noqa: E402
+from simulation.crowd import Crowd, NoiseModel, Truth, graph_accuracy, progress_line  # noqa: E402
+from simulation.oracles import DistanceMatrixOracle, circle_clusters, run  # noqa: E402
 from webapp.cli.embedded import free_port, running_url  # noqa: E402
 from workers.results.exports import nn_graph  # noqa: E402
 from workers.store import keys  # noqa: E402

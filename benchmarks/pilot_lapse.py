@@ -12,7 +12,8 @@ import time
 
 import numpy as np
 
-from engine.planning import Scenario, fit_pilot, triplets_from_answers
+from engine.planning import Scenario, triplets_from_answers
+from simulation.noise import fit_pilot
 
 
 def pilot(n: int, careless_share: float, seed: int, per_item: int = 10, per_rater: int = 20):

@@ -2,7 +2,7 @@
 
 The plan (``engine.planning.plan``: learners driven in-process, no Redis) against the same study
 run through the real serving path in-process: the study stored in a real Redis (the embedded
-server), simulated raters (engine.oracles' human logistic + lapse model, the one the plan uses)
+server), simulated raters (simulation.oracles' human logistic + lapse model, the one the plan uses)
 answering through the Flask app's rater API (pool, sealed tokens, the answer script, fallbacks
 when a pool runs dry), RQ update passes applying the answers, and the accuracy read from the
 learner summary the dashboard shows. Truth: clustered points (clusters of 5 in the plane), so the
@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from engine.oracles import HUMAN_LAPSE, HUMAN_SCALE, TripletOracle  # noqa: E402
 from engine.planning import METRICS, Scenario, nn_accuracy, plan  # noqa: E402
+from simulation.oracles import HUMAN_LAPSE, HUMAN_SCALE, TripletOracle  # noqa: E402
 
 
 def clustered_truth(n_items: int, seed: int = 0, cluster: int = 5, spread: float = 0.3) -> np.ndarray:

@@ -18,7 +18,7 @@ data set (mean over seeds):
 
 Data sets:
 - ``eggs``: the 300 NEXT alien eggs (1-D truth); simulated raters with the logistic + lapse noise
-  fitted to the 17,611 human answers (``engine.oracles``); also the ±1-position accuracy;
+  fitted to the 17,611 human answers (``simulation.oracles``); also the ±1-position accuracy;
 - ``clusters``: hierarchical clusters in R² (n = 100, 300, 1000) with the same fitted human noise,
   scaled to the differences within a leaf cluster;
 - ``recorded`` / ``recorded-idiosyncratic``: 85 items answered from a table of one recorded answer
@@ -31,7 +31,7 @@ Question kinds (``--kinds triplet,odd_one_out,rank``): for ``odd_one_out`` and `
 ``n_reference``-rank-``n_select`` grid, ``--n-reference 8 --n-select 2``) every triplet learner is
 driven through ``make_planner(name, n, question_kind=kind)`` with its defaults, its screens answered
 by the simulated rater of that kind on the same truth with the same fitted noise
-(``engine.oracles.OddOneOutOracle`` / ``RankOracle``: a softmax over the pairs / sequential choice,
+(``simulation.oracles.OddOneOutOracle`` / ``RankOracle``: a softmax over the pairs / sequential choice,
 plus lapse), budgets in screens per item. Its peer: uniformly random screens of the kind, every
 answer read as the triplets it implies (``engine.screens``), + the best embedding (the THINGS
 workflow). On the recorded sets a screen is answered afresh by the simulated person the table was
@@ -52,11 +52,12 @@ import time
 
 import numpy as np
 
-from engine import oracles
-from engine.datasets import load_alien_eggs, load_material
 from engine.embedding import embedding_neighbors, select_embedding
 from engine.registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool, make_planner
 from engine.screens import odd_one_out_triplets, rank_triplets
+from simulation import oracles
+from simulation.datasets import load_alien_eggs, load_material
+from simulation.noise import alien_egg_noise
 
 PEER = "random triplets + embedding"
 #: the peer's name per question kind (random screens of the kind + the best embedding)
@@ -304,7 +305,7 @@ def evaluate(title: str, n: int, D: np.ndarray | None, make_oracle, methods: lis
 
 
 def human_noise():
-    fit = oracles.alien_egg_noise()
+    fit = alien_egg_noise()
     print(f"human noise (alien eggs, {fit.n_answers} answers): scale {fit.scale:.4f} (distances in [0, 1]), "
           f"lapse {fit.lapse:.3f}, simulated agreement with the 1-D truth {fit.agreement:.3f}")
     return fit

@@ -1148,7 +1148,7 @@ def run_with_oracle(planner: ComparisonForest | ForestRoute, oracle: Callable, b
     """Drive a planner with a simulated rater until it is done; returns the answers given.
 
     ``oracle`` is anything with ``answer(questions) -> [(x, p1, p2, winner)]`` (e.g.
-    :class:`engine.oracles.TripletOracle`) or a callable taking the same list.
+    :class:`simulation.oracles.TripletOracle`) or a callable taking the same list.
     """
     answer = getattr(oracle, "answer", oracle)
     asked = 0

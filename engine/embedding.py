@@ -23,7 +23,7 @@ from .utils import RandomState, check_n_items, check_random_state, generator_fro
 
 KERNELS = ("ste", "tste", "human")
 #: Lapse rate the ``"human"`` fitting kernel assumes: the share of answers given at random. People lapse
-#: on ~3% (the alien-egg crowds, ``engine.oracles.HUMAN_LAPSE``, what simulations use) to ~10% of
+#: on ~3% (the alien-egg crowds, ``simulation.oracles.HUMAN_LAPSE``, what simulations use) to ~10% of
 #: triplets; a fit that expects a little more than the crowd's lapses does not pull items apart to
 #: explain one odd answer. A property of the fit, not of the raters it simulates.
 FIT_LAPSE = 0.05

@@ -73,9 +73,10 @@ class QuestionKind:
     ``<name>:`` section with their defaults; ``prompt`` and ``instructions`` the rater's texts (``{k}``,
     ``{n}`` filled from the settings); ``too_fast_ms`` the default too-fast threshold per screen (a
     study's ``limits.min_response_ms`` overrides it); ``seconds`` a careful rater's time per screen
-    (``{n}``/``{k}``-scaled by :meth:`screen_seconds`); ``oracle`` the simulated rater
-    (``engine.oracles`` class path); ``repeatable`` a validation repeat can re-ask it; ``practice_schema``
-    the JSON schema of one practice question.
+    (``{n}``/``{k}``-scaled by :meth:`screen_seconds`); ``oracle`` the simulated rater (a
+    ``simulation.oracles`` class path, loaded when a simulation asks for it: the engine never imports
+    ``simulation``); ``repeatable`` a validation repeat can re-ask it; ``practice_schema`` the JSON schema of
+    one practice question.
     """
 
     name: str
@@ -166,7 +167,7 @@ class QuestionKind:
     # ------------------------------------------------------------------ answers
     def simulated_rater(self, distances: Any, scale: float, lapse: float, settings: Mapping,
                         random_state: Any = None) -> Any:
-        """The simulated rater of this kind (``oracle``, an ``engine.oracles`` class) on a distance matrix
+        """The simulated rater of this kind (``oracle``, a ``simulation.oracles`` class) on a distance matrix
         with the human noise model's logistic ``scale`` and ``lapse`` rate; its ``answer(proposals)``
         gives the observations :meth:`picks_of` reads. None for kinds answered with a value."""
         return None
@@ -501,7 +502,7 @@ _ENTRIES = (
         instructions=("You will see one item on top and two items below it. Click the one of the two that is "
                       "more similar to the item on top (or press the ← / → key). There are no right or wrong "
                       "answers: go with your first impression."),
-        too_fast_ms=0, seconds=SECONDS_TRIPLET, oracle="engine.oracles:TripletOracle", prompt_field="question",
+        too_fast_ms=0, seconds=SECONDS_TRIPLET, oracle="simulation.oracles:TripletOracle", prompt_field="question",
         practice_schema={"type": "object", "additionalProperties": False, "required": ["head", "candidates", "answer"],
                          "properties": {"kind": {"const": "triplet"}, "head": _ITEM_ID,
                                         "candidates": {"type": "array", "items": _ITEM_ID, "minItems": 2,
@@ -514,7 +515,7 @@ _ENTRIES = (
         instructions=("You will see two items. Say how similar they are, from very different to very similar "
                       "(click a button or press the keys 1–5, or move the slider and press Enter). There are no "
                       "right or wrong answers: go with your first impression."),
-        too_fast_ms=0, seconds=SECONDS_RATING, oracle="engine.oracles:DistanceMatrixOracle", repeatable=False,
+        too_fast_ms=0, seconds=SECONDS_RATING, oracle="simulation.oracles:DistanceMatrixOracle", repeatable=False,
         prompt_field="rating.prompt",
         practice_schema={"type": "object", "additionalProperties": False, "required": ["kind", "items", "answer"],
                          "properties": {"kind": {"const": "rating"},
@@ -530,7 +531,7 @@ _ENTRIES = (
                       "out (or press 1, 2 or 3). There are no right or wrong answers: go with your first "
                       "impression."),
         too_fast_ms=int(1000 * TOO_FAST_SHARE * SECONDS_ODD), seconds=SECONDS_ODD,
-        oracle="engine.oracles:OddOneOutOracle",
+        oracle="simulation.oracles:OddOneOutOracle",
         practice_schema={"type": "object", "additionalProperties": False, "required": ["kind", "items", "answer"],
                          "properties": {"kind": {"const": "odd_one_out"},
                                         "items": {"type": "array", "items": _ITEM_ID, "minItems": 3, "maxItems": 3},
@@ -544,7 +545,7 @@ _ENTRIES = (
                       "numbers (1–{n}). {undo}Then press Confirm (or Enter). There are no right or wrong "
                       "answers: go with your first impression."),
         # both scaled by n and k: screen_seconds, too_fast
-        too_fast_ms=0, seconds=SECONDS_TRIPLET, oracle="engine.oracles:RankOracle",
+        too_fast_ms=0, seconds=SECONDS_TRIPLET, oracle="simulation.oracles:RankOracle",
         # the study's n and k, as the engine's screen planners take them (engine.registry.SCREEN_PARAMS)
         settings={k: v for k, v in registry.SCREEN_PARAMS["rank"].items() if k in ("n_reference", "n_select")},
         practice_schema={"type": "object", "additionalProperties": False,

@@ -1,10 +1,11 @@
 """Budget planning before paying: expected nearest-neighbour accuracy against answers per item.
 
-Drives every applicable learner of :mod:`engine.registry` in-process with simulated raters
-(:class:`engine.oracles.TripletOracle`, logistic + lapse human noise) answering from a truth: known
-distances, or an ordinal embedding fitted to a pilot study's answers together with the pilot's own
-noise (cross-fitted, bootstrapped for its uncertainty). numpy/scipy (and threadpoolctl) only: must never import Flask,
-Redis, RQ, ``webapp`` or ``workers``.
+Drives every applicable learner of :mod:`engine.registry` in-process with simulated raters answering
+from a :class:`Scenario` (a truth and the human noise model: logistic + lapse): each question kind's
+simulated rater (:meth:`engine.kinds.QuestionKind.simulated_rater`, a ``simulation.oracles`` class named
+by its kind entry and loaded when a plan runs). The scenarios come from known distances or from a
+pilot study's answers (``simulation.noise.fit_pilot``). numpy/scipy (and threadpoolctl) only: must never
+import Flask, Redis, RQ, ``webapp``, ``workers`` or ``simulation``.
 
 Every question kind that implies triplets can be planned (:mod:`engine.kinds`): a learner asking
 odd-one-out or rank screens is driven with that kind's simulated rater, and the plan compares kinds and
@@ -23,17 +24,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-from scipy.spatial.distance import cdist
 
-from . import oracles
+from . import truth
 from .graph import RoundPlanner, refill_rounds
 from .kinds import DEFAULT_KIND, KINDS, get_kind
-from .oracles import check_distance_matrix, median_triplet_gap
 from .registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool, make_planner
+from .truth import check_distance_matrix
 
 if TYPE_CHECKING:
-    from numpy.typing import ArrayLike
-
     from .graph import Planner
     from .utils import RandomState
 
@@ -158,12 +156,12 @@ class Scenario:
 
 
 # ---------------------------------------------------------------------------- scoring and driving
-def nn_accuracy(picks: np.ndarray, distances: np.ndarray, tol: float = oracles.TIE_TOLERANCE) -> tuple[float, float]:
+def nn_accuracy(picks: np.ndarray, distances: np.ndarray, tol: float = truth.TIE_TOLERANCE) -> tuple[float, float]:
     """(exact, hit@3): shares of items whose pick is a true nearest neighbour (ties count as right) /
-    is among the 3 truly nearest (:func:`engine.oracles.neighbor_wrong`). An item without a pick (-1)
+    is among the 3 truly nearest (:func:`engine.truth.neighbor_wrong`). An item without a pick (-1)
     counts as wrong."""
-    exact = ~oracles.neighbor_wrong(picks, distances, tol, rank=1)
-    hit3 = ~oracles.neighbor_wrong(picks, distances, tol, rank=3)
+    exact = ~truth.neighbor_wrong(picks, distances, tol, rank=1)
+    hit3 = ~truth.neighbor_wrong(picks, distances, tol, rank=3)
     return float(exact.mean()), float(hit3.mean())
 
 
@@ -433,214 +431,6 @@ def plan(scenarios: Sequence[Scenario], algorithms: Sequence[str] | None = None,
 
 def default_jobs() -> int:
     return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
-
-
-# ---------------------------------------------------------------------------- a truth from a pilot
-@dataclass(frozen=True)
-class PilotFit:
-    """What :func:`fit_pilot` learned from a pilot's triplets: one :class:`Scenario` per bootstrap
-    replicate (the first from all answers), the embedding chosen (``dim``, ``kernel``, its held-out
-    triplet accuracy), and the noise of each replicate."""
-
-    scenarios: tuple[Scenario, ...]
-    dim: int
-    kernel: str
-    holdout_accuracy: float
-    n_answers: int
-    #: the correction applied to the cross-fitted noise scale (1: none)
-    calibration: float = 1.0
-
-    @property
-    def lapses(self) -> np.ndarray:
-        return np.array([s.lapse for s in self.scenarios])
-
-    @property
-    def relative_scales(self) -> np.ndarray:
-        """Noise scales as a share of each truth's median triplet gap (comparable across replicates)."""
-        return np.array([s.scale / median_triplet_gap(s.distances, 20_000) for s in self.scenarios])
-
-    def describe(self) -> str:
-        lapse, rel = self.lapses, self.relative_scales
-        return (f"pilot of {self.n_answers} answers: {self.kernel.upper()} embedding in {self.dim} dimensions "
-                f"(held-out triplet accuracy {self.holdout_accuracy:.2f}); human noise lapse "
-                f"{lapse[0]:.3f} (bootstrap {lapse.min():.3f}-{lapse.max():.3f}), logistic scale "
-                f"{rel[0]:.2f} median gaps (bootstrap {rel.min():.2f}-{rel.max():.2f}; "
-                f"calibrated x{self.calibration:.2f})")
-
-
-def check_pilot_triplets(triplets: ArrayLike, n_items: int) -> np.ndarray:
-    t = np.asarray(triplets, dtype=np.int64)
-    if t.size == 0:
-        raise ValueError("the pilot has no triplet answers")
-    if t.ndim != 2 or t.shape[1] != 3:
-        raise ValueError(f"pilot triplets must be rows (i, j, k), got shape {t.shape}")
-    if t.min() < 0 or t.max() >= n_items:
-        raise ValueError(f"pilot item indices must lie in 0..{n_items - 1}")
-    if np.any((t[:, 0] == t[:, 1]) | (t[:, 0] == t[:, 2]) | (t[:, 1] == t[:, 2])):
-        raise ValueError("a pilot triplet names the same item twice")
-    return t
-
-
-def _distances(X: np.ndarray) -> np.ndarray:
-    D = cdist(X, X)
-    return np.maximum(D, D.T)
-
-
-def _gaps(D: np.ndarray, t: np.ndarray) -> np.ndarray:
-    return D[t[:, 0], t[:, 2]] - D[t[:, 0], t[:, 1]]
-
-
-def _scenario(t: np.ndarray, n: int, dim: int, kernel: str, folds: int, rng: np.random.Generator) -> Scenario:
-    """The truth = an embedding of all of ``t``; the noise = fitted to answers the embedding did not
-    see (K-fold cross-fitting, each fold's gaps in units of its own embedding's median gap), so the
-    embedding cannot absorb the noise it is meant to measure."""
-    from .embedding import fit_embedding
-
-    seed = int(rng.integers(2**31))
-    X = fit_embedding(t, n, dim=dim, kernel=kernel, random_state=seed)
-    D = _distances(X)
-    fold = rng.permutation(len(t)) % folds
-    gaps = []
-    for f in range(folds):
-        Xf = fit_embedding(t[fold != f], n, dim=dim, kernel=kernel, init=X, random_state=seed)
-        Df = _distances(Xf)
-        gaps.append(_gaps(Df, t[fold == f]) / median_triplet_gap(Df, 20_000))
-    scale, lapse, _ = oracles.fit_gap_noise(np.concatenate(gaps))
-    unit = median_triplet_gap(D, 20_000)
-    top = float(D.max())
-    return Scenario(D / top, scale * unit / top, lapse)
-
-
-def _heldout_accuracy(t: np.ndarray, n: int, dim: int, kernel: str, folds: int = 2) -> float:
-    """Mean held-out triplet accuracy of embeddings fitted without each of ``folds`` fifths of ``t``
-    (a fixed split: the same for the pilot and for pilots simulated on the same questions)."""
-    return _heldout_stats(t, n, dim, kernel, folds)[0]
-
-
-#: Share of held-out triplets, those the embedding is surest of (largest gap), whose accuracy measures
-#: the lapse rate (:func:`_calibrate_lapse`): a rater answers them against the truth only by lapsing.
-CONFIDENT_SHARE = 1 / 3
-
-
-def _heldout_stats(t: np.ndarray, n: int, dim: int, kernel: str, folds: int = 2) -> tuple[float, float]:
-    """(held-out triplet accuracy, the same on the CONFIDENT_SHARE of held-out triplets with the largest
-    gap in the embedding that did not see them), over ``folds`` fifths of ``t`` (a fixed split)."""
-    from .embedding import fit_embedding
-
-    order = np.random.default_rng(0).permutation(len(t))
-    size = len(t) // 5
-    accs, confident = [], []
-    for f in range(folds):
-        test = t[order[f * size:(f + 1) * size]]
-        X = fit_embedding(np.delete(t, order[f * size:(f + 1) * size], axis=0), n, dim=dim, kernel=kernel,
-                          random_state=0)
-        gap = np.sum((X[test[:, 0]] - X[test[:, 2]]) ** 2, axis=1) - np.sum((X[test[:, 0]] - X[test[:, 1]]) ** 2,
-                                                                             axis=1)
-        accs.append(float(np.mean(gap > 0)))
-        sure = np.argsort(-np.abs(gap), kind="stable")[: max(1, int(len(gap) * CONFIDENT_SHARE))]
-        confident.append(float(np.mean(gap[sure] > 0)))
-    return float(np.mean(accs)), float(np.mean(confident))
-
-
-#: Rounds of (scale, lapse) calibration before the last scale calibration (:func:`fit_pilot`).
-CALIBRATION_ROUNDS = 1
-#: Lapse rates tried by :func:`_calibrate_lapse` (ascending).
-LAPSE_GRID = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.45)
-
-
-def _calibrate_lapse(t: np.ndarray, scenario: Scenario, dim: int, kernel: str) -> float:
-    """The lapse rate under which a pilot simulated on the same questions disagrees as often with the
-    embedding where it is surest as the real pilot does (indirect inference, as :func:`_calibrate`).
-
-    The maximum-likelihood lapse of cross-fitted gaps mixes the raters' lapses with the embedding's
-    own errors and trades them against the scale: with careless raters in a pilot it came out at .29
-    or at .02 where the truth was .13. Disagreement on the surest held-out triplets barely depends on
-    the scale, so it measures the lapse. Interpolated linearly on :data:`LAPSE_GRID`."""
-    # every fifth held out once: the surest third of them is a small sample, and its noise is the lapse's
-    observed = _heldout_stats(t, scenario.n_items, dim, kernel, folds=5)[1]
-    sure = []
-    for lapse in LAPSE_GRID:
-        world = Scenario(scenario.distances, scenario.scale, lapse)
-        simulated = triplets_from_answers(world.oracle(np.random.default_rng(2)).answer(t.tolist()))
-        sure.append(_heldout_stats(simulated, scenario.n_items, dim, kernel, folds=5)[1])
-    # the surest answers agree less as the lapse grows: the first lapse no more agreeing than the pilot
-    for i, acc in enumerate(sure):
-        if acc <= observed:
-            if i == 0:
-                return LAPSE_GRID[0]
-            share = (sure[i - 1] - observed) / max(sure[i - 1] - acc, 1e-12)
-            return float(LAPSE_GRID[i - 1] + share * (LAPSE_GRID[i] - LAPSE_GRID[i - 1]))
-    return LAPSE_GRID[-1]
-
-
-#: Multipliers of the cross-fitted noise scale tried by :func:`_calibrate` (ascending).
-CALIBRATION_GRID = (0.03, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 1.0, 1.4)
-
-
-def _calibrate(t: np.ndarray, scenario: Scenario, dim: int, kernel: str) -> float:
-    """The multiplier of ``scenario.scale`` under which a pilot simulated on the same questions is
-    as predictable (held-out triplet accuracy of its embedding) as the real one.
-
-    Cross-fitted noise counts the embedding's own error as noise, so it overstates the raters'
-    noise; matching the held-out accuracy of a simulated pilot (fitted exactly like the real one)
-    takes that error out (indirect inference). Interpolated in log scale on
-    :data:`CALIBRATION_GRID`, kept within it."""
-    observed = _heldout_accuracy(t, scenario.n_items, dim, kernel)
-    accs = []
-    for c in CALIBRATION_GRID:
-        world = Scenario(scenario.distances, scenario.scale * c, scenario.lapse)
-        simulated = triplets_from_answers(world.oracle(np.random.default_rng(1)).answer(t.tolist()))
-        accs.append(_heldout_accuracy(simulated, scenario.n_items, dim, kernel))
-    # accuracy falls as the noise grows: the first multiplier whose simulated pilot is no more
-    # predictable than the real one, interpolated with the one before
-    for i, acc in enumerate(accs):
-        if acc <= observed:
-            if i == 0:
-                return CALIBRATION_GRID[0]
-            lo, hi = np.log(CALIBRATION_GRID[i - 1]), np.log(CALIBRATION_GRID[i])
-            share = (accs[i - 1] - observed) / max(accs[i - 1] - acc, 1e-12)
-            return float(np.exp(lo + share * (hi - lo)))
-    return CALIBRATION_GRID[-1]
-
-
-def fit_pilot(triplets: ArrayLike, n_items: int, replicates: int = 3, folds: int = 5, random_state: RandomState = 0,
-              calibrate: bool = True) -> PilotFit:
-    """Fit a truth and a human noise model to a pilot's triplet answers.
-
-    The embedding's dimension and kernel are chosen on held-out answers
-    (:func:`engine.embedding.select_embedding`); replicate 0 uses every answer, replicates 1.. a
-    bootstrap resample of them, so the plans made from them spread as the fit is uncertain. With
-    ``calibrate`` the cross-fitted noise scale is corrected once (:func:`_calibrate`, on replicate
-    0) and the same correction applies to every replicate.
-    """
-    from .embedding import select_embedding
-
-    n = int(n_items)
-    t = check_pilot_triplets(triplets, n)
-    if len(t) < 5 * folds:
-        raise ValueError(f"a pilot of {len(t)} answers is too small to fit (need at least {5 * folds})")
-    rng = np.random.default_rng(random_state)
-    choice = select_embedding(t, n, random_state=int(rng.integers(2**31)))
-    scenarios = []
-    for r in range(max(1, int(replicates))):
-        sample = t if r == 0 else t[rng.integers(len(t), size=len(t))]
-        scenarios.append(_scenario(sample, n, choice.dim, choice.kernel, folds, rng))
-    factor = 1.0
-    if calibrate:
-        # the scale (under the cross-fitted lapse), then the lapse under that scale, then the scale again
-        # under that lapse: each statistic depends mostly, not only, on its own parameter. A bootstrap
-        # replicate's lapse moves by what replicate 0's did.
-        first = scenarios[0]
-        rough, lapse = 1.0, first.lapse
-        for _ in range(CALIBRATION_ROUNDS):
-            rough = _calibrate(t, Scenario(first.distances, first.scale, lapse), choice.dim, choice.kernel)
-            lapse = _calibrate_lapse(t, Scenario(first.distances, first.scale * rough, lapse), choice.dim,
-                                     choice.kernel)
-        shift = lapse - first.lapse
-        scenarios = [Scenario(s.distances, s.scale, float(np.clip(s.lapse + shift, 0.0, 0.9))) for s in scenarios]
-        factor = _calibrate(t, scenarios[0], choice.dim, choice.kernel)
-    scenarios = [Scenario(s.distances, s.scale * factor, s.lapse) for s in scenarios]
-    return PilotFit(tuple(scenarios), choice.dim, choice.kernel, float(choice.holdout_accuracy), len(t), factor)
 
 
 def triplets_from_answers(rows: Iterable[Sequence[int]] | np.ndarray) -> np.ndarray:

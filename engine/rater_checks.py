@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 #: The share of an honest rater's answers that are lapses (given at random): the human noise model's
-#: lapse (engine.oracles), so a careful rater is not judged against a model more certain than people.
+#: lapse (simulation.oracles), so a careful rater is not judged against a model more certain than people.
 LAPSE = 0.1
 #: Raters are split into this many groups; each group's answers are predicted by a model fitted on
 #: the others.

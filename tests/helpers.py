@@ -333,9 +333,9 @@ EGG_ANSWERS = "alien_eggs/responses.csv.zip"
 
 def shared_data_file(relative: str) -> Path:
     """A file of the human-collected data sets (``../shared/data`` beside the repository, see
-    engine/datasets.py; they are not part of the repository). A test that needs one and does not
+    simulation/datasets.py; they are not part of the repository). A test that needs one and does not
     find it is skipped with the missing path as its reason, under CI too (``-rs`` lists it)."""
-    from engine.datasets import default_data_dir
+    from simulation.datasets import default_data_dir
 
     path = default_data_dir() / relative
     if not path.exists():

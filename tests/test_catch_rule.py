@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from helpers import EGG_ANSWERS, answer, closer_candidate, colour_items, fetch_question, shared_data_file
 
-from engine.oracles import TripletOracle
+from simulation.crowd import eggs_truth, noise_model
+from simulation.oracles import TripletOracle
 from webapp.catches import choose_comparisons
-from webapp.cli.crowd import eggs_truth, noise_model
 from workers.store.answers import read_answers
 from workers.store.config import CATCH_MISS_RATE, StudyConfig, binomial_tail
 from workers.store.studies import create_study
@@ -53,7 +53,7 @@ def test_stated_rates_at_40_questions_careful_flagged_under_1_percent_random_pas
 
 
 def test_a_careful_rater_misses_the_egg_catch_trials_at_most_at_the_planned_rate():
-    """engine.oracles' human model on the egg items with lapse 0.1 (issue 26's careful rater), on the
+    """simulation.oracles' human model on the egg items with lapse 0.1 (issue 26's careful rater), on the
     comparisons webapp.catches chooses from the eggs' positions: misses at most CATCH_MISS_RATE."""
     shared_data_file(EGG_ANSWERS)
     truth = eggs_truth()

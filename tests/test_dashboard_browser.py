@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from helpers import ARTIFACTS, RESEARCHER, RESEARCHER_PASSWORD, zip_of
 
+from simulation.crowd import Crowd, NoiseModel, Truth
 from webapp.accounts import create_user
-from webapp.cli.crowd import Crowd, NoiseModel, Truth
 from webapp.cli.demo_study import demo_items
 from workers.store.config import StudyConfig
 from workers.store.queue import schedule_update

@@ -10,8 +10,9 @@ import pytest
 from helpers import ARTIFACTS, RESEARCHER, RESEARCHER_PASSWORD, wait_for
 from scipy.spatial.distance import cdist
 
+from simulation.crowd import Crowd, NoiseModel, Truth
+from simulation.oracles import HUMAN_LAPSE
 from webapp.accounts import create_user
-from webapp.cli.crowd import Crowd, NoiseModel, Truth
 from webapp.cli.demo_study import demo_items
 from workers.store import keys
 from workers.store.config import StudyConfig
@@ -41,7 +42,7 @@ def test_the_overview_answers_health_quality_and_cheating_on_a_laptop_screen(bro
     points = np.array([item.position for item in items], dtype=float)
     D = cdist(points, points)
     truth = Truth([item.id for item in items], D / D.max(), source="demo colours", points=points)
-    crowd = Crowd(base, "paid", truth, NoiseModel(sigma=0.05, logistic_scale=0.02, lapse=0.03), raters=6,
+    crowd = Crowd(base, "paid", truth, NoiseModel(sigma=0.05, logistic_scale=0.02, lapse=HUMAN_LAPSE), raters=6,
                   careless=0.34, think=0.5, seed=3)
     report = crowd.run(progress=lambda *_: None, every=60)
     assert report.answers >= 200, report.errors

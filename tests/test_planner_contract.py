@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The two tables: the only files that may tell algorithms or kinds apart by name or class.
 TABLES = {"engine/registry.py", "engine/kinds.py"}
 #: What the platform is made of (its Python source).
-PLATFORM = ("engine", "workers", "webapp", "proxima")
+PLATFORM = ("engine", "simulation", "workers", "webapp", "proxima")
 
 #: The names a branch must not compare: algorithm names, question kind names and the state class
 #: names of the table (``state["class"] == "ForestStudy"`` is a name test too).
@@ -369,7 +369,7 @@ print(json.dumps({"sent": sent, "progress": learner.progress(), "fallback": stat
 
 
 def _copy_tree(dest: Path) -> None:
-    for folder in ("engine", "workers", "webapp", "templates", "static"):
+    for folder in ("engine", "simulation", "workers", "webapp", "templates", "static"):
         shutil.copytree(ROOT / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__"))
 
 

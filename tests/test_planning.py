@@ -8,7 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from engine import planning
-from engine.oracles import TripletOracle
+from simulation.noise import fit_pilot
+from simulation.oracles import TripletOracle
 
 FAST = ["random_triplets", "embedding", "comparison_forest"]
 
@@ -86,7 +87,7 @@ def test_a_pilot_fit_recovers_the_raters_lapse_and_errs_on_the_safe_side():
     # gives must not promise more than the truth delivers (it may ask to buy more).
     truth, pilot = simulated_pilot(n_pairs=15, answers_per_item=20)
     n = truth.n_items
-    fit = planning.fit_pilot(pilot, n, replicates=2)
+    fit = fit_pilot(pilot, n, replicates=2)
     assert len(fit.scenarios) == 2
     assert 0.05 <= fit.lapses[0] <= 0.3, fit.describe()
     budgets = [10, 50, 200]
@@ -178,13 +179,13 @@ def test_plan_command_from_points_and_from_a_pilot_file(tmp_path):
 
 
 def test_calibration_takes_the_embeddings_own_error_out_of_the_pilots_noise():
-    from engine.oracles import median_triplet_gap
+    from simulation.noise import median_triplet_gap
 
     truth, pilot = simulated_pilot(n_pairs=50, answers_per_item=10)
     n, D = truth.n_items, truth.distances
     true_scale = 0.02 / median_triplet_gap(D)
-    raw = planning.fit_pilot(pilot, n, replicates=1, calibrate=False).relative_scales[0]
-    fit = planning.fit_pilot(pilot, n, replicates=1)
+    raw = fit_pilot(pilot, n, replicates=1, calibrate=False).relative_scales[0]
+    fit = fit_pilot(pilot, n, replicates=1)
     assert fit.calibration < 1
     # cross-fitting alone overstates the noise; the calibrated scale is closer to the raters' own
     assert raw > true_scale

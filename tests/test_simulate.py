@@ -12,9 +12,7 @@ from click.testing import CliRunner
 from helpers import EGG_ANSWERS, serving_on_own_redis, shared_data_file, wait_for
 
 from engine.anntri import planner_from_state
-from webapp import _secret_key
-from webapp.cli import main
-from webapp.cli.crowd import (
+from simulation.crowd import (
     Crowd,
     NoiseModel,
     Rater,
@@ -25,6 +23,8 @@ from webapp.cli.crowd import (
     snap,
     write_setup,
 )
+from webapp import _secret_key
+from webapp.cli import main
 from webapp.cli.embedded import free_port
 from webapp.tokens import verify_question
 from workers.store import keys
@@ -286,7 +286,7 @@ def test_setup_writes_a_study_proxima_create_accepts(tmp_path):
 
 def test_eggs_raters_agree_with_the_truth_about_as_often_as_people():
     shared_data_file(EGG_ANSWERS)
-    from engine.datasets import load_alien_eggs
+    from simulation.datasets import load_alien_eggs
 
     truth = load_truth("eggs")
     assert truth.n_items == 300 and truth.ids[0] == "i0002" and truth.logistic_scale > 0
@@ -323,8 +323,8 @@ def test_setup_then_simulate_a_triplet_study_from_the_command_line(live, tmp_pat
 def test_human_noise_model_lapses_and_defaults():
     import random
 
-    from engine.oracles import HUMAN_LAPSE, HUMAN_SCALE
-    from webapp.cli.crowd import noise_model
+    from simulation.crowd import noise_model
+    from simulation.oracles import HUMAN_LAPSE, HUMAN_SCALE
 
     truth = Truth(["a", "b", "c"], np.array([[0.0, 0.1, 1.0], [0.1, 0.0, 0.9], [1.0, 0.9, 0.0]]), source="test")
     model, text = noise_model(truth)
@@ -345,8 +345,8 @@ def test_simulated_triplets_follow_the_logistic_and_lapse_model_of_engine_oracle
     won with probability λ/2 + (1 − λ)·σ(1), a near tie about half the time."""
     import random
 
-    from engine.oracles import TripletOracle
-    from webapp.cli.crowd import noise_model
+    from simulation.crowd import noise_model
+    from simulation.oracles import TripletOracle
 
     D = np.array([[0.0, 0.2, 0.3, 0.2001], [0.2, 0.0, 0.5, 0.5], [0.3, 0.5, 0.0, 0.5], [0.2001, 0.5, 0.5, 0.0]])
     truth = Truth(["h", "a", "b", "c"], D, source="test")
@@ -370,7 +370,7 @@ def test_simulated_triplets_follow_the_logistic_and_lapse_model_of_engine_oracle
 
 def test_human_constants_match_the_alien_egg_fit():
     shared_data_file(EGG_ANSWERS)
-    from engine.oracles import HUMAN_LAPSE, HUMAN_SCALE
+    from simulation.oracles import HUMAN_LAPSE, HUMAN_SCALE
 
     truth = load_truth("eggs")
     assert truth.logistic_scale == pytest.approx(HUMAN_SCALE, abs=0.002)
@@ -389,8 +389,8 @@ def test_simulated_raters_answer_screens_with_engine_oracles_noise_model(kind, q
     a random answer about as often as the lapse rate says."""
     import random
 
-    from engine.oracles import OddOneOutOracle, RankOracle
-    from webapp.cli.crowd import noise_model
+    from simulation.crowd import noise_model
+    from simulation.oracles import OddOneOutOracle, RankOracle
 
     D = np.array([[0.0, 0.1, 0.9, 0.3], [0.1, 0.0, 0.9, 0.4], [0.9, 0.9, 0.0, 0.8], [0.3, 0.4, 0.8, 0.0]])
     truth = Truth(["h", "a", "b", "c"], D, source="test")

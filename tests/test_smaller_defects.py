@@ -133,7 +133,8 @@ def test_the_lapse_fitted_to_a_pilot_with_careless_raters_is_no_longer_inflated(
     to what it does reliably: well below the old .50, and not above the truth by more than .1."""
     import numpy as np
 
-    from engine.planning import Scenario, fit_pilot, triplets_from_answers
+    from engine.planning import Scenario, triplets_from_answers
+    from simulation.noise import fit_pilot
 
     rng = np.random.default_rng(5)
     n, per_item, per_rater = 100, 10, 20

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    # Flask is imported where an app is made, not here: the simulated crowd (``webapp.cli.crowd``) and
-    # the other commands import this package without loading Flask
+    # Flask is imported where an app is made, not here: the commands import this package without loading Flask
     from flask import Flask, Response
 
 

@@ -10,7 +10,8 @@ from scipy.sparse.csgraph import shortest_path
 
 from engine import anntri
 from engine.anntri import ANN, DERIVED_DEFAULTS, ANNTri, RandomSampling, planner_from_state
-from engine.oracles import DistanceMatrixOracle, PointsOracle, circle_clusters, neighbor_error, run
+from engine.truth import neighbor_error
+from simulation.oracles import DistanceMatrixOracle, PointsOracle, circle_clusters, run
 
 
 def _true_knn(D, k=1):

@@ -19,7 +19,7 @@ from engine.comparison_tree import (
     run_with_oracle,
 )
 from engine.forest_export import SCHEMA_VERSION, forest_from_json, forest_to_json
-from engine.oracles import TripletOracle
+from simulation.oracles import TripletOracle
 
 
 def points(n, d=2, seed=0):

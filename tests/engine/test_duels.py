@@ -9,6 +9,7 @@ from engine import duels
 from engine.duels import CandidateDuels
 from engine.graph import PROGRESS_KEYS, NeighborGraph
 from engine.random_triplets import RandomTriplets
+from simulation.oracles import human_agree_probability
 
 
 def points(n, seed):
@@ -27,7 +28,7 @@ def answer(D, qs, rng=None, scale=0.0, lapse=0.0):
     if rng is None:
         first = gap <= 0
     else:
-        p = lapse / 2 + (1 - lapse) / (1 + np.exp(np.clip(gap / scale, -700, 700)))
+        p = human_agree_probability(-gap, scale, lapse)  # the simulated raters' one human model
         first = rng.random(len(q)) < p
     return [(h, a, b, a if f else b) for (h, a, b), f in zip(q.tolist(), first, strict=True)]
 
@@ -221,7 +222,7 @@ def test_auto_dimension_is_chosen_on_answers_no_fit_had_seen():
     """dim="auto" keeps every dimension warm and takes shortlists from the one that predicted the
     newest answers best: many dimensions for items that need them; the choice survives a state
     round trip, and a version-1 state (one fixed-dimension embedding) still loads."""
-    from engine.oracles import TripletOracle
+    from simulation.oracles import TripletOracle
 
     n = 60
     X = np.random.default_rng(3).random((n, 8))
@@ -323,7 +324,7 @@ def test_a_line_starts_from_the_order_along_the_leading_fit():
     ranks = np.argsort(perm[order])  # where each item of the curve lands on the line
     assert np.all(np.diff(ranks) > 0) or np.all(np.diff(ranks) < 0)
     assert np.allclose(np.sort(line), np.linspace(0.0, duels.CONTINUUM_SPAN, n))
-    from engine.oracles import TripletOracle
+    from simulation.oracles import TripletOracle
 
     x = np.linspace(0.0, 1.0, 40)[:, None]
     oracle = TripletOracle.from_points(x, random_state=0)

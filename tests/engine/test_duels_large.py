@@ -56,7 +56,7 @@ def test_an_exploring_question_at_many_items_reads_no_whole_row(monkeypatch):
 
 
 def test_results_kept_between_looks_follow_every_change(monkeypatch):
-    from engine import oracles
+    from simulation import oracles
 
     # a certificate that moves with every answer (the real one needs many repeated duels), so a stale
     # memo would show
@@ -89,7 +89,7 @@ def test_results_kept_between_looks_follow_every_change(monkeypatch):
 def _trained(n: int = 80, seed: int = 5) -> CandidateDuels:
     """A fitted planner whose every third head had each pair of its shortlist answered 40 times more
     (enough for eliminations, and for certificates near their threshold), the others as a crowd left them."""
-    from engine import oracles
+    from simulation import oracles
 
     X = np.random.default_rng(seed).normal(size=(n, 2))
     crowd = oracles.TripletOracle.from_points(X, noise=0.05, model="human", lapse=0.05, random_state=seed)
@@ -169,7 +169,7 @@ def _reference_shortlists(p: CandidateDuels) -> np.ndarray:
 def test_shortlists_from_a_fit_keep_the_dueled_leaders_and_fill_with_the_nearest():
     import copy
 
-    from engine import oracles
+    from simulation import oracles
 
     X = np.random.default_rng(5).normal(size=(90, 3))
     oracle = oracles.TripletOracle.from_points(X, noise=0.05, model="human", lapse=0.05, random_state=6)

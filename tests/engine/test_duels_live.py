@@ -10,6 +10,7 @@ from scipy.spatial.distance import cdist
 
 import engine.duels as duels
 from engine.duels import KAPPA_GRID, CandidateDuels
+from simulation.oracles import human_agree_probability
 
 
 def live(n: int, **params) -> CandidateDuels:
@@ -32,7 +33,7 @@ def points(n, seed, dim=2):
 def answer(D, qs, rng, scale=0.05, lapse=0.05):
     q = np.asarray(qs, np.int64).reshape(-1, 3)
     gap = D[q[:, 0], q[:, 1]] - D[q[:, 0], q[:, 2]]
-    p = lapse / 2 + (1 - lapse) / (1 + np.exp(np.clip(gap / scale, -700, 700)))
+    p = human_agree_probability(-gap, scale, lapse)  # the simulated raters' one human model
     first = rng.random(len(q)) < p
     return [(h, a, b, a if f else b) for (h, a, b), f in zip(q.tolist(), first, strict=True)]
 

@@ -179,7 +179,8 @@ def test_validation():
 # ---------------------------------------------------------------------------- planners
 from engine.embedding import ActiveEmbedding, EmbeddingLearner  # noqa: E402
 from engine.graph import PROGRESS_KEYS  # noqa: E402
-from engine.oracles import TripletOracle, neighbor_error  # noqa: E402
+from engine.truth import neighbor_error  # noqa: E402
+from simulation.oracles import TripletOracle  # noqa: E402
 
 PLANNERS = [EmbeddingLearner, ActiveEmbedding]
 

@@ -11,7 +11,6 @@ from scipy.spatial.distance import cdist
 
 from engine.adapters import pair_sample, triplet_samples
 from engine.graph import NO_NEIGHBOR, PROGRESS_KEYS, NeighborGraph
-from engine.oracles import OddOneOutOracle, PointsOracle, RankOracle, TripletOracle
 from engine.registry import (
     ALGORITHMS,
     DEFAULT_NN_ALGORITHM,
@@ -21,6 +20,7 @@ from engine.registry import (
     neighbor_graph,
     restore_planner,
 )
+from simulation.oracles import OddOneOutOracle, PointsOracle, RankOracle, TripletOracle
 
 N = 12
 CASES = [(name, kind) for name, entry in ALGORITHMS.items() for kind in entry.question_kinds]

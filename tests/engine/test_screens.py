@@ -8,7 +8,6 @@ from helpers import in_lockstep
 from scipy.spatial.distance import cdist
 
 from engine.graph import PROGRESS_KEYS
-from engine.oracles import HumanNoise, OddOneOutOracle, RankOracle, TripletOracle
 from engine.registry import (
     ALGORITHMS,
     SCREEN_KINDS,
@@ -25,6 +24,8 @@ from engine.screens import (
     odd_one_out_triplets,
     rank_triplets,
 )
+from simulation.noise import HumanNoise
+from simulation.oracles import OddOneOutOracle, RankOracle, TripletOracle
 
 LEARNERS = [name for name, e in ALGORITHMS.items() if "rank" in e.question_kinds]
 

@@ -3,9 +3,9 @@
 This file only wires the commands into one click group; each command lives in the module named
 after it (``serve.py``: serve, demo, worker, sweep; ``studies.py``; ``backup.py``; ``models.py``;
 ``plan.py``; ``simulate.py``; ``users.py``; ``tokens.py``). Beside them: what ``proxima serve`` starts and watches
-(``supervise.py``, ``embedded.py``, ``demo_study.py``) and the simulated crowd (``crowd.py``, an HTTP
-client). Every command prints a clear message and exits non-zero on bad input. Never imports Flask
-(tests/test_import_rules.py).
+(``supervise.py``, ``embedded.py``, ``demo_study.py``); ``proxima simulate`` and ``proxima plan`` drive the
+simulated raters of the ``simulation`` package. Every command prints a clear message and exits non-zero on
+bad input. Never imports Flask (tests/test_import_rules.py).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``proxima plan``: a study's budget planned before paying, by simulating every learner on
-simulated raters (engine/planning.py does the work). Never imports Flask.
+simulated raters (engine/planning.py plans, simulation/noise.py fits a pilot). Never imports Flask.
 """
 from __future__ import annotations
 
@@ -180,9 +180,8 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
     started = time.perf_counter()
     params = None
     if truth_spec is not None:
-        from engine.oracles import HUMAN_LAPSE, HUMAN_SCALE
-
-        from .crowd import SimulationError, load_truth
+        from simulation.crowd import SimulationError, load_truth
+        from simulation.oracles import HUMAN_LAPSE, HUMAN_SCALE
 
         try:
             truth = load_truth(truth_spec)
@@ -205,10 +204,12 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
             except (ValueError, UnicodeDecodeError) as exc:
                 raise click.ClickException(str(exc)) from None
             n = n_items or int(triplets.max()) + 1
+        from simulation.noise import fit_pilot
+
         click.echo(f"Fitting an embedding and the raters' noise to {len(triplets)} pilot answers "
                    f"({len(triplets) / n:.1f} per item) ...", err=True)
         try:
-            fit = planning.fit_pilot(triplets, n, replicates=runs)
+            fit = fit_pilot(triplets, n, replicates=runs)
         except ValueError as exc:
             raise click.ClickException(str(exc)) from None
         scenarios = list(fit.scenarios)

@@ -1,5 +1,5 @@
 """``proxima simulate`` and ``simulate-setup``: a simulated crowd answering a running server over
-HTTP from a known truth (the crowd itself is :mod:`webapp.cli.crowd`). Never imports Flask.
+HTTP from a known truth (the crowd itself is :mod:`simulation.crowd`). Never imports Flask.
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def _wait_until_applied(conn: Redis, study_id: str, timeout: float) -> dict | No
 @click.option("--raters", default=10, show_default=True, type=click.IntRange(1, 1000),
               help="Simulated raters answering at once (one thread and cookie session each).")
 @click.option("--noise", type=click.FloatRange(min=0), default=None,
-              help="Triplets: the logistic scale of the human noise model (engine.oracles), as a share of the "
+              help="Triplets: the logistic scale of the human noise model (simulation.oracles), as a share of the "
                    "largest distance (0: raters answer the truth, but for lapses); ratings: Gaussian sigma on the "
                    "similarity. Default: fitted to the answers for eggs, the alien-egg fit (0.075) otherwise; "
                    "ratings 0.1.")
@@ -112,9 +112,8 @@ def simulate(study_id: str, url: str, oracle_spec: str, raters: int, noise: floa
 
     import requests
 
+    from simulation import crowd as sim
     from workers.store.answers import RATER_ID_PATTERN
-
-    from . import crowd as sim
 
     prefix = prefix if prefix is not None else f"sim-{secrets.token_hex(3)}"
     if not RATER_ID_PATTERN.match(f"{prefix}-{raters - 1}") or prefix.startswith("anon-"):
@@ -221,7 +220,7 @@ def simulate_setup(ctx: click.Context, source: str, out_dir: Path, kind: str, n_
       proxima create OUT/study.yaml --items OUT/items.csv --id my-sim
       proxima simulate my-sim --oracle points:OUT/truth.csv --raters 20
     """
-    from .crowd import SimulationError, write_setup
+    from simulation.crowd import SimulationError, write_setup
 
     algorithm = algorithm or default_algorithm(kind)
     if kind not in ALGORITHM_TABLE[algorithm].question_kinds:

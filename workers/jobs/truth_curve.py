@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from engine import oracles
+from engine.graph import NO_NEIGHBOR
+from engine.truth import neighbor_error, true_kth_distances
 from workers.store import keys
 from workers.store import truth as known_truth
 from workers.store.studies import Study, get_items
@@ -42,7 +43,7 @@ def known_truth_of(conn: Redis, study: Study) -> KnownTruth:
     if not (2 <= len(items) <= known_truth.MAX_TRUTH_ITEMS and len(dims) == 1 and 0 not in dims):
         return KnownTruth(None, None, computed=True)
     points = [list(item.position) for item in items]
-    return KnownTruth(points, oracles.true_kth_distances(points=points).tolist(), computed=True)
+    return KnownTruth(points, true_kth_distances(points=points).tolist(), computed=True)
 
 
 def _answers_applied(progress: dict | None, fallback: int) -> int:
@@ -66,6 +67,6 @@ def record_truth_error(pipe: redis.client.Pipeline, study: Study, learners: dict
             continue
         applied = _answers_applied(summary.get("progress"), int(counters.get(keys.counter_field("answers", label), 0)))
         n = len(truth.points)  # a learner not yet grown to the study's items: the others have no neighbour
-        neighbors = list(summary["neighbors"][:n]) + [oracles.NO_NEIGHBOR] * (n - len(summary["neighbors"]))
-        wrong = oracles.neighbor_error(neighbors, points=truth.points, kth=truth.nearest)
+        neighbors = list(summary["neighbors"][:n]) + [NO_NEIGHBOR] * (n - len(summary["neighbors"]))
+        wrong = neighbor_error(neighbors, points=truth.points, kth=truth.nearest)
         known_truth.append_error_point(pipe, study.id, label, applied, wrong)

@@ -245,7 +245,7 @@ CATCH_MIN_EVERY = 3
 CATCH_PLANNED_QUESTIONS = 100
 CATCH_RANDOM_PASS = 0.05
 #: The share of near-certain catch trials a careful rater misses: half the human lapse rate of 0.1 (a
-#: lapse picks at random) and a little more for the comparison itself (engine.oracles' human model on
+#: lapse picks at random) and a little more for the comparison itself (simulation.oracles' human model on
 #: the egg items misses 0.7% of them without lapses: tests/test_catch_rule.py measures it).
 CATCH_MISS_RATE = 0.06
 

@@ -4,25 +4,29 @@ Tests, benchmarks and budget planning drive the very planners that serve real ra
 with these oracles. Conventions: items are ``0..n_items-1``; ``distances`` is an
 ndarray of shape (n_items, n_items), symmetric with a zero diagonal; a triplet
 question ``(x, p1, p2)`` asks "is x more similar to p1 or to p2?" and is answered
-by the winner (p1 or p2). Also data generators (the ANNTri paper's clustered points), a
-noise model fitted to human triplets, and :func:`run`, the planner-driving loop that records
-error curves. Must never import Flask or Redis.
+by the winner (p1 or p2). Also data generators (the ANNTri paper's clustered points), the
+human noise model's setting (fitted to people by :mod:`simulation.noise`), and :func:`run`, the
+planner-driving loop that records error curves. Imports the engine, never Flask, Redis, RQ,
+``workers`` or ``webapp``.
 """
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.spatial.distance import cdist
 
-from .graph import NO_NEIGHBOR, NeighborGraph, Planner  # noqa: F401 (NO_NEIGHBOR re-exported: item without a neighbour)
-from .random_triplets import candidate_pairs
-from .utils import RandomState, check_random_state
+from engine.graph import NeighborGraph, Planner
+from engine.random_triplets import candidate_pairs
+from engine.truth import check_distance_matrix, neighbor_error, point_distances
+from engine.utils import RandomState, check_random_state
+
+if TYPE_CHECKING:
+    from .noise import HumanNoise
 
 TRIPLET_NOISE_MODELS = ("flip", "logistic", "human")
 
@@ -38,105 +42,12 @@ def _as_index_array(questions: Iterable[Sequence[int]], width: int, n_items: int
     return arr
 
 
-#: The human noise model fitted to the alien-egg crowds (:func:`alien_egg_noise`, a test refits it from
+#: The human noise model fitted to the alien-egg crowds (:func:`simulation.noise.alien_egg_noise`, a test refits it from
 #: the data): the logistic scale in units of the largest distance (a truth scaled to [0, 1]: it transfers
 #: as a share of the distance range) and the lapse rate. The one noise setting of every simulation (the
 #: simulated crowd, ``proxima plan``, the benchmarks) where a truth has no answers of its own.
 HUMAN_SCALE = 0.075
 HUMAN_LAPSE = 0.03
-#: items from which ``from_points`` oracles compute distances when read (:class:`PointDistances`)
-#: instead of holding the n x n matrix (8 bytes per pair: 200 MB at 5,000 items, 20 GB at 50,000)
-DENSE_ITEMS = 5000
-
-
-class PointDistances:
-    """The Euclidean distance matrix of ``points`` / ``scale``, computed when read: O(n·d) memory.
-
-    Reads as the matrix does where the oracles and the scores read it: ``D[rows, cols]`` with integer
-    arrays that broadcast (or integers), ``D[i]`` (one row), ``shape``, ``len``, ``max()``. Turning
-    it into an array (``np.asarray``) builds the dense matrix, refused above ``DENSE_ITEMS``
-    items with the size it would take."""
-
-    ndim = 2
-    dtype = np.dtype(np.float64)
-
-    def __init__(self, points: ArrayLike, scale: float = 1.0) -> None:
-        X = _points(points)
-        if X.ndim != 2 or len(X) < 1 or not np.all(np.isfinite(X)):
-            raise ValueError(f"points must be a finite array of shape (n_items, d), got shape {X.shape}")
-        if not scale > 0:
-            raise ValueError(f"scale must be > 0, got {scale}")
-        self.points = X / float(scale)
-        self.shape = (len(X), len(X))
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, key: Any) -> np.ndarray | float:
-        if not isinstance(key, tuple):
-            key = (key, slice(None))
-        if len(key) != 2:
-            raise IndexError("a distance matrix takes two indices")
-        rows, cols = (np.arange(self.shape[0])[k] if isinstance(k, slice) else np.asarray(k, np.int64)
-                      for k in key)
-        if isinstance(key[0], slice) or isinstance(key[1], slice):  # a block: outer product of the two
-            rows, cols = np.atleast_1d(rows)[:, None], np.atleast_1d(cols)[None, :]
-            out = self._between(rows, cols)
-            return out.reshape(-1) if np.ndim(key[0]) == 0 and not isinstance(key[0], slice) else out
-        out = self._between(rows, cols)
-        return float(out) if out.ndim == 0 else out
-
-    def _between(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        rows, cols = np.broadcast_arrays(rows, cols)
-        diff = self.points[rows] - self.points[cols]
-        return np.sqrt(np.einsum("...d,...d->...", diff, diff))
-
-    def max(self) -> float:
-        """The largest distance (the diameter): over the convex hull's vertices where there is one."""
-        return float(diameter(self.points))
-
-    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        n = self.shape[0]
-        if n > DENSE_ITEMS:
-            raise ValueError(f"{n:,} items: the full distance matrix would take {8 * n * n / 2**30:.1f} GiB; "
-                             "read the distances you need by index instead")
-        return cdist(self.points, self.points).astype(dtype or np.float64)
-
-
-def diameter(points: ArrayLike) -> float:
-    """The largest Euclidean distance between two of ``points`` (n, d), without an n x n array: the
-    farthest pair lies on the convex hull, so only its vertices are compared (all points, a block of
-    rows at a time, where the hull is degenerate or the dimension too high for one)."""
-    X = _points(points)
-    cand = X
-    if 2 <= X.shape[1] <= 6 and len(X) > X.shape[1] + 1:
-        from scipy.spatial import ConvexHull, QhullError
-
-        try:
-            cand = X[ConvexHull(X).vertices]
-        except QhullError:
-            cand = X
-    elif X.shape[1] == 1:
-        return float(X.max() - X.min())
-    top = 0.0
-    for start in range(0, len(cand), _POINT_ROWS):
-        top = max(top, float(cdist(cand[start:start + _POINT_ROWS], cand).max()))
-    return top
-
-
-def check_distance_matrix(distances: ArrayLike) -> np.ndarray:
-    if isinstance(distances, PointDistances):
-        return distances  # finite, non-negative and symmetric by construction
-    D = np.asarray(distances, dtype=np.float64)
-    if D.ndim != 2 or D.shape[0] != D.shape[1]:
-        raise ValueError(f"a distance matrix must be square, got shape {D.shape}")
-    if not np.all(np.isfinite(D)):
-        raise ValueError("a distance matrix must be finite")
-    if np.any(D < 0):
-        raise ValueError("distances must be non-negative")
-    if not np.allclose(D, D.T):
-        raise ValueError("a distance matrix must be symmetric")
-    return D
 
 
 class _KnownDistances:
@@ -199,7 +110,7 @@ def human_agree_probability(gap: ArrayLike, scale: float, lapse: float) -> np.nd
     λ/2 + (1 − λ)·σ(gap/s), λ = ``lapse``, s = ``scale``, ``gap`` = d(x, other) − d(x, candidate) (so
     a positive gap means the truth picks the candidate). With s = 0 the logistic part answers
     exactly (a tie agrees). Its log-likelihood: :func:`human_log_likelihood`; fitted by
-    :func:`fit_gap_noise` / :func:`fit_human_noise`."""
+    :func:`simulation.noise.fit_gap_noise` / :func:`simulation.noise.fit_human_noise`."""
     gap = np.asarray(gap, dtype=np.float64)
     if scale == 0:
         agree = np.where(gap >= 0, 1.0, 0.0)
@@ -219,7 +130,7 @@ class TripletOracle(_KnownDistances):
       are noisier, as people are (``noise`` is the logistic scale, in distance units).
     - ``"human"``: the logistic plus a lapse rate λ = ``lapse``: P(p1 wins) =
       λ/2 + (1 − λ) / (1 + exp((d(x,p1) − d(x,p2)) / noise)) — people answer at random about
-      one time in ten (λ and the scale fitted to real crowds by :func:`fit_human_noise`).
+      one time in ten (λ and the scale fitted to real crowds by :func:`simulation.noise.fit_human_noise`).
     With ``noise=0`` the logistic part answers exactly (ties go to p1); ``lapse`` only applies to
     the human model.
     """
@@ -306,7 +217,7 @@ class OddOneOutOracle(_KnownDistances):
     smallest distance after adding Gumbel noise of scale s to each, i.e. noisy distances), and the
     odd one is the item not in that pair. With two options the softmax is the logistic σ(gap/s) of
     :class:`TripletOracle`'s "human" model, so s and λ fitted to people's triplets
-    (:func:`fit_human_noise`) carry over (:meth:`from_noise`); that a lapse picks uniformly among
+    (:func:`simulation.noise.fit_human_noise`) carry over (:meth:`from_noise`); that a lapse picks uniformly among
     three here is the model's assumption. ``scale=0`` answers exactly (ties to the first pair of
     (b, c), (a, c), (a, b), i.e. the first item shown is the odd one).
 
@@ -327,7 +238,7 @@ class OddOneOutOracle(_KnownDistances):
     def from_noise(cls, noise: HumanNoise, distances: ArrayLike, unit: str = "range",
                    random_state: RandomState = None) -> OddOneOutOracle:
         """A rater answering like the people ``noise`` was fitted to, on ``distances`` (s transferred
-        by :meth:`HumanNoise.scale_for`)."""
+        by :meth:`simulation.noise.HumanNoise.scale_for`)."""
         return cls(distances, scale=noise.scale_for(distances, unit), lapse=noise.lapse, random_state=random_state)
 
     def odd_ones(self, screens: Iterable[Sequence[int]]) -> np.ndarray:
@@ -357,7 +268,7 @@ class RankOracle(_KnownDistances):
     the references not yet picked; otherwise a softmax over their distances to the head,
     P(r) = exp(−d(head, r)/s) / Σ_remaining exp(−d/s), s = ``scale`` (a Plackett–Luce ranking of
     noisy distances). For two references this is exactly :class:`TripletOracle`'s "human" model, so
-    s and λ fitted to people's triplets (:func:`fit_human_noise`) carry over (:meth:`from_noise`);
+    s and λ fitted to people's triplets (:func:`simulation.noise.fit_human_noise`) carry over (:meth:`from_noise`);
     that λ applies per pick is the model's assumption. ``scale=0`` ranks exactly (ties to the
     reference shown first).
 
@@ -592,255 +503,11 @@ def hierarchical_clusters(n_items: int, cluster_size: int | None = None, dim: in
     return points, leaf
 
 
-# ---------------------------------------------------------------------------- human noise
-def fit_logistic_noise(distances: ArrayLike, triplets: Iterable[Sequence[int]]) -> float:
-    """Maximum-likelihood logistic scale for triplet answers (``TripletOracle(model="logistic")``).
-
-    ``triplets`` rows ``(i, j, k)`` mean "i is closer to j than to k" as answered by people;
-    the model says P(j wins) = 1 / (1 + exp((d(i, j) − d(i, k)) / scale)).
-    """
-    from scipy.optimize import minimize_scalar
-
-    D = check_distance_matrix(distances)
-    t = _as_index_array(triplets, 3, D.shape[0])
-    if len(t) == 0:
-        raise ValueError("need at least one triplet to fit a noise model")
-    diff = D[t[:, 0], t[:, 1]] - D[t[:, 0], t[:, 2]]
-
-    def nll(log_scale):
-        z = diff / np.exp(log_scale)
-        return float(np.sum(np.logaddexp(0.0, z)))
-
-    span = max(float(np.abs(diff).max()), 1e-12)
-    res = minimize_scalar(nll, bounds=(np.log(span) - 12, np.log(span) + 4), method="bounded")
-    return float(np.exp(res.x))
-
-
-@dataclass(frozen=True)
-class HumanNoise:
-    """A human noise model fitted by :func:`fit_human_noise`.
-
-    P(answer agrees with the truth) = λ/2 + (1 − λ)·σ(gap/s), gap = d(x, loser) − d(x, winner).
-    ``scale`` s in the fitted matrix's distance units; ``lapse`` λ; ``log_likelihood`` of the
-    answers under the fit and ``logistic_log_likelihood`` under the best plain logistic (λ = 0);
-    ``agreement`` the share of answers agreeing with the truth (ties count one half);
-    ``median_gap`` the median |d(x,a) − d(x,b)| over random triplets of the fitted matrix (the
-    unit :meth:`oracle` can transfer s in); ``n_answers`` how many answers were fitted.
-    """
-
-    scale: float
-    lapse: float
-    log_likelihood: float
-    logistic_log_likelihood: float
-    agreement: float
-    median_gap: float
-    n_answers: int
-
-    @property
-    def lapse_gain(self) -> float:
-        """Log-likelihood the lapse term buys over a plain logistic."""
-        return self.log_likelihood - self.logistic_log_likelihood
-
-    def scale_for(self, distances: ArrayLike, unit: str = "range") -> float:
-        """s transferred to another distance matrix.
-
-        ``unit="range"``: s is kept as a share of the largest distance (the fitted matrix's
-        largest distance is the unit, e.g. alien eggs scaled to [0, 1]); ``"median_gap"``: s is
-        kept as a multiple of the median distance gap of random triplets, so the share of close
-        calls stays the same whatever the spread of the new data.
-        """
-        D = check_distance_matrix(distances)
-        if unit == "range":
-            return self.scale / self.fitted_range * float(D.max())
-        if unit == "median_gap":
-            return self.scale / self.median_gap * median_triplet_gap(D)
-        raise ValueError(f"unit must be 'range' or 'median_gap', not {unit!r}")
-
-    #: the largest distance of the fitted matrix (1 for matrices scaled to [0, 1])
-    fitted_range: float = 1.0
-
-    def oracle(self, distances: ArrayLike, unit: str = "range", random_state: RandomState = None) -> TripletOracle:
-        """A :class:`TripletOracle` answering like these people on another data set."""
-        return TripletOracle(distances, noise=self.scale_for(distances, unit), model="human",
-                             lapse=self.lapse, random_state=random_state)
-
-    def odd_one_out_oracle(self, distances: ArrayLike, unit: str = "range",
-                           random_state: RandomState = None) -> OddOneOutOracle:
-        """An :class:`OddOneOutOracle` answering like these people on another data set."""
-        return OddOneOutOracle.from_noise(self, distances, unit=unit, random_state=random_state)
-
-    def rank_oracle(self, distances: ArrayLike, n_select: int = 2, unit: str = "range",
-                    random_state: RandomState = None) -> RankOracle:
-        """A :class:`RankOracle` answering like these people on another data set."""
-        return RankOracle.from_noise(self, distances, n_select=n_select, unit=unit, random_state=random_state)
-
-
 def random_triplet_questions(n_items: int, m: int, rng: np.random.Generator) -> np.ndarray:
     """``m`` uniformly random questions ``(x, a, b)`` of three distinct items, shape (m, 3)."""
     x = rng.integers(n_items, size=m)
     a, b = candidate_pairs(rng, n_items, x, m)
     return np.column_stack([x, a, b])
-
-
-def median_triplet_gap(distances: ArrayLike, n_samples: int = 100_000) -> float:
-    """Median |d(x,a) − d(x,b)| over random distinct triplets (a fixed seed: a property of D)."""
-    D = check_distance_matrix(distances)
-    x, a, b = random_triplet_questions(D.shape[0], n_samples, np.random.default_rng(0)).T
-    return float(np.median(np.abs(D[x, a] - D[x, b])))
-
-
-def human_log_likelihood(gap: np.ndarray, scale: float, lapse: float) -> float:
-    """Log-likelihood of answers whose truth gaps are ``gap`` (d(i, k) − d(i, j) of an answered
-    triplet (i, j, k)) under :func:`human_agree_probability` with scale > 0."""
-    # log(λ/2 + (1 − λ)σ(z)) computed in log space so confident wrong answers stay finite
-    log_sig = -np.logaddexp(0.0, -gap / scale)
-    if lapse <= 0:
-        return float(log_sig.sum())
-    return float(np.logaddexp(np.log(lapse / 2.0), np.log1p(-lapse) + log_sig).sum())
-
-
-def fit_gap_noise(gaps: ArrayLike, starts: Sequence[float] | None = None, bounds_around: float | None = None
-                  ) -> tuple[float, float, float]:
-    """Maximum-likelihood (scale, lapse, log-likelihood) of :func:`human_agree_probability` for answers
-    whose truth gaps are ``gaps``: L-BFGS over (log s, logit λ) from λ in (0.02, 0.1, 0.3) and each scale
-    of ``starts`` (default: the median |gap| and a quarter of it). log s is kept within −12 and +6 of
-    log ``bounds_around`` (default: the start's own scale)."""
-    from scipy.optimize import minimize
-
-    gap = np.asarray(gaps, dtype=np.float64)
-    if starts is None:
-        span = max(float(np.median(np.abs(gap))), 1e-12)
-        starts, bounds_around = (span, span / 4.0), span if bounds_around is None else bounds_around
-
-    def nll(theta):
-        lapse = 1.0 / (1.0 + np.exp(-theta[1]))
-        return -human_log_likelihood(gap, float(np.exp(theta[0])), lapse)
-
-    best = None
-    for lapse0 in (0.02, 0.1, 0.3):
-        for s0 in starts:
-            around = s0 if bounds_around is None else bounds_around
-            res = minimize(nll, [np.log(s0), np.log(lapse0 / (1 - lapse0))], method="L-BFGS-B",
-                           bounds=[(np.log(around) - 12, np.log(around) + 6), (-20, 10)])
-            if best is None or res.fun < best.fun:
-                best = res
-    return float(np.exp(best.x[0])), float(1.0 / (1.0 + np.exp(-best.x[1]))), -float(best.fun)
-
-
-def fit_human_noise(distances: ArrayLike, triplets: Iterable[Sequence[int]]) -> HumanNoise:
-    """Maximum-likelihood scale and lapse rate of people's triplet answers against the truth.
-
-    ``triplets`` rows ``(i, j, k)``: a person judged i closer to j than to k; ``distances`` the
-    ground truth. Fits P(agree) = λ/2 + (1 − λ)·σ(gap/s), gap = d(i, k) − d(i, j), over
-    (log s, logit λ) by L-BFGS from several starts, and the plain logistic (λ = 0) beside it.
-    """
-    D = check_distance_matrix(distances)
-    t = _as_index_array(triplets, 3, D.shape[0])
-    if len(t) == 0:
-        raise ValueError("need at least one triplet to fit a noise model")
-    gap = D[t[:, 0], t[:, 2]] - D[t[:, 0], t[:, 1]]
-    scale0 = fit_logistic_noise(D, t)
-    logistic_ll = human_log_likelihood(gap, scale0, 0.0)
-    scale, lapse, log_lik = fit_gap_noise(gap, starts=(scale0, scale0 / 4.0))
-    if log_lik < logistic_ll:  # the optimiser stopped short of the λ = 0 boundary
-        scale, lapse, log_lik = scale0, 0.0, logistic_ll
-    agreement = float(np.mean(np.where(gap > 0, 1.0, np.where(gap == 0, 0.5, 0.0))))
-    return HumanNoise(scale, lapse, log_lik, logistic_ll, agreement, median_triplet_gap(D),
-                      len(t), float(D.max()))
-
-
-def alien_egg_noise(data_dir: str | os.PathLike | None = None) -> HumanNoise:
-    """:func:`fit_human_noise` on the NEXT alien-egg crowds (distances scaled to [0, 1])."""
-    from .datasets import load_alien_eggs
-
-    eggs = load_alien_eggs(data_dir)
-    return fit_human_noise(eggs.distances, eggs.triplets)
-
-
-# ---------------------------------------------------------------------------- nearest-neighbour error
-#: A chosen neighbour within TIE_TOLERANCE·max(d, 1) of the true k-th nearest distance d is right (ties).
-TIE_TOLERANCE = 1e-9
-#: Rows of the distance matrix computed at once from points (memory: this many rows of n_items).
-_POINT_ROWS = 256
-
-
-def point_distances(points: ArrayLike, scale: float = 1.0) -> np.ndarray | PointDistances:
-    """The distance matrix of ``points`` / ``scale``: dense up to ``DENSE_ITEMS`` items, else read on
-    demand (:class:`PointDistances`)."""
-    X = _points(points)
-    if len(X) > DENSE_ITEMS:
-        return PointDistances(X, scale)
-    return cdist(X, X) / float(scale) if scale != 1.0 else cdist(X, X)
-
-
-def _points(points) -> np.ndarray:
-    X = np.asarray(points, dtype=np.float64)
-    return X[:, None] if X.ndim == 1 else X
-
-
-def true_kth_distances(distances: ArrayLike | None = None, *, points: ArrayLike | None = None,
-                       rank: int = 1) -> np.ndarray:
-    """Each item's distance to its true ``rank``-th nearest other item: ndarray of shape (n_items,).
-
-    The truth is ``distances`` (shape (n_items, n_items)) or ``points`` (shape (n_items, d), Euclidean
-    distances, computed a few rows at a time so that memory stays linear in n_items). ``rank`` is at
-    most n_items − 1.
-    """
-    if (distances is None) == (points is None):
-        raise ValueError("give the truth as either distances or points")
-    if distances is not None:
-        D = np.array(distances, dtype=np.float64)
-        r = max(1, min(int(rank), len(D) - 1))
-        np.fill_diagonal(D, np.inf)
-        return np.partition(D, r - 1, axis=1)[:, r - 1]
-    X = _points(points)
-    n = len(X)
-    r = max(1, min(int(rank), n - 1))
-    out = np.empty(n)
-    for start in range(0, n, _POINT_ROWS):
-        block = X[start:start + _POINT_ROWS]
-        d = np.sqrt(((block[:, None, :] - X[None, :, :]) ** 2).sum(axis=-1))
-        d[np.arange(len(block)), np.arange(start, start + len(block))] = np.inf
-        out[start:start + len(block)] = np.partition(d, r - 1, axis=1)[:, r - 1]
-    return out
-
-
-def neighbor_wrong(neighbors: ArrayLike, distances: ArrayLike | None = None, tol: float = TIE_TOLERANCE, *,
-                   points: ArrayLike | None = None, rank: int | None = None,
-                   kth: ArrayLike | None = None) -> np.ndarray:
-    """Which items' chosen neighbours are not among their true nearest: bool ndarray of shape (n_items,).
-
-    ``neighbors``: int array of shape (n_items,) or (n_items, k), ``NO_NEIGHBOR`` (-1) where an item
-    has none yet (wrong). Row i is right when every chosen neighbour is another item at most as far
-    from i as i's true ``rank``-th nearest one (default rank: k, a true k-NN set), ties within
-    ``tol``·max(that distance, 1) counting as right. The truth is ``distances`` or ``points`` (as in
-    :func:`true_kth_distances`); ``kth``, if given, is :func:`true_kth_distances` of that truth
-    computed beforehand (with ``points`` the check then takes time linear in n_items).
-    """
-    nb = np.asarray(neighbors, dtype=np.int64)
-    if nb.ndim == 1:
-        nb = nb[:, None]
-    n = nb.shape[0]
-    if kth is None:
-        kth = true_kth_distances(distances, points=points, rank=nb.shape[1] if rank is None else rank)
-    kth = np.asarray(kth, dtype=np.float64)
-    missing = (nb < 0) | (nb == np.arange(n)[:, None])
-    safe = np.where(missing, 0, nb)
-    if distances is not None:
-        chosen = np.take_along_axis(np.asarray(distances, dtype=np.float64), safe, axis=1)
-    else:
-        X = _points(points)
-        chosen = np.sqrt(((X[:, None, :] - X[safe]) ** 2).sum(axis=-1))
-    too_far = chosen > (kth + tol * np.maximum(kth, 1.0))[:, None]
-    return np.any(missing | too_far, axis=1)
-
-
-def neighbor_error(neighbors: ArrayLike, distances: ArrayLike | None = None, tol: float = TIE_TOLERANCE, *,
-                   points: ArrayLike | None = None, rank: int | None = None, kth: ArrayLike | None = None) -> float:
-    """Share of items whose chosen neighbours are not a true nearest set: the mean of :func:`neighbor_wrong`
-    (same arguments); 0 for no items."""
-    wrong = neighbor_wrong(neighbors, distances, tol, points=points, rank=rank, kth=kth)
-    return float(wrong.mean()) if len(wrong) else 0.0
 
 
 # ---------------------------------------------------------------------------- driver

@@ -24,8 +24,9 @@ from typing import Any
 import numpy as np
 
 from engine.kinds import QuestionKind, get_kind
-from engine.oracles import HUMAN_LAPSE, HUMAN_SCALE  # noqa: F401 (the noise of truths without answers)
 from engine.registry import get_algorithm
+
+from .oracles import HUMAN_LAPSE, HUMAN_SCALE
 
 #: spread (sigma of log think time) of the log-normal think time
 THINK_SPREAD = 0.5
@@ -139,7 +140,7 @@ def points_truth(path: str | Path) -> Truth:
         coords.append(_floats(row[1:], f"{path}, row {line}"))
     _check_ids(ids, str(path))
     X = np.asarray(coords, dtype=np.float64)
-    from engine.oracles import DENSE_ITEMS, PointDistances, diameter
+    from engine.truth import DENSE_ITEMS, PointDistances, diameter
 
     if len(X) > DENSE_ITEMS:
         # a large study: distances are read when a rater answers (O(n·d) memory, not n x n)
@@ -182,8 +183,8 @@ def matrix_truth(path: str | Path) -> Truth:
 
 def eggs_truth(data_dir: str | Path | None = None) -> Truth:
     """The alien eggs: 1-D truth (the smoothness NNNN of ``iNNNN``), human noise fitted to people."""
-    from engine.datasets import load_alien_eggs
-    from engine.oracles import fit_human_noise
+    from .datasets import load_alien_eggs
+    from .noise import fit_human_noise
 
     try:
         eggs = load_alien_eggs(data_dir)
@@ -215,7 +216,7 @@ def load_truth(spec: str) -> Truth:
 class NoiseModel:
     """How a simulated rater turns the truth into answers.
 
-    Triplets: engine.oracles' "human" model, the one noise model of every simulation here
+    Triplets: simulation.oracles' "human" model, the one noise model of every simulation here
     (benchmarks, ``proxima plan``, ``proxima simulate``): P(a wins) = λ/2 + (1 − λ) / (1 +
     exp((d(h,a) − d(h,b)) / ``logistic_scale``)) with λ = ``lapse`` (a scale of 0 answers the
     truth exactly, ties to a). Ratings: value = min + (max − min)·(1 − d + N(0, ``sigma``²)),
@@ -316,7 +317,7 @@ class Rater:
         return {"choice": picks[0]} if len(picks) == 1 and "select" not in question else {"picks": list(picks)}
 
     def screen_picks(self, kind: QuestionKind, question: dict) -> list[int]:
-        """The items this rater picks on a screen (item indices, in order): engine.oracles' human model
+        """The items this rater picks on a screen (item indices, in order): simulation.oracles' human model
         of the kind on the truth, or (careless) a uniformly random answer."""
         shown = [question["head"], *question["candidates"]] if kind.headed else list(question["items"])
         offered = shown[1:] if kind.headed else shown
@@ -329,7 +330,7 @@ class Rater:
         return [at[p] for p in kind.picks_of(observation)]
 
     def oracle(self, kind: QuestionKind, n_select: int = 1) -> Any:
-        """engine.oracles' human model of ``kind`` on this truth (one per kind and number of picks),
+        """simulation.oracles' human model of ``kind`` on this truth (one per kind and number of picks),
         seeded from the rater's generator."""
         key = (kind.name, n_select)
         if key not in self._oracles:
@@ -677,10 +678,10 @@ def graph_accuracy(graph: dict, truth: Truth) -> dict:
     ``accuracy``: share of the graph's items whose returned nearest neighbour (lowest rank)
     is a true nearest neighbour (ties in the truth count as correct; an item without an edge
     counts as wrong). ``knn_accuracy``: the same for the whole returned k-NN set (an item with
-    fewer than k edges counts as wrong). Both are scored by ``engine.oracles.neighbor_wrong``.
+    fewer than k edges counts as wrong). Both are scored by ``engine.truth.neighbor_wrong``.
     """
     from engine.graph import NO_NEIGHBOR
-    from engine.oracles import PointDistances, neighbor_wrong
+    from engine.truth import PointDistances, neighbor_wrong
 
     items = list(graph.get("items") or [])
     if not items:
@@ -744,7 +745,7 @@ SETUP_SOURCES = "clusters (the ANNTri paper's 10 x 10 circle clusters), eggs, po
 
 def clusters_truth(n_clusters: int = 10, cluster_size: int = 10, seed: int = 0) -> tuple[Truth, np.ndarray]:
     """The ANNTri paper's circle clusters as a truth; returns (truth, cluster labels)."""
-    from engine.oracles import circle_clusters
+    from .oracles import circle_clusters
 
     X, labels = circle_clusters(n_clusters, cluster_size, random_state=seed)
     ids = [f"p{c:02d}-{m:02d}" for c in range(n_clusters) for m in range(cluster_size)]

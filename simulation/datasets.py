@@ -1,7 +1,7 @@
 """Loaders for the real data sets benchmarks and tests use, read with the standard library.
 
 Data live outside the repository (``../shared/data`` next to it by default); pass
-``data_dir`` to read them from elsewhere. Must never import Flask or Redis.
+``data_dir`` to read them from elsewhere. Must never import Flask, Redis, RQ, ``workers`` or ``webapp``.
 """
 from __future__ import annotations
 

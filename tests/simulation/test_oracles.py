@@ -3,20 +3,13 @@ import pytest
 from helpers import EGG_ANSWERS, shared_data_file
 from scipy.spatial.distance import cdist
 
-from engine import oracles, planning
-from engine.datasets import load_alien_eggs, load_material
-from engine.oracles import (
-    NO_NEIGHBOR,
-    TripletOracle,
-    alien_egg_noise,
-    fit_gap_noise,
-    fit_human_noise,
-    human_agree_probability,
-    median_triplet_gap,
-    neighbor_error,
-    neighbor_wrong,
-    true_kth_distances,
-)
+from engine import planning, truth
+from engine.graph import NO_NEIGHBOR
+from engine.truth import neighbor_error, neighbor_wrong, true_kth_distances
+from simulation import oracles
+from simulation.datasets import load_alien_eggs, load_material
+from simulation.noise import alien_egg_noise, fit_gap_noise, fit_human_noise, median_triplet_gap
+from simulation.oracles import TripletOracle, human_agree_probability
 
 
 def _line(n=60):
@@ -97,7 +90,7 @@ def test_load_material():
 
 
 def test_recorded_triplets_answer_each_triplet_as_recorded_and_name_their_own_truth():
-    from engine.oracles import RecordedTriplets, TripletOracle
+    from simulation.oracles import RecordedTriplets, TripletOracle
 
     X = np.random.default_rng(0).random((12, 2))
     noisy = TripletOracle.from_points(X, model="human", noise=0.05, lapse=0.2, random_state=1)
@@ -194,7 +187,7 @@ def _cloud(n=300, d=4, seed=3):
 def test_point_distances_read_as_the_dense_matrix():
     X = _cloud()
     D = cdist(X, X) / 2.5
-    P = oracles.PointDistances(X, scale=2.5)
+    P = truth.PointDistances(X, scale=2.5)
     rng = np.random.default_rng(0)
     r, c = rng.integers(0, 300, 50), rng.integers(0, 300, 50)
     assert P.shape == D.shape and len(P) == 300
@@ -210,19 +203,19 @@ def test_point_distances_read_as_the_dense_matrix():
 def test_diameter_is_the_largest_distance_in_every_dimension():
     for d in (1, 2, 3, 5, 9):
         X = _cloud(400, d, seed=d)
-        assert oracles.diameter(X) == pytest.approx(cdist(X, X).max(), rel=1e-12)
+        assert truth.diameter(X) == pytest.approx(cdist(X, X).max(), rel=1e-12)
     line = np.zeros((50, 3))
     line[:, 0] = np.arange(50)  # degenerate hull: every point on one line
-    assert oracles.diameter(line) == pytest.approx(49.0)
+    assert truth.diameter(line) == pytest.approx(49.0)
 
 
 def test_oracles_from_many_points_keep_no_dense_matrix_and_answer_alike(monkeypatch):
     X = _cloud(200)
     questions = [tuple(q) for q in oracles.random_triplet_questions(200, 2000, np.random.default_rng(1))]
     dense = oracles.TripletOracle.from_points(X, noise=0.3, model="human", lapse=0.1, random_state=5)
-    monkeypatch.setattr(oracles, "DENSE_ITEMS", 100)
+    monkeypatch.setattr(truth, "DENSE_ITEMS", 100)
     lazy = oracles.TripletOracle.from_points(X, noise=0.3, model="human", lapse=0.1, random_state=5)
-    assert isinstance(lazy.distances, oracles.PointDistances) and isinstance(dense.distances, np.ndarray)
+    assert isinstance(lazy.distances, truth.PointDistances) and isinstance(dense.distances, np.ndarray)
     same = np.mean(np.array(lazy.answer(questions)) == np.array(dense.answer(questions)))
     assert same == 1.0
     screens = [tuple(q) for q in oracles.random_triplet_questions(200, 500, np.random.default_rng(2))]

@@ -1,0 +1,395 @@
+"""Fitting the human noise model to people's answers: the logistic scale and lapse rate of
+:func:`simulation.oracles.human_agree_probability` against a known truth (:func:`fit_human_noise`, the
+alien-egg crowds in :func:`alien_egg_noise`), and a truth with its noise fitted to a pilot study's
+triplets (:func:`fit_pilot`), the scenarios ``proxima plan`` simulates from.
+
+Imports the engine (embeddings, the plan's :class:`engine.planning.Scenario`), never Flask, Redis, RQ,
+``workers`` or ``webapp``. Conventions: ``distances`` ndarray of shape (n_items, n_items), symmetric, zero
+diagonal; a triplet row ``(i, j, k)`` means "a person judged i closer to j than to k".
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy.spatial.distance import cdist
+
+from engine.planning import Scenario, triplets_from_answers
+from engine.truth import check_distance_matrix
+
+from .oracles import OddOneOutOracle, RankOracle, TripletOracle, _as_index_array, random_triplet_questions
+
+if TYPE_CHECKING:
+    from engine.utils import RandomState
+
+
+# ---------------------------------------------------------------------------- people's noise against a known truth
+def fit_logistic_noise(distances: ArrayLike, triplets: Iterable[Sequence[int]]) -> float:
+    """Maximum-likelihood logistic scale for triplet answers (``TripletOracle(model="logistic")``).
+
+    ``triplets`` rows ``(i, j, k)`` mean "i is closer to j than to k" as answered by people;
+    the model says P(j wins) = 1 / (1 + exp((d(i, j) − d(i, k)) / scale)).
+    """
+    from scipy.optimize import minimize_scalar
+
+    D = check_distance_matrix(distances)
+    t = _as_index_array(triplets, 3, D.shape[0])
+    if len(t) == 0:
+        raise ValueError("need at least one triplet to fit a noise model")
+    diff = D[t[:, 0], t[:, 1]] - D[t[:, 0], t[:, 2]]
+
+    def nll(log_scale):
+        z = diff / np.exp(log_scale)
+        return float(np.sum(np.logaddexp(0.0, z)))
+
+    span = max(float(np.abs(diff).max()), 1e-12)
+    res = minimize_scalar(nll, bounds=(np.log(span) - 12, np.log(span) + 4), method="bounded")
+    return float(np.exp(res.x))
+
+
+@dataclass(frozen=True)
+class HumanNoise:
+    """A human noise model fitted by :func:`fit_human_noise`.
+
+    P(answer agrees with the truth) = λ/2 + (1 − λ)·σ(gap/s), gap = d(x, loser) − d(x, winner).
+    ``scale`` s in the fitted matrix's distance units; ``lapse`` λ; ``log_likelihood`` of the
+    answers under the fit and ``logistic_log_likelihood`` under the best plain logistic (λ = 0);
+    ``agreement`` the share of answers agreeing with the truth (ties count one half);
+    ``median_gap`` the median |d(x,a) − d(x,b)| over random triplets of the fitted matrix (the
+    unit :meth:`oracle` can transfer s in); ``n_answers`` how many answers were fitted.
+    """
+
+    scale: float
+    lapse: float
+    log_likelihood: float
+    logistic_log_likelihood: float
+    agreement: float
+    median_gap: float
+    n_answers: int
+
+    @property
+    def lapse_gain(self) -> float:
+        """Log-likelihood the lapse term buys over a plain logistic."""
+        return self.log_likelihood - self.logistic_log_likelihood
+
+    def scale_for(self, distances: ArrayLike, unit: str = "range") -> float:
+        """s transferred to another distance matrix.
+
+        ``unit="range"``: s is kept as a share of the largest distance (the fitted matrix's
+        largest distance is the unit, e.g. alien eggs scaled to [0, 1]); ``"median_gap"``: s is
+        kept as a multiple of the median distance gap of random triplets, so the share of close
+        calls stays the same whatever the spread of the new data.
+        """
+        D = check_distance_matrix(distances)
+        if unit == "range":
+            return self.scale / self.fitted_range * float(D.max())
+        if unit == "median_gap":
+            return self.scale / self.median_gap * median_triplet_gap(D)
+        raise ValueError(f"unit must be 'range' or 'median_gap', not {unit!r}")
+
+    #: the largest distance of the fitted matrix (1 for matrices scaled to [0, 1])
+    fitted_range: float = 1.0
+
+    def oracle(self, distances: ArrayLike, unit: str = "range", random_state: RandomState = None) -> TripletOracle:
+        """A :class:`TripletOracle` answering like these people on another data set."""
+        return TripletOracle(distances, noise=self.scale_for(distances, unit), model="human",
+                             lapse=self.lapse, random_state=random_state)
+
+    def odd_one_out_oracle(self, distances: ArrayLike, unit: str = "range",
+                           random_state: RandomState = None) -> OddOneOutOracle:
+        """An :class:`OddOneOutOracle` answering like these people on another data set."""
+        return OddOneOutOracle.from_noise(self, distances, unit=unit, random_state=random_state)
+
+    def rank_oracle(self, distances: ArrayLike, n_select: int = 2, unit: str = "range",
+                    random_state: RandomState = None) -> RankOracle:
+        """A :class:`RankOracle` answering like these people on another data set."""
+        return RankOracle.from_noise(self, distances, n_select=n_select, unit=unit, random_state=random_state)
+
+
+
+
+def median_triplet_gap(distances: ArrayLike, n_samples: int = 100_000) -> float:
+    """Median |d(x,a) − d(x,b)| over random distinct triplets (a fixed seed: a property of D)."""
+    D = check_distance_matrix(distances)
+    x, a, b = random_triplet_questions(D.shape[0], n_samples, np.random.default_rng(0)).T
+    return float(np.median(np.abs(D[x, a] - D[x, b])))
+
+
+def human_log_likelihood(gap: np.ndarray, scale: float, lapse: float) -> float:
+    """Log-likelihood of answers whose truth gaps are ``gap`` (d(i, k) − d(i, j) of an answered
+    triplet (i, j, k)) under :func:`human_agree_probability` with scale > 0."""
+    # log(λ/2 + (1 − λ)σ(z)) computed in log space so confident wrong answers stay finite
+    log_sig = -np.logaddexp(0.0, -gap / scale)
+    if lapse <= 0:
+        return float(log_sig.sum())
+    return float(np.logaddexp(np.log(lapse / 2.0), np.log1p(-lapse) + log_sig).sum())
+
+
+def fit_gap_noise(gaps: ArrayLike, starts: Sequence[float] | None = None, bounds_around: float | None = None
+                  ) -> tuple[float, float, float]:
+    """Maximum-likelihood (scale, lapse, log-likelihood) of :func:`human_agree_probability` for answers
+    whose truth gaps are ``gaps``: L-BFGS over (log s, logit λ) from λ in (0.02, 0.1, 0.3) and each scale
+    of ``starts`` (default: the median |gap| and a quarter of it). log s is kept within −12 and +6 of
+    log ``bounds_around`` (default: the start's own scale)."""
+    from scipy.optimize import minimize
+
+    gap = np.asarray(gaps, dtype=np.float64)
+    if starts is None:
+        span = max(float(np.median(np.abs(gap))), 1e-12)
+        starts, bounds_around = (span, span / 4.0), span if bounds_around is None else bounds_around
+
+    def nll(theta):
+        lapse = 1.0 / (1.0 + np.exp(-theta[1]))
+        return -human_log_likelihood(gap, float(np.exp(theta[0])), lapse)
+
+    best = None
+    for lapse0 in (0.02, 0.1, 0.3):
+        for s0 in starts:
+            around = s0 if bounds_around is None else bounds_around
+            res = minimize(nll, [np.log(s0), np.log(lapse0 / (1 - lapse0))], method="L-BFGS-B",
+                           bounds=[(np.log(around) - 12, np.log(around) + 6), (-20, 10)])
+            if best is None or res.fun < best.fun:
+                best = res
+    return float(np.exp(best.x[0])), float(1.0 / (1.0 + np.exp(-best.x[1]))), -float(best.fun)
+
+
+def fit_human_noise(distances: ArrayLike, triplets: Iterable[Sequence[int]]) -> HumanNoise:
+    """Maximum-likelihood scale and lapse rate of people's triplet answers against the truth.
+
+    ``triplets`` rows ``(i, j, k)``: a person judged i closer to j than to k; ``distances`` the
+    ground truth. Fits P(agree) = λ/2 + (1 − λ)·σ(gap/s), gap = d(i, k) − d(i, j), over
+    (log s, logit λ) by L-BFGS from several starts, and the plain logistic (λ = 0) beside it.
+    """
+    D = check_distance_matrix(distances)
+    t = _as_index_array(triplets, 3, D.shape[0])
+    if len(t) == 0:
+        raise ValueError("need at least one triplet to fit a noise model")
+    gap = D[t[:, 0], t[:, 2]] - D[t[:, 0], t[:, 1]]
+    scale0 = fit_logistic_noise(D, t)
+    logistic_ll = human_log_likelihood(gap, scale0, 0.0)
+    scale, lapse, log_lik = fit_gap_noise(gap, starts=(scale0, scale0 / 4.0))
+    if log_lik < logistic_ll:  # the optimiser stopped short of the λ = 0 boundary
+        scale, lapse, log_lik = scale0, 0.0, logistic_ll
+    agreement = float(np.mean(np.where(gap > 0, 1.0, np.where(gap == 0, 0.5, 0.0))))
+    return HumanNoise(scale, lapse, log_lik, logistic_ll, agreement, median_triplet_gap(D),
+                      len(t), float(D.max()))
+
+
+def alien_egg_noise(data_dir: str | os.PathLike | None = None) -> HumanNoise:
+    """:func:`fit_human_noise` on the NEXT alien-egg crowds (distances scaled to [0, 1])."""
+    from .datasets import load_alien_eggs
+
+    eggs = load_alien_eggs(data_dir)
+    return fit_human_noise(eggs.distances, eggs.triplets)
+
+
+# ---------------------------------------------------------------------------- a truth from a pilot
+@dataclass(frozen=True)
+class PilotFit:
+    """What :func:`fit_pilot` learned from a pilot's triplets: one :class:`Scenario` per bootstrap
+    replicate (the first from all answers), the embedding chosen (``dim``, ``kernel``, its held-out
+    triplet accuracy), and the noise of each replicate."""
+
+    scenarios: tuple[Scenario, ...]
+    dim: int
+    kernel: str
+    holdout_accuracy: float
+    n_answers: int
+    #: the correction applied to the cross-fitted noise scale (1: none)
+    calibration: float = 1.0
+
+    @property
+    def lapses(self) -> np.ndarray:
+        return np.array([s.lapse for s in self.scenarios])
+
+    @property
+    def relative_scales(self) -> np.ndarray:
+        """Noise scales as a share of each truth's median triplet gap (comparable across replicates)."""
+        return np.array([s.scale / median_triplet_gap(s.distances, 20_000) for s in self.scenarios])
+
+    def describe(self) -> str:
+        lapse, rel = self.lapses, self.relative_scales
+        return (f"pilot of {self.n_answers} answers: {self.kernel.upper()} embedding in {self.dim} dimensions "
+                f"(held-out triplet accuracy {self.holdout_accuracy:.2f}); human noise lapse "
+                f"{lapse[0]:.3f} (bootstrap {lapse.min():.3f}-{lapse.max():.3f}), logistic scale "
+                f"{rel[0]:.2f} median gaps (bootstrap {rel.min():.2f}-{rel.max():.2f}; "
+                f"calibrated x{self.calibration:.2f})")
+
+
+def check_pilot_triplets(triplets: ArrayLike, n_items: int) -> np.ndarray:
+    t = np.asarray(triplets, dtype=np.int64)
+    if t.size == 0:
+        raise ValueError("the pilot has no triplet answers")
+    if t.ndim != 2 or t.shape[1] != 3:
+        raise ValueError(f"pilot triplets must be rows (i, j, k), got shape {t.shape}")
+    if t.min() < 0 or t.max() >= n_items:
+        raise ValueError(f"pilot item indices must lie in 0..{n_items - 1}")
+    if np.any((t[:, 0] == t[:, 1]) | (t[:, 0] == t[:, 2]) | (t[:, 1] == t[:, 2])):
+        raise ValueError("a pilot triplet names the same item twice")
+    return t
+
+
+def _distances(X: np.ndarray) -> np.ndarray:
+    D = cdist(X, X)
+    return np.maximum(D, D.T)
+
+
+def _gaps(D: np.ndarray, t: np.ndarray) -> np.ndarray:
+    return D[t[:, 0], t[:, 2]] - D[t[:, 0], t[:, 1]]
+
+
+def _scenario(t: np.ndarray, n: int, dim: int, kernel: str, folds: int, rng: np.random.Generator) -> Scenario:
+    """The truth = an embedding of all of ``t``; the noise = fitted to answers the embedding did not
+    see (K-fold cross-fitting, each fold's gaps in units of its own embedding's median gap), so the
+    embedding cannot absorb the noise it is meant to measure."""
+    from engine.embedding import fit_embedding
+
+    seed = int(rng.integers(2**31))
+    X = fit_embedding(t, n, dim=dim, kernel=kernel, random_state=seed)
+    D = _distances(X)
+    fold = rng.permutation(len(t)) % folds
+    gaps = []
+    for f in range(folds):
+        Xf = fit_embedding(t[fold != f], n, dim=dim, kernel=kernel, init=X, random_state=seed)
+        Df = _distances(Xf)
+        gaps.append(_gaps(Df, t[fold == f]) / median_triplet_gap(Df, 20_000))
+    scale, lapse, _ = fit_gap_noise(np.concatenate(gaps))
+    unit = median_triplet_gap(D, 20_000)
+    top = float(D.max())
+    return Scenario(D / top, scale * unit / top, lapse)
+
+
+def _heldout_accuracy(t: np.ndarray, n: int, dim: int, kernel: str, folds: int = 2) -> float:
+    """Mean held-out triplet accuracy of embeddings fitted without each of ``folds`` fifths of ``t``
+    (a fixed split: the same for the pilot and for pilots simulated on the same questions)."""
+    return _heldout_stats(t, n, dim, kernel, folds)[0]
+
+
+#: Share of held-out triplets, those the embedding is surest of (largest gap), whose accuracy measures
+#: the lapse rate (:func:`_calibrate_lapse`): a rater answers them against the truth only by lapsing.
+CONFIDENT_SHARE = 1 / 3
+
+
+def _heldout_stats(t: np.ndarray, n: int, dim: int, kernel: str, folds: int = 2) -> tuple[float, float]:
+    """(held-out triplet accuracy, the same on the CONFIDENT_SHARE of held-out triplets with the largest
+    gap in the embedding that did not see them), over ``folds`` fifths of ``t`` (a fixed split)."""
+    from engine.embedding import fit_embedding
+
+    order = np.random.default_rng(0).permutation(len(t))
+    size = len(t) // 5
+    accs, confident = [], []
+    for f in range(folds):
+        test = t[order[f * size:(f + 1) * size]]
+        X = fit_embedding(np.delete(t, order[f * size:(f + 1) * size], axis=0), n, dim=dim, kernel=kernel,
+                          random_state=0)
+        gap = np.sum((X[test[:, 0]] - X[test[:, 2]]) ** 2, axis=1) - np.sum((X[test[:, 0]] - X[test[:, 1]]) ** 2,
+                                                                             axis=1)
+        accs.append(float(np.mean(gap > 0)))
+        sure = np.argsort(-np.abs(gap), kind="stable")[: max(1, int(len(gap) * CONFIDENT_SHARE))]
+        confident.append(float(np.mean(gap[sure] > 0)))
+    return float(np.mean(accs)), float(np.mean(confident))
+
+
+#: Rounds of (scale, lapse) calibration before the last scale calibration (:func:`fit_pilot`).
+CALIBRATION_ROUNDS = 1
+#: Lapse rates tried by :func:`_calibrate_lapse` (ascending).
+LAPSE_GRID = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.45)
+
+
+def _calibrate_lapse(t: np.ndarray, scenario: Scenario, dim: int, kernel: str) -> float:
+    """The lapse rate under which a pilot simulated on the same questions disagrees as often with the
+    embedding where it is surest as the real pilot does (indirect inference, as :func:`_calibrate`).
+
+    The maximum-likelihood lapse of cross-fitted gaps mixes the raters' lapses with the embedding's
+    own errors and trades them against the scale: with careless raters in a pilot it came out at .29
+    or at .02 where the truth was .13. Disagreement on the surest held-out triplets barely depends on
+    the scale, so it measures the lapse. Interpolated linearly on :data:`LAPSE_GRID`."""
+    # every fifth held out once: the surest third of them is a small sample, and its noise is the lapse's
+    observed = _heldout_stats(t, scenario.n_items, dim, kernel, folds=5)[1]
+    sure = []
+    for lapse in LAPSE_GRID:
+        world = Scenario(scenario.distances, scenario.scale, lapse)
+        simulated = triplets_from_answers(world.oracle(np.random.default_rng(2)).answer(t.tolist()))
+        sure.append(_heldout_stats(simulated, scenario.n_items, dim, kernel, folds=5)[1])
+    # the surest answers agree less as the lapse grows: the first lapse no more agreeing than the pilot
+    for i, acc in enumerate(sure):
+        if acc <= observed:
+            if i == 0:
+                return LAPSE_GRID[0]
+            share = (sure[i - 1] - observed) / max(sure[i - 1] - acc, 1e-12)
+            return float(LAPSE_GRID[i - 1] + share * (LAPSE_GRID[i] - LAPSE_GRID[i - 1]))
+    return LAPSE_GRID[-1]
+
+
+#: Multipliers of the cross-fitted noise scale tried by :func:`_calibrate` (ascending).
+CALIBRATION_GRID = (0.03, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 1.0, 1.4)
+
+
+def _calibrate(t: np.ndarray, scenario: Scenario, dim: int, kernel: str) -> float:
+    """The multiplier of ``scenario.scale`` under which a pilot simulated on the same questions is
+    as predictable (held-out triplet accuracy of its embedding) as the real one.
+
+    Cross-fitted noise counts the embedding's own error as noise, so it overstates the raters'
+    noise; matching the held-out accuracy of a simulated pilot (fitted exactly like the real one)
+    takes that error out (indirect inference). Interpolated in log scale on
+    :data:`CALIBRATION_GRID`, kept within it."""
+    observed = _heldout_accuracy(t, scenario.n_items, dim, kernel)
+    accs = []
+    for c in CALIBRATION_GRID:
+        world = Scenario(scenario.distances, scenario.scale * c, scenario.lapse)
+        simulated = triplets_from_answers(world.oracle(np.random.default_rng(1)).answer(t.tolist()))
+        accs.append(_heldout_accuracy(simulated, scenario.n_items, dim, kernel))
+    # accuracy falls as the noise grows: the first multiplier whose simulated pilot is no more
+    # predictable than the real one, interpolated with the one before
+    for i, acc in enumerate(accs):
+        if acc <= observed:
+            if i == 0:
+                return CALIBRATION_GRID[0]
+            lo, hi = np.log(CALIBRATION_GRID[i - 1]), np.log(CALIBRATION_GRID[i])
+            share = (accs[i - 1] - observed) / max(accs[i - 1] - acc, 1e-12)
+            return float(np.exp(lo + share * (hi - lo)))
+    return CALIBRATION_GRID[-1]
+
+
+def fit_pilot(triplets: ArrayLike, n_items: int, replicates: int = 3, folds: int = 5, random_state: RandomState = 0,
+              calibrate: bool = True) -> PilotFit:
+    """Fit a truth and a human noise model to a pilot's triplet answers.
+
+    The embedding's dimension and kernel are chosen on held-out answers
+    (:func:`engine.embedding.select_embedding`); replicate 0 uses every answer, replicates 1.. a
+    bootstrap resample of them, so the plans made from them spread as the fit is uncertain. With
+    ``calibrate`` the cross-fitted noise scale is corrected once (:func:`_calibrate`, on replicate
+    0) and the same correction applies to every replicate.
+    """
+    from engine.embedding import select_embedding
+
+    n = int(n_items)
+    t = check_pilot_triplets(triplets, n)
+    if len(t) < 5 * folds:
+        raise ValueError(f"a pilot of {len(t)} answers is too small to fit (need at least {5 * folds})")
+    rng = np.random.default_rng(random_state)
+    choice = select_embedding(t, n, random_state=int(rng.integers(2**31)))
+    scenarios = []
+    for r in range(max(1, int(replicates))):
+        sample = t if r == 0 else t[rng.integers(len(t), size=len(t))]
+        scenarios.append(_scenario(sample, n, choice.dim, choice.kernel, folds, rng))
+    factor = 1.0
+    if calibrate:
+        # the scale (under the cross-fitted lapse), then the lapse under that scale, then the scale again
+        # under that lapse: each statistic depends mostly, not only, on its own parameter. A bootstrap
+        # replicate's lapse moves by what replicate 0's did.
+        first = scenarios[0]
+        rough, lapse = 1.0, first.lapse
+        for _ in range(CALIBRATION_ROUNDS):
+            rough = _calibrate(t, Scenario(first.distances, first.scale, lapse), choice.dim, choice.kernel)
+            lapse = _calibrate_lapse(t, Scenario(first.distances, first.scale * rough, lapse), choice.dim,
+                                     choice.kernel)
+        shift = lapse - first.lapse
+        scenarios = [Scenario(s.distances, s.scale, float(np.clip(s.lapse + shift, 0.0, 0.9))) for s in scenarios]
+        factor = _calibrate(t, scenarios[0], choice.dim, choice.kernel)
+    scenarios = [Scenario(s.distances, s.scale * factor, s.lapse) for s in scenarios]
+    return PilotFit(tuple(scenarios), choice.dim, choice.kernel, float(choice.holdout_accuracy), len(t), factor)
