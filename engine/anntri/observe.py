@@ -125,9 +125,8 @@ class AnswerUpdates:
         if self.bound in UNIT_INTERVAL_BOUNDS and (values.min() < 0 or values.max() > 1):
             raise ValueError(f"answers: bound={self.bound!r} needs values in [0, 1]")
         n = self.n_items
-        sym = self.symmetric
         # Symmetric: one entry per unordered pair, mirrored; head-based: row i only.
-        i, j = (np.minimum(a, b), np.maximum(a, b)) if sym else (a, b)
+        i, j = (np.minimum(a, b), np.maximum(a, b)) if self.symmetric else (a, b)
         keys = i * n + j
         if len(keys) > 1 and len(set(keys.tolist())) < len(keys):
             keys, inverse, adds = np.unique(keys, return_inverse=True, return_counts=True)
@@ -138,7 +137,16 @@ class AnswerUpdates:
             adds = np.ones(len(keys), dtype=np.int64)
         if self._derived_bounds:
             self._observe_arrays_derived(i, j, sums, adds, values)
-            return
+        else:
+            self._observe_arrays_stored(i, j, sums, adds)
+        self.n_samples_ += int(adds.sum())
+        if self._active_cache:
+            for r in set(i.tolist()) | set(j.tolist()):
+                self._active_cache.pop(r, None)
+
+    def _observe_arrays_stored(self, i, j, sums, adds) -> None:
+        """The vectorised update of a planner with stored bounds (distinct pairs i < j, mirrored)."""
+        n = self.n_items
         flat = np.concatenate([i * n + j, j * n + i])  # both mirrored entries at once
         m = len(i)
         mean_f, count_f = self.mean_.reshape(-1), self.count_.reshape(-1)
@@ -158,18 +166,13 @@ class AnswerUpdates:
         pend = np.maximum(pending_f[flat[:m]] - adds, 0)
         hi, lo = outward(hi, lo, upper_f.dtype)
         self._touched.update(i.tolist())
-        if sym:
-            self._touched.update(j.tolist())
-        for half in (flat[:m], flat[m:]) if sym else (flat[:m],):
+        self._touched.update(j.tolist())
+        for half in (flat[:m], flat[m:]):
             mean_f[half] = mean
             count_f[half] = T_new
             upper_f[half] = hi
             lower_f[half] = lo
             pending_f[half] = pend
-        self.n_samples_ += int(adds.sum())
-        if self._active_cache:
-            for r in set(i.tolist()) | set(j.tolist()):
-                self._active_cache.pop(r, None)
         if self.triangle:
             self.dirty_.update(dict.fromkeys((i * n + j).tolist()))
 
@@ -196,8 +199,4 @@ class AnswerUpdates:
         count_f[flat] = T_new
         pending_f[flat] = np.maximum(pending_f[flat] - adds, 0)
         self._touched.update(i.tolist())
-        self.n_samples_ += int(adds.sum())
-        if self._active_cache:
-            for r in set(i.tolist()) | set(j.tolist()):
-                self._active_cache.pop(r, None)
 
