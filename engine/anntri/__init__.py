@@ -32,16 +32,16 @@ import numpy as np
 
 from ..utils import RandomState, check_int
 from .estimates import FLOAT64_MAX_ITEMS
-from .planner import NeighborGraphPlanner
+from .planner import _NeighborGraphPlanner
 from .rounds import FULL_PASS_MAX_ITEMS, ROUND_CAPPED, ROUND_CERTIFIED, ROUND_OPEN, ROUND_WAITING
 from .state import STATE_VERSION, RowChanges, RowTracked
 
 __all__ = ["ANN", "DERIVED_DEFAULTS", "FLOAT64_MAX_ITEMS", "FULL_PASS_MAX_ITEMS", "ROUND_CAPPED",
-           "ROUND_CERTIFIED", "ROUND_OPEN", "ROUND_WAITING", "STATE_VERSION", "ANNTri", "NeighborGraphPlanner",
-           "RandomSampling", "RowChanges", "RowTracked", "planner_from_state"]
+           "ROUND_CERTIFIED", "ROUND_OPEN", "ROUND_WAITING", "STATE_VERSION", "ANNTri", "RandomSampling",
+           "RowChanges", "RowTracked", "planner_from_state"]
 
 
-class ANNTri(NeighborGraphPlanner):
+class ANNTri(_NeighborGraphPlanner):
     """ANNTri: SETri rounds with triangle-inequality elimination (Mason et al. 2019, Alg. 1–2).
 
     Parameters
@@ -107,7 +107,7 @@ class ANN(_WithoutTriangle, ANNTri):
     """ANNTri without triangle bounds (the paper's ANN baseline), same code path."""
 
 
-class RandomSampling(_WithoutTriangle, NeighborGraphPlanner):
+class RandomSampling(_WithoutTriangle, _NeighborGraphPlanner):
     """Uniformly random pairs, same estimates and bounds (no triangle); the paper's Random.
 
     ``next_questions(budget)`` returns ``budget`` uniform pairs i != j until every item's

@@ -3,7 +3,7 @@
 Estimates and bounds (:mod:`.estimates`), answers (:mod:`.observe`), rounds and decisions
 (:mod:`.rounds`), question choice (:mod:`.questions`), results (:mod:`.results`), state I/O
 (:mod:`.state`) and the scalar fast path (:mod:`.overlay`) are mixins of
-:class:`NeighborGraphPlanner`; they share its attributes (``mean_``, ``count_``, ... below).
+:class:`_NeighborGraphPlanner`; they share its attributes (``mean_``, ``count_``, ... below).
 Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .rounds import Rounds
 from .state import StateIO
 
 
-class NeighborGraphPlanner(StateIO, Results, QuestionChoice, Rounds, AnswerUpdates, Estimates, ScalarOverlay):
+class _NeighborGraphPlanner(StateIO, Results, QuestionChoice, Rounds, AnswerUpdates, Estimates, ScalarOverlay):
     """The pair planners' parameters and state (:class:`engine.anntri.ANNTri` documents them)."""
 
     # The pair arrays and round_issued_ are properties: in long duels (few active arms) the
