@@ -202,8 +202,13 @@ class Rounds:
         self._active_cache[j] = (act, rest, members)
 
     def _certify(self, j, cand):
+        """Close round j certified, its neighbours the k best of ``cand``."""
         self.neighbors_[j] = self._rank_row(j, cand)
-        self.status_[j] = ROUND_CERTIFIED
+        self._close(j, ROUND_CERTIFIED)
+
+    def _close(self, j, status):
+        """Round j leaves the window with ``status`` (certified or capped)."""
+        self.status_[j] = status
         self._active_cache.pop(j, None)
         if j in self.open_rounds_:
             self.open_rounds_.remove(j)
@@ -280,10 +285,8 @@ class Rounds:
             self._decide_round(j)
 
     def _close_capped(self, j):
-        self.status_[j] = ROUND_CAPPED
-        self._active_cache.pop(j, None)
-        if j in self.open_rounds_:
-            self.open_rounds_.remove(j)
+        """Close round j at its sample cap: its empirical best stands, not certified."""
+        self._close(j, ROUND_CAPPED)
 
     def stale(self, heads: ArrayLike) -> np.ndarray:
         """Per head: its questions are no longer worth asking (round certified, or not open: a rebuilt
