@@ -30,6 +30,7 @@ from .rounds import drop_stale_active
 #: The public arrays whose hot entries may live in the overlay (see :func:`overlaid`).
 OVERLAID = ("mean_", "count_", "pending_", "upper_", "lower_", "round_issued_")
 
+
 class PairRecord:
     """One pair's entries while it is in the overlay: answers, D̂, U*, L*, questions pending."""
 
