@@ -1,4 +1,4 @@
-"""ANNTri's scalar overlay: exact SETri in Python scalars for long duels (``engine.anntri``).
+"""ANNTri's scalar overlay: exact SETri in Python scalars for long duels.
 
 When every open round has a short cached active set (at most ``SMALL_ACTIVE`` arms), no row
 refresh is due, no round is decided and the window needs no refill, ``next_questions`` and
@@ -14,60 +14,21 @@ the array path: ``tests/engine/test_anntri.py`` checks every question against a 
 the fast paths off and against a trace recorded before the fast path existed.
 
 Only for symmetric planners with k = 1, sub-Gaussian bounds and float64 bound matrices
-(``ScalarOverlay._start_overlay`` sets ``_fast_ok``). Numpy only; must never import Flask,
-Redis, RQ, ``webapp`` or ``workers``.
+(``ScalarOverlay._start_overlay`` sets ``_fast_ok``); :meth:`AnswerUpdates.observe` and
+:meth:`QuestionChoice.next_questions` take its paths (``_observe_hot``, ``_next_hot``) when they
+apply. Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from typing import TypeVar
-
 import numpy as np
 
-from .bounds import UNIT_INTERVAL_BOUNDS
+from ..bounds import UNIT_INTERVAL_BOUNDS
+from .checks import SMALL_BATCH
+from .questions import SPREAD_MIN_ROUNDS, round_robin
+from .rounds import drop_stale_active
 
-#: Batches of at most this many answers are applied with scalar updates (no numpy dispatch).
-SMALL_BATCH = 16
-#: With more open rounds than this (and than the questions wanted), ``next_questions`` serves
-#: them in turn, reading only the rounds it asks (``ANNTri._next_spread``).
-SPREAD_MIN_ROUNDS = 32
-
-
-def interval_step(mean: float, count: int, value: float, radius: float, upper: float,
-                  lower: float) -> tuple[float, float, float, bool]:
-    """One answer ``value`` for a pair of ``count`` answers averaging ``mean``, in Python floats:
-    the new mean, U* and L* (the confidence interval of ``radius`` around the new mean, clipped
-    at 0 and intersected with ``[lower, upper]``) and whether that intersection was empty, in
-    which case the confidence event failed somewhere and today's interval stands alone. The
-    array path (``ANNTri._observe_general``) and the overlay's cold pairs share it; the overlay's
-    hot loop inlines the same arithmetic."""
-    m1 = (mean * count + value) / (count + 1)
-    conf_lo = max(m1 - radius, 0.0)
-    conf_hi = m1 + radius
-    hi = min(upper, conf_hi)
-    lo = max(lower, conf_lo)
-    if lo > hi:
-        return m1, conf_hi, min(conf_lo, conf_hi), True
-    return m1, hi, lo, False
-
-
-T = TypeVar("T")
-
-
-def round_robin(rows: Sequence[Sequence[T]]) -> Iterator[tuple[int, T]]:
-    """``(i, rows[i][depth])`` for depth 0, 1, ... and, within a depth, every row that still has an
-    item, in order: the first item of each row, then the second of each, and so on. ANNTri's
-    issuing order (one arm of each open round per pass, fewest-sampled first), which the array
-    path (``ANNTri._next_general``) and the overlay share; the caller stops it at its budget."""
-    depth = 0
-    more = True
-    while more:
-        more = False
-        for i, row in enumerate(rows):
-            if depth < len(row):
-                more = True
-                yield i, row[depth]
-        depth += 1
+#: The public arrays whose hot entries may live in the overlay (see :func:`overlaid`).
+OVERLAID = ("mean_", "count_", "pending_", "upper_", "lower_", "round_issued_")
 
 
 class PairRecord:
@@ -122,7 +83,7 @@ def overlaid(name: str, doc: str) -> property:
 
 
 class ScalarOverlay:
-    """Mixin of :class:`engine.anntri._NeighborGraphPlanner`: the overlay and its fast paths."""
+    """Mixin of the planner (``engine.anntri.planner``): the overlay and its fast paths."""
 
     _hot = None  # None until the state exists
     _hot_rounds = None
@@ -167,36 +128,27 @@ class ScalarOverlay:
         self._hot_on = False
 
     # ------------------------------------------------------------------ answers
-    def observe(self, answers: Iterable[Sequence[float]] | np.ndarray) -> None:
-        """Apply noisy distance samples ``(i, j, value)``: any order, any batch size.
-
-        Answers for rounds already closed still tighten the estimates; each answer clears
-        one pending entry of its pair. Raises ``ValueError`` (state unchanged) on bad
-        indices, i == j or non-finite values (or values outside [0, 1] for the bounded
-        ``bound="bernstein"``/``"kl"``).
-
-        Triangle bounds are not propagated here: the sampled pairs are queued (``dirty_``)
-        and propagated in one vectorised step before a round reads its row again (a round
-        opening, or every n new samples), so a short batch costs a few scalar updates.
-        """
+    def _observe_hot(self, answers) -> bool:
+        """:meth:`observe` of a short list of plain rows on the overlay; False (nothing changed) for
+        any other batch, which the general path validates and applies or refuses."""
         # Short lists of plain (int, int, float) rows, in Python scalars: pairs in the overlay are
         # updated there, the others in the arrays, with the same arithmetic as the array paths. Any
         # other batch goes to the general path (which validates it and applies it or raises)
         # before anything changes.
-        if not self._fast_ok or type(answers) is not list or len(answers) > SMALL_BATCH:  # noqa: E721
-            return self._observe_general(answers)
+        if type(answers) is not list or len(answers) > SMALL_BATCH:  # noqa: E721
+            return False
         n = self.n_items
         for row in answers:
             tr = type(row)
             if tr is not tuple and tr is not list:
-                return self._observe_general(answers)
+                return False
             try:
                 p, q, v = row
             except ValueError:
-                return self._observe_general(answers)
+                return False
             if (type(p) is not int or type(q) is not int or type(v) is not float  # noqa: E721
                     or not (0 <= p < n and 0 <= q < n) or p == q or v - v != 0.0):
-                return self._observe_general(answers)
+                return False
         hot = self._hot
         radius = self._radius_list
         top = len(radius)
@@ -207,7 +159,7 @@ class ScalarOverlay:
             key = i * n + j
             r = hot.get(key)
             if r is None:
-                self._observe_cold(i, j, v)
+                self._observe_pair(i, j, v)
             else:
                 T = r.count
                 T1 = T + 1
@@ -233,67 +185,31 @@ class ScalarOverlay:
                 r.upper = hi
                 r.lower = lo
                 r.pending = pend - 1 if pend > 0 else 0
-            # A cached active set stays exact while only its own arms change (see _decide_1nn).
             if cache:
-                c = cache.get(i)
-                if c is not None and j not in c[2]:
-                    del cache[i]
-                c = cache.get(j)
-                if c is not None and i not in c[2]:
-                    del cache[j]
+                drop_stale_active(cache, i, j)
             if dirty is not None:
                 dirty[key] = None
         self.n_samples_ += len(answers)
-        return None
-
-    def _observe_cold(self, i: int, j: int, v: float) -> None:
-        """One answer for a pair outside the overlay, straight into the (float64) arrays (i < j)."""
-        d = self.__dict__
-        mean, count, pending = d["_a_mean_"], d["_a_count_"], d["_a_pending_"]
-        upper, lower = d["_a_upper_"], d["_a_lower_"]
-        T = int(count[i, j])
-        T1 = T + 1
-        m1, hi, lo, failed = interval_step(float(mean[i, j]), T, v, self._radius_lookup(T1)[T1],
-                                           float(upper[i, j]), float(lower[i, j]))
-        if failed:
-            self._active_cache.pop(i, None)
-            self._active_cache.pop(j, None)
-        pend = max(int(pending[i, j]) - 1, 0)
-        mean[i, j] = mean[j, i] = m1
-        count[i, j] = count[j, i] = T1
-        upper[i, j] = upper[j, i] = hi
-        lower[i, j] = lower[j, i] = lo
-        pending[i, j] = pending[j, i] = pend
-        self._touched.add(i)
-        self._touched.add(j)
+        return True
 
     # ------------------------------------------------------------------ questions
-    def next_questions(self, budget: int) -> list[tuple[int, int]]:
-        """Up to ``budget`` pairs ``(i, j)`` worth asking now, as plain int tuples; i is the round.
-
-        Draws SETri's fewest-sampled undecided arms from every open round (at most
-        ``window`` rounds, round-robin), never re-issuing a pair that is still pending.
-        Returns fewer than ``budget`` when every useful question is pending or all rounds
-        are done (``[]`` then). Issued pairs count as pending until answered or forgotten.
-        With the default ``lookahead=0`` the pairs are distinct; with ``lookahead > 0`` an
-        arm whose round has sampled it T times is issued up to ``1 + floor(lookahead * T)``
-        times at once (a batch of SETri layers, see :class:`ANNTri`).
-        """
+    def _next_hot(self, budget: int) -> list[tuple[int, int]] | None:
+        """:meth:`next_questions` on the overlay, or None (nothing changed) where it does not apply."""
         # The scalar overlay for the common case of a long duel: every open round has a short cached
         # active set, none is due for a row refresh or decided now, and the window needs no refill.
         # Computes exactly what the general path would (same decisions, same order, same caches) on
-        # the overlay's scalars, and hands over to it, having changed nothing observable, otherwise.
-        if not self._fast_ok or type(budget) is not int or budget <= 0 or self.lookahead:  # noqa: E721
-            return self._next_general(budget)
+        # the overlay's scalars, and returns None, having changed nothing observable, otherwise.
+        if type(budget) is not int or budget <= 0 or self.lookahead:  # noqa: E721
+            return None
         open_rounds = self.open_rounds_
         if len(open_rounds) > budget and len(open_rounds) > SPREAD_MIN_ROUNDS:
-            return self._next_general(budget)  # many open rounds: taken in turn (_next_spread)
+            return None  # many open rounds: taken in turn (_next_spread)
         window = self.window
         if not open_rounds or type(window) is not int or window < 1:  # noqa: E721
-            return self._next_general(budget)
+            return None
         n = self.n_items
         if len(open_rounds) < window and self.next_round_ < n and (not self.stagger or self._room()):
-            return self._next_general(budget)  # the window needs a refill (_room() without its call in long duels)
+            return None  # the window needs a refill (_room() without its call in long duels)
         cache = self._active_cache
         hrounds = self._hot_rounds
         triangle = self.triangle
@@ -301,10 +217,10 @@ class ScalarOverlay:
         for j in open_rounds:
             c = cache.get(j)
             if c is None:
-                return self._next_general(budget)
+                return None
             act = c[0]
             if type(act) is not list:  # noqa: E721
-                return self._next_general(budget)
+                return None
             hr = hrounds.get(j)
             if hr is None:
                 hr = hrounds[j] = RoundRecord(int(self.__dict__["_a_round_issued_"][j]), int(self.refresh_mark_[j]))
@@ -320,7 +236,7 @@ class ScalarOverlay:
             if triangle:
                 due = iss >> 3
                 if iss - hr.refresh_mark >= (due if due > n else n):
-                    return self._next_general(budget)  # a row refresh is due (see _eligible)
+                    return None  # a row refresh is due (see _eligible)
             # _decide_1nn's cached branch on the overlay's scalars.
             bu, bi = c[1]
             tmin = arms[0][1].count
@@ -347,7 +263,7 @@ class ScalarOverlay:
                         if ua < rmin or (ua == rmin and t[0] < ridx):
                             rmin, ridx = ua, t[0]
                 if len(keep) < 2:
-                    return self._next_general(budget)  # the round is decided: the general path certifies it
+                    return None  # the round is decided: the general path certifies it
                 act = [t[0] for t in keep]
                 c = cache[j] = (act, (rmin, ridx), set(act))
                 hr.cache = c

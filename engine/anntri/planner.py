@@ -1,0 +1,115 @@
+"""ANNTri's planner: the parameters and the state of one planner, made of one collaborator per concern.
+
+Estimates and bounds (:mod:`.estimates`), answers (:mod:`.observe`), rounds and decisions
+(:mod:`.rounds`), question choice (:mod:`.questions`), results (:mod:`.results`), state I/O
+(:mod:`.state`) and the scalar fast path (:mod:`.overlay`) are mixins of
+:class:`_NeighborGraphPlanner`; they share its attributes (``mean_``, ``count_``, ... below).
+Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from ..bounds import check_bound
+from ..graph import NO_NEIGHBOR
+from ..utils import RandomState, check_int, check_n_items, check_random_state, store_params
+from .estimates import FLOAT64_MAX_ITEMS, Estimates
+from .observe import AnswerUpdates
+from .overlay import ScalarOverlay, overlaid
+from .questions import QuestionChoice
+from .results import Results
+from .rounds import Rounds
+from .state import StateIO
+
+
+class _NeighborGraphPlanner(StateIO, Results, QuestionChoice, Rounds, AnswerUpdates, Estimates, ScalarOverlay):
+    """The pair planners' parameters and state (:class:`engine.anntri.ANNTri` documents them)."""
+
+    # The pair arrays and round_issued_ are properties: in long duels (few active arms) the
+    # exact SETri fast path keeps the entries of its arms as Python scalars (the overlay,
+    # engine.anntri.overlay) and writes them back the moment anything reads these attributes.
+    mean_ = overlaid("mean_", "D̂, shape (n, n)")
+    count_ = overlaid("count_", "answers per pair, shape (n, n)")
+    pending_ = overlaid("pending_", "issued, unanswered questions per pair, shape (n, n)")
+    upper_ = overlaid("upper_", "U*, shape (n, n)")
+    lower_ = overlaid("lower_", "L*, shape (n, n)")
+    round_issued_ = overlaid("round_issued_", "questions each round has issued, shape (n,)")
+    #: Head-based estimates (``symmetric=False``, never triangle bounds): U*/L* are not stored as
+    #: (n, n) arrays but computed from ``mean_``/``count_`` (the current anytime interval), with the
+    #: few pairs whose running intersection is tighter than that interval kept in ``_tight``.
+    _derived_bounds = False
+
+    def __init__(self, n_items: int, k: int = 1, delta: float = 0.1, sigma: float = 0.5, bound: str = "lil",
+                 triangle: bool = True, max_samples_per_round: int | None = None, window: int = 1,
+                 random_state: RandomState = None, full_pass_every: int | None = None, lookahead: float = 0.0,
+                 stagger: bool = False, symmetric: bool = True) -> None:
+        store_params(self, locals())
+
+    def _check_params(self):
+        n = check_n_items(self.n_items)
+        check_int("k", self.k)
+        if self.k > n - 1:
+            raise ValueError(f"k must be at most n_items - 1 = {n - 1}, got {self.k}")
+        if not (isinstance(self.delta, numbers.Real) and 0 < self.delta < 1):
+            raise ValueError(f"delta must lie in (0, 1), got {self.delta!r}")
+        if not (isinstance(self.sigma, numbers.Real) and self.sigma > 0 and math.isfinite(self.sigma)):
+            raise ValueError(f"sigma must be a positive number, got {self.sigma!r}")
+        check_bound(self.bound)
+        if not isinstance(self.triangle, (bool, np.bool_)):
+            raise ValueError(f"triangle must be True or False, not {self.triangle!r}")
+        check_int("max_samples_per_round", self.max_samples_per_round, allow_none=True)
+        check_int("window", self.window)
+        check_int("full_pass_every", self.full_pass_every, allow_none=True, minimum=0)
+        if not (isinstance(self.lookahead, numbers.Real) and 0 <= self.lookahead < math.inf):
+            raise ValueError(f"lookahead must be a number >= 0, got {self.lookahead!r}")
+        if not isinstance(self.stagger, (bool, np.bool_)):
+            raise ValueError(f"stagger must be True or False, not {self.stagger!r}")
+        if not isinstance(self.symmetric, (bool, np.bool_)):
+            raise ValueError(f"symmetric must be True or False, not {self.symmetric!r}")
+        if not self.symmetric and self.triangle:
+            # Head-based (asymmetric) estimates are not distances of a metric: triangle
+            # bounds built from them would be invalid and could eliminate the true neighbour.
+            raise ValueError("triangle=True needs symmetric=True: triangle bounds are only valid "
+                             "for a metric; pass triangle=False with symmetric=False")
+
+    def _ensure_state(self):
+        if self._hot is not None:
+            return
+        self._check_params()
+        n = self.n_items
+        self.rng_ = check_random_state(self.random_state)
+        fdtype = np.float64 if n <= FLOAT64_MAX_ITEMS else np.float32
+        self._derived_bounds = not self.symmetric
+        self._tight = {}
+        # A mean of 0/1 answers (triplet-derived samples) is k / T: above FLOAT64_MAX_ITEMS items the
+        # head-based planner stores it in float32 and reads k back exactly (see _exact_mean).
+        self.mean_ = np.zeros((n, n), dtype=np.float32 if self._derived_bounds and fdtype == np.float32
+                              else np.float64)
+        self.count_ = np.zeros((n, n), dtype=np.int32)
+        self.pending_ = np.zeros((n, n), dtype=np.int32)
+        if not self._derived_bounds:
+            self.upper_ = np.full((n, n), np.inf, dtype=fdtype)
+            self.lower_ = np.zeros((n, n), dtype=fdtype)
+            np.fill_diagonal(self.upper_, 0.0)
+        self.order_ = self.rng_.permutation(n).astype(np.int64)
+        self.status_ = np.zeros(n, dtype=np.int8)
+        self.round_issued_ = np.zeros(n, dtype=np.int64)
+        self.neighbors_ = np.full((n, self.k), NO_NEIGHBOR, dtype=np.int64)
+        self.refresh_mark_ = np.zeros(n, dtype=np.int64)
+        self.next_round_ = 0
+        self.open_rounds_ = []
+        self.n_samples_ = 0
+        self.n_issued_ = 0
+        self.rounds_since_full_pass_ = 0
+        self.dirty_ = {}  # pairs i * n + j (i < j) sampled since the last triangle step
+        self._active_cache = {}
+        self._start_overlay()
+        self._start_tracking()
+
+    @property
+    def initialized(self) -> bool:
+        """The state (pair arrays, rounds) exists: created by the first call that needs it."""
+        return self._hot is not None

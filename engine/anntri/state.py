@@ -1,0 +1,227 @@
+"""ANNTri's state I/O: ``to_state``/``from_state`` as plain arrays + JSON values, and changed rows.
+
+Every writer of the (n, n) arrays records its rows, so ``to_state(copy=False)`` tells a caller
+which rows changed since an earlier state (:class:`RowChanges`). Numpy only; must never import
+Flask, Redis, RQ, ``webapp`` or ``workers``.
+"""
+from __future__ import annotations
+
+import itertools
+import numbers
+from typing import Self
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from ..utils import generator_from_state, generator_state
+from .estimates import FLOAT64_MAX_ITEMS
+from .overlay import OVERLAID
+
+#: 2 added params['stagger'], 3 params['symmetric'], 4 head-based states without ``upper``/``lower``
+#: (``tight_*`` instead) and float32 means above FLOAT64_MAX_ITEMS. Only this version loads.
+STATE_VERSION = 4
+
+_TOKENS = itertools.count(1)
+
+
+class RowChanges:
+    """Which rows of a planner's (n, n) state arrays changed between two of its states.
+
+    ``to_state(copy=False)`` hands out its (n, n) arrays as :class:`RowTracked` views labelled
+    with one of these (planner token, state number); ``later.rows_since(earlier)`` is the rows
+    written after the state ``earlier`` was handed out (a superset is possible, a subset never),
+    or None when unknown (another planner, or states out of order): then diff everything."""
+
+    __slots__ = ("token", "epoch", "_row_epoch")
+
+    def __init__(self, token: int, epoch: int, row_epoch: np.ndarray) -> None:
+        self.token, self.epoch, self._row_epoch = token, epoch, row_epoch
+
+    def rows_since(self, earlier: object) -> np.ndarray | None:
+        if (not isinstance(earlier, RowChanges) or earlier.token != self.token
+                or earlier.epoch > self.epoch):
+            return None
+        return np.flatnonzero(self._row_epoch > earlier.epoch)
+
+
+class RowTracked(np.ndarray):
+    """A view of a planner's own (n, n) array, carrying ``row_changes`` (a :class:`RowChanges`);
+    arrays derived from it (slices, arithmetic, copies) carry none."""
+
+    row_changes = None
+
+    def __array_finalize__(self, obj: np.ndarray | None) -> None:
+        self.row_changes = None
+
+
+class StateIO:
+    """Mixin of the planner (``engine.anntri.planner``): its state out and back, and which rows changed."""
+
+    #: False for the planners whose constructor fixes ``triangle`` (ANN, RandomSampling)
+    _takes_triangle = True
+
+    _ARRAYS = ("mean_", "count_", "pending_", "upper_", "lower_", "order_", "status_",
+               "round_issued_", "neighbors_", "refresh_mark_")
+    _SCALARS = ("next_round_", "n_samples_", "n_issued_", "rounds_since_full_pass_")
+    _SQUARE = ("mean_", "count_", "pending_", "upper_", "lower_")
+
+    def _start_tracking(self):
+        """Rows of the (n, n) arrays written since the last ``to_state(copy=False)``: every writer in
+        this module adds its rows to ``_touched`` (or sets ``_touched_all``), ``to_state`` folds them
+        into ``_row_epoch`` (the state in which each row last changed), so a caller diffing two states
+        of this planner reads only the rows changed in between (:class:`RowChanges`)."""
+        self._touched = set()
+        self._touched_all = True  # nothing known about the states handed out before
+        self._row_epoch = np.zeros(self.n_items, dtype=np.int64)
+        self._epoch = 0
+        self._token = next(_TOKENS)
+        self._best_cache = None  # (tick, rows' best) of current_neighbors
+        self._sums_cache = None  # (tick, count and pending row sums) of progress
+
+    def mark_rows(self, rows: ArrayLike) -> None:
+        """Tell the planner that rows of its (n, n) arrays were written from outside (e.g. a caller
+        adding to ``pending_``), so the next ``to_state(copy=False)`` reports them as changed and
+        :meth:`current_neighbors` recomputes them. Writers from outside must call it: an unreported
+        write is missing from a row-limited diff and from the cached neighbours."""
+        if self._hot is not None:
+            self._touched.update(int(r) for r in np.atleast_1d(rows).tolist())
+
+    def _fold(self) -> int:
+        """Stamp the rows written since the last fold with a new tick in ``_row_epoch``; the tick."""
+        d = self.__dict__
+        self._epoch += 1
+        if d.get("_touched_all"):
+            self._row_epoch[:] = self._epoch
+        elif self._touched:
+            self._row_epoch[np.fromiter(self._touched, dtype=np.int64, count=len(self._touched))] = self._epoch
+        self._touched.clear()
+        d["_touched_all"] = False
+        return self._epoch
+
+    def _changes(self) -> RowChanges:
+        """The label of the state handed out now (rows written later get a later tick)."""
+        return RowChanges(self._token, self._fold(), self._row_epoch)
+
+    def _params(self) -> dict:
+        rs = self.random_state
+        return {
+            "n_items": int(self.n_items),
+            "k": int(self.k),
+            "delta": float(self.delta),
+            "sigma": float(self.sigma),
+            "bound": str(self.bound),
+            "triangle": bool(self.triangle),
+            "max_samples_per_round": None if self.max_samples_per_round is None else int(self.max_samples_per_round),
+            "window": int(self.window),
+            "random_state": int(rs) if isinstance(rs, (numbers.Integral, np.integer)) else None,
+            "full_pass_every": None if self.full_pass_every is None else int(self.full_pass_every),
+            "lookahead": float(self.lookahead),
+            "stagger": bool(self.stagger),
+            "symmetric": bool(self.symmetric),
+        }
+
+    def _state_names(self):
+        if self._derived_bounds:
+            return tuple(a for a in self._ARRAYS if a not in ("upper_", "lower_"))
+        return self._ARRAYS
+
+    def to_state(self, copy: bool = True) -> dict:
+        """Plain numpy arrays + JSON-safe values (never pickle); see :func:`planner_from_state`.
+
+        Layout: ``{"version", "class", "params": {...constructor arguments},
+        "initialized": bool}`` and, once initialized, ``"rng"`` (JSON generator state),
+        ``"open_rounds"`` (list of ints), the int scalars ``next_round``, ``n_samples``,
+        ``n_issued``, ``rounds_since_full_pass`` and the arrays ``mean``, ``count``,
+        ``pending``, ``upper``, ``lower`` (n, n), ``order``, ``status``, ``round_issued``,
+        ``refresh_mark`` (n,: questions round j had issued at its row's last refresh),
+        ``neighbors`` (n, k) and ``dirty`` (m,): the pairs ``i * n + j`` (i < j) sampled since
+        the last triangle step, oldest first. ``params["window"]`` is the live window, changed or
+        not since construction. A head-based planner (``symmetric=False``) has no ``upper``/``lower``:
+        its bounds follow from ``mean`` and ``count`` except at the pairs ``tight_keys``
+        (``i * n + j``, sorted) whose running intersection is tighter, given by ``tight_upper``
+        and ``tight_lower``; its ``mean`` is float32 above ``FLOAT64_MAX_ITEMS`` items while every
+        answer is 0 or 1 (read back exactly as k / count).
+
+        ``copy=False`` hands out the planner's own arrays (no copy: they change with the planner,
+        so use them before the next call), the (n, n) ones as :class:`RowTracked` views whose
+        ``row_changes`` tell which rows changed since an earlier such state of this planner.
+        """
+        state = {
+            "version": STATE_VERSION,
+            "class": type(self).__name__,
+            "params": self._params(),
+            "initialized": self._hot is not None,
+        }
+        if state["initialized"]:
+            state["rng"] = generator_state(self.rng_)
+            state["open_rounds"] = [int(j) for j in self.open_rounds_]
+            state["dirty"] = np.fromiter(self.dirty_, dtype=np.int64, count=len(self.dirty_))
+            for name in self._SCALARS:
+                state[name.rstrip("_")] = int(getattr(self, name))
+            arrays = {name: getattr(self, name) for name in self._state_names()}  # writes the overlay back
+            changes = None if copy else self._changes()
+            for name, arr in arrays.items():
+                if copy:
+                    arr = np.array(arr, copy=True)
+                elif name in self._SQUARE:
+                    arr = arr.view(RowTracked)
+                    arr.row_changes = changes
+                state[name.rstrip("_")] = arr
+            if self._derived_bounds:
+                n = self.n_items
+                items = sorted((i * n + j, hi, lo) for i, row in self._tight.items() for j, (hi, lo) in row.items())
+                state["tight_keys"] = np.array([t[0] for t in items], dtype=np.int64)
+                state["tight_upper"] = np.array([t[1] for t in items], dtype=np.float64)
+                state["tight_lower"] = np.array([t[2] for t in items], dtype=np.float64)
+        return state
+
+    @classmethod
+    def from_state(cls, state: dict) -> Self:
+        """Rebuild a planner saved by :meth:`to_state` (it continues exactly where it was)."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"unsupported state version {state.get('version')!r} "
+                             f"(this version of the planner reads version {STATE_VERSION})")
+        if state.get("class") != cls.__name__:
+            raise ValueError(f"state of a {state.get('class')!r}, not of a {cls.__name__}")
+        params = dict(state["params"])
+        if not cls._takes_triangle:
+            params.pop("triangle", None)
+        planner = cls(**params)
+        planner._check_params()
+        if state.get("initialized"):
+            n, k = planner.n_items, planner.k
+            fdtype = np.float64 if n <= FLOAT64_MAX_ITEMS else np.float32
+            derived = not planner.symmetric
+            planner._derived_bounds = derived
+            planner._tight = {}
+            # a head-based planner keeps means of 0/1 answers in float32 above FLOAT64_MAX_ITEMS items
+            mdtype = np.float32 if derived and np.asarray(state["mean"]).dtype == np.float32 else np.float64
+            dtypes = {"mean_": mdtype, "count_": np.int32, "pending_": np.int32,
+                      "upper_": fdtype, "lower_": fdtype, "order_": np.int64, "status_": np.int8,
+                      "round_issued_": np.int64, "neighbors_": np.int64, "refresh_mark_": np.int64}
+            shapes = {"neighbors_": (n, k), "mean_": (n, n), "count_": (n, n), "pending_": (n, n),
+                      "upper_": (n, n), "lower_": (n, n)}
+            d = planner.__dict__
+            for name in cls._ARRAYS:
+                if derived and name in ("upper_", "lower_"):
+                    continue
+                arr = np.array(state[name.rstrip("_")], dtype=dtypes[name], copy=True)
+                if arr.shape != shapes.get(name, (n,)):
+                    raise ValueError(f"state array {name.rstrip('_')!r} has shape {arr.shape}")
+                d["_a_" + name if name in OVERLAID else name] = arr
+            for name in cls._SCALARS:
+                setattr(planner, name, int(state[name.rstrip("_")]))
+            planner.open_rounds_ = [int(j) for j in state["open_rounds"]]
+            planner.dirty_ = dict.fromkeys(np.asarray(state["dirty"], dtype=np.int64).tolist())
+            planner._active_cache = {}
+            planner.rng_ = generator_from_state(state["rng"])
+            if derived:
+                keys = np.asarray(state["tight_keys"], dtype=np.int64).tolist()
+                his = np.asarray(state["tight_upper"], dtype=np.float64).tolist()
+                los = np.asarray(state["tight_lower"], dtype=np.float64).tolist()
+                for key, hi, lo in zip(keys, his, los, strict=True):
+                    i, j = divmod(key, n)
+                    planner._tight.setdefault(i, {})[j] = (hi, lo)
+            planner._start_overlay()
+            planner._start_tracking()
+        return planner
