@@ -36,7 +36,7 @@ from numpy.typing import ArrayLike
 from . import triangle as tri
 from .anntri_overlay import SMALL_BATCH, SPREAD_MIN_ROUNDS, ScalarOverlay, interval_step, overlaid, round_robin  # noqa: F401
 from .bounds import UNIT_INTERVAL_BOUNDS, check_bound, confidence_interval
-from .graph import NO_NEIGHBOR, NeighborGraph  # noqa: F401  (re-exported: older imports)
+from .graph import NO_NEIGHBOR, NeighborGraph
 from .utils import (
     RandomState,
     check_int,

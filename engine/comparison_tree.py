@@ -14,7 +14,7 @@ Conventions used throughout (documented once, referred to elsewhere):
 - ``item_node_ : ndarray of shape (n_trees, n_items)`` is the deepest node each item has
   reached in each tree; once a tree is built it is the item's leaf.
 - a triplet is keyed by the int64 code ``(x * n + a) * n + b`` with ``a < b`` its pivots.
-- sentinels: ``NO_NODE``, ``NO_ITEM``, ``NO_NEIGHBOR`` (all ``-1``).
+- sentinels: ``NO_NODE``, ``NO_ITEM`` and :data:`engine.graph.NO_NEIGHBOR` (all ``-1``).
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import sparse
 
+from .graph import NO_NEIGHBOR, NeighborGraph
 from .utils import (
     GOLDEN,
     CodeTable,
@@ -48,12 +49,10 @@ from .utils import (
 
 __all__ = [
     "NO_ITEM",
-    "NO_NEIGHBOR",
     "NO_NODE",
     "ComparisonForest",
     "ForestResult",
     "ForestRoute",
-    "NeighborGraph",
     "RouteResult",
     "VoteRule",
     "run_with_oracle",
@@ -61,7 +60,6 @@ __all__ = [
 
 NO_NODE = -1
 NO_ITEM = -1
-NO_NEIGHBOR = -1
 _NO_CODE = -1
 
 # node status; the order matters: status >= SPLIT means "built"
@@ -425,15 +423,6 @@ class RouteResult:
     n_answers: int
 
 
-@dataclass(frozen=True)
-class NeighborGraph:
-    """``neighbors`` of shape (n_items, k), best first, ``NO_NEIGHBOR`` where an item has fewer
-    than k leaf-mates; ``scores`` of the same shape (see :meth:`ComparisonForest.neighbor_graph`)."""
-
-    neighbors: np.ndarray
-    scores: np.ndarray
-
-
 # ----------------------------------------------------------------------------------------
 # the forest
 # ----------------------------------------------------------------------------------------
@@ -774,7 +763,9 @@ class ComparisonForest:
         In each tree an item's neighbourhood is its leaf, or the leaf's parent when the leaf
         holds only the item (n0 = 1). A mate j of i scores Σ_trees 1/(|neighbourhood| − 1): the
         expected number of trees in which j is a random neighbourhood-mate of i. Neighbourhoods
-        larger than ``max_group`` are skipped (they say little and cost |N|²).
+        larger than ``max_group`` are skipped (they say little and cost |N|²). The graph's
+        ``estimates`` are distance-like (smaller = closer): 1 − score / n_trees, the chance that
+        j is *not* the mate of i drawn from a random tree; NaN where an item has fewer than k mates.
         """
         self._ensure_init()
         k = check_int("k", k, 1)
@@ -802,7 +793,7 @@ class ComparisonForest:
         neighbors = np.full((n, k), NO_NEIGHBOR, np.int64)
         scores = np.zeros((n, k))
         if not rows:
-            return NeighborGraph(neighbors, scores)
+            return NeighborGraph.from_neighbors(neighbors)
         mat = sparse.coo_matrix((np.concatenate(weights), (np.concatenate(rows), np.concatenate(cols))),
                                 shape=(n, n)).tocsr().tocoo()  # tocsr sums duplicate pairs
         order = np.lexsort((mat.col, -mat.data, mat.row))
@@ -812,7 +803,7 @@ class ComparisonForest:
         keep = rank < k
         neighbors[r[keep], rank[keep]] = c[keep]
         scores[r[keep], rank[keep]] = d[keep]
-        return NeighborGraph(neighbors, scores)
+        return NeighborGraph.from_neighbors(neighbors, estimates=1.0 - scores / m)
 
     # -- state ---------------------------------------------------------------------------
     def to_state(self) -> dict:

@@ -8,17 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .graph import NO_NEIGHBOR, NeighborGraph
 from .utils import RandomState, check_n_items, check_random_state, generator_from_state, generator_state
-
-if TYPE_CHECKING:
-    from .graph import NeighborGraph
-
-
-NO_NEIGHBOR = -1
 
 
 def candidate_pairs(rng: np.random.Generator, n_items: int, head: int | np.ndarray,
@@ -126,8 +120,6 @@ class RandomTriplets:
     def neighbor_graph(self, k: int = 1) -> NeighborGraph:
         """Each head's k candidates of highest smoothed win rate among those it was shown with
         (-1 where fewer were shown); ``estimates`` 1 - win rate, ``samples`` times shown."""
-        from .graph import NeighborGraph
-
         k = int(k)
         if k < 1:
             raise ValueError(f"k must be a positive integer, got {k}")
