@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .continuum import continuum_start
 from .graph import NO_NEIGHBOR, NeighborGraph
 from .random_triplets import candidate_pairs, check_triplet_answers
 from .utils import RandomState, check_n_items, check_random_state, generator_from_state, generator_state, store_params
@@ -55,14 +56,9 @@ FOCUS = 2.0
 #: embedding dimensions ``dim="auto"`` keeps fitted side by side (warm started). Dimension 1 is a
 #: continuum (morphs, a scale): fitted with the human noise model (``embedding.FIT_LAPSE``; t-STE's
 #: heavy tails need more room than a line) from the order of the items along the smallest map
-#: (:func:`_continuum_start`); it is listed last, so it is chosen only where it predicts fresh
+#: (:func:`continuum_start`); it is listed last, so it is chosen only where it predicts fresh
 #: answers ``AUTO_MARGIN`` standard errors better than every other dimension (the alien eggs)
 AUTO_DIMS = (2, 4, 8, 1)
-#: items whose nearest neighbours (in the map) make the graph a continuum's order is read from
-CONTINUUM_NEIGHBOURS = 10
-#: length of a continuum's first start (in units of the human model's logistic scale; the alien eggs
-#: span ~13: the fitted scale is 0.075 of their range)
-CONTINUUM_SPAN = 10.0
 #: weight of older refits in the prequential score of each dimension (per refit)
 AUTO_DECAY = 0.7
 #: standard errors (of the best accuracy) a larger dimension must beat a smaller one by
@@ -156,32 +152,6 @@ def _pair_preference(X: np.ndarray, h, a, b) -> np.ndarray:
                                                        -700, 700))))
 
 
-def _continuum_start(X: np.ndarray) -> np.ndarray:
-    """A line through the items of the fit X (n, d), as a start for a 1-D fit: the items in the order
-    of their geodesic distance (along the graph of each item's ``CONTINUUM_NEIGHBOURS`` nearest) from
-    one end of the graph (the item farthest from the item farthest from item 0), evenly spaced over
-    ``CONTINUUM_SPAN``; items the graph does not reach come last. O(n k log n): a k-d tree and two
-    Dijkstra runs, so it is cheap at any study size."""
-    from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import dijkstra
-    from scipy.spatial import cKDTree
-
-    n = len(X)
-    k = min(CONTINUUM_NEIGHBOURS, n - 1)
-    dist, nb = cKDTree(X).query(X, k=k + 1)
-    rows = np.repeat(np.arange(n), k)
-    graph = csr_matrix((np.maximum(dist[:, 1:].ravel(), 1e-12), (rows, nb[:, 1:].ravel())), shape=(n, n))
-    far = 0
-    for _ in range(2):
-        geo = dijkstra(graph, directed=False, indices=far)
-        far = int(np.argmax(np.where(np.isfinite(geo), geo, -1.0)))
-    geo = dijkstra(graph, directed=False, indices=far)
-    order = np.lexsort((np.arange(n), np.where(np.isfinite(geo), geo, np.inf)))
-    line = np.empty(n)
-    line[order] = np.linspace(0.0, CONTINUUM_SPAN, n)
-    return line[:, None]
-
-
 @dataclass(frozen=True)
 class FitTask:
     """One stage of a refit of duels' embedding: a pure function of these fields, so it can run
@@ -190,7 +160,7 @@ class FitTask:
     ``triplets`` (T, 3) rows (i, j, k), i closer to j than to k: the answers the refit started with;
     ``dims`` the dimensions to fit, in order; ``inits`` warm starts per dimension (missing: a small
     random start); ``maps`` the maps a line (dimension 1) starts from when the stage fits none
-    (see :func:`_continuum_start`); ``seed`` the refit's. ``key`` identifies the stage (its refit's
+    (see :func:`continuum_start`); ``seed`` the refit's. ``key`` identifies the stage (its refit's
     seed, triplets and dimensions), so a result is only ever applied to its own refit.
     """
 
@@ -222,7 +192,7 @@ def run_fit(task: FitTask) -> dict[int, np.ndarray]:
         if d == 1 and task.n_items > 2:
             maps = {**task.maps, **fitted}
             lead = next((maps[e] for e in sorted(maps) if e != 1), None)
-            init = init if lead is None else _continuum_start(lead)
+            init = init if lead is None else continuum_start(lead)
         X = emb.fit_embedding(task.triplets, task.n_items, dim=d, kernel=_kernel_of(d), init=init,
                               random_state=task.seed, max_iter=FIT_MAX_ITER)
         fitted[d] = np.asarray(X, np.float64)

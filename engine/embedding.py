@@ -17,6 +17,7 @@ from scipy.optimize import minimize
 from scipy.spatial import cKDTree
 from scipy.special import expit
 
+from .continuum import continuum_start
 from .graph import NO_NEIGHBOR, NeighborGraph
 from .random_triplets import candidate_pairs, check_triplet_answers
 from .utils import RandomState, check_n_items, check_random_state, generator_from_state, generator_state
@@ -365,10 +366,8 @@ def select_embedding(triplets: ArrayLike, n_items: int, dims: Iterable[int] = (2
 
 def _line(triplets: np.ndarray, n: int, seed: int, fit_params: dict) -> np.ndarray:
     """The human model on a line, started from the order along a 2-D t-STE map (as engine.duels does)."""
-    from .duels import _continuum_start
-
     plane = fit_embedding(triplets, n, dim=2, kernel="tste", random_state=seed, **fit_params)
-    return fit_embedding(triplets, n, dim=1, kernel="human", init=_continuum_start(plane), random_state=seed,
+    return fit_embedding(triplets, n, dim=1, kernel="human", init=continuum_start(plane), random_state=seed,
                          **fit_params)
 
 
