@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from real_crowds import nn_metrics, print_table, recorded_oracle  # noqa: E402
 
 from engine import oracles  # noqa: E402
-from engine.registry import DEFAULT_NN_ALGORITHM, make_planner  # noqa: E402
+from engine.planners import make_planner  # noqa: E402
+from engine.registry import DEFAULT_NN_ALGORITHM  # noqa: E402
 
 
 def run(oracle, n: int, batch: int, pool: bool, budgets: list[int], seed: int) -> tuple[list[float], int]:

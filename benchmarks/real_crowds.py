@@ -55,7 +55,8 @@ import numpy as np
 from engine import oracles
 from engine.datasets import load_alien_eggs, load_material
 from engine.embedding import embedding_neighbors, select_embedding
-from engine.registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool, make_planner
+from engine.planners import make_planner
+from engine.registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool
 from engine.screens import odd_one_out_triplets, rank_triplets
 
 PEER = "random triplets + embedding"

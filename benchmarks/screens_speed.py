@@ -20,7 +20,8 @@ import numpy as np
 from scipy.spatial.distance import cdist
 
 from engine.oracles import HUMAN_LAPSE, OddOneOutOracle, RankOracle, hierarchical_clusters
-from engine.registry import drive_as_pool, make_planner, run_fit_task
+from engine.planners import make_planner
+from engine.registry import drive_as_pool, run_fit_task
 
 
 class ProcessFitter:

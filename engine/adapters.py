@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .registry import restore_bare_planner
 from .utils import RandomState, check_random_state, generator_from_state, generator_state, take_one
 
 if TYPE_CHECKING:
@@ -179,9 +180,7 @@ class PairTripletAdapter:
         if state.get("class") != cls.__name__ or state.get("version") != cls.VERSION:
             raise ValueError(f"state is of {state.get('class')} v{state.get('version')}, "
                              f"not {cls.__name__} v{cls.VERSION}")
-        from .registry import restore_planner
-
-        adapter = cls(restore_planner(state["planner"]))
+        adapter = cls(restore_bare_planner(state["planner"]))
         adapter.rng_ = generator_from_state(state["rng"])
         issued = np.asarray(state["issued"], dtype=np.int64).reshape(-1, 4)
         adapter.issued_ = {(int(h), int(a), int(b)): int(c) for h, a, b, c in issued.tolist()}

@@ -29,7 +29,8 @@ from . import oracles
 from .graph import RoundPlanner, refill_rounds
 from .kinds import DEFAULT_KIND, KINDS, get_kind
 from .oracles import check_distance_matrix, median_triplet_gap
-from .registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool, make_planner
+from .planners import make_planner
+from .registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from .graph import RefitsBeside
+from .registry import restore_bare_planner
 from .utils import RandomState, check_random_state, generator_from_state, generator_state, take_one
 
 if TYPE_CHECKING:
@@ -348,9 +349,7 @@ class OddOneOutScreens(_Screens):
     @classmethod
     def from_state(cls, state: dict) -> OddOneOutScreens:
         cls._check_state(state)
-        from .registry import restore_planner
-
-        self = cls(restore_planner(state["planner"]), screens=state["screens"])
+        self = cls(restore_bare_planner(state["planner"]), screens=state["screens"])
         self._restore_base(state)
         self.issued_ = {(a, b, c): n for a, b, c, n in np.asarray(state["issued"], np.int64).reshape(-1, 4).tolist()}
         for a, b, c, h, x, y in np.asarray(state["proposals"], np.int64).reshape(-1, 6).tolist():
@@ -498,10 +497,9 @@ class RankScreens(_Screens):
     @classmethod
     def from_state(cls, state: dict) -> RankScreens:
         cls._check_state(state)
-        from .registry import restore_planner
-
-        self = cls(restore_planner(state["planner"]), screens=state["screens"], n_reference=int(state["n_reference"]),
-                   n_select=int(state["n_select"]), n_explore=int(state["n_explore"]))
+        self = cls(restore_bare_planner(state["planner"]), screens=state["screens"],
+                   n_reference=int(state["n_reference"]), n_select=int(state["n_select"]),
+                   n_explore=int(state["n_explore"]))
         self._restore_base(state)
         width = self.n_reference + 2
         self.issued_ = {tuple(r[:-1]): r[-1] for r in np.asarray(state["issued"], np.int64).reshape(-1, width).tolist()}

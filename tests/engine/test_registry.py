@@ -12,15 +12,8 @@ from scipy.spatial.distance import cdist
 from engine.adapters import pair_sample, triplet_samples
 from engine.graph import NO_NEIGHBOR, PROGRESS_KEYS, NeighborGraph
 from engine.oracles import OddOneOutOracle, PointsOracle, RankOracle, TripletOracle
-from engine.registry import (
-    ALGORITHMS,
-    DEFAULT_NN_ALGORITHM,
-    check_params,
-    entry_for_state,
-    make_planner,
-    neighbor_graph,
-    restore_planner,
-)
+from engine.planners import make_planner, restore_planner
+from engine.registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, check_params, entry_for_state, neighbor_graph
 
 N = 12
 CASES = [(name, kind) for name, entry in ALGORITHMS.items() for kind in entry.question_kinds]

@@ -9,14 +9,8 @@ from scipy.spatial.distance import cdist
 
 from engine.graph import PROGRESS_KEYS
 from engine.oracles import HumanNoise, OddOneOutOracle, RankOracle, TripletOracle
-from engine.registry import (
-    ALGORITHMS,
-    SCREEN_KINDS,
-    drive_as_pool,
-    make_planner,
-    restore_planner,
-    warning_for,
-)
+from engine.planners import make_planner, restore_planner
+from engine.registry import ALGORITHMS, SCREEN_KINDS, drive_as_pool, warning_for
 from engine.screens import (
     OddOneOutScreens,
     RankScreens,
