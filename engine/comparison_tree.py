@@ -35,6 +35,7 @@ from .utils import (
     check_int,
     check_random_state,
     check_state,
+    check_triplets,
     child_keys,
     counters_state,
     find_sorted,
@@ -294,47 +295,9 @@ class _TripletTable(CodeTable):
 # ----------------------------------------------------------------------------------------
 # boundary checks
 # ----------------------------------------------------------------------------------------
-def _check_rows(rows, width: int, what: str) -> np.ndarray:
-    """Rows of item indices as an int64 ndarray of shape (m, width)."""
-    if not isinstance(rows, np.ndarray):
-        rows = list(rows)
-        if not rows:
-            return np.empty((0, width), np.int64)
-    try:
-        arr = np.asarray(rows)
-    except ValueError as exc:  # ragged rows
-        raise ValueError(f"each {what} must have {width} entries") from exc
-    if arr.size == 0:
-        return np.empty((0, width), np.int64)
-    if arr.ndim != 2 or arr.shape[1] != width:
-        raise ValueError(f"each {what} must have {width} entries, got an array of shape {arr.shape}")
-    if not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"{what} entries must be integer item indices, got {arr.dtype} values")
-    return arr.astype(np.int64, copy=False)
-
-
-def _check_triplets(rows: np.ndarray, n_items: int, what: str, x_range=None) -> None:
-    """Pivots in range and distinct, x different from both; ``x_range=(lo, hi)`` bounds x."""
-    lo, hi = x_range if x_range is not None else (0, n_items)
-    x, p1, p2 = rows[:, 0], rows[:, 1], rows[:, 2]
-    bad = (x < lo) | (x >= hi) | (p1 < 0) | (p1 >= n_items) | (p2 < 0) | (p2 >= n_items)
-    if bad.any():
-        r = tuple(rows[np.argmax(bad)].tolist())
-        raise ValueError(f"{what} {r} has an item index outside 0..{n_items - 1}")
-    bad = (p1 == p2) | (x == p1) | (x == p2)
-    if bad.any():
-        r = tuple(rows[np.argmax(bad)].tolist())
-        raise ValueError(f"{what} {r} needs three distinct items")
-
-
 def _check_answers(answers, n_items: int, x_range=None):
-    """(rows of shape (m, 4), a_wins) after checking indices and winners."""
-    rows = _check_rows(answers, 4, "answer")
-    _check_triplets(rows[:, :3], n_items, "answer", x_range)
-    bad = (rows[:, 3] != rows[:, 1]) & (rows[:, 3] != rows[:, 2])
-    if bad.any():
-        r = tuple(rows[np.argmax(bad)].tolist())
-        raise ValueError(f"answer {r}: the winner must be p1 or p2")
+    """(rows of shape (m, 4), a_wins) after checking indices and winners; ``x_range=(lo, hi)`` bounds x."""
+    rows = check_triplets(answers, n_items, "answer", width=4, head_range=x_range)
     a_wins = rows[:, 3] == np.minimum(rows[:, 1], rows[:, 2])
     return rows, a_wins
 
@@ -663,8 +626,7 @@ class ComparisonForest:
     def asked(self, questions: Iterable[Sequence[int]]) -> np.ndarray:
         """Bool per ``(x, p1, p2)``: whether this forest asked that triplet (pending or decided)."""
         self._ensure_init()
-        rows = _check_rows(questions, 3, "question")
-        _check_triplets(rows, int(self.n_items), "question")
+        rows = check_triplets(questions, int(self.n_items), "question")
         if rows.shape[0] == 0:
             return np.zeros(0, bool)
         codes = self._code(rows[:, 0], rows[:, 1:3].min(axis=1), rows[:, 1:3].max(axis=1))
@@ -675,8 +637,7 @@ class ComparisonForest:
         are handed out again. Questions not pending (decided, unknown) are ignored. Returns the
         number of copies released."""
         self._ensure_init()
-        rows = _check_rows(questions, 3, "question")
-        _check_triplets(rows, int(self.n_items), "question")
+        rows = check_triplets(questions, int(self.n_items), "question")
         if rows.shape[0] == 0:
             return 0
         codes = self._code(rows[:, 0], rows[:, 1:3].min(axis=1), rows[:, 1:3].max(axis=1))
@@ -1041,17 +1002,16 @@ class ForestRoute:
 
     def asked(self, questions: Iterable[Sequence[int]]) -> np.ndarray:
         """Bool per ``(q, p1, p2)``: whether this search asked that triplet about its item."""
-        rows = _check_rows(questions, 3, "question")
+        rows = check_triplets(questions, int(self.forest.n_items), "question")
         if rows.shape[0] == 0:
             return np.zeros(0, bool)
         codes = self._code(rows[:, 1:3].min(axis=1), rows[:, 1:3].max(axis=1))
         return (rows[:, 0] == self.item) & ~self.table_.check_known(codes)
 
     def forget(self, questions: Iterable[Sequence[int]]) -> int:
-        rows = _check_rows(questions, 3, "question")
+        rows = check_triplets(questions, int(self.forest.n_items), "question", head_range=(self.item, self.item + 1))
         if rows.shape[0] == 0:
             return 0
-        _check_triplets(rows, int(self.forest.n_items), "question", (self.item, self.item + 1))
         return self.table_.release(self._code(rows[:, 1:3].min(axis=1), rows[:, 1:3].max(axis=1)))
 
     @property

@@ -20,8 +20,16 @@ import numpy as np
 
 from .continuum import continuum_start
 from .graph import NO_NEIGHBOR, NeighborGraph
-from .random_triplets import candidate_pairs, check_triplet_answers
-from .utils import RandomState, check_n_items, check_random_state, generator_from_state, generator_state, store_params
+from .random_triplets import candidate_pairs
+from .utils import (
+    RandomState,
+    check_n_items,
+    check_random_state,
+    check_triplets,
+    generator_from_state,
+    generator_state,
+    store_params,
+)
 
 #: weight (in duels) of the shortlist order in a candidate's score, until repeated duels have
 #: weighed the embedding's own prediction (``kappa_``)
@@ -380,7 +388,7 @@ class CandidateDuels:
     def observe(self, answers: Iterable[Sequence[int]] | np.ndarray) -> None:
         """Apply ``(head, a, b, winner)`` rows; any triplet is accepted (issued or not): it feeds
         the embedding, and counts as a duel of a and b for that head."""
-        arr = check_triplet_answers(answers, self.n_items)
+        arr = check_triplets(answers, self.n_items, "triplet answer", width=4)
         for h, a, b, w in arr.tolist():
             lo, hi = (a, b) if a < b else (b, a)
             key = (h, lo, hi)

@@ -19,8 +19,15 @@ from scipy.special import expit
 
 from .continuum import continuum_start
 from .graph import NO_NEIGHBOR, NeighborGraph
-from .random_triplets import candidate_pairs, check_triplet_answers
-from .utils import RandomState, check_n_items, check_random_state, generator_from_state, generator_state
+from .random_triplets import candidate_pairs
+from .utils import (
+    RandomState,
+    check_n_items,
+    check_random_state,
+    check_triplets,
+    generator_from_state,
+    generator_state,
+)
 
 KERNELS = ("ste", "tste", "human")
 #: Lapse rate the ``"human"`` fitting kernel assumes: the share of answers given at random. People lapse
@@ -36,17 +43,6 @@ SCREEN_CANDIDATES = 16
 
 
 # ---------------------------------------------------------------------------- fitting core
-def _check_triplets(triplets, n_items: int) -> np.ndarray:
-    t = np.asarray(triplets, dtype=np.int64)
-    if t.size == 0:
-        return np.empty((0, 3), np.int64)
-    if t.ndim != 2 or t.shape[1] != 3:
-        raise ValueError(f"triplets must be rows (i, j, k), got shape {t.shape}")
-    if t.min() < 0 or t.max() >= n_items:
-        raise ValueError(f"item indices must lie in 0..{n_items - 1}")
-    return t
-
-
 def _check_kernel(kernel: str, alpha, dim: int) -> float:
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, not {kernel!r}")
@@ -102,7 +98,7 @@ def triplet_probabilities(X: ArrayLike, triplets: ArrayLike, kernel: str = "tste
     if X.ndim != 2:
         raise ValueError(f"X must be an array of shape (n_items, dim), got {X.shape}")
     a = _check_kernel(kernel, alpha, X.shape[1])
-    t = _check_triplets(triplets, len(X))
+    t = check_triplets(triplets, len(X))
     dij = np.sum((X[t[:, 0]] - X[t[:, 1]]) ** 2, axis=1)
     dik = np.sum((X[t[:, 0]] - X[t[:, 2]]) ** 2, axis=1)
     return np.exp(_log_p(dij, dik, kernel, a))
@@ -235,7 +231,7 @@ def fit_embedding(triplets: ArrayLike, n_items: int, dim: int = 2, kernel: str =
     a = _check_kernel(kernel, alpha, dim)
     if l2 < 0:
         raise ValueError(f"l2 must be >= 0, got {l2}")
-    t = _check_triplets(triplets, n)
+    t = check_triplets(triplets, n)
     if init is None:
         X0 = check_random_state(random_state).normal(scale=1e-2, size=(n, dim))
     else:
@@ -300,7 +296,7 @@ def _pair_sq_dists(X: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def triplet_accuracy(X: ArrayLike, triplets: ArrayLike) -> float:
     """Share of ``(i, j, k)`` rows where j is strictly the closer of the two in X."""
-    t = _check_triplets(triplets, len(X))
+    t = check_triplets(triplets, len(X))
     if len(t) == 0:
         return float("nan")
     X = np.asarray(X, dtype=np.float64)
@@ -332,7 +328,7 @@ def select_embedding(triplets: ArrayLike, n_items: int, dims: Iterable[int] = (2
     every model the learner it is compared with can choose (it is tried last and must beat the rest).
     """
     n = check_n_items(n_items)
-    t = _check_triplets(triplets, n)
+    t = check_triplets(triplets, n)
     if not 0 < holdout < 1:
         raise ValueError(f"holdout must lie in (0, 1), got {holdout}")
     if len(t) < 2:
@@ -444,7 +440,7 @@ class EmbeddingLearner:
         return [tuple(map(int, row)) for row in q]
 
     def observe(self, answers: Iterable[Sequence[int]]) -> None:
-        arr = check_triplet_answers(answers, self.n_items)
+        arr = check_triplets(answers, self.n_items, "triplet answer", width=4)
         if len(arr):
             self.answers_ = np.concatenate([self.answers_, arr])
 
@@ -690,7 +686,7 @@ class ActiveEmbedding(EmbeddingLearner):
         return out
 
     def observe(self, answers: Iterable[Sequence[int]]) -> None:
-        arr = check_triplet_answers(answers, self.n_items)
+        arr = check_triplets(answers, self.n_items, "triplet answer", width=4)
         if len(arr):
             self.answers_ = np.concatenate([self.answers_, arr])
             # an answer settles one pending question of its head (if any: it may come from a log)

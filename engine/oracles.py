@@ -22,7 +22,7 @@ from scipy.spatial.distance import cdist
 
 from .graph import NO_NEIGHBOR, NeighborGraph, Planner  # noqa: F401 (NO_NEIGHBOR re-exported: item without a neighbour)
 from .random_triplets import candidate_pairs
-from .utils import RandomState, check_random_state
+from .utils import RandomState, check_random_state, check_triplets
 
 TRIPLET_NOISE_MODELS = ("flip", "logistic", "human")
 
@@ -519,9 +519,7 @@ class RecordedTriplets:
         return L
 
     def p1_wins(self, questions: Iterable[Sequence[int]]) -> np.ndarray:
-        q = _as_index_array(questions, 3, self.n_items)
-        if np.any((q[:, 0] == q[:, 1]) | (q[:, 0] == q[:, 2]) | (q[:, 1] == q[:, 2])):
-            raise ValueError("a triplet question needs three distinct items")
+        q = check_triplets(questions, self.n_items, "triplet question")
         return self.closer[q[:, 0], q[:, 1], q[:, 2]]
 
     def answer(self, questions: Iterable[Sequence[int]]) -> list[tuple[int, int, int, int]]:

@@ -31,6 +31,7 @@ from .kinds import DEFAULT_KIND, KINDS, get_kind
 from .oracles import check_distance_matrix, median_triplet_gap
 from .planners import make_planner
 from .registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool
+from .utils import check_triplets
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -470,15 +471,9 @@ class PilotFit:
 
 
 def check_pilot_triplets(triplets: ArrayLike, n_items: int) -> np.ndarray:
-    t = np.asarray(triplets, dtype=np.int64)
-    if t.size == 0:
+    t = check_triplets(triplets, n_items, "pilot triplet")
+    if len(t) == 0:
         raise ValueError("the pilot has no triplet answers")
-    if t.ndim != 2 or t.shape[1] != 3:
-        raise ValueError(f"pilot triplets must be rows (i, j, k), got shape {t.shape}")
-    if t.min() < 0 or t.max() >= n_items:
-        raise ValueError(f"pilot item indices must lie in 0..{n_items - 1}")
-    if np.any((t[:, 0] == t[:, 1]) | (t[:, 0] == t[:, 2]) | (t[:, 1] == t[:, 2])):
-        raise ValueError("a pilot triplet names the same item twice")
     return t
 
 

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from .graph import NO_NEIGHBOR, NeighborGraph
-from .utils import RandomState, check_n_items, check_random_state, generator_from_state, generator_state
+from .utils import (
+    RandomState,
+    check_n_items,
+    check_random_state,
+    check_triplets,
+    generator_from_state,
+    generator_state,
+)
 
 
 def candidate_pairs(rng: np.random.Generator, n_items: int, head: int | np.ndarray,
@@ -48,27 +55,6 @@ class TripletWinRates:
         return (self.wins + 1.0) / (self.shown + 2.0)
 
 
-def check_triplet_answers(answers: Iterable[Sequence[int]], n_items: int) -> np.ndarray:
-    """Validate ``(head, a, b, winner)`` rows; returns an int64 array of shape (m, 4)."""
-    rows = list(answers)
-    if not rows:
-        return np.empty((0, 4), dtype=np.int64)
-    try:
-        arr = np.asarray(rows, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise ValueError(f"triplet answers must be rows of 4 item indices: {exc}") from None
-    if arr.ndim != 2 or arr.shape[1] != 4:
-        raise ValueError(f"triplet answers must be rows (head, a, b, winner), got shape {arr.shape}")
-    if arr.min() < 0 or arr.max() >= n_items:
-        raise ValueError(f"item indices must lie in 0..{n_items - 1}")
-    h, a, b, w = arr.T
-    if np.any((h == a) | (h == b) | (a == b)):
-        raise ValueError("head and both candidates of a triplet must be three different items")
-    if np.any((w != a) & (w != b)):
-        raise ValueError("the winner of a triplet must be one of its two candidates")
-    return arr
-
-
 class RandomTriplets:
     """Question planner asking uniformly random triplets.
 
@@ -100,7 +86,7 @@ class RandomTriplets:
         return [(int(h), int(x), int(y)) for h, x, y in zip(heads, a, b, strict=True)]
 
     def observe(self, answers: Iterable[Sequence[int]]) -> None:
-        arr = check_triplet_answers(answers, self.n_items)
+        arr = check_triplets(answers, self.n_items, "triplet answer", width=4)
         if not len(arr):
             return
         h, a, b, w = arr.T
