@@ -510,8 +510,7 @@ class CandidateDuels:
         ds = self._dims()
         want = tuple(int(ds[i]) for i in dims)
         inits = {d: self.fit_partial_.get(d, self.embeddings_.get(d)) for d in want}
-        # a line kept half-fitted by an older version goes on from there; otherwise it restarts
-        maps = {} if 1 in self.fit_partial_ else {d: X for d, X in self.embeddings_.items() if d != 1}
+        maps = {d: X for d, X in self.embeddings_.items() if d != 1}
         return FitTask(self.n_items, self.triplets_[: job["triplets"]], want,
                        {d: X for d, X in inits.items() if X is not None}, maps, int(job["seed"]))
 
@@ -573,15 +572,11 @@ class CandidateDuels:
 
     def _end_fit(self) -> None:
         """Close the refit under way: the dimensions it finished are scored on the answers that
-        arrive next; one it did not finish (a new refit of the leading dimension fell due first)
-        keeps its partial fit as the warm start of its next refit, unscored."""
+        arrive next; those it did not finish (a new refit of the leading dimension fell due first)
+        keep their previous fit, unscored."""
         job = self.fit_job_
         dims = self._dims()
         fitted = job.get("fitted", 0)
-        for d, X in self.fit_partial_.items():
-            self.embeddings_[d] = X
-            if not job["dims"] or d != dims[job["dims"][0]]:  # finished (a refit saved by an older version)
-                fitted |= 1 << dims.index(d)
         self.fresh_dims_ = np.array([bool(fitted >> i & 1) for i in range(len(dims))])
         self.fit_partial_ = {}
         self.fitted_triplets_ = job["triplets"]
@@ -1423,7 +1418,7 @@ class CandidateDuels:
 
     @classmethod
     def from_state(cls, state: dict) -> CandidateDuels:
-        if state.get("class") != cls.__name__ or state.get("version") not in (1, 2, 3, 4, cls.VERSION):
+        if state.get("class") != cls.__name__ or state.get("version") != cls.VERSION:
             raise ValueError(
                 f"state is of {state.get('class')} v{state.get('version')}, not {cls.__name__} v{cls.VERSION}"
             )
@@ -1441,26 +1436,16 @@ class CandidateDuels:
         p.answered_ = np.array(state["answered"], np.int64)
         p.cands_ = np.array(state["cands"], np.int64)
         p.embedding_ = None if state["embedding"] is None else np.array(state["embedding"], np.float64)
-        if state["version"] == 1:  # one embedding of the fixed dimension; every triplet was fitted
-            if p.embedding_ is not None:
-                p.embeddings_ = {int(p.dim): p.embedding_.copy()}
-            p.fitted_triplets_ = len(p.triplets_) if p.embedding_ is not None else 0
-        else:
-            p.embeddings_ = {int(d): np.array(X, np.float64) for d, X in state["embeddings"].items()}
-            p.dim_scores_ = np.array(state["dim_scores"], np.float64).reshape(2, -1)
-            p.fresh_dims_ = np.array(state["fresh_dims"], bool)
-            p.fitted_triplets_ = int(state["fitted_triplets"])
-            missing = len(p._dims()) - p.dim_scores_.shape[1]
-            if missing > 0:  # before version 5 "auto" had no line (AUTO_DIMS gained it at the end)
-                p.dim_scores_ = np.pad(p.dim_scores_, ((0, 0), (0, missing)))
-                p.fresh_dims_ = np.pad(p.fresh_dims_, (0, missing))
-        if state["version"] >= 3:
-            p.kappa_ = None if state["kappa"] is None else float(state["kappa"])
-            job = state["fit_job"]
-            p.fit_job_ = None if job is None else {**{k: int(v) for k, v in job.items() if k != "dims"},
-                                                   "dims": [int(i) for i in job["dims"]]}
-            p.fit_partial_ = {int(d): np.array(X, np.float64) for d, X in state["fit_partial"].items()}
-        p.coin_ = bool(state.get("coin", False))  # before version 4: decided at the next refit
+        p.embeddings_ = {int(d): np.array(X, np.float64) for d, X in state["embeddings"].items()}
+        p.dim_scores_ = np.array(state["dim_scores"], np.float64).reshape(2, -1)
+        p.fresh_dims_ = np.array(state["fresh_dims"], bool)
+        p.fitted_triplets_ = int(state["fitted_triplets"])
+        p.kappa_ = None if state["kappa"] is None else float(state["kappa"])
+        job = state["fit_job"]
+        p.fit_job_ = None if job is None else {**{k: int(v) for k, v in job.items() if k != "dims"},
+                                               "dims": [int(i) for i in job["dims"]]}
+        p.fit_partial_ = {int(d): np.array(X, np.float64) for d, X in state["fit_partial"].items()}
+        p.coin_ = bool(state["coin"])
         p.fitted_on_ = int(state["fitted_on"])
         p.n_fits_ = int(state["n_fits"])
         p.n_answers_ = int(state["n_answers"])

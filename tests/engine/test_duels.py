@@ -235,12 +235,6 @@ def test_auto_dimension_is_chosen_on_answers_no_fit_had_seen():
     assert p.progress()["embedding_dim"] == p.chosen_dim_
     q = CandidateDuels.from_state(p.to_state())
     assert q.chosen_dim_ == p.chosen_dim_ and q.next_questions(30) == p.next_questions(30)
-    old = p.to_state()
-    old.update(version=1, params={**old["params"], "dim": 2}, embedding=p.embeddings_[2])
-    for key in ("embeddings", "dim_scores", "fresh_dims", "fitted_triplets"):
-        del old[key]
-    r = CandidateDuels.from_state(old)
-    assert set(r.embeddings_) == {2} and r.fitted_triplets_ == len(r.triplets_)
 
 
 def test_the_graph_is_anytime_before_the_first_embedding_fit():
