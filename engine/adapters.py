@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .registry import restore_bare_planner
-from .utils import RandomState, check_random_state, check_triplets, generator_from_state, generator_state, take_one
+from .utils import (
+    RandomState,
+    check_random_state,
+    check_state,
+    check_triplets,
+    generator_from_state,
+    generator_state,
+    take_one,
+)
 
 if TYPE_CHECKING:
     from typing import Any
@@ -169,9 +177,7 @@ class PairTripletAdapter:
 
     @classmethod
     def from_state(cls, state: dict) -> PairTripletAdapter:
-        if state.get("class") != cls.__name__ or state.get("version") != cls.VERSION:
-            raise ValueError(f"state is of {state.get('class')} v{state.get('version')}, "
-                             f"not {cls.__name__} v{cls.VERSION}")
+        check_state(state, cls.__name__, (cls.VERSION,))
         adapter = cls(restore_bare_planner(state["planner"]))
         adapter.rng_ = generator_from_state(state["rng"])
         issued = np.asarray(state["issued"], dtype=np.int64).reshape(-1, 4)

@@ -25,6 +25,7 @@ from .utils import (
     RandomState,
     check_n_items,
     check_random_state,
+    check_state,
     check_triplets,
     generator_from_state,
     generator_state,
@@ -1418,10 +1419,7 @@ class CandidateDuels:
 
     @classmethod
     def from_state(cls, state: dict) -> CandidateDuels:
-        if state.get("class") != cls.__name__ or state.get("version") != cls.VERSION:
-            raise ValueError(
-                f"state is of {state.get('class')} v{state.get('version')}, not {cls.__name__} v{cls.VERSION}"
-            )
+        check_state(state, cls.__name__, (cls.VERSION,))
         p = cls(int(state["n_items"]), **state["params"])
         p.rng_ = generator_from_state(state["rng"])
         p.triplets_ = np.array(state["triplets"], np.int64).reshape(-1, 3)

@@ -24,6 +24,7 @@ from .utils import (
     RandomState,
     check_n_items,
     check_random_state,
+    check_state,
     check_triplets,
     generator_from_state,
     generator_state,
@@ -551,10 +552,7 @@ class EmbeddingLearner:
 
     @classmethod
     def from_state(cls, state: dict) -> Self:
-        if state.get("class") != cls.__name__ or state.get("version") != cls.VERSION:
-            raise ValueError(
-                f"state is of {state.get('class')} v{state.get('version')}, not {cls.__name__} v{cls.VERSION}"
-            )
+        check_state(state, cls.__name__, (cls.VERSION,))
         planner = cls(int(state["n_items"]), **state["params"])
         planner.rng_ = generator_from_state(state["rng"])
         planner.fit_seed_ = int(state["fit_seed"])

@@ -16,6 +16,7 @@ from .utils import (
     RandomState,
     check_n_items,
     check_random_state,
+    check_state,
     check_triplets,
     generator_from_state,
     generator_state,
@@ -156,10 +157,7 @@ class RandomTriplets:
 
     @classmethod
     def from_state(cls, state: dict) -> RandomTriplets:
-        if state.get("class") != cls.__name__ or state.get("version") != cls.VERSION:
-            raise ValueError(
-                f"state is of {state.get('class')} v{state.get('version')}, not {cls.__name__} v{cls.VERSION}"
-            )
+        check_state(state, cls.__name__, (cls.VERSION,))
         planner = cls(int(state["n_items"]))
         planner.rng_ = generator_from_state(state["rng"])
         planner.wins_ = np.array(state["wins"], dtype=np.int64)

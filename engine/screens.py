@@ -28,7 +28,7 @@ import numpy as np
 
 from .graph import RefitsBeside
 from .registry import restore_bare_planner
-from .utils import RandomState, check_random_state, generator_from_state, generator_state, take_one
+from .utils import RandomState, check_random_state, check_state, generator_from_state, generator_state, take_one
 
 if TYPE_CHECKING:
     from .graph import NeighborGraph, Progress
@@ -244,12 +244,6 @@ class _Screens:
                 "n_issued": int(self.n_issued_), "n_answers": int(self.n_answers_),
                 "n_triplets": int(self.n_triplets_)}
 
-    @classmethod
-    def _check_state(cls, state: dict) -> None:
-        if state.get("class") != cls.__name__ or state.get("version") != cls.VERSION:
-            raise ValueError(f"state is of {state.get('class')} v{state.get('version')}, "
-                             f"not {cls.__name__} v{cls.VERSION}")
-
     def _restore_base(self, state: dict) -> None:
         self.rng_ = generator_from_state(state["rng"])
         self.n_issued_ = int(state["n_issued"])
@@ -348,7 +342,7 @@ class OddOneOutScreens(_Screens):
 
     @classmethod
     def from_state(cls, state: dict) -> OddOneOutScreens:
-        cls._check_state(state)
+        check_state(state, cls.__name__, (cls.VERSION,))
         self = cls(restore_bare_planner(state["planner"]), screens=state["screens"])
         self._restore_base(state)
         self.issued_ = {(a, b, c): n for a, b, c, n in np.asarray(state["issued"], np.int64).reshape(-1, 4).tolist()}
@@ -496,7 +490,7 @@ class RankScreens(_Screens):
 
     @classmethod
     def from_state(cls, state: dict) -> RankScreens:
-        cls._check_state(state)
+        check_state(state, cls.__name__, (cls.VERSION,))
         self = cls(restore_bare_planner(state["planner"]), screens=state["screens"],
                    n_reference=int(state["n_reference"]), n_select=int(state["n_select"]),
                    n_explore=int(state["n_explore"]))

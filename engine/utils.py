@@ -6,7 +6,7 @@ Must never import Flask, Redis or anything outside numpy/scipy.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, Self, TypeVar
 
 import numpy as np
@@ -200,15 +200,14 @@ def json_seed(random_state: RandomState) -> int | None:
 
 def check_state(state: dict, cls_name: str, versions: Iterable[int]) -> int:
     """The version of ``state`` once it is known to be a saved ``cls_name`` of one of the
-    ``versions`` this code reads; ValueError saying which of the two it is not otherwise."""
-    if state.get("class") != cls_name:
-        raise ValueError(f"state of a {state.get('class')!r}, not of a {cls_name}")
+    ``versions`` this code reads: the one check of a saved state's class and version (every planner's
+    and estimator's ``from_state``). ValueError otherwise, in the same words everywhere:
+    "state is of ANN v1, not CandidateDuels v5"."""
     versions = tuple(versions)
-    version = state.get("version")
-    if version not in versions:
-        expected = " or ".join(str(v) for v in versions)
-        raise ValueError(f"unsupported state version {version!r} (expected {expected})")
-    return version
+    if not isinstance(state, Mapping) or state.get("class") != cls_name or state.get("version") not in versions:
+        found = f"{state.get('class')} v{state.get('version')}" if isinstance(state, Mapping) else type(state).__name__
+        raise ValueError(f"state is of {found}, not {cls_name} v{' or v'.join(str(v) for v in versions)}")
+    return state["version"]
 
 
 def arrays_state(source: object, names: Iterable[str], prefix: str = "") -> dict:

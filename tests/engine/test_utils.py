@@ -70,10 +70,30 @@ def test_code_table_state_round_trips_and_rejects_ragged_columns():
 
 def test_check_state_names_the_class_or_the_version_and_reads_older_versions():
     assert check_state({"class": "A", "version": 1}, "A", (1, 2)) == 1
-    with pytest.raises(ValueError, match="state of a 'B', not of a A"):
+    with pytest.raises(ValueError, match="^state is of B v1, not A v1$"):
         check_state({"class": "B", "version": 1}, "A", (1,))
-    with pytest.raises(ValueError, match=r"unsupported state version 3 \(expected 1 or 2\)"):
+    with pytest.raises(ValueError, match="^state is of A v3, not A v1 or v2$"):
         check_state({"class": "A", "version": 3}, "A", (1, 2))
+    with pytest.raises(ValueError, match="^state is of list, not A v1$"):
+        check_state([1], "A", (1,))
+
+
+@pytest.mark.parametrize("name,kind", [("duels", "triplet"), ("random_triplets", "triplet"), ("embedding", "triplet"),
+                                       ("active_embedding", "triplet"), ("anntri", "triplet"), ("duels", "rank"),
+                                       ("duels", "odd_one_out"), ("comparison_forest", "triplet")])
+def test_every_planner_refuses_another_class_or_version_in_the_same_words(name, kind):
+    """Planners, their wrappers (pair adapter, screens) and the forest check a saved state with check_state."""
+    from engine.planners import make_planner
+
+    planner = make_planner(name, 12, question_kind=kind, random_state=0)
+    planner = getattr(planner, "forest", planner)  # a forest study's forest carries the version
+    cls, state = type(planner), planner.to_state()
+    want = f"not {cls.__name__} v{state['version']}$"
+    with pytest.raises(ValueError, match=rf"^state is of {cls.__name__} v{state['version'] + 1}, {want}"):
+        cls.from_state({**state, "version": state["version"] + 1})
+    with pytest.raises(ValueError, match=rf"^state is of ANNTri v{state['version']}, {want}"):
+        cls.from_state({**state, "class": "ANNTri"})
+    assert type(cls.from_state(state)) is cls
 
 
 class _Estimator(StateMixin):
