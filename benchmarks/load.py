@@ -416,6 +416,8 @@ def start_profilers(pids: dict[str, list[int]], seconds: int, folder: Path) -> l
 HOT_PATH_FILES = ("webapp/questions_answers.py", "webapp/rating.py", "webapp/api.py", "webapp/raters.py",
                   "webapp/limits.py", "webapp/tokens.py", "workers/store/studies.py", "workers/store/questions.py",
                   "workers/store/answers.py", "workers/store/queue.py", "workers/jobs/update.py",
+                  "workers/jobs/update_pass.py", "workers/jobs/learner_cache.py", "workers/jobs/checkpoints.py",
+                  "workers/jobs/summary.py", "workers/jobs/truth_curve.py", "workers/jobs/lock.py",
                   "workers/store/engine_state.py", "workers/jobs/learners.py", "webapp/cli/serve.py",
                   "webapp/__init__.py", "webapp/metrics.py", "webapp/errors.py", "webapp/storage.py",
                   "webapp/auth.py", "workers/store/raters.py", "workers/store/lua/accept.lua",

@@ -7,7 +7,7 @@ import json
 
 from helpers import answer, fetch_question, run_worker
 
-from workers.jobs.update import apply_new_answers
+from workers.jobs.update_pass import apply_new_answers
 from workers.store import engine_state, keys
 from workers.store.answers import count_answers, read_answers
 

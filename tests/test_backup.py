@@ -11,7 +11,7 @@ import redis
 from click.testing import CliRunner
 
 from webapp.cli import main
-from workers.jobs.update import apply_new_answers
+from workers.jobs.update_pass import apply_new_answers
 from workers.results.exports import nn_graph
 from workers.store import keys
 from workers.store.answers import accept_answer, read_answers

@@ -80,7 +80,7 @@ def test_without_redis_url_commands_use_the_instance_redis_and_its_data_persists
 def test_rebuild_excluding_a_rater_replays_the_log_without_them(cli, app, conn, study_id):
     import numpy as np
 
-    from workers.jobs.update import apply_new_answers
+    from workers.jobs.update_pass import apply_new_answers
     from workers.store import engine_state, keys
 
     careful, careless = app.test_client(), app.test_client()

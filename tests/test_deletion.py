@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from helpers import colour_items, run_worker
 
 from webapp.cli import main
+from workers.jobs.learner_cache import load_learners
 from workers.jobs.rebuild import rebuild_study
-from workers.jobs.update import load_learners
 from workers.results.exports import nn_graph
 from workers.store import keys
 from workers.store.answers import accept_answer

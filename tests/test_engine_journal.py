@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from test_backup import give_answers
 
-from workers.jobs import update as jobs
+from workers.jobs import checkpoints, learner_cache, update_pass
 from workers.store import engine_state, keys
 from workers.store.config import StudyConfig
 from workers.store.studies import Item, create_study, get_study
@@ -23,9 +23,9 @@ def empty_cache():
     # the question service draws which algorithm asks from Python's random: seeded, every pass's
     # answers reach the same learners on every run (else a pass may leave one learner unchanged)
     random.seed(0)
-    jobs.forget_cached()
+    learner_cache.forget_cached()
     yield
-    jobs.forget_cached()
+    learner_cache.forget_cached()
 
 
 def assert_lifted_equal(a: engine_state.Lifted, b: engine_state.Lifted) -> None:
@@ -79,19 +79,19 @@ def make_anntri_study(conn, study_id="big", n=300):
 
 
 def kept_state(study_id: str, label: str) -> dict:
-    return jobs._cache[study_id].learners[label].to_state()
+    return learner_cache.cached_study(study_id).learners[label].to_state()
 
 
 def test_a_pass_commits_only_what_changed_not_the_whole_state(conn):
     study_id = make_anntri_study(conn)
-    jobs.apply_new_answers(conn, study_id)  # the first save is whole: there is nothing to append to
+    update_pass.apply_new_answers(conn, study_id)  # the first save is whole: there is nothing to append to
     whole = engine_state.Lifted.of(engine_state.load(conn, study_id, "anntri")).nbytes
     skeleton = conn.hget(keys.engine(study_id, "anntri"), "skeleton")
     written = int(conn.hget(keys.engine_stats(study_id), "state_bytes_written"))
     assert written >= whole
     for seed in range(3):
         give_answers(conn, study_id, 12, seed=seed)
-        jobs.apply_new_answers(conn, study_id)
+        update_pass.apply_new_answers(conn, study_id)
         now = int(conn.hget(keys.engine_stats(study_id), "state_bytes_written"))
         assert 0 < now - written < whole / 20  # a pass of a dozen answers writes a few % of the state
         written = now
@@ -104,7 +104,7 @@ def test_a_pass_commits_only_what_changed_not_the_whole_state(conn):
 def run_passes(conn, study_id: str, passes: int, check=False) -> dict:
     for seed in range(passes):
         give_answers(conn, study_id, 20, seed=seed)  # both learners get some in every pass
-        jobs.apply_new_answers(conn, study_id)
+        update_pass.apply_new_answers(conn, study_id)
         if check:  # after every pass, checkpoint or not: the stored state is the one kept in memory
             for label in ("anntri", "rt"):
                 assert_states_equal(engine_state.load(conn, study_id, label), kept_state(study_id, label))
@@ -119,7 +119,7 @@ def test_a_journal_grows_by_one_entry_per_pass_until_a_checkpoint_is_due(conn):
 
 
 def test_checkpoints_fold_the_journal_in_without_changing_the_state(conn, monkeypatch):
-    monkeypatch.setattr(jobs, "CHECKPOINT_ENTRIES", 3)
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_ENTRIES", 3)
     make_anntri_study(conn, "folded", n=60)
     run_passes(conn, "folded", 8, check=True)
     # both learners were checkpointed (how often depends on journal sizes: the count is not pinned)
@@ -132,12 +132,12 @@ def test_checkpoints_fold_the_journal_in_without_changing_the_state(conn, monkey
     # the kept learners go on from the checkpointed state: further passes still come from memory
     before = int(conn.hget(keys.engine_stats("folded"), "passes_from_memory"))
     give_answers(conn, "folded", 5, seed=99)
-    jobs.apply_new_answers(conn, "folded")
+    update_pass.apply_new_answers(conn, "folded")
     assert int(conn.hget(keys.engine_stats("folded"), "passes_from_memory")) == before + 1
     # and a process without them (another worker) reloads the same state from checkpoint + journal
     kept = {label: kept_state("folded", label) for label in ("anntri", "rt")}
-    jobs.forget_cached()
-    learners = jobs.load_learners(conn, get_study(conn, "folded"))
+    learner_cache.forget_cached()
+    learners = learner_cache.load_learners(conn, get_study(conn, "folded"))
     for label, learner in learners.items():
         assert_states_equal(learner.to_state(), kept[label])
 
@@ -150,9 +150,9 @@ def test_a_checkpoint_written_but_never_put_in_place_changes_nothing(conn):
     engine_state.write_checkpoint(conn, study_id, "anntri", stored.lifted, stored.lineage, stored.seq, chunk_bytes=500)
     assert len(conn.hkeys(keys.engine_checkpoint(study_id, "anntri"))) > 20  # written in pieces
     assert_lifted_equal(engine_state.load_stored(conn, study_id, "anntri").lifted, stored.lifted)
-    jobs.forget_cached()
+    learner_cache.forget_cached()
     give_answers(conn, study_id, 5, seed=7)
-    jobs.apply_new_answers(conn, study_id)  # another worker goes on from checkpoint + journal
+    update_pass.apply_new_answers(conn, study_id)  # another worker goes on from checkpoint + journal
     after = engine_state.load_stored(conn, study_id, "anntri")
     assert after.seq == stored.seq + 1 and after.lineage == stored.lineage
     # the leftover is of an older point of the journal than a fresh one would be: still valid, it is
@@ -191,17 +191,17 @@ def test_a_state_saved_before_journals_still_loads_and_the_next_pass_starts_a_jo
     fields.update({f"array:{p}": engine_state._npy(a) for p, a in lifted.arrays.items()})
     conn.delete(keys.engine(study_id, "anntri"), keys.engine_journal(study_id, "anntri"))
     conn.hset(keys.engine(study_id, "anntri"), mapping=fields)
-    jobs.forget_cached()
+    learner_cache.forget_cached()
     assert_states_equal(engine_state.load(conn, study_id, "anntri"), state)
     assert engine_state.load_stored(conn, study_id, "anntri").lineage is None
     give_answers(conn, study_id, 20, seed=11)
-    jobs.apply_new_answers(conn, study_id)
+    update_pass.apply_new_answers(conn, study_id)
     stored = engine_state.load_stored(conn, study_id, "anntri")
     assert stored.lineage is not None and stored.seq == 0  # saved whole once, as a new lineage
     assert stored.state["n_samples"] == state["n_samples"] + sum(
         1 for _, f in conn.xrange(keys.answers(study_id))[-20:] if f[b"algorithm"] == b"anntri")
     give_answers(conn, study_id, 20, seed=12)
-    jobs.apply_new_answers(conn, study_id)
+    update_pass.apply_new_answers(conn, study_id)
     assert engine_state.load_stored(conn, study_id, "anntri").seq == 1
 
 
@@ -209,7 +209,7 @@ def test_readers_get_the_state_of_the_last_committed_pass(conn):
     study_id = make_anntri_study(conn, n=40)
     run_passes(conn, study_id, 4)
     study = get_study(conn, study_id)
-    learners = jobs.load_learners(conn, study)  # what exports, layouts and rebuilds read
+    learners = learner_cache.load_learners(conn, study)  # what exports, layouts and rebuilds read
     for label, learner in learners.items():
         assert_states_equal(learner.to_state(), kept_state(study_id, label))
 
@@ -255,7 +255,7 @@ def test_journal_entries_are_deflated_and_uncompressed_ones_still_apply():
 
 
 def test_a_large_first_save_is_written_in_pieces_outside_the_pass_transaction(conn, monkeypatch):
-    monkeypatch.setattr(jobs, "CHUNKED_SAVE_BYTES", 0)  # every whole save counts as large
+    monkeypatch.setattr(checkpoints, "CHUNKED_SAVE_BYTES", 0)  # every whole save counts as large
     writes = []
     real = engine_state.write_checkpoint
     monkeypatch.setattr(engine_state, "write_checkpoint",
@@ -267,7 +267,7 @@ def test_a_large_first_save_is_written_in_pieces_outside_the_pass_transaction(co
     assert any(name.startswith(b"array#") for name in conn.hkeys(keys.engine(study_id, "anntri")))
     assert not conn.exists(keys.engine_checkpoint(study_id, "anntri"))
     assert conn.llen(keys.engine_journal(study_id, "anntri")) == 2  # later passes append to its journal
-    jobs.forget_cached()
+    learner_cache.forget_cached()
     assert_states_equal(engine_state.load(conn, study_id, "anntri"), states["anntri"])
 
 

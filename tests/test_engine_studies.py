@@ -16,7 +16,7 @@ import pytest
 from helpers import NO_CHECKS, fetch_question, run_worker
 
 from workers.jobs.learners import Learner
-from workers.jobs.update import apply_new_answers
+from workers.jobs.update_pass import apply_new_answers
 from workers.results.exports import export, import_triplets, nn_graph
 from workers.store import engine_state, keys
 from workers.store.answers import read_answers

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from helpers import NO_CHECKS
 
-from workers.jobs.update import apply_new_answers
+from workers.jobs.update_pass import apply_new_answers
 from workers.results.layout import graph_layout, node_size, principal_axes, spread_apart
 from workers.store.answers import accept_answer
 from workers.store.config import StudyConfig

@@ -251,7 +251,7 @@ def test_one_session_per_rater_id_the_latest_page_wins_and_answers_are_kept(app,
 
 def test_a_skip_is_kept_and_flagged_counts_for_progress_and_the_planner_asks_again(client, conn):
     from engine.anntri import planner_from_state
-    from workers.jobs.update import apply_new_answers
+    from workers.jobs.update_pass import apply_new_answers
     from workers.store.answers import NO_ITEM, export_triplets
     from workers.store.engine_state import load
     from workers.store.questions import pooled_questions

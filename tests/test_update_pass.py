@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from helpers import answer, colour_items, fetch_question
 
-from workers.jobs import update as jobs
+from workers.jobs import learner_cache, update_pass
 from workers.jobs.learners import Learner
-from workers.store import engine_state, keys
+from workers.store import engine_state, keys, questions
 from workers.store.answers import read_answers
 from workers.store.config import StudyConfig
 from workers.store.studies import create_study, get_study
@@ -19,9 +19,9 @@ from workers.store.studies import create_study, get_study
 
 @pytest.fixture(autouse=True)
 def empty_cache():
-    jobs.forget_cached()
+    learner_cache.forget_cached()
     yield
-    jobs.forget_cached()
+    learner_cache.forget_cached()
 
 
 def give(client, n, study_id="colours"):
@@ -39,16 +39,16 @@ def stats(conn, study_id="colours") -> dict:
 
 
 def test_a_second_pass_uses_the_learner_kept_in_memory(client, conn, study_id):
-    jobs.apply_new_answers(conn, study_id)
+    update_pass.apply_new_answers(conn, study_id)
     give(client, 5)
-    jobs.apply_new_answers(conn, study_id)
+    update_pass.apply_new_answers(conn, study_id)
     assert stats(conn)["passes_from_memory"] == "1"
     assert engine_state.load(conn, study_id, "random_triplets")["n_answers"] == 5
 
 
 def test_a_kept_learner_is_not_used_after_another_writer_saved_a_newer_state(client, conn, study_id):
     give(client, 4)
-    jobs.apply_new_answers(conn, study_id)
+    update_pass.apply_new_answers(conn, study_id)
     # another writer (a rebuild, a restore, another worker) replaces the state: here one that has
     # seen every answer twice, which no learner of this process has
     study = get_study(conn, study_id)
@@ -59,15 +59,15 @@ def test_a_kept_learner_is_not_used_after_another_writer_saved_a_newer_state(cli
         engine_state.save(pipe, study_id, alg.label, other.to_state())
         pipe.execute()
     give(client, 3)
-    jobs.apply_new_answers(conn, study_id)
+    update_pass.apply_new_answers(conn, study_id)
     assert engine_state.load(conn, study_id, alg.label)["n_answers"] == 4 + 4 + 3  # built on the other writer's
     assert "passes_from_memory" not in stats(conn)
 
 
 def test_a_pass_whose_exec_failed_leaves_no_mutated_learner_behind(client, conn, study_id, monkeypatch):
-    jobs.apply_new_answers(conn, study_id)
+    update_pass.apply_new_answers(conn, study_id)
     give(client, 6)
-    observe = jobs.observe_batch
+    observe = update_pass.observe_batch
     calls = []
 
     def observe_then_race(learners, batch):
@@ -77,8 +77,8 @@ def test_a_pass_whose_exec_failed_leaves_no_mutated_learner_behind(client, conn,
             conn.set(keys.cursor(study_id), conn.get(keys.cursor(study_id)) or b"0-0")
         return result
 
-    monkeypatch.setattr(jobs, "observe_batch", observe_then_race)
-    summary = jobs.apply_new_answers(conn, study_id)
+    monkeypatch.setattr(update_pass, "observe_batch", observe_then_race)
+    summary = update_pass.apply_new_answers(conn, study_id)
     assert calls == [6, 6]  # applied, refused at EXEC, applied again
     assert summary["applied"] == 6
     state = engine_state.load(conn, study_id, "random_triplets")
@@ -86,34 +86,34 @@ def test_a_pass_whose_exec_failed_leaves_no_mutated_learner_behind(client, conn,
     assert int(state["shown"].sum()) == 2 * 6
     # and the learner now kept is the one that was saved
     give(client, 2)
-    jobs.apply_new_answers(conn, study_id)
+    update_pass.apply_new_answers(conn, study_id)
     assert engine_state.load(conn, study_id, "random_triplets")["n_answers"] == 8
 
 
 def test_a_pass_that_raised_drops_the_kept_learners(client, conn, study_id, monkeypatch):
-    jobs.apply_new_answers(conn, study_id)
+    update_pass.apply_new_answers(conn, study_id)
     give(client, 3)
 
     def broken(*args, **kwargs):
         raise RuntimeError("redis went away")
 
-    monkeypatch.setattr(jobs.questions, "expired_questions", broken)
+    monkeypatch.setattr(questions, "expired_questions", broken)
     with pytest.raises(RuntimeError):
-        jobs.apply_new_answers(conn, study_id)
-    assert study_id not in jobs._cache
+        update_pass.apply_new_answers(conn, study_id)
+    assert learner_cache.cached_study(study_id) is None
     monkeypatch.undo()
-    jobs.apply_new_answers(conn, study_id)
+    update_pass.apply_new_answers(conn, study_id)
     assert engine_state.load(conn, study_id, "random_triplets")["n_answers"] == 3
 
 
 def test_a_state_nothing_happened_to_is_not_saved_again(client, conn, study_id):
-    jobs.apply_new_answers(conn, study_id)
+    update_pass.apply_new_answers(conn, study_id)
     version = engine_state.load_version(conn, study_id, "random_triplets")
     assert version is not None
-    jobs.apply_new_answers(conn, study_id)  # no answer, the pool full: nothing to change
+    update_pass.apply_new_answers(conn, study_id)  # no answer, the pool full: nothing to change
     assert engine_state.load_version(conn, study_id, "random_triplets") == version
     give(client, 1)
-    jobs.apply_new_answers(conn, study_id)
+    update_pass.apply_new_answers(conn, study_id)
     assert engine_state.load_version(conn, study_id, "random_triplets") != version
 
 
@@ -126,7 +126,7 @@ def test_kept_learners_and_reloaded_learners_reach_the_same_state(app, conn):
         create_study(conn, config, colour_items(8), study_id=study_id)
         client = app.test_client()
         rng = np.random.default_rng(0)
-        jobs.apply_new_answers(conn, study_id)
+        update_pass.apply_new_answers(conn, study_id)
         question = fetch_question(client, study_id)
         for n in range(120):
             i, j = (item["index"] for item in question["items"])
@@ -137,8 +137,8 @@ def test_kept_learners_and_reloaded_learners_reach_the_same_state(app, conn):
             question = response.get_json()["next"]
             if n % 3 == 2:
                 if not keep:
-                    jobs.forget_cached()
-                jobs.apply_new_answers(conn, study_id)
+                    learner_cache.forget_cached()
+                update_pass.apply_new_answers(conn, study_id)
             if question is None or question.get("fallback"):
                 break
         return engine_state.load(conn, study_id, "anntri"), stats(conn, study_id)
@@ -152,14 +152,14 @@ def test_kept_learners_and_reloaded_learners_reach_the_same_state(app, conn):
 
 
 def test_a_pool_is_filled_for_the_questions_taken_since_the_previous_pass(client, conn, study_id):
-    jobs.apply_new_answers(conn, study_id)
+    update_pass.apply_new_answers(conn, study_id)
     assert int(conn.hget(keys.pool_targets(study_id), "random_triplets")) == 8  # pool_size
     give(client, 20)  # 21 questions taken from a pool of 8: most were fallbacks
-    jobs.apply_new_answers(conn, study_id)
+    update_pass.apply_new_answers(conn, study_id)
     target = int(conn.hget(keys.pool_targets(study_id), "random_triplets"))
-    assert target == int(jobs.DEMAND_HEADROOM * 21 + 0.999)
+    assert target == int(update_pass.DEMAND_HEADROOM * 21 + 0.999)
     assert conn.llen(keys.pool(study_id, "random_triplets")) == target
-    jobs.apply_new_answers(conn, study_id)  # nothing taken since: back to pool_size
+    update_pass.apply_new_answers(conn, study_id)  # nothing taken since: back to pool_size
     assert int(conn.hget(keys.pool_targets(study_id), "random_triplets")) == 8
 
 
@@ -167,12 +167,12 @@ def test_a_pass_records_the_memory_the_study_takes(client, conn, study_id, app):
     from webapp.stats import study_stats
 
     give(client, 6)
-    jobs.apply_new_answers(conn, study_id)
+    update_pass.apply_new_answers(conn, study_id)
     figures = stats(conn)
     # the summary (and with it the memory figures) goes out with the first pass of a job
     assert int(figures["memory_redis_bytes"]) > 0
     give(client, 2)
-    jobs.apply_new_answers(conn, study_id)
+    update_pass.apply_new_answers(conn, study_id)
     study = get_study(conn, study_id)
     engine = study_stats(conn, study)["engine"]
     assert engine["memory_redis_bytes"] > 0 and engine["memory_engine_bytes"] > 0

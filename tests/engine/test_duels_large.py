@@ -55,12 +55,13 @@ def test_an_exploring_question_at_many_items_reads_no_whole_row(monkeypatch):
     assert max(seen) == 500
 
 
-def test_certificates_reused_only_while_the_state_is_the_same(monkeypatch):
+def test_results_kept_between_looks_follow_every_change(monkeypatch):
     from engine import oracles
 
     # a certificate that moves with every answer (the real one needs many repeated duels), so a stale
     # memo would show
-    monkeypatch.setattr(CandidateDuels, "_certified", lambda self, h, cands, W, N: bool(N.sum() > 2 * (h % 9) + 4))
+    monkeypatch.setattr(CandidateDuels, "_batch_certified",
+                        lambda self, heads, W, N, valid: N.sum(axis=(1, 2)) > 2 * (heads % 9) + 4)
     X = np.random.default_rng(2).normal(size=(60, 2))
     oracle = oracles.TripletOracle.from_points(X, noise=0.02, model="human", lapse=0.0, random_state=3)
     p = CandidateDuels(60, random_state=4)
@@ -69,14 +70,67 @@ def test_certificates_reused_only_while_the_state_is_the_same(monkeypatch):
         qs = p.next_questions(30)
         p.observe(oracle.answer(qs))
         if step % 3 == 0:
-            g = p.neighbor_graph(k=1)
+            g = p.neighbor_graph(k=2)
             assert p._n_certified() == int(np.asarray(g.certified).sum())
+            p._ranked_rows_kept = None  # every head redone: the rows kept and updated must be these
+            again = p.neighbor_graph(k=2)
+            np.testing.assert_array_equal(g.neighbors, again.neighbors)
+            np.testing.assert_array_equal(g.estimates, again.estimates)
+            np.testing.assert_array_equal(g.samples, again.samples)
+            np.testing.assert_array_equal(g.certified, again.certified)
         memo = p._n_certified()
-        p._certified_memo = None
+        p._certified_rows = None
         fresh = p._n_certified()
         assert memo == fresh
         seen.add(fresh)
     assert len(seen) > 5  # the count moved along the way, so the comparison meant something
+
+
+def _trained(n: int = 80, seed: int = 5) -> CandidateDuels:
+    """A fitted planner whose every third head had each pair of its shortlist answered 40 times more
+    (enough for eliminations, and for certificates near their threshold), the others as a crowd left them."""
+    from engine import oracles
+
+    X = np.random.default_rng(seed).normal(size=(n, 2))
+    crowd = oracles.TripletOracle.from_points(X, noise=0.05, model="human", lapse=0.05, random_state=seed)
+    p = CandidateDuels(n, random_state=seed, shortlist=8, min_shortlist=4)
+    for _ in range(40):
+        p.observe(crowd.answer(p.next_questions(n)))
+    for h in range(0, n, 3):
+        c = [int(x) for x in p.cands_[h] if x >= 0]
+        p.observe(crowd.answer([(h, a, b) for i, a in enumerate(c) for b in c[i + 1:]] * 40))
+    p.observe(crowd.answer(p.next_questions(n)))  # (eliminates the candidates beaten with confidence)
+    return p
+
+
+def test_the_graph_scored_all_heads_at_once_is_the_per_head_ranking(monkeypatch):
+    """neighbor_graph scores every head in chunks of whole arrays; it must rank each head's shortlist
+    as the per-head scoring does and certify exactly the heads the per-head certificate does."""
+    monkeypatch.setattr(duels, "BATCH_HEADS", 7)  # several chunks, one of them partial
+    p = _trained()
+    assert p.n_fits_ > 0 and p.kappa_ is not None and len(p.eliminated_) > 0
+    for kappa in (p.kappa_, None):  # the embedding prior, then the shortlist-order prior
+        p.kappa_ = kappa
+        p._certified_rows = p._ranked_rows_kept = None
+        g = p.neighbor_graph(k=3)
+        for h in range(p.n_items):
+            cands = p.cands_[h][p.cands_[h] >= 0]
+            W, N = p._matrices(h, cands)
+            score, counts = p._scores(h, cands, W, N)
+            order = np.lexsort((np.arange(len(cands)), -score))
+            want = cands[order][:3]
+            got = g.neighbors[h][: len(want)]
+            # the same order, except where two scores are equal to rounding
+            for a, b in zip(got, want, strict=True):
+                if a != b:
+                    sa, sb = score[cands == a][0], score[cands == b][0]
+                    assert abs(sa - sb) < 1e-12, (h, got, want)
+            np.testing.assert_allclose(np.sort(g.estimates[h][: len(want)]), np.sort(1.0 - score[order][:3]),
+                                       rtol=0, atol=1e-12)
+            assert bool(g.certified[h]) == p._certified(h, cands, W, N)
+            np.testing.assert_array_equal(p._ranking(h)[0][:3], g.neighbors[h][: len(want)])
+        assert p._n_certified() == int(np.asarray(g.certified).sum())
+    assert np.asarray(g.certified).any() and not np.asarray(g.certified).all()
 
 
 def _reference_shortlists(p: CandidateDuels) -> np.ndarray:

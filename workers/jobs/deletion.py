@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rq import get_current_job
 
-from workers.jobs.update import study_lock
+from workers.jobs.lock import study_lock
 from workers.store import keys
 from workers.store.deletion import purge_study_keys
 

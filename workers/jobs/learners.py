@@ -17,14 +17,18 @@ from engine.registry import ALGORITHMS, SCREEN_PARAMS, candidate_duels, drive_as
 from workers.store.answers import Answer
 from workers.store.config import AlgorithmConfig, StudyConfig
 from workers.store.questions import derived_triplet_question, pooled
+from workers.store.studies import get_items, initial_item_count
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
     from typing import Any
+
+    from redis import Redis
 
     from engine.forest_study import ForestStudy
     from engine.graph import Planner
     from engine.registry import Algorithm
+    from workers.store.studies import Study
 
 #: Answers imported from a file carry this algorithm label.
 IMPORTED = "import"
@@ -315,5 +319,33 @@ class Learner:
         return self.planner.to_state()
 
 
-def new_learners(config: StudyConfig, n_items: int, labels: Sequence[str | None] | None = None) -> dict[str, Learner]:
-    return {alg.label: Learner.new(alg, config, n_items, labels) for alg in config.algorithms}
+def fresh_learners(conn: Redis, study: Study, algorithms: Iterable[AlgorithmConfig] | None = None
+                   ) -> dict[str, Learner]:
+    """Learners that have applied no answer yet, by label, for the study's algorithms (all of them, or
+    ``algorithms`` in the order given), over the items the study was created with: items added later are
+    routed in by ``Learner.sync_items``. Reads nothing when ``algorithms`` is empty."""
+    algorithms = list(study.config.algorithms if algorithms is None else algorithms)
+    if not algorithms:
+        return {}
+    n = initial_item_count(conn, study.id, study.n_items)
+    labels = [item.label for item in get_items(conn, study.id)][:n]
+    return {alg.label: Learner.new(alg, study.config, n, labels) for alg in algorithms}
+
+
+def observe_batch(learners: dict[str, Learner], batch: list) -> dict[str, str]:
+    """Apply a batch to every learner; an answer a learner refuses is set aside, not retried forever.
+
+    Returns {answer id: reason} of the answers set aside. Engines validate a whole batch before
+    changing anything, so on a refusal the batch is applied again one answer at a time.
+    """
+    poisoned: dict[str, str] = {}
+    for learner in learners.values():
+        try:
+            learner.observe(batch)
+        except ValueError:
+            for answer in batch:
+                try:
+                    learner.observe([answer])
+                except ValueError as exc:
+                    poisoned[answer.id] = f"{learner.label}: {exc}"
+    return poisoned

@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING
 import redis
 from rq import get_current_job
 
-from workers.jobs.learners import Learner, new_learners
-from workers.jobs.update import load_learners, observe_batch, read_batch, study_lock
+from workers.jobs.learner_cache import load_learners
+from workers.jobs.learners import Learner, fresh_learners, observe_batch
+from workers.jobs.lock import study_lock
 from workers.store import engine_state, keys
+from workers.store.answers import read_batch
 from workers.store.queue import REBUILD_STATUS_FIELD, schedule_update
-from workers.store.studies import Study, get_items, get_study, initial_item_count
+from workers.store.studies import Study, get_items, get_study
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable
@@ -51,9 +53,7 @@ class Replay:
 
 def replay_log(conn: Redis, study: Study, excluded: Collection[str] = frozenset(), chunk: int = 20000) -> Replay:
     """Replay the study's answer log, oldest first, into fresh learners, without writing anything."""
-    items = get_items(conn, study.id)
-    n_initial = initial_item_count(conn, study.id, study.n_items)
-    learners = new_learners(study.config, n_initial, [item.label for item in items[:n_initial]])
+    learners = fresh_learners(conn, study)
     replay = Replay(learners, "0-0", {})
     while True:
         batch, unreadable, last = read_batch(conn, study.id, replay.cursor, chunk)

@@ -20,11 +20,11 @@ import numpy as np
 
 from engine.registry import EMBEDDING_ALGORITHMS, FOREST_ALGORITHMS
 from engine.triplet_csv import parse_triplets
-from workers.jobs.learners import IMPORTED, Learner
+from workers.jobs.learners import IMPORTED, Learner, fresh_learners
 from workers.store import answers as answer_log
 from workers.store import engine_state, keys
 from workers.store.queue import schedule_update
-from workers.store.studies import StudyError, get_items, get_study, initial_item_count
+from workers.store.studies import StudyError, get_items, get_study
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -85,8 +85,7 @@ def _learner(conn: Redis, study, algorithm: str | None, want: str) -> Learner:
         alg = graph_first[0]
     state = engine_state.load(conn, study.id, alg.label)
     if state is None:
-        n = initial_item_count(conn, study.id, study.n_items)
-        return Learner.new(alg, study.config, n, [i.label for i in get_items(conn, study.id)][:n])
+        return fresh_learners(conn, study, [alg])[alg.label]
     learner = Learner.from_state(alg, study.config, state)
     learner.sync_items(study.n_items)
     return learner

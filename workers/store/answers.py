@@ -13,7 +13,7 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from engine.kinds import AnswerError, get_kind, kind_of
 from workers.store import keys, questions
@@ -275,11 +275,38 @@ def answer_problem(answer: Answer, n_items: int, rating_range: tuple[float, floa
     return None
 
 
-def read_answers(conn: Redis, study_id: str, after: str = "0-0", count: int | None = None) -> list[Answer]:
-    """Answers with stream id strictly after ``after``, oldest first."""
+class LogBatch(NamedTuple):
+    """Entries of the answer log read after a cursor (``read_batch``)."""
+
+    answers: list[Answer]
+    unreadable: dict[str, str]  # entry id -> why it is no readable answer
+    last_id: str  # the id of the last entry read (the cursor given, when none was)
+
+
+def read_batch(conn: Redis, study_id: str, after: str = "0-0", count: int | None = None,
+               strict: bool = False) -> LogBatch:
+    """The log's entries with stream id strictly after ``after``, oldest first (at most ``count``).
+
+    An entry that cannot be read as an answer (a missing or malformed field) raises with ``strict``;
+    otherwise it is set aside in ``unreadable`` like an answer an engine refuses, so it cannot stop every
+    later update of the study (the update pass and a rebuild read so).
+    """
     entries = conn.xrange(keys.answers(study_id), min=f"({after}" if after != "0-0" else "-", max="+",
                           count=count)
-    return [Answer.from_stream(entry_id, fields) for entry_id, fields in entries]
+    answers, unreadable = [], {}
+    for entry_id, fields in entries:
+        try:
+            answers.append(Answer.from_stream(entry_id, fields))
+        except (KeyError, ValueError, UnicodeDecodeError) as exc:
+            if strict:
+                raise
+            unreadable[entry_id.decode()] = f"unreadable log entry: {type(exc).__name__}: {exc}"
+    return LogBatch(answers, unreadable, entries[-1][0].decode() if entries else after)
+
+
+def read_answers(conn: Redis, study_id: str, after: str = "0-0", count: int | None = None) -> list[Answer]:
+    """Answers with stream id strictly after ``after``, oldest first (an unreadable entry raises)."""
+    return read_batch(conn, study_id, after, count, strict=True).answers
 
 
 def iter_answers(conn: Redis, study_id: str, chunk: int = 5000) -> Iterator[tuple[str, dict]]:

@@ -3,7 +3,7 @@
 algorithm, the curve of the share of items whose learned nearest neighbour is wrong against the
 answers applied so far.
 
-The update pass writes both (``workers.jobs.update``); the dashboard only reads them. Both live in
+The update pass writes both (``workers.jobs.truth_curve``); the dashboard only reads them. Both live in
 fields of ``keys.engine_stats``. Light: no numpy (web processes import it). Must never import Flask.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 -- Replace or release a study's update lock only while it still holds the value we read
--- (workers.jobs.update.study_lock: taking the lock over from a dead holder).
+-- (workers.jobs.lock.study_lock: taking the lock over from a dead holder).
 -- KEYS: lock
 -- ARGV: expected new_value ttl_ms
 -- new_value '' deletes the lock; otherwise it is set with a TTL of ttl_ms milliseconds.
