@@ -1002,7 +1002,9 @@ class ForestRoute:
 
     def asked(self, questions: Iterable[Sequence[int]]) -> np.ndarray:
         """Bool per ``(q, p1, p2)``: whether this search asked that triplet about its item."""
-        rows = check_triplets(questions, int(self.forest.n_items), "question")
+        # the head may be an item added to the study after the forest was built, as this search's is
+        n = int(self.forest.n_items)
+        rows = check_triplets(questions, n, "question", head_range=(0, max(n, self.item + 1)))
         if rows.shape[0] == 0:
             return np.zeros(0, bool)
         codes = self._code(rows[:, 1:3].min(axis=1), rows[:, 1:3].max(axis=1))
