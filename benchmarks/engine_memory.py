@@ -27,7 +27,8 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 def measure(algorithm: str, n: int, per_item: float, seconds: float) -> dict:
     import numpy as np
 
-    from engine.registry import drive_as_pool, make_planner
+    from engine.planners import make_planner
+    from engine.registry import drive_as_pool
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(n, 3))

@@ -48,7 +48,8 @@ from real_crowds import print_table  # noqa: E402
 
 from engine import truth  # noqa: E402
 from engine.embedding import embedding_neighbors, select_embedding  # noqa: E402
-from engine.registry import DEFAULT_NN_ALGORITHM, make_planner  # noqa: E402
+from engine.planners import make_planner  # noqa: E402
+from engine.registry import DEFAULT_NN_ALGORITHM  # noqa: E402
 from simulation import oracles  # noqa: E402
 
 PROXIMA = [str(Path(sys.executable).parent / "proxima")]

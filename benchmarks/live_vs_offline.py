@@ -33,7 +33,8 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from real_crowds import nn_metrics, print_table  # noqa: E402
 
 from engine import embedding  # noqa: E402
-from engine.registry import drive_as_pool, make_planner  # noqa: E402
+from engine.planners import make_planner  # noqa: E402
+from engine.registry import drive_as_pool  # noqa: E402
 from simulation import oracles  # noqa: E402
 
 NOISE, LAPSE = 0.1, 0.1

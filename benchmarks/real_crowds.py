@@ -53,7 +53,8 @@ import time
 import numpy as np
 
 from engine.embedding import embedding_neighbors, select_embedding
-from engine.registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool, make_planner
+from engine.planners import make_planner
+from engine.registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool
 from engine.screens import odd_one_out_triplets, rank_triplets
 from simulation import oracles
 from simulation.datasets import load_alien_eggs, load_material

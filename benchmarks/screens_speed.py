@@ -19,7 +19,8 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from engine.registry import drive_as_pool, make_planner, run_fit_task
+from engine.planners import make_planner
+from engine.registry import drive_as_pool, run_fit_task
 from simulation.oracles import HUMAN_LAPSE, OddOneOutOracle, RankOracle, hierarchical_clusters
 
 

@@ -13,7 +13,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .utils import RandomState, check_random_state, generator_from_state, generator_state, take_one
+from .registry import restore_bare_planner
+from .utils import (
+    RandomState,
+    check_random_state,
+    check_state,
+    check_triplets,
+    generator_from_state,
+    generator_state,
+    take_one,
+)
 
 if TYPE_CHECKING:
     from typing import Any
@@ -101,15 +110,7 @@ class PairTripletAdapter:
         return None
 
     def observe(self, answers: Iterable[Sequence[int]]) -> None:
-        rows = [tuple(int(x) for x in r) for r in answers]
-        for r in rows:
-            if len(r) != 4:
-                raise ValueError(f"triplet answers are rows (head, a, b, winner), got {r!r}")
-            h, a, b, w = r
-            if not all(0 <= x < self.n_items for x in r):
-                raise ValueError(f"item indices must lie in 0..{self.n_items - 1}, got {r!r}")
-            if len({h, a, b}) != 3 or w not in (a, b):
-                raise ValueError(f"a triplet answer needs three different items and winner a or b, got {r!r}")
+        rows = check_triplets(answers, self.n_items, "triplet answer", width=4).tolist()
         samples = []
         for h, a, b, w in rows:
             probe = self._take(h, a, b)
@@ -176,12 +177,8 @@ class PairTripletAdapter:
 
     @classmethod
     def from_state(cls, state: dict) -> PairTripletAdapter:
-        if state.get("class") != cls.__name__ or state.get("version") != cls.VERSION:
-            raise ValueError(f"state is of {state.get('class')} v{state.get('version')}, "
-                             f"not {cls.__name__} v{cls.VERSION}")
-        from .registry import restore_planner
-
-        adapter = cls(restore_planner(state["planner"]))
+        check_state(state, cls.__name__, (cls.VERSION,))
+        adapter = cls(restore_bare_planner(state["planner"]))
         adapter.rng_ = generator_from_state(state["rng"])
         issued = np.asarray(state["issued"], dtype=np.int64).reshape(-1, 4)
         adapter.issued_ = {(int(h), int(a), int(b)): int(c) for h, a, b, c in issued.tolist()}

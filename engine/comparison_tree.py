@@ -14,7 +14,7 @@ Conventions used throughout (documented once, referred to elsewhere):
 - ``item_node_ : ndarray of shape (n_trees, n_items)`` is the deepest node each item has
   reached in each tree; once a tree is built it is the item's leaf.
 - a triplet is keyed by the int64 code ``(x * n + a) * n + b`` with ``a < b`` its pivots.
-- sentinels: ``NO_NODE``, ``NO_ITEM``, ``NO_NEIGHBOR`` (all ``-1``).
+- sentinels: ``NO_NODE``, ``NO_ITEM`` and :data:`engine.graph.NO_NEIGHBOR` (all ``-1``).
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import sparse
 
+from .graph import NO_NEIGHBOR, NeighborGraph
 from .utils import (
     GOLDEN,
     CodeTable,
@@ -34,6 +35,7 @@ from .utils import (
     check_int,
     check_random_state,
     check_state,
+    check_triplets,
     child_keys,
     counters_state,
     find_sorted,
@@ -48,12 +50,10 @@ from .utils import (
 
 __all__ = [
     "NO_ITEM",
-    "NO_NEIGHBOR",
     "NO_NODE",
     "ComparisonForest",
     "ForestResult",
     "ForestRoute",
-    "NeighborGraph",
     "RouteResult",
     "VoteRule",
     "run_with_oracle",
@@ -61,7 +61,6 @@ __all__ = [
 
 NO_NODE = -1
 NO_ITEM = -1
-NO_NEIGHBOR = -1
 _NO_CODE = -1
 
 # node status; the order matters: status >= SPLIT means "built"
@@ -296,47 +295,9 @@ class _TripletTable(CodeTable):
 # ----------------------------------------------------------------------------------------
 # boundary checks
 # ----------------------------------------------------------------------------------------
-def _check_rows(rows, width: int, what: str) -> np.ndarray:
-    """Rows of item indices as an int64 ndarray of shape (m, width)."""
-    if not isinstance(rows, np.ndarray):
-        rows = list(rows)
-        if not rows:
-            return np.empty((0, width), np.int64)
-    try:
-        arr = np.asarray(rows)
-    except ValueError as exc:  # ragged rows
-        raise ValueError(f"each {what} must have {width} entries") from exc
-    if arr.size == 0:
-        return np.empty((0, width), np.int64)
-    if arr.ndim != 2 or arr.shape[1] != width:
-        raise ValueError(f"each {what} must have {width} entries, got an array of shape {arr.shape}")
-    if not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"{what} entries must be integer item indices, got {arr.dtype} values")
-    return arr.astype(np.int64, copy=False)
-
-
-def _check_triplets(rows: np.ndarray, n_items: int, what: str, x_range=None) -> None:
-    """Pivots in range and distinct, x different from both; ``x_range=(lo, hi)`` bounds x."""
-    lo, hi = x_range if x_range is not None else (0, n_items)
-    x, p1, p2 = rows[:, 0], rows[:, 1], rows[:, 2]
-    bad = (x < lo) | (x >= hi) | (p1 < 0) | (p1 >= n_items) | (p2 < 0) | (p2 >= n_items)
-    if bad.any():
-        r = tuple(rows[np.argmax(bad)].tolist())
-        raise ValueError(f"{what} {r} has an item index outside 0..{n_items - 1}")
-    bad = (p1 == p2) | (x == p1) | (x == p2)
-    if bad.any():
-        r = tuple(rows[np.argmax(bad)].tolist())
-        raise ValueError(f"{what} {r} needs three distinct items")
-
-
 def _check_answers(answers, n_items: int, x_range=None):
-    """(rows of shape (m, 4), a_wins) after checking indices and winners."""
-    rows = _check_rows(answers, 4, "answer")
-    _check_triplets(rows[:, :3], n_items, "answer", x_range)
-    bad = (rows[:, 3] != rows[:, 1]) & (rows[:, 3] != rows[:, 2])
-    if bad.any():
-        r = tuple(rows[np.argmax(bad)].tolist())
-        raise ValueError(f"answer {r}: the winner must be p1 or p2")
+    """(rows of shape (m, 4), a_wins) after checking indices and winners; ``x_range=(lo, hi)`` bounds x."""
+    rows = check_triplets(answers, n_items, "answer", width=4, head_range=x_range)
     a_wins = rows[:, 3] == np.minimum(rows[:, 1], rows[:, 2])
     return rows, a_wins
 
@@ -423,15 +384,6 @@ class RouteResult:
     value: float | None
     done: bool
     n_answers: int
-
-
-@dataclass(frozen=True)
-class NeighborGraph:
-    """``neighbors`` of shape (n_items, k), best first, ``NO_NEIGHBOR`` where an item has fewer
-    than k leaf-mates; ``scores`` of the same shape (see :meth:`ComparisonForest.neighbor_graph`)."""
-
-    neighbors: np.ndarray
-    scores: np.ndarray
 
 
 # ----------------------------------------------------------------------------------------
@@ -674,8 +626,7 @@ class ComparisonForest:
     def asked(self, questions: Iterable[Sequence[int]]) -> np.ndarray:
         """Bool per ``(x, p1, p2)``: whether this forest asked that triplet (pending or decided)."""
         self._ensure_init()
-        rows = _check_rows(questions, 3, "question")
-        _check_triplets(rows, int(self.n_items), "question")
+        rows = check_triplets(questions, int(self.n_items), "question")
         if rows.shape[0] == 0:
             return np.zeros(0, bool)
         codes = self._code(rows[:, 0], rows[:, 1:3].min(axis=1), rows[:, 1:3].max(axis=1))
@@ -686,8 +637,7 @@ class ComparisonForest:
         are handed out again. Questions not pending (decided, unknown) are ignored. Returns the
         number of copies released."""
         self._ensure_init()
-        rows = _check_rows(questions, 3, "question")
-        _check_triplets(rows, int(self.n_items), "question")
+        rows = check_triplets(questions, int(self.n_items), "question")
         if rows.shape[0] == 0:
             return 0
         codes = self._code(rows[:, 0], rows[:, 1:3].min(axis=1), rows[:, 1:3].max(axis=1))
@@ -774,7 +724,9 @@ class ComparisonForest:
         In each tree an item's neighbourhood is its leaf, or the leaf's parent when the leaf
         holds only the item (n0 = 1). A mate j of i scores Σ_trees 1/(|neighbourhood| − 1): the
         expected number of trees in which j is a random neighbourhood-mate of i. Neighbourhoods
-        larger than ``max_group`` are skipped (they say little and cost |N|²).
+        larger than ``max_group`` are skipped (they say little and cost |N|²). The graph's
+        ``estimates`` are distance-like (smaller = closer): 1 − score / n_trees, the chance that
+        j is *not* the mate of i drawn from a random tree; NaN where an item has fewer than k mates.
         """
         self._ensure_init()
         k = check_int("k", k, 1)
@@ -802,7 +754,7 @@ class ComparisonForest:
         neighbors = np.full((n, k), NO_NEIGHBOR, np.int64)
         scores = np.zeros((n, k))
         if not rows:
-            return NeighborGraph(neighbors, scores)
+            return NeighborGraph.from_neighbors(neighbors)
         mat = sparse.coo_matrix((np.concatenate(weights), (np.concatenate(rows), np.concatenate(cols))),
                                 shape=(n, n)).tocsr().tocoo()  # tocsr sums duplicate pairs
         order = np.lexsort((mat.col, -mat.data, mat.row))
@@ -812,7 +764,7 @@ class ComparisonForest:
         keep = rank < k
         neighbors[r[keep], rank[keep]] = c[keep]
         scores[r[keep], rank[keep]] = d[keep]
-        return NeighborGraph(neighbors, scores)
+        return NeighborGraph.from_neighbors(neighbors, estimates=1.0 - scores / m)
 
     # -- state ---------------------------------------------------------------------------
     def to_state(self) -> dict:
@@ -1050,17 +1002,18 @@ class ForestRoute:
 
     def asked(self, questions: Iterable[Sequence[int]]) -> np.ndarray:
         """Bool per ``(q, p1, p2)``: whether this search asked that triplet about its item."""
-        rows = _check_rows(questions, 3, "question")
+        # the head may be an item added to the study after the forest was built, as this search's is
+        n = int(self.forest.n_items)
+        rows = check_triplets(questions, n, "question", head_range=(0, max(n, self.item + 1)))
         if rows.shape[0] == 0:
             return np.zeros(0, bool)
         codes = self._code(rows[:, 1:3].min(axis=1), rows[:, 1:3].max(axis=1))
         return (rows[:, 0] == self.item) & ~self.table_.check_known(codes)
 
     def forget(self, questions: Iterable[Sequence[int]]) -> int:
-        rows = _check_rows(questions, 3, "question")
+        rows = check_triplets(questions, int(self.forest.n_items), "question", head_range=(self.item, self.item + 1))
         if rows.shape[0] == 0:
             return 0
-        _check_triplets(rows, int(self.forest.n_items), "question", (self.item, self.item + 1))
         return self.table_.release(self._code(rows[:, 1:3].min(axis=1), rows[:, 1:3].max(axis=1)))
 
     @property

@@ -18,9 +18,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .continuum import continuum_start
 from .graph import NO_NEIGHBOR, NeighborGraph
-from .random_triplets import candidate_pairs, check_triplet_answers
-from .utils import RandomState, check_n_items, check_random_state, generator_from_state, generator_state, store_params
+from .random_triplets import candidate_pairs
+from .utils import (
+    RandomState,
+    check_n_items,
+    check_random_state,
+    check_state,
+    check_triplets,
+    generator_from_state,
+    generator_state,
+    store_params,
+)
 
 #: weight (in duels) of the shortlist order in a candidate's score, until repeated duels have
 #: weighed the embedding's own prediction (``kappa_``)
@@ -55,14 +65,9 @@ FOCUS = 2.0
 #: embedding dimensions ``dim="auto"`` keeps fitted side by side (warm started). Dimension 1 is a
 #: continuum (morphs, a scale): fitted with the human noise model (``embedding.FIT_LAPSE``; t-STE's
 #: heavy tails need more room than a line) from the order of the items along the smallest map
-#: (:func:`_continuum_start`); it is listed last, so it is chosen only where it predicts fresh
+#: (:func:`continuum_start`); it is listed last, so it is chosen only where it predicts fresh
 #: answers ``AUTO_MARGIN`` standard errors better than every other dimension (the alien eggs)
 AUTO_DIMS = (2, 4, 8, 1)
-#: items whose nearest neighbours (in the map) make the graph a continuum's order is read from
-CONTINUUM_NEIGHBOURS = 10
-#: length of a continuum's first start (in units of the human model's logistic scale; the alien eggs
-#: span ~13: the fitted scale is 0.075 of their range)
-CONTINUUM_SPAN = 10.0
 #: weight of older refits in the prequential score of each dimension (per refit)
 AUTO_DECAY = 0.7
 #: standard errors (of the best accuracy) a larger dimension must beat a smaller one by
@@ -153,32 +158,6 @@ def _pair_preference(X: np.ndarray, h, a, b) -> np.ndarray:
                                                        -700, 700))))
 
 
-def _continuum_start(X: np.ndarray) -> np.ndarray:
-    """A line through the items of the fit X (n, d), as a start for a 1-D fit: the items in the order
-    of their geodesic distance (along the graph of each item's ``CONTINUUM_NEIGHBOURS`` nearest) from
-    one end of the graph (the item farthest from the item farthest from item 0), evenly spaced over
-    ``CONTINUUM_SPAN``; items the graph does not reach come last. O(n k log n): a k-d tree and two
-    Dijkstra runs, so it is cheap at any study size."""
-    from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import dijkstra
-    from scipy.spatial import cKDTree
-
-    n = len(X)
-    k = min(CONTINUUM_NEIGHBOURS, n - 1)
-    dist, nb = cKDTree(X).query(X, k=k + 1)
-    rows = np.repeat(np.arange(n), k)
-    graph = csr_matrix((np.maximum(dist[:, 1:].ravel(), 1e-12), (rows, nb[:, 1:].ravel())), shape=(n, n))
-    far = 0
-    for _ in range(2):
-        geo = dijkstra(graph, directed=False, indices=far)
-        far = int(np.argmax(np.where(np.isfinite(geo), geo, -1.0)))
-    geo = dijkstra(graph, directed=False, indices=far)
-    order = np.lexsort((np.arange(n), np.where(np.isfinite(geo), geo, np.inf)))
-    line = np.empty(n)
-    line[order] = np.linspace(0.0, CONTINUUM_SPAN, n)
-    return line[:, None]
-
-
 @dataclass(frozen=True)
 class FitTask:
     """One stage of a refit of duels' embedding: a pure function of these fields, so it can run
@@ -187,7 +166,7 @@ class FitTask:
     ``triplets`` (T, 3) rows (i, j, k), i closer to j than to k: the answers the refit started with;
     ``dims`` the dimensions to fit, in order; ``inits`` warm starts per dimension (missing: a small
     random start); ``maps`` the maps a line (dimension 1) starts from when the stage fits none
-    (see :func:`_continuum_start`); ``seed`` the refit's. ``key`` identifies the stage (its refit's
+    (see :func:`continuum_start`); ``seed`` the refit's. ``key`` identifies the stage (its refit's
     seed, triplets and dimensions), so a result is only ever applied to its own refit.
     """
 
@@ -219,7 +198,7 @@ def run_fit(task: FitTask) -> dict[int, np.ndarray]:
         if d == 1 and task.n_items > 2:
             maps = {**task.maps, **fitted}
             lead = next((maps[e] for e in sorted(maps) if e != 1), None)
-            init = init if lead is None else _continuum_start(lead)
+            init = init if lead is None else continuum_start(lead)
         X = emb.fit_embedding(task.triplets, task.n_items, dim=d, kernel=_kernel_of(d), init=init,
                               random_state=task.seed, max_iter=FIT_MAX_ITER)
         fitted[d] = np.asarray(X, np.float64)
@@ -421,7 +400,7 @@ class CandidateDuels:
     def observe(self, answers: Iterable[Sequence[int]] | np.ndarray) -> None:
         """Apply ``(head, a, b, winner)`` rows; any triplet is accepted (issued or not): it feeds
         the embedding, and counts as a duel of a and b for that head."""
-        arr = check_triplet_answers(answers, self.n_items)
+        arr = check_triplets(answers, self.n_items, "triplet answer", width=4)
         for h, a, b, w in arr.tolist():
             lo, hi = (a, b) if a < b else (b, a)
             key = (h, lo, hi)
@@ -543,8 +522,7 @@ class CandidateDuels:
         ds = self._dims()
         want = tuple(int(ds[i]) for i in dims)
         inits = {d: self.fit_partial_.get(d, self.embeddings_.get(d)) for d in want}
-        # a line kept half-fitted by an older version goes on from there; otherwise it restarts
-        maps = {} if 1 in self.fit_partial_ else {d: X for d, X in self.embeddings_.items() if d != 1}
+        maps = {d: X for d, X in self.embeddings_.items() if d != 1}
         return FitTask(self.n_items, self.triplets_[: job["triplets"]], want,
                        {d: X for d, X in inits.items() if X is not None}, maps, int(job["seed"]))
 
@@ -606,15 +584,11 @@ class CandidateDuels:
 
     def _end_fit(self) -> None:
         """Close the refit under way: the dimensions it finished are scored on the answers that
-        arrive next; one it did not finish (a new refit of the leading dimension fell due first)
-        keeps its partial fit as the warm start of its next refit, unscored."""
+        arrive next; those it did not finish (a new refit of the leading dimension fell due first)
+        keep their previous fit, unscored."""
         job = self.fit_job_
         dims = self._dims()
         fitted = job.get("fitted", 0)
-        for d, X in self.fit_partial_.items():
-            self.embeddings_[d] = X
-            if not job["dims"] or d != dims[job["dims"][0]]:  # finished (a refit saved by an older version)
-                fitted |= 1 << dims.index(d)
         self.fresh_dims_ = np.array([bool(fitted >> i & 1) for i in range(len(dims))])
         self.fit_partial_ = {}
         self.fitted_triplets_ = job["triplets"]
@@ -1493,10 +1467,7 @@ class CandidateDuels:
 
     @classmethod
     def from_state(cls, state: dict) -> CandidateDuels:
-        if state.get("class") != cls.__name__ or state.get("version") not in (1, 2, 3, 4, cls.VERSION):
-            raise ValueError(
-                f"state is of {state.get('class')} v{state.get('version')}, not {cls.__name__} v{cls.VERSION}"
-            )
+        check_state(state, cls.__name__, (cls.VERSION,))
         p = cls(int(state["n_items"]), **state["params"])
         p.rng_ = generator_from_state(state["rng"])
         p.triplets_ = np.array(state["triplets"], np.int64).reshape(-1, 3)
@@ -1511,26 +1482,16 @@ class CandidateDuels:
         p.answered_ = np.array(state["answered"], np.int64)
         p.cands_ = np.array(state["cands"], np.int64)
         p.embedding_ = None if state["embedding"] is None else np.array(state["embedding"], np.float64)
-        if state["version"] == 1:  # one embedding of the fixed dimension; every triplet was fitted
-            if p.embedding_ is not None:
-                p.embeddings_ = {int(p.dim): p.embedding_.copy()}
-            p.fitted_triplets_ = len(p.triplets_) if p.embedding_ is not None else 0
-        else:
-            p.embeddings_ = {int(d): np.array(X, np.float64) for d, X in state["embeddings"].items()}
-            p.dim_scores_ = np.array(state["dim_scores"], np.float64).reshape(2, -1)
-            p.fresh_dims_ = np.array(state["fresh_dims"], bool)
-            p.fitted_triplets_ = int(state["fitted_triplets"])
-            missing = len(p._dims()) - p.dim_scores_.shape[1]
-            if missing > 0:  # before version 5 "auto" had no line (AUTO_DIMS gained it at the end)
-                p.dim_scores_ = np.pad(p.dim_scores_, ((0, 0), (0, missing)))
-                p.fresh_dims_ = np.pad(p.fresh_dims_, (0, missing))
-        if state["version"] >= 3:
-            p.kappa_ = None if state["kappa"] is None else float(state["kappa"])
-            job = state["fit_job"]
-            p.fit_job_ = None if job is None else {**{k: int(v) for k, v in job.items() if k != "dims"},
-                                                   "dims": [int(i) for i in job["dims"]]}
-            p.fit_partial_ = {int(d): np.array(X, np.float64) for d, X in state["fit_partial"].items()}
-        p.coin_ = bool(state.get("coin", False))  # before version 4: decided at the next refit
+        p.embeddings_ = {int(d): np.array(X, np.float64) for d, X in state["embeddings"].items()}
+        p.dim_scores_ = np.array(state["dim_scores"], np.float64).reshape(2, -1)
+        p.fresh_dims_ = np.array(state["fresh_dims"], bool)
+        p.fitted_triplets_ = int(state["fitted_triplets"])
+        p.kappa_ = None if state["kappa"] is None else float(state["kappa"])
+        job = state["fit_job"]
+        p.fit_job_ = None if job is None else {**{k: int(v) for k, v in job.items() if k != "dims"},
+                                               "dims": [int(i) for i in job["dims"]]}
+        p.fit_partial_ = {int(d): np.array(X, np.float64) for d, X in state["fit_partial"].items()}
+        p.coin_ = bool(state["coin"])
         p.fitted_on_ = int(state["fitted_on"])
         p.n_fits_ = int(state["n_fits"])
         p.n_answers_ = int(state["n_answers"])

@@ -17,9 +17,18 @@ from scipy.optimize import minimize
 from scipy.spatial import cKDTree
 from scipy.special import expit
 
+from .continuum import continuum_start
 from .graph import NO_NEIGHBOR, NeighborGraph
-from .random_triplets import candidate_pairs, check_triplet_answers
-from .utils import RandomState, check_n_items, check_random_state, generator_from_state, generator_state
+from .random_triplets import candidate_pairs
+from .utils import (
+    RandomState,
+    check_n_items,
+    check_random_state,
+    check_state,
+    check_triplets,
+    generator_from_state,
+    generator_state,
+)
 
 KERNELS = ("ste", "tste", "human")
 #: Lapse rate the ``"human"`` fitting kernel assumes: the share of answers given at random. People lapse
@@ -35,17 +44,6 @@ SCREEN_CANDIDATES = 16
 
 
 # ---------------------------------------------------------------------------- fitting core
-def _check_triplets(triplets, n_items: int) -> np.ndarray:
-    t = np.asarray(triplets, dtype=np.int64)
-    if t.size == 0:
-        return np.empty((0, 3), np.int64)
-    if t.ndim != 2 or t.shape[1] != 3:
-        raise ValueError(f"triplets must be rows (i, j, k), got shape {t.shape}")
-    if t.min() < 0 or t.max() >= n_items:
-        raise ValueError(f"item indices must lie in 0..{n_items - 1}")
-    return t
-
-
 def _check_kernel(kernel: str, alpha, dim: int) -> float:
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, not {kernel!r}")
@@ -101,7 +99,7 @@ def triplet_probabilities(X: ArrayLike, triplets: ArrayLike, kernel: str = "tste
     if X.ndim != 2:
         raise ValueError(f"X must be an array of shape (n_items, dim), got {X.shape}")
     a = _check_kernel(kernel, alpha, X.shape[1])
-    t = _check_triplets(triplets, len(X))
+    t = check_triplets(triplets, len(X))
     dij = np.sum((X[t[:, 0]] - X[t[:, 1]]) ** 2, axis=1)
     dik = np.sum((X[t[:, 0]] - X[t[:, 2]]) ** 2, axis=1)
     return np.exp(_log_p(dij, dik, kernel, a))
@@ -234,7 +232,7 @@ def fit_embedding(triplets: ArrayLike, n_items: int, dim: int = 2, kernel: str =
     a = _check_kernel(kernel, alpha, dim)
     if l2 < 0:
         raise ValueError(f"l2 must be >= 0, got {l2}")
-    t = _check_triplets(triplets, n)
+    t = check_triplets(triplets, n)
     if init is None:
         X0 = check_random_state(random_state).normal(scale=1e-2, size=(n, dim))
     else:
@@ -299,7 +297,7 @@ def _pair_sq_dists(X: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def triplet_accuracy(X: ArrayLike, triplets: ArrayLike) -> float:
     """Share of ``(i, j, k)`` rows where j is strictly the closer of the two in X."""
-    t = _check_triplets(triplets, len(X))
+    t = check_triplets(triplets, len(X))
     if len(t) == 0:
         return float("nan")
     X = np.asarray(X, dtype=np.float64)
@@ -331,7 +329,7 @@ def select_embedding(triplets: ArrayLike, n_items: int, dims: Iterable[int] = (2
     every model the learner it is compared with can choose (it is tried last and must beat the rest).
     """
     n = check_n_items(n_items)
-    t = _check_triplets(triplets, n)
+    t = check_triplets(triplets, n)
     if not 0 < holdout < 1:
         raise ValueError(f"holdout must lie in (0, 1), got {holdout}")
     if len(t) < 2:
@@ -365,10 +363,8 @@ def select_embedding(triplets: ArrayLike, n_items: int, dims: Iterable[int] = (2
 
 def _line(triplets: np.ndarray, n: int, seed: int, fit_params: dict) -> np.ndarray:
     """The human model on a line, started from the order along a 2-D t-STE map (as engine.duels does)."""
-    from .duels import _continuum_start
-
     plane = fit_embedding(triplets, n, dim=2, kernel="tste", random_state=seed, **fit_params)
-    return fit_embedding(triplets, n, dim=1, kernel="human", init=_continuum_start(plane), random_state=seed,
+    return fit_embedding(triplets, n, dim=1, kernel="human", init=continuum_start(plane), random_state=seed,
                          **fit_params)
 
 
@@ -445,7 +441,7 @@ class EmbeddingLearner:
         return [tuple(map(int, row)) for row in q]
 
     def observe(self, answers: Iterable[Sequence[int]]) -> None:
-        arr = check_triplet_answers(answers, self.n_items)
+        arr = check_triplets(answers, self.n_items, "triplet answer", width=4)
         if len(arr):
             self.answers_ = np.concatenate([self.answers_, arr])
 
@@ -556,10 +552,7 @@ class EmbeddingLearner:
 
     @classmethod
     def from_state(cls, state: dict) -> Self:
-        if state.get("class") != cls.__name__ or state.get("version") != cls.VERSION:
-            raise ValueError(
-                f"state is of {state.get('class')} v{state.get('version')}, not {cls.__name__} v{cls.VERSION}"
-            )
+        check_state(state, cls.__name__, (cls.VERSION,))
         planner = cls(int(state["n_items"]), **state["params"])
         planner.rng_ = generator_from_state(state["rng"])
         planner.fit_seed_ = int(state["fit_seed"])
@@ -691,7 +684,7 @@ class ActiveEmbedding(EmbeddingLearner):
         return out
 
     def observe(self, answers: Iterable[Sequence[int]]) -> None:
-        arr = check_triplet_answers(answers, self.n_items)
+        arr = check_triplets(answers, self.n_items, "triplet answer", width=4)
         if len(arr):
             self.answers_ = np.concatenate([self.answers_, arr])
             # an answer settles one pending question of its head (if any: it may come from a log)

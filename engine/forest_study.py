@@ -2,7 +2,7 @@
 the study after the forest was built down its trees (:class:`engine.comparison_tree.ForestRoute`).
 
 The table entry of an algorithm that takes items added later (``Algorithm.grows``) gets its planner
-wrapped in a :class:`ForestStudy` by :func:`engine.registry.make_planner`, so the worker drives it
+wrapped in a :class:`ForestStudy` by :func:`engine.planners.make_planner`, so the worker drives it
 as any other planner. Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations

@@ -115,7 +115,7 @@ class QuestionKind:
         return values
 
     def planner_params(self, settings: Mapping) -> dict:
-        """What ``engine.registry.make_planner`` takes besides ``question_kind`` for this kind."""
+        """What ``engine.planners.make_planner`` takes besides ``question_kind`` for this kind."""
         return dict(settings)
 
     def texts(self, settings: Mapping) -> tuple[str, str]:

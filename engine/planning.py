@@ -28,7 +28,8 @@ import numpy as np
 from . import truth
 from .graph import RoundPlanner, refill_rounds
 from .kinds import DEFAULT_KIND, KINDS, get_kind
-from .registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool, make_planner
+from .planners import make_planner
+from .registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool
 from .truth import check_distance_matrix
 
 if TYPE_CHECKING:
@@ -511,54 +512,3 @@ def format_plan(p: Plan, target: float | None = None, metric: str = "exact", pay
             lines.append(f"  No line reaches {target:.2f} within {p.budgets[-1]:g} screens per item; "
                          "try larger --budgets or a lower --target.")
     return lines
-
-
-# ---------------------------------------------------------------------------- reading a pilot
-def read_pilot_csv(text: str, source: str = "pilot") -> np.ndarray:
-    """Triplets (head, closer, farther) from a pilot's answers export (``proxima export --what
-    answers``: kind, head, a, b, choice columns; skipped answers, catch trials, validation repeats and
-    ratings left out)
-    or from cblearn list-order rows ``i,j,k`` (``--what triplets``)."""
-    import csv
-    import io
-
-    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    if not lines:
-        raise ValueError(f"{source}: no answers")
-    first = next(csv.reader([lines[0]]))
-    if "head" in first and "choice" in first:
-        rows = []
-        for row in csv.DictReader(io.StringIO("\n".join(lines))):
-            try:
-                kind = get_kind(row.get("kind") or DEFAULT_KIND)
-            except ValueError:
-                continue
-            if (not kind.triplet_derived or not row.get("choice")
-                    or row.get("algorithm") in ("catch", "repeat")):  # checks and validation repeats: no evidence
-                continue
-            try:
-                if row.get("shown"):  # the whole screen: every triplet the answer implies (engine.kinds)
-                    shown = [int(x) for x in row["shown"].split()]
-                    picks = [int(x) for x in row["picks"].split()]
-                    kind.check_answer(kind.screen(kind.proposal_of(shown), {"n_select": len(picks)}), picks, None)
-                    rows.extend(kind.triplets(shown, picks))
-                    continue
-                h, a, b, c = (int(row[k]) for k in ("head", "a", "b", "choice"))
-            except (TypeError, ValueError, KeyError):
-                continue
-            if c not in (a, b):
-                continue
-            rows.append((h, a, b, c))
-        if not rows:
-            raise ValueError(f"{source}: no answered triplet questions in this answers export")
-        return triplets_from_answers(rows)
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        parts = [p.strip() for p in line.replace(";", ",").replace("\t", ",").split(",")]
-        try:
-            i, j, k = (int(p) for p in parts)
-        except ValueError:
-            raise ValueError(f"{source}, line {number}: expected 'i,j,k' item indices or an answers export, "
-                             f"got {line!r}") from None
-        rows.append((i, j, k))
-    return np.asarray(rows, dtype=np.int64)

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .utils import RandomState, check_n_items, check_random_state, generator_from_state, generator_state
-
-if TYPE_CHECKING:
-    from .graph import NeighborGraph
-
-
-NO_NEIGHBOR = -1
+from .graph import NO_NEIGHBOR, NeighborGraph
+from .utils import (
+    RandomState,
+    check_n_items,
+    check_random_state,
+    check_state,
+    check_triplets,
+    generator_from_state,
+    generator_state,
+)
 
 
 def candidate_pairs(rng: np.random.Generator, n_items: int, head: int | np.ndarray,
@@ -54,27 +56,6 @@ class TripletWinRates:
         return (self.wins + 1.0) / (self.shown + 2.0)
 
 
-def check_triplet_answers(answers: Iterable[Sequence[int]], n_items: int) -> np.ndarray:
-    """Validate ``(head, a, b, winner)`` rows; returns an int64 array of shape (m, 4)."""
-    rows = list(answers)
-    if not rows:
-        return np.empty((0, 4), dtype=np.int64)
-    try:
-        arr = np.asarray(rows, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise ValueError(f"triplet answers must be rows of 4 item indices: {exc}") from None
-    if arr.ndim != 2 or arr.shape[1] != 4:
-        raise ValueError(f"triplet answers must be rows (head, a, b, winner), got shape {arr.shape}")
-    if arr.min() < 0 or arr.max() >= n_items:
-        raise ValueError(f"item indices must lie in 0..{n_items - 1}")
-    h, a, b, w = arr.T
-    if np.any((h == a) | (h == b) | (a == b)):
-        raise ValueError("head and both candidates of a triplet must be three different items")
-    if np.any((w != a) & (w != b)):
-        raise ValueError("the winner of a triplet must be one of its two candidates")
-    return arr
-
-
 class RandomTriplets:
     """Question planner asking uniformly random triplets.
 
@@ -106,7 +87,7 @@ class RandomTriplets:
         return [(int(h), int(x), int(y)) for h, x, y in zip(heads, a, b, strict=True)]
 
     def observe(self, answers: Iterable[Sequence[int]]) -> None:
-        arr = check_triplet_answers(answers, self.n_items)
+        arr = check_triplets(answers, self.n_items, "triplet answer", width=4)
         if not len(arr):
             return
         h, a, b, w = arr.T
@@ -126,8 +107,6 @@ class RandomTriplets:
     def neighbor_graph(self, k: int = 1) -> NeighborGraph:
         """Each head's k candidates of highest smoothed win rate among those it was shown with
         (-1 where fewer were shown); ``estimates`` 1 - win rate, ``samples`` times shown."""
-        from .graph import NeighborGraph
-
         k = int(k)
         if k < 1:
             raise ValueError(f"k must be a positive integer, got {k}")
@@ -178,10 +157,7 @@ class RandomTriplets:
 
     @classmethod
     def from_state(cls, state: dict) -> RandomTriplets:
-        if state.get("class") != cls.__name__ or state.get("version") != cls.VERSION:
-            raise ValueError(
-                f"state is of {state.get('class')} v{state.get('version')}, not {cls.__name__} v{cls.VERSION}"
-            )
+        check_state(state, cls.__name__, (cls.VERSION,))
         planner = cls(int(state["n_items"]))
         planner.rng_ = generator_from_state(state["rng"])
         planner.wins_ = np.array(state["wins"], dtype=np.int64)

@@ -7,14 +7,13 @@ Flask, Redis, RQ, ``webapp`` or ``workers`` (planner classes are resolved on fir
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .graph import NeighborGraph
-    from .utils import RandomState
 
 
 #: The algorithm a triplet study runs when its config names none (the one place that says so):
@@ -97,7 +96,8 @@ class Algorithm:
     the planner works in rounds (:class:`engine.graph.RoundPlanner`), so the platform may widen its
     window, retire questions of closed rounds and ask least-asked repeats; ``grows`` items added to a
     study after its learner was built are taken in (a comparison forest routes each down its built
-    trees: :func:`make_planner` wraps the planner in :class:`engine.forest_study.ForestStudy`);
+    trees: :func:`engine.planners.make_planner` wraps the planner in
+    :class:`engine.forest_study.ForestStudy`);
     ``triplet_defaults`` the parameters a pair-asking planner gets in a triplet study unless given
     (see :func:`defaults_for`); ``memory`` what it holds in a worker's memory (:class:`Memory`);
     ``screens`` how it chooses the screens of odd-one-out and rank studies ("adaptive": from its
@@ -325,68 +325,6 @@ def check_params(name: str, params: Mapping) -> dict:
     return {**entry.defaults, **params}
 
 
-def make_planner(name: str, n_items: int, question_kind: str = "triplet", random_state: RandomState = 0,
-                 labels: Sequence[Any] | None = None, **params: Any) -> Any:
-    """A new planner of algorithm ``name`` for ``n_items`` items asking ``question_kind``.
-
-    Triplet studies of pair-asking algorithms get a :class:`engine.adapters.PairTripletAdapter`
-    (triplets in, ``(head, a, b, winner)`` answers); with ``question_kind="rating"`` they are
-    returned as they are (pairs in, ``(i, j, value)`` answers). Odd-one-out and rank studies of a
-    triplet learner get its screen planner (:mod:`engine.screens`): ``question_kind="odd_one_out"``
-    asks ``(a, b, c)`` and observes ``(a, b, c, odd)``; ``question_kind="rank"`` (``n_reference``
-    = 8, ``n_select`` = 2 unless given) asks ``(head, (r1, ..., rn))`` and observes
-    ``(head, (r1, ..., rn), (s1, ..., sk))``, s1 the most alike; ``screens="random"`` asks uniformly
-    random screens (the default of the learners that ask random triplets, the entry's ``screens``).
-    ``labels`` (one per item) is required by label-driven algorithms. Every planner returned has ``neighbor_graph(k)``
-    and the progress keys of :data:`engine.graph.PROGRESS_KEYS` (:class:`engine.graph.Planner`).
-    """
-    entry = get_algorithm(name)
-    if question_kind not in QUESTION_KINDS:
-        raise ValueError(f"unknown question kind {question_kind!r}; choose one of {', '.join(QUESTION_KINDS)}")
-    if question_kind not in entry.question_kinds:
-        raise ValueError(f"{name} asks {' or '.join(entry.question_kinds)} questions, not {question_kind!r}")
-    screen = check_screen_params(name, question_kind,
-                                 {k: params.pop(k) for k in list(params) if k in _ALL_SCREEN_PARAMS})
-    # validated as given, then the study defaults for this question kind fill what is missing
-    check_params(name, params)
-    params = {**defaults_for(name, question_kind), **params}
-    cls = entry.planner_class()
-    supervised = params.pop("supervised", False)
-    if entry.needs_labels or supervised:
-        if labels is None or len(labels) != n_items or any(x is None for x in labels):
-            raise ValueError(f"{name} needs a label for every item (labels of length n_items)")
-    if entry.takes_labels:
-        params["labels"] = list(labels) if (entry.needs_labels or supervised) else None
-    planner = cls(n_items, random_state=random_state, **params)
-    if entry.grows:
-        from .forest_study import ForestStudy
-
-        return ForestStudy(planner)
-    if entry.pair_over_triplets and question_kind == "triplet":
-        from .adapters import PairTripletAdapter
-
-        return PairTripletAdapter(planner, random_state=random_state)
-    if question_kind in SCREEN_KINDS:
-        import numbers
-
-        import numpy as np
-
-        from .screens import OddOneOutScreens, RankScreens
-
-        # the screens draw from their own stream of the study seed (not the learner's)
-        rs = np.random.default_rng([int(random_state), _SCREEN_STREAM]) \
-            if isinstance(random_state, numbers.Integral) else random_state
-        if question_kind == "odd_one_out":
-            return OddOneOutScreens(planner, random_state=rs, **screen)
-        return RankScreens(planner, random_state=rs, **screen)
-    return planner
-
-
-_ALL_SCREEN_PARAMS = frozenset(p for kind in SCREEN_PARAMS.values() for p in kind)
-#: a distinct stream of the study seed for the screen planners' own draws
-_SCREEN_STREAM = 0x5C2
-
-
 def check_screen_params(name: str, question_kind: str, params: Mapping) -> dict:
     """Validate the screen parameters of a ``question_kind`` study running ``name`` (``n_reference``,
     ``n_select``, ``screens``: see :data:`SCREEN_PARAMS`); returns them with the defaults filled in
@@ -457,29 +395,11 @@ def run_fit_task(task: Any) -> Any:
     return task.run()
 
 
-#: state class of a planner wrapping the table's planner -> the wrapper (which restores what it wraps)
-_WRAPPERS = {"PairTripletAdapter": "engine.adapters:PairTripletAdapter",
-             "OddOneOutScreens": "engine.screens:OddOneOutScreens", "RankScreens": "engine.screens:RankScreens",
-             "ForestStudy": "engine.forest_study:ForestStudy"}
-
-
-def _resolve(path: str) -> Any:
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def restore_planner(state: Mapping) -> Any:
-    """The planner that saved ``state`` (any class of the table's ``state_classes``), wrapped as
-    :func:`make_planner` wraps it (a bare forest state of an entry that ``grows`` is given no routes)."""
-    entry = entry_for_state(state)
-    if state.get("class") in _WRAPPERS:
-        return _resolve(_WRAPPERS[state["class"]]).from_state(dict(state))
-    planner = entry.planner_class().from_state(dict(state))
-    if entry.grows:
-        from .forest_study import ForestStudy
-
-        return ForestStudy(planner)
-    return planner
+def restore_bare_planner(state: Mapping) -> Any:
+    """The planner of the table that saved ``state``, restored by its own class and not wrapped: what a
+    wrapper (:mod:`engine.adapters`, :mod:`engine.screens`) holds. A study's whole planner, wrapped as
+    it was made, comes back from :func:`engine.planners.restore_planner`."""
+    return entry_for_state(state).planner_class().from_state(dict(state))
 
 
 def neighbor_graph(planner: Any, k: int = 1) -> NeighborGraph:

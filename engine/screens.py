@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from .graph import RefitsBeside
-from .utils import RandomState, check_random_state, generator_from_state, generator_state, take_one
+from .registry import restore_bare_planner
+from .utils import RandomState, check_random_state, check_state, generator_from_state, generator_state, take_one
 
 if TYPE_CHECKING:
     from .graph import NeighborGraph, Progress
@@ -243,12 +244,6 @@ class _Screens:
                 "n_issued": int(self.n_issued_), "n_answers": int(self.n_answers_),
                 "n_triplets": int(self.n_triplets_)}
 
-    @classmethod
-    def _check_state(cls, state: dict) -> None:
-        if state.get("class") != cls.__name__ or state.get("version") != cls.VERSION:
-            raise ValueError(f"state is of {state.get('class')} v{state.get('version')}, "
-                             f"not {cls.__name__} v{cls.VERSION}")
-
     def _restore_base(self, state: dict) -> None:
         self.rng_ = generator_from_state(state["rng"])
         self.n_issued_ = int(state["n_issued"])
@@ -347,10 +342,8 @@ class OddOneOutScreens(_Screens):
 
     @classmethod
     def from_state(cls, state: dict) -> OddOneOutScreens:
-        cls._check_state(state)
-        from .registry import restore_planner
-
-        self = cls(restore_planner(state["planner"]), screens=state["screens"])
+        check_state(state, cls.__name__, (cls.VERSION,))
+        self = cls(restore_bare_planner(state["planner"]), screens=state["screens"])
         self._restore_base(state)
         self.issued_ = {(a, b, c): n for a, b, c, n in np.asarray(state["issued"], np.int64).reshape(-1, 4).tolist()}
         for a, b, c, h, x, y in np.asarray(state["proposals"], np.int64).reshape(-1, 6).tolist():
@@ -497,11 +490,10 @@ class RankScreens(_Screens):
 
     @classmethod
     def from_state(cls, state: dict) -> RankScreens:
-        cls._check_state(state)
-        from .registry import restore_planner
-
-        self = cls(restore_planner(state["planner"]), screens=state["screens"], n_reference=int(state["n_reference"]),
-                   n_select=int(state["n_select"]), n_explore=int(state["n_explore"]))
+        check_state(state, cls.__name__, (cls.VERSION,))
+        self = cls(restore_bare_planner(state["planner"]), screens=state["screens"],
+                   n_reference=int(state["n_reference"]), n_select=int(state["n_select"]),
+                   n_explore=int(state["n_explore"]))
         self._restore_base(state)
         width = self.n_reference + 2
         self.issued_ = {tuple(r[:-1]): r[-1] for r in np.asarray(state["issued"], np.int64).reshape(-1, width).tolist()}

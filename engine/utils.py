@@ -6,7 +6,7 @@ Must never import Flask, Redis or anything outside numpy/scipy.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, Self, TypeVar
 
 import numpy as np
@@ -109,6 +109,56 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 
 
+#: the fields of a triplet row: a question, or an answer with its winner
+_TRIPLET_FIELDS = {3: "(head, a, b)", 4: "(head, a, b, winner)"}
+
+
+def check_triplets(rows: Iterable | np.ndarray, n_items: int, what: str = "triplet", width: int = 3,
+                   head_range: tuple[int, int] | None = None) -> np.ndarray:
+    """Triplet rows as an int64 array of shape (m, ``width``): questions ``(head, a, b)`` ("is head more
+    like a or b?", also list-order ``(i, j, k)``) or, with ``width=4``, answers ``(head, a, b, winner)``.
+
+    Every index is a whole number in ``0..n_items - 1`` (the head in ``head_range = (lo, hi)``, lo
+    included, when given), head, a and b are three different items and the winner is a or b. The one
+    check of triplets at the engine's boundary; ValueError naming ``what`` and the first bad row otherwise.
+    """
+    fields = _TRIPLET_FIELDS[width]
+    if not isinstance(rows, np.ndarray):
+        rows = list(rows)
+    try:
+        arr = np.asarray(rows)
+    except ValueError:  # ragged rows
+        raise ValueError(f"{what}s must be rows {fields} of item indices") from None
+    if arr.size == 0:
+        return np.empty((0, width), np.int64)
+    if arr.ndim != 2 or arr.shape[1] != width:
+        raise ValueError(f"{what}s must be rows {fields} of item indices, got shape {arr.shape}")
+    if not np.issubdtype(arr.dtype, np.integer):
+        try:
+            values = arr.astype(np.float64)
+        except (TypeError, ValueError):
+            values = np.full(arr.shape, np.nan)
+        whole = (np.isfinite(values) & (values == np.round(values))).all(axis=1)
+        if not whole.all():
+            raise ValueError(f"{what} {tuple(arr[np.argmin(whole)].tolist())}: item indices must be whole numbers")
+    arr = arr.astype(np.int64, copy=False)
+    lo, hi = head_range if head_range is not None else (0, n_items)
+    h, a, b = arr[:, 0], arr[:, 1], arr[:, 2]
+    bad = (h < lo) | (h >= hi) | (arr[:, 1:] < 0).any(axis=1) | (arr[:, 1:] >= n_items).any(axis=1)
+    if bad.any():
+        where = f"0..{n_items - 1}" if head_range is None else f"0..{n_items - 1}, the head {lo}..{hi - 1}"
+        raise ValueError(f"{what} {tuple(arr[np.argmax(bad)].tolist())}: item indices must lie in {where}")
+    bad = (h == a) | (h == b) | (a == b)
+    if bad.any():
+        raise ValueError(f"{what} {tuple(arr[np.argmax(bad)].tolist())} needs three different items")
+    if width == 4:
+        bad = (arr[:, 3] != a) & (arr[:, 3] != b)
+        if bad.any():
+            raise ValueError(f"{what} {tuple(arr[np.argmax(bad)].tolist())}: the winner must be one of its two "
+                             "candidates (a or b)")
+    return arr
+
+
 def mix64(z: ArrayLike) -> np.ndarray:
     """SplitMix64 finaliser, vectorised: a counter-based hash giving independent 64-bit words."""
     z = np.asarray(z, dtype=np.uint64)
@@ -150,15 +200,14 @@ def json_seed(random_state: RandomState) -> int | None:
 
 def check_state(state: dict, cls_name: str, versions: Iterable[int]) -> int:
     """The version of ``state`` once it is known to be a saved ``cls_name`` of one of the
-    ``versions`` this code reads; ValueError saying which of the two it is not otherwise."""
-    if state.get("class") != cls_name:
-        raise ValueError(f"state of a {state.get('class')!r}, not of a {cls_name}")
+    ``versions`` this code reads: the one check of a saved state's class and version (every planner's
+    and estimator's ``from_state``). ValueError otherwise, in the same words everywhere:
+    "state is of ANN v1, not CandidateDuels v5"."""
     versions = tuple(versions)
-    version = state.get("version")
-    if version not in versions:
-        expected = " or ".join(str(v) for v in versions)
-        raise ValueError(f"unsupported state version {version!r} (expected {expected})")
-    return version
+    if not isinstance(state, Mapping) or state.get("class") != cls_name or state.get("version") not in versions:
+        found = f"{state.get('class')} v{state.get('version')}" if isinstance(state, Mapping) else type(state).__name__
+        raise ValueError(f"state is of {found}, not {cls_name} v{' or v'.join(str(v) for v in versions)}")
+    return state["version"]
 
 
 def arrays_state(source: object, names: Iterable[str], prefix: str = "") -> dict:

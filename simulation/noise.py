@@ -20,6 +20,7 @@ from scipy.spatial.distance import cdist
 
 from engine.planning import Scenario, triplets_from_answers
 from engine.truth import check_distance_matrix
+from engine.utils import check_triplets
 
 from .oracles import OddOneOutOracle, RankOracle, TripletOracle, _as_index_array, random_triplet_questions
 
@@ -221,15 +222,9 @@ class PilotFit:
 
 
 def check_pilot_triplets(triplets: ArrayLike, n_items: int) -> np.ndarray:
-    t = np.asarray(triplets, dtype=np.int64)
-    if t.size == 0:
+    t = check_triplets(triplets, n_items, "pilot triplet")
+    if len(t) == 0:
         raise ValueError("the pilot has no triplet answers")
-    if t.ndim != 2 or t.shape[1] != 3:
-        raise ValueError(f"pilot triplets must be rows (i, j, k), got shape {t.shape}")
-    if t.min() < 0 or t.max() >= n_items:
-        raise ValueError(f"pilot item indices must lie in 0..{n_items - 1}")
-    if np.any((t[:, 0] == t[:, 1]) | (t[:, 0] == t[:, 2]) | (t[:, 1] == t[:, 2])):
-        raise ValueError("a pilot triplet names the same item twice")
     return t
 
 

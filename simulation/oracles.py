@@ -23,7 +23,7 @@ from scipy.spatial.distance import cdist
 from engine.graph import NeighborGraph, Planner
 from engine.random_triplets import candidate_pairs
 from engine.truth import check_distance_matrix, neighbor_error, point_distances
-from engine.utils import RandomState, check_random_state
+from engine.utils import RandomState, check_random_state, check_triplets
 
 if TYPE_CHECKING:
     from .noise import HumanNoise
@@ -430,9 +430,7 @@ class RecordedTriplets:
         return L
 
     def p1_wins(self, questions: Iterable[Sequence[int]]) -> np.ndarray:
-        q = _as_index_array(questions, 3, self.n_items)
-        if np.any((q[:, 0] == q[:, 1]) | (q[:, 0] == q[:, 2]) | (q[:, 1] == q[:, 2])):
-            raise ValueError("a triplet question needs three distinct items")
+        q = check_triplets(questions, self.n_items, "triplet question")
         return self.closer[q[:, 0], q[:, 1], q[:, 2]]
 
     def answer(self, questions: Iterable[Sequence[int]]) -> list[tuple[int, int, int, int]]:

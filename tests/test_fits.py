@@ -12,7 +12,8 @@ from helpers import wait_for
 from scipy.spatial.distance import cdist
 
 from engine import duels
-from engine.registry import drive_as_pool, make_planner
+from engine.planners import make_planner
+from engine.registry import drive_as_pool
 from workers.jobs.fits import FitPool
 
 

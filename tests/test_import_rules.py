@@ -119,6 +119,81 @@ def test_the_checker_resolves_relative_imports(tmp_path):
     assert _is_within("webapp.raters", "webapp") and not _is_within("webapplication", "webapp")
 
 
+#: The packages whose modules must not import each other in a circle.
+PROJECT = ("engine", "workers", "webapp", "proxima")
+
+
+def project_modules(root: Path = ROOT, packages: tuple[str, ...] = PROJECT) -> dict[str, Path]:
+    """Dotted module name -> source file, for every module of ``packages`` under ``root``."""
+    return {module_name(path, root): path for package in packages for path in sorted((root / package).rglob("*.py"))}
+
+
+def import_graph(root: Path = ROOT, packages: tuple[str, ...] = PROJECT):
+    """networkx DiGraph of which project module imports which (every import statement, including the
+    ones inside functions and ``if TYPE_CHECKING:``, relative ones resolved); each edge keeps its
+    ``lines``. ``from pkg import name`` is an import of the submodule ``pkg.name`` where there is one,
+    else of ``pkg`` itself; the package a submodule sits in is not counted (Python loads it first)."""
+    import networkx as nx
+
+    modules = project_modules(root, packages)
+    graph = nx.DiGraph()
+    graph.add_nodes_from(modules)
+    for name, path in modules.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = package[:len(package) - node.level + 1] if node.level else []
+                module = ".".join(base + ([node.module] if node.module else []))
+                targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in modules else module
+                           for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                if target in modules and target != name:
+                    graph.add_edge(name, target)
+                    graph.edges[name, target].setdefault("lines", []).append(node.lineno)
+    return graph
+
+
+def import_cycles(root: Path = ROOT, packages: tuple[str, ...] = PROJECT) -> list[str]:
+    """Every circle of imports among the project's modules, as ``a:line -> b:line -> a``."""
+    import networkx as nx
+
+    graph = import_graph(root, packages)
+    found = []
+    for cycle in nx.simple_cycles(graph):
+        cycle = cycle[cycle.index(min(cycle)):] + cycle[:cycle.index(min(cycle))]  # start at the same module
+        hops = [f"{a}:{min(graph.edges[a, b]['lines'])}" for a, b in zip(cycle, cycle[1:] + cycle[:1], strict=True)]
+        found.append(" -> ".join(hops + [cycle[0]]))
+    return sorted(found)
+
+
+def test_no_module_imports_itself_through_a_circle():
+    """No module of the project reaches itself through imports (a circle works only by the order modules
+    happen to load in, and makes neither side usable alone): what two modules share lives in a third
+    that both import."""
+    cycles = import_cycles()
+    assert not cycles, "import circles:\n" + "\n".join(cycles)
+
+
+def test_the_circle_check_sees_circles_through_functions_and_packages(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("def create():\n    from . import views\n")
+    (package / "views.py").write_text("from .sub.store import save\n")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "store.py").write_text("def save():\n    from ..views import show\n")
+    (package / "lone.py").write_text("from . import views\nfrom .sub import store\n")
+    assert import_cycles(tmp_path, ("pkg",)) == ["pkg.sub.store:2 -> pkg.views:1 -> pkg.sub.store"]
+    # a package importing its submodules, and submodules importing each other one way, is no circle
+    (package / "sub" / "store.py").write_text("import numpy\n")
+    assert import_cycles(tmp_path, ("pkg",)) == []
+    (package / "views.py").write_text("from pkg import create\n")
+    assert import_cycles(tmp_path, ("pkg",)) == ["pkg:2 -> pkg.views:1 -> pkg"]
+
+
 #: Run in a fresh interpreter: build the web app as a web process does, say which heavy modules it loaded.
 _START_WEB_APP = """
 import json, sys

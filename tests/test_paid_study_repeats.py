@@ -9,7 +9,7 @@ import random
 import pytest
 from helpers import positioned_study, run_worker
 
-from engine.registry import restore_planner
+from engine.planners import restore_planner
 from webapp.tokens import verify_question
 from workers.store.answers import CATCH_ALGORITHM, REPEAT_ALGORITHM, export_triplets, iter_answers
 from workers.store.config import ConfigError, StudyConfig

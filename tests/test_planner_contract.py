@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import registry
+from engine import planners, registry
 from engine.graph import PROGRESS_KEYS, NeighborGraph, Planner, Progress, RoundPlanner
 from engine.kinds import QUESTION_KINDS
 
@@ -211,7 +211,7 @@ def _cases():
 def test_every_planner_of_the_table_has_the_whole_contract(name, kind):
     entry = registry.ALGORITHMS[name]
     labels = ["ab"[i % 2] for i in range(12)] if entry.needs_labels or entry.takes_labels else None
-    planner = registry.make_planner(name, 12, question_kind=kind, random_state=0, labels=labels)
+    planner = planners.make_planner(name, 12, question_kind=kind, random_state=0, labels=labels)
     assert isinstance(planner, Planner)
     progress = planner.progress()
     assert set(PROGRESS_KEYS) <= set(progress)
@@ -229,7 +229,7 @@ def test_every_planner_of_the_table_has_the_whole_contract(name, kind):
     again = type(planner).from_state(planner.to_state())
     assert type(again) is type(planner)
     assert json.dumps(again.progress(), sort_keys=True) == json.dumps(progress, sort_keys=True)
-    assert type(registry.restore_planner(planner.to_state())) is type(planner)
+    assert type(planners.restore_planner(planner.to_state())) is type(planner)
 
 
 # ---------------------------------------------------------------------------- adding an algorithm

@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from engine import planning
+from engine.triplet_csv import parse_triplets
 from simulation.noise import fit_pilot
 from simulation.oracles import TripletOracle
 
@@ -112,10 +113,29 @@ def test_pilot_csv_reads_answer_exports_and_list_order_triplets():
               "s,3,rating,0,1,,,anntri\n"
               "s,4,triplet,0,1,2,1,catch\n"
               "s,5,triplet,0,2,1,2,repeat\n")  # a validation repeat is no new evidence
-    assert planning.read_pilot_csv(export).tolist() == [[0, 2, 1]]
-    assert planning.read_pilot_csv("0,1,2\n3,4,5\n").tolist() == [[0, 1, 2], [3, 4, 5]]
-    with pytest.raises(ValueError, match="line 1"):
-        planning.read_pilot_csv("a;b\n")
+    assert parse_triplets(export, answers=True) == [(0, 2, 1)]
+    assert parse_triplets("0,1,2\n3,4,5\n", answers=True) == [(0, 1, 2), (3, 4, 5)]
+    with pytest.raises(ValueError, match=r"pilot.csv, line 1: expected three item indices 'i,j,k' \(or an answers"):
+        parse_triplets("a;b\n", source="pilot.csv", answers=True)
+    # without answers=True (proxima import-triplets) an answers export is refused, not read
+    with pytest.raises(ValueError, match="line 1: expected three item indices 'i,j,k', got"):
+        parse_triplets(export)
+    with pytest.raises(ValueError, match="no answered triplet questions"):
+        parse_triplets("kind,head,a,b,choice\nrating,0,1,,\n", answers=True)
+
+
+@pytest.mark.parametrize("text,words", [
+    ("0,1\n", "line 1: expected three item indices"),
+    ("# a comment\n\n0,1,x\n", "line 3: item indices must be whole numbers"),
+    ("0,1,2\n0;1;9\n", "line 2: item indices must lie in 0..4"),
+    ("0\t1\t-1\n", "line 1: item indices must lie in 0..4"),
+    ("0,1,1\n", "line 1: a triplet needs three different items"),
+    ("kind,head,a,b,choice\ntriplet,0,1,7,7\n", "item indices must lie in 0..4"),
+])
+def test_triplet_csv_says_which_line_is_wrong_and_why(text, words):
+    with pytest.raises(ValueError, match=words):
+        parse_triplets(text, n_items=5, source="t.csv", answers=True)
+    assert parse_triplets("# list order\n\n0;1;2\n4\t3\t2\n", n_items=5) == [(0, 1, 2), (4, 3, 2)]
 
 
 def test_a_plan_stays_within_its_time_limit_and_says_which_budgets_it_did_not_reach():
@@ -253,6 +273,6 @@ def test_a_pilots_answers_export_gives_every_triplet_its_screens_imply():
             "rank,0,1,2,1,duels,0 1 2 3 4,1 3\n"
             "triplet,5,6,7,7,duels,,\n"
             "rank,0,1,2,1,catch,0 1 2 3 4,1 3\n")
-    rows = planning.read_pilot_csv(text)
-    assert sorted(map(tuple, rows.tolist())) == sorted([(0, 1, 2), (1, 0, 2), (0, 1, 3), (0, 1, 2), (0, 1, 4),
+    rows = parse_triplets(text, answers=True)
+    assert sorted(rows) == sorted([(0, 1, 2), (1, 0, 2), (0, 1, 3), (0, 1, 2), (0, 1, 4),
                                                         (0, 3, 2), (0, 3, 4), (5, 7, 6)])

@@ -11,7 +11,8 @@ from workers.store.raters import rater_table
 
 from .errors import ApiError
 from .questions_answers import load_study, rater_answer, rater_next_question
-from .raters import request_rater, session_guard
+from .rater_session import request_rater
+from .raters import session_guard
 from .stats import study_stats
 from .storage import get_redis
 

@@ -36,6 +36,7 @@ from workers.store.config import (
 from workers.store.queue import enqueue_rebuild, schedule_update
 from workers.store.studies import (
     NEVER_ENDS,
+    STATUS_ACTIONS,
     StudyError,
     StudyNotFound,
     check_stylesheet,
@@ -52,6 +53,7 @@ from workers.store.uploads import config_from_yaml_bytes, items_from_upload
 from . import accounts, api_tokens
 from .accounts import AccountError
 from .auth import client_address, current_researcher
+from .researcher_api import package_response
 from .stats import study_stats
 from .storage import get_redis
 
@@ -69,9 +71,6 @@ bp = Blueprint("dashboard", __name__)
 
 #: Largest upload accepted by the create-study form (the app-wide limit stays small).
 DEFAULT_UPLOAD_MAX_BYTES = 64 * 1024 * 1024
-#: action -> (status it sets, statuses it may be taken from)
-ACTIONS = {"start": ("running", ("paused",)), "pause": ("paused", ("running",)),
-           "resume": ("running", ("paused",)), "close": ("closed", ("running", "paused"))}
 #: At most this many set-aside answers are listed on the study page (the backup and the answers export have all).
 SET_ASIDE_SHOWN = 200
 #: Items listed per page of the Learning tab (a study may have 50,000: the list is paged and searchable)
@@ -326,9 +325,9 @@ def change_status(study_id: str) -> ResponseReturnValue:
     conn = get_redis()
     study = _study_or_404(conn, study_id)
     action = request.form.get("action", "")
-    if action not in ACTIONS:
-        abort(400, description=f"Unknown action {action!r}; use one of {', '.join(ACTIONS)}.")
-    status, allowed_from = ACTIONS[action]
+    if action not in STATUS_ACTIONS:
+        abort(400, description=f"Unknown action {action!r}; use one of {', '.join(STATUS_ACTIONS)}.")
+    status, allowed_from = STATUS_ACTIONS[action]
     if study.status not in allowed_from:
         flash(f"The study is {study.status}; it cannot {action}.", "error")
     else:
@@ -580,8 +579,6 @@ def download(study_id: str, what: str, fmt: str) -> ResponseReturnValue:
 @bp.get("/studies/<study_id>/package.zip")
 def package_zip(study_id: str) -> ResponseReturnValue:
     """The study's data package (docs/data-package.md); ``?rater_ids=1`` keeps recruitment ids."""
-    from .researcher_api import package_response
-
     conn = get_redis()
     return package_response(conn, _study_or_404(conn, study_id))
 

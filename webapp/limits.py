@@ -28,6 +28,7 @@ from workers.store import keys
 from workers.store.lua import Script
 
 from .errors import ApiError
+from .rater_session import request_rater
 from .storage import get_redis
 
 if TYPE_CHECKING:
@@ -129,8 +130,6 @@ def limit_rater_requests() -> None:
     address = request.remote_addr or "unknown"
     if not study_id or not set(study_id) <= STUDY_ID_CHARS or len(study_id) > 64:
         return None  # an unknown study is refused by the view itself
-    from .raters import request_rater
-
     # a session made here (no study page first) counts against the anonymous-session cap like the page's
     rater = request_rater(get_redis(), study_id)
     if exempt(address):

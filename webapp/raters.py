@@ -18,7 +18,7 @@ from workers.store.questions import StudyGuard
 from workers.store.raters import answer_check_pending
 from workers.store.studies import STUDY_ID_PATTERN, StudyNotFound, get_items, get_media, get_study, get_stylesheet
 
-from .errors import ApiError
+from .limits import limit_code
 from .questions_answers import (
     FULL_CODE,
     PARTIAL_CODE,
@@ -27,6 +27,7 @@ from .questions_answers import (
     rater_stats,
     session_replaced_error,
 )
+from .rater_session import anonymous_session_allowed, current_rater
 from .storage import get_redis
 
 if TYPE_CHECKING:
@@ -102,34 +103,6 @@ def render_markdown(text: str | None, study: Study | None = None) -> Markup:
                 if index is not None:
                     child.attrSet("src", url_for("raters.media", study_id=study.id, index=index))
     return Markup(_markdown.renderer.render(tokens, _markdown.options, env))
-
-
-ANONYMOUS_CAP_MESSAGE = ("too many anonymous sessions of this study were opened from your network address in "
-                         "the last hour; open the study link you were given (with your participant id) or try later")
-
-
-def current_rater() -> str:
-    """The rater id of this browser session, minting an anonymous one on first use."""
-    rater = session.get("rater_id")
-    if not rater:
-        rater = f"anon-{secrets.token_hex(8)}"
-        session["rater_id"] = rater
-    return rater
-
-
-def request_rater(conn: Redis, study_id: str) -> str:
-    """The rater id of a question or answer request: the session's, or a new anonymous one counted
-    against the study's anonymous-session cap exactly as the study page counts it, so a client that
-    skips the page (or drops its cookie) opens no more sessions; ApiError 429 over the cap."""
-    from .questions_answers import load_study
-
-    rater = session.get("rater_id")
-    if rater:
-        return rater
-    if not anonymous_session_allowed(conn, load_study(conn, study_id)):
-        raise ApiError(429, "too_many_sessions", ANONYMOUS_CAP_MESSAGE, headers={"Retry-After": "3600"},
-                       retry_after=3600)
-    return current_rater()
 
 
 def claim_rater_session(conn: Redis, study_id: str, rater: str) -> None:
@@ -323,17 +296,6 @@ def study_full(conn: Redis, study: Study) -> bool:
     return bool(budget and int(answers) >= budget) or int(finished) >= len(study.config.algorithms)
 
 
-def anonymous_session_allowed(conn: Redis, study: Study) -> bool:
-    """Count a new anonymous rater session of this address in the study (an hour's window); False
-    once the address opened the study's ``anonymous_sessions_per_address`` of them."""
-    key = keys.anonymous_sessions(study.id, request.remote_addr or "unknown")
-    with conn.pipeline() as pipe:
-        pipe.set(key, 0, ex=3600, nx=True)  # the window starts with the first session
-        pipe.incr(key)
-        opened = pipe.execute()[1]
-    return int(opened) <= study.config.limits.anonymous_sessions_per_address
-
-
 def code_decision(conn: Redis, study: Study, rater: str, stats: dict[str, int]) -> tuple[str | None, str | None]:
     """(the code this rater is shown: FULL_CODE, PARTIAL_CODE or None; why it is not the full one).
 
@@ -364,8 +326,6 @@ def code_minting_allowed(conn: Redis, study: Study, rater: str, code: str = "1",
     """Charge the address's code bucket the first time a rater is shown their code (reloads are free).
     The code shown and its kind are kept (the raters export lists them beside the rater, to match
     Prolific's list); a rater shown a partial code who later earns the full one is charged again."""
-    from .limits import limit_code
-
     field = keys.rater_field(rater, "code_shown")
     if conn.hget(keys.rater_stats(study.id), field) == code.encode():
         return True

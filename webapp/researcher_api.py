@@ -11,11 +11,10 @@ from flask import Blueprint, Response, jsonify, request, send_file, stream_with_
 
 from workers.store.answers import count_answers
 from workers.store.queue import schedule_update
-from workers.store.studies import get_items, get_media, list_studies, set_status
+from workers.store.studies import STATUS_ACTIONS, get_items, get_media, list_studies, set_status
 
 from .api import json_body
 from .auth import token_study
-from .dashboard import ACTIONS
 from .errors import ApiError
 from .questions_answers import load_study
 from .stats import study_stats
@@ -134,9 +133,9 @@ def post_status(study_id: str) -> ResponseReturnValue:
     study = load_study(conn, study_id)
     body = json_body()
     action = body.get("action") if isinstance(body, dict) else None
-    if action not in ACTIONS:
-        raise ApiError(400, "unknown_action", f"send {{\"action\": ...}} with one of {', '.join(ACTIONS)}")
-    status, allowed_from = ACTIONS[action]
+    if action not in STATUS_ACTIONS:
+        raise ApiError(400, "unknown_action", f"send {{\"action\": ...}} with one of {', '.join(STATUS_ACTIONS)}")
+    status, allowed_from = STATUS_ACTIONS[action]
     if study.status not in allowed_from:
         raise ApiError(409, "wrong_status", f"the study is {study.status}; it cannot {action}")
     set_status(conn, study_id, status)

@@ -7,13 +7,9 @@ nonce), then itsdangerous' ``TimestampSigner`` signs the ciphertext with its tim
 (encrypt-then-MAC): ``base64url(nonce + ciphertext).timestamp.signature``, the standard library only.
 The JSON is padded with spaces to ``SEALED_BYTES`` before it is sealed, so every token has the same
 length whatever question it carries (an attention check or a repeat says more than an ordinary
-question); JSON ignores the trailing spaces, so tokens sealed before padding still open.
+question); JSON ignores the trailing spaces, and a token that is not padded is not one of this server's.
 Every question request seals a token and every answer opens one, so both are one hash call each
 besides the signature.
-
-Tokens of the previous format (HMAC-SHA256 in counter mode, inside itsdangerous' URL-safe JSON
-serializer under ``PREVIOUS_SALT``) are still opened, so a question handed out before an upgrade
-can be answered after it.
 """
 from __future__ import annotations
 
@@ -22,16 +18,14 @@ import hashlib
 import hmac
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any
 
-from itsdangerous import BadSignature, SignatureExpired, TimestampSigner, URLSafeTimedSerializer
+from itsdangerous import BadSignature, SignatureExpired, TimestampSigner
 
 from .errors import ApiError
 
 SALT = "proxima.question.v3"
-PREVIOUS_SALT = "proxima.question.v2"
 NONCE_BYTES = 16
 #: The size every payload is padded to before sealing (a longer one, which no question of valid study
 #: and rater ids reaches, to a multiple of it), so a token's length says nothing about its question.
@@ -46,9 +40,9 @@ def _signer(secret_key: str) -> TimestampSigner:
 
 
 @lru_cache(maxsize=8)
-def _cipher_key(secret_key: str, label: bytes = b"proxima.question.encryption.v3") -> bytes:
+def _cipher_key(secret_key: str) -> bytes:
     # a key of its own for encryption, so the signing key is never used for two purposes
-    return hmac.new(secret_key.encode(), label, hashlib.sha256).digest()
+    return hmac.new(secret_key.encode(), b"proxima.question.encryption.v3", hashlib.sha256).digest()
 
 
 def _xor(data: bytes, keystream: bytes) -> bytes:
@@ -96,29 +90,17 @@ def verify_question(secret_key: str, token: object, max_age: int, previous_keys:
 
 
 def _verify_one(secret_key: str, token: str, max_age: int) -> dict:
+    """The payload of a token signed and sealed under ``secret_key``: 410 when expired, 400 when its
+    signature does not verify or it is signed by this server yet not a sealed question."""
     try:
-        return _open(lambda: _signer(secret_key).unsign(token, max_age=max_age),
-                     lambda sealed: _unseal(_cipher_key(secret_key), sealed))
-    except _NotThisFormat:
-        return _verify_previous(secret_key, token, max_age)
-
-
-class _NotThisFormat(Exception):
-    """The signature does not verify under this format's salt (perhaps a token of the previous one)."""
-
-
-def _open(unsign: Callable[[], Any], unseal: Callable[[Any], bytes]) -> dict:
-    """The payload of a signed, sealed token: ``unsign`` checks the signature and age, ``unseal``
-    decrypts; 410 when expired, 400 when signed by this server yet not a sealed question."""
-    try:
-        sealed = unsign()
+        sealed = _signer(secret_key).unsign(token, max_age=max_age)
     except SignatureExpired:
         raise ApiError(410, "expired_token",
                        "this question expired before it was answered; fetch a new question") from None
     except BadSignature:
-        raise _NotThisFormat from None
+        raise ApiError(400, "invalid_token", INVALID) from None
     try:
-        payload = json.loads(unseal(sealed))
+        payload = json.loads(_unseal(_cipher_key(secret_key), sealed))
     except (ValueError, TypeError, AttributeError):
         raise ApiError(400, "invalid_token", INVALID) from None
     if not isinstance(payload, dict):
@@ -131,27 +113,6 @@ def _unseal(key: bytes, sealed: bytes) -> bytes:
     nonce, body = raw[:NONCE_BYTES], raw[NONCE_BYTES:]
     if len(nonce) != NONCE_BYTES:
         raise ValueError("no nonce")
+    if not body or len(body) % SEALED_BYTES:
+        raise ValueError("not padded: no token this server sealed")
     return _xor(body, _keystream(key, nonce, len(body)))
-
-
-# ------------------------------------------------------------------- the previous format
-@lru_cache(maxsize=8)
-def _previous_serializer(secret_key: str) -> URLSafeTimedSerializer:
-    return URLSafeTimedSerializer(secret_key, salt=PREVIOUS_SALT)
-
-
-def _previous_unseal(key: bytes, sealed: str) -> bytes:
-    raw = base64.urlsafe_b64decode(sealed.encode())
-    nonce, body = raw[:NONCE_BYTES], raw[NONCE_BYTES:]
-    out = b"".join(hmac.digest(key, nonce + block.to_bytes(8, "big"), "sha256")
-                   for block in range((len(body) + 31) // 32))
-    return _xor(body, out)
-
-
-def _verify_previous(secret_key: str, token: str, max_age: int) -> dict:
-    """A token of the previous format (see the module's docstring), or the same ApiErrors."""
-    try:
-        return _open(lambda: _previous_serializer(secret_key).loads(token, max_age=max_age),
-                     lambda sealed: _previous_unseal(_cipher_key(secret_key, b"proxima.question.encryption"), sealed))
-    except _NotThisFormat:
-        raise ApiError(400, "invalid_token", INVALID) from None

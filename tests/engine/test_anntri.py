@@ -781,7 +781,8 @@ def test_many_open_rounds_are_served_in_turn_and_replay_exactly():
 
 
 def test_a_triplet_study_runs_pair_planners_with_the_derived_defaults():
-    from engine.registry import defaults_for, make_planner
+    from engine.planners import make_planner
+    from engine.registry import defaults_for
 
     for name in ("anntri", "ann", "random"):
         adapted = make_planner(name, 30, question_kind="triplet", random_state=0).planner

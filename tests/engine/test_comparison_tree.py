@@ -12,13 +12,13 @@ from scipy.spatial.distance import cdist
 
 from engine.comparison_tree import (
     LEAF,
-    NO_NEIGHBOR,
     SPLIT,
     ComparisonForest,
     VoteRule,
     run_with_oracle,
 )
 from engine.forest_export import SCHEMA_VERSION, forest_from_json, forest_to_json
+from engine.graph import NO_NEIGHBOR
 from simulation.oracles import TripletOracle
 
 
@@ -483,8 +483,10 @@ def test_neighbor_graph_finds_mostly_true_neighbours():
     true_nn = D.argmin(axis=1)
     assert np.mean(graph.neighbors[:, 0] == true_nn) > 0.5
     assert np.all(graph.neighbors != np.arange(300)[:, None])
-    assert np.all(np.diff(graph.scores, axis=1) <= 0)
-    assert np.all((graph.neighbors != NO_NEIGHBOR) == (graph.scores > 0))
+    found = graph.neighbors != NO_NEIGHBOR
+    assert np.all(np.isnan(graph.estimates) == ~found)  # an estimate for every neighbour, none without
+    assert np.all((graph.estimates[found] >= 0) & (graph.estimates[found] < 1))
+    assert np.all(np.diff(np.where(found, graph.estimates, np.inf), axis=1) >= 0)  # closest first
 
 
 def test_progress_reports_the_build():

@@ -182,76 +182,16 @@ def test_exact_replay_with_a_refit_under_way_across_a_state_round_trip():
     np.testing.assert_array_equal(p1.neighbor_graph(2).neighbors, p2.neighbor_graph(2).neighbors)
 
 
-def test_version_2_state_loads_and_goes_on():
-    n = 30
-    D = cdist(points(n, 4), points(n, 4))
-    p = live(n, random_state=0)
-    rng = np.random.default_rng(0)
-    while p.n_answers_ < 20 * n:
-        p.observe(answer(D, p.next_questions(60), rng))
-    old = p.to_state()
-    old["version"] = 2
-    old["params"] = {k: v for k, v in old["params"].items() if k != "fit_work"}
-    for key in ("kappa", "fit_job", "fit_partial"):
-        del old[key]
-    q = restored(_jsonable(old))
-    assert q.kappa_ is None and q.fit_job_ is None and q.fit_work == 1_000_000
-    np.testing.assert_array_equal(q.cands_, p.cands_)
-    q.observe(answer(D, q.next_questions(60), rng))
-    assert q.to_state()["version"] == CandidateDuels.VERSION
-
-
-def test_version_3_state_mid_refit_loads_and_goes_on():
-    """A version-3 state (no coin-flip flag; a refit under way whose finished dimensions wait in
-    fit_partial) loads, finishes that refit as it would have and goes on."""
-    n = 30
-    D = cdist(points(n, 4), points(n, 4))
-    p = beside(n, 3, random_state=0)
-    rng = np.random.default_rng(1)
-    while p.fit_job_ is None or len(p.fit_job_["dims"]) == len(duels.AUTO_DIMS) or p.n_answers_ < 12 * n:
-        p.observe(answer(D, p.next_questions(30), rng))
-    old = p.to_state()
-    old["version"] = 3
-    del old["coin"]
-    job = old["fit_job"]
-    done = [i for i in range(len(duels.AUTO_DIMS)) if job.get("fitted", 0) >> i & 1]
-    assert done and job["dims"]
-    # version 3 kept finished dimensions in fit_partial until the whole refit was done
-    old["fit_partial"] = {**{str(duels.AUTO_DIMS[i]): p.embeddings_[duels.AUTO_DIMS[i]] for i in done},
-                          **old["fit_partial"]}
-    old["fit_job"] = {k: v for k, v in job.items() if k not in ("fitted", "published")}
-    q = restored(_jsonable(old))
-    q.fitter = Lagged(1)
-    assert q.coin_ is False
-    while q.fit_job_ is not None:
-        q.observe(answer(D, q.next_questions(30), rng))
-    assert q.fresh_dims_[done].all()
-    assert q.to_state()["version"] == CandidateDuels.VERSION
-
-
-def test_version_4_state_without_the_line_loads_and_goes_on():
-    """A version-4 state ("auto" fitted 2, 4 and 8 dimensions, no line) loads with the line unscored
-    and the same choice of dimension, and fits the line at a later refit that checks every dimension."""
-    n = 30
-    D = cdist(points(n, 4), points(n, 4))
-    p = live(n, random_state=0)
-    rng = np.random.default_rng(2)
-    while p.n_answers_ < 15 * n or p.fit_job_ is not None:
-        p.observe(answer(D, p.next_questions(30), rng))
-    old = p.to_state()
-    old["version"] = 4
-    line = duels.AUTO_DIMS.index(1)
-    old["dim_scores"] = np.delete(old["dim_scores"], line, axis=1)
-    old["fresh_dims"] = np.delete(old["fresh_dims"], line)
-    old["embeddings"] = {d: X for d, X in old["embeddings"].items() if d != "1"}
-    q = restored(_jsonable(old))
-    assert q.dim_scores_.shape == (2, len(duels.AUTO_DIMS)) and not q.fresh_dims_[line]
-    assert q.dim_scores_[:, line].sum() == 0 and 1 not in q.embeddings_
-    assert q.chosen_dim_ == p.chosen_dim_ != 1
-    while 1 not in q.embeddings_:
-        q.observe(answer(D, q.next_questions(30), rng))
-    assert q.embeddings_[1].shape == (n, 1)
-    assert q.to_state()["version"] == CandidateDuels.VERSION
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 6])
+def test_a_state_of_another_version_is_refused_in_words(version):
+    """Only the state this version writes loads (no release ever wrote another); any other says which
+    version it is and which one loads."""
+    p = live(12, random_state=0)
+    p.observe(answer(cdist(points(12, 2), points(12, 2)), p.next_questions(20), np.random.default_rng(0)))
+    state = {**p.to_state(), "version": version}
+    with pytest.raises(ValueError, match=rf"state is of CandidateDuels v{version}, not CandidateDuels v5"):
+        CandidateDuels.from_state(state)
+    assert CandidateDuels.VERSION == 5 and restored(_jsonable(p.to_state())).n_answers_ == p.n_answers_
 
 
 @pytest.mark.parametrize("params, msg", [({"fit_work": 0}, "fit_work"), ({"fit_work": 2.5}, "fit_work")])

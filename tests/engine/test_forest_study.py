@@ -11,7 +11,7 @@ import pytest
 from engine.comparison_tree import ComparisonForest
 from engine.forest_study import ForestStudy
 from engine.graph import NO_NEIGHBOR, NeighborGraph, Planner
-from engine.registry import make_planner, restore_planner
+from engine.planners import make_planner, restore_planner
 
 # a line of 12 points in pairs: 0-1, 2-3, ...; items 10 and 11 are added after the forest is built
 POSITIONS = np.array([0.0, 0.1, 1.0, 1.1, 2.0, 2.1, 3.0, 3.1, 4.0, 4.1, 0.05, 3.05])

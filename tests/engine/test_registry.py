@@ -11,15 +11,8 @@ from scipy.spatial.distance import cdist
 
 from engine.adapters import pair_sample, triplet_samples
 from engine.graph import NO_NEIGHBOR, PROGRESS_KEYS, NeighborGraph
-from engine.registry import (
-    ALGORITHMS,
-    DEFAULT_NN_ALGORITHM,
-    check_params,
-    entry_for_state,
-    make_planner,
-    neighbor_graph,
-    restore_planner,
-)
+from engine.planners import make_planner, restore_planner
+from engine.registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, check_params, entry_for_state, neighbor_graph
 from simulation.oracles import OddOneOutOracle, PointsOracle, RankOracle, TripletOracle
 
 N = 12

@@ -8,14 +8,8 @@ from helpers import in_lockstep
 from scipy.spatial.distance import cdist
 
 from engine.graph import PROGRESS_KEYS
-from engine.registry import (
-    ALGORITHMS,
-    SCREEN_KINDS,
-    drive_as_pool,
-    make_planner,
-    restore_planner,
-    warning_for,
-)
+from engine.planners import make_planner, restore_planner
+from engine.registry import ALGORITHMS, SCREEN_KINDS, drive_as_pool, warning_for
 from engine.screens import (
     OddOneOutScreens,
     RankScreens,

@@ -570,5 +570,5 @@ def test_from_json_refuses_other_documents():
     broken["trees"][0]["leaf_distances"] = broken["trees"][0]["leaf_distances"][1:]
     with pytest.raises(ValueError, match="leaf_distances"):
         DistanceForest.from_json(broken)
-    with pytest.raises(ValueError, match="state of a"):
+    with pytest.raises(ValueError, match="state is of ComparisonForest v1, not DistanceForest v"):
         DistanceForest.from_state({**DistanceForest().to_state(), "class": "ComparisonForest"})

@@ -8,6 +8,7 @@ from engine.utils import (
     CodeTable,
     StateMixin,
     check_state,
+    check_triplets,
     child_keys,
     find_sorted,
     lowest_per_code,
@@ -69,10 +70,30 @@ def test_code_table_state_round_trips_and_rejects_ragged_columns():
 
 def test_check_state_names_the_class_or_the_version_and_reads_older_versions():
     assert check_state({"class": "A", "version": 1}, "A", (1, 2)) == 1
-    with pytest.raises(ValueError, match="state of a 'B', not of a A"):
+    with pytest.raises(ValueError, match="^state is of B v1, not A v1$"):
         check_state({"class": "B", "version": 1}, "A", (1,))
-    with pytest.raises(ValueError, match=r"unsupported state version 3 \(expected 1 or 2\)"):
+    with pytest.raises(ValueError, match="^state is of A v3, not A v1 or v2$"):
         check_state({"class": "A", "version": 3}, "A", (1, 2))
+    with pytest.raises(ValueError, match="^state is of list, not A v1$"):
+        check_state([1], "A", (1,))
+
+
+@pytest.mark.parametrize("name,kind", [("duels", "triplet"), ("random_triplets", "triplet"), ("embedding", "triplet"),
+                                       ("active_embedding", "triplet"), ("anntri", "triplet"), ("duels", "rank"),
+                                       ("duels", "odd_one_out"), ("comparison_forest", "triplet")])
+def test_every_planner_refuses_another_class_or_version_in_the_same_words(name, kind):
+    """Planners, their wrappers (pair adapter, screens) and the forest check a saved state with check_state."""
+    from engine.planners import make_planner
+
+    planner = make_planner(name, 12, question_kind=kind, random_state=0)
+    planner = getattr(planner, "forest", planner)  # a forest study's forest carries the version
+    cls, state = type(planner), planner.to_state()
+    want = f"not {cls.__name__} v{state['version']}$"
+    with pytest.raises(ValueError, match=rf"^state is of {cls.__name__} v{state['version'] + 1}, {want}"):
+        cls.from_state({**state, "version": state["version"] + 1})
+    with pytest.raises(ValueError, match=rf"^state is of ANNTri v{state['version']}, {want}"):
+        cls.from_state({**state, "class": "ANNTri"})
+    assert type(cls.from_state(state)) is cls
 
 
 class _Estimator(StateMixin):
@@ -138,3 +159,29 @@ def test_read_forest_doc_numbers_roots_first_and_recomputes_keys():
 def test_unit_floats_lie_in_the_unit_interval():
     u = unit_floats(np.array([0, 2**64 - 1, 2**63], np.uint64))
     assert u.tolist() == [0.0, 1.0 - 2.0**-53, 0.5]
+
+
+@pytest.mark.parametrize("rows,kwargs,words", [
+    ([(0, 1)], {}, r"triplets must be rows \(head, a, b\) of item indices, got shape \(1, 2\)"),
+    ([(0, 1, 2)], {"width": 4}, r"rows \(head, a, b, winner\)"),
+    ([(0, 1), (0, 1, 2)], {}, "must be rows"),
+    ([(0, 1, 2.5)], {}, r"triplet \(0.0, 1.0, 2.5\): item indices must be whole numbers"),
+    ([("a", "b", "c")], {}, "whole numbers"),
+    ([(0, 1, 2), (0, 1, 10)], {}, r"triplet \(0, 1, 10\): item indices must lie in 0..9"),
+    ([(-1, 1, 2)], {}, "must lie in 0..9"),
+    ([(0, 1, 2), (3, 3, 4)], {}, r"triplet \(3, 3, 4\) needs three different items"),
+    ([(3, 4, 4)], {}, "three different items"),
+    ([(0, 1, 2, 3)], {"width": 4}, r"\(0, 1, 2, 3\): the winner must be one of its two candidates"),
+    ([(0, 1, 2, 1)], {"width": 4, "head_range": (5, 6)}, "the head 5..5"),
+])
+def test_check_triplets_names_the_first_bad_row(rows, kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        check_triplets(rows, 10, **kwargs)
+
+
+def test_check_triplets_gives_int64_rows_of_good_input():
+    got = check_triplets([(0, 1, 2, 2), (np.int32(5), 4, 3, 4)], 10, "answer", width=4)
+    assert got.dtype == np.int64 and got.tolist() == [[0, 1, 2, 2], [5, 4, 3, 4]]
+    assert check_triplets(np.array([[0.0, 1.0, 2.0]]), 3).tolist() == [[0, 1, 2]]
+    assert check_triplets([], 3, width=4).shape == (0, 4)
+    assert check_triplets(iter([(7, 1, 2)]), 10, head_range=(7, 8)).tolist() == [[7, 1, 2]]

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 def _pilot_from_study(conn: Redis, study_id: str) -> tuple[np.ndarray, int, dict[str, dict]]:
     """(triplets, n_items, params) of a study's triplet answers so far (excluded raters left out) and
     the parameters of its algorithms (by algorithm name), so its learners are simulated as they run."""
-    from engine.planning import read_pilot_csv
+    import numpy as np
+
+    from engine.triplet_csv import parse_triplets
     from workers.store import keys
     from workers.store.answers import export_triplets, iter_answers
     from workers.store.studies import get_study
@@ -36,7 +38,10 @@ def _pilot_from_study(conn: Redis, study_id: str) -> tuple[np.ndarray, int, dict
         params = {}
         for alg in study.config.algorithms:
             params.setdefault(alg.algorithm, dict(alg.params))
-        return read_pilot_csv(text, f"study {study_id}"), study.n_items, params
+        triplets = parse_triplets(text, study.n_items, f"study {study_id}")
+        if not triplets:
+            raise ValueError(f"study {study_id}: no triplet answers")
+        return np.asarray(triplets, np.int64), study.n_items, params
     except ValueError:
         raise click.ClickException(f"study {study_id} has no triplet answers yet: run a pilot first") from None
 
@@ -137,7 +142,10 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
     """
     import json
 
+    import numpy as np
+
     from engine import planning
+    from engine.triplet_csv import parse_triplets
 
     if sum(x is not None for x in (truth_spec, pilot_path, study_id)) != 1:
         raise click.UsageError("give exactly one of --truth, --pilot or --study")
@@ -200,9 +208,12 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
                 triplets, n, params = _pilot_from_study(conn, study_id)
         else:
             try:
-                triplets = planning.read_pilot_csv(pilot_path.read_text(encoding="utf-8"), str(pilot_path))
+                rows = parse_triplets(pilot_path.read_text(encoding="utf-8"), n_items, str(pilot_path), answers=True)
             except (ValueError, UnicodeDecodeError) as exc:
                 raise click.ClickException(str(exc)) from None
+            if not rows:
+                raise click.ClickException(f"{pilot_path}: no answers")
+            triplets = np.asarray(rows, np.int64)
             n = n_items or int(triplets.max()) + 1
         from simulation.noise import fit_pilot
 

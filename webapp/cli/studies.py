@@ -48,7 +48,8 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
     The full JSON schema is SCHEMA in workers/store/config.py.
     """
     from workers.store.queue import schedule_update
-    from workers.store.studies import check_stylesheet, config_warnings, create_study, items_from_path
+    from workers.store.studies import check_stylesheet, config_warnings, create_study
+    from workers.store.uploads import items_from_path
 
     try:
         config = load_config_file(config_file)
@@ -99,7 +100,8 @@ def _say_skipped(items_path: Path) -> None:
 def add_items_command(study_id: str, items_path: Path) -> None:
     """Add items to a comparison-forest study; once its forests are built, each is routed down the trees."""
     from workers.store.queue import schedule_update
-    from workers.store.studies import add_items, items_from_path
+    from workers.store.studies import add_items
+    from workers.store.uploads import items_from_path
 
     try:
         items, media = items_from_path(items_path)

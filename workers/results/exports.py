@@ -19,6 +19,7 @@ import networkx as nx
 import numpy as np
 
 from engine.registry import EMBEDDING_ALGORITHMS, FOREST_ALGORITHMS
+from engine.triplet_csv import parse_triplets
 from workers.jobs.learners import IMPORTED, Learner, fresh_learners
 from workers.store import answers as answer_log
 from workers.store import engine_state, keys
@@ -270,28 +271,6 @@ def _odd_one_out_zip(rows: str, items: list[Item]) -> bytes:
     return buf.getvalue()
 
 
-def parse_triplets(text: str, n_items: int, source: str = "file") -> list[tuple[int, int, int]]:
-    """Rows ``i,j,k`` of item indices (cblearn list-order: i is closer to j than to k)."""
-    rows = []
-    for line_no, line in enumerate(text.splitlines(), start=1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        parts = [p.strip() for p in line.replace(";", ",").replace("\t", ",").split(",")]
-        if len(parts) != 3:
-            raise StudyError(f"{source}, line {line_no}: expected three item indices 'i,j,k', got {line!r}")
-        try:
-            i, j, k = (int(p) for p in parts)
-        except ValueError:
-            raise StudyError(f"{source}, line {line_no}: item indices must be whole numbers, got {line!r}") from None
-        if not all(0 <= x < n_items for x in (i, j, k)):
-            raise StudyError(f"{source}, line {line_no}: item indices must lie in 0..{n_items - 1}, got {line!r}")
-        if len({i, j, k}) < 3:
-            raise StudyError(f"{source}, line {line_no}: a triplet needs three different items, got {line!r}")
-        rows.append((i, j, k))
-    return rows
-
-
 def import_triplets(conn: Redis, study_id: str, text: str, source: str = "file", rater: str = "import") -> int:
     """Append list-order triplets to the study's log as imported answers (rater ``rater``,
     algorithm ``import``); all or nothing. Returns how many were imported.
@@ -300,7 +279,10 @@ def import_triplets(conn: Redis, study_id: str, text: str, source: str = "file",
     adaptive learners only use answers to the questions they chose themselves.
     """
     study = get_study(conn, study_id)
-    rows = parse_triplets(text, study.n_items, source)
+    try:
+        rows = parse_triplets(text, study.n_items, source)
+    except ValueError as exc:
+        raise StudyError(str(exc)) from None
     now = repr(time.time())
     with conn.pipeline(transaction=True) as pipe:
         for i, j, k in rows:

@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 
 ITEM_KINDS = ("color", "image", "text", "audio", "video", "html")
 STUDY_STATUSES = ("running", "paused", "closed")
+#: What a researcher may do to a study's status (the dashboard's buttons and the researcher API):
+#: action -> (status it sets, statuses it may be taken from)
+STATUS_ACTIONS = {"start": ("running", ("paused",)), "pause": ("paused", ("running",)),
+                  "resume": ("running", ("paused",)), "close": ("closed", ("running", "paused"))}
 STUDY_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 MEDIA_TYPES = {
     ".png": ("image", "image/png"),
@@ -656,23 +660,6 @@ def skipped_files(folder: str | Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir()
                   if p.is_file() and not p.name.startswith(".") and p.suffix.lower() not in ITEM_EXTENSIONS)
 
-
-def items_from_path(path: str | Path) -> tuple[list[Item], dict[int, bytes] | None]:
-    """Items (and media) from a folder of media files, a .zip of them, or a CSV of texts."""
-    path = Path(path)
-    if not path.exists():
-        raise StudyError(f"items path {path} does not exist")
-    if path.is_dir():
-        return items_from_folder(path)
-    if path.suffix.lower() == ".zip":
-        from workers.store.uploads import items_from_zip
-
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise StudyError(f"cannot read items archive {path}: {exc.strerror or exc}") from None
-        return items_from_zip(data, path.name)
-    return items_from_csv(path), None
 
 
 def items_from_csv(path: str | Path) -> list[Item]:

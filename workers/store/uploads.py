@@ -1,4 +1,5 @@
-"""Items and configs uploaded from the browser: a ZIP of media files or a CSV of texts, a YAML config.
+"""Items and configs uploaded from the browser (a ZIP of media files or a CSV of texts, a YAML config),
+and items given on the command line as a path (a folder, a ZIP or a CSV).
 
 Everything is read in memory (nothing is extracted to disk), so a member name like
 ``../../etc/passwd`` cannot land anywhere; such names are still refused, with every other
@@ -16,6 +17,7 @@ import posixpath
 import re
 import stat
 import zipfile
+from pathlib import Path
 
 import yaml
 
@@ -26,7 +28,9 @@ from workers.store.studies import (
     Item,
     StudyError,
     item_from_file,
+    items_from_csv,
     items_from_csv_text,
+    items_from_folder,
 )
 
 MAX_ZIP_MEMBERS = 100_000
@@ -163,3 +167,19 @@ def config_from_yaml_bytes(data: bytes, filename: str = "config.yaml") -> StudyC
         return StudyConfig.from_dict(doc)
     except ConfigError as exc:
         raise ConfigError(f"{filename}: {exc}") from None
+
+
+def items_from_path(path: str | Path) -> tuple[list[Item], dict[int, bytes] | None]:
+    """Items (and media) from a folder of media files, a .zip of them, or a CSV of texts."""
+    path = Path(path)
+    if not path.exists():
+        raise StudyError(f"items path {path} does not exist")
+    if path.is_dir():
+        return items_from_folder(path)
+    if path.suffix.lower() == ".zip":
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise StudyError(f"cannot read items archive {path}: {exc.strerror or exc}") from None
+        return items_from_zip(data, path.name)
+    return items_from_csv(path), None
