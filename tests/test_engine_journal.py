@@ -69,6 +69,31 @@ def test_a_delta_applied_to_the_old_state_gives_the_new_one_bit_for_bit(seed):
     assert engine_state.make_delta(b, applied, "lineage", 2) is None  # equal states: no entry
 
 
+def test_rows_added_at_the_end_of_a_log_travel_alone():
+    """A planner's answer log grows by a pass's answers: the entry holds those rows, not the log; a log
+    whose old rows changed too (or whose rows changed shape) is sent whole."""
+    rng = np.random.default_rng(3)
+    log = rng.integers(0, 1000, (20_000, 3))
+    grown = np.concatenate([log, rng.integers(0, 1000, (50, 3))])
+    edited = grown.copy()
+    edited[7, 1] += 1
+    old = engine_state.Lifted.of({"log": log, "edited": log, "wider": log}, copy=True)
+    new = engine_state.Lifted.of({"log": grown, "edited": edited, "wider": np.zeros((20_050, 4), np.int64)},
+                                 copy=True)
+    delta = engine_state.make_delta(old, new, "lineage", 1)
+    header = engine_state.delta_header(delta)
+    assert header["appended"] == ["state.log"] and sorted(header["full"]) == ["state.edited", "state.wider"]
+    # the whole arrays, the 50 new rows of the log and the header: the log itself is not sent
+    assert engine_state.entry_size(delta) < edited.nbytes + 20_050 * 4 * 8 + 50 * 3 * 8 + 4096
+    applied, _ = engine_state.apply_delta(old, delta)
+    assert_lifted_equal(applied, new)
+    # kept in place (a worker's pass): the same entry and the same state
+    kept_delta, kept = engine_state.advance_delta(engine_state.Lifted.of({"log": log, "edited": log, "wider": log},
+                                                                         copy=True), new, "lineage", 1)
+    assert kept_delta == delta
+    assert_lifted_equal(kept, new)
+
+
 def make_anntri_study(conn, study_id="big", n=300):
     config = StudyConfig.from_dict({
         "name": "Big", "random_state": 5, "pool_size": 20,

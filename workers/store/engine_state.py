@@ -185,8 +185,9 @@ def _as_bits(arr: np.ndarray) -> np.ndarray | None:
 
 def make_delta(old: Lifted, new: Lifted, lineage: str, seq: int) -> bytes | None:
     """One journal entry turning ``old`` into ``new`` (None if they are equal): an .npz of a JSON
-    ``header`` (lineage, seq, the new skeleton if it changed, which arrays are whole, sparse or gone)
-    and the arrays: ``f<k>`` whole, ``i<k>``/``v<k>`` flat indices and new values."""
+    ``header`` (lineage, seq, the new skeleton if it changed, which arrays are whole, sparse, grown at
+    the end or gone) and the arrays: ``f<k>`` whole, ``i<k>``/``v<k>`` flat indices and new values,
+    ``a<k>`` the rows added at the end."""
     return _delta(old, new, lineage, seq, None)
 
 
@@ -219,6 +220,16 @@ def _sparse_pays(changed: np.ndarray, arr: np.ndarray) -> bool:
     return len(changed) * (8 + arr.dtype.itemsize) < SPARSE_SHARE * max(arr.nbytes, 1)
 
 
+def _appended_to(before: np.ndarray | None, arr: np.ndarray) -> bool:
+    """Whether ``arr`` is ``before`` with rows added at the end (same dtype and row shape, the old rows
+    unchanged, bit for bit)."""
+    if before is None or arr.ndim == 0 or before.ndim != arr.ndim or before.dtype != arr.dtype:
+        return False
+    if before.shape[1:] != arr.shape[1:] or not 0 < len(before) < len(arr):
+        return False
+    return np.ascontiguousarray(arr[: len(before)]).tobytes() == np.ascontiguousarray(before).tobytes()
+
+
 def _add_sparse(header: dict, payload: dict, path: str, changed: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Record ``path`` in the delta as its changed flat positions and their new values; returns
     ``values``."""
@@ -231,10 +242,18 @@ def _add_sparse(header: dict, payload: dict, path: str, changed: np.ndarray, val
 
 def _delta(old: Lifted, new: Lifted, lineage: str, seq: int, kept: dict | None) -> bytes | None:
     header = {"lineage": lineage, "seq": int(seq), "skeleton": None if new.skeleton == old.skeleton else new.skeleton,
-              "full": [], "sparse": [], "removed": sorted(set(old.arrays) - set(new.arrays))}
+              "full": [], "sparse": [], "appended": [], "removed": sorted(set(old.arrays) - set(new.arrays))}
     payload: dict[str, np.ndarray] = {}
     for path, arr in new.arrays.items():
         before = old.arrays.get(path)
+        if _appended_to(before, arr):
+            # rows added at the end of a log (a planner's answers): only the new rows, not the whole log
+            k = len(header["appended"])
+            header["appended"].append(path)
+            payload[f"a{k}"] = np.ascontiguousarray(arr[len(before):])
+            if kept is not None:
+                kept[path] = np.concatenate([before, payload[f"a{k}"]])
+            continue
         if before is not None and before.shape == arr.shape and before.dtype == arr.dtype:
             rows = _changed_rows(old, new, path, arr)
             if rows is not None and _as_bits(arr[:0]) is not None:
@@ -283,7 +302,8 @@ def _delta(old: Lifted, new: Lifted, lineage: str, seq: int, kept: dict | None) 
         header["full"].append(path)
         if kept is not None:
             kept[path] = np.array(arr, copy=True, order="C")
-    if header["skeleton"] is None and not header["full"] and not header["sparse"] and not header["removed"]:
+    if (header["skeleton"] is None and not header["full"] and not header["sparse"] and not header["appended"]
+            and not header["removed"]):
         return None
     return _npz({"header": np.frombuffer(json.dumps(header).encode(), dtype=np.uint8), **payload})
 
@@ -324,6 +344,8 @@ def apply_delta(lifted: Lifted, delta: bytes) -> tuple[Lifted, dict]:
             arr = np.array(arrays[path], copy=True)
             arr.reshape(-1)[z[f"i{k}"]] = z[f"v{k}"]
             arrays[path] = arr
+        for k, path in enumerate(header.get("appended", ())):
+            arrays[path] = np.concatenate([arrays[path], z[f"a{k}"]])
     return Lifted(header["skeleton"] or lifted.skeleton, arrays), header
 
 
