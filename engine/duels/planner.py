@@ -80,8 +80,8 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         Where a live pool's refits run. None: to the end inside the call that starts them (the
         same fits, at the same answers, as offline). Set (the worker: a process beside its update
         passes): each stage of a refit (the leading dimension, then the others) is handed over as
-        a :class:`FitTask`, and its result (a ``concurrent.futures.Future``-like object whose
-        ``done()`` / ``result()`` give :func:`run_fit`'s dict) is taken by the first call after it
+        a :class:`~engine.duels.fits.FitTask`, and its result (a ``concurrent.futures.Future``-like object whose
+        ``done()`` / ``result()`` give :func:`~engine.duels.fits.run_fit`'s dict) is taken by the first call after it
         is ready; calls in between plan from the previous fit's shortlists and the duel counts.
         Not saved: a restored planner hands the refit under way (``fit_job_``, saved) over again.
     """
