@@ -197,13 +197,13 @@ class _TrueEmbedding:
 
 
 def test_shortlists_follow_the_embedding(monkeypatch):
-    import engine.duels as duels
+    from engine.duels import fits
 
     n = 50
     X = points(n, 4)
     D = cdist(X, X)
     fake = _TrueEmbedding(X)
-    monkeypatch.setattr(duels, "_embedding_module", lambda: fake)
+    monkeypatch.setattr(fits, "_embedding_module", lambda: fake)
     p = CandidateDuels(n, random_state=0, dim=2)
     drive(p, D, 30, rng=np.random.default_rng(0), scale=0.05, lapse=0.11)
     # refits are warm-started from the previous embedding, on every answer so far
@@ -376,15 +376,15 @@ def test_kept_rows_and_pending_index_ask_what_a_fresh_computation_asks(monkeypat
     saved) and the per-call index of pending pairs give the questions a planner that recomputes
     them every time gives (rows per question, pending duels looked up pair by pair): answers
     arriving late, questions forgotten, a state round trip midway."""
-    import engine.duels as duels
-    from engine.duels import _log_kernel
+    from engine.duels import questions
+    from engine.duels.scores import _log_kernel
 
     n = 30
     D = cdist(points(n, 6), points(n, 6))
-    ROWS, ADD_PENDING = duels.ROW_CACHE_ENTRIES, CandidateDuels._add_pending
+    ROWS, ADD_PENDING = questions.ROW_CACHE_ENTRIES, CandidateDuels._add_pending
 
     def run(keep_rows):
-        monkeypatch.setattr(duels, "ROW_CACHE_ENTRIES", ROWS if keep_rows else 0)
+        monkeypatch.setattr(questions, "ROW_CACHE_ENTRIES", ROWS if keep_rows else 0)
         monkeypatch.setattr(CandidateDuels, "_add_pending", ADD_PENDING if keep_rows else (
             lambda self, h, cands, N, pairs: self._matrices(h, cands, pending=True)[1]))
         p = CandidateDuels(n, random_state=2, explore=0.4, explore_pairs=8, warmup=1)

@@ -4,7 +4,7 @@ stand in for the exact ones."""
 import numpy as np
 
 from engine import duels
-from engine.duels import CandidateDuels
+from engine.duels import CandidateDuels, questions, scores
 
 
 def _fitted(n: int, dim: int = 2, seed: int = 0) -> CandidateDuels:
@@ -18,7 +18,7 @@ def test_sampled_ranks_stand_in_for_the_exact_ones():
     n = 6000
     p = _fitted(n)
     X, h = p.embedding_, 17
-    lk = duels._log_kernel(X, h, np.arange(n))
+    lk = scores._log_kernel(X, h, np.arange(n))
     lk[h] = np.inf
     exact = np.empty(n, np.int64)
     exact[np.argsort(-lk, kind="stable")] = np.arange(n)
@@ -38,13 +38,13 @@ def test_an_exploring_question_at_many_items_reads_no_whole_row(monkeypatch):
     n = duels.EXACT_RANK_ITEMS + 1000
     p = _fitted(n)
     seen = []
-    kernel = duels._log_kernel
+    kernel = scores._log_kernel
 
     def counting(X, h, c):
         seen.append(np.size(c))
         return kernel(X, h, c)
 
-    monkeypatch.setattr(duels, "_log_kernel", counting)
+    monkeypatch.setattr(questions, "_log_kernel", counting)
     qs = [p._exploring_question(h, set()) for h in range(40)]
     assert max(seen) <= duels.RANK_SAMPLE
     assert all(q[0] == h and q[1] != q[2] and h not in q[1:] for h, q in enumerate(qs))
@@ -106,7 +106,7 @@ def _trained(n: int = 80, seed: int = 5) -> CandidateDuels:
 def test_the_graph_scored_all_heads_at_once_is_the_per_head_ranking(monkeypatch):
     """neighbor_graph scores every head in chunks of whole arrays; it must rank each head's shortlist
     as the per-head scoring does and certify exactly the heads the per-head certificate does."""
-    monkeypatch.setattr(duels, "BATCH_HEADS", 7)  # several chunks, one of them partial
+    monkeypatch.setattr(scores, "BATCH_HEADS", 7)  # several chunks, one of them partial
     p = _trained()
     assert p.n_fits_ > 0 and p.kappa_ is not None and len(p.eliminated_) > 0
     for kappa in (p.kappa_, None):  # the embedding prior, then the shortlist-order prior

@@ -10,6 +10,7 @@ from scipy.spatial.distance import cdist
 
 import engine.duels as duels
 from engine.duels import KAPPA_GRID, CandidateDuels
+from engine.duels.scores import _pair_preference
 from simulation.oracles import human_agree_probability
 
 
@@ -214,7 +215,7 @@ def _with_duels(X, repeats, agree, rng):
         for i in range(5):
             for j in range(i + 1, 5):
                 a, b = sorted((int(near[i]), int(near[j])))
-                pa = duels._pair_preference(X, np.array([h]), np.array([a]), np.array([b]))[0]
+                pa = _pair_preference(X, np.array([h]), np.array([a]), np.array([b]))[0]
                 wins = rng.binomial(repeats, pa) if agree else (0 if pa > 0.5 else repeats)
                 p.duels_[(h, a, b)] = [int(wins), repeats]
     p._reindex()

@@ -1,0 +1,147 @@
+"""Candidate duels' dimensions: which embedding dimensions are fitted (``dim="auto"``), their
+prequential scores on fresh answers, the line (a continuum) and the regime gates read from them.
+
+How well the chosen fit predicts answers no fit had seen says whether single duels are read at face
+value (``_duel_trust``) or are coin flips (``coin_``). Numpy only; must never import Flask, Redis, RQ,
+``webapp`` or ``workers``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..continuum import continuum_start
+
+#: embedding dimensions ``dim="auto"`` keeps fitted side by side (warm started). Dimension 1 is a
+#: continuum (morphs, a scale): fitted with the human noise model (``embedding.FIT_LAPSE``; t-STE's
+#: heavy tails need more room than a line) from the order of the items along the smallest map
+#: (:func:`continuum_start`); it is listed last, so it is chosen only where it predicts fresh
+#: answers ``AUTO_MARGIN`` standard errors better than every other dimension (the alien eggs)
+AUTO_DIMS = (2, 4, 8, 1)
+#: weight of older refits in the prequential score of each dimension (per refit)
+AUTO_DECAY = 0.7
+#: standard errors (of the best accuracy) a larger dimension must beat a smaller one by
+AUTO_MARGIN = 1.0
+#: refits that fit every dimension before only the leading one is refitted each time ...
+AUTO_SETTLE = 4
+#: ... and the others again every this many refits (a fit in 8 dimensions costs ~5x one in 2)
+AUTO_RECHECK = 4
+#: prequential accuracy of the embedding under which single duels are not read at face value,
+#: and over which they fully are (see ``Dimensions._duel_trust``)
+TRUST_ACCURACY = (0.62, 0.67)
+#: ... measured from this many answers per item on (before, the warm-up's random triplets,
+#: easier to predict than duels, dominate it)
+TRUST_FROM = 10.0
+#: prequential accuracy from which the coin-flip regime ends (it is entered below TRUST_ACCURACY[0]);
+#: a margin above it (.645: stay until the fit predicts clearly better) cost recorded answers with
+#: lapse 0.1 ~.06 hit@3 at 20 answers per item (6 seeds), without a gain on the alien eggs
+COIN_LEAVE = 0.62
+
+
+def _kernel_of(dim: int) -> str:
+    """The embedding kernel duels fits in ``dim`` dimensions: t-STE, the human model on a line."""
+    return "human" if dim == 1 else "tste"
+
+
+def _fit_start(dim: int, init: np.ndarray | None, maps: dict, n_items: int) -> np.ndarray | None:
+    """Where a fit in ``dim`` dimensions starts: its warm start ``init`` (None: a small random start),
+    except on a line (``dim`` 1), which starts from the order of the items along the smallest of
+    ``maps`` (dim -> fit; :func:`continuum_start`) where there is one: items cannot pass each other on
+    a line, so a warm start would keep an early fit's folds."""
+    if dim == 1 and n_items > 2:
+        lead = next((maps[e] for e in sorted(maps) if e != 1), None)
+        return init if lead is None else continuum_start(lead)
+    return init
+
+
+class Dimensions:
+    """Mixin of :class:`~engine.duels.planner.CandidateDuels`: the dimensions it fits, their decayed
+    prequential scores (``dim_scores_``, ``fresh_dims_``), the chosen one and the regime gates."""
+
+    def _dims(self) -> tuple[int, ...]:
+        return AUTO_DIMS if self.dim == "auto" else (int(self.dim),)
+
+    def _score_dims(self, emb, trip: np.ndarray) -> None:
+        """Score the dimensions refitted last time on the answers that arrived since (no fit has
+        seen them); older refits count ``AUTO_DECAY`` times less per refit."""
+        dims = self._dims()
+        fresh = trip[self.fitted_triplets_:]
+        if len(dims) > 1 and len(fresh) and self.fresh_dims_.any():
+            scored = self.fresh_dims_
+            self.dim_scores_[:, scored] *= AUTO_DECAY
+            for i in np.flatnonzero(scored):
+                self.dim_scores_[0, i] += emb.triplet_accuracy(self.embeddings_[dims[i]], fresh) * len(fresh)
+                self.dim_scores_[1, i] += len(fresh)
+
+    def _dims_to_refit(self) -> list[int]:
+        """The dimensions (indices into :meth:`_dims`) a refit fits warm, in order: every dimension at
+        first and every ``AUTO_RECHECK``-th refit, else only the leading one."""
+        dims = self._dims()
+        every = self.n_fits_ < AUTO_SETTLE or self.n_fits_ % AUTO_RECHECK == 0
+        best = self._best_dim_index()
+        # the leading dimension first: its fit gives the shortlists as soon as it is done; then the
+        # others from the cheapest up, the line right after the smallest map it starts from, so that
+        # in a live pool, where a refit of the leading one that falls due cuts the others short, the
+        # cheap ones are scored too
+        maps = [d for d in dims if d != 1]
+        after = min(maps) + 0.5 if maps else 0
+
+        def cost(i: int) -> float:
+            return after if dims[i] == 1 else dims[i]
+
+        rest = sorted((i for i in range(len(dims)) if i != best), key=cost) if every else []
+        return [best] + rest
+
+    def _best_dim_index(self, line: bool = True) -> int:
+        """The dimension whose fits best predicted fresh answers; the first of ``AUTO_DIMS`` within
+        ``AUTO_MARGIN`` standard errors of the best (a larger one must earn its place: on the alien
+        eggs 2, 4 and 8 dimensions score within a point of each other and the 2-D fit places the
+        eggs best; the line, listed last, must beat them all). ``line=False`` leaves the line out
+        (the regime gates: how well near duels are predicted is read from the t-STE fits)."""
+        right, seen = self.dim_scores_
+        acc = np.where(seen > 0, right / np.maximum(seen, 1e-300), -np.inf)
+        dims = self._dims()
+        if not line and len(dims) > 1 and 1 in dims:
+            acc[dims.index(1)] = -np.inf
+        best = int(np.argmax(acc))
+        if AUTO_MARGIN <= 0 or seen[best] <= 0:
+            return best
+        se = math.sqrt(max(acc[best] * (1.0 - acc[best]), 0.0) / seen[best])
+        return int(np.flatnonzero(acc >= acc[best] - AUTO_MARGIN * se)[0])
+
+    @property
+    def chosen_dim_(self) -> int:
+        return self._dims()[self._best_dim_index()]
+
+    def _duel_trust(self) -> float:
+        """How far to read single duels at face value, in [0, 1]: from the prequential accuracy of
+        the chosen embedding dimension (answers no fit had seen), 0 at ``TRUST_ACCURACY[0]`` or
+        below, 1 at ``TRUST_ACCURACY[1]`` or above; 0 before ``TRUST_FROM`` answers per item. On recorded
+        answers of 85 items it is ~.68-.78 from 20 answers per item on; on the alien eggs, whose
+        near duels are coin flips and whose embedding judges better, ~.57."""
+        right, seen = self.dim_scores_[:, self._best_dim_index(line=False)]
+        if seen < self.n_items or self.n_answers_ < TRUST_FROM * self.n_items:
+            return 0.0
+        lo, hi = TRUST_ACCURACY
+        return float(np.clip((right / seen - lo) / (hi - lo), 0.0, 1.0))
+
+    def _coin_flips(self) -> bool:
+        """True where single duels are answered like coin flips (see :meth:`_update_coin`): only the
+        embedding, pooling every answer about an item, can place such items, and questions go to
+        placing them."""
+        return self.coin_
+
+    def _update_coin(self) -> None:
+        """From ``TRUST_FROM`` answers per item on, enter the coin-flip regime when the chosen
+        dimension predicted the fresh answers no better than ``TRUST_ACCURACY[0]`` (the alien eggs,
+        ~.55-.62; recorded answers of 85 items ~.63-.78 from 15 answers per item on, ~.58-.66 with
+        a lapse rate of 0.1), and leave it from ``COIN_LEAVE`` on. Decided when a refit starts (the
+        scores change only then), so a replay in the same batches decides the same."""
+        right, seen = self.dim_scores_[:, self._best_dim_index(line=False)]
+        if seen < self.n_items or self.n_answers_ < TRUST_FROM * self.n_items:
+            return
+        acc = right / seen
+        if self.coin_ and self.chosen_dim_ == 1 and len(self._dims()) > 1:
+            return  # a line places the items best: the regime for items people can hardly tell apart up close
+        self.coin_ = bool(acc < (COIN_LEAVE if self.coin_ else TRUST_ACCURACY[0]))

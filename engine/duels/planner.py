@@ -1,0 +1,172 @@
+"""Candidate duels' planner: the parameters and the state of one learner, made of one mixin per concern.
+
+Answers (:mod:`.answers`), refits (:mod:`.fits`), dimensions and the regime gates (:mod:`.dims`),
+shortlists (:mod:`.shortlists`), the one scoring (:mod:`.scores`), question choice (:mod:`.questions`),
+results (:mod:`.results`) and state I/O (:mod:`.state`) are mixins of :class:`CandidateDuels`; they
+share its attributes (set up in ``__init__``). Numpy only; must never import Flask, Redis, RQ,
+``webapp`` or ``workers``.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..graph import NO_NEIGHBOR
+from ..utils import RandomState, check_n_items, check_random_state, store_params
+from .answers import Answers
+from .dims import Dimensions
+from .fits import Refits
+from .questions import QuestionChoice
+from .results import Results
+from .scores import Scoring, _HeadRows
+from .shortlists import Shortlists
+from .state import StateIO
+
+
+class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refits, Dimensions, Answers):
+    """Adaptive nearest-neighbour learner asking each head's shortlisted candidates in duels.
+
+    Parameters
+    ----------
+    n_items : int
+    random_state : None, int or numpy Generator
+    shortlist : int, default 12
+        Candidates per head at the start (m); it shrinks as answers per item grow.
+    min_shortlist : int, default 6
+        Smallest shortlist the shrinking reaches.
+    shrink_at : float, default 100
+        Answers per item after which the shortlist shrinks like sqrt(shrink_at / answers).
+    warmup : float, default 3
+        Random-triplet answers per head before its duels start (they seed the embedding).
+    explore : float, default 0.1
+        Share of later questions asked as random triplets (keeps the embedding global). Where
+        duels are coin flips (see ``_update_coin``) ``COIN_EXPLORE`` of the questions place items
+        in the embedding instead.
+    refit_growth : float, default 0.25
+        Refit the embedding when answers have grown by this share since the last fit (at most
+        ``COIN_REFIT`` where duels are coin flips).
+    dim : int or "auto", default "auto"
+        Embedding dimension. ``"auto"`` fits every dimension of ``AUTO_DIMS`` (warm started)
+        and takes the shortlists from the one that best predicted the answers that arrived
+        since the previous fit (answers no fit had seen: an honest, prequential test; older
+        refits count ``AUTO_DECAY`` times less per refit; a larger dimension must beat a smaller
+        one by ``AUTO_MARGIN`` standard errors). The right dimension depends on the
+        items (the 1-D alien eggs want 2, four-dimensional data wants 4 to 8, and a shortlist
+        from too few dimensions misses the true neighbour).
+    explore_pairs : int, default 0
+        Random pairs an exploring question is chosen from (the one the fit is least sure of, near
+        the head); 0 asks random triplets (``COIN_PAIRS`` where duels are coin flips).
+    delta : float, default 0.05
+        Failure probability of the elimination bounds (per head).
+    fit_work : int, default 1_000_000
+        Kept so that stored study configurations load; no longer read. It bounded the embedding
+        work of one call of a live pool, a refit going on over later calls: in a study of 1,000
+        items that left the shortlists thousands of answers behind, and live studies learned a
+        tenth of what the same answers teach offline. Refits now run beside the passes (``fitter``).
+
+    Attributes
+    ----------
+    pool : bool, default False
+        How the caller drives the learner. False (a caller that observes the answers before
+        asking again, e.g. a script or an outside harness): a call gives each head at most one
+        question, so asking for many at once (``next_questions(1000)`` on 85 items) returns one
+        adaptive question per head to come back for after observing. True (a live pool, which
+        must hold questions for every rater at once; the worker's ``Learner`` and ``proxima plan``
+        set it through ``engine.registry.drive_as_pool``): the whole budget. On recorded answers of
+        85 items asked 1,000 at a time, hit@3 at 25 answers per item: .78 against .30
+        (``benchmarks/duels_batches.py``). Not a parameter and not saved.
+    fitter : object with ``fit(task: FitTask) -> future``, or None (default)
+        Where a live pool's refits run. None: to the end inside the call that starts them (the
+        same fits, at the same answers, as offline). Set (the worker: a process beside its update
+        passes): each stage of a refit (the leading dimension, then the others) is handed over as
+        a :class:`~engine.duels.fits.FitTask`, and its result (a ``concurrent.futures.Future``-like object whose
+        ``done()`` / ``result()`` give :func:`~engine.duels.fits.run_fit`'s dict) is taken by the first call after it
+        is ready; calls in between plan from the previous fit's shortlists and the duel counts.
+        Not saved: a restored planner hands the refit under way (``fit_job_``, saved) over again.
+    """
+
+    def __init__(self, n_items: int, random_state: RandomState = None, shortlist: int = 12, min_shortlist: int = 6,
+                 shrink_at: float = 100.0, warmup: float = 3.0, explore: float = 0.1,
+                 refit_growth: float = 0.25, dim: int | str = "auto", delta: float = 0.05,
+                 fit_work: int = 1_000_000, explore_pairs: int = 0) -> None:
+        store_params(self, locals())
+        self.n_items = check_n_items(n_items)
+        self._check_params()
+        self.pool = False
+        self.fitter = None
+        # the stage of the refit handed to ``fitter``: (its FitTask key, its future); never saved
+        self._fit_running: tuple | None = None
+        self.rng_ = check_random_state(random_state)
+        n = self.n_items
+        self.triplets_ = np.empty((0, 3), np.int64)  # (i, j, k): i closer to j than to k
+        self._buffer: list[tuple[int, int, int]] = []
+        # duel counts keyed by (h, a, b) with a < b: [wins of a, answers]
+        self.duels_: dict[tuple[int, int, int], list[int]] = {}
+        # the same counts as sorted arrays, for vectorised look-ups: code (h * n + a) * n + b
+        self._codes = np.empty(0, np.int64)
+        self._wins = np.empty(0, np.int64)
+        self._counts = np.empty(0, np.int64)
+        self.pending_: dict[tuple[int, int, int], int] = {}
+        self.eliminated_: dict[int, set[int]] = {}
+        self.asked_ = np.zeros(n, np.int64)  # answers + pending per head (scheduling load)
+        self.answered_ = np.zeros(n, np.int64)
+        self.cands_ = np.full((n, self.shortlist), NO_NEIGHBOR, np.int64)
+        self.embedding_ = None
+        self.embeddings_: dict[int, np.ndarray] = {}  # dim -> warm fit
+        # per dim: decayed [answers predicted right, answers predicted] by fits that had not seen them
+        self.dim_scores_ = np.zeros((2, len(self._dims())))
+        self.fresh_dims_ = np.zeros(len(self._dims()), bool)  # refitted at the last refit
+        self.coin_ = False  # single duels are coin flips here (see _update_coin)
+        self.kappa_: float | None = None  # weight of the embedding prior, once repeats have weighed it
+        self.fit_job_: dict | None = None  # the refit under way (see _continue_fit)
+        self.fit_partial_: dict[int, np.ndarray] = {}  # dim -> its fit so far in that refit
+        self.fitted_on_ = 0
+        self.fitted_triplets_ = 0
+        self.n_fits_ = 0
+        self.n_answers_ = 0
+        self.n_issued_ = 0
+        # per head, the fit's log kernel row and ranks for exploring questions (never saved: they
+        # follow from embedding_, and are dropped when it changes)
+        self._rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._rows_of: np.ndarray | None = None
+        self._rank_ref: np.ndarray | None = None
+        self._rank_ref_of: np.ndarray | None = None
+        # per head, results read from its shortlist and duels alone, kept between looks and redone only
+        # for the heads whose shortlist or duels changed (never saved): certificates, rankings
+        self._certified_rows: _HeadRows | None = None
+        self._ranked_rows_kept: _HeadRows | None = None
+
+    def _check_params(self) -> None:
+        def integer(name, lo):
+            v = getattr(self, name)
+            if not isinstance(v, (numbers.Integral, np.integer)) or isinstance(v, bool) or v < lo:
+                raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+
+        def real(name, lo, hi, lo_open=False, hi_open=False):
+            v = getattr(self, name)
+            if not isinstance(v, numbers.Real) or isinstance(v, bool) or not np.isfinite(v):
+                raise ValueError(f"{name} must be a number, got {v!r}")
+            if v < lo or (lo_open and v == lo) or v > hi or (hi_open and v == hi):
+                raise ValueError(f"{name} must lie in {'(' if lo_open else '['}{lo}, {hi}"
+                                 f"{')' if hi_open else ']'}, got {v!r}")
+
+        integer("shortlist", 2)
+        integer("fit_work", 1)
+        integer("explore_pairs", 0)
+        integer("min_shortlist", 2)
+        if self.dim != "auto":
+            integer("dim", 1)
+        if self.min_shortlist > self.shortlist:
+            raise ValueError(f"min_shortlist ({self.min_shortlist}) must not exceed shortlist ({self.shortlist})")
+        real("shrink_at", 0, np.inf, lo_open=True)
+        real("warmup", 0, np.inf)
+        real("explore", 0, 1)
+        real("refit_growth", 0, np.inf, lo_open=True)
+        real("delta", 0, 1, lo_open=True, hi_open=True)
+
+    def get_params(self) -> dict:
+        return {"shortlist": self.shortlist, "min_shortlist": self.min_shortlist,
+                "shrink_at": self.shrink_at, "warmup": self.warmup, "explore": self.explore,
+                "refit_growth": self.refit_growth, "dim": self.dim, "delta": self.delta,
+                "fit_work": self.fit_work, "explore_pairs": self.explore_pairs}

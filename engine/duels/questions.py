@@ -1,0 +1,295 @@
+"""Candidate duels' question choice: least-asked heads first, each asking the least-asked pair of
+its alive shortlist (eliminating candidates beaten with confidence on the way), random or exploring
+questions for the embedding, and the candidates a screen of several items shows.
+
+Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
+"""
+from __future__ import annotations
+
+import heapq
+import numbers
+
+import numpy as np
+
+from ..graph import NO_NEIGHBOR
+from ..random_triplets import candidate_pairs
+from .scores import _log_kernel, _radius
+
+#: where single duels are coin flips (``coin_``, see :mod:`.dims`): the share of questions asked to
+#: place items in the embedding (the active embedding's rule over ``COIN_PAIRS`` random pairs)
+#: instead of duels, ...
+COIN_EXPLORE = 0.9
+COIN_PAIRS = 50
+#: ... an exploring pair's weight halves where its nearer item ranks n / COIN_NEAR from the head
+COIN_NEAR = 20.0
+#: how many extra asks a pair at the bottom of the ranking waits for, against the top pair
+FOCUS = 2.0
+#: most entries (rows x items, 16 bytes each) of the fit's rows kept for exploring questions between refits
+ROW_CACHE_ENTRIES = 1_000_000
+#: items up to which an exploring question ranks the pair from the head's whole row of the fit (cached);
+#: above, from ``RANK_SAMPLE`` reference items (O(RANK_SAMPLE) per question, not O(n log n))
+EXACT_RANK_ITEMS = 5000
+RANK_SAMPLE = 1024
+#: How many likely neighbours :meth:`QuestionChoice.screen_candidates` gives a screen planner at most
+SCREEN_CANDIDATES = 16
+#: Where near duels are coin flips, screens show references from the head's this many nearest (0: never)
+SCREEN_SPREAD = 24
+
+_TRIU: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
+def _triu(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(iu, ju, 1e-6 (iu + ju)) of ``np.triu_indices(m, 1)``, computed once per m (read only)."""
+    out = _TRIU.get(m)
+    if out is None:
+        iu, ju = np.triu_indices(m, 1)
+        tie = 1e-6 * (iu + ju)
+        for a in (iu, ju, tie):
+            a.flags.writeable = False
+        out = _TRIU[m] = (iu, ju, tie)
+    return out
+
+
+class QuestionChoice:
+    """Mixin of :class:`~engine.duels.planner.CandidateDuels`: the questions of a call, counted as
+    pending (``pending_``, ``asked_``) until answered or forgotten, and screens' candidates."""
+
+    def next_questions(self, budget: int) -> list[tuple[int, int, int]]:
+        """Up to ``budget`` distinct questions, least-asked heads first (outside a pool at most one per
+        head, see ``pool``); counted as pending."""
+        if isinstance(budget, bool) or not isinstance(budget, (numbers.Integral, np.integer)):
+            raise ValueError(f"budget must be an integer, got {budget!r}")
+        budget = int(budget)
+        if budget <= 0:
+            return []
+        if self._needs_refit():
+            self._refresh()
+        n = self.n_items
+        draw = self.rng_.permutation(n)
+        # heads by (questions asked, tie), fed into the heap only when they come next: the same order
+        # as a heap of every head, without a Python tuple per item (at 50,000 items that took ~70 ms)
+        loads = self.asked_.copy()
+        queue = np.lexsort((draw, loads))
+        fed = 0
+        heap: list[tuple[int, int, int]] = []
+        out: list[tuple[int, int, int]] = []
+        taken: set = set()
+        cache: dict[int, tuple] = {}
+        pending = self._pending_by_head()
+        parked = []  # heads with nothing new to ask in this call (certified or all pairs taken)
+        trust = self._duel_trust() if self.kappa_ is None else 0.0
+        coin = self._coin_flips()
+        explore, pairs = (COIN_EXPLORE, self.explore_pairs or COIN_PAIRS) if coin else (self.explore,
+                                                                                    self.explore_pairs)
+        once = not self.pool  # one question per head in this call
+        while len(out) < budget and (heap or fed < n):
+            while fed < n and (not heap or (int(loads[queue[fed]]), int(draw[queue[fed]])) < heap[0][:2]):
+                g = int(queue[fed])
+                heapq.heappush(heap, (int(loads[g]), int(draw[g]), g))
+                fed += 1
+            load, t, h = heapq.heappop(heap)
+            warm = self.n_fits_ == 0 or self.answered_[h] < self.warmup
+            if warm or self.rng_.random() < explore:
+                if warm or not pairs or self.embedding_ is None:
+                    q = self._random_question(h, taken)
+                else:
+                    q = self._exploring_question(h, taken)
+            else:
+                if h not in cache:
+                    cands, W, N, certified = self._alive(h)
+                    Np = self._add_pending(h, cands, N, pending.get(h))
+                    score, _ = self._scores(h, cands, W, N)
+                    m = len(cands)
+                    pos = np.empty(m)
+                    pos[np.lexsort((np.arange(m), -score))] = np.arange(m)
+                    order = None
+                    if not certified and m >= 2:
+                        iu, ju, tie = _triu(m)
+                        pi, pj = pos[iu], pos[ju]
+                        if trust > 0.5:
+                            order = FOCUS * (np.minimum(pi, pj) * m + np.maximum(pi, pj)) / (m * m)
+                        else:
+                            order = FOCUS * (pi + pj) / (2 * max(m - 1, 1))
+                    cache[h] = (cands, Np, order, certified)
+                cands, Np, order, certified = cache[h]
+                m = len(cands)
+                if certified or m < 2:
+                    parked.append(h)
+                    continue
+                # unasked pairs before any repeat (a repeat can only sharpen one pair, a new pair
+                # also tells how the pair ranks against the rest; on recorded data a repeat says
+                # nothing new); among them, and then among repeats, the least-asked, where pairs
+                # of the current leaders count as less asked (FOCUS): the leader against each
+                # challenger in turn (best first), then the runner-up against the rest, ...;
+                # ties to the pair nearest the head
+                iu, ju, tie = _triu(m)
+                # (the same sum, in the same order, for every trust: the pair order part per head)
+                key = Np[iu, ju] * (1.0 + FOCUS) + order + tie
+                q = None
+                for idx in np.argsort(key, kind="stable"):
+                    a, b = int(cands[iu[idx]]), int(cands[ju[idx]])
+                    if (h, min(a, b), max(a, b)) not in taken:
+                        Np[iu[idx], ju[idx]] += 1
+                        q = (h, a, b)
+                        break
+                if q is None:
+                    parked.append(h)
+                    continue
+            key3 = (q[0], min(q[1], q[2]), max(q[1], q[2]))
+            taken.add(key3)
+            self.pending_[key3] = self.pending_.get(key3, 0) + 1
+            pending.setdefault(h, []).append(key3[1:])
+            self.asked_[h] += 1
+            out.append(q)
+            if not once:
+                heapq.heappush(heap, (load + 1, t, h))
+        self.n_issued_ += len(out)
+        return out
+
+    def _alive(self, h: int):
+        """Shortlist of h without eliminated candidates, plus its duel matrices and whether h is
+        certified (:meth:`_certified`); eliminates candidates beaten with confidence (anytime
+        bound) on the way."""
+        cands = self.cands_[h][self.cands_[h] >= 0]
+        W, N = self._matrices(h, cands)
+        m = len(cands)
+        if m > 1:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                share = np.where(N > 0, W / np.maximum(N, 1), 0.5)  # share[i, j] = P^(i beats j)
+            beaten = (share - _radius(N, self.delta, max(1, m * (m - 1) // 2)) > 0.5) & (N > 0)
+            lost = beaten.any(axis=0)  # some alive j beats candidate i with confidence
+            if lost.any():
+                gone = self.eliminated_.setdefault(h, set())
+                gone.update(int(c) for c in cands[lost])
+                self.cands_[h, : m] = np.concatenate([cands[~lost], np.full(int(lost.sum()), NO_NEIGHBOR)])
+                keep = ~lost
+                cands, W, N = cands[keep], W[np.ix_(keep, keep)], N[np.ix_(keep, keep)]
+            else:  # the same candidates: _certified's matrix is this one
+                return cands, W, N, bool(beaten.sum(axis=1).max() == m - 1)
+        return cands, W, N, self._certified(h, cands, W, N)
+
+    def _pending_by_head(self) -> dict[int, list[tuple[int, int]]]:
+        """The pending questions' pairs (a < b) per head, once per pair and issue."""
+        out: dict[int, list[tuple[int, int]]] = {}
+        for (h, a, b), k in self.pending_.items():
+            out.setdefault(h, []).extend([(a, b)] * k)
+        return out
+
+    def _add_pending(self, h: int, cands: np.ndarray, N: np.ndarray, pairs: list | None) -> np.ndarray:
+        """N plus the pending duels of pairs of cands (``pairs`` from :meth:`_pending_by_head`)."""
+        Np = N.copy()
+        if pairs:
+            at = {int(c): i for i, c in enumerate(cands)}
+            for a, b in pairs:
+                i, j = at.get(a), at.get(b)
+                if i is not None and j is not None:
+                    Np[i, j] += 1
+                    Np[j, i] += 1
+        return Np
+
+    def _random_question(self, h: int, taken: set) -> tuple[int, int, int]:
+        n = self.n_items
+        for _ in range(8):
+            a, b = (int(x) for x in self.rng_.choice(n - 1, size=2, replace=False))
+            a, b = a + (a >= h), b + (b >= h)
+            if (h, min(a, b), max(a, b)) not in taken:
+                break
+        return (h, a, b)
+
+    def _exploring_question(self, h: int, taken: set) -> tuple[int, int, int]:
+        """Of ``explore_pairs`` random pairs, the one the fit is least sure of, weighted towards
+        pairs holding a plausible neighbour: p (1 - p) / (1 + r / r0), r the nearer one's rank
+        from h in the fit, r0 = n / ``COIN_NEAR`` (the active embedding's rule); on a line, the one
+        the fit is least sure of among those with an item on either side of h."""
+        n, c = self.n_items, self.explore_pairs or COIN_PAIRS
+        X = self.embedding_
+        a, b = candidate_pairs(self.rng_, n, h, c)
+        if n > EXACT_RANK_ITEMS:
+            # a large study: the pair's kernels only, and each item's rank from h estimated from a
+            # sample of the items (a whole row and its sort cost O(n log n) per question: ~4 ms at
+            # 50,000 items, seconds for a pass that plans thousands of questions)
+            lk_a, lk_b = _log_kernel(X, h, a), _log_kernel(X, h, b)
+            rank_a, rank_b = self._sampled_ranks(X, h, lk_a), self._sampled_ranks(X, h, lk_b)
+        else:
+            if self._rows_of is not X or (len(self._rows) + 1) * n > ROW_CACHE_ENTRIES:
+                # the row and ranks change only with the fit: kept until embedding_ is replaced
+                self._rows, self._rows_of = {}, X
+            row = self._rows.get(h)
+            if row is None:
+                lk = _log_kernel(X, h, np.arange(n))
+                lk[h] = np.inf
+                rank = np.empty(n, np.int64)
+                rank[np.argsort(-lk, kind="stable")] = np.arange(n)
+                lk.flags.writeable = rank.flags.writeable = False
+                row = self._rows[h] = (lk, rank)
+            lk, rank = row
+            lk_a, lk_b, rank_a, rank_b = lk[a], lk[b], rank[a], rank[b]
+        p = 1.0 / (1.0 + np.exp(np.minimum(np.maximum(lk_b - lk_a, -700.0), 700.0)))  # np.clip, cheaper
+        if X.shape[1] == 1:
+            # on a line only a pair on both sides of h says where h lies (the answer's odds then move
+            # with h's place, whatever the pair's spread; a pair on one side tells only which of the
+            # two is nearer): the most uncertain of those (on the alien eggs hit@3 at 50 / 100 / 200
+            # answers per item .30 / .46 / .68 against .29 / .40 / .60 with the weight to near items;
+            # choosing among 100 or 200 random pairs did worse, .36 / .30 at 100)
+            side = X[:, 0] - X[h, 0]
+            score = p * (1.0 - p) * ((side[a] > 0) != (side[b] > 0))
+        else:
+            score = p * (1.0 - p) / (1.0 + np.minimum(rank_a, rank_b) / max(1.0, n / COIN_NEAR))
+        j = int(np.argmax(score))  # the first of the stable order below, unless taken
+        x, y = int(a[j]), int(b[j])
+        if score[j] == score[j] and (h, min(x, y), max(x, y)) not in taken:
+            return (h, x, y)
+        for j in np.argsort(-score, kind="stable"):
+            x, y = int(a[j]), int(b[j])
+            if (h, min(x, y), max(x, y)) not in taken:
+                return (h, x, y)
+        return (h, int(a[0]), int(b[0]))
+
+    def _sampled_ranks(self, X: np.ndarray, h: int, lk: np.ndarray) -> np.ndarray:
+        """Estimated ranks from h (0: nearest) of items whose log-kernels from h are ``lk``: the share
+        of ``RANK_SAMPLE`` reference items (drawn once per fit, a fixed seed: the planner's own random
+        stream is not touched) nearer to h, times n. Its error (n / RANK_SAMPLE items, ~50 at 50,000)
+        is far below the weight's scale, n / ``COIN_NEAR``."""
+        if self._rank_ref_of is not X:
+            gen = np.random.default_rng([self.n_items, int(self.n_fits_)])
+            self._rank_ref = np.sort(gen.choice(self.n_items, size=min(RANK_SAMPLE, self.n_items), replace=False))
+            self._rank_ref_of = X
+        ref = self._rank_ref[self._rank_ref != h]
+        near = np.sort(-_log_kernel(X, h, ref))  # ascending: nearest first
+        # (+1: h itself ranks 0 in the exact row, its nearest other item 1)
+        return 1.0 + np.searchsorted(near, -lk, side="left") * (self.n_items - 1) / max(len(ref), 1)
+
+    def screen_candidates(self, h: int) -> tuple[np.ndarray, bool]:
+        """h's likeliest neighbours, best first, for a screen showing several at once: its alive
+        shortlist by duel score, then the nearest items of the fit outside it (up to
+        ``SCREEN_CANDIDATES`` in all); and whether h is certified. Empty while h is warming up
+        (no fit yet, or fewer than ``warmup`` answers for it): a screen then shows random items."""
+        h = int(h)
+        if self.n_fits_ == 0 or self.answered_[h] < self.warmup:
+            return np.empty(0, np.int64), False
+        X = self.embedding_
+        if SCREEN_SPREAD and X is not None and (self.coin_ or X.shape[1] == 1):
+            # near duels are coin flips (items people can hardly tell apart up close): a screen of the
+            # head's nearest says little, one spread over its wider neighbourhood places it
+            lk = _log_kernel(X, h, np.arange(self.n_items))
+            lk[h] = -np.inf
+            span = min(SCREEN_SPREAD, self.n_items - 1)
+            near = np.argpartition(-lk, span - 1)[:span]
+            near = near[np.lexsort((near, -lk[near]))]
+            return near[self.rng_.permutation(span)].astype(np.int64), False
+        _, _, _, certified = self._alive(h)
+        ranked, _, _ = self._ranking(h)
+        out = [int(c) for c in ranked]
+        if X is not None and len(out) < SCREEN_CANDIDATES:
+            lk = _log_kernel(X, h, np.arange(self.n_items))
+            lk[h] = -np.inf
+            gone = self.eliminated_.get(h, ())
+            want = SCREEN_CANDIDATES + len(out) + len(gone) + 1
+            near = np.argpartition(-lk, min(want, self.n_items - 1))[:want]
+            for c in near[np.lexsort((near, -lk[near]))]:
+                c = int(c)
+                if len(out) >= SCREEN_CANDIDATES:
+                    break
+                if c != h and c not in out and c not in gone:
+                    out.append(c)
+        return np.asarray(out, np.int64), bool(certified)

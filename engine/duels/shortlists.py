@@ -1,0 +1,173 @@
+"""Candidate duels' shortlists: each head's candidates, rebuilt at every refit from the fit (its
+nearest items) or, without a fitter, from the heads' win rates; dueled leaders survive a rebuild.
+
+Numpy/scipy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..graph import NO_NEIGHBOR
+
+#: share of a refreshed shortlist kept for the dueled leaders of the previous one
+KEEP_SHARE = 0.5
+
+
+class Shortlists:
+    """Mixin of :class:`~engine.duels.planner.CandidateDuels`: ``cands_`` (n_items, shortlist), each
+    head's candidates in shortlist order, ``NO_NEIGHBOR`` padding at the end of each row."""
+
+    def _target_size(self) -> int:
+        per_item = self.n_answers_ / self.n_items
+        m = self.shortlist * math.sqrt(self.shrink_at / max(self.shrink_at, per_item))
+        return int(min(self.shortlist, max(self.min_shortlist, round(m)), self.n_items - 1))
+
+    def _old_leaders(self, m: int) -> list[list[int]]:
+        """Per head, the dueled leaders of its shortlist that survive a refit (``KEEP_SHARE`` of m)."""
+        return [[int(c) for c in row if c >= 0] for row in self._old_leader_rows(m)]
+
+    def _eliminated_codes(self) -> np.ndarray:
+        """Sorted codes h * n + c of every candidate c eliminated for a head h."""
+        n = self.n_items
+        codes = [h * n + c for h, gone in self.eliminated_.items() for c in gone]
+        return np.unique(np.asarray(codes, np.int64))
+
+    def _old_leader_rows(self, m: int) -> np.ndarray:
+        """:meth:`_old_leaders` as rows (n_items, ceil(m KEEP_SHARE)), ``NO_NEIGHBOR`` padding: per head,
+        the candidates of its shortlist that are not eliminated and have duels, best score first (ties
+        in shortlist order). Whole-array operations: at 50,000 items a loop over the heads took seconds."""
+        n, width = self.n_items, self.cands_.shape[1]
+        heads = np.arange(n)[:, None]
+        rows = self.cands_
+        valid = rows >= 0
+        gone = self._eliminated_codes()
+        if len(gone):
+            valid &= ~np.isin(heads * n + rows, gone)
+        # the shortlist without its eliminated candidates, in its order, the padding at the end
+        order = np.argsort(~valid, axis=1, kind="stable")
+        olds = np.where(np.take_along_axis(valid, order, axis=1), np.take_along_axis(rows, order, axis=1),
+                        NO_NEIGHBOR)
+        score, counts = self._batch_scores(olds)
+        ok = (olds >= 0) & (counts > 0)
+        rank = np.argsort(np.where(ok, -score, np.inf), axis=1, kind="stable")
+        ranked_ok = np.take_along_axis(ok, rank, axis=1)
+        take = ranked_ok & (np.cumsum(ranked_ok, axis=1) <= math.ceil(m * KEEP_SHARE))
+        ranked = np.where(take, np.take_along_axis(olds, rank, axis=1), NO_NEIGHBOR)
+        # (taken entries come first in each row: they are the first ``ok`` ones of the ranking)
+        return ranked[:, : max(1, min(width, math.ceil(m * KEEP_SHARE)))]
+
+    def _fill_shortlist(self, h: int, keep: list[int], order: np.ndarray, m: int) -> list[int]:
+        """h's dueled leaders ``keep``, then items of ``order`` (nearest first) up to m: neither h, nor
+        one eliminated for h, nor one already chosen (nor past the last item: a k-d tree's padding)."""
+        gone = self.eliminated_.get(h, ())
+        chosen = list(keep)
+        for c in order:
+            if len(chosen) >= m:
+                break
+            c = int(c)
+            if c != h and c not in gone and c not in chosen and c < self.n_items:
+                chosen.append(c)
+        return chosen
+
+    def _shortlists_from_fit(self, answers_fitted: int) -> None:
+        """Every head's shortlist from the fit: its dueled leaders, then its nearest items in the
+        fit, in order of nearness. The nearest items come from a k-d tree over the fit (no n x n
+        array: at 50,000 items in 4 dimensions a rebuild takes about a second)."""
+        from scipy.spatial import cKDTree
+
+        X = self.embedding_
+        n = self.n_items
+        m = self._target_size()
+        keeps = self._old_leader_rows(m)
+        sq = (X**2).sum(axis=1)
+        gone = self._eliminated_codes()
+        # enough nearest items (the head itself comes first) for the head with most eliminated candidates
+        k = min(n, m + 1 + max((len(g) for g in self.eliminated_.values()), default=0))
+        _, near = cKDTree(X).query(X, k=k)
+        near = np.asarray(near, np.int64).reshape(n, k)
+        heads = np.arange(n)[:, None]
+        # fill each head's kept leaders up to m with its nearest items in the fit: neither the head, nor
+        # one eliminated for it, nor a kept leader (nor past the last item: a k-d tree's padding)
+        fill = (near != heads) & (near < n)
+        if len(gone):
+            fill &= ~np.isin(heads * n + np.minimum(near, n - 1), gone)
+        kept = keeps >= 0
+        if kept.any():
+            codes = np.unique((heads * n + keeps)[kept])
+            fill &= ~np.isin(heads * n + np.minimum(near, n - 1), codes)
+        need = m - kept.sum(axis=1)
+        fill &= np.cumsum(fill, axis=1) <= need[:, None]
+        picked = np.concatenate([np.where(kept, keeps, NO_NEIGHBOR), np.where(fill, near, NO_NEIGHBOR)], axis=1)
+        # shortlist order = nearness in the fit (the prior of the duel scores), ties to the smaller index;
+        # the padding last
+        safe = np.maximum(picked, 0)
+        d = sq[:, None] + sq[safe] - 2.0 * np.einsum("hcd,hd->hc", X[safe], X)
+        d = np.where(picked >= 0, d, np.inf)
+        key = np.where(picked >= 0, picked, n)
+        order = np.lexsort((key, d), axis=1)
+        picked = np.take_along_axis(picked, order, axis=1)[:, : self.shortlist]
+        cands = np.full((n, self.shortlist), NO_NEIGHBOR, np.int64)
+        cands[:, : picked.shape[1]] = picked
+        self.cands_ = cands
+        self.fitted_on_ = answers_fitted
+        self.n_fits_ += 1
+
+    def _shortlists_from_win_rates(self, trip: np.ndarray) -> None:
+        """Every head's shortlist without an embedding fitter (or before any answer): its dueled
+        leaders, then candidates ranked by their smoothed win rate as this head's answers (a weak,
+        head-local signal; the duels sharpen it). n x n: only without scipy."""
+        answers_fitted = self.n_answers_
+        n = self.n_items
+        wins = np.zeros((n, n))
+        shown = np.zeros((n, n))
+        if len(trip):
+            np.add.at(wins, (trip[:, 0], trip[:, 1]), 1.0)
+            np.add.at(shown, (trip[:, 0], trip[:, 1]), 1.0)
+            np.add.at(shown, (trip[:, 0], trip[:, 2]), 1.0)
+        D = -(wins + 1.0) / (shown + 2.0)
+        np.fill_diagonal(D, np.inf)
+        m = self._target_size()
+        order = self._neighbours_of_neighbours(np.argsort(D, axis=1, kind="stable"))
+        cands = np.full((self.n_items, self.shortlist), NO_NEIGHBOR, np.int64)
+        # the dueled leaders survive a refit, so evidence is not thrown away (and stay first: no fit
+        # to order the shortlist by)
+        keeps = self._old_leaders(m)
+        for h in range(self.n_items):
+            chosen = self._fill_shortlist(h, keeps[h], order[h], m)
+            cands[h, : len(chosen)] = chosen
+        self.cands_ = cands
+        self.fitted_on_ = answers_fitted
+        self.n_fits_ += 1
+
+    def _neighbours_of_neighbours(self, order: np.ndarray, r: int = 3) -> np.ndarray:
+        """Candidate order without an embedding: the current leaders' leaders and the heads that
+        lead with h first (near items share near items), then the win-rate order."""
+        n = self.n_items
+        leaders = [list(self._ranking(h)[0][:r]) for h in range(n)]
+        met: list[set[int]] = [set() for _ in range(n)]  # candidates h has seen in a duel
+        for h, a, b in self.duels_:
+            met[h].add(a)
+            met[h].add(b)
+        reverse: list[list[int]] = [[] for _ in range(n)]
+        for g in range(n):
+            for c in leaders[g]:
+                reverse[int(c)].append(g)
+        out = np.empty_like(order)
+        for h in range(n):
+            pool = []
+            for c in leaders[h]:
+                pool.extend(int(x) for x in leaders[int(c)])
+            pool.extend(reverse[h])
+            seen, first = set(), []
+            for c in pool:
+                if c != h and c not in seen:
+                    seen.add(c)
+                    first.append(c)
+            # unmet items first, so a shortlist that lost its best keeps discovering new ones
+            first = [c for c in first if c not in met[h]] + [c for c in first if c in met[h]]
+            rest = [int(c) for c in order[h] if int(c) not in seen]
+            rest = [c for c in rest if c not in met[h]] + [c for c in rest if c in met[h]]
+            out[h] = np.asarray(first + rest, np.int64)[: order.shape[1]]
+        return out

@@ -1,0 +1,87 @@
+"""Candidate duels' state I/O: ``to_state``/``from_state`` as plain arrays + JSON values, one version.
+
+Never saved: the fitter, ``pool`` and the caches (rows of the fit, results kept between looks), which
+follow from the saved state. Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
+"""
+from __future__ import annotations
+
+from typing import Self
+
+import numpy as np
+
+from ..utils import check_state, generator_from_state, generator_state
+
+
+class StateIO:
+    """Mixin of :class:`~engine.duels.planner.CandidateDuels`: its state out and back."""
+
+    #: the one state version that loads (no release wrote another)
+    VERSION = 5
+
+    def to_state(self) -> dict:
+        def table(d: dict, width: int) -> np.ndarray:
+            if not d:
+                return np.empty((0, width), np.int64)
+            return np.array([(*k, *(v if isinstance(v, list) else [v])) for k, v in sorted(d.items())], np.int64)
+
+        elim = sorted((h, c) for h, s in self.eliminated_.items() for c in s)
+        return {
+            "class": type(self).__name__,
+            "version": self.VERSION,
+            "n_items": self.n_items,
+            "params": self.get_params(),
+            "rng": generator_state(self.rng_),
+            "triplets": self._all_triplets().copy(),
+            "duels": self._duel_table(),
+            "pending": table(self.pending_, 4),
+            "eliminated": np.array(elim, np.int64).reshape(-1, 2),
+            "asked": self.asked_.copy(),
+            "answered": self.answered_.copy(),
+            "cands": self.cands_.copy(),
+            "embedding": None if self.embedding_ is None else self.embedding_.copy(),
+            "embeddings": {str(d): X.copy() for d, X in self.embeddings_.items()},
+            "dim_scores": self.dim_scores_.copy(),
+            "fresh_dims": self.fresh_dims_.copy(),
+            "fitted_triplets": int(self.fitted_triplets_),
+            "kappa": None if self.kappa_ is None else float(self.kappa_),
+            "coin": bool(self.coin_),
+            "fit_job": None if self.fit_job_ is None else {**self.fit_job_, "dims": list(self.fit_job_["dims"])},
+            "fit_partial": {str(d): X.copy() for d, X in self.fit_partial_.items()},
+            "fitted_on": int(self.fitted_on_),
+            "n_fits": int(self.n_fits_),
+            "n_answers": int(self.n_answers_),
+            "n_issued": int(self.n_issued_),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict) -> Self:
+        check_state(state, cls.__name__, (cls.VERSION,))
+        p = cls(int(state["n_items"]), **state["params"])
+        p.rng_ = generator_from_state(state["rng"])
+        p.triplets_ = np.array(state["triplets"], np.int64).reshape(-1, 3)
+        p.duels_ = {(int(r[0]), int(r[1]), int(r[2])): [int(r[3]), int(r[4])]
+                    for r in np.asarray(state["duels"], np.int64).reshape(-1, 5)}
+        p._reindex()
+        p.pending_ = {(int(r[0]), int(r[1]), int(r[2])): int(r[3])
+                      for r in np.asarray(state["pending"], np.int64).reshape(-1, 4)}
+        for h, c in np.asarray(state["eliminated"], np.int64).reshape(-1, 2).tolist():
+            p.eliminated_.setdefault(h, set()).add(c)
+        p.asked_ = np.array(state["asked"], np.int64)
+        p.answered_ = np.array(state["answered"], np.int64)
+        p.cands_ = np.array(state["cands"], np.int64)
+        p.embedding_ = None if state["embedding"] is None else np.array(state["embedding"], np.float64)
+        p.embeddings_ = {int(d): np.array(X, np.float64) for d, X in state["embeddings"].items()}
+        p.dim_scores_ = np.array(state["dim_scores"], np.float64).reshape(2, -1)
+        p.fresh_dims_ = np.array(state["fresh_dims"], bool)
+        p.fitted_triplets_ = int(state["fitted_triplets"])
+        p.kappa_ = None if state["kappa"] is None else float(state["kappa"])
+        job = state["fit_job"]
+        p.fit_job_ = None if job is None else {**{k: int(v) for k, v in job.items() if k != "dims"},
+                                               "dims": [int(i) for i in job["dims"]]}
+        p.fit_partial_ = {int(d): np.array(X, np.float64) for d, X in state["fit_partial"].items()}
+        p.coin_ = bool(state["coin"])
+        p.fitted_on_ = int(state["fitted_on"])
+        p.n_fits_ = int(state["n_fits"])
+        p.n_answers_ = int(state["n_answers"])
+        p.n_issued_ = int(state["n_issued"])
+        return p
