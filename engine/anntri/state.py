@@ -13,7 +13,7 @@ from typing import Self
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..utils import generator_from_state, generator_state
+from ..utils import check_state, generator_from_state, generator_state
 from .estimates import FLOAT64_MAX_ITEMS
 from .overlay import OVERLAID
 
@@ -178,11 +178,7 @@ class StateIO:
     @classmethod
     def from_state(cls, state: dict) -> Self:
         """Rebuild a planner saved by :meth:`to_state` (it continues exactly where it was)."""
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"unsupported state version {state.get('version')!r} "
-                             f"(this version of the planner reads version {STATE_VERSION})")
-        if state.get("class") != cls.__name__:
-            raise ValueError(f"state of a {state.get('class')!r}, not of a {cls.__name__}")
+        check_state(state, cls.__name__, (STATE_VERSION,))
         params = dict(state["params"])
         if not cls._takes_triangle:
             params.pop("triangle", None)
