@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 #: Batches of at most this many answers are applied with scalar updates (no numpy dispatch).
 SMALL_BATCH = 16
 
 
-def check_pairs(pairs, n_items: int, width: int, what: str):
+def check_pairs(pairs: ArrayLike, n_items: int, width: int,
+                what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows of ``width`` numbers whose first two entries are distinct item indices in range:
     returns the two index columns as int arrays and the rows as a float array."""
     rows = list(pairs) if not isinstance(pairs, np.ndarray) else pairs
@@ -45,7 +48,7 @@ def check_pairs(pairs, n_items: int, width: int, what: str):
     return a, b, arr
 
 
-def small_rows(rows, n_items: int, width: int, what: str):
+def small_rows(rows: Sequence, n_items: int, width: int, what: str) -> list[tuple] | None:
     """:func:`check_pairs` for a short list of rows, in plain Python: validated tuples
     ``(i, j[, value])`` with int indices and a float value, or None for long inputs."""
     if not isinstance(rows, (list, tuple)) or len(rows) > SMALL_BATCH:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, DTypeLike
 
 from ..bounds import UNIT_INTERVAL_BOUNDS, confidence_interval
 
@@ -19,7 +19,7 @@ FLOAT64_MAX_ITEMS = 2048
 ROW_CHUNK_ELEMENTS = 1 << 21
 
 
-def outward(hi, lo, dtype):
+def outward(hi: ArrayLike, lo: ArrayLike, dtype: DTypeLike) -> tuple[ArrayLike, ArrayLike]:
     """Bounds stored in ``dtype``, rounded outward (U* up, L* down): a float32 bound never claims
     more than the float64 one it stores, so rounding closes no round wrongly."""
     t = np.dtype(dtype).type
@@ -33,7 +33,7 @@ def outward(hi, lo, dtype):
     return h, lw
 
 
-def outward_one(hi: float, lo: float):
+def outward_one(hi: float, lo: float) -> tuple[float, float]:
     """:func:`outward` for one float32 pair of bounds, as Python floats."""
     h = float(np.float32(hi))
     if h < hi:

@@ -27,7 +27,7 @@ SMALL_ACTIVE = 16
 FAR = 1e12
 
 
-def setri_active(upper_row, lower_row, j):
+def setri_active(upper_row: np.ndarray, lower_row: np.ndarray, j: int) -> tuple[np.ndarray, int, np.ndarray]:
     """SETri's active set for 1-NN round j: {a != j : L*[j, a] < min_b U*[j, b]}, as
     (U* of the row in float64 with U*[j] = inf, argmin U*, the active mask)."""
     U = upper_row.astype(np.float64)
@@ -38,7 +38,8 @@ def setri_active(upper_row, lower_row, j):
     return U, best, active
 
 
-def racing_decision(upper_row, lower_row, j, k):
+def racing_decision(upper_row: np.ndarray, lower_row: np.ndarray, j: int,
+                    k: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-k racing for one round: (accepted, undecided) boolean masks over items.
 
     a is accepted once fewer than k others can still be closer (#{b: L[b] < U[a]} < k),

@@ -21,6 +21,7 @@ from workers.store import engine_state, keys
 
 if TYPE_CHECKING:
     from redis import Redis
+    from redis.client import Pipeline
 
     from workers.jobs.learners import Learner
 
@@ -33,7 +34,7 @@ CHECKPOINT_ENTRIES = 2000
 CHUNKED_SAVE_BYTES = 8 << 20
 
 
-def commit_state(pipe, study_id: str, label: str, learner: Learner, kept: Kept,
+def commit_state(pipe: Pipeline, study_id: str, label: str, learner: Learner, kept: Kept,
                  conn: Redis=None) -> tuple[Kept, int]:
     """Queue the learner's changes since ``kept`` on ``pipe`` (inside MULTI): a journal entry of what
     differs, or the whole state where there is no journal to append to. Returns (what will then be

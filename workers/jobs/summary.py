@@ -18,6 +18,7 @@ from workers.store.studies import Study, get_study
 
 if TYPE_CHECKING:
     from redis import Redis
+    from redis.client import Pipeline
 
     from workers.jobs.learner_cache import Kept
     from workers.jobs.learners import Learner
@@ -77,7 +78,7 @@ def study_memory(conn: Redis, study: Study, kept: dict[str, Kept]) -> dict[str, 
     return {"memory_redis_bytes": redis_bytes, "memory_engine_bytes": engine_bytes}
 
 
-def queue_summary(conn: Redis, pipe, study: Study, learners: dict[str, Learner], kept: dict[str, Kept],
+def queue_summary(conn: Redis, pipe: Pipeline, study: Study, learners: dict[str, Learner], kept: dict[str, Kept],
                   counters: dict, truth: KnownTruth) -> dict:
     """Inside a pass's MULTI: queue each learner's point of its error curve on ``pipe`` and return the
     fields the pass writes into the study's engine statistics (the summary and ``study_memory``).
