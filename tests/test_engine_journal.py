@@ -360,3 +360,44 @@ def test_rows_written_from_outside_are_reported_through_mark_rows():
     delta, kept = engine_state.advance_delta(kept, engine_state.Lifted.of(planner.to_state(copy=False)), "L", 2)
     assert delta is not None and kept.arrays["state.pending"][7, 1] == 3
     assert_lifted_equal(kept, engine_state.Lifted.of(planner.to_state(), copy=True))
+
+
+def test_a_duels_pass_entry_holds_what_the_pass_added_not_the_learner():
+    """The default learner's state grows by logs (its answers, its eliminations) and changes a few
+    elements per answer elsewhere: between two refits a pass's entry is proportional to the pass, and
+    its duel counts (rebuilt from the answers on load) are never saved."""
+    from engine.duels import CandidateDuels
+    from simulation.oracles import TripletOracle
+
+    X = np.random.default_rng(5).normal(size=(120, 3))
+    oracle = TripletOracle.from_points(X, noise=0.05, model="human", lapse=0.05, random_state=6)
+    # (one question per head a call, so every head's duels are read and its beaten candidates go)
+    p = CandidateDuels(120, random_state=7, refit_growth=1.0)
+    old = engine_state.Lifted.of(p.to_state(), copy=True)
+    quiet = eliminating = 0
+    for step in range(40):
+        fits = p.n_fits_
+        questions = p.next_questions(120)
+        if step >= 12:  # a head's shortlist dueled at length: candidates beaten with confidence go
+            c = [int(x) for x in p.cands_[step] if x >= 0]
+            questions += [(step, a, b) for i, a in enumerate(c) for b in c[i + 1:]] * 40
+        batch = len(questions)
+        p.observe(oracle.answer(questions))
+        state = p.to_state()
+        assert "duels" not in state
+        new = engine_state.Lifted.of(state, copy=True)
+        delta = engine_state.make_delta(old, new, "lineage", 1)
+        header = engine_state.delta_header(delta)
+        if p.n_fits_ == fits and len(old.arrays["state.triplets"]):
+            quiet += 1
+            # the logs only grow; what else changed is per-item counts and the few pending questions
+            assert {"state.triplets", "state.eliminated"}.isdisjoint(header["full"] + header["sparse"]), header
+            assert engine_state.entry_size(delta) < 120 * batch + 3 * 8 * 120 + 8192
+            eliminating += "state.eliminated" in header["appended"]
+        applied, _ = engine_state.apply_delta(old, delta)
+        assert_lifted_equal(applied, new)
+        old = new
+    assert quiet >= 15 and eliminating >= 3
+    restored = CandidateDuels.from_state(state)
+    np.testing.assert_array_equal(restored._duel_table(), p._duel_table())
+    assert restored.eliminated_ == p.eliminated_

@@ -1,5 +1,6 @@
 """Candidate duels' answers: ``(head, a, b, winner)`` rows in, as triplets for the embedding and as
-duel counts per (head, pair), indexed as sorted arrays; forgotten questions released.
+duel counts per (head, pair) in sorted arrays (rebuilt from the triplets on load, never saved);
+forgotten questions released.
 
 Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
 """
@@ -14,8 +15,9 @@ from ..utils import check_triplets
 
 class Answers:
     """Mixin of :class:`~engine.duels.planner.CandidateDuels`: ``triplets_`` (every answer as
-    (i, j, k), i closer to j than to k), ``duels_`` ((h, a, b), a < b -> [wins of a, answers]) and the
-    same counts as sorted arrays ``_codes``, ``_wins``, ``_counts`` (code (h * n + a) * n + b)."""
+    (i, j, k), i closer to j than to k) and the duel counts per (head, pair) that follow from them,
+    as sorted arrays ``_codes`` (code (h * n + a) * n + b, a < b), ``_wins`` (wins of a) and
+    ``_counts`` (answers)."""
 
     def observe(self, answers: Iterable[Sequence[int]] | np.ndarray) -> None:
         """Apply ``(head, a, b, winner)`` rows; any triplet is accepted (issued or not): it feeds
@@ -24,11 +26,6 @@ class Answers:
         for h, a, b, w in arr.tolist():
             lo, hi = (a, b) if a < b else (b, a)
             key = (h, lo, hi)
-            rec = self.duels_.get(key)
-            if rec is None:
-                rec = self.duels_[key] = [0, 0]
-            rec[0] += w == lo
-            rec[1] += 1
             self._buffer.append((h, w, hi if w == lo else lo))
             left = self.pending_.get(key, 0)
             if left:
@@ -65,11 +62,11 @@ class Answers:
         self._counts = np.insert(self._counts, pos[new], c[new])
 
     def _reindex(self) -> None:
-        """Rebuild the sorted arrays from ``duels_``."""
-        rec = np.array([(*k, *v) for k, v in self.duels_.items()], np.int64).reshape(-1, 5)
-        codes = self._code(rec[:, 0], rec[:, 1], rec[:, 2])
-        order = np.argsort(codes, kind="stable")
-        self._codes, self._wins, self._counts = codes[order], rec[order, 3], rec[order, 4]
+        """Rebuild the duel counts from ``triplets_`` (each answer (h, winner, loser) once)."""
+        t = self._all_triplets()
+        lo, hi = np.minimum(t[:, 1], t[:, 2]), np.maximum(t[:, 1], t[:, 2])
+        self._codes, self._wins, self._counts = (np.empty(0, np.int64) for _ in range(3))
+        self._index_add(self._code(t[:, 0], lo, hi), (t[:, 1] == lo).astype(np.int64))
 
     def forget(self, questions: Iterable[Sequence[int]]) -> int:
         """Release issued questions that will never be answered; returns how many were pending."""

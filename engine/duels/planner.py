@@ -101,14 +101,15 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         n = self.n_items
         self.triplets_ = np.empty((0, 3), np.int64)  # (i, j, k): i closer to j than to k
         self._buffer: list[tuple[int, int, int]] = []
-        # duel counts keyed by (h, a, b) with a < b: [wins of a, answers]
-        self.duels_: dict[tuple[int, int, int], list[int]] = {}
-        # the same counts as sorted arrays, for vectorised look-ups: code (h * n + a) * n + b
+        # duel counts per (h, a, b) with a < b, as sorted arrays: code (h * n + a) * n + b, wins of a, answers
         self._codes = np.empty(0, np.int64)
         self._wins = np.empty(0, np.int64)
         self._counts = np.empty(0, np.int64)
         self.pending_: dict[tuple[int, int, int], int] = {}
         self.eliminated_: dict[int, set[int]] = {}
+        # the same eliminations as (h, c) rows in the order they happened (saved as a log, which only grows)
+        self.eliminated_log_ = np.empty((0, 2), np.int64)
+        self._elim_buffer: list[tuple[int, int]] = []
         self.asked_ = np.zeros(n, np.int64)  # answers + pending per head (scheduling load)
         self.answered_ = np.zeros(n, np.int64)
         self.cands_ = np.full((n, self.shortlist), NO_NEIGHBOR, np.int64)

@@ -159,8 +159,7 @@ class QuestionChoice:
             beaten = (share - _radius(N, self.delta, max(1, m * (m - 1) // 2)) > 0.5) & (N > 0)
             lost = beaten.any(axis=0)  # some alive j beats candidate i with confidence
             if lost.any():
-                gone = self.eliminated_.setdefault(h, set())
-                gone.update(int(c) for c in cands[lost])
+                self._eliminate(h, cands[lost])
                 self.cands_[h, : m] = np.concatenate([cands[~lost], np.full(int(lost.sum()), NO_NEIGHBOR)])
                 keep = ~lost
                 cands, W, N = cands[keep], W[np.ix_(keep, keep)], N[np.ix_(keep, keep)]

@@ -28,11 +28,26 @@ class Shortlists:
         """Per head, the dueled leaders of its shortlist that survive a refit (``KEEP_SHARE`` of m)."""
         return [[int(c) for c in row if c >= 0] for row in self._old_leader_rows(m)]
 
+    def _eliminate(self, h: int, gone: np.ndarray) -> None:
+        """Candidates ``gone`` of head h are beaten with confidence: out of its shortlist for good."""
+        known = self.eliminated_.setdefault(h, set())
+        for c in gone.tolist():
+            if c not in known:
+                known.add(c)
+                self._elim_buffer.append((h, c))
+
+    def _elimination_log(self) -> np.ndarray:
+        """Every elimination as (h, c) rows, in the order they happened (a log that only grows: a
+        pass's journal entry carries only its new rows)."""
+        if self._elim_buffer:
+            self.eliminated_log_ = np.concatenate([self.eliminated_log_, np.asarray(self._elim_buffer, np.int64)])
+            self._elim_buffer = []
+        return self.eliminated_log_
+
     def _eliminated_codes(self) -> np.ndarray:
         """Sorted codes h * n + c of every candidate c eliminated for a head h."""
-        n = self.n_items
-        codes = [h * n + c for h, gone in self.eliminated_.items() for c in gone]
-        return np.unique(np.asarray(codes, np.int64))
+        log = self._elimination_log()
+        return np.unique(log[:, 0] * self.n_items + log[:, 1])
 
     def _old_leader_rows(self, m: int) -> np.ndarray:
         """:meth:`_old_leaders` as rows (n_items, ceil(m KEEP_SHARE)), ``NO_NEIGHBOR`` padding: per head,
@@ -147,7 +162,8 @@ class Shortlists:
         n = self.n_items
         leaders = [list(self._ranking(h)[0][:r]) for h in range(n)]
         met: list[set[int]] = [set() for _ in range(n)]  # candidates h has seen in a duel
-        for h, a, b in self.duels_:
+        heads, rest = np.divmod(self._codes, n * n)
+        for h, a, b in zip(heads.tolist(), *(x.tolist() for x in np.divmod(rest, n)), strict=True):
             met[h].add(a)
             met[h].add(b)
         reverse: list[list[int]] = [[] for _ in range(n)]

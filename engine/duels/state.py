@@ -1,7 +1,7 @@
 """Candidate duels' state I/O: ``to_state``/``from_state`` as plain arrays + JSON values, one version.
 
-Never saved: the fitter, ``pool`` and the caches (rows of the fit, results kept between looks), which
-follow from the saved state. Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
+Never saved: the fitter, ``pool``, the duel counts (rebuilt from the triplets) and the caches (rows of
+the fit, results kept between looks), which follow from the saved state. Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations
 
@@ -15,8 +15,11 @@ from ..utils import check_state, generator_from_state, generator_state
 class StateIO:
     """Mixin of :class:`~engine.duels.planner.CandidateDuels`: its state out and back."""
 
-    #: the one state version that loads (no release wrote another)
-    VERSION = 5
+    #: the one state version that loads (no release wrote another). 6: the duel counts are no longer
+    #: saved (they follow from the triplets; at 50,000 items the sorted table was 18 MB, changed all
+    #: through by every pass's inserts, so it went whole into every pass's journal entry) and the
+    #: eliminations are a log in the order they happened, so a pass adds rows at its end
+    VERSION = 6
 
     def to_state(self) -> dict:
         def table(d: dict, width: int) -> np.ndarray:
@@ -24,7 +27,6 @@ class StateIO:
                 return np.empty((0, width), np.int64)
             return np.array([(*k, *(v if isinstance(v, list) else [v])) for k, v in sorted(d.items())], np.int64)
 
-        elim = sorted((h, c) for h, s in self.eliminated_.items() for c in s)
         return {
             "class": type(self).__name__,
             "version": self.VERSION,
@@ -32,9 +34,8 @@ class StateIO:
             "params": self.get_params(),
             "rng": generator_state(self.rng_),
             "triplets": self._all_triplets().copy(),
-            "duels": self._duel_table(),
             "pending": table(self.pending_, 4),
-            "eliminated": np.array(elim, np.int64).reshape(-1, 2),
+            "eliminated": self._elimination_log().copy(),
             "asked": self.asked_.copy(),
             "answered": self.answered_.copy(),
             "cands": self.cands_.copy(),
@@ -59,12 +60,11 @@ class StateIO:
         p = cls(int(state["n_items"]), **state["params"])
         p.rng_ = generator_from_state(state["rng"])
         p.triplets_ = np.array(state["triplets"], np.int64).reshape(-1, 3)
-        p.duels_ = {(int(r[0]), int(r[1]), int(r[2])): [int(r[3]), int(r[4])]
-                    for r in np.asarray(state["duels"], np.int64).reshape(-1, 5)}
         p._reindex()
         p.pending_ = {(int(r[0]), int(r[1]), int(r[2])): int(r[3])
                       for r in np.asarray(state["pending"], np.int64).reshape(-1, 4)}
-        for h, c in np.asarray(state["eliminated"], np.int64).reshape(-1, 2).tolist():
+        p.eliminated_log_ = np.array(state["eliminated"], np.int64).reshape(-1, 2)
+        for h, c in p.eliminated_log_.tolist():
             p.eliminated_.setdefault(h, set()).add(c)
         p.asked_ = np.array(state["asked"], np.int64)
         p.answered_ = np.array(state["answered"], np.int64)

@@ -145,7 +145,7 @@ def test_answer_to_never_issued_question_is_accepted():
     g = p.neighbor_graph(1)
     assert isinstance(g, NeighborGraph) and g.neighbors.shape == (10, 1)
     # both orderings of (a, b) count as the same duel
-    assert p.duels_[(0, 1, 2)] == [1, 2]
+    assert p._duel_table().tolist() == [[0, 1, 2, 1, 2], [3, 4, 5, 1, 1]]
 
 
 @pytest.mark.parametrize("rows, msg", [
@@ -412,7 +412,7 @@ def test_kept_rows_and_pending_index_ask_what_a_fresh_computation_asks(monkeypat
     (a1, s1), (a2, s2) = run(True), run(False)
     assert s1["n_fits"] > 1
     assert a1 == a2
-    for key in ("triplets", "duels", "pending", "cands", "embedding", "asked"):
+    for key in ("triplets", "eliminated", "pending", "cands", "embedding", "asked"):
         np.testing.assert_array_equal(s1[key], s2[key])
 
 

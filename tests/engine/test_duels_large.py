@@ -176,11 +176,11 @@ def test_shortlists_from_a_fit_keep_the_dueled_leaders_and_fill_with_the_nearest
     p = CandidateDuels(90, random_state=7)
     for _ in range(40):
         p.observe(oracle.answer(p.next_questions(45)))
-    assert p.n_fits_ > 0 and p.duels_
+    assert p.n_fits_ > 0 and len(p._codes)
     rng = np.random.default_rng(8)
     for h in rng.choice(90, 30, replace=False):  # eliminations, as duels make them
         row = p.cands_[h][p.cands_[h] >= 0]
-        p.eliminated_.setdefault(int(h), set()).update(int(c) for c in rng.choice(row, 3, replace=False))
+        p._eliminate(int(h), rng.choice(row, 3, replace=False))
     p.embedding_ = p.embedding_ + rng.normal(scale=0.3, size=p.embedding_.shape)  # a new fit
     want = _reference_shortlists(copy.deepcopy(p))
     p._shortlists_from_fit(p.n_answers_)
