@@ -171,6 +171,22 @@ def test_neighbor_error_from_points_computes_in_blocks_like_the_distance_matrix(
     assert neighbor_error(picks, points=X) == neighbor_error(picks, D)
 
 
+@pytest.mark.parametrize("rank", [1, 2, 5])
+def test_true_neighbours_from_a_k_d_tree_are_those_of_reading_every_row(rank, monkeypatch):
+    """Large truths find each item's true neighbours with a k-d tree; the distances (and so every score)
+    are those of reading all rows, bit for bit, also where items coincide."""
+    rng = np.random.default_rng(rank)
+    X = rng.normal(size=(700, 4))
+    X[10] = X[11] = X[12]  # three copies of one point
+    picks = rng.integers(-1, 700, size=(700, rank))
+    picks[:, 0] = np.argsort(cdist(X, X) + np.eye(700) * 9, axis=1)[:, rank - 1]  # some right ones
+    tree = true_kth_distances(points=X, rank=rank)
+    monkeypatch.setattr(truth, "KD_TREE_DIMS", 0)
+    rows = true_kth_distances(points=X, rank=rank)
+    assert np.array_equal(tree, rows)
+    assert np.array_equal(neighbor_wrong(picks, points=X, kth=tree), neighbor_wrong(picks, points=X, kth=rows))
+
+
 def test_planning_scores_picks_with_the_one_error():
     D = np.abs(np.subtract.outer(np.ravel(POINTS), np.ravel(POINTS)))
     picks = np.array([2, 0, NO_NEIGHBOR, 0])
