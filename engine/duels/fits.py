@@ -74,8 +74,8 @@ def run_fit(task: FitTask) -> dict[int, np.ndarray]:
 
 class Refits:
     """Mixin of :class:`~engine.duels.planner.CandidateDuels`: the refit scheduler and the fitter
-    hand-over. The refit under way is ``fit_job_`` (saved), its unfinished dimensions ``fit_partial_``
-    and the stage handed to ``fitter`` ``_fit_running`` (never saved)."""
+    hand-over. The refit under way is ``fit_job_`` (saved) and the stage handed to ``fitter``
+    ``_fit_running`` (never saved); each stage starts from the dimension's previous fit."""
 
     def _needs_refit(self) -> bool:
         if self.fit_job_ is not None:
@@ -128,7 +128,7 @@ class Refits:
         job = self.fit_job_
         ds = self._dims()
         want = tuple(int(ds[i]) for i in dims)
-        inits = {d: self.fit_partial_.get(d, self.embeddings_.get(d)) for d in want}
+        inits = {d: self.embeddings_.get(d) for d in want}
         maps = {d: X for d, X in self.embeddings_.items() if d != 1}
         return FitTask(self.n_items, self.triplets_[: job["triplets"]], want,
                        {d: X for d, X in inits.items() if X is not None}, maps, int(job["seed"]))
@@ -143,7 +143,6 @@ class Refits:
             i = ds.index(d)
             if i in job["dims"]:
                 job["dims"].remove(i)
-            self.fit_partial_.pop(d, None)
             # a finished dimension is used at once (the leading one gives the shortlists); the
             # others only count in the choice of dimension once the whole refit is done
             self.embeddings_[d] = np.asarray(fitted[d], np.float64)
@@ -197,7 +196,6 @@ class Refits:
         dims = self._dims()
         fitted = job.get("fitted", 0)
         self.fresh_dims_ = np.array([bool(fitted >> i & 1) for i in range(len(dims))])
-        self.fit_partial_ = {}
         self.fitted_triplets_ = job["triplets"]
         self.fitted_on_ = job["answers"]
         self.fit_job_ = None

@@ -121,7 +121,6 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         self.coin_ = False  # single duels are coin flips here (see _update_coin)
         self.kappa_: float | None = None  # weight of the embedding prior, once repeats have weighed it
         self.fit_job_: dict | None = None  # the refit under way (see _continue_fit)
-        self.fit_partial_: dict[int, np.ndarray] = {}  # dim -> its fit so far in that refit
         self.fitted_on_ = 0
         self.fitted_triplets_ = 0
         self.n_fits_ = 0

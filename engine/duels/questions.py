@@ -13,7 +13,7 @@ import numpy as np
 
 from ..graph import NO_NEIGHBOR
 from ..random_triplets import candidate_pairs
-from .scores import _log_kernel, _radius
+from .scores import _beats, _log_kernel
 
 #: where single duels are coin flips (``coin_``, see :mod:`.dims`): the share of questions asked to
 #: place items in the embedding (the active embedding's rule over ``COIN_PAIRS`` random pairs)
@@ -154,17 +154,13 @@ class QuestionChoice:
         W, N = self._matrices(h, cands)
         m = len(cands)
         if m > 1:
-            with np.errstate(invalid="ignore", divide="ignore"):
-                share = np.where(N > 0, W / np.maximum(N, 1), 0.5)  # share[i, j] = P^(i beats j)
-            beaten = (share - _radius(N, self.delta, max(1, m * (m - 1) // 2)) > 0.5) & (N > 0)
-            lost = beaten.any(axis=0)  # some alive j beats candidate i with confidence
+            # some alive j beats candidate i with confidence
+            lost = _beats(W, N, self.delta, max(1, m * (m - 1) // 2)).any(axis=0)
             if lost.any():
                 self._eliminate(h, cands[lost])
                 self.cands_[h, : m] = np.concatenate([cands[~lost], np.full(int(lost.sum()), NO_NEIGHBOR)])
                 keep = ~lost
                 cands, W, N = cands[keep], W[np.ix_(keep, keep)], N[np.ix_(keep, keep)]
-            else:  # the same candidates: _certified's matrix is this one
-                return cands, W, N, bool(beaten.sum(axis=1).max() == m - 1)
         return cands, W, N, self._certified(h, cands, W, N)
 
     def _pending_by_head(self) -> dict[int, list[tuple[int, int]]]:

@@ -38,6 +38,15 @@ def _radius(n: np.ndarray, delta: float, n_pairs: int) -> np.ndarray:
     return np.sqrt(np.log(math.pi**2 * n_pairs * n**2 / (3.0 * delta)) / (2.0 * n))
 
 
+def _beats(W: np.ndarray, N: np.ndarray, delta: float, n_pairs) -> np.ndarray:
+    """Where candidate i beats candidate j with confidence (``[..., i, j]``): its win share is above 1/2
+    by more than :func:`_radius`. The one rule of eliminations and certificates; W, N (..., m, m) wins
+    and duels, ``n_pairs`` the head's candidate pairs (broadcast against N)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(N > 0, W / np.maximum(N, 1), 0.5)
+    return (share - _radius(N, delta, n_pairs) > 0.5) & (N > 0)
+
+
 def _log_kernel(X: np.ndarray, h, c) -> np.ndarray:
     """log of the fit's kernel between rows h and c of X: t-STE (alpha = max(dim - 1, 1)); on a
     line (the human model, see ``AUTO_DIMS``) minus the distance, so that a difference of two is
@@ -218,25 +227,18 @@ class Scoring:
     def _batch_certified(self, heads: np.ndarray, W: np.ndarray, N: np.ndarray, valid: np.ndarray) -> np.ndarray:
         """:meth:`_certified` of many heads at once (W, N, valid as :meth:`_batch_matrices`)."""
         m = valid.sum(axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            share = np.where(N > 0, W / np.maximum(N, 1), 0.5)
-        pairs = np.maximum(1, m * (m - 1) // 2)[:, None, None]
-        sure = (share - _radius(N, self.delta, pairs) > 0.5) & (N > 0)
+        sure = _beats(W, N, self.delta, np.maximum(1, m * (m - 1) // 2)[:, None, None])
         flags = (m >= 2) & (sure.sum(axis=2).max(axis=1, initial=0) == m - 1)
         for i in np.flatnonzero(m == 1):
             flags[i] = bool(self.eliminated_.get(int(heads[i])))
         return flags
 
     def _certified(self, h: int, cands, W, N) -> bool:
+        """Whether h's leader is certain: it beats every other alive candidate with confidence (or it
+        is the last one left after eliminations). :meth:`_batch_certified` of the one head."""
         m = len(cands)
-        if m == 0:
-            return False
-        if m == 1:
-            return bool(self.eliminated_.get(h))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            share = np.where(N > 0, W / np.maximum(N, 1), 0.5)
-        sure = (share - _radius(N, self.delta, max(1, m * (m - 1) // 2)) > 0.5) & (N > 0)
-        return bool(sure.sum(axis=1).max() == m - 1)
+        return bool(self._batch_certified(np.array([h]), np.asarray(W).reshape(1, m, m),
+                                          np.asarray(N).reshape(1, m, m), np.ones((1, m), bool))[0])
 
     def _ranked_rows(self, heads: np.ndarray):
         """The heads' shortlists best first (duel score, then shortlist order), ``NO_NEIGHBOR`` padding

@@ -1,7 +1,8 @@
 """Candidate duels' state I/O: ``to_state``/``from_state`` as plain arrays + JSON values, one version.
 
 Never saved: the fitter, ``pool``, the duel counts (rebuilt from the triplets) and the caches (rows of
-the fit, results kept between looks), which follow from the saved state. Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
+the fit, results kept between looks), which follow from the saved state. Numpy only; must never import
+Flask, Redis, RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ class StateIO:
     #: the one state version that loads (no release wrote another). 6: the duel counts are no longer
     #: saved (they follow from the triplets; at 50,000 items the sorted table was 18 MB, changed all
     #: through by every pass's inserts, so it went whole into every pass's journal entry) and the
-    #: eliminations are a log in the order they happened, so a pass adds rows at its end
+    #: eliminations are a log in the order they happened, so a pass adds rows at its end; the partial
+    #: fits of a refit (always empty since refits run whole, in one call or beside the passes) are gone
     VERSION = 6
 
     def to_state(self) -> dict:
@@ -47,7 +49,6 @@ class StateIO:
             "kappa": None if self.kappa_ is None else float(self.kappa_),
             "coin": bool(self.coin_),
             "fit_job": None if self.fit_job_ is None else {**self.fit_job_, "dims": list(self.fit_job_["dims"])},
-            "fit_partial": {str(d): X.copy() for d, X in self.fit_partial_.items()},
             "fitted_on": int(self.fitted_on_),
             "n_fits": int(self.n_fits_),
             "n_answers": int(self.n_answers_),
@@ -78,7 +79,6 @@ class StateIO:
         job = state["fit_job"]
         p.fit_job_ = None if job is None else {**{k: int(v) for k, v in job.items() if k != "dims"},
                                                "dims": [int(i) for i in job["dims"]]}
-        p.fit_partial_ = {int(d): np.array(X, np.float64) for d, X in state["fit_partial"].items()}
         p.coin_ = bool(state["coin"])
         p.fitted_on_ = int(state["fitted_on"])
         p.n_fits_ = int(state["n_fits"])

@@ -381,36 +381,42 @@ def export_triplets(answers: Iterable[Answer], excluded_raters: Collection[str] 
     indices), meaning i was judged closer to j than to k (attention checks and validation repeats
     left out; ratings imply none). Load with ``numpy.loadtxt(f, delimiter=",", dtype=int, ndmin=2)``.
     """
-    buf = io.StringIO()
-    for n, ans in enumerate(answers):
-        if ans.rater in excluded_raters or ans.algorithm in (CATCH_ALGORITHM, REPEAT_ALGORITHM):
-            continue
-        for head, x, y, winner in ans.triplets():
-            buf.write(f"{head},{winner},{y if winner == x else x}\n")
-        if n % 1000 == 999:
-            yield buf.getvalue()
-            buf.seek(0)
-            buf.truncate()
-    yield buf.getvalue()
+    def lines() -> Iterator[str]:
+        for ans in answers:
+            if ans.rater in excluded_raters or ans.algorithm in (CATCH_ALGORITHM, REPEAT_ALGORITHM):
+                continue
+            for head, x, y, winner in ans.triplets():
+                yield f"{head},{winner},{y if winner == x else x}\n"
+
+    return _in_chunks(lines())
 
 
 def export_odd_one_out(answers: Iterable[Answer], excluded_raters: Collection[str] = frozenset()) -> Iterator[str]:
     """Odd-one-out answers in the layout SPoSE and VICE read: one line ``i j k`` per answer (0-based item
     indices, space-separated, the odd one last; attention checks, repeats and skips left out). The
     item of index i is the i-th of the study's items (``export_item_table``)."""
-    buf = io.StringIO()
-    for n, ans in enumerate(answers):
-        if (ans.rater in excluded_raters or ans.algorithm in (CATCH_ALGORITHM, REPEAT_ALGORITHM) or ans.skipped
-                or not ans.picks):
-            continue
-        row = ans.question_kind.odd_one_out_row(ans.shown, ans.picks)
-        if row is not None:
-            buf.write(f"{row[0]} {row[1]} {row[2]}\n")
-        if n % 1000 == 999:
-            yield buf.getvalue()
-            buf.seek(0)
-            buf.truncate()
-    yield buf.getvalue()
+    def lines() -> Iterator[str]:
+        for ans in answers:
+            if (ans.rater in excluded_raters or ans.algorithm in (CATCH_ALGORITHM, REPEAT_ALGORITHM) or ans.skipped
+                    or not ans.picks):
+                continue
+            row = ans.question_kind.odd_one_out_row(ans.shown, ans.picks)
+            if row is not None:
+                yield f"{row[0]} {row[1]} {row[2]}\n"
+
+    return _in_chunks(lines())
+
+
+def _in_chunks(lines: Iterable[str], size: int = 2000) -> Iterator[str]:
+    """Lines of an export joined into chunks of ``size`` (a streamed response's pieces), the last one
+    possibly empty: bounded memory for any number of answers."""
+    chunk: list[str] = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) == size:
+            yield "".join(chunk)
+            chunk = []
+    yield "".join(chunk)
 
 
 def export_item_table(item_ids: list[str], labels: list[str | None] | None = None) -> str:
