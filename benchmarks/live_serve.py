@@ -14,7 +14,9 @@ live answers went (fallback share) from the server's counters.
 
     python benchmarks/live_serve.py                          # 1,000 items, 200 raters, 60 answers per item
     python benchmarks/live_serve.py --items 300 --raters 40 --per-item 20
-    python benchmarks/live_serve.py --items 50000 --budgets 10,20 --peer   # a 50,000-item study
+    python benchmarks/live_serve.py --items 50000 --budgets 5,10           # a 50,000-item study, live
+    python benchmarks/live_serve.py --items 50000 --no-live --budgets 10,20 --peer --peer-dims 2,4,8 \
+        --peer-kernels tste          # ... and offline against the peer given the learner's own models
 
 ``--budgets`` exports the graph at each of those answers per item (the crowd goes on between them);
 ``--peer`` adds random triplets + an embedding (:func:`engine.embedding.select_embedding`) at the same
@@ -75,20 +77,26 @@ def oracle_of(X: np.ndarray, scale: float, lapse: float, seed: int) -> oracles.T
     return oracles.TripletOracle.from_points(X, noise=scale, model="human", lapse=lapse, random_state=seed)
 
 
-def offline(X: np.ndarray, scale: float, lapse: float, per_item: int, seed: int) -> tuple[float, float]:
+def offline(X: np.ndarray, scale: float, lapse: float, budgets: list[int], seed: int) -> list[tuple[float, float]]:
+    """The learner as the registry makes it (one question per head per call, refits finished in the
+    call), scored at each budget of one run (anytime)."""
     n = len(X)
     oracle = oracle_of(X, scale, lapse, seed + 7)
     planner = make_planner(DEFAULT_NN_ALGORITHM, n, question_kind="triplet", random_state=seed)
-    total = 0
-    while total < per_item * n:
-        qs = planner.next_questions(min(n, per_item * n - total))
-        planner.observe(oracle.answer(qs))
-        total += len(qs)
-    return scores(np.asarray(planner.neighbor_graph(k=1).neighbors)[:, 0], X)
+    total, out = 0, []
+    for per_item in sorted(budgets):
+        while total < per_item * n:
+            qs = planner.next_questions(min(n, per_item * n - total))
+            planner.observe(oracle.answer(qs))
+            total += len(qs)
+        out.append(scores(np.asarray(planner.neighbor_graph(k=1).neighbors)[:, 0], X))
+    return [out[sorted(budgets).index(b)] for b in budgets]
 
 
-def peer(X: np.ndarray, scale: float, lapse: float, budgets: list[int], seed: int) -> list[tuple[float, float]]:
-    """Random triplets answered by the same noise model + the best embedding, at each budget."""
+def peer(X: np.ndarray, scale: float, lapse: float, budgets: list[int], seed: int, dims=(2, 3, 5, 8),
+         kernels=("ste", "tste")) -> list[tuple[float, float]]:
+    """Random triplets answered by the same noise model + the best embedding (of ``dims`` x ``kernels``
+    and the line), at each budget."""
     n = len(X)
     rng = np.random.default_rng([seed, 7])
     q = oracles.random_triplet_questions(n, max(budgets) * n, rng)
@@ -96,7 +104,7 @@ def peer(X: np.ndarray, scale: float, lapse: float, budgets: list[int], seed: in
     t = np.column_stack([a[:, 0], a[:, 3], np.where(a[:, 3] == a[:, 1], a[:, 2], a[:, 1])])
     out = []
     for b in budgets:
-        emb = select_embedding(t[: b * n], n, random_state=seed).embedding
+        emb = select_embedding(t[: b * n], n, dims=dims, kernels=kernels, random_state=seed).embedding
         out.append(scores(embedding_neighbors(emb, 1)[:, 0], X))
     return out
 
@@ -242,11 +250,35 @@ def main(argv=None) -> None:
     ap.add_argument("--budgets", default=None, help="answers per item at which the graph is exported and scored, "
                     "comma-separated (default: --per-item)")
     ap.add_argument("--peer", action="store_true", help="also random triplets + an embedding at each budget")
+    ap.add_argument("--peer-dims", default="2,3,5,8", help="the peer's embedding dimensions (it also gets the line); "
+                    "2,4,8 with --peer-kernels tste are the learner's own models, fewer fits at 50,000 items")
+    ap.add_argument("--peer-kernels", default="ste,tste")
+    ap.add_argument("--live", action=argparse.BooleanOptionalAction, default=True,
+                    help="run the live study (--no-live: only the offline learner and the peer, e.g. at 50,000 "
+                    "items where a live run to 20 answers per item takes an hour)")
     ap.add_argument("--offline", action=argparse.BooleanOptionalAction, default=None,
                     help=f"also the learner offline (default: up to {truth.DENSE_ITEMS} items)")
     args = ap.parse_args(argv)
     args.budgets = [int(b) for b in (args.budgets or str(args.per_item)).split(",")]
     X = points(args.items, args.seed)
+    rows = []
+    if args.live:
+        rows += live_rows(X, args)
+    if args.offline or (args.offline is None and (args.items <= truth.DENSE_ITEMS or not args.live)):
+        for b, got_off in zip(args.budgets, offline(X, args.noise, args.lapse, args.budgets, args.seed), strict=True):
+            rows.append([f"offline (make_planner), {b}/item", "", *map("{:.2f}".format, got_off)])
+    if args.peer:
+        dims = [int(d) for d in args.peer_dims.split(",")]
+        kernels = tuple(args.peer_kernels.split(","))
+        for b, got_peer in zip(args.budgets, peer(X, args.noise, args.lapse, args.budgets, args.seed, dims, kernels),
+                               strict=True):
+            rows.append([f"random triplets + embedding, {b}/item", "", *map("{:.2f}".format, got_peer)])
+    print_table(f"duels, {args.items} clustered items, {args.raters} raters (human noise {args.noise}, lapse "
+                f"{args.lapse})", ["run", "answers/s", "exact", "hit@3"], rows)
+
+
+def live_rows(X: np.ndarray, args) -> list[list[str]]:
+    """The live study's rows (and its server figures, printed): one per budget."""
     scratch = Path(tempfile.mkdtemp(prefix="proxima-live-serve-"))
     got = live(X, args, scratch)
     print(got["simulate"])
@@ -260,21 +292,13 @@ def main(argv=None) -> None:
     print("Peak RSS (MB): " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(got["rss"].items())))
     rows = [[f"live (proxima serve + simulate), {b}/item", f"{got['answers_per_s']:.0f}", *map("{:.2f}".format,
              scores(picks, X))] for b, _, picks in got["marks"]]
-    if args.offline or (args.offline is None and args.items <= truth.DENSE_ITEMS):
-        for b in args.budgets:
-            rows.append([f"offline (make_planner), {b}/item", "",
-                         *map("{:.2f}".format, offline(X, args.noise, args.lapse, b, args.seed))])
-    if args.peer:
-        for b, got_peer in zip(args.budgets, peer(X, args.noise, args.lapse, args.budgets, args.seed), strict=True):
-            rows.append([f"random triplets + embedding, {b}/item", "", *map("{:.2f}".format, got_peer)])
-    print_table(f"duels, {args.items} clustered items, {args.raters} raters (human noise {args.noise}, lapse "
-                f"{args.lapse})", ["run", "answers/s", "exact", "hit@3"], rows)
     if not args.keep:
         import shutil
 
         shutil.rmtree(scratch, ignore_errors=True)
     else:
         print(f"scratch: {scratch}")
+    return rows
 
 
 if __name__ == "__main__":
