@@ -176,3 +176,24 @@ def test_a_pass_records_the_memory_the_study_takes(client, conn, study_id, app):
     study = get_study(conn, study_id)
     engine = study_stats(conn, study)["engine"]
     assert engine["memory_redis_bytes"] > 0 and engine["memory_engine_bytes"] > 0
+
+
+@pytest.mark.parametrize("job_seconds, successor, settles", [(0.0, True, False), (0.0, False, True),
+                                                              (60.0, False, True)])
+def test_a_job_cut_by_its_time_while_answers_keep_coming_hands_over_unsettled(client, conn, study_id, monkeypatch,
+                                                                              job_seconds, successor, settles):
+    """A job whose time is up while newer answers queued the next job leaves the last answer check and
+    the summary to that job, so no pass waits on them; a job ending without one (its time up with no
+    newer answer, or answers stopped) settles both."""
+    from workers.jobs import update
+
+    give(client, 3)
+    done = []
+    monkeypatch.setattr(update.rater_checks, "settle", lambda conn, sid: done.append(("check", sid)))
+    monkeypatch.setattr(update, "write_summary", lambda conn, sid: done.append(("summary", sid)))
+    conn.delete(keys.update_scheduled(study_id))
+    if successor:
+        conn.set(keys.update_scheduled(study_id), "1")  # what accepting a newer answer sets (and queues a job)
+    total = update.drain_study(conn, study_id, job_seconds=job_seconds, linger=0.0)
+    assert total["applied"] == 3
+    assert done == ([("check", study_id), ("summary", study_id)] if settles else [])

@@ -200,13 +200,18 @@ def _plan(conn: Redis, pipe, p: _Pass, pruned: dict[str, list[dict]]) -> None:
             p.finished.append(label)
         base = max(math.ceil(config.pool_size * shares[label]), math.ceil(p.active * shares[label]))
         target = p.targets[label] = _pool_target(base, label, p.counters, p.previous)
-        pooled = questions.pooled_questions(pipe, study.id, label)
-        stale = pooled if done or not running else learner.stale(pooled)
+        if done or not running or learner.rounds is not None:
+            pooled = questions.pooled_questions(pipe, study.id, label)
+            stale, size = (pooled if done or not running else learner.stale(pooled)), len(pooled)
+        else:
+            # only a planner that works in rounds finds pooled questions stale: the pool's length is
+            # enough (reading and decoding the whole pool every pass cost a tenth of a busy worker)
+            pooled, stale, size = [], [], questions.pool_length(pipe, study.id, label)
         removed = questions.prune_questions(conn, study.id, label, stale)
         learner.forget(removed)
         pruned.setdefault(label, []).extend(removed)
         p.pruned_now += len(removed)
-        depth = len(pooled) - len(removed)
+        depth = size - len(removed)
         wanted = max(0, target - depth) if running and not done else 0
         if learner.algorithm.budget is not None:
             served = int(p.counters.get(keys.counter_field("questions_served", label), 0))

@@ -101,6 +101,11 @@ def pooled_questions(conn: Redis, study_id: str, algorithm: str) -> list[dict]:
     return [json.loads(raw) for raw in conn.lrange(keys.pool(study_id, algorithm), 0, -1)]
 
 
+def pool_length(conn: Redis, study_id: str, algorithm: str) -> int:
+    """How many questions wait in the pool (without reading them)."""
+    return int(conn.llen(keys.pool(study_id, algorithm)))
+
+
 def prune_questions(conn: Redis, study_id: str, algorithm: str, questions: list[dict]) -> list[dict]:
     """Take ``questions`` out of the pool; returns those that were still there (not yet issued)."""
     if not questions:
