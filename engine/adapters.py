@@ -94,13 +94,7 @@ class PairTripletAdapter:
         return bool(self.planner.done)
 
     def next_questions(self, budget: int) -> list[tuple[int, int, int]]:
-        out = []
-        for i, j in self.planner.next_questions(budget):
-            q = (int(i), int(j), draw_third(int(i), int(j), self.n_items, self.rng_))
-            self.issued_[q] = self.issued_.get(q, 0) + 1
-            out.append(q)
-        self.n_issued_ += len(out)
-        return out
+        return self._asked_with_thirds(self.planner.next_questions(budget))
 
     def _take(self, h: int, a: int, b: int) -> int | None:
         """The probe of an issued (h, a, b) or (h, b, a), releasing it; None if never issued."""
@@ -161,8 +155,12 @@ class PairTripletAdapter:
 
     def repeat_questions(self, budget: int) -> list[tuple[int, int, int]]:
         """The pair planner's repeats, each asked with a third item drawn as for a new question."""
+        return self._asked_with_thirds(self.planner.repeat_questions(budget))
+
+    def _asked_with_thirds(self, pairs) -> list[tuple[int, int, int]]:
+        """The pair planner's pairs (i, j) as triplets (i, j, k), k drawn for each, counted as issued."""
         out = []
-        for i, j in self.planner.repeat_questions(budget):
+        for i, j in pairs:
             q = (int(i), int(j), draw_third(int(i), int(j), self.n_items, self.rng_))
             self.issued_[q] = self.issued_.get(q, 0) + 1
             out.append(q)

@@ -245,29 +245,40 @@ class QuestionKind:
         return None
 
 
+def _one_choice(picks, offered, needs: str) -> tuple[int]:
+    """The one item an answer chose, checked to be one of those ``offered``; ``needs`` says what the
+    question kind wants when it is missing."""
+    if not picks or len(picks) != 1:
+        raise AnswerError(needs)
+    if picks[0] not in offered:
+        raise AnswerError(f"choice {picks[0]} was not one of the offered items {list(offered)}")
+    return (int(picks[0]),)
+
+
 def _distinct(items: Sequence[int], what: str) -> None:
     if len(set(items)) != len(items):
         raise AnswerError(f"a {what} shows distinct items")
 
 
-class _Triplet(QuestionKind):
-    def screen(self, proposal, settings):
-        head, a, b = (_item(x) for x in proposal)
-        return {"kind": self.name, "head": head, "candidates": [a, b]}
+class _OneOfThree(QuestionKind):
+    """A kind that shows three items and takes one of them as the answer (triplet, odd-one-out): its
+    random question is any three distinct items, its observation the items shown and the one chosen."""
 
     def _random_proposal(self, n_items, settings, rng):
         return tuple(rng.sample(range(n_items), 3))
 
-    def check_answer(self, screen, picks, value):
-        if not picks or len(picks) != 1:
-            raise AnswerError("a triplet question needs 'choice', the index of the chosen item")
-        if picks[0] not in screen["candidates"]:
-            raise AnswerError(f"choice {picks[0]} was not one of the offered items {list(screen['candidates'])}")
-        return (int(picks[0]),)
-
     def observation(self, shown, picks, screen=None):
-        head, a, b = shown
-        return (head, a, b, picks[0])
+        return (*shown, picks[0])
+
+
+class _Triplet(_OneOfThree):
+    def screen(self, proposal, settings):
+        head, a, b = (_item(x) for x in proposal)
+        return {"kind": self.name, "head": head, "candidates": [a, b]}
+
+    def check_answer(self, screen, picks, value):
+        return _one_choice(picks, screen["candidates"], "a triplet question needs 'choice', the index of the "
+                           "chosen item")
 
     def triplets(self, shown, picks):
         head, a, b = shown
@@ -328,25 +339,14 @@ class _Rating(QuestionKind):
         return {"kind": self.name, "items": [index_of(i) for i in practice["items"]]}, list(practice["answer"])
 
 
-class _OddOneOut(QuestionKind):
+class _OddOneOut(_OneOfThree):
     def screen(self, proposal, settings):
         items = [_item(x) for x in proposal]
         return {"kind": self.name, "items": items}
 
-    def _random_proposal(self, n_items, settings, rng):
-        return tuple(rng.sample(range(n_items), 3))
-
     def check_answer(self, screen, picks, value):
-        if not picks or len(picks) != 1:
-            raise AnswerError("an odd-one-out question needs 'choice', the index of the item least like the "
-                              "other two")
-        if picks[0] not in screen["items"]:
-            raise AnswerError(f"choice {picks[0]} was not one of the offered items {list(screen['items'])}")
-        return (int(picks[0]),)
-
-    def observation(self, shown, picks, screen=None):
-        a, b, c = shown
-        return (a, b, c, picks[0])
+        return _one_choice(picks, screen["items"], "an odd-one-out question needs 'choice', the index of the item "
+                           "least like the other two")
 
     def triplets(self, shown, picks):
         from .screens import odd_one_out_triplets

@@ -150,12 +150,9 @@ def config_from_form(form: Mapping[str, str], files: Mapping[str, FileStorage]) 
         # the kind's own settings (a grid's n and k), fields named "<kind>:<setting>"; empty: its default
         settings = {}
         for name in KINDS[kind].settings:
-            value = form.get(f"{kind}:{name}", "").strip()
-            if value:
-                try:
-                    settings[name] = int(value)
-                except ValueError:
-                    raise ConfigError(f"field '{kind}.{name}' must be a whole number, got {value!r}") from None
+            value = _optional_int(form, f"{kind}:{name}", f"{kind}.{name}")
+            if value is not None:
+                settings[name] = value
         if settings:
             data[kind] = settings
     for name in ("instructions", "consent"):
@@ -163,12 +160,9 @@ def config_from_form(form: Mapping[str, str], files: Mapping[str, FileStorage]) 
             data[name] = form[name].strip()
     limits = {}
     for name in ("max_questions_per_rater", "answer_budget"):
-        value = form.get(name, "").strip()
-        if value:
-            try:
-                limits[name] = int(value)
-            except ValueError:
-                raise ConfigError(f"field 'limits.{name}' must be a whole number, got {value!r}") from None
+        value = _optional_int(form, name, f"limits.{name}")
+        if value is not None:
+            limits[name] = value
     if limits:
         data["limits"] = limits
     if form.get("prolific_redirect_url", "").strip():
