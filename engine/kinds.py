@@ -6,7 +6,8 @@ comparing a kind's name. An entry says how a screen (the question document a poo
 planner's proposal, which items it shows, how an answer is checked and turned into what the engine
 learns from, its fallback, catch, practice and repeat questions, its widget on the rater page, its
 simulated rater and its too-fast threshold. Importing it must stay cheap: it must never import numpy,
-Flask, Redis, RQ, ``webapp`` or ``workers`` (the engine's conversions are imported on first use).
+Flask, Redis, RQ, ``webapp`` or ``workers``, nor the engine's numpy modules (the triplets an answer
+implies come from the plain :mod:`engine.implied_triplets`).
 
 Screens (plain JSON-safe dicts, without the ``qid``, ``algorithm`` and ``fallback`` the pools add):
 
@@ -26,6 +27,7 @@ from types import MappingProxyType
 from typing import Any
 
 from . import registry
+from .implied_triplets import odd_one_out_triplets, rank_triplets
 
 #: How many references a rank screen may show, and the default "8-rank-2" (PsiZ's trial): the engine's.
 MIN_REFERENCES = registry.SCREEN_PARAMS["rank"]["n_reference"]["minimum"]
@@ -349,8 +351,6 @@ class _OddOneOut(_OneOfThree):
                            "least like the other two")
 
     def triplets(self, shown, picks):
-        from .screens import odd_one_out_triplets
-
         a, b, c = shown
         return [tuple(int(x) for x in t) for t in odd_one_out_triplets(a, b, c, picks[0])]
 
@@ -444,8 +444,6 @@ class _Rank(QuestionKind):
         return (shown[0], tuple(shown[1:]), tuple(picks))
 
     def triplets(self, shown, picks):
-        from .screens import rank_triplets
-
         return [tuple(int(x) for x in t) for t in rank_triplets(shown[0], tuple(shown[1:]), tuple(picks))]
 
     def simulated_rater(self, distances, scale, lapse, settings, random_state=None):

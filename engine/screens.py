@@ -5,11 +5,12 @@ triplets ``(head, x, y, winner)`` ("head is more like winner than the other"):
 
 - ``odd_one_out``: three items, no head; the rater picks the one least like the other two. With
   x, y the two left, "x and y belong together" implies (x; y, odd) -> y and (y; x, odd) -> x
-  (:func:`odd_one_out_triplets`). This is the THINGS / SPoSE reading of an answer.
+  (:func:`engine.implied_triplets.odd_one_out_triplets`). This is the THINGS / SPoSE reading of an
+  answer.
 - ``rank``: a head and n references (3 <= n <= 12); the rater picks the k most alike, most alike
   first (PsiZ's "8-rank-2" for n = 8, k = 2). Each pick s_t beats every later pick and every
-  unpicked reference: (head; s_t, s_u) and (head; s_t, x), winner s_t (:func:`rank_triplets`);
-  8-rank-2 gives 13 triplets a screen.
+  unpicked reference: (head; s_t, s_u) and (head; s_t, x), winner s_t
+  (:func:`engine.implied_triplets.rank_triplets`); 8-rank-2 gives 13 triplets a screen.
 
 :class:`OddOneOutScreens` and :class:`RankScreens` wrap any triplet learner (as
 :class:`engine.adapters.PairTripletAdapter` wraps pair planners): they propose whole screens,
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from .graph import RefitsBeside
+from .implied_triplets import odd_one_out_triplets, rank_triplets
 from .registry import restore_bare_planner
 from .utils import RandomState, check_random_state, check_state, generator_from_state, generator_state, take_one
 
@@ -91,30 +93,6 @@ def check_rank(head: Any, references: Any, picks: Any, n_items: int,
         raise ValueError(f"picked item{'s' if len(stray) > 1 else ''} {stray} "
                          f"{'are' if len(stray) > 1 else 'is'} not among the references shown")
     return head, refs, sel
-
-
-# ---------------------------------------------------------------------------------------------- conversions
-def odd_one_out_triplets(a: int, b: int, c: int, odd: int) -> list[tuple[int, int, int, int]]:
-    """The anchored triplets an odd-one-out answer implies: with x, y the two left (in the order
-    shown), (x; y, odd) won by y and (y; x, odd) won by x."""
-    x, y = (int(v) for v in (a, b, c) if v != odd)
-    o = int(odd)
-    return [(x, y, o, y), (y, x, o, x)]
-
-
-def rank_triplets(head: int, references: Sequence[int], picks: Sequence[int]) -> list[tuple[int, int, int, int]]:
-    """The anchored triplets a rank answer implies: for each pick s_t (most alike first),
-    (head; s_t, s_u) for each later pick s_u, then (head; s_t, x) for each unpicked reference x
-    (in the order shown), each won by s_t."""
-    h = int(head)
-    sel = [int(s) for s in picks]
-    chosen = set(sel)
-    rest = [int(r) for r in references if int(r) not in chosen]
-    out = []
-    for t, s in enumerate(sel):
-        out.extend((h, s, u, s) for u in sel[t + 1:])
-        out.extend((h, s, x, s) for x in rest)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------- planners
