@@ -53,9 +53,9 @@ import time
 import numpy as np
 
 from engine.embedding import embedding_neighbors, select_embedding
+from engine.implied_triplets import odd_one_out_triplets, rank_triplets
 from engine.planners import make_planner
 from engine.registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool
-from engine.screens import odd_one_out_triplets, rank_triplets
 from simulation import oracles
 from simulation.datasets import load_alien_eggs, load_material
 from simulation.noise import alien_egg_noise

@@ -26,13 +26,24 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from . import registry
 from .implied_triplets import odd_one_out_triplets, rank_triplets
 
-#: How many references a rank screen may show, and the default "8-rank-2" (PsiZ's trial): the engine's.
-MIN_REFERENCES = registry.SCREEN_PARAMS["rank"]["n_reference"]["minimum"]
-MAX_REFERENCES = registry.SCREEN_PARAMS["rank"]["n_reference"]["maximum"]
-DEFAULT_SELECT = registry.SCREEN_PARAMS["rank"]["n_select"]["default"]
+#: A rank study's settings (its ``rank:`` section), which the engine's rank screens take: how many
+#: references a screen shows and how many a rater picks, by default "8-rank-2" (PsiZ's trial).
+RANK_SETTINGS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
+    "n_reference": MappingProxyType({"type": "integer", "minimum": 3, "maximum": 12, "default": 8}),
+    "n_select": MappingProxyType({"type": "integer", "minimum": 1, "maximum": 11, "default": 2}),
+})
+MIN_REFERENCES = RANK_SETTINGS["n_reference"]["minimum"]
+MAX_REFERENCES = RANK_SETTINGS["n_reference"]["maximum"]
+DEFAULT_SELECT = RANK_SETTINGS["n_select"]["default"]
+#: What a screen planner of the engine (:mod:`engine.screens`) proposes over a triplet learner: a triple
+#: (odd-one-out) or a grid (rank). A kind asking one of these is a screen kind (:data:`SCREEN_KINDS`).
+SCREEN_ASKS = ("triple", "grid")
+#: How a screen planner chooses screens, the parameter every screen kind takes beside the algorithm's:
+#: "adaptive" (from the learner's model) or "random" (the random-screen baseline); the algorithm entry's
+#: ``screens`` when not given.
+SCREENS_PARAM: Mapping[str, Any] = MappingProxyType({"enum": ["adaptive", "random"]})
 
 #: The kind a study asks when its config names none (and the kind of a mixed study's catch trials).
 DEFAULT_KIND = "triplet"
@@ -115,6 +126,10 @@ class QuestionKind:
         values = {k: v["default"] for k, v in self.settings.items()}
         values.update(given or {})
         return values
+
+    def check_screen_params(self, params: Mapping) -> None:
+        """ValueError when a screen planner's parameters for this kind (:data:`SCREEN_PARAMS`, each valid
+        on its own, defaults filled in) do not hold together."""
 
     def planner_params(self, settings: Mapping) -> dict:
         """What ``engine.planners.make_planner`` takes besides ``question_kind`` for this kind."""
@@ -405,6 +420,11 @@ class _Rank(QuestionKind):
                              "a rater picks some of the references, not all")
         return {"n_reference": n, "n_select": k}
 
+    def check_screen_params(self, params):
+        if not 1 <= params["n_select"] < params["n_reference"]:
+            raise ValueError(f"a rank study picks fewer references than it shows: n_select ({params['n_select']}) "
+                             f"must be less than n_reference ({params['n_reference']})")
+
     def screen_seconds(self, settings):
         # looked at item by item and picked k times, on the triplet's measured time (SECONDS_TRIPLET)
         return SECONDS_TRIPLET * (int(settings["n_reference"]) + int(settings["n_select"])) / 3
@@ -544,8 +564,8 @@ _ENTRIES = (
                       "answers: go with your first impression."),
         # both scaled by n and k: screen_seconds, too_fast
         too_fast_ms=0, seconds=SECONDS_TRIPLET, oracle="simulation.oracles:RankOracle",
-        # the study's n and k, as the engine's screen planners take them (engine.registry.SCREEN_PARAMS)
-        settings={k: v for k, v in registry.SCREEN_PARAMS["rank"].items() if k in ("n_reference", "n_select")},
+        # the study's n and k, as the engine's screen planners take them (SCREEN_PARAMS)
+        settings=RANK_SETTINGS,
         practice_schema={"type": "object", "additionalProperties": False,
                          "required": ["kind", "head", "candidates", "answer"],
                          "properties": {"kind": {"const": "rank"}, "head": _ITEM_ID,
@@ -559,10 +579,21 @@ _ENTRIES = (
 
 #: name (as in a study config) -> :class:`QuestionKind`, in the order researchers see them.
 KINDS: Mapping[str, QuestionKind] = MappingProxyType({k.name: k for k in _ENTRIES})
-#: Every question kind, as the algorithm table lists them (``engine.registry.QUESTION_KINDS``): one entry each.
-QUESTION_KINDS: tuple[str, ...] = registry.QUESTION_KINDS
-if tuple(KINDS) != QUESTION_KINDS:
-    raise ImportError(f"engine.kinds describes {tuple(KINDS)} but engine.registry lists {QUESTION_KINDS}")
+#: Every question kind, one entry each: the one list of them (the algorithm table reads it too).
+QUESTION_KINDS: tuple[str, ...] = tuple(KINDS)
+#: The kinds whose screens show several items at once and imply anchored triplets (:mod:`engine.screens`):
+#: triplet learners ask them through a screen planner.
+SCREEN_KINDS: tuple[str, ...] = tuple(k.name for k in _ENTRIES if k.asks in SCREEN_ASKS)
+#: The parameters a screen kind takes beside the algorithm's (JSON-schema fragments with defaults): its
+#: settings (the study's, e.g. rank's ``n_reference`` and ``n_select``) and ``screens``.
+SCREEN_PARAMS: Mapping[str, Mapping[str, Mapping[str, Any]]] = MappingProxyType({
+    name: MappingProxyType({**KINDS[name].settings, "screens": SCREENS_PARAM}) for name in SCREEN_KINDS})
+
+
+def kinds_asking(*shapes: str) -> tuple[str, ...]:
+    """The kinds whose planners propose one of ``shapes`` (a kind's ``asks``: "pair", "triplet",
+    "triple", "grid"), in the table's order: the kinds an algorithm can ask, by what it proposes."""
+    return tuple(k.name for k in _ENTRIES if k.asks in shapes)
 
 
 def get_kind(name: str) -> QuestionKind:

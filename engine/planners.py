@@ -15,11 +15,8 @@ import numpy as np
 
 from .adapters import PairTripletAdapter
 from .forest_study import ForestStudy
-from .kinds import KINDS
+from .kinds import KINDS, QUESTION_KINDS, SCREEN_KINDS, SCREEN_PARAMS
 from .registry import (
-    QUESTION_KINDS,
-    SCREEN_KINDS,
-    SCREEN_PARAMS,
     check_params,
     check_screen_params,
     defaults_for,

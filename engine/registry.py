@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from .kinds import DEFAULT_KIND, KINDS, QUESTION_KINDS, SCREEN_ASKS, SCREEN_PARAMS, QuestionKind, kinds_asking
+
 if TYPE_CHECKING:
     from .graph import NeighborGraph
 
@@ -22,21 +24,6 @@ DEFAULT_NN_ALGORITHM = "duels"
 #: ... and what a rating study runs (rated distances are metric: ANNTri's triangle bounds hold).
 DEFAULT_RATING_ALGORITHM = "anntri"
 
-QUESTION_KINDS = ("triplet", "rating", "odd_one_out", "rank")
-#: The kinds whose screens show several items at once and imply anchored triplets (``engine.screens``):
-#: triplet learners ask them through a screen planner.
-SCREEN_KINDS = ("odd_one_out", "rank")
-#: The parameters a screen kind takes beside the algorithm's (JSON-schema fragments with defaults);
-#: ``screens``: "adaptive" (from the learner's model) or "random" (the random-screen baseline), the
-#: entry's ``screens`` when not given.
-SCREEN_PARAMS: Mapping[str, Mapping[str, Mapping[str, Any]]] = MappingProxyType({
-    "odd_one_out": MappingProxyType({"screens": MappingProxyType({"enum": ["adaptive", "random"]})}),
-    "rank": MappingProxyType({
-        "n_reference": MappingProxyType({"type": "integer", "minimum": 3, "maximum": 12, "default": 8}),
-        "n_select": MappingProxyType({"type": "integer", "minimum": 1, "maximum": 11, "default": 2}),
-        "screens": MappingProxyType({"enum": ["adaptive", "random"]}),
-    }),
-})
 ASKS = ("pair", "triplet")
 LEARNS = ("graph", "forest", "embedding")
 
@@ -145,7 +132,7 @@ class Algorithm:
     @property
     def pair_over_triplets(self) -> bool:
         """Asks pairs natively but can run a triplet study (through :mod:`engine.adapters`)."""
-        return self.asks == "pair" and "triplet" in self.question_kinds
+        return self.asks == "pair" and any(KINDS[k].asks == "triplet" for k in self.question_kinds)
 
     @property
     def defaults(self) -> dict:
@@ -181,7 +168,11 @@ _DERIVED = {"symmetric": False, "triangle": False, "bound": "kl", "window": 1000
 _PAIR_STATES = ("PairTripletAdapter",)
 #: the screen planners wrapping a triplet learner (engine.screens); their state names the learner
 _SCREEN_STATES = ("OddOneOutScreens", "RankScreens")
-_TRIPLET_KINDS = ("triplet", "odd_one_out", "rank")
+#: The kinds an algorithm asks follow from what it proposes (the kinds table's ``asks``): a pair planner
+#: asks rated pairs, and triplets through the adapter (engine.adapters); a triplet learner asks its
+#: triplets, and screens of several items through a screen planner (engine.screens).
+_PAIR_KINDS = kinds_asking("pair", "triplet")
+_TRIPLET_KINDS = kinds_asking("triplet", *SCREEN_ASKS)
 
 
 def _loses_to_random(name: str, recorded: str) -> str:
@@ -205,16 +196,16 @@ _EMBEDDING = {
 }
 
 _ENTRIES = (
-    Algorithm("anntri", "engine.anntri:ANNTri", ("triplet", "rating"), "pair", "graph",
+    Algorithm("anntri", "engine.anntri:ANNTri", _PAIR_KINDS, "pair", "graph",
               "ANNTri: adaptive pair distances with triangle-inequality pruning; certifies each neighbour",
               _ROUNDS, ("ANNTri",) + _PAIR_STATES, rounds=True, state_in_place=True, triplet_defaults=_DERIVED,
               memory=_BOUNDS, warning=_loses_to_random("ANNTri", ".20 / .22")),
-    Algorithm("ann", "engine.anntri:ANN", ("triplet", "rating"), "pair", "graph",
+    Algorithm("ann", "engine.anntri:ANN", _PAIR_KINDS, "pair", "graph",
               "ANN: adaptive pair distances without the triangle bounds (the paper's baseline)",
               {k: v for k, v in _ROUNDS.items() if k != "triangle"}, ("ANN",) + _PAIR_STATES, rounds=True,
               state_in_place=True, triplet_defaults=_DERIVED, memory=_BOUNDS,
               warning=_loses_to_random("ANN", ".20 / .22")),
-    Algorithm("random", "engine.anntri:RandomSampling", ("triplet", "rating"), "pair", "graph",
+    Algorithm("random", "engine.anntri:RandomSampling", _PAIR_KINDS, "pair", "graph",
               "Random: uniformly random pairs until the confidence bounds certify every neighbour",
               {k: v for k, v in _ROUNDS.items()
                if k not in ("window", "max_samples_per_round", "stagger", "triangle")},
@@ -249,7 +240,8 @@ _ENTRIES = (
               ("ActiveEmbedding",) + _SCREEN_STATES, memory=Memory(per_item=1_200.0, per_answer=170.0, fixed=56e6)),
     # triplet studies only: a forest's splits take the answers of the triplets it asked (``observe`` refuses
     # others), and an odd-one-out or rank screen implies triplets no split asked
-    Algorithm("comparison_forest", "engine.comparison_tree:ComparisonForest", ("triplet",), "triplet", "forest",
+    Algorithm("comparison_forest", "engine.comparison_tree:ComparisonForest", kinds_asking("triplet"), "triplet",
+              "forest",
               "Comparison forest: random trees split by triplets; neighbours = frequent leaf-mates",
               {"n_trees": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10},
                "leaf_size": {"type": "integer", "minimum": 1, "default": 1},
@@ -257,7 +249,7 @@ _ENTRIES = (
                "supervised": {"type": "boolean", "default": False}},
               ("ComparisonForest", "ForestStudy"), takes_labels=True, grows=True,
               memory=Memory(per_item=2_500.0, fixed=20e6)),
-    Algorithm("simforest", "engine.simforest:ActiveSimilarityForest", ("rating",), "pair", "forest",
+    Algorithm("simforest", "engine.simforest:ActiveSimilarityForest", kinds_asking("pair"), "pair", "forest",
               "SimForest: a similarity forest classifying items by label, asking only the ratings its splits need",
               {"n_trees": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10},
                "n_pairs": {"type": "integer", "minimum": 1, "maximum": 100, "default": 1},
@@ -274,9 +266,16 @@ FOREST_ALGORITHMS = tuple(name for name, entry in ALGORITHMS.items() if entry.le
 EMBEDDING_ALGORITHMS = tuple(name for name, entry in ALGORITHMS.items() if entry.learns == "embedding")
 
 
-def default_algorithm(question_kind: str = "triplet") -> str:
-    """The algorithm a study asking ``question_kind`` runs when its config names none."""
-    return DEFAULT_RATING_ALGORITHM if question_kind == "rating" else DEFAULT_NN_ALGORITHM
+def _kind(question_kind: Any) -> QuestionKind | None:
+    """The kinds table's entry of ``question_kind``, None for a name it does not hold."""
+    return KINDS.get(question_kind) if isinstance(question_kind, str) else None
+
+
+def default_algorithm(question_kind: str = DEFAULT_KIND) -> str:
+    """The algorithm a study asking ``question_kind`` runs when its config names none: the rating
+    algorithm where the kind asks rated pairs."""
+    kind = _kind(question_kind)
+    return DEFAULT_RATING_ALGORITHM if kind is not None and kind.asks == "pair" else DEFAULT_NN_ALGORITHM
 
 
 def get_algorithm(name: str) -> Algorithm:
@@ -298,12 +297,13 @@ def entry_for_state(state: Mapping) -> Algorithm:
     raise ValueError(f"no algorithm restores an engine state of class {cls!r}")
 
 
-def defaults_for(name: str, question_kind: str = "triplet") -> dict:
+def defaults_for(name: str, question_kind: str = DEFAULT_KIND) -> dict:
     """The parameters ``name`` runs with when a study asking ``question_kind`` gives none: the
-    table's defaults, overridden in triplet studies by the entry's ``triplet_defaults`` (pair
-    planners learning from triplet-derived samples)."""
+    table's defaults, overridden in studies of a triplet-derived kind by the entry's ``triplet_defaults``
+    (pair planners learning from triplet-derived samples)."""
     entry = get_algorithm(name)
-    return {**entry.defaults, **(entry.triplet_defaults if question_kind == "triplet" else {})}
+    kind = _kind(question_kind)
+    return {**entry.defaults, **(entry.triplet_defaults if kind is not None and kind.triplet_derived else {})}
 
 
 def check_params(name: str, params: Mapping) -> dict:
@@ -347,17 +347,18 @@ def check_screen_params(name: str, question_kind: str, params: Mapping) -> dict:
     if "screens" in allowed:
         out["screens"] = entry.screens
     out.update(params)
-    if question_kind == "rank" and not 1 <= out["n_select"] < out["n_reference"]:
-        raise ValueError(f"a rank study picks fewer references than it shows: n_select ({out['n_select']}) "
-                         f"must be less than n_reference ({out['n_reference']})")
+    kind = _kind(question_kind)
+    if kind is not None:
+        kind.check_screen_params(out)
     return out
 
 
-def warning_for(name: str, question_kind: str = "triplet") -> str:
+def warning_for(name: str, question_kind: str = DEFAULT_KIND) -> str:
     """The warning a researcher choosing ``name`` for a ``question_kind`` study must read ("" for none):
     the entry's ``warning`` holds for the triplet-derived kinds (a rating study of ANNTri is sound)."""
     entry = get_algorithm(name)
-    return entry.warning if question_kind != "rating" else ""
+    kind = _kind(question_kind)
+    return "" if kind is not None and not kind.triplet_derived else entry.warning
 
 
 def drive_as_pool(planner: Any, fitter: Any = None) -> Any:

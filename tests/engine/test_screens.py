@@ -8,16 +8,11 @@ from helpers import in_lockstep
 from scipy.spatial.distance import cdist
 
 from engine.graph import PROGRESS_KEYS
+from engine.implied_triplets import odd_one_out_triplets, rank_triplets
+from engine.kinds import SCREEN_KINDS
 from engine.planners import make_planner, restore_planner
-from engine.registry import ALGORITHMS, SCREEN_KINDS, drive_as_pool, warning_for
-from engine.screens import (
-    OddOneOutScreens,
-    RankScreens,
-    check_odd_one_out,
-    check_rank,
-    odd_one_out_triplets,
-    rank_triplets,
-)
+from engine.registry import ALGORITHMS, drive_as_pool, warning_for
+from engine.screens import OddOneOutScreens, RankScreens, check_odd_one_out, check_rank
 from simulation.noise import HumanNoise
 from simulation.oracles import OddOneOutOracle, RankOracle, TripletOracle
 

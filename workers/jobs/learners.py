@@ -11,9 +11,9 @@ import numpy as np
 
 from engine.adapters import draw_third, pair_sample
 from engine.graph import NeighborGraph, Progress, RefitsBeside, RoundPlanner, refill_rounds
-from engine.kinds import KINDS, kind_of
+from engine.kinds import KINDS, SCREEN_PARAMS, kind_of
 from engine.planners import make_planner, restore_planner
-from engine.registry import ALGORITHMS, SCREEN_PARAMS, candidate_duels, drive_as_pool, fitted_coordinates
+from engine.registry import ALGORITHMS, candidate_duels, drive_as_pool, fitted_coordinates
 from workers.store.answers import Answer
 from workers.store.config import AlgorithmConfig, StudyConfig
 from workers.store.questions import derived_triplet_question, pooled

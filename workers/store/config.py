@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 import jsonschema
 import yaml
 
-from engine.kinds import DEFAULT_KIND, KINDS, QUESTION_KINDS, get_kind
+from engine.kinds import DEFAULT_KIND, KINDS, QUESTION_KINDS, SCREEN_PARAMS, get_kind
 from engine.registry import ALGORITHMS as _TABLE
-from engine.registry import DEFAULT_NN_ALGORITHM, SCREEN_PARAMS, default_algorithm  # noqa: F401 (re-exported)
+from engine.registry import DEFAULT_NN_ALGORITHM, default_algorithm  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from engine.kinds import QuestionKind
@@ -611,7 +611,7 @@ class StudyConfig:
 
 def _screen_params(kind: str) -> dict:
     """The parameters an algorithm takes in a study of ``kind`` besides its own: how a screen kind's
-    planner chooses screens (``screens``: adaptive, or random as the baseline; engine.registry.SCREEN_PARAMS),
+    planner chooses screens (``screens``: adaptive, or random as the baseline; engine.kinds.SCREEN_PARAMS),
     not the screen's size, which is the study's (``rank: {n_reference, n_select}``)."""
     fragments = SCREEN_PARAMS.get(kind, {})
     return {k: {kk: vv for kk, vv in v.items() if kk != "default"} for k, v in fragments.items()
