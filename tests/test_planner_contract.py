@@ -1,8 +1,9 @@
 """The planner contract holds (engine/graph.py): every planner of the table has everything the
 platform calls, no file outside the two tables (engine/registry.py, engine/kinds.py) branches on an
 algorithm's or a question kind's name, a planner class or a guessed planner attribute, and
-docs/architecture.md's "Adding an algorithm" is true as written: one engine module and one
-``_ENTRIES`` line make an algorithm a study runs end to end."""
+docs/architecture.md's "Adding an algorithm" and "Adding a question kind" are true as written: one engine
+module and one ``_ENTRIES`` line make an algorithm a study runs end to end, and one entry of the kinds table
+and one widget a kind a study asks."""
 from __future__ import annotations
 
 import ast
@@ -373,6 +374,36 @@ def _copy_tree(dest: Path) -> None:
         shutil.copytree(ROOT / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__"))
 
 
+def _write_into(tree: Path, rel: str, *insertions: tuple[str, str]) -> list[str]:
+    """Insert each ``(text, before)`` into the copy's file ``rel``, just before the line that starts with
+    ``before``; returns the lines the diff against the source changes (printed whole)."""
+    source = (ROOT / rel).read_text(encoding="utf-8")
+    text = source
+    for added, before in insertions:
+        at = text.index("\n" + before) + 1
+        text = text[:at] + added + text[at:]
+    (tree / rel).write_text(text, encoding="utf-8")
+    diff = list(difflib.unified_diff(source.splitlines(keepends=True), text.splitlines(keepends=True),
+                                     f"a/{rel}", f"b/{rel}"))
+    print("".join(diff))
+    return [line for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+
+
+def _made(tree: Path) -> list[str]:
+    """The files of the copy that the source does not have."""
+    return sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*")
+                  if p.is_file() and not (ROOT / p.relative_to(tree)).exists())
+
+
+def _run(tree: Path, script: str, redis_url: str) -> dict:
+    """Run ``script`` on the copy of the source (its last line of output is JSON)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run([sys.executable, "-c", script, redis_url, str(tree)], cwd=tree, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def test_adding_an_algorithm_is_one_engine_module_and_one_table_line(redis_url, conn, tmp_path):
     """docs/architecture.md, "Adding an algorithm", done to a copy of the source: the diff is one new
     engine module and one added line of engine/registry.py, and a study of the new algorithm runs
@@ -380,25 +411,12 @@ def test_adding_an_algorithm_is_one_engine_module_and_one_table_line(redis_url, 
     tree = tmp_path / "tree"
     _copy_tree(tree)
     (tree / "engine" / "toy_nearest.py").write_text(textwrap.dedent(TOY_MODULE).lstrip(), encoding="utf-8")
-    table = (tree / "engine" / "registry.py").read_text(encoding="utf-8")
-    end = table.index("\n)\n\n#: name (as in a study config)")  # the end of _ENTRIES
-    (tree / "engine" / "registry.py").write_text(table[: end + 1] + TOY_ENTRY + table[end + 1:], encoding="utf-8")
-
-    diff = list(difflib.unified_diff(table.splitlines(keepends=True),
-                                     (tree / "engine" / "registry.py").read_text(encoding="utf-8").splitlines(
-                                         keepends=True), "a/engine/registry.py", "b/engine/registry.py"))
-    print("".join(diff))
-    changed = [line for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    # the end of _ENTRIES
+    changed = _write_into(tree, "engine/registry.py", (TOY_ENTRY, ")\n\n#: name (as in a study config)"))
     assert changed == ["+" + TOY_ENTRY]
-    made = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*.py")
-                  if not (ROOT / p.relative_to(tree)).exists())
-    assert made == ["engine/toy_nearest.py"]
+    assert _made(tree) == ["engine/toy_nearest.py"]
 
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    done = subprocess.run([sys.executable, "-c", TOY_STUDY, redis_url, str(tree)], cwd=tree, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = _run(tree, TOY_STUDY, redis_url)
     # the toy planner asked its whole plan from the pool (3 rounds of 5 pairs per item); the platform's
     # random fallbacks filled in only while the last pass had not yet applied the last answers
     assert out["progress"]["questions_issued"] == 3 * 6 * 5 and out["progress"]["done"] is True
@@ -409,6 +427,172 @@ def test_adding_an_algorithm_is_one_engine_module_and_one_table_line(redis_url, 
     shutil.rmtree(tree)  # the toy algorithm is deleted again; the real source never held it
     assert "toy_nearest" not in registry.ALGORITHMS and not (ROOT / "engine" / "toy_nearest.py").exists()
 
+
+
+# ---------------------------------------------------------------------------- adding a question kind
+#: A whole question kind, as docs/architecture.md's "Adding a question kind" describes: an item on top and
+#: two below, and the rater picks the one LESS like the one on top (the nearer one wins the triplet).
+TOY_KIND = '''class _Farther(QuestionKind):
+    """A toy kind: the rater picks which of two items is less like the one on top."""
+
+    def screen(self, proposal, settings):
+        head, *candidates = (_item(x) for x in proposal)
+        return {"kind": self.name, "head": head, "candidates": candidates}
+
+    def _random_proposal(self, n_items, settings, rng):
+        return tuple(rng.sample(range(n_items), 3))
+
+    def check_answer(self, screen, picks, value):
+        return _one_choice(picks, screen["candidates"], "a farther question needs 'choice', the index of the "
+                           "item less like the one on top")
+
+    def observation(self, shown, picks, screen=None):
+        head, a, b = shown
+        return (head, a, b, b if picks[0] == a else a)
+
+    def triplets(self, shown, picks):
+        return [self.observation(shown, picks)]
+
+    def picks_of(self, observation):
+        head, a, b, nearer = observation
+        return (b if nearer == a else a,)
+
+    def repeat_screen(self, screen, rng):
+        return {"kind": self.name, "head": screen["head"], "candidates": list(screen["candidates"])[::-1]}
+
+    def practice_screen(self, practice, index_of, settings):
+        screen = self.screen([index_of(x) for x in (practice["head"], *practice["candidates"])], settings)
+        return screen, index_of(practice["answer"])
+
+
+'''
+#: ... its entry of the table
+TOY_KIND_ENTRY = '''    _Farther(
+        "farther", headed=True, asks="triplet", triplet_derived=True, widget="far",
+        description="an item on top and two below: which of the two is less like the one on top?",
+        prompt="Which of these two is less like the one on top?",
+        instructions="Click the one of the two items below that is less like the item on top.",
+        too_fast_ms=0, seconds=SECONDS_TRIPLET, oracle="simulation.oracles:TripletOracle",
+        practice_schema={"type": "object", "additionalProperties": False, "required": ["kind", "head"],
+                         "properties": {"kind": {"const": "farther"}, "head": _ITEM_ID,
+                                        "candidates": {"type": "array", "items": _ITEM_ID},
+                                        "answer": _ITEM_ID}}),
+'''
+#: ... and its widget on the rater page: the markup and the script.
+TOY_WIDGET = {
+    "templates/raters/widgets/far.html": '''{# widget "far" (the toy kind farther): a head, two to pick from #}
+<div id="far" class="question" hidden><h2 id="far-prompt" class="prompt"></h2><div class="head" id="far-head"></div>
+<p class="candidates"><button type="button" class="candidate" id="far-0"></button> <button type="button"
+class="candidate" id="far-1"></button></p></div>
+''',
+    "static/js/widgets/far.js": '''// Widget "far" (the toy kind farther): click the one less like the head, or 1 / 2.
+(function (W) {
+  "use strict";
+  const byId = (id) => document.getElementById(id);
+  W.far = {
+    init(ctx) {
+      this.ctx = ctx;
+      [0, 1].forEach((n) => byId("far-" + n).addEventListener("click", () => this.pick(n)));
+    },
+    items(q) { return [q.head, ...q.candidates]; },
+    show(q) {
+      this.q = q;
+      byId("far-prompt").textContent = q.prompt;
+      this.items(q).forEach((item, n) => this.ctx.renderItem(byId(n ? "far-" + (n - 1) : "far-head"), item));
+      byId("far").hidden = false;
+    },
+    hide() { byId("far").hidden = true; },
+    setDisabled(d) { [0, 1].forEach((n) => (byId("far-" + n).disabled = d)); },
+    pick(n) { if (this.q) this.ctx.submit({ choice: this.q.candidates[n].index }); },
+    keydown(event) { const n = ["1", "2"].indexOf(event.key); if (n >= 0) this.pick(n); return n >= 0; },
+    isRight(q, answer) { return answer.choice === q.answer; },
+  };
+})(window.ProximaWidgets = window.ProximaWidgets || {});
+''',
+}
+
+#: A study of the toy kind through the platform: its config (the kind's default algorithm), the rater page
+#: with the widget, screens served and answers taken by the web API, the log, the update job applying the
+#: answers, and the implied triplets' export.
+TOY_KIND_STUDY = '''
+import json, sys
+import redis
+from rq import SimpleWorker
+
+import engine
+assert engine.__file__.startswith(sys.argv[2]), engine.__file__
+from webapp import create_app
+from workers.jobs.learners import Learner
+from workers.results.exports import export
+from workers.store import engine_state
+from workers.store.answers import read_answers
+from workers.store.config import StudyConfig
+from workers.store.queue import get_queue
+from workers.store.studies import Item, create_study
+
+positions = [0.0, 0.05, 1.0, 1.05, 2.0, 2.05]
+conn = redis.Redis.from_url(sys.argv[1])
+config = StudyConfig.from_dict({"name": "far", "question_kind": "farther", "random_state": 1, "pool_size": 6,
+                                "attention": {"rate": 0}})
+items = [Item(id=f"p{i}", kind="text", text=f"point {i}", position=(x,)) for i, x in enumerate(positions)]
+sid = create_study(conn, config, items, study_id="far")
+app = create_app({"TESTING": True, "REDIS_URL": sys.argv[1], "SECRET_KEY": "toy-secret",
+                  "RATE_LIMIT_EXEMPT_ADDRESSES": ("127.0.0.1", "::1")})
+client = app.test_client()
+page = client.get(f"/s/{sid}").get_data(as_text=True)
+queue = get_queue(conn)
+question, served, statuses = client.get(f"/api/studies/{sid}/questions/next").get_json()["question"], [], []
+for n in range(12):
+    served.append({k: question[k] for k in ("kind", "widget", "prompt")})
+    head = question["head"]["index"]
+    a, b = (c["index"] for c in question["candidates"])
+    farther = a if abs(positions[head] - positions[a]) > abs(positions[head] - positions[b]) else b
+    response = client.post(f"/api/studies/{sid}/answers", json={"token": question["token"], "choice": farther})
+    statuses.append(response.status_code)
+    question = response.get_json()["next"]
+    if n % 4 == 3:
+        SimpleWorker([queue], connection=conn).work(burst=True, logging_level="WARNING")
+algorithm = config.algorithms[0]
+learner = Learner.from_state(algorithm, config, engine_state.load(conn, sid, algorithm.label))
+print(json.dumps({"algorithm": algorithm.algorithm, "kind": algorithm.question_kind,
+                  "widget": 'id="far-head"' in page and "js/widgets/far.js" in page,
+                  "served": served, "statuses": statuses, "answers": learner.progress()["answers"],
+                  "log": [[a.kind, a.shown, a.picks] for a in read_answers(conn, sid)],
+                  "triplets": "".join(export(conn, sid, "triplets", "csv").chunks)}))
+'''
+
+
+def test_adding_a_question_kind_is_one_table_entry_and_one_widget(redis_url, conn, tmp_path):
+    """docs/architecture.md, "Adding a question kind", done to a copy of the source: the diff is one class and
+    one entry of engine/kinds.py and the widget's two new files, and a study of the new kind runs: its config
+    takes the kind, the rater page carries the widget, the web API serves its screens and takes its answers,
+    the log keeps them, the update job applies them and the triplets they imply export."""
+    tree = tmp_path / "tree"
+    _copy_tree(tree)
+    changed = _write_into(tree, "engine/kinds.py", (TOY_KIND, "_ITEM_ID = "),
+                          (TOY_KIND_ENTRY, ")\n\n\n#: name (as in a study config)"))
+    added = (TOY_KIND + TOY_KIND_ENTRY).splitlines(keepends=True)
+    assert all(line[:1] == "+" for line in changed) and sorted(line[1:] for line in changed) == sorted(added)
+    for rel, text in TOY_WIDGET.items():
+        (tree / rel).write_text(text, encoding="utf-8")
+    assert _made(tree) == sorted(TOY_WIDGET)
+
+    out = _run(tree, TOY_KIND_STUDY, redis_url)
+    assert out["kind"] == "farther" and out["algorithm"] == registry.default_algorithm("triplet")
+    assert out["widget"] is True
+    assert out["served"] == [{"kind": "farther", "widget": "far",
+                              "prompt": "Which of these two is less like the one on top?"}] * 12
+    assert out["statuses"] == [201] * 12 and out["answers"] == 12
+    assert len(out["log"]) == 12 and all(kind == "farther" and len(shown) == 3 and len(picks) == 1
+                                          for kind, shown, picks in out["log"])
+    # each answer implies one triplet (cblearn's list order: i closer to j than to k), the picked one far
+    expected = "".join(f"{head},{b if picks[0] == a else a},{picks[0]}\n" for _, (head, a, b), picks in out["log"])
+    assert out["triplets"] == expected
+    positions = [0.0, 0.05, 1.0, 1.05, 2.0, 2.05]
+    assert all(abs(positions[i] - positions[j]) < abs(positions[i] - positions[k])
+               for i, j, k in (map(int, row.split(",")) for row in expected.split()))
+    shutil.rmtree(tree)  # the toy kind is deleted again; the real source never held it
+    assert "farther" not in QUESTION_KINDS and not (ROOT / "static" / "js" / "widgets" / "far.js").exists()
 
 if __name__ == "__main__":
     # ``python tests/test_planner_contract.py [REV]``: the branches the scan finds in the platform's
