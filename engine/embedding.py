@@ -24,10 +24,11 @@ from .utils import (
     RandomState,
     check_n_items,
     check_random_state,
-    check_state,
     check_triplets,
-    generator_from_state,
+    counters_state,
     generator_state,
+    load_counters,
+    planner_from_state,
 )
 
 KERNELS = ("ste", "tste", "human")
@@ -397,6 +398,8 @@ class EmbeddingLearner:
     """
 
     VERSION = 1
+    #: the counters the state keeps (as whole numbers, last)
+    _COUNTERS = ("fitted_answers", "n_fits", "n_planned")
 
     def __init__(self, n_items: int, random_state: RandomState = None, kernel: str = "tste", dim: int = 2,
                  refit_share: float = 0.1, refit_min: int | None = None, l2: float = 1e-3) -> None:
@@ -545,23 +548,17 @@ class EmbeddingLearner:
             "embedding": None if self.embedding_ is None else self.embedding_.copy(),
             "rng": generator_state(self.rng_),
             "fit_seed": self.fit_seed_,
-            "fitted_answers": int(self.fitted_answers_),
-            "n_fits": int(self.n_fits_),
-            "n_planned": int(self.n_planned_),
+            **counters_state(self, self._COUNTERS),
         }
 
     @classmethod
     def from_state(cls, state: dict) -> Self:
-        check_state(state, cls.__name__, (cls.VERSION,))
-        planner = cls(int(state["n_items"]), **state["params"])
-        planner.rng_ = generator_from_state(state["rng"])
+        planner = planner_from_state(cls, state)
         planner.fit_seed_ = int(state["fit_seed"])
         planner.answers_ = np.array(state["answers"], dtype=np.int64).reshape(-1, 4)
         emb = state.get("embedding")
         planner.embedding_ = None if emb is None else np.array(emb, dtype=np.float64)
-        planner.fitted_answers_ = int(state["fitted_answers"])
-        planner.n_fits_ = int(state["n_fits"])
-        planner.n_planned_ = int(state["n_planned"])
+        load_counters(planner, cls._COUNTERS, state)
         planner._restore_extra(state)
         return planner
 

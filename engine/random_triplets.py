@@ -16,10 +16,9 @@ from .utils import (
     RandomState,
     check_n_items,
     check_random_state,
-    check_state,
     check_triplets,
-    generator_from_state,
     generator_state,
+    planner_from_state,
 )
 
 
@@ -157,9 +156,7 @@ class RandomTriplets:
 
     @classmethod
     def from_state(cls, state: dict) -> RandomTriplets:
-        check_state(state, cls.__name__, (cls.VERSION,))
-        planner = cls(int(state["n_items"]))
-        planner.rng_ = generator_from_state(state["rng"])
+        planner = planner_from_state(cls, state, params=False)
         planner.wins_ = np.array(state["wins"], dtype=np.int64)
         planner.shown_ = np.array(state["shown"], dtype=np.int64)
         planner.n_answers_ = int(state["n_answers"])

@@ -210,6 +210,17 @@ def check_state(state: dict, cls_name: str, versions: Iterable[int]) -> int:
     return state["version"]
 
 
+def planner_from_state(cls: Any, state: dict, params: bool = True) -> Any:
+    """A new planner of class ``cls`` for a saved ``state`` of it, its learned state not yet loaded: the
+    state's class and version checked (:func:`check_state`, against ``cls.VERSION``), the planner built
+    of the state's ``n_items`` (and its ``params``, where ``cls`` saves them) and its random generator
+    (``rng_``) restored. The first steps of a planner's ``from_state``."""
+    check_state(state, cls.__name__, (cls.VERSION,))
+    planner = cls(int(state["n_items"]), **(state["params"] if params else {}))
+    planner.rng_ = generator_from_state(state["rng"])
+    return planner
+
+
 def arrays_state(source: object, names: Iterable[str], prefix: str = "") -> dict:
     """``{prefix + name: a copy of source.<name>_}`` for each of ``names``."""
     return {prefix + name: getattr(source, name + "_").copy() for name in names}

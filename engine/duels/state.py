@@ -10,7 +10,7 @@ from typing import Self
 
 import numpy as np
 
-from ..utils import check_state, generator_from_state, generator_state
+from ..utils import counters_state, generator_state, load_counters, planner_from_state
 
 
 class StateIO:
@@ -22,6 +22,8 @@ class StateIO:
     #: eliminations are a log in the order they happened, so a pass adds rows at its end; the partial
     #: fits of a refit (always empty since refits run whole, in one call or beside the passes) are gone
     VERSION = 6
+    #: the counters the state keeps (as whole numbers, last)
+    _COUNTERS = ("fitted_on", "n_fits", "n_answers", "n_issued")
 
     def to_state(self) -> dict:
         def table(d: dict, width: int) -> np.ndarray:
@@ -49,17 +51,12 @@ class StateIO:
             "kappa": None if self.kappa_ is None else float(self.kappa_),
             "coin": bool(self.coin_),
             "fit_job": None if self.fit_job_ is None else {**self.fit_job_, "dims": list(self.fit_job_["dims"])},
-            "fitted_on": int(self.fitted_on_),
-            "n_fits": int(self.n_fits_),
-            "n_answers": int(self.n_answers_),
-            "n_issued": int(self.n_issued_),
+            **counters_state(self, self._COUNTERS),
         }
 
     @classmethod
     def from_state(cls, state: dict) -> Self:
-        check_state(state, cls.__name__, (cls.VERSION,))
-        p = cls(int(state["n_items"]), **state["params"])
-        p.rng_ = generator_from_state(state["rng"])
+        p = planner_from_state(cls, state)
         p.triplets_ = np.array(state["triplets"], np.int64).reshape(-1, 3)
         p._reindex()
         p.pending_ = {(int(r[0]), int(r[1]), int(r[2])): int(r[3])
@@ -80,8 +77,5 @@ class StateIO:
         p.fit_job_ = None if job is None else {**{k: int(v) for k, v in job.items() if k != "dims"},
                                                "dims": [int(i) for i in job["dims"]]}
         p.coin_ = bool(state["coin"])
-        p.fitted_on_ = int(state["fitted_on"])
-        p.n_fits_ = int(state["n_fits"])
-        p.n_answers_ = int(state["n_answers"])
-        p.n_issued_ = int(state["n_issued"])
+        load_counters(p, cls._COUNTERS, state)
         return p
