@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import heapq
 import numbers
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -93,6 +93,18 @@ def check_rank(head: Any, references: Any, picks: Any, n_items: int,
         raise ValueError(f"picked item{'s' if len(stray) > 1 else ''} {stray} "
                          f"{'are' if len(stray) > 1 else 'is'} not among the references shown")
     return head, refs, sel
+
+
+def _checked(answers: Iterable[Sequence[Any]], width: int, rows: str, check: Callable[..., Any],
+             **given: Any) -> list:
+    """Every answer row as ``check(*row, **given)`` returns it; ValueError saying what the ``rows`` are
+    when one has not ``width`` fields."""
+    checked = []
+    for r in answers:
+        if len(r) != width:
+            raise ValueError(f"{rows}, got {r!r}")
+        checked.append(check(*r, **given))
+    return checked
 
 
 # ---------------------------------------------------------------------------------------------- planners
@@ -284,11 +296,8 @@ class OddOneOutScreens(_Screens):
         return q
 
     def observe(self, answers: Iterable[Sequence[int]]) -> None:
-        checked = []
-        for r in answers:
-            if len(r) != 4:
-                raise ValueError(f"odd-one-out answers are rows (a, b, c, odd), got {tuple(r)!r}")
-            checked.append(check_odd_one_out(*r, self.n_items))
+        checked = _checked((tuple(r) for r in answers), 4, "odd-one-out answers are rows (a, b, c, odd)",
+                           check_odd_one_out, n_items=self.n_items)
         rows: list[tuple[int, int, int, int]] = []
         released = []
         for a, b, c, odd in checked:
@@ -439,11 +448,8 @@ class RankScreens(_Screens):
         return False
 
     def observe(self, answers: Iterable[Sequence[Any]]) -> None:
-        checked = []
-        for r in answers:
-            if len(r) != 3:
-                raise ValueError(f"rank answers are rows (head, references, picks), got {r!r}")
-            checked.append(check_rank(*r, self.n_items, self.n_select))
+        checked = _checked(answers, 3, "rank answers are rows (head, references, picks)", check_rank,
+                           n_items=self.n_items, n_select=self.n_select)
         rows: list[tuple[int, int, int, int]] = []
         for head, refs, picks in checked:
             self._release(head, refs)
