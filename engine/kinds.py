@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .implied_triplets import odd_one_out_triplets, rank_triplets
+from .tables import entry_of, object_schema
 
 #: A rank study's settings (its ``rank:`` section), which the engine's rank screens take: how many
 #: references a screen shows and how many a rater picks, by default "8-rank-2" (PsiZ's trial).
@@ -116,10 +117,7 @@ class QuestionKind:
     # ------------------------------------------------------------------ settings
     def settings_schema(self) -> dict | None:
         """The JSON schema of the study's ``<name>:`` section (None: the kind takes no settings here)."""
-        if not self.settings:
-            return None
-        props = {k: {kk: vv for kk, vv in v.items() if kk != "default"} for k, v in self.settings.items()}
-        return {"type": "object", "additionalProperties": False, "properties": props}
+        return object_schema(self.settings) if self.settings else None
 
     def check_settings(self, given: Mapping | None) -> dict:
         """The settings with defaults filled in; ValueError naming the field otherwise."""
@@ -512,6 +510,20 @@ class _Rank(QuestionKind):
 _ITEM_ID = {"type": "string", "minLength": 1, "maxLength": 200}
 _EXPLANATION = {"type": "string", "maxLength": 2000}
 
+
+def _item_ids(least: int, most: int) -> dict:
+    """The schema of a practice question's list of ``least`` to ``most`` item ids."""
+    return {"type": "array", "items": _ITEM_ID, "minItems": least, "maxItems": most}
+
+
+def _practice(kind: str, **fields: Mapping[str, Any]) -> dict:
+    """The schema of a practice question of ``kind`` with these ``fields`` (all required; so is its
+    ``kind``, but for the default kind's), and an optional explanation."""
+    required = list(fields) if kind == DEFAULT_KIND else ["kind", *fields]
+    return {"type": "object", "additionalProperties": False, "required": required,
+            "properties": {"kind": {"const": kind}, **fields, "explanation": _EXPLANATION}}
+
+
 _ENTRIES = (
     _Triplet(
         "triplet", headed=True, asks="triplet", triplet_derived=True, widget="pick",
@@ -521,11 +533,7 @@ _ENTRIES = (
                       "more similar to the item on top (or press the ← / → key). There are no right or wrong "
                       "answers: go with your first impression."),
         too_fast_ms=0, seconds=SECONDS_TRIPLET, oracle="simulation.oracles:TripletOracle", prompt_field="question",
-        practice_schema={"type": "object", "additionalProperties": False, "required": ["head", "candidates", "answer"],
-                         "properties": {"kind": {"const": "triplet"}, "head": _ITEM_ID,
-                                        "candidates": {"type": "array", "items": _ITEM_ID, "minItems": 2,
-                                                       "maxItems": 2},
-                                        "answer": _ITEM_ID, "explanation": _EXPLANATION}}),
+        practice_schema=_practice("triplet", head=_ITEM_ID, candidates=_item_ids(2, 2), answer=_ITEM_ID)),
     _Rating(
         "rating", headed=False, asks="pair", triplet_derived=False, widget="rating",
         description="two items: how similar are they, on a scale?",
@@ -535,12 +543,8 @@ _ENTRIES = (
                       "right or wrong answers: go with your first impression."),
         too_fast_ms=0, seconds=SECONDS_RATING, oracle="simulation.oracles:DistanceMatrixOracle", repeatable=False,
         prompt_field="rating.prompt",
-        practice_schema={"type": "object", "additionalProperties": False, "required": ["kind", "items", "answer"],
-                         "properties": {"kind": {"const": "rating"},
-                                        "items": {"type": "array", "items": _ITEM_ID, "minItems": 2, "maxItems": 2},
-                                        "answer": {"type": "array", "items": {"type": "number"}, "minItems": 2,
-                                                   "maxItems": 2},
-                                        "explanation": _EXPLANATION}}),
+        practice_schema=_practice("rating", items=_item_ids(2, 2),
+                                  answer={"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2})),
     _OddOneOut(
         "odd_one_out", headed=False, asks="triple", triplet_derived=True, widget="odd",
         description="three items, no head: which one is least like the other two? (THINGS, SPoSE/VICE)",
@@ -550,10 +554,7 @@ _ENTRIES = (
                       "impression."),
         too_fast_ms=int(1000 * TOO_FAST_SHARE * SECONDS_ODD), seconds=SECONDS_ODD,
         oracle="simulation.oracles:OddOneOutOracle",
-        practice_schema={"type": "object", "additionalProperties": False, "required": ["kind", "items", "answer"],
-                         "properties": {"kind": {"const": "odd_one_out"},
-                                        "items": {"type": "array", "items": _ITEM_ID, "minItems": 3, "maxItems": 3},
-                                        "answer": _ITEM_ID, "explanation": _EXPLANATION}}),
+        practice_schema=_practice("odd_one_out", items=_item_ids(3, 3), answer=_ITEM_ID)),
     _Rank(
         "rank", headed=True, asks="grid", triplet_derived=True, widget="grid",
         description="an item on top and n references: pick the k most similar, most similar first (PsiZ 8-rank-2)",
@@ -566,14 +567,8 @@ _ENTRIES = (
         too_fast_ms=0, seconds=SECONDS_TRIPLET, oracle="simulation.oracles:RankOracle",
         # the study's n and k, as the engine's screen planners take them (SCREEN_PARAMS)
         settings=RANK_SETTINGS,
-        practice_schema={"type": "object", "additionalProperties": False,
-                         "required": ["kind", "head", "candidates", "answer"],
-                         "properties": {"kind": {"const": "rank"}, "head": _ITEM_ID,
-                                        "candidates": {"type": "array", "items": _ITEM_ID,
-                                                       "minItems": MIN_REFERENCES, "maxItems": MAX_REFERENCES},
-                                        "answer": {"type": "array", "items": _ITEM_ID, "minItems": 1,
-                                                   "maxItems": MAX_REFERENCES - 1},
-                                        "explanation": _EXPLANATION}}),
+        practice_schema=_practice("rank", head=_ITEM_ID, candidates=_item_ids(MIN_REFERENCES, MAX_REFERENCES),
+                                  answer=_item_ids(1, MAX_REFERENCES - 1))),
 )
 
 
@@ -598,10 +593,7 @@ def kinds_asking(*shapes: str) -> tuple[str, ...]:
 
 def get_kind(name: str) -> QuestionKind:
     """The entry of ``name``; ValueError listing the choices otherwise."""
-    try:
-        return KINDS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown question kind {name!r}; choose one of {', '.join(KINDS)}") from None
+    return entry_of(KINDS, name, "question kind")
 
 
 def kind_of(screen: Mapping) -> QuestionKind:

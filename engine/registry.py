@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from .kinds import DEFAULT_KIND, KINDS, QUESTION_KINDS, SCREEN_ASKS, SCREEN_PARAMS, QuestionKind, kinds_asking
+from .tables import entry_of, object_schema, without_default
 
 if TYPE_CHECKING:
     from .graph import NeighborGraph
@@ -140,8 +141,7 @@ class Algorithm:
 
     def schema(self) -> dict:
         """The JSON schema of this algorithm's ``params`` object (without the defaults)."""
-        props = {k: {kk: vv for kk, vv in v.items() if kk != "default"} for k, v in self.params.items()}
-        return {"type": "object", "additionalProperties": False, "properties": props}
+        return object_schema(self.params)
 
     def planner_class(self) -> type:
         module, _, cls = self.planner.partition(":")
@@ -280,10 +280,7 @@ def default_algorithm(question_kind: str = DEFAULT_KIND) -> str:
 
 def get_algorithm(name: str) -> Algorithm:
     """The entry of ``name``; ValueError listing the choices otherwise."""
-    try:
-        return ALGORITHMS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}") from None
+    return entry_of(ALGORITHMS, name, "algorithm")
 
 
 def entry_for_state(state: Mapping) -> Algorithm:
@@ -317,7 +314,7 @@ def check_params(name: str, params: Mapping) -> dict:
         if key not in entry.params:
             allowed = ", ".join(entry.params) or "none"
             raise ValueError(f"unknown parameter {key!r} for {name}; allowed: {allowed}")
-        fragment = {kk: vv for kk, vv in entry.params[key].items() if kk != "default"}
+        fragment = without_default(entry.params[key])
         try:
             jsonschema.validate(value, fragment)
         except jsonschema.ValidationError as exc:
@@ -338,7 +335,7 @@ def check_screen_params(name: str, question_kind: str, params: Mapping) -> dict:
             raise ValueError(f"{key!r} is a parameter of "
                              f"{' and '.join(k for k, v in SCREEN_PARAMS.items() if key in v)} studies, "
                              f"not of {question_kind!r} studies")
-        fragment = {kk: vv for kk, vv in allowed[key].items() if kk != "default"}
+        fragment = without_default(allowed[key])
         try:
             jsonschema.validate(value, fragment)
         except jsonschema.ValidationError as exc:

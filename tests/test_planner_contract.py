@@ -473,10 +473,7 @@ TOY_KIND_ENTRY = '''    _Farther(
         prompt="Which of these two is less like the one on top?",
         instructions="Click the one of the two items below that is less like the item on top.",
         too_fast_ms=0, seconds=SECONDS_TRIPLET, oracle="simulation.oracles:TripletOracle",
-        practice_schema={"type": "object", "additionalProperties": False, "required": ["kind", "head"],
-                         "properties": {"kind": {"const": "farther"}, "head": _ITEM_ID,
-                                        "candidates": {"type": "array", "items": _ITEM_ID},
-                                        "answer": _ITEM_ID}}),
+        practice_schema=_practice("farther", head=_ITEM_ID, candidates=_item_ids(2, 2), answer=_ITEM_ID)),
 '''
 #: ... and its widget on the rater page: the markup and the script.
 TOY_WIDGET = {
