@@ -77,12 +77,14 @@ def oracle_of(X: np.ndarray, scale: float, lapse: float, seed: int) -> oracles.T
     return oracles.TripletOracle.from_points(X, noise=scale, model="human", lapse=lapse, random_state=seed)
 
 
-def offline(X: np.ndarray, scale: float, lapse: float, budgets: list[int], seed: int) -> list[tuple[float, float]]:
+def offline(X: np.ndarray, scale: float, lapse: float, budgets: list[int], seed: int,
+            params: dict | None = None) -> list[tuple[float, float]]:
     """The learner as the registry makes it (one question per head per call, refits finished in the
-    call), scored at each budget of one run (anytime)."""
+    call; ``params`` its parameters, the registry's defaults otherwise), scored at each budget of one
+    run (anytime)."""
     n = len(X)
     oracle = oracle_of(X, scale, lapse, seed + 7)
-    planner = make_planner(DEFAULT_NN_ALGORITHM, n, question_kind="triplet", random_state=seed)
+    planner = make_planner(DEFAULT_NN_ALGORITHM, n, question_kind="triplet", random_state=seed, **(params or {}))
     total, out = 0, []
     for per_item in sorted(budgets):
         while total < per_item * n:

@@ -7,6 +7,7 @@ Redis, RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,22 @@ FIT_MAX_ITER = 300
 #: where duels are coin flips (``coin_``, see :mod:`.dims`): the refit cadence (answers grown by this
 #: share since the last fit), when below ``refit_growth``
 COIN_REFIT = 0.1
+#: ``warmup="auto"``: random-triplet answers per head before its duels start, up to ``WARMUP_ITEMS``
+#: items; beyond, ``WARMUP_PER_FIVEFOLD`` more for every fivefold of items (a random start must place
+#: each item among more others before its shortlist holds its neighbours). Clustered 4-D items, the
+#: human noise model, hit@3 at 20 / 30 answers per item on 5,000 items: warmup 3 .034 / -, 6 .118 /
+#: .335, 10 .089 / .297; random triplets + a 4-D t-STE .050 / .089 (``benchmarks/duels_large_budgets.py``)
+WARMUP = 3.0
+WARMUP_ITEMS = 1000
+WARMUP_PER_FIVEFOLD = 3.0
+
+
+def auto_warmup(n_items: int) -> float:
+    """The warmup ``warmup="auto"`` gives a study of ``n_items``: ``WARMUP`` up to ``WARMUP_ITEMS``
+    items, growing with the log of the items beyond (6 at 5,000 items, 7.3 at 10,000, 10.3 at 50,000)."""
+    if n_items <= WARMUP_ITEMS:
+        return WARMUP
+    return WARMUP + WARMUP_PER_FIVEFOLD * math.log(n_items / WARMUP_ITEMS) / math.log(5.0)
 
 
 def _embedding_module():
@@ -77,11 +94,16 @@ class Refits:
     hand-over. The refit under way is ``fit_job_`` (saved) and the stage handed to ``fitter``
     ``_fit_running`` (never saved); each stage starts from the dimension's previous fit."""
 
+    @property
+    def warmup_(self) -> float:
+        """Random-triplet answers per head before its duels start: ``warmup``, or :func:`auto_warmup`."""
+        return auto_warmup(self.n_items) if self.warmup == "auto" else float(self.warmup)
+
     def _needs_refit(self) -> bool:
         if self.fit_job_ is not None:
             return True
         if self.n_fits_ == 0:
-            return self.n_answers_ >= self.warmup * self.n_items or self.warmup == 0
+            return self.n_answers_ >= self.warmup_ * self.n_items or self.warmup_ == 0
         return self._grown(self.fitted_on_)
 
     def _grown(self, fitted_on: int) -> bool:

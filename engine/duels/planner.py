@@ -37,8 +37,9 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         Smallest shortlist the shrinking reaches.
     shrink_at : float, default 100
         Answers per item after which the shortlist shrinks like sqrt(shrink_at / answers).
-    warmup : float, default 3
-        Random-triplet answers per head before its duels start (they seed the embedding).
+    warmup : float or "auto", default "auto"
+        Random-triplet answers per head before its duels start (they seed the embedding). ``"auto"``:
+        3 up to 1,000 items, more in larger studies (see :func:`~engine.duels.fits.auto_warmup`).
     explore : float, default 0.1
         Share of later questions asked as random triplets (keeps the embedding global). Where
         duels are coin flips (see ``_update_coin``) ``COIN_EXPLORE`` of the questions place items
@@ -87,7 +88,7 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
     """
 
     def __init__(self, n_items: int, random_state: RandomState = None, shortlist: int = 12, min_shortlist: int = 6,
-                 shrink_at: float = 100.0, warmup: float = 3.0, explore: float = 0.1,
+                 shrink_at: float = 100.0, warmup: float | str = "auto", explore: float = 0.1,
                  refit_growth: float = 0.25, dim: int | str = "auto", delta: float = 0.05,
                  fit_work: int = 1_000_000, explore_pairs: int = 0) -> None:
         store_params(self, locals())
@@ -160,7 +161,8 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         if self.min_shortlist > self.shortlist:
             raise ValueError(f"min_shortlist ({self.min_shortlist}) must not exceed shortlist ({self.shortlist})")
         real("shrink_at", 0, np.inf, lo_open=True)
-        real("warmup", 0, np.inf)
+        if self.warmup != "auto":
+            real("warmup", 0, np.inf)
         real("explore", 0, 1)
         real("refit_growth", 0, np.inf, lo_open=True)
         real("delta", 0, 1, lo_open=True, hi_open=True)

@@ -88,7 +88,7 @@ class QuestionChoice:
                 heapq.heappush(heap, (int(loads[g]), int(draw[g]), g))
                 fed += 1
             load, t, h = heapq.heappop(heap)
-            warm = self.n_fits_ == 0 or self.answered_[h] < self.warmup
+            warm = self.n_fits_ == 0 or self.answered_[h] < self.warmup_
             if warm or self.rng_.random() < explore:
                 if warm or not pairs or self.embedding_ is None:
                     q = self._random_question(h, taken)
@@ -260,7 +260,7 @@ class QuestionChoice:
         ``SCREEN_CANDIDATES`` in all); and whether h is certified. Empty while h is warming up
         (no fit yet, or fewer than ``warmup`` answers for it): a screen then shows random items."""
         h = int(h)
-        if self.n_fits_ == 0 or self.answered_[h] < self.warmup:
+        if self.n_fits_ == 0 or self.answered_[h] < self.warmup_:
             return np.empty(0, np.int64), False
         X = self.embedding_
         if SCREEN_SPREAD and X is not None and (self.coin_ or X.shape[1] == 1):

@@ -93,7 +93,8 @@ def test_bad_parameter_names_the_parameter(name):
     with pytest.raises(ValueError, match="'no_such_param'"):
         check_params(name, {"no_such_param": 1})
     for key, schema in ALGORITHMS[name].params.items():
-        bad = "not-a-number" if schema.get("type") in ("integer", "number") or "enum" in schema else 12.5
+        numeric = schema.get("type") in ("integer", "number") or "enum" in schema or "oneOf" in schema
+        bad = "not-a-number" if numeric else 12.5
         with pytest.raises(ValueError, match=repr(key)):
             make_planner(name, N, question_kind=ALGORITHMS[name].question_kinds[0], labels=_labels(), **{key: bad})
 
