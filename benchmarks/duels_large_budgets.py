@@ -31,7 +31,7 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=5000)
     ap.add_argument("--budgets", default="10,20,30,50", help="answers per item")
     ap.add_argument("--warmups", default="3,6", help="fixed warmups to compare with the automatic one ('' for none)")
-    ap.add_argument("--peer-dims", default="4", help="the peer's t-STE dimensions (the learner fits 2, 4, 8 and the line)")
+    ap.add_argument("--peer-dims", default="4", help="the peer's t-STE dimensions (4: the truth's)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     n, budgets = args.items, [int(b) for b in args.budgets.split(",")]
