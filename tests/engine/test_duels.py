@@ -39,7 +39,7 @@ def drive(planner, D, per_item, batch=None, **noise):
     batch = batch or n
     total = 0
     while total < per_item * n:
-        qs = planner.next_questions(min(batch, per_item * n - total))
+        qs = planner.next_questions(int(min(batch, per_item * n - total)))
         if not qs:
             break
         planner.observe(answer(D, qs, **noise))
@@ -117,6 +117,25 @@ def test_outside_a_pool_a_call_gives_each_head_one_question_and_finishes_its_ref
     assert p.fit_job_ is None  # no fitter: the pool's refit ends in the call, as offline
 
 
+def test_a_larger_study_warms_up_longer_on_random_triplets():
+    """``warmup="auto"`` (the default) is 3 up to 1,000 items and grows with the log of the items beyond:
+    no fit, and only random triplets, until each head has that many answers; a fixed warmup is kept."""
+    assert duels.fits.auto_warmup(85) == duels.fits.auto_warmup(1000) == 3.0
+    assert duels.fits.auto_warmup(5000) == pytest.approx(6.0)
+    assert duels.fits.auto_warmup(50_000) == pytest.approx(10.29, abs=0.01)
+    n = 1200
+    D = cdist(points(n, 4), points(n, 4))
+    auto = CandidateDuels(n, random_state=0, dim=2)
+    assert auto.get_params()["warmup"] == "auto" and auto.warmup_ == pytest.approx(3.340, abs=1e-3)
+    assert CandidateDuels(n, warmup=3).warmup_ == 3.0
+    drive(auto, D, 3.3)  # (a fixed warmup of 3 would have fitted at 3 answers per item)
+    assert auto.n_fits_ == 0 and auto.embedding_ is None
+    drive(auto, D, 0.05)  # (drive counts from where the planner is)
+    auto.next_questions(n)
+    assert auto.n_fits_ == 1
+    assert CandidateDuels.from_state(auto.to_state()).warmup_ == auto.warmup_
+
+
 def test_questions_distinct_within_a_call_and_pending_counted():
     n = 20
     p = CandidateDuels(n, random_state=0, warmup=0)
@@ -166,6 +185,7 @@ def test_bad_rows(rows, msg):
     ({"explore": 1.5}, "explore"),
     ({"refit_growth": 0}, "refit_growth"),
     ({"warmup": -1}, "warmup"),
+    ({"warmup": "soon"}, "warmup"),
 ])
 def test_bad_params(params, msg):
     with pytest.raises(ValueError, match=msg):
