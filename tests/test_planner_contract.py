@@ -483,26 +483,22 @@ TOY_WIDGET = {
 class="candidate" id="far-1"></button></p></div>
 ''',
     "static/js/widgets/far.js": '''// Widget "far" (the toy kind farther): click the one less like the head, or 1 / 2.
+// One choice: ctx.oneChoice gives it hide, setDisabled, keydown and isRight.
 (function (W) {
   "use strict";
   const byId = (id) => document.getElementById(id);
   W.far = {
     init(ctx) {
-      this.ctx = ctx;
-      [0, 1].forEach((n) => byId("far-" + n).addEventListener("click", () => this.pick(n)));
+      ctx.oneChoice(this, { el: byId("far"), buttons: [byId("far-0"), byId("far-1")],
+                            offered: (q) => q.candidates, keys: ["1", "2"] });
     },
     items(q) { return [q.head, ...q.candidates]; },
     show(q) {
       this.q = q;
       byId("far-prompt").textContent = q.prompt;
       this.items(q).forEach((item, n) => this.ctx.renderItem(byId(n ? "far-" + (n - 1) : "far-head"), item));
-      byId("far").hidden = false;
+      this.el.hidden = false;
     },
-    hide() { byId("far").hidden = true; },
-    setDisabled(d) { [0, 1].forEach((n) => (byId("far-" + n).disabled = d)); },
-    pick(n) { if (this.q) this.ctx.submit({ choice: this.q.candidates[n].index }); },
-    keydown(event) { const n = ["1", "2"].indexOf(event.key); if (n >= 0) this.pick(n); return n >= 0; },
-    isRight(q, answer) { return answer.choice === q.answer; },
   };
 })(window.ProximaWidgets = window.ProximaWidgets || {});
 ''',
