@@ -523,7 +523,7 @@ from workers.store.config import StudyConfig
 from workers.store.queue import get_queue
 from workers.store.studies import Item, create_study
 
-positions = [0.0, 0.05, 1.0, 1.05, 2.0, 2.05]
+positions = [0.0, 0.05, 1.0, 1.1, 2.3, 2.45]  # no item equally far from two others: no ties
 conn = redis.Redis.from_url(sys.argv[1])
 config = StudyConfig.from_dict({"name": "far", "question_kind": "farther", "random_state": 1, "pool_size": 6,
                                 "attention": {"rate": 0}})
@@ -581,7 +581,7 @@ def test_adding_a_question_kind_is_one_table_entry_and_one_widget(redis_url, con
     # each answer implies one triplet (cblearn's list order: i closer to j than to k), the picked one far
     expected = "".join(f"{head},{b if picks[0] == a else a},{picks[0]}\n" for _, (head, a, b), picks in out["log"])
     assert out["triplets"] == expected
-    positions = [0.0, 0.05, 1.0, 1.05, 2.0, 2.05]
+    positions = [0.0, 0.05, 1.0, 1.1, 2.3, 2.45]
     assert all(abs(positions[i] - positions[j]) < abs(positions[i] - positions[k])
                for i, j, k in (map(int, row.split(",")) for row in expected.split()))
     shutil.rmtree(tree)  # the toy kind is deleted again; the real source never held it
