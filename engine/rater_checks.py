@@ -6,7 +6,8 @@ random, constant, position-biased and index-rule. numpy only: imports neither Re
 workers.
 
 Conventions. A triplet answer row is ``(head, first, second, chose_first)``: the candidates in the
-order shown, ``chose_first`` 1 if the first one was picked. A rating answer row is
+order shown, ``chose_first`` 1 if the answer judged the first one nearer the head (the triplet the answer
+implies; for the triplet kind, the first was picked). A rating answer row is
 ``(i, j, distance)`` with the distance in [0, 1] the scale gives (``RatingScale.distance``). ``group``
 is an integer per answer: the fold of its rater (raters are split into ``N_FOLDS`` groups; a rater's
 answers are predicted by the model fitted on the other groups).

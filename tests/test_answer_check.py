@@ -2,16 +2,22 @@
 repeats judged once at a fixed count so the README's rates are the code's."""
 from __future__ import annotations
 
+import dataclasses
 import random
 from math import comb
+from types import MappingProxyType
 
 import pytest
 from helpers import positioned_study, run_worker
 
+from engine import kinds
+from engine import rater_checks as engine_checks
 from webapp.questions_answers import flag_low_self_agreement
+from workers.jobs import rater_checks
 from workers.store import keys
+from workers.store.answers import Answer
 from workers.store.config import Attention, StudyConfig
-from workers.store.raters import rater_table
+from workers.store.raters import answer_check_looks, rater_table
 from workers.store.studies import Item, create_study, get_study
 
 N_ITEMS, QUESTIONS = 16, 40
@@ -111,6 +117,71 @@ def test_the_finish_page_waits_for_the_answer_check_of_the_last_answers(app, con
     assert 'id="checking"' in page.get_data(as_text=True) and page.headers["Refresh"]
     run_worker(conn)
     assert 'id="completion-code"' in client.get(f"/s/{study_id}/done").get_data(as_text=True)
+
+
+# ------------------------------------------------------------------ what a pick means is the kind's to say
+class _Farther(kinds._Triplet):
+    """A kind whose rater picks the candidate LESS like the head: the triplet it implies is won by the other."""
+
+    def triplets(self, shown, picks):
+        head, a, b = shown
+        return [(head, a, b, b if picks[0] == a else a)]
+
+
+_TRIPLET = kinds.get_kind("triplet")
+FARTHER = _Farther(**{**{f.name: getattr(_TRIPLET, f.name) for f in dataclasses.fields(_TRIPLET)}, "name": "farther"})
+
+
+@pytest.fixture
+def farther(monkeypatch):
+    """The kinds table with the kind ``farther`` in it (for this test only)."""
+    monkeypatch.setattr(kinds, "KINDS", MappingProxyType({**kinds.KINDS, "farther": FARTHER}))
+
+
+def logged(n: int, rater: str, kind: str, screen: tuple[int, int, int], pick: int) -> Answer:
+    head, a, b = screen
+    return Answer(id=f"{n + 1}-0", qid=f"q{n}", rater=rater, kind=kind, head=head, a=a, b=b, choice=pick,
+                  algorithm="random_triplets", fallback=False, issued_at=0.0, answered_at=0.0, response_ms=2000)
+
+
+def test_triplet_rows_read_which_candidate_is_nearer_from_the_triplet_the_kind_implies(farther):
+    # the same judgement (3 is nearer 2 than 9) as a triplet answer picking 2 and a farther answer picking 9
+    rows, picked_first = rater_checks.triplet_rows([logged(0, "r", "triplet", (3, 2, 9), 2),
+                                                    logged(1, "r", "farther", (3, 2, 9), 9),
+                                                    logged(2, "r", "farther", (3, 9, 2), 9)])
+    assert rows.tolist() == [[3, 2, 9, 1], [3, 2, 9, 1], [3, 9, 2, 0]]
+    assert picked_first.tolist() == [1, 0, 1]  # what the rater clicked, for the item-blind rules
+
+
+def test_a_careful_rater_of_a_kind_picking_the_farther_item_is_not_judged_backwards(conn, farther):
+    """The answer check judges a kind's answers by the triplets they imply, not by ``choice == a``: a
+    careful rater who picks the item less like the head agrees with the model of careful triplet raters,
+    and a bot clicking the lower index is still caught by what it clicks."""
+    study_id = positioned_study(conn, "farther", POSITIONS, random_state=5)
+    rng, log = random.Random(7), []
+
+    def nearer(head, a, b):
+        return a if abs(POSITIONS[a] - POSITIONS[head]) < abs(POSITIONS[b] - POSITIONS[head]) else b
+
+    def answer(rater, kind, rule):
+        screen = tuple(rng.sample(range(N_ITEMS), 3))
+        log.append(logged(len(log), rater, kind, screen, rule(*screen)))
+
+    for n in range(12):
+        for _ in range(QUESTIONS):
+            answer(f"person-{n}", "triplet",
+                   lambda h, a, b: rng.choice((a, b)) if rng.random() < 0.1 else nearer(h, a, b))
+    for _ in range(QUESTIONS):
+        answer("far-person", "farther",
+               lambda h, a, b: rng.choice((a, b)) if rng.random() < 0.1 else ({a, b} - {nearer(h, a, b)}).pop())
+        answer("far-bot", "farther", lambda h, a, b: min(a, b))
+    look = answer_check_looks(QUESTIONS)[-1]  # the third look: 40 answers
+    due = {"far-person": look, "far-bot": look}
+    verdicts = rater_checks.judge(get_study(conn, study_id), log, due, {})
+    alpha = engine_checks.look_alpha(look[0], Attention().false_flag_rate)
+    person, bot = verdicts["far-person"], verdicts["far-bot"]
+    assert person.n == QUESTIONS and person.agreement > 0.6 and person.p >= alpha, person
+    assert bot.p < alpha and bot.likeliest == "lowest index", bot
 
 
 # ------------------------------------------------------------------ validation repeats (item 8)

@@ -483,26 +483,22 @@ TOY_WIDGET = {
 class="candidate" id="far-1"></button></p></div>
 ''',
     "static/js/widgets/far.js": '''// Widget "far" (the toy kind farther): click the one less like the head, or 1 / 2.
+// One choice: ctx.oneChoice gives it hide, setDisabled, keydown and isRight.
 (function (W) {
   "use strict";
   const byId = (id) => document.getElementById(id);
   W.far = {
     init(ctx) {
-      this.ctx = ctx;
-      [0, 1].forEach((n) => byId("far-" + n).addEventListener("click", () => this.pick(n)));
+      ctx.oneChoice(this, { el: byId("far"), buttons: [byId("far-0"), byId("far-1")],
+                            offered: (q) => q.candidates, keys: ["1", "2"] });
     },
     items(q) { return [q.head, ...q.candidates]; },
     show(q) {
       this.q = q;
       byId("far-prompt").textContent = q.prompt;
       this.items(q).forEach((item, n) => this.ctx.renderItem(byId(n ? "far-" + (n - 1) : "far-head"), item));
-      byId("far").hidden = false;
+      this.el.hidden = false;
     },
-    hide() { byId("far").hidden = true; },
-    setDisabled(d) { [0, 1].forEach((n) => (byId("far-" + n).disabled = d)); },
-    pick(n) { if (this.q) this.ctx.submit({ choice: this.q.candidates[n].index }); },
-    keydown(event) { const n = ["1", "2"].indexOf(event.key); if (n >= 0) this.pick(n); return n >= 0; },
-    isRight(q, answer) { return answer.choice === q.answer; },
   };
 })(window.ProximaWidgets = window.ProximaWidgets || {});
 ''',
@@ -527,7 +523,7 @@ from workers.store.config import StudyConfig
 from workers.store.queue import get_queue
 from workers.store.studies import Item, create_study
 
-positions = [0.0, 0.05, 1.0, 1.05, 2.0, 2.05]
+positions = [0.0, 0.05, 1.0, 1.1, 2.3, 2.45]  # no item equally far from two others: no ties
 conn = redis.Redis.from_url(sys.argv[1])
 config = StudyConfig.from_dict({"name": "far", "question_kind": "farther", "random_state": 1, "pool_size": 6,
                                 "attention": {"rate": 0}})
@@ -585,7 +581,7 @@ def test_adding_a_question_kind_is_one_table_entry_and_one_widget(redis_url, con
     # each answer implies one triplet (cblearn's list order: i closer to j than to k), the picked one far
     expected = "".join(f"{head},{b if picks[0] == a else a},{picks[0]}\n" for _, (head, a, b), picks in out["log"])
     assert out["triplets"] == expected
-    positions = [0.0, 0.05, 1.0, 1.05, 2.0, 2.05]
+    positions = [0.0, 0.05, 1.0, 1.1, 2.3, 2.45]
     assert all(abs(positions[i] - positions[j]) < abs(positions[i] - positions[k])
                for i, j, k in (map(int, row.split(",")) for row in expected.split()))
     shutil.rmtree(tree)  # the toy kind is deleted again; the real source never held it

@@ -264,8 +264,31 @@
     }
   }
 
+  // A widget whose answer is one of the items it shows (pick, odd) calls ctx.oneChoice(this, {el, buttons,
+  // offered, keys}) from its init: ``buttons[n]`` shows ``offered(q)[n]``, and a click on it or the key
+  // ``keys[n]`` answers with that item. It gets its ctx, el and buttons and the parts such widgets share
+  // (hide, setDisabled, choose, keydown, isRight), and keeps its own items and show.
+  function oneChoice(widget, { el, buttons, offered, keys }) {
+    Object.assign(widget, {
+      ctx: ctx, el: el, buttons: buttons,
+      hide() { this.el.hidden = true; },
+      setDisabled(disabled) { this.buttons.forEach((b) => (b.disabled = disabled)); },
+      choose(n) { if (this.q) this.ctx.submit({ choice: offered(this.q)[n].index }); },
+      keydown(event) {
+        const n = keys.indexOf(event.key);
+        if (n < 0) return false;
+        event.preventDefault();
+        this.choose(n);
+        return true;
+      },
+      isRight(q, answer) { return answer.choice === q.answer; },
+    });
+    buttons.forEach((b, n) => b.addEventListener("click", () => widget.choose(n)));
+  }
+
   // each widget whose markup the page has: it draws its screens and hands its answers to submit()
-  Object.values(WIDGETS).forEach((w) => w.init({ renderItem: renderItem, submit: submit }));
+  const ctx = { renderItem: renderItem, submit: submit, oneChoice: oneChoice };
+  Object.values(WIDGETS).forEach((w) => w.init(ctx));
   if (skipRow) $("skip").addEventListener("click", skip);
   $("feedback-next").addEventListener("click", () => { practiceIndex += 1; showPractice(); });
   $("start").addEventListener("click", () => (practice.length ? startPractice() : startQuestions()));

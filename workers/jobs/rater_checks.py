@@ -189,9 +189,9 @@ def judge(study: Study, log_answers: list[Answer], due: dict[str, tuple[int, int
     # the model judges binary choices (anchored triplets) and ratings; screens of more items (odd-one-out,
     # grids) imply triplets whose candidates depend on the answer itself, which the random-responder
     # simulation does not model, so they are left to catch trials and repeats
-    triplets = [a for a in reference if a.question_kind.asks == "triplet"]
+    triplets = [a for a in reference if _one_triplet(a)]
     ratings = [a for a in reference if a.question_kind.asks == "pair"]
-    judged_t = {r: [a for a in w if a.question_kind.asks == "triplet"] for r, w in window.items()}
+    judged_t = {r: [a for a in w if _one_triplet(a)] for r, w in window.items()}
     judged_r = {r: [a for a in w if a.question_kind.asks == "pair"] for r, w in window.items()}
     if any(judged_t.values()):
         verdicts.update(_judge_triplets(study, triplets, {r: w for r, w in judged_t.items()
@@ -209,18 +209,45 @@ def _simulations(look: int, false_flag_rate: float) -> int:
     return int(min(100000, max(rater_checks.SIMULATIONS, 4 / rater_checks.look_alpha(look, false_flag_rate))))
 
 
+def _one_triplet(answer: Answer) -> bool:
+    """An answer to a question asking a triplet (a head and two candidates) that implies one triplet."""
+    kind = answer.question_kind
+    return kind.asks == "triplet" and kind.triplet_derived
+
+
+def triplet_rows(answers: list[Answer]) -> tuple[np.ndarray, np.ndarray]:
+    """The answers as ``engine.rater_checks`` triplet rows ``(head, first, second, first_nearer)`` (the
+    candidates in the order shown), with ``first_nearer`` read from the triplet the answer implies (its
+    kind's ``triplets``: what a pick means is the kind's to say, it need not be the nearer item); and,
+    beside them, 1 where the rater picked the first candidate (what an item-blind rater's rule decides)."""
+    rows, picked_first = [], []
+    for answer in answers:
+        head, first, second = answer.shown
+        (t_head, x, y, nearer), = answer.triplets()
+        if t_head != head or {x, y} != {first, second} or nearer not in (x, y):
+            raise ValueError(f"answer {answer.id} ({answer.kind}) implies the triplet {(t_head, x, y, nearer)}, "
+                             f"not one of its screen {answer.shown}")
+        rows.append((head, first, second, int(nearer == first)))
+        picked_first.append(int(answer.picks[0] == first))
+    return np.array(rows, dtype=np.int64).reshape(-1, 4), np.array(picked_first, dtype=np.int64)
+
+
 def _judge_triplets(study: Study, reference: list[Answer], windows: dict[str, list[Answer]],
                     due: dict[str, tuple[int, int]], seed: int) -> dict[str, rater_checks.Verdict]:
     n = study.n_items
     judged = [a for w in windows.values() for a in w]
-    rows = np.array([(a.head, a.a, a.b, int(a.choice == a.a)) for a in reference + judged], dtype=np.int64)
+    rows, picked_first = triplet_rows(reference + judged)
     if len(rows) == 0:
         return {}
     group = np.array([_fold(a.rater) for a in reference + judged])
     in_reference = np.arange(len(rows)) < len(reference)
     z = rater_checks.held_out_triplet_margins(rows, group, in_reference, n, seed=seed)
     scale = rater_checks.calibrate_temperature(z[in_reference], rows[in_reference, 3])
-    p_first = rater_checks.LAPSE / 2 + (1 - rater_checks.LAPSE) / (1 + np.exp(-np.clip(scale * z, -30, 30)))
+    p_nearer = rater_checks.LAPSE / 2 + (1 - rater_checks.LAPSE) / (1 + np.exp(-np.clip(scale * z, -30, 30)))
+    # item-blind raters are modelled by what they click, the honest model by which candidate is nearer:
+    # where picking the first candidate says it is the farther one, an honest rater picks it with the
+    # chance that the second is nearer
+    p_first = np.where(picked_first == rows[:, 3], p_nearer, 1 - p_nearer)
     verdicts, start = {}, len(reference)
     false_flag_rate = study.config.attention.false_flag_rate
     for rater, window in windows.items():
@@ -228,8 +255,8 @@ def _judge_triplets(study: Study, reference: list[Answer], windows: dict[str, li
         start += len(window)
         r = rows[part]
         verdicts[rater] = rater_checks.judge_triplets(
-            p_first[part], r[:, 3], (r[:, 1] < r[:, 2]).astype(int), seed=seed + zlib.crc32(rater.encode()),
-            simulations=_simulations(due[rater][0], false_flag_rate))
+            p_first[part], picked_first[part], (r[:, 1] < r[:, 2]).astype(int),
+            seed=seed + zlib.crc32(rater.encode()), simulations=_simulations(due[rater][0], false_flag_rate))
     return verdicts
 
 

@@ -4,10 +4,13 @@
   "use strict";
   W.odd = {
     init(ctx) {
-      this.ctx = ctx;
-      this.el = document.getElementById("odd");
-      this.buttons = Array.from(this.el.querySelectorAll(".odd-item"));
-      this.buttons.forEach((b, n) => b.addEventListener("click", () => this.choose(n)));
+      const el = document.getElementById("odd");
+      ctx.oneChoice(this, {
+        el: el,
+        buttons: Array.from(el.querySelectorAll(".odd-item")),
+        offered: (q) => q.items,
+        keys: ["1", "2", "3"],
+      });
     },
     items(q) { return q.items; },
     show(q) {
@@ -19,16 +22,5 @@
       });
       this.el.hidden = false;
     },
-    hide() { this.el.hidden = true; },
-    setDisabled(disabled) { this.buttons.forEach((b) => (b.disabled = disabled)); },
-    choose(n) { if (this.q) this.ctx.submit({ choice: this.q.items[n].index }); },
-    keydown(event) {
-      const n = ["1", "2", "3"].indexOf(event.key);
-      if (n < 0) return false;
-      event.preventDefault();
-      this.choose(n);
-      return true;
-    },
-    isRight(q, answer) { return answer.choice === q.answer; },
   };
 })(window.ProximaWidgets = window.ProximaWidgets || {});

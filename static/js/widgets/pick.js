@@ -4,10 +4,12 @@
   "use strict";
   W.pick = {
     init(ctx) {
-      this.ctx = ctx;
-      this.el = document.getElementById("question");
-      this.buttons = [document.getElementById("left"), document.getElementById("right")];
-      this.buttons.forEach((b, side) => b.addEventListener("click", () => this.choose(side)));
+      ctx.oneChoice(this, {
+        el: document.getElementById("question"),
+        buttons: [document.getElementById("left"), document.getElementById("right")],
+        offered: (q) => q.candidates,
+        keys: ["ArrowLeft", "ArrowRight"],
+      });
     },
     items(q) { return [q.head].concat(q.candidates); },
     show(q) {
@@ -17,14 +19,5 @@
       q.candidates.forEach((item, side) => this.ctx.renderItem(this.buttons[side], item));
       this.el.hidden = false;
     },
-    hide() { this.el.hidden = true; },
-    setDisabled(disabled) { this.buttons.forEach((b) => (b.disabled = disabled)); },
-    choose(side) { if (this.q) this.ctx.submit({ choice: this.q.candidates[side].index }); },
-    keydown(event) {
-      if (event.key === "ArrowLeft") { event.preventDefault(); this.choose(0); return true; }
-      if (event.key === "ArrowRight") { event.preventDefault(); this.choose(1); return true; }
-      return false;
-    },
-    isRight(q, answer) { return answer.choice === q.answer; },
   };
 })(window.ProximaWidgets = window.ProximaWidgets || {});
