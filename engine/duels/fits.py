@@ -19,22 +19,21 @@ FIT_MAX_ITER = 300
 #: where duels are coin flips (``coin_``, see :mod:`.dims`): the refit cadence (answers grown by this
 #: share since the last fit), when below ``refit_growth``
 COIN_REFIT = 0.1
-#: ``warmup="auto"``: random-triplet answers per head before its duels start, up to ``WARMUP_ITEMS``
-#: items; beyond, ``WARMUP_PER_FIVEFOLD`` more for every fivefold of items (a random start must place
-#: each item among more others before its shortlist holds its neighbours). Clustered 4-D items, the
-#: human noise model, hit@3 at 20 / 30 answers per item on 5,000 items: warmup 3 .034 / -, 6 .118 /
-#: .335, 10 .089 / .297; random triplets + a 4-D t-STE .050 / .089 (``benchmarks/duels_large_budgets.py``)
-WARMUP = 3.0
-WARMUP_ITEMS = 1000
-WARMUP_PER_FIVEFOLD = 3.0
+#: ``warmup="auto"`` as (warmup, up to items, more for every fivefold of items beyond): a random start
+#: must place each item among more others before its shortlist holds its neighbours. Clustered 4-D
+#: items, the human noise model, hit@3 at 20 / 30 answers per item on 5,000 items: warmup 3 .034 / -,
+#: 6 .118 / .335, 10 .089 / .297; random triplets + a 4-D t-STE .050 / .089
+#: (``benchmarks/duels_large_budgets.py``)
+AUTO_WARMUP = (3.0, 1000, 3.0)
 
 
 def auto_warmup(n_items: int) -> float:
-    """The warmup ``warmup="auto"`` gives a study of ``n_items``: ``WARMUP`` up to ``WARMUP_ITEMS``
+    """The warmup ``warmup="auto"`` gives a study of ``n_items`` (:data:`AUTO_WARMUP`): 3 up to 1,000
     items, growing with the log of the items beyond (6 at 5,000 items, 7.3 at 10,000, 10.3 at 50,000)."""
-    if n_items <= WARMUP_ITEMS:
-        return WARMUP
-    return WARMUP + WARMUP_PER_FIVEFOLD * math.log(n_items / WARMUP_ITEMS) / math.log(5.0)
+    warmup, items, per_fivefold = AUTO_WARMUP
+    if n_items <= items:
+        return warmup
+    return warmup + per_fivefold * math.log(n_items / items) / math.log(5.0)
 
 
 def _embedding_module():
