@@ -127,3 +127,24 @@ def _alive(pid: int) -> bool:
             return fh.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_fit_process_whose_worker_died_before_it_started_ends():
+    """A fit process watches the worker that started it by the pid the worker gave it: one whose worker
+    was killed while it was still starting (already left to init when its setup ran) ends at once, and
+    one whose worker lives goes on."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    code = ("import sys, time; from workers.jobs.fits import _child_setup; _child_setup(1, int(sys.argv[1])); "
+            "time.sleep(float(sys.argv[2])); print('lived')")
+    orphan = subprocess.run([sys.executable, "-c", code, str(gone.pid), "60"], cwd=root, capture_output=True,
+                            text=True, timeout=30)
+    assert orphan.returncode == 0 and "lived" not in orphan.stdout
+    watched = subprocess.run([sys.executable, "-c", code, str(os.getpid()), "2.5"], cwd=root, capture_output=True,
+                             text=True, timeout=30)
+    assert watched.returncode == 0 and "lived" in watched.stdout, watched.stderr

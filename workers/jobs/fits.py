@@ -45,19 +45,21 @@ PARENT_CHECK_SECONDS = 1.0
 
 
 def _exit_with(parent: int) -> None:
-    """End this fit process once the worker that started it is gone: a worker killed (kill -9, out of
-    memory, a supervisor's restart) never shuts its pool down, and its fit processes would otherwise
-    live on, holding their memory (~500 MB at 50,000 items) and, mid-fit, a core."""
+    """End this fit process once the worker that started it (``parent``, its pid as the worker gave it)
+    is gone: a worker killed (kill -9, out of memory, a supervisor's restart) never shuts its pool
+    down, and its fit processes would otherwise live on, holding their memory (~500 MB at 50,000
+    items) and, mid-fit, a core. The pid comes from the worker, not from ``os.getppid()`` here: a
+    worker killed while this process was still starting has already left it to init."""
     while True:
-        time.sleep(PARENT_CHECK_SECONDS)
         if os.getppid() != parent:
             os._exit(0)
+        time.sleep(PARENT_CHECK_SECONDS)
 
 
-def _child_setup(blas_threads: int) -> None:
+def _child_setup(blas_threads: int, parent: int) -> None:
     # Ctrl-C goes to the worker, which shuts the pool down; BLAS on as many threads as asked
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=_exit_with, args=(os.getppid(),), name="parent watch", daemon=True).start()
+    threading.Thread(target=_exit_with, args=(parent,), name="parent watch", daemon=True).start()
     os.nice(FIT_NICENESS)
     from threadpoolctl import threadpool_limits
 
@@ -86,7 +88,7 @@ class FitPool:
         if self._executor is None:
             self._executor = ProcessPoolExecutor(max_workers=self.processes,
                                                  mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=_child_setup, initargs=(self.blas_threads,))
+                                                 initializer=_child_setup, initargs=(self.blas_threads, os.getpid()))
         return self._executor
 
     def future(self, key: tuple, task: Any) -> Future:
@@ -110,7 +112,7 @@ class FitPool:
     def _side_pool(self) -> ProcessPoolExecutor:
         if self._side is None:
             self._side = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_child_setup, initargs=(self.blas_threads,))
+                                             initializer=_child_setup, initargs=(self.blas_threads, os.getpid()))
         return self._side
 
     def beside(self, key: tuple, fn: Any, *args: Any, every: float = 0.0) -> None:
