@@ -7,20 +7,8 @@ import re
 import time
 from typing import TYPE_CHECKING
 
-from flask import (
-    Blueprint,
-    Response,
-    abort,
-    current_app,
-    flash,
-    jsonify,
-    redirect,
-    render_template,
-    request,
-    session,
-    stream_with_context,
-    url_for,
-)
+import flask
+from flask import Blueprint, Response, abort, current_app, flash, jsonify, redirect, render_template, request, url_for
 
 from engine.kinds import DEFAULT_KIND, KINDS
 from engine.registry import FOREST_ALGORITHMS
@@ -459,7 +447,7 @@ def account() -> ResponseReturnValue:
         return _account_error(f"The password was not changed: {exc}.", 400)
     accounts.clear_login_failures(conn, name, ip)
     # set_password logged out every session of the account; this one stays logged in
-    session["researcher_epoch"] = accounts.session_epoch(conn, name)
+    flask.session["researcher_epoch"] = accounts.session_epoch(conn, name)
     flash("Your password is changed. Other sessions of this account are logged out.")
     return redirect(url_for("dashboard.account"))
 
@@ -528,7 +516,7 @@ def _download(study_id: str, what: str, fmt: str):
         yield first
         yield from chunks
 
-    response = Response(stream_with_context(body()), mimetype=result.media_type)
+    response = Response(flask.stream_with_context(body()), mimetype=result.media_type)
     # the file name carries the ?algorithm= parameter: only plain characters go into the header
     filename = re.sub(r"[^A-Za-z0-9._-]", "_", result.filename)
     response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
