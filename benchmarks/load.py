@@ -4,8 +4,9 @@ Starts what ``proxima serve`` starts, in a scratch instance folder: the embedded
 redis-server (AOF, ``appendfsync always``), RQ worker(s) (``python -m webapp worker``) and
 gunicorn with serve's options (``webapp.cli.serve``: 2 workers x 8 threads, keep-alive;
 ``--worker-class``/``--threads``/``--keep-alive`` override them), plus an access log
-whose ``%(D)s`` gives the server-side time of every request. It creates an ANNTri study of
-n = 1,000 colour items (triplet-derived questions, the README's parameters) that the worker
+whose ``%(D)s`` gives the server-side time of every request. It creates a study of n = 1,000
+colour items with the question kind's default learner (``--algorithm``: duels for triplets;
+``anntri``: triplet-derived ANNTri with the parameters of the older figures) that the worker
 runs adaptively during the whole test.
 
 Simulated raters behave like people in a browser: each has its own aiohttp ClientSession
@@ -848,7 +849,7 @@ def parse_args(argv=None):
     ap.add_argument("--step-seconds", type=float, default=None, help="how long each step is held (default 30)")
     ap.add_argument("--quick", action="store_true", help="steps 50,200,500 of 10 s (< 2 minutes)")
     ap.add_argument("--items", type=lambda s: [int(x) for x in s.split(",")], default=[1000],
-                    help="items of the ANNTri study; several (1000,5000,10000): one run each, back to back")
+                    help="items of the study; several (1000,5000,10000): one run each, back to back")
     ap.add_argument("--pool-size", type=int, default=20, help="the study's pool_size (the config default)")
     ap.add_argument("--think-median", type=float, default=1.8, help="median think time, s (log-normal)")
     ap.add_argument("--think-sigma", type=float, default=0.4, help="sd of the log think time")
@@ -876,9 +877,9 @@ def parse_args(argv=None):
                          f" --keep-alive {GTHREAD_KEEP_ALIVE}")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--algorithm", default=None,
-                    help="the study's learner (a name of engine/registry.py's table; 'duels' is the default of "
-                         "every triplet study); anntri (the default without --kind) is what the triplet figures "
-                         "in benchmarks/README.md were measured with; with --kind the kind's default learner")
+                    help="the study's learner (a name of engine/registry.py's table); default: the default "
+                         "learner of the question kind (duels for triplets); 'anntri' runs the triplet-derived "
+                         "ANNTri study the older figures of benchmarks/HISTORY.md were measured with")
     ap.add_argument("--kind", default=None,
                     help="the study's question kind (engine/kinds.py: triplet, rating, odd_one_out, rank); "
                          "without it, the triplet-derived ANNTri study of the README's figures")
@@ -893,7 +894,7 @@ def parse_args(argv=None):
         a.step_seconds = 10.0 if a.quick else 30.0
     if a.profile_seconds is None:
         a.profile_seconds = 8.0 if a.quick else 20.0
-    from engine.kinds import get_kind
+    from engine.kinds import DEFAULT_KIND, get_kind
     from engine.registry import default_algorithm
 
     if a.kind is not None:
@@ -905,7 +906,7 @@ def parse_args(argv=None):
         a.kind_settings = kind.check_settings(size) if kind.settings else None
     else:
         a.kind_settings = None
-    a.algorithm = a.algorithm or (default_algorithm(a.kind) if a.kind is not None else "anntri")
+    a.algorithm = a.algorithm or default_algorithm(a.kind or DEFAULT_KIND)
     return a
 
 

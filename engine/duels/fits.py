@@ -25,6 +25,12 @@ COIN_REFIT = 0.1
 #: 6 .118 / .335, 10 .089 / .297; random triplets + a 4-D t-STE .050 / .089
 #: (``benchmarks/duels_large_budgets.py``)
 AUTO_WARMUP = (3.0, 1000, 3.0)
+#: answers per item of the first fit where the warmup is longer (a larger study): the refits go on
+#: through the warmup on its random triplets, so the graph is read from a fit (not from win shares)
+#: and every dimension has been scored on fresh answers by the time the duels start. Before, a
+#: 50,000-item study had no fit by 10 answers per item (hit@3 .000 against random triplets + an
+#: embedding's .001) and its duels started from a 2-D fit no answer had scored
+FIRST_FIT = 3.0
 
 
 def auto_warmup(n_items: int) -> float:
@@ -102,7 +108,7 @@ class Refits:
         if self.fit_job_ is not None:
             return True
         if self.n_fits_ == 0:
-            return self.n_answers_ >= self.warmup_ * self.n_items or self.warmup_ == 0
+            return self.n_answers_ >= min(self.warmup_, FIRST_FIT) * self.n_items or self.warmup_ == 0
         return self._grown(self.fitted_on_)
 
     def _grown(self, fitted_on: int) -> bool:
