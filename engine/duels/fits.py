@@ -23,14 +23,11 @@ COIN_REFIT = 0.1
 #: must place each item among more others before its shortlist holds its neighbours. Clustered 4-D
 #: items, the human noise model, hit@3 at 20 / 30 answers per item on 5,000 items: warmup 3 .034 / -,
 #: 6 .118 / .335, 10 .089 / .297; random triplets + a 4-D t-STE .050 / .089
-#: (``benchmarks/duels_large_budgets.py``)
+#: (``benchmarks/duels_large_budgets.py``). Fitting through the warmup as well (a first fit at 3 answers
+#: per item, the graph read from it) was tried and dropped: at 5,000 items .003 / .044 / .325 / .731 at
+#: 10 / 20 / 30 / 50 against .001 / .118 / .335 / .670, the early fits' prequential scores, taken on
+#: random triplets, chose 8 dimensions and held the coin-flip regime to 22 answers per item
 AUTO_WARMUP = (3.0, 1000, 3.0)
-#: answers per item of the first fit where the warmup is longer (a larger study): the refits go on
-#: through the warmup on its random triplets, so the graph is read from a fit (not from win shares)
-#: and every dimension has been scored on fresh answers by the time the duels start. Before, a
-#: 50,000-item study had no fit by 10 answers per item (hit@3 .000 against random triplets + an
-#: embedding's .001) and its duels started from a 2-D fit no answer had scored
-FIRST_FIT = 3.0
 
 
 def auto_warmup(n_items: int) -> float:
@@ -108,7 +105,7 @@ class Refits:
         if self.fit_job_ is not None:
             return True
         if self.n_fits_ == 0:
-            return self.n_answers_ >= min(self.warmup_, FIRST_FIT) * self.n_items or self.warmup_ == 0
+            return self.n_answers_ >= self.warmup_ * self.n_items or self.warmup_ == 0
         return self._grown(self.fitted_on_)
 
     def _grown(self, fitted_on: int) -> bool:

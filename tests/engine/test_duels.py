@@ -119,41 +119,20 @@ def test_outside_a_pool_a_call_gives_each_head_one_question_and_finishes_its_ref
 
 def test_a_larger_study_warms_up_longer_on_random_triplets():
     """``warmup="auto"`` (the default) is 3 up to 1,000 items and grows with the log of the items beyond:
-    only random triplets until each head has that many answers; a fixed warmup is kept. The first fit
-    comes at ``FIRST_FIT`` (3) answers per item all the same: the graph is read from it, not from win
-    shares, while the warmup goes on."""
+    no fit, and only random triplets, until each head has that many answers; a fixed warmup is kept."""
     assert duels.fits.auto_warmup(85) == duels.fits.auto_warmup(1000) == 3.0
     assert duels.fits.auto_warmup(5000) == pytest.approx(6.0)
     assert duels.fits.auto_warmup(50_000) == pytest.approx(10.29, abs=0.01)
     n = 1200
-    X = points(n, 4)
-    D = cdist(X, X)
+    D = cdist(points(n, 4), points(n, 4))
     auto = CandidateDuels(n, random_state=0, dim=2)
     assert auto.get_params()["warmup"] == "auto" and auto.warmup_ == pytest.approx(3.340, abs=1e-3)
     assert CandidateDuels(n, warmup=3).warmup_ == 3.0
-    drive(auto, D, 2.9)
+    drive(auto, D, 3.3)  # (a fixed warmup of 3 would have fitted at 3 answers per item)
     assert auto.n_fits_ == 0 and auto.embedding_ is None
-    drive(auto, D, 0.15)  # (drive counts from where the planner is)
-    auto.next_questions(1)  # (a call fits when the answers call for it)
-    warming = auto.answered_ < auto.warmup_
-    assert auto.n_fits_ == 1 and warming.mean() > 0.9
-
-    def in_shortlist(questions):
-        return np.mean([a in auto.cands_[h] and b in auto.cands_[h] for h, a, b in questions])
-
-    # the graph is the fit's: each item's neighbour is its nearest in the embedding
-    E = auto.embedding_
-    nearest = np.argsort(cdist(E, E) + np.diag(np.full(n, np.inf)), axis=1)[:, 0]
-    assert (auto.neighbor_graph().neighbors[:, 0] == nearest).mean() > 0.95
-    # still the warmup: random triplets, not the shortlists' duels (12 of 1,199 items: ~0.01% by chance)
-    asked = auto.next_questions(n)
-    warm = [q for q in asked if warming[q[0]]]
-    assert len(warm) > n / 2 and in_shortlist(warm) < 0.01
-    auto.observe(answer(D, asked))
-    drive(auto, D, 0.3)
-    assert auto.answered_.min() >= auto.warmup_
-    duelling = auto.next_questions(n)
-    assert in_shortlist(duelling) > 0.8  # (a tenth explore)
+    drive(auto, D, 0.05)  # (drive counts from where the planner is)
+    auto.next_questions(n)
+    assert auto.n_fits_ == 1
     assert CandidateDuels.from_state(auto.to_state()).warmup_ == auto.warmup_
 
 
