@@ -4,8 +4,10 @@ The researcher's path, command by command: ``proxima simulate-setup`` writes a s
 points (4-D, clusters of 20, unit spread, centres in [0, 10]^4 at 1,000 items, the box growing with n so
 the clusters stay as dense), ``proxima serve`` runs it (gunicorn,
 one RQ worker with its fit process, the embedded Redis) in a scratch folder, ``proxima create`` makes
-the study, ``proxima simulate`` sends ``--raters`` simulated raters (real HTTP clients, no think time,
-the human noise model: logistic ``--noise`` of the clusters' unit spread, lapse ``--lapse``) until
+the study, ``proxima simulate`` sends ``--raters`` simulated raters (real HTTP clients, ``--think``
+seconds per answer, none by default; ``--crowd-nice 19`` lets the server's processes come first, a
+stand-in for raters on other machines), the human noise model: logistic ``--noise`` of the
+clusters' unit spread, lapse ``--lapse``) until
 ``--per-item`` answers per item, and ``proxima export --what graph`` gives the learned graph. Offline:
 the same learner from the registry (``make_planner``, one question per head per call, refits
 finished) answered by the same noise model to the same number of answers. Reported: hit@3 (a true
@@ -149,10 +151,13 @@ def peak_rss(root: int) -> dict[str, float]:
     return out
 
 
+COMMANDS = ("simulate-setup", "serve", "create", "simulate", "export")
+
+
 def run(cmd: list[str], env: dict, **kw) -> subprocess.CompletedProcess:
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT, **kw)
     if out.returncode:
-        raise SystemExit(f"{' '.join(cmd[1:3])} failed:\n{out.stdout}\n{out.stderr}")
+        raise SystemExit(f"{' '.join(c for c in cmd if c in COMMANDS)} failed:\n{out.stdout}\n{out.stderr}")
     return out
 
 
@@ -186,8 +191,10 @@ def live(X: np.ndarray, args, scratch: Path) -> dict:
         started = time.monotonic()
         marks, done, out = [], 0, []
         for b in args.budgets:
-            sim = run([*PROXIMA, "simulate", "live-serve", "--url", f"http://127.0.0.1:{port}", "--oracle",
-                       f"points:{scratch / 'study' / 'truth.csv'}", "--raters", str(args.raters), "--think", "0",
+            crowd = ["nice", "-n", str(args.crowd_nice)] if args.crowd_nice else []
+            sim = run([*crowd, *PROXIMA, "simulate", "live-serve", "--url", f"http://127.0.0.1:{port}", "--oracle",
+                       f"points:{scratch / 'study' / 'truth.csv'}", "--raters", str(args.raters),
+                       "--think", str(args.think),
                        "--noise", f"{scale_share:.9f}", "--lapse", str(args.lapse),
                        "--answers", str(max(1, b * n - done)),
                        "--seed", str(args.seed + b), "--progress-every", "60", "--wait", "300"], env)
@@ -249,6 +256,10 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--port", type=int, default=5077)
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (logs)")
+    ap.add_argument("--think", type=float, default=0.0, help="the raters' mean think time, s (0: as fast as served)")
+    ap.add_argument("--crowd-nice", type=int, default=0,
+                    help="run the simulated crowd under this nice value (19: the server's processes come first, "
+                         "a stand-in for a crowd on other machines on a box with few cores)")
     ap.add_argument("--budgets", default=None, help="answers per item at which the graph is exported and scored, "
                     "comma-separated (default: --per-item)")
     ap.add_argument("--peer", action="store_true", help="also random triplets + an embedding at each budget")
