@@ -179,12 +179,12 @@ def test_a_pass_records_the_memory_the_study_takes(client, conn, study_id, app):
 
 
 @pytest.mark.parametrize("job_seconds, successor, settles", [(0.0, True, False), (0.0, False, True),
-                                                              (60.0, False, True)])
+                                                              (60.0, False, True), (60.0, True, False)])
 def test_a_job_cut_by_its_time_while_answers_keep_coming_hands_over_unsettled(client, conn, study_id, monkeypatch,
                                                                               job_seconds, successor, settles):
-    """A job whose time is up while newer answers queued the next job leaves the last answer check and
-    the summary to that job, so no pass waits on them; a job ending without one (its time up with no
-    newer answer, or answers stopped) settles both."""
+    """A job whose time is up, or that a lull ended, while newer answers queued the next job leaves the
+    last answer check and the summary to that job, so no pass waits on them; a job ending without one
+    (its time up with no newer answer, or answers stopped) settles both."""
     from workers.jobs import update
 
     give(client, 3)
@@ -197,3 +197,23 @@ def test_a_job_cut_by_its_time_while_answers_keep_coming_hands_over_unsettled(cl
     total = update.drain_study(conn, study_id, job_seconds=job_seconds, linger=0.0)
     assert total["applied"] == 3
     assert done == ([("check", study_id), ("summary", study_id)] if settles else [])
+
+
+def test_settling_stops_waiting_for_the_answer_check_when_newer_answers_queued_the_next_job(conn, study_id,
+                                                                                          monkeypatch):
+    """The last answer check of a job waits for the one running beside the passes, unless newer answers
+    queued the next job meanwhile: that job checks them, and its passes must not wait (at 50,000 items
+    the wait emptied the pools for 10 s at a time)."""
+    from workers.jobs import rater_checks
+
+    waits, started = [], []
+    monkeypatch.setattr(rater_checks.fits, "running_beside", lambda key: True)  # a check runs beside
+    monkeypatch.setattr(rater_checks.time, "sleep", lambda s: (waits.append(s), conn.set(
+        keys.update_scheduled(study_id), "1")))  # a newer answer arrives while it waits
+    monkeypatch.setattr(rater_checks, "after_pass", lambda *a: started.append(a))
+    conn.delete(keys.update_scheduled(study_id))
+    rater_checks.settle(conn, study_id)
+    assert len(waits) == 1 and not started  # it waited until the answer came, then left it to the next job
+    waits.clear()
+    rater_checks.settle(conn, study_id)
+    assert not waits and not started

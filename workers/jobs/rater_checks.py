@@ -72,10 +72,13 @@ def after_pass(conn: Redis, study_id: str, summary: dict) -> None:
 
 def settle(conn: Redis, study_id: str, wait: float = 2 * CHECK_EVERY_SECONDS) -> None:
     """At the end of an update job: let a check under way beside the passes finish (``wait`` seconds at
-    most), then start one for answers it did not see, so a study's last answers are checked too."""
+    most), then start one for answers it did not see, so a study's last answers are checked too. A newer
+    answer that queues the next job meanwhile ends the wait: that job settles in its turn."""
     key = ("answer-check", study_id)
     deadline = time.monotonic() + wait
     while fits.running_beside(key) and time.monotonic() < deadline:
+        if conn.exists(keys.update_scheduled(study_id)):
+            return  # newer answers queued the next job: it checks them, and its passes must not wait here
         time.sleep(0.1)
     try:
         if not fits.running_beside(key) and _unchecked(conn, study_id):
