@@ -44,10 +44,6 @@ REPLANS = 3
 #: A pool is filled to this multiple of the questions taken from it since the previous pass (with
 #: raters answering faster than passes come, a pool of pool_size alone runs dry between passes).
 DEMAND_HEADROOM = 1.5
-#: ... and to hold this many seconds of questions at the pace they were taken since the previous pass:
-#: a pass held up (a job handing over, a checkpoint put in place) must not empty the pool. At 50,000
-#: items, 200 raters taking ~380 questions/s from a pool of 200 (half a second) got 7.5% fallbacks
-POOL_SECONDS = 2.0
 
 
 def apply_new_answers(conn: Redis, study_id: str, now: float | None = None, renew: Callable[[], None] | None = None,
@@ -82,17 +78,13 @@ def _budget_reached(learner: Learner, counters: dict) -> bool:
     return budget is not None and int(counters.get(keys.counter_field("questions_served", learner.label), 0)) >= budget
 
 
-def _pool_target(base: int, label: str, counters: dict, previous: dict, seconds: float | None = None) -> int:
+def _pool_target(base: int, label: str, counters: dict, previous: dict) -> int:
     """At least ``base``, and enough for the questions taken from the pool since the previous pass
-    (times ``DEMAND_HEADROOM``) and, when that pass was ``seconds`` ago, for ``POOL_SECONDS`` at their
-    pace; at most ten times ``base``."""
+    (times ``DEMAND_HEADROOM``); at most ten times ``base``."""
     served = int(counters.get(keys.counter_field("questions_served", label), 0))
     before = previous.get(keys.served_field(label))
     demand = served - int(before) if before is not None else 0
-    want = DEMAND_HEADROOM * demand
-    if seconds is not None and seconds > 0:
-        want = max(want, POOL_SECONDS * demand / seconds)
-    return max(base, min(math.ceil(want), 10 * max(base, 1)))
+    return max(base, min(math.ceil(DEMAND_HEADROOM * demand), 10 * max(base, 1)))
 
 
 # ---------------------------------------------------------------------------- one pass
@@ -119,7 +111,6 @@ class _Pass:
     expired: list[dict] = field(default_factory=list)
     counters: dict = field(default_factory=dict)  # keys.counters, names decoded
     previous: dict = field(default_factory=dict)  # "served:<label>" as the previous pass saw it
-    since_previous: float | None = None  # seconds since the previous pass (None: none, or not known)
     active: int = 0
     planned: dict[str, list[dict]] = field(default_factory=dict)
     targets: dict[str, int] = field(default_factory=dict)
@@ -181,9 +172,9 @@ def _read_demand(pipe, p: _Pass) -> None:
     p.expired = questions.expired_questions(pipe, study_id, before=p.now - EXPIRY_GRACE_SECONDS)
     p.counters = {k.decode(): v for k, v in pipe.hgetall(keys.counters(study_id)).items()}
     served_fields = [keys.served_field(label) for label in p.labels]
-    *served, last_at = pipe.hmget(keys.engine_stats(study_id), [*served_fields, "last_update_at"])
-    p.previous = {name: v for name, v in zip(served_fields, served, strict=True) if v is not None}
-    p.since_previous = p.now - float(last_at) if last_at is not None else None
+    p.previous = {name: v for name, v in zip(served_fields, pipe.hmget(keys.engine_stats(study_id), served_fields),
+                                             strict=True)
+                  if v is not None}
     p.active = int(pipe.zcount(keys.active_raters(study_id), p.now - ACTIVE_RATER_SECONDS, "+inf"))
 
 
@@ -208,7 +199,7 @@ def _plan(conn: Redis, pipe, p: _Pass, pruned: dict[str, list[dict]]) -> None:
         if done:
             p.finished.append(label)
         base = max(math.ceil(config.pool_size * shares[label]), math.ceil(p.active * shares[label]))
-        target = p.targets[label] = _pool_target(base, label, p.counters, p.previous, p.since_previous)
+        target = p.targets[label] = _pool_target(base, label, p.counters, p.previous)
         if done or not running or learner.rounds is not None:
             pooled = questions.pooled_questions(pipe, study.id, label)
             stale, size = (pooled if done or not running else learner.stale(pooled)), len(pooled)
