@@ -915,6 +915,8 @@ def main() -> None:
         generator_main(sys.argv[2])
         return
     a = parse_args()
+    # a SIGTERM (kill, pkill) ends the run through its finally blocks: the servers it started stop too
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"load.py: stopped by signal {signum}"))
     global LABEL
     LABEL = a.algorithm  # the study's one algorithm's label (its name)
     print(f"Machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
