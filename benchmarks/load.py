@@ -882,7 +882,7 @@ def parse_args(argv=None):
                          "ANNTri study the older figures of benchmarks/HISTORY.md were measured with")
     ap.add_argument("--kind", default=None,
                     help="the study's question kind (engine/kinds.py: triplet, rating, odd_one_out, rank); "
-                         "without it, the triplet-derived ANNTri study of the README's figures")
+                         "without it, a triplet study")
     ap.add_argument("--n-reference", type=int, default=None, help="with --kind rank: references per screen (8)")
     ap.add_argument("--n-select", type=int, default=None, help="with --kind rank: picks per screen (2)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (logs, access log, profiles)")

@@ -69,8 +69,8 @@ def drain_study(conn: Redis, study_id: str, renew: Callable[[], None] | None = N
     for seconds at 50,000 items, the pools ran dry and 40% of the questions served were random
     fallbacks). So does a job that a lull ended where answers came again before it settled (a crowd
     pausing for ``linger``: its settling waited up to 10 s for the answer check, and 17% of a
-    50,000-item study's questions were fallbacks, served in 10-second blackouts); a job that ends
-    with no newer answer settles both."""
+    50,000-item study's questions were fallbacks, served in 10-second blackouts). A job that ends
+    with no newer answer settles both, and waits for the checkpoints still being written."""
     handed_over = False
     try:
         total, handed_over = _drain(conn, study_id, renew, job_seconds, linger, interval)
@@ -88,7 +88,7 @@ def _drain(conn: Redis, study_id: str, renew, job_seconds: float, linger: float,
            ) -> tuple[dict, bool]:
     """The passes, then (unless a job queued by newer answers takes over) the last answer check;
     returns the passes' summed summary and whether the job handed over."""
-    total, _ = _drain_passes(conn, study_id, renew, job_seconds, linger, interval)
+    total = _drain_passes(conn, study_id, renew, job_seconds, linger, interval)
     # a newer answer queued the next job (its time up, or a lull longer than ``linger`` that answers
     # broke): that job settles, after its own passes
     handed_over = bool(conn.exists(keys.update_scheduled(study_id)))
@@ -97,10 +97,9 @@ def _drain(conn: Redis, study_id: str, renew, job_seconds: float, linger: float,
     return total, handed_over
 
 
-def _drain_passes(conn: Redis, study_id: str, renew, job_seconds: float, linger: float, interval: float
-                  ) -> tuple[dict, bool]:
-    """Passes while answers keep arriving; returns their summed summary and whether ``job_seconds``
-    ended them (else no answer came for ``linger`` seconds)."""
+def _drain_passes(conn: Redis, study_id: str, renew, job_seconds: float, linger: float, interval: float) -> dict:
+    """Passes while answers keep arriving, until ``job_seconds`` are up or no answer came for ``linger``
+    seconds; returns their summed summary."""
     started = time.monotonic()
     pass_started = started
     total = apply_new_answers(conn, study_id, renew=renew, settle=False)
@@ -110,13 +109,13 @@ def _drain_passes(conn: Redis, study_id: str, renew, job_seconds: float, linger:
         while True:
             time.sleep(max(0.0, check_at - time.monotonic()))
             if time.monotonic() - started >= job_seconds:
-                return total, True
+                return total
             fits = fits_beside(study_id)
             if fits or _has_new_answers(conn, study_id):
                 break  # new answers, or a refit ready to be put in place (and saved)
             if time.monotonic() >= idle_until:
                 if fits is None:
-                    return total, False
+                    return total
                 # a refit runs beside: the job waits for it (a study whose raters stopped gets it)
                 check_at = time.monotonic() + FIT_POLL_SECONDS
                 continue
