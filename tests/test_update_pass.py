@@ -163,6 +163,35 @@ def test_a_pool_is_filled_for_the_questions_taken_since_the_previous_pass(client
     assert int(conn.hget(keys.pool_targets(study_id), "random_triplets")) == 8
 
 
+def test_a_pool_holds_questions_ahead_for_every_active_rater_up_to_half_the_items(conn):
+    """A pool of one question per rater runs dry in half a second of a fast crowd: each active rater
+    gets AHEAD_PER_RATER questions planned ahead, never more than half the items (the staleness of
+    planning far ahead), never fewer than one per rater or the study's pool size."""
+    import time
+
+    config = StudyConfig.from_dict({"name": "Wide", "algorithms": [{"algorithm": "random_triplets"}], "pool_size": 8,
+                                    "random_state": 0, "attention": {"rate": 0}})
+    study_id = create_study(conn, config, colour_items(400), study_id="wide")
+
+    def target_with(active: int) -> int:
+        conn.delete(keys.active_raters(study_id))
+        if active:
+            now = time.time()
+            conn.zadd(keys.active_raters(study_id), {f"r{i}": now for i in range(active)})
+        update_pass.apply_new_answers(conn, study_id)
+        target = int(conn.hget(keys.pool_targets(study_id), "random_triplets"))
+        assert conn.llen(keys.pool(study_id, "random_triplets")) == target
+        return target
+
+    assert update_pass.AHEAD_PER_RATER == 5
+    assert target_with(1) == 8  # the pool size
+    assert target_with(30) == 150  # five each
+    assert target_with(100) == 200  # half the items
+    assert target_with(300) == 300  # one each
+    assert [update_pass._ahead(a, n) for a, n in [(200, 1000), (200, 50000), (1000, 1000), (3, 10)]] == [
+        500, 1000, 1000, 5]
+
+
 def test_a_pass_records_the_memory_the_study_takes(client, conn, study_id, app):
     from webapp.stats import study_stats
 
