@@ -64,15 +64,26 @@ class Dimensions:
 
     def _score_dims(self, emb, trip: np.ndarray) -> None:
         """Score the dimensions refitted last time on the answers that arrived since (no fit has
-        seen them); older refits count ``AUTO_DECAY`` times less per refit."""
+        seen them); older refits count ``AUTO_DECAY`` times less per refit.
+
+        Two tallies: ``dim_scores_`` takes every refit's score (the leading dimension is refitted,
+        so scored, at every refit: the regime gates read its latest accuracy), ``dim_compare_``
+        only the refits that fitted two dimensions or more, each scored on the same answers. The
+        choice of dimension reads ``dim_compare_``: from ``dim_scores_`` the leader, scored on the
+        newest answers by its newest fits while the others kept the scores of older ones, looked
+        better for being scored later (1,000 clustered 4-D items, one seed in three: 8 dimensions
+        to the end, hit@3 .70 against .94 at 60 answers per item)."""
         dims = self._dims()
         fresh = trip[self.fitted_triplets_:]
         if len(dims) > 1 and len(fresh) and self.fresh_dims_.any():
             scored = self.fresh_dims_
-            self.dim_scores_[:, scored] *= AUTO_DECAY
-            for i in np.flatnonzero(scored):
-                self.dim_scores_[0, i] += emb.triplet_accuracy(self.embeddings_[dims[i]], fresh) * len(fresh)
-                self.dim_scores_[1, i] += len(fresh)
+            right = np.array([emb.triplet_accuracy(self.embeddings_[dims[i]], fresh) * len(fresh)
+                              for i in np.flatnonzero(scored)])
+            tallies = (self.dim_scores_, self.dim_compare_) if scored.sum() > 1 else (self.dim_scores_,)
+            for tally in tallies:
+                tally[:, scored] *= AUTO_DECAY
+                tally[0, scored] += right
+                tally[1, scored] += len(fresh)
 
     def _dims_to_refit(self) -> list[int]:
         """The dimensions (indices into :meth:`_dims`) a refit fits warm, in order: every dimension at
@@ -98,8 +109,10 @@ class Dimensions:
         ``AUTO_MARGIN`` standard errors of the best (a larger one must earn its place: on the alien
         eggs 2, 4 and 8 dimensions score within a point of each other and the 2-D fit places the
         eggs best; the line, listed last, must beat them all). ``line=False`` leaves the line out
-        (the regime gates: how well near duels are predicted is read from the t-STE fits)."""
-        right, seen = self.dim_scores_
+        (the regime gates: how well near duels are predicted is read from the t-STE fits). Read
+        from the refits that scored several dimensions on the same answers (``dim_compare_``),
+        every refit's scores until there is one."""
+        right, seen = self.dim_compare_ if self.dim_compare_[1].any() else self.dim_scores_
         acc = np.where(seen > 0, right / np.maximum(seen, 1e-300), -np.inf)
         dims = self._dims()
         if not line and len(dims) > 1 and 1 in dims:

@@ -118,6 +118,7 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         self.embeddings_: dict[int, np.ndarray] = {}  # dim -> warm fit
         # per dim: decayed [answers predicted right, answers predicted] by fits that had not seen them
         self.dim_scores_ = np.zeros((2, len(self._dims())))
+        self.dim_compare_ = np.zeros((2, len(self._dims())))  # the same, refits that fitted several dims only
         self.fresh_dims_ = np.zeros(len(self._dims()), bool)  # refitted at the last refit
         self.coin_ = False  # single duels are coin flips here (see _update_coin)
         self.kappa_: float | None = None  # weight of the embedding prior, once repeats have weighed it

@@ -46,6 +46,7 @@ class StateIO:
             "embedding": None if self.embedding_ is None else self.embedding_.copy(),
             "embeddings": {str(d): X.copy() for d, X in self.embeddings_.items()},
             "dim_scores": self.dim_scores_.copy(),
+            "dim_compare": self.dim_compare_.copy(),
             "fresh_dims": self.fresh_dims_.copy(),
             "fitted_triplets": int(self.fitted_triplets_),
             "kappa": None if self.kappa_ is None else float(self.kappa_),
@@ -70,6 +71,11 @@ class StateIO:
         p.embedding_ = None if state["embedding"] is None else np.array(state["embedding"], np.float64)
         p.embeddings_ = {int(d): np.array(X, np.float64) for d, X in state["embeddings"].items()}
         p.dim_scores_ = np.array(state["dim_scores"], np.float64).reshape(2, -1)
+        # a state saved before the comparison tally existed starts it empty (the choice reads
+        # dim_scores_ until a refit fits several dimensions again)
+        compare = state.get("dim_compare")
+        p.dim_compare_ = (np.zeros_like(p.dim_scores_) if compare is None
+                          else np.array(compare, np.float64).reshape(2, -1))
         p.fresh_dims_ = np.array(state["fresh_dims"], bool)
         p.fitted_triplets_ = int(state["fitted_triplets"])
         p.kappa_ = None if state["kappa"] is None else float(state["kappa"])

@@ -305,6 +305,42 @@ def test_a_larger_dimension_must_beat_a_smaller_one_by_a_standard_error():
     assert p.chosen_dim_ == 4
 
 
+def test_the_dimension_is_chosen_on_refits_that_scored_several_dimensions_on_the_same_answers():
+    """The leading dimension is refitted, so scored, at every refit, the others only now and then: a
+    refit that fitted the leader alone counts in the regime gates' tally (``dim_scores_``), not in the
+    tally the dimension is chosen from (``dim_compare_``), or the leader, scored by its newest fits on
+    the newest answers, would look better for being scored later."""
+    from engine import embedding as emb
+    from engine.duels.dims import AUTO_DECAY
+
+    n = 20
+    p = CandidateDuels(n, random_state=0)
+    rng = np.random.default_rng(0)
+    X = rng.random((n, 2))
+    for d in duels.AUTO_DIMS:
+        p.embeddings_[d] = np.pad(X, ((0, 0), (0, max(0, d - 2))))[:, :d] if d > 1 else X[:, :1]
+    heads = rng.integers(0, n, 200)
+    trip = np.array([(h, (h + 1) % n, (h + 2 + rng.integers(n - 3)) % n) for h in heads])
+    p.fitted_triplets_ = 0
+    p.fresh_dims_ = np.array([True, False, False, False])  # the leader alone was refitted
+    p._score_dims(emb, trip)
+    assert p.dim_scores_[1, 0] == len(trip) and not p.dim_compare_.any()
+    p.fresh_dims_[:] = True  # a refit of every dimension: both tallies, on the same answers
+    p._score_dims(emb, trip)
+    assert np.array_equal(p.dim_compare_[1], [len(trip)] * 4)
+    assert p.dim_scores_[1, 0] == pytest.approx(len(trip) * (1 + AUTO_DECAY))
+    # the choice reads the comparison: the 4-D fit, ahead there, is chosen though the leader's own
+    # tally (its later fits, on later answers) is higher still
+    p.dim_compare_[:] = [[600.0, 700.0, 690.0, 0.0], [1000.0, 1000.0, 1000.0, 0.0]]
+    p.dim_scores_[:] = [[900.0, 700.0, 690.0, 0.0], [1000.0, 1000.0, 1000.0, 0.0]]
+    assert p.chosen_dim_ == 4
+    q = CandidateDuels.from_state(p.to_state())
+    assert np.array_equal(q.dim_compare_, p.dim_compare_) and q.chosen_dim_ == 4
+    old = p.to_state()
+    del old["dim_compare"]  # a state saved before the comparison tally: the choice reads dim_scores_
+    assert CandidateDuels.from_state(old).chosen_dim_ == 2
+
+
 def test_the_line_must_beat_every_other_dimension_and_keeps_the_coin_flip_regime():
     """The line (dimension 1, listed last in AUTO_DIMS) is chosen only where it predicted fresh answers
     a standard error better than every other dimension; the regime gates read the t-STE fits, and
