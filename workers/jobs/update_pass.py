@@ -204,13 +204,13 @@ def _plan(conn: Redis, pipe, p: _Pass, pruned: dict[str, list[dict]]) -> None:
     study, config = p.study, p.study.config
     shares = config.shares()
     running = study.status == "running"
+    ahead = _ahead(p.active, study.n_items)
     for label, learner in p.learners.items():
         learner.forget(p.expired)
         learner.forget(pruned.get(label, []))
         done = learner.finished or _budget_reached(learner, p.counters)
         if done:
             p.finished.append(label)
-        ahead = _ahead(p.active, study.n_items)
         base = max(math.ceil(config.pool_size * shares[label]), math.ceil(ahead * shares[label]))
         target = p.targets[label] = _pool_target(base, label, p.counters, p.previous)
         if done or not running or learner.rounds is not None:
