@@ -34,6 +34,8 @@ RANK_SAMPLE = 1024
 SCREEN_CANDIDATES = 16
 #: Where near duels are coin flips, screens show references from the head's this many nearest (0: never)
 SCREEN_SPREAD = 24
+#: most heads :meth:`QuestionChoice.next_questions` scores together when one of them comes up
+PLAN_CHUNK = 64
 
 _TRIU: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
@@ -74,7 +76,8 @@ class QuestionChoice:
         heap: list[tuple[int, int, int]] = []
         out: list[tuple[int, int, int]] = []
         taken: set = set()
-        cache: dict[int, tuple] = {}
+        cache: dict[int, tuple] = {}  # per head scored: :meth:`_score_heads`
+        pair_order: dict[int, tuple] = {}  # per head asked a duel: (its duels with the pending ones, pair order)
         pending = self._pending_by_head()
         parked = []  # heads with nothing new to ask in this call (certified or all pairs taken)
         trust = self._duel_trust() if self.kappa_ is None else 0.0
@@ -96,26 +99,32 @@ class QuestionChoice:
                     q = self._exploring_question(h, taken)
             else:
                 if h not in cache:
-                    cands, W, N, certified = self._alive(h)
-                    Np = self._add_pending(h, cands, N, pending.get(h))
-                    score, _ = self._scores(h, cands, W, N)
-                    m = len(cands)
-                    pos = np.empty(m)
-                    pos[np.lexsort((np.arange(m), -score))] = np.arange(m)
-                    order = None
-                    if not certified and m >= 2:
-                        iu, ju, tie = _triu(m)
-                        pi, pj = pos[iu], pos[ju]
-                        if trust > 0.5:
-                            order = FOCUS * (np.minimum(pi, pj) * m + np.maximum(pi, pj)) / (m * m)
-                        else:
-                            order = FOCUS * (pi + pj) / (2 * max(m - 1, 1))
-                    cache[h] = (cands, Np, order, certified)
-                cands, Np, order, certified = cache[h]
+                    # this head and the next ones the call may ask, scored together (per head, numpy on
+                    # shortlists of ~12 was bound by call overhead: a fifth of a busy live pass)
+                    chunk = {h: None}
+                    # (about twice the duels the rest of the call asks, in the order the heads come up:
+                    # a head asked an exploring question wastes its row)
+                    room = min(PLAN_CHUNK, 1 + int(2.0 * (1.0 - explore) * (budget - len(out))))
+                    if room > 1:
+                        nxt = heapq.nsmallest(room, heap)
+                        nxt += [(int(loads[g]), int(draw[g]), int(g)) for g in queue[fed: fed + room]]
+                        for _, _, g in sorted(nxt):
+                            if len(chunk) >= room:
+                                break
+                            if g not in cache and self.answered_[g] >= self.warmup_:
+                                chunk[g] = None
+                    self._score_heads(np.fromiter(chunk, np.int64, len(chunk)), cache)
+                cands, N, pos, certified, drop = cache[h]
+                if drop is not None:  # (its beaten candidates leave when it is asked, not when scored)
+                    self._drop(h, *drop)
+                    cache[h] = (cands, N, pos, certified, None)
                 m = len(cands)
                 if certified or m < 2:
                     parked.append(h)
                     continue
+                if h not in pair_order:
+                    pair_order[h] = self._pair_order(h, cands, N, pos, pending.get(h), trust)
+                Np, order = pair_order[h]
                 # unasked pairs before any repeat (a repeat can only sharpen one pair, a new pair
                 # also tells how the pair ranks against the rest; on recorded data a repeat says
                 # nothing new); among them, and then among repeats, the least-asked, where pairs
@@ -148,20 +157,71 @@ class QuestionChoice:
 
     def _alive(self, h: int):
         """Shortlist of h without eliminated candidates, plus its duel matrices and whether h is
-        certified (:meth:`_certified`); eliminates candidates beaten with confidence (anytime
-        bound) on the way."""
-        cands = self.cands_[h][self.cands_[h] >= 0]
-        W, N = self._matrices(h, cands)
+        certified (:meth:`_certified`): :meth:`_alive_rows` of the one head."""
+        rows, W, N, valid, certified, _ = self._alive_rows(np.array([h], np.int64))
+        m = int(valid[0].sum())
+        return rows[0, :m], W[0, :m, :m], N[0, :m, :m], bool(certified[0])
+
+    def _alive_rows(self, heads: np.ndarray, eliminate: bool = True):
+        """The heads' shortlists without the candidates beaten with confidence (anytime bound): rows,
+        W, N, valid as :meth:`_batch_matrices` gives them, whether each head is certified
+        (:meth:`_batch_certified`), and {index in heads: the candidates it lost}. Those leave the
+        shortlists for good (:meth:`_drop`) here, or with ``eliminate=False`` when the caller says."""
+        rows = self.cands_[heads]
+        W, N, valid = self._batch_matrices(heads, rows)
+        m = valid.sum(axis=1)
+        # some alive j beats candidate i with confidence
+        lost = _beats(W, N, self.delta, np.maximum(1, m * (m - 1) // 2)[:, None, None]).any(axis=1)
+        lost &= valid & (m > 1)[:, None]
+        hit = np.flatnonzero(lost.any(axis=1))
+        gone = {}
+        if len(hit):
+            rows = rows.copy()
+            for i in hit.tolist():
+                keep = rows[i][valid[i] & ~lost[i]]
+                gone[i] = rows[i][lost[i]]
+                rows[i] = np.concatenate([keep, np.full(rows.shape[1] - len(keep), NO_NEIGHBOR)])
+            W[hit], N[hit], valid[hit] = self._batch_matrices(heads[hit], rows[hit])
+        certified = self._batch_certified(heads, W, N, valid)
+        certified[hit] |= valid[hit].sum(axis=1) == 1  # the last one left after eliminations
+        if eliminate:
+            for i, out in gone.items():
+                self._drop(int(heads[i]), rows[i], out)
+        return rows, W, N, valid, certified, gone
+
+    def _drop(self, h: int, row: np.ndarray, gone: np.ndarray) -> None:
+        """Candidates ``gone`` of head h are out of its shortlist for good; ``row`` is what is left."""
+        self._eliminate(h, gone)
+        self.cands_[h] = row
+
+    def _score_heads(self, heads: np.ndarray, cache: dict) -> None:
+        """cache[h] for each of ``heads`` (:meth:`next_questions`): its alive candidates
+        (:meth:`_alive_rows`), their duel counts, each one's place in its ranking (by score, ties to
+        the shortlist order), whether it is certified, and the eliminations to make when it is asked
+        a duel (so that a head scored but then asked an exploring question keeps its shortlist)."""
+        rows, W, N, valid, certified, gone = self._alive_rows(heads, eliminate=False)
+        score, _ = self._score_matrices(heads, rows, W, N, valid)
+        place = np.argsort(np.where(valid, -score, np.inf), axis=1, kind="stable")  # padding last
+        pos = np.empty(place.shape)
+        np.put_along_axis(pos, place, np.broadcast_to(np.arange(rows.shape[1], dtype=np.float64), place.shape),
+                          axis=1)
+        m = valid.sum(axis=1).tolist()
+        for i, h in enumerate(heads.tolist()):
+            cache[h] = (rows[i, : m[i]], N[i, : m[i], : m[i]], pos[i, : m[i]], bool(certified[i]),
+                        (rows[i], gone[i]) if i in gone else None)
+
+    def _pair_order(self, h: int, cands: np.ndarray, N: np.ndarray, pos: np.ndarray, pairs: list | None,
+                    trust: float) -> tuple[np.ndarray, np.ndarray]:
+        """(N plus the pending duels of pairs of cands, the order part of each pair's key): the leader
+        against each challenger in turn where trust > 1/2, else by the sum of the two places."""
         m = len(cands)
-        if m > 1:
-            # some alive j beats candidate i with confidence
-            lost = _beats(W, N, self.delta, max(1, m * (m - 1) // 2)).any(axis=0)
-            if lost.any():
-                self._eliminate(h, cands[lost])
-                self.cands_[h, : m] = np.concatenate([cands[~lost], np.full(int(lost.sum()), NO_NEIGHBOR)])
-                keep = ~lost
-                cands, W, N = cands[keep], W[np.ix_(keep, keep)], N[np.ix_(keep, keep)]
-        return cands, W, N, self._certified(h, cands, W, N)
+        iu, ju, _ = _triu(m)
+        pi, pj = pos[iu], pos[ju]
+        if trust > 0.5:
+            order = FOCUS * (np.minimum(pi, pj) * m + np.maximum(pi, pj)) / (m * m)
+        else:
+            order = FOCUS * (pi + pj) / (2 * max(m - 1, 1))
+        return self._add_pending(h, cands, N, pairs), order
 
     def _pending_by_head(self) -> dict[int, list[tuple[int, int]]]:
         """The pending questions' pairs (a < b) per head, once per pair and issue."""

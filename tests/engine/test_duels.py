@@ -472,6 +472,45 @@ def test_kept_rows_and_pending_index_ask_what_a_fresh_computation_asks(monkeypat
         np.testing.assert_array_equal(s1[key], s2[key])
 
 
+def test_heads_scored_together_ask_what_heads_scored_one_by_one_ask(monkeypatch):
+    """A call scores the shortlists of the heads it is about to ask together (``PLAN_CHUNK``); a
+    head's beaten candidates leave when it is asked a duel, as before. The questions, eliminations
+    (in order) and state are those of a planner that scores each head alone when it comes up (a
+    pool, late answers, a state round trip)."""
+    from engine.duels import questions
+
+    n = 40
+    D = cdist(points(n, 7), points(n, 7))
+
+    def run(chunk):
+        monkeypatch.setattr(questions, "PLAN_CHUNK", chunk)
+        p = CandidateDuels(n, random_state=3, warmup=2, shortlist=3, min_shortlist=2, delta=0.9)
+        p.pool = True
+        asked, late, chunks = [], [], []
+        score_heads = p._score_heads
+        monkeypatch.setattr(p, "_score_heads", lambda heads, *a: (chunks.append(len(heads)), score_heads(heads, *a)))
+        for step in range(150):
+            if step == 101:
+                p = CandidateDuels.from_state(p.to_state())
+                p.pool = True
+                score_heads = p._score_heads
+                monkeypatch.setattr(p, "_score_heads", lambda heads, *a: (chunks.append(len(heads)),
+                                                                         score_heads(heads, *a)))
+            qs = p.next_questions(40)
+            asked.append(qs)
+            p.observe(answer(D, late, rng=np.random.default_rng(step), scale=0.002, lapse=0.02))
+            p.observe(answer(D, qs[:30], rng=np.random.default_rng(step + 99), scale=0.002, lapse=0.02))
+            late = qs[30:]
+        return asked, p.to_state(), chunks
+
+    (a1, s1, c1), (a64, s64, c64) = run(1), run(64)
+    assert max(c1) == 1 and max(c64) > 8  # (the chunks were really scored together)
+    assert s64["n_fits"] > 1 and len(s64["eliminated"]) > 0
+    assert a1 == a64
+    for key in ("triplets", "eliminated", "pending", "cands", "embedding", "asked"):
+        np.testing.assert_array_equal(s1[key], s64[key])
+
+
 def test_on_a_line_an_exploring_question_has_an_item_on_either_side_of_the_head():
     """Where the fit is a line, an exploring pair straddles the head (only such a pair's answer moves
     with the head's place); in a map, pairs on one side are asked too."""
