@@ -192,6 +192,49 @@ def test_a_pool_holds_questions_ahead_for_every_active_rater_up_to_half_the_item
         500, 1000, 1000, 5]
 
 
+def test_a_fast_crowd_is_applied_in_fewer_larger_passes(conn, monkeypatch):
+    """A pass says how long its pools last at the pace raters took questions since the previous pass
+    (the pool's depth x the time between the passes / the questions taken); the next pass of the job
+    waits AHEAD_SHARE of that, at least PASS_INTERVAL_SECONDS and at most MAX_PASS_INTERVAL_SECONDS
+    (each pass costs ~10 ms whatever it applies: a fast crowd applied 30 ms apart kept a worker busy)."""
+    import time
+
+    from workers.jobs import update
+
+    config = StudyConfig.from_dict({"name": "Wide", "algorithms": [{"algorithm": "random_triplets"}], "pool_size": 8,
+                                    "random_state": 0, "attention": {"rate": 0}})
+    study_id = create_study(conn, config, colour_items(400), study_id="wide")
+    t0 = time.time()
+    conn.zadd(keys.active_raters(study_id), {f"r{i}": t0 for i in range(30)})
+    assert update_pass.apply_new_answers(conn, study_id, now=t0)["ahead_seconds"] is None  # no pace known yet
+    pool = keys.pool(study_id, "random_triplets")
+    assert conn.llen(pool) == 150  # five ahead for each of 30 raters
+    for _ in range(60):  # raters take 60 questions in 2 s
+        conn.lpop(pool)
+    conn.hincrby(keys.counters(study_id), keys.counter_field("questions_served", "random_triplets"), 60)
+    summary = update_pass.apply_new_answers(conn, study_id, now=t0 + 2.0)
+    assert conn.llen(pool) == 150
+    assert summary["ahead_seconds"] == pytest.approx(150 * 2.0 / 60)  # 5 s of questions
+    assert update_pass.apply_new_answers(conn, study_id, now=t0 + 3.0)["ahead_seconds"] is None  # none taken
+
+    interval = update.PASS_INTERVAL_SECONDS
+    assert (update.AHEAD_SHARE, update.MAX_PASS_INTERVAL_SECONDS) == (0.25, 0.25)
+    assert update._pass_interval(interval, None) == interval
+    assert update._pass_interval(interval, 0.05) == interval
+    assert update._pass_interval(interval, 0.4) == pytest.approx(0.1)
+    assert update._pass_interval(interval, 5.0) == 0.25
+    assert update._pass_interval(0.5, 5.0) == 0.5  # a longer interval asked for stands
+
+    # the job spaces its passes so: a crowd whose pools last 5 s gets a pass every 0.25 s, not every 30 ms
+    began = []
+    monkeypatch.setattr(update, "apply_new_answers", lambda *a, **k: (began.append(time.monotonic()), {
+        "applied": 1, "passes": 1, "ahead_seconds": 5.0})[1])
+    monkeypatch.setattr(update, "_has_new_answers", lambda conn, sid: True)
+    total = update._drain_passes(conn, study_id, None, job_seconds=0.6, linger=1.0, interval=interval)
+    assert total["applied"] == len(began) and 2 <= len(began) <= 3 and "ahead_seconds" not in total
+    assert all(b - a >= 0.25 for a, b in zip(began, began[1:], strict=False))
+
+
 def test_a_pass_records_the_memory_the_study_takes(client, conn, study_id, app):
     from webapp.stats import study_stats
 

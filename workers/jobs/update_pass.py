@@ -72,6 +72,7 @@ def apply_new_answers(conn: Redis, study_id: str, now: float | None = None, rene
             for name in ("applied", "released", "planned", "pruned"):
                 total[name] += summary[name]
             total["passes"] += 1
+            total["ahead_seconds"] = summary["ahead_seconds"]
             if not summary["more"]:
                 return total
     finally:
@@ -91,6 +92,18 @@ def _pool_target(base: int, label: str, counters: dict, previous: dict) -> int:
     before = previous.get(keys.served_field(label))
     demand = served - int(before) if before is not None else 0
     return max(base, min(math.ceil(DEMAND_HEADROOM * demand), 10 * max(base, 1)))
+
+
+def _note_ahead(p: "_Pass", label: str, depth: int) -> None:
+    """``p.ahead_seconds``: the shortest time any pool of depth ``depth`` lasts at the pace its questions
+    were taken since the previous pass (unknown without a previous pass or while none were taken)."""
+    before = p.previous.get(keys.served_field(label))
+    if before is None or p.previous_at is None or p.now <= p.previous_at:
+        return
+    taken = int(p.counters.get(keys.counter_field("questions_served", label), 0)) - int(before)
+    if taken > 0:
+        lasts = depth * (p.now - p.previous_at) / taken
+        p.ahead_seconds = lasts if p.ahead_seconds is None else min(p.ahead_seconds, lasts)
 
 
 def _ahead(active: int, n_items: int) -> int:
@@ -123,6 +136,8 @@ class _Pass:
     expired: list[dict] = field(default_factory=list)
     counters: dict = field(default_factory=dict)  # keys.counters, names decoded
     previous: dict = field(default_factory=dict)  # "served:<label>" as the previous pass saw it
+    previous_at: float | None = None  # when the previous pass ran (its ``now``)
+    ahead_seconds: float | None = None  # how long the pools last at the pace raters took questions lately
     active: int = 0
     planned: dict[str, list[dict]] = field(default_factory=dict)
     targets: dict[str, int] = field(default_factory=dict)
@@ -184,9 +199,9 @@ def _read_demand(pipe, p: _Pass) -> None:
     p.expired = questions.expired_questions(pipe, study_id, before=p.now - EXPIRY_GRACE_SECONDS)
     p.counters = {k.decode(): v for k, v in pipe.hgetall(keys.counters(study_id)).items()}
     served_fields = [keys.served_field(label) for label in p.labels]
-    p.previous = {name: v for name, v in zip(served_fields, pipe.hmget(keys.engine_stats(study_id), served_fields),
-                                             strict=True)
-                  if v is not None}
+    *served, last_at = pipe.hmget(keys.engine_stats(study_id), [*served_fields, "last_update_at"])
+    p.previous = {name: v for name, v in zip(served_fields, served, strict=True) if v is not None}
+    p.previous_at = float(last_at) if last_at is not None else None
     p.active = int(pipe.zcount(keys.active_raters(study_id), p.now - ACTIVE_RATER_SECONDS, "+inf"))
 
 
@@ -231,6 +246,8 @@ def _plan(conn: Redis, pipe, p: _Pass, pruned: dict[str, list[dict]]) -> None:
             wanted = min(wanted, max(0, learner.algorithm.budget - served - depth))
         window = learner.algorithm.params.get("window", 1)
         p.planned[label] = learner.plan(wanted, study.n_items, window=window)
+        if running and not done:
+            _note_ahead(p, label, depth + len(p.planned[label]))
         p.repeats += learner.repeats_planned
         removed_ids = {q["qid"] for q in removed}
         kept = [q for q in pooled if q["qid"] not in removed_ids]
@@ -343,4 +360,4 @@ def _one_pass(conn: Redis, study_id: str, now: float, summary_every: float = 0.0
             start_checkpoints(conn, study_id, saved)
             return {"applied": p.n_read, "released": len(p.expired), "pruned": p.pruned_now,
                     "planned": sum(len(q) for q in p.planned.values()), "poisoned": len(p.poisoned),
-                    "more": p.n_read == MAX_ANSWERS_PER_PASS}
+                    "more": p.n_read == MAX_ANSWERS_PER_PASS, "ahead_seconds": p.ahead_seconds}
