@@ -482,20 +482,21 @@ def test_heads_scored_together_ask_what_heads_scored_one_by_one_ask(monkeypatch)
     n = 40
     D = cdist(points(n, 7), points(n, 7))
 
-    def run(chunk):
-        monkeypatch.setattr(questions, "PLAN_CHUNK", chunk)
-        p = CandidateDuels(n, random_state=3, warmup=2, shortlist=3, min_shortlist=2, delta=0.9)
-        p.pool = True
-        asked, late, chunks = [], [], []
+    def counted(p, chunks):
+        """p, its chunks of heads scored together counted in ``chunks``."""
         score_heads = p._score_heads
         monkeypatch.setattr(p, "_score_heads", lambda heads, *a: (chunks.append(len(heads)), score_heads(heads, *a)))
+        p.pool = True
+        return p
+
+    def run(chunk):
+        monkeypatch.setattr(questions, "PLAN_CHUNK", chunk)
+        chunks = []
+        p = counted(CandidateDuels(n, random_state=3, warmup=2, shortlist=3, min_shortlist=2, delta=0.9), chunks)
+        asked, late = [], []
         for step in range(150):
             if step == 101:
-                p = CandidateDuels.from_state(p.to_state())
-                p.pool = True
-                score_heads = p._score_heads
-                monkeypatch.setattr(p, "_score_heads", lambda heads, *a: (chunks.append(len(heads)),
-                                                                         score_heads(heads, *a)))
+                p = counted(CandidateDuels.from_state(p.to_state()), chunks)
             qs = p.next_questions(40)
             asked.append(qs)
             p.observe(answer(D, late, rng=np.random.default_rng(step), scale=0.002, lapse=0.02))

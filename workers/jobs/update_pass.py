@@ -94,7 +94,7 @@ def _pool_target(base: int, label: str, counters: dict, previous: dict) -> int:
     return max(base, min(math.ceil(DEMAND_HEADROOM * demand), 10 * max(base, 1)))
 
 
-def _note_ahead(p: "_Pass", label: str, depth: int) -> None:
+def _note_ahead(p: _Pass, label: str, depth: int) -> None:
     """``p.ahead_seconds``: the shortest time any pool of depth ``depth`` lasts at the pace its questions
     were taken since the previous pass (unknown without a previous pass or while none were taken)."""
     before = p.previous.get(keys.served_field(label))
