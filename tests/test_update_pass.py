@@ -234,6 +234,16 @@ def test_a_fast_crowd_is_applied_in_fewer_larger_passes(conn, monkeypatch):
     assert total["applied"] == len(began) and 2 <= len(began) <= 3 and "ahead_seconds" not in total
     assert all(b - a >= 0.25 for a, b in zip(began, began[1:], strict=False))
 
+    # ... and a study whose answers stopped is left after the linger, not after the wait between passes
+    monkeypatch.setattr(update, "MAX_PASS_INTERVAL_SECONDS", 60.0)
+    monkeypatch.setattr(update, "_has_new_answers", lambda conn, sid: False)
+    monkeypatch.setattr(update, "apply_new_answers", lambda *a, **k: (began.append(time.monotonic()), {
+        "applied": 1, "passes": 1, "ahead_seconds": 1000.0})[1])
+    began.clear()
+    t0 = time.monotonic()
+    update._drain_passes(conn, study_id, None, job_seconds=120.0, linger=0.05, interval=interval)
+    assert len(began) == 1 and time.monotonic() - t0 < 30.0  # (the wait asked for was 60 s)
+
 
 def test_a_pass_records_the_memory_the_study_takes(client, conn, study_id, app):
     from webapp.stats import study_stats

@@ -114,13 +114,19 @@ def _drain_passes(conn: Redis, study_id: str, renew, job_seconds: float, linger:
     while True:
         idle_until = time.monotonic() + linger
         check_at = pass_started + wait
+        waiting = False  # something to apply was seen: the next pass begins at check_at
         while True:
-            time.sleep(max(0.0, check_at - time.monotonic()))
+            # (a study whose answers stopped is left after ``linger``, however long the wait between passes)
+            now = time.monotonic()
+            time.sleep(max(0.0, (check_at if waiting or now >= idle_until else min(check_at, idle_until)) - now))
             if time.monotonic() - started >= job_seconds:
                 return total
             fits = fits_beside(study_id)
             if fits or _has_new_answers(conn, study_id):
-                break  # new answers, or a refit ready to be put in place (and saved)
+                if time.monotonic() >= check_at:
+                    break  # new answers, or a refit ready to be put in place (and saved)
+                waiting = True
+                continue
             if time.monotonic() >= idle_until:
                 if fits is None:
                     return total
