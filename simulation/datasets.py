@@ -16,8 +16,9 @@ import numpy as np
 
 
 def default_data_dir() -> Path:
-    """``../shared/data`` relative to the repository root."""
-    return Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    """``PROXIMA_DATA_DIR`` where set, else ``../shared/data`` relative to the repository root."""
+    given = os.environ.get("PROXIMA_DATA_DIR")
+    return Path(given) if given else Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 @dataclass(frozen=True)

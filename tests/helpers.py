@@ -338,6 +338,9 @@ def shared_data_file(relative: str) -> Path:
     from simulation.datasets import default_data_dir
 
     path = default_data_dir() / relative
+    if not path.exists() and in_ci():
+        pytest.fail(f"needs {path} (the human-collected data beside the repository: shared/data/{relative}); "
+                    "CI has it beside the clone, or set PROXIMA_DATA_DIR", pytrace=False)
     if not path.exists():
         pytest.skip(f"needs {path} (the human-collected data beside the repository: shared/data/{relative}), "
                     "which this checkout does not have")

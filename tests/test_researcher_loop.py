@@ -140,6 +140,7 @@ def test_the_client_says_what_the_server_refused(live):
         proxima.connect(f"http://127.0.0.1:{free_port()}", live["read"]).study(STUDY)
 
 
+@pytest.mark.cblearn  # its embedding is fitted with cblearn (.ci/run runs it in a venv of its own)
 def test_the_example_notebook_runs_against_the_server_and_saves_its_plots(live, tmp_path):
     import nbformat
     from nbclient import NotebookClient
