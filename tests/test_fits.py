@@ -148,3 +148,47 @@ def test_a_fit_process_whose_worker_died_before_it_started_ends():
     watched = subprocess.run([sys.executable, "-c", code, str(os.getpid()), "2.5"], cwd=root, capture_output=True,
                              text=True, timeout=30)
     assert watched.returncode == 0 and "lived" in watched.stdout, watched.stderr
+
+
+def _dead_pool(pool, attr):
+    executor = getattr(pool, attr)
+    return executor is not None and (getattr(executor, "_broken", False)
+                                     or any(not p.is_alive() for p in executor._processes.values()))
+
+
+def test_a_fit_process_killed_while_idle_is_replaced_before_any_study_hands_it_a_fit():
+    """The process died between fits (kill -9, the out-of-memory killer): another study's next fit is
+    not refused by the dead pool (every pass of every study failed with BrokenProcessPool), and what was
+    replaced is reported for the Overview."""
+    task = _task(n=30, seed=7)
+    pool = FitPool(1)
+    try:
+        _wait(pool.fitter("study-a", "duels").fit(task))
+        pid = next(iter(pool._executor._processes.values())).pid
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: _dead_pool(pool, "_executor"), 30, what="the pool seeing its process die")
+        got = _wait(pool.fitter("study-b", "duels").fit(_task(n=30, seed=8)))
+        assert set(got) == {1, 2, 4}
+        assert [(e["what"], e["pid"] in (pid, 0)) for e in pool.replaced] == [("fit process", True)]
+        assert pid not in [p.pid for p in pool._executor._processes.values()]
+    finally:
+        pool.shutdown()
+
+
+def test_a_killed_check_process_is_replaced_at_the_next_heal_and_runs_the_next_check():
+    pool = FitPool(1)
+    try:
+        pool.beside(("check", "s"), time.sleep, 0)
+        wait_for(lambda: not pool.running(("check", "s")), 30, what="the first check")
+        pid = next(iter(pool._side._processes.values())).pid
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: _dead_pool(pool, "_side"), 30, what="the pool seeing its check process die")
+        found = pool.heal()
+        assert [e["what"] for e in found] == ["check process"]
+        assert found[0]["how"] == "was killed by signal 9" or found[0]["pid"] == 0  # 0: reaped before heal looked
+        assert pool.heal() == []  # healed once
+        pool.beside(("check", "s"), time.sleep, 0)
+        wait_for(lambda: not pool.running(("check", "s")), 30, what="the next check in a new process")
+        assert pool._jobs[("check", "s")][0].exception() is None
+    finally:
+        pool.shutdown()

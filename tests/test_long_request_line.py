@@ -44,4 +44,4 @@ def test_a_request_line_over_gunicorns_limit_gets_the_json_error_shape(gunicorn,
     error = response.json()["error"]
     assert error["code"] == "request_uri_too_long" and "8190 bytes" in error["message"]
     # the worker goes on serving
-    assert requests.get(f"{gunicorn}/api/health", timeout=5).json() == {"status": "ok"}
+    assert requests.get(f"{gunicorn}/api/health", timeout=5).json()["status"] == "ok"

@@ -43,8 +43,15 @@ def json_body() -> Any:
 
 @bp.get("/health")
 def health() -> ResponseReturnValue:
-    get_redis().ping()
-    return jsonify({"status": "ok"})
+    """200 while this web process and Redis answer (so a load balancer keeps it in rotation); ``status`` is
+    ``"degraded"`` where a study is not learning (its update passes fail, or its answers wait with no worker
+    applying them): ``learning`` names those studies, with the age of their last good pass, and counts the
+    workers and the incidents of the last hour (``workers.store.health``)."""
+    from workers.store import health as learning_health
+
+    conn = get_redis()
+    conn.ping()
+    return jsonify(learning_health.overall(conn))
 
 
 @bp.get("/studies/<study_id>/questions/next")

@@ -29,7 +29,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import generate_latest
 
-from workers.store import keys
+from workers.store import health, keys
 from workers.store.questions import pool_depths
 from workers.store.queue import get_queue
 from workers.store.studies import list_studies
@@ -231,6 +231,11 @@ class RedisCollector:
                                         f"Answers not applied yet (counted up to {LAG_COUNT_CAP}).", labels=["study"])
         raters = GaugeMetricFamily("proxima_raters", "Raters who gave at least one answer.", labels=["study"])
         running = GaugeMetricFamily("proxima_study_running", "1 while the study takes answers.", labels=["study"])
+        failing = GaugeMetricFamily("proxima_update_passes_failing",
+                                    "Update passes in a row that failed (0: the last one succeeded).", labels=["study"])
+        good_age = GaugeMetricFamily("proxima_last_good_pass_age_seconds",
+                                     "Seconds since the study's last successful update pass (absent before the first).",
+                                     labels=["study"])
         now = time.time()
         for study in list_studies(conn):
             sid = study.id
@@ -254,4 +259,9 @@ class RedisCollector:
             lag_answers.add_metric([sid], len(unapplied))
             raters.add_metric([sid], int(n_raters))
             running.add_metric([sid], 1 if study.status == "running" else 0)
-        yield from (answers, served, fallback, ratio, depth, lag_seconds, lag_answers, raters, running)
+            learning = health.learning_status(conn, sid, now)
+            failing.add_metric([sid], learning["failures"])
+            if learning["last_good_pass_age"] is not None:
+                good_age.add_metric([sid], learning["last_good_pass_age"])
+        yield from (answers, served, fallback, ratio, depth, lag_seconds, lag_answers, raters, running, failing,
+                    good_age)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
 
-from workers.store import keys
+from workers.store import health, keys
 from workers.store.config import ALGORITHM_TABLE
 from workers.store.queue import REBUILD_STATUS_FIELD
 from workers.store.studies import Study
@@ -91,6 +91,11 @@ def rebuild_message(status: dict) -> str:
             f"{status.get('neighbours_changed', 0)} nearest neighbours changed.")
 
 
+#: The Overview lists what failed or died in the last day, at most this many of them.
+INCIDENT_SECONDS = 86400
+INCIDENTS_SHOWN = 10
+
+
 def study_stats(conn: Redis, study: Study) -> dict:
     labels = [a.label for a in study.config.algorithms]
     with conn.pipeline(transaction=False) as pipe:
@@ -156,8 +161,14 @@ def study_stats(conn: Redis, study: Study) -> dict:
         state = "budget reached"
     elif study.status == "running" and complete:
         state = "complete"
+    learning = health.learning_status(conn, study.id)
+    learning["problem"] = health.describe(learning)
+    # what failed or died lately (this study's and the processes every study shares), newest first
+    learning["incidents"] = health.incidents(conn, since=time.time() - INCIDENT_SECONDS, study_id=study.id
+                                             )[:INCIDENTS_SHOWN]
     return {
         "state": state,
+        "learning": learning,
         "learner_answers": learner_answers,
         "answers_per_item": learner_answers / study.n_items if study.n_items else 0.0,
         "study": {"id": study.id, "name": study.config.name, "status": study.status,

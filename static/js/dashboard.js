@@ -185,6 +185,11 @@
     setText("glance-answers", stats.answers);
     setText("glance-per-item", stats.answers_per_item.toFixed(1));  // the learners' answers only
     setText("health-state", stats.state);
+    const failure = document.getElementById("learning-failure");
+    if (failure && stats.learning) {  // learning stopped or behind: said at the top of the Overview
+      failure.textContent = stats.learning.problem;
+      failure.hidden = !stats.learning.problem;
+    }
     (stats.algorithms || []).forEach((alg) => {
       const cell = document.querySelector('#glance-quality li[data-label="' + alg.label + '"] .quality');
       if (!cell) return;

@@ -165,14 +165,25 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int, ma
         base = f"http://{shown_host}:{port}"
         sweeper = Sweeper(url, sweep_interval)
         started, announced = time.monotonic(), False
+        # what serve saw die, for the Overview and /api/health (workers.store.health): written once Redis takes
+        # it (a Redis that died is told about its own restart once it is back)
+        incidents = [f"took over from a serve that died: stopped its leftover processes {leftovers}"] \
+            if leftovers else []
+
+        def crashed(message: str) -> None:
+            click.echo(message, err=True)
+            incidents.append(message)
+
         while not stopping:
             now = time.monotonic()
             pids = [c.pid for c in children]
             for child in children:
                 try:
-                    child.check(now, lambda message: click.echo(message, err=True))
+                    child.check(now, crashed)
                 except CrashLoop as exc:
+                    _record_incidents(conn, [str(exc)])
                     raise click.ClickException(str(exc)) from None
+            incidents[:] = _record_incidents(conn, incidents)
             if [c.pid for c in children] != pids:
                 lock.record([c.pid for c in children if c.pid])
             if not announced:
@@ -199,6 +210,18 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int, ma
             server.stop()
         lock.release()
         click.echo("Proxima stopped.")
+
+
+def _record_incidents(conn: redis.Redis, messages: list[str]) -> list[str]:
+    """Record each of serve's ``messages`` as an incident; returns those Redis did not take (it is down)."""
+    from workers.store import health
+
+    for n, message in enumerate(messages):
+        try:
+            health.record_incident(conn, "a process of 'proxima serve' failed", message)
+        except (redis.RedisError, OSError):
+            return messages[n:]
+    return []
 
 
 def _healthy(url: str) -> bool:
@@ -289,11 +312,32 @@ def worker(burst: bool, blas_threads: int, fit_processes: int = 1) -> None:
     except (redis.RedisError, OSError) as exc:
         raise click.ClickException(f"cannot reach Redis: {exc}") from None
     schedule_stale_studies(conn)
-    from workers.jobs import fits
+    from workers.jobs import fits, update
+    from workers.store import health
+
+    from .supervise import REPLACE_ME
 
     fits.use_fit_processes(fit_processes, blas_threads, url)
+    rq_worker = SimpleWorker([get_queue(conn)], connection=conn)
+
+    def exit_when_failing(job, *exc_info) -> bool:
+        # jobs failing again and again in this process: stop after this job, and exit non-zero below
+        if update.worker_should_exit():
+            rq_worker._stop_requested = True
+        return True  # RQ's own handling (the job marked failed, its traceback logged) goes on
+
+    rq_worker.push_exc_handler(exit_when_failing)
     try:
         with threadpool_limits(limits=blas_threads or None, user_api="blas"):
-            SimpleWorker([get_queue(conn)], connection=conn).work(burst=burst, logging_level="WARNING")
+            rq_worker.work(burst=burst, logging_level="WARNING")
     finally:
         fits.shutdown()
+    if update.worker_should_exit():
+        message = (f"{update.failing_jobs} update jobs in a row failed in this worker (pid {os.getpid()}); "
+                   "it exits so that a fresh one is started ('proxima serve' or the service manager restarts it)")
+        try:
+            health.record_incident(conn, "a worker exited: its update jobs kept failing", message)
+        except redis.RedisError:
+            pass
+        click.echo(f"proxima worker: {message}", err=True)
+        sys.exit(REPLACE_ME)

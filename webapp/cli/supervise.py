@@ -137,6 +137,12 @@ def _stop_leftover(pid: int, instance: Path, timeout: float = 10.0) -> bool:
     return True
 
 
+#: The exit status of a child asking to be replaced by a fresh process (a worker whose update jobs keep
+#: failing, ``proxima worker``): restarted after its backoff like a crash, but never counted as a crash loop
+#: (a study whose passes fail everywhere would otherwise stop serve, and every other study with it).
+REPLACE_ME = 3
+
+
 class CrashLoop(Exception):
     """A child kept crashing: ``max_restarts`` restarts within ``RESTART_WINDOW_S`` seconds."""
 
@@ -156,6 +162,7 @@ class Child:
         self.restart_at: float | None = None
         self.backoff = FIRST_BACKOFF_S
         self.last_status = None
+        self.replacing = False  # the exit being restarted was REPLACE_ME, not a crash
 
     def start(self) -> None:
         self.process = self._start()
@@ -177,6 +184,13 @@ class Child:
             self._signal_group(signal.SIGTERM)
             while self.restarts and now - self.restarts[0] > RESTART_WINDOW_S:
                 self.restarts.popleft()
+            if status == REPLACE_ME:
+                say(f"the {self.name} asked to be replaced (status {status}: see its messages above); starting a "
+                    f"new one in {self.backoff:.1f} s")
+                self.restart_at = now + self.backoff
+                self.backoff = min(MAX_BACKOFF_S, self.backoff * 2)
+                self.replacing = True
+                return
             if len(self.restarts) >= self.max_restarts:
                 raise CrashLoop(f"the {self.name} exited {len(self.restarts) + 1} times within "
                                 f"{RESTART_WINDOW_S:.0f} s (last exit status {status}; its own messages are "
@@ -187,7 +201,9 @@ class Child:
             return
         if now >= self.restart_at:
             self._signal_group(signal.SIGKILL)
-            self.restarts.append(now)
+            if not self.replacing:
+                self.restarts.append(now)
+            self.replacing = False
             try:
                 self.start()
             except Exception as exc:  # noqa: BLE001 - a failed start counts as one more crash

@@ -1,6 +1,6 @@
 """Crash testing: ``PROXIMA_FAULT=<point>:<action>`` makes a worker (or its fit process) crash (``crash``:
-SIGKILL itself) or hang (``pause``: write its pid to ``PROXIMA_FAULT_FILE`` if set, then sleep until
-killed) at a named point of an update pass that applies answers (``workers.jobs.update_pass``):
+SIGKILL itself), hang (``pause``: write its pid to ``PROXIMA_FAULT_FILE`` if set, then sleep until
+killed) or fail (``raise``: a pass that raises, every time, as a broken library would) at a named point of an update pass that applies answers (``workers.jobs.update_pass``):
 ``after_read``, ``after_observe``, ``before_exec``, ``after_exec``, ``before_swap`` (a checkpoint written,
 not yet put in place: ``workers.jobs.checkpoints``), or ``in_fit`` (in the worker's fit process, a refit
 handed over to it under way: ``workers.jobs.fits``). Unset (always, outside tests) a point costs one
@@ -14,7 +14,7 @@ import sys
 import time
 
 FAULT_POINTS = ("after_read", "after_observe", "before_exec", "after_exec", "before_swap", "in_fit")
-FAULT_ACTIONS = ("crash", "pause")
+FAULT_ACTIONS = ("crash", "pause", "raise")
 
 
 def parse_fault(spec: str | None) -> tuple[str, str] | None:
@@ -39,6 +39,8 @@ def fault(point: str) -> None:
     print(f"PROXIMA_FAULT: {FAULT[1]} at {point} (pid {os.getpid()})", file=sys.stderr, flush=True)
     if FAULT[1] == "crash":
         os.kill(os.getpid(), signal.SIGKILL)
+    if FAULT[1] == "raise":
+        raise RuntimeError(f"PROXIMA_FAULT: a failure injected at {point}")
     marker = os.environ.get("PROXIMA_FAULT_FILE")
     if marker:
         with open(marker, "w") as fh:

@@ -10,6 +10,7 @@ worker) loads the state. Must never import Flask.
 """
 from __future__ import annotations
 
+import logging
 import math
 import multiprocessing
 import os
@@ -26,12 +27,35 @@ from workers.jobs import faults
 
 #: Fit results kept for planners reloaded from their state (after a failed pass, another job) to take.
 KEPT_FITS = 16
+#: Times one fit is started again after the process running it died (killed by hand or by the kernel's
+#: out-of-memory killer): a fit that kills its process every time then fails its study's passes, loudly.
+FIT_RETRIES = 2
 
 
 def _fit(task: Any) -> Any:
     """What the fit process runs: the task (``PROXIMA_FAULT=in_fit:...`` crashes or hangs it first)."""
     faults.fault("in_fit")
     return run_fit_task(task)
+
+
+log = logging.getLogger(__name__)
+
+
+def _dead(executor: ProcessPoolExecutor | None) -> list[tuple[int, int | None]]:
+    """(pid, exit status) of each process of ``executor`` that is no longer running, or ``[(0, None)]``
+    for an executor the standard library has marked broken after reaping its dead process already."""
+    if executor is None:
+        return []
+    dead = [(p.pid, p.exitcode) for p in list((executor._processes or {}).values()) if not p.is_alive()]
+    if not dead and getattr(executor, "_broken", False):
+        dead = [(0, None)]
+    return dead
+
+
+def _how(status: int | None) -> str:
+    if status is None:
+        return "ended"
+    return f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
 
 
 #: How much lower the fit processes run than the web tier and the passes (``nice``): on a machine whose
@@ -83,6 +107,8 @@ class FitPool:
         self._restarts: dict[tuple, int] = {}
         self._jobs: dict[tuple, tuple[Future, float]] = {}
         self._side: ProcessPoolExecutor | None = None
+        #: what :meth:`heal` found and replaced, oldest first, for the worker to report (see ``replaced``)
+        self.replaced: list[dict] = []
 
     def _pool(self) -> ProcessPoolExecutor:
         if self._executor is None:
@@ -91,19 +117,57 @@ class FitPool:
                                                  initializer=_child_setup, initargs=(self.blas_threads, os.getpid()))
         return self._executor
 
+    def heal(self) -> list[dict]:
+        """Replace the fit or check process that died (kill -9, the out-of-memory killer) before anything
+        is handed to it: a dead process leaves its pool broken, and every later submit would fail (each
+        update pass of every study with it). Fits it was running are started again by :meth:`future`
+        when their planner next asks; a check is started again at its next turn. Returns what was
+        replaced (also kept in ``replaced``), each ``{"what", "pid", "how", "at"}``."""
+        found = []
+        for what, attr in (("fit process", "_executor"), ("check process", "_side")):
+            executor = getattr(self, attr)
+            for pid, status in _dead(executor):
+                found.append({"what": what, "pid": pid, "how": _how(status), "at": time.time()})
+            if _dead(executor):
+                self._drop(attr)
+        for event in found:
+            log.warning("the worker's %s (pid %s) %s; a new one takes its work", event["what"], event["pid"],
+                        event["how"])
+        self.replaced.extend(found)
+        del self.replaced[:-KEPT_FITS]
+        return found
+
+    def _drop(self, attr: str) -> None:
+        """Shut a broken pool down (its live processes terminated) so the next use starts a new one."""
+        executor = getattr(self, attr)
+        setattr(self, attr, None)
+        if executor is None:
+            return
+        for process in list((executor._processes or {}).values()):
+            if process.is_alive():
+                process.terminate()
+        executor.shutdown(wait=False, cancel_futures=True)
+
+    def _submit(self, task: Any) -> Future:
+        try:
+            return self._pool().submit(_fit, task)
+        except BrokenProcessPool:  # died since heal() looked: replace it now
+            self.heal()
+            return self._pool().submit(_fit, task)
+
     def future(self, key: tuple, task: Any) -> Future:
         """The future of ``task`` (submitted now unless running or done; again if its process died)."""
         f = self._futures.get(key)
         if f is not None and f.done() and isinstance(f.exception(), BrokenProcessPool):
-            # a fit process was killed (out of memory, by hand): start a new pool and fit again, once
-            # (a fit that kills its process every time fails the pass with the pool's error)
-            if self._restarts.get(key, 0) >= 1:
+            # its fit process was killed (out of memory, by hand): a new process fits again, up to
+            # FIT_RETRIES times (a fit that kills its process every time fails the pass with the pool's error)
+            if self._restarts.get(key, 0) >= FIT_RETRIES:
                 return f
             self._restarts[key] = self._restarts.get(key, 0) + 1
-            self.shutdown(wait=False)
+            self.heal()
             f = None
         if f is None:
-            f = self._futures[key] = self._pool().submit(_fit, task)
+            f = self._futures[key] = self._submit(task)
         self._futures.move_to_end(key)
         while len(self._futures) > KEPT_FITS:
             self._futures.popitem(last=False)
@@ -124,9 +188,8 @@ class FitPool:
             return
         try:
             self._jobs[key] = (self._side_pool().submit(fn, *args), time.monotonic())
-        except BrokenProcessPool:
-            self._side.shutdown(wait=False, cancel_futures=True)
-            self._side = None
+        except BrokenProcessPool:  # the check process died since heal() looked
+            self.heal()
             self._jobs[key] = (self._side_pool().submit(fn, *args), time.monotonic())
         while len(self._jobs) > 4 * KEPT_FITS:
             self._jobs.pop(next(iter(self._jobs)))
@@ -210,6 +273,11 @@ def run_beside(key: tuple, fn: Any, *args: Any, every: float = 0.0) -> bool:
 def running_beside(key: tuple) -> bool:
     """Whether work started by ``run_beside`` under ``key`` is still going in this process's pool."""
     return _pool is not None and _pool.running(key)
+
+
+def heal() -> list[dict]:
+    """Replace this process's fit or check process if it died (see :meth:`FitPool.heal`); what was replaced."""
+    return [] if _pool is None else _pool.heal()
 
 
 def fitter_for(study_id: str, label: str) -> StudyFitter | None:

@@ -12,9 +12,11 @@ import Flask.
 """
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING
 
+import redis
 from rq import get_current_job
 
 from workers.jobs import rater_checks
@@ -23,7 +25,7 @@ from workers.jobs.learner_cache import fits_beside
 from workers.jobs.lock import study_lock
 from workers.jobs.summary import write_summary
 from workers.jobs.update_pass import apply_new_answers
-from workers.store import keys
+from workers.store import health, keys
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -46,6 +48,12 @@ PASS_INTERVAL_SECONDS = 0.03
 AHEAD_SHARE = 0.25
 MAX_PASS_INTERVAL_SECONDS = 0.25
 POLL_SECONDS = 0.01
+#: A worker whose update jobs failed this many times in a row exits (see ``worker_should_exit``).
+MAX_FAILING_JOBS = 5
+
+#: Update jobs of this process that failed since the last one that succeeded.
+failing_jobs = 0
+log = logging.getLogger(__name__)
 #: How often an idle job looks whether a refit running beside the passes is ready.
 FIT_POLL_SECONDS = 0.2
 
@@ -54,14 +62,35 @@ def update_study(study_id: str) -> dict:
     """RQ entry point: drain new answers of one study, and go on while more keep arriving.
 
     Returns the summed summary of its passes."""
+    global failing_jobs
     conn = get_current_job().connection
     # Clear the flag first: answers accepted from now on schedule a fresh job. That job waits in
     # the queue while this one goes on, and takes over when it ends: no answer is left waiting.
     conn.delete(keys.update_scheduled(study_id))
-    with study_lock(conn, study_id) as renew:
-        if not conn.exists(keys.study(study_id)):
-            return {}  # deleted since the job was queued (workers.store.deletion)
-        return drain_study(conn, study_id, renew=renew)
+    try:
+        with study_lock(conn, study_id) as renew:
+            if not conn.exists(keys.study(study_id)):
+                return {}  # deleted since the job was queued (workers.store.deletion)
+            total = drain_study(conn, study_id, renew=renew)
+    except Exception as exc:
+        failing_jobs += 1
+        try:
+            failures = health.pass_failed(conn, study_id, exc)
+            log.error("update of study %s failed (%d in a row for the study, %d jobs in a row in this worker): %s",
+                      study_id, failures, failing_jobs, exc)
+        except redis.RedisError:
+            pass  # Redis itself is down: the job fails, and RQ retries nothing; the next answer queues a job
+        raise
+    failing_jobs = 0
+    return total
+
+
+def worker_should_exit() -> bool:
+    """Whether this worker's jobs have failed ``MAX_FAILING_JOBS`` times in a row: the worker then exits
+    (non-zero), so that ``proxima serve`` or its service manager starts a fresh process. A fault in the
+    process itself (a broken library, memory) heals that way; a study that fails everywhere keeps failing,
+    and says so on its Overview."""
+    return failing_jobs >= MAX_FAILING_JOBS
 
 
 def drain_study(conn: Redis, study_id: str, renew: Callable[[], None] | None = None, job_seconds: float = JOB_SECONDS,

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from workers.jobs import rater_checks
+from workers.jobs import fits, rater_checks
 from workers.jobs.checkpoints import commit_state, settle_checkpoints, start_checkpoints
 from workers.jobs.faults import fault
 from workers.jobs.learner_cache import Kept, forget_cached, pass_learners, remember
 from workers.jobs.learners import Learner, observe_batch
 from workers.jobs.summary import SUMMARY_SECONDS, note_pass, queue_summary, summary_due
 from workers.jobs.truth_curve import known_truth_of
-from workers.store import engine_state, keys, questions
+from workers.store import engine_state, health, keys, questions
 from workers.store.answers import read_batch
 from workers.store.studies import Study, get_study
 
@@ -65,6 +65,11 @@ def apply_new_answers(conn: Redis, study_id: str, now: float | None = None, rene
         while True:
             if renew is not None:
                 renew()
+            # a fit or check process that died is replaced before this pass hands it anything
+            for event in fits.heal():
+                health.record_incident(conn, f"the worker's {event['what']} died",
+                                       f"pid {event['pid']} {event['how']}; the worker started a new one and its "
+                                       f"work is done again", now=event["at"])
             settle_checkpoints(conn, study_id, wait=False)
             summary = _one_pass(conn, study_id, time.time() if now is None else now,
                                 0.0 if settle else SUMMARY_SECONDS)
@@ -309,6 +314,7 @@ def _commit(conn: Redis, pipe, p: _Pass, changed: dict[str, bool], summarise: bo
         pipe.sadd(keys.finished(study_id), *p.finished)
     if p.poisoned:
         pipe.hset(keys.poisoned(study_id), mapping=p.poisoned)
+    health.pass_succeeded(conn, study_id, p.now, pipeline=pipe)
     pipe.zremrangebyscore(keys.active_raters(study_id), "-inf", p.now - 86400)
     pipe.lpush(keys.refresh_latencies(study_id), f"{latency_ms:.3f}")
     pipe.ltrim(keys.refresh_latencies(study_id), 0, LATENCIES_KEPT - 1)

@@ -96,6 +96,10 @@ poisoned = _per_study("poisoned")
 #: Hash: last refresh latency, batch size, ... written by the update job.
 engine_stats = _per_study("engine:stats")
 
+#: Hash: whether the study is learning (``workers.store.health``): when its last update pass succeeded, since
+#: when its passes fail, how many failed in a row, the last error and when it came.
+learning = _per_study("learning")
+
 #: String with a TTL: an update job for the study is queued and not yet started.
 update_scheduled = _per_study("update-scheduled")
 
@@ -120,6 +124,10 @@ stylesheet = _per_study("stylesheet")
 #: Stream: the study's audit lines, one per removal from its data (a forgotten rater: when, by whom, the
 #: SHA-256 of the rater id, how many answers left the log); kept in backups (workers.store.deletion).
 audit = _per_study("audit")
+
+#: Set: the SHA-256 (hex) of every rater id forgotten from the study (``deletion.rater_digest``, as its audit lines
+#: hold it): a browser session of such an id is refused (lua/study_guard.lua) and gets no fresh allowance.
+forgotten_raters = _per_study("forgotten-raters")
 
 
 # The keys of one study and one algorithm, question, rater, address or model (the second argument), each with
@@ -166,6 +174,19 @@ def deleted_studies() -> str:
     """Stream: one audit line per deleted study (when, by whom, its id, name and what it held); the study's
     own keys are gone, so the line is kept outside its hash tag."""
     return f"{PREFIX}:deleted-studies"
+
+
+def incidents() -> str:
+    """List: the processes that died or failed on this Redis and what healed them, newest first, each a JSON
+    document (``workers.store.health``); capped, kept outside any study (a process serves every study)."""
+    return f"{PREFIX}:incidents"
+
+
+def forgotten_anywhere() -> str:
+    """Set: for every rater forgotten on this Redis, the SHA-256 of ``<study id>:<rater id>``
+    (``deletion.study_rater_digest``); kept outside the study's hash tag, so it outlives a deleted study and
+    a restore of an older backup can tell it brings a forgotten rater back."""
+    return f"{PREFIX}:forgotten-raters"
 
 
 def request_durations() -> str:
