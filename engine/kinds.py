@@ -60,6 +60,22 @@ DEFAULT_KIND = "triplet"
 SECONDS_TRIPLET = 2.0
 SECONDS_RATING = 2.0
 SECONDS_ODD = 1.5 * SECONDS_TRIPLET
+#: The share of a triplet catch trial's near-certain comparisons a careful rater misses: half the human
+#: lapse rate of 0.1 (a lapse picks at random) and a little more for the comparison itself (the human
+#: model on the egg items' comparisons misses 4.6%: tests/test_catch_rule.py measures every kind's rate).
+CATCH_MISS_RATE = 0.06
+#: An odd-one-out catch's: a lapse picks one of three, so two thirds of the lapse rate miss (6.7%), and a
+#: little more for the comparison (measured: 7.6% on the egg items).
+CATCH_MISS_RATE_ODD = 0.085
+#: A grid catch passes when the like item is among the picks (a careful rater who saw it picks it, not
+#: always first: on the egg items 87% of the misses of "first" had it second). A miss needs every pick to
+#: miss it: pick t of n references lapses onto an unlike one with chance 0.1 (n - 1 - t) / (n - t) and
+#: otherwise prefers one of the n - 1 - t unlike ones with about CATCH_GRID_CONFUSION each; the product,
+#: times CATCH_GRID_SAFETY (misses of later picks go with the harder comparisons), is the stated rate
+#: (8-rank-2: 2.0%, measured 1.6-1.7%; 8-rank-1: 18%, measured 12%).
+CATCH_GRID_CONFUSION = 0.005
+CATCH_GRID_SAFETY = 1.5
+HUMAN_LAPSE = 0.1
 #: too fast: a quarter of a kind's stated time per screen (the eggs' fastest tenth took 1.1 s, over half
 #: the median), so only answers no one could give after a look are flagged; triplets and ratings keep
 #: their earlier default (off) so running studies flag as before
@@ -222,6 +238,18 @@ class QuestionKind:
         when the comparison cannot fill one. On the wire it is an ordinary screen."""
         return None
 
+    def catch_rates(self, settings: Mapping) -> tuple[float, float]:
+        """(careful miss rate, random pass rate) of one of this kind's catch screens at these settings: the
+        share a careful rater misses (the human noise model, lapse 0.1, on comparisons with the stated
+        distance margin of ``webapp.catches``: ``tests/test_catch_rule.py`` measures it at or below this)
+        and the share an item-blind rater picking at random passes. The catch schedule
+        (``StudyConfig.catch_every``, ``catch_misses_allowed``) is planned on them."""
+        return CATCH_MISS_RATE, 0.5
+
+    def catch_answer_passes(self, picks: Sequence[int] | None, expect: int) -> bool:
+        """Whether the picks of a catch screen expecting ``expect`` pass it: the expected item picked first."""
+        return bool(picks) and picks[0] == expect
+
     def catch_passes(self, shown: Sequence[int], picks: Sequence[int],
                      alike: Callable[[int, int], bool | None]) -> bool:
         """Whether an attention check was passed, judged from its items alone (a restore, which has no
@@ -373,6 +401,9 @@ class _OddOneOut(_OneOfThree):
     def picks_of(self, observation):
         return (int(observation[3]),)
 
+    def catch_rates(self, settings):
+        return CATCH_MISS_RATE_ODD, 1 / 3
+
     def catch_screen(self, head, similar, different, others, settings, rng):
         items = [head, similar, different]
         rng.shuffle(items)
@@ -471,8 +502,24 @@ class _Rank(QuestionKind):
     def picks_of(self, observation):
         return tuple(int(p) for p in observation[2])
 
+    def catch_rates(self, settings):
+        n, k = int(settings["n_reference"]), int(settings["n_select"])
+        miss = CATCH_GRID_SAFETY
+        for t in range(k):
+            left = n - 1 - t  # unlike references not yet picked
+            miss *= HUMAN_LAPSE * left / (n - t) + (1 - HUMAN_LAPSE) * CATCH_GRID_CONFUSION * left
+        return min(1.0, miss), k / n
+
+    def catch_answer_passes(self, picks, expect):
+        # the like item among the picks, in any place: what a careful rater does (one who saw it may
+        # still rank an unlike item first when the grid's unlike items are not far)
+        return bool(picks) and expect in picks
+
+    def catch_passes(self, shown, picks, alike):
+        return any(alike(shown[0], p) for p in picks)
+
     def catch_screen(self, head, similar, different, others, settings, rng):
-        # one reference very like the head among n - 1 very unlike it: the first pick must be the like one
+        # one reference very like the head among n - 1 very unlike it: the like one must be among the picks
         n = int(settings["n_reference"])
         fillers = [o for o in dict.fromkeys([different, *others]) if o not in (head, similar)]
         if len(fillers) < n - 1:

@@ -4,14 +4,17 @@ chosen so a careful rater is rarely flagged and a random responder rarely passes
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from helpers import EGG_ANSWERS, answer, closer_candidate, colour_items, fetch_question, shared_data_file
 
+from engine.kinds import get_kind
 from simulation.crowd import eggs_truth, noise_model
 from simulation.oracles import TripletOracle
 from webapp.catches import choose_comparisons
+from workers.store import keys
 from workers.store.answers import read_answers
 from workers.store.config import CATCH_MISS_RATE, StudyConfig, binomial_tail
 from workers.store.studies import create_study
@@ -100,3 +103,133 @@ def test_every_rater_gets_one_catch_trial_in_each_block_at_varying_places(client
         assert all("catch_pass" in mine[i].flags for i in caught)
         places.update(i % 4 for i in caught)
     assert len(places) > 1  # not always the same place in the block
+
+
+# ---------------------------------------------------------------------------- every kind (issue 40)
+#: kinds and settings whose catch trials are measured: (kind, its settings section)
+MEASURED_KINDS = [("triplet", {}), ("odd_one_out", {}), ("rank", {"n_reference": 8, "n_select": 2}),
+                  ("rank", {"n_reference": 8, "n_select": 1}), ("rank", {"n_reference": 12, "n_select": 2}),
+                  ("rank", {"n_reference": 4, "n_select": 1})]
+
+
+def egg_catch_setup():
+    shared_data_file(EGG_ANSWERS)
+    truth = eggs_truth()
+    noise, _ = noise_model(truth, lapse=0.1)
+    items = [{"id": i, "position": [float(p[0])]} for i, p in zip(truth.ids, truth.points, strict=True)]
+    return truth, noise, items
+
+
+@pytest.mark.parametrize(("name", "settings"), MEASURED_KINDS)
+def test_a_careful_rater_misses_each_kinds_catch_trials_at_most_at_its_stated_rate(name, settings):
+    """The human noise model (lapse 0.1) on each kind's catch screens of the egg items' comparisons, judged
+    by the kind's own rule: the share missed is at most the rate the kind states (and the schedule plans on).
+    A grid passes with the like item among the picks: judged by the first pick only, 8-rank-2 misses 12%."""
+    truth, noise, items = egg_catch_setup()
+    kind = get_kind(name)
+    settings = kind.check_settings(settings)
+    oracle = kind.simulated_rater(truth.distances, noise.logistic_scale, noise.lapse, settings, random_state=0)
+    found = choose_comparisons(items, random.Random(0))
+    rng = random.Random(1)
+    missed = trials = 0
+    while trials < 6000:
+        c = rng.choice(found)
+        screen, expect = kind.catch_screen(c.head, c.similar, c.different, c.others, settings, rng)
+        picks = kind.picks_of(oracle.answer([kind.proposal_of(kind.shown(screen))])[0])
+        missed += not kind.catch_answer_passes(picks, expect)
+        trials += 1
+    stated, random_pass = kind.catch_rates(settings)
+    assert missed / trials <= stated, (missed / trials, stated)
+    assert stated < 0.2 and 0 < random_pass < 1
+
+
+def rater_payload(question: dict, items: list[dict], scale: dict) -> dict:
+    """The parts of a screen's payload a simulated rater reads (item index and id)."""
+    def item(i):
+        return {"index": int(i), "id": items[int(i)]["id"]}
+    if "head" in question:
+        return {"kind": question["kind"], "head": item(question["head"]),
+                "candidates": [item(c) for c in question["candidates"]],
+                **({"select": question["select"]} if "select" in question else {})}
+    return {"kind": question["kind"], "items": [item(i) for i in question["items"]], "scale": scale}
+
+
+@pytest.mark.parametrize(("name", "settings"), [("rating", {}), *MEASURED_KINDS[:3]])
+def test_at_defaults_careful_raters_are_flagged_at_most_1_percent_and_random_ones_pass_at_most_5(name, settings):
+    """End to end on the live rules: the catch questions the server builds (catch_question), answered by
+    simulation.crowd's careful rater (the human noise model) and by a random one, judged as the answer
+    path judges them (catch_passed), over the schedule of a study at defaults (40 questions)."""
+    from simulation.crowd import Rater
+    from webapp.questions_answers import catch_passed, catch_question
+
+    truth, noise, items = egg_catch_setup()
+    study_config = StudyConfig.from_dict({"name": "Fair", "question_kind": name,
+                                          "limits": {"max_questions_per_rater": 40},
+                                          **({"rank": settings} if settings else {})})
+    study = SimpleNamespace(config=study_config)
+    found = choose_comparisons(items, random.Random(0))
+    scale = {"min": study_config.rating.min, "max": study_config.rating.max, "step": study_config.rating.step}
+    random.seed(40)  # catch_question draws from the process's generator
+    rng = np.random.default_rng(40)
+    every, n = study_config.catch_every, study_config.planned_questions
+    flagged = {False: 0, True: 0}
+    raters = 1500
+    for r in range(raters):
+        for careless in (False, True):
+            rater = Rater(truth, noise, careless, random.Random(2 * r + careless))
+            places = np.arange(0, n, every) + rng.integers(every, size=len(range(0, n, every)))
+            trials = int(np.count_nonzero(places < n))
+            missed = 0
+            for _ in range(trials):
+                question = catch_question(study, found)
+                body = rater.answer(rater_payload(question, items, scale))
+                picks = body.get("picks") or ([body["choice"]] if "choice" in body else None)
+                missed += not catch_passed(study, question, picks, body.get("value"))
+            flagged[careless] += study_config.catch_failing(trials, missed)
+    assert flagged[False] / raters <= 0.01, flagged
+    assert 1 - flagged[True] / raters <= 0.05, flagged
+
+
+def test_people_miss_the_egg_triplets_that_meet_the_catch_margin_at_most_at_the_stated_rate():
+    """Replayed from people: the alien-egg crowd's own answers to triplets whose candidates meet the catch
+    margin (the like one at most half as far from the head) miss the like one at most CATCH_MISS_RATE of
+    the time (5.2%)."""
+    import csv
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(shared_data_file(EGG_ANSWERS)) as z:
+        name = next(n for n in z.namelist() if n.endswith(".csv"))
+        rows = list(csv.DictReader(io.TextIOWrapper(z.open(name), encoding="utf-8")))
+    missed = []
+    for row in rows:
+        h, left, right, pick = (int(row[k][1:]) for k in ("Center", "Left", "Right", "Answer"))
+        (near, like), (far, _) = sorted([(abs(left - h), left), (abs(right - h), right)])
+        if near <= 0.5 * far:
+            missed.append(pick != like)
+    assert len(missed) > 5000
+    assert 0.03 < sum(missed) / len(missed) <= CATCH_MISS_RATE, sum(missed) / len(missed)
+
+
+@pytest.mark.parametrize(("action", "code", "excluded"), [("mark", True, False), ("no_code", False, False),
+                                                          ("exclude", False, True)])
+def test_a_catch_trial_flag_does_what_the_studys_flag_action_says(client, conn, action, code, excluded):
+    """A rater missing every catch trial is flagged; ``mark`` still gives the code (a flag of any check
+    does only what flag_action says), ``no_code`` withholds it, ``exclude`` also excludes the rater."""
+    study_config = StudyConfig.from_dict({
+        "name": "Actions", "algorithm": "random_triplets", "pool_size": 8,
+        "limits": {"max_questions_per_rater": 6, "min_answers_for_code": 6},
+        "attention": {"rate": 0.5, "flag_action": action, "answer_check": False}})
+    create_study(conn, study_config, colour_items(), study_id="actions")
+    client.get("/s/actions?rater=r-miss")
+    question = fetch_question(client, "actions")
+    while question is not None:
+        far = max((c["index"] for c in question["candidates"]), key=lambda i: abs(i - question["head"]["index"]))
+        reply = answer(client, question, choice=far, study_id="actions")
+        assert reply.status_code == 201, reply.get_json()
+        question = reply.get_json().get("next")
+    stats = {k.decode(): v.decode() for k, v in conn.hgetall(keys.rater_stats("actions")).items()}
+    assert int(stats["r-miss:catch_failed"]) == 3 and stats.get("r-miss:flagged") == "1"
+    page = client.get("/s/actions/done").get_data(as_text=True)
+    assert ('id="completion-code"' in page) is code
+    assert bool(conn.sismember(keys.excluded_raters("actions"), "r-miss")) is excluded

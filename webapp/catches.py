@@ -82,28 +82,45 @@ def forget(study_id: str | None = None) -> None:
 def choose_comparisons(items: list[dict], rng: random.Random) -> list[Comparison]:
     """Comparisons by the items' positions where every item has one, else by their labels; [] when neither."""
     positions = [item.get("position") for item in items]
-    if len(items) >= 3 and all(p is not None and len(p) == len(positions[0]) for p in positions):
-        return _by_position([tuple(map(float, p)) for p in positions], rng)
     labels = [item.get("label") for item in items]
-    if len(items) >= 3 and all(label is not None for label in labels):
+    labelled = all(label is not None for label in labels)
+    if len(items) >= 3 and all(p is not None and len(p) == len(positions[0]) for p in positions):
+        return _by_position([tuple(map(float, p)) for p in positions], rng, labels if labelled else None)
+    if len(items) >= 3 and labelled:
         return _by_label(labels, rng)
     return []
 
 
-def _by_position(positions: list[tuple[float, ...]], rng: random.Random) -> list[Comparison]:
+def _by_position(positions: list[tuple[float, ...]], rng: random.Random,
+                 labels: list | None = None) -> list[Comparison]:
+    """The margin: the like item at most MAX_DISTANCE_RATIO as far from the head as each unlike item is
+    from the head, and as far as the unlike item is from the like one (an odd-one-out's two alike must be
+    nearer each other than either is to the odd one); with labels too, the like item of the head's label
+    and the unlike ones of others."""
     n = len(positions)
     heads = rng.sample(range(n), min(n, MAX_HEADS, max(1, MAX_DISTANCES // n)))
     found = []
     for h in heads:
         others = sorted((math.dist(positions[h], positions[j]), j) for j in range(n) if j != h)
-        near_distance, similar = others[0]
+        if labels is not None:
+            same = [o for o in others if labels[o[1]] == labels[h]]
+            others = [o for o in others if labels[o[1]] != labels[h]]
+            if not same or not others:
+                continue
+            near_distance, similar = same[0]
+        else:
+            near_distance, similar = others[0]
+            others = others[1:]
+        if not others:
+            continue
         far = others[len(others) - max(1, int(FAR_SHARE * len(others))):]
         far_distance, different = far[rng.randrange(len(far))]
-        if similar != different and near_distance <= MAX_DISTANCE_RATIO * far_distance:
+        if (near_distance <= MAX_DISTANCE_RATIO * far_distance
+                and near_distance <= MAX_DISTANCE_RATIO * math.dist(positions[similar], positions[different])):
             # more unlike items for grids: from the farther half of the head's items, each at least twice as
             # far from the head as the like one
             fillers = [j for d, j in others[len(others) // 2:]
-                       if j != different and near_distance <= MAX_DISTANCE_RATIO * d]
+                       if j not in (different, similar) and near_distance <= MAX_DISTANCE_RATIO * d]
             more = tuple(rng.sample(fillers, min(OTHERS, len(fillers))))
             found.append((Comparison(h, similar, different, others=more), far_distance))
     largest = max((d for _, d in found), default=0.0)

@@ -229,7 +229,8 @@ def catch_question(study: Study, found: list[Comparison]) -> dict | None:
 
 def catch_passed(study: Study, question: dict, picks: list[int] | None, value: float | None) -> bool:
     """Whether an attention check was answered as anyone paying attention would (a skip fails it): the
-    expected item picked first. A check issued before checks had an ``expect`` showed the head among
+    expected item picked as the kind says (``catch_answer_passes``: first, or a grid's among the picks).
+    A check issued before checks had an ``expect`` showed the head among
     its candidates (triplets) or one item twice (ratings)."""
     if kind_of(question).asks == "pair":
         scale = study.config.rating
@@ -238,7 +239,7 @@ def catch_passed(study: Study, question: dict, picks: list[int] | None, value: f
         if question.get("expect") == "low":
             return value <= scale.min + 0.25 * (scale.max - scale.min)
         return scale.catch_passes(value)
-    return bool(picks) and picks[0] == question.get("expect", question.get("head"))
+    return kind_of(question).catch_answer_passes(picks, question.get("expect", question.get("head")))
 
 
 def check_consent(study: Study) -> None:
@@ -264,6 +265,17 @@ def question_request(study: Study, rater: str, now: float, guard: StudyGuard | N
                         stop_flagged=attention.stops_flagged, max_per_rater=limits.max_questions_per_rater,
                         budget=limits.answer_budget, catch=catch, ask_repeat=ask_repeat, guard=guard,
                         catch_every=every or 1, catch_draw=random.random())
+
+
+def exclude_if_catch_flagged(conn: Redis, study: Study, rater: str) -> bool:
+    """``flag_action: exclude`` for the catch-trial rule (the answer script flags; it leaves exclusion to
+    this, as the answer check does in the update pass): a rater the rule flags is added to the excluded
+    raters, so the update pass leaves out their answers from then on."""
+    stats = rater_stats(conn, study.id, rater)
+    if not study.config.catch_failing(stats["catch"], stats["catch_failed"]):
+        return False
+    conn.sadd(keys.excluded_raters(study.id), rater)
+    return True
 
 
 def maybe_queue_repeat(conn: Redis, study: Study, rater: str, question: dict, picks: list[int] | None,
@@ -523,6 +535,8 @@ def submit_answer(conn: Redis, study: Study, rater: str, body: object, issue_nex
     replaced = issued is not None and issued.status == "replaced"
     if schedule:
         enqueue_update(conn, study.id)
+    if "catch_failed" in stats and attention.flag_action == "exclude":
+        exclude_if_catch_flagged(conn, study, rater)
     if question.get("repeat_of") is not None and choice:
         flag_low_self_agreement(conn, study, rater)
     else:

@@ -309,7 +309,8 @@ def code_decision(conn: Redis, study: Study, rater: str, stats: dict[str, int]) 
     checks, failed = stats["catch"] + abandoned, stats["catch_failed"] + abandoned
     attention = study.config.attention
     failing = study.config.catch_failing(checks, failed)
-    if (stats["flagged"] and attention.withholds_code) or failing:
+    # a catch-trial flag does what every flag does (attention.flag_action): ``mark`` still gives the code
+    if (stats["flagged"] or failing) and attention.withholds_code:
         return None, "Too many of the attention checks were missed, so there is no completion code to give."
     needed = study.config.limits.answers_for_code
     if stats["answers"] < needed:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import jsonschema
 import yaml
 
+from engine import kinds as _kinds
 from engine.kinds import DEFAULT_KIND, KINDS, QUESTION_KINDS, SCREEN_PARAMS, get_kind
 from engine.registry import ALGORITHMS as _TABLE
 from engine.registry import DEFAULT_NN_ALGORITHM, default_algorithm  # noqa: F401 (re-exported)
@@ -237,17 +238,16 @@ class Limits:
 MIN_REPEATS_TO_FLAG = 8
 #: ``attention.rate: auto``: the sparsest schedule of catch trials (one in every ``e`` questions of a
 #: rater, ``e`` at least CATCH_MIN_EVERY) for which the allowed misses keep a careful rater's flag rate (at
-#: CATCH_MISS_RATE per catch trial) within ``false_flag_rate`` and a responder answering catch trials at
-#: random passes at most CATCH_RANDOM_PASS of the time; planned on ``max_questions_per_rater`` (else
-#: CATCH_PLANNED_QUESTIONS). 40 questions: one in 3 (13 or 14 trials, 3 misses allowed: careful flagged
-#: 0.8%, random passing 4.6%); 100: one in 6; 200: one in 13 (tests/test_catch_rule.py).
+#: the catch kind's careful miss rate per catch trial, ``engine.kinds`` ``catch_rates``) within
+#: ``false_flag_rate`` and a responder answering catch trials at random (the kind's random pass rate) passes
+#: at most CATCH_RANDOM_PASS of the time; planned on ``max_questions_per_rater`` (else
+#: CATCH_PLANNED_QUESTIONS). Triplets at 40 questions: one in 3 (13 or 14 trials, 3 misses allowed: careful
+#: flagged 0.8%, random passing 4.6%); 100: one in 6; 200: one in 13 (tests/test_catch_rule.py).
 CATCH_MIN_EVERY = 3
 CATCH_PLANNED_QUESTIONS = 100
 CATCH_RANDOM_PASS = 0.05
-#: The share of near-certain catch trials a careful rater misses: half the human lapse rate of 0.1 (a
-#: lapse picks at random) and a little more for the comparison itself (simulation.oracles' human model on
-#: the egg items misses 0.7% of them without lapses: tests/test_catch_rule.py measures it).
-CATCH_MISS_RATE = 0.06
+#: A triplet catch trial's careful miss rate (engine.kinds states every kind's).
+CATCH_MISS_RATE = _kinds.CATCH_MISS_RATE
 
 
 @functools.lru_cache(maxsize=65536)
@@ -479,8 +479,16 @@ class StudyConfig:
     def _allowed_misses(self, trials: int) -> int:
         """The fewest misses a careful rater (missing CATCH_MISS_RATE of catch trials) exceeds over
         ``trials`` of them with probability at most ``false_flag_rate``."""
-        alpha = self.attention.false_flag_rate
-        return next(m for m in range(trials + 1) if binomial_tail(m, trials, CATCH_MISS_RATE) <= alpha)
+        alpha, miss = self.attention.false_flag_rate, self.catch_rates[0]
+        return next(m for m in range(trials + 1) if binomial_tail(m, trials, miss) <= alpha)
+
+    @functools.cached_property
+    def catch_rates(self) -> tuple[float, float]:
+        """(careful miss rate, random pass rate) of one catch trial of the study's catch kind at its
+        settings (``engine.kinds``' ``catch_rates``: a grid's like item may be any pick, an odd-one-out's
+        lapse picks one of three)."""
+        kind = get_kind(self.catch_kind)
+        return kind.catch_rates(self.settings_of(kind))
 
     @functools.cached_property
     def catch_every(self) -> int:
@@ -492,7 +500,8 @@ class StudyConfig:
         n, coded = self.planned_questions, self.limits.min_answers_for_code or self.planned_questions
         for every in range(max(CATCH_MIN_EVERY, n // CATCH_MIN_EVERY), CATCH_MIN_EVERY - 1, -1):
             fewest, most = min(n, coded) // every, -(-n // every)
-            if fewest and 1 - binomial_tail(self._allowed_misses(most), fewest, 0.5) <= CATCH_RANDOM_PASS:
+            random_miss = 1 - self.catch_rates[1]
+            if fewest and 1 - binomial_tail(self._allowed_misses(most), fewest, random_miss) <= CATCH_RANDOM_PASS:
                 return every
         return CATCH_MIN_EVERY
 

@@ -1,0 +1,190 @@
+"""Benchmark — are catch trials fair to careful people, in every question kind? (issue 40)
+
+For each kind (triplet, rating, odd-one-out, rank 8-rank-2 and 8-rank-1) and each way a study can know its
+items (the eggs' known positions; labels only: the eggs cut into 3 or 10 bins of smoothness, a label cut
+from a continuum being the hard case), the catch trials the platform builds (webapp.questions_answers.
+catch_question on webapp.catches' comparisons) are answered by simulated careful raters (simulation.crowd.
+Rater: the human noise model fitted to the alien-egg crowds, lapse CAREFUL_LAPSE) and by raters answering at
+random, judged by the live rule (catch_passed), over the catch schedule of a study at defaults with
+QUESTIONS questions per rater (StudyConfig.catch_every, catch_failing). Prints per kind the careful
+miss rate against the kind's stated one (engine.kinds catch_rates), the share of careful raters flagged and
+the share of random raters passing.
+
+Then the same rules on people's own answers (../shared/data): every alien-egg triplet a person answered
+whose candidates meet the triplet catch margin (the like one at most half as far from the head as the
+other), replayed per person (each person's such answers drawn as their catch trials: the share of the 231
+people the rule would flag); and the Food-100 crowd's own catch screens (a grid of N, K picks), passed
+when a like item is among the picks (the rank rule) or only when the first is (its stricter form).
+
+    python benchmarks/catch_fairness.py            # 4000 raters per row
+    python benchmarks/catch_fairness.py --raters 1000
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import random
+import sys
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from simulation.crowd import Rater, eggs_truth, noise_model  # noqa: E402
+from simulation.datasets import default_data_dir  # noqa: E402
+from webapp.catches import choose_comparisons  # noqa: E402
+from webapp.questions_answers import catch_passed, catch_question  # noqa: E402
+from workers.store.config import StudyConfig  # noqa: E402
+
+QUESTIONS = 40
+CAREFUL_LAPSE = 0.1
+KINDS = (("triplet", {}), ("rating", {}), ("odd_one_out", {}), ("rank", {"n_reference": 8, "n_select": 2}),
+         ("rank", {"n_reference": 8, "n_select": 1}))
+
+
+def egg_items(truth, labels: int | None) -> list[dict]:
+    """The eggs as a study holds them: with their positions, or (``labels``) only a label, the eggs cut
+    into that many bins of equal size by smoothness."""
+    if labels is None:
+        return [{"id": i, "position": [float(p[0])]} for i, p in zip(truth.ids, truth.points, strict=True)]
+    rank = np.argsort(np.argsort(truth.points[:, 0]))
+    return [{"id": i, "label": f"bin {r * labels // len(rank)}"} for i, r in zip(truth.ids, rank, strict=True)]
+
+
+def payload(question: dict, items: list[dict], scale: dict) -> dict:
+    """What the page receives of a screen (the parts a rater's answer reads)."""
+    def item(i):
+        return {"index": int(i), "id": items[int(i)]["id"]}
+    out = {"kind": question["kind"], "scale": scale}
+    if "head" in question:
+        out["head"], out["candidates"] = item(question["head"]), [item(c) for c in question["candidates"]]
+        if "select" in question:
+            out["select"] = question["select"]
+    else:
+        out["items"] = [item(i) for i in question["items"]]
+    return out
+
+
+def answer_of(body: dict) -> tuple[list[int] | None, float | None]:
+    if "value" in body:
+        return None, body["value"]
+    return (body["picks"] if "picks" in body else [body["choice"]]), None
+
+
+def simulate(kind: str, settings: dict, items: list[dict], truth, noise, raters: int, seed: int) -> dict:
+    config = StudyConfig.from_dict({"name": "fair", "question_kind": kind, **({"rank": settings} if settings else {}),
+                                    "limits": {"max_questions_per_rater": QUESTIONS}})
+    study = SimpleNamespace(config=config)
+    random.seed(seed)  # catch_question draws from the process's generator, as a request does
+    found = choose_comparisons(items, random.Random(seed))
+    if not found:
+        return {}
+    scale = {"min": config.rating.min, "max": config.rating.max, "step": config.rating.step}
+    every, n = config.catch_every, config.planned_questions
+    rng = np.random.default_rng(seed)
+    out = {"every": every, "allowed": config.catch_misses_allowed, "stated": config.catch_rates[0]}
+    for who, careless in (("careful", False), ("random", True)):
+        flagged = misses = trials_all = 0
+        for r in range(raters):
+            rater = Rater(truth, noise, careless, random.Random(seed * 100003 + r * 2 + careless))
+            places = np.arange(0, n, every) + rng.integers(every, size=len(range(0, n, every)))
+            trials = int(np.count_nonzero(places < n))
+            missed = 0
+            for _ in range(trials):
+                question = catch_question(study, found)
+                picks, value = answer_of(rater.answer(payload(question, items, scale)))
+                missed += not catch_passed(study, question, picks, value)
+            flagged += config.catch_failing(trials, missed)
+            misses, trials_all = misses + missed, trials_all + trials
+        out[who] = {"miss": misses / trials_all, "flagged": flagged / raters}
+    return out
+
+
+def egg_people(data_dir: Path, config: StudyConfig, seed: int) -> dict:
+    """The triplet catch rule on people's own egg answers: each person's answers to triplets meeting the
+    catch margin, drawn (with replacement) as the catch trials of a study at defaults."""
+    with zipfile.ZipFile(data_dir / "alien_eggs" / "responses.csv.zip") as z:
+        name = next(n for n in z.namelist() if n.endswith(".csv"))
+        rows = list(csv.DictReader(io.TextIOWrapper(z.open(name), encoding="utf-8")))
+    per: dict[str, list[int]] = {}
+    for row in rows:
+        h, left, right, pick = (int(row[k][1:]) for k in ("Center", "Left", "Right", "Answer"))
+        near, far = sorted([(abs(left - h), left), (abs(right - h), right)])
+        if near[0] <= 0.5 * far[0] and near[1] != far[1]:
+            per.setdefault(row["Participant.ID"], []).append(int(pick != near[1]))
+    rng = np.random.default_rng(seed)
+    trials = config.catch_trials[1]
+    people = [v for v in per.values() if len(v) >= 5]
+    all_misses = [m for v in people for m in v]
+    flagged = []
+    for v in people:
+        draws = rng.choice(v, size=(200, trials))
+        flagged.append(np.mean([config.catch_failing(trials, int(d.sum())) for d in draws]))
+    return {"people": len(people), "answers": len(all_misses), "miss": float(np.mean(all_misses)),
+            "flagged": float(np.mean(flagged)), "careless people": sum(f > 0.5 for f in flagged)}
+
+
+def food_people(data_dir: Path) -> dict:
+    """The Food-100 crowd's own catch screens: misses by the grid rule (no like item among the picks) and
+    by the stricter first-pick rule (the first pick not a like item), per grid size."""
+    out: dict = {}
+    with zipfile.ZipFile(data_dir / "food100" / "food100_grids.zip") as z:
+        for name in z.namelist():
+            if not name.endswith(".json"):
+                continue
+            grid = name.rsplit("/", 1)[-1].split("_")[0]
+            for hit in json.loads(z.read(name)):
+                for screen in hit["HIT_screens"]:
+                    if not screen["is_catchtrial"]:
+                        continue
+                    like = {screen["images"][i] for i in screen["correct_answer"]}
+                    picks = list(screen["near_answer"])
+                    row = out.setdefault(grid, [0, 0, 0])
+                    row[0] += 1
+                    row[1] += not (like & set(picks))
+                    row[2] += picks[0] not in like
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--raters", type=int, default=4000)
+    parser.add_argument("--seed", type=int, default=0)
+    a = parser.parse_args()
+    truth = eggs_truth()
+    noise, _ = noise_model(truth, lapse=CAREFUL_LAPSE)
+    print(f"Catch trials at defaults, {QUESTIONS} questions per rater, {a.raters} simulated raters per row "
+          f"(human noise model of the egg crowds, lapse {CAREFUL_LAPSE})\n")
+    print("| kind | items known by | one in | misses allowed | careful miss (stated) | careful flagged "
+          "| random passing |\n|---|---|---|---|---|---|---|")
+    for kind, settings in KINDS:
+        name = kind if kind != "rank" else f"rank {settings['n_reference']}-rank-{settings['n_select']}"
+        for source, labels in (("positions", None), ("3 labels", 3), ("10 labels", 10)):
+            r = simulate(kind, settings, egg_items(truth, labels), truth, noise, a.raters, a.seed)
+            if not r:
+                continue
+            print(f"| {name} | {source} | {r['every']} | {r['allowed']} | {r['careful']['miss']:.1%} "
+                  f"({r['stated']:.1%}) | {r['careful']['flagged']:.2%} | {1 - r['random']['flagged']:.2%} |")
+    data_dir = default_data_dir()
+    config = StudyConfig.from_dict({"name": "fair", "limits": {"max_questions_per_rater": QUESTIONS}})
+    eggs = egg_people(data_dir, config, a.seed)
+    print(f"\nPeople's egg triplets meeting the catch margin, as triplet catch trials ({eggs['answers']} answers of "
+          f"{eggs['people']} people with 5 or more): missed {eggs['miss']:.1%}; flagged at {QUESTIONS} questions "
+          f"(each person's own answers drawn as their trials) {eggs['flagged']:.1%} of people, "
+          f"{eggs['careless people']} of them more often than not")
+    food = food_people(data_dir)
+    print("\nFood-100 people's catch screens (grid of N, K picks)\n\n| grid | screens | missed: no like item "
+          "picked (rank rule) | missed: first pick not like |\n|---|---|---|---|")
+    for grid in sorted(food, key=lambda g: (int(g[4:].split("force")[0]), g)):
+        n, among, first = food[grid]
+        print(f"| {grid} | {n} | {among / n:.1%} | {first / n:.1%} |")
+
+
+if __name__ == "__main__":
+    main()
