@@ -26,7 +26,7 @@ from helpers import Serve, healthy, wait_for
 from webapp import ROOT
 from webapp.cli.embedded import free_port, redis_server_binary
 from webapp.cli.supervise import LOCK_FILE
-from workers.store import keys
+from workers.store import health, keys
 
 STUDY = "supervised"
 #: How long a test waits for a recovery before calling it failed (the goal, 10 s, is printed, not asserted).
@@ -282,6 +282,9 @@ def test_kill_9_of_a_child_while_raters_answer_serve_recovers_and_loses_nothing(
     # the restarted Redis listens where the web and worker processes look for it
     assert serve.redis_url() == url_before
     conn = serve.redis()
+    # ... and the Overview's incidents say what died (serve writes it once Redis is back)
+    wait_for(lambda: any(f"the {NAMES[victim]} exited (status -9)" in i["detail"] for i in health.incidents(conn)),
+             RECOVERY_WAIT_S, what="the restart recorded as an incident")
     logged = log_of(conn, f"r-{victim}")
     assert sorted(raters.acknowledged) == sorted(a for a, _ in logged)  # none lost, none stored unacknowledged
     assert len({q for _, q in logged}) == len(logged)  # no question answered twice
@@ -290,6 +293,42 @@ def test_kill_9_of_a_child_while_raters_answer_serve_recovers_and_loses_nothing(
     last = conn.xrevrange(keys.answers(STUDY), count=1)[0][0]
     wait_for(lambda: applied(conn, last.decode()), 30, what="the engine catching up")
     assert int(conn.hget(keys.engine_stats(STUDY), "answers_applied")) == conn.xlen(keys.answers(STUDY))
+
+
+def _worker_spawn_children(serve) -> list[int]:
+    """The fit and check processes of the RQ worker (multiprocessing's spawned children)."""
+    worker = serve.child("webapp worker")
+    return [p.pid for p in psutil.Process(worker).children() if "multiprocessing" in command_line(p) and alive(p)]
+
+
+def test_kill_9_of_the_workers_fit_processes_while_raters_answer_learning_goes_on_and_is_reported(module_serve):
+    """The worker's own children (fit and check processes; its main process lives, so serve restarts nothing):
+    the next pass replaces them, learning goes on, and the Overview's incidents say what died."""
+    serve = module_serve
+    raters = Raters(serve.base, "r-fits")
+    try:
+        wait_for(lambda: raters.count() >= 15 and _worker_spawn_children(serve), RECOVERY_WAIT_S,
+                 what="raters answering and the worker's fit process up")
+        worker = serve.child("webapp worker")
+        victims = _worker_spawn_children(serve)
+        kill_tree(victims)
+        killed_at = time.monotonic()
+        probe = answer_once(serve.base, "probe-fits")
+        conn = serve.redis()
+        wait_for(lambda: applied(conn, probe), RECOVERY_WAIT_S, what="the next answer applied by the engine")
+        print(f"\nkill -9 of the worker's fit processes {victims}: the next answer applied after "
+              f"{time.monotonic() - killed_at:.2f} s (goal: 10 s)")
+        wait_for(lambda: any("fit process died" in i["what"] or "check process died" in i["what"]
+                             for i in health.incidents(conn)), RECOVERY_WAIT_S, what="the death recorded")
+        count = raters.count()
+        wait_for(lambda: raters.count() >= count + 10, 20, what="raters answering after the kill")
+    finally:
+        raters.finish()
+    assert serve.child("webapp worker") == worker  # healed inside the worker: no restart needed
+    last = conn.xrevrange(keys.answers(STUDY), count=1)[0][0]
+    wait_for(lambda: applied(conn, last.decode()), 30, what="the engine catching up")
+    assert int(conn.hget(keys.engine_stats(STUDY), "answers_applied")) == conn.xlen(keys.answers(STUDY))
+    assert health.learning_status(conn, STUDY)["state"] == "ok"
 
 
 # ---------------------------------------------------------------------------- kill -9 of serve

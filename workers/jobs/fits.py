@@ -109,6 +109,7 @@ class FitPool:
         self._side: ProcessPoolExecutor | None = None
         #: what :meth:`heal` found and replaced, oldest first, for the worker to report (see ``replaced``)
         self.replaced: list[dict] = []
+        self._unreported: list[dict] = []
 
     def _pool(self) -> ProcessPoolExecutor:
         if self._executor is None:
@@ -135,7 +136,13 @@ class FitPool:
                         event["how"])
         self.replaced.extend(found)
         del self.replaced[:-KEPT_FITS]
+        self._unreported.extend(found)
         return found
+
+    def take_unreported(self) -> list[dict]:
+        """What :meth:`heal` replaced (wherever it was called from) since the last call."""
+        taken, self._unreported = self._unreported, []
+        return taken
 
     def _drop(self, attr: str) -> None:
         """Shut a broken pool down (its live processes terminated) so the next use starts a new one."""
@@ -276,8 +283,12 @@ def running_beside(key: tuple) -> bool:
 
 
 def heal() -> list[dict]:
-    """Replace this process's fit or check process if it died (see :meth:`FitPool.heal`); what was replaced."""
-    return [] if _pool is None else _pool.heal()
+    """Replace this process's fit or check process if it died (see :meth:`FitPool.heal`); what was replaced,
+    here or since the last call (a fit's own retry replaces its process too)."""
+    if _pool is None:
+        return []
+    _pool.heal()
+    return _pool.take_unreported()
 
 
 def fitter_for(study_id: str, label: str) -> StudyFitter | None:
