@@ -245,6 +245,29 @@ def test_a_fast_crowd_is_applied_in_fewer_larger_passes(conn, monkeypatch):
     assert len(began) == 1 and time.monotonic() - t0 < 30.0  # (the wait asked for was 60 s)
 
 
+def test_a_pass_reports_how_long_its_shortest_lasting_pool_lasts(conn):
+    """With two algorithms, the pool that runs dry first sets the pace of the passes (the other would leave it
+    empty between passes: random fallbacks)."""
+    import time
+
+    config = StudyConfig.from_dict({"name": "Two", "pool_size": 8, "random_state": 0, "attention": {"rate": 0},
+                                    "algorithms": [{"algorithm": "random_triplets", "label": "fast"},
+                                                   {"algorithm": "random_triplets", "label": "slow"}]})
+    study_id = create_study(conn, config, colour_items(400), study_id="two-pools")
+    t0 = time.time()
+    conn.zadd(keys.active_raters(study_id), {f"r{i}": t0 for i in range(30)})
+    update_pass.apply_new_answers(conn, study_id, now=t0)
+    depth = conn.llen(keys.pool(study_id, "fast"))
+    assert depth == conn.llen(keys.pool(study_id, "slow")) == 75  # the questions planned ahead, shared
+    for label, taken in (("fast", 30), ("slow", 6)):  # in 2 s: the fast pool lasts 5 s, the slow one 25 s
+        pool = keys.pool(study_id, label)
+        for _ in range(taken):
+            conn.lpop(pool)
+        conn.hincrby(keys.counters(study_id), keys.counter_field("questions_served", label), taken)
+    summary = update_pass.apply_new_answers(conn, study_id, now=t0 + 2.0)
+    assert summary["ahead_seconds"] == pytest.approx(depth * 2.0 / 30)
+
+
 def test_a_pass_records_the_memory_the_study_takes(client, conn, study_id, app):
     from webapp.stats import study_stats
 
