@@ -399,8 +399,13 @@ def forget_rater(study_id: str) -> ResponseReturnValue:
         except StudyError as exc:
             flash(f"Nothing was removed: {exc}.", "error")
         else:
-            flash(f"Forgot rater {rater}: {report.answers_removed} answer(s) removed from the log; the engines are "
-                  "being rebuilt from the other raters' answers (this page says when the rebuild has finished).")
+            deletion.enqueue_rewrite(conn, after=report.rebuild_job)
+            marked = (f" Models trained with their answers are marked so: {', '.join(report.models_marked)}."
+                      if report.models_marked else "")
+            flash(f"Forgot rater {rater}: {report.answers_removed} answer(s) removed from the log; their browser "
+                  "session is refused from now on; the engines are being rebuilt from the other raters' answers "
+                  "(this page says when the rebuild has finished), then Redis's files are rewritten without "
+                  f"them.{marked} Backup files made before today still hold them until deleted.")
     return redirect(study_url(study_id, "raters"))
 
 

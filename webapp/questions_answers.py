@@ -17,6 +17,7 @@ import hmac
 import json
 import random
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from flask import current_app, session, url_for
@@ -94,6 +95,16 @@ class StaleStudy(Exception):
 def session_replaced_error() -> ApiError:
     """The 409 telling a page that its rater id was since opened in another browser session."""
     return ApiError(409, "session_replaced", SESSION_REPLACED_MESSAGE)
+
+
+#: What the page of a rater who was forgotten (``deletion.forget_rater``) reads instead of a question.
+RATER_FORGOTTEN_MESSAGE = ("your answers to this study were deleted (you withdrew from it), so it asks you "
+                           "nothing more and stores nothing more from you; there is nothing else you need to do")
+
+
+def rater_forgotten_error() -> ApiError:
+    """The 403 telling the page of a forgotten rater that the study takes nothing more from them."""
+    return ApiError(403, "rater_forgotten", RATER_FORGOTTEN_MESSAGE)
 
 
 def load_study(conn: Redis, study_id: str) -> Study:
@@ -364,6 +375,8 @@ def next_question(conn: Redis, study: Study, rater: str, guard: StudyGuard | Non
     issued = issue_next_question(conn, question_request(study, rater, now, guard=guard, conn=conn))
     if issued.status == "stale":
         raise StaleStudy(study.id)
+    if issued.status == "forgotten":
+        raise rater_forgotten_error()
     if issued.status == "replaced":
         raise session_replaced_error()
     return question_payload(conn, study, rater, issued, now)
@@ -393,7 +406,7 @@ def rater_next_question(conn: Redis, study_id: str, rater: str, session: StudyGu
     for attempt in range(STUDY_ATTEMPTS):
         study, fingerprint, fresh = _current(conn, study_id, attempt)
         try:
-            question = next_question(conn, study, rater, StudyGuard(fingerprint, session.rater, session.nonce))
+            question = next_question(conn, study, rater, replace(session, fingerprint=fingerprint))
             if question is None:
                 raise ApiError(409, "study_not_running",
                                f"study '{study_id}' is {study.status} and is not asking questions")
@@ -521,6 +534,8 @@ def submit_answer(conn: Redis, study: Study, rater: str, body: object, issue_nex
     except AnswerRefused as refused:
         if refused.code == "stale":
             raise StaleStudy(study.id) from None
+        if refused.code == "forgotten":
+            raise rater_forgotten_error() from None
         if refused.code == "used":
             raise ApiError(409, "already_answered", "this question was already answered; the first answer is kept",
                            answer_id=refused.answer_id) from None
@@ -603,7 +618,7 @@ def rater_answer(conn: Redis, study_id: str, rater: str, read_body: Callable[[],
         if attempt == 0:
             body = read_body()
         try:
-            return submit_answer(conn, study, rater, body, guard=StudyGuard(fingerprint, session.rater, session.nonce),
+            return submit_answer(conn, study, rater, body, guard=replace(session, fingerprint=fingerprint),
                                  copy=not fresh)
         except StaleStudy:
             continue

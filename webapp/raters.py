@@ -14,6 +14,7 @@ from markupsafe import Markup
 from engine.kinds import KINDS
 from workers.store import keys
 from workers.store.answers import RATER_ID_PATTERN
+from workers.store.deletion import rater_digest, rater_forgotten
 from workers.store.questions import StudyGuard
 from workers.store.raters import answer_check_pending
 from workers.store.studies import STUDY_ID_PATTERN, StudyNotFound, get_items, get_media, get_study, get_stylesheet
@@ -134,9 +135,10 @@ def session_guard(study_id: str, rater: str) -> StudyGuard:
     """The rater id and this browser session's nonce for it, for the study guard of a rater's request
     (lua/study_guard.lua does what ``session_replaced`` does, in the request's own script); an
     anonymous id belongs to one session by construction and is not checked."""
+    digest = rater_digest(rater)  # a forgotten rater's session is refused, anonymous or not
     if rater.startswith("anon-"):
-        return StudyGuard()
-    return StudyGuard(rater=rater, nonce=session.get("rater_sessions", {}).get(study_id) or "")
+        return StudyGuard(rater_digest=digest)
+    return StudyGuard(rater=rater, nonce=session.get("rater_sessions", {}).get(study_id) or "", rater_digest=digest)
 
 
 #: Every kind's rater widget (engine/kinds.py), each drawn by templates/raters/widgets/<name>.html and
@@ -195,6 +197,8 @@ def study_page(study_id: str) -> ResponseReturnValue:
     if not session.get("rater_id") and not anonymous_session_allowed(conn, study):
         return render_template("raters/closed.html", study=study, busy=True), 429, {"Retry-After": "3600"}
     rater = current_rater()
+    if rater_forgotten(conn, study.id, rater):  # before anything is stored for them
+        return render_template("raters/closed.html", study=study, forgotten=True), 403
     if study.status != "running":
         return render_template("raters/closed.html", study=study)
     stats = rater_stats(conn, study.id, rater)

@@ -19,6 +19,18 @@ from .connection import redis_connection
 if TYPE_CHECKING:
     from redis import Redis
 
+#: Where the nightly backups go (deploy/proxima-backup.service): ``forget-rater`` looks there by default.
+NIGHTLY_FOLDER = Path("/var/backups/proxima")
+
+
+def default_backup_folders() -> list[Path]:
+    """The folders ``forget-rater`` looks through for backups by default: the instance's ``backups`` folder
+    and the nightly backups' folder."""
+    from .connection import instance_path
+
+    return [instance_path() / "backups", NIGHTLY_FOLDER]
+
+
 #: File names ``backup --all`` writes: ``<study id>-<UTC date>.ndjson`` (what ``--keep-days`` may delete).
 ALL_NAME = re.compile(r"^(?P<study>[a-z0-9][a-z0-9-]*)-(?P<date>\d{4}-\d{2}-\d{2})\.ndjson$")
 
@@ -143,6 +155,12 @@ def restore(backup_file: TextIO, as_id: str | None, rebuild_after: bool) -> None
             raise click.ClickException(f"{backup_file.name}: {exc}") from None
         click.echo(f"Restored study {report.study_id} (backup of {report.source_study}, {report.created}): "
                    f"{report.items} items, {report.answers} answers, {report.set_aside} set aside.")
+        if report.forgotten_left_out:
+            left = report.forgotten_left_out
+            click.echo(f"Warning: this backup holds {len(left)} rater(s) forgotten on this instance after it was "
+                       f"made ({sum(left.values())} answer(s)). They were left out of the restored study and stay "
+                       "forgotten (an audit line says so); the backup file itself still holds them, so delete it "
+                       "once you no longer need it.", err=True)
         if rebuild_after:
             from workers.jobs.rebuild import rebuild_study
 

@@ -266,13 +266,18 @@ def _export_package(study_id: str, output: Path | None, rater_ids: bool, media: 
 @click.command("studies")
 def list_studies_command() -> None:
     """List the studies on this Redis."""
+    from workers.store import health
     from workers.store.answers import count_answers
     from workers.store.studies import list_studies
 
     with redis_connection() as conn:
         for study in list_studies(conn):
+            learning = health.learning_status(conn, study.id)
             click.echo(f"{study.id}\t{study.status}\t{study.config.algorithm}\t{study.n_items} items\t"
-                       f"{count_answers(conn, study.id)} answers\t{study.config.name}")
+                       f"{count_answers(conn, study.id)} answers\t{study.config.name}\tlearning: {learning['state']}")
+            problem = health.describe(learning)
+            if problem:
+                click.echo(f"  {problem}")
 
 
 @click.command()
@@ -338,12 +343,30 @@ def _operator() -> str:
         return "cli"
 
 
+def _rewrite_redis_files(conn, needles: list[str]) -> None:
+    """Rewrite Redis's files after a deletion and say what was asked, done and checked (a failure is said too:
+    the deletion itself stands)."""
+    from workers.store.persistence import PersistenceError, rewrite_files
+
+    try:
+        report = rewrite_files(conn, needles)
+    except PersistenceError as exc:
+        click.echo(f"Redis's files were not rewritten: {exc}. Until they are, its append-only file still holds "
+                   "what was deleted; once Redis is less busy, ask it again (redis-cli BGREWRITEAOF).",
+                   err=True)
+        return
+    for line in report.lines():
+        click.echo(line)
+
+
 @click.command("delete")
 @click.argument("study_id")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def delete_command(study_id: str, yes: bool) -> None:
-    """Delete a study for good: its items, media, answers, raters, learned state, models and queued jobs.
-    Make a backup first ('proxima backup') if you may want it again."""
+    """Delete a study for good: its items, media, answers, raters, learned state, models and queued jobs,
+    then rewrite Redis's files so they hold none of it. Make a backup first ('proxima backup') if you may want
+    it again."""
+    from workers.store import keys
     from workers.store.deletion import delete_study
     from workers.store.studies import get_study
 
@@ -359,21 +382,30 @@ def delete_command(study_id: str, yes: bool) -> None:
             report = delete_study(conn, study_id, by=_operator())
         except StudyNotFound as exc:
             raise click.ClickException(str(exc)) from None
-    click.echo(f"Deleted study {report.study_id} ({report.name!r}): {report.items} items, {report.answers} answers "
-               f"of {report.raters} raters, {report.keys_deleted} Redis keys, {report.jobs_cancelled} queued job(s); "
-               f"{report.tokens_revoked} API token(s) revoked.")
+        click.echo(f"Deleted study {report.study_id} ({report.name!r}): {report.items} items, {report.answers} "
+                   f"answers of {report.raters} raters, {report.keys_deleted} Redis keys, {report.jobs_cancelled} "
+                   f"queued job(s); {report.tokens_revoked} API token(s) revoked.")
+        _rewrite_redis_files(conn, [keys.study_pattern(study_id).rstrip("*")])
 
 
 @click.command("forget-rater")
 @click.argument("study_id")
 @click.argument("rater")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def forget_rater_command(study_id: str, rater: str, yes: bool) -> None:
+@click.option("--backups", "backup_folders", multiple=True, type=click.Path(file_okay=False, path_type=Path),
+              help="A folder of backups to look through for the rater (repeatable; default: the instance's "
+                   "'backups' folder and the nightly backups' /var/backups/proxima).")
+def forget_rater_command(study_id: str, rater: str, yes: bool, backup_folders: tuple[Path, ...]) -> None:
     """Forget a rater (a participant who withdrew): their answers leave the answer log and every record of
-    them goes; the engines are rebuilt from the other raters' answers; an audit line records when and by
-    whom (with a SHA-256 of the rater id, not the id)."""
+    them goes; their browser session is refused from now on; the engines are rebuilt from the other raters'
+    answers; models trained on the study are marked; Redis's files are rewritten without them; the backups
+    that still hold them are named. An audit line records when and by whom (with a SHA-256 of the rater id,
+    not the id)."""
     from workers.jobs.rebuild import rebuild_study
+    from workers.store.backup import backups_holding
     from workers.store.deletion import forget_rater
+
+    from .backup import default_backup_folders
 
     if not yes:
         click.confirm(f"Remove every answer of rater {rater} from study {study_id} for good?", abort=True)
@@ -383,7 +415,21 @@ def forget_rater_command(study_id: str, rater: str, yes: bool) -> None:
             rebuilt = rebuild_study(conn, study_id)
         except (StudyNotFound, StudyError) as exc:
             raise click.ClickException(str(exc)) from None
-    click.echo(f"Forgot rater {rater} of study {study_id}: {report.answers_removed} answer(s) removed "
-               f"(audit line {report.audit_id}).")
-    click.echo(f"Rebuilt the engines from the {rebuilt.answers_replayed} remaining answer(s) in "
-               f"{rebuilt.seconds:.2f} s; {len(rebuilt.changed)} item(s) changed nearest neighbour.")
+        click.echo(f"Forgot rater {rater} of study {study_id}: {report.answers_removed} answer(s) removed "
+                   f"(audit line {report.audit_id}); their browser session is refused from now on.")
+        click.echo(f"Rebuilt the engines from the {rebuilt.answers_replayed} remaining answer(s) in "
+                   f"{rebuilt.seconds:.2f} s; {len(rebuilt.changed)} item(s) changed nearest neighbour.")
+        for name in report.models_marked:
+            click.echo(f"Model {name} was trained with this rater's answers and is now marked so; retrain it "
+                       f"without them: proxima train {study_id} --model {name}")
+        _rewrite_redis_files(conn, [rater])
+    folders = list(backup_folders) or default_backup_folders()
+    holding = backups_holding(folders, study_id, rater)
+    looked = ", ".join(str(f) for f in folders)
+    if holding:
+        click.echo(f"{len(holding)} backup file(s) still hold this rater (a restore of one leaves them out and "
+                   "says so, but the file itself keeps them until it is deleted or expires):")
+        for path, answers in holding:
+            click.echo(f"  {path} ({answers} answer(s))")
+    else:
+        click.echo(f"No backup file in {looked} holds this rater (backups written elsewhere were not looked at).")

@@ -1,5 +1,6 @@
 """Jobs of deletion (``workers.store.deletion``): the last sweep of a deleted study's keys, once no worker
-holds its update lock. Must never import Flask."""
+holds its update lock, and the rewrite of Redis's files after a deletion (``workers.store.persistence``).
+Must never import Flask."""
 from __future__ import annotations
 
 from rq import get_current_job
@@ -7,13 +8,24 @@ from rq import get_current_job
 from workers.jobs.lock import study_lock
 from workers.store import keys
 from workers.store.deletion import purge_study_keys
+from workers.store.persistence import rewrite_files
 
 
 def purge_study_job(study_id: str) -> int:
     """RQ entry point: wait for the pass that may be running on the deleted study, then delete whatever it
-    wrote (a checkpoint, a summary). A study of that id created again meanwhile is left alone."""
+    wrote (a checkpoint, a summary), then rewrite Redis's files so they hold nothing of the study. A study
+    of that id created again meanwhile is left alone."""
     conn = get_current_job().connection
     with study_lock(conn, study_id):
         if conn.exists(keys.study(study_id)):
             return 0
-        return purge_study_keys(conn, study_id)
+        deleted = purge_study_keys(conn, study_id)
+    rewrite_files(conn, [keys.study_pattern(study_id).rstrip("*")])
+    return deleted
+
+
+def rewrite_files_job() -> list[str]:
+    """RQ entry point, queued after the rebuild that follows a rater forgotten from the dashboard: rewrite
+    Redis's AOF (and RDB snapshot) from what it holds now; returns the report's lines. It is given no rater
+    id (a job's arguments are stored in Redis), so it rewrites without looking for one."""
+    return rewrite_files(get_current_job().connection).lines()

@@ -16,9 +16,11 @@ import base64
 import binascii
 import json
 import re
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import redis
@@ -26,7 +28,7 @@ import redis
 from workers.store import keys
 from workers.store.answers import Answer, answer_problem
 from workers.store.config import ConfigError, StudyConfig
-from workers.store.deletion import AuditLine
+from workers.store.deletion import AuditLine, forgotten_in, rater_digest, study_rater_digest
 from workers.store.raters import KEPT_RATER_FIELDS, replay_rater_stats
 from workers.store.studies import (
     STUDY_STATUSES,
@@ -456,6 +458,85 @@ def _replayed(backup: Backup) -> tuple[dict[str, str], dict[str, str], set[str],
     return flags, rater_stats, {answer.rater for answer in answers}, per_algorithm
 
 
+# ---------------------------------------------------------------------------- forgotten raters
+def _raters_named(backup: Backup) -> set[str]:
+    """Every rater id the backup holds: in its answers, raters, exclusions and statistics."""
+    named = {fields.get("rater", "") for _, fields in backup.answers} | set(backup.raters) | set(backup.excluded_raters)
+    named |= {keys.split_rater_field(name)[0] for name in backup.hashes.get("rater_stats", {})}
+    return named - {""}
+
+
+def leave_out_forgotten(conn: Redis, backup: Backup, target: str) -> dict[str, int]:
+    """Take out of ``backup`` every rater this Redis knows was forgotten from its study (or from ``target``),
+    the study still here or deleted since: their answers, set-aside marks, exclusion, statistics and answers
+    per minute. Returns {rater: answers left out}; the restore keeps them forgotten."""
+    gone = forgotten_in(conn, {backup.study_id, target}, _raters_named(backup))
+    if not gone:
+        return {}
+    left_out = dict.fromkeys(sorted(gone), 0)
+    dropped: set[str] = set()
+    kept = []
+    minutes = dict(backup.hashes.get("per_minute", {}))
+    for answer_id, fields in backup.answers:
+        if fields.get("rater") not in gone:
+            kept.append((answer_id, fields))
+            continue
+        left_out[fields["rater"]] += 1
+        dropped.add(answer_id)
+        try:
+            minute = str(int(float(fields.get("answered_at") or 0) // 60))
+        except ValueError:
+            continue
+        if minute in minutes:
+            remaining = int(minutes[minute]) - 1
+            if remaining > 0:
+                minutes[minute] = str(remaining)
+            else:
+                del minutes[minute]
+    backup.answers = kept
+    backup.set_aside = {k: v for k, v in backup.set_aside.items() if k not in dropped}
+    backup.refused -= dropped
+    backup.excluded_raters = [r for r in backup.excluded_raters if r not in gone]
+    backup.raters = [r for r in backup.raters if r not in gone]
+    backup.hashes["rater_stats"] = {k: v for k, v in backup.hashes.get("rater_stats", {}).items()
+                                    if keys.split_rater_field(k)[0] not in gone}
+    backup.hashes["per_minute"] = minutes
+    return left_out
+
+
+def backups_holding(folders: Iterable[Path], study_id: str, rater: str) -> list[tuple[Path, int]]:
+    """The backup files (``*.ndjson`` in ``folders``) of ``study_id`` that hold anything of ``rater``, with how
+    many of their answers; read line by line, files that are not backups skipped."""
+    needle = json.dumps(rater, ensure_ascii=False)[1:-1].encode()
+    found = []
+    for folder in folders:
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.ndjson")):
+            try:
+                with path.open("rb") as fh:
+                    header = json.loads(fh.readline() or b"null")
+                    if not (isinstance(header, dict) and header.get("format") == FORMAT
+                            and header.get("study") == study_id):
+                        continue
+                    answers, named = 0, False
+                    for raw in fh:
+                        if needle not in raw:
+                            continue
+                        record = json.loads(raw)
+                        if record.get("type") == "answer" and record.get("fields", {}).get("rater") == rater:
+                            answers += 1
+                        elif record.get("type") in ("raters", "excluded_rater", "rater_stats") and (
+                                rater in record.get("raters", ()) or record.get("rater") == rater
+                                or any(keys.split_rater_field(k)[0] == rater for k in record.get("fields", {}))):
+                            named = True
+            except (OSError, ValueError):
+                continue
+            if answers or named:
+                found.append((path, answers))
+    return found
+
+
 # ---------------------------------------------------------------------------- restore
 @dataclass(frozen=True)
 class RestoreReport:
@@ -465,6 +546,8 @@ class RestoreReport:
     answers: int
     set_aside: int
     created: str
+    #: raters forgotten on this Redis after the backup was made: left out, they stay forgotten ({rater: answers})
+    forgotten_left_out: dict[str, int] = field(default_factory=dict)
 
 
 def _derived_keys(study_id: str, labels: list[str]) -> list[str]:
@@ -492,6 +575,7 @@ def restore_study(conn: Redis, lines: Iterable[str | bytes], as_id: str | None =
     except StudyError as exc:
         raise BackupError(f"--as: {exc}") from None
     labels = [a.label for a in StudyConfig.from_dict(backup.config).algorithms]
+    left_out = leave_out_forgotten(conn, backup, target)
     flags, rater_stats, raters, per_algorithm = _replayed(backup)
     # statistics, flags, check outcomes and codes come from the log, never from the file
     hashes = {"rater_stats": rater_stats, "per_minute": backup.hashes.get("per_minute", {}),
@@ -523,6 +607,14 @@ def restore_study(conn: Redis, lines: Iterable[str | bytes], as_id: str | None =
             pipe.sadd(keys.excluded_raters(target), *backup.excluded_raters)
         for entry_id, fields in backup.removed:
             pipe.xadd(keys.audit(target), fields, id=entry_id)
+        # raters forgotten before (the backup's audit lines) or since (left out) stay forgotten in the new study
+        forgotten = {fields.get("rater_sha256") for _, fields in backup.removed} | {rater_digest(r) for r in left_out}
+        if forgotten - {None, ""}:
+            pipe.sadd(keys.forgotten_raters(target), *sorted(forgotten - {None, ""}))
+        for rater, n in left_out.items():
+            pipe.sadd(keys.forgotten_anywhere(), study_rater_digest(target, rater))
+            pipe.xadd(keys.audit(target), AuditLine(action="forget_rater", at=time.time(), by="restore",
+                                                    rater_sha256=rater_digest(rater), answers=n).to_fields())
         if raters:
             pipe.sadd(keys.raters(target), *sorted(raters))
         for name, make in (("counters", keys.counters), ("rater_stats", keys.rater_stats),
@@ -541,4 +633,5 @@ def restore_study(conn: Redis, lines: Iterable[str | bytes], as_id: str | None =
             conn.delete(keys.study(target), *_derived_keys(target, labels))
             raise BackupError(f"the restore of study '{target}' failed and was undone: {exc}") from None
     return RestoreReport(study_id=target, source_study=backup.study_id, items=len(backup.items),
-                         answers=len(backup.answers), set_aside=len(backup.set_aside), created=backup.created)
+                         answers=len(backup.answers), set_aside=len(backup.set_aside), created=backup.created,
+                         forgotten_left_out=left_out)

@@ -24,11 +24,15 @@ from workers.store.queue import REBUILD_JOB, UPDATE_JOB, enqueue_rebuild, get_qu
 from workers.store.studies import StudyError, get_study
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from redis import Redis
 
 #: The job that sweeps a deleted study's keys again once no worker holds its update lock (a pass that was
 #: running when the study was deleted may write a last checkpoint or summary).
 PURGE_JOB = "workers.jobs.deletion.purge_study_job"
+#: The job that rewrites Redis's files once the rebuild after a forget from the dashboard has run.
+REWRITE_JOB = "workers.jobs.deletion.rewrite_files_job"
 #: Answers read from the log per round trip while looking for a rater's answers.
 CHUNK = 5000
 
@@ -37,6 +41,55 @@ def rater_digest(rater: str) -> str:
     """What an audit line keeps of a forgotten rater: the SHA-256 of their id (hex). Whoever knows the id
     can check the line names them; the line itself holds no recruitment id."""
     return hashlib.sha256(rater.encode()).hexdigest()
+
+
+def study_rater_digest(study_id: str, rater: str) -> str:
+    """What ``keys.forgotten_anywhere`` keeps of a rater forgotten from a study: the SHA-256 of
+    ``<study id>:<rater id>`` (a digest that does not link one person's studies to each other)."""
+    return hashlib.sha256(f"{study_id}:{rater}".encode()).hexdigest()
+
+
+def rater_forgotten(conn: Redis, study_id: str, rater: str) -> bool:
+    """Whether ``rater`` was forgotten from the study: their browser session is refused."""
+    return bool(conn.sismember(keys.forgotten_raters(study_id), rater_digest(rater)))
+
+
+def forgotten_in(conn: Redis, study_ids: Iterable[str], raters: Iterable[str]) -> set[str]:
+    """Those of ``raters`` forgotten from any of ``study_ids`` on this Redis, the study still here or deleted
+    (``keys.forgotten_anywhere``, or the study's own set)."""
+    raters, study_ids = sorted(set(raters)), sorted(set(study_ids))
+    with conn.pipeline(transaction=False) as pipe:
+        for rater in raters:
+            for study_id in study_ids:
+                pipe.sismember(keys.forgotten_anywhere(), study_rater_digest(study_id, rater))
+                pipe.sismember(keys.forgotten_raters(study_id), rater_digest(rater))
+        found = pipe.execute()
+    per_rater = 2 * len(study_ids)
+    return {rater for i, rater in enumerate(raters) if any(found[i * per_rater:(i + 1) * per_rater])}
+
+
+def mark_models(conn: Redis, study_id: str, at: float) -> list[str]:
+    """Mark every model trained on the study (``proxima train``) as trained with a rater since forgotten:
+    its ``meta`` and its JSON export gain ``forgotten_raters`` (how many) and ``forgotten_at``; returns the
+    models' names. A new ``proxima train`` replaces the model and its mark.
+
+    Marked, not retrained: a model is a summary of many raters' answers, not a copy of anyone's; retraining
+    takes the researcher's choices (held-out check, parameters) and time, so the researcher decides."""
+    marked = []
+    for key in sorted(conn.scan_iter(match=keys.model(study_id, "*"), count=1000)):
+        meta_raw, export_raw = conn.hmget(key, ["meta", "export"])
+        if meta_raw is None:
+            continue
+        fields = {}
+        for name, raw in (("meta", meta_raw), ("export", export_raw)):
+            if raw is not None:
+                doc = json.loads(raw)
+                doc["forgotten_raters"] = int(doc.get("forgotten_raters", 0)) + 1
+                doc["forgotten_at"] = at
+                fields[name] = json.dumps(doc)
+        conn.hset(key, mapping=fields)
+        marked.append(json.loads(fields["meta"]).get("model") or key.decode().rsplit(":", 1)[-1])
+    return marked
 
 
 @dataclass(frozen=True)
@@ -76,6 +129,8 @@ class ForgetReport:
     answers_removed: int
     audit_id: str
     rebuild_job: str | None
+    #: models trained on the study before the rater was forgotten, now marked so (``mark_models``)
+    models_marked: tuple[str, ...] = ()
 
 
 def _rater_answers(conn: Redis, study_id: str, rater: str, after: str = "-") -> tuple[list[tuple[str, dict]], str]:
@@ -91,6 +146,51 @@ def _rater_answers(conn: Redis, study_id: str, rater: str, after: str = "-") -> 
             start = f"({last}"
         if len(entries) < CHUNK:
             return found, last
+
+
+def compact_log(conn: Redis, study_id: str, chunk: int = CHUNK) -> int:
+    """Copy the answer log without what XDEL left of deleted entries, and put the copy in its place.
+
+    XDEL only marks a stream entry deleted: its fields stay in the stream's memory, and so in every RDB
+    snapshot and AOF rewrite, until its whole node is gone. The copy keeps every remaining entry with its id
+    and the log's last id (XSETID), so cursors and new answers go on as before. It is made in chunks while
+    answers keep arriving, then finished in one MULTI guarded by WATCH on the log: an answer (or another
+    deletion) during the last step makes it try that step again. Returns the entries copied."""
+    log, copy = keys.answers(study_id), keys.answers_compacting(study_id)
+    while True:
+        conn.delete(copy)
+        copied, after = 0, "-"
+        while True:  # the bulk, while raters may go on answering
+            entries = conn.xrange(log, min=after, count=chunk)
+            if entries:
+                with conn.pipeline(transaction=False) as pipe:
+                    for entry_id, fields in entries:
+                        pipe.xadd(copy, fields, id=entry_id)
+                    pipe.execute()
+                copied += len(entries)
+                after = f"({entries[-1][0].decode()}"
+            if len(entries) < chunk:
+                break
+        with conn.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(log)
+                rest = pipe.xrange(log, min=after)
+                if pipe.xlen(log) != copied + len(rest):  # entries deleted meanwhile are in the copy: start again
+                    pipe.unwatch()
+                    continue
+                last_id = pipe.xinfo_stream(log)["last-generated-id"] if copied + len(rest) else None
+                pipe.multi()
+                for entry_id, fields in rest:
+                    pipe.xadd(copy, fields, id=entry_id)
+                if last_id is None:
+                    pipe.delete(log, copy)
+                else:
+                    pipe.execute_command("XSETID", copy, last_id)
+                    pipe.rename(copy, log)
+                pipe.execute()
+                return copied + len(rest)
+            except redis.WatchError:
+                continue
 
 
 def _drop_zero_fields(conn: Redis, key: str, fields: set[str]) -> None:
@@ -113,19 +213,27 @@ def _drop_zero_fields(conn: Redis, key: str, fields: set[str]) -> None:
 
 
 def forget_rater(conn: Redis, study_id: str, rater: str, by: str, rebuild: bool = True) -> ForgetReport:
-    """Take ``rater``'s answers and records out of the study, write the audit line, and (``rebuild``)
-    queue the engines' rebuild from what remains. StudyError when the study knows no such rater.
+    """Take ``rater``'s answers and records out of the study, write the audit line, mark the models trained
+    on the study (``mark_models``) and (``rebuild``) queue the engines' rebuild from what remains. StudyError
+    when the study knows no such rater (or forgot them already).
 
-    The rater's browser session and held questions go first, so an answer of theirs still on its way is
-    refused; the log is then read again after the deletion for one that got in before."""
+    The rater is first recorded as forgotten (the SHA-256 of their id, ``keys.forgotten_raters``): from then
+    on the study guard refuses every request of theirs, so no answer of theirs is stored after this and no
+    fresh allowance of questions is opened; their browser session and held questions go too. The log is
+    then read again after the deletion for an answer that got in before. Redis's own files still hold
+    copies until they are rewritten (``persistence.rewrite_files``)."""
     get_study(conn, study_id)
     stats_fields = [f.decode() for f, _ in conn.hscan_iter(keys.rater_stats(study_id), match=f"{rater}:*")]
     stats_fields = [f for f in stats_fields if keys.split_rater_field(f)[0] == rater]
     known = conn.sismember(keys.raters(study_id), rater) or stats_fields or \
-        conn.hexists(keys.rater_sessions(study_id), rater)
+        conn.hexists(keys.rater_sessions(study_id), rater) or conn.exists(keys.outstanding(study_id, rater))
     if not known:
+        if rater_forgotten(conn, study_id, rater):
+            raise StudyError(f"rater '{rater}' was already forgotten from study {study_id}; nothing of them is left")
         raise StudyError(f"study {study_id} has no rater '{rater}' (no answers, no record); check the id")
-    with conn.pipeline(transaction=True) as pipe:  # no more answers from this rater's session
+    with conn.pipeline(transaction=True) as pipe:  # no more answers from this rater's session, ever
+        pipe.sadd(keys.forgotten_raters(study_id), rater_digest(rater))
+        pipe.sadd(keys.forgotten_anywhere(), study_rater_digest(study_id, rater))
         pipe.hdel(keys.rater_sessions(study_id), rater)
         pipe.delete(keys.outstanding(study_id, rater), keys.repeats(study_id, rater), keys.rate_rater(study_id, rater))
         pipe.zrem(keys.active_raters(study_id), rater)
@@ -174,10 +282,21 @@ def forget_rater(conn: Redis, study_id: str, rater: str, by: str, rebuild: bool 
         pipe.srem(keys.excluded_raters(study_id), rater)
         pipe.xadd(keys.audit(study_id), line.to_fields())
         audit_id = pipe.execute()[-1].decode()
+    if removed:
+        compact_log(conn, study_id)  # what XDEL keeps of their answers goes too
     _drop_zero_fields(conn, keys.counters(study_id), counters_touched)
     _drop_zero_fields(conn, keys.answers_per_minute(study_id), minutes_touched)
+    marked = mark_models(conn, study_id, line.at)
     job = enqueue_rebuild(conn, study_id, [], reason=f"forget {audit_id}") if rebuild else None
-    return ForgetReport(study_id, rater, removed, audit_id, job)
+    return ForgetReport(study_id, rater, removed, audit_id, job, tuple(marked))
+
+
+def enqueue_rewrite(conn: Redis, after: str | None = None) -> str:
+    """Queue the rewrite of Redis's files (``REWRITE_JOB``), after the job ``after`` (a rebuild) has run;
+    returns its job id."""
+    job = get_queue(conn).enqueue(REWRITE_JOB, depends_on=after, job_timeout=3600, result_ttl=86400,
+                                  failure_ttl=7 * 86400)
+    return job.id
 
 
 @dataclass(frozen=True)

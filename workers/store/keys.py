@@ -57,6 +57,10 @@ media = _per_study("media")
 #: Stream: the answer log, the source of truth of a study.
 answers = _per_study("answers")
 
+#: Stream: a copy of the answer log being made without the entries deleted from it (``deletion.compact_log``),
+#: renamed onto ``answers`` once whole.
+answers_compacting = _per_study("answers-compacting")
+
 #: Hash: algorithm label -> the pool depth the workers aim for (web schedules a refill below half).
 pool_targets = _per_study("pool-targets")
 

@@ -169,24 +169,28 @@ class NextRequest:
 @dataclass(frozen=True)
 class StudyGuard:
     """What lua/study_guard.lua checks before a rater's request acts: the study's fingerprint as the web
-    process read it ('' = no check) and the recruited rater id ('' = none) with this browser session's
-    nonce for it."""
+    process read it ('' = no check), the recruited rater id ('' = none) with this browser session's
+    nonce for it, and the SHA-256 of the session's rater id, anonymous or not (``deletion.rater_digest``;
+    '' = no check): a forgotten rater is refused."""
 
     fingerprint: str = ""
     rater: str = ""
     nonce: str = ""
+    rater_digest: str = ""
 
     def keys(self, study_id: str) -> dict[str, str]:
-        return {"study": keys.study(study_id), "rater_sessions": keys.rater_sessions(study_id)}
+        return {"study": keys.study(study_id), "rater_sessions": keys.rater_sessions(study_id),
+                "forgotten_raters": keys.forgotten_raters(study_id)}
 
     def args(self) -> dict[str, str]:
-        return {"fingerprint": self.fingerprint, "holder_rater": self.rater, "holder_nonce": self.nonce}
+        return {"fingerprint": self.fingerprint, "holder_rater": self.rater, "holder_nonce": self.nonce,
+                "rater_digest": self.rater_digest}
 
 
 @dataclass(frozen=True)
 class NextQuestion:
     """What ``next_question`` gave: ``status`` 'ok' or why the rater gets no question ('rater_stopped',
-    'rater_done', 'budget_reached', 'study_complete'; behind a guard also 'stale' and 'replaced', see
+    'rater_done', 'budget_reached', 'study_complete'; behind a guard also 'stale', 'forgotten' and 'replaced', see
     lua/study_guard.lua); when 'ok' the question, the answers the rater had
     given, whether this call set the study's update flag (the caller enqueues the update) and the
     item JSON documents of the items it shows, in display order."""

@@ -1,8 +1,8 @@
 -- Accept one answer exactly once (answers.accept_and_issue): refuse a used or reclaimed question,
 -- append the answer to the log, mark the token used, count it and flag an update — all or nothing;
 -- then, if asked, issue the rater's next question in the same step (next_question.lua).
--- KEYS: used_token issued issued_questions answers raters per_minute update_scheduled counters rater_stats outstanding study rater_sessions ...
--- ARGV: question_id used_ttl rater minute update_ttl algorithm unpooled max_per_rater budget stats fields min_checks failure_limits stop_flagged min_response_ms issued_at now require_held issue_next fingerprint holder_rater holder_nonce ...
+-- KEYS: used_token issued issued_questions answers raters per_minute update_scheduled counters rater_stats outstanding study rater_sessions forgotten_raters ...
+-- ARGV: question_id used_ttl rater minute update_ttl algorithm unpooled max_per_rater budget stats fields min_checks failure_limits stop_flagged min_response_ms issued_at now require_held issue_next fingerprint holder_rater holder_nonce rater_digest ...
 --   used_token: the used-token marker (string: the answer id); issued, issued_questions: the study's
 --   issued zset and hash; answers: the log (stream); raters: set; per_minute, counters, rater_stats:
 --   hashes; update_scheduled: the update flag; outstanding: the questions the rater holds (zset).
@@ -15,15 +15,15 @@
 --   refused); min_response_ms: 0 = none; issued_at, now: unix s; require_held: '1' if the question
 --   must be one the rater holds (the live path: one dropped for a newer one, or expired, is refused);
 --   issue_next: '1' to issue the rater's next question: the keys and arguments of next_question.lua
---   follow (KEYS[13..], ARGV[23..]). study, rater_sessions, fingerprint, holder_rater, holder_nonce:
---   study_guard.lua's: a web process's stale copy of the study refuses the answer before anything is
---   written ({'stale'}); a rater id another browser session holds stores the answer but issues no
+--   follow (KEYS[14..], ARGV[24..]). study, rater_sessions, forgotten_raters, fingerprint, holder_rater,
+--   holder_nonce, rater_digest: study_guard.lua's: a web process's stale copy of the study refuses the answer
+--   before anything is written ({'stale'}), and so does a forgotten rater ({'forgotten'}); a rater id another browser session holds stores the answer but issues no
 --   next question (the reply says 'replaced').
 -- Too fast is measured here, from the later of the question's issue and the rater's previous answer,
 -- so holding several questions and answering them in a burst is caught.
 -- Returns {'ok', answer id, 1 if this call scheduled the update else 0, 'replaced' or '', then the next
 -- question's reply when one was asked for and issued} | {'used', answer id} | {'expired'}
--- | {'rater_limit'} | {'budget'} | {'rater_stopped'} | {'stale'}
+-- | {'rater_limit'} | {'budget'} | {'rater_stopped'} | {'stale'} | {'forgotten'}
 --#include study_guard.lua
 --#include issue.lua
 --#include next_question.lua
@@ -34,7 +34,7 @@ local question_id, used_ttl, rater, minute, update_ttl, algorithm, unpooled, max
       issue_next = unpack(ARGV, 1, 19)
 
 local guard = study_guard(KEYS, ARGV, 10, 19)
-if guard == 'stale' then return {'stale'} end
+if guard == 'stale' or guard == 'forgotten' then return {guard} end
 local prior = redis.call('GET', used_token)
 if prior then return {'used', prior} end
 local st = redis.call('HMGET', rater_stats, rater .. ':answers', rater .. ':flagged', rater .. ':last_answer_at')
@@ -79,6 +79,6 @@ end
 local reply = {'ok', id, 0, guard or ''}
 if redis.call('SET', update_scheduled, '1', 'NX', 'EX', update_ttl) then reply[3] = 1 end
 if issue_next == '1' and not guard then
-  for _, v in ipairs(next_question(KEYS, ARGV, 12, 22)) do reply[#reply + 1] = v end
+  for _, v in ipairs(next_question(KEYS, ARGV, 13, 23)) do reply[#reply + 1] = v end
 end
 return reply
