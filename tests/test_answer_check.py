@@ -7,6 +7,7 @@ import random
 from math import comb
 from types import MappingProxyType
 
+import numpy as np
 import pytest
 from helpers import positioned_study, run_worker
 
@@ -228,3 +229,54 @@ def test_no_honest_rater_is_flagged_on_five_repeats(conn):
     attention = Attention(validation_repeats=5, min_self_agreement=0.6)
     assert simulate_repeat_flags(conn, attention, 0.8, 200, seed=3) == 0
     assert attention.repeats_to_judge is None
+
+
+# ------------------------------------------------------------------ leave-one-out (issue 40)
+def test_held_out_margins_do_not_depend_on_the_answers_they_predict():
+    """Each group's margins come from a model fitted on the other groups only: rewriting every answer of
+    group 0 leaves group 0's margins exactly as they were (a model fitted on them would move)."""
+    rng = np.random.default_rng(3)
+    rows = np.column_stack([rng.choice(N_ITEMS, size=(400, 3)), rng.integers(0, 2, 400)])
+    rows = rows[(rows[:, 0] != rows[:, 1]) & (rows[:, 0] != rows[:, 2]) & (rows[:, 1] != rows[:, 2])]
+    group = rng.integers(0, engine_checks.N_FOLDS, len(rows))
+    reference = np.ones(len(rows), bool)
+    before = engine_checks.held_out_triplet_margins(rows, group, reference, N_ITEMS, seed=1)
+    flipped = rows.copy()
+    flipped[group == 0, 3] = 1 - flipped[group == 0, 3]
+    after = engine_checks.held_out_triplet_margins(flipped, group, reference, N_ITEMS, seed=1)
+    assert np.array_equal(before[group == 0], after[group == 0])
+    assert not np.allclose(before[group != 0], after[group != 0])  # the others' models did learn from them
+
+
+def test_the_judged_raters_own_answers_train_none_of_the_models_that_judge_them(conn, monkeypatch):
+    """What the answer check predicts for a rater (the honest model's chance of each of their answers) is
+    the same whatever that rater answered: their answers are in none of the fits that predict them
+    (README: a rater's answers are predicted from the other groups). Temperature calibration, one scale
+    fitted on every rater's held-out answers, is held fixed here."""
+    study_id = positioned_study(conn, "left-out", POSITIONS, random_state=5)
+    rng = random.Random(11)
+    screens = {f"person-{n}": [tuple(rng.sample(range(N_ITEMS), 3)) for _ in range(QUESTIONS)] for n in range(8)}
+
+    def nearer(head, a, b):
+        return a if abs(POSITIONS[a] - POSITIONS[head]) < abs(POSITIONS[b] - POSITIONS[head]) else b
+
+    def log_of(judged_rule):
+        log = []
+        for rater, rows in screens.items():
+            for screen in rows:
+                pick = judged_rule(*screen) if rater == "person-0" else nearer(*screen)
+                log.append(logged(len(log), rater, "triplet", screen, pick))
+        return log
+
+    seen = []
+    monkeypatch.setattr(engine_checks, "calibrate_temperature", lambda z, chose: 1.0)
+    monkeypatch.setattr(engine_checks, "judge_triplets",
+                        lambda p_first, *args, **kwargs: seen.append(np.array(p_first)) or engine_checks.Verdict(
+                            1.0, "", None, len(p_first)))
+    look = answer_check_looks(QUESTIONS)[-1]
+    study = get_study(conn, study_id)
+    rater_checks.judge(study, log_of(nearer), {"person-0": look}, {})
+    rater_checks.judge(study, log_of(lambda h, a, b: ({a, b} - {nearer(h, a, b)}).pop()), {"person-0": look}, {})
+    careful, contrary = seen
+    assert len(careful) == QUESTIONS
+    assert np.array_equal(careful, contrary)
