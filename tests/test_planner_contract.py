@@ -39,7 +39,7 @@ NAMES = (set(registry.ALGORITHMS) | set(QUESTION_KINDS)
 ENTRY_FIELDS = {"asks", "learns", "screens"}
 #: Variables holding another vocabulary in which a word may also be a name: ``what`` is an export's
 #: name ("graph", "embedding", "odd_one_out" the SPoSE/VICE layout, ...), not an algorithm or a kind.
-OTHER_VOCABULARIES = {"what"}
+OTHER_VOCABULARIES = {"what", "screens", "vote"}
 #: ... and a JSON document's own type (``doc["kind"] == "comparison_forest"``: the forest export's schema).
 DOCUMENT_TYPE = re.compile(r"""^doc(?:\.get\(|\[)['"]kind['"]""")
 
@@ -76,7 +76,7 @@ def _names_in(node: ast.AST) -> list[str]:
 
 
 def _entry_field(node: ast.AST) -> bool:
-    return ((isinstance(node, ast.Attribute) and node.attr in ENTRY_FIELDS)
+    return ((isinstance(node, ast.Attribute) and node.attr in ENTRY_FIELDS | OTHER_VOCABULARIES)
             or (isinstance(node, ast.Name) and node.id in OTHER_VOCABULARIES)
             or bool(DOCUMENT_TYPE.match(ast.unparse(node))))
 
@@ -92,15 +92,105 @@ def _undeclared_key(node: ast.AST) -> str | None:
     return None
 
 
+def _prefix_of_a_name(node: ast.AST) -> str | None:
+    """A string constant (or one of a tuple of them) that begins or ends an algorithm's or kind's name."""
+    values = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    for value in values:
+        if isinstance(value, ast.Constant) and isinstance(value.value, str) and len(value.value) >= 2:
+            if any(n.startswith(value.value) or n.endswith(value.value) for n in NAMES):
+                return value.value
+    return None
+
+
+#: Module tables of another vocabulary in which a word may also be a name, each with what it holds: a
+#: membership test or lookup in them is no name test.
+OTHER_TABLES = {"MODELS": "the offline models 'proxima train' fits (workers.results.models)",
+                "FORMATS": "the exports a study offers, by name and format (workers.results.exports)",
+                "_INTEGER": "the data package's integer columns (workers.results.package)",
+                "SCREEN_MODES": "how screens are chosen: adaptive or random (engine.screens)"}
+_COLLECTIONS = ("frozenset", "set", "tuple", "list", "sorted")
+_MAPPINGS = ("dict", "MappingProxyType")
+
+
+class _Names:
+    """Which expressions of a module hold names (data flow, not patterns): a name constant, a tuple, list or
+    set holding one, ``frozenset(...)``/``tuple(...)`` of one, and every variable or attribute assigned such an
+    expression anywhere in the module (``FORESTS = ("comparison_forest", ...)`` then ``x in FORESTS``), to a
+    fixed point; and which are tables keyed by names (a dict literal, ``dict(...)`` or ``MappingProxyType``
+    of one, and what is assigned one), so that a lookup in them with a computed key is a dispatch on a name."""
+
+    def __init__(self, tree: ast.AST) -> None:
+        self.bound: set[str] = set()
+        self.tables: set[str] = set()
+        assignments = [(t, n.value) for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign))
+                       and n.value is not None for t in (n.targets if isinstance(n, ast.Assign) else [n.target])]
+        changed = True
+        while changed:
+            changed = False
+            for target, value in assignments:
+                key = self._key(target)
+                if key is None or key in OTHER_TABLES or key.split(".")[-1] in OTHER_TABLES:
+                    continue
+                if key not in self.bound and self.names(value):
+                    self.bound.add(key)
+                    changed = True
+                if key not in self.tables and self.table(value):
+                    self.tables.add(key)
+                    changed = True
+
+    @staticmethod
+    def _key(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute):
+            return ast.unparse(node)
+        return None
+
+    def names(self, node: ast.AST) -> list[str]:
+        """The names ``node`` holds or may evaluate to."""
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return [node.value] if node.value in NAMES else []
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return [n for elt in node.elts for n in self.names(elt)]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _COLLECTIONS:
+            return [n for arg in node.args for n in self.names(arg)]
+        key = self._key(node)
+        return [f"{key} (holds names)"] if key in self.bound else []
+
+    def table(self, node: ast.AST) -> bool:
+        """Whether ``node`` is a table keyed by names."""
+        if isinstance(node, ast.Dict):
+            return any(self.names(k) for k in node.keys if k is not None)
+        if isinstance(node, ast.DictComp):
+            return bool(self.names(node.key))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _MAPPINGS:
+            return any(self.table(arg) for arg in node.args)
+        return self._key(node) in self.tables
+
+
+def _computed(node: ast.AST) -> bool:
+    """A key that is not written in the code (a lookup with it chooses by whatever it holds)."""
+    return not (isinstance(node, ast.Constant) or _entry_field(node))
+
+
+def _looks_up_variables(node: ast.AST) -> str | None:
+    """``vars(x)[...]``, ``globals()[...]``, ``vars(x).get(...)``: a name turned into code."""
+    call = node.value if isinstance(node, ast.Subscript) else (
+        node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "get" else None)
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in ("vars", "globals", "locals"):
+        return f"looks a name up among variables ({call.func.id}())"
+    return None
+
+
 def offences(source: str, rel: str = "<source>") -> list[str]:
-    """The branches of ``source`` on an algorithm or kind name (also through a module constant), a
-    planner class, a guessed planner attribute or a guessed progress key, as ``file:line: code``."""
+    """The branches of ``source`` on an algorithm or kind name (however it reaches the branch: a constant,
+    a tuple or set of them, a variable or attribute holding them, a table keyed by them and looked up with a
+    computed key, a prefix through ``startswith``, a lookup among variables), a planner class, a guessed
+    planner attribute or a guessed progress key, as ``file:line: code``."""
     found = []
     tree = ast.parse(source)
-    # module constants holding one name: ``FOREST_STATE = "ForestStudy"`` then ``== FOREST_STATE``
-    constants = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign)
-                 and isinstance(node.value, ast.Constant) and _names_in(node.value)
-                 for t in node.targets if isinstance(t, ast.Name)}
+    names = _Names(tree)
     for node in ast.walk(tree):
         why = None
         if isinstance(node, ast.Compare):
@@ -109,16 +199,28 @@ def offences(source: str, rel: str = "<source>") -> list[str]:
                 if not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn, ast.Is, ast.IsNot)):
                     continue
                 for named, other in ((right, left), (left, right)):
-                    value = constants.get(named.id, named) if isinstance(named, ast.Name) else named
-                    hit = _names_in(value)
-                    if hit and not _entry_field(other):
+                    hit = names.names(named)
+                    if hit and not _entry_field(other) and not names.names(other):
                         why = f"compares with the name {hit[0]!r}"
+                if isinstance(op, (ast.In, ast.NotIn)) and names.table(right) and _computed(left):
+                    why = "tests membership in a table keyed by names"
                 if isinstance(op, (ast.In, ast.NotIn)) and _holds_progress(right) and _undeclared_key(left):
                     why = f"guesses the progress key {_undeclared_key(left)!r}"
+        elif isinstance(node, ast.Subscript) and names.table(node.value) and _computed(node.slice):
+            why = "dispatches through a table keyed by names"
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "pop")
+              and names.table(node.func.value) and node.args and _computed(node.args[0])):
+            why = "dispatches through a table keyed by names"
+        elif _looks_up_variables(node):
+            why = _looks_up_variables(node)
         elif isinstance(node, ast.MatchValue):
-            hit = _names_in(node.value)
+            hit = names.names(node.value)
             if hit:
                 why = f"matches the name {hit[0]!r}"
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("startswith", "endswith") and node.args and _prefix_of_a_name(node.args[0])
+              and not _entry_field(node.func.value)):
+            why = f"tests a name by its {node.func.attr[:-4]} {_prefix_of_a_name(node.args[0])!r}"
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
             if node.func.id in ("isinstance", "issubclass") and len(node.args) == 2:
                 target = node.args[1]
@@ -172,6 +274,19 @@ def test_no_platform_file_branches_on_an_algorithm_a_kind_or_a_planner_class():
     'if "samples" in progress and progress.get("n_items"):\n    pass',
     'x = summary["progress"].get("answers_counted", 0)',
     'for name in ("samples", "answers"):\n    value = progress.get(name)',
+    # dispatch however written: a table keyed by names, a prefix, a tuple constant, a lookup among variables
+    'HANDLERS = {"duels": plan_duels, "anntri": plan_anntri}\nHANDLERS[config.algorithm](study)',
+    'handler = {"rating": rate, "triplet": compare}.get(kind)',
+    'TABLE = MappingProxyType({"odd_one_out": 3, "rank": 9})\nsize = TABLE[question_kind]',
+    'if question_kind in {"rank": 1, "odd_one_out": 2}:\n    pass',
+    'if algorithm.startswith("ann"):\n    pass',
+    'if state["class"].endswith(("Screens", "Forest")):\n    pass',
+    'PAIR_LEARNERS = ("anntri", "ann", "random")\nif name in PAIR_LEARNERS:\n    pass',
+    'def f(a):\n    forests = frozenset({"comparison_forest", "simforest"})\n    return a.algorithm in forests',
+    'class C:\n    def __init__(self):\n        self.kinds = ("rank", "odd_one_out")\n'
+    '    def f(self, kind):\n        return kind in self.kinds',
+    'plan = vars(planners)["plan_" + name]',
+    'plan = globals().get(f"_plan_{question_kind}")',
 ])
 def test_the_branch_check_catches_the_branches_it_looks_for(line):
     assert offences(line), line
@@ -187,6 +302,11 @@ def test_the_branch_check_catches_the_branches_it_looks_for(line):
     'if doc.get("kind") != "comparison_forest":\n    pass',
     'ok = getattr(self, "_radius_list", None)',
     'if isinstance(planner, RoundPlanner):\n    pass',
+    # a record with a field that shares a name, read by that field; other vocabularies; file suffixes
+    'state = {"embedding": X, "duels": 3}\ny = state["embedding"]',
+    'if path.endswith(".csv"):\n    pass',
+    'if what in FORMATS:\n    pass',
+    'if screens not in SCREEN_MODES:\n    pass',
 ])
 def test_the_branch_check_lets_questions_to_the_entry_through(line):
     assert not offences(line), line

@@ -66,10 +66,10 @@ class Export:
     chunks: object  # iterable of str
 
 
-def _learner(conn: Redis, study, algorithm: str | None, want: str) -> Learner:
-    """The learner to export: the named algorithm, else the study's first that can give ``want``."""
+def _learner(conn: Redis, study, algorithm: str | None, what: str) -> Learner:
+    """The learner to export: the named algorithm, else the study's first that can give ``what``."""
     fits = {"graph": lambda a: True, "forest": lambda a: a.algorithm in FOREST_ALGORITHMS,
-            "embedding": lambda a: a.algorithm in EMBEDDING_ALGORITHMS}[want]
+            "embedding": lambda a: a.algorithm in EMBEDDING_ALGORITHMS}[what]
     choices = [a for a in study.config.algorithms if fits(a)]
     if algorithm is not None:
         alg = study.config.get_algorithm(algorithm)
@@ -77,9 +77,9 @@ def _learner(conn: Redis, study, algorithm: str | None, want: str) -> Learner:
             labels = ", ".join(a.label for a in study.config.algorithms)
             raise ExportError(f"study '{study.id}' has no algorithm '{algorithm}'; its algorithms are: {labels}")
         if alg not in choices:
-            raise ExportError(f"algorithm '{algorithm}' is a {alg.algorithm}, which has no {want} to export")
+            raise ExportError(f"algorithm '{algorithm}' is a {alg.algorithm}, which has no {what} to export")
     elif not choices:
-        raise ExportError(f"study '{study.id}' has no algorithm that builds a {want}")
+        raise ExportError(f"study '{study.id}' has no algorithm that builds a {what}")
     else:
         graph_first = sorted(choices, key=lambda a: not a.learns_graph)
         alg = graph_first[0]
