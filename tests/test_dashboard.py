@@ -189,6 +189,10 @@ def test_zip_bombs_are_refused_before_anything_is_decompressed():
         items_from_zip(bomb, "bomb.zip", max_total_bytes=200_000)
     with pytest.raises(StudyError, match="holds 5 entries; at most 4"):
         items_from_zip(bomb, "bomb.zip", max_members=4)
+    # padded images within every size limit: 70 MiB from a few hundred KiB is refused as padding
+    padded = zip_of({f"{i}.png": PNG + b"\x00" * (7 * 2**20) for i in range(10)})
+    with pytest.raises(StudyError, match=r"would unpack to 70 MiB from 0\.\d MiB .* holds padding"):
+        items_from_zip(padded, "padded.zip")
     # a member whose header lies about its size fails its check instead of unpacking without limit
     raw = bytearray(zip_of({"a.png": PNG + b"\x00" * 5000, "b.png": PNG, "c.png": PNG}))
     central = raw.rfind(b"PK\x01\x02", 0, raw.rfind(b"PK\x01\x02", 0, raw.rfind(b"PK\x01\x02")))

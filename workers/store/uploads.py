@@ -35,6 +35,12 @@ from workers.store.studies import (
 
 MAX_ZIP_MEMBERS = 100_000
 MAX_ZIP_TOTAL_BYTES = 2 * 1024 * 1024 * 1024
+#: An archive unpacking past MAX_PADDED_BYTES to more than MAX_ZIP_RATIO times its own size is refused: image,
+#: audio and video files are compressed already (a PNG or JPEG barely shrinks in a ZIP), so such an archive is
+#: padding, and every unpacked byte of it would sit in Redis (a 290 KB archive of zero-padded images became
+#: 285 MB there).
+MAX_ZIP_RATIO = 20
+MAX_PADDED_BYTES = 64 * 1024 * 1024
 MAX_CONFIG_BYTES = 1024 * 1024
 #: Most values (after YAML aliases are expanded) a config may hold: "billion laughs" stays small
 #: as YAML but explodes when validated or stored as JSON.
@@ -73,6 +79,12 @@ def items_from_zip(data: bytes, filename: str = "items.zip", max_members: int = 
         if total > max_total_bytes:
             raise StudyError(f"{filename} would unpack to {total // (1024 * 1024)} MiB; at most "
                              f"{max_total_bytes // (1024 * 1024)} MiB are allowed")
+        if total > MAX_PADDED_BYTES and total > MAX_ZIP_RATIO * len(data):
+            raise StudyError(f"{filename} would unpack to {total / 2**20:.0f} MiB from {len(data) / 2**20:.1f} MiB "
+                             f"({total / max(len(data), 1):.0f} times its size); image, audio and video files are "
+                             f"compressed already, so an archive unpacking to more than {MAX_ZIP_RATIO} times its "
+                             f"size (past {MAX_PADDED_BYTES // 2**20} MiB) holds padding and is refused: "
+                             "upload the files as they are")
         allowed = ", ".join(sorted(ITEM_EXTENSIONS))
         items, media, seen = [], {}, {}
         for info in sorted(members, key=lambda i: i.filename):
