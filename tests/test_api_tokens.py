@@ -222,3 +222,28 @@ def test_the_cli_creates_lists_and_revokes_tokens(conn, redis_url, monkeypatch, 
     assert again.exit_code != 0 and f"there is no token '{token_id}'" in again.output
     bad = runner.invoke(main, ["token", "create", "--user", RESEARCHER, "--name", "x", "--study", "nope"])
     assert bad.exit_code != 0 and "there is no study 'nope'" in bad.output
+
+
+def test_an_address_sending_invalid_tokens_is_refused_past_its_burst_even_with_a_valid_one(client, conn, account,
+                                                                                         study_id, app):
+    """A guesser gets 401 for its first tries, then 429 with a Retry-After, and no token of its address is
+    checked until the bucket has room: not even a valid one (else guessing would go on at full speed)."""
+    app.config.update(TOKEN_FAILURE_RATE_PER_ADDRESS=0.01, TOKEN_FAILURE_BURST_PER_ADDRESS=5,
+                      RATE_LIMIT_EXEMPT_ADDRESSES=())
+    token, _ = create_token(conn, account, "ci", access="read")
+    url = f"/api/studies/{study_id}/stats"
+    bad = {"Authorization": "Bearer prx_0123456789ab_" + "x" * 43}
+    codes = [client.get(url, headers=bad).status_code for _ in range(5)]
+    assert codes == [401] * 5
+    refused = client.get(url, headers=bad)
+    assert refused.status_code == 429 and int(refused.headers["Retry-After"]) > 0
+    assert refused.get_json()["error"]["code"] == "too_many_invalid_tokens"
+    assert "too many invalid API tokens" in refused.get_json()["error"]["message"]
+    assert client.get(url, headers={"Authorization": f"Bearer {token}"}).status_code == 429
+    # another address is not held up, and the blocked one is let through once the block expires
+    assert client.get(url, headers={"Authorization": f"Bearer {token}"},
+                      environ_base={"REMOTE_ADDR": "10.9.8.7"}).status_code == 200
+    from workers.store import keys
+
+    conn.delete(keys.token_blocked("127.0.0.1"))
+    assert client.get(url, headers={"Authorization": f"Bearer {token}"}).status_code == 200

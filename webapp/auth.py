@@ -136,8 +136,10 @@ def bearer_token() -> str | None:
 def token_login() -> None:
     """Authenticate this API request by its bearer token, or refuse it (401/403, in words): the token must
     be valid, cover the study in the URL, and be read-write for anything but reading."""
+    limits.refuse_blocked_tokens()
     record = api_tokens.verify_token(get_redis(), bearer_token() or "")
     if record is None:
+        limits.charge_invalid_token()  # a guesser is refused (429) past its burst
         raise ApiError(401, "invalid_api_token",
                        "this API token is not valid: it was mistyped, revoked or has expired, or its account was "
                        "removed; "

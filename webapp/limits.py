@@ -53,6 +53,10 @@ DEFAULTS = {
     # ``accounts`` counts failures of one name only).
     "LOGIN_RATE_PER_ADDRESS": 0.2,
     "LOGIN_BURST_PER_ADDRESS": 20,
+    # Invalid API tokens from one address (a guesser; a script with a revoked token retrying in a loop): past
+    # the burst, no token from the address is checked until the bucket has room again.
+    "TOKEN_FAILURE_RATE_PER_ADDRESS": 0.2,
+    "TOKEN_FAILURE_BURST_PER_ADDRESS": 20,
     # Completion codes first shown to raters of one address in one study: a class behind NAT
     # finishes at human pace; a script minting codes does not.
     "CODE_RATE_PER_ADDRESS": 0.1,
@@ -159,6 +163,38 @@ def limit_code(study_id: str) -> bool:
     config = current_app.config
     return take(get_redis(), [Bucket(keys.rate_codes(study_id, address), float(config["CODE_RATE_PER_ADDRESS"]),
                                      int(config["CODE_BURST_PER_ADDRESS"]), "codes")]) is None
+
+
+def refuse_blocked_tokens() -> None:
+    """Before an API token is checked: 429 while the client address is blocked for sending invalid tokens."""
+    address = request.remote_addr or "unknown"
+    if exempt(address):
+        return
+    wait = get_redis().pttl(keys.token_blocked(address))
+    if wait and wait > 0:
+        _refuse_tokens(wait / 1000.0)
+
+
+def charge_invalid_token() -> None:
+    """After an invalid API token: charge the client address; past its burst, block it and refuse (429)."""
+    address = request.remote_addr or "unknown"
+    if exempt(address):
+        return
+    config = current_app.config
+    conn = get_redis()
+    refused = take(conn, [Bucket(keys.rate_token_failures(address), float(config["TOKEN_FAILURE_RATE_PER_ADDRESS"]),
+                                 int(config["TOKEN_FAILURE_BURST_PER_ADDRESS"]), "tokens")])
+    if refused is not None:
+        conn.set(keys.token_blocked(address), "1", px=max(1, int(1000 * refused[1])))
+        _refuse_tokens(refused[1])
+
+
+def _refuse_tokens(seconds: float) -> None:
+    wait = retry_after(seconds)
+    raise ApiError(429, "too_many_invalid_tokens",
+                   f"too many invalid API tokens were sent from your address; no token from it is checked for "
+                   f"{wait} s: check the token (the dashboard's account page lists yours) and try again then",
+                   headers={"Retry-After": wait}, retry_after=int(wait))
 
 
 def limit_logins() -> ResponseReturnValue | None:

@@ -224,6 +224,17 @@ def rate_login(address: str) -> str:
     return f"{PREFIX}:login-rate:{_digest(address, 24)}"
 
 
+def rate_token_failures(address: str) -> str:
+    """String: the rate-limit bucket of invalid API tokens sent from one client address."""
+    return f"{PREFIX}:token-failures:{_digest(address, 24)}"
+
+
+def token_blocked(address: str) -> str:
+    """String with a TTL: the client address sent too many invalid API tokens; none of its tokens is checked
+    until it expires."""
+    return f"{PREFIX}:token-blocked:{_digest(address, 24)}"
+
+
 # Researcher accounts are not per study: their keys carry no {hash tag} (every script and transaction
 # on them touches one key).
 
