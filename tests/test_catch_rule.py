@@ -233,3 +233,32 @@ def test_a_catch_trial_flag_does_what_the_studys_flag_action_says(client, conn, 
     page = client.get("/s/actions/done").get_data(as_text=True)
     assert ('id="completion-code"' in page) is code
     assert bool(conn.sismember(keys.excluded_raters("actions"), "r-miss")) is excluded
+
+
+def test_a_study_without_catch_trials_is_warned_about_at_create_on_the_form_and_on_the_overview(
+        cli, researcher_client, conn, tmp_path):
+    """Items with neither positions nor labels (a folder of images, a CSV without labels) give no catch
+    trials: ``proxima create`` warns, the New study form says so before the upload and flashes it after,
+    and the study's Overview says so; a labelled study is not warned about."""
+    import io
+
+    from workers.store.studies import list_studies
+
+    unlabelled = "id,text\n" + "".join(f"t{i},Item {i}\n" for i in range(8))
+    labelled = "id,text,label\n" + "".join(f"t{i},Item {i},{'ab'[i % 2]}\n" for i in range(8))
+    (tmp_path / "study.yaml").write_text("name: Plain\nlimits: {max_questions_per_rater: 40}\n")
+    for name, text in (("plain.csv", unlabelled), ("labelled.csv", labelled)):
+        (tmp_path / name).write_text(text)
+    result = cli("create", tmp_path / "study.yaml", "--items", tmp_path / "plain.csv", "--id", "plain")
+    assert "Warning: no catch trials: its items have neither positions nor labels" in result.output
+    result = cli("create", tmp_path / "study.yaml", "--items", tmp_path / "labelled.csv", "--id", "labelled")
+    assert "no catch trials" not in result.output, result.output
+    assert 'id="catch-note"' in researcher_client.get("/studies/new").get_data(as_text=True)
+    page = researcher_client.post("/studies/new", data={
+        "name": "Uploaded", "items": (io.BytesIO(unlabelled.encode()), "items.csv")},
+        content_type="multipart/form-data", follow_redirects=True).get_data(as_text=True)
+    assert "Note: no catch trials" in page
+    uploaded = next(s.id for s in list_studies(conn) if s.config.name == "Uploaded")
+    for study_id, warned in (("plain", True), ("labelled", False), (uploaded, True)):
+        overview = researcher_client.get(f"/studies/{study_id}").get_data(as_text=True)
+        assert ('id="catch-warning"' in overview) is warned, study_id

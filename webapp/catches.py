@@ -152,3 +152,28 @@ def _by_label(labels: list, rng: random.Random) -> list[Comparison]:
                     break
         found.append(Comparison(h, rng.choice(same), different, others=tuple(sorted(more))))
     return found
+
+
+#: What a researcher reads of a study that asks no catch trials although its config asks for them.
+NO_CATCH_TRIALS = ("no catch trials: its items have neither positions nor labels, so nothing tells a rater "
+                   "who looks from a program that answers at random (in benchmarks/bots.py random bots were "
+                   "paid in every such study; the answer check catches rule-following bots, not random "
+                   "ones). Items with labels (a CSV's label column: items of a label alike, of different "
+                   "labels unlike) or positions have them")
+#: ... and one whose config turned them off.
+CATCHES_OFF = ("no catch trials (attention.rate: 0): random answers are caught by the answer check alone, "
+               "which in a triplet study lets most of them through")
+
+
+def catch_warning(config, found: list[Comparison]) -> str | None:
+    """Why a study asks no catch trials (``found``: its comparisons, :func:`comparisons` or
+    :func:`choose_comparisons`), None when it asks them. ``config`` is the study's StudyConfig."""
+    if not config.catch_every:
+        return CATCHES_OFF
+    return None if found else NO_CATCH_TRIALS
+
+
+def items_catch_warning(config, items: list) -> str | None:
+    """:func:`catch_warning` for items about to be stored (``workers.store.studies.Item``s or their dicts)."""
+    rows = [item if isinstance(item, dict) else {"position": item.position, "label": item.label} for item in items]
+    return catch_warning(config, choose_comparisons(rows, random.Random(0)) if config.catch_every else [])

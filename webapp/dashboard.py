@@ -38,7 +38,7 @@ from workers.store.studies import (
 )
 from workers.store.uploads import config_from_yaml_bytes, items_from_upload
 
-from . import accounts, api_tokens
+from . import accounts, api_tokens, catches
 from .accounts import AccountError
 from .auth import client_address, current_researcher
 from .researcher_api import package_response
@@ -181,6 +181,9 @@ def new_study() -> ResponseReturnValue:
     flash(f"Study '{config.name}' created with {len(items)} items.")
     for warning in config_warnings(config):
         flash(f"Note: {warning}.")
+    no_catches = catches.items_catch_warning(config, items)
+    if no_catches:
+        flash(f"Note: {no_catches}.")
     return redirect(url_for("dashboard.study", study_id=study_id))
 
 
@@ -261,6 +264,14 @@ def expected_now(plan: dict | None, per_item: float) -> dict:
     return out
 
 
+def overview_catch_warning(conn, study) -> str | None:
+    """Why the study asks no catch trials, for its Overview (None when it asks them): from this process's
+    copy of its comparisons (``catches.comparisons``, read again every few minutes)."""
+    if not study.config.catch_every:
+        return catches.catch_warning(study.config, [])
+    return catches.catch_warning(study.config, catches.comparisons(conn, study))
+
+
 @bp.get("/studies/<study_id>")
 def study(study_id: str) -> ResponseReturnValue:
     conn = get_redis()
@@ -287,6 +298,7 @@ def study(study_id: str) -> ResponseReturnValue:
         context["quality"] = rater_quality(conn, study_id)
         context["flagged"] = context["quality"]["flagged"]
     if tab == "overview":
+        context["catch_warning"] = overview_catch_warning(conn, study)
         context.update(rater_link=rater_link, prolific_link=f"{rater_link}?{PROLIFIC_PARAMS}", mturk_link=rater_link,
                        link_from_request=not current_app.config.get("PUBLIC_URL"))
     elif tab == "learning":

@@ -47,6 +47,7 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
                    message: Markdown, debrief_question: Anything unclear?}
     The full JSON schema is SCHEMA in workers/store/config.py.
     """
+    from webapp.catches import items_catch_warning
     from workers.store.queue import schedule_update
     from workers.store.studies import check_stylesheet, config_warnings, create_study
     from workers.store.uploads import items_from_path
@@ -80,6 +81,9 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
     _say_skipped(items_path)
     for warning in config_warnings(config):
         click.echo(f"Warning: {warning}.", err=True)
+    no_catches = items_catch_warning(config, items)
+    if no_catches:
+        click.echo(f"Warning: {no_catches}.", err=True)
 
 
 def _say_skipped(items_path: Path) -> None:
