@@ -7,8 +7,9 @@ lines of forgotten raters: when, by whom, how many answers; ``workers.store.dele
 none of what the log implies: rater statistics, flags, attention-check and repeat outcomes and completion
 are recomputed from the restored log, and a log answering one question twice is refused. Engine states
 are not in it (``proxima rebuild`` replays the log into them), nor question pools, issued questions, used tokens or
-trained models. Also reads the set-aside answers for the dashboard. Must never import Flask
-or the engine (numpy).
+trained models. A restore leaves out the raters this Redis knows were forgotten since the backup was made
+(``leave_out_forgotten``), and ``backups_holding`` finds the backup files that still hold a rater. Also
+reads the set-aside answers for the dashboard. Must never import Flask or the engine (numpy).
 """
 from __future__ import annotations
 

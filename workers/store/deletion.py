@@ -1,11 +1,13 @@
 """Removing data for good: a whole study, or one rater's answers (a participant who withdraws).
 
-Forgetting a rater takes their answers out of the answer log and every record kept about them
-(statistics, sessions, held questions), counts them out of the study's counters and writes one audit
-line (when, by whom, the SHA-256 of the rater id, how many answers left); the engines are then rebuilt
-from what remains (``queue.enqueue_rebuild``), so nothing learned from the rater is left either. Deleting
-a study removes every key of it and its queued jobs, and records one line in ``keys.deleted_studies``.
-Must never import Flask or the engine (a web process calls these).
+Forgetting a rater records them as forgotten (digests only: their session is refused from then on), takes
+their answers out of the answer log (and what XDEL leaves of them, ``compact_log``) and every record kept
+about them (statistics, sessions, held questions), counts them out of the study's counters, marks the models
+trained on the study and writes one audit line (when, by whom, the SHA-256 of the rater id, how many answers
+left); the engines are then rebuilt from what remains (``queue.enqueue_rebuild``), so nothing learned from
+the rater is left either, and Redis's files are rewritten (``persistence.rewrite_files``). Deleting a study
+removes every key of it and its queued jobs, and records one line in ``keys.deleted_studies``. Must never
+import Flask or the engine (a web process calls these).
 """
 from __future__ import annotations
 
