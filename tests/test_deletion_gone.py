@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers import answer, colour_items, fetch_question, run_worker
+from helpers import answer, colour_items, fetch_question, require, run_worker
 from test_deletion import make_study
 from test_models import clustered_items, crowd_study
 
@@ -23,7 +23,7 @@ from workers.store.answers import accept_answer
 from workers.store.backup import backup_lines, restore_study
 from workers.store.config import StudyConfig
 from workers.store.deletion import audit_lines, delete_study, forget_rater, rater_digest, rater_forgotten
-from workers.store.persistence import count_copies, replace_snapshot
+from workers.store.persistence import count_copies, replace_snapshot, rewrite_aof
 from workers.store.questions import issue_question
 from workers.store.queue import enqueue_update, get_queue
 from workers.store.studies import create_study, get_study
@@ -185,6 +185,55 @@ def test_forgetting_from_the_dashboard_rewrites_redis_files_once_the_rebuild_has
     run_worker(conn)
     assert json.loads(conn.hget(keys.engine_stats("web-files"), "rebuild"))["state"] == "finished"
     assert copies_on_disk(conn, [GONE, *qids]) == {}
+
+
+@pytest.fixture
+def redis7(tmp_path):
+    """Debian's Redis 7 with its multi-part AOF (a folder of base and incremental files and a manifest), as
+    a shared Redis is run: AOF on, no snapshots; stopped at teardown."""
+    import subprocess
+
+    import redis
+    from test_multi_machine import REDIS7
+
+    from webapp.cli.embedded import free_port
+
+    require(REDIS7 is not None, "Debian's Redis 7 server (redis-server >= 7)",
+            "apt-get install redis-server (.ci/run installs it)")
+    port, folder = free_port(), tmp_path / "redis7"
+    folder.mkdir()
+    proc = subprocess.Popen([REDIS7, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder),
+                             "--appendonly", "yes", "--appendfsync", "always", "--save", "",
+                             "--logfile", str(folder / "redis.log")], stdout=subprocess.DEVNULL)
+    client = redis.Redis(port=port)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            assert proc.poll() is None and time.monotonic() < deadline, "Redis 7 did not start"
+            time.sleep(0.05)
+    yield client
+    client.shutdown(nosave=True)
+    proc.wait(10)
+
+
+def test_forget_rater_leaves_no_copy_in_redis_7s_multi_part_aof(redis7):
+    conn = redis7
+    assert int(conn.info("server")["redis_version"].split(".")[0]) >= 7
+    make_study(conn, "seven")
+    crowd(conn, "seven", [f"participant-{n:03d}" for n in range(6)] + [GONE], per_rater=5)
+    learn(conn, "seven")
+    rewrite_aof(conn)  # a base file of their answers beside the incremental one, as after any rewrite
+    qids = [fields["qid"] for _, fields in answers_by(conn, "seven", GONE)]
+    before = wait_for_copies(conn, [GONE])
+    assert any(name.startswith("appendonlydir/") and ".base." in name for name in before), before
+    url = f"redis://127.0.0.1:{conn.connection_pool.connection_kwargs['port']}/0"
+    result = invoke(url, "forget-rater", "seven", GONE, "--yes", "--backups", redis_folder(conn) / "none")
+    assert result.exit_code == 0, result.output
+    assert copies_on_disk(conn, [GONE, *qids]) == {}
+    assert "no copy left" in result.output and "appendonlydir/" in result.output
 
 
 def test_delete_leaves_no_key_of_the_study_in_redis_files(conn, redis_url):
