@@ -7,9 +7,10 @@ engine's cursor) has caught up with the answers given, and whether the Overview'
 Process kinds: ``web-worker`` (a gunicorn worker: its master starts another), ``gunicorn-master``,
 ``rq-worker``, ``fit-process`` and ``check-process`` (the RQ worker's own children: it replaces them),
 ``redis`` (the embedded redis-server), ``serve`` (serve itself: its children die with it, and a new serve is
-started as a service manager would). One serve and one study for the whole run (duels on 40 colours, so a
-refit and an answer check run beside the passes). Raters are threads answering as fast as the server lets
-them, each answer sent again with its token until the server gives a definite reply (so an answer is
+started as a service manager would). Serve runs with ``--max-restarts 1000``: six kills of one kind within
+a minute are this benchmark's doing, not a crash loop. One serve and one study for the whole run (duels on
+40 colours, so a refit and an answer check run beside the passes). Raters are threads answering as fast as
+the server lets them, each answer sent again with its token until the server gives a definite reply (so an answer is
 acknowledged once). "caught up" is the time from the kill until the engine's cursor reached the last answer
 acknowledged at that moment plus one probe answer given after the process came back.
 """
@@ -57,7 +58,8 @@ class Serve:
         env.update(PROXIMA_INSTANCE_PATH=str(self.instance), PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1")
         with self.log.open("a") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(self.port),
-                                          "--web-workers", "2", "--workers", "1"], env=env, cwd=str(ROOT),
+                                          "--web-workers", "2", "--workers", "1",
+                                          "--max-restarts", "1000"], env=env, cwd=str(ROOT),
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True)
         wait(lambda: self.healthy(), WAIT, "serve answering /api/health")
@@ -170,7 +172,10 @@ class Raters:
 
 
 def applied(conn: redis.Redis, answer_id: str) -> bool:
-    cursor = conn.get(keys.cursor(STUDY))
+    try:
+        cursor = conn.get(keys.cursor(STUDY))
+    except redis.RedisError:
+        return False
     if cursor is None:
         return False
     key = tuple(int(x) for x in cursor.decode().split("-"))
