@@ -3,12 +3,16 @@ holds its update lock, and the rewrite of Redis's files after a deletion (``work
 Must never import Flask."""
 from __future__ import annotations
 
+import logging
+
 from rq import get_current_job
 
 from workers.jobs.lock import study_lock
 from workers.store import keys
 from workers.store.deletion import purge_study_keys
-from workers.store.persistence import rewrite_files
+from workers.store.persistence import PersistenceError, rewrite_files
+
+logger = logging.getLogger(__name__)
 
 
 def purge_study_job(study_id: str) -> int:
@@ -20,7 +24,12 @@ def purge_study_job(study_id: str) -> int:
         if conn.exists(keys.study(study_id)):
             return 0
         deleted = purge_study_keys(conn, study_id)
-    rewrite_files(conn, [keys.study_pattern(study_id).rstrip("*")])
+    try:
+        report = rewrite_files(conn, [keys.study_pattern(study_id).rstrip("*")])
+    except PersistenceError as exc:  # the keys are gone either way; say why the files still hold them
+        logger.warning("study %s: Redis's files were not rewritten after the deletion: %s", study_id, exc)
+    else:
+        logger.info("study %s deleted: %s", study_id, " ".join(report.lines()))
     return deleted
 
 
