@@ -62,7 +62,8 @@ class FilesReport:
             out.append("Redis's files now hold only what Redis holds (nothing was looked for in them).")
         elif self.copies:
             found = ", ".join(f"{name} ({n})" for name, n in sorted(self.copies.items()))
-            out.append(f"Redis's files still hold copies: {found}.")
+            out.append(f"Redis's files still hold copies: {found}. (A short id can also match unrelated bytes; "
+                       "'grep -c' on those files shows where.)")
         else:
             out.append(f"Checked {len(self.checked)} file(s) of Redis's folder ({', '.join(self.checked) or 'none'}): "
                        "no copy left.")
