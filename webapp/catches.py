@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import threading
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -60,15 +61,54 @@ _cache: dict[str, tuple[float, tuple[float, int], list[Comparison]]] = {}
 
 def comparisons(conn: Redis, study: Study, now: float | None = None) -> list[Comparison]:
     """The study's near-certain comparisons, from this process's copy (read again every CACHE_SECONDS,
-    and at once for another study of the same id or a changed item count)."""
+    and at once for another study of the same id or a changed item count).
+
+    They are chosen once per study and item count, by whichever process needs them first, and kept in
+    Redis for every other web process (``keys.catch_comparisons``): choosing them reads every item and
+    takes ~0.1 s of CPU at 1,000 items, which raters joining together (a Prolific launch: 500 in 5 s) waited
+    for in every process and thread at once. The choice is drawn from the study's own seed, so every
+    process and every restart asks the same comparisons."""
     now = time.time() if now is None else now
     cached, version = _cache.get(study.id), (study.created_at, study.n_items)
     if cached is not None and cached[0] > now and cached[1] == version:
         return cached[2]
-    raws = conn.lrange(keys.items(study.id), 0, -1)
-    found = choose_comparisons([json.loads(raw) for raw in raws], random.Random())
-    _cache[study.id] = (now + CACHE_SECONDS, version, found)
-    return found
+    with _lock(study.id):  # one thread of this process reads or chooses; the others wait for it
+        cached = _cache.get(study.id)
+        if cached is not None and cached[0] > now and cached[1] == version:
+            return cached[2]
+        found = _stored(conn, study.id, version)
+        if found is None:
+            raws = conn.lrange(keys.items(study.id), 0, -1)
+            found = choose_comparisons([json.loads(raw) for raw in raws],
+                                       random.Random(f"{study.id}:{study.created_at}:{len(raws)}"))
+            conn.set(keys.catch_comparisons(study.id),
+                     json.dumps({"version": list(version), "comparisons": [list(c) for c in found]}))
+        _cache[study.id] = (now + CACHE_SECONDS, version, found)
+        return found
+
+
+_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def _lock(study_id: str) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault(study_id, threading.Lock())
+
+
+def _stored(conn: Redis, study_id: str, version: tuple) -> list[Comparison] | None:
+    """The comparisons another process chose for this version of the study's items, None if none did."""
+    raw = conn.get(keys.catch_comparisons(study_id))
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw)
+        if tuple(doc["version"]) != tuple(version):
+            return None
+        return [Comparison(int(h), int(s), int(d), bool(far), tuple(int(o) for o in others))
+                for h, s, d, far, others in doc["comparisons"]]
+    except (ValueError, KeyError, TypeError):
+        return None  # written by another version of this code: choose again
 
 
 def forget(study_id: str | None = None) -> None:

@@ -104,6 +104,10 @@ engine_stats = _per_study("engine:stats")
 #: when its passes fail, how many failed in a row, the last error and when it came.
 learning = _per_study("learning")
 
+#: String: the study's catch-trial comparisons (``webapp.catches``) as JSON, with the item version they were
+#: chosen for: chosen once, by the first web process that needs them.
+catch_comparisons = _per_study("catch-comparisons")
+
 #: String with a TTL: an update job for the study is queued and not yet started.
 update_scheduled = _per_study("update-scheduled")
 
