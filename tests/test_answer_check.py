@@ -280,3 +280,44 @@ def test_the_judged_raters_own_answers_train_none_of_the_models_that_judge_them(
     careful, contrary = seen
     assert len(careful) == QUESTIONS
     assert np.array_equal(careful, contrary)
+
+
+# ------------------------------------------------------------------ ratings judged (issue 40)
+def rating_log(careful: int, bots: int, answers: int, seed: int) -> list[Answer]:
+    """Rating answers of ``careful`` raters (1-5 from the pair's distance on 30 items at known 1-D
+    places, with noise and a lapse now and then) and ``bots`` raters answering at random, interleaved."""
+    rng = random.Random(seed)
+    places = [rng.random() for _ in range(30)]
+    log = []
+    raters = [f"careful-{n}" for n in range(careful)] + [f"bot-{n}" for n in range(bots)]
+    for _ in range(answers):
+        for rater in raters:
+            i, j = rng.sample(range(30), 2)
+            if rater.startswith("bot") or rng.random() < 0.1:
+                value = rng.randint(1, 5)
+            else:
+                value = min(5, max(1, round(5 - 4 * abs(places[i] - places[j]) + rng.gauss(0, 0.5))))
+            log.append(Answer(id=f"{len(log) + 1}-0", qid=f"q{len(log)}", rater=rater, kind="rating", head=i, a=j,
+                              b=-1, choice=-1, algorithm="random_pairs", fallback=False, issued_at=0.0,
+                              answered_at=0.0, response_ms=2000, value=float(value)))
+    return log
+
+
+def test_rating_answers_are_judged_careful_raters_pass_and_random_ones_are_flagged_in_a_crowd_of_bots(conn):
+    """The answer check judges ratings (JUDGE_RATINGS): with a third of the crowd answering at random and
+    none of them flagged yet, careful raters are not flagged (the rating model is fitted again without the
+    raters its first fit finds item-blind: fitted on everyone, it flagged most of these careful raters)
+    and every random rater is."""
+    items = [Item(id=f"p{i}", kind="color", color="#203040") for i in range(30)]
+    study_id = create_study(conn, StudyConfig.from_dict({"name": "Rated", "question_kind": "rating",
+                                                         "random_state": 3}), items, study_id="rated")
+    log = rating_log(careful=40, bots=20, answers=QUESTIONS, seed=4)
+    look = answer_check_looks(QUESTIONS)[-1]
+    due = {rater: look for rater in {a.rater for a in log}}
+    verdicts = rater_checks.judge(get_study(conn, study_id), log, due, {})
+    alpha = engine_checks.look_alpha(look[0], Attention().false_flag_rate)
+    careful = [v for r, v in verdicts.items() if r.startswith("careful")]
+    bots = [v for r, v in verdicts.items() if r.startswith("bot")]
+    assert len(careful) == 40 and len(bots) == 20
+    assert not [v for v in careful if v.p < alpha], sorted(v.p for v in careful)[:3]
+    assert all(v.p < alpha for v in bots), sorted(v.p for v in bots)[-3:]

@@ -31,8 +31,16 @@ log = logging.getLogger(__name__)
 
 #: The reference model is fitted on at most this many of the study's answers (a random sample).
 MAX_REFERENCE_ANSWERS = 20000
-#: Whether rating answers are judged (see ``judge``: not calibrated yet).
-JUDGE_RATINGS = False
+#: Whether rating answers are judged (on since the rating model is fitted again without the raters its
+#: first fit finds item-blind: careful raters flagged at most 1% in benchmarks/bots.py and
+#: tests/test_answer_check.py).
+JUDGE_RATINGS = True
+#: The trimmed fit of ratings: reference raters with at least this many ratings are tested on the first
+#: model (with this many simulated answer sets) and left out of the second below this p-value.
+RATING_TRIM_ANSWERS = 10
+RATING_TRIM_SIMULATIONS = 400
+RATING_TRIM_P = 0.01
+RATING_TRIM_ROUNDS = 3
 #: The log is read up to this many answers (the latest).
 MAX_LOG_ANSWERS = 100000
 
@@ -199,9 +207,8 @@ def judge(study: Study, log_answers: list[Answer], due: dict[str, tuple[int, int
     if any(judged_t.values()):
         verdicts.update(_judge_triplets(study, triplets, {r: w for r, w in judged_t.items()
                                                           if len(w) >= len(judged_r[r]) and w}, due, seed))
-    # ratings are not judged yet: on the egg ratings (benchmarks/bots.py) the honest spread model flagged
-    # 42% of careful raters, far above false_flag_rate (engine.rater_checks.judge_ratings stays for when
-    # it is calibrated)
+    # ratings: the model fitted on everyone flagged 42% of careful raters on the egg ratings
+    # (benchmarks/bots.py: random bots not yet flagged pulled it to the middle); the trimmed fit does not
     if JUDGE_RATINGS and any(judged_r.values()):
         verdicts.update(_judge_ratings(study, ratings, {r: w for r, w in judged_r.items()
                                                         if len(w) > len(judged_t[r])}, due, seed))
@@ -263,6 +270,37 @@ def _judge_triplets(study: Study, reference: list[Answer], windows: dict[str, li
     return verdicts
 
 
+def _rating_model(rows: np.ndarray, group: np.ndarray, in_reference: np.ndarray, n_items: int,
+                  seed: int) -> tuple[np.ndarray, float]:
+    """(held-out predicted distance of every rating row, the honest spread: the RMS of the reference's
+    residuals, lapses included, as a spread too small would make careful raters look item-blind)."""
+    predicted = rater_checks.held_out_rating_predictions(rows, group, in_reference, n_items, seed=seed)
+    residual = rows[in_reference, 2] - predicted[in_reference]
+    return predicted, float(np.sqrt(np.mean(residual ** 2))) if len(residual) else 0.25
+
+
+def _item_blind_raters(answers: list[Answer], rows: np.ndarray, predicted: np.ndarray, sigma: float,
+                       in_reference: np.ndarray, levels: np.ndarray | None, seed: int) -> set[str]:
+    """The reference raters (RATING_TRIM_ANSWERS ratings or more) whose ratings look item-blind at
+    RATING_TRIM_P on the first model: left out of the second. Random raters not yet flagged shrink the
+    model's predictions towards the middle of the scale, and a careful rater whose ratings are then
+    farther from them than the simulated careful raters looked item-blind (in benchmarks/bots.py, a
+    crowd of 60 careful raters and 140 bots flagged most careful raters)."""
+    by_rater: dict[str, list[int]] = {}
+    for n, answer in enumerate(answers):
+        if in_reference[n]:
+            by_rater.setdefault(answer.rater, []).append(n)
+    out = set()
+    for rater, at in by_rater.items():
+        if len(at) >= RATING_TRIM_ANSWERS:
+            verdict = rater_checks.judge_ratings(predicted[at], rows[at, 2], sigma, levels=levels,
+                                                 seed=seed + zlib.crc32(rater.encode()),
+                                                 simulations=RATING_TRIM_SIMULATIONS)
+            if verdict.p < RATING_TRIM_P:
+                out.add(rater)
+    return out
+
+
 def _judge_ratings(study: Study, reference: list[Answer], windows: dict[str, list[Answer]],
                    due: dict[str, tuple[int, int]], seed: int) -> dict[str, rater_checks.Verdict]:
     scale = study.config.rating
@@ -273,14 +311,20 @@ def _judge_ratings(study: Study, reference: list[Answer], windows: dict[str, lis
     rows = np.array([(a.head, a.a, scale.distance(a.value if a.value is not None else scale.min)) for a in answers])
     group = np.array([_fold(a.rater) for a in answers])
     in_reference = np.arange(len(rows)) < len(reference)
-    predicted = rater_checks.held_out_rating_predictions(rows, group, in_reference, study.n_items, seed=seed)
-    residual = rows[in_reference, 2] - predicted[in_reference]
-    # every residual, lapses included: a spread too small would make careful raters look item-blind
-    sigma = float(np.sqrt(np.mean(residual ** 2))) if len(residual) else 0.25
     levels = None
     if scale.step:
         steps = int(round((scale.max - scale.min) / scale.step))
         levels = np.array([scale.distance(scale.min + k * scale.step) for k in range(steps + 1)])
+    predicted, sigma = _rating_model(rows, group, in_reference, study.n_items, seed)
+    # the model of careful raters is fitted again without the raters it finds item-blind (a trimmed fit),
+    # until it finds no more (a crowd with many bots needs a round or two more)
+    kept = in_reference
+    for _ in range(RATING_TRIM_ROUNDS):
+        blind = _item_blind_raters(answers, rows, predicted, sigma, kept, levels, seed)
+        if not blind:
+            break
+        kept = kept & np.array([a.rater not in blind for a in answers])
+        predicted, sigma = _rating_model(rows, group, kept, study.n_items, seed)
     verdicts, start = {}, len(reference)
     false_flag_rate = study.config.attention.false_flag_rate
     for rater, window in windows.items():
