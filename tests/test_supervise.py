@@ -377,6 +377,9 @@ def test_kill_9_of_serve_leaves_no_orphans_and_a_new_serve_takes_over(started, t
     assert conn.xlen(keys.answers(STUDY)) == 1  # the same data
     after = answer_once(second.base, "after")
     wait_for(lambda: applied(conn, after), 20, what="an answer applied after takeover")
+    # the Overview's incidents say serve died and was replaced
+    wait_for(lambda: any(f"took over from a serve (pid {first.proc.pid}) that died" in i["detail"]
+                         for i in health.incidents(conn)), 20, what="the takeover recorded")
 
     # a third serve beside the live one refuses at once, saying why
     third = subprocess.run([sys.executable, "-m", "webapp", "serve", "--port", str(free_port())],

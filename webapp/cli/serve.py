@@ -167,8 +167,8 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int, ma
         started, announced = time.monotonic(), False
         # what serve saw die, for the Overview and /api/health (workers.store.health): written once Redis takes
         # it (a Redis that died is told about its own restart once it is back)
-        incidents = [f"took over from a serve that died: stopped its leftover processes {leftovers}"] \
-            if leftovers else []
+        incidents = [f"took over from a serve (pid {lock.took_over_from}) that died; stopped its leftover "
+                     f"processes: {leftovers or 'none were left'}"] if lock.took_over_from is not None else []
 
         def crashed(message: str) -> None:
             click.echo(message, err=True)

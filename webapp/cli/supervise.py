@@ -62,6 +62,8 @@ class InstanceLock:
     def __init__(self, instance_path: str | Path) -> None:
         self.path = Path(instance_path) / LOCK_FILE
         self.fd: int | None = None
+        #: the pid of the serve that died holding this instance (found by ``acquire``), None after a clean stop
+        self.took_over_from: int | None = None
 
     def acquire(self) -> list[int]:
         """Take the lock; returns the pids of a dead serve's children that were still running (now stopped)."""
@@ -76,6 +78,8 @@ class InstanceLock:
                                "stop it first, or give this one its own PROXIMA_INSTANCE_PATH") from None
         self.fd = fd
         previous = os.read(fd, 4096).decode(errors="replace").split()
+        # a serve that stopped cleanly emptied the file: one whose pid is still in it died (kill -9, a crash)
+        self.took_over_from = int(previous[0]) if previous and previous[0].isdigit() else None
         stopped = [pid for pid in (int(p) for p in previous[1:] if p.isdigit())
                    if _stop_leftover(pid, self.path.parent)]
         self.record([])
