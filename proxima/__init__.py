@@ -7,8 +7,9 @@ data package.
     >>> package = proxima.read_export("shoes-3f2a1c-data-package.zip")  # the same readers, offline
 
 Both give ``.answers()``, ``.triplets()``, ``.graph()``, ``.embedding()``, ``.raters()``, ``.status()``,
-``.items()`` and ``.media()``. pandas is the optional extra ``proxima[client]``. This package talks
-HTTP and reads files only: it never imports the server's modules (webapp, workers, engine).
+``.items()`` and ``.media()``. Installed alone by the light distribution ``proxima-similarity-client``
+(client/pyproject.toml: requests, numpy, pandas, networkx). This package talks HTTP and reads files only:
+it never imports the server's modules (webapp, workers, engine).
 """
 from __future__ import annotations
 

@@ -32,8 +32,8 @@ def _pandas():
     try:
         import pandas as pd
     except ImportError:
-        raise ProximaError("this reader returns a pandas DataFrame: install the client extra, "
-                           "pip install 'proxima[client]'") from None
+        raise ProximaError("this reader returns a pandas DataFrame: install pandas, or the client with "
+                           "its readers (pip install ./client from a clone of Proxima)") from None
     return pd
 
 

@@ -146,7 +146,7 @@ def test_every_exclusion_is_listed_with_its_reason(conn, study, tmp_path):
 
 def test_the_package_names_the_platform_version_commit_and_seeds(conn, study, tmp_path):
     info = json.loads((make(conn, tmp_path) / "datapackage.json").read_text())["proxima"]
-    assert info["platform"]["version"] == version("proxima")
+    assert info["platform"]["version"] == version("proxima-similarity")
     root = Path(__file__).resolve().parents[1]
     head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert info["platform"]["commit"] == head

@@ -78,13 +78,17 @@ class PackageError(ValueError):
     """A data package that cannot be written; the message says why."""
 
 
+#: The server's distribution name (pyproject.toml; "proxima" on PyPI is another project).
+DISTRIBUTION = "proxima-similarity"
+
+
 @lru_cache(maxsize=1)
 def platform_version() -> dict:
-    """{"version": the installed proxima version, "commit": the source's git commit or None}."""
+    """{"version": the installed server's version, "commit": the source's git commit or None}."""
     try:
         from importlib.metadata import version
 
-        release = version("proxima")
+        release = version(DISTRIBUTION)
     except Exception:  # noqa: BLE001 - an uninstalled checkout still names its commit
         release = None
     commit = os.environ.get("PROXIMA_COMMIT") or None
