@@ -1,21 +1,26 @@
-"""Benchmark — do bots that never look at the items get a completion code? (issue 26)
+"""Benchmark — do bots that never look at the items get a completion code? (issues 26, 40)
 
-Starts ``proxima serve`` in a scratch instance folder, creates a triplet study and a rating study of the
-alien-egg items (default settings but ``max_questions_per_rater`` and ``min_answers_for_code``: QUESTIONS;
-each item's ``position`` is its known smoothness, as a researcher who generated the eggs would give it, so
-the study has catch trials: a study whose items have neither positions nor labels has none) and runs,
-over HTTP like a browser, simulated careful raters (simulation.oracles' human model: logistic in the distance
-gap fitted to the alien-egg crowds, lapse CAREFUL_LAPSE; ratings Gaussian) and seven kinds of bots:
-always-left, always-right, uniformly random, lowest item index, random + memory of its own answers,
-random + reading token/URL lengths, 80/20 position bias. Careful raters and bots take turns, so the
-study's model is learned from everyone (bots included). Prints per kind the share of runs that were
-shown a code and the share flagged before the code. Offline tables then measure, against the answers per
-rater (10, 20, 40, 80, each the study's ``max_questions_per_rater``), the answer check (engine.rater_checks,
-the same code), the catch-trial rule (StudyConfig.catch_every / catch_failing, the egg items' own catch
-comparisons from webapp.catches) and both together.
+Starts ``proxima serve`` in a scratch instance folder and creates, for each question kind (triplet, rating,
+odd-one-out, rank 8-rank-2) and each way a study can know its items, a study of the alien-egg items (default
+settings but ``max_questions_per_rater`` and ``min_answers_for_code``: QUESTIONS):
 
-    python benchmarks/bots.py               # 20 runs of each bot, 60 careful raters per study
-    python benchmarks/bots.py --quick       # 5 runs each, 15 careful raters
+- ``positions``: each item's ``position`` is its known smoothness, as a researcher who generated the eggs
+  would give it;
+- ``labels``: only a label, the eggs cut into LABEL_BINS bins of smoothness (a label cut from a continuum:
+  the hard case for catch trials, whose like and unlike items by label need not be far apart);
+- ``no labels``: neither (a folder of images): no catch trials, only the answer check.
+
+Over HTTP like a browser, simulated careful raters (simulation.crowd.Rater: the human noise model fitted to
+the alien-egg crowds, lapse CAREFUL_LAPSE; ratings Gaussian) and seven kinds of bots (always the first item
+shown, always the last, uniformly random, lowest item index, random + memory of its own answers, random +
+reading the token's length, 80/20 first) answer in turn, so the study's model is learned from everyone (bots
+included). Prints, per kind, the share of runs shown a code per study type, and the share flagged.
+Offline tables then measure, against the answers per rater (10, 20, 40, 80), the triplet answer check
+(engine.rater_checks, the same code), the catch-trial rule and both together.
+
+    python benchmarks/bots.py                          # 20 runs of each bot, 60 careful raters per study
+    python benchmarks/bots.py --quick                  # 5 runs each, 15 careful raters
+    python benchmarks/bots.py --kinds rank --types labels,"no labels" --skip-offline
 """
 from __future__ import annotations
 
@@ -49,29 +54,43 @@ QUESTIONS = 40
 #: own fit is 0.03).
 CAREFUL_LAPSE = 0.1
 CODE = re.compile(r'id="completion-code">([A-Z0-9]+)<')
-BOTS = ("always left", "always right", "random", "lowest index", "random + memory", "random + lengths",
-        "80/20 left")
+BOTS = ("always first", "always last", "random", "lowest index", "random + memory", "random + lengths",
+        "80/20 first")
+KINDS = ("triplet", "rating", "odd_one_out", "rank")
+STUDY_TYPES = ("positions", "labels", "no labels")
+#: The ``labels`` study's labels: the eggs cut into this many bins of equal size by smoothness.
+LABEL_BINS = 10
 
 
 class Bot:
-    """An item-blind rater: ``kind`` one of BOTS. Ratings: left = the scale's lowest step, right = its
-    highest, lowest index = a value from the items' indices, 80/20 = the lowest step 80% of the time."""
+    """An item-blind rater: ``kind`` one of BOTS. Screens: "first"/"last" pick the items shown first/last
+    (a grid's first k or last k), "lowest index" the lowest item indices, "80/20 first" the first 80% of
+    the time. Ratings: first = the scale's lowest step, last = its highest, lowest index = a step from the
+    items' indices, 80/20 = the lowest step 80% of the time."""
 
     def __init__(self, kind: str, rng: random.Random):
         self.kind, self.rng, self.memory = kind, rng, {}
 
     def answer(self, q: dict) -> dict:
-        if q["kind"] == "triplet":
-            a, b = (c["index"] for c in q["candidates"])
-            key = (q["head"]["index"], frozenset((a, b)))
-            if self.kind == "random + memory" and key in self.memory:
-                return {"choice": self.memory[key]}
-            choice = {"always left": a, "always right": b, "lowest index": min(a, b),
-                      "80/20 left": a if self.rng.random() < 0.8 else b}.get(self.kind, self.rng.choice((a, b)))
+        if "scale" in q:
+            return self.rating(q)
+        head = q["head"]["index"] if "head" in q else None
+        offered = [c["index"] for c in q.get("candidates", q.get("items", []))]
+        k = int(q.get("select", 1))
+        key = (head, frozenset(offered))
+        if self.kind == "random + memory" and key in self.memory:
+            picks = self.memory[key]
+        else:
+            drawn = self.rng.sample(offered, k)
+            picks = {"always first": offered[:k], "always last": offered[::-1][:k],
+                     "lowest index": sorted(offered)[:k],
+                     "80/20 first": offered[:k] if self.rng.random() < 0.8 else drawn}.get(self.kind, drawn)
             if self.kind == "random + lengths" and len(q["token"]) % 2:
-                choice = a  # anything it can read: a token's length picks the side when it is odd
-            self.memory[key] = choice
-            return {"choice": choice}
+                picks = offered[:k]  # anything it can read: a token's length picks the side when it is odd
+            self.memory[key] = picks
+        return {"choice": picks[0]} if "select" not in q else {"picks": list(picks)}
+
+    def rating(self, q: dict) -> dict:
         scale = q["scale"]
         steps = [scale["min"] + k * scale["step"] for k in range(int(round((scale["max"] - scale["min"])
                                                                            / scale["step"])) + 1)]
@@ -79,8 +98,8 @@ class Bot:
         key = frozenset((i, j))
         if self.kind == "random + memory" and key in self.memory:
             return {"value": self.memory[key]}
-        value = {"always left": steps[0], "always right": steps[-1], "lowest index": steps[min(i, j) % len(steps)],
-                 "80/20 left": steps[0] if self.rng.random() < 0.8 else self.rng.choice(steps)
+        value = {"always first": steps[0], "always last": steps[-1], "lowest index": steps[min(i, j) % len(steps)],
+                 "80/20 first": steps[0] if self.rng.random() < 0.8 else self.rng.choice(steps)
                  }.get(self.kind, self.rng.choice(steps))
         if self.kind == "random + lengths":
             value = steps[len(q["token"]) % len(steps)]
@@ -114,14 +133,24 @@ def run_rater(base: str, study_id: str, name: str, answerer, think: float) -> di
     return {"answers": answers, "code": code}
 
 
-def live(base: str, conn: redis.Redis, kind: str, runs: int, careful: int, think: float, seed: int) -> dict:
+def egg_items(truth, study_type: str) -> list[Item]:
+    """The egg items as a study of ``study_type`` (STUDY_TYPES) holds them."""
+    rank = np.argsort(np.argsort(truth.points[:, 0]))
+    return [Item(id=i, kind="text", text=f"Egg {i}",
+                 position=(float(p[0]),) if study_type == "positions" else None,
+                 label=f"bin {r * LABEL_BINS // len(rank)}" if study_type == "labels" else None)
+            for i, p, r in zip(truth.ids, truth.points, rank, strict=True)]
+
+
+def live(base: str, conn: redis.Redis, kind: str, study_type: str, runs: int, careful: int, think: float,
+         seed: int) -> dict:
     truth = eggs_truth()
     noise, _ = noise_model(truth, lapse=CAREFUL_LAPSE)
-    items = [Item(id=i, kind="text", text=f"Egg {i}", position=(float(p[0]),))
-             for i, p in zip(truth.ids, truth.points, strict=True)]
-    config = {"name": f"Bots {kind}", "question_kind": kind, "random_state": seed,
+    config = {"name": f"Bots {kind} {study_type}", "question_kind": kind, "random_state": seed,
               "limits": {"max_questions_per_rater": QUESTIONS, "min_answers_for_code": QUESTIONS}}
-    study_id = create_study(conn, StudyConfig.from_dict(config), items, study_id=f"bots-{kind}")
+    slug = study_type.replace(" ", "-")
+    study_id = create_study(conn, StudyConfig.from_dict(config), egg_items(truth, study_type),
+                            study_id=f"bots-{kind.replace('_', '-')}-{slug}")
     rng = random.Random(seed)
     jobs = [("careful", f"careful-{n}") for n in range(careful)]
     bots = [(b, f"{b.replace(' ', '').replace('/', '').replace('+', '-')}-{n}") for n in range(runs) for b in BOTS]
@@ -145,10 +174,10 @@ def live(base: str, conn: redis.Redis, kind: str, runs: int, careful: int, think
     table = {}
     for name, (who, result) in results.items():
         flagged = conn.hget(keys.rater_stats(study_id), keys.rater_field(name, "flagged")) not in (None, b"0", b"")
-        row = table.setdefault(who, {"runs": 0, "code": 0, "flagged_no_code": 0})
+        row = table.setdefault(who, {"runs": 0, "code": 0, "flagged": 0})
         row["runs"] += 1
         row["code"] += result["code"] is not None
-        row["flagged_no_code"] += flagged and result["code"] is None
+        row["flagged"] += flagged
     return table
 
 
@@ -227,27 +256,37 @@ def main() -> None:
     parser.add_argument("--careful", type=int, default=60)
     parser.add_argument("--think", type=float, default=0.0, help="seconds between answers")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated question kinds")
+    parser.add_argument("--types", default=",".join(STUDY_TYPES), help="comma-separated study types")
     parser.add_argument("--skip-live", action="store_true")
+    parser.add_argument("--skip-offline", action="store_true")
     a = parser.parse_args()
     if a.quick:
         a.runs, a.careful = 5, 15
+    kinds, types = a.kinds.split(","), a.types.split(",")
     if not a.skip_live:
         with tempfile.TemporaryDirectory() as tmp:
             proc, base, redis_url = start_server(Path(tmp), web_workers=2, workers=1)
             try:
                 conn = redis.Redis.from_url(redis_url)
-                for kind in ("triplet", "rating"):
+                for kind in kinds:
                     started = time.monotonic()
-                    table = live(base, conn, kind, a.runs, a.careful, a.think, a.seed)
-                    print(f"\n{kind} study, {QUESTIONS} questions per rater ({time.monotonic() - started:.0f} s)")
-                    print("| rater | runs | shown a code | flagged before the code |\n|---|---|---|---|")
+                    tables = {t: live(base, conn, kind, t, a.runs, a.careful, a.think, a.seed) for t in types}
+                    print(f"\n{kind} studies, {QUESTIONS} questions per rater, {a.runs} runs of each bot, "
+                          f"{a.careful} careful raters per study ({time.monotonic() - started:.0f} s): shown a code "
+                          "(flagged)")
+                    print("| rater | " + " | ".join(types) + " |\n|---|" + "---|" * len(types))
                     for who in ("careful", *BOTS):
-                        r = table.get(who)
-                        if r:
-                            print(f"| {who} | {r['runs']} | {r['code'] / r['runs']:.0%} | "
-                                  f"{r['flagged_no_code'] / r['runs']:.0%} |")
+                        cells = []
+                        for t in types:
+                            r = tables[t].get(who)
+                            cells.append(f"{r['code'] / r['runs']:.0%} ({r['flagged'] / r['runs']:.0%})" if r else "")
+                        print(f"| {who} | " + " | ".join(cells) + " |")
+                    sys.stdout.flush()
             finally:
                 stop_server(proc)
+    if a.skip_offline:
+        return
     trials = 50 if a.quick else 200
     out = offline("triplet", trials, a.seed)
     for name in ("answer check", "catch trials", "either"):
