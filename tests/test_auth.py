@@ -384,7 +384,7 @@ def test_user_commands_explain_bad_input(cli, conn, args, input, message):
 def test_user_passwd_remove_and_list(cli, app, conn):
     accounts.create_user(conn, "alice", "a long password")
     accounts.create_user(conn, "bob", "another long password")
-    listing = cli("user", "list").output.splitlines()
+    listing = cli("user", "list").stdout.splitlines()
     assert [line.split("\t")[0] for line in listing] == ["alice", "bob"]
     client = app.test_client()
     log_in(client, name="alice", password="a long password")
@@ -396,7 +396,7 @@ def test_user_passwd_remove_and_list(cli, app, conn):
     assert log_in(client, name="alice", password="a new long password").status_code == 302
     assert cli("user", "remove", "alice").exit_code == 0
     assert client.get("/").status_code == 302
-    assert [line.split("\t")[0] for line in cli("user", "list").output.splitlines()] == ["bob"]
+    assert [line.split("\t")[0] for line in cli("user", "list").stdout.splitlines()] == ["bob"]
 
 
 # --- the first account --------------------------------------------------------------------

@@ -132,7 +132,7 @@ def test_restore_refuses_an_existing_study_unless_given_a_new_id(conn, redis_url
 def test_backup_to_standard_output_restores_from_standard_input(conn, redis_url, fresh_redis):
     study_id = make_study(conn, with_media=False)
     give_answers(conn, study_id, 4)
-    text = invoke(["backup", study_id], redis_url).output
+    text = invoke(["backup", study_id], redis_url).stdout
     result = invoke(["restore", "-", "--no-rebuild"], fresh_redis, input=text)
     assert result.exit_code == 0, result.output
     fresh = redis.Redis.from_url(fresh_redis)

@@ -28,7 +28,7 @@ def test_create_from_csv_and_export(cli, conn, texts):
     assert [i.text for i in get_items(conn, "sentences")][0] == "The cat sat."
     result = cli("export", "sentences")
     assert result.exit_code == 0
-    assert result.output.startswith("study,answer_id,answered_at,rater")
+    assert result.stdout.startswith("study,answer_id,answered_at,rater")
 
 
 def test_export_writes_answers_to_a_file(cli, client, conn, study_id, tmp_path):
@@ -106,7 +106,7 @@ def test_rebuild_excluding_a_rater_replays_the_log_without_them(cli, app, conn, 
     assert response.status_code == 201
     apply_new_answers(conn, study_id)
     assert engine_state.load(conn, study_id, "random_triplets")["n_answers"] == 6
-    triplets = cli("export", study_id, "--what", "triplets").output.strip().splitlines()
+    triplets = cli("export", study_id, "--what", "triplets").stdout.strip().splitlines()
     assert len(triplets) == 6
     # a plain rebuild reproduces the same state
     before = engine_state.load(conn, study_id, "random_triplets")

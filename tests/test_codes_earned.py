@@ -71,7 +71,7 @@ def test_partial_code_policy_gives_a_different_code_the_researcher_can_tell_apar
     monkeypatch.delenv("PROXIMA_SECRET_KEY", raising=False)
     monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(instance))
     result = CliRunner().invoke(main, ["verify-code", "codes", "r-once-0", code])
-    assert result.exit_code == 0 and result.output.startswith("partial:"), result.output
+    assert result.exit_code == 0 and result.stdout.startswith("partial:"), result.output
 
 
 def test_a_rater_who_did_the_work_gets_the_full_code_and_the_export_says_full(client, conn):

@@ -196,12 +196,12 @@ def test_cli_sets_features_trains_exports_and_predicts(cli, conn, tmp_path):
     assert "held out spearman" in result.output and "feature importances" in result.output
     assert json.loads(out.read_text())["estimator"]["kind"] == "distance_forest"
     result = cli("export", sid, "--what", "model", "--model", "smerf")
-    assert result.exit_code == 0 and json.loads(result.output)["model"] == "smerf"
+    assert result.exit_code == 0 and json.loads(result.stdout)["model"] == "smerf"
     new = tmp_path / "new.csv"
     new.write_text("id,text,a,b,n1,n2\n" + f"q,new,{items[3].features['a']},{items[3].features['b']},0,0\n")
     result = cli("predict", sid, "--model", "smerf", "--items", new, "--k", "3")
     assert result.exit_code == 0, result.output
-    rows = result.output.strip().splitlines()
+    rows = result.stdout.strip().splitlines()
     assert rows[0] == "new_item,item,rank,distance" and len(rows) == 4 and rows[1].startswith("q,")
     nearest = rows[1].split(",")[1]
     assert next(it.label for it in items if it.id == nearest) == items[3].label

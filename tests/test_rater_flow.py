@@ -417,7 +417,7 @@ def test_the_raters_export_lists_checks_skips_flags_and_debrief_answers(client, 
     monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
     result = CliRunner().invoke(main, ["export", "flow", "--what", "raters"])
     assert result.exit_code == 0, result.output
-    (row,) = list(csv.DictReader(io.StringIO(result.output)))
+    (row,) = list(csv.DictReader(io.StringIO(result.stdout)))
     assert row["rater"] == "p-debrief" and row["answers"] == "2" and row["skipped"] == "1"
     assert row["completed"] == "1" and row["flagged"] == "0" and row["excluded"] == "0"
     assert row["debrief"] == "'=HYPERLINK(\"x\") the colours, all fine"  # no formula in a spreadsheet

@@ -45,7 +45,7 @@ def test_serve_demo_answers_over_http_and_stops_cleanly(tmp_path, monkeypatch):
     monkeypatch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path / "instance"))
     result = CliRunner().invoke(main, ["export", "demo-colours"])
     assert result.exit_code == 0
-    rows = result.output.strip().splitlines()
+    rows = result.stdout.strip().splitlines()
     assert len(rows) == 2 and question["candidates"][1]["id"] in rows[1]
 
 

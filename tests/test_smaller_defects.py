@@ -103,7 +103,7 @@ def test_codes_shown_and_questions_held_before_a_key_change_stay_valid(redis_url
     assert cli("verify-code", "keys", "p-rotate", old_code).exit_code != 0  # no previous key: refused
     monkeypatch.setenv("PROXIMA_PREVIOUS_SECRET_KEYS", "another old key,the old key")
     result = cli("verify-code", "keys", "p-rotate", old_code)
-    assert result.exit_code == 0 and result.output.startswith("valid:")
+    assert result.exit_code == 0 and result.stdout.startswith("valid:")
     assert cli("verify-code", "keys", "p-rotate", new_code).exit_code == 0
 
 

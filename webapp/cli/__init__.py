@@ -9,14 +9,33 @@ bad input. Never imports Flask (tests/test_import_rules.py).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from . import backup, models, plan, serve, simulate, studies, tokens, users
+from .connection import use_instance
+
+INSTANCE_HELP = ("The instance folder to act on (its Redis, secret key, backups); default PROXIMA_INSTANCE_PATH, "
+                 "else instance/ beside the code. Give the folder your 'proxima serve' uses.")
+
+
+def _instance_option() -> click.Option:
+    """``--instance PATH`` after a command's name too (``proxima export STUDY --instance PATH``)."""
+    return click.Option(["--instance"], type=click.Path(file_okay=False, path_type=Path), metavar="PATH",
+                        expose_value=False, is_eager=True, help=INSTANCE_HELP,
+                        callback=lambda ctx, param, value: use_instance(value))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def main() -> None:
-    """Proxima: learn which items people find most alike, asking as few questions as possible."""
+@click.option("--instance", "instance", type=click.Path(file_okay=False, path_type=Path), default=None,
+              metavar="PATH",
+              help=INSTANCE_HELP)
+def main(instance: Path | None = None) -> None:
+    """Proxima: learn which items people find most alike, asking as few questions as possible.
+
+    Every command says on standard error which Redis or instance folder it acts on."""
+    use_instance(instance)
 
 
 for command in (
@@ -30,6 +49,7 @@ for command in (
     plan.plan_command,
     simulate.simulate, simulate.simulate_setup,
 ):
+    command.params.append(_instance_option())
     main.add_command(command)
 
 __all__ = ["main"]

@@ -17,8 +17,8 @@ import click
 import redis
 
 from .. import ROOT
-from .connection import instance_path
-from .embedded import EmbeddedRedis, EmbeddedRedisError, running_url
+from .connection import describe_url, instance_path, redis_url_of_serve
+from .embedded import EmbeddedRedis, EmbeddedRedisError
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -115,7 +115,8 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int, ma
         except EmbeddedRedisError as exc:
             lock.release()
             raise click.ClickException(str(exc)) from None
-        click.echo(f"Redis: embedded redis-server, data in {inst / 'redis'} (AOF, appendfsync always)")
+        click.echo(f"Redis: embedded redis-server, data in {inst / 'redis'} (AOF, appendfsync always); instance folder "
+                   f"{inst}")
 
         def start_redis():
             server.start()
@@ -125,7 +126,7 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int, ma
         redis_child.process = server.process
         children.append(redis_child)
     else:
-        click.echo("Redis: using REDIS_URL")
+        click.echo(f"Redis: {describe_url(url)} (REDIS_URL); instance folder {inst}")
     stopping = False
 
     def stop(*_):
@@ -255,9 +256,7 @@ def sweep(interval: float) -> None:
     beside web and worker processes started another way (systemd units, a Procfile runner)."""
     from .supervise import Sweeper
 
-    url = os.environ.get("REDIS_URL") or running_url(instance_path())
-    if not url:
-        raise click.ClickException("no Redis to sweep: set REDIS_URL or start 'proxima serve' first")
+    url = redis_url_of_serve("sweep")
     sweeper = Sweeper(url, interval)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
@@ -303,9 +302,7 @@ def worker(burst: bool, blas_threads: int, fit_processes: int = 1) -> None:
         raise click.ClickException(str(exc)) from None
     from workers.store.queue import get_queue, schedule_stale_studies
 
-    url = os.environ.get("REDIS_URL") or running_url(instance_path())
-    if not url:
-        raise click.ClickException("no Redis to work for: set REDIS_URL or start 'proxima serve' first")
+    url = redis_url_of_serve("work for")
     conn = redis.Redis.from_url(url)
     try:
         conn.ping()

@@ -14,7 +14,7 @@ import click
 from workers.store.config import ConfigError, load_config_file
 from workers.store.studies import StudyError, StudyNotFound
 
-from .connection import redis_connection
+from .connection import instance_path, redis_connection, say
 from .models import MODEL_NAMES
 
 #: From this many items ``create`` says what it read and how long storing took.
@@ -326,6 +326,7 @@ def verify_code_command(study_id: str, rater: str, code: str) -> None:
     from ..questions_answers import PARTIAL_CODE, completion_code_kind
 
     # the secret key is all a code needs: no Redis (nor a running server) is required
+    say(f"Instance folder: {instance_path()} (its secret key makes the codes)")
     config = instance_config()
     kind = completion_code_kind(config["SECRET_KEY"], study_id, rater, code, config["PREVIOUS_SECRET_KEYS"])
     if kind == PARTIAL_CODE:
