@@ -62,10 +62,18 @@ def positioned_study(conn, study_id: str, positions: list[float], **config) -> s
 
 
 def run_worker(conn) -> int:
-    """Run every queued job in this process (RQ SimpleWorker, burst); returns how many ran."""
+    """Run every queued job in this process (RQ SimpleWorker, burst); returns how many ran. Its jobs do not
+    linger for answers after their last pass (nothing answers while a test's burst worker runs): the same
+    passes, without the 0.1 s wait that a served study's job keeps for a crowd's next answer."""
+    from workers.jobs import update
+
     queue = get_queue(conn)
     queued = queue.count
-    SimpleWorker([queue], connection=conn).work(burst=True, logging_level="WARNING")
+    linger, update.LINGER_SECONDS = update.LINGER_SECONDS, 0.0
+    try:
+        SimpleWorker([queue], connection=conn).work(burst=True, logging_level="WARNING")
+    finally:
+        update.LINGER_SECONDS = linger
     return queued
 
 

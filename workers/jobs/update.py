@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 #: One job goes on with further passes while answers keep arriving, for at most this long (then it
 #: hands over to the job the new answers queued, so other studies get the worker too).
 JOB_SECONDS = 30.0
-#: A job waits this long for the next answer before it ends (an idle study costs no more).
+#: A job waits this long for the next answer before it ends (an idle study costs no more). Read when a job
+#: starts: a test's in-process burst worker sets it to 0 (nothing answers while it runs).
 LINGER_SECONDS = 0.1
 #: Passes of one job start at least this far apart (each saves the whole state: batch the answers).
 PASS_INTERVAL_SECONDS = 0.03
@@ -71,7 +72,7 @@ def update_study(study_id: str) -> dict:
         with study_lock(conn, study_id) as renew:
             if not conn.exists(keys.study(study_id)):
                 return {}  # deleted since the job was queued (workers.store.deletion)
-            total = drain_study(conn, study_id, renew=renew)
+            total = drain_study(conn, study_id, renew=renew, linger=LINGER_SECONDS)
     except Exception as exc:
         failing_jobs += 1
         try:
@@ -144,10 +145,12 @@ def _drain_passes(conn: Redis, study_id: str, renew, job_seconds: float, linger:
         idle_until = time.monotonic() + linger
         check_at = pass_started + wait
         waiting = False  # something to apply was seen: the next pass begins at check_at
+        polling = False  # the answers stopped and a refit runs beside: look again at check_at
         while True:
-            # (a study whose answers stopped is left after ``linger``, however long the wait between passes)
+            # (a study whose answers stopped is left after ``linger``, however long the wait between passes;
+            # with no linger, at once)
             now = time.monotonic()
-            time.sleep(max(0.0, (check_at if waiting or now >= idle_until else min(check_at, idle_until)) - now))
+            time.sleep(max(0.0, (check_at if waiting or polling else min(check_at, idle_until)) - now))
             if time.monotonic() - started >= job_seconds:
                 return total
             fits = fits_beside(study_id)
@@ -161,6 +164,7 @@ def _drain_passes(conn: Redis, study_id: str, renew, job_seconds: float, linger:
                     return total
                 # a refit runs beside: the job waits for it (a study whose raters stopped gets it)
                 check_at = time.monotonic() + FIT_POLL_SECONDS
+                polling = True
                 continue
             check_at = time.monotonic() + POLL_SECONDS
         pass_started = time.monotonic()
