@@ -321,3 +321,19 @@ def test_rating_answers_are_judged_careful_raters_pass_and_random_ones_are_flagg
     assert len(careful) == 40 and len(bots) == 20
     assert not [v for v in careful if v.p < alpha], sorted(v.p for v in careful)[:3]
     assert all(v.p < alpha for v in bots), sorted(v.p for v in bots)[-3:]
+
+
+def test_the_finish_page_waits_for_a_check_handed_to_another_process_before_the_first_one_ends(conn, monkeypatch):
+    """The first update pass that applies answers says the study's answers are checked before its check
+    (run in the worker's fit process) ends: a bot finishing its answers meanwhile waits for the verdict
+    instead of getting the code (in benchmarks/bots.py every rule-following bot was shown a code so)."""
+    from workers.jobs import fits
+    from workers.store.raters import answer_check_pending
+
+    study_id = study(conn)
+    conn.hset(keys.rater_stats(study_id), mapping={"fast-bot:answers": QUESTIONS, "fast-bot:last_answer_at": 100.0})
+    assert not answer_check_pending(conn, study_id, "fast-bot", 101.0)  # no check runs here (yet)
+    handed = []
+    monkeypatch.setattr(fits, "run_beside", lambda key, fn, *args: handed.append(key) or True)
+    rater_checks.after_pass(conn, study_id, {"applied": 3})
+    assert handed and answer_check_pending(conn, study_id, "fast-bot", 101.0)

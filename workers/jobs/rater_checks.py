@@ -74,7 +74,12 @@ def after_pass(conn: Redis, study_id: str, summary: dict) -> None:
     """The update pass's call (workers/jobs/update_pass.py): check the raters when the pass applied answers,
     in the worker's fit process where it has one (a check reads the log and fits models: it must not
     hold the pool refills up), else here."""
-    if summary.get("applied") and not fits.run_beside(("answer-check", study_id), check_study_at, study_id):
+    if not summary.get("applied"):
+        return
+    # the finish page waits for a verdict only where checks run (CHECKED_AT_FIELD): say so before the first
+    # check ends, or a rater finishing while it runs (a bot answers 40 questions in seconds) got the code
+    conn.hsetnx(keys.engine_stats(study_id), CHECKED_AT_FIELD, 0)
+    if not fits.run_beside(("answer-check", study_id), check_study_at, study_id):
         check_raters(conn, study_id)
 
 
