@@ -262,3 +262,16 @@ def test_a_study_without_catch_trials_is_warned_about_at_create_on_the_form_and_
     for study_id, warned in (("plain", True), ("labelled", False), (uploaded, True)):
         overview = researcher_client.get(f"/studies/{study_id}").get_data(as_text=True)
         assert ('id="catch-warning"' in overview) is warned, study_id
+
+
+def test_the_overview_warns_of_catch_trials_missed_far_more_often_than_careful_raters_miss_them(
+        researcher_client, conn):
+    """Raters missing catch trials at over twice the careful rate (of at least 50) are named on the
+    Overview: many raters do not look, or the comparisons (labels) are not near-certain."""
+    create_study(conn, config(40), colour_items(), study_id="missed")
+    conn.hset(keys.rater_stats("missed"), mapping={"r1:catch": 30, "r1:catch_failed": 3,
+                                                   "r2:catch": 30, "r2:catch_failed": 3})
+    assert 'id="catch-warning"' not in researcher_client.get("/studies/missed").get_data(as_text=True)
+    conn.hset(keys.rater_stats("missed"), mapping={"r2:catch_failed": 6})  # 9 of 60: 15% > 2 x 6%
+    page = researcher_client.get("/studies/missed").get_data(as_text=True)
+    assert 'id="catch-warning"' in page and "catch-trial miss rate of 15%" in page

@@ -217,3 +217,24 @@ def items_catch_warning(config, items: list) -> str | None:
     """:func:`catch_warning` for items about to be stored (``workers.store.studies.Item``s or their dicts)."""
     rows = [item if isinstance(item, dict) else {"position": item.position, "label": item.label} for item in items]
     return catch_warning(config, choose_comparisons(rows, random.Random(0)) if config.catch_every else [])
+
+
+#: The Overview warns when the study's raters miss more than this multiple of the careful miss rate its
+#: catch kind states, over at least MISS_WARNING_TRIALS catch trials.
+MISS_WARNING_FACTOR = 2
+MISS_WARNING_TRIALS = 50
+
+
+def miss_warning(config, trials: int, missed: int) -> str | None:
+    """What the Overview says of a study whose raters miss its catch trials far more often than careful
+    raters miss near-certain ones (``trials``, ``missed``: every rater's together), None otherwise. Either
+    many raters answer without looking, or the comparisons are not near-certain: labels cut from a
+    continuum (the egg items in 10 bins by smoothness) give catch trials careful raters miss 12-45% of the
+    time (benchmarks/catch_fairness.py), and then the catch rule flags careful raters too."""
+    careful = config.catch_rates[0]
+    if trials < MISS_WARNING_TRIALS or missed <= MISS_WARNING_FACTOR * careful * trials:
+        return None
+    return (f"a catch-trial miss rate of {missed / trials:.0%}, over {MISS_WARNING_FACTOR} times what careful "
+            f"raters miss ({careful:.0%}): many raters answer without looking, or the catch trials are not "
+            "near-certain (items of one label that are not alike, items of two labels that are). Look at the "
+            "Raters tab before paying; attention.flag_action: mark keeps the codes while you decide")

@@ -264,12 +264,14 @@ def expected_now(plan: dict | None, per_item: float) -> dict:
     return out
 
 
-def overview_catch_warning(conn, study) -> str | None:
-    """Why the study asks no catch trials, for its Overview (None when it asks them): from this process's
-    copy of its comparisons (``catches.comparisons``, read again every few minutes)."""
+def overview_catch_warning(conn, study, quality: dict) -> str | None:
+    """What the Overview says of the study's catch trials (None when all is well): why it asks none (from
+    this process's copy of its comparisons, ``catches.comparisons``), or that its raters (``quality``:
+    rater_quality's counts) miss them far more often than careful raters do."""
     if not study.config.catch_every:
         return catches.catch_warning(study.config, [])
-    return catches.catch_warning(study.config, catches.comparisons(conn, study))
+    return (catches.catch_warning(study.config, catches.comparisons(conn, study))
+            or catches.miss_warning(study.config, quality["catch"], quality["catch_failed"]))
 
 
 @bp.get("/studies/<study_id>")
@@ -298,7 +300,7 @@ def study(study_id: str) -> ResponseReturnValue:
         context["quality"] = rater_quality(conn, study_id)
         context["flagged"] = context["quality"]["flagged"]
     if tab == "overview":
-        context["catch_warning"] = overview_catch_warning(conn, study)
+        context["catch_warning"] = overview_catch_warning(conn, study, context["quality"])
         context.update(rater_link=rater_link, prolific_link=f"{rater_link}?{PROLIFIC_PARAMS}", mturk_link=rater_link,
                        link_from_request=not current_app.config.get("PUBLIC_URL"))
     elif tab == "learning":
