@@ -3,6 +3,7 @@ chosen so a careful rater is rarely flagged and a random responder rarely passes
 "Attention checks" states are measured here on seeded simulated raters."""
 from __future__ import annotations
 
+import math
 import random
 from types import SimpleNamespace
 
@@ -275,3 +276,35 @@ def test_the_overview_warns_of_catch_trials_missed_far_more_often_than_careful_r
     conn.hset(keys.rater_stats("missed"), mapping={"r2:catch_failed": 6})  # 9 of 60: 15% > 2 x 6%
     page = researcher_client.get("/studies/missed").get_data(as_text=True)
     assert 'id="catch-warning"' in page and "catch-trial miss rate of 15%" in page
+
+
+def test_comparisons_by_position_keep_the_margin_from_both_alike_items_and_follow_labels_where_given():
+    """The like item is at most half as far from the head as the unlike one is from the head and from the
+    like item (an odd-one-out's two alike are nearer each other than either to the odd one; a grid's other
+    unlike items at least twice as far from the head); with labels too, like is of the head's label and
+    unlike of others, even where the nearest item is of another label."""
+    rng = random.Random(3)
+    places = [(rng.random(), rng.random()) for _ in range(60)]
+    labels = ["left" if x < 0.5 else "right" for x, _ in places]
+    for with_labels in (False, True):
+        items = [{"position": list(p), **({"label": lab} if with_labels else {})}
+                 for p, lab in zip(places, labels, strict=True)]
+        found = choose_comparisons(items, random.Random(0))
+        assert len(found) > 20
+        for c in found:
+            near = math.dist(places[c.head], places[c.similar])
+            assert near <= 0.5 * math.dist(places[c.head], places[c.different])
+            assert near <= 0.5 * math.dist(places[c.similar], places[c.different])
+            assert all(near <= 0.5 * math.dist(places[c.head], places[o]) for o in c.others)
+            if with_labels:
+                assert labels[c.similar] == labels[c.head]
+                assert all(labels[o] != labels[c.head] for o in (c.different, *c.others))
+    # on a line, a far item can be nearer the like one than twice the like one's distance: left out
+    line = [0.0, 1.0, 2.1, 2.2, 2.3, 2.4]
+    for c in choose_comparisons([{"position": [x]} for x in line], random.Random(0)):
+        assert abs(line[c.head] - line[c.similar]) <= 0.5 * abs(line[c.similar] - line[c.different]), c
+    # an item whose nearest neighbour is of the other label is compared with one of its own
+    items = [{"position": [x], "label": lab} for x, lab in ((0.0, "a"), (0.1, "b"), (0.3, "a"), (5.0, "b"),
+                                                             (5.2, "b"), (9.0, "a"), (9.5, "b"))]
+    heads = {c.head: c for c in choose_comparisons(items, random.Random(0))}
+    assert heads[0].similar == 2
