@@ -309,10 +309,11 @@ def study(study_id: str) -> ResponseReturnValue:
         context.update(set_aside=set_aside_answers(conn, study_id)[:SET_ASIDE_SHOWN],
                        audit=deletion.audit_lines(conn, study_id))
     elif tab == "downloads":
-        from workers.results.exports import FORMATS  # numpy-heavy: loaded when a researcher opens this tab
+        from workers.results.exports import FORMATS, embedding_labels  # numpy-heavy: loaded for this tab only
         from workers.results.models import trained_models
 
-        context.update(formats=FORMATS, models=trained_models(conn, study_id), forest_algorithms=FOREST_ALGORITHMS)
+        context.update(formats=FORMATS, models=trained_models(conn, study_id), forest_algorithms=FOREST_ALGORITHMS,
+                       embedding_labels=embedding_labels(conn, study_id))
     return render_template("dashboard/study.html", **context)
 
 

@@ -218,8 +218,14 @@ def export(study_id: str, what: str, fmt: str | None, algorithm: str | None, mod
                   "model": "json", "embedding": "csv", "odd_one_out": "txt", "items": "tsv"}[what]
     with redis_connection() as conn:
         try:
-            result = make_export(conn, study_id, what, fmt, algorithm, model=model)
-            chunks = iter(result.chunks)
+            if what == "embedding" and fmt in ("csv", "json"):  # said beside it: learner, dimension, fit quality
+                from workers.results.exports import describe_fit, embedding_chunks, embedding_document
+
+                doc = embedding_document(conn, study_id, algorithm)
+                say(describe_fit(doc))
+                chunks = iter(embedding_chunks(doc, fmt))
+            else:
+                chunks = iter(make_export(conn, study_id, what, fmt, algorithm, model=model).chunks)
             first = next(chunks, "")  # surfaces errors before anything is written
         except (StudyNotFound, ExportError) as exc:
             raise click.ClickException(str(exc)) from None

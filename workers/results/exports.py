@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import networkx as nx
 import numpy as np
 
-from engine.registry import EMBEDDING_ALGORITHMS, FOREST_ALGORITHMS
+from engine.registry import FOREST_ALGORITHMS
 from engine.triplet_csv import parse_triplets
 from workers.jobs.learners import IMPORTED, Learner, fresh_learners
 from workers.store import answers as answer_log
@@ -67,9 +67,9 @@ class Export:
 
 
 def _learner(conn: Redis, study, algorithm: str | None, what: str) -> Learner:
-    """The learner to export: the named algorithm, else the study's first that can give ``what``."""
-    fits = {"graph": lambda a: True, "forest": lambda a: a.algorithm in FOREST_ALGORITHMS,
-            "embedding": lambda a: a.algorithm in EMBEDDING_ALGORITHMS}[what]
+    """The learner to export: the named algorithm, else the study's first that can give ``what`` (graph or
+    forest; every learner may have an embedding: :func:`embedding_document` asks each for its coordinates)."""
+    fits = {"graph": lambda a: True, "forest": lambda a: a.algorithm in FOREST_ALGORITHMS}[what]
     choices = [a for a in study.config.algorithms if fits(a)]
     if algorithm is not None:
         alg = study.config.get_algorithm(algorithm)
@@ -83,6 +83,11 @@ def _learner(conn: Redis, study, algorithm: str | None, what: str) -> Learner:
     else:
         graph_first = sorted(choices, key=lambda a: not a.learns_graph)
         alg = graph_first[0]
+    return _load(conn, study, alg)
+
+
+def _load(conn: Redis, study, alg) -> Learner:
+    """The learner of ``alg`` as last saved (a fresh one before its first update)."""
     state = engine_state.load(conn, study.id, alg.label)
     if state is None:
         return fresh_learners(conn, study, [alg])[alg.label]
@@ -178,20 +183,82 @@ def forest_document(conn: Redis, study_id: str, algorithm: str | None = None) ->
     return doc
 
 
+def _fitted(conn: Redis, study, algorithm: str | None) -> tuple[Learner, np.ndarray]:
+    """The learner whose embedding to export and its coordinates: the named algorithm, else the study's first
+    (graph learners first, as the other exports pick) that has fitted an embedding. Any learner may have one:
+    an embedding learner's embedding, or the one candidate duels fits to pick its shortlists
+    (``engine.registry.fitted_coordinates``)."""
+    if algorithm is not None:
+        alg = study.config.get_algorithm(algorithm)
+        if alg is None:
+            labels = ", ".join(a.label for a in study.config.algorithms)
+            raise ExportError(f"study '{study.id}' has no algorithm '{algorithm}'; its algorithms are: {labels}")
+        learner = _load(conn, study, alg)
+        X = learner.fitted_coordinates()
+        if X is None:
+            raise ExportError(f"algorithm '{alg.label}' ({alg.algorithm}) has no fitted embedding: it fits none, or "
+                              "has not fitted one yet (too few answers)")
+        return learner, X
+    for alg in sorted(study.config.algorithms, key=lambda a: not a.learns_graph):
+        learner = _load(conn, study, alg)
+        X = learner.fitted_coordinates()
+        if X is not None:
+            return learner, X
+    raise ExportError(f"no algorithm of study '{study.id}' has fitted an embedding yet (learners that fit one do "
+                      "so once they have some answers)")
+
+
+def fit_quality(conn: Redis, study_id: str, label: str, X: np.ndarray) -> dict:
+    """How well an embedding predicts its own learner's answers: the share of the triplets those answers
+    imply (excluded raters left out) in which the chosen item is the nearer one. The embedding was fitted to
+    (most of) these answers, so this is an in-sample figure; a share on answers it never saw would be lower.
+    Chance is 0.5; answers that imply no triplets (ratings) give no figure."""
+    excluded = {r.decode() for r in conn.smembers(keys.excluded_raters(study_id))}
+    rows = [(head, winner, y if winner == x else x)
+            for ans in answer_log.iter_answers(conn, study_id)
+            if ans.algorithm == label and ans.rater not in excluded
+            for head, x, y, winner in ans.triplets()]
+    t = np.asarray(rows, dtype=np.int64).reshape(-1, 3)
+    t = t[(t < len(X)).all(axis=1)]
+    share = None
+    if len(t):
+        near = np.sum((X[t[:, 0]] - X[t[:, 1]]) ** 2, axis=1)
+        far = np.sum((X[t[:, 0]] - X[t[:, 2]]) ** 2, axis=1)
+        share = round(float(np.mean(near < far)), 4)
+    return {"triplets": int(len(t)), "share_predicted": share, "chance": 0.5, "in_sample": True,
+            "about": "share of this learner's own answered triplets (excluded raters left out) the embedding "
+                     "places the right way round; it was fitted to them, so a held-out share would be lower"}
+
+
+def describe_fit(doc: dict) -> str:
+    """One line on an embedding: its learner, dimension and fit quality."""
+    quality = doc["fit_quality"]
+    share = quality["share_predicted"]
+    said = (f"places {share:.0%} of its {quality['triplets']:,} answered triplets the right way round (in-sample; "
+            "chance 50%)" if share is not None else "its answers imply no triplets to score it by")
+    return f"Embedding of '{doc['algorithm']}' ({doc['method']}): {doc['dim']} dimension(s); {said}."
+
+
 def embedding_document(conn: Redis, study_id: str, algorithm: str | None = None) -> dict:
     """The learned embedding: ``{"study", "algorithm", "method", "dim", "items", "coordinates"
-    (one row of ``dim`` numbers per item, in item order), "fit" (the learner's progress: answers,
-    fits, ...)}``. Coordinates are defined up to rotation, reflection, shift and scale."""
+    (one row of ``dim`` numbers per item, in item order), "fit_quality" (:func:`fit_quality`), "fit" (the
+    learner's progress: answers, fits, ...)}``, of any learner that has fitted one (embedding learners,
+    duels). Coordinates are defined up to rotation, reflection, shift and scale."""
     study = get_study(conn, study_id)
-    learner = _learner(conn, study, algorithm, "embedding")
-    X = learner.embedding()
-    if X is None:
-        raise ExportError(f"algorithm '{learner.label}' has not fitted an embedding yet (too few answers)")
+    learner, X = _fitted(conn, study, algorithm)
+    X = np.asarray(X, dtype=np.float64)
     ids = [item.id for item in get_items(conn, study_id)][: len(X)]
+    X = X[: len(ids)]
     return {"study": study.id, "algorithm": learner.label, "method": learner.algorithm.algorithm,
             "dim": int(X.shape[1]), "created_at": time.time(), "items": ids,
             "coordinates": [[_number(v) for v in row] for row in X.tolist()],
-            "fit": learner.progress()}
+            "fit_quality": fit_quality(conn, study_id, learner.label, X), "fit": learner.progress()}
+
+
+def embedding_labels(conn: Redis, study_id: str) -> list[str]:
+    """The labels of a study's algorithms that have fitted an embedding now (the Downloads tab offers theirs)."""
+    study = get_study(conn, study_id)
+    return [alg.label for alg in study.config.algorithms if _load(conn, study, alg).fitted_coordinates() is not None]
 
 
 def embedding_csv(doc: dict) -> Iterator[str]:
@@ -201,6 +268,11 @@ def embedding_csv(doc: dict) -> Iterator[str]:
     for item, row in zip(doc["items"], doc["coordinates"], strict=True):
         writer.writerow([item, *("" if v is None else repr(v) for v in row)])
     yield buf.getvalue()
+
+
+def embedding_chunks(doc: dict, fmt: str) -> Iterable[str]:
+    """An embedding document as the export's text: JSON, or the CSV of coordinates."""
+    return [_json(doc)] if fmt == "json" else embedding_csv(doc)
 
 
 def export(conn: Redis, study_id: str, what: str, fmt: str, algorithm: str | None = None, model: str | None = None
@@ -241,8 +313,7 @@ def export(conn: Redis, study_id: str, what: str, fmt: str, algorithm: str | Non
         else:
             chunks = [graph_graphml(doc, get_items(conn, study_id))]
     elif what == "embedding":
-        doc = embedding_document(conn, study_id, algorithm)
-        chunks = [_json(doc)] if fmt == "json" else embedding_csv(doc)
+        chunks = embedding_chunks(embedding_document(conn, study_id, algorithm), fmt)
     elif what == "raters":
         from workers.store.raters import export_raters_csv
 

@@ -25,11 +25,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from engine.registry import EMBEDDING_ALGORITHMS, FOREST_ALGORITHMS
+from engine.registry import FOREST_ALGORITHMS
 from workers.results.exports import (
     GRAPH_CSV_COLUMNS,
     ExportError,
     _json,
+    describe_fit,
     embedding_document,
     forest_document,
     nn_graph,
@@ -326,21 +327,21 @@ def write_package(conn: Redis, study_id: str, put: Callable[[str, bytes], None],
             w.document(f"forest-{slug.lower()}", f"forests/{slug}.json", forest_document(conn, study_id, alg.label),
                        f"The comparison forest of '{alg.label}' (docs/forest-schema.md).")
             entry["forest"] = f"forests/{slug}.json"
-        if alg.algorithm in EMBEDDING_ALGORITHMS:
-            try:
-                emb = embedding_document(conn, study_id, alg.label)
-            except ExportError as exc:
-                entry["embedding_missing"] = str(exc)
-            else:
-                columns = ("item", *(f"x{d + 1}" for d in range(emb["dim"])))
-                w.table(f"embedding-{slug.lower()}", f"embeddings/{slug}.csv", columns,
-                        ({"item": item, **{f"x{d + 1}": v for d, v in enumerate(row)}}
-                         for item, row in zip(emb["items"], emb["coordinates"], strict=True)),
-                        description=f"The embedding '{alg.label}' fitted ({emb['dim']} dimensions; defined up to "
-                                    "rotation, reflection, shift and scale).")
-                w.document(f"embedding-{slug.lower()}-json", f"embeddings/{slug}.json", emb,
-                           "The same embedding as JSON, with the fit's progress.")
-                entry["embedding"] = f"embeddings/{slug}.json"
+        try:  # any learner may have fitted an embedding (embedding learners, duels)
+            emb = embedding_document(conn, study_id, alg.label)
+        except ExportError as exc:
+            entry["embedding_missing"] = str(exc)
+        else:
+            columns = ("item", *(f"x{d + 1}" for d in range(emb["dim"])))
+            w.table(f"embedding-{slug.lower()}", f"embeddings/{slug}.csv", columns,
+                    ({"item": item, **{f"x{d + 1}": v for d, v in enumerate(row)}}
+                     for item, row in zip(emb["items"], emb["coordinates"], strict=True)),
+                    description=f"{describe_fit(emb)} Defined up to rotation, reflection, shift and scale.")
+            w.document(f"embedding-{slug.lower()}-json", f"embeddings/{slug}.json", emb,
+                       "The same embedding as JSON, with its dimension, fit quality and the fit's progress.")
+            entry["embedding"] = f"embeddings/{slug}.json"
+            entry["embedding_dim"] = emb["dim"]
+            entry["embedding_fit"] = emb["fit_quality"]["share_predicted"]
         learners.append(entry)
 
     study_doc = {"id": study.id, "name": config.name, "status": study.status, "created_at": study.created_at,
