@@ -18,6 +18,7 @@ from scipy.spatial import cKDTree
 from scipy.special import expit
 
 from .continuum import continuum_start
+from .features import PRIOR_STIFFNESS, feature_space
 from .graph import NO_NEIGHBOR, NeighborGraph
 from .random_triplets import candidate_pairs
 from .utils import (
@@ -207,11 +208,39 @@ class _TripletLoss:
         return nll / self.m + self.l2 * float(np.sum(X * X)) / n, grad.ravel()
 
 
+class _FeatureLoss:
+    """The objective of :func:`fit_embedding` with item features Z (n, p): the points are X = Z W + E,
+    a learned linear map of the features (how people weigh them) plus each item's offset from where
+    its features put it. The offsets cost ``stiffness`` · Σ‖E_i‖² / (number of answers · ``spread``),
+    ``spread`` the start's total variance (an offset as large as the items' typical distance from
+    their centre costs about ``stiffness`` answers): an item's features weigh as much as a few answers
+    about it, so few answers leave it where its features put it, and many move it where the answers
+    say. Parameters: W then E, flattened."""
+
+    def __init__(self, base: _TripletLoss, Z: np.ndarray, stiffness: float, spread: float) -> None:
+        self.base, self.Z = base, Z
+        # (in units of the start's spread: an embedding's scale is its own, the offsets' cost is not)
+        self.cost = float(stiffness) / (max(base.m, 1) * max(spread, 1e-12))
+        self.size_w = Z.shape[1] * base.dim
+
+    def points(self, flat: np.ndarray) -> np.ndarray:
+        W = flat[: self.size_w].reshape(self.Z.shape[1], self.base.dim)
+        return self.Z @ W + flat[self.size_w:].reshape(self.base.n, self.base.dim)
+
+    def __call__(self, flat: np.ndarray) -> tuple[float, np.ndarray]:
+        E = flat[self.size_w:]
+        loss, g = self.base(self.points(flat).ravel())
+        g = g.reshape(self.base.n, self.base.dim)
+        grad_w = (self.Z.T @ g).ravel()
+        return loss + self.cost * float(E @ E), np.concatenate([grad_w, g.ravel() + 2.0 * self.cost * E])
+
+
 def fit_embedding(triplets: ArrayLike, n_items: int, dim: int = 2, kernel: str = "tste", alpha: float | None = None,
                   init: ArrayLike | None = None, l2: float = 1e-3, max_iter: int = 300,
                   random_state: RandomState = None, return_n_iter: bool = False,
                   max_fun: int | None = None,
-                  return_info: bool = False) -> np.ndarray | tuple[np.ndarray, int] | tuple[np.ndarray, dict]:
+                  return_info: bool = False, features: ArrayLike | None = None,
+                  stiffness: float = 1.0) -> np.ndarray | tuple[np.ndarray, int] | tuple[np.ndarray, dict]:
     """Fit an STE or t-STE embedding (van der Maaten & Weinberger 2012) by L-BFGS.
 
     ``triplets`` rows ``(i, j, k)`` mean "i is closer to j than to k". STE:
@@ -225,6 +254,13 @@ def fit_embedding(triplets: ArrayLike, n_items: int, dim: int = 2, kernel: str =
     a dict ``{"nit", "nfev", "converged"}`` if ``return_info`` (``max_fun`` bounds the objective
     evaluations; a fit stopped by ``max_iter`` or ``max_fun`` is not converged and can be
     continued from its result).
+
+    ``features`` (n_items, p), e.g. :func:`engine.features.feature_space`: a prior the answers can
+    overrule. The points are then X = Z W + E, the map W (how people weigh the features) and the
+    offsets E fitted together, each offset costing ``stiffness`` · ‖E_i‖² / (number of answers · the
+    start's total variance) (see :class:`_FeatureLoss`); features that predict nothing get little
+    weight in W. Without ``init`` the fit starts from the features' leading columns; an ``init`` is
+    split into its least-squares map and the rest.
     """
     n = check_n_items(n_items)
     dim = int(dim)
@@ -236,6 +272,11 @@ def fit_embedding(triplets: ArrayLike, n_items: int, dim: int = 2, kernel: str =
     t = check_triplets(triplets, n)
     if init is None:
         X0 = check_random_state(random_state).normal(scale=1e-2, size=(n, dim))
+        if features is not None:
+            # where the features put the items: their leading columns (the principal components of
+            # engine.features.feature_space), the small random start in the dimensions past them
+            lead = np.asarray(features, dtype=np.float64)[:, :dim]
+            X0[:, : lead.shape[1]] = lead
     else:
         X0 = np.array(init, dtype=np.float64)
         if X0.shape != (n, dim):
@@ -247,9 +288,21 @@ def fit_embedding(triplets: ArrayLike, n_items: int, dim: int = 2, kernel: str =
     options = {"maxiter": int(max_iter), "gtol": 1e-7, "ftol": 1e-12}
     if max_fun is not None:
         options["maxfun"] = int(max_fun)
-    res = minimize(_TripletLoss(t, n, dim, kernel, a, float(l2)), X0.ravel(), jac=True, method="L-BFGS-B",
-                   options=options)
-    X = res.x.reshape(n, dim)
+    loss = _TripletLoss(t, n, dim, kernel, a, float(l2))
+    if features is None:
+        res = minimize(loss, X0.ravel(), jac=True, method="L-BFGS-B", options=options)
+        X = res.x.reshape(n, dim)
+    else:
+        Z = np.asarray(features, dtype=np.float64)
+        if Z.ndim != 2 or len(Z) != n:
+            raise ValueError(f"features must have shape ({n}, n_features), got {Z.shape}")
+        if stiffness < 0:
+            raise ValueError(f"stiffness must be >= 0, got {stiffness}")
+        W0 = np.linalg.lstsq(Z, X0, rcond=None)[0] if Z.shape[1] else np.zeros((0, dim))
+        prior = _FeatureLoss(loss, Z, stiffness, float(X0.var(axis=0).sum()))
+        res = minimize(prior, np.concatenate([W0.ravel(), (X0 - Z @ W0).ravel()]), jac=True, method="L-BFGS-B",
+                       options=options)
+        X = prior.points(res.x)
     if return_info:
         # status 1: stopped by maxiter / maxfun (0 converged, 2 the line search gave up)
         return X, {"nit": int(res.nit), "nfev": int(res.nfev), "converged": int(res.status) != 1}
@@ -401,9 +454,16 @@ class EmbeddingLearner:
     #: the counters the state keeps (as whole numbers, last)
     _COUNTERS = ("fitted_answers", "n_fits", "n_planned")
 
+    #: ``make_planner(..., features=X)`` passes the items' features: every fit starts from them and fits
+    #: the map from them to the space people use with the answers (``fit_embedding``'s ``features``),
+    #: and an item nobody was asked about yet gets the neighbours its features predict
+    TAKES_FEATURES = True
+
     def __init__(self, n_items: int, random_state: RandomState = None, kernel: str = "tste", dim: int = 2,
-                 refit_share: float = 0.1, refit_min: int | None = None, l2: float = 1e-3) -> None:
+                 refit_share: float = 0.1, refit_min: int | None = None, l2: float = 1e-3, features=None) -> None:
         self.n_items = check_n_items(n_items)
+        # the features' space (engine.features.feature_space), not the matrix (it may be large)
+        self.features_ = None if features is None else feature_space(features, self.n_items)
         self.random_state = random_state
         self.kernel = kernel
         self.dim = int(dim)
@@ -459,14 +519,17 @@ class EmbeddingLearner:
     def _stale(self) -> bool:
         new = len(self.answers_) - self.fitted_answers_
         if new <= 0:
-            return False
+            # with features, the first "fit" is the features themselves (no answer needed)
+            return self.embedding_ is None and self.features_ is not None
         return self.embedding_ is None or new >= max(self.refit_min, self.refit_share * self.fitted_answers_)
 
     def refit(self) -> np.ndarray:
         """Fit now on every answer so far (warm started from the previous fit)."""
+        prior = {} if self.features_ is None else {"features": self.features_.astype(np.float64),
+                                                     "stiffness": PRIOR_STIFFNESS}
         self.embedding_ = fit_embedding(
             _answers_to_triplets(self.answers_), self.n_items, dim=self.dim, kernel=self.kernel,
-            alpha=self.alpha_, init=self.embedding_, l2=self.l2, random_state=self.fit_seed_)
+            alpha=self.alpha_, init=self.embedding_, l2=self.l2, random_state=self.fit_seed_, **prior)
         self.fitted_answers_ = len(self.answers_)
         self.n_fits_ += 1
         return self.embedding_
@@ -489,6 +552,8 @@ class EmbeddingLearner:
         nb, d2 = _nearest(X, k)
         est = np.sqrt(d2)
         seen = np.bincount(self.answers_[:, :3].ravel(), minlength=self.n_items) > 0
+        if self.features_ is not None:
+            seen[:] = True  # every item is placed: by its features until answers move it
         nb = np.where(seen[:, None] & seen[nb], nb, NO_NEIGHBOR)
         per_head = np.bincount(self.answers_[:, 0], minlength=self.n_items)
         samples = np.repeat(per_head[:, None], k, axis=1)
@@ -549,6 +614,7 @@ class EmbeddingLearner:
             "rng": generator_state(self.rng_),
             "fit_seed": self.fit_seed_,
             **counters_state(self, self._COUNTERS),
+            **({} if self.features_ is None else {"features": self.features_.copy()}),
         }
 
     @classmethod
@@ -559,6 +625,8 @@ class EmbeddingLearner:
         emb = state.get("embedding")
         planner.embedding_ = None if emb is None else np.array(emb, dtype=np.float64)
         load_counters(planner, cls._COUNTERS, state)
+        space = state.get("features")
+        planner.features_ = None if space is None else np.array(space, np.float32)
         planner._restore_extra(state)
         return planner
 
@@ -589,9 +657,9 @@ class ActiveEmbedding(EmbeddingLearner):
 
     def __init__(self, n_items: int, random_state: RandomState = None, kernel: str = "tste", dim: int = 2,
                  refit_share: float = 0.1, refit_min: int | None = None, l2: float = 1e-3,
-                 warmup: int | None = None, n_candidates: int = 50) -> None:
+                 warmup: int | None = None, n_candidates: int = 50, features=None) -> None:
         super().__init__(n_items, random_state=random_state, kernel=kernel, dim=dim,
-                         refit_share=refit_share, refit_min=refit_min, l2=l2)
+                         refit_share=refit_share, refit_min=refit_min, l2=l2, features=features)
         self.warmup = 5 * self.n_items * self.dim if warmup is None else int(warmup)
         self.n_candidates = int(n_candidates)
         if self.n_candidates < 1:

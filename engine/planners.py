@@ -12,8 +12,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .adapters import PairTripletAdapter
+from .features import check_features
 from .forest_study import ForestStudy
 from .kinds import KINDS, QUESTION_KINDS, SCREEN_KINDS, SCREEN_PARAMS
 from .registry import (
@@ -35,7 +37,7 @@ _WRAPPERS = {cls.__name__: cls for cls in (PairTripletAdapter, OddOneOutScreens,
 
 
 def make_planner(name: str, n_items: int, question_kind: str = "triplet", random_state: RandomState = 0,
-                 labels: Sequence[Any] | None = None, **params: Any) -> Any:
+                 labels: Sequence[Any] | None = None, features: ArrayLike | None = None, **params: Any) -> Any:
     """A new planner of algorithm ``name`` for ``n_items`` items asking ``question_kind``.
 
     Triplet studies of pair-asking algorithms get a :class:`engine.adapters.PairTripletAdapter`
@@ -46,8 +48,11 @@ def make_planner(name: str, n_items: int, question_kind: str = "triplet", random
     = 8, ``n_select`` = 2 unless given) asks ``(head, (r1, ..., rn))`` and observes
     ``(head, (r1, ..., rn), (s1, ..., sk))``, s1 the most alike; ``screens="random"`` asks uniformly
     random screens (the default of the learners that ask random triplets, the entry's ``screens``).
-    ``labels`` (one per item) is required by label-driven algorithms. Every planner returned has ``neighbor_graph(k)``
-    and the progress keys of :data:`engine.graph.PROGRESS_KEYS` (:class:`engine.graph.Planner`).
+    ``labels`` (one per item) is required by label-driven algorithms. ``features`` (n_items, n_features)
+    floats, one row per item in item order: what the items already tell, a prior the answers can overrule,
+    for the learners whose class declares ``TAKES_FEATURES`` (duels, the embeddings; every question kind,
+    since the screen planners wrap the learner); ValueError for the others. Every planner returned has
+    ``neighbor_graph(k)`` and the progress keys of :data:`engine.graph.PROGRESS_KEYS` (:class:`engine.graph.Planner`).
     """
     entry = get_algorithm(name)
     if question_kind not in QUESTION_KINDS:
@@ -66,6 +71,10 @@ def make_planner(name: str, n_items: int, question_kind: str = "triplet", random
             raise ValueError(f"{name} needs a label for every item (labels of length n_items)")
     if entry.takes_labels:
         params["labels"] = list(labels) if (entry.needs_labels or supervised) else None
+    if features is not None:
+        if not getattr(cls, "TAKES_FEATURES", False):
+            raise ValueError(f"{name} does not use item features; duels and the embeddings do")
+        params["features"] = check_features(features, int(n_items))
     planner = cls(n_items, random_state=random_state, **params)
     if entry.grows:
         return ForestStudy(planner)

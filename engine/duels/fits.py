@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dims import _fit_start, _kernel_of
+from .priors import FIRST_FIT, STIFFNESS
 
 #: L-BFGS iterations a refit of one dimension may take
 FIT_MAX_ITER = 300
@@ -57,8 +58,10 @@ class FitTask:
     ``triplets`` (T, 3) rows (i, j, k), i closer to j than to k: the answers the refit started with;
     ``dims`` the dimensions to fit, in order; ``inits`` warm starts per dimension (missing: a small
     random start); ``maps`` the maps a line (dimension 1) starts from when the stage fits none
-    (see :func:`continuum_start`); ``seed`` the refit's. ``key`` identifies the stage (its refit's
-    seed, triplets and dimensions), so a result is only ever applied to its own refit.
+    (see :func:`continuum_start`); ``seed`` the refit's; ``features`` the items' feature space
+    (n_items, p) or None, fitted as a prior (``engine.embedding.fit_embedding``'s ``features``,
+    with ``STIFFNESS``). ``key`` identifies the stage (its refit's seed, triplets and dimensions),
+    so a result is only ever applied to its own refit.
     """
 
     n_items: int
@@ -67,6 +70,7 @@ class FitTask:
     inits: dict
     maps: dict
     seed: int
+    features: np.ndarray | None = None
 
     @property
     def key(self) -> tuple[int, int, tuple[int, ...]]:
@@ -85,8 +89,9 @@ def run_fit(task: FitTask) -> dict[int, np.ndarray]:
     fitted: dict[int, np.ndarray] = {}
     for d in task.dims:
         init = _fit_start(d, task.inits.get(d), {**task.maps, **fitted}, task.n_items)
+        prior = {} if task.features is None else {"features": task.features, "stiffness": STIFFNESS}
         X = emb.fit_embedding(task.triplets, task.n_items, dim=d, kernel=_kernel_of(d), init=init,
-                              random_state=task.seed, max_iter=FIT_MAX_ITER)
+                              random_state=task.seed, max_iter=FIT_MAX_ITER, **prior)
         fitted[d] = np.asarray(X, np.float64)
     return fitted
 
@@ -98,13 +103,21 @@ class Refits:
 
     @property
     def warmup_(self) -> float:
-        """Random-triplet answers per head before its duels start: ``warmup``, or :func:`auto_warmup`."""
-        return auto_warmup(self.n_items) if self.warmup == "auto" else float(self.warmup)
+        """Random-triplet answers per head before its duels start: ``warmup``, or :func:`auto_warmup`
+        (none with features while they are trusted: their shortlists are better than random ones;
+        features found to predict nothing give back the warm-up a study without them has)."""
+        if self.warmup == "auto":
+            trusted = self.prior_ is not None and self.prior_.trusted
+            return 0.0 if trusted else auto_warmup(self.n_items)
+        return float(self.warmup)
 
     def _needs_refit(self) -> bool:
         if self.fit_job_ is not None:
             return True
         if self.n_fits_ == 0:
+            if self.prior_ is not None:
+                warmup = 0.0 if self.warmup == "auto" else self.warmup_
+                return self.n_answers_ >= max(warmup, FIRST_FIT) * self.n_items
             return self.n_answers_ >= self.warmup_ * self.n_items or self.warmup_ == 0
         return self._grown(self.fitted_on_)
 
@@ -141,6 +154,8 @@ class Refits:
         (:meth:`_score_dims`), decide the coin-flip regime and choose which dimensions to refit warm
         (:meth:`_dims_to_refit`), with the refit's seed."""
         self._score_dims(emb, trip)
+        if self.prior_ is not None:
+            self.prior_.score(trip[self.fitted_triplets_:])
         self._update_coin()
         todo = self._dims_to_refit()
         self.fit_job_ = {"dims": [int(i) for i in todo], "triplets": int(len(trip)),
@@ -154,8 +169,14 @@ class Refits:
         want = tuple(int(ds[i]) for i in dims)
         inits = {d: self.embeddings_.get(d) for d in want}
         maps = {d: X for d, X in self.embeddings_.items() if d != 1}
+        prior = self.prior_
+        if prior is not None:
+            # a first fit starts where the features put the items (a line: from the order along a map)
+            inits = {d: prior.start(d) if X is None and d != 1 else X for d, X in inits.items()}
         return FitTask(self.n_items, self.triplets_[: job["triplets"]], want,
-                       {d: X for d, X in inits.items() if X is not None}, maps, int(job["seed"]))
+                       {d: X for d, X in inits.items() if X is not None}, maps, int(job["seed"]),
+                       # features that predict nothing fall out of the fits
+                       None if prior is None or not prior.trusted else prior.points())
 
     def _take_fit(self, task: FitTask, fitted: dict[int, np.ndarray]) -> bool:
         """Put a finished stage in place; True when it held the leading dimension (the shortlists

@@ -17,6 +17,7 @@ from ..utils import RandomState, check_n_items, check_random_state, store_params
 from .answers import Answers
 from .dims import Dimensions
 from .fits import Refits
+from .priors import FeaturePrior
 from .questions import QuestionChoice
 from .results import Results
 from .scores import Scoring, _HeadRows
@@ -85,15 +86,31 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         ``done()`` / ``result()`` give :func:`~engine.duels.fits.run_fit`'s dict) is taken by the first call after it
         is ready; calls in between plan from the previous fit's shortlists and the duel counts.
         Not saved: a restored planner hands the refit under way (``fit_job_``, saved) over again.
+    features : array of shape (n_items, n_features), or None (default)
+        What the items already tell (an image embedding, attributes, a generated parameter), as a
+        prior the answers can overrule (:mod:`.priors`): the first shortlists are each item's
+        nearest in the features and duels start at once (no random warm-up with ``warmup="auto"``);
+        the first embedding is the features' leading components; every refit fits a map from the
+        features to the space people use together with each item's offset from it; a share of each
+        rebuilt shortlist comes from the features. Features that predict the answers no better than
+        chance are dropped after the first refit (the study goes on as one without them). The matrix
+        itself is not kept: its space (at most ``FEATURE_COMPONENTS`` principal components, float32)
+        is, in ``prior_`` and in the state.
     """
+
+    #: ``make_planner(..., features=X)`` passes the items' features (see ``features``)
+    TAKES_FEATURES = True
 
     def __init__(self, n_items: int, random_state: RandomState = None, shortlist: int = 12, min_shortlist: int = 6,
                  shrink_at: float = 100.0, warmup: float | str = "auto", explore: float = 0.1,
                  refit_growth: float = 0.25, dim: int | str = "auto", delta: float = 0.05,
-                 fit_work: int = 1_000_000, explore_pairs: int = 0) -> None:
+                 fit_work: int = 1_000_000, explore_pairs: int = 0, features=None) -> None:
         store_params(self, locals())
         self.n_items = check_n_items(n_items)
         self._check_params()
+        # the matrix is read once into the prior's space and not kept (it may be large)
+        self.prior_ = None if features is None else FeaturePrior.from_features(features, self.n_items)
+        self.features = None
         self.pool = False
         self.fitter = None
         # the stage of the refit handed to ``fitter``: (its FitTask key, its future); never saved
@@ -138,6 +155,10 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         # for the heads whose shortlist or duels changed (never saved): certificates, rankings
         self._certified_rows: _HeadRows | None = None
         self._ranked_rows_kept: _HeadRows | None = None
+        if self.prior_ is not None and n > 1:
+            # the first shortlists: each item's nearest in the features
+            near = self.prior_.neighbors(self._target_size())
+            self.cands_[:, : near.shape[1]] = near
 
     def _check_params(self) -> None:
         def integer(name, lo):
@@ -167,6 +188,10 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         real("explore", 0, 1)
         real("refit_growth", 0, np.inf, lo_open=True)
         real("delta", 0, 1, lo_open=True, hi_open=True)
+
+    def _started(self) -> bool:
+        """Whether duels may start: a fit placed the items, or their features did."""
+        return self.n_fits_ > 0 or self.prior_ is not None
 
     def get_params(self) -> dict:
         return {"shortlist": self.shortlist, "min_shortlist": self.min_shortlist,

@@ -91,7 +91,7 @@ class QuestionChoice:
                 heapq.heappush(heap, (int(loads[g]), int(draw[g]), g))
                 fed += 1
             load, t, h = heapq.heappop(heap)
-            warm = self.n_fits_ == 0 or self.answered_[h] < self.warmup_
+            warm = not self._started() or self.answered_[h] < self.warmup_
             if warm or self.rng_.random() < explore:
                 if warm or not pairs or self.embedding_ is None:
                     q = self._random_question(h, taken)
@@ -320,7 +320,7 @@ class QuestionChoice:
         ``SCREEN_CANDIDATES`` in all); and whether h is certified. Empty while h is warming up
         (no fit yet, or fewer than ``warmup`` answers for it): a screen then shows random items."""
         h = int(h)
-        if self.n_fits_ == 0 or self.answered_[h] < self.warmup_:
+        if not self._started() or self.answered_[h] < self.warmup_:
             return np.empty(0, np.int64), False
         X = self.embedding_
         if SCREEN_SPREAD and X is not None and (self.coin_ or X.shape[1] == 1):
@@ -346,5 +346,13 @@ class QuestionChoice:
                 if len(out) >= SCREEN_CANDIDATES:
                     break
                 if c != h and c not in out and c not in gone:
+                    out.append(c)
+        elif X is None and self.prior_ is not None and len(out) < SCREEN_CANDIDATES:
+            # before the first fit: the nearest in the features
+            gone = self.eliminated_.get(h, ())
+            for c in self.prior_.neighbors(SCREEN_CANDIDATES + len(gone) + 1)[h].tolist():
+                if len(out) >= SCREEN_CANDIDATES:
+                    break
+                if c not in out and c not in gone:
                     out.append(c)
         return np.asarray(out, np.int64), bool(certified)

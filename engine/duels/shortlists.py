@@ -102,6 +102,8 @@ class Shortlists:
         k = min(n, m + 1 + max((len(g) for g in self.eliminated_.values()), default=0))
         _, near = cKDTree(X).query(X, k=k)
         near = np.asarray(near, np.int64).reshape(n, k)
+        if self.prior_ is not None and self.prior_.trusted:
+            near = self.prior_.mix(near)
         heads = np.arange(n)[:, None]
         # fill each head's kept leaders up to m with its nearest items in the fit: neither the head, nor
         # one eliminated for it, nor a kept leader (nor past the last item: a k-d tree's padding)

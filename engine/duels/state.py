@@ -11,6 +11,7 @@ from typing import Self
 import numpy as np
 
 from ..utils import counters_state, generator_state, load_counters, planner_from_state
+from .priors import FeaturePrior
 
 
 class StateIO:
@@ -53,6 +54,8 @@ class StateIO:
             "coin": bool(self.coin_),
             "fit_job": None if self.fit_job_ is None else {**self.fit_job_, "dims": list(self.fit_job_["dims"])},
             **counters_state(self, self._COUNTERS),
+            # the features' space only where there are features (a state without them is as before)
+            **({} if self.prior_ is None else {"prior": self.prior_.to_state()}),
         }
 
     @classmethod
@@ -83,5 +86,7 @@ class StateIO:
         p.fit_job_ = None if job is None else {**{k: int(v) for k, v in job.items() if k != "dims"},
                                                "dims": [int(i) for i in job["dims"]]}
         p.coin_ = bool(state["coin"])
+        prior = state.get("prior")
+        p.prior_ = None if prior is None else FeaturePrior.from_state(prior)
         load_counters(p, cls._COUNTERS, state)
         return p

@@ -1,0 +1,235 @@
+"""Benchmark — features as priors: how much the items' own features save a study.
+
+Every row drives the public API an outside harness drives, ``make_planner(name, n, features=F,
+random_state=s)``, offline (``next_questions(n)`` → answers → ``observe``, one question per head per
+call) and reads ``neighbor_graph(k=1)`` at each budget of answers per item: hit@3 (the pick is one of
+the item's 3 truly nearest), mean over seeds. Methods:
+
+- ``duels``: the default learner without features;
+- ``duels + F``: the same with the features F;
+- ``random + emb(F)``: uniformly random triplets and a t-STE embedding fitted on the features and the
+  answers together (``fit_embedding(features=...)``, 2/4/8 dimensions chosen on held-out answers):
+  the strongest non-adaptive peer;
+- ``F alone``: 1-NN in the features (no answer).
+
+Data sets (``--datasets``):
+
+- ``clusters``: clustered 4-D points (clusters of 20, as ``live_vs_offline.py``), answered by the
+  human noise model (logistic 0.1 of the clusters' unit spread, lapse 0.1); features of known quality
+  (``simulation.features``: triplet agreement .6 / .7 / .8 with the truth) and pure noise (16 columns);
+- ``eggs``: the 300 NEXT alien eggs, the 1-D truth answered by the noise fitted to their 17,611 human
+  answers; features: the egg's generated parameter itself, the parameter blurred to agreement .8, noise;
+- ``food100``: the 100 Food-100 dishes (Wilber et al., HCOMP 2014). The truth is the crowd's consensus:
+  a 4-D t-STE fitted to every triplet the 15,320 non-catch grid screens imply; simulated raters answer
+  from it with a lapse of 0.1 and a logistic scale chosen so they agree with the consensus as often as
+  the real screens do. Features: the dishes' ingredients (one column per ingredient, TF-IDF weighted)
+  and their six taste percentages, as a researcher would have them before asking anyone.
+
+    python benchmarks/features_prior.py                       # clusters n = 100, eggs, food100
+    python benchmarks/features_prior.py --datasets clusters --sizes 1000 --budgets 5,10,25 --seeds 1
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+from live_serve import points  # noqa: E402
+from real_crowds import nn_metrics, print_table  # noqa: E402
+
+from engine.embedding import embedding_neighbors, fit_embedding, select_embedding  # noqa: E402
+from engine.features import PRIOR_STIFFNESS, feature_neighbors, feature_space  # noqa: E402
+from engine.planners import make_planner  # noqa: E402
+from simulation import oracles  # noqa: E402
+from simulation.datasets import default_data_dir, load_alien_eggs  # noqa: E402
+from simulation.features import features_of_agreement, noise_features, triplet_agreement  # noqa: E402
+from simulation.noise import alien_egg_noise  # noqa: E402
+
+NOISE, LAPSE = 0.1, 0.1
+
+
+def drive(n: int, oracle, budgets: list[int], seed: int, features=None) -> list[np.ndarray]:
+    """Duels from the registry (``make_planner``), offline; its picks at each budget."""
+    planner = make_planner("duels", n, question_kind="triplet", random_state=seed, features=features)
+    total, out = 0, []
+    for per_item in budgets:
+        while total < per_item * n:
+            qs = planner.next_questions(min(n, per_item * n - total))
+            planner.observe(oracle.answer(qs))
+            total += len(qs)
+        out.append(np.asarray(planner.neighbor_graph(k=1).neighbors)[:, 0])
+    return out
+
+
+def peer(n: int, oracle, budgets: list[int], seed: int, features) -> list[np.ndarray]:
+    """Random triplets + a t-STE fitted on the features and the answers together, at each budget."""
+    rng = np.random.default_rng([seed, 7])
+    q = oracles.random_triplet_questions(n, max(budgets) * n, rng)
+    a = np.asarray(oracle.answer([tuple(map(int, r)) for r in q]))
+    t = np.column_stack([a[:, 0], a[:, 3], np.where(a[:, 3] == a[:, 1], a[:, 2], a[:, 1])])
+    Z = feature_space(features, n).astype(np.float64)
+    out = []
+    for b in budgets:
+        X = select_embedding(t[: b * n], n, dims=(2, 4, 8), kernels=("tste",), line=False, random_state=seed,
+                             features=Z, stiffness=PRIOR_STIFFNESS).embedding
+        out.append(embedding_neighbors(X, 1)[:, 0])
+    return out
+
+
+def evaluate(title: str, D: np.ndarray, make_oracle, variants: dict, budgets: list[int], seeds: int,
+             peer_of: tuple[str, ...] = ()) -> None:
+    n = len(D)
+    rows = []
+    started = time.monotonic()
+    for label, make_features in variants.items():
+        runs = {"duels" if label == "none" else f"duels + {label}": []}
+        if label in peer_of:
+            runs[f"random + emb({label})"] = []
+        alone = []
+        agree = []
+        for seed in range(seeds):
+            F = None if make_features is None else make_features(seed)
+            key = next(iter(runs))
+            runs[key].append([nn_metrics(p, D)[1] for p in drive(n, make_oracle(seed), budgets, seed, F)])
+            if F is not None:
+                agree.append(triplet_agreement(F, D))
+                alone.append(nn_metrics(feature_neighbors(feature_space(F, n), 1)[:, 0], D)[1])
+                if len(runs) > 1:
+                    runs[f"random + emb({label})"].append(
+                        [nn_metrics(p, D)[1] for p in peer(n, make_oracle(seed + 100), budgets, seed, F)])
+        for name, curves in runs.items():
+            mean = np.mean(curves, axis=0)
+            rows.append([name, "-" if not agree else f"{np.mean(agree):.2f}",
+                         "-" if not alone else f"{np.mean(alone):.2f}"] + [f"{v:.2f}" for v in mean])
+    print_table(f"{title} — hit@3 by answers per item (mean of {seeds} seed(s); {time.monotonic() - started:.0f} s)",
+                ["method", "F agrees", "F alone"] + [f"{b}/item" for b in budgets], rows)
+    sys.stdout.flush()
+
+
+def clusters(args) -> None:
+    for n in args.sizes:
+        X = points(n, n)
+        D = np.sqrt(((X[:, None] - X[None]) ** 2).sum(axis=2))
+
+        def make_oracle(seed, X=X):
+            return oracles.TripletOracle.from_points(X, noise=NOISE, model="human", lapse=LAPSE, random_state=seed + 1)
+
+        variants = {"none": None}
+        for a in args.agreements:
+            variants[f"F .{round(a * 10)}"] = (lambda seed, a=a, X=X, D=D:
+                                              features_of_agreement(X, a, random_state=seed, distances=D))
+        variants["noise"] = lambda seed, n=n: noise_features(n, 16, random_state=seed)
+        evaluate(f"clustered 4-D points, n = {n}, human noise (logistic {NOISE}, lapse {LAPSE})", D, make_oracle,
+                 variants, args.budgets, args.seeds, peer_of=("F .7", "noise") if not args.no_peer else ())
+
+
+def eggs(args) -> None:
+    data = load_alien_eggs()
+    D = data.distances
+    n = len(D)
+    fit = alien_egg_noise()
+    param = data.coordinates.astype(np.float64)[:, None]
+
+    def make_oracle(seed):
+        return oracles.TripletOracle(D, model="human", noise=fit.scale, lapse=fit.lapse, random_state=seed + 1)
+
+    variants = {"none": None, "parameter": lambda seed: param,
+                "parameter .8": lambda seed: features_of_agreement(param, 0.8, n_features=1, random_state=seed,
+                                                                   distances=D),
+                "noise": lambda seed: noise_features(n, 16, random_state=seed)}
+    evaluate(f"alien eggs, n = {n}, simulated human raters (noise fitted to the egg crowds)", D, make_oracle,
+             variants, args.budgets, args.seeds, peer_of=("parameter .8",) if not args.no_peer else ())
+
+
+def food100_screens(data_dir: Path) -> tuple[list[str], np.ndarray]:
+    """(dish file names, triplets (probe, picked, not picked)) of every non-catch Food-100 grid screen."""
+    names: dict[str, int] = {}
+    rows = []
+    with zipfile.ZipFile(data_dir / "food100" / "food100_grids.zip") as z:
+        for entry in sorted(z.namelist()):
+            if not entry.endswith(".json"):
+                continue
+            for hit in json.loads(z.read(entry)):
+                for screen in hit["HIT_screens"]:
+                    if screen["is_catchtrial"]:
+                        continue
+                    ids = [names.setdefault(Path(x).name, len(names)) for x in [screen["probe"], *screen["images"]]]
+                    head, shown = ids[0], ids[1:]
+                    picked = {names[Path(x).name] for x in screen["near_answer"]}
+                    for p in picked:
+                        rows.extend((head, p, o) for o in shown if o not in picked)
+    order = sorted(names)
+    remap = np.array([order.index(k) for k in sorted(names, key=names.get)])
+    return order, remap[np.asarray(rows, np.int64)]
+
+
+def food100_features(data_dir: Path, dishes: list[str]) -> np.ndarray:
+    """Ingredients (one TF-IDF weighted column per ingredient name) and the six taste percentages."""
+    info = json.loads((data_dir / "food100" / "ingredients.json").read_text())
+    vocab = sorted({i["name"].strip().lower() for d in dishes for i in info[d]["ingredients"]})
+    col = {v: c for c, v in enumerate(vocab)}
+    B = np.zeros((len(dishes), len(vocab)))
+    for r, d in enumerate(dishes):
+        for i in info[d]["ingredients"]:
+            B[r, col[i["name"].strip().lower()]] = 1.0
+    idf = np.log(len(dishes) / B.sum(axis=0))
+    tastes = np.array([[float(t["percent"]) / 100.0 for t in sorted(info[d]["tastes"], key=lambda t: t["name"])]
+                       for d in dishes])
+    return np.hstack([B * idf, tastes])
+
+
+def food100(args) -> None:
+    data_dir = default_data_dir()
+    dishes, t = food100_screens(data_dir)
+    n = len(dishes)
+    consensus = fit_embedding(t, n, dim=4, kernel="tste", random_state=0)
+    D = np.sqrt(((consensus[:, None] - consensus[None]) ** 2).sum(axis=2))
+    gap = D[t[:, 0], t[:, 2]] - D[t[:, 0], t[:, 1]]
+    agree = float(np.mean(gap > 0))
+    lo, hi = 1e-4, 10.0
+    for _ in range(40):  # the logistic scale at which simulated raters agree with the consensus as often
+        mid = np.sqrt(lo * hi)
+        p = oracles.human_agree_probability(gap, mid, LAPSE).mean()
+        lo, hi = (mid, hi) if p > agree else (lo, mid)
+    scale = float(np.sqrt(lo * hi))
+    F = food100_features(data_dir, dishes)
+    print(f"Food-100: {n} dishes, {len(t):,} triplets from the non-catch screens; the 4-D consensus predicts "
+          f"{agree:.3f} of them; simulated raters: logistic scale {scale:.3f}, lapse {LAPSE}; features: "
+          f"{F.shape[1] - 6} ingredients + 6 tastes")
+
+    def make_oracle(seed):
+        return oracles.TripletOracle(D, model="human", noise=scale, lapse=LAPSE, random_state=seed + 1)
+
+    variants = {"none": None, "ingredients": lambda seed: F, "noise": lambda seed: noise_features(n, 16, seed)}
+    evaluate("Food-100 dishes, simulated from the crowd's consensus", D, make_oracle, variants, args.budgets,
+             args.seeds, peer_of=("ingredients",) if not args.no_peer else ())
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--datasets", default="clusters,eggs,food100")
+    ap.add_argument("--sizes", default="100", help="clusters: numbers of items")
+    ap.add_argument("--budgets", default="5,10,25,50", help="answers per item")
+    ap.add_argument("--agreements", default=".6,.7,.8", help="clusters: triplet agreement of simulated features")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--no-peer", action="store_true", help="leave out random triplets + embedding")
+    args = ap.parse_args(argv)
+    args.sizes = [int(x) for x in args.sizes.split(",")]
+    args.budgets = sorted(int(x) for x in args.budgets.split(","))
+    args.agreements = [float(x) for x in args.agreements.split(",") if x]
+    sets = args.datasets.split(",")
+    for name, run in (("clusters", clusters), ("eggs", eggs), ("food100", food100)):
+        if name in sets:
+            run(args)
+
+
+if __name__ == "__main__":
+    main()

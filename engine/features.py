@@ -1,0 +1,113 @@
+"""Item features as a prior: the check of a feature matrix a researcher supplies and the space the
+learners read it in (standardised columns, their leading principal components).
+
+Features tell which items are alike before anyone is asked (an image embedding, ingredients, a
+generated parameter); the learners start from them and let the answers overrule them. Numpy/scipy
+only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy.spatial import cKDTree
+
+#: most principal components of the standardised features kept (a learner's state holds them as
+#: float32: 50,000 items x 32 components is 6.4 MB)
+FEATURE_COMPONENTS = 32
+#: components kept must explain at least this share of a column's variance ... (relative to the first)
+MIN_COMPONENT_SHARE = 1e-6
+#: what an item's offset from where its features map it costs in a fit, in answers
+#: (``engine.embedding.fit_embedding``'s ``stiffness``): the features weigh as much as about this many
+#: answers about the item, so a few answers leave it where its features put it and many move it
+PRIOR_STIFFNESS = 2.0
+#: items whose nearest neighbours in the features are found by brute force in blocks of this many rows
+#: (a k-d tree in 32 dimensions is no faster than that)
+NEIGHBOUR_BLOCK = 2048
+
+
+def check_features(features: ArrayLike, n_items: int) -> np.ndarray:
+    """``features`` as a float64 array of shape (n_items, n_features), or ValueError in words: one row
+    per item, in item order, every value a finite number, at least one column that varies."""
+    try:
+        X = np.array(features, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError("features must be numbers: an array of shape (n_items, n_features)") from None
+    if X.ndim == 1:
+        X = X[:, None]
+    if X.ndim != 2 or X.shape[0] != n_items or X.shape[1] < 1:
+        raise ValueError(f"features must have one row per item: shape ({n_items}, n_features), got {X.shape}")
+    bad = ~np.isfinite(X)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise ValueError(f"features hold {int(bad.sum())} missing or infinite value(s) (the first: item {row}, "
+                         f"column {col}); give every item a number in every column")
+    if not (np.ptp(X, axis=0) > 0).any():
+        raise ValueError("every feature column holds one value for all items: such features tell nothing")
+    return X
+
+
+def feature_space(features: ArrayLike, n_items: int, components: int = FEATURE_COMPONENTS) -> np.ndarray:
+    """The items in the space the learners read their features in: float32 (n_items, p), p <= ``components``.
+
+    Each varying column is standardised (constant columns dropped), then the items are projected on
+    the leading principal components (at most ``components``; those carrying next to no variance are
+    dropped), scaled so the first has unit standard deviation: distances are those of the standardised
+    features, up to the components left out. Each component's sign is fixed (its largest loading
+    positive), so the same features give the same space on every machine."""
+    X = check_features(features, n_items)
+    X = X[:, np.ptp(X, axis=0) > 0]
+    Z = (X - X.mean(axis=0)) / X.std(axis=0)
+    n, p = Z.shape
+    if p <= n:
+        values, vectors = np.linalg.eigh(Z.T @ Z)
+    else:  # more columns than items: the same components from the items' Gram matrix
+        values, left = np.linalg.eigh(Z @ Z.T)
+        vectors = Z.T @ left / np.sqrt(np.maximum(values, 1e-300))
+    order = np.argsort(values)[::-1]
+    values, vectors = values[order], vectors[:, order]
+    keep = values > MIN_COMPONENT_SHARE * max(values[0], 1e-300)
+    k = int(min(components, keep.sum()))
+    V = vectors[:, :k]
+    V = V * np.where(V[np.argmax(np.abs(V), axis=0), np.arange(k)] < 0, -1.0, 1.0)
+    Y = Z @ V / np.sqrt(values[0] / n)
+    return Y.astype(np.float32)
+
+
+def feature_neighbors(space: np.ndarray, k: int) -> np.ndarray:
+    """Each item's k nearest other items in ``space`` (n_items, p), nearest first, ties to the smaller
+    index: int64 (n_items, k). Brute force in blocks of rows (no n x n array)."""
+    Y = np.asarray(space, np.float64)
+    n = len(Y)
+    k = int(min(k, n - 1))
+    if Y.shape[1] <= 3:
+        _, near = cKDTree(Y).query(Y, k=k + 1)
+        near = np.asarray(near, np.int64).reshape(n, k + 1)
+        rows = np.arange(n)[:, None]
+        d = ((Y[near] - Y[:, None, :]) ** 2).sum(axis=2)
+        d = np.where(near == rows, np.inf, d)
+        order = np.lexsort((near, d), axis=1)[:, :k]
+        return np.take_along_axis(near, order, axis=1)
+    sq = (Y**2).sum(axis=1)
+    out = np.empty((n, k), np.int64)
+    for lo in range(0, n, NEIGHBOUR_BLOCK):
+        hi = min(n, lo + NEIGHBOUR_BLOCK)
+        D = sq[lo:hi, None] + sq[None, :] - 2.0 * (Y[lo:hi] @ Y.T)
+        D[np.arange(hi - lo), np.arange(lo, hi)] = np.inf
+        part = np.argpartition(D, k - 1, axis=1)[:, :k] if k < n - 1 else np.tile(np.arange(n), (hi - lo, 1))
+        d = np.take_along_axis(D, part, axis=1)
+        order = np.lexsort((part, d), axis=1)
+        out[lo:hi] = np.take_along_axis(part, order, axis=1)[:, :k]
+    return out
+
+
+def triplet_agreement(space: np.ndarray, triplets: np.ndarray) -> tuple[int, int]:
+    """(answers the features predict, answers): rows (i, j, k) where j is strictly nearer i than k in
+    ``space``; ties count as half (rounded down over the whole)."""
+    t = np.asarray(triplets, np.int64).reshape(-1, 3)
+    if not len(t):
+        return 0, 0
+    Y = np.asarray(space, np.float64)
+    dij = ((Y[t[:, 0]] - Y[t[:, 1]]) ** 2).sum(axis=1)
+    dik = ((Y[t[:, 0]] - Y[t[:, 2]]) ** 2).sum(axis=1)
+    right = float((dij < dik).sum()) + 0.5 * float((dij == dik).sum())
+    return int(right), int(len(t))

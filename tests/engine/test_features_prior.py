@@ -1,0 +1,168 @@
+"""Item features as a prior: make_planner(..., features=X) for duels, its screens and the embeddings;
+the features' space; the state round trip; noise falling away."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.embedding import fit_embedding, triplet_accuracy
+from engine.features import check_features, feature_neighbors, feature_space
+from engine.planners import make_planner, restore_planner
+from simulation.features import features_of_agreement, noise_features, triplet_agreement
+from simulation.oracles import OddOneOutOracle, RankOracle, TripletOracle
+
+
+def _points(n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(0, 10, size=(-(-n // 6), 3))
+    return np.repeat(centres, 6, axis=0)[:n] + 0.3 * rng.normal(size=(n, 3))
+
+
+def _hit3(picks, X):
+    D = np.linalg.norm(X[:, None] - X[None], axis=2)
+    np.fill_diagonal(D, np.inf)
+    top = np.argsort(D, axis=1)[:, :3]
+    return float(np.mean([p in row for p, row in zip(picks, top, strict=True)]))
+
+
+def _drive(planner, oracle, answers):
+    n = planner.n_items if hasattr(planner, "n_items") else None
+    total = 0
+    while total < answers:
+        qs = planner.next_questions(min(n or 60, answers - total))
+        planner.observe(oracle.answer(qs))
+        total += len(qs)
+    return planner
+
+
+def test_check_features_refuses_in_words():
+    with pytest.raises(ValueError, match="one row per item"):
+        check_features(np.zeros((3, 2)), 4)
+    with pytest.raises(ValueError, match="missing or infinite"):
+        check_features([[1.0], [np.nan], [2.0]], 3)
+    with pytest.raises(ValueError, match="one value for all items"):
+        check_features(np.ones((3, 2)), 3)
+
+
+def test_feature_space_keeps_distances_of_standardised_columns():
+    rng = np.random.default_rng(1)
+    F = rng.normal(size=(40, 5)) * [1, 10, 100, 0.1, 1]
+    F = np.hstack([F, np.full((40, 1), 3.0)])  # a constant column is dropped
+    Y = feature_space(F, 40).astype(np.float64)
+    Z = F[:, :5]
+    Z = (Z - Z.mean(0)) / Z.std(0)
+    DY = np.linalg.norm(Y[:, None] - Y[None], axis=2)
+    DZ = np.linalg.norm(Z[:, None] - Z[None], axis=2)
+    ratio = DY[DZ > 0] / DZ[DZ > 0]
+    assert np.allclose(ratio, ratio[0], rtol=1e-4)  # all components kept: one scale
+    near = feature_neighbors(Y, 3)
+    np.fill_diagonal(DZ, np.inf)
+    assert (near[:, 0] == DZ.argmin(axis=1)).all()
+
+
+def test_duels_start_from_the_feature_neighbours_before_any_answer():
+    X = _points()
+    planner = make_planner("duels", len(X), features=X, random_state=0)
+    picks = planner.neighbor_graph(1).neighbors[:, 0]
+    Z = (X - X.mean(0)) / X.std(0)  # the features are read standardised
+    D = np.linalg.norm(Z[:, None] - Z[None], axis=2)
+    np.fill_diagonal(D, np.inf)
+    assert (picks == D.argmin(axis=1)).all()
+    # no random warm-up: the first questions are duels among each head's feature neighbours
+    qs = planner.next_questions(len(X))
+    inside = [a in planner.cands_[h] and b in planner.cands_[h] for h, a, b in qs]
+    assert np.mean(inside) > 0.8
+
+
+def test_good_features_beat_none_at_a_small_budget():
+    X = _points()
+    n = len(X)
+    F = features_of_agreement(X, 0.8, random_state=0)
+    with_f = _drive(make_planner("duels", n, features=F, random_state=0),
+                    TripletOracle.from_points(X, noise=0.1, model="human", lapse=0.05, random_state=1), 5 * n)
+    without = _drive(make_planner("duels", n, random_state=0),
+                     TripletOracle.from_points(X, noise=0.1, model="human", lapse=0.05, random_state=1), 5 * n)
+    a = _hit3(with_f.neighbor_graph(1).neighbors[:, 0], X)
+    b = _hit3(without.neighbor_graph(1).neighbors[:, 0], X)
+    assert a > b + 0.2
+
+
+def test_noise_features_are_dropped_after_the_first_refit():
+    X = _points()
+    n = len(X)
+    planner = _drive(make_planner("duels", n, features=noise_features(n, 8, 3), random_state=0),
+                     TripletOracle.from_points(X, noise=0.1, model="human", lapse=0.05, random_state=1), 6 * n)
+    assert planner.n_fits_ >= 1
+    assert not planner.prior_.trusted
+    assert planner.warmup_ == 3.0  # back to the random warm-up of a study without features
+
+
+def test_state_round_trip_keeps_the_features_space():
+    X = _points()
+    n = len(X)
+    planner = _drive(make_planner("duels", n, features=X, random_state=0),
+                     TripletOracle.from_points(X, noise=0.1, model="human", lapse=0.05, random_state=1), 2 * n)
+    state = planner.to_state()
+    assert state["prior"]["space"].dtype == np.float32
+    again = restore_planner(state)
+    assert np.array_equal(again.prior_.space_, planner.prior_.space_)
+    assert (again.neighbor_graph(2).neighbors == planner.neighbor_graph(2).neighbors).all()
+    assert again.next_questions(30) == planner.next_questions(30)
+    # a state without features has no prior key (states of studies without features are unchanged)
+    assert "prior" not in make_planner("duels", n, random_state=0).to_state()
+
+
+@pytest.mark.parametrize("kind", ["rank", "odd_one_out"])
+def test_screens_of_duels_take_the_features(kind):
+    X = _points()
+    planner = make_planner("duels", len(X), question_kind=kind, features=X, random_state=0)
+    assert planner.planner.prior_ is not None
+    first = planner.planner.prior_.neighbors(1)[:, 0]
+    screens = planner.next_questions(len(X))
+    # (a head's first screen is random)
+    D = np.linalg.norm(X[:, None] - X[None], axis=2)
+    oracle = RankOracle(D, n_select=2, random_state=0) if kind == "rank" else OddOneOutOracle(D, random_state=0)
+    planner.observe(oracle.answer(screens))
+    screens = planner.next_questions(len(X))
+    if kind == "rank":  # (head, references): the head's feature neighbour is shown
+        shown = [first[h] in refs for h, refs in screens]
+    else:  # (a, b, c): a head with its feature neighbour
+        shown = [any(first[x] in q for x in q) for q in screens]
+    assert np.mean(shown) > 0.8
+
+
+def test_embeddings_take_features_and_place_unasked_items():
+    X = _points()
+    n = len(X)
+    planner = make_planner("embedding", n, features=X, random_state=0)
+    picks = planner.neighbor_graph(1).neighbors[:, 0]
+    assert (picks >= 0).all()
+    assert _hit3(picks, X) > 0.7  # (a 2-D start from 3-D features)
+    assert "features" in planner.to_state()
+    assert restore_planner(planner.to_state()).features_ is not None
+
+
+def test_features_refused_by_learners_that_do_not_use_them():
+    with pytest.raises(ValueError, match="does not use item features"):
+        make_planner("random_triplets", 10, features=np.eye(10))
+    with pytest.raises(ValueError, match="one row per item"):
+        make_planner("duels", 10, features=np.eye(9))
+
+
+def test_fit_with_features_learns_their_weights():
+    # the truth is the first feature column alone; the other two are noise with 10x its spread
+    rng = np.random.default_rng(0)
+    n = 80
+    truth = rng.normal(size=(n, 1))
+    F = np.hstack([truth, 10 * rng.normal(size=(n, 2))])
+    oracle = TripletOracle.from_points(truth, random_state=0)
+    q = rng.integers(n, size=(3 * n, 3))
+    q = q[(q[:, 0] != q[:, 1]) & (q[:, 0] != q[:, 2]) & (q[:, 1] != q[:, 2])]
+    a = np.asarray(oracle.answer(q.tolist()))
+    t = np.column_stack([a[:, 0], a[:, 3], np.where(a[:, 3] == a[:, 1], a[:, 2], a[:, 1])])
+    # raw features: not standardised, so the noise columns dominate the start
+    X = fit_embedding(t, n, dim=2, features=F, stiffness=2.0, random_state=0)
+    assert triplet_agreement(F, np.abs(truth - truth.T)) < 0.6
+    assert triplet_accuracy(X, t) > 0.85
+    D = np.abs(truth - truth.T)
+    assert triplet_agreement(X, D) > 0.8
