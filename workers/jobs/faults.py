@@ -1,10 +1,11 @@
 """Crash testing: ``PROXIMA_FAULT=<point>:<action>`` makes a worker (or its fit process) crash (``crash``:
 SIGKILL itself), hang (``pause``: write its pid to ``PROXIMA_FAULT_FILE`` if set, then sleep until
 killed) or fail (``raise``: a pass that raises, every time, as a broken library would) at a named point
-of an update pass that applies answers (``workers.jobs.update_pass``): ``after_read``, ``after_observe``, ``before_exec``, ``after_exec``, ``before_swap`` (a checkpoint written,
-not yet put in place: ``workers.jobs.checkpoints``), or ``in_fit`` (in the worker's fit process, a refit
-handed over to it under way: ``workers.jobs.fits``). Unset (always, outside tests) a point costs one
-``None`` check. Must never import Flask.
+of an update pass that applies answers (``workers.jobs.update_pass``): ``after_read``, ``after_observe``,
+``before_exec``, ``after_exec``, ``before_swap`` (a checkpoint written, not yet put in place:
+``workers.jobs.checkpoints``), or ``in_fit`` (in the worker's fit process, a refit handed over to it
+under way: ``workers.jobs.fits``). Unset (always, outside tests) a point costs one ``None`` check. Must
+never import Flask.
 """
 from __future__ import annotations
 
