@@ -136,7 +136,8 @@ def study_stats(conn: Redis, study: Study) -> dict:
         neighbors = (summaries.get(label) or {}).get("neighbors")
         error = None
         curve = curves.get(label)
-        if known and curve and ALGORITHM_TABLE[alg.algorithm].yields_graph:
+        if known and curve and curve[-1][0] > 0 and ALGORITHM_TABLE[alg.algorithm].yields_graph:
+            # (before any answer is applied there is no learned graph to score: not "0% right")
             # the update pass appends a point with every summary it writes: the last one is the current error
             error = {"share_wrong": curve[-1][1], "answers_applied": curve[-1][0], "curve": curve}
         entry = ALGORITHM_TABLE[alg.algorithm]
@@ -198,9 +199,10 @@ def study_stats(conn: Redis, study: Study) -> dict:
             "latency_ms_p95": _percentile(latencies, 0.95),
             "latencies_ms": latencies[:LATENCY_POINTS][::-1],  # oldest first
             "last_batch": int(engine.get("last_batch", 0)),
-            # the study's keys in Redis and its learners' states in a worker (written with the summary)
-            "memory_redis_bytes": _int(engine.get("memory_redis_bytes")),
-            "memory_engine_bytes": _int(engine.get("memory_engine_bytes")),
+            # the study's keys in Redis and its learners' states in a worker (written with the summary; None
+            # until an update pass has measured them, rather than a "0.0 MB" nothing measured)
+            "memory_redis_bytes": _int(engine.get("memory_redis_bytes")) or None,
+            "memory_engine_bytes": _int(engine.get("memory_engine_bytes")) or None,
             "last_update_at": float(engine["last_update_at"]) if "last_update_at" in engine else None,
         },
     }

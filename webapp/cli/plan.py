@@ -3,6 +3,7 @@ simulated raters (engine/planning.py plans, simulation/noise.py fits a pilot). N
 """
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -174,6 +175,16 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
         except ValueError:
             raise click.BadParameter(f"takes KIND=SECONDS for the planned kinds ({', '.join(kind_list)}), "
                                      f"got {part!r}", param_hint="'--seconds'") from None
+        if not (math.isfinite(seconds[kind]) and seconds[kind] > 0):  # a cost from negative time is no cost
+            raise click.BadParameter(f"a screen takes a positive number of seconds, got {part!r}",
+                                     param_hint="'--seconds'")
+    for kind in kind_list:  # a screen's size is checked here, so its error names the option that set it
+        if size and "n_reference" in planning.get_kind(kind).settings:
+            try:
+                planning.get_kind(kind).check_settings(size)
+            except ValueError as exc:
+                raise click.BadParameter(str(exc), param_hint="'--n-select'" if n_select is not None
+                                         else "'--n-reference'") from None
     try:
         lines = planning.arms(wanted, kind_list, {k: size for k in kind_list if size and "n_reference" in
                                                   planning.get_kind(k).settings}, seconds)

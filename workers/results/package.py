@@ -173,18 +173,32 @@ class _Writer:
 
 class _Pseudonyms:
     """rater id -> their id in the package, R0001, R0002, … in the order first asked: the answers are
-    written first, so raters are numbered by their first answer (or the id itself with ``keep``)."""
+    written first, so raters are numbered by their first answer (or the id itself with ``keep``). Every
+    pseudonym has the same width, wide enough for ``n_raters`` (R00001 … from 10,000 raters), so they sort as
+    text in their number's order."""
 
-    def __init__(self, keep: bool) -> None:
+    def __init__(self, keep: bool, n_raters: int = 0) -> None:
         self.keep = keep
+        self.width = max(4, len(str(n_raters)))
         self.ids: dict[str, str] = {}
 
     def __call__(self, rater: str) -> str:
         if self.keep:
             return rater
         if rater not in self.ids:
-            self.ids[rater] = f"R{len(self.ids) + 1:04d}"
+            self.ids[rater] = f"R{len(self.ids) + 1:0{self.width}d}"
         return self.ids[rater]
+
+
+def _withdrawals(conn: Redis, study_id: str) -> dict:
+    """Raters who withdrew ('proxima forget-rater', the Raters tab): how many, the answers that left with them
+    and the date (UTC) of each withdrawal, oldest first. No id of theirs, not even its hash: the package says
+    that data was removed and when, never whose."""
+    from workers.store.deletion import audit_lines
+
+    lines = [line for _, line in audit_lines(conn, study_id) if line.action == "forget_rater"]
+    return {"raters": len(lines), "answers_removed": sum(line.answers for line in lines),
+            "dates": [datetime.fromtimestamp(line.at, UTC).date().isoformat() for line in lines]}
 
 
 def _flag_reason(row: dict) -> str:
@@ -258,7 +272,9 @@ def write_package(conn: Redis, study_id: str, put: Callable[[str, bytes], None],
     w = _Writer(put)
     # every answer's response time goes into the medians (the dashboard's table reads the latest 2,000)
     raters = rater_table(conn, study_id, limit=max(1, answer_log.count_answers(conn, study_id)))
-    rename = _Pseudonyms(keep=rater_ids)
+    known = ({r.decode() for r in conn.smembers(keys.raters(study_id))}
+             | {r.decode() for r in conn.smembers(keys.excluded_raters(study_id))} | {row["rater"] for row in raters})
+    rename = _Pseudonyms(keep=rater_ids, n_raters=len(known))
 
     item_rows = []
     # the researcher's numeric item features (proxima features), one column each: "feature:NAME"
@@ -377,6 +393,7 @@ def write_package(conn: Redis, study_id: str, put: Callable[[str, bytes], None],
                               if config.random_state is not None else
                               "the study set no random_state: its questions were drawn unseeded"},
             "learners": learners, "defaults": defaults, "excluded_raters": len(excluded),
+            "withdrawals": _withdrawals(conn, study_id),
         },
     }
     put("datapackage.json", json.dumps(descriptor, indent=1).encode("utf-8"))

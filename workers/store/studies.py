@@ -28,6 +28,8 @@ from workers.store.config import ALGORITHM_TABLE, LABELLED_ALGORITHMS, StudyConf
 from workers.store.css import CssRefused, check_css
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from redis import Redis
     from redis.client import Pipeline
 
@@ -688,6 +690,28 @@ def _feature_value(cell: str | None, filename: str, line: int, column: str) -> f
     return value
 
 
+def _csv_rows(reader: csv.DictReader, text: str, filename: str) -> Iterator[tuple[int, dict]]:
+    """``(row number, row)`` of a CSV file (the header is row 1); a malformed row raises StudyError naming it:
+    a cell past the csv module's size limit, or a quote opened and never closed (read leniently, the rest of
+    the file would become one cell of that row, so a file of many items looked like one)."""
+    line = 1
+    try:
+        for line, row in enumerate(reader, start=2):
+            yield line, row
+    except csv.Error as exc:
+        why = (f"a cell is longer than {csv.field_size_limit():,} characters" if "field limit" in str(exc)
+               else str(exc))
+        raise StudyError(f"{filename}, row {line + 1}: not valid CSV: {why}") from None
+    try:
+        for _ in csv.reader(io.StringIO(text, newline=""), strict=True):
+            pass
+    except csv.Error as exc:
+        if "unexpected end of data" in str(exc):
+            raise StudyError(f"{filename}, row {line}: a cell opens a quote (\") that is never closed, so every line "
+                             "after it was read into that one cell; close the quote (a quote inside a quoted cell "
+                             "is written twice: \"\")") from None
+
+
 def items_from_csv_text(text: str, filename: str = "items.csv") -> list[Item]:
     """Text items from CSV text: a ``text`` column, optional ``id`` and ``label`` columns, and
     any further columns as numeric features (every cell a number). Errors name file, row and column."""
@@ -706,7 +730,7 @@ def items_from_csv_text(text: str, filename: str = "items.csv") -> list[Item]:
             raise StudyError(f"{filename}: the header names column(s) {', '.join(repeated)} more than once")
         feature_columns = [h for h in header if h not in CSV_ITEM_COLUMNS]
         items = []
-        for line, row in enumerate(reader, start=2):
+        for line, row in _csv_rows(reader, text, filename):
             if line - 1 > MAX_CSV_ROWS:
                 raise StudyError(f"{filename} has more than {MAX_CSV_ROWS} rows")
             if None in row:
@@ -765,7 +789,7 @@ def features_from_csv_text(text: str, filename: str = "features.csv") -> dict[st
         if not all(columns) or len(set(columns)) != len(columns):
             raise StudyError(f"{filename}: every feature column needs a distinct, non-empty name")
         out: dict[str, dict[str, float]] = {}
-        for line, row in enumerate(reader, start=2):
+        for line, row in _csv_rows(reader, text, filename):
             if None in row:
                 raise StudyError(f"{filename}, row {line}: more cells than the header has columns")
             item_id = (row.get("id") or "").strip()
