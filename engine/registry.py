@@ -92,7 +92,10 @@ class Algorithm:
     model, "random": uniformly random screens; see :mod:`engine.screens`); ``warning`` a sentence a
     researcher must read before choosing it (e.g. it loses to random questions), with its figures;
     ``state_in_place`` its ``to_state(copy=False)`` hands out its own arrays and reports the rows
-    changed since the previous state, so the update pass saves only those (the pair planners).
+    changed since the previous state, so the update pass saves only those (the pair planners);
+    ``rating_warning`` the same as ``warning`` for studies of a rated (not triplet-derived) kind;
+    ``takes_raters`` its ``observe`` takes rating rows ``(i, j, d, rater)`` (any hashable id of who
+    answered), so the platform passes the rater with each rating.
     """
 
     name: str
@@ -112,6 +115,8 @@ class Algorithm:
     memory: Memory = Memory()
     screens: str = "adaptive"
     warning: str = ""
+    rating_warning: str = ""
+    takes_raters: bool = False
 
     def __post_init__(self) -> None:
         if self.asks not in ASKS or self.learns not in LEARNS:
@@ -211,6 +216,15 @@ _ENTRIES = (
                if k not in ("window", "max_samples_per_round", "stagger", "triangle")},
               ("RandomSampling",) + _PAIR_STATES, state_in_place=True, triplet_defaults=_DERIVED, memory=_BOUNDS,
               warning=_loses_to_random("Random sampling", ".15 / .11")),
+    Algorithm("pooled", "engine.ratings:PooledRatings", kinds_asking("pair"), "pair", "graph",
+              "Pooled ratings: a fitted space of the items and each rater's use of the scale; asks the pairs "
+              "most likely to change an item's best neighbour",
+              {"dim": {"type": "integer", "minimum": 1, "maximum": 20, "default": 4},
+               "warmup": {"type": "number", "minimum": 0, "maximum": 1000, "default": 3.0},
+               "explore": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.1},
+               "shortlist": {"type": "integer", "minimum": 2, "maximum": 1000, "default": 10},
+               "refit_growth": {"type": "number", "exclusiveMinimum": 0, "default": 0.25}},
+              ("PooledRatings",), takes_raters=True, memory=Memory(per_pair=40.0, per_answer=60.0, fixed=60e6)),
     Algorithm("random_triplets", "engine.random_triplets:RandomTriplets", _TRIPLET_KINDS, "triplet", "graph",
               "Random triplets: uniformly random triplets, neighbour = highest win rate (no certificate)",
               {}, ("RandomTriplets",) + _SCREEN_STATES, memory=Memory(per_pair=54.0, fixed=10e6), screens="random"),
@@ -353,10 +367,10 @@ def check_screen_params(name: str, question_kind: str, params: Mapping) -> dict:
 
 def warning_for(name: str, question_kind: str = DEFAULT_KIND) -> str:
     """The warning a researcher choosing ``name`` for a ``question_kind`` study must read ("" for none):
-    the entry's ``warning`` holds for the triplet-derived kinds (a rating study of ANNTri is sound)."""
+    the entry's ``warning`` holds for the triplet-derived kinds, its ``rating_warning`` for the rated ones."""
     entry = get_algorithm(name)
     kind = _kind(question_kind)
-    return "" if kind is not None and not kind.triplet_derived else entry.warning
+    return entry.rating_warning if kind is not None and not kind.triplet_derived else entry.warning
 
 
 def drive_as_pool(planner: Any, fitter: Any = None) -> Any:

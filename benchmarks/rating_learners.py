@@ -1,0 +1,141 @@
+"""Benchmark — rating learners on ratings as noisy as people's, at every budget, offline and live.
+
+Truth and raters: :func:`simulation.ratings.realistic_simulator` (its defaults reproduce a table of real
+1-9 ratings: one rating SD 2.2 around its pair's mean, pair means SD 0.7, raters' offsets SD 1.0 and
+slopes, near-ties). Each asked pair is answered by one simulated rating, mapped to a distance as a
+rating study maps its scale, through ``make_planner(name, n, question_kind="rating")``; the learners
+that take raters (``Algorithm.takes_raters``) get ``(i, j, d, rater)`` rows, raters taking turns of 100
+ratings. hit@3: an item's neighbour is among its 3 highest mean ratings, by the held-out means of 253
+other raters up to 100 items (as the real table was judged), by the simulator's own means above.
+``random+model`` is uniform random pairs read through the pooled learner's model (``pooled`` with
+``explore=1``), ``random`` uniform random pairs read by their own means.
+
+Offline: ``n`` questions per call, the answers observed before the next call, refits inline. Live
+(``--live``): what a study's worker does (``drive_as_pool``), ``--batch`` questions per pass, each refit
+handed to a fitter whose result is ready only once the crowd has given ``--lag`` x the ratings the fit
+was started on since (a modelled fit time, so the figures do not depend on the machine)::
+
+    python benchmarks/rating_learners.py --items 30 --seeds 6
+    python benchmarks/rating_learners.py --items 30 --seeds 6 --live --methods pooled
+    python benchmarks/rating_learners.py --items 1000 --budgets 25,50,100,200 --seeds 1 --methods pooled,random+model
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+from real_crowds import nn_metrics, print_table  # noqa: E402
+
+from engine.planners import make_planner  # noqa: E402
+from engine.registry import ALGORITHMS, drive_as_pool  # noqa: E402
+from simulation.ratings import realistic_simulator  # noqa: E402
+
+#: method label -> (algorithm, parameters)
+METHODS = {"pooled": ("pooled", {}), "random+model": ("pooled", {"explore": 1.0}),
+           "random": ("random", {}), "anntri": ("anntri", {}), "ann": ("ann", {})}
+HELDOUT_UP_TO = 100
+
+
+class Crowd:
+    """Ratings given so far (the clock a live study's fits are measured against)."""
+
+    answers = 0
+
+
+class LaggedFitter:
+    """A fit process beside the passes: the fit is computed at once and is ready once the crowd has
+    given ``lag`` x the fit's ratings more ratings."""
+
+    def __init__(self, crowd: Crowd, lag: float) -> None:
+        self.crowd, self.lag, self.fits = crowd, lag, 0
+
+    def fit(self, task):
+        self.fits += 1
+        return _Ready(self.crowd, self.crowd.answers + self.lag * len(task.values), task.run())
+
+
+class _Ready:
+    def __init__(self, crowd, at, result):
+        self.crowd, self.at, self._result = crowd, at, result
+
+    def done(self) -> bool:
+        return self.crowd.answers >= self.at
+
+    def result(self):
+        return self._result
+
+
+def truth_distances(sim, seed: int) -> np.ndarray:
+    """Minus the mean ratings the picks are judged by (smaller = more alike), zero diagonal."""
+    means = sim.heldout_means(253, random_state=seed + 10_000) if sim.n_items <= HELDOUT_UP_TO else sim.means
+    D = -np.asarray(means, np.float64)
+    np.fill_diagonal(D, 0.0)
+    return D
+
+
+def run(method: str, n: int, budgets: list[int], seed: int, live: bool, batch: int, lag: float) -> list[float]:
+    """hit@3 at each budget (ratings per item: ``budget x n`` ratings in all)."""
+    algorithm, params = METHODS[method]
+    sim = realistic_simulator(n, random_state=seed)
+    D = truth_distances(sim, seed)
+    planner = make_planner(algorithm, n, question_kind="rating", random_state=seed, **params)
+    takes_raters = ALGORITHMS[algorithm].takes_raters
+    crowd = Crowd()
+    if live:
+        drive_as_pool(planner, LaggedFitter(crowd, lag))
+    step = batch if live else n
+    total, out = 0, []
+    for b in budgets:
+        while total < b * n:
+            qs = planner.next_questions(min(step, b * n - total))
+            if not qs:
+                break
+            rows = sim.answer(qs)
+            planner.observe(rows if takes_raters else [r[:3] for r in rows])
+            total += len(qs)
+            crowd.answers = total
+        picks = np.asarray(planner.neighbor_graph(1).neighbors)[:, 0]
+        out.append(nn_metrics(picks, D)[1])
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--methods", default="pooled,random+model,random,anntri")
+    ap.add_argument("--items", default="30")
+    ap.add_argument("--budgets", default="25,50,100,200,400,800", help="ratings per item")
+    ap.add_argument("--seeds", type=int, default=4)
+    ap.add_argument("--live", action="store_true", help="drive as a live pool (also prints offline)")
+    ap.add_argument("--batch", type=int, default=200, help="questions per live pass")
+    ap.add_argument("--lag", type=float, default=0.1, help="a live refit is ready after this share of its ratings")
+    args = ap.parse_args(argv)
+    budgets = [int(x) for x in args.budgets.split(",")]
+    for n in (int(x) for x in args.items.split(",")):
+        rows = []
+        for method in args.methods.split(","):
+            for live in ([False, True] if args.live else [False]):
+                t0 = time.time()
+                hits = [run(method, n, budgets, s, live, args.batch, args.lag) for s in range(args.seeds)]
+                mean = np.mean(hits, axis=0)
+                label = f"{method}{' live' if live else ''}"
+                rows.append([label, *[f"{v:.2f}" for v in mean]])
+                print(f"  n={n} {label}: hit@3 {' / '.join(rows[-1][1:])} ({time.time() - t0:.0f} s)",
+                      file=sys.stderr, flush=True)
+        truth = "held-out means of 253 raters" if n <= HELDOUT_UP_TO else "the simulator's means"
+        print_table(f"{n} items, realistic ratings, hit@3 ({truth}) by ratings per item, mean of {args.seeds} "
+                    f"seeds" + (f"; live: batches of {args.batch}, refits lag {args.lag:g}" if args.live else ""),
+                    ["method", *[f"{b}/item" for b in budgets]], rows)
+
+
+if __name__ == "__main__":
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        main()

@@ -1,0 +1,58 @@
+"""Refits of the rating model as pure tasks (:class:`FitTask`), run inline or handed to a ``fitter``
+beside a live study's passes (as candidate duels' refits are), and the arrays a finished fit hands
+back. Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .model import Hyper, RatingFit, fit_ratings
+
+
+@dataclass(frozen=True)
+class FitTask:
+    """One refit: a pure function of these fields, so it can run anywhere (inline, a thread, another
+    process) and give the same arrays. ``pairs``, ``values``, ``raters`` the first ratings of the log
+    (the ones the refit started with; raters as codes, -1 unknown); ``n_raters`` the raters known then;
+    ``init`` the previous fit's arrays (a warm start) or None; ``hyper`` the spreads to weigh by;
+    ``seed`` the refit's. ``key`` identifies it, so a result is only applied to its own refit."""
+
+    n_items: int
+    dim: int
+    pairs: np.ndarray
+    values: np.ndarray
+    raters: np.ndarray
+    n_raters: int
+    init: dict | None
+    hyper: tuple[float, ...]
+    seed: int
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (int(self.seed), int(len(self.values)))
+
+    def run(self) -> dict:
+        return run_fit(self)
+
+
+def fit_arrays(fit: RatingFit) -> dict:
+    """A fit as plain arrays and floats (what a task hands back and a state saves)."""
+    return {"points": fit.points, "offsets": fit.offsets, "log_slopes": fit.log_slopes, "centre": fit.centre,
+            "pivot": fit.pivot, "hyper": fit.hyper.to_list(), "estimated": fit.estimated.to_list()}
+
+
+def fit_from_arrays(arrays: dict) -> RatingFit:
+    """Inverse of :func:`fit_arrays`."""
+    return RatingFit(np.asarray(arrays["points"], np.float64).copy(), np.asarray(arrays["offsets"], np.float64).copy(),
+                     np.asarray(arrays["log_slopes"], np.float64).copy(), float(arrays["centre"]),
+                     float(arrays["pivot"]), Hyper.from_list(arrays["hyper"]), Hyper.from_list(arrays["estimated"]))
+
+
+def run_fit(task: FitTask) -> dict:
+    """Fit the model to the task's ratings: :func:`fit_arrays` of the result."""
+    init = None if task.init is None else fit_from_arrays(task.init)
+    fit = fit_ratings(task.n_items, task.pairs, task.values, task.raters, task.n_raters, dim=task.dim,
+                      hyper=Hyper.from_list(task.hyper), init=init, random_state=task.seed)
+    return fit_arrays(fit)

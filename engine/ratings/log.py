@@ -1,0 +1,94 @@
+"""The ratings a rating learner has taken: pairs, distances and who gave them (raters as codes), with
+its own state round trip. Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
+"""
+from __future__ import annotations
+
+import numbers
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+#: code of a rating whose rater is not named
+UNKNOWN_RATER = -1
+
+
+def rater_key(rater: Hashable) -> str | int | None:
+    """The JSON-safe key a rater id is kept under: strings and whole numbers as they are, anything else
+    (a tuple, a float) by its text."""
+    if rater is None or isinstance(rater, str):
+        return rater
+    if isinstance(rater, (numbers.Integral, np.integer)) and not isinstance(rater, bool):
+        return int(rater)
+    return str(rater)
+
+
+class RatingLog:
+    """Every rating taken, in order: ``pairs`` (T, 2) with i < j, ``values`` (T,) distances in [0, 1],
+    ``raters`` (T,) codes into ``rater_ids`` (:data:`UNKNOWN_RATER` where none was named)."""
+
+    def __init__(self) -> None:
+        self.rater_ids: list[str | int] = []
+        self._codes: dict[str | int, int] = {}
+        self._pairs = np.empty((0, 2), np.int64)
+        self._values = np.empty(0, np.float64)
+        self._raters = np.empty(0, np.int64)
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def pairs(self) -> np.ndarray:
+        return self._pairs[: self._size]
+
+    @property
+    def values(self) -> np.ndarray:
+        return self._values[: self._size]
+
+    @property
+    def raters(self) -> np.ndarray:
+        return self._raters[: self._size]
+
+    @property
+    def n_raters(self) -> int:
+        return len(self.rater_ids)
+
+    def code(self, rater: Hashable) -> int:
+        key = rater_key(rater)
+        if key is None:
+            return UNKNOWN_RATER
+        code = self._codes.get(key)
+        if code is None:
+            code = self._codes[key] = len(self.rater_ids)
+            self.rater_ids.append(key)
+        return code
+
+    def add(self, pairs: np.ndarray, values: np.ndarray, raters: Sequence[Hashable]) -> tuple[int, int]:
+        """Append ratings; returns the (start, stop) of their rows."""
+        codes = np.array([self.code(r) for r in raters], np.int64)
+        start, stop = self._size, self._size + len(values)
+        if stop > len(self._values):
+            cap = max(stop, 2 * len(self._values), 64)
+            self._pairs = np.resize(self._pairs, (cap, 2))
+            self._values = np.resize(self._values, cap)
+            self._raters = np.resize(self._raters, cap)
+        self._pairs[start:stop] = np.sort(pairs, axis=1)
+        self._values[start:stop] = values
+        self._raters[start:stop] = codes
+        self._size = stop
+        return start, stop
+
+    def to_state(self) -> dict:
+        return {"pairs": self.pairs.copy(), "values": self.values.copy(), "raters": self.raters.copy(),
+                "rater_ids": list(self.rater_ids)}
+
+    @classmethod
+    def from_state(cls, state: dict) -> RatingLog:
+        log = cls()
+        log.rater_ids = [rater_key(r) for r in state["rater_ids"]]
+        log._codes = {r: c for c, r in enumerate(log.rater_ids)}
+        log._pairs = np.asarray(state["pairs"], np.int64).reshape(-1, 2).copy()
+        log._values = np.asarray(state["values"], np.float64).copy()
+        log._raters = np.asarray(state["raters"], np.int64).copy()
+        log._size = len(log._values)
+        return log

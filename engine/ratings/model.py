@@ -1,0 +1,196 @@
+"""The rating model: items placed in a space whose distances the ratings follow, each rater's own use
+of the scale (an offset and a slope), and what each pair says beyond the space (a residual shrunk
+toward it). Pure functions on arrays; numpy and scipy only, never Flask, Redis, RQ, ``webapp`` or
+``workers``.
+
+Conventions: ``pairs`` (T, 2) item indices, ``values`` (T,) the ratings mapped to distances in [0, 1]
+(0 = very alike), ``raters`` (T,) rater codes in ``[0, n_raters]``, where code ``n_raters`` is the
+unknown rater (answers that name none: no offset, slope 1). One rating t is modelled as
+``values[t] = centre + offset[r] + exp(log_slope[r]) * (||x_i - x_j|| - pivot) + e``, e ~ N(0, noise²),
+``pivot`` the mean of ``||x_i - x_j||`` over the ratings; the distance of a pair for the average rater
+is ``centre + ||x_i - x_j|| - pivot`` plus its residual.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import minimize
+
+from ..utils import RandomState, check_random_state
+
+#: L-BFGS iterations of one fit
+FIT_MAX_ITER = 250
+#: priors before anything is estimated (distance units: a 1-9 scale's point is 1/8): per-rating noise,
+#: raters' offsets, raters' log slopes, and the pair residuals the space leaves
+PRIOR_NOISE, PRIOR_OFFSET, PRIOR_LOG_SLOPE, PRIOR_RESIDUAL = 0.25, 0.12, 0.3, 0.05
+#: floors of the estimated spreads (an estimate of 0 would freeze a part of the model)
+MIN_SPREAD = 1e-3
+#: the prior SD of the points' coordinates (distance units): pair distances then spread about as much as
+#: pair means do, so a fit on few ratings does not place items by their noise
+PRIOR_POINT_SD = 0.15
+
+
+@dataclass
+class Hyper:
+    """The spreads the fit weighs its parts by: ``noise`` one rating's, ``offset`` raters' offsets,
+    ``log_slope`` raters' log slopes, ``residual`` the pairs' residuals from the space (SDs, distance
+    units). Estimated from the data after each fit (:func:`estimate_hyper`)."""
+
+    noise: float = PRIOR_NOISE
+    offset: float = PRIOR_OFFSET
+    log_slope: float = PRIOR_LOG_SLOPE
+    residual: float = PRIOR_RESIDUAL
+
+    def to_list(self) -> list[float]:
+        return [float(self.noise), float(self.offset), float(self.log_slope), float(self.residual)]
+
+    @classmethod
+    def from_list(cls, values) -> Hyper:
+        return cls(*(float(v) for v in values))
+
+
+@dataclass
+class RatingFit:
+    """A fitted rating model. ``points`` (n_items, dim); ``offsets`` and ``log_slopes`` (n_raters + 1,),
+    the last the unknown rater's (0); ``centre``, ``pivot`` scalars; ``hyper`` the spreads it used and
+    the ones estimated after it (``estimated``)."""
+
+    points: np.ndarray
+    offsets: np.ndarray
+    log_slopes: np.ndarray
+    centre: float
+    pivot: float
+    hyper: Hyper
+    estimated: Hyper
+
+    @property
+    def noise_sd(self) -> float:
+        return float(self.estimated.noise)
+
+    def space(self, pairs: np.ndarray | None = None) -> np.ndarray:
+        """The space's distance for the average rater, ``centre + ||x_i - x_j|| - pivot``: of ``pairs``
+        (T,), or of every pair (n_items, n_items)."""
+        X = self.points
+        if pairs is None:
+            sq = np.einsum("ij,ij->i", X, X)
+            f = np.sqrt(np.maximum(sq[:, None] + sq[None, :] - 2.0 * X @ X.T, 0.0))
+        else:
+            f = np.linalg.norm(X[pairs[:, 0]] - X[pairs[:, 1]], axis=1)
+        return self.centre + f - self.pivot
+
+    def distances(self) -> np.ndarray:
+        """Every pair's distance by the space alone (n_items, n_items), zero diagonal."""
+        D = self.space()
+        np.fill_diagonal(D, 0.0)
+        return D
+
+    def corrected(self, values: np.ndarray, raters: np.ndarray) -> np.ndarray:
+        """Ratings (distances) as the average rater would have given them, by the raters' fits (a rater
+        the fit has not seen counts as the average)."""
+        known = raters < len(self.offsets)
+        r = np.where(known, raters, len(self.offsets) - 1)
+        off = np.where(known, self.offsets[r], 0.0)
+        slope = np.where(known, np.exp(self.log_slopes[r]), 1.0)
+        return self.centre + (values - self.centre - off) / slope
+
+
+def _objective(theta: np.ndarray, n: int, dim: int, n_raters: int, pairs: np.ndarray, values: np.ndarray,
+               raters: np.ndarray, lam_offset: float, lam_slope: float, lam_point: float) -> tuple[float, np.ndarray]:
+    """Half the sum of squared residuals plus the raters' priors (in units of the noise variance), and
+    its gradient. theta = [points, offsets (n_raters), log slopes (n_raters), centre]. The pivot is
+    the mean of the space's distances over the ratings, so a slope turns a rater's ratings about their
+    middle and cannot stand in for an offset."""
+    X = theta[: n * dim].reshape(n, dim)
+    o = np.append(theta[n * dim: n * dim + n_raters], 0.0)
+    ls = np.append(theta[n * dim + n_raters: n * dim + 2 * n_raters], 0.0)
+    centre = theta[-1]
+    diff = X[pairs[:, 0]] - X[pairs[:, 1]]
+    f = np.sqrt(np.einsum("ij,ij->i", diff, diff) + 1e-12)
+    pivot = f.mean()
+    g = np.exp(ls[raters])
+    e = centre + o[raters] + g * (f - pivot) - values
+    loss = 0.5 * float(e @ e) + 0.5 * lam_offset * float(o @ o) + 0.5 * lam_slope * float(ls @ ls) \
+        + 0.5 * lam_point * float(np.sum(X * X))
+    eg = e * g
+    coef = ((eg - eg.mean()) / f)[:, None] * diff
+    gX = np.zeros((n, dim))
+    np.add.at(gX, pairs[:, 0], coef)
+    np.add.at(gX, pairs[:, 1], -coef)
+    gX += lam_point * X
+    go = np.bincount(raters, weights=e, minlength=n_raters + 1)[:n_raters] + lam_offset * o[:n_raters]
+    gl = np.bincount(raters, weights=eg * (f - pivot), minlength=n_raters + 1)[:n_raters] \
+        + lam_slope * ls[:n_raters]
+    grad = np.concatenate([gX.ravel(), go, gl, [e.sum()]])
+    return loss, grad
+
+
+def fit_ratings(n_items: int, pairs: np.ndarray, values: np.ndarray, raters: np.ndarray, n_raters: int,
+                dim: int = 3, hyper: Hyper | None = None, init: RatingFit | None = None,
+                random_state: RandomState = 0, max_iter: int = FIT_MAX_ITER) -> RatingFit:
+    """Fit the model by regularised least squares (L-BFGS), warm from ``init`` where given (its raters
+    first, new raters at 0). Raters' offsets and log slopes have Gaussian priors of the ``hyper``
+    spreads; the spreads the data then suggest are in the result's ``estimated``."""
+    hyper = hyper or Hyper()
+    p = np.sort(np.asarray(pairs, np.int64).reshape(-1, 2), axis=1)
+    y = np.asarray(values, np.float64)
+    r = np.asarray(raters, np.int64)
+    r = np.where((r < 0) | (r >= n_raters), n_raters, r)
+    rng = check_random_state(random_state)
+    if init is not None and init.points.shape == (n_items, dim):
+        X0 = init.points.copy()
+        o0 = np.zeros(n_raters)
+        l0 = np.zeros(n_raters)
+        k = min(n_raters, len(init.offsets) - 1)
+        o0[:k], l0[:k] = init.offsets[:k], init.log_slopes[:k]
+        c0 = init.centre
+    else:
+        X0 = rng.normal(scale=0.1, size=(n_items, dim))
+        o0, l0 = np.zeros(n_raters), np.zeros(n_raters)
+        c0 = float(y.mean()) if len(y) else 0.5
+    theta0 = np.concatenate([X0.ravel(), o0, l0, [c0]])
+    var = hyper.noise ** 2
+    lam_o, lam_l = var / max(hyper.offset, MIN_SPREAD) ** 2, var / max(hyper.log_slope, MIN_SPREAD) ** 2
+    lam_x = var / PRIOR_POINT_SD**2
+    if len(y):
+        res = minimize(_objective, theta0, args=(n_items, dim, n_raters, p, y, r, lam_o, lam_l, lam_x), jac=True,
+                       method="L-BFGS-B", options={"maxiter": int(max_iter)})
+        theta = res.x
+    else:
+        theta = theta0
+    X = theta[: n_items * dim].reshape(n_items, dim)
+    o = np.append(theta[n_items * dim: n_items * dim + n_raters], 0.0)
+    ls = np.append(theta[n_items * dim + n_raters: n_items * dim + 2 * n_raters], 0.0)
+    pivot = float(np.linalg.norm(X[p[:, 0]] - X[p[:, 1]], axis=1).mean()) if len(y) else 0.0
+    fit = RatingFit(X, o, ls, float(theta[-1]), pivot, hyper, hyper)
+    fit.estimated = estimate_hyper(fit, n_items, p, y, r, n_raters)
+    return fit
+
+
+def estimate_hyper(fit: RatingFit, n_items: int, pairs: np.ndarray, values: np.ndarray, raters: np.ndarray,
+                   n_raters: int) -> Hyper:
+    """The spreads the fitted model suggests (empirical Bayes by moments): the residuals' SD; raters'
+    offsets and log slopes, their fitted spread plus what their shrinkage took off; the pairs' residual
+    means' spread less the part their own noise explains."""
+    if len(values) < 2:
+        return fit.hyper
+    g = np.exp(fit.log_slopes[raters])
+    pred = fit.centre + fit.offsets[raters] + g * (fit.space(pairs) - fit.centre)
+    e = values - pred
+    noise = max(float(np.sqrt(np.mean(e * e))), MIN_SPREAD)
+    counts = np.bincount(raters, minlength=n_raters + 1)[:n_raters]
+    seen = counts > 0
+    out = Hyper(noise=noise, offset=fit.hyper.offset, log_slope=fit.hyper.log_slope, residual=fit.hyper.residual)
+    if seen.sum() >= 5:
+        post_o = 1.0 / (counts[seen] / noise**2 + 1.0 / max(fit.hyper.offset, MIN_SPREAD) ** 2)
+        out.offset = max(float(np.sqrt(np.mean(fit.offsets[:n_raters][seen] ** 2 + post_o))), MIN_SPREAD)
+        # a slope is only seen through the spread of the space's distances a rater rated
+        spread2 = max(float(np.var(fit.space(pairs))), MIN_SPREAD**2)
+        post_l = 1.0 / (counts[seen] * spread2 / noise**2 + 1.0 / max(fit.hyper.log_slope, MIN_SPREAD) ** 2)
+        out.log_slope = max(float(np.sqrt(np.mean(fit.log_slopes[:n_raters][seen] ** 2 + post_l))), MIN_SPREAD)
+    code = pairs[:, 0] * n_items + pairs[:, 1]
+    uniq, inv, cnt = np.unique(code, return_inverse=True, return_counts=True)
+    if len(uniq) >= 10:
+        u = np.bincount(inv, weights=e / g) / cnt
+        out.residual = max(float(np.sqrt(max(np.mean(u * u) - np.mean(noise**2 / cnt), 0.0))), MIN_SPREAD)
+    return out

@@ -1,0 +1,354 @@
+"""Pooled ratings: a rating learner that is good at every budget. Every rating informs a fitted space
+of the items (so a pair never asked still has an estimate), each rater's offset and slope are fitted
+and taken out of their ratings, each pair's own mean is shrunk toward the space, and the next pairs are
+those most likely to change some item's best neighbour (top-two Thompson sampling among each item's
+shortlist), with a share of uniformly random pairs. Numpy only; must never import Flask, Redis, RQ,
+``webapp`` or ``workers``.
+"""
+from __future__ import annotations
+
+import numbers
+from collections.abc import Hashable, Sequence
+from typing import Any, Self
+
+import numpy as np
+
+from ..graph import NO_NEIGHBOR, NeighborGraph
+from ..utils import (
+    RandomState,
+    check_n_items,
+    check_random_state,
+    counters_state,
+    generator_state,
+    load_counters,
+    planner_from_state,
+    store_params,
+)
+from .fits import FitTask, fit_arrays, fit_from_arrays, run_fit
+from .log import UNKNOWN_RATER, RatingLog
+from .model import PRIOR_NOISE, Hyper, RatingFit
+
+#: before the first fit, the spread of pair means around the ratings' mean (distance units: 0.7
+#: points of a 1-9 scale)
+PRIOR_PAIR_SD = 0.09
+#: draws per item that weigh how likely its current best neighbour is to change
+HEAD_DRAWS = 32
+#: the least weight an item's questions get (an item whose neighbour looks settled is still checked)
+HEAD_FLOOR = 0.02
+
+
+class PooledRatings:
+    """Anytime nearest-neighbour learner from similarity ratings.
+
+    Parameters
+    ----------
+    n_items : int
+    random_state : None, int or numpy Generator
+    dim : int, default 4
+        Dimensions of the fitted space.
+    warmup : float, default 3
+        Uniformly random ratings per item before the first fit.
+    explore : float, default 0.1
+        Share of later questions asked as uniformly random pairs (keeps the space right everywhere,
+        and keeps the learner near random pairs where its model misleads it).
+    shortlist : int, default 10
+        Candidates per item (nearest by the current estimates) its questions are chosen among.
+    refit_growth : float, default 0.25
+        Refit when the ratings have grown by this share since the last fit.
+
+    ``observe`` takes ``(i, j, d)`` or ``(i, j, d, rater)`` rows: d the rating mapped to a distance in
+    [0, 1] (0 = very alike), rater any hashable id of who answered (its offset and slope are fitted).
+
+    Attributes
+    ----------
+    pool, fitter :
+        As :class:`engine.graph.RefitsBeside`: with ``pool`` set and a ``fitter`` (the worker's fit
+        process) each refit is handed over as a :class:`~engine.ratings.fits.FitTask` and put in place
+        by the first call after it is ready; calls in between use the previous fit and every rating
+        since (each pair's mean is updated at once). Neither is saved.
+    """
+
+    VERSION = 1
+    _COUNTERS = ("n_answers", "n_issued", "n_fits", "fitted_on")
+
+    def __init__(self, n_items: int, random_state: RandomState = None, dim: int = 4, warmup: float = 3.0,
+                 explore: float = 0.1, shortlist: int = 10, refit_growth: float = 0.25) -> None:
+        store_params(self, locals())
+        self.n_items = check_n_items(n_items)
+        if self.n_items < 2:
+            raise ValueError("a rating learner needs at least 2 items")
+        self._check_params()
+        self.pool = False
+        self.fitter = None
+        self._fit_running: tuple | None = None
+        self.rng_ = check_random_state(random_state)
+        self.log_ = RatingLog()
+        self.fit_: RatingFit | None = None
+        self.fit_job_: dict | None = None  # the refit under way: {"answers", "seed"}
+        load_counters(self, self._COUNTERS)
+        self._stats: tuple[np.ndarray, np.ndarray] | None = None  # (counts, sums) per pair, never saved
+
+    def _check_params(self) -> None:
+        def integer(name: str, lo: int) -> None:
+            v = getattr(self, name)
+            if not isinstance(v, (numbers.Integral, np.integer)) or isinstance(v, bool) or v < lo:
+                raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+
+        def real(name: str, lo: float, hi: float) -> None:
+            v = getattr(self, name)
+            if not isinstance(v, numbers.Real) or isinstance(v, bool) or not lo <= v <= hi:
+                raise ValueError(f"{name} must be a number in [{lo}, {hi}], got {v!r}")
+
+        integer("dim", 1)
+        integer("shortlist", 2)
+        real("warmup", 0, 1e6)
+        real("explore", 0, 1)
+        real("refit_growth", 1e-9, 1e6)
+
+    def get_params(self) -> dict:
+        return {"dim": self.dim, "warmup": self.warmup, "explore": self.explore, "shortlist": self.shortlist,
+                "refit_growth": self.refit_growth}
+
+    # ------------------------------------------------------------------ answers
+    @property
+    def done(self) -> bool:
+        """An anytime learner: never done (the study's budget ends it)."""
+        return False
+
+    def observe(self, answers: Sequence[Sequence[Any]]) -> None:
+        """Apply ``(i, j, d)`` or ``(i, j, d, rater)`` rows (d in [0, 1], 0 = alike)."""
+        if not len(answers):
+            return
+        n = self.n_items
+        pairs = np.empty((len(answers), 2), np.int64)
+        values = np.empty(len(answers))
+        raters: list[Hashable] = []
+        for t, row in enumerate(answers):
+            if len(row) not in (3, 4):
+                raise ValueError(f"a rating answer is (i, j, d) or (i, j, d, rater), got {row!r}")
+            i, j, d = int(row[0]), int(row[1]), float(row[2])
+            if not (0 <= i < n and 0 <= j < n) or i == j:
+                raise ValueError(f"a rating answer needs two distinct items in [0, {n}), got {row!r}")
+            if not np.isfinite(d) or not 0.0 <= d <= 1.0:
+                raise ValueError(f"a rating answer's distance must lie in [0, 1], got {row!r}")
+            pairs[t] = (i, j)
+            values[t] = d
+            raters.append(row[3] if len(row) == 4 else None)
+        start, stop = self.log_.add(pairs, values, raters)
+        if self._stats is not None:
+            self._add_stats(start, stop)
+        self.n_answers_ += len(values)
+
+    def forget(self, questions: Sequence[Sequence[Any]]) -> int:
+        """Nothing is held for questions never answered (each is chosen afresh): releases none."""
+        return 0
+
+    # ------------------------------------------------------------------ estimates
+    def _corrected(self, start: int, stop: int) -> np.ndarray:
+        values = self.log_.values[start:stop]
+        if self.fit_ is None:
+            return values
+        raters = self.log_.raters[start:stop]
+        return self.fit_.corrected(values, np.where(raters == UNKNOWN_RATER, len(self.fit_.offsets), raters))
+
+    def _add_stats(self, start: int, stop: int) -> None:
+        counts, sums = self._stats
+        p = self.log_.pairs[start:stop]
+        z = self._corrected(start, stop)
+        n = self.n_items
+        for a, b in ((0, 1), (1, 0)):
+            code = p[:, a] * n + p[:, b]
+            counts.ravel()[:] += np.bincount(code, minlength=n * n)
+            sums.ravel()[:] += np.bincount(code, weights=z, minlength=n * n)
+
+    def _pair_stats(self) -> tuple[np.ndarray, np.ndarray]:
+        """(counts, sums of the ratings as the average rater's), both (n_items, n_items), symmetric."""
+        if self._stats is None:
+            n = self.n_items
+            self._stats = (np.zeros((n, n)), np.zeros((n, n)))
+            self._add_stats(0, len(self.log_))
+        return self._stats
+
+    def estimates(self) -> tuple[np.ndarray, np.ndarray]:
+        """(distances, their variances), both (n_items, n_items): each pair's mean rating (the raters'
+        offsets and slopes taken out) shrunk toward the space's distance (before a fit: the mean of
+        all ratings), by how many ratings it has against how far pairs stray from the space.
+        Diagonal: inf."""
+        counts, sums = self._pair_stats()
+        fit = self.fit_
+        if fit is None:
+            values = self.log_.values
+            prior = np.full(counts.shape, float(values.mean()) if len(values) else 0.5)
+            noise, spread2 = PRIOR_NOISE, np.full(counts.shape, PRIOR_PAIR_SD**2)
+        else:
+            prior = fit.space()
+            noise = fit.estimated.noise
+            # the space is less sure of items it has placed with few ratings
+            per_item = np.bincount(self.log_.pairs[: self.fitted_on_].ravel(), minlength=self.n_items) + 1.0
+            item_var = noise**2 * (self.dim + 1) / per_item
+            spread2 = fit.estimated.residual**2 + 0.5 * (item_var[:, None] + item_var[None, :])
+        precision = 1.0 / spread2 + counts / noise**2
+        mean = (prior / spread2 + sums / noise**2) / precision
+        var = 1.0 / precision
+        np.fill_diagonal(mean, np.inf)
+        return mean, var
+
+    def neighbor_graph(self, k: int = 1) -> NeighborGraph:
+        """Each item's ``k`` nearest by :meth:`estimates` (uncertified: the learner gives no certificate;
+        ``lower``/``upper`` two standard deviations either side)."""
+        k = int(k)
+        n = self.n_items
+        mean, var = self.estimates()
+        kk = min(k, n - 1)
+        order = np.argsort(mean, axis=1, kind="stable")[:, :kk]
+        est = np.take_along_axis(mean, order, axis=1)
+        sd = np.sqrt(np.take_along_axis(var, order, axis=1))
+        counts = np.take_along_axis(self._pair_stats()[0], order, axis=1).astype(np.int64)
+        if len(self.log_) == 0:
+            order = np.full((n, kk), NO_NEIGHBOR, np.int64)
+        nb = np.full((n, k), NO_NEIGHBOR, np.int64)
+        nb[:, :kk] = order
+        pad = np.full((n, k), np.nan)
+        e, lo, hi, c = pad.copy(), pad.copy(), pad.copy(), np.zeros((n, k), np.int64)
+        e[:, :kk], lo[:, :kk], hi[:, :kk], c[:, :kk] = est, est - 2 * sd, est + 2 * sd, counts
+        has = nb != NO_NEIGHBOR
+        e[~has] = lo[~has] = hi[~has] = np.nan
+        return NeighborGraph(nb, np.zeros(n, bool), e, lo, hi, c)
+
+    def current_neighbors(self) -> np.ndarray:
+        return self.neighbor_graph(1).neighbors[:, 0]
+
+    def result(self) -> NeighborGraph:
+        return self.neighbor_graph(1)
+
+    def embedding(self) -> np.ndarray | None:
+        """The fitted space (n_items, dim), None before the first fit."""
+        return None if self.fit_ is None else self.fit_.points.copy()
+
+    def progress(self) -> dict:
+        return {"answers": int(self.n_answers_), "questions_issued": int(self.n_issued_), "done": False,
+                "items_certified": 0, "n_items": self.n_items, "fits": int(self.n_fits_),
+                "raters": self.log_.n_raters}
+
+    # ------------------------------------------------------------------ questions
+    def _random_pairs(self, m: int) -> np.ndarray:
+        n = self.n_items
+        i = self.rng_.integers(n, size=m)
+        j = (i + 1 + self.rng_.integers(n - 1, size=m)) % n
+        return np.column_stack([i, j])
+
+    def next_questions(self, budget: int) -> list[tuple[int, int]]:
+        """Up to ``budget`` pairs ``(i, j)``: during the warmup uniformly random; then an ``explore``
+        share uniformly random and the rest where an item's best neighbour is least settled: the item
+        drawn by how likely its best is to change, and (top-two Thompson sampling) the best of its
+        shortlist under one draw of the estimates or, half the time, the best of another draw but that."""
+        budget = int(budget)
+        if budget <= 0:
+            return []
+        self.refresh_if_due()
+        if self.n_answers_ < self.warmup * self.n_items or self.fit_ is None:
+            pairs = self._random_pairs(budget)
+        else:
+            n_random = int(self.rng_.binomial(budget, self.explore))
+            pairs = np.concatenate([self._random_pairs(n_random), self._adaptive_pairs(budget - n_random)])
+            pairs = pairs[self.rng_.permutation(len(pairs))]
+        self.n_issued_ += len(pairs)
+        return [(int(i), int(j)) for i, j in pairs]
+
+    def _adaptive_pairs(self, m: int) -> np.ndarray:
+        if m <= 0:
+            return np.empty((0, 2), np.int64)
+        n = self.n_items
+        mean, var = self.estimates()
+        s = min(self.shortlist, n - 1)
+        cand = np.argpartition(mean, s - 1, axis=1)[:, :s]
+        mu = np.take_along_axis(mean, cand, axis=1)
+        sd = np.sqrt(np.take_along_axis(var, cand, axis=1))
+        rng = self.rng_
+        lead = np.argmin(mu, axis=1)
+        wins = np.argmin(mu[None] + sd[None] * rng.standard_normal((HEAD_DRAWS, n, s)), axis=2)
+        weight = 1.0 - np.mean(wins == lead[None], axis=0) + HEAD_FLOOR
+        heads = rng.choice(n, size=m, p=weight / weight.sum())
+        first = mu[heads] + sd[heads] * rng.standard_normal((m, s))
+        second = mu[heads] + sd[heads] * rng.standard_normal((m, s))
+        a = np.argmin(first, axis=1)
+        second[np.arange(m), a] = np.inf
+        b = np.argmin(second, axis=1)
+        pick = np.where(rng.random(m) < 0.5, a, b)
+        return np.column_stack([heads, cand[heads, pick]])
+
+    # ------------------------------------------------------------------ refits
+    def _needs_refit(self) -> bool:
+        if self.fit_job_ is not None:
+            return True
+        if self.n_fits_ == 0:
+            return len(self.log_) >= max(self.warmup * self.n_items, 2)
+        return len(self.log_) >= self.fitted_on_ * (1.0 + self.refit_growth) + 1
+
+    def refresh_if_due(self) -> None:
+        """Refit if the ratings call for it: to the end here, or handed to the ``fitter`` of a live pool
+        (put in place by a later call once ready)."""
+        if not self._needs_refit():
+            return
+        if self.fit_job_ is None:
+            self.fit_job_ = {"answers": int(len(self.log_)), "seed": int(self.rng_.integers(2**31 - 1))}
+        task = self._fit_task()
+        if self.fitter is None or not self.pool:
+            self._take_fit(run_fit(task))
+            return
+        running = self._fit_running
+        if running is None or running[0] != task.key:
+            running = self._fit_running = (task.key, self.fitter.fit(task))
+        if running[1].done():
+            self._fit_running = None
+            self._take_fit(running[1].result())  # a failed fit raises here: the pass fails and says why
+
+    def _fit_task(self) -> FitTask:
+        job = self.fit_job_
+        t = int(job["answers"])
+        log = self.log_
+        hyper = self.fit_.estimated.to_list() if self.fit_ is not None else Hyper().to_list()
+        return FitTask(self.n_items, int(self.dim), log.pairs[:t].copy(), log.values[:t].copy(),
+                       log.raters[:t].copy(), log.n_raters,
+                       None if self.fit_ is None else fit_arrays(self.fit_),
+                       tuple(hyper), int(job["seed"]))
+
+    def _take_fit(self, arrays: dict) -> None:
+        self.fit_ = fit_from_arrays(arrays)
+        self.fitted_on_ = int(self.fit_job_["answers"])
+        self.fit_job_ = None
+        self.n_fits_ += 1
+        self._stats = None  # every rating re-read with the raters' new offsets and slopes
+
+    def settle_fit(self) -> bool:
+        """Put a refit that finished beside the calls in place (or hand over one that is due); True if
+        a fit was put in place."""
+        before = self.n_fits_
+        if self.fitter is not None and self.pool and self._needs_refit():
+            self.refresh_if_due()
+        return self.n_fits_ != before
+
+    def fit_ready(self) -> bool | None:
+        running = self._fit_running
+        if running is None or self.fit_job_ is None or self.fitter is None or not self.pool:
+            return None
+        return bool(running[1].done())
+
+    # ------------------------------------------------------------------ state
+    def to_state(self) -> dict:
+        return {"class": type(self).__name__, "version": self.VERSION, "n_items": self.n_items,
+                "params": self.get_params(), "rng": generator_state(self.rng_), **self.log_.to_state(),
+                "fit": None if self.fit_ is None else {k: (v.copy() if isinstance(v, np.ndarray) else v)
+                                                       for k, v in fit_arrays(self.fit_).items()},
+                "fit_job": None if self.fit_job_ is None else dict(self.fit_job_),
+                **counters_state(self, self._COUNTERS)}
+
+    @classmethod
+    def from_state(cls, state: dict) -> Self:
+        p = planner_from_state(cls, state)
+        p.log_ = RatingLog.from_state(state)
+        p.fit_ = None if state["fit"] is None else fit_from_arrays(state["fit"])
+        job = state["fit_job"]
+        p.fit_job_ = None if job is None else {k: int(v) for k, v in job.items()}
+        load_counters(p, cls._COUNTERS, state)
+        return p

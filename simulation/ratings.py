@@ -1,0 +1,224 @@
+"""Simulated similarity ratings as noisy as people's: a truth of mean ratings with near-ties, raters who
+each use the scale their own way (an offset and a spread), and a large per-rating noise, all on a
+1–9-like scale; the statistics that describe a table of ratings; and the same model fitted to a pilot.
+
+The defaults reproduce what a table of real ratings showed (30 items, 253 ratings of every pair by 253
+people, 1–9): one rating's spread around its pair's mean SD 2.2 points, the pair means' SD 0.7 (2.5 to
+6.9), people's mean ratings SD 1.0, an item's best and second-best neighbour a median 0.12 rating-SDs
+apart and under 0.05 SDs for 17% of items (:func:`rating_statistics`). Imports the engine, never Flask,
+Redis, RQ, ``workers`` or ``webapp``. ``means`` ndarray of shape (n_items, n_items), symmetric: the
+rating of a pair by the average rater (higher = more alike); ratings map to distances in [0, 1] as a
+rating study maps its scale (:meth:`RatingScale.distance`).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy.spatial.distance import pdist, squareform
+
+from engine.utils import RandomState, check_random_state
+
+#: Figures of the table of real ratings the defaults are fitted to (see the module docstring).
+REAL_RATINGS = {"rating_sd": 2.2, "pair_mean_sd": 0.7, "pair_mean_min": 2.5, "pair_mean_max": 6.9,
+                "rater_mean_sd": 1.0, "gap_median": 0.12, "gap_under_0.05": 0.17}
+
+
+@dataclass(frozen=True)
+class RatingScale:
+    """A rating scale from ``low`` (very different) to ``high`` (very alike) in steps of ``step``."""
+
+    low: float = 1.0
+    high: float = 9.0
+    step: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.high > self.low or self.step < 0:
+            raise ValueError("a rating scale needs high > low and step >= 0")
+
+    def snap(self, values: np.ndarray) -> np.ndarray:
+        v = np.clip(values, self.low, self.high)
+        if self.step:
+            v = self.low + np.round((v - self.low) / self.step) * self.step
+        return np.clip(v, self.low, self.high)
+
+    def distance(self, values: ArrayLike) -> np.ndarray:
+        """The distance in [0, 1] a rating study gives a rating: 0 for ``high``, 1 for ``low``."""
+        v = np.asarray(values, np.float64)
+        return np.clip(1.0 - (v - self.low) / (self.high - self.low), 0.0, 1.0)
+
+    @property
+    def middle(self) -> float:
+        return 0.5 * (self.low + self.high)
+
+
+@dataclass(frozen=True)
+class RatingNoise:
+    """How people turn a pair's mean rating m into one rating, in points of the scale:
+    round(middle + offset + slope·(m − middle) + N(0, ``noise_sd``²)), clipped to the scale, where each
+    rater draws offset ~ N(0, ``offset_sd``²) and log(slope) ~ N(0, ``slope_sd``²) once.
+    ``per_rater`` ratings in a row come from one rater (a rater's session)."""
+
+    noise_sd: float = 2.15
+    offset_sd: float = 1.05
+    slope_sd: float = 0.3
+    per_rater: int = 100
+    scale: RatingScale = RatingScale()
+
+    def __post_init__(self) -> None:
+        if min(self.noise_sd, self.offset_sd, self.slope_sd) < 0 or self.per_rater < 1:
+            raise ValueError("noise, offset and slope SDs must be >= 0 and per_rater >= 1")
+
+
+#: the default truth: items in a latent space of this many dimensions, plus this share of the pair
+#: means' variance that no space explains (pair-specific impressions)
+LATENT_DIM = 6
+RESIDUAL_SHARE = 0.45
+#: the pair means' mean and SD, points of a 1-9 scale
+MEAN_RATING, MEAN_SD = 4.1, 0.7
+#: the length scale of the fall, as a share of the median distance
+TAIL = 0.7
+
+
+def latent_means(n_items: int, dim: int = LATENT_DIM, residual: float = RESIDUAL_SHARE, mean: float = MEAN_RATING,
+                 sd: float = MEAN_SD, random_state: RandomState = None) -> np.ndarray:
+    """A truth of mean ratings: Gaussian points in ``dim`` dimensions, the rating falling with their
+    distance, plus a symmetric pair-specific part carrying ``residual`` of the variance; rescaled to
+    ``mean`` and ``sd`` over the pairs. Returns ``means`` (diagonal: the scale's top, never read)."""
+    rng = check_random_state(random_state)
+    X = rng.normal(size=(n_items, dim))
+    d = pdist(X)
+    # a rating falls fast from the nearest pairs, then levels off: a few pairs stand out as alike
+    structured = np.exp(-d / (TAIL * np.median(d)))
+    structured = (structured - structured.mean()) / structured.std()
+    noise = rng.normal(size=d.shape)
+    v = np.sqrt(1.0 - residual) * structured + np.sqrt(residual) * noise
+    v = mean + sd * (v - v.mean()) / v.std()
+    M = squareform(v)
+    np.fill_diagonal(M, 9.0)
+    return M
+
+
+class RatingSimulator:
+    """Raters answering pairs ``(i, j)`` of a truth of ``means`` with :class:`RatingNoise`.
+
+    :meth:`answer` gives ``(i, j, d, rater)`` rows (the distance a study maps the rating to, and the
+    rater's id), the rows a rating learner observes; raters take turns, ``per_rater`` ratings each."""
+
+    def __init__(self, means: ArrayLike, noise: RatingNoise = RatingNoise(), random_state: RandomState = None) -> None:
+        self.means = np.asarray(means, np.float64)
+        if self.means.ndim != 2 or self.means.shape[0] != self.means.shape[1]:
+            raise ValueError("means must be a square matrix")
+        self.noise = noise
+        self.rng = check_random_state(random_state)
+        self.n_given = 0
+        self._offsets: list[float] = []
+        self._slopes: list[float] = []
+
+    @property
+    def n_items(self) -> int:
+        return self.means.shape[0]
+
+    @property
+    def distances(self) -> np.ndarray:
+        """The truth as distances (the average rater's mean rating, mapped as a study maps it)."""
+        D = self.noise.scale.distance(self.means)
+        np.fill_diagonal(D, 0.0)
+        return D
+
+    def _rater_params(self, raters: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        while len(self._offsets) <= int(raters.max(initial=0)):
+            self._offsets.append(float(self.rng.normal(0.0, self.noise.offset_sd)))
+            self._slopes.append(float(np.exp(self.rng.normal(0.0, self.noise.slope_sd))))
+        return np.asarray(self._offsets)[raters], np.asarray(self._slopes)[raters]
+
+    def ratings(self, pairs: ArrayLike, raters: ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(ratings on the scale, rater ids) for ``pairs`` (T, 2); raters by turns unless given."""
+        p = np.asarray(pairs, np.int64).reshape(-1, 2)
+        if raters is None:
+            raters = (self.n_given + np.arange(len(p))) // self.noise.per_rater
+            self.n_given += len(p)
+        raters = np.asarray(raters, np.int64)
+        offset, slope = self._rater_params(raters)
+        mid = self.noise.scale.middle
+        m = self.means[p[:, 0], p[:, 1]]
+        raw = mid + offset + slope * (m - mid) + self.rng.normal(0.0, self.noise.noise_sd, len(p))
+        return self.noise.scale.snap(raw), raters
+
+    def answer(self, pairs: Sequence[Sequence[int]]) -> list[tuple[int, int, float, int]]:
+        """``(i, j, d, rater)`` rows: d the rating mapped to a distance in [0, 1]."""
+        p = np.asarray(pairs, np.int64).reshape(-1, 2)
+        values, raters = self.ratings(p)
+        d = self.noise.scale.distance(values)
+        return [(int(i), int(j), float(x), int(r)) for (i, j), x, r in zip(p, d, raters, strict=True)]
+
+    def heldout_means(self, n_raters: int = 253, random_state: RandomState = None) -> np.ndarray:
+        """The truth as a study of real ratings holds it out: every pair's mean rating by ``n_raters``
+        other raters (with their own offsets, slopes and noise), of shape (n_items, n_items)."""
+        other = RatingSimulator(self.means, self.noise, random_state=random_state)
+        M = squareform(other.full_table(n_raters).mean(axis=0))
+        np.fill_diagonal(M, self.noise.scale.high)
+        return M
+
+    def full_table(self, n_raters: int) -> np.ndarray:
+        """Every pair rated by each of ``n_raters`` raters: ratings of shape (n_raters, n_pairs), the
+        pairs in ``np.triu_indices(n_items, 1)`` order (the layout of a complete rating study)."""
+        iu = np.triu_indices(self.n_items, 1)
+        pairs = np.column_stack(iu)
+        raters = np.repeat(np.arange(n_raters), len(pairs)) + len(self._offsets)
+        values, _ = self.ratings(np.tile(pairs, (n_raters, 1)), raters)
+        return values.reshape(n_raters, len(pairs))
+
+
+def realistic_simulator(n_items: int, random_state: RandomState = None, **noise: float) -> RatingSimulator:
+    """A simulator of ``n_items`` items at the default figures (:data:`REAL_RATINGS`)."""
+    rng = check_random_state(random_state)
+    return RatingSimulator(latent_means(n_items, random_state=rng), RatingNoise(**noise), random_state=rng)
+
+
+def rating_statistics(table: ArrayLike, n_items: int, rating_sd: float | None = None) -> dict[str, float]:
+    """The figures of :data:`REAL_RATINGS` for a complete table of ratings (raters, pairs in
+    ``np.triu_indices`` order): spreads of ratings around their pair's mean, of pair means and of rater
+    means, and the gaps between each item's two highest pair means in rating SDs (``rating_sd``, default
+    the table's own)."""
+    t = np.asarray(table, np.float64)
+    pair_means = t.mean(axis=0)
+    sd = float(np.sqrt(np.mean((t - pair_means) ** 2)))
+    M = squareform(pair_means)
+    np.fill_diagonal(M, -np.inf)
+    top = -np.sort(-M, axis=1)
+    gaps = (top[:, 0] - top[:, 1]) / (rating_sd or sd)
+    return {"rating_sd": sd, "pair_mean_sd": float(pair_means.std()), "pair_mean_min": float(pair_means.min()),
+            "pair_mean_max": float(pair_means.max()), "rater_mean_sd": float(t.mean(axis=1).std()),
+            "gap_median": float(np.median(gaps)), "gap_under_0.05": float(np.mean(gaps < 0.05))}
+
+
+def fit_from_pilot(pairs: ArrayLike, values: ArrayLike, raters: Sequence, n_items: int,
+                   scale: RatingScale = RatingScale(), dim: int = 3, random_state: RandomState = 0
+                   ) -> tuple[np.ndarray, RatingNoise]:
+    """A truth and a noise model fitted to a pilot's ratings (``pairs`` (T, 2), ``values`` on ``scale``,
+    ``raters`` one id per rating): the rating model of :mod:`engine.ratings` (a ``dim``-dimensional space,
+    each rater's offset and slope, per-pair residuals shrunk to it) gives the truth of mean ratings (every
+    pair, the unasked ones from the space) and the noise: per-rating SD from the residuals, offset and
+    log-slope SDs from the raters' fitted values (raters with fewer than 20 ratings left out: their fits
+    are shrunk). Returns (means, noise)."""
+    from engine.ratings import fit_ratings
+
+    p = np.asarray(pairs, np.int64).reshape(-1, 2)
+    v = np.asarray(values, np.float64)
+    codes: dict = {}
+    r = np.array([codes.setdefault(x, len(codes)) for x in raters], np.int64)
+    span = scale.high - scale.low
+    fit = fit_ratings(n_items, p, scale.distance(v), r, len(codes), dim=dim, random_state=random_state)
+    D = fit.distances()
+    means = scale.high - span * D
+    np.fill_diagonal(means, scale.high)
+    counts = np.bincount(r, minlength=len(codes))
+    seen = counts >= 20
+    offsets = -span * fit.offsets[: len(codes)][seen]  # a distance offset up is a rating offset down
+    log_slopes = fit.log_slopes[: len(codes)][seen]
+    noise = RatingNoise(noise_sd=float(span * fit.noise_sd), offset_sd=float(offsets.std()) if seen.any() else 0.0,
+                        slope_sd=float(log_slopes.std()) if seen.any() else 0.0, scale=scale)
+    return means, noise

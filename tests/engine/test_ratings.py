@@ -1,0 +1,206 @@
+"""Pooled ratings (engine.ratings): the model takes raters' offsets and slopes out, pools pairs through its
+space, chooses pairs where an item's neighbour is unsettled, round-trips its state and refits beside the
+calls as duels does."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy.spatial.distance import cdist
+
+from engine.graph import RefitsBeside
+from engine.planners import make_planner, restore_planner
+from engine.ratings import FitTask, PooledRatings, fit_ratings
+from engine.registry import ALGORITHMS, drive_as_pool, warning_for
+from simulation.ratings import RatingNoise, RatingSimulator, latent_means
+
+
+def _simulated(n=20, seed=0, **noise):
+    return RatingSimulator(latent_means(n, random_state=seed), RatingNoise(**noise), random_state=seed + 1)
+
+
+def _truth_nn(sim):
+    M = sim.means.copy()
+    np.fill_diagonal(M, -np.inf)
+    return M.argmax(axis=1)
+
+
+def _drive(planner, sim, per_item, batch=None, rows=lambda r: r):
+    n = sim.n_items
+    total = 0
+    while total < per_item * n:
+        q = planner.next_questions(min(batch or n, per_item * n - total))
+        planner.observe(rows(sim.answer(q)))
+        total += len(q)
+    return planner
+
+
+def test_fit_recovers_rater_offsets_and_slopes():
+    # raters who rate everything higher or spread their ratings wider: the fit finds both
+    rng = np.random.default_rng(0)
+    n, n_raters = 15, 12
+    X = rng.normal(size=(n, 2))
+    D = cdist(X, X) / 4
+    offsets = rng.normal(0, 0.1, n_raters)
+    slopes = np.exp(rng.normal(0, 0.3, n_raters))
+    pairs = np.array([rng.choice(n, 2, replace=False) for _ in range(6000)])
+    raters = rng.integers(n_raters, size=len(pairs))
+    d = D[pairs[:, 0], pairs[:, 1]]
+    # a slope turns a rater's ratings about the middle of the distances (an offset moves them)
+    values = 0.5 + offsets[raters] + slopes[raters] * (d - d.mean()) + rng.normal(0, 0.05, len(pairs))
+    fit = fit_ratings(n, pairs, values, raters, n_raters, dim=2, random_state=0)
+    off = fit.offsets[:n_raters]
+    assert np.corrcoef(off, offsets)[0, 1] > 0.9
+    assert np.corrcoef(fit.log_slopes[:n_raters], np.log(slopes))[0, 1] > 0.9
+    assert fit.estimated.noise == pytest.approx(0.05, rel=0.2)
+
+
+def test_rater_ids_take_the_raters_offsets_out():
+    # a harsh and a lenient rater split the pairs between them; named, their offsets come out and the
+    # neighbours are found; anonymous, the rater's offset decides which pair looks closest
+    n = 12
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(n, 2))
+    D = cdist(X, X)
+    D = 0.25 + 0.5 * D / D.max()
+    nn = np.where(np.eye(n, dtype=bool), np.inf, D).argmin(axis=1)
+
+    def rows(named):
+        out = []
+        for _ in range(40):
+            for i in range(n):
+                for j in range(i + 1, n):
+                    rater = (3 * i + j) % 2  # each pair always by the same rater
+                    d = D[i, j] + (0.15 if rater else -0.15) + rng.normal(0, 0.02)
+                    out.append((i, j, float(np.clip(d, 0, 1)), *(("harsh" if rater else "lenient",) if named else ())))
+        return out
+
+    named = PooledRatings(n, random_state=0, dim=2, warmup=0)
+    named.observe(rows(True))
+    named.next_questions(1)  # refits
+    anonymous = PooledRatings(n, random_state=0, dim=2, warmup=0)
+    anonymous.observe(rows(False))
+    anonymous.next_questions(1)
+    assert (named.current_neighbors() == nn).mean() >= 0.9
+    assert (anonymous.current_neighbors() == nn).mean() < (named.current_neighbors() == nn).mean()
+
+
+def test_questions_go_to_the_items_whose_neighbour_is_unsettled():
+    sim = _simulated(n=20, seed=1)
+    p = _drive(PooledRatings(20, random_state=0, explore=0.0), sim, 30)
+    q = np.array(p.next_questions(2000))
+    mean, _ = p.estimates()
+    # most adaptive questions pair an item with one of its closest few by the estimates
+    rank = np.argsort(np.argsort(mean, axis=1), axis=1)
+    assert np.mean(rank[q[:, 0], q[:, 1]] < 5) > 0.8
+
+
+def test_pooled_beats_random_pairs_on_realistic_ratings():
+    n = 30
+    hits = {"pooled": [], "random": []}
+    for seed in range(2):
+        sim = RatingSimulator(latent_means(n, random_state=seed), RatingNoise(), random_state=seed + 5)
+        nn = _truth_nn(sim)
+        M = sim.means.copy()
+        np.fill_diagonal(M, -np.inf)
+        top3 = np.argsort(-M, axis=1)[:, :3]
+        for name in hits:
+            p = make_planner(name, n, question_kind="rating", random_state=seed)
+            sim.n_given = 0
+            _drive(p, sim, 200, rows=(lambda r: r) if ALGORITHMS[name].takes_raters else (lambda r: [x[:3] for x in r]))
+            picks = p.neighbor_graph(1).neighbors[:, 0]
+            hits[name].append(np.mean([picks[i] in top3[i] for i in range(n)]))
+        assert nn.shape == (n,)
+    assert np.mean(hits["pooled"]) > np.mean(hits["random"]) + 0.1
+
+
+def test_state_round_trips_through_json_and_asks_the_same():
+    sim = _simulated(n=15, seed=2)
+    p = _drive(PooledRatings(15, random_state=4), sim, 12)
+    p.observe([(0, 1, 0.5, ("a", 1)), (2, 3, 0.25, 7)])  # any hashable rater id
+    state = p.to_state()
+    text = json.dumps(state, default=lambda a: a.tolist())
+    q = restore_planner(json.loads(text))
+    assert isinstance(q, PooledRatings) and q.progress() == p.progress()
+    np.testing.assert_allclose(q.estimates()[0], p.estimates()[0])
+    assert q.next_questions(40) == p.next_questions(40)
+    rows = sim.answer(p.next_questions(30))
+    q.next_questions(30)
+    p.observe(rows)
+    q.observe(rows)
+    assert q.next_questions(40) == p.next_questions(40)
+    assert (q.current_neighbors() == p.current_neighbors()).all()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_state_round_trip_holds_at_any_point(seed):
+    # property: saved after any number of ratings (before, during and after fits), a restored learner
+    # has the same estimates and asks the same pairs
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 14))
+    sim = _simulated(n=n, seed=seed)
+    p = PooledRatings(n, random_state=seed, warmup=float(rng.uniform(0, 4)), dim=int(rng.integers(1, 4)))
+    for _ in range(int(rng.integers(0, 6))):
+        p.observe(sim.answer(p.next_questions(int(rng.integers(1, 3 * n)))))
+    q = PooledRatings.from_state(p.to_state())
+    np.testing.assert_allclose(q.estimates()[0], p.estimates()[0])
+    assert q.next_questions(10) == p.next_questions(10)
+
+
+class _Later:
+    """A fitter whose fits are ready only when told."""
+
+    def __init__(self):
+        self.tasks, self.ready = [], False
+
+    def fit(self, task):
+        self.tasks.append(task)
+        fitter = self
+
+        class Future:
+            def done(self):
+                return fitter.ready
+
+            def result(self):
+                return task.run()
+
+        return Future()
+
+
+def test_refits_run_beside_the_calls_in_a_live_pool():
+    sim = _simulated(n=15, seed=3)
+    p = make_planner("pooled", 15, question_kind="rating", random_state=0)
+    inline = make_planner("pooled", 15, question_kind="rating", random_state=0)
+    assert isinstance(p, RefitsBeside)
+    fitter = _Later()
+    drive_as_pool(p, fitter)
+    rows = sim.answer(p.next_questions(60))
+    assert inline.next_questions(60) == [r[:2] for r in rows]
+    p.observe(rows)  # past the warmup: a refit is due
+    inline.observe(rows)
+    p.next_questions(10)
+    assert len(fitter.tasks) == 1 and isinstance(fitter.tasks[0], FitTask)
+    assert p.fit_ is None and p.fit_ready() is False and p.settle_fit() is False
+    fitter.ready = True
+    assert p.fit_ready() is True and p.settle_fit() is True
+    assert p.fit_ is not None and p.progress()["fits"] == 1 and p.fit_ready() is None
+    # the same fit as inside the call: a task is a pure function of its fields
+    inline.next_questions(10)
+    np.testing.assert_allclose(p.fit_.points, inline.fit_.points)
+
+
+def test_bad_answers_are_refused():
+    p = PooledRatings(5, random_state=0)
+    for row in [(0, 0, 0.5), (0, 5, 0.5), (0, 1, 1.5), (0, 1), (0, 1, float("nan"))]:
+        with pytest.raises(ValueError):
+            p.observe([row])
+    assert p.progress()["answers"] == 0
+
+
+def test_the_table_declares_raters_and_the_rating_warnings():
+    assert ALGORITHMS["pooled"].takes_raters and not ALGORITHMS["anntri"].takes_raters
+    assert "triplet" not in ALGORITHMS["pooled"].question_kinds
+    assert warning_for("pooled", "rating") == ""
+    for name in ("anntri", "ann"):
+        assert "hit@3" in warning_for(name, "rating")
