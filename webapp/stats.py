@@ -136,8 +136,7 @@ def study_stats(conn: Redis, study: Study) -> dict:
         neighbors = (summaries.get(label) or {}).get("neighbors")
         error = None
         curve = curves.get(label)
-        if known and curve and curve[-1][0] > 0 and ALGORITHM_TABLE[alg.algorithm].yields_graph:
-            # (before any answer is applied there is no learned graph to score: not "0% right")
+        if known and curve and ALGORITHM_TABLE[alg.algorithm].yields_graph:
             # the update pass appends a point with every summary it writes: the last one is the current error
             error = {"share_wrong": curve[-1][1], "answers_applied": curve[-1][0], "curve": curve}
         entry = ALGORITHM_TABLE[alg.algorithm]

@@ -193,7 +193,8 @@
     (stats.algorithms || []).forEach((alg) => {
       const cell = document.querySelector('#glance-quality li[data-label="' + alg.label + '"] .quality');
       if (!cell) return;
-      if (alg.truth_error) cell.textContent = (100 * (1 - alg.truth_error.share_wrong)).toFixed(0) + "% right (known truth)";
+      // before any answer is applied nothing is learned: its answers, not "0% right"
+      if (alg.truth_error && alg.truth_error.answers_applied) cell.textContent = (100 * (1 - alg.truth_error.share_wrong)).toFixed(0) + "% right (known truth)";
       else if (alg.share_certified !== null && alg.share_certified !== undefined) cell.textContent = (100 * alg.share_certified).toFixed(0) + "% of items certified";
       else cell.textContent = alg.answers + " answers";
     });
