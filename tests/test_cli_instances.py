@@ -106,3 +106,10 @@ def test_worker_without_a_serve_for_the_folder_names_the_folder(tmp_path):
     result = invoke("--instance", tmp_path / "none", "worker", "--burst")
     assert result.exit_code != 0
     assert f"no 'proxima serve' runs for the instance folder {(tmp_path / 'none').resolve()}" in result.output
+
+
+def test_every_command_takes_instance_after_its_name_too():
+    # (the commands of 'user' and 'token' take it after the group's name: proxima user --instance PATH add ...)
+    without = [name for name, command in main.commands.items()
+               if "--instance" not in {option for param in command.params for option in param.opts}]
+    assert not without and {"serve", "export", "create", "worker", "verify-code"} <= set(main.commands)
