@@ -86,11 +86,13 @@ def graph_from_document(doc: dict, items: list[dict] | None = None) -> nx.DiGrap
 
 
 def embedding_frame(doc: dict) -> pd.DataFrame:
-    """An embedding export (JSON) as a DataFrame: one row per item id, columns x1 … xd."""
+    """An embedding export (JSON) as a DataFrame: one row per item id, columns x1 … xd; ``attrs`` hold the study,
+    algorithm, method, dim and fit_quality (the share of the learner's own answered triplets it places right,
+    in-sample: docs/exports.md)."""
     pd = _pandas()
     frame = pd.DataFrame(doc["coordinates"], index=pd.Index(doc["items"], name="item"),
                          columns=[f"x{d + 1}" for d in range(doc["dim"])], dtype=float)
-    frame.attrs.update({k: doc.get(k) for k in ("study", "algorithm", "method", "dim")})
+    frame.attrs.update({k: doc.get(k) for k in ("study", "algorithm", "method", "dim", "fit_quality")})
     return frame
 
 

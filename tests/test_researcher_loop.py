@@ -154,6 +154,7 @@ study = proxima.connect(sys.argv[1], sys.argv[2]).study(sys.argv[3])
 answers = study.answers()
 embedding = study.embedding("duels")
 print(json.dumps({"answers": len(answers), "embedding": list(embedding.shape), "nodes": study.graph().number_of_nodes(),
+                  "dim": embedding.attrs["dim"], "fit": embedding.attrs["fit_quality"]["share_predicted"],
                   "modules": sorted(m.split(".")[0] for m in sys.modules),
                   "installed": sorted(d.metadata["Name"].lower() for d in distributions())}))
 """
@@ -184,7 +185,8 @@ def test_the_client_installs_without_the_server_and_reads_a_live_study(client_ve
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.splitlines()[-1])
     assert got["answers"] > 0 and got["nodes"] == 12
-    assert got["embedding"][0] == 12 and got["embedding"][1] >= 1  # duels' fitted embedding, through HTTP
+    assert got["embedding"][0] == 12 and got["embedding"][1] == got["dim"] >= 1  # duels' fitted embedding, over HTTP
+    assert 0.6 < got["fit"] <= 1.0  # the share of duels' own answers it places right (a careful crowd, mostly)
     assert not set(got["modules"]) & {"webapp", "workers", "engine", "simulation", *SERVER_ONLY}
     assert not set(got["installed"]) & set(SERVER_ONLY)
 
