@@ -104,3 +104,13 @@ def test_the_api_downloads_tab_and_package_offer_it(conn, duels_study, researche
 
     package = proxima.read_export(tmp_path / "pkg")
     assert package.embedding().shape == (len(POSITIONS), got.get_json()["dim"])
+
+
+def test_the_downloads_tab_loads_no_learner_larger_than_the_probe_bound(conn, study_id, monkeypatch):
+    from workers.results import exports
+
+    assert exports.embedding_labels(conn, study_id) == []  # random triplets, loaded: it fits no embedding
+    loaded = []
+    monkeypatch.setattr(exports, "_load", lambda *args: loaded.append(args) or pytest.fail("loaded a learner"))
+    monkeypatch.setattr(exports, "PROBE_BYTES", 0)  # every learner "too large" to load in a web process
+    assert exports.embedding_labels(conn, study_id) == ["random_triplets"] and not loaded

@@ -255,10 +255,19 @@ def embedding_document(conn: Redis, study_id: str, algorithm: str | None = None)
             "fit_quality": fit_quality(conn, study_id, learner.label, X), "fit": learner.progress()}
 
 
+#: A web process asks a learner whether it has fitted an embedding by loading it, unless the table's memory
+#: model says the learner is larger than this (n x n bounds of a large study): such a learner's link is offered
+#: and its download says whether it has one.
+PROBE_BYTES = 256e6
+
+
 def embedding_labels(conn: Redis, study_id: str) -> list[str]:
     """The labels of a study's algorithms that have fitted an embedding now (the Downloads tab offers theirs)."""
     study = get_study(conn, study_id)
-    return [alg.label for alg in study.config.algorithms if _load(conn, study, alg).fitted_coordinates() is not None]
+    answers = answer_log.count_answers(conn, study_id)
+    return [alg.label for alg in study.config.algorithms
+            if alg.entry.memory.bytes(study.n_items, answers) > PROBE_BYTES
+            or _load(conn, study, alg).fitted_coordinates() is not None]
 
 
 def embedding_csv(doc: dict) -> Iterator[str]:
