@@ -226,6 +226,9 @@ class NoiseModel:
     sigma: float = 0.0
     logistic_scale: float = 0.0
     lapse: float = 0.0
+    #: ratings as noisy as people's instead (``simulation.ratings.RatingNoise``, its SDs taken as shares
+    #: of its own scale and applied to the question's): each simulated rater draws an offset and a slope
+    realistic_ratings: Any = None
 
     def __post_init__(self) -> None:
         if not (self.sigma >= 0 and math.isfinite(self.sigma)):
@@ -303,6 +306,7 @@ class Rater:
         self.careless = careless
         self.rng = rng
         self._oracles: dict = {}
+        self._use_of_scale: tuple[float, float] | None = None  # (offset, slope) of realistic ratings
 
     def answer(self, question: dict) -> dict:
         """The answer body fields for one question payload: ``value`` for a kind rated on a scale, else
@@ -346,9 +350,24 @@ class Rater:
             return snap(self.rng.uniform(lo, hi), scale)
         i, j = self.truth.positions([item["id"] for item in question["items"]])
         similarity = 1.0 - self.truth.distances[i, j]
+        if self.noise.realistic_ratings is not None:
+            return snap(self._realistic(similarity, lo, hi), scale)
         if self.noise.sigma > 0:
             similarity += self.rng.gauss(0.0, self.noise.sigma)
         return snap(lo + (hi - lo) * similarity, scale)
+
+
+    def _realistic(self, similarity: float, lo: float, hi: float) -> float:
+        """A rating as people give one (:class:`simulation.ratings.RatingNoise`): this rater's offset and
+        slope (drawn once), the noise, all as shares of the scale's span."""
+        model = self.noise.realistic_ratings
+        unit = (hi - lo) / (model.scale.high - model.scale.low)
+        if self._use_of_scale is None:
+            self._use_of_scale = (self.rng.gauss(0.0, model.offset_sd * unit),
+                                  math.exp(self.rng.gauss(0.0, model.slope_sd)))
+        offset, slope = self._use_of_scale
+        mid = 0.5 * (lo + hi)
+        return mid + offset + slope * (lo + (hi - lo) * similarity - mid) + self.rng.gauss(0.0, model.noise_sd * unit)
 
 
 def think_seconds(mean: float, rng: random.Random) -> float:

@@ -196,29 +196,26 @@ def rating_statistics(table: ArrayLike, n_items: int, rating_sd: float | None = 
 
 
 def fit_from_pilot(pairs: ArrayLike, values: ArrayLike, raters: Sequence, n_items: int,
-                   scale: RatingScale = RatingScale(), dim: int = 3, random_state: RandomState = 0
+                   scale: RatingScale = RatingScale(), dim: int = 4, random_state: RandomState = 0
                    ) -> tuple[np.ndarray, RatingNoise]:
     """A truth and a noise model fitted to a pilot's ratings (``pairs`` (T, 2), ``values`` on ``scale``,
-    ``raters`` one id per rating): the rating model of :mod:`engine.ratings` (a ``dim``-dimensional space,
-    each rater's offset and slope, per-pair residuals shrunk to it) gives the truth of mean ratings (every
-    pair, the unasked ones from the space) and the noise: per-rating SD from the residuals, offset and
-    log-slope SDs from the raters' fitted values (raters with fewer than 20 ratings left out: their fits
-    are shrunk). Returns (means, noise)."""
-    from engine.ratings import fit_ratings
+    ``raters`` one id per rating), by the rating model of :mod:`engine.ratings` (a ``dim``-dimensional
+    space, each rater's offset and slope, per-pair residuals shrunk toward the space): the truth of mean
+    ratings is its estimate of every pair (the unasked ones from the space), the per-rating noise the
+    residuals' SD, the offset and log-slope SDs the spreads its empirical-Bayes step estimates. Returns
+    (means, noise)."""
+    from engine.ratings import PooledRatings
 
     p = np.asarray(pairs, np.int64).reshape(-1, 2)
-    v = np.asarray(values, np.float64)
-    codes: dict = {}
-    r = np.array([codes.setdefault(x, len(codes)) for x in raters], np.int64)
+    d = scale.distance(np.asarray(values, np.float64))
+    learner = PooledRatings(n_items, random_state=random_state, dim=dim, warmup=0)
+    learner.observe([(int(i), int(j), float(x), r) for (i, j), x, r in zip(p, d, raters, strict=True)])
+    learner.refresh_if_due()
+    estimate, _ = learner.estimates()
     span = scale.high - scale.low
-    fit = fit_ratings(n_items, p, scale.distance(v), r, len(codes), dim=dim, random_state=random_state)
-    D = fit.distances()
-    means = scale.high - span * D
+    means = scale.high - span * estimate
     np.fill_diagonal(means, scale.high)
-    counts = np.bincount(r, minlength=len(codes))
-    seen = counts >= 20
-    offsets = -span * fit.offsets[: len(codes)][seen]  # a distance offset up is a rating offset down
-    log_slopes = fit.log_slopes[: len(codes)][seen]
-    noise = RatingNoise(noise_sd=float(span * fit.noise_sd), offset_sd=float(offsets.std()) if seen.any() else 0.0,
-                        slope_sd=float(log_slopes.std()) if seen.any() else 0.0, scale=scale)
+    spreads = learner.fit_.estimated
+    noise = RatingNoise(noise_sd=float(span * spreads.noise), offset_sd=float(span * spreads.offset),
+                        slope_sd=float(spreads.log_slope), scale=scale)
     return means, noise

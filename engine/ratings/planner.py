@@ -116,7 +116,8 @@ class PooledRatings:
         return False
 
     def observe(self, answers: Sequence[Sequence[Any]]) -> None:
-        """Apply ``(i, j, d)`` or ``(i, j, d, rater)`` rows (d in [0, 1], 0 = alike)."""
+        """Apply ``(i, j, d)`` or ``(i, j, d, rater)`` rows (d a rating mapped to [0, 1], 0 = alike; the
+        priors are in those units, but any distances are taken)."""
         if not len(answers):
             return
         n = self.n_items
@@ -129,8 +130,8 @@ class PooledRatings:
             i, j, d = int(row[0]), int(row[1]), float(row[2])
             if not (0 <= i < n and 0 <= j < n) or i == j:
                 raise ValueError(f"a rating answer needs two distinct items in [0, {n}), got {row!r}")
-            if not np.isfinite(d) or not 0.0 <= d <= 1.0:
-                raise ValueError(f"a rating answer's distance must lie in [0, 1], got {row!r}")
+            if not np.isfinite(d):
+                raise ValueError(f"a rating answer's distance must be a number, got {row!r}")
             pairs[t] = (i, j)
             values[t] = d
             raters.append(row[3] if len(row) == 4 else None)

@@ -70,6 +70,11 @@ def _wait_until_applied(conn: Redis, study_id: str, timeout: float) -> dict | No
                    "largest distance (0: raters answer the truth, but for lapses); ratings: Gaussian sigma on the "
                    "similarity. Default: fitted to the answers for eggs, the alien-egg fit (0.075) otherwise; "
                    "ratings 0.1.")
+@click.option("--ratings", "rating_model", type=click.Choice(["gaussian", "realistic"]), default="gaussian",
+              show_default=True,
+              help="How simulated raters rate: 'gaussian' (--noise sigma on the similarity) or 'realistic' "
+                   "(as noisy as people: each rater's own offset and slope, one rating's SD 2.2 points of a "
+                   "1-9 scale; simulation.ratings).")
 @click.option("--lapse", type=click.FloatRange(0, 1), default=None,
               help="Share of triplet answers given at random (the human lapse rate). Default: the fitted "
                    "human rate (0.03 without answers of the truth's own).")
@@ -92,9 +97,9 @@ def _wait_until_applied(conn: Redis, study_id: str, timeout: float) -> dict | No
 @click.option("--wait", default=60.0, show_default=True, type=click.FloatRange(min=0),
               help="Seconds to wait for the workers to apply the last answers before scoring the graph.")
 @click.option("--no-accuracy", is_flag=True, help="Do not score the learned graph at the end.")
-def simulate(study_id: str, url: str, oracle_spec: str, raters: int, noise: float | None, lapse: float | None,
-             careless: float, think: float, max_answers: int | None, duration: float | None, seed: int | None,
-             progress_every: float, log_path: Path | None, wait: float, no_accuracy: bool,
+def simulate(study_id: str, url: str, oracle_spec: str, raters: int, noise: float | None, rating_model: str,
+             lapse: float | None, careless: float, think: float, max_answers: int | None, duration: float | None,
+             seed: int | None, progress_every: float, log_path: Path | None, wait: float, no_accuracy: bool,
              prefix: str | None = None) -> None:
     """Simulated raters answering STUDY_ID on a running server, as real HTTP clients, from a known truth.
 
@@ -123,6 +128,13 @@ def simulate(study_id: str, url: str, oracle_spec: str, raters: int, noise: floa
     try:
         truth = sim.load_truth(oracle_spec)
         model, noise_text = sim.noise_model(truth, noise, lapse)
+        if rating_model == "realistic":
+            import dataclasses
+
+            from simulation.ratings import RatingNoise
+
+            model = dataclasses.replace(model, realistic_ratings=RatingNoise())
+            noise_text = noise_text.split("; ratings")[0] + "; ratings realistic (simulation.ratings defaults)"
     except sim.SimulationError as exc:
         raise click.ClickException(str(exc)) from None
     base = url.rstrip("/")

@@ -141,11 +141,14 @@ class Learner:
         answers = [a for a in answers if not a.skipped]
         if self.learns_graph:
             scale = self.config.rating
+            # a learner that models each rater's use of the scale gets who gave each rating
+            takes_raters = self.entry.takes_raters
             for a in answers:
                 if a.algorithm != self.label:
                     continue
                 if a.question_kind.asks == "pair" and a.value is not None:
-                    rows.append((a.head, a.a, scale.distance(a.value)))
+                    rows.append((a.head, a.a, scale.distance(a.value), a.rater) if takes_raters
+                                else (a.head, a.a, scale.distance(a.value)))
                 elif a.probe is not None and a.picks:
                     rows.append(pair_sample(a.head, a.probe, a.picks[0]))
         elif self.entry.asks == "triplet" and not self.entry.grows:
