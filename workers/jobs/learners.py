@@ -139,7 +139,9 @@ class Learner:
         """The engine tuples of the answers this learner uses (its own, including its fallbacks)."""
         rows = []
         answers = [a for a in answers if not a.skipped]
-        if self.learns_graph:
+        # pair learners of a graph learn distances: ratings (mapped to distances), and the samples of
+        # triplet-derived questions where they ask those too
+        if self.learns_graph or (self.entry.asks == "pair" and self.entry.learns == "graph"):
             scale = self.config.rating
             # a learner that models each rater's use of the scale gets who gave each rating
             takes_raters = self.entry.takes_raters
