@@ -1,7 +1,7 @@
 """Smaller defects a lab adopting Proxima met: a negative --seconds gave a negative cost; the --n-select error
 was laid on --algorithms; a CSV quote left open read as one item; a huge cell's error named no row; package
-pseudonyms grew past R9999 and sorted as text out of order; "0% right" and "0.0 / 0.0 MB" before any answer;
-the data package did not say raters withdrew."""
+pseudonyms grew past R9999, and rater ids sorted as text (sim-10 before sim-2) and wrapped in the Raters
+table; "0% right" and "0.0 / 0.0 MB" before any answer; the data package did not say raters withdrew."""
 from __future__ import annotations
 
 import json
@@ -78,7 +78,6 @@ def test_package_pseudonyms_keep_one_width_so_they_sort_in_their_numbers_order()
 def test_no_score_and_no_memory_are_shown_before_any_answer(conn, study_id, researcher_client):
     from webapp.stats import study_stats
     from workers.store.studies import get_study
-
     from workers.store.truth import append_error_point, save_truth
 
     run_worker(conn)  # the pools filled, nothing learned yet
@@ -108,3 +107,11 @@ def test_the_package_records_withdrawals_as_counts_and_dates_without_ids(conn, s
     assert removed == 3
     text = json.dumps(descriptor)
     assert "p-leave" not in text and rater_digest("p-leave") not in text
+
+
+def test_the_raters_table_counts_rater_ids_in_number_order(conn, study_id):
+    from workers.store.raters import rater_order, rater_table
+
+    give_answers(conn, study_id, 6, raters=("sim-10", "sim-2", "sim-1"))  # two answers each
+    assert [r["rater"] for r in rater_table(conn, study_id)] == ["sim-1", "sim-2", "sim-10"]
+    assert sorted(["R10000", "R9999", "p-b", "p-a"], key=rater_order) == ["R9999", "R10000", "p-a", "p-b"]

@@ -22,6 +22,7 @@ from workers.store.config import (
     StudyConfig,
 )
 from workers.store.queue import enqueue_rebuild, schedule_update
+from workers.store.raters import rater_order
 from workers.store.studies import (
     NEVER_ENDS,
     STATUS_ACTIONS,
@@ -217,7 +218,7 @@ def rater_quality(conn: Redis, study_id: str) -> dict:
                 counters.setdefault(rater, {})[name] = 1 if value not in (b"", b"0") else 0
     agreement = sorted((c.get("repeat_agreed", 0) / c["repeats"], rater)
                        for rater, c in counters.items() if c.get("repeats"))
-    return {"flagged": sorted(r for r, c in counters.items() if c.get("flagged")),
+    return {"flagged": sorted((r for r, c in counters.items() if c.get("flagged")), key=rater_order),
             "catch": sum(c.get("catch", 0) for c in counters.values()),
             "catch_failed": sum(c.get("catch_failed", 0) for c in counters.values()),
             "self_agreement_median": agreement[len(agreement) // 2][0] if agreement else None,

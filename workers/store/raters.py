@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from datetime import UTC, datetime
 from statistics import median
 from typing import TYPE_CHECKING
@@ -128,8 +129,15 @@ def rater_table(conn: Redis, study_id: str, limit: int = RATER_TABLE_ANSWERS) ->
             # "full", or "partial" for a partial-completion code (the study ran out before the rater finished)
             "code_kind": (c.get("code_kind") or "full") if c.get("code_shown") not in (None, "") else None,
         })
-    rows.sort(key=lambda r: (-r["flagged"], -r["answers"], r["rater"]))
+    rows.sort(key=lambda r: (-r["flagged"], -r["answers"], rater_order(r["rater"])))
     return rows
+
+
+def rater_order(rater: str) -> list:
+    """A sort key putting rater ids in the order people count them: the numbers inside an id compare as
+    numbers (sim-2 before sim-10, R9999 before R10000), the rest as text."""
+    parts = re.split(r"(\d+)", rater)
+    return [int(part) if i % 2 else part for i, part in enumerate(parts)]
 
 
 #: The answer flags a replay of the log recomputes (others, e.g. ``skipped`` and ``late``, say what the
