@@ -96,6 +96,9 @@ def test_a_private_redis_in_the_default_folder_is_refused_while_a_serve_runs_for
     assert time.monotonic() - started < 10
     after = set((ROOT / "instance").glob("**/*")) if (ROOT / "instance").exists() else set()
     assert after == before  # no Redis was started in the code folder
+    # nor is a completion code checked with the default folder's secret key
+    code = invoke("verify-code", "s", "r", "ABCD")
+    assert code.exit_code != 0 and f"pid {pid} for {folder}" in code.output and "secret key of" in code.output
     # naming a folder is a choice: the command runs there (and says so)
     named = invoke("--instance", texts / "mine", "studies")
     assert named.exit_code == 0, named.output

@@ -111,8 +111,9 @@ def redis_url_of_serve(doing: str) -> str:
     return url
 
 
-def _refuse_beside_other_serves(inst: Path) -> None:
-    """Refuse a private Redis on the default instance folder while a serve runs for another folder."""
+def refuse_beside_other_serves(inst: Path, would: str = "start a private Redis in") -> None:
+    """Refuse to act on the default instance folder (a private Redis there, its secret key) while a serve runs
+    for another folder: the researcher almost surely meant that server's."""
     if instance_named():
         return
     others = [s for s in running_serves() if s.instance.resolve() != inst.resolve()]
@@ -121,7 +122,7 @@ def _refuse_beside_other_serves(inst: Path) -> None:
         first = others[0].instance
         raise click.ClickException(
             f"no instance folder was named, and a 'proxima serve' is running for another one ({where}). This "
-            f"command would start a private Redis in {inst}, which that server never reads. Say which: "
+            f"command would {would} {inst}, which that server never reads. Say which: "
             f"'proxima --instance {first} ...' (or PROXIMA_INSTANCE_PATH={first}) for that server's studies, or "
             f"'proxima --instance {inst} ...' to use the folder beside the code anyway.")
 
@@ -145,7 +146,7 @@ def redis_connection() -> Redis:
             raise click.ClickException(f"cannot reach Redis at {describe_url(url)}: {exc}") from None
         yield conn
         return
-    _refuse_beside_other_serves(inst)
+    refuse_beside_other_serves(inst)
     say(f"Redis: a private one for this command, on instance folder {inst} (no 'proxima serve' runs for it)")
     server = EmbeddedRedis(inst)
     try:

@@ -14,7 +14,7 @@ import click
 from workers.store.config import ConfigError, load_config_file
 from workers.store.studies import StudyError, StudyNotFound
 
-from .connection import instance_path, redis_connection, say
+from .connection import instance_path, redis_connection, refuse_beside_other_serves, say
 from .models import MODEL_NAMES
 
 #: From this many items ``create`` says what it read and how long storing took.
@@ -332,6 +332,7 @@ def verify_code_command(study_id: str, rater: str, code: str) -> None:
     from ..questions_answers import PARTIAL_CODE, completion_code_kind
 
     # the secret key is all a code needs: no Redis (nor a running server) is required
+    refuse_beside_other_serves(instance_path(), would="check the code with the secret key of")
     say(f"Instance folder: {instance_path()} (its secret key makes the codes)")
     config = instance_config()
     kind = completion_code_kind(config["SECRET_KEY"], study_id, rater, code, config["PREVIOUS_SECRET_KEYS"])
