@@ -89,6 +89,12 @@ def make_planner(name: str, n_items: int, question_kind: str = "triplet", random
     return planner
 
 
+def takes_features(name: str) -> bool:
+    """Whether algorithm ``name`` uses item features (``make_planner(..., features=X)``): its planner class
+    declares ``TAKES_FEATURES``."""
+    return bool(getattr(get_algorithm(name).planner_class(), "TAKES_FEATURES", False))
+
+
 def restore_planner(state: Mapping) -> Any:
     """The planner that saved ``state`` (any class of the table's ``state_classes``), wrapped as
     :func:`make_planner` wraps it (a bare forest state of an entry that ``grows`` is given no routes)."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..graph import NO_NEIGHBOR
 from .dims import _fit_start, _kernel_of
 from .priors import FIRST_FIT, STIFFNESS
 
@@ -115,7 +116,7 @@ class Refits:
         if self.fit_job_ is not None:
             return True
         if self.n_fits_ == 0:
-            if self.prior_ is not None:
+            if self.prior_ is not None and not self.prior_.dropped_:
                 warmup = 0.0 if self.warmup == "auto" else self.warmup_
                 return self.n_answers_ >= max(warmup, FIRST_FIT) * self.n_items
             return self.n_answers_ >= self.warmup_ * self.n_items or self.warmup_ == 0
@@ -138,6 +139,8 @@ class Refits:
                 self._end_fit()
             if self.fit_job_ is None:
                 self._start_fit(emb, trip)
+                if self.fit_job_ is None:  # (features dropped: the study starts over as one without them)
+                    return
             answers_fitted = self.fit_job_["answers"]
             if not self._continue_fit(emb):
                 # the refit goes on at the next call; the shortlists stay those of the last fit (or,
@@ -153,14 +156,39 @@ class Refits:
         """Begin a refit: score the dimensions refitted last time on the answers that arrived since
         (:meth:`_score_dims`), decide the coin-flip regime and choose which dimensions to refit warm
         (:meth:`_dims_to_refit`), with the refit's seed."""
-        self._score_dims(emb, trip)
-        if self.prior_ is not None:
+        if self.prior_ is not None and not self.prior_.dropped_:
             self.prior_.score(trip[self.fitted_triplets_:])
+            if not self.prior_.trusted:
+                self.prior_.dropped_ = True
+                if self.n_answers_ <= auto_warmup(self.n_items) * self.n_items:
+                    # (within the random warm-up a study without features spends anyway)
+                    self._start_over()
+                    return
+        self._score_dims(emb, trip)
         self._update_coin()
         todo = self._dims_to_refit()
         self.fit_job_ = {"dims": [int(i) for i in todo], "triplets": int(len(trip)),
                          "answers": int(self.n_answers_), "seed": int(self.rng_.integers(2**31 - 1)),
                          "iterations": 0}
+
+    def _start_over(self) -> None:
+        """Features dropped early (they predicted the answers no better than chance), within the answers
+        a study without them spends on its random warm-up: go on exactly as such a study would from here
+        (the random warm-up, a first fit once it is done; the answers so far are kept). Dropped later,
+        the fits go on warm, without them."""
+        self.embeddings_ = {}
+        self.fresh_dims_ = np.zeros_like(self.fresh_dims_)
+        self.dim_scores_ = np.zeros_like(self.dim_scores_)
+        self.dim_compare_ = np.zeros_like(self.dim_compare_)
+        self.kappa_ = None
+        self.coin_ = False
+        self.embedding_ = None
+        self.cands_ = np.full_like(self.cands_, NO_NEIGHBOR)
+        self.n_fits_ = 0
+        self.fitted_on_ = 0
+        self.fitted_triplets_ = 0
+        self._rows, self._rows_of = {}, None
+        self._certified_rows = self._ranked_rows_kept = None
 
     def _fit_task(self, dims: list[int]) -> FitTask:
         """The refit under way's next stage: the dimensions ``dims`` (indices into ``_dims()``)."""

@@ -156,9 +156,9 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         self._certified_rows: _HeadRows | None = None
         self._ranked_rows_kept: _HeadRows | None = None
         if self.prior_ is not None and n > 1:
-            # the first shortlists: each item's nearest in the features
-            near = self.prior_.neighbors(self._target_size())
-            self.cands_[:, : near.shape[1]] = near
+            # the first shortlists: each item's nearest in the features, and a few random items (their
+            # duels against the feature neighbours tell at the first refit whether the features count)
+            self.cands_ = self.prior_.first_shortlists(self._target_size(), self.shortlist, self.rng_)
 
     def _check_params(self) -> None:
         def integer(name, lo):
@@ -191,7 +191,7 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
 
     def _started(self) -> bool:
         """Whether duels may start: a fit placed the items, or their features did."""
-        return self.n_fits_ > 0 or self.prior_ is not None
+        return self.n_fits_ > 0 or (self.prior_ is not None and not self.prior_.dropped_)
 
     def get_params(self) -> dict:
         return {"shortlist": self.shortlist, "min_shortlist": self.min_shortlist,

@@ -14,6 +14,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..features import PRIOR_STIFFNESS, feature_neighbors, feature_space, triplet_agreement
+from ..graph import NO_NEIGHBOR
 
 #: answers per item before the first refit of a study with features (until then: the features' shortlists)
 FIRST_FIT = 1.0
@@ -23,11 +24,16 @@ STIFFNESS = PRIOR_STIFFNESS
 #: share of a rebuilt shortlist's new candidates taken from the items nearest in the features (while
 #: they are trusted): the features know neighbours a low-dimensional fit folds away
 SHARE = 0.34
-#: the features are trusted until ``TRUST_AFTER`` answers per item have been scored, then while they
-#: predict the answers no refit had seen better than chance (.5) by ``TRUST_SE`` standard errors: pure
-#: noise falls out after the first refit, weak features stay once enough answers show them better than chance
-TRUST_AFTER = 1.0
-TRUST_SE = 2.0
+#: the features are judged on the answers that pit one of the head's ``TEST_NEAR`` nearest in the features
+#: against an item outside them (the first shortlists hold such pairs, and so do later ones): trusted
+#: until ``TEST_MIN`` such answers are scored, then while the feature neighbour wins more often than
+#: chance (.5) by ``TRUST_SE`` standard errors. Pure noise falls out at the first refit
+TEST_NEAR = 16
+TEST_MIN = 100
+TRUST_SE = 1.0
+#: share of the first shortlists given to random items: the features are judged at the first refit
+#: by how often their neighbours beat them (duels among feature neighbours alone tell little)
+RANDOM_SHARE = 0.34
 #: spread of the first embedding (the features' leading components, the first of unit spread)
 START_SCALE = 1.0
 
@@ -42,6 +48,8 @@ class FeaturePrior:
     def __init__(self, space: np.ndarray) -> None:
         self.space_ = np.asarray(space, np.float32)
         self.scores_ = np.zeros(2)
+        self.tests_ = np.zeros(2)  # the same on the answers of a feature neighbour against another item
+        self.dropped_ = False  # found to predict nothing: the learner goes on as one without features
         self._near: np.ndarray | None = None  # feature neighbours, computed once (never saved)
 
     @classmethod
@@ -63,6 +71,32 @@ class FeaturePrior:
             self._near = feature_neighbors(self.space_, max(k, 16))
         return self._near[:, :k]
 
+    def first_shortlists(self, m: int, width: int, rng: np.random.Generator) -> np.ndarray:
+        """Shortlists (n_items, width) before any answer: each item's ``1 - RANDOM_SHARE`` of m nearest
+        in the features and random other items up to m, a random one second, fifth, ... (a head's first
+        duel, its first two candidates, tests its nearest against a random item), ``NO_NEIGHBOR`` padding."""
+        n = self.n_items
+        m = int(min(m, n - 1, width))
+        k = m - int(RANDOM_SHARE * m) if n - 1 > m else m
+        near = self.neighbors(k)
+        out = np.full((n, width), NO_NEIGHBOR, np.int64)
+        out[:, :k] = near
+        gen = np.random.default_rng(int(rng.integers(2**31 - 1)))
+        for c in range(k, m):
+            # a random item that is neither the head nor already on its list (redrawn where it is)
+            col = gen.integers(n, size=n)
+            while True:
+                bad = (col == np.arange(n)) | (out[:, :c] == col[:, None]).any(axis=1)
+                if not bad.any():
+                    break
+                col[bad] = gen.integers(n, size=int(bad.sum()))
+            out[:, c] = col
+        if m > k:
+            rand_at = np.arange(1, m, 3)[: m - k]
+            order = np.concatenate([rand_at, np.setdiff1d(np.arange(m), rand_at)])
+            out[:, order] = out[:, np.concatenate([np.arange(k, m), np.arange(k)])]
+        return out
+
     def start(self, dim: int) -> np.ndarray:
         """The first embedding in ``dim`` dimensions: the leading components (zeros past the last)."""
         X = np.zeros((self.n_items, dim))
@@ -71,8 +105,16 @@ class FeaturePrior:
         return X
 
     def score(self, fresh: np.ndarray) -> None:
-        """Score the features on answers no refit had seen (rows (i, j, k))."""
+        """Score the features on answers no refit had seen (rows (i, j, k)): every answer (``scores_``),
+        and those of one of the head's ``TEST_NEAR`` feature neighbours against another item (``tests_``)."""
+        fresh = np.asarray(fresh, np.int64).reshape(-1, 3)
         self.scores_ += triplet_agreement(self.space_, fresh)
+        if len(fresh):
+            near = self.neighbors(TEST_NEAR)[fresh[:, 0]]
+            won = (near == fresh[:, 1:2]).any(axis=1)
+            lost = (near == fresh[:, 2:3]).any(axis=1)
+            test = won != lost
+            self.tests_ += (int(won[test].sum()), int(test.sum()))
 
     @property
     def agreement(self) -> float:
@@ -82,13 +124,15 @@ class FeaturePrior:
 
     @property
     def trusted(self) -> bool:
-        """Whether the features count (in the fits, the shortlists and the warm-up): until ``TRUST_AFTER``
-        answers per item were scored, then while they predict fresh answers better than chance by
-        ``TRUST_SE`` standard errors."""
-        seen = self.scores_[1]
-        if seen < TRUST_AFTER * self.n_items:
+        """Whether the features count (in the fits, the shortlists and the warm-up): until ``TEST_MIN``
+        answers of a feature neighbour against another item were scored, then while the neighbour wins
+        more often than chance by ``TRUST_SE`` standard errors."""
+        if self.dropped_:
+            return False
+        right, seen = self.tests_
+        if seen < TEST_MIN:
             return True
-        return bool(self.agreement - 0.5 > TRUST_SE * 0.5 / math.sqrt(seen))
+        return bool(right / seen - 0.5 > TRUST_SE * 0.5 / math.sqrt(seen))
 
     def mix(self, near: np.ndarray, share: float = SHARE) -> np.ndarray:
         """Rows of nearest items in the fit (n_items, k) with the features' nearest woven in: every
@@ -114,7 +158,8 @@ class FeaturePrior:
         return np.where(dup, n, out)
 
     def to_state(self) -> dict:
-        return {"version": self.VERSION, "space": self.space_.copy(), "scores": self.scores_.copy()}
+        return {"version": self.VERSION, "space": self.space_.copy(), "scores": self.scores_.copy(),
+                "tests": self.tests_.copy(), "dropped": bool(self.dropped_)}
 
     @classmethod
     def from_state(cls, state: dict) -> Self:
@@ -122,4 +167,6 @@ class FeaturePrior:
             raise ValueError(f"feature prior state of version {state.get('version')}, not {cls.VERSION}")
         prior = cls(np.asarray(state["space"], np.float32))
         prior.scores_ = np.array(state["scores"], np.float64).reshape(2)
+        prior.tests_ = np.array(state["tests"], np.float64).reshape(2)
+        prior.dropped_ = bool(state["dropped"])
         return prior

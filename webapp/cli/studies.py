@@ -19,6 +19,9 @@ from .models import MODEL_NAMES
 
 #: From this many items ``create`` says what it read and how long storing took.
 LARGE_STUDY_ITEMS = 5000
+#: The feature files ``create --features`` and ``features`` read, by suffix (anything else: CSV).
+FEATURE_FILES = "a CSV with an 'id' column and one numeric column per feature, a .npy/.npz array (one row per " \
+                "item, in the items' order) or a Parquet file with an 'id' column (needs pyarrow)"
 
 
 @click.command()
@@ -30,7 +33,11 @@ LARGE_STUDY_ITEMS = 5000
 @click.option("--stylesheet", "stylesheet_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help="A CSS file applied to the study's rater pages (after Proxima's own; no @import, no url() but "
                    "data:image/, no script).")
-def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet_path: Path | None = None) -> None:
+@click.option("--features", "features_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="The items' features: " + FEATURE_FILES + ". Duels and the embeddings start from them "
+                   "(a prior the answers overrule).")
+def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet_path: Path | None = None,
+           features_path: Path | None = None) -> None:
     """Create a study from a YAML/JSON config and a folder of media or a CSV of texts.
 
     \b
@@ -49,12 +56,21 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
     """
     from webapp.catches import items_catch_warning
     from workers.store.queue import schedule_update
-    from workers.store.studies import check_stylesheet, config_warnings, create_study
+    from workers.store.studies import check_stylesheet, config_warnings, create_study, set_features
     from workers.store.uploads import items_from_path
 
     try:
         config = load_config_file(config_file)
         items, media = items_from_path(items_path)
+        features = None if features_path is None else read_features_file(features_path, [i.id for i in items])
+        if features is not None:
+            missing = [i.id for i in items if i.id not in features]
+            unknown = sorted(set(features) - {i.id for i in items})
+            if missing or unknown:
+                raise StudyError(f"{features_path} must give features for exactly the study's items: "
+                                 + (f"missing {len(missing)} ({', '.join(missing[:10])})" if missing else "")
+                                 + ("; " if missing and unknown else "")
+                                 + (f"no item(s) {', '.join(unknown[:10])}" if unknown else ""))
         stylesheet = None
         if stylesheet_path is not None:
             try:
@@ -72,6 +88,8 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
     with redis_connection() as conn:
         try:
             study_id = create_study(conn, config, items, media, study_id=study_id, stylesheet=stylesheet)
+            if features is not None:
+                set_features(conn, study_id, features)
         except StudyError as exc:
             raise click.ClickException(str(exc)) from None
         schedule_update(conn, study_id)
@@ -121,30 +139,94 @@ def add_items_command(study_id: str, items_path: Path) -> None:
     _say_skipped(items_path)
 
 
+def read_features_file(path: Path, item_ids: list[str]) -> dict[str, dict[str, float]]:
+    """Item id -> {feature name: value} from a features file (:data:`FEATURE_FILES`) for the items
+    ``item_ids`` (their order is a .npy/.npz file's row order). Refused in words (StudyError): a missing
+    file, a cell that is not a finite number, a column holding one value for every item (it tells
+    nothing), a row count that is not the items'. Item ids missing or unknown are refused where the
+    features are stored."""
+    import numpy as np
+
+    from workers.store.studies import features_from_csv_text
+
+    suffix = path.suffix.lower()
+    try:
+        if suffix in (".npy", ".npz"):
+            try:
+                loaded = np.load(path, allow_pickle=False)
+            except ValueError as exc:
+                raise StudyError(f"{path} is not a numeric array file: {exc}") from None
+            if suffix == ".npz":
+                names = list(loaded.files)
+                if len(names) != 1 and "features" not in names:
+                    raise StudyError(f"{path} holds the arrays {', '.join(names) or '(none)'}: save one array, "
+                                     "or name it 'features'")
+                loaded = loaded["features" if "features" in names else names[0]]
+            if loaded.dtype.kind not in "biuf":
+                raise StudyError(f"{path} holds {loaded.dtype} values, not numbers")
+            X = np.asarray(loaded, np.float64)
+            X = X[:, None] if X.ndim == 1 else X
+            if X.ndim != 2 or len(X) != len(item_ids):
+                raise StudyError(f"{path} has shape {X.shape}; it needs one row per item ({len(item_ids)} rows, in "
+                                 "the items' order) and one column per feature")
+            columns = [f"f{c}" for c in range(X.shape[1])]
+            bad = np.argwhere(~np.isfinite(X))
+            if len(bad):
+                raise StudyError(f"{path}: row {bad[0][0] + 1}, column {bad[0][1] + 1} is not a number ({len(bad)} "
+                                 "such cell(s)); give every item a number in every column")
+            features = {i: dict(zip(columns, map(float, row), strict=True)) for i, row in zip(item_ids, X, strict=True)}
+        elif suffix == ".parquet":
+            try:
+                import pyarrow.parquet as pq
+            except ImportError:
+                raise StudyError(f"reading {path} needs pyarrow (pip install pyarrow); or save the features as "
+                                 "CSV or .npy") from None
+            table = pq.read_table(path).to_pydict()
+            if "id" not in table or len(table) < 2:
+                raise StudyError(f"{path} needs an 'id' column and at least one numeric feature column; its columns "
+                                 f"are: {', '.join(table) or '(none)'}")
+            lines = ["id," + ",".join(c for c in table if c != "id")]
+            for r, item_id in enumerate(table["id"]):
+                lines.append(",".join([str(item_id)] + ["" if table[c][r] is None else repr(table[c][r])
+                                                        for c in table if c != "id"]))
+            features = features_from_csv_text("\n".join(lines) + "\n", str(path))
+        else:
+            features = features_from_csv_text(path.read_bytes().decode("utf-8-sig"), str(path))
+    except FileNotFoundError:
+        raise StudyError(f"features file {path} does not exist") from None
+    except UnicodeDecodeError:
+        raise StudyError(f"{path} is not UTF-8 text; save it as CSV UTF-8") from None
+    if features:
+        names = list(next(iter(features.values())))
+        for name in names:
+            values = {row[name] for row in features.values()}
+            if len(values) == 1 and len(features) > 1:
+                raise StudyError(f"{path}: column '{name}' holds one value ({values.pop():g}) for every item, so it "
+                                 "tells nothing about which items are alike; remove it")
+    return features
+
+
 @click.command("features")
 @click.argument("study_id")
 @click.argument("features_file", type=click.Path(dir_okay=False, path_type=Path))
 def features_command(study_id: str, features_file: Path) -> None:
-    """Give every item of a study numeric features, from a CSV with an 'id' column and one column per
-    feature (SMERF and TreeRank learn over them). All items at once, or nothing changes."""
-    from workers.store.studies import features_from_csv_text, set_features
+    """Give every item of a study numeric features: a CSV with an 'id' column and one numeric column per
+    feature, a .npy/.npz array (one row per item, in the items' order) or a Parquet file with an 'id'
+    column (needs pyarrow). Duels and the embeddings start from them and learn how people weigh them
+    (a prior the answers overrule); SMERF and TreeRank learn over them. All items at once, or nothing
+    changes. A study that already has answers uses them once rebuilt ('proxima rebuild STUDY')."""
+    from workers.store.studies import get_items, set_features
 
-    try:
-        text = features_file.read_bytes().decode("utf-8-sig")
-        features = features_from_csv_text(text, str(features_file))
-    except FileNotFoundError:
-        raise click.ClickException(f"features file {features_file} does not exist") from None
-    except UnicodeDecodeError:
-        raise click.ClickException(f"{features_file} is not UTF-8 text; save it as CSV UTF-8") from None
-    except StudyError as exc:
-        raise click.ClickException(str(exc)) from None
     with redis_connection() as conn:
         try:
+            ids = [item.id for item in get_items(conn, study_id)]
+            features = read_features_file(features_file, ids)
             n = set_features(conn, study_id, features)
         except (StudyError, StudyNotFound) as exc:
             raise click.ClickException(str(exc)) from None
-    names = next(iter(features.values()))
-    click.echo(f"Set {len(names)} feature(s) ({', '.join(names)}) on {n} items of study {study_id}.")
+    names = list(next(iter(features.values())))
+    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    click.echo(f"Set {len(names)} feature(s) ({shown}) on {n} items of study {study_id}.")
 
 
 @click.command("import-triplets")

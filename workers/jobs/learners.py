@@ -10,14 +10,15 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from engine.adapters import draw_third, pair_sample
+from engine.features import check_features
 from engine.graph import NeighborGraph, Progress, RefitsBeside, RoundPlanner, refill_rounds
 from engine.kinds import KINDS, SCREEN_PARAMS, kind_of
-from engine.planners import make_planner, restore_planner
+from engine.planners import make_planner, restore_planner, takes_features
 from engine.registry import ALGORITHMS, candidate_duels, drive_as_pool, fitted_coordinates
 from workers.store.answers import Answer
 from workers.store.config import AlgorithmConfig, StudyConfig
 from workers.store.questions import derived_triplet_question, pooled
-from workers.store.studies import get_items, initial_item_count
+from workers.store.studies import StudyError, feature_matrix, get_items, initial_item_count
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -64,7 +65,9 @@ class Learner:
 
     @classmethod
     def new(cls, algorithm: AlgorithmConfig, config: StudyConfig, n_items: int,
-            labels: Sequence[str | None] | None = None) -> Learner:
+            labels: Sequence[str | None] | None = None, features: Any = None) -> Learner:
+        """A learner that has applied no answer yet; ``features`` (n_items rows, one per item) reach the
+        algorithms that use them (``engine.planners.takes_features``) as a prior."""
         index = config.algorithms.index(algorithm)
         entry = ALGORITHMS[algorithm.algorithm]
         # parameters stored before an algorithm dropped one (e.g. a window for Random) are ignored
@@ -86,8 +89,9 @@ class Learner:
             kind_params = {}
         else:
             kind_params = kind.planner_params(config.settings_of(kind))
+        prior = {"features": features} if features is not None and takes_features(entry.name) else {}
         planner = make_planner(entry.name, n_items, question_kind=kind.name, random_state=seed,
-                               labels=None if unlabelled else list(labels), **kind_params, **params)
+                               labels=None if unlabelled else list(labels), **prior, **kind_params, **params)
         return cls(algorithm, config, planner)
 
     @classmethod
@@ -333,8 +337,13 @@ def fresh_learners(conn: Redis, study: Study, algorithms: Iterable[AlgorithmConf
     if not algorithms:
         return {}
     n = initial_item_count(conn, study.id, study.n_items)
-    labels = [item.label for item in get_items(conn, study.id)][:n]
-    return {alg.label: Learner.new(alg, study.config, n, labels) for alg in algorithms}
+    items = get_items(conn, study.id)[:n]
+    labels = [item.label for item in items]
+    try:  # the items' features (``proxima features``), where every item has them and some column varies
+        features = check_features(feature_matrix(items)[1], n)
+    except (StudyError, ValueError):
+        features = None
+    return {alg.label: Learner.new(alg, study.config, n, labels, features) for alg in algorithms}
 
 
 def observe_batch(learners: dict[str, Learner], batch: list) -> dict[str, str]:
