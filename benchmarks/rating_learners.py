@@ -113,6 +113,7 @@ def main(argv=None) -> None:
     ap.add_argument("--budgets", default="25,50,100,200,400,800", help="ratings per item")
     ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--live", action="store_true", help="drive as a live pool (also prints offline)")
+    ap.add_argument("--live-only", action="store_true", help="drive as a live pool only")
     ap.add_argument("--batch", type=int, default=200, help="questions per live pass")
     ap.add_argument("--lag", type=float, default=0.1, help="a live refit is ready after this share of its ratings")
     args = ap.parse_args(argv)
@@ -120,7 +121,7 @@ def main(argv=None) -> None:
     for n in (int(x) for x in args.items.split(",")):
         rows = []
         for method in args.methods.split(","):
-            for live in ([False, True] if args.live else [False]):
+            for live in ([True] if args.live_only else [False, True] if args.live else [False]):
                 t0 = time.time()
                 hits = [run(method, n, budgets, s, live, args.batch, args.lag) for s in range(args.seeds)]
                 mean = np.mean(hits, axis=0)
@@ -129,8 +130,9 @@ def main(argv=None) -> None:
                 print(f"  n={n} {label}: hit@3 {' / '.join(rows[-1][1:])} ({time.time() - t0:.0f} s)",
                       file=sys.stderr, flush=True)
         truth = "held-out means of 253 raters" if n <= HELDOUT_UP_TO else "the simulator's means"
+        pool = f"; live: batches of {args.batch}, refits lag {args.lag:g}" if args.live or args.live_only else ""
         print_table(f"{n} items, realistic ratings, hit@3 ({truth}) by ratings per item, mean of {args.seeds} "
-                    f"seeds" + (f"; live: batches of {args.batch}, refits lag {args.lag:g}" if args.live else ""),
+                    f"seeds{pool}",
                     ["method", *[f"{b}/item" for b in budgets]], rows)
 
 
