@@ -5,7 +5,8 @@ each use the scale their own way (an offset and a spread), and a large per-ratin
 The defaults reproduce what a table of real ratings showed (30 items, 253 ratings of every pair by 253
 people, 1–9): one rating's spread around its pair's mean SD 2.2 points, the pair means' SD 0.7 (2.5 to
 6.9), people's mean ratings SD 1.0, an item's best and second-best neighbour a median 0.12 rating-SDs
-apart and under 0.05 SDs for 17% of items (:func:`rating_statistics`). Imports the engine, never Flask,
+apart and under 0.05 SDs for 17% of items (:func:`rating_statistics`; a simulated table of 253 raters
+gives 2.15, 0.64, 2.6 to 6.5, 0.96, 0.125 and 26%, mean of 6 seeds). Imports the engine, never Flask,
 Redis, RQ, ``workers`` or ``webapp``. ``means`` ndarray of shape (n_items, n_items), symmetric: the
 rating of a pair by the average rater (higher = more alike); ratings map to distances in [0, 1] as a
 rating study maps its scale (:meth:`RatingScale.distance`).
