@@ -172,17 +172,20 @@ def food100_screens(data_dir: Path) -> tuple[list[str], np.ndarray]:
 
 
 def food100_features(data_dir: Path, dishes: list[str]) -> np.ndarray:
-    """Ingredients (one TF-IDF weighted column per ingredient name) and the six taste percentages."""
-    info = json.loads((data_dir / "food100" / "ingredients.json").read_text())
-    vocab = sorted({i["name"].strip().lower() for d in dishes for i in info[d]["ingredients"]})
+    """Ingredients (one TF-IDF weighted column per ingredient name) and the six taste percentages; the
+    dishes the annotation file has nothing for (7 of 100) get a row of zeros."""
+    info = {d: v or {} for d, v in json.loads((data_dir / "food100" / "ingredients.json").read_text()).items()}
+    names = [[i["name"].strip().lower() for i in info.get(d, {}).get("ingredients") or []] for d in dishes]
+    vocab = sorted({x for row in names for x in row})
     col = {v: c for c, v in enumerate(vocab)}
     B = np.zeros((len(dishes), len(vocab)))
-    for r, d in enumerate(dishes):
-        for i in info[d]["ingredients"]:
-            B[r, col[i["name"].strip().lower()]] = 1.0
+    for r, row in enumerate(names):
+        B[r, [col[x] for x in row]] = 1.0
     idf = np.log(len(dishes) / B.sum(axis=0))
-    tastes = np.array([[float(t["percent"]) / 100.0 for t in sorted(info[d]["tastes"], key=lambda t: t["name"])]
-                       for d in dishes])
+    tastes = np.zeros((len(dishes), 6))
+    for r, d in enumerate(dishes):
+        for c, t in enumerate(sorted(info.get(d, {}).get("tastes") or [], key=lambda t: t["name"])[:6]):
+            tastes[r, c] = float(t["percent"] or 0) / 100.0
     return np.hstack([B * idf, tastes])
 
 

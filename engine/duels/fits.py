@@ -197,14 +197,14 @@ class Refits:
         want = tuple(int(ds[i]) for i in dims)
         inits = {d: self.embeddings_.get(d) for d in want}
         maps = {d: X for d, X in self.embeddings_.items() if d != 1}
-        prior = self.prior_
+        # features that predict nothing fall out of the fits (and a fit after them starts small and random)
+        prior = self.prior_ if self.prior_ is not None and self.prior_.trusted else None
         if prior is not None:
             # a first fit starts where the features put the items (a line: from the order along a map)
             inits = {d: prior.start(d) if X is None and d != 1 else X for d, X in inits.items()}
         return FitTask(self.n_items, self.triplets_[: job["triplets"]], want,
                        {d: X for d, X in inits.items() if X is not None}, maps, int(job["seed"]),
-                       # features that predict nothing fall out of the fits
-                       None if prior is None or not prior.trusted else prior.points())
+                       None if prior is None else prior.points())
 
     def _take_fit(self, task: FitTask, fitted: dict[int, np.ndarray]) -> bool:
         """Put a finished stage in place; True when it held the leading dimension (the shortlists
