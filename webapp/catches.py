@@ -21,6 +21,7 @@ from workers.store import keys
 if TYPE_CHECKING:
     from redis import Redis
 
+    from workers.store.config import StudyConfig
     from workers.store.studies import Study
 
 #: Seconds a web process keeps a study's comparisons before reading its items again (items are added
@@ -205,7 +206,7 @@ CATCHES_OFF = ("no catch trials (attention.rate: 0): random answers are caught b
                "which in a triplet study lets most of them through")
 
 
-def catch_warning(config, found: list[Comparison]) -> str | None:
+def catch_warning(config: StudyConfig, found: list[Comparison]) -> str | None:
     """Why a study asks no catch trials (``found``: its comparisons, :func:`comparisons` or
     :func:`choose_comparisons`), None when it asks them. ``config`` is the study's StudyConfig."""
     if not config.catch_every:
@@ -213,7 +214,7 @@ def catch_warning(config, found: list[Comparison]) -> str | None:
     return None if found else NO_CATCH_TRIALS
 
 
-def items_catch_warning(config, items: list) -> str | None:
+def items_catch_warning(config: StudyConfig, items: list) -> str | None:
     """:func:`catch_warning` for items about to be stored (``workers.store.studies.Item``s or their dicts)."""
     rows = [item if isinstance(item, dict) else {"position": item.position, "label": item.label} for item in items]
     return catch_warning(config, choose_comparisons(rows, random.Random(0)) if config.catch_every else [])
@@ -225,7 +226,7 @@ MISS_WARNING_FACTOR = 2
 MISS_WARNING_TRIALS = 50
 
 
-def miss_warning(config, trials: int, missed: int) -> str | None:
+def miss_warning(config: StudyConfig, trials: int, missed: int) -> str | None:
     """What the Overview says of a study whose raters miss its catch trials far more often than careful
     raters miss near-certain ones (``trials``, ``missed``: every rater's together), None otherwise. Either
     many raters answer without looking, or the comparisons are not near-certain: labels cut from a

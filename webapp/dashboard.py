@@ -55,6 +55,8 @@ if TYPE_CHECKING:
     from werkzeug.datastructures import FileStorage
     from werkzeug.exceptions import HTTPException
 
+    from workers.store.studies import Study
+
 
 bp = Blueprint("dashboard", __name__)
 
@@ -265,7 +267,7 @@ def expected_now(plan: dict | None, per_item: float) -> dict:
     return out
 
 
-def overview_catch_warning(conn, study, quality: dict) -> str | None:
+def overview_catch_warning(conn: Redis, study: Study, quality: dict) -> str | None:
     """What the Overview says of the study's catch trials (None when all is well): why it asks none (from
     this process's copy of its comparisons, ``catches.comparisons``), or that its raters (``quality``:
     rater_quality's counts) miss them far more often than careful raters do."""

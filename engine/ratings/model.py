@@ -12,6 +12,7 @@ is ``centre + ||x_i - x_j|| - pivot`` plus its residual.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,7 +47,7 @@ class Hyper:
         return [float(self.noise), float(self.offset), float(self.log_slope), float(self.residual)]
 
     @classmethod
-    def from_list(cls, values) -> Hyper:
+    def from_list(cls, values: Sequence[float]) -> Hyper:
         return cls(*(float(v) for v in values))
 
 

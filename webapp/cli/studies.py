@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import click
+import redis
 
 from workers.store.config import ConfigError, load_config_file
 from workers.store.studies import StudyError, StudyNotFound
@@ -437,7 +438,7 @@ def _operator() -> str:
         return "cli"
 
 
-def _rewrite_redis_files(conn, needles: list[str]) -> None:
+def _rewrite_redis_files(conn: redis.Redis, needles: list[str]) -> None:
     """Rewrite Redis's files after a deletion and say what was asked, done and checked (a failure is said too:
     the deletion itself stands)."""
     from workers.store.persistence import PersistenceError, rewrite_files
