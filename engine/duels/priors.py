@@ -124,6 +124,12 @@ class FeaturePrior:
         return float(right / seen) if seen > 0 else float("nan")
 
     @property
+    def test_share(self) -> float | None:
+        """How often a feature neighbour beat another item in the answers scored (None before any)."""
+        right, seen = self.tests_
+        return float(right / seen) if seen > 0 else None
+
+    @property
     def trusted(self) -> bool:
         """Whether the features count (in the fits, the shortlists and the warm-up): until ``TEST_MIN``
         answers of a feature neighbour against another item were scored, then while the neighbour wins

@@ -132,4 +132,8 @@ class Results:
             "embedding_fits": int(self.n_fits_),
             "embedding_dim": int(self.chosen_dim_) if self.embeddings_ else None,
             "shortlist_size": float(np.mean((self.cands_ >= 0).sum(axis=1))),
+            # with features: whether they still count, and how often an item's feature neighbour beat
+            # another item in the answers (.5: chance; None before any such answer was scored)
+            **({} if self.prior_ is None else {"features_used": bool(self.prior_.trusted),
+                                                "feature_agreement": self.prior_.test_share}),
         }

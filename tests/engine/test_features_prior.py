@@ -95,6 +95,8 @@ def test_noise_features_are_dropped_after_the_first_refit():
     assert planner.n_fits_ >= 1
     assert not planner.prior_.trusted
     assert planner.warmup_ == 3.0  # back to the random warm-up of a study without features
+    progress = planner.progress()
+    assert progress["features_used"] is False and 0.3 < progress["feature_agreement"] < 0.65
 
 
 def test_state_round_trip_keeps_the_features_space():
