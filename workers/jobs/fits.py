@@ -144,8 +144,8 @@ class FitPool:
         taken, self._unreported = self._unreported, []
         return taken
 
-    def _drop(self, attr: str) -> None:
-        """Shut a broken pool down (its live processes terminated) so the next use starts a new one."""
+    def _drop(self, attr: str, wait: bool = False) -> None:
+        """Shut a pool down (its live processes terminated) so the next use starts a new one."""
         executor = getattr(self, attr)
         setattr(self, attr, None)
         if executor is None:
@@ -153,7 +153,7 @@ class FitPool:
         for process in list((executor._processes or {}).values()):
             if process.is_alive():
                 process.terminate()
-        executor.shutdown(wait=False, cancel_futures=True)
+        executor.shutdown(wait=wait, cancel_futures=True)
 
     def _submit(self, task: Any) -> Future:
         try:
@@ -212,14 +212,8 @@ class FitPool:
     def shutdown(self, wait: bool = True) -> None:
         """Stop the processes, a fit or check under way included (the saved state describes a refit
         under way, and a check only ever adds flags: the next worker does either again)."""
-        for executor in (self._executor, self._side):
-            if executor is None:
-                continue
-            for process in list((executor._processes or {}).values()):
-                if process.is_alive():
-                    process.terminate()
-            executor.shutdown(wait=wait, cancel_futures=True)
-        self._executor = self._side = None
+        self._drop("_executor", wait)
+        self._drop("_side", wait)
         self._futures.clear()
         while len(self._restarts) > KEPT_FITS:
             self._restarts.pop(next(iter(self._restarts)))
