@@ -259,7 +259,8 @@ def fit_embedding(triplets: ArrayLike, n_items: int, dim: int = 2, kernel: str =
     overrule. The points are then X = Z W + E, the map W (how people weigh the features) and the
     offsets E fitted together, each offset costing ``stiffness`` · ‖E_i‖² / (number of answers · the
     start's total variance) (see :class:`_FeatureLoss`); features that predict nothing get little
-    weight in W. Without ``init`` the fit starts from the features' leading columns; an ``init`` is
+    weight in W. ``stiffness=np.inf`` fits the map alone (X = Z W: a linear metric over the features).
+    Without ``init`` the fit starts from the features' leading columns; an ``init`` is
     split into its least-squares map and the rest.
     """
     n = check_n_items(n_items)
@@ -299,10 +300,18 @@ def fit_embedding(triplets: ArrayLike, n_items: int, dim: int = 2, kernel: str =
         if stiffness < 0:
             raise ValueError(f"stiffness must be >= 0, got {stiffness}")
         W0 = np.linalg.lstsq(Z, X0, rcond=None)[0] if Z.shape[1] else np.zeros((0, dim))
-        prior = _FeatureLoss(loss, Z, stiffness, float(X0.var(axis=0).sum()))
-        res = minimize(prior, np.concatenate([W0.ravel(), (X0 - Z @ W0).ravel()]), jac=True, method="L-BFGS-B",
-                       options=options)
-        X = prior.points(res.x)
+        if np.isinf(stiffness):  # the map alone: X = Z W
+            def mapped(w: np.ndarray) -> tuple[float, np.ndarray]:
+                value, g = loss((Z @ w.reshape(-1, dim)).ravel())
+                return value, (Z.T @ g.reshape(n, dim)).ravel()
+
+            res = minimize(mapped, W0.ravel(), jac=True, method="L-BFGS-B", options=options)
+            X = Z @ res.x.reshape(-1, dim)
+        else:
+            prior = _FeatureLoss(loss, Z, stiffness, float(X0.var(axis=0).sum()))
+            res = minimize(prior, np.concatenate([W0.ravel(), (X0 - Z @ W0).ravel()]), jac=True,
+                           method="L-BFGS-B", options=options)
+            X = prior.points(res.x)
     if return_info:
         # status 1: stopped by maxiter / maxfun (0 converged, 2 the line search gave up)
         return X, {"nit": int(res.nit), "nfev": int(res.nfev), "converged": int(res.status) != 1}

@@ -19,6 +19,13 @@ from ..continuum import continuum_start
 #: (:func:`continuum_start`); it is listed last, so it is chosen only where it predicts fresh
 #: answers ``AUTO_MARGIN`` standard errors better than every other dimension (the alien eggs)
 AUTO_DIMS = (2, 4, 8, 1)
+#: with features and ``dim="auto"``, one more candidate beside the dimensions: the map of the features
+#: alone (X = Z W fitted to the answers, no per-item offsets: how people weigh the features), in at most
+#: ``MAP_DIMS`` dimensions (a line where the features have one component). Listed last, it is chosen
+#: only where it predicts fresh answers better than every fit, e.g. features that order the items as
+#: people do once weighed; dropped features leave it out
+FEATURE_MAP = 0
+MAP_DIMS = 8
 #: weight of older refits in the prequential score of each dimension (per refit)
 AUTO_DECAY = 0.7
 #: standard errors (of the best accuracy) a larger dimension must beat a smaller one by
@@ -60,7 +67,13 @@ class Dimensions:
     prequential scores (``dim_scores_``, ``fresh_dims_``), the chosen one and the regime gates."""
 
     def _dims(self) -> tuple[int, ...]:
-        return AUTO_DIMS if self.dim == "auto" else (int(self.dim),)
+        if self.dim != "auto":
+            return (int(self.dim),)
+        return AUTO_DIMS + (FEATURE_MAP,) if self.prior_ is not None else AUTO_DIMS
+
+    def _map_out(self) -> bool:
+        """Whether the features' map is a candidate no longer (no features, or they were dropped)."""
+        return self.prior_ is None or not self.prior_.trusted
 
     def _score_dims(self, emb, trip: np.ndarray) -> None:
         """Score the dimensions refitted last time on the answers that arrived since (no fit has
@@ -95,13 +108,15 @@ class Dimensions:
         # others from the cheapest up, the line right after the smallest map it starts from, so that
         # in a live pool, where a refit of the leading one that falls due cuts the others short, the
         # cheap ones are scored too
-        maps = [d for d in dims if d != 1]
+        maps = [d for d in dims if d not in (1, FEATURE_MAP)]
         after = min(maps) + 0.5 if maps else 0
 
         def cost(i: int) -> float:
             return after if dims[i] == 1 else dims[i]
 
-        rest = sorted((i for i in range(len(dims)) if i != best), key=cost) if every else []
+        out = self._map_out()
+        rest = sorted((i for i in range(len(dims)) if i != best and not (out and dims[i] == FEATURE_MAP)),
+                      key=cost) if every else []
         return [best] + rest
 
     def _best_dim_index(self, line: bool = True) -> int:
@@ -117,6 +132,10 @@ class Dimensions:
         dims = self._dims()
         if not line and len(dims) > 1 and 1 in dims:
             acc[dims.index(1)] = -np.inf
+        if FEATURE_MAP in dims and (not line or self._map_out()):
+            acc[dims.index(FEATURE_MAP)] = -np.inf
+        if line and FEATURE_MAP in dims and not self._map_out() and not (seen > 0).any():
+            return dims.index(FEATURE_MAP)  # nothing scored yet: the features, as people weigh them
         best = int(np.argmax(acc))
         if AUTO_MARGIN <= 0 or seen[best] <= 0:
             return best

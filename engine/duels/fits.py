@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..graph import NO_NEIGHBOR
-from .dims import _fit_start, _kernel_of
+from .dims import FEATURE_MAP, MAP_DIMS, _fit_start, _kernel_of
 from .priors import FIRST_FIT, STIFFNESS
 
 #: L-BFGS iterations a refit of one dimension may take
@@ -89,7 +89,18 @@ def run_fit(task: FitTask) -> dict[int, np.ndarray]:
     emb = _embedding_module()
     fitted: dict[int, np.ndarray] = {}
     for d in task.dims:
-        init = _fit_start(d, task.inits.get(d), {**task.maps, **fitted}, task.n_items)
+        if d == FEATURE_MAP:
+            if task.features is None:
+                continue  # (the features were dropped: no map to fit)
+            # the features' map alone: X = Z W, the offsets infinitely dear
+            q = min(MAP_DIMS, task.features.shape[1])
+            X = emb.fit_embedding(task.triplets, task.n_items, dim=q, kernel=_kernel_of(q), init=task.inits.get(d),
+                                  random_state=task.seed, max_iter=FIT_MAX_ITER, features=task.features,
+                                  stiffness=np.inf)
+            fitted[d] = np.asarray(X, np.float64)
+            continue
+        maps = {e: X for e, X in {**task.maps, **fitted}.items() if e != FEATURE_MAP}
+        init = _fit_start(d, task.inits.get(d), maps, task.n_items)
         prior = {} if task.features is None else {"features": task.features, "stiffness": STIFFNESS}
         X = emb.fit_embedding(task.triplets, task.n_items, dim=d, kernel=_kernel_of(d), init=init,
                               random_state=task.seed, max_iter=FIT_MAX_ITER, **prior)
@@ -196,12 +207,14 @@ class Refits:
         ds = self._dims()
         want = tuple(int(ds[i]) for i in dims)
         inits = {d: self.embeddings_.get(d) for d in want}
-        maps = {d: X for d, X in self.embeddings_.items() if d != 1}
+        maps = {d: X for d, X in self.embeddings_.items() if d not in (1, FEATURE_MAP)}
         # features that predict nothing fall out of the fits (and a fit after them starts small and random)
         prior = self.prior_ if self.prior_ is not None and self.prior_.trusted else None
         if prior is not None:
             # a first fit starts where the features put the items (a line: from the order along a map)
-            inits = {d: prior.start(d) if X is None and d != 1 else X for d, X in inits.items()}
+            inits = {d: X if X is not None or d == 1 else
+                     prior.start(min(MAP_DIMS, prior.space_.shape[1]) if d == FEATURE_MAP else d)
+                     for d, X in inits.items()}
         return FitTask(self.n_items, self.triplets_[: job["triplets"]], want,
                        {d: X for d, X in inits.items() if X is not None}, maps, int(job["seed"]),
                        None if prior is None else prior.points())
@@ -216,6 +229,8 @@ class Refits:
             i = ds.index(d)
             if i in job["dims"]:
                 job["dims"].remove(i)
+            if d not in fitted:  # (the features' map of features dropped meanwhile)
+                continue
             # a finished dimension is used at once (the leading one gives the shortlists); the
             # others only count in the choice of dimension once the whole refit is done
             self.embeddings_[d] = np.asarray(fitted[d], np.float64)

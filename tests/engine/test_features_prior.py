@@ -168,3 +168,19 @@ def test_fit_with_features_learns_their_weights():
     assert triplet_accuracy(X, t) > 0.85
     D = np.abs(truth - truth.T)
     assert triplet_agreement(X, D) > 0.8
+
+
+def test_features_that_order_the_items_as_people_do_are_kept_where_near_answers_are_coin_flips():
+    # items on a line, the feature their position; people cannot tell near items apart (a wide logistic):
+    # the map of the features alone predicts fresh answers best and the graph keeps their order
+    n = 40
+    x = np.linspace(0.0, 1.0, n)[:, None]
+    def run(features):
+        oracle = TripletOracle.from_points(x, noise=0.05, model="human", lapse=0.1, random_state=1)
+        return _drive(make_planner("duels", n, features=features, random_state=0), oracle, 8 * n)
+
+    planner = run(x)
+    assert planner.progress()["embedding_dim"] == 0  # the features' map (engine.duels.dims.FEATURE_MAP)
+    adjacent = np.mean(np.abs(planner.neighbor_graph(1).neighbors[:, 0] - np.arange(n)) == 1)
+    without = np.mean(np.abs(run(None).neighbor_graph(1).neighbors[:, 0] - np.arange(n)) == 1)
+    assert adjacent > 0.8 and without < 0.5
