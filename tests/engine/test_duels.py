@@ -378,14 +378,17 @@ def test_a_line_starts_from_the_order_along_the_leading_fit():
     from simulation.oracles import TripletOracle
 
     x = np.linspace(0.0, 1.0, 40)[:, None]
-    oracle = TripletOracle.from_points(x, random_state=0)
-    p = CandidateDuels(40, random_state=0, dim=1)
-    while p.n_answers_ < 30 * 40:
-        p.observe(oracle.answer(p.next_questions(40)))
-    nb = p.neighbor_graph(1).neighbors[:, 0]
-    assert p.embedding_.shape == (40, 1)
-    # an adjacent item (a random pick: ~5%; .70 with numpy 1.26, .75+ with numpy 2)
-    assert np.mean(np.abs(nb - np.arange(40)) == 1) >= 0.6
+    adjacent = []
+    for seed in range(4):  # one seed's share swings .38-.75 with the BLAS and numpy build: judge the mean
+        oracle = TripletOracle.from_points(x, random_state=seed)
+        p = CandidateDuels(40, random_state=seed, dim=1)
+        while p.n_answers_ < 30 * 40:
+            p.observe(oracle.answer(p.next_questions(40)))
+        nb = p.neighbor_graph(1).neighbors[:, 0]
+        assert p.embedding_.shape == (40, 1)
+        adjacent.append(np.mean(np.abs(nb - np.arange(40)) == 1))
+    # an adjacent item (a random pick: ~5%; seeds 0-3 gave .57 on average with numpy 2.4, .70 for seed 0 on 1.26)
+    assert np.mean(adjacent) >= 0.45, adjacent
 
 
 def test_where_duels_are_coin_flips_most_questions_place_items_in_the_embedding(monkeypatch):
