@@ -46,6 +46,8 @@ def test_the_plan_predicts_what_a_live_study_of_a_thousand_items_reaches(conn):
                       through="store", metric="hit3")
     # learnable: random picks hit 3 of 999 (.003); the plan reached .44 at 20 per item
     assert predicted[-1] >= 0.35 and live[-1] >= 0.35, (live, predicted)
-    # one run each: hit@3 is a share of 1,000 items (binomial SE <= .016 per run, .023 for the gap) and
-    # the seeds differ (plan 0, live 11), so 3 SE = .07; the broken live path lost .3-.8 here
-    assert np.all(np.abs(live - predicted) <= 0.07), (live, predicted)
+    # one run each: hit@3 is a share of 1,000 items (binomial SE <= .016 per run, .023 for the gap), the seeds
+    # differ (plan 0, live 11), and the live passes batch whatever answers have arrived (the machine's pace):
+    # on a loaded machine with numpy 2.4 the gap at 20 per item was .09 (.48 live, .39 planned) in one run of
+    # CI, within .07 in others, so .10; the broken live path lost .3-.8 here
+    assert np.all(np.abs(live - predicted) <= 0.10), (live, predicted)
