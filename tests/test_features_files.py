@@ -77,3 +77,31 @@ def test_create_refuses_features_of_other_items_before_creating(cli, conn, texts
                  "--features", str(texts / "f.csv"))
     assert result.exit_code != 0 and "missing 1 (s7)" in result.output
     assert cli("studies").output.count("\ts\t") == 0
+
+
+def test_a_duels_study_with_features_runs_its_passes_and_keeps_the_prior_in_its_state(client, conn):
+    from helpers import answer, fetch_question, run_worker
+
+    from engine.planners import restore_planner
+    from workers.store import engine_state
+    from workers.store.config import StudyConfig
+    from workers.store.studies import Item, create_study, set_features
+
+    items = [Item(id=f"p{i}", kind="color", color="#203040", position=(float(i),)) for i in range(12)]
+    create_study(conn, StudyConfig.from_dict({"name": "Line", "pool_size": 10, "random_state": 0,
+                                              "algorithms": [{"algorithm": "duels"}], "attention": {"rate": 0}}),
+                 items, study_id="line")
+    set_features(conn, "line", {f"p{i}": {"x": float(i), "y": float(i % 3)} for i in range(12)})
+    run_worker(conn)
+    question = fetch_question(client, "line")
+    for _ in range(30):
+        head, (a, b) = question["head"]["index"], [c["index"] for c in question["candidates"]]
+        response = answer(client, question, choice=a if abs(a - head) < abs(b - head) else b, study_id="line")
+        assert response.status_code == 201, response.get_json()
+        question = response.get_json()["next"]
+    run_worker(conn)
+    state = engine_state.load(conn, "line", "duels")
+    planner = restore_planner(state)
+    assert planner.n_answers_ >= 30
+    assert planner.prior_ is not None and planner.prior_.space_.shape == (12, 2)
+    assert planner.progress()["features_used"] is True
