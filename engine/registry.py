@@ -97,7 +97,9 @@ class Algorithm:
     changed since the previous state, so the update pass saves only those (the pair planners);
     ``rating_warning`` the same as ``warning`` for studies of a rated (not triplet-derived) kind;
     ``takes_raters`` its ``observe`` takes rating rows ``(i, j, d, rater)`` (any hashable id of who
-    answered), so the platform passes the rater with each rating.
+    answered), so the platform passes the rater with each rating; ``coordinates`` its planner fits
+    coordinates of the items (:func:`fitted_coordinates` returns them once fitted): its embedding is
+    exported and offered for download.
     """
 
     name: str
@@ -119,6 +121,7 @@ class Algorithm:
     warning: str = ""
     rating_warning: str = ""
     takes_raters: bool = False
+    coordinates: bool = False
 
     def __post_init__(self) -> None:
         if self.asks not in ASKS or self.learns not in LEARNS:
@@ -239,7 +242,8 @@ _ENTRIES = (
                "refit_growth": {"type": "number", "exclusiveMinimum": 0, "default": 0.25}},
               # (estimated from its arrays, not yet measured by benchmarks/engine_memory.py: per-pair counts and
               # sums, the estimates' temporaries; the log of ratings and a refit's copy of it)
-              ("PooledRatings",), takes_raters=True, memory=Memory(per_pair=64.0, per_answer=100.0, fixed=60e6)),
+              ("PooledRatings",), takes_raters=True, coordinates=True,
+              memory=Memory(per_pair=64.0, per_answer=100.0, fixed=60e6)),
     Algorithm("random_triplets", "engine.random_triplets:RandomTriplets", _TRIPLET_KINDS, "triplet", "graph",
               "Random triplets: uniformly random triplets, neighbour = highest win rate (no certificate)",
               {}, ("RandomTriplets",) + _SCREEN_STATES, memory=Memory(per_pair=54.0, fixed=10e6), screens="random"),
@@ -257,17 +261,19 @@ _ENTRIES = (
                "delta": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.05},
                "fit_work": {"type": "integer", "minimum": 1, "default": 1_000_000},
                "explore_pairs": {"type": "integer", "minimum": 0, "maximum": 10000, "default": 0}},
-              ("CandidateDuels",) + _SCREEN_STATES, memory=Memory(per_item=30_000.0, per_answer=400.0, fixed=60e6)),
+              ("CandidateDuels",) + _SCREEN_STATES, coordinates=True,
+              memory=Memory(per_item=30_000.0, per_answer=400.0, fixed=60e6)),
     Algorithm("embedding", "engine.embedding:EmbeddingLearner", _TRIPLET_KINDS, "triplet", "embedding",
               "Embedding: uniformly random triplets and a t-STE ordinal embedding; neighbours = nearest points",
-              _EMBEDDING, ("EmbeddingLearner",) + _SCREEN_STATES,
+              _EMBEDDING, ("EmbeddingLearner",) + _SCREEN_STATES, coordinates=True,
               memory=Memory(per_item=1_200.0, per_answer=170.0, fixed=50e6), screens="random"),
     Algorithm("active_embedding", "engine.embedding:ActiveEmbedding", _TRIPLET_KINDS, "triplet", "embedding",
               "Active embedding: t-STE embedding asking the most uncertain triplets near each item",
               {**_EMBEDDING,
                "warmup": {"type": ["integer", "null"], "minimum": 0, "default": None},
                "n_candidates": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 50}},
-              ("ActiveEmbedding",) + _SCREEN_STATES, memory=Memory(per_item=1_200.0, per_answer=170.0, fixed=56e6)),
+              ("ActiveEmbedding",) + _SCREEN_STATES, coordinates=True,
+              memory=Memory(per_item=1_200.0, per_answer=170.0, fixed=56e6)),
     # triplet studies only: a forest's splits take the answers of the triplets it asked (``observe`` refuses
     # others), and an odd-one-out or rank screen implies triplets no split asked
     Algorithm("comparison_forest", "engine.comparison_tree:ComparisonForest", kinds_asking("triplet"), "triplet",

@@ -107,10 +107,18 @@ def test_the_api_downloads_tab_and_package_offer_it(conn, duels_study, researche
 
 
 def test_the_downloads_tab_loads_no_learner_larger_than_the_probe_bound(conn, study_id, monkeypatch):
-    from workers.results import exports
+    from helpers import colour_items
 
-    assert exports.embedding_labels(conn, study_id) == []  # random triplets, loaded: it fits no embedding
+    from workers.results import exports
+    from workers.store.config import StudyConfig
+    from workers.store.studies import create_study
+
+    assert exports.embedding_labels(conn, study_id) == []  # random triplets: its entry fits no coordinates
+    duels = create_study(conn, StudyConfig(name="Duels"), colour_items(), study_id="duels-study")
+    assert exports.embedding_labels(conn, duels) == []  # loaded: no fit yet
     loaded = []
     monkeypatch.setattr(exports, "_load", lambda *args: loaded.append(args) or pytest.fail("loaded a learner"))
     monkeypatch.setattr(exports, "PROBE_BYTES", 0)  # every learner "too large" to load in a web process
-    assert exports.embedding_labels(conn, study_id) == ["random_triplets"] and not loaded
+    # offered unloaded where the entry fits coordinates (its download says whether it has them), never elsewhere
+    assert exports.embedding_labels(conn, duels) == ["duels"] and not loaded
+    assert exports.embedding_labels(conn, study_id) == [] and not loaded

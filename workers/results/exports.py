@@ -262,12 +262,13 @@ PROBE_BYTES = 256e6
 
 
 def embedding_labels(conn: Redis, study_id: str) -> list[str]:
-    """The labels of a study's algorithms that have fitted an embedding now (the Downloads tab offers theirs)."""
+    """The labels of a study's algorithms that have fitted an embedding now (the Downloads tab offers theirs):
+    of the entries that fit coordinates at all (``coordinates``), those that have (asked by loading them)."""
     study = get_study(conn, study_id)
     answers = answer_log.count_answers(conn, study_id)
-    return [alg.label for alg in study.config.algorithms
-            if alg.entry.memory.bytes(study.n_items, answers) > PROBE_BYTES
-            or _load(conn, study, alg).fitted_coordinates() is not None]
+    return [alg.label for alg in study.config.algorithms if alg.entry.coordinates
+            and (alg.entry.memory.bytes(study.n_items, answers) > PROBE_BYTES
+                 or _load(conn, study, alg).fitted_coordinates() is not None)]
 
 
 def embedding_csv(doc: dict) -> Iterator[str]:
