@@ -469,7 +469,8 @@ class EmbeddingLearner:
     TAKES_FEATURES = True
 
     def __init__(self, n_items: int, random_state: RandomState = None, kernel: str = "tste", dim: int = 2,
-                 refit_share: float = 0.1, refit_min: int | None = None, l2: float = 1e-3, features=None) -> None:
+                 refit_share: float = 0.1, refit_min: int | None = None, l2: float = 1e-3,
+                 features: ArrayLike | None = None) -> None:
         self.n_items = check_n_items(n_items)
         # the features' space (engine.features.feature_space), not the matrix (it may be large)
         self.features_ = None if features is None else feature_space(features, self.n_items)
@@ -666,7 +667,7 @@ class ActiveEmbedding(EmbeddingLearner):
 
     def __init__(self, n_items: int, random_state: RandomState = None, kernel: str = "tste", dim: int = 2,
                  refit_share: float = 0.1, refit_min: int | None = None, l2: float = 1e-3,
-                 warmup: int | None = None, n_candidates: int = 50, features=None) -> None:
+                 warmup: int | None = None, n_candidates: int = 50, features: ArrayLike | None = None) -> None:
         super().__init__(n_items, random_state=random_state, kernel=kernel, dim=dim,
                          refit_share=refit_share, refit_min=refit_min, l2=l2, features=features)
         self.warmup = 5 * self.n_items * self.dim if warmup is None else int(warmup)

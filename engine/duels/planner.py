@@ -9,6 +9,7 @@ share its attributes (set up in ``__init__``). Numpy only; must never import Fla
 from __future__ import annotations
 
 import numbers
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,6 +24,9 @@ from .results import Results
 from .scores import Scoring, _HeadRows
 from .shortlists import Shortlists
 from .state import StateIO
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 
 class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refits, Dimensions, Answers):
@@ -104,7 +108,7 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
     def __init__(self, n_items: int, random_state: RandomState = None, shortlist: int = 12, min_shortlist: int = 6,
                  shrink_at: float = 100.0, warmup: float | str = "auto", explore: float = 0.1,
                  refit_growth: float = 0.25, dim: int | str = "auto", delta: float = 0.05,
-                 fit_work: int = 1_000_000, explore_pairs: int = 0, features=None) -> None:
+                 fit_work: int = 1_000_000, explore_pairs: int = 0, features: ArrayLike | None = None) -> None:
         store_params(self, locals())
         self.n_items = check_n_items(n_items)
         self._check_params()
