@@ -915,6 +915,10 @@ def main() -> None:
         generator_main(sys.argv[2])
         return
     a = parse_args()
+    try:
+        import aiohttp  # noqa: F401  (the load generators' client: without it they send nothing)
+    except ImportError:
+        sys.exit("load.py needs aiohttp and psutil: pip install -e '.[bench]'")
     # a SIGTERM (kill, pkill) ends the run through its finally blocks: the servers it started stop too
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"load.py: stopped by signal {signum}"))
     global LABEL
