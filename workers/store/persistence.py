@@ -88,18 +88,25 @@ def _idle(info: dict) -> bool:
                 or int(info.get("rdb_bgsave_in_progress", 0)))
 
 
-def rewrite_aof(conn: Redis, timeout: float = DEFAULT_TIMEOUT) -> None:
-    """BGREWRITEAOF and wait for it to end. A rewrite (or snapshot) already running began before the
-    deletion and would write the deleted data again, so it is waited out and a new one asked for."""
+def _ask_when_idle(conn: Redis, ask: Callable[[], object], timeout: float, refused: str, doing: str) -> dict:
+    """Wait out any background write already running (it began before the deletion and would write the
+    deleted data again), ask for a new one (``ask``), and wait for it to end; returns Redis's INFO then."""
     while True:
         _wait(conn, _idle, timeout, "a background write it had begun")
         try:
-            conn.bgrewriteaof()
+            ask()
             break
         except redis.ResponseError as exc:
             if "in progress" not in str(exc):
-                raise PersistenceError(f"Redis refused to rewrite its append-only file: {exc}") from None
-    info = _wait(conn, _idle, timeout, "rewriting its append-only file")
+                raise PersistenceError(f"Redis refused to {refused}: {exc}") from None
+    return _wait(conn, _idle, timeout, doing)
+
+
+def rewrite_aof(conn: Redis, timeout: float = DEFAULT_TIMEOUT) -> None:
+    """BGREWRITEAOF and wait for it to end. A rewrite (or snapshot) already running began before the
+    deletion and would write the deleted data again, so it is waited out and a new one asked for."""
+    info = _ask_when_idle(conn, conn.bgrewriteaof, timeout, "rewrite its append-only file",
+                          "rewriting its append-only file")
     if info.get("aof_last_bgrewrite_status") != "ok":
         raise PersistenceError("Redis's rewrite of its append-only file failed (aof_last_bgrewrite_status: "
                                f"{info.get('aof_last_bgrewrite_status')}); its log says why")
@@ -108,15 +115,7 @@ def rewrite_aof(conn: Redis, timeout: float = DEFAULT_TIMEOUT) -> None:
 def replace_snapshot(conn: Redis, timeout: float = DEFAULT_TIMEOUT) -> None:
     """BGSAVE after the deletion and wait for it: the RDB file then holds only what Redis holds now."""
     asked_at = int(conn.time()[0])
-    while True:
-        _wait(conn, _idle, timeout, "a background write it had begun")
-        try:
-            conn.bgsave()
-            break
-        except redis.ResponseError as exc:
-            if "in progress" not in str(exc):
-                raise PersistenceError(f"Redis refused to write a new snapshot: {exc}") from None
-    info = _wait(conn, _idle, timeout, "writing its snapshot")
+    info = _ask_when_idle(conn, conn.bgsave, timeout, "write a new snapshot", "writing its snapshot")
     if info.get("rdb_last_bgsave_status") != "ok" or int(info.get("rdb_last_save_time", 0)) < asked_at:
         raise PersistenceError(f"Redis's snapshot failed (rdb_last_bgsave_status: {info.get('rdb_last_bgsave_status')})"
                                "; its log says why")
