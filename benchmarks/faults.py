@@ -43,7 +43,7 @@ KINDS = ("web-worker", "gunicorn-master", "rq-worker", "fit-process", "check-pro
 #: what an incident names for each kind (None: nothing records it; see the notes printed under the table)
 INCIDENT = {"gunicorn-master": "web server exited", "rq-worker": "RQ worker 1 exited", "redis": "embedded Redis exited",
             "fit-process": "process died", "check-process": "process died", "serve": "took over from a serve",
-            "web-worker": None}
+            "web-worker": "a web worker died"}
 WAIT = 60.0
 
 
@@ -305,8 +305,6 @@ def main() -> None:
             print(f"{kind:16s} {busy:6d} {max(times):12.2f} / {sum(times) / len(times):5.2f}"
                   f"{sum(r['lost'] for r in mine):13d} {sum(r['doubled'] for r in mine):7d} "
                   f"{sum(r['applied_once'] for r in mine):>9d}/{len(mine)} {shown:>15s}")
-    print("\nweb-worker: a gunicorn worker restarted by its master records no incident (web processes hold no "
-          "state; /api/health and the request metrics cover them).")
 
 
 def _add_study(serve: Serve) -> None:

@@ -20,7 +20,7 @@ from helpers import healthy, wait_for
 
 from webapp import ROOT
 from webapp.cli.embedded import free_port, redis_server_binary
-from webapp.cli.serve import GUNICORN_LIMITS, GUNICORN_THREADS
+from webapp.cli.serve import GUNICORN_HOOKS, GUNICORN_LIMITS, GUNICORN_THREADS
 from workers.store import keys
 
 DEPLOY = ROOT / "deploy"
@@ -132,6 +132,7 @@ def test_every_unit_restarts_its_process_and_gives_up_on_a_crash_loop():
     web = shlex.split(read_unit(DEPLOY / "proxima-web.service")["Service"]["ExecStart"][0])
     command = " ".join(web)
     assert " ".join(GUNICORN_THREADS) in command and " ".join(GUNICORN_LIMITS) in command
+    assert " ".join(GUNICORN_HOOKS) in command
     assert web[-1] == "webapp:create_app()"
 
 

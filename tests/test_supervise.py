@@ -331,6 +331,28 @@ def test_kill_9_of_the_workers_fit_processes_while_raters_answer_learning_goes_o
     assert health.learning_status(conn, STUDY)["state"] == "ok"
 
 
+def test_kill_9_of_a_web_worker_is_recorded_and_raters_go_on(module_serve):
+    """A gunicorn worker killed (the OOM killer, kill -9): its master starts another by itself, and the
+    master's hook (webapp/gunicorn_conf.py) records the death as an incident the Overview lists."""
+    serve = module_serve
+    conn = serve.redis()
+    master = psutil.Process(serve.child("gunicorn"))
+    web_workers = [p.pid for p in master.children() if alive(p)]
+    assert web_workers, "gunicorn has no worker processes"
+    raters = Raters(serve.base, "r-web")
+    try:
+        wait_for(lambda: raters.count() >= 10, RECOVERY_WAIT_S, what="raters answering")
+        kill_tree(web_workers[:1])
+        wait_for(lambda: any(f"pid {web_workers[0]}" in i["detail"] and i["what"] == "a web worker died"
+                             for i in health.incidents(conn)), RECOVERY_WAIT_S, what="the death recorded")
+        count = raters.count()
+        wait_for(lambda: raters.count() >= count + 10, 20, what="raters answering after the kill")
+    finally:
+        raters.finish()
+    assert serve.child("gunicorn") == master.pid  # the master lived: serve restarted nothing
+    assert len([p for p in master.children() if alive(p)]) == len(web_workers)
+
+
 # ---------------------------------------------------------------------------- kill -9 of serve
 def test_kill_9_of_serve_leaves_no_orphans_and_a_new_serve_takes_over(started, tmp_path):
     instance = tmp_path / "instance"

@@ -41,6 +41,8 @@ WORKER_BLAS_THREADS = 1
 #: gunicorn's longest request line (its default is 4094): the app answers URLs over ``errors.MAX_URL_LENGTH``
 #: with the JSON error shape on /api/, and the worker answers lines over this one in that shape too.
 GUNICORN_LIMITS = ("--limit-request-line", "8190")
+#: gunicorn's hooks (webapp/gunicorn_conf.py): the master records a web worker that died as an incident.
+GUNICORN_HOOKS = ("--config", "python:webapp.gunicorn_conf")
 #: Seconds ``proxima serve`` waits for the web server's first healthy answer.
 STARTUP_TIMEOUT_S = 60.0
 
@@ -155,7 +157,7 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int, ma
                                   max_restarts))
         children.append(Child("web server", lambda: popen(
             [sys.executable, "-m", "gunicorn", "--bind", f"{host}:{port}", "--workers", str(web_workers),
-             *GUNICORN_THREADS, *GUNICORN_LIMITS, "--graceful-timeout", "10", "--log-level", "warning",
+             *GUNICORN_THREADS, *GUNICORN_LIMITS, *GUNICORN_HOOKS, "--graceful-timeout", "10", "--log-level", "warning",
              "webapp:create_app()"],
             env=env, cwd=str(ROOT), start_new_session=True), max_restarts))
         for child in children:
