@@ -1,0 +1,285 @@
+"""MkDocs hook: the reference pages written from the code at build time.
+
+A page holding one of the markers below gets it replaced by Markdown made from its source:
+``<!-- reference:config -->`` (the study config's JSON schema, ``workers.store.config.SCHEMA``, with the
+defaults of a validated config and the descriptions of ``docs/reference/config-fields.yml``),
+``<!-- reference:params -->`` (every algorithm's parameters, ``engine.registry``), ``<!-- reference:openapi -->``
+(``docs/openapi.yaml``) and ``<!-- include:PATH -->`` (a Markdown file of the repository outside docs/,
+e.g. benchmarks/README.md, with its links to other repository files turned into plain text). A schema field
+without a description, or a description of a field the schema no longer has, is a warning, so
+``mkdocs build --strict`` fails until the reference says what the code does. Imports no Flask.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import yaml
+
+log = logging.getLogger("mkdocs.hooks.reference")
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+MARKER = re.compile(r"<!-- (reference:[a-z]+|include:[\w./-]+) -->")
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    def replace(match: re.Match) -> str:
+        what = match.group(1)
+        if what == "reference:config":
+            return config_reference()
+        if what == "reference:params":
+            return params_reference()
+        if what == "reference:openapi":
+            return openapi_reference(DOCS / "openapi.yaml")
+        if what.startswith("include:"):
+            return include(ROOT / what.removeprefix("include:"))
+        log.warning("%s: unknown reference marker %r", page.file.src_uri, what)
+        return match.group(0)
+
+    return MARKER.sub(replace, markdown)
+
+
+# ---------------------------------------------------------------- the study config
+
+
+def schema_fields(schema: dict, prefix: str = "") -> list[tuple[str, dict]]:
+    """Every field of a JSON schema as (dotted path, its schema); array items as ``name[].field``, the
+    alternatives of a ``oneOf`` of objects merged (a practice question of any kind)."""
+    out: list[tuple[str, dict]] = []
+    for name, sub in schema.get("properties", {}).items():
+        path = f"{prefix}{name}"
+        out.append((path, sub))
+        if "properties" in sub:
+            out.extend(schema_fields(sub, path + "."))
+        items = sub.get("items", {})
+        if "properties" in items:
+            out.extend(schema_fields(items, path + "[]."))
+        elif "oneOf" in items:
+            merged: dict[str, dict] = {}
+            for alternative in items["oneOf"]:
+                for field, fs in alternative.get("properties", {}).items():
+                    merged.setdefault(field, {"anyOf": []})["anyOf"].append(fs)
+            out.extend(schema_fields({"properties": merged}, path + "[]."))
+    return out
+
+
+def type_of(schema: dict) -> str:
+    """A short human name of what a schema allows: ``integer ≥ 1 or null``, ``"a" | "b"``."""
+    if "anyOf" in schema or "oneOf" in schema:
+        names = [type_of(s) for s in schema.get("anyOf", schema.get("oneOf"))]
+        return " or ".join(dict.fromkeys(names))
+    if "const" in schema:
+        return f"`{json.dumps(schema['const'])}`"
+    if "enum" in schema:
+        return " \\| ".join(f"`{json.dumps(v)}`" for v in schema["enum"])
+    kinds = schema.get("type", "any")
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+    bounds = []
+    for key, sign in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"), ("exclusiveMaximum", "<")):
+        if key in schema:
+            bounds.append(f"{sign} {schema[key]:,}" if isinstance(schema[key], int) else f"{sign} {schema[key]}")
+    if schema.get("minLength") == 1:
+        bounds.append("not empty")
+    for key, word in (("maxLength", "at most {:,} characters"), ("minItems", "at least {} entries"),
+                      ("maxItems", "at most {} entries")):
+        if key in schema:
+            bounds.append(word.format(schema[key]))
+    if "items" in schema and "array" in kinds:
+        inner = schema["items"]
+        inner_name = "objects" if "properties" in inner or "oneOf" in inner else f"{inner.get('type', 'value')}s"
+        kinds = [f"array of {inner_name}" if k == "array" else k for k in kinds]
+    main = [k for k in kinds if k != "null"]
+    text = " or ".join(main) + (" " + ", ".join(bounds) if bounds else "")
+    return text + (" or null" if "null" in kinds else "")
+
+
+def config_defaults() -> dict:
+    """The values a config of only a name gets (a validated StudyConfig), as one flat dict of dotted paths."""
+    from engine.kinds import get_kind
+    from workers.store.config import KIND_SETTINGS_SCHEMAS, StudyConfig
+
+    flat: dict[str, object] = {}
+
+    def walk(value: object, prefix: str) -> None:
+        if isinstance(value, dict) and value:
+            for key, sub in value.items():
+                walk(sub, f"{prefix}{key}.")
+        flat[prefix.rstrip(".")] = value
+
+    data = StudyConfig.from_dict({"name": "A study"}).to_dict()
+    for key, value in data.items():
+        walk(value, f"{key}.")
+    for kind in KIND_SETTINGS_SCHEMAS:  # every kind's settings, asked by this study or not
+        for key, value in get_kind(kind).check_settings(None).items():
+            flat[f"{kind}.{key}"] = value
+    return flat
+
+
+def shown(value: object) -> str:
+    if isinstance(value, str) and "\n" in value:
+        return "(a text)"
+    text = json.dumps(value, ensure_ascii=False)
+    return f"`{text}`" if len(text) <= 60 else "(see description)"
+
+
+def config_reference() -> str:
+    from workers.store.config import SCHEMA
+
+    described = yaml.safe_load((DOCS / "reference" / "config-fields.yml").read_text(encoding="utf-8"))
+    defaults = config_defaults()
+    fields = schema_fields(SCHEMA)
+    paths = {path for path, _ in fields}
+    for stale in sorted(set(described) - paths):
+        log.warning("docs/reference/config-fields.yml describes '%s', which the config schema does not have",
+                    stale)
+    required = set(SCHEMA.get("required", ()))
+    rows = ["| field | type | default | description |", "|---|---|---|---|"]
+    for path, sub in fields:
+        entry = described.get(path)
+        if not entry or not entry.get("description"):
+            log.warning("the config field '%s' has no description in docs/reference/config-fields.yml", path)
+            entry = {"description": ""}
+        if "default" in entry:
+            default = entry["default"]
+        elif path in required:
+            default = "required"
+        elif path in defaults:
+            default = shown(defaults[path])
+        else:
+            default = "—"
+        description = " ".join(str(entry["description"]).split()).replace("|", "\\|")
+        rows.append(f"| <code id=\"{path.replace('[]', '').replace('.', '-')}\">{path}</code> | {type_of(sub)} "
+                    f"| {default} | {description} |")
+    return "\n".join(rows) + "\n"
+
+
+def params_reference() -> str:
+    from engine.registry import ALGORITHMS
+
+    out = []
+    for name, entry in ALGORITHMS.items():
+        out.append(f"### `{name}`\n\n{entry.description}\n")
+        kinds = ", ".join(f"`{k}`" for k in entry.question_kinds)
+        out.append(f"Asks {kinds} questions (first: the default); learns a {entry.learns}.\n")
+        if not entry.params:
+            out.append("No parameters.\n")
+            continue
+        out.append("| parameter | type | default |\n|---|---|---|")
+        for param, sub in entry.params.items():
+            default = shown(sub["default"]) if "default" in sub else "—"
+            plain = {k: v for k, v in sub.items() if k != "default"}
+            out.append(f"| `{param}` | {type_of(plain)} | {default} |")
+        out.append("")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- the HTTP API
+
+
+def resolve(spec: dict, node: object) -> object:
+    """Follow a local ``$ref`` (``#/components/...``) until the node is not one."""
+    seen = 0
+    while isinstance(node, dict) and "$ref" in node and seen < 20:
+        target: object = spec
+        for part in node["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        node, seen = target, seen + 1
+    return node
+
+
+def schema_name(spec: dict, node: dict) -> str:
+    if "$ref" in node:
+        return f"[`{node['$ref'].rsplit('/', 1)[-1]}`](#schema-{node['$ref'].rsplit('/', 1)[-1].lower()})"
+    node = resolve(spec, node)
+    if node.get("type") == "array":
+        return "array of " + schema_name(spec, node.get("items", {}))
+    if node.get("properties"):
+        return "object with " + ", ".join(f"`{k}`" for k in node["properties"])
+    return type_of(node)
+
+
+def one_line(text: object) -> str:
+    return " ".join(str(text or "").split()).replace("|", "\\|")
+
+
+def openapi_reference(path: Path) -> str:
+    spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+    out = [str(spec.get("info", {}).get("description", "")).strip(), ""]
+    for route, item in spec.get("paths", {}).items():
+        shared = item.get("parameters", [])
+        for method in ("get", "put", "post", "patch", "delete"):
+            if method not in item:
+                continue
+            op = item[method]
+            out.append(f"### `{method.upper()} {route}`\n")
+            out.append(one_line(op.get("summary")) + "\n")
+            if op.get("description"):
+                out.append(str(op["description"]).strip() + "\n")
+            facts = []
+            if op.get("tags"):
+                facts.append("for: " + ", ".join(op["tags"]))
+            if "security" in op:
+                facts.append("auth: " + (" or ".join(k for s in op["security"] for k in s) or "none"))
+            if op.get("operationId"):
+                facts.append(f"operation id `{op['operationId']}`")
+            if facts:
+                out.append("*" + "; ".join(facts) + "*\n")
+            params = [resolve(spec, p) for p in (*shared, *op.get("parameters", []))]
+            if params:
+                out.append("| parameter | in | type | description |\n|---|---|---|---|")
+                for p in params:
+                    out.append(f"| `{p['name']}` | {p.get('in', '')} | {schema_name(spec, p.get('schema', {}))} "
+                               f"| {one_line(p.get('description'))} |")
+                out.append("")
+            body = resolve(spec, op.get("requestBody", {}))
+            for media, content in (body or {}).get("content", {}).items():
+                out.append(f"Request body ({media}): {schema_name(spec, content.get('schema', {}))}\n")
+            out.append("| status | meaning | body |\n|---|---|---|")
+            for status, response in op.get("responses", {}).items():
+                resp = resolve(spec, response)
+                bodies = [schema_name(spec, c.get("schema", {})) for c in resp.get("content", {}).values()
+                          if c.get("schema")]
+                out.append(f"| {status} | {one_line(resp.get('description'))} | {', '.join(bodies)} |")
+            out.append("")
+    schemas = spec.get("components", {}).get("schemas", {})
+    if schemas:
+        out.append("## Schemas\n")
+        for name, node in schemas.items():
+            out.append(f"### `{name}` {{#schema-{name.lower()}}}\n")
+            if node.get("description"):
+                out.append(one_line(node["description"]) + "\n")
+            props = node.get("properties", {})
+            if props:
+                required = set(node.get("required", ()))
+                out.append("| field | type | required | description |\n|---|---|---|---|")
+                for field, sub in props.items():
+                    out.append(f"| `{field}` | {schema_name(spec, sub)} | {'yes' if field in required else ''} "
+                               f"| {one_line(resolve(spec, sub).get('description'))} |")
+                out.append("")
+            else:
+                out.append(f"{schema_name(spec, node)}\n")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- files outside docs/
+
+LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([^)\s]+)\)")
+
+
+def include(path: Path) -> str:
+    """A Markdown file of the repository, its first heading dropped (the page has its own) and its links to
+    other repository files made plain text (the site holds only docs/); in-page anchors and web links kept."""
+    text = path.read_text(encoding="utf-8")
+    text = re.sub(r"\A# .*\n", "", text)
+
+    def plain(match: re.Match) -> str:
+        target = match.group(2)
+        if target.startswith(("#", "http://", "https://", "mailto:")):
+            return match.group(0)
+        dest = (path.parent / target.split("#")[0]).resolve()
+        return f"{match.group(1)} (`{dest.relative_to(ROOT)}`)" if dest.is_relative_to(ROOT) else match.group(1)
+
+    return LINK.sub(plain, text)
