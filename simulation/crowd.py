@@ -297,14 +297,33 @@ def check_scale(scale: object) -> dict:
     return scale
 
 
-class Rater:
-    """One simulated person: answers questions from the truth (or at random if careless)."""
+#: Names a shown item's id from its payload (``item -> id``). The server names shown items by handles new
+#: for every question (no id, no index on the wire), so a simulator answering from the truth is given one
+#: by a caller that holds the server's secret key: ``webapp.handles.shown_index`` reads a handle's index,
+#: and the study's item list its id (``webapp.cli.simulate``, tests and benchmarks build it).
+Identify = Callable[[dict], str]
 
-    def __init__(self, truth: Truth, noise: NoiseModel, careless: bool, rng: random.Random) -> None:
+
+def payload_id(item: dict) -> str:
+    """The id a shown item's payload carries (the researcher's preview; the wire to raters carries none)."""
+    if "id" not in item:
+        raise SimulationError("the server names shown items by handles only: a simulated rater who answers "
+                              "from the truth needs the server's secret key and the study's items to read "
+                              "them (run the simulator on the server's instance folder)")
+    return item["id"]
+
+
+class Rater:
+    """One simulated person: answers questions from the truth (or at random if careless). ``identify``
+    names a shown item's id (:data:`Identify`); the answer names items by their ``handle``."""
+
+    def __init__(self, truth: Truth, noise: NoiseModel, careless: bool, rng: random.Random,
+                 identify: Identify = payload_id) -> None:
         self.truth = truth
         self.noise = noise
         self.careless = careless
         self.rng = rng
+        self.identify = identify
         self._oracles: dict = {}
         self._use_of_scale: tuple[float, float] | None = None  # (offset, slope) of realistic ratings
 
@@ -320,17 +339,21 @@ class Rater:
         picks = self.screen_picks(kind, question)
         return {"choice": picks[0]} if len(picks) == 1 and "select" not in question else {"picks": list(picks)}
 
-    def screen_picks(self, kind: QuestionKind, question: dict) -> list[int]:
-        """The items this rater picks on a screen (item indices, in order): simulation.oracles' human model
+    def screen_picks(self, kind: QuestionKind, question: dict) -> list:
+        """The items this rater picks on a screen (their handles, in order): simulation.oracles' human model
         of the kind on the truth, or (careless) a uniformly random answer."""
         shown = [question["head"], *question["candidates"]] if kind.headed else list(question["items"])
         offered = shown[1:] if kind.headed else shown
         k = int(question.get("select", 1))
         if self.careless:
-            return [item["index"] for item in self.rng.sample(offered, k)]
-        positions = self.truth.positions([item["id"] for item in shown])
-        at = {p: item["index"] for p, item in zip(positions, shown, strict=True)}
+            return [item["handle"] for item in self.rng.sample(offered, k)]
+        positions = self.truth.positions([self.identify(item) for item in shown])
+        # by place: an item shown twice (a catch trial's copy) is picked where the model put it
         observation = self.oracle(kind, k).answer([kind.proposal_of(positions)])[0]
+        at = {}
+        for place, (p, item) in enumerate(zip(positions, shown, strict=True)):
+            if not (kind.headed and place == 0):
+                at.setdefault(p, item["handle"])
         return [at[p] for p in kind.picks_of(observation)]
 
     def oracle(self, kind: QuestionKind, n_select: int = 1) -> Any:
@@ -348,7 +371,7 @@ class Rater:
         lo, hi = float(scale["min"]), float(scale["max"])
         if self.careless:
             return snap(self.rng.uniform(lo, hi), scale)
-        i, j = self.truth.positions([item["id"] for item in question["items"]])
+        i, j = self.truth.positions([self.identify(item) for item in question["items"]])
         similarity = 1.0 - self.truth.distances[i, j]
         if self.noise.realistic_ratings is not None:
             return snap(self._realistic(similarity, lo, hi), scale)
@@ -464,7 +487,8 @@ class Crowd:
 
     def __init__(self, base_url: str, study_id: str, truth: Truth, noise: NoiseModel, raters: int = 10,
                  careless: float = 0.0, think: float = 0.0, max_answers: int | None = None,
-                 duration: float | None = None, seed: int | None = None, rater_prefix: str = "sim") -> None:
+                 duration: float | None = None, seed: int | None = None, rater_prefix: str = "sim",
+                 identify: Identify = payload_id) -> None:
         if raters < 1:
             raise SimulationError("need at least one rater")
         if not 0 <= careless <= 1:
@@ -482,6 +506,7 @@ class Crowd:
         self.budget = _Budget(max_answers)
         self.seed = seed
         self.rater_prefix = rater_prefix
+        self.identify = identify
         self.stop = threading.Event()
         self.report = Report()
         self.lock = threading.Lock()
@@ -563,7 +588,7 @@ class Crowd:
         if careless:
             with self.lock:
                 self.report.careless_raters.append(name)
-        person = Rater(self.truth, self.noise, careless, rng)
+        person = Rater(self.truth, self.noise, careless, rng, self.identify)
         session = requests.Session()
         question, received, failures = None, 0.0, 0
         try:
@@ -641,8 +666,8 @@ class Crowd:
             session.close()
 
     def _accept(self, name, question, body, answer_id, received, answered, careless) -> None:
-        items = ([question["head"]["id"], *(c["id"] for c in question["candidates"])]
-                 if "head" in question else [i["id"] for i in question.get("items", [])])
+        shown = [question["head"], *question["candidates"]] if "head" in question else question.get("items", [])
+        items = [self.identify(item) for item in shown]
         answer = {k: v for k, v in body.items() if k in ("choice", "picks", "value")}
         sent = Sent(name, str(answer_id), question["token"], question.get("kind", ""), items, answer,
                     received, answered, careless)

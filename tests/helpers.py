@@ -26,6 +26,7 @@ from rq import SimpleWorker
 
 from webapp import ROOT
 from webapp.cli.embedded import EmbeddedRedis, free_port
+from webapp.handles import shown_index
 from workers.store.queue import get_queue
 from workers.store.studies import Item
 
@@ -83,9 +84,29 @@ def fetch_question(client, study_id="colours") -> dict:
     return response.get_json()["question"]
 
 
+def index_of(item: dict, secret: str = SECRET) -> int:
+    """The item index a shown item's handle names (``webapp.handles.shown_index`` with the test app's
+    secret key): what a test answering from the truth needs, which the wire never says."""
+    return shown_index(secret, None, item["handle"])
+
+
+def shown(question: dict) -> list[dict]:
+    """A question's shown items in display order (a head first)."""
+    return [question["head"], *question["candidates"]] if "head" in question else list(question["items"])
+
+
+def handle_of(question: dict, index: int, secret: str = SECRET) -> str:
+    """The handle of the pickable item of ``index`` a question shows (a candidate, or one of its items)."""
+    offered = question["candidates"] if "head" in question else question["items"]
+    return next(item["handle"] for item in offered if index_of(item, secret) == index)
+
+
 def answer(client, question, choice=None, study_id="colours", **extra):
+    """Post an answer: ``choice`` a handle, or an item index (sent as the handle of the offered item of it)."""
+    if isinstance(choice, int) and not isinstance(choice, bool):
+        choice = handle_of(question, choice)
     body = {"token": question["token"],
-            "choice": question["candidates"][0]["index"] if choice is None else choice, **extra}
+            "choice": question["candidates"][0]["handle"] if choice is None else choice, **extra}
     return client.post(f"/api/studies/{study_id}/answers", json=body)
 
 
@@ -99,7 +120,7 @@ def rate_by_position(rater, conn, study_id: str, items: list[Item], answers: int
         if response.status_code != 200:
             break
         question = response.get_json()["question"]
-        i, j = (it["index"] for it in question["items"])
+        i, j = (index_of(it) for it in question["items"])
         value = round(5 - 4 * abs(truth[i] - truth[j]) / spread)
         rater.post(f"/api/studies/{study_id}/answers", json={"token": question["token"], "value": value})
         run_worker(conn)
@@ -108,8 +129,8 @@ def rate_by_position(rater, conn, study_id: str, items: list[Item], answers: int
 def closer_candidate(question) -> int:
     """The index of the candidate a careful rater picks in a ``colour_items`` study (item i sits at
     position i): the one nearer the head, which is what a catch trial expects."""
-    head = question["head"]["index"]
-    return min((c["index"] for c in question["candidates"]), key=lambda i: abs(i - head))
+    head = index_of(question["head"])
+    return min((index_of(c) for c in question["candidates"]), key=lambda i: abs(i - head))
 
 
 def csrf_token_of(html: str) -> str:
@@ -123,9 +144,10 @@ def log_in(client, name=RESEARCHER, password=RESEARCHER_PASSWORD, **extra):
     token = csrf_token_of(client.get("/login").get_data(as_text=True))
     return client.post("/login", data={"username": name, "password": password, "csrf_token": token, **extra})
 
-#: A study config fragment without catch trials, for tests that count questions and answers (studies
-#: whose items have positions or labels get catch trials by default; their tests set them themselves).
-NO_CHECKS = {"attention": {"rate": 0}}
+#: A study config fragment without catch trials and held-out questions, for tests that count questions and
+#: answers (studies whose items have positions or labels get catch trials by default, and every study holds
+#: a share of random questions out of training; their tests set them themselves).
+NO_CHECKS = {"attention": {"rate": 0}, "heldout_share": 0}
 
 
 # ------------------------------------------------------------------------------------- waiting

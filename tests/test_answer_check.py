@@ -9,7 +9,7 @@ from types import MappingProxyType
 
 import numpy as np
 import pytest
-from helpers import positioned_study, run_worker
+from helpers import index_of, positioned_study, run_worker
 
 from engine import kinds
 from engine import rater_checks as engine_checks
@@ -32,19 +32,19 @@ def study(conn, **attention) -> str:
 
 
 def careful(q, rng):
-    h = POSITIONS[q["head"]["index"]]
-    a, b = (c["index"] for c in q["candidates"])
+    h = POSITIONS[index_of(q["head"])]
+    a, b = (index_of(c) for c in q["candidates"])
     if rng.random() < 0.1:
         return rng.choice((a, b))
     return a if abs(POSITIONS[a] - h) < abs(POSITIONS[b] - h) else b
 
 
 def lowest_index(q, rng):
-    return min(c["index"] for c in q["candidates"])
+    return min(index_of(c) for c in q["candidates"])
 
 
 def coin_flip(q, rng):
-    return rng.choice(q["candidates"])["index"]
+    return index_of(rng.choice(q["candidates"]))
 
 
 def run_rater(app, conn, study_id, name, choose, seed=0):

@@ -5,40 +5,42 @@ import csv
 import io
 import json
 
-from helpers import answer, fetch_question, run_worker
+from helpers import answer, fetch_question, index_of, run_worker
 
 from workers.jobs.update_pass import apply_new_answers
 from workers.store import engine_state, keys
 from workers.store.answers import count_answers, read_answers
+from workers.store.studies import get_items
 
 
 def test_answer_flows_from_api_through_worker_into_engine_and_export(client, researcher_client, conn, study_id):
     question = fetch_question(client)
     assert question["kind"] == "triplet"
     head, (a, b) = question["head"], question["candidates"]
-    assert len({head["index"], a["index"], b["index"]}) == 3
+    assert len({index_of(head), index_of(a), index_of(b)}) == 3
 
-    response = answer(client, question, choice=b["index"], response_ms=1234)
+    response = answer(client, question, choice=index_of(b), response_ms=1234)
     assert response.status_code == 201
     body = response.get_json()
     assert body["next"]["token"] != question["token"]  # one round trip: the next question comes back
 
     [logged] = read_answers(conn, study_id)
-    assert (logged.head, logged.a, logged.b, logged.choice) == (head["index"], a["index"], b["index"], b["index"])
+    assert (logged.head, logged.a, logged.b, logged.choice) == (index_of(head), index_of(a), index_of(b), index_of(b))
     assert logged.response_ms == 1234 and logged.id == body["answer"]["id"]
 
     assert run_worker(conn) == 1
     state = engine_state.load(conn, study_id, "random_triplets")
     assert engine_state.load_cursor(conn, study_id) == logged.id
     assert state["n_answers"] == 1
-    assert state["wins"][head["index"], b["index"]] == 1
-    assert state["shown"][head["index"], a["index"]] == 1
+    assert state["wins"][index_of(head), index_of(b)] == 1
+    assert state["shown"][index_of(head), index_of(a)] == 1
     assert conn.llen(keys.pool(study_id, "random_triplets")) == 8  # the worker refilled the pool to pool_size
 
     csv_text = researcher_client.get(f"/studies/{study_id}/answers.csv").get_data(as_text=True)
     rows = list(csv.DictReader(io.StringIO(csv_text)))
     assert len(rows) == 1
-    assert rows[0]["choice_id"] == b["id"] and rows[0]["head_id"] == head["id"]
+    ids = [item.id for item in get_items(conn, study_id)]
+    assert rows[0]["choice_id"] == ids[index_of(b)] and rows[0]["head_id"] == ids[index_of(head)]
     jsonl = researcher_client.get(f"/studies/{study_id}/answers.jsonl").get_data(as_text=True).splitlines()
     assert json.loads(jsonl[0])["answer_id"] == logged.id
 
@@ -47,7 +49,7 @@ def test_pool_questions_are_served_after_the_first_update(client, researcher_cli
     apply_new_answers(conn, study_id)
     pooled = [json.loads(q) for q in conn.lrange(keys.pool(study_id, "random_triplets"), 0, -1)]
     question = fetch_question(client)
-    offered = (question["head"]["index"], *[c["index"] for c in question["candidates"]])
+    offered = (index_of(question["head"]), *[index_of(c) for c in question["candidates"]])
     first = pooled[0]
     assert offered == (first["head"], *first["candidates"])
     assert conn.llen(keys.pool(study_id, "random_triplets")) == len(pooled) - 1
@@ -58,7 +60,7 @@ def test_pool_questions_are_served_after_the_first_update(client, researcher_cli
 def test_empty_pool_serves_a_counted_fallback_question(client, researcher_client, conn, study_id):
     assert conn.llen(keys.pool(study_id, "random_triplets")) == 0
     question = fetch_question(client)
-    assert len({question["head"]["index"], *[c["index"] for c in question["candidates"]]}) == 3
+    assert len({index_of(question["head"]), *[index_of(c) for c in question["candidates"]]}) == 3
     stats = researcher_client.get(f"/api/studies/{study_id}/stats").get_json()
     assert stats["fallback_served"] == 1 and stats["fallback_rate"] == 1.0
     assert answer(client, question).status_code == 201

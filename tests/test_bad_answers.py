@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from helpers import answer, colour_items, fetch_question
+from helpers import answer, colour_items, fetch_question, index_of
 
 from webapp.tokens import sign_question
 from workers.store.answers import count_answers
@@ -27,7 +27,7 @@ def test_forged_token_is_refused(client, conn, study_id):
     payload = {"s": study_id, "q": {"qid": "x", "kind": "triplet", "head": 0, "candidates": [1, 2]}, "r": "me",
                "t": time.time()}
     other_key = dict(question, token=sign_question("not-the-server-key", payload))
-    assert error_of(answer(client, other_key, choice=1), 400) == "invalid_token"
+    assert error_of(answer(client, other_key, choice=question["candidates"][0]["handle"]), 400) == "invalid_token"
     assert count_answers(conn, study_id) == 0
 
 
@@ -42,9 +42,9 @@ def test_expired_token_is_refused(client, conn, study_id, monkeypatch):
 
 def test_reused_token_is_refused_and_the_first_answer_kept(client, conn, study_id):
     question = fetch_question(client)
-    first = answer(client, question, choice=question["candidates"][0]["index"])
+    first = answer(client, question, choice=question["candidates"][0]["handle"])
     assert first.status_code == 201
-    again = answer(client, question, choice=question["candidates"][1]["index"])
+    again = answer(client, question, choice=question["candidates"][1]["handle"])
     assert error_of(again, 409) == "already_answered"
     assert again.get_json()["error"]["answer_id"] == first.get_json()["answer"]["id"]
     assert count_answers(conn, study_id) == 1
@@ -53,21 +53,21 @@ def test_reused_token_is_refused_and_the_first_answer_kept(client, conn, study_i
 @pytest.mark.parametrize("choice", ["head", 999, -1, "1", 1.5, True, None])
 def test_choice_not_offered_is_refused(client, conn, study_id, choice):
     question = fetch_question(client)
-    offered = {c["index"] for c in question["candidates"]}
+    offered = {index_of(c) for c in question["candidates"]}
     if choice == "head":
-        choice = question["head"]["index"]
+        choice = question["head"]["handle"]
     elif choice == 999:
-        choice = next(i for i in range(10) if i not in offered and i != question["head"]["index"])
+        choice = next(i for i in range(10) if i not in offered and i != index_of(question["head"]))
     body = {"token": question["token"], "choice": choice}
     response = client.post(f"/api/studies/{study_id}/answers", json=body)
-    assert error_of(response, 400) in {"choice_not_offered", "malformed_answer"}
+    assert error_of(response, 400) in {"choice_not_offered", "malformed_answer", "item_not_shown"}
     assert count_answers(conn, study_id) == 0
 
 
 @pytest.mark.parametrize("data,content_type,status,code", [
     ("{not json", "application/json", 400, "malformed_json"),
     ("[1, 2]", "application/json", 400, "malformed_answer"),
-    ('{"choice": 1}', "application/json", 400, "invalid_token"),
+    ('{"choice": "a-handle"}', "application/json", 400, "invalid_token"),
     ("token=abc&choice=1", "application/x-www-form-urlencoded", 415, "unsupported_media_type"),
 ])
 def test_malformed_bodies_are_refused(client, conn, study_id, data, content_type, status, code):

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from helpers import EGG_ANSWERS, answer, closer_candidate, colour_items, fetch_question, shared_data_file
+from helpers import EGG_ANSWERS, answer, closer_candidate, colour_items, fetch_question, index_of, shared_data_file
 
 from engine.kinds import get_kind
 from simulation.crowd import eggs_truth, noise_model
@@ -145,9 +145,10 @@ def test_a_careful_rater_misses_each_kinds_catch_trials_at_most_at_its_stated_ra
 
 
 def rater_payload(question: dict, items: list[dict], scale: dict) -> dict:
-    """The parts of a screen's payload a simulated rater reads (item index and id)."""
+    """The parts of a screen's payload a simulated rater reads (an item's handle, here its index, and its
+    id, which the rater's ``identify`` reads)."""
     def item(i):
-        return {"index": int(i), "id": items[int(i)]["id"]}
+        return {"handle": int(i), "id": items[int(i)]["id"]}
     if "head" in question:
         return {"kind": question["kind"], "head": item(question["head"]),
                 "candidates": [item(c) for c in question["candidates"]],
@@ -225,7 +226,7 @@ def test_a_catch_trial_flag_does_what_the_studys_flag_action_says(client, conn, 
     client.get("/s/actions?rater=r-miss")
     question = fetch_question(client, "actions")
     while question is not None:
-        far = max((c["index"] for c in question["candidates"]), key=lambda i: abs(i - question["head"]["index"]))
+        far = max((index_of(c) for c in question["candidates"]), key=lambda i: abs(i - index_of(question["head"])))
         reply = answer(client, question, choice=far, study_id="actions")
         assert reply.status_code == 201, reply.get_json()
         question = reply.get_json().get("next")

@@ -18,7 +18,7 @@ def test_cblearn_reads_the_triplet_export_as_list_order_queries_and_fits_them(cl
 
     question = fetch_question(client)
     for _ in range(12):
-        question = answer(client, question, choice=question["candidates"][1]["index"]).get_json()["next"]
+        question = answer(client, question, choice=question["candidates"][1]["handle"]).get_json()["next"]
     out = tmp_path / "triplets.csv"
     assert cli("export", study_id, "--what", "triplets", "-o", str(out)).exit_code == 0
     queries = check_query_response(np.loadtxt(out, delimiter=",", dtype=int, ndmin=2), result_format="list-order")

@@ -121,7 +121,7 @@ def test_triplet_export_is_cblearn_list_order(cli, client, conn, study_id, tmp_p
 
     question = fetch_question(client)
     for _ in range(5):
-        question = answer(client, question, choice=question["candidates"][1]["index"]).get_json()["next"]
+        question = answer(client, question, choice=question["candidates"][1]["handle"]).get_json()["next"]
     out = tmp_path / "triplets.csv"
     assert cli("export", study_id, "--what", "triplets", "-o", str(out)).exit_code == 0
     triplets = np.loadtxt(out, delimiter=",", dtype=int, ndmin=2)

@@ -15,6 +15,7 @@ from helpers import (
     answer,
     colour_items,
     fetch_question,
+    index_of,
     log_in,
     rate_by_position,
     run_worker,
@@ -105,7 +106,7 @@ def test_rater_limits_are_edited_while_running_and_enforced(researcher_client, a
     assert 'name="limit:max_questions_per_rater" min="1" value="1"' in page
     rater = app.test_client()
     question = rater.get(f"/api/studies/{study_id}/questions/next").get_json()["question"]
-    body = {"token": question["token"], "choice": question["candidates"][0]["index"]}
+    body = {"token": question["token"], "choice": question["candidates"][0]["handle"]}
     assert rater.post(f"/api/studies/{study_id}/answers", json=body).status_code == 201
     response = rater.get(f"/api/studies/{study_id}/questions/next")
     assert response.status_code == 409 and "finish_url" in response.get_json()["error"]
@@ -339,7 +340,7 @@ def test_stats_carry_an_error_curve_against_answers_for_a_study_with_known_posit
     for _ in range(4):
         for _ in range(10):
             q = fetch_question(rater, study_id)
-            i, j = (it["index"] for it in q["items"])
+            i, j = (index_of(it) for it in q["items"])
             rater.post(f"/api/studies/{study_id}/answers",
                        json={"token": q["token"], "value": 5 - min(4, abs(i - j))})
         run_worker(conn)  # each update job records a point
@@ -368,7 +369,7 @@ def _rate(rater, study_id: str, n: int) -> None:
     """``n`` noiseless ratings: items closer on the line are rated more alike."""
     for _ in range(n):
         q = fetch_question(rater, study_id)
-        i, j = (it["index"] for it in q["items"])
+        i, j = (index_of(it) for it in q["items"])
         assert rater.post(f"/api/studies/{study_id}/answers",
                           json={"token": q["token"], "value": 5 - min(4, abs(i - j))}).status_code == 201
 
@@ -488,7 +489,7 @@ def test_a_large_study_draws_at_most_max_drawn_items_the_busiest_ones(researcher
     asked = set()
     for _ in range(10):
         q = fetch_question(rater, study_id)
-        asked.update(it["index"] for it in q["items"])
+        asked.update(index_of(it) for it in q["items"])
         rater.post(f"/api/studies/{study_id}/answers", json={"token": q["token"], "value": 3})
     run_worker(conn)
     layout = researcher_client.get(f"/api/studies/{study_id}/graph-layout").get_json()

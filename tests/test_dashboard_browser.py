@@ -59,7 +59,7 @@ def test_dashboard_plots_render_and_refresh_without_reload(browser, live_server,
             time.sleep(reply["error"]["retry_after"])
             reply = api.get(f"{live_server}/api/studies/browser/questions/next").json()
         question = reply.get("question") or pytest.fail(str(reply))
-        body = {"token": question["token"], "choice": question["candidates"][0]["index"], "response_ms": 1200}
+        body = {"token": question["token"], "choice": question["candidates"][0]["handle"], "response_ms": 1200}
         response = api.post(f"{live_server}/api/studies/browser/answers", data=body)
         while response.status == 429:  # the same 5/s per session holds for answers
             time.sleep(response.json()["error"]["retry_after"])

@@ -64,7 +64,7 @@ def study(app, conn):
         question = fetch_question(client, STUDY)
         for _ in range(18):
             careless = rater == "p-delta"
-            choice = (question["candidates"][int(rng.integers(2))]["index"] if careless
+            choice = (question["candidates"][int(rng.integers(2))]["handle"] if careless
                       else closer_candidate(question))
             body = answer(client, question, choice, study_id=STUDY).get_json()
             question = body.get("next")

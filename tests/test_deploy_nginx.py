@@ -162,7 +162,7 @@ def test_rater_flow_over_https_with_secure_cookies_hsts_and_the_raters_own_addre
     for _ in range(2):
         question = rater.get(f"{base}/api/studies/tls/questions/next", timeout=10).json()["question"]
         answered = rater.post(f"{base}/api/studies/tls/answers", timeout=10,
-                              json={"token": question["token"], "choice": question["candidates"][0]["index"]})
+                              json={"token": question["token"], "choice": question["candidates"][0]["handle"]})
         assert answered.status_code == 201, answered.text
     done = rater.get(f"{base}/s/tls/done", timeout=10)
     assert done.ok and 'id="completion-code"' in done.text

@@ -163,7 +163,7 @@ def test_the_units_serve_an_answer_that_the_worker_applies(tmp_path, deploy_redi
         rater.get(f"{base}/s/deployed", params={"rater": "r-deployed"}, timeout=5)
         question = rater.get(f"{base}/api/studies/deployed/questions/next", timeout=5).json()["question"]
         response = rater.post(f"{base}/api/studies/deployed/answers", timeout=5,
-                              json={"token": question["token"], "choice": question["candidates"][0]["index"]})
+                              json={"token": question["token"], "choice": question["candidates"][0]["handle"]})
         assert response.status_code == 201, response.text
         answer_id = response.json()["answer"]["id"]
         wait_for(lambda: conn.get(keys.cursor("deployed")) == answer_id.encode(), 30,

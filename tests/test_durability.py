@@ -314,7 +314,7 @@ class Rater(threading.Thread):
                 question = response.json()["question"]
             try:
                 response = session.post(f"{api}/answers", timeout=20, json={
-                    "token": question["token"], "choice": question["candidates"][0]["index"]})
+                    "token": question["token"], "choice": question["candidates"][0]["handle"]})
             except requests.RequestException:
                 self.connection_errors += 1
                 time.sleep(0.02)
@@ -454,7 +454,7 @@ def test_a_web_process_killed_after_storing_an_answer_keeps_it_once_when_the_rat
         rater = requests.Session()
         api = f"{base}/api/studies/{study_id}"
         question = rater.get(f"{api}/questions/next", timeout=10).json()["question"]
-        body = {"token": question["token"], "choice": question["candidates"][1]["index"]}
+        body = {"token": question["token"], "choice": question["candidates"][1]["handle"]}
         proxy.armed.set()
         outcome = {}
 
@@ -484,7 +484,7 @@ def test_a_web_process_killed_after_storing_an_answer_keeps_it_once_when_the_rat
         # the rater carries on with a fresh question
         fresh = rater.get(f"{api}/questions/next", timeout=10).json()["question"]
         assert rater.post(f"{api}/answers", timeout=10, json={
-            "token": fresh["token"], "choice": fresh["candidates"][0]["index"]}).status_code == 201
+            "token": fresh["token"], "choice": fresh["candidates"][0]["handle"]}).status_code == 201
         assert len(conn.xrange(keys.answers(study_id))) == 2
     finally:
         proxy.close()

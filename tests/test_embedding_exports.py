@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import answer, fetch_question, positioned_study, run_worker
+from helpers import answer, fetch_question, index_of, positioned_study, run_worker
 
 from workers.results.exports import ExportError, embedding_document, export
 from workers.store.answers import read_answers
@@ -30,8 +30,8 @@ def answer_truthfully(app, conn, study_id: str, n: int, raters: int = 6) -> None
             client.post(f"/s/{study_id}/consent", data={"decision": "agree", "csrf_token": csrf.group(1)})
         question = fetch_question(client, study_id)
         for i in range(n // raters):
-            head = question["head"]["index"]
-            nearer = min((c["index"] for c in question["candidates"]),
+            head = index_of(question["head"])
+            nearer = min((index_of(c) for c in question["candidates"]),
                          key=lambda c: abs(POSITIONS[c] - POSITIONS[head]))
             question = answer(client, question, nearer, study_id=study_id).get_json().get("next")
             if i % 10 == 9:

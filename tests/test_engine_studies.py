@@ -13,7 +13,7 @@ import random
 import networkx as nx
 import numpy as np
 import pytest
-from helpers import NO_CHECKS, fetch_question, run_worker
+from helpers import NO_CHECKS, fetch_question, index_of, run_worker
 
 from workers.jobs.learners import Learner
 from workers.jobs.update_pass import apply_new_answers
@@ -45,7 +45,7 @@ def truthful(rng, noise=0.0, positions=POSITIONS):
 
     def respond(q):
         if q["kind"] == "rating":
-            i, j = (item["index"] for item in q["items"])
+            i, j = (index_of(item) for item in q["items"])
             scale = q["scale"]
             similarity = 1.0 - distance(i, j) + rng.normal(0, noise)
             value = scale["min"] + float(np.clip(similarity, 0, 1)) * (scale["max"] - scale["min"])
@@ -53,8 +53,8 @@ def truthful(rng, noise=0.0, positions=POSITIONS):
             if step:
                 value = scale["min"] + round((value - scale["min"]) / step) * step
             return {"value": value}
-        head = q["head"]["index"]
-        a, b = (c["index"] for c in q["candidates"])
+        head = index_of(q["head"])
+        a, b = (index_of(c) for c in q["candidates"])
         return {"choice": a if distance(head, a) < distance(head, b) else b}
     return respond
 
@@ -186,7 +186,7 @@ def test_rating_answers_are_checked_against_the_scale(app, conn):
     assert q["kind"] == "rating" and q["scale"]["widget"] == "buttons" and len(q["items"]) == 2
     post = lambda body: client.post(f"/api/studies/{sid}/answers", json={"token": q["token"], **body})  # noqa: E731
     for body, code in (({"value": 6}, "value_out_of_range"), ({"value": 2.5}, "value_out_of_range"),
-                       ({}, "malformed_answer"), ({"choice": q["items"][0]["index"]}, "malformed_answer"),
+                       ({}, "malformed_answer"), ({"choice": q["items"][0]["handle"]}, "malformed_answer"),
                        ({"value": "3"}, "malformed_answer")):
         response = post(body)
         assert response.status_code == 400 and response.get_json()["error"]["code"] == code

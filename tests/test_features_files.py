@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import index_of
 
 from workers.jobs.learners import fresh_learners
 from workers.store.studies import get_items, get_study
@@ -95,7 +96,7 @@ def test_a_duels_study_with_features_runs_its_passes_and_keeps_the_prior_in_its_
     run_worker(conn)
     question = fetch_question(client, "line")
     for _ in range(30):
-        head, (a, b) = question["head"]["index"], [c["index"] for c in question["candidates"]]
+        head, (a, b) = index_of(question["head"]), [index_of(c) for c in question["candidates"]]
         response = answer(client, question, choice=a if abs(a - head) < abs(b - head) else b, study_id="line")
         assert response.status_code == 201, response.get_json()
         question = response.get_json()["next"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import schemathesis
-from helpers import SECRET, fetch_question
+from helpers import SECRET, fetch_question, index_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import content_type_conformance, response_schema_conformance, status_code_conformance
@@ -128,7 +128,7 @@ def test_a_real_token_with_random_fields_is_stored_only_when_the_answer_is_valid
     @given(data=st.data())
     def post(data):
         question = fetch_question(client)
-        offered = {c["index"] for c in question["candidates"]}
+        offered = {index_of(c) for c in question["candidates"]}
         choices = st.sampled_from(sorted(offered)) | st.integers(-2, 12) | json_values
         extra = data.draw(st.fixed_dictionaries({}, optional={"choice": choices, "value": json_values,
                                                               "response_ms": json_values}))

@@ -10,7 +10,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from helpers import colour_items, run_worker
+from helpers import colour_items, index_of, run_worker
 
 from workers.jobs.learners import Learner
 from workers.store import engine_state, keys
@@ -41,13 +41,13 @@ def _post(client, study_id, question, **body):
 def _odd_pick(question):
     """A careful rater's odd one in a colour_items study (item i at position i): the item farthest from
     the other two."""
-    idx = [i["index"] for i in question["items"]]
+    idx = [index_of(i) for i in question["items"]]
     return max(idx, key=lambda x: sum(abs(x - y) for y in idx))
 
 
 def _rank_picks(question):
-    head = question["head"]["index"]
-    return sorted((c["index"] for c in question["candidates"]), key=lambda i: (abs(i - head), i))[
+    head = index_of(question["head"])
+    return sorted((index_of(c) for c in question["candidates"]), key=lambda i: (abs(i - head), i))[
         : question["select"]]
 
 
@@ -111,8 +111,8 @@ def test_a_rank_study_takes_ordered_picks_and_refuses_bad_ones_in_words(client, 
     study = _create(conn, "grid", question_kind="rank", rank={"n_reference": 5, "n_select": 2})
     question = _next(client, study)
     assert question["widget"] == "grid" and question["select"] == 2 and len(question["candidates"]) == 5
-    offered = [c["index"] for c in question["candidates"]]
-    stray = next(i for i in range(N) if i not in offered and i != question["head"]["index"])
+    offered = [index_of(c) for c in question["candidates"]]
+    stray = next(i for i in range(N) if i not in offered and i != index_of(question["head"]))
     for body, code, words in [
         ({"picks": offered[:1]}, "choice_not_offered", "2 item indices"),
         ({"picks": [offered[0], stray]}, "choice_not_offered", f"pick {stray} was not one of the offered"),
@@ -146,9 +146,9 @@ def test_each_kind_has_its_own_too_fast_threshold(client, conn):
     odd = _create(conn, "odd", question_kind="odd_one_out")
     triplets = _create(conn, "trip", algorithms=[{"algorithm": "random_triplets"}])
     question = _next(client, odd)
-    assert _post(client, odd, question, choice=question["items"][0]["index"], response_ms=10).status_code == 201
+    assert _post(client, odd, question, choice=question["items"][0]["handle"], response_ms=10).status_code == 201
     question = _next(client, triplets)
-    assert _post(client, triplets, question, choice=question["candidates"][0]["index"],
+    assert _post(client, triplets, question, choice=question["candidates"][0]["handle"],
                  response_ms=10).status_code == 201
     assert "too_fast" in read_answers(conn, odd)[0].flags  # 750 ms for three pairs to compare
     assert "too_fast" not in read_answers(conn, triplets)[0].flags  # triplets: none unless a study sets one

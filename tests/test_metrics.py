@@ -51,7 +51,7 @@ def test_a_scrape_of_a_real_serve_counts_every_request_once_and_reads_the_study_
         for _ in range(8):
             question = session.get(f"{base}/api/studies/metered/questions/next", timeout=10).json()["question"]
             response = session.post(f"{base}/api/studies/metered/answers", timeout=10, json={
-                "token": question["token"], "choice": question["candidates"][0]["index"]})
+                "token": question["token"], "choice": question["candidates"][0]["handle"]})
             assert response.status_code == 201, response.text
             answered += 1
         session.close()

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from helpers import index_of
 from test_engine_studies import drive
 
 from workers.jobs.learners import Learner
@@ -77,7 +78,7 @@ def test_a_simforest_study_learns_a_classifier_from_crowd_ratings(app, conn):
 
     def respond(q):
         assert q["kind"] == "rating"
-        i, j = (item["index"] for item in q["items"])
+        i, j = (index_of(item) for item in q["items"])
         asked.append((min(i, j), max(i, j)))
         scale = q["scale"]
         value = scale["min"] + (1.0 - D[i, j]) * (scale["max"] - scale["min"])

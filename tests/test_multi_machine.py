@@ -172,7 +172,7 @@ class Raters:
                 time.sleep(THINK_SECONDS)
                 where = base()
                 r = http.post(f"{where}/api/studies/{study}/answers", timeout=10,
-                              json={"token": question["token"], "choice": question["candidates"][0]["index"]})
+                              json={"token": question["token"], "choice": question["candidates"][0]["handle"]})
                 if r.status_code != 201:
                     self.errors.append(f"answer {r.status_code} {r.text[:200]}")
                     question = None

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from helpers import rate_by_position, run_worker, zip_folder
+from helpers import index_of, rate_by_position, run_worker, zip_folder
 
 from webapp.cli import main
 from workers.results.exports import export
@@ -247,8 +247,8 @@ def test_demo_study_shows_consent_practice_a_question_limit_and_a_code(app, conn
         # a careful rater as the page drives one: the candidate nearer the head (what a catch trial built
         # from positions expects), then the question the answer's response brings (a question left
         # unanswered for another counts as a missed check when it was one)
-        near = min((c["index"] for c in q["candidates"]),
-                   key=lambda i, h=q["head"]["index"]: math.dist(where[i], where[h]))
+        near = min((index_of(c) for c in q["candidates"]),
+                   key=lambda i, h=index_of(q["head"]): math.dist(where[i], where[h]))
         response = answer(rater, q, near, study_id=study_id)
         assert response.status_code == 201
         q = response.get_json().get("next") or (fetch_question(rater, study_id) if _ < DEMO_QUESTIONS_PER_RATER - 1
@@ -276,7 +276,7 @@ def test_early_graph_keeps_items_without_answers_apart_and_names_no_unanswered_n
     rater = app.test_client()
     for _ in range(12):
         q = rater.get(f"/api/studies/{study_id}/questions/next").get_json()["question"]
-        i, j = (it["index"] for it in q["items"])
+        i, j = (index_of(it) for it in q["items"])
         rater.post(f"/api/studies/{study_id}/answers", json={"token": q["token"], "value": 5 - min(4, abs(i - j))})
     run_worker(conn)
     layout = researcher_client.get(f"/api/studies/{study_id}/graph-layout").get_json()

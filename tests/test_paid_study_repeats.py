@@ -7,7 +7,7 @@ import json
 import random
 
 import pytest
-from helpers import positioned_study, run_worker
+from helpers import index_of, positioned_study, run_worker
 
 from engine.planners import restore_planner
 from webapp.tokens import verify_question
@@ -28,17 +28,17 @@ def repeats_study(conn, **attention) -> str:
 
 
 def honest(q, rng):
-    h = POSITIONS[q["head"]["index"]]
-    a, b = (c["index"] for c in q["candidates"])
+    h = POSITIONS[index_of(q["head"])]
+    a, b = (index_of(c) for c in q["candidates"])
     return a if abs(POSITIONS[a] - h) < abs(POSITIONS[b] - h) else b
 
 
 def always_left(q, rng):
-    return q["candidates"][0]["index"]
+    return index_of(q["candidates"][0])
 
 
 def coin_flip(q, rng):
-    return q["candidates"][rng.random() < 0.5]["index"]
+    return index_of(q["candidates"][rng.random() < 0.5])
 
 
 def run_rater(app, conn, study_id, choose, seed=0) -> list[dict]:

@@ -450,6 +450,7 @@ from workers.store import engine_state
 from workers.store.config import StudyConfig
 from workers.store.queue import get_queue
 from workers.store.studies import Item, create_study, get_study
+from webapp.handles import shown_index
 
 positions = [0.0, 0.05, 1.0, 1.05, 2.0, 2.05]
 conn = redis.Redis.from_url(sys.argv[1])
@@ -471,10 +472,11 @@ while sent < 200:
         if response.status_code == 409:
             break
         question = response.get_json()["question"]
-    head = question["head"]["index"]
-    a, b = (c["index"] for c in question["candidates"])
-    choice = a if abs(positions[head] - positions[a]) < abs(positions[head] - positions[b]) else b
-    response = client.post(f"/api/studies/{sid}/answers", json={"token": question["token"], "choice": choice})
+    head = shown_index("toy-secret", sid, question["head"]["handle"])
+    a, b = (shown_index("toy-secret", sid, c["handle"]) for c in question["candidates"])
+    nearer = 0 if abs(positions[head] - positions[a]) < abs(positions[head] - positions[b]) else 1
+    choice = question["candidates"][nearer]
+    response = client.post(f"/api/studies/{sid}/answers", json={"token": question["token"], "choice": choice["handle"]})
     assert response.status_code == 201, response.get_json()
     question = response.get_json()["next"]
     sent += 1
@@ -642,6 +644,7 @@ from workers.store.answers import read_answers
 from workers.store.config import StudyConfig
 from workers.store.queue import get_queue
 from workers.store.studies import Item, create_study
+from webapp.handles import shown_index
 
 positions = [0.0, 0.05, 1.0, 1.1, 2.3, 2.45]  # no item equally far from two others: no ties
 conn = redis.Redis.from_url(sys.argv[1])
@@ -657,10 +660,11 @@ queue = get_queue(conn)
 question, served, statuses = client.get(f"/api/studies/{sid}/questions/next").get_json()["question"], [], []
 for n in range(12):
     served.append({k: question[k] for k in ("kind", "widget", "prompt")})
-    head = question["head"]["index"]
-    a, b = (c["index"] for c in question["candidates"])
+    head = shown_index("toy-secret", sid, question["head"]["handle"])
+    a, b = (shown_index("toy-secret", sid, c["handle"]) for c in question["candidates"])
     farther = a if abs(positions[head] - positions[a]) > abs(positions[head] - positions[b]) else b
-    response = client.post(f"/api/studies/{sid}/answers", json={"token": question["token"], "choice": farther})
+    pick = question["candidates"][0 if farther == a else 1]["handle"]
+    response = client.post(f"/api/studies/{sid}/answers", json={"token": question["token"], "choice": pick})
     statuses.append(response.status_code)
     question = response.get_json()["next"]
     if n % 4 == 3:

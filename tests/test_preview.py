@@ -61,7 +61,7 @@ def test_a_preview_goes_through_consent_and_every_kind_and_writes_nothing(resear
             body = {"token": question["token"], "value": 4}
         else:
             assert question["prompt"] and len(question["candidates"]) == 2
-            body = {"token": question["token"], "choice": question["candidates"][1]["index"]}
+            body = {"token": question["token"], "choice": question["candidates"][1]["handle"]}
         reply = client.post("/studies/two-kinds/preview/answers", json=body).get_json()
         if "done" in reply:
             break
@@ -78,7 +78,7 @@ def test_a_preview_goes_through_consent_and_every_kind_and_writes_nothing(resear
 def test_a_preview_token_is_refused_by_the_raters_answer_route(researcher_client, conn, two_kinds):
     question = researcher_client.get("/studies/two-kinds/preview/next").get_json()["question"]
     refused = researcher_client.post("/api/studies/two-kinds/answers",
-                                     json={"token": question["token"], "choice": question["candidates"][0]["index"]})
+                                     json={"token": question["token"], "choice": question["candidates"][0]["handle"]})
     assert refused.status_code == 400 and refused.get_json()["error"]["code"] == "invalid_token"
     assert conn.xlen("proxima:{two-kinds}:answers") == 0 and conn.scard("proxima:{two-kinds}:raters") == 0
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers import NO_CHECKS, SECRET, answer, closer_candidate, colour_items, fetch_question
+from helpers import NO_CHECKS, SECRET, answer, closer_candidate, colour_items, fetch_question, index_of
 
 from webapp.cli import main
 from webapp.questions_answers import completion_code
@@ -114,11 +114,11 @@ def test_catch_trials_are_logged_apart_and_failures_flag_the_rater(client, conn)
     client.get("/s/flow?rater=r-careless")
     question = fetch_question(client, "flow")
     # three distinct items: the head with a very similar and a very different one (by their positions)
-    assert len({question["head"]["index"], *(c["index"] for c in question["candidates"])}) == 3
+    assert len({index_of(question["head"]), *(index_of(c) for c in question["candidates"])}) == 3
     assert "catch" not in json.dumps(question)  # only the signed token knows
     right = answer(client, question, choice=closer_candidate(question), study_id="flow").get_json()
     wrong_q = right["next"]
-    other = next(c["index"] for c in wrong_q["candidates"] if c["index"] != closer_candidate(wrong_q))
+    other = next(index_of(c) for c in wrong_q["candidates"] if index_of(c) != closer_candidate(wrong_q))
     assert answer(client, wrong_q, choice=other, study_id="flow").status_code == 201
     stored = read_answers(conn, "flow")
     assert [(a.kind, a.algorithm, a.flags) for a in stored] == [("triplet", "catch", "catch_pass"),
@@ -132,7 +132,7 @@ def test_catch_trials_are_logged_apart_and_failures_flag_the_rater(client, conn)
 def test_a_flagged_rater_can_be_stopped_politely_without_a_code(client, conn):
     make_study(conn, attention={"rate": 1.0, "max_failure_share": 0.0, "min_checks": 1, "stop_flagged": True})
     question = fetch_question(client, "flow")
-    wrong = next(c["index"] for c in question["candidates"] if c["index"] != closer_candidate(question))
+    wrong = next(index_of(c) for c in question["candidates"] if index_of(c) != closer_candidate(question))
     body = answer(client, question, choice=wrong, study_id="flow").get_json()
     assert body["next"] is None and body["done"]["code"] == "rater_stopped"
     page = client.get("/s/flow/done").get_data(as_text=True)
@@ -290,7 +290,7 @@ def test_skipping_is_refused_where_the_study_does_not_allow_it(client, conn, stu
     assert refused.status_code == 400 and refused.get_json()["error"]["code"] == "skip_not_allowed"
     assert "please choose an answer" in refused.get_json()["error"]["message"]
     both = client.post(f"/api/studies/{study_id}/answers",
-                       json={"token": question["token"], "skip": True, "choice": question["candidates"][0]["index"]})
+                       json={"token": question["token"], "skip": True, "choice": question["candidates"][0]["handle"]})
     assert both.status_code == 400 and both.get_json()["error"]["code"] == "malformed_answer"
     not_bool = client.post(f"/api/studies/{study_id}/answers", json={"token": question["token"], "skip": "yes"})
     assert not_bool.status_code == 400 and "'skip' must be true" in not_bool.get_json()["error"]["message"]
@@ -317,7 +317,7 @@ def test_rating_studies_get_rating_catch_trials_a_very_similar_or_a_very_differe
     question, outcomes = fetch_question(client, "flow"), []
     for _ in range(12):
         assert question["kind"] == "rating"
-        i, j = (item["index"] for item in question["items"])
+        i, j = (index_of(item) for item in question["items"])
         assert i != j  # never one item twice: that is answered without a look
         alike = abs(i - j) == 1  # a neighbour (position i) or one of the farthest quarter
         assert alike or abs(i - j) >= 4
@@ -355,7 +355,7 @@ def test_labelled_items_give_catch_trials_of_one_same_label_and_one_other_label_
     create_study(conn, config, items, study_id="flow")
     client.get("/s/flow?rater=r-labels")
     question = fetch_question(client, "flow")
-    head, (a, b) = question["head"]["index"], (c["index"] for c in question["candidates"])
+    head, (a, b) = index_of(question["head"]), (index_of(c) for c in question["candidates"])
     assert head not in (a, b) and {a % 2, b % 2} == {0, 1}
     same = a if a % 2 == head % 2 else b
     assert answer(client, question, choice=same, study_id="flow").status_code == 201
@@ -391,12 +391,16 @@ def test_instructions_show_the_studys_own_items_as_example_images(client, conn):
         "consent": "Example: ![a shoe](item:shoe-1)"})
     create_study(conn, config, items, media={i: b"\x89PNG fake" for i in range(3)}, study_id="shoes")
     consent_page = client.get("/s/shoes").get_data(as_text=True)
-    assert '<img src="/media/shoes/1" alt="a shoe"' in consent_page
+    # by a handle of its own, as a question's items: a rater's page is given no item index
+    src = re.search(r'<img src="(/media/shoes/h/[A-Za-z0-9_-]+)" alt="a shoe"', consent_page).group(1)
+    assert index_of({"handle": src.rsplit("/", 1)[1]}) == 1
     client.post("/s/shoes/consent", data={"decision": "agree", "csrf_token": _csrf(consent_page)})
     page = client.get("/s/shoes").get_data(as_text=True)
-    assert '<img src="/media/shoes/2" alt="two similar shoes"' in page
+    src = re.search(r'<img src="(/media/shoes/h/[A-Za-z0-9_-]+)" alt="two similar shoes"', page).group(1)
+    assert index_of({"handle": src.rsplit("/", 1)[1]}) == 2
     # an unknown id is refused at creation (tests/test_paid_study.py)
-    assert client.get("/media/shoes/2").status_code == 200
+    assert client.get(src).status_code == 200 and client.get(src).data.startswith(b"\x89PNG fake")
+    assert client.get("/media/shoes/2").status_code == 404  # by index: the researcher's dashboard only
 
 
 def test_the_raters_export_lists_checks_skips_flags_and_debrief_answers(client, conn, redis_url, monkeypatch,

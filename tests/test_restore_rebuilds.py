@@ -31,7 +31,7 @@ def live_study(app, conn) -> None:
         client.get(f"/s/live?rater=r-{n}")
         question = fetch_question(client, "live")
         while question is not None:
-            body = answer(client, question, choice=question["candidates"][pick]["index"], study_id="live").get_json()
+            body = answer(client, question, choice=question["candidates"][pick]["handle"], study_id="live").get_json()
             question = body.get("next")
 
 

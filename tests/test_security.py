@@ -411,7 +411,7 @@ def test_rater_and_researcher_cookies_are_httponly_lax_and_secure_over_https(app
                                           "application/javascript", None])
 def test_answers_in_another_content_type_are_refused(client, conn, study_id, content_type):
     question = fetch_question(client)
-    body = json.dumps({"token": question["token"], "choice": question["candidates"][0]["index"]})
+    body = json.dumps({"token": question["token"], "choice": question["candidates"][0]["handle"]})
     response = client.post(f"/api/studies/{study_id}/answers", data=body, content_type=content_type)
     assert error_code(response, 415) == "unsupported_media_type"
     assert count_answers(conn, study_id) == 0

@@ -8,6 +8,7 @@ from click.testing import CliRunner
 from helpers import RESEARCHER, RESEARCHER_PASSWORD, Serve, healthy, http_log_in, wait_for
 
 from webapp.cli import main
+from webapp.handles import shown_index
 
 
 def test_serve_demo_answers_over_http_and_stops_cleanly(tmp_path, monkeypatch):
@@ -27,7 +28,7 @@ def test_serve_demo_answers_over_http_and_stops_cleanly(tmp_path, monkeypatch):
         rater.post(f"{base}/s/demo-colours/consent", data={"decision": "agree", "csrf_token": csrf}, timeout=5)
         question = rater.get(f"{base}/api/studies/demo-colours/questions/next", timeout=5).json()["question"]
         response = rater.post(f"{base}/api/studies/demo-colours/answers", timeout=5,
-                              json={"token": question["token"], "choice": question["candidates"][1]["index"]})
+                              json={"token": question["token"], "choice": question["candidates"][1]["handle"]})
         assert response.status_code == 201
         # the real RQ worker process applies the answer
         stats = wait_for(lambda: (s := researcher.get(f"{base}/api/studies/demo-colours/stats", timeout=5).json())
@@ -46,7 +47,9 @@ def test_serve_demo_answers_over_http_and_stops_cleanly(tmp_path, monkeypatch):
     result = CliRunner().invoke(main, ["export", "demo-colours"])
     assert result.exit_code == 0
     rows = result.stdout.strip().splitlines()
-    assert len(rows) == 2 and question["candidates"][1]["id"] in rows[1]
+    secret = (tmp_path / "instance" / "secret_key").read_text().strip()  # the server's: it reads handles
+    chosen = shown_index(secret, "demo-colours", question["candidates"][1]["handle"])
+    assert len(rows) == 2 and f"-{chosen:02d}," in rows[1]  # demo item ids end in their index
 
 
 def test_serve_on_a_busy_port_says_so_before_printing_links_or_a_password(tmp_path, monkeypatch):

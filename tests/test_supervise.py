@@ -183,7 +183,7 @@ class Raters:
                 assert response.status_code == 200, response.text
                 question = response.json()["question"]
             time.sleep(self.think)
-            body = {"token": question["token"], "choice": question["candidates"][0]["index"]}
+            body = {"token": question["token"], "choice": question["candidates"][0]["handle"]}
             response = self.request(session, "POST", f"{api}/answers", json=body)
             payload = response.json()
             with self.lock:
@@ -214,7 +214,7 @@ def answer_once(base: str, rater: str) -> str:
     assert fetched.status_code == 200, fetched.text
     question = fetched.json()["question"]
     response = session.post(f"{base}/api/studies/{STUDY}/answers", timeout=5,
-                            json={"token": question["token"], "choice": question["candidates"][1]["index"]})
+                            json={"token": question["token"], "choice": question["candidates"][1]["handle"]})
     assert response.status_code == 201, response.text
     return response.json()["answer"]["id"]
 

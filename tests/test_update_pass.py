@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import answer, colour_items, fetch_question
+from helpers import answer, colour_items, fetch_question, index_of
 
 from workers.jobs import learner_cache, update_pass
 from workers.jobs.learners import Learner
@@ -28,7 +28,7 @@ def give(client, n, study_id="colours"):
     """n answers through the API, each to the question the previous answer's response handed over."""
     question = fetch_question(client, study_id)
     for _ in range(n):
-        head, (a, b) = question["head"]["index"], [c["index"] for c in question["candidates"]]
+        head, (a, b) = index_of(question["head"]), [index_of(c) for c in question["candidates"]]
         response = answer(client, question, choice=a if abs(a - head) < abs(b - head) else b, study_id=study_id)
         assert response.status_code == 201, response.get_json()
         question = response.get_json()["next"]
@@ -129,7 +129,7 @@ def test_kept_learners_and_reloaded_learners_reach_the_same_state(app, conn):
         update_pass.apply_new_answers(conn, study_id)
         question = fetch_question(client, study_id)
         for n in range(120):
-            i, j = (item["index"] for item in question["items"])
+            i, j = (index_of(item) for item in question["items"])
             value = float(np.clip(1 - abs(i - j) / 7 + rng.normal(0, 0.05), 0, 1))
             response = client.post(f"/api/studies/{study_id}/answers",
                                    json={"token": question["token"], "value": value})

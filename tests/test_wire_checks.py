@@ -8,7 +8,7 @@ import random
 import re
 from collections import Counter
 
-from helpers import SECRET, closer_candidate, run_worker
+from helpers import SECRET, closer_candidate, index_of, run_worker
 from scipy import stats
 
 from webapp.tokens import verify_question
@@ -61,7 +61,7 @@ def test_catch_trials_and_repeats_look_like_every_other_question_over_a_thousand
         while question is not None:
             seen[category(question)].append(question)
             # a careful rater with a lapse now and then: the closer candidate by position, else at random
-            choice = closer_candidate(question) if rng.random() < 0.9 else rng.choice(question["candidates"])["index"]
+            choice = closer_candidate(question) if rng.random() < 0.9 else index_of(rng.choice(question["candidates"]))
             body = client.post("/api/studies/wire/answers",
                                json={"token": question["token"], "choice": choice}).get_json()
             question = body["next"]
@@ -136,7 +136,7 @@ def test_every_field_of_a_check_takes_the_values_an_ordinary_question_takes(clie
         question = client.get("/api/studies/wire/questions/next").get_json()["question"]
         while question is not None:
             seen[category(question)].append(question)
-            choice = closer_candidate(question) if rng.random() < 0.9 else rng.choice(question["candidates"])["index"]
+            choice = closer_candidate(question) if rng.random() < 0.9 else index_of(rng.choice(question["candidates"]))
             question = client.post("/api/studies/wire/answers",
                                    json={"token": question["token"], "choice": choice}).get_json()["next"]
         if r % 4 == 0:
@@ -172,4 +172,4 @@ def test_every_field_of_a_check_takes_the_values_an_ordinary_question_takes(clie
 def expected_side(question: dict) -> int:
     inside = verify_question(SECRET, question["token"], 3600)["q"]
     expected = inside.get("repeat_of", inside.get("expect", inside.get("head")))
-    return [c["index"] for c in question["candidates"]].index(expected)
+    return [index_of(c) for c in question["candidates"]].index(expected)

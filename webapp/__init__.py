@@ -37,7 +37,7 @@ SECURITY_HEADERS = {
 }
 #: Endpoints whose responses may be cached (static files, item media); every other response is
 #: personal (tokens, CSRF tokens, study data) and is sent with ``Cache-Control: no-store``.
-CACHEABLE_ENDPOINTS = frozenset({"static", "raters.media"})
+CACHEABLE_ENDPOINTS = frozenset({"static", "raters.media", "raters.shown_media"})
 
 
 #: What deploy/proxima.env holds where a deployment must put its own value.

@@ -2,10 +2,14 @@
 
 A catch trial shows a head with a very similar and a very different item (triplets), or one such
 pair (ratings), chosen from what the researcher said about the items: their known positions (demo
-and simulated studies) or their labels (same label vs another label). On the wire it is an ordinary
-question of three distinct items, so only a look at them answers it. A study with neither gets no
-catch trials: a check a program can answer without looking (the head among its own candidates)
-certifies exactly the raters it should catch. Standard library only (web processes load no numpy).
+and simulated studies) or their labels (same label vs another label). A study with neither, whose items
+are media (a folder of images, sounds or videos), shows an item with a copy of itself: the head among its
+candidates (triplets, a grid's first place), an item against its copy (ratings, the "most similar" end),
+two copies and another item (odd-one-out). On the wire every item is named by a handle new for each
+question and position and its media bytes are padded (``webapp.handles``), so nothing but the content
+says that two shown items are one. Text, HTML and colour items carry their content in the payload, so a
+copy of one is readable without looking: a study of those with neither positions nor labels gets no catch
+trials. Standard library only (web processes load no numpy).
 """
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ import time
 from typing import TYPE_CHECKING, NamedTuple
 
 from workers.store import keys
+
+from .handles import CONTENT_ON_THE_WIRE
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -39,6 +45,10 @@ FAR_SHARE = 0.25
 #: rates such a pair in the middle of the scale (on the egg items, 0.6 of the way: about a third of them).
 RATING_FAR_SHARE = 0.85
 
+
+#: What the comparisons stored for other processes are chosen by: comparisons stored by an older rule (a
+#: study of unlabelled images stored none before copies were asked) are chosen again.
+RULES = 2
 
 #: Items very unlike the head kept per comparison besides ``different``: enough to fill a grid of the
 #: most references a rank screen shows (engine.kinds.MAX_REFERENCES) around the one like item.
@@ -83,7 +93,7 @@ def comparisons(conn: Redis, study: Study, now: float | None = None) -> list[Com
             found = choose_comparisons([json.loads(raw) for raw in raws],
                                        random.Random(f"{study.id}:{study.created_at}:{len(raws)}"))
             conn.set(keys.catch_comparisons(study.id),
-                     json.dumps({"version": list(version), "comparisons": [list(c) for c in found]}))
+                     json.dumps({"version": list(version), "rules": RULES, "comparisons": [list(c) for c in found]}))
         _cache[study.id] = (now + CACHE_SECONDS, version, found)
         return found
 
@@ -104,7 +114,7 @@ def _stored(conn: Redis, study_id: str, version: tuple) -> list[Comparison] | No
         return None
     try:
         doc = json.loads(raw)
-        if tuple(doc["version"]) != tuple(version):
+        if tuple(doc["version"]) != tuple(version) or doc.get("rules") != RULES:
             return None
         return [Comparison(int(h), int(s), int(d), bool(far), tuple(int(o) for o in others))
                 for h, s, d, far, others in doc["comparisons"]]
@@ -121,7 +131,8 @@ def forget(study_id: str | None = None) -> None:
 
 
 def choose_comparisons(items: list[dict], rng: random.Random) -> list[Comparison]:
-    """Comparisons by the items' positions where every item has one, else by their labels; [] when neither."""
+    """Comparisons by the items' positions where every item has one, else by their labels, else copies of
+    media items; [] when none of these."""
     positions = [item.get("position") for item in items]
     labels = [item.get("label") for item in items]
     labelled = all(label is not None for label in labels)
@@ -129,7 +140,29 @@ def choose_comparisons(items: list[dict], rng: random.Random) -> list[Comparison
         return _by_position([tuple(map(float, p)) for p in positions], rng, labels if labelled else None)
     if len(items) >= 3 and labelled:
         return _by_label(labels, rng)
-    return []
+    return _copies(items, rng)
+
+
+def _copies(items: list[dict], rng: random.Random) -> list[Comparison]:
+    """Each comparison an item and its copy (``similar`` is ``head``) against other items, all media items
+    (kinds whose content is not in the payload): nothing about the items is needed, a copy is as alike
+    as two shown items can be. ``far`` is False: a random other item is no pair a careful rater surely
+    rates low, so a rating check shows the copy only."""
+    media = [i for i, item in enumerate(items)
+             if item.get("kind") is not None and item["kind"] not in CONTENT_ON_THE_WIRE]
+    if len(media) < 3:
+        return []
+    found = []
+    for h in rng.sample(media, min(len(media), MAX_HEADS)):
+        drawn = []
+        for _ in range(8 * (OTHERS + 1)):  # drawn, not listed: a study may hold many items
+            j = media[rng.randrange(len(media))]
+            if j != h and j not in drawn:
+                drawn.append(j)
+                if len(drawn) == OTHERS + 1:
+                    break
+        found.append(Comparison(h, h, drawn[0], far=False, others=tuple(sorted(drawn[1:]))))
+    return found
 
 
 def _by_position(positions: list[tuple[float, ...]], rng: random.Random,
@@ -196,11 +229,13 @@ def _by_label(labels: list, rng: random.Random) -> list[Comparison]:
 
 
 #: What a researcher reads of a study that asks no catch trials although its config asks for them.
-NO_CATCH_TRIALS = ("no catch trials: its items have neither positions nor labels, so nothing tells a rater "
-                   "who looks from a program that answers at random (in benchmarks/bots.py random bots were "
-                   "paid in every such study; the answer check catches rule-following bots, not random "
-                   "ones). Items with labels (a CSV's label column: items of a label alike, of different "
-                   "labels unlike) or positions have them")
+NO_CATCH_TRIALS = ("no catch trials: its items have neither positions nor labels, and they are text, HTML or "
+                   "colours, whose content a page receives as it is, so an item shown with a copy of itself "
+                   "is readable without a look; nothing tells a rater who looks from a program that answers "
+                   "at random (in benchmarks/bots.py random bots were paid in every such study; the answer "
+                   "check catches rule-following bots, not random ones). Items with labels (a CSV's label "
+                   "column: items of a label alike, of different labels unlike) or positions have them, and "
+                   "so do image, sound and video items (an item against a copy of itself)")
 #: ... and one whose config turned them off.
 CATCHES_OFF = ("no catch trials (attention.rate: 0): random answers are caught by the answer check alone, "
                "which in a triplet study lets most of them through")
@@ -216,7 +251,8 @@ def catch_warning(config: StudyConfig, found: list[Comparison]) -> str | None:
 
 def items_catch_warning(config: StudyConfig, items: list) -> str | None:
     """:func:`catch_warning` for items about to be stored (``workers.store.studies.Item``s or their dicts)."""
-    rows = [item if isinstance(item, dict) else {"position": item.position, "label": item.label} for item in items]
+    rows = [item if isinstance(item, dict) else {"position": item.position, "label": item.label, "kind": item.kind}
+            for item in items]
     return catch_warning(config, choose_comparisons(rows, random.Random(0)) if config.catch_every else [])
 
 

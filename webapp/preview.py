@@ -19,7 +19,8 @@ from workers.store.questions import fallback_question, question_items
 from workers.store.studies import StudyNotFound, get_study
 
 from .errors import ApiError
-from .questions_answers import check_response, item_payload, parse_answer_body, screen_payload
+from .handles import new_seed
+from .questions_answers import answer_picks, check_response, parse_answer_body, screen_payload, shown_payloads
 from .raters import WIDGETS, practice_payload, render_markdown
 from .storage import get_redis
 
@@ -55,19 +56,20 @@ def preview_question(study: Study, n: int) -> dict:
         for index in question_items(question):
             pipe.lindex(keys.items(study.id), index)
         raws = pipe.execute()
-    items = [item_payload(study.id, i, raw) for i, raw in zip(question_items(question), raws, strict=True)]
-    token = TOKEN_PREFIX + base64.urlsafe_b64encode(json.dumps({"q": question, "n": n}).encode()).decode()
+    seed = new_seed()  # items named by handles as on a rater's page; the researcher is also shown their ids
+    items = shown_payloads(study.id, question, raws, seed, with_id=True)
+    token = TOKEN_PREFIX + base64.urlsafe_b64encode(json.dumps({"q": question, "n": n, "h": seed}).encode()).decode()
     return {"token": token, "kind": question["kind"], "expires_in": study.config.token_ttl_seconds,
             "progress": {"answered": n, "total": preview_total(study)}, "preview": True,
             **screen_payload(study, question, items)}
 
 
-def _open_token(token: object) -> tuple[dict, int]:
+def _open_token(token: object) -> tuple[dict, int, object]:
     if not isinstance(token, str) or not token.startswith(TOKEN_PREFIX):
         raise ApiError(400, "invalid_token", "this is not a preview question's token")
     try:
         doc = json.loads(base64.urlsafe_b64decode(token[len(TOKEN_PREFIX):].encode()))
-        return doc["q"], int(doc["n"])
+        return doc["q"], int(doc["n"]), doc.get("h")
     except (ValueError, KeyError, TypeError):
         raise ApiError(400, "invalid_token", "this is not a preview question's token") from None
 
@@ -106,8 +108,8 @@ def answer(study_id: str) -> ResponseReturnValue:
     nothing, and give the next preview question, or the finish page after the study's question count."""
     study = _study(study_id)
     token, choice, value, _, skip = parse_answer_body(request.get_json(silent=True))
-    question, n = _open_token(token)
-    check_response(study, question, choice, value, skip)
+    question, n, seed = _open_token(token)
+    check_response(study, question, answer_picks(study, question, seed, None if skip else choice), value, skip)
     if n + 1 >= preview_total(study):
         return jsonify({"done": {"finish_url": url_for("preview.done", study_id=study.id)}}), 200
     return jsonify({"next": preview_question(study, n + 1)}), 200

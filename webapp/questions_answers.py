@@ -57,6 +57,7 @@ from workers.store.studies import (
 from . import catches
 from .catches import Comparison
 from .errors import ApiError
+from .handles import new_seed, picked_indices, question_handles
 from .tokens import sign_question, verify_question
 
 if TYPE_CHECKING:
@@ -130,9 +131,15 @@ def token_ttl(study: Study) -> int:
     return int(current_app.config.get("TOKEN_TTL_SECONDS") or study.config.token_ttl_seconds)
 
 
-def item_payload(study_id: str, index: int, raw: bytes) -> dict:
+def item_payload(study_id: str, handle: str, raw: bytes, with_id: bool = False) -> dict:
+    """What a page is shown of one item: its ``handle`` (``webapp.handles``: new for every question and
+    position) and its content or a media URL by that handle, never its index or id (``with_id``: the
+    researcher's preview names them). Text, HTML and colour items carry their content, so two shown
+    copies of one of them are readable as such: no catch trial shows them twice (``webapp.catches``)."""
     item = json.loads(raw)
-    payload = {"index": index, "id": item["id"], "kind": item["kind"]}
+    payload = {"handle": handle, "kind": item["kind"]}
+    if with_id:
+        payload["id"] = item["id"]
     if item["kind"] == "text":
         payload["text"] = item["text"]
     elif item["kind"] == "html":
@@ -141,8 +148,35 @@ def item_payload(study_id: str, index: int, raw: bytes) -> dict:
     elif item["kind"] == "color":
         payload["color"] = item["color"]
     else:
-        payload["url"] = url_for("raters.media", study_id=study_id, index=index)
+        payload["url"] = url_for("raters.shown_media", study_id=study_id, handle=handle)
     return payload
+
+
+def shown_payloads(study_id: str, question: dict, raws: Sequence[bytes], seed: str,
+                   with_id: bool = False) -> list[dict]:
+    """The item payloads of a question's shown items (``raws``: their stored JSON, in display order), named by
+    the handles of the question's ``seed``."""
+    handles = question_handles(current_app.config["SECRET_KEY"], study_id, seed, question_items(question))
+    return [item_payload(study_id, h, raw, with_id) for h, raw in zip(handles, raws, strict=True)]
+
+
+def answer_picks(study: Study, question: dict, seed: object, picks: Sequence[str] | None) -> list[int] | None:
+    """The item indices an answer's ``picks`` (handles of the question's seed) name, each checked to be one
+    the question offered to pick (a head is not, even when a candidate is its copy); ApiError 400
+    ``item_not_shown`` for a handle it did not show there (forged, of another question, of another study)."""
+    if picks is None:
+        return None
+    shown = question_items(question)
+    if isinstance(seed, str) and all(isinstance(p, str) for p in picks):
+        for key in (current_app.config["SECRET_KEY"], *(current_app.config.get("PREVIOUS_SECRET_KEYS") or ())):
+            handles = question_handles(key, study.id, seed, shown)
+            # screen_payload shows a headed kind's first item as the head, which no answer picks
+            found = picked_indices(handles, shown, handles[1:] if kind_of(question).headed else handles, picks)
+            if found is not None:
+                return found
+    raise ApiError(400, "item_not_shown", "'choice' and 'picks' name items by the 'handle' this question gave "
+                   "them (one of its candidates, or of its items); "
+                   f"{next((p for p in picks), '')!r} is not one this question offered")
 
 
 #: The kinds of completion code: the work was done, or the study ran out (``completion.partial_code``).
@@ -240,7 +274,8 @@ def catch_question(study: Study, found: list[Comparison]) -> dict | None:
 
 def catch_passed(study: Study, question: dict, picks: list[int] | None, value: float | None) -> bool:
     """Whether an attention check was answered as anyone paying attention would (a skip fails it): the
-    expected item picked as the kind says (``catch_answer_passes``: first, or a grid's among the picks).
+    expected item picked as the kind says (``catch_answer_passes``: first, or a grid's among the picks;
+    a grid's copy of its head first).
     A check issued before checks had an ``expect`` showed the head among
     its candidates (triplets) or one item twice (ratings)."""
     if kind_of(question).asks == "pair":
@@ -250,6 +285,10 @@ def catch_passed(study: Study, question: dict, picks: list[int] | None, value: f
         if question.get("expect") == "low":
             return value <= scale.min + 0.25 * (scale.max - scale.min)
         return scale.catch_passes(value)
+    shown = question_items(question)
+    if len(set(shown)) < len(shown):
+        # a copy (catches._copies): as alike as two items get, so a careful rater puts it first, even in a grid
+        picks = list(picks or ())[:1]
     return kind_of(question).catch_answer_passes(picks, question.get("expect", question.get("head")))
 
 
@@ -336,9 +375,10 @@ def question_payload(conn: Redis, study: Study, rater: str, issued: NextQuestion
         raise ApiError(409, issued.status, DONE_MESSAGES[issued.status], finish_url=finish_url(study))
     if issued.scheduled:
         enqueue_update(conn, study.id)
-    question = issued.question
-    items = [item_payload(study.id, i, raw) for i, raw in zip(question_items(question), issued.items, strict=True)]
-    token = sign_question(current_app.config["SECRET_KEY"], {"s": study.id, "q": question, "r": rater, "t": now})
+    question, seed = issued.question, new_seed()
+    items = shown_payloads(study.id, question, issued.items, seed)
+    token = sign_question(current_app.config["SECRET_KEY"],
+                          {"s": study.id, "q": question, "r": rater, "t": now, "h": seed})
     payload = {"token": token, "kind": question["kind"], "expires_in": token_ttl(study),
                "progress": {"answered": issued.answers, "total": study.config.limits.max_questions_per_rater}}
     return {**payload, **screen_payload(study, question, items)}
@@ -423,9 +463,15 @@ def rater_next_question(conn: Redis, study_id: str, rater: str, session: StudyGu
     raise AssertionError("the last try runs without the study check")
 
 
-def parse_answer_body(body: object) -> tuple[str, list[int] | None, float | None, int | None, bool]:
+def _is_handle(value: object) -> bool:
+    # an integer passes here (the token is checked first); answer_picks refuses anything but a shown handle
+    return (isinstance(value, str) and 0 < len(value) <= 64) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def parse_answer_body(body: object) -> tuple[str, list[str] | None, float | None, int | None, bool]:
     """(token, picks, value, response_ms, skip) of an answer body; which of choice (or picks, the items
-    picked in order) and value is needed depends on the question kind, checked once the token is verified."""
+    picked in order, by their handles: ``answer_picks`` reads them) and value is needed depends on the
+    question kind, checked once the token is verified."""
     if not isinstance(body, dict):
         raise ApiError(400, "malformed_answer",
                        "send the answer as a JSON object: {\"token\": ..., \"choice\": ...}, "
@@ -438,15 +484,14 @@ def parse_answer_body(body: object) -> tuple[str, list[int] | None, float | None
         raise ApiError(400, "malformed_answer", "a skipped question has no 'choice', 'picks' or 'value': send one "
                        "or the other")
     choice = body.get("choice")
-    if choice is not None and (isinstance(choice, bool) or not isinstance(choice, int)):
-        raise ApiError(400, "malformed_answer", "'choice' must be the index of the chosen item (an integer)")
+    if choice is not None and not _is_handle(choice):
+        raise ApiError(400, "malformed_answer", "'choice' must be the chosen item's 'handle' (a string)")
     picks = body.get("picks")
     if picks is not None:
         if choice is not None:
             raise ApiError(400, "malformed_answer", "send either 'choice' or 'picks', not both")
-        if (not isinstance(picks, list) or len(picks) > 64
-                or any(isinstance(p, bool) or not isinstance(p, int) for p in picks)):
-            raise ApiError(400, "malformed_answer", "'picks' must be a list of the picked items' indices, "
+        if not isinstance(picks, list) or len(picks) > 64 or not all(_is_handle(p) for p in picks):
+            raise ApiError(400, "malformed_answer", "'picks' must be a list of the picked items' handles, "
                            "the most similar first")
     elif choice is not None:
         picks = [choice]
@@ -599,6 +644,7 @@ def _checked_answer(study: Study, rater: str, body: object) -> tuple:
     if payload.get("r") != rater:
         raise ApiError(403, "wrong_rater", "this question was issued to another rater session")
     question = payload["q"]
+    choice = answer_picks(study, question, payload.get("h"), None if skip else choice)
     choice, value = check_response(study, question, choice, value, skip)
     flags, stats = answer_flags(study, question, choice, payload["t"], response_ms, value=value, skip=skip)
     if late:

@@ -19,6 +19,8 @@ from workers.store.questions import StudyGuard
 from workers.store.raters import answer_check_pending
 from workers.store.studies import STUDY_ID_PATTERN, StudyNotFound, get_items, get_media, get_study, get_stylesheet
 
+from .auth import current_researcher
+from .handles import InvalidHandle, fresh_handle, padded, shown_index
 from .limits import limit_code
 from .questions_answers import (
     FULL_CODE,
@@ -101,8 +103,9 @@ def render_markdown(text: str | None, study: Study | None = None) -> Markup:
                     media_index = {item.id: i for i, item in enumerate(get_items(get_redis(), study.id))
                                    if item.kind not in ("text", "color")}
                 index = media_index.get(src[len(ITEM_LINK):])
-                if index is not None:
-                    child.attrSet("src", url_for("raters.media", study_id=study.id, index=index))
+                if index is not None:  # by a handle of its own, as a question's items (raters see no index)
+                    handle = fresh_handle(current_app.config["SECRET_KEY"], study.id, index)
+                    child.attrSet("src", url_for("raters.shown_media", study_id=study.id, handle=handle))
     return Markup(_markdown.renderer.render(tokens, _markdown.options, env))
 
 
@@ -155,9 +158,11 @@ def load_study_or_404(study_id: str) -> Study:
 
 
 def practice_payload(study: Study) -> list[dict]:
-    """The practice questions with their items; ones naming unknown items are left out."""
+    """The practice questions with their items, named by handles as a question's are (the expected answer
+    too, so the page compares handles); ones naming unknown items are left out."""
     from engine.kinds import DEFAULT_KIND, get_kind
 
+    from .handles import new_seed, question_handles
     from .questions_answers import item_payload, screen_payload
 
     if not study.config.practice:
@@ -175,7 +180,14 @@ def practice_payload(study: Study) -> list[dict]:
         except KeyError:
             current_app.logger.warning("practice question of study %s names unknown items: %s", study.id, p)
             continue
-        items = [item_payload(study.id, i, index_by_position[i]) for i in kind.shown(screen)]
+        shown = kind.shown(screen)
+        handles = question_handles(current_app.config["SECRET_KEY"], study.id, new_seed(), shown)
+        items = [item_payload(study.id, h, index_by_position[i]) for h, i in zip(handles, shown, strict=True)]
+        if kind.asks != "pair":  # an answer of items (a rating's is a range of the scale)
+            # the candidates' handles: a practice screen shows distinct items, so each index has one
+            named = dict(zip(shown[1:] if kind.headed else shown, handles[1:] if kind.headed else handles,
+                             strict=True))
+            answer = [named[a] for a in answer] if isinstance(answer, list) else named[answer]
         out.append({**screen_payload(study, screen, items), "answer": answer, "explanation": p.get("explanation", "")})
     return out
 
@@ -358,17 +370,42 @@ def stylesheet(study_id: str) -> ResponseReturnValue:
     return response
 
 
-@bp.get("/media/<study_id>/<int:index>")
-def media(study_id: str, index: int) -> ResponseReturnValue:
-    conn = get_redis()
+def _media_response(conn: Redis, study_id: str, index: int, shown: bool) -> Response:
     data = get_media(conn, study_id, index)
     if data is None:
         abort(404)
     items = get_items(conn, study_id)
     media_type = items[index].media_type if index < len(items) else None
+    if shown:
+        # a rater's copy: padded by a random length, so two handles of one item differ in size and hash
+        data = padded(data, media_type)
     response = Response(data, mimetype=media_type or "application/octet-stream")
-    response.headers["Cache-Control"] = "public, max-age=86400"
+    # a handle is one question's: nothing for a shared cache to keep (and the researcher's copy is theirs)
+    response.headers["Cache-Control"] = "private, max-age=86400"
     response.headers["X-Content-Type-Options"] = "nosniff"
     # uploaded bytes: opened on their own they may run nothing and load nothing
     response.headers["Content-Security-Policy"] = "default-src 'none'; media-src 'self'; sandbox"
     return response
+
+
+@bp.get("/media/<study_id>/h/<handle>")
+def shown_media(study_id: str, handle: str) -> ResponseReturnValue:
+    """An item's media as a rater's page shows it: by a handle of one question (``webapp.handles``), never
+    by its index; a handle that is not this server's for this study is a 404, as an unknown item."""
+    if not STUDY_ID_PATTERN.match(study_id):
+        abort(404)
+    try:
+        index = shown_index(current_app.config["SECRET_KEY"], study_id, handle,
+                            current_app.config.get("PREVIOUS_SECRET_KEYS") or ())
+    except InvalidHandle:
+        abort(404)
+    return _media_response(get_redis(), study_id, index, shown=True)
+
+
+@bp.get("/media/<study_id>/<int:index>")
+def media(study_id: str, index: int) -> ResponseReturnValue:
+    """An item's media by its index: the researcher's dashboard only (a logged-in researcher). A rater's
+    page names items by handles; by index a program could tell two shown copies of one item apart."""
+    if current_researcher() is None:
+        abort(404)
+    return _media_response(get_redis(), study_id, index, shown=False)

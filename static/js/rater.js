@@ -51,14 +51,14 @@
 
   function renderItem(container, item) {
     container.replaceChildren();
-    container.dataset.index = item.index;
+    container.dataset.handle = item.handle;  // a name for this question only: no index or id reaches the page
     let el;
     if (item.kind === "color") {
       el = document.createElement("span");
       el.className = "swatch big";
       el.style.backgroundColor = item.color;
       el.setAttribute("role", "img");
-      el.setAttribute("aria-label", "colour " + item.id);
+      el.setAttribute("aria-label", "colour " + item.color);
     } else if (item.kind === "text") {
       el = document.createElement("span");
       el.className = "text-item";
@@ -73,13 +73,13 @@
     } else if (item.kind === "image") {
       el = document.createElement("img");
       el.src = item.url;
-      el.alt = item.alt || item.id;
+      el.alt = item.alt || (item.id ? item.id : "image");  // an id in the researcher's preview only
     } else {
       el = document.createElement(item.kind === "audio" ? "audio" : "video");
       el.src = item.url;
       el.controls = true;
       el.preload = "auto";
-      el.setAttribute("aria-label", item.id);
+      el.setAttribute("aria-label", item.id || (item.kind === "audio" ? "sound" : "video"));
     }
     container.appendChild(el);
   }
@@ -273,7 +273,7 @@
       ctx: ctx, el: el, buttons: buttons,
       hide() { this.el.hidden = true; },
       setDisabled(disabled) { this.buttons.forEach((b) => (b.disabled = disabled)); },
-      choose(n) { if (this.q) this.ctx.submit({ choice: offered(this.q)[n].index }); },
+      choose(n) { if (this.q) this.ctx.submit({ choice: offered(this.q)[n].handle }); },
       keydown(event) {
         const n = keys.indexOf(event.key);
         if (n < 0) return false;

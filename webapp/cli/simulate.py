@@ -144,6 +144,7 @@ def simulate(study_id: str, url: str, oracle_spec: str, raters: int, noise: floa
         raise click.ClickException(f"cannot reach a Proxima server at {base} ({exc.__class__.__name__}); "
                                    "start one with 'proxima serve' or pass --url") from None
     conn = _simulation_redis()
+    ids: list[str] = []
     if conn is not None:
         from workers.store.studies import get_items
 
@@ -159,8 +160,16 @@ def simulate(study_id: str, url: str, oracle_spec: str, raters: int, noise: floa
     click.echo(f"Simulating {raters} rater(s) on {base}/s/{study_id}: truth {truth.source} ({truth.n_items} items), "
                f"noise {noise_text}, careless share {careless:g}, think time {think:g} s; rater ids "
                f"{prefix}-0 to {prefix}-{raters - 1}")
+    # the wire names shown items by handles only: the simulated people read them with the server's secret key
+    identify = sim.payload_id
+    if ids:
+        from webapp import instance_config
+        from webapp.handles import identifier
+
+        identify = identifier(instance_config()["SECRET_KEY"], study_id, ids)
     crowd = sim.Crowd(base, study_id, truth, model, raters=raters, careless=careless, think=think,
-                      max_answers=max_answers, duration=duration, seed=seed, rater_prefix=prefix)
+                      max_answers=max_answers, duration=duration, seed=seed, rater_prefix=prefix,
+                      identify=identify)
     try:
         report = crowd.run(progress=lambda r, s: click.echo(sim.progress_line(r, s)), every=progress_every)
     except sim.SimulationError as exc:

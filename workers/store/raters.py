@@ -178,6 +178,12 @@ def _catch_passed(answer: Answer, config: StudyConfig, items: list[dict]) -> boo
         return scale.catch_passes(answer.value)
     if answer.skipped or not answer.picks:
         return False
+    if len(set(answer.shown)) < len(answer.shown):
+        # an item with its copy (webapp.catches._copies): the live rule judges the first pick only
+        try:
+            return bool(answer.question_kind.catch_passes(answer.shown, answer.picks[:1], lambda i, j: i == j))
+        except ValueError:  # an odd-one-out whose pick was one of the copies
+            return False
     if answer.head in (answer.a, answer.b):
         return answer.choice == answer.head
     return bool(answer.question_kind.catch_passes(answer.shown, answer.picks,

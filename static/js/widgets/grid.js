@@ -35,7 +35,7 @@
         b.type = "button";
         b.className = "candidate grid-ref";
         b.dataset.n = String(n);
-        b.dataset.index = String(item.index);
+        b.dataset.handle = item.handle;
         b.setAttribute("aria-keyshortcuts", KEYS[n]);
         const box = document.createElement("span");
         box.className = "grid-item";
@@ -71,7 +71,7 @@
     undo() { if (!this.disabled && this.picks.length) { this.picks.pop(); this.update(); } },
     confirm() {
       if (!this.q || this.disabled || this.picks.length !== this.k) return;
-      this.ctx.submit({ picks: this.picks.map((n) => this.q.candidates[n].index) });
+      this.ctx.submit({ picks: this.picks.map((n) => this.q.candidates[n].handle) });
     },
     update() {
       this.buttons.forEach((b, n) => {
