@@ -19,6 +19,7 @@ def test_the_distributions_are_named_apart_from_other_projects_and_the_client_ta
     assert "client" not in server.get("optional-dependencies", {})  # the client is its own distribution
     wanted = {dep.split(">")[0].split("=")[0].split("[")[0].strip().lower() for dep in client["dependencies"]}
     assert wanted == {"requests", "numpy", "pandas", "networkx"}
-    readme = (ROOT / "README.md").read_text()
-    assert "pip install ./client" in readme and "proxima[client]" not in readme
+    for guide in ("README.md", "docs/researcher/results.md"):  # the quick pointer and the researcher's page
+        text = (ROOT / guide).read_text()
+        assert "pip install ./client" in text and "proxima[client]" not in text, guide
     assert sys.version_info >= tuple(int(p) for p in client["requires-python"].lstrip(">=").split("."))

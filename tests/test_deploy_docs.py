@@ -1,6 +1,7 @@
-"""deploy/ is complete and says what README says (issue 28, item 7): the settings README tells a server to
-set are in proxima.env, Redis's password is set where REDIS_URL uses it, the install block creates the
-user before using it, the backup timer README suggests is there and runs, and a placeholder secret key is
+"""deploy/ is complete and says what the server guide says (issue 28, item 7; docs/operations/https-server.md,
+README's "Run a paid study on a server" before the docs site): the settings it tells a server to set are in
+proxima.env, Redis's password is set where REDIS_URL uses it, the install block creates the
+user before using it, the backup timer the guide suggests is there and runs, and a placeholder secret key is
 refused. Read from the files themselves, so a change to one that the other does not follow fails here."""
 from __future__ import annotations
 
@@ -17,21 +18,15 @@ from test_deploy_units import DEPLOY, ROOT, read_env_file, read_unit
 from workers.store.config import StudyConfig
 from workers.store.studies import create_study
 
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+GUIDE = (ROOT / "docs" / "operations" / "https-server.md").read_text(encoding="utf-8")
 DEPLOY_README = (DEPLOY / "README.md").read_text(encoding="utf-8")
 
 
-def section(text: str, title: str) -> str:
-    start = text.index(title)
-    following = re.search(r"^##? ", text[start + len(title):], re.M)
-    return text[start:start + len(title) + (following.start() if following else len(text))]
-
-
 def test_every_setting_the_server_guide_sets_is_a_line_of_proxima_env():
-    guide = section(README, "## Run a paid study on a server")
+    guide = GUIDE
     told = set(re.findall(r"`(PROXIMA_[A-Z_]+)=", guide))
     assert {"PROXIMA_SECRET_KEY", "PROXIMA_PUBLIC_URL", "PROXIMA_TRUSTED_PROXIES"} <= told
-    assert told <= set(read_env_file(DEPLOY / "proxima.env")), "README tells a server to set these in proxima.env"
+    assert told <= set(read_env_file(DEPLOY / "proxima.env")), "the server guide sets these in proxima.env"
 
 
 def test_the_redis_password_of_redis_url_is_the_one_redis_requires():
@@ -60,7 +55,7 @@ def test_every_file_of_deploy_is_described_in_its_readme():
 
 
 def test_the_backup_timer_readme_suggests_runs_every_night_and_backs_up_every_study(conn, redis_url, tmp_path):
-    assert "proxima-backup.timer" in section(README, "## Run a paid study on a server")
+    assert "proxima-backup.timer" in GUIDE
     timer = read_unit(DEPLOY / "proxima-backup.timer")
     assert timer["Timer"]["OnCalendar"] and timer["Timer"]["Persistent"] == ["true"]
     assert timer["Install"]["WantedBy"] == ["timers.target"]

@@ -10,7 +10,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def quick_start_commands() -> list[str]:
     text = (ROOT / "README.md").read_text()
     start = text.index("## Quick start") if "## Quick start" in text else 0
-    blocks = re.findall(r"```bash\n(.*?)```", text[start:text.index("## What runs")], flags=re.S)
+    following = re.search(r"^## ", text[start + 1:], flags=re.M)
+    end = start + 1 + following.start() if following else len(text)
+    blocks = re.findall(r"```bash\n(.*?)```", text[start:end], flags=re.S)
     return [line for block in blocks for line in block.strip().splitlines()]
 
 

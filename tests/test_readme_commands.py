@@ -1,6 +1,7 @@
-"""README's command list is checked against the command line itself (issue 28, item 7): every command
-``proxima --help`` lists is in it, every command in it exists, and every option it shows is one that
-command takes. A command added without a README line, or an option renamed, fails here."""
+"""The command list of the documentation (docs/reference/cli.md, "At a glance"; README's before the docs site)
+is checked against the command line itself (issue 28, item 7): every command ``proxima --help`` lists is in it,
+every command in it exists, and every option it shows is one that command takes. A command added without a
+line there, or an option renamed, fails here."""
 from __future__ import annotations
 
 import re
@@ -10,12 +11,12 @@ import click
 
 from webapp.cli import main
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+README = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
 
 
 def documented() -> dict[str, set[str]]:
-    """Command name -> the options README's "Command line" block shows for it."""
-    block = re.search(r"## Command line\n\n```\n(.*?)```", README, re.S).group(1)
+    """Command name -> the options the "At a glance" block of the command-line page shows for it."""
+    block = re.search(r"## At a glance\n\n```\n(.*?)```", README, re.S).group(1)
     out: dict[str, set[str]] = {}
     current = None
     for line in block.splitlines():
@@ -41,8 +42,8 @@ def test_every_command_is_in_the_readme_and_every_readme_command_exists():
     listed = documented()
     missing = sorted(set(main.commands) - set(listed))
     unknown = sorted(set(listed) - set(main.commands))
-    assert not missing, f"commands missing from README's command list: {missing}"
-    assert not unknown, f"README lists commands proxima does not have: {unknown}"
+    assert not missing, f"commands missing from docs/reference/cli.md's list: {missing}"
+    assert not unknown, f"docs/reference/cli.md lists commands proxima does not have: {unknown}"
 
 
 def test_every_option_the_readme_shows_is_one_the_command_takes():
