@@ -1,5 +1,5 @@
 """Issue 26: raters judged by their answers (the answer check of the update pass), and validation
-repeats judged once at a fixed count so the README's rates are the code's."""
+repeats judged once at a fixed count so the rates docs/researcher/catch-trials.md states are the code's."""
 from __future__ import annotations
 
 import dataclasses
@@ -251,8 +251,8 @@ def test_held_out_margins_do_not_depend_on_the_answers_they_predict():
 def test_the_judged_raters_own_answers_train_none_of_the_models_that_judge_them(conn, monkeypatch):
     """What the answer check predicts for a rater (the honest model's chance of each of their answers) is
     the same whatever that rater answered: their answers are in none of the fits that predict them
-    (README: a rater's answers are predicted from the other groups). Temperature calibration, one scale
-    fitted on every rater's held-out answers, is held fixed here."""
+    (docs/researcher/catch-trials.md: a rater's answers are predicted from the other groups). Temperature
+    calibration, one scale fitted on every rater's held-out answers, is held fixed here."""
     study_id = positioned_study(conn, "left-out", POSITIONS, random_state=5)
     rng = random.Random(11)
     screens = {f"person-{n}": [tuple(rng.sample(range(N_ITEMS), 3)) for _ in range(QUESTIONS)] for n in range(8)}

@@ -1,6 +1,6 @@
 """Catch trials by default: one in every few questions at a random place, and a count of allowed misses
-chosen so a careful rater is rarely flagged and a random responder rarely passes. The rates README's
-"Attention checks" states are measured here on seeded simulated raters."""
+chosen so a careful rater is rarely flagged and a random responder rarely passes. The rates
+docs/researcher/catch-trials.md states are measured here on seeded simulated raters."""
 from __future__ import annotations
 
 import math
@@ -51,7 +51,7 @@ def test_stated_rates_at_40_questions_careful_flagged_under_1_percent_random_pas
     random_pass = 1 - simulate(study, 0.5, 20000, rng)
     assert careful <= 0.01, careful
     assert random_pass <= 0.05, random_pass
-    # and as the exact binomial rates README states
+    # and as the exact binomial rates docs/researcher/catch-trials.md states
     assert binomial_tail(3, 14, CATCH_MISS_RATE) == pytest.approx(0.0080, abs=5e-4)
     assert 1 - binomial_tail(3, 13, 0.5) == pytest.approx(0.046, abs=1e-3)
 

@@ -85,7 +85,7 @@ class Machines:
     def start_redis(self) -> redis.Redis:
         data = self.folder / "redis"
         data.mkdir()
-        # the persistence the README asks of a shared Redis: AOF, fsync before every reply
+        # the persistence docs/operations/several-machines.md asks of a shared Redis: AOF, fsync before every reply
         self.start("redis", [REDIS7, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(data),
                              "--requirepass", self.password, "--appendonly", "yes", "--appendfsync", "always",
                              "--save", ""])

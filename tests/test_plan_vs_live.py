@@ -1,7 +1,7 @@
 """proxima plan against a live study (issue 18): the accuracy the plan predicts is what the same study
 reaches when simulated raters answer through the real serving path (Redis, the rater API, RQ update
 passes, the dashboard's learner summary). A small known case here; benchmarks/plan_vs_live.py
-measures larger ones (README, "Your first paid study")."""
+measures larger ones (docs/researcher/paid-study.md)."""
 from __future__ import annotations
 
 import sys

@@ -343,7 +343,7 @@ def test_the_default_limits_leave_people_alone_and_limit_local_simulations_unles
         if response.status_code != 201:
             break
         question = response.get_json()["next"]
-    assert 429 in statuses  # loopback is limited by default (README: RATE_LIMIT_EXEMPT_ADDRESSES)
+    assert 429 in statuses  # loopback is limited by default (docs/operations/security.md: RATE_LIMIT_EXEMPT_ADDRESSES)
     exempt = limited_app(redis_url, tmp_path, monkeypatch, RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1,::1")
     local = exempt.test_client()
     question = fetch_question(local)

@@ -157,7 +157,8 @@ def test_every_field_of_a_check_takes_the_values_an_ordinary_question_takes(clie
                                      [f[path] for f in by_path["ordinary"]])
         # item fields: which items a screen shows. The head is any item, as in an ordinary question; the
         # candidates of a catch trial are not (its unlike item is among the head's farthest, so items at
-        # the edge of the study's space are shown more often: README says so), only items shown anyway
+        # the edge of the study's space are shown more often: docs/researcher/catch-trials.md says so), only items
+        # shown anyway
         for part in ("index", "id", "url"):
             for where in ("head", "candidates"):
                 def values(questions, part=part, where=where):
