@@ -1,20 +1,26 @@
 """Benchmark — do bots that never look at the items get a completion code? (issues 26, 40)
 
 Starts ``proxima serve`` in a scratch instance folder and creates, for each question kind (triplet, rating,
-odd-one-out, rank 8-rank-2) and each way a study can know its items, a study of the alien-egg items (default
-settings but ``max_questions_per_rater`` and ``min_answers_for_code``: QUESTIONS):
+odd-one-out, rank 8-rank-2) and each way a study can know its items, a study of the alien-egg items as
+images (one small PNG each; default settings but ``max_questions_per_rater`` and ``min_answers_for_code``:
+QUESTIONS):
 
 - ``positions``: each item's ``position`` is its known smoothness, as a researcher who generated the eggs
   would give it;
 - ``labels``: only a label, the eggs cut into LABEL_BINS bins of smoothness (a label cut from a continuum:
   the hard case for catch trials, whose like and unlike items by label need not be far apart);
-- ``no labels``: neither (a folder of images): no catch trials, only the answer check.
+- ``no labels``: neither (a folder of images): catch trials of an item with its copy (webapp.catches).
 
 Over HTTP like a browser, simulated careful raters (simulation.crowd.Rater: the human noise model fitted to
-the alien-egg crowds, lapse CAREFUL_LAPSE; ratings Gaussian) and seven kinds of bots (always the first item
-shown, always the last, uniformly random, lowest item index, random + memory of its own answers, random +
-reading the token's length, 80/20 first) answer in turn, so the study's model is learned from everyone (bots
-included). Prints, per kind, the share of runs shown a code per study type, and the share flagged.
+the alien-egg crowds, lapse CAREFUL_LAPSE, a copy seen as one but for a lapse; ratings Gaussian; they read
+the handles of what they are shown with the server's secret key, as a person reads the pictures) and
+bots answer in turn, so the study's model is learned from everyone (bots included). The item-blind bots:
+always the first item shown, always the last, uniformly random, lowest handle, random + memory of its own
+answers, random + reading the token's length, 80/20 first. Two more read the media they are sent:
+``media sizes`` takes the items of closest byte size as alike (what the padding is for), ``media bytes``
+compares the bytes themselves (the longest common prefix): a program that looks at the content, which
+no naming on the wire can stop telling a copy from another item. Prints, per kind, the share of runs
+shown a code per study type, and the share flagged.
 Offline tables then measure, against the answers per rater (10, 20, 40, 80), the triplet answer check
 (engine.rater_checks, the same code), the catch-trial rule and both together.
 
@@ -27,6 +33,7 @@ from __future__ import annotations
 import argparse
 import random
 import re
+import struct
 import sys
 import tempfile
 import time
@@ -45,6 +52,7 @@ from live_study import start_server, stop_server  # noqa: E402
 
 from engine import rater_checks  # noqa: E402
 from simulation.crowd import Rater, eggs_truth, noise_model  # noqa: E402
+from webapp.handles import identifier  # noqa: E402
 from workers.store import keys  # noqa: E402
 from workers.store.config import StudyConfig  # noqa: E402
 from workers.store.studies import Item, create_study  # noqa: E402
@@ -54,8 +62,10 @@ QUESTIONS = 40
 #: own fit is 0.03).
 CAREFUL_LAPSE = 0.1
 CODE = re.compile(r'id="completion-code">([A-Z0-9]+)<')
-BOTS = ("always first", "always last", "random", "lowest index", "random + memory", "random + lengths",
-        "80/20 first")
+BOTS = ("always first", "always last", "random", "lowest handle", "random + memory", "random + lengths",
+        "80/20 first", "media sizes", "media bytes")
+#: Bots that fetch the media they are shown and compare them.
+MEDIA_BOTS = ("media sizes", "media bytes")
 KINDS = ("triplet", "rating", "odd_one_out", "rank")
 STUDY_TYPES = ("positions", "labels", "no labels")
 #: The ``labels`` study's labels: the eggs cut into this many bins of equal size by smoothness.
@@ -63,27 +73,55 @@ LABEL_BINS = 10
 
 
 class Bot:
-    """An item-blind rater: ``kind`` one of BOTS. Screens: "first"/"last" pick the items shown first/last
-    (a grid's first k or last k), "lowest index" the lowest item indices, "80/20 first" the first 80% of
-    the time. Ratings: first = the scale's lowest step, last = its highest, lowest index = a step from the
-    items' indices, 80/20 = the lowest step 80% of the time."""
+    """A rater that never looks at the items as a person does: ``kind`` one of BOTS. Screens: "first"/"last"
+    pick the items shown first/last (a grid's first k or last k), "lowest handle" the lowest handles (the
+    wire's only names), "80/20 first" the first 80% of the time; the media bots take the items whose media
+    are alike by size or by bytes as alike. Ratings: first = the scale's lowest step, last = its highest,
+    lowest handle = a step from the handles, 80/20 = the lowest step 80% of the time, the media bots the top
+    step for a pair alike by their media, else a random one."""
 
     def __init__(self, kind: str, rng: random.Random):
         self.kind, self.rng, self.memory = kind, rng, {}
+        self.session: requests.Session | None = None  # set by run_rater: the media bots fetch with it
+        self.base = ""
+
+    def _media(self, item: dict) -> bytes:
+        return self.session.get(self.base + item["url"]).content if "url" in item else b""
+
+    def _alike(self, x: bytes, y: bytes) -> float:
+        """How alike two media look to this bot (higher: more alike)."""
+        if self.kind == "media sizes":
+            return -abs(len(x) - len(y))
+        n = 0
+        for a, b in zip(x, y, strict=False):
+            if a != b:
+                break
+            n += 1
+        return n
 
     def answer(self, q: dict) -> dict:
         if "scale" in q:
             return self.rating(q)
-        head = q["head"]["index"] if "head" in q else None
-        offered = [c["index"] for c in q.get("candidates", q.get("items", []))]
+        head = q["head"]["handle"] if "head" in q else None
+        shown = q.get("candidates", q.get("items", []))
+        offered = [c["handle"] for c in shown]
         k = int(q.get("select", 1))
         key = (head, frozenset(offered))
         if self.kind == "random + memory" and key in self.memory:
             picks = self.memory[key]
+        elif self.kind in MEDIA_BOTS:
+            data = [self._media(c) for c in shown]
+            if "head" in q:
+                anchor = self._media(q["head"])
+                order = sorted(range(len(shown)), key=lambda n: -self._alike(anchor, data[n]))
+            else:  # the odd one out: least alike to the others
+                order = sorted(range(len(shown)), key=lambda n: sum(self._alike(data[n], data[m])
+                                                                     for m in range(len(shown)) if m != n))
+            picks = [offered[n] for n in order[:k]]
         else:
             drawn = self.rng.sample(offered, k)
             picks = {"always first": offered[:k], "always last": offered[::-1][:k],
-                     "lowest index": sorted(offered)[:k],
+                     "lowest handle": sorted(offered)[:k],
                      "80/20 first": offered[:k] if self.rng.random() < 0.8 else drawn}.get(self.kind, drawn)
             if self.kind == "random + lengths" and len(q["token"]) % 2:
                 picks = offered[:k]  # anything it can read: a token's length picks the side when it is odd
@@ -94,11 +132,16 @@ class Bot:
         scale = q["scale"]
         steps = [scale["min"] + k * scale["step"] for k in range(int(round((scale["max"] - scale["min"])
                                                                            / scale["step"])) + 1)]
-        i, j = (item["index"] for item in q["items"])
+        i, j = (item["handle"] for item in q["items"])
         key = frozenset((i, j))
         if self.kind == "random + memory" and key in self.memory:
             return {"value": self.memory[key]}
-        value = {"always first": steps[0], "always last": steps[-1], "lowest index": steps[min(i, j) % len(steps)],
+        if self.kind in MEDIA_BOTS:
+            x, y = (self._media(item) for item in q["items"])
+            alike = (abs(len(x) - len(y)) < 0.05 * max(len(x), len(y)) if self.kind == "media sizes"
+                     else self._alike(x, y) >= min(len(x), len(y)) // 2)
+            return {"value": steps[-1] if alike else self.rng.choice(steps)}
+        value = {"always first": steps[0], "always last": steps[-1], "lowest handle": steps[min(i, j) < max(i, j)],
                  "80/20 first": steps[0] if self.rng.random() < 0.8 else self.rng.choice(steps)
                  }.get(self.kind, self.rng.choice(steps))
         if self.kind == "random + lengths":
@@ -110,6 +153,8 @@ class Bot:
 def run_rater(base: str, study_id: str, name: str, answerer, think: float) -> dict:
     """One rater session from the study link to the finish page; returns answers given and the code."""
     session = requests.Session()
+    if isinstance(answerer, Bot):
+        answerer.session, answerer.base = session, base
     session.get(f"{base}/s/{study_id}", params={"PROLIFIC_PID": name, "STUDY_ID": "bench", "SESSION_ID": name})
     response = session.get(f"{base}/api/studies/{study_id}/questions/next")
     question = response.json().get("question") if response.status_code == 200 else None
@@ -133,24 +178,38 @@ def run_rater(base: str, study_id: str, name: str, answerer, think: float) -> di
     return {"answers": answers, "code": code}
 
 
+def egg_png(n: int) -> bytes:
+    """A small grey PNG of its own for egg ``n`` (16 x 16 pixels drawn from ``n``): a folder of images."""
+    rng = random.Random(n)
+    rows = b"".join(b"\x00" + bytes(rng.randrange(256) for _ in range(16)) for _ in range(16))
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 16, 16, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
 def egg_items(truth, study_type: str) -> list[Item]:
-    """The egg items as a study of ``study_type`` (STUDY_TYPES) holds them."""
+    """The egg items as a study of ``study_type`` (STUDY_TYPES) holds them: images (``egg_png``)."""
     rank = np.argsort(np.argsort(truth.points[:, 0]))
-    return [Item(id=i, kind="text", text=f"Egg {i}",
+    return [Item(id=i, kind="image", media_type="image/png",
                  position=(float(p[0]),) if study_type == "positions" else None,
                  label=f"bin {r * LABEL_BINS // len(rank)}" if study_type == "labels" else None)
             for i, p, r in zip(truth.ids, truth.points, rank, strict=True)]
 
 
 def live(base: str, conn: redis.Redis, kind: str, study_type: str, runs: int, careful: int, think: float,
-         seed: int) -> dict:
+         seed: int, secret: str) -> dict:
     truth = eggs_truth()
     noise, _ = noise_model(truth, lapse=CAREFUL_LAPSE)
     config = {"name": f"Bots {kind} {study_type}", "question_kind": kind, "random_state": seed,
               "limits": {"max_questions_per_rater": QUESTIONS, "min_answers_for_code": QUESTIONS}}
     slug = study_type.replace(" ", "-")
     study_id = create_study(conn, StudyConfig.from_dict(config), egg_items(truth, study_type),
+                            media={n: egg_png(n) for n in range(truth.n_items)},
                             study_id=f"bots-{kind.replace('_', '-')}-{slug}")
+    identify = identifier(secret, study_id, truth.ids)  # a careful person sees the pictures
     rng = random.Random(seed)
     jobs = [("careful", f"careful-{n}") for n in range(careful)]
     bots = [(b, f"{b.replace(' ', '').replace('/', '').replace('+', '-')}-{n}") for n in range(runs) for b in BOTS]
@@ -163,7 +222,7 @@ def live(base: str, conn: redis.Redis, kind: str, study_type: str, runs: int, ca
     def one(job):
         who, name = job
         r = random.Random(zlib.crc32(name.encode()) + seed)
-        answerer = Rater(truth, noise, False, r) if who == "careful" else Bot(who, r)
+        answerer = Rater(truth, noise, False, r, identify) if who == "careful" else Bot(who, r)
         return who, name, run_rater(base, study_id, name, answerer, think)
 
     with ThreadPoolExecutor(6) as pool:
@@ -269,9 +328,10 @@ def main() -> None:
             proc, base, redis_url = start_server(Path(tmp), web_workers=2, workers=1)
             try:
                 conn = redis.Redis.from_url(redis_url)
+                secret = (Path(tmp) / "secret_key").read_text().strip()
                 for kind in kinds:
                     started = time.monotonic()
-                    tables = {t: live(base, conn, kind, t, a.runs, a.careful, a.think, a.seed) for t in types}
+                    tables = {t: live(base, conn, kind, t, a.runs, a.careful, a.think, a.seed, secret) for t in types}
                     print(f"\n{kind} studies, {QUESTIONS} questions per rater, {a.runs} runs of each bot, "
                           f"{a.careful} careful raters per study ({time.monotonic() - started:.0f} s): shown a code "
                           "(flagged)")

@@ -2,7 +2,8 @@
 
 For each kind (triplet, rating, odd-one-out, rank 8-rank-2 and 8-rank-1) and each way a study can know its
 items (the eggs' known positions; labels only: the eggs cut into 3 or 10 bins of smoothness, a label cut
-from a continuum being the hard case), the catch trials the platform builds (webapp.questions_answers.
+from a continuum being the hard case; neither, the eggs as a folder of images: an item with its copy), the
+catch trials the platform builds (webapp.questions_answers.
 catch_question on webapp.catches' comparisons) are answered by simulated careful raters (simulation.crowd.
 Rater: the human noise model fitted to the alien-egg crowds, lapse CAREFUL_LAPSE) and by raters answering at
 random, judged by the live rule (catch_passed), over the catch schedule of a study at defaults with
@@ -48,9 +49,11 @@ KINDS = (("triplet", {}), ("rating", {}), ("odd_one_out", {}), ("rank", {"n_refe
          ("rank", {"n_reference": 8, "n_select": 1}))
 
 
-def egg_items(truth, labels: int | None) -> list[dict]:
-    """The eggs as a study holds them: with their positions, or (``labels``) only a label, the eggs cut
-    into that many bins of equal size by smoothness."""
+def egg_items(truth, labels: int | None | str) -> list[dict]:
+    """The eggs as a study holds them: with their positions, (``labels``) only a label, the eggs cut
+    into that many bins of equal size by smoothness, or (``"images"``) images with neither."""
+    if labels == "images":
+        return [{"id": i, "kind": "image"} for i in truth.ids]
     if labels is None:
         return [{"id": i, "position": [float(p[0])]} for i, p in zip(truth.ids, truth.points, strict=True)]
     rank = np.argsort(np.argsort(truth.points[:, 0]))
@@ -58,9 +61,11 @@ def egg_items(truth, labels: int | None) -> list[dict]:
 
 
 def payload(question: dict, items: list[dict], scale: dict) -> dict:
-    """What the page receives of a screen (the parts a rater's answer reads)."""
+    """What the page receives of a screen (the parts a rater's answer reads): each item's handle (here its
+    index, so the picks come back as the indices catch_passed reads) and its id (the simulated rater's
+    ``identify`` reads it; the wire to raters carries none)."""
     def item(i):
-        return {"index": int(i), "id": items[int(i)]["id"]}
+        return {"handle": int(i), "id": items[int(i)]["id"]}
     out = {"kind": question["kind"], "scale": scale}
     if "head" in question:
         out["head"], out["candidates"] = item(question["head"]), [item(c) for c in question["candidates"]]
@@ -165,7 +170,8 @@ def main() -> None:
           "| random passing |\n|---|---|---|---|---|---|---|")
     for kind, settings in KINDS:
         name = kind if kind != "rank" else f"rank {settings['n_reference']}-rank-{settings['n_select']}"
-        for source, labels in (("positions", None), ("3 labels", 3), ("10 labels", 10)):
+        for source, labels in (("positions", None), ("3 labels", 3), ("10 labels", 10),
+                               ("copies (images, no labels)", "images")):
             r = simulate(kind, settings, egg_items(truth, labels), truth, noise, a.raters, a.seed)
             if not r:
                 continue

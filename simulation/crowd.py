@@ -348,13 +348,29 @@ class Rater:
         if self.careless:
             return [item["handle"] for item in self.rng.sample(offered, k)]
         positions = self.truth.positions([self.identify(item) for item in shown])
-        # by place: an item shown twice (a catch trial's copy) is picked where the model put it
+        if len(set(positions)) < len(positions):
+            return self._copy_picks(kind, shown, positions, offered, k)
+        at = {p: item["handle"] for p, item in zip(positions, shown, strict=True)}
         observation = self.oracle(kind, k).answer([kind.proposal_of(positions)])[0]
-        at = {}
-        for place, (p, item) in enumerate(zip(positions, shown, strict=True)):
-            if not (kind.headed and place == 0):
-                at.setdefault(p, item["handle"])
         return [at[p] for p in kind.picks_of(observation)]
+
+    def _copy_picks(self, kind: QuestionKind, shown: list[dict], positions: list[int], offered: list[dict],
+                    k: int) -> list:
+        """Picks on a screen showing an item twice (a catch trial's copy): a person sees the same picture
+        twice whatever the truth's distances say, so each pick is, with the lapse rate, a uniform pick of
+        those left (as the oracles' lapses), else the copy of the head (headed kinds) or the item shown once
+        (an odd one out) while it is left, then a uniform one."""
+        places = positions[1:] if kind.headed else positions
+        want = ({i for i, p in enumerate(places) if p == positions[0]} if kind.headed
+                else {i for i, p in enumerate(places) if places.count(p) == 1})
+        left, picks = list(range(len(offered))), []
+        for _ in range(k):
+            target = [i for i in left if i in want]
+            pick = (target[0] if target and self.rng.random() >= self.noise.lapse
+                    else left[self.rng.randrange(len(left))])
+            left.remove(pick)
+            picks.append(offered[pick]["handle"])
+        return picks
 
     def oracle(self, kind: QuestionKind, n_select: int = 1) -> Any:
         """simulation.oracles' human model of ``kind`` on this truth (one per kind and number of picks),

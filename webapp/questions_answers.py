@@ -275,7 +275,7 @@ def catch_question(study: Study, found: list[Comparison]) -> dict | None:
 def catch_passed(study: Study, question: dict, picks: list[int] | None, value: float | None) -> bool:
     """Whether an attention check was answered as anyone paying attention would (a skip fails it): the
     expected item picked as the kind says (``catch_answer_passes``: first, or a grid's among the picks;
-    a grid's copy of its head first).
+    a copy of an item as any other like item).
     A check issued before checks had an ``expect`` showed the head among
     its candidates (triplets) or one item twice (ratings)."""
     if kind_of(question).asks == "pair":
@@ -285,10 +285,6 @@ def catch_passed(study: Study, question: dict, picks: list[int] | None, value: f
         if question.get("expect") == "low":
             return value <= scale.min + 0.25 * (scale.max - scale.min)
         return scale.catch_passes(value)
-    shown = question_items(question)
-    if len(set(shown)) < len(shown):
-        # a copy (catches._copies): as alike as two items get, so a careful rater puts it first, even in a grid
-        picks = list(picks or ())[:1]
     return kind_of(question).catch_answer_passes(picks, question.get("expect", question.get("head")))
 
 

@@ -179,9 +179,9 @@ def _catch_passed(answer: Answer, config: StudyConfig, items: list[dict]) -> boo
     if answer.skipped or not answer.picks:
         return False
     if len(set(answer.shown)) < len(answer.shown):
-        # an item with its copy (webapp.catches._copies): the live rule judges the first pick only
+        # an item with its copy (webapp.catches._copies): alike is the same item
         try:
-            return bool(answer.question_kind.catch_passes(answer.shown, answer.picks[:1], lambda i, j: i == j))
+            return bool(answer.question_kind.catch_passes(answer.shown, answer.picks, lambda i, j: i == j))
         except ValueError:  # an odd-one-out whose pick was one of the copies
             return False
     if answer.head in (answer.a, answer.b):
