@@ -179,12 +179,13 @@ def ask(planner: Planner, budget: int, window: int | None = None) -> list[tuple[
 def simulate_curve(name: str, scenario: Scenario, budgets: Sequence[float], seed: int = 0,
                    batch: int = DEFAULT_BATCH, params: dict | None = None,
                    max_seconds: float | None = None, kind: str = DEFAULT_KIND,
-                   settings: dict | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+                   settings: dict | None = None) -> tuple[np.ndarray, np.ndarray, float, float]:
     """Run one learner as a live study does (a pool refill of ``batch`` questions -> simulated
     answers -> ``observe``; refills grow past GROWTH_FROM answers per item) and score its graph at
     every budget. ``params`` are the algorithm's
     parameters (the table's defaults otherwise). Returns (exact, hit@3) arrays of shape
-    (len(budgets),) and the CPU seconds spent. A learner that stops asking keeps its last graph.
+    (len(budgets),), the CPU seconds spent and the answers per item at which the learner stopped asking
+    (NaN: it asked to the largest budget). A learner that stops asking keeps its last graph.
     ``max_seconds``: CPU seconds the run may take; budgets it has not reached by then are NaN. ``kind``:
     the question kind it asks (budgets are then screens per item), with the kind's ``settings``."""
     n = scenario.n_items
@@ -204,7 +205,7 @@ def simulate_curve(name: str, scenario: Scenario, budgets: Sequence[float], seed
         mark = int(round(per_item * n))
         while total < mark and not stopped:
             if max_seconds is not None and time.process_time() - t0 > max_seconds:
-                return exact, hit3, time.process_time() - t0
+                return exact, hit3, time.process_time() - t0, math.nan
             step = int(batch) if total < GROWTH_FROM * n else max(int(batch), int(BATCH_GROWTH * total))
             questions = ask(planner, min(step, mark - total), window)
             if not questions:
@@ -214,7 +215,7 @@ def simulate_curve(name: str, scenario: Scenario, budgets: Sequence[float], seed
             total += len(questions)
         picks = np.asarray(planner.neighbor_graph(k=1).neighbors, dtype=np.int64)[:, 0]
         exact[b], hit3[b] = nn_accuracy(picks, scenario.distances)
-    return exact, hit3, time.process_time() - t0
+    return exact, hit3, time.process_time() - t0, (total / n if stopped else math.nan)
 
 
 def _run(job):
@@ -323,6 +324,8 @@ class Plan:
     source: str
     spread: str
     arms: tuple = ()
+    #: (n_algorithms, n_runs): answers per item at which a run's learner stopped asking (NaN: it did not)
+    stopped: np.ndarray | None = None
 
     def rater_hours(self, name: str, per_item: float) -> float:
         """Hours of raters' time ``per_item`` screens per item of line ``name`` take."""
@@ -373,7 +376,8 @@ class Plan:
         return {"version": 1, "n_items": self.n_items, "budgets": self.budgets.tolist(), "source": self.source,
                 "spread": self.spread, "runs": int(self.exact.shape[1]),
                 "algorithms": {name: {"exact": stats(self.exact[a]), "hit3": stats(self.hit3[a]),
-                                      "cpu_seconds": round(float(self.seconds[a].mean()), 2), **kind(a)}
+                                      "cpu_seconds": round(float(self.seconds[a].mean()), 2),
+                                      "notes": curve_notes(self, a), **kind(a)}
                                for a, name in enumerate(self.algorithms)}}
 
 
@@ -427,7 +431,8 @@ def plan(scenarios: Sequence[Scenario], algorithms: Sequence[str] | None = None,
     exact = np.array([r[0] for r in results]).reshape(shape)
     hit3 = np.array([r[1] for r in results]).reshape(shape)
     cpu = np.array([r[2] for r in results]).reshape(shape[:2])
-    return Plan(tuple(names), budgets, n, exact, hit3, cpu, source, spread, tuple(lines))
+    stopped = np.array([r[3] for r in results]).reshape(shape[:2])
+    return Plan(tuple(names), budgets, n, exact, hit3, cpu, source, spread, tuple(lines), stopped)
 
 
 def default_jobs() -> int:
@@ -442,6 +447,36 @@ def triplets_from_answers(rows: Iterable[Sequence[int]] | np.ndarray) -> np.ndar
 
 
 # ---------------------------------------------------------------------------- the printed table
+def curve_notes(p: Plan, a: int) -> list[str]:
+    """What a reader of line ``a``'s curve should know: that it stopped asking (the graph is final), that it
+    is the very same as an earlier line's (the two asked alike), or that it falls with more answers."""
+    notes = []
+    stops = p.stopped[a] if p.stopped is not None else np.full(p.exact.shape[1], np.nan)
+    if np.isfinite(stops).any():
+        done = stops[np.isfinite(stops)]
+        lo, hi = round(float(done.min())), round(float(done.max()))
+        notes.append(f"stopped asking in {len(done)} of {len(stops)} runs, at {lo}" + (f"-{hi}" if hi > lo else "")
+                     + " screens per item: it had nothing left to ask (every neighbour certified, or its "
+                     "questions used up), so its graph stays as it was at larger budgets.")
+    for other in range(a):
+        if (np.array_equal(p.exact[a], p.exact[other], equal_nan=True)
+                and np.array_equal(p.hit3[a], p.hit3[other], equal_nan=True)):
+            notes.append(f"the same accuracy as {p.algorithms[other]} in every run at every budget: on these "
+                         "simulated raters the two learned the same graphs (a rule that sets them apart, "
+                         "such as ANNTri's triangle bounds, decided nothing here).")
+            break
+    mean, sd = p.exact[a].mean(axis=0), p.exact[a].std(axis=0)
+    for b in range(1, len(p.budgets)):
+        peak = int(np.nanargmax(mean[:b])) if np.isfinite(mean[:b]).any() else None
+        if peak is not None and np.isfinite(mean[b]) and mean[b] < mean[peak] - max(0.05, sd[peak] + sd[b]):
+            notes.append(f"exact accuracy falls from {mean[peak]:.2f} at {p.budgets[peak]:g} to {mean[b]:.2f} at "
+                         f"{p.budgets[b]:g} screens per item, more than the runs spread: this learner's graph gets "
+                         "worse with more answers on these raters; buy the budget at its peak or choose "
+                         "another line.")
+            break
+    return notes
+
+
 def format_plan(p: Plan, target: float | None = None, metric: str = "exact", pay: float | None = None,
                 currency: str = "$", wage: float | None = None) -> list[str]:
     """The plan as text lines: per line (a learner asking a kind), accuracy (mean ± sd over runs) at each
@@ -482,6 +517,7 @@ def format_plan(p: Plan, target: float | None = None, metric: str = "exact", pay
         widths = [max(len(r[c]) for r in [header] + rows) for c in range(len(header))]
         for r in [header] + rows:
             lines.append("  " + "  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)))
+        lines += [f"  Note: {note}" for note in curve_notes(p, a)]
     if target is not None:
         lines += ["", f"To reach {METRIC_LABELS[metric]} accuracy {target:.2f} (screens per item; mean curve, "
                   "and the worst run for a safe buy; then raters' hours):"]

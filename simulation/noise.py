@@ -350,6 +350,10 @@ def _calibrate(t: np.ndarray, scenario: Scenario, dim: int, kernel: str) -> floa
     return CALIBRATION_GRID[-1]
 
 
+#: Folds of the cross-validation choosing the pilot's embedding (:func:`fit_pilot`).
+SELECTION_FOLDS = 5
+
+
 def fit_pilot(triplets: ArrayLike, n_items: int, replicates: int = 3, folds: int = 5, random_state: RandomState = 0,
               calibrate: bool = True) -> PilotFit:
     """Fit a truth and a human noise model to a pilot's triplet answers.
@@ -367,7 +371,9 @@ def fit_pilot(triplets: ArrayLike, n_items: int, replicates: int = 3, folds: int
     if len(t) < 5 * folds:
         raise ValueError(f"a pilot of {len(t)} answers is too small to fit (need at least {5 * folds})")
     rng = np.random.default_rng(random_state)
-    choice = select_embedding(t, n, random_state=int(rng.integers(2**31)))
+    # the world a plan simulates: chosen by K-fold cross-validation (a single held-out fifth of a pilot
+    # picked a line for items in 3-D clusters, and the plan then asked 5x the answers a live study needed)
+    choice = select_embedding(t, n, random_state=int(rng.integers(2**31)), folds=SELECTION_FOLDS)
     scenarios = []
     for r in range(max(1, int(replicates))):
         sample = t if r == 0 else t[rng.integers(len(t), size=len(t))]

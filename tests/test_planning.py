@@ -276,3 +276,27 @@ def test_a_pilots_answers_export_gives_every_triplet_its_screens_imply():
     rows = parse_triplets(text, answers=True)
     assert sorted(rows) == sorted([(0, 1, 2), (1, 0, 2), (0, 1, 3), (0, 1, 2), (0, 1, 4),
                                                         (0, 3, 2), (0, 3, 4), (5, 7, 6)])
+
+
+def _plan_of(exact: list[list[list[float]]], stopped=None) -> planning.Plan:
+    a = np.asarray(exact, dtype=float)
+    names = tuple(["anntri", "ann", "random_triplets"][: len(a)])
+    return planning.Plan(names, np.array([10.0, 20.0, 50.0]), 30, a, a.copy(), np.ones(a.shape[:2]), "a truth",
+                         "seeds", (), None if stopped is None else np.asarray(stopped, dtype=float))
+
+
+def test_a_plan_says_why_a_curve_is_flat_the_same_as_another_or_falling():
+    rising = [[0.1, 0.3, 0.6], [0.2, 0.4, 0.7]]
+    p = _plan_of([rising, rising, [[0.5, 0.4, 0.2], [0.5, 0.42, 0.22]]],
+                 stopped=[[np.nan, np.nan], [np.nan, np.nan], [35.0, 40.0]])
+    assert planning.curve_notes(p, 0) == []  # a plain rising curve needs no word
+    same, = planning.curve_notes(p, 1)
+    assert "the same accuracy as anntri in every run" in same
+    stopped, falls = planning.curve_notes(p, 2)
+    assert "stopped asking in 2 of 2 runs, at 35-40 screens per item" in stopped
+    assert "falls from 0.50 at 10 to 0.41 at 20" in falls
+    # within the runs' spread a dip is noise, not a falling curve
+    assert planning.curve_notes(_plan_of([[[0.5, 0.48, 0.6], [0.5, 0.47, 0.62]]]), 0) == []
+    # the notes go to the dashboard's JSON and the printed plan
+    assert p.to_dict()["algorithms"]["ann"]["notes"] == [same]
+    assert f"  Note: {same}" in planning.format_plan(p)
