@@ -300,3 +300,28 @@ def test_a_plan_says_why_a_curve_is_flat_the_same_as_another_or_falling():
     # the notes go to the dashboard's JSON and the printed plan
     assert p.to_dict()["algorithms"]["ann"]["notes"] == [same]
     assert f"  Note: {same}" in planning.format_plan(p)
+
+
+def test_plan_command_draws_its_curves_and_shortlists_a_comparison_of_kinds(tmp_path):
+    """--plot writes an SVG with one curve and legend entry per line; --kinds without --algorithms plans each
+    kind's default learner beside the random-question peer (not every learner of every kind) and says so."""
+    from xml.etree import ElementTree
+
+    from webapp.cli import main
+
+    points = tmp_path / "truth.csv"
+    points.write_text("id,x1,x2\n" + "".join(f"i{i},{x},{y}\n" for i, (x, y) in enumerate(pairs())))
+    svg = tmp_path / "plan.svg"
+    result = CliRunner().invoke(main, ["plan", "--truth", f"points:{points}", "--noise", "0", "--lapse", "0",
+                                       "--kinds", "triplet,odd_one_out", "--budgets", "10,20", "--runs", "1",
+                                       "--jobs", "1", "--metric", "hit3", "--plot", str(svg)])
+    assert result.exit_code == 0, result.output
+    assert "each kind's default learner and the random-question peer (duels, embedding)" in result.output
+    ns = {"svg": "http://www.w3.org/2000/svg"}
+    root = ElementTree.parse(svg).getroot()
+    curves = root.findall("svg:polyline", ns)
+    legend = [t.text for t in root.findall("svg:text", ns)]
+    lines = ["duels", "embedding", "duels (odd_one_out)", "embedding (odd_one_out)"]
+    assert len(curves) == len(lines) and all(name in legend for name in lines), legend
+    assert all(len(c.get("points").split()) == 2 for c in curves)  # a point per budget
+    assert "hit@3 accuracy" in legend

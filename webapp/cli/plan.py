@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     import numpy as np
     from redis import Redis
 
+    from engine import planning
+
 
 def _pilot_from_study(conn: Redis, study_id: str) -> tuple[np.ndarray, int, dict[str, dict]]:
     """(triplets, n_items, params) of a study's triplet answers so far (excluded raters left out) and
@@ -45,6 +47,59 @@ def _pilot_from_study(conn: Redis, study_id: str) -> tuple[np.ndarray, int, dict
         return np.asarray(triplets, np.int64), study.n_items, params
     except ValueError:
         raise click.ClickException(f"study {study_id} has no triplet answers yet: run a pilot first") from None
+
+
+#: The random-question peer a comparison of kinds plans beside each kind's default learner.
+PEER = "embedding"
+#: Line colours of ``plan_svg`` (colour-blind-safe, Okabe and Ito's palette).
+COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
+
+
+def plan_svg(p: planning.Plan, metric: str, target: float | None = None, width: int = 640,
+             height: int = 400) -> str:
+    """The plan's mean curves of ``metric`` as a standalone SVG image: accuracy (0 to 1) against screens
+    per item on a log axis, one coloured line and legend entry per learner, ``target`` dashed."""
+    from html import escape
+
+    from engine import planning
+
+    left, right, top, bottom = 50, 190, 20, 45
+    budgets = [float(b) for b in p.budgets]
+    lo, hi = math.log(budgets[0]), math.log(budgets[-1])
+
+    def x(b: float) -> float:
+        return left + (0.5 if hi == lo else (math.log(b) - lo) / (hi - lo)) * (width - left - right)
+
+    def y(v: float) -> float:
+        return top + (1 - v) * (height - top - bottom)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
+           f'<rect width="{width}" height="{height}" fill="white"/>']
+    for v in (0, 0.25, 0.5, 0.75, 1):
+        out.append(f'<line x1="{left}" x2="{width - right}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#ddd"/>'
+                   f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:g}</text>')
+    for b in budgets:
+        out.append(f'<text x="{x(b):.1f}" y="{height - bottom + 16}" text-anchor="middle">{b:g}</text>')
+    out.append(f'<text x="{(left + width - right) / 2:.0f}" y="{height - 8}" text-anchor="middle">'
+               'screens per item</text>')
+    out.append(f'<text transform="translate(14 {(top + height - bottom) / 2:.0f}) rotate(-90)" '
+               f'text-anchor="middle">{escape(planning.METRIC_LABELS[metric])} accuracy</text>')
+    if target is not None:
+        out.append(f'<line x1="{left}" x2="{width - right}" y1="{y(target):.1f}" y2="{y(target):.1f}" '
+                   f'stroke="#888" stroke-dasharray="4 4"/>')
+    for a, name in enumerate(p.algorithms):
+        colour = COLOURS[a % len(COLOURS)]
+        mean = p.curve(name, metric).mean(axis=0)
+        points = " ".join(f"{x(b):.1f},{y(float(v)):.1f}" for b, v in zip(budgets, mean, strict=True)
+                          if math.isfinite(v))
+        out.append(f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        ly = top + 10 + 18 * a
+        out.append(f'<line x1="{width - right + 12}" x2="{width - right + 32}" y1="{ly}" y2="{ly}" '
+                   f'stroke="{colour}" stroke-width="2"/><text x="{width - right + 38}" y="{ly + 4}">'
+                   f'{escape(name)}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
 
 
 def _numbers(text: str) -> list[float]:
@@ -125,9 +180,13 @@ def _study_kinds(study_id: str) -> tuple[str, dict]:
                    "that needs more stops at the budgets it reached (shown as '-').")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
               help="Also write the plan as JSON to this file.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+              help="Also draw the curves (accuracy of --metric against screens per item, one line per learner, "
+                   "the --target dashed) into this SVG image.")
 def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str | None, n_items: int | None,
                  algorithms: str, budgets: str, runs: int, noise: float | None, lapse: float | None, pay: float | None,
                  currency: str, target: float, metric: str, batch: int, jobs: int | None, json_path: Path | None,
+                 plot_path: Path | None,
                  max_seconds: float = 300.0, kinds: str | None = None, n_reference: int | None = None,
                  n_select: int | None = None, seconds_spec: str = "", wage: float | None = None) -> None:
     """Plan a study's budget before paying: expected nearest-neighbour accuracy against answers per item.
@@ -185,6 +244,14 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
             except ValueError as exc:
                 raise click.BadParameter(str(exc), param_hint="'--n-select'" if n_select is not None
                                          else "'--n-reference'") from None
+    if len(kind_list) > 1 and not wanted:
+        # comparing kinds: each kind's default learner and the random-question peer, not every learner of
+        # every kind (16 lines, minutes of simulation for lines no study of those kinds would choose)
+        from engine.registry import default_algorithm
+
+        wanted = list(dict.fromkeys([default_algorithm(k) for k in kind_list] + [PEER]))
+        click.echo(f"Comparing {', '.join(kind_list)}: each kind's default learner and the random-question peer "
+                   f"({', '.join(wanted)}); name others with --algorithms.", err=True)
     try:
         lines = planning.arms(wanted, kind_list, {k: size for k in kind_list if size and "n_reference" in
                                                   planning.get_kind(k).settings}, seconds)
@@ -259,6 +326,9 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
            "reach": {name: result.reach(name, target, metric)[0].__dict__ for name in result.algorithms}}
     if json_path is not None:
         json_path.write_text(json.dumps(doc, indent=1, allow_nan=False), encoding="utf-8")
+    if plot_path is not None:
+        plot_path.write_text(plan_svg(result, metric, target), encoding="utf-8")
+        click.echo(f"The curves are drawn in {plot_path}.", err=True)
     if study_id is not None:
         from workers.store import keys
 
