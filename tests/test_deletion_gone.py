@@ -169,6 +169,11 @@ def test_forget_rater_leaves_no_copy_of_the_rater_in_redis_aof_or_rdb(conn, redi
     assert "no copy left" in result.output, result.output
     assert copies_on_disk(conn, ["participant-003"])  # what remains is still there (the check can see it)
     assert conn.config_get("rdbcompression")["rdbcompression"] == "yes"  # the setting was put back
+    # run again (say the first was interrupted before its rewrite): it finishes what is left, not an error
+    again = invoke(redis_url, "forget-rater", "files", GONE, "--yes", "--backups", tmp_path / "none")
+    assert again.exit_code == 0, again.output
+    assert "was already forgotten" in again.output and "no copy left" in again.output, again.output
+    assert "No backup file in" in again.output
 
 
 def test_forgetting_from_the_dashboard_rewrites_redis_files_once_the_rebuild_has_run(researcher_client, conn):

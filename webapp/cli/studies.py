@@ -497,8 +497,7 @@ def forget_rater_command(study_id: str, rater: str, yes: bool, backup_folders: t
     that still hold them are named. An audit line records when and by whom (with a SHA-256 of the rater id,
     not the id)."""
     from workers.jobs.rebuild import rebuild_study
-    from workers.store.backup import backups_holding
-    from workers.store.deletion import forget_rater
+    from workers.store.deletion import AlreadyForgotten, forget_rater
 
     from .backup import default_backup_folders
 
@@ -508,6 +507,12 @@ def forget_rater_command(study_id: str, rater: str, yes: bool, backup_folders: t
         try:
             report = forget_rater(conn, study_id, rater, by=_operator(), rebuild=False)
             rebuilt = rebuild_study(conn, study_id)
+        except AlreadyForgotten as exc:
+            # a rerun (the first was interrupted, or its files rewrite failed): finish what is left to do
+            click.echo(f"{exc}; rewriting Redis's files and looking through the backups again.")
+            _rewrite_redis_files(conn, [rater])
+            _name_backups_holding(backup_folders or default_backup_folders(), study_id, rater)
+            return
         except (StudyNotFound, StudyError) as exc:
             raise click.ClickException(str(exc)) from None
         click.echo(f"Forgot rater {rater} of study {study_id}: {report.answers_removed} answer(s) removed "
@@ -518,7 +523,14 @@ def forget_rater_command(study_id: str, rater: str, yes: bool, backup_folders: t
             click.echo(f"Model {name} was trained with this rater's answers and is now marked so; retrain it "
                        f"without them: proxima train {study_id} --model {name}")
         _rewrite_redis_files(conn, [rater])
-    folders = list(backup_folders) or default_backup_folders()
+    _name_backups_holding(list(backup_folders) or default_backup_folders(), study_id, rater)
+
+
+def _name_backups_holding(folders, study_id: str, rater: str) -> None:
+    """Say which backup files still hold ``rater``'s answers in the study, and where was looked."""
+    from workers.store.backup import backups_holding
+
+    folders = list(folders)
     holding = backups_holding(folders, study_id, rater)
     looked = ", ".join(str(f) for f in folders)
     if holding:

@@ -214,6 +214,11 @@ def _drop_zero_fields(conn: Redis, key: str, fields: set[str]) -> None:
                 continue
 
 
+class AlreadyForgotten(StudyError):
+    """The rater was forgotten from the study before: nothing of them is left in the study's records (what a
+    second ``forget-rater`` can still do is rewrite Redis's files and name the backups holding them)."""
+
+
 def forget_rater(conn: Redis, study_id: str, rater: str, by: str, rebuild: bool = True) -> ForgetReport:
     """Take ``rater``'s answers and records out of the study, write the audit line, mark the models trained
     on the study (``mark_models``) and (``rebuild``) queue the engines' rebuild from what remains. StudyError
@@ -231,7 +236,8 @@ def forget_rater(conn: Redis, study_id: str, rater: str, by: str, rebuild: bool 
         conn.hexists(keys.rater_sessions(study_id), rater) or conn.exists(keys.outstanding(study_id, rater))
     if not known:
         if rater_forgotten(conn, study_id, rater):
-            raise StudyError(f"rater '{rater}' was already forgotten from study {study_id}; nothing of them is left")
+            raise AlreadyForgotten(f"rater '{rater}' was already forgotten from study {study_id}; nothing of them "
+                                   "is left in the study")
         raise StudyError(f"study {study_id} has no rater '{rater}' (no answers, no record); check the id")
     with conn.pipeline(transaction=True) as pipe:  # no more answers from this rater's session, ever
         pipe.sadd(keys.forgotten_raters(study_id), rater_digest(rater))
