@@ -3,7 +3,8 @@
 A page holding one of the markers below gets it replaced by Markdown made from its source:
 ``<!-- reference:config -->`` (the study config's JSON schema, ``workers.store.config.SCHEMA``, with the
 defaults of a validated config and the descriptions of ``docs/reference/config-fields.yml``),
-``<!-- reference:params -->`` (every algorithm's parameters, ``engine.registry``), ``<!-- reference:openapi -->``
+``<!-- reference:params -->`` (every algorithm's parameters, ``engine.registry``, described by its planner's
+numpydoc docstring), ``<!-- reference:openapi -->``
 (``docs/openapi.yaml``) and ``<!-- include:PATH -->`` (a Markdown file of the repository outside docs/,
 e.g. benchmarks/README.md, with its links to other repository files turned into plain text). A schema field
 without a description, or a description of a field the schema no longer has, is a warning, so
@@ -11,6 +12,7 @@ without a description, or a description of a field the schema no longer has, is 
 """
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import re
@@ -22,6 +24,8 @@ log = logging.getLogger("mkdocs.hooks.reference")
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
+#: The section of config-fields.yml describing algorithm parameters no planner docstring describes.
+PARAM_NOTES = "algorithm parameters"
 MARKER = re.compile(r"<!-- (reference:[a-z]+|include:[\w./-]+) -->")
 
 
@@ -132,7 +136,7 @@ def config_reference() -> str:
     defaults = config_defaults()
     fields = schema_fields(SCHEMA)
     paths = {path for path, _ in fields}
-    for stale in sorted(set(described) - paths):
+    for stale in sorted(set(described) - paths - {PARAM_NOTES}):
         log.warning("docs/reference/config-fields.yml describes '%s', which the config schema does not have",
                     stale)
     required = set(SCHEMA.get("required", ()))
@@ -156,9 +160,57 @@ def config_reference() -> str:
     return "\n".join(rows) + "\n"
 
 
+def rst_to_markdown(text: str) -> str:
+    """A docstring's reStructuredText inline markup as Markdown: ``:func:`~a.b``` as `b`, double backticks as one."""
+    text = re.sub(r":\w+:`~?([\w.]+)`", lambda m: f"`{m.group(1).rsplit('.', 1)[-1]}`"
+                  if m.group(0).split("`")[1].startswith("~") else f"`{m.group(1)}`", text)
+    return re.sub(r"``([^`]+)``", r"`\1`", text)
+
+
+def documented_parameters(cls: type) -> dict[str, str]:
+    """Parameter name -> its description, from the numpydoc ``Parameters`` sections of a planner class and its
+    bases (the nearest class that describes a parameter wins). ``name : type`` followed by indented lines is
+    described by those lines; ``name : text`` alone (``a, b : text`` for several) by its text."""
+    found: dict[str, str] = {}
+    for klass in cls.__mro__:
+        doc = inspect.cleandoc(klass.__doc__ or "")
+        section = re.search(r"^Parameters\n-{3,}\n(.*?)(?=^\S[^\n]*\n-{3,}\n|\Z)", doc, re.M | re.S)
+        if not section:
+            continue
+        entries = re.findall(r"^([\w, ]+?) :([^\n]*)(?:\n|\Z)((?:[ \t]+[^\n]*\n?)*)", section.group(1), re.M)
+        for names, head, body in entries:
+            text = rst_to_markdown(" ".join(body.split()) or head.strip())
+            for name in names.split(","):
+                found.setdefault(name.strip(), text)
+    return found
+
+
+def parameter_descriptions(name: str, notes: dict) -> dict[str, str]:
+    """An algorithm's parameters described: by its planner's docstring, else by another planner's that documents
+    the same parameter with the same schema (the pair planners refer to ANNTri's), else by
+    ``docs/reference/config-fields.yml``'s ``algorithm parameters`` section."""
+    from engine.registry import ALGORITHMS
+
+    entry = ALGORITHMS[name]
+    out = dict(notes.get(name, {}))
+    for other in ALGORITHMS.values():
+        for param, text in documented_parameters(other.planner_class()).items():
+            if param in entry.params and other.params.get(param) == entry.params[param] and other is not entry:
+                out.setdefault(param, text)
+    out.update(documented_parameters(entry.planner_class()))
+    return {param: text for param, text in out.items() if param in entry.params}
+
+
 def params_reference() -> str:
     from engine.registry import ALGORITHMS
 
+    described_fields = yaml.safe_load((DOCS / "reference" / "config-fields.yml").read_text(encoding="utf-8"))
+    notes = described_fields.get(PARAM_NOTES, {})
+    for name, params in notes.items():
+        stale = set(params) - set(ALGORITHMS.get(name, type("", (), {"params": {}})).params)
+        if stale:
+            log.warning("docs/reference/config-fields.yml describes parameters %s of '%s', which it does not have",
+                        sorted(stale), name)
     out = []
     for name, entry in ALGORITHMS.items():
         out.append(f"### `{name}`\n\n{entry.description}\n")
@@ -167,11 +219,12 @@ def params_reference() -> str:
         if not entry.params:
             out.append("No parameters.\n")
             continue
-        out.append("| parameter | type | default |\n|---|---|---|")
+        described = parameter_descriptions(name, notes)
+        out.append("| parameter | type | default | description |\n|---|---|---|---|")
         for param, sub in entry.params.items():
             default = shown(sub["default"]) if "default" in sub else "—"
             plain = {k: v for k, v in sub.items() if k != "default"}
-            out.append(f"| `{param}` | {type_of(plain)} | {default} |")
+            out.append(f"| `{param}` | {type_of(plain)} | {default} | {one_line(described.get(param, ''))} |")
         out.append("")
     return "\n".join(out)
 
