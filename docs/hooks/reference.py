@@ -4,11 +4,11 @@ A page holding one of the markers below gets it replaced by Markdown made from i
 ``<!-- reference:config -->`` (the study config's JSON schema, ``workers.store.config.SCHEMA``, with the
 defaults of a validated config and the descriptions of ``docs/reference/config-fields.yml``),
 ``<!-- reference:params -->`` (every algorithm's parameters, ``engine.registry``, described by its planner's
-numpydoc docstring), ``<!-- reference:openapi -->``
-(``docs/openapi.yaml``) and ``<!-- include:PATH -->`` (a Markdown file of the repository outside docs/,
-e.g. benchmarks/README.md, with its links to other repository files turned into plain text). A schema field
-without a description, or a description of a field the schema no longer has, is a warning, so
-``mkdocs build --strict`` fails until the reference says what the code does. Imports no Flask.
+numpydoc docstring), ``<!-- reference:openapi -->`` (``docs/openapi.yaml``) and ``<!-- include:PATH -->`` (a
+Markdown file of the repository outside docs/, e.g. benchmarks/README.md, its links to other repository files
+made plain text). A config field or parameter without a description, or a description of one the code no
+longer has, is a warning, so ``mkdocs build --strict`` fails until the reference says what the code does.
+Imports no Flask.
 """
 from __future__ import annotations
 
@@ -224,6 +224,9 @@ def params_reference() -> str:
         for param, sub in entry.params.items():
             default = shown(sub["default"]) if "default" in sub else "—"
             plain = {k: v for k, v in sub.items() if k != "default"}
+            if not described.get(param):
+                log.warning("the parameter '%s' of '%s' is described neither by its planner's docstring nor in "
+                            "docs/reference/config-fields.yml", param, name)
             out.append(f"| `{param}` | {type_of(plain)} | {default} | {one_line(described.get(param, ''))} |")
         out.append("")
     return "\n".join(out)
