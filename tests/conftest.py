@@ -82,9 +82,10 @@ def client(app):
 
 @pytest.fixture
 def study_id(conn):
-    # no catch trials: the tests that use it count questions and answers (catch trials have tests of their own)
+    # no catch trials and no held-out questions: the tests that use it count questions and answers (both have
+    # tests of their own)
     config = StudyConfig.from_dict({"name": "Colours", "algorithms": [{"algorithm": "random_triplets"}], "pool_size": 8,
-                                    "random_state": 0, "attention": {"rate": 0}})
+                                    "random_state": 0, "attention": {"rate": 0}, "heldout_share": 0})
     return create_study(conn, config, colour_items(), study_id="colours")
 
 

@@ -267,6 +267,21 @@ def expected_now(plan: dict | None, per_item: float) -> dict:
     return out
 
 
+def heldout_sentence(stats: dict) -> str:
+    """What the Learning tab's held-out curves mean, with the study's share and how many answers are held out."""
+    held = stats["heldout"]
+    if not held["share"]:
+        return ("No questions are held out (the config's heldout_share is 0), so the learners are not scored on "
+                "answers they never saw; set it (e.g. 0.05) to see how well each model fits people.")
+    return (f"{100 * held['share']:g}% of each learner's questions are drawn at random and held out: raters answer "
+            f"them like any other, and no learner ever learns from them ({held['answers']} held-out answers so "
+            "far). Each curve scores the learner's current model on them against the answers it has applied: for "
+            "triplets, odd-one-out and rank screens the share of held-out answers whose pick the model makes too, "
+            "for ratings the correlation of its distances with the rated ones. The dashed line is the ceiling "
+            "the raters' own consistency sets: from how often they answered a repeated question alike, the most "
+            "any model could agree with them (a curve near it has learned what people agree on).")
+
+
 def overview_catch_warning(conn: Redis, study: Study, quality: dict) -> str | None:
     """What the Overview says of the study's catch trials (None when all is well): why it asks none (from
     this process's copy of its comparisons, ``catches.comparisons``), or that its raters (``quality``:
@@ -307,7 +322,7 @@ def study(study_id: str) -> ResponseReturnValue:
         context.update(rater_link=rater_link, prolific_link=f"{rater_link}?{PROLIFIC_PARAMS}", mturk_link=rater_link,
                        link_from_request=not current_app.config.get("PUBLIC_URL"))
     elif tab == "learning":
-        context.update(_items_page(get_items(conn, study_id)))
+        context.update(_items_page(get_items(conn, study_id)), heldout_text=heldout_sentence(stats))
     elif tab == "raters":
         context.update(set_aside=set_aside_answers(conn, study_id)[:SET_ASIDE_SHOWN],
                        audit=deletion.audit_lines(conn, study_id))

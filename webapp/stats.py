@@ -17,6 +17,8 @@ from rq.job import Job
 
 from workers.store import health, keys
 from workers.store.config import ALGORITHM_TABLE
+from workers.store.heldout import curves as heldout_curves
+from workers.store.heldout import kinds_scored
 from workers.store.queue import REBUILD_STATUS_FIELD
 from workers.store.studies import Study
 from workers.store.truth import TRUTH_FIELD, error_curves, truth_known
@@ -110,12 +112,13 @@ def study_stats(conn: Redis, study: Study) -> dict:
         pipe.hlen(keys.poisoned(study.id))
         pipe.zcount(keys.active_raters(study.id), time.time() - ACTIVE_SECONDS, "+inf")
         pipe.xrevrange(keys.answers(study.id), count=RECENT_ANSWERS)
+        pipe.llen(keys.heldout(study.id))
         for label in labels:
             pipe.llen(keys.pool(study.id, label))
         replies = pipe.execute()
     n_answers, n_raters, counters, issued, per_minute, engine, latencies, finished, n_poisoned = replies[:9]
-    n_active, recent = replies[9:11]
-    depths = dict(zip(labels, replies[11:], strict=True))
+    n_active, recent, n_heldout = replies[9:12]
+    depths = dict(zip(labels, replies[12:], strict=True))
     response_ms = [float(f[b"response_ms"]) for _, f in recent if f.get(b"response_ms")]
     counters = {k.decode(): int(v) for k, v in counters.items()}
     served = counters.get("questions_served", 0)
@@ -125,6 +128,7 @@ def study_stats(conn: Redis, study: Study) -> dict:
     rebuild = _rebuild_status(conn, engine.pop(REBUILD_STATUS_FIELD, None))
     known = truth_known(engine.pop(TRUTH_FIELD, None), study.n_items)
     curves = error_curves(engine)
+    held, held_kinds = heldout_curves(engine), kinds_scored(engine)
     latencies = [float(x) for x in latencies]
     finished = {f.decode() for f in finished}
     algorithms = []
@@ -151,6 +155,7 @@ def study_stats(conn: Redis, study: Study) -> dict:
             "pool_depth": int(depths[label]), "finished": label in finished,
             "progress": progress, "share_certified": certified, "rounds": entry.rounds,
             "neighbors": neighbors, "truth_error": error,
+            "heldout": _heldout(held.get(label), held_kinds.get(alg.question_kind) or {}),
         })
     # answers to the learners' own questions: attention checks and validation repeats left out
     learner_answers = sum(a["answers"] for a in algorithms)
@@ -175,6 +180,8 @@ def study_stats(conn: Redis, study: Study) -> dict:
                   "algorithm": study.config.algorithm, "n_items": study.n_items,
                   "complete": complete, "truth_known": known},
         "rebuild": rebuild,
+        # questions kept out of training to score the learners' models (workers.jobs.heldout)
+        "heldout": {"share": study.config.heldout_share, "answers": int(n_heldout)},
         "answers": int(n_answers),
         "raters": int(n_raters),
         "questions_served": served,
@@ -205,6 +212,17 @@ def study_stats(conn: Redis, study: Study) -> dict:
             "last_update_at": float(engine["last_update_at"]) if "last_update_at" in engine else None,
         },
     }
+
+
+def _heldout(curve: list | None, kind: dict) -> dict | None:
+    """An algorithm's held-out score: the latest point of its curve (answers applied, score, held-out answers
+    scored), the curve, how its kind is scored and the ceiling its validation repeats set (None: none yet)."""
+    if not curve:
+        return None
+    applied, score, scored = curve[-1]
+    return {"metric": kind.get("metric", "agreement"), "score": score, "answers_applied": applied,
+            "answers_scored": scored, "curve": curve, "ceiling": kind.get("ceiling"),
+            "repeats": kind.get("repeats", 0), "self_agreement": kind.get("agreement")}
 
 
 def _int(value) -> int:

@@ -132,6 +132,7 @@
         chart(plot, [lineSeries("answers", "#2857c5")], [h.t, h.a]);
       }
       drawError(fig, alg.truth_error);
+      drawHeldout(fig, alg.heldout);
     });
   }
 
@@ -164,6 +165,32 @@
       [curve.map((p) => p[0]), curve.map((p) => p[1])],
       { scales: { x: { time: false }, share: { range: [0, 1] } },
         axes: [{ label: "answers applied" }, { scale: "share", label: "share wrong" }] });
+  }
+
+  // Held-out questions (never learned from): the learner's current model scored on their answers, against
+  // the answers it had applied, with the ceiling the raters' agreement with themselves on repeats sets.
+  function drawHeldout(fig, held) {
+    const plot = fig.querySelector(".heldout-plot");
+    if (!plot || !held) return;
+    const now = fig.querySelector(".heldout-now");
+    if (now) now.textContent = held.score.toFixed(2) + " on " + held.answers_scored + " held-out answers";
+    const ceiling = fig.querySelector(".heldout-ceiling");
+    if (ceiling && held.ceiling !== null && held.ceiling !== undefined) {
+      ceiling.textContent = held.ceiling.toFixed(2) + " (" + held.repeats + " repeated questions, " +
+        (100 * held.self_agreement).toFixed(0) + "% answered alike)";
+    }
+    const curve = held.curve.slice().sort((a, b) => a[0] - b[0]);
+    if (!curve.length) return;
+    const label = held.metric === "correlation" ? "correlation" : "agreement";
+    const series = [lineSeries("held-out " + label, "#2e8540", "score")];
+    const data = [curve.map((p) => p[0]), curve.map((p) => p[1])];
+    if (held.ceiling !== null && held.ceiling !== undefined) {
+      series.push(Object.assign(lineSeries("ceiling (repeats)", "#999999", "score"), { dash: [6, 4] }));
+      data.push(curve.map(() => held.ceiling));
+    }
+    chart(plot, series, data,
+      { scales: { x: { time: false }, score: { range: [held.metric === "correlation" ? -0.2 : 0, 1] } },
+        axes: [{ label: "answers applied" }, { scale: "score", label: label }] });
   }
 
   // Each section of the page (Overview, Learning, ...) is its own page: write only what this one shows.

@@ -5,6 +5,7 @@ This is the one place that knows both. Must never import Flask.
 """
 from __future__ import annotations
 
+import random
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
@@ -15,7 +16,7 @@ from engine.graph import NeighborGraph, Progress, RefitsBeside, RoundPlanner, re
 from engine.kinds import KINDS, SCREEN_PARAMS, kind_of
 from engine.planners import make_planner, restore_planner, takes_features
 from engine.registry import ALGORITHMS, candidate_duels, drive_as_pool, fitted_coordinates
-from workers.store.answers import Answer
+from workers.store.answers import HELDOUT, Answer
 from workers.store.config import AlgorithmConfig, StudyConfig
 from workers.store.questions import derived_triplet_question, pooled
 from workers.store.studies import StudyError, feature_matrix, get_items, initial_item_count
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 
 #: Answers imported from a file carry this algorithm label.
 IMPORTED = "import"
+#: The stream of a seeded study's draws that chooses its held-out questions (apart from the planners').
+HELDOUT_STREAM = 7
 
 
 #: A learned k-NN graph; learners without distance estimates (triplet win rates, forests) fill
@@ -142,7 +145,8 @@ class Learner:
     def engine_answers(self, answers: list[Answer]) -> list[tuple]:
         """The engine tuples of the answers this learner uses (its own, including its fallbacks)."""
         rows = []
-        answers = [a for a in answers if not a.skipped]
+        # held-out answers score the learners and teach none of them
+        answers = [a for a in answers if not a.skipped and not a.heldout]
         # pair learners of a graph learn distances: ratings (mapped to distances), and the samples of
         # triplet-derived questions where they ask those too
         if self.learns_graph or (self.entry.asks == "pair" and self.entry.learns == "graph"):
@@ -183,7 +187,7 @@ class Learner:
 
         A skipped question ("can't decide") carries no answer: it is released like an expired one,
         so the planner may ask it again (another rater may well decide)."""
-        skipped = [a.question() for a in answers if a.skipped and a.algorithm == self.label]
+        skipped = [a.question() for a in answers if a.skipped and a.algorithm == self.label and not a.heldout]
         if skipped:
             self.forget(skipped)
         rows = self.engine_answers(answers)
@@ -199,12 +203,13 @@ class Learner:
             return 0
         n = int(rounds.n_items)
         heads = [a.head for a in answers if a.algorithm == self.label and not a.fallback and not a.skipped
-                 and 0 <= a.head < n]
+                 and not a.heldout and 0 <= a.head < n]
         return int(rounds.closed(heads).sum()) if heads else 0
 
     def forget(self, questions: list[dict]) -> None:
         """Release this learner's questions that expired unanswered, so they can be asked again."""
-        mine = [q for q in questions if q.get("algorithm") == self.label and not q.get("fallback") and "kind" in q]
+        mine = [q for q in questions if q.get("algorithm") == self.label and not q.get("fallback") and "kind" in q
+                and not q.get(HELDOUT)]  # a held-out question is none of the planner's
         if not mine:
             return
         if self.entry.asks == "pair":
@@ -216,9 +221,11 @@ class Learner:
             self.planner.forget(own)
 
     # ------------------------------------------------------------------ questions
-    def plan(self, budget: int, n_items: int, window: int | None = None) -> list[dict]:
-        """Up to ``budget`` questions for the pool. Distance learners open more rounds (up to
-        ``window`` and beyond, as needed) when their open rounds have too few distinct questions."""
+    def plan(self, budget: int, n_items: int, window: int | None = None, served: int = 0) -> list[dict]:
+        """Up to ``budget`` questions for the pool, about ``heldout_share`` of them held out (see
+        ``_heldout``; ``served``: the questions served from the learner's pool so far). Distance learners
+        open more rounds (up to ``window`` and beyond, as needed) when their open rounds have too few
+        distinct questions."""
         self.repeats_planned = 0
         if budget <= 0:
             # nothing to plan: a refit that finished beside the passes is still put in place (the
@@ -226,6 +233,8 @@ class Learner:
             self.fit_settled = isinstance(self.planner, RefitsBeside) and bool(self.planner.settle_fit())
             return []
         self.fit_settled = False
+        heldout = self._heldout(budget, n_items, served)
+        budget -= len(heldout)
         rounds = self.rounds
         if rounds is not None:
             # More raters than the open rounds have distinct questions: open more rounds, then repeats.
@@ -238,7 +247,29 @@ class Learner:
         seed = _seed(self.config, self.config.algorithms.index(self.algorithm))
         derived = self.entry.asks == "pair" and self.algorithm.kind.asks != "pair"
         rng = np.random.default_rng(None if seed is None else [seed, int(self.planner.n_issued_) if derived else 0])
-        return [self._question(q, n_items, rng) for q in planned]
+        return [self._question(q, n_items, rng) for q in planned] + heldout
+
+    def _heldout(self, budget: int, n_items: int, served: int) -> list[dict]:
+        """The held-out questions among ``budget`` to plan: each one with probability ``heldout_share``, a
+        uniformly random screen of the learner's kind marked ``heldout`` (its answer is never learned from,
+        see ``engine_answers``). A learner that yields no graph has no model to score: none. Seeded studies
+        draw them from the study's seed, the learner's place, the questions served from its pool so far
+        (``served``), the questions its planner has issued and the budget."""
+        share = float(self.config.heldout_share)
+        if share <= 0 or not self.entry.yields_graph:
+            return []
+        seed = _seed(self.config, self.config.algorithms.index(self.algorithm))
+        # a function of what is saved, so a learner kept in memory and one restored draw alike
+        issued = int(getattr(self.planner, "n_issued_", 0))
+        rng = np.random.default_rng(None if seed is None else [seed, HELDOUT_STREAM, served, issued, int(budget)])
+        count = int(rng.binomial(int(budget), min(share, 1.0)))
+        if not count:
+            return []
+        kind = self.algorithm.kind
+        settings = self.config.settings_of(kind)
+        draw = random.Random(int(rng.integers(2**63)))
+        return [{**pooled(kind.random_screen(n_items, settings, rng=draw), self.label), HELDOUT: True}
+                for _ in range(count)]
 
     def _question(self, planned: tuple, n_items: int, rng: np.random.Generator) -> dict:
         kind = self.algorithm.kind
@@ -258,6 +289,7 @@ class Learner:
         inside an open round are kept too: taking them back would not give back their place
         under the cap, so rounds would reach the cap unanswered."""
         rounds = self.rounds
+        questions = [q for q in questions if not q.get(HELDOUT)]  # asked whatever the planner knows
         if rounds is None or not questions:
             return []
         rounds.settle()  # close the rounds the latest answers decided

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import redis
 from rq import get_current_job
 
+from workers.jobs import heldout
 from workers.jobs.learner_cache import load_learners
 from workers.jobs.learners import Learner, fresh_learners, observe_batch
 from workers.jobs.lock import study_lock
@@ -49,6 +50,7 @@ class Replay:
     set_aside: dict[str, str]  # answer id -> why no engine could use it
     replayed: int = 0  # answers given to the engines (set-aside ones included)
     excluded: int = 0  # answers of excluded raters
+    kept: heldout.Kept = field(default_factory=heldout.Kept)  # held-out answers and validation repeats read
 
 
 def replay_log(conn: Redis, study: Study, excluded: Collection[str] = frozenset(), chunk: int = 20000) -> Replay:
@@ -62,6 +64,7 @@ def replay_log(conn: Redis, study: Study, excluded: Collection[str] = frozenset(
             learner.sync_items(study.n_items)
         replay.set_aside.update(unreadable)
         replay.set_aside.update(observe_batch(learners, kept))
+        replay.kept.read(kept)
         replay.replayed += len(kept) + len(unreadable)
         replay.excluded += len(batch) - len(kept)
         replay.cursor = last
@@ -99,6 +102,7 @@ def rebuild_study(conn: Redis, study_id: str, exclude_raters: Iterable[str] = ()
                 pipe.delete(keys.pool(study_id, label))
                 engine_state.save(pipe, study_id, label, learner.to_state())
             engine_state.save_cursor(pipe, study_id, replay.cursor)
+            replay.kept.replace(pipe, study)
             pipe.delete(keys.poisoned(study_id))
             if replay.set_aside:
                 pipe.hset(keys.poisoned(study_id), mapping=replay.set_aside)

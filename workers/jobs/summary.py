@@ -1,5 +1,6 @@
 """The dashboard's summary of a study's learners (each one's progress and each item's current neighbour,
-with the memory the study takes and a point of each error curve against a known truth) and how often
+with the memory the study takes, a point of each error curve against a known truth and of each held-out
+curve) and how often
 an update job writes it: a summary of a large study is a pass over the n x n estimates, so while passes
 go on it is written at most every ``SUMMARY_SECONDS`` and at most ``SUMMARY_SHARE`` of the worker's time;
 a pass that leaves it out has it written when the job ends (``write_summary``). Must never import Flask.
@@ -11,6 +12,7 @@ import math
 import time
 from typing import TYPE_CHECKING
 
+from workers.jobs.heldout import record_heldout
 from workers.jobs.learner_cache import cached_study
 from workers.jobs.truth_curve import known_truth_of, record_truth_error
 from workers.store import keys
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
     from redis import Redis
     from redis.client import Pipeline
 
+    from workers.jobs.heldout import Kept as HeldOutRead
     from workers.jobs.learner_cache import Kept
     from workers.jobs.learners import Learner
     from workers.jobs.truth_curve import KnownTruth
@@ -65,7 +68,7 @@ def study_memory(conn: Redis, study: Study, kept: dict[str, Kept]) -> dict[str, 
     sid = study.id
     names = [keys.study(sid), keys.items(sid), keys.media(sid), keys.answers(sid), keys.issued(sid),
              keys.issued_questions(sid), keys.raters(sid), keys.counters(sid), keys.rater_stats(sid),
-             keys.engine_stats(sid), keys.answers_per_minute(sid), keys.active_raters(sid)]
+             keys.engine_stats(sid), keys.answers_per_minute(sid), keys.active_raters(sid), keys.heldout(sid)]
     for alg in study.config.algorithms:
         names += [keys.pool(sid, alg.label), keys.engine(sid, alg.label), keys.engine_journal(sid, alg.label),
                   keys.engine_checkpoint(sid, alg.label)]
@@ -79,15 +82,17 @@ def study_memory(conn: Redis, study: Study, kept: dict[str, Kept]) -> dict[str, 
 
 
 def queue_summary(conn: Redis, pipe: Pipeline, study: Study, learners: dict[str, Learner], kept: dict[str, Kept],
-                  counters: dict, truth: KnownTruth) -> dict:
-    """Inside a pass's MULTI: queue each learner's point of its error curve on ``pipe`` and return the
-    fields the pass writes into the study's engine statistics (the summary and ``study_memory``).
-    Its cost is remembered for ``summary_due``. ``counters``: ``keys.counters``, names decoded."""
+                  counters: dict, truth: KnownTruth, read: HeldOutRead | None = None) -> dict:
+    """Inside a pass's MULTI: queue each learner's point of its error curve and of its held-out curve on
+    ``pipe`` and return the fields the pass writes into the study's engine statistics (the summary and
+    ``study_memory``). Its cost is remembered for ``summary_due``. ``counters``: ``keys.counters``, names
+    decoded; ``read``: what the pass keeps of the answers it read, written in the same MULTI."""
     began = time.perf_counter()
     summaries = {label: learner.summary() for label, learner in learners.items()}
     fields = {"summary": json.dumps(summaries)}
     fields.update(study_memory(conn, study, kept))
     record_truth_error(pipe, study, learners, summaries, counters, truth)
+    record_heldout(conn, pipe, study, learners, summaries, read)
     _summary_cost[study.id] = time.perf_counter() - began
     return fields
 
@@ -105,5 +110,6 @@ def write_summary(conn: Redis, study_id: str) -> None:
     with conn.pipeline(transaction=True) as pipe:
         pipe.hset(keys.engine_stats(study_id), "summary", json.dumps(summaries))
         record_truth_error(pipe, study, cached.learners, summaries, counters, truth)
+        record_heldout(conn, pipe, study, cached.learners, summaries)
         pipe.execute()
     note_pass(study_id, summarised=True)

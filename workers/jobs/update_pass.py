@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from workers.jobs import fits, rater_checks
+from workers.jobs import fits, heldout, rater_checks
 from workers.jobs.checkpoints import commit_state, settle_checkpoints, start_checkpoints
 from workers.jobs.faults import fault
 from workers.jobs.learner_cache import Kept, forget_cached, pass_learners, remember
@@ -150,6 +150,7 @@ class _Pass:
     pruned_now: int = 0
     repeats: int = 0
     items_routed: dict[str, int] = field(default_factory=dict)  # added items whose routing this pass started
+    kept: heldout.Kept = field(default_factory=heldout.Kept)  # what the held-out scores need of the answers read
 
     @property
     def labels(self) -> list[str]:
@@ -192,6 +193,7 @@ def _observe(p: _Pass, used: list) -> None:
     p.late_answers = sum(learner.closed_round_answers(used) for learner in p.learners.values())
     p.fallback_answers = sum(1 for a in used if a.fallback and not a.skipped)
     p.poisoned.update(observe_batch(p.learners, used))
+    p.kept = heldout.Kept().read(used)  # held-out answers (no learner saw them) and validation repeats
     if p.n_read:
         fault("after_observe")
     _sync_items(p)  # a forest finished by this batch starts routing added items
@@ -250,7 +252,8 @@ def _plan(conn: Redis, pipe, p: _Pass, pruned: dict[str, list[dict]]) -> None:
             served = int(p.counters.get(keys.counter_field("questions_served", label), 0))
             wanted = min(wanted, max(0, learner.algorithm.budget - served - depth))
         window = learner.algorithm.params.get("window", 1)
-        p.planned[label] = learner.plan(wanted, study.n_items, window=window)
+        served = int(p.counters.get(keys.counter_field("questions_served", label), 0))
+        p.planned[label] = learner.plan(wanted, study.n_items, window=window, served=served)
         if running and not done:
             _note_ahead(p, label, depth + len(p.planned[label]))
         p.repeats += learner.repeats_planned
@@ -279,7 +282,8 @@ def _replan(conn: Redis, p: _Pass, label: str, learner: Learner, kept: list[dict
     pruned.setdefault(label, []).extend(late_removed)
     p.pruned_now += len(late_removed)
     gap = len(late_removed) + len(late_planned)
-    p.planned[label].extend(learner.plan(gap, p.study.n_items, window=window))
+    served = int(p.counters.get(keys.counter_field("questions_served", label), 0))
+    p.planned[label].extend(learner.plan(gap, p.study.n_items, window=window, served=served))
     p.repeats += learner.repeats_planned
     return True
 
@@ -314,11 +318,12 @@ def _commit(conn: Redis, pipe, p: _Pass, changed: dict[str, bool], summarise: bo
         pipe.sadd(keys.finished(study_id), *p.finished)
     if p.poisoned:
         pipe.hset(keys.poisoned(study_id), mapping=p.poisoned)
+    p.kept.write(pipe, study_id)
     health.pass_succeeded(conn, study_id, p.now, pipeline=pipe)
     pipe.zremrangebyscore(keys.active_raters(study_id), "-inf", p.now - 86400)
     pipe.lpush(keys.refresh_latencies(study_id), f"{latency_ms:.3f}")
     pipe.ltrim(keys.refresh_latencies(study_id), 0, LATENCIES_KEPT - 1)
-    summary_field = queue_summary(conn, pipe, study, learners, p.stored, p.counters, truth) if summarise else {}
+    summary_field = queue_summary(conn, pipe, study, learners, p.stored, p.counters, truth, p.kept) if summarise else {}
     pipe.hset(keys.engine_stats(study_id), mapping={
         "last_update_at": repr(p.now), "last_latency_ms": f"{latency_ms:.3f}",
         "last_batch": p.n_read, "cursor": p.cursor, "active_raters": p.active, **summary_field,

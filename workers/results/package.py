@@ -54,7 +54,7 @@ _INTEGER = {"index", "head", "a", "b", "choice", "probe", "response_ms", "answer
             "skipped", "repeats", "rank", "source_index", "target_index", "samples", "i", "j", "k"}
 _NUMBER = {"value", "median_response_ms", "too_fast_share", "self_agreement", "answer_check_p", "estimate", "lower",
            "upper"}
-_BOOLEAN = {"fallback", "answer_check_flagged", "flagged", "completed", "excluded", "certified"}
+_BOOLEAN = {"fallback", "answer_check_flagged", "flagged", "completed", "excluded", "certified", "heldout"}
 _DATETIME = {"answered_at", "issued_at", "last_answer_at"}
 
 DESCRIPTIONS = {
@@ -72,6 +72,8 @@ FIELD_DESCRIPTIONS = {
     "i": "Item index of the anchor.", "j": "Item index judged closer to i.", "k": "Item index judged farther from i.",
     "flags": "Comma-separated quality flags.", "response_ms": "Milliseconds from showing the question to the answer.",
     "kind": "The question kind (triplet, rating, ...).",
+    "heldout": "1: the answer to a held-out question (uniformly random, asked like any other, never learned from: "
+               "it scores the learners' models); see the proxima section's heldout.",
 }
 
 
@@ -294,9 +296,11 @@ def write_package(conn: Redis, study_id: str, put: Callable[[str, bytes], None],
             item_rows, primary_key="index")
 
     not_learned: list[dict] = []  # collected in the same pass over the log as the answers
+    held_out = [0]  # the held-out answers counted in the same pass
 
     def logged():
         for answer in answer_log.iter_answers(conn, study_id):
+            held_out[0] += answer.heldout
             exclusion = _answer_exclusion(answer, rename)
             if exclusion is not None:
                 not_learned.append(exclusion)
@@ -394,6 +398,10 @@ def write_package(conn: Redis, study_id: str, put: Callable[[str, bytes], None],
                               "the study set no random_state: its questions were drawn unseeded"},
             "learners": learners, "defaults": defaults, "excluded_raters": len(excluded),
             "withdrawals": _withdrawals(conn, study_id),
+            "heldout": {"share": config.heldout_share, "answers": held_out[0],
+                        "note": "each learner's questions were held out at random with this probability: their "
+                                "answers (heldout = 1 in answers.csv) were never learned from and score the "
+                                "learners' models (the Learning tab's held-out curves)"},
         },
     }
     put("datapackage.json", json.dumps(descriptor, indent=1).encode("utf-8"))

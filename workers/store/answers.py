@@ -35,7 +35,7 @@ ACCEPT = Script("accept.lua")
 RATER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
 
 ANSWER_FIELDS = ("qid", "rater", "kind", "head", "a", "b", "choice", "value", "probe", "algorithm", "fallback",
-                 "issued_at", "answered_at", "response_ms", "flags", "shown", "picks")
+                 "issued_at", "answered_at", "response_ms", "flags", "shown", "picks", "heldout")
 NO_ITEM = -1
 #: The algorithm label of attention-check answers: kept in the log, never given to an engine.
 CATCH_ALGORITHM = "catch"
@@ -49,6 +49,10 @@ REPEAT_DISAGREE_FLAG = "repeat_disagree"
 SKIPPED_FLAG = "skipped"
 #: The flag of an answer taken after its study was paused or closed (``accept_late_answers``).
 LATE_FLAG = "late"
+#: The question mark (in the question a pool holds and its token carries) and the log field of a held-out
+#: question's answer: a uniformly random question whose answer no learner ever learns from, kept to score
+#: the learners' models (``workers.jobs.heldout``). The field is written only for held-out answers ("1").
+HELDOUT = "heldout"
 
 
 class AnswerRefused(Exception):
@@ -73,7 +77,8 @@ class Answer:
     ``choice`` (one of ``a``, ``b``); a rating rated ``head`` and ``a`` ``value`` on the study's scale.
     ``probe`` is set for triplet-derived distance questions (the j of the pair (head, j)). ``flags`` is
     a comma-separated list of quality flags. Log entries written before ``shown``/``picks`` existed
-    get them from ``head``, ``a``, ``b`` and ``choice``.
+    get them from ``head``, ``a``, ``b`` and ``choice``. ``heldout``: the answer to a held-out question
+    (never given to a learner; scores them).
     """
 
     id: str
@@ -94,6 +99,7 @@ class Answer:
     flags: str = ""
     shown: tuple[int, ...] = ()
     picks: tuple[int, ...] = ()
+    heldout: bool = False
 
     def __post_init__(self) -> None:
         if not self.shown:
@@ -152,6 +158,7 @@ class Answer:
             flags=f.get("flags", ""),
             shown=tuple(int(x) for x in f.get("shown", "").split()),
             picks=tuple(int(x) for x in f.get("picks", "").split()),
+            heldout=f.get(HELDOUT) == "1",
         )
 
 
@@ -208,12 +215,14 @@ def accept_and_issue(conn: Redis, study_id: str, question: dict, rater: str, cho
         "fallback": 1 if question.get("fallback") else 0, "issued_at": repr(float(issued_at)),
         "answered_at": repr(now), "response_ms": "" if response_ms is None else int(response_ms), "flags": flags,
     }
+    if question.get(HELDOUT):
+        fields[HELDOUT] = 1
     args = {
         "question_id": question["qid"], "used_ttl": int(used_ttl), "rater": rater, "minute": int(now // 60),
         "update_ttl": UPDATE_FLAG_TTL, "algorithm": fields["algorithm"],
         "unpooled": "1" if question.get("catch") else "0",
         "max_per_rater": int(max_per_rater or 0), "budget": int(budget or 0), "stats": ",".join(stats),
-        "fields": json.dumps([str(x) for name in ANSWER_FIELDS for x in (name, fields[name])]),
+        "fields": json.dumps([str(x) for name in ANSWER_FIELDS if name in fields for x in (name, fields[name])]),
         "min_checks": "" if flag_rule is None else int(flag_rule[0]),
         "failure_limits": "" if flag_rule is None else f"{float(flag_rule[1])!r} {int(flag_rule[2])}",
         "stop_flagged": "1" if stop_flagged else "0", "min_response_ms": int(min_response_ms or 0),
@@ -329,7 +338,7 @@ def _iso(ts: float) -> str:
 
 CSV_COLUMNS = ("study", "answer_id", "answered_at", "rater", "algorithm", "kind", "head", "head_id", "a", "a_id",
                "b", "b_id", "choice", "choice_id", "value", "probe", "fallback", "flags", "response_ms", "issued_at",
-               "question_id", "shown", "shown_ids", "picks", "picks_ids")
+               "question_id", "shown", "shown_ids", "picks", "picks_ids", "heldout")
 
 
 def answer_rows(answers: Iterable[Answer], item_ids: list[str], study_id: str = "") -> Iterator[dict]:
@@ -353,6 +362,7 @@ def answer_rows(answers: Iterable[Answer], item_ids: list[str], study_id: str = 
             "issued_at": _iso(ans.issued_at), "question_id": ans.qid,
             "shown": " ".join(map(str, ans.shown)), "shown_ids": " ".join(item_ids[i] for i in ans.shown),
             "picks": " ".join(map(str, ans.picks)), "picks_ids": " ".join(item_ids[i] for i in ans.picks),
+            "heldout": int(ans.heldout),
         }
 
 

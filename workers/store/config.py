@@ -125,6 +125,13 @@ COMPLETION_SCHEMA = {
     },
 }
 
+#: The share of each learner's questions asked as uniformly random held-out questions by default: their answers
+#: are never learned from, and the Learning tab scores every learner's model on them
+#: (``workers.jobs.heldout``). A study's ``heldout_share`` sets its own, 0 none.
+HELDOUT_SHARE = 0.05
+#: ... at most (every held-out question is one the learner does not learn from)
+MAX_HELDOUT_SHARE = 0.5
+
 SCHEMA = {
     "type": "object",
     "additionalProperties": False,
@@ -145,6 +152,7 @@ SCHEMA = {
         "pool_size": {"type": "integer", "minimum": 1, "maximum": 10000},
         "token_ttl_seconds": {"type": "integer", "minimum": 10, "maximum": 7 * 24 * 3600},
         "random_state": {"type": ["integer", "null"], "minimum": 0},
+        "heldout_share": {"type": "number", "minimum": 0, "maximum": MAX_HELDOUT_SHARE},
         "consent": {"type": ["string", "null"], "maxLength": 20000},
         "practice": PRACTICE_SCHEMA,
         "limits": LIMITS_SCHEMA,
@@ -393,6 +401,9 @@ class StudyConfig:
     pool_size: int = 20
     token_ttl_seconds: int = 900
     random_state: int | None = None
+    #: the share of each learner's questions asked as uniformly random held-out questions: answered like any
+    #: other, stored marked ``heldout``, never learned from; every learner's model is scored on them
+    heldout_share: float = HELDOUT_SHARE
     consent: str | None = None
     practice: tuple = ()
     limits: Limits = field(default_factory=Limits)
@@ -400,6 +411,10 @@ class StudyConfig:
     completion: Completion = field(default_factory=Completion)
 
     def __post_init__(self) -> None:
+        share = self.heldout_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= MAX_HELDOUT_SHARE:
+            raise ConfigError(f"field 'heldout_share' must be a number from 0 (no held-out questions) to "
+                              f"{MAX_HELDOUT_SHARE:g}, got {share!r}")
         for name, kind in (("limits", Limits), ("attention", Attention), ("completion", Completion)):
             if isinstance(getattr(self, name), dict):
                 object.__setattr__(self, name, kind(**getattr(self, name)))
@@ -610,6 +625,7 @@ class StudyConfig:
             "skip_label": self.skip_label, "accept_late_answers": self.accept_late_answers,
             "pool_size": self.pool_size,
             "token_ttl_seconds": self.token_ttl_seconds, "random_state": self.random_state,
+            "heldout_share": self.heldout_share,
             "consent": self.consent, "practice": [dict(p) for p in self.practice], "limits": self.limits.to_dict(),
             "attention": self.attention.to_dict(), "completion": self.completion.to_dict(),
         }

@@ -91,6 +91,10 @@ counters = _per_study("counters")
 #: String: id of the last answer applied to the engines; written with their states in one MULTI.
 cursor = _per_study("cursor")
 
+#: List: the answers to held-out questions the update passes have read (never learned from), oldest first, each a
+#: JSON document (``workers.store.heldout``); written with the cursor, rewritten by a rebuild.
+heldout = _per_study("heldout")
+
 #: List: the latest update passes' latencies in ms (newest first, capped).
 refresh_latencies = _per_study("refresh-ms")
 
