@@ -264,6 +264,11 @@ def one_line(text: object) -> str:
 def openapi_reference(path: Path) -> str:
     spec = yaml.safe_load(path.read_text(encoding="utf-8"))
     out = [str(spec.get("info", {}).get("description", "")).strip(), ""]
+    schemes = spec.get("components", {}).get("securitySchemes", {})
+    if schemes:
+        out.append("| auth | what |\n|---|---|")
+        out += [f"| `{name}` | {one_line(scheme.get('description'))} |" for name, scheme in schemes.items()]
+        out.append("")
     for route, item in spec.get("paths", {}).items():
         shared = item.get("parameters", [])
         for method in ("get", "put", "post", "patch", "delete"):
