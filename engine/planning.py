@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from . import truth
+from .features import check_features
 from .graph import RoundPlanner, refill_rounds
 from .kinds import DEFAULT_KIND, KINDS, get_kind
-from .planners import make_planner
+from .planners import make_planner, takes_features
 from .registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, drive_as_pool
 from .truth import check_distance_matrix
 
@@ -88,18 +89,21 @@ class Arm:
     kind: str = DEFAULT_KIND
     settings: tuple = ()
     seconds: float = 0.0
+    #: whether the learner is given the items' features (``make_planner(..., features=X)``)
+    features: bool = False
 
     @property
     def label(self) -> str:
+        with_features = " + features" if self.features else ""
         if self.kind == DEFAULT_KIND:  # the default kind's lines keep the learner's name
-            return self.algorithm
+            return self.algorithm + with_features
         size = dict(self.settings)
         shape = f" {size['n_reference']}-{size['n_select']}" if "n_reference" in size else ""
-        return f"{self.algorithm} ({self.kind}{shape})"
+        return f"{self.algorithm}{with_features} ({self.kind}{shape})"
 
 
 def arms(algorithms: Sequence[str] | None, kinds: Sequence[str] | None = None, settings: dict | None = None,
-         seconds: dict | None = None) -> list[Arm]:
+         seconds: dict | None = None, features: bool = False) -> list[Arm]:
     """Every (learner, kind) pair to plan: ``algorithms`` (default: every learner of each kind) asking each
     of ``kinds`` (default: the default kind) with ``settings`` per kind (its defaults otherwise) and a
     rater's ``seconds`` per screen per kind (the kind's stated default otherwise, :mod:`engine.kinds`)."""
@@ -114,7 +118,10 @@ def arms(algorithms: Sequence[str] | None, kinds: Sequence[str] | None = None, s
             if unknown:
                 raise ValueError(f"unknown algorithm {unknown[0]!r}; choose one of {', '.join(ALGORITHMS)}")
         per_screen = float((seconds or {}).get(kind) or entry.screen_seconds(values))
-        out.extend(Arm(name, kind, tuple(sorted(values.items())), per_screen) for name in names)
+        for name in names:
+            out.append(Arm(name, kind, tuple(sorted(values.items())), per_screen))
+            if features and takes_features(name):  # the same learner told the items' features, beside it
+                out.append(Arm(name, kind, tuple(sorted(values.items())), per_screen, features=True))
     if not out:
         raise ValueError("no learner of the table asks these question kinds")
     return out
@@ -179,7 +186,8 @@ def ask(planner: Planner, budget: int, window: int | None = None) -> list[tuple[
 def simulate_curve(name: str, scenario: Scenario, budgets: Sequence[float], seed: int = 0,
                    batch: int = DEFAULT_BATCH, params: dict | None = None,
                    max_seconds: float | None = None, kind: str = DEFAULT_KIND,
-                   settings: dict | None = None) -> tuple[np.ndarray, np.ndarray, float, float]:
+                   settings: dict | None = None, features: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, float, float]:
     """Run one learner as a live study does (a pool refill of ``batch`` questions -> simulated
     answers -> ``observe``; refills grow past GROWTH_FROM answers per item) and score its graph at
     every budget. ``params`` are the algorithm's
@@ -187,14 +195,15 @@ def simulate_curve(name: str, scenario: Scenario, budgets: Sequence[float], seed
     (len(budgets),), the CPU seconds spent and the answers per item at which the learner stopped asking
     (NaN: it asked to the largest budget). A learner that stops asking keeps its last graph.
     ``max_seconds``: CPU seconds the run may take; budgets it has not reached by then are NaN. ``kind``:
-    the question kind it asks (budgets are then screens per item), with the kind's ``settings``."""
+    the question kind it asks (budgets are then screens per item), with the kind's ``settings``.
+    ``features``: the items' features, given to the learner as a study with features gives them."""
     n = scenario.n_items
     budgets = check_budgets(budgets)
     params = dict(params or {})
     entry = get_kind(kind)
     values = entry.check_settings(settings)
     # a pool refill, as in a live study (workers.jobs.learners.Learner)
-    planner = drive_as_pool(make_planner(name, n, question_kind=kind, random_state=seed,
+    planner = drive_as_pool(make_planner(name, n, question_kind=kind, random_state=seed, features=features,
                                          **entry.planner_params(values), **params))
     window = params.get("window", 1) if ALGORITHMS[name].rounds and entry.asks == "triplet" else None
     oracle = scenario.oracle(np.random.default_rng([seed, 7919]), kind, values)
@@ -219,7 +228,7 @@ def simulate_curve(name: str, scenario: Scenario, budgets: Sequence[float], seed
 
 
 def _run(job):
-    arm, scenario, budgets, seed, batch, params, max_seconds = job
+    arm, scenario, budgets, seed, batch, params, max_seconds, features = job
     # One BLAS thread per simulation: the plan runs simulations side by side in processes, and a
     # multi-threaded BLAS spinning on small L-BFGS-B problems on a busy machine made the embedding
     # learners several times slower (duels, 300 items: 16 -> 3.5 CPU s to 20 answers per item).
@@ -227,7 +236,7 @@ def _run(job):
 
     with threadpool_limits(limits=1, user_api="blas"):
         return simulate_curve(arm.algorithm, scenario, budgets, seed, batch, params, max_seconds, arm.kind,
-                              dict(arm.settings))
+                              dict(arm.settings), features if arm.features else None)
 
 
 class _LongestFirst:
@@ -385,7 +394,8 @@ def plan(scenarios: Sequence[Scenario], algorithms: Sequence[str] | None = None,
          budgets: Sequence[float] = DEFAULT_BUDGETS, runs: int = 3, batch: int = DEFAULT_BATCH, jobs: int = 1,
          source: str = "", spread: str = "seeds", params: dict | None = None,
          max_seconds: float | None = None, kinds: Sequence[str] | None = None, settings: dict | None = None,
-         seconds: dict | None = None, progress: Callable[[str, int, int, float, bool], None] | None = None) -> Plan:
+         seconds: dict | None = None, progress: Callable[[str, int, int, float, bool], None] | None = None,
+         features: Any = None) -> Plan:
     """Simulate every learner ``runs`` times to the largest budget; run r uses seed r and
     ``scenarios[r % len(scenarios)]`` (one scenario per bootstrap replicate of a pilot fit).
     ``params`` maps a learner's name to its parameters (e.g. a study's). ``jobs`` > 1 runs the
@@ -395,8 +405,10 @@ def plan(scenarios: Sequence[Scenario], algorithms: Sequence[str] | None = None,
     default kind alone by default), with ``settings`` and a rater's ``seconds`` per screen per kind
     (:func:`arms`); budgets are then screens per item. ``progress(line, runs done, runs in all, CPU
     seconds of the run, whether the time limit stopped it)`` is called as each run ends (a plan may
-    take minutes)."""
-    lines = arms(algorithms, kinds, settings, seconds)
+    take minutes). ``features`` (n_items, n_features): every learner that uses item features is planned
+    twice, without and with them (its line labelled "+ features")."""
+    X = None if features is None else check_features(features, scenarios[0].n_items if scenarios else 0)
+    lines = arms(algorithms, kinds, settings, seconds, features=X is not None)
     names = [arm.label for arm in lines]
     budgets = check_budgets(budgets)
     if not scenarios:
@@ -410,7 +422,7 @@ def plan(scenarios: Sequence[Scenario], algorithms: Sequence[str] | None = None,
     params = params or {}
     jobs = max(1, min(int(jobs), len(names) * runs))
     share = None if max_seconds is None else float(max_seconds) * jobs / (len(names) * runs)
-    work = [(arm, scenarios[r % len(scenarios)], budgets, r, int(batch), params.get(arm.algorithm), share)
+    work = [(arm, scenarios[r % len(scenarios)], budgets, r, int(batch), params.get(arm.algorithm), share, X)
             for arm in lines for r in range(runs)]
     results: list = [None] * len(work)
     done = 0

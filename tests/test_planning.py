@@ -325,3 +325,29 @@ def test_plan_command_draws_its_curves_and_shortlists_a_comparison_of_kinds(tmp_
     assert len(curves) == len(lines) and all(name in legend for name in lines), legend
     assert all(len(c.get("points").split()) == 2 for c in curves)  # a point per budget
     assert "hit@3 accuracy" in legend
+
+
+def test_a_plan_with_the_items_features_plans_each_feature_learner_without_and_with_them(tmp_path):
+    """--features: duels is planned twice (its line '+ features' beside it); features that are the items'
+    own positions make it right sooner; a learner that uses no features is planned once."""
+    from webapp.cli import main
+
+    X = pairs()
+    points = tmp_path / "truth.csv"
+    points.write_text("id,x1,x2\n" + "".join(f"i{i},{x},{y}\n" for i, (x, y) in enumerate(X)))
+    features = tmp_path / "features.csv"
+    features.write_text("id,a,b\n" + "".join(f"i{i},{x},{y}\n" for i, (x, y) in enumerate(X)))
+    out = tmp_path / "plan.json"
+    result = CliRunner().invoke(main, ["plan", "--truth", f"points:{points}", "--noise", "0", "--lapse", "0",
+                                       "--algorithms", "duels,random_triplets", "--budgets", "2,5", "--runs", "1",
+                                       "--jobs", "1", "--features", str(features), "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    lines = json.loads(out.read_text())["algorithms"]
+    assert list(lines) == ["random_triplets", "duels", "duels + features"]
+    assert lines["duels + features"]["exact"]["mean"][0] >= lines["duels"]["exact"]["mean"][0]
+    assert lines["duels + features"]["exact"]["mean"][0] == 1.0  # the features say who the partner is
+    wrong = tmp_path / "short.csv"
+    wrong.write_text("id,a\ni0,1\ni1,2\n")
+    result = CliRunner().invoke(main, ["plan", "--truth", f"points:{points}", "--algorithms", "duels",
+                                       "--features", str(wrong)])
+    assert result.exit_code != 0 and "no features for 18 item(s)" in result.output, result.output

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from workers.store.studies import StudyNotFound
+from workers.store.studies import StudyNotFound, get_items
 
 from .connection import redis_connection
 
@@ -102,6 +102,26 @@ def plan_svg(p: planning.Plan, metric: str, target: float | None = None, width: 
     return "\n".join(out) + "\n"
 
 
+def _features_matrix(path: Path, item_ids: list[str]) -> np.ndarray:
+    """The (n_items, n_features) array of a features file, rows in the items' order; ClickException in words."""
+    import numpy as np
+
+    from workers.store.studies import StudyError
+
+    from .studies import read_features_file
+
+    try:
+        by_id = read_features_file(path, item_ids)
+    except StudyError as exc:
+        raise click.ClickException(str(exc)) from None
+    missing = [i for i in item_ids if i not in by_id]
+    if missing:
+        raise click.ClickException(f"{path} has no features for {len(missing)} item(s), e.g. {missing[0]!r}; give "
+                                   "every item a row (ids as the items', or a pilot's item numbers 0, 1, ...)")
+    names = list(by_id[item_ids[0]])
+    return np.array([[by_id[i][name] for name in names] for i in item_ids], dtype=np.float64)
+
+
 def _numbers(text: str) -> list[float]:
     """The numbers of a comma-separated list; ValueError naming the first one that is not."""
     out = []
@@ -180,13 +200,18 @@ def _study_kinds(study_id: str) -> tuple[str, dict]:
                    "that needs more stops at the budgets it reached (shown as '-').")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
               help="Also write the plan as JSON to this file.")
+@click.option("--features", "features_path", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              default=None,
+              help="The items' features (as 'proxima features' takes them: CSV with an id column, .npy/.npz rows "
+                   "in item order, Parquet): every learner that uses features is planned without and with them. "
+                   "With --pilot, ids are the item numbers of the pilot (0, 1, ...).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
               help="Also draw the curves (accuracy of --metric against screens per item, one line per learner, "
                    "the --target dashed) into this SVG image.")
 def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str | None, n_items: int | None,
                  algorithms: str, budgets: str, runs: int, noise: float | None, lapse: float | None, pay: float | None,
                  currency: str, target: float, metric: str, batch: int, jobs: int | None, json_path: Path | None,
-                 plot_path: Path | None,
+                 features_path: Path | None, plot_path: Path | None,
                  max_seconds: float = 300.0, kinds: str | None = None, n_reference: int | None = None,
                  n_select: int | None = None, seconds_spec: str = "", wage: float | None = None) -> None:
     """Plan a study's budget before paying: expected nearest-neighbour accuracy against answers per item.
@@ -276,6 +301,7 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
         scale = noise if noise is not None else (truth.logistic_scale or HUMAN_SCALE)
         lapse = lapse if lapse is not None else (truth.lapse if truth.lapse is not None else HUMAN_LAPSE)
         scenarios = [planning.Scenario(truth.distances, scale, lapse)]
+        item_ids = list(truth.ids)
         source = (f"{truth.source} (logistic scale {scale:.4f} of the largest distance, lapse {lapse:.3f})")
         spread = "seeds"
     else:
@@ -284,6 +310,7 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
         if study_id is not None:
             with redis_connection() as conn:
                 triplets, n, params = _pilot_from_study(conn, study_id)
+                item_ids = [item.id for item in get_items(conn, study_id)]
         else:
             try:
                 rows = parse_triplets(pilot_path.read_text(encoding="utf-8"), n_items, str(pilot_path), answers=True)
@@ -293,6 +320,7 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
                 raise click.ClickException(f"{pilot_path}: no answers")
             triplets = np.asarray(rows, np.int64)
             n = n_items or int(triplets.max()) + 1
+            item_ids = [str(i) for i in range(n)]
         from simulation.noise import fit_pilot
 
         click.echo(f"Fitting an embedding and the raters' noise to {len(triplets)} pilot answers "
@@ -304,6 +332,10 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
         scenarios = list(fit.scenarios)
         source = fit.describe()
         spread = "seeds and bootstrap resamples of the pilot"
+    features = None
+    if features_path is not None:
+        features = _features_matrix(features_path, item_ids)
+        names += [f"{line.label} + features" for line in lines if planning.takes_features(line.algorithm)]
     click.echo(f"Simulating {', '.join(names)} ({runs} runs each, up to {grid[-1]:g} answers per item, "
                f"{jobs} processes; at most about {max_seconds:g} s of CPU per process, --max-seconds) ...", err=True)
     def progress(name: str, done: int, total: int, seconds: float, stopped: bool) -> None:
@@ -314,7 +346,7 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
     result = planning.plan(scenarios, wanted or None, grid, runs=runs, batch=batch, jobs=jobs, source=source,
                            spread=spread, params=params, max_seconds=max_seconds, kinds=kind_list,
                            settings={line.kind: dict(line.settings) for line in lines}, seconds=seconds,
-                           progress=progress)
+                           progress=progress, features=features)
     for line in planning.format_plan(result, target=target, metric=metric, pay=pay, currency=currency, wage=wage):
         click.echo(line)
     click.echo(f"\nPlanned in {time.perf_counter() - started:.1f} s.", err=True)
