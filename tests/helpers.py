@@ -101,6 +101,22 @@ def handle_of(question: dict, index: int, secret: str = SECRET) -> str:
     return next(item["handle"] for item in offered if index_of(item, secret) == index)
 
 
+def wire_body(question: dict, body: dict) -> dict:
+    """An answer body written with item indices as the wire takes it: each index of ``choice`` or ``picks``
+    that the question offers becomes its handle (others are sent as they are, for the server to refuse)."""
+    offered = {index_of(item): item["handle"]
+               for item in reversed(question["candidates"] if "head" in question else question["items"])}
+
+    def one(x):
+        return offered.get(x, x) if isinstance(x, int) and not isinstance(x, bool) else x
+    out = dict(body)
+    if "choice" in out:
+        out["choice"] = one(out["choice"])
+    if isinstance(out.get("picks"), list):
+        out["picks"] = [one(x) for x in out["picks"]]
+    return out
+
+
 def answer(client, question, choice=None, study_id="colours", **extra):
     """Post an answer: ``choice`` a handle, or an item index (sent as the handle of the offered item of it)."""
     if isinstance(choice, int) and not isinstance(choice, bool):

@@ -9,7 +9,7 @@ from types import MappingProxyType
 
 import numpy as np
 import pytest
-from helpers import index_of, positioned_study, run_worker
+from helpers import index_of, positioned_study, run_worker, wire_body
 
 from engine import kinds
 from engine import rater_checks as engine_checks
@@ -52,8 +52,8 @@ def run_rater(app, conn, study_id, name, choose, seed=0):
     client.get(f"/s/{study_id}?PROLIFIC_PID={name}&STUDY_ID=s&SESSION_ID={name}")
     question = client.get(f"/api/studies/{study_id}/questions/next").get_json().get("question")
     while question is not None:
-        body = client.post(f"/api/studies/{study_id}/answers",
-                           json={"token": question["token"], "choice": choose(question, rng)}).get_json()
+        sent = wire_body(question, {"token": question["token"], "choice": choose(question, rng)})
+        body = client.post(f"/api/studies/{study_id}/answers", json=sent).get_json()
         if "answer" not in body:
             break
         run_worker(conn)
@@ -111,8 +111,8 @@ def test_the_finish_page_waits_for_the_answer_check_of_the_last_answers(app, con
     question = client.get(f"/api/studies/{study_id}/questions/next").get_json()["question"]
     rng = random.Random(0)
     while question is not None:  # no worker runs: the check has not seen these answers
-        body = client.post(f"/api/studies/{study_id}/answers",
-                           json={"token": question["token"], "choice": careful(question, rng)}).get_json()
+        sent = wire_body(question, {"token": question["token"], "choice": careful(question, rng)})
+        body = client.post(f"/api/studies/{study_id}/answers", json=sent).get_json()
         question = body.get("next")
     page = client.get(f"/s/{study_id}/done")
     assert 'id="checking"' in page.get_data(as_text=True) and page.headers["Refresh"]

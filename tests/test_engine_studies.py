@@ -13,7 +13,7 @@ import random
 import networkx as nx
 import numpy as np
 import pytest
-from helpers import NO_CHECKS, fetch_question, index_of, run_worker
+from helpers import NO_CHECKS, fetch_question, index_of, run_worker, wire_body
 
 from workers.jobs.learners import Learner
 from workers.jobs.update_pass import apply_new_answers
@@ -77,8 +77,8 @@ def drive(app, conn, study_id, respond, max_answers, raters=3, update_every=None
                     assert response.get_json()["error"]["code"] == "study_complete"
                     return sent
                 question = response.get_json()["question"]
-            response = client.post(f"/api/studies/{study_id}/answers", json={"token": question["token"],
-                                                                               **respond(question)})
+            response = client.post(f"/api/studies/{study_id}/answers",
+                                   json=wire_body(question, {"token": question["token"], **respond(question)}))
             assert response.status_code == 201, response.get_json()
             pending[r] = response.get_json()["next"]
             sent += 1
@@ -210,7 +210,8 @@ def test_pooled_questions_of_a_closed_round_are_taken_back_and_fallbacks_are_rar
         for _ in range(4):
             if q is None:  # every round closed: the study is complete
                 break
-            response = client.post(f"/api/studies/{sid}/answers", json={"token": q["token"], **respond(q)})
+            sent = wire_body(q, {"token": q["token"], **respond(q)})
+            response = client.post(f"/api/studies/{sid}/answers", json=sent)
             assert response.status_code == 201
             q = response.get_json()["next"]
         pruned += apply_new_answers(conn, sid)["pruned"]

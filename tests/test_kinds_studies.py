@@ -10,7 +10,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from helpers import colour_items, index_of, run_worker
+from helpers import colour_items, index_of, run_worker, wire_body
 
 from workers.jobs.learners import Learner
 from workers.store import engine_state, keys
@@ -35,7 +35,8 @@ def _next(client, study_id):
 
 
 def _post(client, study_id, question, **body):
-    return client.post(f"/api/studies/{study_id}/answers", json={"token": question["token"], **body})
+    sent = wire_body(question, {"token": question["token"], **body})
+    return client.post(f"/api/studies/{study_id}/answers", json=sent)
 
 
 def _odd_pick(question):
@@ -115,7 +116,7 @@ def test_a_rank_study_takes_ordered_picks_and_refuses_bad_ones_in_words(client, 
     stray = next(i for i in range(N) if i not in offered and i != index_of(question["head"]))
     for body, code, words in [
         ({"picks": offered[:1]}, "choice_not_offered", "2 item indices"),
-        ({"picks": [offered[0], stray]}, "choice_not_offered", f"pick {stray} was not one of the offered"),
+        ({"picks": [offered[0], stray]}, "item_not_shown", f"{stray!r} is not one this question offered"),
         ({"picks": [offered[0], offered[0]]}, "choice_not_offered", "once"),
         ({"picks": "1,2"}, "malformed_answer", "list"),
         ({"choice": offered[0], "picks": offered[:2]}, "malformed_answer", "either"),

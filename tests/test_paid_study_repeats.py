@@ -7,7 +7,7 @@ import json
 import random
 
 import pytest
-from helpers import index_of, positioned_study, run_worker
+from helpers import index_of, positioned_study, run_worker, wire_body
 
 from engine.planners import restore_planner
 from webapp.tokens import verify_question
@@ -48,8 +48,8 @@ def run_rater(app, conn, study_id, choose, seed=0) -> list[dict]:
     question = response.get_json()["question"]
     while question is not None:
         shown.append(question)
-        body = client.post(f"/api/studies/{study_id}/answers",
-                           json={"token": question["token"], "choice": choose(question, rng)}).get_json()
+        sent = wire_body(question, {"token": question["token"], "choice": choose(question, rng)})
+        body = client.post(f"/api/studies/{study_id}/answers", json=sent).get_json()
         assert "answer" in body, body
         question = body.get("next")
         if len(shown) % 20 == 0:

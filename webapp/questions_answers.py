@@ -166,17 +166,19 @@ def answer_picks(study: Study, question: dict, seed: object, picks: Sequence[str
     ``item_not_shown`` for a handle it did not show there (forged, of another question, of another study)."""
     if picks is None:
         return None
-    shown = question_items(question)
-    if isinstance(seed, str) and all(isinstance(p, str) for p in picks):
+    shown, offered = question_items(question), set()
+    if isinstance(seed, str):
         for key in (current_app.config["SECRET_KEY"], *(current_app.config.get("PREVIOUS_SECRET_KEYS") or ())):
             handles = question_handles(key, study.id, seed, shown)
             # screen_payload shows a headed kind's first item as the head, which no answer picks
-            found = picked_indices(handles, shown, handles[1:] if kind_of(question).headed else handles, picks)
+            pickable = handles[1:] if kind_of(question).headed else handles
+            found = picked_indices(handles, shown, pickable, picks)
             if found is not None:
                 return found
+            offered.update(pickable)
+    stray = next((p for p in picks if p not in offered), picks[0] if picks else "")
     raise ApiError(400, "item_not_shown", "'choice' and 'picks' name items by the 'handle' this question gave "
-                   "them (one of its candidates, or of its items); "
-                   f"{next((p for p in picks), '')!r} is not one this question offered")
+                   f"them (one of its candidates, or of its items); {stray!r} is not one this question offered")
 
 
 #: The kinds of completion code: the work was done, or the study ran out (``completion.partial_code``).
