@@ -332,12 +332,20 @@ LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([^)\s]+)\)")
 
 def include(path: Path) -> str:
     """A Markdown file of the repository, its first heading dropped (the page has its own) and its links to
-    other repository files made plain text (the site holds only docs/); in-page anchors and web links kept."""
+    other repository files made plain text (the site holds only docs/), and so are in-page links to no heading
+    of the file (a file the site does not own must not break its build); web links kept."""
+    from markdown.extensions.toc import slugify
+
     text = path.read_text(encoding="utf-8")
     text = re.sub(r"\A# .*\n", "", text)
+    headings = re.findall(r"^#{1,6} (.+?)\s*$", text, re.M)
+    anchors = {slugify(re.sub(r"[`*]", "", h), "-") for h in headings}
 
     def plain(match: re.Match) -> str:
         target = match.group(2)
+        if target.startswith("#") and target[1:] not in anchors:
+            log.info("%s: the link to %s finds no heading on the page; shown as text", path.name, target)
+            return match.group(1)
         if target.startswith(("#", "http://", "https://", "mailto:")):
             return match.group(0)
         dest = (path.parent / target.split("#")[0]).resolve()
