@@ -192,11 +192,14 @@ def test_media_is_cacheable_and_sandboxed(app, conn):
     png = b"\x89PNG\r\n\x1a\n" + b"<html><script>alert(1)</script>"  # a polyglot: a PNG signature, then HTML
     items = [Item(id=f"i{i}", kind="image", media_type="image/png") for i in range(3)]
     create_study(conn, StudyConfig(name="Images"), items, {i: png for i in range(3)}, study_id="images")
-    response = app.test_client().get("/media/images/0")
-    assert response.status_code == 200 and response.data == png
+    rater = app.test_client()
+    question = fetch_question(rater, "images")
+    response = rater.get(question["head"]["url"])  # by a handle: what a rater's page is given
+    assert response.status_code == 200 and response.data == png  # no IEND: a file that does not end as a PNG
     assert response.mimetype == "image/png" and response.headers["X-Content-Type-Options"] == "nosniff"
     assert "sandbox" in csp_directives(response) and csp_directives(response)["default-src"] == ["'none'"]
-    assert response.headers["Cache-Control"].startswith("public")
+    # cacheable by the rater's browser only: a handle is one question's
+    assert response.headers["Cache-Control"].startswith("private")
 
 
 def test_https_responses_ask_for_https_from_then_on(app):
@@ -435,6 +438,7 @@ def test_enormous_bodies_are_refused_everywhere(app, client, researcher_client, 
     "/static/..%2fwebapp%2f__init__.py", "/static/%2e%2e%2f%2e%2e%2fetc%2fpasswd", "/static//etc/passwd",
     "/static/js/../../webapp/__init__.py", "/static/..\\webapp\\__init__.py", "/media/colours/-1",
     "/media/colours/1e3", "/media/..%2fcolours/0", "/media/colours/99999999999999999999",
+    "/media/colours/h/..%2f..%2fetc%2fpasswd", "/media/colours/h/" + "A" * 32, "/media/..%2fcolours/h/" + "A" * 32,
 ])
 def test_path_traversal_in_item_and_static_urls_finds_nothing(client, conn, study_id, path):
     response = client.get(path, follow_redirects=True)  # "//" is redirected to "/" first

@@ -8,7 +8,7 @@ import random
 import re
 from collections import Counter
 
-from helpers import SECRET, closer_candidate, index_of, run_worker
+from helpers import SECRET, closer_candidate, index_of, run_worker, wire_body
 from scipy import stats
 
 from webapp.tokens import verify_question
@@ -16,7 +16,7 @@ from workers.store.config import StudyConfig
 from workers.store.studies import Item, create_study
 
 RATERS, QUESTIONS_PER_RATER, N_ITEMS = 24, 50, 40
-MEDIA_URL = re.compile(r"^/media/wire/[0-9]+$")
+MEDIA_URL = re.compile(r"^/media/wire/h/[A-Za-z0-9_-]{32}$")
 
 
 def make_study(conn) -> str:
@@ -63,7 +63,7 @@ def test_catch_trials_and_repeats_look_like_every_other_question_over_a_thousand
             # a careful rater with a lapse now and then: the closer candidate by position, else at random
             choice = closer_candidate(question) if rng.random() < 0.9 else index_of(rng.choice(question["candidates"]))
             body = client.post("/api/studies/wire/answers",
-                               json={"token": question["token"], "choice": choice}).get_json()
+                               json=wire_body(question, {"token": question["token"], "choice": choice})).get_json()
             question = body["next"]
         if r % 4 == 0:
             run_worker(conn)  # refill the pool now and then, as a worker would
@@ -77,13 +77,13 @@ def test_catch_trials_and_repeats_look_like_every_other_question_over_a_thousand
     shapes = {shape({k: v for k, v in q.items()}) for q in ordinary}
     for name in ("catch", "repeat"):
         assert {shape(q) for q in seen[name]} <= shapes, name
-    # media URLs: one route and the lengths ordinary questions have; three distinct items, as always
-    ordinary_lengths = {len(u) for q in ordinary for u in urls(q)}
+    # media URLs: one route by handles of one length; no URL is ever given twice, so none links a candidate
+    # to the head or to another question
     for name, questions in seen.items():
         for q in questions:
             assert all(MEDIA_URL.match(u) for u in urls(q)), name
-            assert len(set(urls(q))) == 3, (name, urls(q))  # a repeated URL would link a candidate to the head
-            assert {len(u) for u in urls(q)} <= ordinary_lengths, name
+    every = [u for qs in seen.values() for q in qs for u in urls(q)]
+    assert len(every) == len(set(every))
     # candidate order: the expected answer is left as often as right (within chance)
     for name in ("catch", "repeat"):
         expected_left = [expected_side(q) == 0 for q in seen[name]]
@@ -102,7 +102,7 @@ def fields(doc, path: str = "") -> dict[str, object]:
 
 #: Fields whose values name items (each screen shows its own): compared as distributions over the items,
 #: not as a set of values every question shares.
-ITEM_FIELD = re.compile(r"^(head|candidates\.[0-9]+)\.(index|id|url)$")
+ITEM_FIELD = re.compile(r"^(head|candidates\.[0-9]+)\.(handle|url)$")
 
 
 def assert_same_distribution(name: str, path: str, check: list, ordinary: list) -> None:
@@ -138,7 +138,8 @@ def test_every_field_of_a_check_takes_the_values_an_ordinary_question_takes(clie
             seen[category(question)].append(question)
             choice = closer_candidate(question) if rng.random() < 0.9 else index_of(rng.choice(question["candidates"]))
             question = client.post("/api/studies/wire/answers",
-                                   json={"token": question["token"], "choice": choice}).get_json()["next"]
+                                   json=wire_body(question, {"token": question["token"], "choice": choice})
+                                   ).get_json()["next"]
         if r % 4 == 0:
             run_worker(conn)
     by_path = {name: [fields(q) for q in questions] for name, questions in seen.items()}
@@ -159,15 +160,15 @@ def test_every_field_of_a_check_takes_the_values_an_ordinary_question_takes(clie
         # candidates of a catch trial are not (its unlike item is among the head's farthest, so items at
         # the edge of the study's space are shown more often: docs/researcher/catch-trials.md says so), only items
         # shown anyway
-        for part in ("index", "id", "url"):
-            for where in ("head", "candidates"):
-                def values(questions, part=part, where=where):
-                    return [v for f in questions for p, v in f.items()
-                            if p.startswith(where) and p.endswith(f".{part}")]
-                check, ordinary = values(by_path[name]), values(by_path["ordinary"])
-                if part == "index" and (where == "head" or name == "repeat"):
-                    assert_same_distribution(name, f"{where}.{part}", check, ordinary)
-                assert set(check) <= set(ordinary), (name, where, part)
+        # (by the index each handle names: the wire says only handles, each new)
+        for where in ("head", "candidates"):
+            def values(questions, where=where):
+                return [index_of({"handle": v}) for f in questions for p, v in f.items()
+                        if p.startswith(where) and p.endswith(".handle")]
+            check, ordinary = values(by_path[name]), values(by_path["ordinary"])
+            if where == "head" or name == "repeat":
+                assert_same_distribution(name, f"{where}.index", check, ordinary)
+            assert set(check) <= set(ordinary), (name, where)
 
 
 def expected_side(question: dict) -> int:
