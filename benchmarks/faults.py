@@ -148,7 +148,7 @@ class Raters:
                         time.sleep(0.2)
                         continue
                 sent = session.post(f"{self.base}/api/studies/{STUDY}/answers", timeout=5,
-                                    json={"token": question["token"], "choice": question["candidates"][0]["index"]})
+                                    json={"token": question["token"], "choice": question["candidates"][0]["handle"]})
             except (requests.RequestException, ValueError):
                 time.sleep(0.2)  # the server is down: send the same answer again
                 continue
@@ -261,7 +261,7 @@ def _probe(base: str, kind: str) -> str:
             session.get(f"{base}/s/{STUDY}", params={"rater": f"probe-{kind}-{time.monotonic_ns()}"}, timeout=5)
             got = session.get(f"{base}/api/studies/{STUDY}/questions/next", timeout=5).json()["question"]
             sent = session.post(f"{base}/api/studies/{STUDY}/answers", timeout=5,
-                                json={"token": got["token"], "choice": got["candidates"][0]["index"]})
+                                json={"token": got["token"], "choice": got["candidates"][0]["handle"]})
             if sent.status_code == 201:
                 return sent.json()["answer"]["id"]
         except (requests.RequestException, ValueError, KeyError, TypeError):

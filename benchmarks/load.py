@@ -73,6 +73,8 @@ from load_common import (  # noqa: E402
     table,
 )
 
+from webapp.handles import shown_index  # noqa: E402
+
 STUDY = "load-anntri"
 LABEL = "anntri"  # the study's one algorithm
 HTTP_TIMEOUT = 30.0
@@ -139,22 +141,26 @@ async def _request(session, rec: Recorder, kind: str, method: str, url: str, **k
     return status, body
 
 
-def screen_answer(question: dict, positions: list[tuple[float, float]], rng: random.Random) -> dict:
+def screen_answer(question: dict, positions: list[tuple[float, float]], rng: random.Random, secret: str) -> dict:
     """A simulated rater's answer to any kind of screen (engine/kinds.py) from the hidden positions with
     Gaussian noise on each distance: a screen with a head picks the ``select`` (else one) candidates
     nearest the head, in order; three items without one pick the odd one (the item not in the nearest
-    pair). One pick goes as ``choice``, several as ``picks``."""
+    pair). One pick goes as ``choice``, several as ``picks``, by the items' handles (read with the
+    server's ``secret`` key: the wire names items by handles only)."""
     def noisy(i, j):
         return math.dist(positions[i], positions[j]) + rng.gauss(0.0, ANSWER_NOISE)
 
+    def index(item):
+        return shown_index(secret, None, item["handle"])
+
     if "head" in question:
-        head = question["head"]["index"]
-        ranked = sorted((noisy(head, c["index"]), c["index"]) for c in question["candidates"])
-        picks = [i for _, i in ranked[: int(question.get("select", 1))]]
+        head = index(question["head"])
+        ranked = sorted((noisy(head, index(c)), n) for n, c in enumerate(question["candidates"]))
+        picks = [question["candidates"][n]["handle"] for _, n in ranked[: int(question.get("select", 1))]]
     else:
-        x, y, z = (i["index"] for i in question["items"])
-        pairs = [(noisy(y, z), x), (noisy(x, z), y), (noisy(x, y), z)]  # the pair nearest: the third is odd
-        picks = [min(pairs)[1]]
+        x, y, z = (index(i) for i in question["items"])
+        pairs = [(noisy(y, z), 0), (noisy(x, z), 1), (noisy(x, y), 2)]  # the pair nearest: the third is odd
+        picks = [question["items"][min(pairs)[1]]["handle"]]
     return {"picks": picks} if "select" in question else {"choice": picks[0]}
 
 
@@ -186,7 +192,8 @@ async def _rater(spec: dict, rec: Recorder, name: str, join_at: float, end_at: f
             await asyncio.sleep(think)
             rec.late[str(rec.step_at(wake))].append((time.time() - wake) * 1000.0)
             status, body = await _request(session, rec, "answer", "POST", f"{base}/api/studies/{study}/answers",
-                                          json={"token": question["token"], **screen_answer(question, positions, rng),
+                                          json={"token": question["token"],
+                                                **screen_answer(question, positions, rng, spec["secret"]),
                                                 "response_ms": int(think * 1000)})
             if status == 201:
                 failures = 0
@@ -511,6 +518,7 @@ def run_load(a, code_root: Path, label: str) -> dict:
             spec = {"base": base, "study": STUDY, "steps": steps, "step_seconds": step_s, "t0": t0,
                     "hold_seconds": hold, "think_median": a.think_median, "think_sigma": a.think_sigma,
                     "seed": a.seed, "n_items": a.items, "index": g, "generators": a.generators,
+                    "secret": (setup.instance / "secret_key").read_text().strip(),
                     "out": str(scratch / f"generator-{g}.json")}
             spec_path = scratch / f"generator-{g}.spec.json"
             spec_path.write_text(json.dumps(spec))

@@ -78,6 +78,11 @@ def live_curve(app, conn, distances: np.ndarray, scale: float, lapse: float, alg
     run_worker()
     oracle = TripletOracle(distances, noise=scale, model="human", lapse=lapse, random_state=seed + 1000)
     if through == "api":
+        from webapp.handles import shown_index
+
+        def index(item):
+            return shown_index(app.config["SECRET_KEY"], study_id, item["handle"])
+
         crowd = [app.test_client() for _ in range(raters)]
         held = [c.get(f"/api/studies/{study_id}/questions/next").get_json()["question"] for c in crowd]
     else:
@@ -93,11 +98,13 @@ def live_curve(app, conn, distances: np.ndarray, scale: float, lapse: float, alg
         while total < mark:
             for r in range(raters):
                 q = held[r]
-                head, (a, b) = (q["head"]["index"], [c["index"] for c in q["candidates"]]) if through == "api" \
-                    else (q["head"], q["candidates"])
+                # the wire names items by handles: read with the app's secret key
+                head, (a, b) = ((index(q["head"]), [index(c) for c in q["candidates"]]) if through == "api"
+                                else (q["head"], q["candidates"]))
                 if through == "api":
+                    pick = q["candidates"][[a, b].index(oracle(head, a, b))]["handle"]
                     body = crowd[r].post(f"/api/studies/{study_id}/answers",
-                                         json={"token": q["token"], "choice": oracle(head, a, b)}).get_json()
+                                         json={"token": q["token"], "choice": pick}).get_json()
                     held[r] = body["next"]
                     if held[r] is None:
                         raise RuntimeError(f"the study stopped asking after {total} answers: {body.get('done')}")

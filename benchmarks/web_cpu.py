@@ -82,7 +82,7 @@ async def _client(base: str, index: int, phase: str, quota: list[int], held: dic
             question = (body or {}).get("question") if status == 200 else None
         else:
             question = held[index]
-            choice = question["candidates"][0]["index"]
+            choice = question["candidates"][0]["handle"]
             async with session.post(f"{base}/api/studies/{load.STUDY}/answers",
                                     json={"token": question["token"], "choice": choice, "response_ms": 2500}) as resp:
                 body = await resp.json(content_type=None)
