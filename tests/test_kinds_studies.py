@@ -24,7 +24,7 @@ N = 16
 
 
 def _create(conn, study_id, **config):
-    base = {"name": study_id, "random_state": 0, "pool_size": 12, "attention": {"rate": 0}}
+    base = {"name": study_id, "random_state": 0, "pool_size": 12, "attention": {"rate": 0}, "heldout_share": 0}
     return create_study(conn, StudyConfig.from_dict({**base, **config}), colour_items(N), study_id=study_id)
 
 
