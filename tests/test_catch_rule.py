@@ -255,13 +255,21 @@ def test_a_study_without_catch_trials_is_warned_about_at_create_on_the_form_and_
     assert "Warning: no catch trials: its items have neither positions nor labels" in result.output
     result = cli("create", tmp_path / "study.yaml", "--items", tmp_path / "labelled.csv", "--id", "labelled")
     assert "no catch trials" not in result.output, result.output
+    # a folder of images has them without labels (an image with a copy of itself, unreadable on the wire)
+    from test_paid_study import PNG
+
+    (tmp_path / "images").mkdir()
+    for n in range(4):
+        (tmp_path / "images" / f"i{n}.png").write_bytes(PNG)
+    result = cli("create", tmp_path / "study.yaml", "--items", tmp_path / "images", "--id", "images")
+    assert result.exit_code == 0 and "no catch trials" not in result.output, result.output
     assert 'id="catch-note"' in researcher_client.get("/studies/new").get_data(as_text=True)
     page = researcher_client.post("/studies/new", data={
         "name": "Uploaded", "items": (io.BytesIO(unlabelled.encode()), "items.csv")},
         content_type="multipart/form-data", follow_redirects=True).get_data(as_text=True)
     assert "Note: no catch trials" in page
     uploaded = next(s.id for s in list_studies(conn) if s.config.name == "Uploaded")
-    for study_id, warned in (("plain", True), ("labelled", False), (uploaded, True)):
+    for study_id, warned in (("plain", True), ("labelled", False), ("images", False), (uploaded, True)):
         overview = researcher_client.get(f"/studies/{study_id}").get_data(as_text=True)
         assert ('id="catch-warning"' in overview) is warned, study_id
 

@@ -188,7 +188,12 @@ def test_create_warns_that_a_study_without_a_per_rater_limit_never_ends(cli, png
     (tmp_path / "study.yaml").write_text("name: Paid\nconsent: OK?\nlimits: {max_questions_per_rater: 30, "
                                          "answer_budget: 900}\n")
     result = cli("create", tmp_path / "study.yaml", "--items", pngs)
-    # a folder of images has no labels, so no catch trials: the one warning left
+    # a folder of images has no labels, yet catch trials (an image with a copy of itself): no warning left
+    warnings = [line for line in result.output.splitlines() if line.startswith("Warning")]
+    assert result.exit_code == 0 and warnings == [], result.output
+    # texts without labels have none (a copy of a text is readable on the wire): the one warning left
+    (tmp_path / "texts.csv").write_text("id,text\na,one\nb,two\nc,three\nd,four\n")
+    result = cli("create", tmp_path / "study.yaml", "--items", tmp_path / "texts.csv")
     warnings = [line for line in result.output.splitlines() if line.startswith("Warning")]
     assert result.exit_code == 0 and len(warnings) == 1 and "no catch trials" in warnings[0], result.output
     assert "max_questions_per_rater" in cli("create", "--help").output

@@ -26,6 +26,7 @@ from simulation.crowd import (
 from webapp import _secret_key
 from webapp.cli import main
 from webapp.cli.embedded import free_port
+from webapp.handles import identifier, shown_index
 from webapp.tokens import verify_question
 from workers.store import keys
 from workers.store.answers import iter_answers
@@ -104,9 +105,10 @@ def test_every_accepted_answer_is_in_the_log_exactly_once(live, tmp_path):
     assert sorted(s["answer_id"] for s in sent) == sorted(a.id for a in logged)
     assert len({a.qid for a in logged}) == len(logged)  # no question answered twice
     by_id = {a.id: a for a in logged}
+    secret = _secret_key(str(live["instance"]))
     for s in sent:  # what each rater sent is what the log holds
         stored = by_id[s["answer_id"]]
-        assert stored.rater == s["rater"] and stored.choice == s["choice"]
+        assert stored.rater == s["rater"] and stored.choice == shown_index(secret, study, s["choice"])
         assert [f"p{i}" for i in stored.items] == s["items"]
     assert "Errors: none" in result.output
     assert re.search(r"nearest-neighbour accuracy \d\.\d{3} over 8 items", result.output), result.output
@@ -117,11 +119,12 @@ def test_every_accepted_answer_is_in_the_log_exactly_once(live, tmp_path):
 def test_twenty_raters_never_hold_the_same_question_at_once(live, tmp_path):
     study = make_study(live["conn"], "sim-concurrent", PAIRS * 2, params={"delta": 0.1, "sigma": 0.5, "window": 16})
     truth = load_truth(f"points:{points_file(tmp_path, PAIRS * 2)}")
+    secret = _secret_key(str(live["instance"]))  # the tokens are sealed: open them as the server does
+    # the simulated people read the handles of what they are shown with the server's key
     crowd = Crowd(live["base"], study, truth, NoiseModel(sigma=0.1), raters=20, think=0.005, max_answers=300,
-                  seed=1)
+                  seed=1, identify=identifier(secret, study, [f"p{i}" for i in range(len(PAIRS) * 2)]))
     report = crowd.run()
     assert report.answers == 300 and not report.errors, report.errors
-    secret = _secret_key(str(live["instance"]))  # the tokens are sealed: open them as the server does
     spans = defaultdict(list)
     for rater, token, received, released in report.held:
         qid = verify_question(secret, token, max_age=10**6)["q"]["qid"]
@@ -244,13 +247,13 @@ def test_ratings_snap_to_the_scale_and_higher_means_more_similar():
     assert snap(0.37, {"min": 0, "max": 1, "step": None}) == 0.37
     truth = Truth(["a", "b", "c"], np.array([[0, 0.2, 1], [0.2, 0, 0.9], [1, 0.9, 0]]), source="test")
     rater = Rater(truth, NoiseModel(), careless=False, rng=__import__("random").Random(0))
-    item = {"a": {"index": 0, "id": "a"}, "b": {"index": 1, "id": "b"}, "c": {"index": 2, "id": "c"}}
+    item = {"a": {"handle": 0, "id": "a"}, "b": {"handle": 1, "id": "b"}, "c": {"handle": 2, "id": "c"}}
     scale = {"min": 1, "max": 5, "step": 1}
     assert rater.answer({"kind": "rating", "items": [item["a"], item["b"]], "scale": scale}) == {"value": 4}
     assert rater.answer({"kind": "rating", "items": [item["a"], item["c"]], "scale": scale}) == {"value": 1}
     assert rater.answer({"kind": "triplet", "head": item["a"], "candidates": [item["c"], item["b"]]}) == {"choice": 1}
     with pytest.raises(SimulationError, match="not know"):
-        rater.answer({"kind": "triplet", "head": {"index": 0, "id": "zz"}, "candidates": [item["c"], item["b"]]})
+        rater.answer({"kind": "triplet", "head": {"handle": 0, "id": "zz"}, "candidates": [item["c"], item["b"]]})
 
 
 def test_graph_accuracy_counts_ties_in_the_truth_as_correct():
@@ -296,8 +299,8 @@ def test_eggs_raters_agree_with_the_truth_about_as_often_as_people():
     D = truth.distances
     agree = 0
     for head, a, b in eggs.triplets:  # the questions people were asked, either way round
-        question = {"kind": "triplet", "head": {"index": head, "id": truth.ids[head]},
-                    "candidates": [{"index": a, "id": truth.ids[a]}, {"index": b, "id": truth.ids[b]}]}
+        question = {"kind": "triplet", "head": {"handle": head, "id": truth.ids[head]},
+                    "candidates": [{"handle": a, "id": truth.ids[a]}, {"handle": b, "id": truth.ids[b]}]}
         choice = rater.answer(question)["choice"]
         other = b if choice == a else a
         agree += D[head, choice] <= D[head, other]
@@ -332,8 +335,8 @@ def test_human_noise_model_lapses_and_defaults():
     model, _ = noise_model(truth, noise=0.0)
     assert model.lapse == HUMAN_LAPSE and model.logistic_scale == 0.0
     # noise-free distances, every answer a lapse: a coin flip; no lapses: always the truth
-    question = {"kind": "triplet", "head": {"index": 0, "id": "a"},
-                "candidates": [{"index": 1, "id": "b"}, {"index": 2, "id": "c"}]}
+    question = {"kind": "triplet", "head": {"handle": 0, "id": "a"},
+                "candidates": [{"handle": 1, "id": "b"}, {"handle": 2, "id": "c"}]}
     for lapse, low, high in ((1.0, 0.45, 0.55), (0.0, 1.0, 1.0)):
         rater = Rater(truth, noise_model(truth, noise=0.0, lapse=lapse)[0], careless=False, rng=random.Random(0))
         share = np.mean([rater.answer(question)["choice"] == 1 for _ in range(4000)])
@@ -359,8 +362,8 @@ def test_simulated_triplets_follow_the_logistic_and_lapse_model_of_engine_oracle
     assert isinstance(oracle, TripletOracle) and oracle.model == "human"
 
     def share(a, b, n=6000):
-        q = {"kind": "triplet", "head": {"index": 0, "id": "h"},
-             "candidates": [{"index": 1, "id": a}, {"index": 2, "id": b}]}
+        q = {"kind": "triplet", "head": {"handle": 0, "id": "h"},
+             "candidates": [{"handle": 1, "id": a}, {"handle": 2, "id": b}]}
         return np.mean([rater.answer(q)["choice"] == 1 for _ in range(n)])
 
     expected = 0.1 + 0.8 / (1 + np.exp(-1.0))  # gap 0.1 = one scale
@@ -378,10 +381,10 @@ def test_human_constants_match_the_alien_egg_fit():
 
 
 @pytest.mark.parametrize("kind, question", [
-    ("odd_one_out", {"kind": "odd_one_out", "items": [{"index": 0, "id": "h"}, {"index": 1, "id": "a"},
-                                                      {"index": 2, "id": "b"}]}),
-    ("rank", {"kind": "rank", "select": 2, "head": {"index": 0, "id": "h"},
-              "candidates": [{"index": 1, "id": "a"}, {"index": 2, "id": "b"}, {"index": 3, "id": "c"}]}),
+    ("odd_one_out", {"kind": "odd_one_out", "items": [{"handle": 0, "id": "h"}, {"handle": 1, "id": "a"},
+                                                      {"handle": 2, "id": "b"}]}),
+    ("rank", {"kind": "rank", "select": 2, "head": {"handle": 0, "id": "h"},
+              "candidates": [{"handle": 1, "id": "a"}, {"handle": 2, "id": "b"}, {"handle": 3, "id": "c"}]}),
 ])
 def test_simulated_raters_answer_screens_with_engine_oracles_noise_model(kind, question):
     """A simulated rater answers odd-one-out and grid screens with the engine's simulated rater of the
