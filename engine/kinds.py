@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .implied_triplets import odd_one_out_triplets, rank_triplets
+from .rater_checks import CAREFUL_LAPSE
 from .tables import entry_of, object_schema
 
 #: A rank study's settings (its ``rank:`` section), which the engine's rank screens take: how many
@@ -69,13 +70,12 @@ CATCH_MISS_RATE = 0.06
 CATCH_MISS_RATE_ODD = 0.085
 #: A grid catch passes when the like item is among the picks (a careful rater who saw it picks it, not
 #: always first: on the egg items 87% of the misses of "first" had it second). A miss needs every pick to
-#: miss it: pick t of n references lapses onto an unlike one with chance 0.1 (n - 1 - t) / (n - t) and
+#: miss it: pick t of n references lapses onto an unlike one with chance CAREFUL_LAPSE (n - 1 - t) / (n - t) and
 #: otherwise prefers one of the n - 1 - t unlike ones with about CATCH_GRID_CONFUSION each; the product,
 #: times CATCH_GRID_SAFETY (misses of later picks go with the harder comparisons), is the stated rate
 #: (8-rank-2: 2.0%, measured 1.6-1.7%; 8-rank-1: 18%, measured 12%).
 CATCH_GRID_CONFUSION = 0.005
 CATCH_GRID_SAFETY = 1.5
-HUMAN_LAPSE = 0.1
 #: too fast: a quarter of a kind's stated time per screen (the eggs' fastest tenth took 1.1 s, over half
 #: the median), so only answers no one could give after a look are flagged; triplets and ratings keep
 #: their earlier default (off) so running studies flag as before
@@ -507,7 +507,7 @@ class _Rank(QuestionKind):
         miss = CATCH_GRID_SAFETY
         for t in range(k):
             left = n - 1 - t  # unlike references not yet picked
-            miss *= HUMAN_LAPSE * left / (n - t) + (1 - HUMAN_LAPSE) * CATCH_GRID_CONFUSION * left
+            miss *= CAREFUL_LAPSE * left / (n - t) + (1 - CAREFUL_LAPSE) * CATCH_GRID_CONFUSION * left
         return min(1.0, miss), k / n
 
     def catch_answer_passes(self, picks, expect):

@@ -18,9 +18,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: The share of an honest rater's answers that are lapses (given at random): the human noise model's
-#: lapse (simulation.oracles), so a careful rater is not judged against a model more certain than people.
-LAPSE = 0.1
+#: The share of a careful rater's answers the checks allow to be lapses (given at random): the upper end of
+#: people's lapse rates, not their average. The human noise model simulations use lapses on 3% (fitted to
+#: the alien-egg crowds, ``simulation.oracles.HUMAN_LAPSE``); single careful people lapse on up to ~10% of
+#: triplets (``engine.embedding.FIT_LAPSE``'s note), and a check must pass them too. The one constant of
+#: this meaning: the answer check's reference model and the grid catch trials' stated rates
+#: (``engine.kinds``) both use it.
+CAREFUL_LAPSE = 0.1
+#: The name the answer check used for it (kept for callers of this module).
+LAPSE = CAREFUL_LAPSE
 #: Raters are split into this many groups; each group's answers are predicted by a model fitted on
 #: the others.
 N_FOLDS = 4
@@ -131,7 +137,7 @@ def calibrate_temperature(z: np.ndarray, chose_first: np.ndarray) -> float:
         return 0.0
     best, best_ll = 0.0, -np.inf
     for s in np.concatenate([[0.0], np.geomspace(0.01, 100, 60)]):
-        p = LAPSE / 2 + (1 - LAPSE) * _sigmoid(s * z)
+        p = CAREFUL_LAPSE / 2 + (1 - CAREFUL_LAPSE) * _sigmoid(s * z)
         ll = np.sum(np.where(chose_first == 1, np.log(p), np.log1p(-p)))
         if ll > best_ll:
             best, best_ll = float(s), ll
@@ -202,7 +208,7 @@ def judge_triplets(p_first: np.ndarray, chose_first: np.ndarray, first_lower: np
 def judge_ratings(predicted: np.ndarray, distance: np.ndarray, sigma: float, levels: np.ndarray | None = None,
                   seed: int = 0, simulations: int = SIMULATIONS) -> Verdict:
     """Test one rater's rating answers (as distances in [0, 1]) against ``predicted`` distances of the
-    model: honest answers are normal around the prediction (spread ``sigma``) with LAPSE uniform
+    model: honest answers are normal around the prediction (spread ``sigma``) with CAREFUL_LAPSE uniform
     lapses; item-blind responders draw from a histogram of their own values (which covers constant,
     random and biased raters: whatever they do, it does not depend on the pair). The p-value comes from
     answer sets simulated from the honest model on the same pairs, snapped to the scale's ``levels``
@@ -217,7 +223,7 @@ def judge_ratings(predicted: np.ndarray, distance: np.ndarray, sigma: float, lev
 
     def statistic(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         dens = np.exp(-0.5 * ((values - predicted) / sigma) ** 2) / (sigma * np.sqrt(2 * np.pi))
-        honest = np.log((1 - LAPSE) * dens + LAPSE).sum(1)
+        honest = np.log((1 - CAREFUL_LAPSE) * dens + CAREFUL_LAPSE).sum(1)
         bins = np.clip(np.searchsorted(edges, values, side="right") - 1, 0, RATING_BINS - 1)
         counts = np.stack([np.count_nonzero(bins == k, axis=1) for k in range(RATING_BINS)], axis=1)
         # the histogram responder, fitted to the answers (its density per unit: bins are 1/RATING_BINS wide)
@@ -229,7 +235,7 @@ def judge_ratings(predicted: np.ndarray, distance: np.ndarray, sigma: float, lev
     observed, top = statistic(distance[None, :])
     rng = np.random.default_rng(seed)
     noise = rng.normal(scale=sigma, size=(simulations, n))
-    lapse = rng.random((simulations, n)) < LAPSE
+    lapse = rng.random((simulations, n)) < CAREFUL_LAPSE
     simulated_values = np.where(lapse, rng.random((simulations, n)), np.clip(predicted + noise, 0.0, 1.0))
     if levels is not None and len(levels):
         levels = np.sort(np.asarray(levels, float))
