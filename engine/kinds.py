@@ -27,7 +27,6 @@ from types import MappingProxyType
 from typing import Any
 
 from .implied_triplets import odd_one_out_triplets, rank_triplets
-from .rater_checks import CAREFUL_LAPSE
 from .tables import entry_of, object_schema
 
 #: A rank study's settings (its ``rank:`` section), which the engine's rank screens take: how many
@@ -76,6 +75,13 @@ CATCH_MISS_RATE_ODD = 0.085
 #: (8-rank-2: 2.0%, measured 1.6-1.7%; 8-rank-1: 18%, measured 12%).
 CATCH_GRID_CONFUSION = 0.005
 CATCH_GRID_SAFETY = 1.5
+#: The share of a careful rater's answers the checks allow to be lapses (given at random): the upper end of
+#: people's lapse rates, not their average. The human noise model simulations use lapses on 3% (fitted to
+#: the alien-egg crowds, ``simulation.oracles.HUMAN_LAPSE``); single careful people lapse on up to ~10% of
+#: triplets (``engine.embedding.FIT_LAPSE``'s note), and a check must pass them too. The one constant of
+#: this meaning: the grid catch trials' stated rates here and the answer check's reference model
+#: (``engine.rater_checks``) use it. Here, not there, because web processes load this table without numpy.
+CAREFUL_LAPSE = 0.1
 #: too fast: a quarter of a kind's stated time per screen (the eggs' fastest tenth took 1.1 s, over half
 #: the median), so only answers no one could give after a look are flagged; triplets and ratings keep
 #: their earlier default (off) so running studies flag as before

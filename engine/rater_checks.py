@@ -18,14 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: The share of a careful rater's answers the checks allow to be lapses (given at random): the upper end of
-#: people's lapse rates, not their average. The human noise model simulations use lapses on 3% (fitted to
-#: the alien-egg crowds, ``simulation.oracles.HUMAN_LAPSE``); single careful people lapse on up to ~10% of
-#: triplets (``engine.embedding.FIT_LAPSE``'s note), and a check must pass them too. The one constant of
-#: this meaning: the answer check's reference model and the grid catch trials' stated rates
-#: (``engine.kinds``) both use it.
-CAREFUL_LAPSE = 0.1
-#: The name the answer check used for it (kept for callers of this module).
+from .kinds import CAREFUL_LAPSE
+
+#: The name the answer check used for the careful rater's lapse (``engine.kinds.CAREFUL_LAPSE``).
 LAPSE = CAREFUL_LAPSE
 #: Raters are split into this many groups; each group's answers are predicted by a model fitted on
 #: the others.
