@@ -42,10 +42,13 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
     """Create a study from a YAML/JSON config and a folder of media or a CSV of texts.
 
     \b
-    The config (every field optional but name; README "The rater's page" explains each):
+    The config (every field optional but name; the docs' "Study config" reference lists each:
+    docs/reference/config.md):
       name: My study
-      algorithm: anntri            # or algorithms: [{algorithm, question_kind, share, params, budget}]
-      question_kind: triplet       # or rating (with rating: {min, max, step, widget, prompt})
+      question_kind: triplet       # or rating, odd_one_out, rank (rating: {min, max, step, ...},
+                                   #   rank: {n_reference, n_select})
+      algorithm: duels             # the default (ratings: pooled); or algorithms: [{algorithm,
+                                   #   question_kind, share, params, budget}]
       instructions: Markdown, ![an example](item:ITEM_ID)
       consent: Markdown shown first
       practice: [{head: ID, candidates: [ID, ID], answer: ID, explanation: ...}]
