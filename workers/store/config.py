@@ -23,6 +23,9 @@ from engine.kinds import DEFAULT_KIND, KINDS, QUESTION_KINDS, SCREEN_PARAMS, get
 from engine.registry import ALGORITHMS as _TABLE
 from engine.registry import DEFAULT_NN_ALGORITHM, default_algorithm  # noqa: F401 (re-exported)
 
+# the rater pages' catalogues (Flask-free): the languages a study may name and the texts it may override
+from webapp.translations import DEFAULT_LANGUAGE, LANGUAGES, check_texts
+
 if TYPE_CHECKING:
     from engine.kinds import QuestionKind
     from engine.registry import Algorithm
@@ -158,6 +161,10 @@ SCHEMA = {
         "limits": LIMITS_SCHEMA,
         "attention": ATTENTION_SCHEMA,
         "completion": COMPLETION_SCHEMA,
+        "language": {"enum": list(LANGUAGES)},
+        # its keys (TEXT_KEYS) are checked by check_texts, which names the known ones
+        "rater_texts": {"type": "object",
+                        "additionalProperties": {"type": "string", "minLength": 1, "maxLength": 2000}},
     },
 }
 
@@ -409,8 +416,15 @@ class StudyConfig:
     limits: Limits = field(default_factory=Limits)
     attention: Attention = field(default_factory=Attention)
     completion: Completion = field(default_factory=Completion)
+    #: the rater pages' language (webapp/translations/<language>.po)
+    language: str = DEFAULT_LANGUAGE
+    #: the study's own words for rater-facing texts, by key (webapp/translations/en.po)
+    rater_texts: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        problem = check_texts(self.rater_texts)
+        if problem:
+            raise ConfigError(problem)
         share = self.heldout_share
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= MAX_HELDOUT_SHARE:
             raise ConfigError(f"field 'heldout_share' must be a number from 0 (no held-out questions) to "
@@ -628,6 +642,7 @@ class StudyConfig:
             "heldout_share": self.heldout_share,
             "consent": self.consent, "practice": [dict(p) for p in self.practice], "limits": self.limits.to_dict(),
             "attention": self.attention.to_dict(), "completion": self.completion.to_dict(),
+            "language": self.language, "rater_texts": dict(self.rater_texts),
         }
 
     def to_json(self) -> str:

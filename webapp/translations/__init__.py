@@ -1,0 +1,107 @@
+"""The rater pages' texts in every language Proxima speaks: one gettext catalogue (``<language>.po``)
+per language beside this file, read with Babel when first imported (nothing to compile). A message id is
+the text's key, which a study's ``rater_texts:`` overrides by name. Must never import Flask: the study config
+validates its ``language`` and ``texts`` against these tables.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+
+from babel import Locale
+from babel.messages.pofile import read_po
+
+#: Every study speaks this language unless its config names another; its catalogue is the source (every
+#: other catalogue translates its keys).
+DEFAULT_LANGUAGE = "en"
+#: Languages written right to left: their pages get ``dir="rtl"``.
+RTL_LANGUAGES = frozenset({"ar", "fa", "he", "ur", "yi"})
+#: ``{name}`` in a text: filled in by the page (the server's templates or rater.js).
+PLACEHOLDER = re.compile(r"\{(\w+)\}")
+#: A plural text's keys: ``<key>.<CLDR category>`` (one, two, few, many, zero), ``<key>.other`` always there.
+PLURAL_CATEGORIES = ("zero", "one", "two", "few", "many", "other")
+
+_FOLDER = Path(__file__).resolve().parent
+
+
+def _read(path: Path) -> dict[str, str]:
+    with path.open("rb") as fh:
+        catalogue = read_po(fh, abort_invalid=True)
+    # an untranslated (empty) or fuzzy entry is left out: the page shows nothing rather than a guess
+    return {m.id: m.string for m in catalogue if m.id and m.string and not m.fuzzy}
+
+
+#: language -> key -> text, for every ``<language>.po`` here.
+CATALOGUES: Mapping[str, Mapping[str, str]] = MappingProxyType({
+    path.stem: MappingProxyType(_read(path)) for path in sorted(_FOLDER.glob("*.po"))})
+#: The languages a study may name: the default first.
+LANGUAGES: tuple[str, ...] = (DEFAULT_LANGUAGE, *sorted(set(CATALOGUES) - {DEFAULT_LANGUAGE}))
+#: Every rater-facing text's key (those of the default catalogue, in its order).
+TEXT_KEYS: tuple[str, ...] = tuple(CATALOGUES[DEFAULT_LANGUAGE])
+
+
+def placeholders(text: str) -> set[str]:
+    return set(PLACEHOLDER.findall(text))
+
+
+def fill(text: str, values: Mapping[str, object]) -> str:
+    """``text`` with each ``{name}`` of ``values`` replaced (other braces are left as they are)."""
+    return PLACEHOLDER.sub(lambda m: str(values[m[1]]) if m[1] in values else m[0], text)
+
+
+def direction(language: str) -> str:
+    return "rtl" if language.split("-")[0] in RTL_LANGUAGES else "ltr"
+
+
+def check_texts(texts: Mapping[str, str]) -> str | None:
+    """What is wrong with a study's ``rater_texts:`` overrides, or None: each key is one of TEXT_KEYS, and
+    an override uses only the placeholders its key's text in the default language has."""
+    unknown_keys = sorted(set(texts) - set(TEXT_KEYS))
+    if unknown_keys:
+        return (f"unknown text(s) {', '.join(unknown_keys)} in 'rater_texts'; the texts a study may word itself: "
+                f"{', '.join(TEXT_KEYS)}")
+    for key, text in texts.items():
+        allowed = placeholders(CATALOGUES[DEFAULT_LANGUAGE][key])
+        unknown = placeholders(text) - allowed
+        if unknown:
+            known = ", ".join("{" + p + "}" for p in sorted(allowed)) or "none"
+            return (f"field 'rater_texts.{key}' uses {', '.join('{' + p + '}' for p in sorted(unknown))}, which this "
+                    f"text does not fill in; its placeholders: {known}")
+    return None
+
+
+class RaterTexts:
+    """A study's rater-facing texts: its language's catalogue (the default's for a missing key) under the
+    study's own ``rater_texts:`` overrides."""
+
+    def __init__(self, language: str = DEFAULT_LANGUAGE, overrides: Mapping[str, str] | None = None) -> None:
+        self.language = language
+        self.overrides = dict(overrides or {})
+
+    @property
+    def direction(self) -> str:
+        return direction(self.language)
+
+    def __getitem__(self, key: str) -> str:
+        if key in self.overrides:
+            return self.overrides[key]
+        own = CATALOGUES.get(self.language, {})
+        return own[key] if key in own else CATALOGUES[DEFAULT_LANGUAGE][key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.overrides or key in CATALOGUES[DEFAULT_LANGUAGE]
+
+    def get(self, key: str, **values: object) -> str:
+        return fill(self[key], values)
+
+    def plural(self, key: str, count: int, **values: object) -> str:
+        """The text of ``key`` for ``count`` (the language's CLDR plural category), ``{n}`` is ``count``."""
+        category = Locale.parse(self.language).plural_form(count)
+        chosen = f"{key}.{category}" if f"{key}.{category}" in self else f"{key}.other"
+        return fill(self[chosen], {"n": count, **values})
+
+    def catalogue(self) -> dict[str, str]:
+        """Every key's text, for the page's script (rater.js reads it from the page)."""
+        return {key: self[key] for key in dict.fromkeys([*TEXT_KEYS, *CATALOGUES.get(self.language, {})])}
