@@ -183,10 +183,11 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     storage.init_app(app)
 
-    from . import api, auth, dashboard, errors, metrics, preview, raters, researcher_api
+    from . import api, auth, dashboard, errors, i18n, metrics, preview, raters, researcher_api
 
     metrics.init_app(app)  # first: its timer starts before any other before_request runs
     errors.init_app(app)
+    i18n.init_app(app)  # the rater pages' texts in the study's language
     app.register_blueprint(raters.bp)
     app.register_blueprint(dashboard.bp)
     app.register_blueprint(api.bp)

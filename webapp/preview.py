@@ -20,6 +20,7 @@ from workers.store.studies import StudyNotFound, get_study
 
 from .errors import ApiError
 from .handles import new_seed
+from .i18n import rater_instructions
 from .questions_answers import answer_picks, check_response, parse_answer_body, screen_payload, shown_payloads
 from .raters import WIDGETS, practice_payload, render_markdown
 from .storage import get_redis
@@ -91,7 +92,7 @@ def page(study_id: str) -> ResponseReturnValue:
         "next_url": url_for("preview.next_question", study_id=study.id),
         "answer_url": url_for("preview.answer", study_id=study.id),
         "finish_url": url_for("preview.done", study_id=study.id)},
-        instructions=render_markdown(study.config.instructions, study), practice=practice_payload(study),
+        instructions=render_markdown(rater_instructions(study.config), study), practice=practice_payload(study),
         answered=0, total=preview_total(study), widgets=WIDGETS)
 
 

@@ -58,6 +58,7 @@ from . import catches
 from .catches import Comparison
 from .errors import ApiError
 from .handles import new_seed, picked_indices, question_handles
+from .i18n import rater_prompt, rater_scale
 from .tokens import sign_question, verify_question
 
 if TYPE_CHECKING:
@@ -387,7 +388,7 @@ def screen_payload(study: Study, question: dict, items: list[dict]) -> dict:
     researcher's preview's, webapp.preview, alike): its widget (``engine.kinds``),
     prompt and items (a head and candidates, or items), how many to pick, a rating's scale."""
     kind = kind_of(question)
-    out = {"kind": kind.name, "widget": kind.widget, "prompt": study.config.texts(kind)[0]}
+    out = {"kind": kind.name, "widget": kind.widget, "prompt": rater_prompt(study.config, kind)}
     if kind.headed:
         out.update(head=items[0], candidates=items[1:])
     else:
@@ -395,7 +396,7 @@ def screen_payload(study: Study, question: dict, items: list[dict]) -> dict:
     if "select" in question:
         out["select"] = int(question["select"])
     if kind.asks == "pair":
-        out["scale"] = study.config.rating.to_dict()
+        out["scale"] = rater_scale(study.config)
     return out
 
 

@@ -21,6 +21,7 @@ from workers.store.studies import STUDY_ID_PATTERN, StudyNotFound, get_items, ge
 
 from .auth import current_researcher
 from .handles import InvalidHandle, fresh_handle, padded, shown_index
+from .i18n import rater_instructions, rater_texts
 from .limits import limit_code
 from .questions_answers import (
     FULL_CODE,
@@ -55,24 +56,15 @@ _markdown = MarkdownIt("commonmark", {"html": False})
 #: Seconds between reloads of the page waiting for the answer check of a rater's last answers.
 CHECK_REFRESH_SECONDS = 2
 #: What a rater who gets no completion code should do next, by where they came from (the recruitment
-#: parameters kept in the session): the finish page's last line.
-NEXT_STEPS = {
-    "prolific": ("If you came from Prolific, please return your submission there (\u201cReturn submission\u201d "
-                 "on the study in your Prolific account) rather than leave it to time out; if you think this is a "
-                 "mistake, message the researcher through Prolific."),
-    "mturk": ("If you came from Amazon Mechanical Turk, please return the HIT (\u201cReturn\u201d) rather than "
-              "submit it without a code; if you think this is a mistake, contact the requester through MTurk."),
-    "other": ("If you were sent here by a recruitment site (Prolific, MTurk ...), please return your submission "
-              "there; if you think this is a mistake, contact the researcher who invited you."),
-}
+#: parameters kept in the session): the finish page's last line, by its key in the rater texts.
+NEXT_STEPS = {"prolific": "next_step_prolific", "mturk": "next_step_mturk", "other": "next_step_other"}
 #: What a flagged rater stopped by ``attention.stop_flagged`` reads unless the study says it in its own
-#: words (``completion.stopped_message``).
-STOPPED_MESSAGE = ("The study has ended for you: this study has no more questions for you, because too many of "
-                   "your answers did not pass its attention checks, so there is no completion code.")
+#: words (``completion.stopped_message``): its key in the rater texts.
+STOPPED_MESSAGE = "stopped_message"
 
 
 def next_step() -> str:
-    """NEXT_STEPS for this browser session's recruitment site."""
+    """NEXT_STEPS for this browser session's recruitment site (a key of the rater texts)."""
     recruitment = session.get("recruitment") or {}
     if "PROLIFIC_PID" in recruitment:
         return NEXT_STEPS["prolific"]
@@ -224,7 +216,7 @@ def study_page(study_id: str) -> ResponseReturnValue:
     if stats["completed"]:
         return redirect(url_for("raters.finish", study_id=study.id))
     claim_rater_session(conn, study.id, rater)
-    instructions = render_markdown(study.config.instructions, study)
+    instructions = render_markdown(rater_instructions(study.config), study)
     return render_template("raters/study.html", study=study, instructions=instructions,
                            practice=practice_payload(study), answered=stats["answers"], widgets=WIDGETS,
                            total=study.config.limits.max_questions_per_rater)
@@ -282,7 +274,8 @@ def finish(study_id: str) -> ResponseReturnValue:
                            shortfall=shortfall, partial=kind == PARTIAL_CODE, thanked=thanked,
                            auto_redirect=auto_redirect, redirect_seconds=REDIRECT_SECONDS,
                            redirect_url=redirect_url, message=render_markdown(completion.message),
-                           stopped_message=(render_markdown(completion.stopped_message or STOPPED_MESSAGE)
+                           stopped_message=(render_markdown(completion.stopped_message
+                                                            or rater_texts(study.config)[STOPPED_MESSAGE])
                                             if stopped else None), next_step=next_step(),
                            debrief=completion.debrief_question)
 
@@ -324,18 +317,18 @@ def code_decision(conn: Redis, study: Study, rater: str, stats: dict[str, int]) 
     abandoned = sum(1 for member in held if member.startswith(b"c:"))
     checks, failed = stats["catch"] + abandoned, stats["catch_failed"] + abandoned
     attention = study.config.attention
+    texts = rater_texts(study.config)
     failing = study.config.catch_failing(checks, failed)
     # a catch-trial flag does what every flag does (attention.flag_action): ``mark`` still gives the code
     if (stats["flagged"] or failing) and attention.withholds_code:
-        return None, "Too many of the attention checks were missed, so there is no completion code to give."
+        return None, texts["shortfall_flagged"]
     needed = study.config.limits.answers_for_code
     if stats["answers"] < needed:
         if study_full(conn, study) or study.status != "running":
             if study.config.completion.partial_code and stats["answers"] > 0:
-                return PARTIAL_CODE, (f"This study ran out of questions after {stats['answers']} of the {needed} "
-                                      "answers a full completion code needs, so this is a partial-completion code.")
-            return None, "This study filled up before you could take part, so there is no completion code to give."
-        return None, f"A completion code needs at least {needed} answers; you gave {stats['answers']}."
+                return PARTIAL_CODE, texts.get("shortfall_partial", answers=stats["answers"], needed=needed)
+            return None, texts["shortfall_filled"]
+        return None, texts.get("shortfall_needed", answers=stats["answers"], needed=needed)
     return FULL_CODE, None
 
 
