@@ -8,6 +8,22 @@
   const root = document.getElementById("study");
   const WIDGETS = window.ProximaWidgets || {};
   if (!root) return;
+  // the page's texts in its study's language (webapp/i18n.py renders the catalogue into #rater-texts):
+  // t(key, {name: value}) fills a text's {name}s; tn() picks a plural text (key.one, key.other ...) for n
+  const catalogue = JSON.parse(document.getElementById("rater-texts").textContent);
+  const fill = (text, values) => text.replace(/\{(\w+)\}/g, (m, name) => (values && name in values ? String(values[name]) : m));
+  const t = (key, values) => fill(catalogue.texts[key], values);
+  function tn(key, n, values, type) {
+    const category = new Intl.PluralRules(catalogue.language, { type: type || "cardinal" }).select(n);
+    const chosen = key + "." + category in catalogue.texts ? key + "." + category : key + ".other";
+    return t(chosen, Object.assign({ n: n }, values));
+  }
+  // a refusal in the page's language, by its code (the API's own messages are English, for programs)
+  const ERROR_TEXTS = { session_replaced: "error_session_replaced", rater_forgotten: "error_rater_forgotten",
+    study_closed: "error_study_closed", study_not_running: "error_study_closed",
+    storage_unavailable: "error_storage_unavailable" };
+  const errorText = (error) => (!error ? t("no_answer") : ERROR_TEXTS[error.code] ? t(ERROR_TEXTS[error.code])
+    : t("error_other", { code: error.code }));
   const nextUrl = root.dataset.nextUrl;
   const answerUrl = root.dataset.answerUrl;
   const finishUrl = root.dataset.finishUrl;
@@ -58,7 +74,7 @@
       el.className = "swatch big";
       el.style.backgroundColor = item.color;
       el.setAttribute("role", "img");
-      el.setAttribute("aria-label", "colour " + item.color);
+      el.setAttribute("aria-label", t("colour_label", { color: item.color }));
     } else if (item.kind === "text") {
       el = document.createElement("span");
       el.className = "text-item";
@@ -73,13 +89,13 @@
     } else if (item.kind === "image") {
       el = document.createElement("img");
       el.src = item.url;
-      el.alt = item.alt || (item.id ? item.id : "image");  // an id in the researcher's preview only
+      el.alt = item.alt || (item.id ? item.id : t("image_label"));  // an id in the researcher's preview only
     } else {
       el = document.createElement(item.kind === "audio" ? "audio" : "video");
       el.src = item.url;
       el.controls = true;
       el.preload = "auto";
-      el.setAttribute("aria-label", item.id || (item.kind === "audio" ? "sound" : "video"));
+      el.setAttribute("aria-label", item.id || t(item.kind === "audio" ? "sound_label" : "video_label"));
     }
     container.appendChild(el);
   }
@@ -109,14 +125,14 @@
     feedbackEl.hidden = true;
     if (skipRow) skipRow.hidden = !question || practiceIndex >= 0;
     if (!question) {
-      statusEl.textContent = "There are no more questions right now. Thank you!";
+      statusEl.textContent = t("no_more_questions");
       return;
     }
     if (question.progress) setProgress(question.progress.answered);
     const widget = widgetOf(question);
     if (!widget) {
       current = null;
-      statusEl.textContent = "This page cannot show this kind of question; please reload it.";
+      statusEl.textContent = t("unknown_widget");
       return;
     }
     widget.show(question);
@@ -147,7 +163,7 @@
     current = null;
     hideWidgets();
     if (skipRow) skipRow.hidden = true;
-    statusEl.textContent = error ? error.message : "The server did not answer; please reload.";
+    statusEl.textContent = errorText(error);
   }
 
   async function loadNext() {
@@ -191,8 +207,7 @@
     const right = widgetOf(q).isRight(q, answer);
     hideWidgets();
     if (skipRow) skipRow.hidden = true;
-    $("feedback-text").textContent = (right ? "Well done — that is what we expected. " :
-      "Most people would answer differently here. ") + (q.explanation || "");
+    $("feedback-text").textContent = (t(right ? "practice_right" : "practice_wrong") + " " + (q.explanation || "")).trim();
     feedbackEl.className = "feedback " + (right ? "right" : "wrong");
     feedbackEl.hidden = false;
     $("feedback-next").focus();
@@ -202,7 +217,7 @@
     $("intro").hidden = true;
     $("progress-box").hidden = false;
     setProgress(answered);
-    statusEl.textContent = "Loading the next question…";
+    statusEl.textContent = t("loading");
     flushOutbox().then((sent) => { if (!sent) loadNext(); });
   }
 
@@ -238,14 +253,14 @@
       try {
         r = await call(answerUrl, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
       } catch (e) {
-        statusEl.textContent = "Connection problem — your answer is kept and will be sent again…";
+        statusEl.textContent = t("connection_problem");
         if (attempt >= 1) offlineEl.hidden = false;
         await new Promise((res) => setTimeout(res, Math.min(5000, 500 * (attempt + 1))));
         continue;
       }
       offlineEl.hidden = true;
       if (r.status === 429) {  // too many answers at once: the answer stays in the outbox, sent again shortly
-        statusEl.textContent = "Sending your answer…";
+        statusEl.textContent = t("sending");
         await new Promise((res) => setTimeout(res, 1000 * r.retryAfter));
         continue;
       }
@@ -266,7 +281,7 @@
 
   // A widget whose answer is one of the items it shows (pick, odd) calls ctx.oneChoice(this, {el, buttons,
   // offered, keys}) from its init: ``buttons[n]`` shows ``offered(q)[n]``, and a click on it or the key
-  // ``keys[n]`` answers with that item. It gets its ctx, el and buttons and the parts such widgets share
+  // ``keys[n]`` answers with that item (``keys`` may be a function: asked at each key press). It gets its ctx, el and buttons and the parts such widgets share
   // (hide, setDisabled, choose, keydown, isRight), and keeps its own items and show.
   function oneChoice(widget, { el, buttons, offered, keys }) {
     Object.assign(widget, {
@@ -275,7 +290,7 @@
       setDisabled(disabled) { this.buttons.forEach((b) => (b.disabled = disabled)); },
       choose(n) { if (this.q) this.ctx.submit({ choice: offered(this.q)[n].handle }); },
       keydown(event) {
-        const n = keys.indexOf(event.key);
+        const n = (typeof keys === "function" ? keys() : keys).indexOf(event.key);
         if (n < 0) return false;
         event.preventDefault();
         this.choose(n);
@@ -287,7 +302,7 @@
   }
 
   // each widget whose markup the page has: it draws its screens and hands its answers to submit()
-  const ctx = { renderItem: renderItem, submit: submit, oneChoice: oneChoice };
+  const ctx = { renderItem: renderItem, submit: submit, oneChoice: oneChoice, t: t, tn: tn };
   Object.values(WIDGETS).forEach((w) => w.init(ctx));
   if (skipRow) $("skip").addEventListener("click", skip);
   $("feedback-next").addEventListener("click", () => { practiceIndex += 1; showPractice(); });

@@ -5,11 +5,10 @@
 (function (W) {
   "use strict";
   const KEYS = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "0", "-", "="];
-  const ORDINALS = ["1st", "2nd", "3rd"];
-  const ordinal = (n) => ORDINALS[n - 1] || n + "th";
   W.grid = {
     init(ctx) {
       this.ctx = ctx;
+      this.ordinal = (n) => ctx.tn("ordinal", n, {}, "ordinal");  // a place in the order: 1st, 2nd ... (1., 2. ...)
       this.el = document.getElementById("grid");
       this.refs = document.getElementById("grid-refs");
       this.status = document.getElementById("grid-status");
@@ -78,14 +77,16 @@
         const at = this.picks.indexOf(n);
         b.classList.toggle("picked", at >= 0);
         b.setAttribute("aria-pressed", at >= 0 ? "true" : "false");
-        b.querySelector(".grid-badge").textContent = at >= 0 ? (this.k > 1 ? ordinal(at + 1) : "✓") : "";
-        const label = "item " + KEYS[n] + (at >= 0 ? ", picked " + (this.k > 1 ? ordinal(at + 1) : "") : "");
-        b.setAttribute("aria-label", label.trim());
+        b.querySelector(".grid-badge").textContent = at >= 0 ? (this.k > 1 ? this.ordinal(at + 1) : "✓") : "";
+        const label = at < 0 ? this.ctx.t("item_label", { n: KEYS[n] })
+          : this.k > 1 ? this.ctx.t("grid_item_picked", { n: KEYS[n], place: this.ordinal(at + 1) })
+            : this.ctx.t("grid_item_picked_only", { n: KEYS[n] });
+        b.setAttribute("aria-label", label);
       });
       const left = this.k - this.picks.length;
       if (this.status) {
-        this.status.textContent = left > 0 ? "Picked " + this.picks.length + " of " + this.k
-          : "Press Confirm (or Enter) to send, or take a pick back.";
+        this.status.textContent = left > 0 ? this.ctx.t("grid_picked", { picked: this.picks.length, k: this.k })
+          : this.ctx.t("grid_ready");
       }
       this.confirmButton.disabled = this.disabled || left > 0;
       this.undoButton.disabled = this.disabled || this.picks.length === 0;

@@ -18,7 +18,7 @@
       document.getElementById("odd-prompt").textContent = q.prompt;
       q.items.forEach((item, n) => {
         this.ctx.renderItem(this.buttons[n], item);
-        this.buttons[n].setAttribute("aria-label", "item " + (n + 1) + (item.id ? ": " + item.id : ""));
+        this.buttons[n].setAttribute("aria-label", this.ctx.t("item_label", { n: n + 1 }) + (item.id ? ": " + item.id : ""));
       });
       this.el.hidden = false;
     },

@@ -4,11 +4,15 @@
   "use strict";
   W.pick = {
     init(ctx) {
+      const buttons = [document.getElementById("left"), document.getElementById("right")];
+      // ← and → mean the candidate drawn on that side: in a right-to-left page the first is on the right
+      this.keys = () => (buttons[0].getBoundingClientRect().left <= buttons[1].getBoundingClientRect().left
+        ? ["ArrowLeft", "ArrowRight"] : ["ArrowRight", "ArrowLeft"]);
       ctx.oneChoice(this, {
         el: document.getElementById("question"),
-        buttons: [document.getElementById("left"), document.getElementById("right")],
+        buttons: buttons,
         offered: (q) => q.candidates,
-        keys: ["ArrowLeft", "ArrowRight"],
+        keys: this.keys,
       });
     },
     items(q) { return [q.head].concat(q.candidates); },
@@ -18,6 +22,8 @@
       this.ctx.renderItem(document.getElementById("head"), q.head);
       q.candidates.forEach((item, side) => this.ctx.renderItem(this.buttons[side], item));
       this.el.hidden = false;
+      const keys = this.keys();
+      this.buttons.forEach((b, side) => b.setAttribute("aria-keyshortcuts", keys[side]));
     },
   };
 })(window.ProximaWidgets = window.ProximaWidgets || {});

@@ -42,8 +42,8 @@
           b.addEventListener("click", () => this.rate(v));
           this.scaleButtons.appendChild(b);
         });
-        $("rating-hint").textContent = scale.min + " = " + scale.low_label + ", " + scale.max + " = " +
-          scale.high_label + ". Click or tap a number, or press its key.";
+        $("rating-hint").textContent = this.ctx.t("rating_hint_buttons",
+          { min: scale.min, low: scale.low_label, max: scale.max, high: scale.high_label });
       } else {
         this.slider.min = scale.min;
         this.slider.max = scale.max;
@@ -51,7 +51,7 @@
         this.slider.value = (scale.min + scale.max) / 2;
         $("slider-low").textContent = scale.low_label;
         $("slider-high").textContent = scale.high_label;
-        $("rating-hint").textContent = "Move the slider (or use the arrow keys), then press Enter or Submit.";
+        $("rating-hint").textContent = this.ctx.t("rating_hint_slider");
       }
       this.el.hidden = false;
     },
