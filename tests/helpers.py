@@ -90,6 +90,12 @@ def index_of(item: dict, secret: str = SECRET) -> int:
     return shown_index(secret, None, item["handle"])
 
 
+def served_index(instance: Path, handle: str | None) -> int:
+    """The item index a handle names on a page of a ``proxima serve`` whose instance folder is ``instance``
+    (read with the secret key it keeps there): what a browser test answering from the truth needs."""
+    return shown_index((instance / "secret_key").read_text().strip(), None, handle)
+
+
 def shown(question: dict) -> list[dict]:
     """A question's shown items in display order (a head first)."""
     return [question["head"], *question["candidates"]] if "head" in question else list(question["items"])

@@ -6,12 +6,12 @@ import io
 import os
 
 import pytest
-from helpers import ARTIFACTS, agree_to_consent
+from helpers import ARTIFACTS, agree_to_consent, served_index
 
 pytestmark = pytest.mark.browser
 
 
-def test_a_rater_answers_twenty_questions_and_the_researcher_sees_them(browser, live_server, conn):
+def test_a_rater_answers_twenty_questions_and_the_researcher_sees_them(browser, live_server, conn, tmp_path):
     page = browser.new_page()
     page.goto(f"{live_server}/s/browser?PROLIFIC_PID=p-0001")
     assert "more similar" in page.locator("#instructions").inner_text()
@@ -20,7 +20,8 @@ def test_a_rater_answers_twenty_questions_and_the_researcher_sees_them(browser, 
     for n in range(20):
         page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")
         side = n % 2
-        chosen.append(int(page.locator("#left" if side == 0 else "#right").get_attribute("data-index")))
+        chosen.append(served_index(tmp_path / "instance",
+                                   page.locator("#left" if side == 0 else "#right").get_attribute("data-handle")))
         if n % 4 == 0:
             page.click("#left" if side == 0 else "#right")
         else:
@@ -61,7 +62,8 @@ def test_consent_practice_ten_questions_by_keyboard_and_a_completion_code(browse
     page.click("#start")
     page.wait_for_selector("#practice-banner:not([hidden])")
     page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")
-    page.keyboard.press("ArrowLeft" if page.locator("#left").get_attribute("data-index") == "1" else "ArrowRight")
+    left = served_index(flow_server_instance, page.locator("#left").get_attribute("data-handle"))
+    page.keyboard.press("ArrowLeft" if left == 1 else "ArrowRight")
     page.wait_for_selector("#feedback.right:not([hidden])")
     page.click("#feedback-next")
     os.makedirs(ARTIFACTS, exist_ok=True)
@@ -140,10 +142,11 @@ def test_an_answer_sent_while_offline_is_retried_and_stored_once(browser, flow_s
 
 def _wait_for_triplet(page):
     page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")
-    return page.locator("#head").get_attribute("data-index")
+    return page.locator("#head").get_attribute("data-handle")
 
 
-def test_a_rater_by_mouse_skips_twice_fails_catch_trials_and_is_stopped_politely(browser, flow_server, conn):
+def test_a_rater_by_mouse_skips_twice_fails_catch_trials_and_is_stopped_politely(browser, flow_server, conn,
+                                                                                  tmp_path):
     """Mouse only: "can't decide" by button and by the S key is logged as a skip; a rater who then
     always picks the candidate less like the head (the page cannot tell which questions are attention
     checks) fails them, is flagged and is then stopped politely."""
@@ -161,8 +164,9 @@ def test_a_rater_by_mouse_skips_twice_fails_catch_trials_and_is_stopped_politely
                                "!!document.querySelector('#question:not([hidden]) #left:not([disabled])')")
         if page.url.endswith("/s/checks/done"):
             break
-        head = int(_wait_for_triplet(page))
-        sides = [int(page.locator(side).get_attribute("data-index")) for side in ("#left", "#right")]
+        head = served_index(tmp_path / "instance", _wait_for_triplet(page))
+        sides = [served_index(tmp_path / "instance", page.locator(side).get_attribute("data-handle"))
+                 for side in ("#left", "#right")]
         if skipped == 0:
             page.click("#skip")
             skipped += 1
@@ -184,7 +188,7 @@ def test_a_rater_by_mouse_skips_twice_fails_catch_trials_and_is_stopped_politely
     assert conn.hget(keys.rater_stats("checks"), "p-careless:flagged") == b"1"
 
 
-def test_a_rater_completes_ten_questions_by_mouse_alone(browser, flow_server, conn):
+def test_a_rater_completes_ten_questions_by_mouse_alone(browser, flow_server, conn, tmp_path):
     from workers.store.answers import read_answers
 
     page = browser.new_page()
@@ -199,7 +203,7 @@ def test_a_rater_completes_ten_questions_by_mouse_alone(browser, flow_server, co
     for n in range(10):
         _wait_for_triplet(page)
         side = "#left" if n % 3 else "#right"
-        chosen.append(int(page.locator(side).get_attribute("data-index")))
+        chosen.append(served_index(tmp_path / "instance", page.locator(side).get_attribute("data-handle")))
         page.click(side)
         if n < 9:
             page.wait_for_function(f"() => document.getElementById('answered')?.textContent === '{n + 1}'")

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import PHONE, watched_page
+from helpers import PHONE, served_index, watched_page
 
 from workers.store.answers import read_answers
 from workers.store.config import StudyConfig
@@ -70,6 +70,18 @@ def kinds_server(conn, start_serve):
     return start_serve()
 
 
+def indices_at(page, selector: str, tmp_path: Path) -> list[int]:
+    """The item indices the handles of the page's ``selector`` elements name (the served instance's key)."""
+    handles = page.locator(selector).evaluate_all("bs => bs.map(b => b.dataset.handle)")
+    return [served_index(tmp_path / "instance", h) for h in handles]
+
+
+def handle_at(page, selector: str, tmp_path: Path, index: int) -> str:
+    """The handle of the ``selector`` element showing item ``index``."""
+    handles = page.locator(selector).evaluate_all("bs => bs.map(b => b.dataset.handle)")
+    return next(h for h in handles if served_index(tmp_path / "instance", h) == index)
+
+
 def _shots(tmp_path: Path) -> list[Path]:
     folders = [tmp_path]
     if os.environ.get("PROXIMA_SCREENSHOTS"):
@@ -115,14 +127,14 @@ def test_odd_one_out_by_mouse_touch_and_keys_keeps_the_whole_screen(browser, kin
     # the practice question: feedback, never sent
     page.wait_for_selector("#odd:not([hidden]) .odd-item:not([disabled])")
     assert page.locator("#practice-banner").is_visible()
-    page.locator(".odd-item[data-index='12']").click()
+    page.locator(f".odd-item[data-handle='{handle_at(page, '.odd-item', tmp_path, 12)}']").click()
     page.wait_for_selector("#feedback.right")
     assert "belong together" in page.locator("#feedback-text").inner_text()
     page.click("#feedback-next")
     shown, picked = [], []
     for n in range(8):
         page.wait_for_selector("#odd:not([hidden]) .odd-item:not([disabled])")
-        indices = [int(x) for x in page.locator(".odd-item").evaluate_all("bs => bs.map(b => b.dataset.index)")]
+        indices = indices_at(page, ".odd-item", tmp_path)
         # the odd one: the item farthest (in hue) from the other two
         odd = max(range(3), key=lambda k: sum(_gap(indices[k], indices[m]) for m in range(3) if m != k))
         shown.append(indices)
@@ -163,7 +175,7 @@ def test_odd_one_out_by_mouse_touch_and_keys_keeps_the_whole_screen(browser, kin
             (button, picture)
     assert "Tap" in page.locator("#odd .hint").inner_text()
     _screenshot(page, tmp_path, "odd_one_out_phone.png")
-    first = int(page.locator(".odd-item").nth(2).get_attribute("data-index"))
+    first = served_index(tmp_path / "instance", page.locator(".odd-item").nth(2).get_attribute("data-handle"))
     page.locator(".odd-item").nth(2).tap()
     _wait_answered(page, 1)
     (answer,) = _log(conn, "odd", "odd-phone")
@@ -177,16 +189,16 @@ def test_a_ranked_grid_by_mouse_touch_and_keys_numbers_the_picks_and_undoes(brow
                                          "Pick the 2 of the 8", viewport={"width": 1100, "height": 1000})
     page.wait_for_selector("#grid:not([hidden]) .grid-ref:not([disabled])")
     # practice: the two nearest hues, nearest first
-    page.locator(".grid-ref[data-index='1']").click()
-    page.locator(".grid-ref[data-index='23']").click()
+    page.locator(f".grid-ref[data-handle='{handle_at(page, '.grid-ref', tmp_path, 1)}']").click()
+    page.locator(f".grid-ref[data-handle='{handle_at(page, '.grid-ref', tmp_path, 23)}']").click()
     page.click("#grid-confirm")
     page.wait_for_selector("#feedback.right")
     page.click("#feedback-next")
     sent = []
     for n in range(8):
         page.wait_for_selector("#grid:not([hidden]) .grid-ref:not([disabled])")
-        head = int(page.locator("#grid-head").get_attribute("data-index"))
-        refs = [int(x) for x in page.locator(".grid-ref").evaluate_all("bs => bs.map(b => b.dataset.index)")]
+        head = served_index(tmp_path / "instance", page.locator("#grid-head").get_attribute("data-handle"))
+        refs = indices_at(page, ".grid-ref", tmp_path)
         order = sorted(range(len(refs)), key=lambda k: _gap(head, refs[k]))
         first, second = order[0], order[1]
         assert page.locator("#grid-confirm").is_disabled()
