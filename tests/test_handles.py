@@ -160,3 +160,28 @@ def test_in_an_unlabelled_image_study_a_random_bot_is_flagged_and_a_careful_rate
     good, bad = rater_stats(conn, study_id, "r-careful"), rater_stats(conn, study_id, "r-bot")
     assert good["catch"] >= 3 and good["catch_failed"] == 0 and not good["flagged"], good
     assert bad["catch"] >= 3 and bad["flagged"], bad
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_restore_judges_copy_catch_trials_as_they_were_judged_live(app, conn, kind):
+    """The replay of the log (a restore, a rebuild) judges an item shown with its copy from the items alone,
+    as the live rule did: every catch answer gets the flag it was logged with."""
+    import json
+
+    from workers.store import keys
+    from workers.store.answers import read_answers
+    from workers.store.raters import replay_rater_stats
+    from workers.store.studies import get_study
+
+    study_id = image_study(conn, f"replay-{kind.replace('_', '-')}", kind)
+    rng = random.Random(3)
+    run(app.test_client(), study_id, "r-careful", careful)
+    run(app.test_client(), study_id, "r-bot", lambda q: at_random(q, rng))
+    log = read_answers(conn, study_id)
+    items = [json.loads(raw) for raw in conn.lrange(keys.items(study_id), 0, -1)]
+    flags, _ = replay_rater_stats(log, get_study(conn, study_id).config, items)
+    judged = [a for a in log if a.algorithm == "catch"]
+    assert judged and any("catch_fail" in a.flags for a in judged) and any("catch_pass" in a.flags for a in judged)
+    for a in judged:
+        logged = next(f for f in a.flags.split(",") if f.startswith("catch_"))
+        assert logged in flags[a.id].split(","), (a, flags[a.id])
