@@ -68,10 +68,10 @@ def rater_instructions(config: StudyConfig) -> str:
 
 
 def rater_scale(config: StudyConfig) -> dict:
-    """The rating scale the page draws: the study's labels, else the catalogue's."""
+    """The rating scale the page draws: the study's labels (and prompt), else the catalogue's."""
     scale = config.rating.to_dict()
     texts = rater_texts(config)
-    for field, key in (("low_label", "scale_low"), ("high_label", "scale_high")):
+    for field, key in (("low_label", "scale_low"), ("high_label", "scale_high"), ("prompt", "prompt_rating")):
         if scale[field] == getattr(_DEFAULT_SCALE, field):
             scale[field] = texts[key]
     return scale
