@@ -210,21 +210,23 @@ def test_a_german_study_shows_no_english_anywhere_a_rater_looks(app, client, con
     assert english_left(shown_text(english), "de") == ["closed_full: " + repr(ENGLISH["closed_full"].strip(" ."))]
 
 
-def test_every_kinds_question_speaks_the_study_language(client, conn):
+@pytest.mark.parametrize("language", OTHER_LANGUAGES)
+def test_every_kinds_question_speaks_the_study_language(client, conn, language):
     for kind in KINDS.values():
-        study_id = "de-" + kind.name.replace("_", "-")
-        config = StudyConfig.from_dict({"name": "Arten", "question_kind": kind.name, "language": "de",
+        study_id = f"{language}-" + kind.name.replace("_", "-")
+        config = StudyConfig.from_dict({"name": "Arten", "question_kind": kind.name, "language": language,
                                         "pool_size": 8, **NO_CHECKS})
         create_study(conn, config, colour_items(12), study_id=study_id)
         client.get(f"/s/{study_id}?PROLIFIC_PID=p-{study_id}")
         page = client.get(f"/s/{study_id}").get_data(as_text=True)
         question = fetch_question(client, study_id)
-        assert english_left(shown_text(page) + "\n".join(_strings(question)), "de") == [], kind.name
+        assert english_left(shown_text(page) + "\n".join(_strings(question)), language) == [], kind.name
         assert rater_instructions(config) in page
         assert question["prompt"] == rater_prompt(config, kind) != kind.texts(config.settings_of(kind))[0]
         if "scale" in question:
-            assert (question["scale"]["low_label"], question["scale"]["high_label"]) == ("sehr verschieden",
-                                                                                         "sehr ähnlich")
+            catalogue = CATALOGUES[language]
+            assert (question["scale"]["low_label"], question["scale"]["high_label"]) == (catalogue["scale_low"],
+                                                                                         catalogue["scale_high"])
 
 
 def test_a_studys_own_words_win_over_the_catalogue(client, conn):
