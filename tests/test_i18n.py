@@ -14,9 +14,9 @@ from helpers import NO_CHECKS, answer, colour_items, csrf_token_of, fetch_questi
 from engine.kinds import KINDS
 from webapp import ROOT
 from webapp.i18n import rater_instructions, rater_prompt, rater_texts
-from webapp.translations import CATALOGUES, DEFAULT_LANGUAGE, LANGUAGES, TEXT_KEYS, RaterTexts, placeholders
 from workers.store.config import ConfigError, StudyConfig
 from workers.store.studies import create_study, get_study, set_status
+from workers.store.translations import CATALOGUES, DEFAULT_LANGUAGE, LANGUAGES, TEXT_KEYS, RaterTexts, placeholders
 
 OTHER_LANGUAGES = [lang for lang in LANGUAGES if lang != DEFAULT_LANGUAGE]
 ENGLISH = CATALOGUES[DEFAULT_LANGUAGE]

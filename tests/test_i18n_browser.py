@@ -7,9 +7,9 @@ import os
 import pytest
 from helpers import ARTIFACTS, agree_to_consent, colour_items
 
-from webapp.translations import CATALOGUES
 from workers.store.config import StudyConfig
 from workers.store.studies import create_study
+from workers.store.translations import CATALOGUES
 
 pytestmark = pytest.mark.browser
 

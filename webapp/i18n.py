@@ -1,6 +1,6 @@
 """The rater pages in the study's language: the templates' ``t``/``tn`` and the page's catalogue for
-rater.js (webapp/translations), and the study's default texts (prompts, instructions, scale labels, the
-skip button) in that language unless the study words them itself.
+rater.js (``workers.store.translations``), and the study's default texts (prompts, instructions, scale
+labels, the skip button) in that language unless the study words them itself.
 
 A page speaks its study's language, not the browser's: the consent, instructions and items a study shows are
 in one language, and the page around them should not be in another.
@@ -14,8 +14,7 @@ from markupsafe import Markup, escape
 
 from engine.kinds import KINDS
 from workers.store.config import SKIP_LABEL, RatingScale
-
-from .translations import DEFAULT_LANGUAGE, PLACEHOLDER, RaterTexts
+from workers.store.translations import DEFAULT_LANGUAGE, PLACEHOLDER, RaterTexts
 
 if TYPE_CHECKING:
     from flask import Flask

@@ -22,9 +22,7 @@ from engine import kinds as _kinds
 from engine.kinds import DEFAULT_KIND, KINDS, QUESTION_KINDS, SCREEN_PARAMS, get_kind
 from engine.registry import ALGORITHMS as _TABLE
 from engine.registry import DEFAULT_NN_ALGORITHM, default_algorithm  # noqa: F401 (re-exported)
-
-# the rater pages' catalogues (Flask-free): the languages a study may name and the texts it may override
-from webapp.translations import DEFAULT_LANGUAGE, LANGUAGES, check_texts
+from workers.store.translations import DEFAULT_LANGUAGE, LANGUAGES, check_texts  # the rater pages' catalogues
 
 if TYPE_CHECKING:
     from engine.kinds import QuestionKind
@@ -416,9 +414,9 @@ class StudyConfig:
     limits: Limits = field(default_factory=Limits)
     attention: Attention = field(default_factory=Attention)
     completion: Completion = field(default_factory=Completion)
-    #: the rater pages' language (webapp/translations/<language>.po)
+    #: the rater pages' language (workers/store/translations/<language>.po)
     language: str = DEFAULT_LANGUAGE
-    #: the study's own words for rater-facing texts, by key (webapp/translations/en.po)
+    #: the study's own words for rater-facing texts, by key (workers/store/translations/en.po)
     rater_texts: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:

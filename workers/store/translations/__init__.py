@@ -1,7 +1,7 @@
 """The rater pages' texts in every language Proxima speaks: one gettext catalogue (``<language>.po``)
 per language beside this file, read with Babel when first imported (nothing to compile). A message id is
-the text's key, which a study's ``rater_texts:`` overrides by name. Must never import Flask: the study config
-validates its ``language`` and ``texts`` against these tables.
+the text's key, which a study's ``rater_texts:`` overrides by name. The study config validates its
+``language`` and ``rater_texts`` against these tables; ``webapp.i18n`` puts them on the pages.
 """
 from __future__ import annotations
 
