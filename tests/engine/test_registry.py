@@ -217,3 +217,15 @@ def test_wider_graph_than_learned_is_filled():
     g = neighbor_graph(p, k=3)
     assert g.neighbors.shape == (N, 3) and (g.neighbors[:, 1:] == NO_NEIGHBOR).all()
     assert (g.neighbors[:, 0] >= 0).all()
+
+
+def test_make_planner_keeps_its_old_import_paths():
+    """make_planner and restore_planner moved from engine.registry to engine.planners; outside harnesses import
+    them from the old path (and from the package): every path gives the same function."""
+    import engine
+    from engine import planners, registry
+
+    for name in ("make_planner", "restore_planner"):
+        assert getattr(registry, name) is getattr(planners, name) is getattr(engine, name)
+    with pytest.raises(AttributeError):
+        registry.no_such_function  # noqa: B018
