@@ -1,5 +1,6 @@
 """Rater pages in other languages in a real headless Chromium: a German study from consent to completion
-code, and a right-to-left (Arabic) study whose arrow keys pick the item drawn on that side."""
+code, and right-to-left (Arabic) studies whose arrow keys pick the item drawn on that side and whose keys
+work from an Arabic keyboard layout."""
 from __future__ import annotations
 
 import os
@@ -19,7 +20,8 @@ QUESTIONS = 4
 
 @pytest.fixture
 def language_server(conn, start_serve):
-    """A German study (consent, one practice question) and an Arabic one, four triplet questions each."""
+    """A German study (consent, one practice question) and an Arabic one (can't decide allowed), four triplet
+    questions each, and an Arabic odd-one-out study."""
     common = {"algorithm": "random_triplets", "pool_size": 10, "random_state": 3,
               "limits": {"max_questions_per_rater": QUESTIONS}, "attention": {"rate": 0, "answer_check": False}}
     german = StudyConfig.from_dict({
@@ -27,8 +29,11 @@ def language_server(conn, start_serve):
         "practice": [{"head": "c0", "candidates": ["c1", "c2"], "answer": "c1", "explanation": "c1 ist näher."}],
         **common})
     create_study(conn, german, colour_items(12), study_id="de")
-    create_study(conn, StudyConfig.from_dict({"name": "مقارنة الألوان", "language": "ar", **common}),
-                 colour_items(12), study_id="ar")
+    create_study(conn, StudyConfig.from_dict({"name": "مقارنة الألوان", "language": "ar", "allow_skip": True,
+                                              **common}), colour_items(12), study_id="ar")
+    odd = StudyConfig.from_dict({"name": "الدخيل", "language": "ar", "question_kind": "odd_one_out", "pool_size": 10,
+                                 "random_state": 3, "attention": {"rate": 0, "answer_check": False}})
+    create_study(conn, odd, colour_items(12), study_id="ar-odd")
     return start_serve()
 
 
@@ -37,6 +42,18 @@ def console_errors(page) -> list[str]:
     page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
     page.on("pageerror", lambda error: errors.append(str(error)))
     return errors
+
+
+def sent_answers(page) -> list[dict]:
+    sent: list[dict] = []
+    page.on("request", lambda r: sent.append(r.post_data_json) if r.method == "POST" and "/answers" in r.url else None)
+    return sent
+
+
+def press_on_arabic_layout(page, key: str, code: str) -> None:
+    """A key press as an Arabic keyboard layout sends it (``key`` the Arabic character, ``code`` the key)."""
+    page.evaluate("([key, code]) => document.dispatchEvent(new KeyboardEvent('keydown', {key, code, bubbles: true}))",
+                  [key, code])
 
 
 def answered(page, n: int) -> None:
@@ -79,8 +96,7 @@ def test_a_german_study_from_consent_to_code_in_german(browser, language_server)
 def test_a_right_to_left_study_maps_the_arrow_keys_to_what_is_on_screen(browser, language_server):
     page = browser.new_page()
     errors = console_errors(page)
-    sent: list[dict] = []
-    page.on("request", lambda r: sent.append(r.post_data_json) if r.method == "POST" and "/answers" in r.url else None)
+    sent = sent_answers(page)
     page.goto(f"{language_server}/s/ar?PROLIFIC_PID=p-ar")
     assert page.locator("html").get_attribute("dir") == "rtl"
     assert page.locator("#start").inner_text() == AR["start"]
@@ -101,4 +117,28 @@ def test_a_right_to_left_study_maps_the_arrow_keys_to_what_is_on_screen(browser,
         assert sent[-1]["choice"] == wanted
         assert page.locator("#progress-text").inner_text() == f"أُجيب عن {n + 1} من {QUESTIONS}"
     assert page.locator("#prompt").inner_text() == AR["prompt_triplet"]
+    assert page.locator("#skip").inner_text() == AR["skip"]
+    page.wait_for_selector("#question:not([hidden]) #left:not([disabled])")
+    with page.expect_navigation():  # "can't decide" by the key where S is (س on an Arabic layout): the last
+        press_on_arabic_layout(page, "س", "KeyS")
+    assert sent[-1]["skip"] is True
+    assert page.locator("h1").inner_text() == AR["finish_heading"]
+    assert errors == []
+
+
+def test_odd_one_out_in_arabic_reads_right_to_left_and_takes_arabic_digits(browser, language_server):
+    page = browser.new_page()
+    errors = console_errors(page)
+    sent = sent_answers(page)
+    page.goto(f"{language_server}/s/ar-odd?PROLIFIC_PID=p-ar-odd")
+    page.click("#start")
+    for n, (digit, place) in enumerate([("١", 0), ("٣", 2), ("3", 2)]):
+        page.wait_for_selector("#odd:not([hidden]) .odd-item:not([disabled])")
+        xs = [page.locator(f'.odd-item[data-n="{i}"]').bounding_box()["x"] for i in range(3)]
+        assert xs[0] > xs[1] > xs[2]  # item 1 is the first in reading order: on the right
+        wanted = page.locator(f'.odd-item[data-n="{place}"]').get_attribute("data-handle")
+        press_on_arabic_layout(page, digit, f"Digit{place + 1}")
+        answered(page, n + 1)
+        assert sent[-1]["choice"] == wanted
+    assert page.locator("#odd-prompt").inner_text() == AR["prompt_odd_one_out"]
     assert errors == []

@@ -308,16 +308,27 @@
   $("feedback-next").addEventListener("click", () => { practiceIndex += 1; showPractice(); });
   $("start").addEventListener("click", () => (practice.length ? startPractice() : startQuestions()));
   $("start").disabled = false;  // served disabled: a click before this script has run would do nothing
+  // A key as the page's hints name it, whatever the rater's keyboard layout: Arabic-Indic and Persian
+  // digits are the digits 0-9, and on a layout without Latin letters the key where S is is S.
+  const DIGITS = ["٠١٢٣٤٥٦٧٨٩", "۰۱۲۳۴۵۶۷۸۹"];
+  function hintedKey(event) {
+    for (const digits of DIGITS) {
+      if (event.key.length === 1 && digits.includes(event.key)) return String(digits.indexOf(event.key));
+    }
+    if (event.code === "KeyS" && event.key.length === 1 && !/[a-z]/i.test(event.key)) return "s";
+    return event.key;
+  }
   document.addEventListener("keydown", (event) => {
     if (event.target && event.target.tagName === "TEXTAREA") return;
     if (!current || busy) return;
-    if (skipRow && (event.key === "s" || event.key === "S") && !event.ctrlKey && !event.metaKey && !event.altKey) {
+    const key = hintedKey(event);
+    if (skipRow && (key === "s" || key === "S") && !event.ctrlKey && !event.metaKey && !event.altKey) {
       event.preventDefault();
       skip();
       return;
     }
     if (event.ctrlKey || event.metaKey || event.altKey) return;
-    widgetOf(current).keydown(event);
+    widgetOf(current).keydown(key === event.key ? event : { key: key, preventDefault: () => event.preventDefault() });
   });
   window.addEventListener("online", () => { offlineEl.hidden = true; });
   if (answered > 0) startQuestions();  // reload mid-study: straight back to the questions
