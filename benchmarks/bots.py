@@ -16,11 +16,11 @@ the alien-egg crowds, lapse CAREFUL_LAPSE, a copy seen as one but for a lapse; r
 the handles of what they are shown with the server's secret key, as a person reads the pictures) and
 bots answer in turn, so the study's model is learned from everyone (bots included). The item-blind bots:
 always the first item shown, always the last, uniformly random, lowest handle, random + memory of its own
-answers, random + reading the token's length, 80/20 first. Two more read the media they are sent:
-``media sizes`` takes the items of closest byte size as alike (what the padding is for), ``media bytes``
-compares the bytes themselves (the longest common prefix): a program that looks at the content, which
-no naming on the wire can stop telling a copy from another item. Prints, per kind, the share of runs
-shown a code per study type, and the share flagged.
+answers, random + reading the token's length, 80/20 first. Two more fetch the media they are sent and
+answer at random unless two shown items look like one: ``media sizes`` by sizes within 1% (what the
+padding hides), ``media bytes`` by one file's bytes being the start of the other's: a program that
+compares the content, which no naming on the wire can stop telling a copy from another item. Prints, per
+kind, the share of runs shown a code per study type, and the share flagged.
 Offline tables then measure, against the answers per rater (10, 20, 40, 80), the triplet answer check
 (engine.rater_checks, the same code), the catch-trial rule and both together.
 
@@ -75,10 +75,10 @@ LABEL_BINS = 10
 class Bot:
     """A rater that never looks at the items as a person does: ``kind`` one of BOTS. Screens: "first"/"last"
     pick the items shown first/last (a grid's first k or last k), "lowest handle" the lowest handles (the
-    wire's only names), "80/20 first" the first 80% of the time; the media bots take the items whose media
-    are alike by size or by bytes as alike. Ratings: first = the scale's lowest step, last = its highest,
-    lowest handle = a step from the handles, 80/20 = the lowest step 80% of the time, the media bots the top
-    step for a pair alike by their media, else a random one."""
+    wire's only names), "80/20 first" the first 80% of the time; the media bots answer a screen where two
+    items look like one (``_same``) as a catch trial of a copy expects, any other at random. Ratings: first =
+    the scale's lowest step, last = its highest, lowest handle = a step from the handles, 80/20 = the lowest
+    step 80% of the time, the media bots the top step for a pair that looks like one item, else random."""
 
     def __init__(self, kind: str, rng: random.Random):
         self.kind, self.rng, self.memory = kind, rng, {}
@@ -88,16 +88,29 @@ class Bot:
     def _media(self, item: dict) -> bytes:
         return self.session.get(self.base + item["url"]).content if "url" in item else b""
 
-    def _alike(self, x: bytes, y: bytes) -> float:
-        """How alike two media look to this bot (higher: more alike)."""
+    def _same(self, x: bytes, y: bytes) -> bool:
+        """Whether two media look like one item to this bot: sizes within 1% ("media sizes", what the padding
+        hides), or the shorter file's bytes a prefix of the other's ("media bytes", what no name can hide)."""
         if self.kind == "media sizes":
-            return -abs(len(x) - len(y))
-        n = 0
-        for a, b in zip(x, y, strict=False):
-            if a != b:
-                break
-            n += 1
-        return n
+            return abs(len(x) - len(y)) <= 0.01 * max(len(x), len(y))
+        return bool(x) and bool(y) and (x.startswith(y) or y.startswith(x))
+
+    def _copy_picks(self, q: dict, shown: list[dict], k: int) -> list[str] | None:
+        """The answer a look finds for a screen showing an item twice (a headed kind's copy of its head
+        first, the item left over of an odd one out), None when no two items look like one."""
+        data = [self._media(c) for c in shown]
+        if "head" in q:
+            anchor = self._media(q["head"])
+            same = [n for n in range(len(shown)) if self._same(anchor, data[n])]
+            if same:
+                rest = [n for n in range(len(shown)) if n not in same]
+                return [shown[n]["handle"] for n in (same + self.rng.sample(rest, len(rest)))[:k]]
+            return None
+        for n in range(len(shown)):
+            for m in range(n + 1, len(shown)):
+                if self._same(data[n], data[m]):
+                    return [shown[next(j for j in range(len(shown)) if j not in (n, m))]["handle"]]
+        return None
 
     def answer(self, q: dict) -> dict:
         if "scale" in q:
@@ -107,17 +120,11 @@ class Bot:
         offered = [c["handle"] for c in shown]
         k = int(q.get("select", 1))
         key = (head, frozenset(offered))
+        copied = self._copy_picks(q, shown, k) if self.kind in MEDIA_BOTS else None
         if self.kind == "random + memory" and key in self.memory:
             picks = self.memory[key]
-        elif self.kind in MEDIA_BOTS:
-            data = [self._media(c) for c in shown]
-            if "head" in q:
-                anchor = self._media(q["head"])
-                order = sorted(range(len(shown)), key=lambda n: -self._alike(anchor, data[n]))
-            else:  # the odd one out: least alike to the others
-                order = sorted(range(len(shown)), key=lambda n: sum(self._alike(data[n], data[m])
-                                                                     for m in range(len(shown)) if m != n))
-            picks = [offered[n] for n in order[:k]]
+        elif copied is not None:
+            picks = copied
         else:
             drawn = self.rng.sample(offered, k)
             picks = {"always first": offered[:k], "always last": offered[::-1][:k],
@@ -136,11 +143,8 @@ class Bot:
         key = frozenset((i, j))
         if self.kind == "random + memory" and key in self.memory:
             return {"value": self.memory[key]}
-        if self.kind in MEDIA_BOTS:
-            x, y = (self._media(item) for item in q["items"])
-            alike = (abs(len(x) - len(y)) < 0.05 * max(len(x), len(y)) if self.kind == "media sizes"
-                     else self._alike(x, y) >= min(len(x), len(y)) // 2)
-            return {"value": steps[-1] if alike else self.rng.choice(steps)}
+        if self.kind in MEDIA_BOTS and self._same(*(self._media(item) for item in q["items"])):
+            return {"value": steps[-1]}
         value = {"always first": steps[0], "always last": steps[-1], "lowest handle": steps[min(i, j) < max(i, j)],
                  "80/20 first": steps[0] if self.rng.random() < 0.8 else self.rng.choice(steps)
                  }.get(self.kind, self.rng.choice(steps))
@@ -200,7 +204,7 @@ def egg_items(truth, study_type: str) -> list[Item]:
 
 
 def live(base: str, conn: redis.Redis, kind: str, study_type: str, runs: int, careful: int, think: float,
-         seed: int, secret: str) -> dict:
+         seed: int, secret: str, bot_kinds: tuple[str, ...] = BOTS) -> dict:
     truth = eggs_truth()
     noise, _ = noise_model(truth, lapse=CAREFUL_LAPSE)
     config = {"name": f"Bots {kind} {study_type}", "question_kind": kind, "random_state": seed,
@@ -212,7 +216,7 @@ def live(base: str, conn: redis.Redis, kind: str, study_type: str, runs: int, ca
     identify = identifier(secret, study_id, truth.ids)  # a careful person sees the pictures
     rng = random.Random(seed)
     jobs = [("careful", f"careful-{n}") for n in range(careful)]
-    bots = [(b, f"{b.replace(' ', '').replace('/', '').replace('+', '-')}-{n}") for n in range(runs) for b in BOTS]
+    bots = [(b, f"{b.replace(' ', '').replace('/', '').replace('+', '-')}-{n}") for n in range(runs) for b in bot_kinds]
     rng.shuffle(bots)
     # careful raters first (a quarter of them), then everyone mixed
     head, rest = jobs[: careful // 4], jobs[careful // 4:] + bots
@@ -317,12 +321,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated question kinds")
     parser.add_argument("--types", default=",".join(STUDY_TYPES), help="comma-separated study types")
+    parser.add_argument("--bots", default=",".join(BOTS), help="comma-separated bot types (of BOTS)")
     parser.add_argument("--skip-live", action="store_true")
     parser.add_argument("--skip-offline", action="store_true")
     a = parser.parse_args()
     if a.quick:
         a.runs, a.careful = 5, 15
-    kinds, types = a.kinds.split(","), a.types.split(",")
+    kinds, types, bot_kinds = a.kinds.split(","), a.types.split(","), tuple(a.bots.split(","))
+    unknown = set(bot_kinds) - set(BOTS)
+    if unknown:
+        parser.error(f"unknown bot type(s) {sorted(unknown)}: choose among {', '.join(BOTS)}")
     if not a.skip_live:
         with tempfile.TemporaryDirectory() as tmp:
             proc, base, redis_url = start_server(Path(tmp), web_workers=2, workers=1)
@@ -331,12 +339,13 @@ def main() -> None:
                 secret = (Path(tmp) / "secret_key").read_text().strip()
                 for kind in kinds:
                     started = time.monotonic()
-                    tables = {t: live(base, conn, kind, t, a.runs, a.careful, a.think, a.seed, secret) for t in types}
+                    tables = {t: live(base, conn, kind, t, a.runs, a.careful, a.think, a.seed, secret, bot_kinds)
+                              for t in types}
                     print(f"\n{kind} studies, {QUESTIONS} questions per rater, {a.runs} runs of each bot, "
                           f"{a.careful} careful raters per study ({time.monotonic() - started:.0f} s): shown a code "
                           "(flagged)")
                     print("| rater | " + " | ".join(types) + " |\n|---|" + "---|" * len(types))
-                    for who in ("careful", *BOTS):
+                    for who in ("careful", *bot_kinds):
                         cells = []
                         for t in types:
                             r = tables[t].get(who)
