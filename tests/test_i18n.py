@@ -290,3 +290,9 @@ def test_language_and_texts_survive_storage(conn):
     study = german_study(conn, rater_texts={"start": "Los"})
     assert (study.config.language, study.config.rater_texts) == ("de", {"start": "Los"})
     assert StudyConfig.from_stored(json.loads(study.config.to_json())).rater_texts == {"start": "Los"}
+
+
+def test_a_stored_study_with_a_text_since_renamed_still_loads():
+    stored = {**StudyConfig.from_dict({"name": "x", "language": "de"}).to_dict(), "rater_texts": {"gone": "Weg"}}
+    config = StudyConfig.from_stored(stored)
+    assert rater_texts(config)["start"] == CATALOGUES["de"]["start"]

@@ -420,9 +420,6 @@ class StudyConfig:
     rater_texts: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        problem = check_texts(self.rater_texts)
-        if problem:
-            raise ConfigError(problem)
         share = self.heldout_share
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= MAX_HELDOUT_SHARE:
             raise ConfigError(f"field 'heldout_share' must be a number from 0 (no held-out questions) to "
@@ -584,6 +581,10 @@ class StudyConfig:
         errors = sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.path])
         if errors:
             raise ConfigError("; ".join(_describe(e) for e in errors))
+        # checked when a study is made, not when it is loaded: a text a later version renames leaves it working
+        problem = check_texts(data.get("rater_texts") or {})
+        if problem:
+            raise ConfigError(problem)
         data = dict(data)
         if "algorithm" in data or "params" in data:
             if "algorithms" in data:
