@@ -16,7 +16,15 @@ from webapp import ROOT
 from webapp.i18n import rater_instructions, rater_prompt, rater_texts
 from workers.store.config import ConfigError, StudyConfig
 from workers.store.studies import create_study, get_study, set_status
-from workers.store.translations import CATALOGUES, DEFAULT_LANGUAGE, LANGUAGES, TEXT_KEYS, RaterTexts, placeholders
+from workers.store.translations import (
+    CATALOGUES,
+    DEFAULT_LANGUAGE,
+    LANGUAGES,
+    SCRIPT_TEXTS,
+    TEXT_KEYS,
+    RaterTexts,
+    placeholders,
+)
 
 OTHER_LANGUAGES = [lang for lang in LANGUAGES if lang != DEFAULT_LANGUAGE]
 ENGLISH = CATALOGUES[DEFAULT_LANGUAGE]
@@ -141,8 +149,10 @@ def script_keys() -> set[str]:
     return keys
 
 
-def test_every_text_the_scripts_use_is_in_every_language():
+def test_every_text_the_scripts_use_is_in_every_language_and_on_the_page():
     used = script_keys()
+    not_embedded = sorted(k for k in used if k.split(".")[0] not in SCRIPT_TEXTS)
+    assert not_embedded == [], f"flag these texts '#, page-script' in en.po: {not_embedded}"
     assert {"loading", "error_session_replaced", "grid_picked", "ordinal.other", "rating_hint_slider",
             "item_label"} <= used  # the scan finds the calls
     assert len(used) >= 25
@@ -151,7 +161,7 @@ def test_every_text_the_scripts_use_is_in_every_language():
         assert missing == [], f"{language}.po lacks texts the page's scripts use: {missing}"
 
 
-def test_the_page_embeds_its_whole_catalogue_for_its_scripts(client, conn):
+def test_the_page_embeds_its_scripts_texts_with_the_studys_own(client, conn):
     german_study(conn, rater_texts={"loading": "Gleich geht's weiter"})
     client.get("/s/de?PROLIFIC_PID=p-1")
     decide(client, "de", "agree")
@@ -159,7 +169,9 @@ def test_the_page_embeds_its_whole_catalogue_for_its_scripts(client, conn):
     block = re.search(r'<script type="application/json" id="rater-texts">(.*?)</script>', html, re.S)[1]
     embedded = json.loads(block)
     assert embedded["language"] == "de" and embedded["direction"] == "ltr"
-    assert embedded["texts"] == {**CATALOGUES["de"], "loading": "Gleich geht's weiter"}
+    wanted = {k: v for k, v in CATALOGUES["de"].items() if k.split(".")[0] in SCRIPT_TEXTS}
+    assert embedded["texts"] == {**wanted, "loading": "Gleich geht's weiter"}
+    assert "ordinal.other" in embedded["texts"] and "consent_agree" not in embedded["texts"]
 
 
 def test_english_texts_are_the_kinds_own_words():

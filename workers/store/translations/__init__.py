@@ -20,26 +20,29 @@ DEFAULT_LANGUAGE = "en"
 RTL_LANGUAGES = frozenset({"ar", "fa", "he", "ur", "yi"})
 #: ``{name}`` in a text: filled in by the page (the server's templates or rater.js).
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
-#: A plural text's keys: ``<key>.<CLDR category>`` (one, two, few, many, zero), ``<key>.other`` always there.
-PLURAL_CATEGORIES = ("zero", "one", "two", "few", "many", "other")
+#: The flag (``#, page-script``) of a default-language entry the page's script writes: the page embeds those.
+SCRIPT_FLAG = "page-script"
 
 _FOLDER = Path(__file__).resolve().parent
 
 
-def _read(path: Path) -> dict[str, str]:
+def _read(path: Path) -> list:
     with path.open("rb") as fh:
-        catalogue = read_po(fh, abort_invalid=True)
-    # an untranslated (empty) or fuzzy entry is left out: the page shows nothing rather than a guess
-    return {m.id: m.string for m in catalogue if m.id and m.string and not m.fuzzy}
+        # an untranslated (empty) or fuzzy entry is left out: the default language's text is shown instead
+        return [m for m in read_po(fh, abort_invalid=True) if m.id and m.string and not m.fuzzy]
 
 
+_ENTRIES = {path.stem: _read(path) for path in sorted(_FOLDER.glob("*.po"))}
 #: language -> key -> text, for every ``<language>.po`` here.
 CATALOGUES: Mapping[str, Mapping[str, str]] = MappingProxyType({
-    path.stem: MappingProxyType(_read(path)) for path in sorted(_FOLDER.glob("*.po"))})
+    language: MappingProxyType({m.id: m.string for m in entries}) for language, entries in _ENTRIES.items()})
 #: The languages a study may name: the default first.
 LANGUAGES: tuple[str, ...] = (DEFAULT_LANGUAGE, *sorted(set(CATALOGUES) - {DEFAULT_LANGUAGE}))
 #: Every rater-facing text's key (those of the default catalogue, in its order).
 TEXT_KEYS: tuple[str, ...] = tuple(CATALOGUES[DEFAULT_LANGUAGE])
+#: The texts the page's script writes (a plural text's key without its category: ``ordinal``).
+SCRIPT_TEXTS: frozenset[str] = frozenset(m.id.split(".")[0] for m in _ENTRIES[DEFAULT_LANGUAGE]
+                                         if SCRIPT_FLAG in m.flags)
 
 
 def placeholders(text: str) -> set[str]:
@@ -103,5 +106,7 @@ class RaterTexts:
         return fill(self[chosen], {"n": count, **values})
 
     def catalogue(self) -> dict[str, str]:
-        """Every key's text, for the page's script (rater.js reads it from the page)."""
-        return {key: self[key] for key in dict.fromkeys([*TEXT_KEYS, *CATALOGUES.get(self.language, {})])}
+        """The texts the page's script writes (rater.js reads them from the page), each plural's variants
+        of the default language and of this one."""
+        keys = dict.fromkeys([*TEXT_KEYS, *CATALOGUES.get(self.language, {})])
+        return {key: self[key] for key in keys if key.split(".")[0] in SCRIPT_TEXTS}
