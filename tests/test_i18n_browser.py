@@ -21,7 +21,7 @@ QUESTIONS = 4
 @pytest.fixture
 def language_server(conn, start_serve):
     """A German study (consent, one practice question) and an Arabic one (can't decide allowed), four triplet
-    questions each, and an Arabic odd-one-out study."""
+    questions each, and Arabic odd-one-out and rank studies."""
     common = {"algorithm": "random_triplets", "pool_size": 10, "random_state": 3,
               "limits": {"max_questions_per_rater": QUESTIONS}, "attention": {"rate": 0, "answer_check": False}}
     german = StudyConfig.from_dict({
@@ -34,6 +34,9 @@ def language_server(conn, start_serve):
     odd = StudyConfig.from_dict({"name": "الدخيل", "language": "ar", "question_kind": "odd_one_out", "pool_size": 10,
                                  "random_state": 3, "attention": {"rate": 0, "answer_check": False}})
     create_study(conn, odd, colour_items(12), study_id="ar-odd")
+    rank = StudyConfig.from_dict({"name": "ترتيب", "language": "ar", "question_kind": "rank", "pool_size": 10,
+                                  "random_state": 3, "attention": {"rate": 0, "answer_check": False}})
+    create_study(conn, rank, colour_items(12), study_id="ar-rank")
     return start_serve()
 
 
@@ -141,4 +144,22 @@ def test_odd_one_out_in_arabic_reads_right_to_left_and_takes_arabic_digits(brows
         answered(page, n + 1)
         assert sent[-1]["choice"] == wanted
     assert page.locator("#odd-prompt").inner_text() == AR["prompt_odd_one_out"]
+    assert errors == []
+
+
+def test_a_rank_screen_in_arabic_puts_keys_and_badges_at_the_mirrored_corners(browser, language_server):
+    page = browser.new_page()
+    errors = console_errors(page)
+    page.goto(f"{language_server}/s/ar-rank?PROLIFIC_PID=p-ar-rank")
+    page.click("#start")
+    page.wait_for_selector("#grid:not([hidden]) .grid-ref:not([disabled])")
+    first = page.locator('.grid-ref[data-n="0"]')
+    assert first.bounding_box()["x"] > page.locator('.grid-ref[data-n="1"]').bounding_box()["x"]
+    page.keyboard.press("1")
+    box, key = first.bounding_box(), first.locator(".grid-key").bounding_box()
+    badge = first.locator(".grid-badge").bounding_box()
+    # the item's number at its inline start (the right), the pick's badge at its inline end (the left)
+    assert key["x"] + key["width"] > box["x"] + box["width"] / 2 > badge["x"] + badge["width"]
+    assert page.locator("#grid-status").inner_text() == AR["grid_picked"].replace("{picked}", "1").replace("{k}", "2")
+    assert first.get_attribute("aria-label") == AR["grid_item_picked"].replace("{n}", "1").replace("{place}", "1")
     assert errors == []
