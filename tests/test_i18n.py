@@ -308,3 +308,13 @@ def test_a_stored_study_with_a_text_since_renamed_still_loads():
     stored = {**StudyConfig.from_dict({"name": "x", "language": "de"}).to_dict(), "rater_texts": {"gone": "Weg"}}
     config = StudyConfig.from_stored(stored)
     assert rater_texts(config)["start"] == CATALOGUES["de"]["start"]
+
+
+def test_a_filled_in_value_is_escaped_and_never_filled_in_again(app, conn):
+    study = german_study(conn, name="<b>Farben</b>")
+    with app.test_request_context("/"):
+        title = render_template("raters/consent.html", study=study, consent="")
+        template = app.jinja_env.from_string('{{ t("progress_of_total", answered="<i>{total}</i>", total=4) }}')
+        progress = template.render(study=study)
+    assert "&lt;b&gt;Farben&lt;/b&gt; — Einwilligung" in title
+    assert progress == "&lt;i&gt;{total}&lt;/i&gt; von 4 beantwortet"
