@@ -14,7 +14,8 @@ runs gave 4 and 13 refits). ``--unit measured`` charges measured CPU time instea
 Truth: clustered points (4-D, clusters of 20), answered by the human noise model (logistic 0.1 of the
 clusters' unit spread, lapse 0.1). hit@3 by answers per item, mean over seeds::
 
-    python benchmarks/live_vs_offline.py                       # duels, n = 1000, batches 100,200,500
+    python benchmarks/live_vs_offline.py                       # duels, n = 1000, offline and batches 100,200,500
+    python benchmarks/live_vs_offline.py --items 10000 --batches 200 --budgets 60 --seeds 1   # one mode
     python benchmarks/live_vs_offline.py --items 300,1000 --algorithms duels,embedding,active_embedding,random_triplets
 """
 from __future__ import annotations
@@ -164,7 +165,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--algorithms", default="duels")
     ap.add_argument("--items", default="1000")
-    ap.add_argument("--batches", default="100,200,500")
+    ap.add_argument("--batches", default="offline,100,200,500",
+                    help="modes, comma-separated: 'offline' and/or live batch sizes (e.g. --batches 200 runs one)")
     ap.add_argument("--budgets", default="20,60,100", help="answers per item")
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--rate", type=float, default=500.0, help="the crowd's answers per second")
@@ -180,7 +182,7 @@ def main(argv=None) -> None:
     for algorithm in args.algorithms.split(","):
         for n in (int(x) for x in args.items.split(",")):
             rows = []
-            for batch in [None, *(int(x) for x in args.batches.split(","))]:
+            for batch in (None if x == "offline" else int(x) for x in args.batches.split(",")):
                 hits = [run(algorithm, n, batch, budgets, s, args.rate, unit) for s in range(args.seeds)]
                 mean = np.mean(hits, axis=0)
                 rows.append(["offline (n per call)" if batch is None else f"live, batches of {batch}",
