@@ -137,8 +137,54 @@ class _Ready:
         return self._result
 
 
+class Trace:
+    """What the questions between two refits were (``--trace``): per head how many it was asked
+    (mean, SD, most, share of heads asked none), the share that were duels (both items in the head's
+    shortlist), the most times one question (head, pair) was asked, and at each refit the share of
+    heads whose shortlist holds one of their true 3 nearest; printed to stderr at every refit."""
+
+    def __init__(self, planner, D: np.ndarray, label: str) -> None:
+        self.planner, self.label, n = planner, label, len(D)
+        self.top3 = np.argsort(D + np.diag(np.full(n, np.inf)), axis=1)[:, :3]
+        self.fits, self.since = -1, 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.per_head = np.zeros(len(self.top3), np.int64)
+        self.questions: dict[tuple[int, int, int], int] = {}
+        self.duels = 0
+
+    def asked(self, qs, total: int) -> None:
+        p = self.planner
+        fits = int(getattr(p, "n_fits_", 0))
+        if fits != self.fits:
+            if self.fits >= 0:
+                self.report(total)
+            self.fits, self.since = fits, total
+            self._reset()
+        cands = getattr(p, "cands_", None)
+        for h, a, b in qs:
+            self.per_head[h] += 1
+            key = (h, min(a, b), max(a, b))
+            self.questions[key] = self.questions.get(key, 0) + 1
+            if cands is not None and a in cands[h] and b in cands[h]:
+                self.duels += 1
+
+    def report(self, total: int) -> None:
+        p, c, n = self.planner, self.per_head, len(self.per_head)
+        asked = max(int(c.sum()), 1)
+        rows = getattr(p, "cands_", None)
+        held = (np.mean([np.isin(self.top3[h], rows[h]).any() for h in range(n)]) if rows is not None
+                else float("nan"))
+        print(f"    {self.label}: fit {self.fits} asked {self.since / n:.1f}-{total / n:.1f}/item: per head "
+              f"{c.mean():.2f} (sd {c.std():.2f}, max {c.max()}, none {np.mean(c == 0):.3f}), duels "
+              f"{self.duels / asked:.2f}, most repeats of a question {max(self.questions.values(), default=0)}; "
+              f"then fit {self.fits + 1}: dim {getattr(p, 'chosen_dim_', '-')}, coin {getattr(p, 'coin_', '-')}, "
+              f"shortlists holding a true top-3 {held:.3f}", file=sys.stderr, flush=True)
+
+
 def run(algorithm: str, n: int, batch: int | None, budgets: list[int], seed: int, rate: float,
-        unit: float | None = UNIT_SECONDS) -> list[float]:
+        unit: float | None = UNIT_SECONDS, trace: bool = False) -> list[float]:
     """hit@3 at each budget; ``batch`` None: offline."""
     D = clustered(n, seed)
     oracle = oracles.TripletOracle(D, noise=NOISE, model="human", lapse=LAPSE, random_state=seed + 7)
@@ -146,6 +192,7 @@ def run(algorithm: str, n: int, batch: int | None, budgets: list[int], seed: int
     clock = CrowdClock(rate)
     if batch is not None:
         drive_as_pool(planner, TimedFitter(clock, unit))
+    tracer = Trace(planner, D, "offline" if batch is None else f"batches of {batch}") if trace else None
     step = n if batch is None else batch
     total, out = 0, []
     for b in budgets:
@@ -153,6 +200,8 @@ def run(algorithm: str, n: int, batch: int | None, budgets: list[int], seed: int
             qs = planner.next_questions(min(step, b * n - total))
             if not qs:
                 break
+            if tracer is not None:
+                tracer.asked(qs, total)
             planner.observe(oracle.answer(qs))
             total += len(qs)
             clock.answers = total
@@ -172,6 +221,7 @@ def main(argv=None) -> None:
     ap.add_argument("--rate", type=float, default=500.0, help="the crowd's answers per second")
     ap.add_argument("--unit", default=str(UNIT_SECONDS),
                     help="seconds per unit of fit work, or 'measured' (the fits' CPU time: not reproducible)")
+    ap.add_argument("--trace", action="store_true", help="print what the questions between refits were (stderr)")
     ap.add_argument("--calibrate", action="store_true", help="print CPU seconds per unit of fit work and stop")
     args = ap.parse_args(argv)
     if args.calibrate:
@@ -183,7 +233,7 @@ def main(argv=None) -> None:
         for n in (int(x) for x in args.items.split(",")):
             rows = []
             for batch in (None if x == "offline" else int(x) for x in args.batches.split(",")):
-                hits = [run(algorithm, n, batch, budgets, s, args.rate, unit) for s in range(args.seeds)]
+                hits = [run(algorithm, n, batch, budgets, s, args.rate, unit, args.trace) for s in range(args.seeds)]
                 mean = np.mean(hits, axis=0)
                 rows.append(["offline (n per call)" if batch is None else f"live, batches of {batch}",
                              *[f"{v:.2f}" for v in mean]])
