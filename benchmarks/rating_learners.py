@@ -18,6 +18,19 @@ was started on since (a modelled fit time, so the figures do not depend on the m
     python benchmarks/rating_learners.py --items 30 --seeds 6
     python benchmarks/rating_learners.py --items 30 --seeds 6 --live --methods pooled
     python benchmarks/rating_learners.py --items 1000 --budgets 25,50,100,200 --seeds 1 --methods pooled,random+model
+
+``--mixed``: one study asking ratings and triplets of the same items, at equal rater time. The budgets are
+rater seconds per item, spent on ratings only, triplets only, or both (``--rating-share`` of the time on
+ratings); every answer feeds the pooled learner (ratings through ``observe``, triplets through
+``observe_triplets``), which chooses both kinds of question. Seconds per screen from the kinds table
+(``engine.kinds``: a triplet 2.0 s, the median of the alien-egg answers; a rating 2.0 s, a stated
+assumption) unless ``--seconds`` says otherwise. Triplets are answered by the same people
+(:class:`simulation.ratings.TripletRater`: their impressions of the two pairs compared, each as noisy as one
+rating by default, ``--triplet-noise`` points, and a 10% lapse); ``duels (triplets)`` is the triplet
+studies' default learner on the same triplets::
+
+    python benchmarks/rating_learners.py --mixed --items 30 --budgets 50,100,200,400,800 --seeds 4
+    python benchmarks/rating_learners.py --mixed --items 300 --budgets 50,100,200,400 --seeds 1
 """
 from __future__ import annotations
 
@@ -33,9 +46,10 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from real_crowds import nn_metrics, print_table  # noqa: E402
 
+from engine.kinds import KINDS  # noqa: E402
 from engine.planners import make_planner  # noqa: E402
 from engine.registry import ALGORITHMS, drive_as_pool  # noqa: E402
-from simulation.ratings import realistic_simulator  # noqa: E402
+from simulation.ratings import TripletNoise, TripletRater, realistic_simulator  # noqa: E402
 
 #: method label -> (algorithm, parameters)
 METHODS = {"pooled": ("pooled", {}), "random+model": ("pooled", {"explore": 1.0}),
@@ -106,6 +120,66 @@ def run(method: str, n: int, budgets: list[int], seed: int, live: bool, batch: i
     return out
 
 
+#: --mixed: method label -> the share of rater time spent on ratings (None: duels on triplets)
+MIXED = {"ratings": 1.0, "triplets": 0.0, "mixed": None, "duels (triplets)": None}
+
+
+def run_mixed(method: str, n: int, budgets: list[int], seed: int, seconds: dict[str, float], share: float,
+              triplet_noise: float) -> list[float]:
+    """hit@3 at each budget of rater seconds per item, for ratings only, triplets only or both into the
+    pooled learner (or triplets into duels)."""
+    sim = realistic_simulator(n, random_state=seed)
+    D = truth_distances(sim, seed)
+    rater = TripletRater(sim.means, TripletNoise(noise_sd=triplet_noise), random_state=seed + 20_000)
+    duels = method == "duels (triplets)"
+    planner = make_planner("duels" if duels else "pooled", n, random_state=seed,
+                           question_kind="triplet" if duels else "rating")
+    rating_share = share if method == "mixed" else (0.0 if duels else MIXED[method])
+    spent = {"rating": 0.0, "triplet": 0.0}  # rater seconds on each kind so far
+    out = []
+    for b in budgets:
+        while sum(spent.values()) < b * n - 1e-9:
+            # ask one batch of about n screens, keeping each kind's time at its share
+            total = sum(spent.values())
+            left = b * n - total
+            kind = "rating" if rating_share >= 1 or 0 < rating_share and spent["rating"] <= rating_share * total \
+                else "triplet"
+            count = max(1, min(n, int(left / seconds[kind])))
+            if kind == "rating":
+                planner.observe(sim.answer(planner.next_questions(count)))
+            elif duels:
+                planner.observe(rater.answer(planner.next_questions(count)))
+            else:
+                planner.observe_triplets(rater.answer(planner.next_triplets(count)))
+            spent[kind] += count * seconds[kind]
+        picks = np.asarray(planner.neighbor_graph(1).neighbors)[:, 0]
+        out.append(nn_metrics(picks, D)[1])
+    return out
+
+
+def main_mixed(args, budgets: list[int]) -> None:
+    seconds = {"rating": KINDS["rating"].seconds, "triplet": KINDS["triplet"].seconds}
+    for part in filter(None, args.seconds.split(",")):
+        kind, _, value = part.partition("=")
+        seconds[kind] = float(value)
+    for n in (int(x) for x in args.items.split(",")):
+        rows = []
+        for method in MIXED:
+            t0 = time.time()
+            hits = [run_mixed(method, n, budgets, s, seconds, args.rating_share, args.triplet_noise)
+                    for s in range(args.seeds)]
+            mean = np.mean(hits, axis=0)
+            rows.append([method, *[f"{v:.2f}" for v in mean]])
+            print(f"  n={n} {method}: hit@3 {' / '.join(rows[-1][1:])} ({time.time() - t0:.0f} s)", file=sys.stderr,
+                  flush=True)
+        truth = "held-out means of 253 raters" if n <= HELDOUT_UP_TO else "the simulator's means"
+        print_table(f"{n} items, realistic ratings and triplets of the same people, hit@3 ({truth}) by rater "
+                    f"seconds per item (a rating {seconds['rating']:g} s, a triplet {seconds['triplet']:g} s; "
+                    f"mixed: {100 * args.rating_share:.0f}% of the time on ratings; triplet noise "
+                    f"{args.triplet_noise:g} points), mean of {args.seeds} seeds",
+                    ["method", *[f"{b} s/item" for b in budgets]], rows)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default="pooled,random+model,random,anntri")
@@ -116,8 +190,17 @@ def main(argv=None) -> None:
     ap.add_argument("--live-only", action="store_true", help="drive as a live pool only")
     ap.add_argument("--batch", type=int, default=200, help="questions per live pass")
     ap.add_argument("--lag", type=float, default=0.1, help="a live refit is ready after this share of its ratings")
+    ap.add_argument("--mixed", action="store_true",
+                    help="ratings only vs triplets only vs both at equal rater time (budgets in seconds per item)")
+    ap.add_argument("--seconds", default="", help="--mixed: seconds per screen, e.g. rating=3,triplet=2")
+    ap.add_argument("--rating-share", type=float, default=0.5, help="--mixed: share of the time on ratings")
+    ap.add_argument("--triplet-noise", type=float, default=TripletNoise().noise_sd,
+                    help="--mixed: SD (rating points) of each pair's impression in a triplet")
     args = ap.parse_args(argv)
     budgets = [int(x) for x in args.budgets.split(",")]
+    if args.mixed:
+        main_mixed(args, budgets)
+        return
     for n in (int(x) for x in args.items.split(",")):
         rows = []
         for method in args.methods.split(","):

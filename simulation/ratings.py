@@ -173,6 +173,45 @@ class RatingSimulator:
         return values.reshape(n_raters, len(pairs))
 
 
+@dataclass(frozen=True)
+class TripletNoise:
+    """How the same people answer a triplet "is h more like a or b?" of these items: a rater compares their own
+    impressions of the two pairs, each the pair's mean rating plus N(0, ``noise_sd``²) points (an offset
+    cancels, as both pairs are judged by one rater at once), and answers at random a ``lapse`` share of the
+    time (the human noise model's lapse, ALGORITHMS.md section 6). The default ``noise_sd`` is one rating's
+    (a triplet as noisy as two ratings compared): a stated assumption, not a measurement, since no set of
+    ratings and triplets of the same items is at hand."""
+
+    noise_sd: float = RatingNoise().noise_sd
+    lapse: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.noise_sd < 0 or not 0 <= self.lapse <= 1:
+            raise ValueError("noise_sd must be >= 0 and lapse in [0, 1]")
+
+
+class TripletRater:
+    """People answering triplets ``(h, a, b)`` of a :class:`RatingSimulator`'s truth with :class:`TripletNoise`;
+    :meth:`answer` gives ``(h, a, b, winner)`` rows (winner judged more like h)."""
+
+    def __init__(self, means: ArrayLike, noise: TripletNoise = TripletNoise(), random_state: RandomState = None
+                 ) -> None:
+        self.means = np.asarray(means, np.float64)
+        self.noise = noise
+        self.rng = check_random_state(random_state)
+
+    def answer(self, triplets: Sequence[Sequence[int]]) -> list[tuple[int, int, int, int]]:
+        t = np.asarray(triplets, np.int64).reshape(-1, 3)
+        h, a, b = t[:, 0], t[:, 1], t[:, 2]
+        m = len(t)
+        # higher mean rating = more alike: a wins when its impression is the higher
+        gap = self.means[h, a] - self.means[h, b] + self.rng.normal(0.0, self.noise.noise_sd * np.sqrt(2.0), m)
+        pick_a = gap > 0
+        lapse = self.rng.random(m) < self.noise.lapse
+        pick_a = np.where(lapse, self.rng.random(m) < 0.5, pick_a)
+        return [(int(x), int(y), int(z), int(y if w else z)) for x, y, z, w in zip(h, a, b, pick_a, strict=True)]
+
+
 def realistic_simulator(n_items: int, random_state: RandomState = None, **noise: float) -> RatingSimulator:
     """A simulator of ``n_items`` items at the default figures (:data:`REAL_RATINGS`)."""
     rng = check_random_state(random_state)

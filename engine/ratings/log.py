@@ -1,5 +1,6 @@
-"""The ratings a rating learner has taken: pairs, distances and who gave them (raters as codes), with
-its own state round trip. Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
+"""The ratings a rating learner has taken: pairs, distances and who gave them (raters as codes), and the
+triplets it has taken, each with its own state round trip. Numpy only; must never import Flask, Redis, RQ,
+``webapp`` or ``workers``.
 """
 from __future__ import annotations
 
@@ -91,4 +92,37 @@ class RatingLog:
         log._values = np.asarray(state["values"], np.float64).copy()
         log._raters = np.asarray(state["raters"], np.int64).copy()
         log._size = len(log._values)
+        return log
+
+
+class TripletLog:
+    """Every triplet taken, in order: ``rows`` (S, 3) of ``(h, w, l)``, w judged closer to h than l."""
+
+    def __init__(self) -> None:
+        self._rows = np.empty((0, 3), np.int64)
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def rows(self) -> np.ndarray:
+        return self._rows[: self._size]
+
+    def add(self, rows: np.ndarray) -> None:
+        stop = self._size + len(rows)
+        if stop > len(self._rows):
+            self._rows = np.resize(self._rows, (max(stop, 2 * len(self._rows), 64), 3))
+        self._rows[self._size: stop] = rows
+        self._size = stop
+
+    def to_state(self) -> dict:
+        return {"triplets": self.rows.copy()}
+
+    @classmethod
+    def from_state(cls, state: dict) -> TripletLog:
+        """The log a state saved (none in a state saved before triplets were taken)."""
+        log = cls()
+        log._rows = np.asarray(state.get("triplets", np.empty((0, 3))), np.int64).reshape(-1, 3).copy()
+        log._size = len(log._rows)
         return log

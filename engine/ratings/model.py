@@ -9,6 +9,11 @@ unknown rater (answers that name none: no offset, slope 1). One rating t is mode
 ``values[t] = centre + offset[r] + exp(log_slope[r]) * (||x_i - x_j|| - pivot) + e``, e ~ N(0, noise²),
 ``pivot`` the mean of ``||x_i - x_j||`` over the ratings; the distance of a pair for the average rater
 is ``centre + ||x_i - x_j|| - pivot`` plus its residual.
+
+Triplets of the same items feed the same space: ``triplets`` (S, 3) rows ``(h, w, l)``, w judged closer to h
+than l, each with probability ``lapse / 2 + (1 - lapse) * sigmoid((||x_h - x_l|| - ||x_h - x_w||) / tau)``
+(the human noise model: a lapse rate and a logistic in the distance gap), ``tau`` a fixed multiple of the
+ratings' noise (:data:`TRIPLET_SCALE_PER_NOISE`).
 """
 from __future__ import annotations
 
@@ -30,6 +35,12 @@ MIN_SPREAD = 1e-3
 #: the prior SD of the points' coordinates (distance units): pair distances then spread about as much as
 #: pair means do, so a fit on few ratings does not place items by their noise
 PRIOR_POINT_SD = 0.15
+#: triplets: the share of answers given at random (people's lapse rate, ALGORITHMS.md section 6), and the
+#: logistic's scale per unit of one rating's noise SD: a triplet as noisy as two of the rater's ratings
+#: compared (a gap's SD sqrt(2) noise; a logistic of scale s has SD 1.8 s). Fixed, not fitted: fitted with
+#: the space it shrank toward 0 (the space overfits noisy triplets, and the lapse bounds what a misfit costs)
+TRIPLET_LAPSE = 0.1
+TRIPLET_SCALE_PER_NOISE = 2**0.5 / 1.8
 
 
 @dataclass
@@ -55,7 +66,7 @@ class Hyper:
 class RatingFit:
     """A fitted rating model. ``points`` (n_items, dim); ``offsets`` and ``log_slopes`` (n_raters + 1,),
     the last the unknown rater's (0); ``centre``, ``pivot`` scalars; ``hyper`` the spreads it used and
-    the ones estimated after it (``estimated``)."""
+    the ones estimated after it (``estimated``); ``triplet_scale`` the triplets' ``tau``."""
 
     points: np.ndarray
     offsets: np.ndarray
@@ -64,6 +75,8 @@ class RatingFit:
     pivot: float
     hyper: Hyper
     estimated: Hyper
+    #: the triplets' logistic scale (distance units) the fit used
+    triplet_scale: float = TRIPLET_SCALE_PER_NOISE * PRIOR_NOISE
 
     @property
     def noise_sd(self) -> float:
@@ -97,46 +110,74 @@ class RatingFit:
 
 
 def _objective(theta: np.ndarray, n: int, dim: int, n_raters: int, pairs: np.ndarray, values: np.ndarray,
-               raters: np.ndarray, lam_offset: float, lam_slope: float, lam_point: float) -> tuple[float, np.ndarray]:
-    """Half the sum of squared residuals plus the raters' priors (in units of the noise variance), and
-    its gradient. theta = [points, offsets (n_raters), log slopes (n_raters), centre]. The pivot is
-    the mean of the space's distances over the ratings, so a slope turns a rater's ratings about their
-    middle and cannot stand in for an offset."""
+               raters: np.ndarray, lam_offset: float, lam_slope: float, lam_point: float,
+               triplets: np.ndarray | None = None, tau: float = 1.0, weight: float = 1.0
+               ) -> tuple[float, np.ndarray]:
+    """Half the sum of squared residuals plus the raters' priors (in units of the noise variance), plus
+    ``weight`` (the noise variance) times the ``triplets``' negative log-likelihood at scale ``tau``, and its
+    gradient. theta = [points, offsets (n_raters), log slopes (n_raters), centre]. The pivot is the mean
+    of the space's distances over the ratings, so a slope turns a rater's ratings about their middle and
+    cannot stand in for an offset."""
     X = theta[: n * dim].reshape(n, dim)
     o = np.append(theta[n * dim: n * dim + n_raters], 0.0)
     ls = np.append(theta[n * dim + n_raters: n * dim + 2 * n_raters], 0.0)
     centre = theta[-1]
-    diff = X[pairs[:, 0]] - X[pairs[:, 1]]
-    f = np.sqrt(np.einsum("ij,ij->i", diff, diff) + 1e-12)
-    pivot = f.mean()
-    g = np.exp(ls[raters])
-    e = centre + o[raters] + g * (f - pivot) - values
+    gX = np.zeros((n, dim))
+    if len(values):
+        diff = X[pairs[:, 0]] - X[pairs[:, 1]]
+        f = np.sqrt(np.einsum("ij,ij->i", diff, diff) + 1e-12)
+        pivot = f.mean()
+        g = np.exp(ls[raters])
+        e = centre + o[raters] + g * (f - pivot) - values
+        eg = e * g
+        coef = ((eg - eg.mean()) / f)[:, None] * diff
+        np.add.at(gX, pairs[:, 0], coef)
+        np.add.at(gX, pairs[:, 1], -coef)
+    else:
+        e = eg = f = pivot = np.zeros(0)
     loss = 0.5 * float(e @ e) + 0.5 * lam_offset * float(o @ o) + 0.5 * lam_slope * float(ls @ ls) \
         + 0.5 * lam_point * float(np.sum(X * X))
-    eg = e * g
-    coef = ((eg - eg.mean()) / f)[:, None] * diff
-    gX = np.zeros((n, dim))
-    np.add.at(gX, pairs[:, 0], coef)
-    np.add.at(gX, pairs[:, 1], -coef)
     gX += lam_point * X
     go = np.bincount(raters, weights=e, minlength=n_raters + 1)[:n_raters] + lam_offset * o[:n_raters]
     gl = np.bincount(raters, weights=eg * (f - pivot), minlength=n_raters + 1)[:n_raters] \
         + lam_slope * ls[:n_raters]
-    grad = np.concatenate([gX.ravel(), go, gl, [e.sum()]])
-    return loss, grad
+    if triplets is not None and len(triplets):
+        loss += _triplet_term(X, triplets, tau, weight, gX)
+    return loss, np.concatenate([gX.ravel(), go, gl, [e.sum()]])
+
+
+def _triplet_term(X: np.ndarray, triplets: np.ndarray, tau: float, weight: float, gX: np.ndarray) -> float:
+    """``weight`` times the triplets' negative log-likelihood; adds its gradient in the points to ``gX``."""
+    h, w, lo = triplets[:, 0], triplets[:, 1], triplets[:, 2]
+    dw, dl = X[h] - X[w], X[h] - X[lo]
+    fw = np.sqrt(np.einsum("ij,ij->i", dw, dw) + 1e-12)
+    fl = np.sqrt(np.einsum("ij,ij->i", dl, dl) + 1e-12)
+    u = (fl - fw) / tau
+    s = 0.5 * (1.0 + np.tanh(0.5 * u))  # the logistic, without overflow
+    p = 0.5 * TRIPLET_LAPSE + (1.0 - TRIPLET_LAPSE) * s
+    dnll_du = -weight * (1.0 - TRIPLET_LAPSE) * s * (1.0 - s) / p
+    cw = (-dnll_du / tau / fw)[:, None] * dw  # u falls as x_h moves toward x_l, rises toward x_w
+    cl = (dnll_du / tau / fl)[:, None] * dl
+    np.add.at(gX, h, cw + cl)
+    np.add.at(gX, w, -cw)
+    np.add.at(gX, lo, -cl)
+    return weight * float(-np.log(p).sum())
 
 
 def fit_ratings(n_items: int, pairs: np.ndarray, values: np.ndarray, raters: np.ndarray, n_raters: int,
                 dim: int = 3, hyper: Hyper | None = None, init: RatingFit | None = None,
-                random_state: RandomState = 0, max_iter: int = FIT_MAX_ITER) -> RatingFit:
+                random_state: RandomState = 0, max_iter: int = FIT_MAX_ITER,
+                triplets: np.ndarray | None = None) -> RatingFit:
     """Fit the model by regularised least squares (L-BFGS), warm from ``init`` where given (its raters
     first, new raters at 0). Raters' offsets and log slopes have Gaussian priors of the ``hyper``
-    spreads; the spreads the data then suggest are in the result's ``estimated``."""
+    spreads; the spreads the data then suggest are in the result's ``estimated``. ``triplets`` (S, 3)
+    rows ``(h, w, l)`` (w judged closer to h than l) add their likelihood, weighed in the same units."""
     hyper = hyper or Hyper()
     p = np.sort(np.asarray(pairs, np.int64).reshape(-1, 2), axis=1)
     y = np.asarray(values, np.float64)
     r = np.asarray(raters, np.int64)
     r = np.where((r < 0) | (r >= n_raters), n_raters, r)
+    t = np.empty((0, 3), np.int64) if triplets is None else np.asarray(triplets, np.int64).reshape(-1, 3)
     rng = check_random_state(random_state)
     if init is not None and init.points.shape == (n_items, dim):
         X0 = init.points.copy()
@@ -153,9 +194,10 @@ def fit_ratings(n_items: int, pairs: np.ndarray, values: np.ndarray, raters: np.
     var = hyper.noise ** 2
     lam_o, lam_l = var / max(hyper.offset, MIN_SPREAD) ** 2, var / max(hyper.log_slope, MIN_SPREAD) ** 2
     lam_x = var / PRIOR_POINT_SD**2
-    if len(y):
-        res = minimize(_objective, theta0, args=(n_items, dim, n_raters, p, y, r, lam_o, lam_l, lam_x), jac=True,
-                       method="L-BFGS-B", options={"maxiter": int(max_iter)})
+    tau = TRIPLET_SCALE_PER_NOISE * hyper.noise
+    if len(y) or len(t):
+        res = minimize(_objective, theta0, args=(n_items, dim, n_raters, p, y, r, lam_o, lam_l, lam_x, t, tau, var),
+                       jac=True, method="L-BFGS-B", options={"maxiter": int(max_iter)})
         theta = res.x
     else:
         theta = theta0
@@ -163,7 +205,7 @@ def fit_ratings(n_items: int, pairs: np.ndarray, values: np.ndarray, raters: np.
     o = np.append(theta[n_items * dim: n_items * dim + n_raters], 0.0)
     ls = np.append(theta[n_items * dim + n_raters: n_items * dim + 2 * n_raters], 0.0)
     pivot = float(np.linalg.norm(X[p[:, 0]] - X[p[:, 1]], axis=1).mean()) if len(y) else 0.0
-    fit = RatingFit(X, o, ls, float(theta[-1]), pivot, hyper, hyper)
+    fit = RatingFit(X, o, ls, float(theta[-1]), pivot, hyper, hyper, tau)
     fit.estimated = estimate_hyper(fit, n_items, p, y, r, n_raters)
     return fit
 
