@@ -53,20 +53,20 @@ def model_distances(planner: Any) -> Distances | None:
             return np.where(np.asarray(count[h, o]) > 0, np.asarray(mean[h, o], np.float64), np.nan)
         return sampled
     result = inner.result() if callable(getattr(inner, "result", None)) else None
-    win_rate = getattr(result, "win_rate", None)
-    if win_rate is not None:
-        rate = np.asarray(win_rate, np.float64)
-        return lambda h, o: 1.0 - rate[h, o]
+    wins, shown = getattr(result, "wins", None), getattr(result, "shown", None)
+    if wins is not None and shown is not None:
+        # the smoothed win rate (TripletWinRates.win_rate) of the pairs asked only: no n x n copy
+        return lambda h, o: 1.0 - (np.asarray(wins[h, o], np.float64) + 1.0) / (np.asarray(shown[h, o]) + 2.0)
     graph = getattr(inner, "neighbor_graph", None)
     if not callable(graph):
         return None
-    n = int(inner.n_items)
-    k = min(n - 1, RANKED_NEIGHBOURS)
-    ranks = np.full((n, n), np.nan)
+    k = min(int(inner.n_items) - 1, RANKED_NEIGHBOURS)
     neighbors = np.asarray(graph(k).neighbors)
-    rows, cols = np.nonzero(neighbors >= 0)
-    ranks[rows, neighbors[rows, cols]] = cols
-    return lambda h, o: ranks[h, o]
+
+    def ranked(h: np.ndarray, o: np.ndarray) -> np.ndarray:
+        hit = neighbors[h] == np.asarray(o)[:, None]
+        return np.where(hit.any(axis=1), hit.argmax(axis=1), np.nan)
+    return ranked
 
 
 #: A learner without a distance model (a forest) is scored by the rank of each item among the head's
