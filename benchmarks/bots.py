@@ -18,8 +18,8 @@ bots answer in turn, so the study's model is learned from everyone (bots include
 always the first item shown, always the last, uniformly random, lowest handle, random + memory of its own
 answers, random + reading the token's length, 80/20 first. Two more fetch the media they are sent and
 answer at random unless two shown items look like one: ``media sizes`` by sizes within 1% (what the
-padding hides), ``media bytes`` by one file's bytes being the start of the other's: a program that
-compares the content, which no naming on the wire can stop telling a copy from another item. Prints, per
+padding hides), ``media bytes`` by their first SAME_BYTES bytes: a program that compares the content,
+which no naming on the wire can stop telling a copy from another item. Prints, per
 kind, the share of runs shown a code per study type, and the share flagged.
 Offline tables then measure, against the answers per rater (10, 20, 40, 80), the triplet answer check
 (engine.rater_checks, the same code), the catch-trial rule and both together.
@@ -64,8 +64,9 @@ CAREFUL_LAPSE = 0.1
 CODE = re.compile(r'id="completion-code">([A-Z0-9]+)<')
 BOTS = ("always first", "always last", "random", "lowest handle", "random + memory", "random + lengths",
         "80/20 first", "media sizes", "media bytes")
-#: Bots that fetch the media they are shown and compare them.
+#: Bots that fetch the media they are shown and compare them; "media bytes" compares this many first bytes.
 MEDIA_BOTS = ("media sizes", "media bytes")
+SAME_BYTES = 128
 KINDS = ("triplet", "rating", "odd_one_out", "rank")
 STUDY_TYPES = ("positions", "labels", "no labels")
 #: The ``labels`` study's labels: the eggs cut into this many bins of equal size by smoothness.
@@ -90,10 +91,11 @@ class Bot:
 
     def _same(self, x: bytes, y: bytes) -> bool:
         """Whether two media look like one item to this bot: sizes within 1% ("media sizes", what the padding
-        hides), or the shorter file's bytes a prefix of the other's ("media bytes", what no name can hide)."""
+        hides), or the same first SAME_BYTES bytes ("media bytes": what no name or padding can hide; files
+        of one folder share a header, not their data)."""
         if self.kind == "media sizes":
             return abs(len(x) - len(y)) <= 0.01 * max(len(x), len(y))
-        return bool(x) and bool(y) and (x.startswith(y) or y.startswith(x))
+        return len(x) >= SAME_BYTES and x[:SAME_BYTES] == y[:SAME_BYTES]
 
     def _copy_picks(self, q: dict, shown: list[dict], k: int) -> list[str] | None:
         """The answer a look finds for a screen showing an item twice (a headed kind's copy of its head
