@@ -11,6 +11,9 @@ within ±30%). ``--before`` also fits the pilot as before the cross-validated ch
 
 Truths: ``clustered`` (clusters of 5 in 3-D, sd 0.3 in a 10-wide cube: items varying on 3 factors) and
 ``uniform`` (uniform in the 3-D cube); raters: simulation.oracles' human model (logistic 0.075, lapse .03).
+``--before`` fits as before both changes of this round: one held-out fifth choosing the world, and the
+noise scale calibrated down to the grid's floor where the pilot cannot measure it (now the human
+model's scale is taken there, ``PilotFit.scale_from_prior``).
 
     python benchmarks/pilot_plan.py --items 100
     python benchmarks/pilot_plan.py --items 1000 --truths clustered --budgets 5,10,20,40 --runs 1
@@ -107,16 +110,19 @@ def main() -> None:
         rows.append((kind, "plan from the truth", "", truth_reach, truth_reach, curve))
         for seed in (int(s) for s in a.pilot_seeds.split(",")):
             T = pilot(D, a.pilot, seed)
-            for label, folds in ([("pilot, before", 1)] if a.before else []) + [("pilot plan", noise.SELECTION_FOLDS)]:
-                saved, noise.SELECTION_FOLDS = noise.SELECTION_FOLDS, folds
+            for label, before in ([("pilot, before", True)] if a.before else []) + [("pilot plan", False)]:
+                saved = noise.SELECTION_FOLDS, noise.SCALE_PRIOR
+                if before:  # one held-out fifth; the grid's floor where the pilot cannot measure the scale
+                    noise.SELECTION_FOLDS, noise.SCALE_PRIOR = 1, False
                 try:
                     t0 = time.perf_counter()
                     fit = noise.fit_pilot(T, a.items, replicates=a.runs)
                 finally:
-                    noise.SELECTION_FOLDS = saved
+                    noise.SELECTION_FOLDS, noise.SCALE_PRIOR = saved
                 p = plan(list(fit.scenarios), ["duels"], budgets, runs=a.runs)
                 curve = (p.exact if m == 0 else p.hit3)[0].mean(axis=0)
-                world = f"{fit.kernel} {fit.dim}-D, lapse {fit.lapses[0]:.3f}, scale {fit.relative_scales[0]:.2f}"
+                world = (f"{fit.kernel} {fit.dim}-D, lapse {fit.lapses[0]:.3f}, scale {fit.relative_scales[0]:.2f}"
+                         + (" (human model's)" if fit.scale_from_prior else f" (x{fit.calibration:.2f})"))
                 rows.append((kind, f"{label} (seed {seed})", world, reach(np.array(budgets), curve, a.target),
                              truth_reach, curve))
                 print(f"{kind}: {label} seed {seed}: {world}: {np.round(curve, 3)} "

@@ -22,7 +22,14 @@ from engine.planning import Scenario, triplets_from_answers
 from engine.truth import check_distance_matrix
 from engine.utils import check_triplets
 
-from .oracles import OddOneOutOracle, RankOracle, TripletOracle, _as_index_array, random_triplet_questions
+from .oracles import (
+    HUMAN_SCALE,
+    OddOneOutOracle,
+    RankOracle,
+    TripletOracle,
+    _as_index_array,
+    random_triplet_questions,
+)
 
 if TYPE_CHECKING:
     from engine.utils import RandomState
@@ -202,6 +209,8 @@ class PilotFit:
     n_answers: int
     #: the correction applied to the cross-fitted noise scale (1: none)
     calibration: float = 1.0
+    #: whether the pilot was too small to measure the noise scale, so the human model's scale was taken
+    scale_from_prior: bool = False
 
     @property
     def lapses(self) -> np.ndarray:
@@ -218,7 +227,8 @@ class PilotFit:
                 f"(held-out triplet accuracy {self.holdout_accuracy:.2f}); human noise lapse "
                 f"{lapse[0]:.3f} (bootstrap {lapse.min():.3f}-{lapse.max():.3f}), logistic scale "
                 f"{rel[0]:.2f} median gaps (bootstrap {rel.min():.2f}-{rel.max():.2f}; "
-                f"calibrated x{self.calibration:.2f})")
+                + ("the human model's: the pilot is too small to measure it)" if self.scale_from_prior
+                   else f"calibrated x{self.calibration:.2f})"))
 
 
 def check_pilot_triplets(triplets: ArrayLike, n_items: int) -> np.ndarray:
@@ -291,6 +301,11 @@ def _heldout_stats(t: np.ndarray, n: int, dim: int, kernel: str, folds: int = 2)
 
 #: Rounds of (scale, lapse) calibration before the last scale calibration (:func:`fit_pilot`).
 CALIBRATION_ROUNDS = 1
+#: Whether a pilot too small to measure the noise scale (its calibration at the grid's floor) takes the
+#: human model's scale (False: the floor, as before; ``benchmarks/pilot_plan.py --before`` compares).
+SCALE_PRIOR = True
+#: The lapse rate the first scale calibration assumes (None: the cross-fitted one).
+CALIBRATION_START_LAPSE: float | None = None
 #: Lapse rates tried by :func:`_calibrate_lapse` (ascending).
 LAPSE_GRID = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.45)
 
@@ -384,13 +399,25 @@ def fit_pilot(triplets: ArrayLike, n_items: int, replicates: int = 3, folds: int
         # under that lapse: each statistic depends mostly, not only, on its own parameter. A bootstrap
         # replicate's lapse moves by what replicate 0's did.
         first = scenarios[0]
-        rough, lapse = 1.0, first.lapse
+        rough, lapse = 1.0, first.lapse if CALIBRATION_START_LAPSE is None else CALIBRATION_START_LAPSE
+        prior = False
         for _ in range(CALIBRATION_ROUNDS):
             rough = _calibrate(t, Scenario(first.distances, first.scale, lapse), choice.dim, choice.kernel)
+            if SCALE_PRIOR and rough <= CALIBRATION_GRID[0]:
+                # a simulated pilot is no more predictable without noise than the real one: the pilot is too
+                # small to measure the scale (its embedding's own error swamps it), and the floor of the grid
+                # would claim raters who never err but lapse (a plan 1.5-2.5x too optimistic). Take the human
+                # model's scale, fitted to real crowds, and measure the lapse under it.
+                prior, rough = True, HUMAN_SCALE / max(first.scale, 1e-12)
             lapse = _calibrate_lapse(t, Scenario(first.distances, first.scale * rough, lapse), choice.dim,
                                      choice.kernel)
+            if prior:
+                break
         shift = lapse - first.lapse
         scenarios = [Scenario(s.distances, s.scale, float(np.clip(s.lapse + shift, 0.0, 0.9))) for s in scenarios]
-        factor = _calibrate(t, scenarios[0], choice.dim, choice.kernel)
+        factor = rough if prior else _calibrate(t, scenarios[0], choice.dim, choice.kernel)
+        if SCALE_PRIOR and not prior and factor <= CALIBRATION_GRID[0]:
+            prior, factor = True, HUMAN_SCALE / max(first.scale, 1e-12)
     scenarios = [Scenario(s.distances, s.scale * factor, s.lapse) for s in scenarios]
-    return PilotFit(tuple(scenarios), choice.dim, choice.kernel, float(choice.holdout_accuracy), len(t), factor)
+    return PilotFit(tuple(scenarios), choice.dim, choice.kernel, float(choice.holdout_accuracy), len(t), factor,
+                    calibrate and prior)

@@ -92,8 +92,8 @@ def test_a_pilot_fit_recovers_the_raters_lapse_and_errs_on_the_safe_side():
     assert len(fit.scenarios) == 2
     assert 0.05 <= fit.lapses[0] <= 0.3, fit.describe()
     budgets = [10, 50, 200]
-    from_truth = planning.plan([truth], ["comparison_forest", "embedding"], budgets, runs=2)
-    from_pilot = planning.plan(list(fit.scenarios), ["comparison_forest", "embedding"], budgets, runs=2)
+    from_truth = planning.plan([truth], ["comparison_forest", "embedding"], budgets, runs=4)
+    from_pilot = planning.plan(list(fit.scenarios), ["comparison_forest", "embedding"], budgets, runs=4)
     over = from_pilot.exact.mean(axis=1) - from_truth.exact.mean(axis=1)
     assert over.max() <= 0.1, (from_truth.exact.mean(axis=1), from_pilot.exact.mean(axis=1))
     # ... and it still sees that more answers buy accuracy
