@@ -15,63 +15,41 @@ from typing import Any
 import numpy as np
 
 from .kinds import QuestionKind
-from .registry import fitted_coordinates
+from .registry import distance_model
 
 #: A function giving the model's distance of each pair ``(heads[t], others[t])`` (NaN: the model says nothing
 #: of that pair), both int arrays of one length.
 Distances = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
-def _inner(planner: Any) -> Any:
-    """The learner inside the platform's wrappers (a triplet adapter, a screen planner: each holds the
-    learner it drives as ``planner``)."""
-    while getattr(planner, "planner", None) is not None:
-        planner = planner.planner
-    return planner
-
-
 def model_distances(planner: Any) -> Distances | None:
-    """The pair distances a planner's current model gives, None for a planner with no model of them.
-
-    In order of what the learner holds: its estimates of every pair (pooled ratings: each pair's mean
-    shrunk toward its fitted space), the coordinates it fitted (duels, the embeddings), the mean of each
-    pair's samples (ANNTri and its baselines: NaN for a pair never sampled; in triplet studies the
-    head-based share of third items that beat the candidate), the smoothed win rates of random triplets
-    (1 - win rate); else the rank of each item in the head's list of nearest neighbours (forests)."""
-    inner = _inner(planner)
-    estimates = getattr(inner, "estimates", None)
-    if callable(estimates):
-        mean = np.asarray(estimates()[0], np.float64)
-        return lambda h, o: mean[h, o]
-    X = fitted_coordinates(inner)
-    if X is not None:
-        X = np.asarray(X, np.float64)
-        return lambda h, o: np.linalg.norm(X[h] - X[o], axis=1)
-    mean, count = getattr(inner, "mean_", None), getattr(inner, "count_", None)
-    if mean is not None and count is not None:
-        def sampled(h: np.ndarray, o: np.ndarray) -> np.ndarray:
-            return np.where(np.asarray(count[h, o]) > 0, np.asarray(mean[h, o], np.float64), np.nan)
-        return sampled
-    result = inner.result() if callable(getattr(inner, "result", None)) else None
-    wins, shown = getattr(result, "wins", None), getattr(result, "shown", None)
-    if wins is not None and shown is not None:
-        # the smoothed win rate (TripletWinRates.win_rate) of the pairs asked only: no n x n copy
-        return lambda h, o: 1.0 - (np.asarray(wins[h, o], np.float64) + 1.0) / (np.asarray(shown[h, o]) + 2.0)
-    graph = getattr(inner, "neighbor_graph", None)
-    if not callable(graph):
+    """The pair distances a planner's current model gives (``engine.registry.distance_model``: its estimates
+    of every pair, its fitted coordinates, the mean of each pair's samples (NaN for a pair never sampled; in
+    triplet studies the head-based share of third items that beat the candidate), 1 - its smoothed win
+    rates, else an item's rank among the head's nearest), None for a planner with no model of them."""
+    found = distance_model(planner)
+    if found is None:
         return None
-    k = min(int(inner.n_items) - 1, RANKED_NEIGHBOURS)
-    neighbors = np.asarray(graph(k).neighbors)
+    what, model = found
+    if what == "estimates":
+        mean = np.asarray(model, np.float64)
+        return lambda h, o: mean[h, o]
+    if what == "coordinates":
+        X = np.asarray(model, np.float64)
+        return lambda h, o: np.linalg.norm(X[h] - X[o], axis=1)
+    if what == "samples":
+        sampled_mean, count = model
+        return lambda h, o: np.where(np.asarray(count[h, o]) > 0, np.asarray(sampled_mean[h, o], np.float64), np.nan)
+    if what == "win_rates":
+        # the smoothed win rate (TripletWinRates.win_rate) of the pairs asked only: no n x n copy
+        wins, shown = model
+        return lambda h, o: 1.0 - (np.asarray(wins[h, o], np.float64) + 1.0) / (np.asarray(shown[h, o]) + 2.0)
+    neighbors = np.asarray(model)
 
     def ranked(h: np.ndarray, o: np.ndarray) -> np.ndarray:
         hit = neighbors[h] == np.asarray(o)[:, None]
         return np.where(hit.any(axis=1), hit.argmax(axis=1), np.nan)
     return ranked
-
-
-#: A learner without a distance model (a forest) is scored by the rank of each item among the head's
-#: nearest this many (an item beyond them is no nearer than another).
-RANKED_NEIGHBOURS = 20
 
 
 def _offered(kind: QuestionKind, shown: Sequence[int]) -> list[int]:

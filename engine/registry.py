@@ -417,6 +417,38 @@ def fitted_coordinates(planner: Any) -> Any | None:
     return get() if callable(get) else getattr(planner, "embedding_", None)
 
 
+def distance_model(planner: Any) -> tuple[str, Any] | None:
+    """What a planner's current model holds about how far apart any two items are (to score it on answers
+    it never saw, ``engine.heldout``), looked for in the learner inside the platform's wrappers (a triplet
+    adapter, a screen planner: each holds it as ``planner``): ``("estimates", matrix)`` of every pair
+    (pooled ratings), ``("coordinates", X)`` fitted (duels, the embeddings), ``("samples", (mean, count))``
+    of the pairs sampled (ANNTri and its baselines), ``("win_rates", (wins, shown))`` (random triplets),
+    else ``("ranks", neighbors)``, each item's nearest ``RANKED_NEIGHBOURS`` in order (forests); None for a
+    planner with none of these."""
+    while getattr(planner, "planner", None) is not None:
+        planner = planner.planner
+    estimates = getattr(planner, "estimates", None)
+    if callable(estimates):
+        return "estimates", estimates()[0]
+    X = fitted_coordinates(planner)
+    if X is not None:
+        return "coordinates", X
+    if getattr(planner, "mean_", None) is not None and getattr(planner, "count_", None) is not None:
+        return "samples", (planner.mean_, planner.count_)
+    result = planner.result() if callable(getattr(planner, "result", None)) else None
+    if getattr(result, "wins", None) is not None and getattr(result, "shown", None) is not None:
+        return "win_rates", (result.wins, result.shown)
+    graph = getattr(planner, "neighbor_graph", None)
+    if not callable(graph):
+        return None
+    return "ranks", graph(min(int(planner.n_items) - 1, RANKED_NEIGHBOURS)).neighbors
+
+
+#: A learner without a distance model (a forest) is scored by the rank of each item among the head's
+#: nearest this many (an item beyond them is no nearer than another): :func:`distance_model`.
+RANKED_NEIGHBOURS = 20
+
+
 def candidate_duels(planner: Any) -> Any | None:
     """A planner's ``candidates(h) -> (items, win shares, duels)`` where it ranks each item's
     candidates in duels (candidate duels), None for the others."""

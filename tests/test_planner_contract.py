@@ -455,6 +455,7 @@ from webapp.handles import shown_index
 positions = [0.0, 0.05, 1.0, 1.05, 2.0, 2.05]
 conn = redis.Redis.from_url(sys.argv[1])
 config = StudyConfig.from_dict({"name": "toy", "random_state": 1, "pool_size": 6, "attention": {"rate": 0},
+                                "heldout_share": 0,
                                 "algorithms": [{"algorithm": "toy_nearest"}]})
 items = [Item(id=f"p{i}", kind="text", text=f"point {i}", position=(x,)) for i, x in enumerate(positions)]
 sid = create_study(conn, config, items, study_id="toy")

@@ -221,9 +221,11 @@ class Learner:
             self.planner.forget(own)
 
     # ------------------------------------------------------------------ questions
-    def plan(self, budget: int, n_items: int, window: int | None = None, served: int = 0) -> list[dict]:
+    def plan(self, budget: int, n_items: int, window: int | None = None, served: tuple[int, ...] = (0, 0)
+             ) -> list[dict]:
         """Up to ``budget`` questions for the pool, about ``heldout_share`` of them held out (see
-        ``_heldout``; ``served``: the questions served from the learner's pool so far). Distance learners
+        ``_heldout``; ``served``: the questions served from the learner's pool and the answers given to them so
+        far). Distance learners
         open more rounds (up to ``window`` and beyond, as needed) when their open rounds have too few
         distinct questions."""
         self.repeats_planned = 0
@@ -249,19 +251,18 @@ class Learner:
         rng = np.random.default_rng(None if seed is None else [seed, int(self.planner.n_issued_) if derived else 0])
         return [self._question(q, n_items, rng) for q in planned] + heldout
 
-    def _heldout(self, budget: int, n_items: int, served: int) -> list[dict]:
+    def _heldout(self, budget: int, n_items: int, served: tuple[int, ...]) -> list[dict]:
         """The held-out questions among ``budget`` to plan: each one with probability ``heldout_share``, a
         uniformly random screen of the learner's kind marked ``heldout`` (its answer is never learned from,
         see ``engine_answers``). A learner that yields no graph has no model to score: none. Seeded studies
-        draw them from the study's seed, the learner's place, the questions served from its pool so far
-        (``served``), the questions its planner has issued and the budget."""
+        draw them from the study's seed, the learner's place, ``served`` (the questions served from its pool
+        and the answers it was given so far) and the budget."""
         share = float(self.config.heldout_share)
         if share <= 0 or not self.entry.yields_graph:
             return []
         seed = _seed(self.config, self.config.algorithms.index(self.algorithm))
-        # a function of what is saved, so a learner kept in memory and one restored draw alike
-        issued = int(getattr(self.planner, "n_issued_", 0))
-        rng = np.random.default_rng(None if seed is None else [seed, HELDOUT_STREAM, served, issued, int(budget)])
+        # a function of what is stored, so a learner kept in memory and one restored draw alike
+        rng = np.random.default_rng(None if seed is None else [seed, HELDOUT_STREAM, *served, int(budget)])
         count = int(rng.binomial(int(budget), min(share, 1.0)))
         if not count:
             return []

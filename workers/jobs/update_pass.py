@@ -252,8 +252,7 @@ def _plan(conn: Redis, pipe, p: _Pass, pruned: dict[str, list[dict]]) -> None:
             served = int(p.counters.get(keys.counter_field("questions_served", label), 0))
             wanted = min(wanted, max(0, learner.algorithm.budget - served - depth))
         window = learner.algorithm.params.get("window", 1)
-        served = int(p.counters.get(keys.counter_field("questions_served", label), 0))
-        p.planned[label] = learner.plan(wanted, study.n_items, window=window, served=served)
+        p.planned[label] = learner.plan(wanted, study.n_items, window=window, served=_served(p, label))
         if running and not done:
             _note_ahead(p, label, depth + len(p.planned[label]))
         p.repeats += learner.repeats_planned
@@ -262,6 +261,12 @@ def _plan(conn: Redis, pipe, p: _Pass, pruned: dict[str, list[dict]]) -> None:
         for _ in range(REPLANS if running and not done else 0):
             if not _replan(conn, p, label, learner, kept, pruned, window):
                 break
+
+
+def _served(p: _Pass, label: str) -> tuple[int, int]:
+    """(questions served from the learner's pool, answers given to its questions) so far: what a seeded study's
+    held-out draws follow (``Learner.plan``)."""
+    return tuple(int(p.counters.get(keys.counter_field(name, label), 0)) for name in ("questions_served", "answers"))
 
 
 def _replan(conn: Redis, p: _Pass, label: str, learner: Learner, kept: list[dict], pruned: dict[str, list[dict]],
@@ -282,8 +287,7 @@ def _replan(conn: Redis, p: _Pass, label: str, learner: Learner, kept: list[dict
     pruned.setdefault(label, []).extend(late_removed)
     p.pruned_now += len(late_removed)
     gap = len(late_removed) + len(late_planned)
-    served = int(p.counters.get(keys.counter_field("questions_served", label), 0))
-    p.planned[label].extend(learner.plan(gap, p.study.n_items, window=window, served=served))
+    p.planned[label].extend(learner.plan(gap, p.study.n_items, window=window, served=_served(p, label)))
     p.repeats += learner.repeats_planned
     return True
 
