@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from workers.jobs.learners import Learner
     from workers.store.answers import Answer
+    from workers.store.config import RatingScale
     from workers.store.studies import Study
 
 
@@ -63,7 +64,7 @@ class Kept:
         stored.replace_repeats(pipe, study.id, sorted(kinds), self.repeats)
 
 
-def score(learner: Learner, documents: list[dict], scale) -> tuple[str, float, int] | None:
+def score(learner: Learner, documents: list[dict], scale: RatingScale) -> tuple[str, float, int] | None:
     """(metric, score, answers scored) of the learner's current model on the held-out answers of its question
     kind: ``agreement``, the share of choices it makes as the rater did (ties shared), or for ratings
     ``correlation``, Pearson's correlation of its distances with the rated ones (``scale`` maps a rating to
