@@ -97,7 +97,10 @@ class Algorithm:
     changed since the previous state, so the update pass saves only those (the pair planners);
     ``rating_warning`` the same as ``warning`` for studies of a rated (not triplet-derived) kind;
     ``takes_raters`` its ``observe`` takes rating rows ``(i, j, d, rater)`` (any hashable id of who
-    answered), so the platform passes the rater with each rating; ``coordinates`` its planner fits
+    answered), so the platform passes the rater with each rating; ``takes_triplets`` its planner also
+    learns from the anchored triplets of the study's other questions (``observe_triplets`` of ``(head, a,
+    b, winner)`` rows: one model from a study asking ratings and triplets of the same items);
+    ``coordinates`` its planner fits
     coordinates of the items (:func:`fitted_coordinates` returns them once fitted): its embedding is
     exported and offered for download.
     """
@@ -121,6 +124,7 @@ class Algorithm:
     warning: str = ""
     rating_warning: str = ""
     takes_raters: bool = False
+    takes_triplets: bool = False
     coordinates: bool = False
 
     def __post_init__(self) -> None:
@@ -242,7 +246,7 @@ _ENTRIES = (
                "refit_growth": {"type": "number", "exclusiveMinimum": 0, "default": 0.25}},
               # (estimated from its arrays, not yet measured by benchmarks/engine_memory.py: per-pair counts and
               # sums, the estimates' temporaries; the log of ratings and a refit's copy of it)
-              ("PooledRatings",), takes_raters=True, coordinates=True,
+              ("PooledRatings",), takes_raters=True, takes_triplets=True, coordinates=True,
               memory=Memory(per_pair=64.0, per_answer=100.0, fixed=60e6)),
     Algorithm("random_triplets", "engine.random_triplets:RandomTriplets", _TRIPLET_KINDS, "triplet", "graph",
               "Random triplets: uniformly random triplets, neighbour = highest win rate (no certificate)",

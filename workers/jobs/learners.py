@@ -16,7 +16,7 @@ from engine.graph import NeighborGraph, Progress, RefitsBeside, RoundPlanner, re
 from engine.kinds import KINDS, SCREEN_PARAMS, kind_of
 from engine.planners import make_planner, restore_planner, takes_features
 from engine.registry import ALGORITHMS, candidate_duels, drive_as_pool, fitted_coordinates
-from workers.store.answers import HELDOUT, Answer
+from workers.store.answers import CATCH_ALGORITHM, HELDOUT, REPEAT_ALGORITHM, Answer
 from workers.store.config import AlgorithmConfig, StudyConfig
 from workers.store.questions import derived_triplet_question, pooled
 from workers.store.studies import StudyError, feature_matrix, get_items, initial_item_count
@@ -193,7 +193,19 @@ class Learner:
         rows = self.engine_answers(answers)
         if rows:
             self.planner.observe(rows)
-        return len(rows)
+        triplets = self.study_triplets(answers) if self.entry.takes_triplets else []
+        if triplets:
+            self.planner.observe_triplets(triplets)
+        return len(rows) + len(triplets)
+
+    def study_triplets(self, answers: list[Answer]) -> list[tuple[int, int, int, int]]:
+        """The anchored triplets ``(head, x, y, winner)`` the study's other learners' answers imply (every
+        kind's ``triplets``), for a learner that takes them beside its own answers (``takes_triplets``):
+        attention checks, repeats, skips and held-out answers left out, as for every learner."""
+        own = {self.label, CATCH_ALGORITHM, REPEAT_ALGORITHM}
+        n = int(self.planner.n_items)  # (items added to the study after the learner was built are not its)
+        return [t for a in answers if a.algorithm not in own and not a.skipped and not a.heldout
+                for t in a.triplets() if max(t[:3]) < n]
 
     def closed_round_answers(self, answers: list[Answer]) -> int:
         """How many of the answers this learner uses were asked for a round that is closed by now
