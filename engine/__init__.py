@@ -10,7 +10,7 @@ plain arrays plus JSON scalars (``to_state`` / ``from_state``).
 PUBLIC = {"make_planner": "planners", "restore_planner": "planners"}
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     """``engine.make_planner`` and ``engine.restore_planner`` (loaded when first asked for: a web process
     imports ``engine.kinds`` and must not load numpy through this package)."""
     if name in PUBLIC:

@@ -186,7 +186,11 @@ def test_the_cli_forgets_a_rater_and_rebuilds(conn, redis_url):
     assert conn.xlen(keys.answers("cli")) == 25
     [(_, line)] = audit_lines(conn, "cli")
     assert line.by.startswith("cli")
-    assert invoke(redis_url, "forget-rater", "cli", "p-01", "--yes").exit_code != 0  # nothing left to forget
+    # nothing of them is left to forget: a second run says so and only finishes the files and the backups
+    again = invoke(redis_url, "forget-rater", "cli", "p-01", "--yes")
+    assert again.exit_code == 0 and "was already forgotten" in again.output, again.output
+    assert "Rebuilt" not in again.output and conn.xlen(keys.answers("cli")) == 25
+    assert len(audit_lines(conn, "cli")) == 1  # no second audit line: nothing was forgotten again
 
 
 def study_keys(conn, study_id: str) -> dict[bytes, bytes]:
