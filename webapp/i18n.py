@@ -45,7 +45,12 @@ def _kind_text(texts: RaterTexts, config: StudyConfig, kind: QuestionKind, what:
     count, values = _kind_values(config, kind)
     if key in texts:
         return texts.get(key, **values)
-    return texts.plural(key, count, **values)
+    if f"{key}.other" in texts:
+        return texts.plural(key, count, **values)
+    # a kind the catalogues do not know yet (added as the development docs say: a table entry and a
+    # widget): its own words, in the language it was written in, until its texts join the catalogues
+    prompt, instructions = kind.texts(config.settings_of(kind))
+    return prompt if what == "prompt" else instructions
 
 
 def rater_prompt(config: StudyConfig, kind: QuestionKind) -> str:
