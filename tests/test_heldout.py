@@ -218,3 +218,14 @@ def test_the_learning_tab_says_when_nothing_is_held_out(conn, researcher_client)
     sid = make_study(conn, "unshown", algorithms=[{"algorithm": "embedding"}], heldout_share=0)
     page = researcher_client.get(f"/studies/{sid}?tab=learning").get_data(as_text=True)
     assert "No questions are held out" in page and "heldout-plot" not in page
+
+
+def test_a_study_stored_before_held_out_questions_holds_none_out_after_an_upgrade():
+    from workers.store.config import HELDOUT_SHARE, StudyConfig
+
+    new = StudyConfig.from_dict({"name": "New"})
+    assert new.heldout_share == HELDOUT_SHARE > 0
+    stored = new.to_dict()
+    del stored["heldout_share"]  # what an older version stored
+    assert StudyConfig.from_stored(stored).heldout_share == 0.0
+    assert StudyConfig.from_stored(new.to_dict()).heldout_share == HELDOUT_SHARE

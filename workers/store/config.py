@@ -626,6 +626,9 @@ class StudyConfig:
         """Rebuild a config saved by :meth:`to_json` (already validated when it was created)."""
         data = dict(data)
         data["kind_settings"] = {name: data.pop(name) for name in KIND_SETTINGS_SCHEMAS if name in data}
+        # a study stored before held-out questions existed held none out, and keeps so (a running study's
+        # questions do not change under it with an upgrade); a new study gets the default
+        data.setdefault("heldout_share", 0.0)
         return cls(**data)
 
     def to_dict(self) -> dict:
