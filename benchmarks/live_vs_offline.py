@@ -11,6 +11,8 @@ x ``--unit`` seconds (calibrated on a quiet machine: ``--calibrate`` prints the 
 CPU time to the units). The fit's arithmetic does not depend on the machine, so the same command
 gives the same figures on a busy machine and on a quiet one (with measured CPU time two identical
 runs gave 4 and 13 refits). ``--unit measured`` charges measured CPU time instead.
+``--unit 0``: refits without lag (ready at the call that starts them), so only the question schedule
+differs from offline. ``--trace`` prints, per fit, how the questions asked from it spread over the heads.
 Truth: clustered points (4-D, clusters of 20), answered by the human noise model (logistic 0.1 of the
 clusters' unit spread, lapse 0.1). hit@3 by answers per item, mean over seeds::
 
