@@ -19,6 +19,7 @@ from helpers import ARTIFACTS, RESEARCHER, RESEARCHER_PASSWORD, zip_of
 from simulation.crowd import Crowd, NoiseModel, Truth
 from webapp.accounts import create_user
 from webapp.cli.demo_study import demo_items
+from webapp.handles import identifier
 from workers.store.config import StudyConfig
 from workers.store.queue import schedule_update
 from workers.store.studies import Item, create_study
@@ -143,7 +144,8 @@ def crowd_truth(items) -> Truth:
                  points=points)
 
 
-def test_a_researcher_creates_a_study_watches_raters_and_downloads_every_export(browser, journey_server, conn):
+def test_a_researcher_creates_a_study_watches_raters_and_downloads_every_export(browser, journey_server, conn,
+                                                                               tmp_path):
     base = journey_server
     page = browser.new_page(viewport={"width": 1280, "height": 900}, accept_downloads=True)
     page.goto(f"{base}/")
@@ -241,8 +243,10 @@ def test_a_researcher_creates_a_study_watches_raters_and_downloads_every_export(
     page.goto(f"{base}/studies/{CROWD_STUDY}")
     page.wait_for_selector("#dashboard")
     items = [Item.from_dict(json.loads(raw)) for raw in conn.lrange(f"proxima:{{{CROWD_STUDY}}}:items", 0, -1)]
+    # the simulated people read the handles of what they are shown with the server's secret key
+    secret = (tmp_path / "instance" / "secret_key").read_text().strip()
     crowd = Crowd(base, CROWD_STUDY, crowd_truth(items), NoiseModel(sigma=0.05), raters=4, think=0.05,
-                  duration=40, seed=1)
+                  duration=40, seed=1, identify=identifier(secret, CROWD_STUDY, [item.id for item in items]))
     runner = threading.Thread(target=crowd.run, daemon=True)
     runner.start()
     try:

@@ -14,6 +14,7 @@ from simulation.crowd import Crowd, NoiseModel, Truth
 from simulation.oracles import HUMAN_LAPSE
 from webapp.accounts import create_user
 from webapp.cli.demo_study import demo_items
+from webapp.handles import identifier
 from workers.store import keys
 from workers.store.config import StudyConfig
 from workers.store.queue import schedule_update
@@ -37,13 +38,14 @@ def paid_server(conn, start_serve):
     return start_serve(env={"PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES": "127.0.0.1"}), items
 
 
-def test_the_overview_answers_health_quality_and_cheating_on_a_laptop_screen(browser, paid_server, conn):
+def test_the_overview_answers_health_quality_and_cheating_on_a_laptop_screen(browser, paid_server, conn, tmp_path):
     base, items = paid_server
     points = np.array([item.position for item in items], dtype=float)
     D = cdist(points, points)
     truth = Truth([item.id for item in items], D / D.max(), source="demo colours", points=points)
+    secret = (tmp_path / "instance" / "secret_key").read_text().strip()  # the people read handles with it
     crowd = Crowd(base, "paid", truth, NoiseModel(sigma=0.05, logistic_scale=0.02, lapse=HUMAN_LAPSE), raters=6,
-                  careless=0.34, think=0.5, seed=3)
+                  careless=0.34, think=0.5, seed=3, identify=identifier(secret, "paid", [item.id for item in items]))
     report = crowd.run(progress=lambda *_: None, every=60)
     assert report.answers >= 200, report.errors
     # whether a careless rater's random answers are caught is left to chance (tests/test_answer_check.py
