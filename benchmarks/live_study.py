@@ -43,6 +43,7 @@ from engine.anntri import ANNTri, planner_from_state  # noqa: E402
 from simulation.crowd import Crowd, NoiseModel, Truth, graph_accuracy, progress_line  # noqa: E402
 from simulation.oracles import DistanceMatrixOracle, circle_clusters, run  # noqa: E402
 from webapp.cli.embedded import free_port, running_url  # noqa: E402
+from webapp.handles import identifier  # noqa: E402
 from workers.results.exports import nn_graph  # noqa: E402
 from workers.store import keys  # noqa: E402
 from workers.store.config import StudyConfig  # noqa: E402
@@ -161,8 +162,10 @@ def live_run(a, truth, labels, sigma, instance: Path) -> dict:
             time.sleep(0.1)
         sampler = EngineSampler(conn, STUDY, [alg.label for alg in get_study(conn, STUDY).config.algorithms])
         sampler.start()
+        # the simulated people read the handles of what they are shown with the server's secret key
+        identify = identifier((instance / "secret_key").read_text().strip(), STUDY, list(truth.ids))
         crowd = Crowd(base, STUDY, truth, NoiseModel(sigma=sigma), raters=a.raters, think=0.0,
-                      duration=a.timeout, seed=a.seed)
+                      duration=a.timeout, seed=a.seed, identify=identify)
         started = time.monotonic()
         report = crowd.run(progress=lambda r, s: print(progress_line(r, s), flush=True), every=a.progress_every)
         sampler.halt.set()
