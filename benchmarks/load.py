@@ -150,17 +150,20 @@ def screen_answer(question: dict, positions: list[tuple[float, float]], rng: ran
     def noisy(i, j):
         return math.dist(positions[i], positions[j]) + rng.gauss(0.0, ANSWER_NOISE)
 
-    def index(item):
-        return shown_index(secret, None, item["handle"])
+    def index(item):  # a --baseline before handles names items by index
+        return shown_index(secret, None, item["handle"]) if "handle" in item else item["index"]
+
+    def name(item):
+        return item.get("handle", item.get("index"))
 
     if "head" in question:
         head = index(question["head"])
         ranked = sorted((noisy(head, index(c)), n) for n, c in enumerate(question["candidates"]))
-        picks = [question["candidates"][n]["handle"] for _, n in ranked[: int(question.get("select", 1))]]
+        picks = [name(question["candidates"][n]) for _, n in ranked[: int(question.get("select", 1))]]
     else:
         x, y, z = (index(i) for i in question["items"])
         pairs = [(noisy(y, z), 0), (noisy(x, z), 1), (noisy(x, y), 2)]  # the pair nearest: the third is odd
-        picks = [question["items"][min(pairs)[1]]["handle"]]
+        picks = [name(question["items"][min(pairs)[1]])]
     return {"picks": picks} if "select" in question else {"choice": picks[0]}
 
 
