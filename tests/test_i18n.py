@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from html import unescape
 from html.parser import HTMLParser
 
 import pytest
@@ -166,8 +167,8 @@ def test_the_page_embeds_its_scripts_texts_with_the_studys_own(client, conn):
     client.get("/s/de?PROLIFIC_PID=p-1")
     decide(client, "de", "agree")
     html = client.get("/s/de").get_data(as_text=True)
-    block = re.search(r'<script type="application/json" id="rater-texts">(.*?)</script>', html, re.S)[1]
-    embedded = json.loads(block)
+    block = re.search(r"<section id=\"study\"[^>]*data-texts='([^']*)'", html, re.S)[1]
+    embedded = json.loads(unescape(block))
     assert embedded["language"] == "de" and embedded["direction"] == "ltr"
     wanted = {k: v for k, v in CATALOGUES["de"].items() if k.split(".")[0] in SCRIPT_TEXTS}
     assert embedded["texts"] == {**wanted, "loading": "Gleich geht's weiter"}

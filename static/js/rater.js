@@ -8,9 +8,9 @@
   const root = document.getElementById("study");
   const WIDGETS = window.ProximaWidgets || {};
   if (!root) return;
-  // the page's texts in its study's language (webapp/i18n.py renders the catalogue into #rater-texts):
+  // the page's texts in its study's language (webapp/i18n.py renders the catalogue into data-texts):
   // t(key, {name: value}) fills a text's {name}s; tn() picks a plural text (key.one, key.other ...) for n
-  const catalogue = JSON.parse(document.getElementById("rater-texts").textContent);
+  const catalogue = JSON.parse(root.dataset.texts);
   const fill = (text, values) => text.replace(/\{(\w+)\}/g, (m, name) => (values && name in values ? String(values[name]) : m));
   const t = (key, values) => fill(catalogue.texts[key], values);
   function tn(key, n, values, type) {
