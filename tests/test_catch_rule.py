@@ -239,9 +239,10 @@ def test_a_catch_trial_flag_does_what_the_studys_flag_action_says(client, conn, 
 
 def test_a_study_without_catch_trials_is_warned_about_at_create_on_the_form_and_on_the_overview(
         cli, researcher_client, conn, tmp_path):
-    """Items with neither positions nor labels (a folder of images, a CSV without labels) give no catch
-    trials: ``proxima create`` warns, the New study form says so before the upload and flashes it after,
-    and the study's Overview says so; a labelled study is not warned about."""
+    """Items with neither positions nor labels whose content is on the page (a CSV of texts without labels;
+    a folder of images gets copy catch trials instead) give no catch trials: ``proxima create`` warns, the
+    New study form says so before the upload and flashes it after, and the study's Overview says so; a
+    labelled study is not warned about."""
     import io
 
     from workers.store.studies import list_studies
