@@ -184,8 +184,11 @@ def flow_server(conn, start_serve):
 
 
 @pytest.fixture
-def browser():
-    """Headless Chromium (Debian's, or PROXIMA_CHROMIUM) driven by Playwright."""
+def browser(start_serve):
+    """Headless Chromium (Debian's, or PROXIMA_CHROMIUM) driven by Playwright.
+
+    It asks for ``start_serve`` only to be closed before the servers a test started stop: a page still open
+    keeps a request in flight, and gunicorn's graceful stop waited its 10 s for it after every browser test."""
     require(bool(CHROMIUM), "Chromium", "apt-get install chromium, or set PROXIMA_CHROMIUM to a Chromium binary")
     from playwright.sync_api import sync_playwright
 
