@@ -145,8 +145,9 @@ def screen_answer(question: dict, positions: list[tuple[float, float]], rng: ran
     """A simulated rater's answer to any kind of screen (engine/kinds.py) from the hidden positions with
     Gaussian noise on each distance: a screen with a head picks the ``select`` (else one) candidates
     nearest the head, in order; three items without one pick the odd one (the item not in the nearest
-    pair). One pick goes as ``choice``, several as ``picks``, by the items' handles (read with the
-    server's ``secret`` key: the wire names items by handles only)."""
+    pair); a rated pair a value on its scale, the most similar end for the same place. One pick goes as
+    ``choice``, several as ``picks``, by the items' handles (read with the server's ``secret`` key: the
+    wire names items by handles only)."""
     def noisy(i, j):
         return math.dist(positions[i], positions[j]) + rng.gauss(0.0, ANSWER_NOISE)
 
@@ -156,6 +157,12 @@ def screen_answer(question: dict, positions: list[tuple[float, float]], rng: ran
     def name(item):
         return item.get("handle", item.get("index"))
 
+    if "scale" in question:  # a rated pair: the most similar end of the scale for the same place
+        scale = question["scale"]
+        i, j = (index(item) for item in question["items"])
+        low, high, step = float(scale["min"]), float(scale["max"]), float(scale.get("step") or 1)
+        value = high - (high - low) * min(1.0, max(0.0, noisy(i, j)) / math.sqrt(2))
+        return {"value": min(high, max(low, low + round((value - low) / step) * step))}
     if "head" in question:
         head = index(question["head"])
         ranked = sorted((noisy(head, index(c)), n) for n, c in enumerate(question["candidates"]))
@@ -229,7 +236,9 @@ async def _generate(spec: dict) -> Recorder:
     results = await asyncio.gather(*tasks, return_exceptions=True)
     for r in results:
         if isinstance(r, BaseException):
-            rec.errors[str(len(steps))][f"rater crashed: {type(r).__name__}: {r}"] += 1
+            # counted in the last step's errors, so a generator that cannot answer a kind fails "zero errors"
+            # (a rater coroutine that crashed sends nothing, and the run read as 0 answers, 0 errors)
+            rec.errors[str(len(steps) - 1)][f"rater crashed: {type(r).__name__}: {r}"] += 1
     return rec
 
 
