@@ -13,6 +13,7 @@ import json
 from typing import TYPE_CHECKING
 
 from workers.store import keys
+from workers.store.truth import append_curve_point
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -33,29 +34,6 @@ REPEATS_PREFIX, AGREED_PREFIX, CHOICES_PREFIX = "repeats:", "repeats-agreed:", "
 CURVE_POINTS = 400
 #: The summary scores the latest this many held-out answers (a study of a million answers holds 50,000).
 SCORED_ANSWERS = 5000
-
-# KEYS[1] = keys.engine_stats(study); ARGV = field, answers applied, score, answers scored, most points kept.
-# Appends the point unless it equals the last one; a point with fewer answers applied than the last one
-# (a rebuild) starts the curve again.
-_APPEND_POINT = """
-local raw = redis.call('HGET', KEYS[1], ARGV[1])
-local points = {}
-if raw then points = cjson.decode(raw) end
-local x, y, m = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local last = points[#points]
-if last and last[1] == x and last[2] == y and last[3] == m then return 0 end
-if last and x < last[1] then points = {} end
-if last and last[1] == x then table.remove(points) end
-table.insert(points, {x, y, m})
-if #points > tonumber(ARGV[5]) then
-  local kept = {}
-  for i = 1, #points - 1, 2 do table.insert(kept, points[i]) end
-  table.insert(kept, points[#points])
-  points = kept
-end
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(points))
-return 1
-"""
 
 
 def answer_document(kind: str, shown: list[int], picks: list[int], value: float | None) -> str:
@@ -111,8 +89,8 @@ def read_tallies(conn: Redis, study_id: str, kinds: list[str]) -> dict[str, list
 def append_point(pipe: Pipeline, study_id: str, label: str, applied: int, score: float, scored: int) -> None:
     """Append (answers applied, score, held-out answers scored) to the learner's curve (one point per number
     of answers applied: a later score at the same number replaces it)."""
-    pipe.eval(_APPEND_POINT, 1, keys.engine_stats(study_id), CURVE_PREFIX + label, int(applied),
-              round(float(score), 4), int(scored), CURVE_POINTS)
+    append_curve_point(pipe, study_id, CURVE_PREFIX + label, [int(applied), round(float(score), 4), int(scored)],
+                       CURVE_POINTS, replace_same_x=True)
 
 
 def save_kinds(pipe: Pipeline, study_id: str, kinds: dict[str, dict]) -> None:

@@ -28,19 +28,25 @@ TRUTH_ERROR_POINTS = 400
 #: Studies with more items than this get no error curve (finding the true neighbours is quadratic).
 MAX_TRUTH_ITEMS = 5000
 
-# KEYS[1] = keys.engine_stats(study); ARGV = field, answers applied, share wrong, most points kept.
-# Appends the point unless it equals the last one; a point with fewer answers than the last one
-# (a rebuild without some raters) starts the curve again.
+# KEYS[1] = keys.engine_stats(study); ARGV = field, the point (JSON list, answers applied first), most points
+# kept, "1" to replace a last point at the same answers applied. Appends the point unless it equals the last
+# one; a point with fewer answers than the last one (a rebuild without some raters) starts the curve again;
+# past the most points every other point is dropped (the curve keeps its whole span, at a coarser step).
 _APPEND_POINT = """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 local points = {}
 if raw then points = cjson.decode(raw) end
-local x, y = tonumber(ARGV[2]), tonumber(ARGV[3])
+local point = cjson.decode(ARGV[2])
 local last = points[#points]
-if last and last[1] == x and last[2] == y then return 0 end
-if last and x < last[1] then points = {} end
-table.insert(points, {x, y})
-if #points > tonumber(ARGV[4]) then
+if last and #last == #point then
+  local same = true
+  for i = 1, #point do if last[i] ~= point[i] then same = false end end
+  if same then return 0 end
+end
+if last and point[1] < last[1] then points = {} end
+if ARGV[4] == '1' and last and last[1] == point[1] then table.remove(points) end
+table.insert(points, point)
+if #points > tonumber(ARGV[3]) then
   local kept = {}
   for i = 1, #points - 1, 2 do table.insert(kept, points[i]) end
   table.insert(kept, points[#points])
@@ -78,8 +84,18 @@ def save_truth(pipe: Pipeline, study_id: str, n_items: int, points: list | None,
 
 def append_error_point(pipe: Pipeline, study_id: str, label: str, applied: int, wrong: float) -> None:
     """Append (answers applied, share wrong) to the algorithm's error curve unless it is its last point."""
-    pipe.eval(_APPEND_POINT, 1, keys.engine_stats(study_id), TRUTH_ERROR_PREFIX + label, int(applied),
-              round(float(wrong), 4), TRUTH_ERROR_POINTS)
+    append_curve_point(pipe, study_id, TRUTH_ERROR_PREFIX + label, [int(applied), round(float(wrong), 4)],
+                       TRUTH_ERROR_POINTS)
+
+
+def append_curve_point(pipe: Pipeline, study_id: str, field: str, point: list, most: int,
+                       replace_same_x: bool = False) -> None:
+    """Append ``point`` ([answers applied, ...]) to the curve in ``keys.engine_stats`` field ``field``, in
+    Redis (one script: the passes of two workers never interleave a read and a write): unless it equals the
+    last point; starting again after a rebuild; at most ``most`` points; ``replace_same_x``: a later point at
+    the same answers applied replaces the last one. The truth's error curves and the held-out curves."""
+    pipe.eval(_APPEND_POINT, 1, keys.engine_stats(study_id), field, json.dumps(point), int(most),
+              "1" if replace_same_x else "0")
 
 
 def error_curves(engine_stats: dict[str, str]) -> dict[str, list]:
