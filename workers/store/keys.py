@@ -176,6 +176,15 @@ anonymous_sessions = _per_study_part("anonymous-sessions:<address>")
 #: has given that many answers (attention.validation_repeats).
 repeats = _per_study_part("repeats:<rater>")
 
+#: Hash: the data package built by a background job, one per variant ("pseudonymous" or "rater-ids")
+#: (``workers.store.packages``): state, job id, answers written and total, the fingerprint of the data it was built
+#: from, its size, the error in words.
+package_status = _per_study_part("package-status:<variant>")
+
+#: List: the built data package zip of one variant, in chunks of at most a MiB, oldest first; expires
+#: (``workers.store.packages.PACKAGE_TTL_SECONDS``).
+package_zip = _per_study_part("package-zip:<variant>")
+
 
 def study_pattern(study_id: str) -> str:
     """The SCAN pattern matching every key of one study (ids hold no glob characters: STUDY_ID_PATTERN)."""
