@@ -261,19 +261,27 @@ def _rater_exclusions(conn: Redis, study_id: str, rename: Callable[[str], str], 
     return out
 
 
+#: ``write_package`` reports its progress after this many answers written.
+PROGRESS_EVERY = 2000
+
+
 def write_package(conn: Redis, study_id: str, put: Callable[[str, bytes], None], rater_ids: bool = False,
-                  status: dict | None = None, media: bool = True) -> dict:
+                  status: dict | None = None, media: bool = True,
+                  progress: Callable[[int, int], None] | None = None) -> dict:
     """Write the package's files through ``put(relative path, bytes)``; returns the descriptor (also written).
 
     ``status`` is the dashboard's numbers at export time (``webapp.stats.study_stats``), kept as
-    status.json; ``media=False`` leaves the items' media files out."""
+    status.json; ``media=False`` leaves the items' media files out; ``progress(answers written, answers in
+    the log)`` is called every ``PROGRESS_EVERY`` answers and once all are written (the background build's
+    progress bar)."""
     study = get_study(conn, study_id)
     config = study.config
     items = get_items(conn, study_id)
     ids = [item.id for item in items]
     w = _Writer(put)
+    total = answer_log.count_answers(conn, study_id)
     # every answer's response time goes into the medians (the dashboard's table reads the latest 2,000)
-    raters = rater_table(conn, study_id, limit=max(1, answer_log.count_answers(conn, study_id)))
+    raters = rater_table(conn, study_id, limit=max(1, total))
     known = ({r.decode() for r in conn.smembers(keys.raters(study_id))}
              | {r.decode() for r in conn.smembers(keys.excluded_raters(study_id))} | {row["rater"] for row in raters})
     rename = _Pseudonyms(keep=rater_ids, n_raters=len(known))
@@ -307,9 +315,14 @@ def write_package(conn: Redis, study_id: str, put: Callable[[str, bytes], None],
             yield answer
 
     def answer_rows():
-        for row in answer_log.answer_rows(logged(), ids, study_id):
+        written = 0
+        for written, row in enumerate(answer_log.answer_rows(logged(), ids, study_id), start=1):
             row["rater"] = rename(row["rater"])
             yield row
+            if progress is not None and written % PROGRESS_EVERY == 0:
+                progress(written, max(total, written))  # answers may arrive while the package is written
+        if progress is not None:
+            progress(written, max(total, written))
 
     w.table("answers", "answers.csv", answer_log.CSV_COLUMNS, answer_rows(), primary_key="answer_id")
     # raters with no answer in the log (excluded before answering, counters only) are numbered after the rest
