@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -25,8 +25,16 @@ from engine.random_triplets import candidate_pairs
 from engine.truth import check_distance_matrix, neighbor_error, point_distances
 from engine.utils import RandomState, check_random_state, check_triplets
 
-if TYPE_CHECKING:
-    from .noise import HumanNoise
+
+class FittedNoise(Protocol):
+    """What an oracle built ``from_noise`` reads of a fitted noise model (:class:`simulation.noise.HumanNoise`
+    is one): its lapse, and its scale transferred to other distances."""
+
+    @property
+    def lapse(self) -> float: ...
+
+    def scale_for(self, distances: ArrayLike, unit: str = "range") -> float: ...
+
 
 TRIPLET_NOISE_MODELS = ("flip", "logistic", "human")
 
@@ -235,7 +243,7 @@ class OddOneOutOracle(_KnownDistances):
         return cls(point_distances(points), **kwargs)
 
     @classmethod
-    def from_noise(cls, noise: HumanNoise, distances: ArrayLike, unit: str = "range",
+    def from_noise(cls, noise: FittedNoise, distances: ArrayLike, unit: str = "range",
                    random_state: RandomState = None) -> OddOneOutOracle:
         """A rater answering like the people ``noise`` was fitted to, on ``distances`` (s transferred
         by :meth:`simulation.noise.HumanNoise.scale_for`)."""
@@ -290,7 +298,7 @@ class RankOracle(_KnownDistances):
         return cls(point_distances(points), **kwargs)
 
     @classmethod
-    def from_noise(cls, noise: HumanNoise, distances: ArrayLike, n_select: int = 2, unit: str = "range",
+    def from_noise(cls, noise: FittedNoise, distances: ArrayLike, n_select: int = 2, unit: str = "range",
                    random_state: RandomState = None) -> RankOracle:
         """A rater answering like the people ``noise`` was fitted to, on ``distances``."""
         return cls(distances, scale=noise.scale_for(distances, unit), lapse=noise.lapse, n_select=n_select,

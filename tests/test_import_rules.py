@@ -120,7 +120,7 @@ def test_the_checker_resolves_relative_imports(tmp_path):
 
 
 #: The packages whose modules must not import each other in a circle.
-PROJECT = ("engine", "workers", "webapp", "proxima")
+PROJECT = ("engine", "workers", "webapp", "proxima", "simulation")
 
 
 def project_modules(root: Path = ROOT, packages: tuple[str, ...] = PROJECT) -> dict[str, Path]:
