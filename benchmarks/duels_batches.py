@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from real_crowds import nn_metrics, print_table, recorded_oracle  # noqa: E402
+from harness import nn_metrics, print_table, recorded_oracle  # noqa: E402
 
 from engine.planners import make_planner  # noqa: E402
 from engine.registry import DEFAULT_NN_ALGORITHM  # noqa: E402

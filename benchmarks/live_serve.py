@@ -48,7 +48,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT)]
 
-from real_crowds import print_table  # noqa: E402
+from harness import print_table  # noqa: E402
 
 from engine import truth  # noqa: E402
 from engine.embedding import embedding_neighbors, select_embedding  # noqa: E402

@@ -33,7 +33,7 @@ from scipy.spatial.distance import cdist
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from real_crowds import nn_metrics, print_table  # noqa: E402
+from harness import UNIT_SECONDS, CrowdClock, FitWork, Ready, TimedFitter, nn_metrics, print_table  # noqa: E402, F401
 
 from engine import embedding  # noqa: E402
 from engine.planners import make_planner  # noqa: E402
@@ -41,9 +41,6 @@ from engine.registry import drive_as_pool  # noqa: E402
 from simulation import oracles  # noqa: E402
 
 NOISE, LAPSE = 0.1, 0.1
-#: seconds per unit of fit work (one objective evaluation over one triplet in one dimension + 1),
-#: from ``--calibrate`` on a quiet 2-core machine
-UNIT_SECONDS = 1.1e-8
 
 
 def clustered(n: int, seed: int, cluster: int = 20, dim: int = 4) -> np.ndarray:
@@ -52,58 +49,6 @@ def clustered(n: int, seed: int, cluster: int = 20, dim: int = 4) -> np.ndarray:
     centres = rng.uniform(0, 10, size=(-(-n // cluster), dim))
     X = np.repeat(centres, cluster, axis=0)[:n] + rng.normal(size=(n, dim))
     return cdist(X, X)
-
-
-class CrowdClock:
-    """Simulated time: answers given so far over the crowd's rate."""
-
-    def __init__(self, rate: float) -> None:
-        self.rate, self.answers = float(rate), 0
-
-    @property
-    def now(self) -> float:
-        return self.answers / self.rate
-
-
-class FitWork:
-    """Counts the work of the embedding fits run inside it: objective evaluations x triplets x
-    (dimensions + 1), summed over the fits (what a fit's CPU time is proportional to)."""
-
-    def __init__(self) -> None:
-        self.units, self._fit = 0.0, None
-
-    def __enter__(self) -> FitWork:
-        self._fit = embedding.fit_embedding
-
-        def counted(triplets, n_items, dim=2, *args, **kwargs):
-            info = kwargs.pop("return_info", False)
-            X, got = self._fit(triplets, n_items, dim, *args, return_info=True, **kwargs)
-            self.units += got["nfev"] * len(triplets) * (int(dim) + 1)
-            return (X, got) if info else X
-
-        embedding.fit_embedding = counted
-        return self
-
-    def __exit__(self, *exc) -> None:
-        embedding.fit_embedding = self._fit
-
-
-class TimedFitter:
-    """A fit process beside the passes: the fit is computed at once and is ready when the crowd's
-    clock has moved on by the time it takes: its work (:class:`FitWork`) x ``unit`` seconds, or its
-    measured CPU time where ``unit`` is None."""
-
-    def __init__(self, clock: CrowdClock, unit: float | None = UNIT_SECONDS) -> None:
-        self.clock, self.unit, self.fits, self.seconds = clock, unit, 0, 0.0
-
-    def fit(self, task):
-        t0 = time.process_time()
-        with FitWork() as work:
-            result = task.run()
-        took = time.process_time() - t0 if self.unit is None else work.units * self.unit
-        self.fits += 1
-        self.seconds += took
-        return _Ready(self.clock, self.clock.now + took, result)
 
 
 def calibrate(n: int = 1000, seed: int = 0) -> None:
@@ -126,17 +71,6 @@ def calibrate(n: int = 1000, seed: int = 0) -> None:
             rows.append([f"{per_item}/item", str(dim), f"{took:.2f}", f"{work.units:.3g}", f"{took / work.units:.3g}"])
     print_table(f"fit work calibration, {n} items (model unit: {UNIT_SECONDS:.3g} s)",
                 ["answers", "dim", "cpu s", "units", "s/unit"], rows)
-
-
-class _Ready:
-    def __init__(self, clock, at, result):
-        self.clock, self.at, self._result = clock, at, result
-
-    def done(self) -> bool:
-        return self.clock.now >= self.at
-
-    def result(self):
-        return self._result
 
 
 class Trace:

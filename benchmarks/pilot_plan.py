@@ -66,7 +66,7 @@ def pilot(D: np.ndarray, per_item: float, seed: int) -> np.ndarray:
 
 def live(D: np.ndarray, budgets: list[float], seeds: int, metric: str) -> np.ndarray:
     import redis
-    from plan_vs_live import live_curve
+    from harness import live_curve
 
     from webapp.cli.embedded import EmbeddedRedis
 

@@ -14,112 +14,22 @@ answer is known.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from scipy.spatial.distance import cdist
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from engine.planning import METRICS, Scenario, nn_accuracy, plan  # noqa: E402
-from simulation.oracles import HUMAN_LAPSE, HUMAN_SCALE, TripletOracle  # noqa: E402
+from engine.planning import Scenario, plan  # noqa: E402
+from simulation.oracles import HUMAN_LAPSE, HUMAN_SCALE  # noqa: E402
 
-
-def clustered_truth(n_items: int, seed: int = 0, cluster: int = 5, spread: float = 0.3) -> np.ndarray:
-    """Distances (scaled to a largest of 1) of ``n_items`` points in clusters of ``cluster``."""
-    rng = np.random.default_rng(seed)
-    centres = rng.uniform(0, 10, size=(-(-n_items // cluster), 2))
-    X = np.repeat(centres, cluster, axis=0)[:n_items] + rng.normal(scale=spread, size=(n_items, 2))
-    D = cdist(X, X)
-    return D / D.max()
-
-
-def live_curve(app, conn, distances: np.ndarray, scale: float, lapse: float, algorithm: str,
-               budgets, seed: int, raters: int = 10, params: dict | None = None, through: str = "api",
-               metric: str = "exact") -> np.ndarray:
-    """Exact-NN accuracy (``metric="hit3"``: hit@3) a live study of ``algorithm`` reaches at each budget
-    (answers per item).
-
-    ``raters`` simulated raters each hold one question at a time and answer in turn; the worker runs
-    the update jobs the web processes queued after every ``raters`` answers (one pass per round of
-    the crowd, as a busy worker would). ``through="api"``: the raters take and answer questions
-    through the Flask app's rater API; ``"store"``: through the two storage calls the API makes
-    (``issue_question``: pop a pooled question or a fallback and record it as issued; ``accept_answer``:
-    the answer script, which schedules the update) without HTTP, so a 1,000-item study fits in a
-    test's time (``app`` is unused then)."""
-    from rq import SimpleWorker
-
-    from workers.store import keys
-    from workers.store.answers import accept_answer
-    from workers.store.config import StudyConfig
-    from workers.store.questions import issue_question
-    from workers.store.queue import enqueue_update, get_queue, schedule_update
-    from workers.store.studies import Item, create_study
-
-    if through not in ("api", "store"):
-        raise ValueError(f"through must be 'api' or 'store', not {through!r}")
-
-    def run_worker():
-        SimpleWorker([get_queue(conn)], connection=conn).work(burst=True, logging_level="WARNING")
-
-    n = len(distances)
-    study_id = f"plan-vs-live-{algorithm.replace('_', '-')}-{seed}"
-    config = StudyConfig.from_dict({"name": study_id, "random_state": seed,
-                                    "algorithms": [{"algorithm": algorithm, "params": dict(params or {})}]})
-    create_study(conn, config, [Item(id=f"i{i}", kind="text", text=f"item {i}") for i in range(n)],
-                 study_id=study_id)
-    schedule_update(conn, study_id)
-    run_worker()
-    oracle = TripletOracle(distances, noise=scale, model="human", lapse=lapse, random_state=seed + 1000)
-    if through == "api":
-        from webapp.handles import shown_index
-
-        def index(item):
-            return shown_index(app.config["SECRET_KEY"], study_id, item["handle"])
-
-        crowd = [app.test_client() for _ in range(raters)]
-        held = [c.get(f"/api/studies/{study_id}/questions/next").get_json()["question"] for c in crowd]
-    else:
-        def issue(r):
-            now = time.time()
-            return issue_question(conn, study_id, config, n, f"rater-{r}", now, now + 3600)[0]
-
-        held = [issue(r) for r in range(raters)]
-    label = config.algorithms[0].label
-    out, total = [], 0
-    for per_item in budgets:
-        mark = int(round(per_item * n))
-        while total < mark:
-            for r in range(raters):
-                q = held[r]
-                # the wire names items by handles: read with the app's secret key
-                head, (a, b) = ((index(q["head"]), [index(c) for c in q["candidates"]]) if through == "api"
-                                else (q["head"], q["candidates"]))
-                if through == "api":
-                    pick = q["candidates"][[a, b].index(oracle(head, a, b))]["handle"]
-                    body = crowd[r].post(f"/api/studies/{study_id}/answers",
-                                         json={"token": q["token"], "choice": pick}).get_json()
-                    held[r] = body["next"]
-                    if held[r] is None:
-                        raise RuntimeError(f"the study stopped asking after {total} answers: {body.get('done')}")
-                else:
-                    _, scheduled = accept_answer(conn, study_id, q, f"rater-{r}", oracle(head, a, b),
-                                                 issued_at=time.time(), response_ms=1500, used_ttl=3600)
-                    if scheduled:
-                        enqueue_update(conn, study_id)
-                    held[r] = issue(r)
-                total += 1
-            run_worker()
-        run_worker()
-        summary = json.loads(conn.hget(keys.engine_stats(study_id), "summary"))[label]
-        out.append(nn_accuracy(np.asarray(summary["neighbors"]), distances)[METRICS.index(metric)])
-    return np.array(out)
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from harness import clustered_truth, live_curve  # noqa: E402, F401
 
 
 def compare(n_items: int, algorithm: str, budgets, live_seeds: int, plan_runs: int, raters: int = 10,

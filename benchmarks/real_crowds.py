@@ -51,6 +51,7 @@ import sys
 import time
 
 import numpy as np
+from harness import fmt_row, near_share, nn_metrics, print_table, recorded_oracle  # noqa: E402, F401
 
 from engine.embedding import embedding_neighbors, select_embedding
 from engine.implied_triplets import odd_one_out_triplets, rank_triplets
@@ -68,26 +69,6 @@ FINE_MARKS = (5, 10, 15, 20, 25, 30, 33, 40, 50, 60, 75, 100, 125, 150, 200, 250
 
 
 # ---------------------------------------------------------------------------- truth metrics
-def nn_metrics(picks: np.ndarray, D: np.ndarray, tol: float = 1e-9) -> tuple[float, float]:
-    """(NN error, hit@3) of picks (n,) against the distance matrix; -1 (no pick) is wrong."""
-    n = len(D)
-    Dm = D.astype(np.float64).copy()
-    np.fill_diagonal(Dm, np.inf)
-    srt = np.sort(Dm, axis=1)
-    safe = np.maximum(picks, 0)
-    chosen = Dm[np.arange(n), safe]
-    has = picks >= 0
-    exact = has & (chosen <= srt[:, 0] + tol)
-    hit3 = has & (chosen <= srt[:, 2] + tol)
-    return float(1 - exact.mean()), float(hit3.mean())
-
-
-def near_share(picks: np.ndarray, coords: np.ndarray, spacing: float) -> float:
-    """Share of picks within one position of a true neighbour on a line of evenly spaced items."""
-    ok = (picks >= 0) & (np.abs(coords[np.maximum(picks, 0)] - coords) <= 2 * spacing + 1e-9)
-    return float(ok.mean())
-
-
 # ---------------------------------------------------------------------------- drivers
 def methods_for(names: list[str] | None, kind: str = "triplet") -> list[str]:
     """Every table entry that learns a graph (or an embedding) from ``kind`` questions."""
@@ -165,7 +146,7 @@ def drive(name: str, n: int, answer, marks: list[int], seed: int, batch: int) ->
     planner = make_planner(name, n, question_kind=KIND, random_state=seed, **params, **kind_params())
     crowd = None
     if LIVE_RATE:
-        from live_vs_offline import CrowdClock, TimedFitter
+        from harness import CrowdClock, TimedFitter
 
         crowd = CrowdClock(LIVE_RATE)
         drive_as_pool(planner, TimedFitter(crowd))
@@ -216,19 +197,6 @@ def oracle_answer(oracle):
 
 
 # ---------------------------------------------------------------------------- tables
-def fmt_row(cells: list[str], widths: list[int]) -> str:
-    return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
-
-
-def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
-    print(f"\n### {title}\n")
-    print(fmt_row(header, widths))
-    print(fmt_row(["-" * w for w in widths], widths))
-    for r in rows:
-        print(fmt_row(r, widths))
-
-
 def reach(curve: dict[int, float], target: float) -> str:
     """First mark (answers/item) whose hit@3 reaches ``target``, interpolated linearly."""
     marks = sorted(curve)
@@ -355,36 +323,6 @@ def clusters(args, methods, fit):
 
         evaluate(f"hierarchical clusters, n = {n}, fitted human noise (within-cluster scale)", n, D, make,
                  methods, args.budgets, args.seeds, args.batch)
-
-
-def recorded_oracle(seed: int, fit, lapse: float, idiosyncrasy: float = 0.0, n: int = 85):
-    """One recorded answer per triplet, as on an exhaustively collected real crowd data set.
-
-    ``n`` items uniform in [0, 1]^4 (with the fitted human noise, the true neighbour loses ~2.4%
-    of its triplets, the runner-up ~4.8%, a typical item ~50%: the statistics of a held-out set
-    of 85 product photos with one person's answer per triplet). Every triplet is answered once by
-    a simulated human; questions are answered from that table (a repeated question gets the same
-    answer) and the truth is the table's: the j losing the smallest share of (i; j, ·).
-
-    ``idiosyncrasy`` > 0 adds to every pair's distance its own symmetric Gaussian term (that many
-    median distances): similarities no low-dimensional map holds, as with real photos, where
-    t-STE fitted to all the answers puts a true top-3 item first for only 60–87% of the items.
-    At 0.1 the loss-share statistics above stay the same and the ceiling of t-STE on 60,000 random
-    answers is .42 / .77 / .74 hit@3 in 2 / 4 / 8 dimensions (plain points: .92 in 4 and 8).
-    """
-    rng = np.random.default_rng([seed, 85])
-    X = rng.random((n, 4))
-    D = oracles.TripletOracle.from_points(X).distances
-    if idiosyncrasy > 0:
-        E = rng.normal(size=(n, n))
-        D = D + idiosyncrasy * float(np.median(D[np.triu_indices(n, 1)])) * (E + E.T) / np.sqrt(2)
-        D = D - min(0.0, float(D.min())) + 1e-3
-        np.fill_diagonal(D, 0.0)
-    rater = oracles.TripletOracle(D, model="human", noise=fit.scale_for(D, unit="median_gap"), lapse=lapse,
-                                  random_state=seed)
-    table = oracles.RecordedTriplets.record(rater)
-    table.rater = rater  # the person the table was recorded from (answers screens afresh)
-    return table
 
 
 def recorded(args, methods, fit, idiosyncrasy: float = 0.0):

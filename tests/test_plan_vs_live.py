@@ -11,7 +11,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from plan_vs_live import clustered_truth, live_curve  # noqa: E402
+from harness import clustered_truth, live_curve  # noqa: E402
 
 from engine.planning import Scenario, plan  # noqa: E402
 from engine.registry import DEFAULT_NN_ALGORITHM  # noqa: E402
