@@ -413,12 +413,33 @@ def drive_as_pool(planner: Any, fitter: Any = None) -> Any:
     return planner
 
 
+def wrapped_learner(planner: Any) -> Any:
+    """The learner inside the platform's wrappers (a triplet adapter, a screen planner: each holds it as
+    ``planner``), or the planner itself."""
+    while getattr(planner, "planner", None) is not None:
+        planner = planner.planner
+    return planner
+
+
 def fitted_coordinates(planner: Any) -> Any | None:
     """The coordinates (n_items, dim) a planner has fitted to its answers, None for a planner without
     them (or before its first fit): an embedding learner's ``embedding()``, or the ``embedding_``
-    candidate duels fits to pick its shortlists."""
+    candidate duels fits to pick its shortlists; looked for in the learner inside the platform's wrappers
+    (:func:`wrapped_learner`)."""
+    planner = wrapped_learner(planner)
     get = getattr(planner, "embedding", None)
     return get() if callable(get) else getattr(planner, "embedding_", None)
+
+
+def feature_placement(planner: Any) -> Any | None:
+    """A planner's ``place_by_features(rows) -> (its items' coordinates, the rows' coordinates) | None``
+    where it learns a map from item features to the space its answers give (candidate duels' prior), looked
+    for inside the platform's wrappers; None for the others (an added item's neighbours are then predicted in
+    the features themselves, ``engine.features.predicted_neighbors``)."""
+    while getattr(planner, "planner", None) is not None:
+        planner = planner.planner
+    place = getattr(planner, "place_by_features", None)
+    return place if callable(place) else None
 
 
 def distance_model(planner: Any) -> tuple[str, Any] | None:
@@ -429,8 +450,7 @@ def distance_model(planner: Any) -> tuple[str, Any] | None:
     of the pairs sampled (ANNTri and its baselines), ``("win_rates", (wins, shown))`` (random triplets),
     else ``("ranks", neighbors)``, each item's nearest ``RANKED_NEIGHBOURS`` in order (forests); None for a
     planner with none of these."""
-    while getattr(planner, "planner", None) is not None:
-        planner = planner.planner
+    planner = wrapped_learner(planner)
     estimates = getattr(planner, "estimates", None)
     if callable(estimates):
         return "estimates", estimates()[0]

@@ -11,7 +11,7 @@ from engine.graph import PROGRESS_KEYS
 from engine.implied_triplets import odd_one_out_triplets, rank_triplets
 from engine.kinds import SCREEN_KINDS
 from engine.planners import make_planner, restore_planner
-from engine.registry import ALGORITHMS, drive_as_pool, warning_for
+from engine.registry import ALGORITHMS, drive_as_pool, fitted_coordinates, warning_for
 from engine.screens import OddOneOutScreens, RankScreens, check_odd_one_out, check_rank
 from simulation.noise import HumanNoise
 from simulation.oracles import OddOneOutOracle, RankOracle, TripletOracle
@@ -230,6 +230,22 @@ def test_learns_from_each_kind(name, kind):
     hit3 = np.mean([nb[i] in top3[i] for i in range(40)])
     floor = {"random_triplets": 0.2}.get(name, 0.8)  # random_triplets: win rates of few random screens
     assert hit3 >= floor, hit3
+
+
+@pytest.mark.parametrize("name", [name for name in LEARNERS if ALGORITHMS[name].coordinates])
+@pytest.mark.parametrize("kind", SCREEN_KINDS)
+def test_fitted_coordinates_are_found_inside_the_screens(name, kind):
+    """A screen study's exported coordinates are its learner's: ``fitted_coordinates`` of the screen
+    planner is the wrapped learner's fitted space, once it has one."""
+    X = _points()
+    p = make_planner(name, len(X), question_kind=kind, random_state=2)
+    oracle = _oracle(kind, X, seed=3)
+    for _ in range(10):
+        p.observe(oracle.answer(p.next_questions(40)))
+    p.next_questions(1)  # a learner refits when it plans
+    inner = fitted_coordinates(p.planner)
+    assert inner is not None and np.shape(inner) == (len(X), np.shape(inner)[1])
+    np.testing.assert_array_equal(fitted_coordinates(p), inner)
 
 
 # ---------------------------------------------------------------------------------------------- oracles
