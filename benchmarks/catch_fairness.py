@@ -1,8 +1,10 @@
 """Benchmark — are catch trials fair to careful people, in every question kind? (issue 40)
 
 For each kind (triplet, rating, odd-one-out, rank 8-rank-2 and 8-rank-1) and each way a study can know its
-items (the eggs' known positions; labels only: the eggs cut into 3 or 10 bins of smoothness, a label cut
-from a continuum being the hard case; neither, the eggs as a folder of images: an item with its copy), the
+items (the eggs' known positions; labels: the eggs cut into 3 or 10 bins of smoothness, a label cut from a
+continuum being the hard case, as text items (label catches), with the smoothness as a feature (label
+catches with a margin in the features) or as images (copies); neither, the eggs as a folder of images: an
+item with its copy), the
 catch trials the platform builds (webapp.questions_answers.
 catch_question on webapp.catches' comparisons) are answered by simulated careful raters (simulation.crowd.
 Rater: the human noise model fitted to the alien-egg crowds, lapse CAREFUL_LAPSE) and by raters answering at
@@ -49,15 +51,28 @@ KINDS = (("triplet", {}), ("rating", {}), ("odd_one_out", {}), ("rank", {"n_refe
          ("rank", {"n_reference": 8, "n_select": 1}))
 
 
-def egg_items(truth, labels: int | None | str) -> list[dict]:
-    """The eggs as a study holds them: with their positions, (``labels``) only a label, the eggs cut
-    into that many bins of equal size by smoothness, or (``"images"``) images with neither."""
-    if labels == "images":
-        return [{"id": i, "kind": "image"} for i in truth.ids]
-    if labels is None:
+#: How the eggs are known to a study, per row: (name, bins of smoothness as labels or None, item kind or
+#: None for text, whether each egg's smoothness is given as a feature).
+SOURCES = (("positions", None, None, False), ("3 labels (text)", 3, None, False),
+           ("10 labels (text)", 10, None, False), ("10 labels + smoothness feature", 10, None, True),
+           ("10 labels (images)", 10, "image", False), ("copies (images, no labels)", None, "image", False))
+
+
+def egg_items(truth, labels: int | None, kind: str | None = None, feature: bool = False) -> list[dict]:
+    """The eggs as a study holds them: with their positions (no labels, kind or feature); with a label,
+    the eggs cut into ``labels`` bins of equal size by smoothness, and (``feature``) the smoothness the
+    bins were cut by as a numeric feature; of ``kind`` (``"image"``: a folder of images) without
+    positions."""
+    if labels is None and kind is None:
         return [{"id": i, "position": [float(p[0])]} for i, p in zip(truth.ids, truth.points, strict=True)]
-    rank = np.argsort(np.argsort(truth.points[:, 0]))
-    return [{"id": i, "label": f"bin {r * labels // len(rank)}"} for i, r in zip(truth.ids, rank, strict=True)]
+    items = [{"id": i, **({"kind": kind} if kind else {})} for i in truth.ids]
+    if labels is not None:
+        rank = np.argsort(np.argsort(truth.points[:, 0]))
+        for item, r, p in zip(items, rank, truth.points, strict=True):
+            item["label"] = f"bin {r * labels // len(rank)}"
+            if feature:
+                item["features"] = {"smoothness": float(p[0])}
+    return items
 
 
 def payload(question: dict, items: list[dict], scale: dict) -> dict:
@@ -170,9 +185,8 @@ def main() -> None:
           "| random passing |\n|---|---|---|---|---|---|---|")
     for kind, settings in KINDS:
         name = kind if kind != "rank" else f"rank {settings['n_reference']}-rank-{settings['n_select']}"
-        for source, labels in (("positions", None), ("3 labels", 3), ("10 labels", 10),
-                               ("copies (images, no labels)", "images")):
-            r = simulate(kind, settings, egg_items(truth, labels), truth, noise, a.raters, a.seed)
+        for source, labels, item_kind, feature in SOURCES:
+            r = simulate(kind, settings, egg_items(truth, labels, item_kind, feature), truth, noise, a.raters, a.seed)
             if not r:
                 continue
             print(f"| {name} | {source} | {r['every']} | {r['allowed']} | {r['careful']['miss']:.1%} "

@@ -1,15 +1,17 @@
 """Attention checks that need a look at the items: near-certain comparisons chosen from the study's data.
 
 A catch trial shows a head with a very similar and a very different item (triplets), or one such
-pair (ratings), chosen from what the researcher said about the items: their known positions (demo
-and simulated studies) or their labels (same label vs another label). A study with neither, whose items
-are media (a folder of images, sounds or videos), shows an item with a copy of itself: the head among its
-candidates (triplets, a grid's first place), an item against its copy (ratings, the "most similar" end),
-two copies and another item (odd-one-out). On the wire every item is named by a handle new for each
-question and position and its media bytes are padded (``webapp.handles``), so nothing but the content
-says that two shown items are one. Text, HTML and colour items carry their content in the payload, so a
-copy of one is readable without looking: a study of those with neither positions nor labels gets no catch
-trials. Standard library only (web processes load no numpy).
+pair (ratings), chosen with a stated margin from what the researcher said about the items: their known
+positions (demo and simulated studies), or their labels with numeric features giving the margin (the
+value a continuum was cut by). Media items (a folder of images, sounds or videos) without positions or
+features show an item with a copy of itself, labelled or not (labels alone state no margin): the head
+among its candidates (triplets, a grid's first place), an item against its copy (ratings, the "most
+similar" end), two copies and another item (odd-one-out). On the wire every item is named by a handle
+new for each question and position and its media bytes are padded (``webapp.handles``), so nothing but
+the content says that two shown items are one. Text, HTML and colour items carry their content in the
+payload, so a copy of one is readable without looking: those have catch trials by labels alone (as
+near-certain as the labels), and with neither positions nor labels none. Standard library only (web
+processes load no numpy).
 """
 from __future__ import annotations
 
@@ -47,8 +49,9 @@ RATING_FAR_SHARE = 0.85
 
 
 #: What the comparisons stored for other processes are chosen by: comparisons stored by an older rule (a
-#: study of unlabelled images stored none before copies were asked) are chosen again.
-RULES = 2
+#: study of unlabelled images stored none before copies were asked; labelled images had label catches
+#: before copies replaced them) are chosen again.
+RULES = 3
 
 #: Items very unlike the head kept per comparison besides ``different``: enough to fill a grid of the
 #: most references a rank screen shows (engine.kinds.MAX_REFERENCES) around the one like item.
@@ -131,16 +134,47 @@ def forget(study_id: str | None = None) -> None:
 
 
 def choose_comparisons(items: list[dict], rng: random.Random) -> list[Comparison]:
-    """Comparisons by the items' positions where every item has one, else by their labels, else copies of
-    media items; [] when none of these."""
+    """Comparisons with a stated margin: by the items' positions where every item has one (with their
+    labels too where every item has one); by labels only where the researcher's numeric features give
+    the margin (every item with the same features: a label catch kept only when its like item is at most
+    MAX_DISTANCE_RATIO as far as its unlike ones in the standardised features); else, for media items,
+    an item against its copy, labelled or not (a label alone states no margin: labels cut from a continuum,
+    the egg items in 10 bins of smoothness, put an item of another label nearer the head than one of its
+    own, and careful raters lost their code 12-96% of the time in benchmarks/catch_fairness.py); else
+    (text, HTML or colour items) by labels alone; [] when none of these."""
     positions = [item.get("position") for item in items]
     labels = [item.get("label") for item in items]
     labelled = all(label is not None for label in labels)
     if len(items) >= 3 and all(p is not None and len(p) == len(positions[0]) for p in positions):
         return _by_position([tuple(map(float, p)) for p in positions], rng, labels if labelled else None)
     if len(items) >= 3 and labelled:
-        return _by_label(labels, rng)
+        features = _standard_features(items)
+        if features is not None:
+            return _by_position(features, rng, labels)
+        if not _all_media(items):
+            return _by_label(labels, rng)
     return _copies(items, rng)
+
+
+def _all_media(items: list[dict]) -> bool:
+    """Whether every item is media (an image, sound or video): a copy of one is not readable on the wire."""
+    return all(item.get("kind") is not None and item["kind"] not in CONTENT_ON_THE_WIRE for item in items)
+
+
+def _standard_features(items: list[dict]) -> list[tuple[float, ...]] | None:
+    """Every item's numeric features, each feature standardised (mean 0, spread 1; a constant one left
+    out), as positions; None unless every item has the same features and one of them varies."""
+    names = sorted(items[0].get("features") or {})
+    if not names or any(sorted(item.get("features") or {}) != names for item in items):
+        return None
+    columns = []
+    for name in names:
+        values = [float(item["features"][name]) for item in items]
+        mean = sum(values) / len(values)
+        spread = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+        if spread > 0 and math.isfinite(spread):
+            columns.append([(v - mean) / spread for v in values])
+    return [tuple(row) for row in zip(*columns, strict=True)] if columns else None
 
 
 def _copies(items: list[dict], rng: random.Random) -> list[Comparison]:
@@ -251,7 +285,8 @@ def catch_warning(config: StudyConfig, found: list[Comparison]) -> str | None:
 
 def items_catch_warning(config: StudyConfig, items: list) -> str | None:
     """:func:`catch_warning` for items about to be stored (``workers.store.studies.Item``s or their dicts)."""
-    rows = [item if isinstance(item, dict) else {"position": item.position, "label": item.label, "kind": item.kind}
+    rows = [item if isinstance(item, dict) else {"position": item.position, "label": item.label, "kind": item.kind,
+                                                 "features": item.features}
             for item in items]
     return catch_warning(config, choose_comparisons(rows, random.Random(0)) if config.catch_every else [])
 
