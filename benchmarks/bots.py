@@ -8,7 +8,10 @@ QUESTIONS):
 - ``positions``: each item's ``position`` is its known smoothness, as a researcher who generated the eggs
   would give it;
 - ``labels``: only a label, the eggs cut into LABEL_BINS bins of smoothness (a label cut from a continuum:
-  the hard case for catch trials, whose like and unlike items by label need not be far apart);
+  the hard case for catch trials, whose like and unlike items by label need not be far apart; images, so
+  catch trials of an item with its copy, as labels alone state no margin);
+- ``labels + feature``: the label and the smoothness it was cut by as a numeric feature (label catch trials
+  kept where the feature gives the margin: trials no comparison of the files answers);
 - ``no labels``: neither (a folder of images): catch trials of an item with its copy (webapp.catches).
 
 Over HTTP like a browser, simulated careful raters (simulation.crowd.Rater: the human noise model fitted to
@@ -68,7 +71,7 @@ BOTS = ("always first", "always last", "random", "lowest handle", "random + memo
 MEDIA_BOTS = ("media sizes", "media bytes")
 SAME_BYTES = 128
 KINDS = ("triplet", "rating", "odd_one_out", "rank")
-STUDY_TYPES = ("positions", "labels", "no labels")
+STUDY_TYPES = ("positions", "labels", "labels + feature", "no labels")
 #: The ``labels`` study's labels: the eggs cut into this many bins of equal size by smoothness.
 LABEL_BINS = 10
 
@@ -201,7 +204,8 @@ def egg_items(truth, study_type: str) -> list[Item]:
     rank = np.argsort(np.argsort(truth.points[:, 0]))
     return [Item(id=i, kind="image", media_type="image/png",
                  position=(float(p[0]),) if study_type == "positions" else None,
-                 label=f"bin {r * LABEL_BINS // len(rank)}" if study_type == "labels" else None)
+                 label=f"bin {r * LABEL_BINS // len(rank)}" if study_type.startswith("labels") else None,
+                 features={"smoothness": float(p[0])} if study_type == "labels + feature" else None)
             for i, p, r in zip(truth.ids, truth.points, rank, strict=True)]
 
 
@@ -211,7 +215,7 @@ def live(base: str, conn: redis.Redis, kind: str, study_type: str, runs: int, ca
     noise, _ = noise_model(truth, lapse=CAREFUL_LAPSE)
     config = {"name": f"Bots {kind} {study_type}", "question_kind": kind, "random_state": seed,
               "limits": {"max_questions_per_rater": QUESTIONS, "min_answers_for_code": QUESTIONS}}
-    slug = study_type.replace(" ", "-")
+    slug = study_type.replace(" + ", "-").replace(" ", "-")
     study_id = create_study(conn, StudyConfig.from_dict(config), egg_items(truth, study_type),
                             media={n: egg_png(n) for n in range(truth.n_items)},
                             study_id=f"bots-{kind.replace('_', '-')}-{slug}")
