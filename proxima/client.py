@@ -90,12 +90,27 @@ class RemoteStudy(StudyReaders):
         """The media file (image, audio, video) of item ``index``."""
         return self.client.request("GET", f"studies/{self.id}/items/{int(index)}/media").content
 
-    def download_package(self, path: str | Path, rater_ids: bool = False) -> ExportedStudy:
-        """Save the study's data package as a zip at ``path`` and open it (``rater_ids``: keep recruitment ids)."""
+    def download_package(self, path: str | Path, rater_ids: bool = False, wait: float | None = None,
+                         poll: float = 0.5) -> ExportedStudy:
+        """Save the study's data package as a zip at ``path`` and open it (``rater_ids``: keep recruitment ids).
+        The server builds it in the background (a build under way is joined; a built one still current is
+        reused); this waits for it, at most ``wait`` seconds (default: the client's timeout)."""
+        import time
+
         from .package import read_export
 
-        response = self.client.request("GET", f"studies/{self.id}/package",
-                                       params={"rater_ids": "1"} if rater_ids else None)
+        params = {"rater_ids": "1"} if rater_ids else None
+        status = self.client.request("POST", f"studies/{self.id}/package/build", params=params).json()
+        deadline = time.monotonic() + (self.client.timeout if wait is None else wait)
+        while status["state"] in ("queued", "running"):
+            if time.monotonic() > deadline:
+                raise ProximaError(f"the data package of study '{self.id}' is still being built ({status['message']}); "
+                                   "call download_package again to keep waiting")
+            time.sleep(poll)
+            status = self.client.request("GET", f"studies/{self.id}/package/status", params=params).json()
+        if status["state"] not in ("finished", "stale"):  # stale: answers arrived since it was built
+            raise ProximaError(f"the data package of study '{self.id}' was not built: {status['message']}")
+        response = self.client.request("GET", f"studies/{self.id}/package", params=params)
         Path(path).write_bytes(response.content)
         return read_export(path)
 

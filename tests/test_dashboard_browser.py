@@ -200,7 +200,14 @@ def test_a_researcher_creates_a_study_watches_raters_and_downloads_every_export(
 
     # every export link on the page downloads a non-empty file that parses
     page.click("#tab-downloads")
-    page.wait_for_selector("ul.downloads a#download-package")  # the tab is a page of its own: wait for it
+    # the tab is a page of its own: wait for it; the data package is built by a worker, its progress shown
+    page.wait_for_selector("#package-pseudonymous button")
+    assert page.locator("#package-pseudonymous .package-message").inner_text() == "Not built yet."
+    page.click("#package-pseudonymous button")
+    page.click("#package-ids button")
+    page.wait_for_selector("ul.downloads a#download-package", timeout=60000)
+    page.wait_for_selector("ul.downloads a#download-package-ids", timeout=60000)
+    assert "Built (" in page.locator("#package-pseudonymous .package-message").inner_text()
     links = page.locator("ul.downloads a")
     hrefs = [links.nth(i).get_attribute("href") for i in range(links.count())]
     # the data package twice (pseudonymous, recruitment ids), answers CSV/JSONL, triplets, raters,

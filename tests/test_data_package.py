@@ -217,6 +217,11 @@ def test_the_cli_writes_a_package_folder_or_zip(conn, study, tmp_path, redis_url
 
 
 def test_the_dashboard_downloads_the_package(researcher_client, conn, study):
+    # built by a worker (tests/test_package_job.py has the build's life), then downloaded
+    for rater_ids in ("0", "1"):
+        built = researcher_client.post(f"/studies/{STUDY}/package/build", data={"rater_ids": rater_ids})
+        assert built.status_code == 302
+    run_worker(conn)
     page = researcher_client.get(f"/studies/{STUDY}?tab=downloads").get_data(as_text=True)
     assert f'href="/studies/{STUDY}/package.zip"' in page
     response = researcher_client.get(f"/studies/{STUDY}/package.zip")

@@ -42,6 +42,8 @@ class CSRFProtect(_CSRFProtect):
 csrf = CSRFProtect()
 #: Methods a read-only API token may use.
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: POST routes that change no study, which a read-only API token may use too: building the data package.
+READ_POST_ENDPOINTS = frozenset({"researcher_api.post_package_build"})
 
 # Blueprints whose every route is for raters or anonymous visitors. Nothing on them may
 # show researcher data (tests/test_auth.py checks the rater pages and the URL map).
@@ -150,7 +152,8 @@ def token_login() -> None:
         raise ApiError(403, "token_not_for_study",
                        f"this API token reads only study '{record['study']}', not '{study}'; "
                        "make a token for every study or for this one")
-    if record["access"] != "write" and request.method not in READ_METHODS:
+    if (record["access"] != "write" and request.method not in READ_METHODS
+            and request.endpoint not in READ_POST_ENDPOINTS):
         raise ApiError(403, "read_only_token",
                        "this API token is read-only; changing a study needs a read-write token")
     g.researcher = record["owner"]

@@ -42,7 +42,7 @@ from workers.store.uploads import config_from_yaml_bytes, items_from_upload
 from . import accounts, api_tokens, catches
 from .accounts import AccountError
 from .auth import client_address, current_researcher
-from .researcher_api import package_response
+from .researcher_api import package_response, package_status_doc, request_package
 from .stats import study_stats
 from .storage import get_redis
 
@@ -331,7 +331,8 @@ def study(study_id: str) -> ResponseReturnValue:
         from workers.results.models import trained_models
 
         context.update(formats=FORMATS, models=trained_models(conn, study_id), forest_algorithms=FOREST_ALGORITHMS,
-                       embedding_labels=embedding_labels(conn, study_id))
+                       embedding_labels=embedding_labels(conn, study_id),
+                       packages=[package_status_doc(conn, study_id, ids) for ids in (False, True)])
     return render_template("dashboard/study.html", **context)
 
 
@@ -598,9 +599,24 @@ def download(study_id: str, what: str, fmt: str) -> ResponseReturnValue:
 
 @bp.get("/studies/<study_id>/package.zip")
 def package_zip(study_id: str) -> ResponseReturnValue:
-    """The study's data package (docs/data-package.md); ``?rater_ids=1`` keeps recruitment ids."""
+    """The study's data package (docs/data-package.md) once built in the background; ``?rater_ids=1`` keeps
+    recruitment ids. Not built (or built before the data changed): back to the Downloads tab, which says so."""
     conn = get_redis()
-    return package_response(conn, _study_or_404(conn, study_id))
+    rater_ids = request.args.get("rater_ids") in ("1", "true", "yes")
+    response = package_response(conn, _study_or_404(conn, study_id), rater_ids)
+    if response is None:
+        flash(f"The data package is not ready: {package_status_doc(conn, study_id, rater_ids)['message']}", "error")
+        return redirect(study_url(study_id, "downloads"))
+    return response
+
+
+@bp.post("/studies/<study_id>/package/build")
+def build_package(study_id: str) -> ResponseReturnValue:
+    """Start (or join) the background build of the data package; the Downloads tab shows its progress."""
+    conn = get_redis()
+    status = request_package(conn, _study_or_404(conn, study_id), request.form.get("rater_ids") == "1")
+    flash(f"Data package: {status['message']}")
+    return redirect(study_url(study_id, "downloads"))
 
 
 @bp.get("/studies/<study_id>/answers.csv")

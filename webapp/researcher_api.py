@@ -5,9 +5,10 @@ and starting/pausing/closing it. Every route takes a logged-in session or an API
 """
 from __future__ import annotations
 
+import io
 from typing import TYPE_CHECKING
 
-from flask import Blueprint, Response, jsonify, request, send_file, stream_with_context
+from flask import Blueprint, Response, current_app, jsonify, request, send_file, stream_with_context
 
 from workers.store.answers import count_answers
 from workers.store.queue import schedule_update
@@ -108,22 +109,79 @@ def get_export(study_id: str, what: str) -> ResponseReturnValue:
     return _stream(body(), result.media_type, result.filename)
 
 
+def _rater_ids() -> bool:
+    return request.args.get("rater_ids") in ("1", "true", "yes")
+
+
+def package_status_doc(conn: Redis, study_id: str, rater_ids: bool, status: dict | None = None) -> dict:
+    """``workers.store.packages.package_status`` with the links to follow: ``download`` once built."""
+    from flask import url_for
+
+    from workers.store.packages import package_status
+
+    doc = status or package_status(conn, study_id, rater_ids)
+    args = {"rater_ids": 1} if rater_ids else {}
+    doc["status_url"] = url_for("researcher_api.get_package_status", study_id=study_id, **args)
+    doc["download"] = (url_for("researcher_api.get_package", study_id=study_id, **args)
+                       if doc["state"] in ("finished", "stale") else None)
+    return doc
+
+
+@bp.post("/studies/<study_id>/package/build")
+def post_package_build(study_id: str) -> ResponseReturnValue:
+    """Build the data package in a background job (``?rater_ids=1`` keeps recruitment ids): 202 and its
+    progress while it is written (a build under way is joined, not repeated), 200 once built; a read-only
+    token may ask (it changes no study)."""
+    conn = get_redis()
+    study = load_study(conn, study_id)
+    status = request_package(conn, study, _rater_ids())
+    return jsonify(status), 200 if status["state"] == "finished" else 202
+
+
+def request_package(conn: Redis, study: Study, rater_ids: bool) -> dict:
+    """Start (or join) the build of the study's package; its status with links (the dashboard's button)."""
+    from workers.store.packages import DEFAULT_MAX_BYTES, request_build
+
+    max_bytes = int(current_app.config.get("PACKAGE_MAX_BYTES") or DEFAULT_MAX_BYTES)
+    status = request_build(conn, study.id, rater_ids, status=study_stats(conn, study), max_bytes=max_bytes)
+    return package_status_doc(conn, study.id, rater_ids, status)
+
+
+@bp.get("/studies/<study_id>/package/status")
+def get_package_status(study_id: str) -> ResponseReturnValue:
+    """Where the build of the data package is: state, answers written of the total, size, the error in words."""
+    conn = get_redis()
+    load_study(conn, study_id)
+    return jsonify(package_status_doc(conn, study_id, _rater_ids()))
+
+
 @bp.get("/studies/<study_id>/package")
 def get_package(study_id: str) -> ResponseReturnValue:
-    """The study's data package as a zip (docs/data-package.md); ``?rater_ids=1`` keeps recruitment ids."""
+    """The study's data package as a zip (docs/data-package.md), once built by ``POST .../package/build`` (the
+    latest built, until a build after a change replaces it); ``?rater_ids=1`` for the one with recruitment ids."""
     conn = get_redis()
-    return package_response(conn, load_study(conn, study_id))
+    study = load_study(conn, study_id)
+    response = package_response(conn, study, _rater_ids())
+    if response is None:
+        status = package_status_doc(conn, study_id, _rater_ids())
+        raise ApiError(409, "package_not_built",
+                       f"the data package is not ready ({status['message']}); POST "
+                       f"/api/studies/{study_id}/package/build builds it in the background, and "
+                       f"{status['status_url']} says when it is ready")
+    return response
 
 
-def package_response(conn: Redis, study: Study) -> Response:
-    """The data package as a zip download (the dashboard's link and this route); ``?rater_ids=1``."""
-    from workers.results.package import package_filename, write_package_zip
+def package_response(conn: Redis, study: Study, rater_ids: bool) -> Response | None:
+    """The built data package as a zip download (the dashboard's link and this route), or None when none
+    is built."""
+    from workers.store.packages import built_package
 
-    rater_ids = request.args.get("rater_ids") in ("1", "true", "yes")
-    data = write_package_zip(conn, study.id, rater_ids=rater_ids, status=study_stats(conn, study))
+    data = built_package(conn, study.id, rater_ids)
+    if data is None:
+        return None
     # a zip with recruitment ids says so in its name: it is not the one to deposit
-    name = f"{package_filename(study.id)}{'-with-rater-ids' if rater_ids else ''}.zip"
-    return send_file(data, mimetype="application/zip", as_attachment=True, download_name=name)
+    name = f"{study.id}-data-package{'-with-rater-ids' if rater_ids else ''}.zip"
+    return send_file(io.BytesIO(data), mimetype="application/zip", as_attachment=True, download_name=name)
 
 
 @bp.post("/studies/<study_id>/status")

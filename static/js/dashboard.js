@@ -31,6 +31,48 @@
     form.addEventListener("submit", (ev) => { if (!window.confirm(form.dataset.confirm)) ev.preventDefault(); });
   });
 
+  // ------------------------------------------------------------------ the data package, built by a worker
+  // The button asks for a build (joined if one runs), the bar shows the answers written, then the link.
+  document.querySelectorAll("#package .package").forEach((box) => {
+    const bar = box.querySelector("progress"), message = box.querySelector(".package-message");
+    const link = box.querySelector("a.package-download"), button = box.querySelector("button");
+    let timer = null;
+    function show(status) {
+      box.dataset.state = status.state;
+      const active = status.state === "queued" || status.state === "running";
+      bar.hidden = !active;
+      bar.max = Math.max(1, status.total);
+      bar.value = status.written;
+      message.textContent = status.message;
+      message.classList.toggle("failure", status.state === "failed");
+      link.hidden = status.state !== "finished" && status.state !== "stale";
+      button.disabled = active;
+      button.textContent = button.textContent.replace(/^(Build again|Build)/,
+        status.state === "stale" || status.state === "failed" ? "Build again" : "Build");
+      clearTimeout(timer);
+      if (active) timer = setTimeout(poll, 1000);
+    }
+    async function poll() {
+      try {
+        const response = await fetch(box.dataset.statusUrl, { credentials: "same-origin" });
+        if (response.ok) show(await response.json());
+        else timer = setTimeout(poll, 3000);
+      } catch (e) { timer = setTimeout(poll, 3000); }
+    }
+    box.querySelector("form").addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      button.disabled = true;
+      try {
+        const response = await fetch(box.dataset.buildUrl, { method: "POST", credentials: "same-origin",
+          headers: { "X-CSRFToken": csrf } });
+        const body = await response.json();
+        if (response.ok) show(body);
+        else { message.textContent = "The build could not be started: " + ((body.error && body.error.message) || response.status); button.disabled = false; }
+      } catch (e) { message.textContent = "The server could not be reached; try again."; button.disabled = false; }
+    });
+    if (box.dataset.state === "queued" || box.dataset.state === "running") poll();
+  });
+
   // ------------------------------------------------------------------ copy buttons
   document.querySelectorAll("button.copy").forEach((button) => {
     button.addEventListener("click", async () => {

@@ -22,6 +22,7 @@ import redis
 from rq.job import Job
 
 from workers.store import keys
+from workers.store.packages import drop_packages
 from workers.store.queue import REBUILD_JOB, UPDATE_JOB, enqueue_rebuild, get_queue
 from workers.store.studies import StudyError, get_study
 
@@ -289,7 +290,8 @@ def forget_rater(conn: Redis, study_id: str, rater: str, by: str, rebuild: bool 
         pipe.srem(keys.raters(study_id), rater)
         pipe.srem(keys.excluded_raters(study_id), rater)
         pipe.xadd(keys.audit(study_id), line.to_fields())
-        audit_id = pipe.execute()[-1].decode()
+        drop_packages(conn, study_id, pipeline=pipe)  # built data packages may hold the rater's answers and id
+        audit_id = pipe.execute()[-2].decode()
     if removed:
         compact_log(conn, study_id)  # what XDEL keeps of their answers goes too
     _drop_zero_fields(conn, keys.counters(study_id), counters_touched)
