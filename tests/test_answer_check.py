@@ -120,6 +120,45 @@ def test_the_finish_page_waits_for_the_answer_check_of_the_last_answers(app, con
     assert 'id="completion-code"' in client.get(f"/s/{study_id}/done").get_data(as_text=True)
 
 
+def test_a_code_shown_after_the_wait_for_the_check_ran_out_says_it_is_unconfirmed_and_a_flag_then_takes_it(
+        app, conn, seeded):
+    """A bot finishing while the workers are behind waits for its verdict on the checking page; once the wait
+    (ANSWER_CHECK_WAIT_SECONDS after its last answer) has run out it is shown a code, but one the page says
+    is confirmed once its answers are checked, and the Raters table marks it (code_before_check); when the
+    check then flags it, the finish page shows no code. A careful rater's code has no such note."""
+    from workers.store.raters import ANSWER_CHECK_WAIT_SECONDS
+
+    study_id = study(conn)
+    for n in range(6):
+        run_rater(app, conn, study_id, f"person-{n}", careful, seed=n)
+    client = app.test_client()
+    client.get(f"/s/{study_id}?PROLIFIC_PID=late-bot&STUDY_ID=s&SESSION_ID=late-bot")
+    question = client.get(f"/api/studies/{study_id}/questions/next").get_json()["question"]
+    rng = random.Random(0)
+    while question is not None:  # no worker runs meanwhile: the check has not seen these answers
+        sent = wire_body(question, {"token": question["token"], "choice": lowest_index(question, rng)})
+        question = client.post(f"/api/studies/{study_id}/answers", json=sent).get_json().get("next")
+    assert 'id="checking"' in client.get(f"/s/{study_id}/done").get_data(as_text=True)
+    row = next(r for r in rater_table(conn, study_id) if r["rater"] == "late-bot")
+    assert not row["code_before_check"] and not row["flagged"]
+    # the wait runs out (the rater's last answer long ago)
+    last = float(conn.hget(keys.rater_stats(study_id), keys.rater_field("late-bot", "last_answer_at")))
+    conn.hset(keys.rater_stats(study_id), keys.rater_field("late-bot", "last_answer_at"),
+              last - ANSWER_CHECK_WAIT_SECONDS - 1)
+    page = client.get(f"/s/{study_id}/done").get_data(as_text=True)
+    assert 'id="completion-code"' in page and 'id="code-unconfirmed"' in page
+    row = next(r for r in rater_table(conn, study_id) if r["rater"] == "late-bot")
+    assert row["code_before_check"] and row["completion_code"]
+    run_worker(conn)  # the check runs: the bot is flagged, and its code is gone from the page
+    row = next(r for r in rater_table(conn, study_id) if r["rater"] == "late-bot")
+    assert row["flagged"] and row["code_before_check"]
+    page = client.get(f"/s/{study_id}/done").get_data(as_text=True)
+    assert 'id="completion-code"' not in page and 'id="code-unconfirmed"' not in page
+    person = run_rater(app, conn, study_id, "person-last", careful, seed=12)
+    page = person.get(f"/s/{study_id}/done").get_data(as_text=True)
+    assert 'id="completion-code"' in page and 'id="code-unconfirmed"' not in page
+
+
 # ------------------------------------------------------------------ what a pick means is the kind's to say
 class _Farther(kinds._Triplet):
     """A kind whose rater picks the candidate LESS like the head: the triplet it implies is won by the other."""

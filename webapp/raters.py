@@ -16,7 +16,7 @@ from workers.store import keys
 from workers.store.answers import RATER_ID_PATTERN
 from workers.store.deletion import rater_digest, rater_forgotten
 from workers.store.questions import StudyGuard
-from workers.store.raters import answer_check_pending
+from workers.store.raters import CHECK_DONE, CHECK_LATE, CHECK_PENDING, CODE_BEFORE_CHECK_FIELD, answer_check_state
 from workers.store.studies import STUDY_ID_PATTERN, StudyNotFound, get_items, get_media, get_study, get_stylesheet
 
 from .auth import current_researcher
@@ -245,8 +245,9 @@ def finish(study_id: str) -> ResponseReturnValue:
     if not stats["completed"] and not stopped and not ended:
         return redirect(url_for("raters.study_page", study_id=study.id))
     attention = study.config.attention
-    if (not stopped and attention.answer_check and attention.withholds_code
-            and answer_check_pending(conn, study.id, rater, time.time())):
+    check = (answer_check_state(conn, study.id, rater, time.time())
+             if not stopped and attention.answer_check and attention.withholds_code else CHECK_DONE)
+    if check == CHECK_PENDING:
         # the answer check has a look at this rater's last answers to do: its verdict decides the code
         return render_template("raters/checking.html", study=study), 200, {"Refresh": str(CHECK_REFRESH_SECONDS)}
     completion = study.config.completion
@@ -265,6 +266,8 @@ def finish(study_id: str) -> ResponseReturnValue:
                                                                         rater, kind)
         if not code_minting_allowed(conn, study, rater, code, kind):
             return render_template("raters/closed.html", study=study, busy=True), 429, {"Retry-After": "60"}
+        if check == CHECK_LATE:  # the wait ran out: the code comes before the verdict, and the page says so
+            conn.hset(keys.rater_stats(study.id), keys.rater_field(rater, CODE_BEFORE_CHECK_FIELD), 1)
     redirect_url = None
     if code and completion.prolific_redirect_url:
         redirect_url = completion.prolific_redirect_url.replace("{code}", code)
@@ -272,6 +275,7 @@ def finish(study_id: str) -> ResponseReturnValue:
     auto_redirect = bool(redirect_url) and (not completion.debrief_question or thanked)
     return render_template("raters/finish.html", study=study, code=code, stopped=stopped or code is None,
                            shortfall=shortfall, partial=kind == PARTIAL_CODE, thanked=thanked,
+                           unconfirmed=bool(code) and check == CHECK_LATE,
                            auto_redirect=auto_redirect, redirect_seconds=REDIRECT_SECONDS,
                            redirect_url=redirect_url, message=render_markdown(completion.message),
                            stopped_message=(render_markdown(completion.stopped_message

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 RATER_TABLE_ANSWERS = 50000
 CSV_COLUMNS = ("rater", "answers", "median_response_ms", "catch", "catch_failed", "too_fast_share", "skipped",
                "repeats", "self_agreement", "answer_check_p", "answer_check_rule", "answer_check_flagged", "flagged",
-               "completed", "excluded", "last_answer_at", "completion_code", "debrief", "code_kind")
+               "completed", "excluded", "last_answer_at", "completion_code", "debrief", "code_kind",
+               "code_before_check")
 
 
 #: The answer check's looks (workers/jobs/rater_checks.py): a rater is judged when their answers reach
@@ -51,19 +52,36 @@ def answer_check_looks(answers: int) -> list[tuple[int, int]]:
     return [(k, FIRST_LOOK * 2 ** (k - 1)) for k in range(1, MAX_LOOKS + 1) if FIRST_LOOK * 2 ** (k - 1) <= answers]
 
 
-def answer_check_pending(conn: Redis, study_id: str, rater: str, now: float) -> bool:
-    """Whether the answer check has a look of this rater still to do (so the finish page waits for its
-    verdict before showing a code): only while the check runs for the study (a worker ran it) and for
-    ANSWER_CHECK_WAIT_SECONDS after the rater's last answer at most."""
+#: answer_check_state: nothing to wait for; a look still to come, waited for; a look still to come after
+#: the wait (a code shown now is shown before the verdict).
+CHECK_DONE, CHECK_PENDING, CHECK_LATE = "done", "pending", "late"
+
+
+def answer_check_state(conn: Redis, study_id: str, rater: str, now: float) -> str:
+    """Where the answer check stands on this rater's answers, for the finish page: CHECK_PENDING while it
+    has a look still to do and the page waits for its verdict (only while the check runs for the study: a
+    worker ran it, and for ANSWER_CHECK_WAIT_SECONDS after the rater's last answer at most); CHECK_LATE when
+    that look is still to do after the wait (a queue of work in the workers): the code shown now comes
+    before the verdict, and the page says so; CHECK_DONE otherwise."""
     with conn.pipeline(transaction=False) as pipe:
         pipe.hget(keys.engine_stats(study_id), CHECKED_AT_FIELD)
         pipe.hmget(keys.rater_stats(study_id), [keys.rater_field(rater, n)
                                                 for n in ("answers", "looks", "last_answer_at")])
         checked_at, (answers, looks, last) = pipe.execute()
-    if checked_at is None or now - float(last or 0) > ANSWER_CHECK_WAIT_SECONDS:
-        return False
     reached = answer_check_looks(_int(answers))
-    return bool(reached) and reached[-1][0] > _int(looks)
+    if checked_at is None or not reached or reached[-1][0] <= _int(looks):
+        return CHECK_DONE
+    return CHECK_LATE if now - float(last or 0) > ANSWER_CHECK_WAIT_SECONDS else CHECK_PENDING
+
+
+def answer_check_pending(conn: Redis, study_id: str, rater: str, now: float) -> bool:
+    """Whether the finish page waits for the answer check's verdict on this rater (``answer_check_state``)."""
+    return answer_check_state(conn, study_id, rater, now) == CHECK_PENDING
+
+
+#: Rater-stats field: the finish page showed this rater's code before the answer check's verdict on their
+#: last answers (CHECK_LATE), saying the code is confirmed once they are checked.
+CODE_BEFORE_CHECK_FIELD = "code_before_check"
 
 
 def _float(value) -> float | None:
@@ -128,6 +146,9 @@ def rater_table(conn: Redis, study_id: str, limit: int = RATER_TABLE_ANSWERS) ->
             "completion_code": c.get("code_shown") if c.get("code_shown") not in (None, "", "1") else None,
             # "full", or "partial" for a partial-completion code (the study ran out before the rater finished)
             "code_kind": (c.get("code_kind") or "full") if c.get("code_shown") not in (None, "") else None,
+            # the code was shown before the answer check's verdict on the last answers (its wait ran out):
+            # a code of a rater flagged since is one to reject
+            "code_before_check": c.get(CODE_BEFORE_CHECK_FIELD) not in (None, "", "0"),
         })
     rows.sort(key=lambda r: (-r["flagged"], -r["answers"], rater_order(r["rater"])))
     return rows
