@@ -46,6 +46,51 @@ def check_features(features: ArrayLike, n_items: int) -> np.ndarray:
     return X
 
 
+class FeatureSpace:
+    """The map from raw feature rows to the space the learners read them in, fitted on a study's items
+    (:func:`feature_space` is this map of the items it was fitted on): which columns vary, their means and
+    spreads, the leading principal components kept and the scale of the first. An item added to the study
+    later is read through the same map (:meth:`transform`), so it lands among the items it is like."""
+
+    def __init__(self, columns: np.ndarray, mean: np.ndarray, std: np.ndarray, vectors: np.ndarray,
+                 scale: float) -> None:
+        self.columns, self.mean, self.std, self.vectors, self.scale = columns, mean, std, vectors, scale
+
+    @classmethod
+    def fit(cls, features: ArrayLike, n_items: int, components: int = FEATURE_COMPONENTS) -> FeatureSpace:
+        """The space of ``features`` (n_items rows, checked by :func:`check_features`)."""
+        X = check_features(features, n_items)
+        columns = np.ptp(X, axis=0) > 0
+        X = X[:, columns]
+        mean, std = X.mean(axis=0), X.std(axis=0)
+        Z = (X - mean) / std
+        n, p = Z.shape
+        if p <= n:
+            values, vectors = np.linalg.eigh(Z.T @ Z)
+        else:  # more columns than items: the same components from the items' Gram matrix
+            values, left = np.linalg.eigh(Z @ Z.T)
+            vectors = Z.T @ left / np.sqrt(np.maximum(values, 1e-300))
+        order = np.argsort(values)[::-1]
+        values, vectors = values[order], vectors[:, order]
+        keep = values > MIN_COMPONENT_SHARE * max(values[0], 1e-300)
+        k = int(min(components, keep.sum()))
+        V = vectors[:, :k]
+        V = V * np.where(V[np.argmax(np.abs(V), axis=0), np.arange(k)] < 0, -1.0, 1.0)
+        return cls(columns, mean, std, V, float(np.sqrt(values[0] / n)))
+
+    def transform(self, features: ArrayLike) -> np.ndarray:
+        """Rows of raw features (m, n_features: the columns the space was fitted on) in the space:
+        float32 (m, p). ValueError in words for rows of another width or with a missing value."""
+        X = np.asarray(features, np.float64)
+        X = X[:, None] if X.ndim == 1 else X
+        if X.ndim != 2 or X.shape[1] != len(self.columns):
+            raise ValueError(f"feature rows must have {len(self.columns)} columns, got shape {X.shape}")
+        if not np.isfinite(X).all():
+            raise ValueError("feature rows hold missing or infinite values; give every item a number in every column")
+        Z = (X[:, self.columns] - self.mean) / self.std
+        return (Z @ self.vectors / self.scale).astype(np.float32)
+
+
 def feature_space(features: ArrayLike, n_items: int, components: int = FEATURE_COMPONENTS) -> np.ndarray:
     """The items in the space the learners read their features in: float32 (n_items, p), p <= ``components``.
 
@@ -53,24 +98,8 @@ def feature_space(features: ArrayLike, n_items: int, components: int = FEATURE_C
     the leading principal components (at most ``components``; those carrying next to no variance are
     dropped), scaled so the first has unit standard deviation: distances are those of the standardised
     features, up to the components left out. Each component's sign is fixed (its largest loading
-    positive), so the same features give the same space on every machine."""
-    X = check_features(features, n_items)
-    X = X[:, np.ptp(X, axis=0) > 0]
-    Z = (X - X.mean(axis=0)) / X.std(axis=0)
-    n, p = Z.shape
-    if p <= n:
-        values, vectors = np.linalg.eigh(Z.T @ Z)
-    else:  # more columns than items: the same components from the items' Gram matrix
-        values, left = np.linalg.eigh(Z @ Z.T)
-        vectors = Z.T @ left / np.sqrt(np.maximum(values, 1e-300))
-    order = np.argsort(values)[::-1]
-    values, vectors = values[order], vectors[:, order]
-    keep = values > MIN_COMPONENT_SHARE * max(values[0], 1e-300)
-    k = int(min(components, keep.sum()))
-    V = vectors[:, :k]
-    V = V * np.where(V[np.argmax(np.abs(V), axis=0), np.arange(k)] < 0, -1.0, 1.0)
-    Y = Z @ V / np.sqrt(values[0] / n)
-    return Y.astype(np.float32)
+    positive), so the same features give the same space on every machine (:class:`FeatureSpace`)."""
+    return FeatureSpace.fit(features, n_items, components).transform(check_features(features, n_items))
 
 
 def feature_neighbors(space: np.ndarray, k: int) -> np.ndarray:
@@ -113,3 +142,50 @@ def triplet_agreement(space: np.ndarray, triplets: np.ndarray) -> tuple[int, int
     dik = ((Y[t[:, 0]] - Y[t[:, 2]]) ** 2).sum(axis=1)
     right = float((dij < dik).sum()) + 0.5 * float((dij == dik).sum())
     return int(right), int(len(t))
+
+
+#: how an added item's neighbours were predicted: through a learner's learned map from the features to the
+#: space its answers give (duels' prior), or in the standardised features themselves
+BY_LEARNED_MAP = "learned map"
+BY_FEATURES = "features"
+
+
+def nearest_of(points: ArrayLike, rows: ArrayLike, k: int) -> np.ndarray:
+    """The k nearest other points of each of ``rows`` (indices into ``points`` (n, p)), nearest first, ties
+    to the smaller index: int64 (len(rows), k). Brute force, in blocks of rows."""
+    Y = np.asarray(points, np.float64)
+    rows = np.asarray(rows, np.int64).reshape(-1)
+    n = len(Y)
+    k = int(min(k, n - 1))
+    out = np.empty((len(rows), k), np.int64)
+    sq = (Y**2).sum(axis=1)
+    block = max(1, NEIGHBOUR_CELLS // max(n, 1))
+    for lo in range(0, len(rows), block):
+        part = rows[lo:lo + block]
+        D = sq[part, None] + sq[None, :] - 2.0 * (Y[part] @ Y.T)
+        D[np.arange(len(part)), part] = np.inf
+        order = np.lexsort((np.broadcast_to(np.arange(n), D.shape), D), axis=1)
+        out[lo:lo + len(part)] = order[:, :k]
+    return out
+
+
+def predicted_neighbors(features: ArrayLike, n_known: int, k: int, place=None) -> tuple[np.ndarray, str]:
+    """The k nearest items, among all, of each item past the first ``n_known`` (items added to a study after its
+    learners were built), predicted from the features, and how (:data:`BY_LEARNED_MAP`, :data:`BY_FEATURES`).
+
+    ``features`` (n_items, n_features) are every item's raw features; the space is fitted on the first
+    ``n_known`` (as the learners read it, :class:`FeatureSpace`) and the added items read through it. ``place``
+    is a learner's map (``engine.registry.feature_placement``): given the added items in that space it returns
+    (its own items' fitted coordinates, the added items' coordinates), or None while it has no map; the
+    neighbours are then the nearest in those coordinates, else in the features' space."""
+    X = np.asarray(features, np.float64)
+    n = len(X)
+    space = FeatureSpace.fit(X[:n_known], n_known)
+    Y = space.transform(X)
+    placed = place(Y[n_known:]) if place is not None and n > n_known else None
+    if placed is not None:
+        known, added = placed
+        points, how = np.vstack([np.asarray(known, np.float64), np.asarray(added, np.float64)]), BY_LEARNED_MAP
+    else:
+        points, how = Y, BY_FEATURES
+    return nearest_of(points, np.arange(n_known, n), k), how

@@ -82,6 +82,16 @@ class Results:
                 nb[h, : len(picked)] = picked
         return NeighborGraph.from_neighbors(nb, estimates=est, samples=cnt, certified=cert)
 
+    def place_by_features(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """Items that are not the learner's (added to the study later), given in its features' space (m, p),
+        placed by the map its fits learned from the features: (its items' fitted coordinates, the rows'
+        coordinates), or None while it has no such map (no features, features dropped, no fit yet)."""
+        prior, X = self.prior_, self.embedding_
+        if prior is None or not prior.trusted or X is None:
+            return None
+        X = np.asarray(X, np.float64)
+        return X, prior.place(X, rows)
+
     def _win_shares(self) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Per head h with answers: (items its triplets showed, smoothed share of them each won,
         triplets that showed each), from the answers' (h, item) pairs (no n x n array)."""

@@ -122,11 +122,17 @@ def _say_skipped(items_path: Path) -> None:
 @click.command("add-items")
 @click.argument("study_id")
 @click.option("--items", "items_path", required=True, type=click.Path(path_type=Path),
-              help="A folder of images/audio/video, or a CSV of texts with a 'text' column.")
-def add_items_command(study_id: str, items_path: Path) -> None:
-    """Add items to a comparison-forest study; once its forests are built, each is routed down the trees."""
+              help="A folder of images/audio/video, or a CSV of texts with a 'text' column (and feature columns).")
+@click.option("--features", "features_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="The added items' features: a CSV (id + numeric columns) or Parquet file with their rows (the "
+                   "study's features file extended by them will do), or a .npy/.npz array of one row per added item "
+                   "(or the study's items then the added ones).")
+def add_items_command(study_id: str, items_path: Path, features_path: Path | None) -> None:
+    """Add items to a running study. A comparison-forest study routes each down its built trees; a study of
+    other learners (a fixed item set) needs features: each added item gets neighbours predicted from its
+    features within one update pass, marked predicted in the exports and on the dashboard."""
     from workers.store.queue import schedule_update
-    from workers.store.studies import add_items
+    from workers.store.studies import add_items, attach_features, get_items
     from workers.store.uploads import items_from_path
 
     try:
@@ -135,6 +141,10 @@ def add_items_command(study_id: str, items_path: Path) -> None:
         raise click.ClickException(str(exc)) from None
     with redis_connection() as conn:
         try:
+            if features_path is not None:
+                existing = get_items(conn, study_id)
+                features = _added_features_file(features_path, existing, [item.id for item in items])
+                items = attach_features(existing, items, features)
             total = add_items(conn, study_id, items, media)
         except (StudyError, StudyNotFound) as exc:
             raise click.ClickException(str(exc)) from None
@@ -143,12 +153,37 @@ def add_items_command(study_id: str, items_path: Path) -> None:
     _say_skipped(items_path)
 
 
-def read_features_file(path: Path, item_ids: list[str]) -> dict[str, dict[str, float]]:
+def _added_features_file(path: Path, existing: list, added_ids: list[str]) -> dict[str, dict[str, float]]:
+    """Rows of a features file for items being added (``read_features_file``): a .npy/.npz array holds one row
+    per added item, or the study's items then the added ones, its columns named as the study's features."""
+    if path.suffix.lower() not in (".npy", ".npz"):
+        return read_features_file(path, added_ids, columns_vary=False)
+    stored_ids = [item.id for item in existing]
+    try:
+        features = read_features_file(path, added_ids, columns_vary=False)
+    except StudyError as first:
+        if "shape" not in str(first):
+            raise
+        try:
+            features = read_features_file(path, stored_ids + added_ids, columns_vary=False)
+        except StudyError:
+            raise StudyError(f"{first}; or one row per item of the study then per added item "
+                             f"({len(stored_ids) + len(added_ids)} rows)") from None
+    names = set(existing[0].features) if existing and existing[0].features else set()
+    columns = set(next(iter(features.values()), {}))
+    if names and columns != names:
+        # an array's columns are named f0, f1, ...: they match a study whose features came from an array
+        raise StudyError(f"{path} is an array, and the study's features are named ({', '.join(sorted(names)[:10])}): "
+                         "give the added items' features as a CSV with an 'id' column and those columns")
+    return features
+
+
+def read_features_file(path: Path, item_ids: list[str], columns_vary: bool = True) -> dict[str, dict[str, float]]:
     """Item id -> {feature name: value} from a features file (:data:`FEATURE_FILES`) for the items
     ``item_ids`` (their order is a .npy/.npz file's row order). Refused in words (StudyError): a missing
     file, a cell that is not a finite number, a column holding one value for every item (it tells
-    nothing), a row count that is not the items'. Item ids missing or unknown are refused where the
-    features are stored."""
+    nothing; not checked with ``columns_vary`` False, for the few rows of items added to a study), a row count
+    that is not the items'. Item ids missing or unknown are refused where the features are stored."""
     import numpy as np
 
     from workers.store.studies import features_from_csv_text
@@ -200,7 +235,7 @@ def read_features_file(path: Path, item_ids: list[str]) -> dict[str, dict[str, f
         raise StudyError(f"features file {path} does not exist") from None
     except UnicodeDecodeError:
         raise StudyError(f"{path} is not UTF-8 text; save it as CSV UTF-8") from None
-    if features:
+    if features and columns_vary:
         names = list(next(iter(features.values())))
         for name in names:
             values = {row[name] for row in features.values()}

@@ -147,6 +147,11 @@ class Learner:
         rows = []
         # held-out answers score the learners and teach none of them
         answers = [a for a in answers if not a.skipped and not a.heldout]
+        if not self.entry.grows:
+            # a learner of a fixed item set learns nothing of items added to the study later (a random
+            # fallback may show one): their neighbours are predicted from features (workers.jobs.predicted)
+            n = int(self.planner.n_items)
+            answers = [a for a in answers if max(a.shown, default=0) < n]
         # pair learners of a graph learn distances: ratings (mapped to distances), and the samples of
         # triplet-derived questions where they ask those too
         if self.learns_graph or (self.entry.asks == "pair" and self.entry.learns == "graph"):
@@ -288,7 +293,9 @@ class Learner:
         kind = self.algorithm.kind
         if self.entry.asks == "pair" and kind.asks != "pair":
             i, j = planned  # a pair asked as a triplet-derived question
-            return derived_triplet_question(i, j, draw_third(i, j, n_items, rng), self.label)
+            # the third item is one of the learner's own (items added later are none of its questions)
+            third = draw_third(i, j, min(n_items, int(self.planner.n_items)), rng)
+            return derived_triplet_question(i, j, third, self.label)
         return pooled(kind.screen(planned, self.config.settings_of(kind)), self.label)
 
     def stale(self, questions: list[dict]) -> list[dict]:

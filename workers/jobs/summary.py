@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from workers.jobs.heldout import record_heldout
 from workers.jobs.learner_cache import cached_study
+from workers.jobs.predicted import add_predicted
 from workers.jobs.truth_curve import known_truth_of, record_truth_error
 from workers.store import keys
 from workers.store.studies import Study, get_study
@@ -34,6 +35,10 @@ SUMMARY_SECONDS = 1.0
 #: ... and at most as often as keeps its cost below this share of the worker's time (at 50,000 items
 #: a summary of duels takes seconds: written every few seconds it would leave the passes no time)
 SUMMARY_SHARE = 0.1
+
+#: The field of the engine statistics holding what the dashboard shows of the study's features (added items
+#: with predicted neighbours, how well the features agree with the crowd: ``workers.jobs.predicted``)
+FEATURES_FIELD = "features"
 
 #: study id -> time.monotonic() of the last summary written by this process
 _summarised: dict[str, float] = {}
@@ -89,7 +94,10 @@ def queue_summary(conn: Redis, pipe: Pipeline, study: Study, learners: dict[str,
     decoded; ``read``: what the pass keeps of the answers it read, written in the same MULTI."""
     began = time.perf_counter()
     summaries = {label: learner.summary() for label, learner in learners.items()}
+    features = add_predicted(conn, study, learners, summaries)
     fields = {"summary": json.dumps(summaries)}
+    if features is not None:
+        fields[FEATURES_FIELD] = json.dumps(features)
     fields.update(study_memory(conn, study, kept))
     record_truth_error(pipe, study, learners, summaries, counters, truth)
     record_heldout(conn, pipe, study, learners, summaries, read)
@@ -107,8 +115,11 @@ def write_summary(conn: Redis, study_id: str) -> None:
     truth = known_truth_of(conn, study)
     counters = {k.decode(): v for k, v in conn.hgetall(keys.counters(study_id)).items()}
     summaries = {label: learner.summary() for label, learner in cached.learners.items()}
+    features = add_predicted(conn, study, cached.learners, summaries)
     with conn.pipeline(transaction=True) as pipe:
         pipe.hset(keys.engine_stats(study_id), "summary", json.dumps(summaries))
+        if features is not None:
+            pipe.hset(keys.engine_stats(study_id), FEATURES_FIELD, json.dumps(features))
         record_truth_error(pipe, study, cached.learners, summaries, counters, truth)
         record_heldout(conn, pipe, study, cached.learners, summaries)
         pipe.execute()

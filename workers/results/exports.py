@@ -21,6 +21,7 @@ import numpy as np
 from engine.registry import FOREST_ALGORITHMS
 from engine.triplet_csv import parse_triplets
 from workers.jobs.learners import IMPORTED, Learner, fresh_learners
+from workers.jobs.predicted import predicted_for, study_features
 from workers.store import answers as answer_log
 from workers.store import engine_state, keys
 from workers.store.queue import schedule_update
@@ -52,7 +53,7 @@ FORMATS = {
     ("embedding", "json"): ("application/json", "json"),
 }
 GRAPH_CSV_COLUMNS = ("source", "target", "source_index", "target_index", "rank", "estimate", "lower", "upper",
-                     "samples", "certified")
+                     "samples", "certified", "predicted")
 
 
 class ExportError(ValueError):
@@ -122,7 +123,10 @@ def _json(doc, indent: int | None = 1) -> str:
 def nn_graph(conn: Redis, study_id: str, algorithm: str | None = None) -> dict:
     """The learned k-NN graph as a JSON-safe document: ``{"study", "algorithm", "k", "items",
     "edges": [{"source", "target", "source_index", "target_index", "rank", "estimate", "lower",
-    "upper", "samples", "certified"}]}`` (distances in [0, 1] for ratings; None where unknown)."""
+    "upper", "samples", "certified", "predicted"}], "prediction"}`` (distances in [0, 1] for ratings; None
+    where unknown). Items added to the study after a learner of a fixed item set was built get edges
+    predicted from their features (``predicted`` true, no estimate, no samples; ``workers.jobs.predicted``),
+    and ``prediction`` says how (None when no edge is predicted)."""
     study = get_study(conn, study_id)
     learner = _learner(conn, study, algorithm, "graph")
     items = get_items(conn, study_id)
@@ -140,10 +144,18 @@ def nn_graph(conn: Redis, study_id: str, algorithm: str | None = None) -> dict:
             edges.append({"source": ids[i], "target": ids[j], "source_index": i, "target_index": int(j),
                           "rank": rank + 1, "estimate": _number(g.estimates[i, rank]),
                           "lower": _number(g.lower[i, rank]), "upper": _number(g.upper[i, rank]),
-                          "samples": int(g.samples[i, rank]), "certified": bool(g.certified[i])})
+                          "samples": int(g.samples[i, rank]), "certified": bool(g.certified[i]),
+                          "predicted": False})
+    found = predicted_for(learner, study_features(conn, study), k) if len(g.neighbors) < len(ids) else None
+    if found is not None:
+        for i, row in zip(found.items.tolist(), found.neighbors.tolist(), strict=True):
+            edges.extend({"source": ids[i], "target": ids[j], "source_index": i, "target_index": int(j),
+                          "rank": rank + 1, "estimate": None, "lower": None, "upper": None, "samples": 0,
+                          "certified": False, "predicted": True} for rank, j in enumerate(row))
+    prediction = None if found is None else {"by": found.by, "about": found.about, "items": len(found.items)}
     return {"study": study.id, "algorithm": learner.label, "method": learner.algorithm.algorithm,
             "question_kind": learner.algorithm.question_kind, "k": g.neighbors.shape[1],
-            "created_at": time.time(), "items": ids, "edges": edges}
+            "created_at": time.time(), "items": ids, "edges": edges, "prediction": prediction}
 
 
 def graph_csv(doc: dict) -> Iterator[str]:
@@ -165,8 +177,8 @@ def graph_graphml(doc: dict, items: Iterable[Item]) -> str:
                       if v is not None})
         graph.add_node(item.id, **attrs)
     for edge in doc["edges"]:
-        attrs = {k: edge[k] for k in ("rank", "estimate", "lower", "upper", "samples", "certified")
-                 if edge[k] is not None}
+        attrs = {k: edge[k] for k in ("rank", "estimate", "lower", "upper", "samples", "certified", "predicted")
+                 if edge.get(k) is not None}
         graph.add_edge(edge["source"], edge["target"], **attrs)
     buf = io.BytesIO()
     nx.write_graphml(graph, buf, encoding="utf-8")

@@ -315,23 +315,22 @@ def check_config_for_items(config: StudyConfig, items: list[Item]) -> None:
 
 
 def add_items(conn: Redis, study_id: str, items: list[Item], media: dict[int, bytes] | None = None) -> int:
-    """Append items to a study whose algorithms can take them (comparison forests: once a forest
-    is built, each added item is routed down its trees by triplet questions). Returns the new count.
+    """Append items to a running study. Returns the new count. ``media`` is keyed by the index within ``items``.
 
-    ``media`` is keyed by the index within ``items``.
+    Learners that route added items by asking about them (comparison forests, ``Algorithm.grows``) take any;
+    learners of a fixed item set keep asking about their own items only, and an added item gets neighbours
+    predicted from its features (``workers.jobs.predicted``): such a study takes items only when its items
+    have features and every added item has a row of the same features (``check_added_features``).
     """
     study = get_study(conn, study_id)
-    # only learners that take items added later (comparison forests route them down their built trees)
-    growable = [n for n, e in ALGORITHM_TABLE.items() if e.grows]
-    fixed = [a.label for a in study.config.algorithms if a.algorithm not in growable]
-    if fixed:
-        raise StudyError(f"items can only be added to studies whose algorithms are all {' or '.join(growable)}; "
-                         f"{', '.join(fixed)} learn(s) a fixed set of items (create a new study instead)")
     if not items:
         raise StudyError("no items to add")
-    existing = {item.id for item in get_items(conn, study_id)}
+    existing = get_items(conn, study_id)
+    fixed = [a.label for a in study.config.algorithms if not a.entry.grows]
+    if fixed:
+        check_added_features(existing, items, fixed)
     ids = [item.id for item in items]
-    clash = sorted((existing & set(ids)) | {i for i in ids if ids.count(i) > 1})
+    clash = sorted(({item.id for item in existing} & set(ids)) | {i for i in ids if ids.count(i) > 1})
     if clash:
         raise StudyError(f"item ids must be unique in the study; already used: {', '.join(clash[:10])}")
     first = study.n_items
@@ -344,6 +343,60 @@ def add_items(conn: Redis, study_id: str, items: list[Item], media: dict[int, by
         pipe.delete(keys.finished(study_id))  # the built forests have new items to route
         pipe.execute()
     return first + len(items)
+
+
+def check_added_features(existing: list[Item], items: list[Item], fixed: list[str]) -> None:
+    """Refuse, in words, items added to a study whose learners ``fixed`` learn a fixed item set unless the
+    study's items have features and each added item has a row of the same ones, not all one value (a
+    placeholder row tells nothing of which items it is like)."""
+    growable = [a.name for a in ALGORITHM_TABLE.values() if a.grows]
+    try:
+        names, _ = feature_matrix(existing)
+    except StudyError:
+        raise StudyError(
+            f"{', '.join(fixed)} learn(s) a fixed set of items: an item added later gets neighbours predicted from "
+            "its features, and this study's items have no features. Give the study's items features first "
+            "('proxima features STUDY FILE'), then add items with theirs ('proxima add-items STUDY --items FILE "
+            f"--features FILE'); or create a new study with every item (only {' and '.join(growable)} studies "
+            "take items without features)") from None
+    missing = [item.id for item in items if item.features is None]
+    if missing:
+        raise StudyError(f"{len(missing)} added item(s) have no features: {', '.join(missing[:10])}; the study's "
+                         f"items have the features {', '.join(names[:10])}, and an added item needs a row of them "
+                         "(--features FILE, or feature columns in the items CSV)")
+    for item in items:
+        given = item.features or {}
+        if sorted(given) != sorted(names):
+            lacking = [n for n in names if n not in given]
+            extra = [n for n in given if n not in names]
+            raise StudyError(f"added item {item.id!r} has not the study's features: "
+                             + "; ".join(part for part in (
+                                 f"missing {', '.join(lacking[:10])}" if lacking else "",
+                                 f"unknown {', '.join(extra[:10])}" if extra else "") if part))
+        values = set(given.values())
+        if len(names) > 1 and len(values) == 1:
+            raise StudyError(f"added item {item.id!r} has the value {values.pop():g} in every feature column: a "
+                             "placeholder row tells nothing of which items it is like; give its real features")
+
+
+def attach_features(existing: list[Item], items: list[Item], features: dict[str, dict[str, float]]) -> list[Item]:
+    """``items`` (to be added) with their rows of ``features`` (item id -> name -> value; read from a features
+    file). The file may be the study's own extended by the added items: its rows of the study's items must
+    then hold the values stored. Ids of neither are refused, and so is an added item without a row."""
+    stored = {item.id: item for item in existing}
+    adding = {item.id for item in items}
+    unknown = sorted(set(features) - adding - set(stored))
+    if unknown:
+        raise StudyError(f"the features file names item(s) {', '.join(unknown[:10])}, which are neither the study's "
+                         "nor among the items added; check its 'id' column")
+    changed = sorted(i for i in set(features) & set(stored) if stored[i].features != features[i])
+    if changed:
+        raise StudyError(f"the features file gives item(s) {', '.join(changed[:10])} of the study other features "
+                         "than they have; adding items changes none of the study's ('proxima features' sets them)")
+    missing = [item.id for item in items if item.id not in features]
+    if missing:
+        raise StudyError(f"the features file has no row for {len(missing)} added item(s): {', '.join(missing[:10])}")
+    return [Item.from_dict({**item.to_dict(), "features": features[item.id]}) for item in items]
 
 
 def initial_item_count(conn: Redis, study_id: str, n_items: int) -> int:
