@@ -436,9 +436,7 @@ def feature_placement(planner: Any) -> Any | None:
     where it learns a map from item features to the space its answers give (candidate duels' prior), looked
     for inside the platform's wrappers; None for the others (an added item's neighbours are then predicted in
     the features themselves, ``engine.features.predicted_neighbors``)."""
-    while getattr(planner, "planner", None) is not None:
-        planner = planner.planner
-    place = getattr(planner, "place_by_features", None)
+    place = getattr(wrapped_learner(planner), "place_by_features", None)
     return place if callable(place) else None
 
 
