@@ -70,7 +70,8 @@ def _summary(conn, study_id: str) -> dict:
     return json.loads(conn.hget(keys.engine_stats(study_id), "summary"))
 
 
-def test_an_item_added_to_a_running_duels_study_gets_predicted_neighbours_within_one_pass(app, conn, cli, tmp_path):
+def test_an_item_added_to_a_running_duels_study_gets_predicted_neighbours_within_one_pass(app, conn, cli, tmp_path,
+                                                                                         researcher_client):
     sid = _study(conn, "grid", features=True, heldout=0.2)
     positions = {i: _place(i) for i in range(N)}
     _answer(app, conn, sid, 150, positions)
@@ -102,6 +103,14 @@ def test_an_item_added_to_a_running_duels_study_gets_predicted_neighbours_within
     doc = nn_graph(conn, sid)
     assert doc["prediction"]["by"] == "learned map" and doc["prediction"]["items"] == 1
     assert [e["predicted"] for e in doc["edges"] if e["source"] == "new"] == [True] * len(added)
+    # the dashboard: the stats its script reads mark the neighbour predicted, and the page says so in words
+    stats = researcher_client.get(f"/api/studies/{sid}/stats").get_json()
+    alg = stats["algorithms"][0]
+    assert alg["predicted"]["items"] == [N] and alg["neighbors"][N] == summary["neighbors"][N]
+    assert "1 item(s) added after the learners were built have neighbours predicted" in stats["features"]["sentence"]
+    assert "held-out answers" in stats["features"]["sentence"]
+    page = researcher_client.get(f"/studies/{sid}?tab=learning").get_data(as_text=True)
+    assert "through the map the learner learned from the answers" in page
     # the learner asks only about its own items, and an answer showing the added item is kept in the log
     # (a random fallback may show it) without being set aside
     positions[N] = (2.5, 2.0)

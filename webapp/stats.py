@@ -125,6 +125,7 @@ def study_stats(conn: Redis, study: Study) -> dict:
     fallback = counters.get("fallback_served", 0)
     engine = {k.decode(): v.decode() for k, v in engine.items()}
     summaries = json.loads(engine.pop("summary")) if "summary" in engine else {}
+    features = json.loads(engine.pop(keys.FEATURES_FIELD)) if keys.FEATURES_FIELD in engine else None
     rebuild = _rebuild_status(conn, engine.pop(REBUILD_STATUS_FIELD, None))
     known = truth_known(engine.pop(TRUTH_FIELD, None), study.n_items)
     curves = error_curves(engine)
@@ -155,6 +156,8 @@ def study_stats(conn: Redis, study: Study) -> dict:
             "pool_depth": int(depths[label]), "finished": label in finished,
             "progress": progress, "share_certified": certified, "rounds": entry.rounds,
             "neighbors": neighbors, "truth_error": error,
+            # items added after the learner was built: neighbours predicted from features (workers.jobs.predicted)
+            "predicted": (summaries.get(label) or {}).get("predicted"),
             "heldout": _heldout(held.get(label), held_kinds.get(alg.question_kind) or {}),
         })
     # answers to the learners' own questions: attention checks and validation repeats left out
@@ -180,6 +183,7 @@ def study_stats(conn: Redis, study: Study) -> dict:
                   "algorithm": study.config.algorithm, "n_items": study.n_items,
                   "complete": complete, "truth_known": known},
         "rebuild": rebuild,
+        "features": None if features is None else {**features, "sentence": features_sentence(features, summaries)},
         # questions kept out of training to score the learners' models (workers.jobs.heldout)
         "heldout": {"share": study.config.heldout_share, "answers": int(n_heldout)},
         "answers": int(n_answers),
@@ -212,6 +216,31 @@ def study_stats(conn: Redis, study: Study) -> dict:
             "last_update_at": float(engine["last_update_at"]) if "last_update_at" in engine else None,
         },
     }
+
+
+def features_sentence(features: dict, summaries: dict) -> str:
+    """What the Learning tab says of the study's item features: how many items added later have neighbours
+    predicted from them (and how), how often the features alone make the rater's pick on the held-out answers,
+    and each learner's own live score of them (duels: how often an item's feature neighbour beat another)."""
+    parts = []
+    added = int(features.get("items_added") or 0)
+    if added:
+        how = {p["by"] for s in summaries.values() if (p := (s or {}).get("predicted"))}
+        through = ("through the map the learner learned from the answers" if how == {"learned map"} else
+                   "in the standardised features" if how == {"features"} else
+                   "through a learner's learned map where it has one, else in the standardised features")
+        parts.append(f"{added:,} item(s) added after the learners were built have neighbours predicted from their "
+                     f"features ({through}), marked “predicted”: no rater has been asked about them.")
+    held = features.get("heldout")
+    if held:
+        parts.append(f"The features alone make the rater's pick in {100 * held['agreement']:.0f}% of "
+                     f"{held['answers']:,} held-out answers (chance: 50% for triplets).")
+    for label, own in sorted((features.get("learners") or {}).items()):
+        share = own.get("agreement")
+        said = ("no answer has tested them yet" if share is None else
+                f"an item's feature neighbour beat another item in {100 * share:.0f}% of the answers that pit them")
+        parts.append(f"{label}: {said}; it {'still uses' if own.get('used') else 'has dropped'} the features.")
+    return " ".join(parts) or "The items have features; no answer has tested them yet."
 
 
 def _heldout(curve: list | None, kind: dict) -> dict | None:

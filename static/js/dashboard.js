@@ -295,15 +295,27 @@
         row.querySelector(".alg-progress").textContent = describe(alg);
       }
       if (!alg.neighbors) return;
+      // items added after the learner was built: their neighbour is predicted from features, not measured
+      const predicted = new Set((alg.predicted && alg.predicted.items) || []);
       rows.forEach((row) => {
-        const nn = alg.neighbors[Number(row.dataset.index)];
+        const index = Number(row.dataset.index);
+        const nn = alg.neighbors[index];
         const cell = row.querySelector('.nn[data-label="' + alg.label + '"]');
         if (cell && nn !== undefined) {
-          cell.textContent = nn >= 0 ? (names[nn] || "item " + nn) : "no data yet";
+          const guess = predicted.has(index) && nn >= 0;
+          cell.textContent = nn >= 0 ? (names[nn] || "item " + nn) + (guess ? " (predicted from features, not measured)" : "")
+            : "no data yet";
           cell.classList.toggle("no-data", nn < 0);
+          cell.classList.toggle("predicted", guess);
+          cell.title = guess ? alg.predicted.about : "";
         }
       });
     });
+    const featuresNote = document.getElementById("features-note");
+    if (featuresNote && stats.features) {
+      featuresNote.hidden = false;
+      featuresNote.textContent = stats.features.sentence;
+    }
     const first = (stats.algorithms || []).find((alg) => alg.truth_error);
     if (first && stats.study.n_items && document.getElementById("truth-agreement")) {
       const right = Math.round((1 - first.truth_error.share_wrong) * stats.study.n_items);

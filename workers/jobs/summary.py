@@ -36,10 +36,6 @@ SUMMARY_SECONDS = 1.0
 #: a summary of duels takes seconds: written every few seconds it would leave the passes no time)
 SUMMARY_SHARE = 0.1
 
-#: The field of the engine statistics holding what the dashboard shows of the study's features (added items
-#: with predicted neighbours, how well the features agree with the crowd: ``workers.jobs.predicted``)
-FEATURES_FIELD = "features"
-
 #: study id -> time.monotonic() of the last summary written by this process
 _summarised: dict[str, float] = {}
 #: studies whose latest pass left the summary out (written when the job ends: ``write_summary``)
@@ -97,7 +93,7 @@ def queue_summary(conn: Redis, pipe: Pipeline, study: Study, learners: dict[str,
     features = add_predicted(conn, study, learners, summaries)
     fields = {"summary": json.dumps(summaries)}
     if features is not None:
-        fields[FEATURES_FIELD] = json.dumps(features)
+        fields[keys.FEATURES_FIELD] = json.dumps(features)
     fields.update(study_memory(conn, study, kept))
     record_truth_error(pipe, study, learners, summaries, counters, truth)
     record_heldout(conn, pipe, study, learners, summaries, read)
@@ -119,7 +115,7 @@ def write_summary(conn: Redis, study_id: str) -> None:
     with conn.pipeline(transaction=True) as pipe:
         pipe.hset(keys.engine_stats(study_id), "summary", json.dumps(summaries))
         if features is not None:
-            pipe.hset(keys.engine_stats(study_id), FEATURES_FIELD, json.dumps(features))
+            pipe.hset(keys.engine_stats(study_id), keys.FEATURES_FIELD, json.dumps(features))
         record_truth_error(pipe, study, cached.learners, summaries, counters, truth)
         record_heldout(conn, pipe, study, cached.learners, summaries)
         pipe.execute()

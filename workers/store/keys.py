@@ -314,3 +314,9 @@ def counter_field(name: str, label: str) -> str:
 def served_field(label: str) -> str:
     """Field of ``engine_stats``: ``served:<label>``, the questions served when the last update pass ran."""
     return f"served:{label}"
+
+
+#: Field of ``engine_stats``: what the dashboard shows of the study's item features (items added later with
+#: predicted neighbours, how well the features agree with the crowd), JSON written with the summary
+#: (``workers.jobs.predicted``).
+FEATURES_FIELD = "features"
