@@ -54,7 +54,8 @@ _INTEGER = {"index", "head", "a", "b", "choice", "probe", "response_ms", "answer
             "skipped", "repeats", "rank", "source_index", "target_index", "samples", "i", "j", "k"}
 _NUMBER = {"value", "median_response_ms", "too_fast_share", "self_agreement", "answer_check_p", "estimate", "lower",
            "upper"}
-_BOOLEAN = {"fallback", "answer_check_flagged", "flagged", "completed", "excluded", "certified", "heldout"}
+_BOOLEAN = {"fallback", "answer_check_flagged", "flagged", "completed", "excluded", "certified", "heldout",
+            "predicted"}
 _DATETIME = {"answered_at", "issued_at", "last_answer_at"}
 
 DESCRIPTIONS = {
@@ -74,6 +75,8 @@ FIELD_DESCRIPTIONS = {
     "kind": "The question kind (triplet, rating, ...).",
     "heldout": "1: the answer to a held-out question (uniformly random, asked like any other, never learned from: "
                "it scores the learners' models); see the proxima section's heldout.",
+    "predicted": "1: a neighbour of an item added to the study after its learner was built, predicted from the "
+                 "items' features (the graph JSON's prediction says how), not measured by any answer.",
 }
 
 
