@@ -69,7 +69,9 @@ def triplet_array(text: str) -> np.ndarray:
 
 def graph_from_document(doc: dict, items: list[dict] | None = None) -> nx.DiGraph:
     """A graph export (JSON) as a networkx DiGraph: one node per item id (with its index and, when known,
-    kind, label and text), one edge per (item, neighbour) with rank, estimate, lower, upper, samples, certified."""
+    kind, label and text), one edge per (item, neighbour) with rank, estimate, lower, upper, samples, certified and
+    predicted (True for a neighbour of an item added to the study later, predicted from features, not measured;
+    False in an export that has no such field)."""
     import networkx as nx
 
     graph = nx.DiGraph(study=doc.get("study"), algorithm=doc.get("algorithm"), method=doc.get("method"),
@@ -81,7 +83,8 @@ def graph_from_document(doc: dict, items: list[dict] | None = None) -> nx.DiGrap
         graph.add_node(item_id, **attrs)
     for edge in doc["edges"]:
         graph.add_edge(edge["source"], edge["target"],
-                       **{k: edge[k] for k in ("rank", "estimate", "lower", "upper", "samples", "certified")})
+                       **{k: edge[k] for k in ("rank", "estimate", "lower", "upper", "samples", "certified")},
+                       predicted=bool(edge.get("predicted", False)))
     return graph
 
 

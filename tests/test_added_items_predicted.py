@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from helpers import run_worker, wire_body
 
+from proxima.readers import graph_from_document
 from workers.results.exports import export, nn_graph
 from workers.store import answers as answer_log
 from workers.store import engine_state, keys
@@ -103,6 +104,9 @@ def test_an_item_added_to_a_running_duels_study_gets_predicted_neighbours_within
     doc = nn_graph(conn, sid)
     assert doc["prediction"]["by"] == "learned map" and doc["prediction"]["items"] == 1
     assert [e["predicted"] for e in doc["edges"] if e["source"] == "new"] == [True] * len(added)
+    graph = graph_from_document(json.loads(json.dumps(doc)))  # the client's reader of a graph export
+    assert graph.edges["new", added[0]["target"]]["predicted"] is True
+    assert not any(graph.edges[e]["predicted"] for e in graph.edges if e[0] != "new")
     # the dashboard: the stats its script reads mark the neighbour predicted, and the page says so in words
     stats = researcher_client.get(f"/api/studies/{sid}/stats").get_json()
     alg = stats["algorithms"][0]
