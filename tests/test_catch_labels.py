@@ -114,3 +114,29 @@ def test_labelled_media_without_features_get_copies_and_labelled_text_keeps_labe
     config = StudyConfig.from_dict({"name": "Labels"})
     assert items_catch_warning(config, [Item(id=f"t{i}", kind="text", text="x", label=lab, features={"v": float(i)})
                                         for i, lab in enumerate(labels)]) is None
+
+
+@pytest.mark.parametrize("source", ["positions", "labels", "copies"])
+def test_catch_trials_show_every_item_about_as_often_as_the_others(source):
+    """The items a catch trial shows are drawn evenly (least shown first, seeded): on the egg items no item
+    is a triplet's head, like or unlike item more than twice as often as the mean, nor a grid's other
+    unlike reference more than 1.5 times (drawn at random: the farthest items of the line 3.5 and 2.7
+    times); the same seed chooses the same comparisons."""
+    shared_data_file(EGG_ANSWERS)
+    truth = eggs_truth()
+    rank = np.argsort(np.argsort(truth.points[:, 0]))
+    items = {"positions": [{"position": [float(p[0])]} for p in truth.points],
+             "labels": [{"kind": "text", "label": f"bin {r * BINS // len(rank)}"} for r in rank],
+             "copies": [{"kind": "image"} for _ in truth.points]}[source]
+    found = choose_comparisons(items, random.Random(0))
+    assert len(found) == 200
+    shown = np.zeros(len(items))
+    others = np.zeros(len(items))
+    for c in found:
+        for i in (c.head, c.similar, c.different):  # a copy is shown twice
+            shown[i] += 1
+        for o in c.others:
+            others[o] += 1
+    assert shown.max() <= 2 * shown.mean(), (shown.max(), shown.mean())
+    assert others.max() <= 1.5 * others.mean(), (others.max(), others.mean())
+    assert choose_comparisons(items, random.Random(0)) == found

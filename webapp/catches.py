@@ -20,6 +20,7 @@ import math
 import random
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from workers.store import keys
@@ -177,6 +178,52 @@ def _standard_features(items: list[dict]) -> list[tuple[float, ...]] | None:
     return [tuple(row) for row in zip(*columns, strict=True)] if columns else None
 
 
+#: An even draw looks at this many random candidates and takes the one shown least so far (the "power of
+#: d choices": uses within a few of the mean, at a cost independent of the number of items).
+EVEN_CHOICES = 8
+
+
+class _Even:
+    """Draws of the items catch trials show, each the least shown of EVEN_CHOICES random candidates (ties
+    by the study's seeded generator): no item is shown far more often than others, so a program counting
+    the items it sees over many screens learns little of which are a catch trial's (the farthest items of a
+    line were each the unlike one of 6-9 times the mean when drawn at random)."""
+
+    def __init__(self, rng: random.Random):
+        self.rng, self.shown = rng, {}
+
+    def count(self, *items: int) -> None:
+        for i in items:
+            self.shown[i] = self.shown.get(i, 0) + 1
+
+    def pick(self, candidates: Sequence[int], avoid: set[int] | frozenset = frozenset()) -> int | None:
+        """One of ``candidates`` not in ``avoid`` (None if none came up), counted as shown."""
+        best, looked = None, 0
+        for _ in range(EVEN_CHOICES * 4):  # drawn, not scanned: a candidate list may hold every item
+            if not candidates or looked == EVEN_CHOICES:
+                break
+            j = candidates[self.rng.randrange(len(candidates))]
+            if j in avoid:
+                continue
+            looked += 1
+            if best is None or self.shown.get(j, 0) < self.shown.get(best, 0):
+                best = j
+        if best is not None:
+            self.count(best)
+        return best
+
+    def sample(self, candidates: Sequence[int], k: int, avoid: set[int] | frozenset = frozenset()) -> list[int]:
+        """Up to ``k`` distinct picks of ``candidates`` not in ``avoid``."""
+        out: list[int] = []
+        for _ in range(3 * k):
+            if len(out) == k:
+                break
+            j = self.pick(candidates, set(avoid) | set(out))
+            if j is not None:
+                out.append(j)
+        return out
+
+
 def _copies(items: list[dict], rng: random.Random) -> list[Comparison]:
     """Each comparison an item and its copy (``similar`` is ``head``) against other items, all media items
     (kinds whose content is not in the payload): nothing about the items is needed, a copy is as alike
@@ -186,16 +233,14 @@ def _copies(items: list[dict], rng: random.Random) -> list[Comparison]:
              if item.get("kind") is not None and item["kind"] not in CONTENT_ON_THE_WIRE]
     if len(media) < 3:
         return []
-    found = []
-    for h in rng.sample(media, min(len(media), MAX_HEADS)):
-        drawn = []
-        for _ in range(8 * (OTHERS + 1)):  # drawn, not listed: a study may hold many items
-            j = media[rng.randrange(len(media))]
-            if j != h and j not in drawn:
-                drawn.append(j)
-                if len(drawn) == OTHERS + 1:
-                    break
-        found.append(Comparison(h, h, drawn[0], far=False, others=tuple(sorted(drawn[1:]))))
+    found, even, fill = [], _Even(rng), _Even(rng)
+    heads = rng.sample(media, min(len(media), MAX_HEADS))
+    even.count(*heads, *heads)  # a head is shown twice, as itself and as its copy
+    for h in heads:
+        different = even.pick(media, {h})
+        if different is not None:
+            more = fill.sample(media, OTHERS, {h, different})
+            found.append(Comparison(h, h, different, far=False, others=tuple(sorted(more))))
     return found
 
 
@@ -207,7 +252,8 @@ def _by_position(positions: list[tuple[float, ...]], rng: random.Random,
     and the unlike ones of others."""
     n = len(positions)
     heads = rng.sample(range(n), min(n, MAX_HEADS, max(1, MAX_DISTANCES // n)))
-    found = []
+    found, even, fill = [], _Even(rng), _Even(rng)
+    even.count(*heads)
     for h in heads:
         others = sorted((math.dist(positions[h], positions[j]), j) for j in range(n) if j != h)
         if labels is not None:
@@ -222,15 +268,19 @@ def _by_position(positions: list[tuple[float, ...]], rng: random.Random,
         if not others:
             continue
         far = others[len(others) - max(1, int(FAR_SHARE * len(others))):]
-        far_distance, different = far[rng.randrange(len(far))]
-        if (near_distance <= MAX_DISTANCE_RATIO * far_distance
-                and near_distance <= MAX_DISTANCE_RATIO * math.dist(positions[similar], positions[different])):
+        distance = dict((j, d) for d, j in far)
+        # the unlike item: of the farthest quarter, one meeting the margin from the like one too
+        apart = [j for d, j in far if near_distance <= MAX_DISTANCE_RATIO * min(
+            d, math.dist(positions[similar], positions[j]))]
+        if near_distance <= MAX_DISTANCE_RATIO * far[-1][0] and apart:
+            even.count(similar)
+            different = even.pick(apart)
             # more unlike items for grids: from the farther half of the head's items, each at least twice as
             # far from the head as the like one
             fillers = [j for d, j in others[len(others) // 2:]
                        if j not in (different, similar) and near_distance <= MAX_DISTANCE_RATIO * d]
-            more = tuple(rng.sample(fillers, min(OTHERS, len(fillers))))
-            found.append((Comparison(h, similar, different, others=more), far_distance))
+            more = tuple(fill.sample(fillers, min(OTHERS, len(fillers))))
+            found.append((Comparison(h, similar, different, others=more), distance[different]))
     largest = max((d for _, d in found), default=0.0)
     return [c._replace(far=d >= RATING_FAR_SHARE * largest) for c, d in found]
 
@@ -242,23 +292,18 @@ def _by_label(labels: list, rng: random.Random) -> list[Comparison]:
     if len(groups) < 2:
         return []
     n = len(labels)
-    found = []
-    for h in rng.sample(range(n), min(n, MAX_HEADS)):
-        same = [j for j in groups[labels[h]] if j != h]
-        if not same:
+    found, even, fill = [], _Even(rng), _Even(rng)
+    heads = rng.sample(range(n), min(n, MAX_HEADS))
+    even.count(*heads)
+    everyone = range(n)  # items of other labels are drawn from all (not listed: n may be large)
+    for h in heads:
+        own = groups[labels[h]]
+        similar = even.pick(own, {h}) if len(own) > 1 else None
+        different = even.pick(everyone, set(own)) if similar is not None else None
+        if different is None:
             continue
-        while True:
-            different = rng.randrange(n)
-            if labels[different] != labels[h]:
-                break
-        more = set()
-        for _ in range(8 * OTHERS):  # items of other labels for grids (drawn, not listed: n may be large)
-            j = rng.randrange(n)
-            if labels[j] != labels[h] and j != different:
-                more.add(j)
-                if len(more) == OTHERS:
-                    break
-        found.append(Comparison(h, rng.choice(same), different, others=tuple(sorted(more))))
+        more = fill.sample(everyone, OTHERS, {*own, different})
+        found.append(Comparison(h, similar, different, others=tuple(sorted(more))))
     return found
 
 
