@@ -97,3 +97,21 @@ def get_graph_layout(study_id: str) -> ResponseReturnValue:
         raise ApiError(404, "unknown_algorithm",
                        f"study '{study_id}' has no algorithm '{label}'; its algorithms: {labels}")
     return jsonify(graph_layout(conn, study, label))
+
+
+@bp.get("/studies/<study_id>/items/<index>/evidence")
+def get_item_evidence(study_id: str, index: str) -> ResponseReturnValue:
+    """What the answers say about one item: its nearest neighbours as the learner has them now, and for each
+    the answers that support or contradict it (the map's panel when an item is clicked)."""
+    from workers.results.evidence import item_evidence  # numpy: only researchers' dashboards call this
+
+    conn = get_redis()
+    study = load_study(conn, study_id)
+    label = request.args.get("algorithm") or study.config.algorithms[0].label
+    if study.config.get_algorithm(label) is None:
+        labels = ", ".join(a.label for a in study.config.algorithms)
+        raise ApiError(404, "unknown_algorithm",
+                       f"study '{study_id}' has no algorithm '{label}'; its algorithms: {labels}")
+    if not index.isdigit() or int(index) >= study.n_items:
+        raise ApiError(404, "unknown_item", f"study '{study_id}' has items 0 to {study.n_items - 1}, not {index!r}")
+    return jsonify(item_evidence(conn, study, label, int(index)))

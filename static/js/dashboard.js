@@ -368,8 +368,8 @@
     return node;
   }
 
-  // An item as the map draws it: its picture, colour or a dot, ``size`` px across; from the layout's
-  // looks (every drawn item), else the item table on this page.
+  // An item as the map draws it: its picture, colour or a dot, ``size`` across (centred on x, y); from the
+  // layout's looks (every drawn item), else the item table on this page.
   function itemVisual(i, x, y, group, size, look) {
     const s = size || 28;
     const cell = itemCells[i];
@@ -382,7 +382,7 @@
       el("image", { href: src, x: x - s / 2, y: y - s / 2, width: s, height: s, class: "node",
         preserveAspectRatio: "xMidYMid slice" }, group);
     } else {
-      el("circle", { cx: x, cy: y, r: Math.max(3, s / 3), class: "node", fill: colour }, group);
+      el("circle", { cx: x, cy: y, r: s / 3, class: "node", fill: colour }, group);
     }
     const title = el("title", {}, group);
     title.textContent = (look && look.id) || names[i] || "item " + i;
@@ -394,19 +394,48 @@
   }
 
   const mediaUrl = root.dataset.mediaUrl || "";
-  const W = 640, H = 480, pad = 24;
+  // The map's drawing units; the picture of an item is never less than MIN_PX screen pixels across, at any
+  // zoom (zooming in spreads items apart, their pictures keep their size).
+  const W = 960, H = 720, pad = 30, MIN_PX = 32;
   let view = { x: 0, y: 0, w: W, h: H };
+  let drawn = null;  // what resize() updates: the items' looks and the arrows with their ends
 
   function setView(v) {
     view = v;
     graphSvg.setAttribute("viewBox", [v.x, v.y, v.w, v.h].join(" "));
+    resize();
+  }
+
+  // screen pixels per drawing unit at the current zoom
+  function pixelsPerUnit() {
+    const width = graphSvg.getBoundingClientRect().width;
+    return width > 0 ? width / view.w : 1;
+  }
+
+  // an item's size in drawing units: its share of the map (shrinking with more items), at least MIN_PX
+  function itemSize() {
+    const ppu = pixelsPerUnit(), atFullView = ppu * view.w / W;
+    const px = Math.max(MIN_PX, (layout.node_size || 0.045) * (W - 2 * pad) * atFullView);
+    return px / ppu;
+  }
+
+  function resize() {
+    if (!drawn) return;
+    const s = itemSize(), gap = 2 / pixelsPerUnit();
+    drawn.looks.forEach((g) => g.setAttribute("transform", "scale(" + s + ")"));
+    drawn.arrows.forEach(([line, x1, y1, x2, y2]) => {
+      const len = Math.hypot(x2 - x1, y2 - y1) || 1, shrink = Math.min(s / 2 + gap, len / 2);
+      line.setAttribute("x2", x2 - ((x2 - x1) / len) * shrink);
+      line.setAttribute("y2", y2 - ((y2 - y1) / len) * shrink);
+    });
+    graphSvg.dataset.itemPx = (s * pixelsPerUnit()).toFixed(1);
   }
 
   function drawGraph() {
     if (!graphSvg || !layout) return;
     const started = performance.now();
     Array.from(graphSvg.querySelectorAll("g")).forEach((g) => g.remove());
-    const size = Math.max(7, (layout.node_size || 0.045) * (W - 2 * pad));
+    drawn = { looks: [], arrows: [] };
     const xy = new Map();
     layout.nodes.forEach((item, slot) => {
       const [x, y] = layout.positions[slot];
@@ -416,12 +445,12 @@
     const many = layout.nodes.length > 200;
     layout.edges.forEach((edge) => {
       const [x1, y1] = xy.get(edge.from), [x2, y2] = xy.get(edge.to);
-      const len = Math.hypot(x2 - x1, y2 - y1) || 1, shrink = Math.min(size / 2 + 2, len / 2);
-      el("line", {
-        x1: x1, y1: y1, x2: x2 - ((x2 - x1) / len) * shrink, y2: y2 - ((y2 - y1) / len) * shrink,
+      const line = el("line", {
+        x1: x1, y1: y1, x2: x2, y2: y2,
         class: "edge " + (edge.certified ? "certified" : "uncertain") + (many ? " thin" : ""),
         "marker-end": "url(#arrow)", "data-from": edge.from,
       }, edges);
+      drawn.arrows.push([line, x1, y1, x2, y2]);
     });
     const waiting = layout.no_data || [];
     if (waiting.length) {
@@ -432,24 +461,33 @@
     }
     const nodes = el("g", { class: "nodes" }, graphSvg);
     const certified = layout.certified || [];
+    const outliers = new Set(layout.outliers || []);
     layout.nodes.forEach((i, slot) => {
       const [x, y] = xy.get(i);
-      const g = el("g", { class: "item" + (i === selected ? " selected" : "") + (certified[slot] ? " certified" : ""),
-        "data-index": i, tabindex: 0 }, nodes);
-      if (certified[slot]) el("circle", { cx: x, cy: y, r: size / 2 + 2.5, class: "certainty" }, g);
-      itemVisual(i, x, y, g, size, layout.looks && layout.looks[slot]);
-      g.addEventListener("click", () => showCandidates(i));
-      g.addEventListener("keydown", (ev) => { if (ev.key === "Enter") showCandidates(i); });
+      const far = outliers.has(i);
+      const g = el("g", { class: "item" + (i === selected ? " selected" : "") + (certified[slot] ? " certified" : "") +
+        (far ? " outlier" : ""), "data-index": i, tabindex: 0, transform: "translate(" + x + " " + y + ")" }, nodes);
+      const look = el("g", { class: "look" }, g);  // drawn one unit across, scaled by resize()
+      if (certified[slot]) el("circle", { cx: 0, cy: 0, r: 0.6, class: "certainty" }, look);
+      if (far) el("circle", { cx: 0, cy: 0, r: 0.72, class: "far" }, look);
+      itemVisual(i, 0, 0, look, 1, layout.looks && layout.looks[slot]);
+      if (far) look.querySelector("title").textContent += " (far from the rest: drawn at the map's edge)";
+      drawn.looks.push(look);
+      g.addEventListener("click", () => showCandidates(i, true));
+      g.addEventListener("keydown", (ev) => { if (ev.key === "Enter") showCandidates(i, true); });
     });
+    resize();
     const nCertified = certified.filter(Boolean).length;
     document.getElementById("graph-updated").textContent = layout.nodes.length + " items, " + layout.edges.length +
       " arrows, " + nCertified + " items certified · updated " + new Date().toLocaleTimeString();
     const how = document.getElementById("graph-placement");
     if (how) {
-      how.textContent = layout.placement === "embedding"
+      how.textContent = (layout.placement === "embedding"
         ? "Items placed by the embedding the learner fitted to the answers (" + layout.embedding_dim +
           " dimension" + (layout.embedding_dim === 1 ? "" : "s") + ", its two main axes shown)"
-        : "Items placed by classical MDS of the estimated distances";
+        : "Items placed by classical MDS of the estimated distances") +
+        (outliers.size ? "; " + outliers.size + " item" + (outliers.size === 1 ? "" : "s") +
+          " far from the rest drawn at the map's edge (dashed ring), so the rest keep their room" : "");
     }
     const cap = document.getElementById("graph-cap");
     if (cap) {
@@ -485,6 +523,7 @@
       drag = { x: ev.clientX, y: ev.clientY, view: view };
     });
     window.addEventListener("pointerup", () => { drag = null; });
+    window.addEventListener("resize", resize);
     graphSvg.addEventListener("pointermove", (ev) => {
       if (!drag) return;
       const r = graphSvg.getBoundingClientRect();
@@ -500,7 +539,83 @@
 
   function fmt(x) { return x === null || x === undefined ? "—" : Number(x).toFixed(3); }
 
-  function showCandidates(i) {
+  function table(className, columns, rows) {
+    const t = document.createElement("table");
+    t.className = "table " + className;
+    const head = document.createElement("tr");
+    columns.forEach(([text, title]) => {
+      const th = document.createElement("th");
+      th.textContent = text;
+      if (title) th.title = title;
+      head.appendChild(th);
+    });
+    t.appendChild(document.createElement("thead")).appendChild(head);
+    const body = t.appendChild(document.createElement("tbody"));
+    rows.forEach((cells) => {
+      const tr = body.appendChild(document.createElement("tr"));
+      if (cells.className) tr.className = cells.className;
+      cells.forEach((text) => { tr.appendChild(document.createElement("td")).textContent = text; });
+    });
+    return t;
+  }
+
+  // The answers behind an item's neighbours (the evidence route), fetched on a click; kept across refreshes.
+  let evidence = null, evidenceAsked = 0;
+  async function fetchEvidence(i) {
+    const asked = ++evidenceAsked;
+    evidence = document.createElement("div");
+    evidence.className = "evidence";
+    evidence.id = "evidence";
+    evidence.textContent = "Reading the answers about this item…";
+    panel.appendChild(evidence);
+    const box = evidence;
+    try {
+      const url = root.dataset.evidenceUrl.replace("/ITEM/", "/" + i + "/") + "?algorithm=" +
+        encodeURIComponent(graphSelect.value);
+      const response = await fetch(url, { credentials: "same-origin" });
+      if (asked !== evidenceAsked) return;
+      if (!response.ok) { box.textContent = "The answers about this item could not be read."; return; }
+      renderEvidence(box, await response.json());
+    } catch (e) { if (asked === evidenceAsked) box.textContent = "The answers about this item could not be read."; }
+  }
+
+  function renderEvidence(box, doc) {
+    box.replaceChildren();
+    const h = document.createElement("h4");
+    h.textContent = "What the answers say";
+    box.appendChild(h);
+    const p = document.createElement("p");
+    p.className = "muted";
+    p.textContent = doc.answers + " answer" + (doc.answers === 1 ? "" : "s") + " show this item" +
+      (doc.all_read ? "" : " (of the newest " + doc.read + " read)") + ". " +
+      (doc.evidence === "ratings"
+        ? "Each row: the ratings of this item and the other one, and their mean (higher: more alike)."
+        : "Agree: answers that judged the two closer than a third item; disagree: a third item judged closer.");
+    box.appendChild(p);
+    const rows = [];
+    const label = (r, n) => (r.neighbour ? "#" + n + " " : "") + itemName(r.item);
+    const cells = (r, n) => {
+      const row = doc.evidence === "ratings" ? [label(r, n), String(r.ratings), r.mean === null ? "—" : r.mean.toFixed(2)]
+        : [label(r, n), String(r.closer), String(r.farther)];
+      row.className = r.neighbour ? "neighbour" : "other";
+      return row;
+    };
+    doc.neighbours.forEach((r, k) => rows.push(cells(r, k + 1)));
+    doc.others.forEach((r) => rows.push(cells(r, 0)));
+    if (!rows.length) {
+      p.textContent += " No answer has compared it with another item yet.";
+      return;
+    }
+    const columns = doc.evidence === "ratings"
+      ? [["Item", "#n: the learner's n-th nearest neighbour now"], ["Ratings"], ["Mean rating"]]
+      : [["Item", "#n: the learner's n-th nearest neighbour now; the others: items the answers put close"],
+        ["Agree", "Implied triplets that judged the two closer than a third item"],
+        ["Disagree", "Implied triplets that judged a third item closer"]];
+    box.appendChild(table("evidence-table", columns, rows));
+  }
+
+  function showCandidates(i, clicked) {
+    if (clicked || selected !== i) evidence = null;
     selected = i;
     graphSvg.querySelectorAll("g.item").forEach((g) => g.classList.toggle("selected", Number(g.dataset.index) === i));
     panel.replaceChildren();
@@ -512,43 +627,21 @@
     const p = document.createElement("p");
     p.className = "muted";
     if (slot >= 0 && layout.certified) {
-      p.textContent = layout.certified[slot] ? "Its nearest neighbour is certified." :
-        "Its nearest neighbour is not certified yet.";
+      p.textContent = (layout.certified[slot] ? "Its nearest neighbour is certified." :
+        "Its nearest neighbour is not certified yet.") +
+        ((layout.outliers || []).includes(i) ? " It is far from the rest: drawn at the map's edge." : "");
       panel.appendChild(p);
     }
-    if (!cands.length) {
-      const none = document.createElement("p");
-      none.className = "muted";
-      none.textContent = "This learner keeps no candidates for it (or has no answers about it yet).";
-      panel.appendChild(none);
-      return;
+    if (cands.length) {
+      const duels = cands[0].win_share !== undefined;
+      panel.appendChild(table("candidates-table",
+        duels ? [["Candidate"], ["Won", "Smoothed share of the duels about this item the candidate won"], ["Duels"]]
+          : [["Candidate"], ["Estimate"], ["Lower"], ["Upper"], ["Answers"]],
+        cands.map((c) => (duels ? [itemName(c.item), (100 * c.win_share).toFixed(0) + "%", String(c.duels)]
+          : [itemName(c.item), fmt(c.estimate), fmt(c.lower), fmt(c.upper), String(c.samples)]))));
     }
-    const duels = cands[0].win_share !== undefined;
-    const table = document.createElement("table");
-    table.className = "table";
-    const head = document.createElement("tr");
-    (duels ? [["Candidate"], ["Won", "Smoothed share of the duels about this item the candidate won"], ["Duels"]]
-      : [["Candidate"], ["Estimate"], ["Lower"], ["Upper"], ["Answers"]]).forEach(([text, title]) => {
-      const th = document.createElement("th");
-      th.textContent = text;
-      if (title) th.title = title;
-      head.appendChild(th);
-    });
-    table.appendChild(document.createElement("thead")).appendChild(head);
-    const body = document.createElement("tbody");
-    cands.forEach((c) => {
-      const tr = document.createElement("tr");
-      const cells = duels ? [itemName(c.item), (100 * c.win_share).toFixed(0) + "%", String(c.duels)]
-        : [itemName(c.item), fmt(c.estimate), fmt(c.lower), fmt(c.upper), String(c.samples)];
-      cells.forEach((text) => {
-        const td = document.createElement("td");
-        td.textContent = text;
-        tr.appendChild(td);
-      });
-      body.appendChild(tr);
-    });
-    table.appendChild(body);
-    panel.appendChild(table);
+    if (evidence) panel.appendChild(evidence);  // a refresh of the map keeps what was read
+    else fetchEvidence(i);
   }
 
   async function refreshGraph() {
@@ -559,7 +652,7 @@
       if (!response.ok) return;
       layout = await response.json();
       drawGraph();
-      if (selected !== null) showCandidates(selected);
+      if (selected !== null) showCandidates(selected, false);
       document.querySelectorAll(".alg-plot").forEach((fig) => {
         const hist = layout.samples_histogram;
         if (fig.dataset.label !== layout.algorithm || !hist || !hist.counts.length) return;
@@ -568,7 +661,7 @@
       });
     } catch (e) { /* try again on the next tick */ }
   }
-  if (graphSelect) graphSelect.addEventListener("change", () => { selected = null; refreshGraph(); });
+  if (graphSelect) graphSelect.addEventListener("change", () => { selected = null; evidence = null; refreshGraph(); });
 
   // ------------------------------------------------------------------ raters table
   const ratersBody = document.querySelector("#raters-table tbody");

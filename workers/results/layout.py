@@ -35,10 +35,17 @@ MAX_CANDIDATES = 8
 #: At most this many items are drawn (and laid out); the others are only listed on the page.
 MAX_DRAWN = 1000
 #: Size of an item's picture on the map, as a share of the drawing's width: this at up to
-#: FULL_SIZE_ITEMS items, shrinking like 1/sqrt(items) beyond, never below SMALLEST_NODE.
-LARGEST_NODE = 0.045
-SMALLEST_NODE = 0.012
+#: FULL_SIZE_ITEMS items, shrinking like 1/sqrt(items) beyond, never below SMALLEST_NODE (32 px of a
+#: 912 px wide map; the page draws no picture smaller than 32 px on screen, at any zoom).
+LARGEST_NODE = 0.07
+SMALLEST_NODE = 0.035
 FULL_SIZE_ITEMS = 30
+#: Items are moved apart until no two are closer than their size, or than this share of the room each item
+#: has (1 / sqrt(items)) where that is less: a map of 1,000 items overlaps at first sight and parts on zooming.
+ROOM_SHARE = 0.8
+#: A coordinate farther than this many interquartile ranges outside the quartiles (Tukey's "far out") is an
+#: outlier: drawn at the edge of the map, marked, so that a few far items do not squeeze the rest together.
+FAR_OUT_IQR = 3.0
 
 
 def classical_mds(distances: np.ndarray, dims: int = 2) -> np.ndarray:
@@ -76,6 +83,30 @@ def principal_axes(X: np.ndarray, dims: int = 2) -> np.ndarray:
 def node_size(m: int) -> float:
     """The picture size (share of the drawing's width) for a map of ``m`` items."""
     return float(np.clip(LARGEST_NODE * np.sqrt(FULL_SIZE_ITEMS / max(m, 1)), SMALLEST_NODE, LARGEST_NODE))
+
+
+def spread_gap(m: int) -> float:
+    """How far apart (share of the drawing's width) items are moved on a map of ``m`` items."""
+    return min(node_size(m), ROOM_SHARE / np.sqrt(max(m, 1)))
+
+
+def robust_normalise(coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``coords`` (n_items, 2) scaled into [0, 1] (aspect kept) by the range of the items that are not far
+    out, with the far-out ones (``FAR_OUT_IQR``, per axis) moved onto that range's edge; returns the scaled
+    coordinates and the boolean mask of the items moved (the outliers)."""
+    x = np.asarray(coords, dtype=np.float64)
+    far = np.zeros(len(x), bool)
+    if len(x) >= 4:
+        q1, q3 = np.percentile(x, [25, 75], axis=0)
+        iqr = q3 - q1
+        lo, hi = q1 - FAR_OUT_IQR * iqr, q3 + FAR_OUT_IQR * iqr
+        far = (((x < lo) | (x > hi)) & (iqr > 0)).any(axis=1)  # an axis of one value has no outliers
+        if far.any() and not far.all():
+            inside = x[~far]
+            x = np.clip(x, inside.min(axis=0), inside.max(axis=0))
+        else:
+            far[:] = False
+    return _normalise(x), far
 
 
 def spread_apart(coords: np.ndarray, gap: float, rounds: int = 40, seed: int = 0) -> np.ndarray:
@@ -246,6 +277,7 @@ def graph_layout(conn: Redis, study: Study, label: str, max_drawn: int = MAX_DRA
         counts[: min(n, len(samples))] = np.asarray(samples)[:n]
         waiting = counts[nodes] == 0
     coords = np.zeros((m, 2))
+    outliers = np.zeros(m, bool)
     placed = np.flatnonzero(~waiting)
     fitted = learner.fitted_coordinates() if learner is not None else None
     placement = "embedding" if fitted is not None else "mds"
@@ -259,8 +291,10 @@ def graph_layout(conn: Redis, study: Study, label: str, max_drawn: int = MAX_DRA
             flat = principal_axes(fitted[rows[inside]])
         else:
             flat = classical_mds(distances[np.ix_(placed, placed)])
-        coords[placed] = _normalise(flat) * (WAITING_Y - 0.08 if waiting.any() else 1.0)
-        coords[placed] = spread_apart(coords[placed], gap=node_size(m))
+        scaled, far = robust_normalise(flat)
+        outliers[placed] = far
+        coords[placed] = scaled * (WAITING_Y - 0.08 if waiting.any() else 1.0)
+        coords[placed] = spread_apart(coords[placed], gap=spread_gap(m))
     if waiting.any():
         row = np.flatnonzero(waiting)
         coords[row, 0] = (np.arange(len(row)) + 0.5) / len(row)
@@ -279,6 +313,7 @@ def graph_layout(conn: Redis, study: Study, label: str, max_drawn: int = MAX_DRA
         "edges": edges,
         "edges_not_drawn": n_edges - len(edges),
         "no_data": nodes[waiting].tolist(),
+        "outliers": nodes[outliers].tolist(),
         "candidates": candidates,
         "samples_histogram": histogram(samples, bins=15) if samples is not None else None,
     }

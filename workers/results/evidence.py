@@ -1,0 +1,117 @@
+"""What the answers say about one item, for the dashboard's map (a click on an item): its nearest neighbours as
+a learner has them now, and for each the answers that support or contradict it: for kinds that imply anchored
+triplets (triplets, odd-one-out, rank) how many implied triplets judged the two closer than a third item and
+how many judged a third item closer; for ratings the pairs the item was rated in, with their ratings.
+
+Reads the answer log (the newest ``MAX_ANSWERS_READ`` answers) and the learner's stored state; must never
+import Flask.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from workers.jobs.learners import Learner
+from workers.store import engine_state, keys
+from workers.store.answers import CATCH_ALGORITHM, REPEAT_ALGORITHM, Answer
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+    from workers.store.studies import Study
+
+#: How many of a learner's nearest neighbours the panel lists.
+NEIGHBOURS = 5
+#: Other items listed beside the neighbours: those the answers put closest to the item.
+OTHERS = 5
+#: At most this many of the newest answers are read for one click (the panel says when there were more).
+MAX_ANSWERS_READ = 100_000
+_CHUNK = 5000
+
+
+def _newest_answers(conn: Redis, study_id: str, limit: int):
+    """The study's answers, newest first, at most ``limit`` (unreadable entries skipped: the log keeps them)."""
+    key, end, seen = keys.answers(study_id), "+", 0
+    while seen < limit:
+        want = min(_CHUNK, limit - seen)
+        batch = conn.xrevrange(key, max=end, count=want)
+        for entry_id, fields in batch:
+            try:
+                yield Answer.from_stream(entry_id, fields)
+            except (KeyError, ValueError):
+                continue
+        seen += len(batch)
+        if len(batch) < want:
+            return
+        end = "(" + batch[-1][0].decode()
+
+
+def _neighbours(conn: Redis, study: Study, label: str, item: int) -> list[int]:
+    """The learner's current nearest neighbours of ``item``, nearest first (none before it has state)."""
+    alg = study.config.get_algorithm(label)
+    state = engine_state.load(conn, study.id, label)
+    if state is None:
+        return []
+    learner = Learner.from_state(alg, study.config, state)
+    graph = learner.graph(NEIGHBOURS)
+    neighbors = np.asarray(graph.neighbors)
+    if item >= len(neighbors):
+        return []
+    row = neighbors[item][:NEIGHBOURS].astype(int).tolist()
+    samples = np.asarray(graph.samples)[item] if alg.entry.asks == "pair" else None
+    # a pair no answer has touched is no neighbour yet (as the map's arrows)
+    return [j for slot, j in enumerate(row) if j >= 0 and j != item and (samples is None or samples[slot] > 0)]
+
+
+def item_evidence(conn: Redis, study: Study, label: str, item: int, max_answers: int = MAX_ANSWERS_READ) -> dict:
+    """The evidence panel of ``item`` for the learner ``label`` (JSON-safe): ``neighbours`` (the learner's,
+    nearest first) and ``others`` (items the answers put closest that are not among them), each
+    ``{"item", "neighbour", "closer", "farther"}`` for triplet-implying answers (``closer``: implied triplets
+    judging the two closer than a third item, either one the anchor; ``farther``: a third item judged closer)
+    and ``{"item", "neighbour", "ratings", "mean"}`` for ratings; ``answers`` about the item among the
+    ``read`` answers read (``all_read`` False when the log holds more)."""
+    excluded = {r.decode() for r in conn.smembers(keys.excluded_raters(study.id))}
+    closer: Counter = Counter()
+    farther: Counter = Counter()
+    ratings: dict[int, list[float]] = defaultdict(list)
+    about = read = 0
+    for answer in _newest_answers(conn, study.id, max_answers):
+        read += 1
+        if (item not in answer.shown or answer.rater in excluded or answer.skipped or answer.heldout
+                or answer.algorithm in (CATCH_ALGORITHM, REPEAT_ALGORITHM)):
+            continue
+        about += 1
+        if answer.value is not None:  # a rated pair (the item and the other shown)
+            other = [j for j in answer.shown[:2] if j != item]
+            if other:
+                ratings[other[0]].append(float(answer.value))
+            continue
+        for head, x, y, winner in answer.triplets():
+            near, far = winner, (y if winner == x else x)
+            if head == item:
+                closer[near] += 1
+                farther[far] += 1
+            elif near == item:
+                closer[head] += 1  # the item was judged close to the anchor
+            elif far == item:
+                farther[head] += 1
+    neighbours = _neighbours(conn, study, label, item)
+    rated = bool(ratings)
+    if rated:
+        def row(j: int) -> dict:
+            values = ratings.get(j, [])
+            return {"item": j, "neighbour": j in neighbours, "ratings": len(values),
+                    "mean": round(sum(values) / len(values), 3) if values else None}
+        ranked = sorted(ratings, key=lambda j: (-sum(ratings[j]) / len(ratings[j]), -len(ratings[j]), j))
+    else:
+        def row(j: int) -> dict:
+            return {"item": j, "neighbour": j in neighbours, "closer": closer[j], "farther": farther[j]}
+        # the answers' own ranking: most often judged closer, net of the times judged farther
+        ranked = sorted(set(closer) | set(farther), key=lambda j: (-(closer[j] - farther[j]), -closer[j], j))
+    others = [j for j in ranked if j != item and j not in neighbours][:OTHERS]
+    total = int(conn.xlen(keys.answers(study.id)))
+    return {"item": item, "algorithm": label, "evidence": "ratings" if rated else "triplets",
+            "neighbours": [row(j) for j in neighbours], "others": [row(j) for j in others],
+            "answers": about, "read": read, "all_read": read >= total}
