@@ -33,7 +33,8 @@ class Progress(_Common, total=False):
     (confidence bounds; 0 for learners without a certificate). ``n_items`` is the number of items.
     A planner adds its own numbers beside them; the optional keys below are the ones the platform
     reads when they are there: a :class:`RoundPlanner` reports its rounds, a forest growing trees by
-    triplets its trees (one entry per tree), a forest routing items added later how many it routes.
+    triplets its trees (one entry per tree), a forest routing items added later how many it routes, a
+    learner with item features as a prior how well they agree with the answers.
     """
 
     n_items: int
@@ -50,6 +51,10 @@ class Progress(_Common, total=False):
     # forests routing items added after they were built (engine.forest_study)
     added_items: int
     added_items_routed: int
+    # learners with item features as a prior (engine.duels.priors): whether they still use them, and how often
+    # an item's feature neighbour beat another item in the answers (None before any such answer)
+    features_used: bool
+    feature_agreement: float | None
 
 
 #: The keys every planner's ``progress()`` has (:class:`Progress`'s required keys, in order).
