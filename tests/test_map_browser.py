@@ -4,6 +4,7 @@ items at distinct places, thumbnails and arrows, a click listing the candidates 
 titles; the counters above say what they count. Screenshots land in artifacts/."""
 from __future__ import annotations
 
+import io
 import json
 import os
 
@@ -38,10 +39,12 @@ def test_a_duels_map_of_30_items_reads_and_a_click_shows_the_candidates(browser,
         assert len({(round(x), round(y)) for x, y in boxes}) == 30  # 30 items at 30 places
         assert page.locator("#nn-graph line.edge").count() == 30
         page.locator("#nn-graph g.item").nth(4).click()
-        page.wait_for_selector("#candidates table tbody tr")
-        header = page.locator("#candidates thead").inner_text()
+        page.wait_for_selector("#candidates .candidates-table tbody tr")
+        header = page.locator("#candidates .candidates-table thead").inner_text()
         assert "Won" in header and "Duels" in header
-        assert page.locator("#candidates tbody tr").count() >= 3
+        assert page.locator("#candidates .candidates-table tbody tr").count() >= 3
+        # and the answers behind its neighbours, below the duels
+        page.wait_for_selector("#evidence .evidence-table tbody tr")
         os.makedirs(ARTIFACTS, exist_ok=True)
         page.locator(".graph-wrap").screenshot(path=os.path.join(ARTIFACTS, "map-duels-30.png"))
         # the plan plot: room to read it and both axis titles inside the figure
@@ -85,3 +88,91 @@ def test_a_map_of_1000_items_draws_and_reports_its_time(browser, live_server, co
         page.click("[data-zoom=in]")
         page.click("[data-zoom=in]")
         page.locator(".graph-wrap").screenshot(path=os.path.join(ARTIFACTS, "map-duels-1000-zoomed.png"))
+
+
+def rank_image_study(conn, study_id: str, n: int, answers: int) -> str:
+    """A rank study (8 references, 2 picks) of ``n`` picture items at known 2-D places, answered by careful
+    raters through the issue/accept path (picks: the two references nearest the head; seeded)."""
+    import random
+    import time
+
+    import numpy as np
+    from PIL import Image
+    from test_map import grid_items
+
+    from workers.jobs.update_pass import apply_new_answers
+    from workers.store.answers import accept_answer
+    from workers.store.config import StudyConfig
+    from workers.store.questions import issue_question
+    from workers.store.studies import Item, create_study, get_study
+
+    grid = grid_items(n)
+    items, media = [], {}
+    for i, item in enumerate(grid):
+        buf = io.BytesIO()
+        Image.new("RGB", (64, 64), item.color).save(buf, format="PNG")
+        items.append(Item(id=f"pic{i:03d}", kind="image", media_type="image/png", position=item.position))
+        media[i] = buf.getvalue()
+    config = StudyConfig.from_dict({"name": "Pictures ranked", "question_kind": "rank", "algorithm": "random_triplets",
+                                    "random_state": 5, "pool_size": 20, "heldout_share": 0,
+                                    "attention": {"rate": 0, "answer_check": False},
+                                    "rank": {"n_reference": 8, "n_select": 2}})
+    create_study(conn, config, items, media=media, study_id=study_id)
+    study = get_study(conn, study_id)
+    truth = np.array([item.position for item in items])
+    rng = random.Random(2)
+    apply_new_answers(conn, study_id)
+    for k in range(answers):
+        now = time.time()
+        rater = f"r{k % 10}"
+        question, _, _ = issue_question(conn, study_id, study.config, n, rater, now=now, expires_at=now + 600)
+        head, refs = question["head"], list(question["candidates"])
+        order = sorted(refs, key=lambda j: (np.linalg.norm(truth[head] - truth[j]) + rng.gauss(0, .3), j))
+        accept_answer(conn, study_id, question, rater, order[:2], issued_at=now, response_ms=1500, used_ttl=3600)
+        if k % 40 == 39:
+            apply_new_answers(conn, study_id)
+    apply_new_answers(conn, study_id)
+    return study_id
+
+
+def test_a_rank_studys_map_of_pictures_reads_and_a_click_shows_the_answers_behind_each_neighbour(
+        browser, live_server, conn):
+    create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
+    rank_image_study(conn, "ranked", 40, 240)
+    with researcher_page(browser, live_server, "/studies/ranked?tab=learning") as page:
+        page.wait_for_function("() => document.getElementById('nn-graph')?.dataset.drawn === '40'")
+        # the map is wide and every picture legible: at least 32 px on screen
+        assert page.locator("#nn-graph").bounding_box()["width"] >= 800
+        sizes = page.evaluate("""() => Array.from(document.querySelectorAll('#nn-graph g.item image.node'))
+            .map((n) => n.getBoundingClientRect().width)""")
+        assert len(sizes) == 40 and min(sizes) >= 31.5, min(sizes)
+        # the items the layout calls far from the rest are drawn marked
+        layout = page.evaluate("""async () => (await (await fetch(document.getElementById('dashboard')
+            .dataset.layoutUrl, {credentials: 'same-origin'})).json())""")
+        assert page.locator("#nn-graph g.item.outlier").count() == len(layout["outliers"])
+        assert page.locator("#nn-graph g.item.outlier circle.far").count() == len(layout["outliers"])
+        # the bulk of the map is spread over the drawing (not one cluster)
+        centres = page.evaluate("""() => Array.from(document.querySelectorAll('#nn-graph g.item image.node'))
+            .map((n) => { const r = n.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })""")
+        box = page.locator("#nn-graph").bounding_box()
+        xs = sorted(x for x, _ in centres)
+        assert xs[30] - xs[9] > 0.25 * box["width"]  # the middle half of the items spans a quarter of the map
+        # a click: the item's neighbours and, for each, the answers for and against
+        first = layout["edges"][0]
+        page.locator(f"#nn-graph g.item[data-index='{first['from']}']").click()
+        page.wait_for_selector("#evidence .evidence-table tbody tr")
+        header = page.locator("#evidence .evidence-table thead").inner_text()
+        assert "Agree" in header and "Disagree" in header
+        rows = page.locator("#evidence .evidence-table tbody tr.neighbour")
+        assert rows.count() >= 1
+        cells = rows.first.locator("td").all_inner_texts()
+        assert cells[0].startswith("#1 ") and int(cells[1]) > 0  # the nearest neighbour has answers behind it
+        assert "answers show this item" in page.locator("#evidence").inner_text()
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        page.locator(".graph-wrap").screenshot(path=os.path.join(ARTIFACTS, "map-rank-pictures-40.png"))
+        # zooming in parts items; their pictures keep their size on screen
+        before = float(page.locator("#nn-graph").get_attribute("data-item-px"))
+        page.click("[data-zoom=in]")
+        page.click("[data-zoom=in]")
+        after = float(page.locator("#nn-graph").get_attribute("data-item-px"))
+        assert after == pytest.approx(before, rel=0.02) and after >= 31.5

@@ -471,6 +471,7 @@
       if (certified[slot]) el("circle", { cx: 0, cy: 0, r: 0.6, class: "certainty" }, look);
       if (far) el("circle", { cx: 0, cy: 0, r: 0.72, class: "far" }, look);
       itemVisual(i, 0, 0, look, 1, layout.looks && layout.looks[slot]);
+      el("rect", { x: -0.58, y: -0.58, width: 1.16, height: 1.16, rx: 0.08, class: "selection" }, look);
       if (far) look.querySelector("title").textContent += " (far from the rest: drawn at the map's edge)";
       drawn.looks.push(look);
       g.addEventListener("click", () => showCandidates(i, true));
