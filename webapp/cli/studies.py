@@ -59,6 +59,7 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
     The full JSON schema is SCHEMA in workers/store/config.py.
     """
     from webapp.catches import items_catch_warning
+    from workers.store.feature_files import check_features_cover
     from workers.store.queue import schedule_update
     from workers.store.studies import check_stylesheet, config_warnings, create_study, set_features
     from workers.store.uploads import items_from_path
@@ -68,13 +69,7 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
         items, media = items_from_path(items_path)
         features = None if features_path is None else read_features_file(features_path, [i.id for i in items])
         if features is not None:
-            missing = [i.id for i in items if i.id not in features]
-            unknown = sorted(set(features) - {i.id for i in items})
-            if missing or unknown:
-                raise StudyError(f"{features_path} must give features for exactly the study's items: "
-                                 + (f"missing {len(missing)} ({', '.join(missing[:10])})" if missing else "")
-                                 + ("; " if missing and unknown else "")
-                                 + (f"no item(s) {', '.join(unknown[:10])}" if unknown else ""))
+            check_features_cover(features, [i.id for i in items], str(features_path))
         stylesheet = None
         if stylesheet_path is not None:
             try:
@@ -179,70 +174,18 @@ def _added_features_file(path: Path, existing: list, added_ids: list[str]) -> di
 
 
 def read_features_file(path: Path, item_ids: list[str], columns_vary: bool = True) -> dict[str, dict[str, float]]:
-    """Item id -> {feature name: value} from a features file (:data:`FEATURE_FILES`) for the items
-    ``item_ids`` (their order is a .npy/.npz file's row order). Refused in words (StudyError): a missing
-    file, a cell that is not a finite number, a column holding one value for every item (it tells
-    nothing; not checked with ``columns_vary`` False, for the few rows of items added to a study), a row count
-    that is not the items'. Item ids missing or unknown are refused where the features are stored."""
-    import numpy as np
+    """Item id -> {feature name: value} from a features file for the items ``item_ids`` (their order is a
+    .npy/.npz file's row order): ``workers.store.feature_files.features_from_bytes``, a missing file refused in
+    words too."""
+    from workers.store.feature_files import features_from_bytes
 
-    from workers.store.studies import features_from_csv_text
-
-    suffix = path.suffix.lower()
     try:
-        if suffix in (".npy", ".npz"):
-            try:
-                loaded = np.load(path, allow_pickle=False)
-            except ValueError as exc:
-                raise StudyError(f"{path} is not a numeric array file: {exc}") from None
-            if suffix == ".npz":
-                names = list(loaded.files)
-                if len(names) != 1 and "features" not in names:
-                    raise StudyError(f"{path} holds the arrays {', '.join(names) or '(none)'}: save one array, "
-                                     "or name it 'features'")
-                loaded = loaded["features" if "features" in names else names[0]]
-            if loaded.dtype.kind not in "biuf":
-                raise StudyError(f"{path} holds {loaded.dtype} values, not numbers")
-            X = np.asarray(loaded, np.float64)
-            X = X[:, None] if X.ndim == 1 else X
-            if X.ndim != 2 or len(X) != len(item_ids):
-                raise StudyError(f"{path} has shape {X.shape}; it needs one row per item ({len(item_ids)} rows, in "
-                                 "the items' order) and one column per feature")
-            columns = [f"f{c}" for c in range(X.shape[1])]
-            bad = np.argwhere(~np.isfinite(X))
-            if len(bad):
-                raise StudyError(f"{path}: row {bad[0][0] + 1}, column {bad[0][1] + 1} is not a number ({len(bad)} "
-                                 "such cell(s)); give every item a number in every column")
-            features = {i: dict(zip(columns, map(float, row), strict=True)) for i, row in zip(item_ids, X, strict=True)}
-        elif suffix == ".parquet":
-            try:
-                import pyarrow.parquet as pq
-            except ImportError:
-                raise StudyError(f"reading {path} needs pyarrow (pip install pyarrow); or save the features as "
-                                 "CSV or .npy") from None
-            table = pq.read_table(path).to_pydict()
-            if "id" not in table or len(table) < 2:
-                raise StudyError(f"{path} needs an 'id' column and at least one numeric feature column; its columns "
-                                 f"are: {', '.join(table) or '(none)'}")
-            lines = ["id," + ",".join(c for c in table if c != "id")]
-            for r, item_id in enumerate(table["id"]):
-                lines.append(",".join([str(item_id)] + ["" if table[c][r] is None else repr(table[c][r])
-                                                        for c in table if c != "id"]))
-            features = features_from_csv_text("\n".join(lines) + "\n", str(path))
-        else:
-            features = features_from_csv_text(path.read_bytes().decode("utf-8-sig"), str(path))
+        data = path.read_bytes()
     except FileNotFoundError:
         raise StudyError(f"features file {path} does not exist") from None
-    except UnicodeDecodeError:
-        raise StudyError(f"{path} is not UTF-8 text; save it as CSV UTF-8") from None
-    if features and columns_vary:
-        names = list(next(iter(features.values())))
-        for name in names:
-            values = {row[name] for row in features.values()}
-            if len(values) == 1 and len(features) > 1:
-                raise StudyError(f"{path}: column '{name}' holds one value ({values.pop():g}) for every item, so it "
-                                 "tells nothing about which items are alike; remove it")
-    return features
+    except OSError as exc:
+        raise StudyError(f"cannot read features file {path}: {exc.strerror or exc}") from None
+    return features_from_bytes(data, str(path), item_ids, columns_vary)
 
 
 @click.command("features")
