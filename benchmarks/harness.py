@@ -187,20 +187,19 @@ def live_curve(app, conn, distances: np.ndarray, scale: float, lapse: float, alg
     (``issue_question``: pop a pooled question or a fallback and record it as issued; ``accept_answer``:
     the answer script, which schedules the update) without HTTP, so a 1,000-item study fits in a
     test's time (``app`` is unused then)."""
-    from rq import SimpleWorker
 
     from workers.store import keys
     from workers.store.answers import accept_answer
     from workers.store.config import StudyConfig
     from workers.store.questions import issue_question
-    from workers.store.queue import enqueue_update, get_queue, schedule_update
+    from workers.store.queue import enqueue_update, run_queued_jobs, schedule_update
     from workers.store.studies import Item, create_study
 
     if through not in ("api", "store"):
         raise ValueError(f"through must be 'api' or 'store', not {through!r}")
 
     def run_worker():
-        SimpleWorker([get_queue(conn)], connection=conn).work(burst=True, logging_level="WARNING")
+        run_queued_jobs(conn)
 
     n = len(distances)
     study_id = f"plan-vs-live-{algorithm.replace('_', '-')}-{seed}"

@@ -22,12 +22,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import requests
-from rq import SimpleWorker
 
 from webapp import ROOT
 from webapp.cli.embedded import EmbeddedRedis, free_port
 from webapp.handles import shown_index
-from workers.store.queue import get_queue
+from workers.store.queue import get_queue, run_queued_jobs
 from workers.store.studies import Item
 
 SECRET = "test-secret-key"
@@ -63,16 +62,17 @@ def positioned_study(conn, study_id: str, positions: list[float], **config) -> s
 
 
 def run_worker(conn) -> int:
-    """Run every queued job in this process (RQ SimpleWorker, burst); returns how many ran. Its jobs do not
-    linger for answers after their last pass (nothing answers while a test's burst worker runs): the same
-    passes, without the 0.1 s wait that a served study's job keeps for a crowd's next answer."""
+    """Run every queued job in this process (``run_queued_jobs``: RQ's SimpleWorker, burst); returns how
+    many ran. Its jobs do not linger for answers after their last pass (nothing answers while a test's
+    burst worker runs): the same passes, without the 0.1 s wait that a served study's job keeps for a
+    crowd's next answer."""
     from workers.jobs import update
 
     queue = get_queue(conn)
     queued = queue.count
     linger, update.LINGER_SECONDS = update.LINGER_SECONDS, 0.0
     try:
-        SimpleWorker([queue], connection=conn).work(burst=True, logging_level="WARNING")
+        run_queued_jobs(conn)
     finally:
         update.LINGER_SECONDS = linger
     return queued
