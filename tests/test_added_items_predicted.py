@@ -165,3 +165,26 @@ def test_an_added_item_without_features_is_refused(conn):
     sid = _study(conn, "grid", features=True)
     with pytest.raises(StudyError, match="1 added item\\(s\\) have no features: new"):
         add_items(conn, sid, [Item(id="new", kind="text", text="new")])
+
+
+def test_the_new_study_form_takes_a_features_file_as_the_cli_does(researcher_client, conn):
+    from helpers import upload_study
+
+    from workers.store.studies import list_studies
+
+    items = ("id,text\n" + "".join(f"s{i},Sentence {i}.\n" for i in range(8))).encode()
+    assert 'id="features"' in researcher_client.get("/studies/new").get_data(as_text=True)
+    buf = io.BytesIO()
+    np.save(buf, np.arange(16, dtype=float).reshape(8, 2) ** [1, 2])
+    response = upload_study(researcher_client, items, "items.csv", name="With features", algorithm="duels",
+                            features=(io.BytesIO(buf.getvalue()), "features.npy"))
+    assert response.status_code == 302, response.get_data(as_text=True)
+    study = next(s for s in list_studies(conn) if s.config.name == "With features")
+    assert get_items(conn, study.id)[3].features == {"f0": 6.0, "f1": 49.0}
+    # features of other items are refused in words, and no study is created
+    page = upload_study(researcher_client, items, "items.csv", name="Wrong features",
+                        features=(io.BytesIO(b"id,a\ns0,1\ns1,2\nzz,3\n"), "f.csv"))
+    assert page.status_code == 400
+    text = page.get_data(as_text=True)
+    assert "must give features for exactly the study&#39;s items" in text and "no item(s) zz" in text
+    assert not any(s.config.name == "Wrong features" for s in list_studies(conn))

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import colour_items, run_worker
 from rq import SimpleWorker
+from rq.job import Job
 
 from webapp.cli import main
 from workers.jobs.learner_cache import load_learners
@@ -21,7 +22,7 @@ from workers.store import keys
 from workers.store.answers import accept_answer
 from workers.store.backup import backup_lines, read_backup, restore_study
 from workers.store.config import StudyConfig
-from workers.store.deletion import audit_lines, deleted_studies, forget_rater, rater_digest
+from workers.store.deletion import audit_lines, deleted_studies, forget_rater, rater_digest, rater_forgotten
 from workers.store.questions import issue_question
 from workers.store.queue import enqueue_update, get_queue, schedule_update
 from workers.store.studies import StudyNotFound, create_study, get_items, get_study
@@ -224,20 +225,37 @@ def test_deleting_a_study_removes_its_keys_and_queued_jobs_and_leaves_another_st
     assert invoke(redis_url, "delete", "doomed", "--yes").exit_code != 0
 
 
-def test_the_dashboard_forgets_a_rater_only_once_confirmed_and_shows_the_audit_line(researcher_client, conn):
+def test_the_dashboard_forgets_a_rater_only_once_confirmed_in_a_job_and_shows_its_progress_and_audit_line(
+        researcher_client, client, conn):
+    """The request refuses the rater's session at once and queues the rest (reading and copying the whole
+    log) as an RQ job, whose progress and result the Raters tab shows; the job's arguments and result hold
+    no rater id, and its request record goes once it ran."""
     make_study(conn, "web")
     crowd(conn, "web", raters=4, per_rater=3)
     unconfirmed = researcher_client.post("/studies/web/raters/forget", data={"rater": "p-03"}, follow_redirects=True)
     assert "was not forgotten" in unconfirmed.get_data(as_text=True) and conn.xlen(keys.answers("web")) == 12
     page = researcher_client.post("/studies/web/raters/forget", data={"rater": "p-03", "confirm": "yes"},
                                   follow_redirects=True).get_data(as_text=True)
-    assert "Forgot rater p-03: 3 answer(s) removed" in page
-    assert conn.xlen(keys.answers("web")) == 9
-    assert 'id="audit-table"' in page and rater_digest("p-03")[:16] in page and "researcher" in page
-    # the rebuild is queued like an exclusion's, and a real worker runs it
-    assert any(j.func_name.endswith("rebuild_job") for j in get_queue(conn).get_jobs())
+    assert "Forgetting rater p-03" in page and "Forgetting a rater: queued" in page
+    assert conn.xlen(keys.answers("web")) == 12  # not in the request: the job removes them
+    assert rater_forgotten(conn, "web", "p-03")  # but refused at once
+    [job] = get_queue(conn).get_jobs()
+    assert job.func_name == "workers.jobs.deletion.forget_rater_job" and "p-03" not in repr(job.args)
+    assert researcher_client.get("/api/studies/web/stats").get_json()["rebuild"]["state"] == "queued"
+    # a real worker runs it, then the rebuild it queues, then the rewrite of Redis's files
     run_worker(conn)
-    assert json.loads(conn.hget(keys.engine_stats("web"), "rebuild"))["state"] == "finished"
+    assert conn.xlen(keys.answers("web")) == 9 and not conn.exists(keys.forget_requests("web"))
+    assert "p-03" not in repr(Job.fetch(job.id, connection=conn).return_value())
+    stats = researcher_client.get("/api/studies/web/stats").get_json()["rebuild"]
+    assert stats["state"] == "finished" and stats["forgotten_answers"] == 3, stats
+    assert stats["message"].startswith("Rater forgotten: 3 answer(s) taken out of the log. Rebuild finished")
+    page = researcher_client.get("/studies/web?tab=raters").get_data(as_text=True)
+    assert 'id="audit-table"' in page and rater_digest("p-03")[:16] in page and "researcher" in page
+    assert "Rater forgotten: 3 answer(s)" in page
+    # asked again: the rater is unknown now, and nothing is queued
+    again = researcher_client.post("/studies/web/raters/forget", data={"rater": "p-03", "confirm": "yes"},
+                                   follow_redirects=True).get_data(as_text=True)
+    assert "already forgotten" in again and not get_queue(conn).get_jobs()
 
 
 def test_the_dashboard_deletes_a_study_once_its_id_is_typed(researcher_client, client, conn):

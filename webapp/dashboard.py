@@ -21,6 +21,7 @@ from workers.store.config import (
     ConfigError,
     StudyConfig,
 )
+from workers.store.feature_files import check_features_cover, features_from_bytes
 from workers.store.queue import enqueue_rebuild, schedule_update
 from workers.store.raters import rater_order
 from workers.store.studies import (
@@ -34,6 +35,7 @@ from workers.store.studies import (
     get_items,
     get_study,
     list_studies,
+    set_features,
     set_status,
     update_config,
 )
@@ -161,6 +163,18 @@ def config_from_form(form: Mapping[str, str], files: Mapping[str, FileStorage]) 
     return StudyConfig.from_dict(data)
 
 
+def features_from_form(files: Mapping[str, FileStorage], items: list) -> dict[str, dict[str, float]] | None:
+    """The items' features from the form's optional features file, read and checked as ``proxima create
+    --features`` reads one (``workers.store.feature_files``); None without one."""
+    upload = files.get("features")
+    if not upload or not upload.filename:
+        return None
+    ids = [item.id for item in items]
+    features = features_from_bytes(upload.read(), upload.filename, ids)
+    check_features_cover(features, ids, upload.filename)
+    return features
+
+
 @bp.route("/studies/new", methods=["GET", "POST"])
 def new_study() -> ResponseReturnValue:
     if request.method == "GET":
@@ -172,10 +186,13 @@ def new_study() -> ResponseReturnValue:
                              "'text' column")
         config = config_from_form(request.form, request.files)
         items, media = items_from_upload(items_file.read(), items_file.filename)
+        features = features_from_form(request.files, items)
         css_file = request.files.get("stylesheet")
         stylesheet = check_stylesheet(css_file.filename, css_file.read()) if css_file and css_file.filename else None
         conn = get_redis()
         study_id = create_study(conn, config, items, media, stylesheet=stylesheet)
+        if features is not None:
+            set_features(conn, study_id, features)
         if not request.form.get("start"):
             set_status(conn, study_id, "paused")
     except (StudyError, ConfigError) as exc:

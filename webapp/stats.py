@@ -75,9 +75,22 @@ def _rebuild_status(conn: Redis, raw: str | None) -> dict | None:
 
 
 def rebuild_message(status: dict) -> str:
-    """What the dashboard says about a rebuild."""
+    """What the dashboard says about a rebuild, or the forget of a rater that comes before one."""
     raters = ", ".join(status.get("raters") or []) or "the excluded raters"
     state = status.get("state")
+    if status.get("action") == "forget":  # the forget job itself (workers.store.deletion.request_forget)
+        return {"queued": "Forgetting a rater: queued, waiting for a worker (their session is refused already).",
+                "running": "Forgetting a rater: taking their answers out of the answer log.",
+                "failed": "Forgetting the rater failed; see the worker's log. Their session stays refused; "
+                          "forget them again to finish.",
+                "lost": "Forgetting a rater was queued but no worker ran it; is a worker running ('proxima "
+                        "worker')? Forget them again to queue it anew."}.get(state, "Forgetting a rater.")
+    if "forgotten_answers" in status:  # the rebuild after a forget
+        marked = status.get("models_marked") or []
+        done = (f"Rater forgotten: {status['forgotten_answers']} answer(s) taken out of the log"
+                + (f"; models trained with their answers are marked so: {', '.join(marked)}" if marked else "")
+                + ". ")
+        return done + rebuild_message({k: v for k, v in status.items() if k != "forgotten_answers"})
     if state == "queued":
         return f"Rebuild queued (excluding {raters}): waiting for a worker."
     if state == "running":

@@ -1,6 +1,6 @@
-"""Jobs of deletion (``workers.store.deletion``): the last sweep of a deleted study's keys, once no worker
-holds its update lock, and the rewrite of Redis's files after a deletion (``workers.store.persistence``).
-Must never import Flask."""
+"""Jobs of deletion (``workers.store.deletion``): a rater forgotten from the dashboard, the last sweep of a
+deleted study's keys, once no worker holds its update lock, and the rewrite of Redis's files after a deletion
+(``workers.store.persistence``). Must never import Flask."""
 from __future__ import annotations
 
 import logging
@@ -9,10 +9,17 @@ from rq import get_current_job
 
 from workers.jobs.lock import study_lock
 from workers.store import keys
-from workers.store.deletion import purge_study_keys
+from workers.store.deletion import purge_study_keys, run_forget_request
 from workers.store.persistence import PersistenceError, rewrite_files
 
 logger = logging.getLogger(__name__)
+
+
+def forget_rater_job(study_id: str, request_id: str) -> dict:
+    """RQ entry point of a forget asked from the dashboard (``deletion.request_forget``): the rater, refused
+    already, leaves the log and every record; the rebuild and the rewrite of Redis's files are queued after.
+    Returns what was done, without the rater's id."""
+    return run_forget_request(get_current_job().connection, study_id, request_id)
 
 
 def purge_study_job(study_id: str) -> int:

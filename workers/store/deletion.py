@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -23,7 +24,7 @@ from rq.job import Job
 
 from workers.store import keys
 from workers.store.packages import drop_packages
-from workers.store.queue import REBUILD_JOB, UPDATE_JOB, enqueue_rebuild, get_queue
+from workers.store.queue import REBUILD_JOB, REBUILD_STATUS_FIELD, UPDATE_JOB, enqueue_rebuild, get_queue
 from workers.store.studies import StudyError, get_study
 
 if TYPE_CHECKING:
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
 PURGE_JOB = "workers.jobs.deletion.purge_study_job"
 #: The job that rewrites Redis's files once the rebuild after a forget from the dashboard has run.
 REWRITE_JOB = "workers.jobs.deletion.rewrite_files_job"
+#: The job that removes a rater's answers and records after a forget from the dashboard (``request_forget``):
+#: reading and copying the whole answer log takes seconds at a million answers, too long for a web request.
+FORGET_JOB = "workers.jobs.deletion.forget_rater_job"
 #: Answers read from the log per round trip while looking for a rater's answers.
 CHUNK = 5000
 
@@ -230,6 +234,13 @@ def forget_rater(conn: Redis, study_id: str, rater: str, by: str, rebuild: bool 
     fresh allowance of questions is opened; their browser session and held questions go too. The log is
     then read again after the deletion for an answer that got in before. Redis's own files still hold
     copies until they are rewritten (``persistence.rewrite_files``)."""
+    _refuse(conn, study_id, rater)
+    return _remove(conn, study_id, rater, by, rebuild)
+
+
+def _refuse(conn: Redis, study_id: str, rater: str) -> None:
+    """Check that the study knows ``rater`` (StudyError, AlreadyForgotten) and record them as forgotten: no
+    more answers from their session, ever."""
     get_study(conn, study_id)
     stats_fields = [f.decode() for f, _ in conn.hscan_iter(keys.rater_stats(study_id), match=f"{rater}:*")]
     stats_fields = [f for f in stats_fields if keys.split_rater_field(f)[0] == rater]
@@ -247,6 +258,11 @@ def forget_rater(conn: Redis, study_id: str, rater: str, by: str, rebuild: bool 
         pipe.delete(keys.outstanding(study_id, rater), keys.repeats(study_id, rater), keys.rate_rater(study_id, rater))
         pipe.zrem(keys.active_raters(study_id), rater)
         pipe.execute()
+
+
+def _remove(conn: Redis, study_id: str, rater: str, by: str, rebuild: bool) -> ForgetReport:
+    """What ``forget_rater`` does once the rater is refused: the slow part (the whole log is read, and copied
+    when answers left it)."""
     removed = 0
     counters_touched: set[str] = set()
     minutes_touched: set[str] = set()
@@ -299,6 +315,50 @@ def forget_rater(conn: Redis, study_id: str, rater: str, by: str, rebuild: bool 
     marked = mark_models(conn, study_id, line.at)
     job = enqueue_rebuild(conn, study_id, [], reason=f"forget {audit_id}") if rebuild else None
     return ForgetReport(study_id, rater, removed, audit_id, job, tuple(marked))
+
+
+def request_forget(conn: Redis, study_id: str, rater: str, by: str) -> str:
+    """The dashboard's forget: check and refuse the rater at once (as ``forget_rater`` does: StudyError,
+    AlreadyForgotten), and queue the rest as FORGET_JOB (``run_forget_request``), whose progress the study's
+    rebuild status shows (the Raters tab). Returns the job id. The rater's id waits for the job in
+    ``keys.forget_requests``, not in the job's arguments: RQ keeps those in Redis after the job ran."""
+    _refuse(conn, study_id, rater)
+    request_id = secrets.token_hex(8)
+    job_id = f"forget-{study_id}-{request_id}"
+    conn.hset(keys.forget_requests(study_id), request_id, json.dumps({"rater": rater, "by": by}))
+    conn.hset(keys.engine_stats(study_id), REBUILD_STATUS_FIELD, json.dumps({
+        "state": "queued", "action": "forget", "job_id": job_id, "raters": [], "queued_at": time.time()}))
+    get_queue(conn).enqueue(FORGET_JOB, study_id, request_id, job_id=job_id, job_timeout=3600, result_ttl=86400,
+                            failure_ttl=7 * 86400)
+    return job_id
+
+
+def run_forget_request(conn: Redis, study_id: str, request_id: str) -> dict:
+    """FORGET_JOB's work: remove the rater of the request (``forget_rater`` once they are refused), queue the
+    engines' rebuild and after it the rewrite of Redis's files, and put what was done in the study's rebuild
+    status (``forgotten_answers``, ``models_marked``), where the Raters tab shows it; the request goes. Returns
+    the report without the rater's id (RQ keeps a job's result)."""
+    raw = conn.hget(keys.forget_requests(study_id), request_id)
+    if raw is None:
+        return {"answers_removed": 0, "note": "no such request (already run)"}
+    request = json.loads(raw)
+    report = _remove(conn, study_id, request["rater"], request["by"], rebuild=True)
+    conn.hdel(keys.forget_requests(study_id), request_id)
+    rewrite = enqueue_rewrite(conn, after=report.rebuild_job)
+    with conn.pipeline(transaction=True) as pipe:
+        while True:
+            try:
+                pipe.watch(keys.engine_stats(study_id))
+                status = json.loads(pipe.hget(keys.engine_stats(study_id), REBUILD_STATUS_FIELD) or "{}")
+                status.update(forgotten_answers=report.answers_removed, models_marked=list(report.models_marked))
+                pipe.multi()
+                pipe.hset(keys.engine_stats(study_id), REBUILD_STATUS_FIELD, json.dumps(status))
+                pipe.execute()
+                break
+            except redis.WatchError:  # the rebuild moved its status on meanwhile: read it again
+                continue
+    return {"answers_removed": report.answers_removed, "audit_id": report.audit_id,
+            "models_marked": list(report.models_marked), "rebuild_job": report.rebuild_job, "rewrite_job": rewrite}
 
 
 def enqueue_rewrite(conn: Redis, after: str | None = None) -> str:

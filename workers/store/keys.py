@@ -141,6 +141,10 @@ audit = _per_study("audit")
 #: hold it): a browser session of such an id is refused (lua/study_guard.lua) and gets no fresh allowance.
 forgotten_raters = _per_study("forgotten-raters")
 
+#: Hash: request id -> JSON {rater, by} of a forget asked from the dashboard, until its job has run (the job's
+#: own arguments, which RQ keeps in Redis after it ran, hold no rater id; ``deletion.request_forget``).
+forget_requests = _per_study("forget-requests")
+
 
 # The keys of one study and one algorithm, question, rater, address or model (the second argument), each with
 # what it holds.
