@@ -434,8 +434,9 @@ def exclude_rater(study_id: str) -> ResponseReturnValue:
 
 @bp.post("/studies/<study_id>/raters/forget")
 def forget_rater(study_id: str) -> ResponseReturnValue:
-    """Forget a rater who withdrew: their answers leave the log and every record of them goes (at once),
-    an audit line says when and by whom, and an RQ job rebuilds the engines from what remains."""
+    """Forget a rater who withdrew: their session is refused at once; an RQ job takes their answers out of the
+    log and every record of them (an audit line says when and by whom), then rebuilds the engines from what
+    remains and rewrites Redis's files; the Raters tab shows how far it got."""
     conn = get_redis()
     _study_or_404(conn, study_id)
     rater = request.form.get("rater", "").strip()
@@ -446,17 +447,14 @@ def forget_rater(study_id: str) -> ResponseReturnValue:
               "error")
     else:
         try:
-            report = deletion.forget_rater(conn, study_id, rater, by=current_researcher() or "unknown")
+            deletion.request_forget(conn, study_id, rater, by=current_researcher() or "unknown")
         except StudyError as exc:
             flash(f"Nothing was removed: {exc}.", "error")
         else:
-            deletion.enqueue_rewrite(conn, after=report.rebuild_job)
-            marked = (f" Models trained with their answers are marked so: {', '.join(report.models_marked)}."
-                      if report.models_marked else "")
-            flash(f"Forgot rater {rater}: {report.answers_removed} answer(s) removed from the log; their browser "
-                  "session is refused from now on; the engines are being rebuilt from the other raters' answers "
-                  "(this page says when the rebuild has finished), then Redis's files are rewritten without "
-                  f"them.{marked} Backup files made before today still hold them until deleted.")
+            flash(f"Forgetting rater {rater}: their browser session is refused from now on; a worker takes their "
+                  "answers out of the log, then the engines are rebuilt from the other raters' answers and Redis's "
+                  "files are rewritten without them (this page says how far it got). Backup files made before "
+                  "today still hold them until deleted.")
     return redirect(study_url(study_id, "raters"))
 
 
