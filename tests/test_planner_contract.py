@@ -438,7 +438,6 @@ TOY_STUDY = '''
 import json, sys
 import numpy as np
 import redis
-from rq import SimpleWorker
 
 import engine
 assert engine.__file__.startswith(sys.argv[2]), engine.__file__
@@ -448,7 +447,7 @@ from workers.jobs.learners import Learner
 from workers.results.exports import nn_graph
 from workers.store import engine_state
 from workers.store.config import StudyConfig
-from workers.store.queue import get_queue
+from workers.store.queue import run_queued_jobs
 from workers.store.studies import Item, create_study, get_study
 from webapp.handles import shown_index
 
@@ -464,8 +463,7 @@ sid = create_study(conn, config, items, study_id="toy")
 app = create_app({"TESTING": True, "REDIS_URL": sys.argv[1], "SECRET_KEY": "toy-secret",
                   "RATE_LIMIT_EXEMPT_ADDRESSES": ("127.0.0.1", "::1")})
 client = app.test_client()
-queue = get_queue(conn)
-SimpleWorker([queue], connection=conn).work(burst=True, logging_level="WARNING")
+run_queued_jobs(conn)
 sent, question = 0, None
 while sent < 200:
     if question is None:
@@ -481,7 +479,7 @@ while sent < 200:
     assert response.status_code == 201, response.get_json()
     question = response.get_json()["next"]
     sent += 1
-    SimpleWorker([queue], connection=conn).work(burst=True, logging_level="WARNING")
+    run_queued_jobs(conn)
 study = get_study(conn, sid)
 learner = Learner.from_state(study.config.algorithms[0], study.config, engine_state.load(conn, sid, "toy_nearest"))
 doc = nn_graph(conn, sid)
@@ -633,7 +631,6 @@ class="candidate" id="far-1"></button></p></div>
 TOY_KIND_STUDY = '''
 import json, sys
 import redis
-from rq import SimpleWorker
 
 import engine
 assert engine.__file__.startswith(sys.argv[2]), engine.__file__
@@ -643,7 +640,7 @@ from workers.results.exports import export
 from workers.store import engine_state
 from workers.store.answers import read_answers
 from workers.store.config import StudyConfig
-from workers.store.queue import get_queue
+from workers.store.queue import run_queued_jobs
 from workers.store.studies import Item, create_study
 from webapp.handles import shown_index
 
@@ -657,7 +654,6 @@ app = create_app({"TESTING": True, "REDIS_URL": sys.argv[1], "SECRET_KEY": "toy-
                   "RATE_LIMIT_EXEMPT_ADDRESSES": ("127.0.0.1", "::1")})
 client = app.test_client()
 page = client.get(f"/s/{sid}").get_data(as_text=True)
-queue = get_queue(conn)
 question, served, statuses = client.get(f"/api/studies/{sid}/questions/next").get_json()["question"], [], []
 for n in range(12):
     served.append({k: question[k] for k in ("kind", "widget", "prompt")})
@@ -669,7 +665,7 @@ for n in range(12):
     statuses.append(response.status_code)
     question = response.get_json()["next"]
     if n % 4 == 3:
-        SimpleWorker([queue], connection=conn).work(burst=True, logging_level="WARNING")
+        run_queued_jobs(conn)
 algorithm = config.algorithms[0]
 learner = Learner.from_state(algorithm, config, engine_state.load(conn, sid, algorithm.label))
 print(json.dumps({"algorithm": algorithm.algorithm, "kind": algorithm.question_kind,
