@@ -241,12 +241,18 @@ def live(base: str, conn: redis.Redis, kind: str, study_type: str, runs: int, ca
                 results[name] = (who, result)
     time.sleep(3)
     table = {}
+    config = StudyConfig.from_dict(config)
     for name, (who, result) in results.items():
-        flagged = conn.hget(keys.rater_stats(study_id), keys.rater_field(name, "flagged")) not in (None, b"0", b"")
-        row = table.setdefault(who, {"runs": 0, "code": 0, "flagged": 0})
+        stats = conn.hmget(keys.rater_stats(study_id), [keys.rater_field(name, f) for f in
+                                                        ("flagged", "answer_flagged", "catch", "catch_failed")])
+        flagged, by_check = (v not in (None, b"0", b"") for v in stats[:2])
+        row = table.setdefault(who, {"runs": 0, "code": 0, "flagged": 0, "by catch trials": 0,
+                                     "by the answer check": 0})
         row["runs"] += 1
         row["code"] += result["code"] is not None
         row["flagged"] += flagged
+        row["by catch trials"] += config.catch_failing(int(stats[2] or 0), int(stats[3] or 0))
+        row["by the answer check"] += by_check
     return table
 
 
@@ -357,6 +363,10 @@ def main() -> None:
                             r = tables[t].get(who)
                             cells.append(f"{r['code'] / r['runs']:.0%} ({r['flagged'] / r['runs']:.0%})" if r else "")
                         print(f"| {who} | " + " | ".join(cells) + " |")
+                    for t in types:
+                        r = tables[t]["careful"]
+                        print(f"careful raters flagged, {t}: {r['by catch trials']} by catch trials, "
+                              f"{r['by the answer check']} by the answer check, of {r['runs']}")
                     sys.stdout.flush()
             finally:
                 stop_server(proc)
