@@ -115,3 +115,41 @@ def test_the_raters_table_counts_rater_ids_in_number_order(conn, study_id):
     give_answers(conn, study_id, 6, raters=("sim-10", "sim-2", "sim-1"))  # two answers each
     assert [r["rater"] for r in rater_table(conn, study_id)] == ["sim-1", "sim-2", "sim-10"]
     assert sorted(["R10000", "R9999", "p-b", "p-a"], key=rater_order) == ["R9999", "R10000", "p-a", "p-b"]
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"] and a["y"] < b["y"] + b["height"] \
+        and b["y"] < a["y"] + a["height"]
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("viewport", [{"width": 390, "height": 844}, {"width": 1100, "height": 850}])
+def test_the_account_line_lies_over_neither_the_preview_banner_nor_the_header(browser, live_server, conn, viewport):
+    from helpers import RESEARCHER, RESEARCHER_PASSWORD, colour_items
+
+    from webapp.accounts import create_user
+    from workers.store.config import StudyConfig
+    from workers.store.studies import create_study
+
+    create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
+    name = "A study whose name is long enough to wrap on a phone"
+    create_study(conn, StudyConfig.from_dict({"name": name, "algorithm": "random_triplets", "consent": "We keep it."}),
+                 colour_items(10), study_id="banner")
+    context = browser.new_context(viewport=viewport, has_touch=viewport["width"] < 600)
+    page = context.new_page()
+    page.goto(f"{live_server}/studies/banner")
+    page.fill("#username", RESEARCHER)
+    page.fill("#password", RESEARCHER_PASSWORD)
+    page.click("#login")
+    page.wait_for_selector("header.bar")
+    account = page.locator("form.account").bounding_box()
+    title = page.evaluate("""() => { const r = document.createRange(); r.selectNodeContents(document.querySelector(
+        'header.bar')); return Array.from(r.getClientRects()).map((b) => ({x: b.x, y: b.y, width: b.width,
+        height: b.height})); }""")
+    assert not [box for box in title if _overlap(account, box)], (account, title)
+    page.goto(f"{live_server}/studies/banner/preview")
+    banner = page.locator("#preview-banner").bounding_box()
+    account = page.locator("form.account").bounding_box()
+    assert not _overlap(account, banner), (account, banner)
+    assert page.locator("#logout").is_visible()
+    context.close()
