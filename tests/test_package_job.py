@@ -197,3 +197,11 @@ def test_the_request_returns_before_the_package_is_written(researcher_client, co
     assert package_status(conn, answered)["state"] == "queued"
     run_worker(conn)
     assert float(conn.hget(keys.package_status(answered, "pseudonymous"), "finished_at")) >= before
+
+
+def test_a_build_waiting_for_the_other_variant_runs_even_when_that_one_fails(conn, answered):
+    request_build(conn, answered, rater_ids=False, max_bytes=10)  # fails: too large
+    assert request_build(conn, answered, rater_ids=True)["state"] == "queued"
+    run_worker(conn)
+    assert package_status(conn, answered)["state"] == "failed"
+    assert package_status(conn, answered, rater_ids=True)["state"] == "finished"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import redis
 from rq.exceptions import NoSuchJobError
-from rq.job import Job, JobStatus
+from rq.job import Dependency, Job, JobStatus
 
 from workers.store import keys
 from workers.store.queue import get_queue
@@ -139,8 +139,8 @@ def request_build(conn: Redis, study_id: str, rater_ids: bool = False, status: d
                 continue
     other = conn.hgetall(keys.package_status(study_id, variant(not rater_ids)))
     after = _text(other, "job_id") if _text(other, "state") in ACTIVE else ""
-    try:
-        depends_on = Job.fetch(after, connection=conn) if after else None
+    try:  # runs once the other build has ended, however it ended
+        depends_on = Dependency(jobs=[Job.fetch(after, connection=conn)], allow_failure=True) if after else None
     except NoSuchJobError:
         depends_on = None
     get_queue(conn).enqueue(PACKAGE_JOB, study_id, bool(rater_ids), job_id, status, int(max_bytes), job_id=job_id,
