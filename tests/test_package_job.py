@@ -199,9 +199,15 @@ def test_the_request_returns_before_the_package_is_written(researcher_client, co
     assert float(conn.hget(keys.package_status(answered, "pseudonymous"), "finished_at")) >= before
 
 
-def test_a_build_waiting_for_the_other_variant_runs_even_when_that_one_fails(conn, answered):
-    request_build(conn, answered, rater_ids=False, max_bytes=10)  # fails: too large
+@pytest.mark.parametrize("failure", ["too large", "unexpected"])
+def test_a_build_waiting_for_the_other_variant_runs_even_when_that_one_fails(conn, answered, failure):
+    if failure == "too large":
+        request_build(conn, answered, rater_ids=False, max_bytes=10)
+    else:  # a status document the writer cannot write: the job itself fails (RQ marks it failed)
+        request_build(conn, answered, rater_ids=False, status={"when": object()})
     assert request_build(conn, answered, rater_ids=True)["state"] == "queued"
     run_worker(conn)
-    assert package_status(conn, answered)["state"] == "failed"
+    failed = package_status(conn, answered)
+    assert failed["state"] == "failed"
+    assert ("more than the" if failure == "too large" else "an unexpected error (TypeError") in failed["message"]
     assert package_status(conn, answered, rater_ids=True)["state"] == "finished"
