@@ -59,6 +59,8 @@ class Learner:
         self.repeats_planned = 0
         #: the latest ``plan`` planned nothing but put a finished refit in place
         self.fit_settled = False
+        #: the study's item count at the latest ``sync_items`` (items added later included)
+        self.study_items = int(self.planner.n_items)
 
     # ------------------------------------------------------------------ construction
     @property
@@ -132,7 +134,9 @@ class Learner:
         return cast("ForestStudy", self.planner) if self.entry.grows else None
 
     def sync_items(self, n_items: int) -> int:
-        """Start routing items added to the study after its forest was built; how many started."""
+        """Note the study's item count ``n_items`` (items added after this learner was built count from
+        its own ``n_items``) and start routing them into a forest already built; how many started."""
+        self.study_items = int(n_items)
         grows = self.grows
         return grows.add_items(n_items) if grows is not None else 0
 
@@ -147,11 +151,12 @@ class Learner:
         rows = []
         # held-out answers score the learners and teach none of them
         answers = [a for a in answers if not a.skipped and not a.heldout]
-        if not self.entry.grows:
+        if not self.entry.grows and self.study_items > self.planner.n_items:
             # a learner of a fixed item set learns nothing of items added to the study later (a random
-            # fallback may show one): their neighbours are predicted from features (workers.jobs.predicted)
+            # fallback may show one): their neighbours are predicted from features (workers.jobs.predicted).
+            # An index past the study's items is no added item: the engine refuses it and the answer is set aside
             n = int(self.planner.n_items)
-            answers = [a for a in answers if max(a.shown, default=0) < n]
+            answers = [a for a in answers if not n <= max(a.shown, default=0) < self.study_items]
         # pair learners of a graph learn distances: ratings (mapped to distances), and the samples of
         # triplet-derived questions where they ask those too
         if self.learns_graph or (self.entry.asks == "pair" and self.entry.learns == "graph"):
