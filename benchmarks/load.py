@@ -311,19 +311,17 @@ def serve_gunicorn_options() -> dict:
 
 
 def gunicorn_command(a: argparse.Namespace, port: int, access_log: Path | None) -> list[str]:
-    """``proxima serve``'s gunicorn command line, the worker options from the command line, plus the
-    access log (none when ``access_log`` is None, as under ``proxima serve``)."""
-    from webapp.cli.serve import GUNICORN_LIMITS
+    """``proxima serve``'s gunicorn command line (``webapp.cli.serve.gunicorn_command``: its hooks and
+    limits), the worker options from the command line, plus the access log (none when ``access_log``
+    is None, as under ``proxima serve``)."""
+    from webapp.cli import serve
 
-    cmd = [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", str(a.web_workers),
-           *GUNICORN_LIMITS, "--graceful-timeout", "10", "--log-level", "warning"]
-    if access_log is not None:
-        cmd += ["--access-logfile", str(access_log), "--access-logformat", ACCESS_LOG_FORMAT]
-    if a.worker_class != "sync" or a.threads > 1:
-        cmd += ["--worker-class", a.worker_class, "--threads", str(a.threads)]
+    options = ["--worker-class", a.worker_class, "--threads", str(a.threads)]
     if a.keep_alive is not None:
-        cmd += ["--keep-alive", str(a.keep_alive)]
-    return [*cmd, "webapp:create_app()"]
+        options += ["--keep-alive", str(a.keep_alive)]
+    if access_log is not None:
+        options += ["--access-logfile", str(access_log), "--access-logformat", ACCESS_LOG_FORMAT]
+    return serve.gunicorn_command(f"127.0.0.1:{port}", a.web_workers, *options)
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 20.0) -> None:

@@ -25,6 +25,7 @@ from test_backup import N_ITEMS, give_answers, make_study, poison
 
 from webapp import ROOT
 from webapp.cli.embedded import EmbeddedRedis, free_port
+from webapp.cli.serve import gunicorn_command
 from workers.jobs.rebuild import replay_log
 from workers.store import engine_state, keys
 from workers.store.answers import ACCEPT
@@ -259,8 +260,7 @@ def start_web(processes, redis_url, tmp_path, web_workers=1) -> tuple[subprocess
     port = free_port()
     env = dict(os.environ, REDIS_URL=redis_url, PROXIMA_INSTANCE_PATH=str(tmp_path / "instance"),
                PROXIMA_SECRET_KEY="durability-test-secret", PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1")
-    proc = processes([sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", str(web_workers),
-                      "--timeout", "120", "--log-level", "warning", "webapp:create_app()"], env)
+    proc = processes(gunicorn_command(f"127.0.0.1:{port}", web_workers, "--timeout", "120"), env)
     base = f"http://127.0.0.1:{port}"
 
     wait_for(lambda: healthy(base) or proc.poll() is not None, what="the web server answering")

@@ -3,7 +3,6 @@ HTML 414 (issue 26, item 7): the gunicorn worker ``proxima serve`` runs answers 
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ import requests
 from helpers import healthy, wait_for
 
 from webapp.cli.embedded import free_port
-from webapp.cli.serve import GUNICORN_LIMITS, GUNICORN_THREADS
+from webapp.cli.serve import gunicorn_command
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,9 +20,8 @@ def gunicorn(redis_url, tmp_path):
     port = free_port()
     env = {"PATH": "/usr/bin:/bin", "REDIS_URL": redis_url, "PROXIMA_INSTANCE_PATH": str(tmp_path / "instance"),
            "PROXIMA_SECRET_KEY": "test-secret-key"}
-    process = subprocess.Popen([sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1",
-                                *GUNICORN_THREADS, *GUNICORN_LIMITS, "--log-level", "warning", "webapp:create_app()"],
-                               env=env, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(gunicorn_command(f"127.0.0.1:{port}", 1), env=env, cwd=str(ROOT),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     wait_for(lambda: healthy(base) or process.poll() is not None, 30, what="gunicorn answering /api/health")
     if process.poll() is not None:

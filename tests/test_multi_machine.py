@@ -29,6 +29,7 @@ from rq.registry import FinishedJobRegistry, StartedJobRegistry
 
 from webapp import ROOT
 from webapp.cli.embedded import free_port
+from webapp.cli.serve import gunicorn_command
 from workers.store import keys
 from workers.store.queue import get_queue
 
@@ -103,9 +104,7 @@ class Machines:
 
     def start_web(self, name: str) -> str:
         port = free_port()
-        self.start(name, [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1",
-                          "--worker-class", "gthread", "--threads", "4", "--log-level", "warning",
-                          "webapp:create_app()"])
+        self.start(name, gunicorn_command(f"127.0.0.1:{port}", 1))
         return f"http://127.0.0.1:{port}"
 
     def start_worker(self, name: str, env: dict | None = None) -> subprocess.Popen:

@@ -47,6 +47,16 @@ GUNICORN_HOOKS = ("--config", "python:webapp.gunicorn_conf")
 STARTUP_TIMEOUT_S = 60.0
 
 
+def gunicorn_command(bind: str, web_workers: int = SERVE_WEB_WORKERS, *options: str) -> list[str]:
+    """The web server ``proxima serve`` runs, bound to ``bind`` (``host:port``) with ``web_workers``
+    processes: threaded workers answering in the JSON error shape, the request-line limit, the hooks that
+    record a worker's death, a 10 s graceful stop. ``options`` are more of gunicorn's, after serve's (a
+    later option wins). Tests and benchmarks that need the web server alone start exactly this."""
+    return [sys.executable, "-m", "gunicorn", "--bind", bind, "--workers", str(web_workers), *GUNICORN_THREADS,
+            *GUNICORN_LIMITS, *GUNICORN_HOOKS, "--graceful-timeout", "10", "--log-level", "warning", *options,
+            "webapp:create_app()"]
+
+
 def _create_first_account(conn: Redis) -> None:
     """On an instance without accounts, create 'admin' and print its one-time password once."""
     from ..accounts import FIRST_ACCOUNT, ensure_first_account
@@ -155,11 +165,9 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int, ma
             children.append(Child(f"RQ worker {n + 1}", lambda: popen([sys.executable, "-m", "webapp", "worker"],
                                                                       env=env, start_new_session=True),
                                   max_restarts))
-        children.append(Child("web server", lambda: popen(
-            [sys.executable, "-m", "gunicorn", "--bind", f"{host}:{port}", "--workers", str(web_workers),
-             *GUNICORN_THREADS, *GUNICORN_LIMITS, *GUNICORN_HOOKS, "--graceful-timeout", "10", "--log-level", "warning",
-             "webapp:create_app()"],
-            env=env, cwd=str(ROOT), start_new_session=True), max_restarts))
+        children.append(Child("web server", lambda: popen(gunicorn_command(f"{host}:{port}", web_workers),
+                                                          env=env, cwd=str(ROOT), start_new_session=True),
+                              max_restarts))
         for child in children:
             if child.process is None:
                 child.start()
