@@ -15,7 +15,7 @@ import pytest
 from helpers import EGG_ANSWERS, shared_data_file
 
 from simulation.crowd import Rater, eggs_truth, noise_model
-from webapp.catches import choose_comparisons, items_catch_warning
+from webapp.catches import LABELS_ALONE, choose_comparisons, items_catch_warning
 from webapp.questions_answers import catch_passed, catch_question
 from workers.store.config import StudyConfig
 from workers.store.studies import Item
@@ -110,10 +110,13 @@ def test_labelled_media_without_features_get_copies_and_labelled_text_keeps_labe
     assert images and all(c.similar == c.head and not c.far for c in images)
     text = choose_comparisons([{"kind": "text", "label": lab} for lab in labels], random.Random(0))
     assert text and all(c.similar != c.head and labels[c.similar] == labels[c.head] for c in text)
-    # the warning at create reads the features of Items too: labelled text with features has catch trials
+    # the note at create reads the features of Items too: labelled text is told its catch trials are by labels
+    # alone, unless features give them a margin
     config = StudyConfig.from_dict({"name": "Labels"})
     assert items_catch_warning(config, [Item(id=f"t{i}", kind="text", text="x", label=lab, features={"v": float(i)})
                                         for i, lab in enumerate(labels)]) is None
+    assert items_catch_warning(config, [Item(id=f"t{i}", kind="text", text="x", label=lab)
+                                        for i, lab in enumerate(labels)]) == LABELS_ALONE
 
 
 @pytest.mark.parametrize("source", ["positions", "labels", "copies"])

@@ -134,6 +134,22 @@ def forget(study_id: str | None = None) -> None:
         _cache.pop(study_id, None)
 
 
+def source_of(items: list[dict]) -> str | None:
+    """What a study's catch trials are chosen by (``choose_comparisons``): "positions", "features" (labels
+    with numeric features), "labels" (labels alone), "copies" (media items), or None (no catch trials)."""
+    positions = [item.get("position") for item in items]
+    labelled = all(item.get("label") is not None for item in items)
+    if len(items) >= 3 and all(p is not None and len(p) == len(positions[0]) for p in positions):
+        return "positions"
+    if len(items) >= 3 and labelled:
+        if _standard_features(items) is not None:
+            return "features"
+        if not _all_media(items):
+            return "labels"
+    media = [item for item in items if item.get("kind") is not None and item["kind"] not in CONTENT_ON_THE_WIRE]
+    return "copies" if len(media) >= 3 else None
+
+
 def choose_comparisons(items: list[dict], rng: random.Random) -> list[Comparison]:
     """Comparisons with a stated margin: by the items' positions where every item has one (with their
     labels too where every item has one); by labels only where the researcher's numeric features give
@@ -143,17 +159,15 @@ def choose_comparisons(items: list[dict], rng: random.Random) -> list[Comparison
     the egg items in 10 bins of smoothness, put an item of another label nearer the head than one of its
     own, and careful raters lost their code 12-96% of the time in benchmarks/catch_fairness.py); else
     (text, HTML or colour items) by labels alone; [] when none of these."""
-    positions = [item.get("position") for item in items]
     labels = [item.get("label") for item in items]
-    labelled = all(label is not None for label in labels)
-    if len(items) >= 3 and all(p is not None and len(p) == len(positions[0]) for p in positions):
-        return _by_position([tuple(map(float, p)) for p in positions], rng, labels if labelled else None)
-    if len(items) >= 3 and labelled:
-        features = _standard_features(items)
-        if features is not None:
-            return _by_position(features, rng, labels)
-        if not _all_media(items):
-            return _by_label(labels, rng)
+    source = source_of(items)
+    if source == "positions":
+        labelled = all(label is not None for label in labels)
+        return _by_position([tuple(map(float, item["position"])) for item in items], rng, labels if labelled else None)
+    if source == "features":
+        return _by_position(_standard_features(items), rng, labels)
+    if source == "labels":
+        return _by_label(labels, rng)
     return _copies(items, rng)
 
 
@@ -315,6 +329,13 @@ NO_CATCH_TRIALS = ("no catch trials: its items have neither positions nor labels
                    "check catches rule-following bots, not random ones). Items with labels (a CSV's label "
                    "column: items of a label alike, of different labels unlike) or positions have them, and "
                    "so do image, sound and video items (an item against a copy of itself)")
+#: ... and what it reads of a study whose catch trials are chosen by labels alone.
+LABELS_ALONE = ("catch trials by labels alone (an item of the head's label against items of other labels) are only "
+                "as near-certain as the labels: if the labels cut a continuum (bins of a measured value), an item "
+                "of another label can be nearer the head than one of its own, and careful raters miss such catch "
+                "trials far more often than the schedule allows (10-86% of them lost their code in "
+                "benchmarks/catch_fairness.py); give the value the labels were cut by as a numeric feature (a "
+                "column of the items CSV) for catch trials with a margin")
 #: ... and one whose config turned them off.
 CATCHES_OFF = ("no catch trials (attention.rate: 0): random answers are caught by the answer check alone, "
                "which in a triplet study lets most of them through")
@@ -329,11 +350,15 @@ def catch_warning(config: StudyConfig, found: list[Comparison]) -> str | None:
 
 
 def items_catch_warning(config: StudyConfig, items: list) -> str | None:
-    """:func:`catch_warning` for items about to be stored (``workers.store.studies.Item``s or their dicts)."""
+    """:func:`catch_warning` for items about to be stored (``workers.store.studies.Item``s or their dicts), or
+    LABELS_ALONE where their catch trials are chosen by labels alone."""
     rows = [item if isinstance(item, dict) else {"position": item.position, "label": item.label, "kind": item.kind,
                                                  "features": item.features}
             for item in items]
-    return catch_warning(config, choose_comparisons(rows, random.Random(0)) if config.catch_every else [])
+    warning = catch_warning(config, choose_comparisons(rows, random.Random(0)) if config.catch_every else [])
+    if warning is None and source_of(rows) == "labels":
+        return LABELS_ALONE
+    return warning
 
 
 #: The Overview warns when the study's raters miss more than this multiple of the careful miss rate its
