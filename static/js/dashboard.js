@@ -47,8 +47,8 @@
       message.classList.toggle("failure", status.state === "failed");
       link.hidden = status.state !== "finished" && status.state !== "stale";
       button.disabled = active;
-      button.textContent = button.textContent.replace(/^(Build again|Build)/,
-        status.state === "stale" || status.state === "failed" ? "Build again" : "Build");
+      button.textContent = button.textContent.replace(/^(Rebuild|Build)/,
+        status.state === "stale" || status.state === "failed" ? "Rebuild" : "Build");
       clearTimeout(timer);
       if (active) timer = setTimeout(poll, 1000);
     }
