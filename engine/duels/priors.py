@@ -141,13 +141,10 @@ class FeaturePrior:
             return True
         return bool(right / seen - 0.5 > TRUST_SE * 0.5 / math.sqrt(seen))
 
-    def place(self, X: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Where the map learned from the features to fitted coordinates ``X`` (n_items, dim) puts ``rows``,
-        items in the feature space (m, p) that are not the learner's (added to the study later): X = Z W + E
-        read back as its least-squares map W (as ``engine.embedding.fit_embedding`` splits a start), an added
-        item taking no offset. float64 (m, dim)."""
-        W = np.linalg.lstsq(self.points(), np.asarray(X, np.float64), rcond=None)[0]
-        return np.asarray(rows, np.float64) @ W
+    def learned_map(self, X: np.ndarray) -> np.ndarray:
+        """The map W (p, dim) the fits learned from the features to fitted coordinates ``X`` (n_items, dim):
+        X = Z W + E read back as its least-squares map (as ``engine.embedding.fit_embedding`` splits a start)."""
+        return np.linalg.lstsq(self.points(), np.asarray(X, np.float64), rcond=None)[0]
 
     def mix(self, near: np.ndarray, share: float = SHARE) -> np.ndarray:
         """Rows of nearest items in the fit (n_items, k) with the features' nearest woven in: every

@@ -84,13 +84,16 @@ class Results:
 
     def place_by_features(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """Items that are not the learner's (added to the study later), given in its features' space (m, p),
-        placed by the map its fits learned from the features: (its items' fitted coordinates, the rows'
-        coordinates), or None while it has no such map (no features, features dropped, no fit yet)."""
+        placed by the map W its fits learned from the features (X = Z W + E): (its own items at Z W, the rows
+        at rows W), or None while it has no such map (no features, features dropped, no fit yet). Its own
+        items are taken at Z W, without the offsets E the answers gave them, as an added item has none: at
+        500 clustered items their fitted places X set beside rows W gave an added item a true top-3 neighbour
+        less often (.60 against .78 with features of agreement .9 at 25 answers per item)."""
         prior, X = self.prior_, self.embedding_
         if prior is None or not prior.trusted or X is None:
             return None
-        X = np.asarray(X, np.float64)
-        return X, prior.place(X, rows)
+        W = prior.learned_map(X)
+        return prior.points() @ W, np.asarray(rows, np.float64) @ W
 
     def _win_shares(self) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Per head h with answers: (items its triplets showed, smoothed share of them each won,
