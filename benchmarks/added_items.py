@@ -2,18 +2,18 @@
 
 A study of ``n`` clustered 4-D items (clusters of 20, as ``features_prior.py``) runs the default learner with
 features of known quality (``simulation.features``: triplet agreement .7 / .9 with the truth, agreement .9
-beside 8 columns of noise, or pure noise), driven offline through ``make_planner("duels", n, features=F[:n],
-random_state=s)`` and answered by the human noise model (logistic 0.1, lapse 0.1). Then ``m`` more items of
-the same clusters are added: the learner never asks about them, and each gets its 3 nearest among all
-``n + m`` items predicted from its features (``engine.features.predicted_neighbors``, as every update pass
-gives them): through duels' learned map W from the features to its fitted space (every item at Z W: ``map``), or in the standardised features
-alone (``F``). Scored:
-the share of added items whose predicted top-3 holds one of their 3 truly nearest (``top-3 hit``), and whose
-predicted nearest is one of them (``hit@3``, the other tables' measure), mean over seeds; also the time one
-prediction takes (all added items, one call: what a pass adds).
+beside 8 columns of noise, or pure noise), driven offline through ``make_planner("duels", n,
+features=F[:n], random_state=s)`` and answered by the human noise model (logistic 0.1, lapse 0.1). Then
+``m`` more items of the same clusters are added: the learner never asks about them, and each gets its 3
+nearest among all ``n + m`` items predicted from its features (``engine.features.predicted_neighbors``, as
+every update pass gives them): through duels' learned map W from the features to its fitted space (every
+item at Z W: ``map``), or in the standardised features alone (``F``). Scored: the share of added items whose
+predicted top-3 holds one of their 3 truly nearest (``top-3 hit``), and whose predicted nearest is one of
+them (``hit@3``, the other tables' measure), mean over seeds; also the time one prediction takes (all added
+items, one call: what a pass adds).
 
     python benchmarks/added_items.py                                   # n = 1000, m = 50, 2 seeds
-    python benchmarks/added_items.py --items 1000 --added 50 --budgets 0,5,10,25 --seeds 1 --agreements .9
+    python benchmarks/added_items.py --items 1000 --added 50 --budgets 0,5,10,25 --seeds 1
 """
 from __future__ import annotations
 
