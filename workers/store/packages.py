@@ -157,7 +157,7 @@ def built_package(conn: Redis, study_id: str, rater_ids: bool = False) -> bytes 
     return b"".join(chunks) if chunks else None
 
 
-def drop_packages(conn: Redis, study_id: str, pipeline=None) -> None:
+def drop_packages(conn: Redis, study_id: str, pipeline: redis.client.Pipeline | None = None) -> None:
     """Forget both built packages and the builds under way (a withdrawn rater's answers and recruitment id may
     be in them): a build that started before finds its status gone and stores nothing."""
     target = pipeline if pipeline is not None else conn
