@@ -29,7 +29,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from harness import print_table  # noqa: E402
 
-from engine.features import predicted_neighbors  # noqa: E402
+from engine.features import predicted_neighbors, study_space  # noqa: E402
 from engine.planners import make_planner  # noqa: E402
 from engine.registry import feature_placement  # noqa: E402
 from simulation import oracles  # noqa: E402
@@ -63,7 +63,8 @@ def run(n: int, m: int, budgets: list[int], seed: int, make_features) -> dict[st
     oracle = oracles.TripletOracle.from_points(X[:n], noise=NOISE, model="human", lapse=LAPSE, random_state=seed + 1)
     planner = make_planner("duels", n, question_kind="triplet", random_state=seed, features=F[:n])
     added = np.arange(n, n + m)
-    alone = scores(predicted_neighbors(F, n, 3)[0], added, D)
+    Y = study_space(F, n)  # (a worker reads it once per item count)
+    alone = scores(predicted_neighbors(Y, n, 3)[0], added, D)
     out: dict[str, list] = {"map": [], "F": [], "how": [], "ms": []}
     total = 0
     for per_item in budgets:
@@ -72,7 +73,7 @@ def run(n: int, m: int, budgets: list[int], seed: int, make_features) -> dict[st
             planner.observe(oracle.answer(qs))
             total += len(qs)
         began = time.perf_counter()
-        pred, how = predicted_neighbors(F, n, 3, feature_placement(planner))
+        pred, how = predicted_neighbors(Y, n, 3, feature_placement(planner))
         out["ms"].append(1000 * (time.perf_counter() - began))
         out["map"].append(scores(pred, added, D))
         out["F"].append(alone)

@@ -169,19 +169,23 @@ def nearest_of(points: ArrayLike, rows: ArrayLike, k: int) -> np.ndarray:
     return out
 
 
-def predicted_neighbors(features: ArrayLike, n_known: int, k: int, place=None) -> tuple[np.ndarray, str]:
+def study_space(features: ArrayLike, n_known: int) -> np.ndarray:
+    """Every item of a study in its features' space as its learners read it: fitted on the first ``n_known``
+    (the items they were built with), the items added later read through it. float32 (n_items, p)."""
+    X = np.asarray(features, np.float64)
+    return FeatureSpace.fit(X[:n_known], n_known).transform(X)
+
+
+def predicted_neighbors(space: ArrayLike, n_known: int, k: int, place=None) -> tuple[np.ndarray, str]:
     """The k nearest items, among all, of each item past the first ``n_known`` (items added to a study after its
     learners were built), predicted from the features, and how (:data:`BY_LEARNED_MAP`, :data:`BY_FEATURES`).
 
-    ``features`` (n_items, n_features) are every item's raw features; the space is fitted on the first
-    ``n_known`` (as the learners read it, :class:`FeatureSpace`) and the added items read through it. ``place``
-    is a learner's map (``engine.registry.feature_placement``): given the added items in that space it returns
-    (its own items' fitted coordinates, the added items' coordinates), or None while it has no map; the
-    neighbours are then the nearest in those coordinates, else in the features' space."""
-    X = np.asarray(features, np.float64)
-    n = len(X)
-    space = FeatureSpace.fit(X[:n_known], n_known)
-    Y = space.transform(X)
+    ``space`` (n_items, p) is every item in the features' space (:func:`study_space`). ``place`` is a learner's
+    map (``engine.registry.feature_placement``): given the added items in that space it returns (its own items'
+    coordinates, the added items' coordinates), or None while it has no map; the neighbours are then the
+    nearest in those coordinates, else in the features' space."""
+    Y = np.asarray(space, np.float64)
+    n = len(Y)
     placed = place(Y[n_known:]) if place is not None and n > n_known else None
     if placed is not None:
         known, added = placed

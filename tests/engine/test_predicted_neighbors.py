@@ -12,6 +12,7 @@ from engine.features import (
     feature_space,
     nearest_of,
     predicted_neighbors,
+    study_space,
 )
 from engine.planners import make_planner, restore_planner
 from engine.registry import feature_placement
@@ -45,7 +46,7 @@ def test_nearest_of_sorts_by_distance_then_index_and_skips_the_item_itself():
 def test_an_added_item_gets_the_nearest_in_the_features_without_a_learned_map():
     X = _clusters(60)
     added = X[[7, 40]] + 0.01  # beside items 7 and 40
-    neighbors, how = predicted_neighbors(np.vstack([X, added]), 60, 3)
+    neighbors, how = predicted_neighbors(study_space(np.vstack([X, added]), 60), 60, 3)
     assert how == BY_FEATURES
     assert neighbors[0, 0] == 7 and neighbors[1, 0] == 40
     assert neighbors.shape == (2, 3) and not (neighbors == np.array([[60], [61]])).any()
@@ -66,8 +67,9 @@ def test_duels_places_added_items_through_the_map_it_learned_once_it_has_fitted_
         qs = planner.next_questions(n)
         planner.observe(oracle.answer(qs))
         total += len(qs)
-    mapped, how = predicted_neighbors(F, n, 1, feature_placement(planner))
-    plain, _ = predicted_neighbors(F, n, 1)
+    Y = study_space(F, n)
+    mapped, how = predicted_neighbors(Y, n, 1, feature_placement(planner))
+    plain, _ = predicted_neighbors(Y, n, 1)
     assert how == BY_LEARNED_MAP
     D = np.abs(truth[:, None] - truth[None])
     np.fill_diagonal(D, np.inf)
@@ -77,4 +79,4 @@ def test_duels_places_added_items_through_the_map_it_learned_once_it_has_fitted_
     assert np.mean(rank[added, mapped[:, 0]]) < np.mean(rank[added, plain[:, 0]]) - 1
     # the map is part of the saved state: a restored learner places the items alike
     again = restore_planner(planner.to_state())
-    assert np.array_equal(predicted_neighbors(F, n, 1, feature_placement(again))[0], mapped)
+    assert np.array_equal(predicted_neighbors(Y, n, 1, feature_placement(again))[0], mapped)

@@ -7,11 +7,12 @@ held-out answers. Must never import Flask.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engine.features import BY_LEARNED_MAP, FeatureSpace, predicted_neighbors
+from engine.features import BY_LEARNED_MAP, predicted_neighbors, study_space
 from engine.heldout import choice_agreement
 from engine.kinds import KINDS
 from engine.registry import feature_placement
@@ -51,9 +52,11 @@ class StudyFeatures:
     raw: np.ndarray
     n_known: int
 
+    @cached_property
     def space(self) -> np.ndarray:
-        """Every item in the features' space, fitted on the learners' items (added items read through it)."""
-        return FeatureSpace.fit(self.raw[: self.n_known], self.n_known).transform(self.raw)
+        """Every item in the features' space, fitted on the learners' items (added items read through it);
+        computed once per item count in a process (``study_features`` keeps it)."""
+        return study_space(self.raw, self.n_known)
 
 
 #: study id -> ((n_items, created_at), its features or None): read once per item count in a process
@@ -71,9 +74,8 @@ def study_features(conn: Redis, study: Study) -> StudyFeatures | None:
     items = get_items(conn, study.id)
     n_known = initial_item_count(conn, study.id, len(items))
     try:
-        raw = np.asarray(feature_matrix(items)[1], np.float64)
-        FeatureSpace.fit(raw[:n_known], n_known)  # (features that cannot be read as a space are none)
-        found: StudyFeatures | None = StudyFeatures(raw, n_known)
+        found: StudyFeatures | None = StudyFeatures(np.asarray(feature_matrix(items)[1], np.float64), n_known)
+        found.space  # noqa: B018 - read once here: features that cannot be read as a space are none
     except (StudyError, ValueError):
         found = None
     if len(_CACHE) >= CACHED_STUDIES and study.id not in _CACHE:
@@ -88,7 +90,9 @@ def predicted_for(learner: Learner, features: StudyFeatures | None, k: int = 1) 
     n_known = int(learner.planner.n_items)
     if features is None or learner.entry.grows or len(features.raw) <= n_known:
         return None
-    neighbors, by = predicted_neighbors(features.raw, n_known, k, feature_placement(learner.planner))
+    if n_known != features.n_known:  # (a learner rebuilt over more items than the study first had: none here)
+        return None
+    neighbors, by = predicted_neighbors(features.space, n_known, k, feature_placement(learner.planner))
     return Predicted(np.arange(n_known, len(features.raw)), neighbors, by)
 
 
@@ -119,7 +123,7 @@ def features_summary(conn: Redis, study: Study, features: StudyFeatures, summari
     documents = [d for d in stored_heldout.latest_answers(conn, study.id) if d.get("picks")
                  and KINDS.get(d["kind"]) is not None and max(d["shown"]) < len(features.raw)]
     if documents:
-        Y = features.space().astype(np.float64)
+        Y = features.space.astype(np.float64)
 
         def distances(h: np.ndarray, o: np.ndarray) -> np.ndarray:
             return np.linalg.norm(Y[h] - Y[o], axis=1)
