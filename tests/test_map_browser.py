@@ -176,3 +176,23 @@ def test_a_rank_studys_map_of_pictures_reads_and_a_click_shows_the_answers_behin
         page.click("[data-zoom=in]")
         after = float(page.locator("#nn-graph").get_attribute("data-item-px"))
         assert after == pytest.approx(before, rel=0.02) and after >= 31.5
+
+
+def test_on_a_phone_the_map_fits_the_screen_and_its_pictures_stay_legible(browser, live_server, conn):
+    from helpers import PHONE
+
+    create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
+    rank_image_study(conn, "phone-map", 40, 120)
+    with researcher_page(browser, live_server, "/studies/phone-map?tab=learning", viewport=PHONE["viewport"]) as page:
+        page.wait_for_function("() => document.getElementById('nn-graph')?.dataset.drawn === '40'")
+        # the map and its panel within the screen (the Learning tab's algorithms table is wider, a thing apart)
+        wide = page.evaluate("""() => { const w = document.documentElement.clientWidth; return Array.from(
+            document.querySelectorAll('.graph-wrap, .graph-wrap > *')).filter((e) => e.getBoundingClientRect().right
+            > w + 0.5 || e.getBoundingClientRect().left < -0.5).map((e) => e.tagName + '#' + e.id); }""")
+        assert wide == []
+        box = page.locator("#nn-graph").bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["viewport"]["width"]
+        sizes = page.evaluate("""() => Array.from(document.querySelectorAll('#nn-graph g.item image.node'))
+            .map((n) => n.getBoundingClientRect().width)""")
+        assert min(sizes) >= 31.5
+        page.locator(".graph-wrap").screenshot(path=os.path.join(ARTIFACTS, "map-rank-pictures-phone.png"))
