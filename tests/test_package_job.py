@@ -105,7 +105,7 @@ def test_a_failed_build_is_said_in_words_and_can_be_asked_again(researcher_clien
     run_worker(conn)
     status = researcher_client.get(f"/api/studies/{answered}/package/status").get_json()
     assert status["state"] == "failed"
-    assert "more than the 0.0 MiB the server keeps" in status["message"] and "proxima export" in status["message"]
+    assert "more than the 1 KiB the server keeps" in status["message"] and "proxima export" in status["message"]
     assert researcher_client.get(f"/api/studies/{answered}/package").status_code == 409
     app.config["PACKAGE_MAX_BYTES"] = 10 ** 9
     assert researcher_client.post(f"/api/studies/{answered}/package/build").status_code == 202
@@ -181,7 +181,7 @@ def test_the_downloads_tab_builds_shows_progress_and_links_the_zip(researcher_cl
     run_worker(conn)
     page = researcher_client.get(f"/studies/{answered}?tab=downloads").get_data(as_text=True)
     assert re.search(rf'id="download-package"\s+href="/studies/{answered}/package.zip">', page)
-    assert "Built (0.0 MiB, 12 answers)." in page
+    assert re.search(r"Built \(\d+ KiB, 12 answers\)\.", page)
     response = researcher_client.get(f"/studies/{answered}/package.zip")
     assert response.status_code == 200 and f"filename={answered}-data-package.zip" in response.headers[
         "Content-Disposition"]
@@ -211,3 +211,32 @@ def test_a_build_waiting_for_the_other_variant_runs_even_when_that_one_fails(con
     assert failed["state"] == "failed"
     assert ("more than the" if failure == "too large" else "an unexpected error (TypeError") in failed["message"]
     assert package_status(conn, answered, rater_ids=True)["state"] == "finished"
+
+
+@pytest.mark.browser
+def test_the_downloads_tab_shows_the_build_waiting_then_the_link_in_chromium(browser, start_serve, conn, answered):
+    from helpers import ARTIFACTS, RESEARCHER, RESEARCHER_PASSWORD, researcher_page
+
+    from webapp.accounts import create_user
+
+    create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
+    base = start_serve("--workers", "0")  # no worker: the build waits until this test runs one
+    with researcher_page(browser, base, f"/studies/{answered}?tab=downloads") as page:
+        box = page.locator("#package-pseudonymous")
+        assert box.locator(".package-message").inner_text() == "Not built yet."
+        assert not box.locator("progress").is_visible() and not box.locator("a.package-download").is_visible()
+        box.locator("button").click()
+        page.wait_for_function("() => document.getElementById('package-pseudonymous').dataset.state === 'queued'")
+        assert box.locator("progress").is_visible() and box.locator("button").is_disabled()
+        assert box.locator("progress").get_attribute("max") == "12"
+        assert box.locator(".package-message").inner_text() == "Waiting for a worker to start the build."
+        page.locator("#package").screenshot(path=f"{ARTIFACTS}/downloads-package-waiting.png")
+        run_worker(conn)  # the page polls the status once a second
+        box.locator("a.package-download").wait_for(state="visible", timeout=15000)
+        assert "12 answers" in box.locator(".package-message").inner_text()
+        assert not box.locator("progress").is_visible()
+        with page.expect_download() as info:
+            box.locator("a.package-download").click()
+        assert info.value.suggested_filename == f"{answered}-data-package.zip"
+        assert len(answers_in(open(info.value.path(), "rb").read(), answered)) == 12
+        page.locator("#package").screenshot(path=f"{ARTIFACTS}/downloads-package-built.png")

@@ -13,7 +13,7 @@ from rq import get_current_job
 
 from workers.results.package import PackageError, write_package_zip
 from workers.store import keys
-from workers.store.packages import CHUNK_BYTES, PACKAGE_TTL_SECONDS, data_fingerprint, variant
+from workers.store.packages import CHUNK_BYTES, PACKAGE_TTL_SECONDS, data_fingerprint, size_text, variant
 from workers.store.studies import StudyNotFound
 
 if TYPE_CHECKING:
@@ -22,10 +22,6 @@ if TYPE_CHECKING:
 
 class PackageTooLarge(PackageError):
     """A zip larger than the server keeps."""
-
-
-def _mib(n_bytes: int) -> str:
-    return f"{n_bytes / (1024 * 1024):.1f} MiB"
 
 
 def _set_if_mine(conn: Redis, key: str, job_id: str, fields: dict) -> None:
@@ -53,7 +49,7 @@ def build(conn: Redis, study_id: str, rater_ids: bool, job_id: str, status: dict
             size = out.tell()
             if max_bytes is not None and size > max_bytes:
                 raise PackageTooLarge(
-                    f"the zip is {_mib(size)}, more than the {_mib(max_bytes)} the server keeps "
+                    f"the zip is {size_text(size)}, more than the {size_text(max_bytes)} the server keeps "
                     "(PROXIMA_PACKAGE_MAX_BYTES); write it with 'proxima export STUDY --package -o FILE.zip' "
                     "(or leave the media files out with --no-media)")
             out.seek(0)

@@ -79,8 +79,11 @@ def _job_ended(conn: Redis, job_id: str) -> bool:
     return status in (JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED, None)
 
 
-def _mib(n_bytes: int) -> str:
-    return f"{n_bytes / (1024 * 1024):.1f} MiB"
+def size_text(n_bytes: int) -> str:
+    """A zip's size as people read it: "3.6 MiB", "14 KiB"."""
+    if n_bytes >= 1024 * 1024:
+        return f"{n_bytes / (1024 * 1024):.1f} MiB"
+    return f"{max(1, round(n_bytes / 1024))} KiB"
 
 
 def package_status(conn: Redis, study_id: str, rater_ids: bool = False) -> dict:
@@ -103,8 +106,8 @@ def package_status(conn: Redis, study_id: str, rater_ids: bool = False) -> dict:
         "none": "Not built yet.",
         "queued": "Waiting for a worker to start the build.",
         "running": f"Writing the package: {written:,} of {total:,} answers written.",
-        "finished": f"Built ({_mib(size)}, {written:,} answers).",
-        "stale": f"Built ({_mib(size)}, {written:,} answers) before the study's data last changed: build it again "
+        "finished": f"Built ({size_text(size)}, {written:,} answers).",
+        "stale": f"Built ({size_text(size)}, {written:,} answers) before the study's data last changed: build it again "
                  "to include the change.",
         "failed": f"The package could not be built: {error}.",
     }[state]
