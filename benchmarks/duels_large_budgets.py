@@ -21,7 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from live_serve import offline, peer, points  # noqa: E402
+from harness import offline, peer, points  # noqa: E402
 
 from engine.duels.fits import auto_warmup  # noqa: E402
 

@@ -42,8 +42,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from live_serve import points  # noqa: E402
-from real_crowds import nn_metrics, print_table  # noqa: E402
+from harness import nn_metrics, points, print_table  # noqa: E402
 
 from engine.embedding import embedding_neighbors, fit_embedding, select_embedding  # noqa: E402
 from engine.features import PRIOR_STIFFNESS, feature_neighbors, feature_space  # noqa: E402

@@ -6,6 +6,8 @@ each other (a benchmark is a script: what two of them need lives here).
 - ``print_table``: the markdown-like tables every benchmark prints.
 - ``recorded_oracle``: one recorded answer per triplet, as an exhaustively collected real data set.
 - ``CrowdClock``, ``FitWork``, ``TimedFitter``: a fit process beside the passes, its time modelled.
+- ``points``, ``scores``, ``offline``, ``peer``: clustered points of any size (scored from the points,
+  not a distance matrix), the default learner offline and random triplets + the best embedding on them.
 - ``clustered_truth``, ``live_curve``: a study of known answer driven through Redis, the storage
   calls or the rater API, and RQ update passes (``benchmarks/plan_vs_live.py``, tests).
 """
@@ -23,8 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from engine import embedding  # noqa: E402
+from engine import embedding, truth  # noqa: E402
+from engine.embedding import embedding_neighbors, select_embedding  # noqa: E402
+from engine.planners import make_planner  # noqa: E402
 from engine.planning import METRICS, nn_accuracy  # noqa: E402
+from engine.registry import DEFAULT_NN_ALGORITHM  # noqa: E402
 from simulation import oracles  # noqa: E402
 from simulation.oracles import TripletOracle  # noqa: E402
 
@@ -253,3 +258,58 @@ def live_curve(app, conn, distances: np.ndarray, scale: float, lapse: float, alg
         summary = json.loads(conn.hget(keys.engine_stats(study_id), "summary"))[label]
         out.append(nn_accuracy(np.asarray(summary["neighbors"]), distances)[METRICS.index(metric)])
     return np.array(out)
+
+
+# ---------------------------------------------------------------------------- clustered points of any size
+def points(n: int, seed: int) -> np.ndarray:
+    """n points in clusters of 20 (unit spread), the clusters as dense as 1,000 items' in [0, 10]^4:
+    the box grows with n (side 10 (n / 1000)^(1/4)), so a larger study is not a harder one."""
+    rng = np.random.default_rng(seed)
+    side = 10.0 * max(1.0, n / 1000) ** 0.25
+    centres = rng.uniform(0, side, size=(-(-n // 20), 4))
+    return np.repeat(centres, 20, axis=0)[:n] + rng.normal(size=(n, 4))
+
+
+def scores(picks: np.ndarray, X: np.ndarray) -> tuple[float, float]:
+    """(exact, hit@3) of picks (n,) (-1: none, wrong): a true nearest neighbour, one of the true 3."""
+    exact = ~truth.neighbor_wrong(picks, points=X, rank=1)
+    hit3 = ~truth.neighbor_wrong(picks, points=X, rank=3)
+    return float(exact.mean()), float(hit3.mean())
+
+
+def oracle_of(X: np.ndarray, scale: float, lapse: float, seed: int) -> oracles.TripletOracle:
+    return oracles.TripletOracle.from_points(X, noise=scale, model="human", lapse=lapse, random_state=seed)
+
+
+def offline(X: np.ndarray, scale: float, lapse: float, budgets: list[int], seed: int,
+            params: dict | None = None) -> list[tuple[float, float]]:
+    """The learner as the registry makes it (one question per head per call, refits finished in the
+    call; ``params`` its parameters, the registry's defaults otherwise), scored at each budget of one
+    run (anytime)."""
+    n = len(X)
+    oracle = oracle_of(X, scale, lapse, seed + 7)
+    planner = make_planner(DEFAULT_NN_ALGORITHM, n, question_kind="triplet", random_state=seed, **(params or {}))
+    total, out = 0, []
+    for per_item in sorted(budgets):
+        while total < per_item * n:
+            qs = planner.next_questions(min(n, per_item * n - total))
+            planner.observe(oracle.answer(qs))
+            total += len(qs)
+        out.append(scores(np.asarray(planner.neighbor_graph(k=1).neighbors)[:, 0], X))
+    return [out[sorted(budgets).index(b)] for b in budgets]
+
+
+def peer(X: np.ndarray, scale: float, lapse: float, budgets: list[int], seed: int, dims=(2, 3, 5, 8),
+         kernels=("ste", "tste")) -> list[tuple[float, float]]:
+    """Random triplets answered by the same noise model + the best embedding (of ``dims`` x ``kernels``
+    and the line), at each budget."""
+    n = len(X)
+    rng = np.random.default_rng([seed, 7])
+    q = oracles.random_triplet_questions(n, max(budgets) * n, rng)
+    a = np.asarray(oracle_of(X, scale, lapse, seed + 11).answer([tuple(map(int, r)) for r in q]))
+    t = np.column_stack([a[:, 0], a[:, 3], np.where(a[:, 3] == a[:, 1], a[:, 2], a[:, 1])])
+    out = []
+    for b in budgets:
+        emb = select_embedding(t[: b * n], n, dims=dims, kernels=kernels, random_state=seed).embedding
+        out.append(scores(embedding_neighbors(emb, 1)[:, 0], X))
+    return out

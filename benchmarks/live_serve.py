@@ -48,69 +48,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT)]
 
-from harness import print_table  # noqa: E402
+from harness import offline, oracle_of, peer, points, print_table, scores  # noqa: E402, F401
 
 from engine import truth  # noqa: E402
-from engine.embedding import embedding_neighbors, select_embedding  # noqa: E402
-from engine.planners import make_planner  # noqa: E402
-from engine.registry import DEFAULT_NN_ALGORITHM  # noqa: E402
-from simulation import oracles  # noqa: E402
 
 PROXIMA = [str(Path(sys.executable).parent / "proxima")]
-
-
-def points(n: int, seed: int) -> np.ndarray:
-    """n points in clusters of 20 (unit spread), the clusters as dense as 1,000 items' in [0, 10]^4:
-    the box grows with n (side 10 (n / 1000)^(1/4)), so a larger study is not a harder one."""
-    rng = np.random.default_rng(seed)
-    side = 10.0 * max(1.0, n / 1000) ** 0.25
-    centres = rng.uniform(0, side, size=(-(-n // 20), 4))
-    return np.repeat(centres, 20, axis=0)[:n] + rng.normal(size=(n, 4))
-
-
-def scores(picks: np.ndarray, X: np.ndarray) -> tuple[float, float]:
-    """(exact, hit@3) of picks (n,) (-1: none, wrong): a true nearest neighbour, one of the true 3."""
-    exact = ~truth.neighbor_wrong(picks, points=X, rank=1)
-    hit3 = ~truth.neighbor_wrong(picks, points=X, rank=3)
-    return float(exact.mean()), float(hit3.mean())
-
-
-def oracle_of(X: np.ndarray, scale: float, lapse: float, seed: int) -> oracles.TripletOracle:
-    return oracles.TripletOracle.from_points(X, noise=scale, model="human", lapse=lapse, random_state=seed)
-
-
-def offline(X: np.ndarray, scale: float, lapse: float, budgets: list[int], seed: int,
-            params: dict | None = None) -> list[tuple[float, float]]:
-    """The learner as the registry makes it (one question per head per call, refits finished in the
-    call; ``params`` its parameters, the registry's defaults otherwise), scored at each budget of one
-    run (anytime)."""
-    n = len(X)
-    oracle = oracle_of(X, scale, lapse, seed + 7)
-    planner = make_planner(DEFAULT_NN_ALGORITHM, n, question_kind="triplet", random_state=seed, **(params or {}))
-    total, out = 0, []
-    for per_item in sorted(budgets):
-        while total < per_item * n:
-            qs = planner.next_questions(min(n, per_item * n - total))
-            planner.observe(oracle.answer(qs))
-            total += len(qs)
-        out.append(scores(np.asarray(planner.neighbor_graph(k=1).neighbors)[:, 0], X))
-    return [out[sorted(budgets).index(b)] for b in budgets]
-
-
-def peer(X: np.ndarray, scale: float, lapse: float, budgets: list[int], seed: int, dims=(2, 3, 5, 8),
-         kernels=("ste", "tste")) -> list[tuple[float, float]]:
-    """Random triplets answered by the same noise model + the best embedding (of ``dims`` x ``kernels``
-    and the line), at each budget."""
-    n = len(X)
-    rng = np.random.default_rng([seed, 7])
-    q = oracles.random_triplet_questions(n, max(budgets) * n, rng)
-    a = np.asarray(oracle_of(X, scale, lapse, seed + 11).answer([tuple(map(int, r)) for r in q]))
-    t = np.column_stack([a[:, 0], a[:, 3], np.where(a[:, 3] == a[:, 1], a[:, 2], a[:, 1])])
-    out = []
-    for b in budgets:
-        emb = select_embedding(t[: b * n], n, dims=dims, kernels=kernels, random_state=seed).embedding
-        out.append(scores(embedding_neighbors(emb, 1)[:, 0], X))
-    return out
 
 
 def graph_picks(graph: dict, n: int) -> np.ndarray:
