@@ -1,6 +1,6 @@
 """Benchmark — engine cost per answer and state size from n = 100 to n = 10,000 items.
 
-Runs the load benchmark's study (``load.study_config``: ANNTri, triplet-derived questions) the way a
+Runs the load benchmark's study (``load_setup.study_config``: ANNTri, triplet-derived questions) the way a
 worker's update passes run it, without Redis or HTTP: each pass plans questions for the pool (the
 pool target of ``--raters`` raters), simulated raters answer ``--batch`` of them (hidden 2-D item
 positions, Gaussian noise, as in ``load.py``), the learner observes the batch, the pooled questions
@@ -49,7 +49,7 @@ def _touch(planner) -> None:
 
 def measure(n: int, passes: int, batch: int, raters: int, seed: int, copy_state: bool = False,
             touch: bool = False) -> dict:
-    from load import ANSWER_NOISE, item_positions, study_config
+    from load_setup import ANSWER_NOISE, item_positions, study_config
 
     from workers.jobs.learners import Learner
     from workers.store import engine_state

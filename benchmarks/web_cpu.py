@@ -15,7 +15,7 @@ Reported per phase: web CPU ms per request (user + system of the gunicorn master
 psutil, before and after the phase: the stable figure on a shared machine), Redis commands per
 request (``INFO commandstats`` before and after, by command) and the client-side latency p50/p99.
 ``--baseline REF`` first measures a copy of this tree whose hot-path files are as they were at git
-revision REF (``load.HOT_PATH_FILES``), then this tree: before and after in one run. ``--profile``
+revision REF (``load_setup.HOT_PATH_FILES``), then this tree: before and after in one run. ``--profile``
 samples one gunicorn worker with py-spy during both phases and prints where its CPU goes.
 
     python benchmarks/web_cpu.py                          # 32 clients, 3,000 requests per phase
@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT)]
 
-import load  # noqa: E402
+import load_setup as load  # noqa: E402
 import psutil  # noqa: E402
 from load_common import percentile, profile_summary, read_collapsed, table, tree_cpu_seconds  # noqa: E402
 
