@@ -22,10 +22,6 @@ scale needs distances in [0, 1], so distances and σ are divided by the largest 
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -33,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 import redis
-import requests
 from anntri_common import fmt, table
+from load_setup import start_server, stop_server  # noqa: F401
 from scipy.spatial.distance import cdist
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +38,6 @@ ROOT = Path(__file__).resolve().parents[1]
 from engine.anntri import ANNTri, planner_from_state  # noqa: E402
 from simulation.crowd import Crowd, NoiseModel, Truth, graph_accuracy, progress_line  # noqa: E402
 from simulation.oracles import DistanceMatrixOracle, circle_clusters, run  # noqa: E402
-from webapp.cli.embedded import free_port, running_url  # noqa: E402
 from webapp.handles import identifier  # noqa: E402
 from workers.results.exports import nn_graph  # noqa: E402
 from workers.store import keys  # noqa: E402
@@ -73,39 +68,6 @@ def clusters(n_clusters: int, size: int, seed: int, sigma: float, unit_sigma: fl
     ids = [f"p{c:02d}-{m:02d}" for c in range(n_clusters) for m in range(size)]
     truth = Truth(ids, D / scale, source=f"circle clusters {n_clusters}x{size}", points=X)
     return truth, labels, unit_sigma if unit_sigma is not None else sigma / scale
-
-
-def start_server(instance: Path, web_workers: int, workers: int):
-    port = free_port()
-    # the simulated crowd answers from this machine: exempt loopback from the rate limits (none is by default)
-    env = dict(os.environ, PROXIMA_INSTANCE_PATH=str(instance), PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1,::1")
-    env.pop("REDIS_URL", None)
-    log = (instance / "serve.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers",
-                             str(web_workers), "--workers", str(workers)], env=env, cwd=str(ROOT),
-                            stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"proxima serve exited; see {instance / 'serve.log'}")
-        try:
-            if requests.get(f"{base}/api/health", timeout=2).status_code == 200:
-                return proc, base, running_url(instance)
-        except requests.RequestException:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("proxima serve did not become healthy in 90 s")
-
-
-def stop_server(proc) -> None:
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 class EngineSampler(threading.Thread):

@@ -11,11 +11,13 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
+import requests
 from load_common import ACCESS_LOG_FORMAT
 
 HERE = Path(__file__).resolve().parent
@@ -181,3 +183,40 @@ class Setup:
         for proc in reversed(self.procs):
             stop_process(proc)
         self.server.stop()
+
+
+def start_server(instance: Path, web_workers: int, workers: int):
+    """A whole ``proxima serve`` (its embedded Redis, RQ workers, gunicorn) in ``instance``, healthy:
+    (process, base URL, Redis URL). Stopped by :func:`stop_server` (Ctrl-C, as a researcher stops it)."""
+    from webapp.cli.embedded import free_port, running_url
+
+    port = free_port()
+    # the simulated crowd answers from this machine: exempt loopback from the rate limits (none is by default)
+    env = dict(os.environ, PROXIMA_INSTANCE_PATH=str(instance), PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES="127.0.0.1,::1")
+    env.pop("REDIS_URL", None)
+    log = (instance / "serve.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port), "--web-workers",
+                             str(web_workers), "--workers", str(workers)], env=env, cwd=str(ROOT),
+                            stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"proxima serve exited; see {instance / 'serve.log'}")
+        try:
+            if requests.get(f"{base}/api/health", timeout=2).status_code == 200:
+                return proc, base, running_url(instance)
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("proxima serve did not become healthy in 90 s")
+
+
+def stop_server(proc) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
