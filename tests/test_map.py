@@ -3,6 +3,7 @@ fitted embedding (30 items at 30 distinct places, near where they truly are), li
 candidates with the duels behind them, and says what each item looks like."""
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 
@@ -14,7 +15,7 @@ from workers.jobs.update_pass import apply_new_answers
 from workers.results.layout import graph_layout, node_size, principal_axes, spread_apart
 from workers.store.answers import accept_answer
 from workers.store.config import StudyConfig
-from workers.store.questions import issue_question
+from workers.store.questions import StudyComplete, issue_question
 from workers.store.studies import Item, create_study, get_study
 
 
@@ -232,3 +233,61 @@ def test_the_evidence_route_names_the_item_and_refuses_unknown_ones(researcher_c
     assert researcher_client.get("/api/studies/route/items/12/evidence").status_code == 404
     assert researcher_client.get("/api/studies/route/items/1/evidence?algorithm=nope").get_json()["error"][
         "code"] == "unknown_algorithm"
+
+
+def kind_pairs():
+    from engine.registry import ALGORITHMS
+
+    return [(name, kind) for name, entry in ALGORITHMS.items() for kind in entry.question_kinds]
+
+
+def careful_answer(question: dict, truth: np.ndarray, select: int):
+    """(choice, value) of a rater who answers from the 1-D ``truth`` (positions of the items)."""
+    d = lambda i, j: abs(truth[i] - truth[j])  # noqa: E731
+    if "head" in question:
+        h, cands = question["head"], list(question["candidates"])
+        order = sorted(cands, key=lambda j: (d(h, j), j))
+        return (order[:select] if select > 1 else order[0]), None
+    items = list(question["items"])
+    if len(items) == 2:
+        return None, 5 - min(4, round(4 * d(*items) / np.ptp(truth)))
+    return max(items, key=lambda o: sum(d(o, x) for x in items)), None  # the odd one out
+
+
+@pytest.mark.parametrize(("algorithm", "kind"), kind_pairs())
+def test_every_learner_of_every_kind_has_a_clicks_evidence(conn, algorithm, kind):
+    from workers.results.evidence import item_evidence
+
+    settings = {**NO_CHECKS, "name": "Every", "algorithm": algorithm, "question_kind": kind, "random_state": 1,
+                "pool_size": 20}
+    if kind == "rank":
+        settings["rank"] = {"n_reference": 4, "n_select": 2}
+    # (a classifying learner needs every item's label)
+    items = [dataclasses.replace(item, label="left" if i < 6 else "right") for i, item in enumerate(grid_items(12))]
+    create_study(conn, StudyConfig.from_dict(settings), items, study_id="every")
+    study = get_study(conn, "every")
+    truth = np.arange(12.0)
+    apply_new_answers(conn, "every")
+    for k in range(120):
+        now = time.time()
+        try:
+            question, _, _ = issue_question(conn, "every", study.config, 12, f"r{k % 6}", now=now,
+                                            expires_at=now + 600)
+        except StudyComplete:  # a learner that has asked all it asks
+            break
+        choice, value = careful_answer(question, truth, 2 if kind == "rank" else 1)
+        accept_answer(conn, "every", question, f"r{k % 6}", choice, issued_at=now, response_ms=900, used_ttl=3600,
+                      value=value)
+        if k % 40 == 39:
+            apply_new_answers(conn, "every")
+    evidence = item_evidence(conn, study, algorithm, 5)
+    assert evidence["answers"] > 0
+    rows = evidence["neighbours"] + evidence["others"]
+    if evidence["evidence"] == "ratings":
+        assert kind == "rating" and sum(r["ratings"] for r in rows) > 0
+    else:
+        assert kind != "rating" and sum(r["closer"] + r["farther"] for r in rows) > 0
+    # the neighbours are the learner's, nearest first: the map's arrow from the item leads to the first
+    arrow = {e["from"]: e["to"] for e in graph_layout(conn, study, algorithm)["edges"]}
+    if 5 in arrow:
+        assert evidence["neighbours"][0]["item"] == arrow[5]
