@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING
 
-from flask import Blueprint, Response, current_app, jsonify, request, send_file, stream_with_context
+from flask import Blueprint, Response, current_app, jsonify, request, send_file, stream_with_context, url_for
 
 from workers.store.answers import count_answers
 from workers.store.queue import schedule_update
@@ -115,8 +115,6 @@ def _rater_ids() -> bool:
 
 def package_status_doc(conn: Redis, study_id: str, rater_ids: bool, status: dict | None = None) -> dict:
     """``workers.store.packages.package_status`` with the links to follow: ``download`` once built."""
-    from flask import url_for
-
     from workers.store.packages import package_status
 
     doc = status or package_status(conn, study_id, rater_ids)
