@@ -188,3 +188,24 @@ def test_the_new_study_form_takes_a_features_file_as_the_cli_does(researcher_cli
     text = page.get_data(as_text=True)
     assert "must give features for exactly the study&#39;s items" in text and "no item(s) zz" in text
     assert not any(s.config.name == "Wrong features" for s in list_studies(conn))
+
+
+def test_add_items_reads_an_array_of_the_added_rows_or_the_study_s_array_extended(conn, cli, tmp_path):
+    rng = np.random.default_rng(4)
+    F = rng.normal(size=(N + 2, 3))
+    items = [Item(id=f"t{i}", kind="text", text=f"item {i}", features={f"f{c}": float(F[i, c]) for c in range(3)})
+             for i in range(N)]
+    create_study(conn, StudyConfig.from_dict({"name": "arrays", "algorithms": [{"algorithm": "duels"}], **NO_CHECKS}),
+                 items, study_id="arrays")
+    (tmp_path / "a.csv").write_text("id,text\na,new a\n")
+    np.save(tmp_path / "a.npy", F[N:N + 1])
+    assert cli("add-items", "arrays", "--items", tmp_path / "a.csv", "--features", tmp_path / "a.npy").exit_code == 0
+    (tmp_path / "b.csv").write_text("id,text\nb,new b\n")
+    np.save(tmp_path / "all.npy", F)  # the study's rows, the first added item's, then the new one's
+    result = cli("add-items", "arrays", "--items", tmp_path / "b.csv", "--features", tmp_path / "all.npy")
+    assert result.exit_code == 0, result.output
+    assert [item.features["f1"] for item in get_items(conn, "arrays")[N:]] == [F[N, 1], F[N + 1, 1]]
+    # a study whose features have names takes a CSV of them, not an array
+    sid = _study(conn, "grid", features=True)
+    result = cli("add-items", sid, "--items", tmp_path / "a.csv", "--features", tmp_path / "a.npy")
+    assert result.exit_code != 0 and "is an array, and the study's features are named (noise, x, y)" in result.output
