@@ -266,8 +266,8 @@ def test_a_researcher_creates_a_study_watches_raters_and_downloads_every_export(
         page.click("#tab-learning")
         page.wait_for_selector(".error-plot .uplot canvas", timeout=15000)
         # the graph and the raters table refresh every 10 s: wait for a graph drawn from answers
-        page.wait_for_function("() => new Set(Array.from(document.querySelectorAll('#nn-graph circle'))"
-                               ".map((c) => c.getAttribute('cx'))).size > 1", timeout=20000)
+        page.wait_for_function("() => new Set(Array.from(document.querySelectorAll('#nn-graph g.item'))"
+                               ".map((g) => g.getAttribute('transform'))).size > 1", timeout=20000)
         page.locator("#nn-graph g.item").nth(3).dispatch_event("click")
         page.wait_for_selector("#candidates table")
         os.makedirs(ARTIFACTS, exist_ok=True)
