@@ -291,3 +291,36 @@ def test_every_learner_of_every_kind_has_a_clicks_evidence(conn, algorithm, kind
     arrow = {e["from"]: e["to"] for e in graph_layout(conn, study, algorithm)["edges"]}
     if 5 in arrow:
         assert evidence["neighbours"][0]["item"] == arrow[5]
+
+
+def move_far(conn, study_id: str, item: int) -> None:
+    """Put ``item`` far from the rest in the fitted map a duels study's learner stored (as an item seen in few
+    answers drifts), through the learner's own state round trip."""
+    from engine.registry import wrapped_learner
+    from workers.jobs.learners import Learner
+    from workers.store import engine_state
+
+    study = get_study(conn, study_id)
+    alg = study.config.algorithms[0]
+    learner = Learner.from_state(alg, study.config, engine_state.load(conn, study_id, alg.label))
+    fitted = wrapped_learner(learner.planner).embedding_
+    fitted[item] = fitted.mean(axis=0) + 40 * np.ptp(fitted, axis=0).max()  # far along every axis
+    with conn.pipeline() as pipe:
+        engine_state.save(pipe, study_id, alg.label, learner.to_state())
+        pipe.execute()
+
+
+def test_a_learners_far_item_is_drawn_at_the_edge_and_the_rest_keep_the_map(conn):
+    """A duels study whose fitted map has one item far from the rest (as an item seen in few answers drifts):
+    the layout marks it and draws it at the edge, and the others spread over the drawing."""
+    duels_study(conn, 30, 25, study_id="far")
+    study = get_study(conn, "far")
+    assert graph_layout(conn, study, "duels")["outliers"] == []
+    move_far(conn, "far", 7)
+    layout = graph_layout(conn, study, "duels")
+    assert layout["outliers"] == [7]
+    pos = np.array(layout["positions"])
+    rest = np.delete(pos, 7, axis=0)
+    assert (pos[7] >= rest.max(axis=0) - 1e-9).any()  # on the bulk's edge
+    # the rest keep the drawing: their middle half spans a fair share of it (without the fence, a few per cent)
+    assert (np.percentile(rest, 75, axis=0) - np.percentile(rest, 25, axis=0)).max() > 0.2

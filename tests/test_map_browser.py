@@ -196,3 +196,26 @@ def test_on_a_phone_the_map_fits_the_screen_and_its_pictures_stay_legible(browse
             .map((n) => n.getBoundingClientRect().width)""")
         assert min(sizes) >= 31.5
         page.locator(".graph-wrap").screenshot(path=os.path.join(ARTIFACTS, "map-rank-pictures-phone.png"))
+
+
+def test_a_far_item_is_drawn_at_the_maps_edge_with_a_dashed_ring(browser, live_server, conn):
+    from test_map import move_far
+
+    create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
+    duels_study(conn, 30, 25, study_id="far")
+    move_far(conn, "far", 7)
+    with researcher_page(browser, live_server, "/studies/far?tab=learning") as page:
+        page.wait_for_function("() => document.getElementById('nn-graph')?.dataset.drawn === '30'")
+        far = page.locator("#nn-graph g.item.outlier")
+        assert far.count() == 1 and far.get_attribute("data-index") == "7"
+        assert far.locator("circle.far").count() == 1
+        assert "1 item far from the rest drawn at the map's edge" in page.locator("#graph-placement").inner_text()
+        centres = page.evaluate("""() => Array.from(document.querySelectorAll('#nn-graph g.item .node')).map((n) => {
+            const r = n.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })""")
+        box = page.locator("#nn-graph").bounding_box()
+        xs = sorted(x for x, _ in centres)
+        assert xs[22] - xs[7] > 0.2 * box["width"]  # the rest spread over the map, not squeezed in a corner
+        page.locator("#nn-graph g.item[data-index='7']").click()
+        page.wait_for_selector("#evidence .evidence-table")
+        assert "far from the rest" in page.locator("#candidates").inner_text()
+        page.locator(".graph-wrap").screenshot(path=os.path.join(ARTIFACTS, "map-far-item.png"))
