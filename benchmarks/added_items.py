@@ -29,9 +29,9 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from harness import print_table  # noqa: E402
 
-from engine.features import predicted_neighbors, study_space  # noqa: E402
+from engine.features import BY_LEARNED_MAP, nearest_of, predicted_neighbors, study_space  # noqa: E402
 from engine.planners import make_planner  # noqa: E402
-from engine.registry import feature_placement  # noqa: E402
+from engine.registry import feature_placement, fitted_coordinates  # noqa: E402
 from simulation import oracles  # noqa: E402
 from simulation.features import features_of_agreement, noise_features  # noqa: E402
 
@@ -65,7 +65,7 @@ def run(n: int, m: int, budgets: list[int], seed: int, make_features) -> dict[st
     added = np.arange(n, n + m)
     Y = study_space(F, n)  # (a worker reads it once per item count)
     alone = scores(predicted_neighbors(Y, n, 3)[0], added, D)
-    out: dict[str, list] = {"map": [], "F": [], "how": [], "ms": []}
+    out: dict[str, list] = {"map": [], "F": [], "fitted": [], "how": [], "ms": []}
     total = 0
     for per_item in budgets:
         while total < per_item * n:
@@ -78,6 +78,15 @@ def run(n: int, m: int, budgets: list[int], seed: int, make_features) -> dict[st
         out["map"].append(scores(pred, added, D))
         out["F"].append(alone)
         out["how"].append(how)
+        # the alternative the platform does not take: the study's items at their fitted places X (with the
+        # offsets the answers gave them) beside the added ones at rows W
+        Xf = fitted_coordinates(planner)
+        if how == BY_LEARNED_MAP and Xf is not None:
+            Xf = np.asarray(Xf, np.float64)
+            W = np.linalg.lstsq(Y[:n].astype(np.float64), Xf, rcond=None)[0]
+            out["fitted"].append(scores(nearest_of(np.vstack([Xf, Y[n:] @ W]), added, 3), added, D))
+        else:
+            out["fitted"].append(scores(pred, added, D))
     return out
 
 
@@ -88,6 +97,9 @@ def main(argv=None) -> None:
     ap.add_argument("--budgets", default="0,5,10,25", help="answers per item before the items are added")
     ap.add_argument("--agreements", default=".7,.9")
     ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--fitted", action="store_true",
+                    help="also the study's items at their fitted places (with the answers' offsets) beside the added "
+                         "items at rows W, instead of every item at Z W")
     args = ap.parse_args(argv)
     budgets = [int(b) for b in args.budgets.split(",")]
     variants = {f"F .{round(float(a) * 10)}": (lambda X, D, s, a=float(a): features_of_agreement(
@@ -101,18 +113,21 @@ def main(argv=None) -> None:
     started = time.monotonic()
     for label, make in variants.items():
         runs = [run(args.items, args.added, budgets, seed, make) for seed in range(args.seeds)]
-        for what in ("map", "F"):
+        for what in ("map", "fitted", "F") if args.fitted else ("map", "F"):
             cells = []
             for b in range(len(budgets)):
                 top3, hit = np.mean([r[what][b] for r in runs], axis=0)
-                used = {r["how"][b] for r in runs} if what == "map" else {"features"}
+                used = {r["how"][b] for r in runs} if what in ("map", "fitted") else {"features"}
                 mark = "" if what == "F" or used == {"learned map"} else "*" if used == {"features"} else "~"
                 cells.append(f"{top3:.2f} / {hit:.2f}{mark}")
-            name = "duels' learned map" if what == "map" else "standardised features"
+            name = {"map": "duels' learned map", "fitted": "map, items at fitted places",
+                    "F": "standardised features"}[what]
             rows.append([label, name, *cells])
-        rows[-2].append(f"{np.mean([r['ms'] for r in runs]):.0f}")
-        rows[-1].append("")
-        print(" | ".join(rows[-2]), "\n" + " | ".join(rows[-1]), f"({time.monotonic() - started:.0f} s)", flush=True)
+        shown = 3 if args.fitted else 2
+        rows[-shown].append(f"{np.mean([r['ms'] for r in runs]):.0f}")
+        for row in rows[-shown + 1:]:
+            row.append("")
+        print("\n".join(" | ".join(row) for row in rows[-shown:]), f"({time.monotonic() - started:.0f} s)", flush=True)
     print_table(f"{args.added} items added to a study of {args.items} clustered 4-D items (human noise, logistic "
                 f"{NOISE}, lapse {LAPSE}): top-3 hit / hit@3 of their predicted neighbours by answers per item "
                 f"before they were added, mean of {args.seeds} seed(s); {time.monotonic() - started:.0f} s",
