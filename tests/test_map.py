@@ -324,3 +324,19 @@ def test_a_learners_far_item_is_drawn_at_the_edge_and_the_rest_keep_the_map(conn
     assert (pos[7] >= rest.max(axis=0) - 1e-9).any()  # on the bulk's edge
     # the rest keep the drawing: their middle half spans a fair share of it (without the fence, a few per cent)
     assert (np.percentile(rest, 75, axis=0) - np.percentile(rest, 25, axis=0)).max() > 0.2
+
+
+def test_a_far_item_does_not_choose_the_view_of_a_higher_dimensional_map():
+    from workers.results.layout import far_out
+
+    rng = np.random.default_rng(0)
+    flat = rng.normal(size=(50, 2)) * [3, 1]
+    X = np.hstack([flat, np.zeros((50, 2))])
+    X[0] = [0, 0, 500, 0]  # one item far away along a third axis
+    far = far_out(X)
+    assert far.tolist() == [True] + [False] * 49
+    view = principal_axes(X, fit=~far)
+    d = lambda p: np.linalg.norm(p[:, None] - p[None], axis=-1)  # noqa: E731
+    assert np.allclose(d(view[1:]), d(flat[1:]), atol=1e-9)  # the rest seen in their own plane
+    squeezed = principal_axes(X)  # without: the far item's axis is one of the two shown
+    assert np.ptp(squeezed[1:], axis=0).min() < 0.1 * np.ptp(flat[1:], axis=0).min()

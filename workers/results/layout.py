@@ -67,17 +67,30 @@ def classical_mds(distances: np.ndarray, dims: int = 2) -> np.ndarray:
     return coords
 
 
-def principal_axes(X: np.ndarray, dims: int = 2) -> np.ndarray:
+def principal_axes(X: np.ndarray, dims: int = 2, fit: np.ndarray | None = None) -> np.ndarray:
     """``X`` (n_items, d) projected on its ``dims`` principal axes (zeros where d < dims): the view
-    of a fitted embedding that keeps the most of its spread."""
+    of a fitted embedding that keeps the most of its spread. ``fit`` (boolean, n_items): the rows the
+    axes are found from (default all), so that a few far items do not choose the view of the rest."""
     X = np.asarray(X, dtype=np.float64)
-    centred = X - X.mean(axis=0) if len(X) else X
+    basis = X if fit is None or not np.any(fit) else X[np.asarray(fit, bool)]
+    centred = X - basis.mean(axis=0) if len(X) else X
     if X.shape[1] > dims:
-        _, _, vt = np.linalg.svd(centred, full_matrices=False)
+        _, _, vt = np.linalg.svd(basis - basis.mean(axis=0), full_matrices=False)
         centred = centred @ vt[:dims].T
     out = np.zeros((len(X), dims))
     out[:, : centred.shape[1]] = centred
     return out
+
+
+def far_out(X: np.ndarray) -> np.ndarray:
+    """Boolean mask of the rows of ``X`` (n_items, d) far from the rest: their distance to the coordinate-wise
+    median is more than ``FAR_OUT_IQR`` interquartile ranges above the distances' upper quartile."""
+    X = np.asarray(X, dtype=np.float64)
+    if len(X) < 4:
+        return np.zeros(len(X), bool)
+    d = np.linalg.norm(X - np.median(X, axis=0), axis=1)
+    q1, q3 = np.percentile(d, [25, 75])
+    return d > q3 + FAR_OUT_IQR * (q3 - q1) if q3 > q1 else np.zeros(len(X), bool)
 
 
 def node_size(m: int) -> float:
@@ -288,7 +301,8 @@ def graph_layout(conn: Redis, study: Study, label: str, max_drawn: int = MAX_DRA
             inside = rows < len(fitted)
             waiting[placed[~inside]] = True
             placed = placed[inside]
-            flat = principal_axes(fitted[rows[inside]])
+            chosen = fitted[rows[inside]]
+            flat = principal_axes(chosen, fit=~far_out(chosen))  # the view of the items that are not far out
         else:
             flat = classical_mds(distances[np.ix_(placed, placed)])
         scaled, far = robust_normalise(flat)
