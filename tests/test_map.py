@@ -340,3 +340,27 @@ def test_a_far_item_does_not_choose_the_view_of_a_higher_dimensional_map():
     assert np.allclose(d(view[1:]), d(flat[1:]), atol=1e-9)  # the rest seen in their own plane
     squeezed = principal_axes(X)  # without: the far item's axis is one of the two shown
     assert np.ptp(squeezed[1:], axis=0).min() < 0.1 * np.ptp(flat[1:], axis=0).min()
+
+
+def test_mds_is_made_from_the_items_not_far_out_and_places_the_others_by_their_distances():
+    from workers.results.layout import classical_mds, far_by_distances
+
+    rng = np.random.default_rng(1)
+    flat = rng.normal(size=(40, 2)) * [3, 1]
+    X = np.hstack([flat, np.zeros((40, 1))])
+    X[0] = [0, 0, 60]  # far from everyone, out of the plane
+    d = np.linalg.norm(X[:, None] - X[None], axis=-1)
+    dist = lambda p: np.linalg.norm(p[:, None] - p[None], axis=-1)  # noqa: E731
+    far = far_by_distances(d)
+    # the far item (and at most an extreme or two of the bulk: left out of the fit, they are placed exactly)
+    assert far[0] and far.sum() <= 3
+    coords = classical_mds(d, fit=~far)
+    assert np.allclose(dist(coords[1:]), dist(flat[1:]), atol=1e-8)  # the rest in their own plane
+    assert np.isfinite(coords[0]).all()
+    squeezed = classical_mds(d)  # without: the far item's axis is one of the two shown
+    assert np.ptp(squeezed[1:], axis=0).min() < 0.1 * np.ptp(flat[1:], axis=0).min()
+    # an item left out of the fit is placed where its distances put it (landmark MDS)
+    held = np.ones(40, bool)
+    held[[0, 5]] = False
+    placed = classical_mds(d, fit=held)
+    assert np.allclose(dist(placed[1:]), dist(flat[1:]), atol=1e-8)

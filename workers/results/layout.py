@@ -48,23 +48,45 @@ ROOM_SHARE = 0.8
 FAR_OUT_IQR = 3.0
 
 
-def classical_mds(distances: np.ndarray, dims: int = 2) -> np.ndarray:
+def classical_mds(distances: np.ndarray, dims: int = 2, fit: np.ndarray | None = None) -> np.ndarray:
     """Torgerson's classical MDS: coordinates of shape (n_items, dims) whose Euclidean distances
     approximate ``distances`` (n_items, n_items), from the top eigenvectors of the double-centred
-    squared distances. Dimensions with a non-positive eigenvalue come out as zeros."""
+    squared distances. Dimensions with a non-positive eigenvalue come out as zeros. ``fit`` (boolean,
+    n_items): the items the map is made from (default all); the others are placed on it by their distances
+    to those (landmark MDS, de Silva and Tenenbaum 2004), so that a few far items do not choose the view."""
     d = np.asarray(distances, dtype=np.float64)
     n = d.shape[0]
     if n == 0:
         return np.zeros((0, dims))
-    j = np.eye(n) - 1.0 / n
-    b = -0.5 * j @ (d ** 2) @ j
-    values, vectors = eigh(b, subset_by_index=[max(0, n - dims), n - 1])
+    fit = np.ones(n, bool) if fit is None or np.count_nonzero(fit) < 3 else np.asarray(fit, bool)
+    sq = d[np.ix_(fit, fit)] ** 2
+    m = sq.shape[0]
+    j = np.eye(m) - 1.0 / m
+    b = -0.5 * j @ sq @ j
+    values, vectors = eigh(b, subset_by_index=[max(0, m - dims), m - 1])
     order = np.argsort(values)[::-1]
-    values, vectors = values[order], vectors[:, order]
-    coords = vectors * np.sqrt(np.clip(values, 0.0, None))
-    if coords.shape[1] < dims:
-        coords = np.hstack([coords, np.zeros((n, dims - coords.shape[1]))])
+    values, vectors = np.clip(values[order], 0.0, None), vectors[:, order]
+    coords = np.zeros((n, dims))
+    coords[fit, : vectors.shape[1]] = vectors * np.sqrt(values)
+    if not fit.all():
+        scale = np.divide(1.0, np.sqrt(values), out=np.zeros_like(values), where=values > 1e-12)
+        others = d[np.ix_(~fit, fit)] ** 2
+        coords[~fit, : vectors.shape[1]] = 0.5 * (sq.mean(axis=0) - others) @ vectors * scale
     return coords
+
+
+def far_by_distances(distances: np.ndarray) -> np.ndarray:
+    """Boolean mask of the items far from the rest by their ``distances`` (n_items, n_items): an item whose
+    median distance to the others is more than ``FAR_OUT_IQR`` interquartile ranges above the upper quartile
+    of the items' median distances. (It may take an extreme item of the bulk too: left out of the map's fit,
+    such an item is still placed by its distances.)"""
+    d = np.asarray(distances, dtype=np.float64)
+    n = d.shape[0]
+    if n < 4:
+        return np.zeros(n, bool)
+    typical = np.nanmedian(np.where(np.eye(n, dtype=bool), np.nan, d), axis=1)
+    q1, q3 = np.percentile(typical, [25, 75])
+    return typical > q3 + FAR_OUT_IQR * (q3 - q1) if q3 > q1 else np.zeros(n, bool)
 
 
 def principal_axes(X: np.ndarray, dims: int = 2, fit: np.ndarray | None = None) -> np.ndarray:
@@ -304,7 +326,8 @@ def graph_layout(conn: Redis, study: Study, label: str, max_drawn: int = MAX_DRA
             chosen = fitted[rows[inside]]
             flat = principal_axes(chosen, fit=~far_out(chosen))  # the view of the items that are not far out
         else:
-            flat = classical_mds(distances[np.ix_(placed, placed)])
+            among = distances[np.ix_(placed, placed)]
+            flat = classical_mds(among, fit=~far_by_distances(among))  # made from the items not far out
         scaled, far = robust_normalise(flat)
         outliers[placed] = far
         coords[placed] = scaled * (WAITING_Y - 0.08 if waiting.any() else 1.0)
