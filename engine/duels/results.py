@@ -88,7 +88,8 @@ class Results:
         at rows W), or None while it has no such map (no features, features dropped, no fit yet). Its own
         items are taken at Z W, without the offsets E the answers gave them, as an added item has none: at
         500 clustered items their fitted places X set beside rows W gave an added item a true top-3 neighbour
-        less often (.60 against .78 with features of agreement .9 at 25 answers per item)."""
+        less often (.60 against .78 with features of agreement .9 at 25 answers per item;
+        ``benchmarks/added_items.py --fitted``, benchmarks/README.md)."""
         prior, X = self.prior_, self.embedding_
         if prior is None or not prior.trusted or X is None:
             return None
