@@ -364,3 +364,17 @@ def test_mds_is_made_from_the_items_not_far_out_and_places_the_others_by_their_d
     held[[0, 5]] = False
     placed = classical_mds(d, fit=held)
     assert np.allclose(dist(placed[1:]), dist(flat[1:]), atol=1e-8)
+
+
+def test_mds_of_many_items_recovers_a_flat_map_as_the_dense_solver_does(monkeypatch):
+    from workers.results import layout
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(400, 2)) * [2, 1]
+    d = np.linalg.norm(X[:, None] - X[None], axis=-1)
+    dist = lambda p: np.linalg.norm(p[:, None] - p[None], axis=-1)  # noqa: E731
+    lanczos = layout.classical_mds(d)  # 400 items: Lanczos iterations
+    assert np.allclose(dist(lanczos), d, atol=1e-8)
+    assert np.array_equal(layout.classical_mds(d), lanczos)  # deterministic
+    monkeypatch.setattr(layout, "LANCZOS_FROM", 10_000)
+    assert np.allclose(np.abs(layout.classical_mds(d)), np.abs(lanczos), atol=1e-8)  # same axes, up to sign
