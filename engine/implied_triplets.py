@@ -28,3 +28,14 @@ def rank_triplets(head: int, references: Sequence[int], picks: Sequence[int]) ->
         out.extend((h, s, u, s) for u in sel[t + 1:])
         out.extend((h, s, x, s) for x in rest)
     return out
+
+
+def pick_triplets(head: int, references: Sequence[int], picks: Sequence[int]) -> list[tuple[int, int, int, int]]:
+    """The anchored triplets a pick-k answer implies (the picks unordered, Wilber et al.'s grid): for each
+    pick s (in the order given) and each unpicked reference x (in the order shown), (head; s, x) won by s;
+    none between two picks. A screen of n references and k picks gives k (n - k)."""
+    h = int(head)
+    sel = [int(s) for s in picks]
+    chosen = set(sel)
+    rest = [int(r) for r in references if int(r) not in chosen]
+    return [(h, s, x, s) for s in sel for x in rest]

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from .implied_triplets import odd_one_out_triplets, rank_triplets
+from .implied_triplets import odd_one_out_triplets, pick_triplets, rank_triplets
 from .tables import entry_of, object_schema
 
 #: A rank study's settings (its ``rank:`` section), which the engine's rank screens take: how many
@@ -60,6 +60,12 @@ DEFAULT_KIND = "triplet"
 SECONDS_TRIPLET = 2.0
 SECONDS_RATING = 2.0
 SECONDS_ODD = 1.5 * SECONDS_TRIPLET
+#: A pick-k screen (probe and a grid of n, k picks in no order): measured, ``a + b n + c k`` fitted by least
+#: squares to the median time on screen of Food-100's 15,320 non-catch screens (Wilber et al., HCOMP 2014;
+#: ../shared/data/food100, ``timer``) in its twelve cells of n in {2, 4, 8, 12, 16} and k in {1, 2, 4}: the
+#: cells' medians run 3.0 s (2 and 1) to 10.0 s (16 and 4), the fit misses a cell by at most 1.2 s (8 and 2:
+#: 5.6 s, measured 6.3 s).
+SECONDS_PICK_BASE, SECONDS_PICK_PER_REFERENCE, SECONDS_PICK_PER_PICK = 0.66, 0.31, 1.22
 #: The share of a triplet catch trial's near-certain comparisons a careful rater misses: half the human
 #: lapse rate of 0.1 (a lapse picks at random) and a little more for the comparison itself (the human
 #: model on the egg items' comparisons misses 4.6%: tests/test_catch_rule.py measures every kind's rate).
@@ -131,6 +137,9 @@ class QuestionKind:
     repeatable: bool = True
     #: the study config's field (dotted) holding this kind's prompt, if a study words its own
     prompt_field: str = ""
+    #: the screen planner that asks a kind of several items (``asks`` in :data:`SCREEN_ASKS`) over a triplet
+    #: learner: an :mod:`engine.screens` class name (``engine.screens.SCREEN_CLASSES``), also its state class
+    screen_planner: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "settings", MappingProxyType({k: MappingProxyType(dict(v))
@@ -440,6 +449,9 @@ class _OddOneOut(_OneOfThree):
 
 
 class _Rank(QuestionKind):
+    #: how the picks of an answer are ordered, in a researcher's words
+    _order = ", most similar first"
+
     def _fill(self, settings):
         n, k = int(settings["n_reference"]), int(settings["n_select"])
         return {"n": n, "k": k, "k_words": "the one" if k == 1 else f"the {k}",
@@ -451,14 +463,14 @@ class _Rank(QuestionKind):
         values = super().check_settings(given)
         n, k = int(values["n_reference"]), int(values["n_select"])
         if not k < n:
-            raise ValueError(f"field 'rank.n_select' ({k}) must be smaller than 'rank.n_reference' ({n}): "
-                             "a rater picks some of the references, not all")
+            raise ValueError(f"field '{self.name}.n_select' ({k}) must be smaller than '{self.name}.n_reference' "
+                             f"({n}): a rater picks some of the references, not all")
         return {"n_reference": n, "n_select": k}
 
     def check_screen_params(self, params):
         if not 1 <= params["n_select"] < params["n_reference"]:
-            raise ValueError(f"a rank study picks fewer references than it shows: n_select ({params['n_select']}) "
-                             f"must be less than n_reference ({params['n_reference']})")
+            raise ValueError(f"a {self.name} study picks fewer references than it shows: n_select "
+                             f"({params['n_select']}) must be less than n_reference ({params['n_reference']})")
 
     def screen_seconds(self, settings):
         # looked at item by item and picked k times, on the triplet's measured time (SECONDS_TRIPLET)
@@ -552,12 +564,46 @@ class _Rank(QuestionKind):
         n, k = int(settings["n_reference"]), int(settings["n_select"])
         if len(practice["candidates"]) != n:
             given = len(practice["candidates"])
-            return "candidates", f"must list the study's {n} references (rank.n_reference), not {given}"
+            return "candidates", f"must list the study's {n} references ({self.name}.n_reference), not {given}"
         if len(practice["answer"]) != k:
-            return "answer", f"must list the {k} most similar references (rank.n_select), most similar first"
+            return "answer", f"must list the {k} most similar references ({self.name}.n_select){self._order}"
         if not set(practice["answer"]) <= set(practice["candidates"]) or len(set(practice["answer"])) != k:
             return "answer", f"{practice['answer']} must be {k} distinct items of its candidates"
         return None
+
+
+class _PickK(_Rank):
+    """Rank's grid (a head and n references, k picks, its screens, catch trials and repeats), with the picks
+    in no order: Wilber et al.'s "pick the k most similar" (HCOMP 2014, the Food-100 screens). Each pick beats
+    each unpicked reference; nothing is said between two picks."""
+
+    _order = ", in any order"
+
+    def _fill(self, settings):
+        n, k = int(settings["n_reference"]), int(settings["n_select"])
+        return {"n": n, "k": k, "k_words": "the one" if k == 1 else f"the {k}", "is_are": "is" if k == 1 else "are",
+                "them": "it" if k == 1 else "them",
+                "numbers": "its number" if k == 1 else "their numbers", "order": "" if k == 1 else " (in any order)"}
+
+    def screen_seconds(self, settings):
+        n, k = int(settings["n_reference"]), int(settings["n_select"])
+        return SECONDS_PICK_BASE + SECONDS_PICK_PER_REFERENCE * n + SECONDS_PICK_PER_PICK * k
+
+    def check_answer(self, screen, picks, value):
+        k = int(screen.get("select", DEFAULT_SELECT))
+        want = f"'picks', the {k} item indices most like the one on top, in any order"
+        if not picks or len(picks) != k:
+            raise AnswerError(f"this question needs {want}; got {len(picks or ())} pick(s)")
+        offered = [int(c) for c in screen["candidates"]]
+        stray = [p for p in picks if p not in offered]
+        if stray:
+            raise AnswerError(f"pick {stray[0]} was not one of the offered items {offered}")
+        if len(set(picks)) != len(picks):
+            raise AnswerError(f"each item can be picked once: this question needs {k} different items")
+        return tuple(int(p) for p in picks)
+
+    def triplets(self, shown, picks):
+        return pick_triplets(shown[0], tuple(shown[1:]), tuple(picks))
 
 
 _ITEM_ID = {"type": "string", "minLength": 1, "maxLength": 200}
@@ -606,7 +652,7 @@ _ENTRIES = (
                       "out (or press 1, 2 or 3). There are no right or wrong answers: go with your first "
                       "impression."),
         too_fast_ms=int(1000 * TOO_FAST_SHARE * SECONDS_ODD), seconds=SECONDS_ODD,
-        oracle="simulation.oracles:OddOneOutOracle",
+        oracle="simulation.oracles:OddOneOutOracle", screen_planner="OddOneOutScreens",
         practice_schema=_practice("odd_one_out", items=_item_ids(3, 3), answer=_ITEM_ID)),
     _Rank(
         "rank", headed=True, asks="grid", triplet_derived=True, widget="grid",
@@ -617,10 +663,23 @@ _ENTRIES = (
                       "numbers (1–{n}). {undo}Then press Confirm (or Enter). There are no right or wrong "
                       "answers: go with your first impression."),
         # both scaled by n and k: screen_seconds, too_fast
-        too_fast_ms=0, seconds=SECONDS_TRIPLET, oracle="simulation.oracles:RankOracle",
+        too_fast_ms=0, seconds=SECONDS_TRIPLET, oracle="simulation.oracles:RankOracle", screen_planner="RankScreens",
         # the study's n and k, as the engine's screen planners take them (SCREEN_PARAMS)
         settings=RANK_SETTINGS,
         practice_schema=_practice("rank", head=_ITEM_ID, candidates=_item_ids(MIN_REFERENCES, MAX_REFERENCES),
+                                  answer=_item_ids(1, MAX_REFERENCES - 1))),
+    _PickK(
+        "pick_k", headed=True, asks="grid", triplet_derived=True, widget="choose",
+        description="an item on top and n references: pick the k most similar, in any order (Food-100's grid)",
+        prompt="Pick {k_words} most similar to the one on top{order}.",
+        instructions=("You will see one item on top and {n} items below it. Pick {k_words} of the {n} that "
+                      "{is_are} most similar to the item on top{order}: click or tap {them}, or press "
+                      "{numbers} (1–{n}). Click a picked item again to take it back. Then press Confirm (or Enter). "
+                      "There are no right or wrong answers: go with your first impression."),
+        # both scaled by n and k, measured on Food-100's screens: screen_seconds, too_fast
+        too_fast_ms=0, seconds=SECONDS_TRIPLET, oracle="simulation.oracles:PickOracle", screen_planner="PickScreens",
+        settings=RANK_SETTINGS,
+        practice_schema=_practice("pick_k", head=_ITEM_ID, candidates=_item_ids(MIN_REFERENCES, MAX_REFERENCES),
                                   answer=_item_ids(1, MAX_REFERENCES - 1))),
 )
 

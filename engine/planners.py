@@ -25,7 +25,7 @@ from .registry import (
     entry_for_state,
     get_algorithm,
 )
-from .screens import OddOneOutScreens, RankScreens
+from .screens import SCREEN_CLASSES
 from .utils import RandomState
 
 #: every parameter of a screen kind (taken out of the algorithm's parameters by :func:`make_planner`)
@@ -33,7 +33,7 @@ _ALL_SCREEN_PARAMS = frozenset(p for kind in SCREEN_PARAMS.values() for p in kin
 #: a distinct stream of the study seed for the screen planners' own draws
 _SCREEN_STREAM = 0x5C2
 #: state class of a planner wrapping the table's planner -> the wrapper (which restores what it wraps)
-_WRAPPERS = {cls.__name__: cls for cls in (PairTripletAdapter, OddOneOutScreens, RankScreens, ForestStudy)}
+_WRAPPERS = {cls.__name__: cls for cls in (PairTripletAdapter, *SCREEN_CLASSES.values(), ForestStudy)}
 
 
 def make_planner(name: str, n_items: int, question_kind: str = "triplet", random_state: RandomState = 0,
@@ -84,7 +84,7 @@ def make_planner(name: str, n_items: int, question_kind: str = "triplet", random
         # the screens draw from their own stream of the study seed (not the learner's)
         rs = np.random.default_rng([int(random_state), _SCREEN_STREAM]) \
             if isinstance(random_state, numbers.Integral) else random_state
-        screens = OddOneOutScreens if KINDS[question_kind].asks == "triple" else RankScreens
+        screens = SCREEN_CLASSES[KINDS[question_kind].screen_planner]
         return screens(planner, random_state=rs, **screen)
     return planner
 

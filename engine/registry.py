@@ -181,7 +181,7 @@ _ROUNDS = {
 _DERIVED = {"symmetric": False, "triangle": False, "bound": "kl", "window": 100000, "stagger": False}
 _PAIR_STATES = ("PairTripletAdapter",)
 #: the screen planners wrapping a triplet learner (engine.screens); their state names the learner
-_SCREEN_STATES = ("OddOneOutScreens", "RankScreens")
+_SCREEN_STATES = tuple(dict.fromkeys(k.screen_planner for k in KINDS.values() if k.screen_planner))
 #: The kinds an algorithm asks follow from what it proposes (the kinds table's ``asks``): a pair planner
 #: asks rated pairs, and triplets through the adapter (engine.adapters); a triplet learner asks its
 #: triplets, and screens of several items through a screen planner (engine.screens).

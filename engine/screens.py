@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from .graph import RefitsBeside
-from .implied_triplets import odd_one_out_triplets, rank_triplets
+from .implied_triplets import odd_one_out_triplets, pick_triplets, rank_triplets
 from .registry import restore_bare_planner
 from .utils import RandomState, check_random_state, check_state, generator_from_state, generator_state, take_one
 
@@ -356,6 +356,9 @@ class RankScreens(_Screens):
     ``observe([(head, (r1, ..., rn), (s1, ..., sk)), ...])``; ``forget(screens)``.
     """
 
+    #: the anchored triplets one answer implies, ``(head, references, picks) -> [(head, x, y, winner)]``
+    implied = staticmethod(rank_triplets)
+
     def __init__(self, planner: Any, random_state: RandomState = None, screens: str = "adaptive",
                  n_reference: int = 8, n_select: int = 2, n_explore: int | None = None) -> None:
         super().__init__(planner, random_state=random_state, screens=screens)
@@ -456,7 +459,7 @@ class RankScreens(_Screens):
             self.load_[head] += 1
             self.answered_[head] += 1
             self.last_picks_[head] = picks
-            rows.extend(rank_triplets(head, refs, picks))
+            rows.extend(self.implied(head, refs, picks))
         self._feed(rows, len(checked))
 
     def forget(self, questions: Iterable[Sequence[Any]]) -> None:
@@ -487,6 +490,15 @@ class RankScreens(_Screens):
         return self
 
 
+class PickScreens(RankScreens):
+    """A triplet learner asking pick-k screens: a head and ``n_reference`` references, of which the rater
+    picks the ``n_select`` most alike, in no order (Wilber et al.'s grid, HCOMP 2014). The screens are
+    chosen as :class:`RankScreens` chooses them; an answer implies each pick beats each unpicked reference
+    and nothing between two picks (:func:`engine.implied_triplets.pick_triplets`)."""
+
+    implied = staticmethod(pick_triplets)
+
+
 #: Screens of random references a head gets before its screens follow the learner's model
 RANK_WARMUP = 1
 #: Show a head its latest picks again on its next screen (see ``RankScreens._references``)
@@ -499,4 +511,4 @@ def default_explorers(n_reference: int) -> int:
 
 
 #: state["class"] -> the wrapper class restoring it
-SCREEN_CLASSES = {"OddOneOutScreens": OddOneOutScreens, "RankScreens": RankScreens}
+SCREEN_CLASSES = {cls.__name__: cls for cls in (OddOneOutScreens, RankScreens, PickScreens)}

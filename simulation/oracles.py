@@ -338,6 +338,23 @@ class RankOracle(_KnownDistances):
         return out
 
 
+class PickOracle(RankOracle):
+    """A simulated rater answering pick-k screens ``(head, (r1, ..., rn))`` ("pick the ``n_select``
+    references most like the head", in no order: Wilber et al.'s grid, HCOMP 2014): :class:`RankOracle`'s
+    choices, handed back in the order the references were shown, so nothing of its own order is left in
+    them. ``answer(screens)`` gives rows ``(head, (r1, ..., rn), (s1, ..., sk))``, the shape
+    ``PickScreens.observe`` takes.
+    """
+
+    def picks(self, heads: ArrayLike, references: ArrayLike) -> np.ndarray:
+        """The picks (in the order shown) of screens with the same number of references: ``heads`` shape
+        (m,), ``references`` shape (m, n); returns shape (m, n_select)."""
+        chosen = super().picks(heads, references)
+        R = np.asarray(references, np.int64).reshape(len(chosen), -1)
+        shown = (R[:, :, None] == chosen[:, None, :]).any(axis=2)
+        return R[shown].reshape(chosen.shape)
+
+
 class TripletDerivedOracle:
     """Distance samples made of triplet answers, as the ANNTri paper's shoe experiment did.
 

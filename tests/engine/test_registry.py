@@ -13,7 +13,7 @@ from engine.adapters import pair_sample, triplet_samples
 from engine.graph import NO_NEIGHBOR, PROGRESS_KEYS, NeighborGraph
 from engine.planners import make_planner, restore_planner
 from engine.registry import ALGORITHMS, DEFAULT_NN_ALGORITHM, check_params, entry_for_state, neighbor_graph
-from simulation.oracles import OddOneOutOracle, PointsOracle, RankOracle, TripletOracle
+from simulation.oracles import OddOneOutOracle, PickOracle, PointsOracle, RankOracle, TripletOracle
 
 N = 12
 CASES = [(name, kind) for name, entry in ALGORITHMS.items() for kind in entry.question_kinds]
@@ -41,6 +41,8 @@ def _answer(kind, X, questions):
         return OddOneOutOracle.from_points(X).answer(questions)
     if kind == "rank":
         return RankOracle.from_points(X, n_select=2).answer(questions)
+    if kind == "pick_k":
+        return PickOracle.from_points(X, n_select=2).answer(questions)
     d = cdist(X, X)
     scale = d.max()
     # ratings: a similarity in [0, 1] for label forests, a distance for the pair planners

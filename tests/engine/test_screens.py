@@ -110,7 +110,8 @@ def test_screen_shapes_and_progress(name, kind):
     prog = p.progress()
     assert set(PROGRESS_KEYS) <= set(prog)
     assert prog["answers"] == len(qs) and prog["questions_issued"] == len(qs)
-    assert prog["triplets"] == len(qs) * (2 if kind == "odd_one_out" else 13)
+    # an odd-one-out answer implies 2 triplets, an 8-rank-2 answer 13, a pick-2-of-8 answer 2 x 6
+    assert prog["triplets"] == len(qs) * {"odd_one_out": 2, "rank": 13, "pick_k": 12}[kind]
     assert p.neighbor_graph(k=1).neighbors.shape == (len(X), 1)
     assert p.k == 1 and p.done is False
 
