@@ -743,17 +743,25 @@ def _feature_value(cell: str | None, filename: str, line: int, column: str) -> f
     return value
 
 
+#: The longest cell an uploaded CSV may hold (the csv module's default limit, which any library imported into
+#: the process may raise: it is checked here whatever that global says).
+CSV_CELL_LIMIT = 131_072
+
+
 def _csv_rows(reader: csv.DictReader, text: str, filename: str) -> Iterator[tuple[int, dict]]:
     """``(row number, row)`` of a CSV file (the header is row 1); a malformed row raises StudyError naming it:
-    a cell past the csv module's size limit, or a quote opened and never closed (read leniently, the rest of
+    a cell past ``CSV_CELL_LIMIT``, or a quote opened and never closed (read leniently, the rest of
     the file would become one cell of that row, so a file of many items looked like one)."""
     line = 1
+    too_long = f"not valid CSV: a cell is longer than {CSV_CELL_LIMIT:,} characters"
     try:
         for line, row in enumerate(reader, start=2):
+            cells = [*row.values(), *(row.get(None) or ())] if None in row else row.values()
+            if any(isinstance(v, str) and len(v) > CSV_CELL_LIMIT for v in cells):
+                raise StudyError(f"{filename}, row {line}: {too_long}")
             yield line, row
     except csv.Error as exc:
-        why = (f"a cell is longer than {csv.field_size_limit():,} characters" if "field limit" in str(exc)
-               else str(exc))
+        why = too_long[len("not valid CSV: "):] if "field limit" in str(exc) else str(exc)
         raise StudyError(f"{filename}, row {line + 1}: not valid CSV: {why}") from None
     try:
         for _ in csv.reader(io.StringIO(text, newline=""), strict=True):
