@@ -41,8 +41,11 @@ def test_triplets_added_to_a_rating_study_find_more_neighbours():
             mixed.observe_triplets(people.answer(mixed.next_triplets(N)))
         alone.append(_hit(rated, top3))
         both.append(_hit(mixed, top3))
-        assert both[-1] >= alone[-1] - 1 / N  # never worse (one item of slack for one seed's luck)
-    assert np.mean(both) > np.mean(alone) + 0.1, (alone, both)
+        # never worse (one item of slack for one seed's luck), counted in items
+        assert round(both[-1] * N) >= round(alone[-1] * N) - 1, (alone, both)
+    # three items more of 72 (ratings alone .72 since the raters' spreads are shrunk toward their priors;
+    # .53 before, when triplets added .25)
+    assert np.mean(both) > np.mean(alone) + 0.04, (alone, both)
 
 
 def test_triplets_alone_teach_the_pooled_learner():
