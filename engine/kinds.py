@@ -600,7 +600,9 @@ class _PickK(_Rank):
             raise AnswerError(f"pick {stray[0]} was not one of the offered items {offered}")
         if len(set(picks)) != len(picks):
             raise AnswerError(f"each item can be picked once: this question needs {k} different items")
-        return tuple(int(p) for p in picks)
+        # kept in item order: the same set is the same answer however the screen was laid out, so a
+        # validation repeat (which compares the first pick) agrees whenever the first-listed pick is picked again
+        return tuple(sorted(int(p) for p in picks))
 
     def triplets(self, shown, picks):
         return pick_triplets(shown[0], tuple(shown[1:]), tuple(picks))

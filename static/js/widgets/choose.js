@@ -70,7 +70,7 @@
     undo() { if (!this.disabled && this.picks.length) { this.picks.pop(); this.update(); } },
     confirm() {
       if (!this.q || this.disabled || this.picks.length !== this.k) return;
-      // sent in the order shown: the order of picking means nothing here
+      // sent in the order shown: the order of picking means nothing here (the server keeps them in item order)
       const picks = this.picks.slice().sort((a, b) => a - b);
       this.ctx.submit({ picks: picks.map((n) => this.q.candidates[n].handle) });
     },
