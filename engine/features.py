@@ -7,6 +7,8 @@ only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.spatial import cKDTree
@@ -176,7 +178,9 @@ def study_space(features: ArrayLike, n_known: int) -> np.ndarray:
     return FeatureSpace.fit(X[:n_known], n_known).transform(X)
 
 
-def predicted_neighbors(space: ArrayLike, n_known: int, k: int, place=None) -> tuple[np.ndarray, str]:
+def predicted_neighbors(space: ArrayLike, n_known: int, k: int,
+                        place: Callable[[np.ndarray], tuple[ArrayLike, ArrayLike] | None] | None = None
+                        ) -> tuple[np.ndarray, str]:
     """The k nearest items, among all, of each item past the first ``n_known`` (items added to a study after its
     learners were built), predicted from the features, and how (:data:`BY_LEARNED_MAP`, :data:`BY_FEATURES`).
 
