@@ -101,3 +101,54 @@ def load_material(data_dir: str | os.PathLike | None = None) -> Material:
     train = _material_split(folder / "answers_processed_train.json")
     test = _material_split(folder / "answers_processed_test.json")
     return Material(names, train, test)
+
+
+@dataclass(frozen=True)
+class Food100Screen:
+    """One Food-100 screen as a worker saw it: the ``probe`` (item index) on top, the ``grid`` of N dishes
+    (item indices, in the order shown), the K ``picks`` "most similar to the probe" (in no order), whether it
+    was a catch screen, the ``worker`` (the data set's worker id) and the ``timer_ms`` it was on screen."""
+
+    probe: int
+    grid: tuple
+    picks: tuple
+    is_catch: bool
+    worker: int
+    timer_ms: int
+
+
+@dataclass(frozen=True)
+class Food100:
+    """Food-100's probe + grid screens (Wilber, Kwak & Belongie, HCOMP 2014): ``dishes`` the 100 image file
+    names (line i = item i, sorted), ``screens`` every screen of the 37 runs (N in {2, 4, 8, 12, 16} dishes,
+    K in {1, 2, 4} picks), in file and HIT order. A screen of N and K implies K x (N - K) triplets (probe;
+    picked, not picked): the pick_k question kind's reading (``engine.kinds``)."""
+
+    dishes: list
+    screens: tuple
+
+    @property
+    def n_items(self) -> int:
+        return len(self.dishes)
+
+
+def load_food100(data_dir: str | os.PathLike | None = None) -> Food100:
+    """The Food-100 screens: 19,150 of them (3,830 catch screens) by 243 workers over 100 dishes."""
+    import json
+
+    path = Path(data_dir or default_data_dir()) / "food100" / "food100_grids.zip"
+    if not path.exists():
+        raise FileNotFoundError(f"Food-100 screens not found at {path}")
+    with zipfile.ZipFile(path) as zf:
+        runs = [json.loads(zf.read(name)) for name in sorted(zf.namelist()) if name.endswith(".json")]
+    raw = [(hit, s) for run in runs for hit in run for s in hit["HIT_screens"]]
+    dishes = sorted({Path(x).name for _, s in raw for x in (s["probe"], *s["images"])})
+    index = {d: i for i, d in enumerate(dishes)}
+
+    def of(x: str) -> int:
+        return index[Path(x).name]
+
+    screens = tuple(Food100Screen(of(s["probe"]), tuple(of(x) for x in s["images"]),
+                                  tuple(of(x) for x in s["near_answer"]), bool(s["is_catchtrial"]),
+                                  int(hit["worker_id"]), int(s["timer"])) for hit, s in raw)
+    return Food100(dishes, screens)
