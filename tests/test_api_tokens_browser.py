@@ -51,6 +51,9 @@ def test_a_researcher_makes_uses_and_revokes_a_token_in_the_browser(browser, liv
     assert refused.status_code == 401 and "revoked" in refused.json()["error"]["message"]
 
     page.goto(f"{live_server}/studies/browser?tab=downloads")
+    # the package is built by the worker on request (workers/jobs/package.py), then offered for download
+    page.click("#package-pseudonymous button")
+    page.wait_for_selector("ul.downloads a#download-package", timeout=60000)
     with page.expect_download() as download:
         page.click("#download-package")
     archive = zipfile.ZipFile(io.BytesIO(open(download.value.path(), "rb").read()))
