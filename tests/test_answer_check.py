@@ -128,7 +128,7 @@ def test_a_code_shown_after_the_wait_for_the_check_ran_out_says_it_is_unconfirme
     check then flags it, the finish page shows no code. A careful rater's code has no such note."""
     from workers.store.raters import ANSWER_CHECK_WAIT_SECONDS
 
-    study_id = study(conn)
+    study_id = study(conn, rate=0)  # no catch trials: the answer check alone decides
     for n in range(6):
         run_rater(app, conn, study_id, f"person-{n}", careful, seed=n)
     client = app.test_client()
