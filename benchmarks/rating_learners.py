@@ -13,7 +13,8 @@ other raters up to 100 items (as the real table was judged), by the simulator's 
 Offline: ``n`` questions per call, the answers observed before the next call, refits inline. Live
 (``--live``): what a study's worker does (``drive_as_pool``), ``--batch`` questions per pass, each refit
 handed to a fitter whose result is ready only once the crowd has given ``--lag`` x the ratings the fit
-was started on since (a modelled fit time, so the figures do not depend on the machine)::
+was started on since (a modelled fit time, so the figures do not depend on the machine); the graph is read
+after the pass that applies the last answers (a refit ready by then is put in place)::
 
     python benchmarks/rating_learners.py --items 30 --seeds 6
     python benchmarks/rating_learners.py --items 30 --seeds 6 --live --methods pooled
@@ -46,6 +47,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from real_crowds import nn_metrics, print_table  # noqa: E402
 
+from engine.graph import RefitsBeside  # noqa: E402
 from engine.kinds import KINDS  # noqa: E402
 from engine.planners import make_planner  # noqa: E402
 from engine.registry import ALGORITHMS, drive_as_pool  # noqa: E402
@@ -115,6 +117,10 @@ def run(method: str, n: int, budgets: list[int], seed: int, live: bool, batch: i
             planner.observe(rows if takes_raters else [r[:3] for r in rows])
             total += len(qs)
             crowd.answers = total
+        if live and isinstance(planner, RefitsBeside):
+            # the update pass that applies the last answers puts a refit that is ready by then in place
+            # (the worker's pass with nothing to plan, workers.jobs.learners)
+            planner.settle_fit()
         picks = np.asarray(planner.neighbor_graph(1).neighbors)[:, 0]
         out.append(nn_metrics(picks, D)[1])
     return out
