@@ -51,7 +51,7 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from live_study import start_server, stop_server  # noqa: E402
+from load_setup import start_server, stop_server  # noqa: E402
 
 from engine import rater_checks  # noqa: E402
 from simulation.crowd import Rater, eggs_truth, noise_model  # noqa: E402

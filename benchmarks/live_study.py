@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import redis
 from anntri_common import fmt, table
-from load_setup import start_server, stop_server  # noqa: F401
+from load_setup import start_server, stop_server
 from scipy.spatial.distance import cdist
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -45,7 +45,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from real_crowds import nn_metrics, print_table  # noqa: E402
+from harness import nn_metrics, print_table  # noqa: E402
 
 from engine.graph import RefitsBeside  # noqa: E402
 from engine.kinds import KINDS  # noqa: E402

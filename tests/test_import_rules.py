@@ -246,3 +246,27 @@ def test_every_top_level_package_is_installed():
     assert set(FORBIDDEN) <= set(packages)
     missing = [p for p in packages if not any(fnmatch.fnmatchcase(p, pattern) for pattern in include)]
     assert not missing, f"not installed by pyproject.toml's packages.find include: {missing}"
+
+
+#: The modules of benchmarks/ that are not benchmarks but what several of them share (and tests use).
+BENCHMARK_LIBRARIES = {"harness", "load_common", "load_setup", "anntri_common", "comparison_forest_common"}
+
+
+def benchmark_imports(folder: Path = ROOT / "benchmarks") -> list[str]:
+    """Every import of one benchmark script by another module of ``folder`` (``script.py:line -> other``):
+    a benchmark is a script; what two of them need lives in a shared module (``BENCHMARK_LIBRARIES``)."""
+    scripts = {path.stem for path in folder.glob("*.py")} - BENCHMARK_LIBRARIES
+    return [f"{path.name}:{line} -> {module}" for path in sorted(folder.glob("*.py"))
+            for line, module in imported_modules(path) if module in scripts and module != path.stem]
+
+
+def test_benchmarks_share_code_through_modules_not_through_each_other():
+    found = benchmark_imports()
+    assert not found, "benchmarks importing benchmarks (move what they share into harness.py):\n" + "\n".join(found)
+
+
+def test_the_benchmark_import_check_sees_an_import_inside_a_function(tmp_path):
+    (tmp_path / "harness.py").write_text("import numpy\n")
+    (tmp_path / "one.py").write_text("from harness import x\n")
+    (tmp_path / "two.py").write_text("def main():\n    from one import helper\n")
+    assert benchmark_imports(tmp_path) == ["two.py:2 -> one"]
