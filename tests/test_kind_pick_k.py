@@ -8,13 +8,14 @@ import io
 
 import numpy as np
 import pytest
-from helpers import colour_items, index_of, run_worker, wire_body
+from helpers import colour_items, index_of, run_worker, shared_data_file, wire_body
 from scipy.spatial.distance import cdist
 
 from engine.implied_triplets import pick_triplets
 from engine.kinds import AnswerError, get_kind
 from engine.planners import make_planner, restore_planner
 from engine.screens import PickScreens
+from simulation.datasets import load_food100
 from workers.jobs.learners import Learner
 from workers.store import engine_state
 from workers.store.answers import Answer, export_triplets, read_answers
@@ -211,3 +212,23 @@ def test_the_simulated_rater_picks_the_nearest_in_the_order_shown_and_the_screen
     # a random rater's answers are refused by the kind's check when they do not fit the screen
     with pytest.raises(AnswerError):
         KIND.check_answer(KIND.screen((0, refs), {"n_select": 2}), list(refs[:3]), None)
+
+
+# ------------------------------------------------------------------------------------------ real screens
+def test_food100s_screens_load_and_read_as_pick_k_answers_give_the_published_triplets():
+    """Food-100 (Wilber et al., HCOMP 2014) read by ``load_food100``: every screen fits the kind (a probe, a
+    grid of distinct dishes without it, K distinct picks among them), and the non-catch screens, each read
+    through the kind's implied triplets, give the 250,320 triplets the data set's README states."""
+    path = shared_data_file("food100/food100_grids.zip")
+    data = load_food100(path.parents[1])
+    assert data.n_items == 100 and len(data.screens) == 19_150
+    assert sum(s.is_catch for s in data.screens) == 3_830 and len({s.worker for s in data.screens}) == 243
+    total = 0
+    for s in data.screens:
+        screen = {"kind": "pick_k", "head": s.probe, "candidates": list(s.grid), "select": len(s.picks)}
+        assert KIND.check_answer(screen, list(s.picks), None) == tuple(sorted(s.picks))
+        if not s.is_catch:
+            total += len(KIND.triplets([s.probe, *s.grid], s.picks))
+    assert total == 250_320
+    assert {(len(s.grid), len(s.picks)) for s in data.screens} == {(n, k) for n in (2, 4, 8, 12, 16)
+                                                                    for k in (1, 2, 4) if k < n}
