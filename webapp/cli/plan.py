@@ -164,12 +164,12 @@ def _study_kinds(study_id: str) -> tuple[str, dict]:
 @click.option("--algorithms", default="", metavar="A,B,...",
               help="Learners to simulate (default: every learner of the table a triplet study can run).")
 @click.option("--kinds", default=None, metavar="K,K,...",
-              help="Question kinds to compare, every learner asking each: triplet, odd_one_out, rank "
+              help="Question kinds to compare, every learner asking each: triplet, odd_one_out, rank, pick_k "
                    "(budgets are then screens per item; default: a --study's own kinds, else triplet).")
 @click.option("--n-reference", type=click.IntRange(3, 12), default=None,
-              help="References of a rank screen (default 8).")
+              help="References of a rank or pick_k screen (default 8).")
 @click.option("--n-select", type=click.IntRange(1, 11), default=None,
-              help="References a rater picks on a rank screen, most similar first (default 2).")
+              help="References a rater picks on a rank screen (most similar first) or a pick_k one (default 2).")
 @click.option("--seconds", "seconds_spec", default="", metavar="KIND=S,...",
               help="A rater's seconds per screen of a kind (a pilot's median; default: engine/kinds.py's stated "
                    "figures, their sources there), for the raters' hours and --wage.")
