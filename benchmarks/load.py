@@ -320,6 +320,36 @@ def redis_stalls(conn, since: float) -> dict[str, list[int]]:
     return out
 
 
+def slow_commands(conn) -> dict[str, list[float]]:
+    """Redis's slow log: the commands that took ``LATENCY_THRESHOLD_MS`` or more, by what ran (a script
+    by the first words of its body's first line, other commands by name and first key), in ms."""
+    scripts = {}
+    out: dict[str, list[float]] = {}
+    for entry in conn.slowlog_get(1000):
+        words = [w.decode(errors="replace") if isinstance(w, bytes) else str(w) for w in entry["command"].split()]
+        if words and words[0].upper() == "EVALSHA":
+            sha = words[1]
+            if sha not in scripts:
+                body = next((text for text in _loaded_scripts() if _sha1(text) == sha), "")
+                scripts[sha] = body.strip().splitlines()[0][:60] if body else sha[:12]
+            name = f"script {scripts[sha]}"
+        else:
+            name = " ".join(words[:2])[:60]
+        out.setdefault(name, []).append(entry["duration"] / 1000.0)
+    return out
+
+
+def _sha1(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def _loaded_scripts() -> list[str]:
+    """The bodies of the project's Lua scripts (workers/store/lua/*.lua)."""
+    return [path.read_text() for path in sorted((ROOT / "workers" / "store" / "lua").glob("*.lua"))]
+
+
 def snapshot(conn, groups: ProcessGroups) -> dict:
     from workers.store import keys
 
@@ -360,6 +390,9 @@ def run_load(a, code_root: Path, label: str) -> dict:
     scratch, url, conn, server, log, procs = setup.scratch, setup.url, setup.conn, setup.server, setup.log, setup.procs
     try:
         conn.config_set("latency-monitor-threshold", LATENCY_THRESHOLD_MS)
+        conn.config_set("slowlog-log-slower-than", LATENCY_THRESHOLD_MS * 1000)
+        conn.config_set("slowlog-max-len", 1000)
+        conn.slowlog_reset()
         rq = [setup.start([sys.executable, "-m", "webapp", "worker"]) for _ in range(a.rq_workers)]
         port = free_port()
         access_log = scratch / "access.log"
@@ -453,6 +486,7 @@ def run_load(a, code_root: Path, label: str) -> dict:
         logged = [(entry_id.decode(), fields[b"qid"].decode())
                   for entry_id, fields in conn.xrange(keys.answers(STUDY))]
         stalls = redis_stalls(conn, t0)
+        slow = slow_commands(conn)
         info = conn.info("all")
         redis_commands = {k[len("cmdstat_"):]: v for k, v in info.items() if k.startswith("cmdstat_")}
         server_ms = read_access_log(access_log)
@@ -463,7 +497,7 @@ def run_load(a, code_root: Path, label: str) -> dict:
                 "drain_seconds": drain, "profiles": profiles, "redis_commands": redis_commands,
                 "aof": {k: info[k] for k in ("aof_current_size", "aof_base_size", "aof_delayed_fsync", "total_forks")
                         if k in info},
-                "stalls": stalls, "engine_state": engine_state_figures(conn),
+                "stalls": stalls, "slow": slow, "engine_state": engine_state_figures(conn),
                 "web_workers": len(web_workers)}
     finally:
         setup.stop()
@@ -612,6 +646,10 @@ def print_checks(run: dict, figures: list[dict]) -> dict:
         for event, values in sorted(run["stalls"].items(), key=lambda kv: -max(kv[1] or [0])):
             if values:
                 print(f"  {event}: {len(values)} s, median {percentile(values, 50):.0f} ms, worst {max(values)} ms")
+    if run.get("slow"):
+        print(f"Redis commands of >= {LATENCY_THRESHOLD_MS} ms (slow log; each blocks every other client meanwhile):")
+        for name, values in sorted(run["slow"].items(), key=lambda kv: -sum(kv[1])):
+            print(f"  {name}: {len(values)} x, median {percentile(values, 50):.0f} ms, worst {max(values):.0f} ms")
     return check
 
 

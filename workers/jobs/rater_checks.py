@@ -18,7 +18,7 @@ import numpy as np
 from engine import rater_checks
 from workers.jobs import fits
 from workers.store import keys
-from workers.store.answers import CATCH_ALGORITHM, REPEAT_ALGORITHM, Answer
+from workers.store.answers import CATCH_ALGORITHM, REPEAT_ALGORITHM, Answer, newest_entries
 from workers.store.raters import CHECKED_AT_FIELD, answer_check_looks
 from workers.store.studies import get_study
 
@@ -59,7 +59,7 @@ def _stats(conn: Redis, study_id: str) -> dict[str, dict[str, str]]:
 
 
 def _read_log(conn: Redis, study_id: str) -> list[Answer]:
-    entries = conn.xrevrange(keys.answers(study_id), count=MAX_LOG_ANSWERS)
+    entries = newest_entries(conn, study_id, MAX_LOG_ANSWERS)
     return [Answer.from_stream(i, f) for i, f in reversed(entries)]
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from workers.jobs.learners import Learner
 from workers.store import engine_state, keys
-from workers.store.answers import CATCH_ALGORITHM, REPEAT_ALGORITHM, Answer
+from workers.store.answers import CATCH_ALGORITHM, LOG_CHUNK, REPEAT_ALGORITHM, Answer
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -30,7 +30,6 @@ OTHERS = 5
 #: the log costs about 20 µs an answer (2 s for 100,000 on the shared 2-core machine), a click should answer in
 #: well under a second.
 MAX_ANSWERS_READ = 20_000
-_CHUNK = 5000
 
 
 def _newest_answers_showing(conn: Redis, study_id: str, item: int, limit: int):
@@ -40,7 +39,7 @@ def _newest_answers_showing(conn: Redis, study_id: str, item: int, limit: int):
     key, end, read, showing = keys.answers(study_id), "+", 0, []
     mark = f" {item} ".encode()
     while read < limit:
-        want = min(_CHUNK, limit - read)
+        want = min(LOG_CHUNK, limit - read)
         batch = conn.xrevrange(key, max=end, count=want)
         for entry_id, fields in batch:
             shown = fields.get(b"shown") or b" ".join(fields.get(name, b"") for name in (b"head", b"a", b"b"))

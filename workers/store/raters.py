@@ -19,6 +19,7 @@ from workers.store.answers import (
     REPEAT_ALGORITHM,
     REPEAT_DISAGREE_FLAG,
     Answer,
+    newest_entries,
 )
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def rater_table(conn: Redis, study_id: str, limit: int = RATER_TABLE_ANSWERS) ->
     counter and the rater's answers among the latest ``limit`` of the log, where the median response
     times come from.
     """
-    entries = conn.xrevrange(keys.answers(study_id), count=limit)
+    entries = newest_entries(conn, study_id, limit)
     times: dict[str, list[float]] = {}
     counts: dict[str, int] = {}
     last: dict[str, float] = {}
