@@ -483,10 +483,10 @@ def run_load(a, code_root: Path, label: str) -> dict:
                      if (scratch / f"generator-{g}.json").exists()]
         if len(generated) != a.generators:
             raise SystemExit(f"a load generator failed; see {scratch / 'servers.log'}")
+        stalls = redis_stalls(conn, t0)
+        slow = slow_commands(conn)  # (before the check below reads the whole log in one command)
         logged = [(entry_id.decode(), fields[b"qid"].decode())
                   for entry_id, fields in conn.xrange(keys.answers(STUDY))]
-        stalls = redis_stalls(conn, t0)
-        slow = slow_commands(conn)
         info = conn.info("all")
         redis_commands = {k[len("cmdstat_"):]: v for k, v in info.items() if k.startswith("cmdstat_")}
         server_ms = read_access_log(access_log)

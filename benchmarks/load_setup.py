@@ -55,15 +55,17 @@ def study_config(pool_size: int, seed: int, n_items: int = 1000, algorithm: str 
 
 def create_load_study(conn, n_items: int, pool_size: int, seed: int, algorithm: str = "anntri",
                       kind: str | None = None, settings: dict | None = None) -> None:
+    from webapp import catches
     from workers.store.config import StudyConfig
     from workers.store.queue import schedule_update
-    from workers.store.studies import Item, create_study
+    from workers.store.studies import Item, create_study, get_study
 
     items = [Item(id=f"c{i:04d}", kind="color", color=f"#{int(x * 255):02x}{int(y * 255):02x}80",
                   position=(x, y)) for i, (x, y) in enumerate(item_positions(n_items, seed))]
     create_study(conn, StudyConfig.from_dict(study_config(pool_size, seed, n_items, algorithm, kind, settings)),
                  items, study_id=STUDY)
     schedule_update(conn, STUDY)
+    catches.prepare(conn, get_study(conn, STUDY))  # as `proxima create` and the New study form do
 
 
 def wait_until(check, timeout: float, what: str, every: float = 0.2) -> None:

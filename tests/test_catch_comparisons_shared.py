@@ -45,3 +45,32 @@ def test_added_items_or_a_stored_copy_of_another_version_choose_again(conn):
     conn.set(keys.catch_comparisons(study_id), json.dumps({"version": "old", "comparisons": [[1, 2]]}))
     catches.forget()
     assert catches.comparisons(conn, grown) == after  # a copy it cannot read is chosen again, the same
+
+
+def test_a_study_created_from_the_command_line_has_its_comparisons_chosen_before_any_rater(conn, redis_url, tmp_path,
+                                                                                          monkeypatch):
+    """`proxima create` chooses them (catches.prepare), so no rater's request pays for the choice: the first
+    question of a launch read them, as every later one does. prepare's choice is the one a rater's request
+    would have made (the study's own seed)."""
+    from click.testing import CliRunner
+
+    from webapp.cli import main
+
+    items = tmp_path / "items.csv"
+    items.write_text("id,text,label\n" + "".join(f"t{i},word {i},{'ab'[i % 2]}\n" for i in range(12)))
+    config = tmp_path / "study.yaml"
+    config.write_text("name: Words\nrandom_state: 3\n")
+    result = CliRunner().invoke(main, ["create", str(config), "--items", str(items), "--id", "words"],
+                                env={"REDIS_URL": redis_url}, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "by labels alone" in result.output  # the warning prepare returns is still said
+    stored = json.loads(conn.get(keys.catch_comparisons("words")))["comparisons"]
+    chosen = [catches.Comparison(h, s, d, far, tuple(others)) for h, s, d, far, others in stored]
+    catches.forget()
+    monkeypatch.setattr(catches, "choose_comparisons", lambda *a: (_ for _ in ()).throw(AssertionError("chosen")))
+    study = get_study(conn, "words")
+    assert catches.comparisons(conn, study) == chosen != []
+    monkeypatch.undo()
+    conn.delete(keys.catch_comparisons("words"))
+    catches.forget()
+    assert catches.comparisons(conn, study) == chosen

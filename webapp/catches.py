@@ -93,13 +93,32 @@ def comparisons(conn: Redis, study: Study, now: float | None = None) -> list[Com
             return cached[2]
         found = _stored(conn, study.id, version)
         if found is None:
-            raws = conn.lrange(keys.items(study.id), 0, -1)
-            found = choose_comparisons([json.loads(raw) for raw in raws],
-                                       random.Random(f"{study.id}:{study.created_at}:{len(raws)}"))
-            conn.set(keys.catch_comparisons(study.id),
-                     json.dumps({"version": list(version), "rules": RULES, "comparisons": [list(c) for c in found]}))
+            rows = [json.loads(raw) for raw in conn.lrange(keys.items(study.id), 0, -1)]
+            found = _choose_and_store(conn, study, rows)
         _cache[study.id] = (now + CACHE_SECONDS, version, found)
         return found
+
+
+def _choose_and_store(conn: Redis, study: Study, rows: list[dict]) -> list[Comparison]:
+    """Choose the comparisons of the study's items ``rows`` (drawn from the study's own seed) and keep them in
+    Redis for every process."""
+    found = choose_comparisons(rows, random.Random(f"{study.id}:{study.created_at}:{len(rows)}"))
+    conn.set(keys.catch_comparisons(study.id),
+             json.dumps({"version": [study.created_at, study.n_items], "rules": RULES,
+                         "comparisons": [list(c) for c in found]}))
+    return found
+
+
+def prepare(conn: Redis, study: Study) -> str | None:
+    """Choose and keep a study's comparisons now, where it is created or its items change (the CLI, the New
+    study form), not in its first rater's request: choosing them takes ~0.1 s of CPU at 1,000 items, and a
+    launch's first raters waited for it in every thread of the process that chose (the join burst's
+    question p99 in ``benchmarks/load.py``). Reads the stored items (their features included). Returns
+    :func:`items_catch_warning`'s warning."""
+    rows = [json.loads(raw) for raw in conn.lrange(keys.items(study.id), 0, -1)]
+    found = _choose_and_store(conn, study, rows) if study.config.catch_every else []
+    forget(study.id)
+    return _warning(study.config, rows, found)
 
 
 _locks: dict[str, threading.Lock] = {}
@@ -352,10 +371,18 @@ def catch_warning(config: StudyConfig, found: list[Comparison]) -> str | None:
 def items_catch_warning(config: StudyConfig, items: list) -> str | None:
     """:func:`catch_warning` for items about to be stored (``workers.store.studies.Item``s or their dicts), or
     LABELS_ALONE where their catch trials are chosen by labels alone."""
-    rows = [item if isinstance(item, dict) else {"position": item.position, "label": item.label, "kind": item.kind,
+    rows = _rows(items)
+    return _warning(config, rows, choose_comparisons(rows, random.Random(0)) if config.catch_every else [])
+
+
+def _rows(items: list) -> list[dict]:
+    return [item if isinstance(item, dict) else {"position": item.position, "label": item.label, "kind": item.kind,
                                                  "features": item.features}
             for item in items]
-    warning = catch_warning(config, choose_comparisons(rows, random.Random(0)) if config.catch_every else [])
+
+
+def _warning(config: StudyConfig, rows: list[dict], found: list[Comparison]) -> str | None:
+    warning = catch_warning(config, found)
     if warning is None and source_of(rows) == "labels":
         return LABELS_ALONE
     return warning

@@ -201,7 +201,7 @@ def new_study() -> ResponseReturnValue:
     flash(f"Study '{config.name}' created with {len(items)} items.")
     for warning in config_warnings(config):
         flash(f"Note: {warning}.")
-    no_catches = catches.items_catch_warning(config, items)
+    no_catches = catches.prepare(conn, get_study(conn, study_id))  # chosen now, not in the first rater's request
     if no_catches:
         flash(f"Note: {no_catches}.")
     return redirect(url_for("dashboard.study", study_id=study_id))

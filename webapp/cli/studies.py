@@ -58,10 +58,10 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
                    message: Markdown, debrief_question: Anything unclear?}
     The full JSON schema is SCHEMA in workers/store/config.py.
     """
-    from webapp.catches import items_catch_warning
+    from webapp import catches
     from workers.store.feature_files import check_features_cover
     from workers.store.queue import schedule_update
-    from workers.store.studies import check_stylesheet, config_warnings, create_study, set_features
+    from workers.store.studies import check_stylesheet, config_warnings, create_study, get_study, set_features
     from workers.store.uploads import items_from_path
 
     try:
@@ -92,13 +92,13 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
         except StudyError as exc:
             raise click.ClickException(str(exc)) from None
         schedule_update(conn, study_id)
+        no_catches = catches.prepare(conn, get_study(conn, study_id))
     if len(items) >= LARGE_STUDY_ITEMS:
         click.echo(f"Stored {len(items):,} items in {time.monotonic() - started:.1f} s.", err=True)
     click.echo(f"Created study {study_id} with {len(items)} items. Rater page: /s/{study_id}")
     _say_skipped(items_path)
     for warning in config_warnings(config):
         click.echo(f"Warning: {warning}.", err=True)
-    no_catches = items_catch_warning(config, items)
     if no_catches:
         click.echo(f"Warning: {no_catches}.", err=True)
 
@@ -126,8 +126,9 @@ def add_items_command(study_id: str, items_path: Path, features_path: Path | Non
     """Add items to a running study. A comparison-forest study routes each down its built trees; a study of
     other learners (a fixed item set) needs features: each added item gets neighbours predicted from its
     features within one update pass, marked predicted in the exports and on the dashboard."""
+    from webapp import catches
     from workers.store.queue import schedule_update
-    from workers.store.studies import add_items, attach_features, get_items
+    from workers.store.studies import add_items, attach_features, get_items, get_study
     from workers.store.uploads import items_from_path
 
     try:
@@ -144,6 +145,7 @@ def add_items_command(study_id: str, items_path: Path, features_path: Path | Non
         except (StudyError, StudyNotFound) as exc:
             raise click.ClickException(str(exc)) from None
         schedule_update(conn, study_id)
+        catches.prepare(conn, get_study(conn, study_id))  # the catch trials of the new item count, chosen now
     click.echo(f"Added {len(items)} items to study {study_id} ({total} items now).")
     _say_skipped(items_path)
 
