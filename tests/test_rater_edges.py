@@ -108,3 +108,17 @@ def test_anon_shaped_participant_ids_do_not_share_one_rater(app, conn):
     first.get("/s/edges?PROLIFIC_PID=anon-0123456789abcdef")
     assert answer(first, fetch_question(first, "edges"), study_id="edges").status_code == 201
     assert read_answers(conn, "edges")[-1].rater == raters[0]
+
+
+def test_the_study_page_carries_only_the_widgets_its_kinds_need(client, conn):
+    """A joining rater's page renders and loads the widgets of the kinds the study asks (and its practice
+    shows), not every kind's."""
+    triplets = create_study(conn, StudyConfig(name="Triplets", random_state=0), colour_items(12), study_id="tw")
+    page = client.get(f"/s/{triplets}?rater=w1").get_data(as_text=True)
+    assert "js/widgets/pick.js" in page and "js/widgets/rating.js" not in page and "js/widgets/grid.js" not in page
+    mixed = create_study(conn, StudyConfig.from_dict({
+        "name": "Mixed", "random_state": 0,
+        "algorithms": [{"algorithm": "duels"}, {"algorithm": "pooled", "question_kind": "rating"}]}),
+        colour_items(12), study_id="mw")
+    page = client.get(f"/s/{mixed}?rater=w2").get_data(as_text=True)
+    assert "js/widgets/pick.js" in page and "js/widgets/rating.js" in page and "js/widgets/odd.js" not in page

@@ -142,6 +142,18 @@ def session_guard(study_id: str, rater: str) -> StudyGuard:
 WIDGETS = tuple(dict.fromkeys(k.widget for k in KINDS.values()))
 
 
+def study_widgets(study: Study) -> tuple[str, ...]:
+    """The widgets a study's page needs: those of the kinds its learners ask and its practice questions show
+    (its catch trials, repeats and held-out questions are of its learners' kinds). Rendering and loading
+    every kind's widget cost every joining rater's page for nothing."""
+    from engine.kinds import DEFAULT_KIND
+
+    names = {alg.question_kind for alg in study.config.algorithms}
+    names |= {p.get("kind", DEFAULT_KIND) for p in study.config.practice}
+    needed = {KINDS[name].widget for name in names if name in KINDS}
+    return tuple(w for w in WIDGETS if w in needed)
+
+
 def load_study_or_404(study_id: str) -> Study:
     try:
         return get_study(get_redis(), study_id)
@@ -218,7 +230,7 @@ def study_page(study_id: str) -> ResponseReturnValue:
     claim_rater_session(conn, study.id, rater)
     instructions = render_markdown(rater_instructions(study.config), study)
     return render_template("raters/study.html", study=study, instructions=instructions,
-                           practice=practice_payload(study), answered=stats["answers"], widgets=WIDGETS,
+                           practice=practice_payload(study), answered=stats["answers"], widgets=study_widgets(study),
                            total=study.config.limits.max_questions_per_rater)
 
 
