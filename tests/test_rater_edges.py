@@ -122,3 +122,21 @@ def test_the_study_page_carries_only_the_widgets_its_kinds_need(client, conn):
         colour_items(12), study_id="mw")
     page = client.get(f"/s/{mixed}?rater=w2").get_data(as_text=True)
     assert "js/widgets/pick.js" in page and "js/widgets/rating.js" in page and "js/widgets/odd.js" not in page
+
+
+def test_joining_raters_share_one_rendered_page_and_an_edit_shows_at_once(app, conn):
+    """A joining rater's page is rendered once per process and reused (raters.JOINING_PAGE_SECONDS); an edit
+    of the study is a new config and shows on the next page; a rater who has answered gets their own."""
+    from workers.store.studies import update_config
+
+    study_id = create_study(conn, StudyConfig(name="Joining", random_state=0, instructions="First words."),
+                            colour_items(12), study_id="joining")
+    first, second = app.test_client(), app.test_client()
+    page = first.get(f"/s/{study_id}?rater=j1").get_data(as_text=True)
+    assert "First words." in page and second.get(f"/s/{study_id}?rater=j2").get_data(as_text=True) == page
+    update_config(conn, study_id, instructions="Second words.")
+    edited = app.test_client().get(f"/s/{study_id}?rater=j3").get_data(as_text=True)
+    assert "Second words." in edited and "First words." not in edited
+    answer(first, fetch_question(first, study_id), 0, study_id=study_id)
+    again = first.get(f"/s/{study_id}").get_data(as_text=True)
+    assert 'data-answered="1"' in again and again != edited

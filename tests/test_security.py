@@ -621,6 +621,7 @@ def test_pages_work_under_the_csp_and_hostile_text_stays_text(browser, hostile_s
     researcher.wait_for_selector("#dashboard")
     assert "Uploaded <script>" in researcher.locator("h1").inner_text()
     researcher.click("#tab-learning")
+    researcher.wait_for_selector("#items img.thumb")  # (the tab is drawn once its page has loaded)
     assert researcher.locator("#items img.thumb").count() == 3
     check(researcher, "uploaded study")
     assert problems == []
