@@ -74,3 +74,28 @@ def test_a_study_created_from_the_command_line_has_its_comparisons_chosen_before
     conn.delete(keys.catch_comparisons("words"))
     catches.forget()
     assert catches.comparisons(conn, study) == chosen
+
+
+def test_features_set_later_choose_the_catch_trials_again(conn, redis_url, tmp_path):
+    """Labels alone on text give label catch trials with no margin; `proxima features` with the value the labels
+    were cut by chooses them again, kept only where the features give the margin (and stored for every process)."""
+    from click.testing import CliRunner
+
+    from webapp.cli import main
+
+    items = tmp_path / "items.csv"
+    items.write_text("id,text,label\n" + "".join(f"t{i},word {i},{'ab'[i // 6]}\n" for i in range(12)))
+    config = tmp_path / "study.yaml"
+    config.write_text("name: Cut\nrandom_state: 3\n")
+    env = {"REDIS_URL": redis_url}
+    assert CliRunner().invoke(main, ["create", str(config), "--items", str(items), "--id", "cut"], env=env,
+                              catch_exceptions=False).exit_code == 0
+    before = json.loads(conn.get(keys.catch_comparisons("cut")))["comparisons"]
+    features = tmp_path / "features.csv"
+    features.write_text("id,value\n" + "".join(f"t{i},{i}\n" for i in range(12)))
+    result = CliRunner().invoke(main, ["features", "cut", str(features)], env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    after = json.loads(conn.get(keys.catch_comparisons("cut")))["comparisons"]
+    assert after and after != before
+    catches.forget()
+    assert catches.source_of([json.loads(r) for r in conn.lrange(keys.items("cut"), 0, -1)]) == "features"

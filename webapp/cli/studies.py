@@ -199,7 +199,8 @@ def features_command(study_id: str, features_file: Path) -> None:
     column (needs pyarrow). Duels and the embeddings start from them and learn how people weigh them
     (a prior the answers overrule); SMERF and TreeRank learn over them. All items at once, or nothing
     changes. A study that already has answers uses them once rebuilt ('proxima rebuild STUDY')."""
-    from workers.store.studies import get_items, set_features
+    from webapp import catches
+    from workers.store.studies import get_items, get_study, set_features
 
     with redis_connection() as conn:
         try:
@@ -208,6 +209,8 @@ def features_command(study_id: str, features_file: Path) -> None:
             n = set_features(conn, study_id, features)
         except (StudyError, StudyNotFound) as exc:
             raise click.ClickException(str(exc)) from None
+        # features can give label catch trials their margin: the study's catch trials are chosen again
+        catches.prepare(conn, get_study(conn, study_id))
     names = list(next(iter(features.values())))
     shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
     click.echo(f"Set {len(names)} feature(s) ({shown}) on {n} items of study {study_id}.")
