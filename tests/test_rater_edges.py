@@ -137,6 +137,6 @@ def test_joining_raters_share_one_rendered_page_and_an_edit_shows_at_once(app, c
     update_config(conn, study_id, instructions="Second words.")
     edited = app.test_client().get(f"/s/{study_id}?rater=j3").get_data(as_text=True)
     assert "Second words." in edited and "First words." not in edited
-    answer(first, fetch_question(first, study_id), 0, study_id=study_id)
+    assert answer(first, fetch_question(first, study_id), study_id=study_id).status_code == 201  # (its first candidate)
     again = first.get(f"/s/{study_id}").get_data(as_text=True)
     assert 'data-answered="1"' in again and again != edited
