@@ -91,12 +91,19 @@ def get_graph_layout(study_id: str) -> ResponseReturnValue:
 
     conn = get_redis()
     study = load_study(conn, study_id)
+    label = _asked_algorithm(study)
+    return jsonify(graph_layout(conn, study, label))
+
+
+def _asked_algorithm(study) -> str:
+    """The label of the algorithm the request names (``?algorithm=``; the study's first without one); 404 for
+    one the study does not have."""
     label = request.args.get("algorithm") or study.config.algorithms[0].label
     if study.config.get_algorithm(label) is None:
         labels = ", ".join(a.label for a in study.config.algorithms)
         raise ApiError(404, "unknown_algorithm",
-                       f"study '{study_id}' has no algorithm '{label}'; its algorithms: {labels}")
-    return jsonify(graph_layout(conn, study, label))
+                       f"study '{study.id}' has no algorithm '{label}'; its algorithms: {labels}")
+    return label
 
 
 @bp.get("/studies/<study_id>/items/<index>/evidence")
@@ -107,11 +114,7 @@ def get_item_evidence(study_id: str, index: str) -> ResponseReturnValue:
 
     conn = get_redis()
     study = load_study(conn, study_id)
-    label = request.args.get("algorithm") or study.config.algorithms[0].label
-    if study.config.get_algorithm(label) is None:
-        labels = ", ".join(a.label for a in study.config.algorithms)
-        raise ApiError(404, "unknown_algorithm",
-                       f"study '{study_id}' has no algorithm '{label}'; its algorithms: {labels}")
+    label = _asked_algorithm(study)
     if not index.isdigit() or int(index) >= study.n_items:
         raise ApiError(404, "unknown_item", f"study '{study_id}' has items 0 to {study.n_items - 1}, not {index!r}")
     return jsonify(item_evidence(conn, study, label, int(index)))
