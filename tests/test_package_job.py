@@ -153,6 +153,36 @@ def test_forgetting_a_rater_drops_built_packages_and_the_builds_under_way(conn, 
     assert b"p-bob" not in built_package(conn, answered, rater_ids=True)
 
 
+def test_the_oldest_kept_zips_are_dropped_to_keep_all_within_the_total_and_say_so(conn, answered):
+    request_build(conn, answered)
+    run_worker(conn)
+    first = package_status(conn, answered)
+    assert first["state"] == "finished"
+    # room for one zip only: building the other variant drops the older one, which says why and builds again
+    request_build(conn, answered, rater_ids=True, total_bytes=first["size"] + first["size"] // 2)
+    run_worker(conn)
+    assert package_status(conn, answered, rater_ids=True)["state"] == "finished"
+    dropped = package_status(conn, answered)
+    assert dropped["state"] == "dropped" and built_package(conn, answered) is None
+    assert "PROXIMA_PACKAGES_TOTAL_BYTES" in dropped["message"] and "build it again" in dropped["message"]
+    assert conn.zrange(keys.packages_kept(), 0, -1) == [f"{answered}|rater-ids".encode()]
+    assert request_build(conn, answered)["state"] == "queued"
+    run_worker(conn)  # a total large enough for both keeps both
+    assert package_status(conn, answered)["state"] == "finished"
+    assert package_status(conn, answered, rater_ids=True)["state"] == "finished"
+    assert conn.zcard(keys.packages_kept()) == 2
+
+
+def test_forgetting_a_rater_leaves_no_kept_zip_in_the_index(conn, answered):
+    from workers.store.deletion import forget_rater
+
+    request_build(conn, answered)
+    run_worker(conn)
+    assert conn.zcard(keys.packages_kept()) == 1
+    forget_rater(conn, answered, "p-bob", by="cli:test", rebuild=False)
+    assert conn.zcard(keys.packages_kept()) == 0
+
+
 def test_a_read_only_token_may_ask_for_a_build_and_the_client_waits_for_it(app, conn, answered, redis_url):
     from webapp.accounts import create_user
     from webapp.api_tokens import create_token

@@ -138,10 +138,12 @@ def post_package_build(study_id: str) -> ResponseReturnValue:
 
 def request_package(conn: Redis, study: Study, rater_ids: bool) -> dict:
     """Start (or join) the build of the study's package; its status with links (the dashboard's button)."""
-    from workers.store.packages import DEFAULT_MAX_BYTES, request_build
+    from workers.store.packages import DEFAULT_MAX_BYTES, DEFAULT_TOTAL_BYTES, request_build
 
     max_bytes = int(current_app.config.get("PACKAGE_MAX_BYTES") or DEFAULT_MAX_BYTES)
-    status = request_build(conn, study.id, rater_ids, status=study_stats(conn, study), max_bytes=max_bytes)
+    total_bytes = int(current_app.config.get("PACKAGES_TOTAL_BYTES") or DEFAULT_TOTAL_BYTES)
+    status = request_build(conn, study.id, rater_ids, status=study_stats(conn, study), max_bytes=max_bytes,
+                           total_bytes=max(total_bytes, max_bytes))
     return package_status_doc(conn, study.id, rater_ids, status)
 
 

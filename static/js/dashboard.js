@@ -48,7 +48,7 @@
       link.hidden = status.state !== "finished" && status.state !== "stale";
       button.disabled = active;
       button.textContent = button.textContent.replace(/^(Rebuild|Build)/,
-        status.state === "stale" || status.state === "failed" ? "Rebuild" : "Build");
+        ["stale", "failed", "dropped"].includes(status.state) ? "Rebuild" : "Build");
       clearTimeout(timer);
       if (active) timer = setTimeout(poll, 1000);
     }

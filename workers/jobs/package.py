@@ -13,7 +13,16 @@ from rq import get_current_job
 
 from workers.results.package import PackageError, write_package_zip
 from workers.store import keys
-from workers.store.packages import CHUNK_BYTES, PACKAGE_TTL_SECONDS, data_fingerprint, size_text, variant
+from workers.store.packages import (
+    CHUNK_BYTES,
+    DEFAULT_TOTAL_BYTES,
+    PACKAGE_TTL_SECONDS,
+    data_fingerprint,
+    make_room,
+    note_kept,
+    size_text,
+    variant,
+)
 from workers.store.studies import StudyNotFound
 
 if TYPE_CHECKING:
@@ -31,9 +40,10 @@ def _set_if_mine(conn: Redis, key: str, job_id: str, fields: dict) -> None:
 
 
 def build(conn: Redis, study_id: str, rater_ids: bool, job_id: str, status: dict | None = None,
-          max_bytes: int | None = None) -> dict:
+          max_bytes: int | None = None, total_bytes: int | None = None) -> dict:
     """Build the package of the build ``job_id`` (the one the status names; a build superseded meanwhile
-    writes nothing) and store it; returns the final status fields."""
+    writes nothing) and store it, first dropping the oldest other kept zips if all of them together would
+    pass ``total_bytes``; returns the final status fields."""
     key = keys.package_status(study_id, variant(rater_ids))
     if (conn.hget(key, "job_id") or b"").decode() != job_id:
         return {"state": "superseded"}
@@ -53,6 +63,7 @@ def build(conn: Redis, study_id: str, rater_ids: bool, job_id: str, status: dict
                     "(PROXIMA_PACKAGE_MAX_BYTES); write it with 'proxima export STUDY --package -o FILE.zip' "
                     "(or leave the media files out with --no-media)")
             out.seek(0)
+            make_room(conn, study_id, rater_ids, size, DEFAULT_TOTAL_BYTES if total_bytes is None else total_bytes)
             done = {"state": "finished", "size": size, "fingerprint": fingerprint, "finished_at": time.time()}
             _store(conn, study_id, rater_ids, job_id, out, done)
             return done
@@ -84,12 +95,13 @@ def _store(conn: Redis, study_id: str, rater_ids: bool, job_id: str, data, done:
                 pipe.rpush(zip_key, chunk)
             pipe.expire(zip_key, PACKAGE_TTL_SECONDS)
             pipe.hset(status_key, mapping=done)
+            note_kept(pipe, study_id, rater_ids, done["finished_at"])
             pipe.execute()
         except redis.WatchError:
             pass  # a newer build owns the status now
 
 
 def build_package(study_id: str, rater_ids: bool, job_id: str, status: dict | None = None,
-                  max_bytes: int | None = None) -> dict:
+                  max_bytes: int | None = None, total_bytes: int | None = None) -> dict:
     """RQ entry point (enqueued by ``workers.store.packages.request_build``)."""
-    return build(get_current_job().connection, study_id, rater_ids, job_id, status, max_bytes)
+    return build(get_current_job().connection, study_id, rater_ids, job_id, status, max_bytes, total_bytes)

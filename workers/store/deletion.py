@@ -306,8 +306,9 @@ def _remove(conn: Redis, study_id: str, rater: str, by: str, rebuild: bool) -> F
         pipe.srem(keys.raters(study_id), rater)
         pipe.srem(keys.excluded_raters(study_id), rater)
         pipe.xadd(keys.audit(study_id), line.to_fields())
+        audit_at = len(pipe)
         drop_packages(conn, study_id, pipeline=pipe)  # built data packages may hold the rater's answers and id
-        audit_id = pipe.execute()[-2].decode()
+        audit_id = pipe.execute()[audit_at - 1].decode()
     if removed:
         compact_log(conn, study_id)  # what XDEL keeps of their answers goes too
     _drop_zero_fields(conn, keys.counters(study_id), counters_touched)

@@ -214,6 +214,13 @@ def forgotten_anywhere() -> str:
     return f"{PREFIX}:forgotten-raters"
 
 
+def packages_kept() -> str:
+    """Sorted set: every built data package zip kept on this Redis, ``<study id>|<variant>`` scored by when it
+    was built (``workers.store.packages``): the oldest are dropped first to keep all of them within
+    ``PACKAGES_TOTAL_BYTES``; kept outside any study's hash tag."""
+    return f"{PREFIX}:packages-kept"
+
+
 def request_durations() -> str:
     """Hash: HTTP request durations of every web process (``<endpoint>|<bucket>`` counts and
     ``<endpoint>|sum`` seconds), for the Prometheus /metrics histogram."""

@@ -27,6 +27,9 @@ VARIANTS = {False: "pseudonymous", True: "rater-ids"}
 PACKAGE_TTL_SECONDS = 24 * 3600
 #: Largest zip kept in Redis (``PROXIMA_PACKAGE_MAX_BYTES``); a larger study's package comes from the CLI.
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+#: All built zips of every study kept in Redis together at most (``PROXIMA_PACKAGES_TOTAL_BYTES``): a new zip
+#: that would pass it drops the oldest other studies' zips first (they say so and are built again on request).
+DEFAULT_TOTAL_BYTES = 1024 * 1024 * 1024
 #: The zip is stored in list entries of at most this many bytes.
 CHUNK_BYTES = 1024 * 1024
 #: A build that has not finished.
@@ -88,7 +91,8 @@ def size_text(n_bytes: int) -> str:
 
 def package_status(conn: Redis, study_id: str, rater_ids: bool = False) -> dict:
     """Where the study's package (of one variant) is: ``state`` none, queued, running, finished, stale (built
-    before the data changed), or failed; ``written`` and ``total`` answers; ``size`` in bytes once built;
+    before the data changed), dropped (to make room for newer packages), or failed; ``written`` and ``total``
+    answers; ``size`` in bytes once built;
     ``error`` in words; ``message``: the state in a sentence a researcher reads."""
     raw = conn.hgetall(keys.package_status(study_id, variant(rater_ids)))
     state = _text(raw, "state") or "none"
@@ -110,13 +114,14 @@ def package_status(conn: Redis, study_id: str, rater_ids: bool = False) -> dict:
         "stale": f"Built ({size_text(size)}, {written:,} answers) before the study's data last changed: build it again "
                  "to include the change.",
         "failed": f"The package could not be built: {error}.",
+        "dropped": f"The package built before was dropped: {error}; build it again.",
     }[state]
     return {"state": state, "rater_ids": bool(rater_ids), "written": written, "total": total, "size": size,
             "error": error or None, "built_at": built_at, "message": message}
 
 
 def request_build(conn: Redis, study_id: str, rater_ids: bool = False, status: dict | None = None,
-                  max_bytes: int = DEFAULT_MAX_BYTES) -> dict:
+                  max_bytes: int = DEFAULT_MAX_BYTES, total_bytes: int = DEFAULT_TOTAL_BYTES) -> dict:
     """Start building the study's package in an RQ job unless a build is queued or running (the request joins
     it) or the built one is still the study's data; returns ``package_status``. ``status`` is the dashboard's
     numbers now (kept as status.json). A build of the other variant runs first if one is under way."""
@@ -146,7 +151,8 @@ def request_build(conn: Redis, study_id: str, rater_ids: bool = False, status: d
         depends_on = Dependency(jobs=[Job.fetch(after, connection=conn)], allow_failure=True) if after else None
     except NoSuchJobError:
         depends_on = None
-    get_queue(conn).enqueue(PACKAGE_JOB, study_id, bool(rater_ids), job_id, status, int(max_bytes), job_id=job_id,
+    get_queue(conn).enqueue(PACKAGE_JOB, study_id, bool(rater_ids), job_id, status, int(max_bytes), int(total_bytes),
+                            job_id=job_id,
                             depends_on=depends_on, job_timeout=3600, result_ttl=3600, failure_ttl=7 * 86400)
     return package_status(conn, study_id, rater_ids)
 
@@ -165,3 +171,48 @@ def drop_packages(conn: Redis, study_id: str, pipeline: redis.client.Pipeline | 
     be in them): a build that started before finds its status gone and stores nothing."""
     target = pipeline if pipeline is not None else conn
     target.delete(*(key(study_id, v) for v in VARIANTS.values() for key in (keys.package_zip, keys.package_status)))
+    target.zrem(keys.packages_kept(), *(_kept_member(study_id, v) for v in VARIANTS.values()))
+
+
+def _kept_member(study_id: str, variant_name: str) -> str:
+    return f"{study_id}|{variant_name}"
+
+
+def make_room(conn: Redis, study_id: str, rater_ids: bool, size: int, total_bytes: int) -> list[str]:
+    """Before a zip of ``size`` bytes is kept for the study: drop the oldest other kept zips (of any study)
+    until all of them together stay within ``total_bytes``. A dropped package's status says why. Returns the
+    ``<study id>|<variant>`` of the dropped ones. Zips expired or dropped meanwhile leave the index here."""
+    me = _kept_member(study_id, variant(rater_ids))
+    kept = []
+    for raw_member in conn.zrange(keys.packages_kept(), 0, -1):  # oldest first
+        member = raw_member.decode()
+        if member == me:
+            continue
+        other_study, _, other_variant = member.rpartition("|")
+        if not conn.exists(keys.package_zip(other_study, other_variant)):
+            conn.zrem(keys.packages_kept(), member)
+            continue
+        kept.append((member, other_study, other_variant,
+                     _number(conn.hgetall(keys.package_status(other_study, other_variant)), "size")))
+    total = size + sum(other_size for *_, other_size in kept)
+    dropped = []
+    for member, other_study, other_variant, other_size in kept:
+        if total <= total_bytes:
+            break
+        status_key = keys.package_status(other_study, other_variant)
+        with conn.pipeline() as pipe:
+            pipe.delete(keys.package_zip(other_study, other_variant))
+            pipe.hset(status_key, mapping={
+                "state": "dropped",
+                "error": f"it was the oldest kept when the server made room for a newer one (all packages together "
+                         f"are kept within {size_text(total_bytes)}: PROXIMA_PACKAGES_TOTAL_BYTES)"})
+            pipe.zrem(keys.packages_kept(), member)
+            pipe.execute()
+        total -= other_size
+        dropped.append(member)
+    return dropped
+
+
+def note_kept(pipe: redis.client.Pipeline, study_id: str, rater_ids: bool, built_at: float) -> None:
+    """Index the zip stored in ``pipe``'s transaction for ``make_room``."""
+    pipe.zadd(keys.packages_kept(), {_kept_member(study_id, variant(rater_ids)): built_at})
