@@ -17,7 +17,7 @@ from engine.heldout import choice_agreement
 from engine.kinds import KINDS
 from engine.registry import feature_placement
 from workers.store import heldout as stored_heldout
-from workers.store.studies import StudyError, feature_matrix, get_items, initial_item_count
+from workers.store.studies import StudyError, feature_matrix, features_version, get_items, initial_item_count
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -59,15 +59,17 @@ class StudyFeatures:
         return study_space(self.raw, self.n_known)
 
 
-#: study id -> ((n_items, created_at), its features or None): read once per item count in a process
+#: study id -> ((n_items, created_at, features version), its features or None): read again when items are added
+#: or the features replaced (``proxima features``, the New study form's built-in features), else once a process
 _CACHE: dict[str, tuple[tuple, StudyFeatures | None]] = {}
 CACHED_STUDIES = 16
 
 
 def study_features(conn: Redis, study: Study) -> StudyFeatures | None:
     """The study's item features (None when its items have none, or not all of them), read once per item count
-    by this process."""
-    stamp = (study.n_items, study.created_at)
+    and features version (``workers.store.studies.features_version``: a digest of the features set last) by this
+    process: one small read of the study's hash when nothing changed."""
+    stamp = (study.n_items, study.created_at, features_version(conn, study.id)[1])
     hit = _CACHE.get(study.id)
     if hit is not None and hit[0] == stamp:
         return hit[1]

@@ -331,3 +331,9 @@ def served_field(label: str) -> str:
 #: predicted neighbours, how well the features agree with the crowd), JSON written with the summary
 #: (``workers.jobs.predicted``).
 FEATURES_FIELD = "features"
+
+#: Fields of a study's hash (``study``) that ``workers.store.studies.set_features`` writes with the features: where
+#: they came from (a file, or the built-in image statistics and their version) and a digest of them, which a
+#: process's copy of the features is keyed by (``workers.jobs.predicted.study_features``).
+FEATURES_SOURCE_FIELD = "features_source"
+FEATURES_VERSION_FIELD = "features_version"

@@ -864,8 +864,17 @@ def features_from_csv_text(text: str, filename: str = "features.csv") -> dict[st
     return out
 
 
-def set_features(conn: Redis, study_id: str, features: dict[str, dict[str, float]]) -> int:
-    """Give every item of a study its features (item id -> name -> value); all or nothing.
+#: Where a study's features came from (``keys.FEATURES_SOURCE_FIELD`` of its hash): a file the researcher gave,
+#: or Proxima's built-in image statistics (``engine.image_features``; weak), with the version they were computed by.
+FEATURES_FROM_FILE = "file"
+FEATURES_BUILTIN = "builtin"
+
+
+def set_features(conn: Redis, study_id: str, features: dict[str, dict[str, float]],
+                 source: str = FEATURES_FROM_FILE) -> int:
+    """Give every item of a study its features (item id -> name -> value); all or nothing. The study's hash
+    records where they came from (``source``: :data:`FEATURES_FROM_FILE`, or :data:`FEATURES_BUILTIN` with a
+    version, ``"builtin-v1"``) and a digest of them (``features_version``), in the same transaction.
     Returns the number of items updated."""
     get_study(conn, study_id)
     items = get_items(conn, study_id)
@@ -882,10 +891,22 @@ def set_features(conn: Redis, study_id: str, features: dict[str, dict[str, float
         if pipe.llen(key) != len(items):
             raise StudyError("items were added to the study while its features were being set; try again")
         pipe.multi()
+        digest = hashlib.sha256()
         for index, item in enumerate(updated):
-            pipe.lset(key, index, json.dumps(item.to_dict(), sort_keys=True))
+            line = json.dumps(item.to_dict(), sort_keys=True)
+            digest.update(line.encode())
+            pipe.lset(key, index, line)
+        pipe.hset(keys.study(study_id), mapping={keys.FEATURES_SOURCE_FIELD: source,
+                                                 keys.FEATURES_VERSION_FIELD: digest.hexdigest()[:16]})
         pipe.execute()
     return len(updated)
+
+
+def features_version(conn: Redis, study_id: str) -> tuple[str | None, str | None]:
+    """(where the study's features came from, the digest of the features set last) as ``set_features`` recorded
+    them; (None, None) for a study whose features were never set apart from its items (a CSV's columns)."""
+    source, version = conn.hmget(keys.study(study_id), [keys.FEATURES_SOURCE_FIELD, keys.FEATURES_VERSION_FIELD])
+    return (None if source is None else source.decode()), (None if version is None else version.decode())
 
 
 #: Config fields a researcher may change while a study runs (the algorithms and items may not:
