@@ -185,7 +185,7 @@ def test_on_a_phone_the_map_fits_the_screen_and_its_pictures_stay_legible(browse
     rank_image_study(conn, "phone-map", 40, 120)
     with researcher_page(browser, live_server, "/studies/phone-map?tab=learning", viewport=PHONE["viewport"]) as page:
         page.wait_for_function("() => document.getElementById('nn-graph')?.dataset.drawn === '40'")
-        # the map and its panel within the screen (the Learning tab's algorithms table is wider, a thing apart)
+        # the map and its panel within the screen
         wide = page.evaluate("""() => { const w = document.documentElement.clientWidth; return Array.from(
             document.querySelectorAll('.graph-wrap, .graph-wrap > *')).filter((e) => e.getBoundingClientRect().right
             > w + 0.5 || e.getBoundingClientRect().left < -0.5).map((e) => e.tagName + '#' + e.id); }""")
@@ -196,6 +196,13 @@ def test_on_a_phone_the_map_fits_the_screen_and_its_pictures_stay_legible(browse
             .map((n) => n.getBoundingClientRect().width)""")
         assert min(sizes) >= 31.5
         page.locator(".graph-wrap").screenshot(path=os.path.join(ARTIFACTS, "map-rank-pictures-phone.png"))
+        # no tab of the study, nor the list of studies, is wider than the phone: wide tables scroll in their box
+        for path in ("/studies/phone-map?tab=learning", "/studies/phone-map?tab=overview",
+                     "/studies/phone-map?tab=raters", "/studies/phone-map?tab=settings", "/"):
+            page.goto(f"{live_server}{path}")
+            overflow = page.evaluate("() => document.scrollingElement.scrollWidth"
+                                     " - document.documentElement.clientWidth")
+            assert overflow <= 1, (path, overflow)
 
 
 def test_a_far_item_is_drawn_at_the_maps_edge_with_a_dashed_ring(browser, live_server, conn):
