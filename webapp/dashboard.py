@@ -22,7 +22,7 @@ from workers.store.config import (
     StudyConfig,
 )
 from workers.store.feature_files import check_features_cover, features_from_bytes
-from workers.store.queue import enqueue_rebuild, schedule_update
+from workers.store.queue import enqueue_builtin_features, enqueue_rebuild, schedule_update
 from workers.store.raters import rater_order
 from workers.store.studies import (
     NEVER_ENDS,
@@ -175,6 +175,17 @@ def features_from_form(files: Mapping[str, FileStorage], items: list) -> dict[st
     return features
 
 
+def check_builtin_request(features: dict | None, items: list) -> None:
+    """Built-in features are asked for a study of images without a features file: StudyError in words
+    otherwise, before the study is created."""
+    if features is not None:
+        raise StudyError("give a features file or ask for built-in image features, not both")
+    not_images = [item.id for item in items if item.kind != "image"]
+    if not_images:
+        raise StudyError(f"built-in features are computed from images, and {len(not_images)} item(s) are not "
+                         f"images: {', '.join(not_images[:10])}; give the study's features in a file instead")
+
+
 @bp.route("/studies/new", methods=["GET", "POST"])
 def new_study() -> ResponseReturnValue:
     if request.method == "GET":
@@ -187,6 +198,9 @@ def new_study() -> ResponseReturnValue:
         config = config_from_form(request.form, request.files)
         items, media = items_from_upload(items_file.read(), items_file.filename)
         features = features_from_form(request.files, items)
+        builtin = bool(request.form.get("builtin_features"))
+        if builtin:
+            check_builtin_request(features, items)
         css_file = request.files.get("stylesheet")
         stylesheet = check_stylesheet(css_file.filename, css_file.read()) if css_file and css_file.filename else None
         conn = get_redis()
@@ -199,6 +213,10 @@ def new_study() -> ResponseReturnValue:
         return _new_study_page(error=str(exc), status=400)
     schedule_update(conn, study_id)  # plans the first questions
     flash(f"Study '{config.name}' created with {len(items)} items.")
+    if builtin:  # computed by a worker (about 9 s per 1,000 images), then the learners are rebuilt from them
+        enqueue_builtin_features(conn, study_id)
+        flash("Built-in image features (colour, texture, shape; weak) are being computed; the Learning tab says "
+              "when they are in use.")
     for warning in config_warnings(config):
         flash(f"Note: {warning}.")
     no_catches = catches.prepare(conn, get_study(conn, study_id))  # chosen now, not in the first rater's request

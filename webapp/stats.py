@@ -139,6 +139,7 @@ def study_stats(conn: Redis, study: Study) -> dict:
     engine = {k.decode(): v.decode() for k, v in engine.items()}
     summaries = json.loads(engine.pop("summary")) if "summary" in engine else {}
     features = json.loads(engine.pop(keys.FEATURES_FIELD)) if keys.FEATURES_FIELD in engine else None
+    features_job = json.loads(engine.pop(keys.FEATURES_JOB_FIELD)) if keys.FEATURES_JOB_FIELD in engine else None
     rebuild = _rebuild_status(conn, engine.pop(REBUILD_STATUS_FIELD, None))
     known = truth_known(engine.pop(TRUTH_FIELD, None), study.n_items)
     curves = error_curves(engine)
@@ -196,7 +197,9 @@ def study_stats(conn: Redis, study: Study) -> dict:
                   "algorithm": study.config.algorithm, "n_items": study.n_items,
                   "complete": complete, "truth_known": known},
         "rebuild": rebuild,
-        "features": None if features is None else {**features, "sentence": features_sentence(features, summaries)},
+        "features": None if features is None and features_job is None else {
+            **(features or {}), "job": features_job,
+            "sentence": features_sentence(features or {}, summaries, features_job)},
         # questions kept out of training to score the learners' models (workers.jobs.heldout)
         "heldout": {"share": study.config.heldout_share, "answers": int(n_heldout)},
         "answers": int(n_answers),
@@ -231,11 +234,30 @@ def study_stats(conn: Redis, study: Study) -> dict:
     }
 
 
-def features_sentence(features: dict, summaries: dict) -> str:
-    """What the Learning tab says of the study's item features: how many items added later have neighbours
-    predicted from them (and how), how often the features alone make the rater's pick on the held-out answers,
-    and each learner's own live score of them (duels: how often an item's feature neighbour beat another)."""
+#: What the Learning tab says of built-in features (``workers.jobs.builtin_features``), before anything else.
+BUILTIN_SENTENCE = ("The item features are Proxima's built-in image statistics (colour, texture, shape), computed "
+                    "from the pixels alone: weak features that see how an image looks, not what it shows. The "
+                    "learner tests them against the answers and drops them if they predict nothing; your own "
+                    "features (proxima features STUDY FILE) replace them.")
+
+
+def features_sentence(features: dict, summaries: dict, job: dict | None = None) -> str:
+    """What the Learning tab says of the study's item features: built-in ones are weak (and the job computing
+    them, while it runs or if it failed), how many items added later have neighbours predicted from them (and
+    how), how often the features alone make the rater's pick on the held-out answers, and each learner's own live
+    score of them (duels: how often an item's feature neighbour beat another)."""
     parts = []
+    state = (job or {}).get("state")
+    if state in ("queued", "running"):
+        done = f" ({job.get('done', 0):,} of {job['total']:,} images)" if job.get("total") else ""
+        parts.append(f"Built-in image features are being computed{done}; the learners start from them once they "
+                     "are (a rebuild from the answers so far).")
+    elif state == "failed":
+        parts.append(f"Built-in image features could not be computed: {job.get('error')}.")
+    if str(features.get("source") or "").startswith("builtin"):
+        parts.append(BUILTIN_SENTENCE)
+    if not features:
+        return " ".join(parts)
     added = int(features.get("items_added") or 0)
     if added:
         how = {p["by"] for s in summaries.values() if (p := (s or {}).get("predicted"))}

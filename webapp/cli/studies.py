@@ -20,6 +20,11 @@ from .models import MODEL_NAMES
 
 #: From this many items ``create`` says what it read and how long storing took.
 LARGE_STUDY_ITEMS = 5000
+#: From this many images the built-in features say every so many images how far along they are.
+BUILTIN_PROGRESS_ITEMS = 1000
+#: What ``--builtin-features`` computes, for the commands' help.
+BUILTIN_HELP = ("Proxima's built-in image statistics (colour, texture and shape; nothing downloaded): weak features, "
+                "which the learner drops if the answers show they predict nothing (about 9 s per 1,000 images)")
 #: The feature files ``create --features`` and ``features`` read, by suffix (anything else: CSV).
 FEATURE_FILES = "a CSV with an 'id' column and one numeric column per feature, a .npy/.npz array (one row per " \
                 "item, in the items' order) or a Parquet file with an 'id' column (needs pyarrow)"
@@ -37,8 +42,11 @@ FEATURE_FILES = "a CSV with an 'id' column and one numeric column per feature, a
 @click.option("--features", "features_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help="The items' features: " + FEATURE_FILES + ". Duels and the embeddings start from them "
                    "(a prior the answers overrule).")
+@click.option("--builtin-features", "builtin", is_flag=True,
+              help="For a folder of images without features: compute " + BUILTIN_HELP + " and use them as the "
+                   "items' features.")
 def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet_path: Path | None = None,
-           features_path: Path | None = None) -> None:
+           features_path: Path | None = None, builtin: bool = False) -> None:
     """Create a study from a YAML/JSON config and a folder of media or a CSV of texts.
 
     \b
@@ -64,12 +72,16 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
     from workers.store.studies import check_stylesheet, config_warnings, create_study, get_study, set_features
     from workers.store.uploads import items_from_path
 
+    if builtin and features_path is not None:
+        raise click.UsageError("give --features FILE or --builtin-features, not both")
     try:
         config = load_config_file(config_file)
         items, media = items_from_path(items_path)
         features = None if features_path is None else read_features_file(features_path, [i.id for i in items])
         if features is not None:
             check_features_cover(features, [i.id for i in items], str(features_path))
+        if builtin:
+            features = _builtin_features(items, media)
         stylesheet = None
         if stylesheet_path is not None:
             try:
@@ -88,7 +100,7 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
         try:
             study_id = create_study(conn, config, items, media, study_id=study_id, stylesheet=stylesheet)
             if features is not None:
-                set_features(conn, study_id, features)
+                set_features(conn, study_id, features, **({"source": builtin_source()} if builtin else {}))
         except StudyError as exc:
             raise click.ClickException(str(exc)) from None
         schedule_update(conn, study_id)
@@ -96,6 +108,8 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
     if len(items) >= LARGE_STUDY_ITEMS:
         click.echo(f"Stored {len(items):,} items in {time.monotonic() - started:.1f} s.", err=True)
     click.echo(f"Created study {study_id} with {len(items)} items. Rater page: /s/{study_id}")
+    if builtin:
+        _say_builtin(len(items))
     _say_skipped(items_path)
     for warning in config_warnings(config):
         click.echo(f"Warning: {warning}.", err=True)
@@ -114,6 +128,34 @@ def _say_skipped(items_path: Path) -> None:
                    f"{', '.join(sorted(ITEM_EXTENSIONS))} files).", err=True)
 
 
+def builtin_source() -> str:
+    """What a study records as the source of built-in features (``workers.jobs.builtin_features.SOURCE``)."""
+    from workers.jobs.builtin_features import SOURCE
+
+    return SOURCE
+
+
+def _builtin_features(items: list, media: dict[int, bytes]) -> dict[str, dict[str, float]]:
+    """The built-in image features of items read from a folder (``workers.jobs.builtin_features``), computed
+    here, saying how far along it is on standard error for a large folder."""
+    from workers.jobs.builtin_features import features_from_media
+
+    started = time.monotonic()
+
+    def progress(done: int, total: int) -> None:
+        if total >= BUILTIN_PROGRESS_ITEMS and done % BUILTIN_PROGRESS_ITEMS == 0:
+            click.echo(f"Built-in features: {done:,} of {total:,} images ({time.monotonic() - started:.0f} s) ...",
+                       err=True)
+    return features_from_media(items, media, progress)
+
+
+def _say_builtin(n_items: int) -> None:
+    from engine.image_features import COLUMNS
+    from workers.jobs.builtin_features import WEAK
+
+    click.echo(f"Set {len(COLUMNS)} built-in feature(s) on {n_items} items: {WEAK}.")
+
+
 @click.command("add-items")
 @click.argument("study_id")
 @click.option("--items", "items_path", required=True, type=click.Path(path_type=Path),
@@ -122,7 +164,9 @@ def _say_skipped(items_path: Path) -> None:
               help="The added items' features: a CSV (id + numeric columns) or Parquet file with their rows (the "
                    "study's features file extended by them will do), or a .npy/.npz array of one row per added item "
                    "(or the study's items then the added ones).")
-def add_items_command(study_id: str, items_path: Path, features_path: Path | None) -> None:
+@click.option("--builtin-features", "builtin", is_flag=True,
+              help="The added images' built-in features (for a study whose features are the built-in ones).")
+def add_items_command(study_id: str, items_path: Path, features_path: Path | None, builtin: bool = False) -> None:
     """Add items to a running study. A comparison-forest study routes each down its built trees; a study of
     other learners (a fixed item set) needs features: each added item gets neighbours predicted from its
     features within one update pass, marked predicted in the exports and on the dashboard."""
@@ -131,13 +175,18 @@ def add_items_command(study_id: str, items_path: Path, features_path: Path | Non
     from workers.store.studies import add_items, attach_features, get_items, get_study
     from workers.store.uploads import items_from_path
 
+    if builtin and features_path is not None:
+        raise click.UsageError("give --features FILE or --builtin-features, not both")
     try:
         items, media = items_from_path(items_path)
+        added = _builtin_features(items, media) if builtin else None
     except StudyError as exc:
         raise click.ClickException(str(exc)) from None
     with redis_connection() as conn:
         try:
-            if features_path is not None:
+            if added is not None:
+                items = attach_features(get_items(conn, study_id), items, added)
+            elif features_path is not None:
                 existing = get_items(conn, study_id)
                 features = _added_features_file(features_path, existing, [item.id for item in items])
                 items = attach_features(existing, items, features)
@@ -192,25 +241,39 @@ def read_features_file(path: Path, item_ids: list[str], columns_vary: bool = Tru
 
 @click.command("features")
 @click.argument("study_id")
-@click.argument("features_file", type=click.Path(dir_okay=False, path_type=Path))
-def features_command(study_id: str, features_file: Path) -> None:
+@click.argument("features_file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--builtin", is_flag=True, help="Compute " + BUILTIN_HELP + " from the study's images instead of "
+                                              "reading a file.")
+def features_command(study_id: str, features_file: Path | None, builtin: bool) -> None:
     """Give every item of a study numeric features: a CSV with an 'id' column and one numeric column per
     feature, a .npy/.npz array (one row per item, in the items' order) or a Parquet file with an 'id'
-    column (needs pyarrow). Duels and the embeddings start from them and learn how people weigh them
+    column (needs pyarrow); or, with --builtin and no file, Proxima's built-in image statistics of a study of
+    images. Duels and the embeddings start from them and learn how people weigh them
     (a prior the answers overrule); SMERF and TreeRank learn over them. All items at once, or nothing
     changes. A study that already has answers uses them once rebuilt ('proxima rebuild STUDY')."""
     from webapp import catches
     from workers.store.studies import get_items, get_study, set_features
 
+    if builtin == (features_file is not None):
+        raise click.UsageError("give a FEATURES_FILE, or --builtin for built-in image features (not both)")
     with redis_connection() as conn:
         try:
-            ids = [item.id for item in get_items(conn, study_id)]
-            features = read_features_file(features_file, ids)
-            n = set_features(conn, study_id, features)
+            if builtin:
+                from workers.jobs.builtin_features import set_builtin_features
+
+                get_study(conn, study_id)
+                n = set_builtin_features(conn, study_id)
+            else:
+                ids = [item.id for item in get_items(conn, study_id)]
+                features = read_features_file(features_file, ids)
+                n = set_features(conn, study_id, features)
         except (StudyError, StudyNotFound) as exc:
             raise click.ClickException(str(exc)) from None
         # features can give label catch trials their margin: the study's catch trials are chosen again
         catches.prepare(conn, get_study(conn, study_id))
+    if builtin:
+        _say_builtin(n)
+        return
     names = list(next(iter(features.values())))
     shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
     click.echo(f"Set {len(names)} feature(s) ({shown}) on {n} items of study {study_id}.")
@@ -347,7 +410,7 @@ def list_studies_command() -> None:
     """List the studies on this Redis."""
     from workers.store import health
     from workers.store.answers import count_answers
-    from workers.store.studies import list_studies
+    from workers.store.studies import FEATURES_BUILTIN, features_version, list_studies
 
     with redis_connection() as conn:
         for study in list_studies(conn):
@@ -357,6 +420,8 @@ def list_studies_command() -> None:
             problem = health.describe(learning)
             if problem:
                 click.echo(f"  {problem}")
+            if (features_version(conn, study.id)[0] or "").startswith(FEATURES_BUILTIN):
+                click.echo("  features: built-in image statistics (weak)")
 
 
 @click.command()

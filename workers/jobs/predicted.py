@@ -120,8 +120,11 @@ def features_summary(conn: Redis, study: Study, features: StudyFeatures, summari
     """How well the features agree with the crowd: on the held-out answers (the share of picks the nearest in
     the standardised features makes, ties shared; ``engine.heldout.choice_agreement``), and each learner's own
     live score of them where it keeps one (duels' ``feature_agreement``: how often an item's feature neighbour
-    beat another item; ``features_used``: whether it still trusts them)."""
-    out: dict = {"items_added": len(features.raw) - features.n_known, "heldout": None, "learners": {}}
+    beat another item; ``features_used``: whether it still trusts them), and where the features came from
+    (``source``)."""
+    out: dict = {"items_added": len(features.raw) - features.n_known, "heldout": None, "learners": {},
+                 # a file the researcher gave, or the built-in image statistics (weak; workers.jobs.builtin_features)
+                 "source": features_version(conn, study.id)[0]}
     documents = [d for d in stored_heldout.latest_answers(conn, study.id) if d.get("picks")
                  and KINDS.get(d["kind"]) is not None and max(d["shown"]) < len(features.raw)]
     if documents:

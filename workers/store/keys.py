@@ -337,3 +337,6 @@ FEATURES_FIELD = "features"
 #: process's copy of the features is keyed by (``workers.jobs.predicted.study_features``).
 FEATURES_SOURCE_FIELD = "features_source"
 FEATURES_VERSION_FIELD = "features_version"
+#: Field of ``engine_stats``: the state of the job computing a study's built-in image features (JSON: state, images
+#: done, error in words; ``workers.jobs.builtin_features``).
+FEATURES_JOB_FIELD = "features_job"

@@ -108,3 +108,25 @@ def enqueue_rebuild(conn: Redis, study_id: str, raters: Iterable[str] = (), reas
     get_queue(conn).enqueue(REBUILD_JOB, study_id, job_id=job_id, job_timeout=3600, result_ttl=86400,
                             failure_ttl=7 * 86400)
     return job_id
+
+
+BUILTIN_FEATURES_JOB = "workers.jobs.builtin_features.builtin_features_job"
+
+
+def enqueue_builtin_features(conn: Redis, study_id: str) -> str:
+    """Queue the computing of a study's built-in image features (then a rebuild from them); returns the job
+    id, one per study (asking again while it is queued queues nothing more)."""
+    job_id = f"proxima-features-{study_id}"
+    try:
+        status = Job.fetch(job_id, connection=conn).get_status()
+    except NoSuchJobError:
+        status = None
+    if status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.SCHEDULED):
+        return job_id
+    if status is not None:
+        Job.fetch(job_id, connection=conn).delete()
+    conn.hset(keys.engine_stats(study_id), keys.FEATURES_JOB_FIELD, json.dumps({"state": "queued",
+                                                                                  "at": time.time()}))
+    get_queue(conn).enqueue(BUILTIN_FEATURES_JOB, study_id, job_id=job_id, job_timeout=3600, result_ttl=3600,
+                            failure_ttl=7 * 86400)
+    return job_id
