@@ -16,7 +16,9 @@ Screens (plain JSON-safe dicts, without the ``qid``, ``algorithm`` and ``fallbac
 - unheaded kinds (``rating``, ``odd_one_out``): ``{"kind", "items": [i, j, ...]}``.
 
 An answer is the screen's ``shown`` items (every item, in the order shown) and its ``picks`` (the items
-chosen, in the order chosen; none for a rating, which has a ``value``).
+chosen, in the order chosen), or for a kind answered with a number its ``value`` (a rating on the study's
+scale; ``same_different``: 1 the same, 0 different) and no picks. What a value means is the kind's: its
+``check_value`` checks it and its ``sample`` turns it into the distance sample a pair learner observes.
 """
 from __future__ import annotations
 
@@ -94,6 +96,10 @@ CAREFUL_LAPSE = 0.1
 TOO_FAST_SHARE = 0.25
 
 
+#: What an answer of a kind carries (``QuestionKind.answered_by``): items of its screen, or a number.
+ANSWERED_BY = ("picks", "value")
+
+
 class AnswerError(ValueError):
     """An answer that does not fit its question; the message says what the question needs."""
 
@@ -140,8 +146,15 @@ class QuestionKind:
     #: the screen planner that asks a kind of several items (``asks`` in :data:`SCREEN_ASKS`) over a triplet
     #: learner: an :mod:`engine.screens` class name (``engine.screens.SCREEN_CLASSES``), also its state class
     screen_planner: str = ""
+    #: what an answer carries: "picks" (items of the screen) or "value" (a number, :meth:`check_value`)
+    answered_by: str = "picks"
+    #: its value is a point of the study's rating scale (``rating:``): the page draws the scale, and the
+    #: answer check judges the values against it
+    on_scale: bool = False
 
     def __post_init__(self) -> None:
+        if self.answered_by not in ANSWERED_BY:
+            raise ValueError(f"{self.name}: answered_by must be one of {ANSWERED_BY}")
         object.__setattr__(self, "settings", MappingProxyType({k: MappingProxyType(dict(v))
                                                                for k, v in self.settings.items()}))
 
@@ -222,6 +235,10 @@ class QuestionKind:
         """The picks of an observation (what the simulated rater's ``answer`` gives)."""
         raise NotImplementedError
 
+    def value_of(self, observation: Sequence) -> float | None:
+        """The value of an observation of a kind answered with one (None for kinds of picks)."""
+        return None
+
     def _oracle_class(self) -> type:
         import importlib
 
@@ -236,6 +253,22 @@ class QuestionKind:
     def observation(self, shown: Sequence[int], picks: Sequence[int], screen: Mapping | None = None) -> tuple:
         """What a planner asking this kind observes for one answer (its ``observe`` element)."""
         raise NotImplementedError
+
+    def check_value(self, value: Any, scale: Any) -> float | None:
+        """The ``value`` of an answer, checked (AnswerError saying what the question needs otherwise): None
+        for kinds answered with picks (a value sent with them is ignored). ``scale`` is the study's rating
+        scale (``check_value``, ``min``, ``max``, ``step``, ``distance``), read by the kinds rated on it."""
+        return None
+
+    def sample(self, value: float | None, scale: Any) -> float | None:
+        """The distance sample in [0, 1] (0 alike, 1 unlike) a pair learner observes for an answer's
+        ``value``; None for kinds answered with picks (and for an answer without a value)."""
+        return None
+
+    def repeat_answer(self, picks: Sequence[int] | None, value: float | None) -> int | None:
+        """What a validation repeat compares with the first answer: the first pick (a repeat shows the items in
+        another order, so agreeing is picking the same item first again); None for no answer."""
+        return int(picks[0]) if picks else None
 
     def triplets(self, shown: Sequence[int], picks: Sequence[int]) -> list[tuple[int, int, int, int]]:
         """The anchored triplets ``(head, x, y, winner)`` an answer implies (none for ratings)."""
@@ -261,12 +294,27 @@ class QuestionKind:
         (``StudyConfig.catch_every``, ``catch_misses_allowed``) is planned on them."""
         return CATCH_MISS_RATE, 0.5
 
+    def catch_question(self, found: Sequence[Sequence], settings: Mapping, rng: random.Random
+                       ) -> tuple[dict, Any] | None:
+        """(screen, expect) of an attention check drawn from the study's near-certain comparisons ``found``
+        (each ``(head, similar, different, far, others)``: ``far`` the different one is far from the head in
+        absolute terms too), None when the one drawn cannot fill a screen. Kinds of picks: a comparison
+        drawn, its :meth:`catch_screen`."""
+        head, similar, different, _far, others = rng.choice(found)
+        return self.catch_screen(head, similar, different, others, settings, rng)
+
     def catch_answer_passes(self, picks: Sequence[int] | None, expect: int) -> bool:
         """Whether the picks of a catch screen expecting ``expect`` pass it: the expected item picked first."""
         return bool(picks) and picks[0] == expect
 
+    def catch_answered(self, picks: Sequence[int] | None, value: float | None, expect: Any, scale: Any) -> bool:
+        """Whether an answer (``picks`` or ``value``) to a catch screen expecting ``expect`` (what
+        :meth:`catch_question` gave) passes it; ``scale`` the study's rating scale. Kinds of picks:
+        :meth:`catch_answer_passes`."""
+        return self.catch_answer_passes(picks, expect)
+
     def catch_passes(self, shown: Sequence[int], picks: Sequence[int],
-                     alike: Callable[[int, int], bool | None]) -> bool:
+                     alike: Callable[[int, int], bool | None], value: float | None = None, scale: Any = None) -> bool:
         """Whether an attention check was passed, judged from its items alone (a restore, which has no
         ``expect``): ``alike(i, j)`` says whether two items are alike by the study's data. Headed kinds:
         the first pick is like the head."""
@@ -280,6 +328,11 @@ class QuestionKind:
                         settings: Mapping) -> tuple[dict, Any]:
         """(screen, expected answer in item indices) of a practice question written with item ids."""
         raise NotImplementedError
+
+    def practice_answer(self, answer: Any, handle_of: Callable[[int], str]) -> Any:
+        """A practice question's expected answer (from :meth:`practice_screen`) as the page checks it: items
+        named by their handles (``handle_of`` of an item index)."""
+        return [handle_of(a) for a in answer] if isinstance(answer, list) else handle_of(answer)
 
     def practice_items(self, practice: Mapping) -> list[tuple[str, str]]:
         """(field, item id) of every item a practice question names, its answer included."""
@@ -366,7 +419,22 @@ class _Triplet(_OneOfThree):
         return None
 
 
-class _Rating(QuestionKind):
+def _on_step(value: float, low: float, step: float | None) -> float:
+    """A rating taken as within 1e-6 of a step (the scale's ``check_value``), stored exactly on it."""
+    if step is None:
+        return value
+    # rounded to 12 places: 0 + 3 * 0.1 is stored as 0.3, not 0.30000000000000004
+    return round(low + round((value - low) / step) * step, 12)
+
+
+class _ValuedPair(QuestionKind):
+    """A pair of items answered with a number (its ``value``), no picks: its screens, fallback, repeat and
+    practice questions. A pair learner observes the value's distance sample (:meth:`sample`); an attention
+    check expects a value at the alike end ("high") or, for a pair far apart, at the unlike end ("low")."""
+
+    #: an attention check's alike pair is an item against a copy of itself (else against its like item)
+    _copy_alike = False
+
     def screen(self, proposal, settings):
         i, j = (_item(x) for x in proposal)
         return {"kind": self.name, "items": [i, j]}
@@ -378,23 +446,117 @@ class _Rating(QuestionKind):
         return 2
 
     def check_answer(self, screen, picks, value):
+        # the value itself is checked by check_value (a rating's against the study's scale)
         if value is None:
-            raise AnswerError("a rating question needs 'value', a number on the study's scale")
+            raise AnswerError(f"{self._needs}; got no 'value'")
         return ()
 
+    #: what an answer needs, in words (the answer check's messages)
+    _needs = "this question needs 'value'"
+
     def observation(self, shown, picks, screen=None):
-        raise AnswerError("a rating's observation needs its value on the study's scale")
+        raise AnswerError(f"a {self.name} answer is observed through its value's distance sample (sample)")
+
+    def catch_question(self, found, settings, rng):
+        head, similar, different, _far, others = rng.choice(found)
+        far = [c for c in found if c[3]]
+        alike = not far or rng.random() < 0.5
+        if not alike:  # an unlike answer is expected only of a pair far apart in absolute terms
+            head, similar, different, _far, others = rng.choice(far)
+        other = (head if self._copy_alike else similar) if alike else different
+        screen, _ = self.catch_screen(head, other, different, others, settings, rng)
+        return screen, "high" if alike else "low"
 
     def catch_screen(self, head, similar, different, others, settings, rng):
         pair = [head, similar]
         rng.shuffle(pair)
         return {"kind": self.name, "items": pair}, similar
 
+    def catch_answered(self, picks, value, expect, scale):
+        return value is not None and self._at_end(value, expect != "low", scale)
+
+    def _at_end(self, value: float, alike: bool, scale: Any) -> bool:
+        """Whether ``value`` is an answer at the alike end (``alike``) or the unlike end of the kind's values."""
+        raise NotImplementedError
+
+    def catch_passes(self, shown, picks, alike, value=None, scale=None):
+        # an item against its copy is alike; another pair as the study's data say (the like end unless unlike)
+        like = True if shown[0] == shown[1] else alike(shown[0], shown[1])
+        return self.catch_answered(picks, value, "low" if like is False else "high", scale)
+
     def repeat_screen(self, screen, rng):
         return {"kind": self.name, "items": list(screen["items"])[::-1]}
 
+    def repeat_answer(self, picks, value):
+        return None if value is None else int(value)
+
+    def practice_answer(self, answer, handle_of):
+        return answer  # a value (or a rating's range), no items
+
+    def practice_items(self, practice):
+        return [(f"items.{c}", x) for c, x in enumerate(practice["items"])]
+
+
+class _Rating(_ValuedPair):
+    _needs = "a rating question needs 'value', a number on the study's scale"
+
+    def check_value(self, value, scale):
+        if value is None:
+            raise AnswerError(f"a rating question needs 'value', a number from {scale.min:g} to {scale.max:g}")
+        try:
+            checked = scale.check_value(value)
+        except ValueError as exc:
+            raise AnswerError(str(exc)) from None
+        return _on_step(checked, scale.min, scale.step)
+
+    def sample(self, value, scale):
+        return None if value is None else float(scale.distance(value))
+
+    def _at_end(self, value, alike, scale):
+        if alike:
+            return bool(scale.catch_passes(value))
+        return value <= scale.min + 0.25 * (scale.max - scale.min)
+
+    def repeat_answer(self, picks, value):
+        return None  # a rating is not repeated (``repeatable``): two ratings of a pair rarely match exactly
+
     def practice_screen(self, practice, index_of, settings):
         return {"kind": self.name, "items": [index_of(i) for i in practice["items"]]}, list(practice["answer"])
+
+
+#: A same-or-different answer's values: 1 the two are the same, 0 they are different.
+SAME, DIFFERENT = 1, 0
+
+
+class _SameDifferent(_ValuedPair):
+    """Two items, "the same or different?": ``value`` 1 (:data:`SAME`) or 0 (:data:`DIFFERENT`). A pair
+    learner observes the distance sample 0 for "same" and 1 for "different" (a rating's two ends), so what it
+    estimates of a pair is the share of raters calling it different, which grows with the pair's distance."""
+
+    _copy_alike = True
+    _needs = "a same-or-different question needs 'value', 1 (the same) or 0 (different)"
+
+    def check_value(self, value, scale):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value not in (SAME, DIFFERENT):
+            got = "no 'value'" if value is None else f"{value!r}"
+            raise AnswerError(f"{self._needs}; got {got}")
+        return int(value)
+
+    def sample(self, value, scale):
+        return None if value is None else (0.0 if int(value) == SAME else 1.0)
+
+    def _at_end(self, value, alike, scale):
+        return int(value) == (SAME if alike else DIFFERENT)
+
+    def simulated_rater(self, distances, scale, lapse, settings, random_state=None):
+        return self._oracle_class()(distances, scale=scale, lapse=lapse, random_state=random_state)
+
+    def value_of(self, observation):
+        return int(observation[2])
+
+    def practice_screen(self, practice, index_of, settings):
+        screen = {"kind": self.name, "items": [index_of(i) for i in practice["items"]]}
+        return screen, SAME if practice["answer"] == "same" else DIFFERENT
 
 
 class _OddOneOut(_OneOfThree):
@@ -428,7 +590,7 @@ class _OddOneOut(_OneOfThree):
         x, y = (int(i) for i in shown if i != picks[0])
         return (x, y, int(picks[0]))
 
-    def catch_passes(self, shown, picks, alike):
+    def catch_passes(self, shown, picks, alike, value=None, scale=None):
         # the two left are alike and the odd one is unlike them
         x, y = (i for i in shown if i != picks[0])
         return bool(alike(x, y)) and alike(x, picks[0]) is False
@@ -533,7 +695,7 @@ class _Rank(QuestionKind):
         # still rank an unlike item first when the grid's unlike items are not far)
         return bool(picks) and expect in picks
 
-    def catch_passes(self, shown, picks, alike):
+    def catch_passes(self, shown, picks, alike, value=None, scale=None):
         return any(alike(shown[0], p) for p in picks)
 
     def catch_screen(self, head, similar, different, others, settings, rng):
@@ -643,9 +805,20 @@ _ENTRIES = (
                       "(click a button or press the keys 1–5, or move the slider and press Enter). There are no "
                       "right or wrong answers: go with your first impression."),
         too_fast_ms=0, seconds=SECONDS_RATING, oracle="simulation.oracles:DistanceMatrixOracle", repeatable=False,
-        prompt_field="rating.prompt",
+        prompt_field="rating.prompt", answered_by="value", on_scale=True,
         practice_schema=_practice("rating", items=_item_ids(2, 2),
                                   answer={"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2})),
+    _SameDifferent(
+        "same_different", headed=False, asks="pair", triplet_derived=False, widget="same",
+        description="two items: the same or different? (value 1 the same, 0 different)",
+        prompt="Are these two the same, or different?",
+        instructions=("You will see two items. Say whether they are the same or different: click Same or "
+                      "Different (or press 1 for the same, 2 for different). There are no right or wrong "
+                      "answers: go with your first impression."),
+        # a yes-or-no look at one pair: a stated assumption, at most a rating's time (SECONDS_RATING)
+        too_fast_ms=0, seconds=SECONDS_RATING, oracle="simulation.oracles:SameDifferentOracle", answered_by="value",
+        practice_schema=_practice("same_different", items=_item_ids(2, 2),
+                                  answer={"enum": ["same", "different"]})),
     _OddOneOut(
         "odd_one_out", headed=False, asks="triple", triplet_derived=True, widget="odd",
         description="three items, no head: which one is least like the other two? (THINGS, SPoSE/VICE)",

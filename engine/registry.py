@@ -102,7 +102,11 @@ class Algorithm:
     b, winner)`` rows: one model from a study asking ratings and triplets of the same items);
     ``coordinates`` its planner fits
     coordinates of the items (:func:`fitted_coordinates` returns them once fitted): its embedding is
-    exported and offered for download.
+    exported and offered for download; ``similarities`` a pair planner whose ``observe`` takes ``(i, j,
+    similarity)`` rows (1 − each answer's distance sample: SimForest) rather than ``(i, j, distance)``;
+    ``counts_samples`` its graph's ``samples`` count the answers behind each edge, so an edge with none is a
+    guess and no neighbour yet (the exports, the map and the dashboard leave it out; a planner whose graph
+    holds no counts, e.g. one built by ``NeighborGraph.from_neighbors``, leaves it False).
     """
 
     name: str
@@ -126,6 +130,8 @@ class Algorithm:
     takes_raters: bool = False
     takes_triplets: bool = False
     coordinates: bool = False
+    similarities: bool = False
+    counts_samples: bool = False
 
     def __post_init__(self) -> None:
         if self.asks not in ASKS or self.learns not in LEARNS:
@@ -148,6 +154,14 @@ class Algorithm:
     def pair_over_triplets(self) -> bool:
         """Asks pairs natively but can run a triplet study (through :mod:`engine.adapters`)."""
         return self.asks == "pair" and any(KINDS[k].asks == "triplet" for k in self.question_kinds)
+
+    def native_kind(self, question_kind: str) -> str:
+        """The kind this algorithm's planner is built with in a study asking ``question_kind``: that kind,
+        unless the planner proposes pairs and the kind asks triplets (the platform then drives the bare pair
+        planner and asks each pair as a triplet-derived question itself), then its first kind asking pairs."""
+        if self.asks == KINDS[question_kind].asks or not self.pair_over_triplets:
+            return question_kind
+        return next(k for k in self.question_kinds if KINDS[k].asks == self.asks)
 
     @property
     def defaults(self) -> dict:
@@ -223,18 +237,20 @@ _ENTRIES = (
     Algorithm("anntri", "engine.anntri:ANNTri", _PAIR_KINDS, "pair", "graph",
               "ANNTri: adaptive pair distances with triangle-inequality pruning; certifies each neighbour",
               _ROUNDS, ("ANNTri",) + _PAIR_STATES, rounds=True, state_in_place=True, triplet_defaults=_DERIVED,
+              counts_samples=True,
               memory=_BOUNDS, warning=_loses_to_random("ANNTri", ".20 / .22"),
               rating_warning=_stalls_on_ratings("ANNTri")),
     Algorithm("ann", "engine.anntri:ANN", _PAIR_KINDS, "pair", "graph",
               "ANN: adaptive pair distances without the triangle bounds (the paper's baseline)",
               {k: v for k, v in _ROUNDS.items() if k != "triangle"}, ("ANN",) + _PAIR_STATES, rounds=True,
-              state_in_place=True, triplet_defaults=_DERIVED, memory=_BOUNDS,
+              state_in_place=True, counts_samples=True, triplet_defaults=_DERIVED, memory=_BOUNDS,
               warning=_loses_to_random("ANN", ".20 / .22"), rating_warning=_stalls_on_ratings("ANN")),
     Algorithm("random", "engine.anntri:RandomSampling", _PAIR_KINDS, "pair", "graph",
               "Random: uniformly random pairs until the confidence bounds certify every neighbour",
               {k: v for k, v in _ROUNDS.items()
                if k not in ("window", "max_samples_per_round", "stagger", "triangle")},
               ("RandomSampling",) + _PAIR_STATES, state_in_place=True, triplet_defaults=_DERIVED, memory=_BOUNDS,
+              counts_samples=True,
               warning=_loses_to_random("Random sampling", ".15 / .11")),
     Algorithm("pooled", "engine.ratings:PooledRatings", kinds_asking("pair"), "pair", "graph",
               "Pooled ratings: a fitted space of the items and each rater's use of the scale; asks the pairs "
@@ -246,7 +262,7 @@ _ENTRIES = (
                "refit_growth": {"type": "number", "exclusiveMinimum": 0, "default": 0.25}},
               # (estimated from its arrays, not yet measured by benchmarks/engine_memory.py: per-pair counts and
               # sums, the estimates' temporaries; the log of ratings and a refit's copy of it)
-              ("PooledRatings",), takes_raters=True, takes_triplets=True, coordinates=True,
+              ("PooledRatings",), takes_raters=True, takes_triplets=True, coordinates=True, counts_samples=True,
               memory=Memory(per_pair=64.0, per_answer=100.0, fixed=60e6)),
     Algorithm("random_triplets", "engine.random_triplets:RandomTriplets", _TRIPLET_KINDS, "triplet", "graph",
               "Random triplets: uniformly random triplets, neighbour = highest win rate (no certificate)",
@@ -294,7 +310,8 @@ _ENTRIES = (
               {"n_trees": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10},
                "n_pairs": {"type": "integer", "minimum": 1, "maximum": 100, "default": 1},
                "repeats": {"type": "integer", "minimum": 1, "maximum": 20, "default": 1}},
-              ("ActiveSimilarityForest",), needs_labels=True, takes_labels=True,
+              ("ActiveSimilarityForest",), needs_labels=True, takes_labels=True, similarities=True,
+              counts_samples=True,
               memory=Memory(per_pair=16.0, fixed=50e6)),
 )
 

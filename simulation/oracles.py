@@ -1,4 +1,5 @@
-"""Simulated raters: answer distance, triplet, odd-one-out and rank questions from a known metric.
+"""Simulated raters: answer distance, same-or-different, triplet, odd-one-out and rank questions from a known
+metric.
 
 Tests, benchmarks and budget planning drive the very planners that serve real raters
 with these oracles. Conventions: items are ``0..n_items-1``; ``distances`` is an
@@ -353,6 +354,43 @@ class PickOracle(RankOracle):
         R = np.asarray(references, np.int64).reshape(len(chosen), -1)
         shown = (R[:, :, None] == chosen[:, None, :]).any(axis=2)
         return R[shown].reshape(chosen.shape)
+
+
+#: The share of a truth's item pairs a simulated same-or-different rater calls the same when no threshold is
+#: given: its threshold is this quantile of the truth's distances (a stated assumption, not a measurement).
+SAME_SHARE = 0.1
+
+
+class SameDifferentOracle(_KnownDistances):
+    """A simulated rater answering "are ``i`` and ``j`` the same, or different?" from a distance matrix: the
+    same when their distance is under ``threshold``, with the human model's noise around it
+    (:func:`human_agree_probability` on the gap ``threshold − d(i, j)``: the logistic ``scale`` and a lapse
+    rate, a lapse answering at random). ``threshold`` defaults to the :data:`SAME_SHARE` quantile of the
+    distances between distinct items. ``answer(pairs)`` gives rows ``(i, j, value)``, value 1 the same and 0
+    different (``engine.kinds``' same_different).
+    """
+
+    def __init__(self, distances: ArrayLike, scale: float = 0.0, lapse: float = 0.0,
+                 threshold: float | None = None, random_state: RandomState = None) -> None:
+        self.distances = check_distance_matrix(distances)
+        self.scale, self.lapse = _check_scale_lapse(scale, lapse)
+        if threshold is None:
+            off = self.distances[~np.eye(self.n_items, dtype=bool)]
+            threshold = float(np.quantile(off, SAME_SHARE)) if off.size else 0.0
+        if not np.isfinite(threshold):
+            raise ValueError(f"threshold must be a finite distance, got {threshold}")
+        self.threshold = float(threshold)
+        self.rng = check_random_state(random_state)
+
+    def same(self, pairs: Iterable[Sequence[int]]) -> np.ndarray:
+        """Boolean ndarray of shape (len(pairs),): True where the pair is called the same."""
+        idx = _as_index_array(pairs, 2, self.n_items)
+        gap = self.threshold - self.distances[idx[:, 0], idx[:, 1]]
+        return self.rng.random(len(idx)) < human_agree_probability(gap, self.scale, self.lapse)
+
+    def answer(self, pairs: Iterable[Sequence[int]]) -> list[tuple[int, int, int]]:
+        pairs = [(int(i), int(j)) for i, j in pairs]
+        return [(i, j, int(s)) for (i, j), s in zip(pairs, self.same(pairs).tolist(), strict=True)]
 
 
 class TripletDerivedOracle:

@@ -252,23 +252,16 @@ def catch_question(study: Study, found: list[Comparison]) -> dict | None:
     very different item, and more items very unlike the head): a screen of the study's catch kind built
     from them by the kind's entry (``engine.kinds``: a triplet of the three expecting the similar one, an
     odd-one-out of the three expecting the different one, a grid of the similar one among very unlike
-    ones expecting it first), items in random order; or (a kind rated on a scale) the head with one of
-    them, to be rated in the top or bottom quarter of the scale. None when the study has no such
-    comparison (no catch trial then)."""
+    ones expecting it first), items in random order; or (a kind answered with a value: ``catch_question``) a
+    pair expecting the alike or, far apart, the unlike end (a rating in the top or bottom quarter of the
+    scale; same-or-different an item against its copy, "same", or a far item, "different"). None when the
+    study has no such comparison (no catch trial then)."""
     if not found:
         return None
     kind = KINDS[study.config.catch_kind]
-    head, similar, different, far_apart, others = random.choice(found)
     common = {"algorithm": CATCH_ALGORITHM, "fallback": False, "catch": True}
-    rng = random  # the process's generator, as every draw of a request (a seeded test replays them)
-    if kind.asks == "pair":  # a rating expects a value on the scale, not a pick
-        far = [c for c in found if c.far]
-        alike = not far or random.random() < 0.5
-        if not alike:  # a low rating is expected only of a pair far apart in absolute terms
-            head, similar, different, far_apart, others = random.choice(far)
-        screen, _ = kind.catch_screen(head, similar if alike else different, different, others, {}, rng)
-        return {**pooled(screen, CATCH_ALGORITHM), **common, "expect": "high" if alike else "low"}
-    built = kind.catch_screen(head, similar, different, others, study.config.settings_of(kind), rng)
+    # the process's generator, as every draw of a request (a seeded test replays them)
+    built = kind.catch_question(found, study.config.settings_of(kind), random)
     if built is None:
         return None
     screen, expect = built
@@ -277,18 +270,12 @@ def catch_question(study: Study, found: list[Comparison]) -> dict | None:
 
 def catch_passed(study: Study, question: dict, picks: list[int] | None, value: float | None) -> bool:
     """Whether an attention check was answered as anyone paying attention would (a skip fails it): the
-    expected item picked as the kind says (``catch_answer_passes``: first, or a grid's among the picks;
-    a copy of an item as any other like item).
+    expected item picked as the kind says (``catch_answered``: first, or a grid's among the picks; a copy
+    of an item as any other like item; a value at the expected end).
     A check issued before checks had an ``expect`` showed the head among
     its candidates (triplets) or one item twice (ratings)."""
-    if kind_of(question).asks == "pair":
-        scale = study.config.rating
-        if value is None:
-            return False
-        if question.get("expect") == "low":
-            return value <= scale.min + 0.25 * (scale.max - scale.min)
-        return scale.catch_passes(value)
-    return kind_of(question).catch_answer_passes(picks, question.get("expect", question.get("head")))
+    return kind_of(question).catch_answered(picks, value, question.get("expect", question.get("head")),
+                                            study.config.rating)
 
 
 def check_consent(study: Study) -> None:
@@ -328,12 +315,13 @@ def exclude_if_catch_flagged(conn: Redis, study: Study, rater: str) -> bool:
 
 
 def maybe_queue_repeat(conn: Redis, study: Study, rater: str, question: dict, picks: list[int] | None,
-                       issued: NextQuestion | None) -> None:
+                       issued: NextQuestion | None, value: float | None = None) -> None:
     """After an ordinary answer of a kind that repeats (``engine.kinds``): perhaps queue it to be asked
     again later (items in another order) as one of the rater's ``attention.validation_repeats``. Costs a
     round trip only when drawn, about validation_repeats times per rater."""
     repeats = study.config.attention.validation_repeats
-    if (not repeats or not kind_of(question).repeatable or question.get("catch") or not picks
+    answered = kind_of(question).repeat_answer(picks, value)
+    if (not repeats or not kind_of(question).repeatable or question.get("catch") or answered is None
             or issued is None or issued.status != "ok"):
         return
     window = max(1, int(REPEAT_SOURCE_SHARE * (study.config.limits.max_questions_per_rater
@@ -341,7 +329,7 @@ def maybe_queue_repeat(conn: Redis, study: Study, rater: str, question: dict, pi
     if issued.answers > window or random.random() >= min(1.0, 1.5 * repeats / window):
         return
     due = issued.answers + REPEAT_GAP_MIN + random.randint(0, REPEAT_GAP_SPREAD)
-    queue_repeat(conn, study.id, rater, repeat_question(question, picks[0]), most=repeats, due_after=due,
+    queue_repeat(conn, study.id, rater, repeat_question(question, answered), most=repeats, due_after=due,
                  ttl=USED_MARKER_TTL)
 
 
@@ -395,7 +383,7 @@ def screen_payload(study: Study, question: dict, items: list[dict]) -> dict:
         out.update(items=items)
     if "select" in question:
         out["select"] = int(question["select"])
-    if kind.asks == "pair":
+    if kind.on_scale:
         out["scale"] = rater_scale(study.config)
     return out
 
@@ -506,25 +494,20 @@ def parse_answer_body(body: object) -> tuple[str, list[str] | None, float | None
 
 def check_response(study: Study, question: dict, picks: list[int] | None, value: float | None,
                    skip: bool = False) -> tuple[list[int] | None, float | None]:
-    """The answer's picks (``engine.kinds``: the kind's answer check) or value (kinds rated on the
-    study's scale), or ApiError saying what the question needs."""
+    """The answer's picks (``engine.kinds``: the kind's answer check) or value (``check_value``: kinds answered
+    with a number, a rating's on the study's scale), or ApiError saying what the question needs."""
     if skip:
         if not study.config.allow_skip:
             raise ApiError(400, "skip_not_allowed", "this study does not allow skipping a question: "
                            "please choose an answer")
         return None, None
     kind = kind_of(question)
-    if kind.asks == "pair":
-        if value is None:
-            scale = study.config.rating
-            raise ApiError(400, "malformed_answer",
-                           f"a rating question needs 'value', a number from {scale.min:g} to {scale.max:g}")
-        scale = study.config.rating
-        try:
-            value = scale.check_value(value)
-        except ValueError as exc:
-            raise ApiError(400, "value_out_of_range", str(exc)) from None
-        return None, on_step(value, scale.min, scale.step)
+    try:
+        checked = kind.check_value(value, study.config.rating)
+    except AnswerError as exc:
+        raise ApiError(400, "malformed_answer" if value is None else "value_out_of_range", str(exc)) from None
+    if checked is not None:
+        return None, checked
     if not picks:
         try:
             kind.check_answer(question, picks, value)
@@ -534,14 +517,6 @@ def check_response(study: Study, question: dict, picks: list[int] | None, value:
         return list(kind.check_answer(question, picks, value)), None
     except AnswerError as exc:
         raise ApiError(400, "choice_not_offered", str(exc)) from None
-
-
-def on_step(value: float, low: float, step: float | None) -> float:
-    """A rating taken as within 1e-6 of a step (``RatingScale.check_value``), stored exactly on it."""
-    if step is None:
-        return value
-    # rounded to 12 places: 0 + 3 * 0.1 is stored as 0.3, not 0.30000000000000004
-    return round(low + round((value - low) / step) * step, 12)
 
 
 def submit_answer(conn: Redis, study: Study, rater: str, body: object, issue_next: bool = True,
@@ -596,10 +571,10 @@ def submit_answer(conn: Redis, study: Study, rater: str, body: object, issue_nex
         enqueue_update(conn, study.id)
     if "catch_failed" in stats and attention.flag_action == "exclude":
         exclude_if_catch_flagged(conn, study, rater)
-    if question.get("repeat_of") is not None and choice:
+    if question.get("repeat_of") is not None and kind_of(question).repeat_answer(choice, value) is not None:
         flag_low_self_agreement(conn, study, rater)
     else:
-        maybe_queue_repeat(conn, study, rater, question, choice, issued)
+        maybe_queue_repeat(conn, study, rater, question, choice, issued, value)
     if replaced:
         raise session_replaced_error()  # the answer is kept; the page is told instead of getting a question
     result = {"answer": {"id": answer_id}, "next": None}
@@ -689,10 +664,12 @@ def answer_flags(study: Study, question: dict, picks: list[int] | None, issued_a
         flags.append("too_fast")
         stats.append("too_fast")
     if question.get("repeat_of") is not None:
-        # a validation repeat: items in another order, so agreeing means picking the same item first again
-        if picks:
+        # a validation repeat: items in another order, so agreeing means answering as the first time (the
+        # kind's repeat_answer: the same item picked first again, the same value)
+        again = kind_of(question).repeat_answer(picks, value)
+        if again is not None:
             stats.append("repeats")
-            if picks[0] == question["repeat_of"]:
+            if again == question["repeat_of"]:
                 flags.append(REPEAT_AGREE_FLAG)
                 stats.append("repeat_agreed")
             else:

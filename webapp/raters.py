@@ -187,11 +187,10 @@ def practice_payload(study: Study) -> list[dict]:
         shown = kind.shown(screen)
         handles = question_handles(current_app.config["SECRET_KEY"], study.id, new_seed(), shown)
         items = [item_payload(study.id, h, index_by_position[i]) for h, i in zip(handles, shown, strict=True)]
-        if kind.asks != "pair":  # an answer of items (a rating's is a range of the scale)
-            # the candidates' handles: a practice screen shows distinct items, so each index has one
-            named = dict(zip(shown[1:] if kind.headed else shown, handles[1:] if kind.headed else handles,
-                             strict=True))
-            answer = [named[a] for a in answer] if isinstance(answer, list) else named[answer]
+        # an answer of items names them by the candidates' handles (a practice screen shows distinct items,
+        # so each index has one); a value (a rating's range, same or different) is the kind's as it is
+        named = dict(zip(shown[1:] if kind.headed else shown, handles[1:] if kind.headed else handles, strict=True))
+        answer = kind.practice_answer(answer, named.__getitem__)
         out.append({**screen_payload(study, screen, items), "answer": answer, "explanation": p.get("explanation", "")})
     return out
 

@@ -18,7 +18,7 @@ from engine.planners import make_planner, restore_planner, takes_features
 from engine.registry import ALGORITHMS, candidate_duels, drive_as_pool, fitted_coordinates
 from workers.store.answers import CATCH_ALGORITHM, HELDOUT, REPEAT_ALGORITHM, Answer
 from workers.store.config import AlgorithmConfig, StudyConfig
-from workers.store.questions import derived_triplet_question, pooled
+from workers.store.questions import asks_derived, derived_triplet_question, pooled
 from workers.store.studies import StudyError, feature_matrix, get_items, initial_item_count
 
 if TYPE_CHECKING:
@@ -88,12 +88,8 @@ class Learner:
         # The platform drives each planner in its native shape (pair planners get pairs and build
         # the triplet around them here, keeping which item was the probe in the answer document);
         # every other planner proposes whole screens of the study's kind (a grid takes its n and k).
-        kind = algorithm.kind
-        if entry.asks == "pair":
-            kind = next(k for k in KINDS.values() if k.asks == "pair" and k.name in entry.question_kinds)
-            kind_params = {}
-        else:
-            kind_params = kind.planner_params(config.settings_of(kind))
+        kind = KINDS[entry.native_kind(algorithm.question_kind)]
+        kind_params = kind.planner_params(config.settings_of(kind))
         prior = {"features": features} if features is not None and takes_features(entry.name) else {}
         planner = make_planner(entry.name, n_items, question_kind=kind.name, random_state=seed,
                                labels=None if unlabelled else list(labels), **prior, **kind_params, **params)
@@ -157,30 +153,14 @@ class Learner:
             # An index past the study's items is no added item: the engine refuses it and the answer is set aside
             n = int(self.planner.n_items)
             answers = [a for a in answers if not n <= max(a.shown, default=0) < self.study_items]
-        # pair learners of a graph learn distances: ratings (mapped to distances), and the samples of
-        # triplet-derived questions where they ask those too
-        if self.learns_graph or (self.entry.asks == "pair" and self.entry.learns == "graph"):
-            scale = self.config.rating
-            # a learner that models each rater's use of the scale gets who gave each rating
-            takes_raters = self.entry.takes_raters
-            for a in answers:
-                if a.algorithm != self.label:
-                    continue
-                if a.question_kind.asks == "pair" and a.value is not None:
-                    rows.append((a.head, a.a, scale.distance(a.value), a.rater) if takes_raters
-                                else (a.head, a.a, scale.distance(a.value)))
-                elif a.probe is not None and a.picks:
-                    rows.append(pair_sample(a.head, a.probe, a.picks[0]))
-        elif self.entry.asks == "triplet" and not self.entry.grows:
+        if self.entry.asks == "pair":
+            return self._pair_samples(answers)
+        if not self.entry.grows:
             # learners of any triplet (win rates, duels, embeddings) also learn from imported answers of
             # their kind; each answer becomes the planner's observation through its kind's entry
             kind = self.algorithm.kind
             rows = [kind.observation(a.shown, a.picks) for a in answers
                     if a.question_kind is kind and a.algorithm in (self.label, IMPORTED) and a.picks]
-        elif self.entry.asks == "pair":  # rating-only pair learners (similarities)
-            scale = self.config.rating
-            rows = [(a.head, a.a, 1.0 - scale.distance(a.value)) for a in answers
-                    if a.question_kind.asks == "pair" and a.algorithm == self.label and a.value is not None]
         else:
             kind = self.algorithm.kind
             mine = [kind.observation(a.shown, a.picks) for a in answers
@@ -190,6 +170,25 @@ class Learner:
             if mine:
                 asked = cast("ForestStudy", self.grows).asked([r[:3] for r in mine])
                 rows = [r for r, ok in zip(mine, asked, strict=True) if ok]
+        return rows
+
+    def _pair_samples(self, answers: list[Answer]) -> list[tuple]:
+        """A pair planner's rows of its own answers: ``(i, j, distance)`` from an answer's value through its
+        kind (``sample``: a rating's place on the scale, same 0 and different 1), with the rater where the
+        planner models each rater (``takes_raters``), as ``(i, j, similarity)`` where it takes similarities;
+        and the sample of a triplet-derived question (a pair asked with a random third item)."""
+        scale = self.config.rating
+        takes_raters, similarities = self.entry.takes_raters, self.entry.similarities
+        rows: list[tuple] = []
+        for a in answers:
+            if a.algorithm != self.label:
+                continue
+            d = a.question_kind.sample(a.value, scale)
+            if d is not None:
+                value = 1.0 - d if similarities else d
+                rows.append((a.head, a.a, value, a.rater) if takes_raters else (a.head, a.a, value))
+            elif a.probe is not None and a.picks:
+                rows.append(pair_sample(a.head, a.probe, a.picks[0]))
         return rows
 
     def observe(self, answers: list[Answer]) -> int:
@@ -234,11 +233,10 @@ class Learner:
                 and not q.get(HELDOUT)]  # a held-out question is none of the planner's
         if not mine:
             return
-        if self.entry.asks == "pair":
-            pairs = [kind_of(q).proposal(q) if kind_of(q).asks == "pair" else (q["head"], q["probe"]) for q in mine]
-            self.planner.forget(pairs)
-            return
-        own = [kind_of(q).proposal(q) for q in mine if kind_of(q).shown(q)[0] < int(self.planner.n_items)]
+        # (a triplet-derived question is the planner's pair, its head and probe, asked with a random third item;
+        # a planned question shows none of the items added to the study later)
+        own = [(q["head"], q["probe"]) if "probe" in q else kind_of(q).proposal(q) for q in mine
+               if kind_of(q).shown(q)[0] < int(self.planner.n_items)]
         if own:
             self.planner.forget(own)
 
@@ -269,7 +267,7 @@ class Learner:
         # random_state and the pair planner's count of questions issued (``n_issued_`` of the pair
         # planners, engine.anntri), so a seeded study asks the same questions again.
         seed = _seed(self.config, self.config.algorithms.index(self.algorithm))
-        derived = self.entry.asks == "pair" and self.algorithm.kind.asks != "pair"
+        derived = asks_derived(self.algorithm)
         rng = np.random.default_rng(None if seed is None else [seed, int(self.planner.n_issued_) if derived else 0])
         return [self._question(q, n_items, rng) for q in planned] + heldout
 
@@ -296,7 +294,7 @@ class Learner:
 
     def _question(self, planned: tuple, n_items: int, rng: np.random.Generator) -> dict:
         kind = self.algorithm.kind
-        if self.entry.asks == "pair" and kind.asks != "pair":
+        if asks_derived(self.algorithm):
             i, j = planned  # a pair asked as a triplet-derived question
             # the third item is one of the learner's own (items added later are none of its questions)
             third = draw_third(i, j, min(n_items, int(self.planner.n_items)), rng)
@@ -337,6 +335,14 @@ class Learner:
             return Graph(g.neighbors, g.certified, g.estimates, g.lower, g.upper, g.samples)
         return self.planner.neighbor_graph(k or 1)
 
+    def guessed(self, graph: Graph) -> np.ndarray:
+        """Which edges of ``graph`` no answer has touched yet (bool, the shape of its ``neighbors``): guesses,
+        not neighbours, where the planner's graph counts the answers behind each edge (``counts_samples``:
+        a pair planner's untouched estimate reads 0.0, "identical"); none elsewhere."""
+        if not self.entry.counts_samples:
+            return np.zeros(np.shape(graph.neighbors), bool)
+        return np.asarray(graph.samples) == 0
+
     def embedding(self) -> np.ndarray | None:
         """The learned coordinates (n_items, dim) of an embedding learner, None before its first fit."""
         if self.entry.learns != "embedding":
@@ -370,9 +376,7 @@ class Learner:
     def summary(self) -> dict:
         """What the dashboard shows of a learner: its progress and each item's current neighbour."""
         g = self.graph()
-        first = g.neighbors[:, 0]
-        if self.entry.asks == "pair":  # a pair no answer has touched is no neighbour ("no data yet")
-            first = np.where(np.asarray(g.samples)[:, 0] > 0, first, -1)
+        first = np.where(self.guessed(g)[:, 0], -1, g.neighbors[:, 0])  # a guess is no neighbour ("no data yet")
         return {"label": self.label, "algorithm": self.algorithm.algorithm,
                 "question_kind": self.algorithm.question_kind, "progress": self.progress(),
                 "finished": self.finished, "neighbors": [int(x) for x in first]}

@@ -206,9 +206,9 @@ def judge(study: Study, log_answers: list[Answer], due: dict[str, tuple[int, int
     # grids) imply triplets whose candidates depend on the answer itself, which the random-responder
     # simulation does not model, so they are left to catch trials and repeats
     triplets = [a for a in reference if _one_triplet(a)]
-    ratings = [a for a in reference if a.question_kind.asks == "pair"]
+    ratings = [a for a in reference if a.question_kind.on_scale]
     judged_t = {r: [a for a in w if _one_triplet(a)] for r, w in window.items()}
-    judged_r = {r: [a for a in w if a.question_kind.asks == "pair"] for r, w in window.items()}
+    judged_r = {r: [a for a in w if a.question_kind.on_scale] for r, w in window.items()}
     if any(judged_t.values()):
         verdicts.update(_judge_triplets(study, triplets, {r: w for r, w in judged_t.items()
                                                           if len(w) >= len(judged_r[r]) and w}, due, seed))

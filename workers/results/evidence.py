@@ -68,9 +68,8 @@ def _neighbours(conn: Redis, study: Study, label: str, item: int) -> list[int]:
     if item >= len(neighbors):
         return []
     row = neighbors[item][:NEIGHBOURS].astype(int).tolist()
-    samples = np.asarray(graph.samples)[item] if alg.entry.asks == "pair" else None
-    # a pair no answer has touched is no neighbour yet (as the map's arrows)
-    return [j for slot, j in enumerate(row) if j >= 0 and j != item and (samples is None or samples[slot] > 0)]
+    guessed = learner.guessed(graph)[item]  # an edge no answer has touched is no neighbour yet (as the map's arrows)
+    return [j for slot, j in enumerate(row) if j >= 0 and j != item and not guessed[slot]]
 
 
 def item_evidence(conn: Redis, study: Study, label: str, item: int, max_answers: int = MAX_ANSWERS_READ) -> dict:

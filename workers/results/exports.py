@@ -133,9 +133,9 @@ def nn_graph(conn: Redis, study_id: str, algorithm: str | None = None) -> dict:
     ids = [item.id for item in items]
     k = int(learner.algorithm.params.get("k", 1))
     g = learner.graph(k)
-    # a pair learner's edge no answer has touched is a guess (its estimate reads 0.0, "identical"):
-    # the item has no neighbour yet
-    blind = g.samples == 0 if learner.algorithm.entry.asks == "pair" else np.zeros(g.neighbors.shape, bool)
+    # an edge no answer has touched is a guess where the learner counts its answers (a pair planner's estimate
+    # reads 0.0, "identical"): the item has no neighbour yet
+    blind = learner.guessed(g)
     edges = []
     for i in range(len(g.neighbors)):  # items added to a forest appear once their routing starts
         for rank, j in enumerate(g.neighbors[i].tolist()):

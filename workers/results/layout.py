@@ -303,9 +303,8 @@ def graph_layout(conn: Redis, study: Study, label: str, max_drawn: int = MAX_DRA
                 candidates[slot] = learner.candidate_evidence(i, MAX_CANDIDATES) or []
     if learner is not None:
         graph = learner.graph()
-        neighbors = graph.neighbors[:, 0].astype(int)
-        if alg.entry.asks == "pair":  # a pair no answer has touched is no neighbour yet
-            neighbors = np.where(np.asarray(graph.samples)[:, 0] > 0, neighbors, -1)
+        # an edge no answer has touched is no neighbour yet
+        neighbors = np.where(learner.guessed(graph)[:, 0], -1, graph.neighbors[:, 0]).astype(int)
         certified = np.asarray(graph.certified, bool)
     else:
         neighbors = np.full(n, -1)

@@ -73,6 +73,12 @@ def question_items(question: dict) -> list[int]:
     return kind_of(question).shown(question)
 
 
+def asks_derived(algorithm: AlgorithmConfig) -> bool:
+    """Whether the algorithm's planner proposes pairs the platform asks as triplet-derived questions (a pair
+    planner in a triplet study: the algorithm table's ``native_kind`` is another kind than the one asked)."""
+    return algorithm.entry.native_kind(algorithm.question_kind) != algorithm.question_kind
+
+
 def fallback_question(algorithm: AlgorithmConfig, n_items: int, config: StudyConfig | None = None) -> dict:
     """A uniformly random screen of the algorithm's kind (``engine.kinds``), served when its pool is empty.
 
@@ -82,7 +88,7 @@ def fallback_question(algorithm: AlgorithmConfig, n_items: int, config: StudyCon
     kind (rating forests keep a random pair's rating for later splits).
     """
     kind = algorithm.kind
-    if algorithm.entry.asks == "pair" and kind.asks != "pair":
+    if asks_derived(algorithm):
         i, j, k = random.sample(range(n_items), 3)
         return derived_triplet_question(i, j, k, algorithm.label, fallback=True)
     settings = config.settings_of(kind) if config is not None else kind.check_settings(None)
