@@ -328,14 +328,17 @@ class Rater:
         self._use_of_scale: tuple[float, float] | None = None  # (offset, slope) of realistic ratings
 
     def answer(self, question: dict) -> dict:
-        """The answer body fields for one question payload: ``value`` for a kind rated on a scale, else
-        the picks of the kind's simulated rater (``engine.kinds``), sent as ``choice`` for one pick."""
+        """The answer body fields for one question payload: ``value`` for a kind rated on the study's scale
+        or answered with another value (the kind's simulated rater), else the picks of the kind's simulated
+        rater (``engine.kinds``), sent as ``choice`` for one pick."""
         try:
             kind = get_kind(question.get("kind"))
         except ValueError as exc:
             raise SimulationError(f"the server asked a question the simulator does not know: {exc}") from None
-        if kind.asks == "pair":
+        if kind.on_scale:
             return {"value": self.rating_value(question)}
+        if kind.answered_by == "value":
+            return {"value": self.screen_value(kind, question)}
         picks = self.screen_picks(kind, question)
         return {"choice": picks[0]} if len(picks) == 1 and "select" not in question else {"picks": list(picks)}
 
@@ -372,13 +375,22 @@ class Rater:
             picks.append(offered[pick]["handle"])
         return picks
 
-    def oracle(self, kind: QuestionKind, n_select: int = 1) -> Any:
-        """simulation.oracles' human model of ``kind`` on this truth (one per kind and number of picks),
-        seeded from the rater's generator."""
-        key = (kind.name, n_select)
+    def screen_value(self, kind: QuestionKind, question: dict) -> Any:
+        """The value this rater gives a screen of a kind answered with one (not on the study's scale: same or
+        different): the kind's simulated rater on the truth (an item against its copy is at distance 0), a
+        careless rater's lapsing every time (a uniformly random answer)."""
+        positions = self.truth.positions([self.identify(item) for item in question["items"]])
+        rater = self.oracle(kind, lapse=1.0 if self.careless else None)
+        return kind.value_of(rater.answer([kind.proposal_of(positions)])[0])
+
+    def oracle(self, kind: QuestionKind, n_select: int = 1, lapse: float | None = None) -> Any:
+        """simulation.oracles' human model of ``kind`` on this truth (one per kind, number of picks and lapse
+        rate: the noise model's unless given), seeded from the rater's generator."""
+        lapse = self.noise.lapse if lapse is None else lapse
+        key = (kind.name, n_select, lapse)
         if key not in self._oracles:
             self._oracles[key] = kind.simulated_rater(
-                self.truth.distances, self.noise.logistic_scale, self.noise.lapse, {"n_select": n_select},
+                self.truth.distances, self.noise.logistic_scale, lapse, {"n_select": n_select},
                 random_state=self.rng.getrandbits(32))
         return self._oracles[key]
 
@@ -845,7 +857,7 @@ def study_config(name: str, kind: str = "rating", algorithm: str = "anntri", del
     if window:
         params["window"] = window
     config: dict = {"name": name, "question_kind": kind}
-    if entry.asks == "pair":
+    if entry.on_scale:
         # a fine slider: a 1-5 scale would round away most of what a simulated rater knows
         config["rating"] = scale or {"min": 0, "max": 100, "step": 1, "widget": "slider"}
     if entry.settings:
@@ -866,7 +878,8 @@ def write_setup(source: str, out: str | Path, kind: str = "rating", algorithm: s
     """Write ``items.csv`` (id,text[,label]), ``truth.csv`` and ``study.yaml`` for a simulated study.
 
     Returns the paths and the ``--oracle`` spec that answers from the written truth. ``sigma``
-    (ANNTri's noise scale) defaults to 0.1 for ratings and 0.5 for triplet-derived 0/1 samples.
+    (ANNTri's noise scale) defaults to 0.1 for ratings and 0.5 for 0/1 samples (triplet-derived, same or
+    different).
     """
     import yaml
 
@@ -894,7 +907,8 @@ def write_setup(source: str, out: str | Path, kind: str = "rating", algorithm: s
             oracle = f"matrix:{truth_path}"
     name = f"Simulated {truth.source.split(':')[0]} ({truth.n_items} items)"
     if sigma is None:
-        sigma = 0.1 if get_kind(kind).asks == "pair" else 0.5
+        # a rating on a fine slider is a sample of spread ~0.1; 0/1 samples (triplet-derived, same or different) 0.5
+        sigma = 0.1 if get_kind(kind).on_scale else 0.5
     config = study_config(name, kind=kind, algorithm=algorithm, sigma=sigma, seed=seed, settings=settings)
     config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return {"items": items_path, "truth": truth_path, "config": config_path, "oracle": oracle,

@@ -67,8 +67,9 @@ class Kept:
 def score(learner: Learner, documents: list[dict], scale: RatingScale) -> tuple[str, float, int] | None:
     """(metric, score, answers scored) of the learner's current model on the held-out answers of its question
     kind: ``agreement``, the share of choices it makes as the rater did (ties shared), or for ratings
-    ``correlation``, Pearson's correlation of its distances with the rated ones (``scale`` maps a rating to
-    a distance); None when there is nothing to score or no model."""
+    ``correlation``, Pearson's correlation of its distances with the rated ones (the kind's ``sample`` of each
+    value: ``scale`` maps a rating to a distance, same and different are 0 and 1); None when there is nothing
+    to score or no model."""
     kind = learner.algorithm.kind
     n = int(learner.planner.n_items)
     # (items added after the learner was built are not in its model)
@@ -81,7 +82,7 @@ def score(learner: Learner, documents: list[dict], scale: RatingScale) -> tuple[
     ratings = [d for d in mine if "value" in d]
     if ratings:
         pairs = np.array([d["shown"][:2] for d in ratings], np.int64)
-        values = np.array([scale.distance(d["value"]) for d in ratings])
+        values = np.array([kind.sample(d["value"], scale) for d in ratings])  # the kind's distance sample
         r = rating_correlation(distances, pairs, values)
         return None if np.isnan(r) else (CORRELATION, r, len(ratings))
     screens = [(d["shown"], d["picks"]) for d in mine if d["picks"]]
