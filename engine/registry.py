@@ -155,6 +155,13 @@ class Algorithm:
         """Asks pairs natively but can run a triplet study (through :mod:`engine.adapters`)."""
         return self.asks == "pair" and any(KINDS[k].asks == "triplet" for k in self.question_kinds)
 
+    @property
+    def observes_samples(self) -> bool:
+        """Its planner observes one sample per pair, ``(i, j, distance)`` (``similarities``: ``(i, j,
+        similarity)``): an answer's value through its kind's ``sample``, or a triplet-derived question's
+        winner; the others observe their kind's ``observation`` of each answer."""
+        return self.asks == "pair"
+
     def native_kind(self, question_kind: str) -> str:
         """The kind this algorithm's planner is built with in a study asking ``question_kind``: that kind,
         unless the planner proposes pairs and the kind asks triplets (the platform then drives the bare pair

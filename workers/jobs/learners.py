@@ -153,7 +153,7 @@ class Learner:
             # An index past the study's items is no added item: the engine refuses it and the answer is set aside
             n = int(self.planner.n_items)
             answers = [a for a in answers if not n <= max(a.shown, default=0) < self.study_items]
-        if self.entry.asks == "pair":
+        if self.entry.observes_samples:
             return self._pair_samples(answers)
         if not self.entry.grows:
             # learners of any triplet (win rates, duels, embeddings) also learn from imported answers of
