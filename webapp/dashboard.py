@@ -213,7 +213,7 @@ def new_study() -> ResponseReturnValue:
         return _new_study_page(error=str(exc), status=400)
     schedule_update(conn, study_id)  # plans the first questions
     flash(f"Study '{config.name}' created with {len(items)} items.")
-    if builtin:  # computed by a worker (about 9 s per 1,000 images), then the learners are rebuilt from them
+    if builtin:  # a worker computes them (~5 s per 1,000 images: benchmarks/builtin_features.py), then rebuilds
         enqueue_builtin_features(conn, study_id)
         flash("Built-in image features (colour, texture, shape; weak) are being computed; the Learning tab says "
               "when they are in use.")

@@ -24,7 +24,7 @@ LARGE_STUDY_ITEMS = 5000
 BUILTIN_PROGRESS_ITEMS = 1000
 #: What ``--builtin-features`` computes, for the commands' help.
 BUILTIN_HELP = ("Proxima's built-in image statistics (colour, texture and shape; nothing downloaded): weak features, "
-                "which the learner drops if the answers show they predict nothing (about 9 s per 1,000 images)")
+                "which the learner drops if the answers show they predict nothing (about 5 s per 1,000 images)")
 #: The feature files ``create --features`` and ``features`` read, by suffix (anything else: CSV).
 FEATURE_FILES = "a CSV with an 'id' column and one numeric column per feature, a .npy/.npz array (one row per " \
                 "item, in the items' order) or a Parquet file with an 'id' column (needs pyarrow)"
