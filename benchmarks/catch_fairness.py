@@ -19,8 +19,18 @@ other), replayed per person (each person's such answers drawn as their catch tri
 people the rule would flag); and the Food-100 crowd's own catch screens (a grid of N, K picks), passed
 when a like item is among the picks (the rank rule) or only when the first is (its stricter form).
 
+Last, label catch trials judged by the crowd (engine.rater_checks), a design for labels alone on text items
+measured here before it is wired into the server: studies of CROWD_RATERS raters (a CROWD_BOTS share of them
+answering at random) answer CROWD_HEADS label comparisons in turn. Every CHECK_EVERY raters the crowd is
+estimated (judge_claims: careful raters' agreement per comparison and each rater's chance of being careful,
+together) and the comparisons it agrees with least are no longer shown (claims_to_retire); at the study's
+end each rater's catch answers are tested against the other raters' agreement per comparison
+(judge_catch_answers, a parametric bootstrap; flagged below false_flag_rate), the flagged leave the crowd
+and the rest are tested again (TRIM_ROUNDS).
+
     python benchmarks/catch_fairness.py            # 4000 raters per row
     python benchmarks/catch_fairness.py --raters 1000
+    python benchmarks/catch_fairness.py --raters 0 --crowd-studies 4   # the crowd table only
 """
 from __future__ import annotations
 
@@ -39,6 +49,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from engine import rater_checks  # noqa: E402
 from simulation.crowd import Rater, eggs_truth, noise_model  # noqa: E402
 from simulation.datasets import default_data_dir  # noqa: E402
 from webapp.catches import choose_comparisons  # noqa: E402
@@ -126,6 +137,90 @@ def simulate(kind: str, settings: dict, items: list[dict], truth, noise, raters:
     return out
 
 
+#: The crowd table: raters per study, the share of them answering at random, label comparisons shown, how
+#: often (in raters) the crowd judges, and the looks the flag level is shared by.
+CROWD_RATERS = 100
+CROWD_BOTS = 0.3
+CROWD_HEADS = 20
+CHECK_EVERY = 10
+TRIM_ROUNDS = 4
+#: The crowd table's catch-trial rate (``attention.rate``): "auto", the schedule planned on the kind's stated
+#: careful miss rate, or a share of questions (--crowd-rate).
+CROWD_RATE: str | float = "auto"
+
+
+def crowd_study(kind: str, settings: dict, items: list[dict], truth, noise, seed: int) -> dict:
+    """One study of label catch trials judged by the crowd: per rater, whether a bot, flagged, and judged
+    before the study's end (every comparison it answered settled: confirmed or retired by the others);
+    "retired": comparisons retired at the end, "claims": comparisons answered (a rating's alike and unlike
+    pair each)."""
+    config = StudyConfig.from_dict({"name": "fair", "question_kind": kind, **({"rank": settings} if settings else {}),
+                                    "limits": {"max_questions_per_rater": QUESTIONS},
+                                    "attention": {"rate": CROWD_RATE}})
+    study = SimpleNamespace(config=config)
+    random.seed(seed)
+    found = choose_comparisons(items, random.Random(seed))[:CROWD_HEADS]
+    scale = {"min": config.rating.min, "max": config.rating.max, "step": config.rating.step}
+    every, n = config.catch_every, config.planned_questions
+    careful_miss, chance = config.catch_rates
+    if kind == "rating":
+        chance = 0.25  # a rating at random lands in the expected quarter of the scale
+    threshold = rater_checks.claim_threshold(careful_miss, chance)
+    alpha = config.attention.false_flag_rate
+    rng = np.random.default_rng(seed)
+    bot = np.random.default_rng(seed + 1).random(CROWD_RATERS) < CROWD_BOTS
+    claims: list[int] = []
+    who: list[int] = []
+    agreed: list[int] = []
+    flagged = np.zeros(CROWD_RATERS, bool)
+    settled = np.zeros(CROWD_RATERS, bool)
+    retired: set[int] = set()
+    n_claims = 2 * len(found)  # a comparison's alike claim (every kind) and unlike pair (ratings)
+
+    def check(upto: int, final: bool = False) -> None:
+        if not claims:
+            return
+        c, r, a = np.array(claims), np.array(who), np.array(agreed)
+        for _ in range(TRIM_ROUNDS if final else 1):
+            v = rater_checks.judge_claims(c, r, a, ~flagged[r], n_claims, threshold, chance)
+            retired.clear()
+            retired.update(rater_checks.claims_to_retire(v, threshold))
+            if not final:
+                return
+            q = rater_checks.crowd_agreement(v.others_agreed, v.others_answers, chance)
+            before = flagged.copy()
+            for x in range(upto):
+                mine = r == x
+                if not flagged[x] and mine.any():
+                    p = rater_checks.judge_catch_answers(q[mine], a[mine], chance, seed=seed * 1000 + x,
+                                                         simulations=int(20 / alpha))
+                    flagged[x] = p < alpha
+            if np.array_equal(before, flagged):
+                return
+
+    for x in range(CROWD_RATERS):
+        rater = Rater(truth, noise, bool(bot[x]), random.Random(seed * 100003 + x))
+        places = np.arange(0, n, every) + rng.integers(every, size=len(range(0, n, every)))
+        for _ in range(int(np.count_nonzero(places < n))):
+            live = [i for i in range(len(found)) if not {2 * i, 2 * i + 1} <= retired]
+            if not live:
+                break
+            i = random.choice(live)
+            question = catch_question(study, [found[i]])
+            claim = 2 * i + (question.get("expect") != "low")
+            if claim in retired:
+                continue
+            picks, value = answer_of(rater.answer(payload(question, items, scale)))
+            claims.append(claim)
+            who.append(x)
+            agreed.append(int(catch_passed(study, question, picks, value)))
+        if (x + 1) % CHECK_EVERY == 0:
+            check(x + 1)
+    check(CROWD_RATERS, final=True)
+    return {"bot": bot, "flagged": flagged, "settled": settled, "retired": len(retired),
+            "claims": len(set(claims) | retired)}
+
+
 def egg_people(data_dir: Path, config: StudyConfig, seed: int) -> dict:
     """The triplet catch rule on people's own egg answers: each person's answers to triplets meeting the
     catch margin, drawn (with replacement) as the catch trials of a study at defaults."""
@@ -176,9 +271,41 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--raters", type=int, default=4000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--crowd-studies", type=int, default=4, help="studies per row of the crowd table (0: none)")
+    parser.add_argument("--crowd-rate", default="auto", help="the crowd table's attention.rate: auto or a share")
     a = parser.parse_args()
+    global CROWD_RATE
+    CROWD_RATE = a.crowd_rate if a.crowd_rate == "auto" else float(a.crowd_rate)
     truth = eggs_truth()
     noise, _ = noise_model(truth, lapse=CAREFUL_LAPSE)
+    if a.raters:
+        per_kind(a, truth, noise)
+    if a.crowd_studies:
+        crowd_table(a, truth, noise)
+
+
+def crowd_table(a, truth, noise) -> None:
+    print(f"\nLabel catch trials judged by the crowd (not in the server): {a.crowd_studies} studies per row of "
+          f"{CROWD_RATERS} raters ({CROWD_BOTS:.0%} random), {CROWD_HEADS} label comparisons, judged every "
+          f"{CHECK_EVERY} raters, attention.rate {CROWD_RATE}\n\n| kind | items known by | careful flagged "
+          "| random passing | comparisons retired |\n|---|---|---|---|---|")
+    for kind, settings in KINDS:
+        name = kind if kind != "rank" else f"rank {settings['n_reference']}-rank-{settings['n_select']}"
+        for source, labels in (("3 labels (text)", 3), ("10 labels (text)", 10)):
+            items = egg_items(truth, labels)
+            careful = careful_flagged = bots = bots_passing = retired = claims = 0
+            for s in range(a.crowd_studies):
+                r = crowd_study(kind, settings, items, truth, noise, a.seed + s)
+                careful += int((~r["bot"]).sum())
+                careful_flagged += int(r["flagged"][~r["bot"]].sum())
+                bots += int(r["bot"].sum())
+                bots_passing += int((~r["flagged"][r["bot"]]).sum())
+                retired, claims = retired + r["retired"], claims + r["claims"]
+            print(f"| {name} | {source} | {careful_flagged / careful:.2%} ({careful_flagged} of {careful}) | "
+                  f"{bots_passing / bots:.2%} ({bots_passing} of {bots}) | {retired / claims:.0%} |", flush=True)
+
+
+def per_kind(a, truth, noise) -> None:
     print(f"Catch trials at defaults, {QUESTIONS} questions per rater, {a.raters} simulated raters per row "
           f"(human noise model of the egg crowds, lapse {CAREFUL_LAPSE})\n")
     print("| kind | items known by | one in | misses allowed | careful miss (stated) | careful flagged "

@@ -247,3 +247,177 @@ def look_alpha(look: int, false_flag_rate: float) -> float:
     """The share of honest raters a look may flag: ``false_flag_rate / 2 ** look`` at the look-th look
     (1, 2, ...), so all looks together flag at most ``false_flag_rate`` of them (Bonferroni)."""
     return false_flag_rate / 2 ** look
+
+
+#: Catch comparisons judged by the crowd (``webapp.catches``: a label alone states no distance margin, so a
+#: label catch trial is only as near-certain as people find it). The comparisons are a fixed set shown to
+#: many raters: the other raters' answers say how often a careful rater agrees with each (``judge_claims``),
+#: a rater's catch answers are tested against those agreements (``judge_catch_answers``: a miss of a
+#: comparison people disagree about says little), and the comparisons people agree with least are no
+#: longer shown (``claims_to_retire``). benchmarks/catch_fairness.py measures the design (not yet wired
+#: into the server). Statuses of a comparison:
+CLAIM_RETIRED, CLAIM_PENDING, CLAIM_CONFIRMED = -1, 0, 1
+#: A comparison is confirmed when the others' agreement is above the threshold (``claim_threshold``) at this
+#: one-sided level, and retired when it is below it at the same level ...
+CLAIM_ALPHA = 0.05
+#: ... with at least this many answers of others either way.
+CLAIM_MIN_ANSWERS = 10
+#: The threshold: a careful rater misses a confirmed comparison at most this multiple of the kind's stated
+#: careful miss rate (the rate the catch schedule and its misses allowed are planned on).
+CLAIM_MISS_FACTOR = 2.0
+
+
+def claim_threshold(careful_miss: float, chance: float) -> float:
+    """The agreement a comparison must be shown to exceed: 1 - CLAIM_MISS_FACTOR x the kind's careful miss
+    rate, and at least midway between the kind's chance pass rate and 1 (clearly above chance)."""
+    return min(0.995, max(1 - CLAIM_MISS_FACTOR * careful_miss, (1 + chance) / 2))
+
+
+def _log_pmf(n: np.ndarray, p: float) -> list[np.ndarray]:
+    from math import lgamma, log
+
+    out = []
+    for m in n:
+        k = np.arange(int(m) + 1)
+        out.append(np.array([lgamma(m + 1) - lgamma(i + 1) - lgamma(m - i + 1) for i in k])
+                   + k * log(p) + (m - k) * log(1 - p))
+    return out
+
+
+def claim_status(agreed: np.ndarray, answers: np.ndarray, threshold: float, alpha: float = CLAIM_ALPHA,
+                 min_answers: int = CLAIM_MIN_ANSWERS) -> np.ndarray:
+    """The status of comparisons ``agreed`` of whose ``answers`` agreed with the catch trial's expectation
+    (arrays of one shape): CLAIM_CONFIRMED where P(at least ``agreed`` | agreement ``threshold``) < alpha
+    (a one-sided binomial test), CLAIM_RETIRED where P(at most ``agreed``) < alpha, else CLAIM_PENDING."""
+    agreed, answers = np.asarray(agreed, int), np.asarray(answers, int)
+    status = np.full(agreed.shape, CLAIM_PENDING)
+    flat_k, flat_n, flat_s = agreed.ravel(), answers.ravel(), status.ravel()
+    sizes = np.unique(flat_n[flat_n >= min_answers])
+    for n, pmf in zip(sizes, _log_pmf(sizes, threshold), strict=True):
+        p = np.exp(pmf)
+        upper = np.cumsum(p[::-1])[::-1]  # P(X >= k)
+        lower = np.cumsum(p)  # P(X <= k)
+        at = flat_n == n
+        k = flat_k[at]
+        flat_s[at] = np.where(upper[k] < alpha, CLAIM_CONFIRMED, np.where(lower[k] < alpha, CLAIM_RETIRED,
+                                                                           CLAIM_PENDING))
+    return flat_s.reshape(agreed.shape)
+
+
+#: Rounds of the crowd's estimate (``judge_claims``): how alike each comparison is to careful raters and how
+#: likely each rater is one of them, each from the other.
+CLAIM_ROUNDS = 20
+
+
+@dataclass(frozen=True)
+class ClaimVerdicts:
+    """``judge_claims``: per answer, the crowd's agreement with its comparison without the answer's own rater
+    (``others_agreed`` of ``others_answers``, weighted by how likely each other rater is careful) and that
+    comparison's status for the rater (``answer``: a rater never confirms the comparisons that judge them);
+    per comparison, its status by everyone (``claim``: what the study shows and the dashboard says) and its
+    weighted ``agreed`` of ``answers``; per rater (their integer), ``careful``: how likely they are careful."""
+
+    answer: np.ndarray
+    others_agreed: np.ndarray
+    others_answers: np.ndarray
+    claim: np.ndarray
+    agreed: np.ndarray
+    answers: np.ndarray
+    careful: np.ndarray
+
+
+def judge_claims(claim: np.ndarray, rater: np.ndarray, agreed: np.ndarray, reference: np.ndarray, n_claims: int,
+                 threshold: float, chance: float) -> ClaimVerdicts:
+    """Catch answers judged by the crowd: ``claim`` the comparison of each answer (0..n_claims-1), ``rater``
+    an integer per rater (0..), ``agreed`` 1 where the answer passed, ``reference`` True for answers of the
+    crowd (raters not flagged), ``chance`` the kind's random pass rate.
+
+    The crowd is a mixture of careful raters, who agree with comparison c with a chance of its own, and
+    item-blind ones, who pass at ``chance``; the two are estimated together (expectation-maximisation, as
+    Dawid and Skene's model of annotators): random responders counted as people pull every comparison's
+    agreement down until nothing is confirmed (a third of bots kept every one pending in
+    benchmarks/catch_fairness.py). Each answer's comparison is then judged on the other raters' answers,
+    weighted by how likely each is careful."""
+    claim, rater = np.asarray(claim, int), np.asarray(rater, int)
+    agreed, reference = np.asarray(agreed, float), np.asarray(reference, bool)
+    n_raters = int(rater.max()) + 1 if len(rater) else 0
+    weight = np.ones(n_raters)
+    share = 0.5
+    for _ in range(CLAIM_ROUNDS):
+        w = np.where(reference, weight[rater], 0.0)
+        n = np.bincount(claim, weights=w, minlength=n_claims)
+        k = np.bincount(claim, weights=w * agreed, minlength=n_claims)
+        q = np.clip((k + 1) / (n + 2), chance, 0.999)[claim]  # careful agreement, a flat prior
+        ratio = np.where(agreed == 1, np.log(q / chance), np.log((1 - q) / (1 - chance)))
+        log_odds = np.bincount(rater, weights=np.where(reference, ratio, 0.0), minlength=n_raters)
+        log_odds += np.log(share / (1 - share))
+        weight = 1 / (1 + np.exp(-np.clip(log_odds, -30, 30)))
+        seen = np.bincount(rater[reference], minlength=n_raters) > 0
+        share = float(np.clip(weight[seen].mean() if seen.any() else 0.5, 0.05, 0.95))
+    w = np.where(reference, weight[rater], 0.0)
+    n_total = np.bincount(claim, weights=w, minlength=n_claims)
+    k_total = np.bincount(claim, weights=w * agreed, minlength=n_claims)
+    # the judged rater's own answers to the same comparison, left out
+    pair = rater.astype(np.int64) * n_claims + claim
+    keys_, inverse = np.unique(pair, return_inverse=True)
+    own_n = np.bincount(inverse, weights=w, minlength=len(keys_))[inverse]
+    own_k = np.bincount(inverse, weights=w * agreed, minlength=len(keys_))[inverse]
+    others_n = np.maximum(n_total[claim] - own_n, 0.0)
+    others_k = np.clip(k_total[claim] - own_k, 0.0, others_n)
+    per_answer = claim_status(np.round(others_k), np.round(others_n), threshold)
+    return ClaimVerdicts(per_answer, others_k, others_n, claim_status(np.round(k_total), np.round(n_total), threshold),
+                         k_total, n_total, weight)
+
+
+def crowd_agreement(agreed: np.ndarray, answers: np.ndarray, chance: float) -> np.ndarray:
+    """How often a careful rater agrees with each comparison, from ``agreed`` of the others' ``answers``: the
+    mean of its posterior under a flat prior, less CLAIM_Z of its standard deviations, never below
+    ``chance`` (no answers: ``chance``, so the comparison says nothing). Read low rather than high: an
+    agreement read too low makes the judged rater's misses less surprising."""
+    k, n = np.asarray(agreed, float), np.asarray(answers, float)
+    a, b = k + 1, n - k + 1
+    mean = a / (a + b)
+    sd = np.sqrt(a * b / ((a + b) ** 2 * (a + b + 1)))
+    return np.clip(np.where(n > 0, mean - CLAIM_Z * sd, chance), chance, 0.999)
+
+
+#: The posterior standard deviations an agreement is read below its mean (crowd_agreement): 0, the mean
+#: (0.5 and 1 let 38% and 43% of random raters through in benchmarks/catch_fairness.py, the mean 23%).
+CLAIM_Z = 0.0
+
+
+def judge_catch_answers(q: np.ndarray, agreed: np.ndarray, chance: float, seed: int = 0,
+                        simulations: int = SIMULATIONS) -> float:
+    """The p-value of one rater's catch answers under careful answering: ``q`` the careful agreement of each
+    answer's comparison (``crowd_agreement`` of the others'), ``agreed`` 1 where the rater passed. The
+    statistic is the log-likelihood ratio of agreeing as the crowd does against passing at ``chance``;
+    its p-value is the share of answer sets simulated from ``q`` (a careful rater on the same comparisons)
+    at most as likely to be the crowd's (a parametric bootstrap, as ``judge_triplets``)."""
+    q, agreed = np.asarray(q, float), np.asarray(agreed, int)
+    if len(q) == 0:
+        return 1.0
+    up, down = np.log(q / chance), np.log((1 - q) / (1 - chance))
+    observed = np.sum(np.where(agreed == 1, up, down))
+    rng = np.random.default_rng(seed)
+    simulated = np.where(rng.random((simulations, len(q))) < q, up, down).sum(1)
+    return float((1 + np.count_nonzero(simulated <= observed + 1e-12)) / (simulations + 1))
+
+
+#: Comparisons shown as catch trials: of those with CLAIM_MIN_ANSWERS answers or more, the crowd's likeliest
+#: agreed this share are kept (by the lower end of their agreement, CLAIM_Z below the mean) ...
+CLAIM_KEEP_SHARE = 0.5
+
+
+def claims_to_retire(verdicts: ClaimVerdicts, threshold: float) -> list[int]:
+    """The comparisons no longer to show: those retired by the test (agreement clearly below ``threshold``)
+    and, of those with CLAIM_MIN_ANSWERS answers or more, the ones the crowd agrees with least (outside the
+    best CLAIM_KEEP_SHARE): random responders in the crowd pull every comparison's agreement down alike, so
+    the ranking, not the level, says which comparisons careful raters agree with most; a catch trial of a
+    comparison they all agree with is the evidence that tells them from responders at random."""
+    out = set(np.flatnonzero(verdicts.claim == CLAIM_RETIRED).tolist())
+    known = np.flatnonzero(verdicts.answers >= CLAIM_MIN_ANSWERS)
+    if len(known) >= 2:
+        low = crowd_agreement(verdicts.agreed[known], verdicts.answers[known], 0.0)
+        keep = max(1, int(np.ceil(CLAIM_KEEP_SHARE * len(known))))
+        out.update(known[np.argsort(-low, kind="stable")[keep:]].tolist())
+    return sorted(int(i) for i in out)

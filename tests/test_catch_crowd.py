@@ -1,0 +1,106 @@
+"""Label catch trials judged by the crowd (issue 40, engine.rater_checks): a label alone states no distance
+margin, so whether a label comparison is near-certain is for the other raters' answers to say. A careful
+rater who misses comparisons people disagree about is not flagged (the catch rule of a stated miss rate
+flagged them); a rater answering at random still is, on comparisons the crowd confirms; a comparison the
+crowd contradicts is retired and costs no one anything. Everything seeded."""
+from __future__ import annotations
+
+import numpy as np
+
+from engine import rater_checks
+from engine.rater_checks import CLAIM_CONFIRMED, CLAIM_PENDING, CLAIM_RETIRED
+from workers.store.config import StudyConfig
+
+CHANCE = 0.5  # triplet catch trials: a random pick passes half of them
+CAREFUL_MISS = 0.06
+THRESHOLD = rater_checks.claim_threshold(CAREFUL_MISS, CHANCE)
+#: Careful agreement per comparison: ten clear ones, six people disagree about, two the labels get wrong.
+CLEAR, AMBIGUOUS, CONTRADICTED = range(0, 10), range(10, 16), range(16, 18)
+AGREEMENT = np.array([0.97] * 10 + [0.6] * 6 + [0.1] * 2)
+
+
+def crowd(careful: int, bots: int, seed: int, trials: int = 13) -> tuple[np.ndarray, ...]:
+    """(claim, rater, agreed, is bot per rater) of a crowd answering ``trials`` random comparisons each."""
+    rng = np.random.default_rng(seed)
+    bot = np.array([False] * careful + [True] * bots)
+    claim = rng.integers(len(AGREEMENT), size=(len(bot), trials))
+    agreed = (rng.random(claim.shape) < np.where(bot[:, None], CHANCE, AGREEMENT[claim])).astype(int)
+    rater = np.repeat(np.arange(len(bot)), trials)
+    return claim.ravel(), rater, agreed.ravel(), bot
+
+
+def judged(claim, rater, agreed, n_raters: int) -> tuple[rater_checks.ClaimVerdicts, np.ndarray]:
+    """The crowd's verdicts and each rater's p-value (their answers against the others' agreement)."""
+    verdicts = rater_checks.judge_claims(claim, rater, agreed, np.ones(len(claim), bool), len(AGREEMENT),
+                                         THRESHOLD, CHANCE)
+    q = rater_checks.crowd_agreement(verdicts.others_agreed, verdicts.others_answers, CHANCE)
+    p = np.array([rater_checks.judge_catch_answers(q[rater == r], agreed[rater == r], CHANCE, seed=r,
+                                                   simulations=20000) for r in range(n_raters)])
+    return verdicts, p
+
+
+def with_rater(claim, rater, agreed, claims: list[int], passed: list[int]):
+    """The crowd's answers and one more rater's (the last integer)."""
+    new = rater.max() + 1
+    return (np.concatenate([claim, claims]), np.concatenate([rater, [new] * len(claims)]),
+            np.concatenate([agreed, passed]), new)
+
+
+def test_a_careful_rater_missing_comparisons_people_disagree_about_is_not_flagged():
+    claim, rater, agreed, bot = crowd(careful=60, bots=20, seed=1)
+    # 13 catch trials: 9 clear ones passed, 4 ambiguous ones missed; the stated-rate rule flags 4 misses
+    mine = [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13]
+    passed = [1] * 9 + [0] * 4
+    config = StudyConfig.from_dict({"name": "Labels", "limits": {"max_questions_per_rater": 40}})
+    assert config.catch_failing(len(mine), passed.count(0))
+    claim, rater, agreed, me = with_rater(claim, rater, agreed, mine, passed)
+    _, p = judged(claim, rater, agreed, me + 1)
+    assert p[me] >= config.attention.false_flag_rate, p[me]
+
+
+def test_a_random_rater_is_flagged_once_the_crowd_confirms_the_comparisons():
+    claim, rater, agreed, bot = crowd(careful=60, bots=20, seed=2)
+    verdicts, p = judged(claim, rater, agreed, len(bot))
+    confirmed = np.flatnonzero(verdicts.claim == CLAIM_CONFIRMED).tolist()
+    assert set(confirmed) <= set(CLEAR) and len(confirmed) >= 6, confirmed
+    # a random rater: 13 catch trials of confirmed comparisons, half of them missed
+    mine = (confirmed * 3)[:13]
+    claim, rater, agreed, me = with_rater(claim, rater, agreed, mine, [1, 0, 1, 0, 0, 1, 0, 1, 0, 0, 1, 0, 1])
+    _, p = judged(claim, rater, agreed, me + 1)
+    assert p[me] < 0.01, p[me]
+    # with no one else's answers, their comparisons say nothing: pending, and no flag
+    alone = rater_checks.judge_claims(np.array([0, 1, 2]), np.array([0, 0, 0]), np.array([0, 0, 0]),
+                                      np.ones(3, bool), 3, THRESHOLD, CHANCE)
+    assert (alone.answer == CLAIM_PENDING).all() and (alone.others_answers == 0).all()
+    q = rater_checks.crowd_agreement(alone.others_agreed, alone.others_answers, CHANCE)
+    assert rater_checks.judge_catch_answers(q, np.array([0, 0, 0]), CHANCE) == 1.0
+
+
+def test_the_random_raters_in_the_crowd_do_not_hide_which_comparisons_people_agree_with():
+    """A third of the crowd answering at random pulls every comparison's agreement towards chance; the
+    crowd's estimate weighs each rater by how likely they are careful, so the clear comparisons are
+    still confirmed, and the random raters are the unlikely careful ones."""
+    claim, rater, agreed, bot = crowd(careful=50, bots=25, seed=3)
+    verdicts, p = judged(claim, rater, agreed, len(bot))
+    confirmed = set(np.flatnonzero(verdicts.claim == CLAIM_CONFIRMED).tolist())
+    assert confirmed <= set(CLEAR) and len(confirmed) >= 3, confirmed
+    assert set(np.flatnonzero(verdicts.claim == CLAIM_RETIRED).tolist()) >= set(CONTRADICTED)
+    assert np.median(verdicts.careful[bot]) < 0.5 < np.median(verdicts.careful[~bot])
+    assert np.mean(p[~bot] < 0.01) <= 0.02
+    assert np.mean(p[bot] < 0.01) >= 0.5
+
+
+def test_a_comparison_the_crowd_contradicts_is_retired_and_costs_no_one():
+    claim, rater, agreed, bot = crowd(careful=60, bots=0, seed=4)
+    verdicts, _ = judged(claim, rater, agreed, len(bot))
+    assert set(np.flatnonzero(verdicts.claim == CLAIM_RETIRED)) >= set(CONTRADICTED)
+    assert set(rater_checks.claims_to_retire(verdicts, THRESHOLD)) >= set(CONTRADICTED)
+    # a careful rater who "misses" both contradicted comparisons, as most people do, is not flagged
+    claim, rater, agreed, me = with_rater(claim, rater, agreed, [16, 17, 16, 17] + list(range(9)), [0] * 4 + [1] * 9)
+    _, p = judged(claim, rater, agreed, me + 1)
+    assert p[me] > 0.5
+
+
+def test_claim_status_needs_enough_answers_either_way():
+    status = rater_checks.claim_status(np.array([30, 3, 5, 9]), np.array([30, 30, 8, 9]), THRESHOLD)
+    assert status.tolist() == [CLAIM_CONFIRMED, CLAIM_RETIRED, CLAIM_PENDING, CLAIM_PENDING]
