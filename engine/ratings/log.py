@@ -80,8 +80,10 @@ class RatingLog:
         return start, stop
 
     def to_state(self) -> dict:
-        return {"pairs": self.pairs.copy(), "values": self.values.copy(), "raters": self.raters.copy(),
-                "rater_ids": list(self.rater_ids)}
+        """The ratings as views, not copies: rows already taken are never written again (a growth moves
+        the log to new arrays), so a state handed out stays as it was; copying the whole log every pass
+        cost a live study's worker O(ratings) per pass."""
+        return {"pairs": self.pairs, "values": self.values, "raters": self.raters, "rater_ids": list(self.rater_ids)}
 
     @classmethod
     def from_state(cls, state: dict) -> RatingLog:
@@ -117,7 +119,7 @@ class TripletLog:
         self._size = stop
 
     def to_state(self) -> dict:
-        return {"triplets": self.rows.copy()}
+        return {"triplets": self.rows}  # a view: as the ratings' (RatingLog.to_state)
 
     @classmethod
     def from_state(cls, state: dict) -> TripletLog:

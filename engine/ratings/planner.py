@@ -25,13 +25,11 @@ from ..utils import (
     planner_from_state,
     store_params,
 )
+from .estimates import PairEstimates
 from .fits import FitTask, fit_arrays, fit_from_arrays, run_fit
-from .log import UNKNOWN_RATER, RatingLog, TripletLog
+from .log import RatingLog, TripletLog
 from .model import PRIOR_NOISE, TRIPLET_LAPSE, TRIPLET_SCALE_PER_NOISE, Hyper, RatingFit
 
-#: before the first fit, the spread of pair means around the ratings' mean (distance units: 0.7
-#: points of a 1-9 scale)
-PRIOR_PAIR_SD = 0.09
 #: draws per item that weigh how likely its current best neighbour is to change
 HEAD_DRAWS = 32
 #: the least weight an item's questions get (an item whose neighbour looks settled is still checked)
@@ -93,7 +91,9 @@ class PooledRatings:
         self.fit_: RatingFit | None = None
         self.fit_job_: dict | None = None  # the refit under way: {"answers", "seed", "triplets"}
         load_counters(self, self._COUNTERS)
-        self._stats: tuple[np.ndarray, np.ndarray] | None = None  # (counts, sums) per pair, never saved
+        self._pairs = PairEstimates(self.n_items)  # derived from the log and the fit, never saved
+        self._with_triplets_key: tuple | None = None  # what the triplet-moved estimates were made of
+        self._with_triplets_value: tuple[np.ndarray, np.ndarray] | None = None
 
     def _check_params(self) -> None:
         def integer(name: str, lo: int) -> None:
@@ -143,8 +143,7 @@ class PooledRatings:
             values[t] = d
             raters.append(row[3] if len(row) == 4 else None)
         start, stop = self.log_.add(pairs, values, raters)
-        if self._stats is not None:
-            self._add_stats(start, stop)
+        self._pairs.add(self.log_, start, stop)
         self.n_answers_ += len(values)
 
     def observe_triplets(self, answers: Sequence[Sequence[Any]]) -> None:
@@ -169,57 +168,32 @@ class PooledRatings:
         return 0
 
     # ------------------------------------------------------------------ estimates
-    def _corrected(self, start: int, stop: int) -> np.ndarray:
-        values = self.log_.values[start:stop]
-        if self.fit_ is None:
-            return values
-        raters = self.log_.raters[start:stop]
-        return self.fit_.corrected(values, np.where(raters == UNKNOWN_RATER, len(self.fit_.offsets), raters))
-
-    def _add_stats(self, start: int, stop: int) -> None:
-        counts, sums = self._stats
-        p = self.log_.pairs[start:stop]
-        z = self._corrected(start, stop)
-        n = self.n_items
-        for a, b in ((0, 1), (1, 0)):
-            code = p[:, a] * n + p[:, b]
-            counts.ravel()[:] += np.bincount(code, minlength=n * n)
-            sums.ravel()[:] += np.bincount(code, weights=z, minlength=n * n)
-
-    def _pair_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        """(counts, sums of the ratings as the average rater's), both (n_items, n_items), symmetric."""
-        if self._stats is None:
-            n = self.n_items
-            self._stats = (np.zeros((n, n)), np.zeros((n, n)))
-            self._add_stats(0, len(self.log_))
-        return self._stats
+    def _pair_estimates(self) -> PairEstimates:
+        """The pair estimates, built from the whole log if a fit (or nothing yet) since made them stale."""
+        if not self._pairs.built:
+            self._pairs.build(self.log_, self.fit_, int(self.fitted_on_), int(self.dim))
+        return self._pairs
 
     def estimates(self) -> tuple[np.ndarray, np.ndarray]:
         """(distances, their variances), both (n_items, n_items): each pair's mean rating (the raters'
         offsets and slopes taken out) shrunk toward the space's distance (before a fit: the mean of
         all ratings), by how many ratings it has against how far pairs stray from the space; then moved by
-        the triplets (:meth:`_with_triplets`). Diagonal: inf."""
-        counts, sums = self._pair_stats()
-        fit = self.fit_
-        if fit is None:
-            values = self.log_.values
-            prior = np.full(counts.shape, float(values.mean()) if len(values) else 0.5)
-            noise, spread2 = PRIOR_NOISE, np.full(counts.shape, PRIOR_PAIR_SD**2)
-        else:
-            prior = fit.space()
-            noise = fit.estimated.noise
-            # the space is less sure of items it has placed with few ratings
-            per_item = np.bincount(self.log_.pairs[: self.fitted_on_].ravel(), minlength=self.n_items) + 1.0
-            item_var = noise**2 * (self.dim + 1) / per_item
-            spread2 = fit.estimated.residual**2 + 0.5 * (item_var[:, None] + item_var[None, :])
-        precision = 1.0 / spread2 + counts / noise**2
-        mean = (prior / spread2 + sums / noise**2) / precision
-        if len(self.triplets_):
-            tau = TRIPLET_SCALE_PER_NOISE * PRIOR_NOISE if fit is None else fit.triplet_scale
+        the triplets (:meth:`_with_triplets`). Diagonal: inf. Read-only arrays of the learner's own, valid
+        until the next answer (copy to keep them)."""
+        pairs = self._pair_estimates()
+        if not len(self.triplets_):
+            return pairs.current(self.log_)
+        key = (len(self.log_), len(self.triplets_), int(self.n_fits_))
+        if self._with_triplets_key != key:
+            mean, precision = pairs.base(self.log_)
+            tau = TRIPLET_SCALE_PER_NOISE * PRIOR_NOISE if self.fit_ is None else self.fit_.triplet_scale
             mean, precision = self._with_triplets(mean, precision, tau)
-        var = 1.0 / precision
-        np.fill_diagonal(mean, np.inf)
-        return mean, var
+            np.fill_diagonal(mean, np.inf)
+            mean.flags.writeable = False
+            var = 1.0 / precision
+            var.flags.writeable = False
+            self._with_triplets_key, self._with_triplets_value = key, (mean, var)
+        return self._with_triplets_value
 
     def _with_triplets(self, mean: np.ndarray, precision: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray]:
         """The pair distances moved by every triplet: the most likely distances under the Gaussian ``mean`` and
@@ -257,10 +231,13 @@ class PooledRatings:
         n = self.n_items
         mean, var = self.estimates()
         kk = min(k, n - 1)
-        order = np.argsort(mean, axis=1, kind="stable")[:, :kk]
+        if kk == 1:  # the first of the smallest, as a stable sort puts it (without sorting n x n)
+            order = np.argmin(mean, axis=1)[:, None]
+        else:
+            order = np.argsort(mean, axis=1, kind="stable")[:, :kk]
         est = np.take_along_axis(mean, order, axis=1)
         sd = np.sqrt(np.take_along_axis(var, order, axis=1))
-        counts = np.take_along_axis(self._pair_stats()[0], order, axis=1).astype(np.int64)
+        counts = np.take_along_axis(self._pairs.counts, order, axis=1).astype(np.int64)
         if len(self.log_) == 0 and (self.fit_ is None or len(self.triplets_) == 0):
             order = np.full((n, kk), NO_NEIGHBOR, np.int64)
         nb = np.full((n, k), NO_NEIGHBOR, np.int64)
@@ -356,7 +333,10 @@ class PooledRatings:
         n = self.n_items
         mean, var = self.estimates()
         s = min(self.shortlist, n - 1)
-        cand = np.argpartition(mean, s - 1, axis=1)[:, :s]
+        if len(self.triplets_):
+            cand = np.argpartition(mean, s - 1, axis=1)[:, :s]
+        else:  # kept up to date row by row as ratings come
+            cand = self._pairs.shortlist(self.log_, s)
         mu = np.take_along_axis(mean, cand, axis=1)
         sd = np.sqrt(np.take_along_axis(var, cand, axis=1))
         rng = self.rng_
@@ -420,7 +400,7 @@ class PooledRatings:
         self.fitted_triplets_ = int(self.fit_job_.get("triplets", 0))
         self.fit_job_ = None
         self.n_fits_ += 1
-        self._stats = None  # every rating re-read with the raters' new offsets and slopes
+        self._pairs.clear()  # every rating re-read with the raters' new offsets and slopes
 
     def settle_fit(self) -> bool:
         """Put a refit that finished beside the calls in place (or hand over one that is due); True if

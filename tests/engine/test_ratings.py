@@ -213,3 +213,39 @@ def test_the_table_declares_raters_and_the_rating_warnings():
     assert warning_for("pooled", "rating") == ""
     for name in ("anntri", "ann"):
         assert "hit@3" in warning_for(name, "rating")
+
+
+def test_estimates_kept_up_to_date_equal_estimates_made_afresh():
+    """Between refits a batch of ratings changes only the pairs it touches (and the shortlists of their
+    items): the estimates kept up to date batch by batch are the ones a learner restored from the same
+    state makes from the whole log (to rounding: a pair's ratings summed batch by batch), and so are the
+    questions it asks next."""
+    n = 25
+    sim = _simulated(n, seed=5)
+    live = _drive(PooledRatings(n, random_state=5), sim, 12)
+    assert live.n_fits_ >= 1
+    live.estimates()
+    live.next_questions(10)  # the shortlists made
+    for _ in range(4):  # batches of ratings between refits
+        live.observe(sim.answer(live.next_questions(7)))
+    fresh = PooledRatings.from_state(live.to_state())
+    for a, b in zip(live.estimates(), fresh.estimates(), strict=True):
+        assert np.allclose(a, b, rtol=1e-12, atol=0.0)
+    assert live.next_questions(40) == fresh.next_questions(40)
+    mean, _ = live.estimates()
+    with pytest.raises(ValueError):
+        mean[0, 1] = 0.0  # the learner's own arrays, handed out read-only
+
+
+def test_a_state_handed_out_stays_as_it_was():
+    # the state hands out the log's own arrays (no copy per pass): later ratings never change them
+    n = 10
+    sim = _simulated(n, seed=6)
+    p = _drive(PooledRatings(n, random_state=6), sim, 4)
+    state = p.to_state()
+    before = {k: np.array(state[k], copy=True) for k in ("pairs", "values", "raters", "triplets")}
+    _drive(p, sim, 20)
+    p.observe_triplets([(0, 1, 2, 1)] * 100)
+    for k, v in before.items():
+        assert np.array_equal(state[k], v)
+    assert len(PooledRatings.from_state(state).log_) == len(before["values"])
