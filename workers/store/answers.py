@@ -271,6 +271,8 @@ def answer_problem(answer: Answer, n_items: int, rating_range: tuple[float, floa
         return f"choice {answer.choice} was not one of the offered items {list(offered)}"
     try:
         kind.check_answer(answer.question(), list(answer.picks), answer.value)
+        if not kind.on_scale:  # a value of another kind is the kind's own (same_different: 1 or 0)
+            kind.check_value(answer.value, None)
     except AnswerError as exc:
         return str(exc)
     if (tuple(x for x in (answer.head, answer.a, answer.b) if x != NO_ITEM) != answer.shown[:3]
@@ -278,7 +280,7 @@ def answer_problem(answer: Answer, n_items: int, rating_range: tuple[float, floa
         return "its head, a, b and choice columns disagree with the screen it records (shown, picks)"
     if answer.probe is not None and answer.probe not in answer.shown[1:]:
         return f"probe {answer.probe} is not one of the offered items"
-    if (answer.value is not None and rating_range is not None
+    if (answer.value is not None and rating_range is not None and kind.on_scale
             and not rating_range[0] <= answer.value <= rating_range[1]):
         return f"rating {answer.value:g} is off the scale {rating_range[0]:g}..{rating_range[1]:g}"
     return None
