@@ -447,7 +447,8 @@
       const [x1, y1] = xy.get(edge.from), [x2, y2] = xy.get(edge.to);
       const line = el("line", {
         x1: x1, y1: y1, x2: x2, y2: y2,
-        class: "edge " + (edge.certified ? "certified" : "uncertain") + (many ? " thin" : ""),
+        class: "edge " + (edge.predicted ? "predicted" : edge.certified ? "certified" : "uncertain") +
+          (many ? " thin" : ""),
         "marker-end": "url(#arrow)", "data-from": edge.from,
       }, edges);
       drawn.arrows.push([line, x1, y1, x2, y2]);
@@ -462,17 +463,23 @@
     const nodes = el("g", { class: "nodes" }, graphSvg);
     const certified = layout.certified || [];
     const outliers = new Set(layout.outliers || []);
+    // items added after the learner was built: never asked about, their neighbour predicted from their features
+    const predicted = new Set((layout.predicted && layout.predicted.items) || []);
     layout.nodes.forEach((i, slot) => {
       const [x, y] = xy.get(i);
-      const far = outliers.has(i);
+      const far = outliers.has(i), guess = predicted.has(i);
       const g = el("g", { class: "item" + (i === selected ? " selected" : "") + (certified[slot] ? " certified" : "") +
-        (far ? " outlier" : ""), "data-index": i, tabindex: 0, transform: "translate(" + x + " " + y + ")" }, nodes);
+        (far ? " outlier" : "") + (guess ? " predicted" : ""), "data-index": i, tabindex: 0,
+        transform: "translate(" + x + " " + y + ")" }, nodes);
       const look = el("g", { class: "look" }, g);  // drawn one unit across, scaled by resize()
       if (certified[slot]) el("circle", { cx: 0, cy: 0, r: 0.6, class: "certainty" }, look);
       if (far) el("circle", { cx: 0, cy: 0, r: 0.72, class: "far" }, look);
+      if (guess) el("circle", { cx: 0, cy: 0, r: 0.66, class: "predicted-ring" }, look);
       itemVisual(i, 0, 0, look, 1, layout.looks && layout.looks[slot]);
       el("rect", { x: -0.58, y: -0.58, width: 1.16, height: 1.16, rx: 0.08, class: "selection" }, look);
       if (far) look.querySelector("title").textContent += " (far from the rest: drawn at the map's edge)";
+      if (guess) look.querySelector("title").textContent += " (added later: never asked about; its neighbour is " +
+        layout.predicted.about + ")";
       drawn.looks.push(look);
       g.addEventListener("click", () => showCandidates(i, true));
       g.addEventListener("keydown", (ev) => { if (ev.key === "Enter") showCandidates(i, true); });
@@ -488,7 +495,11 @@
           " dimension" + (layout.embedding_dim === 1 ? "" : "s") + ", its two main axes shown)"
         : "Items placed by classical MDS of the estimated distances") +
         (outliers.size ? "; " + outliers.size + " item" + (outliers.size === 1 ? "" : "s") +
-          " far from the rest drawn at the map's edge (dashed ring), so the rest keep their room" : "");
+          " far from the rest drawn at the map's edge (dashed ring), so the rest keep their room" : "") +
+        (predicted.size ? "; " + predicted.size + " item" + (predicted.size === 1 ? "" : "s") + " added after the " +
+          "learner was built, never asked about, drawn beside the neighbour predicted from " +
+          (predicted.size === 1 ? "its" : "their") + " features (dotted ring and arrow: predicted, not measured)"
+          : "");
     }
     const cap = document.getElementById("graph-cap");
     if (cap) {
@@ -631,6 +642,10 @@
       p.textContent = (layout.certified[slot] ? "Its nearest neighbour is certified." :
         "Its nearest neighbour is not certified yet.") +
         ((layout.outliers || []).includes(i) ? " It is far from the rest: drawn at the map's edge." : "");
+      if (layout.predicted && layout.predicted.items.includes(i)) {
+        p.textContent = "Added after the learner was built: no rater has been asked about it. Its neighbour is " +
+          layout.predicted.about + ".";
+      }
       panel.appendChild(p);
     }
     if (cands.length) {

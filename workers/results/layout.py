@@ -15,6 +15,7 @@ from scipy.linalg import eigh
 
 from engine.random_triplets import TripletWinRates
 from workers.jobs.learners import Learner
+from workers.jobs.predicted import predicted_for, study_features
 from workers.store import engine_state, keys
 from workers.store.studies import Study
 
@@ -310,6 +311,14 @@ def graph_layout(conn: Redis, study: Study, label: str, max_drawn: int = MAX_DRA
         neighbors = np.full(n, -1)
         certified = np.zeros(n, bool)
     neighbors = np.concatenate([neighbors[:n], np.full(max(0, n - len(neighbors)), -1)]).astype(int)
+    # items added after the learner was built: a neighbour predicted from their features, marked predicted
+    grows = learner is not None and len(graph.neighbors) < n
+    found = predicted_for(learner, study_features(conn, study)) if grows else None
+    predicted = np.zeros(n, bool)
+    if found is not None:
+        inside = found.items < n
+        neighbors[found.items[inside]] = found.neighbors[inside, 0]
+        predicted[found.items[inside]] = True
     looks = item_looks(conn, study.id, nodes)
     certified = np.concatenate([certified[:n], np.zeros(max(0, n - len(certified)), bool)])
     distances = _pad(distances, m, fill=float(distances.max()) if distances.size else 1.0)
@@ -348,12 +357,21 @@ def graph_layout(conn: Redis, study: Study, label: str, max_drawn: int = MAX_DRA
         scaled, far = robust_normalise(flat)
         outliers[placed] = far
         coords[placed] = scaled * (WAITING_Y - 0.08 if waiting.any() else 1.0)
+        # a predicted item (never asked about) is drawn beside the item its features predict as its nearest
+        # when that one is drawn and placed; spread_apart then gives it room of its own
+        placed_slots = set(placed.tolist())
+        beside = [(s, slot_of[int(neighbors[i])]) for s, i in enumerate(nodes.tolist())
+                  if predicted[i] and slot_of.get(int(neighbors[i])) in placed_slots]
+        for s, t in beside:
+            coords[s] = coords[t] + spread_gap(m) * np.array([0.8, -0.8])
+            waiting[s] = False
+        placed = np.union1d(placed, [s for s, _ in beside]).astype(int)
         coords[placed] = spread_apart(coords[placed], gap=spread_gap(m))
     if waiting.any():
         row = np.flatnonzero(waiting)
         coords[row, 0] = (np.arange(len(row)) + 0.5) / len(row)
         coords[row, 1] = WAITING_Y + 0.03
-    edges = [{"from": i, "to": int(neighbors[i]), "certified": bool(certified[i])}
+    edges = [{"from": i, "to": int(neighbors[i]), "certified": bool(certified[i]), "predicted": bool(predicted[i])}
              for i in nodes.tolist() if neighbors[i] >= 0 and int(neighbors[i]) in slot_of]
     n_edges = int(np.count_nonzero(neighbors >= 0))
     return {
@@ -370,6 +388,10 @@ def graph_layout(conn: Redis, study: Study, label: str, max_drawn: int = MAX_DRA
         "outliers": nodes[outliers].tolist(),
         "candidates": candidates,
         "samples_histogram": histogram(samples, bins=15) if samples is not None else None,
+        # the drawn items added after the learner was built, their neighbour predicted from their features (not
+        # measured; ``workers.jobs.predicted``), and how; None when the study has none
+        "predicted": None if found is None else {"items": nodes[predicted[nodes]].tolist(), "by": found.by,
+                                                  "about": found.about},
     }
 
 
