@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from helpers import NO_CHECKS
 
+from engine.kinds import get_kind
 from workers.jobs.update_pass import apply_new_answers
 from workers.results.layout import graph_layout, node_size, principal_axes, spread_apart
 from workers.store.answers import accept_answer
@@ -249,6 +250,8 @@ def careful_answer(question: dict, truth: np.ndarray, select: int):
         order = sorted(cands, key=lambda j: (d(h, j), j))
         return (order[:select] if select > 1 else order[0]), None
     items = list(question["items"])
+    if len(items) == 2 and not get_kind(question["kind"]).on_scale:  # the same (1) within 2 places, else 0
+        return None, int(d(*items) <= 2)
     if len(items) == 2:
         return None, 5 - min(4, round(4 * d(*items) / np.ptp(truth)))
     return max(items, key=lambda o: sum(d(o, x) for x in items)), None  # the odd one out
@@ -283,10 +286,10 @@ def test_every_learner_of_every_kind_has_a_clicks_evidence(conn, algorithm, kind
     evidence = item_evidence(conn, study, algorithm, 5)
     assert evidence["answers"] > 0
     rows = evidence["neighbours"] + evidence["others"]
-    if evidence["evidence"] == "ratings":
-        assert kind == "rating" and sum(r["ratings"] for r in rows) > 0
+    if evidence["evidence"] == "ratings":  # rated pairs: a rating's value, the same (1) or different (0)
+        assert get_kind(kind).answered_by == "value" and sum(r["ratings"] for r in rows) > 0
     else:
-        assert kind != "rating" and sum(r["closer"] + r["farther"] for r in rows) > 0
+        assert get_kind(kind).answered_by == "picks" and sum(r["closer"] + r["farther"] for r in rows) > 0
     # the neighbours are the learner's, nearest first: the map's arrow from the item leads to the first
     arrow = {e["from"]: e["to"] for e in graph_layout(conn, study, algorithm)["edges"]}
     if 5 in arrow:
