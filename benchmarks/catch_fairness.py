@@ -202,13 +202,17 @@ def crowd_study(kind: str, settings: dict, items: list[dict], truth, noise, seed
         rater = Rater(truth, noise, bool(bot[x]), random.Random(seed * 100003 + x))
         places = np.arange(0, n, every) + rng.integers(every, size=len(range(0, n, every)))
         for _ in range(int(np.count_nonzero(places < n))):
-            live = [i for i in range(len(found)) if not {2 * i, 2 * i + 1} <= retired]
-            if not live:
-                break
-            i = random.choice(live)
-            question = catch_question(study, [found[i]])
-            claim = 2 * i + (question.get("expect") != "low")
-            if claim in retired:
+            # a retired comparison is not shown: the trial is another (a rating's pair of another kind)
+            question, claim = None, -1
+            live = [i for i in range(len(found))
+                    if 2 * i + 1 not in retired or (kind == "rating" and 2 * i not in retired)]
+            for _ in range(20 if live else 0):
+                i = random.choice(live)
+                question = catch_question(study, [found[i]])
+                claim = 2 * i + (question.get("expect") != "low")
+                if claim not in retired:
+                    break
+            if question is None or claim in retired:
                 continue
             picks, value = answer_of(rater.answer(payload(question, items, scale)))
             claims.append(claim)
