@@ -552,7 +552,8 @@ class _SameDifferent(_ValuedPair):
         return self._oracle_class()(distances, scale=scale, lapse=lapse, random_state=random_state)
 
     def value_of(self, observation):
-        return int(observation[2])
+        # the simulated rater answers as a pair planner observes: the distance sample (0 the same)
+        return SAME if float(observation[2]) == 0.0 else DIFFERENT
 
     def practice_screen(self, practice, index_of, settings):
         screen = {"kind": self.name, "items": [index_of(i) for i in practice["items"]]}

@@ -366,8 +366,10 @@ class SameDifferentOracle(_KnownDistances):
     same when their distance is under ``threshold``, with the human model's noise around it
     (:func:`human_agree_probability` on the gap ``threshold − d(i, j)``: the logistic ``scale`` and a lapse
     rate, a lapse answering at random). ``threshold`` defaults to the :data:`SAME_SHARE` quantile of the
-    distances between distinct items. ``answer(pairs)`` gives rows ``(i, j, value)``, value 1 the same and 0
-    different (``engine.kinds``' same_different).
+    distances between distinct items. ``same(pairs)`` gives the answers; ``answer(pairs)`` gives them as a pair
+    planner observes them, rows ``(i, j, distance)``: 0.0 for "the same", 1.0 for "different" (the
+    same_different kind's ``sample`` of its values 1 and 0; its ``value_of`` reads the value back), so
+    :func:`run` drives a pair planner with it as with :class:`DistanceMatrixOracle`.
     """
 
     def __init__(self, distances: ArrayLike, scale: float = 0.0, lapse: float = 0.0,
@@ -388,9 +390,9 @@ class SameDifferentOracle(_KnownDistances):
         gap = self.threshold - self.distances[idx[:, 0], idx[:, 1]]
         return self.rng.random(len(idx)) < human_agree_probability(gap, self.scale, self.lapse)
 
-    def answer(self, pairs: Iterable[Sequence[int]]) -> list[tuple[int, int, int]]:
+    def answer(self, pairs: Iterable[Sequence[int]]) -> list[tuple[int, int, float]]:
         pairs = [(int(i), int(j)) for i, j in pairs]
-        return [(i, j, int(s)) for (i, j), s in zip(pairs, self.same(pairs).tolist(), strict=True)]
+        return [(i, j, 0.0 if s else 1.0) for (i, j), s in zip(pairs, self.same(pairs).tolist(), strict=True)]
 
 
 class TripletDerivedOracle:
