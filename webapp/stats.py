@@ -248,7 +248,7 @@ def features_sentence(features: dict, summaries: dict, job: dict | None = None) 
     score of them (duels: how often an item's feature neighbour beat another)."""
     parts = []
     state = (job or {}).get("state")
-    if state in ("queued", "running"):
+    if state in ("queued", "running", "rebuilding"):
         done = f" ({job.get('done', 0):,} of {job['total']:,} images)" if job.get("total") else ""
         parts.append(f"Built-in image features are being computed{done}; the learners start from them once they "
                      "are (a rebuild from the answers so far).")

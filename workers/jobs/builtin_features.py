@@ -71,7 +71,8 @@ def set_builtin_features(conn: Redis, study_id: str, progress: Callable[[int, in
 
 def builtin_features_job(study_id: str) -> dict:
     """RQ entry point (``workers.store.queue.enqueue_builtin_features``): compute and set the study's built-in
-    features, then rebuild its learners from its log so they start from them (a study created with the form
+    features, then rebuild its learners from its log (``workers.jobs.rebuild.rebuild_study``) so they start
+    from them (a study created with the form
     may have built its learners, and even taken answers, before the features were there). The outcome is kept
     in words where the dashboard reads it (``keys.FEATURES_JOB_FIELD`` of the study's engine stats)."""
     import json
@@ -79,7 +80,7 @@ def builtin_features_job(study_id: str) -> dict:
 
     from rq import get_current_job
 
-    from workers.store.queue import enqueue_rebuild
+    from workers.jobs.rebuild import rebuild_study
 
     conn = get_current_job().connection
     status_key = keys.engine_stats(study_id)
@@ -95,6 +96,8 @@ def builtin_features_job(study_id: str) -> dict:
     except StudyError as exc:
         say({"state": "failed", "error": str(exc)})
         return {"state": "failed", "error": str(exc)}
-    enqueue_rebuild(conn, study_id, reason="built-in features")
-    say({"state": "finished", "items": n})
-    return {"state": "finished", "items": n}
+    say({"state": "rebuilding", "items": n})
+    # replayed here, in this job (not a queued rebuild, whose status would speak of excluded raters)
+    report = rebuild_study(conn, study_id)
+    say({"state": "finished", "items": n, "answers_replayed": report.answers_replayed})
+    return {"state": "finished", "items": n, "answers_replayed": report.answers_replayed}

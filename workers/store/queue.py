@@ -114,7 +114,7 @@ BUILTIN_FEATURES_JOB = "workers.jobs.builtin_features.builtin_features_job"
 
 
 def enqueue_builtin_features(conn: Redis, study_id: str) -> str:
-    """Queue the computing of a study's built-in image features (then a rebuild from them); returns the job
+    """Queue the computing of a study's built-in image features (the job then rebuilds from them); returns the job
     id, one per study (asking again while it is queued queues nothing more)."""
     job_id = f"proxima-features-{study_id}"
     try:
