@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse
 from scipy.optimize import minimize
 
 from ..utils import RandomState, check_random_state
@@ -118,13 +119,38 @@ class RatingFit:
         return self.centre + (values - self.centre - off) / slope
 
 
-def _objective(theta: np.ndarray, n: int, dim: int, n_raters: int, pairs: np.ndarray, values: np.ndarray,
+class Differences:
+    """``x_a - x_b`` for rows ``(a, b)`` of items (T of them), and the gradient back to the points, as one
+    sparse incidence matrix (T, n_items), +1 at a and -1 at b, built once per fit: indexing the points and
+    ``np.add.at`` the gradient back were most of a fit's time."""
+
+    def __init__(self, n_items: int, a: np.ndarray, b: np.ndarray) -> None:
+        t = np.arange(len(a))
+        self.matrix = scipy.sparse.csr_matrix(
+            (np.concatenate([np.ones(len(a)), -np.ones(len(a))]), (np.concatenate([t, t]), np.concatenate([a, b]))),
+            shape=(len(a), n_items))
+        self.back = self.matrix.T.tocsr()
+
+    def __len__(self) -> int:
+        return self.matrix.shape[0]
+
+    def of(self, X: np.ndarray) -> np.ndarray:
+        """(T, dim): ``X[a] - X[b]`` of every row."""
+        return self.matrix @ X
+
+    def add_back(self, g: np.ndarray, coef: np.ndarray) -> None:
+        """``g[a] += coef``, ``g[b] -= coef`` for every row (a gradient in the differences, taken to the points)."""
+        g += self.back @ coef
+
+
+def _objective(theta: np.ndarray, n: int, dim: int, n_raters: int, pairs: Differences, values: np.ndarray,
                raters: np.ndarray, lam_offset: float, lam_slope: float, lam_point: float,
-               triplets: np.ndarray | None = None, tau: float = 1.0, weight: float = 1.0,
+               triplets: tuple[Differences, Differences] | None = None, tau: float = 1.0, weight: float = 1.0,
                slope_weights: np.ndarray | None = None) -> tuple[float, np.ndarray]:
     """Half the sum of squared residuals plus the raters' priors (in units of the noise variance), plus
     ``weight`` (the noise variance) times the ``triplets``' negative log-likelihood at scale ``tau``, and its
-    gradient. theta = [points, offsets (n_raters), log slopes (n_raters), centre]. The pivot is the mean
+    gradient. theta = [points, offsets (n_raters), log slopes (n_raters), centre]; ``pairs`` the rated pairs'
+    differences, ``triplets`` the triplets' ``(h - w, h - l)`` ones (:class:`Differences`). The pivot is the mean
     of the space's distances over the ratings, so a slope turns a rater's ratings about their middle and
     cannot stand in for an offset. With ``slope_weights`` (n_raters,) summing to 1, the log slopes are
     theta's less their weighted mean (:func:`centred_log_slopes`)."""
@@ -134,15 +160,14 @@ def _objective(theta: np.ndarray, n: int, dim: int, n_raters: int, pairs: np.nda
     centre = theta[-1]
     gX = np.zeros((n, dim))
     if len(values):
-        diff = X[pairs[:, 0]] - X[pairs[:, 1]]
+        diff = pairs.of(X)
         f = np.sqrt(np.einsum("ij,ij->i", diff, diff) + 1e-12)
         pivot = f.mean()
         g = np.exp(ls[raters])
         e = centre + o[raters] + g * (f - pivot) - values
         eg = e * g
         coef = ((eg - eg.mean()) / f)[:, None] * diff
-        np.add.at(gX, pairs[:, 0], coef)
-        np.add.at(gX, pairs[:, 1], -coef)
+        pairs.add_back(gX, coef)
     else:
         e = eg = f = pivot = np.zeros(0)
     loss = 0.5 * float(e @ e) + 0.5 * lam_offset * float(o @ o) + 0.5 * lam_slope * float(ls @ ls) \
@@ -153,7 +178,7 @@ def _objective(theta: np.ndarray, n: int, dim: int, n_raters: int, pairs: np.nda
         + lam_slope * ls[:n_raters]
     if slope_weights is not None:
         gl = gl - slope_weights * gl.sum()
-    if triplets is not None and len(triplets):
+    if triplets is not None and len(triplets[0]):
         loss += _triplet_term(X, triplets, tau, weight, gX)
     return loss, np.concatenate([gX.ravel(), go, gl, [e.sum()]])
 
@@ -166,10 +191,12 @@ def centred_log_slopes(log_slopes: np.ndarray, weights: np.ndarray | None) -> np
     return log_slopes if weights is None else log_slopes - weights @ log_slopes
 
 
-def _triplet_term(X: np.ndarray, triplets: np.ndarray, tau: float, weight: float, gX: np.ndarray) -> float:
-    """``weight`` times the triplets' negative log-likelihood; adds its gradient in the points to ``gX``."""
-    h, w, lo = triplets[:, 0], triplets[:, 1], triplets[:, 2]
-    dw, dl = X[h] - X[w], X[h] - X[lo]
+def _triplet_term(X: np.ndarray, triplets: tuple[Differences, Differences], tau: float, weight: float,
+                  gX: np.ndarray) -> float:
+    """``weight`` times the triplets' negative log-likelihood; adds its gradient in the points to ``gX``.
+    ``triplets``: the differences ``h - w`` and ``h - l`` of the rows ``(h, w, l)``."""
+    hw, hl = triplets
+    dw, dl = hw.of(X), hl.of(X)
     fw = np.sqrt(np.einsum("ij,ij->i", dw, dw) + 1e-12)
     fl = np.sqrt(np.einsum("ij,ij->i", dl, dl) + 1e-12)
     u = (fl - fw) / tau
@@ -178,9 +205,8 @@ def _triplet_term(X: np.ndarray, triplets: np.ndarray, tau: float, weight: float
     dnll_du = -weight * (1.0 - TRIPLET_LAPSE) * s * (1.0 - s) / p
     cw = (-dnll_du / tau / fw)[:, None] * dw  # u falls as x_h moves toward x_l, rises toward x_w
     cl = (dnll_du / tau / fl)[:, None] * dl
-    np.add.at(gX, h, cw + cl)
-    np.add.at(gX, w, -cw)
-    np.add.at(gX, lo, -cl)
+    hw.add_back(gX, cw)
+    hl.add_back(gX, cl)
     return weight * float(-np.log(p).sum())
 
 
@@ -218,8 +244,10 @@ def fit_ratings(n_items: int, pairs: np.ndarray, values: np.ndarray, raters: np.
     counts = np.bincount(r, minlength=n_raters + 1)[:n_raters].astype(np.float64)
     weights = counts / counts.sum() if counts.sum() else None
     if len(y) or len(t):
-        res = minimize(_objective, theta0, args=(n_items, dim, n_raters, p, y, r, lam_o, lam_l, lam_x, t, tau, var,
-                                                 weights),
+        rated = Differences(n_items, p[:, 0], p[:, 1])
+        compared = (Differences(n_items, t[:, 0], t[:, 1]), Differences(n_items, t[:, 0], t[:, 2])) if len(t) else None
+        res = minimize(_objective, theta0, args=(n_items, dim, n_raters, rated, y, r, lam_o, lam_l, lam_x, compared,
+                                                 tau, var, weights),
                        jac=True, method="L-BFGS-B", options={"maxiter": int(max_iter)})
         theta = res.x
     else:

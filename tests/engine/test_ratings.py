@@ -215,6 +215,28 @@ def test_the_table_declares_raters_and_the_rating_warnings():
         assert "hit@3" in warning_for(name, "rating")
 
 
+def test_rating_objective_gradient_is_the_losss_slope():
+    # the fit's gradient (taken back to the points through a sparse incidence of the pairs and triplets)
+    # against central differences of its loss, raters' slopes centred and triplets included
+    from engine.ratings.model import Differences, _objective
+
+    rng = np.random.default_rng(4)
+    n, dim, n_raters, T = 9, 2, 4, 60
+    pairs = np.sort(np.array([rng.choice(n, 2, replace=False) for _ in range(T)]), axis=1)
+    values = rng.uniform(0, 1, T)
+    raters = rng.integers(n_raters + 1, size=T)  # code n_raters: the unknown rater
+    trip = np.array([rng.choice(n, 3, replace=False) for _ in range(25)])
+    weights = np.bincount(raters, minlength=n_raters + 1)[:n_raters] / np.sum(raters < n_raters)
+    args = (n, dim, n_raters, Differences(n, pairs[:, 0], pairs[:, 1]), values, raters, 2.0, 3.0, 0.5,
+            (Differences(n, trip[:, 0], trip[:, 1]), Differences(n, trip[:, 0], trip[:, 2])), 0.3, 0.7, weights)
+    theta = rng.normal(0, 0.5, n * dim + 2 * n_raters + 1)
+    _, grad = _objective(theta, *args)
+    eps = 1e-6
+    numeric = np.array([(_objective(theta + eps * e, *args)[0] - _objective(theta - eps * e, *args)[0]) / (2 * eps)
+                        for e in np.eye(len(theta))])
+    assert np.allclose(grad, numeric, rtol=1e-5, atol=1e-6)
+
+
 def test_estimates_kept_up_to_date_equal_estimates_made_afresh():
     """Between refits a batch of ratings changes only the pairs it touches (and the shortlists of their
     items): the estimates kept up to date batch by batch are the ones a learner restored from the same
