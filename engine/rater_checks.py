@@ -382,7 +382,8 @@ def crowd_agreement(agreed: np.ndarray, answers: np.ndarray, chance: float) -> n
 
 
 #: The posterior standard deviations an agreement is read below its mean (crowd_agreement): 0, the mean
-#: (0.5 and 1 let 38% and 43% of random raters through in benchmarks/catch_fairness.py, the mean 23%).
+#: (0.5 let 10% of random raters through the triplet row of benchmarks/catch_fairness.py's crowd table, the
+#: mean 5%; careful raters flagged 0-0.5% either way).
 CLAIM_Z = 0.0
 
 
@@ -404,8 +405,9 @@ def judge_catch_answers(q: np.ndarray, agreed: np.ndarray, chance: float, seed: 
 
 
 #: Comparisons shown as catch trials: of those with CLAIM_MIN_ANSWERS answers or more, the crowd's likeliest
-#: agreed this share are kept (by the lower end of their agreement, CLAIM_Z below the mean) ...
-CLAIM_KEEP_SHARE = 0.5
+#: agreed this share are kept (by their agreement, ``crowd_agreement``): 0.5 let 14% of random raters through
+#: the odd-one-out rows of benchmarks/catch_fairness.py's crowd table, 0.3 7%, 0.2 8%.
+CLAIM_KEEP_SHARE = 0.3
 
 
 def claims_to_retire(verdicts: ClaimVerdicts, threshold: float) -> list[int]:
