@@ -26,11 +26,13 @@ estimated (judge_claims: careful raters' agreement per comparison and each rater
 together) and the comparisons it agrees with least are no longer shown (claims_to_retire); at the study's
 end each rater's catch answers are tested against the other raters' agreement per comparison
 (judge_catch_answers, a parametric bootstrap; flagged below false_flag_rate), the flagged leave the crowd
-and the rest are tested again (TRIM_ROUNDS).
+and the rest are tested again (TRIM_ROUNDS); or (--crowd-delay N, what a live study could do) each rater is
+tested once, when N more raters have answered (the last N at the end), the flagged leaving the crowd.
 
     python benchmarks/catch_fairness.py            # 4000 raters per row
     python benchmarks/catch_fairness.py --raters 1000
     python benchmarks/catch_fairness.py --raters 0 --crowd-studies 4   # the crowd table only
+    python benchmarks/catch_fairness.py --raters 0 --crowd-rate 0.5 --crowd-delay 30
 """
 from __future__ import annotations
 
@@ -147,13 +149,15 @@ TRIM_ROUNDS = 4
 #: The crowd table's catch-trial rate (``attention.rate``): "auto", the schedule planned on the kind's stated
 #: careful miss rate, or a share of questions (--crowd-rate).
 CROWD_RATE: str | float = "auto"
+#: When a rater is judged: 0, at the study's end (the flagged leave the crowd and the rest are judged again);
+#: N, once, when N more raters have answered (what a live study could do; --crowd-delay).
+CROWD_DELAY = 0
 
 
 def crowd_study(kind: str, settings: dict, items: list[dict], truth, noise, seed: int) -> dict:
-    """One study of label catch trials judged by the crowd: per rater, whether a bot, flagged, and judged
-    before the study's end (every comparison it answered settled: confirmed or retired by the others);
-    "retired": comparisons retired at the end, "claims": comparisons answered (a rating's alike and unlike
-    pair each)."""
+    """One study of label catch trials judged by the crowd: per rater, whether a bot ("bot") and flagged
+    ("flagged"); "retired": comparisons retired at the end, "claims": comparisons answered (a rating's alike
+    and unlike pair each)."""
     config = StudyConfig.from_dict({"name": "fair", "question_kind": kind, **({"rank": settings} if settings else {}),
                                     "limits": {"max_questions_per_rater": QUESTIONS},
                                     "attention": {"rate": CROWD_RATE}})
@@ -173,7 +177,7 @@ def crowd_study(kind: str, settings: dict, items: list[dict], truth, noise, seed
     who: list[int] = []
     agreed: list[int] = []
     flagged = np.zeros(CROWD_RATERS, bool)
-    settled = np.zeros(CROWD_RATERS, bool)
+    judged = np.zeros(CROWD_RATERS, bool)
     retired: set[int] = set()
     n_claims = 2 * len(found)  # a comparison's alike claim (every kind) and unlike pair (ratings)
 
@@ -181,17 +185,20 @@ def crowd_study(kind: str, settings: dict, items: list[dict], truth, noise, seed
         if not claims:
             return
         c, r, a = np.array(claims), np.array(who), np.array(agreed)
-        for _ in range(TRIM_ROUNDS if final else 1):
+        for _ in range(TRIM_ROUNDS if final and not CROWD_DELAY else 1):
             v = rater_checks.judge_claims(c, r, a, ~flagged[r], n_claims, threshold, chance)
             retired.clear()
             retired.update(rater_checks.claims_to_retire(v, threshold))
-            if not final:
+            if not final and not CROWD_DELAY:
                 return
             q = rater_checks.crowd_agreement(v.others_agreed, v.others_answers, chance)
             before = flagged.copy()
-            for x in range(upto):
+            # judged at the study's end, or (CROWD_DELAY) once, CROWD_DELAY raters after their own answers
+            due = range(upto) if final or not CROWD_DELAY else range(max(0, upto - CROWD_DELAY))
+            for x in due:
                 mine = r == x
-                if not flagged[x] and mine.any():
+                if not flagged[x] and not judged[x] and mine.any():
+                    judged[x] = bool(CROWD_DELAY)
                     p = rater_checks.judge_catch_answers(q[mine], a[mine], chance, seed=seed * 1000 + x,
                                                          simulations=int(20 / alpha))
                     flagged[x] = p < alpha
@@ -221,7 +228,7 @@ def crowd_study(kind: str, settings: dict, items: list[dict], truth, noise, seed
         if (x + 1) % CHECK_EVERY == 0:
             check(x + 1)
     check(CROWD_RATERS, final=True)
-    return {"bot": bot, "flagged": flagged, "settled": settled, "retired": len(retired),
+    return {"bot": bot, "flagged": flagged, "retired": len(retired),
             "claims": len(set(claims) | retired)}
 
 
@@ -277,9 +284,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--crowd-studies", type=int, default=4, help="studies per row of the crowd table (0: none)")
     parser.add_argument("--crowd-rate", default="auto", help="the crowd table's attention.rate: auto or a share")
+    parser.add_argument("--crowd-delay", type=int, default=0,
+                        help="judge each rater once, this many raters later (0: at the study's end)")
     a = parser.parse_args()
-    global CROWD_RATE
+    global CROWD_RATE, CROWD_DELAY
     CROWD_RATE = a.crowd_rate if a.crowd_rate == "auto" else float(a.crowd_rate)
+    CROWD_DELAY = a.crowd_delay
     truth = eggs_truth()
     noise, _ = noise_model(truth, lapse=CAREFUL_LAPSE)
     if a.raters:
@@ -291,8 +301,9 @@ def main() -> None:
 def crowd_table(a, truth, noise) -> None:
     print(f"\nLabel catch trials judged by the crowd (not in the server): {a.crowd_studies} studies per row of "
           f"{CROWD_RATERS} raters ({CROWD_BOTS:.0%} random), {CROWD_HEADS} label comparisons, judged every "
-          f"{CHECK_EVERY} raters, attention.rate {CROWD_RATE}\n\n| kind | items known by | careful flagged "
-          "| random passing | comparisons retired |\n|---|---|---|---|---|")
+          f"{CHECK_EVERY} raters, attention.rate {CROWD_RATE}, judged "
+          f"{f'{CROWD_DELAY} raters later' if CROWD_DELAY else 'at the end'}\n\n| kind | items known by "
+          "| careful flagged | random passing | comparisons retired |\n|---|---|---|---|---|")
     for kind, settings in KINDS:
         name = kind if kind != "rank" else f"rank {settings['n_reference']}-rank-{settings['n_select']}"
         for source, labels in (("3 labels (text)", 3), ("10 labels (text)", 10)):
