@@ -434,6 +434,8 @@ class _ValuedPair(QuestionKind):
 
     #: an attention check's alike pair is an item against a copy of itself (else against its like item)
     _copy_alike = False
+    #: what an answer needs, in words (the answer check's messages)
+    _needs = "this question needs 'value'"
 
     def screen(self, proposal, settings):
         i, j = (_item(x) for x in proposal)
@@ -450,9 +452,6 @@ class _ValuedPair(QuestionKind):
         if value is None:
             raise AnswerError(f"{self._needs}; got no 'value'")
         return ()
-
-    #: what an answer needs, in words (the answer check's messages)
-    _needs = "this question needs 'value'"
 
     def observation(self, shown, picks, screen=None):
         raise AnswerError(f"a {self.name} answer is observed through its value's distance sample (sample)")
