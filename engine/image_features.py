@@ -56,14 +56,6 @@ COLUMNS: tuple[str, ...] = (
     "shape_edge_density", "shape_image_aspect",
 )
 
-#: what each group of columns says, for the docs and the CLI's help
-ABOUT = ("colour: mean and spread of L*, a*, b* and chroma, shares of 8 hue sectors and 4 lightness bands; "
-         "texture: a gradient-orientation histogram, mean gradient, local contrast and local entropy at 3 scales; "
-         "shape: the foreground (what differs from the image's border) as a share of the image, its centre, "
-         "elongation and orientation (second moments), extent, bounding-box aspect, solidity, compactness, "
-         "the share of edge pixels and the image's own aspect ratio")
-
-
 class ImageFeatureError(ValueError):
     """An image that cannot be read (the message names no file: callers add it)."""
 
@@ -177,10 +169,9 @@ def _shape(mask: np.ndarray, magnitude: np.ndarray, image_aspect: float) -> list
     area = float(len(xs))
     cx, cy = xs.mean(), ys.mean()
     cov = np.cov(np.vstack([xs, ys])) if area > 1 else np.zeros((2, 2))
-    cov = np.atleast_2d(cov)
-    big, small = np.linalg.eigvalsh(cov)[::-1] if cov.shape == (2, 2) else (0.0, 0.0)
+    small, big = np.linalg.eigvalsh(cov)
     elongation = 1.0 - math.sqrt(max(small, 0.0) / big) if big > 0 else 0.0
-    theta = 0.5 * math.atan2(2 * cov[0, 1], cov[0, 0] - cov[1, 1]) if cov.shape == (2, 2) else 0.0
+    theta = 0.5 * math.atan2(2 * cov[0, 1], cov[0, 0] - cov[1, 1])  # the main axis's angle from x
     box_w, box_h = xs.max() - xs.min() + 1, ys.max() - ys.min() + 1
     boundary = mask & ~ndimage.binary_erosion(mask, border_value=0)
     perimeter = float(boundary.sum())
