@@ -161,6 +161,8 @@ def test_the_form_computes_builtin_features_in_a_worker_and_the_dashboard_says_t
     assert "built-in image statistics" in stats["features"]["sentence"]
     assert "weak" in stats["features"]["sentence"]
     assert stats["rebuild"] is None  # no "rebuild excluding raters" on the Raters tab
+    page = researcher_client.get(f"/studies/{sid}?tab=learning").get_data(as_text=True)
+    assert "Proxima&#39;s built-in image statistics" in page or "Proxima's built-in image statistics" in page
 
 
 def test_the_form_refuses_builtin_features_for_texts_in_words(researcher_client, conn):
