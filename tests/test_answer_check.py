@@ -362,17 +362,29 @@ def test_rating_answers_are_judged_careful_raters_pass_and_random_ones_are_flagg
     assert all(v.p < alpha for v in bots), sorted(v.p for v in bots)[-3:]
 
 
-def test_the_finish_page_waits_for_a_check_handed_to_another_process_before_the_first_one_ends(conn, monkeypatch):
-    """The first update pass that applies answers says the study's answers are checked before its check
-    (run in the worker's fit process) ends: a bot finishing its answers meanwhile waits for the verdict
-    instead of getting the code (in benchmarks/bots.py every rule-following bot was shown a code so)."""
+def test_the_finish_page_waits_for_a_verdict_even_before_any_check_ran_then_marks_the_code_unconfirmed(conn,
+                                                                                                     monkeypatch):
+    """A rater who reached a look of the answer check waits for its verdict even when no check has run for
+    the study yet (the first pass's check still running in the worker's fit process, or no worker at all:
+    a bot answers 40 questions in seconds), at most ANSWER_CHECK_WAIT_SECONDS; then the code comes marked
+    as shown before the check (CHECK_LATE). Before, a study whose check never ran paid without a word."""
     from workers.jobs import fits
-    from workers.store.raters import answer_check_pending
+    from workers.store.raters import (
+        ANSWER_CHECK_WAIT_SECONDS,
+        CHECK_LATE,
+        CHECKED_AT_FIELD,
+        answer_check_pending,
+        answer_check_state,
+    )
 
     study_id = study(conn)
     conn.hset(keys.rater_stats(study_id), mapping={"fast-bot:answers": QUESTIONS, "fast-bot:last_answer_at": 100.0})
-    assert not answer_check_pending(conn, study_id, "fast-bot", 101.0)  # no check runs here (yet)
+    assert conn.hget(keys.engine_stats(study_id), CHECKED_AT_FIELD) is None  # no check ran for the study
+    assert answer_check_pending(conn, study_id, "fast-bot", 101.0)
+    assert answer_check_state(conn, study_id, "fast-bot", 101.0 + ANSWER_CHECK_WAIT_SECONDS) == CHECK_LATE
     handed = []
     monkeypatch.setattr(fits, "run_beside", lambda key, fn, *args: handed.append(key) or True)
     rater_checks.after_pass(conn, study_id, {"applied": 3})
     assert handed and answer_check_pending(conn, study_id, "fast-bot", 101.0)
+    conn.hset(keys.rater_stats(study_id), "fast-bot:looks", QUESTIONS)  # the verdict on the last look is in
+    assert not answer_check_pending(conn, study_id, "fast-bot", 101.0)

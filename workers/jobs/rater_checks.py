@@ -76,9 +76,6 @@ def after_pass(conn: Redis, study_id: str, summary: dict) -> None:
     hold the pool refills up), else here."""
     if not summary.get("applied"):
         return
-    # the finish page waits for a verdict only where checks run (CHECKED_AT_FIELD): say so before the first
-    # check ends, or a rater finishing while it runs (a bot answers 40 questions in seconds) got the code
-    conn.hsetnx(keys.engine_stats(study_id), CHECKED_AT_FIELD, 0)
     if not fits.run_beside(("answer-check", study_id), check_study_at, study_id):
         check_raters(conn, study_id)
 

@@ -60,17 +60,15 @@ CHECK_DONE, CHECK_PENDING, CHECK_LATE = "done", "pending", "late"
 
 def answer_check_state(conn: Redis, study_id: str, rater: str, now: float) -> str:
     """Where the answer check stands on this rater's answers, for the finish page: CHECK_PENDING while it
-    has a look still to do and the page waits for its verdict (only while the check runs for the study: a
-    worker ran it, and for ANSWER_CHECK_WAIT_SECONDS after the rater's last answer at most); CHECK_LATE when
-    that look is still to do after the wait (a queue of work in the workers): the code shown now comes
-    before the verdict, and the page says so; CHECK_DONE otherwise."""
-    with conn.pipeline(transaction=False) as pipe:
-        pipe.hget(keys.engine_stats(study_id), CHECKED_AT_FIELD)
-        pipe.hmget(keys.rater_stats(study_id), [keys.rater_field(rater, n)
-                                                for n in ("answers", "looks", "last_answer_at")])
-        checked_at, (answers, looks, last) = pipe.execute()
+    has a look still to do and the page waits for its verdict (ANSWER_CHECK_WAIT_SECONDS after the rater's
+    last answer at most, also before any check ran for the study: a worker not started yet or dead must not
+    pay unchecked raters silently); CHECK_LATE when that look is still to do after the wait (a queue of work
+    in the workers, or none running): the code shown now comes before the verdict, and the page says so;
+    CHECK_DONE otherwise."""
+    answers, looks, last = conn.hmget(keys.rater_stats(study_id), [keys.rater_field(rater, n)
+                                                                   for n in ("answers", "looks", "last_answer_at")])
     reached = answer_check_looks(_int(answers))
-    if checked_at is None or not reached or reached[-1][0] <= _int(looks):
+    if not reached or reached[-1][0] <= _int(looks):
         return CHECK_DONE
     return CHECK_LATE if now - float(last or 0) > ANSWER_CHECK_WAIT_SECONDS else CHECK_PENDING
 
