@@ -312,6 +312,50 @@ def test_the_branch_check_lets_questions_to_the_entry_through(line):
     assert not offences(line), line
 
 
+#: The platform's questions about a shape (``.asks``: what a kind or an algorithm proposes) outside the two
+#: tables, in its Python source and its templates, by file, each with why it is still asked there. What a kind
+#: does with its answer (its payload, value check, observation, catch trials, repeats, simulated rater) is its
+#: entry's (engine/kinds.py): a branch on ``asks == "pair"`` taken as "is this a rating" served a second pair
+#: kind the rating scale and learned it backwards. The list only shrinks (was 27 ``asks == "pair"`` alone).
+SHAPE_QUESTIONS = {
+    # the adapter a pair planner gets in a triplet study (the algorithm table's native_kind says as much)
+    "engine/planners.py": 1,
+    # the window of a planner in rounds asking triplets natively, in proxima plan's budget
+    "engine/planning.py": 1,
+    # the answer check's model judges answers that imply one anchored triplet
+    "workers/jobs/rater_checks.py": 1,
+    # a pair planner's derived defaults in a triplet study
+    "workers/store/config.py": 2,
+    # the progress caption of a forest of triplets (nodes per tree)
+    "templates/dashboard/study.html": 1,
+}
+
+
+def _shape_questions() -> dict[str, int]:
+    """``.asks`` read outside the two tables: attributes in the platform's Python, ``.asks`` in templates."""
+    found = {}
+    for rel, path in _platform_files():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        count = sum(isinstance(n, ast.Attribute) and n.attr == "asks" for n in ast.walk(tree))
+        if count:
+            found[rel] = count
+    for path in sorted((ROOT / "templates").rglob("*.html")):
+        count = len(re.findall(r"\.asks\b", path.read_text(encoding="utf-8")))
+        if count:
+            found[path.relative_to(ROOT).as_posix()] = count
+    return found
+
+
+def test_no_platform_file_asks_a_shape_beyond_the_listed_questions():
+    """What a kind or an algorithm does is asked of its entry's methods and declared capabilities
+    (``check_value``, ``sample``, ``on_scale``, ``observes_samples``, ``counts_samples``, ...), not decided by
+    its shape in a caller; the few shape questions left are listed with their reasons."""
+    found = _shape_questions()
+    grown = {f: n for f, n in found.items() if n > SHAPE_QUESTIONS.get(f, 0)}
+    assert not grown, f"ask the kind's or the algorithm's entry instead of its shape (asks): {grown}"
+    assert found == SHAPE_QUESTIONS, f"a shape question went away: shrink SHAPE_QUESTIONS to {found}"
+
+
 def test_the_dashboard_reads_only_declared_progress_keys():
     """The dashboard's script reads a learner's progress by the keys of engine.graph.Progress (the
     keys every planner has, and the optional ones of planners in rounds and of forests)."""

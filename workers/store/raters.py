@@ -186,28 +186,25 @@ def _catch_expected(head: int, other: int, items: list[dict]) -> bool | None:
 
 def _catch_passed(answer: Answer, config: StudyConfig, items: list[dict]) -> bool:
     """The live rule (webapp.questions_answers.catch_passed) from what the log and the items hold: a
-    check showing the head among its candidates (or one item twice) expects the head (a high rating);
-    one built from the items expects the like item (a high rating of a like pair, a low one of an unlike)."""
-    scale = config.rating
-    if answer.question_kind.asks == "pair":
-        if answer.value is None:
-            return False
-        alike = True if answer.a == answer.head else _catch_expected(answer.head, answer.a, items)
-        if alike is False:
-            return answer.value <= scale.min + 0.25 * (scale.max - scale.min)
-        return scale.catch_passes(answer.value)
-    if answer.skipped or not answer.picks:
+    check showing the head among its candidates (or one item twice) expects the head (the alike end of a
+    value: a high rating, "same"); one built from the items expects the like item (a value at the alike end
+    for a like pair, the unlike end for an unlike one: the kind's ``catch_passes``)."""
+    kind = answer.question_kind
+
+    def passes(alike) -> bool:
+        return bool(kind.catch_passes(answer.shown, answer.picks, alike, answer.value, config.rating))
+
+    if answer.skipped or not (answer.picks or answer.value is not None):
         return False
     if len(set(answer.shown)) < len(answer.shown):
         # an item with its copy (webapp.catches._copies): alike is the same item
         try:
-            return bool(answer.question_kind.catch_passes(answer.shown, answer.picks, lambda i, j: i == j))
+            return passes(lambda i, j: i == j)
         except ValueError:  # an odd-one-out whose pick was one of the copies
             return False
     if answer.head in (answer.a, answer.b):
         return answer.choice == answer.head
-    return bool(answer.question_kind.catch_passes(answer.shown, answer.picks,
-                                                  lambda i, j: _catch_expected(i, j, items)))
+    return passes(lambda i, j: _catch_expected(i, j, items))
 
 
 def _screen_key(answer: Answer) -> tuple:
@@ -256,7 +253,8 @@ def replay_rater_stats(answers: list[Answer], config: StudyConfig,
         if answer.algorithm == REPEAT_ALGORITHM:
             if not answer.skipped:
                 first = first_choice.get(_screen_key(answer))
-                agreed = first is not None and bool(answer.picks) and answer.picks[0] == first
+                again = answer.question_kind.repeat_answer(answer.picks, answer.value)
+                agreed = first is not None and again is not None and again == first
                 rater["repeats"] += 1
                 rater["repeat_agreed"] += agreed
                 outcome.append(REPEAT_AGREE_FLAG if agreed else REPEAT_DISAGREE_FLAG)
@@ -272,8 +270,10 @@ def replay_rater_stats(answers: list[Answer], config: StudyConfig,
             if config.catch_every:  # the block given its check (next_question.lua), so a restored rater's
                 rater["catch_block"] = (rater["answers"] - 1) // config.catch_every  # schedule goes on
 
-        elif answer.question_kind.repeatable and answer.picks:
-            first_choice.setdefault(_screen_key(answer), answer.picks[0])
+        elif answer.question_kind.repeatable and not answer.skipped:
+            answered = answer.question_kind.repeat_answer(answer.picks, answer.value)  # the first pick, a value
+            if answered is not None:
+                first_choice.setdefault(_screen_key(answer), answered)
         if config.catch_failing(rater["catch"], rater["catch_failed"]):
             rater["flagged"] = 1
         flags_by_id[answer.id] = ",".join(kept + outcome)
