@@ -124,7 +124,7 @@ def test_a_grid_catch_trial_needs_enough_unlike_items():
     ({"question_kind": "rank", "rank": {"n_reference": 13}}, ["rank.n_reference"]),
     ({"question_kind": "rank", "rank": {"n_reference": 4, "n_select": 4}}, ["n_select", "smaller"]),
     ({"question_kind": "rank", "rank": {"n_refs": 4}}, ["n_refs", "n_reference"]),
-    ({"question_kind": "odd_one_out", "algorithm": "simforest"}, ["simforest", "asks rating or same_different questions, not odd_one_out"]),
+    ({"question_kind": "odd_one_out", "algorithm": "simforest"}, ["simforest", "same_different questions, not odd"]),
     ({"question_kind": "odd_one_out", "practice": [{"kind": "odd_one_out", "items": ["a", "b", "c"],
                                                     "answer": "d"}]}, ["practice.0.answer", "'d'"]),
 ])
