@@ -6,6 +6,7 @@ import numpy as np
 from helpers import run_worker
 from test_engine_studies import TRUE_NN, drive, learned_neighbors, make_study, truthful
 
+from engine.ratings.log import RatingLog
 from workers.store import engine_state
 from workers.store.answers import read_answers
 
@@ -21,5 +22,6 @@ def test_a_pooled_rating_study_learns_with_each_raters_id(app, conn):
     state = engine_state.load(conn, sid, "pooled")
     logged = read_answers(conn, sid)
     # every rating was observed with the id of the rater who gave it
-    assert sorted(set(state["rater_ids"])) == sorted({a.rater for a in logged}) and len(state["rater_ids"]) == 3
+    ids = RatingLog.from_state(state).rater_ids
+    assert sorted(set(ids)) == sorted({a.rater for a in logged}) and len(ids) == 3
     assert len(state["raters"]) == len(logged) and (np.asarray(state["raters"]) >= 0).all()

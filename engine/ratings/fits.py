@@ -32,6 +32,11 @@ class FitTask:
     triplets: np.ndarray | None = None
 
     @property
+    def answers(self) -> int:
+        """The ratings and triplets it fits."""
+        return len(self.values) + (0 if self.triplets is None else len(self.triplets))
+
+    @property
     def key(self) -> tuple[int, int, int]:
         return (int(self.seed), int(len(self.values)), 0 if self.triplets is None else int(len(self.triplets)))
 

@@ -12,6 +12,7 @@ from scipy.spatial.distance import cdist
 from engine.graph import RefitsBeside
 from engine.planners import make_planner, restore_planner
 from engine.ratings import FitTask, PooledRatings, fit_ratings
+from engine.ratings import planner as ratings_planner
 from engine.registry import ALGORITHMS, drive_as_pool, warning_for
 from simulation.ratings import RatingNoise, RatingSimulator, latent_means
 
@@ -177,7 +178,8 @@ class _Later:
         return Future()
 
 
-def test_refits_run_beside_the_calls_in_a_live_pool():
+def test_refits_run_beside_the_calls_in_a_live_pool(monkeypatch):
+    monkeypatch.setattr(ratings_planner, "FIT_INLINE_ANSWERS", 0)  # every refit handed over, however small
     sim = _simulated(n=15, seed=3)
     p = make_planner("pooled", 15, question_kind="rating", random_state=0)
     inline = make_planner("pooled", 15, question_kind="rating", random_state=0)
@@ -197,6 +199,47 @@ def test_refits_run_beside_the_calls_in_a_live_pool():
     # the same fit as inside the call: a task is a pure function of its fields
     inline.next_questions(10)
     np.testing.assert_allclose(p.fit_.points, inline.fit_.points)
+
+
+def test_a_small_refit_runs_inside_the_call_in_a_live_pool():
+    """A refit of a few ratings takes less than a pass: it is not handed to the fit process (where it would
+    land a pass later, the pass between asking random pairs), so a live pool's first fit is in place at the
+    call that finds it due, as offline; a larger one is handed over."""
+    n = 20
+    sim = _simulated(n=n, seed=2)
+    fitter = _Later()
+    p = drive_as_pool(make_planner("pooled", n, question_kind="rating", random_state=0), fitter)
+    p.observe(sim.answer(p.next_questions(100)))
+    p.next_questions(10)
+    assert p.fit_ is not None and p.progress()["fits"] == 1 and not fitter.tasks
+    per_fit = ratings_planner.FIT_INLINE_ANSWERS // 2
+    while p.n_answers_ <= ratings_planner.FIT_INLINE_ANSWERS + per_fit:
+        p.observe(sim.answer(p.next_questions(per_fit)))
+    p.next_questions(10)
+    assert len(fitter.tasks) == 1 and fitter.tasks[0].answers > ratings_planner.FIT_INLINE_ANSWERS
+
+
+def test_a_batch_of_many_rounds_counts_each_rounds_pairs_as_half_answered():
+    """A batch of more questions than items (a live pass at few items) is drawn in rounds of one per item;
+    before the next round each pair drawn counts as half a rating (either of a head's two candidates may be
+    asked), in the head's shortlist and in the candidate's: its variance shrinks, its mean stays."""
+    n = 12
+    p = _drive(PooledRatings(n, random_state=8), _simulated(n=n, seed=8), 8)
+    mean, var = p.estimates()
+    cand = p._pairs.shortlist(p.log_, 4)
+    v = np.take_along_axis(var, cand, axis=1)
+    head, a, b = 3, 0, 1
+    after = p._half_answered(v, cand, np.array([head]), np.array([a]), np.array([b]))
+    shrunk = 1.0 / (1.0 / v + 0.5 / p.fit_.estimated.noise**2)
+    changed = np.zeros_like(v, bool)
+    changed[head, [a, b]] = True
+    for col in (a, b):
+        mirror = cand[cand[head, col]] == head
+        changed[cand[head, col]] |= mirror
+    assert changed.sum() >= 2
+    np.testing.assert_allclose(after[changed], shrunk[changed])
+    np.testing.assert_array_equal(after[~changed], v[~changed])
+    assert len(p.next_questions(5 * n)) == 5 * n
 
 
 def test_bad_answers_are_refused():
@@ -271,3 +314,25 @@ def test_a_state_handed_out_stays_as_it_was():
     for k, v in before.items():
         assert np.array_equal(state[k], v)
     assert len(PooledRatings.from_state(state).log_) == len(before["values"])
+
+
+def test_rater_ids_round_trip_and_only_grow_at_the_end_of_the_state():
+    # the state keeps the ids as one array only added to (a pass's journal entry holds just the new ids);
+    # any id a rater may have comes back as it was kept, and a state that listed them still loads
+    from engine.ratings.log import RatingLog
+
+    ids = ["p-1", 7, "naïve \"quoted\"\nline", ("a", 1), "p-1", 7]
+    log = RatingLog()
+    log.add(np.array([[0, 1]] * 3), np.full(3, 0.5), ids[:3])
+    first = np.array(log.to_state()["rater_ids_utf8"], copy=True)
+    log.add(np.array([[1, 2]] * 3), np.full(3, 0.5), ids[3:])
+    state = log.to_state()
+    kept = state["rater_ids_utf8"]
+    assert kept.dtype == np.uint8 and np.array_equal(kept[: len(first)], first) and "rater_ids" not in state
+    back = RatingLog.from_state(json.loads(json.dumps(state, default=lambda a: a.tolist())))
+    assert back.rater_ids == ["p-1", 7, "naïve \"quoted\"\nline", "('a', 1)"] == log.rater_ids
+    assert back.raters.tolist() == [0, 1, 2, 3, 0, 1]
+    listed = RatingLog.from_state({k: v for k, v in state.items() if k != "rater_ids_utf8"}
+                                  | {"rater_ids": ["p-1", 7, "x", "y"]})
+    assert listed.rater_ids == ["p-1", 7, "x", "y"] and listed.code("z") == 4
+    assert RatingLog.from_state(listed.to_state()).rater_ids == ["p-1", 7, "x", "y", "z"]
