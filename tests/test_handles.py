@@ -188,3 +188,32 @@ def test_a_restore_judges_copy_catch_trials_as_they_were_judged_live(app, conn, 
     for a in judged:
         logged = next(f for f in a.flags.split(",") if f.startswith("catch_"))
         assert logged in flags[a.id].split(","), (a, flags[a.id])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_backup_of_copy_catch_trials_restores_them_as_logged_and_the_bot_stays_flagged(app, conn, fresh_redis, kind,
+                                                                                        seeded):
+    """A catch trial showing an item with its copy is an answer the live path stored: a restore keeps it (it
+    set every one aside as "an item shown twice in one question", and a bot caught by copies came back
+    unflagged), and the rater statistics replayed from the log are the ones the live study had."""
+    import redis
+    from test_backup import backup_text
+
+    from workers.store.backup import restore_study, set_aside_answers
+
+    study_id = image_study(conn, f"restore-{kind.replace('_', '-')}", kind)
+    rng = random.Random(4)
+    run(app.test_client(), study_id, "r-careful", careful)
+    run(app.test_client(), study_id, "r-bot", lambda q: at_random(q, rng))
+    live = {r: rater_stats(conn, study_id, r) for r in ("r-careful", "r-bot")}
+    assert live["r-bot"]["flagged"] and not live["r-careful"]["flagged"]
+    fresh = redis.Redis.from_url(fresh_redis)
+    try:
+        report = restore_study(fresh, backup_text(conn, study_id), as_id="restored")
+        assert report.set_aside == 0, set_aside_answers(fresh, "restored")[:2]
+        for rater, stats in live.items():
+            again = rater_stats(fresh, "restored", rater)
+            assert (again["catch"], again["catch_failed"], again["flagged"]) == (
+                stats["catch"], stats["catch_failed"], stats["flagged"]), (rater, again, stats)
+    finally:
+        fresh.close()

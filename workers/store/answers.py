@@ -262,7 +262,8 @@ def answer_problem(answer: Answer, n_items: int, rating_range: tuple[float, floa
         return f"unknown question kind {answer.kind!r}"
     if not all(0 <= i < n_items for i in answer.shown):
         return f"an item index outside the study's {n_items} items"
-    if len(set(answer.shown)) != len(answer.shown):
+    if len(answer.shown) - len(set(answer.shown)) > (1 if answer.algorithm == CATCH_ALGORITHM else 0):
+        # a catch trial may show one item with its copy (webapp.catches: a study of media without labels)
         return "an item shown twice in one question"
     if answer.skipped:
         return None if not answer.picks else "a skipped answer with a choice"
