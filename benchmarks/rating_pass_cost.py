@@ -8,7 +8,9 @@ what the dashboard's summary reads (``neighbor_graph(1)`` and the held-out score
 go to a fitter beside the passes (``drive_as_pool``): each is computed when handed over, its time counted
 as the fit process's, not the pass's, and put in place once ``--lag`` x its ratings more have come.
 
-Timed from the first fit on (the warmup's random pairs cost nothing) to ``--per-item`` ratings per item.
+Timed in CPU seconds of the process (``time.process_time``, BLAS on one thread: a loaded machine slows the
+wall clock, not this) from the first fit on (the warmup's random pairs cost nothing) to ``--per-item``
+ratings per item; a refit small enough to run inside the call (``FIT_INLINE_ANSWERS``) counts as the pass's.
 With ``--baseline REF`` the same passes run first with ``engine/ratings`` as it was at git revision REF (a
 copy of ``engine/`` in a temporary folder; the repository is not touched), then with this tree, alternately
 ``--repeats`` times, and the ratio of the best times is printed: the machine is shared, so compare within
@@ -52,13 +54,14 @@ class TimedFitter:
     ready once the crowd has given ``lag`` x its ratings more."""
 
     def __init__(self, clock: dict, lag: float) -> None:
-        self.clock, self.lag, self.seconds, self.fits = clock, lag, 0.0, 0
+        self.clock, self.lag, self.seconds, self.fits, self.log = clock, lag, 0.0, 0, []
 
     def fit(self, task):
-        started = time.perf_counter()
+        started = time.process_time()
         result = task.run()
-        self.seconds += time.perf_counter() - started
+        self.seconds += time.process_time() - started
         self.fits += 1
+        self.log.append((len(task.values), round(time.process_time() - started, 3)))
         return _Ready(self.clock, self.clock["answers"] + self.lag * len(task.values), result)
 
 
@@ -91,12 +94,12 @@ def one_run(n: int, per_item: float, batch: int, raters: int, summary_every: int
         rows = [(i, j, float(x), f"rater-{r}") for (i, j), x, r in zip(asked, d, who, strict=True)]
         timed = planner.n_fits_ > 0
         fit_seconds = fitter.seconds
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         planner.observe(rows)
-        t1 = time.perf_counter()
+        t1 = time.process_time()
         clock["answers"] += len(rows)
         pool += planner.next_questions(len(rows))
-        t2 = time.perf_counter()
+        t2 = time.process_time()
         in_fits = fitter.seconds - fit_seconds  # a refit handed over in this call: the fit process's time
         lifted = Lifted.of(planner.to_state())
         if kept is None:
@@ -104,11 +107,11 @@ def one_run(n: int, per_item: float, batch: int, raters: int, summary_every: int
         else:
             delta, kept = advance_delta(kept, lifted, "bench", passes)
             journal += 0 if delta is None or not timed else len(delta)
-        t3 = time.perf_counter()
+        t3 = time.process_time()
         if passes % summary_every == 0:
             planner.neighbor_graph(1)
             model_distances(planner)
-        t4 = time.perf_counter()
+        t4 = time.process_time()
         passes += 1
         if timed:
             for phase, dt in zip(PHASES, (t1 - t0, t2 - t1 - in_fits, t3 - t2, t4 - t3), strict=True):
@@ -121,7 +124,7 @@ def one_run(n: int, per_item: float, batch: int, raters: int, summary_every: int
     digest.update(picks.astype(np.int64).tobytes())
     return {"seconds": seconds, "answers": timed_answers, "passes": timed_passes, "fits": fitter.fits,
             "fit_seconds": fitter.seconds - fit_before, "journal_bytes": journal, "state_bytes": kept.nbytes,
-            "digest": digest.hexdigest()[:12]}
+            "digest": digest.hexdigest()[:12], "fit_log": fitter.log}
 
 
 def code_of(ref: str, folder: Path) -> Path:
@@ -181,7 +184,12 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if args.child:
         sys.path[:0] = [*([args.code] if args.code else []), str(ROOT)]
+        # numpy's and scipy's BLAS loaded before they are limited to one thread (threadpoolctl limits only
+        # the libraries loaded by then; left at two threads, a fit's vector products spun on a busy machine)
+        import scipy.optimize  # noqa: F401
         from threadpoolctl import threadpool_limits
+
+        import engine.ratings  # noqa: F401
 
         with threadpool_limits(limits=1, user_api="blas"):
             print(json.dumps(one_run(int(args.items), args.per_item, args.batch, args.raters, args.summary_every,
