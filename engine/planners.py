@@ -58,7 +58,9 @@ def make_planner(name: str, n_items: int, question_kind: str = "triplet", random
     if question_kind not in QUESTION_KINDS:
         raise ValueError(f"unknown question kind {question_kind!r}; choose one of {', '.join(QUESTION_KINDS)}")
     if question_kind not in entry.question_kinds:
-        raise ValueError(f"{name} asks {' or '.join(entry.question_kinds)} questions, not {question_kind!r}")
+        kinds = list(entry.question_kinds)
+        named = " or ".join(kinds) if len(kinds) < 3 else f"{', '.join(kinds[:-1])} or {kinds[-1]}"
+        raise ValueError(f"{name} asks {named} questions, not {question_kind!r}")
     screen = check_screen_params(name, question_kind,
                                  {k: params.pop(k) for k in list(params) if k in _ALL_SCREEN_PARAMS})
     # validated as given, then the study defaults for this question kind fill what is missing

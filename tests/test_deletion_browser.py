@@ -34,7 +34,9 @@ def test_forget_a_rater_and_delete_the_study_each_after_a_confirmation(browser, 
     page.click("#forget-submit")
     page.wait_for_selector("text=Forgetting rater p-02")
     # the served worker runs the forget job: the Raters tab shows its result when it is done
-    page.wait_for_function("document.getElementById('rebuild-status').textContent"
+    # a predicate as a function: an expression string is evaluated by eval() while polling, which the page's
+    # Content-Security-Policy refuses (the wait failed whenever the job was not done at the first look)
+    page.wait_for_function("() => document.getElementById('rebuild-status').textContent"
                            ".includes('Rater forgotten: 4 answer(s) taken out of the log')", timeout=60000)
     assert conn.xlen(keys.answers("gdpr")) == 16
     page.reload()

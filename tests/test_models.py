@@ -60,7 +60,7 @@ def test_simforest_is_a_rating_algorithm_that_needs_labels(conn):
     config = StudyConfig.from_dict({"name": "s", "algorithms": [{"algorithm": "simforest",
                                                                   "params": {"n_trees": 3}}]})
     assert config.algorithms[0].question_kind == "rating"
-    with pytest.raises(ConfigError, match="rating questions only"):
+    with pytest.raises(ConfigError, match="simforest asks rating or same_different questions, not triplet"):
         StudyConfig.from_dict({"name": "s", "algorithms": [{"algorithm": "simforest", "question_kind": "triplet"}]})
     with pytest.raises(ConfigError, match="n_tree"):
         StudyConfig.from_dict({"name": "s", "algorithms": [{"algorithm": "simforest", "params": {"n_tree": 3}}]})

@@ -129,7 +129,7 @@ def test_make_planner_validates_screen_parameters():
         make_planner("duels", 40, question_kind="triplet", n_select=2)
     with pytest.raises(ValueError, match="at least 9 items"):
         make_planner("duels", 8, question_kind="rank")
-    with pytest.raises(ValueError, match="asks triplet or rating questions, not 'rank'"):
+    with pytest.raises(ValueError, match="anntri asks triplet, rating or same_different questions, not 'rank'"):
         make_planner("anntri", 40, question_kind="rank")
     with pytest.raises(ValueError, match="unknown question kind"):
         make_planner("duels", 40, question_kind="grid")
