@@ -16,7 +16,7 @@ With ``--forests``, the seeds' feature learners trained on the triplets the answ
 ``MAX_TRIPLETS`` of them, the bound a worker would keep) predict too: a SMERF distance forest (``engine.smerf``)
 on each pair's share of lost triplets, random pairs counted as far (a random pair is almost never an item with
 one of its nearest; with only the pairs duels asks about, all near, the forest's distances to the rest are
-guesses: top-3 hit .02 with F .9 + noise columns at 10/item), and a similarity TreeRank ranking forest
+guesses: top-3 hit .02-.04 with F .9 + noise columns at 10/item), and a similarity TreeRank ranking forest
 (``engine.treerank``) on the winning pairs (alike) against the losing and random pairs. SimForest classifies
 items by their similarities to labelled ones: an added item has no similarity to any, so it predicts nothing
 here. ``chosen`` is what a worker choosing by held-out agreement would predict with: of the learned map, the
