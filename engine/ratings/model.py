@@ -119,17 +119,25 @@ class RatingFit:
         return self.centre + (values - self.centre - off) / slope
 
 
+def scatter(n_items: int, rows: np.ndarray, signs: np.ndarray) -> scipy.sparse.csr_matrix:
+    """(n_items, len(rows)): ``M @ V`` adds ``signs[k] * V[k]`` to row ``rows[k]`` for every k, in the order of
+    k, as ``np.add.at`` adds (the same sums to the last bit, so a fit takes the same steps either way)."""
+    order = np.argsort(rows, kind="stable")
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n_items))])
+    return scipy.sparse.csr_matrix((np.asarray(signs, np.float64)[order], order, indptr), shape=(n_items, len(rows)))
+
+
 class Differences:
-    """``x_a - x_b`` for rows ``(a, b)`` of items (T of them), and the gradient back to the points, as one
-    sparse incidence matrix (T, n_items), +1 at a and -1 at b, built once per fit: indexing the points and
-    ``np.add.at`` the gradient back were most of a fit's time."""
+    """``x_a - x_b`` for rows ``(a, b)`` of items (T of them) as one sparse incidence matrix (T, n_items), +1
+    at a and -1 at b, and its way back (:func:`scatter`), both built once per fit: indexing the points and
+    ``np.add.at`` back were most of a fit's time."""
 
     def __init__(self, n_items: int, a: np.ndarray, b: np.ndarray) -> None:
         t = np.arange(len(a))
-        self.matrix = scipy.sparse.csr_matrix(
-            (np.concatenate([np.ones(len(a)), -np.ones(len(a))]), (np.concatenate([t, t]), np.concatenate([a, b]))),
-            shape=(len(a), n_items))
-        self.back = self.matrix.T.tocsr()
+        signs = np.concatenate([np.ones(len(a)), -np.ones(len(a))])
+        self.matrix = scipy.sparse.csr_matrix((signs, (np.concatenate([t, t]), np.concatenate([a, b]))),
+                                              shape=(len(a), n_items))
+        self.back = scatter(n_items, np.concatenate([a, b]), signs)
 
     def __len__(self) -> int:
         return self.matrix.shape[0]
@@ -139,18 +147,38 @@ class Differences:
         return self.matrix @ X
 
     def add_back(self, g: np.ndarray, coef: np.ndarray) -> None:
-        """``g[a] += coef``, ``g[b] -= coef`` for every row (a gradient in the differences, taken to the points)."""
-        g += self.back @ coef
+        """``g[a] += coef``, then ``g[b] -= coef`` (a gradient in the differences, taken to the points)."""
+        g += self.back @ np.concatenate([coef, coef])
+
+
+class TripletDifferences:
+    """The differences ``h - w`` and ``h - l`` of triplet rows ``(h, w, l)`` (:class:`Differences`), and the
+    way back of a gradient in both."""
+
+    def __init__(self, n_items: int, triplets: np.ndarray) -> None:
+        h, w, lo = triplets[:, 0], triplets[:, 1], triplets[:, 2]
+        self.hw, self.hl = Differences(n_items, h, w), Differences(n_items, h, lo)
+        ones = np.ones(len(h))
+        # each item's gradient so far first, then the triplets' terms added to it one by one
+        self.back = scatter(n_items, np.concatenate([np.arange(n_items), h, w, lo]),
+                            np.concatenate([np.ones(n_items), ones, -ones, -ones]))
+
+    def __len__(self) -> int:
+        return len(self.hw)
+
+    def add_back(self, g: np.ndarray, cw: np.ndarray, cl: np.ndarray) -> None:
+        """``g[h] += cw + cl``, then ``g[w] -= cw``, then ``g[l] -= cl``."""
+        g[...] = self.back @ np.concatenate([g, cw + cl, cw, cl])
 
 
 def _objective(theta: np.ndarray, n: int, dim: int, n_raters: int, pairs: Differences, values: np.ndarray,
                raters: np.ndarray, lam_offset: float, lam_slope: float, lam_point: float,
-               triplets: tuple[Differences, Differences] | None = None, tau: float = 1.0, weight: float = 1.0,
+               triplets: TripletDifferences | None = None, tau: float = 1.0, weight: float = 1.0,
                slope_weights: np.ndarray | None = None) -> tuple[float, np.ndarray]:
     """Half the sum of squared residuals plus the raters' priors (in units of the noise variance), plus
     ``weight`` (the noise variance) times the ``triplets``' negative log-likelihood at scale ``tau``, and its
     gradient. theta = [points, offsets (n_raters), log slopes (n_raters), centre]; ``pairs`` the rated pairs'
-    differences, ``triplets`` the triplets' ``(h - w, h - l)`` ones (:class:`Differences`). The pivot is the mean
+    differences (:class:`Differences`), ``triplets`` the triplets' (:class:`TripletDifferences`). The pivot is the mean
     of the space's distances over the ratings, so a slope turns a rater's ratings about their middle and
     cannot stand in for an offset. With ``slope_weights`` (n_raters,) summing to 1, the log slopes are
     theta's less their weighted mean (:func:`centred_log_slopes`)."""
@@ -178,7 +206,7 @@ def _objective(theta: np.ndarray, n: int, dim: int, n_raters: int, pairs: Differ
         + lam_slope * ls[:n_raters]
     if slope_weights is not None:
         gl = gl - slope_weights * gl.sum()
-    if triplets is not None and len(triplets[0]):
+    if triplets is not None and len(triplets):
         loss += _triplet_term(X, triplets, tau, weight, gX)
     return loss, np.concatenate([gX.ravel(), go, gl, [e.sum()]])
 
@@ -191,12 +219,9 @@ def centred_log_slopes(log_slopes: np.ndarray, weights: np.ndarray | None) -> np
     return log_slopes if weights is None else log_slopes - weights @ log_slopes
 
 
-def _triplet_term(X: np.ndarray, triplets: tuple[Differences, Differences], tau: float, weight: float,
-                  gX: np.ndarray) -> float:
-    """``weight`` times the triplets' negative log-likelihood; adds its gradient in the points to ``gX``.
-    ``triplets``: the differences ``h - w`` and ``h - l`` of the rows ``(h, w, l)``."""
-    hw, hl = triplets
-    dw, dl = hw.of(X), hl.of(X)
+def _triplet_term(X: np.ndarray, triplets: TripletDifferences, tau: float, weight: float, gX: np.ndarray) -> float:
+    """``weight`` times the triplets' negative log-likelihood; adds its gradient in the points to ``gX``."""
+    dw, dl = triplets.hw.of(X), triplets.hl.of(X)
     fw = np.sqrt(np.einsum("ij,ij->i", dw, dw) + 1e-12)
     fl = np.sqrt(np.einsum("ij,ij->i", dl, dl) + 1e-12)
     u = (fl - fw) / tau
@@ -205,8 +230,7 @@ def _triplet_term(X: np.ndarray, triplets: tuple[Differences, Differences], tau:
     dnll_du = -weight * (1.0 - TRIPLET_LAPSE) * s * (1.0 - s) / p
     cw = (-dnll_du / tau / fw)[:, None] * dw  # u falls as x_h moves toward x_l, rises toward x_w
     cl = (dnll_du / tau / fl)[:, None] * dl
-    hw.add_back(gX, cw)
-    hl.add_back(gX, cl)
+    triplets.add_back(gX, cw, cl)
     return weight * float(-np.log(p).sum())
 
 
@@ -245,7 +269,7 @@ def fit_ratings(n_items: int, pairs: np.ndarray, values: np.ndarray, raters: np.
     weights = counts / counts.sum() if counts.sum() else None
     if len(y) or len(t):
         rated = Differences(n_items, p[:, 0], p[:, 1])
-        compared = (Differences(n_items, t[:, 0], t[:, 1]), Differences(n_items, t[:, 0], t[:, 2])) if len(t) else None
+        compared = TripletDifferences(n_items, t) if len(t) else None
         res = minimize(_objective, theta0, args=(n_items, dim, n_raters, rated, y, r, lam_o, lam_l, lam_x, compared,
                                                  tau, var, weights),
                        jac=True, method="L-BFGS-B", options={"maxiter": int(max_iter)})

@@ -261,7 +261,7 @@ def test_the_table_declares_raters_and_the_rating_warnings():
 def test_rating_objective_gradient_is_the_losss_slope():
     # the fit's gradient (taken back to the points through a sparse incidence of the pairs and triplets)
     # against central differences of its loss, raters' slopes centred and triplets included
-    from engine.ratings.model import Differences, _objective
+    from engine.ratings.model import Differences, TripletDifferences, _objective
 
     rng = np.random.default_rng(4)
     n, dim, n_raters, T = 9, 2, 4, 60
@@ -271,7 +271,7 @@ def test_rating_objective_gradient_is_the_losss_slope():
     trip = np.array([rng.choice(n, 3, replace=False) for _ in range(25)])
     weights = np.bincount(raters, minlength=n_raters + 1)[:n_raters] / np.sum(raters < n_raters)
     args = (n, dim, n_raters, Differences(n, pairs[:, 0], pairs[:, 1]), values, raters, 2.0, 3.0, 0.5,
-            (Differences(n, trip[:, 0], trip[:, 1]), Differences(n, trip[:, 0], trip[:, 2])), 0.3, 0.7, weights)
+            TripletDifferences(n, trip), 0.3, 0.7, weights)
     theta = rng.normal(0, 0.5, n * dim + 2 * n_raters + 1)
     _, grad = _objective(theta, *args)
     eps = 1e-6
