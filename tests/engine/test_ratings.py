@@ -336,3 +336,38 @@ def test_rater_ids_round_trip_and_only_grow_at_the_end_of_the_state():
                                   | {"rater_ids": ["p-1", 7, "x", "y"]})
     assert listed.rater_ids == ["p-1", 7, "x", "y"] and listed.code("z") == 4
     assert RatingLog.from_state(listed.to_state()).rater_ids == ["p-1", 7, "x", "y", "z"]
+
+
+def test_fit_gradients_are_summed_as_np_add_at_sums_them():
+    # the sparse way back adds each term in np.add.at's order, so a fit takes the same steps to the last bit
+    # (another order ended fits slightly higher and lost .02-.03 hit@3 at 1,000 items)
+    from engine.ratings.model import Differences, TripletDifferences
+
+    rng = np.random.default_rng(9)
+    n = 30
+    pairs = np.array([rng.choice(n, 2, replace=False) for _ in range(500)])
+    trip = np.array([rng.choice(n, 3, replace=False) for _ in range(400)])
+    coef, cw, cl = rng.normal(size=(500, 3)), rng.normal(size=(400, 3)), rng.normal(size=(400, 3))
+    start = rng.normal(size=(n, 3))
+    want = start.copy()
+    np.add.at(want, pairs[:, 0], coef)
+    np.add.at(want, pairs[:, 1], -coef)
+    np.add.at(want, trip[:, 0], cw + cl)
+    np.add.at(want, trip[:, 1], -cw)
+    np.add.at(want, trip[:, 2], -cl)
+    got = np.zeros((n, 3))  # the fit starts each gradient at zero
+    Differences(n, pairs[:, 0], pairs[:, 1]).add_back(got, coef)
+    from_zero = np.zeros((n, 3))
+    np.add.at(from_zero, pairs[:, 0], coef)
+    np.add.at(from_zero, pairs[:, 1], -coef)
+    assert np.array_equal(got, from_zero)
+    got += start
+    TripletDifferences(n, trip).add_back(got, cw, cl)
+    plain = start.copy()
+    np.add.at(plain, trip[:, 0], cw + cl)
+    np.add.at(plain, trip[:, 1], -cw)
+    np.add.at(plain, trip[:, 2], -cl)
+    again = start.copy()
+    TripletDifferences(n, trip).add_back(again, cw, cl)
+    assert np.array_equal(again, plain)
+    np.testing.assert_allclose(got, want)
