@@ -14,7 +14,7 @@ from helpers import NO_CHECKS
 from engine.kinds import get_kind
 from workers.jobs.update_pass import apply_new_answers
 from workers.results.layout import graph_layout, node_size, principal_axes, spread_apart
-from workers.store.answers import accept_answer
+from workers.store.answers import accept_answer, read_answers
 from workers.store.config import StudyConfig
 from workers.store.questions import StudyComplete, issue_question
 from workers.store.studies import Item, create_study, get_study
@@ -381,3 +381,29 @@ def test_mds_of_many_items_recovers_a_flat_map_as_the_dense_solver_does(monkeypa
     assert np.array_equal(layout.classical_mds(d), lanczos)  # deterministic
     monkeypatch.setattr(layout, "LANCZOS_FROM", 10_000)
     assert np.allclose(np.abs(layout.classical_mds(d)), np.abs(lanczos), atol=1e-8)  # same axes, up to sign
+
+
+def test_a_clicks_evidence_counts_the_answers_its_learner_learns_from(conn):
+    """In a study of two learners each learns from the answers to its own questions: the evidence panel of one
+    counts its own (it counted every learnable answer showing the item, the other learner's too)."""
+    from workers.results.evidence import item_evidence
+
+    settings = {**NO_CHECKS, "name": "Two", "random_state": 2, "pool_size": 20,
+                "algorithms": [{"algorithm": "duels", "share": 0.5}, {"algorithm": "random_triplets", "share": 0.5}]}
+    create_study(conn, StudyConfig.from_dict(settings), grid_items(12), study_id="two")
+    study = get_study(conn, "two")
+    truth = np.arange(12.0)
+    apply_new_answers(conn, "two")
+    for k in range(240):
+        now = time.time()
+        question, _, _ = issue_question(conn, "two", study.config, 12, f"r{k % 6}", now=now, expires_at=now + 600)
+        choice, _ = careful_answer(question, truth, 1)
+        accept_answer(conn, "two", question, f"r{k % 6}", choice, issued_at=now, response_ms=900, used_ttl=3600)
+        if k % 40 == 39:
+            apply_new_answers(conn, "two")
+    apply_new_answers(conn, "two")
+    log = [a for a in read_answers(conn, "two") if 5 in a.shown]
+    by_learner = {label: sum(a.algorithm == label for a in log) for label in ("duels", "random_triplets")}
+    assert min(by_learner.values()) > 0 and sum(by_learner.values()) == len(log), by_learner
+    for label, own in by_learner.items():
+        assert item_evidence(conn, study, label, 5)["answers"] == own, (label, by_learner)

@@ -167,7 +167,7 @@ def test_a_rank_studys_map_of_pictures_reads_and_a_click_shows_the_answers_behin
         assert rows.count() >= 1
         cells = rows.first.locator("td").all_inner_texts()
         assert cells[0].startswith("#1 ") and int(cells[1]) > 0  # the nearest neighbour has answers behind it
-        assert "answers show this item" in page.locator("#evidence").inner_text()
+        assert "answers this learner learns from show this item" in page.locator("#evidence").inner_text()
         os.makedirs(ARTIFACTS, exist_ok=True)
         page.locator(".graph-wrap").screenshot(path=os.path.join(ARTIFACTS, "map-rank-pictures-40.png"))
         # zooming in parts items; their pictures keep their size on screen

@@ -598,7 +598,8 @@
     box.appendChild(h);
     const p = document.createElement("p");
     p.className = "muted";
-    p.textContent = doc.answers + " answer" + (doc.answers === 1 ? "" : "s") + " show this item" +
+    p.textContent = doc.answers + " answer" + (doc.answers === 1 ? "" : "s") + " this learner learns from show" +
+      (doc.answers === 1 ? "s" : "") + " this item" +
       (doc.all_read ? "" : " (of the newest " + doc.read + " read)") + ". " +
       (doc.evidence === "ratings"
         ? "Each row: the ratings of this item and the other one, and their mean (higher: more alike)."

@@ -56,13 +56,16 @@ def _newest_answers_showing(conn: Redis, study_id: str, item: int, limit: int):
     return read, showing
 
 
-def _neighbours(conn: Redis, study: Study, label: str, item: int) -> list[int]:
-    """The learner's current nearest neighbours of ``item``, nearest first (none before it has state)."""
-    alg = study.config.get_algorithm(label)
+def _learner(conn: Redis, study: Study, label: str) -> Learner | None:
+    """The learner ``label`` as its stored state has it (None before it has state)."""
     state = engine_state.load(conn, study.id, label)
-    if state is None:
+    return None if state is None else Learner.from_state(study.config.get_algorithm(label), study.config, state)
+
+
+def _neighbours(learner: Learner | None, item: int) -> list[int]:
+    """The learner's current nearest neighbours of ``item``, nearest first (none before it has state)."""
+    if learner is None:
         return []
-    learner = Learner.from_state(alg, study.config, state)
     graph = learner.graph(NEIGHBOURS)
     neighbors = np.asarray(graph.neighbors)
     if item >= len(neighbors):
@@ -72,23 +75,35 @@ def _neighbours(conn: Redis, study: Study, label: str, item: int) -> list[int]:
     return [j for slot, j in enumerate(row) if j >= 0 and j != item and not guessed[slot]]
 
 
+def _teaches(learner: Learner, answer: Answer) -> bool:
+    """Whether ``learner`` learns from ``answer`` (its own answers, imported ones, the triplets other learners'
+    answers imply where it takes them), as an update pass feeds it (``Learner.observe``)."""
+    if learner.engine_answers([answer]):
+        return True
+    return bool(learner.entry.takes_triplets and learner.study_triplets([answer]))
+
+
 def item_evidence(conn: Redis, study: Study, label: str, item: int, max_answers: int = MAX_ANSWERS_READ) -> dict:
     """The evidence panel of ``item`` for the learner ``label`` (JSON-safe): ``neighbours`` (the learner's,
     nearest first) and ``others`` (items the answers put closest that are not among them), each
     ``{"item", "neighbour", "closer", "farther"}`` for triplet-implying answers (``closer``: implied triplets
     judging the two closer than a third item, either one the anchor; ``farther``: a third item judged closer)
-    and ``{"item", "neighbour", "ratings", "mean"}`` for ratings; ``answers`` about the item among the
-    ``read`` answers read (``all_read`` False when the log holds more)."""
+    and ``{"item", "neighbour", "ratings", "mean"}`` for ratings; ``answers``: those showing the item that the
+    learner learns from (all learnable ones before it has state), among the ``read`` answers read
+    (``all_read`` False when the log holds more)."""
     excluded = {r.decode() for r in conn.smembers(keys.excluded_raters(study.id))}
     closer: Counter = Counter()
     farther: Counter = Counter()
     ratings: dict[int, list[float]] = defaultdict(list)
     about = 0
     read, showing = _newest_answers_showing(conn, study.id, item, max_answers)
+    learner = _learner(conn, study, label)
     for answer in showing:
         if (item not in answer.shown or answer.rater in excluded or answer.skipped or answer.heldout
                 or answer.algorithm in (CATCH_ALGORITHM, REPEAT_ALGORITHM)):
             continue
+        if learner is not None and not _teaches(learner, answer):
+            continue  # another learner's answer (each learner of a study learns from its own questions)
         about += 1
         if answer.value is not None:  # a rated pair (the item and the other shown)
             other = [j for j in answer.shown[:2] if j != item]
@@ -104,7 +119,7 @@ def item_evidence(conn: Redis, study: Study, label: str, item: int, max_answers:
                 closer[head] += 1  # the item was judged close to the anchor
             elif far == item:
                 farther[head] += 1
-    neighbours = _neighbours(conn, study, label, item)
+    neighbours = _neighbours(learner, item)
     rated = bool(ratings)
     if rated:
         def row(j: int) -> dict:
