@@ -28,7 +28,8 @@ ratings); every answer feeds the pooled learner (ratings through ``observe``, tr
 assumption) unless ``--seconds`` says otherwise. Triplets are answered by the same people
 (:class:`simulation.ratings.TripletRater`: their impressions of the two pairs compared, each as noisy as one
 rating by default, ``--triplet-noise`` points, and a 10% lapse); ``duels (triplets)`` is the triplet
-studies' default learner on the same triplets::
+studies' default learner on the same triplets. A second table gives mixed less each kind alone, seed by
+seed (the goal's test: mixed never below the better of the two)::
 
     python benchmarks/rating_learners.py --mixed --items 30 --budgets 50,100,200,400,800 --seeds 4
     python benchmarks/rating_learners.py --mixed --items 300 --budgets 50,100,200,400 --seeds 1
@@ -169,11 +170,12 @@ def main_mixed(args, budgets: list[int]) -> None:
         kind, _, value = part.partition("=")
         seconds[kind] = float(value)
     for n in (int(x) for x in args.items.split(",")):
-        rows = []
+        rows, per_seed = [], {}
         for method in MIXED:
             t0 = time.time()
             hits = [run_mixed(method, n, budgets, s, seconds, args.rating_share, args.triplet_noise)
                     for s in range(args.seeds)]
+            per_seed[method] = np.asarray(hits)
             mean = np.mean(hits, axis=0)
             rows.append([method, *[f"{v:.2f}" for v in mean]])
             print(f"  n={n} {method}: hit@3 {' / '.join(rows[-1][1:])} ({time.time() - t0:.0f} s)", file=sys.stderr,
@@ -184,6 +186,22 @@ def main_mixed(args, budgets: list[int]) -> None:
                     f"mixed: {100 * args.rating_share:.0f}% of the time on ratings; triplet noise "
                     f"{args.triplet_noise:g} points), mean of {args.seeds} seeds",
                     ["method", *[f"{b} s/item" for b in budgets]], rows)
+        print_table(f"{n} items, mixed less each kind alone, seed by seed: mean (standard error) of "
+                    f"{args.seeds} seeds", ["difference", *[f"{b} s/item" for b in budgets]],
+                    paired_rows(per_seed))
+
+
+def paired_rows(per_seed: dict[str, np.ndarray]) -> list[list[str]]:
+    """Mixed less ratings only, triplets only and the better of the two in each seed, by budget: the
+    goal's test with the seeds' shared truth and raters taken out."""
+    ratings, triplets = per_seed["ratings"], per_seed["triplets"]
+    rows = []
+    for label, ref in (("mixed - ratings", ratings), ("mixed - triplets", triplets),
+                       ("mixed - the better", np.maximum(ratings, triplets))):
+        d = per_seed["mixed"] - ref
+        se = d.std(axis=0, ddof=1) / np.sqrt(len(d)) if len(d) > 1 else np.full(d.shape[1], np.nan)
+        rows.append([label, *[f"{m:+.2f} ({e:.2f})" for m, e in zip(d.mean(axis=0), se, strict=True)]])
+    return rows
 
 
 def main(argv=None) -> None:
