@@ -123,6 +123,12 @@ def wire_body(question: dict, body: dict) -> dict:
     return out
 
 
+def post_answer(client, study_id: str, question: dict, **body):
+    """Post ``body`` as the answer to ``question`` (item indices in ``choice`` / ``picks`` sent as handles)."""
+    return client.post(f"/api/studies/{study_id}/answers", json=wire_body(question, {"token": question["token"],
+                                                                                     **body}))
+
+
 def answer(client, question, choice=None, study_id="colours", **extra):
     """Post an answer: ``choice`` a handle, or an item index (sent as the handle of the offered item of it)."""
     if isinstance(choice, int) and not isinstance(choice, bool):

@@ -8,7 +8,7 @@ import io
 
 import numpy as np
 import pytest
-from helpers import colour_items, index_of, run_worker, shared_data_file, wire_body
+from helpers import colour_items, fetch_question, index_of, post_answer, run_worker, shared_data_file
 from scipy.spatial.distance import cdist
 
 from engine.implied_triplets import pick_triplets
@@ -32,17 +32,6 @@ def _config(study_id: str, **config) -> StudyConfig:
     base = {"name": study_id, "random_state": 0, "pool_size": 12, "attention": {"rate": 0}, "heldout_share": 0,
             "question_kind": "pick_k", "pick_k": {"n_reference": 5, "n_select": 2}}
     return StudyConfig.from_dict({**base, **config})
-
-
-def _next(client, study_id):
-    response = client.get(f"/api/studies/{study_id}/questions/next")
-    assert response.status_code == 200, response.get_json()
-    return response.get_json()["question"]
-
-
-def _post(client, study_id, question, **body):
-    return client.post(f"/api/studies/{study_id}/answers", json=wire_body(question, {"token": question["token"],
-                                                                                     **body}))
 
 
 def _nearest(question) -> list[int]:
@@ -89,7 +78,7 @@ def test_answers_are_checked_as_an_unordered_set_of_k_distinct_references():
 def test_a_pick_k_study_serves_grids_takes_picks_in_any_order_and_learns_from_them(client, researcher_client,
                                                                                     conn):
     study = create_study(conn, _config("pk"), colour_items(N), study_id="pk")
-    question = _next(client, study)
+    question = fetch_question(client, study)
     assert question["kind"] == "pick_k" and question["widget"] == "choose" and question["select"] == 2
     assert len(question["candidates"]) == 5 and question["prompt"] == \
         "Pick the 2 most similar to the one on top (in any order)."
@@ -102,7 +91,7 @@ def test_a_pick_k_study_serves_grids_takes_picks_in_any_order_and_learns_from_th
         ({"picks": [offered[0], offered[0]]}, "choice_not_offered", "once"),
         ({"picks": "1,2"}, "malformed_answer", "list"),
     ]:
-        response = _post(client, study, question, **body)
+        response = post_answer(client, study, question, **body)
         assert response.status_code == 400, body
         error = response.get_json()["error"]
         assert error["code"] == code and words in error["message"], error
@@ -110,7 +99,7 @@ def test_a_pick_k_study_serves_grids_takes_picks_in_any_order_and_learns_from_th
     for _ in range(20):
         picks = _nearest(question)
         sent.append(([index_of(question["head"]), *(index_of(c) for c in question["candidates"])], sorted(picks)))
-        response = _post(client, study, question, picks=picks, response_ms=5000)
+        response = post_answer(client, study, question, picks=picks, response_ms=5000)
         assert response.status_code == 201, response.get_json()
         question = response.get_json()["next"]
     run_worker(conn)
@@ -147,13 +136,13 @@ def test_catch_trials_of_a_pick_k_study_pass_a_careful_rater_and_fail_a_careless
     for rater, careful in (("careful", True), ("careless", False)):
         rater_client = client.application.test_client()
         rater_client.get(f"/s/{study}?PROLIFIC_PID={rater}")
-        question = _next(rater_client, study)
+        question = fetch_question(rater_client, study)
         for _ in range(20):
             picks = _nearest(question)
             if not careful:  # the two references farthest from the head
                 head = index_of(question["head"])
                 picks = sorted((index_of(c) for c in question["candidates"]), key=lambda i: -abs(i - head))[:2]
-            response = _post(rater_client, study, question, picks=picks, response_ms=5000)
+            response = post_answer(rater_client, study, question, picks=picks, response_ms=5000)
             assert response.status_code == 201, response.get_json()
             question = response.get_json()["next"]
     log = read_answers(conn, study)

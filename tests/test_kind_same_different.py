@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import colour_items, index_of, run_worker
+from helpers import colour_items, fetch_question, index_of, post_answer, run_worker
 from scipy.spatial.distance import cdist
 
 from engine.graph import NeighborGraph
@@ -37,16 +37,6 @@ def _config(study_id: str, **config) -> StudyConfig:
     base = {"name": study_id, "random_state": 0, "pool_size": 12, "attention": {"rate": 0}, "heldout_share": 0,
             "question_kind": "same_different"}
     return StudyConfig.from_dict({**base, **config})
-
-
-def _next(client, study_id):
-    response = client.get(f"/api/studies/{study_id}/questions/next")
-    assert response.status_code == 200, response.get_json()
-    return response.get_json()["question"]
-
-
-def _post(client, study_id, question, **body):
-    return client.post(f"/api/studies/{study_id}/answers", json={"token": question["token"], **body})
 
 
 def _careful(question) -> int:
@@ -97,7 +87,7 @@ def test_a_same_different_study_serves_pairs_takes_0_and_1_and_learns_same_as_ne
     study_id = f"sd-{algorithm}"
     config = _config(study_id, algorithms=[{"algorithm": algorithm}])
     study = create_study(conn, config, colour_items(N), study_id=study_id)
-    question = _next(client, study)
+    question = fetch_question(client, study)
     assert question["kind"] == "same_different" and question["widget"] == "same" and len(question["items"]) == 2
     assert "scale" not in question and question["prompt"] == "Are these two the same, or different?"
     for body, code, words in [
@@ -105,7 +95,7 @@ def test_a_same_different_study_serves_pairs_takes_0_and_1_and_learns_same_as_ne
         ({"value": -1}, "value_out_of_range", "got -1"),
         ({"choice": question["items"][0]["handle"]}, "malformed_answer", "needs 'value', 1 (the same) or 0"),
     ]:
-        response = _post(client, study, question, **body)
+        response = post_answer(client, study, question, **body)
         assert response.status_code == 400, body
         error = response.get_json()["error"]
         assert error["code"] == code and words in error["message"], error
@@ -113,7 +103,7 @@ def test_a_same_different_study_serves_pairs_takes_0_and_1_and_learns_same_as_ne
     for _ in range(60):
         value = _careful(question)
         sent.append(([index_of(item) for item in question["items"]], value))
-        response = _post(client, study, question, value=value, response_ms=3000)
+        response = post_answer(client, study, question, value=value, response_ms=3000)
         assert response.status_code == 201, response.get_json()
         question = response.get_json()["next"]
     run_worker(conn)
@@ -136,10 +126,10 @@ def test_catch_trials_show_an_item_against_its_copy_and_a_far_pair(client, conn)
     for rater, careful in (("careful", True), ("careless", False)):
         rater_client = client.application.test_client()
         rater_client.get(f"/s/{study}?PROLIFIC_PID={rater}")
-        question = _next(rater_client, study)
+        question = fetch_question(rater_client, study)
         for _ in range(24):
             value = _careful(question) if careful else 1 - _careful(question)  # careless: always wrong
-            response = _post(rater_client, study, question, value=value, response_ms=3000)
+            response = post_answer(rater_client, study, question, value=value, response_ms=3000)
             assert response.status_code == 201, response.get_json()
             question = response.get_json()["next"]
     log = read_answers(conn, study)

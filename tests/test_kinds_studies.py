@@ -10,7 +10,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from helpers import colour_items, index_of, run_worker, wire_body
+from helpers import colour_items, fetch_question, index_of, post_answer, run_worker
 
 from workers.jobs.learners import Learner
 from workers.store import engine_state, keys
@@ -28,17 +28,6 @@ def _create(conn, study_id, **config):
     return create_study(conn, StudyConfig.from_dict({**base, **config}), colour_items(N), study_id=study_id)
 
 
-def _next(client, study_id):
-    response = client.get(f"/api/studies/{study_id}/questions/next")
-    assert response.status_code == 200, response.get_json()
-    return response.get_json()["question"]
-
-
-def _post(client, study_id, question, **body):
-    sent = wire_body(question, {"token": question["token"], **body})
-    return client.post(f"/api/studies/{study_id}/answers", json=sent)
-
-
 def _odd_pick(question):
     """A careful rater's odd one in a colour_items study (item i at position i): the item farthest from
     the other two."""
@@ -54,11 +43,11 @@ def _rank_picks(question):
 
 def test_an_odd_one_out_study_learns_from_whole_screens_and_exports_them(client, researcher_client, conn):
     study = _create(conn, "odd", question_kind="odd_one_out")
-    question = _next(client, study)
+    question = fetch_question(client, study)
     assert question["kind"] == "odd_one_out" and question["widget"] == "odd" and len(question["items"]) == 3
     assert "head" not in question and "odd one out" in question["prompt"]
     for n in range(30):
-        response = _post(client, study, question, choice=_odd_pick(question), response_ms=2000)
+        response = post_answer(client, study, question, choice=_odd_pick(question), response_ms=2000)
         assert response.status_code == 201, response.get_json()
         question = response.get_json()["next"]
         if n % 10 == 9:
@@ -110,7 +99,7 @@ def test_an_odd_one_out_study_learns_from_whole_screens_and_exports_them(client,
 
 def test_a_rank_study_takes_ordered_picks_and_refuses_bad_ones_in_words(client, researcher_client, conn):
     study = _create(conn, "grid", question_kind="rank", rank={"n_reference": 5, "n_select": 2})
-    question = _next(client, study)
+    question = fetch_question(client, study)
     assert question["widget"] == "grid" and question["select"] == 2 and len(question["candidates"]) == 5
     offered = [index_of(c) for c in question["candidates"]]
     stray = next(i for i in range(N) if i not in offered and i != index_of(question["head"]))
@@ -121,16 +110,16 @@ def test_a_rank_study_takes_ordered_picks_and_refuses_bad_ones_in_words(client, 
         ({"picks": "1,2"}, "malformed_answer", "list"),
         ({"choice": offered[0], "picks": offered[:2]}, "malformed_answer", "either"),
     ]:
-        response = _post(client, study, question, **body)
+        response = post_answer(client, study, question, **body)
         assert response.status_code == 400, body
         error = response.get_json()["error"]
         assert error["code"] == code and words in error["message"], error
     picks = _rank_picks(question)
-    response = _post(client, study, question, picks=picks, response_ms=4000)
+    response = post_answer(client, study, question, picks=picks, response_ms=4000)
     assert response.status_code == 201, response.get_json()
     for _ in range(19):
         question = response.get_json()["next"]
-        response = _post(client, study, question, picks=_rank_picks(question), response_ms=4000)
+        response = post_answer(client, study, question, picks=_rank_picks(question), response_ms=4000)
         assert response.status_code == 201
     run_worker(conn)
     log = read_answers(conn, study)
@@ -146,10 +135,10 @@ def test_a_rank_study_takes_ordered_picks_and_refuses_bad_ones_in_words(client, 
 def test_each_kind_has_its_own_too_fast_threshold(client, conn):
     odd = _create(conn, "odd", question_kind="odd_one_out")
     triplets = _create(conn, "trip", algorithms=[{"algorithm": "random_triplets"}])
-    question = _next(client, odd)
-    assert _post(client, odd, question, choice=question["items"][0]["handle"], response_ms=10).status_code == 201
-    question = _next(client, triplets)
-    assert _post(client, triplets, question, choice=question["candidates"][0]["handle"],
+    question = fetch_question(client, odd)
+    assert post_answer(client, odd, question, choice=question["items"][0]["handle"], response_ms=10).status_code == 201
+    question = fetch_question(client, triplets)
+    assert post_answer(client, triplets, question, choice=question["candidates"][0]["handle"],
                  response_ms=10).status_code == 201
     assert "too_fast" in read_answers(conn, odd)[0].flags  # 750 ms for three pairs to compare
     assert "too_fast" not in read_answers(conn, triplets)[0].flags  # triplets: none unless a study sets one
