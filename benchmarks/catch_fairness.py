@@ -33,6 +33,15 @@ tested once, when N more raters have answered (the last N at the end), the flagg
     python benchmarks/catch_fairness.py --raters 1000
     python benchmarks/catch_fairness.py --raters 0 --crowd-studies 4   # the crowd table only
     python benchmarks/catch_fairness.py --raters 0 --crowd-rate 0.5 --crowd-delay 30
+    python benchmarks/catch_fairness.py --raters 0 --crowd-wired   # the server's own path
+
+With ``--crowd-wired`` the crowd table runs the server's path: the study's label comparisons as the server keeps
+them (webapp.catches: the first CROWD_COMPARISONS chosen), its catch schedule (StudyConfig.crowd_catch_every
+at ``attention.rate: auto``, or --crowd-rate), each catch trial drawn among the comparisons not retired
+(webapp.questions_answers.crowd_catch_question) and, after each rater, one look of the worker's crowd step
+(workers.jobs.rater_checks.crowd_look: retire, then judge the raters due, once: ``attention.crowd_raters``
+raters later, or at once where the rater answered every question and the crowd has decided every comparison they
+answered, or at the study's end).
 """
 from __future__ import annotations
 
@@ -232,6 +241,61 @@ def crowd_study(kind: str, settings: dict, items: list[dict], truth, noise, seed
             "claims": len(set(claims) | retired)}
 
 
+def wired_study(kind: str, settings: dict, items: list[dict], truth, noise, seed: int) -> dict:
+    """``crowd_study`` through the server's own functions (see the module's docstring, ``--crowd-wired``)."""
+    from webapp.catches import CROWD_COMPARISONS
+    from webapp.questions_answers import crowd_catch_question
+    from workers.jobs.rater_checks import crowd_look
+
+    config = StudyConfig.from_dict({"name": "fair", "question_kind": kind, **({"rank": settings} if settings else {}),
+                                    "limits": {"max_questions_per_rater": QUESTIONS}, "random_state": seed,
+                                    "attention": {"rate": CROWD_RATE}})
+    study = SimpleNamespace(config=config)
+    random.seed(seed)
+    found = choose_comparisons(items, random.Random(seed))[:CROWD_COMPARISONS]
+    scale = {"min": config.rating.min, "max": config.rating.max, "step": config.rating.step}
+    every, n = config.crowd_catch_every, config.planned_questions
+    rng = np.random.default_rng(seed)
+    bot = np.random.default_rng(seed + 1).random(CROWD_RATERS) < CROWD_BOTS
+    claims: list[str] = []
+    who: list[str] = []
+    agreed: list[int] = []
+    counters: dict[str, dict[str, str]] = {}
+    retired: frozenset[str] = frozenset()
+    asked: set[str] = set()
+
+    def look(final: bool) -> None:
+        nonlocal retired
+        judgement, claim_keys, rater_ids = crowd_look(config, claims, who, agreed, counters, final, seed)
+        retired = frozenset(claim_keys[c] for c in judgement.retire)
+        for x, p in judgement.p.items():
+            counters[rater_ids[x]]["crowd_judged"] = "1"
+            if p < config.attention.false_flag_rate:
+                counters[rater_ids[x]]["crowd_flagged"] = "1"
+
+    trials_given = 0
+    for x in range(CROWD_RATERS):
+        name = f"r{x}"
+        counters[name] = {"answers": str(n), "completed": "1"}
+        rater = Rater(truth, noise, bool(bot[x]), random.Random(seed * 100003 + x))
+        places = np.arange(0, n, every) + rng.integers(every, size=len(range(0, n, every)))
+        for _ in range(int(np.count_nonzero(places < n))):
+            question = crowd_catch_question(study, found, retired)
+            if question is None:
+                continue
+            picks, value = answer_of(rater.answer(payload(question, items, scale)))
+            claims.append(question["claim"])
+            who.append(name)
+            agreed.append(int(catch_passed(study, question, picks, value)))
+            asked.add(question["claim"])
+            trials_given += 1
+        look(final=False)
+    look(final=True)
+    flagged = np.array([counters[f"r{x}"].get("crowd_flagged") == "1" for x in range(CROWD_RATERS)])
+    return {"bot": bot, "flagged": flagged, "retired": len(retired), "claims": len(asked | retired),
+            "every": every, "trials": trials_given / CROWD_RATERS}
+
+
 def egg_people(data_dir: Path, config: StudyConfig, seed: int) -> dict:
     """The triplet catch rule on people's own egg answers: each person's answers to triplets meeting the
     catch margin, drawn (with replacement) as the catch trials of a study at defaults."""
@@ -286,6 +350,8 @@ def main() -> None:
     parser.add_argument("--crowd-rate", default="auto", help="the crowd table's attention.rate: auto or a share")
     parser.add_argument("--crowd-delay", type=int, default=0,
                         help="judge each rater once, this many raters later (0: at the study's end)")
+    parser.add_argument("--crowd-wired", action="store_true",
+                        help="the crowd table through the server's own path (crowd_catch_question, crowd_look)")
     a = parser.parse_args()
     global CROWD_RATE, CROWD_DELAY
     CROWD_RATE = a.crowd_rate if a.crowd_rate == "auto" else float(a.crowd_rate)
@@ -299,6 +365,8 @@ def main() -> None:
 
 
 def crowd_table(a, truth, noise) -> None:
+    if a.crowd_wired:
+        return wired_table(a, truth, noise)
     print(f"\nLabel catch trials judged by the crowd (not in the server): {a.crowd_studies} studies per row of "
           f"{CROWD_RATERS} raters ({CROWD_BOTS:.0%} random), {CROWD_HEADS} label comparisons, judged every "
           f"{CHECK_EVERY} raters, attention.rate {CROWD_RATE}, judged "
@@ -318,6 +386,30 @@ def crowd_table(a, truth, noise) -> None:
                 retired, claims = retired + r["retired"], claims + r["claims"]
             print(f"| {name} | {source} | {careful_flagged / careful:.2%} ({careful_flagged} of {careful}) | "
                   f"{bots_passing / bots:.2%} ({bots_passing} of {bots}) | {retired / claims:.0%} |", flush=True)
+
+
+def wired_table(a, truth, noise) -> None:
+    print(f"\nLabel catch trials judged by the crowd, the server's path: {a.crowd_studies} studies per row of "
+          f"{CROWD_RATERS} raters ({CROWD_BOTS:.0%} random), {QUESTIONS} questions each, attention.rate {CROWD_RATE}"
+          "\n\n| kind | items known by | one in | catch trials per rater | careful flagged | random passing "
+          "| comparisons retired |\n|---|---|---|---|---|---|---|")
+    for kind, settings in KINDS:
+        name = kind if kind != "rank" else f"rank {settings['n_reference']}-rank-{settings['n_select']}"
+        for source, labels in (("3 labels (text)", 3), ("10 labels (text)", 10)):
+            items = egg_items(truth, labels)
+            careful = careful_flagged = bots = bots_passing = retired = claims = 0
+            trials = []
+            for s in range(a.crowd_studies):
+                r = wired_study(kind, settings, items, truth, noise, a.seed + s)
+                careful += int((~r["bot"]).sum())
+                careful_flagged += int(r["flagged"][~r["bot"]].sum())
+                bots += int(r["bot"].sum())
+                bots_passing += int((~r["flagged"][r["bot"]]).sum())
+                retired, claims = retired + r["retired"], claims + r["claims"]
+                trials.append(r["trials"])
+            print(f"| {name} | {source} | {r['every']} | {np.mean(trials):.1f} | {careful_flagged / careful:.2%} "
+                  f"({careful_flagged} of {careful}) | {bots_passing / bots:.2%} ({bots_passing} of {bots}) | "
+                  f"{retired / claims:.0%} |", flush=True)
 
 
 def per_kind(a, truth, noise) -> None:

@@ -423,3 +423,59 @@ def claims_to_retire(verdicts: ClaimVerdicts, threshold: float) -> list[int]:
         keep = max(1, int(np.ceil(CLAIM_KEEP_SHARE * len(known))))
         out.update(known[np.argsort(-low, kind="stable")[keep:]].tolist())
     return sorted(int(i) for i in out)
+
+
+@dataclass(frozen=True)
+class CrowdJudgement:
+    """``judge_crowd``: the crowd's ``verdicts`` (``judge_claims``), the comparisons no longer to show
+    (``retire``, ``claims_to_retire``) and the p-value of each rater judged now (``p``: rater -> p; a rater
+    whose p is below ``alpha`` is flagged)."""
+
+    verdicts: ClaimVerdicts
+    retire: list[int]
+    p: dict[int, float]
+
+
+def crowd_due(claim_status_of_answers: np.ndarray, rater: np.ndarray, order: np.ndarray, n_raters: int,
+              flagged: np.ndarray, judged: np.ndarray, finished: np.ndarray, delay: int, final: bool) -> np.ndarray:
+    """The raters (bool per rater) whose catch answers are to be judged now, once: not flagged, not judged
+    before, with catch answers; and the study has ended (``final``), or ``delay`` other raters gave their last
+    catch answer after this rater's last one (``order``: each answer's place in the log), or the rater answered
+    every planned question (``finished``) and every comparison they answered is confirmed or retired by the
+    others' answers (``claim_status_of_answers``: ``ClaimVerdicts.answer``), so nothing the later raters add
+    would decide it."""
+    rater, order = np.asarray(rater, int), np.asarray(order, float)
+    has = np.bincount(rater, minlength=n_raters) > 0
+    last = np.full(n_raters, -np.inf)
+    np.maximum.at(last, rater, order)
+    # the raters whose last catch answer came after each rater's last one
+    later = n_raters - np.searchsorted(np.sort(last[has]), last, side="right") if has.any() else np.zeros(n_raters)
+    undecided = np.bincount(rater, weights=(np.asarray(claim_status_of_answers) == CLAIM_PENDING).astype(float),
+                            minlength=n_raters) > 0
+    ready = final | (later >= delay) | (np.asarray(finished, bool) & ~undecided)
+    return has & ~np.asarray(flagged, bool) & ~np.asarray(judged, bool) & ready
+
+
+def judge_crowd(claim: np.ndarray, rater: np.ndarray, agreed: np.ndarray, n_claims: int, flagged: np.ndarray,
+                judged: np.ndarray, finished: np.ndarray, threshold: float, chance: float, alpha: float,
+                delay: int, final: bool, seeds: np.ndarray) -> CrowdJudgement:
+    """One look of the crowd at a study's catch answers judged by it (in log order: ``claim``, ``rater``,
+    ``agreed`` per answer; ``flagged``, ``judged``, ``finished``, ``seeds`` per rater, see ``crowd_due``).
+
+    The raters flagged by any check are left out of the crowd; the crowd's estimate (``judge_claims``) says
+    which comparisons to retire, and each rater due (``crowd_due``) is tested once on their catch answers
+    against the others' agreement per comparison (``judge_catch_answers``, a parametric bootstrap of
+    ``20 / alpha`` careful answer sets): what benchmarks/catch_fairness.py measures with ``--crowd-delay``."""
+    claim, rater, agreed = np.asarray(claim, int), np.asarray(rater, int), np.asarray(agreed, int)
+    n_raters = len(flagged)
+    flagged = np.asarray(flagged, bool)
+    verdicts = judge_claims(claim, rater, agreed, ~flagged[rater], n_claims, threshold, chance)
+    retire = claims_to_retire(verdicts, threshold)
+    due = crowd_due(verdicts.answer, rater, np.arange(len(rater)), n_raters, flagged, judged, finished, delay, final)
+    q = crowd_agreement(verdicts.others_agreed, verdicts.others_answers, chance)
+    p = {}
+    for x in np.flatnonzero(due):
+        mine = rater == x
+        p[int(x)] = judge_catch_answers(q[mine], agreed[mine], chance, seed=int(seeds[x]),
+                                        simulations=int(20 / alpha))
+    return CrowdJudgement(verdicts, retire, p)

@@ -9,9 +9,11 @@ among its candidates (triplets, a grid's first place), an item against its copy 
 similar" end), two copies and another item (odd-one-out). On the wire every item is named by a handle
 new for each question and position and its media bytes are padded (``webapp.handles``), so nothing but
 the content says that two shown items are one. Text, HTML and colour items carry their content in the
-payload, so a copy of one is readable without looking: those have catch trials by labels alone (as
-near-certain as the labels), and with neither positions nor labels none. Standard library only (web
-processes load no numpy).
+payload, so a copy of one is readable without looking: those have catch trials by labels alone, and with
+neither positions nor labels none. A label alone states no margin, so catch trials by labels alone are judged
+by the crowd (``claim_key``; workers/jobs/rater_checks.py): a miss is pending until the other raters' answers
+say whether people agree with the comparison, and the comparisons they do not agree with are retired.
+Standard library only (web processes load no numpy).
 """
 from __future__ import annotations
 
@@ -52,7 +54,10 @@ RATING_FAR_SHARE = 0.85
 #: What the comparisons stored for other processes are chosen by: comparisons stored by an older rule (a
 #: study of unlabelled images stored none before copies were asked; labelled images had label catches
 #: before copies replaced them) are chosen again.
-RULES = 3
+RULES = 4
+#: Seconds a web process keeps a crowd-judged study's retired comparisons before reading them again (a
+#: comparison retired goes on being shown this long at most).
+RETIRED_CACHE_SECONDS = 20
 
 #: Items very unlike the head kept per comparison besides ``different``: enough to fill a grid of the
 #: most references a rank screen shows (engine.kinds.MAX_REFERENCES) around the one like item.
@@ -71,7 +76,41 @@ class Comparison(NamedTuple):
     others: tuple[int, ...] = ()
 
 
-_cache: dict[str, tuple[float, tuple[float, int], list[Comparison]]] = {}
+#: Label comparisons a crowd-judged study asks (the first of those chosen, drawn in random order): the crowd
+#: tells which ones people agree with only from many answers to each (benchmarks/catch_fairness.py measured
+#: studies of 100 raters answering 20).
+CROWD_COMPARISONS = 20
+
+_cache: dict[str, tuple[float, tuple[float, int], list[Comparison], bool]] = {}
+_retired: dict[str, tuple[float, frozenset[str]]] = {}
+
+
+def claim_key(comparison: Comparison, expect: object) -> str:
+    """The key of the claim a crowd-judged catch trial asks (the log's ``claim`` field): the comparison's items
+    and, for a pair expected at the unlike end (``expect`` "low"), that it is the unlike pair (a comparison's
+    alike and unlike pairs are two claims, judged apart)."""
+    key = f"{comparison.head}:{comparison.similar}:{comparison.different}"
+    return key + ":unlike" if expect == "low" else key
+
+
+def judged_by_crowd(conn: Redis, study: Study, now: float | None = None) -> bool:
+    """Whether the study's catch trials are judged by the crowd (comparisons by labels alone), from this
+    process's copy of its comparisons (:func:`comparisons`)."""
+    comparisons(conn, study, now)
+    cached = _cache.get(study.id)
+    return bool(cached and cached[3])
+
+
+def retired(conn: Redis, study: Study, now: float | None = None) -> frozenset[str]:
+    """The claim keys of the comparisons the crowd retired (``keys.catch_retired``), from this process's copy
+    (read again every RETIRED_CACHE_SECONDS)."""
+    now = time.time() if now is None else now
+    cached = _retired.get(study.id)
+    if cached is not None and cached[0] > now:
+        return cached[1]
+    found = frozenset(m.decode() for m in conn.smembers(keys.catch_retired(study.id)))
+    _retired[study.id] = (now + RETIRED_CACHE_SECONDS, found)
+    return found
 
 
 def comparisons(conn: Redis, study: Study, now: float | None = None) -> list[Comparison]:
@@ -91,22 +130,26 @@ def comparisons(conn: Redis, study: Study, now: float | None = None) -> list[Com
         cached = _cache.get(study.id)
         if cached is not None and cached[0] > now and cached[1] == version:
             return cached[2]
-        found = _stored(conn, study.id, version)
-        if found is None:
+        stored = _stored(conn, study.id, version)
+        if stored is None:
             rows = [json.loads(raw) for raw in conn.lrange(keys.items(study.id), 0, -1)]
-            found = _choose_and_store(conn, study, rows)
-        _cache[study.id] = (now + CACHE_SECONDS, version, found)
+            stored = _choose_and_store(conn, study, rows)
+        found, crowd = stored
+        _cache[study.id] = (now + CACHE_SECONDS, version, found, crowd)
         return found
 
 
-def _choose_and_store(conn: Redis, study: Study, rows: list[dict]) -> list[Comparison]:
+def _choose_and_store(conn: Redis, study: Study, rows: list[dict]) -> tuple[list[Comparison], bool]:
     """Choose the comparisons of the study's items ``rows`` (drawn from the study's own seed) and keep them in
-    Redis for every process."""
+    Redis for every process; returns them and whether they are judged by the crowd (labels alone)."""
     found = choose_comparisons(rows, random.Random(f"{study.id}:{study.created_at}:{len(rows)}"))
+    crowd = bool(found) and source_of(rows) == "labels"
+    if crowd:
+        found = found[:CROWD_COMPARISONS]
     conn.set(keys.catch_comparisons(study.id),
-             json.dumps({"version": [study.created_at, study.n_items], "rules": RULES,
+             json.dumps({"version": [study.created_at, study.n_items], "rules": RULES, "crowd": crowd,
                          "comparisons": [list(c) for c in found]}))
-    return found
+    return found, crowd
 
 
 def prepare(conn: Redis, study: Study) -> str | None:
@@ -116,7 +159,7 @@ def prepare(conn: Redis, study: Study) -> str | None:
     question p99 in ``benchmarks/load.py``). Reads the stored items (their features included). Returns
     :func:`items_catch_warning`'s warning."""
     rows = [json.loads(raw) for raw in conn.lrange(keys.items(study.id), 0, -1)]
-    found = _choose_and_store(conn, study, rows) if study.config.catch_every else []
+    found = _choose_and_store(conn, study, rows)[0] if study.config.catch_every else []
     forget(study.id)
     return _warning(study.config, rows, found)
 
@@ -130,8 +173,9 @@ def _lock(study_id: str) -> threading.Lock:
         return _locks.setdefault(study_id, threading.Lock())
 
 
-def _stored(conn: Redis, study_id: str, version: tuple) -> list[Comparison] | None:
-    """The comparisons another process chose for this version of the study's items, None if none did."""
+def _stored(conn: Redis, study_id: str, version: tuple) -> tuple[list[Comparison], bool] | None:
+    """The comparisons another process chose for this version of the study's items and whether they are
+    judged by the crowd, None if none did."""
     raw = conn.get(keys.catch_comparisons(study_id))
     if raw is None:
         return None
@@ -139,8 +183,8 @@ def _stored(conn: Redis, study_id: str, version: tuple) -> list[Comparison] | No
         doc = json.loads(raw)
         if tuple(doc["version"]) != tuple(version) or doc.get("rules") != RULES:
             return None
-        return [Comparison(int(h), int(s), int(d), bool(far), tuple(int(o) for o in others))
-                for h, s, d, far, others in doc["comparisons"]]
+        return ([Comparison(int(h), int(s), int(d), bool(far), tuple(int(o) for o in others))
+                 for h, s, d, far, others in doc["comparisons"]], bool(doc.get("crowd")))
     except (ValueError, KeyError, TypeError):
         return None  # written by another version of this code: choose again
 
@@ -149,8 +193,10 @@ def forget(study_id: str | None = None) -> None:
     """Drop this process's copies (all of them without ``study_id``)."""
     if study_id is None:
         _cache.clear()
+        _retired.clear()
     else:
         _cache.pop(study_id, None)
+        _retired.pop(study_id, None)
 
 
 def source_of(items: list[dict]) -> str | None:
@@ -349,12 +395,14 @@ NO_CATCH_TRIALS = ("no catch trials: its items have neither positions nor labels
                    "column: items of a label alike, of different labels unlike) or positions have them, and "
                    "so do image, sound and video items (an item against a copy of itself)")
 #: ... and what it reads of a study whose catch trials are chosen by labels alone.
-LABELS_ALONE = ("catch trials by labels alone (an item of the head's label against items of other labels) are only "
-                "as near-certain as the labels: if the labels cut a continuum (bins of a measured value), an item "
-                "of another label can be nearer the head than one of its own, and careful raters miss such catch "
-                "trials far more often than the schedule allows (10-86% of them lost their code in "
-                "benchmarks/catch_fairness.py); give the value the labels were cut by as a numeric feature (a "
-                "column of the items CSV) for catch trials with a margin")
+LABELS_ALONE = ("catch trials by labels alone (an item of the head's label against items of other labels), judged by "
+                "the crowd: a label states no margin (if the labels cut a continuum, an item of another label can be "
+                "nearer the head than one of its own), so a miss waits until enough other raters answered the same "
+                "comparisons to say whether people agree with them, the comparisons they do not agree with are no "
+                "longer shown, and a rater's finish page shows their code marked unconfirmed until then; the "
+                "schedule asks more of them (half the questions at 40 questions per rater). Give the value the "
+                "labels were cut by as a numeric feature (a column of the items CSV) for catch trials with a margin, "
+                "judged at once")
 #: ... and one whose config turned them off.
 CATCHES_OFF = ("no catch trials (attention.rate: 0): random answers are caught by the answer check alone, "
                "which in a triplet study lets most of them through")
@@ -407,3 +455,26 @@ def miss_warning(config: StudyConfig, trials: int, missed: int) -> str | None:
             f"raters miss ({careful:.0%}): many raters answer without looking, or the catch trials are not "
             "near-certain (items of one label that are not alike, items of two labels that are). Look at the "
             "Raters tab before paying; attention.flag_action: mark keeps the codes while you decide")
+
+
+#: The Overview warns when the crowd clearly contradicts more than this share of the label comparisons answered
+#: (retired as agreed with clearly less than a careful rater's agreement), over at least CROWD_WARNING_CLAIMS.
+CROWD_WARNING_SHARE = 0.5
+CROWD_WARNING_CLAIMS = 10
+
+
+def crowd_warning(claims: dict[str, int] | None) -> str | None:
+    """What the Overview says of a study whose raters contradict most of its label comparisons (``claims``: the
+    crowd's counts, ``keys.catch_claims``), None otherwise. Either the labels do not say which items people
+    find alike, or many raters answer alike without looking (a crowd of bots picking by one rule agrees among
+    itself): then the comparisons that tell careful raters from random ones are the ones retired."""
+    if not claims or claims.get("answered", 0) < CROWD_WARNING_CLAIMS:
+        return None
+    contradicted, answered = claims.get("contradicted", 0), claims["answered"]
+    if contradicted <= CROWD_WARNING_SHARE * answered:
+        return None
+    return (f"label catch trials whose comparisons the raters contradict: {contradicted} of the {answered} "
+            "answered are retired as clearly not what people agree with. Either the labels do not say which items "
+            "look alike, or many raters answer alike without looking; the catch trials left tell few raters "
+            "apart. Look at the Raters tab before paying; attention.flag_action: mark keeps the codes while you "
+            "decide")

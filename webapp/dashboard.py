@@ -23,7 +23,7 @@ from workers.store.config import (
 )
 from workers.store.feature_files import check_features_cover, features_from_bytes
 from workers.store.queue import enqueue_builtin_features, enqueue_rebuild, schedule_update
-from workers.store.raters import rater_order
+from workers.store.raters import CATCH_PENDING, CROWD_JUDGED, rater_order
 from workers.store.studies import (
     NEVER_ENDS,
     STATUS_ACTIONS,
@@ -248,7 +248,7 @@ def rater_quality(conn: Redis, study_id: str) -> dict:
     counters: dict[str, dict[str, int]] = {}
     for field, value in conn.hgetall(keys.rater_stats(study_id)).items():
         rater, _, name = field.decode(errors="replace").rpartition(":")
-        if name in ("flagged", "catch", "catch_failed", "repeats", "repeat_agreed"):
+        if name in ("flagged", "catch", "catch_failed", "repeats", "repeat_agreed", CATCH_PENDING, CROWD_JUDGED):
             try:
                 counters.setdefault(rater, {})[name] = int(value)
             except ValueError:
@@ -258,6 +258,8 @@ def rater_quality(conn: Redis, study_id: str) -> dict:
     return {"flagged": sorted((r for r, c in counters.items() if c.get("flagged")), key=rater_order),
             "catch": sum(c.get("catch", 0) for c in counters.values()),
             "catch_failed": sum(c.get("catch_failed", 0) for c in counters.values()),
+            # misses of label comparisons waiting for the crowd's verdict
+            "catch_pending": sum(c.get(CATCH_PENDING, 0) for c in counters.values() if not c.get(CROWD_JUDGED)),
             "self_agreement_median": agreement[len(agreement) // 2][0] if agreement else None,
             "self_agreement_raters": len(agreement),
             "least_consistent": [(rater, share) for share, rater in agreement[:3]]}
@@ -324,7 +326,17 @@ def overview_catch_warning(conn: Redis, study: Study, quality: dict) -> str | No
     if not study.config.catch_every:
         return catches.catch_warning(study.config, [])
     return (catches.catch_warning(study.config, catches.comparisons(conn, study))
+            or catches.crowd_warning(crowd_claims(conn, study.id))
             or catches.miss_warning(study.config, quality["catch"], quality["catch_failed"]))
+
+
+def crowd_claims(conn: Redis, study_id: str) -> dict[str, int] | None:
+    """The crowd's count of the study's label comparisons (``keys.catch_claims``: confirmed, pending, retired,
+    contradicted, answered), None before it judged any."""
+    raw = conn.hgetall(keys.catch_claims(study_id))
+    if not raw:
+        return None
+    return {k.decode(): int(float(v)) for k, v in raw.items() if k != b"judged_at"}
 
 
 @bp.get("/studies/<study_id>")
@@ -352,6 +364,7 @@ def study(study_id: str) -> ResponseReturnValue:
     if tab in ("overview", "raters"):
         context["quality"] = rater_quality(conn, study_id)
         context["flagged"] = context["quality"]["flagged"]
+        context["crowd_claims"] = crowd_claims(conn, study_id)
     if tab == "overview":
         context["catch_warning"] = overview_catch_warning(conn, study, context["quality"])
         context.update(rater_link=rater_link, prolific_link=f"{rater_link}?{PROLIFIC_PARAMS}", mturk_link=rater_link,

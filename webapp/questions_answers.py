@@ -26,6 +26,7 @@ from engine.kinds import KINDS, AnswerError, kind_of
 from workers.store import keys
 from workers.store.answers import (
     CATCH_ALGORITHM,
+    CLAIM,
     LATE_FLAG,
     REPEAT_AGREE_FLAG,
     REPEAT_DISAGREE_FLAG,
@@ -45,6 +46,7 @@ from workers.store.questions import (
     repeat_question,
 )
 from workers.store.queue import enqueue_update
+from workers.store.raters import CATCH_PENDING
 from workers.store.studies import (
     Study,
     StudyNotFound,
@@ -214,7 +216,7 @@ def completion_code_kind(secret_key: str, study_id: str, rater: str, code: str,
 def rater_stats(conn: Redis, study_id: str, rater: str) -> dict[str, int]:
     """This rater's counters from the rater-stats hash (missing ones are 0)."""
     names = ("answers", "catch", "catch_failed", "too_fast", "skipped", "flagged", "completed", "repeats",
-             "repeat_agreed")
+             "repeat_agreed", CATCH_PENDING)
     values = conn.hmget(keys.rater_stats(study_id), [keys.rater_field(rater, n) for n in names])
     return {n: int(v or 0) for n, v in zip(names, values, strict=True)}
 
@@ -268,6 +270,26 @@ def catch_question(study: Study, found: list[Comparison]) -> dict | None:
     return {**pooled(screen, CATCH_ALGORITHM), **common, "expect": expect}
 
 
+#: Comparisons a crowd-judged catch trial draws at most, looking for one whose claim the crowd has not retired.
+CROWD_DRAWS = 50
+
+
+def crowd_catch_question(study: Study, found: list[Comparison], retired: frozenset[str]) -> dict | None:
+    """A catch trial judged by the crowd (labels alone, ``catches.judged_by_crowd``): :func:`catch_question` of
+    one comparison drawn at random whose claim (``catches.claim_key``: a rating's alike and unlike pairs are
+    two) the crowd has not ``retired``, marked with its claim (kept in the log; a miss waits for the crowd's
+    verdict). None when every draw came up retired (no catch trial this time)."""
+    for _ in range(min(CROWD_DRAWS, 4 * len(found))):
+        comparison = random.choice(found)
+        question = catch_question(study, [comparison])
+        if question is None:
+            continue
+        claim = catches.claim_key(comparison, question["expect"])
+        if claim not in retired:
+            return {**question, CLAIM: claim}
+    return None
+
+
 def catch_passed(study: Study, question: dict, picks: list[int] | None, value: float | None) -> bool:
     """Whether an attention check was answered as anyone paying attention would (a skip fails it): the
     expected item picked as the kind says (``catch_answered``: first, or a grid's among the picks; a copy
@@ -295,7 +317,12 @@ def question_request(study: Study, rater: str, now: float, guard: StudyGuard | N
     if every and conn is not None:
         # a check is offered with every request (the Lua step decides whether it is the rater's turn), so
         # the request costs the same time whether or not a check is given
-        catch = catch_question(study, catches.comparisons(conn, study))
+        found = catches.comparisons(conn, study)
+        if catches.judged_by_crowd(conn, study):
+            every = study.config.crowd_catch_every
+            catch = crowd_catch_question(study, found, catches.retired(conn, study))
+        else:
+            catch = catch_question(study, found)
     ask_repeat = random.random() < REPEAT_ASK_CHANCE if attention.validation_repeats else None
     return next_request(study.id, study.config, study.n_items, rater, now=now, expires_at=now + token_ttl(study),
                         stop_flagged=attention.stops_flagged, max_per_rater=limits.max_questions_per_rater,
@@ -680,5 +707,7 @@ def answer_flags(study: Study, question: dict, picks: list[int] | None, issued_a
             flags.append("catch_pass")
         else:
             flags.append("catch_fail")
-            stats.append("catch_failed")
+            # a label comparison's miss waits for the crowd's verdict (workers/jobs/rater_checks.py); the catch
+            # rule counts the others
+            stats.append(CATCH_PENDING if question.get(CLAIM) else "catch_failed")
     return flags, tuple(stats)

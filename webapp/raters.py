@@ -276,10 +276,11 @@ def finish(study_id: str) -> ResponseReturnValue:
     if not stats["completed"] and not stopped and not ended:
         return redirect(url_for("raters.study_page", study_id=study.id))
     attention = study.config.attention
-    check = (answer_check_state(conn, study.id, rater, time.time())
-             if not stopped and attention.answer_check and attention.withholds_code else CHECK_DONE)
+    check = (answer_check_state(conn, study.id, rater, time.time(), attention.answer_check)
+             if not stopped and attention.withholds_code else CHECK_DONE)
     if check == CHECK_PENDING:
-        # the answer check has a look at this rater's last answers to do: its verdict decides the code
+        # the answer check has a look at this rater's last answers to do, or the crowd a verdict on their missed
+        # label catch trials: it decides the code
         return render_template("raters/checking.html", study=study), 200, {"Refresh": str(CHECK_REFRESH_SECONDS)}
     completion = study.config.completion
     # one comment per rater: the first is kept, and a reopened link does not ask again

@@ -702,7 +702,7 @@
         const answers = String(r.answers) + (r.code_kind === "partial" ? " (partial code)" : "");
         const cells = [r.rater, answers,
           r.median_response_ms === null ? "—" : (r.median_response_ms / 1000).toFixed(1) + " s",
-          r.catch ? r.catch_failed + " of " + r.catch : "—",
+          catchTrials(r),
           (100 * r.too_fast_share).toFixed(0) + "%", String(r.skipped || 0),
           r.repeats ? (100 * r.self_agreement).toFixed(0) + "% of " + r.repeats : "—", answerCheck(r),
           r.flagged ? "yes" : ""];
@@ -749,6 +749,16 @@
   setInterval(refresh, 3000);
   if (graphSvg) setInterval(refreshGraph, 10000);
   if (ratersBody) setInterval(refreshRaters, 10000);
+
+  // Catch trials failed of those given; misses of label comparisons waiting for the crowd's verdict, and a
+  // flag by it.
+  function catchTrials(r) {
+    if (!r.catch) return "—";
+    let text = r.catch_failed + " of " + r.catch;
+    if (r.catch_pending) text += ", " + r.catch_pending + " missed waiting for the crowd";
+    if (r.crowd_flagged) text += ", flagged by the crowd (p = " + r.crowd_p.toExponential(1) + ")";
+    return text;
+  }
 
   // The answer check's verdict: "random-looking, p = 0.0003" when it flagged the rater, else its p-value.
   function answerCheck(r) {

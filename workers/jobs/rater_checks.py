@@ -8,6 +8,7 @@ on when the pass runs. Flags only ever go on. Must never import Flask.
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 import zlib
@@ -18,8 +19,15 @@ import numpy as np
 from engine import rater_checks
 from workers.jobs import fits
 from workers.store import keys
-from workers.store.answers import CATCH_ALGORITHM, REPEAT_ALGORITHM, Answer, newest_entries
-from workers.store.raters import CHECKED_AT_FIELD, answer_check_looks
+from workers.store.answers import CATCH_ALGORITHM, CATCH_PASS_FLAG, REPEAT_ALGORITHM, Answer, newest_entries
+from workers.store.raters import (
+    CATCH_PENDING,
+    CHECKED_AT_FIELD,
+    CROWD_FLAGGED,
+    CROWD_JUDGED,
+    CROWD_P,
+    answer_check_looks,
+)
 from workers.store.studies import get_study
 
 if TYPE_CHECKING:
@@ -91,7 +99,7 @@ def settle(conn: Redis, study_id: str, wait: float = 2 * CHECK_EVERY_SECONDS) ->
             return  # newer answers queued the next job: it checks them, and its passes must not wait here
         time.sleep(0.1)
     try:
-        if not fits.running_beside(key) and _unchecked(conn, study_id):
+        if not fits.running_beside(key) and _left_to_judge(conn, study_id):
             after_pass(conn, study_id, {"applied": 1})
     except Exception:  # the update job must not fail on a check
         log.exception("answer check of study %s failed", study_id)
@@ -100,6 +108,15 @@ def settle(conn: Redis, study_id: str, wait: float = 2 * CHECK_EVERY_SECONDS) ->
 def _unchecked(conn: Redis, study_id: str) -> bool:
     return any(int(c.get("answers") or 0) > int(c.get("checked_answers") or 0)
                for c in _stats(conn, study_id).values())
+
+
+def _left_to_judge(conn: Redis, study_id: str) -> bool:
+    """Answers the checks have not seen, or (a closed study) missed catch trials still waiting for the crowd:
+    a closed study's last raters are judged by the crowd there is."""
+    if _unchecked(conn, study_id):
+        return True
+    status = conn.hget(keys.study(study_id), "status")
+    return status == b"closed" and crowd_judged(conn, study_id) and crowd_waiting(_stats(conn, study_id))
 
 
 def check_study_at(redis_url: str, study_id: str) -> None:
@@ -131,20 +148,25 @@ def check_raters(conn: Redis, study_id: str) -> dict[str, dict]:
 def _check(conn: Redis, study_id: str) -> dict[str, dict]:
     study = get_study(conn, study_id)
     attention = study.config.attention
-    if not attention.answer_check:
-        return {}
     stats = _stats(conn, study_id)
     unseen = {r: int(c.get("answers") or 0) for r, c in stats.items()
               if int(c.get("answers") or 0) > int(c.get("checked_answers") or 0)}
+    log_answers: list[Answer] | None = None
+    if crowd_judged(conn, study_id) and (unseen or (study.status == "closed" and crowd_waiting(stats))):
+        log_answers = _read_log(conn, study_id)
+        judge_by_crowd(conn, study, log_answers, stats)
+        stats = _stats(conn, study_id)  # its flags leave the flagged out of the answer check's models
     if not unseen:
         return {}
     due = {}
     for rater, answers in unseen.items():
         done = int(stats[rater].get("looks") or 0)
         looks = answer_check_looks(answers)
-        if looks and looks[-1][0] > done:
+        if attention.answer_check and looks and looks[-1][0] > done:
             due[rater] = looks[-1]
-    verdicts = judge(study, _read_log(conn, study_id), due, stats) if due else {}
+    if due and log_answers is None:
+        log_answers = _read_log(conn, study_id)
+    verdicts = judge(study, log_answers, due, stats) if due else {}
     with conn.pipeline(transaction=False) as pipe:
         for rater, answers in unseen.items():
             pipe.hset(keys.rater_stats(study_id), keys.rater_field(rater, "checked_answers"), answers)
@@ -336,3 +358,96 @@ def _judge_ratings(study: Study, reference: list[Answer], windows: dict[str, lis
             predicted[part], rows[part, 2], sigma, levels=levels, seed=seed + zlib.crc32(rater.encode()),
             simulations=_simulations(due[rater][0], false_flag_rate))
     return verdicts
+
+
+def crowd_judged(conn: Redis, study_id: str) -> bool:
+    """Whether the study's catch trials are judged by the crowd (label comparisons: ``webapp.catches`` says so
+    where it keeps them)."""
+    raw = conn.get(keys.catch_comparisons(study_id))
+    try:
+        return bool(raw) and bool(json.loads(raw).get("crowd"))
+    except (ValueError, AttributeError):
+        return False
+
+
+def _flagged(counters: dict[str, str]) -> bool:
+    return any(counters.get(name) not in (None, "", "0") for name in ("flagged", "answer_flagged", CROWD_FLAGGED))
+
+
+def crowd_waiting(stats: dict[str, dict[str, str]]) -> bool:
+    """Whether a rater's missed catch trials still wait for the crowd's verdict."""
+    return any(int(c.get(CATCH_PENDING) or 0) and not int(c.get(CROWD_JUDGED) or 0) and not _flagged(c)
+               for c in stats.values())
+
+
+def crowd_rates(config) -> tuple[float, float]:
+    """(the agreement a comparison must be shown to exceed, the catch kind's random pass rate) of a study's
+    ``config`` (``StudyConfig``): the crowd's judgement is planned on the kind's stated rates."""
+    careful_miss, chance = config.catch_rates
+    return rater_checks.claim_threshold(careful_miss, chance), chance
+
+
+def crowd_look(config, claims: list[str], raters: list[str], agreed: list[int],
+               counters: dict[str, dict[str, str]], final: bool, seed: int) -> tuple[rater_checks.CrowdJudgement,
+                                                                                      list[str], list[str]]:
+    """One look of the crowd at catch answers judged by it, in log order (``claims``: each answer's claim key,
+    ``raters``, ``agreed``: 1 where it passed), with the raters' stats ``counters`` ({rater: fields}) and the
+    study's ``config``: ``engine.rater_checks.judge_crowd``. Returns the judgement with the claim keys and the
+    rater ids its integers stand for. benchmarks/catch_fairness.py calls this too."""
+    claim_keys = list(dict.fromkeys(claims))
+    rater_ids = list(dict.fromkeys(raters))
+    claim_of = {k: n for n, k in enumerate(claim_keys)}
+    rater_of = {r: n for n, r in enumerate(rater_ids)}
+    limit = config.limits.max_questions_per_rater
+    c = [counters.get(r, {}) for r in rater_ids]
+    flagged = np.array([_flagged(x) for x in c], bool)
+    judged = np.array([bool(int(x.get(CROWD_JUDGED) or 0)) for x in c], bool)
+    finished = np.array([bool(int(x.get("completed") or 0)) or bool(limit and int(x.get("answers") or 0) >= limit)
+                         for x in c], bool)
+    seeds = np.array([seed + zlib.crc32(r.encode()) for r in rater_ids], dtype=np.int64)
+    threshold, chance = crowd_rates(config)
+    judgement = rater_checks.judge_crowd(
+        np.array([claim_of[k] for k in claims], dtype=np.int64),
+        np.array([rater_of[r] for r in raters], dtype=np.int64),
+        np.array(agreed, dtype=np.int64), len(claim_keys), flagged, judged, finished, threshold, chance,
+        config.attention.false_flag_rate, config.attention.crowd_raters, final, seeds)
+    return judgement, claim_keys, rater_ids
+
+
+def judge_by_crowd(conn: Redis, study: Study, log_answers: list[Answer], stats: dict[str, dict[str, str]]) -> dict:
+    """Catch trials judged by the crowd (labels alone): retire the comparisons people do not agree with (no
+    longer shown), count the comparisons for the dashboard and judge the raters due, once each (a flag does
+    what the study's ``flag_action`` says, as every flag). Returns {rater: p} of the raters judged now."""
+    answers = [a for a in log_answers if a.algorithm == CATCH_ALGORITHM and a.claim]
+    if not answers:
+        return {}
+    config = study.config
+    judgement, claim_keys, rater_ids = crowd_look(
+        config, [a.claim for a in answers], [a.rater for a in answers],
+        [int(CATCH_PASS_FLAG in a.flags.split(",")) for a in answers], stats, study.status == "closed",
+        config.random_state or 0)
+    attention = config.attention
+    status = judgement.verdicts.claim
+    retired = set(judgement.retire)
+    confirmed = [n for n in np.flatnonzero(status == rater_checks.CLAIM_CONFIRMED) if n not in retired]
+    counts = {"confirmed": len(confirmed),
+              "retired": len(retired), "contradicted": int(np.count_nonzero(status == rater_checks.CLAIM_RETIRED)),
+              "answered": len(claim_keys), "judged_at": time.time()}
+    counts["pending"] = counts["answered"] - counts["confirmed"] - counts["retired"]
+    with conn.pipeline(transaction=True) as pipe:
+        pipe.delete(keys.catch_retired(study.id))
+        if retired:
+            pipe.sadd(keys.catch_retired(study.id), *(claim_keys[n] for n in sorted(retired)))
+        pipe.hset(keys.catch_claims(study.id), mapping=counts)
+        for x, p in judgement.p.items():
+            rater = rater_ids[x]
+            fields = {CROWD_JUDGED: 1, CROWD_P: f"{p:.6g}"}
+            if p < attention.false_flag_rate:
+                fields[CROWD_FLAGGED] = 1
+                if attention.flag_action != "mark":
+                    fields["flagged"] = 1
+                if attention.flag_action == "exclude":
+                    pipe.sadd(keys.excluded_raters(study.id), rater)
+            pipe.hset(keys.rater_stats(study.id), mapping={keys.rater_field(rater, k): v for k, v in fields.items()})
+        pipe.execute()
+    return {rater_ids[x]: p for x, p in judgement.p.items()}

@@ -35,7 +35,7 @@ ACCEPT = Script("accept.lua")
 RATER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
 
 ANSWER_FIELDS = ("qid", "rater", "kind", "head", "a", "b", "choice", "value", "probe", "algorithm", "fallback",
-                 "issued_at", "answered_at", "response_ms", "flags", "shown", "picks", "heldout")
+                 "issued_at", "answered_at", "response_ms", "flags", "shown", "picks", "heldout", "claim")
 NO_ITEM = -1
 #: The algorithm label of attention-check answers: kept in the log, never given to an engine.
 CATCH_ALGORITHM = "catch"
@@ -43,6 +43,8 @@ CATCH_ALGORITHM = "catch"
 #: candidates swapped): kept in the log with a flag below, never given to an engine, so a repeat is
 #: never counted as a second piece of evidence.
 REPEAT_ALGORITHM = questions.REPEAT_ALGORITHM
+#: The flag of a catch trial passed (``catch_fail`` the other).
+CATCH_PASS_FLAG = "catch_pass"
 REPEAT_AGREE_FLAG = "repeat_agree"
 REPEAT_DISAGREE_FLAG = "repeat_disagree"
 #: The flag of an answer the rater skipped ("can't decide"): no choice, no value.
@@ -53,6 +55,9 @@ LATE_FLAG = "late"
 #: question's answer: a uniformly random question whose answer no learner ever learns from, kept to score
 #: the learners' models (``workers.jobs.heldout``). The field is written only for held-out answers ("1").
 HELDOUT = "heldout"
+#: The log field of a catch trial judged by the crowd (a label comparison, ``webapp.catches``): the comparison
+#: it asked (its claim key), written only for those; workers/jobs/rater_checks.py judges them.
+CLAIM = "claim"
 
 
 class AnswerRefused(Exception):
@@ -100,6 +105,7 @@ class Answer:
     shown: tuple[int, ...] = ()
     picks: tuple[int, ...] = ()
     heldout: bool = False
+    claim: str = ""
 
     def __post_init__(self) -> None:
         if not self.shown:
@@ -159,6 +165,7 @@ class Answer:
             shown=tuple(int(x) for x in f.get("shown", "").split()),
             picks=tuple(int(x) for x in f.get("picks", "").split()),
             heldout=f.get(HELDOUT) == "1",
+            claim=f.get(CLAIM, ""),
         )
 
 
@@ -217,6 +224,8 @@ def accept_and_issue(conn: Redis, study_id: str, question: dict, rater: str, cho
     }
     if question.get(HELDOUT):
         fields[HELDOUT] = 1
+    if question.get(CLAIM):
+        fields[CLAIM] = question[CLAIM]
     args = {
         "question_id": question["qid"], "used_ttl": int(used_ttl), "rater": rater, "minute": int(now // 60),
         "update_ttl": UPDATE_FLAG_TTL, "algorithm": fields["algorithm"],

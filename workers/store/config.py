@@ -112,6 +112,7 @@ ATTENTION_SCHEMA = {
         "answer_check": {"type": "boolean"},
         "false_flag_rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 0.5},
         "flag_action": {"enum": list(FLAG_ACTIONS)},
+        "crowd_raters": {"type": "integer", "minimum": 1, "maximum": 1000},
     },
 }
 COMPLETION_SCHEMA = {
@@ -261,6 +262,14 @@ CATCH_PLANNED_QUESTIONS = 100
 CATCH_RANDOM_PASS = 0.05
 #: A triplet catch trial's careful miss rate (engine.kinds states every kind's).
 CATCH_MISS_RATE = _kinds.CATCH_MISS_RATE
+#: ``attention.rate: auto`` where the catch trials are judged by the crowd (labels alone,
+#: ``StudyConfig.crowd_catch_every``): this many catch trials per rater over the planned questions, one in
+#: every 2 questions at most. Comparisons of mixed quality tell random raters from careful ones only over
+#: many trials: at the schedule above (13 triplet trials at 40 questions, 5 in an 8-rank-2 grid) random raters
+#: passed 5-10% (triplets, ratings, odd-one-out) and 10-24% (grids); at 20 trials 0-4.3%, careful raters
+#: flagged 0-1.06% (benchmarks/catch_fairness.py --crowd-wired).
+CROWD_CATCH_TRIALS = 20
+CROWD_CATCH_MIN_EVERY = 2
 
 
 @functools.lru_cache(maxsize=65536)
@@ -302,6 +311,9 @@ class Attention:
     false_flag_rate: float = 0.01
     #: what a flag does (FLAG_ACTIONS); ``stop_flagged: true`` means at least "stop"
     flag_action: str = "no_code"
+    #: catch trials judged by the crowd (labels alone: workers/jobs/rater_checks.py): a rater's misses are
+    #: judged once this many raters gave their last catch answer after the rater's, or when the study closes
+    crowd_raters: int = 30
 
     def to_dict(self) -> dict:
         return {"rate": self.rate, "kind": self.kind, "misses_allowed": self.misses_allowed,
@@ -309,7 +321,7 @@ class Attention:
                 "min_checks": self.min_checks, "stop_flagged": self.stop_flagged,
                 "validation_repeats": self.validation_repeats, "min_self_agreement": self.min_self_agreement,
                 "answer_check": self.answer_check, "false_flag_rate": self.false_flag_rate,
-                "flag_action": self.flag_action}
+                "flag_action": self.flag_action, "crowd_raters": self.crowd_raters}
 
     @property
     def repeats_to_judge(self) -> int | None:
@@ -528,6 +540,20 @@ class StudyConfig:
             if fewest and 1 - binomial_tail(self._allowed_misses(most), fewest, random_miss) <= CATCH_RANDOM_PASS:
                 return every
         return CATCH_MIN_EVERY
+
+    @functools.cached_property
+    def crowd_catch_every(self) -> int:
+        """``catch_every`` of a study whose catch trials are judged by the crowd (label comparisons: whether
+        people agree with one is for the other raters' answers to say): ``attention.rate`` as given, or (auto)
+        CROWD_CATCH_TRIALS trials over the planned questions (never sparser than ``catch_every``)."""
+        if self.attention.rate != "auto":
+            return self.catch_every
+        every = max(CROWD_CATCH_MIN_EVERY, self.planned_questions // CROWD_CATCH_TRIALS)
+        return min(every, self.catch_every)
+
+    def catch_every_of(self, crowd: bool) -> int:
+        """``crowd_catch_every`` where the catch trials are judged by the crowd, else ``catch_every``."""
+        return self.crowd_catch_every if crowd else self.catch_every
 
     @functools.cached_property
     def catch_trials(self) -> tuple[int, int]:

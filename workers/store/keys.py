@@ -112,6 +112,14 @@ learning = _per_study("learning")
 #: chosen for: chosen once, by the first web process that needs them.
 catch_comparisons = _per_study("catch-comparisons")
 
+#: Set: the catch trials' label comparisons (claim keys, ``webapp.catches.claim_key``) the crowd retired: no
+#: longer shown (workers/jobs/rater_checks.py writes it at each look of the crowd).
+catch_retired = _per_study("catch-retired")
+
+#: Hash: the crowd's count of the label comparisons answered (``confirmed``, ``pending``, ``retired``,
+#: ``contradicted``: retired as clearly below the agreement asked) and ``judged_at``, for the dashboard.
+catch_claims = _per_study("catch-claims")
+
 #: String with a TTL: an update job for the study is queued and not yet started.
 update_scheduled = _per_study("update-scheduled")
 

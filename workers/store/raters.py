@@ -35,7 +35,7 @@ RATER_TABLE_ANSWERS = 50000
 CSV_COLUMNS = ("rater", "answers", "median_response_ms", "catch", "catch_failed", "too_fast_share", "skipped",
                "repeats", "self_agreement", "answer_check_p", "answer_check_rule", "answer_check_flagged", "flagged",
                "completed", "excluded", "last_answer_at", "completion_code", "debrief", "code_kind",
-               "code_before_check")
+               "code_before_check", "catch_pending", "crowd_p", "crowd_flagged")
 
 
 #: The answer check's looks (workers/jobs/rater_checks.py): a rater is judged when their answers reach
@@ -53,22 +53,35 @@ def answer_check_looks(answers: int) -> list[tuple[int, int]]:
     return [(k, FIRST_LOOK * 2 ** (k - 1)) for k in range(1, MAX_LOOKS + 1) if FIRST_LOOK * 2 ** (k - 1) <= answers]
 
 
+#: Rater-stats fields of catch trials judged by the crowd (labels alone, workers/jobs/rater_checks.py): the
+#: misses waiting for the crowd's verdict (counted instead of ``catch_failed``); the verdict (1 once judged);
+#: its p-value; and 1 where it flagged the rater.
+CATCH_PENDING = "catch_pending"
+CROWD_JUDGED = "crowd_judged"
+CROWD_P = "crowd_p"
+CROWD_FLAGGED = "crowd_flagged"
+
+
 #: answer_check_state: nothing to wait for; a look still to come, waited for; a look still to come after
 #: the wait (a code shown now is shown before the verdict).
 CHECK_DONE, CHECK_PENDING, CHECK_LATE = "done", "pending", "late"
 
 
-def answer_check_state(conn: Redis, study_id: str, rater: str, now: float) -> str:
-    """Where the answer check stands on this rater's answers, for the finish page: CHECK_PENDING while it
-    has a look still to do and the page waits for its verdict (ANSWER_CHECK_WAIT_SECONDS after the rater's
-    last answer at most, also before any check ran for the study: a worker not started yet or dead must not
-    pay unchecked raters silently); CHECK_LATE when that look is still to do after the wait (a queue of work
-    in the workers, or none running): the code shown now comes before the verdict, and the page says so;
-    CHECK_DONE otherwise."""
-    answers, looks, last = conn.hmget(keys.rater_stats(study_id), [keys.rater_field(rater, n)
-                                                                   for n in ("answers", "looks", "last_answer_at")])
-    reached = answer_check_looks(_int(answers))
-    if not reached or reached[-1][0] <= _int(looks):
+def answer_check_state(conn: Redis, study_id: str, rater: str, now: float, answer_check: bool = True) -> str:
+    """Where the checks stand on this rater's answers, for the finish page: CHECK_PENDING while the answer
+    check (``answer_check``: the study's is on) has a look still to do, or the crowd's verdict on missed catch
+    trials judged by the crowd (CATCH_PENDING) is still to come, and the page waits for it
+    (ANSWER_CHECK_WAIT_SECONDS after the rater's last answer at most, also before any check ran for the
+    study: a worker not started yet or dead must not pay unchecked raters silently); CHECK_LATE when it is
+    still to come after the wait (a queue of work in the workers, none running, or a crowd of raters still to
+    answer after this one): the code shown now comes before the verdict, and the page says so; CHECK_DONE
+    otherwise."""
+    answers, looks, last, pending, judged = conn.hmget(
+        keys.rater_stats(study_id), [keys.rater_field(rater, n) for n in ("answers", "looks", "last_answer_at",
+                                                                         CATCH_PENDING, CROWD_JUDGED)])
+    reached = answer_check_looks(_int(answers)) if answer_check else []
+    crowd_waiting = _int(pending) > 0 and not _int(judged)
+    if (not reached or reached[-1][0] <= _int(looks)) and not crowd_waiting:
         return CHECK_DONE
     return CHECK_LATE if now - float(last or 0) > ANSWER_CHECK_WAIT_SECONDS else CHECK_PENDING
 
@@ -130,6 +143,10 @@ def rater_table(conn: Redis, study_id: str, limit: int = RATER_TABLE_ANSWERS) ->
             "rater": rater, "answers": answers,
             "median_response_ms": median(times[rater]) if times.get(rater) else None,
             "catch": _int(c.get("catch")), "catch_failed": _int(c.get("catch_failed")),
+            # catch trials judged by the crowd (labels alone): misses waiting for its verdict, and the verdict's
+            # p-value (None until judged) and flag
+            "catch_pending": _int(c.get(CATCH_PENDING)) if not _int(c.get(CROWD_JUDGED)) else 0,
+            "crowd_p": _float(c.get(CROWD_P)), "crowd_flagged": c.get(CROWD_FLAGGED) not in (None, "", "0"),
             "too_fast_share": too_fast / answers if answers else 0.0, "skipped": _int(c.get("skipped")),
             # validation repeats answered (skips left out) and the share answered as the first time
             "repeats": _int(c.get("repeats")),
@@ -217,7 +234,7 @@ def replay_rater_stats(answers: list[Answer], config: StudyConfig,
                        items: list[dict] | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """Recompute from the answer log (in log order) what the live path derived as answers arrived:
     each answer's outcome flags (catch passed or failed, repeat agreed or not, too fast) and the
-    rater-stats fields (``keys.rater_field``: answers, catch, catch_failed, too_fast, skipped, repeats,
+    rater-stats fields (``keys.rater_field``: answers, catch, catch_failed, catch_pending, too_fast, skipped, repeats,
     repeat_agreed, repeat_sources, last_answer_at, flagged, completed). Returns (flags by answer id,
     rater-stats hash). Imported answers (no question id) belong to no rater session and are left out.
 
@@ -237,7 +254,8 @@ def replay_rater_stats(answers: list[Answer], config: StudyConfig,
         if not answer.qid:
             continue
         rater = stats.setdefault(answer.rater, dict.fromkeys(
-            ("answers", "catch", "catch_failed", "too_fast", "skipped", "repeats", "repeat_agreed", "flagged"), 0))
+            ("answers", "catch", "catch_failed", CATCH_PENDING, "too_fast", "skipped", "repeats", "repeat_agreed",
+             "flagged"), 0))
         previous = rater.get("last_answer_at", 0.0)
         kept = [f for f in answer.flags.split(",") if f and f not in OUTCOME_FLAGS]
         outcome = []
@@ -265,10 +283,13 @@ def replay_rater_stats(answers: list[Answer], config: StudyConfig,
         elif answer.algorithm == CATCH_ALGORITHM:
             passed = _catch_passed(answer, config, items or [])
             rater["catch"] += 1
-            rater["catch_failed"] += not passed
+            # a miss of a label comparison waits for the crowd's verdict (workers/jobs/rater_checks.py judges
+            # the restored log again)
+            rater[CATCH_PENDING if answer.claim else "catch_failed"] += not passed
             outcome.append("catch_pass" if passed else "catch_fail")
-            if config.catch_every:  # the block given its check (next_question.lua), so a restored rater's
-                rater["catch_block"] = (rater["answers"] - 1) // config.catch_every  # schedule goes on
+            every = config.catch_every_of(bool(answer.claim))
+            if every:  # the block given its check (next_question.lua), so a restored rater's
+                rater["catch_block"] = (rater["answers"] - 1) // every  # schedule goes on
 
         elif answer.question_kind.repeatable and not answer.skipped:
             answered = answer.question_kind.repeat_answer(answer.picks, answer.value)  # the first pick, a value
