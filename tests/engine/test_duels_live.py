@@ -158,21 +158,24 @@ def test_exact_replay_with_a_refit_under_way_across_a_state_round_trip():
         fitter = Lagged(4)
         p = live(n, random_state=3)
         p.fitter = fitter
-        asked, mid_refit = [], False
+        asked, under_way = [], []
         for step in range(30):
+            under_way.append(p.fit_job_ is not None)
             if step == split:
-                mid_refit = p.fit_job_ is not None
                 p = restored(_jsonable(p.to_state()))
                 p.fitter = fitter  # the worker's pool: the refit under way goes on there
             qs = p.next_questions(30)
             asked.append(qs)
             p.observe(answer(D, qs, np.random.default_rng(step)))
-        return asked, p, mid_refit
+        return asked, p, under_way
 
-    a1, p1, _ = run(None)
-    splits = [s for s in range(8, 30) if run(s)[2]]
+    # a run split at a step is the unsplit run up to that step: the unsplit run says which steps fall
+    # inside a refit under way
+    a1, p1, under_way = run(None)
+    splits = [s for s in range(8, 30) if under_way[s]]
     assert splits, "no step fell inside a refit under way"
-    a2, p2, _ = run(splits[0])
+    a2, p2, under_way_split = run(splits[0])
+    assert under_way_split[splits[0]]  # the state was saved and restored mid-refit
     assert a1 == a2
     s1, s2 = p1.to_state(), p2.to_state()
     assert s1["fit_job"] == s2["fit_job"] and s1["kappa"] == s2["kappa"]
