@@ -268,9 +268,9 @@ def wired_study(kind: str, settings: dict, items: list[dict], truth, noise, seed
         nonlocal retired
         judgement, claim_keys, rater_ids = crowd_look(config, claims, who, agreed, counters, final, seed)
         retired = frozenset(claim_keys[c] for c in judgement.retire)
-        for x, p in judgement.p.items():
+        for x in judgement.p:
             counters[rater_ids[x]]["crowd_judged"] = "1"
-            if p < config.attention.false_flag_rate:
+            if x in judgement.flagged:
                 counters[rater_ids[x]]["crowd_flagged"] = "1"
 
     trials_given = 0

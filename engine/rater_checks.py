@@ -425,15 +425,22 @@ def claims_to_retire(verdicts: ClaimVerdicts, threshold: float) -> list[int]:
     return sorted(int(i) for i in out)
 
 
+#: The crowd's verdict flags a rater below this share of the study's ``false_flag_rate``: the agreements it
+#: tests against are estimates, and at the full level benchmarks/catch_fairness.py --crowd-wired flagged
+#: 1.06-1.76% of careful raters in 5 of its 10 rows.
+CROWD_LEVEL = 0.5
+
+
 @dataclass(frozen=True)
 class CrowdJudgement:
     """``judge_crowd``: the crowd's ``verdicts`` (``judge_claims``), the comparisons no longer to show
-    (``retire``, ``claims_to_retire``) and the p-value of each rater judged now (``p``: rater -> p; a rater
-    whose p is below ``alpha`` is flagged)."""
+    (``retire``, ``claims_to_retire``), the p-value of each rater judged now (``p``: rater -> p) and the raters
+    it flags (``flagged``: p below CROWD_LEVEL x ``alpha``)."""
 
     verdicts: ClaimVerdicts
     retire: list[int]
     p: dict[int, float]
+    flagged: frozenset[int] = frozenset()
 
 
 def crowd_due(claim_status_of_answers: np.ndarray, rater: np.ndarray, order: np.ndarray, n_raters: int,
@@ -464,8 +471,9 @@ def judge_crowd(claim: np.ndarray, rater: np.ndarray, agreed: np.ndarray, n_clai
 
     The raters flagged by any check are left out of the crowd; the crowd's estimate (``judge_claims``) says
     which comparisons to retire, and each rater due (``crowd_due``) is tested once on their catch answers
-    against the others' agreement per comparison (``judge_catch_answers``, a parametric bootstrap of
-    ``20 / alpha`` careful answer sets): what benchmarks/catch_fairness.py measures with ``--crowd-delay``."""
+    against the others' agreement per comparison (``judge_catch_answers``, a parametric bootstrap of 20 / its
+    level careful answer sets) and flagged below CROWD_LEVEL x ``alpha`` (the study's false_flag_rate):
+    benchmarks/catch_fairness.py --crowd-wired measures it."""
     claim, rater, agreed = np.asarray(claim, int), np.asarray(rater, int), np.asarray(agreed, int)
     n_raters = len(flagged)
     flagged = np.asarray(flagged, bool)
@@ -473,9 +481,10 @@ def judge_crowd(claim: np.ndarray, rater: np.ndarray, agreed: np.ndarray, n_clai
     retire = claims_to_retire(verdicts, threshold)
     due = crowd_due(verdicts.answer, rater, np.arange(len(rater)), n_raters, flagged, judged, finished, delay, final)
     q = crowd_agreement(verdicts.others_agreed, verdicts.others_answers, chance)
+    level = CROWD_LEVEL * alpha
     p = {}
     for x in np.flatnonzero(due):
         mine = rater == x
         p[int(x)] = judge_catch_answers(q[mine], agreed[mine], chance, seed=int(seeds[x]),
-                                        simulations=int(20 / alpha))
-    return CrowdJudgement(verdicts, retire, p)
+                                        simulations=int(20 / level))
+    return CrowdJudgement(verdicts, retire, p, frozenset(x for x, v in p.items() if v < level))

@@ -442,7 +442,7 @@ def judge_by_crowd(conn: Redis, study: Study, log_answers: list[Answer], stats: 
         for x, p in judgement.p.items():
             rater = rater_ids[x]
             fields = {CROWD_JUDGED: 1, CROWD_P: f"{p:.6g}"}
-            if p < attention.false_flag_rate:
+            if x in judgement.flagged:
                 fields[CROWD_FLAGGED] = 1
                 if attention.flag_action != "mark":
                     fields["flagged"] = 1
