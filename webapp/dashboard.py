@@ -336,7 +336,7 @@ def crowd_claims(conn: Redis, study_id: str) -> dict[str, int] | None:
     raw = conn.hgetall(keys.catch_claims(study_id))
     if not raw:
         return None
-    return {k.decode(): int(float(v)) for k, v in raw.items() if k != b"judged_at"}
+    return {k.decode(): int(float(v)) for k, v in raw.items() if k not in (b"judged_at", b"seen")}
 
 
 @bp.get("/studies/<study_id>")

@@ -152,7 +152,8 @@ def _check(conn: Redis, study_id: str) -> dict[str, dict]:
     unseen = {r: int(c.get("answers") or 0) for r, c in stats.items()
               if int(c.get("answers") or 0) > int(c.get("checked_answers") or 0)}
     log_answers: list[Answer] | None = None
-    if crowd_judged(conn, study_id) and (unseen or (study.status == "closed" and crowd_waiting(stats))):
+    closing = study.status == "closed" and crowd_waiting(stats)
+    if crowd_judged(conn, study_id) and (closing or _crowd_seen(study, stats) != _crowd_looked_at(conn, study_id)):
         log_answers = _read_log(conn, study_id)
         judge_by_crowd(conn, study, log_answers, stats)
         stats = _stats(conn, study_id)  # its flags leave the flagged out of the answer check's models
@@ -374,6 +375,20 @@ def _flagged(counters: dict[str, str]) -> bool:
     return any(counters.get(name) not in (None, "", "0") for name in ("flagged", "answer_flagged", CROWD_FLAGGED))
 
 
+def _crowd_seen(study: Study, stats: dict[str, dict[str, str]]) -> str:
+    """What a look of the crowd depends on besides the log's catch answers: their count and the raters who
+    finished (the crowd reads the log only when one of them changed since its last look)."""
+    limit = study.config.limits.max_questions_per_rater
+    finished = sum(1 for c in stats.values()
+                   if int(c.get("completed") or 0) or (limit and int(c.get("answers") or 0) >= limit))
+    return f"{sum(int(c.get('catch') or 0) for c in stats.values())}:{finished}"
+
+
+def _crowd_looked_at(conn: Redis, study_id: str) -> str:
+    seen = conn.hget(keys.catch_claims(study_id), "seen")
+    return seen.decode() if seen else ""
+
+
 def crowd_waiting(stats: dict[str, dict[str, str]]) -> bool:
     """Whether a rater's missed catch trials still wait for the crowd's verdict."""
     return any(int(c.get(CATCH_PENDING) or 0) and not int(c.get(CROWD_JUDGED) or 0) and not _flagged(c)
@@ -434,6 +449,7 @@ def judge_by_crowd(conn: Redis, study: Study, log_answers: list[Answer], stats: 
               "retired": len(retired), "contradicted": int(np.count_nonzero(status == rater_checks.CLAIM_RETIRED)),
               "answered": len(claim_keys), "judged_at": time.time()}
     counts["pending"] = counts["answered"] - counts["confirmed"] - counts["retired"]
+    counts["seen"] = _crowd_seen(study, stats)
     with conn.pipeline(transaction=True) as pipe:
         pipe.delete(keys.catch_retired(study.id))
         if retired:

@@ -265,9 +265,9 @@ CATCH_MISS_RATE = _kinds.CATCH_MISS_RATE
 #: ``attention.rate: auto`` where the catch trials are judged by the crowd (labels alone,
 #: ``StudyConfig.crowd_catch_every``): this many catch trials per rater over the planned questions, one in
 #: every 2 questions at most. Comparisons of mixed quality tell random raters from careful ones only over
-#: many trials: at the schedule above (13 triplet trials at 40 questions, 5 in an 8-rank-2 grid) random raters
-#: passed 5-10% (triplets, ratings, odd-one-out) and 10-24% (grids); at 20 trials 0-4.3%, careful raters
-#: flagged 0-1.06% (benchmarks/catch_fairness.py --crowd-wired).
+#: many trials: in benchmarks/catch_fairness.py --crowd-wired at 40 questions, one in 3 (13 or 14 trials) paid
+#: 7-14% of random raters in triplet and rating studies; 20 trials 0-4.31% in every kind, careful raters
+#: flagged 0-1.41%.
 CROWD_CATCH_TRIALS = 20
 CROWD_CATCH_MIN_EVERY = 2
 
