@@ -150,6 +150,17 @@ def run(n: int, budgets: list[int], seeds: int) -> None:
     print_table(f"pictures drawn from clustered 4-D truth, n = {n}, simulated human raters (logistic {NOISE}, lapse "
                 f"{LAPSE}) — hit@3 by answers per item (mean of {seeds} seed(s); {time.monotonic() - started:.0f} s)",
                 ["method", "F agrees", "F alone", "dropped"] + [f"{b}/item" for b in budgets], rows)
+    if seeds > 1:
+        # with the features less without them, seed by seed (the same truth and raters): mean ± standard error
+        base = np.asarray(results["none"])
+        diffs = []
+        for name, got in extra.items():
+            d = np.asarray(got["curve"]) - base
+            se = d.std(axis=0, ddof=1) / np.sqrt(seeds)
+            diffs.append([f"built-in ({name}) - none"] + [f"{m:+.3f} ± {e:.3f}" for m, e in
+                                                          zip(d.mean(axis=0), se, strict=True)])
+        print_table(f"paired differences, seed by seed (mean ± standard error of {seeds})",
+                    ["method"] + [f"{b}/item" for b in budgets], diffs)
     sys.stdout.flush()
 
 

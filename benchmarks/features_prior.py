@@ -87,6 +87,7 @@ def evaluate(title: str, D: np.ndarray, make_oracle, variants: dict, budgets: li
              peer_of: tuple[str, ...] = ()) -> None:
     n = len(D)
     rows = []
+    curves_of = {}
     started = time.monotonic()
     for label, make_features in variants.items():
         runs = {"duels" if label == "none" else f"duels + {label}": []}
@@ -104,12 +105,25 @@ def evaluate(title: str, D: np.ndarray, make_oracle, variants: dict, budgets: li
                 if len(runs) > 1:
                     runs[f"random + emb({label})"].append(
                         [nn_metrics(p, D)[1] for p in peer(n, make_oracle(seed + 100), budgets, seed, F)])
+        curves_of.update(runs)
         for name, curves in runs.items():
             mean = np.mean(curves, axis=0)
             rows.append([name, "-" if not agree else f"{np.mean(agree):.2f}",
                          "-" if not alone else f"{np.mean(alone):.2f}"] + [f"{v:.2f}" for v in mean])
     print_table(f"{title} — hit@3 by answers per item (mean of {seeds} seed(s); {time.monotonic() - started:.0f} s)",
                 ["method", "F agrees", "F alone"] + [f"{b}/item" for b in budgets], rows)
+    if seeds > 1:
+        # each duels + F run less duels on the same seed (the same oracle): mean and standard error
+        base = np.asarray(curves_of["duels"])
+        diffs = []
+        for name, curves in curves_of.items():
+            if name.startswith("duels + "):
+                d = np.asarray(curves) - base
+                se = d.std(axis=0, ddof=1) / np.sqrt(len(d))
+                diffs.append([f"{name} - duels"] + [f"{m:+.3f} ± {e:.3f}" for m, e in zip(d.mean(axis=0), se,
+                                                                                            strict=True)])
+        print_table(f"{title} — paired differences, seed by seed (mean ± standard error of {seeds})",
+                    ["method"] + [f"{b}/item" for b in budgets], diffs)
     sys.stdout.flush()
 
 

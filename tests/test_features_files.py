@@ -92,14 +92,16 @@ def test_a_duels_study_with_features_runs_its_passes_and_keeps_the_prior_in_its_
     create_study(conn, StudyConfig.from_dict({"name": "Line", "pool_size": 10, "random_state": 0,
                                               "algorithms": [{"algorithm": "duels"}], "attention": {"rate": 0}}),
                  items, study_id="line")
-    set_features(conn, "line", {f"p{i}": {"x": float(i), "y": float(i % 3)} for i in range(12)})
+    set_features(conn, "line", {f"p{i}": {"x": float(i), "y": float(i // 4)} for i in range(12)})
     run_worker(conn)
     question = fetch_question(client, "line")
-    for _ in range(30):
+    for step in range(30):
         head, (a, b) = index_of(question["head"]), [index_of(c) for c in question["candidates"]]
         response = answer(client, question, choice=a if abs(a - head) < abs(b - head) else b, study_id="line")
         assert response.status_code == 201, response.get_json()
         question = response.get_json()["next"]
+        if step % 10 == 9:
+            run_worker(conn)  # (a pass between answers: the learner tests the features, then uses them)
     run_worker(conn)
     state = engine_state.load(conn, "line", "duels")
     planner = restore_planner(state)

@@ -116,8 +116,9 @@ class Refits:
     @property
     def warmup_(self) -> float:
         """Random-triplet answers per head before its duels start: ``warmup``, or :func:`auto_warmup`
-        (none with features while they are trusted: their shortlists are better than random ones;
-        features found to predict nothing give back the warm-up a study without them has)."""
+        (none with features once they are trusted: their shortlists are better than random ones; while
+        they are tested, or found to predict nothing, the warm-up a study without them has: its first
+        questions are then the tests)."""
         if self.warmup == "auto":
             trusted = self.prior_ is not None and self.prior_.trusted
             return 0.0 if trusted else auto_warmup(self.n_items)
@@ -127,9 +128,12 @@ class Refits:
         if self.fit_job_ is not None:
             return True
         if self.n_fits_ == 0:
-            if self.prior_ is not None and not self.prior_.dropped_:
+            if self.prior_ is not None and self.prior_.testing:
+                return False  # (no fit before the features are judged: the tests are the warm-up)
+            if self.prior_ is not None and self.prior_.trusted:
                 warmup = 0.0 if self.warmup == "auto" else self.warmup_
-                return self.n_answers_ >= max(warmup, FIRST_FIT) * self.n_items
+                # (duels among the feature neighbours first: the first fit learns from them)
+                return self.n_answers_ >= max(warmup * self.n_items, self.prior_.judged_ + FIRST_FIT * self.n_items)
             return self.n_answers_ >= self.warmup_ * self.n_items or self.warmup_ == 0
         return self._grown(self.fitted_on_)
 
@@ -150,8 +154,6 @@ class Refits:
                 self._end_fit()
             if self.fit_job_ is None:
                 self._start_fit(emb, trip)
-                if self.fit_job_ is None:  # (features dropped: the study starts over as one without them)
-                    return
             answers_fitted = self.fit_job_["answers"]
             if not self._continue_fit(emb):
                 # the refit goes on at the next call; the shortlists stay those of the last fit (or,
@@ -167,14 +169,6 @@ class Refits:
         """Begin a refit: score the dimensions refitted last time on the answers that arrived since
         (:meth:`_score_dims`), decide the coin-flip regime and choose which dimensions to refit warm
         (:meth:`_dims_to_refit`), with the refit's seed."""
-        if self.prior_ is not None and not self.prior_.dropped_:
-            self.prior_.score(trip[self.fitted_triplets_:])
-            if not self.prior_.trusted:
-                self.prior_.dropped_ = True
-                if self.n_answers_ <= auto_warmup(self.n_items) * self.n_items:
-                    # (within the random warm-up a study without features spends anyway)
-                    self._start_over()
-                    return
         self._score_dims(emb, trip)
         self._update_coin()
         todo = self._dims_to_refit()
@@ -182,23 +176,27 @@ class Refits:
                          "answers": int(self.n_answers_), "seed": int(self.rng_.integers(2**31 - 1)),
                          "iterations": 0}
 
-    def _start_over(self) -> None:
-        """Features dropped early (they predicted the answers no better than chance), within the answers
-        a study without them spends on its random warm-up: go on exactly as such a study would from here
-        (the random warm-up, a first fit once it is done; the answers so far are kept). Dropped later,
-        the fits go on warm, without them."""
-        self.embeddings_ = {}
-        self.fresh_dims_ = np.zeros_like(self.fresh_dims_)
-        self.dim_scores_ = np.zeros_like(self.dim_scores_)
-        self.dim_compare_ = np.zeros_like(self.dim_compare_)
-        self.kappa_ = None
-        self.coin_ = False
-        self.embedding_ = None
+    def _judge_features(self) -> None:
+        """While the features are tested (before any fit): score the answers that arrived since the last
+        look and judge them (:meth:`~engine.duels.priors.FeaturePrior.judge`; final once the answers reach
+        the warm-up a study without features spends). Trusted: duels start (the first fit is due). Dropped:
+        the study goes on exactly as one without them, whose random warm-up the tests were (the feature
+        neighbours' shortlists go, the answers stay)."""
+        prior = self.prior_
+        if prior is None or not prior.testing:
+            return
+        trip = self._all_triplets()
+        if len(trip) > prior.judged_:
+            prior.score(trip[prior.judged_:])
+            prior.judged_ = int(len(trip))
+        verdict = prior.judge(final=self.n_answers_ >= auto_warmup(self.n_items) * self.n_items)
+        if verdict is None:
+            return
+        if verdict:
+            prior.decided_ = True
+            return
+        prior.dropped_ = True
         self.cands_ = np.full_like(self.cands_, NO_NEIGHBOR)
-        self.n_fits_ = 0
-        self.fitted_on_ = 0
-        self.fitted_triplets_ = 0
-        self._rows, self._rows_of = {}, None
         self._certified_rows = self._ranked_rows_kept = None
 
     def _fit_task(self, dims: list[int]) -> FitTask:
@@ -294,6 +292,7 @@ class Refits:
         fitter, also hand over a refit that is due (a study whose raters stopped still gets the refit
         its last answers call for). True when a fit (or a stage of one) was put in place."""
         beside = self.fitter is not None and self.pool
+        self._judge_features()
         if self.fit_job_ is None and not (beside and self._needs_refit()):
             return False
 
@@ -317,5 +316,6 @@ class Refits:
     def refresh_if_due(self) -> None:
         """Refit and rebuild the shortlists if the answers call for it (what :meth:`next_questions`
         does first); screen planners (``engine.screens``) that choose their own questions call it."""
+        self._judge_features()
         if self._needs_refit():
             self._refresh()

@@ -92,12 +92,14 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         Not saved: a restored planner hands the refit under way (``fit_job_``, saved) over again.
     features : array of shape (n_items, n_features), or None (default)
         What the items already tell (an image embedding, attributes, a generated parameter), as a
-        prior the answers can overrule (:mod:`.priors`): the first shortlists are each item's
-        nearest in the features and duels start at once (no random warm-up with ``warmup="auto"``);
-        the first embedding is the features' leading components; every refit fits a map from the
-        features to the space people use together with each item's offset from it; a share of each
-        rebuilt shortlist comes from the features. Features that predict the answers no better than
-        chance are dropped after the first refit (the study goes on as one without them). The matrix
+        prior the answers can overrule (:mod:`.priors`): they are first tested, each head's first
+        questions pitting one of its nearest in the features against a random item (an unbiased test; where
+        the features are noise, the random triplets a study without them warms up with). Once the feature
+        neighbours are seen to win more often than chance the tests stop and duels start (no further random
+        warm-up with ``warmup="auto"``): the first embedding is the features' leading components; every refit
+        fits a map from the features to the space people use together with each item's offset from it; a
+        share of each rebuilt shortlist comes from the features. Features that fail the test are dropped
+        within the warm-up (the study goes on as one without them, the tests its warm-up). The matrix
         itself is not kept: its space (at most ``FEATURE_COMPONENTS`` principal components, float32)
         is, in ``prior_`` and in the state.
     """
@@ -160,9 +162,8 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         self._certified_rows: _HeadRows | None = None
         self._ranked_rows_kept: _HeadRows | None = None
         if self.prior_ is not None and n > 1:
-            # the first shortlists: each item's nearest in the features, and a few random items (their
-            # duels against the feature neighbours tell at the first refit whether the features count)
-            self.cands_ = self.prior_.first_shortlists(self._target_size(), self.shortlist, self.rng_)
+            # the first shortlists (the picks before any fit): each item's nearest in the features
+            self.cands_ = self.prior_.first_shortlists(self._target_size(), self.shortlist)
 
     def _check_params(self) -> None:
         def integer(name, lo):
@@ -194,8 +195,8 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         real("delta", 0, 1, lo_open=True, hi_open=True)
 
     def _started(self) -> bool:
-        """Whether duels may start: a fit placed the items, or their features did."""
-        return self.n_fits_ > 0 or (self.prior_ is not None and not self.prior_.dropped_)
+        """Whether duels may start: a fit placed the items, or their features did (once trusted)."""
+        return self.n_fits_ > 0 or (self.prior_ is not None and self.prior_.trusted)
 
     def get_params(self) -> dict:
         return {"shortlist": self.shortlist, "min_shortlist": self.min_shortlist,

@@ -64,6 +64,7 @@ class QuestionChoice:
         budget = int(budget)
         if budget <= 0:
             return []
+        self._judge_features()
         if self._needs_refit():
             self._refresh()
         n = self.n_items
@@ -92,7 +93,10 @@ class QuestionChoice:
                 fed += 1
             load, t, h = heapq.heappop(heap)
             warm = not self._started() or self.answered_[h] < self.warmup_
-            if warm or self.rng_.random() < explore:
+            if warm and self.prior_ is not None and self.prior_.testing:
+                # (the features are tested before they are used: see engine.duels.priors)
+                q = self.prior_.test_question(h, self.rng_, taken)
+            elif warm or self.rng_.random() < explore:
                 if warm or not pairs or self.embedding_ is None:
                     q = self._random_question(h, taken)
                 else:
@@ -317,9 +321,13 @@ class QuestionChoice:
     def screen_candidates(self, h: int) -> tuple[np.ndarray, bool]:
         """h's likeliest neighbours, best first, for a screen showing several at once: its alive
         shortlist by duel score, then the nearest items of the fit outside it (up to
-        ``SCREEN_CANDIDATES`` in all); and whether h is certified. Empty while h is warming up
-        (no fit yet, or fewer than ``warmup`` answers for it): a screen then shows random items."""
+        ``SCREEN_CANDIDATES`` in all); and whether h is certified. While the features are tested: its
+        nearest in the features and random items in turn (a screen's answer holds test questions).
+        Empty while h is warming up otherwise (no fit yet, or fewer than ``warmup`` answers for it): a
+        screen then shows random items."""
         h = int(h)
+        if self.prior_ is not None and self.prior_.testing:
+            return self._test_screen(h), False
         if not self._started() or self.answered_[h] < self.warmup_:
             return np.empty(0, np.int64), False
         X = self.embedding_
@@ -356,3 +364,19 @@ class QuestionChoice:
                 if c not in out and c not in gone:
                     out.append(c)
         return np.asarray(out, np.int64), bool(certified)
+
+    def _test_screen(self, h: int) -> np.ndarray:
+        """Candidates of a screen of head h while the features are tested: its nearest in the features
+        (from a random place among those its tests take) and random items outside them, in turn."""
+        n = self.n_items
+        near = self.prior_.neighbors(self.prior_.test_near)[h]
+        k = len(near)
+        start = int(self.rng_.integers(k))
+        feats = near[(start + np.arange(k)) % k]
+        outside = np.setdiff1d(np.arange(n), np.append(near, h))
+        rand = self.rng_.permutation(outside)[:k]
+        out = np.empty(len(feats) + len(rand), np.int64)
+        m = min(len(feats), len(rand))
+        out[: 2 * m: 2], out[1: 2 * m: 2] = feats[:m], rand[:m]
+        out[2 * m:] = np.concatenate([feats[m:], rand[m:]])
+        return out[:SCREEN_CANDIDATES]

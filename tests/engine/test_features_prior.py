@@ -60,7 +60,7 @@ def test_feature_space_keeps_distances_of_standardised_columns():
     assert (near[:, 0] == DZ.argmin(axis=1)).all()
 
 
-def test_duels_start_from_the_feature_neighbours_before_any_answer():
+def test_features_are_tested_before_duels_start_from_them():
     X = _points()
     planner = make_planner("duels", len(X), features=X, random_state=0)
     picks = planner.neighbor_graph(1).neighbors[:, 0]
@@ -68,8 +68,18 @@ def test_duels_start_from_the_feature_neighbours_before_any_answer():
     D = np.linalg.norm(Z[:, None] - Z[None], axis=2)
     np.fill_diagonal(D, np.inf)
     assert (picks == D.argmin(axis=1)).all()
-    # no random warm-up: the first questions are duels among each head's feature neighbours
-    qs = planner.next_questions(len(X))
+    # the first questions test the features: one of the head's nearest in them against an item outside
+    n = len(X)
+    near = planner.prior_.neighbors(planner.prior_.test_near)
+    qs = planner.next_questions(n)
+    assert all((a in near[h]) != (b in near[h]) for h, a, b in qs)
+    oracle = TripletOracle.from_points(X, noise=0.1, model="human", lapse=0.05, random_state=1)
+    while planner.prior_.testing:
+        planner.observe(oracle.answer(qs))
+        qs = planner.next_questions(n)
+    # passed after one test per item (no random warm-up after them): duels among each head's nearest in the
+    # features, a first fit once they had one per item
+    assert planner.prior_.trusted and planner.n_fits_ == 0 and planner.answered_.max() == 1
     inside = [a in planner.cands_[h] and b in planner.cands_[h] for h, a, b in qs]
     assert np.mean(inside) > 0.8
 
@@ -87,16 +97,49 @@ def test_good_features_beat_none_at_a_small_budget():
     assert a > b + 0.2
 
 
-def test_noise_features_are_dropped_after_the_first_refit():
+def test_noise_features_are_dropped_within_the_warm_up_and_cost_nothing():
     X = _points()
     n = len(X)
-    planner = _drive(make_planner("duels", n, features=noise_features(n, 8, 3), random_state=0),
-                     TripletOracle.from_points(X, noise=0.1, model="human", lapse=0.05, random_state=1), 6 * n)
+    oracle = TripletOracle.from_points(X, noise=0.1, model="human", lapse=0.05, random_state=1)
+    planner = make_planner("duels", n, features=noise_features(n, 8, 3), random_state=0)
+    first = None
+    while planner.n_answers_ < 6 * n:
+        qs = planner.next_questions(n)
+        if first is None and planner.prior_.dropped_:
+            first = planner.n_answers_
+        planner.observe(oracle.answer(qs))
+    assert first is not None and first <= 3 * n  # dropped within the warm-up a study without them spends
     assert planner.n_fits_ >= 1
     assert not planner.prior_.trusted
-    assert planner.warmup_ == 3.0  # back to the random warm-up of a study without features
+    assert planner.warmup_ == 3.0  # the random warm-up of a study without features
     progress = planner.progress()
     assert progress["features_used"] is False and 0.3 < progress["feature_agreement"] < 0.65
+
+
+def test_failed_tests_leave_a_study_without_features(monkeypatch):
+    # the tests of features that fail are the random warm-up of a study without them: with test questions
+    # drawn as random triplets, the study asks exactly what one without features asks
+    from engine.duels import priors
+
+    def random_test(self, h, rng, taken):
+        a, b = (int(x) for x in rng.choice(self.n_items - 1, size=2, replace=False))
+        return (h, a + (a >= h), b + (b >= h))
+
+    monkeypatch.setattr(priors.FeaturePrior, "test_question", random_test)
+    X = _points()
+    n = len(X)
+    runs = []
+    for features in (noise_features(n, 8, 3), None):
+        planner = make_planner("duels", n, features=features, random_state=0)
+        oracle = TripletOracle.from_points(X, noise=0.1, model="human", lapse=0.05, random_state=1)
+        asked = []
+        for _ in range(8):
+            qs = planner.next_questions(n)
+            asked.append(qs)
+            planner.observe(oracle.answer(qs))
+        runs.append((asked, planner.neighbor_graph(1).neighbors))
+    assert runs[0][0] == runs[1][0]
+    assert (runs[0][1] == runs[1][1]).all()
 
 
 def test_state_round_trip_keeps_the_features_space():
