@@ -104,3 +104,24 @@ def test_a_comparison_the_crowd_contradicts_is_retired_and_costs_no_one():
 def test_claim_status_needs_enough_answers_either_way():
     status = rater_checks.claim_status(np.array([30, 3, 5, 9]), np.array([30, 30, 8, 9]), THRESHOLD)
     assert status.tolist() == [CLAIM_CONFIRMED, CLAIM_RETIRED, CLAIM_PENDING, CLAIM_PENDING]
+
+
+def test_a_rater_is_judged_once_when_enough_raters_answered_after_them_or_the_crowd_decided_or_the_study_ended():
+    # raters 0..3 in turn; each answers comparison 0 and their own comparison 1+x
+    rater = np.array([0, 0, 1, 1, 2, 2, 3, 3])
+    order = np.arange(len(rater))
+    pending = np.array([CLAIM_CONFIRMED, CLAIM_PENDING] * 4)
+    none = np.zeros(4, bool)
+    due = rater_checks.crowd_due(pending, rater, order, 4, none, none, none, delay=2, final=False)
+    assert due.tolist() == [True, True, False, False]  # two raters answered after raters 0 and 1
+    assert rater_checks.crowd_due(pending, rater, order, 4, none, none, none, 2, final=True).all()
+    # finished, and every comparison they answered decided by the others: judged at once
+    decided = np.full(len(rater), CLAIM_CONFIRMED)
+    finished = np.array([False, False, False, True])
+    assert rater_checks.crowd_due(decided, rater, order, 4, none, none, finished, 30, False).tolist() == [
+        False, False, False, True]
+    assert not rater_checks.crowd_due(pending, rater, order, 4, none, none, finished, 30, False).any()
+    # judged before, or flagged by another check: never again
+    judged, flagged = np.array([True, False, False, False]), np.array([False, True, False, False])
+    assert rater_checks.crowd_due(pending, rater, order, 4, flagged, judged, none, 2, True).tolist() == [
+        False, False, True, True]
