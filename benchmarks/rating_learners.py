@@ -127,14 +127,17 @@ def run(method: str, n: int, budgets: list[int], seed: int, live: bool, batch: i
     return out
 
 
-#: --mixed: method label -> the share of rater time spent on ratings (None: duels on triplets)
-MIXED = {"ratings": 1.0, "triplets": 0.0, "mixed": None, "duels (triplets)": None}
+#: --mixed: method label -> the share of rater time spent on ratings (None: duels on triplets, or the
+#: learner's own split)
+MIXED = {"ratings": 1.0, "triplets": 0.0, "mixed": None, "mixed (learner's split)": None, "duels (triplets)": None}
+LEARNED = "mixed (learner's split)"
 
 
 def run_mixed(method: str, n: int, budgets: list[int], seed: int, seconds: dict[str, float], share: float,
-              triplet_noise: float) -> list[float]:
+              triplet_noise: float, spent_out: list | None = None) -> list[float]:
     """hit@3 at each budget of rater seconds per item, for ratings only, triplets only or both into the
-    pooled learner (or triplets into duels)."""
+    pooled learner (or triplets into duels); ``spent_out`` gets the share of the time spent on ratings
+    by each budget."""
     sim = realistic_simulator(n, random_state=seed)
     D = truth_distances(sim, seed)
     rater = TripletRater(sim.means, TripletNoise(noise_sd=triplet_noise), random_state=seed + 20_000)
@@ -145,7 +148,21 @@ def run_mixed(method: str, n: int, budgets: list[int], seed: int, seconds: dict[
     spent = {"rating": 0.0, "triplet": 0.0}  # rater seconds on each kind so far
     out = []
     for b in budgets:
-        while sum(spent.values()) < b * n - 1e-9:
+        while method == LEARNED and sum(spent.values()) < b * n - 1e-9:
+            # one round of about n screens' time, split as the learner says now
+            left = b * n - sum(spent.values())
+            step = min(left, n * min(seconds.values()))
+            r = planner.time_shares(seconds)["rating"]
+            counts = {kind: int(round(step * s / seconds[kind])) for kind, s in (("rating", r), ("triplet", 1 - r))}
+            if not any(counts.values()):
+                counts["rating" if r >= 0.5 else "triplet"] = 1
+            if counts["rating"]:
+                planner.observe(sim.answer(planner.next_questions(counts["rating"])))
+            if counts["triplet"]:
+                planner.observe_triplets(rater.answer(planner.next_triplets(counts["triplet"])))
+            for kind, c in counts.items():
+                spent[kind] += c * seconds[kind]
+        while method != LEARNED and sum(spent.values()) < b * n - 1e-9:
             # ask one batch of about n screens, keeping each kind's time at its share
             total = sum(spent.values())
             left = b * n - total
@@ -161,6 +178,8 @@ def run_mixed(method: str, n: int, budgets: list[int], seed: int, seconds: dict[
             spent[kind] += count * seconds[kind]
         picks = np.asarray(planner.neighbor_graph(1).neighbors)[:, 0]
         out.append(nn_metrics(picks, D)[1])
+        if spent_out is not None:
+            spent_out.append(spent["rating"] / sum(spent.values()))
     return out
 
 
@@ -170,14 +189,17 @@ def main_mixed(args, budgets: list[int]) -> None:
         kind, _, value = part.partition("=")
         seconds[kind] = float(value)
     for n in (int(x) for x in args.items.split(",")):
-        rows, per_seed = [], {}
+        rows, per_seed, learned_share = [], {}, []
         for method in MIXED:
             t0 = time.time()
-            hits = [run_mixed(method, n, budgets, s, seconds, args.rating_share, args.triplet_noise)
+            spent: list[float] = []
+            hits = [run_mixed(method, n, budgets, s, seconds, args.rating_share, args.triplet_noise, spent)
                     for s in range(args.seeds)]
             per_seed[method] = np.asarray(hits)
             mean = np.mean(hits, axis=0)
             rows.append([method, *[f"{v:.2f}" for v in mean]])
+            if method == LEARNED:
+                learned_share = np.reshape(spent, (args.seeds, len(budgets))).mean(axis=0)
             print(f"  n={n} {method}: hit@3 {' / '.join(rows[-1][1:])} ({time.time() - t0:.0f} s)", file=sys.stderr,
                   flush=True)
         truth = "held-out means of 253 raters" if n <= HELDOUT_UP_TO else "the simulator's means"
@@ -185,7 +207,8 @@ def main_mixed(args, budgets: list[int]) -> None:
                     f"seconds per item (a rating {seconds['rating']:g} s, a triplet {seconds['triplet']:g} s; "
                     f"mixed: {100 * args.rating_share:.0f}% of the time on ratings; triplet noise "
                     f"{args.triplet_noise:g} points), mean of {args.seeds} seeds",
-                    ["method", *[f"{b} s/item" for b in budgets]], rows)
+                    ["method", *[f"{b} s/item" for b in budgets]],
+                    rows + [["learner's split: share of the time on ratings", *[f"{v:.2f}" for v in learned_share]]])
         print_table(f"{n} items, mixed less each kind alone, seed by seed: mean (standard error) of "
                     f"{args.seeds} seeds", ["difference", *[f"{b} s/item" for b in budgets]],
                     paired_rows(per_seed))
@@ -198,9 +221,11 @@ def paired_rows(per_seed: dict[str, np.ndarray]) -> list[list[str]]:
     rows = []
     for label, ref in (("mixed - ratings", ratings), ("mixed - triplets", triplets),
                        ("mixed - the better", np.maximum(ratings, triplets))):
-        d = per_seed["mixed"] - ref
-        se = d.std(axis=0, ddof=1) / np.sqrt(len(d)) if len(d) > 1 else np.full(d.shape[1], np.nan)
-        rows.append([label, *[f"{m:+.2f} ({e:.2f})" for m, e in zip(d.mean(axis=0), se, strict=True)]])
+        for name in ("mixed", LEARNED):
+            d = per_seed[name] - ref
+            se = d.std(axis=0, ddof=1) / np.sqrt(len(d)) if len(d) > 1 else np.full(d.shape[1], np.nan)
+            rows.append([label.replace("mixed", name, 1),
+                         *[f"{m:+.2f} ({e:.2f})" for m, e in zip(d.mean(axis=0), se, strict=True)]])
     return rows
 
 

@@ -9,12 +9,13 @@ Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Self
 
 import numpy as np
 
 from ..graph import NO_NEIGHBOR, NeighborGraph
+from ..kinds import KINDS
 from ..utils import (
     RandomState,
     check_n_items,
@@ -29,6 +30,7 @@ from .estimates import PairEstimates
 from .fits import FitTask, fit_arrays, fit_from_arrays, run_fit
 from .log import RatingLog, TripletLog
 from .model import PRIOR_NOISE, TRIPLET_LAPSE, TRIPLET_SCALE_PER_NOISE, Hyper, RatingFit
+from .split import SPLIT_EXPLORE, TRIPLET_PLACES, question_values, time_share, triplet_scale
 
 #: draws per item that weigh how likely its current best neighbour is to change
 HEAD_DRAWS = 32
@@ -41,6 +43,11 @@ TRIPLET_STEPS = 3
 #: small study has spent its first few hundred ratings on random pairs (30 items, 25 ratings per item,
 #: batches of 200: 400 of the 750 were random, and live trailed offline by .09 hit@3 over 48 seeds)
 FIT_INLINE_ANSWERS = 1000
+
+
+def _kind_seconds() -> dict[str, float]:
+    """A careful rater's seconds per answer of a rating and of a triplet, from the kinds table."""
+    return {"rating": float(KINDS["rating"].seconds), "triplet": float(KINDS["triplet"].seconds)}
 
 
 class PooledRatings:
@@ -95,6 +102,8 @@ class PooledRatings:
         self.log_ = RatingLog()
         self.triplets_ = TripletLog()
         self.fit_: RatingFit | None = None
+        self._tau_key: tuple | None = None  # what the fitted triplet scale was made of
+        self._tau_value: float | None = None
         self.fit_job_: dict | None = None  # the refit under way: {"answers", "seed", "triplets"}
         load_counters(self, self._COUNTERS)
         self._pairs = PairEstimates(self.n_items)  # derived from the log and the fit, never saved
@@ -201,6 +210,51 @@ class PooledRatings:
             self._with_triplets_key, self._with_triplets_value = key, (mean, var)
         return self._with_triplets_value
 
+    def _measured(self) -> bool:
+        """Enough of both kinds to measure them: a fit, and :data:`~.split.SPLIT_EXPLORE` ratings and
+        triplets per item."""
+        least = SPLIT_EXPLORE * self.n_items
+        return self.fit_ is not None and self.n_items >= 3 and min(len(self.log_), len(self.triplets_)) >= least
+
+    def triplet_scale(self) -> float:
+        """A triplet's logistic scale (distance units) as this study's triplets show it, what
+        :meth:`split_evidence` weighs a triplet by: fitted from the triplets (:func:`~.split.triplet_scale`)
+        once there are enough ratings and triplets to measure it (:meth:`_measured`), the model's fixed
+        multiple of the rating noise before. Cached per fit. The fit and the estimates keep the fixed
+        scale (moving the pairs by the fitted one cost a test's seed two items of 24 with 60 ratings and
+        60 triplets per item, where it came out .15-.17 against the fixed .20).
+
+        Each triplet is judged by the estimates before the triplets move them: each pair's ratings and the
+        space's distance, the space's variance by how many ratings and triplets (half a rating each,
+        :data:`~.split.TRIPLET_PLACES`) place its items. The space is fitted to the triplets too, which pulls
+        the scale down while answers are few (30 items, 5 of each per item: .10-.15 against a true .21, and
+        by the ratings alone as the space's certainty .07); the ways tried that do not judge a triplet by a
+        space fitted to it came out far above the truth (30 items, up to 1,500 of each kind): by the
+        estimates that chose each triplet, twice it (the leader is the least of several estimates, so it
+        lost more often than the noise says); by a fit of the other half of the triplets, or of the ratings
+        alone, two to five times (those estimates are off by more than their variances say)."""
+        if not self._measured():
+            return TRIPLET_SCALE_PER_NOISE * PRIOR_NOISE if self.fit_ is None else self.fit_.triplet_scale
+        key = (int(self.fitted_on_), int(self.fitted_triplets_), int(self.n_fits_))
+        if self._tau_key != key:
+            pairs = self._pair_estimates()
+            mean, _ = pairs.base(self.log_)
+            rows = self.triplets_.rows[: key[1]]
+            h, w, lo = rows.T
+            fit, n = self.fit_, self.n_items
+            noise = float(fit.estimated.noise)
+            # how surely the space places each item: by its ratings and, half a rating each, its triplets
+            # (by its ratings alone, a space the triplets placed looked unsure, and the scale came out small)
+            per_item = np.bincount(self.log_.pairs[: key[0]].ravel(), minlength=n) \
+                + TRIPLET_PLACES * np.bincount(rows.ravel(), minlength=n) + 1.0
+            item_var = noise**2 * (int(self.dim) + 1) / per_item
+            spread2 = fit.estimated.residual**2 + 0.5 * (item_var[:, None] + item_var[None, :])
+            var = 1.0 / (1.0 / spread2 + pairs.counts / noise**2)
+            self._tau_key = key
+            self._tau_value = triplet_scale(mean[h, lo] - mean[h, w], var[h, w] + var[h, lo],
+                                            TRIPLET_SCALE_PER_NOISE * noise, TRIPLET_LAPSE)
+        return float(self._tau_value)
+
     def _with_triplets(self, mean: np.ndarray, precision: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray]:
         """The pair distances moved by every triplet: the most likely distances under the Gaussian ``mean`` and
         ``precision`` of each pair (space and ratings) times the triplets' likelihood (the model's, at scale
@@ -269,6 +323,42 @@ class PooledRatings:
         return {"answers": int(self.n_answers_), "questions_issued": int(self.n_issued_), "done": False,
                 "items_certified": 0, "n_items": self.n_items, "fits": int(self.n_fits_),
                 "raters": self.log_.n_raters, "triplets": len(self.triplets_)}
+
+    # ------------------------------------------------------------------ the split between kinds
+    def split_evidence(self, seconds: Mapping[str, float] | None = None) -> dict:
+        """What each kind of question buys, measured from this study's answers (:mod:`.split`), and the share
+        of rater time ratings should get by it (``rating_share``; triplets the rest). ``seconds`` a rater's
+        seconds per answer of each kind (``{"rating": s, "triplet": s}``; default the kinds table's).
+
+        Until there is a fit and :data:`~.split.SPLIT_EXPLORE` answers of each kind per item, half the time
+        each (``phase`` "explore"); then ``phase`` "evidence": each kind's noise (``rating_noise`` a rating's
+        SD from the fit, ``triplet_scale`` a triplet's logistic scale, :meth:`triplet_scale`), each kind's
+        value per answer (``rating_value``, ``triplet_value``: the variance one answer takes off the distances
+        the items' best neighbours are chosen by, :func:`~.split.question_values`) and the share that follows
+        the ratio of the values per second (:func:`~.split.time_share`)."""
+        seconds = dict(_kind_seconds() if seconds is None else seconds)
+        n = self.n_items
+        noise = PRIOR_NOISE if self.fit_ is None else float(self.fit_.estimated.noise)
+        prior_tau = TRIPLET_SCALE_PER_NOISE * noise
+        out = {"phase": "explore", "rating_share": 0.5, "seconds": seconds, "rating_noise": noise,
+               "triplet_scale": prior_tau, "ratings": len(self.log_), "triplets": len(self.triplets_),
+               "rating_value": None, "triplet_value": None}
+        if not self._measured():
+            return out
+        tau = self.triplet_scale()
+        mean, var = self.estimates()
+        cand = np.argpartition(mean, min(self.shortlist, n - 1) - 1, axis=1)[:, : min(self.shortlist, n - 1)]
+        rating, triplet = question_values(mean, var, cand, noise, tau, TRIPLET_LAPSE)
+        out.update(phase="evidence", triplet_scale=tau, rating_value=rating, triplet_value=triplet,
+                   rating_share=time_share(rating, triplet, seconds))
+        return out
+
+    def time_shares(self, seconds: Mapping[str, float] | None = None) -> dict[str, float]:
+        """The share of rater time each kind of question should get next, ``{"rating": r, "triplet": 1 - r}``
+        (:meth:`split_evidence`): what a study asking both kinds of the same items sets its kinds' shares
+        of questions by (each share over its kind's seconds per answer, normalised)."""
+        share = self.split_evidence(seconds)["rating_share"]
+        return {"rating": share, "triplet": 1.0 - share}
 
     # ------------------------------------------------------------------ questions
     def _random_pairs(self, m: int) -> np.ndarray:

@@ -1,0 +1,127 @@
+"""The pooled rating learner chooses how to split a study's rater time between ratings and triplets from the
+study's own answers (issue 41, part 4: ``PooledRatings.split_evidence``, :mod:`engine.ratings.split`).
+Ratings come from the rating simulator, triplets from the same people (``simulation.ratings.TripletRater``),
+each kind as noisy as a test says."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.ratings import PooledRatings
+from engine.ratings.split import SPLIT_EXPLORE, SPLIT_FLOOR, time_share, triplet_information, triplet_scale
+from simulation.ratings import RatingNoise, RatingSimulator, TripletNoise, TripletRater, latent_means
+
+N = 24
+SECONDS = {"rating": 2.0, "triplet": 2.0}
+
+
+def _study(seed: int, rating_sd: float, triplet_sd: float, lapse: float = 0.1):
+    sim = RatingSimulator(latent_means(N, random_state=seed), RatingNoise(noise_sd=rating_sd), random_state=seed + 5)
+    return sim, TripletRater(sim.means, TripletNoise(noise_sd=triplet_sd, lapse=lapse), random_state=seed + 7)
+
+
+def _drive(learner: PooledRatings, sim, people, seconds_per_item: float) -> dict[str, float]:
+    """Ask as the learner's split says, a round of N screens' time at a time; the rater seconds spent on each kind."""
+    spent = {"rating": 0.0, "triplet": 0.0}
+    while sum(spent.values()) < seconds_per_item * N:
+        r = learner.time_shares(SECONDS)["rating"]
+        k_r = int(round(N * r))
+        if k_r:
+            learner.observe(sim.answer(learner.next_questions(k_r)))
+        if N - k_r:
+            learner.observe_triplets(people.answer(learner.next_triplets(N - k_r)))
+        spent["rating"] += k_r * SECONDS["rating"]
+        spent["triplet"] += (N - k_r) * SECONDS["triplet"]
+    return spent
+
+
+def test_half_the_time_each_until_both_kinds_are_measured():
+    sim, people = _study(0, 2.15, 2.15)
+    learner = PooledRatings(N, random_state=0)
+    assert learner.time_shares(SECONDS) == {"rating": 0.5, "triplet": 0.5}
+    learner.observe(sim.answer(learner.next_questions(int(SPLIT_EXPLORE * N))))
+    learner.observe_triplets(people.answer(learner.next_triplets(int(SPLIT_EXPLORE * N) - 1)))
+    evidence = learner.split_evidence(SECONDS)
+    assert evidence["phase"] == "explore" and evidence["rating_share"] == 0.5
+    learner.observe_triplets(people.answer(learner.next_triplets(1)))
+    learner.next_questions(1)  # (a refit)
+    evidence = learner.split_evidence(SECONDS)
+    assert evidence["phase"] == "evidence"
+    assert evidence["rating_value"] > 0 and evidence["triplet_value"] > 0
+    shares = learner.time_shares(SECONDS)
+    assert shares["rating"] + shares["triplet"] == pytest.approx(1.0)
+    assert SPLIT_FLOOR <= shares["rating"] <= 1 - SPLIT_FLOOR
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_split_moves_to_triplets_when_they_are_the_clean_kind(seed):
+    # triplets a quarter as noisy as people's, ratings as noisy as people's
+    sim, people = _study(seed, 2.15, 0.5)
+    learner = PooledRatings(N, random_state=seed)
+    spent = _drive(learner, sim, people, 120)
+    evidence = learner.split_evidence(SECONDS)
+    assert evidence["rating_share"] < 0.2, evidence
+    assert spent["triplet"] > 3 * spent["rating"], spent
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_split_moves_to_ratings_when_the_triplets_are_noise(seed):
+    # the same study with triplets answered at random: the learner ends up asking mostly ratings
+    sim, people = _study(seed, 2.15, 2.15, lapse=1.0)
+    learner = PooledRatings(N, random_state=seed)
+    _drive(learner, sim, people, 120)
+    evidence = learner.split_evidence(SECONDS)
+    assert evidence["rating_share"] > 0.7, evidence
+    # and with triplets three times as noisy as people's and careless half the time, too
+    sim, people = _study(seed, 2.15, 6.0, lapse=0.5)
+    learner = PooledRatings(N, random_state=seed)
+    _drive(learner, sim, people, 120)
+    assert learner.split_evidence(SECONDS)["rating_share"] > 0.7
+
+
+def test_the_fitted_triplet_noise_follows_the_triplets():
+    scales = {}
+    for sd in (0.5, 4.3):
+        sim, people = _study(3, 2.15, sd)
+        learner = PooledRatings(N, random_state=3)
+        for _ in range(20):  # the same ratings either way; only the triplets differ
+            learner.observe(sim.answer(learner.next_questions(N)))
+        for _ in range(20):
+            learner.observe_triplets(people.answer(learner.next_triplets(N)))
+        learner.next_questions(1)  # (a refit)
+        scales[sd] = learner.split_evidence(SECONDS)["triplet_scale"]
+    # (the truth is .06 and .42: the space is fitted to the triplets too, which narrows the range)
+    assert scales[0.5] < 0.7 * scales[4.3], scales
+
+
+def test_triplet_scale_recovers_a_known_scale():
+    rng = np.random.default_rng(0)
+    gaps = rng.normal(0.0, 0.3, 4000)
+    for tau in (0.05, 0.2):
+        p = 0.05 + 0.9 / (1.0 + np.exp(-gaps / tau))
+        won = rng.random(len(gaps)) < p
+        signed = np.where(won, gaps, -gaps)  # the loser's distance less the winner's
+        got = triplet_scale(signed, np.zeros(len(gaps)), 0.1, 0.1)
+        assert got == pytest.approx(tau, rel=0.25)
+        # an estimate's own variance is not counted as the triplets' noise
+        assert triplet_scale(signed, np.full(len(gaps), 0.01), 0.1, 0.1) < got
+
+
+def test_time_share_follows_value_per_second():
+    assert time_share(1.0, 1.0, SECONDS) == pytest.approx(0.5)
+    assert time_share(2.0, 1.0, SECONDS) > 0.9
+    assert time_share(1.0, 2.0, SECONDS) < 0.1
+    # a triplet worth twice a rating but taking twice as long: level
+    assert time_share(1.0, 2.0, {"rating": 2.0, "triplet": 4.0}) == pytest.approx(0.5)
+    assert time_share(1.0, 0.0, SECONDS) == 1 - SPLIT_FLOOR
+    # the information a triplet carries on its gap is largest where the gap is even, and shrinks with noise
+    assert triplet_information(0.0, 0.1, 0.1) > triplet_information(0.3, 0.1, 0.1)
+    assert triplet_information(0.0, 0.1, 0.1) > triplet_information(0.0, 0.2, 0.1)
+
+
+def test_the_split_is_the_same_after_a_state_round_trip():
+    sim, people = _study(2, 2.15, 1.0)
+    learner = PooledRatings(N, random_state=2)
+    _drive(learner, sim, people, 40)
+    again = PooledRatings.from_state(learner.to_state())
+    assert again.split_evidence(SECONDS) == learner.split_evidence(SECONDS)
