@@ -2,21 +2,22 @@
 
 A researcher runs a pilot (random triplets, ~10 answers per item), then ``proxima plan --pilot`` fits a
 world to it (``simulation.noise.fit_pilot``: an embedding chosen by cross-validation, the raters' noise
-scale and lapse calibrated by simulating the pilot again) and simulates the learner in that world. Here
+the human model's unless the pilot shows worse raters) and simulates the learner in that world. Here
 the truth is known, so the same plan is also made from the truth (``plan_vs_live.py`` shows that plan
 matches the live study through the real serving path), and ``--live-seeds`` runs the live study too
 (the store path of ``plan_vs_live.live_curve``: the pool, the answer script, RQ passes). Reported: the
 answers per item each predicts to reach the target, and the pilot plan's ratio to the truth's (goal:
-within ±30%). ``--before`` also fits the pilot as before the cross-validated choice (one held-out fifth).
+within ±30%). The truth's plan takes ``--truth-runs`` runs: near hit@3 .8 the curve is flat, and two
+runs put the clustered truth's need anywhere from 43 to 56 answers per item.
 
 Truths: ``clustered`` (clusters of 5 in 3-D, sd 0.3 in a 10-wide cube: items varying on 3 factors) and
 ``uniform`` (uniform in the 3-D cube); raters: simulation.oracles' human model (logistic 0.075, lapse .03).
-``--before`` fits as before both changes of this round: one held-out fifth choosing the world, and the
-noise scale calibrated down to the grid's floor where the pilot cannot measure it (now the human
-model's scale is taken there, ``PilotFit.scale_from_prior``).
+``--before`` also fits each pilot as cbcdfd1 did (``noise.NOISE_FROM_PRIOR`` False: the scale and the
+lapse calibrated, the human model's scale as a share of the largest distance where the scale calibration
+ran to its floor).
 
-    python benchmarks/pilot_plan.py --items 100
-    python benchmarks/pilot_plan.py --items 1000 --truths clustered --budgets 5,10,20,40 --runs 1
+    python benchmarks/pilot_plan.py --items 100 --pilot-seeds 5,6,7,8
+    python benchmarks/pilot_plan.py --items 1000 --budgets 10,20,40,80,120,160,200,300 --runs 2 --truth-runs 2
 """
 from __future__ import annotations
 
@@ -85,13 +86,15 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=100)
     ap.add_argument("--truths", default="clustered,uniform")
     ap.add_argument("--pilot", type=float, default=10, help="pilot answers per item")
-    ap.add_argument("--budgets", default="5,10,20,30,50,80,120")
-    ap.add_argument("--runs", type=int, default=2, help="plan runs (pilot: one bootstrap replicate each)")
+    ap.add_argument("--budgets", default="5,10,20,30,40,50,60,80,120")
+    ap.add_argument("--runs", type=int, default=8, help="plan runs (pilot: one bootstrap replicate each)")
+    ap.add_argument("--truth-runs", type=int, default=16, help="runs of the plan from the truth")
     ap.add_argument("--metric", choices=METRICS, default="hit3")
     ap.add_argument("--target", type=float, default=0.8)
     ap.add_argument("--pilot-seeds", default="5", help="pilots drawn (comma-separated seeds)")
     ap.add_argument("--live-seeds", type=int, default=0)
-    ap.add_argument("--before", action="store_true", help="also fit each pilot as before (one held-out fifth)")
+    ap.add_argument("--before", action="store_true", help="also fit each pilot as cbcdfd1 did (noise calibrated)")
+    ap.add_argument("--jobs", type=int, default=1, help="plan processes")
     a = ap.parse_args()
     budgets = [float(b) for b in a.budgets.split(",")]
     m = METRICS.index(a.metric)
@@ -99,7 +102,7 @@ def main() -> None:
     for kind in a.truths.split(","):
         D = truth(a.items, kind)
         t0 = time.perf_counter()
-        p = plan([Scenario(D, HUMAN_SCALE, HUMAN_LAPSE)], ["duels"], budgets, runs=a.runs)
+        p = plan([Scenario(D, HUMAN_SCALE, HUMAN_LAPSE)], ["duels"], budgets, runs=a.truth_runs, jobs=a.jobs)
         curve = (p.exact if m == 0 else p.hit3)[0].mean(axis=0)
         truth_reach = reach(np.array(budgets), curve, a.target)
         print(f"{kind}: truth plan {np.round(curve, 3)} ({time.perf_counter() - t0:.0f} s)", flush=True)
@@ -111,25 +114,31 @@ def main() -> None:
         for seed in (int(s) for s in a.pilot_seeds.split(",")):
             T = pilot(D, a.pilot, seed)
             for label, before in ([("pilot, before", True)] if a.before else []) + [("pilot plan", False)]:
-                saved = noise.SELECTION_FOLDS, noise.SCALE_PRIOR
-                if before:  # one held-out fifth; the grid's floor where the pilot cannot measure the scale
-                    noise.SELECTION_FOLDS, noise.SCALE_PRIOR = 1, False
+                saved = noise.NOISE_FROM_PRIOR
+                noise.NOISE_FROM_PRIOR = not before
                 try:
                     t0 = time.perf_counter()
                     fit = noise.fit_pilot(T, a.items, replicates=a.runs)
                 finally:
-                    noise.SELECTION_FOLDS, noise.SCALE_PRIOR = saved
-                p = plan(list(fit.scenarios), ["duels"], budgets, runs=a.runs)
+                    noise.NOISE_FROM_PRIOR = saved
+                p = plan(list(fit.scenarios), ["duels"], budgets, runs=a.runs, jobs=a.jobs)
                 curve = (p.exact if m == 0 else p.hit3)[0].mean(axis=0)
-                world = (f"{fit.kernel} {fit.dim}-D, lapse {fit.lapses[0]:.3f}, scale {fit.relative_scales[0]:.2f}"
-                         + (" (human model's)" if fit.scale_from_prior else f" (x{fit.calibration:.2f})"))
+                world = f"{fit.kernel.upper()} {fit.dim}-D, lapse {fit.lapses[0]:.3f}"
+                if fit.noise == "prior":
+                    world += (f" ({'model' if fit.lapse_from_prior else 'measured'}), scale "
+                              f"{fit.relative_scales[0]:.2f} ({'model' if fit.scale_from_prior else 'measured'})")
+                else:
+                    world += (f", scale {fit.relative_scales[0]:.2f}"
+                              + (" (model, of the range)" if fit.scale_from_prior else f" (x{fit.calibration:.2f})"))
                 rows.append((kind, f"{label} (seed {seed})", world, reach(np.array(budgets), curve, a.target),
                              truth_reach, curve))
                 print(f"{kind}: {label} seed {seed}: {world}: {np.round(curve, 3)} "
                       f"({time.perf_counter() - t0:.0f} s)", flush=True)
-    true_scale = HUMAN_SCALE / noise.median_triplet_gap(truth(a.items, "clustered"), 20_000)
+    scales = ", ".join(f"{kind} {HUMAN_SCALE / noise.median_triplet_gap(truth(a.items, kind), 20_000):.2f}"
+                       for kind in a.truths.split(","))
     print(f"\nduels, {a.items} items, pilot of {a.pilot:g} random triplets per item, human raters; {a.metric} "
-          f"target {a.target}; budgets {a.budgets}; truth's noise scale {true_scale:.2f} median gaps (clustered)")
+          f"target {a.target}; budgets {a.budgets}; {a.truth_runs} runs from the truth, {a.runs} from a pilot; "
+          f"the truths' noise scale in median gaps: {scales}")
     print("| truth | plan | fitted world | answers/item to target | / truth's |")
     print("|---|---|---|---|---|")
     for kind, label, world, r, tr, _ in rows:

@@ -9,6 +9,7 @@ diagonal; a triplet row ``(i, j, k)`` means "a person judged i closer to j than 
 """
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from engine.truth import check_distance_matrix
 from engine.utils import check_triplets
 
 from .oracles import (
+    HUMAN_LAPSE,
     HUMAN_SCALE,
     OddOneOutOracle,
     RankOracle,
@@ -211,6 +213,11 @@ class PilotFit:
     calibration: float = 1.0
     #: whether the pilot was too small to measure the noise scale, so the human model's scale was taken
     scale_from_prior: bool = False
+    #: whether the lapse rate is the human model's (the pilot did not show its raters lapsing more)
+    lapse_from_prior: bool = False
+    #: how the noise was chosen: "prior" (the human model's unless the pilot shows worse raters, in median gaps),
+    #: "calibrated" (cbcdfd1's calibration, :data:`NOISE_FROM_PRIOR` False) or "cross-fitted" (no calibration)
+    noise: str = "calibrated"
 
     @property
     def lapses(self) -> np.ndarray:
@@ -223,12 +230,20 @@ class PilotFit:
 
     def describe(self) -> str:
         lapse, rel = self.lapses, self.relative_scales
-        return (f"pilot of {self.n_answers} answers: {self.kernel.upper()} embedding in {self.dim} dimensions "
-                f"(held-out triplet accuracy {self.holdout_accuracy:.2f}); human noise lapse "
-                f"{lapse[0]:.3f} (bootstrap {lapse.min():.3f}-{lapse.max():.3f}), logistic scale "
-                f"{rel[0]:.2f} median gaps (bootstrap {rel.min():.2f}-{rel.max():.2f}; "
-                + ("the human model's: the pilot is too small to measure it)" if self.scale_from_prior
-                   else f"calibrated x{self.calibration:.2f})"))
+        head = (f"pilot of {self.n_answers} answers: {self.kernel.upper()} embedding in {self.dim} dimensions "
+                f"(held-out triplet accuracy {self.holdout_accuracy:.2f}); ")
+        if self.noise == "prior":
+            return head + (f"raters' noise the human model's unless the pilot shows worse raters (a pilot this small "
+                           f"cannot measure it, only show it larger): logistic scale {rel[0]:.2f} median gaps of the "
+                           "fitted world (" + ("the human model's" if self.scale_from_prior else
+                                               "measured: the pilot is less predictable than under the model")
+                           + f"), lapse {lapse[0]:.3f} (" + ("the human model's" if self.lapse_from_prior else
+                                                             "measured: its surest answers disagree more")
+                           + ")")
+        return head + (f"human noise lapse {lapse[0]:.3f} (bootstrap {lapse.min():.3f}-{lapse.max():.3f}), logistic "
+                       f"scale {rel[0]:.2f} median gaps (bootstrap {rel.min():.2f}-{rel.max():.2f}; "
+                       + ("the human model's: the pilot is too small to measure it)" if self.scale_from_prior
+                          else f"calibrated x{self.calibration:.2f})"))
 
 
 def check_pilot_triplets(triplets: ArrayLike, n_items: int) -> np.ndarray:
@@ -368,6 +383,74 @@ def _calibrate(t: np.ndarray, scenario: Scenario, dim: int, kernel: str) -> floa
 #: Folds of the cross-validation choosing the pilot's embedding (:func:`fit_pilot`).
 SELECTION_FOLDS = 5
 
+#: The alien eggs' median triplet gap as a share of their largest distance (:func:`alien_egg_noise`'s
+#: ``median_gap``; a test refits it): the unit the human model's scale transfers to a pilot's world in.
+HUMAN_MEDIAN_GAP = 0.2074
+#: The human model's logistic scale in median triplet gaps (0.36). A pilot's fitted world is blurred (each
+#: item placed with an error of about its true nearest neighbour's distance): its largest distance is
+#: stretched to 7-9 median gaps where the truths of ``benchmarks/pilot_plan.py`` span 5.6-6.5, while its
+#: median gap barely moves, so the human model's scale as a share of the fitted world's largest distance
+#: was 1.1-1.4x the raters' own relative to the world's gaps, and the plan asked 1.3-1.8x the answers.
+HUMAN_GAP_SCALE = HUMAN_SCALE / HUMAN_MEDIAN_GAP
+#: Whether :func:`fit_pilot` takes the human model's noise unless the pilot shows raters worse than it
+#: (:func:`_prior_noise`); False: the calibration of cbcdfd1 (``benchmarks/pilot_plan.py --before``).
+NOISE_FROM_PRIOR = True
+#: Standard errors by which a pilot must be less predictable than its simulation under the human model
+#: before its raters are taken to be noisier or to lapse more (:func:`_prior_noise`).
+EVIDENCE_Z = 2.0
+#: Multipliers of the human model's scale tried where a pilot shows noisier raters (ascending).
+WORSE_SCALES = (1.0, 1.4, 2.0, 2.8, 4.0, 5.6, 8.0)
+
+
+def _worse(observed: float, simulated: float, count: int) -> bool:
+    """Whether a share of ``count`` held-out answers agreeing (``observed``) falls below the same share of a
+    simulated pilot (``simulated``) by more than :data:`EVIDENCE_Z` standard errors of the difference."""
+    p = min(max((observed + simulated) / 2, 1e-3), 1 - 1e-3)
+    return simulated - observed > EVIDENCE_Z * math.sqrt(2 * p * (1 - p) / max(count, 1))
+
+
+def _prior_noise(t: np.ndarray, world: Scenario, dim: int, kernel: str) -> tuple[float, float, bool, bool]:
+    """(scale, lapse, whether the scale is the human model's, whether the lapse is) for a pilot's ``world``.
+
+    A pilot of ~10 random answers per item cannot measure its raters' noise: the scale calibration
+    (:func:`_calibrate`) ran to its floor or stopped anywhere from 0.05 to 0.5 of the cross-fitted scale, and
+    the lapse calibration (:func:`_calibrate_lapse`) gave .00-.23 for raters lapsing on .03, plans 0.6-2.2x
+    the answers the truth needs (``benchmarks/pilot_plan.py``). So the human model's noise (its scale in
+    median gaps, :data:`HUMAN_GAP_SCALE`; its lapse) is assumed, and a pilot overrules it only upwards:
+    where the pilot's surest held-out answers disagree with its embedding more than a pilot simulated in
+    ``world`` under the model's noise (by :data:`EVIDENCE_Z` standard errors) the lapse is calibrated (at
+    least the model's), and where its held-out answers are then less predictable the scale is (the first
+    of :data:`WORSE_SCALES` no more predictable, interpolated). Raters better than the model are never
+    assumed: a fitted world is blurred, so a pilot simulated in it is less predictable than the real one
+    even without noise, and "better" is what that bias would claim."""
+    n = world.n_items
+    scale = HUMAN_GAP_SCALE * median_triplet_gap(world.distances, 20_000)
+    size = len(t) // 5
+    count, sure_count = 5 * size, 5 * max(1, int(size * CONFIDENT_SHARE))
+    observed = _heldout_stats(t, n, dim, kernel, folds=5)
+
+    def simulated(s: float, lapse: float) -> tuple[float, float]:
+        answers = Scenario(world.distances, s, lapse).oracle(np.random.default_rng(1)).answer(t.tolist())
+        return _heldout_stats(triplets_from_answers(answers), n, dim, kernel, folds=5)
+
+    lapse, model_lapse = HUMAN_LAPSE, True
+    sim = simulated(scale, lapse)
+    if _worse(observed[1], sim[1], sure_count):
+        measured = _calibrate_lapse(t, Scenario(world.distances, scale, HUMAN_LAPSE), dim, kernel)
+        if measured > HUMAN_LAPSE:
+            lapse, model_lapse = measured, False
+            sim = simulated(scale, lapse)
+    if not _worse(observed[0], sim[0], count):
+        return scale, lapse, True, model_lapse
+    accs = [sim[0]]
+    for i, c in enumerate(WORSE_SCALES[1:], start=1):
+        accs.append(simulated(scale * c, lapse)[0])
+        if accs[i] <= observed[0]:  # accuracy falls as the noise grows: interpolate with the one before
+            lo, hi = np.log(WORSE_SCALES[i - 1]), np.log(c)
+            share = (accs[i - 1] - observed[0]) / max(accs[i - 1] - accs[i], 1e-12)
+            return scale * float(np.exp(lo + share * (hi - lo))), lapse, False, model_lapse
+    return scale * WORSE_SCALES[-1], lapse, False, model_lapse
+
 
 def fit_pilot(triplets: ArrayLike, n_items: int, replicates: int = 3, folds: int = 5, random_state: RandomState = 0,
               calibrate: bool = True) -> PilotFit:
@@ -376,8 +459,11 @@ def fit_pilot(triplets: ArrayLike, n_items: int, replicates: int = 3, folds: int
     The embedding's dimension and kernel are chosen on held-out answers
     (:func:`engine.embedding.select_embedding`); replicate 0 uses every answer, replicates 1.. a
     bootstrap resample of them, so the plans made from them spread as the fit is uncertain. With
-    ``calibrate`` the cross-fitted noise scale is corrected once (:func:`_calibrate`, on replicate
-    0) and the same correction applies to every replicate.
+    ``calibrate`` (and :data:`NOISE_FROM_PRIOR`) the raters' noise is the human model's, its scale in
+    median gaps of each replicate's world, unless the pilot shows raters noisier or lapsing more than the
+    model (:func:`_prior_noise`; ``noise`` "prior"); without :data:`NOISE_FROM_PRIOR` the cross-fitted
+    scale and lapse are calibrated on replicate 0 as in cbcdfd1 (``noise`` "calibrated"). Without
+    ``calibrate`` the cross-fitted noise is kept.
     """
     from engine.embedding import select_embedding
 
@@ -393,6 +479,17 @@ def fit_pilot(triplets: ArrayLike, n_items: int, replicates: int = 3, folds: int
     for r in range(max(1, int(replicates))):
         sample = t if r == 0 else t[rng.integers(len(t), size=len(t))]
         scenarios.append(_scenario(sample, n, choice.dim, choice.kernel, folds, rng))
+    if calibrate and NOISE_FROM_PRIOR:
+        # the human model's noise unless the pilot shows worse raters; every replicate the same noise in its
+        # own median gaps (a bootstrap resample's cross-fitted scale is biased low: its repeated answers fall
+        # on both sides of a fold), so replicates differ in the world alone
+        first = scenarios[0]
+        scale, lapse, model_scale, model_lapse = _prior_noise(t, first, choice.dim, choice.kernel)
+        relative = scale / median_triplet_gap(first.distances, 20_000)
+        scenarios = [Scenario(s.distances, relative * median_triplet_gap(s.distances, 20_000), lapse)
+                     for s in scenarios]
+        return PilotFit(tuple(scenarios), choice.dim, choice.kernel, float(choice.holdout_accuracy), len(t),
+                        scale / max(first.scale, 1e-12), model_scale, model_lapse, "prior")
     factor = 1.0
     if calibrate:
         # the scale (under the cross-fitted lapse), then the lapse under that scale, then the scale again
@@ -420,4 +517,4 @@ def fit_pilot(triplets: ArrayLike, n_items: int, replicates: int = 3, folds: int
             prior, factor = True, HUMAN_SCALE / max(first.scale, 1e-12)
     scenarios = [Scenario(s.distances, s.scale * factor, s.lapse) for s in scenarios]
     return PilotFit(tuple(scenarios), choice.dim, choice.kernel, float(choice.holdout_accuracy), len(t), factor,
-                    calibrate and prior)
+                    calibrate and prior, noise="calibrated" if calibrate else "cross-fitted")

@@ -351,3 +351,38 @@ def test_a_plan_with_the_items_features_plans_each_feature_learner_without_and_w
     result = CliRunner().invoke(main, ["plan", "--truth", f"points:{points}", "--algorithms", "duels",
                                        "--features", str(wrong)])
     assert result.exit_code != 0 and "no features for 18 item(s)" in result.output, result.output
+
+
+def test_a_pilot_of_human_model_raters_plans_with_the_models_noise_and_careless_raters_raise_the_lapse():
+    # A pilot of 10 answers per item cannot measure its raters' noise (calibrating it gave plans 0.6-2.2x the
+    # answers the truth needs, benchmarks/pilot_plan.py): the world takes the human model's scale, in median
+    # gaps of each replicate's world, and its lapse, unless the pilot shows worse raters.
+    from simulation.noise import HUMAN_GAP_SCALE
+
+    rng = np.random.default_rng(4)
+    X = np.repeat(rng.uniform(0, 10, size=(12, 3)), 5, axis=0) + rng.normal(scale=0.3, size=(60, 3))
+    D = TripletOracle.from_points(X).distances
+    D = D / D.max()
+    questions = random_questions(60, 600, rng)
+    fits = {}
+    for lapse in (0.03, 0.3):
+        world = planning.Scenario(D, 0.075, lapse)
+        pilot = planning.triplets_from_answers(world.oracle(np.random.default_rng(5)).answer(questions))
+        fits[lapse] = fit_pilot(pilot, 60, replicates=2)
+    usual, careless = fits[0.03], fits[0.3]
+    assert usual.noise == "prior" and usual.scale_from_prior and usual.lapse_from_prior, usual.describe()
+    assert np.allclose(usual.relative_scales, HUMAN_GAP_SCALE, rtol=0.05) and np.allclose(usual.lapses, 0.03)
+    assert "the human model's unless the pilot shows worse raters" in usual.describe()
+    assert not careless.lapse_from_prior and np.all(careless.lapses > 0.15), careless.describe()
+    assert "surest answers disagree more" in careless.describe()
+
+
+def test_the_human_models_scale_in_median_gaps_is_the_alien_egg_crowds():
+    from helpers import EGG_ANSWERS, shared_data_file
+
+    from simulation.noise import HUMAN_GAP_SCALE, HUMAN_MEDIAN_GAP, alien_egg_noise
+
+    shared_data_file(EGG_ANSWERS)
+    fit = alien_egg_noise()
+    assert abs(fit.median_gap - HUMAN_MEDIAN_GAP) < 0.001
+    assert abs(fit.scale / fit.median_gap - HUMAN_GAP_SCALE) < 0.01

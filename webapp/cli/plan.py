@@ -323,8 +323,8 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
             item_ids = [str(i) for i in range(n)]
         from simulation.noise import fit_pilot
 
-        click.echo(f"Fitting an embedding and the raters' noise to {len(triplets)} pilot answers "
-                   f"({len(triplets) / n:.1f} per item) ...", err=True)
+        click.echo(f"Fitting an embedding to {len(triplets)} pilot answers ({len(triplets) / n:.1f} per item) and "
+                   "checking the raters' noise against the human model ...", err=True)
         try:
             fit = fit_pilot(triplets, n, replicates=runs)
         except ValueError as exc:
