@@ -266,8 +266,8 @@ CATCH_MISS_RATE = _kinds.CATCH_MISS_RATE
 #: ``StudyConfig.crowd_catch_every``): this many catch trials per rater over the planned questions, one in
 #: every 2 questions at most. Comparisons of mixed quality tell random raters from careful ones only over
 #: many trials: in benchmarks/catch_fairness.py --crowd-wired at 40 questions, one in 3 (13 or 14 trials) paid
-#: 7-14% of random raters in triplet and rating studies; 20 trials 0-4.31% in every kind, careful raters
-#: flagged 0-1.41%.
+#: 7-14% of random raters in triplet and rating studies; 20 trials 0-3.36% in every kind, careful raters
+#: flagged 0-1.07% (12 studies per row).
 CROWD_CATCH_TRIALS = 20
 CROWD_CATCH_MIN_EVERY = 2
 
