@@ -19,12 +19,12 @@ other), replayed per person (each person's such answers drawn as their catch tri
 people the rule would flag); and the Food-100 crowd's own catch screens (a grid of N, K picks), passed
 when a like item is among the picks (the rank rule) or only when the first is (its stricter form).
 
-Last, label catch trials judged by the crowd (engine.rater_checks), a design for labels alone on text items
-measured here before it is wired into the server: studies of CROWD_RATERS raters (a CROWD_BOTS share of them
-answering at random) answer CROWD_HEADS label comparisons in turn. Every CHECK_EVERY raters the crowd is
-estimated (judge_claims: careful raters' agreement per comparison and each rater's chance of being careful,
-together) and the comparisons it agrees with least are no longer shown (claims_to_retire); at the study's
-end each rater's catch answers are tested against the other raters' agreement per comparison
+Last, label catch trials judged by the crowd (engine.rater_checks), for labels alone on text items, as designed
+before it was wired into the server (--crowd-wired runs the server's path): studies of CROWD_RATERS raters (a
+CROWD_BOTS share of them answering at random) answer CROWD_HEADS label comparisons in turn. Every CHECK_EVERY
+raters the crowd is estimated (judge_claims: careful raters' agreement per comparison and each rater's chance
+of being careful, together) and the comparisons it agrees with least are no longer shown (claims_to_retire); at
+the study's end each rater's catch answers are tested against the other raters' agreement per comparison
 (judge_catch_answers, a parametric bootstrap; flagged below false_flag_rate), the flagged leave the crowd
 and the rest are tested again (TRIM_ROUNDS); or (--crowd-delay N, what a live study could do) each rater is
 tested once, when N more raters have answered (the last N at the end), the flagged leaving the crowd.
@@ -367,9 +367,9 @@ def main() -> None:
 def crowd_table(a, truth, noise) -> None:
     if a.crowd_wired:
         return wired_table(a, truth, noise)
-    print(f"\nLabel catch trials judged by the crowd (not in the server): {a.crowd_studies} studies per row of "
-          f"{CROWD_RATERS} raters ({CROWD_BOTS:.0%} random), {CROWD_HEADS} label comparisons, judged every "
-          f"{CHECK_EVERY} raters, attention.rate {CROWD_RATE}, judged "
+    print(f"\nLabel catch trials judged by the crowd (the design before the server's path): {a.crowd_studies} "
+          f"studies per row of {CROWD_RATERS} raters ({CROWD_BOTS:.0%} random), {CROWD_HEADS} label comparisons, "
+          f"judged every {CHECK_EVERY} raters, attention.rate {CROWD_RATE}, judged "
           f"{f'{CROWD_DELAY} raters later' if CROWD_DELAY else 'at the end'}\n\n| kind | items known by "
           "| careful flagged | random passing | comparisons retired |\n|---|---|---|---|---|")
     for kind, settings in KINDS:

@@ -254,8 +254,9 @@ def look_alpha(look: int, false_flag_rate: float) -> float:
 #: many raters: the other raters' answers say how often a careful rater agrees with each (``judge_claims``),
 #: a rater's catch answers are tested against those agreements (``judge_catch_answers``: a miss of a
 #: comparison people disagree about says little), and the comparisons people agree with least are no
-#: longer shown (``claims_to_retire``). benchmarks/catch_fairness.py measures the design (not yet wired
-#: into the server). Statuses of a comparison:
+#: longer shown (``claims_to_retire``); ``judge_crowd`` is one look of the server's worker at them
+#: (workers/jobs/rater_checks.py), benchmarks/catch_fairness.py --crowd-wired measures it. Statuses of a
+#: comparison:
 CLAIM_RETIRED, CLAIM_PENDING, CLAIM_CONFIRMED = -1, 0, 1
 #: A comparison is confirmed when the others' agreement is above the threshold (``claim_threshold``) at this
 #: one-sided level, and retired when it is below it at the same level ...
