@@ -3,6 +3,13 @@ the Flask test client; the CLI; `proxima serve` as a real subprocess; headless C
 from __future__ import annotations
 
 import os
+
+# One BLAS thread in the test process and in every process it starts, as `proxima worker` runs its jobs by
+# default: the tests' matrices are small, and OpenBLAS threads spinning beside the other tests' servers and
+# workers cost far more than they give (a dozen items' embedding fits ran 10-20 times slower on a busy
+# 2-core machine). Set before numpy and scipy load their BLAS; a value set outside is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import random
 import shutil
 
