@@ -140,7 +140,12 @@ class Dimensions:
         if AUTO_MARGIN <= 0 or seen[best] <= 0:
             return best
         se = math.sqrt(max(acc[best] * (1.0 - acc[best]), 0.0) / seen[best])
-        return int(np.flatnonzero(acc >= acc[best] - AUTO_MARGIN * se)[0])
+        near = acc >= acc[best] - AUTO_MARGIN * se
+        if line and FEATURE_MAP in dims and not self._map_out() and self.prior_.map_earned_ \
+                and near[dims.index(FEATURE_MAP)]:
+            # (the features' map, once it won on fresh answers, stays while no fit beats it by the margin)
+            return dims.index(FEATURE_MAP)
+        return int(np.flatnonzero(near)[0])
 
     @property
     def chosen_dim_(self) -> int:

@@ -170,6 +170,10 @@ class Refits:
         (:meth:`_score_dims`), decide the coin-flip regime and choose which dimensions to refit warm
         (:meth:`_dims_to_refit`), with the refit's seed."""
         self._score_dims(emb, trip)
+        prior = self.prior_
+        if prior is not None and prior.trusted and not prior.map_earned_ and FEATURE_MAP in self._dims():
+            at = self._dims().index(FEATURE_MAP)
+            prior.map_earned_ = bool(self.dim_scores_[1, at] > 0 and self._best_dim_index() == at)
         self._update_coin()
         todo = self._dims_to_refit()
         self.fit_job_ = {"dims": [int(i) for i in todo], "triplets": int(len(trip)),

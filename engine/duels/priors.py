@@ -63,6 +63,7 @@ class FeaturePrior:
         self.decided_ = False  # found to predict the answers: used from here on (never tested again)
         self.judged_ = 0  # answers (triplets) scored so far
         self.looked_ = 0  # scored tests at the last judgement
+        self.map_earned_ = False  # the features' map was chosen on fresh answers (see Dimensions._best_dim_index)
         # each item's nearest in the features (computed once, saved: at 50,000 items it takes ~30 s)
         self._near: np.ndarray | None = None
         self._hub_weights: np.ndarray | None = None  # per item, 1 / how many count it a test neighbour
@@ -217,7 +218,7 @@ class FeaturePrior:
     def to_state(self) -> dict:
         return {"version": self.VERSION, "space": self.space_.copy(), "scores": self.scores_.copy(),
                 "tests": self.tests_.copy(), "dropped": bool(self.dropped_), "decided": bool(self.decided_),
-                "judged": int(self.judged_), "looked": int(self.looked_),
+                "judged": int(self.judged_), "looked": int(self.looked_), "map_earned": bool(self.map_earned_),
                 "near": None if self._near is None else self._near.astype(np.int32)}
 
     @classmethod
@@ -232,6 +233,7 @@ class FeaturePrior:
         prior.decided_ = bool(state.get("decided", True))
         prior.judged_ = int(state.get("judged", 0))
         prior.looked_ = int(state.get("looked", 0))
+        prior.map_earned_ = bool(state.get("map_earned", False))
         near = state.get("near")
         prior._near = None if near is None else np.array(near, np.int64).reshape(len(prior.space_), -1)
         return prior
