@@ -15,10 +15,12 @@ from webapp.cli.serve import gunicorn_command
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture
-def gunicorn(redis_url, tmp_path):
+@pytest.fixture(scope="module")
+def gunicorn(redis_url, tmp_path_factory):
+    """One gunicorn for the module's requests (each test then checks that it still serves)."""
     port = free_port()
-    env = {"PATH": "/usr/bin:/bin", "REDIS_URL": redis_url, "PROXIMA_INSTANCE_PATH": str(tmp_path / "instance"),
+    instance = tmp_path_factory.mktemp("long-request-line") / "instance"
+    env = {"PATH": "/usr/bin:/bin", "REDIS_URL": redis_url, "PROXIMA_INSTANCE_PATH": str(instance),
            "PROXIMA_SECRET_KEY": "test-secret-key"}
     process = subprocess.Popen(gunicorn_command(f"127.0.0.1:{port}", 1), env=env, cwd=str(ROOT),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
