@@ -10,6 +10,7 @@ import os
 # 2-core machine). Set before numpy and scipy load their BLAS; a value set outside is kept.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import functools
 import random
 import shutil
 
@@ -96,6 +97,13 @@ def study_id(conn):
     return create_study(conn, config, colour_items(), study_id="colours")
 
 
+@functools.cache
+def _researcher_password_hash(password: str) -> str:
+    from werkzeug.security import generate_password_hash
+
+    return generate_password_hash(password)
+
+
 @pytest.fixture
 def researcher_client(client):
     """A test client allowed on researcher pages, exports and researcher API routes.
@@ -103,11 +111,13 @@ def researcher_client(client):
     It is ``client`` itself, logged in as a fresh researcher account, and it sends the CSRF
     token in an X-CSRFToken header with every request, as the dashboard's scripts do.
     """
-    from webapp.accounts import create_user
+    from webapp import accounts
     from webapp.storage import get_redis
 
-    with client.application.app_context():
-        create_user(get_redis(), RESEARCHER, RESEARCHER_PASSWORD)
+    with client.application.app_context(), pytest.MonkeyPatch.context() as patch:
+        # the account's scrypt hash is made once per session (~0.1 s each): its login checks it as ever
+        patch.setattr(accounts, "generate_password_hash", _researcher_password_hash)
+        accounts.create_user(get_redis(), RESEARCHER, RESEARCHER_PASSWORD)
     assert log_in(client).status_code == 302
     client.environ_base["HTTP_X_CSRFTOKEN"] = csrf_token_of(client.get("/").get_data(as_text=True))
     return client
