@@ -31,8 +31,10 @@ from workers.store.answers import (
     REPEAT_AGREE_FLAG,
     REPEAT_DISAGREE_FLAG,
     SKIPPED_FLAG,
+    AcceptRequest,
     AnswerRefused,
     accept_and_issue,
+    judge_self_agreement,
 )
 from workers.store.questions import (
     NextQuestion,
@@ -221,10 +223,6 @@ def rater_stats(conn: Redis, study_id: str, rater: str) -> dict[str, int]:
     return {n: int(v or 0) for n, v in zip(names, values, strict=True)}
 
 
-def mark_completed(conn: Redis, study_id: str, rater: str) -> None:
-    conn.hset(keys.rater_stats(study_id), keys.rater_field(rater, "completed"), 1)
-
-
 def consent_given(study: Study) -> bool:
     return not study.config.consent or study.id in session.get("consented", [])
 
@@ -233,10 +231,8 @@ def finish_url(study: Study) -> str:
     return url_for("raters.finish", study_id=study.id)
 
 
-def done(conn: Redis, study: Study, rater: str, code: str, message: str, complete: bool = True) -> ApiError:
+def done(study: Study, code: str, message: str) -> ApiError:
     """The 409 telling the page this rater has no more questions (and where the finish page is)."""
-    if complete:
-        mark_completed(conn, study.id, rater)
     return ApiError(409, code, message, finish_url=finish_url(study))
 
 
@@ -330,17 +326,6 @@ def question_request(study: Study, rater: str, now: float, guard: StudyGuard | N
                         catch_every=every or 1, catch_draw=random.random())
 
 
-def exclude_if_catch_flagged(conn: Redis, study: Study, rater: str) -> bool:
-    """``flag_action: exclude`` for the catch-trial rule (the answer script flags; it leaves exclusion to
-    this, as the answer check does in the update pass): a rater the rule flags is added to the excluded
-    raters, so the update pass leaves out their answers from then on."""
-    stats = rater_stats(conn, study.id, rater)
-    if not study.config.catch_failing(stats["catch"], stats["catch_failed"]):
-        return False
-    conn.sadd(keys.excluded_raters(study.id), rater)
-    return True
-
-
 def maybe_queue_repeat(conn: Redis, study: Study, rater: str, question: dict, picks: list[int] | None,
                        issued: NextQuestion | None, value: float | None = None) -> None:
     """After an ordinary answer of a kind that repeats (``engine.kinds``): perhaps queue it to be asked
@@ -367,20 +352,10 @@ def self_agreement(stats: dict[str, int]) -> float | None:
 
 def flag_low_self_agreement(conn: Redis, study: Study, rater: str) -> bool:
     """Judge self-agreement once, when the rater has answered ``repeats_to_judge`` repeats: below the
-    study's ``min_self_agreement`` flags the rater. Deciding once at a fixed count keeps the error rates
-    those of one binomial test (re-checking after every repeat would flag more honest raters); flags only
-    ever go on, so a concurrent answer cannot undo it."""
+    study's ``min_self_agreement`` flags the rater (``answers.judge_self_agreement``: the judgement the answer
+    script makes after every validation repeat, run alone). True if this call flagged the rater."""
     attention = study.config.attention
-    needed = attention.repeats_to_judge
-    stats = rater_stats(conn, study.id, rater)
-    if needed is None or stats["repeats"] < needed:
-        return False
-    if not conn.hsetnx(keys.rater_stats(study.id), keys.rater_field(rater, "repeats_judged"), stats["repeats"]):
-        return False  # decided before
-    if self_agreement(stats) < attention.min_self_agreement:
-        conn.hset(keys.rater_stats(study.id), keys.rater_field(rater, "flagged"), 1)
-        return True
-    return False
+    return judge_self_agreement(conn, study.id, rater, attention.repeats_to_judge, attention.min_self_agreement)
 
 
 def question_payload(conn: Redis, study: Study, rater: str, issued: NextQuestion, now: float) -> dict:
@@ -550,8 +525,13 @@ def submit_answer(conn: Redis, study: Study, rater: str, body: object, issue_nex
                   guard: StudyGuard | None = None, copy: bool = False) -> dict:
     """Validate and store one answer; returns {"answer": {"id"}, "next": question | None}.
 
-    Storing the answer and issuing the rater's next question are one Lua script (one round trip);
-    ``issue_next=False`` stores the answer only (a session that lost its rater id to another one).
+    Storing the answer and issuing the rater's next question are one Lua script (one round trip), run under
+    the study's rules (``AcceptRequest.live``), which also does what the answer calls for besides (the catch
+    rule's exclusion, the self-agreement judgement, marking the rater completed). Two follow-ups stay after
+    it: enqueueing the update the script scheduled (an RQ job, which RQ writes) and queueing a validation
+    repeat (``maybe_queue_repeat``: drawn from this process's generator once the script has said how many
+    answers the rater has given, and rare). ``issue_next=False`` stores the answer only (a session that
+    lost its rater id to another one).
     Behind a ``guard`` (lua/study_guard.lua): StaleStudy when the study changed (nothing stored), and a
     rater id another browser session holds stores the answer, then raises the 409 ``session_replaced``.
     ``copy``: ``study`` is this process's copy, so a refusal before storing raises StaleStudy (the
@@ -563,20 +543,14 @@ def submit_answer(conn: Redis, study: Study, rater: str, body: object, issue_nex
         if copy:
             raise StaleStudy(study.id) from None
         raise
-    limits, attention = study.config.limits, study.config.attention
     running = study.status == "running"
     now = time.time()
     then = question_request(study, rater, now, conn=conn) if running and issue_next and consent_given(study) else None
+    request = AcceptRequest.live(study.config, kind_of(question), USED_MARKER_TTL, then=then, guard=guard,
+                                 late=not running)
     try:
-        answer_id, schedule, issued = accept_and_issue(
-            conn, study.id, question, rater, choice, issued_at=payload["t"], response_ms=response_ms,
-            used_ttl=USED_MARKER_TTL, value=value, flags=",".join(flags), stats=stats,
-            max_per_rater=limits.max_questions_per_rater, budget=limits.answer_budget,
-            # every answer re-checks the flag rule: abandoned checks count as failed without an answer
-            flag_rule=study.config.catch_rule(), then=then,
-            stop_flagged=attention.stops_flagged, min_response_ms=study.config.too_fast_ms(kind_of(question)),
-            require_held=True,
-            guard=guard)
+        accepted = accept_and_issue(conn, study.id, question, rater, choice, payload["t"], response_ms, request,
+                                    value=value, flags=",".join(flags), stats=stats)
     except AnswerRefused as refused:
         if refused.code == "stale":
             raise StaleStudy(study.id) from None
@@ -587,26 +561,23 @@ def submit_answer(conn: Redis, study: Study, rater: str, body: object, issue_nex
                            answer_id=refused.answer_id) from None
         if refused.code == "rater_stopped":
             raise ApiError(409, "rater_stopped", DONE_MESSAGES["rater_stopped"], finish_url=finish_url(study)) from None
+        # the script marked the rater completed (AcceptRequest.complete_refused)
         if refused.code == "rater_limit":
-            raise done(conn, study, rater, "rater_done", DONE_MESSAGES["rater_done"]) from None
+            raise done(study, "rater_done", DONE_MESSAGES["rater_done"]) from None
         if refused.code == "budget":
-            raise done(conn, study, rater, "budget_reached", DONE_MESSAGES["budget_reached"]) from None
+            raise done(study, "budget_reached", DONE_MESSAGES["budget_reached"]) from None
         raise ApiError(410, "expired_token",
                        "this question expired before it was answered; fetch a new question") from None
+    issued = accepted.next
     replaced = issued is not None and issued.status == "replaced"
-    if schedule:
+    if accepted.schedule:
         enqueue_update(conn, study.id)
-    if "catch_failed" in stats and attention.flag_action == "exclude":
-        exclude_if_catch_flagged(conn, study, rater)
-    if question.get("repeat_of") is not None and kind_of(question).repeat_answer(choice, value) is not None:
-        flag_low_self_agreement(conn, study, rater)
-    else:
-        maybe_queue_repeat(conn, study, rater, question, choice, issued, value)
+    maybe_queue_repeat(conn, study, rater, question, choice, issued, value)
     if replaced:
         raise session_replaced_error()  # the answer is kept; the page is told instead of getting a question
-    result = {"answer": {"id": answer_id}, "next": None}
+    result = {"answer": {"id": accepted.answer_id}, "next": None}
     if not running:
-        result["done"] = late_answer_done(conn, study, rater)
+        result["done"] = late_answer_done(study, accepted.completed)
     if running and issue_next:
         check_consent(study)  # stored, but no next question before consent (as a question request)
         try:
@@ -618,12 +589,11 @@ def submit_answer(conn: Redis, study: Study, rater: str, body: object, issue_nex
     return result
 
 
-def late_answer_done(conn: Redis, study: Study, rater: str) -> dict:
+def late_answer_done(study: Study, completed: bool) -> dict:
     """What a page is told after a late answer (kept under ``accept_late_answers``): the study asks no
-    more, and the rater who has now given the answers a code needs is completed (their code waits on
-    the finish page)."""
-    if rater_stats(conn, study.id, rater)["answers"] >= study.config.limits.answers_for_code:
-        mark_completed(conn, study.id, rater)
+    more, and the rater who has now given the answers a code needs was ``completed`` by the answer script
+    (``AcceptRequest.live``: their code waits on the finish page)."""
+    if completed:
         return {"code": "rater_done", "message": DONE_MESSAGES["rater_done"], "finish_url": finish_url(study)}
     return {"code": "study_closed", "finish_url": finish_url(study),
             "message": "this study is not taking answers at the moment; thank you for your time"}

@@ -2,7 +2,8 @@
 
 The log is a Redis stream per study, the source of truth. Accepting is one Lua script:
 it refuses a used or reclaimed question, appends the answer, marks the token used and
-flags an update as scheduled — all or nothing. Must never import Flask or the engine.
+flags an update as scheduled — all or nothing — under the study's rules (``AcceptRequest``).
+Must never import Flask or the engine.
 """
 from __future__ import annotations
 
@@ -26,10 +27,13 @@ if TYPE_CHECKING:
     from redis import Redis
 
     from engine.kinds import QuestionKind
+    from workers.store.config import StudyConfig
 
 
 #: Accepting an answer (and issuing the rater's next question): workers/store/lua/accept.lua.
 ACCEPT = Script("accept.lua")
+#: The self-agreement judgement accept.lua makes after a validation repeat, run alone.
+SELF_AGREEMENT = Script("judge_self_agreement.lua")
 
 #: A rater id starts with a letter or digit (so no spreadsheet reads an exported id as a formula).
 RATER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
@@ -169,6 +173,91 @@ class Answer:
         )
 
 
+@dataclass(frozen=True)
+class AcceptRequest:
+    """What accepting an answer needs besides the answer itself: the study's rules, from its config, and what
+    follows in the same script (accept.lua). ``used_ttl``: how long the used-token marker lives;
+    ``max_per_rater``, ``budget``: refuse the answer past the rater's most answers (``rater_limit``) or the
+    study's (``budget``); ``flag_rule`` (min_checks, max_failure_share, misses allowed;
+    ``StudyConfig.catch_rule``): flag the rater once they failed more than that share of at least min_checks
+    catch trials and more than the misses allowed (None: leave the flag alone); ``stop_flagged``: refuse a
+    flagged rater's answer (``rater_stopped``); ``min_response_ms``: flag ``too_fast`` an answer given
+    sooner after the later of its issue and the rater's previous answer; ``require_held``: refuse
+    (``expired``) a question the rater no longer holds (dropped for a newer one, or expired; see
+    lua/next_question.lua); ``guard``: check the caller's copy of the study and the rater's browser session
+    first (lua/study_guard.lua); ``then``: issue the rater's next question (``questions.next_request``);
+    ``exclude_flagged``: after a failed catch trial, exclude a rater the flag rule flags (``flag_action:
+    exclude``; needs ``flag_rule``); ``repeats_to_judge``, ``min_self_agreement``: after a validation
+    repeat, judge the rater's self-agreement once (lua/self_agreement.lua; None: never);
+    ``complete_refused``: mark the rater completed when the answer is refused at their or the study's
+    limit; ``complete_at``: mark the rater completed once this answer makes their answers this many (a late
+    answer's rule; None: never)."""
+
+    used_ttl: int
+    max_per_rater: int | None = None
+    budget: int | None = None
+    flag_rule: tuple[int, float, int] | None = None
+    stop_flagged: bool = False
+    min_response_ms: int = 0
+    require_held: bool = False
+    guard: questions.StudyGuard | None = None
+    then: questions.NextRequest | None = None
+    exclude_flagged: bool = False
+    repeats_to_judge: int | None = None
+    min_self_agreement: float = 0.0
+    complete_refused: bool = False
+    complete_at: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.exclude_flagged and self.flag_rule is None:
+            raise ValueError("exclude_flagged needs the flag_rule it excludes by")
+
+    @classmethod
+    def live(cls, config: StudyConfig, kind: QuestionKind, used_ttl: int,
+             then: questions.NextRequest | None = None, guard: questions.StudyGuard | None = None,
+             late: bool = False) -> AcceptRequest:
+        """A rater's answer to a question of ``kind`` in a study of ``config``, as the answer endpoint stores
+        it: every rule of the study's limits and attention, the question required held; every answer
+        re-checks the flag rule (abandoned catch trials count as failed without an answer); a refusal at a
+        limit completes the rater, and so does a ``late`` answer (the study paused or closed) that brings
+        their answers to the count a completion code needs."""
+        limits, attention = config.limits, config.attention
+        return cls(used_ttl=used_ttl, max_per_rater=limits.max_questions_per_rater, budget=limits.answer_budget,
+                   flag_rule=config.catch_rule(), stop_flagged=attention.stops_flagged,
+                   min_response_ms=config.too_fast_ms(kind), require_held=True, guard=guard, then=then,
+                   exclude_flagged=attention.flag_action == "exclude",
+                   repeats_to_judge=attention.repeats_to_judge, min_self_agreement=attention.min_self_agreement,
+                   complete_refused=True, complete_at=limits.answers_for_code if late else None)
+
+    def args(self) -> dict:
+        """accept.lua's arguments for these rules (the answer's own are ``accept_and_issue``'s)."""
+        rule = self.flag_rule
+        return {
+            "used_ttl": int(self.used_ttl), "max_per_rater": int(self.max_per_rater or 0),
+            "budget": int(self.budget or 0),
+            "min_checks": "" if rule is None else int(rule[0]),
+            "failure_limits": "" if rule is None else f"{float(rule[1])!r} {int(rule[2])}",
+            "stop_flagged": "1" if self.stop_flagged else "0", "min_response_ms": int(self.min_response_ms or 0),
+            "require_held": "1" if self.require_held else "0", "issue_next": "0" if self.then is None else "1",
+            "exclude_flagged": "1" if self.exclude_flagged else "0",
+            "repeats_to_judge": "" if self.repeats_to_judge is None else int(self.repeats_to_judge),
+            "min_self_agreement": repr(float(self.min_self_agreement)),
+            "complete_refused": "1" if self.complete_refused else "0", "complete_at": int(self.complete_at or 0),
+            **(self.guard or questions.StudyGuard()).args(),
+        }
+
+
+class Accepted(NamedTuple):
+    """What ``accept_and_issue`` did: the answer's id, whether an update must be enqueued (this call set the
+    study's update flag), the next question (None when none was asked for) and whether the answer completed
+    the rater (``AcceptRequest.complete_at``)."""
+
+    answer_id: str
+    schedule: bool
+    next: questions.NextQuestion | None
+    completed: bool
+
+
 def accept_answer(conn: Redis, study_id: str, question: dict, rater: str, choice: int | None, issued_at: float,
                   response_ms: int | None, used_ttl: int, value: float | None = None,
                   flags: str = "", stats: tuple[str, ...] = (), max_per_rater: int | None = None,
@@ -182,33 +271,23 @@ def accept_answer(conn: Redis, study_id: str, question: dict, rater: str, choice
     rater's ``max_per_rater`` or the study's answer ``budget`` is reached. A question marked
     ``catch`` (attention check) was never pooled or issued: only its token limits its life.
     """
-    answer_id, schedule, _ = accept_and_issue(conn, study_id, question, rater, choice, issued_at, response_ms,
-                                              used_ttl, value=value, flags=flags, stats=stats,
-                                              max_per_rater=max_per_rater, budget=budget)
-    return answer_id, schedule
+    request = AcceptRequest(used_ttl=used_ttl, max_per_rater=max_per_rater, budget=budget)
+    accepted = accept_and_issue(conn, study_id, question, rater, choice, issued_at, response_ms, request,
+                                value=value, flags=flags, stats=stats)
+    return accepted.answer_id, accepted.schedule
 
 
 def accept_and_issue(conn: Redis, study_id: str, question: dict, rater: str, choice: int | None, issued_at: float,
-                     response_ms: int | None, used_ttl: int, value: float | None = None,
-                     flags: str = "", stats: tuple[str, ...] = (), max_per_rater: int | None = None,
-                     budget: int | None = None, flag_rule: tuple[int, float, int] | None = None,
-                     then: questions.NextRequest | None = None, stop_flagged: bool = False,
-                     min_response_ms: int = 0, require_held: bool = False,
-                     guard: questions.StudyGuard | None = None,
-                     ) -> tuple[str, bool, questions.NextQuestion | None]:
-    """``accept_answer``, then in the same atomic step (one round trip) two optional follow-ups:
+                     response_ms: int | None, request: AcceptRequest, value: float | None = None,
+                     flags: str = "", stats: tuple[str, ...] = (),
+                     ) -> Accepted:
+    """``accept_answer`` under the rules of ``request`` (:class:`AcceptRequest`), and what it asks to follow,
+    in one atomic step (one round trip: lua/accept.lua): the flag rule, the rater's next question, the
+    exclusion of a flagged rater, the self-agreement judgement and the rater's completion.
 
-    ``flag_rule`` (min_checks, max_failure_share, misses allowed; ``StudyConfig.catch_rule``): flag the
-    rater once they failed more than that share of at least min_checks catch trials and more than
-    the misses allowed; ``then``: issue the rater's next question
-    (``questions.next_request``). Returns (answer id, whether an update must be enqueued, the next
-    question or None when none was asked for). ``stop_flagged``: refuse a flagged rater's answer
-    (``rater_stopped``); ``min_response_ms``: flag ``too_fast`` an answer given sooner after the later of
-    its issue and the rater's previous answer; ``require_held``: refuse (``expired``) a question the
-    rater no longer holds (dropped for a newer one, or expired; see lua/next_question.lua); ``guard``:
-    check the caller's copy of the study and the rater's browser session first (lua/study_guard.lua):
-    a stale copy refuses the answer (``stale``, nothing written); a rater id another session holds
-    stores the answer but issues nothing (the next question is ``NextQuestion('replaced')``).
+    Returns :class:`Accepted`. Behind ``request.guard`` a stale copy of the study refuses the answer (``stale``, nothing
+    written); a rater id another session holds stores the answer but issues nothing (the next question is
+    ``NextQuestion('replaced')``). Enqueueing the update stays with the caller: an RQ job is RQ's to write.
     """
     now = time.time()
     shown = kind_of(question).shown(question)
@@ -227,16 +306,11 @@ def accept_and_issue(conn: Redis, study_id: str, question: dict, rater: str, cho
     if question.get(CLAIM):
         fields[CLAIM] = question[CLAIM]
     args = {
-        "question_id": question["qid"], "used_ttl": int(used_ttl), "rater": rater, "minute": int(now // 60),
+        "question_id": question["qid"], "rater": rater, "minute": int(now // 60),
         "update_ttl": UPDATE_FLAG_TTL, "algorithm": fields["algorithm"],
-        "unpooled": "1" if question.get("catch") else "0",
-        "max_per_rater": int(max_per_rater or 0), "budget": int(budget or 0), "stats": ",".join(stats),
+        "unpooled": "1" if question.get("catch") else "0", "stats": ",".join(stats),
         "fields": json.dumps([str(x) for name in ANSWER_FIELDS if name in fields for x in (name, fields[name])]),
-        "min_checks": "" if flag_rule is None else int(flag_rule[0]),
-        "failure_limits": "" if flag_rule is None else f"{float(flag_rule[1])!r} {int(flag_rule[2])}",
-        "stop_flagged": "1" if stop_flagged else "0", "min_response_ms": int(min_response_ms or 0),
-        "issued_at": repr(float(issued_at)), "now": repr(now), "require_held": "1" if require_held else "0",
-        "issue_next": "0" if then is None else "1", **(guard or questions.StudyGuard()).args(),
+        "issued_at": repr(float(issued_at)), "now": repr(now), **request.args(),
     }
     script_keys = {
         "used_token": keys.used_token(study_id, question["qid"]), "issued": keys.issued(study_id),
@@ -244,8 +318,9 @@ def accept_and_issue(conn: Redis, study_id: str, question: dict, rater: str, cho
         "raters": keys.raters(study_id), "per_minute": keys.answers_per_minute(study_id),
         "update_scheduled": keys.update_scheduled(study_id), "counters": keys.counters(study_id),
         "rater_stats": keys.rater_stats(study_id), "outstanding": keys.outstanding(study_id, rater),
-        **questions.StudyGuard().keys(study_id),
+        "excluded_raters": keys.excluded_raters(study_id), **questions.StudyGuard().keys(study_id),
     }
+    then = request.then
     reply = ACCEPT(conn, keys=script_keys, args=args, more_keys=then.keys if then is not None else (),
                    more_args=then.args if then is not None else ())
     status = reply[0].decode()
@@ -256,8 +331,20 @@ def accept_and_issue(conn: Redis, study_id: str, question: dict, rater: str, cho
     if reply[3] == b"replaced":
         following = questions.NextQuestion("replaced")
     else:
-        following = questions.parse_next_reply(reply[4:]) if then is not None else None
-    return reply[1].decode(), bool(int(reply[2])), following
+        following = questions.parse_next_reply(reply[5:]) if then is not None else None
+    return Accepted(reply[1].decode(), bool(int(reply[2])), following, bool(int(reply[4])))
+
+
+def judge_self_agreement(conn: Redis, study_id: str, rater: str, repeats_to_judge: int | None,
+                         min_self_agreement: float) -> bool:
+    """lua/self_agreement.lua alone (one round trip), the judgement accept.lua makes after each validation
+    repeat: once the rater has answered ``repeats_to_judge`` repeats, flag them if they answered less than
+    ``min_self_agreement`` of them as the first time; once. True if this call flagged the rater."""
+    if repeats_to_judge is None:
+        return False
+    return bool(int(SELF_AGREEMENT(conn, keys={"rater_stats": keys.rater_stats(study_id)},
+                                   args={"rater": rater, "repeats_to_judge": int(repeats_to_judge),
+                                         "min_self_agreement": repr(float(min_self_agreement))})))
 
 
 def answer_problem(answer: Answer, n_items: int, rating_range: tuple[float, float] | None = None) -> str | None:

@@ -276,7 +276,7 @@ def replay_rater_stats(answers: list[Answer], config: StudyConfig,
                 rater["repeats"] += 1
                 rater["repeat_agreed"] += agreed
                 outcome.append(REPEAT_AGREE_FLAG if agreed else REPEAT_DISAGREE_FLAG)
-                # judged once, at repeats_to_judge, as the live path (flag_low_self_agreement) does
+                # judged once, at repeats_to_judge, as the live path (lua/self_agreement.lua) does
                 if (rater["repeats"] == attention.repeats_to_judge
                         and rater["repeat_agreed"] / rater["repeats"] < attention.min_self_agreement):
                     rater["flagged"] = 1
