@@ -33,6 +33,7 @@ from workers.store.studies import get_study
 if TYPE_CHECKING:
     from redis import Redis
 
+    from workers.store.config import StudyConfig
     from workers.store.studies import Study
 
 log = logging.getLogger(__name__)
@@ -395,14 +396,14 @@ def crowd_waiting(stats: dict[str, dict[str, str]]) -> bool:
                for c in stats.values())
 
 
-def crowd_rates(config) -> tuple[float, float]:
+def crowd_rates(config: StudyConfig) -> tuple[float, float]:
     """(the agreement a comparison must be shown to exceed, the catch kind's random pass rate) of a study's
     ``config`` (``StudyConfig``): the crowd's judgement is planned on the kind's stated rates."""
     careful_miss, chance = config.catch_rates
     return rater_checks.claim_threshold(careful_miss, chance), chance
 
 
-def crowd_look(config, claims: list[str], raters: list[str], agreed: list[int],
+def crowd_look(config: StudyConfig, claims: list[str], raters: list[str], agreed: list[int],
                counters: dict[str, dict[str, str]], final: bool, seed: int) -> tuple[rater_checks.CrowdJudgement,
                                                                                       list[str], list[str]]:
     """One look of the crowd at catch answers judged by it, in log order (``claims``: each answer's claim key,
