@@ -80,7 +80,7 @@ CHECK_EVERY_SECONDS = 5.0
 
 
 def after_pass(conn: Redis, study_id: str, summary: dict) -> None:
-    """The update pass's call (workers/jobs/update_pass.py): check the raters when the pass applied answers,
+    """The step after each update pass (workers/jobs/steps.py): check the raters when the pass applied answers,
     in the worker's fit process where it has one (a check reads the log and fits models: it must not
     hold the pool refills up), else here."""
     if not summary.get("applied"):

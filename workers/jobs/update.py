@@ -2,12 +2,13 @@
 while answers keep arriving.
 
 ``update_study`` is the only writer of a study's engine states (enqueued by its dotted path,
-``workers.store.queue.UPDATE_JOB``). It takes the study's lock (``workers.jobs.lock``) and runs update
-passes (``workers.jobs.update_pass``): while answers keep arriving, one job goes on with pass after pass
-(up to ``JOB_SECONDS``), and the learners stay in this process's memory between passes
-(``workers.jobs.learner_cache``). When the job ends, the checkpoints its passes started are put in place
-(``workers.jobs.checkpoints``); when it ends because answers stopped, the dashboard's summary is written
-if the last pass left it out (``workers.jobs.summary``) and the last answers are checked. Must never
+``workers.store.queue.UPDATE_JOB``). A job is its lock, its passes and the steps around them: it takes the
+study's lock (``workers.jobs.lock``) and runs update passes (``workers.jobs.update_pass``): while answers
+keep arriving, one job goes on with pass after pass (up to ``JOB_SECONDS``), and the learners stay in this
+process's memory between passes (``workers.jobs.learner_cache``). Every other step, before and after each
+pass and at the job's end, is one entry of the ordered list in ``workers.jobs.steps``: when the job ends,
+the checkpoints its passes started are put in place; when it ends with no newer job to hand over to, the
+last answers are checked and the dashboard's summary is written if the last pass left it out. Must never
 import Flask.
 """
 from __future__ import annotations
@@ -19,11 +20,9 @@ from typing import TYPE_CHECKING
 import redis
 from rq import get_current_job
 
-from workers.jobs import rater_checks
-from workers.jobs.checkpoints import settle_checkpoints
+from workers.jobs import steps
 from workers.jobs.learner_cache import fits_beside
 from workers.jobs.lock import study_lock
-from workers.jobs.summary import write_summary
 from workers.jobs.update_pass import apply_new_answers
 from workers.store import health, keys
 
@@ -97,7 +96,8 @@ def worker_should_exit() -> bool:
 def drain_study(conn: Redis, study_id: str, renew: Callable[[], None] | None = None, job_seconds: float = JOB_SECONDS,
                 linger: float = LINGER_SECONDS, interval: float = PASS_INTERVAL_SECONDS) -> dict:
     """``apply_new_answers`` again and again while answers keep arriving (the learners stay in memory),
-    until ``job_seconds`` have passed or no answer arrived for ``linger`` seconds after a pass.
+    until ``job_seconds`` have passed or no answer arrived for ``linger`` seconds after a pass; then the
+    job's end steps (``workers.jobs.steps``: ``SETTLE`` unless it hands over, ``JOB_END`` however it ends).
 
     Passes start at least ``interval`` seconds apart, so a steady stream is applied in batches.
 
@@ -108,30 +108,17 @@ def drain_study(conn: Redis, study_id: str, renew: Callable[[], None] | None = N
     pausing for ``linger``: its settling waited up to 10 s for the answer check, and 17% of a
     50,000-item study's questions were fallbacks, served in 10-second blackouts). A job that ends
     with no newer answer settles both, and waits for the checkpoints still being written."""
-    handed_over = False
+    job = steps.UpdateJob(conn, study_id)
     try:
-        total, handed_over = _drain(conn, study_id, renew, job_seconds, linger, interval)
+        total = _drain_passes(conn, study_id, renew, job_seconds, linger, interval)
+        # a newer answer queued the next job (its time up, or a lull longer than ``linger`` that answers
+        # broke): that job settles, after its own passes
+        job.settling = not conn.exists(keys.update_scheduled(study_id))
+        if job.settling:
+            steps.run(steps.SETTLE, job)
         return total
     finally:
-        # a job that hands over leaves a checkpoint still being written to the next job's passes (they
-        # put it in place when it is done; the journal holds everything meanwhile): waiting for it here
-        # held the passes up for most of a second at 50,000 items
-        settle_checkpoints(conn, study_id, wait=not handed_over)
-        if not handed_over:
-            write_summary(conn, study_id)
-
-
-def _drain(conn: Redis, study_id: str, renew, job_seconds: float, linger: float, interval: float
-           ) -> tuple[dict, bool]:
-    """The passes, then (unless a job queued by newer answers takes over) the last answer check;
-    returns the passes' summed summary and whether the job handed over."""
-    total = _drain_passes(conn, study_id, renew, job_seconds, linger, interval)
-    # a newer answer queued the next job (its time up, or a lull longer than ``linger`` that answers
-    # broke): that job settles, after its own passes
-    handed_over = bool(conn.exists(keys.update_scheduled(study_id)))
-    if not handed_over:
-        rater_checks.settle(conn, study_id)  # the study's last answers get their answer check too
-    return total, handed_over
+        steps.run(steps.JOB_END, job)
 
 
 def _drain_passes(conn: Redis, study_id: str, renew, job_seconds: float, linger: float, interval: float) -> dict:

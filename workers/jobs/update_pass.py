@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from workers.jobs import fits, heldout, rater_checks
-from workers.jobs.checkpoints import commit_state, settle_checkpoints, start_checkpoints
+from workers.jobs import heldout, steps
+from workers.jobs.checkpoints import commit_state
 from workers.jobs.faults import fault
 from workers.jobs.learner_cache import Kept, forget_cached, pass_learners, remember
 from workers.jobs.learners import Learner, observe_batch
@@ -56,33 +56,31 @@ def apply_new_answers(conn: Redis, study_id: str, now: float | None = None, rene
                       settle: bool = True) -> dict:
     """Apply every answer after the cursor, then refill the pools; retried if another writer raced us.
 
-    ``renew`` (from ``study_lock``) is called before each pass to keep the lock. With ``settle``,
-    checkpoints the passes started are waited for and put in place before returning (``drain_study``
-    lets them be written while it goes on with further passes).
+    Each pass runs between the steps of its moments (``workers.jobs.steps``: ``BEFORE_PASS``,
+    ``AFTER_PASS``). ``renew`` (from ``study_lock``) is called before each pass to keep the lock. With
+    ``settle`` (a job of its own: every pass writes the summary), the job's end steps run before returning:
+    the checkpoints the passes started are waited for and put in place (``drain_study`` runs them itself
+    when it ends, letting them be written while it goes on with further passes).
     """
     total = {"applied": 0, "released": 0, "planned": 0, "pruned": 0, "passes": 0}
+    job = steps.UpdateJob(conn, study_id)
     try:
         while True:
             if renew is not None:
                 renew()
-            # a fit or check process that died is replaced before this pass hands it anything
-            for event in fits.heal():
-                health.record_incident(conn, f"the worker's {event['what']} died",
-                                       f"pid {event['pid']} {event['how']}; the worker started a new one and its "
-                                       f"work is done again", now=event["at"])
-            settle_checkpoints(conn, study_id, wait=False)
-            summary = _one_pass(conn, study_id, time.time() if now is None else now,
-                                0.0 if settle else SUMMARY_SECONDS)
-            rater_checks.after_pass(conn, study_id, summary)
+            steps.run(steps.BEFORE_PASS, job)
+            job.last_pass = _one_pass(conn, study_id, time.time() if now is None else now,
+                                      0.0 if settle else SUMMARY_SECONDS)
+            steps.run(steps.AFTER_PASS, job)
             for name in ("applied", "released", "planned", "pruned"):
-                total[name] += summary[name]
+                total[name] += job.last_pass[name]
             total["passes"] += 1
-            total["ahead_seconds"] = summary["ahead_seconds"]
-            if not summary["more"]:
+            total["ahead_seconds"] = job.last_pass["ahead_seconds"]
+            if not job.last_pass["more"]:
                 return total
     finally:
         if settle:
-            settle_checkpoints(conn, study_id)
+            steps.run(steps.JOB_END, job)
 
 
 def _budget_reached(learner: Learner, counters: dict) -> bool:
@@ -349,6 +347,8 @@ def _commit(conn: Redis, pipe, p: _Pass, changed: dict[str, bool], summarise: bo
 
 
 def _one_pass(conn: Redis, study_id: str, now: float, summary_every: float = 0.0) -> dict:
+    """One pass, retried until its EXEC goes through; returns its report (``saved``: the stored state of each
+    learner after it, what the after-pass steps start checkpoints of)."""
     study = get_study(conn, study_id)
     # questions taken out of the pools by this pass: final even if an attempt's EXEC fails (see _plan)
     pruned: dict[str, list[dict]] = {}
@@ -372,7 +372,6 @@ def _one_pass(conn: Redis, study_id: str, now: float, summary_every: float = 0.0
             note_pass(study_id, summarised)
             if p.n_read:
                 fault("after_exec")
-            start_checkpoints(conn, study_id, saved)
-            return {"applied": p.n_read, "released": len(p.expired), "pruned": p.pruned_now,
+            return {"saved": saved, "applied": p.n_read, "released": len(p.expired), "pruned": p.pruned_now,
                     "planned": sum(len(q) for q in p.planned.values()), "poisoned": len(p.poisoned),
                     "more": p.n_read == MAX_ANSWERS_PER_PASS, "ahead_seconds": p.ahead_seconds}
