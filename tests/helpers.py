@@ -78,6 +78,26 @@ def run_worker(conn) -> int:
     return queued
 
 
+def dump_redis(conn) -> dict[bytes, tuple[int, bytes]]:
+    """Every key of ``conn``'s database: its DUMP and the milliseconds it has left to live (0: no expiry).
+    With :func:`restore_redis`, a study a module's tests only read is built once and put back for each test
+    (the ``conn`` fixture empties Redis around every test)."""
+    dumped = {}
+    for key in conn.scan_iter(count=1000):
+        value, ttl = conn.dump(key), conn.pttl(key)
+        if value is not None:
+            dumped[key] = (max(ttl, 0), value)
+    return dumped
+
+
+def restore_redis(conn, dumped: dict[bytes, tuple[int, bytes]]) -> None:
+    """Put back the keys :func:`dump_redis` took (over any of the same name)."""
+    with conn.pipeline(transaction=False) as pipe:
+        for key, (ttl, value) in dumped.items():
+            pipe.restore(key, ttl, value, replace=True)
+        pipe.execute()
+
+
 def fetch_question(client, study_id="colours") -> dict:
     response = client.get(f"/api/studies/{study_id}/questions/next")
     assert response.status_code == 200, response.get_json()

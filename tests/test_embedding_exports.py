@@ -10,8 +10,20 @@ import re
 
 import numpy as np
 import pytest
-from helpers import answer, fetch_question, index_of, positioned_study, run_worker
+import redis
+from helpers import (
+    LOOPBACK,
+    SECRET,
+    answer,
+    dump_redis,
+    fetch_question,
+    index_of,
+    positioned_study,
+    restore_redis,
+    run_worker,
+)
 
+from webapp import create_app
 from workers.results.exports import ExportError, embedding_document, export
 from workers.store.answers import read_answers
 
@@ -41,11 +53,28 @@ def answer_truthfully(app, conn, study_id: str, n: int, raters: int = 6) -> None
         run_worker(conn)
 
 
+@pytest.fixture(scope="module")
+def answered_once(redis_url, tmp_path_factory):
+    """Redis holding the duels study answered truthfully (360 answers through the rater pages), built once
+    for the module: its tests only read the study."""
+    conn = redis.Redis.from_url(redis_url)
+    conn.flushall()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROXIMA_INSTANCE_PATH", str(tmp_path_factory.mktemp("duelmap") / "instance"))
+        app = create_app({"TESTING": True, "REDIS_URL": redis_url, "SECRET_KEY": SECRET,
+                          "RATE_LIMIT_EXEMPT_ADDRESSES": LOOPBACK})
+        positioned_study(conn, STUDY, POSITIONS, random_state=4, pool_size=20,
+                         algorithms=[{"algorithm": "duels", "share": 3}, {"algorithm": "random_triplets", "share": 1}])
+        answer_truthfully(app, conn, STUDY, 360)
+    dumped = dump_redis(conn)
+    conn.flushall()
+    conn.close()
+    return dumped
+
+
 @pytest.fixture
-def duels_study(app, conn):
-    positioned_study(conn, STUDY, POSITIONS, random_state=4, pool_size=20,
-                     algorithms=[{"algorithm": "duels", "share": 3}, {"algorithm": "random_triplets", "share": 1}])
-    answer_truthfully(app, conn, STUDY, 360)
+def duels_study(conn, answered_once):
+    restore_redis(conn, answered_once)
     return STUDY
 
 
