@@ -390,7 +390,9 @@ HUMAN_MEDIAN_GAP = 0.2074
 #: item placed with an error of about its true nearest neighbour's distance): its largest distance is
 #: stretched to 7-9 median gaps where the truths of ``benchmarks/pilot_plan.py`` span 5.6-6.5, while its
 #: median gap barely moves, so the human model's scale as a share of the fitted world's largest distance
-#: was 1.1-1.4x the raters' own relative to the world's gaps, and the plan asked 1.3-1.8x the answers.
+#: was 1.1-1.4x the raters' own relative to the world's gaps, and the plan asked 1.3-1.8x the answers (100
+#: items). Not a size-free unit either: the same raters are 0.53 median gaps of a 1,000-item truth, and there
+#: the plan asks 0.5-0.6x the answers the truth needs (``benchmarks/README.md``, ``pilot_plan.py``; open).
 HUMAN_GAP_SCALE = HUMAN_SCALE / HUMAN_MEDIAN_GAP
 #: Whether :func:`fit_pilot` takes the human model's noise unless the pilot shows raters worse than it
 #: (:func:`_prior_noise`); False: the calibration of cbcdfd1 (``benchmarks/pilot_plan.py --before``).
@@ -401,7 +403,9 @@ NOISE_FROM_PRIOR = True
 #: truth there): 16 pilots of the model's own raters (``benchmarks/pilot_plan.py``'s truths, 100 items, 10
 #: answers per item, seeds 1-8) fell below their simulations by up to 5.2 standard errors in held-out
 #: accuracy and 5.0 on the surest third; raters lapsing on .15 by 2.0-7.5 there. So only a pilot far
-#: worse than the model's raters overrules it: the pilot can tell little more (``pilot_lapse.py``).
+#: worse than the model's raters overrules it: the pilot can tell little more (``pilot_lapse.py``). The
+#: standard errors shrink with the pilot and that bias does not: at 1,000 items (10,000 answers) pilots of
+#: the model's raters were taken to lapse on .10-.16 (open).
 EVIDENCE_Z = 6.0
 #: Multipliers of the human model's scale tried where a pilot shows noisier raters (ascending).
 WORSE_SCALES = (1.0, 1.4, 2.0, 2.8, 4.0, 5.6, 8.0)
