@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -147,6 +148,26 @@ def post_answer(client, study_id: str, question: dict, **body):
     """Post ``body`` as the answer to ``question`` (item indices in ``choice`` / ``picks`` sent as handles)."""
     return client.post(f"/api/studies/{study_id}/answers", json=wire_body(question, {"token": question["token"],
                                                                                      **body}))
+
+
+def run_rater(app, study_id: str, name: str, choose, seed: int = 0, conn=None):
+    """One rater's whole session through the rater pages and API (as a Prolific participant ``name``),
+    answering each question with ``choose(question, rng)`` (an item index); with ``conn``, a worker pass
+    after every answer and one at the end (the study's learners and checks keep up as in a live study).
+    Returns their test client (for the finish page)."""
+    client, rng = app.test_client(), random.Random(seed)
+    client.get(f"/s/{study_id}?PROLIFIC_PID={name}&STUDY_ID=s&SESSION_ID={name}")
+    question = client.get(f"/api/studies/{study_id}/questions/next").get_json().get("question")
+    while question is not None:
+        body = post_answer(client, study_id, question, choice=choose(question, rng)).get_json()
+        if "answer" not in body:
+            break
+        if conn is not None:
+            run_worker(conn)
+        question = body.get("next")
+    if conn is not None:
+        run_worker(conn)
+    return client
 
 
 def answer(client, question, choice=None, study_id="colours", **extra):

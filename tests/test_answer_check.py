@@ -9,7 +9,7 @@ from types import MappingProxyType
 
 import numpy as np
 import pytest
-from helpers import index_of, positioned_study, run_worker, wire_body
+from helpers import index_of, positioned_study, run_rater, run_worker, wire_body
 
 from engine import kinds
 from engine import rater_checks as engine_checks
@@ -47,28 +47,13 @@ def coin_flip(q, rng):
     return index_of(rng.choice(q["candidates"]))
 
 
-def run_rater(app, conn, study_id, name, choose, seed=0):
-    client, rng = app.test_client(), random.Random(seed)
-    client.get(f"/s/{study_id}?PROLIFIC_PID={name}&STUDY_ID=s&SESSION_ID={name}")
-    question = client.get(f"/api/studies/{study_id}/questions/next").get_json().get("question")
-    while question is not None:
-        sent = wire_body(question, {"token": question["token"], "choice": choose(question, rng)})
-        body = client.post(f"/api/studies/{study_id}/answers", json=sent).get_json()
-        if "answer" not in body:
-            break
-        run_worker(conn)
-        question = body.get("next")
-    run_worker(conn)
-    return client
-
-
 def test_a_bot_that_never_looks_is_flagged_and_gets_no_code_while_careful_raters_get_theirs(app, conn, seeded):
     study_id = study(conn)
     for n in range(6):
-        run_rater(app, conn, study_id, f"person-{n}", careful, seed=n)
-    bot = run_rater(app, conn, study_id, "bot-index", lowest_index, seed=10)
-    flipper = run_rater(app, conn, study_id, "bot-coin", coin_flip, seed=11)
-    person = run_rater(app, conn, study_id, "person-last", careful, seed=12)
+        run_rater(app, study_id, f"person-{n}", careful, seed=n, conn=conn)
+    bot = run_rater(app, study_id, "bot-index", lowest_index, seed=10, conn=conn)
+    flipper = run_rater(app, study_id, "bot-coin", coin_flip, seed=11, conn=conn)
+    person = run_rater(app, study_id, "person-last", careful, seed=12, conn=conn)
     rows = {r["rater"]: r for r in rater_table(conn, study_id)}
     for name in ("bot-index", "bot-coin"):
         assert rows[name]["flagged"] and rows[name]["answer_check_flagged"], rows[name]
@@ -85,8 +70,8 @@ def test_a_bot_that_never_looks_is_flagged_and_gets_no_code_while_careful_raters
 def test_flag_action_mark_only_marks(app, conn, seeded):
     study_id = study(conn, flag_action="mark", rate=0)  # catch-trial misses withhold the code whatever the action
     for n in range(4):
-        run_rater(app, conn, study_id, f"person-{n}", careful, seed=n)
-    bot = run_rater(app, conn, study_id, "bot-index", lowest_index, seed=10)
+        run_rater(app, study_id, f"person-{n}", careful, seed=n, conn=conn)
+    bot = run_rater(app, study_id, "bot-index", lowest_index, seed=10, conn=conn)
     row = next(r for r in rater_table(conn, study_id) if r["rater"] == "bot-index")
     assert row["answer_check_flagged"] and not row["flagged"]
     assert 'id="completion-code"' in bot.get(f"/s/{study_id}/done").get_data(as_text=True)
@@ -96,8 +81,8 @@ def test_flag_action_exclude_stops_the_rater_and_leaves_them_out_of_learning(app
     # no catch trials: they would flag the bot first, and a catch-trial flag does not exclude (yet)
     study_id = study(conn, flag_action="exclude", rate=0)
     for n in range(4):
-        run_rater(app, conn, study_id, f"person-{n}", careful, seed=n)
-    run_rater(app, conn, study_id, "bot-index", lowest_index, seed=10)
+        run_rater(app, study_id, f"person-{n}", careful, seed=n, conn=conn)
+    run_rater(app, study_id, "bot-index", lowest_index, seed=10, conn=conn)
     row = next(r for r in rater_table(conn, study_id) if r["rater"] == "bot-index")
     assert row["flagged"] and row["excluded"]
     assert row["answers"] < QUESTIONS  # stopped at the look that flagged them
@@ -130,7 +115,7 @@ def test_a_code_shown_after_the_wait_for_the_check_ran_out_says_it_is_unconfirme
 
     study_id = study(conn, rate=0)  # no catch trials: the answer check alone decides
     for n in range(6):
-        run_rater(app, conn, study_id, f"person-{n}", careful, seed=n)
+        run_rater(app, study_id, f"person-{n}", careful, seed=n, conn=conn)
     client = app.test_client()
     client.get(f"/s/{study_id}?PROLIFIC_PID=late-bot&STUDY_ID=s&SESSION_ID=late-bot")
     question = client.get(f"/api/studies/{study_id}/questions/next").get_json()["question"]
@@ -154,7 +139,7 @@ def test_a_code_shown_after_the_wait_for_the_check_ran_out_says_it_is_unconfirme
     assert row["flagged"] and row["code_before_check"]
     page = client.get(f"/s/{study_id}/done").get_data(as_text=True)
     assert 'id="completion-code"' not in page and 'id="code-unconfirmed"' not in page
-    person = run_rater(app, conn, study_id, "person-last", careful, seed=12)
+    person = run_rater(app, study_id, "person-last", careful, seed=12, conn=conn)
     page = person.get(f"/s/{study_id}/done").get_data(as_text=True)
     assert 'id="completion-code"' in page and 'id="code-unconfirmed"' not in page
 

@@ -11,7 +11,7 @@ import math
 import random
 
 import pytest
-from helpers import index_of, run_worker, wire_body
+from helpers import index_of, run_rater, run_worker
 
 from webapp import catches
 from webapp.questions_answers import catch_question, crowd_catch_question
@@ -79,20 +79,6 @@ def careful(question: dict, rng: random.Random) -> int:
 
 def at_random(question: dict, rng: random.Random) -> int:
     return index_of(rng.choice(question["candidates"]))
-
-
-def run_rater(app, study_id: str, name: str, choose, seed: int):
-    """One rater's whole session through the rater pages and API; returns their test client."""
-    client, rng = app.test_client(), random.Random(seed)
-    client.get(f"/s/{study_id}?PROLIFIC_PID={name}&STUDY_ID=s&SESSION_ID={name}")
-    question = client.get(f"/api/studies/{study_id}/questions/next").get_json().get("question")
-    while question is not None:
-        sent = wire_body(question, {"token": question["token"], "choice": choose(question, rng)})
-        body = client.post(f"/api/studies/{study_id}/answers", json=sent).get_json()
-        if "answer" not in body:
-            break
-        question = body.get("next")
-    return client
 
 
 def catch_answers(conn, study_id: str, rater: str | None = None) -> list[Answer]:
