@@ -12,13 +12,16 @@ CPU time to the units). The fit's arithmetic does not depend on the machine, so 
 gives the same figures on a busy machine and on a quiet one (with measured CPU time two identical
 runs gave 4 and 13 refits). ``--unit measured`` charges measured CPU time instead.
 ``--unit 0``: refits without lag (ready at the call that starts them), so only the question schedule
-differs from offline. ``--trace`` prints, per fit, how the questions asked from it spread over the heads.
+differs from offline. ``--features A``: the learner is given features of the items of triplet agreement ``A``
+with the truth (``simulation.features``, as ``features_prior.py``), live and offline alike. ``--trace``
+prints, per fit, how the questions asked from it spread over the heads.
 Truth: clustered points (4-D, clusters of 20), answered by the human noise model (logistic 0.1 of the
 clusters' unit spread, lapse 0.1). hit@3 by answers per item, mean over seeds::
 
     python benchmarks/live_vs_offline.py                       # duels, n = 1000, offline and batches 100,200,500
     python benchmarks/live_vs_offline.py --items 10000 --batches 200 --budgets 60 --seeds 1   # one mode
     python benchmarks/live_vs_offline.py --items 300,1000 --algorithms duels,embedding,active_embedding,random_triplets
+    python benchmarks/live_vs_offline.py --features .7 --batches offline,200 --budgets 5,10,25 --seeds 1
 """
 from __future__ import annotations
 
@@ -39,15 +42,21 @@ from engine import embedding  # noqa: E402
 from engine.planners import make_planner  # noqa: E402
 from engine.registry import drive_as_pool  # noqa: E402
 from simulation import oracles  # noqa: E402
+from simulation.features import features_of_agreement  # noqa: E402
 
 NOISE, LAPSE = 0.1, 0.1
 
 
-def clustered(n: int, seed: int, cluster: int = 20, dim: int = 4) -> np.ndarray:
-    """Distances of n points in clusters of ``cluster`` (centres uniform in [0, 10]^dim, unit spread)."""
+def clustered_points(n: int, seed: int, cluster: int = 20, dim: int = 4) -> np.ndarray:
+    """n points in clusters of ``cluster`` (centres uniform in [0, 10]^dim, unit spread)."""
     rng = np.random.default_rng(seed)
     centres = rng.uniform(0, 10, size=(-(-n // cluster), dim))
-    X = np.repeat(centres, cluster, axis=0)[:n] + rng.normal(size=(n, dim))
+    return np.repeat(centres, cluster, axis=0)[:n] + rng.normal(size=(n, dim))
+
+
+def clustered(n: int, seed: int, cluster: int = 20, dim: int = 4) -> np.ndarray:
+    """Distances of n points in clusters of ``cluster`` (centres uniform in [0, 10]^dim, unit spread)."""
+    X = clustered_points(n, seed, cluster, dim)
     return cdist(X, X)
 
 
@@ -120,11 +129,15 @@ class Trace:
 
 
 def run(algorithm: str, n: int, batch: int | None, budgets: list[int], seed: int, rate: float,
-        unit: float | None = UNIT_SECONDS, trace: bool = False) -> list[float]:
-    """hit@3 at each budget; ``batch`` None: offline."""
-    D = clustered(n, seed)
+        unit: float | None = UNIT_SECONDS, trace: bool = False, agreement: float | None = None) -> list[float]:
+    """hit@3 at each budget; ``batch`` None: offline; ``agreement``: the learner gets features of that
+    triplet agreement with the truth."""
+    X = clustered_points(n, seed)
+    D = cdist(X, X)
     oracle = oracles.TripletOracle(D, noise=NOISE, model="human", lapse=LAPSE, random_state=seed + 7)
-    planner = make_planner(algorithm, n, question_kind="triplet", random_state=seed)
+    extra = {} if agreement is None else {"features": features_of_agreement(X, agreement, random_state=seed,
+                                                                            distances=D)}
+    planner = make_planner(algorithm, n, question_kind="triplet", random_state=seed, **extra)
     clock = CrowdClock(rate)
     if batch is not None:
         drive_as_pool(planner, TimedFitter(clock, unit))
@@ -159,6 +172,8 @@ def main(argv=None) -> None:
                     help="seconds per unit of fit work, or 'measured' (the fits' CPU time: not reproducible)")
     ap.add_argument("--trace", action="store_true", help="print what the questions between refits were (stderr)")
     ap.add_argument("--calibrate", action="store_true", help="print CPU seconds per unit of fit work and stop")
+    ap.add_argument("--features", type=float, default=None,
+                    help="give the learner features of this triplet agreement with the truth (e.g. .7)")
     args = ap.parse_args(argv)
     if args.calibrate:
         calibrate()
@@ -169,13 +184,15 @@ def main(argv=None) -> None:
         for n in (int(x) for x in args.items.split(",")):
             rows = []
             for batch in (None if x == "offline" else int(x) for x in args.batches.split(",")):
-                hits = [run(algorithm, n, batch, budgets, s, args.rate, unit, args.trace) for s in range(args.seeds)]
+                hits = [run(algorithm, n, batch, budgets, s, args.rate, unit, args.trace, args.features)
+                        for s in range(args.seeds)]
                 mean = np.mean(hits, axis=0)
                 rows.append(["offline (n per call)" if batch is None else f"live, batches of {batch}",
                              *[f"{v:.2f}" for v in mean]])
                 print(f"  {algorithm} n={n} {rows[-1][0]}: hit@3 {' / '.join(rows[-1][1:])}", file=sys.stderr,
                       flush=True)
-            print_table(f"{algorithm}, {n} clustered items, human noise (lapse {LAPSE}), crowd {args.rate:.0f} "
+            given = "" if args.features is None else f" with features of agreement {args.features:g}"
+            print_table(f"{algorithm}{given}, {n} clustered items, human noise (lapse {LAPSE}), crowd {args.rate:.0f} "
                         f"answers/s — hit@3 by answers per item (mean of {args.seeds} seeds)",
                         ["mode", *[f"{b}/item" for b in budgets]], rows)
 
