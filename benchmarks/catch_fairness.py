@@ -375,17 +375,21 @@ def crowd_table(a, truth, noise) -> None:
     for kind, settings in KINDS:
         name = kind if kind != "rank" else f"rank {settings['n_reference']}-rank-{settings['n_select']}"
         for source, labels in (("3 labels (text)", 3), ("10 labels (text)", 10)):
-            items = egg_items(truth, labels)
-            careful = careful_flagged = bots = bots_passing = retired = claims = 0
-            for s in range(a.crowd_studies):
-                r = crowd_study(kind, settings, items, truth, noise, a.seed + s)
-                careful += int((~r["bot"]).sum())
-                careful_flagged += int(r["flagged"][~r["bot"]].sum())
-                bots += int(r["bot"].sum())
-                bots_passing += int((~r["flagged"][r["bot"]]).sum())
-                retired, claims = retired + r["retired"], claims + r["claims"]
-            print(f"| {name} | {source} | {careful_flagged / careful:.2%} ({careful_flagged} of {careful}) | "
-                  f"{bots_passing / bots:.2%} ({bots_passing} of {bots}) | {retired / claims:.0%} |", flush=True)
+            studies = [crowd_study(kind, settings, egg_items(truth, labels), truth, noise, a.seed + s)
+                       for s in range(a.crowd_studies)]
+            print(f"| {name} | {source} | {crowd_cells(studies)} |", flush=True)
+
+
+def crowd_cells(studies: list[dict]) -> str:
+    """The table cells "careful flagged | random passing | comparisons retired" summed over crowd studies
+    (each a dict of ``bot`` and ``flagged`` per rater, ``retired`` and ``claims``)."""
+    careful = sum(int((~r["bot"]).sum()) for r in studies)
+    careful_flagged = sum(int(r["flagged"][~r["bot"]].sum()) for r in studies)
+    bots = sum(int(r["bot"].sum()) for r in studies)
+    bots_passing = sum(int((~r["flagged"][r["bot"]]).sum()) for r in studies)
+    retired, claims = sum(r["retired"] for r in studies), sum(r["claims"] for r in studies)
+    return (f"{careful_flagged / careful:.2%} ({careful_flagged} of {careful}) | {bots_passing / bots:.2%} "
+            f"({bots_passing} of {bots}) | {retired / claims:.0%}")
 
 
 def wired_table(a, truth, noise) -> None:
@@ -396,20 +400,10 @@ def wired_table(a, truth, noise) -> None:
     for kind, settings in KINDS:
         name = kind if kind != "rank" else f"rank {settings['n_reference']}-rank-{settings['n_select']}"
         for source, labels in (("3 labels (text)", 3), ("10 labels (text)", 10)):
-            items = egg_items(truth, labels)
-            careful = careful_flagged = bots = bots_passing = retired = claims = 0
-            trials = []
-            for s in range(a.crowd_studies):
-                r = wired_study(kind, settings, items, truth, noise, a.seed + s)
-                careful += int((~r["bot"]).sum())
-                careful_flagged += int(r["flagged"][~r["bot"]].sum())
-                bots += int(r["bot"].sum())
-                bots_passing += int((~r["flagged"][r["bot"]]).sum())
-                retired, claims = retired + r["retired"], claims + r["claims"]
-                trials.append(r["trials"])
-            print(f"| {name} | {source} | {r['every']} | {np.mean(trials):.1f} | {careful_flagged / careful:.2%} "
-                  f"({careful_flagged} of {careful}) | {bots_passing / bots:.2%} ({bots_passing} of {bots}) | "
-                  f"{retired / claims:.0%} |", flush=True)
+            studies = [wired_study(kind, settings, egg_items(truth, labels), truth, noise, a.seed + s)
+                       for s in range(a.crowd_studies)]
+            print(f"| {name} | {source} | {studies[-1]['every']} | {np.mean([r['trials'] for r in studies]):.1f} | "
+                  f"{crowd_cells(studies)} |", flush=True)
 
 
 def per_kind(a, truth, noise) -> None:
