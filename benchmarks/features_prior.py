@@ -25,8 +25,16 @@ Data sets (``--datasets``):
   the real screens do. Features: the dishes' ingredients (one column per ingredient, TF-IDF weighted)
   and their six taste percentages, as a researcher would have them before asking anyone.
 
+With ``--ceiling`` no learner runs: what features of agreement A can tell at all, per truth and size. For
+features blurred to agreement A on random triplets (``random``) and on local ones (``local 50``: j and k among
+i's 50 truly nearest, :func:`simulation.features.local_triplets`): their agreement on both kinds, hit@3 of 1-NN
+in the features, and the recall of the true 3 nearest among each item's 15 and 50 nearest in the features (the
+shortlists a learner could take from them). Truths: ``box`` (``live_vs_offline.py``'s: clusters of 20 in
+[0, 10]^4 whatever n, so larger studies overlap more) and ``dense`` (``harness.points``: the box grows with n).
+
     python benchmarks/features_prior.py                       # clusters n = 100, eggs, food100
     python benchmarks/features_prior.py --datasets clusters --sizes 1000 --budgets 5,10,25 --seeds 1
+    python benchmarks/features_prior.py --ceiling --sizes 1000,10000,50000 --agreements .7
 """
 from __future__ import annotations
 
@@ -43,13 +51,20 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from harness import nn_metrics, points, print_table  # noqa: E402
+from live_vs_offline import clustered_points  # noqa: E402
+from scipy.spatial import cKDTree  # noqa: E402
 
 from engine.embedding import embedding_neighbors, fit_embedding, select_embedding  # noqa: E402
 from engine.features import PRIOR_STIFFNESS, feature_neighbors, feature_space  # noqa: E402
 from engine.planners import make_planner  # noqa: E402
 from simulation import oracles  # noqa: E402
 from simulation.datasets import default_data_dir, load_alien_eggs  # noqa: E402
-from simulation.features import features_of_agreement, noise_features, triplet_agreement  # noqa: E402
+from simulation.features import (  # noqa: E402
+    features_of_agreement,
+    local_triplets,
+    noise_features,
+    triplet_agreement,
+)
 from simulation.noise import alien_egg_noise  # noqa: E402
 
 NOISE, LAPSE = 0.1, 0.1
@@ -229,6 +244,40 @@ def food100(args) -> None:
              args.seeds, peer_of=("ingredients",) if not args.no_peer else ())
 
 
+#: local triplets' neighbourhood (``--ceiling``)
+LOCAL = 50
+
+
+def ceiling(args) -> None:
+    """What features of each agreement tell without any answer (see ``--ceiling`` in the module text)."""
+    rows = []
+    for truth, make in (("box", clustered_points), ("dense", points)):
+        for n in args.sizes:
+            X = make(n, 0)
+            _, true3 = cKDTree(X).query(X, k=4)
+            true3 = np.asarray(true3)[:, 1:]
+            third = np.sqrt(((X[true3[:, 2]] - X) ** 2).sum(axis=1))
+            rand = np.random.default_rng(1).integers(n, size=(200_000, 3))
+            rand = rand[(rand[:, 0] != rand[:, 1]) & (rand[:, 0] != rand[:, 2]) & (rand[:, 1] != rand[:, 2])]
+            local = local_triplets(X, LOCAL, random_state=1)
+            for a in args.agreements:
+                for model, k in (("random", 0), (f"local {LOCAL}", LOCAL)):
+                    F = features_of_agreement(X, a, random_state=0, local=k)
+                    near = feature_neighbors(feature_space(F, n), 50)
+                    pick = near[:, 0]
+                    hit = np.sqrt(((X[pick] - X) ** 2).sum(axis=1)) <= third + 1e-9
+                    rec = [np.mean([np.isin(true3[i], near[i, :m]).mean() for i in range(n)]) for m in (15, 50)]
+                    rows.append([truth, f"{n:,}", f"{a:g} {model}",
+                                 f"{triplet_agreement(F, None, points=X, triplets=rand):.3f}",
+                                 f"{triplet_agreement(F, None, points=X, triplets=local):.3f}",
+                                 f"{hit.mean():.3f}", f"{rec[0]:.3f}", f"{rec[1]:.3f}"])
+                    print("  " + "  ".join(rows[-1]), file=sys.stderr, flush=True)
+    print_table("what features tell before any answer: hit@3 of 1-NN in them, recall of the true 3 nearest "
+                "among the 15 / 50 nearest in them",
+                ["truth", "items", "features", "agree random", f"agree local {LOCAL}", "F alone hit@3",
+                 "recall@15", "recall@50"], rows)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--datasets", default="clusters,eggs,food100")
@@ -237,10 +286,14 @@ def main(argv=None) -> None:
     ap.add_argument("--agreements", default=".6,.7,.8", help="clusters: triplet agreement of simulated features")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--no-peer", action="store_true", help="leave out random triplets + embedding")
+    ap.add_argument("--ceiling", action="store_true", help="only what the features tell without answers (fast)")
     args = ap.parse_args(argv)
     args.sizes = [int(x) for x in args.sizes.split(",")]
     args.budgets = sorted(int(x) for x in args.budgets.split(","))
     args.agreements = [float(x) for x in args.agreements.split(",") if x]
+    if args.ceiling:
+        ceiling(args)
+        return
     sets = args.datasets.split(",")
     for name, run in (("clusters", clusters), ("eggs", eggs), ("food100", food100)):
         if name in sets:

@@ -13,8 +13,13 @@ gives the same figures on a busy machine and on a quiet one (with measured CPU t
 runs gave 4 and 13 refits). ``--unit measured`` charges measured CPU time instead.
 ``--unit 0``: refits without lag (ready at the call that starts them), so only the question schedule
 differs from offline. ``--features A``: the learner is given features of the items of triplet agreement ``A``
-with the truth (``simulation.features``, as ``features_prior.py``), live and offline alike. ``--trace``
-prints, per fit, how the questions asked from it spread over the heads.
+with the truth (``simulation.features``, as ``features_prior.py``), live and offline alike; ``--local K``:
+the agreement measured on local triplets (j and k among i's K truly nearest) instead of random ones. ``--trace``
+prints, per fit, how the questions asked from it spread over the heads. ``--cost`` adds, per mode, the process's
+peak memory (RSS, the simulated crowd included) and the time of the calls (plan + observe, the refits handed to
+the fitter not counted: a worker runs them in its fit process): median, p99 and most.
+Above ``engine.truth.DENSE_ITEMS`` items the truth's distances are read from the points when needed (no
+n x n matrix), so 50,000 items fit in memory.
 Truth: clustered points (4-D, clusters of 20), answered by the human noise model (logistic 0.1 of the
 clusters' unit spread, lapse 0.1). hit@3 by answers per item, mean over seeds::
 
@@ -22,10 +27,13 @@ clusters' unit spread, lapse 0.1). hit@3 by answers per item, mean over seeds::
     python benchmarks/live_vs_offline.py --items 10000 --batches 200 --budgets 60 --seeds 1   # one mode
     python benchmarks/live_vs_offline.py --items 300,1000 --algorithms duels,embedding,active_embedding,random_triplets
     python benchmarks/live_vs_offline.py --features .7 --batches offline,200 --budgets 5,10,25 --seeds 1
+    python benchmarks/live_vs_offline.py --items 50000 --features .7 --local 50 --batches 500 --budgets 5,10 \
+        --seeds 1 --cost
 """
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 import time
 from pathlib import Path
@@ -41,6 +49,7 @@ from harness import UNIT_SECONDS, CrowdClock, FitWork, Ready, TimedFitter, nn_me
 from engine import embedding  # noqa: E402
 from engine.planners import make_planner  # noqa: E402
 from engine.registry import drive_as_pool  # noqa: E402
+from engine.truth import neighbor_wrong, point_distances, true_kth_distances  # noqa: E402
 from simulation import oracles  # noqa: E402
 from simulation.features import features_of_agreement  # noqa: E402
 
@@ -128,34 +137,70 @@ class Trace:
               f"shortlists holding a true top-3 {held:.3f}", file=sys.stderr, flush=True)
 
 
+class CallCost:
+    """Wall time of each call (plan + observe), less the time spent in the fitter's refits within it."""
+
+    def __init__(self, fitter: TimedFitter | None) -> None:
+        self.fitter, self.ms = fitter, []
+        if fitter is not None:
+            fit = fitter.fit
+
+            def timed(task):
+                t0 = time.perf_counter()
+                try:
+                    return fit(task)
+                finally:
+                    self._in_fits += time.perf_counter() - t0
+
+            fitter.fit = timed
+        self._in_fits = 0.0
+
+    def __enter__(self) -> CallCost:
+        self._t0, self._in_fits = time.perf_counter(), 0.0
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.ms.append(1000.0 * (time.perf_counter() - self._t0 - self._in_fits))
+
+
 def run(algorithm: str, n: int, batch: int | None, budgets: list[int], seed: int, rate: float,
-        unit: float | None = UNIT_SECONDS, trace: bool = False, agreement: float | None = None) -> list[float]:
+        unit: float | None = UNIT_SECONDS, trace: bool = False, agreement: float | None = None,
+        local: int = 0, costs: list | None = None) -> list[float]:
     """hit@3 at each budget; ``batch`` None: offline; ``agreement``: the learner gets features of that
-    triplet agreement with the truth."""
+    triplet agreement with the truth (on local triplets of ``local`` neighbours if > 0); ``costs``: each
+    call's time (ms, :class:`CallCost`) is appended to it."""
     X = clustered_points(n, seed)
-    D = cdist(X, X)
+    D = point_distances(X)  # (dense up to engine.truth.DENSE_ITEMS items, else read from the points)
+    kth = true_kth_distances(points=X, rank=3)
     oracle = oracles.TripletOracle(D, noise=NOISE, model="human", lapse=LAPSE, random_state=seed + 7)
     extra = {} if agreement is None else {"features": features_of_agreement(X, agreement, random_state=seed,
-                                                                            distances=D)}
+                                                                            local=local)}
     planner = make_planner(algorithm, n, question_kind="triplet", random_state=seed, **extra)
     clock = CrowdClock(rate)
+    fitter = None
     if batch is not None:
-        drive_as_pool(planner, TimedFitter(clock, unit))
+        fitter = TimedFitter(clock, unit)
+        drive_as_pool(planner, fitter)
+    cost = CallCost(fitter)
     tracer = Trace(planner, D, "offline" if batch is None else f"batches of {batch}") if trace else None
     step = n if batch is None else batch
     total, out = 0, []
     for b in budgets:
         while total < b * n:
-            qs = planner.next_questions(min(step, b * n - total))
+            with cost:
+                qs = planner.next_questions(min(step, b * n - total))
+                answers = oracle.answer(qs)
+                planner.observe(answers)
             if not qs:
                 break
             if tracer is not None:
                 tracer.asked(qs, total)
-            planner.observe(oracle.answer(qs))
             total += len(qs)
             clock.answers = total
         picks = np.asarray(planner.neighbor_graph(k=1).neighbors)[:, 0]
-        out.append(nn_metrics(picks, D)[1])
+        out.append(float(1.0 - neighbor_wrong(picks, points=X, rank=3, kth=kth).mean()))
+    if costs is not None:
+        costs.extend(cost.ms)
     return out
 
 
@@ -174,6 +219,9 @@ def main(argv=None) -> None:
     ap.add_argument("--calibrate", action="store_true", help="print CPU seconds per unit of fit work and stop")
     ap.add_argument("--features", type=float, default=None,
                     help="give the learner features of this triplet agreement with the truth (e.g. .7)")
+    ap.add_argument("--local", type=int, default=0,
+                    help="with --features: their agreement on triplets among each item's K truly nearest")
+    ap.add_argument("--cost", action="store_true", help="add peak memory and call times per mode")
     args = ap.parse_args(argv)
     if args.calibrate:
         calibrate()
@@ -184,17 +232,25 @@ def main(argv=None) -> None:
         for n in (int(x) for x in args.items.split(",")):
             rows = []
             for batch in (None if x == "offline" else int(x) for x in args.batches.split(",")):
-                hits = [run(algorithm, n, batch, budgets, s, args.rate, unit, args.trace, args.features)
-                        for s in range(args.seeds)]
+                ms: list[float] = []
+                hits = [run(algorithm, n, batch, budgets, s, args.rate, unit, args.trace, args.features, args.local,
+                            ms) for s in range(args.seeds)]
                 mean = np.mean(hits, axis=0)
                 rows.append(["offline (n per call)" if batch is None else f"live, batches of {batch}",
                              *[f"{v:.2f}" for v in mean]])
+                if args.cost:
+                    # (the peak of the process so far: run the mode of interest alone to read its own)
+                    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+                    rows[-1] += [f"{peak:,.0f}", f"{np.median(ms):.0f} / {np.percentile(ms, 99):.0f} / "
+                                                 f"{max(ms):.0f}"]
                 print(f"  {algorithm} n={n} {rows[-1][0]}: hit@3 {' / '.join(rows[-1][1:])}", file=sys.stderr,
                       flush=True)
             given = "" if args.features is None else f" with features of agreement {args.features:g}"
+            given += f" on triplets among {args.local} nearest" if args.features is not None and args.local else ""
             print_table(f"{algorithm}{given}, {n} clustered items, human noise (lapse {LAPSE}), crowd {args.rate:.0f} "
                         f"answers/s — hit@3 by answers per item (mean of {args.seeds} seeds)",
-                        ["mode", *[f"{b}/item" for b in budgets]], rows)
+                        ["mode", *[f"{b}/item" for b in budgets],
+                         *(["peak RSS MB", "call ms median / p99 / max"] if args.cost else [])], rows)
 
 
 if __name__ == "__main__":
