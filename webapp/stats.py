@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
 
-from workers.store import health, keys
+from workers.store import health, keys, questions
 from workers.store.config import ALGORITHM_TABLE
 from workers.store.heldout import curves as heldout_curves
 from workers.store.heldout import kinds_scored
@@ -109,6 +109,41 @@ def rebuild_message(status: dict) -> str:
 #: The Overview lists what failed or died in the last day, at most this many of them.
 INCIDENT_SECONDS = 86400
 INCIDENTS_SHOWN = 10
+
+
+def _utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
+
+
+def split_sentence(split: dict | None) -> str:
+    """What the Overview says of the split of rater time a ``split: learner`` study's learner set (``split``:
+    ``questions.split_in_force``; None: none set yet)."""
+    if split is None:
+        return ("The pooled learner sets the split of the raters' time between ratings and triplets after its "
+                "first update pass; until then the configured shares hold.")
+    seconds, measured = split["seconds"], split.get("measured", {})
+    kinds = ("rating", "triplet")
+    how = ", ".join(f"{seconds[kind]:.1f} s per {kind}" for kind in kinds)
+    if all(measured.get(kind) for kind in kinds):
+        how = f"measured {how}"
+    else:
+        how += "; " + " and ".join(f"{kind}s take the usual time until 20 are timed" for kind in kinds
+                                   if not measured.get(kind))
+    shares = ", ".join(f"{label} {100 * share:.0f}%" for label, share in split["shares"].items())
+    text = (f"The learner asks ratings {100 * split['time_shares']['rating']:.0f}% of rater time ({how}), since "
+            f"{_utc(split['since'])}; of the questions: {shares}.")
+    if split.get("phase") == "explore":
+        text += " Half the time each until it has a fit and 5 answers of each kind per item."
+    return text
+
+
+def split_status(conn: Redis, study: Study) -> dict | None:
+    """The split in force of a ``split: learner`` study (``questions.split_in_force``, with ``sentence``); None for
+    a study of fixed shares."""
+    if study.config.split != "learner":
+        return None
+    split = questions.split_in_force(conn, study.id, study.config)
+    return {**(split or {}), "set": split is not None, "sentence": split_sentence(split)}
 
 
 def study_stats(conn: Redis, study: Study) -> dict:
@@ -216,6 +251,8 @@ def study_stats(conn: Redis, study: Study) -> dict:
                         "histogram": histogram(response_ms)},
         "answers_per_minute": sorted([int(m) * 60, int(c)] for m, c in per_minute.items()),
         "algorithms": algorithms,
+        # the split of rater time the pooled learner set (a study of ``split: learner``; None: fixed shares)
+        "split": split_status(conn, study),
         "engine": {
             "updates": int(engine.get("updates", 0)),
             "answers_applied": int(engine.get("answers_applied", 0)),

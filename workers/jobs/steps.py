@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from workers.jobs import checkpoints, fits, rater_checks, summary
+from workers.jobs import checkpoints, fits, learned_split, rater_checks, summary
 from workers.store import health
 
 if TYPE_CHECKING:
@@ -72,6 +72,11 @@ def _check_raters(job: UpdateJob) -> None:
     rater_checks.after_pass(job.conn, job.study_id, job.last_pass)
 
 
+def _learned_split(job: UpdateJob) -> None:
+    if job.last_pass.get("applied"):
+        learned_split.set_split(job.conn, job.study_id)  # a study of fixed shares: nothing
+
+
 def _last_answer_check(job: UpdateJob) -> None:
     rater_checks.settle(job.conn, job.study_id)  # the study's last answers get their answer check too
 
@@ -94,6 +99,7 @@ STEPS = (
     Step("put written checkpoints in place", BEFORE_PASS, _put_written_checkpoints_in_place),
     Step("start checkpoints of the states the pass saved", AFTER_PASS, _start_checkpoints),
     Step("check the raters whose answers the pass applied", AFTER_PASS, _check_raters),
+    Step("let the pooled learner set the split of ratings and triplets", AFTER_PASS, _learned_split),
     Step("check the raters' last answers", SETTLE, _last_answer_check),
     Step("put the job's checkpoints in place", JOB_END, _settle_checkpoints),
     Step("write the summary the last pass left out", JOB_END, _write_summary),

@@ -133,6 +133,10 @@ COMPLETION_SCHEMA = {
 HELDOUT_SHARE = 0.05
 #: ... at most (every held-out question is one the learner does not learn from)
 MAX_HELDOUT_SHARE = 0.5
+#: How a study mixing ratings and triplets shares its questions between its algorithms: "fixed", by each
+#: algorithm's ``share``; "learner", as its pooled rating learner's split of rater time says after each update
+#: pass (``workers.jobs.learned_split``; the configured shares divide each kind's side among its algorithms).
+SPLITS = ("fixed", "learner")
 
 SCHEMA = {
     "type": "object",
@@ -155,6 +159,7 @@ SCHEMA = {
         "token_ttl_seconds": {"type": "integer", "minimum": 10, "maximum": 7 * 24 * 3600},
         "random_state": {"type": ["integer", "null"], "minimum": 0},
         "heldout_share": {"type": "number", "minimum": 0, "maximum": MAX_HELDOUT_SHARE},
+        "split": {"enum": list(SPLITS)},
         "consent": {"type": ["string", "null"], "maxLength": 20000},
         "practice": PRACTICE_SCHEMA,
         "limits": LIMITS_SCHEMA,
@@ -421,6 +426,8 @@ class StudyConfig:
     #: the share of each learner's questions asked as uniformly random held-out questions: answered like any
     #: other, stored marked ``heldout``, never learned from; every learner's model is scored on them
     heldout_share: float = HELDOUT_SHARE
+    #: SPLITS: "learner" lets the pooled rating learner set the question shares of ratings and triplets
+    split: str = "fixed"
     consent: str | None = None
     practice: tuple = ()
     limits: Limits = field(default_factory=Limits)
@@ -468,6 +475,8 @@ class StudyConfig:
             dupes = sorted({x for x in labels if labels.count(x) > 1})
             raise ConfigError(f"algorithm labels must be distinct; repeated: {', '.join(dupes)} "
                               "(give each algorithm its own 'label')")
+        if self.split == "learner":
+            _check_learner_split(algorithms)
         if self.instructions is None:
             kinds = {a.question_kind for a in algorithms}
             text = "\n\n".join(self.texts(kind)[1] for kind in KINDS.values() if kind.name in kinds)
@@ -667,7 +676,7 @@ class StudyConfig:
             "skip_label": self.skip_label, "accept_late_answers": self.accept_late_answers,
             "pool_size": self.pool_size,
             "token_ttl_seconds": self.token_ttl_seconds, "random_state": self.random_state,
-            "heldout_share": self.heldout_share,
+            "heldout_share": self.heldout_share, "split": self.split,
             "consent": self.consent, "practice": [dict(p) for p in self.practice], "limits": self.limits.to_dict(),
             "attention": self.attention.to_dict(), "completion": self.completion.to_dict(),
             "language": self.language, "rater_texts": dict(self.rater_texts),
@@ -675,6 +684,24 @@ class StudyConfig:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def _check_learner_split(algorithms: tuple[AlgorithmConfig, ...]) -> None:
+    """``split: learner`` needs a pooled learner asking ratings and an algorithm asking triplets, and nothing
+    else beside them (the learner splits rater time between those two kinds only)."""
+    if not any(a.algorithm == "pooled" and a.question_kind == "rating" for a in algorithms):
+        raise ConfigError("field 'split': 'learner' lets the pooled rating learner choose how much of the raters' "
+                          "time goes to ratings and how much to triplets, and this study has no algorithm "
+                          "'pooled' asking rating questions (add one, or leave 'split' out for fixed shares)")
+    if not any(a.question_kind == "triplet" for a in algorithms):
+        raise ConfigError("field 'split': 'learner' splits the raters' time between ratings and triplets, and no "
+                          "algorithm of this study asks triplet questions (add one, e.g. random_triplets with "
+                          "question_kind triplet, or leave 'split' out)")
+    other = [a for a in algorithms if a.question_kind not in ("rating", "triplet")]
+    if other:
+        raise ConfigError(f"field 'split': 'learner' splits the raters' time between ratings and triplets only; "
+                          f"algorithm {other[0].label!r} asks {other[0].question_kind} questions (remove it, or "
+                          "leave 'split' out for fixed shares)")
 
 
 def _screen_params(kind: str) -> dict:

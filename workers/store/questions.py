@@ -139,6 +139,40 @@ def issue_args(config: StudyConfig, rater: str, now: float, expires_at: float) -
             "draw": repr(random.random()), "algorithms": len(config.algorithms)}
 
 
+#: The field of the pool-targets hash (``keys.pool_targets``) holding what the study's learner set the split to
+#: (``workers.jobs.learned_split``: the time shares, each kind's seconds, since when), as JSON; beside it a field
+#: ``share_field(label)`` per algorithm holds its share of the questions, which issue.lua uses in place of the
+#: configured one. Labels hold no ':', so neither field is ever a label's pool target.
+SPLIT_FIELD = "split:in_force"
+
+
+def share_field(label: str) -> str:
+    """The pool-targets hash's field of an algorithm's share of the questions set by the study's learner."""
+    return f"share:{label}"
+
+
+def store_shares(target: Redis | Pipeline, study_id: str, shares: dict[str, float], record: dict) -> None:
+    """Store the question shares the learner set (label -> share) and what they rest on (``record``), where
+    issue.lua reads them."""
+    target.hset(keys.pool_targets(study_id), mapping={
+        **{share_field(label): repr(float(share)) for label, share in shares.items()},
+        SPLIT_FIELD: json.dumps(record, sort_keys=True)})
+
+
+def split_in_force(conn: Redis, study_id: str, config: StudyConfig) -> dict | None:
+    """The split a study's learner set (the record ``store_shares`` stored, with ``shares``: each algorithm's
+    share of the questions in force); None for a study of fixed shares or before the learner set one."""
+    if config.split != "learner":
+        return None
+    raw = conn.hmget(keys.pool_targets(study_id), [SPLIT_FIELD, *(share_field(a.label) for a in config.algorithms)])
+    if raw[0] is None:
+        return None
+    configured = config.shares()
+    shares = {a.label: float(v) if v is not None else configured[a.label]
+              for a, v in zip(config.algorithms, raw[1:], strict=True)}
+    return {**json.loads(raw[0]), "shares": shares}
+
+
 def algorithm_args(config: StudyConfig, n_items: int) -> list:
     """Per algorithm its label, share and a fallback question, as issue.lua takes them."""
     args = []
@@ -150,8 +184,9 @@ def algorithm_args(config: StudyConfig, n_items: int) -> list:
 
 def issue_question(conn: Redis, study_id: str, config: StudyConfig, n_items: int, rater: str, now: float,
                    expires_at: float) -> tuple[dict, int, int]:
-    """Choose an algorithm by share, pop its next pooled question (or a fallback) and record it
-    as issued until ``expires_at``. Returns (question, questions left in that pool, the pool's target).
+    """Choose an algorithm by share (the one the study's learner set, ``store_shares``, where it set one), pop
+    its next pooled question (or a fallback) and record it as issued until ``expires_at``. Returns (question,
+    questions left in that pool, the pool's target).
 
     Raises StudyComplete when every algorithm has finished.
     """

@@ -5,15 +5,21 @@
 -- zset, pool-targets hash, then the pool of algorithm i at K[k + 6 + i] (i = 1..m).
 -- Arguments from A[a + 1]: expiry (unix s), now (unix s), rater id, uniform number in [0, 1), m, then
 -- per algorithm i three values: label, share, fallback question JSON.
+-- A share the update pass stored in the pool-targets hash as field 'share:<label>' (a study whose learner
+-- sets the split, workers/jobs/learned_split.py) is used in place of the configured one.
 -- Returns {'ok', question JSON, questions left in its pool, that pool's target} | {'complete'}.
 -- Counter fields (keys.counter_field): questions_served, fallback_served and both per label.
 local function issue(K, A, k, a)
   local m = tonumber(A[a + 5])
-  local open, total = {}, 0
+  local fields = {}
+  for i = 1, m do fields[i] = 'share:' .. A[a + 6 + 3 * (i - 1)] end
+  local stored = redis.call('HMGET', K[k + 6], unpack(fields))
+  local open, total, share = {}, 0, {}
   for i = 1, m do
     local label = A[a + 6 + 3 * (i - 1)]
     if redis.call('SISMEMBER', K[k + 4], label) == 0 then
-      total = total + tonumber(A[a + 7 + 3 * (i - 1)])
+      share[i] = tonumber(stored[i] or A[a + 7 + 3 * (i - 1)])
+      total = total + share[i]
       open[#open + 1] = i
     end
   end
@@ -21,7 +27,7 @@ local function issue(K, A, k, a)
   local x = tonumber(A[a + 4]) * total
   local pick = open[#open]
   for _, i in ipairs(open) do
-    x = x - tonumber(A[a + 7 + 3 * (i - 1)])
+    x = x - share[i]
     if x < 0 then pick = i break end
   end
   local label = A[a + 6 + 3 * (pick - 1)]
