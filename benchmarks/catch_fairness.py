@@ -264,12 +264,15 @@ def wired_study(kind: str, settings: dict, items: list[dict], truth, noise, seed
     retired: frozenset[str] = frozenset()
     asked: set[str] = set()
 
+    p_of: dict[str, float] = {}
+
     def look(final: bool) -> None:
         nonlocal retired
         judgement, claim_keys, rater_ids = crowd_look(config, claims, who, agreed, counters, final, seed)
         retired = frozenset(claim_keys[c] for c in judgement.retire)
-        for x in judgement.p:
+        for x, p in judgement.p.items():
             counters[rater_ids[x]]["crowd_judged"] = "1"
+            p_of[rater_ids[x]] = p
             if x in judgement.flagged:
                 counters[rater_ids[x]]["crowd_flagged"] = "1"
 
@@ -293,7 +296,8 @@ def wired_study(kind: str, settings: dict, items: list[dict], truth, noise, seed
     look(final=True)
     flagged = np.array([counters[f"r{x}"].get("crowd_flagged") == "1" for x in range(CROWD_RATERS)])
     return {"bot": bot, "flagged": flagged, "retired": len(retired), "claims": len(asked | retired),
-            "every": every, "trials": trials_given / CROWD_RATERS}
+            "every": every, "trials": trials_given / CROWD_RATERS,
+            "p": [p_of.get(f"r{x}", 1.0) for x in range(CROWD_RATERS)]}
 
 
 def egg_people(data_dir: Path, config: StudyConfig, seed: int) -> dict:
@@ -352,6 +356,12 @@ def main() -> None:
                         help="judge each rater once, this many raters later (0: at the study's end)")
     parser.add_argument("--crowd-wired", action="store_true",
                         help="the crowd table through the server's own path (crowd_catch_question, crowd_look)")
+    parser.add_argument("--crowd-kinds", default="",
+                        help="the crowd table's rows of these kinds only (comma-separated: triplet, rating, "
+                             "odd_one_out, rank 8-rank-2, rank 8-rank-1; default all)")
+    parser.add_argument("--crowd-labels", default="3,10", help="the crowd table's label counts (3, 10 or both)")
+    parser.add_argument("--crowd-dump", default="",
+                        help="with --crowd-wired, write each study's raters (bot, flagged, p) to this JSON file")
     a = parser.parse_args()
     global CROWD_RATE, CROWD_DELAY
     CROWD_RATE = a.crowd_rate if a.crowd_rate == "auto" else float(a.crowd_rate)
@@ -372,12 +382,10 @@ def crowd_table(a, truth, noise) -> None:
           f"judged every {CHECK_EVERY} raters, attention.rate {CROWD_RATE}, judged "
           f"{f'{CROWD_DELAY} raters later' if CROWD_DELAY else 'at the end'}\n\n| kind | items known by "
           "| careful flagged | random passing | comparisons retired |\n|---|---|---|---|---|")
-    for kind, settings in KINDS:
-        name = kind if kind != "rank" else f"rank {settings['n_reference']}-rank-{settings['n_select']}"
-        for source, labels in (("3 labels (text)", 3), ("10 labels (text)", 10)):
-            studies = [crowd_study(kind, settings, egg_items(truth, labels), truth, noise, a.seed + s)
-                       for s in range(a.crowd_studies)]
-            print(f"| {name} | {source} | {crowd_cells(studies)} |", flush=True)
+    for kind, settings, name, source, labels in crowd_rows(a):
+        studies = [crowd_study(kind, settings, egg_items(truth, labels), truth, noise, a.seed + s)
+                   for s in range(a.crowd_studies)]
+        print(f"| {name} | {source} | {crowd_cells(studies)} |", flush=True)
 
 
 def crowd_cells(studies: list[dict]) -> str:
@@ -397,13 +405,30 @@ def wired_table(a, truth, noise) -> None:
           f"{CROWD_RATERS} raters ({CROWD_BOTS:.0%} random), {QUESTIONS} questions each, attention.rate {CROWD_RATE}"
           "\n\n| kind | items known by | one in | catch trials per rater | careful flagged | random passing "
           "| comparisons retired |\n|---|---|---|---|---|---|---|")
+    dump = {}
+    for kind, settings, name, source, labels in crowd_rows(a):
+        studies = [wired_study(kind, settings, egg_items(truth, labels), truth, noise, a.seed + s)
+                   for s in range(a.crowd_studies)]
+        print(f"| {name} | {source} | {studies[-1]['every']} | {np.mean([r['trials'] for r in studies]):.1f} | "
+              f"{crowd_cells(studies)} |", flush=True)
+        dump[f"{name} | {source}"] = [{"seed": a.seed + s, "bot": r["bot"].tolist(), "flagged": r["flagged"].tolist(),
+                                       "p": r["p"]} for s, r in enumerate(studies)]
+    if a.crowd_dump:
+        Path(a.crowd_dump).write_text(json.dumps(dump))
+
+
+def crowd_rows(a) -> list[tuple[str, dict, str, str, int]]:
+    """The crowd table's rows (kind, its settings, its name, the items' source, labels) that
+    --crowd-kinds and --crowd-labels keep."""
+    kinds = {k.strip() for k in a.crowd_kinds.split(",") if k.strip()}
+    counts = {int(n) for n in a.crowd_labels.split(",") if n.strip()}
+    rows = []
     for kind, settings in KINDS:
         name = kind if kind != "rank" else f"rank {settings['n_reference']}-rank-{settings['n_select']}"
-        for source, labels in (("3 labels (text)", 3), ("10 labels (text)", 10)):
-            studies = [wired_study(kind, settings, egg_items(truth, labels), truth, noise, a.seed + s)
-                       for s in range(a.crowd_studies)]
-            print(f"| {name} | {source} | {studies[-1]['every']} | {np.mean([r['trials'] for r in studies]):.1f} | "
-                  f"{crowd_cells(studies)} |", flush=True)
+        for labels in (3, 10):
+            if (not kinds or name in kinds) and labels in counts:
+                rows.append((kind, settings, name, f"{labels} labels (text)", labels))
+    return rows
 
 
 def per_kind(a, truth, noise) -> None:

@@ -231,3 +231,73 @@ def test_a_restored_log_counts_label_catch_misses_as_pending(app, conn, seeded):
         field = keys.rater_field("person-0", name)
         assert fields.get(field) == live.get(field), name
     assert keys.rater_field("person-0", "catch_failed") not in fields
+
+
+def _missed_at(conn, study_id: str, rater: str) -> list[float]:
+    return [a.answered_at for a in catch_answers(conn, study_id, rater) if "catch_fail" in a.flags.split(",")]
+
+
+def test_health_metrics_and_studies_show_the_crowds_state(app, conn, researcher_client, cli, seeded):
+    study_id = labels_study(conn, "words-visible", crowd_raters=30)
+    catches.comparisons(conn, get_study(conn, labels_study(conn, "words-other")))  # crowd-judged, no rater yet
+    run_rater(app, study_id, "person-0", careful, seed=1, conn=conn)
+    run_rater(app, study_id, "person-1", careful, seed=2, conn=conn)
+    missed = _missed_at(conn, study_id, "person-0") + _missed_at(conn, study_id, "person-1")
+    assert missed  # careful raters missed label comparisons: their verdicts wait for 30 more raters
+    study = get_study(conn, study_id)
+    waiting = sum(1 for r in ("person-0", "person-1") if _missed_at(conn, study_id, r))
+    status = rater_checks.crowd_status(conn, study, now=min(missed) + 100.0)
+    claims = {k.decode(): v.decode() for k, v in conn.hgetall(keys.catch_claims(study_id)).items()}
+    assert status == {"state": "ok", "confirmed": int(claims["confirmed"]), "pending": int(claims["pending"]),
+                      "retired": int(claims["retired"]), "awaiting": waiting, "oldest_pending_age": 100.0,
+                      "last_look_age": status["last_look_age"]}
+    assert status["pending"] > 0 and status["last_look_age"] is not None  # 2 raters decide no comparison
+
+    body = researcher_client.get("/api/health").get_json()
+    assert body["status"] == "ok" and set(body["crowd"]) == {study_id, "words-other"}
+    shown = body["crowd"][study_id]
+    assert (shown["confirmed"], shown["pending"], shown["retired"], shown["awaiting"]) == (
+        status["confirmed"], status["pending"], status["retired"], waiting)
+    assert shown["oldest_pending_age"] >= 0 and shown["state"] == "ok"
+    assert body["crowd"]["words-other"]["awaiting"] == 0 and body["crowd"]["words-other"]["oldest_pending_age"] is None
+
+    scraped = researcher_client.get("/metrics").get_data(as_text=True)
+    assert f'proxima_crowd_raters_awaiting{{study="{study_id}"}} {float(waiting)}' in scraped
+    assert f'proxima_crowd_comparisons{{status="pending",study="{study_id}"}} {float(status["pending"])}' in scraped
+    assert f'proxima_crowd_behind{{study="{study_id}"}} 0.0' in scraped
+    assert f'proxima_crowd_oldest_pending_seconds{{study="{study_id}"}}' in scraped
+
+    listed = cli("studies").output
+    assert (f"  crowd: {status['confirmed']} comparisons confirmed, {status['pending']} pending, "
+            f"{status['retired']} retired; {waiting} rater(s) awaiting a verdict (the oldest for ") in listed
+    assert "behind" not in listed
+
+
+def test_a_crowd_whose_looks_fail_is_reported_behind(app, conn, researcher_client, cli, monkeypatch, seeded):
+    study_id = labels_study(conn, "words-behind", crowd_raters=30)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the crowd's look failed")
+
+    works = rater_checks.judge_by_crowd
+    monkeypatch.setattr(rater_checks, "judge_by_crowd", broken)
+    run_rater(app, study_id, "person-0", careful, seed=1, conn=conn)
+    assert _missed_at(conn, study_id, "person-0")
+    body = researcher_client.get("/api/health").get_json()
+    # the crowd never looked: the wait is counted from the rater's last answer, and a fresh one is no failure yet
+    assert body["status"] == "ok" and body["crowd"][study_id]["state"] == "ok"
+    assert body["crowd"][study_id]["awaiting"] == 1 and body["crowd"][study_id]["last_look_age"] is None
+    # minutes later, still no look: said out loud
+    field = keys.rater_field("person-0", "last_answer_at")
+    conn.hset(keys.rater_stats(study_id), field,
+              float(conn.hget(keys.rater_stats(study_id), field)) - rater_checks.CROWD_BEHIND_SECONDS - 1)
+    body = researcher_client.get("/api/health").get_json()
+    assert body["status"] == "degraded" and body["crowd"][study_id]["state"] == "behind"
+    assert body["crowd"][study_id]["oldest_pending_age"] > rater_checks.CROWD_BEHIND_SECONDS
+    assert f'proxima_crowd_behind{{study="{study_id}"}} 1.0' in researcher_client.get("/metrics").get_data(as_text=True)
+    assert "The crowd is behind" in cli("studies").output
+    # the look works again: the next check catches up and the report clears
+    monkeypatch.setattr(rater_checks, "judge_by_crowd", works)
+    rater_checks.check_raters(conn, study_id)
+    body = researcher_client.get("/api/health").get_json()
+    assert body["crowd"][study_id]["state"] == "ok" and body["crowd"][study_id]["last_look_age"] is not None

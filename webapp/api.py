@@ -46,12 +46,29 @@ def health() -> ResponseReturnValue:
     """200 while this web process and Redis answer (so a load balancer keeps it in rotation); ``status`` is
     ``"degraded"`` where a study is not learning (its update passes fail, or its answers wait with no worker
     applying them): ``learning`` names those studies, with the age of their last good pass, and counts the
-    workers and the incidents of the last hour (``workers.store.health``)."""
+    workers and the incidents of the last hour (``workers.store.health``). ``crowd`` has, per study whose catch
+    trials the crowd judges, the comparisons confirmed, pending and retired, the raters awaiting a verdict and
+    the age of the oldest pending one (``workers.jobs.rater_checks.crowd_status``); a crowd "behind" (catch
+    answers its looks have not seen for minutes) makes the status ``"degraded"`` too."""
+    import time
+
+    from workers.jobs.rater_checks import crowd_status
     from workers.store import health as learning_health
+    from workers.store.studies import list_studies
 
     conn = get_redis()
     conn.ping()
-    return jsonify(learning_health.overall(conn))
+    now = time.time()
+    body = learning_health.overall(conn, now)
+    crowd = {}
+    for study in list_studies(conn):
+        status = crowd_status(conn, study, now)
+        if status is not None:
+            crowd[study.id] = status
+    body["crowd"] = crowd
+    if any(s["state"] == "behind" for s in crowd.values()):
+        body["status"] = "degraded"
+    return jsonify(body)
 
 
 @bp.get("/studies/<study_id>/questions/next")

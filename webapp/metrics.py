@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
     from redis import Redis
 
+    from workers.store.studies import Study
+
 
 bp = Blueprint("metrics", __name__)
 
@@ -236,8 +238,10 @@ class RedisCollector:
         good_age = GaugeMetricFamily("proxima_last_good_pass_age_seconds",
                                      "Seconds since the study's last successful update pass (absent before the first).",
                                      labels=["study"])
+        crowd = CrowdGauges()
         now = time.time()
         for study in list_studies(conn):
+            crowd.add(conn, study, now)
             sid = study.id
             with conn.pipeline(transaction=False) as pipe:
                 pipe.xlen(keys.answers(sid))
@@ -265,3 +269,39 @@ class RedisCollector:
                 good_age.add_metric([sid], learning["last_good_pass_age"])
         yield from (answers, served, fallback, ratio, depth, lag_seconds, lag_answers, raters, running, failing,
                     good_age)
+        yield from crowd.families()
+
+
+class CrowdGauges:
+    """The crowd's state of each study whose catch trials it judges (``workers.jobs.rater_checks.crowd_status``)."""
+
+    def __init__(self) -> None:
+        self.comparisons = GaugeMetricFamily(
+            "proxima_crowd_comparisons", "Label comparisons by the crowd's standing at its last look (confirmed, "
+            "pending, retired).", labels=["study", "status"])
+        self.awaiting = GaugeMetricFamily("proxima_crowd_raters_awaiting",
+                                          "Raters whose missed catch trials wait for the crowd's verdict.",
+                                          labels=["study"])
+        self.oldest = GaugeMetricFamily("proxima_crowd_oldest_pending_seconds",
+                                        "Age of the oldest missed catch trial waiting for the crowd's verdict "
+                                        "(0: none waits).", labels=["study"])
+        self.behind = GaugeMetricFamily("proxima_crowd_behind",
+                                        "1 when catch answers came minutes ago that the crowd has not looked at.",
+                                        labels=["study"])
+
+    def add(self, conn: Redis, study: Study, now: float) -> None:
+        """Add one study's gauges (none for a study whose catch trials the crowd does not judge)."""
+        from workers.jobs.rater_checks import crowd_status
+
+        status = crowd_status(conn, study, now)
+        if status is None:
+            return
+        for name in ("confirmed", "pending", "retired"):
+            self.comparisons.add_metric([study.id, name], status[name])
+        self.awaiting.add_metric([study.id], status["awaiting"])
+        self.oldest.add_metric([study.id], status["oldest_pending_age"] or 0.0)
+        self.behind.add_metric([study.id], 1 if status["state"] == "behind" else 0)
+
+    def families(self) -> tuple[GaugeMetricFamily, ...]:
+        """The four families, to yield."""
+        return self.comparisons, self.awaiting, self.oldest, self.behind

@@ -408,6 +408,7 @@ def _export_package(study_id: str, output: Path | None, rater_ids: bool, media: 
 @click.command("studies")
 def list_studies_command() -> None:
     """List the studies on this Redis."""
+    from workers.jobs.rater_checks import crowd_status, describe_crowd
     from workers.store import health
     from workers.store.answers import count_answers
     from workers.store.studies import FEATURES_BUILTIN, features_version, list_studies
@@ -420,6 +421,9 @@ def list_studies_command() -> None:
             problem = health.describe(learning)
             if problem:
                 click.echo(f"  {problem}")
+            crowd = crowd_status(conn, study)
+            if crowd is not None:
+                click.echo(f"  {describe_crowd(crowd)}")
             if (features_version(conn, study.id)[0] or "").startswith(FEATURES_BUILTIN):
                 click.echo("  features: built-in image statistics (weak)")
 

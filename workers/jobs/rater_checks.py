@@ -20,6 +20,7 @@ from engine import rater_checks
 from workers.jobs import fits
 from workers.store import keys
 from workers.store.answers import CATCH_ALGORITHM, CATCH_PASS_FLAG, REPEAT_ALGORITHM, Answer, newest_entries
+from workers.store.health import _ago
 from workers.store.raters import (
     CATCH_PENDING,
     CHECKED_AT_FIELD,
@@ -430,6 +431,74 @@ def crowd_look(config: StudyConfig, claims: list[str], raters: list[str], agreed
     return judgement, claim_keys, rater_ids
 
 
+def agreed_of(answers: list[Answer]) -> list[int]:
+    """1 for each catch answer that passed (its outcome flag in the log), else 0."""
+    return [int(CATCH_PASS_FLAG in a.flags.split(",")) for a in answers]
+
+
+#: The field of ``keys.catch_claims`` with the time of the earliest missed catch trial still waiting for the
+#: crowd's verdict at its last look (0 when none waited: the dashboard reads every field but two as a number).
+OLDEST_PENDING_FIELD = "oldest_pending_at"
+#: The crowd is "behind" when a rater's catch answers or finish, at least this many seconds old, came after its
+#: last look (the check beside the passes looks within seconds of a change: a failing check never does).
+CROWD_BEHIND_SECONDS = 120.0
+
+
+def crowd_status(conn: Redis, study: Study, now: float | None = None) -> dict | None:
+    """The crowd's state of a study whose catch trials it judges (None for any other study), for the places that
+    report failures (``/api/health``, ``/metrics``, ``proxima studies``): the comparisons ``confirmed``,
+    ``pending`` and ``retired`` at its last look; the raters ``awaiting`` a verdict now (a missed catch trial, not
+    judged, not flagged); ``oldest_pending_age`` (s) since the earliest missed catch trial still waiting (None
+    when no one waits; read from the last look, or since the last look where the waiting came after it, or,
+    before any look, since the earliest last answer of the raters waiting: at least that old);
+    ``last_look_age`` (s, None before the first look); ``state`` "behind" when catch answers or finished raters
+    older than CROWD_BEHIND_SECONDS came after the last look, else "ok". Three round trips, no log read."""
+    if not crowd_judged(conn, study.id):
+        return None
+    now = time.time() if now is None else now
+    raw = conn.hgetall(keys.catch_claims(study.id))
+    claims = {k.decode(): v.decode() for k, v in raw.items()}
+    stats = _stats(conn, study.id)
+    waiting = [c for c in stats.values() if int(c.get(CATCH_PENDING) or 0) and not int(c.get(CROWD_JUDGED) or 0)
+               and not _flagged(c)]
+    looked = _seconds(claims.get("judged_at"))
+    oldest = _seconds(claims.get(OLDEST_PENDING_FIELD))
+    if oldest is None and waiting:
+        oldest = looked if looked is not None else min(_seconds(c.get("last_answer_at")) or now for c in waiting)
+    changed = [t for t in (_seconds(c.get("last_answer_at")) for c in stats.values() if int(c.get("catch") or 0))
+               if t is not None and t > (looked or 0.0)]
+    behind = _crowd_seen(study, stats) != claims.get("seen", "") and any(now - t > CROWD_BEHIND_SECONDS
+                                                                          for t in changed)
+    return {"state": "behind" if behind else "ok",
+            "confirmed": int(claims.get("confirmed") or 0), "pending": int(claims.get("pending") or 0),
+            "retired": int(claims.get("retired") or 0), "awaiting": len(waiting),
+            "oldest_pending_age": max(0.0, now - oldest) if waiting and oldest is not None else None,
+            "last_look_age": None if looked is None else max(0.0, now - looked)}
+
+
+def _seconds(raw: str | None) -> float | None:
+    """A stored Unix time, None for none (absent, empty or 0)."""
+    try:
+        return float(raw) or None if raw else None
+    except ValueError:
+        return None
+
+
+def describe_crowd(status: dict) -> str:
+    """One line for a researcher: the comparisons' standing and the raters waiting (and whether the crowd is
+    behind), from ``crowd_status``."""
+    line = (f"crowd: {status['confirmed']} comparisons confirmed, {status['pending']} pending, {status['retired']} "
+            f"retired; {status['awaiting']} rater(s) awaiting a verdict")
+    if status["oldest_pending_age"] is not None:
+        line += f" (the oldest for {_ago(status['oldest_pending_age'])})"
+    if status["state"] == "behind":
+        look = status["last_look_age"]
+        last = "never" if look is None else f"{_ago(look)} ago"
+        line += (f". The crowd is behind: catch answers wait that its last look ({last}) did not see (is the "
+                 "worker's answer check failing? see its log)")
+    return line
+
+
 def judge_by_crowd(conn: Redis, study: Study, log_answers: list[Answer], stats: dict[str, dict[str, str]]) -> dict:
     """Catch trials judged by the crowd (labels alone): retire the comparisons people do not agree with (no
     longer shown), count the comparisons for the dashboard and judge the raters due, once each (a flag does
@@ -439,9 +508,8 @@ def judge_by_crowd(conn: Redis, study: Study, log_answers: list[Answer], stats: 
         return {}
     config = study.config
     judgement, claim_keys, rater_ids = crowd_look(
-        config, [a.claim for a in answers], [a.rater for a in answers],
-        [int(CATCH_PASS_FLAG in a.flags.split(",")) for a in answers], stats, study.status == "closed",
-        config.random_state or 0)
+        config, [a.claim for a in answers], [a.rater for a in answers], agreed_of(answers), stats,
+        study.status == "closed", config.random_state or 0)
     attention = config.attention
     status = judgement.verdicts.claim
     retired = set(judgement.retire)
@@ -451,6 +519,11 @@ def judge_by_crowd(conn: Redis, study: Study, log_answers: list[Answer], stats: 
               "answered": len(claim_keys), "judged_at": time.time()}
     counts["pending"] = counts["answered"] - counts["confirmed"] - counts["retired"]
     counts["seen"] = _crowd_seen(study, stats)
+    # the earliest missed catch trial of a rater still waiting for a verdict after this look (crowd_status: its age)
+    waiting = {r for r, c in stats.items() if int(c.get(CATCH_PENDING) or 0) and not int(c.get(CROWD_JUDGED) or 0)
+               and not _flagged(c)} - {rater_ids[x] for x in judgement.p}
+    missed = [a.answered_at for a, ok in zip(answers, agreed_of(answers), strict=True) if not ok and a.rater in waiting]
+    counts[OLDEST_PENDING_FIELD] = repr(min(missed)) if missed else "0"
     with conn.pipeline(transaction=True) as pipe:
         pipe.delete(keys.catch_retired(study.id))
         if retired:
