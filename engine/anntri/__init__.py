@@ -18,7 +18,9 @@ Shapes used throughout (n = ``n_items``):
 - Round j finds item j's k nearest neighbours; rounds open in the random order ``order_``.
 - A head-based planner stores no ``upper_``/``lower_``: they are computed from ``mean_`` and
   ``count_`` (today's interval), with the pairs whose running intersection is tighter kept in
-  ``_tight``; reading the attributes builds the whole matrices.
+  its estimates' ``tight``; reading the attributes builds the whole matrices.
+- The pair arrays belong to one :class:`engine.anntri.estimates.Estimates` per planner
+  (``_est``, with its own ``to_state``/``from_state`` part); ``mean_`` ... ``lower_`` read it.
 
 One module per concern: :mod:`.estimates` (intervals and bounds), :mod:`.observe` (answers),
 :mod:`.rounds` (decisions and the window), :mod:`.questions` (question choice), :mod:`.results`,

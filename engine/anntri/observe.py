@@ -45,7 +45,7 @@ class AnswerUpdates:
             return
         if not rows:
             return
-        if self._derived_bounds:
+        if self._est.derived:
             self._observe_derived(rows)
             return
         if self._hot_on:
@@ -65,12 +65,12 @@ class AnswerUpdates:
         """One answer ``v`` for the pair (i, j), i < j, of a planner with stored bounds, in Python
         scalars, straight into the arrays (both mirrored entries): every short batch outside the
         overlay (the overlay's own pairs are updated in place by ``ScalarOverlay._observe_hot``)."""
-        d = self.__dict__
-        mean, count, pending = d["_a_mean_"], d["_a_count_"], d["_a_pending_"]
-        upper, lower = d["_a_upper_"], d["_a_lower_"]
+        est = self._est
+        mean, count, pending = est.mean, est.count, est.pending
+        upper, lower = est.upper, est.lower
         T = int(count[i, j])
         T1 = T + 1
-        m1, hi, lo, failed = interval_step(float(mean[i, j]), T, v, self._radius_lookup(T1)[T1],
+        m1, hi, lo, failed = interval_step(float(mean[i, j]), T, v, est.radius_lookup(T1)[T1],
                                            float(upper[i, j]), float(lower[i, j]))
         if failed:
             self._active_cache.pop(i, None)
@@ -88,10 +88,10 @@ class AnswerUpdates:
 
     def _observe_derived(self, rows):
         """The scalar :meth:`observe` of a head-based planner (bounds derived from mean and count)."""
-        d = self.__dict__
-        if d["_a_mean_"].dtype == np.float32 and any(v != 0.0 and v != 1.0 for _, _, v in rows):
+        est = self._est
+        if est.mean.dtype == np.float32 and any(v != 0.0 and v != 1.0 for _, _, v in rows):
             self._upgrade_mean()
-        mean, count, pending = d["_a_mean_"], d["_a_count_"], d["_a_pending_"]
+        mean, count, pending = est.mean, est.count, est.pending
         exact = mean.dtype == np.float32
         cache = self._active_cache
         touched = self._touched
@@ -99,20 +99,27 @@ class AnswerUpdates:
             T = int(count[i, j])
             T1 = T + 1
             m = float(mean[i, j])
-            if exact:  # k / T read back exactly (see _exact_mean)
+            if exact:  # k / T read back exactly (see estimates.exact_mean)
                 k = round(m * T)
                 m_old = k / T if T else 0.0
                 m1 = (k + v) / T1
             else:
                 m_old = m
                 m1 = (m * T + v) / T1
-            self._tighten(i, j, m_old, T, m1, T1)
+            if est.tighten(i, j, m_old, T, m1, T1):
+                cache.pop(i, None)
+                cache.pop(j, None)
             mean[i, j] = m1
             count[i, j] = T1
             pending[i, j] = max(int(pending[i, j]) - 1, 0)
             touched.add(i)
             drop_stale_active(cache, i, j)
         self.n_samples_ += len(rows)
+
+    def _upgrade_mean(self) -> None:
+        """A value other than 0 or 1 arrived: the means go float64 (every row of ``mean_`` changes)."""
+        if self._est.upgrade_mean():
+            self._touched_all = True
 
     def _observe_arrays(self, answers) -> None:
         """The vectorised :meth:`observe` for long batches (and the bounded bounds)."""
@@ -135,7 +142,7 @@ class AnswerUpdates:
         else:
             sums = values
             adds = np.ones(len(keys), dtype=np.int64)
-        if self._derived_bounds:
+        if self._est.derived:
             self._observe_arrays_derived(i, j, sums, adds, values)
         else:
             self._observe_arrays_stored(i, j, sums, adds)
@@ -155,7 +162,7 @@ class AnswerUpdates:
         T_old = count_f[flat[:m]].astype(np.int64)
         T_new = T_old + adds
         mean = (mean_f[flat[:m]] * T_old + sums) / T_new
-        conf_lo, conf_hi = self._confidence(mean, T_new)
+        conf_lo, conf_hi = self._est.confidence(mean, T_new)
         conf_lo = np.maximum(conf_lo, 0.0)
         hi = np.minimum(upper_f[flat[:m]], conf_hi)
         lo = np.maximum(lower_f[flat[:m]], conf_lo)
@@ -178,13 +185,13 @@ class AnswerUpdates:
 
     def _observe_arrays_derived(self, i, j, sums, adds, values) -> None:
         """The vectorised :meth:`observe` of a head-based planner (distinct pairs (head i, arm j))."""
-        d = self.__dict__
-        if d["_a_mean_"].dtype == np.float32 and not np.all((values == 0.0) | (values == 1.0)):
+        est = self._est
+        if est.mean.dtype == np.float32 and not np.all((values == 0.0) | (values == 1.0)):
             self._upgrade_mean()
         n = self.n_items
         flat = i * n + j
-        mean_f, count_f = d["_a_mean_"].reshape(-1), d["_a_count_"].reshape(-1)
-        pending_f = d["_a_pending_"].reshape(-1)
+        mean_f, count_f = est.mean.reshape(-1), est.count.reshape(-1)
+        pending_f = est.pending.reshape(-1)
         T_old = count_f[flat].astype(np.int64)
         T_new = T_old + adds
         if mean_f.dtype == np.float32:
@@ -194,7 +201,7 @@ class AnswerUpdates:
         else:
             m_old = mean_f[flat]
             mean = (m_old * T_old + sums) / T_new
-        self._tighten_many(i, j, m_old, T_old, mean, T_new)
+        est.tighten_many(i, j, m_old, T_old, mean, T_new)
         mean_f[flat] = mean
         count_f[flat] = T_new
         pending_f[flat] = np.maximum(pending_f[flat] - adds, 0)

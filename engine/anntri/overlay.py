@@ -24,6 +24,7 @@ import numpy as np
 
 from ..bounds import UNIT_INTERVAL_BOUNDS
 from .checks import SMALL_BATCH
+from .estimates import Estimates
 from .questions import SPREAD_MIN_ROUNDS, round_robin
 from .rounds import drop_stale_active
 
@@ -55,16 +56,25 @@ class RoundRecord:
 def overlaid(name: str, doc: str) -> property:
     """A public array attribute whose hot entries may live in the overlay: reading or assigning
     it first writes the overlay back and drops it, so callers (and code writing into the array)
-    see the truth. ``upper_``/``lower_`` of a head-based planner are computed from mean and count
-    (``_materialise_bounds``; an assignment is adopted through ``_set_bounds``)."""
-    private = "_a_" + name
+    see the truth. The pair arrays are the planner's :class:`engine.anntri.estimates.Estimates`'
+    (``upper_``/``lower_`` of a head-based planner are computed from mean and count,
+    ``materialise_bounds``; an assignment is adopted through ``set_bounds``); ``round_issued_``
+    is the planner's own."""
+    field = name.rstrip("_")
     bound = name in ("upper_", "lower_")
+    on_estimates = name != "round_issued_"
+    private = "_a_" + name
 
     def get(self):
         if self._hot_on:
             self._drop_hot()
-        if bound and self._derived_bounds:
-            return self._materialise_bounds()[0 if name == "upper_" else 1]
+        if on_estimates:
+            est = self.__dict__.get("_est")
+            if est is None:
+                raise AttributeError(name)
+            if bound and est.derived:
+                return est.materialise_bounds()[0 if name == "upper_" else 1]
+            return getattr(est, field)
         try:
             return self.__dict__[private]
         except KeyError:
@@ -74,8 +84,14 @@ def overlaid(name: str, doc: str) -> property:
         if self._hot_on:
             self._drop_hot()
         self.__dict__["_touched_all"] = True  # a whole array replaced: every row may differ
-        if bound and self._derived_bounds:
-            self._set_bounds(**{name: value})
+        if on_estimates:
+            est = self.__dict__.get("_est")
+            if est is None:
+                raise AttributeError(f"{name} is set once the planner's state exists")
+            if bound and est.derived:
+                est.set_bounds(**{field: value})
+                return
+            setattr(est, field, value)
             return
         self.__dict__[private] = value
 
@@ -100,17 +116,17 @@ class ScalarOverlay:
         # bounds (their radius depends on the count only) and float64 bounds.
         # Head-based (symmetric=False) estimates take the array paths.
         self._fast_ok = (self._overlay_capable and self.k == 1 and self.symmetric
-                         and self.bound not in UNIT_INTERVAL_BOUNDS and not self._derived_bounds
-                         and self.__dict__["_a_upper_"].dtype == np.float64)
+                         and self.bound not in UNIT_INTERVAL_BOUNDS and not self._est.derived
+                         and self._est.upper.dtype == np.float64)
         if self._fast_ok:
-            self._radius_lookup(0)
+            self._est.radius_lookup(0)
 
     def _drop_hot(self) -> None:
         """Write the overlay's scalars back into the arrays and forget them."""
         n = self.n_items
-        d = self.__dict__
-        mean, count, pending = d["_a_mean_"], d["_a_count_"], d["_a_pending_"]
-        upper, lower, issued = d["_a_upper_"], d["_a_lower_"], d["_a_round_issued_"]
+        est = self._est
+        mean, count, pending = est.mean, est.count, est.pending
+        upper, lower, issued = est.upper, est.lower, self.__dict__["_a_round_issued_"]
         touched = self._touched
         for key, r in self._hot.items():
             i, j = divmod(key, n)
@@ -126,6 +142,13 @@ class ScalarOverlay:
         self._hot = {}
         self._hot_rounds = {}
         self._hot_on = False
+
+    @property
+    def _synced(self) -> Estimates:
+        """The planner's estimates with the overlay written back (what the public arrays read)."""
+        if self._hot_on:
+            self._drop_hot()
+        return self._est
 
     # ------------------------------------------------------------------ answers
     def _observe_hot(self, answers) -> bool:
@@ -150,7 +173,8 @@ class ScalarOverlay:
                     or not (0 <= p < n and 0 <= q < n) or p == q or v - v != 0.0):
                 return False
         hot = self._hot
-        radius = self._radius_list
+        est = self._est
+        radius = est.radius_list
         top = len(radius)
         cache = self._active_cache
         dirty = self.dirty_ if self.triangle else None
@@ -164,7 +188,7 @@ class ScalarOverlay:
                 T = r.count
                 T1 = T + 1
                 if T1 >= top:
-                    radius = self._radius_lookup(T1)
+                    radius = est.radius_lookup(T1)
                     top = len(radius)
                 m1 = (r.mean * T + v) / T1
                 rad = radius[T1]
@@ -313,21 +337,21 @@ class ScalarOverlay:
         """The overlay records of pairs (j, a) for a in ``act``, moved in where missing."""
         n = self.n_items
         hot = self._hot
-        d = self.__dict__
+        est = self._est
         recs = []
         for a in act:
             key = j * n + a if j < a else a * n + j
             r = hot.get(key)
             if r is None:
-                r = self._make_hot(key, d)
+                r = self._make_hot(key, est)
             recs.append(r)
         return recs
 
-    def _make_hot(self, key: int, d: dict) -> PairRecord:
+    def _make_hot(self, key: int, est: Estimates) -> PairRecord:
         """Move pair ``key`` (i * n + j, i < j) into the overlay."""
         i, j = divmod(key, self.n_items)
-        r = PairRecord(int(d["_a_count_"][i, j]), float(d["_a_mean_"][i, j]), float(d["_a_upper_"][i, j]),
-                       float(d["_a_lower_"][i, j]), int(d["_a_pending_"][i, j]))
+        r = PairRecord(int(est.count[i, j]), float(est.mean[i, j]), float(est.upper[i, j]),
+                       float(est.lower[i, j]), int(est.pending[i, j]))
         self._hot[key] = r
         self._hot_on = True
         return r

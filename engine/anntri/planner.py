@@ -12,11 +12,12 @@ import math
 import numbers
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..bounds import check_bound
 from ..graph import NO_NEIGHBOR
 from ..utils import RandomState, check_int, check_n_items, check_random_state, store_params
-from .estimates import FLOAT64_MAX_ITEMS, Estimates
+from .estimates import Estimates
 from .observe import AnswerUpdates
 from .overlay import ScalarOverlay, overlaid
 from .questions import QuestionChoice
@@ -25,7 +26,7 @@ from .rounds import Rounds
 from .state import StateIO
 
 
-class _NeighborGraphPlanner(StateIO, Results, QuestionChoice, Rounds, AnswerUpdates, Estimates, ScalarOverlay):
+class _NeighborGraphPlanner(StateIO, Results, QuestionChoice, Rounds, AnswerUpdates, ScalarOverlay):
     """The pair planners' parameters and state (:class:`engine.anntri.ANNTri` documents them)."""
 
     # The pair arrays and round_issued_ are properties: in long duels (few active arms) the
@@ -37,10 +38,9 @@ class _NeighborGraphPlanner(StateIO, Results, QuestionChoice, Rounds, AnswerUpda
     upper_ = overlaid("upper_", "U*, shape (n, n)")
     lower_ = overlaid("lower_", "L*, shape (n, n)")
     round_issued_ = overlaid("round_issued_", "questions each round has issued, shape (n,)")
-    #: Head-based estimates (``symmetric=False``, never triangle bounds): U*/L* are not stored as
-    #: (n, n) arrays but computed from ``mean_``/``count_`` (the current anytime interval), with the
-    #: few pairs whose running intersection is tighter than that interval kept in ``_tight``.
-    _derived_bounds = False
+    #: The pair estimates (D̂, answers, pending questions, U*, L*) live in ``_est``, an
+    #: :class:`engine.anntri.estimates.Estimates` with its own state; None until the state exists.
+    _est = None
 
     def __init__(self, n_items: int, k: int = 1, delta: float = 0.1, sigma: float = 0.5, bound: str = "lil",
                  triangle: bool = True, max_samples_per_round: int | None = None, window: int = 1,
@@ -75,25 +75,18 @@ class _NeighborGraphPlanner(StateIO, Results, QuestionChoice, Rounds, AnswerUpda
             raise ValueError("triangle=True needs symmetric=True: triangle bounds are only valid "
                              "for a metric; pass triangle=False with symmetric=False")
 
+    def bounds_of(self, rows: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        """(U*, L*) of the given rows, shape (len(rows), n), float64: what ``upper_``/``lower_`` hold
+        for them, without building the whole matrices of a head-based planner (O(len(rows) x n))."""
+        return self._synced.rows_bounds(np.asarray(rows, dtype=np.int64))
+
     def _ensure_state(self):
         if self._hot is not None:
             return
         self._check_params()
         n = self.n_items
         self.rng_ = check_random_state(self.random_state)
-        fdtype = np.float64 if n <= FLOAT64_MAX_ITEMS else np.float32
-        self._derived_bounds = not self.symmetric
-        self._tight = {}
-        # A mean of 0/1 answers (triplet-derived samples) is k / T: above FLOAT64_MAX_ITEMS items the
-        # head-based planner stores it in float32 and reads k back exactly (see _exact_mean).
-        self.mean_ = np.zeros((n, n), dtype=np.float32 if self._derived_bounds and fdtype == np.float32
-                              else np.float64)
-        self.count_ = np.zeros((n, n), dtype=np.int32)
-        self.pending_ = np.zeros((n, n), dtype=np.int32)
-        if not self._derived_bounds:
-            self.upper_ = np.full((n, n), np.inf, dtype=fdtype)
-            self.lower_ = np.zeros((n, n), dtype=fdtype)
-            np.fill_diagonal(self.upper_, 0.0)
+        self._est = Estimates.empty(n, self.delta, self.sigma, self.bound, self.symmetric)
         self.order_ = self.rng_.permutation(n).astype(np.int64)
         self.status_ = np.zeros(n, dtype=np.int8)
         self.round_issued_ = np.zeros(n, dtype=np.int64)

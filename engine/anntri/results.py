@@ -9,6 +9,7 @@ import numpy as np
 
 from ..graph import NO_NEIGHBOR, NeighborGraph
 from . import estimates
+from .estimates import exact_mean
 from .rounds import FAR, ROUND_CAPPED, ROUND_CERTIFIED, ROUND_OPEN, ROUND_WAITING
 
 
@@ -48,14 +49,14 @@ class Results:
         """Current best k neighbours of the given rows (certified or not), shape (len(rows), k)."""
         k = self.k
         r = np.arange(len(rows))
-        U, L = self._rows_bounds(rows)
+        U, L = self._synced.rows_bounds(rows)
         U[r, rows] = np.inf
         L[r, rows] = np.inf
         kth_upper = np.partition(U, k - 1, axis=1)[:, k - 1] if k > 1 else U.min(axis=1)
         sampled = self.count_[rows] > 0
         with np.errstate(invalid="ignore"):
             mid = np.where(np.isfinite(U), 0.5 * (U + L), np.inf)
-        key = np.where(sampled, self._exact_mean(self.mean_[rows], self.count_[rows]), mid)
+        key = np.where(sampled, exact_mean(self.mean_[rows], self.count_[rows]), mid)
         key = np.where(np.isfinite(key), key, FAR + np.minimum(L, FAR / 4))
         key[L >= kth_upper[:, None]] += 4 * FAR
         key[r, rows] = np.inf
@@ -72,15 +73,15 @@ class Results:
             self._drop_hot()
         tick = self._fold()
         cached = self.__dict__.get("_sums_cache")
-        d = self.__dict__
+        est = self._est
         if cached is not None and cached[1].shape == (self.n_items,):
             rows = np.flatnonzero(self._row_epoch > cached[0])
             counts, pendings = cached[1], cached[2]
-            counts[rows] = d["_a_count_"][rows].sum(axis=1)
-            pendings[rows] = d["_a_pending_"][rows].sum(axis=1)
+            counts[rows] = est.count[rows].sum(axis=1)
+            pendings[rows] = est.pending[rows].sum(axis=1)
         else:
-            counts = d["_a_count_"].sum(axis=1, dtype=np.int64)
-            pendings = d["_a_pending_"].sum(axis=1, dtype=np.int64)
+            counts = est.count.sum(axis=1, dtype=np.int64)
+            pendings = est.pending.sum(axis=1, dtype=np.int64)
         self._sums_cache = (tick, counts, pendings)
         return counts, pendings
 
@@ -110,11 +111,11 @@ class Results:
         """The k-NN graph now: certified rows are final, the others are best estimates."""
         nb = self.current_neighbors()
         rows = np.arange(self.n_items)[:, None]
-        if self._derived_bounds:
-            d = self.__dict__
-            T = d["_a_count_"][rows, nb]
-            lower, upper = self._interval(self._exact_mean(d["_a_mean_"][rows, nb], T), T)
-            for j, tight in self._tight.items():
+        est = self._est
+        if est.derived:
+            T = est.count[rows, nb]
+            lower, upper = est.interval(exact_mean(est.mean[rows, nb], T), T)
+            for j, tight in est.tight.items():
                 for pos, a in enumerate(nb[j].tolist()):
                     if a in tight:
                         upper[j, pos], lower[j, pos] = tight[a]
@@ -124,7 +125,7 @@ class Results:
         return NeighborGraph(
             neighbors=nb,
             certified=self._certified().copy(),
-            estimates=self._exact_mean(self.mean_[rows, nb], self.count_[rows, nb]),
+            estimates=exact_mean(self.mean_[rows, nb], self.count_[rows, nb]),
             lower=lower,
             upper=upper,
             samples=self.count_[rows, nb].astype(np.int64),

@@ -12,6 +12,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .. import triangle as tri
+from .estimates import exact_mean
 
 #: ``status_`` values of a round.
 ROUND_WAITING = 0
@@ -120,7 +121,7 @@ class Rounds:
         arms, sorted (a list of ints, or an int array when there are many)."""
         if self.k == 1:
             return self._decide_1nn(j)
-        accepted, undecided = racing_decision(*self._row_bounds(j), j, self.k)
+        accepted, undecided = racing_decision(*self._synced.row_bounds(j), j, self.k)
         n_acc = int(accepted.sum())
         n_und = int(undecided.sum())
         if n_acc < self.k and n_acc + n_und > self.k:
@@ -140,12 +141,12 @@ class Rounds:
         scalar reads.
         """
         cached = self._active_cache.get(j)
-        if self._derived_bounds and cached is not None:
+        if self._est.derived and cached is not None:
             act = cached[0]
             U, L = np.full(self.n_items, np.inf), np.zeros(self.n_items)
-            U[act], L[act] = self._bounds_at(j, act)  # the cached branch reads the active arms only
+            U[act], L[act] = self._est.bounds_at(j, act)  # the cached branch reads the active arms only
         else:
-            U, L = self._row_bounds(j)
+            U, L = self._synced.row_bounds(j)
         if cached is None:
             Uc, best, active = setri_active(U, L, j)
             act = np.flatnonzero(active)
@@ -225,9 +226,9 @@ class Rounds:
 
     def _score_row(self, j):
         sampled = self.count_[j] > 0
-        U, L = self._row_bounds(j)
+        U, L = self._synced.row_bounds(j)
         mid = np.where(np.isfinite(U), 0.5 * (U.astype(np.float64) + L), np.inf)
-        key = np.where(sampled, self._exact_mean(self.mean_[j], self.count_[j]), mid)
+        key = np.where(sampled, exact_mean(self.mean_[j], self.count_[j]), mid)
         return np.where(np.isfinite(key), key, FAR + L)
 
     def _open_round(self, j):
@@ -268,10 +269,10 @@ class Rounds:
         if cached is not None:
             arms = np.asarray(cached[0], dtype=np.int64)
         elif self.k == 1:
-            _, _, active = setri_active(*self._row_bounds(j), j)
+            _, _, active = setri_active(*self._synced.row_bounds(j), j)
             arms = np.flatnonzero(active)
         else:
-            _, undecided = racing_decision(*self._row_bounds(j), j, self.k)
+            _, undecided = racing_decision(*self._synced.row_bounds(j), j, self.k)
             arms = np.flatnonzero(undecided)
         if len(arms) and int(self.count_[j, arms].min()) == 0:
             return False

@@ -14,7 +14,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..utils import check_state, generator_from_state, generator_state
-from .estimates import FLOAT64_MAX_ITEMS
+from .estimates import Estimates
 from .overlay import OVERLAID
 
 #: 2 added params['stagger'], 3 params['symmetric'], 4 head-based states without ``upper``/``lower``
@@ -121,7 +121,7 @@ class StateIO:
         }
 
     def _state_names(self):
-        if self._derived_bounds:
+        if self._est is not None and self._est.derived:
             return tuple(a for a in self._ARRAYS if a not in ("upper_", "lower_"))
         return self._ARRAYS
 
@@ -158,7 +158,9 @@ class StateIO:
             state["dirty"] = np.fromiter(self.dirty_, dtype=np.int64, count=len(self.dirty_))
             for name in self._SCALARS:
                 state[name.rstrip("_")] = int(getattr(self, name))
-            arrays = {name: getattr(self, name) for name in self._state_names()}  # writes the overlay back
+            est = self._synced  # writes the overlay back
+            arrays = {f"{name}_": arr for name, arr in est.arrays().items()}
+            arrays.update((name, getattr(self, name)) for name in self._ARRAYS if name.rstrip("_") not in est.SQUARE)
             changes = None if copy else self._changes()
             for name, arr in arrays.items():
                 if copy:
@@ -167,12 +169,8 @@ class StateIO:
                     arr = arr.view(RowTracked)
                     arr.row_changes = changes
                 state[name.rstrip("_")] = arr
-            if self._derived_bounds:
-                n = self.n_items
-                items = sorted((i * n + j, hi, lo) for i, row in self._tight.items() for j, (hi, lo) in row.items())
-                state["tight_keys"] = np.array([t[0] for t in items], dtype=np.int64)
-                state["tight_upper"] = np.array([t[1] for t in items], dtype=np.float64)
-                state["tight_lower"] = np.array([t[2] for t in items], dtype=np.float64)
+            if est.derived:
+                state.update(est.tight_state())
         return state
 
     @classmethod
@@ -186,23 +184,14 @@ class StateIO:
         planner._check_params()
         if state.get("initialized"):
             n, k = planner.n_items, planner.k
-            fdtype = np.float64 if n <= FLOAT64_MAX_ITEMS else np.float32
-            derived = not planner.symmetric
-            planner._derived_bounds = derived
-            planner._tight = {}
-            # a head-based planner keeps means of 0/1 answers in float32 above FLOAT64_MAX_ITEMS items
-            mdtype = np.float32 if derived and np.asarray(state["mean"]).dtype == np.float32 else np.float64
-            dtypes = {"mean_": mdtype, "count_": np.int32, "pending_": np.int32,
-                      "upper_": fdtype, "lower_": fdtype, "order_": np.int64, "status_": np.int8,
-                      "round_issued_": np.int64, "neighbors_": np.int64, "refresh_mark_": np.int64}
-            shapes = {"neighbors_": (n, k), "mean_": (n, n), "count_": (n, n), "pending_": (n, n),
-                      "upper_": (n, n), "lower_": (n, n)}
+            planner._est = Estimates.from_state(state, n, planner.delta, planner.sigma, planner.bound,
+                                                planner.symmetric)
+            dtypes = {"order_": np.int64, "status_": np.int8, "round_issued_": np.int64, "neighbors_": np.int64,
+                      "refresh_mark_": np.int64}
             d = planner.__dict__
-            for name in cls._ARRAYS:
-                if derived and name in ("upper_", "lower_"):
-                    continue
-                arr = np.array(state[name.rstrip("_")], dtype=dtypes[name], copy=True)
-                if arr.shape != shapes.get(name, (n,)):
+            for name, dtype in dtypes.items():
+                arr = np.array(state[name.rstrip("_")], dtype=dtype, copy=True)
+                if arr.shape != ((n, k) if name == "neighbors_" else (n,)):
                     raise ValueError(f"state array {name.rstrip('_')!r} has shape {arr.shape}")
                 d["_a_" + name if name in OVERLAID else name] = arr
             for name in cls._SCALARS:
@@ -211,13 +200,6 @@ class StateIO:
             planner.dirty_ = dict.fromkeys(np.asarray(state["dirty"], dtype=np.int64).tolist())
             planner._active_cache = {}
             planner.rng_ = generator_from_state(state["rng"])
-            if derived:
-                keys = np.asarray(state["tight_keys"], dtype=np.int64).tolist()
-                his = np.asarray(state["tight_upper"], dtype=np.float64).tolist()
-                los = np.asarray(state["tight_lower"], dtype=np.float64).tolist()
-                for key, hi, lo in zip(keys, his, los, strict=True):
-                    i, j = divmod(key, n)
-                    planner._tight.setdefault(i, {})[j] = (hi, lo)
             planner._start_overlay()
             planner._start_tracking()
         return planner

@@ -10,7 +10,7 @@ from scipy.sparse.csgraph import shortest_path
 
 from engine.anntri import ANN, DERIVED_DEFAULTS, ANNTri, RandomSampling, planner_from_state
 from engine.anntri.checks import SMALL_BATCH
-from engine.anntri.estimates import outward, outward_one
+from engine.anntri.estimates import exact_mean, outward, outward_one
 from engine.truth import neighbor_error
 from simulation.oracles import DistanceMatrixOracle, PointsOracle, circle_clusters, run
 
@@ -822,7 +822,7 @@ def _intersected_bounds(batches, n, bound="lil", delta=0.1, sigma=0.5):
 @pytest.mark.parametrize("bound", ["lil", "kl"])
 def test_head_based_bounds_follow_from_mean_and_count_and_the_tighter_pairs(bound):
     """No (n, n) bound arrays in head-based mode: U*/L* are today's interval of mean and count,
-    except the pairs whose running intersection is tighter (``_tight``); same numbers as keeping them."""
+    except the pairs whose running intersection is tighter (``tight``); same numbers as keeping them."""
     n = 15
     rng = np.random.default_rng(3)
     planner = ANN(n, symmetric=False, bound=bound, random_state=0)
@@ -832,11 +832,11 @@ def test_head_based_bounds_follow_from_mean_and_count_and_the_tighter_pairs(boun
         batch = [(int(i), int(j), float(rng.random() < 0.3 + 0.4 * (t % 2))) for t in range(int(rng.integers(1, 25)))]
         planner.observe(batch)
         answers.append(batch)
-    assert "_a_upper_" not in planner.__dict__ and (planner._tight or bound != "lil")  # some bind (LIL)
+    assert planner._est.upper is None and (planner._est.tight or bound != "lil")  # some bind (LIL)
     U, L = _intersected_bounds(answers, n, bound)
     assert np.allclose(planner.upper_, U, rtol=0, atol=1e-9) and np.allclose(planner.lower_, L, rtol=0, atol=1e-9)
     state = planner.to_state()
-    assert "upper" not in state and len(state["tight_keys"]) == sum(map(len, planner._tight.values()))
+    assert "upper" not in state and len(state["tight_keys"]) == sum(map(len, planner._est.tight.values()))
     back = planner_from_state(state)
     assert np.array_equal(back.upper_, planner.upper_) and np.array_equal(back.lower_, planner.lower_)
 
@@ -847,14 +847,14 @@ def test_bound_matrices_assigned_to_a_head_based_planner_keep_only_the_tighter_p
     oracle = _HeadOracle(M, 0.1, 1)
     for _ in range(40):
         planner.observe(oracle.answer(planner.next_questions(5)))
-    assert planner._tight  # some pairs' running intersections are tighter than today's interval
+    assert planner._est.tight  # some pairs' running intersections are tighter than today's interval
     empty = np.empty(0)
     restored = planner_from_state({**planner.to_state(), "tight_keys": empty.astype(np.int64),
                                    "tight_upper": empty, "tight_lower": empty})
-    assert restored._tight == {}
+    assert restored._est.tight == {}
     restored.upper_ = planner.upper_.copy()
     restored.lower_ = planner.lower_.copy()
-    assert restored._tight == planner._tight
+    assert restored._est.tight == planner._est.tight
     in_lockstep(planner, restored, oracle, rounds=40, batch=5)
     assert np.array_equal(restored.current_neighbors(), planner.current_neighbors())
 
@@ -869,8 +869,8 @@ def test_large_head_based_planners_keep_means_of_0_1_answers_exactly_in_float32(
         planner.observe([(i, j, v)])  # short: the scalar path
     assert planner.mean_.dtype == np.float32 and planner.count_[0, 1] == 36
     g = planner.result()
-    assert planner._exact_mean(planner.mean_[0, 1], 36) == 13 / 36
-    assert planner._exact_mean(planner.mean_[5, 7], 3) == 1.0
+    assert exact_mean(planner.mean_[0, 1], 36) == 13 / 36
+    assert exact_mean(planner.mean_[5, 7], 3) == 1.0
     state = planner.to_state()
     assert state["mean"].dtype == np.float32
     back = planner_from_state(state)
