@@ -253,6 +253,7 @@
     setText("glance-active", stats.active_raters);
     setText("glance-answers", stats.answers);
     setText("glance-per-item", stats.answers_per_item.toFixed(1));  // the learners' answers only
+    if (stats.split) setText("glance-split", stats.split.sentence);  // the split the pooled learner set
     setText("health-state", stats.state);
     const failure = document.getElementById("learning-failure");
     if (failure && stats.learning) {  // learning stopped or behind: said at the top of the Overview
