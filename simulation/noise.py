@@ -129,6 +129,23 @@ def median_triplet_gap(distances: ArrayLike, n_samples: int = 100_000) -> float:
     return float(np.median(np.abs(D[x, a] - D[x, b])))
 
 
+def robust_range(distances: ArrayLike) -> float:
+    """The spread of ``distances`` a noise scale can be stated in across data sets and sizes: the
+    :data:`ROBUST_RANGE_QUANTILE` quantile over items of each item's :data:`ROBUST_RANGE_RANK`-th largest
+    distance.
+
+    Like the largest distance (the unit the human model was fitted in, the alien eggs scaled to [0, 1]) it
+    grows with the number of items drawn alike, as their outermost items lie farther out; unlike it, it does
+    not follow the few items an embedding fitted to a pilot throws far out (a fitted world's largest
+    distance is 7-9 median gaps where its truth's is 5.6-6.5, its robust range within 0-20% of the truth's).
+    The median gap of random triplets (:func:`median_triplet_gap`) does neither: it stays put as items are
+    added, so raters stated as a share of the range are more median gaps of 1,000 items than of 100."""
+    D = check_distance_matrix(distances)
+    rank = min(ROBUST_RANGE_RANK, D.shape[0] - 1)
+    farthest = np.partition(D, D.shape[0] - rank, axis=1)[:, D.shape[0] - rank]
+    return float(np.quantile(farthest, ROBUST_RANGE_QUANTILE))
+
+
 def human_log_likelihood(gap: np.ndarray, scale: float, lapse: float) -> float:
     """Log-likelihood of answers whose truth gaps are ``gap`` (d(i, k) − d(i, j) of an answered
     triplet (i, j, k)) under :func:`human_agree_probability` with scale > 0."""
@@ -215,8 +232,9 @@ class PilotFit:
     scale_from_prior: bool = False
     #: whether the lapse rate is the human model's (the pilot did not show its raters lapsing more)
     lapse_from_prior: bool = False
-    #: how the noise was chosen: "prior" (the human model's unless the pilot shows worse raters, in median gaps),
-    #: "calibrated" (cbcdfd1's calibration, :data:`NOISE_FROM_PRIOR` False) or "cross-fitted" (no calibration)
+    #: how the noise was chosen: "prior" (the human model's unless the pilot shows worse raters, as a share of
+    #: the fitted world's :func:`robust_range`), "calibrated" (cbcdfd1's calibration, :data:`NOISE_FROM_PRIOR`
+    #: False) or "cross-fitted" (no calibration)
     noise: str = "calibrated"
 
     @property
@@ -228,14 +246,20 @@ class PilotFit:
         """Noise scales as a share of each truth's median triplet gap (comparable across replicates)."""
         return np.array([s.scale / median_triplet_gap(s.distances, 20_000) for s in self.scenarios])
 
+    @property
+    def range_scales(self) -> np.ndarray:
+        """Noise scales as a share of each truth's :func:`robust_range` (the model's: :data:`HUMAN_RANGE_SCALE`)."""
+        return np.array([s.scale / robust_range(s.distances) for s in self.scenarios])
+
     def describe(self) -> str:
         lapse, rel = self.lapses, self.relative_scales
         head = (f"pilot of {self.n_answers} answers: {self.kernel.upper()} embedding in {self.dim} dimensions "
                 f"(held-out triplet accuracy {self.holdout_accuracy:.2f}); ")
         if self.noise == "prior":
             return head + (f"raters' noise the human model's unless the pilot shows worse raters (a pilot this small "
-                           f"cannot measure it, only show it larger): logistic scale {rel[0]:.2f} median gaps of the "
-                           "fitted world (" + ("the human model's" if self.scale_from_prior else
+                           f"cannot measure it, only show it larger): logistic scale {self.range_scales[0]:.3f} of "
+                           f"the fitted world's robust range, {rel[0]:.2f} median gaps ("
+                           + ("the human model's" if self.scale_from_prior else
                                                "measured: the pilot is less predictable than under the model")
                            + f"), lapse {lapse[0]:.3f} (" + ("the human model's" if self.lapse_from_prior else
                                                              "measured: its surest answers disagree more")
@@ -325,20 +349,23 @@ CALIBRATION_START_LAPSE: float | None = None
 LAPSE_GRID = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.45)
 
 
-def _calibrate_lapse(t: np.ndarray, scenario: Scenario, dim: int, kernel: str) -> float:
+def _calibrate_lapse(t: np.ndarray, scenario: Scenario, dim: int, kernel: str,
+                     questions: np.ndarray | None = None) -> float:
     """The lapse rate under which a pilot simulated on the same questions disagrees as often with the
     embedding where it is surest as the real pilot does (indirect inference, as :func:`_calibrate`).
 
     The maximum-likelihood lapse of cross-fitted gaps mixes the raters' lapses with the embedding's
     own errors and trades them against the scale: with careless raters in a pilot it came out at .29
     or at .02 where the truth was .13. Disagreement on the surest held-out triplets barely depends on
-    the scale, so it measures the lapse. Interpolated linearly on :data:`LAPSE_GRID`."""
+    the scale, so it measures the lapse. Interpolated linearly on :data:`LAPSE_GRID`. The simulated pilots
+    answer ``questions`` (default: the pilot's own)."""
     # every fifth held out once: the surest third of them is a small sample, and its noise is the lapse's
     observed = _heldout_stats(t, scenario.n_items, dim, kernel, folds=5)[1]
     sure = []
+    asked = (t if questions is None else questions).tolist()
     for lapse in LAPSE_GRID:
         world = Scenario(scenario.distances, scenario.scale, lapse)
-        simulated = triplets_from_answers(world.oracle(np.random.default_rng(2)).answer(t.tolist()))
+        simulated = triplets_from_answers(world.oracle(np.random.default_rng(2)).answer(asked))
         sure.append(_heldout_stats(simulated, scenario.n_items, dim, kernel, folds=5)[1])
     # the surest answers agree less as the lapse grows: the first lapse no more agreeing than the pilot
     for i, acc in enumerate(sure):
@@ -384,16 +411,24 @@ def _calibrate(t: np.ndarray, scenario: Scenario, dim: int, kernel: str) -> floa
 SELECTION_FOLDS = 5
 
 #: The alien eggs' median triplet gap as a share of their largest distance (:func:`alien_egg_noise`'s
-#: ``median_gap``; a test refits it): the unit the human model's scale transfers to a pilot's world in.
+#: ``median_gap``; a test refits it). The human model's scale is 0.36 of it, but not in a fitted world's median
+#: gaps: the same raters (0.075 of the largest distance) are 0.42-0.48 median gaps of the 100-item truths of
+#: ``benchmarks/pilot_plan.py`` and 0.53-0.54 of its 1,000-item ones (the largest distance lies farther out
+#: among more items drawn alike, the median gap does not move), and a plan in median gaps asked 0.74-0.91x the
+#: answers the truth needed at 100 items and 0.49-0.63x at 1,000 (commit cc735c8).
 HUMAN_MEDIAN_GAP = 0.2074
-#: The human model's logistic scale in median triplet gaps (0.36). A pilot's fitted world is blurred (each
-#: item placed with an error of about its true nearest neighbour's distance): its largest distance is
-#: stretched to 7-9 median gaps where the truths of ``benchmarks/pilot_plan.py`` span 5.6-6.5, while its
-#: median gap barely moves, so the human model's scale as a share of the fitted world's largest distance
-#: was 1.1-1.4x the raters' own relative to the world's gaps, and the plan asked 1.3-1.8x the answers (100
-#: items). Not a size-free unit either: the same raters are 0.53 median gaps of a 1,000-item truth, and there
-#: the plan asks 0.5-0.6x the answers the truth needs (``benchmarks/README.md``, ``pilot_plan.py``; open).
-HUMAN_GAP_SCALE = HUMAN_SCALE / HUMAN_MEDIAN_GAP
+#: Each item's ROBUST_RANGE_RANK-th farthest item, its ROBUST_RANGE_QUANTILE quantile over items: the
+#: :func:`robust_range` the human model's scale transfers to a pilot's world in.
+ROBUST_RANGE_RANK = 5
+ROBUST_RANGE_QUANTILE = 0.9
+#: The alien eggs' :func:`robust_range` as a share of their largest distance (a test recomputes it).
+HUMAN_ROBUST_RANGE = 0.9368
+#: The human model's logistic scale as a share of a world's :func:`robust_range` (0.080): the unit the human
+#: model is stated in (0.075 of the eggs' largest distance) measured so a pilot's fitted world can be measured
+#: in it. In the worlds fitted to pilots of ``benchmarks/pilot_plan.py`` (10 answers per item) it gave 0.41-0.43
+#: median gaps where the clustered 100-item truth's raters are 0.42, 0.41-0.50 where the uniform one's are 0.48,
+#: and 0.52 where the clustered 1,000-item truth's are 0.53 (``benchmarks/README.md``).
+HUMAN_RANGE_SCALE = HUMAN_SCALE / HUMAN_ROBUST_RANGE
 #: Whether :func:`fit_pilot` takes the human model's noise unless the pilot shows raters worse than it
 #: (:func:`_prior_noise`); False: the calibration of cbcdfd1 (``benchmarks/pilot_plan.py --before``).
 NOISE_FROM_PRIOR = True
@@ -424,8 +459,9 @@ def _prior_noise(t: np.ndarray, world: Scenario, dim: int, kernel: str) -> tuple
     A pilot of ~10 random answers per item cannot measure its raters' noise: the scale calibration
     (:func:`_calibrate`) ran to its floor or stopped anywhere from 0.05 to 0.5 of the cross-fitted scale, and
     the lapse calibration (:func:`_calibrate_lapse`) gave .00-.23 for raters lapsing on .03, plans 0.6-2.2x
-    the answers the truth needs (``benchmarks/pilot_plan.py``). So the human model's noise (its scale in
-    median gaps, :data:`HUMAN_GAP_SCALE`; its lapse) is assumed, and a pilot overrules it only upwards:
+    the answers the truth needs (``benchmarks/pilot_plan.py``). So the human model's noise (its scale as a
+    share of the world's :func:`robust_range`, :data:`HUMAN_RANGE_SCALE`; its lapse) is assumed, and a pilot
+    overrules it only upwards:
     where the pilot's surest held-out answers disagree with its embedding more than a pilot simulated in
     ``world`` under the model's noise (by :data:`EVIDENCE_Z` standard errors) the lapse is calibrated (at
     least the model's), and where its held-out answers are then less predictable the scale is (the first
@@ -433,19 +469,24 @@ def _prior_noise(t: np.ndarray, world: Scenario, dim: int, kernel: str) -> tuple
     assumed: the fitted world is blurred (its nearest neighbours 2-3x the truth's distance apart for items
     in tight clusters), and how that and the raters' noise trade off is what a pilot this small cannot tell."""
     n = world.n_items
-    scale = HUMAN_GAP_SCALE * median_triplet_gap(world.distances, 20_000)
+    scale = HUMAN_RANGE_SCALE * robust_range(world.distances)
     size = len(t) // 5
     count, sure_count = 5 * size, 5 * max(1, int(size * CONFIDENT_SHARE))
     observed = _heldout_stats(t, n, dim, kernel, folds=5)
+    # the simulated pilots answer fresh random questions: the world was fitted to the pilot's own questions, so
+    # their gaps in it are wider than a truth's, and pilots simulated on them were more predictable than the
+    # real one by 7-12 standard errors at 1,000 items (3-5 at 100) under the model's own raters; on fresh
+    # questions by -3.2 to +5.0 (benchmarks/README.md, pilot_plan.py)
+    questions = random_triplet_questions(n, len(t), np.random.default_rng(1))
 
     def simulated(s: float, lapse: float) -> tuple[float, float]:
-        answers = Scenario(world.distances, s, lapse).oracle(np.random.default_rng(1)).answer(t.tolist())
+        answers = Scenario(world.distances, s, lapse).oracle(np.random.default_rng(1)).answer(questions.tolist())
         return _heldout_stats(triplets_from_answers(answers), n, dim, kernel, folds=5)
 
     lapse, model_lapse = HUMAN_LAPSE, True
     sim = simulated(scale, lapse)
     if _worse(observed[1], sim[1], sure_count):
-        measured = _calibrate_lapse(t, Scenario(world.distances, scale, HUMAN_LAPSE), dim, kernel)
+        measured = _calibrate_lapse(t, Scenario(world.distances, scale, HUMAN_LAPSE), dim, kernel, questions)
         if measured > HUMAN_LAPSE:
             lapse, model_lapse = measured, False
             sim = simulated(scale, lapse)
@@ -468,9 +509,9 @@ def fit_pilot(triplets: ArrayLike, n_items: int, replicates: int = 3, folds: int
     The embedding's dimension and kernel are chosen on held-out answers
     (:func:`engine.embedding.select_embedding`); replicate 0 uses every answer, replicates 1.. a
     bootstrap resample of them, so the plans made from them spread as the fit is uncertain. With
-    ``calibrate`` (and :data:`NOISE_FROM_PRIOR`) the raters' noise is the human model's, its scale in
-    median gaps of each replicate's world, unless the pilot shows raters noisier or lapsing more than the
-    model (:func:`_prior_noise`; ``noise`` "prior"); without :data:`NOISE_FROM_PRIOR` the cross-fitted
+    ``calibrate`` (and :data:`NOISE_FROM_PRIOR`) the raters' noise is the human model's, its scale as a
+    share of each replicate's world's :func:`robust_range`, unless the pilot shows raters noisier or lapsing
+    more than the model (:func:`_prior_noise`; ``noise`` "prior"); without :data:`NOISE_FROM_PRIOR` the cross-fitted
     scale and lapse are calibrated on replicate 0 as in cbcdfd1 (``noise`` "calibrated"). Without
     ``calibrate`` the cross-fitted noise is kept.
     """
@@ -490,12 +531,12 @@ def fit_pilot(triplets: ArrayLike, n_items: int, replicates: int = 3, folds: int
         scenarios.append(_scenario(sample, n, choice.dim, choice.kernel, folds, rng))
     if calibrate and NOISE_FROM_PRIOR:
         # the human model's noise unless the pilot shows worse raters; every replicate the same noise in its
-        # own median gaps (a bootstrap resample's cross-fitted scale is biased low: its repeated answers fall
+        # own robust range (a bootstrap resample's cross-fitted scale is biased low: its repeated answers fall
         # on both sides of a fold), so replicates differ in the world alone
         first = scenarios[0]
         scale, lapse, model_scale, model_lapse = _prior_noise(t, first, choice.dim, choice.kernel)
-        relative = scale / median_triplet_gap(first.distances, 20_000)
-        scenarios = [Scenario(s.distances, relative * median_triplet_gap(s.distances, 20_000), lapse)
+        relative = scale / robust_range(first.distances)
+        scenarios = [Scenario(s.distances, relative * robust_range(s.distances), lapse)
                      for s in scenarios]
         return PilotFit(tuple(scenarios), choice.dim, choice.kernel, float(choice.holdout_accuracy), len(t),
                         scale / max(first.scale, 1e-12), model_scale, model_lapse, "prior")

@@ -357,15 +357,15 @@ def test_a_plan_with_the_items_features_plans_each_feature_learner_without_and_w
 
 def test_a_pilot_of_human_model_raters_plans_with_the_models_noise_and_careless_raters_raise_the_lapse():
     # A pilot of 10 answers per item cannot measure its raters' noise (calibrating it gave plans 0.6-2.2x the
-    # answers the truth needs, benchmarks/pilot_plan.py): the world takes the human model's scale, in median
-    # gaps of each replicate's world, and its lapse, unless the pilot shows worse raters.
-    from simulation.noise import HUMAN_GAP_SCALE
+    # answers the truth needs, benchmarks/pilot_plan.py): the world takes the human model's scale, as a share
+    # of each replicate's world's robust range, and its lapse, unless the pilot shows worse raters.
+    from simulation.noise import HUMAN_RANGE_SCALE
 
     rng = np.random.default_rng(4)
     X = np.repeat(rng.uniform(0, 10, size=(12, 3)), 5, axis=0) + rng.normal(scale=0.3, size=(60, 3))
     D = TripletOracle.from_points(X).distances
     D = D / D.max()
-    questions = random_questions(60, 600, rng)
+    questions = random_questions(60, 1200, rng)  # 20 per item: at 10 raters lapsing on .3 fell 5.2 SE short
     fits = {}
     for lapse in (0.03, 0.3):
         world = planning.Scenario(D, 0.075, lapse)
@@ -373,18 +373,40 @@ def test_a_pilot_of_human_model_raters_plans_with_the_models_noise_and_careless_
         fits[lapse] = fit_pilot(pilot, 60, replicates=2)
     usual, careless = fits[0.03], fits[0.3]
     assert usual.noise == "prior" and usual.scale_from_prior and usual.lapse_from_prior, usual.describe()
-    assert np.allclose(usual.relative_scales, HUMAN_GAP_SCALE, rtol=0.05) and np.allclose(usual.lapses, 0.03)
+    assert np.allclose(usual.range_scales, HUMAN_RANGE_SCALE) and np.allclose(usual.lapses, 0.03)
     assert "the human model's unless the pilot shows worse raters" in usual.describe()
     assert not careless.lapse_from_prior and np.all(careless.lapses > 0.15), careless.describe()
     assert "surest answers disagree more" in careless.describe()
 
 
-def test_the_human_models_scale_in_median_gaps_is_the_alien_egg_crowds():
+def test_the_human_models_scale_in_robust_ranges_is_the_alien_egg_crowds():
     from helpers import EGG_ANSWERS, shared_data_file
 
-    from simulation.noise import HUMAN_GAP_SCALE, HUMAN_MEDIAN_GAP, alien_egg_noise
+    from simulation.datasets import load_alien_eggs
+    from simulation.noise import HUMAN_MEDIAN_GAP, HUMAN_RANGE_SCALE, HUMAN_ROBUST_RANGE, alien_egg_noise, robust_range
 
     shared_data_file(EGG_ANSWERS)
     fit = alien_egg_noise()
     assert abs(fit.median_gap - HUMAN_MEDIAN_GAP) < 0.001
-    assert abs(fit.scale / fit.median_gap - HUMAN_GAP_SCALE) < 0.01
+    eggs = load_alien_eggs().distances
+    assert abs(robust_range(eggs) - HUMAN_ROBUST_RANGE) < 0.001
+    assert abs(fit.scale / robust_range(eggs) - HUMAN_RANGE_SCALE) < 0.005
+
+
+def test_the_robust_range_grows_with_the_items_as_the_range_does_and_ignores_a_misplaced_item():
+    # Raters stated as a share of the largest distance (the human model, the truths of benchmarks/pilot_plan.py)
+    # are more median gaps of 1,000 items than of 100 drawn alike; as a share of the robust range they stay put.
+    from simulation.noise import median_triplet_gap, robust_range
+
+    rng = np.random.default_rng(0)
+    ratio = {}
+    for n in (100, 1000):
+        D = TripletOracle.from_points(rng.uniform(size=(n, 3))).distances
+        ratio[n] = (D.max() / robust_range(D), D.max() / median_triplet_gap(D, 20_000))
+    assert ratio[1000][1] / ratio[100][1] > 1.08  # in median gaps the same raters are noisier at 1,000 items
+    assert abs(np.log(ratio[1000][0] / ratio[100][0])) < 0.5 * np.log(ratio[1000][1] / ratio[100][1])
+    X = rng.uniform(size=(100, 3))
+    D = TripletOracle.from_points(X).distances
+    X[0] = 3.0  # an item an embedding threw far out
+    far = TripletOracle.from_points(X).distances
+    assert far.max() > 2 * D.max() and abs(robust_range(far) / robust_range(D) - 1) < 0.05
