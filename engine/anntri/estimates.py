@@ -88,17 +88,20 @@ class Estimates:
     anytime interval), except at the pairs whose running intersection is tighter, kept in
     ``tight`` ({head: {arm: (U*, L*)}}). The arrays are plain attributes: a planner's scalar overlay
     (``engine.anntri.overlay``) writes its entries back before anything reads them through the
-    planner. Built by :meth:`empty` or :meth:`from_state`, saved by :meth:`to_state`.
+    planner. ``dirty`` queues the pairs sampled since the last triangle step. Built by :meth:`empty`
+    or :meth:`from_state`, saved by :meth:`arrays`, :meth:`dirty_state` and :meth:`tight_state`.
     """
 
     def __init__(self, n_items: int, delta: float, sigma: float, bound: str, symmetric: bool, mean: np.ndarray,
                  count: np.ndarray, pending: np.ndarray, upper: np.ndarray | None = None,
-                 lower: np.ndarray | None = None, tight: dict | None = None) -> None:
+                 lower: np.ndarray | None = None, tight: dict | None = None, dirty: dict | None = None) -> None:
         self.n_items, self.delta, self.sigma, self.bound = n_items, delta, sigma, bound
         self.derived = not symmetric
         self.mean, self.count, self.pending = mean, count, pending
         self.upper, self.lower = upper, lower
         self.tight = {} if tight is None else tight
+        # pairs i * n + j (i < j) sampled since the last triangle step, oldest first (a dict as an ordered set)
+        self.dirty = {} if dirty is None else dirty
         self.radius_table = self.radius_list = None
 
     @classmethod
@@ -124,6 +127,10 @@ class Estimates:
     def arrays(self) -> dict:
         """The stored (n, n) arrays by state key (no ``upper``/``lower`` when head-based)."""
         return {name: getattr(self, name) for name in self.SQUARE if not (self.derived and name in ("upper", "lower"))}
+
+    def dirty_state(self) -> np.ndarray:
+        """``dirty`` as the state's int array, oldest first."""
+        return np.fromiter(self.dirty, dtype=np.int64, count=len(self.dirty))
 
     def tight_state(self) -> dict:
         """``tight`` as the state's sorted arrays ``tight_keys`` (i * n + j), ``tight_upper``, ``tight_lower``."""
@@ -159,7 +166,8 @@ class Estimates:
             for key, hi, lo in zip(keys, his, los, strict=True):
                 i, j = divmod(key, n)
                 tight.setdefault(i, {})[j] = (hi, lo)
-        return cls(n, delta, sigma, bound, symmetric, tight=tight, **arrays)
+        dirty = dict.fromkeys(np.asarray(state["dirty"], dtype=np.int64).tolist())
+        return cls(n, delta, sigma, bound, symmetric, tight=tight, dirty=dirty, **arrays)
 
     def radius_lookup(self, top: int) -> list:
         """The LIL/Hoeffding radius C(T) for T = 0..top (and beyond), as a cached float list."""

@@ -51,15 +51,15 @@ class AnswerUpdates:
         if self._hot_on:
             self._drop_hot()
         n = self.n_items
-        cache = self._active_cache
-        dirty = self.dirty_ if self.triangle else None
+        cache = self._rounds.active
+        dirty = self._est.dirty if self.triangle else None
         for p, q, v in rows:
             i, j = (p, q) if p < q else (q, p)
             self._observe_pair(i, j, v)
             drop_stale_active(cache, i, j)
             if dirty is not None:
                 dirty[i * n + j] = None
-        self.n_samples_ += len(rows)
+        self._rounds.n_samples += len(rows)
 
     def _observe_pair(self, i: int, j: int, v: float) -> None:
         """One answer ``v`` for the pair (i, j), i < j, of a planner with stored bounds, in Python
@@ -73,8 +73,8 @@ class AnswerUpdates:
         m1, hi, lo, failed = interval_step(float(mean[i, j]), T, v, est.radius_lookup(T1)[T1],
                                            float(upper[i, j]), float(lower[i, j]))
         if failed:
-            self._active_cache.pop(i, None)
-            self._active_cache.pop(j, None)
+            self._rounds.active.pop(i, None)
+            self._rounds.active.pop(j, None)
         if upper.dtype == np.float32:
             hi, lo = outward_one(hi, lo)
         pend = max(int(pending[i, j]) - 1, 0)
@@ -93,7 +93,7 @@ class AnswerUpdates:
             self._upgrade_mean()
         mean, count, pending = est.mean, est.count, est.pending
         exact = mean.dtype == np.float32
-        cache = self._active_cache
+        cache = self._rounds.active
         touched = self._touched
         for i, j, v in rows:
             T = int(count[i, j])
@@ -114,7 +114,7 @@ class AnswerUpdates:
             pending[i, j] = max(int(pending[i, j]) - 1, 0)
             touched.add(i)
             drop_stale_active(cache, i, j)
-        self.n_samples_ += len(rows)
+        self._rounds.n_samples += len(rows)
 
     def _upgrade_mean(self) -> None:
         """A value other than 0 or 1 arrived: the means go float64 (every row of ``mean_`` changes)."""
@@ -146,10 +146,10 @@ class AnswerUpdates:
             self._observe_arrays_derived(i, j, sums, adds, values)
         else:
             self._observe_arrays_stored(i, j, sums, adds)
-        self.n_samples_ += int(adds.sum())
-        if self._active_cache:
+        self._rounds.n_samples += int(adds.sum())
+        if self._rounds.active:
             for r in set(i.tolist()) | set(j.tolist()):
-                self._active_cache.pop(r, None)
+                self._rounds.active.pop(r, None)
 
     def _observe_arrays_stored(self, i, j, sums, adds) -> None:
         """The vectorised update of a planner with stored bounds (distinct pairs i < j, mirrored)."""
@@ -181,7 +181,7 @@ class AnswerUpdates:
             lower_f[half] = lo
             pending_f[half] = pend
         if self.triangle:
-            self.dirty_.update(dict.fromkeys((i * n + j).tolist()))
+            self._est.dirty.update(dict.fromkeys((i * n + j).tolist()))
 
     def _observe_arrays_derived(self, i, j, sums, adds, values) -> None:
         """The vectorised :meth:`observe` of a head-based planner (distinct pairs (head i, arm j))."""

@@ -59,11 +59,10 @@ def overlaid(name: str, doc: str) -> property:
     see the truth. The pair arrays are the planner's :class:`engine.anntri.estimates.Estimates`'
     (``upper_``/``lower_`` of a head-based planner are computed from mean and count,
     ``materialise_bounds``; an assignment is adopted through ``set_bounds``); ``round_issued_``
-    is the planner's own."""
+    is its :class:`engine.anntri.rounds.Rounds`' ``issued``."""
     field = name.rstrip("_")
     bound = name in ("upper_", "lower_")
     on_estimates = name != "round_issued_"
-    private = "_a_" + name
 
     def get(self):
         if self._hot_on:
@@ -75,10 +74,10 @@ def overlaid(name: str, doc: str) -> property:
             if bound and est.derived:
                 return est.materialise_bounds()[0 if name == "upper_" else 1]
             return getattr(est, field)
-        try:
-            return self.__dict__[private]
-        except KeyError:
-            raise AttributeError(name) from None
+        rounds = self.__dict__.get("_rounds")
+        if rounds is None:
+            raise AttributeError(name)
+        return rounds.issued
 
     def set(self, value):
         if self._hot_on:
@@ -93,7 +92,7 @@ def overlaid(name: str, doc: str) -> property:
                 return
             setattr(est, field, value)
             return
-        self.__dict__[private] = value
+        self._rounds.issued = value
 
     return property(get, set, doc=doc)
 
@@ -126,7 +125,7 @@ class ScalarOverlay:
         n = self.n_items
         est = self._est
         mean, count, pending = est.mean, est.count, est.pending
-        upper, lower, issued = est.upper, est.lower, self.__dict__["_a_round_issued_"]
+        upper, lower, issued = est.upper, est.lower, self._rounds.issued
         touched = self._touched
         for key, r in self._hot.items():
             i, j = divmod(key, n)
@@ -176,8 +175,8 @@ class ScalarOverlay:
         est = self._est
         radius = est.radius_list
         top = len(radius)
-        cache = self._active_cache
-        dirty = self.dirty_ if self.triangle else None
+        cache = self._rounds.active
+        dirty = self._est.dirty if self.triangle else None
         for p, q, v in answers:
             i, j = (p, q) if p < q else (q, p)
             key = i * n + j
@@ -213,7 +212,7 @@ class ScalarOverlay:
                 drop_stale_active(cache, i, j)
             if dirty is not None:
                 dirty[key] = None
-        self.n_samples_ += len(answers)
+        self._rounds.n_samples += len(answers)
         return True
 
     # ------------------------------------------------------------------ questions
@@ -225,16 +224,16 @@ class ScalarOverlay:
         # the overlay's scalars, and returns None, having changed nothing observable, otherwise.
         if type(budget) is not int or budget <= 0 or self.lookahead:  # noqa: E721
             return None
-        open_rounds = self.open_rounds_
+        open_rounds = self._rounds.open_rounds
         if len(open_rounds) > budget and len(open_rounds) > SPREAD_MIN_ROUNDS:
             return None  # many open rounds: taken in turn (_next_spread)
         window = self.window
         if not open_rounds or type(window) is not int or window < 1:  # noqa: E721
             return None
         n = self.n_items
-        if len(open_rounds) < window and self.next_round_ < n and (not self.stagger or self._room()):
+        if len(open_rounds) < window and self._rounds.next_round < n and (not self.stagger or self._room()):
             return None  # the window needs a refill (_room() without its call in long duels)
-        cache = self._active_cache
+        cache = self._rounds.active
         hrounds = self._hot_rounds
         triangle = self.triangle
         plan = []
@@ -247,7 +246,7 @@ class ScalarOverlay:
                 return None
             hr = hrounds.get(j)
             if hr is None:
-                hr = hrounds[j] = RoundRecord(int(self.__dict__["_a_round_issued_"][j]), int(self.refresh_mark_[j]))
+                hr = hrounds[j] = RoundRecord(int(self._rounds.issued[j]), int(self._rounds.refresh_mark[j]))
                 self._hot_on = True
             if hr.cache is not c:
                 hr.records = self._hot_records(j, act)
@@ -328,7 +327,7 @@ class ScalarOverlay:
                     self._close_capped(j)
                     closed = closed or set()
                     closed.add(j)
-        self.n_issued_ += len(out)
+        self._rounds.n_issued += len(out)
         if closed is not None and out and len(out) < budget and self._room():
             out.extend(self._next_general(budget - len(out)))  # refill the window, go on
         return out

@@ -15,18 +15,17 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..bounds import check_bound
-from ..graph import NO_NEIGHBOR
 from ..utils import RandomState, check_int, check_n_items, check_random_state, store_params
 from .estimates import Estimates
 from .observe import AnswerUpdates
 from .overlay import ScalarOverlay, overlaid
 from .questions import QuestionChoice
 from .results import Results
-from .rounds import Rounds
+from .rounds import RoundDecisions, Rounds, on_rounds
 from .state import StateIO
 
 
-class _NeighborGraphPlanner(StateIO, Results, QuestionChoice, Rounds, AnswerUpdates, ScalarOverlay):
+class _NeighborGraphPlanner(StateIO, Results, QuestionChoice, RoundDecisions, AnswerUpdates, ScalarOverlay):
     """The pair planners' parameters and state (:class:`engine.anntri.ANNTri` documents them)."""
 
     # The pair arrays and round_issued_ are properties: in long duels (few active arms) the
@@ -38,9 +37,32 @@ class _NeighborGraphPlanner(StateIO, Results, QuestionChoice, Rounds, AnswerUpda
     upper_ = overlaid("upper_", "U*, shape (n, n)")
     lower_ = overlaid("lower_", "L*, shape (n, n)")
     round_issued_ = overlaid("round_issued_", "questions each round has issued, shape (n,)")
+    # The rounds' state is the planner's Rounds (``_rounds``); these attributes read and write it.
+    order_ = on_rounds("order", "the order the rounds open in, shape (n,)")
+    status_ = on_rounds("status", "ROUND_WAITING/OPEN/CERTIFIED/CAPPED per round, shape (n,)")
+    neighbors_ = on_rounds("neighbors", "certified neighbours per round, shape (n, k)")
+    refresh_mark_ = on_rounds("refresh_mark", "questions round j had issued at its row's last refresh, shape (n,)")
+    next_round_ = on_rounds("next_round", "rounds opened so far")
+    open_rounds_ = on_rounds("open_rounds", "the open rounds (list of ints)")
+    n_samples_ = on_rounds("n_samples", "answers observed")
+    n_issued_ = on_rounds("n_issued", "questions issued")
+    rounds_since_full_pass_ = on_rounds("since_full_pass", "rounds opened since the last full triangle pass")
+    _active_cache = on_rounds("active", "cached active sets of open rounds")
     #: The pair estimates (D̂, answers, pending questions, U*, L*) live in ``_est``, an
     #: :class:`engine.anntri.estimates.Estimates` with its own state; None until the state exists.
     _est = None
+    _rounds = None
+
+    @property
+    def dirty_(self) -> dict:
+        """Pairs ``i * n + j`` (i < j) sampled since the last triangle step (the estimates' queue)."""
+        if self._est is None:
+            raise AttributeError("dirty_")
+        return self._est.dirty
+
+    @dirty_.setter
+    def dirty_(self, value: dict) -> None:
+        self._est.dirty = value
 
     def __init__(self, n_items: int, k: int = 1, delta: float = 0.1, sigma: float = 0.5, bound: str = "lil",
                  triangle: bool = True, max_samples_per_round: int | None = None, window: int = 1,
@@ -87,18 +109,7 @@ class _NeighborGraphPlanner(StateIO, Results, QuestionChoice, Rounds, AnswerUpda
         n = self.n_items
         self.rng_ = check_random_state(self.random_state)
         self._est = Estimates.empty(n, self.delta, self.sigma, self.bound, self.symmetric)
-        self.order_ = self.rng_.permutation(n).astype(np.int64)
-        self.status_ = np.zeros(n, dtype=np.int8)
-        self.round_issued_ = np.zeros(n, dtype=np.int64)
-        self.neighbors_ = np.full((n, self.k), NO_NEIGHBOR, dtype=np.int64)
-        self.refresh_mark_ = np.zeros(n, dtype=np.int64)
-        self.next_round_ = 0
-        self.open_rounds_ = []
-        self.n_samples_ = 0
-        self.n_issued_ = 0
-        self.rounds_since_full_pass_ = 0
-        self.dirty_ = {}  # pairs i * n + j (i < j) sampled since the last triangle step
-        self._active_cache = {}
+        self._rounds = Rounds.empty(n, self.k, self.rng_)
         self._start_overlay()
         self._start_tracking()
 

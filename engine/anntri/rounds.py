@@ -12,6 +12,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .. import triangle as tri
+from ..graph import NO_NEIGHBOR
 from .estimates import exact_mean
 
 #: ``status_`` values of a round.
@@ -74,6 +75,77 @@ def drop_stale_active(cache: dict, i: int, j: int) -> None:
 
 
 class Rounds:
+    """The rounds of one planner and their own state: the order they open in (``order``), each
+    round's status, questions it issued (``issued``), certified neighbours and row-refresh mark,
+    the open window (``open_rounds``, ``next_round``), the counters (answers ``n_samples``,
+    questions ``n_issued``, rounds since the last full triangle pass) and, not saved, the cached
+    active sets of open rounds (``active``, see :meth:`RoundDecisions._decide_1nn`) and the rounds
+    known to be past their first layer (``layered``). Built by :meth:`empty` or :meth:`from_state`,
+    saved by :meth:`to_state`."""
+
+    #: the arrays and int counters of the state, by state key
+    ARRAYS = ("order", "status", "round_issued", "neighbors", "refresh_mark")
+    SCALARS = ("next_round", "n_samples", "n_issued", "rounds_since_full_pass")
+
+    def __init__(self, order: np.ndarray, status: np.ndarray, issued: np.ndarray, neighbors: np.ndarray,
+                 refresh_mark: np.ndarray, next_round: int = 0, open_rounds: list | None = None, n_samples: int = 0,
+                 n_issued: int = 0, since_full_pass: int = 0) -> None:
+        self.order, self.status, self.issued, self.neighbors = order, status, issued, neighbors
+        self.refresh_mark = refresh_mark
+        self.next_round = next_round
+        self.open_rounds = [] if open_rounds is None else open_rounds
+        self.n_samples, self.n_issued, self.since_full_pass = n_samples, n_issued, since_full_pass
+        self.active: dict = {}
+        self.layered: set = set()
+
+    @classmethod
+    def empty(cls, n_items: int, k: int, rng: np.random.Generator) -> Rounds:
+        """Every round waiting, in a random order drawn from ``rng``."""
+        n = n_items
+        return cls(rng.permutation(n).astype(np.int64), np.zeros(n, dtype=np.int8), np.zeros(n, dtype=np.int64),
+                   np.full((n, k), NO_NEIGHBOR, dtype=np.int64), np.zeros(n, dtype=np.int64))
+
+    def to_state(self) -> dict:
+        """The state's round part: ``open_rounds`` (list), the int counters and the arrays (not copied)."""
+        state: dict = {"open_rounds": [int(j) for j in self.open_rounds]}
+        state.update(zip(self.SCALARS, (int(self.next_round), int(self.n_samples), int(self.n_issued),
+                                        int(self.since_full_pass)), strict=True))
+        state.update(zip(self.ARRAYS, (self.order, self.status, self.issued, self.neighbors, self.refresh_mark),
+                         strict=True))
+        return state
+
+    @classmethod
+    def from_state(cls, state: dict, n_items: int, k: int) -> Rounds:
+        """The rounds a planner's state holds, copied; ValueError on a wrong shape."""
+        n = n_items
+        dtypes = {"order": np.int64, "status": np.int8, "round_issued": np.int64, "neighbors": np.int64,
+                  "refresh_mark": np.int64}
+        arrays = []
+        for name, dtype in dtypes.items():
+            arr = np.array(state[name], dtype=dtype, copy=True)
+            if arr.shape != ((n, k) if name == "neighbors" else (n,)):
+                raise ValueError(f"state array {name!r} has shape {arr.shape}")
+            arrays.append(arr)
+        return cls(*arrays, int(state["next_round"]), [int(j) for j in state["open_rounds"]],
+                   int(state["n_samples"]), int(state["n_issued"]), int(state["rounds_since_full_pass"]))
+
+
+def on_rounds(field: str, doc: str) -> property:
+    """A planner attribute that is its :class:`Rounds`' ``field`` (AttributeError before the state exists)."""
+
+    def get(self):
+        rounds = self.__dict__.get("_rounds")
+        if rounds is None:
+            raise AttributeError(field)
+        return getattr(rounds, field)
+
+    def set(self, value):
+        setattr(self._rounds, field, value)
+
+    return property(get, set, doc=doc)
+
+
+class RoundDecisions:
     """Mixin of the planner (``engine.anntri.planner``): opening, deciding and closing rounds."""
 
     def _full_pass_period(self) -> int:
@@ -262,7 +334,7 @@ class Rounds:
     def _past_first_layer(self, j: int) -> bool:
         """Has open round j an answer for every arm it has not eliminated? (Monotone: arms
         only leave the undecided set and counts only grow, so it is never stored.)"""
-        layered = self.__dict__.setdefault("_layered", set())
+        layered = self._rounds.layered
         if j in layered:
             return True
         cached = self._active_cache.get(j)

@@ -15,7 +15,7 @@ from numpy.typing import ArrayLike
 
 from ..utils import check_state, generator_from_state, generator_state
 from .estimates import Estimates
-from .overlay import OVERLAID
+from .rounds import Rounds
 
 #: 2 added params['stagger'], 3 params['symmetric'], 4 head-based states without ``upper``/``lower``
 #: (``tight_*`` instead) and float32 means above FLOAT64_MAX_ITEMS. Only this version loads.
@@ -60,10 +60,9 @@ class StateIO:
     #: False for the planners whose constructor fixes ``triangle`` (ANN, RandomSampling)
     _takes_triangle = True
 
+    #: the state arrays as planner attributes (benchmarks/anntri_speed.py sums their sizes)
     _ARRAYS = ("mean_", "count_", "pending_", "upper_", "lower_", "order_", "status_",
                "round_issued_", "neighbors_", "refresh_mark_")
-    _SCALARS = ("next_round_", "n_samples_", "n_issued_", "rounds_since_full_pass_")
-    _SQUARE = ("mean_", "count_", "pending_", "upper_", "lower_")
 
     def _start_tracking(self):
         """Rows of the (n, n) arrays written since the last ``to_state(copy=False)``: every writer in
@@ -120,11 +119,6 @@ class StateIO:
             "symmetric": bool(self.symmetric),
         }
 
-    def _state_names(self):
-        if self._est is not None and self._est.derived:
-            return tuple(a for a in self._ARRAYS if a not in ("upper_", "lower_"))
-        return self._ARRAYS
-
     def to_state(self, copy: bool = True) -> dict:
         """Plain numpy arrays + JSON-safe values (never pickle); see :func:`planner_from_state`.
 
@@ -154,21 +148,21 @@ class StateIO:
         }
         if state["initialized"]:
             state["rng"] = generator_state(self.rng_)
-            state["open_rounds"] = [int(j) for j in self.open_rounds_]
-            state["dirty"] = np.fromiter(self.dirty_, dtype=np.int64, count=len(self.dirty_))
-            for name in self._SCALARS:
-                state[name.rstrip("_")] = int(getattr(self, name))
             est = self._synced  # writes the overlay back
-            arrays = {f"{name}_": arr for name, arr in est.arrays().items()}
-            arrays.update((name, getattr(self, name)) for name in self._ARRAYS if name.rstrip("_") not in est.SQUARE)
+            rounds = self._rounds.to_state()
+            state["open_rounds"] = rounds.pop("open_rounds")
+            state["dirty"] = est.dirty_state()
+            for name in Rounds.SCALARS:
+                state[name] = rounds.pop(name)
+            arrays = {**est.arrays(), **rounds}
             changes = None if copy else self._changes()
             for name, arr in arrays.items():
                 if copy:
                     arr = np.array(arr, copy=True)
-                elif name in self._SQUARE:
+                elif name in est.SQUARE:
                     arr = arr.view(RowTracked)
                     arr.row_changes = changes
-                state[name.rstrip("_")] = arr
+                state[name] = arr
             if est.derived:
                 state.update(est.tight_state())
         return state
@@ -186,19 +180,7 @@ class StateIO:
             n, k = planner.n_items, planner.k
             planner._est = Estimates.from_state(state, n, planner.delta, planner.sigma, planner.bound,
                                                 planner.symmetric)
-            dtypes = {"order_": np.int64, "status_": np.int8, "round_issued_": np.int64, "neighbors_": np.int64,
-                      "refresh_mark_": np.int64}
-            d = planner.__dict__
-            for name, dtype in dtypes.items():
-                arr = np.array(state[name.rstrip("_")], dtype=dtype, copy=True)
-                if arr.shape != ((n, k) if name == "neighbors_" else (n,)):
-                    raise ValueError(f"state array {name.rstrip('_')!r} has shape {arr.shape}")
-                d["_a_" + name if name in OVERLAID else name] = arr
-            for name in cls._SCALARS:
-                setattr(planner, name, int(state[name.rstrip("_")]))
-            planner.open_rounds_ = [int(j) for j in state["open_rounds"]]
-            planner.dirty_ = dict.fromkeys(np.asarray(state["dirty"], dtype=np.int64).tolist())
-            planner._active_cache = {}
+            planner._rounds = Rounds.from_state(state, n, k)
             planner.rng_ = generator_from_state(state["rng"])
             planner._start_overlay()
             planner._start_tracking()
