@@ -2,13 +2,14 @@
 
 A researcher runs a pilot (random triplets, ~10 answers per item), then ``proxima plan --pilot`` fits a
 world to it (``simulation.noise.fit_pilot``: an embedding chosen by cross-validation, the raters' noise
-the human model's unless the pilot shows worse raters) and simulates the learner in that world. Here
-the truth is known, so the same plan is also made from the truth (``plan_vs_live.py`` shows that plan
-matches the live study through the real serving path), and ``--live-seeds`` runs the live study too
-(the store path of ``plan_vs_live.live_curve``: the pool, the answer script, RQ passes). Reported: the
-answers per item each predicts to reach the target, and the pilot plan's ratio to the truth's (goal:
-within ±30%). The truth's plan takes ``--truth-runs`` runs: near hit@3 .8 the curve is flat, and two
-runs put the clustered truth's need anywhere from 43 to 56 answers per item.
+the human model's, 0.080 of the world's robust range, unless the pilot shows worse raters) and simulates
+the learner in that world. Here the truth is known, so the same plan is also made from the truth
+(``plan_vs_live.py`` shows that plan matches the live study through the real serving path), and
+``--live-seeds`` runs the live study too (the store path of ``plan_vs_live.live_curve``: the pool, the
+answer script, RQ passes). Reported: the answers per item each predicts to reach the target, and the
+pilot plan's ratio to the truth's (goal: within ±30%). The truth's plan takes ``--truth-runs`` runs: near
+hit@3 .8 the curve is flat, and two runs put the clustered truth's need anywhere from 43 to 56 answers
+per item.
 
 Truths: ``clustered`` (clusters of 5 in 3-D, sd 0.3 in a 10-wide cube: items varying on 3 factors) and
 ``uniform`` (uniform in the 3-D cube); raters: simulation.oracles' human model (logistic 0.075, lapse .03).
@@ -17,7 +18,8 @@ lapse calibrated, the human model's scale as a share of the largest distance whe
 ran to its floor).
 
     python benchmarks/pilot_plan.py --items 100 --pilot-seeds 5,6,7,8
-    python benchmarks/pilot_plan.py --items 1000 --budgets 10,20,40,80,120,160,200,300 --runs 2 --truth-runs 2
+    python benchmarks/pilot_plan.py --items 1000 --truths clustered --pilot-seeds 5,6 --runs 2 --truth-runs 2
+        --budgets 10,20,40,80,120,160,200,250,300,400   (one line; and --truths uniform)
 """
 from __future__ import annotations
 
@@ -126,7 +128,8 @@ def main() -> None:
                 world = f"{fit.kernel.upper()} {fit.dim}-D, lapse {fit.lapses[0]:.3f}"
                 if fit.noise == "prior":
                     world += (f" ({'model' if fit.lapse_from_prior else 'measured'}), scale "
-                              f"{fit.relative_scales[0]:.2f} ({'model' if fit.scale_from_prior else 'measured'})")
+                              f"{fit.range_scales[0]:.3f} of the robust range = {fit.relative_scales[0]:.2f} median "
+                              f"gaps ({'model' if fit.scale_from_prior else 'measured'})")
                 else:
                     world += (f", scale {fit.relative_scales[0]:.2f}"
                               + (" (model, of the range)" if fit.scale_from_prior else f" (x{fit.calibration:.2f})"))
@@ -134,7 +137,8 @@ def main() -> None:
                              truth_reach, curve))
                 print(f"{kind}: {label} seed {seed}: {world}: {np.round(curve, 3)} "
                       f"({time.perf_counter() - t0:.0f} s)", flush=True)
-    scales = ", ".join(f"{kind} {HUMAN_SCALE / noise.median_triplet_gap(truth(a.items, kind), 20_000):.2f}"
+    scales = ", ".join(f"{kind} {HUMAN_SCALE / noise.median_triplet_gap(truth(a.items, kind), 20_000):.2f} "
+                       f"({HUMAN_SCALE / noise.robust_range(truth(a.items, kind)):.3f} of the robust range)"
                        for kind in a.truths.split(","))
     print(f"\nduels, {a.items} items, pilot of {a.pilot:g} random triplets per item, human raters; {a.metric} "
           f"target {a.target}; budgets {a.budgets}; {a.truth_runs} runs from the truth, {a.runs} from a pilot; "
