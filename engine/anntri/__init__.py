@@ -20,13 +20,15 @@ Shapes used throughout (n = ``n_items``):
   ``count_`` (today's interval), with the pairs whose running intersection is tighter kept in
   its estimates' ``tight``; reading the attributes builds the whole matrices.
 - The pair arrays belong to one :class:`engine.anntri.estimates.Estimates` per planner
-  (``_est``, with its own ``to_state``/``from_state`` part); ``mean_`` ... ``lower_`` read it.
+  (``_est``), the rounds' arrays and counters to one :class:`engine.anntri.rounds.Rounds`
+  (``_rounds``), each with its own part of the saved state; ``mean_`` ... ``lower_``,
+  ``status_``, ``round_issued_``, ``n_issued_`` ... are planner attributes reading them.
 
 One module per concern: :mod:`.estimates` (intervals and bounds), :mod:`.observe` (answers),
-:mod:`.rounds` (decisions and the window), :mod:`.questions` (question choice), :mod:`.results`,
-:mod:`.state` (``to_state``/``from_state``, changed rows), :mod:`.overlay` (the exact SETri fast
-path for long duels, in Python scalars) and :mod:`.planner`, which holds the parameters and the
-state they share.
+:mod:`.rounds` (the rounds' state; decisions and the window as functions), :mod:`.questions`
+(question choice, functions), :mod:`.results`, :mod:`.state` (``to_state``/``from_state``, changed
+rows), :mod:`.overlay` (the exact SETri fast path for long duels, in Python scalars) and
+:mod:`.planner`, which holds the parameters and the parts.
 """
 from __future__ import annotations
 
@@ -144,10 +146,10 @@ class RandomSampling(_WithoutTriangle, _NeighborGraphPlanner):
         j = self.rng_.integers(n - 1, size=budget)
         j = j + (j >= i)
         np.add.at(self.pending_, (i, j), 1)
-        self._touched.update(i.tolist())
+        self._est.touched.update(i.tolist())
         if self.symmetric:
             np.add.at(self.pending_, (j, i), 1)
-            self._touched.update(j.tolist())
+            self._est.touched.update(j.tolist())
         self.n_issued_ += budget
         return [(int(a), int(b)) for a, b in zip(i.tolist(), j.tolist(), strict=False)]
 

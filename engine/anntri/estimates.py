@@ -102,6 +102,12 @@ class Estimates:
         self.tight = {} if tight is None else tight
         # pairs i * n + j (i < j) sampled since the last triangle step, oldest first (a dict as an ordered set)
         self.dirty = {} if dirty is None else dirty
+        # rows of the (n, n) arrays written since the planner last labelled a state (RowChanges): every
+        # writer adds its rows to ``touched`` or sets ``touched_all`` (nothing known about earlier states)
+        self.touched: set = set()
+        self.touched_all = True
+        # set by a scalar overlay holding entries of these arrays: writes them back (see sync)
+        self.writeback = None
         self.radius_table = self.radius_list = None
 
     @classmethod
@@ -168,6 +174,12 @@ class Estimates:
                 tight.setdefault(i, {})[j] = (hi, lo)
         dirty = dict.fromkeys(np.asarray(state["dirty"], dtype=np.int64).tolist())
         return cls(n, delta, sigma, bound, symmetric, tight=tight, dirty=dirty, **arrays)
+
+    def sync(self) -> Estimates:
+        """These estimates with a scalar overlay's entries written back (a no-op without one)."""
+        if self.writeback is not None:
+            self.writeback()
+        return self
 
     def radius_lookup(self, top: int) -> list:
         """The LIL/Hoeffding radius C(T) for T = 0..top (and beyond), as a cached float list."""

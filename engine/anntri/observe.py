@@ -83,8 +83,8 @@ class AnswerUpdates:
         upper[i, j] = upper[j, i] = hi
         lower[i, j] = lower[j, i] = lo
         pending[i, j] = pending[j, i] = pend
-        self._touched.add(i)
-        self._touched.add(j)
+        self._est.touched.add(i)
+        self._est.touched.add(j)
 
     def _observe_derived(self, rows):
         """The scalar :meth:`observe` of a head-based planner (bounds derived from mean and count)."""
@@ -94,7 +94,7 @@ class AnswerUpdates:
         mean, count, pending = est.mean, est.count, est.pending
         exact = mean.dtype == np.float32
         cache = self._rounds.active
-        touched = self._touched
+        touched = self._est.touched
         for i, j, v in rows:
             T = int(count[i, j])
             T1 = T + 1
@@ -119,7 +119,7 @@ class AnswerUpdates:
     def _upgrade_mean(self) -> None:
         """A value other than 0 or 1 arrived: the means go float64 (every row of ``mean_`` changes)."""
         if self._est.upgrade_mean():
-            self._touched_all = True
+            self._est.touched_all = True
 
     def _observe_arrays(self, answers) -> None:
         """The vectorised :meth:`observe` for long batches (and the bounded bounds)."""
@@ -172,8 +172,8 @@ class AnswerUpdates:
             lo = np.where(crossed, np.minimum(conf_lo, conf_hi), lo)
         pend = np.maximum(pending_f[flat[:m]] - adds, 0)
         hi, lo = outward(hi, lo, upper_f.dtype)
-        self._touched.update(i.tolist())
-        self._touched.update(j.tolist())
+        self._est.touched.update(i.tolist())
+        self._est.touched.update(j.tolist())
         for half in (flat[:m], flat[m:]):
             mean_f[half] = mean
             count_f[half] = T_new
@@ -205,5 +205,5 @@ class AnswerUpdates:
         mean_f[flat] = mean
         count_f[flat] = T_new
         pending_f[flat] = np.maximum(pending_f[flat] - adds, 0)
-        self._touched.update(i.tolist())
+        self._est.touched.update(i.tolist())
 

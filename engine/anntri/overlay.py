@@ -9,13 +9,15 @@ the planner's ``_hot`` (pair ``i * n + j``, i < j) and ``_hot_rounds`` (round j)
 The planner's public arrays ``mean_``, ``count_``, ``pending_``, ``upper_``, ``lower_`` and
 ``round_issued_`` are :func:`overlaid` properties: reading or assigning one first writes the
 overlay back (``_drop_hot``) and drops it, so every reader (the array paths, the platform, tests
-writing into the arrays) sees the same numbers. Questions, decisions and results are those of
+writing into the arrays) sees the same numbers; while it holds entries it is the estimates'
+``writeback``, so the round and question functions, which call ``Estimates.sync()`` before reading
+the arrays, see them too. Questions, decisions and results are those of
 the array path: ``tests/engine/test_anntri.py`` checks every question against a planner with
 the fast paths off and against a trace recorded before the fast path existed.
 
 Only for symmetric planners with k = 1, sub-Gaussian bounds and float64 bound matrices
-(``ScalarOverlay._start_overlay`` sets ``_fast_ok``); :meth:`AnswerUpdates.observe` and
-:meth:`QuestionChoice.next_questions` take its paths (``_observe_hot``, ``_next_hot``) when they
+(``ScalarOverlay._start_overlay`` sets ``_fast_ok``); the planner's ``observe`` and
+``next_questions`` take its paths (``_observe_hot``, ``_next_hot``) when they
 apply. Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations
@@ -82,11 +84,11 @@ def overlaid(name: str, doc: str) -> property:
     def set(self, value):
         if self._hot_on:
             self._drop_hot()
-        self.__dict__["_touched_all"] = True  # a whole array replaced: every row may differ
+        est = self.__dict__.get("_est")
+        if est is None:
+            raise AttributeError(f"{name} is set once the planner's state exists")
+        est.touched_all = True  # a whole array replaced: every row may differ
         if on_estimates:
-            est = self.__dict__.get("_est")
-            if est is None:
-                raise AttributeError(f"{name} is set once the planner's state exists")
             if bound and est.derived:
                 est.set_bounds(**{field: value})
                 return
@@ -126,7 +128,7 @@ class ScalarOverlay:
         est = self._est
         mean, count, pending = est.mean, est.count, est.pending
         upper, lower, issued = est.upper, est.lower, self._rounds.issued
-        touched = self._touched
+        touched = self._est.touched
         for key, r in self._hot.items():
             i, j = divmod(key, n)
             touched.add(i)
@@ -141,13 +143,12 @@ class ScalarOverlay:
         self._hot = {}
         self._hot_rounds = {}
         self._hot_on = False
+        est.writeback = None
 
     @property
     def _synced(self) -> Estimates:
         """The planner's estimates with the overlay written back (what the public arrays read)."""
-        if self._hot_on:
-            self._drop_hot()
-        return self._est
+        return self._est.sync()
 
     # ------------------------------------------------------------------ answers
     def _observe_hot(self, answers) -> bool:
@@ -248,6 +249,7 @@ class ScalarOverlay:
             if hr is None:
                 hr = hrounds[j] = RoundRecord(int(self._rounds.issued[j]), int(self._rounds.refresh_mark[j]))
                 self._hot_on = True
+                self._est.writeback = self._drop_hot
             if hr.cache is not c:
                 hr.records = self._hot_records(j, act)
                 hr.cache = c
@@ -353,4 +355,5 @@ class ScalarOverlay:
                        float(est.lower[i, j]), int(est.pending[i, j]))
         self._hot[key] = r
         self._hot_on = True
+        self._est.writeback = self._drop_hot
         return r

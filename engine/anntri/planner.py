@@ -1,31 +1,35 @@
-"""ANNTri's planner: the parameters and the state of one planner, made of one collaborator per concern.
+"""ANNTri's planner: the parameters of one planner and the parts that own its state.
 
-Estimates and bounds (:mod:`.estimates`), answers (:mod:`.observe`), rounds and decisions
-(:mod:`.rounds`), question choice (:mod:`.questions`), results (:mod:`.results`), state I/O
-(:mod:`.state`) and the scalar fast path (:mod:`.overlay`) are mixins of
-:class:`_NeighborGraphPlanner`; they share its attributes (``mean_``, ``count_``, ... below).
-Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
+The pair estimates are an :class:`.estimates.Estimates` (``_est``) and the rounds a
+:class:`.rounds.Rounds` (``_rounds``), each with its own arrays and its own part of the saved
+state; the decisions (:mod:`.rounds`) and the question choice (:mod:`.questions`) are functions
+over them, called from here. Answers (:mod:`.observe`), results (:mod:`.results`), state I/O
+(:mod:`.state`) and the scalar fast path (:mod:`.overlay`) are still mixins of
+:class:`_NeighborGraphPlanner`. Numpy only; must never import Flask, Redis, RQ, ``webapp`` or
+``workers``.
 """
 from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from ..bounds import check_bound
 from ..utils import RandomState, check_int, check_n_items, check_random_state, store_params
+from . import questions
+from . import rounds as decisions
 from .estimates import Estimates
 from .observe import AnswerUpdates
 from .overlay import ScalarOverlay, overlaid
-from .questions import QuestionChoice
 from .results import Results
-from .rounds import RoundDecisions, Rounds, on_rounds
+from .rounds import ROUND_CAPPED, ROUND_CERTIFIED, ROUND_OPEN, Params, Rounds, on_rounds
 from .state import StateIO
 
 
-class _NeighborGraphPlanner(StateIO, Results, QuestionChoice, RoundDecisions, AnswerUpdates, ScalarOverlay):
+class _NeighborGraphPlanner(StateIO, Results, AnswerUpdates, ScalarOverlay):
     """The pair planners' parameters and state (:class:`engine.anntri.ANNTri` documents them)."""
 
     # The pair arrays and round_issued_ are properties: in long duels (few active arms) the
@@ -117,3 +121,111 @@ class _NeighborGraphPlanner(StateIO, Results, QuestionChoice, RoundDecisions, An
     def initialized(self) -> bool:
         """The state (pair arrays, rounds) exists: created by the first call that needs it."""
         return self._hot is not None
+
+    def _params_now(self) -> Params:
+        """The parameters the round and question functions read, as they are now."""
+        return Params(self.n_items, self.k, self.triangle, self.window, self.stagger, self.max_samples_per_round,
+                      self.lookahead, self.full_pass_every, self.symmetric)
+
+    # ------------------------------------------------------------------ questions (engine.anntri.questions)
+    def next_questions(self, budget: int) -> list[tuple[int, int]]:
+        """Up to ``budget`` pairs ``(i, j)`` worth asking now, as plain int tuples; i is the round.
+
+        Draws SETri's fewest-sampled undecided arms from every open round (at most
+        ``window`` rounds, round-robin), never re-issuing a pair that is still pending.
+        Returns fewer than ``budget`` when every useful question is pending or all rounds
+        are done (``[]`` then). Issued pairs count as pending until answered or forgotten.
+        With the default ``lookahead=0`` the pairs are distinct; with ``lookahead > 0`` an
+        arm whose round has sampled it T times is issued up to ``1 + floor(lookahead * T)``
+        times at once (a batch of SETri layers, see :class:`engine.anntri.ANNTri`).
+        """
+        if self._fast_ok:  # a long duel: the scalar overlay's path, when it applies (engine.anntri.overlay)
+            out = self._next_hot(budget)
+            if out is not None:
+                return out
+        return self._next_general(budget)
+
+    def _next_general(self, budget: int) -> list[tuple[int, int]]:
+        self._ensure_state()
+        budget = check_int("budget", budget, minimum=0)
+        # ``window`` may be changed on a live planner (the platform adapts it to its raters).
+        self.window = check_int("window", self.window)
+        return questions.next_general(self._est, self._rounds, self._params_now(), budget, self._eligible)
+
+    def _eligible(self, j: int) -> list | None:
+        """Round j's arms worth asking (:func:`engine.anntri.questions.eligible`; a subclass may ask others)."""
+        return questions.eligible(self._est, self._rounds, self._params_now(), j)
+
+    def repeat_questions(self, budget: int) -> list[tuple[int, int]]:
+        """Up to ``budget`` repeats for when every useful question is already pending: SETri
+        with questions in flight counted as samples.
+
+        For each open round in turn (round-robin), the undecided arm with the fewest answers
+        + pending questions (ties: the lowest index); the pair is issued (pending, counted
+        towards the round's cap) even if it is already pending, so raters get a useful repeat
+        rather than a uniformly random fallback. Rounds at ``max_samples_per_round`` are
+        skipped; returns ``[]`` when no round is open.
+        """
+        self._ensure_state()
+        budget = check_int("budget", budget, minimum=0)
+        return questions.repeat_questions(self._est, self._rounds, self._params_now(), budget)
+
+    def forget(self, pairs: Iterable[Sequence[int]] | np.ndarray) -> None:
+        """Release pending entries of questions that expired unanswered, one per ``(i, j)`` row.
+
+        The platform calls this when an issued question times out (or is taken back unasked, or
+        skipped), so the pair can be asked again; an answer that still arrives later is used as
+        usual. A released question no longer counts towards its round's sample cap: ``(i, j)``
+        was issued by round ``i``, whose ``round_issued_`` goes down by one.
+        """
+        self._ensure_state()
+        questions.forget(self._est, self._rounds, self._params_now(), pairs)
+
+    # ------------------------------------------------------------------ rounds (engine.anntri.rounds)
+    def _decide_round(self, j: int) -> list | np.ndarray | None:
+        """Close round j if decided (None), else its undecided arms (:func:`engine.anntri.rounds.decide_round`)."""
+        return decisions.decide_round(self._est, self._rounds, self._params_now(), j)
+
+    def _room(self) -> bool:
+        return decisions.room(self._est, self._rounds, self._params_now())
+
+    def _close_capped(self, j: int) -> None:
+        """Close round j at its sample cap: its empirical best stands, not certified."""
+        decisions.close(self._rounds, j, ROUND_CAPPED)
+
+    def _settle(self) -> None:
+        """Close the open rounds the answers so far have decided (read methods call this)."""
+        decisions.settle(self._est, self._rounds, self._params_now())
+
+    def settle(self) -> None:
+        """Close the open rounds the answers so far have decided: what :meth:`progress` does
+        first, without its O(n²) counts (the update pass calls this before retiring questions).
+        Before the planner's first call there are no rounds to close."""
+        if self._hot is None:
+            return
+        self._settle()
+
+    def stale(self, heads: ArrayLike) -> np.ndarray:
+        """Per head: its questions are no longer worth asking (round certified, or not open: a rebuilt
+        planner). A round closed by its sample cap keeps its questions (the cap counts issued
+        questions, so their answers still sharpen its empirical best). Reads the rounds as they
+        are: call :meth:`settle` first to close the ones the latest answers decided."""
+        heads = np.asarray(heads, dtype=np.int64).reshape(-1)
+        if self._hot is None:  # no rounds before the first call
+            return np.zeros(len(heads), bool)
+        status = self._rounds.status[heads]
+        return (status != ROUND_OPEN) & (status != ROUND_CAPPED)
+
+    def closed(self, heads: ArrayLike) -> np.ndarray:
+        """Per head: its round is not open (waiting, certified or capped)."""
+        heads = np.asarray(heads, dtype=np.int64).reshape(-1)
+        if self._hot is None:
+            return np.zeros(len(heads), bool)
+        return self._rounds.status[heads] != ROUND_OPEN
+
+    @property
+    def done(self) -> bool:
+        """True once every round is closed (certified or capped)."""
+        self._ensure_state()
+        status = self._rounds.status
+        return bool(np.all((status == ROUND_CERTIFIED) | (status == ROUND_CAPPED)))

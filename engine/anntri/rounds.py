@@ -7,13 +7,16 @@ never import Flask, Redis, RQ, ``webapp`` or ``workers``.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-from numpy.typing import ArrayLike
 
 from .. import triangle as tri
 from ..graph import NO_NEIGHBOR
 from .estimates import exact_mean
+
+if TYPE_CHECKING:
+    from .estimates import Estimates
 
 #: ``status_`` values of a round.
 ROUND_WAITING = 0
@@ -66,7 +69,7 @@ def racing_decision(upper_row: np.ndarray, lower_row: np.ndarray, j: int,
 
 def drop_stale_active(cache: dict, i: int, j: int) -> None:
     """After an answer for (i, j): a cached active set stays exact while only its own arms change
-    (see ``Rounds._decide_1nn``), so round i's is dropped unless j is among its arms, and j's
+    (see :func:`decide_1nn`), so round i's is dropped unless j is among its arms, and j's
     unless i is."""
     if i in cache and j not in cache[i][2]:
         del cache[i]
@@ -79,7 +82,7 @@ class Rounds:
     round's status, questions it issued (``issued``), certified neighbours and row-refresh mark,
     the open window (``open_rounds``, ``next_round``), the counters (answers ``n_samples``,
     questions ``n_issued``, rounds since the last full triangle pass) and, not saved, the cached
-    active sets of open rounds (``active``, see :meth:`RoundDecisions._decide_1nn`) and the rounds
+    active sets of open rounds (``active``, see :func:`decide_1nn`) and the rounds
     known to be past their first layer (``layered``). Built by :meth:`empty` or :meth:`from_state`,
     saved by :meth:`to_state`."""
 
@@ -145,244 +148,248 @@ def on_rounds(field: str, doc: str) -> property:
     return property(get, set, doc=doc)
 
 
-class RoundDecisions:
-    """Mixin of the planner (``engine.anntri.planner``): opening, deciding and closing rounds."""
+class Params(NamedTuple):
+    """The parameters the round and question functions read (a planner's, at the time of the call:
+    ``window`` may change on a live planner)."""
 
-    def _full_pass_period(self) -> int:
-        if self.full_pass_every is not None:
-            return int(self.full_pass_every)
-        n = self.n_items
-        if n > FULL_PASS_MAX_ITEMS:
-            return 0
-        # Keep the O(n³) passes a small share of the work: ~20 at n = 100, ~2 at n = 1000.
-        return max(1, math.ceil(n * n / 2000))
+    n_items: int
+    k: int
+    triangle: bool
+    window: int
+    stagger: bool
+    max_samples_per_round: int | None
+    lookahead: float
+    full_pass_every: int | None
+    symmetric: bool
 
-    def _flush_triangle(self):
-        """Propagate the queued sampled pairs into the triangle bounds (one vectorised step)."""
-        if not self.dirty_:
-            return
-        n = self.n_items
-        keys = np.fromiter(self.dirty_, dtype=np.int64, count=len(self.dirty_))
-        tri.update_pairs(self.upper_, self.lower_, keys // n, keys % n)
-        self._touched_all = True  # mirrored entries: any row may change
-        self.dirty_.clear()
-        self._active_cache.clear()
 
-    def _refresh(self, j):
-        self._flush_triangle()
-        tri.refresh_row(self.upper_, self.lower_, j)
-        self._touched_all = True
-        self.refresh_mark_[j] = self.round_issued_[j]
-        self._active_cache.clear()
+# The functions below decide and open rounds over a planner's Estimates and Rounds. Where they read
+# the estimates' arrays (or rounds.issued) they call est.sync() first: a scalar overlay may hold some
+# entries (engine.anntri.overlay), as the planner's public arrays do when read.
 
-    def _settle(self):
-        """Close the open rounds the answers so far have decided (read methods call this)."""
-        for j in list(self.open_rounds_):
-            self._decide_round(j)
+def full_pass_period(p: Params) -> int:
+    """Rounds between O(n³) triangle passes (0 = never)."""
+    if p.full_pass_every is not None:
+        return int(p.full_pass_every)
+    n = p.n_items
+    if n > FULL_PASS_MAX_ITEMS:
+        return 0
+    # Keep the O(n³) passes a small share of the work: ~20 at n = 100, ~2 at n = 1000.
+    return max(1, math.ceil(n * n / 2000))
 
-    def settle(self) -> None:
-        """Close the open rounds the answers so far have decided: what :meth:`progress` does
-        first, without its O(n²) counts (the update pass calls this before retiring questions).
-        Before the planner's first call there are no rounds to close."""
-        if self._hot is None:
-            return
-        self._settle()
 
-    def _decide_round(self, j):
-        """Close round j if its neighbours are decided (returns None); else its undecided
-        arms, sorted (a list of ints, or an int array when there are many)."""
-        if self.k == 1:
-            return self._decide_1nn(j)
-        accepted, undecided = racing_decision(*self._synced.row_bounds(j), j, self.k)
-        n_acc = int(accepted.sum())
-        n_und = int(undecided.sum())
-        if n_acc < self.k and n_acc + n_und > self.k:
-            return np.flatnonzero(undecided)
-        cand = np.flatnonzero(accepted) if n_acc >= self.k else np.flatnonzero(accepted | undecided)
-        self._certify(j, cand)
-        return None
+def flush_triangle(est: Estimates, rounds: Rounds) -> None:
+    """Propagate the queued sampled pairs into the triangle bounds (one vectorised step)."""
+    if not est.dirty:
+        return
+    n = est.n_items
+    keys = np.fromiter(est.dirty, dtype=np.int64, count=len(est.dirty))
+    est.sync()
+    tri.update_pairs(est.upper, est.lower, keys // n, keys % n)
+    est.touched_all = True  # mirrored entries: any row may change
+    est.dirty.clear()
+    rounds.active.clear()
 
-    def _decide_1nn(self, j):
-        """SETri's test for round j (k = 1), exact, with a cached active set for open rounds.
 
-        The cache holds the active arms and (min U*, argmin) over the other arms of row j.
-        Eliminated arms never come back (U* only falls, L* only rises), and the other
-        arms' bounds only change through events that drop the cache (an answer for a pair
-        of row j outside the active set, a triangle step, a failed confidence event), so
-        the cached decision equals the full O(n) one; a short active set is checked with
-        scalar reads.
-        """
-        cached = self._active_cache.get(j)
-        if self._est.derived and cached is not None:
-            act = cached[0]
-            U, L = np.full(self.n_items, np.inf), np.zeros(self.n_items)
-            U[act], L[act] = self._est.bounds_at(j, act)  # the cached branch reads the active arms only
+def refresh(est: Estimates, rounds: Rounds, j: int) -> None:
+    """Row j's triangle bounds brought up to date (queued pairs first)."""
+    flush_triangle(est, rounds)
+    est.sync()
+    tri.refresh_row(est.upper, est.lower, j)
+    est.touched_all = True
+    rounds.refresh_mark[j] = rounds.issued[j]
+    rounds.active.clear()
+
+
+def settle(est: Estimates, rounds: Rounds, p: Params) -> None:
+    """Close the open rounds the answers so far have decided."""
+    for j in list(rounds.open_rounds):
+        decide_round(est, rounds, p, j)
+
+
+def decide_round(est: Estimates, rounds: Rounds, p: Params, j: int) -> list | np.ndarray | None:
+    """Close round j if its neighbours are decided (returns None); else its undecided
+    arms, sorted (a list of ints, or an int array when there are many)."""
+    if p.k == 1:
+        return decide_1nn(est, rounds, p, j)
+    accepted, undecided = racing_decision(*est.sync().row_bounds(j), j, p.k)
+    n_acc = int(accepted.sum())
+    n_und = int(undecided.sum())
+    if n_acc < p.k and n_acc + n_und > p.k:
+        return np.flatnonzero(undecided)
+    cand = np.flatnonzero(accepted) if n_acc >= p.k else np.flatnonzero(accepted | undecided)
+    certify(est, rounds, p, j, cand)
+    return None
+
+
+def decide_1nn(est: Estimates, rounds: Rounds, p: Params, j: int) -> list | np.ndarray | None:
+    """SETri's test for round j (k = 1), exact, with a cached active set for open rounds.
+
+    The cache holds the active arms and (min U*, argmin) over the other arms of row j.
+    Eliminated arms never come back (U* only falls, L* only rises), and the other
+    arms' bounds only change through events that drop the cache (an answer for a pair
+    of row j outside the active set, a triangle step, a failed confidence event), so
+    the cached decision equals the full O(n) one; a short active set is checked with
+    scalar reads.
+    """
+    n = p.n_items
+    cached = rounds.active.get(j)
+    if est.derived and cached is not None:
+        act = cached[0]
+        U, L = np.full(n, np.inf), np.zeros(n)
+        U[act], L[act] = est.bounds_at(j, act)  # the cached branch reads the active arms only
+    else:
+        U, L = est.sync().row_bounds(j)
+    if cached is None:
+        Uc, best, active = setri_active(U, L, j)
+        act = np.flatnonzero(active)
+        if len(act) > 1:
+            if rounds.status[j] == ROUND_OPEN:
+                Uc[act] = np.inf
+                r = int(Uc.argmin())
+                rest = (float(Uc[r]), r) if np.isfinite(Uc[r]) else (np.inf, n)
+                store_active(rounds, j, act, rest)
+            return act.tolist() if len(act) <= SMALL_ACTIVE else act
+        cand = act.tolist()
+    else:
+        act, rest, _ = cached
+        rmin, ridx = rest
+        if isinstance(act, list):
+            bu, bi = rmin, ridx
+            us = [float(U[a]) for a in act]
+            for a, ua in zip(act, us, strict=True):
+                if ua < bu or (ua == bu and a < bi):
+                    bu, bi = ua, a
+            keep = []
+            for a, ua in zip(act, us, strict=True):
+                if L[a] < bu:
+                    keep.append(a)
+                elif ua < rmin or (ua == rmin and a < ridx):
+                    rmin, ridx = ua, a
         else:
-            U, L = self._synced.row_bounds(j)
-        if cached is None:
-            Uc, best, active = setri_active(U, L, j)
-            act = np.flatnonzero(active)
-            if len(act) > 1:
-                if self.status_[j] == ROUND_OPEN:
-                    Uc[act] = np.inf
-                    r = int(Uc.argmin())
-                    rest = (float(Uc[r]), r) if np.isfinite(Uc[r]) else (np.inf, self.n_items)
-                    self._store_active(j, act, rest)
-                return act.tolist() if len(act) <= SMALL_ACTIVE else act
-            cand = act.tolist()
-        else:
-            act, rest, _ = cached
-            rmin, ridx = rest
-            if isinstance(act, list):
-                bu, bi = rmin, ridx
-                us = [float(U[a]) for a in act]
-                for a, ua in zip(act, us, strict=True):
-                    if ua < bu or (ua == bu and a < bi):
-                        bu, bi = ua, a
-                keep = []
-                for a, ua in zip(act, us, strict=True):
-                    if L[a] < bu:
-                        keep.append(a)
-                    elif ua < rmin or (ua == rmin and a < ridx):
-                        rmin, ridx = ua, a
+            Ua = U[act].astype(np.float64)
+            t = int(Ua.argmin())
+            if Ua[t] < rmin or (Ua[t] == rmin and act[t] < ridx):
+                bu, bi = float(Ua[t]), int(act[t])
             else:
-                Ua = U[act].astype(np.float64)
-                t = int(Ua.argmin())
-                if Ua[t] < rmin or (Ua[t] == rmin and act[t] < ridx):
-                    bu, bi = float(Ua[t]), int(act[t])
-                else:
-                    bu, bi = rmin, ridx
-                keepmask = L[act] < bu
-                gone = np.flatnonzero(~keepmask)
-                if len(gone):
-                    g = gone[int(Ua[gone].argmin())]
-                    if Ua[g] < rmin or (Ua[g] == rmin and act[g] < ridx):
-                        rmin, ridx = float(Ua[g]), int(act[g])
-                keep = act[keepmask]
-            if len(keep) > 1:
-                self._store_active(j, keep, (rmin, ridx))
-                return keep if isinstance(keep, list) or len(keep) > SMALL_ACTIVE else keep.tolist()
-            cand = list(keep) if isinstance(keep, list) else keep.tolist()
-            best = bi
-        if best not in cand:
-            cand.append(best)
-        self._certify(j, np.array(sorted(cand), dtype=np.int64))
-        return None
+                bu, bi = rmin, ridx
+            keepmask = L[act] < bu
+            gone = np.flatnonzero(~keepmask)
+            if len(gone):
+                g = gone[int(Ua[gone].argmin())]
+                if Ua[g] < rmin or (Ua[g] == rmin and act[g] < ridx):
+                    rmin, ridx = float(Ua[g]), int(act[g])
+            keep = act[keepmask]
+        if len(keep) > 1:
+            store_active(rounds, j, keep, (rmin, ridx))
+            return keep if isinstance(keep, list) or len(keep) > SMALL_ACTIVE else keep.tolist()
+        cand = list(keep) if isinstance(keep, list) else keep.tolist()
+        best = bi
+    if best not in cand:
+        cand.append(best)
+    certify(est, rounds, p, j, np.array(sorted(cand), dtype=np.int64))
+    return None
 
-    def _store_active(self, j, act, rest):
-        if not isinstance(act, list) and len(act) <= SMALL_ACTIVE:
-            act = act.tolist()
-        members = set(act) if isinstance(act, list) else frozenset(act.tolist())
-        self._active_cache[j] = (act, rest, members)
 
-    def _certify(self, j, cand):
-        """Close round j certified, its neighbours the k best of ``cand``."""
-        self.neighbors_[j] = self._rank_row(j, cand)
-        self._close(j, ROUND_CERTIFIED)
+def store_active(rounds: Rounds, j: int, act: list | np.ndarray, rest: tuple) -> None:
+    """Cache open round j's active arms ``act`` and (min U*, argmin) over its other arms."""
+    if not isinstance(act, list) and len(act) <= SMALL_ACTIVE:
+        act = act.tolist()
+    members = set(act) if isinstance(act, list) else frozenset(act.tolist())
+    rounds.active[j] = (act, rest, members)
 
-    def _close(self, j, status):
-        """Round j leaves the window with ``status`` (certified or capped)."""
-        self.status_[j] = status
-        self._active_cache.pop(j, None)
-        if j in self.open_rounds_:
-            self.open_rounds_.remove(j)
 
-    def _rank_row(self, j, cand):
-        """The k best of ``cand`` for row j by estimate, filled from the rest if too few."""
-        key = self._score_row(j)
-        if len(cand) < self.k:
-            rest = np.setdiff1d(np.flatnonzero(np.arange(self.n_items) != j), cand)
-            rest = rest[np.argsort(key[rest], kind="stable")][: self.k - len(cand)]
-            cand = np.concatenate([cand, rest])
-        return cand[np.argsort(key[cand], kind="stable")][: self.k]
+def certify(est: Estimates, rounds: Rounds, p: Params, j: int, cand: np.ndarray) -> None:
+    """Close round j certified, its neighbours the k best of ``cand``."""
+    rounds.neighbors[j] = rank_row(est, p, j, cand)
+    close(rounds, j, ROUND_CERTIFIED)
 
-    def _score_row(self, j):
-        sampled = self.count_[j] > 0
-        U, L = self._synced.row_bounds(j)
-        mid = np.where(np.isfinite(U), 0.5 * (U.astype(np.float64) + L), np.inf)
-        key = np.where(sampled, exact_mean(self.mean_[j], self.count_[j]), mid)
-        return np.where(np.isfinite(key), key, FAR + L)
 
-    def _open_round(self, j):
-        self.status_[j] = ROUND_OPEN
-        self.open_rounds_.append(j)
-        if self.triangle:
-            period = self._full_pass_period()
-            self.rounds_since_full_pass_ += 1
-            if period and self.rounds_since_full_pass_ >= period and self.n_samples_ > 0:
-                self._flush_triangle()
-                tri.full_pass(self.upper_, self.lower_)
-                self._touched_all = True
-                self.rounds_since_full_pass_ = 0
-            self._refresh(j)
+def close(rounds: Rounds, j: int, status: int) -> None:
+    """Round j leaves the window with ``status`` (certified or capped: its empirical best stands)."""
+    rounds.status[j] = status
+    rounds.active.pop(j, None)
+    if j in rounds.open_rounds:
+        rounds.open_rounds.remove(j)
 
-    def _room(self) -> bool:
-        """May another round open now? Below the window and, with ``stagger``, below
-        1 + the number of rounds that are closed or past their first layer."""
-        if self.next_round_ >= self.n_items:
-            return False
-        n_open = len(self.open_rounds_)
-        if n_open >= self.window:
-            return False
-        if not self.stagger:
-            return True
-        ready = self.next_round_ - n_open  # closed rounds
-        if n_open + 1 > ready:
-            ready += sum(1 for j in self.open_rounds_ if self._past_first_layer(j))
-        return n_open < 1 + ready
 
-    def _past_first_layer(self, j: int) -> bool:
-        """Has open round j an answer for every arm it has not eliminated? (Monotone: arms
-        only leave the undecided set and counts only grow, so it is never stored.)"""
-        layered = self._rounds.layered
-        if j in layered:
-            return True
-        cached = self._active_cache.get(j)
-        if cached is not None:
-            arms = np.asarray(cached[0], dtype=np.int64)
-        elif self.k == 1:
-            _, _, active = setri_active(*self._synced.row_bounds(j), j)
-            arms = np.flatnonzero(active)
-        else:
-            _, undecided = racing_decision(*self._synced.row_bounds(j), j, self.k)
-            arms = np.flatnonzero(undecided)
-        if len(arms) and int(self.count_[j, arms].min()) == 0:
-            return False
-        layered.add(j)
+def rank_row(est: Estimates, p: Params, j: int, cand: np.ndarray) -> np.ndarray:
+    """The k best of ``cand`` for row j by estimate, filled from the rest if too few."""
+    key = score_row(est, j)
+    if len(cand) < p.k:
+        rest = np.setdiff1d(np.flatnonzero(np.arange(p.n_items) != j), cand)
+        rest = rest[np.argsort(key[rest], kind="stable")][: p.k - len(cand)]
+        cand = np.concatenate([cand, rest])
+    return cand[np.argsort(key[cand], kind="stable")][: p.k]
+
+
+def score_row(est: Estimates, j: int) -> np.ndarray:
+    """Row j's ranking key: D̂ where sampled, else the middle of the bounds, else FAR + L*."""
+    est.sync()
+    sampled = est.count[j] > 0
+    U, L = est.row_bounds(j)
+    mid = np.where(np.isfinite(U), 0.5 * (U.astype(np.float64) + L), np.inf)
+    key = np.where(sampled, exact_mean(est.mean[j], est.count[j]), mid)
+    return np.where(np.isfinite(key), key, FAR + L)
+
+
+def open_round(est: Estimates, rounds: Rounds, p: Params, j: int) -> None:
+    """Round j joins the window (with triangle bounds: its row refreshed, a full pass when due)."""
+    rounds.status[j] = ROUND_OPEN
+    rounds.open_rounds.append(j)
+    if p.triangle:
+        period = full_pass_period(p)
+        rounds.since_full_pass += 1
+        if period and rounds.since_full_pass >= period and rounds.n_samples > 0:
+            flush_triangle(est, rounds)
+            est.sync()
+            tri.full_pass(est.upper, est.lower)
+            est.touched_all = True
+            rounds.since_full_pass = 0
+        refresh(est, rounds, j)
+
+
+def room(est: Estimates, rounds: Rounds, p: Params) -> bool:
+    """May another round open now? Below the window and, with ``stagger``, below
+    1 + the number of rounds that are closed or past their first layer."""
+    if rounds.next_round >= p.n_items:
+        return False
+    n_open = len(rounds.open_rounds)
+    if n_open >= p.window:
+        return False
+    if not p.stagger:
         return True
+    ready = rounds.next_round - n_open  # closed rounds
+    if n_open + 1 > ready:
+        ready += sum(1 for j in rounds.open_rounds if past_first_layer(est, rounds, p, j))
+    return n_open < 1 + ready
 
-    def _fill_window(self):
-        while self._room():
-            j = int(self.order_[self.next_round_])
-            self.next_round_ += 1
-            self._open_round(j)
-            self._decide_round(j)
 
-    def _close_capped(self, j):
-        """Close round j at its sample cap: its empirical best stands, not certified."""
-        self._close(j, ROUND_CAPPED)
+def past_first_layer(est: Estimates, rounds: Rounds, p: Params, j: int) -> bool:
+    """Has open round j an answer for every arm it has not eliminated? (Monotone: arms
+    only leave the undecided set and counts only grow, so it is never stored.)"""
+    layered = rounds.layered
+    if j in layered:
+        return True
+    cached = rounds.active.get(j)
+    if cached is not None:
+        arms = np.asarray(cached[0], dtype=np.int64)
+    elif p.k == 1:
+        _, _, active = setri_active(*est.sync().row_bounds(j), j)
+        arms = np.flatnonzero(active)
+    else:
+        _, undecided = racing_decision(*est.sync().row_bounds(j), j, p.k)
+        arms = np.flatnonzero(undecided)
+    if len(arms) and int(est.sync().count[j, arms].min()) == 0:
+        return False
+    layered.add(j)
+    return True
 
-    def stale(self, heads: ArrayLike) -> np.ndarray:
-        """Per head: its questions are no longer worth asking (round certified, or not open: a rebuilt
-        planner). A round closed by its sample cap keeps its questions (the cap counts issued
-        questions, so their answers still sharpen its empirical best). Reads the rounds as they
-        are: call :meth:`settle` first to close the ones the latest answers decided."""
-        heads = np.asarray(heads, dtype=np.int64).reshape(-1)
-        if self._hot is None:  # no rounds before the first call
-            return np.zeros(len(heads), bool)
-        status = self.status_[heads]
-        return (status != ROUND_OPEN) & (status != ROUND_CAPPED)
 
-    def closed(self, heads: ArrayLike) -> np.ndarray:
-        """Per head: its round is not open (waiting, certified or capped)."""
-        heads = np.asarray(heads, dtype=np.int64).reshape(-1)
-        if self._hot is None:
-            return np.zeros(len(heads), bool)
-        return self.status_[heads] != ROUND_OPEN
-
-    @property
-    def done(self) -> bool:
-        """True once every round is closed (certified or capped)."""
-        self._ensure_state()
-        return bool(np.all((self.status_ == ROUND_CERTIFIED) | (self.status_ == ROUND_CAPPED)))
-
+def fill_window(est: Estimates, rounds: Rounds, p: Params) -> None:
+    """Open rounds in order while there is room, deciding each at once."""
+    while room(est, rounds, p):
+        j = int(rounds.order[rounds.next_round])
+        rounds.next_round += 1
+        open_round(est, rounds, p, j)
+        decide_round(est, rounds, p, j)

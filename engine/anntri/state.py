@@ -66,11 +66,11 @@ class StateIO:
 
     def _start_tracking(self):
         """Rows of the (n, n) arrays written since the last ``to_state(copy=False)``: every writer in
-        this module adds its rows to ``_touched`` (or sets ``_touched_all``), ``to_state`` folds them
+        these modules adds its rows to the estimates' ``touched`` (or sets ``touched_all``), ``to_state`` folds them
         into ``_row_epoch`` (the state in which each row last changed), so a caller diffing two states
         of this planner reads only the rows changed in between (:class:`RowChanges`)."""
-        self._touched = set()
-        self._touched_all = True  # nothing known about the states handed out before
+        self._est.touched = set()
+        self._est.touched_all = True  # nothing known about the states handed out before
         self._row_epoch = np.zeros(self.n_items, dtype=np.int64)
         self._epoch = 0
         self._token = next(_TOKENS)
@@ -83,18 +83,18 @@ class StateIO:
         :meth:`current_neighbors` recomputes them. Writers from outside must call it: an unreported
         write is missing from a row-limited diff and from the cached neighbours."""
         if self._hot is not None:
-            self._touched.update(int(r) for r in np.atleast_1d(rows).tolist())
+            self._est.touched.update(int(r) for r in np.atleast_1d(rows).tolist())
 
     def _fold(self) -> int:
         """Stamp the rows written since the last fold with a new tick in ``_row_epoch``; the tick."""
-        d = self.__dict__
+        est = self._est
         self._epoch += 1
-        if d.get("_touched_all"):
+        if est.touched_all:
             self._row_epoch[:] = self._epoch
-        elif self._touched:
-            self._row_epoch[np.fromiter(self._touched, dtype=np.int64, count=len(self._touched))] = self._epoch
-        self._touched.clear()
-        d["_touched_all"] = False
+        elif est.touched:
+            self._row_epoch[np.fromiter(est.touched, dtype=np.int64, count=len(est.touched))] = self._epoch
+        est.touched.clear()
+        est.touched_all = False
         return self._epoch
 
     def _changes(self) -> RowChanges:

@@ -11,6 +11,7 @@ from scipy.sparse.csgraph import shortest_path
 from engine.anntri import ANN, DERIVED_DEFAULTS, ANNTri, RandomSampling, planner_from_state
 from engine.anntri.checks import SMALL_BATCH
 from engine.anntri.estimates import exact_mean, outward, outward_one
+from engine.anntri.rounds import past_first_layer
 from engine.truth import neighbor_error
 from simulation.oracles import DistanceMatrixOracle, PointsOracle, circle_clusters, run
 
@@ -187,7 +188,8 @@ def test_stagger_opens_rounds_only_as_others_pass_their_first_layer(seed):
     while True:
         n_open = len(planner.open_rounds_)
         closed = planner.next_round_ - n_open
-        blind = [j for j in planner.open_rounds_ if not planner._past_first_layer(j)]
+        blind = [j for j in planner.open_rounds_
+                 if not past_first_layer(planner._est, planner._rounds, planner._params_now(), j)]
         assert n_open <= min(8, 1 + closed + n_open - len(blind))
         widest = max(widest, n_open)
         qs = planner.next_questions(50)
