@@ -27,6 +27,12 @@ STIFFNESS = PRIOR_STIFFNESS
 #: share of a rebuilt shortlist's new candidates taken from the items nearest in the features (while
 #: they are trusted): the features know neighbours a low-dimensional fit folds away
 SHARE = 0.34
+#: studies of more than ``LARGE_ITEMS`` items take ``LARGE_SHARE`` of each rebuilt shortlist from the features.
+#: There a fit has few answers per item against many items: each item's offset from where its features put it
+#: is known only roughly, and items scatter among others' neighbours (at 10,000 clustered items, features of
+#: local agreement .7, 10 answers per item: 1-NN hit@3 in a 4-D or 8-D fit .17-.34, in the features' map .46)
+LARGE_ITEMS = 5000
+LARGE_SHARE = 0.5
 #: the features are judged before any fit, on test questions that pit one of the head's ``TEST_NEAR``
 #: nearest in the features (a quarter of the others in a study of fewer items) against a random item outside
 #: them (chosen whatever the answers say, so the share the feature neighbour wins is an unbiased test: .50
@@ -192,11 +198,23 @@ class FeaturePrior:
         X = Z W + E read back as its least-squares map (as ``engine.embedding.fit_embedding`` splits a start)."""
         return np.linalg.lstsq(self.points(), np.asarray(X, np.float64), rcond=None)[0]
 
-    def mix(self, near: np.ndarray, share: float = SHARE) -> np.ndarray:
+    @property
+    def large(self) -> bool:
+        """Whether the study is large (more than ``LARGE_ITEMS`` items): the features count for more there
+        (``LARGE_SHARE``; the map as the chosen dimension, ``engine.duels.dims.MAP_UNTIL``)."""
+        return self.n_items > LARGE_ITEMS
+
+    @property
+    def share(self) -> float:
+        """Share of a rebuilt shortlist taken from the features: ``SHARE``, ``LARGE_SHARE`` in a large study."""
+        return LARGE_SHARE if self.large else SHARE
+
+    def mix(self, near: np.ndarray, share: float | None = None) -> np.ndarray:
         """Rows of nearest items in the fit (n_items, k) with the features' nearest woven in: every
         1/``share``-th place holds the next feature neighbour; an item already in the row is padding
         (``n_items``, which callers skip)."""
         n, k = near.shape
+        share = self.share if share is None else share
         extra = max(1, math.ceil(share * k))
         feats = self.neighbors(extra)
         width = k + feats.shape[1]

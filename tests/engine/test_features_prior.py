@@ -227,3 +227,30 @@ def test_features_that_order_the_items_as_people_do_are_kept_where_near_answers_
     adjacent = np.mean(np.abs(planner.neighbor_graph(1).neighbors[:, 0] - np.arange(n)) == 1)
     without = np.mean(np.abs(run(None).neighbor_graph(1).neighbors[:, 0] - np.arange(n)) == 1)
     assert adjacent > 0.8 and without < 0.5
+
+
+def test_a_large_study_keeps_the_features_map_until_enough_answers_per_item(monkeypatch):
+    from engine.duels import priors
+    from engine.duels.dims import FEATURE_MAP, MAP_UNTIL
+
+    X = _points()
+    n = len(X)
+    p = make_planner("duels", n, features=features_of_agreement(X, 0.8, random_state=0), random_state=0)
+    dims = p._dims()
+    p.prior_.decided_ = True  # trusted
+    p.prior_.map_earned_ = True
+    # a fit (2 dimensions) predicted 10,000 fresh answers far better than the map
+    p.dim_compare_[:] = 0.0
+    p.dim_compare_[1] = 10_000
+    p.dim_compare_[0] = 6_000
+    p.dim_compare_[0, dims.index(2)] = 7_000
+    p.n_answers_ = 5 * n
+    share = p.prior_.share
+    assert not p.prior_.large and p.chosen_dim_ == 2  # a small study: the scores choose
+    monkeypatch.setattr(priors, "LARGE_ITEMS", n - 1)  # this study of n items counts as large
+    assert p.prior_.large and p.prior_.share > share
+    assert p.chosen_dim_ == FEATURE_MAP  # a large one: the map, up to MAP_UNTIL answers per item
+    p.n_answers_ = int(MAP_UNTIL * n)
+    assert p.chosen_dim_ == 2  # then a fit that beats it by the margin
+    p.dim_compare_[0, dims.index(2)] = 6_050  # ... and no fit that does not
+    assert p.chosen_dim_ == FEATURE_MAP
