@@ -7,6 +7,7 @@ Flask, Redis, RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -63,6 +64,39 @@ def interval_step(mean: float, count: int, value: float, radius: float, upper: f
     return m1, hi, lo, False
 
 
+_TOKENS = itertools.count(1)
+
+
+class RowChanges:
+    """Which rows of a planner's (n, n) state arrays changed between two of its states.
+
+    ``to_state(copy=False)`` hands out its (n, n) arrays as :class:`RowTracked` views labelled
+    with one of these (planner token, state number); ``later.rows_since(earlier)`` is the rows
+    written after the state ``earlier`` was handed out (a superset is possible, a subset never),
+    or None when unknown (another planner, or states out of order): then diff everything."""
+
+    __slots__ = ("token", "epoch", "_row_epoch")
+
+    def __init__(self, token: int, epoch: int, row_epoch: np.ndarray) -> None:
+        self.token, self.epoch, self._row_epoch = token, epoch, row_epoch
+
+    def rows_since(self, earlier: object) -> np.ndarray | None:
+        if (not isinstance(earlier, RowChanges) or earlier.token != self.token
+                or earlier.epoch > self.epoch):
+            return None
+        return np.flatnonzero(self._row_epoch > earlier.epoch)
+
+
+class RowTracked(np.ndarray):
+    """A view of a planner's own (n, n) array, carrying ``row_changes`` (a :class:`RowChanges`);
+    arrays derived from it (slices, arithmetic, copies) carry none."""
+
+    row_changes = None
+
+    def __array_finalize__(self, obj: np.ndarray | None) -> None:
+        self.row_changes = None
+
+
 def exact_mean(m: ArrayLike, T: ArrayLike) -> np.ndarray:
     """Float64 means of the given stored means and counts: a float32 mean of 0/1 answers is
     read back as exactly k / T (k = round(m * T), exact below 2**23 answers)."""
@@ -106,6 +140,10 @@ class Estimates:
         # writer adds its rows to ``touched`` or sets ``touched_all`` (nothing known about earlier states)
         self.touched: set = set()
         self.touched_all = True
+        # fold() stamps them into row_epoch (the state in which each row last changed); token names these arrays
+        self.row_epoch = np.zeros(n_items, dtype=np.int64)
+        self.epoch = 0
+        self.token = next(_TOKENS)
         # set by a scalar overlay holding entries of these arrays: writes them back (see sync)
         self.writeback = None
         self.radius_table = self.radius_list = None
@@ -174,6 +212,21 @@ class Estimates:
                 tight.setdefault(i, {})[j] = (hi, lo)
         dirty = dict.fromkeys(np.asarray(state["dirty"], dtype=np.int64).tolist())
         return cls(n, delta, sigma, bound, symmetric, tight=tight, dirty=dirty, **arrays)
+
+    def fold(self) -> int:
+        """Stamp the rows written since the last fold with a new tick in ``row_epoch``; the tick."""
+        self.epoch += 1
+        if self.touched_all:
+            self.row_epoch[:] = self.epoch
+        elif self.touched:
+            self.row_epoch[np.fromiter(self.touched, dtype=np.int64, count=len(self.touched))] = self.epoch
+        self.touched.clear()
+        self.touched_all = False
+        return self.epoch
+
+    def changes(self) -> RowChanges:
+        """The label of the state handed out now (rows written later get a later tick)."""
+        return RowChanges(self.token, self.fold(), self.row_epoch)
 
     def sync(self) -> Estimates:
         """These estimates with a scalar overlay's entries written back (a no-op without one)."""
@@ -312,13 +365,12 @@ class Estimates:
                             zip(cols[tighter].tolist(), u[tighter].tolist(), low[tighter].tolist(), strict=True)}
         self.tight = tight
 
-    def upgrade_mean(self) -> bool:
-        """A value other than 0 or 1 arrived: keep the means in float64 from now on (exact k / T).
-        True when the means changed dtype (every row is then new)."""
-        if self.mean.dtype != np.float32:
-            return False
-        self.mean = exact_mean(self.mean, self.count)
-        return True
+    def upgrade_mean(self) -> None:
+        """A value other than 0 or 1 arrived: keep the means in float64 from now on (exact k / T;
+        every row of ``mean`` is new)."""
+        if self.mean.dtype == np.float32:
+            self.mean = exact_mean(self.mean, self.count)
+            self.touched_all = True
 
     def tighten_many(self, i: np.ndarray, j: np.ndarray, m_old: np.ndarray, T_old: np.ndarray, m1: np.ndarray,
                      T1: np.ndarray) -> None:

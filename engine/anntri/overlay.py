@@ -27,6 +27,7 @@ import numpy as np
 from ..bounds import UNIT_INTERVAL_BOUNDS
 from .checks import SMALL_BATCH
 from .estimates import Estimates
+from .observe import observe_pair
 from .questions import SPREAD_MIN_ROUNDS, round_robin
 from .rounds import drop_stale_active
 
@@ -183,7 +184,7 @@ class ScalarOverlay:
             key = i * n + j
             r = hot.get(key)
             if r is None:
-                self._observe_pair(i, j, v)
+                observe_pair(est, self._rounds, i, j, v)
             else:
                 T = r.count
                 T1 = T + 1

@@ -18,18 +18,18 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..bounds import check_bound
+from ..graph import NeighborGraph
 from ..utils import RandomState, check_int, check_n_items, check_random_state, store_params
-from . import questions
+from . import observe as answers_
+from . import questions, results
 from . import rounds as decisions
 from .estimates import Estimates
-from .observe import AnswerUpdates
 from .overlay import ScalarOverlay, overlaid
-from .results import Results
 from .rounds import ROUND_CAPPED, ROUND_CERTIFIED, ROUND_OPEN, Params, Rounds, on_rounds
 from .state import StateIO
 
 
-class _NeighborGraphPlanner(StateIO, Results, AnswerUpdates, ScalarOverlay):
+class _NeighborGraphPlanner(StateIO, ScalarOverlay):
     """The pair planners' parameters and state (:class:`engine.anntri.ANNTri` documents them)."""
 
     # The pair arrays and round_issued_ are properties: in long duels (few active arms) the
@@ -126,6 +126,24 @@ class _NeighborGraphPlanner(StateIO, Results, AnswerUpdates, ScalarOverlay):
         """The parameters the round and question functions read, as they are now."""
         return Params(self.n_items, self.k, self.triangle, self.window, self.stagger, self.max_samples_per_round,
                       self.lookahead, self.full_pass_every, self.symmetric)
+
+    # ------------------------------------------------------------------ answers (engine.anntri.observe)
+    def observe(self, answers: Iterable[Sequence[float]] | np.ndarray) -> None:
+        """Apply noisy distance samples ``(i, j, value)``: any order, any batch size.
+
+        Answers for rounds already closed still tighten the estimates; each answer clears
+        one pending entry of its pair. Raises ``ValueError`` (state unchanged) on bad
+        indices, i == j or non-finite values (or values outside [0, 1] for the bounded
+        ``bound="bernstein"``/``"kl"``).
+
+        Triangle bounds are not propagated here: the sampled pairs are queued (``dirty_``)
+        and propagated in one vectorised step before a round reads its row again (a round
+        opening, or every n new samples), so a short batch costs a few scalar updates.
+        """
+        if self._fast_ok and self._observe_hot(answers):
+            return
+        self._ensure_state()
+        answers_.observe_general(self._est, self._rounds, self._params_now(), answers)
 
     # ------------------------------------------------------------------ questions (engine.anntri.questions)
     def next_questions(self, budget: int) -> list[tuple[int, int]]:
@@ -229,3 +247,58 @@ class _NeighborGraphPlanner(StateIO, Results, AnswerUpdates, ScalarOverlay):
         self._ensure_state()
         status = self._rounds.status
         return bool(np.all((status == ROUND_CERTIFIED) | (status == ROUND_CAPPED)))
+
+    # ------------------------------------------------------------------ results (engine.anntri.results)
+    def current_neighbors(self) -> np.ndarray:
+        """Current best k neighbours of every item, shape (n_items, k): the certified answer
+        where a round is certified, else the best estimates among the not-eliminated.
+
+        A row's best depends on that row alone: rows not written since the previous call are
+        taken from then (the dashboard asks every second; O(changed rows x n), not O(n²))."""
+        self._ensure_state()
+        self._settle()
+        best, self._best_cache = results.current_neighbors(self._synced, self._rounds, self.k, self._best_cache)
+        return best
+
+    def round_best(self, j: int) -> tuple[np.ndarray, int]:
+        """Round j's current best k neighbours (as in :meth:`current_neighbors`, row j only,
+        shape (k,)) and the number of questions round j itself has issued so far.
+
+        Lets a caller score each round against the samples spent inside it (the paper's
+        Fig. 2b x-axis); earlier rounds' samples of pairs (j, a) count for the estimates but
+        not for the round's own question count.
+        """
+        self._ensure_state()
+        j = int(j)
+        if not 0 <= j < self.n_items:
+            raise ValueError(f"round index must lie in 0..{self.n_items - 1}, got {j}")
+        self._settle()
+        est, rounds = self._synced, self._rounds
+        if rounds.status[j] == ROUND_CERTIFIED:
+            return rounds.neighbors[j].astype(np.int64), int(rounds.issued[j])
+        # Row j of current_neighbors, in O(n) instead of O(n²).
+        best = results.best_rows(est, self.k, np.array([j]))[0]
+        return best.astype(np.int64), int(rounds.issued[j])
+
+    def result(self) -> NeighborGraph:
+        """The k-NN graph now: certified rows are final, the others are best estimates."""
+        nb = self.current_neighbors()
+        return results.graph(self._synced, self._rounds, nb)
+
+    def progress(self) -> dict:
+        """Numbers for the dashboard (all plain Python scalars)."""
+        self._ensure_state()
+        self._settle()
+        per_item, pending_rows, self._sums_cache = results.row_sums(self._synced, self._sums_cache)
+        return results.progress(self._rounds, self.n_items, self.k, per_item, pending_rows, self.symmetric, self.done)
+
+    def neighbor_graph(self, k: int = 1) -> NeighborGraph:
+        """:meth:`result` with ``k`` columns: fewer are cut, more are filled with :data:`NO_NEIGHBOR`
+        (the planner has no estimate beyond its own ``k``); an item no answer has touched has no
+        neighbour yet (not the argmin of zeros)."""
+        k = int(k)
+        if k < 1:
+            raise ValueError(f"k must be a positive integer, got {k}")
+        g = self.result()
+        blind = self._synced.count.sum(axis=1) == 0
+        return results.with_columns(g, blind, k)

@@ -1,12 +1,13 @@
 """ANNTri's state I/O: ``to_state``/``from_state`` as plain arrays + JSON values, and changed rows.
 
-Every writer of the (n, n) arrays records its rows, so ``to_state(copy=False)`` tells a caller
-which rows changed since an earlier state (:class:`RowChanges`). Numpy only; must never import
+The state is the planner's parameters and the parts of its :class:`.estimates.Estimates` and
+:class:`.rounds.Rounds`. Every writer of the (n, n) arrays records its rows, so
+``to_state(copy=False)`` tells a caller which rows changed since an earlier state
+(:class:`RowChanges`, defined with the estimates and importable from here). Numpy only; must never import
 Flask, Redis, RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations
 
-import itertools
 import numbers
 from typing import Self
 
@@ -14,45 +15,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..utils import check_state, generator_from_state, generator_state
-from .estimates import Estimates
+from .estimates import Estimates, RowChanges, RowTracked
+
+__all__ = ["STATE_VERSION", "RowChanges", "RowTracked", "StateIO"]
 from .rounds import Rounds
 
 #: 2 added params['stagger'], 3 params['symmetric'], 4 head-based states without ``upper``/``lower``
 #: (``tight_*`` instead) and float32 means above FLOAT64_MAX_ITEMS. Only this version loads.
 STATE_VERSION = 4
-
-_TOKENS = itertools.count(1)
-
-
-class RowChanges:
-    """Which rows of a planner's (n, n) state arrays changed between two of its states.
-
-    ``to_state(copy=False)`` hands out its (n, n) arrays as :class:`RowTracked` views labelled
-    with one of these (planner token, state number); ``later.rows_since(earlier)`` is the rows
-    written after the state ``earlier`` was handed out (a superset is possible, a subset never),
-    or None when unknown (another planner, or states out of order): then diff everything."""
-
-    __slots__ = ("token", "epoch", "_row_epoch")
-
-    def __init__(self, token: int, epoch: int, row_epoch: np.ndarray) -> None:
-        self.token, self.epoch, self._row_epoch = token, epoch, row_epoch
-
-    def rows_since(self, earlier: object) -> np.ndarray | None:
-        if (not isinstance(earlier, RowChanges) or earlier.token != self.token
-                or earlier.epoch > self.epoch):
-            return None
-        return np.flatnonzero(self._row_epoch > earlier.epoch)
-
-
-class RowTracked(np.ndarray):
-    """A view of a planner's own (n, n) array, carrying ``row_changes`` (a :class:`RowChanges`);
-    arrays derived from it (slices, arithmetic, copies) carry none."""
-
-    row_changes = None
-
-    def __array_finalize__(self, obj: np.ndarray | None) -> None:
-        self.row_changes = None
-
 
 class StateIO:
     """Mixin of the planner (``engine.anntri.planner``): its state out and back, and which rows changed."""
@@ -65,15 +35,8 @@ class StateIO:
                "round_issued_", "neighbors_", "refresh_mark_")
 
     def _start_tracking(self):
-        """Rows of the (n, n) arrays written since the last ``to_state(copy=False)``: every writer in
-        these modules adds its rows to the estimates' ``touched`` (or sets ``touched_all``), ``to_state`` folds them
-        into ``_row_epoch`` (the state in which each row last changed), so a caller diffing two states
-        of this planner reads only the rows changed in between (:class:`RowChanges`)."""
-        self._est.touched = set()
-        self._est.touched_all = True  # nothing known about the states handed out before
-        self._row_epoch = np.zeros(self.n_items, dtype=np.int64)
-        self._epoch = 0
-        self._token = next(_TOKENS)
+        """The results' caches, recomputed where rows changed since (the estimates track the rows
+        written: ``Estimates.fold``, :class:`RowChanges`)."""
         self._best_cache = None  # (tick, rows' best) of current_neighbors
         self._sums_cache = None  # (tick, count and pending row sums) of progress
 
@@ -84,22 +47,6 @@ class StateIO:
         write is missing from a row-limited diff and from the cached neighbours."""
         if self._hot is not None:
             self._est.touched.update(int(r) for r in np.atleast_1d(rows).tolist())
-
-    def _fold(self) -> int:
-        """Stamp the rows written since the last fold with a new tick in ``_row_epoch``; the tick."""
-        est = self._est
-        self._epoch += 1
-        if est.touched_all:
-            self._row_epoch[:] = self._epoch
-        elif est.touched:
-            self._row_epoch[np.fromiter(est.touched, dtype=np.int64, count=len(est.touched))] = self._epoch
-        est.touched.clear()
-        est.touched_all = False
-        return self._epoch
-
-    def _changes(self) -> RowChanges:
-        """The label of the state handed out now (rows written later get a later tick)."""
-        return RowChanges(self._token, self._fold(), self._row_epoch)
 
     def _params(self) -> dict:
         rs = self.random_state
@@ -155,7 +102,7 @@ class StateIO:
             for name in Rounds.SCALARS:
                 state[name] = rounds.pop(name)
             arrays = {**est.arrays(), **rounds}
-            changes = None if copy else self._changes()
+            changes = None if copy else est.changes()
             for name, arr in arrays.items():
                 if copy:
                     arr = np.array(arr, copy=True)
