@@ -31,15 +31,17 @@ AUTO_DECAY = 0.7
 #: standard errors (of the best accuracy) a larger dimension must beat a smaller one by
 AUTO_MARGIN = 1.0
 #: in a study of more than ``priors.LARGE_ITEMS`` items with trusted features, the features' map (see
-#: ``FEATURE_MAP``) is the chosen dimension up to ``MAP_UNTIL`` answers per item, whatever the fits score; from
-#: there a fit must beat it by ``MAP_MARGIN`` standard errors. A fit has one offset per item: with few answers
-#: per item against many items the offsets scatter items among others' neighbours, which fresh answers (duels
-#: among the chosen shortlists) cannot show: at 10,000 clustered items with features of local agreement .7
-#: (``simulation.features.features_of_agreement(local=50)``) the fits predicted fresh answers 10 standard
-#: errors better than the map at 8 answers per item (.687 against .663) while 1-NN in them hit a true 3
-#: nearest .34 of the time, in the map .46; chosen by the scores, hit@3 at 10 answers per item was .40-.55,
-#: with the map kept .76
-MAP_UNTIL = 25.0
+#: ``FEATURE_MAP``) is the chosen dimension up to ``MAP_UNTIL`` answers per item, whatever the fits would score,
+#: and the only one refitted (a refit of the map alone costs a fraction of one of every dimension); from there
+#: the fits are refitted beside it, and one must beat it by ``MAP_MARGIN`` standard errors. A fit has one
+#: offset per item: with few answers per item against many items the offsets scatter items among others'
+#: neighbours, which fresh answers (duels among the chosen shortlists) cannot show: at 10,000 clustered items
+#: with features of local agreement .7 (``simulation.features.features_of_agreement(local=50)``) the fits
+#: predicted fresh answers 10 standard errors better than the map at 8 answers per item (.687 against .663)
+#: while 1-NN in them hit a true 3 nearest .34 of the time, in the map .46 (.34 against .52 at 20 answers per
+#: item); chosen by the scores, hit@3 at 10 answers per item was .40-.55, with the map kept .76 (.88 at 20).
+#: Where the fits should take over is not measured (50: a guess beyond the 23 answers per item measured)
+MAP_UNTIL = 50.0
 MAP_MARGIN = 3.0
 #: refits that fit every dimension before only the leading one is refitted each time ...
 AUTO_SETTLE = 4
@@ -86,6 +88,12 @@ class Dimensions:
         """Whether the features' map is a candidate no longer (no features, or they were dropped)."""
         return self.prior_ is None or not self.prior_.trusted
 
+    def _map_only(self) -> bool:
+        """Whether the features' map is the one dimension chosen and refitted: trusted features in a large study,
+        below ``MAP_UNTIL`` answers per item (``dim="auto"``)."""
+        return (FEATURE_MAP in self._dims() and not self._map_out() and self.prior_.large
+                and self.n_answers_ < MAP_UNTIL * self.n_items)
+
     def _score_dims(self, emb, trip: np.ndarray) -> None:
         """Score the dimensions refitted last time on the answers that arrived since (no fit has
         seen them); older refits count ``AUTO_DECAY`` times less per refit.
@@ -113,6 +121,8 @@ class Dimensions:
         """The dimensions (indices into :meth:`_dims`) a refit fits warm, in order: every dimension at
         first and every ``AUTO_RECHECK``-th refit, else only the leading one."""
         dims = self._dims()
+        if self._map_only():
+            return [dims.index(FEATURE_MAP)]
         every = self.n_fits_ < AUTO_SETTLE or self.n_fits_ % AUTO_RECHECK == 0
         best = self._best_dim_index()
         # the leading dimension first: its fit gives the shortlists as soon as it is done; then the
@@ -146,7 +156,7 @@ class Dimensions:
         if FEATURE_MAP in dims and (not line or self._map_out()):
             acc[dims.index(FEATURE_MAP)] = -np.inf
         mapped = line and FEATURE_MAP in dims and not self._map_out()
-        if mapped and not (seen > 0).any():
+        if mapped and (self._map_only() or not (seen > 0).any()):
             return dims.index(FEATURE_MAP)  # nothing scored yet: the features, as people weigh them
         best = int(np.argmax(acc))
         if AUTO_MARGIN <= 0 or seen[best] <= 0:
@@ -157,7 +167,7 @@ class Dimensions:
             # a large study: the features' map up to MAP_UNTIL answers per item, then while no fit beats it by
             # MAP_MARGIN standard errors
             at = dims.index(FEATURE_MAP)
-            if self.n_answers_ < MAP_UNTIL * self.n_items or acc[at] >= acc[best] - MAP_MARGIN * se:
+            if self._map_only() or acc[at] >= acc[best] - MAP_MARGIN * se:
                 return at
         elif mapped:
             if self.prior_.map_earned_ and near[dims.index(FEATURE_MAP)]:

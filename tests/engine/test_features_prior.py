@@ -250,6 +250,7 @@ def test_a_large_study_keeps_the_features_map_until_enough_answers_per_item(monk
     monkeypatch.setattr(priors, "LARGE_ITEMS", n - 1)  # this study of n items counts as large
     assert p.prior_.large and p.prior_.share > share
     assert p.chosen_dim_ == FEATURE_MAP  # a large one: the map, up to MAP_UNTIL answers per item
+    assert p._dims_to_refit() == [dims.index(FEATURE_MAP)]  # ... the only dimension refitted
     p.n_answers_ = int(MAP_UNTIL * n)
     assert p.chosen_dim_ == 2  # then a fit that beats it by the margin
     p.dim_compare_[0, dims.index(2)] = 6_050  # ... and no fit that does not
