@@ -41,7 +41,8 @@ at ``attention.rate: auto``, or --crowd-rate), each catch trial drawn among the 
 (webapp.questions_answers.crowd_catch_question) and, after each rater, one look of the worker's crowd step
 (workers.jobs.rater_checks.crowd_look: retire, then judge the raters due, once: ``attention.crowd_raters``
 raters later, or at once where the rater answered every question and the crowd has decided every comparison they
-answered, or at the study's end).
+missed, or at the study's end). --crowd-kinds and --crowd-labels run some rows only (to measure one row over
+more studies); --crowd-dump writes each rater's verdict (bot, flagged, p) per study as JSON.
 """
 from __future__ import annotations
 
@@ -265,6 +266,8 @@ def wired_study(kind: str, settings: dict, items: list[dict], truth, noise, seed
     asked: set[str] = set()
 
     p_of: dict[str, float] = {}
+    waited: dict[str, int] = {}  # raters who came after a rater with a missed catch trial until their verdict
+    now = 0
 
     def look(final: bool) -> None:
         nonlocal retired
@@ -273,12 +276,14 @@ def wired_study(kind: str, settings: dict, items: list[dict], truth, noise, seed
         for x, p in judgement.p.items():
             counters[rater_ids[x]]["crowd_judged"] = "1"
             p_of[rater_ids[x]] = p
+            if any(not a for r, a in zip(who, agreed, strict=True) if r == rater_ids[x]):
+                waited[rater_ids[x]] = now - int(rater_ids[x][1:])
             if x in judgement.flagged:
                 counters[rater_ids[x]]["crowd_flagged"] = "1"
 
     trials_given = 0
     for x in range(CROWD_RATERS):
-        name = f"r{x}"
+        name, now = f"r{x}", x
         counters[name] = {"answers": str(n), "completed": "1"}
         rater = Rater(truth, noise, bool(bot[x]), random.Random(seed * 100003 + x))
         places = np.arange(0, n, every) + rng.integers(every, size=len(range(0, n, every)))
@@ -297,7 +302,8 @@ def wired_study(kind: str, settings: dict, items: list[dict], truth, noise, seed
     flagged = np.array([counters[f"r{x}"].get("crowd_flagged") == "1" for x in range(CROWD_RATERS)])
     return {"bot": bot, "flagged": flagged, "retired": len(retired), "claims": len(asked | retired),
             "every": every, "trials": trials_given / CROWD_RATERS,
-            "p": [p_of.get(f"r{x}", 1.0) for x in range(CROWD_RATERS)]}
+            "p": [p_of.get(f"r{x}", 1.0) for x in range(CROWD_RATERS)],
+            "waited": [waited.get(f"r{x}", -1) for x in range(CROWD_RATERS)]}
 
 
 def egg_people(data_dir: Path, config: StudyConfig, seed: int) -> dict:
@@ -412,7 +418,7 @@ def wired_table(a, truth, noise) -> None:
         print(f"| {name} | {source} | {studies[-1]['every']} | {np.mean([r['trials'] for r in studies]):.1f} | "
               f"{crowd_cells(studies)} |", flush=True)
         dump[f"{name} | {source}"] = [{"seed": a.seed + s, "bot": r["bot"].tolist(), "flagged": r["flagged"].tolist(),
-                                       "p": r["p"]} for s, r in enumerate(studies)]
+                                       "p": r["p"], "waited": r["waited"]} for s, r in enumerate(studies)]
     if a.crowd_dump:
         Path(a.crowd_dump).write_text(json.dumps(dump))
 

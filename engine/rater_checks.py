@@ -389,19 +389,34 @@ CLAIM_Z = 0.0
 
 
 def judge_catch_answers(q: np.ndarray, agreed: np.ndarray, chance: float, seed: int = 0,
-                        simulations: int = SIMULATIONS) -> float:
+                        simulations: int = SIMULATIONS, others: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+                        ) -> float:
     """The p-value of one rater's catch answers under careful answering: ``q`` the careful agreement of each
     answer's comparison (``crowd_agreement`` of the others'), ``agreed`` 1 where the rater passed. The
     statistic is the log-likelihood ratio of agreeing as the crowd does against passing at ``chance``;
     its p-value is the share of answer sets simulated from ``q`` (a careful rater on the same comparisons)
-    at most as likely to be the crowd's (a parametric bootstrap, as ``judge_triplets``)."""
+    at most as likely to be the crowd's (a parametric bootstrap, as ``judge_triplets``).
+
+    ``others``, (comparison, agreed, answers) per answer: the others' weighted answers ``q`` was read from. Each
+    simulated careful rater then agrees with a comparison at an agreement drawn from its posterior (flat prior,
+    one draw per comparison and simulated rater, never below ``chance``) instead of at ``q``: a comparison
+    known from 30 answers is known to a few points, and a test taking ``q`` as exact flagged careful raters
+    nearly twice as often as its level (benchmarks/catch_fairness.py --crowd-wired, triplets of 10 labels)."""
     q, agreed = np.asarray(q, float), np.asarray(agreed, int)
     if len(q) == 0:
         return 1.0
     up, down = np.log(q / chance), np.log((1 - q) / (1 - chance))
     observed = np.sum(np.where(agreed == 1, up, down))
     rng = np.random.default_rng(seed)
-    simulated = np.where(rng.random((simulations, len(q))) < q, up, down).sum(1)
+    truth = q
+    if others is not None:
+        comparison, k, n = (np.asarray(x) for x in others)
+        first = np.unique(comparison, return_index=True, return_inverse=True)
+        at, inverse = first[1], first[2]
+        k, n = np.asarray(k, float)[at], np.asarray(n, float)[at]
+        drawn = rng.beta(k + 1, n - k + 1, size=(simulations, len(at)))
+        truth = np.clip(drawn, chance, 0.999)[:, inverse]
+    simulated = np.where(rng.random((simulations, len(q))) < truth, up, down).sum(1)
     return float((1 + np.count_nonzero(simulated <= observed + 1e-12)) / (simulations + 1))
 
 
@@ -445,21 +460,24 @@ class CrowdJudgement:
 
 
 def crowd_due(claim_status_of_answers: np.ndarray, rater: np.ndarray, order: np.ndarray, n_raters: int,
-              flagged: np.ndarray, judged: np.ndarray, finished: np.ndarray, delay: int, final: bool) -> np.ndarray:
+              flagged: np.ndarray, judged: np.ndarray, finished: np.ndarray, delay: int, final: bool,
+              agreed: np.ndarray | None = None) -> np.ndarray:
     """The raters (bool per rater) whose catch answers are to be judged now, once: not flagged, not judged
     before, with catch answers; and the study has ended (``final``), or ``delay`` other raters gave their last
     catch answer after this rater's last one (``order``: each answer's place in the log), or the rater answered
-    every planned question (``finished``) and every comparison they answered is confirmed or retired by the
-    others' answers (``claim_status_of_answers``: ``ClaimVerdicts.answer``), so nothing the later raters add
-    would decide it."""
+    every planned question (``finished``) and every comparison they answered (with ``agreed``, 1 per answer that
+    passed: every comparison they missed) is confirmed or retired by the others' answers
+    (``claim_status_of_answers``: ``ClaimVerdicts.answer``), so nothing the later raters add would decide it."""
     rater, order = np.asarray(rater, int), np.asarray(order, float)
     has = np.bincount(rater, minlength=n_raters) > 0
     last = np.full(n_raters, -np.inf)
     np.maximum.at(last, rater, order)
     # the raters whose last catch answer came after each rater's last one
     later = n_raters - np.searchsorted(np.sort(last[has]), last, side="right") if has.any() else np.zeros(n_raters)
-    undecided = np.bincount(rater, weights=(np.asarray(claim_status_of_answers) == CLAIM_PENDING).astype(float),
-                            minlength=n_raters) > 0
+    open_ = np.asarray(claim_status_of_answers) == CLAIM_PENDING
+    if agreed is not None:
+        open_ &= np.asarray(agreed) == 0
+    undecided = np.bincount(rater, weights=open_.astype(float), minlength=n_raters) > 0
     ready = final | (later >= delay) | (np.asarray(finished, bool) & ~undecided)
     return has & ~np.asarray(flagged, bool) & ~np.asarray(judged, bool) & ready
 
@@ -471,21 +489,25 @@ def judge_crowd(claim: np.ndarray, rater: np.ndarray, agreed: np.ndarray, n_clai
     ``agreed`` per answer; ``flagged``, ``judged``, ``finished``, ``seeds`` per rater, see ``crowd_due``).
 
     The raters flagged by any check are left out of the crowd; the crowd's estimate (``judge_claims``) says
-    which comparisons to retire, and each rater due (``crowd_due``) is tested once on their catch answers
-    against the others' agreement per comparison (``judge_catch_answers``, a parametric bootstrap of 20 / its
-    level careful answer sets) and flagged below CROWD_LEVEL x ``alpha`` (the study's false_flag_rate):
-    benchmarks/catch_fairness.py --crowd-wired measures it."""
+    which comparisons to retire, and each rater due (``crowd_due``: a finished rater as soon as every comparison
+    they missed is decided) is tested once on their catch answers against the others' agreement per comparison
+    (``judge_catch_answers``, a parametric bootstrap of 20 / its level careful answer sets, each comparison's
+    agreement drawn from what the others' answers say of it) and flagged below CROWD_LEVEL x ``alpha`` (the
+    study's false_flag_rate): benchmarks/catch_fairness.py --crowd-wired measures it."""
     claim, rater, agreed = np.asarray(claim, int), np.asarray(rater, int), np.asarray(agreed, int)
     n_raters = len(flagged)
     flagged = np.asarray(flagged, bool)
     verdicts = judge_claims(claim, rater, agreed, ~flagged[rater], n_claims, threshold, chance)
     retire = claims_to_retire(verdicts, threshold)
-    due = crowd_due(verdicts.answer, rater, np.arange(len(rater)), n_raters, flagged, judged, finished, delay, final)
+    due = crowd_due(verdicts.answer, rater, np.arange(len(rater)), n_raters, flagged, judged, finished, delay, final,
+                    agreed)
     q = crowd_agreement(verdicts.others_agreed, verdicts.others_answers, chance)
     level = CROWD_LEVEL * alpha
     p = {}
     for x in np.flatnonzero(due):
         mine = rater == x
         p[int(x)] = judge_catch_answers(q[mine], agreed[mine], chance, seed=int(seeds[x]),
-                                        simulations=int(20 / level))
+                                        simulations=int(20 / level),
+                                        others=(claim[mine], verdicts.others_agreed[mine],
+                                                verdicts.others_answers[mine]))
     return CrowdJudgement(verdicts, retire, p, frozenset(x for x, v in p.items() if v < level))

@@ -125,3 +125,37 @@ def test_a_rater_is_judged_once_when_enough_raters_answered_after_them_or_the_cr
     judged, flagged = np.array([True, False, False, False]), np.array([False, True, False, False])
     assert rater_checks.crowd_due(pending, rater, order, 4, flagged, judged, none, 2, True).tolist() == [
         False, False, True, True]
+
+
+def test_the_crowds_uncertainty_about_a_comparison_is_part_of_the_careful_raters_simulated():
+    # 12 catch trials on 4 comparisons the others agreed with 9 times in 10, 6 of them missed
+    comparison = np.array([0, 1, 2, 3] * 3)
+    passed = np.array([0] * 6 + [1] * 6)
+    p = {}
+    for others in (10, 100000):
+        k, n = np.full(12, 0.9 * others), np.full(12, others)
+        q = rater_checks.crowd_agreement(k, n, CHANCE)
+        p[others] = (rater_checks.judge_catch_answers(q, passed, CHANCE, seed=1, simulations=20000),
+                     rater_checks.judge_catch_answers(q, passed, CHANCE, seed=1, simulations=20000,
+                                                      others=(comparison, k, n)))
+    # known from 10 answers each, an agreement read as 0.83 may well be 0.7: the misses are less surprising
+    # (0.8% of careful raters as surprising with the agreement taken as exact, 1.3% with it drawn); known from
+    # 100,000 answers, the same test
+    exact, drawn = p[10]
+    assert drawn > 1.4 * exact, p
+    exact, drawn = p[100000]
+    assert abs(drawn - exact) < 0.0002, p
+
+
+def test_a_finished_rater_is_judged_once_the_comparisons_they_missed_are_decided():
+    # rater 0 finished: missed comparison 0 (decided), passed comparison 1 (pending)
+    rater, order = np.array([0, 0, 1]), np.arange(3)
+    status = np.array([CLAIM_CONFIRMED, CLAIM_PENDING, CLAIM_PENDING])
+    agreed = np.array([0, 1, 1])
+    none, finished = np.zeros(2, bool), np.array([True, False])
+    assert not rater_checks.crowd_due(status, rater, order, 2, none, none, finished, 30, False).any()
+    assert rater_checks.crowd_due(status, rater, order, 2, none, none, finished, 30, False, agreed).tolist() == [
+        True, False]
+    # a missed comparison still pending: they wait
+    missed_pending = np.array([1, 0, 1])
+    assert not rater_checks.crowd_due(status, rater, order, 2, none, none, finished, 30, False, missed_pending).any()
