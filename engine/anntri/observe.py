@@ -49,7 +49,7 @@ def observe_general(est: Estimates, rounds: Rounds, p: Params, answers: Iterable
 def observe_pair(est: Estimates, rounds: Rounds, i: int, j: int, v: float) -> None:
     """One answer ``v`` for the pair (i, j), i < j, of a planner with stored bounds, in Python
     scalars, straight into the arrays (both mirrored entries): every short batch outside the
-    overlay (the overlay's own pairs are updated in place by ``ScalarOverlay._observe_hot``); the
+    overlay (the overlay's own pairs are updated in place by ``ScalarOverlay.observe``); the
     estimates are in sync."""
     mean, count, pending = est.mean, est.count, est.pending
     upper, lower = est.upper, est.lower

@@ -4,11 +4,11 @@ When every open round has a short cached active set (at most ``SMALL_ACTIVE`` ar
 refresh is due, no round is decided and the window needs no refill, ``next_questions`` and
 ``observe`` work on plain floats and ints instead of numpy scalars: each active arm's pair lives
 in a :class:`PairRecord` and each open round's question count in a :class:`RoundRecord`, keyed in
-the planner's ``_hot`` (pair ``i * n + j``, i < j) and ``_hot_rounds`` (round j) dicts.
+the :class:`ScalarOverlay`'s ``hot`` (pair ``i * n + j``, i < j) and ``hot_rounds`` (round j) dicts.
 
 The planner's public arrays ``mean_``, ``count_``, ``pending_``, ``upper_``, ``lower_`` and
 ``round_issued_`` are :func:`overlaid` properties: reading or assigning one first writes the
-overlay back (``_drop_hot``) and drops it, so every reader (the array paths, the platform, tests
+overlay back (``ScalarOverlay.drop``) and drops it, so every reader (the array paths, the platform, tests
 writing into the arrays) sees the same numbers; while it holds entries it is the estimates'
 ``writeback``, so the round and question functions, which call ``Estimates.sync()`` before reading
 the arrays, see them too. Questions, decisions and results are those of
@@ -16,11 +16,13 @@ the array path: ``tests/engine/test_anntri.py`` checks every question against a 
 the fast paths off and against a trace recorded before the fast path existed.
 
 Only for symmetric planners with k = 1, sub-Gaussian bounds and float64 bound matrices
-(``ScalarOverlay._start_overlay`` sets ``_fast_ok``); the planner's ``observe`` and
-``next_questions`` take its paths (``_observe_hot``, ``_next_hot``) when they
-apply. Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
+(``ScalarOverlay.fast_ok``); the planner's ``observe`` and ``next_questions`` take its paths
+(:meth:`ScalarOverlay.observe`, :meth:`ScalarOverlay.next_questions`) when they apply.
+Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -29,7 +31,7 @@ from .checks import SMALL_BATCH
 from .estimates import Estimates
 from .observe import observe_pair
 from .questions import SPREAD_MIN_ROUNDS, round_robin
-from .rounds import drop_stale_active
+from .rounds import ROUND_CAPPED, Params, Rounds, close, drop_stale_active, room
 
 #: The public arrays whose hot entries may live in the overlay (see :func:`overlaid`).
 OVERLAID = ("mean_", "count_", "pending_", "upper_", "lower_", "round_issued_")
@@ -68,26 +70,21 @@ def overlaid(name: str, doc: str) -> property:
     on_estimates = name != "round_issued_"
 
     def get(self):
-        if self._hot_on:
-            self._drop_hot()
+        est = self.__dict__.get("_est")
+        if est is None:
+            raise AttributeError(name)
+        est.sync()
         if on_estimates:
-            est = self.__dict__.get("_est")
-            if est is None:
-                raise AttributeError(name)
             if bound and est.derived:
                 return est.materialise_bounds()[0 if name == "upper_" else 1]
             return getattr(est, field)
-        rounds = self.__dict__.get("_rounds")
-        if rounds is None:
-            raise AttributeError(name)
-        return rounds.issued
+        return self._rounds.issued
 
     def set(self, value):
-        if self._hot_on:
-            self._drop_hot()
         est = self.__dict__.get("_est")
         if est is None:
             raise AttributeError(f"{name} is set once the planner's state exists")
+        est.sync()
         est.touched_all = True  # a whole array replaced: every row may differ
         if on_estimates:
             if bound and est.derived:
@@ -101,36 +98,35 @@ def overlaid(name: str, doc: str) -> property:
 
 
 class ScalarOverlay:
-    """Mixin of the planner (``engine.anntri.planner``): the overlay and its fast paths."""
+    """The overlay of one planner's :class:`.estimates.Estimates` and :class:`.rounds.Rounds`:
+    the pairs and rounds of a long duel in Python scalars (``hot``, ``hot_rounds``), and the fast
+    paths working on them. ``fast_ok`` says whether the fast paths apply to this planner at all.
+    While it holds entries it is the estimates' ``writeback`` (:meth:`drop`)."""
 
-    _hot = None  # None until the state exists
-    _hot_rounds = None
-    _hot_on = False
-    _fast_ok = False
-    #: planners that never take the fast paths (RandomSampling) set this False
-    _overlay_capable = True
-
-    def _start_overlay(self) -> None:
-        self._hot = {}
-        self._hot_rounds = {}
-        self._hot_on = False
+    def __init__(self, est: Estimates, rounds: Rounds, p: Params, capable: bool = True) -> None:
+        self.est, self.rounds = est, rounds
+        self.hot: dict = {}
+        self.hot_rounds: dict = {}
         # The scalar fast paths: exact SETri (k = 1, one layer per decision), sub-Gaussian
         # bounds (their radius depends on the count only) and float64 bounds.
         # Head-based (symmetric=False) estimates take the array paths.
-        self._fast_ok = (self._overlay_capable and self.k == 1 and self.symmetric
-                         and self.bound not in UNIT_INTERVAL_BOUNDS and not self._est.derived
-                         and self._est.upper.dtype == np.float64)
-        if self._fast_ok:
-            self._est.radius_lookup(0)
+        self.fast_ok = bool(capable and p.k == 1 and p.symmetric and est.bound not in UNIT_INTERVAL_BOUNDS
+                            and not est.derived and est.upper.dtype == np.float64)
+        if self.fast_ok:
+            est.radius_lookup(0)
 
-    def _drop_hot(self) -> None:
+    def _hold(self) -> None:
+        """Entries now live here: the estimates write them back before anything reads them."""
+        self.est.writeback = self.drop
+
+    def drop(self) -> None:
         """Write the overlay's scalars back into the arrays and forget them."""
-        n = self.n_items
-        est = self._est
+        est = self.est
+        n = est.n_items
         mean, count, pending = est.mean, est.count, est.pending
-        upper, lower, issued = est.upper, est.lower, self._rounds.issued
-        touched = self._est.touched
-        for key, r in self._hot.items():
+        upper, lower, issued = est.upper, est.lower, self.rounds.issued
+        touched = est.touched
+        for key, r in self.hot.items():
             i, j = divmod(key, n)
             touched.add(i)
             touched.add(j)
@@ -139,29 +135,24 @@ class ScalarOverlay:
             upper[i, j] = upper[j, i] = r.upper
             lower[i, j] = lower[j, i] = r.lower
             pending[i, j] = pending[j, i] = r.pending
-        for j, hr in self._hot_rounds.items():
+        for j, hr in self.hot_rounds.items():
             issued[j] = hr.issued
-        self._hot = {}
-        self._hot_rounds = {}
-        self._hot_on = False
+        self.hot = {}
+        self.hot_rounds = {}
         est.writeback = None
 
-    @property
-    def _synced(self) -> Estimates:
-        """The planner's estimates with the overlay written back (what the public arrays read)."""
-        return self._est.sync()
-
     # ------------------------------------------------------------------ answers
-    def _observe_hot(self, answers) -> bool:
-        """:meth:`observe` of a short list of plain rows on the overlay; False (nothing changed) for
-        any other batch, which the general path validates and applies or refuses."""
+    def observe(self, answers: object, params: Params) -> bool:
+        """A planner's ``observe`` of a short list of plain rows on the overlay; False (nothing
+        changed) for any other batch, which the general path validates and applies or refuses."""
         # Short lists of plain (int, int, float) rows, in Python scalars: pairs in the overlay are
         # updated there, the others in the arrays, with the same arithmetic as the array paths. Any
         # other batch goes to the general path (which validates it and applies it or raises)
         # before anything changes.
         if type(answers) is not list or len(answers) > SMALL_BATCH:  # noqa: E721
             return False
-        n = self.n_items
+        est = self.est
+        n = est.n_items
         for row in answers:
             tr = type(row)
             if tr is not tuple and tr is not list:
@@ -173,18 +164,17 @@ class ScalarOverlay:
             if (type(p) is not int or type(q) is not int or type(v) is not float  # noqa: E721
                     or not (0 <= p < n and 0 <= q < n) or p == q or v - v != 0.0):
                 return False
-        hot = self._hot
-        est = self._est
+        hot = self.hot
         radius = est.radius_list
         top = len(radius)
-        cache = self._rounds.active
-        dirty = self._est.dirty if self.triangle else None
+        cache = self.rounds.active
+        dirty = est.dirty if params.triangle else None
         for p, q, v in answers:
             i, j = (p, q) if p < q else (q, p)
             key = i * n + j
             r = hot.get(key)
             if r is None:
-                observe_pair(est, self._rounds, i, j, v)
+                observe_pair(est, self.rounds, i, j, v)
             else:
                 T = r.count
                 T1 = T + 1
@@ -214,30 +204,33 @@ class ScalarOverlay:
                 drop_stale_active(cache, i, j)
             if dirty is not None:
                 dirty[key] = None
-        self._rounds.n_samples += len(answers)
+        self.rounds.n_samples += len(answers)
         return True
 
     # ------------------------------------------------------------------ questions
-    def _next_hot(self, budget: int) -> list[tuple[int, int]] | None:
-        """:meth:`next_questions` on the overlay, or None (nothing changed) where it does not apply."""
+    def next_questions(self, budget: int, p: Params,
+                       general: Callable[[int], list[tuple[int, int]]]) -> list[tuple[int, int]] | None:
+        """A planner's ``next_questions`` on the overlay, or None (nothing changed) where it does not
+        apply; ``general(budget)`` is the planner's array path (to refill the window and go on)."""
         # The scalar overlay for the common case of a long duel: every open round has a short cached
         # active set, none is due for a row refresh or decided now, and the window needs no refill.
         # Computes exactly what the general path would (same decisions, same order, same caches) on
         # the overlay's scalars, and returns None, having changed nothing observable, otherwise.
-        if type(budget) is not int or budget <= 0 or self.lookahead:  # noqa: E721
+        if type(budget) is not int or budget <= 0 or p.lookahead:  # noqa: E721
             return None
-        open_rounds = self._rounds.open_rounds
+        rounds = self.rounds
+        open_rounds = rounds.open_rounds
         if len(open_rounds) > budget and len(open_rounds) > SPREAD_MIN_ROUNDS:
             return None  # many open rounds: taken in turn (_next_spread)
-        window = self.window
+        window = p.window
         if not open_rounds or type(window) is not int or window < 1:  # noqa: E721
             return None
-        n = self.n_items
-        if len(open_rounds) < window and self._rounds.next_round < n and (not self.stagger or self._room()):
+        n = p.n_items
+        if len(open_rounds) < window and rounds.next_round < n and (not p.stagger or room(self.est, rounds, p)):
             return None  # the window needs a refill (_room() without its call in long duels)
-        cache = self._rounds.active
-        hrounds = self._hot_rounds
-        triangle = self.triangle
+        cache = rounds.active
+        hrounds = self.hot_rounds
+        triangle = p.triangle
         plan = []
         for j in open_rounds:
             c = cache.get(j)
@@ -248,11 +241,10 @@ class ScalarOverlay:
                 return None
             hr = hrounds.get(j)
             if hr is None:
-                hr = hrounds[j] = RoundRecord(int(self._rounds.issued[j]), int(self._rounds.refresh_mark[j]))
-                self._hot_on = True
-                self._est.writeback = self._drop_hot
+                hr = hrounds[j] = RoundRecord(int(rounds.issued[j]), int(rounds.refresh_mark[j]))
+                self._hold()
             if hr.cache is not c:
-                hr.records = self._hot_records(j, act)
+                hr.records = self._records(j, act)
                 hr.cache = c
                 hr.arms = None
             arms = hr.arms
@@ -300,7 +292,7 @@ class ScalarOverlay:
         # The general path's issuing loop: round-robin over the rounds, one arm each per pass, of
         # _eligible's arms: the fewest-sampled undecided arms that are not pending.
         out: list[tuple[int, int]] = []
-        cap = self.max_samples_per_round
+        cap = p.max_samples_per_round
         closed = None
         if len(plan) == 1:  # one open round (window 1, a long duel): its eligible arms in order
             j, arms, hr, tmin = plan[0]
@@ -312,7 +304,7 @@ class ScalarOverlay:
                     r.pending = 1
                     hr.issued += 1
                     if cap is not None and hr.issued >= cap:
-                        self._close_capped(j)
+                        close(rounds, j, ROUND_CAPPED)
                         closed = True
                         break
         else:
@@ -327,34 +319,33 @@ class ScalarOverlay:
                 r.pending += 1
                 hr.issued += 1
                 if cap is not None and hr.issued >= cap:
-                    self._close_capped(j)
+                    close(rounds, j, ROUND_CAPPED)
                     closed = closed or set()
                     closed.add(j)
-        self._rounds.n_issued += len(out)
-        if closed is not None and out and len(out) < budget and self._room():
-            out.extend(self._next_general(budget - len(out)))  # refill the window, go on
+        rounds.n_issued += len(out)
+        if closed is not None and out and len(out) < budget and room(self.est, rounds, p):
+            out.extend(general(budget - len(out)))  # refill the window, go on
         return out
 
-    def _hot_records(self, j: int, act: list) -> list:
+    def _records(self, j: int, act: list) -> list:
         """The overlay records of pairs (j, a) for a in ``act``, moved in where missing."""
-        n = self.n_items
-        hot = self._hot
-        est = self._est
+        n = self.est.n_items
+        hot = self.hot
         recs = []
         for a in act:
             key = j * n + a if j < a else a * n + j
             r = hot.get(key)
             if r is None:
-                r = self._make_hot(key, est)
+                r = self._move_in(key)
             recs.append(r)
         return recs
 
-    def _make_hot(self, key: int, est: Estimates) -> PairRecord:
+    def _move_in(self, key: int) -> PairRecord:
         """Move pair ``key`` (i * n + j, i < j) into the overlay."""
-        i, j = divmod(key, self.n_items)
+        est = self.est
+        i, j = divmod(key, est.n_items)
         r = PairRecord(int(est.count[i, j]), float(est.mean[i, j]), float(est.upper[i, j]),
                        float(est.lower[i, j]), int(est.pending[i, j]))
-        self._hot[key] = r
-        self._hot_on = True
-        self._est.writeback = self._drop_hot
+        self.hot[key] = r
+        self._hold()
         return r

@@ -29,7 +29,7 @@ from .rounds import ROUND_CAPPED, ROUND_CERTIFIED, ROUND_OPEN, Params, Rounds, o
 from .state import StateIO
 
 
-class _NeighborGraphPlanner(StateIO, ScalarOverlay):
+class _NeighborGraphPlanner(StateIO):
     """The pair planners' parameters and state (:class:`engine.anntri.ANNTri` documents them)."""
 
     # The pair arrays and round_issued_ are properties: in long duels (few active arms) the
@@ -56,6 +56,20 @@ class _NeighborGraphPlanner(StateIO, ScalarOverlay):
     #: :class:`engine.anntri.estimates.Estimates` with its own state; None until the state exists.
     _est = None
     _rounds = None
+    #: the scalar fast path's entries (engine.anntri.overlay); ``_fast_ok``: whether it applies
+    _overlay = None
+    _fast_ok = False
+    #: planners that never take the fast paths (RandomSampling) set this False
+    _overlay_capable = True
+
+    @property
+    def _synced(self) -> Estimates:
+        """The estimates with the overlay written back (what the public arrays read)."""
+        return self._est.sync()
+
+    def _start_overlay(self) -> None:
+        self._overlay = ScalarOverlay(self._est, self._rounds, self, self._overlay_capable)
+        self._fast_ok = self._overlay.fast_ok
 
     @property
     def dirty_(self) -> dict:
@@ -107,7 +121,7 @@ class _NeighborGraphPlanner(StateIO, ScalarOverlay):
         return self._synced.rows_bounds(np.asarray(rows, dtype=np.int64))
 
     def _ensure_state(self):
-        if self._hot is not None:
+        if self._est is not None:
             return
         self._check_params()
         n = self.n_items
@@ -120,7 +134,7 @@ class _NeighborGraphPlanner(StateIO, ScalarOverlay):
     @property
     def initialized(self) -> bool:
         """The state (pair arrays, rounds) exists: created by the first call that needs it."""
-        return self._hot is not None
+        return self._est is not None
 
     def _params_now(self) -> Params:
         """The parameters the round and question functions read, as they are now."""
@@ -140,7 +154,7 @@ class _NeighborGraphPlanner(StateIO, ScalarOverlay):
         and propagated in one vectorised step before a round reads its row again (a round
         opening, or every n new samples), so a short batch costs a few scalar updates.
         """
-        if self._fast_ok and self._observe_hot(answers):
+        if self._fast_ok and self._overlay.observe(answers, self):
             return
         self._ensure_state()
         answers_.observe_general(self._est, self._rounds, self._params_now(), answers)
@@ -158,7 +172,7 @@ class _NeighborGraphPlanner(StateIO, ScalarOverlay):
         times at once (a batch of SETri layers, see :class:`engine.anntri.ANNTri`).
         """
         if self._fast_ok:  # a long duel: the scalar overlay's path, when it applies (engine.anntri.overlay)
-            out = self._next_hot(budget)
+            out = self._overlay.next_questions(budget, self, self._next_general)
             if out is not None:
                 return out
         return self._next_general(budget)
@@ -219,7 +233,7 @@ class _NeighborGraphPlanner(StateIO, ScalarOverlay):
         """Close the open rounds the answers so far have decided: what :meth:`progress` does
         first, without its O(n²) counts (the update pass calls this before retiring questions).
         Before the planner's first call there are no rounds to close."""
-        if self._hot is None:
+        if self._est is None:
             return
         self._settle()
 
@@ -229,7 +243,7 @@ class _NeighborGraphPlanner(StateIO, ScalarOverlay):
         questions, so their answers still sharpen its empirical best). Reads the rounds as they
         are: call :meth:`settle` first to close the ones the latest answers decided."""
         heads = np.asarray(heads, dtype=np.int64).reshape(-1)
-        if self._hot is None:  # no rounds before the first call
+        if self._est is None:  # no rounds before the first call
             return np.zeros(len(heads), bool)
         status = self._rounds.status[heads]
         return (status != ROUND_OPEN) & (status != ROUND_CAPPED)
@@ -237,7 +251,7 @@ class _NeighborGraphPlanner(StateIO, ScalarOverlay):
     def closed(self, heads: ArrayLike) -> np.ndarray:
         """Per head: its round is not open (waiting, certified or capped)."""
         heads = np.asarray(heads, dtype=np.int64).reshape(-1)
-        if self._hot is None:
+        if self._est is None:
             return np.zeros(len(heads), bool)
         return self._rounds.status[heads] != ROUND_OPEN
 

@@ -45,7 +45,7 @@ class StateIO:
         adding to ``pending_``), so the next ``to_state(copy=False)`` reports them as changed and
         :meth:`current_neighbors` recomputes them. Writers from outside must call it: an unreported
         write is missing from a row-limited diff and from the cached neighbours."""
-        if self._hot is not None:
+        if self._est is not None:
             self._est.touched.update(int(r) for r in np.atleast_1d(rows).tolist())
 
     def _params(self) -> dict:
@@ -91,7 +91,7 @@ class StateIO:
             "version": STATE_VERSION,
             "class": type(self).__name__,
             "params": self._params(),
-            "initialized": self._hot is not None,
+            "initialized": self._est is not None,
         }
         if state["initialized"]:
             state["rng"] = generator_state(self.rng_)
