@@ -39,7 +39,7 @@ from simulation.ratings import TripletNoise, TripletRater, realistic_simulator  
 from webapp.cli.embedded import EmbeddedRedis  # noqa: E402
 from workers.jobs import update  # noqa: E402
 from workers.jobs.learner_cache import forget_cached, load_learners  # noqa: E402
-from workers.store import questions  # noqa: E402
+from workers.store import keys, questions  # noqa: E402
 from workers.store.answers import accept_answer  # noqa: E402
 from workers.store.config import StudyConfig  # noqa: E402
 from workers.store.queue import enqueue_update, run_queued_jobs, schedule_update  # noqa: E402
@@ -56,8 +56,9 @@ def truth_distances(sim, seed: int) -> np.ndarray:
 
 
 def run(conn, split: str, n: int, budgets: list[int], seed: int, triplets: str, triplet_noise: float,
-        batch: int, lapse: float = TripletNoise().lapse) -> tuple[list[float], list[float], list[float]]:
-    """(hit@3, share of the rater time on ratings so far, the learner's time share in force) at each budget."""
+        batch: int, lapse: float = TripletNoise().lapse) -> tuple[list[float], ...]:
+    """(hit@3, share of the rater time on ratings so far, the learner's time share in force, share of the questions
+    so far that were random fallbacks) at each budget."""
     random.seed(seed)  # the issuing script's draws and the fallback questions (workers.store.questions)
     sim = realistic_simulator(n, random_state=seed)
     D = truth_distances(sim, seed)
@@ -77,7 +78,7 @@ def run(conn, split: str, n: int, budgets: list[int], seed: int, triplets: str, 
     study = get_study(conn, sid)
     seconds = {kind: float(KINDS[kind].seconds) for kind in ("rating", "triplet")}
     spent = {"rating": 0.0, "triplet": 0.0}
-    hits, on_ratings, in_force = [], [], []
+    hits, on_ratings, in_force, fallback = [], [], [], []
     given = 0
     for b in budgets:
         while sum(spent.values()) < b * n - 1e-9:
@@ -105,7 +106,9 @@ def run(conn, split: str, n: int, budgets: list[int], seed: int, triplets: str, 
         on_ratings.append(spent["rating"] / sum(spent.values()))
         split_now = questions.split_in_force(conn, sid, study.config)
         in_force.append(np.nan if split_now is None else split_now["time_shares"]["rating"])
-    return hits, on_ratings, in_force
+        served, fell_back = conn.hmget(keys.counters(sid), ["questions_served", "fallback_served"])
+        fallback.append(int(fell_back or 0) / max(1, int(served or 0)))
+    return hits, on_ratings, in_force, fallback
 
 
 def main(argv=None) -> None:
@@ -140,7 +143,9 @@ def main(argv=None) -> None:
                 if split == "learner":
                     rows.append(["  the learner's time share in force",
                                  *[f"{v:.2f}" for v in np.nanmean([r[2] for r in runs], axis=0)]])
-                print(f"  {label}: {' / '.join(rows[-2 if split != 'learner' else -3][1:])} "
+                rows.append(["  random fallback questions (share)",
+                             *[f"{v:.2f}" for v in np.mean([r[3] for r in runs], axis=0)]])
+                print(f"  {label}: {' / '.join(rows[-3 if split != 'learner' else -4][1:])} "
                       f"({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
             if len(per_seed) == 2:
                 d = per_seed["learner"] - per_seed["fixed"]
