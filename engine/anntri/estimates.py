@@ -52,7 +52,7 @@ def interval_step(mean: float, count: int, value: float, radius: float, upper: f
     the new mean, U* and L* (the confidence interval of ``radius`` around the new mean, clipped
     at 0 and intersected with ``[lower, upper]``) and whether that intersection was empty, in
     which case the confidence event failed somewhere and today's interval stands alone. Every
-    scalar answer outside the overlay takes it (``AnswerUpdates._observe_pair``); the overlay's
+    scalar answer outside the overlay takes it (:func:`engine.anntri.observe.observe_pair`); the overlay's
     hot loop inlines the same arithmetic."""
     m1 = (mean * count + value) / (count + 1)
     conf_lo = max(m1 - radius, 0.0)

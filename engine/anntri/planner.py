@@ -1,36 +1,40 @@
 """ANNTri's planner: the parameters of one planner and the parts that own its state.
 
-The pair estimates are an :class:`.estimates.Estimates` (``_est``) and the rounds a
+The pair estimates are an :class:`.estimates.Estimates` (``_est``), the rounds a
 :class:`.rounds.Rounds` (``_rounds``), each with its own arrays and its own part of the saved
-state; the decisions (:mod:`.rounds`) and the question choice (:mod:`.questions`) are functions
-over them, called from here. Answers (:mod:`.observe`), results (:mod:`.results`), state I/O
-(:mod:`.state`) and the scalar fast path (:mod:`.overlay`) are still mixins of
-:class:`_NeighborGraphPlanner`. Numpy only; must never import Flask, Redis, RQ, ``webapp`` or
-``workers``.
+state, and the scalar fast path a :class:`.overlay.ScalarOverlay` (``_overlay``) over both. The
+decisions (:mod:`.rounds`), question choice (:mod:`.questions`), answers (:mod:`.observe`),
+results (:mod:`.results`) and state I/O (:mod:`.state`) are functions over them;
+:class:`_NeighborGraphPlanner` is the facade that implements ``engine.graph.Planner`` by calling
+them. Its public arrays (``mean_``, ``status_``, ``n_issued_``, ...) are properties reading the
+parts. Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations
 
 import math
 import numbers
 from collections.abc import Iterable, Sequence
+from typing import Self
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from ..bounds import check_bound
 from ..graph import NeighborGraph
-from ..utils import RandomState, check_int, check_n_items, check_random_state, store_params
+from ..utils import RandomState, check_int, check_n_items, check_random_state, check_state, store_params
 from . import observe as answers_
 from . import questions, results
 from . import rounds as decisions
 from .estimates import Estimates
 from .overlay import ScalarOverlay, overlaid
 from .rounds import ROUND_CAPPED, ROUND_CERTIFIED, ROUND_OPEN, Params, Rounds, on_rounds
-from .state import StateIO
+from .state import PARAM_NAMES, STATE_VERSION, params_state, parts_from_state, parts_state
 
 
-class _NeighborGraphPlanner(StateIO):
-    """The pair planners' parameters and state (:class:`engine.anntri.ANNTri` documents them)."""
+class _NeighborGraphPlanner:
+    """The pair planners' facade: parameters (:class:`engine.anntri.ANNTri` documents them), and the
+    parts holding the state, set up by the first call that needs them (``__init__`` stores the
+    parameters only)."""
 
     # The pair arrays and round_issued_ are properties: in long duels (few active arms) the
     # exact SETri fast path keeps the entries of its arms as Python scalars (the overlay,
@@ -66,6 +70,12 @@ class _NeighborGraphPlanner(StateIO):
     def _synced(self) -> Estimates:
         """The estimates with the overlay written back (what the public arrays read)."""
         return self._est.sync()
+
+    #: False for the planners whose constructor fixes ``triangle`` (ANN, RandomSampling)
+    _takes_triangle = True
+    #: the state arrays as planner attributes (benchmarks/anntri_speed.py sums their sizes)
+    _ARRAYS = ("mean_", "count_", "pending_", "upper_", "lower_", "order_", "status_",
+               "round_issued_", "neighbors_", "refresh_mark_")
 
     def _start_overlay(self) -> None:
         self._overlay = ScalarOverlay(self._est, self._rounds, self, self._overlay_capable)
@@ -316,3 +326,65 @@ class _NeighborGraphPlanner(StateIO):
         g = self.result()
         blind = self._synced.count.sum(axis=1) == 0
         return results.with_columns(g, blind, k)
+
+    # ------------------------------------------------------------------ state (engine.anntri.state)
+    def _start_tracking(self) -> None:
+        """The results' caches, recomputed where rows changed since (the estimates track the rows
+        written: ``Estimates.fold``, :class:`engine.anntri.RowChanges`)."""
+        self._best_cache = None  # (tick, rows' best) of current_neighbors
+        self._sums_cache = None  # (tick, count and pending row sums) of progress
+
+    def mark_rows(self, rows: ArrayLike) -> None:
+        """Tell the planner that rows of its (n, n) arrays were written from outside (e.g. a caller
+        adding to ``pending_``), so the next ``to_state(copy=False)`` reports them as changed and
+        :meth:`current_neighbors` recomputes them. Writers from outside must call it: an unreported
+        write is missing from a row-limited diff and from the cached neighbours."""
+        if self._est is not None:
+            self._est.touched.update(int(r) for r in np.atleast_1d(rows).tolist())
+
+    def to_state(self, copy: bool = True) -> dict:
+        """Plain numpy arrays + JSON-safe values (never pickle); see :func:`planner_from_state`.
+
+        Layout: ``{"version", "class", "params": {...constructor arguments},
+        "initialized": bool}`` and, once initialized, ``"rng"`` (JSON generator state),
+        ``"open_rounds"`` (list of ints), the int scalars ``next_round``, ``n_samples``,
+        ``n_issued``, ``rounds_since_full_pass`` and the arrays ``mean``, ``count``,
+        ``pending``, ``upper``, ``lower`` (n, n), ``order``, ``status``, ``round_issued``,
+        ``refresh_mark`` (n,: questions round j had issued at its row's last refresh),
+        ``neighbors`` (n, k) and ``dirty`` (m,): the pairs ``i * n + j`` (i < j) sampled since
+        the last triangle step, oldest first. ``params["window"]`` is the live window, changed or
+        not since construction. A head-based planner (``symmetric=False``) has no ``upper``/``lower``:
+        its bounds follow from ``mean`` and ``count`` except at the pairs ``tight_keys``
+        (``i * n + j``, sorted) whose running intersection is tighter, given by ``tight_upper``
+        and ``tight_lower``; its ``mean`` is float32 above ``FLOAT64_MAX_ITEMS`` items while every
+        answer is 0 or 1 (read back exactly as k / count).
+
+        ``copy=False`` hands out the planner's own arrays (no copy: they change with the planner,
+        so use them before the next call), the (n, n) ones as :class:`RowTracked` views whose
+        ``row_changes`` tell which rows changed since an earlier such state of this planner.
+        """
+        state = {
+            "version": STATE_VERSION,
+            "class": type(self).__name__,
+            "params": params_state({name: getattr(self, name) for name in PARAM_NAMES}),
+            "initialized": self._est is not None,
+        }
+        if state["initialized"]:
+            state.update(parts_state(self._synced, self._rounds, self.rng_, copy))
+        return state
+
+    @classmethod
+    def from_state(cls, state: dict) -> Self:
+        """Rebuild a planner saved by :meth:`to_state` (it continues exactly where it was)."""
+        check_state(state, cls.__name__, (STATE_VERSION,))
+        params = dict(state["params"])
+        if not cls._takes_triangle:
+            params.pop("triangle", None)
+        planner = cls(**params)
+        planner._check_params()
+        if state.get("initialized"):
+            planner._est, planner._rounds, planner.rng_ = parts_from_state(
+                state, planner.n_items, planner.k, planner.delta, planner.sigma, planner.bound, planner.symmetric)
+            planner._start_overlay()
+            planner._start_tracking()
+        return planner
