@@ -401,7 +401,8 @@ def judge_catch_answers(q: np.ndarray, agreed: np.ndarray, chance: float, seed: 
     simulated careful rater then agrees with a comparison at an agreement drawn from its posterior (flat prior,
     one draw per comparison and simulated rater, never below ``chance``) instead of at ``q``: a comparison
     known from 30 answers is known to a few points, and a test taking ``q`` as exact flagged careful raters
-    nearly twice as often as its level (benchmarks/catch_fairness.py --crowd-wired, triplets of 10 labels)."""
+    nearly twice as often as its level (benchmarks/catch_fairness.py --crowd-wired, triplets of 10 labels: 0.89%
+    at 0.5% over 40 studies; 0.51% with the draws over 80)."""
     q, agreed = np.asarray(q, float), np.asarray(agreed, int)
     if len(q) == 0:
         return 1.0
