@@ -133,17 +133,29 @@ MIXED = {"ratings": 1.0, "triplets": 0.0, "mixed": None, "mixed (learner's split
 LEARNED = "mixed (learner's split)"
 
 
+def true_triplet_scale(sim, triplet_noise: float) -> float:
+    """The logistic scale (distance units) of the simulated people's triplets, leaving out their lapse: a
+    gap's SD, ``sqrt(2)`` x ``triplet_noise`` points, over a logistic's 1.8 SDs per scale, in the rating
+    scale's units (a point is ``1 / (high - low)``)."""
+    scale = sim.noise.scale
+    return float(np.sqrt(2.0) * triplet_noise / (scale.high - scale.low) / 1.8)
+
+
 def run_mixed(method: str, n: int, budgets: list[int], seed: int, seconds: dict[str, float], share: float,
-              triplet_noise: float, spent_out: list | None = None) -> list[float]:
+              triplet_noise: float, spent_out: list | None = None, true_scale: bool = False) -> list[float]:
     """hit@3 at each budget of rater seconds per item, for ratings only, triplets only or both into the
     pooled learner (or triplets into duels); ``spent_out`` gets the share of the time spent on ratings
-    by each budget."""
+    by each budget. ``true_scale``: the learner's split weighs a triplet by the simulator's scale
+    (:func:`true_triplet_scale`) once it has measured both kinds, in place of the scale it fits."""
     sim = realistic_simulator(n, random_state=seed)
     D = truth_distances(sim, seed)
     rater = TripletRater(sim.means, TripletNoise(noise_sd=triplet_noise), random_state=seed + 20_000)
     duels = method == "duels (triplets)"
     planner = make_planner("duels" if duels else "pooled", n, random_state=seed,
                            question_kind="triplet" if duels else "rating")
+    if true_scale and method == LEARNED:
+        fitted, truth = planner.triplet_scale, true_triplet_scale(sim, triplet_noise)
+        planner.triplet_scale = lambda: truth if planner._measured() else fitted()
     rating_share = share if method == "mixed" else (0.0 if duels else MIXED[method])
     spent = {"rating": 0.0, "triplet": 0.0}  # rater seconds on each kind so far
     out = []
@@ -188,13 +200,18 @@ def main_mixed(args, budgets: list[int]) -> None:
     for part in filter(None, args.seconds.split(",")):
         kind, _, value = part.partition("=")
         seconds[kind] = float(value)
+    methods = set(MIXED) if args.mixed_methods == "all" else {m.strip() for m in args.mixed_methods.split(",")}
+    unknown = methods - set(MIXED)
+    if unknown or not {"ratings", "triplets"} <= methods:
+        raise SystemExit(f"--mixed-methods: among {', '.join(MIXED)}, with ratings and triplets; "
+                         f"got {unknown or methods}")
     for n in (int(x) for x in args.items.split(",")):
         rows, per_seed, learned_share = [], {}, []
-        for method in MIXED:
+        for method in [m for m in MIXED if m in methods]:
             t0 = time.time()
             spent: list[float] = []
-            hits = [run_mixed(method, n, budgets, s, seconds, args.rating_share, args.triplet_noise, spent)
-                    for s in range(args.seeds)]
+            hits = [run_mixed(method, n, budgets, s, seconds, args.rating_share, args.triplet_noise, spent,
+                              args.true_scale) for s in range(args.seeds)]
             per_seed[method] = np.asarray(hits)
             mean = np.mean(hits, axis=0)
             rows.append([method, *[f"{v:.2f}" for v in mean]])
@@ -206,9 +223,11 @@ def main_mixed(args, budgets: list[int]) -> None:
         print_table(f"{n} items, realistic ratings and triplets of the same people, hit@3 ({truth}) by rater "
                     f"seconds per item (a rating {seconds['rating']:g} s, a triplet {seconds['triplet']:g} s; "
                     f"mixed: {100 * args.rating_share:.0f}% of the time on ratings; triplet noise "
-                    f"{args.triplet_noise:g} points), mean of {args.seeds} seeds",
+                    f"{args.triplet_noise:g} points{'; the split told the true scale' if args.true_scale else ''}), "
+                    f"mean of {args.seeds} seeds",
                     ["method", *[f"{b} s/item" for b in budgets]],
-                    rows + [["learner's split: share of the time on ratings", *[f"{v:.2f}" for v in learned_share]]])
+                    rows + ([["learner's split: share of the time on ratings", *[f"{v:.2f}" for v in learned_share]]]
+                            if LEARNED in per_seed else []))
         print_table(f"{n} items, mixed less each kind alone, seed by seed: mean (standard error) of "
                     f"{args.seeds} seeds", ["difference", *[f"{b} s/item" for b in budgets]],
                     paired_rows(per_seed))
@@ -221,7 +240,7 @@ def paired_rows(per_seed: dict[str, np.ndarray]) -> list[list[str]]:
     rows = []
     for label, ref in (("mixed - ratings", ratings), ("mixed - triplets", triplets),
                        ("mixed - the better", np.maximum(ratings, triplets))):
-        for name in ("mixed", LEARNED):
+        for name in [m for m in ("mixed", LEARNED) if m in per_seed]:
             d = per_seed[name] - ref
             se = d.std(axis=0, ddof=1) / np.sqrt(len(d)) if len(d) > 1 else np.full(d.shape[1], np.nan)
             rows.append([label.replace("mixed", name, 1),
@@ -243,6 +262,10 @@ def main(argv=None) -> None:
                     help="ratings only vs triplets only vs both at equal rater time (budgets in seconds per item)")
     ap.add_argument("--seconds", default="", help="--mixed: seconds per screen, e.g. rating=3,triplet=2")
     ap.add_argument("--rating-share", type=float, default=0.5, help="--mixed: share of the time on ratings")
+    ap.add_argument("--mixed-methods", default="all",
+                    help="--mixed: the methods to run, comma-separated (ratings and triplets always among them)")
+    ap.add_argument("--true-scale", action="store_true",
+                    help="--mixed: the learner's split weighs triplets by the simulator's true scale (a ceiling)")
     ap.add_argument("--triplet-noise", type=float, default=TripletNoise().noise_sd,
                     help="--mixed: SD (rating points) of each pair's impression in a triplet")
     args = ap.parse_args(argv)
