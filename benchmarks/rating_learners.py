@@ -29,10 +29,15 @@ assumption) unless ``--seconds`` says otherwise. Triplets are answered by the sa
 (:class:`simulation.ratings.TripletRater`: their impressions of the two pairs compared, each as noisy as one
 rating by default, ``--triplet-noise`` points, and a 10% lapse); ``duels (triplets)`` is the triplet
 studies' default learner on the same triplets. A second table gives mixed less each kind alone, seed by
-seed (the goal's test: mixed never below the better of the two)::
+seed (the goal's test: mixed never below the better of the two). ``--mixed-methods`` runs some of the methods
+(ratings only and triplets only always, the goal's reference); ``--true-scale`` tells the learner's split the
+simulated people's triplet scale once it has measured both kinds, in place of the scale it fits from the
+answers (a ceiling for measuring it)::
 
     python benchmarks/rating_learners.py --mixed --items 30 --budgets 50,100,200,400,800 --seeds 4
     python benchmarks/rating_learners.py --mixed --items 300 --budgets 50,100,200,400 --seeds 1
+    python benchmarks/rating_learners.py --mixed --items 30 --budgets 50,100,200,400,800 --seeds 12 \
+        --mixed-methods "ratings,triplets,mixed (learner's split)" --true-scale
 """
 from __future__ import annotations
 
