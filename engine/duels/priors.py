@@ -33,6 +33,9 @@ SHARE = 0.34
 #: local agreement .7, 10 answers per item: 1-NN hit@3 in a 4-D or 8-D fit .17-.34, in the features' map .46)
 LARGE_ITEMS = 5000
 LARGE_SHARE = 0.5
+#: ... and find each item's this many nearest in the features once, the candidates its shortlists come from
+#: below ``engine.duels.dims.MAP_UNTIL`` answers per item
+LARGE_NEAR = 32
 #: the features are judged before any fit, on test questions that pit one of the head's ``TEST_NEAR``
 #: nearest in the features (a quarter of the others in a study of fewer items) against a random item outside
 #: them (chosen whatever the answers say, so the share the feature neighbour wins is an unbiased test: .50
@@ -86,11 +89,17 @@ class FeaturePrior:
         """The space as float64 (what the fits read)."""
         return self.space_.astype(np.float64)
 
+    @property
+    def widest(self) -> int:
+        """Nearest in the features found at once (``LARGE_NEAR`` in a large study, whose shortlists come from
+        them, else ``TEST_NEAR``), at most the other items."""
+        return int(min(LARGE_NEAR if self.large else TEST_NEAR, self.n_items - 1))
+
     def neighbors(self, k: int) -> np.ndarray:
         """Each item's k nearest in the features, nearest first (computed once for the widest k asked)."""
         k = int(min(k, self.n_items - 1))
         if self._near is None or self._near.shape[1] < k:
-            self._near = feature_neighbors(self.space_, max(k, 16))
+            self._near = feature_neighbors(self.space_, max(k, self.widest))
         return self._near[:, :k]
 
     @property

@@ -255,3 +255,21 @@ def test_a_large_study_keeps_the_features_map_until_enough_answers_per_item(monk
     assert p.chosen_dim_ == 2  # then a fit that beats it by the margin
     p.dim_compare_[0, dims.index(2)] = 6_050  # ... and no fit that does not
     assert p.chosen_dim_ == FEATURE_MAP
+
+
+def test_a_large_study_takes_its_shortlists_from_the_features(monkeypatch):
+    from engine.duels import priors
+
+    X = _points(200)
+    n = len(X)
+    monkeypatch.setattr(priors, "LARGE_ITEMS", n - 1)  # this study counts as large
+    p = make_planner("duels", n, features=features_of_agreement(X, 0.8, random_state=0), random_state=0)
+    _drive(p, TripletOracle.from_points(X, noise=0.1, model="human", lapse=0.05, random_state=1), 4 * n)
+    assert p.prior_.trusted and p.n_fits_ >= 2 and p._map_only()
+    near = p.prior_.neighbors(p.prior_.widest)
+    assert near.shape[1] == priors.LARGE_NEAR
+    # every candidate is one of its head's nearest in the features (a fit's nearest would not be)
+    assert all(set(row[row >= 0].tolist()) <= set(near[h].tolist()) for h, row in enumerate(p.cands_))
+    monkeypatch.setattr(priors, "LARGE_ITEMS", n)  # the same study counted small: the fit's nearest come in
+    p._shortlists_from_fit(p.n_answers_)
+    assert not all(set(row[row >= 0].tolist()) <= set(near[h].tolist()) for h, row in enumerate(p.cands_))
