@@ -16,7 +16,7 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job
 
 from workers.store import health, keys, questions
-from workers.store.config import ALGORITHM_TABLE
+from workers.store.config import ALGORITHM_TABLE, SPLIT_KINDS
 from workers.store.heldout import curves as heldout_curves
 from workers.store.heldout import kinds_scored
 from workers.store.queue import REBUILD_STATUS_FIELD
@@ -122,7 +122,7 @@ def split_sentence(split: dict | None) -> str:
         return ("The pooled learner sets the split of the raters' time between ratings and triplets after its "
                 "first update pass; until then the configured shares hold.")
     seconds, measured = split["seconds"], split.get("measured", {})
-    kinds = ("rating", "triplet")
+    kinds = SPLIT_KINDS
     how = ", ".join(f"{seconds[kind]:.1f} s per {kind}" for kind in kinds)
     if all(measured.get(kind) for kind in kinds):
         how = f"measured {how}"

@@ -21,6 +21,7 @@ from engine.registry import wrapped_learner
 from workers.jobs.learner_cache import cached_study, load_learners
 from workers.store import keys, questions
 from workers.store.answers import read_batch
+from workers.store.config import SPLIT_KINDS, learner_split_label
 from workers.store.studies import get_study
 
 if TYPE_CHECKING:
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
     from workers.store.config import StudyConfig
 
 
-#: The kinds the learner splits the raters' time between.
-SPLIT_KINDS = ("rating", "triplet")
 #: A kind's seconds per answer are the median response time of the study's answers of that kind once this many
 #: were timed (before: the kinds table's, ``engine.kinds``) ...
 MIN_TIMED = 20
@@ -78,11 +77,6 @@ def _measured_seconds(conn: Redis, study_id: str) -> tuple[dict[str, float], dic
     return seconds, counts
 
 
-def pooled_label(config: StudyConfig) -> str:
-    """The label of the study's pooled rating learner, the one that sets the split (the first, if several)."""
-    return next(a.label for a in config.algorithms if a.algorithm == "pooled" and a.question_kind == "rating")
-
-
 def set_split(conn: Redis, study_id: str, now: float | None = None) -> dict | None:
     """Let the pooled learner of a ``split: learner`` study set the question shares (``questions.store_shares``);
     returns the record stored (None: the study's shares are fixed)."""
@@ -90,7 +84,7 @@ def set_split(conn: Redis, study_id: str, now: float | None = None) -> dict | No
     config = study.config
     if config.split != "learner":
         return None
-    label = pooled_label(config)
+    label = learner_split_label(config.algorithms)
     cached = cached_study(study_id)
     learners = cached.learners if cached is not None and label in cached.learners else load_learners(conn, study)
     learner = wrapped_learner(learners[label].planner)

@@ -137,6 +137,9 @@ MAX_HELDOUT_SHARE = 0.5
 #: algorithm's ``share``; "learner", as its pooled rating learner's split of rater time says after each update
 #: pass (``workers.jobs.learned_split``; the configured shares divide each kind's side among its algorithms).
 SPLITS = ("fixed", "learner")
+#: The question kinds that split divides rater time between, ratings first (the keys of the pooled learner's
+#: ``PooledRatings.time_shares``: its own kind and the triplets it also learns from).
+SPLIT_KINDS = ("rating", "triplet")
 
 SCHEMA = {
     "type": "object",
@@ -686,18 +689,25 @@ class StudyConfig:
         return json.dumps(self.to_dict(), sort_keys=True)
 
 
+def learner_split_label(algorithms: tuple[AlgorithmConfig, ...]) -> str | None:
+    """The label of the algorithm that sets a ``split: learner`` study's shares: the first ``pooled`` asking the
+    split's rating kind (None: none)."""
+    return next((a.label for a in algorithms if a.algorithm == "pooled" and a.question_kind == SPLIT_KINDS[0]), None)
+
+
 def _check_learner_split(algorithms: tuple[AlgorithmConfig, ...]) -> None:
     """``split: learner`` needs a pooled learner asking ratings and an algorithm asking triplets, and nothing
     else beside them (the learner splits rater time between those two kinds only)."""
-    if not any(a.algorithm == "pooled" and a.question_kind == "rating" for a in algorithms):
+    triplet = SPLIT_KINDS[1]
+    if learner_split_label(algorithms) is None:
         raise ConfigError("field 'split': 'learner' lets the pooled rating learner choose how much of the raters' "
                           "time goes to ratings and how much to triplets, and this study has no algorithm "
                           "'pooled' asking rating questions (add one, or leave 'split' out for fixed shares)")
-    if not any(a.question_kind == "triplet" for a in algorithms):
+    if triplet not in {a.question_kind for a in algorithms}:
         raise ConfigError("field 'split': 'learner' splits the raters' time between ratings and triplets, and no "
                           "algorithm of this study asks triplet questions (add one, e.g. random_triplets with "
                           "question_kind triplet, or leave 'split' out)")
-    other = [a for a in algorithms if a.question_kind not in ("rating", "triplet")]
+    other = [a for a in algorithms if a.question_kind not in SPLIT_KINDS]
     if other:
         raise ConfigError(f"field 'split': 'learner' splits the raters' time between ratings and triplets only; "
                           f"algorithm {other[0].label!r} asks {other[0].question_kind} questions (remove it, or "
