@@ -41,6 +41,7 @@ def _answer_questions(app, conn, sid: str, answers: int, seed: int) -> dict[str,
     with noise), triplets at random (a bot), each kind in its own time; the worker runs every N answers.
     Returns the answers of each kind."""
     rng = np.random.default_rng(seed)
+    random.seed(seed)  # the issuing script's draws (workers.store.questions)
     raters = []
     for r in range(4):
         client = app.test_client()
