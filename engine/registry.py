@@ -106,7 +106,9 @@ class Algorithm:
     similarity)`` rows (1 − each answer's distance sample: SimForest) rather than ``(i, j, distance)``;
     ``counts_samples`` its graph's ``samples`` count the answers behind each edge, so an edge with none is a
     guess and no neighbour yet (the exports, the map and the dashboard leave it out; a planner whose graph
-    holds no counts, e.g. one built by ``NeighborGraph.from_neighbors``, leaves it False).
+    holds no counts, e.g. one built by ``NeighborGraph.from_neighbors``, leaves it False); ``splits_time`` the
+    question kinds, its own first, between which its planner's ``time_shares(seconds)`` splits the raters'
+    time (a study of ``split: learner`` lets it set the shares of the algorithms asking them).
     """
 
     name: str
@@ -132,6 +134,7 @@ class Algorithm:
     coordinates: bool = False
     similarities: bool = False
     counts_samples: bool = False
+    splits_time: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.asks not in ASKS or self.learns not in LEARNS:
@@ -270,7 +273,7 @@ _ENTRIES = (
               # (estimated from its arrays, not yet measured by benchmarks/engine_memory.py: per-pair counts and
               # sums, the estimates' temporaries; the log of ratings and a refit's copy of it)
               ("PooledRatings",), takes_raters=True, takes_triplets=True, coordinates=True, counts_samples=True,
-              memory=Memory(per_pair=64.0, per_answer=100.0, fixed=60e6)),
+              splits_time=("rating", "triplet"), memory=Memory(per_pair=64.0, per_answer=100.0, fixed=60e6)),
     Algorithm("random_triplets", "engine.random_triplets:RandomTriplets", _TRIPLET_KINDS, "triplet", "graph",
               "Random triplets: uniformly random triplets, neighbour = highest win rate (no certificate)",
               {}, ("RandomTriplets",) + _SCREEN_STATES, memory=Memory(per_pair=54.0, fixed=10e6), screens="random"),

@@ -16,7 +16,7 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job
 
 from workers.store import health, keys, questions
-from workers.store.config import ALGORITHM_TABLE, SPLIT_KINDS
+from workers.store.config import ALGORITHM_TABLE
 from workers.store.heldout import curves as heldout_curves
 from workers.store.heldout import kinds_scored
 from workers.store.queue import REBUILD_STATUS_FIELD
@@ -122,7 +122,7 @@ def split_sentence(split: dict | None) -> str:
         return ("The pooled learner sets the split of the raters' time between ratings and triplets after its "
                 "first update pass; until then the configured shares hold.")
     seconds, measured = split["seconds"], split.get("measured", {})
-    kinds = SPLIT_KINDS
+    kinds = list(split["time_shares"])  # the learner's own kind first (``Algorithm.splits_time``)
     how = ", ".join(f"{seconds[kind]:.1f} s per {kind}" for kind in kinds)
     if all(measured.get(kind) for kind in kinds):
         how = f"measured {how}"
@@ -130,7 +130,7 @@ def split_sentence(split: dict | None) -> str:
         how += "; " + " and ".join(f"{kind}s take the usual time until 20 are timed" for kind in kinds
                                    if not measured.get(kind))
     shares = ", ".join(f"{label} {100 * share:.0f}%" for label, share in split["shares"].items())
-    text = (f"The learner asks ratings {100 * split['time_shares']['rating']:.0f}% of rater time ({how}), since "
+    text = (f"The learner asks {kinds[0]}s {100 * split['time_shares'][kinds[0]]:.0f}% of rater time ({how}), since "
             f"{_utc(split['since'])}; of the questions: {shares}.")
     if split.get("phase") == "explore":
         text += " Half the time each until it has a fit and 5 answers of each kind per item."

@@ -21,7 +21,7 @@ from engine.registry import wrapped_learner
 from workers.jobs.learner_cache import cached_study, load_learners
 from workers.store import keys, questions
 from workers.store.answers import read_batch
-from workers.store.config import SPLIT_KINDS, learner_split_label
+from workers.store.config import split_kinds, split_learner
 from workers.store.studies import get_study
 
 if TYPE_CHECKING:
@@ -44,10 +44,11 @@ READ_CHUNK = 20000
 def question_shares(config: StudyConfig, time_shares: dict[str, float], seconds: dict[str, float]) -> dict[str, float]:
     """Each algorithm's share of the questions (summing to 1) for the kinds' ``time_shares`` at ``seconds`` per
     answer: a kind's questions are its time over its seconds, divided among its algorithms by their ``share``."""
-    per_question = {kind: time_shares[kind] / seconds[kind] for kind in SPLIT_KINDS}
+    kinds = split_kinds(config.algorithms)
+    per_question = {kind: time_shares[kind] / seconds[kind] for kind in kinds}
     total = sum(per_question.values())
     shares = {}
-    for kind in SPLIT_KINDS:
+    for kind in kinds:
         asking = [a for a in config.algorithms if a.question_kind == kind]
         configured = sum(a.share for a in asking)
         for a in asking:
@@ -55,7 +56,7 @@ def question_shares(config: StudyConfig, time_shares: dict[str, float], seconds:
     return shares
 
 
-def _measured_seconds(conn: Redis, study_id: str) -> tuple[dict[str, float], dict[str, int]]:
+def _measured_seconds(conn: Redis, study_id: str, kinds: tuple[str, ...]) -> tuple[dict[str, float], dict[str, int]]:
     """(each kind's seconds per answer, how many answers of each kind were timed): the median response time of
     the latest ``TIMES_KEPT`` answers of the kind (skipped ones left out), or the kinds table's below
     ``MIN_TIMED``. Reads only the log entries after those read last time."""
@@ -63,14 +64,14 @@ def _measured_seconds(conn: Redis, study_id: str) -> tuple[dict[str, float], dic
     kept = json.loads(raw) if raw else {"after": "0-0", "counts": {}, "times": {}}
     batch = read_batch(conn, study_id, kept["after"], READ_CHUNK)
     for answer in batch.answers:
-        if answer.kind in SPLIT_KINDS and answer.response_ms is not None and not answer.skipped:
+        if answer.kind in kinds and answer.response_ms is not None and not answer.skipped:
             kept["times"].setdefault(answer.kind, []).append(int(answer.response_ms))
             kept["counts"][answer.kind] = kept["counts"].get(answer.kind, 0) + 1
     kept["times"] = {kind: times[-TIMES_KEPT:] for kind, times in kept["times"].items()}
     kept["after"] = batch.last_id
     conn.hset(keys.pool_targets(study_id), TIMES_FIELD, json.dumps(kept))
     seconds, counts = {}, {}
-    for kind in SPLIT_KINDS:
+    for kind in kinds:
         times, counts[kind] = kept["times"].get(kind, []), int(kept["counts"].get(kind, 0))
         seconds[kind] = (statistics.median(times) / 1000.0 if len(times) >= MIN_TIMED and statistics.median(times) > 0
                          else float(KINDS[kind].seconds))
@@ -84,20 +85,22 @@ def set_split(conn: Redis, study_id: str, now: float | None = None) -> dict | No
     config = study.config
     if config.split != "learner":
         return None
-    label = learner_split_label(config.algorithms)
+    label = split_learner(config.algorithms).label
+    kinds = split_kinds(config.algorithms)
     cached = cached_study(study_id)
     learners = cached.learners if cached is not None and label in cached.learners else load_learners(conn, study)
     learner = wrapped_learner(learners[label].planner)
-    seconds, timed = _measured_seconds(conn, study_id)
-    time_shares = {k: float(v) for k, v in learner.time_shares(seconds).items()}
+    seconds, timed = _measured_seconds(conn, study_id, kinds)
+    said = learner.time_shares(seconds)
+    time_shares = {k: float(said[k]) for k in kinds}  # the learner's own kind first
     evidence = learner.split_evidence(seconds)
     now = time.time() if now is None else now
     before = questions.split_in_force(conn, study_id, config)
     since = now
-    if before is not None and round(100 * before["time_shares"]["rating"]) == round(100 * time_shares["rating"]):
+    if before is not None and round(100 * before["time_shares"][kinds[0]]) == round(100 * time_shares[kinds[0]]):
         since = before["since"]  # the share shown (whole percent) has not changed
     record = {"time_shares": time_shares, "seconds": seconds, "timed": timed, "measured": {
-                  k: timed[k] >= MIN_TIMED for k in SPLIT_KINDS},
+                  k: timed[k] >= MIN_TIMED for k in kinds},
               "phase": str(evidence["phase"]), "ratings": int(evidence["ratings"]),
               "triplets": int(evidence["triplets"]), "learner": label, "since": since, "at": now,
               "passes": 1 + (before or {}).get("passes", 0)}

@@ -137,9 +137,6 @@ MAX_HELDOUT_SHARE = 0.5
 #: algorithm's ``share``; "learner", as its pooled rating learner's split of rater time says after each update
 #: pass (``workers.jobs.learned_split``; the configured shares divide each kind's side among its algorithms).
 SPLITS = ("fixed", "learner")
-#: The question kinds that split divides rater time between, ratings first (the keys of the pooled learner's
-#: ``PooledRatings.time_shares``: its own kind and the triplets it also learns from).
-SPLIT_KINDS = ("rating", "triplet")
 
 SCHEMA = {
     "type": "object",
@@ -689,29 +686,47 @@ class StudyConfig:
         return json.dumps(self.to_dict(), sort_keys=True)
 
 
+def split_learner(algorithms: tuple[AlgorithmConfig, ...]) -> AlgorithmConfig | None:
+    """The algorithm that sets a ``split: learner`` study's shares: the first whose table entry splits rater time
+    (``Algorithm.splits_time``, e.g. ``pooled``) asking its own kind, the first of those kinds (None: none)."""
+    return next((a for a in algorithms if a.entry.splits_time and a.question_kind == a.entry.splits_time[0]), None)
+
+
 def learner_split_label(algorithms: tuple[AlgorithmConfig, ...]) -> str | None:
-    """The label of the algorithm that sets a ``split: learner`` study's shares: the first ``pooled`` asking the
-    split's rating kind (None: none)."""
-    return next((a.label for a in algorithms if a.algorithm == "pooled" and a.question_kind == SPLIT_KINDS[0]), None)
+    """The label of :func:`split_learner` (None: none)."""
+    learner = split_learner(algorithms)
+    return None if learner is None else learner.label
+
+
+def split_kinds(algorithms: tuple[AlgorithmConfig, ...]) -> tuple[str, ...]:
+    """The question kinds a ``split: learner`` study's learner splits rater time between, its own first (the keys
+    of its ``time_shares``; empty without such a learner)."""
+    learner = split_learner(algorithms)
+    return () if learner is None else tuple(learner.entry.splits_time)
 
 
 def _check_learner_split(algorithms: tuple[AlgorithmConfig, ...]) -> None:
-    """``split: learner`` needs a pooled learner asking ratings and an algorithm asking triplets, and nothing
-    else beside them (the learner splits rater time between those two kinds only)."""
-    triplet = SPLIT_KINDS[1]
-    if learner_split_label(algorithms) is None:
+    """``split: learner`` needs a learner that splits rater time (``pooled``) asking its own kind (ratings) and an
+    algorithm asking each other kind it splits time with (triplets), and nothing else beside them."""
+    learner = split_learner(algorithms)
+    if learner is None:
+        splitters = [a.name for a in _TABLE.values() if a.splits_time]
         raise ConfigError("field 'split': 'learner' lets the pooled rating learner choose how much of the raters' "
                           "time goes to ratings and how much to triplets, and this study has no algorithm "
-                          "'pooled' asking rating questions (add one, or leave 'split' out for fixed shares)")
-    if triplet not in {a.question_kind for a in algorithms}:
-        raise ConfigError("field 'split': 'learner' splits the raters' time between ratings and triplets, and no "
-                          "algorithm of this study asks triplet questions (add one, e.g. random_triplets with "
-                          "question_kind triplet, or leave 'split' out)")
-    other = [a for a in algorithms if a.question_kind not in SPLIT_KINDS]
+                          f"{' or '.join(repr(n) for n in splitters)} asking rating questions (add one, or leave "
+                          "'split' out for fixed shares)")
+    kinds = learner.entry.splits_time
+    asked = {a.question_kind for a in algorithms}
+    for kind in kinds[1:]:
+        if kind not in asked:
+            raise ConfigError(f"field 'split': 'learner' splits the raters' time between {' and '.join(kinds)} "
+                              f"questions, and no algorithm of this study asks {kind} questions (add one, e.g. "
+                              f"random_triplets with question_kind {kind}, or leave 'split' out)")
+    other = [a for a in algorithms if a.question_kind not in kinds]
     if other:
-        raise ConfigError(f"field 'split': 'learner' splits the raters' time between ratings and triplets only; "
-                          f"algorithm {other[0].label!r} asks {other[0].question_kind} questions (remove it, or "
-                          "leave 'split' out for fixed shares)")
+        raise ConfigError(f"field 'split': 'learner' splits the raters' time between {' and '.join(kinds)} "
+                          f"questions only; algorithm {other[0].label!r} asks {other[0].question_kind} questions "
+                          "(remove it, or leave 'split' out for fixed shares)")
 
 
 def _screen_params(kind: str) -> dict:
