@@ -195,7 +195,9 @@ def test_plan_command_from_points_and_from_a_pilot_file(tmp_path):
                                   "--budgets", "10,20", "--runs", "2", "--jobs", "2"])
     assert result.exit_code == 0, result.output
     assert "pilot of 200 answers" in result.output
-    assert "take the plan as a lower bound" in result.output  # what pilot plans were measured to be worth
+    # what was assumed, and what pilot plans were measured to be worth
+    assert "0.080 of the fitted world's robust range" in result.output
+    assert "0.97-1.31x the answers a study needed at 100 items and 0.73-1.52x at 1,000" in result.output
     result = runner.invoke(main, ["plan", "--pilot", str(pilot), "--truth", "eggs"])
     assert result.exit_code != 0 and "exactly one" in result.output
 

@@ -53,9 +53,10 @@ def _pilot_from_study(conn: Redis, study_id: str) -> tuple[np.ndarray, int, dict
 PEER = "embedding"
 #: What a pilot's plan is worth, as measured against the truth's plan on simulated studies
 #: (``benchmarks/pilot_plan.py``, duels to hit@3 .8; benchmarks/README): said under every pilot plan.
-PILOT_PLAN_MEASURED = ("measured against the truth (benchmarks/pilot_plan.py), pilot plans asked 0.74-0.91x the "
-                       "answers a study needed at 100 items and 0.49-0.63x at 1,000: take the plan as a lower "
-                       "bound, the more so the more items")
+PILOT_PLAN_MEASURED = ("the human model's noise assumed, 0.080 of the fitted world's robust range (the alien-egg "
+                       "crowds'); measured against the truth (benchmarks/pilot_plan.py, raters of that model), pilot "
+                       "plans asked 0.97-1.31x the answers a study needed at 100 items and 0.73-1.52x at 1,000: "
+                       "noisier or careless raters the pilot does not show need more")
 #: Line colours of ``plan_svg`` (colour-blind-safe, Okabe and Ito's palette).
 COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
 
