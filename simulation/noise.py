@@ -427,20 +427,23 @@ HUMAN_ROBUST_RANGE = 0.9368
 #: model is stated in (0.075 of the eggs' largest distance) measured so a pilot's fitted world can be measured
 #: in it. In the worlds fitted to pilots of ``benchmarks/pilot_plan.py`` (10 answers per item) it gave 0.41-0.43
 #: median gaps where the clustered 100-item truth's raters are 0.42, 0.41-0.50 where the uniform one's are 0.48,
-#: and 0.52 where the clustered 1,000-item truth's are 0.53 (``benchmarks/README.md``).
+#: 0.52-0.54 where the clustered 1,000-item truth's are 0.53 and 0.58-0.60 where the uniform one's are 0.54;
+#: the plans asked 0.97-1.31x the answers the truth needed at 100 items, 0.73-1.52x at 1,000
+#: (``benchmarks/README.md``).
 HUMAN_RANGE_SCALE = HUMAN_SCALE / HUMAN_ROBUST_RANGE
 #: Whether :func:`fit_pilot` takes the human model's noise unless the pilot shows raters worse than it
 #: (:func:`_prior_noise`); False: the calibration of cbcdfd1 (``benchmarks/pilot_plan.py --before``).
 NOISE_FROM_PRIOR = True
 #: Standard errors (binomial, of the difference) by which a pilot must be less predictable than its
 #: simulation under the human model before its raters are taken to be noisier or to lapse more
-#: (:func:`_prior_noise`). The fitted world is easier to predict than the real one (the embedding is its own
-#: truth there): 16 pilots of the model's own raters (``benchmarks/pilot_plan.py``'s truths, 100 items, 10
-#: answers per item, seeds 1-8) fell below their simulations by up to 5.2 standard errors in held-out
-#: accuracy and 5.0 on the surest third; raters lapsing on .15 by 2.0-7.5 there. So only a pilot far
-#: worse than the model's raters overrules it: the pilot can tell little more (``pilot_lapse.py``). The
-#: standard errors shrink with the pilot and that bias does not: at 1,000 items (10,000 answers) pilots of
-#: the model's raters were taken to lapse on .10-.16 (open).
+#: (:func:`_prior_noise`). Simulated on fresh random questions in the fitted world, pilots of the model's own
+#: raters (``benchmarks/pilot_plan.py``'s truths, 10 answers per item, seeds 5-8 at 100 items, 5-6 at 1,000)
+#: were -3.2 to +2.6 standard errors off the real ones in held-out accuracy at 100 items and -7.4 to +5.0 at
+#: 1,000 (how predictable a fitted world is differs from its truth's by more than the standard errors, which
+#: shrink with the pilot); on the pilot's own questions, which the world was fitted to, they were up to 5.2
+#: (100 items) and 7-11 (1,000) more predictable, and at 1,000 items every pilot was taken to lapse on
+#: .10-.16. Raters lapsing on .3 at 10 answers per item (60 items) fall 5.2 short: only a pilot far worse
+#: than the model's raters overrules it (``pilot_lapse.py``).
 EVIDENCE_Z = 6.0
 #: Multipliers of the human model's scale tried where a pilot shows noisier raters (ascending).
 WORSE_SCALES = (1.0, 1.4, 2.0, 2.8, 4.0, 5.6, 8.0)
@@ -475,8 +478,8 @@ def _prior_noise(t: np.ndarray, world: Scenario, dim: int, kernel: str) -> tuple
     observed = _heldout_stats(t, n, dim, kernel, folds=5)
     # the simulated pilots answer fresh random questions: the world was fitted to the pilot's own questions, so
     # their gaps in it are wider than a truth's, and pilots simulated on them were more predictable than the
-    # real one by 7-12 standard errors at 1,000 items (3-5 at 100) under the model's own raters; on fresh
-    # questions by -3.2 to +5.0 (benchmarks/README.md, pilot_plan.py)
+    # real one by 7-11 standard errors at 1,000 items (up to 3.8 at 100) under the model's own raters; on
+    # fresh questions by -7.4 to +5.0 (benchmarks/README.md, pilot_plan.py)
     questions = random_triplet_questions(n, len(t), np.random.default_rng(1))
 
     def simulated(s: float, lapse: float) -> tuple[float, float]:
