@@ -161,6 +161,8 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         # for the heads whose shortlist or duels changed (never saved): certificates, rankings
         self._certified_rows: _HeadRows | None = None
         self._ranked_rows_kept: _HeadRows | None = None
+        # (m, eliminations logged) at the last rebuild of the shortlists (never saved: see _heads_to_refill)
+        self._filled: tuple[int, int] | None = None
         if self.prior_ is not None and n > 1:
             # the first shortlists (the picks before any fit): each item's nearest in the features
             self.cands_ = self.prior_.first_shortlists(self._target_size(), self.shortlist)

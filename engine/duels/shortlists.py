@@ -49,13 +49,15 @@ class Shortlists:
         log = self._elimination_log()
         return np.unique(log[:, 0] * self.n_items + log[:, 1])
 
-    def _old_leader_rows(self, m: int) -> np.ndarray:
-        """:meth:`_old_leaders` as rows (n_items, ceil(m KEEP_SHARE)), ``NO_NEIGHBOR`` padding: per head,
+    def _old_leader_rows(self, m: int, heads: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`_old_leaders` as rows (one per head of ``heads``, all by default; ceil(m KEEP_SHARE) wide),
+        ``NO_NEIGHBOR`` padding: per head,
         the candidates of its shortlist that are not eliminated and have duels, best score first (ties
         in shortlist order). Whole-array operations: at 50,000 items a loop over the heads took seconds."""
         n, width = self.n_items, self.cands_.shape[1]
-        heads = np.arange(n)[:, None]
-        rows = self.cands_
+        at = np.arange(n) if heads is None else np.asarray(heads, np.int64)
+        heads = at[:, None]
+        rows = self.cands_[at]
         valid = rows >= 0
         gone = self._eliminated_codes()
         if len(gone):
@@ -64,7 +66,7 @@ class Shortlists:
         order = np.argsort(~valid, axis=1, kind="stable")
         olds = np.where(np.take_along_axis(valid, order, axis=1), np.take_along_axis(rows, order, axis=1),
                         NO_NEIGHBOR)
-        score, counts = self._batch_scores(olds)
+        score, counts = self._batch_scores(olds, at)
         ok = (olds >= 0) & (counts > 0)
         rank = np.argsort(np.where(ok, -score, np.inf), axis=1, kind="stable")
         ranked_ok = np.take_along_axis(ok, rank, axis=1)
@@ -95,24 +97,27 @@ class Shortlists:
         X = self.embedding_
         n = self.n_items
         m = self._target_size()
-        keeps = self._old_leader_rows(m)
         gone = self._eliminated_codes()
         # enough nearest items (the head itself comes first) for the head with most eliminated candidates
         k = min(n, m + 1 + max((len(g) for g in self.eliminated_.values()), default=0))
+        rows = np.arange(n)  # the heads whose shortlists are rebuilt
         if self._map_only():
             # a large study below MAP_UNTIL answers per item: the candidates and their order come from the
             # features themselves, whose neighbours were found once (no tree over the fit at each refit). At
             # 50,000 clustered items with features of local agreement .7, 1-NN in the refitted map fell from .50
             # to .27 over the first 10 answers per item, and hit@3 from .60 to .41; from the features .63
             X = self.prior_.points()
-            near = self.prior_.neighbors(min(k, self.prior_.widest))
+            rows = self._heads_to_refill(m, len(self.eliminated_log_))
+            near = self.prior_.neighbors(min(k, self.prior_.widest))[rows]
         else:
             _, near = cKDTree(X).query(X, k=k)
             near = np.asarray(near, np.int64).reshape(n, k)
             if self.prior_ is not None and self.prior_.trusted:
                 near = self.prior_.mix(near)
+        self._filled = (m, len(self.eliminated_log_))
+        keeps = self._old_leader_rows(m, rows)
         sq = (X**2).sum(axis=1)
-        heads = np.arange(n)[:, None]
+        heads = rows[:, None]
         # fill each head's kept leaders up to m with its nearest items in the fit: neither the head, nor
         # one eliminated for it, nor a kept leader (nor past the last item: a k-d tree's padding)
         fill = (near != heads) & (near < n)
@@ -128,16 +133,28 @@ class Shortlists:
         # shortlist order = nearness in the fit (the prior of the duel scores), ties to the smaller index;
         # the padding last
         safe = np.maximum(picked, 0)
-        d = sq[:, None] + sq[safe] - 2.0 * np.einsum("hcd,hd->hc", X[safe], X)
+        d = sq[rows, None] + sq[safe] - 2.0 * np.einsum("hcd,hd->hc", X[safe], X[rows])
         d = np.where(picked >= 0, d, np.inf)
         key = np.where(picked >= 0, picked, n)
         order = np.lexsort((key, d), axis=1)
         picked = np.take_along_axis(picked, order, axis=1)[:, : self.shortlist]
-        cands = np.full((n, self.shortlist), NO_NEIGHBOR, np.int64)
-        cands[:, : picked.shape[1]] = picked
+        cands = np.full((n, self.shortlist), NO_NEIGHBOR, np.int64) if len(rows) == n else self.cands_.copy()
+        cands[rows] = NO_NEIGHBOR
+        cands[rows, : picked.shape[1]] = picked
         self.cands_ = cands
         self.fitted_on_ = answers_fitted
         self.n_fits_ += 1
+
+    def _heads_to_refill(self, m: int, logged: int) -> np.ndarray:
+        """The heads whose shortlists a rebuild from the features' nearest can change: all of them, unless
+        the last rebuild was one too, for the same m (``_filled``: m and the eliminations logged then); then
+        those that lost candidates since. (Every other head's shortlist is already its kept leaders and its
+        nearest in the features after them: a rebuild gives it back unchanged, and at 50,000 items scoring
+        every head's leaders again took 0.4 s of the pass that put a refit in place.)"""
+        filled = self._filled
+        if filled is None or filled[0] != m or filled[1] > logged:
+            return np.arange(self.n_items)
+        return np.unique(self.eliminated_log_[filled[1]:logged, 0])
 
     def _shortlists_from_win_rates(self, trip: np.ndarray) -> None:
         """Every head's shortlist without an embedding fitter (or before any answer): its dueled

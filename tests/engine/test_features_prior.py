@@ -273,3 +273,26 @@ def test_a_large_study_takes_its_shortlists_from_the_features(monkeypatch):
     monkeypatch.setattr(priors, "LARGE_ITEMS", n)  # the same study counted small: the fit's nearest come in
     p._shortlists_from_fit(p.n_answers_)
     assert not all(set(row[row >= 0].tolist()) <= set(near[h].tolist()) for h, row in enumerate(p.cands_))
+
+
+def test_a_large_study_rebuilds_only_the_shortlists_that_lost_candidates(monkeypatch):
+    import copy
+
+    from engine.duels import priors
+
+    X = _points(200)
+    n = len(X)
+    monkeypatch.setattr(priors, "LARGE_ITEMS", n - 1)  # this study counts as large
+    p = make_planner("duels", n, features=features_of_agreement(X, 0.8, random_state=0), random_state=0)
+    _drive(p, TripletOracle.from_points(X, noise=0.1, model="human", lapse=0.05, random_state=1), 4 * n)
+    assert p._map_only() and p._filled is not None
+    for h in (3, 50, 51):  # candidates beaten for good since the last rebuild
+        row = p.cands_[h]
+        p._drop(h, np.concatenate([row[row != row[1]], [-1]]), row[1:2])
+    full = copy.deepcopy(p)
+    full._filled = None  # (as after a restore: every head rebuilt)
+    assert p._heads_to_refill(p._target_size(), len(p._elimination_log())).tolist() == [3, 50, 51]
+    p._shortlists_from_fit(p.n_answers_)
+    full._shortlists_from_fit(full.n_answers_)
+    assert np.array_equal(p.cands_, full.cands_)
+    assert (p.cands_[[3, 50, 51]] >= 0).all()  # refilled from the features
