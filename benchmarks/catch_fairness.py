@@ -128,7 +128,7 @@ def simulate(kind: str, settings: dict, items: list[dict], truth, noise, raters:
     found = choose_comparisons(items, random.Random(seed))
     if not found:
         return {}
-    scale = {"min": config.rating.min, "max": config.rating.max, "step": config.rating.step}
+    scale = {k: config.settings_of("rating")[k] for k in ("min", "max", "step")}  # the rating kind's scale
     every, n = config.catch_every, config.planned_questions
     rng = np.random.default_rng(seed)
     out = {"every": every, "allowed": config.catch_misses_allowed, "stated": config.catch_rates[0]}
@@ -174,7 +174,7 @@ def crowd_study(kind: str, settings: dict, items: list[dict], truth, noise, seed
     study = SimpleNamespace(config=config)
     random.seed(seed)
     found = choose_comparisons(items, random.Random(seed))[:CROWD_HEADS]
-    scale = {"min": config.rating.min, "max": config.rating.max, "step": config.rating.step}
+    scale = {k: config.settings_of("rating")[k] for k in ("min", "max", "step")}  # the rating kind's scale
     every, n = config.catch_every, config.planned_questions
     careful_miss, chance = config.catch_rates
     if kind == "rating":
@@ -254,7 +254,7 @@ def wired_study(kind: str, settings: dict, items: list[dict], truth, noise, seed
     study = SimpleNamespace(config=config)
     random.seed(seed)
     found = choose_comparisons(items, random.Random(seed))[:CROWD_COMPARISONS]
-    scale = {"min": config.rating.min, "max": config.rating.max, "step": config.rating.step}
+    scale = {k: config.settings_of("rating")[k] for k in ("min", "max", "step")}  # the rating kind's scale
     every, n = config.crowd_catch_every, config.planned_questions
     rng = np.random.default_rng(seed)
     bot = np.random.default_rng(seed + 1).random(CROWD_RATERS) < CROWD_BOTS

@@ -571,7 +571,7 @@ def print_run(run: dict, figures: list[dict], a) -> None:
     learner = "ANNTri (triplet-derived)" if a.algorithm == "anntri" and a.kind is None else a.algorithm
     if a.kind is not None:
         shape = dict(a.kind_settings or {})
-        learner += f", {a.kind}" + (f" {shape['n_reference']}-rank-{shape['n_select']}" if shape else "")
+        learner += f", {a.kind}" + (f" {shape['n_reference']}-rank-{shape['n_select']}" if "n_select" in shape else "")
     print(f"\n=== {run['label']}: {a.items} items, {learner}, {run['web_workers']} gunicorn "
           f"{a.worker_class} worker(s)" + (f" x {a.threads} threads" if a.threads > 1 else "")
           + (f", keep-alive {a.keep_alive} s" if a.keep_alive is not None else "")

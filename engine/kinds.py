@@ -37,6 +37,21 @@ RANK_SETTINGS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "n_reference": MappingProxyType({"type": "integer", "minimum": 3, "maximum": 12, "default": 8}),
     "n_select": MappingProxyType({"type": "integer", "minimum": 1, "maximum": 11, "default": 2}),
 })
+#: A rating study's settings (its ``rating:`` section), its scale: the values from ``min`` (very different) to
+#: ``max`` (very similar) in steps of ``step`` (null: any value), the page's widget and labels and the prompt.
+RATING_WIDGETS = ("buttons", "slider")
+RATING_PROMPT = "How similar are these two?"
+RATING_SETTINGS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
+    "min": MappingProxyType({"type": "number", "default": 1}),
+    "max": MappingProxyType({"type": "number", "default": 5}),
+    "step": MappingProxyType({"type": ["number", "null"], "exclusiveMinimum": 0, "default": 1}),
+    "widget": MappingProxyType({"enum": list(RATING_WIDGETS), "default": "buttons"}),
+    "low_label": MappingProxyType({"type": "string", "maxLength": 100, "default": "very different"}),
+    "high_label": MappingProxyType({"type": "string", "maxLength": 100, "default": "very similar"}),
+    "prompt": MappingProxyType({"type": "string", "minLength": 1, "maxLength": 500, "default": RATING_PROMPT}),
+})
+#: The most buttons a scale drawn as buttons shows (min 1, max 5, step 1: five)
+MAX_BUTTONS = 11
 MIN_REFERENCES = RANK_SETTINGS["n_reference"]["minimum"]
 MAX_REFERENCES = RANK_SETTINGS["n_reference"]["maximum"]
 DEFAULT_SELECT = RANK_SETTINGS["n_select"]["default"]
@@ -141,15 +156,16 @@ class QuestionKind:
     practice_schema: Mapping[str, Any]
     settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     repeatable: bool = True
-    #: the study config's field (dotted) holding this kind's prompt, if a study words its own
+    #: where a study words this kind's prompt itself, if it can: a field of the study config (``question``) or
+    #: ``<kind>.<setting>``, a setting of a kind's section (``rating.prompt``)
     prompt_field: str = ""
     #: the screen planner that asks a kind of several items (``asks`` in :data:`SCREEN_ASKS`) over a triplet
     #: learner: an :mod:`engine.screens` class name (``engine.screens.SCREEN_CLASSES``), also its state class
     screen_planner: str = ""
     #: what an answer carries: "picks" (items of the screen) or "value" (a number, :meth:`check_value`)
     answered_by: str = "picks"
-    #: its value is a point of the study's rating scale (``rating:``): the page draws the scale, and the
-    #: answer check judges the values against it
+    #: its value is a point of a scale its settings give (``rating:``: ``min``, ``max``, ``step``, the widget,
+    #: labels and prompt): the page draws the scale from them
     on_scale: bool = False
 
     def __post_init__(self) -> None:
@@ -254,15 +270,21 @@ class QuestionKind:
         """What a planner asking this kind observes for one answer (its ``observe`` element)."""
         raise NotImplementedError
 
-    def check_value(self, value: Any, scale: Any) -> float | None:
+    def check_value(self, value: Any, settings: Mapping) -> float | None:
         """The ``value`` of an answer, checked (AnswerError saying what the question needs otherwise): None
-        for kinds answered with picks (a value sent with them is ignored). ``scale`` is the study's rating
-        scale (``check_value``, ``min``, ``max``, ``step``, ``distance``), read by the kinds rated on it."""
+        for kinds answered with picks (a value sent with them is ignored). ``settings`` are the study's
+        settings of this kind (``StudyConfig.settings_of``: a rating's scale)."""
         return None
 
-    def sample(self, value: float | None, scale: Any) -> float | None:
+    def sample(self, value: float | None, settings: Mapping) -> float | None:
         """The distance sample in [0, 1] (0 alike, 1 unlike) a pair learner observes for an answer's
-        ``value``; None for kinds answered with picks (and for an answer without a value)."""
+        ``value`` at the study's ``settings`` of this kind; None for kinds answered with picks (and for an
+        answer without a value)."""
+        return None
+
+    def sample_levels(self, settings: Mapping) -> list[float] | None:
+        """Every distance sample an answer can give at these settings (a stepped scale's), in order; None when
+        the values are a continuum or the kind has none."""
         return None
 
     def repeat_answer(self, picks: Sequence[int] | None, value: float | None) -> int | None:
@@ -307,14 +329,16 @@ class QuestionKind:
         """Whether the picks of a catch screen expecting ``expect`` pass it: the expected item picked first."""
         return bool(picks) and picks[0] == expect
 
-    def catch_answered(self, picks: Sequence[int] | None, value: float | None, expect: Any, scale: Any) -> bool:
+    def catch_answered(self, picks: Sequence[int] | None, value: float | None, expect: Any,
+                       settings: Mapping) -> bool:
         """Whether an answer (``picks`` or ``value``) to a catch screen expecting ``expect`` (what
-        :meth:`catch_question` gave) passes it; ``scale`` the study's rating scale. Kinds of picks:
-        :meth:`catch_answer_passes`."""
+        :meth:`catch_question` gave) passes it; ``settings`` the study's of this kind (a rating's scale).
+        Kinds of picks: :meth:`catch_answer_passes`."""
         return self.catch_answer_passes(picks, expect)
 
     def catch_passes(self, shown: Sequence[int], picks: Sequence[int],
-                     alike: Callable[[int, int], bool | None], value: float | None = None, scale: Any = None) -> bool:
+                     alike: Callable[[int, int], bool | None], value: float | None = None,
+                     settings: Mapping | None = None) -> bool:
         """Whether an attention check was passed, judged from its items alone (a restore, which has no
         ``expect``): ``alike(i, j)`` says whether two items are alike by the study's data. Headed kinds:
         the first pick is like the head."""
@@ -471,17 +495,18 @@ class _ValuedPair(QuestionKind):
         rng.shuffle(pair)
         return {"kind": self.name, "items": pair}, similar
 
-    def catch_answered(self, picks, value, expect, scale):
-        return value is not None and self._at_end(value, expect != "low", scale)
+    def catch_answered(self, picks, value, expect, settings):
+        return value is not None and self._at_end(value, expect != "low", settings)
 
-    def _at_end(self, value: float, alike: bool, scale: Any) -> bool:
+    def _at_end(self, value: float, alike: bool, settings: Mapping) -> bool:
         """Whether ``value`` is an answer at the alike end (``alike``) or the unlike end of the kind's values."""
         raise NotImplementedError
 
-    def catch_passes(self, shown, picks, alike, value=None, scale=None):
+    def catch_passes(self, shown, picks, alike, value=None, settings=None):
         # an item against its copy is alike; another pair as the study's data say (the like end unless unlike)
         like = True if shown[0] == shown[1] else alike(shown[0], shown[1])
-        return self.catch_answered(picks, value, "low" if like is False else "high", scale)
+        return self.catch_answered(picks, value, "low" if like is False else "high",
+                                   self.check_settings(None) if settings is None else settings)
 
     def repeat_screen(self, screen, rng):
         return {"kind": self.name, "items": list(screen["items"])[::-1]}
@@ -497,24 +522,59 @@ class _ValuedPair(QuestionKind):
 
 
 class _Rating(_ValuedPair):
+    """Two items rated on the study's scale, its settings (``rating:``, :data:`RATING_SETTINGS`): higher values
+    mean more similar. A pair learner observes the value's place on the scale, 0 at ``max``, 1 at ``min``; an
+    attention check passes in the top quarter of the scale for an alike pair, the bottom quarter for an unlike one."""
+
     _needs = "a rating question needs 'value', a number on the study's scale"
 
-    def check_value(self, value, scale):
+    def check_settings(self, given):
+        values = super().check_settings(given)
+        low, high, step = values["min"], values["max"], values["step"]
+        if not high > low:
+            raise ValueError(f"field '{self.name}.max' ({high}) must be greater than '{self.name}.min' ({low})")
+        if step is not None and step > high - low:
+            raise ValueError(f"field '{self.name}.step' ({step}) is larger than the scale {low}..{high}")
+        if values["widget"] == "buttons" and (step is None or (high - low) / step > MAX_BUTTONS - 1):
+            raise ValueError(f"a {self.name} with widget 'buttons' needs a step giving at most {MAX_BUTTONS} buttons "
+                             "(e.g. min 1, max 5, step 1); use widget 'slider' for finer scales")
+        return {k: values[k] for k in self.settings}
+
+    def planner_params(self, settings):
+        return {}  # the scale is the page's and the answer's: a planner learns from distance samples
+
+    def check_value(self, value, settings):
+        low, high, step = settings["min"], settings["max"], settings["step"]
         if value is None:
-            raise AnswerError(f"a rating question needs 'value', a number from {scale.min:g} to {scale.max:g}")
-        try:
-            checked = scale.check_value(value)
-        except ValueError as exc:
-            raise AnswerError(str(exc)) from None
-        return _on_step(checked, scale.min, scale.step)
+            raise AnswerError(f"a rating question needs 'value', a number from {low:g} to {high:g}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise AnswerError(f"'value' must be a number from {low:g} to {high:g}")
+        if not low <= value <= high:
+            raise AnswerError(f"'value' {value!r} is outside the scale {low:g} to {high:g}")
+        if step is not None:
+            steps = (value - low) / step
+            if abs(steps - round(steps)) > 1e-6:
+                raise AnswerError(f"'value' {value!r} is not on the scale's steps of {step:g} from {low:g}")
+        return _on_step(float(value), low, step)
 
-    def sample(self, value, scale):
-        return None if value is None else float(scale.distance(value))
+    def sample(self, value, settings):
+        if value is None:
+            return None
+        low, high = settings["min"], settings["max"]
+        return float(min(1.0, max(0.0, 1.0 - (value - low) / (high - low))))
 
-    def _at_end(self, value, alike, scale):
+    def sample_levels(self, settings):
+        low, step = settings["min"], settings["step"]
+        if not step:
+            return None
+        steps = int(round((settings["max"] - low) / step))
+        return [self.sample(low + k * step, settings) for k in range(steps + 1)]
+
+    def _at_end(self, value, alike, settings):
+        low, high = settings["min"], settings["max"]
         if alike:
-            return bool(scale.catch_passes(value))
-        return value <= scale.min + 0.25 * (scale.max - scale.min)
+            return value >= low + 0.75 * (high - low)
+        return value <= low + 0.25 * (high - low)
 
     def repeat_answer(self, picks, value):
         return None  # a rating is not repeated (``repeatable``): two ratings of a pair rarely match exactly
@@ -535,16 +595,16 @@ class _SameDifferent(_ValuedPair):
     _copy_alike = True
     _needs = "a same-or-different question needs 'value', 1 (the same) or 0 (different)"
 
-    def check_value(self, value, scale):
+    def check_value(self, value, settings):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value not in (SAME, DIFFERENT):
             got = "no 'value'" if value is None else f"{value!r}"
             raise AnswerError(f"{self._needs}; got {got}")
         return int(value)
 
-    def sample(self, value, scale):
+    def sample(self, value, settings):
         return None if value is None else (0.0 if int(value) == SAME else 1.0)
 
-    def _at_end(self, value, alike, scale):
+    def _at_end(self, value, alike, settings):
         return int(value) == (SAME if alike else DIFFERENT)
 
     def simulated_rater(self, distances, scale, lapse, settings, random_state=None):
@@ -590,7 +650,7 @@ class _OddOneOut(_OneOfThree):
         x, y = (int(i) for i in shown if i != picks[0])
         return (x, y, int(picks[0]))
 
-    def catch_passes(self, shown, picks, alike, value=None, scale=None):
+    def catch_passes(self, shown, picks, alike, value=None, settings=None):
         # the two left are alike and the odd one is unlike them
         x, y = (i for i in shown if i != picks[0])
         return bool(alike(x, y)) and alike(x, picks[0]) is False
@@ -695,7 +755,7 @@ class _Rank(QuestionKind):
         # still rank an unlike item first when the grid's unlike items are not far)
         return bool(picks) and expect in picks
 
-    def catch_passes(self, shown, picks, alike, value=None, scale=None):
+    def catch_passes(self, shown, picks, alike, value=None, settings=None):
         return any(alike(shown[0], p) for p in picks)
 
     def catch_screen(self, head, similar, different, others, settings, rng):
@@ -805,7 +865,8 @@ _ENTRIES = (
                       "(click a button or press the keys 1–5, or move the slider and press Enter). There are no "
                       "right or wrong answers: go with your first impression."),
         too_fast_ms=0, seconds=SECONDS_RATING, oracle="simulation.oracles:DistanceMatrixOracle", repeatable=False,
-        prompt_field="rating.prompt", answered_by="value", on_scale=True,
+        # the study's scale: its settings (``rating:``), its prompt the study's own words when it words one
+        settings=RATING_SETTINGS, prompt_field="rating.prompt", answered_by="value", on_scale=True,
         practice_schema=_practice("rating", items=_item_ids(2, 2),
                                   answer={"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2})),
     _SameDifferent(

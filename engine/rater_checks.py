@@ -7,10 +7,10 @@ workers.
 
 Conventions. A triplet answer row is ``(head, first, second, chose_first)``: the candidates in the
 order shown, ``chose_first`` 1 if the answer judged the first one nearer the head (the triplet the answer
-implies; for the triplet kind, the first was picked). A rating answer row is
-``(i, j, distance)`` with the distance in [0, 1] the scale gives (``RatingScale.distance``). ``group``
-is an integer per answer: the fold of its rater (raters are split into ``N_FOLDS`` groups; a rater's
-answers are predicted by the model fitted on the other groups).
+implies; for the triplet kind, the first was picked). A rating answer row is ``(i, j, distance)`` with the
+distance in [0, 1] its kind gives on the study's scale (``QuestionKind.sample``). ``group`` is an integer
+per answer: the fold of its rater (raters are split into ``N_FOLDS`` groups; a rater's answers are predicted
+by the model fitted on the other groups).
 """
 from __future__ import annotations
 

@@ -848,7 +848,7 @@ def study_config(name: str, kind: str = "rating", algorithm: str = "anntri", del
                  sigma: float = 0.1, window: int | None = None, pool_size: int = 50, seed: int = 0,
                  scale: dict | None = None, settings: dict | None = None) -> dict:
     """A study config for simulated raters (the schema of ``proxima create``); ``settings`` the kind's
-    own (``rank: {n_reference, n_select}``)."""
+    own (``rank: {n_reference, n_select}``), a rating's ``scale`` its settings too (``rating: {min, max, ...}``)."""
     try:
         entry = get_kind(kind)
     except ValueError as exc:
@@ -859,7 +859,7 @@ def study_config(name: str, kind: str = "rating", algorithm: str = "anntri", del
     config: dict = {"name": name, "question_kind": kind}
     if entry.on_scale:
         # a fine slider: a 1-5 scale would round away most of what a simulated rater knows
-        config["rating"] = scale or {"min": 0, "max": 100, "step": 1, "widget": "slider"}
+        settings = {**(scale or {"min": 0, "max": 100, "step": 1, "widget": "slider"}), **(settings or {})}
     if entry.settings:
         config[kind] = entry.check_settings(settings)
     try:

@@ -54,7 +54,7 @@ def flagged_shares(kind: str, settings: dict, items: list[dict], raters: int, se
     study = SimpleNamespace(config=config)
     found = choose_comparisons(items, random.Random(seed))
     assert found
-    scale = {"min": config.rating.min, "max": config.rating.max, "step": config.rating.step}
+    scale = {k: config.settings_of("rating")[k] for k in ("min", "max", "step")}  # the rating kind's scale
     random.seed(seed)  # catch_question draws from the process's generator
     rng = np.random.default_rng(seed)
     every, n = config.catch_every, config.planned_questions

@@ -170,7 +170,7 @@ def test_at_defaults_careful_raters_are_flagged_at_most_1_percent_and_random_one
                                           **({"rank": settings} if settings else {})})
     study = SimpleNamespace(config=study_config)
     found = choose_comparisons(items, random.Random(0))
-    scale = {"min": study_config.rating.min, "max": study_config.rating.max, "step": study_config.rating.step}
+    scale = {k: study_config.settings_of("rating")[k] for k in ("min", "max", "step")}  # the rating kind's scale
     random.seed(40)  # catch_question draws from the process's generator
     rng = np.random.default_rng(40)
     every, n = study_config.catch_every, study_config.planned_questions

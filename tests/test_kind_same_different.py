@@ -23,14 +23,15 @@ from webapp.cli import main
 from workers.jobs.learners import Learner
 from workers.store import engine_state
 from workers.store.answers import Answer, read_answers
-from workers.store.config import RatingScale, StudyConfig, load_config_file
+from workers.store.config import StudyConfig, load_config_file
 from workers.store.questions import repeat_question
 from workers.store.raters import replay_rater_stats
 from workers.store.studies import create_study
 
 N = 12
 KIND = get_kind("same_different")
-SCALE = RatingScale()  # the default 1-5 scale, which a same_different answer must never be read on
+OWN = KIND.check_settings(None)  # its own settings (none), what the platform gives its methods
+SCALE = get_kind("rating").check_settings(None)  # the rating kind's default 1-5 scale, never a same_different's
 
 
 def _config(study_id: str, **config) -> StudyConfig:
@@ -48,9 +49,10 @@ def _careful(question) -> int:
 # ------------------------------------------------------------------------------------------ the entry
 def test_the_entry_asks_pairs_without_the_rating_scale_and_pair_planners_ask_it():
     assert KIND.asks == "pair" and KIND.widget == "same" and KIND.answered_by == "value" and not KIND.on_scale
-    assert KIND.settings_schema() is None and KIND.items_needed({}) == 2
-    config = _config("s")
+    assert KIND.settings_schema() is None and KIND.items_needed({}) == 2 and OWN == {}
+    config = _config("s", rating={"min": 0, "max": 100, "step": 1, "widget": "slider"})
     assert config.settings_of(KIND) == {} and default_algorithm("same_different") == "pooled"
+    assert config.settings_of("rating")["max"] == 100  # a scale given beside it is the rating kind's alone
     assert [a.algorithm for a in config.algorithms] == ["pooled"]
     for name in ("anntri", "ann", "random", "pooled"):
         StudyConfig.from_dict({"name": "s", "question_kind": "same_different", "algorithm": name})
@@ -61,12 +63,13 @@ def test_the_entry_asks_pairs_without_the_rating_scale_and_pair_planners_ask_it(
 
 
 def test_values_are_1_or_0_checked_in_words_and_never_on_the_rating_scale():
-    assert KIND.check_value(1, SCALE) == SAME and KIND.check_value(0, SCALE) == DIFFERENT
-    assert KIND.check_value(1.0, SCALE) == 1 and KIND.check_value(0.0, SCALE) == 0
+    assert KIND.check_value(1, OWN) == SAME and KIND.check_value(0, OWN) == DIFFERENT
+    assert KIND.check_value(1.0, OWN) == 1 and KIND.check_value(0.0, OWN) == 0
+    assert KIND.check_value(0, SCALE) == DIFFERENT  # even handed a scale, its values are its own
     for value, words in [(3, "1 (the same) or 0 (different); got 3"), (5, "got 5"), (0.5, "got 0.5"),
                          (True, "got True"), ("same", "got 'same'"), (None, "got no 'value'")]:
         with pytest.raises(AnswerError, match=words.replace("(", r"\(").replace(")", r"\)")):
-            KIND.check_value(value, SCALE)
+            KIND.check_value(value, OWN)
     # a rating's value is still checked on the scale, by the rating kind
     with pytest.raises(AnswerError, match="outside the scale 1 to 5"):
         get_kind("rating").check_value(0, SCALE)
@@ -75,9 +78,10 @@ def test_values_are_1_or_0_checked_in_words_and_never_on_the_rating_scale():
 
 def test_the_same_is_a_small_distance_and_different_a_large_one_whatever_the_scale():
     """The direction the issue found backwards: value 1 read on the 1-5 scale was 'very different'."""
-    assert KIND.sample(SAME, SCALE) == 0.0 and KIND.sample(DIFFERENT, SCALE) == 1.0
-    assert KIND.sample(SAME, RatingScale(min=0, max=100, widget="slider")) == 0.0
-    assert KIND.sample(None, SCALE) is None and get_kind("triplet").sample(None, SCALE) is None
+    assert KIND.sample(SAME, OWN) == 0.0 and KIND.sample(DIFFERENT, OWN) == 1.0
+    slider = get_kind("rating").check_settings({"min": 0, "max": 100, "widget": "slider"})
+    assert KIND.sample(SAME, slider) == 0.0 and KIND.sample(SAME, SCALE) == 0.0
+    assert KIND.sample(None, OWN) is None and get_kind("triplet").sample(None, {}) is None
     assert get_kind("rating").sample(5, SCALE) == 0.0 and get_kind("rating").sample(1, SCALE) == 1.0
 
 
@@ -172,7 +176,7 @@ def test_the_simulated_rater_says_the_same_under_its_threshold_with_the_human_no
     answers = exact.answer([(0, 1), (0, 0), (0, 19), (3, 10)])
     assert [KIND.value_of(o) for o in answers] == [SAME, SAME, DIFFERENT, DIFFERENT]
     # answered as a pair planner observes them: the kind's distance sample of each value
-    assert [d for _, _, d in answers] == [KIND.sample(KIND.value_of(o), SCALE) for o in answers] == [0, 0, 1, 1]
+    assert [d for _, _, d in answers] == [KIND.sample(KIND.value_of(o), OWN) for o in answers] == [0, 0, 1, 1]
     # a pair planner driven by it straight (as simulation.oracles.run drives one) finds each item's partner
     X = np.array([0.0, 1.0, 10.0, 11.0, 20.0, 21.0, 30.0, 31.0])[:, None]
     pairs = KIND.simulated_rater(cdist(X, X), 0.5, 0.03, {}, random_state=2)
@@ -275,6 +279,7 @@ def test_a_backups_check_takes_different_as_0_and_refuses_other_values_in_words(
                       algorithm="pooled", fallback=False, issued_at=0.0, answered_at=1.0, response_ms=900,
                       shown=(2, 9), picks=(), value=value)
 
-    assert answer_problem(logged(DIFFERENT), N, (1.0, 5.0)) is None
-    assert answer_problem(logged(SAME), N, (1.0, 5.0)) is None
-    assert "1 (the same) or 0 (different); got 3" in answer_problem(logged(3), N, (1.0, 5.0))
+    config = _config("s")  # its rating scale the default 1-5, on which 0 would be off the scale
+    assert answer_problem(logged(DIFFERENT), N, config) is None
+    assert answer_problem(logged(SAME), N, config) is None
+    assert "1 (the same) or 0 (different); got 3" in answer_problem(logged(3), N, config)

@@ -205,3 +205,21 @@ def test_the_api_description_lists_the_kinds_of_the_table():
 
     spec = yaml.safe_load((ROOT / "docs" / "openapi.yaml").read_text())
     assert tuple(spec["components"]["schemas"]["Question"]["properties"]["kind"]["enum"]) == QUESTION_KINDS
+
+
+def test_the_rating_scale_is_the_rating_kinds_settings():
+    """The scale is the rating kind's own settings, as rank's n and k are rank's: checked together, read by the
+    kind's own methods, and never a planner's parameter."""
+    rating = get_kind("rating")
+    scale = rating.check_settings(None)
+    assert (scale["min"], scale["max"], scale["step"], scale["widget"]) == (1, 5, 1, "buttons")
+    assert rating.sample_levels(scale) == [1.0, 0.75, 0.5, 0.25, 0.0]
+    slider = rating.check_settings({"min": 0, "max": 1, "step": None, "widget": "slider"})
+    assert rating.sample_levels(slider) is None and rating.sample(0.2, slider) == pytest.approx(0.8)
+    assert rating.planner_params(slider) == {}
+    for given, words in [({"min": 5, "max": 1}, "rating.max"), ({"step": 10}, "rating.step"),
+                         ({"min": 0, "max": 100}, "at most 11 buttons")]:
+        with pytest.raises(ValueError, match=words):
+            rating.check_settings(given)
+    assert StudyConfig.from_dict({"name": "s", "question_kind": "rating", "rating": {"max": 7}}).settings_of(
+        rating)["max"] == 7

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from engine.kinds import get_kind
 from engine.random_triplets import RandomTriplets
 from engine.registry import DEFAULT_NN_ALGORITHM
 from workers.store import engine_state
@@ -71,12 +72,18 @@ def test_a_mixed_config_shares_raters_and_maps_ratings_to_distances():
     assert (anntri.question_kind, anntri.params["k"], baseline.label, baseline.question_kind) == \
         ("rating", 2, "baseline", "triplet")
     assert config.shares() == {"anntri": 0.75, "baseline": 0.25}
-    assert config.rating.distance(100) == 0.0 and config.rating.distance(0) == 1.0
-    assert config.rating.distance(25) == 0.75
-    assert config.rating.check_value(37) == 37.0
+    rating = anntri.kind  # the kind reads its value on the study's scale, its settings (``rating:``)
+    scale = config.settings_of(rating)
+    assert scale == {"min": 0, "max": 100, "step": 1, "widget": "slider", "low_label": "very different",
+                     "high_label": "very similar", "prompt": "How similar are these two?"} == dict(config.rating)
+    assert rating.sample(100, scale) == 0.0 and rating.sample(0, scale) == 1.0
+    assert rating.sample(25, scale) == 0.75
+    assert rating.check_value(37, scale) == 37.0
     for bad in (101, -1, 2.5, "50", True):
         with pytest.raises(ValueError):
-            config.rating.check_value(bad)
+            rating.check_value(bad, scale)
+    # stored as a config file gives it, and read back the same
+    assert config.to_dict()["rating"] == scale and StudyConfig.from_stored(config.to_dict()) == config
 
 
 def test_study_checks_k_and_labels_against_its_items(conn):
@@ -195,3 +202,17 @@ def test_random_triplets_questions_are_valid_and_answers_validated():
     assert planner.result().neighbors[0] == 1
     with pytest.raises(ValueError, match="at least 3 items"):
         RandomTriplets(2)
+
+
+def test_a_stored_config_with_its_rating_section_loads_unchanged():
+    """A config stored before the scale became the rating kind's settings wrote ``rating:`` for every study: it
+    loads as the kind's settings and is written back the same; a study without one gets the kind's defaults."""
+    new = StudyConfig.from_dict({"name": "Old"})
+    stored = {**new.to_dict(), "rating": {"min": 1, "max": 7, "step": 1, "widget": "buttons", "low_label": "apart",
+                                          "high_label": "alike", "prompt": "How alike?"}}
+    old = StudyConfig.from_stored(stored)
+    assert old.to_dict()["rating"] == stored["rating"] == old.settings_of("rating")
+    assert old.texts(get_kind("rating"))[0] == "How alike?"
+    assert "rating" not in new.to_dict() and new.settings_of("rating")["max"] == 5
+    with pytest.raises(ConfigError, match="rating.max"):
+        StudyConfig.from_stored({**stored, "rating": {"min": 3, "max": 2, "widget": "slider"}})

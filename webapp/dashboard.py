@@ -140,9 +140,10 @@ def config_from_form(form: Mapping[str, str], files: Mapping[str, FileStorage]) 
     data = {"name": form.get("name", "").strip(), "algorithm": form.get("algorithm") or DEFAULT_NN_ALGORITHM,
             "question_kind": kind}
     if kind in KINDS and KINDS[kind].settings:
-        # the kind's own settings (a grid's n and k), fields named "<kind>:<setting>"; empty: its default
+        # the kind's own whole-number settings (a grid's n and k, as the form offers them), fields named
+        # "<kind>:<setting>"; empty: its default (a rating's scale comes in a config file)
         settings = {}
-        for name in KINDS[kind].settings:
+        for name in (n for n, schema in KINDS[kind].settings.items() if schema.get("type") == "integer"):
             value = _optional_int(form, f"{kind}:{name}", f"{kind}.{name}")
             if value is not None:
                 settings[name] = value

@@ -13,7 +13,7 @@ from jinja2 import pass_context
 from markupsafe import Markup, escape
 
 from engine.kinds import KINDS
-from workers.store.config import SKIP_LABEL, RatingScale
+from workers.store.config import SKIP_LABEL
 from workers.store.translations import DEFAULT_LANGUAGE, PLACEHOLDER, RaterTexts
 
 if TYPE_CHECKING:
@@ -22,8 +22,6 @@ if TYPE_CHECKING:
 
     from engine.kinds import QuestionKind
     from workers.store.config import StudyConfig
-
-_DEFAULT_SCALE = RatingScale()
 
 
 def rater_texts(config: StudyConfig | None) -> RaterTexts:
@@ -71,12 +69,14 @@ def rater_instructions(config: StudyConfig) -> str:
     return "\n\n".join(_kind_text(texts, config, kind, "instructions") for kind in kinds)
 
 
-def rater_scale(config: StudyConfig) -> dict:
-    """The rating scale the page draws: the study's labels (and prompt), else the catalogue's."""
-    scale = config.rating.to_dict()
+def rater_scale(config: StudyConfig, kind: QuestionKind) -> dict:
+    """The scale the page draws for a kind rated on one (``on_scale``), the study's settings of it: the study's
+    labels (and prompt), else the catalogue's."""
+    scale = dict(config.settings_of(kind))
+    default = kind.check_settings(None)
     texts = rater_texts(config)
-    for field, key in (("low_label", "scale_low"), ("high_label", "scale_high"), ("prompt", "prompt_rating")):
-        if scale[field] == getattr(_DEFAULT_SCALE, field):
+    for field, key in (("low_label", "scale_low"), ("high_label", "scale_high"), ("prompt", f"prompt_{kind.name}")):
+        if scale[field] == default[field]:
             scale[field] = texts[key]
     return scale
 

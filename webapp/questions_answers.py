@@ -292,8 +292,9 @@ def catch_passed(study: Study, question: dict, picks: list[int] | None, value: f
     of an item as any other like item; a value at the expected end).
     A check issued before checks had an ``expect`` showed the head among
     its candidates (triplets) or one item twice (ratings)."""
-    return kind_of(question).catch_answered(picks, value, question.get("expect", question.get("head")),
-                                            study.config.rating)
+    kind = kind_of(question)
+    return kind.catch_answered(picks, value, question.get("expect", question.get("head")),
+                               study.config.settings_of(kind))
 
 
 def check_consent(study: Study) -> None:
@@ -386,7 +387,7 @@ def screen_payload(study: Study, question: dict, items: list[dict]) -> dict:
     if "select" in question:
         out["select"] = int(question["select"])
     if kind.on_scale:
-        out["scale"] = rater_scale(study.config)
+        out["scale"] = rater_scale(study.config, kind)
     return out
 
 
@@ -505,7 +506,7 @@ def check_response(study: Study, question: dict, picks: list[int] | None, value:
         return None, None
     kind = kind_of(question)
     try:
-        checked = kind.check_value(value, study.config.rating)
+        checked = kind.check_value(value, study.config.settings_of(kind))
     except AnswerError as exc:
         raise ApiError(400, "malformed_answer" if value is None else "value_out_of_range", str(exc)) from None
     if checked is not None:

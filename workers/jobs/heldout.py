@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
     from workers.jobs.learners import Learner
     from workers.store.answers import Answer
-    from workers.store.config import RatingScale
     from workers.store.studies import Study
 
 
@@ -64,12 +63,12 @@ class Kept:
         stored.replace_repeats(pipe, study.id, sorted(kinds), self.repeats)
 
 
-def score(learner: Learner, documents: list[dict], scale: RatingScale) -> tuple[str, float, int] | None:
+def score(learner: Learner, documents: list[dict]) -> tuple[str, float, int] | None:
     """(metric, score, answers scored) of the learner's current model on the held-out answers of its question
     kind: ``agreement``, the share of choices it makes as the rater did (ties shared), or for ratings
     ``correlation``, Pearson's correlation of its distances with the rated ones (the kind's ``sample`` of each
-    value: ``scale`` maps a rating to a distance, same and different are 0 and 1); None when there is nothing
-    to score or no model."""
+    value at the study's settings of the kind: a rating's place on its scale, same and different 0 and 1); None
+    when there is nothing to score or no model."""
     kind = learner.algorithm.kind
     n = int(learner.planner.n_items)
     # (items added after the learner was built are not in its model)
@@ -82,7 +81,8 @@ def score(learner: Learner, documents: list[dict], scale: RatingScale) -> tuple[
     ratings = [d for d in mine if "value" in d]
     if ratings:
         pairs = np.array([d["shown"][:2] for d in ratings], np.int64)
-        values = np.array([kind.sample(d["value"], scale) for d in ratings])  # the kind's distance sample
+        settings = learner.config.settings_of(kind)
+        values = np.array([kind.sample(d["value"], settings) for d in ratings])  # the kind's distance sample
         r = rating_correlation(distances, pairs, values)
         return None if np.isnan(r) else (CORRELATION, r, len(ratings))
     screens = [(d["shown"], d["picks"]) for d in mine if d["picks"]]
@@ -119,7 +119,7 @@ def record_heldout(conn: Redis, pipe: Pipeline, study: Study, learners: dict[str
     for label, learner in learners.items():
         if not documents or not learner.entry.yields_graph:
             continue
-        scored = score(learner, documents, study.config.rating)
+        scored = score(learner, documents)
         if scored is None:
             continue
         metric, value, count = scored

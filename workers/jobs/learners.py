@@ -174,16 +174,20 @@ class Learner:
 
     def _pair_samples(self, answers: list[Answer]) -> list[tuple]:
         """A pair planner's rows of its own answers: ``(i, j, distance)`` from an answer's value through its
-        kind (``sample``: a rating's place on the scale, same 0 and different 1), with the rater where the
+        kind at the study's settings of it (``sample``: a rating's place on the scale, same 0 and different 1), with
+        the rater where the
         planner models each rater (``takes_raters``), as ``(i, j, similarity)`` where it takes similarities;
         and the sample of a triplet-derived question (a pair asked with a random third item)."""
-        scale = self.config.rating
+        settings = {}  # the study's settings of each kind answered (a rating's scale)
         takes_raters, similarities = self.entry.takes_raters, self.entry.similarities
         rows: list[tuple] = []
         for a in answers:
             if a.algorithm != self.label:
                 continue
-            d = a.question_kind.sample(a.value, scale)
+            kind = a.question_kind
+            if kind.name not in settings:
+                settings[kind.name] = self.config.settings_of(kind)
+            d = kind.sample(a.value, settings[kind.name])
             if d is not None:
                 value = 1.0 - d if similarities else d
                 rows.append((a.head, a.a, value, a.rater) if takes_raters else (a.head, a.a, value))

@@ -330,18 +330,20 @@ def _item_blind_raters(answers: list[Answer], rows: np.ndarray, predicted: np.nd
 
 def _judge_ratings(study: Study, reference: list[Answer], windows: dict[str, list[Answer]],
                    due: dict[str, tuple[int, int]], seed: int) -> dict[str, rater_checks.Verdict]:
-    scale = study.config.rating
     judged = [a for w in windows.values() for a in w]
     answers = reference + judged
     if not answers:
         return {}
-    rows = np.array([(a.head, a.a, scale.distance(a.value if a.value is not None else scale.min)) for a in answers])
+    # each rating's distance sample on the study's scale (its kind's settings); a rating without a value as
+    # the scale's unlike end
+    kind = answers[0].question_kind
+    settings = study.config.settings_of(kind)
+    samples = [kind.sample(a.value, settings) for a in answers]
+    rows = np.array([(a.head, a.a, 1.0 if d is None else d) for a, d in zip(answers, samples, strict=True)])
     group = np.array([_fold(a.rater) for a in answers])
     in_reference = np.arange(len(rows)) < len(reference)
-    levels = None
-    if scale.step:
-        steps = int(round((scale.max - scale.min) / scale.step))
-        levels = np.array([scale.distance(scale.min + k * scale.step) for k in range(steps + 1)])
+    steps = kind.sample_levels(settings)
+    levels = None if steps is None else np.array(steps)
     predicted, sigma = _rating_model(rows, group, in_reference, study.n_items, seed)
     # the model of careful raters is fitted again without the raters it finds item-blind (a trimmed fit),
     # until it finds no more (a crowd with many bots needs a round or two more)

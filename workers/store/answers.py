@@ -347,9 +347,10 @@ def judge_self_agreement(conn: Redis, study_id: str, rater: str, repeats_to_judg
                                          "min_self_agreement": repr(float(min_self_agreement))})))
 
 
-def answer_problem(answer: Answer, n_items: int, rating_range: tuple[float, float] | None = None) -> str | None:
+def answer_problem(answer: Answer, n_items: int, config: StudyConfig | None = None) -> str | None:
     """Why the live path would never have stored ``answer`` (None when it would): a rater id outside
-    the id pattern, an item outside the study, a choice that was not offered, a rating off the scale."""
+    the id pattern, an item outside the study, a choice that was not offered, a value its kind never takes (a
+    rating off the study's scale: ``config``'s settings of the kind; without one a rating is not judged)."""
     if not RATER_ID_PATTERN.match(answer.rater):
         return f"rater id {answer.rater!r} breaks the rater id pattern"
     try:
@@ -366,10 +367,11 @@ def answer_problem(answer: Answer, n_items: int, rating_range: tuple[float, floa
     offered = answer.shown[1:] if kind.headed else answer.shown
     if answer.choice != NO_ITEM and answer.choice not in offered:
         return f"choice {answer.choice} was not one of the offered items {list(offered)}"
+    settings = kind.check_settings(None) if config is None else config.settings_of(kind)
     try:
         kind.check_answer(answer.question(), list(answer.picks), answer.value)
         if not kind.on_scale:  # a value of another kind is the kind's own (same_different: 1 or 0)
-            kind.check_value(answer.value, None)
+            kind.check_value(answer.value, settings)
     except AnswerError as exc:
         return str(exc)
     if (tuple(x for x in (answer.head, answer.a, answer.b) if x != NO_ITEM) != answer.shown[:3]
@@ -377,9 +379,10 @@ def answer_problem(answer: Answer, n_items: int, rating_range: tuple[float, floa
         return "its head, a, b and choice columns disagree with the screen it records (shown, picks)"
     if answer.probe is not None and answer.probe not in answer.shown[1:]:
         return f"probe {answer.probe} is not one of the offered items"
-    if (answer.value is not None and rating_range is not None and kind.on_scale
-            and not rating_range[0] <= answer.value <= rating_range[1]):
-        return f"rating {answer.value:g} is off the scale {rating_range[0]:g}..{rating_range[1]:g}"
+    # a value on a scale (a kind's settings ``min`` to ``max``) is checked against its ends
+    low, high = (float(settings["min"]), float(settings["max"])) if kind.on_scale else (0.0, 0.0)
+    if answer.value is not None and config is not None and kind.on_scale and not low <= answer.value <= high:
+        return f"rating {answer.value:g} is off the scale {low:g}..{high:g}"
     return None
 
 

@@ -390,7 +390,6 @@ def _check_whole(backup: Backup, state: dict) -> None:
     except StudyError as exc:
         raise BackupError(f"the items do not fit the study's config: {exc}") from None
     config = StudyConfig.from_dict(backup.config)
-    rating_range = (float(config.rating.min), float(config.rating.max)) if config.rating is not None else None
     lines = state["answer_lines"]
     _refuse_duplicate_questions(backup, lines)
     for answer_id, line in state["set_aside_lines"].items():
@@ -406,7 +405,7 @@ def _check_whole(backup: Backup, state: dict) -> None:
                                           "not marked as set aside") from None
         # the live path's checks: an answer it would have refused is kept in the log but set aside
         # with its reason, so no engine learns from it
-        problem = answer_problem(answer, int(n_items), rating_range)
+        problem = answer_problem(answer, int(n_items), config)
         if problem is not None:
             backup.set_aside[answer_id] = f"restore: {problem}"
             backup.refused.add(answer_id)

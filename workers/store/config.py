@@ -13,6 +13,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import jsonschema
@@ -36,11 +37,9 @@ DISTANCE_ALGORITHMS = tuple(n for n, e in _TABLE.items() if e.pair_over_triplets
 #: Algorithms that need a label for every item.
 LABELLED_ALGORITHMS = tuple(n for n, e in _TABLE.items() if e.needs_labels)
 ALGORITHMS = tuple(_TABLE)
-RATING_WIDGETS = ("buttons", "slider")
 LABEL_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
 
 TRIPLET_PROMPT = KINDS[DEFAULT_KIND].prompt
-RATING_PROMPT = "How similar are these two?"
 SKIP_LABEL = "I can't decide"
 
 #: name -> {parameter: JSON schema} of every algorithm (the table's, without the defaults).
@@ -60,23 +59,10 @@ ALGORITHM_SCHEMA = {
     },
 }
 
-RATING_SCHEMA = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "min": {"type": "number"},
-        "max": {"type": "number"},
-        "step": {"type": ["number", "null"], "exclusiveMinimum": 0},
-        "widget": {"enum": list(RATING_WIDGETS)},
-        "low_label": {"type": "string", "maxLength": 100},
-        "high_label": {"type": "string", "maxLength": 100},
-        "prompt": {"type": "string", "minLength": 1, "maxLength": 500},
-    },
-}
-
 #: One practice question of any kind (each kind's entry says what one of its own looks like).
 PRACTICE_SCHEMA = {"type": "array", "maxItems": 20, "items": {"oneOf": [k.practice_schema for k in KINDS.values()]}}
-#: The sections of kinds that take settings (``rank: {n_reference, n_select}``), named after the kind.
+#: The sections of kinds that take settings (``rank: {n_reference, n_select}``, the rating scale
+#: ``rating: {min, max, step, widget, ...}``), named after the kind.
 KIND_SETTINGS_SCHEMAS = {k.name: k.settings_schema() for k in KINDS.values() if k.settings_schema()}
 LIMITS_SCHEMA = {
     "type": "object",
@@ -148,7 +134,6 @@ SCHEMA = {
         "params": {"type": "object"},
         "algorithms": {"type": "array", "minItems": 1, "maxItems": 10, "items": ALGORITHM_SCHEMA},
         "question_kind": {"enum": list(QUESTION_KINDS)},
-        "rating": RATING_SCHEMA,
         **KIND_SETTINGS_SCHEMAS,
         "instructions": {"type": "string", "maxLength": 20000},
         "question": {"type": "string", "minLength": 1, "maxLength": 500},
@@ -175,52 +160,6 @@ SCHEMA = {
 
 class ConfigError(ValueError):
     """A study config that cannot be used; the message names the field and what is allowed."""
-
-
-@dataclass(frozen=True)
-class RatingScale:
-    """How a rating question is answered; higher values mean more similar."""
-
-    min: float = 1
-    max: float = 5
-    step: float | None = 1
-    widget: str = "buttons"
-    low_label: str = "very different"
-    high_label: str = "very similar"
-    prompt: str = RATING_PROMPT
-
-    def __post_init__(self) -> None:
-        if not self.max > self.min:
-            raise ConfigError(f"field 'rating.max' ({self.max}) must be greater than 'rating.min' ({self.min})")
-        if self.step is not None and self.step > self.max - self.min:
-            raise ConfigError(f"field 'rating.step' ({self.step}) is larger than the scale {self.min}..{self.max}")
-        if self.widget == "buttons" and (self.step is None or (self.max - self.min) / self.step > 10):
-            raise ConfigError("a rating with widget 'buttons' needs a step giving at most 11 buttons "
-                              "(e.g. min 1, max 5, step 1); use widget 'slider' for finer scales")
-
-    def check_value(self, value: object) -> float:
-        """A rater's value as a float, or ValueError saying what is allowed."""
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-            raise ValueError(f"'value' must be a number from {self.min:g} to {self.max:g}")
-        if not self.min <= value <= self.max:
-            raise ValueError(f"'value' {value!r} is outside the scale {self.min:g} to {self.max:g}")
-        if self.step is not None:
-            steps = (value - self.min) / self.step
-            if abs(steps - round(steps)) > 1e-6:
-                raise ValueError(f"'value' {value!r} is not on the scale's steps of {self.step:g} from {self.min:g}")
-        return float(value)
-
-    def catch_passes(self, value: float) -> bool:
-        """A rating attention check (one item shown twice) passes in the top quarter of the scale."""
-        return value >= self.min + 0.75 * (self.max - self.min)
-
-    def distance(self, value: float) -> float:
-        """The distance sample in [0, 1] a rating gives: 0 for 'very similar', 1 for 'very different'."""
-        return float(min(1.0, max(0.0, 1.0 - (value - self.min) / (self.max - self.min))))
-
-    def to_dict(self) -> dict:
-        return {"min": self.min, "max": self.max, "step": self.step, "widget": self.widget,
-                "low_label": self.low_label, "high_label": self.high_label, "prompt": self.prompt}
 
 
 @dataclass(frozen=True)
@@ -406,9 +345,9 @@ class StudyConfig:
     name: str
     algorithms: tuple = ()
     question_kind: str = DEFAULT_KIND
-    rating: RatingScale = field(default_factory=RatingScale)
-    #: kind name -> its settings (``rank: {n_reference, n_select}``), defaults filled in for every kind
-    #: the study asks (``engine.kinds``: a kind's ``settings``)
+    #: kind name -> its settings (``rank: {n_reference, n_select}``, the rating scale ``rating: {min, max,
+    #: step, ...}``), defaults filled in for every kind the study asks or gives settings of (``engine.kinds``:
+    #: a kind's ``settings``)
     kind_settings: dict = field(default_factory=dict)
     instructions: str | None = None
     #: the triplet prompt (other kinds word theirs from their entry and settings)
@@ -451,8 +390,6 @@ class StudyConfig:
         algorithms = tuple(a if isinstance(a, AlgorithmConfig) else _algorithm_from_dict(a, i, self.question_kind)
                            for i, a in enumerate(self.algorithms or default))
         object.__setattr__(self, "algorithms", algorithms)
-        if isinstance(self.rating, dict):
-            object.__setattr__(self, "rating", RatingScale(**self.rating))
         settings = {}
         for name in dict.fromkeys([self.question_kind, *(a.question_kind for a in algorithms),
                                    *(p.get("kind", DEFAULT_KIND) for p in self.practice), *self.kind_settings]):
@@ -487,15 +424,20 @@ class StudyConfig:
         kind = get_kind(kind) if isinstance(kind, str) else kind
         return self.kind_settings.get(kind.name) or kind.check_settings(None)
 
+    @property
+    def rating(self) -> MappingProxyType:
+        """The rating kind's settings, the study's scale (``rating:``), read-only: kept for callers from before
+        the scale became the kind's settings; ask ``settings_of(kind)`` of the kind at hand instead."""
+        return MappingProxyType(self.settings_of("rating"))
+
     def texts(self, kind: QuestionKind) -> tuple[str, str]:
-        """(prompt, instructions) of a kind in this study: the configured triplet prompt and rating
-        scale's prompt, else the kind's own words for its settings."""
+        """(prompt, instructions) of a kind in this study: the configured triplet prompt and the rating
+        scale's prompt (``prompt_field``: a field of the config, or of a kind's settings section), else the
+        kind's own words for its settings."""
         prompt, instructions = kind.texts(self.settings_of(kind))
         if kind.prompt_field:
-            value = self
-            for part in kind.prompt_field.split("."):
-                value = getattr(value, part)
-            prompt = value
+            section, _, name = kind.prompt_field.rpartition(".")
+            prompt = self.settings_of(section)[name] if section else getattr(self, name)
         return prompt, instructions
 
     def too_fast_ms(self, kind: QuestionKind | str) -> int:
@@ -669,8 +611,9 @@ class StudyConfig:
     def to_dict(self) -> dict:
         return {
             "name": self.name, "algorithms": [a.to_dict() for a in self.algorithms],
-            "question_kind": self.question_kind, "rating": self.rating.to_dict(),
-            # each kind's settings under its own name, as a config file gives them (``rank: {...}``)
+            "question_kind": self.question_kind,
+            # each kind's settings under its own name, as a config file gives them (``rank: {...}``, the
+            # rating scale ``rating: {...}``)
             **{k: dict(v) for k, v in self.kind_settings.items() if k in KIND_SETTINGS_SCHEMAS},
             "instructions": self.instructions, "question": self.question, "allow_skip": self.allow_skip,
             "skip_label": self.skip_label, "accept_late_answers": self.accept_late_answers,

@@ -209,7 +209,7 @@ def _catch_passed(answer: Answer, config: StudyConfig, items: list[dict]) -> boo
     kind = answer.question_kind
 
     def passes(alike) -> bool:
-        return bool(kind.catch_passes(answer.shown, answer.picks, alike, answer.value, config.rating))
+        return bool(kind.catch_passes(answer.shown, answer.picks, alike, answer.value, config.settings_of(kind)))
 
     if answer.skipped or not (answer.picks or answer.value is not None):
         return False
