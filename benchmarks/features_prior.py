@@ -50,8 +50,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from harness import nn_metrics, points, print_table  # noqa: E402
-from live_vs_offline import clustered_points  # noqa: E402
+from harness import clustered_points, nn_metrics, points, print_table  # noqa: E402
 from scipy.spatial import cKDTree  # noqa: E402
 
 from engine.embedding import embedding_neighbors, fit_embedding, select_embedding  # noqa: E402

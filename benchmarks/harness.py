@@ -170,6 +170,14 @@ class Ready:
 
 
 # ---------------------------------------------------------------------------- a live study
+def clustered_points(n: int, seed: int, cluster: int = 20, dim: int = 4) -> np.ndarray:
+    """n points in clusters of ``cluster`` (centres uniform in [0, 10]^dim, unit spread): live_vs_offline.py's and
+    features_prior.py's truth."""
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(0, 10, size=(-(-n // cluster), dim))
+    return np.repeat(centres, cluster, axis=0)[:n] + rng.normal(size=(n, dim))
+
+
 def clustered_truth(n_items: int, seed: int = 0, cluster: int = 5, spread: float = 0.3) -> np.ndarray:
     """Distances (scaled to a largest of 1) of ``n_items`` points in clusters of ``cluster``."""
     rng = np.random.default_rng(seed)

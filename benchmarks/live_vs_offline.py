@@ -44,7 +44,16 @@ from scipy.spatial.distance import cdist
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from harness import UNIT_SECONDS, CrowdClock, FitWork, Ready, TimedFitter, nn_metrics, print_table  # noqa: E402, F401
+from harness import (  # noqa: E402, F401
+    UNIT_SECONDS,
+    CrowdClock,
+    FitWork,
+    Ready,
+    TimedFitter,
+    clustered_points,  # noqa: E402, F401
+    nn_metrics,
+    print_table,
+)
 
 from engine import embedding  # noqa: E402
 from engine.planners import make_planner  # noqa: E402
@@ -54,13 +63,6 @@ from simulation import oracles  # noqa: E402
 from simulation.features import features_of_agreement  # noqa: E402
 
 NOISE, LAPSE = 0.1, 0.1
-
-
-def clustered_points(n: int, seed: int, cluster: int = 20, dim: int = 4) -> np.ndarray:
-    """n points in clusters of ``cluster`` (centres uniform in [0, 10]^dim, unit spread)."""
-    rng = np.random.default_rng(seed)
-    centres = rng.uniform(0, 10, size=(-(-n // cluster), dim))
-    return np.repeat(centres, cluster, axis=0)[:n] + rng.normal(size=(n, dim))
 
 
 def clustered(n: int, seed: int, cluster: int = 20, dim: int = 4) -> np.ndarray:
