@@ -257,14 +257,22 @@ def test_a_large_study_keeps_the_features_map_until_enough_answers_per_item(monk
     assert p.chosen_dim_ == FEATURE_MAP
 
 
-def test_a_large_study_takes_its_shortlists_from_the_features(monkeypatch):
+def _large_study_driven(monkeypatch, n: int = 200):
+    """A duels study of n items with features of agreement .8 that counts as large, driven 4 answers per item."""
     from engine.duels import priors
 
-    X = _points(200)
-    n = len(X)
+    X = _points(n)
     monkeypatch.setattr(priors, "LARGE_ITEMS", n - 1)  # this study counts as large
     p = make_planner("duels", n, features=features_of_agreement(X, 0.8, random_state=0), random_state=0)
     _drive(p, TripletOracle.from_points(X, noise=0.1, model="human", lapse=0.05, random_state=1), 4 * n)
+    return p
+
+
+def test_a_large_study_takes_its_shortlists_from_the_features(monkeypatch):
+    from engine.duels import priors
+
+    p = _large_study_driven(monkeypatch)
+    n = p.n_items
     assert p.prior_.trusted and p.n_fits_ >= 2 and p._map_only()
     near = p.prior_.neighbors(p.prior_.widest)
     assert near.shape[1] == priors.LARGE_NEAR
@@ -278,13 +286,7 @@ def test_a_large_study_takes_its_shortlists_from_the_features(monkeypatch):
 def test_a_large_study_rebuilds_only_the_shortlists_that_lost_candidates(monkeypatch):
     import copy
 
-    from engine.duels import priors
-
-    X = _points(200)
-    n = len(X)
-    monkeypatch.setattr(priors, "LARGE_ITEMS", n - 1)  # this study counts as large
-    p = make_planner("duels", n, features=features_of_agreement(X, 0.8, random_state=0), random_state=0)
-    _drive(p, TripletOracle.from_points(X, noise=0.1, model="human", lapse=0.05, random_state=1), 4 * n)
+    p = _large_study_driven(monkeypatch)
     assert p._map_only() and p._filled is not None
     for h in (3, 50, 51):  # candidates beaten for good since the last rebuild
         row = p.cands_[h]
