@@ -15,7 +15,7 @@ import numpy as np
 
 from ..graph import NO_NEIGHBOR
 from ..utils import RandomState, check_n_items, check_random_state, store_params
-from .answers import Answers
+from .answers import Answers, Duels
 from .dims import Dimensions
 from .fits import Refits
 from .priors import FeaturePrior
@@ -123,19 +123,13 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         self._fit_running: tuple | None = None
         self.rng_ = check_random_state(random_state)
         n = self.n_items
-        self.triplets_ = np.empty((0, 3), np.int64)  # (i, j, k): i closer to j than to k
-        self._buffer: list[tuple[int, int, int]] = []
-        # duel counts per (h, a, b) with a < b, as sorted arrays: code (h * n + a) * n + b, wins of a, answers
-        self._codes = np.empty(0, np.int64)
-        self._wins = np.empty(0, np.int64)
-        self._counts = np.empty(0, np.int64)
-        self.pending_: dict[tuple[int, int, int], int] = {}
+        # the answers, the duels they make and the questions pending (triplets_, pending_, asked_,
+        # answered_ and n_answers_ read through to it)
+        self._duels = Duels(n)
         self.eliminated_: dict[int, set[int]] = {}
         # the same eliminations as (h, c) rows in the order they happened (saved as a log, which only grows)
         self.eliminated_log_ = np.empty((0, 2), np.int64)
         self._elim_buffer: list[tuple[int, int]] = []
-        self.asked_ = np.zeros(n, np.int64)  # answers + pending per head (scheduling load)
-        self.answered_ = np.zeros(n, np.int64)
         self.cands_ = np.full((n, self.shortlist), NO_NEIGHBOR, np.int64)
         self.embedding_ = None
         self.embeddings_: dict[int, np.ndarray] = {}  # dim -> warm fit
@@ -149,7 +143,6 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         self.fitted_on_ = 0
         self.fitted_triplets_ = 0
         self.n_fits_ = 0
-        self.n_answers_ = 0
         self.n_issued_ = 0
         # per head, the fit's log kernel row and ranks for exploring questions (never saved: they
         # follow from embedding_, and are dropped when it changes)

@@ -150,9 +150,8 @@ class QuestionChoice:
                     continue
             key3 = (q[0], min(q[1], q[2]), max(q[1], q[2]))
             taken.add(key3)
-            self.pending_[key3] = self.pending_.get(key3, 0) + 1
+            self._duels.issue(*key3)
             pending.setdefault(h, []).append(key3[1:])
-            self.asked_[h] += 1
             out.append(q)
             if not once:
                 heapq.heappush(heap, (load + 1, t, h))
@@ -229,10 +228,7 @@ class QuestionChoice:
 
     def _pending_by_head(self) -> dict[int, list[tuple[int, int]]]:
         """The pending questions' pairs (a < b) per head, once per pair and issue."""
-        out: dict[int, list[tuple[int, int]]] = {}
-        for (h, a, b), k in self.pending_.items():
-            out.setdefault(h, []).extend([(a, b)] * k)
-        return out
+        return self._duels.pending_by_head()
 
     def _add_pending(self, h: int, cands: np.ndarray, N: np.ndarray, pairs: list | None) -> np.ndarray:
         """N plus the pending duels of pairs of cands (``pairs`` from :meth:`_pending_by_head`)."""

@@ -129,15 +129,7 @@ class Scoring:
         c = np.asarray(cands, np.int64)
         m = len(c)
         lo, hi = np.minimum(c[:, None], c[None, :]), np.maximum(c[:, None], c[None, :])
-        codes = self._code(h, lo, hi)
-        pos = np.minimum(np.searchsorted(self._codes, codes), max(len(self._codes) - 1, 0))
-        if len(self._codes):
-            hit = (self._codes[pos] == codes) & (lo != hi)
-            N = np.where(hit, self._counts[pos], 0).astype(np.float64)
-            wins_lo = np.where(hit, self._wins[pos], 0).astype(np.float64)
-        else:
-            N = np.zeros((m, m))
-            wins_lo = np.zeros((m, m))
+        N, wins_lo = self._duels.lookup(self._duels.code(h, lo, hi), lo != hi)
         W = np.where(c[:, None] < c[None, :], wins_lo, N - wins_lo)
         if pending and self.pending_:
             for i in range(m):
@@ -164,15 +156,7 @@ class Scoring:
         c = np.where(valid, rows, 0)
         both = valid[:, :, None] & valid[:, None, :]
         lo, hi = np.minimum(c[:, :, None], c[:, None, :]), np.maximum(c[:, :, None], c[:, None, :])
-        codes = self._code(heads[:, None, None], lo, hi)
-        if len(self._codes):
-            pos = np.minimum(np.searchsorted(self._codes, codes), len(self._codes) - 1)
-            hit = (self._codes[pos] == codes) & (lo != hi) & both
-            N = np.where(hit, self._counts[pos], 0).astype(np.float64)
-            wins_lo = np.where(hit, self._wins[pos], 0).astype(np.float64)
-        else:
-            N = np.zeros(codes.shape)
-            wins_lo = np.zeros(codes.shape)
+        N, wins_lo = self._duels.lookup(self._duels.code(heads[:, None, None], lo, hi), (lo != hi) & both)
         W = np.where(c[:, :, None] < c[:, None, :], wins_lo, N - wins_lo)
         return W, N, valid
 
@@ -263,7 +247,7 @@ class Scoring:
         """Empirical-Bayes weight of the embedding prior: the kappa of ``KAPPA_GRID`` maximising
         the beta-binomial likelihood of the pairs dueled at least twice, each pair's win share
         drawn from Beta(kappa p, kappa (1 - p)) around the fit's prediction p."""
-        if self.embedding_ is None or not len(self._codes):
+        if self.embedding_ is None or not len(self._duels.codes):
             return
         rec = self._duel_table()
         rec = rec[rec[:, 4] >= 2]

@@ -189,7 +189,7 @@ class Shortlists:
         n = self.n_items
         leaders = [list(self._ranking(h)[0][:r]) for h in range(n)]
         met: list[set[int]] = [set() for _ in range(n)]  # candidates h has seen in a duel
-        heads, rest = np.divmod(self._codes, n * n)
+        heads, rest = np.divmod(self._duels.codes, n * n)
         for h, a, b in zip(heads.tolist(), *(x.tolist() for x in np.divmod(rest, n)), strict=True):
             met[h].add(a)
             met[h].add(b)

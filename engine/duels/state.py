@@ -11,6 +11,7 @@ from typing import Self
 import numpy as np
 
 from ..utils import counters_state, generator_state, load_counters, planner_from_state
+from .answers import Duels
 from .priors import FeaturePrior
 
 
@@ -27,22 +28,18 @@ class StateIO:
     _COUNTERS = ("fitted_on", "n_fits", "n_answers", "n_issued")
 
     def to_state(self) -> dict:
-        def table(d: dict, width: int) -> np.ndarray:
-            if not d:
-                return np.empty((0, width), np.int64)
-            return np.array([(*k, *(v if isinstance(v, list) else [v])) for k, v in sorted(d.items())], np.int64)
-
+        duels = self._duels.to_state()
         return {
             "class": type(self).__name__,
             "version": self.VERSION,
             "n_items": self.n_items,
             "params": self.get_params(),
             "rng": generator_state(self.rng_),
-            "triplets": self._all_triplets().copy(),
-            "pending": table(self.pending_, 4),
+            "triplets": duels["triplets"],
+            "pending": duels["pending"],
             "eliminated": self._elimination_log().copy(),
-            "asked": self.asked_.copy(),
-            "answered": self.answered_.copy(),
+            "asked": duels["asked"],
+            "answered": duels["answered"],
             "cands": self.cands_.copy(),
             "embedding": None if self.embedding_ is None else self.embedding_.copy(),
             "embeddings": {str(d): X.copy() for d, X in self.embeddings_.items()},
@@ -61,15 +58,10 @@ class StateIO:
     @classmethod
     def from_state(cls, state: dict) -> Self:
         p = planner_from_state(cls, state)
-        p.triplets_ = np.array(state["triplets"], np.int64).reshape(-1, 3)
-        p._reindex()
-        p.pending_ = {(int(r[0]), int(r[1]), int(r[2])): int(r[3])
-                      for r in np.asarray(state["pending"], np.int64).reshape(-1, 4)}
+        p._duels = Duels.from_state(p.n_items, state)
         p.eliminated_log_ = np.array(state["eliminated"], np.int64).reshape(-1, 2)
         for h, c in p.eliminated_log_.tolist():
             p.eliminated_.setdefault(h, set()).add(c)
-        p.asked_ = np.array(state["asked"], np.int64)
-        p.answered_ = np.array(state["answered"], np.int64)
         p.cands_ = np.array(state["cands"], np.int64)
         p.embedding_ = None if state["embedding"] is None else np.array(state["embedding"], np.float64)
         p.embeddings_ = {int(d): np.array(X, np.float64) for d, X in state["embeddings"].items()}
