@@ -108,7 +108,10 @@ class Algorithm:
     guess and no neighbour yet (the exports, the map and the dashboard leave it out; a planner whose graph
     holds no counts, e.g. one built by ``NeighborGraph.from_neighbors``, leaves it False); ``splits_time`` the
     question kinds, its own first, between which its planner's ``time_shares(seconds)`` splits the raters'
-    time (a study of ``split: learner`` lets it set the shares of the algorithms asking them).
+    time (a study of ``split: learner`` lets it set the shares of the algorithms asking them); ``delegates`` its
+    planner asks the questions the study's learner that splits the raters' time (``splits_time``) proposes of the
+    planner's kind (``next_triplets``) and learns nothing itself: the platform links it to that learner
+    (``planner.source``) before each planning, and its answers teach that learner (``takes_triplets``).
     """
 
     name: str
@@ -135,6 +138,7 @@ class Algorithm:
     similarities: bool = False
     counts_samples: bool = False
     splits_time: tuple[str, ...] = ()
+    delegates: bool = False
 
     def __post_init__(self) -> None:
         if self.asks not in ASKS or self.learns not in LEARNS:
@@ -274,6 +278,11 @@ _ENTRIES = (
               # sums, the estimates' temporaries; the log of ratings and a refit's copy of it)
               ("PooledRatings",), takes_raters=True, takes_triplets=True, coordinates=True, counts_samples=True,
               splits_time=("rating", "triplet"), memory=Memory(per_pair=64.0, per_answer=100.0, fixed=60e6)),
+    # triplets asked by the pooled learner's choosing (``next_triplets``): one model learns from the ratings and
+    # the triplets and chooses both (a study asking pooled ratings; its graph is the pooled learner's)
+    Algorithm("pooled_triplets", "engine.delegated:DelegatedTriplets", kinds_asking("triplet"), "triplet", "graph",
+              "Pooled triplets: the triplets the study's pooled rating learner chooses (its graph is pooled's)",
+              {}, ("DelegatedTriplets",), delegates=True, memory=Memory(fixed=1e6)),
     Algorithm("random_triplets", "engine.random_triplets:RandomTriplets", _TRIPLET_KINDS, "triplet", "graph",
               "Random triplets: uniformly random triplets, neighbour = highest win rate (no certificate)",
               {}, ("RandomTriplets",) + _SCREEN_STATES, memory=Memory(per_pair=54.0, fixed=10e6), screens="random"),

@@ -15,9 +15,9 @@ from engine.features import check_features
 from engine.graph import NeighborGraph, Progress, RefitsBeside, RoundPlanner, refill_rounds
 from engine.kinds import KINDS, SCREEN_PARAMS, kind_of
 from engine.planners import make_planner, restore_planner, takes_features
-from engine.registry import ALGORITHMS, candidate_duels, drive_as_pool, fitted_coordinates
+from engine.registry import ALGORITHMS, candidate_duels, drive_as_pool, fitted_coordinates, wrapped_learner
 from workers.store.answers import CATCH_ALGORITHM, HELDOUT, REPEAT_ALGORITHM, Answer
-from workers.store.config import AlgorithmConfig, StudyConfig
+from workers.store.config import AlgorithmConfig, StudyConfig, split_learner
 from workers.store.questions import asks_derived, derived_triplet_question, pooled
 from workers.store.studies import StudyError, feature_matrix, get_items, initial_item_count
 
@@ -282,7 +282,8 @@ class Learner:
         draw them from the study's seed, the learner's place, ``served`` (the questions served from its pool
         and the answers it was given so far) and the budget."""
         share = float(self.config.heldout_share)
-        if share <= 0 or not self.entry.yields_graph:
+        # (a learner asking another's questions, ``delegates``, has no model of its own either)
+        if share <= 0 or not self.entry.yields_graph or self.entry.delegates:
             return []
         seed = _seed(self.config, self.config.algorithms.index(self.algorithm))
         # a function of what is stored, so a learner kept in memory and one restored draw alike
@@ -322,6 +323,15 @@ class Learner:
         rounds.settle()  # close the rounds the latest answers decided
         stale = rounds.stale([kind_of(q).shown(q)[0] for q in questions])
         return [q for q, old in zip(questions, stale.tolist(), strict=True) if old]
+
+    @property
+    def chooser(self) -> str | None:
+        """The label of the learner that chooses this learner's questions (``Algorithm.delegates``: the study's
+        :func:`~workers.store.config.split_learner`), None for a learner choosing its own."""
+        if not self.entry.delegates:
+            return None
+        chooser = split_learner(self.config.algorithms)
+        return None if chooser is None else chooser.label
 
     # ------------------------------------------------------------------ results
     @property
@@ -409,6 +419,17 @@ def fresh_learners(conn: Redis, study: Study, algorithms: Iterable[AlgorithmConf
     except (StudyError, ValueError):
         features = None
     return {alg.label: Learner.new(alg, study.config, n, labels, features) for alg in algorithms}
+
+
+def link_delegates(learners: dict[str, Learner]) -> None:
+    """Link each learner whose planner asks the questions another learner chooses (``Algorithm.delegates``) to
+    that learner's planner (``source``; None where the study has none): before each planning, since either may
+    have been restored since."""
+    for learner in learners.values():
+        if learner.entry.delegates:
+            label = learner.chooser
+            source = learners.get(label) if label is not None else None
+            wrapped_learner(learner.planner).source = None if source is None else wrapped_learner(source.planner)
 
 
 def observe_batch(learners: dict[str, Learner], batch: list) -> dict[str, str]:

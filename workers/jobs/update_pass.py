@@ -20,7 +20,7 @@ from workers.jobs import heldout, steps
 from workers.jobs.checkpoints import commit_state
 from workers.jobs.faults import fault
 from workers.jobs.learner_cache import Kept, forget_cached, pass_learners, remember
-from workers.jobs.learners import Learner, observe_batch
+from workers.jobs.learners import Learner, link_delegates, observe_batch
 from workers.jobs.summary import SUMMARY_SECONDS, note_pass, queue_summary, summary_due
 from workers.jobs.truth_curve import known_truth_of
 from workers.store import engine_state, health, keys, questions
@@ -223,6 +223,7 @@ def _plan(conn: Redis, pipe, p: _Pass, pruned: dict[str, list[dict]]) -> None:
     retries, and every attempt makes its learners forget it again."""
     study, config = p.study, p.study.config
     shares = config.shares()
+    link_delegates(p.learners)  # a learner asking the questions another chooses plans through it
     running = study.status == "running"
     ahead = _ahead(p.active, study.n_items)
     for label, learner in p.learners.items():
@@ -291,10 +292,13 @@ def _replan(conn: Redis, p: _Pass, label: str, learner: Learner, kept: list[dict
 
 
 def _changed(p: _Pass, pruned: dict[str, list[dict]]) -> dict[str, bool]:
-    """Which learners to save: one nothing happened to keeps its stored state (and version)."""
+    """Which learners to save: one nothing happened to keeps its stored state (and version); a learner that chose
+    another's questions (``Learner.chooser``) drew them from its own stream, so it is saved too."""
+    chose = {learner.chooser for label, learner in p.learners.items() if p.planned[label]}
     return {label: bool(p.n_read or p.expired or pruned.get(label) or p.planned[label] or learner.fit_settled
                         or p.stored[label].version is None
-                        or p.items_routed.get(label) or learner.window != p.windows_before[label])
+                        or p.items_routed.get(label) or learner.window != p.windows_before[label]
+                        or label in chose)
             for label, learner in p.learners.items()}
 
 

@@ -414,6 +414,7 @@ class StudyConfig:
                               "(give each algorithm its own 'label')")
         if self.split == "learner":
             _check_learner_split(algorithms)
+        _check_delegates(algorithms)
         if self.instructions is None:
             kinds = {a.question_kind for a in algorithms}
             text = "\n\n".join(self.texts(kind)[1] for kind in KINDS.values() if kind.name in kinds)
@@ -670,6 +671,20 @@ def _check_learner_split(algorithms: tuple[AlgorithmConfig, ...]) -> None:
         raise ConfigError(f"field 'split': 'learner' splits the raters' time between {' and '.join(kinds)} "
                           f"questions only; algorithm {other[0].label!r} asks {other[0].question_kind} questions "
                           "(remove it, or leave 'split' out for fixed shares)")
+
+
+def _check_delegates(algorithms: tuple[AlgorithmConfig, ...]) -> None:
+    """An algorithm that asks the questions another learner chooses (``Algorithm.delegates``, e.g.
+    ``pooled_triplets``) needs that learner in the study: :func:`split_learner` (``pooled`` asking ratings)."""
+    delegate = next((a for a in algorithms if a.entry.delegates), None)
+    if delegate is None or split_learner(algorithms) is not None:
+        return
+    splitters = [a.name for a in _TABLE.values() if a.splits_time]
+    kinds = next(a.splits_time for a in _TABLE.values() if a.splits_time)
+    raise ConfigError(f"algorithm {delegate.label!r} ({delegate.algorithm}) asks the {delegate.question_kind} "
+                      f"questions the study's {' or '.join(repr(n) for n in splitters)} learner chooses, and this "
+                      f"study has no algorithm {' or '.join(repr(n) for n in splitters)} asking {kinds[0]} "
+                      f"questions (add one, or choose another algorithm for the {delegate.question_kind} questions)")
 
 
 def _screen_params(kind: str) -> dict:
