@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..graph import NO_NEIGHBOR
 from ..utils import RandomState, check_n_items, check_random_state, store_params
 from .answers import Answers, Duels
 from .dims import Dimensions
@@ -22,7 +21,7 @@ from .priors import FeaturePrior
 from .questions import QuestionChoice
 from .results import Results
 from .scores import Scoring, _HeadRows
-from .shortlists import Shortlists
+from .shortlists import Shortlist, Shortlists
 from .state import StateIO
 
 if TYPE_CHECKING:
@@ -126,11 +125,8 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         # the answers, the duels they make and the questions pending (triplets_, pending_, asked_,
         # answered_ and n_answers_ read through to it)
         self._duels = Duels(n)
-        self.eliminated_: dict[int, set[int]] = {}
-        # the same eliminations as (h, c) rows in the order they happened (saved as a log, which only grows)
-        self.eliminated_log_ = np.empty((0, 2), np.int64)
-        self._elim_buffer: list[tuple[int, int]] = []
-        self.cands_ = np.full((n, self.shortlist), NO_NEIGHBOR, np.int64)
+        # the shortlists and the eliminations (cands_, eliminated_, eliminated_log_, _filled read through)
+        self._short = Shortlist(n, self.shortlist)
         self.embedding_ = None
         self.embeddings_: dict[int, np.ndarray] = {}  # dim -> warm fit
         # per dim: decayed [answers predicted right, answers predicted] by fits that had not seen them
@@ -154,8 +150,6 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         # for the heads whose shortlist or duels changed (never saved): certificates, rankings
         self._certified_rows: _HeadRows | None = None
         self._ranked_rows_kept: _HeadRows | None = None
-        # (m, eliminations logged) at the last rebuild of the shortlists (never saved: see _heads_to_refill)
-        self._filled: tuple[int, int] | None = None
         if self.prior_ is not None and n > 1:
             # the first shortlists (the picks before any fit): each item's nearest in the features
             self.cands_ = self.prior_.first_shortlists(self._target_size(), self.shortlist)

@@ -15,9 +15,85 @@ from ..graph import NO_NEIGHBOR
 KEEP_SHARE = 0.5
 
 
+class Shortlist:
+    """Each head's candidates and the ones beaten for good, for a study of ``n`` items and shortlists
+    of at most ``width``: ``cands`` (n, width), each head's candidates in shortlist order,
+    ``NO_NEIGHBOR`` padding at the end of each row; ``eliminated`` {head: candidates out for good},
+    the same as ``log`` rows (h, c) in the order they happened (new ones buffered until read through
+    :meth:`elimination_log`); ``filled`` (m, eliminations logged) at the last rebuild of the
+    shortlists from the features' nearest (never saved: see :meth:`heads_to_refill`)."""
+
+    def __init__(self, n: int, width: int) -> None:
+        self.n = int(n)
+        self.cands = np.full((self.n, int(width)), NO_NEIGHBOR, np.int64)
+        self.eliminated: dict[int, set[int]] = {}
+        self.log = np.empty((0, 2), np.int64)
+        self.buffer: list[tuple[int, int]] = []
+        self.filled: tuple[int, int] | None = None
+
+    def eliminate(self, h: int, gone: np.ndarray) -> None:
+        """Candidates ``gone`` of head h are beaten with confidence: out of its shortlist for good."""
+        known = self.eliminated.setdefault(h, set())
+        for c in gone.tolist():
+            if c not in known:
+                known.add(c)
+                self.buffer.append((h, c))
+
+    def elimination_log(self) -> np.ndarray:
+        """Every elimination as (h, c) rows, in the order they happened (a log that only grows: a
+        pass's journal entry carries only its new rows)."""
+        if self.buffer:
+            self.log = np.concatenate([self.log, np.asarray(self.buffer, np.int64)])
+            self.buffer = []
+        return self.log
+
+    def eliminated_codes(self) -> np.ndarray:
+        """Sorted codes h * n + c of every candidate c eliminated for a head h."""
+        log = self.elimination_log()
+        return np.unique(log[:, 0] * self.n + log[:, 1])
+
+    def fill(self, h: int, keep: list[int], order: np.ndarray, m: int) -> list[int]:
+        """h's dueled leaders ``keep``, then items of ``order`` (nearest first) up to m: neither h, nor
+        one eliminated for h, nor one already chosen (nor past the last item: a k-d tree's padding)."""
+        gone = self.eliminated.get(h, ())
+        chosen = list(keep)
+        for c in order:
+            if len(chosen) >= m:
+                break
+            c = int(c)
+            if c != h and c not in gone and c not in chosen and c < self.n:
+                chosen.append(c)
+        return chosen
+
+    def heads_to_refill(self, m: int, logged: int) -> np.ndarray:
+        """The heads whose shortlists a rebuild from the features' nearest can change: all of them, unless
+        the last rebuild was one too, for the same m (``filled``: m and the eliminations logged then); then
+        those that lost candidates since. (Every other head's shortlist is already its kept leaders and its
+        nearest in the features after them: a rebuild gives it back unchanged, and at 50,000 items scoring
+        every head's leaders again took 0.4 s of the pass that put a refit in place.)"""
+        filled = self.filled
+        if filled is None or filled[0] != m or filled[1] > logged:
+            return np.arange(self.n)
+        return np.unique(self.log[filled[1]:logged, 0])
+
+    def to_state(self) -> dict:
+        """Their part of the planner's state: ``eliminated`` (the log) and ``cands``."""
+        return {"eliminated": self.elimination_log().copy(), "cands": self.cands.copy()}
+
+    @classmethod
+    def from_state(cls, n: int, width: int, state: dict) -> Shortlist:
+        s = cls(n, width)
+        s.log = np.array(state["eliminated"], np.int64).reshape(-1, 2)
+        for h, c in s.log.tolist():
+            s.eliminated.setdefault(h, set()).add(c)
+        s.cands = np.array(state["cands"], np.int64)
+        return s
+
+
 class Shortlists:
-    """Mixin of :class:`~engine.duels.planner.CandidateDuels`: ``cands_`` (n_items, shortlist), each
-    head's candidates in shortlist order, ``NO_NEIGHBOR`` padding at the end of each row."""
+    """Mixin of :class:`~engine.duels.planner.CandidateDuels`: its shortlists rebuilt from a fit or the
+    win rates, through its :class:`Shortlist` (``_short``); ``cands_``, ``eliminated_``,
+    ``eliminated_log_`` and ``_filled`` read through to it."""
 
     def _target_size(self) -> int:
         per_item = self.n_answers_ / self.n_items
@@ -28,26 +104,38 @@ class Shortlists:
         """Per head, the dueled leaders of its shortlist that survive a refit (``KEEP_SHARE`` of m)."""
         return [[int(c) for c in row if c >= 0] for row in self._old_leader_rows(m)]
 
+    @property
+    def cands_(self) -> np.ndarray:
+        return self._short.cands
+
+    @cands_.setter
+    def cands_(self, value: np.ndarray) -> None:
+        self._short.cands = value
+
+    @property
+    def eliminated_(self) -> dict[int, set[int]]:
+        return self._short.eliminated
+
+    @property
+    def eliminated_log_(self) -> np.ndarray:
+        return self._short.log
+
+    @property
+    def _filled(self) -> tuple[int, int] | None:
+        return self._short.filled
+
+    @_filled.setter
+    def _filled(self, value: tuple[int, int] | None) -> None:
+        self._short.filled = value
+
     def _eliminate(self, h: int, gone: np.ndarray) -> None:
-        """Candidates ``gone`` of head h are beaten with confidence: out of its shortlist for good."""
-        known = self.eliminated_.setdefault(h, set())
-        for c in gone.tolist():
-            if c not in known:
-                known.add(c)
-                self._elim_buffer.append((h, c))
+        self._short.eliminate(h, gone)
 
     def _elimination_log(self) -> np.ndarray:
-        """Every elimination as (h, c) rows, in the order they happened (a log that only grows: a
-        pass's journal entry carries only its new rows)."""
-        if self._elim_buffer:
-            self.eliminated_log_ = np.concatenate([self.eliminated_log_, np.asarray(self._elim_buffer, np.int64)])
-            self._elim_buffer = []
-        return self.eliminated_log_
+        return self._short.elimination_log()
 
     def _eliminated_codes(self) -> np.ndarray:
-        """Sorted codes h * n + c of every candidate c eliminated for a head h."""
-        log = self._elimination_log()
-        return np.unique(log[:, 0] * self.n_items + log[:, 1])
+        return self._short.eliminated_codes()
 
     def _old_leader_rows(self, m: int, heads: np.ndarray | None = None) -> np.ndarray:
         """:meth:`_old_leaders` as rows (one per head of ``heads``, all by default; ceil(m KEEP_SHARE) wide),
@@ -76,17 +164,7 @@ class Shortlists:
         return ranked[:, : max(1, min(width, math.ceil(m * KEEP_SHARE)))]
 
     def _fill_shortlist(self, h: int, keep: list[int], order: np.ndarray, m: int) -> list[int]:
-        """h's dueled leaders ``keep``, then items of ``order`` (nearest first) up to m: neither h, nor
-        one eliminated for h, nor one already chosen (nor past the last item: a k-d tree's padding)."""
-        gone = self.eliminated_.get(h, ())
-        chosen = list(keep)
-        for c in order:
-            if len(chosen) >= m:
-                break
-            c = int(c)
-            if c != h and c not in gone and c not in chosen and c < self.n_items:
-                chosen.append(c)
-        return chosen
+        return self._short.fill(h, keep, order, m)
 
     def _shortlists_from_fit(self, answers_fitted: int) -> None:
         """Every head's shortlist from the fit: its dueled leaders, then its nearest items in the
@@ -146,15 +224,7 @@ class Shortlists:
         self.n_fits_ += 1
 
     def _heads_to_refill(self, m: int, logged: int) -> np.ndarray:
-        """The heads whose shortlists a rebuild from the features' nearest can change: all of them, unless
-        the last rebuild was one too, for the same m (``_filled``: m and the eliminations logged then); then
-        those that lost candidates since. (Every other head's shortlist is already its kept leaders and its
-        nearest in the features after them: a rebuild gives it back unchanged, and at 50,000 items scoring
-        every head's leaders again took 0.4 s of the pass that put a refit in place.)"""
-        filled = self._filled
-        if filled is None or filled[0] != m or filled[1] > logged:
-            return np.arange(self.n_items)
-        return np.unique(self.eliminated_log_[filled[1]:logged, 0])
+        return self._short.heads_to_refill(m, logged)
 
     def _shortlists_from_win_rates(self, trip: np.ndarray) -> None:
         """Every head's shortlist without an embedding fitter (or before any answer): its dueled

@@ -13,6 +13,7 @@ import numpy as np
 from ..utils import counters_state, generator_state, load_counters, planner_from_state
 from .answers import Duels
 from .priors import FeaturePrior
+from .shortlists import Shortlist
 
 
 class StateIO:
@@ -28,7 +29,7 @@ class StateIO:
     _COUNTERS = ("fitted_on", "n_fits", "n_answers", "n_issued")
 
     def to_state(self) -> dict:
-        duels = self._duels.to_state()
+        duels, short = self._duels.to_state(), self._short.to_state()
         return {
             "class": type(self).__name__,
             "version": self.VERSION,
@@ -37,10 +38,10 @@ class StateIO:
             "rng": generator_state(self.rng_),
             "triplets": duels["triplets"],
             "pending": duels["pending"],
-            "eliminated": self._elimination_log().copy(),
+            "eliminated": short["eliminated"],
             "asked": duels["asked"],
             "answered": duels["answered"],
-            "cands": self.cands_.copy(),
+            "cands": short["cands"],
             "embedding": None if self.embedding_ is None else self.embedding_.copy(),
             "embeddings": {str(d): X.copy() for d, X in self.embeddings_.items()},
             "dim_scores": self.dim_scores_.copy(),
@@ -59,10 +60,7 @@ class StateIO:
     def from_state(cls, state: dict) -> Self:
         p = planner_from_state(cls, state)
         p._duels = Duels.from_state(p.n_items, state)
-        p.eliminated_log_ = np.array(state["eliminated"], np.int64).reshape(-1, 2)
-        for h, c in p.eliminated_log_.tolist():
-            p.eliminated_.setdefault(h, set()).add(c)
-        p.cands_ = np.array(state["cands"], np.int64)
+        p._short = Shortlist.from_state(p.n_items, p.shortlist, state)
         p.embedding_ = None if state["embedding"] is None else np.array(state["embedding"], np.float64)
         p.embeddings_ = {int(d): np.array(X, np.float64) for d, X in state["embeddings"].items()}
         p.dim_scores_ = np.array(state["dim_scores"], np.float64).reshape(2, -1)
