@@ -16,6 +16,7 @@ import numpy as np
 from ..utils import RandomState, check_n_items, check_random_state, store_params
 from .answers import Answers, Duels
 from .dims import Dimensions
+from .embedding import Embedding, FitAttributes
 from .fits import Refits
 from .priors import FeaturePrior
 from .questions import QuestionChoice
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 
-class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refits, Dimensions, Answers):
+class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refits, Dimensions, Answers,
+                     FitAttributes):
     """Adaptive nearest-neighbour learner asking each head's shortlisted candidates in duels.
 
     Parameters
@@ -127,25 +129,9 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         self._duels = Duels(n)
         # the shortlists and the eliminations (cands_, eliminated_, eliminated_log_, _filled read through)
         self._short = Shortlist(n, self.shortlist)
-        self.embedding_ = None
-        self.embeddings_: dict[int, np.ndarray] = {}  # dim -> warm fit
-        # per dim: decayed [answers predicted right, answers predicted] by fits that had not seen them
-        self.dim_scores_ = np.zeros((2, len(self._dims())))
-        self.dim_compare_ = np.zeros((2, len(self._dims())))  # the same, refits that fitted several dims only
-        self.fresh_dims_ = np.zeros(len(self._dims()), bool)  # refitted at the last refit
-        self.coin_ = False  # single duels are coin flips here (see _update_coin)
-        self.kappa_: float | None = None  # weight of the embedding prior, once repeats have weighed it
-        self.fit_job_: dict | None = None  # the refit under way (see _continue_fit)
-        self.fitted_on_ = 0
-        self.fitted_triplets_ = 0
-        self.n_fits_ = 0
+        # the fits and what the refits learned (embedding_ ... n_fits_, the kernel rows kept: see FitAttributes)
+        self._fit = Embedding(len(self._dims()))
         self.n_issued_ = 0
-        # per head, the fit's log kernel row and ranks for exploring questions (never saved: they
-        # follow from embedding_, and are dropped when it changes)
-        self._rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._rows_of: np.ndarray | None = None
-        self._rank_ref: np.ndarray | None = None
-        self._rank_ref_of: np.ndarray | None = None
         # per head, results read from its shortlist and duels alone, kept between looks and redone only
         # for the heads whose shortlist or duels changed (never saved): certificates, rankings
         self._certified_rows: _HeadRows | None = None

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import Self
 
-import numpy as np
-
 from ..utils import counters_state, generator_state, load_counters, planner_from_state
 from .answers import Duels
+from .embedding import Embedding
 from .priors import FeaturePrior
 from .shortlists import Shortlist
 
@@ -42,15 +41,7 @@ class StateIO:
             "asked": duels["asked"],
             "answered": duels["answered"],
             "cands": short["cands"],
-            "embedding": None if self.embedding_ is None else self.embedding_.copy(),
-            "embeddings": {str(d): X.copy() for d, X in self.embeddings_.items()},
-            "dim_scores": self.dim_scores_.copy(),
-            "dim_compare": self.dim_compare_.copy(),
-            "fresh_dims": self.fresh_dims_.copy(),
-            "fitted_triplets": int(self.fitted_triplets_),
-            "kappa": None if self.kappa_ is None else float(self.kappa_),
-            "coin": bool(self.coin_),
-            "fit_job": None if self.fit_job_ is None else {**self.fit_job_, "dims": list(self.fit_job_["dims"])},
+            **self._fit.to_state(),
             **counters_state(self, self._COUNTERS),
             # the features' space only where there are features (a state without them is as before)
             **({} if self.prior_ is None else {"prior": self.prior_.to_state()}),
@@ -61,22 +52,8 @@ class StateIO:
         p = planner_from_state(cls, state)
         p._duels = Duels.from_state(p.n_items, state)
         p._short = Shortlist.from_state(p.n_items, p.shortlist, state)
-        p.embedding_ = None if state["embedding"] is None else np.array(state["embedding"], np.float64)
-        p.embeddings_ = {int(d): np.array(X, np.float64) for d, X in state["embeddings"].items()}
-        p.dim_scores_ = np.array(state["dim_scores"], np.float64).reshape(2, -1)
-        # a state saved before the comparison tally existed starts it empty (the choice reads
-        # dim_scores_ until a refit fits several dimensions again)
-        compare = state.get("dim_compare")
-        p.dim_compare_ = (np.zeros_like(p.dim_scores_) if compare is None
-                          else np.array(compare, np.float64).reshape(2, -1))
-        p.fresh_dims_ = np.array(state["fresh_dims"], bool)
-        p.fitted_triplets_ = int(state["fitted_triplets"])
-        p.kappa_ = None if state["kappa"] is None else float(state["kappa"])
-        job = state["fit_job"]
-        p.fit_job_ = None if job is None else {**{k: int(v) for k, v in job.items() if k != "dims"},
-                                               "dims": [int(i) for i in job["dims"]]}
-        p.coin_ = bool(state["coin"])
         prior = state.get("prior")
         p.prior_ = None if prior is None else FeaturePrior.from_state(prior)
+        p._fit = Embedding.from_state(len(p._dims()), state)
         load_counters(p, cls._COUNTERS, state)
         return p
