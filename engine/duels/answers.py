@@ -22,7 +22,7 @@ class Duels:
     through :meth:`all_triplets`), the duel counts per (head, pair) that follow from them as sorted
     arrays ``codes`` (code (h * n + a) * n + b, a < b), ``wins`` (wins of a) and ``counts``
     (answers); ``pending`` (issued, unanswered questions per (h, a, b), a < b), ``asked`` (answers +
-    pending per head: the scheduling load), ``answered`` per head and ``n_answers``."""
+    pending per head: the scheduling load), ``answered`` per head, ``n_answers`` and ``n_issued``."""
 
     def __init__(self, n: int) -> None:
         self.n = int(n)
@@ -35,6 +35,7 @@ class Duels:
         self.asked = np.zeros(self.n, np.int64)
         self.answered = np.zeros(self.n, np.int64)
         self.n_answers = 0
+        self.n_issued = 0
 
     def observe(self, arr: np.ndarray) -> None:
         """Apply checked ``(head, a, b, winner)`` rows; any triplet is accepted (issued or not): it
@@ -63,6 +64,7 @@ class Duels:
         key = (h, lo, hi)
         self.pending[key] = self.pending.get(key, 0) + 1
         self.asked[h] += 1
+        self.n_issued += 1
 
     def forget(self, questions: Iterable[Sequence[int]]) -> int:
         """Release issued questions that will never be answered; returns how many were pending."""
@@ -149,7 +151,7 @@ class Duels:
 
     def to_state(self) -> dict:
         """Their part of the planner's state: ``triplets``, ``pending`` (rows h, a, b, issues),
-        ``asked``, ``answered`` (the counter ``n_answers`` is saved with the planner's counters)."""
+        ``asked``, ``answered`` (``n_answers`` and ``n_issued`` are saved with the planner's counters)."""
         pending = (np.empty((0, 4), np.int64) if not self.pending else
                    np.array([(*k, v) for k, v in sorted(self.pending.items())], np.int64))
         return {"triplets": self.all_triplets().copy(), "pending": pending,
@@ -219,3 +221,11 @@ class Answers:
     @property
     def _codes(self) -> np.ndarray:
         return self._duels.codes
+
+    @property
+    def n_issued_(self) -> int:
+        return self._duels.n_issued
+
+    @n_issued_.setter
+    def n_issued_(self, value: int) -> None:
+        self._duels.n_issued = value

@@ -22,7 +22,8 @@ class Embedding:
     under way), ``fitted_on`` / ``fitted_triplets`` (answers and triplets the last fit saw),
     ``n_fits``. Never saved: per head, the fit's log kernel row and ranks for exploring questions
     (``rows``, ``rows_of``, ``rank_ref``, ``rank_ref_of``: they follow from ``embedding``, and are
-    dropped when it changes)."""
+    dropped when it changes); ``running``, the stage of the refit handed to a fitter: (its FitTask
+    key, its future)."""
 
     def __init__(self, n_dims: int) -> None:
         self.embedding: np.ndarray | None = None
@@ -40,6 +41,7 @@ class Embedding:
         self.rows_of: np.ndarray | None = None
         self.rank_ref: np.ndarray | None = None
         self.rank_ref_of: np.ndarray | None = None
+        self.running: tuple | None = None
 
     def to_state(self) -> dict:
         """Their part of the planner's state (``fitted_on`` and ``n_fits`` are saved with the planner's
@@ -92,7 +94,8 @@ def read_through(part: str, name: str, doc: str = "") -> property:
 
 class FitAttributes:
     """Mixin of :class:`~engine.duels.planner.CandidateDuels`: the old names of its
-    :class:`Embedding`'s attributes, read through to ``_fit``."""
+    :class:`Embedding`'s attributes, read through to ``_fit``, and of its results kept between looks
+    (:class:`~engine.duels.scores.KeptResults`, ``_kept``)."""
 
     embedding_ = read_through("_fit", "embedding")
     embeddings_ = read_through("_fit", "embeddings")
@@ -109,3 +112,6 @@ class FitAttributes:
     _rows_of = read_through("_fit", "rows_of")
     _rank_ref = read_through("_fit", "rank_ref")
     _rank_ref_of = read_through("_fit", "rank_ref_of")
+    _fit_running = read_through("_fit", "running")
+    _certified_rows = read_through("_kept", "certified")
+    _ranked_rows_kept = read_through("_kept", "ranked")

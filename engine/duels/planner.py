@@ -21,7 +21,7 @@ from .fits import Refits
 from .priors import FeaturePrior
 from .questions import QuestionChoice
 from .results import Results
-from .scores import Scoring, _HeadRows
+from .scores import KeptResults, Scoring
 from .shortlists import Shortlist, Shortlists
 from .state import StateIO
 
@@ -120,8 +120,6 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         self.features = None
         self.pool = False
         self.fitter = None
-        # the stage of the refit handed to ``fitter``: (its FitTask key, its future); never saved
-        self._fit_running: tuple | None = None
         self.rng_ = check_random_state(random_state)
         n = self.n_items
         # the answers, the duels they make and the questions pending (triplets_, pending_, asked_,
@@ -129,13 +127,11 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         self._duels = Duels(n)
         # the shortlists and the eliminations (cands_, eliminated_, eliminated_log_, _filled read through)
         self._short = Shortlist(n, self.shortlist)
-        # the fits and what the refits learned (embedding_ ... n_fits_, the kernel rows kept: see FitAttributes)
+        # the fits and what the refits learned, the refit handed to ``fitter`` (embedding_ ... n_fits_,
+        # _fit_running and the kernel rows kept: see FitAttributes)
         self._fit = Embedding(len(self._dims()))
-        self.n_issued_ = 0
-        # per head, results read from its shortlist and duels alone, kept between looks and redone only
-        # for the heads whose shortlist or duels changed (never saved): certificates, rankings
-        self._certified_rows: _HeadRows | None = None
-        self._ranked_rows_kept: _HeadRows | None = None
+        # results per head kept between looks (_certified_rows, _ranked_rows_kept read through)
+        self._kept = KeptResults()
         if self.prior_ is not None and n > 1:
             # the first shortlists (the picks before any fit): each item's nearest in the features
             self.cands_ = self.prior_.first_shortlists(self._target_size(), self.shortlist)

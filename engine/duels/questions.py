@@ -155,7 +155,6 @@ class QuestionChoice:
             out.append(q)
             if not once:
                 heapq.heappush(heap, (load + 1, t, h))
-        self.n_issued_ += len(out)
         return out
 
     def _alive(self, h: int):

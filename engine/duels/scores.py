@@ -119,6 +119,16 @@ class _HeadRows:
     rows: tuple
 
 
+class KeptResults:
+    """Per head, results read from its shortlist and duels alone, kept between looks and redone only
+    for the heads whose shortlist or duels changed (never saved): ``certified`` (certificates) and
+    ``ranked`` (rankings), each a :class:`_HeadRows` or None."""
+
+    def __init__(self) -> None:
+        self.certified: _HeadRows | None = None
+        self.ranked: _HeadRows | None = None
+
+
 class Scoring:
     """Mixin of :class:`~engine.duels.planner.CandidateDuels`: its duels read as matrices per head,
     scored, certified and ranked."""
