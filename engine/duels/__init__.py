@@ -9,7 +9,8 @@ the neighbour is read mostly from the fit. Numpy only; must never import Flask, 
 ``webapp`` or ``workers``.
 
 One module per concern, each with the tuned constants it reads: :mod:`.answers` (answers in, the
-duel counts), :mod:`.fits` (the refit scheduler, :class:`FitTask` and the fitter hand-over),
+duel counts), :mod:`.embedding` (the fits and what refits learned), :mod:`.names` (the old attribute
+names, read through to the parts), :mod:`.fits` (the refit scheduler, :class:`FitTask` and the fitter hand-over),
 :mod:`.dims` (automatic dimensions, their prequential scores, the line and the regime gates),
 :mod:`.shortlists`, :mod:`.scores` (the one scoring, certificates, results kept between looks),
 :mod:`.questions` (question choice, exploring questions, screens), :mod:`.results`, :mod:`.state`

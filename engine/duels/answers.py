@@ -12,8 +12,6 @@ from typing import Self
 
 import numpy as np
 
-from ..utils import check_triplets
-
 
 class Duels:
     """The answers of a study of ``n`` items and the duels they make.
@@ -167,65 +165,3 @@ class Duels:
         d.asked = np.array(state["asked"], np.int64)
         d.answered = np.array(state["answered"], np.int64)
         return d
-
-
-class Answers:
-    """Mixin of :class:`~engine.duels.planner.CandidateDuels`: answers in and questions forgotten,
-    through its :class:`Duels` (``_duels``); the old names read through to it."""
-
-    def observe(self, answers: Iterable[Sequence[int]] | np.ndarray) -> None:
-        """Apply ``(head, a, b, winner)`` rows; any triplet is accepted (issued or not): it feeds
-        the embedding, and counts as a duel of a and b for that head."""
-        self._duels.observe(check_triplets(answers, self.n_items, "triplet answer", width=4))
-
-    def forget(self, questions: Iterable[Sequence[int]]) -> int:
-        """Release issued questions that will never be answered; returns how many were pending."""
-        return self._duels.forget(questions)
-
-    def _code(self, h, a, b):
-        return self._duels.code(h, a, b)
-
-    def _all_triplets(self) -> np.ndarray:
-        return self._duels.all_triplets()
-
-    def _duel_table(self) -> np.ndarray:
-        return self._duels.table()
-
-    def _head_duels(self) -> np.ndarray:
-        return self._duels.per_head()
-
-    @property
-    def triplets_(self) -> np.ndarray:
-        return self._duels.triplets
-
-    @property
-    def pending_(self) -> dict[tuple[int, int, int], int]:
-        return self._duels.pending
-
-    @property
-    def asked_(self) -> np.ndarray:
-        return self._duels.asked
-
-    @property
-    def answered_(self) -> np.ndarray:
-        return self._duels.answered
-
-    @property
-    def n_answers_(self) -> int:
-        return self._duels.n_answers
-
-    @n_answers_.setter
-    def n_answers_(self, value: int) -> None:
-        self._duels.n_answers = value
-
-    @property
-    def _codes(self) -> np.ndarray:
-        return self._duels.codes
-
-    @property
-    def n_issued_(self) -> int:
-        return self._duels.n_issued
-
-    @n_issued_.setter
-    def n_issued_(self, value: int) -> None:
-        self._duels.n_issued = value

@@ -1,23 +1,29 @@
-"""Candidate duels' planner: the parameters and the state of one learner, made of one mixin per concern.
+"""Candidate duels' planner: the parameters of one learner and the parts that hold what it learned.
 
-Answers (:mod:`.answers`), refits (:mod:`.fits`), dimensions and the regime gates (:mod:`.dims`),
-shortlists (:mod:`.shortlists`), the one scoring (:mod:`.scores`), question choice (:mod:`.questions`),
-results (:mod:`.results`) and state I/O (:mod:`.state`) are mixins of :class:`CandidateDuels`; they
-share its attributes (set up in ``__init__``). Numpy only; must never import Flask, Redis, RQ,
-``webapp`` or ``workers``.
+The learned state is in four parts, each owning its arrays and its part of the state: the answers and
+duel counts (:class:`~.answers.Duels`, ``_duels``), the shortlists and eliminations
+(:class:`~.shortlists.Shortlist`, ``_short``), the fits (:class:`~.embedding.Embedding`, ``_fit``) and
+the results kept between looks (:class:`~.scores.KeptResults`, ``_kept``); their old attribute names
+read through to them (:mod:`.names`). Refits (:mod:`.fits`), dimensions and the regime gates
+(:mod:`.dims`), the shortlists' rebuilds (:mod:`.shortlists`), the one scoring (:mod:`.scores`),
+question choice (:mod:`.questions`), results (:mod:`.results`) and state I/O (:mod:`.state`) are still
+mixins of :class:`CandidateDuels` working on those parts. Numpy only; must never import Flask, Redis,
+RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations
 
 import numbers
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..utils import RandomState, check_n_items, check_random_state, store_params
-from .answers import Answers, Duels
+from ..utils import RandomState, check_n_items, check_random_state, check_triplets, store_params
+from .answers import Duels
 from .dims import Dimensions
-from .embedding import Embedding, FitAttributes
+from .embedding import Embedding
 from .fits import Refits
+from .names import PartNames
 from .priors import FeaturePrior
 from .questions import QuestionChoice
 from .results import Results
@@ -29,8 +35,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 
-class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refits, Dimensions, Answers,
-                     FitAttributes):
+class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refits, Dimensions, PartNames):
     """Adaptive nearest-neighbour learner asking each head's shortlisted candidates in duels.
 
     Parameters
@@ -164,6 +169,15 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         real("explore", 0, 1)
         real("refit_growth", 0, np.inf, lo_open=True)
         real("delta", 0, 1, lo_open=True, hi_open=True)
+
+    def observe(self, answers: Iterable[Sequence[int]] | np.ndarray) -> None:
+        """Apply ``(head, a, b, winner)`` rows; any triplet is accepted (issued or not): it feeds
+        the embedding, and counts as a duel of a and b for that head."""
+        self._duels.observe(check_triplets(answers, self.n_items, "triplet answer", width=4))
+
+    def forget(self, questions: Iterable[Sequence[int]]) -> int:
+        """Release issued questions that will never be answered; returns how many were pending."""
+        return self._duels.forget(questions)
 
     def _started(self) -> bool:
         """Whether duels may start: a fit placed the items, or their features did (once trusted)."""

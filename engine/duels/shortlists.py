@@ -92,8 +92,8 @@ class Shortlist:
 
 class Shortlists:
     """Mixin of :class:`~engine.duels.planner.CandidateDuels`: its shortlists rebuilt from a fit or the
-    win rates, through its :class:`Shortlist` (``_short``); ``cands_``, ``eliminated_``,
-    ``eliminated_log_`` and ``_filled`` read through to it."""
+    win rates, into its :class:`Shortlist` (``_short``; the old names ``cands_``, ``eliminated_``, ...
+    read through to it: :class:`~engine.duels.names.PartNames`)."""
 
     def _target_size(self) -> int:
         per_item = self.n_answers_ / self.n_items
@@ -103,39 +103,6 @@ class Shortlists:
     def _old_leaders(self, m: int) -> list[list[int]]:
         """Per head, the dueled leaders of its shortlist that survive a refit (``KEEP_SHARE`` of m)."""
         return [[int(c) for c in row if c >= 0] for row in self._old_leader_rows(m)]
-
-    @property
-    def cands_(self) -> np.ndarray:
-        return self._short.cands
-
-    @cands_.setter
-    def cands_(self, value: np.ndarray) -> None:
-        self._short.cands = value
-
-    @property
-    def eliminated_(self) -> dict[int, set[int]]:
-        return self._short.eliminated
-
-    @property
-    def eliminated_log_(self) -> np.ndarray:
-        return self._short.log
-
-    @property
-    def _filled(self) -> tuple[int, int] | None:
-        return self._short.filled
-
-    @_filled.setter
-    def _filled(self, value: tuple[int, int] | None) -> None:
-        self._short.filled = value
-
-    def _eliminate(self, h: int, gone: np.ndarray) -> None:
-        self._short.eliminate(h, gone)
-
-    def _elimination_log(self) -> np.ndarray:
-        return self._short.elimination_log()
-
-    def _eliminated_codes(self) -> np.ndarray:
-        return self._short.eliminated_codes()
 
     def _old_leader_rows(self, m: int, heads: np.ndarray | None = None) -> np.ndarray:
         """:meth:`_old_leaders` as rows (one per head of ``heads``, all by default; ceil(m KEEP_SHARE) wide),
@@ -162,9 +129,6 @@ class Shortlists:
         ranked = np.where(take, np.take_along_axis(olds, rank, axis=1), NO_NEIGHBOR)
         # (taken entries come first in each row: they are the first ``ok`` ones of the ranking)
         return ranked[:, : max(1, min(width, math.ceil(m * KEEP_SHARE)))]
-
-    def _fill_shortlist(self, h: int, keep: list[int], order: np.ndarray, m: int) -> list[int]:
-        return self._short.fill(h, keep, order, m)
 
     def _shortlists_from_fit(self, answers_fitted: int) -> None:
         """Every head's shortlist from the fit: its dueled leaders, then its nearest items in the
@@ -222,9 +186,6 @@ class Shortlists:
         self.cands_ = cands
         self.fitted_on_ = answers_fitted
         self.n_fits_ += 1
-
-    def _heads_to_refill(self, m: int, logged: int) -> np.ndarray:
-        return self._short.heads_to_refill(m, logged)
 
     def _shortlists_from_win_rates(self, trip: np.ndarray) -> None:
         """Every head's shortlist without an embedding fitter (or before any answer): its dueled

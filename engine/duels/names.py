@@ -1,0 +1,78 @@
+"""Candidate duels' old attribute names: what the planner's learned state was called when it was one
+class's attributes, kept as properties that read (and set) the parts that now own it, for the code,
+benchmarks and tests that use them: :class:`~.answers.Duels` (``_duels``),
+:class:`~.shortlists.Shortlist` (``_short``), :class:`~.embedding.Embedding` (``_fit``) and
+:class:`~.scores.KeptResults` (``_kept``).
+
+Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def read_through(part: str, name: str, settable: bool = True) -> property:
+    """A planner attribute that reads (and, if ``settable``, sets) ``name`` of its part ``part``."""
+    def get(self: object) -> object:
+        return getattr(getattr(self, part), name)
+
+    def put(self: object, value: object) -> None:
+        setattr(getattr(self, part), name, value)
+
+    return property(get, put if settable else None, doc=f"``{part}.{name}``")
+
+
+def call_through(part: str, name: str) -> Callable:
+    """A planner method that calls the method ``name`` of its part ``part``."""
+    def call(self: object, *args: object) -> object:
+        return getattr(getattr(self, part), name)(*args)
+
+    call.__name__ = call.__qualname__ = f"_{name}"
+    return call
+
+
+class PartNames:
+    """Mixin of :class:`~engine.duels.planner.CandidateDuels`: the old names, read through to its parts."""
+
+    # the answers and duel counts (Duels)
+    triplets_ = read_through("_duels", "triplets", settable=False)
+    pending_ = read_through("_duels", "pending", settable=False)
+    asked_ = read_through("_duels", "asked", settable=False)
+    answered_ = read_through("_duels", "answered", settable=False)
+    _codes = read_through("_duels", "codes", settable=False)
+    n_answers_ = read_through("_duels", "n_answers")
+    n_issued_ = read_through("_duels", "n_issued")
+    _code = call_through("_duels", "code")
+    _all_triplets = call_through("_duels", "all_triplets")
+    _duel_table = call_through("_duels", "table")
+    _head_duels = call_through("_duels", "per_head")
+    # the shortlists and eliminations (Shortlist)
+    cands_ = read_through("_short", "cands")
+    eliminated_ = read_through("_short", "eliminated", settable=False)
+    eliminated_log_ = read_through("_short", "log", settable=False)
+    _filled = read_through("_short", "filled")
+    _eliminate = call_through("_short", "eliminate")
+    _elimination_log = call_through("_short", "elimination_log")
+    _eliminated_codes = call_through("_short", "eliminated_codes")
+    _fill_shortlist = call_through("_short", "fill")
+    _heads_to_refill = call_through("_short", "heads_to_refill")
+    # the fits (Embedding)
+    embedding_ = read_through("_fit", "embedding")
+    embeddings_ = read_through("_fit", "embeddings")
+    dim_scores_ = read_through("_fit", "dim_scores")
+    dim_compare_ = read_through("_fit", "dim_compare")
+    fresh_dims_ = read_through("_fit", "fresh_dims")
+    coin_ = read_through("_fit", "coin")
+    kappa_ = read_through("_fit", "kappa")
+    fit_job_ = read_through("_fit", "fit_job")
+    fitted_on_ = read_through("_fit", "fitted_on")
+    fitted_triplets_ = read_through("_fit", "fitted_triplets")
+    n_fits_ = read_through("_fit", "n_fits")
+    _rows = read_through("_fit", "rows")
+    _rows_of = read_through("_fit", "rows_of")
+    _rank_ref = read_through("_fit", "rank_ref")
+    _rank_ref_of = read_through("_fit", "rank_ref_of")
+    _fit_running = read_through("_fit", "running")
+    # the results kept between looks (KeptResults)
+    _certified_rows = read_through("_kept", "certified")
+    _ranked_rows_kept = read_through("_kept", "ranked")
