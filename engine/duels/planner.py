@@ -6,15 +6,16 @@ duel counts (:class:`~.answers.Duels`, ``_duels``), the shortlists and eliminati
 the results kept between looks (:class:`~.scores.KeptResults`, ``_kept``); their old attribute names
 read through to them (:mod:`.names`). Refits (:mod:`.fits`), dimensions and the regime gates
 (:mod:`.dims`), the shortlists' rebuilds (:mod:`.shortlists`), the one scoring (:mod:`.scores`),
-question choice (:mod:`.questions`), results (:mod:`.results`) and state I/O (:mod:`.state`) are still
-mixins of :class:`CandidateDuels` working on those parts. Numpy only; must never import Flask, Redis,
-RQ, ``webapp`` or ``workers``.
+question choice (:mod:`.questions`) and results (:mod:`.results`) are still mixins of
+:class:`CandidateDuels` working on those parts; state I/O is functions (:mod:`.state`) the planner's
+``to_state``/``from_state`` call. Numpy only; must never import Flask, Redis, RQ, ``webapp`` or
+``workers``.
 """
 from __future__ import annotations
 
 import numbers
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 import numpy as np
 
@@ -29,13 +30,13 @@ from .questions import QuestionChoice
 from .results import Results
 from .scores import KeptResults, Scoring
 from .shortlists import Shortlist, Shortlists
-from .state import StateIO
+from .state import VERSION, planner_of_state, planner_state
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 
-class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refits, Dimensions, PartNames):
+class CandidateDuels(Results, QuestionChoice, Shortlists, Scoring, Refits, Dimensions, PartNames):
     """Adaptive nearest-neighbour learner asking each head's shortlisted candidates in duels.
 
     Parameters
@@ -112,6 +113,8 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
 
     #: ``make_planner(..., features=X)`` passes the items' features (see ``features``)
     TAKES_FEATURES = True
+    #: the one state version that loads (see :mod:`.state`)
+    VERSION = VERSION
 
     def __init__(self, n_items: int, random_state: RandomState = None, shortlist: int = 12, min_shortlist: int = 6,
                  shrink_at: float = 100.0, warmup: float | str = "auto", explore: float = 0.1,
@@ -169,6 +172,13 @@ class CandidateDuels(StateIO, Results, QuestionChoice, Shortlists, Scoring, Refi
         real("explore", 0, 1)
         real("refit_growth", 0, np.inf, lo_open=True)
         real("delta", 0, 1, lo_open=True, hi_open=True)
+
+    def to_state(self) -> dict:
+        return planner_state(self)
+
+    @classmethod
+    def from_state(cls, state: dict) -> Self:
+        return planner_of_state(cls, state)
 
     def observe(self, answers: Iterable[Sequence[int]] | np.ndarray) -> None:
         """Apply ``(head, a, b, winner)`` rows; any triplet is accepted (issued or not): it feeds
