@@ -278,3 +278,32 @@ def test_a_pass_with_nothing_to_plan_still_puts_a_finished_refit_in_place():
     assert p.settle_fit() is False and p.fit_job_["answers"] == handed and p.fit_ready() is False
     assert p.settle_fit() is True  # (Lagged: ready at its second look) in place with no question asked
     assert p.n_fits_ == fits + 2 and p.fitted_on_ == handed and p.n_issued_ == asked
+
+
+def test_each_part_owns_its_state_part_and_the_planner_state_is_theirs():
+    """The answers, the shortlists and the fits each write their own part of the state and read it
+    back the same; the planner's state holds exactly those parts (and the old names read the parts)."""
+    from engine.duels.answers import Duels
+    from engine.duels.embedding import Embedding
+    from engine.duels.shortlists import Shortlist
+
+    n = 30
+    D = cdist(points(n, 4), points(n, 4))
+    rng = np.random.default_rng(5)
+    p = beside(n, 2, random_state=3)
+    while p.n_fits_ < 2 or p.fit_job_ is None:
+        p.observe(answer(D, p.next_questions(n), rng))
+    p.forget(p.next_questions(5)[:2])
+    state = p.to_state()
+    parts = {"duels": (p._duels, lambda s: Duels.from_state(n, s)),
+             "short": (p._short, lambda s: Shortlist.from_state(n, p.shortlist, s)),
+             "fit": (p._fit, lambda s: Embedding.from_state(len(p._dims()), s))}
+    for name, (part, load) in parts.items():
+        own = part.to_state()
+        assert own, name
+        for key, value in own.items():
+            assert json.dumps(_jsonable({key: state[key]})) == json.dumps(_jsonable({key: value})), (name, key)
+        again = load(_jsonable(own)).to_state()
+        assert json.dumps(_jsonable(again), sort_keys=True) == json.dumps(_jsonable(own), sort_keys=True), name
+    assert p.pending_ is p._duels.pending and p.cands_ is p._short.cands and p.embedding_ is p._fit.embedding
+    assert len(state["pending"]) > 0 and state["fit_job"] is not None
