@@ -14,6 +14,7 @@ budget is rater seconds per item. hit@3 of the pooled learner's graph, by the he
 
     nice -n 10 python benchmarks/live_split.py --items 30 --budgets 50,100,200,400,800 --seeds 6
     nice -n 10 python benchmarks/live_split.py --items 30 --seeds 6 --triplets random_triplets
+    nice -n 10 python benchmarks/live_split.py --items 30 --seeds 12 --triplets pooled_triplets  # pooled chooses them
     nice -n 10 python benchmarks/live_split.py --items 30 --seeds 6 --triplet-lapse 1   # triplets from a bot
 """
 from __future__ import annotations
@@ -117,7 +118,8 @@ def main(argv=None) -> None:
     ap.add_argument("--budgets", default="50,100,200,400,800", help="rater seconds per item")
     ap.add_argument("--seeds", type=int, default=6)
     ap.add_argument("--splits", default=",".join(SPLITS))
-    ap.add_argument("--triplets", default="duels", help="the algorithm asking the triplets")
+    ap.add_argument("--triplets", default="duels", help="the algorithm asking the triplets (pooled_triplets: the "
+                    "triplets the pooled learner chooses, its next_triplets)")
     ap.add_argument("--triplet-noise", type=float, default=TripletNoise().noise_sd)
     ap.add_argument("--triplet-lapse", type=float, default=TripletNoise().lapse,
                     help="share of triplets answered at random (1: a bot)")
