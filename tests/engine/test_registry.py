@@ -136,7 +136,12 @@ def test_replay_is_deterministic(name, kind):
     assert _run(_make(name, kind), name, kind, X, 6) == _run(_make(name, kind), name, kind, X, 6)
 
 
-@pytest.mark.parametrize("name,kind", CASES, ids=IDS)
+#: the entries that choose their own questions (a delegate asks what another learner of its study proposes and
+#: learns nothing itself: tested with its source below and in tests/test_learned_split.py)
+OWN = [(n, k) for n, k in CASES if not ALGORITHMS[n].delegates]
+
+
+@pytest.mark.parametrize("name,kind", OWN, ids=[f"{n}-{k}" for n, k in OWN])
 def test_forget_releases(name, kind):
     X = _points(2)
     p = _make(name, kind)
@@ -155,7 +160,8 @@ def test_forget_releases(name, kind):
     assert p.progress()["answers"] > after_later
 
 
-@pytest.mark.parametrize("name", [n for n, e in ALGORITHMS.items() if e.yields_graph and "triplet" in e.question_kinds])
+@pytest.mark.parametrize("name", [n for n, e in ALGORITHMS.items()
+                                  if e.yields_graph and "triplet" in e.question_kinds and not e.delegates])
 def test_noise_free_triplets_find_most_neighbours(name):
     """Triplet studies on a small metric: most items get their true nearest neighbour within a
     generous budget (a triplet-derived distance is not a metric, so pair learners' triangle
@@ -232,3 +238,24 @@ def test_make_planner_keeps_its_old_import_paths():
         assert getattr(registry, name) is getattr(planners, name) is getattr(engine, name)
     with pytest.raises(AttributeError):
         registry.no_such_function  # noqa: B018
+
+
+def test_a_delegate_asks_what_its_source_proposes_and_learns_nothing_itself():
+    """``pooled_triplets``: unlinked it asks nothing; linked to a pooled rating learner it asks exactly the
+    triplets that learner proposes (same seed, same stream), counts its answers and keeps no neighbours."""
+    from engine.planners import make_planner
+
+    n = 12
+    delegate = make_planner("pooled_triplets", n, question_kind="triplet", random_state=0)
+    assert ALGORITHMS["pooled_triplets"].delegates and delegate.next_questions(5) == []
+    source = make_planner("pooled", n, question_kind="rating", random_state=3)
+    twin = make_planner("pooled", n, question_kind="rating", random_state=3)
+    inner = getattr(delegate, "planner", delegate)  # (through any wrapper the platform's make_planner adds)
+    inner.source = source
+    asked = delegate.next_questions(6)
+    assert asked == [tuple(map(int, t)) for t in twin.next_triplets(6)] and len(asked) == 6
+    delegate.observe([(h, a, b, a) for h, a, b in asked])
+    assert delegate.progress()["answers"] == 6 and delegate.progress()["questions_issued"] == 6
+    assert (np.asarray(delegate.neighbor_graph(1).neighbors) < 0).all()
+    with pytest.raises(ValueError, match="winner"):
+        delegate.observe([(asked[0][0], asked[0][1], asked[0][2], asked[0][0])])
