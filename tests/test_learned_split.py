@@ -108,6 +108,9 @@ def test_the_learner_moves_a_study_with_random_triplets_towards_ratings(app, con
     assert given["rating"] > given["triplet"]
     stored = conn.hget(keys.pool_targets(sid), questions.share_field("pooled"))
     assert float(stored) == pytest.approx(split["shares"]["pooled"])
+    # the triplets' pool is sized by the share in force (a few per cent), not the configured half (6 of pool_size 12)
+    target = int(conn.hget(keys.pool_targets(sid), "random_triplets"))
+    assert target < 0.5 * _config("learner")["pool_size"], target
     # the issuing script asks by the stored shares (2,000 draws: a standard error of .011)
     issued = _issued_shares(conn, sid, 2000)
     assert issued["pooled"] == pytest.approx(split["shares"]["pooled"], abs=0.04)

@@ -222,7 +222,8 @@ def _plan(conn: Redis, pipe, p: _Pass, pruned: dict[str, list[dict]]) -> None:
     is final even when EXEC then fails: ``pruned`` collects what this pass removed across its
     retries, and every attempt makes its learners forget it again."""
     study, config = p.study, p.study.config
-    shares = config.shares()
+    in_force = questions.split_in_force(conn, study.id, config)  # (None for fixed shares: no round trip)
+    shares = in_force["shares"] if in_force is not None else config.shares()  # the pools sized as they are drawn
     link_delegates(p.learners)  # a learner asking the questions another chooses plans through it
     running = study.status == "running"
     ahead = _ahead(p.active, study.n_items)
