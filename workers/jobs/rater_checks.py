@@ -154,11 +154,16 @@ def _check(conn: Redis, study_id: str) -> dict[str, dict]:
     unseen = {r: int(c.get("answers") or 0) for r, c in stats.items()
               if int(c.get("answers") or 0) > int(c.get("checked_answers") or 0)}
     log_answers: list[Answer] | None = None
-    closing = study.status == "closed" and crowd_waiting(stats)
-    if crowd_judged(conn, study_id) and (closing or _crowd_seen(study, stats) != _crowd_looked_at(conn, study_id)):
-        log_answers = _read_log(conn, study_id)
-        judge_by_crowd(conn, study, log_answers, stats)
-        stats = _stats(conn, study_id)  # its flags leave the flagged out of the answer check's models
+    if crowd_judged(conn, study_id):
+        try:
+            closing = study.status == "closed" and crowd_waiting(stats)
+            if closing or _crowd_seen(study, stats) != _crowd_looked_at(conn, study_id):
+                catches = _catch_answers_counted(conn, study_id)  # before the log: what the look sees at least
+                log_answers = _read_log(conn, study_id)
+                judge_by_crowd(conn, study, log_answers, stats, catches)
+                stats = _stats(conn, study_id)  # its flags leave the flagged out of the answer check's models
+        finally:  # a failing look leaves what it waits for where /api/health reads it (crowd_status)
+            _keep_waiting(conn, study_id, stats)
     if not unseen:
         return {}
     due = {}
@@ -446,34 +451,82 @@ OLDEST_PENDING_FIELD = "oldest_pending_at"
 CROWD_BEHIND_SECONDS = 120.0
 
 
+def _catch_answers_counted(conn: Redis, study_id: str) -> int:
+    """The catch answers the study has accepted (the answer script counts them per algorithm)."""
+    return int(conn.hget(keys.counters(study_id), keys.counter_field("answers", CATCH_ALGORITHM)) or 0)
+
+
+def _keep_waiting(conn: Redis, study_id: str, stats: dict[str, dict[str, str]]) -> None:
+    """Store the raters whose missed catch trials wait for the crowd's verdict (count, and since when: the earliest
+    missed catch trial of theirs at the crowd's last look; before any look, or for raters who came to wait
+    after it, the earliest last answer of theirs: at least that old) where ``crowd_status`` reads them."""
+    waiting = [c for c in stats.values() if int(c.get(CATCH_PENDING) or 0) and not int(c.get(CROWD_JUDGED) or 0)
+               and not _flagged(c)]
+    since = None
+    if waiting:
+        claims = conn.hmget(keys.catch_claims(study_id), ["judged_at", OLDEST_PENDING_FIELD])
+        looked, oldest = _seconds(_text(claims[0])), _seconds(_text(claims[1]))
+        since = oldest if oldest is not None else looked
+        if since is None:
+            since = min(_seconds(c.get("last_answer_at")) or time.time() for c in waiting)
+    conn.hset(keys.crowd_state(study_id), mapping={"awaiting": len(waiting), "awaiting_since": repr(since or 0.0)})
+
+
+def _text(raw: bytes | None) -> str | None:
+    return raw.decode() if raw is not None else None
+
+
+#: A crowd found behind reads at most this many log entries after its last look to date the earliest catch
+#: answer it has not seen (catch trials are one question in 10-20: found in the first hundred).
+BEHIND_SCAN_ENTRIES = 2000
+
+
+def _first_unseen_catch(conn: Redis, study_id: str, after: str) -> float | None:
+    """When the earliest catch answer logged after the log entry ``after`` ('' for the log's start) was
+    answered; None when none is within BEHIND_SCAN_ENTRIES entries (a forgotten rater's, counted but gone)."""
+    start, read = f"({after}" if after else "-", 0
+    while read < BEHIND_SCAN_ENTRIES:
+        batch = conn.xrange(keys.answers(study_id), min=start, count=200)
+        for _, fields in batch:
+            if fields.get(b"algorithm") == CATCH_ALGORITHM.encode():
+                return float(fields[b"answered_at"])
+        if len(batch) < 200:
+            return None
+        read += len(batch)
+        start = "(" + batch[-1][0].decode()
+    return None
+
+
 def crowd_status(conn: Redis, study: Study, now: float | None = None) -> dict | None:
     """The crowd's state of a study whose catch trials it judges (None for any other study), for the places that
     report failures (``/api/health``, ``/metrics``, ``proxima studies``): the comparisons ``confirmed``,
-    ``pending`` and ``retired`` at its last look; the raters ``awaiting`` a verdict now (a missed catch trial, not
-    judged, not flagged); ``oldest_pending_age`` (s) since the earliest missed catch trial still waiting (None
-    when no one waits; read from the last look, or since the last look where the waiting came after it, or,
-    before any look, since the earliest last answer of the raters waiting: at least that old);
-    ``last_look_age`` (s, None before the first look); ``state`` "behind" when catch answers or finished raters
-    older than CROWD_BEHIND_SECONDS came after the last look, else "ok". Three round trips, no log read."""
+    ``pending`` and ``retired`` at its last look; the raters ``awaiting`` a verdict (a missed catch trial, not
+    judged, not flagged) at the last answer check; ``oldest_pending_age`` (s) since the earliest missed catch
+    trial still waiting then (None when no one waits; from the crowd's last look, else at least as old as the
+    rater's last answer then); ``last_look_age`` (s, None before the first look); ``state`` "behind" when a
+    catch answer older than CROWD_BEHIND_SECONDS came after the crowd's last look. Reads no rater's counters
+    and no log but the entries after the last look while catch answers came after it (a few round trips at any
+    number of raters: ``benchmarks/health_cost.py``)."""
     if not crowd_judged(conn, study.id):
         return None
     now = time.time() if now is None else now
-    raw = conn.hgetall(keys.catch_claims(study.id))
-    claims = {k.decode(): v.decode() for k, v in raw.items()}
-    stats = _stats(conn, study.id)
-    waiting = [c for c in stats.values() if int(c.get(CATCH_PENDING) or 0) and not int(c.get(CROWD_JUDGED) or 0)
-               and not _flagged(c)]
+    with conn.pipeline(transaction=False) as pipe:
+        pipe.hgetall(keys.catch_claims(study.id))
+        pipe.hgetall(keys.crowd_state(study.id))
+        pipe.hget(keys.counters(study.id), keys.counter_field("answers", CATCH_ALGORITHM))
+        raw_claims, raw_state, counted = pipe.execute()
+    claims = {k.decode(): v.decode() for k, v in raw_claims.items()}
+    state = {k.decode(): v.decode() for k, v in raw_state.items()}
     looked = _seconds(claims.get("judged_at"))
-    oldest = _seconds(claims.get(OLDEST_PENDING_FIELD))
-    if oldest is None and waiting:
-        oldest = looked if looked is not None else min(_seconds(c.get("last_answer_at")) or now for c in waiting)
-    changed = [t for t in (_seconds(c.get("last_answer_at")) for c in stats.values() if int(c.get("catch") or 0))
-               if t is not None and t > (looked or 0.0)]
-    behind = _crowd_seen(study, stats) != claims.get("seen", "") and any(now - t > CROWD_BEHIND_SECONDS
-                                                                          for t in changed)
+    waiting = int(state.get("awaiting") or 0)
+    oldest = _seconds(state.get("awaiting_since"))
+    behind = False
+    if int(counted or 0) > int(state.get("catches_seen") or 0):
+        first = _first_unseen_catch(conn, study.id, state.get("log_seen", ""))
+        behind = first is not None and now - first > CROWD_BEHIND_SECONDS
     return {"state": "behind" if behind else "ok",
             "confirmed": int(claims.get("confirmed") or 0), "pending": int(claims.get("pending") or 0),
-            "retired": int(claims.get("retired") or 0), "awaiting": len(waiting),
+            "retired": int(claims.get("retired") or 0), "awaiting": waiting,
             "oldest_pending_age": max(0.0, now - oldest) if waiting and oldest is not None else None,
             "last_look_age": None if looked is None else max(0.0, now - looked)}
 
@@ -501,10 +554,13 @@ def describe_crowd(status: dict) -> str:
     return line
 
 
-def judge_by_crowd(conn: Redis, study: Study, log_answers: list[Answer], stats: dict[str, dict[str, str]]) -> dict:
+def judge_by_crowd(conn: Redis, study: Study, log_answers: list[Answer], stats: dict[str, dict[str, str]],
+                   catches: int | None = None) -> dict:
     """Catch trials judged by the crowd (labels alone): retire the comparisons people do not agree with (no
     longer shown), count the comparisons for the dashboard and judge the raters due, once each (a flag does
-    what the study's ``flag_action`` says, as every flag). Returns {rater: p} of the raters judged now."""
+    what the study's ``flag_action`` says, as every flag). ``catches``: the study's count of catch answers read
+    before ``log_answers`` (``crowd_status`` compares it with the count then). Returns {rater: p} of the raters
+    judged now."""
     answers = [a for a in log_answers if a.algorithm == CATCH_ALGORITHM and a.claim]
     if not answers:
         return {}
@@ -531,6 +587,8 @@ def judge_by_crowd(conn: Redis, study: Study, log_answers: list[Answer], stats: 
         if retired:
             pipe.sadd(keys.catch_retired(study.id), *(claim_keys[n] for n in sorted(retired)))
         pipe.hset(keys.catch_claims(study.id), mapping=counts)
+        if catches is not None:
+            pipe.hset(keys.crowd_state(study.id), mapping={"catches_seen": catches, "log_seen": log_answers[-1].id})
         for x, p in judgement.p.items():
             rater = rater_ids[x]
             fields = {CROWD_JUDGED: 1, CROWD_P: f"{p:.6g}"}

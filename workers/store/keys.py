@@ -120,6 +120,12 @@ catch_retired = _per_study("catch-retired")
 #: ``contradicted``: retired as clearly below the agreement asked) and ``judged_at``, for the dashboard.
 catch_claims = _per_study("catch-claims")
 
+#: Hash: what ``/api/health`` reads of the crowd without reading every rater's counters: ``awaiting`` (raters
+#: whose missed catch trials wait for a verdict) and ``awaiting_since`` (when the earliest of them was missed),
+#: written by every answer check; ``catches_seen`` (the catch answers counted when its last look read the log)
+#: and ``log_seen`` (the newest log entry that look read), written by every look of the crowd.
+crowd_state = _per_study("crowd-state")
+
 #: String with a TTL: an update job for the study is queued and not yet started.
 update_scheduled = _per_study("update-scheduled")
 
