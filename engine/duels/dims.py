@@ -2,16 +2,21 @@
 prequential scores on fresh answers, the line (a continuum) and the regime gates read from them.
 
 How well the chosen fit predicts answers no fit had seen says whether single duels are read at face
-value (``_duel_trust``) or are coin flips (``coin_``). Numpy only; must never import Flask, Redis, RQ,
+value (:func:`duel_trust`) or are coin flips (``Embedding.coin``). Functions over the planner's parts
+(:class:`~.parts.Parts`) and parameters (:class:`~.parts.Params`). Numpy only; must never import Flask, Redis, RQ,
 ``webapp`` or ``workers``.
 """
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..continuum import continuum_start
+
+if TYPE_CHECKING:
+    from .parts import Params, Parts
 
 #: embedding dimensions ``dim="auto"`` keeps fitted side by side (warm started). Dimension 1 is a
 #: continuum (morphs, a scale): fitted with the human noise model (``embedding.FIT_LAPSE``; t-STE's
@@ -48,7 +53,7 @@ AUTO_SETTLE = 4
 #: ... and the others again every this many refits (a fit in 8 dimensions costs ~5x one in 2)
 AUTO_RECHECK = 4
 #: prequential accuracy of the embedding under which single duels are not read at face value,
-#: and over which they fully are (see ``Dimensions._duel_trust``)
+#: and over which they fully are (see :func:`duel_trust`)
 TRUST_ACCURACY = (0.62, 0.67)
 #: ... measured from this many answers per item on (before, the warm-up's random triplets,
 #: easier to predict than duels, dominate it)
@@ -75,148 +80,160 @@ def _fit_start(dim: int, init: np.ndarray | None, maps: dict, n_items: int) -> n
     return init
 
 
-class Dimensions:
-    """Mixin of :class:`~engine.duels.planner.CandidateDuels`: the dimensions it fits, their decayed
-    prequential scores (``dim_scores_``, ``fresh_dims_``), the chosen one and the regime gates."""
+def dims_of(s: Parts, c: Params) -> tuple[int, ...]:
+    """The dimensions fitted: ``dim``, or ``AUTO_DIMS`` (and the features' map, with features)."""
+    if c.dim != "auto":
+        return (int(c.dim),)
+    return AUTO_DIMS + (FEATURE_MAP,) if s.prior is not None else AUTO_DIMS
 
-    def _dims(self) -> tuple[int, ...]:
-        if self.dim != "auto":
-            return (int(self.dim),)
-        return AUTO_DIMS + (FEATURE_MAP,) if self.prior_ is not None else AUTO_DIMS
 
-    def _map_out(self) -> bool:
-        """Whether the features' map is a candidate no longer (no features, or they were dropped)."""
-        return self.prior_ is None or not self.prior_.trusted
+def map_out(s: Parts) -> bool:
+    """Whether the features' map is a candidate no longer (no features, or they were dropped)."""
+    return s.prior is None or not s.prior.trusted
 
-    def _map_only(self) -> bool:
-        """Whether the features' map is the one dimension chosen and refitted: trusted features in a large study,
-        below ``MAP_UNTIL`` answers per item (``dim="auto"``)."""
-        return (FEATURE_MAP in self._dims() and not self._map_out() and self.prior_.large
-                and self.n_answers_ < MAP_UNTIL * self.n_items)
 
-    def _score_dims(self, emb, trip: np.ndarray) -> None:
-        """Score the dimensions refitted last time on the answers that arrived since (no fit has
-        seen them); older refits count ``AUTO_DECAY`` times less per refit.
+def map_only(s: Parts, c: Params) -> bool:
+    """Whether the features' map is the one dimension chosen and refitted: trusted features in a large study,
+    below ``MAP_UNTIL`` answers per item (``dim="auto"``)."""
+    return (FEATURE_MAP in dims_of(s, c) and not map_out(s) and s.prior.large
+            and s.duels.n_answers < MAP_UNTIL * c.n_items)
 
-        Two tallies: ``dim_scores_`` takes every refit's score (the leading dimension is refitted,
-        so scored, at every refit: the regime gates read its latest accuracy), ``dim_compare_``
-        only the refits that fitted two dimensions or more, each scored on the same answers. The
-        choice of dimension reads ``dim_compare_``: from ``dim_scores_`` the leader, scored on the
-        newest answers by its newest fits while the others kept the scores of older ones, looked
-        better for being scored later (1,000 clustered 4-D items, one seed in three: 8 dimensions
-        to the end, hit@3 .70 against .94 at 60 answers per item)."""
-        dims = self._dims()
-        fresh = trip[self.fitted_triplets_:]
-        if len(dims) > 1 and len(fresh) and self.fresh_dims_.any():
-            scored = self.fresh_dims_
-            right = np.array([emb.triplet_accuracy(self.embeddings_[dims[i]], fresh) * len(fresh)
-                              for i in np.flatnonzero(scored)])
-            tallies = (self.dim_scores_, self.dim_compare_) if scored.sum() > 1 else (self.dim_scores_,)
-            for tally in tallies:
-                tally[:, scored] *= AUTO_DECAY
-                tally[0, scored] += right
-                tally[1, scored] += len(fresh)
 
-    def _dims_to_refit(self) -> list[int]:
-        """The dimensions (indices into :meth:`_dims`) a refit fits warm, in order: every dimension at
-        first and every ``AUTO_RECHECK``-th refit, else only the leading one."""
-        dims = self._dims()
-        if self._map_only():
-            return [dims.index(FEATURE_MAP)]
-        every = self.n_fits_ < AUTO_SETTLE or self.n_fits_ % AUTO_RECHECK == 0
-        best = self._best_dim_index()
-        # the leading dimension first: its fit gives the shortlists as soon as it is done; then the
-        # others from the cheapest up, the line right after the smallest map it starts from, so that
-        # in a live pool, where a refit of the leading one that falls due cuts the others short, the
-        # cheap ones are scored too
-        maps = [d for d in dims if d not in (1, FEATURE_MAP)]
-        after = min(maps) + 0.5 if maps else 0
+def score_dims(s: Parts, c: Params, emb: Any, trip: np.ndarray) -> None:
+    """Score the dimensions refitted last time on the answers that arrived since (no fit has
+    seen them); older refits count ``AUTO_DECAY`` times less per refit.
 
-        def cost(i: int) -> float:
-            return after if dims[i] == 1 else dims[i]
+    Two tallies: ``dim_scores`` takes every refit's score (the leading dimension is refitted,
+    so scored, at every refit: the regime gates read its latest accuracy), ``dim_compare``
+    only the refits that fitted two dimensions or more, each scored on the same answers. The
+    choice of dimension reads ``dim_compare``: from ``dim_scores`` the leader, scored on the
+    newest answers by its newest fits while the others kept the scores of older ones, looked
+    better for being scored later (1,000 clustered 4-D items, one seed in three: 8 dimensions
+    to the end, hit@3 .70 against .94 at 60 answers per item)."""
+    fit = s.fit
+    dims = dims_of(s, c)
+    fresh = trip[fit.fitted_triplets:]
+    if len(dims) > 1 and len(fresh) and fit.fresh_dims.any():
+        scored = fit.fresh_dims
+        right = np.array([emb.triplet_accuracy(fit.embeddings[dims[i]], fresh) * len(fresh)
+                          for i in np.flatnonzero(scored)])
+        tallies = (fit.dim_scores, fit.dim_compare) if scored.sum() > 1 else (fit.dim_scores,)
+        for tally in tallies:
+            tally[:, scored] *= AUTO_DECAY
+            tally[0, scored] += right
+            tally[1, scored] += len(fresh)
 
-        out = self._map_out()
-        rest = sorted((i for i in range(len(dims)) if i != best and not (out and dims[i] == FEATURE_MAP)),
-                      key=cost) if every else []
-        return [best] + rest
 
-    def _best_dim_index(self, line: bool = True) -> int:
-        """The dimension whose fits best predicted fresh answers; the first of ``AUTO_DIMS`` within
-        ``AUTO_MARGIN`` standard errors of the best (a larger one must earn its place: on the alien
-        eggs 2, 4 and 8 dimensions score within a point of each other and the 2-D fit places the
-        eggs best; the line, listed last, must beat them all). ``line=False`` leaves the line out
-        (the regime gates: how well near duels are predicted is read from the t-STE fits). Read
-        from the refits that scored several dimensions on the same answers (``dim_compare_``),
-        every refit's scores until there is one."""
-        right, seen = self.dim_compare_ if self.dim_compare_[1].any() else self.dim_scores_
-        acc = np.where(seen > 0, right / np.maximum(seen, 1e-300), -np.inf)
-        dims = self._dims()
-        if not line and len(dims) > 1 and 1 in dims:
-            acc[dims.index(1)] = -np.inf
-        if FEATURE_MAP in dims and (not line or self._map_out()):
-            acc[dims.index(FEATURE_MAP)] = -np.inf
-        mapped = line and FEATURE_MAP in dims and not self._map_out()
-        if mapped and (self._map_only() or not (seen > 0).any()):
-            return dims.index(FEATURE_MAP)  # nothing scored yet: the features, as people weigh them
-        best = int(np.argmax(acc))
-        if AUTO_MARGIN <= 0 or seen[best] <= 0:
-            return best
-        se = math.sqrt(max(acc[best] * (1.0 - acc[best]), 0.0) / seen[best])
-        near = acc >= acc[best] - AUTO_MARGIN * se
-        if mapped and self.prior_.large:
-            # a large study: the features' map up to MAP_UNTIL answers per item, then while no fit beats it by
-            # MAP_MARGIN standard errors
-            at = dims.index(FEATURE_MAP)
-            if self._map_only() or acc[at] >= acc[best] - MAP_MARGIN * se:
-                return at
-        elif mapped:
-            if self.prior_.map_earned_ and near[dims.index(FEATURE_MAP)]:
-                # (the features' map, once it won on fresh answers, stays while no fit beats it by the margin)
-                return dims.index(FEATURE_MAP)
-        return int(np.flatnonzero(near)[0])
+def dims_to_refit(s: Parts, c: Params) -> list[int]:
+    """The dimensions (indices into :func:`dims_of`) a refit fits warm, in order: every dimension at
+    first and every ``AUTO_RECHECK``-th refit, else only the leading one."""
+    dims = dims_of(s, c)
+    if map_only(s, c):
+        return [dims.index(FEATURE_MAP)]
+    n_fits = s.fit.n_fits
+    every = n_fits < AUTO_SETTLE or n_fits % AUTO_RECHECK == 0
+    best = best_dim_index(s, c)
+    # the leading dimension first: its fit gives the shortlists as soon as it is done; then the
+    # others from the cheapest up, the line right after the smallest map it starts from, so that
+    # in a live pool, where a refit of the leading one that falls due cuts the others short, the
+    # cheap ones are scored too
+    maps = [d for d in dims if d not in (1, FEATURE_MAP)]
+    after = min(maps) + 0.5 if maps else 0
 
-    @property
-    def chosen_dim_(self) -> int:
-        return self._dims()[self._best_dim_index()]
+    def cost(i: int) -> float:
+        return after if dims[i] == 1 else dims[i]
 
-    def _duel_trust(self) -> float:
-        """How far to read single duels at face value, in [0, 1]: from the prequential accuracy of
-        the chosen embedding dimension (answers no fit had seen), 0 at ``TRUST_ACCURACY[0]`` or
-        below, 1 at ``TRUST_ACCURACY[1]`` or above; 0 before ``TRUST_FROM`` answers per item. On recorded
-        answers of 85 items it is ~.68-.78 from 20 answers per item on; on the alien eggs, whose
-        near duels are coin flips and whose embedding judges better, ~.57.
+    out = map_out(s)
+    rest = sorted((i for i in range(len(dims)) if i != best and not (out and dims[i] == FEATURE_MAP)),
+                  key=cost) if every else []
+    return [best] + rest
 
-        Asked for every head scored (5% of a live pass at 1,000 items), it changes only with the
-        tallies and the answers' count passing ``TRUST_FROM``: kept until one of them changes."""
-        key = (self.n_answers_ >= TRUST_FROM * self.n_items, self.dim_scores_.tobytes(), self.dim_compare_.tobytes())
-        kept = self.__dict__.get("_trust_kept")
-        if kept is not None and kept[0] == key:
-            return kept[1]
-        right, seen = self.dim_scores_[:, self._best_dim_index(line=False)]
-        if seen < self.n_items or not key[0]:
-            trust = 0.0
-        else:
-            lo, hi = TRUST_ACCURACY
-            trust = float(np.clip((right / seen - lo) / (hi - lo), 0.0, 1.0))
-        self._trust_kept = (key, trust)
-        return trust
 
-    def _coin_flips(self) -> bool:
-        """True where single duels are answered like coin flips (see :meth:`_update_coin`): only the
-        embedding, pooling every answer about an item, can place such items, and questions go to
-        placing them."""
-        return self.coin_
+def best_dim_index(s: Parts, c: Params, line: bool = True) -> int:
+    """The dimension whose fits best predicted fresh answers; the first of ``AUTO_DIMS`` within
+    ``AUTO_MARGIN`` standard errors of the best (a larger one must earn its place: on the alien
+    eggs 2, 4 and 8 dimensions score within a point of each other and the 2-D fit places the
+    eggs best; the line, listed last, must beat them all). ``line=False`` leaves the line out
+    (the regime gates: how well near duels are predicted is read from the t-STE fits). Read
+    from the refits that scored several dimensions on the same answers (``dim_compare``),
+    every refit's scores until there is one."""
+    fit = s.fit
+    right, seen = fit.dim_compare if fit.dim_compare[1].any() else fit.dim_scores
+    acc = np.where(seen > 0, right / np.maximum(seen, 1e-300), -np.inf)
+    dims = dims_of(s, c)
+    if not line and len(dims) > 1 and 1 in dims:
+        acc[dims.index(1)] = -np.inf
+    if FEATURE_MAP in dims and (not line or map_out(s)):
+        acc[dims.index(FEATURE_MAP)] = -np.inf
+    mapped = line and FEATURE_MAP in dims and not map_out(s)
+    if mapped and (map_only(s, c) or not (seen > 0).any()):
+        return dims.index(FEATURE_MAP)  # nothing scored yet: the features, as people weigh them
+    best = int(np.argmax(acc))
+    if AUTO_MARGIN <= 0 or seen[best] <= 0:
+        return best
+    se = math.sqrt(max(acc[best] * (1.0 - acc[best]), 0.0) / seen[best])
+    near = acc >= acc[best] - AUTO_MARGIN * se
+    if mapped and s.prior.large:
+        # a large study: the features' map up to MAP_UNTIL answers per item, then while no fit beats it by
+        # MAP_MARGIN standard errors
+        at = dims.index(FEATURE_MAP)
+        if map_only(s, c) or acc[at] >= acc[best] - MAP_MARGIN * se:
+            return at
+    elif mapped:
+        if s.prior.map_earned_ and near[dims.index(FEATURE_MAP)]:
+            # (the features' map, once it won on fresh answers, stays while no fit beats it by the margin)
+            return dims.index(FEATURE_MAP)
+    return int(np.flatnonzero(near)[0])
 
-    def _update_coin(self) -> None:
-        """From ``TRUST_FROM`` answers per item on, enter the coin-flip regime when the chosen
-        dimension predicted the fresh answers no better than ``TRUST_ACCURACY[0]`` (the alien eggs,
-        ~.55-.62; recorded answers of 85 items ~.63-.78 from 15 answers per item on, ~.58-.66 with
-        a lapse rate of 0.1), and leave it from ``COIN_LEAVE`` on. Decided when a refit starts (the
-        scores change only then), so a replay in the same batches decides the same."""
-        right, seen = self.dim_scores_[:, self._best_dim_index(line=False)]
-        if seen < self.n_items or self.n_answers_ < TRUST_FROM * self.n_items:
-            return
-        acc = right / seen
-        if self.coin_ and self.chosen_dim_ == 1 and len(self._dims()) > 1:
-            return  # a line places the items best: the regime for items people can hardly tell apart up close
-        self.coin_ = bool(acc < (COIN_LEAVE if self.coin_ else TRUST_ACCURACY[0]))
+
+def chosen_dim(s: Parts, c: Params) -> int:
+    """The dimension whose fit gives the shortlists (:func:`best_dim_index`)."""
+    return dims_of(s, c)[best_dim_index(s, c)]
+
+
+def duel_trust(s: Parts, c: Params) -> float:
+    """How far to read single duels at face value, in [0, 1]: from the prequential accuracy of
+    the chosen embedding dimension (answers no fit had seen), 0 at ``TRUST_ACCURACY[0]`` or
+    below, 1 at ``TRUST_ACCURACY[1]`` or above; 0 before ``TRUST_FROM`` answers per item. On recorded
+    answers of 85 items it is ~.68-.78 from 20 answers per item on; on the alien eggs, whose
+    near duels are coin flips and whose embedding judges better, ~.57.
+
+    Asked for every head scored (5% of a live pass at 1,000 items), it changes only with the
+    tallies and the answers' count passing ``TRUST_FROM``: kept (``Embedding.trust_kept``) until one
+    of them changes."""
+    fit = s.fit
+    key = (s.duels.n_answers >= TRUST_FROM * c.n_items, fit.dim_scores.tobytes(), fit.dim_compare.tobytes())
+    kept = fit.trust_kept
+    if kept is not None and kept[0] == key:
+        return kept[1]
+    right, seen = fit.dim_scores[:, best_dim_index(s, c, line=False)]
+    if seen < c.n_items or not key[0]:
+        trust = 0.0
+    else:
+        lo, hi = TRUST_ACCURACY
+        trust = float(np.clip((right / seen - lo) / (hi - lo), 0.0, 1.0))
+    fit.trust_kept = (key, trust)
+    return trust
+
+
+def coin_flips(s: Parts) -> bool:
+    """True where single duels are answered like coin flips (see :func:`update_coin`): only the
+    embedding, pooling every answer about an item, can place such items, and questions go to
+    placing them."""
+    return s.fit.coin
+
+
+def update_coin(s: Parts, c: Params) -> None:
+    """From ``TRUST_FROM`` answers per item on, enter the coin-flip regime when the chosen
+    dimension predicted the fresh answers no better than ``TRUST_ACCURACY[0]`` (the alien eggs,
+    ~.55-.62; recorded answers of 85 items ~.63-.78 from 15 answers per item on, ~.58-.66 with
+    a lapse rate of 0.1), and leave it from ``COIN_LEAVE`` on. Decided when a refit starts (the
+    scores change only then), so a replay in the same batches decides the same."""
+    fit = s.fit
+    right, seen = fit.dim_scores[:, best_dim_index(s, c, line=False)]
+    if seen < c.n_items or s.duels.n_answers < TRUST_FROM * c.n_items:
+        return
+    acc = right / seen
+    if fit.coin and chosen_dim(s, c) == 1 and len(dims_of(s, c)) > 1:
+        return  # a line places the items best: the regime for items people can hardly tell apart up close
+    fit.coin = bool(acc < (COIN_LEAVE if fit.coin else TRUST_ACCURACY[0]))

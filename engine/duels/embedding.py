@@ -23,7 +23,8 @@ class Embedding:
     ``n_fits``. Never saved: per head, the fit's log kernel row and ranks for exploring questions
     (``rows``, ``rows_of``, ``rank_ref``, ``rank_ref_of``: they follow from ``embedding``, and are
     dropped when it changes); ``running``, the stage of the refit handed to a fitter: (its FitTask
-    key, its future)."""
+    key, its future); ``trust_kept``, the last duel trust and what it was read from
+    (:func:`~.dims.duel_trust`)."""
 
     def __init__(self, n_dims: int) -> None:
         self.embedding: np.ndarray | None = None
@@ -42,6 +43,7 @@ class Embedding:
         self.rank_ref: np.ndarray | None = None
         self.rank_ref_of: np.ndarray | None = None
         self.running: tuple | None = None
+        self.trust_kept: tuple | None = None
 
     def to_state(self) -> dict:
         """Their part of the planner's state (``fitted_on`` and ``n_fits`` are saved with the planner's

@@ -9,6 +9,9 @@ Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
+
+from . import dims
 
 
 def read_through(part: str, name: str, settable: bool = True) -> property:
@@ -20,6 +23,21 @@ def read_through(part: str, name: str, settable: bool = True) -> property:
         setattr(getattr(self, part), name, value)
 
     return property(get, put if settable else None, doc=f"``{part}.{name}``")
+
+
+def on_parts(fn: Callable, params: bool = True) -> Callable:
+    """A planner method that calls the module function ``fn`` over its parts (and, if ``params``, its
+    parameters as they are now): ``fn(self._s, self._params_now(), *args)``."""
+    if params:
+        def call(self: Any, *args: object, **kwargs: object) -> object:
+            return fn(self._s, self._params_now(), *args, **kwargs)
+    else:
+        def call(self: Any, *args: object, **kwargs: object) -> object:
+            return fn(self._s, *args, **kwargs)
+
+    call.__name__ = call.__qualname__ = f"_{fn.__name__}"
+    call.__doc__ = f":func:`{fn.__module__}.{fn.__name__}` over the planner's parts"
+    return call
 
 
 def call_through(part: str, name: str) -> Callable:
@@ -34,6 +52,13 @@ def call_through(part: str, name: str) -> Callable:
 class PartNames:
     """Mixin of :class:`~engine.duels.planner.CandidateDuels`: the old names, read through to its parts."""
 
+    # the parts themselves (Parts)
+    _duels = read_through("_s", "duels")
+    _short = read_through("_s", "short")
+    _fit = read_through("_s", "fit")
+    _kept = read_through("_s", "kept")
+    prior_ = read_through("_s", "prior")
+    rng_ = read_through("_s", "rng")
     # the answers and duel counts (Duels)
     triplets_ = read_through("_duels", "triplets", settable=False)
     pending_ = read_through("_duels", "pending", settable=False)
@@ -76,3 +101,14 @@ class PartNames:
     # the results kept between looks (KeptResults)
     _certified_rows = read_through("_kept", "certified")
     _ranked_rows_kept = read_through("_kept", "ranked")
+    # the dimensions (engine.duels.dims)
+    _dims = on_parts(dims.dims_of)
+    _map_out = on_parts(dims.map_out, params=False)
+    _map_only = on_parts(dims.map_only)
+    _score_dims = on_parts(dims.score_dims)
+    _dims_to_refit = on_parts(dims.dims_to_refit)
+    _best_dim_index = on_parts(dims.best_dim_index)
+    _duel_trust = on_parts(dims.duel_trust)
+    _coin_flips = on_parts(dims.coin_flips, params=False)
+    _update_coin = on_parts(dims.update_coin)
+    chosen_dim_ = property(on_parts(dims.chosen_dim), doc=":func:`engine.duels.dims.chosen_dim`")

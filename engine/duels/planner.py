@@ -21,10 +21,11 @@ import numpy as np
 
 from ..utils import RandomState, check_n_items, check_random_state, check_triplets, store_params
 from .answers import Duels
-from .dims import Dimensions
+from .dims import dims_of
 from .embedding import Embedding
 from .fits import Refits
 from .names import PartNames
+from .parts import Params, Parts
 from .priors import FeaturePrior
 from .questions import QuestionChoice
 from .results import Results
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 
-class CandidateDuels(Results, QuestionChoice, Shortlists, Scoring, Refits, Dimensions, PartNames):
+class CandidateDuels(Results, QuestionChoice, Shortlists, Scoring, Refits, PartNames):
     """Adaptive nearest-neighbour learner asking each head's shortlisted candidates in duels.
 
     Parameters
@@ -124,22 +125,19 @@ class CandidateDuels(Results, QuestionChoice, Shortlists, Scoring, Refits, Dimen
         self.n_items = check_n_items(n_items)
         self._check_params()
         # the matrix is read once into the prior's space and not kept (it may be large)
-        self.prior_ = None if features is None else FeaturePrior.from_features(features, self.n_items)
+        prior = None if features is None else FeaturePrior.from_features(features, self.n_items)
         self.features = None
         self.pool = False
         self.fitter = None
-        self.rng_ = check_random_state(random_state)
         n = self.n_items
+        dims = len(dims_of(Parts(None, None, None, None, prior, None), self._params_now()))
         # the answers, the duels they make and the questions pending (triplets_, pending_, asked_,
-        # answered_ and n_answers_ read through to it)
-        self._duels = Duels(n)
-        # the shortlists and the eliminations (cands_, eliminated_, eliminated_log_, _filled read through)
-        self._short = Shortlist(n, self.shortlist)
-        # the fits and what the refits learned, the refit handed to ``fitter`` (embedding_ ... n_fits_,
-        # _fit_running and the kernel rows kept: see FitAttributes)
-        self._fit = Embedding(len(self._dims()))
-        # results per head kept between looks (_certified_rows, _ranked_rows_kept read through)
-        self._kept = KeptResults()
+        # answered_ and n_answers_ read through to it); the shortlists and the eliminations (cands_,
+        # eliminated_, eliminated_log_, _filled); the fits and what the refits learned, the refit handed
+        # to ``fitter`` (embedding_ ... n_fits_, _fit_running and the kernel rows kept); results per head
+        # kept between looks (_certified_rows, _ranked_rows_kept): see PartNames
+        self._s = Parts(Duels(n), Shortlist(n, self.shortlist), Embedding(dims), KeptResults(), prior,
+                        check_random_state(random_state))
         if self.prior_ is not None and n > 1:
             # the first shortlists (the picks before any fit): each item's nearest in the features
             self.cands_ = self.prior_.first_shortlists(self._target_size(), self.shortlist)
@@ -172,6 +170,11 @@ class CandidateDuels(Results, QuestionChoice, Shortlists, Scoring, Refits, Dimen
         real("explore", 0, 1)
         real("refit_growth", 0, np.inf, lo_open=True)
         real("delta", 0, 1, lo_open=True, hi_open=True)
+
+    def _params_now(self) -> Params:
+        """The parameters the module functions read, as they are now (``pool`` and ``fitter`` included)."""
+        return Params(self.n_items, self.shortlist, self.min_shortlist, self.shrink_at, self.warmup, self.explore,
+                      self.refit_growth, self.dim, self.delta, self.explore_pairs, self.pool, self.fitter)
 
     def to_state(self) -> dict:
         return planner_state(self)
