@@ -8,10 +8,11 @@ Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import dims
+from . import dims, scores
 
 
 def read_through(part: str, name: str, settable: bool = True) -> property:
@@ -27,16 +28,18 @@ def read_through(part: str, name: str, settable: bool = True) -> property:
 
 def on_parts(fn: Callable, params: bool = True) -> Callable:
     """A planner method that calls the module function ``fn`` over its parts (and, if ``params``, its
-    parameters as they are now): ``fn(self._s, self._params_now(), *args)``."""
+    parameters as they are now): ``fn(self._s, self._params_now(), *args)``. The function is looked up
+    in its module at each call (a test that patches the module's function patches the method too)."""
+    module, name = sys.modules[fn.__module__], fn.__name__
     if params:
         def call(self: Any, *args: object, **kwargs: object) -> object:
-            return fn(self._s, self._params_now(), *args, **kwargs)
+            return getattr(module, name)(self._s, self._params_now(), *args, **kwargs)
     else:
         def call(self: Any, *args: object, **kwargs: object) -> object:
-            return fn(self._s, *args, **kwargs)
+            return getattr(module, name)(self._s, *args, **kwargs)
 
-    call.__name__ = call.__qualname__ = f"_{fn.__name__}"
-    call.__doc__ = f":func:`{fn.__module__}.{fn.__name__}` over the planner's parts"
+    call.__name__ = call.__qualname__ = f"_{name}"
+    call.__doc__ = f":func:`{fn.__module__}.{name}` over the planner's parts"
     return call
 
 
@@ -112,3 +115,15 @@ class PartNames:
     _coin_flips = on_parts(dims.coin_flips, params=False)
     _update_coin = on_parts(dims.update_coin)
     chosen_dim_ = property(on_parts(dims.chosen_dim), doc=":func:`engine.duels.dims.chosen_dim`")
+    # the one scoring (engine.duels.scores)
+    _matrices = on_parts(scores.matrices, params=False)
+    _scores = on_parts(scores.scores)
+    _batch_matrices = on_parts(scores.batch_matrices, params=False)
+    _score_matrices = on_parts(scores.score_matrices)
+    _batch_scores = on_parts(scores.batch_scores)
+    _batch_certified = on_parts(scores.batch_certified)
+    _certified = on_parts(scores.certified)
+    _ranked_rows = on_parts(scores.ranked_rows)
+    _ranking = on_parts(scores.ranking)
+    _estimate_kappa = on_parts(scores.estimate_kappa, params=False)
+    _refreshed = on_parts(scores.refreshed)

@@ -29,7 +29,7 @@ from .parts import Params, Parts
 from .priors import FeaturePrior
 from .questions import QuestionChoice
 from .results import Results
-from .scores import KeptResults, Scoring
+from .scores import KeptResults
 from .shortlists import Shortlist, Shortlists
 from .state import VERSION, planner_of_state, planner_state
 
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 
-class CandidateDuels(Results, QuestionChoice, Shortlists, Scoring, Refits, PartNames):
+class CandidateDuels(Results, QuestionChoice, Shortlists, Refits, PartNames):
     """Adaptive nearest-neighbour learner asking each head's shortlisted candidates in duels.
 
     Parameters

@@ -8,12 +8,20 @@ scored in chunks of ``BATCH_HEADS``. Numpy only; must never import Flask, Redis,
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..graph import NO_NEIGHBOR
+from .dims import duel_trust
 from .fits import _embedding_module
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from .parts import Params, Parts
 
 #: weight (in duels) of the shortlist order in a candidate's score, until repeated duels have
 #: weighed the embedding's own prediction (``kappa_``)
@@ -76,7 +84,7 @@ def _share_scores(W: np.ndarray, N: np.ndarray, valid: np.ndarray) -> np.ndarray
     """Share of all its duels each candidate won, smoothed towards its shortlist place by
     ``PRIOR_DUELS`` pseudo-duels (3/4 for the first candidate down to 1/4 for the last).
 
-    W, N (..., w, w) as :meth:`CandidateDuels._matrices`; valid (..., w) marks the candidates
+    W, N (..., w, w) as :func:`matrices`; valid (..., w) marks the candidates
     (padding at the end of each row). Used until repeated duels have weighed the embedding
     (``kappa_``): with at most a duel per pair, the share of all duels (the leaders having met
     the strongest challengers, see the schedule) ranked the candidates better than the average
@@ -110,7 +118,7 @@ def _early_scores(W: np.ndarray, N: np.ndarray, valid: np.ndarray, trust: float 
 
 @dataclass(frozen=True)
 class _HeadRows:
-    """Results per head kept between looks (:meth:`CandidateDuels._refreshed`): what all rows depend
+    """Results per head kept between looks (:func:`refreshed`): what all rows depend
     on (``key``), the shortlists and duel counts they were read from, and the rows themselves."""
 
     key: tuple
@@ -129,171 +137,181 @@ class KeptResults:
         self.ranked: _HeadRows | None = None
 
 
-class Scoring:
-    """Mixin of :class:`~engine.duels.planner.CandidateDuels`: its duels read as matrices per head,
-    scored, certified and ranked."""
+def matrices(s: Parts, h: int, cands: np.ndarray, pending: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """W[i, j] = duels candidate i won against j for head h; N = answered (+ pending) duels.
+    (:func:`~.questions.next_questions` adds the pending ones itself, from :func:`pending_by_head`.)"""
+    c = np.asarray(cands, np.int64)
+    m = len(c)
+    lo, hi = np.minimum(c[:, None], c[None, :]), np.maximum(c[:, None], c[None, :])
+    N, wins_lo = s.duels.lookup(s.duels.code(h, lo, hi), lo != hi)
+    W = np.where(c[:, None] < c[None, :], wins_lo, N - wins_lo)
+    if pending and s.duels.pending:
+        for i in range(m):
+            for j in range(i + 1, m):
+                p = s.duels.pending.get((h, int(lo[i, j]), int(hi[i, j])), 0)
+                N[i, j] += p
+                N[j, i] += p
+    return W, N
 
-    def _matrices(self, h: int, cands: np.ndarray, pending: bool = False):
-        """W[i, j] = duels candidate i won against j for head h; N = answered (+ pending) duels.
-        (:meth:`next_questions` adds the pending ones itself, from :meth:`_pending_by_head`.)"""
-        c = np.asarray(cands, np.int64)
-        m = len(c)
-        lo, hi = np.minimum(c[:, None], c[None, :]), np.maximum(c[:, None], c[None, :])
-        N, wins_lo = self._duels.lookup(self._duels.code(h, lo, hi), lo != hi)
-        W = np.where(c[:, None] < c[None, :], wins_lo, N - wins_lo)
-        if pending and self.pending_:
-            for i in range(m):
-                for j in range(i + 1, m):
-                    p = self.pending_.get((h, int(lo[i, j]), int(hi[i, j])), 0)
-                    N[i, j] += p
-                    N[j, i] += p
-        return W, N
 
-    def _scores(self, h: int, cands: np.ndarray, W: np.ndarray | None = None, N: np.ndarray | None = None):
-        """Smoothed win share of each candidate in its duels with the others (W, N: its
-        :meth:`_matrices`, looked up when not given): :meth:`_score_matrices` of one head."""
-        c = np.asarray(cands, np.int64)
-        if W is None:
-            W, N = self._matrices(h, c)
-        score, counts = self._score_matrices(np.array([h]), c[None, :], W[None], N[None], np.ones((1, len(c)), bool))
-        return score[0], counts[0]
+def scores(s: Parts, params: Params, h: int, cands: np.ndarray, W: np.ndarray | None = None,
+           N: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Smoothed win share of each candidate in its duels with the others (W, N: its
+    :func:`matrices`, looked up when not given): :func:`score_matrices` of one head."""
+    c = np.asarray(cands, np.int64)
+    if W is None:
+        W, N = matrices(s, h, c)
+    score, counts = score_matrices(s, params, np.array([h]), c[None, :], W[None], N[None], np.ones((1, len(c)), bool))
+    return score[0], counts[0]
 
-    def _batch_matrices(self, heads: np.ndarray, rows: np.ndarray):
-        """:meth:`_matrices` of many heads at once: rows (len(heads), w) of candidates, the padding
-        (``NO_NEIGHBOR``) at the end of each row; returns W, N (len(heads), w, w), zero where the
-        padding is, and the mask of candidates (len(heads), w)."""
-        valid = rows >= 0
-        c = np.where(valid, rows, 0)
-        both = valid[:, :, None] & valid[:, None, :]
-        lo, hi = np.minimum(c[:, :, None], c[:, None, :]), np.maximum(c[:, :, None], c[:, None, :])
-        N, wins_lo = self._duels.lookup(self._duels.code(heads[:, None, None], lo, hi), (lo != hi) & both)
-        W = np.where(c[:, :, None] < c[:, None, :], wins_lo, N - wins_lo)
-        return W, N, valid
 
-    def _score_matrices(self, heads: np.ndarray, rows: np.ndarray, W: np.ndarray, N: np.ndarray,
-                        valid: np.ndarray):
-        """Each candidate's smoothed win share in its duels with the others, for many heads at once
-        (the one scoring of the planner: questions, rankings, the graph and kept leaders all use it);
-        W, N, valid as :meth:`_batch_matrices` gives them; returns scores and duel counts (len(heads), w).
+def batch_matrices(s: Parts, heads: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`matrices` of many heads at once: rows (len(heads), w) of candidates, the padding
+    (``NO_NEIGHBOR``) at the end of each row; returns W, N (len(heads), w, w), zero where the
+    padding is, and the mask of candidates (len(heads), w)."""
+    valid = rows >= 0
+    c = np.where(valid, rows, 0)
+    both = valid[:, :, None] & valid[:, None, :]
+    lo, hi = np.minimum(c[:, :, None], c[:, None, :]), np.maximum(c[:, :, None], c[:, None, :])
+    N, wins_lo = s.duels.lookup(s.duels.code(heads[:, None, None], lo, hi), (lo != hi) & both)
+    W = np.where(c[:, :, None] < c[:, None, :], wins_lo, N - wins_lo)
+    return W, N, valid
 
-        Before ``kappa_``, where duels are answered consistently (trust > 0): :func:`_early_scores`.
-        Once repeats have weighed the embedding: per pair, the share of i beating j smoothed towards
-        the embedding's prediction (its own kernel, so the fit's calibration carries over) with
-        ``kappa_`` pseudo-duels, averaged over opponents (Borda on the preference matrix): unlike a
-        share of all duels it does not depend on whom the schedule paired i with. kappa_ is large
-        where repeated duels scatter around the fit's predictions only as much as coin flips do (the
-        fit, pooling every answer, is then the better judge: items on a line people can hardly tell
-        apart up close), small where they disagree with it systematically (a per-item ranking no
-        embedding holds). Before that, the prior is a lean to the earlier candidate of the
-        shortlist (nearer in the fit), from 1/2 up to 3/4 for first against last."""
-        w = rows.shape[1]
-        c = np.where(valid, rows, 0)
-        m = valid.sum(axis=1)
-        both = valid[:, :, None] & valid[:, None, :]
-        X = self.embedding_
-        trust = self._duel_trust() if self.kappa_ is None else 0.0
-        if trust > 0:
-            N = np.where(both, N, 0.0)
-            return _early_scores(np.where(both, W, 0.0), N, valid, trust), N.sum(axis=2)
-        if X is None or self.kappa_ is None:
-            r = np.arange(w)[None, :] / np.maximum(m[:, None] - 1, 1)
-            prior = 0.5 + 0.25 * (r[:, None, :] - r[:, :, None])
-        else:
-            lk = _log_kernel(X, heads[:, None], c)
-            prior = _with_lapses(X, 1.0 / (1.0 + np.exp(np.clip(lk[:, None, :] - lk[:, :, None], -700, 700))))
-        kappa = BORDA_PRIOR_DUELS if self.kappa_ is None else self.kappa_
-        P = np.where(both, (W + kappa * prior) / (N + kappa), 0.0)
-        P[:, np.arange(w), np.arange(w)] = 0.0
-        score = np.where(m[:, None] > 1, P.sum(axis=2) / np.maximum(m[:, None] - 1, 1), 1.0)
-        return score, N.sum(axis=2)
 
-    def _batch_scores(self, rows: np.ndarray, heads: np.ndarray | None = None):
-        """:meth:`_score_matrices` of the heads' rows of candidates (all heads: ``rows`` (n_items, w),
-        the padding at the end of each row), in chunks of ``BATCH_HEADS`` (bounded memory)."""
-        heads = np.arange(len(rows)) if heads is None else np.asarray(heads, np.int64)
-        score, counts = np.zeros(rows.shape), np.zeros(rows.shape)
-        for at in range(0, len(rows), BATCH_HEADS):
-            part = slice(at, at + BATCH_HEADS)
-            W, N, valid = self._batch_matrices(heads[part], rows[part])
-            score[part], counts[part] = self._score_matrices(heads[part], rows[part], W, N, valid)
-        return score, counts
+def score_matrices(s: Parts, params: Params, heads: np.ndarray, rows: np.ndarray, W: np.ndarray, N: np.ndarray,
+                   valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each candidate's smoothed win share in its duels with the others, for many heads at once
+    (the one scoring of the planner: questions, rankings, the graph and kept leaders all use it);
+    W, N, valid as :func:`batch_matrices` gives them; returns scores and duel counts (len(heads), w).
 
-    def _batch_certified(self, heads: np.ndarray, W: np.ndarray, N: np.ndarray, valid: np.ndarray) -> np.ndarray:
-        """:meth:`_certified` of many heads at once (W, N, valid as :meth:`_batch_matrices`)."""
-        m = valid.sum(axis=1)
-        sure = _beats(W, N, self.delta, np.maximum(1, m * (m - 1) // 2)[:, None, None])
-        flags = (m >= 2) & (sure.sum(axis=2).max(axis=1, initial=0) == m - 1)
-        for i in np.flatnonzero(m == 1):
-            flags[i] = bool(self.eliminated_.get(int(heads[i])))
-        return flags
+    Before ``kappa_``, where duels are answered consistently (trust > 0): :func:`_early_scores`.
+    Once repeats have weighed the embedding: per pair, the share of i beating j smoothed towards
+    the embedding's prediction (its own kernel, so the fit's calibration carries over) with
+    ``kappa_`` pseudo-duels, averaged over opponents (Borda on the preference matrix): unlike a
+    share of all duels it does not depend on whom the schedule paired i with. kappa_ is large
+    where repeated duels scatter around the fit's predictions only as much as coin flips do (the
+    fit, pooling every answer, is then the better judge: items on a line people can hardly tell
+    apart up close), small where they disagree with it systematically (a per-item ranking no
+    embedding holds). Before that, the prior is a lean to the earlier candidate of the
+    shortlist (nearer in the fit), from 1/2 up to 3/4 for first against last."""
+    w = rows.shape[1]
+    c = np.where(valid, rows, 0)
+    m = valid.sum(axis=1)
+    both = valid[:, :, None] & valid[:, None, :]
+    X = s.fit.embedding
+    trust = duel_trust(s, params) if s.fit.kappa is None else 0.0
+    if trust > 0:
+        N = np.where(both, N, 0.0)
+        return _early_scores(np.where(both, W, 0.0), N, valid, trust), N.sum(axis=2)
+    if X is None or s.fit.kappa is None:
+        r = np.arange(w)[None, :] / np.maximum(m[:, None] - 1, 1)
+        prior = 0.5 + 0.25 * (r[:, None, :] - r[:, :, None])
+    else:
+        lk = _log_kernel(X, heads[:, None], c)
+        prior = _with_lapses(X, 1.0 / (1.0 + np.exp(np.clip(lk[:, None, :] - lk[:, :, None], -700, 700))))
+    kappa = BORDA_PRIOR_DUELS if s.fit.kappa is None else s.fit.kappa
+    P = np.where(both, (W + kappa * prior) / (N + kappa), 0.0)
+    P[:, np.arange(w), np.arange(w)] = 0.0
+    score = np.where(m[:, None] > 1, P.sum(axis=2) / np.maximum(m[:, None] - 1, 1), 1.0)
+    return score, N.sum(axis=2)
 
-    def _certified(self, h: int, cands, W, N) -> bool:
-        """Whether h's leader is certain: it beats every other alive candidate with confidence (or it
-        is the last one left after eliminations). :meth:`_batch_certified` of the one head."""
-        m = len(cands)
-        return bool(self._batch_certified(np.array([h]), np.asarray(W).reshape(1, m, m),
-                                          np.asarray(N).reshape(1, m, m), np.ones((1, m), bool))[0])
 
-    def _ranked_rows(self, heads: np.ndarray):
-        """The heads' shortlists best first (duel score, then shortlist order), ``NO_NEIGHBOR`` padding
-        last, with each one's score and duels, and whether each head is certified (:meth:`_certified`)."""
-        rows = self.cands_[heads]
-        W, N, valid = self._batch_matrices(heads, rows)
-        score, counts = self._score_matrices(heads, rows, W, N, valid)
-        order = np.argsort(np.where(valid, -score, np.inf), axis=1, kind="stable")
-        ranked = np.where(np.take_along_axis(valid, order, axis=1), np.take_along_axis(rows, order, axis=1),
-                          NO_NEIGHBOR)
-        return (ranked, np.take_along_axis(score, order, axis=1),
-                np.take_along_axis(counts, order, axis=1).astype(np.int64), self._batch_certified(heads, W, N, valid))
+def batch_scores(s: Parts, params: Params, rows: np.ndarray,
+                 heads: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`score_matrices` of the heads' rows of candidates (all heads: ``rows`` (n_items, w),
+    the padding at the end of each row), in chunks of ``BATCH_HEADS`` (bounded memory)."""
+    heads = np.arange(len(rows)) if heads is None else np.asarray(heads, np.int64)
+    score, counts = np.zeros(rows.shape), np.zeros(rows.shape)
+    for at in range(0, len(rows), BATCH_HEADS):
+        part = slice(at, at + BATCH_HEADS)
+        W, N, valid = batch_matrices(s, heads[part], rows[part])
+        score[part], counts[part] = score_matrices(s, params, heads[part], rows[part], W, N, valid)
+    return score, counts
 
-    def _ranking(self, h: int):
-        """h's candidates best first (duel score, then shortlist order), with score and duels: the row
-        of :meth:`_ranked_rows` (so one head's ranking is the graph's, to the last bit)."""
-        ranked, score, counts, _ = self._ranked_rows(np.array([h]))
-        keep = ranked[0] >= 0
-        return ranked[0][keep], score[0][keep], counts[0][keep]
 
-    def _estimate_kappa(self) -> None:
-        """Empirical-Bayes weight of the embedding prior: the kappa of ``KAPPA_GRID`` maximising
-        the beta-binomial likelihood of the pairs dueled at least twice, each pair's win share
-        drawn from Beta(kappa p, kappa (1 - p)) around the fit's prediction p."""
-        if self.embedding_ is None or not len(self._duels.codes):
-            return
-        rec = self._duel_table()
-        rec = rec[rec[:, 4] >= 2]
-        if len(rec) < 20:
-            return
-        from scipy.special import betaln
+def batch_certified(s: Parts, params: Params, heads: np.ndarray, W: np.ndarray, N: np.ndarray,
+                    valid: np.ndarray) -> np.ndarray:
+    """:func:`certified` of many heads at once (W, N, valid as :func:`batch_matrices`)."""
+    m = valid.sum(axis=1)
+    sure = _beats(W, N, params.delta, np.maximum(1, m * (m - 1) // 2)[:, None, None])
+    flags = (m >= 2) & (sure.sum(axis=2).max(axis=1, initial=0) == m - 1)
+    for i in np.flatnonzero(m == 1):
+        flags[i] = bool(s.short.eliminated.get(int(heads[i])))
+    return flags
 
-        p = _pair_preference(self.embedding_, rec[:, 0], rec[:, 1], rec[:, 2])
-        p = np.clip(p, 1e-6, 1 - 1e-6)
-        w, n = rec[:, 3].astype(np.float64), rec[:, 4].astype(np.float64)
-        best = None
-        for kappa in KAPPA_GRID:
-            a, b = kappa * p, kappa * (1 - p)
-            ll = float(np.sum(betaln(w + a, n - w + b) - betaln(a, b)))
-            if best is None or ll > best[0] + 1e-9:
-                best = (ll, kappa)
-        self.kappa_ = float(best[1])
 
-    def _refreshed(self, kept: _HeadRows | None, key: tuple, compute) -> _HeadRows:
-        """``kept`` brought up to date: the rows of the heads whose shortlist or duels changed since it
-        was made redone by ``compute(heads) -> tuple of arrays (len(heads), ...)``, in chunks of
-        ``BATCH_HEADS``; every row when ``key`` (what all heads' results depend on) changed. A pass of a
-        live study changes a few hundred heads: at 50,000 items redoing every head took seconds."""
-        duels = self._head_duels()
-        if kept is None or kept.key != key or kept.cands.shape != self.cands_.shape:
-            heads, rows = np.arange(self.n_items), None
-        else:
-            heads = np.flatnonzero((kept.cands != self.cands_).any(axis=1) | (kept.duels != duels))
-            rows = kept.rows
-        for at in range(0, len(heads), BATCH_HEADS):
-            part = heads[at: at + BATCH_HEADS]
-            values = compute(part)
-            if rows is None:
-                rows = tuple(np.empty((self.n_items, *v.shape[1:]), v.dtype) for v in values)
-            for row, v in zip(rows, values, strict=True):
-                row[part] = v
-        if rows is None:  # (no items at all)
-            rows = tuple(v[:0] for v in compute(np.arange(0)))
-        return _HeadRows(key, self.cands_.copy(), duels, rows)
+def certified(s: Parts, params: Params, h: int, cands: ArrayLike, W: ArrayLike, N: ArrayLike) -> bool:
+    """Whether h's leader is certain: it beats every other alive candidate with confidence (or it
+    is the last one left after eliminations). :func:`batch_certified` of the one head."""
+    m = len(cands)
+    return bool(batch_certified(s, params, np.array([h]), np.asarray(W).reshape(1, m, m),
+                                      np.asarray(N).reshape(1, m, m), np.ones((1, m), bool))[0])
+
+
+def ranked_rows(s: Parts, params: Params, heads: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The heads' shortlists best first (duel score, then shortlist order), ``NO_NEIGHBOR`` padding
+    last, with each one's score and duels, and whether each head is certified (:func:`certified`)."""
+    rows = s.short.cands[heads]
+    W, N, valid = batch_matrices(s, heads, rows)
+    score, counts = score_matrices(s, params, heads, rows, W, N, valid)
+    order = np.argsort(np.where(valid, -score, np.inf), axis=1, kind="stable")
+    ranked = np.where(np.take_along_axis(valid, order, axis=1), np.take_along_axis(rows, order, axis=1),
+                      NO_NEIGHBOR)
+    return (ranked, np.take_along_axis(score, order, axis=1),
+            np.take_along_axis(counts, order, axis=1).astype(np.int64), batch_certified(s, params, heads, W, N, valid))
+
+
+def ranking(s: Parts, params: Params, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """h's candidates best first (duel score, then shortlist order), with score and duels: the row
+    of :func:`ranked_rows` (so one head's ranking is the graph's, to the last bit)."""
+    ranked, score, counts, _ = ranked_rows(s, params, np.array([h]))
+    keep = ranked[0] >= 0
+    return ranked[0][keep], score[0][keep], counts[0][keep]
+
+
+def estimate_kappa(s: Parts) -> None:
+    """Empirical-Bayes weight of the embedding prior: the kappa of ``KAPPA_GRID`` maximising
+    the beta-binomial likelihood of the pairs dueled at least twice, each pair's win share
+    drawn from Beta(kappa p, kappa (1 - p)) around the fit's prediction p."""
+    if s.fit.embedding is None or not len(s.duels.codes):
+        return
+    rec = s.duels.table()
+    rec = rec[rec[:, 4] >= 2]
+    if len(rec) < 20:
+        return
+    from scipy.special import betaln
+
+    p = _pair_preference(s.fit.embedding, rec[:, 0], rec[:, 1], rec[:, 2])
+    p = np.clip(p, 1e-6, 1 - 1e-6)
+    w, n = rec[:, 3].astype(np.float64), rec[:, 4].astype(np.float64)
+    best = None
+    for kappa in KAPPA_GRID:
+        a, b = kappa * p, kappa * (1 - p)
+        ll = float(np.sum(betaln(w + a, n - w + b) - betaln(a, b)))
+        if best is None or ll > best[0] + 1e-9:
+            best = (ll, kappa)
+    s.fit.kappa = float(best[1])
+
+
+def refreshed(s: Parts, params: Params, kept: _HeadRows | None, key: tuple,
+              compute: Callable[[np.ndarray], tuple]) -> _HeadRows:
+    """``kept`` brought up to date: the rows of the heads whose shortlist or duels changed since it
+    was made redone by ``compute(heads) -> tuple of arrays (len(heads), ...)``, in chunks of
+    ``BATCH_HEADS``; every row when ``key`` (what all heads' results depend on) changed. A pass of a
+    live study changes a few hundred heads: at 50,000 items redoing every head took seconds."""
+    duels = s.duels.per_head()
+    if kept is None or kept.key != key or kept.cands.shape != s.short.cands.shape:
+        heads, rows = np.arange(params.n_items), None
+    else:
+        heads = np.flatnonzero((kept.cands != s.short.cands).any(axis=1) | (kept.duels != duels))
+        rows = kept.rows
+    for at in range(0, len(heads), BATCH_HEADS):
+        part = heads[at: at + BATCH_HEADS]
+        values = compute(part)
+        if rows is None:
+            rows = tuple(np.empty((params.n_items, *v.shape[1:]), v.dtype) for v in values)
+        for row, v in zip(rows, values, strict=True):
+            row[part] = v
+    if rows is None:  # (no items at all)
+        rows = tuple(v[:0] for v in compute(np.arange(0)))
+    return _HeadRows(key, s.short.cands.copy(), duels, rows)

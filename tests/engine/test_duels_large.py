@@ -60,8 +60,8 @@ def test_results_kept_between_looks_follow_every_change(monkeypatch):
 
     # a certificate that moves with every answer (the real one needs many repeated duels), so a stale
     # memo would show
-    monkeypatch.setattr(CandidateDuels, "_batch_certified",
-                        lambda self, heads, W, N, valid: N.sum(axis=(1, 2)) > 2 * (heads % 9) + 4)
+    monkeypatch.setattr(scores, "batch_certified",
+                        lambda s, params, heads, W, N, valid: N.sum(axis=(1, 2)) > 2 * (heads % 9) + 4)
     X = np.random.default_rng(2).normal(size=(60, 2))
     oracle = oracles.TripletOracle.from_points(X, noise=0.02, model="human", lapse=0.0, random_state=3)
     p = CandidateDuels(60, random_state=4)
