@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import dims, scores
+from . import dims, scores, shortlists
 
 
 def read_through(part: str, name: str, settable: bool = True) -> property:
@@ -127,3 +127,10 @@ class PartNames:
     _ranking = on_parts(scores.ranking)
     _estimate_kappa = on_parts(scores.estimate_kappa, params=False)
     _refreshed = on_parts(scores.refreshed)
+    # the shortlists' rebuilds (engine.duels.shortlists)
+    _target_size = on_parts(shortlists.target_size)
+    _old_leaders = on_parts(shortlists.old_leaders)
+    _old_leader_rows = on_parts(shortlists.old_leader_rows)
+    _shortlists_from_fit = on_parts(shortlists.shortlists_from_fit)
+    _shortlists_from_win_rates = on_parts(shortlists.shortlists_from_win_rates)
+    _neighbours_of_neighbours = on_parts(shortlists.neighbours_of_neighbours)

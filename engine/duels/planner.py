@@ -30,14 +30,14 @@ from .priors import FeaturePrior
 from .questions import QuestionChoice
 from .results import Results
 from .scores import KeptResults
-from .shortlists import Shortlist, Shortlists
+from .shortlists import Shortlist
 from .state import VERSION, planner_of_state, planner_state
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 
-class CandidateDuels(Results, QuestionChoice, Shortlists, Refits, PartNames):
+class CandidateDuels(Results, QuestionChoice, Refits, PartNames):
     """Adaptive nearest-neighbour learner asking each head's shortlisted candidates in duels.
 
     Parameters
