@@ -12,7 +12,9 @@ a minute are this benchmark's doing, not a crash loop. One serve and one study f
 40 colours, so a refit and an answer check run beside the passes). Raters are threads answering as fast as
 the server lets them, each answer sent again with its token until the server gives a definite reply (so an answer is
 acknowledged once). "caught up" is the time from the kill until the engine's cursor reached the last answer
-acknowledged at that moment plus one probe answer given after the process came back.
+acknowledged at that moment plus one probe answer given after the process came back. Each kill's JSON line also
+has ``healthy_s`` (``/api/health`` answering again) and ``probed_s`` (the probe answer taken), both from the kill;
+``--keep`` keeps serve's log to read what happened in between.
 """
 from __future__ import annotations
 
@@ -71,8 +73,10 @@ class Serve:
             return False
 
     def redis(self) -> redis.Redis:
-        url = (self.instance / "redis" / "redis.url").read_text().strip()
-        return redis.Redis.from_url(url, socket_timeout=5)
+        # the file is written again when Redis restarts: read it once it is whole
+        path = self.instance / "redis" / "redis.url"
+        wait(lambda: path.exists() and path.read_text().strip().startswith("redis://"), WAIT, "Redis's address")
+        return redis.Redis.from_url(path.read_text().strip(), socket_timeout=5)
 
     def victim(self, kind: str) -> int:
         me = psutil.Process(self.proc.pid)
@@ -207,6 +211,7 @@ def one_kill(serve: Serve, kind: str, busy: int) -> dict:
         time.sleep(0.5)
         serve.start()  # as systemd's Restart=always would
     wait(serve.healthy, WAIT, "healthy again")
+    healthy_s = time.monotonic() - killed
     conn = serve.redis()
     wait(lambda: _ping(conn), WAIT, "Redis back")
     target = last_logged(conn)
@@ -214,6 +219,7 @@ def one_kill(serve: Serve, kind: str, busy: int) -> dict:
         probe = _probe(serve.base, kind)
     except RuntimeError:
         probe = None
+    probed_s = time.monotonic() - killed
     target = probe or target
     wait(lambda: target is None or applied(conn, target), WAIT, "learning caught up", 0.02)
     caught_up = time.monotonic() - killed
@@ -225,7 +231,7 @@ def one_kill(serve: Serve, kind: str, busy: int) -> dict:
     applied_count = int(conn.hget(keys.engine_stats(STUDY), "answers_applied") or 0)
     word = INCIDENT[kind]
     shown = None if word is None else _wait_incident(conn, word, since)
-    return {"kind": kind, "busy": busy, "caught_up_s": caught_up,
+    return {"kind": kind, "busy": busy, "caught_up_s": caught_up, "healthy_s": healthy_s, "probed_s": probed_s,
             "lost": len(set(acknowledged) - set(logged)), "doubled": len(logged) - len(set(logged)),
             "applied_once": applied_count == len(logged), "shown": shown}
 
@@ -275,6 +281,7 @@ def main() -> None:
     parser.add_argument("--times", type=int, default=3)
     parser.add_argument("--raters", type=int, default=20)
     parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--keep", action="store_true", help="keep serve's log and instance folder (to read why)")
     args = parser.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
     if unknown := set(kinds) - set(KINDS):
@@ -292,7 +299,10 @@ def main() -> None:
                     print(json.dumps(row), file=sys.stderr, flush=True)
     finally:
         serve.stop()
-        shutil.rmtree(folder, ignore_errors=True)
+        if args.keep:
+            print(f"serve's log and instance kept in {folder}")
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
     print(f"\nkill -9 of each process kind, {args.times} times idle and {args.times} times under {args.raters} raters "
           f"(one serve, duels on 40 items)\n")
     print(f"{'process':16s} {'raters':>6s} {'caught up (s) max / mean':>26s} {'lost':>5s} {'doubled':>7s} "

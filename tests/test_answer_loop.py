@@ -126,3 +126,18 @@ def test_a_starting_worker_catches_up_on_answers_a_crashed_job_left_behind(clien
     state = engine_state.load(conn, study_id, "random_triplets")
     assert state["n_answers"] == 1
     assert schedule_stale_studies(conn) == []  # up to date
+
+
+def test_a_starting_worker_catches_up_when_the_update_flag_outlived_its_job(client, conn, study_id):
+    """A worker killed (or cut off from a restarting Redis) between taking the job off the queue and starting it
+    leaves the update flag set with no job behind it: later answers queue none until the flag expires."""
+    from workers.store.queue import UPDATE_FLAG_TTL, get_queue, schedule_stale_studies
+
+    answer(client, fetch_question(client))
+    get_queue(conn).empty()  # taken off the queue by a worker that died before starting it: the flag stays
+    assert conn.ttl(keys.update_scheduled(study_id)) > UPDATE_FLAG_TTL - 10
+    assert answer(client, fetch_question(client)).status_code == 201
+    assert len(get_queue(conn)) == 0  # the flag kept the second answer from queueing an update
+    assert schedule_stale_studies(conn) == [study_id]
+    run_worker(conn)
+    assert engine_state.load(conn, study_id, "random_triplets")["n_answers"] == 2

@@ -459,3 +459,40 @@ def test_the_sweep_queues_a_study_whose_update_was_never_queued(started, tmp_pat
     assert not applied(conn, answer_id)
     wait_for(lambda: applied(conn, answer_id), 15, what="the swept study updated")
     assert f"study {STUDY}: answers were waiting for an update; queued one" in serve.output()
+
+
+# ---------------------------------------------------------------------------- restart backoff
+def test_a_child_that_stayed_up_is_restarted_after_the_first_backoff_and_one_crashing_at_start_backs_off():
+    """The backoff doubles for a child that exits soon after each start (a crash loop in the making) and starts
+    over for one that ran STAYED_UP_S before it was killed (a Redis killed three times a minute came back after
+    4-8 s instead of 0.5 s before)."""
+    from webapp.cli.supervise import FIRST_BACKOFF_S, STAYED_UP_S, Child
+
+    procs = []
+
+    def start() -> subprocess.Popen:
+        procs.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True))
+        return procs[-1]
+
+    child = Child("sleeper", start, max_restarts=100)
+    child.start()
+    try:
+        now, waits = 1000.0, []
+        for _ in range(3):  # killed at once after each start: 0.5, 1, 2 s
+            procs[-1].kill()
+            procs[-1].wait()
+            child.check(now, lambda _: None)
+            waits.append(child.restart_at - now)
+            now = child.restart_at
+            child.check(now, lambda _: None)  # started again
+        assert waits == [FIRST_BACKOFF_S, 2 * FIRST_BACKOFF_S, 4 * FIRST_BACKOFF_S]
+        child.check(now + STAYED_UP_S + 1, lambda _: None)  # ran that long: no crash at start
+        procs[-1].kill()
+        procs[-1].wait()
+        now += STAYED_UP_S + 2
+        child.check(now, lambda _: None)
+        assert child.restart_at - now == FIRST_BACKOFF_S
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()

@@ -31,6 +31,9 @@ LOCK_FILE = "serve.lock"
 #: Restarts allowed within the window before serve gives up on a child (a crash loop).
 MAX_RESTARTS, RESTART_WINDOW_S = 5, 60.0
 FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.5, 8.0
+#: A child that ran this long before it exited was no crash at start: its next restart waits FIRST_BACKOFF_S again
+#: (a Redis or worker killed three times a minute came back after 4-8 s, not 0.5: benchmarks/faults.py).
+STAYED_UP_S = 10.0
 #: Seconds between sweeps for studies whose answer log is ahead of their engines.
 SWEEP_INTERVAL_S = 10.0
 
@@ -181,7 +184,7 @@ class Child:
         if self.restart_at is None:
             status = self.process.poll() if self.process is not None else None
             if status is None:
-                if self.restarts and now - self.restarts[-1] > RESTART_WINDOW_S:
+                if self.restarts and now - self.restarts[-1] > STAYED_UP_S:
                     self.backoff = FIRST_BACKOFF_S  # it has stayed up: the next crash starts over
                 return
             self.last_status = status
@@ -263,11 +266,8 @@ class Sweeper:
             return []  # Redis restarting: the next sweep tries again
 
     def sweep(self, conn: Redis) -> list[str]:
-        from rq.exceptions import NoSuchJobError
-        from rq.job import Job, JobStatus
-
         from workers.store import keys
-        from workers.store.queue import UPDATE_FLAG_TTL, UPDATE_JOB, get_queue
+        from workers.store.queue import queue_sweep_update
         from workers.store.studies import list_studies
 
         queued, behind = [], {}
@@ -282,25 +282,17 @@ class Sweeper:
             behind[study.id] = cursor
             if self.behind.get(study.id) != cursor:
                 continue
-            job_id = sweep_job_id(study.id)
-            try:
-                status = Job.fetch(job_id, connection=conn).get_status()
-            except NoSuchJobError:
-                status = None
-            if status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.SCHEDULED):
-                continue  # already waiting for a worker
-            # the flag tells web processes an update is on its way (the job clears it when it starts)
-            conn.set(keys.update_scheduled(study.id), "1", ex=UPDATE_FLAG_TTL)
-            get_queue(conn).enqueue(UPDATE_JOB, study.id, job_id=job_id, job_timeout=600, result_ttl=60,
-                                    failure_ttl=7 * 86400)
-            queued.append(study.id)
+            if queue_sweep_update(conn, study.id):
+                queued.append(study.id)
         self.behind = behind
         return queued
 
 
 def sweep_job_id(study_id: str) -> str:
-    """The id of the sweep's update job of a study (one at a time)."""
-    return f"proxima-sweep-{study_id}"
+    """The id of the sweep's update job of a study (one at a time): ``workers.store.queue.sweep_job_id``."""
+    from workers.store.queue import sweep_job_id as job_id
+
+    return job_id(study_id)
 
 
 def popen(args: list[str], **kwargs: Any) -> subprocess.Popen:

@@ -64,9 +64,11 @@ def schedule_update(conn: Redis, study_id: str) -> bool:
 def schedule_stale_studies(conn: Redis) -> list[str]:
     """Queue an update for every study whose log holds answers its engine has not applied.
 
-    Run when a worker starts, so answers left behind by a worker that crashed mid-job (and
-    whose study then received no further answer) are not left waiting.
-    """
+    Run when a worker starts, so answers left behind by a worker that died are not left waiting: one that
+    crashed mid-job (and whose study then received no further answer), or one killed (or cut off from a
+    Redis that restarted) between taking a job off the queue and starting it, which leaves the update flag
+    set with no job behind it: the flag would keep every later answer from queueing one until it expires
+    (``UPDATE_FLAG_TTL``). So the flag is not consulted here (``queue_sweep_update``)."""
     from workers.store.studies import list_studies
 
     stale = []
@@ -74,9 +76,32 @@ def schedule_stale_studies(conn: Redis) -> list[str]:
         last = conn.xrevrange(keys.answers(study.id), count=1)
         cursor = conn.get(keys.cursor(study.id)) or b"0-0"
         if (last and last[0][0] != cursor) or not conn.exists(keys.cursor(study.id)):
-            if schedule_update(conn, study.id):
+            if queue_sweep_update(conn, study.id):
                 stale.append(study.id)
     return stale
+
+
+def sweep_job_id(study_id: str) -> str:
+    """The id of the update job queued for a study found behind (one at a time): by a starting worker
+    (``schedule_stale_studies``) or the sweep of ``proxima serve`` / ``proxima sweep``."""
+    return f"proxima-sweep-{study_id}"
+
+
+def queue_sweep_update(conn: Redis, study_id: str) -> bool:
+    """Queue an update of a study found behind whatever its update flag says (the job the flag stands for may
+    be lost), unless the study's sweep job is already waiting or running (a study behind a long job is queued
+    once, not once per look). Sets the flag too: web processes then know an update is on its way (the job
+    clears it when it starts). True if this call queued one."""
+    try:
+        status = Job.fetch(sweep_job_id(study_id), connection=conn).get_status()
+    except NoSuchJobError:
+        status = None
+    if status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.SCHEDULED):
+        return False
+    conn.set(keys.update_scheduled(study_id), "1", ex=UPDATE_FLAG_TTL)
+    get_queue(conn).enqueue(UPDATE_JOB, study_id, job_id=sweep_job_id(study_id), job_timeout=600, result_ttl=60,
+                            failure_ttl=7 * 86400)
+    return True
 
 
 def rebuild_job_id(study_id: str, excluded_raters: Iterable[str], reason: str = "") -> str:
