@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import dims, scores, shortlists
+from . import dims, refits, scores, shortlists
 
 
 def read_through(part: str, name: str, settable: bool = True) -> property:
@@ -134,3 +134,15 @@ class PartNames:
     _shortlists_from_fit = on_parts(shortlists.shortlists_from_fit)
     _shortlists_from_win_rates = on_parts(shortlists.shortlists_from_win_rates)
     _neighbours_of_neighbours = on_parts(shortlists.neighbours_of_neighbours)
+    # the refit scheduler (engine.duels.refits)
+    _started = on_parts(refits.started, params=False)
+    warmup_ = property(on_parts(refits.warmup_of), doc=":func:`engine.duels.refits.warmup_of`")
+    _needs_refit = on_parts(refits.needs_refit)
+    _grown = on_parts(refits.grown)
+    _refresh = on_parts(refits.refresh)
+    _start_fit = on_parts(refits.start_fit)
+    _judge_features = on_parts(refits.judge_features)
+    _fit_task = on_parts(refits.fit_task)
+    _take_fit = on_parts(refits.take_fit)
+    _continue_fit = on_parts(refits.continue_fit)
+    _end_fit = on_parts(refits.end_fit)

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Self
 import numpy as np
 
 from ..utils import RandomState, check_n_items, check_random_state, check_triplets, store_params
+from . import refits
 from .answers import Duels
 from .dims import dims_of
 from .embedding import Embedding
-from .fits import Refits
 from .names import PartNames
 from .parts import Params, Parts
 from .priors import FeaturePrior
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 
-class CandidateDuels(Results, QuestionChoice, Refits, PartNames):
+class CandidateDuels(Results, QuestionChoice, PartNames):
     """Adaptive nearest-neighbour learner asking each head's shortlisted candidates in duels.
 
     Parameters
@@ -192,9 +192,20 @@ class CandidateDuels(Results, QuestionChoice, Refits, PartNames):
         """Release issued questions that will never be answered; returns how many were pending."""
         return self._duels.forget(questions)
 
-    def _started(self) -> bool:
-        """Whether duels may start: a fit placed the items, or their features did (once trusted)."""
-        return self.n_fits_ > 0 or (self.prior_ is not None and self.prior_.trusted)
+    def settle_fit(self) -> bool:
+        """:func:`~.refits.settle_fit`: the refit under way taken as far as it goes without planning a
+        question. True when a fit (or a stage of one) was put in place."""
+        return refits.settle_fit(self._s, self._params_now())
+
+    def fit_ready(self) -> bool | None:
+        """None: no refit handed to a fitter; False: one runs beside the calls; True: its result waits
+        for the next call (or :meth:`settle_fit`)."""
+        return refits.fit_ready(self._s, self._params_now())
+
+    def refresh_if_due(self) -> None:
+        """Refit and rebuild the shortlists if the answers call for it (what :meth:`next_questions`
+        does first); screen planners (``engine.screens``) that choose their own questions call it."""
+        refits.refresh_if_due(self._s, self._params_now())
 
     def get_params(self) -> dict:
         return {"shortlist": self.shortlist, "min_shortlist": self.min_shortlist,
