@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import dims, refits, scores, shortlists
+from . import dims, questions, refits, scores, shortlists
 
 
 def read_through(part: str, name: str, settable: bool = True) -> property:
@@ -146,3 +146,14 @@ class PartNames:
     _take_fit = on_parts(refits.take_fit)
     _continue_fit = on_parts(refits.continue_fit)
     _end_fit = on_parts(refits.end_fit)
+    # question choice (engine.duels.questions)
+    _alive = on_parts(questions.alive)
+    _alive_rows = on_parts(questions.alive_rows)
+    _drop = on_parts(questions.drop, params=False)
+    _score_heads = on_parts(questions.score_heads)
+    _random_question = on_parts(questions.random_question)
+    _exploring_question = on_parts(questions.exploring_question)
+    _sampled_ranks = on_parts(questions.sampled_ranks)
+    _pending_by_head = call_through("_duels", "pending_by_head")
+    _add_pending = staticmethod(questions.add_pending)
+    _pair_order = staticmethod(questions.pair_order)

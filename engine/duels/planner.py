@@ -20,14 +20,13 @@ from typing import TYPE_CHECKING, Self
 import numpy as np
 
 from ..utils import RandomState, check_n_items, check_random_state, check_triplets, store_params
-from . import refits
+from . import questions, refits
 from .answers import Duels
 from .dims import dims_of
 from .embedding import Embedding
 from .names import PartNames
 from .parts import Params, Parts
 from .priors import FeaturePrior
-from .questions import QuestionChoice
 from .results import Results
 from .scores import KeptResults
 from .shortlists import Shortlist
@@ -37,7 +36,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 
-class CandidateDuels(Results, QuestionChoice, PartNames):
+class CandidateDuels(Results, PartNames):
     """Adaptive nearest-neighbour learner asking each head's shortlisted candidates in duels.
 
     Parameters
@@ -191,6 +190,16 @@ class CandidateDuels(Results, QuestionChoice, PartNames):
     def forget(self, questions: Iterable[Sequence[int]]) -> int:
         """Release issued questions that will never be answered; returns how many were pending."""
         return self._duels.forget(questions)
+
+    def next_questions(self, budget: int) -> list[tuple[int, int, int]]:
+        """Up to ``budget`` distinct questions, least-asked heads first (outside a pool at most one per
+        head, see ``pool``); counted as pending (:func:`~.questions.next_questions`)."""
+        return questions.next_questions(self._s, self._params_now(), budget)
+
+    def screen_candidates(self, h: int) -> tuple[np.ndarray, bool]:
+        """h's likeliest neighbours, best first, for a screen showing several at once, and whether h is
+        certified (:func:`~.questions.screen_candidates`)."""
+        return questions.screen_candidates(self._s, self._params_now(), h)
 
     def settle_fit(self) -> bool:
         """:func:`~.refits.settle_fit`: the refit under way taken as far as it goes without planning a

@@ -397,7 +397,9 @@ def test_where_duels_are_coin_flips_most_questions_place_items_in_the_embedding(
     head's near items) and refits come sooner; elsewhere duels, with ``explore`` random triplets.
     The regime is decided when a refit starts, ends from COIN_LEAVE on and survives a state
     round trip."""
-    from engine.duels import COIN_EXPLORE, COIN_LEAVE, COIN_REFIT, TRUST_ACCURACY, TRUST_FROM
+    from engine.duels import COIN_EXPLORE, COIN_LEAVE, COIN_REFIT, TRUST_ACCURACY, TRUST_FROM, questions
+
+    EXPLORING = questions.exploring_question
 
     n = 60
     D = cdist(points(n, 4), points(n, 4))
@@ -414,8 +416,8 @@ def test_where_duels_are_coin_flips_most_questions_place_items_in_the_embedding(
         assert q.coin_ == p.coin_ and q.next_questions(n) == p.next_questions(n)
         p.fitted_on_ = p.n_answers_  # no refit in this call
         placing = []
-        monkeypatch.setattr(p, "_exploring_question", lambda h, taken, p=p, placing=placing: placing.append(h)
-                            or CandidateDuels._exploring_question(p, h, taken))
+        monkeypatch.setattr(questions, "exploring_question", lambda s, params, h, taken, placing=placing:
+                            placing.append(h) or EXPLORING(s, params, h, taken))
         qs = p.next_questions(2 * n)
         shares[acc] = len(placing) / len(qs)
         p.fitted_on_ = int(p.n_answers_ / (1.0 + COIN_REFIT)) - 1
@@ -435,18 +437,18 @@ def test_kept_rows_and_pending_index_ask_what_a_fresh_computation_asks(monkeypat
     saved) and the per-call index of pending pairs give the questions a planner that recomputes
     them every time gives (rows per question, pending duels looked up pair by pair): answers
     arriving late, questions forgotten, a state round trip midway."""
-    from engine.duels import questions
+    from engine.duels import questions, scores
     from engine.duels.scores import _log_kernel
 
     n = 30
     D = cdist(points(n, 6), points(n, 6))
-    ROWS, ADD_PENDING = questions.ROW_CACHE_ENTRIES, CandidateDuels._add_pending
+    ROWS, ADD_PENDING = questions.ROW_CACHE_ENTRIES, questions.add_pending
 
     def run(keep_rows):
         monkeypatch.setattr(questions, "ROW_CACHE_ENTRIES", ROWS if keep_rows else 0)
-        monkeypatch.setattr(CandidateDuels, "_add_pending", ADD_PENDING if keep_rows else (
-            lambda self, h, cands, N, pairs: self._matrices(h, cands, pending=True)[1]))
         p = CandidateDuels(n, random_state=2, explore=0.4, explore_pairs=8, warmup=1)
+        monkeypatch.setattr(questions, "add_pending", ADD_PENDING if keep_rows else (
+            lambda h, cands, N, pairs: scores.matrices(p._s, h, cands, pending=True)[1]))
         asked, late = [], []
         for step in range(30):
             if step == 17:
@@ -484,11 +486,12 @@ def test_heads_scored_together_ask_what_heads_scored_one_by_one_ask(monkeypatch)
 
     n = 40
     D = cdist(points(n, 7), points(n, 7))
+    score_heads = questions.score_heads
 
     def counted(p, chunks):
         """p, its chunks of heads scored together counted in ``chunks``."""
-        score_heads = p._score_heads
-        monkeypatch.setattr(p, "_score_heads", lambda heads, *a: (chunks.append(len(heads)), score_heads(heads, *a)))
+        monkeypatch.setattr(questions, "score_heads",
+                            lambda s, params, heads, *a: (chunks.append(len(heads)), score_heads(s, params, heads, *a)))
         p.pool = True
         return p
 
