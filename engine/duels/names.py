@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import dims, questions, refits, scores, shortlists
+from . import dims, questions, refits, results, scores, shortlists
 
 
 def read_through(part: str, name: str, settable: bool = True) -> property:
@@ -157,3 +157,6 @@ class PartNames:
     _pending_by_head = call_through("_duels", "pending_by_head")
     _add_pending = staticmethod(questions.add_pending)
     _pair_order = staticmethod(questions.pair_order)
+    # results (engine.duels.results)
+    _win_shares = on_parts(results.win_shares)
+    _n_certified = on_parts(results.n_certified)

@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Self
 
 import numpy as np
 
+from ..graph import NeighborGraph
 from ..utils import RandomState, check_n_items, check_random_state, check_triplets, store_params
-from . import questions, refits
+from . import questions, refits, results
 from .answers import Duels
 from .dims import dims_of
 from .embedding import Embedding
 from .names import PartNames
 from .parts import Params, Parts
 from .priors import FeaturePrior
-from .results import Results
 from .scores import KeptResults
 from .shortlists import Shortlist
 from .state import VERSION, planner_of_state, planner_state
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 
-class CandidateDuels(Results, PartNames):
+class CandidateDuels(PartNames):
     """Adaptive nearest-neighbour learner asking each head's shortlisted candidates in duels.
 
     Parameters
@@ -200,6 +200,37 @@ class CandidateDuels(Results, PartNames):
         """h's likeliest neighbours, best first, for a screen showing several at once, and whether h is
         certified (:func:`~.questions.screen_candidates`)."""
         return questions.screen_candidates(self._s, self._params_now(), h)
+
+    def candidates(self, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Item ``h``'s candidates for nearest neighbour, best first: (items, smoothed share of the duels
+        each won, duels that showed each) (:func:`~.results.candidates`)."""
+        return results.candidates(self._s, self._params_now(), h)
+
+    def neighbor_graph(self, k: int = 1) -> NeighborGraph:
+        """Top-k by the duel ranking inside the shortlist, then embedding order; ``estimates``
+        1 - smoothed win share, ``samples`` duels behind the edge, ``certified`` by elimination
+        (:func:`~.results.neighbor_graph`)."""
+        return results.neighbor_graph(self._s, self._params_now(), k)
+
+    def result(self) -> NeighborGraph:
+        """The learned 1-NN graph."""
+        return self.neighbor_graph(1)
+
+    def current_neighbors(self) -> np.ndarray:
+        return self.neighbor_graph(1).neighbors[:, 0]
+
+    def place_by_features(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """Items added to the study later, given in its features' space, placed by the map its fits learned
+        from the features (:func:`~.results.place_by_features`); None while it has no such map."""
+        return results.place_by_features(self._s, rows)
+
+    @property
+    def done(self) -> bool:
+        """True once every head's neighbour is certified inside its shortlist."""
+        return results.done(self._s, self._params_now())
+
+    def progress(self) -> dict:
+        return results.progress(self._s, self._params_now())
 
     def settle_fit(self) -> bool:
         """:func:`~.refits.settle_fit`: the refit under way taken as far as it goes without planning a
