@@ -236,6 +236,8 @@ class PilotFit:
     #: the fitted world's :func:`robust_range`), "calibrated" (cbcdfd1's calibration, :data:`NOISE_FROM_PRIOR`
     #: False) or "cross-fitted" (no calibration)
     noise: str = "calibrated"
+    #: the check of the pilot's raters one by one (:func:`check_raters`); None: no raters given, or too few
+    raters: RaterCheck | None = None
 
     @property
     def lapses(self) -> np.ndarray:
@@ -252,6 +254,11 @@ class PilotFit:
         return np.array([s.scale / robust_range(s.distances) for s in self.scenarios])
 
     def describe(self) -> str:
+        return self._describe_noise() + "; " + (self.raters.describe() + "; " if self.raters is not None else
+                                                "no raters checked one by one (the answers name none, or too few); ") \
+            + CARELESS_ASSUMED
+
+    def _describe_noise(self) -> str:
         lapse, rel = self.lapses, self.relative_scales
         head = (f"pilot of {self.n_answers} answers: {self.kernel.upper()} embedding in {self.dim} dimensions "
                 f"(held-out triplet accuracy {self.holdout_accuracy:.2f}); ")
@@ -409,6 +416,28 @@ def _calibrate(t: np.ndarray, scenario: Scenario, dim: int, kernel: str) -> floa
 
 #: Folds of the cross-validation choosing the pilot's embedding (:func:`fit_pilot`).
 SELECTION_FOLDS = 5
+#: Standard errors (binomial, of the best held-out accuracy) within which a smaller dimension is preferred to
+#: the best-scoring one for a pilot's world (:func:`_parsimonious`); the rule duels chooses its own dimension by
+#: (``engine.duels.dims.AUTO_MARGIN``). The uniform 3-D truth of ``benchmarks/pilot_plan.py`` at 1,000 items,
+#: pilot seed 5: t-STE 3-D held out .6159, 5-D .6180 (0.4 SE): the 5-D world was chosen, and in it duels' own
+#: 4-D and 8-D fits predict its fresh duels alike (.60-.61) while 1-NN in them hits a true 3 nearest .52 and
+#: .72 of the time, so which of the two won its dimension recheck near 200 answers per item decided the curve
+#: (a run falling from .72 to .48 hit@3 between 160 and 300, another rising to .85): the plan's curve fell.
+SELECTION_MARGIN = 1.0
+
+
+def _parsimonious(scores: dict, best: tuple[str, int], n_answers: int) -> tuple[str, int]:
+    """(kernel, dim) for a pilot's world: the smallest dimension whose held-out accuracy (``scores``:
+    (kernel, dim) -> accuracy, :func:`engine.embedding.select_embedding`) lies within :data:`SELECTION_MARGIN`
+    standard errors of the best's (``best``), its best kernel; the line (("human", 1)) only where it is the best."""
+    top = scores[best]
+    se = math.sqrt(max(top * (1.0 - top), 0.0) / max(n_answers, 1))
+    near = [(dim, -acc, kernel) for (kernel, dim), acc in scores.items()
+            if kernel != "human" and acc >= top - SELECTION_MARGIN * se]
+    if best[0] == "human" or not near:
+        return best
+    dim, _, kernel = min(near)
+    return kernel, dim
 
 #: The alien eggs' median triplet gap as a share of their largest distance (:func:`alien_egg_noise`'s
 #: ``median_gap``; a test refits it). The human model's scale is 0.36 of it, but not in a fitted world's median
@@ -447,6 +476,90 @@ NOISE_FROM_PRIOR = True
 EVIDENCE_Z = 6.0
 #: Multipliers of the human model's scale tried where a pilot shows noisier raters (ascending).
 WORSE_SCALES = (1.0, 1.4, 2.0, 2.8, 4.0, 5.6, 8.0)
+
+
+#: Folds of raters held out by :func:`check_raters` (every rater's answers predicted by a world fitted without them).
+RATER_FOLDS = 5
+#: Pilots drawn under the null (every rater alike) that :func:`check_raters` compares a pilot's raters with.
+RATER_NULL_DRAWS = 200
+#: The p-value under which :func:`check_raters` takes a pilot's raters not to be alike.
+CARELESS_P = 0.01
+#: What a pilot's plan assumes of careless raters, said under every pilot plan (:meth:`PilotFit.describe`).
+CARELESS_ASSUMED = ("no careless raters assumed: the simulated raters are all the human model's, so a study whose "
+                    "raters include some answering at random needs more answers than planned; a pilot of ~10 answers "
+                    "per item rarely shows them (benchmarks/pilot_lapse.py): screen raters with catch trials")
+
+
+@dataclass(frozen=True)
+class RaterCheck:
+    """What :func:`check_raters` found: ``p_value`` of the pilot's raters being alike (careless raters make it
+    small), ``z`` how far their agreement with the world spreads beyond it (standard errors), ``n_raters``."""
+
+    p_value: float
+    z: float
+    n_raters: int
+
+    @property
+    def caught(self) -> bool:
+        """Whether the raters differ beyond chance (p under :data:`CARELESS_P`): some answer carelessly."""
+        return self.p_value < CARELESS_P
+
+    def describe(self) -> str:
+        head = f"its {self.n_raters} raters checked one by one against a world fitted without each"
+        if self.caught:
+            return (head + f": they are not alike (p = {self.p_value:.3f}): some answer carelessly, and the plan, "
+                    "which assumes none, asks too few answers unless the study screens them out")
+        return head + f": alike (p = {self.p_value:.2f})"
+
+
+def _spread(agree: np.ndarray, q: np.ndarray, rater: np.ndarray, n_raters: int) -> float:
+    """How far the raters' counts of answers agreeing with the world spread beyond what answers agreeing with
+    chances ``q``, every rater alike, spread: sum_r (S_r² − V_r) / sqrt(2 sum_r V_r²), S_r = rater r's agreements
+    minus their chances, V_r their variance (a score test of a random rater effect)."""
+    resid = np.bincount(rater, agree - q, minlength=n_raters)
+    var = np.bincount(rater, q * (1 - q), minlength=n_raters)
+    return float(np.sum(resid**2 - var) / math.sqrt(2 * np.sum(var**2)))
+
+
+def check_raters(triplets: ArrayLike, raters: ArrayLike, n_items: int, dim: int, kernel: str,
+                 random_state: RandomState = 0) -> RaterCheck:
+    """Whether a pilot's raters are alike, from their answers alone: careless ones make them differ.
+
+    Every rater's answers are predicted by an embedding fitted without that rater (:data:`RATER_FOLDS` folds of
+    raters), each answer's chance of agreeing with it by the human model fitted to all the held-out gaps at once
+    (:func:`fit_gap_noise`: every rater alike). Raters answering at random agree less than the others, so the
+    raters' agreements spread more than :data:`RATER_NULL_DRAWS` pilots drawn with those chances (:func:`_spread`).
+    No simulated world is involved: the test of the pilot's predictability against pilots simulated in its fitted
+    world caught careless raters in 1 pilot of 9, as a pilot of careless raters fits a world as blurred as its
+    answers. This one is limited by how well a pilot's world predicts a careful rater: .53-.62 of held-out
+    answers against .50 for a careless one at 10 answers per item, so few raters stand out
+    (``benchmarks/pilot_lapse.py``)."""
+    from engine.embedding import fit_embedding
+
+    n = int(n_items)
+    t = check_pilot_triplets(triplets, n)
+    who = np.asarray(raters)
+    if who.shape != (len(t),):
+        raise ValueError(f"need one rater per pilot answer: {who.shape[0] if who.ndim else 0} for {len(t)}")
+    _, rater = np.unique(who, return_inverse=True)
+    n_raters = int(rater.max()) + 1
+    if n_raters < 2 * RATER_FOLDS:
+        raise ValueError(f"{n_raters} raters are too few to check one by one (need {2 * RATER_FOLDS})")
+    rng = np.random.default_rng(random_state)
+    fold = rng.permutation(n_raters)[rater] % RATER_FOLDS
+    gap = np.empty(len(t))
+    seed = int(rng.integers(2**31))
+    for f in range(RATER_FOLDS):
+        X = fit_embedding(t[fold != f], n, dim=dim, kernel=kernel, random_state=seed)
+        D = _distances(X)
+        gap[fold == f] = _gaps(D, t[fold == f]) / median_triplet_gap(D, 20_000)
+    scale, lapse, _ = fit_gap_noise(gap)
+    # each answer agrees with the world fitted without its rater (gap > 0) with chance q, every rater alike
+    q = lapse / 2 + (1 - lapse) / (1 + np.exp(-np.abs(gap) / scale))
+    z = _spread((gap > 0).astype(np.float64), q, rater, n_raters)
+    null = np.array([_spread((rng.random(len(t)) < q).astype(np.float64), q, rater, n_raters)
+                     for _ in range(RATER_NULL_DRAWS)])
+    return RaterCheck(float((1 + np.sum(null >= z)) / (1 + RATER_NULL_DRAWS)), z, n_raters)
 
 
 def _worse(observed: float, simulated: float, count: int) -> bool:
@@ -506,7 +619,7 @@ def _prior_noise(t: np.ndarray, world: Scenario, dim: int, kernel: str) -> tuple
 
 
 def fit_pilot(triplets: ArrayLike, n_items: int, replicates: int = 3, folds: int = 5, random_state: RandomState = 0,
-              calibrate: bool = True) -> PilotFit:
+              calibrate: bool = True, raters: ArrayLike | None = None) -> PilotFit:
     """Fit a truth and a human noise model to a pilot's triplet answers.
 
     The embedding's dimension and kernel are chosen on held-out answers
@@ -516,7 +629,10 @@ def fit_pilot(triplets: ArrayLike, n_items: int, replicates: int = 3, folds: int
     share of each replicate's world's :func:`robust_range`, unless the pilot shows raters noisier or lapsing
     more than the model (:func:`_prior_noise`; ``noise`` "prior"); without :data:`NOISE_FROM_PRIOR` the cross-fitted
     scale and lapse are calibrated on replicate 0 as in cbcdfd1 (``noise`` "calibrated"). Without
-    ``calibrate`` the cross-fitted noise is kept.
+    ``calibrate`` the cross-fitted noise is kept. ``raters``: who gave each answer (one per row of ``triplets``):
+    the raters are checked one by one (:func:`check_raters`, with :data:`RATER_FOLDS` x 2 raters or more) and
+    the plan's header says what was found; the noise does not change with it (a plan assumes no careless raters,
+    :data:`CARELESS_ASSUMED`).
     """
     from engine.embedding import select_embedding
 
@@ -528,21 +644,27 @@ def fit_pilot(triplets: ArrayLike, n_items: int, replicates: int = 3, folds: int
     # the world a plan simulates: chosen by K-fold cross-validation (a single held-out fifth of a pilot
     # picked a line for items in 3-D clusters, and the plan then asked 5x the answers a live study needed)
     choice = select_embedding(t, n, random_state=int(rng.integers(2**31)), folds=SELECTION_FOLDS)
+    # the smallest dimension that predicts held-out answers as well, within a standard error (_parsimonious)
+    kernel, dim = _parsimonious(choice.scores, (choice.kernel, choice.dim), len(t))
+    holdout = float(choice.scores[(kernel, dim)])
     scenarios = []
     for r in range(max(1, int(replicates))):
         sample = t if r == 0 else t[rng.integers(len(t), size=len(t))]
-        scenarios.append(_scenario(sample, n, choice.dim, choice.kernel, folds, rng))
+        scenarios.append(_scenario(sample, n, dim, kernel, folds, rng))
+    checked = None
+    if raters is not None and len(np.unique(np.asarray(raters))) >= 2 * RATER_FOLDS:
+        checked = check_raters(t, raters, n, dim, kernel)
     if calibrate and NOISE_FROM_PRIOR:
         # the human model's noise unless the pilot shows worse raters; every replicate the same noise in its
         # own robust range (a bootstrap resample's cross-fitted scale is biased low: its repeated answers fall
         # on both sides of a fold), so replicates differ in the world alone
         first = scenarios[0]
-        scale, lapse, model_scale, model_lapse = _prior_noise(t, first, choice.dim, choice.kernel)
+        scale, lapse, model_scale, model_lapse = _prior_noise(t, first, dim, kernel)
         relative = scale / robust_range(first.distances)
         scenarios = [Scenario(s.distances, relative * robust_range(s.distances), lapse)
                      for s in scenarios]
-        return PilotFit(tuple(scenarios), choice.dim, choice.kernel, float(choice.holdout_accuracy), len(t),
-                        scale / max(first.scale, 1e-12), model_scale, model_lapse, "prior")
+        return PilotFit(tuple(scenarios), dim, kernel, holdout, len(t),
+                        scale / max(first.scale, 1e-12), model_scale, model_lapse, "prior", checked)
     factor = 1.0
     if calibrate:
         # the scale (under the cross-fitted lapse), then the lapse under that scale, then the scale again
@@ -552,22 +674,21 @@ def fit_pilot(triplets: ArrayLike, n_items: int, replicates: int = 3, folds: int
         rough, lapse = 1.0, first.lapse if CALIBRATION_START_LAPSE is None else CALIBRATION_START_LAPSE
         prior = False
         for _ in range(CALIBRATION_ROUNDS):
-            rough = _calibrate(t, Scenario(first.distances, first.scale, lapse), choice.dim, choice.kernel)
+            rough = _calibrate(t, Scenario(first.distances, first.scale, lapse), dim, kernel)
             if SCALE_PRIOR and rough <= CALIBRATION_GRID[0]:
                 # a simulated pilot is no more predictable without noise than the real one: the pilot is too
                 # small to measure the scale (its embedding's own error swamps it), and the floor of the grid
                 # would claim raters who never err but lapse (a plan 1.5-2.5x too optimistic). Take the human
                 # model's scale, fitted to real crowds, and measure the lapse under it.
                 prior, rough = True, HUMAN_SCALE / max(first.scale, 1e-12)
-            lapse = _calibrate_lapse(t, Scenario(first.distances, first.scale * rough, lapse), choice.dim,
-                                     choice.kernel)
+            lapse = _calibrate_lapse(t, Scenario(first.distances, first.scale * rough, lapse), dim, kernel)
             if prior:
                 break
         shift = lapse - first.lapse
         scenarios = [Scenario(s.distances, s.scale, float(np.clip(s.lapse + shift, 0.0, 0.9))) for s in scenarios]
-        factor = rough if prior else _calibrate(t, scenarios[0], choice.dim, choice.kernel)
+        factor = rough if prior else _calibrate(t, scenarios[0], dim, kernel)
         if SCALE_PRIOR and not prior and factor <= CALIBRATION_GRID[0]:
             prior, factor = True, HUMAN_SCALE / max(first.scale, 1e-12)
     scenarios = [Scenario(s.distances, s.scale * factor, s.lapse) for s in scenarios]
-    return PilotFit(tuple(scenarios), choice.dim, choice.kernel, float(choice.holdout_accuracy), len(t), factor,
-                    calibrate and prior, noise="calibrated" if calibrate else "cross-fitted")
+    return PilotFit(tuple(scenarios), dim, kernel, holdout, len(t), factor,
+                    calibrate and prior, noise="calibrated" if calibrate else "cross-fitted", raters=checked)

@@ -21,14 +21,15 @@ if TYPE_CHECKING:
     from engine import planning
 
 
-def _pilot_from_study(conn: Redis, study_id: str) -> tuple[np.ndarray, int, dict[str, dict]]:
-    """(triplets, n_items, params) of a study's triplet answers so far (excluded raters left out) and
-    the parameters of its algorithms (by algorithm name), so its learners are simulated as they run."""
+def _pilot_from_study(conn: Redis, study_id: str) -> tuple[np.ndarray, int, dict[str, dict], np.ndarray | None]:
+    """(triplets, n_items, params, raters) of a study's triplet answers so far (excluded raters left out), the
+    parameters of its algorithms (by algorithm name), so its learners are simulated as they run, and the rater
+    of each triplet (None where they cannot be matched), so the pilot's raters are checked one by one."""
     import numpy as np
 
     from engine.triplet_csv import parse_triplets
     from workers.store import keys
-    from workers.store.answers import export_triplets, iter_answers
+    from workers.store.answers import CATCH_ALGORITHM, REPEAT_ALGORITHM, export_triplets, iter_answers
     from workers.store.studies import get_study
 
     try:
@@ -36,7 +37,12 @@ def _pilot_from_study(conn: Redis, study_id: str) -> tuple[np.ndarray, int, dict
     except StudyNotFound as exc:
         raise click.ClickException(str(exc)) from None
     excluded = {r.decode() for r in conn.smembers(keys.excluded_raters(study_id))}
-    text = "".join(export_triplets(iter_answers(conn, study_id), excluded))
+    answers = list(iter_answers(conn, study_id))
+    text = "".join(export_triplets(answers, excluded))
+    # the rater of every triplet the export wrote, in its order (the export's own filter)
+    raters = [ans.rater for ans in answers
+              if ans.rater not in excluded and ans.algorithm not in (CATCH_ALGORITHM, REPEAT_ALGORITHM)
+              for _ in ans.triplets()]
     try:
         params = {}
         for alg in study.config.algorithms:
@@ -44,9 +50,10 @@ def _pilot_from_study(conn: Redis, study_id: str) -> tuple[np.ndarray, int, dict
         triplets = parse_triplets(text, study.n_items, f"study {study_id}")
         if not triplets:
             raise ValueError(f"study {study_id}: no triplet answers")
-        return np.asarray(triplets, np.int64), study.n_items, params
     except ValueError:
         raise click.ClickException(f"study {study_id} has no triplet answers yet: run a pilot first") from None
+    return (np.asarray(triplets, np.int64), study.n_items, params,
+            np.asarray(raters) if len(raters) == len(triplets) else None)
 
 
 #: The random-question peer a comparison of kinds plans beside each kind's default learner.
@@ -315,7 +322,7 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
             raise click.UsageError("--noise and --lapse are for --truth; a pilot's noise is fitted to its answers")
         if study_id is not None:
             with redis_connection() as conn:
-                triplets, n, params = _pilot_from_study(conn, study_id)
+                triplets, n, params, raters = _pilot_from_study(conn, study_id)
                 item_ids = [item.id for item in get_items(conn, study_id)]
         else:
             try:
@@ -324,7 +331,7 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
                 raise click.ClickException(str(exc)) from None
             if not rows:
                 raise click.ClickException(f"{pilot_path}: no answers")
-            triplets = np.asarray(rows, np.int64)
+            triplets, raters = np.asarray(rows, np.int64), None  # a file's triplets name no raters
             n = n_items or int(triplets.max()) + 1
             item_ids = [str(i) for i in range(n)]
         from simulation.noise import fit_pilot
@@ -332,7 +339,7 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
         click.echo(f"Fitting an embedding to {len(triplets)} pilot answers ({len(triplets) / n:.1f} per item) and "
                    "checking the raters' noise against the human model ...", err=True)
         try:
-            fit = fit_pilot(triplets, n, replicates=runs)
+            fit = fit_pilot(triplets, n, replicates=runs, raters=raters)
         except ValueError as exc:
             raise click.ClickException(str(exc)) from None
         scenarios = list(fit.scenarios)
