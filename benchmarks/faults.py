@@ -53,6 +53,8 @@ class Serve:
     def __init__(self, instance: Path, port: int):
         self.instance, self.port, self.base = instance, port, f"http://127.0.0.1:{port}"
         self.log = instance.parent / "serve.log"
+        self.roles: dict[int, str] = {}  # the worker's spawned children: pid -> fit-process / check-process
+        self.roles_of: int | None = None  # the worker they belong to
         self.start()
 
     def start(self) -> None:
@@ -99,11 +101,22 @@ class Serve:
         if kind == "rq-worker":
             return worker.pid
         spawned = [p for p in worker.children() if "multiprocessing" in cmd(p) and "resource_tracker" not in cmd(p)]
-        # the fit process starts with the first refit, the check process with the first answer check
+        # the fit process starts with the first refit, the check process with the first answer check; a
+        # replacement takes the role of the one that died (the younger of the two is not always the check)
         if len(spawned) < 2:
             raise LookupError("the worker has not started both its fit and check processes yet")
         spawned.sort(key=lambda p: p.create_time())
-        return spawned[0 if kind == "fit-process" else 1].pid
+        alive = {p.pid for p in spawned}
+        self.roles = {pid: role for pid, role in self.roles.items() if pid in alive}
+        if worker.pid != self.roles_of:
+            self.roles, self.roles_of = {}, worker.pid  # a new worker: its children start in order again
+        for p in spawned:
+            if p.pid not in self.roles:
+                missing = [r for r in ("fit-process", "check-process") if r not in self.roles.values()]
+                if len(missing) != 1 and self.roles:
+                    raise LookupError("cannot tell the worker's fit process from its check process yet")
+                self.roles[p.pid] = missing[0]
+        return next(pid for pid, role in self.roles.items() if role == kind)
 
     def stop(self) -> None:
         family = [p.pid for p in psutil.Process(self.proc.pid).children(recursive=True)] if self.proc.poll() is None \

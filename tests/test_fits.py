@@ -73,6 +73,35 @@ def test_a_killed_fit_process_is_replaced_and_the_fit_done_again():
     np.testing.assert_array_equal(got[2], duels.run_fit(task)[2])
 
 
+def test_a_fit_whose_process_keeps_dying_is_retried_later_and_never_fails_the_passes(monkeypatch):
+    """Killed more than FIT_RETRIES times, the fit is not done (a pass plans from the learner's last fit) until
+    its next start after FIT_RETRY_DELAY_S; before, its broken future failed every pass of the study."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from workers.jobs import fits
+
+    monkeypatch.setattr(fits, "FIT_RETRY_DELAY_S", 1.0)
+    task = _task(n=400, seed=6)  # a fit of some seconds: killed while it runs
+    pool = FitPool(1)
+    try:
+        handle = pool.fitter("study", "duels").fit(task)
+        for _ in range(fits.FIT_RETRIES + 1):
+            wait_for(lambda: pool._executor is not None and pool._executor._processes, 60, interval=0.02,
+                     what="the fit process")
+            os.kill(next(iter(pool._executor._processes.values())).pid, signal.SIGKILL)
+            broken = pool._futures[handle.key]
+            wait_for(broken.done, 60, interval=0.02, what="the fit's future failing")
+            assert isinstance(broken.exception(), BrokenProcessPool)
+            handle.done()  # asked again: started again, or (the last time) waiting for its next start
+        assert not handle.done()  # not failed: the passes go on without it
+        started = time.monotonic()
+        got = _wait(handle)  # started again after the delay, in a new process
+        assert time.monotonic() - started >= 0.5
+    finally:
+        pool.shutdown()
+    np.testing.assert_array_equal(got[2], duels.run_fit(task)[2])
+
+
 def test_a_pool_driven_learner_takes_its_refits_from_the_fit_process():
     n = 40
     X = np.random.default_rng(0).random((n, 2))

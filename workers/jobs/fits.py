@@ -27,9 +27,14 @@ from workers.jobs import faults
 
 #: Fit results kept for planners reloaded from their state (after a failed pass, another job) to take.
 KEPT_FITS = 16
-#: Times one fit is started again after the process running it died (killed by hand or by the kernel's
-#: out-of-memory killer): a fit that kills its process every time then fails its study's passes, loudly.
+#: Times one fit is started again at once after the process running it died (killed by hand or by the kernel's
+#: out-of-memory killer). A fit whose process keeps dying is then started again only after FIT_RETRY_DELAY_S,
+#: doubling each time: meanwhile the learner keeps its last fit and the passes go on applying answers (each
+#: death is an incident on the Overview). Failing every pass instead stopped the study's learning until the
+#: worker gave up and was replaced (33-38 s in benchmarks/faults.py, which kills a fit process three times a
+#: minute).
 FIT_RETRIES = 2
+FIT_RETRY_DELAY_S = 30.0
 
 
 def _fit(task: Any) -> Any:
@@ -105,6 +110,7 @@ class FitPool:
         self._executor: ProcessPoolExecutor | None = None
         self._futures: OrderedDict[tuple, Future] = OrderedDict()
         self._restarts: dict[tuple, int] = {}
+        self._retry_at: dict[tuple, float] = {}
         self._jobs: dict[tuple, tuple[Future, float]] = {}
         self._side: ProcessPoolExecutor | None = None
         #: what :meth:`heal` found and replaced, oldest first, for the worker to report (see ``replaced``)
@@ -166,11 +172,15 @@ class FitPool:
         """The future of ``task`` (submitted now unless running or done; again if its process died)."""
         f = self._futures.get(key)
         if f is not None and f.done() and isinstance(f.exception(), BrokenProcessPool):
-            # its fit process was killed (out of memory, by hand): a new process fits again, up to
-            # FIT_RETRIES times (a fit that kills its process every time fails the pass with the pool's error)
-            if self._restarts.get(key, 0) >= FIT_RETRIES:
-                return f
-            self._restarts[key] = self._restarts.get(key, 0) + 1
+            # its fit process was killed (out of memory, by hand): a new process fits again, at once up to
+            # FIT_RETRIES times, then after a delay that doubles (until then the fit is not done: no pass waits)
+            tries = self._restarts.get(key, 0)
+            if tries >= FIT_RETRIES:
+                delay = FIT_RETRY_DELAY_S * 2 ** (tries - FIT_RETRIES)
+                if time.monotonic() < self._retry_at.setdefault(key, time.monotonic() + delay):
+                    return _NOT_YET
+                del self._retry_at[key]
+            self._restarts[key] = tries + 1
             self.heal()
             f = None
         if f is None:
@@ -217,6 +227,12 @@ class FitPool:
         self._futures.clear()
         while len(self._restarts) > KEPT_FITS:
             self._restarts.pop(next(iter(self._restarts)))
+        while len(self._retry_at) > KEPT_FITS:
+            self._retry_at.pop(next(iter(self._retry_at)))
+
+
+#: The future of a fit waiting for its next start (FIT_RETRY_DELAY_S): never done.
+_NOT_YET: Future = Future()
 
 
 class _Handle:
