@@ -32,9 +32,9 @@ rows), :mod:`.overlay` (the exact SETri fast path for long duels, in Python scal
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..utils import RandomState, check_int
+from . import questions
+from . import rounds as decisions
 from .estimates import FLOAT64_MAX_ITEMS
 from .planner import _NeighborGraphPlanner
 from .rounds import FULL_PASS_MAX_ITEMS, ROUND_CAPPED, ROUND_CERTIFIED, ROUND_OPEN, ROUND_WAITING
@@ -125,15 +125,8 @@ class RandomSampling(_WithoutTriangle, _NeighborGraphPlanner):
     def _settle(self):
         pass
 
-    def _check_certified(self):
-        # An O(n² log n) sweep, run after geometrically growing numbers of new samples
-        # (``refresh_mark_[0]`` remembers the last sweep; rows are never refreshed here).
-        mark = int(self.refresh_mark_[0])
-        if self.n_samples_ > 0 and self.n_samples_ - mark < max(self.n_items, mark // 10):
-            return
-        self.refresh_mark_[0] = self.n_samples_
-        for j in np.flatnonzero(self.status_ != ROUND_CERTIFIED):
-            self._decide_round(int(j))
+    def _check_certified(self) -> None:
+        decisions.sweep_uncertified(self._est, self._rounds, self._params_now())
 
     def next_questions(self, budget: int) -> list[tuple[int, int]]:
         self._ensure_state()
@@ -141,17 +134,7 @@ class RandomSampling(_WithoutTriangle, _NeighborGraphPlanner):
         self._check_certified()
         if self.done or budget == 0:
             return []
-        n = self.n_items
-        i = self.rng_.integers(n, size=budget)
-        j = self.rng_.integers(n - 1, size=budget)
-        j = j + (j >= i)
-        np.add.at(self.pending_, (i, j), 1)
-        self._est.touched.update(i.tolist())
-        if self.symmetric:
-            np.add.at(self.pending_, (j, i), 1)
-            self._est.touched.update(j.tolist())
-        self.n_issued_ += budget
-        return [(int(a), int(b)) for a, b in zip(i.tolist(), j.tolist(), strict=False)]
+        return questions.next_uniform(self._est, self._rounds, self._params_now(), budget, self.rng_)
 
 
 #: Parameters recommended for triplet-derived distance samples Q(i, j) ("is i more like j or a

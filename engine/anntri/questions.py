@@ -137,6 +137,24 @@ def next_spread(est: Estimates, rounds: Rounds, p: Params, budget: int,
     return out
 
 
+def next_uniform(est: Estimates, rounds: Rounds, p: Params, budget: int,
+                 rng: np.random.Generator) -> list[tuple[int, int]]:
+    """``budget`` uniformly random pairs i != j, drawn from ``rng`` (the paper's Random:
+    :class:`engine.anntri.RandomSampling`), counted pending (both ways where the samples are
+    symmetric) and issued; the rounds do not steer the choice."""
+    n = p.n_items
+    i = rng.integers(n, size=budget)
+    j = rng.integers(n - 1, size=budget)
+    j = j + (j >= i)
+    np.add.at(est.pending, (i, j), 1)
+    est.touched.update(i.tolist())
+    if p.symmetric:
+        np.add.at(est.pending, (j, i), 1)
+        est.touched.update(j.tolist())
+    rounds.n_issued += budget
+    return [(int(a), int(b)) for a, b in zip(i.tolist(), j.tolist(), strict=False)]
+
+
 def repeat_questions(est: Estimates, rounds: Rounds, p: Params, budget: int) -> list[tuple[int, int]]:
     """Up to ``budget`` repeats for when every useful question is already pending (see
     ``ANNTri.repeat_questions``): per open round in turn, the undecided arm with the fewest

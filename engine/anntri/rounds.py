@@ -207,6 +207,18 @@ def settle(est: Estimates, rounds: Rounds, p: Params) -> None:
         decide_round(est, rounds, p, j)
 
 
+def sweep_uncertified(est: Estimates, rounds: Rounds, p: Params) -> None:
+    """Decide every round not yet certified, after geometrically growing numbers of new answers
+    (``refresh_mark[0]`` remembers the answers at the last sweep; an O(n² log n) sweep, rows never
+    refreshed): how :class:`engine.anntri.RandomSampling` certifies, its questions steered by no round."""
+    mark = int(rounds.refresh_mark[0])
+    if rounds.n_samples > 0 and rounds.n_samples - mark < max(p.n_items, mark // 10):
+        return
+    rounds.refresh_mark[0] = rounds.n_samples
+    for j in np.flatnonzero(rounds.status != ROUND_CERTIFIED):
+        decide_round(est, rounds, p, int(j))
+
+
 def decide_round(est: Estimates, rounds: Rounds, p: Params, j: int) -> list | np.ndarray | None:
     """Close round j if its neighbours are decided (returns None); else its undecided
     arms, sorted (a list of ints, or an int array when there are many)."""
