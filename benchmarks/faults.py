@@ -8,7 +8,10 @@ Process kinds: ``web-worker`` (a gunicorn worker: its master starts another), ``
 ``rq-worker``, ``fit-process`` and ``check-process`` (the RQ worker's own children: it replaces them),
 ``redis`` (the embedded redis-server), ``serve`` (serve itself: its children die with it, and a new serve is
 started as a service manager would). Serve runs with ``--max-restarts 1000``: six kills of one kind within
-a minute are this benchmark's doing, not a crash loop. One serve and one study for the whole run (duels on
+a minute are this benchmark's doing, not a crash loop; and a child serve restarts (Redis, the gunicorn master, the
+RQ worker) is killed only once it has run ``STAYED_UP_S``: serve restarts one that ran that long after its
+first backoff (0.5 s), one killed sooner after a backoff doubling up to 8 s, as it would a crash at start.
+One serve and one study for the whole run (duels on
 40 colours, so a refit and an answer check run beside the passes). Raters are threads answering as fast as
 the server lets them, each answer sent again with its token until the server gives a definite reply (so an answer is
 acknowledged once). "caught up" is the time from the kill until the engine's cursor reached the last answer
@@ -38,9 +41,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from webapp.cli.embedded import free_port  # noqa: E402
+from webapp.cli.supervise import STAYED_UP_S  # noqa: E402
 from workers.store import health, keys  # noqa: E402
 
 STUDY = "faults"
+#: The process kinds serve restarts itself (after its backoff: webapp.cli.supervise).
+SUPERVISED = ("gunicorn-master", "rq-worker", "redis")
 KINDS = ("web-worker", "gunicorn-master", "rq-worker", "fit-process", "check-process", "redis", "serve")
 #: what an incident names for each kind (None: nothing records it; see the notes printed under the table)
 INCIDENT = {"gunicorn-master": "web server exited", "rq-worker": "RQ worker 1 exited", "redis": "embedded Redis exited",
@@ -215,6 +221,10 @@ def one_kill(serve: Serve, kind: str, busy: int) -> dict:
     if raters:
         wait(lambda: len(raters.acknowledged) >= 20, WAIT, "raters answering")
     wait(lambda: _has(serve, kind), WAIT, f"a {kind} to kill")
+    if kind in SUPERVISED:
+        # a child serve restarts: killed once it has run STAYED_UP_S, as a fault of a running process (one
+        # killed sooner is a crash at start to serve, restarted after a growing backoff)
+        wait(lambda: _running_for(serve, kind) > STAYED_UP_S + 0.5, WAIT, f"the {kind} running {STAYED_UP_S:.0f} s")
     pid = serve.victim(kind)
     since = time.time()
     os.kill(pid, signal.SIGKILL)
@@ -247,6 +257,13 @@ def one_kill(serve: Serve, kind: str, busy: int) -> dict:
     return {"kind": kind, "busy": busy, "caught_up_s": caught_up, "healthy_s": healthy_s, "probed_s": probed_s,
             "lost": len(set(acknowledged) - set(logged)), "doubled": len(logged) - len(set(logged)),
             "applied_once": applied_count == len(logged), "shown": shown}
+
+
+def _running_for(serve: Serve, kind: str) -> float:
+    try:
+        return time.time() - psutil.Process(serve.victim(kind)).create_time()
+    except (LookupError, StopIteration, IndexError, psutil.Error):
+        return 0.0
 
 
 def _has(serve: Serve, kind: str) -> bool:
