@@ -68,17 +68,28 @@ def schedule_stale_studies(conn: Redis) -> list[str]:
     crashed mid-job (and whose study then received no further answer), or one killed (or cut off from a
     Redis that restarted) between taking a job off the queue and starting it, which leaves the update flag
     set with no job behind it: the flag would keep every later answer from queueing one until it expires
-    (``UPDATE_FLAG_TTL``). So the flag is not consulted here (``queue_sweep_update``)."""
+    (``UPDATE_FLAG_TTL``). A study whose flag is set and whose update job waits in the queue is left to it."""
     from workers.store.studies import list_studies
 
-    stale = []
+    stale, waiting = [], None
     for study in list_studies(conn):
         last = conn.xrevrange(keys.answers(study.id), count=1)
         cursor = conn.get(keys.cursor(study.id)) or b"0-0"
         if (last and last[0][0] != cursor) or not conn.exists(keys.cursor(study.id)):
-            if queue_sweep_update(conn, study.id):
+            if schedule_update(conn, study.id):
                 stale.append(study.id)
+                continue
+            waiting = _queued_updates(conn) if waiting is None else waiting
+            if study.id not in waiting and queue_sweep_update(conn, study.id):
+                stale.append(study.id)  # the flag outlived its job
     return stale
+
+
+def _queued_updates(conn: Redis) -> set[str]:
+    """The studies with an update job waiting in the queue."""
+    ids = get_queue(conn).get_job_ids()
+    jobs = Job.fetch_many(ids, connection=conn) if ids else []
+    return {job.args[0] for job in jobs if job is not None and job.func_name == UPDATE_JOB and job.args}
 
 
 def sweep_job_id(study_id: str) -> str:
@@ -89,9 +100,10 @@ def sweep_job_id(study_id: str) -> str:
 
 def queue_sweep_update(conn: Redis, study_id: str) -> bool:
     """Queue an update of a study found behind whatever its update flag says (the job the flag stands for may
-    be lost), unless the study's sweep job is already waiting or running (a study behind a long job is queued
-    once, not once per look). Sets the flag too: web processes then know an update is on its way (the job
-    clears it when it starts). True if this call queued one."""
+    be lost: ``schedule_stale_studies``, the sweep of ``proxima serve``), unless the study's sweep job is
+    already waiting or running (a study behind a long job is queued once, not once per look). Sets the flag
+    too: web processes then know an update is on its way (the job clears it when it starts). True if this
+    call queued one."""
     try:
         status = Job.fetch(sweep_job_id(study_id), connection=conn).get_status()
     except NoSuchJobError:
