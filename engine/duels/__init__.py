@@ -9,12 +9,14 @@ the neighbour is read mostly from the fit. Numpy only; must never import Flask, 
 ``webapp`` or ``workers``.
 
 One module per concern, each with the tuned constants it reads: :mod:`.answers` (answers in, the
-duel counts), :mod:`.embedding` (the fits and what refits learned), :mod:`.names` (the old attribute
-names, read through to the parts), :mod:`.fits` (the refit scheduler, :class:`FitTask` and the fitter hand-over),
-:mod:`.dims` (automatic dimensions, their prequential scores, the line and the regime gates),
-:mod:`.shortlists`, :mod:`.scores` (the one scoring, certificates, results kept between looks),
-:mod:`.questions` (question choice, exploring questions, screens), :mod:`.results`, :mod:`.state`
-(``to_state``/``from_state``) and :mod:`.planner`, which composes them into :class:`CandidateDuels`.
+duel counts), :mod:`.embedding` (the fits and what refits learned), :mod:`.parts` (the parts one planner
+learned, and its parameters as the functions read them), :mod:`.refits` (the refit scheduler and the fitter
+hand-over), :mod:`.fits` (the pure stages, :class:`FitTask`), :mod:`.dims` (automatic dimensions, their
+prequential scores, the line and the regime gates), :mod:`.shortlists`, :mod:`.scores` (the one scoring,
+certificates, results kept between looks), :mod:`.questions` (question choice, exploring questions,
+screens), :mod:`.results`, :mod:`.state` (``to_state``/``from_state``), :mod:`.names` (the old attribute
+names, read through to the parts) and :mod:`.planner`, whose :class:`CandidateDuels` is a facade calling
+those modules' functions over its parts.
 A test that changes a constant patches the module that reads it.
 """
 from __future__ import annotations

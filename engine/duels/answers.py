@@ -2,7 +2,7 @@
 duel counts per (head, pair) in sorted arrays (rebuilt from the triplets on load, never saved);
 the questions issued and not yet answered, and forgotten ones released.
 
-:class:`Duels` owns these arrays and their part of the state; the planner holds one in ``_duels``.
+:class:`Duels` owns these arrays and their part of the state; the planner's parts hold one (``Parts.duels``).
 Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations

@@ -80,11 +80,17 @@ def _fit_start(dim: int, init: np.ndarray | None, maps: dict, n_items: int) -> n
     return init
 
 
-def dims_of(s: Parts, c: Params) -> tuple[int, ...]:
-    """The dimensions fitted: ``dim``, or ``AUTO_DIMS`` (and the features' map, with features)."""
-    if c.dim != "auto":
-        return (int(c.dim),)
-    return AUTO_DIMS + (FEATURE_MAP,) if s.prior is not None else AUTO_DIMS
+def dims_for(features: bool, dim: int | str) -> tuple[int, ...]:
+    """The dimensions a planner of parameter ``dim`` fits: ``dim``, or ``AUTO_DIMS`` (and the features' map,
+    with ``features``)."""
+    if dim != "auto":
+        return (int(dim),)
+    return AUTO_DIMS + (FEATURE_MAP,) if features else AUTO_DIMS
+
+
+def dims_of(s: Parts, params: Params) -> tuple[int, ...]:
+    """The dimensions fitted (:func:`dims_for`)."""
+    return dims_for(s.prior is not None, params.dim)
 
 
 def map_out(s: Parts) -> bool:
@@ -92,14 +98,14 @@ def map_out(s: Parts) -> bool:
     return s.prior is None or not s.prior.trusted
 
 
-def map_only(s: Parts, c: Params) -> bool:
+def map_only(s: Parts, params: Params) -> bool:
     """Whether the features' map is the one dimension chosen and refitted: trusted features in a large study,
     below ``MAP_UNTIL`` answers per item (``dim="auto"``)."""
-    return (FEATURE_MAP in dims_of(s, c) and not map_out(s) and s.prior.large
-            and s.duels.n_answers < MAP_UNTIL * c.n_items)
+    return (FEATURE_MAP in dims_of(s, params) and not map_out(s) and s.prior.large
+            and s.duels.n_answers < MAP_UNTIL * params.n_items)
 
 
-def score_dims(s: Parts, c: Params, emb: Any, trip: np.ndarray) -> None:
+def score_dims(s: Parts, params: Params, emb: Any, trip: np.ndarray) -> None:
     """Score the dimensions refitted last time on the answers that arrived since (no fit has
     seen them); older refits count ``AUTO_DECAY`` times less per refit.
 
@@ -111,7 +117,7 @@ def score_dims(s: Parts, c: Params, emb: Any, trip: np.ndarray) -> None:
     better for being scored later (1,000 clustered 4-D items, one seed in three: 8 dimensions
     to the end, hit@3 .70 against .94 at 60 answers per item)."""
     fit = s.fit
-    dims = dims_of(s, c)
+    dims = dims_of(s, params)
     fresh = trip[fit.fitted_triplets:]
     if len(dims) > 1 and len(fresh) and fit.fresh_dims.any():
         scored = fit.fresh_dims
@@ -124,15 +130,15 @@ def score_dims(s: Parts, c: Params, emb: Any, trip: np.ndarray) -> None:
             tally[1, scored] += len(fresh)
 
 
-def dims_to_refit(s: Parts, c: Params) -> list[int]:
+def dims_to_refit(s: Parts, params: Params) -> list[int]:
     """The dimensions (indices into :func:`dims_of`) a refit fits warm, in order: every dimension at
     first and every ``AUTO_RECHECK``-th refit, else only the leading one."""
-    dims = dims_of(s, c)
-    if map_only(s, c):
+    dims = dims_of(s, params)
+    if map_only(s, params):
         return [dims.index(FEATURE_MAP)]
     n_fits = s.fit.n_fits
     every = n_fits < AUTO_SETTLE or n_fits % AUTO_RECHECK == 0
-    best = best_dim_index(s, c)
+    best = best_dim_index(s, params)
     # the leading dimension first: its fit gives the shortlists as soon as it is done; then the
     # others from the cheapest up, the line right after the smallest map it starts from, so that
     # in a live pool, where a refit of the leading one that falls due cuts the others short, the
@@ -149,7 +155,7 @@ def dims_to_refit(s: Parts, c: Params) -> list[int]:
     return [best] + rest
 
 
-def best_dim_index(s: Parts, c: Params, line: bool = True) -> int:
+def best_dim_index(s: Parts, params: Params, line: bool = True) -> int:
     """The dimension whose fits best predicted fresh answers; the first of ``AUTO_DIMS`` within
     ``AUTO_MARGIN`` standard errors of the best (a larger one must earn its place: on the alien
     eggs 2, 4 and 8 dimensions score within a point of each other and the 2-D fit places the
@@ -160,13 +166,13 @@ def best_dim_index(s: Parts, c: Params, line: bool = True) -> int:
     fit = s.fit
     right, seen = fit.dim_compare if fit.dim_compare[1].any() else fit.dim_scores
     acc = np.where(seen > 0, right / np.maximum(seen, 1e-300), -np.inf)
-    dims = dims_of(s, c)
+    dims = dims_of(s, params)
     if not line and len(dims) > 1 and 1 in dims:
         acc[dims.index(1)] = -np.inf
     if FEATURE_MAP in dims and (not line or map_out(s)):
         acc[dims.index(FEATURE_MAP)] = -np.inf
     mapped = line and FEATURE_MAP in dims and not map_out(s)
-    if mapped and (map_only(s, c) or not (seen > 0).any()):
+    if mapped and (map_only(s, params) or not (seen > 0).any()):
         return dims.index(FEATURE_MAP)  # nothing scored yet: the features, as people weigh them
     best = int(np.argmax(acc))
     if AUTO_MARGIN <= 0 or seen[best] <= 0:
@@ -177,7 +183,7 @@ def best_dim_index(s: Parts, c: Params, line: bool = True) -> int:
         # a large study: the features' map up to MAP_UNTIL answers per item, then while no fit beats it by
         # MAP_MARGIN standard errors
         at = dims.index(FEATURE_MAP)
-        if map_only(s, c) or acc[at] >= acc[best] - MAP_MARGIN * se:
+        if map_only(s, params) or acc[at] >= acc[best] - MAP_MARGIN * se:
             return at
     elif mapped:
         if s.prior.map_earned_ and near[dims.index(FEATURE_MAP)]:
@@ -186,12 +192,12 @@ def best_dim_index(s: Parts, c: Params, line: bool = True) -> int:
     return int(np.flatnonzero(near)[0])
 
 
-def chosen_dim(s: Parts, c: Params) -> int:
+def chosen_dim(s: Parts, params: Params) -> int:
     """The dimension whose fit gives the shortlists (:func:`best_dim_index`)."""
-    return dims_of(s, c)[best_dim_index(s, c)]
+    return dims_of(s, params)[best_dim_index(s, params)]
 
 
-def duel_trust(s: Parts, c: Params) -> float:
+def duel_trust(s: Parts, params: Params) -> float:
     """How far to read single duels at face value, in [0, 1]: from the prequential accuracy of
     the chosen embedding dimension (answers no fit had seen), 0 at ``TRUST_ACCURACY[0]`` or
     below, 1 at ``TRUST_ACCURACY[1]`` or above; 0 before ``TRUST_FROM`` answers per item. On recorded
@@ -202,12 +208,12 @@ def duel_trust(s: Parts, c: Params) -> float:
     tallies and the answers' count passing ``TRUST_FROM``: kept (``Embedding.trust_kept``) until one
     of them changes."""
     fit = s.fit
-    key = (s.duels.n_answers >= TRUST_FROM * c.n_items, fit.dim_scores.tobytes(), fit.dim_compare.tobytes())
+    key = (s.duels.n_answers >= TRUST_FROM * params.n_items, fit.dim_scores.tobytes(), fit.dim_compare.tobytes())
     kept = fit.trust_kept
     if kept is not None and kept[0] == key:
         return kept[1]
-    right, seen = fit.dim_scores[:, best_dim_index(s, c, line=False)]
-    if seen < c.n_items or not key[0]:
+    right, seen = fit.dim_scores[:, best_dim_index(s, params, line=False)]
+    if seen < params.n_items or not key[0]:
         trust = 0.0
     else:
         lo, hi = TRUST_ACCURACY
@@ -223,17 +229,17 @@ def coin_flips(s: Parts) -> bool:
     return s.fit.coin
 
 
-def update_coin(s: Parts, c: Params) -> None:
+def update_coin(s: Parts, params: Params) -> None:
     """From ``TRUST_FROM`` answers per item on, enter the coin-flip regime when the chosen
     dimension predicted the fresh answers no better than ``TRUST_ACCURACY[0]`` (the alien eggs,
     ~.55-.62; recorded answers of 85 items ~.63-.78 from 15 answers per item on, ~.58-.66 with
     a lapse rate of 0.1), and leave it from ``COIN_LEAVE`` on. Decided when a refit starts (the
     scores change only then), so a replay in the same batches decides the same."""
     fit = s.fit
-    right, seen = fit.dim_scores[:, best_dim_index(s, c, line=False)]
-    if seen < c.n_items or s.duels.n_answers < TRUST_FROM * c.n_items:
+    right, seen = fit.dim_scores[:, best_dim_index(s, params, line=False)]
+    if seen < params.n_items or s.duels.n_answers < TRUST_FROM * params.n_items:
         return
     acc = right / seen
-    if fit.coin and chosen_dim(s, c) == 1 and len(dims_of(s, c)) > 1:
+    if fit.coin and chosen_dim(s, params) == 1 and len(dims_of(s, params)) > 1:
         return  # a line places the items best: the regime for items people can hardly tell apart up close
     fit.coin = bool(acc < (COIN_LEAVE if fit.coin else TRUST_ACCURACY[0]))

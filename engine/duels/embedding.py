@@ -2,8 +2,8 @@
 learned (the prequential scores of the dimensions, the regime, the prior's weight, the refit under
 way and its counters), with their part of the state.
 
-:class:`Embedding` owns these; the planner holds one in ``_fit`` (the refits that fill it are in
-:mod:`.fits`, the choice of dimension in :mod:`.dims`). Numpy only; must never import Flask, Redis,
+:class:`Embedding` owns these; the planner's parts hold one (``Parts.fit``; the refits that fill it are in
+:mod:`.refits`, the choice of dimension in :mod:`.dims`). Numpy only; must never import Flask, Redis,
 RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations

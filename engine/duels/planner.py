@@ -1,42 +1,37 @@
-"""Candidate duels' planner: the parameters of one learner and the parts that hold what it learned.
+"""Candidate duels' planner: the facade that implements ``engine.graph.Planner`` over the parts.
 
-The learned state is in four parts, each owning its arrays and its part of the state: the answers and
-duel counts (:class:`~.answers.Duels`, ``_duels``), the shortlists and eliminations
-(:class:`~.shortlists.Shortlist`, ``_short``), the fits (:class:`~.embedding.Embedding`, ``_fit``) and
-the results kept between looks (:class:`~.scores.KeptResults`, ``_kept``); their old attribute names
-read through to them (:mod:`.names`). Refits (:mod:`.fits`), dimensions and the regime gates
-(:mod:`.dims`), the shortlists' rebuilds (:mod:`.shortlists`), the one scoring (:mod:`.scores`),
-question choice (:mod:`.questions`) and results (:mod:`.results`) are still mixins of
-:class:`CandidateDuels` working on those parts; state I/O is functions (:mod:`.state`) the planner's
-``to_state``/``from_state`` call. Numpy only; must never import Flask, Redis, RQ, ``webapp`` or
-``workers``.
+What one planner learned is a :class:`~.parts.Parts`, built on first use (:func:`~.state.start`; ``__init__``
+stores the parameters only): the answers and duel counts (:class:`~.answers.Duels`), the shortlists and
+eliminations (:class:`~.parts.Shortlist`), the fits (:class:`~.embedding.Embedding`), the results kept
+between looks (:class:`~.parts.KeptResults`), the features' prior and the random generator. Refits
+(:mod:`.refits`, the pure stages in :mod:`.fits`), dimensions and the regime gates (:mod:`.dims`), the
+shortlists' rebuilds (:mod:`.shortlists`), the one scoring (:mod:`.scores`), question choice
+(:mod:`.questions`), results (:mod:`.results`) and state I/O (:mod:`.state`) are functions over the parts and
+the parameters (:class:`~.parts.Params`); :class:`CandidateDuels` calls them. The old attribute names
+(``cands_``, ``embedding_``, ...) read through to the parts (:mod:`.names`). Numpy only; must never import
+Flask, Redis, RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations
 
 import numbers
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
 from ..graph import NeighborGraph
-from ..utils import RandomState, check_n_items, check_random_state, check_triplets, store_params
+from ..utils import RandomState, check_n_items, check_triplets, store_params
 from . import questions, refits, results
-from .answers import Duels
-from .dims import dims_of
-from .embedding import Embedding
-from .names import PartNames
+from .names import with_old_names
 from .parts import Params, Parts
-from .priors import FeaturePrior
-from .scores import KeptResults
-from .shortlists import Shortlist
-from .state import VERSION, planner_of_state, planner_state
+from .state import VERSION, planner_of_state, planner_state, start
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 
-class CandidateDuels(PartNames):
+@with_old_names
+class CandidateDuels:
     """Adaptive nearest-neighbour learner asking each head's shortlisted candidates in duels.
 
     Parameters
@@ -54,7 +49,7 @@ class CandidateDuels(PartNames):
         3 up to 1,000 items, more in larger studies (see :func:`~engine.duels.fits.auto_warmup`).
     explore : float, default 0.1
         Share of later questions asked as random triplets (keeps the embedding global). Where
-        duels are coin flips (see ``_update_coin``) ``COIN_EXPLORE`` of the questions place items
+        duels are coin flips (see :func:`~.dims.update_coin`) ``COIN_EXPLORE`` of the questions place items
         in the embedding instead.
     refit_growth : float, default 0.25
         Refit the embedding when answers have grown by this share since the last fit (at most
@@ -107,14 +102,19 @@ class CandidateDuels(PartNames):
         fits a map from the features to the space people use together with each item's offset from it; a
         share of each rebuilt shortlist comes from the features. Features that fail the test are dropped
         within the warm-up (the study goes on as one without them, the tests its warm-up). The matrix
-        itself is not kept: its space (at most ``FEATURE_COMPONENTS`` principal components, float32)
-        is, in ``prior_`` and in the state.
+        itself is kept only until the planner's first use: its space (at most ``FEATURE_COMPONENTS``
+        principal components, float32) is, in ``prior_`` and in the state.
     """
 
     #: ``make_planner(..., features=X)`` passes the items' features (see ``features``)
     TAKES_FEATURES = True
     #: the one state version that loads (see :mod:`.state`)
     VERSION = VERSION
+    #: how the caller drives the learner (see ``pool`` and ``fitter`` above): not parameters, not saved
+    pool = False
+    fitter: Any = None
+    #: what the planner learned (:attr:`_s`), None until its first use
+    _parts: Parts | None = None
 
     def __init__(self, n_items: int, random_state: RandomState = None, shortlist: int = 12, min_shortlist: int = 6,
                  shrink_at: float = 100.0, warmup: float | str = "auto", explore: float = 0.1,
@@ -123,23 +123,15 @@ class CandidateDuels(PartNames):
         store_params(self, locals())
         self.n_items = check_n_items(n_items)
         self._check_params()
-        # the matrix is read once into the prior's space and not kept (it may be large)
-        prior = None if features is None else FeaturePrior.from_features(features, self.n_items)
-        self.features = None
-        self.pool = False
-        self.fitter = None
-        n = self.n_items
-        dims = len(dims_of(Parts(None, None, None, None, prior, None), self._params_now()))
-        # the answers, the duels they make and the questions pending (triplets_, pending_, asked_,
-        # answered_ and n_answers_ read through to it); the shortlists and the eliminations (cands_,
-        # eliminated_, eliminated_log_, _filled); the fits and what the refits learned, the refit handed
-        # to ``fitter`` (embedding_ ... n_fits_, _fit_running and the kernel rows kept); results per head
-        # kept between looks (_certified_rows, _ranked_rows_kept): see PartNames
-        self._s = Parts(Duels(n), Shortlist(n, self.shortlist), Embedding(dims), KeptResults(), prior,
-                        check_random_state(random_state))
-        if self.prior_ is not None and n > 1:
-            # the first shortlists (the picks before any fit): each item's nearest in the features
-            self.cands_ = self.prior_.first_shortlists(self._target_size(), self.shortlist)
+
+    @property
+    def _s(self) -> Parts:
+        """What the planner learned, started on first use (:func:`~.state.start`: the features matrix is read
+        into the prior's space then, and not kept)."""
+        if self._parts is None:
+            self._parts = start(self._params_now(), self.random_state, self.features)
+            self.features = None
+        return self._parts
 
     def _check_params(self) -> None:
         def integer(name, lo):
@@ -175,22 +167,31 @@ class CandidateDuels(PartNames):
         return Params(self.n_items, self.shortlist, self.min_shortlist, self.shrink_at, self.warmup, self.explore,
                       self.refit_growth, self.dim, self.delta, self.explore_pairs, self.pool, self.fitter)
 
+    def get_params(self) -> dict:
+        return {"shortlist": self.shortlist, "min_shortlist": self.min_shortlist,
+                "shrink_at": self.shrink_at, "warmup": self.warmup, "explore": self.explore,
+                "refit_growth": self.refit_growth, "dim": self.dim, "delta": self.delta,
+                "fit_work": self.fit_work, "explore_pairs": self.explore_pairs}
+
+    # ------------------------------------------------------------------ state (engine.duels.state)
     def to_state(self) -> dict:
-        return planner_state(self)
+        return planner_state(self._s, self)
 
     @classmethod
     def from_state(cls, state: dict) -> Self:
         return planner_of_state(cls, state)
 
+    # ------------------------------------------------------------------ answers (engine.duels.answers)
     def observe(self, answers: Iterable[Sequence[int]] | np.ndarray) -> None:
         """Apply ``(head, a, b, winner)`` rows; any triplet is accepted (issued or not): it feeds
         the embedding, and counts as a duel of a and b for that head."""
-        self._duels.observe(check_triplets(answers, self.n_items, "triplet answer", width=4))
+        self._s.duels.observe(check_triplets(answers, self.n_items, "triplet answer", width=4))
 
     def forget(self, questions: Iterable[Sequence[int]]) -> int:
         """Release issued questions that will never be answered; returns how many were pending."""
-        return self._duels.forget(questions)
+        return self._s.duels.forget(questions)
 
+    # ------------------------------------------------------------------ questions (engine.duels.questions)
     def next_questions(self, budget: int) -> list[tuple[int, int, int]]:
         """Up to ``budget`` distinct questions, least-asked heads first (outside a pool at most one per
         head, see ``pool``); counted as pending (:func:`~.questions.next_questions`)."""
@@ -201,6 +202,28 @@ class CandidateDuels(PartNames):
         certified (:func:`~.questions.screen_candidates`)."""
         return questions.screen_candidates(self._s, self._params_now(), h)
 
+    # ------------------------------------------------------------------ refits (engine.duels.refits)
+    def settle_fit(self) -> bool:
+        """:func:`~.refits.settle_fit`: the refit under way taken as far as it goes without planning a
+        question. True when a fit (or a stage of one) was put in place."""
+        return refits.settle_fit(self._s, self._params_now())
+
+    def fit_ready(self) -> bool | None:
+        """None: no refit handed to a fitter; False: one runs beside the calls; True: its result waits
+        for the next call (or :meth:`settle_fit`)."""
+        return refits.fit_ready(self._s, self._params_now())
+
+    def refresh_if_due(self) -> None:
+        """Refit and rebuild the shortlists if the answers call for it (what :meth:`next_questions`
+        does first); screen planners (``engine.screens``) that choose their own questions call it."""
+        refits.refresh_if_due(self._s, self._params_now())
+
+    @property
+    def warmup_(self) -> float:
+        """Random-triplet answers per head before its duels start (:func:`~.refits.warmup_of`)."""
+        return refits.warmup_of(self._s, self._params_now())
+
+    # ------------------------------------------------------------------ results (engine.duels.results)
     def candidates(self, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Item ``h``'s candidates for nearest neighbour, best first: (items, smoothed share of the duels
         each won, duels that showed each) (:func:`~.results.candidates`)."""
@@ -231,24 +254,3 @@ class CandidateDuels(PartNames):
 
     def progress(self) -> dict:
         return results.progress(self._s, self._params_now())
-
-    def settle_fit(self) -> bool:
-        """:func:`~.refits.settle_fit`: the refit under way taken as far as it goes without planning a
-        question. True when a fit (or a stage of one) was put in place."""
-        return refits.settle_fit(self._s, self._params_now())
-
-    def fit_ready(self) -> bool | None:
-        """None: no refit handed to a fitter; False: one runs beside the calls; True: its result waits
-        for the next call (or :meth:`settle_fit`)."""
-        return refits.fit_ready(self._s, self._params_now())
-
-    def refresh_if_due(self) -> None:
-        """Refit and rebuild the shortlists if the answers call for it (what :meth:`next_questions`
-        does first); screen planners (``engine.screens``) that choose their own questions call it."""
-        refits.refresh_if_due(self._s, self._params_now())
-
-    def get_params(self) -> dict:
-        return {"shortlist": self.shortlist, "min_shortlist": self.min_shortlist,
-                "shrink_at": self.shrink_at, "warmup": self.warmup, "explore": self.explore,
-                "refit_growth": self.refit_growth, "dim": self.dim, "delta": self.delta,
-                "fit_work": self.fit_work, "explore_pairs": self.explore_pairs}

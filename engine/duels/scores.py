@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -17,6 +16,8 @@ import numpy as np
 from ..graph import NO_NEIGHBOR
 from .dims import duel_trust
 from .fits import _embedding_module
+from .parts import KeptResults as KeptResults  # (its import path before it moved)
+from .parts import _HeadRows
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -114,27 +115,6 @@ def _early_scores(W: np.ndarray, N: np.ndarray, valid: np.ndarray, trust: float 
     lam = trust * np.clip(1.0 - covered, 0.0, 1.0)[..., None]
     share = _share_scores(W, N, valid)
     return np.where(valid & (m > 1), lam * share + (1.0 - lam) * borda, np.where(valid, 1.0, 0.0))
-
-
-@dataclass(frozen=True)
-class _HeadRows:
-    """Results per head kept between looks (:func:`refreshed`): what all rows depend
-    on (``key``), the shortlists and duel counts they were read from, and the rows themselves."""
-
-    key: tuple
-    cands: np.ndarray
-    duels: np.ndarray
-    rows: tuple
-
-
-class KeptResults:
-    """Per head, results read from its shortlist and duels alone, kept between looks and redone only
-    for the heads whose shortlist or duels changed (never saved): ``certified`` (certificates) and
-    ``ranked`` (rankings), each a :class:`_HeadRows` or None."""
-
-    def __init__(self) -> None:
-        self.certified: _HeadRows | None = None
-        self.ranked: _HeadRows | None = None
 
 
 def matrices(s: Parts, h: int, cands: np.ndarray, pending: bool = False) -> tuple[np.ndarray, np.ndarray]:

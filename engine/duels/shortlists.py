@@ -13,87 +13,14 @@ import numpy as np
 from ..graph import NO_NEIGHBOR
 from . import scores
 from .dims import map_only
+from .parts import Shortlist as Shortlist  # (its import path before it moved)
 
 if TYPE_CHECKING:
     from .parts import Params, Parts
 
+
 #: share of a refreshed shortlist kept for the dueled leaders of the previous one
 KEEP_SHARE = 0.5
-
-
-class Shortlist:
-    """Each head's candidates and the ones beaten for good, for a study of ``n`` items and shortlists
-    of at most ``width``: ``cands`` (n, width), each head's candidates in shortlist order,
-    ``NO_NEIGHBOR`` padding at the end of each row; ``eliminated`` {head: candidates out for good},
-    the same as ``log`` rows (h, c) in the order they happened (new ones buffered until read through
-    :meth:`elimination_log`); ``filled`` (m, eliminations logged) at the last rebuild of the
-    shortlists from the features' nearest (never saved: see :meth:`heads_to_refill`)."""
-
-    def __init__(self, n: int, width: int) -> None:
-        self.n = int(n)
-        self.cands = np.full((self.n, int(width)), NO_NEIGHBOR, np.int64)
-        self.eliminated: dict[int, set[int]] = {}
-        self.log = np.empty((0, 2), np.int64)
-        self.buffer: list[tuple[int, int]] = []
-        self.filled: tuple[int, int] | None = None
-
-    def eliminate(self, h: int, gone: np.ndarray) -> None:
-        """Candidates ``gone`` of head h are beaten with confidence: out of its shortlist for good."""
-        known = self.eliminated.setdefault(h, set())
-        for c in gone.tolist():
-            if c not in known:
-                known.add(c)
-                self.buffer.append((h, c))
-
-    def elimination_log(self) -> np.ndarray:
-        """Every elimination as (h, c) rows, in the order they happened (a log that only grows: a
-        pass's journal entry carries only its new rows)."""
-        if self.buffer:
-            self.log = np.concatenate([self.log, np.asarray(self.buffer, np.int64)])
-            self.buffer = []
-        return self.log
-
-    def eliminated_codes(self) -> np.ndarray:
-        """Sorted codes h * n + c of every candidate c eliminated for a head h."""
-        log = self.elimination_log()
-        return np.unique(log[:, 0] * self.n + log[:, 1])
-
-    def fill(self, h: int, keep: list[int], order: np.ndarray, m: int) -> list[int]:
-        """h's dueled leaders ``keep``, then items of ``order`` (nearest first) up to m: neither h, nor
-        one eliminated for h, nor one already chosen (nor past the last item: a k-d tree's padding)."""
-        gone = self.eliminated.get(h, ())
-        chosen = list(keep)
-        for c in order:
-            if len(chosen) >= m:
-                break
-            c = int(c)
-            if c != h and c not in gone and c not in chosen and c < self.n:
-                chosen.append(c)
-        return chosen
-
-    def heads_to_refill(self, m: int, logged: int) -> np.ndarray:
-        """The heads whose shortlists a rebuild from the features' nearest can change: all of them, unless
-        the last rebuild was one too, for the same m (``filled``: m and the eliminations logged then); then
-        those that lost candidates since. (Every other head's shortlist is already its kept leaders and its
-        nearest in the features after them: a rebuild gives it back unchanged, and at 50,000 items scoring
-        every head's leaders again took 0.4 s of the pass that put a refit in place.)"""
-        filled = self.filled
-        if filled is None or filled[0] != m or filled[1] > logged:
-            return np.arange(self.n)
-        return np.unique(self.log[filled[1]:logged, 0])
-
-    def to_state(self) -> dict:
-        """Their part of the planner's state: ``eliminated`` (the log) and ``cands``."""
-        return {"eliminated": self.elimination_log().copy(), "cands": self.cands.copy()}
-
-    @classmethod
-    def from_state(cls, n: int, width: int, state: dict) -> Shortlist:
-        s = cls(n, width)
-        s.log = np.array(state["eliminated"], np.int64).reshape(-1, 2)
-        for h, c in s.log.tolist():
-            s.eliminated.setdefault(h, set()).add(c)
-        s.cands = np.array(state["cands"], np.int64)
-        return s
 
 
 def target_size(s: Parts, params: Params) -> int:

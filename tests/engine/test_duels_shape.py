@@ -1,0 +1,54 @@
+"""The shape of ``engine.duels`` (issue 44): the planner is a facade over parts and module functions, with
+no behaviour mixins; its constructor stores the parameters only; no class is over ~400 lines."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+
+import engine.duels as duels
+from engine.duels import CandidateDuels
+
+PACKAGE = Path(duels.__file__).parent
+MAX_CLASS_LINES = 400
+PARAMS = {"n_items", "random_state", "shortlist", "min_shortlist", "shrink_at", "warmup", "explore", "refit_growth",
+          "dim", "delta", "fit_work", "explore_pairs", "features"}
+
+
+def class_lines(path: Path) -> dict[str, int]:
+    """Lines of each class defined in ``path`` (decorators and docstring included)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {node.name: node.end_lineno - node.lineno + 1 for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+
+
+def test_no_class_of_the_package_is_over_400_lines():
+    sizes = {f"{path.name}:{name}": lines for path in sorted(PACKAGE.glob("*.py"))
+             for name, lines in class_lines(path).items()}
+    assert sizes["planner.py:CandidateDuels"] > 0
+    assert max(sizes.values()) <= MAX_CLASS_LINES, {k: v for k, v in sizes.items() if v > MAX_CLASS_LINES}
+
+
+def test_the_check_counts_a_class_lines(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("class A:\n    x = 1\n\n    def f(self):\n        return 2\n")
+    assert class_lines(sample) == {"A": 5}
+
+
+def test_the_planner_is_a_facade_without_mixins():
+    assert CandidateDuels.__bases__ == (object,)
+
+
+def test_the_constructor_stores_parameters_only_and_the_first_use_starts_the_parts():
+    X = np.random.default_rng(0).random((20, 3))
+    p = CandidateDuels(20, random_state=1, features=X)
+    assert set(vars(p)) == PARAMS and p._parts is None
+    assert p.features is X
+    # the first use builds the parts (the features read into the prior's space, not kept) ...
+    assert len(p.next_questions(5)) == 5
+    assert p._parts is not None and p.features is None and p.prior_ is not None
+    assert set(vars(p)) == PARAMS | {"_parts"}
+    # ... as a planner built and used at once would have them
+    q = CandidateDuels(20, random_state=1, features=X)
+    assert q.next_questions(5) == CandidateDuels(20, random_state=1, features=X).next_questions(5)
+    np.testing.assert_array_equal(p.cands_, q.cands_)
