@@ -13,8 +13,11 @@ gives the same figures on a busy machine and on a quiet one (with measured CPU t
 runs gave 4 and 13 refits). ``--unit measured`` charges measured CPU time instead.
 ``--unit 0``: refits without lag (ready at the call that starts them), so only the question schedule
 differs from offline. ``--features A``: the learner is given features of the items of triplet agreement ``A``
-with the truth (``simulation.features``, as ``features_prior.py``), live and offline alike; ``--local K``:
-the agreement measured on local triplets (j and k among i's K truly nearest) instead of random ones. ``--trace``
+with the truth (``simulation.features``, as ``features_prior.py``), live and offline alike, or ``--features noise``:
+16 columns of pure noise (agreement .5, ``simulation.features.noise_features``, ``features_prior.py``'s "noise");
+``--local K``: the agreement measured on local triplets (j and k among i's K truly nearest) instead of random ones.
+``--map-until 25,50,inf``: one row per value of ``engine.duels.dims.MAP_UNTIL`` (answers per item up to which a
+large study with trusted features fits the features' map alone), assigned at run time. ``--trace``
 prints, per fit, how the questions asked from it spread over the heads. ``--cost`` adds, per mode, the process's
 peak memory (RSS, the simulated crowd included) and the time of the calls (plan + observe, the refits handed to
 the fitter not counted: a worker runs them in its fit process): median, p99 and most.
@@ -29,6 +32,8 @@ clusters' unit spread, lapse 0.1). hit@3 by answers per item, mean over seeds::
     python benchmarks/live_vs_offline.py --features .7 --batches offline,200 --budgets 5,10,25 --seeds 1
     python benchmarks/live_vs_offline.py --items 50000 --features .7 --local 50 --batches 500 --budgets 5,10 \
         --seeds 1 --cost
+    python benchmarks/live_vs_offline.py --items 10000 --features .7 --local 50 --batches offline \
+        --map-until 25,50,100 --budgets 10,25,50,100
 """
 from __future__ import annotations
 
@@ -56,11 +61,12 @@ from harness import (  # noqa: E402, F401
 )
 
 from engine import embedding  # noqa: E402
+from engine.duels import dims as duels_dims  # noqa: E402
 from engine.planners import make_planner  # noqa: E402
 from engine.registry import drive_as_pool  # noqa: E402
 from engine.truth import neighbor_wrong, point_distances, true_kth_distances  # noqa: E402
 from simulation import oracles  # noqa: E402
-from simulation.features import features_of_agreement  # noqa: E402
+from simulation.features import features_of_agreement, noise_features  # noqa: E402
 
 NOISE, LAPSE = 0.1, 0.1
 
@@ -166,17 +172,36 @@ class CallCost:
 
 
 def run(algorithm: str, n: int, batch: int | None, budgets: list[int], seed: int, rate: float,
-        unit: float | None = UNIT_SECONDS, trace: bool = False, agreement: float | None = None,
-        local: int = 0, costs: list | None = None) -> list[float]:
+        unit: float | None = UNIT_SECONDS, trace: bool = False, agreement: float | str | None = None,
+        local: int = 0, costs: list | None = None, map_until: float | None = None) -> list[float]:
     """hit@3 at each budget; ``batch`` None: offline; ``agreement``: the learner gets features of that
-    triplet agreement with the truth (on local triplets of ``local`` neighbours if > 0); ``costs``: each
-    call's time (ms, :class:`CallCost`) is appended to it."""
+    triplet agreement with the truth (on local triplets of ``local`` neighbours if > 0), ``"noise"``: 16
+    columns of pure noise; ``costs``: each call's time (ms, :class:`CallCost`) is appended to it;
+    ``map_until``: ``engine.duels.dims.MAP_UNTIL`` for this run (None: as it is)."""
+    if map_until is None:
+        return _run(algorithm, n, batch, budgets, seed, rate, unit, trace, agreement, local, costs)
+    kept = duels_dims.MAP_UNTIL
+    duels_dims.MAP_UNTIL = float(map_until)
+    try:
+        return _run(algorithm, n, batch, budgets, seed, rate, unit, trace, agreement, local, costs)
+    finally:
+        duels_dims.MAP_UNTIL = kept
+
+
+def _run(algorithm: str, n: int, batch: int | None, budgets: list[int], seed: int, rate: float,
+         unit: float | None, trace: bool, agreement: float | str | None, local: int,
+         costs: list | None) -> list[float]:
+    t0 = time.perf_counter()
     X = clustered_points(n, seed)
     D = point_distances(X)  # (dense up to engine.truth.DENSE_ITEMS items, else read from the points)
     kth = true_kth_distances(points=X, rank=3)
     oracle = oracles.TripletOracle(D, noise=NOISE, model="human", lapse=LAPSE, random_state=seed + 7)
-    extra = {} if agreement is None else {"features": features_of_agreement(X, agreement, random_state=seed,
-                                                                            local=local)}
+    if agreement is None:
+        extra = {}
+    elif agreement == "noise":
+        extra = {"features": noise_features(n, 16, random_state=seed)}
+    else:
+        extra = {"features": features_of_agreement(X, float(agreement), random_state=seed, local=local)}
     planner = make_planner(algorithm, n, question_kind="triplet", random_state=seed, **extra)
     clock = CrowdClock(rate)
     fitter = None
@@ -203,6 +228,10 @@ def run(algorithm: str, n: int, batch: int | None, budgets: list[int], seed: int
         out.append(float(1.0 - neighbor_wrong(picks, points=X, rank=3, kth=kth).mean()))
     if costs is not None:
         costs.extend(cost.ms)
+    prior = getattr(planner, "prior_", None)
+    print(f"    seed {seed}: hit@3 {' / '.join(f'{v:.3f}' for v in out)}, "
+          f"features {'-' if prior is None else 'trusted' if prior.trusted else 'dropped'}, chosen dim "
+          f"{getattr(planner, 'chosen_dim_', '-')}, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     return out
 
 
@@ -214,16 +243,20 @@ def main(argv=None) -> None:
                     help="modes, comma-separated: 'offline' and/or live batch sizes (e.g. --batches 200 runs one)")
     ap.add_argument("--budgets", default="20,60,100", help="answers per item")
     ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds run: first-seed, ..., first-seed + seeds - 1")
     ap.add_argument("--rate", type=float, default=500.0, help="the crowd's answers per second")
     ap.add_argument("--unit", default=str(UNIT_SECONDS),
                     help="seconds per unit of fit work, or 'measured' (the fits' CPU time: not reproducible)")
     ap.add_argument("--trace", action="store_true", help="print what the questions between refits were (stderr)")
     ap.add_argument("--calibrate", action="store_true", help="print CPU seconds per unit of fit work and stop")
-    ap.add_argument("--features", type=float, default=None,
-                    help="give the learner features of this triplet agreement with the truth (e.g. .7)")
+    ap.add_argument("--features", default=None,
+                    help="give the learner features of this triplet agreement with the truth (e.g. .7), "
+                         "or 'noise' (16 columns of pure noise)")
     ap.add_argument("--local", type=int, default=0,
                     help="with --features: their agreement on triplets among each item's K truly nearest")
     ap.add_argument("--cost", action="store_true", help="add peak memory and call times per mode")
+    ap.add_argument("--map-until", default=None,
+                    help="rows per value of engine.duels.dims.MAP_UNTIL, answers per item, e.g. 25,50,100,inf")
     args = ap.parse_args(argv)
     if args.calibrate:
         calibrate()
@@ -233,12 +266,16 @@ def main(argv=None) -> None:
     for algorithm in args.algorithms.split(","):
         for n in (int(x) for x in args.items.split(",")):
             rows = []
-            for batch in (None if x == "offline" else int(x) for x in args.batches.split(",")):
+            untils = args.map_until.split(",") if args.map_until else [None]
+            modes = [(None if x == "offline" else int(x), None if m is None else float(m))
+                     for x in args.batches.split(",") for m in untils]
+            for batch, map_until in modes:
                 ms: list[float] = []
                 hits = [run(algorithm, n, batch, budgets, s, args.rate, unit, args.trace, args.features, args.local,
-                            ms) for s in range(args.seeds)]
+                            ms, map_until) for s in range(args.first_seed, args.first_seed + args.seeds)]
                 mean = np.mean(hits, axis=0)
-                rows.append(["offline (n per call)" if batch is None else f"live, batches of {batch}",
+                rows.append([("offline (n per call)" if batch is None else f"live, batches of {batch}")
+                             + ("" if map_until is None else f", MAP_UNTIL {map_until:g}"),
                              *[f"{v:.2f}" for v in mean]])
                 if args.cost:
                     # (the peak of the process so far: run the mode of interest alone to read its own)
@@ -247,10 +284,12 @@ def main(argv=None) -> None:
                                                  f"{max(ms):.0f}"]
                 print(f"  {algorithm} n={n} {rows[-1][0]}: hit@3 {' / '.join(rows[-1][1:])}", file=sys.stderr,
                       flush=True)
-            given = "" if args.features is None else f" with features of agreement {args.features:g}"
+            given = ("" if args.features is None else " with features of pure noise" if args.features == "noise"
+                     else f" with features of agreement {float(args.features):g}")
             given += f" on triplets among {args.local} nearest" if args.features is not None and args.local else ""
             print_table(f"{algorithm}{given}, {n} clustered items, human noise (lapse {LAPSE}), crowd {args.rate:.0f} "
-                        f"answers/s — hit@3 by answers per item (mean of {args.seeds} seeds)",
+                        f"answers/s — hit@3 by answers per item (mean of seeds {args.first_seed}-"
+                        f"{args.first_seed + args.seeds - 1})",
                         ["mode", *[f"{b}/item" for b in budgets],
                          *(["peak RSS MB", "call ms median / p99 / max"] if args.cost else [])], rows)
 
