@@ -269,6 +269,8 @@ class PilotFit:
                            + ("the human model's" if self.scale_from_prior else
                                                "measured: the pilot is less predictable than under the model")
                            + f"), lapse {lapse[0]:.3f} (" + ("the human model's" if self.lapse_from_prior else
+                                                             "measured: its raters are not alike"
+                                                             if self.raters is not None and self.raters.caught else
                                                              "measured: its surest answers disagree more")
                            + ")")
         return head + (f"human noise lapse {lapse[0]:.3f} (bootstrap {lapse.min():.3f}-{lapse.max():.3f}), logistic "
@@ -485,9 +487,10 @@ RATER_NULL_DRAWS = 200
 #: The p-value under which :func:`check_raters` takes a pilot's raters not to be alike.
 CARELESS_P = 0.01
 #: What a pilot's plan assumes of careless raters, said under every pilot plan (:meth:`PilotFit.describe`).
-CARELESS_ASSUMED = ("no careless raters assumed: the simulated raters are all the human model's, so a study whose "
-                    "raters include some answering at random needs more answers than planned; a pilot of ~10 answers "
-                    "per item rarely shows them (benchmarks/pilot_lapse.py): screen raters with catch trials")
+CARELESS_ASSUMED = ("careless raters assumed only as the pilot shows them: a study whose raters include more of "
+                    "them than its pilot showed needs more answers than planned, and a pilot of 10 answers per item "
+                    "from raters of 20 showed them in 2 of 9 pilots with 10-40% answering at random, of 30 from "
+                    "raters of 50 in 9 of 9 (benchmarks/pilot_lapse.py): screen raters with catch trials")
 
 
 @dataclass(frozen=True)
@@ -507,8 +510,7 @@ class RaterCheck:
     def describe(self) -> str:
         head = f"its {self.n_raters} raters checked one by one against a world fitted without each"
         if self.caught:
-            return (head + f": they are not alike (p = {self.p_value:.3f}): some answer carelessly, and the plan, "
-                    "which assumes none, asks too few answers unless the study screens them out")
+            return head + f": not alike (p = {self.p_value:.3f}), some answer carelessly: the lapse is measured"
         return head + f": alike (p = {self.p_value:.2f})"
 
 
@@ -569,7 +571,8 @@ def _worse(observed: float, simulated: float, count: int) -> bool:
     return simulated - observed > EVIDENCE_Z * math.sqrt(2 * p * (1 - p) / max(count, 1))
 
 
-def _prior_noise(t: np.ndarray, world: Scenario, dim: int, kernel: str) -> tuple[float, float, bool, bool]:
+def _prior_noise(t: np.ndarray, world: Scenario, dim: int, kernel: str, careless: bool = False
+                 ) -> tuple[float, float, bool, bool]:
     """(scale, lapse, whether the scale is the human model's, whether the lapse is) for a pilot's ``world``.
 
     A pilot of ~10 random answers per item cannot measure its raters' noise: the scale calibration
@@ -583,7 +586,9 @@ def _prior_noise(t: np.ndarray, world: Scenario, dim: int, kernel: str) -> tuple
     least the model's), and where its held-out answers are then less predictable the scale is (the first
     of :data:`WORSE_SCALES` no more predictable, interpolated). Raters better than the model are never
     assumed: the fitted world is blurred (its nearest neighbours 2-3x the truth's distance apart for items
-    in tight clusters), and how that and the raters' noise trade off is what a pilot this small cannot tell."""
+    in tight clusters), and how that and the raters' noise trade off is what a pilot this small cannot tell.
+    ``careless``: the pilot's raters checked one by one are not alike (:func:`check_raters`): the lapse is
+    calibrated as where the surest answers disagree more."""
     n = world.n_items
     scale = HUMAN_RANGE_SCALE * robust_range(world.distances)
     size = len(t) // 5
@@ -601,7 +606,7 @@ def _prior_noise(t: np.ndarray, world: Scenario, dim: int, kernel: str) -> tuple
 
     lapse, model_lapse = HUMAN_LAPSE, True
     sim = simulated(scale, lapse)
-    if _worse(observed[1], sim[1], sure_count):
+    if careless or _worse(observed[1], sim[1], sure_count):
         measured = _calibrate_lapse(t, Scenario(world.distances, scale, HUMAN_LAPSE), dim, kernel, questions)
         if measured > HUMAN_LAPSE:
             lapse, model_lapse = measured, False
@@ -630,9 +635,9 @@ def fit_pilot(triplets: ArrayLike, n_items: int, replicates: int = 3, folds: int
     more than the model (:func:`_prior_noise`; ``noise`` "prior"); without :data:`NOISE_FROM_PRIOR` the cross-fitted
     scale and lapse are calibrated on replicate 0 as in cbcdfd1 (``noise`` "calibrated"). Without
     ``calibrate`` the cross-fitted noise is kept. ``raters``: who gave each answer (one per row of ``triplets``):
-    the raters are checked one by one (:func:`check_raters`, with :data:`RATER_FOLDS` x 2 raters or more) and
-    the plan's header says what was found; the noise does not change with it (a plan assumes no careless raters,
-    :data:`CARELESS_ASSUMED`).
+    the raters are checked one by one (:func:`check_raters`, with :data:`RATER_FOLDS` x 2 raters or more), and
+    where they are not alike the lapse is calibrated (:func:`_prior_noise`); the plan's header says what was
+    found and what it assumed (:data:`CARELESS_ASSUMED`).
     """
     from engine.embedding import select_embedding
 
@@ -659,7 +664,8 @@ def fit_pilot(triplets: ArrayLike, n_items: int, replicates: int = 3, folds: int
         # own robust range (a bootstrap resample's cross-fitted scale is biased low: its repeated answers fall
         # on both sides of a fold), so replicates differ in the world alone
         first = scenarios[0]
-        scale, lapse, model_scale, model_lapse = _prior_noise(t, first, dim, kernel)
+        scale, lapse, model_scale, model_lapse = _prior_noise(t, first, dim, kernel,
+                                                              checked is not None and checked.caught)
         relative = scale / robust_range(first.distances)
         scenarios = [Scenario(s.distances, relative * robust_range(s.distances), lapse)
                      for s in scenarios]

@@ -462,6 +462,11 @@ def test_a_pilots_raters_checked_one_by_one_show_careless_ones_and_the_plan_says
     assert checks[0.3].caught and checks[0.3].z > 4, checks[0.3]
     assert not checks[0.0].caught and checks[0.0].z < 2, checks[0.0]
     assert "not alike" in checks[0.3].describe() and "alike (p = " in checks[0.0].describe()
+    # raters not alike: the lapse is calibrated (true .3 + .7 x .03 = .32)
+    triplets, raters = careless_pilot(100, 0.3, 0, per_item=30, per_rater=50)
+    fit = fit_pilot(triplets, 100, replicates=1, raters=raters)
+    assert fit.raters.caught and not fit.lapse_from_prior and 0.15 < fit.lapses[0] < 0.5, fit.describe()
+    assert "measured: its raters are not alike" in fit.describe()
     triplets, raters = careless_pilot(60, 0.3, 1)
     fit = fit_pilot(triplets, 60, replicates=1, raters=raters)
     assert fit.raters is not None and fit.raters.n_raters == 30 and fit.describe().endswith(CARELESS_ASSUMED)
