@@ -32,7 +32,10 @@ studies' default learner on the same triplets. A second table gives mixed less e
 seed (the goal's test: mixed never below the better of the two). ``--mixed-methods`` runs some of the methods
 (ratings only and triplets only always, the goal's reference); ``--true-scale`` tells the learner's split the
 simulated people's triplet scale once it has measured both kinds, in place of the scale it fits from the
-answers (a ceiling for measuring it)::
+answers (a ceiling for measuring it). ``mixed (learner's split)`` asks each round as the learner's split says
+(``PooledRatings.time_shares``); ``mixed (committed split)`` the same until ``engine.ratings.split.SPLIT_COMMIT``
+rater seconds per item, then commits to the kind the split favours then (``committed_share``).
+``--first-seed`` starts the seeds elsewhere than 0 (to check a rule chosen on seeds 0-11 on others)::
 
     python benchmarks/rating_learners.py --mixed --items 30 --budgets 50,100,200,400,800 --seeds 4
     python benchmarks/rating_learners.py --mixed --items 300 --budgets 50,100,200,400 --seeds 1
@@ -56,6 +59,7 @@ from harness import nn_metrics, print_table  # noqa: E402
 from engine.graph import RefitsBeside  # noqa: E402
 from engine.kinds import KINDS  # noqa: E402
 from engine.planners import make_planner  # noqa: E402
+from engine.ratings.split import committed_share  # noqa: E402
 from engine.registry import ALGORITHMS, drive_as_pool  # noqa: E402
 from simulation.ratings import TripletNoise, TripletRater, realistic_simulator  # noqa: E402
 
@@ -134,8 +138,13 @@ def run(method: str, n: int, budgets: list[int], seed: int, live: bool, batch: i
 
 #: --mixed: method label -> the share of rater time spent on ratings (None: duels on triplets, or the
 #: learner's own split)
-MIXED = {"ratings": 1.0, "triplets": 0.0, "mixed": None, "mixed (learner's split)": None, "duels (triplets)": None}
+MIXED = {"ratings": 1.0, "triplets": 0.0, "mixed": None, "mixed (learner's split)": None,
+         "mixed (committed split)": None, "duels (triplets)": None}
 LEARNED = "mixed (learner's split)"
+#: the learner's split until SPLIT_COMMIT rater seconds per item, then all but SPLIT_COMMIT_FLOOR of the time on
+#: the kind it favours then
+COMMITTED = "mixed (committed split)"
+SPLITS = (LEARNED, COMMITTED)
 
 
 def true_triplet_scale(sim, triplet_noise: float) -> float:
@@ -158,18 +167,21 @@ def run_mixed(method: str, n: int, budgets: list[int], seed: int, seconds: dict[
     duels = method == "duels (triplets)"
     planner = make_planner("duels" if duels else "pooled", n, random_state=seed,
                            question_kind="triplet" if duels else "rating")
-    if true_scale and method == LEARNED:
+    if true_scale and method in SPLITS:
         fitted, truth = planner.triplet_scale, true_triplet_scale(sim, triplet_noise)
         planner.triplet_scale = lambda: truth if planner._measured() else fitted()
     rating_share = share if method == "mixed" else (0.0 if duels else MIXED[method])
     spent = {"rating": 0.0, "triplet": 0.0}  # rater seconds on each kind so far
+    committed = None  # the kind the committed split chose (kept as a study's state would keep it)
     out = []
     for b in budgets:
-        while method == LEARNED and sum(spent.values()) < b * n - 1e-9:
+        while method in SPLITS and sum(spent.values()) < b * n - 1e-9:
             # one round of about n screens' time, split as the learner says now
             left = b * n - sum(spent.values())
             step = min(left, n * min(seconds.values()))
             r = planner.time_shares(seconds)["rating"]
+            if method == COMMITTED:
+                r, committed = committed_share(r, sum(spent.values()) / n, committed)
             counts = {kind: int(round(step * s / seconds[kind])) for kind, s in (("rating", r), ("triplet", 1 - r))}
             if not any(counts.values()):
                 counts["rating" if r >= 0.5 else "triplet"] = 1
@@ -179,7 +191,7 @@ def run_mixed(method: str, n: int, budgets: list[int], seed: int, seconds: dict[
                 planner.observe_triplets(rater.answer(planner.next_triplets(counts["triplet"])))
             for kind, c in counts.items():
                 spent[kind] += c * seconds[kind]
-        while method != LEARNED and sum(spent.values()) < b * n - 1e-9:
+        while method not in SPLITS and sum(spent.values()) < b * n - 1e-9:
             # ask one batch of about n screens, keeping each kind's time at its share
             total = sum(spent.values())
             left = b * n - total
@@ -211,17 +223,17 @@ def main_mixed(args, budgets: list[int]) -> None:
         raise SystemExit(f"--mixed-methods: among {', '.join(MIXED)}, with ratings and triplets; "
                          f"got {unknown or methods}")
     for n in (int(x) for x in args.items.split(",")):
-        rows, per_seed, learned_share = [], {}, []
+        rows, per_seed, split_shares = [], {}, {}
         for method in [m for m in MIXED if m in methods]:
             t0 = time.time()
             spent: list[float] = []
             hits = [run_mixed(method, n, budgets, s, seconds, args.rating_share, args.triplet_noise, spent,
-                              args.true_scale) for s in range(args.seeds)]
+                              args.true_scale) for s in range(args.first_seed, args.first_seed + args.seeds)]
             per_seed[method] = np.asarray(hits)
             mean = np.mean(hits, axis=0)
             rows.append([method, *[f"{v:.2f}" for v in mean]])
-            if method == LEARNED:
-                learned_share = np.reshape(spent, (args.seeds, len(budgets))).mean(axis=0)
+            if method in SPLITS:
+                split_shares[method] = np.reshape(spent, (args.seeds, len(budgets))).mean(axis=0)
             print(f"  n={n} {method}: hit@3 {' / '.join(rows[-1][1:])} ({time.time() - t0:.0f} s)", file=sys.stderr,
                   flush=True)
         truth = "held-out means of 253 raters" if n <= HELDOUT_UP_TO else "the simulator's means"
@@ -229,13 +241,17 @@ def main_mixed(args, budgets: list[int]) -> None:
                     f"seconds per item (a rating {seconds['rating']:g} s, a triplet {seconds['triplet']:g} s; "
                     f"mixed: {100 * args.rating_share:.0f}% of the time on ratings; triplet noise "
                     f"{args.triplet_noise:g} points{'; the split told the true scale' if args.true_scale else ''}), "
-                    f"mean of {args.seeds} seeds",
+                    f"mean of {args.seeds} seeds{_from_seed(args)}",
                     ["method", *[f"{b} s/item" for b in budgets]],
-                    rows + ([["learner's split: share of the time on ratings", *[f"{v:.2f}" for v in learned_share]]]
-                            if LEARNED in per_seed else []))
+                    rows + [[f"{method.removeprefix('mixed (').removesuffix(')')}: share of the time on ratings",
+                             *[f"{v:.2f}" for v in shares]] for method, shares in split_shares.items()])
         print_table(f"{n} items, mixed less each kind alone, seed by seed: mean (standard error) of "
-                    f"{args.seeds} seeds", ["difference", *[f"{b} s/item" for b in budgets]],
+                    f"{args.seeds} seeds{_from_seed(args)}", ["difference", *[f"{b} s/item" for b in budgets]],
                     paired_rows(per_seed))
+
+
+def _from_seed(args) -> str:
+    return f" from seed {args.first_seed}" if args.first_seed else ""
 
 
 def paired_rows(per_seed: dict[str, np.ndarray]) -> list[list[str]]:
@@ -245,7 +261,7 @@ def paired_rows(per_seed: dict[str, np.ndarray]) -> list[list[str]]:
     rows = []
     for label, ref in (("mixed - ratings", ratings), ("mixed - triplets", triplets),
                        ("mixed - the better", np.maximum(ratings, triplets))):
-        for name in [m for m in ("mixed", LEARNED) if m in per_seed]:
+        for name in [m for m in ("mixed", *SPLITS) if m in per_seed]:
             d = per_seed[name] - ref
             se = d.std(axis=0, ddof=1) / np.sqrt(len(d)) if len(d) > 1 else np.full(d.shape[1], np.nan)
             rows.append([label.replace("mixed", name, 1),
@@ -269,6 +285,8 @@ def main(argv=None) -> None:
     ap.add_argument("--rating-share", type=float, default=0.5, help="--mixed: share of the time on ratings")
     ap.add_argument("--mixed-methods", default="all",
                     help="--mixed: the methods to run, comma-separated (ratings and triplets always among them)")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="--mixed: seeds first-seed, first-seed + 1, ... (--seeds of them)")
     ap.add_argument("--true-scale", action="store_true",
                     help="--mixed: the learner's split weighs triplets by the simulator's true scale (a ceiling)")
     ap.add_argument("--triplet-noise", type=float, default=TripletNoise().noise_sd,

@@ -9,7 +9,9 @@ learner's estimates of its two pairs, widened by those estimates' own variance
 (:func:`question_values`): how much one answer shrinks the variance of the distances an item's choice of
 best neighbour rests on, for the questions the learner asks. The shares of rater time follow the ratio of
 the two per second (:func:`time_share`): a bandit's rule, half the time each until both kinds have
-:data:`SPLIT_EXPLORE` answers per item, then the evidence, neither kind below :data:`SPLIT_FLOOR`.
+:data:`SPLIT_EXPLORE` answers per item, then the evidence, neither kind below :data:`SPLIT_FLOOR`; once the
+study has spent :data:`SPLIT_COMMIT` rater seconds per item it commits to the kind the evidence favours
+then (:func:`committed_share`).
 """
 from __future__ import annotations
 
@@ -37,6 +39,19 @@ SPLIT_EXPLORE = 5.0
 SPLIT_FLOOR = 0.05
 #: how sharply the share follows the log of the ratio of the two kinds' values per second
 SPLIT_SHARPNESS = 4.0
+#: rater seconds per item (both kinds together) after which the split commits to one kind for good (explore,
+#: then commit): a study that keeps following the evidence pays for the mix where the kinds are level
+#: (triplets at 1.5 points, benchmarks/rating_learners.py --mixed, 30 items: half and half .67 at 200 s per
+#: item, either kind alone .72-.73) and drifts back to ratings where triplets are the better kind (.22 of the
+#: time on ratings at 100 s, .36 by 800 s)
+SPLIT_COMMIT = 100.0
+#: the evidence's share of time on ratings at or above which the split commits to ratings (to triplets below):
+#: less than a half, since a triplet's scale reads low while answers are few and the evidence leans to triplets
+#: (at 100 s per item, 12 seeds: the evidence's share .24-.95 with people's triplets, 4 of them below a half;
+#: .05-.21 with triplets half as noisy)
+SPLIT_COMMIT_SHARE = 0.3
+#: the share of rater time the other kind keeps after the commitment
+SPLIT_COMMIT_FLOOR = 0.0
 
 
 def effective_scale(tau: float | np.ndarray, gap_var: np.ndarray) -> np.ndarray:
@@ -120,3 +135,18 @@ def time_share(value_rating: float, value_triplet: float, seconds: Mapping[str, 
     x = SPLIT_SHARPNESS * np.log(per_r / per_t)
     share = 0.5 * (1.0 + np.tanh(0.5 * x))
     return float(np.clip(share, SPLIT_FLOOR, 1.0 - SPLIT_FLOOR))
+
+
+def committed_share(share: float, seconds_per_item: float, committed: str | None = None) -> tuple[float, str | None]:
+    """(the share of rater time ratings get, the kind committed to) once a study has spent ``seconds_per_item``
+    rater seconds per item on both kinds together: ``share`` (the evidence's, :func:`time_share`) and None
+    until :data:`SPLIT_COMMIT`; then the kind ``share`` favours at that call (ratings if it is at least
+    :data:`SPLIT_COMMIT_SHARE`), kept by the caller and handed back as ``committed`` from then on, gets all but
+    :data:`SPLIT_COMMIT_FLOOR` of the time."""
+    if committed is None:
+        if seconds_per_item < SPLIT_COMMIT:
+            return float(share), None
+        committed = "rating" if share >= SPLIT_COMMIT_SHARE else "triplet"
+    if committed not in ("rating", "triplet"):
+        raise ValueError(f"committed is 'rating', 'triplet' or None, got {committed!r}")
+    return (1.0 - SPLIT_COMMIT_FLOOR if committed == "rating" else SPLIT_COMMIT_FLOOR), committed

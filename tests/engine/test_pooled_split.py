@@ -8,7 +8,17 @@ import numpy as np
 import pytest
 
 from engine.ratings import PooledRatings
-from engine.ratings.split import SPLIT_EXPLORE, SPLIT_FLOOR, time_share, triplet_information, triplet_scale
+from engine.ratings.split import (
+    SPLIT_COMMIT,
+    SPLIT_COMMIT_FLOOR,
+    SPLIT_COMMIT_SHARE,
+    SPLIT_EXPLORE,
+    SPLIT_FLOOR,
+    committed_share,
+    time_share,
+    triplet_information,
+    triplet_scale,
+)
 from simulation.ratings import RatingNoise, RatingSimulator, TripletNoise, TripletRater, latent_means
 
 N = 24
@@ -20,11 +30,19 @@ def _study(seed: int, rating_sd: float, triplet_sd: float, lapse: float = 0.1):
     return sim, TripletRater(sim.means, TripletNoise(noise_sd=triplet_sd, lapse=lapse), random_state=seed + 7)
 
 
-def _drive(learner: PooledRatings, sim, people, seconds_per_item: float) -> dict[str, float]:
-    """Ask as the learner's split says, a round of N screens' time at a time; the rater seconds spent on each kind."""
+def _drive(learner: PooledRatings, sim, people, seconds_per_item: float,
+           commit: list | None = None) -> dict[str, float]:
+    """Ask as the learner's split says, a round of N screens' time at a time; the rater seconds spent on each kind.
+    ``commit``: the split committed once the study has spent :data:`SPLIT_COMMIT` seconds per item
+    (:func:`committed_share`), each round's (seconds per item before it, the evidence's share, the share asked,
+    the kind committed to) appended."""
     spent = {"rating": 0.0, "triplet": 0.0}
+    committed = None
     while sum(spent.values()) < seconds_per_item * N:
-        r = learner.time_shares(SECONDS)["rating"]
+        r = evidence = learner.time_shares(SECONDS)["rating"]
+        if commit is not None:
+            r, committed = committed_share(evidence, sum(spent.values()) / N, committed)
+            commit.append((sum(spent.values()) / N, evidence, r, committed))
         k_r = int(round(N * r))
         if k_r:
             learner.observe(sim.answer(learner.next_questions(k_r)))
@@ -125,3 +143,36 @@ def test_the_split_is_the_same_after_a_state_round_trip():
     _drive(learner, sim, people, 40)
     again = PooledRatings.from_state(learner.to_state())
     assert again.split_evidence(SECONDS) == learner.split_evidence(SECONDS)
+
+
+def test_committed_share_follows_the_evidence_then_keeps_its_kind():
+    low, high = SPLIT_COMMIT_SHARE - 0.01, SPLIT_COMMIT_SHARE
+    # before the commitment the evidence's share as it is
+    assert committed_share(low, SPLIT_COMMIT - 1) == (low, None)
+    # then the kind it favours at that call, for good: a later share the other way does not move it
+    share, kind = committed_share(low, SPLIT_COMMIT)
+    assert (share, kind) == (SPLIT_COMMIT_FLOOR, "triplet")
+    assert committed_share(0.9, 2 * SPLIT_COMMIT, kind) == (SPLIT_COMMIT_FLOOR, "triplet")
+    assert committed_share(high, SPLIT_COMMIT) == (1 - SPLIT_COMMIT_FLOOR, "rating")
+    assert committed_share(0.1, SPLIT_COMMIT - 1, "rating") == (1 - SPLIT_COMMIT_FLOOR, "rating")
+    with pytest.raises(ValueError):
+        committed_share(0.5, SPLIT_COMMIT, "duel")
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_committed_split_keeps_to_the_kind_its_evidence_chose(seed):
+    # clean triplets: the study commits to triplets at SPLIT_COMMIT seconds per item and keeps to them
+    for triplet_sd, lapse, kind in ((0.5, 0.1, "triplet"), (2.15, 1.0, "rating")):
+        sim, people = _study(seed, 2.15, triplet_sd, lapse)
+        learner = PooledRatings(N, random_state=seed)
+        rounds: list = []
+        _drive(learner, sim, people, SPLIT_COMMIT + 40, rounds)
+        before = [(at, e, r) for at, e, r, k in rounds if k is None]
+        after = [(at, e, r, k) for at, e, r, k in rounds if k is not None]
+        # the evidence's share as it is until SPLIT_COMMIT seconds per item, then the committed kind's
+        assert before and all(at < SPLIT_COMMIT and r == e for at, e, r in before)
+        assert len(after) >= 10 and after[0][0] >= SPLIT_COMMIT
+        assert {k for *_, k in after} == {kind}
+        assert {r for _, _, r, _ in after} == {SPLIT_COMMIT_FLOOR if kind == "triplet" else 1 - SPLIT_COMMIT_FLOOR}
+        # chosen by the evidence's share at the commitment
+        assert (after[0][1] < SPLIT_COMMIT_SHARE) == (kind == "triplet")
