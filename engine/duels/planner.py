@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
+from ..features import check_features
 from ..graph import NeighborGraph
 from ..utils import RandomState, check_n_items, check_triplets, store_params
 from . import questions, refits, results
@@ -123,6 +124,8 @@ class CandidateDuels:
         store_params(self, locals())
         self.n_items = check_n_items(n_items)
         self._check_params()
+        # (a bad matrix is refused here, as when the planner read it at once; it is read at the first use)
+        self.features = None if features is None else check_features(features, self.n_items)
 
     @property
     def _s(self) -> Parts:

@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import engine.duels as duels
 from engine.duels import CandidateDuels
@@ -43,7 +44,9 @@ def test_the_constructor_stores_parameters_only_and_the_first_use_starts_the_par
     X = np.random.default_rng(0).random((20, 3))
     p = CandidateDuels(20, random_state=1, features=X)
     assert set(vars(p)) == PARAMS and p._parts is None
-    assert p.features is X
+    np.testing.assert_array_equal(p.features, X)
+    with pytest.raises(ValueError, match="one row per item"):
+        CandidateDuels(20, features=X[:5])  # a bad matrix is refused when the planner is made
     # the first use builds the parts (the features read into the prior's space, not kept) ...
     assert len(p.next_questions(5)) == 5
     assert p._parts is not None and p.features is None and p.prior_ is not None
