@@ -76,6 +76,9 @@ class Comparison(NamedTuple):
     others: tuple[int, ...] = ()
 
 
+#: The catch trials' source of a study of copies whose items its learner grouped (label comparisons of the groups).
+LEARNED = "learned"
+
 #: Label comparisons a crowd-judged study asks (the first of those chosen, drawn in random order): the crowd
 #: tells which ones people agree with only from many answers to each (benchmarks/catch_fairness.py measured
 #: studies of 100 raters answering 20).
@@ -117,38 +120,65 @@ def comparisons(conn: Redis, study: Study, now: float | None = None) -> list[Com
     """The study's near-certain comparisons, from this process's copy (read again every CACHE_SECONDS,
     and at once for another study of the same id or a changed item count).
 
-    They are chosen once per study and item count, by whichever process needs them first, and kept in
-    Redis for every other web process (``keys.catch_comparisons``): choosing them reads every item and
-    takes ~0.1 s of CPU at 1,000 items, which raters joining together (a Prolific launch: 500 in 5 s) waited
-    for in every process and thread at once. The choice is drawn from the study's own seed, so every
-    process and every restart asks the same comparisons."""
+    They are chosen once per study, item count and grouping of a learner (below), by whichever process needs
+    them first, and kept in Redis for every other web process (``keys.catch_comparisons``): choosing them
+    reads every item and takes ~0.1 s of CPU at 1,000 items, which raters joining together (a Prolific
+    launch: 500 in 5 s) waited for in every process and thread at once. The choice is drawn from the study's
+    own seed, so every process and every restart asks the same comparisons. A study whose items have neither
+    positions nor labels (copies) takes, once its learner has grouped the items (``keys.catch_learned``,
+    workers/jobs/learned_labels.py), label comparisons of those groups, judged by the crowd."""
     now = time.time() if now is None else now
-    cached, version = _cache.get(study.id), (study.created_at, study.n_items)
-    if cached is not None and cached[0] > now and cached[1] == version:
+    cached, items = _cache.get(study.id), (study.created_at, study.n_items)
+    if cached is not None and cached[0] > now and cached[1][:2] == items:
         return cached[2]
     with _lock(study.id):  # one thread of this process reads or chooses; the others wait for it
         cached = _cache.get(study.id)
-        if cached is not None and cached[0] > now and cached[1] == version:
+        if cached is not None and cached[0] > now and cached[1][:2] == items:
             return cached[2]
+        learned = _learned(conn, study)
+        version = (*items, learned[0] if learned else 0)
         stored = _stored(conn, study.id, version)
         if stored is None:
             rows = [json.loads(raw) for raw in conn.lrange(keys.items(study.id), 0, -1)]
-            stored = _choose_and_store(conn, study, rows)
+            stored = _choose_and_store(conn, study, rows, learned)
         found, crowd = stored
         _cache[study.id] = (now + CACHE_SECONDS, version, found, crowd)
         return found
 
 
-def _choose_and_store(conn: Redis, study: Study, rows: list[dict]) -> tuple[list[Comparison], bool]:
+def _learned(conn: Redis, study: Study) -> tuple[int, list] | None:
+    """(the answers applied, the item labels) of the study's learned grouping (``keys.catch_learned``), None
+    when there is none (or not of these items)."""
+    raw = conn.get(keys.catch_learned(study.id))
+    try:
+        doc = json.loads(raw) if raw else None
+        if doc is None or len(doc["labels"]) != study.n_items:
+            return None
+        return int(doc["answers"]), list(doc["labels"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _choose_and_store(conn: Redis, study: Study, rows: list[dict],
+                      learned: tuple[int, list] | None = None) -> tuple[list[Comparison], bool]:
     """Choose the comparisons of the study's items ``rows`` (drawn from the study's own seed) and keep them in
-    Redis for every process; returns them and whether they are judged by the crowd (labels alone)."""
-    found = choose_comparisons(rows, random.Random(f"{study.id}:{study.created_at}:{len(rows)}"))
-    crowd = bool(found) and source_of(rows) == "labels"
+    Redis for every process; returns them and whether they are judged by the crowd (labels alone, or the
+    ``learned`` grouping of a study of copies)."""
+    source = source_of(rows)
+    stamp = learned[0] if learned else 0
+    rng = random.Random(f"{study.id}:{study.created_at}:{len(rows)}" + (f":learned:{stamp}" if learned else ""))
+    found = []
+    if source == "copies" and learned is not None and len(learned[1]) == len(rows):
+        found = _by_label(learned[1], rng)
+        source = LEARNED if found else source
+    if source != LEARNED:
+        found = choose_comparisons(rows, rng)
+    crowd = bool(found) and source in ("labels", LEARNED)
     if crowd:
         found = found[:CROWD_COMPARISONS]
     conn.set(keys.catch_comparisons(study.id),
-             json.dumps({"version": [study.created_at, study.n_items], "rules": RULES, "crowd": crowd,
-                         "comparisons": [list(c) for c in found]}))
+             json.dumps({"version": [study.created_at, study.n_items, stamp], "rules": RULES, "crowd": crowd,
+                         "source": source, "comparisons": [list(c) for c in found]}))
     return found, crowd
 
 

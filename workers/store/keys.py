@@ -120,6 +120,11 @@ catch_retired = _per_study("catch-retired")
 #: ``contradicted``: retired as clearly below the agreement asked) and ``judged_at``, for the dashboard.
 catch_claims = _per_study("catch-claims")
 
+#: String: the groups a study's learner placed its items in (JSON: ``labels`` per item, the ``answers`` applied
+#: then), the labels of the catch trials of a study whose items have neither positions nor labels
+#: (workers/jobs/learned_labels.py writes it; webapp/catches.py chooses label comparisons from it).
+catch_learned = _per_study("catch-learned")
+
 #: Hash: what ``/api/health`` reads of the crowd without reading every rater's counters: ``awaiting`` (raters
 #: whose missed catch trials wait for a verdict) and ``awaiting_since`` (when the earliest of them was missed),
 #: written by every answer check; ``catches_seen`` (the catch answers counted when its last look read the log)
