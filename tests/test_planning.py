@@ -198,6 +198,9 @@ def test_plan_command_from_points_and_from_a_pilot_file(tmp_path):
     # what was assumed, and what pilot plans were measured to be worth
     assert "0.080 of the fitted world's robust range" in result.output
     assert "0.97-1.31x the answers a study needed at 100 items and 0.73-1.52x at 1,000" in result.output
+    # what it assumed of careless raters: a file's triplets name no raters, so none were checked one by one
+    assert "no raters checked one by one" in result.output
+    assert "careless raters assumed only as the pilot shows them" in result.output
     result = runner.invoke(main, ["plan", "--pilot", str(pilot), "--truth", "eggs"])
     assert result.exit_code != 0 and "exactly one" in result.output
 
@@ -235,11 +238,14 @@ def test_plan_command_from_a_running_studys_answers_is_shown_on_its_dashboard(re
     rng = np.random.default_rng(1)
     rows = planning.triplets_from_answers(
         TripletOracle(pair_distances(), random_state=1).answer(random_questions(20, 200, rng)))
-    import_triplets(conn, "pilot", "".join(f"{i},{j},{k}\n" for i, j, k in rows))
+    for r in range(10):  # 10 raters of 20 answers: enough to check them one by one
+        import_triplets(conn, "pilot", "".join(f"{i},{j},{k}\n" for i, j, k in rows[20 * r:20 * (r + 1)]),
+                        rater=f"r{r}")
     result = CliRunner().invoke(main, ["plan", "--study", "pilot", "--algorithms", "random_triplets",
                                        "--budgets", "10,20", "--runs", "2", "--jobs", "1", "--pay", "0.1"])
     assert result.exit_code == 0, result.output
     assert "pilot of 200 answers" in result.output
+    assert "its 10 raters checked one by one against a world fitted without each: alike" in result.output
     stored = json.loads(conn.get(keys.plan("pilot")))
     assert stored["pay"] == 0.1 and list(stored["algorithms"]) == ["random_triplets"]
     page = researcher_client.get("/studies/pilot?tab=learning").get_data(as_text=True)
