@@ -20,6 +20,12 @@ after the pass that applies the last answers (a refit ready by then is put in pl
     python benchmarks/rating_learners.py --items 30 --seeds 6 --live --methods pooled
     python benchmarks/rating_learners.py --items 1000 --budgets 25,50,100,200 --seeds 1 --methods pooled,random+model
 
+``--save FILE`` writes each method's hit@3 seed by seed; ``--paired FILE`` (a file saved at another revision)
+adds a table of each method less the same method there, seed by seed (the seeds share truth and raters)::
+
+    python benchmarks/rating_learners.py --items 30 --seeds 48 --methods pooled --save before.json
+    python benchmarks/rating_learners.py --items 30 --seeds 48 --methods pooled --paired before.json
+
 ``--mixed``: one study asking ratings and triplets of the same items, at equal rater time. The budgets are
 rater seconds per item, spent on ratings only, triplets only, or both (``--rating-share`` of the time on
 ratings); every answer feeds the pooled learner (ratings through ``observe``, triplets through
@@ -45,6 +51,7 @@ rater seconds per item, then commits to the kind the split favours then (``commi
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -291,11 +298,15 @@ def main(argv=None) -> None:
                     help="--mixed: the learner's split weighs triplets by the simulator's true scale (a ceiling)")
     ap.add_argument("--triplet-noise", type=float, default=TripletNoise().noise_sd,
                     help="--mixed: SD (rating points) of each pair's impression in a triplet")
+    ap.add_argument("--save", default="", help="write each method's hit@3 seed by seed to this JSON file")
+    ap.add_argument("--paired", default="",
+                    help="a --save file (of another revision): print each method less it, paired by seed")
     args = ap.parse_args(argv)
     budgets = [int(x) for x in args.budgets.split(",")]
     if args.mixed:
         main_mixed(args, budgets)
         return
+    saved: dict[str, dict[str, list]] = {}
     for n in (int(x) for x in args.items.split(",")):
         rows = []
         for method in args.methods.split(","):
@@ -305,6 +316,7 @@ def main(argv=None) -> None:
                 mean = np.mean(hits, axis=0)
                 label = f"{method}{' live' if live else ''}"
                 rows.append([label, *[f"{v:.2f}" for v in mean]])
+                saved.setdefault(str(n), {})[label] = [[float(v) for v in h] for h in hits]
                 print(f"  n={n} {label}: hit@3 {' / '.join(rows[-1][1:])} ({time.time() - t0:.0f} s)",
                       file=sys.stderr, flush=True)
         truth = "held-out means of 253 raters" if n <= HELDOUT_UP_TO else "the simulator's means"
@@ -312,6 +324,24 @@ def main(argv=None) -> None:
         print_table(f"{n} items, realistic ratings, hit@3 ({truth}) by ratings per item, mean of {args.seeds} "
                     f"seeds{pool}",
                     ["method", *[f"{b}/item" for b in budgets]], rows)
+        if args.paired:
+            before = json.loads(Path(args.paired).read_text()).get(str(n), {})
+            print_table(f"{n} items, each method less the same method in {args.paired}, paired by seed: mean "
+                        f"(standard error) of the seeds both ran", ["difference", *[f"{b}/item" for b in budgets]],
+                        differences(saved[str(n)], before))
+    if args.save:
+        Path(args.save).write_text(json.dumps(saved))
+
+
+def differences(now: dict[str, list], before: dict[str, list]) -> list[list[str]]:
+    """Each label in both (hit@3 seed by seed, budgets along), now less before over their common seeds."""
+    rows = []
+    for label in [x for x in now if x in before]:
+        k = min(len(now[label]), len(before[label]))
+        d = np.asarray(now[label][:k]) - np.asarray(before[label][:k])
+        se = d.std(axis=0, ddof=1) / np.sqrt(k) if k > 1 else np.full(d.shape[1], np.nan)
+        rows.append([f"{label} ({k} seeds)", *[f"{m:+.3f} ({e:.3f})" for m, e in zip(d.mean(axis=0), se, strict=True)]])
+    return rows
 
 
 if __name__ == "__main__":
