@@ -1,15 +1,15 @@
 """Benchmark — does a plan made from a pilot predict what a study needs?
 
 A researcher runs a pilot (random triplets, ~10 answers per item), then ``proxima plan --pilot`` fits a
-world to it (``simulation.noise.fit_pilot``: an embedding chosen by cross-validation, the raters' noise
-the human model's, 0.080 of the world's robust range, unless the pilot shows worse raters) and simulates
-the learner in that world. Here the truth is known, so the same plan is also made from the truth
-(``plan_vs_live.py`` shows that plan matches the live study through the real serving path), and
-``--live-seeds`` runs the live study too (the store path of ``plan_vs_live.live_curve``: the pool, the
-answer script, RQ passes). Reported: the answers per item each predicts to reach the target, and the
-pilot plan's ratio to the truth's (goal: within ±30%). The truth's plan takes ``--truth-runs`` runs: near
-hit@3 .8 the curve is flat, and two runs put the clustered truth's need anywhere from 43 to 56 answers
-per item.
+world to it (``simulation.noise.fit_pilot``: an embedding chosen by cross-validation, the smallest
+dimension within a standard error of the best; the raters' noise the human model's, 0.080 of the world's
+robust range, unless the pilot shows worse raters) and simulates the learner in that world. Here the truth
+is known, so the same plan is also made from the truth (``plan_vs_live.py`` shows that plan matches the
+live study through the real serving path), and ``--live-seeds`` runs the live study too (the store path of
+``plan_vs_live.live_curve``: the pool, the answer script, RQ passes). Reported: the answers per item each
+predicts to reach the target, and the pilot plan's ratio to the truth's (goal: within ±30%). The truth's
+plan takes ``--truth-runs`` runs: near hit@3 .8 the curve is flat, and two runs put the clustered truth's
+need anywhere from 43 to 56 answers per item.
 
 Truths: ``clustered`` (clusters of 5 in 3-D, sd 0.3 in a 10-wide cube: items varying on 3 factors) and
 ``uniform`` (uniform in the 3-D cube); raters: simulation.oracles' human model (logistic 0.075, lapse .03).
