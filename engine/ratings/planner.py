@@ -2,7 +2,8 @@
 of the items (so a pair never asked still has an estimate), each rater's offset and slope are fitted
 and taken out of their ratings, each pair's own mean is shrunk toward the space, and the next pairs are
 those most likely to change some item's best neighbour (top-two Thompson sampling among each item's
-shortlist), with a share of uniformly random pairs. Triplets of the same items (``observe_triplets``) feed
+shortlist, the items weighed by how likely their best is not among their first few), with a share of
+uniformly random pairs. Triplets of the same items (``observe_triplets``) feed
 the same fitted space, and ``next_triplets`` asks an item's two likeliest neighbours against each other.
 Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
 """
@@ -32,10 +33,14 @@ from .log import RatingLog, TripletLog
 from .model import PRIOR_NOISE, TRIPLET_LAPSE, TRIPLET_SCALE_PER_NOISE, Hyper, RatingFit
 from .split import SPLIT_EXPLORE, TRIPLET_PLACES, question_values, time_share, triplet_scale
 
-#: draws per item that weigh how likely its current best neighbour is to change
+#: draws per item that weigh how likely its current best neighbour is to be beaten (:data:`HEAD_TOP`)
 HEAD_DRAWS = 32
 #: the least weight an item's questions get (an item whose neighbour looks settled is still checked)
 HEAD_FLOOR = 0.02
+#: an item's questions are weighed by how likely its current best is not among its ``HEAD_TOP`` nearest (a
+#: draw of the estimates where at least this many of its shortlist beat it): a near tie between an item's
+#: first two (either does) no longer draws questions that a neighbour outside its first few needs
+HEAD_TOP = 3
 #: Newton steps that move the pair distances by the triplets (``PooledRatings._with_triplets``)
 TRIPLET_STEPS = 3
 #: a refit of at most this many answers (ratings and triplets) runs inside the call even in a live pool:
@@ -370,8 +375,9 @@ class PooledRatings:
     def next_questions(self, budget: int) -> list[tuple[int, int]]:
         """Up to ``budget`` pairs ``(i, j)``: during the warmup uniformly random; then an ``explore``
         share uniformly random and the rest where an item's best neighbour is least settled: the item
-        drawn by how likely its best is to change, and (top-two Thompson sampling) the best of its
-        shortlist under one draw of the estimates or, half the time, the best of another draw but that."""
+        drawn by how likely its best is not among its first few, and (top-two Thompson sampling) the best
+        of its shortlist under one draw of the estimates or, half the time, the best of another draw but
+        that."""
         budget = int(budget)
         if budget <= 0:
             return []
@@ -424,8 +430,9 @@ class PooledRatings:
         return np.column_stack([heads, pick])
 
     def _adaptive_heads(self, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``m`` items drawn by how likely their best neighbour is to change, each with the best of its
-        shortlist under one draw of the estimates and the best of another draw but that one.
+        """``m`` items drawn by how likely their best is not among their :data:`HEAD_TOP` nearest
+        (:meth:`_unsettled`), each with the best of its shortlist under one draw of the estimates and the
+        best of another draw but that one.
 
         In rounds of at most one question per item: a batch larger than that (a live pool's pass at few
         items) counts each round's pairs as half-answered before the next round is drawn (their variance
@@ -449,8 +456,7 @@ class PooledRatings:
             if start:
                 v = self._half_answered(v, cand, *out[-1])
             sd = np.sqrt(v)
-            wins = np.argmin(mu[None] + sd[None] * rng.standard_normal((HEAD_DRAWS, n, s)), axis=2)
-            weight = 1.0 - np.mean(wins == lead[None], axis=0) + HEAD_FLOOR
+            weight = self._unsettled(mu, sd, lead) + HEAD_FLOOR
             heads = rng.choice(n, size=k, p=weight / weight.sum())
             first = mu[heads] + sd[heads] * rng.standard_normal((k, s))
             second = mu[heads] + sd[heads] * rng.standard_normal((k, s))
@@ -459,6 +465,14 @@ class PooledRatings:
             out.append((heads, a, np.argmin(second, axis=1)))
         heads, a, b = (np.concatenate(parts) for parts in zip(*out, strict=True))
         return heads, cand[heads, a], cand[heads, b]
+
+    def _unsettled(self, mu: np.ndarray, sd: np.ndarray, lead: np.ndarray) -> np.ndarray:
+        """(n_items,): the share of :data:`HEAD_DRAWS` draws of each item's shortlist (means ``mu``, SDs ``sd``,
+        both (n_items, s)) in which at least :data:`HEAD_TOP` candidates come out nearer than its current best
+        (column ``lead``): how likely the best is not among the item's first few."""
+        draws = mu[None] + sd[None] * self.rng_.standard_normal((HEAD_DRAWS, *mu.shape))
+        best = np.take_along_axis(draws, np.broadcast_to(lead[None, :, None], (HEAD_DRAWS, len(lead), 1)), axis=2)
+        return np.mean(np.sum(draws < best, axis=2) >= min(HEAD_TOP, mu.shape[1] - 1), axis=0)
 
     def _half_answered(self, v: np.ndarray, cand: np.ndarray, heads: np.ndarray, a: np.ndarray,
                        b: np.ndarray) -> np.ndarray:

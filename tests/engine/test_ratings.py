@@ -371,3 +371,28 @@ def test_fit_gradients_are_summed_as_np_add_at_sums_them():
     TripletDifferences(n, trip).add_back(again, cw, cl)
     assert np.array_equal(again, plain)
     np.testing.assert_allclose(got, want)
+
+
+def test_an_item_whose_best_is_surely_among_its_first_few_gets_few_questions(monkeypatch):
+    """Items are drawn by how likely their current best is not among their first ``HEAD_TOP``: an item with
+    two candidates tied far ahead of the rest (either will do) is seldom asked about, however open the tie,
+    while items with many close, unsure candidates take the questions."""
+    n = 12
+    p = _drive(PooledRatings(n, random_state=3, explore=0.0), _simulated(n=n, seed=3), 10)
+    tied = np.arange(6)
+    mean = np.full((n, n), 0.5)
+    var = np.full((n, n), 1e-4)
+    mean[tied, (tied + 1) % n] = mean[tied, (tied + 2) % n] = 0.1  # two ahead of the rest, tied
+    open_ = np.arange(6, n)
+    mean[open_] = 0.3 + 0.01 * np.arange(n)[None, :]
+    var[open_] = 0.01
+    np.fill_diagonal(mean, np.inf)
+    monkeypatch.setattr(p, "estimates", lambda: (mean, var))
+    monkeypatch.setattr(p._pairs, "shortlist", lambda log, s: np.argsort(mean, axis=1)[:, :s])
+    heads, a, b = p._adaptive_heads(50 * n)
+    share = np.isin(heads, tied).mean()
+    assert share < 0.1  # drawn by how likely their best changes at all, the tied items took two fifths
+    # a tied item still asks its two leaders against each other
+    mine = heads[np.isin(heads, tied)]
+    pair = np.sort(np.column_stack([a, b])[np.isin(heads, tied)], axis=1)
+    np.testing.assert_array_equal(pair, np.sort(np.column_stack([(mine + 1) % n, (mine + 2) % n]), axis=1))
