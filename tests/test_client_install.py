@@ -19,7 +19,8 @@ def test_the_distributions_are_named_apart_from_other_projects_and_the_client_ta
     assert "client" not in server.get("optional-dependencies", {})  # the client is its own distribution
     wanted = {dep.split(">")[0].split("=")[0].split("[")[0].strip().lower() for dep in client["dependencies"]}
     assert wanted == {"requests", "numpy", "pandas", "networkx"}
-    for guide in ("README.md", "docs/researcher/results.md"):  # the quick pointer and the researcher's page
+    # the quick pointer, the researcher's page and the dashboard's Account page
+    for guide in ("README.md", "docs/researcher/results.md", "templates/dashboard/_api_tokens.html"):
         text = (ROOT / guide).read_text()
         assert "pip install ./client" in text and "proxima[client]" not in text, guide
     assert sys.version_info >= tuple(int(p) for p in client["requires-python"].lstrip(">=").split("."))
