@@ -426,3 +426,14 @@ def test_serve_on_a_fresh_instance_prints_a_one_time_admin_password(redis_url, c
     assert returncode == 0, output
     assert output.count("one-time password") == 1  # printed once
     assert accounts.ensure_first_account(conn) is None
+
+def test_a_generated_password_never_starts_with_a_dash(monkeypatch):
+    """Given on a command line (``proxima user passwd``, a login script), a password starting with "-" is read as
+    an option: one the platform makes never does, even when the random bytes begin that way."""
+    import secrets
+
+    from webapp import accounts
+
+    drawn = iter(["-startsWithDash", "-again", "fine-password"])
+    monkeypatch.setattr(secrets, "token_urlsafe", lambda n: next(drawn))
+    assert accounts.generate_password() == "fine-password"

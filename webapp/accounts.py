@@ -52,8 +52,12 @@ def check_password(password: str) -> str:
 
 
 def generate_password() -> str:
-    """A random password of about 120 bits, easy to copy from a terminal."""
-    return secrets.token_urlsafe(15)
+    """A random password of about 120 bits, easy to copy from a terminal, never starting with "-" (given on a
+    command line, one that did was read as an option)."""
+    while True:
+        password = secrets.token_urlsafe(15)
+        if not password.startswith("-"):
+            return password
 
 
 CREATE = Script("account_create.lua")
