@@ -179,7 +179,7 @@ def run_mixed(method: str, n: int, budgets: list[int], seed: int, seconds: dict[
         planner.triplet_scale = lambda: truth if planner._measured() else fitted()
     rating_share = share if method == "mixed" else (0.0 if duels else MIXED[method])
     spent = {"rating": 0.0, "triplet": 0.0}  # rater seconds on each kind so far
-    committed = None  # the kind the committed split chose (kept as a study's state would keep it)
+    committed = None  # whether the committed split chose ratings (kept as a study's state would keep it)
     out = []
     for b in budgets:
         while method in SPLITS and sum(spent.values()) < b * n - 1e-9:

@@ -137,18 +137,20 @@ def time_share(value_rating: float, value_triplet: float, seconds: Mapping[str, 
     return float(np.clip(share, SPLIT_FLOOR, 1.0 - SPLIT_FLOOR))
 
 
-def committed_share(share: float, seconds_per_item: float, committed: str | None = None) -> tuple[float, str | None]:
-    """(the share of rater time ratings get, the kind committed to) once a study has spent ``seconds_per_item``
-    rater seconds per item on both kinds together: ``share`` (the evidence's, :func:`time_share`) and None
-    until :data:`SPLIT_COMMIT`; then the kind ``share`` favours at that call (ratings if it is at least
-    :data:`SPLIT_COMMIT_SHARE`), kept by the caller and handed back as ``committed`` from then on, gets all but
-    :data:`SPLIT_COMMIT_FLOOR` of the time. Not used by ``PooledRatings.time_shares``: at 30 items it is above
-    the evidence alone after the commitment in most studies, but at 300 items (one seed, people's triplets) the
-    evidence still leans to triplets at the commitment, and it commits to them (benchmarks/README.md)."""
-    if committed is None:
+def committed_share(share: float, seconds_per_item: float,
+                    to_ratings: bool | None = None) -> tuple[float, bool | None]:
+    """(the share of rater time ratings get, whether the study committed to ratings: True, to triplets: False, or
+    not yet: None) once a study has spent ``seconds_per_item`` rater seconds per item on both kinds together:
+    ``share`` (the evidence's, :func:`time_share`) and None until :data:`SPLIT_COMMIT`; then the kind ``share``
+    favours at that call (ratings if it is at least :data:`SPLIT_COMMIT_SHARE`), kept by the caller and handed
+    back as ``to_ratings`` from then on, gets all but :data:`SPLIT_COMMIT_FLOOR` of the time. Not used by
+    ``PooledRatings.time_shares``: at 30 items it is above the evidence alone after the commitment in most
+    studies, but at 300 items (one seed, people's triplets) the evidence still leans to triplets at the
+    commitment, and it commits to them (benchmarks/README.md)."""
+    if to_ratings is None:
         if seconds_per_item < SPLIT_COMMIT:
             return float(share), None
-        committed = "rating" if share >= SPLIT_COMMIT_SHARE else "triplet"
-    if committed not in ("rating", "triplet"):
-        raise ValueError(f"committed is 'rating', 'triplet' or None, got {committed!r}")
-    return (1.0 - SPLIT_COMMIT_FLOOR if committed == "rating" else SPLIT_COMMIT_FLOOR), committed
+        to_ratings = bool(share >= SPLIT_COMMIT_SHARE)
+    if not isinstance(to_ratings, bool):
+        raise ValueError(f"to_ratings is True, False or None, got {to_ratings!r}")
+    return (1.0 - SPLIT_COMMIT_FLOOR if to_ratings else SPLIT_COMMIT_FLOOR), to_ratings

@@ -150,19 +150,19 @@ def test_committed_share_follows_the_evidence_then_keeps_its_kind():
     # before the commitment the evidence's share as it is
     assert committed_share(low, SPLIT_COMMIT - 1) == (low, None)
     # then the kind it favours at that call, for good: a later share the other way does not move it
-    share, kind = committed_share(low, SPLIT_COMMIT)
-    assert (share, kind) == (SPLIT_COMMIT_FLOOR, "triplet")
-    assert committed_share(0.9, 2 * SPLIT_COMMIT, kind) == (SPLIT_COMMIT_FLOOR, "triplet")
-    assert committed_share(high, SPLIT_COMMIT) == (1 - SPLIT_COMMIT_FLOOR, "rating")
-    assert committed_share(0.1, SPLIT_COMMIT - 1, "rating") == (1 - SPLIT_COMMIT_FLOOR, "rating")
+    share, to_ratings = committed_share(low, SPLIT_COMMIT)
+    assert (share, to_ratings) == (SPLIT_COMMIT_FLOOR, False)
+    assert committed_share(0.9, 2 * SPLIT_COMMIT, to_ratings) == (SPLIT_COMMIT_FLOOR, False)
+    assert committed_share(high, SPLIT_COMMIT) == (1 - SPLIT_COMMIT_FLOOR, True)
+    assert committed_share(0.1, SPLIT_COMMIT - 1, True) == (1 - SPLIT_COMMIT_FLOOR, True)
     with pytest.raises(ValueError):
-        committed_share(0.5, SPLIT_COMMIT, "duel")
+        committed_share(0.5, SPLIT_COMMIT, "duel")  # not a commitment
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_committed_split_keeps_to_the_kind_its_evidence_chose(seed):
     # clean triplets: the study commits to triplets at SPLIT_COMMIT seconds per item and keeps to them
-    for triplet_sd, lapse, kind in ((0.5, 0.1, "triplet"), (2.15, 1.0, "rating")):
+    for triplet_sd, lapse, to_ratings in ((0.5, 0.1, False), (2.15, 1.0, True)):
         sim, people = _study(seed, 2.15, triplet_sd, lapse)
         learner = PooledRatings(N, random_state=seed)
         rounds: list = []
@@ -172,7 +172,7 @@ def test_a_committed_split_keeps_to_the_kind_its_evidence_chose(seed):
         # the evidence's share as it is until SPLIT_COMMIT seconds per item, then the committed kind's
         assert before and all(at < SPLIT_COMMIT and r == e for at, e, r in before)
         assert len(after) >= 10 and after[0][0] >= SPLIT_COMMIT
-        assert {k for *_, k in after} == {kind}
-        assert {r for _, _, r, _ in after} == {SPLIT_COMMIT_FLOOR if kind == "triplet" else 1 - SPLIT_COMMIT_FLOOR}
+        assert {k for *_, k in after} == {to_ratings}
+        assert {r for _, _, r, _ in after} == {1 - SPLIT_COMMIT_FLOOR if to_ratings else SPLIT_COMMIT_FLOOR}
         # chosen by the evidence's share at the commitment
-        assert (after[0][1] < SPLIT_COMMIT_SHARE) == (kind == "triplet")
+        assert (after[0][1] >= SPLIT_COMMIT_SHARE) == to_ratings
