@@ -34,6 +34,7 @@ Offline tables then measure, against the answers per rater (10, 20, 40, 80), the
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import re
 import struct
@@ -58,6 +59,7 @@ from simulation.crowd import Rater, eggs_truth, noise_model  # noqa: E402
 from webapp.handles import identifier  # noqa: E402
 from workers.store import keys  # noqa: E402
 from workers.store.config import StudyConfig  # noqa: E402
+from workers.store.raters import CATCH_PENDING, CROWD_FLAGGED, CROWD_JUDGED  # noqa: E402
 from workers.store.studies import Item, create_study  # noqa: E402
 
 QUESTIONS = 40
@@ -67,6 +69,8 @@ CAREFUL_LAPSE = 0.1
 CODE = re.compile(r'id="completion-code">([A-Z0-9]+)<')
 BOTS = ("always first", "always last", "random", "lowest handle", "random + memory", "random + lengths",
         "80/20 first", "media sizes", "media bytes")
+#: The key of a live table holding what the study's catch trials were chosen by at its end (webapp.catches).
+SOURCE = "catch trials' source"
 #: Bots that fetch the media they are shown and compare them; "media bytes" compares this many first bytes.
 MEDIA_BOTS = ("media sizes", "media bytes")
 SAME_BYTES = 128
@@ -244,15 +248,22 @@ def live(base: str, conn: redis.Redis, kind: str, study_type: str, runs: int, ca
     config = StudyConfig.from_dict(config)
     for name, (who, result) in results.items():
         stats = conn.hmget(keys.rater_stats(study_id), [keys.rater_field(name, f) for f in
-                                                        ("flagged", "answer_flagged", "catch", "catch_failed")])
-        flagged, by_check = (v not in (None, b"0", b"") for v in stats[:2])
-        row = table.setdefault(who, {"runs": 0, "code": 0, "flagged": 0, "by catch trials": 0,
-                                     "by the answer check": 0})
+                                                        ("flagged", "answer_flagged", "catch", "catch_failed",
+                                                         CROWD_FLAGGED, CATCH_PENDING, CROWD_JUDGED)])
+        flagged, by_check, by_crowd = (v not in (None, b"0", b"") for v in (stats[0], stats[1], stats[4]))
+        awaiting = int(stats[5] or 0) > 0 and not int(stats[6] or 0) and not flagged
+        row = table.setdefault(who, {"runs": 0, "code": 0, "flagged": 0, "paid": 0, "by catch trials": 0,
+                                     "by the answer check": 0, "by the crowd": 0, "awaiting the crowd": 0})
         row["runs"] += 1
         row["code"] += result["code"] is not None
         row["flagged"] += flagged
+        row["paid"] += result["code"] is not None and not flagged  # what a researcher approves at the end
         row["by catch trials"] += config.catch_failing(int(stats[2] or 0), int(stats[3] or 0))
         row["by the answer check"] += by_check
+        row["by the crowd"] += by_crowd
+        row["awaiting the crowd"] += awaiting
+    source = json.loads(conn.get(keys.catch_comparisons(study_id)) or "{}").get("source")
+    table[SOURCE] = source
     return table
 
 
@@ -367,6 +378,15 @@ def main() -> None:
                         r = tables[t]["careful"]
                         print(f"careful raters flagged, {t}: {r['by catch trials']} by catch trials, "
                               f"{r['by the answer check']} by the answer check, of {r['runs']}")
+                        print(f"{t}, every rater (catch trials at the end: {tables[t][SOURCE]}):"
+                              " runs, shown a code, flagged, paid (a code and not flagged), flagged by the catch rule, "
+                              "by the answer check, by the crowd, awaiting the crowd")
+                        for who in ("careful", *bot_kinds):
+                            r = tables[t].get(who)
+                            if r:
+                                print(f"  {who}: " + ", ".join(str(r[k]) for k in (
+                                    "runs", "code", "flagged", "paid", "by catch trials", "by the answer check",
+                                    "by the crowd", "awaiting the crowd")))
                     sys.stdout.flush()
             finally:
                 stop_server(proc)

@@ -120,9 +120,9 @@ catch_retired = _per_study("catch-retired")
 #: ``contradicted``: retired as clearly below the agreement asked) and ``judged_at``, for the dashboard.
 catch_claims = _per_study("catch-claims")
 
-#: String: the groups a study's learner placed its items in (JSON: ``labels`` per item, the ``answers`` applied
-#: then), the labels of the catch trials of a study whose items have neither positions nor labels
-#: (workers/jobs/learned_labels.py writes it; webapp/catches.py chooses label comparisons from it).
+#: Hash: the places a study's learner gave its items (``positions``: JSON, the ``answers`` applied then), the
+#: positions of the catch trials of a study whose items have neither positions nor labels
+#: (workers/jobs/learned_positions.py writes it; webapp/catches.py chooses comparisons from it).
 catch_learned = _per_study("catch-learned")
 
 #: Hash: what ``/api/health`` reads of the crowd without reading every rater's counters: ``awaiting`` (raters
