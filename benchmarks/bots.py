@@ -34,7 +34,6 @@ Offline tables then measure, against the answers per rater (10, 20, 40, 80), the
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import re
 import struct
@@ -69,8 +68,6 @@ CAREFUL_LAPSE = 0.1
 CODE = re.compile(r'id="completion-code">([A-Z0-9]+)<')
 BOTS = ("always first", "always last", "random", "lowest handle", "random + memory", "random + lengths",
         "80/20 first", "media sizes", "media bytes")
-#: The key of a live table holding what the study's catch trials were chosen by at its end (webapp.catches).
-SOURCE = "catch trials' source"
 #: Bots that fetch the media they are shown and compare them; "media bytes" compares this many first bytes.
 MEDIA_BOTS = ("media sizes", "media bytes")
 SAME_BYTES = 128
@@ -262,8 +259,6 @@ def live(base: str, conn: redis.Redis, kind: str, study_type: str, runs: int, ca
         row["by the answer check"] += by_check
         row["by the crowd"] += by_crowd
         row["awaiting the crowd"] += awaiting
-    source = json.loads(conn.get(keys.catch_comparisons(study_id)) or "{}").get("source")
-    table[SOURCE] = source
     return table
 
 
@@ -378,7 +373,7 @@ def main() -> None:
                         r = tables[t]["careful"]
                         print(f"careful raters flagged, {t}: {r['by catch trials']} by catch trials, "
                               f"{r['by the answer check']} by the answer check, of {r['runs']}")
-                        print(f"{t}, every rater (catch trials at the end: {tables[t][SOURCE]}):"
+                        print(f"{t}, every rater:"
                               " runs, shown a code, flagged, paid (a code and not flagged), flagged by the catch rule, "
                               "by the answer check, by the crowd, awaiting the crowd")
                         for who in ("careful", *bot_kinds):

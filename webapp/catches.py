@@ -76,9 +76,6 @@ class Comparison(NamedTuple):
     others: tuple[int, ...] = ()
 
 
-#: The catch trials' source of a study of copies whose items its learner placed (comparisons with a margin there).
-LEARNED = "learned"
-
 #: Label comparisons a crowd-judged study asks (the first of those chosen, drawn in random order): the crowd
 #: tells which ones people agree with only from many answers to each (benchmarks/catch_fairness.py measured
 #: studies of 100 raters answering 20).
@@ -120,71 +117,38 @@ def comparisons(conn: Redis, study: Study, now: float | None = None) -> list[Com
     """The study's near-certain comparisons, from this process's copy (read again every CACHE_SECONDS,
     and at once for another study of the same id or a changed item count).
 
-    They are chosen once per study, item count and placing of its items by a learner (below), by whichever process needs
-    them first, and kept in Redis for every other web process (``keys.catch_comparisons``): choosing them
-    reads every item and takes ~0.1 s of CPU at 1,000 items, which raters joining together (a Prolific
-    launch: 500 in 5 s) waited for in every process and thread at once. The choice is drawn from the study's
-    own seed, so every process and every restart asks the same comparisons. A study whose items have neither
-    positions nor labels (copies) takes, once its learner has placed the items (``keys.catch_learned``,
-    workers/jobs/learned_positions.py), comparisons with a margin in its space, judged by the crowd."""
+    They are chosen once per study and item count, by whichever process needs them first, and kept in
+    Redis for every other web process (``keys.catch_comparisons``): choosing them reads every item and
+    takes ~0.1 s of CPU at 1,000 items, which raters joining together (a Prolific launch: 500 in 5 s) waited
+    for in every process and thread at once. The choice is drawn from the study's own seed, so every
+    process and every restart asks the same comparisons."""
     now = time.time() if now is None else now
-    cached, items = _cache.get(study.id), (study.created_at, study.n_items)
-    if cached is not None and cached[0] > now and cached[1][:2] == items:
+    cached, version = _cache.get(study.id), (study.created_at, study.n_items)
+    if cached is not None and cached[0] > now and cached[1] == version:
         return cached[2]
     with _lock(study.id):  # one thread of this process reads or chooses; the others wait for it
         cached = _cache.get(study.id)
-        if cached is not None and cached[0] > now and cached[1][:2] == items:
+        if cached is not None and cached[0] > now and cached[1] == version:
             return cached[2]
-        learned = _learned(conn, study)
-        version = (*items, learned or 0)
         stored = _stored(conn, study.id, version)
         if stored is None:
             rows = [json.loads(raw) for raw in conn.lrange(keys.items(study.id), 0, -1)]
-            stored = _choose_and_store(conn, study, rows, learned)
+            stored = _choose_and_store(conn, study, rows)
         found, crowd = stored
         _cache[study.id] = (now + CACHE_SECONDS, version, found, crowd)
         return found
 
 
-def _learned(conn: Redis, study: Study) -> int | None:
-    """The answers applied when the study's learner gave its items the places its catch trials take
-    (``keys.catch_learned``, workers/jobs/learned_positions.py), None when there are none."""
-    raw = conn.hget(keys.catch_learned(study.id), "answers")
-    try:
-        return int(raw) if raw else None
-    except ValueError:
-        return None
-
-
-def _learned_positions(conn: Redis, study: Study, n: int) -> list[tuple[float, ...]] | None:
-    raw = conn.hget(keys.catch_learned(study.id), "positions")
-    try:
-        positions = [tuple(map(float, p)) for p in json.loads(raw)] if raw else None
-    except (ValueError, TypeError):
-        return None
-    return positions if positions is not None and len(positions) == n else None
-
-
-def _choose_and_store(conn: Redis, study: Study, rows: list[dict],
-                      learned: int | None = None) -> tuple[list[Comparison], bool]:
+def _choose_and_store(conn: Redis, study: Study, rows: list[dict]) -> tuple[list[Comparison], bool]:
     """Choose the comparisons of the study's items ``rows`` (drawn from the study's own seed) and keep them in
-    Redis for every process; returns them and whether they are judged by the crowd (labels alone, or, in a
-    study of copies, the places its learner gave the items, taken when it had applied ``learned`` answers)."""
-    source = source_of(rows)
-    stamp = learned or 0
-    rng = random.Random(f"{study.id}:{study.created_at}:{len(rows)}" + (f":learned:{stamp}" if learned else ""))
-    positions = _learned_positions(conn, study, len(rows)) if source == "copies" and learned else None
-    found = _by_position(positions, rng) if positions else []
-    if found:
-        source = LEARNED
-    else:
-        found = choose_comparisons(rows, rng)
-    crowd = bool(found) and source in ("labels", LEARNED)
+    Redis for every process; returns them and whether they are judged by the crowd (labels alone)."""
+    found = choose_comparisons(rows, random.Random(f"{study.id}:{study.created_at}:{len(rows)}"))
+    crowd = bool(found) and source_of(rows) == "labels"
     if crowd:
         found = found[:CROWD_COMPARISONS]
     conn.set(keys.catch_comparisons(study.id),
-             json.dumps({"version": [study.created_at, study.n_items, stamp], "rules": RULES, "crowd": crowd,
-                         "source": source, "comparisons": [list(c) for c in found]}))
+             json.dumps({"version": [study.created_at, study.n_items], "rules": RULES, "crowd": crowd,
+                         "comparisons": [list(c) for c in found]}))
     return found, crowd
 
 

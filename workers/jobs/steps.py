@@ -5,11 +5,10 @@ import Flask.
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from workers.jobs import checkpoints, fits, learned_positions, learned_split, rater_checks, summary
+from workers.jobs import checkpoints, fits, learned_split, rater_checks, summary
 from workers.store import health
 
 if TYPE_CHECKING:
@@ -17,8 +16,6 @@ if TYPE_CHECKING:
 
     from redis import Redis
 
-
-log = logging.getLogger(__name__)
 
 #: The moments of a step. Before each pass and after it (the pass's report at hand) ...
 BEFORE_PASS = "before_pass"
@@ -80,14 +77,6 @@ def _learned_split(job: UpdateJob) -> None:
         learned_split.set_split(job.conn, job.study_id)  # a study of fixed shares: nothing
 
 
-def _learned_positions(job: UpdateJob) -> None:
-    if job.last_pass.get("applied"):
-        try:
-            learned_positions.learn_positions(job.conn, job.study_id)  # a study whose catch trials are copies
-        except Exception:  # the catch trials stay as they were; the pass goes on
-            log.exception("placing the items of study %s for its catch trials failed", job.study_id)
-
-
 def _last_answer_check(job: UpdateJob) -> None:
     rater_checks.settle(job.conn, job.study_id)  # the study's last answers get their answer check too
 
@@ -111,8 +100,6 @@ STEPS = (
     Step("start checkpoints of the states the pass saved", AFTER_PASS, _start_checkpoints),
     Step("check the raters whose answers the pass applied", AFTER_PASS, _check_raters),
     Step("let the pooled learner set the split of ratings and triplets", AFTER_PASS, _learned_split),
-    Step("take the learner's places of the items for the catch trials of a study of copies", AFTER_PASS,
-         _learned_positions),
     Step("check the raters' last answers", SETTLE, _last_answer_check),
     Step("put the job's checkpoints in place", JOB_END, _settle_checkpoints),
     Step("write the summary the last pass left out", JOB_END, _write_summary),

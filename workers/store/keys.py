@@ -120,11 +120,6 @@ catch_retired = _per_study("catch-retired")
 #: ``contradicted``: retired as clearly below the agreement asked) and ``judged_at``, for the dashboard.
 catch_claims = _per_study("catch-claims")
 
-#: Hash: the places a study's learner gave its items (``positions``: JSON, the ``answers`` applied then), the
-#: positions of the catch trials of a study whose items have neither positions nor labels
-#: (workers/jobs/learned_positions.py writes it; webapp/catches.py chooses comparisons from it).
-catch_learned = _per_study("catch-learned")
-
 #: Hash: what ``/api/health`` reads of the crowd without reading every rater's counters: ``awaiting`` (raters
 #: whose missed catch trials wait for a verdict) and ``awaiting_since`` (when the earliest of them was missed),
 #: written by every answer check; ``catches_seen`` (the catch answers counted when its last look read the log)
