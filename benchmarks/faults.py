@@ -224,7 +224,8 @@ def one_kill(serve: Serve, kind: str, busy: int) -> dict:
     if kind in SUPERVISED:
         # a child serve restarts: killed once it has run STAYED_UP_S, as a fault of a running process (one
         # killed sooner is a crash at start to serve, restarted after a growing backoff)
-        wait(lambda: _running_for(serve, kind) > STAYED_UP_S + 0.5, WAIT, f"the {kind} running {STAYED_UP_S:.0f} s")
+        # (a process's start time is known to a second: the boot time it counts from is whole seconds)
+        wait(lambda: _running_for(serve, kind) > STAYED_UP_S + 2, WAIT, f"the {kind} running {STAYED_UP_S:.0f} s")
     pid = serve.victim(kind)
     since = time.time()
     os.kill(pid, signal.SIGKILL)
