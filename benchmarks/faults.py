@@ -119,9 +119,8 @@ class Serve:
         for p in spawned:
             if p.pid not in self.roles:
                 missing = [r for r in ("fit-process", "check-process") if r not in self.roles.values()]
-                if len(missing) != 1 and self.roles:
-                    raise LookupError("cannot tell the worker's fit process from its check process yet")
-                self.roles[p.pid] = missing[0]
+                if missing:  # (with none missing, a third is one on its way out or in: left alone)
+                    self.roles[p.pid] = missing[0]
         return next(pid for pid, role in self.roles.items() if role == kind)
 
     def stop(self) -> None:

@@ -151,11 +151,18 @@ class FitPool:
         return taken
 
     def _drop(self, attr: str, wait: bool = False) -> None:
-        """Shut a pool down (its live processes terminated) so the next use starts a new one."""
+        """Shut a pool down (its live processes terminated) so the next use starts a new one. What it ran and had
+        not finished is forgotten: a future of a pool shut down before it saw its process die may never be done
+        (the checks beside the passes then waited for it for good, and no check ran again), so a fit is submitted
+        again when next asked for and a check starts at its next turn."""
         executor = getattr(self, attr)
         setattr(self, attr, None)
         if executor is None:
             return
+        if attr == "_side":
+            self._jobs = {k: v for k, v in self._jobs.items() if v[0].done()}
+        else:
+            self._futures = OrderedDict((k, f) for k, f in self._futures.items() if f.done())
         for process in list((executor._processes or {}).values()):
             if process.is_alive():
                 process.terminate()
