@@ -27,10 +27,8 @@ def parse_triplets(text: str, n_items: int | None = None, source: str = "file",
     """
     lines = text.splitlines()
     first = next((line for line in lines if line.strip() and not line.lstrip().startswith("#")), None)
-    if answers and first is not None:
-        header = next(csv.reader([first]))
-        if "head" in header and "choice" in header:
-            return _export_triplets(text, n_items, source)
+    if answers and _is_export(first):
+        return _export_triplets(text, n_items, source)[0]
     rows = []
     for number, line in enumerate(lines, start=1):
         line = line.strip()
@@ -56,9 +54,29 @@ def _check(source: str, where: str, triplet: tuple[int, int, int], n_items: int 
         raise ValueError(f"{source}, {where}: a triplet needs three different items, got {given!r}")
 
 
-def _export_triplets(text: str, n_items: int | None, source: str) -> list[tuple[int, int, int]]:
-    """The triplets an answers export's answers imply (see :func:`parse_triplets`)."""
-    rows = []
+def _is_export(first: str | None) -> bool:
+    if first is None:
+        return False
+    header = next(csv.reader([first]))
+    return "head" in header and "choice" in header
+
+
+def parse_triplet_answers(text: str, n_items: int | None = None,
+                          source: str = "file") -> tuple[list[tuple[int, int, int]], list[str] | None]:
+    """:func:`parse_triplets` with ``answers=True``, and who gave each triplet: for an answers export with a
+    ``rater`` column, the rater of the answer each triplet comes from (one per triplet; a screen's triplets
+    share theirs), else None (rows ``i,j,k`` name no raters)."""
+    first = next((line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")), None)
+    if _is_export(first) and "rater" in next(csv.reader([first])):
+        return _export_triplets(text, n_items, source)
+    return parse_triplets(text, n_items, source, answers=True), None
+
+
+def _export_triplets(text: str, n_items: int | None,
+                     source: str) -> tuple[list[tuple[int, int, int]], list[str]]:
+    """The triplets an answers export's answers imply (see :func:`parse_triplets`), and the rater of each
+    (empty where the export has no ``rater`` column)."""
+    rows, raters = [], []
     lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     for row in csv.DictReader(io.StringIO("\n".join(lines))):
         try:
@@ -84,6 +102,7 @@ def _export_triplets(text: str, n_items: int | None, source: str) -> list[tuple[
             triplet = (int(h), int(winner), int(b if winner == a else a))
             _check(source, f"answer {row.get('answer_id') or '?'}", triplet, n_items, ",".join(map(str, triplet)))
             rows.append(triplet)
+            raters.append(row.get("rater") or "")
     if not rows:
         raise ValueError(f"{source}: no answered triplet questions in this answers export")
-    return rows
+    return rows, raters

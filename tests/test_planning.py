@@ -479,3 +479,26 @@ def test_a_pilots_raters_checked_one_by_one_show_careless_ones_and_the_plan_says
     assert "no raters checked one by one" in fit_pilot(triplets, 60, replicates=1).describe()
     with pytest.raises(ValueError, match="one rater per pilot answer"):
         check_raters(triplets, raters[1:], 60, 2, "tste")
+
+
+def test_a_pilot_answers_export_names_its_raters_and_the_plan_checks_them(tmp_path):
+    # an answers export has a rater column: `proxima plan --pilot answers.csv` checks its raters one by one
+    # as a pilot study's (`--study`) are, and finds the careless ones; rows i,j,k name none
+    from engine.triplet_csv import parse_triplet_answers
+    from webapp.cli import main
+
+    triplets, raters = careless_pilot(100, 0.3, 0, per_item=30, per_rater=50)
+    lines = ["answer_id,kind,head,a,b,choice,algorithm,rater"]
+    for n, ((i, j, k), r) in enumerate(zip(triplets.tolist(), raters.tolist(), strict=True)):
+        a, b = (j, k) if n % 2 else (k, j)
+        lines.append(f"{n},triplet,{i},{a},{b},{j},random_triplets,rater-{r}")
+    lines.append(f"{len(lines)},triplet,0,1,2,1,catch,rater-0")  # a catch answer is no evidence: left out
+    export = tmp_path / "answers.csv"
+    export.write_text("\n".join(lines) + "\n")
+    rows, who = parse_triplet_answers(export.read_text())
+    assert rows == [tuple(t) for t in triplets.tolist()] and who == [f"rater-{r}" for r in raters.tolist()]
+    assert parse_triplet_answers("0,1,2\n") == ([(0, 1, 2)], None)
+    result = CliRunner().invoke(main, ["plan", "--pilot", str(export), "--algorithms", "random_triplets",
+                                       "--budgets", "10", "--runs", "1", "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    assert "measured: its raters are not alike" in result.output and "no raters checked" not in result.output

@@ -169,7 +169,8 @@ def _study_kinds(study_id: str) -> tuple[str, dict]:
               help="Plan from a known truth: points:FILE.csv (columns id,x1,x2,...), matrix:FILE.csv (header row "
                    "of ids, then an n x n distance matrix) or eggs[:DATA_DIR].")
 @click.option("--pilot", "pilot_path", default=None, type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="Plan from a pilot's answers: an answers CSV export or a triplets export (list-order i,j,k).")
+              help="Plan from a pilot's answers: an answers CSV export (its raters are checked one by one) or a "
+                   "triplets export (list-order i,j,k; names no raters).")
 @click.option("--study", "study_id", default=None, metavar="ID",
               help="Plan from a running study's answers so far (its pilot) and show the plan on its dashboard.")
 @click.option("--items", "n_items", type=click.IntRange(min=4), default=None,
@@ -243,7 +244,7 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
     import numpy as np
 
     from engine import planning
-    from engine.triplet_csv import parse_triplets
+    from engine.triplet_csv import parse_triplet_answers
 
     if sum(x is not None for x in (truth_spec, pilot_path, study_id)) != 1:
         raise click.UsageError("give exactly one of --truth, --pilot or --study")
@@ -326,12 +327,13 @@ def plan_command(truth_spec: str | None, pilot_path: Path | None, study_id: str 
                 item_ids = [item.id for item in get_items(conn, study_id)]
         else:
             try:
-                rows = parse_triplets(pilot_path.read_text(encoding="utf-8"), n_items, str(pilot_path), answers=True)
+                rows, raters = parse_triplet_answers(pilot_path.read_text(encoding="utf-8"), n_items, str(pilot_path))
             except (ValueError, UnicodeDecodeError) as exc:
                 raise click.ClickException(str(exc)) from None
             if not rows:
                 raise click.ClickException(f"{pilot_path}: no answers")
-            triplets, raters = np.asarray(rows, np.int64), None  # a file's triplets name no raters
+            # an answers export names its raters (checked one by one); rows i,j,k name none
+            triplets = np.asarray(rows, np.int64)
             n = n_items or int(triplets.max()) + 1
             item_ids = [str(i) for i in range(n)]
         from simulation.noise import fit_pilot
