@@ -316,6 +316,8 @@ def test_setup_then_simulate_a_triplet_study_from_the_command_line(live, tmp_pat
                                   "--create", "sim-setup"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "Created study sim-setup with 9 items" in result.output
+    # a study its simulated raters answer: the warnings about paying people are counted, not spelled out
+    assert "Warning:" not in result.output and "warning(s) about paying people left out" in result.output
     oracle = re.search(r"--oracle (\S+)", result.output).group(1)
     result = simulate("sim-setup", "--url", live["base"], "--oracle", oracle, "--raters", 5, "--think", 0,
                       "--answers", 40, "--careless", 0.2, "--seed", 4)

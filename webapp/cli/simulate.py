@@ -261,7 +261,8 @@ def simulate_setup(ctx: click.Context, source: str, out_dir: Path, kind: str, n_
         raise click.ClickException(str(exc)) from None
     click.echo(f"Wrote {written['items']}, {written['truth']} and {written['config']} ({written['n_items']} items).")
     if create_id:
-        ctx.invoke(create, config_file=written["config"], items_path=written["items"], study_id=create_id)
+        ctx.invoke(create, config_file=written["config"], items_path=written["items"], study_id=create_id,
+                   simulated=True)
     study = create_id or "STUDY"
     if not create_id:
         click.echo(f"Create the study: proxima create {written['config']} --items {written['items']} --id my-sim")

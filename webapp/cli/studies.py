@@ -46,7 +46,7 @@ FEATURE_FILES = "a CSV with an 'id' column and one numeric column per feature, a
               help="For a folder of images without features: compute " + BUILTIN_HELP + " and use them as the "
                    "items' features.")
 def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet_path: Path | None = None,
-           features_path: Path | None = None, builtin: bool = False) -> None:
+           features_path: Path | None = None, builtin: bool = False, simulated: bool = False) -> None:
     """Create a study from a YAML/JSON config and a folder of media or a CSV of texts.
 
     \b
@@ -111,10 +111,13 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
     if builtin:
         _say_builtin(len(items))
     _say_skipped(items_path)
-    for warning in config_warnings(config):
+    warnings = [*config_warnings(config), *([no_catches] if no_catches else [])]
+    if simulated and warnings:  # (simulate-setup --create: a study its simulated raters answer)
+        click.echo(f"A study for simulated raters: {len(warnings)} warning(s) about paying people left out "
+                   "('proxima create' shows them for a real study's config).", err=True)
+        return
+    for warning in warnings:
         click.echo(f"Warning: {warning}.", err=True)
-    if no_catches:
-        click.echo(f"Warning: {no_catches}.", err=True)
 
 
 def _say_skipped(items_path: Path) -> None:
