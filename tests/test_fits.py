@@ -221,3 +221,24 @@ def test_a_killed_check_process_is_replaced_at_the_next_heal_and_runs_the_next_c
         assert pool._jobs[("check", "s")][0].exception() is None
     finally:
         pool.shutdown()
+
+
+def test_the_fit_and_check_processes_say_which_is_which():
+    """``ps``, ``top`` and the kernel's out-of-memory reports name a worker's children by what they do, so an
+    operator (and benchmarks/faults.py) can tell the fit process from the check process without guessing."""
+    import sys
+
+    import psutil
+
+    if not sys.platform.startswith("linux"):
+        return  # the name is set where the system shows one (Linux); elsewhere nothing is promised
+    pool = FitPool(1)
+    try:
+        _wait(pool.fitter("study-a", "duels").fit(_task(n=30, seed=7)))
+        pool.beside(("check", "s"), time.sleep, 0)
+        wait_for(lambda: not pool.running(("check", "s")), 30, what="the check")
+        fit = [psutil.Process(p.pid).name() for p in pool._executor._processes.values()]
+        check = [psutil.Process(p.pid).name() for p in pool._side._processes.values()]
+        assert fit == ["proxima fit"] and check == ["proxima check"]
+    finally:
+        pool.shutdown()

@@ -85,8 +85,24 @@ def _exit_with(parent: int) -> None:
         time.sleep(PARENT_CHECK_SECONDS)
 
 
-def _child_setup(blas_threads: int, parent: int) -> None:
+#: The names the worker's processes show in ``ps``, ``top`` and the kernel's out-of-memory reports (Linux's
+#: process name, at most 15 characters): which of a worker's children fits and which checks raters.
+FIT_PROCESS_NAME = "proxima fit"
+CHECK_PROCESS_NAME = "proxima check"
+
+
+def _name_this_process(name: str) -> None:
+    """Give this process ``name`` where the system shows one (Linux: ``/proc/self/comm``); else nothing."""
+    try:
+        with open("/proc/self/comm", "w") as comm:
+            comm.write(name[:15])
+    except OSError:
+        pass
+
+
+def _child_setup(blas_threads: int, parent: int, name: str = FIT_PROCESS_NAME) -> None:
     # Ctrl-C goes to the worker, which shuts the pool down; BLAS on as many threads as asked
+    _name_this_process(name)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with, args=(parent,), name="parent watch", daemon=True).start()
     os.nice(FIT_NICENESS)
@@ -184,6 +200,9 @@ class FitPool:
             tries = self._restarts.get(key, 0)
             if tries >= FIT_RETRIES:
                 delay = FIT_RETRY_DELAY_S * 2 ** (tries - FIT_RETRIES)
+                if key not in self._retry_at:
+                    log.warning("the fit %s lost its process %d times; started again in %.0f s (until then the "
+                                "learner keeps its last fit)", "/".join(map(str, key[:2])), tries + 1, delay)
                 if time.monotonic() < self._retry_at.setdefault(key, time.monotonic() + delay):
                     return _NOT_YET
                 del self._retry_at[key]
@@ -200,7 +219,8 @@ class FitPool:
     def _side_pool(self) -> ProcessPoolExecutor:
         if self._side is None:
             self._side = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_child_setup, initargs=(self.blas_threads, os.getpid()))
+                                             initializer=_child_setup,
+                                             initargs=(self.blas_threads, os.getpid(), CHECK_PROCESS_NAME))
         return self._side
 
     def beside(self, key: tuple, fn: Any, *args: Any, every: float = 0.0) -> None:
