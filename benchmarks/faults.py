@@ -16,7 +16,9 @@ One serve and one study for the whole run (duels on
 the server lets them, each answer sent again with its token until the server gives a definite reply (so an answer is
 acknowledged once). "caught up" is the time from the kill until the engine's cursor reached the last answer
 acknowledged at that moment plus one probe answer given after the process came back. Each kill's JSON line also
-has ``healthy_s`` (``/api/health`` answering again) and ``probed_s`` (the probe answer taken), both from the kill;
+has ``healthy_s`` (``/api/health`` answering again), ``probed_s`` (the probe answer taken) and ``checked_s`` (the
+answer check ran again, beside the passes), all from the kill. The fit and check processes are found by the names the
+worker gives them (``proxima fit``, ``proxima check``);
 ``--keep`` keeps serve's log to read what happened in between.
 """
 from __future__ import annotations
@@ -42,7 +44,9 @@ sys.path.insert(0, str(ROOT))
 
 from webapp.cli.embedded import free_port  # noqa: E402
 from webapp.cli.supervise import STAYED_UP_S  # noqa: E402
+from workers.jobs.fits import CHECK_PROCESS_NAME, FIT_PROCESS_NAME, FIT_RETRY_DELAY_S  # noqa: E402
 from workers.store import health, keys  # noqa: E402
+from workers.store.raters import CHECKED_AT_FIELD  # noqa: E402
 
 STUDY = "faults"
 #: The process kinds serve restarts itself (after its backoff: webapp.cli.supervise).
@@ -59,8 +63,6 @@ class Serve:
     def __init__(self, instance: Path, port: int):
         self.instance, self.port, self.base = instance, port, f"http://127.0.0.1:{port}"
         self.log = instance.parent / "serve.log"
-        self.roles: dict[int, str] = {}  # the worker's spawned children: pid -> fit-process / check-process
-        self.roles_of: int | None = None  # the worker they belong to
         self.start()
 
     def start(self) -> None:
@@ -106,22 +108,12 @@ class Serve:
         worker = next(p for p in me.children() if "webapp worker" in cmd(p))
         if kind == "rq-worker":
             return worker.pid
-        spawned = [p for p in worker.children() if "multiprocessing" in cmd(p) and "resource_tracker" not in cmd(p)]
-        # the fit process starts with the first refit, the check process with the first answer check; a
-        # replacement takes the role of the one that died (the younger of the two is not always the check)
-        if len(spawned) < 2:
-            raise LookupError("the worker has not started both its fit and check processes yet")
-        spawned.sort(key=lambda p: p.create_time())
-        alive = {p.pid for p in spawned}
-        self.roles = {pid: role for pid, role in self.roles.items() if pid in alive}
-        if worker.pid != self.roles_of:
-            self.roles, self.roles_of = {}, worker.pid  # a new worker: its children start in order again
-        for p in spawned:
-            if p.pid not in self.roles:
-                missing = [r for r in ("fit-process", "check-process") if r not in self.roles.values()]
-                if missing:  # (with none missing, a third is one on its way out or in: left alone)
-                    self.roles[p.pid] = missing[0]
-        return next(pid for pid, role in self.roles.items() if role == kind)
+        # the worker names its children by what they do (workers/jobs/fits.py); each starts with its first work
+        name = {"fit-process": FIT_PROCESS_NAME, "check-process": CHECK_PROCESS_NAME}[kind]
+        found = [p for p in worker.children() if _name(p) == name]
+        if not found:
+            raise LookupError(f"the worker has no {kind} now")
+        return found[0].pid
 
     def stop(self) -> None:
         family = [p.pid for p in psutil.Process(self.proc.pid).children(recursive=True)] if self.proc.poll() is None \
@@ -213,13 +205,13 @@ def one_kill(serve: Serve, kind: str, busy: int) -> dict:
     if not _has(serve, kind):  # the fit and check processes start with the work they do: give some
         warm = Raters(serve.base, f"warm-{kind}-{time.monotonic_ns()}", 5)
         try:
-            wait(lambda: _has(serve, kind), WAIT, f"a {kind} to kill")
+            wait(lambda: _has(serve, kind), _wait_for(kind), f"a {kind} to kill")
         finally:
             warm.finish()
     raters = Raters(serve.base, f"r-{kind}-{time.monotonic_ns()}", busy) if busy else None
     if raters:
         wait(lambda: len(raters.acknowledged) >= 20, WAIT, "raters answering")
-    wait(lambda: _has(serve, kind), WAIT, f"a {kind} to kill")
+    wait(lambda: _has(serve, kind), _wait_for(kind), f"a {kind} to kill")
     if kind in SUPERVISED:
         # a child serve restarts: killed once it has run STAYED_UP_S, as a fault of a running process (one
         # killed sooner is a crash at start to serve, restarted after a growing backoff)
@@ -250,13 +242,31 @@ def one_kill(serve: Serve, kind: str, busy: int) -> dict:
     if probe:
         acknowledged = [*acknowledged, probe]
     wait(lambda: applied(conn, last_logged(conn)), WAIT, "the engine applying every answer")
+    # the answer check ran again (beside the passes, in the check process) after the kill
+    wait(lambda: _checked_since(conn, since), WAIT, "the answer check running again")
+    checked = time.monotonic() - killed
     logged = [i.decode() for i, _ in conn.xrange(keys.answers(STUDY))]
     applied_count = int(conn.hget(keys.engine_stats(STUDY), "answers_applied") or 0)
     word = INCIDENT[kind]
     shown = None if word is None else _wait_incident(conn, word, since)
     return {"kind": kind, "busy": busy, "caught_up_s": caught_up, "healthy_s": healthy_s, "probed_s": probed_s,
+            "checked_s": checked,
             "lost": len(set(acknowledged) - set(logged)), "doubled": len(logged) - len(set(logged)),
             "applied_once": applied_count == len(logged), "shown": shown}
+
+
+def _wait_for(kind: str) -> float:
+    """How long a process of ``kind`` may take to be there to kill: a fit that lost its process FIT_RETRIES times
+    starts again only after FIT_RETRY_DELAY_S, doubling (workers/jobs/fits.py; the worker logs it), and until
+    then the worker has no fit process (the fourth kill of one fit waits 60 s)."""
+    return WAIT + (4 * FIT_RETRY_DELAY_S if kind == "fit-process" else 0.0)
+
+
+def _name(process: psutil.Process) -> str:
+    try:
+        return process.name()
+    except psutil.Error:
+        return ""
 
 
 def _running_for(serve: Serve, kind: str) -> float:
@@ -271,6 +281,13 @@ def _has(serve: Serve, kind: str) -> bool:
         serve.victim(kind)
         return True
     except (LookupError, StopIteration, IndexError, psutil.Error):
+        return False
+
+
+def _checked_since(conn, since: float) -> bool:
+    try:
+        return float(conn.hget(keys.engine_stats(STUDY), CHECKED_AT_FIELD) or 0) > since
+    except redis.RedisError:
         return False
 
 
@@ -336,7 +353,7 @@ def main() -> None:
     print(f"\nkill -9 of each process kind, {args.times} times idle and {args.times} times under {args.raters} raters "
           f"(one serve, duels on 40 items)\n")
     print(f"{'process':16s} {'raters':>6s} {'caught up (s) max / mean':>26s} {'lost':>5s} {'doubled':>7s} "
-          f"{'applied once':>12s} {'on the Overview':>15s}")
+          f"{'applied once':>12s} {'on the Overview':>15s} {'checks again (s) max':>20s}")
     for kind in kinds:
         for busy in (0, args.raters):
             mine = [r for r in rows if r["kind"] == kind and r["busy"] == busy]
@@ -344,7 +361,8 @@ def main() -> None:
             shown = "n/a" if INCIDENT[kind] is None else f"{sum(bool(r['shown']) for r in mine)}/{len(mine)}"
             print(f"{kind:16s} {busy:6d} {max(times):12.2f} / {sum(times) / len(times):5.2f}"
                   f"{sum(r['lost'] for r in mine):13d} {sum(r['doubled'] for r in mine):7d} "
-                  f"{sum(r['applied_once'] for r in mine):>9d}/{len(mine)} {shown:>15s}")
+                  f"{sum(r['applied_once'] for r in mine):>9d}/{len(mine)} {shown:>15s}"
+                  f"{max(r['checked_s'] for r in mine):21.2f}")
 
 
 def _add_study(serve: Serve) -> None:
