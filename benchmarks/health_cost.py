@@ -11,7 +11,10 @@ log of 2,000 answers, then times per call (best of ``--repeats``):
 - ``every rater's counters``: the HGETALL + parse a probe did before (``rater_checks._stats``);
 - ``probe, all seen``: ``crowd_status`` now, the crowd's last look saw every catch answer;
 - ``probe, behind``: ``crowd_status`` now, catch answers after the last look (it reads the log after it);
-- ``answer check's store``: ``_keep_waiting`` (run by each answer check, after its own read of every rater).
+- ``answer check's store``: ``_keep_waiting`` (run by each answer check, after its own read of every rater);
+- ``Redis held``: the longest single command of reading every rater's counters, as one HGETALL (before) and as the
+  chunked HSCAN the checks, the Raters table and the Overview read them with now (``read_rater_stats``): how long
+  every rater's answer waited behind it.
 
     python benchmarks/health_cost.py                      # 1,000, 10,000 and 50,000 raters
     python benchmarks/health_cost.py --raters 1000,5000 --repeats 3
@@ -69,6 +72,17 @@ def fill(conn: redis.Redis, raters: int, now: float) -> None:
     conn.hset(keys.crowd_state(STUDY), mapping={"catches_seen": catches, "log_seen": ids[-1].decode()})
 
 
+def held(conn: redis.Redis, fn, command: str) -> float:
+    """The longest ``command`` Redis ran while ``fn`` ran (ms, from its slow log): how long every other client,
+    raters' answers included, waited behind one read."""
+    conn.config_set("slowlog-log-slower-than", 0)
+    conn.slowlog_reset()
+    fn()
+    entries = conn.slowlog_get(10000)
+    conn.config_set("slowlog-log-slower-than", 10000)
+    return max((e["duration"] / 1000 for e in entries if command in str(e["command"]).upper()), default=0.0)
+
+
 def best(fn, repeats: int) -> float:
     times = []
     for _ in range(repeats):
@@ -95,6 +109,8 @@ def main() -> None:
             fill(conn, raters, now)
             before = best(lambda: rater_checks._stats(conn, STUDY), a.repeats)
             stats = rater_checks._stats(conn, STUDY)
+            whole = held(conn, lambda: conn.hgetall(keys.rater_stats(STUDY)), "HGETALL")
+            chunked = held(conn, lambda: rater_checks._stats(conn, STUDY), "HSCAN")
             keep = best(lambda stats=stats: rater_checks._keep_waiting(conn, STUDY, stats), a.repeats)
             seen = best(lambda now=now: rater_checks.crowd_status(conn, study, now), a.repeats)
             status = rater_checks.crowd_status(conn, study, now)
@@ -103,14 +119,15 @@ def main() -> None:
             conn.hset(keys.crowd_state(STUDY), mapping={"catches_seen": 0, "log_seen": ""})
             behind = best(lambda now=now: rater_checks.crowd_status(conn, study, now), a.repeats)
             assert rater_checks.crowd_status(conn, study, now)["state"] == "behind"
-            rows.append((raters, before, seen, behind, keep))
+            rows.append((raters, before, seen, behind, keep, whole, chunked))
     finally:
         conn.close()
         server.stop()
     print(f"\n{'raters':>8} | {'every rater counters (before), ms':>34} | {'probe, all seen, ms':>20} | "
-          f"{'probe, behind, ms':>18} | {'answer check store, ms':>23}")
-    for raters, before, seen, behind, keep in rows:
-        print(f"{raters:>8,} | {before:>34.1f} | {seen:>20.2f} | {behind:>18.2f} | {keep:>23.2f}")
+          f"{'probe, behind, ms':>18} | {'answer check store, ms':>23} | {'Redis held: HGETALL / HSCAN, ms':>32}")
+    for raters, before, seen, behind, keep, whole, chunked in rows:
+        print(f"{raters:>8,} | {before:>34.1f} | {seen:>20.2f} | {behind:>18.2f} | {keep:>23.2f} | "
+              f"{whole:>18.2f} / {chunked:>11.2f}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from workers.store.config import (
 )
 from workers.store.feature_files import check_features_cover, features_from_bytes
 from workers.store.queue import enqueue_builtin_features, enqueue_rebuild, schedule_update
-from workers.store.raters import CATCH_PENDING, CROWD_JUDGED, rater_order
+from workers.store.raters import CATCH_PENDING, CROWD_JUDGED, rater_order, read_rater_stats
 from workers.store.studies import (
     NEVER_ENDS,
     STATUS_ACTIONS,
@@ -238,22 +238,22 @@ def study_url(study_id: str, tab: str = "overview") -> str:
 
 
 def flagged_raters(conn: Redis, study_id: str) -> list[str]:
-    """Raters flagged by the attention checks or their self-agreement (one hash read)."""
+    """Raters flagged by the attention checks or their self-agreement (from the rater counters)."""
     return rater_quality(conn, study_id)["flagged"]
 
 
 def rater_quality(conn: Redis, study_id: str) -> dict:
-    """What the Overview says about cheating, from the per-rater counters (one hash read): the
+    """What the Overview says about cheating, from the per-rater counters (read in chunks): the
     flagged raters, catch trials given and failed, and the self-agreement of the raters who answered
     validation repeats (median, and the lowest few)."""
     counters: dict[str, dict[str, int]] = {}
-    for field, value in conn.hgetall(keys.rater_stats(study_id)).items():
-        rater, _, name = field.decode(errors="replace").rpartition(":")
-        if name in ("flagged", "catch", "catch_failed", "repeats", "repeat_agreed", CATCH_PENDING, CROWD_JUDGED):
-            try:
-                counters.setdefault(rater, {})[name] = int(value)
-            except ValueError:
-                counters.setdefault(rater, {})[name] = 1 if value not in (b"", b"0") else 0
+    for rater, fields in read_rater_stats(conn, study_id).items():
+        for name, value in fields.items():
+            if name in ("flagged", "catch", "catch_failed", "repeats", "repeat_agreed", CATCH_PENDING, CROWD_JUDGED):
+                try:
+                    counters.setdefault(rater, {})[name] = int(value)
+                except ValueError:
+                    counters.setdefault(rater, {})[name] = 1 if value not in ("", "0") else 0
     agreement = sorted((c.get("repeat_agreed", 0) / c["repeats"], rater)
                        for rater, c in counters.items() if c.get("repeats"))
     return {"flagged": sorted((r for r, c in counters.items() if c.get("flagged")), key=rater_order),

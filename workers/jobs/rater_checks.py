@@ -28,6 +28,7 @@ from workers.store.raters import (
     CROWD_JUDGED,
     CROWD_P,
     answer_check_looks,
+    read_rater_stats,
 )
 from workers.store.studies import get_study
 
@@ -60,12 +61,7 @@ def _fold(rater: str) -> int:
 
 
 def _stats(conn: Redis, study_id: str) -> dict[str, dict[str, str]]:
-    rows: dict[str, dict[str, str]] = {}
-    for field, value in conn.hgetall(keys.rater_stats(study_id)).items():
-        rater, name = keys.split_rater_field(field.decode(errors="replace"))
-        if rater:
-            rows.setdefault(rater, {})[name] = value.decode(errors="replace")
-    return rows
+    return read_rater_stats(conn, study_id)
 
 
 def _read_log(conn: Redis, study_id: str) -> list[Answer]:

@@ -96,6 +96,22 @@ def answer_check_pending(conn: Redis, study_id: str, rater: str, now: float) -> 
 CODE_BEFORE_CHECK_FIELD = "code_before_check"
 
 
+#: Fields of a study's rater counters read per call (HSCAN): a study of 10,000 raters has ~120,000, and one
+#: HGETALL of them held Redis, and every rater's answer behind it, for ~100 ms (an HSCAN of 500 for under 1 ms)
+RATER_STATS_CHUNK = 500
+
+
+def read_rater_stats(conn: Redis, study_id: str) -> dict[str, dict[str, str]]:
+    """Every rater's counters, ``{rater: {counter: value}}``, read ``RATER_STATS_CHUNK`` fields at a time so that
+    answers are accepted in between (a counter that changes meanwhile is read before or after the change)."""
+    rows: dict[str, dict[str, str]] = {}
+    for field, value in conn.hscan_iter(keys.rater_stats(study_id), count=RATER_STATS_CHUNK):
+        rater, name = keys.split_rater_field(field.decode(errors="replace"))
+        if rater:
+            rows.setdefault(rater, {})[name] = value.decode(errors="replace")
+    return rows
+
+
 def _float(value) -> float | None:
     try:
         return float(value)
@@ -128,11 +144,7 @@ def rater_table(conn: Redis, study_id: str, limit: int = RATER_TABLE_ANSWERS) ->
         last.setdefault(answer.rater, answer.answered_at)
         if answer.response_ms is not None:
             times.setdefault(answer.rater, []).append(answer.response_ms)
-    counters: dict[str, dict[str, str]] = {}
-    for field, value in conn.hgetall(keys.rater_stats(study_id)).items():
-        rater, name = keys.split_rater_field(field.decode(errors="replace"))
-        if rater:
-            counters.setdefault(rater, {})[name] = value.decode(errors="replace")
+    counters = read_rater_stats(conn, study_id)
     excluded = {r.decode() for r in conn.smembers(keys.excluded_raters(study_id))}
     rows = []
     for rater in sorted(set(counts) | set(counters) | excluded):
