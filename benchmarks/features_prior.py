@@ -35,6 +35,19 @@ shortlists a learner could take from them). Truths: ``box`` (``live_vs_offline.p
     python benchmarks/features_prior.py                       # clusters n = 100, eggs, food100
     python benchmarks/features_prior.py --datasets clusters --sizes 1000 --budgets 5,10,25 --seeds 1
     python benchmarks/features_prior.py --ceiling --sizes 1000,10000,50000 --agreements .7
+
+With ``--false-trust`` no hit@3 is measured: how often the features' test (``engine.duels.priors``) trusts
+features whose test share is ``--shares`` (.5: pure noise), per size, over ``--seeds`` runs. Its decisions need
+only the test answers: each run drives ``FeaturePrior.judge`` as the planner does, one look per call of n
+questions (offline) or of ``--batch`` questions, each test won with probability share; once trusted, the
+random share (``explore`` .1) of the questions are tests, judged on their own, up to ``--budgets``' largest
+answers per item: the table gives the share ever trusted, still trusted at the end, the looks (calls) before a
+trust, and the answers per item at which trusted features were dropped. ``--planner`` instead drives the planner
+itself on pure noise (``live_vs_offline.py``'s truth and raters: clustered 4-D points) until the features are
+trusted or dropped; ``--trust-z 2.0`` judges as before alpha was spent over looks (z >= 2.0 at every look).
+
+    python benchmarks/features_prior.py --false-trust --sizes 100,1000,10000 --seeds 20000
+    python benchmarks/features_prior.py --false-trust --planner --sizes 10000 --seeds 40 --trust-z 2.0
 """
 from __future__ import annotations
 
@@ -53,6 +66,8 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from harness import clustered_points, nn_metrics, points, print_table  # noqa: E402
 from scipy.spatial import cKDTree  # noqa: E402
 
+from engine.duels import priors  # noqa: E402
+from engine.duels.fits import auto_warmup  # noqa: E402
 from engine.embedding import embedding_neighbors, fit_embedding, select_embedding  # noqa: E402
 from engine.features import PRIOR_STIFFNESS, feature_neighbors, feature_space  # noqa: E402
 from engine.planners import make_planner  # noqa: E402
@@ -277,6 +292,82 @@ def ceiling(args) -> None:
                  "recall@15", "recall@50"], rows)
 
 
+#: share of a duels study's questions that are random (its ``explore``): test questions once the features are trusted
+EXPLORE = 0.1
+
+
+def judged_run(n: int, share: float, step: int, per_item: int, rng: np.random.Generator) -> tuple[int, int, float]:
+    """One study's judgement of features whose test a feature neighbour wins with probability ``share``,
+    asked ``step`` questions a call up to ``per_item`` answers per item: (the look that trusted them, -1:
+    never; whether trusted at the end; answers per item when trusted features were dropped, nan: not)."""
+    prior = priors.FeaturePrior(np.zeros((n, 1), np.float32))
+    trusted_at, dropped_at = -1, float("nan")
+    answers = 0
+    while answers < per_item * n and not prior.dropped_:
+        asked = min(step, per_item * n - answers)
+        tests = asked if prior.testing else int(rng.binomial(asked, EXPLORE))
+        prior.tests_ += (int(rng.binomial(tests, share)), tests)
+        answers += asked
+        looks = prior.looks_
+        verdict = prior.judge(final=answers >= auto_warmup(n) * n)
+        if verdict:
+            prior.trust()
+            trusted_at = looks
+        elif verdict is False:
+            prior.dropped_ = True
+            if prior.decided_:
+                dropped_at = answers / n
+    return trusted_at, int(prior.trusted), dropped_at
+
+
+def planner_run(n: int, seed: int) -> bool:
+    """The planner itself on pure noise (``live_vs_offline.py``'s truth, raters and features), offline,
+    until the features are trusted (True) or dropped (False)."""
+    X = clustered_points(n, seed)
+    oracle = oracles.TripletOracle.from_points(X, noise=NOISE, model="human", lapse=LAPSE, random_state=seed + 7)
+    planner = make_planner("duels", n, question_kind="triplet", random_state=seed,
+                           features=noise_features(n, 16, random_state=seed))
+    while planner.prior_.testing:
+        planner.observe(oracle.answer(planner.next_questions(n)))
+    return bool(planner.prior_.trusted)
+
+
+def false_trust(args) -> None:
+    """``--false-trust``: how often the features' test trusts features of each test share (module text)."""
+    if args.trust_z is not None:
+        priors.trust_z = lambda look: args.trust_z
+    rule = f"z >= {args.trust_z:g} at every look" if args.trust_z is not None else "alpha spent over looks"
+    rows = []
+    for n in args.sizes:
+        if args.planner:
+            started = time.monotonic()
+            hits = [s for s in range(args.first_seed, args.first_seed + args.seeds) if planner_run(n, s)]
+            rows.append([f"{n:,}", ".50 (planner)", "offline", f"{len(hits)} of {args.seeds}", "-", "-", "-",
+                         f"seeds {', '.join(map(str, hits)) or '-'} ({time.monotonic() - started:.0f} s)"])
+            continue
+        for batch in args.batches:
+            for share in args.shares:
+                rng = np.random.default_rng([n, args.first_seed, round(share * 1000), batch or 0])
+                runs = [judged_run(n, share, batch or n, max(args.budgets), rng) for _ in range(args.seeds)]
+                at = np.array([r[0] for r in runs])
+                dropped = np.array([r[2] for r in runs])
+                ever = at >= 0
+                se = np.sqrt(ever.mean() * (1 - ever.mean()) / len(runs))
+                looks = np.bincount(at[ever], minlength=3)[:3] / max(ever.sum(), 1)
+                drops = dropped[~np.isnan(dropped)]
+                rows.append([f"{n:,}", f"{share:.2f}", "offline" if batch is None else f"batches of {batch}",
+                             f"{ever.mean():.4f} ± {se:.4f}", f"{np.mean([r[1] for r in runs]):.4f}",
+                             " / ".join(f"{v:.2f}" for v in looks),
+                             "-" if not len(drops) else f"{len(drops) / max(ever.sum(), 1):.3f}",
+                             "-" if not len(drops) else
+                             f"{np.median(drops):.1f} ({np.percentile(drops, 90):.1f})"])
+    print_table(f"the features' test ({rule}): share of {args.seeds} runs that trusted them (ever; still at "
+                f"{max(args.budgets)} answers per item), which look trusted (1st / 2nd / 3rd), share of those "
+                "trusted later dropped, answers per item when dropped: median (90th percentile)",
+                ["items", "test share", "asked", "ever trusted", f"at {max(args.budgets)}/item",
+                 "look 1/2/3", "dropped", "dropped at"], rows)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--datasets", default="clusters,eggs,food100")
@@ -286,12 +377,23 @@ def main(argv=None) -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--no-peer", action="store_true", help="leave out random triplets + embedding")
     ap.add_argument("--ceiling", action="store_true", help="only what the features tell without answers (fast)")
+    ap.add_argument("--false-trust", action="store_true", help="only how often the features' test trusts them")
+    ap.add_argument("--shares", default=".5", help="--false-trust: the test shares of the features judged")
+    ap.add_argument("--batches", default="offline", help="--false-trust: offline and/or questions per call")
+    ap.add_argument("--planner", action="store_true", help="--false-trust: drive the planner on pure noise")
+    ap.add_argument("--trust-z", type=float, default=None, help="--false-trust: trust from this z at every look")
+    ap.add_argument("--first-seed", type=int, default=0)
     args = ap.parse_args(argv)
     args.sizes = [int(x) for x in args.sizes.split(",")]
     args.budgets = sorted(int(x) for x in args.budgets.split(","))
     args.agreements = [float(x) for x in args.agreements.split(",") if x]
     if args.ceiling:
         ceiling(args)
+        return
+    if args.false_trust:
+        args.shares = [float(x) for x in args.shares.split(",")]
+        args.batches = [None if x == "offline" else int(x) for x in args.batches.split(",")]
+        false_trust(args)
         return
     sets = args.datasets.split(",")
     for name, run in (("clusters", clusters), ("eggs", eggs), ("food100", food100)):

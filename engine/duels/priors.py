@@ -9,6 +9,7 @@ its own data and state. Numpy/scipy only; must never import Flask, Redis, RQ, ``
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from typing import Self
 
 import numpy as np
@@ -40,20 +41,48 @@ LARGE_NEAR = 32
 #: nearest in the features (a quarter of the others in a study of fewer items) against a random item outside
 #: them (chosen whatever the answers say, so the share the feature neighbour wins is an unbiased test: .50
 #: for pure noise, .63 / .73 / .83 for features of triplet agreement .6 / .7 / .8 at 100 clustered items;
-#: the duels' own answers, asked where earlier answers led, made noise neighbours win .6-.7). Where the
-#: features are noise such a question is a random triplet, the question a study without features warms up
-#: with: the tests cost little when the features fail them. Judged from ``TEST_MIN`` scored tests (one per
-#: two items in a smaller study) and again each time they grew by ``TEST_GROWTH``: trusted for good when the
-#: neighbour wins more often than chance by ``TRUST_Z`` standard errors, dropped when by less than
-#: ``DROP_Z``, and dropped at the end of the warm-up a study without features spends if neither was
-#: decided by then.
+#: the duels' own answers, asked where earlier answers led, made noise neighbours win .6-.7: only the answers
+#: of test questions count, see :meth:`FeaturePrior.asked`). Where the features are noise such a question is
+#: a random triplet, the question a study without features warms up with: the tests cost little when the
+#: features fail them. Judged from ``TEST_MIN`` scored tests (one per two items in a smaller study) and again
+#: each time they grew by ``TEST_GROWTH``: trusted when the neighbour wins more often than chance at the
+#: look's level (:func:`trust_z`), dropped when by less than ``DROP_Z`` standard errors, and dropped at the
+#: end of the warm-up a study without features spends if neither was decided by then.
 TEST_NEAR = 16
 TEST_MIN = 100
 TEST_GROWTH = 0.25
-TRUST_Z = 2.0
+#: the chance that features of pure noise are ever trusted, over all looks: look k (0, 1, ...) trusts at the
+#: one-sided level ``TRUST_ALPHA / 2**(k + 1)`` (z 2.24, 2.50, 2.73, 2.96, ...), so the looks' levels sum to
+#: at most ``TRUST_ALPHA`` however many looks a study's calls make. With z >= 2.0 at every look, pure noise
+#: was trusted at 10,000 items in 2 of 40 seeds (seven looks offline; 5.8% in 200,000 simulated runs of the
+#: looks, ``benchmarks/features_prior.py --false-trust``), now 1.4-2.1% at 100 to 10,000 items
+TRUST_ALPHA = 0.025
 DROP_Z = 0.5
+#: Trusted is not trusted for good: the random share of the duels' questions (``explore``) are test
+#: questions while the features are trusted, judged on their own (without the tests that made them trusted)
+#: at every look by a sequential probability ratio: dropped once they are ``RECHECK_ODDS`` times likelier
+#: under pure noise (share .5) than under features whose neighbour wins ``RECHECK_SHARE`` of the tests. Then
+#: features that predict as well as that are dropped at most 1 / ``RECHECK_ODDS`` of the time however long
+#: the study goes on, and pure noise trusted by chance falls away after ~230 tests (the ratio's drift; below a
+#: share of ~.55 features fall away, above it they stay); the study goes on as one without them.
+RECHECK_SHARE = 0.6
+RECHECK_ODDS = 100.0
+#: Test questions waiting for their answers are remembered up to ``PENDING_PER_ITEM`` per item (the oldest
+#: forgotten first: a live study's expired questions)
+PENDING_PER_ITEM = 4
 #: spread of the first embedding (the features' leading components, the first of unit spread)
 START_SCALE = 1.0
+
+
+def trust_z(look: int) -> float:
+    """The z a look at the tests must reach to trust the features: look 0 at the one-sided level
+    ``TRUST_ALPHA / 2``, each later look at half the level of the one before (see :data:`TRUST_ALPHA`)."""
+    return NormalDist().inv_cdf(1.0 - TRUST_ALPHA * 0.5 ** (int(look) + 1))
+
+
+def tests_z(right: float, seen: float) -> float:
+    """Standard errors by which the feature neighbour won more than half of ``seen`` tests (0 without any)."""
+    return (right / seen - 0.5) * 2.0 * math.sqrt(seen) if seen > 0 else 0.0
 
 
 class FeaturePrior:
@@ -69,10 +98,15 @@ class FeaturePrior:
         self.scores_ = np.zeros(2)
         self.tests_ = np.zeros(2)  # the same on the answers of a feature neighbour against another item
         self.dropped_ = False  # found to predict nothing: the learner goes on as one without features
-        self.decided_ = False  # found to predict the answers: used from here on (never tested again)
+        self.decided_ = False  # found to predict the answers: used from here on (and tested on)
         self.judged_ = 0  # answers (triplets) scored so far
         self.looked_ = 0  # scored tests at the last judgement
+        self.looks_ = 0  # looks at the tests before they were trusted or dropped (see trust_z)
+        self.trusted_at_ = np.zeros(2)  # tests_ when they were trusted (later tests are judged on their own)
+        self.trusted_on_ = 0  # answers (triplets) scored when they were trusted (the first fit counts from it)
         self.map_earned_ = False  # the features' map was chosen on fresh answers (see Dimensions._best_dim_index)
+        # test questions asked and not answered yet: {(h, lower, higher): how many}
+        self.pending_: dict[tuple[int, int, int], int] = {}
         # each item's nearest in the features (computed once, saved: at 50,000 items it takes ~30 s)
         self._near: np.ndarray | None = None
         self._hub_weights: np.ndarray | None = None  # per item, 1 / how many count it a test neighbour
@@ -144,6 +178,13 @@ class FeaturePrior:
                 break
         return q if q is not None else (h, int(row[0]), int(row[-1]))
 
+    def asked(self, q: tuple[int, int, int]) -> None:
+        """Remember a test question asked (``(h, a, b)``): its answer counts in ``tests_`` (:meth:`score`)."""
+        key = (int(q[0]), int(min(q[1], q[2])), int(max(q[1], q[2])))
+        self.pending_[key] = self.pending_.get(key, 0) + 1
+        if len(self.pending_) > PENDING_PER_ITEM * self.n_items:
+            del self.pending_[next(iter(self.pending_))]
+
     def start(self, dim: int) -> np.ndarray:
         """The first embedding in ``dim`` dimensions: the leading components (zeros past the last)."""
         X = np.zeros((self.n_items, dim))
@@ -153,15 +194,31 @@ class FeaturePrior:
 
     def score(self, fresh: np.ndarray) -> None:
         """Score the features on answers not scored yet (rows (i, j, k)): every answer (``scores_``), and
-        those of one of the head's ``TEST_NEAR`` feature neighbours against another item (``tests_``)."""
+        those that pit one of the head's ``TEST_NEAR`` feature neighbours against another item (``tests_``):
+        while the features are tested every such answer (every question is a test then, a screen's too),
+        once trusted only the answers of test questions (:meth:`asked`), not the duels'."""
         fresh = np.asarray(fresh, np.int64).reshape(-1, 3)
         self.scores_ += triplet_agreement(self.space_, fresh)
-        if len(fresh):
-            near = self.neighbors(self.test_near)[fresh[:, 0]]
-            won = (near == fresh[:, 1:2]).any(axis=1)
-            lost = (near == fresh[:, 2:3]).any(axis=1)
-            test = won != lost
-            self.tests_ += (int(won[test].sum()), int(test.sum()))
+        if not len(fresh):
+            return
+        near = self.neighbors(self.test_near)[fresh[:, 0]]
+        won = (near == fresh[:, 1:2]).any(axis=1)
+        lost = (near == fresh[:, 2:3]).any(axis=1)
+        test = won != lost
+        if self.pending_:
+            for r in np.flatnonzero(test).tolist():
+                h, j, k = (int(x) for x in fresh[r])
+                key = (h, min(j, k), max(j, k))
+                left = self.pending_.get(key, 0)
+                if not left:
+                    test[r] = self.testing
+                elif left == 1:
+                    del self.pending_[key]
+                else:
+                    self.pending_[key] = left - 1
+        elif not self.testing:
+            return
+        self.tests_ += (int(won[test].sum()), int(test.sum()))
 
     @property
     def agreement(self) -> float:
@@ -177,8 +234,9 @@ class FeaturePrior:
 
     @property
     def trusted(self) -> bool:
-        """Whether the features count (in the fits, the shortlists and the warm-up): once the tests
-        found them to predict the answers (:meth:`judge`), and not while they are being tested."""
+        """Whether the features count (in the fits, the shortlists and the warm-up): from when the tests
+        found them to predict the answers (:meth:`judge`) until the tests after that find they do not, and
+        not while they are being tested."""
         return self.decided_ and not self.dropped_
 
     @property
@@ -187,20 +245,36 @@ class FeaturePrior:
         return not self.decided_ and not self.dropped_
 
     def judge(self, final: bool) -> bool | None:
-        """The verdict of the tests scored so far: True (trusted), False (dropped) or None (ask more);
-        ``final`` (the warm-up is over): True or False. Only from ``TEST_MIN`` tests (one per two items in a
-        smaller study; any number when final) and
-        each time they grew by ``TEST_GROWTH`` since the last look (a few looks, each a test at chance)."""
+        """The verdict of the tests scored so far: True (trusted), False (dropped) or None (as before);
+        ``final`` (the warm-up is over, before they were trusted): True or False. Only from ``TEST_MIN``
+        tests (one per two items in a smaller study; any number when final) and each time they grew by
+        ``TEST_GROWTH`` since the last look; look k trusts from z :func:`trust_z` (k) on, so noise is
+        trusted at most ``TRUST_ALPHA`` of the time over all looks. Once trusted, the tests since are judged
+        on their own at every call: dropped (False) once ``RECHECK_ODDS`` times likelier noise than features
+        of test share ``RECHECK_SHARE`` (see there), else None."""
+        if self.dropped_:
+            return False
+        if self.decided_:
+            right, seen = self.tests_ - self.trusted_at_
+            odds = right * math.log(RECHECK_SHARE / 0.5) + (seen - right) * math.log((1.0 - RECHECK_SHARE) / 0.5)
+            return False if odds <= -math.log(RECHECK_ODDS) else None
         right, seen = self.tests_
         if not final and (seen < min(TEST_MIN, self.n_items // 2) or seen < self.looked_ * (1.0 + TEST_GROWTH)):
             return None
         self.looked_ = int(seen)
-        z = (right / seen - 0.5) * 2.0 * math.sqrt(seen) if seen > 0 else 0.0
-        if z >= TRUST_Z:
+        z = tests_z(right, seen)
+        look, self.looks_ = self.looks_, self.looks_ + 1
+        if z >= trust_z(look):
             return True
         if final or z < DROP_Z:
             return False
         return None
+
+    def trust(self) -> None:
+        """Trust the features (a verdict True of :meth:`judge`): the tests from here on are judged on their own."""
+        self.decided_ = True
+        self.trusted_at_ = self.tests_.copy()
+        self.trusted_on_ = self.judged_
 
     def learned_map(self, X: np.ndarray) -> np.ndarray:
         """The map W (p, dim) the fits learned from the features to fitted coordinates ``X`` (n_items, dim):
@@ -246,6 +320,8 @@ class FeaturePrior:
         return {"version": self.VERSION, "space": self.space_.copy(), "scores": self.scores_.copy(),
                 "tests": self.tests_.copy(), "dropped": bool(self.dropped_), "decided": bool(self.decided_),
                 "judged": int(self.judged_), "looked": int(self.looked_), "map_earned": bool(self.map_earned_),
+                "looks": int(self.looks_), "trusted_at": self.trusted_at_.copy(), "trusted_on": int(self.trusted_on_),
+                "pending": np.array([[*key, c] for key, c in self.pending_.items()], np.int64).reshape(-1, 4),
                 "near": None if self._near is None else self._near.astype(np.int32)}
 
     @classmethod
@@ -261,6 +337,13 @@ class FeaturePrior:
         prior.judged_ = int(state.get("judged", 0))
         prior.looked_ = int(state.get("looked", 0))
         prior.map_earned_ = bool(state.get("map_earned", False))
+        # (a state saved before the tests went on once trusted: judged again from the tests after its save)
+        prior.looks_ = int(state.get("looks", 0))
+        prior.trusted_at_ = np.array(state.get("trusted_at", prior.tests_ if prior.decided_ else np.zeros(2)),
+                                     np.float64).reshape(2)
+        prior.trusted_on_ = int(state.get("trusted_on", prior.judged_))
+        pending = np.asarray(state.get("pending", np.zeros((0, 4))), np.int64).reshape(-1, 4)
+        prior.pending_ = {(int(h), int(a), int(b)): int(c) for h, a, b, c in pending}
         near = state.get("near")
         prior._near = None if near is None else np.array(near, np.int64).reshape(len(prior.space_), -1)
         return prior

@@ -98,8 +98,13 @@ def next_questions(s: Parts, params: Params, budget: int) -> list[tuple[int, int
         if warm and s.prior is not None and s.prior.testing:
             # (the features are tested before they are used: see engine.duels.priors)
             q = s.prior.test_question(h, s.rng, taken)
+            s.prior.asked(q)
         elif warm or s.rng.random() < explore:
-            if warm or not pairs or s.fit.embedding is None:
+            if not warm and s.prior is not None and s.prior.trusted and (not pairs or s.fit.embedding is None):
+                # (trusted features are tested on: the random share is their test questions)
+                q = s.prior.test_question(h, s.rng, taken)
+                s.prior.asked(q)
+            elif warm or not pairs or s.fit.embedding is None:
                 q = random_question(s, params, h, taken)
             else:
                 q = exploring_question(s, params, h, taken)

@@ -59,7 +59,7 @@ def needs_refit(s: Parts, params: Params) -> bool:
         if s.prior is not None and s.prior.trusted:
             warmup = 0.0 if params.warmup == "auto" else warmup_of(s, params)
             # (duels among the feature neighbours first: the first fit learns from them)
-            return s.duels.n_answers >= max(warmup * params.n_items, s.prior.judged_ + FIRST_FIT * params.n_items)
+            return s.duels.n_answers >= max(warmup * params.n_items, s.prior.trusted_on_ + FIRST_FIT * params.n_items)
         return s.duels.n_answers >= warmup_of(s, params) * params.n_items or warmup_of(s, params) == 0
     return grown(s, params, s.fit.fitted_on)
 
@@ -111,13 +111,15 @@ def start_fit(s: Parts, params: Params, emb: Any, trip: np.ndarray) -> None:
 
 
 def judge_features(s: Parts, params: Params) -> None:
-    """While the features are tested (before any fit): score the answers that arrived since the last
-    look and judge them (:func:`~engine.duels.priors.FeaturePrior.judge`; final once the answers reach
-    the warm-up a study without features spends). Trusted: duels start (the first fit is due). Dropped:
-    the study goes on exactly as one without them, whose random warm-up the tests were (the feature
-    neighbours' shortlists go, the answers stay)."""
+    """While the features are tested or trusted: score the answers that arrived since the last look and
+    judge them (:func:`~engine.duels.priors.FeaturePrior.judge`; final once the answers reach the warm-up a
+    study without features spends, while they are tested). Trusted: duels start (the first fit is due).
+    Dropped: the study goes on exactly as one without them, whose random warm-up the tests were (the feature
+    neighbours' shortlists go, the answers stay); dropped once trusted, also without the fits made with
+    them (the features' map, the shortlists from it): as a study without features before its first fit,
+    which comes once the answers reach its warm-up."""
     prior = s.prior
-    if prior is None or not prior.testing:
+    if prior is None or prior.dropped_:
         return
     trip = s.duels.all_triplets()
     if len(trip) > prior.judged_:
@@ -127,11 +129,17 @@ def judge_features(s: Parts, params: Params) -> None:
     if verdict is None:
         return
     if verdict:
-        prior.decided_ = True
+        prior.trust()
         return
     prior.dropped_ = True
+    prior.pending_.clear()
     s.short.cands = np.full_like(s.short.cands, NO_NEIGHBOR)
+    s.short.filled = None
     s.kept.certified = s.kept.ranked = None
+    if s.fit.n_fits or s.fit.fit_job is not None:
+        fit = s.fit
+        fit.n_fits, fit.embedding, fit.fit_job, fit.running = 0, None, None, None
+        fit.rows, fit.rows_of, fit.rank_ref, fit.rank_ref_of, fit.trust_kept = {}, None, None, None, None
 
 
 def fit_task(s: Parts, params: Params, dims: list[int]) -> FitTask:

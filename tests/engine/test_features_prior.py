@@ -298,3 +298,82 @@ def test_a_large_study_rebuilds_only_the_shortlists_that_lost_candidates(monkeyp
     full._shortlists_from_fit(full.n_answers_)
     assert np.array_equal(p.cands_, full.cands_)
     assert (p.cands_[[3, 50, 51]] >= 0).all()  # refilled from the features
+
+
+def _noise_looks(prior, rng, share: float, looks: int = 30) -> bool | None:
+    """Tests a feature neighbour wins with probability ``share``, looked at each time they grew by a quarter
+    (the most looks ``judge`` allows): the first verdict (None: none in ``looks`` looks)."""
+    from engine.duels import priors
+
+    seen = 0
+    for _ in range(looks):
+        step = max(priors.TEST_MIN, int(np.ceil(seen * priors.TEST_GROWTH)))
+        prior.tests_ += (rng.binomial(step, share), step)
+        seen += step
+        verdict = prior.judge(final=False)
+        if verdict is not None:
+            return verdict
+    return None
+
+
+def test_noise_is_trusted_at_most_alpha_of_the_time_over_all_looks():
+    # z >= 2.0 at every look trusted noise in 6.7% of these runs (2 of 40 planner seeds at 10,000 items)
+    from engine.duels import priors
+
+    rng = np.random.default_rng(0)
+    noise = [_noise_looks(priors.FeaturePrior(np.zeros((1000, 1), np.float32)), rng, 0.5) for _ in range(3000)]
+    assert np.mean([v is True for v in noise]) <= 0.025  # (the looks' levels sum to TRUST_ALPHA)
+    # features whose neighbour wins .73 of the tests (agreement .7 at 100 items) pass at the first look
+    good = []
+    for _ in range(200):
+        prior = priors.FeaturePrior(np.zeros((1000, 1), np.float32))
+        good.append(_noise_looks(prior, rng, 0.73, looks=1) is True)
+    assert np.mean(good) > 0.95
+
+
+def _contradicted(planner, X, Y, n_items: int, until: float) -> int | None:
+    """Drive ``planner`` with answers from the points X until its features are trusted, then from the
+    unrelated points Y up to ``until`` answers per item: the answers at which the features were dropped."""
+    truth = TripletOracle.from_points(X, noise=0.1, model="human", lapse=0.05, random_state=1)
+    other = TripletOracle.from_points(Y, noise=0.1, model="human", lapse=0.05, random_state=2)
+    dropped = None
+    while planner.n_answers_ < until * n_items and dropped is None:
+        trusted = planner.prior_.trusted and planner.n_fits_ > 0
+        planner.observe((other if trusted else truth).answer(planner.next_questions(n_items)))
+        if planner.prior_.dropped_:
+            dropped = planner.n_answers_
+    return dropped
+
+
+def test_trusted_features_the_answers_then_contradict_are_dropped():
+    # once trusted the features are tested on (the random share of the questions): features that the answers
+    # no longer bear out fall away, and the study goes on as one without them
+    n = 60
+    X = _points(n, 0)
+    Y = X[np.random.default_rng(5).permutation(n)]  # the same points, the items shuffled among them
+    planner = make_planner("duels", n, features=X, random_state=0)
+    dropped = _contradicted(planner, X, Y, n, 60)
+    assert dropped is not None
+    assert not planner.prior_.trusted and planner.progress()["features_used"] is False
+    oracle = TripletOracle.from_points(Y, noise=0.1, model="human", lapse=0.05, random_state=3)
+    _drive(planner, oracle, 10 * n)
+    assert planner.n_fits_ >= 1 and planner.chosen_dim_ != 0  # a fit, not the features' map
+
+
+def test_a_large_study_whose_trusted_features_are_contradicted_leaves_their_map(monkeypatch):
+    from engine.duels import priors
+    from engine.duels.dims import FEATURE_MAP
+
+    n = 200
+    X = _points(n, 0)
+    Y = X[np.random.default_rng(5).permutation(n)]  # the same points, the items shuffled among them
+    monkeypatch.setattr(priors, "LARGE_ITEMS", n - 1)  # this study counts as large
+    planner = make_planner("duels", n, features=features_of_agreement(X, 0.8, random_state=0), random_state=0)
+    assert _contradicted(planner, X, Y, n, 40) is not None
+    assert not planner._map_only()
+    _drive(planner, TripletOracle.from_points(Y, noise=0.1, model="human", lapse=0.05, random_state=3), 10 * n)
+    assert planner.n_fits_ >= 1 and planner.chosen_dim_ != FEATURE_MAP
+    near = planner.prior_.neighbors(planner.prior_.widest)
+    # the shortlists come from the fit, no longer from the features' nearest
+    inside = np.mean([set(row[row >= 0].tolist()) <= set(near[h].tolist()) for h, row in enumerate(planner.cands_)])
+    assert inside < 0.5
