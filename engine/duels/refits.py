@@ -175,7 +175,11 @@ def take_fit(s: Parts, params: Params, task: FitTask, fitted: dict[int, np.ndarr
             continue
         # a finished dimension is used at once (the leading one gives the shortlists); the
         # others only count in the choice of dimension once the whole refit is done
+        was = s.fit.embeddings.get(d)
         s.fit.embeddings[d] = np.asarray(fitted[d], np.float64)
+        if was is not None and s.fit.embedding is was:
+            # the chosen dimension's newer fit is the chosen fit (dims.held_dim_index reads which it is)
+            s.fit.embedding = s.fit.embeddings[d]
         job["fitted"] = job.get("fitted", 0) | (1 << i)
         if not job.get("published"):
             job["published"] = 1
