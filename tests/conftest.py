@@ -200,16 +200,38 @@ def flow_server(conn, start_serve):
     return start_serve()
 
 
-@pytest.fixture
-def browser(start_serve):
-    """Headless Chromium (Debian's, or PROXIMA_CHROMIUM) driven by Playwright.
-
-    It asks for ``start_serve`` only to be closed before the servers a test started stop: a page still open
-    keeps a request in flight, and gunicorn's graceful stop waited its 10 s for it after every browser test."""
+@pytest.fixture(scope="session")
+def _chromium():
+    """``get() -> Browser``: one headless Chromium (Debian's, or PROXIMA_CHROMIUM) driven by Playwright for the
+    whole session, launched at the first browser test: starting Playwright and Chromium cost 1-3 s a test on a
+    busy 2-core machine. Every test still gets fresh browser contexts (cookies, storage, pages): see ``browser``.
+    A Chromium that crashed or was closed is launched again."""
     require(bool(CHROMIUM), "Chromium", "apt-get install chromium, or set PROXIMA_CHROMIUM to a Chromium binary")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
+        launched = []
+
+        def get():
+            if not launched or not launched[-1].is_connected():
+                launched.append(pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS))
+            return launched[-1]
+
+        yield get
+        for browser in launched:
+            if browser.is_connected():
+                browser.close()
+
+
+@pytest.fixture
+def browser(_chromium, start_serve):
+    """Headless Chromium driven by Playwright: the session's (``_chromium``), each context a test opened in it
+    (``new_context``, or ``new_page``'s own) closed when the test ends.
+
+    It asks for ``start_serve`` only to close them before the servers a test started stop: a page still open
+    keeps a request in flight, and gunicorn's graceful stop waited its 10 s for it after every browser test."""
+    browser = _chromium()
+    assert not browser.contexts, "a browser context outlived its test"
+    yield browser
+    for context in list(browser.contexts):
+        context.close()

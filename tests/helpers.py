@@ -79,6 +79,32 @@ def run_worker(conn) -> int:
     return queued
 
 
+def drain(conn) -> int:
+    """Apply every pending answer in this process: what the update jobs the web side queued do when a worker
+    runs them (``workers.jobs.update.update_study``: clear the study's update flag, take its lock, and
+    ``drain_study`` its new answers, the end steps, answer check and summary included), without RQ around
+    them (~30 ms a job: per answer, most of a test's time) and without the 0.1 s linger for a crowd's next
+    answer. An error of the update is raised here, in the test. Any other job queued (a rebuild, a package,
+    a deletion) is left to :func:`run_worker`, which then runs the whole queue in order. Returns how many
+    jobs it ran or stood in for."""
+    from workers.jobs.lock import study_lock
+    from workers.jobs.update import drain_study
+    from workers.store import keys
+    from workers.store.queue import UPDATE_JOB
+
+    queue = get_queue(conn)
+    jobs = [job for job in queue.get_jobs() if job is not None]
+    if any(job.func_name != UPDATE_JOB for job in jobs):
+        return run_worker(conn)
+    queue.empty()
+    for study_id in dict.fromkeys(job.args[0] for job in jobs):
+        conn.delete(keys.update_scheduled(study_id))
+        if conn.exists(keys.study(study_id)):
+            with study_lock(conn, study_id) as renew:
+                drain_study(conn, study_id, renew=renew, linger=0.0)
+    return len(jobs)
+
+
 def dump_redis(conn) -> dict[bytes, tuple[int, bytes]]:
     """Every key of ``conn``'s database: its DUMP and the milliseconds it has left to live (0: no expiry).
     With :func:`restore_redis`, a study a module's tests only read is built once and put back for each test
@@ -152,9 +178,9 @@ def post_answer(client, study_id: str, question: dict, **body):
 
 def run_rater(app, study_id: str, name: str, choose, seed: int = 0, conn=None):
     """One rater's whole session through the rater pages and API (as a Prolific participant ``name``),
-    answering each question with ``choose(question, rng)`` (an item index); with ``conn``, a worker pass
-    after every answer and one at the end (the study's learners and checks keep up as in a live study).
-    Returns their test client (for the finish page)."""
+    answering each question with ``choose(question, rng)`` (an item index); with ``conn``, the pending answers
+    applied after every answer (:func:`drain`) and at the end (the study's learners and checks keep up as in a
+    live study). Returns their test client (for the finish page)."""
     client, rng = app.test_client(), random.Random(seed)
     client.get(f"/s/{study_id}?PROLIFIC_PID={name}&STUDY_ID=s&SESSION_ID={name}")
     question = client.get(f"/api/studies/{study_id}/questions/next").get_json().get("question")
@@ -163,10 +189,10 @@ def run_rater(app, study_id: str, name: str, choose, seed: int = 0, conn=None):
         if "answer" not in body:
             break
         if conn is not None:
-            run_worker(conn)
+            drain(conn)
         question = body.get("next")
     if conn is not None:
-        run_worker(conn)
+        drain(conn)
     return client
 
 
@@ -181,7 +207,8 @@ def answer(client, question, choice=None, study_id="colours", **extra):
 
 def rate_by_position(rater, conn, study_id: str, items: list[Item], answers: int) -> None:
     """``rater`` (a test client) answers up to ``answers`` rating questions as a careful person would on
-    items with 1-D positions: 5 for the same place down to 1 for the two ends; the worker runs after each."""
+    items with 1-D positions: 5 for the same place down to 1 for the two ends; its answers are applied after
+    each (:func:`drain`)."""
     truth = [item.position[0] for item in items]
     spread = max(truth) - min(truth)
     for _ in range(answers):
@@ -192,7 +219,7 @@ def rate_by_position(rater, conn, study_id: str, items: list[Item], answers: int
         i, j = (index_of(it) for it in question["items"])
         value = round(5 - 4 * abs(truth[i] - truth[j]) / spread)
         rater.post(f"/api/studies/{study_id}/answers", json={"token": question["token"], "value": value})
-        run_worker(conn)
+        drain(conn)
 
 
 def closer_candidate(question) -> int:

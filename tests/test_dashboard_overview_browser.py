@@ -45,7 +45,7 @@ def test_the_overview_answers_health_quality_and_cheating_on_a_laptop_screen(bro
     truth = Truth([item.id for item in items], D / D.max(), source="demo colours", points=points)
     secret = (tmp_path / "instance" / "secret_key").read_text().strip()  # the people read handles with it
     crowd = Crowd(base, "paid", truth, NoiseModel(sigma=0.05, logistic_scale=0.02, lapse=HUMAN_LAPSE), raters=6,
-                  careless=0.34, think=0.5, seed=3, identify=identifier(secret, "paid", [item.id for item in items]))
+                  careless=0.34, think=0.1, seed=3, identify=identifier(secret, "paid", [item.id for item in items]))
     report = crowd.run(progress=lambda *_: None, every=60)
     assert report.answers >= 200, report.errors
     # whether a careless rater's random answers are caught is left to chance (tests/test_answer_check.py
