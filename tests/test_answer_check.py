@@ -226,10 +226,12 @@ def simulate_repeat_flags(conn, attention: Attention, consistency: float, raters
     flagged = 0
     for r in range(raters):
         rater = f"r{r}"
-        for _ in range(attention.validation_repeats):
-            conn.hincrby(keys.rater_stats(study_id), keys.rater_field(rater, "repeats"), 1)
-            if rng.random() < consistency:
-                conn.hincrby(keys.rater_stats(study_id), keys.rater_field(rater, "repeat_agreed"), 1)
+        agreed = 0
+        for repeats in range(1, attention.validation_repeats + 1):
+            agreed += rng.random() < consistency
+            # the rater's two counters after this repeat, as the answer script counts them (one round trip)
+            conn.hset(keys.rater_stats(study_id), mapping={keys.rater_field(rater, "repeats"): repeats,
+                                                            keys.rater_field(rater, "repeat_agreed"): agreed})
             flag_low_self_agreement(conn, the_study, rater)
         flagged += conn.hget(keys.rater_stats(study_id), keys.rater_field(rater, "flagged")) is not None
     return flagged / raters

@@ -1,6 +1,6 @@
 """proxima plan against a live study (issue 18): the accuracy the plan predicts is what the same study
-reaches when simulated raters answer through the real serving path (Redis, the rater API, RQ update
-passes, the dashboard's learner summary). A small known case here; benchmarks/plan_vs_live.py
+reaches when simulated raters answer through the real serving path (Redis, the rater API, the update
+jobs' passes, the dashboard's learner summary). A small known case here; benchmarks/plan_vs_live.py
 measures larger ones (docs/researcher/paid-study.md)."""
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import drain
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
@@ -22,13 +23,15 @@ BUDGETS = [8, 25]
 
 
 @pytest.fixture(autouse=True)
-def no_linger(monkeypatch):
-    """The harness's burst worker runs its update jobs without the 0.1 s a served study's job waits for a
-    crowd's next answer (nothing answers while it runs), as tests/helpers.run_worker does: the same passes,
-    and a refit running beside them is still waited for (about 4 times faster at 20 items)."""
-    from workers.jobs import update
+def in_process_updates(monkeypatch):
+    """The harness's burst worker (``run_queued_jobs``, after every round of the crowd) replaced by
+    tests/helpers.drain: the queued update jobs' own passes and end steps in this process, without RQ around
+    each job (hundreds of them here) and without the 0.1 s a served study's job waits for a crowd's next answer
+    (nothing answers while it runs); a refit running beside the passes is still waited for. Other tests run
+    the real worker."""
+    from workers.store import queue
 
-    monkeypatch.setattr(update, "LINGER_SECONDS", 0.0)
+    monkeypatch.setattr(queue, "run_queued_jobs", drain)
 
 
 def test_the_plan_predicts_what_a_live_study_of_pairs_reaches(app, conn):
