@@ -115,8 +115,7 @@ def main() -> None:
                 falls.setdefault(hold, []).append(largest_fall(hits))
                 rows.append([kind, str(seed), "hold" if hold else "no hold"]
                             + [f"{h:.2f} ({d})" for h, d in curve] + [f"{largest_fall(hits):.2f}"])
-                print(f"  {kind} seed {seed} {'hold' if hold else 'no hold'}: done at {time.time() - t0:.0f} s",
-                      file=sys.stderr, flush=True)
+                print(f"  {' | '.join(rows[-1])}: done at {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
     print_table(f"duels in a {a.dims}-D world, {a.items} items: hit@3 (chosen dimension) at answers per item",
                 ["truth", "seed", "rule"] + [str(b) for b in budgets] + ["largest fall"], rows)
     print("\nmean largest fall: " + ", ".join(f"{'hold' if h else 'no hold'} {np.mean(v):.3f} (worst {max(v):.2f})"

@@ -42,6 +42,11 @@ AUTO_MARGIN = 1.0
 #: 1-NN in them hit a true 3 nearest .48 against .72 of the time, and each recheck handed the graph to the
 #: fit not chosen (``benchmarks/duels_dims5.py``)
 AUTO_HOLD = 1.0
+#: ... from this many answers per item on (at the refit that scored the dimensions, :func:`scored_on`): before,
+#: a larger dimension that won a refit on the first, noisy scores was held where the smaller fits placed the
+#: items better (300 clustered 5-D items: the 8-D fit held from 15 to 40 answers per item, hit@3 .70 against .81
+#: at 50)
+HOLD_FROM = 40.0
 #: in a study of more than ``priors.LARGE_ITEMS`` items with trusted features, the features' map (see
 #: ``FEATURE_MAP``) is the chosen dimension up to ``MAP_UNTIL`` answers per item, whatever the fits would score,
 #: and the only one refitted (a refit of the map alone costs a fraction of one of every dimension); from there
@@ -170,8 +175,8 @@ def best_dim_index(s: Parts, params: Params, line: bool = True) -> int:
     (the regime gates: how well near duels are predicted is read from the t-STE fits). Read
     from the refits that scored several dimensions on the same answers (``dim_compare``),
     every refit's scores until there is one. The dimension chosen last (:func:`held_dim_index`) stays
-    while no other beats it by ``AUTO_HOLD`` standard errors: its fits are scored on its own hardest
-    duels."""
+    while no other beats it by ``AUTO_HOLD`` standard errors (from ``HOLD_FROM`` answers per item on): its fits
+    are scored on its own hardest duels."""
     fit = s.fit
     right, seen = fit.dim_compare if fit.dim_compare[1].any() else fit.dim_scores
     acc = np.where(seen > 0, right / np.maximum(seen, 1e-300), -np.inf)
@@ -198,10 +203,17 @@ def best_dim_index(s: Parts, params: Params, line: bool = True) -> int:
         if s.prior.map_earned_ and near[dims.index(FEATURE_MAP)]:
             # (the features' map, once it won on fresh answers, stays while no fit beats it by the margin)
             return dims.index(FEATURE_MAP)
-    held = held_dim_index(s, params)
+    held = held_dim_index(s, params) if scored_on(s) >= HOLD_FROM * params.n_items else None
     if held is not None and acc[held] >= acc[best] - AUTO_HOLD * se:
         return held  # (no other dimension beats the chosen one by AUTO_HOLD standard errors: it stays)
     return int(np.flatnonzero(near)[0])
+
+
+def scored_on(s: Parts) -> int:
+    """Answers when the dimensions were last scored (:func:`score_dims`, as a refit starts): the refit under
+    way's, else the last fit's; the same from one refit's start to the next."""
+    job = s.fit.fit_job
+    return int(job["answers"]) if job is not None else int(s.fit.fitted_on)
 
 
 def held_dim_index(s: Parts, params: Params) -> int | None:

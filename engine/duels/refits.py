@@ -99,15 +99,15 @@ def start_fit(s: Parts, params: Params, emb: Any, trip: np.ndarray) -> None:
     (:func:`score_dims`), decide the coin-flip regime and choose which dimensions to refit warm
     (:func:`dims_to_refit`), with the refit's seed."""
     score_dims(s, params, emb, trip)
+    # (the refit under way from here: the choices below read the answers it was scored on, dims.scored_on)
+    s.fit.fit_job = job = {"dims": [], "triplets": int(len(trip)), "answers": int(s.duels.n_answers),
+                           "seed": int(s.rng.integers(2**31 - 1)), "iterations": 0}
     prior = s.prior
     if prior is not None and prior.trusted and not prior.map_earned_ and FEATURE_MAP in dims_of(s, params):
         at = dims_of(s, params).index(FEATURE_MAP)
         prior.map_earned_ = bool(s.fit.dim_scores[1, at] > 0 and best_dim_index(s, params) == at)
     update_coin(s, params)
-    todo = dims_to_refit(s, params)
-    s.fit.fit_job = {"dims": [int(i) for i in todo], "triplets": int(len(trip)),
-                     "answers": int(s.duels.n_answers), "seed": int(s.rng.integers(2**31 - 1)),
-                     "iterations": 0}
+    job["dims"] = [int(i) for i in dims_to_refit(s, params)]
 
 
 def judge_features(s: Parts, params: Params) -> None:

@@ -7,7 +7,7 @@ import numpy as np
 from scipy.spatial.distance import pdist
 
 from engine.duels import CandidateDuels
-from engine.duels.dims import AUTO_DIMS, AUTO_HOLD, AUTO_MARGIN
+from engine.duels.dims import AUTO_DIMS, AUTO_HOLD, AUTO_MARGIN, HOLD_FROM
 from engine.planners import make_planner
 from engine.truth import neighbor_wrong
 from simulation.oracles import HUMAN_LAPSE, HUMAN_SCALE, TripletOracle
@@ -18,6 +18,7 @@ def _with_fits(n: int = 20) -> CandidateDuels:
     X = np.random.default_rng(0).random((n, 8))
     for d in AUTO_DIMS:
         p.embeddings_[d] = X[:, :d].copy()
+    p._parts.fit.fitted_on = int(HOLD_FROM * n)  # the dimensions were scored at HOLD_FROM answers per item
     return p
 
 
@@ -29,13 +30,17 @@ def _tally(p: CandidateDuels, accuracy: dict[int, float], seen: float = 1000.0) 
 
 def test_the_chosen_dimension_stays_while_no_other_beats_it_by_a_standard_error():
     """The 1,000-item 5-D world of issue 43: the 4-D fit scored .607 on fresh duels, the chosen 8-D fit .603
-    (se .015): the 8-D fit keeps the graph; a fit that beats it by more than AUTO_HOLD standard errors takes it."""
+    (se .015): the 8-D fit keeps the graph (from HOLD_FROM answers per item on); a fit that beats it by more than
+    AUTO_HOLD standard errors takes it."""
     assert AUTO_HOLD >= 1.0 and AUTO_MARGIN >= 1.0
     p = _with_fits()
     _tally(p, {2: 0.58, 4: 0.607, 8: 0.603, 1: 0.55})
     assert p.chosen_dim_ == 4  # nothing chosen yet: the smallest within a standard error of the best
     p._parts.fit.embedding = p.embeddings_[8]  # the 8-D fit gives the shortlists
     assert p.chosen_dim_ == 8
+    p._parts.fit.fitted_on -= 1  # scored below HOLD_FROM answers per item: no dimension is held yet
+    assert p.chosen_dim_ == 4
+    p._parts.fit.fitted_on += 1
     assert p._dims_to_refit()[0] == AUTO_DIMS.index(8)  # and is refitted first
     q = CandidateDuels.from_state(p.to_state())  # a restored state holds a copy of the chosen fit
     assert q.chosen_dim_ == 8 and q.embedding_ is q.embeddings_[8]
