@@ -17,7 +17,9 @@ with the truth (``simulation.features``, as ``features_prior.py``), live and off
 16 columns of pure noise (agreement .5, ``simulation.features.noise_features``, ``features_prior.py``'s "noise");
 ``--local K``: the agreement measured on local triplets (j and k among i's K truly nearest) instead of random ones.
 ``--map-until 25,50,inf``: one row per value of ``engine.duels.dims.MAP_UNTIL`` (answers per item up to which a
-large study with trusted features fits the features' map alone), assigned at run time. ``--trace``
+large study with trusted features fits the features' map alone), assigned at run time. ``--trust-z 2.0``: the
+features' test trusts from that z at every look (as before alpha was spent over its looks, which trusted pure
+noise at 10,000 items in seeds 0 and 7 of 40): a trusted-noise study on purpose. ``--trace``
 prints, per fit, how the questions asked from it spread over the heads. ``--cost`` adds, per mode, the process's
 peak memory (RSS, the simulated crowd included) and the time of the calls (plan + observe, the refits handed to
 the fitter not counted: a worker runs them in its fit process): median, p99 and most.
@@ -62,6 +64,7 @@ from harness import (  # noqa: E402, F401
 
 from engine import embedding  # noqa: E402
 from engine.duels import dims as duels_dims  # noqa: E402
+from engine.duels import priors as duels_priors  # noqa: E402
 from engine.planners import make_planner  # noqa: E402
 from engine.registry import drive_as_pool  # noqa: E402
 from engine.truth import neighbor_wrong, point_distances, true_kth_distances  # noqa: E402
@@ -257,7 +260,11 @@ def main(argv=None) -> None:
     ap.add_argument("--cost", action="store_true", help="add peak memory and call times per mode")
     ap.add_argument("--map-until", default=None,
                     help="rows per value of engine.duels.dims.MAP_UNTIL, answers per item, e.g. 25,50,100,inf")
+    ap.add_argument("--trust-z", type=float, default=None,
+                    help="the features' test trusts from this z at every look (default: alpha spent over looks)")
     args = ap.parse_args(argv)
+    if args.trust_z is not None:
+        duels_priors.trust_z = lambda look: args.trust_z
     if args.calibrate:
         calibrate()
         return
