@@ -116,7 +116,8 @@ def main() -> None:
                 rows.append([kind, str(seed), "hold" if hold else "no hold"]
                             + [f"{h:.2f} ({d})" for h, d in curve] + [f"{largest_fall(hits):.2f}"])
                 print(f"  {' | '.join(rows[-1])}: done at {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
-    print_table(f"duels in a {a.dims}-D world, {a.items} items: hit@3 (chosen dimension) at answers per item",
+    world_of = "the alien eggs" if a.truths == "eggs" else f"a {a.dims}-D world"
+    print_table(f"duels in {world_of}, {a.items} items: hit@3 (chosen dimension) at answers per item",
                 ["truth", "seed", "rule"] + [str(b) for b in budgets] + ["largest fall"], rows)
     print("\nmean largest fall: " + ", ".join(f"{'hold' if h else 'no hold'} {np.mean(v):.3f} (worst {max(v):.2f})"
                                               for h, v in sorted(falls.items())))
