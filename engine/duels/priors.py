@@ -1,7 +1,8 @@
 """Candidate duels' feature prior: the items' features (:mod:`engine.features`) are first tested on
 questions of their own (a feature neighbour against a random item); once they pass, they give the first
 embedding, feed every refit as a learned map the answers can overrule and keep a share of each shortlist;
-features that fail leave a study that goes on as one without them, the tests its warm-up.
+features that fail leave a study that goes on as one without them, the tests its warm-up, and so do
+features that pass and then fail the tests that go on (the random share of the questions).
 
 Owned by :class:`~engine.duels.planner.CandidateDuels` as ``prior_`` (None without features); it holds
 its own data and state. Numpy/scipy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
@@ -54,8 +55,9 @@ TEST_GROWTH = 0.25
 #: the chance that features of pure noise are ever trusted, over all looks: look k (0, 1, ...) trusts at the
 #: one-sided level ``TRUST_ALPHA / 2**(k + 1)`` (z 2.24, 2.50, 2.73, 2.96, ...), so the looks' levels sum to
 #: at most ``TRUST_ALPHA`` however many looks a study's calls make. With z >= 2.0 at every look, pure noise
-#: was trusted at 10,000 items in 2 of 40 seeds (seven looks offline; 5.8% in 200,000 simulated runs of the
-#: looks, ``benchmarks/features_prior.py --false-trust``), now 1.4-2.1% at 100 to 10,000 items
+#: was trusted at 10,000 items in 2 of 40 seeds (seven looks offline; 6.1% of 4,000 runs of the looks,
+#: ``benchmarks/features_prior.py --false-trust --trust-z 2.0``), now in none of the 40 and 1.6-2.1% of such
+#: runs at 100 to 10,000 items, offline or in batches of 200
 TRUST_ALPHA = 0.025
 DROP_Z = 0.5
 #: Trusted is not trusted for good: the random share of the duels' questions (``explore``) are test
