@@ -85,6 +85,11 @@ def test_spreading_moves_items_off_one_point_and_keeps_distinct_ones_in_place():
     assert gaps.min() >= 0.05 * 0.95
     assert np.allclose(out[12:], stacked[12:], atol=1e-9)  # items with room are not moved
     assert np.array_equal(spread_apart(stacked, gap=0.05), out)  # deterministic
+    # items stacked at the bottom of the placed area are not pushed into the row of items waiting for answers
+    low = np.array([[0.5, 0.86]] * 12)
+    assert spread_apart(low, gap=0.05)[:, 1].max() > 0.9  # (without a bottom, they are)
+    kept = spread_apart(low, gap=0.05, bottom=0.9)
+    assert kept[:, 1].max() <= 0.9 and len(np.unique(kept.round(6), axis=0)) == 12
 
 
 def test_principal_axes_keep_a_flat_embedding_and_pad_a_line():

@@ -163,10 +163,12 @@ def robust_normalise(coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return _normalise(x), far
 
 
-def spread_apart(coords: np.ndarray, gap: float, rounds: int = 40, seed: int = 0) -> np.ndarray:
-    """``coords`` (in [0, 1]²) moved the least needed so that no two are closer than ``gap`` where room
-    allows: items the learner places together stay neighbours, but each can be seen and clicked (an
-    estimate matrix with few answers puts many items on one point). Deterministic."""
+def spread_apart(coords: np.ndarray, gap: float, rounds: int = 40, seed: int = 0,
+                 bottom: float = 1.0) -> np.ndarray:
+    """``coords`` (in [0, 1] x [0, ``bottom``]) moved the least needed so that no two are closer than ``gap``
+    where room allows: items the learner places together stay neighbours, but each can be seen and clicked (an
+    estimate matrix with few answers puts many items on one point); none is moved below ``bottom`` (the row
+    of items waiting for answers lies there). Deterministic."""
     from scipy.spatial import cKDTree
 
     x = np.asarray(coords, dtype=np.float64).copy()
@@ -187,7 +189,7 @@ def spread_apart(coords: np.ndarray, gap: float, rounds: int = 40, seed: int = 0
         move = np.zeros_like(x)
         np.add.at(move, i, -push)
         np.add.at(move, j, push)
-        x = np.clip(x + move, 0.0, 1.0)
+        x = np.clip(x + move, 0.0, (1.0, bottom))
     return x
 
 
@@ -366,7 +368,9 @@ def graph_layout(conn: Redis, study: Study, label: str, max_drawn: int = MAX_DRA
             coords[s] = coords[t] + spread_gap(m) * np.array([0.8, -0.8])
             waiting[s] = False
         placed = np.union1d(placed, [s for s, _ in beside]).astype(int)
-        coords[placed] = spread_apart(coords[placed], gap=spread_gap(m))
+        # (pushed apart, the placed items stay above the row of those waiting: it lies at WAITING_Y + 0.03)
+        coords[placed] = spread_apart(coords[placed], gap=spread_gap(m),
+                                      bottom=WAITING_Y - 0.04 if waiting.any() else 1.0)
     if waiting.any():
         row = np.flatnonzero(waiting)
         coords[row, 0] = (np.arange(len(row)) + 0.5) / len(row)
