@@ -27,27 +27,15 @@ from ..utils import (
     planner_from_state,
     store_params,
 )
+from . import questions, refits
 from .estimates import PairEstimates
-from .fits import FitTask, fit_arrays, fit_from_arrays, run_fit
+from .fits import fit_arrays, fit_from_arrays
 from .log import RatingLog, TripletLog
-from .model import PRIOR_NOISE, TRIPLET_LAPSE, TRIPLET_SCALE_PER_NOISE, Hyper, RatingFit
+from .model import PRIOR_NOISE, TRIPLET_LAPSE, TRIPLET_SCALE_PER_NOISE, RatingFit
 from .split import SPLIT_EXPLORE, TRIPLET_PLACES, question_values, time_share, triplet_scale
 
-#: draws per item that weigh how likely its current best neighbour is to be beaten (:data:`HEAD_TOP`)
-HEAD_DRAWS = 32
-#: the least weight an item's questions get (an item whose neighbour looks settled is still checked)
-HEAD_FLOOR = 0.02
-#: an item's questions are weighed by how likely its current best is not among its ``HEAD_TOP`` nearest (a
-#: draw of the estimates where at least this many of its shortlist beat it): a near tie between an item's
-#: first two (either does) no longer draws questions that a neighbour outside its first few needs
-HEAD_TOP = 3
 #: Newton steps that move the pair distances by the triplets (``PooledRatings._with_triplets``)
 TRIPLET_STEPS = 3
-#: a refit of at most this many answers (ratings and triplets) runs inside the call even in a live pool:
-#: 0.03-0.07 s on one core at 30-300 items, and handed to the fit process it lands a pass later, when a
-#: small study has spent its first few hundred ratings on random pairs (30 items, 25 ratings per item,
-#: batches of 200: 400 of the 750 were random, and live trailed offline by .09 hit@3 over 48 seeds)
-FIT_INLINE_ANSWERS = 1000
 
 
 def _kind_seconds() -> dict[str, float]:
@@ -86,7 +74,7 @@ class PooledRatings:
         As :class:`engine.graph.RefitsBeside`: with ``pool`` set and a ``fitter`` (the worker's fit
         process) each refit is handed over as a :class:`~engine.ratings.fits.FitTask` and put in place
         by the first call after it is ready; calls in between use the previous fit and every rating
-        since (each pair's mean is updated at once). A refit of at most :data:`FIT_INLINE_ANSWERS`
+        since (each pair's mean is updated at once). A refit of at most :data:`~.refits.FIT_INLINE_ANSWERS`
         answers runs inside the call instead. Neither is saved.
     """
 
@@ -365,194 +353,29 @@ class PooledRatings:
         share = self.split_evidence(seconds)["rating_share"]
         return {"rating": share, "triplet": 1.0 - share}
 
-    # ------------------------------------------------------------------ questions
-    def _random_pairs(self, m: int) -> np.ndarray:
-        n = self.n_items
-        i = self.rng_.integers(n, size=m)
-        j = (i + 1 + self.rng_.integers(n - 1, size=m)) % n
-        return np.column_stack([i, j])
-
+    # ------------------------------------------------------------------ questions (:mod:`.questions`)
     def next_questions(self, budget: int) -> list[tuple[int, int]]:
-        """Up to ``budget`` pairs ``(i, j)``: during the warmup uniformly random; then an ``explore``
-        share uniformly random and the rest where an item's best neighbour is least settled: the item
-        drawn by how likely its best is not among its first few, and (top-two Thompson sampling) the best
-        of its shortlist under one draw of the estimates or, half the time, the best of another draw but
-        that."""
-        budget = int(budget)
-        if budget <= 0:
-            return []
-        self.refresh_if_due()
-        if self.n_answers_ < self.warmup * self.n_items or self.fit_ is None:
-            pairs = self._random_pairs(budget)
-        else:
-            n_random = int(self.rng_.binomial(budget, self.explore))
-            pairs = np.concatenate([self._random_pairs(n_random), self._adaptive_pairs(budget - n_random)])
-            pairs = pairs[self.rng_.permutation(len(pairs))]
-        self.n_issued_ += len(pairs)
-        return [(int(i), int(j)) for i, j in pairs]
+        """Up to ``budget`` pairs ``(i, j)``: uniformly random during the warmup, then an ``explore`` share
+        random and the rest where an item's best neighbour is least settled (:func:`.questions.next_questions`)."""
+        return questions.next_questions(self, budget)
 
     def next_triplets(self, budget: int) -> list[tuple[int, int, int]]:
-        """Up to ``budget`` triplets ``(head, a, b)``: during the warmup uniformly random; then an ``explore``
-        share uniformly random and the rest an item drawn as :meth:`next_questions` draws it, with the best
-        of its shortlist under one draw of the estimates against the best of another draw but that one (a
-        triplet asks the two directly), in random order."""
-        budget = int(budget)
-        if budget <= 0 or self.n_items < 3:
-            return []
-        self.refresh_if_due()
-        n, rng = self.n_items, self.rng_
-        if self.n_answers_ < self.warmup * self.n_items or self.fit_ is None:
-            n_random = budget
-        else:
-            n_random = int(rng.binomial(budget, self.explore))
-        out = np.empty((budget, 3), np.int64)
-        heads = rng.integers(n, size=n_random)
-        first = (heads + 1 + rng.integers(n - 1, size=n_random)) % n
-        # the second candidate uniformly among the n - 2 items that are neither the head nor the first
-        k = rng.integers(n - 2, size=n_random)
-        lo, hi = np.minimum(heads, first), np.maximum(heads, first)
-        second = k + (k >= lo) + ((k + (k >= lo)) >= hi)
-        out[:n_random] = np.column_stack([heads, first, second])
-        if budget > n_random:
-            h, a, b = self._adaptive_heads(budget - n_random)
-            out[n_random:] = np.column_stack([h, a, b])
-        out = out[rng.permutation(budget)]
-        swap = rng.random(budget) < 0.5
-        out[swap, 1], out[swap, 2] = out[swap, 2], out[swap, 1].copy()
-        self.n_issued_ += len(out)
-        return [(int(h), int(a), int(b)) for h, a, b in out]
+        """Up to ``budget`` triplets ``(head, a, b)``: an item's two likeliest neighbours against each other
+        (:func:`.questions.next_triplets`)."""
+        return questions.next_triplets(self, budget)
 
-    def _adaptive_pairs(self, m: int) -> np.ndarray:
-        if m <= 0:
-            return np.empty((0, 2), np.int64)
-        heads, a, b = self._adaptive_heads(m)
-        pick = np.where(self.rng_.random(m) < 0.5, a, b)
-        return np.column_stack([heads, pick])
-
-    def _adaptive_heads(self, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``m`` items drawn by how likely their best is not among their :data:`HEAD_TOP` nearest
-        (:meth:`_unsettled`), each with the best of its shortlist under one draw of the estimates and the
-        best of another draw but that one.
-
-        In rounds of at most one question per item: a batch larger than that (a live pool's pass at few
-        items) counts each round's pairs as half-answered before the next round is drawn (their variance
-        shrunk by half a rating each; the means stay), so one batch leans less on the same few unsettled
-        pairs (30 items, live batches of 200, 48 seeds: hit@3 at 400 ratings per item .92 against .90,
-        level at the other budgets)."""
-        n = self.n_items
-        mean, var = self.estimates()
-        s = min(self.shortlist, n - 1)
-        if len(self.triplets_):
-            cand = np.argpartition(mean, s - 1, axis=1)[:, :s]
-        else:  # kept up to date row by row as ratings come
-            cand = self._pairs.shortlist(self.log_, s)
-        mu = np.take_along_axis(mean, cand, axis=1)
-        v = np.take_along_axis(var, cand, axis=1)
-        rng = self.rng_
-        lead = np.argmin(mu, axis=1)
-        out = []
-        for start in range(0, m, n):
-            k = min(n, m - start)
-            if start:
-                v = self._half_answered(v, cand, *out[-1])
-            sd = np.sqrt(v)
-            weight = self._unsettled(mu, sd, lead) + HEAD_FLOOR
-            heads = rng.choice(n, size=k, p=weight / weight.sum())
-            first = mu[heads] + sd[heads] * rng.standard_normal((k, s))
-            second = mu[heads] + sd[heads] * rng.standard_normal((k, s))
-            a = np.argmin(first, axis=1)
-            second[np.arange(k), a] = np.inf
-            out.append((heads, a, np.argmin(second, axis=1)))
-        heads, a, b = (np.concatenate(parts) for parts in zip(*out, strict=True))
-        return heads, cand[heads, a], cand[heads, b]
-
-    def _unsettled(self, mu: np.ndarray, sd: np.ndarray, lead: np.ndarray) -> np.ndarray:
-        """(n_items,): the share of :data:`HEAD_DRAWS` draws of each item's shortlist (means ``mu``, SDs ``sd``,
-        both (n_items, s)) in which at least :data:`HEAD_TOP` candidates come out nearer than its current best
-        (column ``lead``): how likely the best is not among the item's first few."""
-        draws = mu[None] + sd[None] * self.rng_.standard_normal((HEAD_DRAWS, *mu.shape))
-        best = np.take_along_axis(draws, np.broadcast_to(lead[None, :, None], (HEAD_DRAWS, len(lead), 1)), axis=2)
-        return np.mean(np.sum(draws < best, axis=2) >= min(HEAD_TOP, mu.shape[1] - 1), axis=0)
-
-    def _half_answered(self, v: np.ndarray, cand: np.ndarray, heads: np.ndarray, a: np.ndarray,
-                       b: np.ndarray) -> np.ndarray:
-        """The shortlists' variances ``v`` (n_items, s) once the pairs of ``heads`` with their candidates at
-        ``a`` and ``b`` have half a rating each (either may be asked), in both items' shortlists."""
-        noise = PRIOR_NOISE if self.fit_ is None else self.fit_.estimated.noise
-        got = np.zeros_like(v)
-        for col in (a, b):
-            np.add.at(got, (heads, col), 0.5)
-            # the same pair in the candidate's own shortlist
-            other = cand[heads, col]
-            hit = cand[other] == heads[:, None]
-            rows, cols = np.nonzero(hit)
-            np.add.at(got, (other[rows], cols), 0.5)
-        return 1.0 / (1.0 / v + got / noise**2)
-
-    # ------------------------------------------------------------------ refits
-    def _needs_refit(self) -> bool:
-        if self.fit_job_ is not None:
-            return True
-        taken = len(self.log_) + len(self.triplets_)
-        if self.n_fits_ == 0:
-            return taken >= max(self.warmup * self.n_items, 2)
-        return taken >= (self.fitted_on_ + self.fitted_triplets_) * (1.0 + self.refit_growth) + 1
-
+    # ------------------------------------------------------------------ refits (:mod:`.refits`)
     def refresh_if_due(self) -> None:
-        """Refit if the ratings call for it: to the end here, or handed to the ``fitter`` of a live pool
-        (put in place by a later call once ready) unless it is small (:data:`FIT_INLINE_ANSWERS`)."""
-        if not self._needs_refit():
-            return
-        if self.fit_job_ is None:
-            self.fit_job_ = {"answers": int(len(self.log_)), "seed": int(self.rng_.integers(2**31 - 1)),
-                             "triplets": int(len(self.triplets_))}
-        task = self._fit_task()
-        if self.fitter is None or not self.pool or task.answers <= FIT_INLINE_ANSWERS:
-            self._take_fit(run_fit(task))
-            return
-        running = self._fit_running
-        if running is None or running[0] != task.key:
-            running = self._fit_running = (task.key, self.fitter.fit(task))
-        if running[1].done():
-            self._fit_running = None
-            self._take_fit(running[1].result())  # a failed fit raises here: the pass fails and says why
-
-    def _fit_task(self) -> FitTask:
-        job = self.fit_job_
-        t = int(job["answers"])
-        log = self.log_
-        # the spreads the last fit suggests (empirical Bayes), but the priors' once triplets shape the space:
-        # its spread is then no longer the ratings', and the estimates ran away (raters' log-slope SD 1.9-2.3
-        # against a true 0.3), so that ratings with triplets did worse than ratings alone
-        # (benchmarks/rating_learners.py --mixed)
-        estimated = self.fit_ is not None and not len(self.triplets_)
-        hyper = self.fit_.estimated.to_list() if estimated else Hyper().to_list()
-        return FitTask(self.n_items, int(self.dim), log.pairs[:t].copy(), log.values[:t].copy(),
-                       log.raters[:t].copy(), log.n_raters,
-                       None if self.fit_ is None else fit_arrays(self.fit_),
-                       tuple(hyper), int(job["seed"]), self.triplets_.rows[: int(job.get("triplets", 0))].copy())
-
-    def _take_fit(self, arrays: dict) -> None:
-        self.fit_ = fit_from_arrays(arrays)
-        self.fitted_on_ = int(self.fit_job_["answers"])
-        self.fitted_triplets_ = int(self.fit_job_.get("triplets", 0))
-        self.fit_job_ = None
-        self.n_fits_ += 1
-        self._pairs.clear()  # every rating re-read with the raters' new offsets and slopes
+        """Refit if the answers call for it, inside the call or beside it (:func:`.refits.refresh_if_due`)."""
+        refits.refresh_if_due(self)
 
     def settle_fit(self) -> bool:
         """Put a refit that finished beside the calls in place (or hand over one that is due); True if
         a fit was put in place."""
-        before = self.n_fits_
-        if self.fitter is not None and self.pool and self._needs_refit():
-            self.refresh_if_due()
-        return self.n_fits_ != before
+        return refits.settle_fit(self)
 
     def fit_ready(self) -> bool | None:
-        running = self._fit_running
-        if running is None or self.fit_job_ is None or self.fitter is None or not self.pool:
-            return None
-        return bool(running[1].done())
+        return refits.fit_ready(self)
 
     # ------------------------------------------------------------------ state
     def to_state(self) -> dict:

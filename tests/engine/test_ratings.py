@@ -12,7 +12,8 @@ from scipy.spatial.distance import cdist
 from engine.graph import RefitsBeside
 from engine.planners import make_planner, restore_planner
 from engine.ratings import FitTask, PooledRatings, fit_ratings
-from engine.ratings import planner as ratings_planner
+from engine.ratings import questions as ratings_questions
+from engine.ratings import refits as ratings_refits
 from engine.registry import ALGORITHMS, drive_as_pool, warning_for
 from simulation.ratings import RatingNoise, RatingSimulator, latent_means
 
@@ -179,7 +180,7 @@ class _Later:
 
 
 def test_refits_run_beside_the_calls_in_a_live_pool(monkeypatch):
-    monkeypatch.setattr(ratings_planner, "FIT_INLINE_ANSWERS", 0)  # every refit handed over, however small
+    monkeypatch.setattr(ratings_refits, "FIT_INLINE_ANSWERS", 0)  # every refit handed over, however small
     sim = _simulated(n=15, seed=3)
     p = make_planner("pooled", 15, question_kind="rating", random_state=0)
     inline = make_planner("pooled", 15, question_kind="rating", random_state=0)
@@ -212,11 +213,11 @@ def test_a_small_refit_runs_inside_the_call_in_a_live_pool():
     p.observe(sim.answer(p.next_questions(100)))
     p.next_questions(10)
     assert p.fit_ is not None and p.progress()["fits"] == 1 and not fitter.tasks
-    per_fit = ratings_planner.FIT_INLINE_ANSWERS // 2
-    while p.n_answers_ <= ratings_planner.FIT_INLINE_ANSWERS + per_fit:
+    per_fit = ratings_refits.FIT_INLINE_ANSWERS // 2
+    while p.n_answers_ <= ratings_refits.FIT_INLINE_ANSWERS + per_fit:
         p.observe(sim.answer(p.next_questions(per_fit)))
     p.next_questions(10)
-    assert len(fitter.tasks) == 1 and fitter.tasks[0].answers > ratings_planner.FIT_INLINE_ANSWERS
+    assert len(fitter.tasks) == 1 and fitter.tasks[0].answers > ratings_refits.FIT_INLINE_ANSWERS
 
 
 def test_a_batch_of_many_rounds_counts_each_rounds_pairs_as_half_answered():
@@ -229,7 +230,7 @@ def test_a_batch_of_many_rounds_counts_each_rounds_pairs_as_half_answered():
     cand = p._pairs.shortlist(p.log_, 4)
     v = np.take_along_axis(var, cand, axis=1)
     head, a, b = 3, 0, 1
-    after = p._half_answered(v, cand, np.array([head]), np.array([a]), np.array([b]))
+    after = ratings_questions.half_answered(p, v, cand, np.array([head]), np.array([a]), np.array([b]))
     shrunk = 1.0 / (1.0 / v + 0.5 / p.fit_.estimated.noise**2)
     changed = np.zeros_like(v, bool)
     changed[head, [a, b]] = True
@@ -389,7 +390,7 @@ def test_an_item_whose_best_is_surely_among_its_first_few_gets_few_questions(mon
     np.fill_diagonal(mean, np.inf)
     monkeypatch.setattr(p, "estimates", lambda: (mean, var))
     monkeypatch.setattr(p._pairs, "shortlist", lambda log, s: np.argsort(mean, axis=1)[:, :s])
-    heads, a, b = p._adaptive_heads(50 * n)
+    heads, a, b = ratings_questions.adaptive_heads(p, 50 * n)
     share = np.isin(heads, tied).mean()
     assert share < 0.1  # drawn by how likely their best changes at all, the tied items took two fifths
     # a tied item still asks its two leaders against each other
