@@ -102,6 +102,7 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--budgets", default="50,75,100,150,200,300,400", help="answers per item")
     ap.add_argument("--dims", type=int, default=5, help="the truth's dimensions")
+    ap.add_argument("--rules", default="no hold,hold", help="'no hold', 'hold' or both")
     a = ap.parse_args()
     budgets = sorted(int(b) for b in a.budgets.split(","))
     seeds = [int(s) for s in a.seeds.split(",")]
@@ -109,7 +110,7 @@ def main() -> None:
     for kind in a.truths.split(","):
         for seed in seeds:
             X = eggs(a.items, seed) if kind == "eggs" else world(a.items, kind, seed, a.dims)
-            for hold in (False, True):
+            for hold in [r.strip() == "hold" for r in a.rules.split(",")]:
                 curve = run(X, seed, budgets, hold, kind)
                 hits = [h for h, _ in curve]
                 falls.setdefault(hold, []).append(largest_fall(hits))
