@@ -38,7 +38,7 @@ from PIL import Image, ImageDraw
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from harness import nn_metrics, points, print_table  # noqa: E402
+from harness import nn_metrics, points, print_table, to_budgets  # noqa: E402
 
 from engine.features import feature_neighbors, feature_space  # noqa: E402
 from engine.image_features import image_feature_matrix  # noqa: E402
@@ -109,12 +109,8 @@ def drive(X: np.ndarray, budgets: list[int], seed: int, features=None) -> tuple[
     D = np.sqrt(((X[:, None] - X[None]) ** 2).sum(axis=2))
     oracle = oracles.TripletOracle.from_points(X, noise=NOISE, model="human", lapse=LAPSE, random_state=seed + 1)
     planner = make_planner("duels", n, question_kind="triplet", random_state=seed, features=features)
-    total, out = 0, []
-    for per_item in budgets:
-        while total < per_item * n:
-            qs = planner.next_questions(min(n, per_item * n - total))
-            planner.observe(oracle.answer(qs))
-            total += len(qs)
+    out = []
+    for _ in to_budgets(planner, oracle, n, budgets):
         out.append(nn_metrics(np.asarray(planner.neighbor_graph(k=1).neighbors)[:, 0], D)[1])
     prior = getattr(wrapped_learner(planner), "prior_", None)
     return out, prior is not None and not prior.trusted

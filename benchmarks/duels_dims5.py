@@ -31,7 +31,7 @@ from scipy.spatial.distance import pdist
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from harness import nn_metrics, print_table, scores  # noqa: E402
+from harness import nn_metrics, print_table, scores, to_budgets, world_points  # noqa: E402
 
 from engine.duels import dims as duel_dims  # noqa: E402
 from engine.planners import make_planner  # noqa: E402
@@ -42,14 +42,7 @@ from simulation.oracles import HUMAN_LAPSE, HUMAN_SCALE, TripletOracle  # noqa: 
 
 def world(n: int, kind: str, seed: int, dims: int = 5) -> np.ndarray:
     """``n`` points in ``dims`` dimensions, scaled to a largest distance of 1."""
-    rng = np.random.default_rng(seed)
-    if kind == "uniform":
-        X = rng.uniform(size=(n, dims))
-    elif kind == "clustered":
-        centres = rng.uniform(0, 10, size=(-(-n // 5), dims))
-        X = np.repeat(centres, 5, axis=0)[:n] + rng.normal(scale=0.3, size=(n, dims))
-    else:
-        raise ValueError(f"unknown truth {kind!r}: uniform or clustered")
+    X = world_points(n, kind, seed, dims)
     return X / pdist(X).max()
 
 
@@ -76,12 +69,8 @@ def run(X: np.ndarray, seed: int, budgets: list[int], hold: bool, kind: str) -> 
             oracle = TripletOracle.from_points(X, noise=HUMAN_SCALE, model="human", lapse=HUMAN_LAPSE,
                                                random_state=seed + 7)
         planner = make_planner("duels", n, random_state=seed)
-        total, out = 0, []
-        for per_item in budgets:
-            while total < per_item * n:
-                qs = planner.next_questions(min(n, per_item * n - total))
-                planner.observe(oracle.answer(qs))
-                total += len(qs)
+        out = []
+        for _ in to_budgets(planner, oracle, n, budgets):
             picks = np.asarray(planner.neighbor_graph(k=1).neighbors)[:, 0]
             hit = nn_metrics(picks, X)[1] if kind == "eggs" else scores(picks, X)[1]
             out.append((hit, int(planner.progress()["embedding_dim"])))

@@ -63,7 +63,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from harness import clustered_points, nn_metrics, points, print_table  # noqa: E402
+from harness import clustered_points, nn_metrics, points, print_table, to_budgets  # noqa: E402
 from scipy.spatial import cKDTree  # noqa: E402
 
 from engine.duels import priors  # noqa: E402
@@ -87,12 +87,8 @@ NOISE, LAPSE = 0.1, 0.1
 def drive(n: int, oracle, budgets: list[int], seed: int, features=None) -> list[np.ndarray]:
     """Duels from the registry (``make_planner``), offline; its picks at each budget."""
     planner = make_planner("duels", n, question_kind="triplet", random_state=seed, features=features)
-    total, out = 0, []
-    for per_item in budgets:
-        while total < per_item * n:
-            qs = planner.next_questions(min(n, per_item * n - total))
-            planner.observe(oracle.answer(qs))
-            total += len(qs)
+    out = []
+    for _ in to_budgets(planner, oracle, n, budgets):
         out.append(np.asarray(planner.neighbor_graph(k=1).neighbors)[:, 0])
     return out
 

@@ -178,6 +178,30 @@ def clustered_points(n: int, seed: int, cluster: int = 20, dim: int = 4) -> np.n
     return np.repeat(centres, cluster, axis=0)[:n] + rng.normal(size=(n, dim))
 
 
+def world_points(n: int, kind: str, seed: int = 0, dims: int = 3) -> np.ndarray:
+    """``n`` points in ``dims`` dimensions: ``uniform`` in the unit cube, or ``clustered`` (clusters of 5 around
+    centres uniform in [0, 10]^dims, spread 0.3): pilot_plan.py's and duels_dims5.py's truths."""
+    rng = np.random.default_rng(seed)
+    if kind == "uniform":
+        return rng.uniform(size=(n, dims))
+    if kind == "clustered":
+        centres = rng.uniform(0, 10, size=(-(-n // 5), dims))
+        return np.repeat(centres, 5, axis=0)[:n] + rng.normal(scale=0.3, size=(n, dims))
+    raise ValueError(f"unknown truth {kind!r}: uniform or clustered")
+
+
+def to_budgets(planner, oracle, n: int, budgets: list[int]):
+    """Drive ``planner`` offline on ``oracle``'s answers, at most ``n`` questions a call; yields each budget
+    (answers per item, in order) once the planner has had that many answers."""
+    total = 0
+    for per_item in budgets:
+        while total < per_item * n:
+            qs = planner.next_questions(min(n, per_item * n - total))
+            planner.observe(oracle.answer(qs))
+            total += len(qs)
+        yield per_item
+
+
 def clustered_truth(n_items: int, seed: int = 0, cluster: int = 5, spread: float = 0.3) -> np.ndarray:
     """Distances (scaled to a largest of 1) of ``n_items`` points in clusters of ``cluster``."""
     rng = np.random.default_rng(seed)

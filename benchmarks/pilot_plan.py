@@ -36,20 +36,15 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT)]
 
+from harness import world_points  # noqa: E402
+
 from engine.planning import METRICS, Scenario, plan, reach  # noqa: E402
 from simulation import noise  # noqa: E402
 from simulation.oracles import HUMAN_LAPSE, HUMAN_SCALE, TripletOracle  # noqa: E402
 
 
 def truth(n: int, kind: str, seed: int = 0, dims: int = 3) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    if kind == "uniform":
-        X = rng.uniform(size=(n, dims))
-    elif kind == "clustered":
-        centres = rng.uniform(0, 10, size=(-(-n // 5), dims))
-        X = np.repeat(centres, 5, axis=0)[:n] + rng.normal(scale=0.3, size=(n, dims))
-    else:
-        raise ValueError(f"unknown truth {kind!r}: clustered or uniform")
+    X = world_points(n, kind, seed, dims)
     D = cdist(X, X)
     return D / D.max()
 
