@@ -1,8 +1,10 @@
 """Comparison trees and comparison-based random forests (CompRF) as a triplet question planner.
 
 Builds trees from "is x more similar to p1 or to p2?" answers alone (Haghiri et al. 2017,
-2018), routes new items, classifies, regresses and finds neighbours. Pure numpy/scipy:
-must never import Flask, Redis, RQ, scikit-learn or anything from ``webapp``/``workers``.
+2018), routes new items, classifies, regresses and finds neighbours. The forest is a facade: its
+growing (open, draw pivots, resolve, finish) is :mod:`engine.comparison_growth`, the questions to its
+trees (leaf members, leaf-mates) :mod:`engine.comparison_queries`, functions over its arrays. Pure
+numpy/scipy: must never import Flask, Redis, RQ, scikit-learn or anything from ``webapp``/``workers``.
 
 Conventions used throughout (documented once, referred to elsewhere):
 
@@ -24,11 +26,25 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import sparse
 
-from .graph import NO_NEIGHBOR, NeighborGraph
+from . import comparison_growth as growth
+from .comparison_growth import (
+    FILLING,
+    LEAF,
+    NO_CODE,
+    NO_ITEM,
+    NO_NODE,
+    NODE_ARRAYS,
+    READY,
+    SPLIT,
+    SPLITTING,
+    STATUS_NAMES,
+    SUPERVISED_DRAWS,
+    ranges,
+)
+from .comparison_queries import descends, leaf_index, leaf_mates_graph
+from .graph import NeighborGraph
 from .utils import (
-    GOLDEN,
     CodeTable,
     RandomState,
     array_from_state,
@@ -36,7 +52,6 @@ from .utils import (
     check_random_state,
     check_state,
     check_triplets,
-    child_keys,
     counters_state,
     find_sorted,
     group_starts,
@@ -45,12 +60,18 @@ from .utils import (
     mix64,
     read_forest_doc,
     store_params,
-    unit_floats,
 )
 
 __all__ = [
+    "FILLING",
+    "LEAF",
     "NO_ITEM",
     "NO_NODE",
+    "READY",
+    "SPLIT",
+    "SPLITTING",
+    "STATUS_NAMES",
+    "SUPERVISED_DRAWS",
     "ComparisonForest",
     "ForestResult",
     "ForestRoute",
@@ -59,45 +80,12 @@ __all__ = [
     "run_with_oracle",
 ]
 
-NO_NODE = -1
-NO_ITEM = -1
-_NO_CODE = -1
-
-# node status; the order matters: status >= SPLIT means "built"
-FILLING, READY, SPLITTING, SPLIT, LEAF = 0, 1, 2, 3, 4
-STATUS_NAMES = ("filling", "ready", "splitting", "split", "leaf")
-
 STATE_VERSION = 1
 MAX_ITEMS = 2_000_000  # triplet codes x*n*n + a*n + b must fit in int64
 
 ADAPTIVE = "adaptive"
 ADAPTIVE_MARGIN = 2  # adaptive voting stops when one side leads by this many answers ...
 ADAPTIVE_CAP = 5  # ... or when this many answers were counted (then a strict majority wins)
-SUPERVISED_DRAWS = 6  # one pivot pair plus up to five re-draws (ALGORITHMS.md §2)
-
-
-
-# ----------------------------------------------------------------------------------------
-# small pure kernels
-# ----------------------------------------------------------------------------------------
-def _uniforms(keys: np.ndarray, k: int) -> np.ndarray:
-    """ndarray of shape (len(keys), k) of uniforms in [0, 1), a pure function of the keys.
-
-    Pivots are drawn from a node's key rather than from a stateful generator, so a tree depends
-    only on its seed and on the answers, never on the order in which answers arrived.
-    """
-    keys = np.asarray(keys, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        z = keys[:, None] + np.arange(1, k + 1, dtype=np.uint64)[None, :] * GOLDEN
-    return unit_floats(mix64(z))
-
-
-def _grow(arr: np.ndarray, size: int, fill) -> np.ndarray:
-    if size <= arr.shape[0]:
-        return arr
-    new = np.full((max(size, 2 * arr.shape[0], 16),) + arr.shape[1:], fill, dtype=arr.dtype)
-    new[: arr.shape[0]] = arr
-    return new
 
 
 # ----------------------------------------------------------------------------------------
@@ -412,14 +400,10 @@ class ComparisonForest:
     """
 
     _COUNTERS = ("n_issued", "n_answers", "n_late", "n_released")
-    #: the arrays of one entry per node (``n_nodes_`` of them in use, more allocated): dtype, shape
-    #: of one entry, value of a node not made yet
-    _NODE_ARRAYS = {
-        "node_tree": (np.int64, (), -1), "node_parent": (np.int64, (), NO_NODE), "node_depth": (np.int64, (), 0),
-        "node_key": (np.uint64, (), 0), "node_status": (np.int8, (), FILLING), "node_size": (np.int64, (), 0),
-        "node_waiting": (np.int64, (), 0), "node_pivots": (np.int64, (2,), NO_ITEM),
-        "node_children": (np.int64, (2,), NO_NODE),
-    }
+    #: the arrays of one entry per node (:data:`engine.comparison_growth.NODE_ARRAYS`)
+    _NODE_ARRAYS = NODE_ARRAYS
+    #: (number of nodes, :func:`engine.comparison_queries.leaf_index`) when it was last built
+    _leaf_cache: tuple | None = None
 
     def __init__(self, n_items: int, n_trees: int = 10, leaf_size: int = 1, labels: ArrayLike | None = None,
                  redundancy: int | str = 1, random_state: RandomState = None, values: ArrayLike | None = None) -> None:
@@ -440,152 +424,19 @@ class ComparisonForest:
         if hasattr(self, "item_node_"):
             return
         self._check_params()
-        n, m = int(self.n_items), int(self.n_trees)
         rng = check_random_state(self.random_state)
-        self.tree_seeds_ = rng.integers(0, 2**63 - 1, size=m, dtype=np.int64).astype(np.uint64)
-        self.n_nodes_ = m
-        cap = max(16, 4 * m)
-        for name, (dtype, shape, fill) in self._NODE_ARRAYS.items():
-            setattr(self, name + "_", np.full((cap, *shape), fill, dtype))
-        self.node_tree_[:m] = np.arange(m)
-        self.node_key_[:m] = mix64(self.tree_seeds_)
-        self.node_status_[:m] = READY
-        self.item_node_ = np.repeat(np.arange(m, dtype=np.int64)[:, None], n, axis=1)
-        self.slot_code_ = np.full((m, n), _NO_CODE, np.int64)
-        self.table_ = _TripletTable()
+        seeds = rng.integers(0, 2**63 - 1, size=int(self.n_trees), dtype=np.int64).astype(np.uint64)
+        growth.plant(self, seeds, _TripletTable())
         load_counters(self, self._COUNTERS)
-        self._advance()
+        growth.advance(self)
 
-    def _reserve(self, extra: int) -> None:
-        size = self.n_nodes_ + extra
-        for name, (_, _, fill) in self._NODE_ARRAYS.items():
-            setattr(self, name + "_", _grow(getattr(self, name + "_"), size, fill))
-
-    # -- building ------------------------------------------------------------------------
+    # -- triplet codes (the growing: engine.comparison_growth) ------------------------------
     def _code(self, x, a, b) -> np.ndarray:
-        n = np.int64(self.n_items)
-        return (np.asarray(x, np.int64) * n + a) * n + b
+        return growth.triplet_codes(self.n_items, x, a, b)
 
     def _decode(self, codes: np.ndarray):
         n = np.int64(self.n_items)
         return codes // (n * n), (codes // n) % n, codes % n
-
-    def _advance(self) -> None:
-        """Open every node whose members are complete, until none is left (cached decisions cascade)."""
-        while True:
-            ready = np.flatnonzero(self.node_status_[: self.n_nodes_] == READY)
-            if ready.size == 0:
-                return
-            self._open(ready)
-
-    def _open(self, ready: np.ndarray) -> None:
-        """Make leaves of small ready nodes, draw pivots for the others and pose their triplets."""
-        n = int(self.n_items)
-        mark = np.zeros(self.n_nodes_, bool)
-        mark[ready] = True
-        flat_nodes = self.item_node_.reshape(-1)
-        slots = np.flatnonzero(mark[flat_nodes])
-        node_of = flat_nodes[slots]
-        supervised = self.label_codes_ is not None
-        label = self.label_codes_[slots % n] if supervised else np.zeros(slots.size, np.int64)
-        order = np.lexsort((label, node_of))
-        slots, node_of, label = slots[order], node_of[order], label[order]
-        nodes, starts, sizes = np.unique(node_of, return_index=True, return_counts=True)
-        self.node_size_[nodes] = sizes
-        is_leaf = sizes <= self.leaf_size
-        self.node_status_[nodes[is_leaf]] = LEAF
-        split = ~is_leaf
-        nodes, starts, sizes = nodes[split], starts[split], sizes[split]
-        if nodes.size == 0:
-            return
-        i1, i2 = self._draw_pivots(self.node_key_[nodes], starts, sizes, node_of, label)
-        p1, p2 = slots[starts + i1] % n, slots[starts + i2] % n
-        trees = self.node_tree_[nodes]
-        k = nodes.size
-        self._reserve(2 * k)
-        first_child = self.n_nodes_ + 2 * np.arange(k)
-        for side in (0, 1):
-            child = first_child + side
-            self.node_tree_[child] = trees
-            self.node_parent_[child] = nodes
-            self.node_depth_[child] = self.node_depth_[nodes] + 1
-            self.node_key_[child] = child_keys(self.node_key_[nodes], side)
-            self.node_status_[child] = FILLING
-            self.node_children_[nodes, side] = child
-        self.n_nodes_ += 2 * k
-        self.node_pivots_[nodes, 0], self.node_pivots_[nodes, 1] = p1, p2
-        self.item_node_[trees, p1] = first_child
-        self.item_node_[trees, p2] = first_child + 1
-        self.node_status_[nodes] = SPLITTING
-        self.node_waiting_[nodes] = sizes - 2
-        # every other member waits for its triplet (x, p1, p2)
-        in_split = np.zeros(slots.size, bool)
-        in_split[np.repeat(starts, sizes) + _ranges(sizes)] = True
-        in_split[starts + i1] = False
-        in_split[starts + i2] = False
-        wait = slots[in_split]
-        wait_node = node_of[in_split]
-        pa, pb = self.node_pivots_[wait_node, 0], self.node_pivots_[wait_node, 1]
-        codes = self._code(wait % n, np.minimum(pa, pb), np.maximum(pa, pb))
-        self.slot_code_.reshape(-1)[wait] = codes
-        self._finish(nodes[sizes == 2])
-        known, a_wins = self.table_.find_decided(codes)
-        if known.any():
-            self._resolve(wait[known], a_wins[known])
-        self.table_.add_live(codes[~known], self.node_depth_[wait_node[~known]])
-
-    def _draw_pivots(self, keys, starts, sizes, node_of, label):
-        """Positions (within each node's member run) of the two pivots; members sorted by label."""
-        u = _uniforms(keys, 2 * SUPERVISED_DRAWS + 2)
-        s = sizes[:, None]
-        i1 = np.minimum((u[:, 0:2 * SUPERVISED_DRAWS:2] * s).astype(np.int64), s - 1)
-        i2 = np.minimum((u[:, 1:2 * SUPERVISED_DRAWS:2] * (s - 1)).astype(np.int64), s - 2)
-        i2 = i2 + (i2 >= i1)
-        if self.label_codes_ is None:
-            return i1[:, 0], i2[:, 0]
-        st = starts[:, None]
-        differ = label[st + i1] != label[st + i2]
-        pick = np.where(differ.any(axis=1), np.argmax(differ, axis=1), SUPERVISED_DRAWS - 1)
-        rows = np.arange(keys.size)
-        j1, j2 = i1[rows, pick], i2[rows, pick]
-        # A node holding two labels always gets pivots with different labels: when all draws
-        # failed, draw p1 uniformly and p2 uniformly among the members of the other labels.
-        mixed = label[starts] != label[starts + sizes - 1]
-        fallback = np.flatnonzero(mixed & ~differ.any(axis=1))
-        if fallback.size:
-            st, sz = starts[fallback], sizes[fallback]
-            f1 = np.minimum((u[fallback, -2] * sz).astype(np.int64), sz - 1)
-            run_key = node_of * (np.int64(label.max()) + 1) + label
-            k1 = run_key[st + f1]
-            lo = np.searchsorted(run_key, k1, "left") - st
-            hi = np.searchsorted(run_key, k1, "right") - st
-            others = sz - (hi - lo)
-            f2 = np.minimum((u[fallback, -1] * others).astype(np.int64), others - 1)
-            f2 = np.where(f2 < lo, f2, f2 + (hi - lo))
-            j1[fallback], j2[fallback] = f1, f2
-        return j1, j2
-
-    def _resolve(self, slots: np.ndarray, a_wins: np.ndarray) -> None:
-        """Move decided items to the winning pivot's child; finish nodes with nobody waiting."""
-        if slots.size == 0:
-            return
-        n = int(self.n_items)
-        trees, items = slots // n, slots % n
-        nodes = self.item_node_[trees, items]
-        pivots = self.node_pivots_[nodes]
-        winner = np.where(a_wins, pivots.min(axis=1), pivots.max(axis=1))
-        side = (winner != pivots[:, 0]).astype(np.int64)
-        self.item_node_[trees, items] = self.node_children_[nodes, side]
-        self.slot_code_[trees, items] = _NO_CODE
-        touched, counts = np.unique(nodes, return_counts=True)
-        self.node_waiting_[touched] -= counts
-        self._finish(touched[self.node_waiting_[touched] == 0])
-
-    def _finish(self, nodes: np.ndarray) -> None:
-        if nodes.size == 0:
-            return
-        self.node_status_[nodes] = SPLIT
-        self.node_status_[self.node_children_[nodes].ravel()] = READY
 
     # -- the planner interface ------------------------------------------------------------
     def next_questions(self, budget: int) -> list[tuple[int, int, int]]:
@@ -616,12 +467,12 @@ class ComparisonForest:
         done_codes, done_a = _apply_answers(self, rows, codes, a_wins, "forest")
         if done_codes.size:
             flat = self.slot_code_.reshape(-1)
-            waiting = np.flatnonzero(flat != _NO_CODE)
+            waiting = np.flatnonzero(flat != NO_CODE)
             order = np.argsort(done_codes)
             sorted_codes, sorted_a = done_codes[order], done_a[order]
             pos, hit = find_sorted(sorted_codes, flat[waiting])
-            self._resolve(waiting[hit], sorted_a[pos[hit]])
-            self._advance()
+            growth.resolve(self, waiting[hit], sorted_a[pos[hit]])
+            growth.advance(self)
 
     def asked(self, questions: Iterable[Sequence[int]]) -> np.ndarray:
         """Bool per ``(x, p1, p2)``: whether this forest asked that triplet (pending or decided)."""
@@ -689,7 +540,7 @@ class ComparisonForest:
             "pending_questions": int(self.table_.outstanding.sum()),
             "open_triplets": int(self.table_.codes.size),
             "decided_triplets": self.table_.n_decided,
-            "waiting_items": int((self.slot_code_ != _NO_CODE).sum()),
+            "waiting_items": int((self.slot_code_ != NO_CODE).sum()),
             "done": self.done,
         }
 
@@ -701,20 +552,9 @@ class ComparisonForest:
         :class:`ForestRoute`."""
         return ForestRoute(self, item, refine=refine, vote=vote, redundancy=redundancy)
 
-    def _leaf_index(self):
-        """(sorted leaf ids, members in that order, run starts) of the built forest, cached."""
-        cache = getattr(self, "_leaf_cache", None)
-        if cache is not None and cache[0] == self.n_nodes_:
-            return cache[1]
-        flat = self.item_node_.reshape(-1)
-        order = np.argsort(flat, kind="stable")
-        index = (flat[order], order % int(self.n_items))
-        self._leaf_cache = (self.n_nodes_, index)
-        return index
-
     def leaf_members(self, node: int) -> np.ndarray:
         self._ensure_init()
-        keys, items = self._leaf_index()
+        keys, items = leaf_index(self)
         lo, hi = np.searchsorted(keys, node, "left"), np.searchsorted(keys, node, "right")
         return items[lo:hi]
 
@@ -729,42 +569,7 @@ class ComparisonForest:
         j is *not* the mate of i drawn from a random tree; NaN where an item has fewer than k mates.
         """
         self._ensure_init()
-        k = check_int("k", k, 1)
-        n, m = int(self.n_items), int(self.n_trees)
-        leaf = self.item_node_.reshape(-1)
-        alone = self.node_size_[leaf] < 2
-        group = np.where(alone & (self.node_parent_[leaf] != NO_NODE), self.node_parent_[leaf], leaf)
-        slots = np.arange(n * m)
-        order = np.argsort(group, kind="stable")
-        group, slots = group[order], slots[order]
-        starts = group_starts(group)
-        sizes = np.diff(np.r_[starts, group.size])
-        # a tree's root says nothing yet (every item is in it): no neighbours before answers
-        keep = (sizes >= 2) & (sizes <= max_group) & (self.node_parent_[group[starts]] != NO_NODE)
-        rows, cols, weights = [], [], []
-        for size in np.unique(sizes[keep]):
-            st = starts[keep & (sizes == size)]
-            members = slots[st[:, None] + np.arange(size)[None, :]] % n  # (groups, size)
-            i = np.repeat(members, size, axis=1).ravel()
-            j = np.tile(members, (1, size)).ravel()
-            off = i != j
-            rows.append(i[off])
-            cols.append(j[off])
-            weights.append(np.full(int(off.sum()), 1.0 / (size - 1)))
-        neighbors = np.full((n, k), NO_NEIGHBOR, np.int64)
-        scores = np.zeros((n, k))
-        if not rows:
-            return NeighborGraph.from_neighbors(neighbors)
-        mat = sparse.coo_matrix((np.concatenate(weights), (np.concatenate(rows), np.concatenate(cols))),
-                                shape=(n, n)).tocsr().tocoo()  # tocsr sums duplicate pairs
-        order = np.lexsort((mat.col, -mat.data, mat.row))
-        r, c, d = mat.row[order].astype(np.int64), mat.col[order].astype(np.int64), mat.data[order]
-        starts = group_starts(r)
-        rank = np.arange(r.size) - np.repeat(starts, np.diff(np.r_[starts, r.size]))
-        keep = rank < k
-        neighbors[r[keep], rank[keep]] = c[keep]
-        scores[r[keep], rank[keep]] = d[keep]
-        return NeighborGraph.from_neighbors(neighbors, estimates=1.0 - scores / m)
+        return leaf_mates_graph(self, check_int("k", k, 1), max_group)
 
     # -- state ---------------------------------------------------------------------------
     def to_state(self) -> dict:
@@ -820,27 +625,6 @@ class ComparisonForest:
     def to_json(self) -> dict:
         """The forest as a JSON document (docs/forest-schema.md, ``schema_version`` 1)."""
         return forest_to_json(self)
-
-
-def _ranges(sizes: np.ndarray) -> np.ndarray:
-    """Concatenated aranges: [0..s0-1, 0..s1-1, ...]."""
-    if sizes.size == 0:
-        return np.empty(0, np.int64)
-    ends = np.cumsum(sizes)
-    return np.arange(ends[-1]) - np.repeat(ends - sizes, sizes)
-
-
-def _descends(forest: ComparisonForest, item_nodes: np.ndarray, node: int) -> np.ndarray:
-    """Mask of the items (of one tree, given their nodes) that sit in ``node``'s subtree."""
-    current = item_nodes.copy()
-    inside = current == node
-    depth = forest.node_depth_[node]
-    while True:
-        deeper = ~inside & (forest.node_depth_[current] > depth)
-        if not deeper.any():
-            return inside
-        current[deeper] = forest.node_parent_[current[deeper]]
-        inside |= current == node
 
 
 def _encode_labels(labels, n: int):
@@ -949,11 +733,11 @@ class ForestRoute:
             self.bracket_ = np.concatenate([winners, bye])
 
     def _pooled(self):
-        keys, items = self.forest._leaf_index()
+        keys, items = leaf_index(self.forest)
         lo = np.searchsorted(keys, self.node_, "left")
         hi = np.searchsorted(keys, self.node_, "right")
         sizes = hi - lo
-        return items[np.repeat(lo, sizes) + _ranges(sizes)], sizes
+        return items[np.repeat(lo, sizes) + ranges(sizes)], sizes
 
     def _ranked_candidates(self):
         """Items of the reached nodes but q, by how many trees hold them; where a tree's node
@@ -963,13 +747,13 @@ class ForestRoute:
         if self.item < int(f.n_items):
             alone = (f.node_size_[nodes] < 2) & (f.node_parent_[nodes] != NO_NODE)
             nodes[alone] = f.node_parent_[nodes[alone]]
-        keys, items = f._leaf_index()
+        keys, items = leaf_index(f)
         trees = np.arange(nodes.size)
         members = [items[np.searchsorted(keys, lo):np.searchsorted(keys, lo, "right")] for lo in nodes[
             f.node_status_[nodes] == LEAF]]
         inner = nodes[f.node_status_[nodes] != LEAF]
         for node, t in zip(inner.tolist(), trees[f.node_status_[nodes] != LEAF].tolist(), strict=True):
-            members.append(np.flatnonzero(_descends(f, f.item_node_[t], node)))
+            members.append(np.flatnonzero(descends(f, f.item_node_[t], node)))
         pooled = np.concatenate(members) if members else np.empty(0, np.int64)
         pooled = pooled[pooled != self.item]
         cand, counts = np.unique(pooled, return_counts=True)
