@@ -17,21 +17,12 @@ import numpy as np
 
 from ..graph import NO_NEIGHBOR, NeighborGraph
 from ..kinds import KINDS
-from ..utils import (
-    RandomState,
-    check_n_items,
-    check_random_state,
-    counters_state,
-    generator_state,
-    load_counters,
-    planner_from_state,
-    store_params,
-)
+from ..utils import RandomState, check_n_items, check_state, counters_state, generator_state, store_params
 from . import questions, refits
 from .estimates import PairEstimates
-from .fits import fit_arrays, fit_from_arrays
-from .log import RatingLog, TripletLog
-from .model import PRIOR_NOISE, TRIPLET_LAPSE, TRIPLET_SCALE_PER_NOISE, RatingFit
+from .fits import fit_arrays
+from .model import PRIOR_NOISE, TRIPLET_LAPSE, TRIPLET_SCALE_PER_NOISE
+from .parts import COUNTERS, Learned, learned_of_state, start, with_learned_names
 from .split import SPLIT_EXPLORE, TRIPLET_PLACES, question_values, time_share, triplet_scale
 
 #: Newton steps that move the pair distances by the triplets (``PooledRatings._with_triplets``)
@@ -43,6 +34,7 @@ def _kind_seconds() -> dict[str, float]:
     return {"rating": float(KINDS["rating"].seconds), "triplet": float(KINDS["triplet"].seconds)}
 
 
+@with_learned_names
 class PooledRatings:
     """Anytime nearest-neighbour learner from similarity ratings.
 
@@ -76,10 +68,19 @@ class PooledRatings:
         by the first call after it is ready; calls in between use the previous fit and every rating
         since (each pair's mean is updated at once). A refit of at most :data:`~.refits.FIT_INLINE_ANSWERS`
         answers runs inside the call instead. Neither is saved.
+
+    What the learner learned is a :class:`~.parts.Learned`, made on first use (:func:`~.parts.start`;
+    ``__init__`` stores the parameters only); ``rng_``, ``log_``, ``triplets_``, ``fit_``, ``fit_job_`` and
+    the counters read through to it (:data:`~.parts.NAMES`).
     """
 
     VERSION = 1
-    _COUNTERS = ("n_answers", "n_issued", "n_fits", "fitted_on", "fitted_triplets")
+    _COUNTERS = COUNTERS
+    #: how the caller drives the learner (see ``pool`` and ``fitter`` above): not parameters, not saved
+    pool = False
+    fitter: Any = None
+    #: what the learner learned (:attr:`_s`), None until its first use
+    _parts: Learned | None = None
 
     def __init__(self, n_items: int, random_state: RandomState = None, dim: int = 4, warmup: float = 3.0,
                  explore: float = 0.1, shortlist: int = 10, refit_growth: float = 0.25) -> None:
@@ -88,20 +89,13 @@ class PooledRatings:
         if self.n_items < 2:
             raise ValueError("a rating learner needs at least 2 items")
         self._check_params()
-        self.pool = False
-        self.fitter = None
-        self._fit_running: tuple | None = None
-        self.rng_ = check_random_state(random_state)
-        self.log_ = RatingLog()
-        self.triplets_ = TripletLog()
-        self.fit_: RatingFit | None = None
-        self._tau_key: tuple | None = None  # what the fitted triplet scale was made of
-        self._tau_value: float | None = None
-        self.fit_job_: dict | None = None  # the refit under way: {"answers", "seed", "triplets"}
-        load_counters(self, self._COUNTERS)
-        self._pairs = PairEstimates(self.n_items)  # derived from the log and the fit, never saved
-        self._with_triplets_key: tuple | None = None  # what the triplet-moved estimates were made of
-        self._with_triplets_value: tuple[np.ndarray, np.ndarray] | None = None
+
+    @property
+    def _s(self) -> Learned:
+        """What the learner learned, started on first use (:func:`~.parts.start`)."""
+        if self._parts is None:
+            self._parts = start(self.n_items, self.random_state)
+        return self._parts
 
     def _check_params(self) -> None:
         def integer(name: str, lo: int) -> None:
@@ -389,11 +383,7 @@ class PooledRatings:
 
     @classmethod
     def from_state(cls, state: dict) -> Self:
-        p = planner_from_state(cls, state)
-        p.log_ = RatingLog.from_state(state)
-        p.triplets_ = TripletLog.from_state(state)
-        p.fit_ = None if state["fit"] is None else fit_from_arrays(state["fit"])
-        job = state["fit_job"]
-        p.fit_job_ = None if job is None else {k: int(v) for k, v in job.items()}
-        load_counters(p, cls._COUNTERS, {"fitted_triplets": 0, **state})  # (states saved before triplets)
+        check_state(state, cls.__name__, (cls.VERSION,))
+        p = cls(int(state["n_items"]), **state["params"])
+        p._parts = learned_of_state(state, p.n_items)
         return p
