@@ -34,6 +34,7 @@ Offline tables then measure, against the answers per rater (10, 20, 40, 80), the
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import re
 import struct
@@ -55,6 +56,7 @@ from load_setup import start_server, stop_server  # noqa: E402
 
 from engine import rater_checks  # noqa: E402
 from simulation.crowd import Rater, eggs_truth, noise_model  # noqa: E402
+from webapp.catches import schedule_pass_rate  # noqa: E402
 from webapp.handles import identifier  # noqa: E402
 from workers.store import keys  # noqa: E402
 from workers.store.config import StudyConfig  # noqa: E402
@@ -210,12 +212,22 @@ def egg_items(truth, study_type: str) -> list[Item]:
             for i, p, r in zip(truth.ids, truth.points, rank, strict=True)]
 
 
+def study_config(kind: str, study_type: str, seed: int) -> dict:
+    """The config of the benchmark's study of ``kind`` and ``study_type``: defaults but QUESTIONS per rater."""
+    return {"name": f"Bots {kind} {study_type}", "question_kind": kind, "random_state": seed,
+            "limits": {"max_questions_per_rater": QUESTIONS, "min_answers_for_code": QUESTIONS}}
+
+
+def chance_of_at_least(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p): how often ``k`` or more of ``n`` runs are paid at a stated rate ``p``."""
+    return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1))
+
+
 def live(base: str, conn: redis.Redis, kind: str, study_type: str, runs: int, careful: int, think: float,
          seed: int, secret: str, bot_kinds: tuple[str, ...] = BOTS) -> dict:
     truth = eggs_truth()
     noise, _ = noise_model(truth, lapse=CAREFUL_LAPSE)
-    config = {"name": f"Bots {kind} {study_type}", "question_kind": kind, "random_state": seed,
-              "limits": {"max_questions_per_rater": QUESTIONS, "min_answers_for_code": QUESTIONS}}
+    config = study_config(kind, study_type, seed)
     slug = study_type.replace(" + ", "-").replace(" ", "-")
     study_id = create_study(conn, StudyConfig.from_dict(config), egg_items(truth, study_type),
                             media={n: egg_png(n) for n in range(truth.n_items)},
@@ -250,7 +262,10 @@ def live(base: str, conn: redis.Redis, kind: str, study_type: str, runs: int, ca
         flagged, by_check, by_crowd = (v not in (None, b"0", b"") for v in (stats[0], stats[1], stats[4]))
         awaiting = int(stats[5] or 0) > 0 and not int(stats[6] or 0) and not flagged
         row = table.setdefault(who, {"runs": 0, "code": 0, "flagged": 0, "paid": 0, "by catch trials": 0,
-                                     "by the answer check": 0, "by the crowd": 0, "awaiting the crowd": 0})
+                                     "by the answer check": 0, "by the crowd": 0, "awaiting the crowd": 0,
+                                     "catch trials": {}})
+        served = (int(stats[2] or 0), int(stats[3] or 0))  # catch trials judged, missed (what the rule read)
+        row["catch trials"][served] = row["catch trials"].get(served, 0) + 1
         row["runs"] += 1
         row["code"] += result["code"] is not None
         row["flagged"] += flagged
@@ -370,6 +385,15 @@ def main() -> None:
                             cells.append(f"{r['code'] / r['runs']:.0%} ({r['flagged'] / r['runs']:.0%})" if r else "")
                         print(f"| {who} | " + " | ".join(cells) + " |")
                     for t in types:
+                        config = StudyConfig.from_dict(study_config(kind, t, a.seed))
+                        stated = schedule_pass_rate(config, config.catch_rates[1])
+                        r = tables[t].get("random")
+                        print(f"{t}: the catch rule passes a rater answering at random {stated:.2%} of the time "
+                              f"({config.catch_trials[1]} catch trials, {config.catch_misses_allowed} missed allowed, "
+                              f"{config.catch_rates[1]:.3g} passed per trial at random)" + (
+                                  f"; random bots paid {r['paid']} of {r['runs']}: {r['paid']} or more happen "
+                                  f"{chance_of_at_least(r['paid'], r['runs'], stated):.1%} of the time at that rate"
+                                  if r else ""))
                         r = tables[t]["careful"]
                         print(f"careful raters flagged, {t}: {r['by catch trials']} by catch trials, "
                               f"{r['by the answer check']} by the answer check, of {r['runs']}")
@@ -382,6 +406,8 @@ def main() -> None:
                                 print(f"  {who}: " + ", ".join(str(r[k]) for k in (
                                     "runs", "code", "flagged", "paid", "by catch trials", "by the answer check",
                                     "by the crowd", "awaiting the crowd")))
+                                print("    catch trials judged/missed: runs " + ", ".join(
+                                    f"{c}/{m}: {k}" for (c, m), k in sorted(r["catch trials"].items())))
                     sys.stdout.flush()
             finally:
                 stop_server(proc)

@@ -11,7 +11,8 @@ Rater: the human noise model fitted to the alien-egg crowds, lapse CAREFUL_LAPSE
 random, judged by the live rule (catch_passed), over the catch schedule of a study at defaults with
 QUESTIONS questions per rater (StudyConfig.catch_every, catch_failing). Prints per kind the careful
 miss rate against the kind's stated one (engine.kinds catch_rates), the share of careful raters flagged and
-the share of random raters passing.
+the share of random raters passing, each beside the rate the rule states over the schedule from the kind's
+stated rates per catch trial (webapp.catches.schedule_pass_rate); --kinds runs some kinds' rows only.
 
 Then the same rules on people's own answers (../shared/data): every alien-egg triplet a person answered
 whose candidates meet the triplet catch margin (the like one at most half as far from the head as the
@@ -31,6 +32,7 @@ tested once, when N more raters have answered (the last N at the end), the flagg
 
     python benchmarks/catch_fairness.py            # 4000 raters per row
     python benchmarks/catch_fairness.py --raters 1000
+    python benchmarks/catch_fairness.py --kinds "rank 8-rank-2,rank 8-rank-1" --crowd-studies 0 --skip-people
     python benchmarks/catch_fairness.py --raters 0 --crowd-studies 4   # the crowd table only
     python benchmarks/catch_fairness.py --raters 0 --crowd-rate 0.5 --crowd-delay 30
     python benchmarks/catch_fairness.py --raters 0 --crowd-wired   # the server's own path
@@ -64,7 +66,7 @@ sys.path.insert(0, str(ROOT))
 from engine import rater_checks  # noqa: E402
 from simulation.crowd import Rater, eggs_truth, noise_model  # noqa: E402
 from simulation.datasets import default_data_dir  # noqa: E402
-from webapp.catches import choose_comparisons  # noqa: E402
+from webapp.catches import choose_comparisons, schedule_pass_rate  # noqa: E402
 from webapp.questions_answers import catch_passed, catch_question  # noqa: E402
 from workers.store.config import StudyConfig  # noqa: E402
 
@@ -131,7 +133,11 @@ def simulate(kind: str, settings: dict, items: list[dict], truth, noise, raters:
     scale = {k: config.settings_of("rating")[k] for k in ("min", "max", "step")}  # the rating kind's scale
     every, n = config.catch_every, config.planned_questions
     rng = np.random.default_rng(seed)
-    out = {"every": every, "allowed": config.catch_misses_allowed, "stated": config.catch_rates[0]}
+    careful_miss, chance = config.catch_rates
+    # what the rule states over the schedule, from the kind's stated rates per catch trial
+    out = {"every": every, "allowed": config.catch_misses_allowed, "stated": careful_miss,
+           "careful flagged": 1 - schedule_pass_rate(config, 1 - careful_miss),
+           "random passing": schedule_pass_rate(config, chance)}
     for who, careless in (("careful", False), ("random", True)):
         flagged = misses = trials_all = 0
         for r in range(raters):
@@ -356,6 +362,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--raters", type=int, default=4000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kinds", default="",
+                        help="the first table's rows of these kinds only (comma-separated: triplet, rating, "
+                             "odd_one_out, rank 8-rank-2, rank 8-rank-1; default all)")
+    parser.add_argument("--skip-people", action="store_true",
+                        help="leave out the people's own answers (the egg triplets, Food-100's grids)")
     parser.add_argument("--crowd-studies", type=int, default=4, help="studies per row of the crowd table (0: none)")
     parser.add_argument("--crowd-rate", default="auto", help="the crowd table's attention.rate: auto or a share")
     parser.add_argument("--crowd-delay", type=int, default=0,
@@ -440,16 +451,22 @@ def crowd_rows(a) -> list[tuple[str, dict, str, str, int]]:
 def per_kind(a, truth, noise) -> None:
     print(f"Catch trials at defaults, {QUESTIONS} questions per rater, {a.raters} simulated raters per row "
           f"(human noise model of the egg crowds, lapse {CAREFUL_LAPSE})\n")
-    print("| kind | items known by | one in | misses allowed | careful miss (stated) | careful flagged "
-          "| random passing |\n|---|---|---|---|---|---|---|")
+    print("| kind | items known by | one in | misses allowed | careful miss (stated) | careful flagged (stated) "
+          "| random passing (stated) |\n|---|---|---|---|---|---|---|")
+    kinds = {k.strip() for k in a.kinds.split(",") if k.strip()}
     for kind, settings in KINDS:
         name = kind if kind != "rank" else f"rank {settings['n_reference']}-rank-{settings['n_select']}"
+        if kinds and name not in kinds:
+            continue
         for source, labels, item_kind, feature in SOURCES:
             r = simulate(kind, settings, egg_items(truth, labels, item_kind, feature), truth, noise, a.raters, a.seed)
             if not r:
                 continue
             print(f"| {name} | {source} | {r['every']} | {r['allowed']} | {r['careful']['miss']:.1%} "
-                  f"({r['stated']:.1%}) | {r['careful']['flagged']:.2%} | {1 - r['random']['flagged']:.2%} |")
+                  f"({r['stated']:.1%}) | {r['careful']['flagged']:.2%} ({r['careful flagged']:.2%}) | "
+                  f"{1 - r['random']['flagged']:.2%} ({r['random passing']:.2%}) |")
+    if a.skip_people:
+        return
     data_dir = default_data_dir()
     config = StudyConfig.from_dict({"name": "fair", "limits": {"max_questions_per_rater": QUESTIONS}})
     eggs = egg_people(data_dir, config, a.seed)

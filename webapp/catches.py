@@ -436,6 +436,30 @@ def _warning(config: StudyConfig, rows: list[dict], found: list[Comparison]) -> 
     return warning
 
 
+def schedule_pass_rate(config: StudyConfig, trial_pass: float) -> float:
+    """The share of raters who pass each catch trial with chance ``trial_pass`` that the catch rule leaves
+    unflagged over a whole rater's schedule (``config``: the study's StudyConfig; catch trials with a margin or
+    copies, ``catch_every``, not a crowd's verdict): the exact rate the rule states. A rater answering the
+    planned questions gets one catch trial per block of ``catch_every``, at a uniformly random place
+    (lua/next_question.lua), so a last block cut short holds one with its share of the places; then
+    ``catch_failing`` on their trials and misses. ``trial_pass`` the kind's random pass rate
+    (``config.catch_rates[1]``) gives a random answerer's chance of keeping their code: for 8-rank-2 grids at
+    40 questions 5 trials, 1 miss allowed, 2 in 8 per trial: 1.56%."""
+    every, n = config.catch_every, config.planned_questions
+    if not every:
+        return 1.0
+    full, left = divmod(n, every)
+    # trials: every full block's one, and the short last block's with chance left / every
+    counts = {full: 1 - left / every, full + 1: left / every} if left else {full: 1.0}
+    passed = 0.0
+    for trials, weight in counts.items():
+        for missed in range(trials + 1):
+            if weight and not config.catch_failing(trials, missed):
+                passed += (weight * math.comb(trials, missed) * (1 - trial_pass) ** missed
+                           * trial_pass ** (trials - missed))
+    return passed
+
+
 #: The Overview warns when the study's raters miss more than this multiple of the careful miss rate its
 #: catch kind states, over at least MISS_WARNING_TRIALS catch trials.
 MISS_WARNING_FACTOR = 2
