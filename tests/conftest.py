@@ -165,12 +165,14 @@ def start_serve(redis_url, tmp_path):
 
 @pytest.fixture
 def live_server(conn, start_serve):
-    """A served study "browser" of 12 demo colours (ANNTri on triplets)."""
+    """A served study "browser" of 12 demo colours (ANNTri on triplets), its dashboard refreshed every second."""
     from webapp.cli.demo_study import demo_items
 
     create_study(conn, StudyConfig(name="Colours in a browser", pool_size=10, random_state=1), demo_items(12),
                  study_id="browser")
-    return start_serve()
+    # its dashboard redraws the graph and raters table every second (DASHBOARD_REFRESH_SECONDS, 10 by default):
+    # a test waits for the refresh it watches for, not out a fixed 10 s
+    return start_serve(env={"PROXIMA_DASHBOARD_REFRESH_SECONDS": 1})
 
 
 @pytest.fixture

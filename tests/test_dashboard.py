@@ -51,6 +51,15 @@ def test_pause_resume_and_close_from_the_dashboard(researcher_client, conn, stud
     assert "cannot resume" in page and 'id="action-resume"' not in page
 
 
+def test_the_study_page_refreshes_at_the_instance_setting(researcher_client, app, study_id):
+    # DASHBOARD_REFRESH_SECONDS (default 10) reaches the page's script as data-refresh-seconds
+    page = researcher_client.get(f"/studies/{study_id}").get_data(as_text=True)
+    assert 'data-refresh-seconds="10"' in page
+    app.config["DASHBOARD_REFRESH_SECONDS"] = 1.5
+    page = researcher_client.get(f"/studies/{study_id}").get_data(as_text=True)
+    assert 'data-refresh-seconds="1.5"' in page
+
+
 def test_paused_study_asks_no_questions_and_resumes(researcher_client, client, conn, study_id):
     researcher_client.post(f"/studies/{study_id}/status", data={"action": "pause"})
     rater = client.application.test_client()

@@ -102,15 +102,17 @@ def png(colour: tuple[int, int, int]) -> bytes:
 
 @pytest.fixture
 def journey_server(conn, start_serve):
-    """``proxima serve`` (two web processes, one RQ worker) with a small upload limit, a researcher
-    account, and a running study of colours with known positions for a simulated crowd."""
+    """``proxima serve`` (two web processes, one RQ worker) with a small upload limit and its dashboards
+    refreshed every second, a researcher account, and a running study of colours with known positions for a
+    simulated crowd."""
     create_user(conn, RESEARCHER, RESEARCHER_PASSWORD)
     config = StudyConfig.from_dict({"name": "Colours with a simulated crowd", "algorithm": "anntri",
                                     "question_kind": "rating", "pool_size": 20, "random_state": 4})
     create_study(conn, config, demo_items(12), study_id=CROWD_STUDY)
     schedule_update(conn, CROWD_STUDY)
     return start_serve(web_workers=2, env={"PROXIMA_UPLOAD_MAX_BYTES": UPLOAD_LIMIT,
-                                           "PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES": "127.0.0.1"})
+                                           "PROXIMA_RATE_LIMIT_EXEMPT_ADDRESSES": "127.0.0.1",
+                                           "PROXIMA_DASHBOARD_REFRESH_SECONDS": 1})
 
 
 def parse_download(path: str, filename: str):
@@ -265,7 +267,7 @@ def test_a_researcher_creates_a_study_watches_raters_and_downloads_every_export(
         page.wait_for_selector('#raters-table tr[data-rater="sim-0"]', timeout=20000)
         page.click("#tab-learning")
         page.wait_for_selector(".error-plot .uplot canvas", timeout=15000)
-        # the graph and the raters table refresh every 10 s: wait for a graph drawn from answers
+        # the graph and the raters table refresh every second here: wait for a graph drawn from answers
         page.wait_for_function("() => new Set(Array.from(document.querySelectorAll('#nn-graph g.item'))"
                                ".map((g) => g.getAttribute('transform'))).size > 1", timeout=20000)
         page.locator("#nn-graph g.item").nth(3).dispatch_event("click")

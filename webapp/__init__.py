@@ -123,6 +123,7 @@ def _configured_app(test_config: dict | None = None) -> Flask:
         HSTS_SECONDS=365 * 24 * 3600,  # Strict-Transport-Security on https responses (0: not sent)
         METRICS_TOKEN=None,  # /metrics for a Prometheus scraper sending "Authorization: Bearer <token>"
         METRICS_ALLOWED_ADDRESSES=None,  # ... or from these addresses/networks ("10.0.0.5,10.1.0.0/16")
+        DASHBOARD_REFRESH_SECONDS=10,  # a study page's graph, raters table and flagged count (its numbers: 3 s)
         **limits.DEFAULTS,
     )
     app.config.from_pyfile("proxima.cfg", silent=True)

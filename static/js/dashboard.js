@@ -744,12 +744,15 @@
       if (response.ok) update(await response.json());
     } catch (e) { /* keep the last numbers; try again on the next tick */ }
   }
+  // the graph, the raters table and the flagged count every DASHBOARD_REFRESH_SECONDS (an instance setting,
+  // default 10 s), the numbers and charts every 3 s or that, whichever is shorter
+  const refreshMs = 1000 * (Number(root.dataset.refreshSeconds) || 10);
   refresh();
   refreshGraph();
   refreshRaters();
-  setInterval(refresh, 3000);
-  if (graphSvg) setInterval(refreshGraph, 10000);
-  if (ratersBody) setInterval(refreshRaters, 10000);
+  setInterval(refresh, Math.min(3000, refreshMs));
+  if (graphSvg) setInterval(refreshGraph, refreshMs);
+  if (ratersBody) setInterval(refreshRaters, refreshMs);
 
   // Catch trials failed of those given; misses of label comparisons waiting for the crowd's verdict, and a
   // flag by it.
@@ -768,7 +771,7 @@
     return r.answer_check_flagged ? r.answer_check_rule + "-looking, p = " + p : "p = " + p;
   }
 
-  // Overview: how many raters the attention checks flagged, from the raters API every 10 s.
+  // Overview: how many raters the attention checks flagged, from the raters API (every refreshMs).
   const flaggedCount = document.getElementById("n-flagged");
   async function refreshFlagged() {
     try {
@@ -779,7 +782,7 @@
       setText("glance-raters-total", raters.length);
     } catch (e) { /* try again on the next tick */ }
   }
-  if (flaggedCount) setInterval(refreshFlagged, 10000);
+  if (flaggedCount) setInterval(refreshFlagged, refreshMs);
 
   // Embedding scatter: the learned coordinates (first two dimensions), fetched from the export.
   async function drawEmbeddings() {
