@@ -48,6 +48,12 @@ trusted or dropped; ``--trust-z 2.0`` judges as before alpha was spent over look
 
     python benchmarks/features_prior.py --false-trust --sizes 100,1000,10000 --seeds 20000
     python benchmarks/features_prior.py --false-trust --planner --sizes 10000 --seeds 40 --trust-z 2.0
+
+With ``--kind rank`` the clusters are asked 8-rank-2 screens (``RankOracle``, the same noise; budgets in screens per
+item; no peer); ``--screen-tests 0`` leaves out the screens that test trusted features again
+(``engine.duels.questions.SCREEN_TEST_SHARE``):
+
+    python benchmarks/features_prior.py --datasets clusters --kind rank --agreements .7 --seeds 12 --no-peer
 """
 from __future__ import annotations
 
@@ -84,9 +90,9 @@ from simulation.noise import alien_egg_noise  # noqa: E402
 NOISE, LAPSE = 0.1, 0.1
 
 
-def drive(n: int, oracle, budgets: list[int], seed: int, features=None) -> list[np.ndarray]:
+def drive(n: int, oracle, budgets: list[int], seed: int, features=None, kind: str = "triplet") -> list[np.ndarray]:
     """Duels from the registry (``make_planner``), offline; its picks at each budget."""
-    planner = make_planner("duels", n, question_kind="triplet", random_state=seed, features=features)
+    planner = make_planner("duels", n, question_kind=kind, random_state=seed, features=features)
     out = []
     for _ in to_budgets(planner, oracle, n, budgets):
         out.append(np.asarray(planner.neighbor_graph(k=1).neighbors)[:, 0])
@@ -109,7 +115,7 @@ def peer(n: int, oracle, budgets: list[int], seed: int, features) -> list[np.nda
 
 
 def evaluate(title: str, D: np.ndarray, make_oracle, variants: dict, budgets: list[int], seeds: int,
-             peer_of: tuple[str, ...] = ()) -> None:
+             peer_of: tuple[str, ...] = (), kind: str = "triplet") -> None:
     n = len(D)
     rows = []
     curves_of = {}
@@ -123,7 +129,7 @@ def evaluate(title: str, D: np.ndarray, make_oracle, variants: dict, budgets: li
         for seed in range(seeds):
             F = None if make_features is None else make_features(seed)
             key = next(iter(runs))
-            runs[key].append([nn_metrics(p, D)[1] for p in drive(n, make_oracle(seed), budgets, seed, F)])
+            runs[key].append([nn_metrics(p, D)[1] for p in drive(n, make_oracle(seed), budgets, seed, F, kind)])
             if F is not None:
                 agree.append(triplet_agreement(F, D))
                 alone.append(nn_metrics(feature_neighbors(feature_space(F, n), 1)[:, 0], D)[1])
@@ -158,6 +164,8 @@ def clusters(args) -> None:
         D = np.sqrt(((X[:, None] - X[None]) ** 2).sum(axis=2))
 
         def make_oracle(seed, X=X):
+            if args.kind == "rank":  # (for two references the same model as the triplets')
+                return oracles.RankOracle.from_points(X, scale=NOISE, lapse=LAPSE, n_select=2, random_state=seed + 1)
             return oracles.TripletOracle.from_points(X, noise=NOISE, model="human", lapse=LAPSE, random_state=seed + 1)
 
         variants = {"none": None}
@@ -165,8 +173,11 @@ def clusters(args) -> None:
             variants[f"F .{round(a * 10)}"] = (lambda seed, a=a, X=X, D=D:
                                               features_of_agreement(X, a, random_state=seed, distances=D))
         variants["noise"] = lambda seed, n=n: noise_features(n, 16, random_state=seed)
-        evaluate(f"clustered 4-D points, n = {n}, human noise (logistic {NOISE}, lapse {LAPSE})", D, make_oracle,
-                 variants, args.budgets, args.seeds, peer_of=("F .7", "noise") if not args.no_peer else ())
+        rank = args.kind == "rank"
+        evaluate(f"clustered 4-D points, n = {n}, human noise (logistic {NOISE}, lapse {LAPSE})"
+                 + (", 8-rank-2 screens (budgets: screens per item)" if rank else ""), D, make_oracle,
+                 variants, args.budgets, args.seeds, kind=args.kind,
+                 peer_of=("F .7", "noise") if not (args.no_peer or rank) else ())
 
 
 def eggs(args) -> None:
@@ -379,7 +390,15 @@ def main(argv=None) -> None:
     ap.add_argument("--planner", action="store_true", help="--false-trust: drive the planner on pure noise")
     ap.add_argument("--trust-z", type=float, default=None, help="--false-trust: trust from this z at every look")
     ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--kind", choices=("triplet", "rank"), default="triplet",
+                    help="clusters: triplets, or 8-rank-2 screens (no peer)")
+    ap.add_argument("--screen-tests", type=float, default=None,
+                    help="rank: screens that test trusted features again, as a share of explore (0: none)")
     args = ap.parse_args(argv)
+    if args.screen_tests is not None:
+        from engine.duels import questions
+
+        questions.SCREEN_TEST_SHARE = args.screen_tests
     args.sizes = [int(x) for x in args.sizes.split(",")]
     args.budgets = sorted(int(x) for x in args.budgets.split(","))
     args.agreements = [float(x) for x in args.agreements.split(",") if x]

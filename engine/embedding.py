@@ -589,6 +589,10 @@ class EmbeddingLearner:
         if self._stale():
             self.refit()
 
+    def screen_of_tests(self, h: int, size: int) -> np.ndarray | None:
+        """No screen of tests: the embedding fits the features with the answers and tests nothing apart."""
+        return None
+
     def screen_candidates(self, h: int) -> tuple[np.ndarray, bool]:
         """h's nearest points in the current fit, nearest first (``SCREEN_CANDIDATES`` of them), for
         a screen showing several items at once; never certified. Empty before any fit or while h is in

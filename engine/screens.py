@@ -113,11 +113,15 @@ class ScreenSource(Protocol):
     """What a learner offers the screen planners beside the :class:`engine.graph.Planner` life cycle
     (duels and the embeddings do; random triplets do not): ``screen_candidates(h)`` h's likely
     neighbours, best first, and whether h is certified; ``refresh_if_due()`` the refit it would do
-    before planning its own questions."""
+    before planning its own questions; ``screen_of_tests(h, size)`` a screen of up to ``size`` items the
+    learner asks to be shown as it is (no picks kept, no explorers: duels tests trusted features so), or
+    None."""
 
     def screen_candidates(self, h: int) -> tuple[np.ndarray, bool]: ...
 
     def refresh_if_due(self) -> None: ...
+
+    def screen_of_tests(self, h: int, size: int) -> np.ndarray | None: ...
 
 
 def _ranked_candidates(inner: Any, h: int) -> tuple[np.ndarray, bool]:
@@ -431,9 +435,15 @@ class RankScreens(_Screens):
                 if certified and not parked:
                     heapq.heappush(heap, (1, load, t, h))
                     continue
+                tests = (self.planner.screen_of_tests(h, self.n_reference)
+                         if len(cands) and isinstance(self.planner, ScreenSource) else None)
             else:
-                cands = np.empty(0, np.int64)
-            refs = self._references(h, cands)
+                cands, tests = np.empty(0, np.int64), None
+            if tests is not None:  # shown as the learner asks (its tests), random items filling what is left
+                refs = [int(x) for x in tests if x != h][: self.n_reference]
+                refs += self._random_others({h, *refs}, self.n_reference - len(refs))
+            else:
+                refs = self._references(h, cands)
             shown = tuple(refs[i] for i in self.rng_.permutation(len(refs)))
             key = (h, *sorted(shown))
             self.issued_[key] = self.issued_.get(key, 0) + 1

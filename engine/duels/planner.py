@@ -205,6 +205,10 @@ class CandidateDuels:
         certified (:func:`~.questions.screen_candidates`)."""
         return questions.screen_candidates(self._s, self._params_now(), h)
 
+    def screen_of_tests(self, h: int, size: int) -> np.ndarray | None:
+        """A screen of head h that tests trusted features again, or None (:func:`~.questions.screen_of_tests`)."""
+        return questions.screen_of_tests(self._s, self._params_now(), h, size)
+
     # ------------------------------------------------------------------ refits (engine.duels.refits)
     def settle_fit(self) -> bool:
         """:func:`~.refits.settle_fit`: the refit under way taken as far as it goes without planning a

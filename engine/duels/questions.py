@@ -40,6 +40,9 @@ RANK_SAMPLE = 1024
 SCREEN_CANDIDATES = 16
 #: Where near duels are coin flips, screens show references from the head's this many nearest (0: never)
 SCREEN_SPREAD = 24
+#: Screens that test trusted features again (:func:`screen_of_tests`), as a share of ``explore``: a whole
+#: screen for about two tests, where the duels' random share is one question for one
+SCREEN_TEST_SHARE = 0.5
 #: most heads :func:`next_questions` scores together when one of them comes up
 PLAN_CHUNK = 64
 
@@ -101,7 +104,9 @@ def next_questions(s: Parts, params: Params, budget: int) -> list[tuple[int, int
             s.prior.asked(q)
         elif warm or s.rng.random() < explore:
             if not warm and s.prior is not None and s.prior.trusted and (not pairs or s.fit.embedding is None):
-                # (trusted features are tested on: the random share is their test questions)
+                # (trusted features are tested on: the random share is their test questions; not where
+                # exploring pairs take that share, the coin-flip regime: a tenth of its questions as tests
+                # cost the alien eggs' parameter .08 of hit@3 at 50 answers per item, 3 seeds)
                 q = s.prior.test_question(h, s.rng, taken)
                 s.prior.asked(q)
             elif warm or not pairs or s.fit.embedding is None:
@@ -389,3 +394,24 @@ def screen_while_tested(s: Parts, params: Params, h: int) -> np.ndarray:
     out[: 2 * m: 2], out[1: 2 * m: 2] = feats[:m], rand[:m]
     out[2 * m:] = np.concatenate([feats[m:], rand[m:]])
     return out[:SCREEN_CANDIDATES]
+
+
+def screen_of_tests(s: Parts, params: Params, h: int, size: int) -> np.ndarray | None:
+    """Once the features are trusted, a screen of head h that tests them again, for ``SCREEN_TEST_SHARE``
+    of h's screens (None for the others, while they are not trusted and in the coin-flip regime): the two
+    items of test questions (one of h's nearest in the features, a random item outside them; no item twice)
+    in turn, up to ``size`` items, each question remembered as asked. With only test items shown, a pick of
+    either item of a pair answers that pair's test (about two pairs of an 8-rank-2 screen), judged as the
+    duels' own test questions are (:meth:`~.priors.FeaturePrior.judge`)."""
+    if s.prior is None or not s.prior.trusted or s.fit.coin or s.rng.random() >= SCREEN_TEST_SHARE * params.explore:
+        return None  # (not where near duels are coin flips: see :func:`next_questions`)
+    out: list[int] = []
+    for _ in range(2 * size):
+        if len(out) + 2 > size:
+            break
+        q = s.prior.test_question(h, s.rng, set())
+        if q[1] in out or q[2] in out:
+            continue
+        s.prior.asked(q)
+        out += [q[1], q[2]]
+    return np.asarray(out, np.int64)

@@ -377,3 +377,31 @@ def test_a_large_study_whose_trusted_features_are_contradicted_leaves_their_map(
     # the shortlists come from the fit, no longer from the features' nearest
     inside = np.mean([set(row[row >= 0].tolist()) <= set(near[h].tolist()) for h, row in enumerate(planner.cands_)])
     assert inside < 0.5
+
+
+def _dist(X):
+    return np.linalg.norm(X[:, None] - X[None], axis=2)
+
+
+def test_trusted_features_the_answers_then_contradict_are_dropped_in_rank_screens():
+    # a rank study asks no duels of its own: once trusted, the features are tested again on screens that lead
+    # with a test question's two items, and fall away when the screens' answers no longer bear them out
+    n = 60
+    X = _points(n, 0)
+    Y = X[np.random.default_rng(5).permutation(n)]
+    planner = make_planner("duels", n, question_kind="rank", features=X, random_state=0)
+    duels = planner.planner
+    truth = RankOracle(_dist(X), scale=0.3, lapse=0.05, n_select=2, random_state=1)
+    other = RankOracle(_dist(Y), scale=0.3, lapse=0.05, n_select=2, random_state=2)
+    trusted_at = dropped = None
+    for _ in range(120):  # up to 120 screens per item
+        if trusted_at is None and duels.prior_.trusted and duels.n_fits_ > 0:
+            trusted_at = duels.prior_.tests_.copy()
+        planner.observe((other if trusted_at is not None else truth).answer(planner.next_questions(n)))
+        if duels.prior_.dropped_:
+            dropped = duels.n_answers_
+            break
+    assert trusted_at is not None and dropped is not None
+    assert duels.prior_.tests_[1] > trusted_at[1]  # judged on test answers the screens gave after the trust
+    assert planner.progress()["features_used"] is False
+
