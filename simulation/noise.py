@@ -459,7 +459,7 @@ HUMAN_ROBUST_RANGE = 0.9368
 #: in it. In the worlds fitted to pilots of ``benchmarks/pilot_plan.py`` (10 answers per item) it gave 0.38-0.43
 #: median gaps where the clustered 100-item truth's raters are 0.42, 0.41-0.50 where the uniform one's are 0.48,
 #: 0.52-0.54 where the clustered 1,000-item truth's are 0.53 and 0.52-0.60 where the uniform one's are 0.54;
-#: the plans asked 0.94-1.30x the answers the truth needed at 100 items, 0.73-1.21x at 1,000 (with the world's
+#: the plans asked 0.94-1.30x the answers the truth needed at 100 items, 0.73-1.01x at 1,000 (with the world's
 #: dimension as :data:`SELECTION_MARGIN` chooses it; ``benchmarks/README.md``).
 HUMAN_RANGE_SCALE = HUMAN_SCALE / HUMAN_ROBUST_RANGE
 #: Whether :func:`fit_pilot` takes the human model's noise unless the pilot shows raters worse than it

@@ -197,7 +197,7 @@ def test_plan_command_from_points_and_from_a_pilot_file(tmp_path):
     assert "pilot of 200 answers" in result.output
     # what was assumed, and what pilot plans were measured to be worth
     assert "0.080 of the fitted world's robust range" in result.output
-    assert "0.94-1.30x the answers a study needed at 100 items and 0.73-1.21x at 1,000" in result.output
+    assert "0.94-1.30x the answers a study needed at 100 items and 0.73-1.01x at 1,000" in result.output
     # what it assumed of careless raters: a file's triplets name no raters, so none were checked one by one
     assert "no raters checked one by one" in result.output
     assert "careless raters assumed only as the pilot shows them" in result.output

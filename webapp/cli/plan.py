@@ -62,7 +62,7 @@ PEER = "embedding"
 #: (``benchmarks/pilot_plan.py``, duels to hit@3 .8; benchmarks/README): said under every pilot plan.
 PILOT_PLAN_MEASURED = ("the human model's noise assumed, 0.080 of the fitted world's robust range (the alien-egg "
                        "crowds'); measured against the truth (benchmarks/pilot_plan.py, raters of that model), pilot "
-                       "plans asked 0.94-1.30x the answers a study needed at 100 items and 0.73-1.21x at 1,000: "
+                       "plans asked 0.94-1.30x the answers a study needed at 100 items and 0.73-1.01x at 1,000: "
                        "noisier or careless raters the pilot does not show need more")
 #: Line colours of ``plan_svg`` (colour-blind-safe, Okabe and Ito's palette).
 COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
