@@ -162,3 +162,11 @@ def test_the_account_line_lies_over_neither_the_preview_banner_nor_the_header(br
     assert not _overlap(account, banner), (account, banner)
     assert page.locator("#logout").is_visible()
     context.close()
+
+
+def test_create_help_names_every_question_kind():
+    # `proxima create --help` offered triplet and rating only; a kind added to engine/kinds.py must show there too
+    from engine.kinds import QUESTION_KINDS
+
+    shown = CliRunner().invoke(main, ["create", "--help"]).output
+    assert [kind for kind in QUESTION_KINDS if kind not in shown] == []

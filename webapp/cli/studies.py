@@ -53,8 +53,8 @@ def create(config_file: Path, items_path: Path, study_id: str | None, stylesheet
     The config (every field optional but name; the docs' "Study config" reference lists each:
     docs/reference/config.md):
       name: My study
-      question_kind: triplet       # or rating, odd_one_out, rank (rating: {min, max, step, ...},
-                                   #   rank: {n_reference, n_select})
+      question_kind: triplet       # or rating, same_different, odd_one_out, rank, pick_k (rating:
+                                   #   {min, max, step, ...}, rank and pick_k: {n_reference, n_select})
       algorithm: duels             # the default (ratings: pooled); or algorithms: [{algorithm,
                                    #   question_kind, share, params, budget}]
       instructions: Markdown, ![an example](item:ITEM_ID)
