@@ -139,7 +139,9 @@ class QuestionKind:
     (``{n}``/``{k}``-scaled by :meth:`screen_seconds`); ``oracle`` the simulated rater (a
     ``simulation.oracles`` class path, loaded when a simulation asks for it: the engine never imports
     ``simulation``); ``repeatable`` a validation repeat can re-ask it; ``practice_schema`` the JSON schema of
-    one practice question.
+    one practice question; ``one_triplet`` each answer implies exactly one anchored triplet, of its screen's
+    head and its two candidates as shown (``triplets`` gives one row: a triplet's pick; an odd-one-out or a
+    rank screen implies several), so a model of a rater's picks between two candidates judges its answers.
     """
 
     name: str
@@ -167,10 +169,13 @@ class QuestionKind:
     #: its value is a point of a scale its settings give (``rating:``: ``min``, ``max``, ``step``, the widget,
     #: labels and prompt): the page draws the scale from them
     on_scale: bool = False
+    one_triplet: bool = False
 
     def __post_init__(self) -> None:
         if self.answered_by not in ANSWERED_BY:
             raise ValueError(f"{self.name}: answered_by must be one of {ANSWERED_BY}")
+        if self.one_triplet and not (self.triplet_derived and self.headed):
+            raise ValueError(f"{self.name}: a kind implying one triplet (one_triplet) is headed and triplet-derived")
         object.__setattr__(self, "settings", MappingProxyType({k: MappingProxyType(dict(v))
                                                                for k, v in self.settings.items()}))
 
@@ -856,6 +861,7 @@ _ENTRIES = (
                       "more similar to the item on top (or press the ← / → key). There are no right or wrong "
                       "answers: go with your first impression."),
         too_fast_ms=0, seconds=SECONDS_TRIPLET, oracle="simulation.oracles:TripletOracle", prompt_field="question",
+        one_triplet=True,
         practice_schema=_practice("triplet", head=_ITEM_ID, candidates=_item_ids(2, 2), answer=_ITEM_ID)),
     _Rating(
         "rating", headed=False, asks="pair", triplet_derived=False, widget="rating",

@@ -80,7 +80,7 @@ def make_planner(name: str, n_items: int, question_kind: str = "triplet", random
     planner = cls(n_items, random_state=random_state, **params)
     if entry.grows:
         return ForestStudy(planner)
-    if entry.pair_over_triplets and KINDS[question_kind].asks == "triplet":
+    if entry.adapted(question_kind):
         return PairTripletAdapter(planner, random_state=random_state)
     if question_kind in SCREEN_KINDS:
         # the screens draw from their own stream of the study seed (not the learner's)

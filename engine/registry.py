@@ -111,7 +111,10 @@ class Algorithm:
     time (a study of ``split: learner`` lets it set the shares of the algorithms asking them); ``delegates`` its
     planner asks the questions the study's learner that splits the raters' time (``splits_time``) proposes of the
     planner's kind (``next_triplets``) and learns nothing itself: the platform links it to that learner
-    (``planner.source``) before each planning, and its answers teach that learner (``takes_triplets``).
+    (``planner.source``) before each planning, and its answers teach that learner (``takes_triplets``);
+    ``reports_trees`` its planner grows trees node by node and its ``progress()`` reports each tree's
+    ``nodes_built``, ``nodes_pending`` and ``depth`` (:class:`engine.graph.Progress`; a comparison forest): the
+    dashboard plots them (a forest that does not, SimForest, leaves it False).
     """
 
     name: str
@@ -139,10 +142,13 @@ class Algorithm:
     counts_samples: bool = False
     splits_time: tuple[str, ...] = ()
     delegates: bool = False
+    reports_trees: bool = False
 
     def __post_init__(self) -> None:
         if self.asks not in ASKS or self.learns not in LEARNS:
             raise ValueError(f"{self.name}: asks must be one of {ASKS} and learns one of {LEARNS}")
+        if self.reports_trees and self.learns != "forest":
+            raise ValueError(f"{self.name}: only a forest reports trees (reports_trees)")
         if not self.question_kinds or any(k not in QUESTION_KINDS for k in self.question_kinds):
             raise ValueError(f"{self.name}: question_kinds must be a non-empty subset of {QUESTION_KINDS}")
         if self.screens not in ("adaptive", "random"):
@@ -176,6 +182,13 @@ class Algorithm:
         if self.asks == KINDS[question_kind].asks or not self.pair_over_triplets:
             return question_kind
         return next(k for k in self.question_kinds if KINDS[k].asks == self.asks)
+
+    def adapted(self, question_kind: str) -> bool:
+        """Whether its planner is built with another kind than a study's ``question_kind`` (:meth:`native_kind`):
+        a pair planner in a study asking triplets, whose pairs are asked as triplet-derived questions (through
+        :class:`engine.adapters.PairTripletAdapter` in :func:`engine.planners.make_planner`), so it learns from
+        triplet-derived samples and runs with its ``triplet_defaults``."""
+        return self.native_kind(question_kind) != question_kind
 
     @property
     def defaults(self) -> dict:
@@ -322,7 +335,7 @@ _ENTRIES = (
                "leaf_size": {"type": "integer", "minimum": 1, "default": 1},
                "redundancy": {"oneOf": [{"type": "integer", "minimum": 1}, {"const": "adaptive"}], "default": 1},
                "supervised": {"type": "boolean", "default": False}},
-              ("ComparisonForest", "ForestStudy"), takes_labels=True, grows=True,
+              ("ComparisonForest", "ForestStudy"), takes_labels=True, grows=True, reports_trees=True,
               memory=Memory(per_item=2_500.0, fixed=20e6)),
     Algorithm("simforest", "engine.simforest:ActiveSimilarityForest", kinds_asking("pair"), "pair", "forest",
               "SimForest: a similarity forest classifying items by label, asking only the ratings its splits need",

@@ -314,46 +314,68 @@ def test_the_branch_check_lets_questions_to_the_entry_through(line):
 
 #: The platform's questions about a shape (``.asks``: what a kind or an algorithm proposes) outside the two
 #: tables, in its Python source and its templates, by file, each with why it is still asked there. What a kind
-#: does with its answer (its payload, value check, observation, catch trials, repeats, simulated rater) is its
-#: entry's (engine/kinds.py): a branch on ``asks == "pair"`` taken as "is this a rating" served a second pair
-#: kind the rating scale and learned it backwards. The list only shrinks (was 27 ``asks == "pair"`` alone).
-SHAPE_QUESTIONS = {
-    # the adapter a pair planner gets in a triplet study (the algorithm table's native_kind says as much)
-    "engine/planners.py": 1,
-    # the window of a planner in rounds asking triplets natively, in proxima plan's budget
-    "engine/planning.py": 1,
-    # the answer check's model judges answers that imply one anchored triplet
-    "workers/jobs/rater_checks.py": 1,
-    # a pair planner's derived defaults in a triplet study
-    "workers/store/config.py": 2,
-    # the progress caption of a forest of triplets (nodes per tree)
-    "templates/dashboard/study.html": 1,
-}
+#: or an algorithm does with its answers, which kind its planner is built with and what its progress reports are
+#: its entry's declared capabilities and methods (engine/kinds.py: ``one_triplet``, ``on_scale``, ...;
+#: engine/registry.py: ``adapted``, ``native_kind``, ``reports_trees``, ...): a branch on ``asks == "pair"``
+#: taken as "is this a rating" served a second pair kind the rating scale and learned it backwards. None is
+#: left (there were 27 ``asks == "pair"`` alone); tests/engine/test_entry_capabilities.py holds the
+#: capabilities that replaced the last ones to the shape answers they replaced, for every entry.
+SHAPE_QUESTIONS: dict[str, int] = {}
 
 
-def _shape_questions() -> dict[str, int]:
-    """``.asks`` read outside the two tables: attributes in the platform's Python, ``.asks`` in templates."""
+def _shape_reads(source: str) -> int:
+    """How often Python ``source`` reads a shape: the attribute ``asks`` and the string "asks" (``getattr(x,
+    "asks")``, ``vars(x)["asks"]``, ``attrgetter("asks")``, ``asdict(x)["asks"]``)."""
+    return sum((isinstance(n, ast.Attribute) and n.attr == "asks")
+               or (isinstance(n, ast.Constant) and n.value == "asks") for n in ast.walk(ast.parse(source)))
+
+
+#: a template's shape reads: ``x.asks``, ``x["asks"]``, ``selectattr("asks", ...)``, ``attribute="asks"``
+TEMPLATE_SHAPE = re.compile(r"""\.asks\b|["']asks["']""")
+
+
+def _shape_questions(root=ROOT) -> dict[str, int]:
+    """Shapes read outside the two tables: in the platform's Python (:func:`_shape_reads`) and its templates."""
     found = {}
-    for rel, path in _platform_files():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        count = sum(isinstance(n, ast.Attribute) and n.attr == "asks" for n in ast.walk(tree))
+    for folder in PLATFORM:
+        for path in sorted((root / folder).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            count = 0 if rel in TABLES else _shape_reads(path.read_text(encoding="utf-8"))
+            if count:
+                found[rel] = count
+    for path in sorted((root / "templates").rglob("*.html")):
+        count = len(TEMPLATE_SHAPE.findall(path.read_text(encoding="utf-8")))
         if count:
-            found[rel] = count
-    for path in sorted((ROOT / "templates").rglob("*.html")):
-        count = len(re.findall(r"\.asks\b", path.read_text(encoding="utf-8")))
-        if count:
-            found[path.relative_to(ROOT).as_posix()] = count
+            found[path.relative_to(root).as_posix()] = count
     return found
 
 
-def test_no_platform_file_asks_a_shape_beyond_the_listed_questions():
+def test_no_platform_file_asks_a_shape():
     """What a kind or an algorithm does is asked of its entry's methods and declared capabilities
-    (``check_value``, ``sample``, ``on_scale``, ``observes_samples``, ``counts_samples``, ...), not decided by
-    its shape in a caller; the few shape questions left are listed with their reasons."""
+    (``check_value``, ``sample``, ``on_scale``, ``one_triplet``, ``observes_samples``, ``adapted``,
+    ``reports_trees``, ...), not decided by its shape in a caller."""
     found = _shape_questions()
     grown = {f: n for f, n in found.items() if n > SHAPE_QUESTIONS.get(f, 0)}
     assert not grown, f"ask the kind's or the algorithm's entry instead of its shape (asks): {grown}"
     assert found == SHAPE_QUESTIONS, f"a shape question went away: shrink SHAPE_QUESTIONS to {found}"
+
+
+@pytest.mark.parametrize("where,line", [
+    ("workers/x.py", 'if kind.asks == "triplet":\n    pass'),
+    ("webapp/x.py", 'if getattr(entry, "asks") != "pair":\n    pass'),
+    ("workers/x.py", 'shape = vars(kind)["asks"]'),
+    ("webapp/x.py", 'shape = operator.attrgetter("asks")(entry)'),
+    ("engine/x.py", 'pair = {"pair": 1}.get(entry.asks)'),
+    ("templates/x.html", '{% if alg.entry.asks == "triplet" %}x{% endif %}'),
+    ("templates/x.html", '{% for a in algs|selectattr("asks", "equalto", "pair") %}x{% endfor %}'),
+    ("templates/x.html", '{% if alg.entry["asks"] == "pair" %}x{% endif %}'),
+])
+def test_the_shape_check_catches_a_shape_read_however_written(tmp_path, where, line):
+    """A shape read written into a platform file or a template of a copy of the tree is found."""
+    for folder in (*PLATFORM, "templates"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / where).write_text(line + "\n", encoding="utf-8")
+    assert _shape_questions(tmp_path) == {where: 1}
 
 
 def test_the_dashboard_reads_only_declared_progress_keys():

@@ -248,9 +248,9 @@ def _simulations(look: int, false_flag_rate: float) -> int:
 
 
 def _one_triplet(answer: Answer) -> bool:
-    """An answer to a question asking a triplet (a head and two candidates) that implies one triplet."""
-    kind = answer.question_kind
-    return kind.asks == "triplet" and kind.triplet_derived
+    """An answer implying one triplet of its screen, a head and two candidates as shown (its kind's
+    ``one_triplet``)."""
+    return answer.question_kind.one_triplet
 
 
 def triplet_rows(answers: list[Answer]) -> tuple[np.ndarray, np.ndarray]:

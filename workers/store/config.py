@@ -718,7 +718,7 @@ def _algorithm_from_dict(data: dict, index: int, default_kind: str) -> Algorithm
                           "'_' or '-'")
     kind = kind or default_kind
     params = dict(data.get("params") or {})
-    if get_kind(kind).asks != entry.asks and entry.pair_over_triplets:
+    if entry.adapted(kind):
         # A pair planner learning from triplet-derived samples gets the triplet-study defaults
         # (head-based estimates, no triangle bounds, every round open: engine.registry._DERIVED),
         # written into the study's config when it is created, so a study keeps what it started with
