@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from webapp import ROOT
 from webapp.cli import main
-from webapp.cli.connection import running_serves
+from webapp.cli.connection import running_serves, running_web_url
 
 NO_INSTANCE = {"REDIS_URL": None, "PROXIMA_INSTANCE_PATH": None}
 
@@ -116,3 +116,22 @@ def test_every_command_takes_instance_after_its_name_too():
     without = [name for name, command in main.commands.items()
                if "--instance" not in {option for param in command.params for option in param.opts}]
     assert not without and {"serve", "export", "create", "worker", "verify-code"} <= set(main.commands)
+
+
+def test_simulate_goes_to_the_web_server_of_the_named_instance(serve_elsewhere, tmp_path):
+    # 'proxima --instance F simulate' tried port 5000 whatever port F's serve was on
+    from webapp.cli.embedded import free_port
+
+    _, folder = serve_elsewhere
+    (tmp_path / "truth.csv").write_text("id,x1\na,0\nb,1\nc,2\nd,3\n")
+    truth = f"points:{tmp_path / 'truth.csv'}"
+    served = f"http://127.0.0.1:{free_port()}"
+    (folder / "web.url").write_text(served + "\n")  # what 'proxima serve' writes beside its lock
+    reached = invoke("--instance", folder, "simulate", "s", "--oracle", truth)
+    assert reached.exit_code != 0 and f"cannot reach a Proxima server at {served} " in reached.output
+    assert f"Server: {served} (the running 'proxima serve' of instance folder {folder})" in reached.stderr
+    # a URL left by a serve that stopped is not used (simulate then tries the default port)
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    (stopped / "web.url").write_text(served)
+    assert running_web_url(folder) == served and running_web_url(stopped) is None

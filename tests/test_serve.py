@@ -8,6 +8,7 @@ from click.testing import CliRunner
 from helpers import RESEARCHER, RESEARCHER_PASSWORD, Serve, healthy, http_log_in, wait_for
 
 from webapp.cli import main
+from webapp.cli.connection import running_web_url
 from webapp.handles import shown_index
 
 
@@ -20,6 +21,8 @@ def test_serve_demo_answers_over_http_and_stops_cleanly(tmp_path, monkeypatch):
     base = serve.base
     try:
         serve.wait_healthy()
+        # where 'proxima --instance F simulate' goes without --url
+        assert running_web_url(tmp_path / "instance") == base
         researcher = http_log_in(base, RESEARCHER, RESEARCHER_PASSWORD)
         rater = requests.Session()
         # the demo asks for consent first, as a real study does

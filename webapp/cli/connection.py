@@ -94,6 +94,21 @@ def running_serves() -> list[RunningServe]:
     return found
 
 
+#: The web server's base URL, written by ``proxima serve`` into its instance folder beside its lock.
+WEB_URL_FILE = "web.url"
+
+
+def running_web_url(inst: Path) -> str | None:
+    """The base URL of the web server of the ``proxima serve`` running for ``inst``, None when no serve holds
+    that folder's lock (a file left by a serve that stopped is not trusted)."""
+    if not any(s.instance.resolve() == Path(inst).resolve() for s in running_serves()):
+        return None
+    try:
+        return (Path(inst) / WEB_URL_FILE).read_text().strip() or None
+    except OSError:
+        return None
+
+
 def redis_url_of_serve(doing: str) -> str:
     """REDIS_URL, else the Redis of the running 'proxima serve' of the instance folder (commands that never
     start a Redis of their own: worker, sweep); says which."""

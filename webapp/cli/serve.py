@@ -17,7 +17,7 @@ import click
 import redis
 
 from .. import ROOT
-from .connection import describe_url, instance_path, redis_url_of_serve
+from .connection import WEB_URL_FILE, describe_url, instance_path, redis_url_of_serve
 from .embedded import EmbeddedRedis, EmbeddedRedisError
 
 if TYPE_CHECKING:
@@ -174,6 +174,7 @@ def serve(demo: bool, host: str, port: int, web_workers: int, n_workers: int, ma
         lock.record([c.pid for c in children if c.pid])
         shown_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
         base = f"http://{shown_host}:{port}"
+        (inst / WEB_URL_FILE).write_text(base + "\n")  # 'proxima simulate' of this folder goes there
         sweeper = Sweeper(url, sweep_interval)
         started, announced = time.monotonic(), False
         # what serve saw die, for the Overview and /api/health (workers.store.health): written once Redis takes

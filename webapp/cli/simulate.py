@@ -15,7 +15,7 @@ from engine.kinds import KINDS, QUESTION_KINDS
 from engine.registry import DEFAULT_NN_ALGORITHM, DEFAULT_RATING_ALGORITHM, default_algorithm
 from workers.store.config import ALGORITHM_TABLE
 
-from .connection import instance_path
+from .connection import instance_path, running_web_url, say
 from .embedded import running_url
 from .studies import create
 
@@ -43,6 +43,21 @@ def _simulation_redis():
     return conn
 
 
+#: Where ``simulate`` goes when no serve runs for the instance folder (``proxima serve``'s default port).
+DEFAULT_URL = "http://127.0.0.1:5000"
+
+
+def _serve_url() -> str:
+    """The web server of the ``proxima serve`` running for the instance folder, else DEFAULT_URL; says which."""
+    inst = instance_path()
+    url = running_web_url(inst)
+    if url:
+        say(f"Server: {url} (the running 'proxima serve' of instance folder {inst})")
+        return url
+    say(f"Server: {DEFAULT_URL} (no 'proxima serve' runs for instance folder {inst}; --url names another)")
+    return DEFAULT_URL
+
+
 def _wait_until_applied(conn: Redis, study_id: str, timeout: float) -> dict | None:
     """Study stats once the workers have applied every logged answer (or at the timeout)."""
     from workers.store.studies import get_study
@@ -59,7 +74,9 @@ def _wait_until_applied(conn: Redis, study_id: str, timeout: float) -> dict | No
 
 @click.command()
 @click.argument("study_id")
-@click.option("--url", default="http://127.0.0.1:5000", show_default=True, help="Base URL of the running server.")
+@click.option("--url", default=None,
+              help="Base URL of the running server (default: that of the 'proxima serve' running for the instance "
+                   f"folder, else {DEFAULT_URL}).")
 @click.option("--oracle", "oracle_spec", required=True, metavar="SPEC",
               help="The truth raters answer from: points:FILE.csv (columns id,x1,x2,...), matrix:FILE.csv "
                    "(header row of ids, then an n x n distance matrix), or eggs[:DATA_DIR] (alien eggs).")
@@ -97,7 +114,7 @@ def _wait_until_applied(conn: Redis, study_id: str, timeout: float) -> dict | No
 @click.option("--wait", default=60.0, show_default=True, type=click.FloatRange(min=0),
               help="Seconds to wait for the workers to apply the last answers before scoring the graph.")
 @click.option("--no-accuracy", is_flag=True, help="Do not score the learned graph at the end.")
-def simulate(study_id: str, url: str, oracle_spec: str, raters: int, noise: float | None, rating_model: str,
+def simulate(study_id: str, url: str | None, oracle_spec: str, raters: int, noise: float | None, rating_model: str,
              lapse: float | None, careless: float, think: float, max_answers: int | None, duration: float | None,
              seed: int | None, progress_every: float, log_path: Path | None, wait: float, no_accuracy: bool,
              prefix: str | None = None) -> None:
@@ -137,7 +154,9 @@ def simulate(study_id: str, url: str, oracle_spec: str, raters: int, noise: floa
             noise_text = noise_text.split("; ratings")[0] + "; ratings realistic (simulation.ratings defaults)"
     except sim.SimulationError as exc:
         raise click.ClickException(str(exc)) from None
-    base = url.rstrip("/")
+    if url:
+        say(f"Server: {url} (--url)")
+    base = (url or _serve_url()).rstrip("/")
     try:
         requests.get(f"{base}/api/health", timeout=5).raise_for_status()
     except requests.RequestException as exc:
