@@ -473,8 +473,13 @@ def curve_notes(p: Plan, a: int) -> list[str]:
         notes.append(f"stopped asking in {len(done)} of {len(stops)} runs, at {lo}" + (f"-{hi}" if hi > lo else "")
                      + " screens per item: it had nothing left to ask (every neighbour certified, or its "
                      "questions used up), so its graph stays as it was at larger budgets.")
+    def kind(line: int) -> str:
+        return p.arms[line].kind if p.arms else DEFAULT_KIND
+
+    # (only lines asking the same kind can have asked alike, and curves pinned at 0 or 1 tell nothing apart)
+    informative = bool(np.any((p.exact[a] > 0) & (p.exact[a] < 1)) or np.any((p.hit3[a] > 0) & (p.hit3[a] < 1)))
     for other in range(a):
-        if (np.array_equal(p.exact[a], p.exact[other], equal_nan=True)
+        if (informative and kind(other) == kind(a) and np.array_equal(p.exact[a], p.exact[other], equal_nan=True)
                 and np.array_equal(p.hit3[a], p.hit3[other], equal_nan=True)):
             notes.append(f"the same accuracy as {p.algorithms[other]} in every run at every budget: on these "
                          "simulated raters the two learned the same graphs (a rule that sets them apart, "

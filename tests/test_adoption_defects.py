@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from helpers import run_worker
 
 from webapp.cli import main
+from workers.store import keys
 from workers.store.studies import StudyError, items_from_csv_text
 
 
@@ -99,6 +100,15 @@ def test_no_score_and_no_memory_are_shown_before_any_answer(conn, study_id, rese
     assert stats["algorithms"][0]["truth_error"]["answers_applied"] == 0  # the curve starts at 0 answers
     page = researcher_client.get(f"/studies/{study_id}").get_data(as_text=True)
     assert "% right" not in page and "0.0 / 0.0 MB" not in page
+    # a small study's memory in units that show it, each side its own: Redis measured, no worker figure yet
+    conn.hset(keys.engine_stats(study_id), mapping={"memory_redis_bytes": 3707})
+    page = researcher_client.get(f"/studies/{study_id}").get_data(as_text=True)
+    card = page.split('id="study-memory">', 1)[1].split("</span>", 1)[0]
+    assert card == "4 KiB / —"
+    conn.hset(keys.engine_stats(study_id), mapping={"memory_engine_bytes": 12 * 1024 * 1024 + 5})
+    card = researcher_client.get(f"/studies/{study_id}").get_data(as_text=True).split(
+        'id="study-memory">', 1)[1].split("</span>", 1)[0]
+    assert card == "4 KiB / 12 MiB"
 
 
 def test_the_package_records_withdrawals_as_counts_and_dates_without_ids(conn, study_id, tmp_path):

@@ -502,3 +502,18 @@ def test_a_pilot_answers_export_names_its_raters_and_the_plan_checks_them(tmp_pa
                                        "--budgets", "10", "--runs", "1", "--jobs", "1"])
     assert result.exit_code == 0, result.output
     assert "measured: its raters are not alike" in result.output and "no raters checked" not in result.output
+
+
+def test_the_same_accuracy_is_noted_only_between_lines_asking_the_same_kind_with_something_to_tell():
+    rising = [[0.1, 0.3, 0.6], [0.2, 0.4, 0.7]]
+    a = np.asarray([rising, rising], dtype=float)
+    arms = (planning.Arm("duels", "pick_k"), planning.Arm("embedding", "rank"))
+    p = planning.Plan(("duels", "embedding"), np.array([10.0, 20.0, 50.0]), 30, a, a.copy(), np.ones(a.shape[:2]),
+                      "a truth", "seeds", arms)
+    assert planning.curve_notes(p, 1) == []  # other kinds: the two did not ask alike
+    # curves pinned at 1.0 (every pick right at every budget) say nothing of how two lines asked
+    assert planning.curve_notes(_plan_of([[[1.0, 1.0, 1.0]], [[1.0, 1.0, 1.0]]]), 1) == []
+    same_kind = planning.Plan(("duels", "embedding"), np.array([10.0, 20.0, 50.0]), 30, a, a.copy(),
+                              np.ones(a.shape[:2]), "a truth", "seeds",
+                              (planning.Arm("duels", "rank"), planning.Arm("embedding", "rank")))
+    assert "the same accuracy as duels" in planning.curve_notes(same_kind, 1)[0]

@@ -82,6 +82,9 @@ def size_text(n_bytes: int) -> str:
     return f"{max(1, round(n_bytes / 1024))} KiB"
 
 
+bp.add_app_template_filter(size_text, "size_text")  # (the study's memory card: "4 KiB / 12 MiB")
+
+
 @bp.url_value_preprocessor
 def allow_uploads(endpoint: str | None, values: dict[str, Any] | None) -> None:
     # Runs before the app's before_request hooks, so before the CSRF check parses the form body.
