@@ -57,7 +57,8 @@ class FitTask:
     random start); ``maps`` the maps a line (dimension 1) starts from when the stage fits none
     (see :func:`continuum_start`); ``seed`` the refit's; ``features`` the items' feature space
     (n_items, p) or None, fitted as a prior (``engine.embedding.fit_embedding``'s ``features``,
-    with ``STIFFNESS``). ``key`` identifies the stage (its refit's seed, triplets and dimensions),
+    with ``stiffness``: ``STIFFNESS``, less for weak features, see :attr:`~.priors.FeaturePrior.stiffness`).
+    ``key`` identifies the stage (its refit's seed, triplets and dimensions),
     so a result is only ever applied to its own refit.
     """
 
@@ -68,6 +69,7 @@ class FitTask:
     maps: dict
     seed: int
     features: np.ndarray | None = None
+    stiffness: float = STIFFNESS
 
     @property
     def key(self) -> tuple[int, int, tuple[int, ...]]:
@@ -97,7 +99,7 @@ def run_fit(task: FitTask) -> dict[int, np.ndarray]:
             continue
         maps = {e: X for e, X in {**task.maps, **fitted}.items() if e != FEATURE_MAP}
         init = _fit_start(d, task.inits.get(d), maps, task.n_items)
-        prior = {} if task.features is None else {"features": task.features, "stiffness": STIFFNESS}
+        prior = {} if task.features is None else {"features": task.features, "stiffness": task.stiffness}
         X = emb.fit_embedding(task.triplets, task.n_items, dim=d, kernel=_kernel_of(d), init=init,
                               random_state=task.seed, max_iter=FIT_MAX_ITER, **prior)
         fitted[d] = np.asarray(X, np.float64)

@@ -26,6 +26,12 @@ FIRST_FIT = 1.0
 #: what an item's offset from where its features map it costs in a refit (``PRIOR_STIFFNESS``, read
 #: here so a test or a benchmark can patch it for duels alone)
 STIFFNESS = PRIOR_STIFFNESS
+#: Trusted features hold the fits by ``STIFFNESS`` where the neighbour wins ``STIFF_SHARE`` of their tests or
+#: more, by less in proportion to (share - .5) / (``STIFF_SHARE`` - .5) below (at least ``STIFF_FLOOR`` of it):
+#: weak features (Food-100's ingredients, share ~.57) held at full stiffness cost hit@3 .056 at 25 answers per
+#: item where they were trusted (16 seeds), as the fits kept items near where the features put them
+STIFF_SHARE = 0.73
+STIFF_FLOOR = 0.1
 #: share of a rebuilt shortlist's new candidates taken from the items nearest in the features (while
 #: they are trusted): the features know neighbours a low-dimensional fit folds away
 SHARE = 0.34
@@ -282,6 +288,15 @@ class FeaturePrior:
         """The map W (p, dim) the fits learned from the features to fitted coordinates ``X`` (n_items, dim):
         X = Z W + E read back as its least-squares map (as ``engine.embedding.fit_embedding`` splits a start)."""
         return np.linalg.lstsq(self.points(), np.asarray(X, np.float64), rcond=None)[0]
+
+    @property
+    def stiffness(self) -> float:
+        """How firmly the features hold a fit (``fit_embedding``'s ``stiffness``): ``STIFFNESS`` for features as
+        predictive as ``STIFF_SHARE`` or more in their tests, less for weaker ones (see there)."""
+        share = self.test_share
+        if share is None:
+            return float(STIFFNESS)
+        return float(STIFFNESS * min(1.0, max(STIFF_FLOOR, (share - 0.5) / (STIFF_SHARE - 0.5))))
 
     @property
     def large(self) -> bool:

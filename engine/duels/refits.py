@@ -102,6 +102,8 @@ def start_fit(s: Parts, params: Params, emb: Any, trip: np.ndarray) -> None:
     # (the refit under way from here: the choices below read the answers it was scored on, dims.scored_on)
     s.fit.fit_job = job = {"dims": [], "triplets": int(len(trip)), "answers": int(s.duels.n_answers),
                            "seed": int(s.rng.integers(2**31 - 1)), "iterations": 0}
+    if s.prior is not None and s.prior.trusted:
+        job["stiffness"] = s.prior.stiffness  # (as the features stood when the refit started)
     prior = s.prior
     if prior is not None and prior.trusted and not prior.map_earned_ and FEATURE_MAP in dims_of(s, params):
         at = dims_of(s, params).index(FEATURE_MAP)
@@ -158,7 +160,7 @@ def fit_task(s: Parts, params: Params, dims: list[int]) -> FitTask:
                  for d, X in inits.items()}
     return FitTask(params.n_items, s.duels.triplets[: job["triplets"]], want,
                    {d: X for d, X in inits.items() if X is not None}, maps, int(job["seed"]),
-                   None if prior is None else prior.points())
+                   None if prior is None else prior.points(), float(job.get("stiffness", fits.STIFFNESS)))
 
 
 def take_fit(s: Parts, params: Params, task: FitTask, fitted: dict[int, np.ndarray]) -> bool:

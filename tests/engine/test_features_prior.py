@@ -405,3 +405,31 @@ def test_trusted_features_the_answers_then_contradict_are_dropped_in_rank_screen
     assert duels.prior_.tests_[1] > trusted_at[1]  # judged on test answers the screens gave after the trust
     assert planner.progress()["features_used"] is False
 
+
+
+def test_weak_features_hold_the_fits_less_than_strong_ones():
+    # Food-100's ingredients (the neighbour wins ~.57 of the tests) held at full stiffness cost hit@3 where they
+    # were trusted; features as predictive as agreement .7 keep the full prior
+    from engine.duels import fits, priors, refits
+
+    prior = priors.FeaturePrior(np.zeros((100, 1), np.float32))
+    assert prior.stiffness == priors.STIFFNESS  # (nothing tested yet)
+    stiff = {}
+    for share in (0.52, 0.57, 0.63, 0.73, 0.9):
+        prior.tests_[:] = (share * 1000, 1000)
+        stiff[share] = prior.stiffness
+    assert stiff[0.73] == stiff[0.9] == priors.STIFFNESS
+    assert priors.STIFFNESS * priors.STIFF_FLOOR == stiff[0.52] < stiff[0.57] < stiff[0.63] < priors.STIFFNESS
+    # a refit of a trusted study takes the stiffness its features had when it started
+    X = _points(60, 0)
+    F = features_of_agreement(X, 0.6, random_state=0)
+    planner = make_planner("duels", 60, features=F, random_state=0)
+    _drive(planner, TripletOracle.from_points(X, noise=0.1, model="human", lapse=0.05, random_state=1), 6 * 60)
+    assert planner.prior_.trusted and planner.n_fits_ >= 1
+    s = planner._s
+    s.fit.fit_job = {"dims": [], "triplets": int(len(s.duels.triplets)), "answers": 0, "seed": 1, "iterations": 0,
+                     "stiffness": 0.5}
+    task = refits.fit_task(s, planner._params_now(), [0])
+    assert isinstance(task, fits.FitTask) and task.stiffness == 0.5
+    del s.fit.fit_job["stiffness"]  # (a refit saved before the stiffness was kept: the full prior)
+    assert refits.fit_task(s, planner._params_now(), [0]).stiffness == priors.STIFFNESS
