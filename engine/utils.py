@@ -6,7 +6,8 @@ Must never import Flask, Redis or anything outside numpy/scipy.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Hashable, Iterable, Mapping
+import operator
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, Self, TypeVar
 
 import numpy as np
@@ -440,3 +441,29 @@ def node_keys(tree_seeds: np.ndarray, node_depth: np.ndarray, node_children: np.
             if child != NO_NODE:
                 keys[child] = child_keys(keys[g:g + 1], side)[0]
     return keys
+
+
+# ------------------------------------------------ a facade's attributes read through its parts (``self._s``)
+def read_through(path: str, settable: bool = True) -> property:
+    """A planner attribute that reads (and, if ``settable``, sets) ``path`` ("part.name") of its parts."""
+    *parts, name = path.split(".")
+    owner = operator.attrgetter(".".join(["_s", *parts]))
+
+    def get(self: object) -> object:
+        return getattr(owner(self), name)
+
+    def put(self: object, value: object) -> None:
+        setattr(owner(self), name, value)
+
+    return property(get, put if settable else None, doc=f"``{path}`` of the planner's parts")
+
+
+def call_through(path: str) -> Callable:
+    """A planner method that calls the method ``path`` ("part.method") of its parts."""
+    method = operator.attrgetter(f"_s.{path}")
+
+    def call(self: object, *args: object) -> object:
+        return method(self)(*args)
+
+    call.__doc__ = f"``{path}`` of the planner's parts"
+    return call

@@ -9,39 +9,14 @@ Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
 """
 from __future__ import annotations
 
-import operator
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ..utils import call_through, read_through  # (their home; still importable from here)
 from . import dims, questions, refits, results, scores, shortlists
 
 T = TypeVar("T", bound=type)
-
-
-def read_through(path: str, settable: bool = True) -> property:
-    """A planner attribute that reads (and, if ``settable``, sets) ``path`` ("part.name") of its parts."""
-    *parts, name = path.split(".")
-    owner = operator.attrgetter(".".join(["_s", *parts]))
-
-    def get(self: object) -> object:
-        return getattr(owner(self), name)
-
-    def put(self: object, value: object) -> None:
-        setattr(owner(self), name, value)
-
-    return property(get, put if settable else None, doc=f"``{path}`` of the planner's parts")
-
-
-def call_through(path: str) -> Callable:
-    """A planner method that calls the method ``path`` ("part.method") of its parts."""
-    method = operator.attrgetter(f"_s.{path}")
-
-    def call(self: object, *args: object) -> object:
-        return method(self)(*args)
-
-    call.__doc__ = f"``{path}`` of the planner's parts"
-    return call
 
 
 def on_parts(fn: Callable, params: bool = True) -> Callable:

@@ -1,7 +1,7 @@
 """What one pooled-ratings learner (:class:`~.planner.PooledRatings`) learned: :class:`Learned`, made on the
 learner's first use (:func:`start`; its ``__init__`` stores the parameters only) or from a saved state
 (:func:`learned_of_state`), and the learner's attribute names for it (:data:`NAMES`), each reading and
-setting a field of its ``Learned`` through :func:`engine.duels.names.read_through`, as candidate duels'
+setting a field of its ``Learned`` through :func:`engine.utils.read_through`, as candidate duels'
 planner reads its parts. Imports no module of functions (:mod:`.questions` and :mod:`.refits` work on the
 learner through those names). Numpy only; must never import Flask, Redis, RQ, ``webapp`` or ``workers``.
 """
@@ -12,8 +12,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..duels.names import read_through
-from ..utils import RandomState, check_random_state, generator_from_state
+from ..utils import RandomState, check_random_state, generator_from_state, read_through
 from .estimates import PairEstimates
 from .fits import fit_from_arrays
 from .log import RatingLog, TripletLog
