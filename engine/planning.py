@@ -205,10 +205,10 @@ def simulate_curve(name: str, scenario: Scenario, budgets: Sequence[float], seed
     # a pool refill, as in a live study (workers.jobs.learners.Learner)
     planner = drive_as_pool(make_planner(name, n, question_kind=kind, random_state=seed, features=features,
                                          **entry.planner_params(values), **params))
-    # a planner in rounds asking through the triplet adapter has its rounds widened as the worker's pool refill
-    # widens them (refill_rounds); in its rating studies the plan asks its next questions as they come
+    # a planner in rounds has its rounds widened as the worker's pool refill widens them (refill_rounds, from the
+    # study's window, 1 by default: workers.jobs.update_pass), whatever kind it asks
     algorithm = ALGORITHMS[name]
-    window = params.get("window", 1) if algorithm.rounds and algorithm.adapted(kind) else None
+    window = params.get("window", 1) if algorithm.rounds else None
     oracle = scenario.oracle(np.random.default_rng([seed, 7919]), kind, values)
     exact, hit3 = np.full(len(budgets), np.nan), np.full(len(budgets), np.nan)
     total, stopped = 0, False

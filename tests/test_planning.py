@@ -517,3 +517,23 @@ def test_the_same_accuracy_is_noted_only_between_lines_asking_the_same_kind_with
                               np.ones(a.shape[:2]), "a truth", "seeds",
                               (planning.Arm("duels", "rank"), planning.Arm("embedding", "rank")))
     assert "the same accuracy as duels" in planning.curve_notes(same_kind, 1)[0]
+
+
+@pytest.mark.parametrize("kind", ["triplet", "same_different"])
+def test_the_plan_widens_a_planner_in_rounds_as_the_worker_does_whatever_the_kind(kind, monkeypatch):
+    # the worker's pool refill calls refill_rounds for every planner in rounds (workers.jobs.update_pass), the
+    # study's window (1 by default) widened while the open rounds have too few questions; the plan must too, or
+    # its ANNTri lines in a pair-kind study ask one round at a time while the live study does not
+    calls = []
+    real = planning.refill_rounds
+
+    def spy(planner, budget, window=None):
+        calls.append(window)
+        return real(planner, budget, window)
+
+    monkeypatch.setattr(planning, "refill_rounds", spy)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 2))
+    D = np.sqrt(((X[:, None] - X[None]) ** 2).sum(-1))
+    planning.simulate_curve("anntri", planning.Scenario(D / D.max(), 0.05, 0.03), [5], seed=0, kind=kind)
+    assert calls and set(calls) == {1}
