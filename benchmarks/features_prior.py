@@ -394,11 +394,16 @@ def main(argv=None) -> None:
                     help="clusters: triplets, or 8-rank-2 screens (no peer)")
     ap.add_argument("--screen-tests", type=float, default=None,
                     help="rank: screens that test trusted features again, as a share of explore (0: none)")
+    ap.add_argument("--coin-tests", type=float, default=None,
+                    help="where near duels are coin flips: re-tests of trusted features, as a share of explore")
     args = ap.parse_args(argv)
-    if args.screen_tests is not None:
+    if args.screen_tests is not None or args.coin_tests is not None:
         from engine.duels import questions
 
-        questions.SCREEN_TEST_SHARE = args.screen_tests
+        if args.screen_tests is not None:
+            questions.SCREEN_TEST_SHARE = args.screen_tests
+        if args.coin_tests is not None:
+            questions.COIN_TESTS = args.coin_tests
     args.sizes = [int(x) for x in args.sizes.split(",")]
     args.budgets = sorted(int(x) for x in args.budgets.split(","))
     args.agreements = [float(x) for x in args.agreements.split(",") if x]

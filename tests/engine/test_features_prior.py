@@ -433,3 +433,18 @@ def test_weak_features_hold_the_fits_less_than_strong_ones():
     assert isinstance(task, fits.FitTask) and task.stiffness == 0.5
     del s.fit.fit_job["stiffness"]  # (a refit saved before the stiffness was kept: the full prior)
     assert refits.fit_task(s, planner._params_now(), [0]).stiffness == priors.STIFFNESS
+
+
+def test_trusted_features_the_answers_then_contradict_are_dropped_where_duels_are_coin_flips(monkeypatch):
+    # where near duels are coin flips most questions are exploring pairs; COIN_TESTS of the share that tests
+    # trusted features elsewhere are still test questions there, and features the answers contradict fall away
+    from engine.duels import questions
+
+    assert questions.COIN_TESTS > 0
+    n = 60
+    X = _points(n, 0)
+    Y = X[np.random.default_rng(5).permutation(n)]
+    monkeypatch.setattr(questions, "coin_flips", lambda s: s.fit.embedding is not None)
+    planner = make_planner("duels", n, features=X, random_state=0)
+    assert _contradicted(planner, X, Y, n, 400) is not None
+    assert not planner.prior_.trusted and planner.progress()["features_used"] is False
