@@ -435,8 +435,8 @@ class RankScreens(_Screens):
                 if certified and not parked:
                     heapq.heappush(heap, (1, load, t, h))
                     continue
-                tests = (self.planner.screen_of_tests(h, self.n_reference)
-                         if len(cands) and isinstance(self.planner, ScreenSource) else None)
+                # (candidates come only from a ScreenSource: none means the learner knows nothing of h yet)
+                tests = self.planner.screen_of_tests(h, self.n_reference) if len(cands) else None
             else:
                 cands, tests = np.empty(0, np.int64), None
             if tests is not None:  # shown as the learner asks (its tests), random items filling what is left

@@ -409,7 +409,7 @@ def screen_of_tests(s: Parts, params: Params, h: int, size: int) -> np.ndarray |
     either item of a pair answers that pair's test (about two pairs of an 8-rank-2 screen), judged as the
     duels' own test questions are (:meth:`~.priors.FeaturePrior.judge`)."""
     if s.prior is None or not s.prior.trusted or s.fit.coin or s.rng.random() >= SCREEN_TEST_SHARE * params.explore:
-        return None  # (not where near duels are coin flips: see :func:`next_questions`)
+        return None  # (not where near duels are coin flips: a screen there is spread to place the head)
     out: list[int] = []
     for _ in range(2 * size):
         if len(out) + 2 > size:
