@@ -19,10 +19,12 @@ the alien-egg crowds, lapse CAREFUL_LAPSE, a copy seen as one but for a lapse; r
 the handles of what they are shown with the server's secret key, as a person reads the pictures) and
 bots answer in turn, so the study's model is learned from everyone (bots included). The item-blind bots:
 always the first item shown, always the last, uniformly random, lowest handle, random + memory of its own
-answers, random + reading the token's length, 80/20 first. Two more fetch the media they are sent and
+answers, random + reading the token's length, 80/20 first. Four more fetch the media they are sent and
 answer at random unless two shown items look like one: ``media sizes`` by sizes within 1% (what the
-padding hides), ``media bytes`` by their first SAME_BYTES bytes: a program that compares the content,
-which no naming on the wire can stop telling a copy from another item. Prints, per
+padding hides), ``media bytes`` by their first SAME_BYTES bytes, ``media pixels`` by their decoded pixels
+(Pillow, exactly equal), ``media header`` by their size in pixels and first SAME_BYTES coded bytes after
+the header: programs that compare files without judging how alike two pictures look, which the images
+served as a variant per handle (webapp.handles.varied) leave with nothing to find. Prints, per
 kind, the share of runs shown a code per study type, and the share flagged.
 Offline tables then measure, against the answers per rater (10, 20, 40, 80), the triplet answer check
 (engine.rater_checks, the same code), the catch-trial rule and both together.
@@ -34,6 +36,7 @@ Offline tables then measure, against the answers per rater (10, 20, 40, 80), the
 from __future__ import annotations
 
 import argparse
+import io
 import math
 import random
 import re
@@ -69,9 +72,10 @@ QUESTIONS = 40
 CAREFUL_LAPSE = 0.1
 CODE = re.compile(r'id="completion-code">([A-Z0-9]+)<')
 BOTS = ("always first", "always last", "random", "lowest handle", "random + memory", "random + lengths",
-        "80/20 first", "media sizes", "media bytes")
-#: Bots that fetch the media they are shown and compare them; "media bytes" compares this many first bytes.
-MEDIA_BOTS = ("media sizes", "media bytes")
+        "80/20 first", "media sizes", "media bytes", "media pixels", "media header")
+#: Bots that fetch the media they are shown and compare them; "media bytes" compares this many first bytes,
+#: "media header" this many first coded bytes after the format's header.
+MEDIA_BOTS = ("media sizes", "media bytes", "media pixels", "media header")
 SAME_BYTES = 128
 KINDS = ("triplet", "rating", "odd_one_out", "rank")
 STUDY_TYPES = ("positions", "labels", "labels + feature", "no labels")
@@ -97,10 +101,19 @@ class Bot:
 
     def _same(self, x: bytes, y: bytes) -> bool:
         """Whether two media look like one item to this bot: sizes within 1% ("media sizes", what the padding
-        hides), or the same first SAME_BYTES bytes ("media bytes": what no name or padding can hide; files
-        of one folder share a header, not their data)."""
+        hides), the same first SAME_BYTES bytes ("media bytes": files of one folder share a header, not their
+        data), the same decoded pixels ("media pixels": Pillow, exactly), or the same size in pixels and the
+        same first SAME_BYTES coded bytes after the header ("media header": a PNG's image data, a JPEG's scan).
+        None of them looks at the pictures; what served variants (webapp.handles.varied) leave them."""
         if self.kind == "media sizes":
             return abs(len(x) - len(y)) <= 0.01 * max(len(x), len(y))
+        if self.kind == "media pixels":
+            a, b = _decoded(x), _decoded(y)
+            return a is not None and a == b
+        if self.kind == "media header":
+            a, b = _decoded(x, pixels=False), _decoded(y, pixels=False)
+            return (a is not None and a == b and len(_coded(x)) >= SAME_BYTES
+                    and _coded(x)[:SAME_BYTES] == _coded(y)[:SAME_BYTES])
         return len(x) >= SAME_BYTES and x[:SAME_BYTES] == y[:SAME_BYTES]
 
     def _copy_picks(self, q: dict, shown: list[dict], k: int) -> list[str] | None:
@@ -160,6 +173,37 @@ class Bot:
             value = steps[len(q["token"]) % len(steps)]
         self.memory[key] = value
         return {"value": value}
+
+
+def _decoded(data: bytes, pixels: bool = True) -> tuple | None:
+    """(mode, size in pixels, the decoded pixels) of an image (without the pixels: ``pixels`` False); None
+    when Pillow cannot read it."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return (image.mode, image.size, image.tobytes() if pixels else None)
+    except (UnidentifiedImageError, OSError, ValueError):
+        return None
+
+
+def _coded(data: bytes) -> bytes:
+    """The coded image data after a file's header: a PNG's IDAT chunks, a JPEG's bytes after its (first) start
+    of scan; the file itself for another format."""
+    if data.startswith(b"\x89PNG"):
+        out, at = [], 8
+        while at + 8 <= len(data):
+            length, kind = int.from_bytes(data[at:at + 4], "big"), data[at + 4:at + 8]
+            if kind == b"IDAT":
+                out.append(data[at + 8:at + 8 + length])
+            if kind == b"IEND":
+                break
+            at += 12 + length
+        return b"".join(out)
+    if data.startswith(b"\xff\xd8"):
+        sos = data.find(b"\xff\xda")
+        return data[sos + 2 + int.from_bytes(data[sos + 2:sos + 4], "big"):] if sos >= 0 else data
+    return data
 
 
 def run_rater(base: str, study_id: str, name: str, answerer, think: float) -> dict:

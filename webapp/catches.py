@@ -215,6 +215,12 @@ def source_of(items: list[dict]) -> str | None:
     return "copies" if len(media) >= 3 else None
 
 
+def asks_copies(items: list) -> bool:
+    """Whether a study of ``items`` (``workers.store.studies.Item``s or their dicts) has catch trials of copies
+    (``source_of``): its images are then served as a variant per handle (``webapp.handles.varied``)."""
+    return source_of(_rows(items)) == "copies"
+
+
 def choose_comparisons(items: list[dict], rng: random.Random) -> list[Comparison]:
     """Comparisons with a stated margin: by the items' positions where every item has one (with their
     labels too where every item has one); by labels only where the researcher's numeric features give

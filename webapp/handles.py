@@ -7,8 +7,11 @@ the question's random seed (kept in its sealed token) and its position, the pad 
 nonce, the tag a truncated MAC of (study, nonce, encrypted index). Decoding needs the secret key and
 checks the tag and the study, so a forged handle or one of another study is refused. Media are served by
 handle, with random trailing bytes the format ignores, so neither the size nor a hash of the bytes says
-that two shown items are one. Text, HTML and colour items carry their content on the wire: nothing here
-hides that two of them are the same. Standard library only (web processes load no numpy).
+that two shown items are one; in a study whose catch trials are copies an image is a variant per handle
+(``varied``: tiles of it one level up or down, encoded again), so neither its first bytes nor its decoded
+pixels say it either: only a judgement of how alike two pictures look does. Text, HTML and colour items
+carry their content on the wire: nothing here hides that two of them are the same. Standard library only
+(web processes load no numpy); Pillow, imported where an image is varied.
 """
 from __future__ import annotations
 
@@ -130,3 +133,181 @@ def identifier(secret_key: str, study_id: str, ids: Sequence[str]) -> Callable[[
     """``item payload -> item id`` for a simulated rater answering from the truth (``simulation.crowd``
     ``Identify``): the index its handle names, looked up in the study's item ids (in the study's order)."""
     return lambda item: ids[shown_index(secret_key, study_id, item["handle"])]
+
+
+# ------------------------------------------------------------------------------------- image variants
+#: Image types a study of copy catch trials serves as a variant per handle (``varied``): decoded and encoded
+#: again in their own format with a change no one sees, so two handles of one item share neither their bytes
+#: nor their exact pixels. Sound and video are served as uploaded (and padded where safe).
+VARIED_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+#: Share of a variant's tiles (VARY_TILE) moved by one level, half up and half down, in one colour channel
+#: drawn per tile (in all three for a JPEG; alpha untouched): dense, so a sample of a few pixels, a first row
+#: or a first block of two servings differs too, not only the whole image.
+VARY_SHARE = 0.5
+#: Side in pixels of the square tiles a variant moves as one (aligned with a JPEG's 8 x 8 blocks): a tile
+#: compresses as the image around it does, where single pixels moved at random made a flat 4.6 KB PNG 95 KB.
+VARY_TILE = 8
+#: ... or smaller, so that an image has at least this many tiles across and down (a 16 x 16 icon: single pixels).
+VARY_TILES_ACROSS = 16
+#: Largest image varied (width x height): a larger one is served as uploaded (padded), its copy found by a
+#: comparison of bytes. A phone photo (12 MP) varies in about a second of one core
+#: (benchmarks/media_variants.py); more would let a rater's requests hold a web process.
+VARY_MAX_PIXELS = 12_000_000
+#: A lossy WebP's variant is encoded at this quality (its own is not in the file); a lossless one with this
+#: effort and method (lower than Pillow's default 80 and 4: a quarter of a second for 1024 x 1024, not one).
+WEBP_QUALITY = 90
+WEBP_EFFORT = 25
+WEBP_METHOD = 2
+#: Modes whose colour channels are varied as they are (the alpha channel of LA and RGBA is kept).
+_BANDS = {"L": 1, "LA": 1, "RGB": 3, "RGBA": 3}
+#: PNG chunks copied from the upload into its variant: how a browser renders the colours and the size.
+_PNG_KEPT = (b"gAMA", b"cHRM", b"sRGB", b"pHYs")
+
+
+@lru_cache(maxsize=8)
+def _vary_key(secret_key: str) -> bytes:
+    root = hmac.new(secret_key.encode(), b"proxima.handles.v1", hashlib.sha256).digest()
+    return hmac.new(root, b"vary", hashlib.sha256).digest()
+
+
+def variant_seed(secret_key: str, handle: str) -> bytes:
+    """The seed of a handle's variant: keyed, so the change cannot be computed from the handle and undone
+    (the code is public), and fixed per handle, so a page's reloads get the same image and averaging many
+    servings of one handle recovers nothing."""
+    return hmac.new(_vary_key(secret_key), handle.encode(), hashlib.sha256).digest()
+
+
+def _moved(band, noise, low: int, span: int):
+    """``band`` with the pixels whose ``noise`` byte falls in [low, low + span) one up and those in
+    [low + span, low + 2 span) one down (clipped at 0 and 255)."""
+    from PIL import ImageChops
+
+    up = noise.point([1 if low <= v < low + span else 0 for v in range(256)])
+    down = noise.point([1 if low + span <= v < low + 2 * span else 0 for v in range(256)])
+    return ImageChops.subtract(ImageChops.add(band, up), down)
+
+
+def _vary_pixels(image, rng, together: bool = False):
+    """The image with VARY_SHARE of its VARY_TILE-pixel square tiles one level up or down (half each), in one
+    colour channel drawn per tile, or in every colour channel with ``together`` (a JPEG: a change of one
+    channel's tile rarely outlives its quantisation, one of the luma does); alpha is kept. For a palette
+    image: its palette entries each one level up or down in one channel and their order drawn anew (every
+    index byte and every pixel's colour change by one level). None for another mode (L, LA, RGB, RGBA, P)."""
+    from PIL import Image
+
+    if image.mode == "P":
+        return _vary_palette(image, rng)
+    colour = _BANDS.get(image.mode)
+    if colour is None:
+        return None
+    width, height = image.size
+    side = max(1, min(VARY_TILE, min(width, height) // VARY_TILES_ACROSS))
+    across, down = -(-width // side), -(-height // side)
+    tiles = Image.frombytes("L", (across, down), rng.randbytes(across * down))
+    noise = tiles.resize((across * side, down * side), Image.Resampling.NEAREST).crop((0, 0, width, height))
+    groups = 1 if together else colour
+    span = max(1, round(256 * VARY_SHARE / (2 * groups)))
+    bands = list(image.split())
+    for b in range(colour):
+        bands[b] = _moved(bands[b], noise, 0 if together else 2 * span * b, span)
+    return Image.merge(image.mode, bands)
+
+
+def _vary_palette(image, rng):
+    """``_vary_pixels`` of a palette image."""
+    from PIL import Image
+
+    palette = image.getpalette() or []
+    colours = len(palette) // 3
+    order = list(range(colours))
+    rng.shuffle(order)  # old index i -> order[i]
+    moved = bytearray(3 * colours)
+    for i in range(colours):
+        rgb = palette[3 * i:3 * i + 3]
+        channel = rng.randrange(3)
+        rgb[channel] = min(255, max(0, rgb[channel] + rng.choice((-1, 1))))
+        moved[3 * order[i]:3 * order[i] + 3] = bytes(rgb)
+    indices = Image.frombytes("L", image.size, image.tobytes()).point(order + list(range(colours, 256)))
+    out = Image.frombytes("P", image.size, indices.tobytes())
+    out.putpalette(bytes(moved))
+    transparency = image.info.get("transparency")
+    if isinstance(transparency, int) and transparency < colours:
+        out.info["transparency"] = order[transparency]
+    elif isinstance(transparency, bytes):
+        alphas = bytearray(b"\xff" * colours)
+        for i, a in enumerate(transparency[:colours]):
+            alphas[order[i]] = a
+        out.info["transparency"] = bytes(alphas)
+    return out
+
+
+def _png_chunks(data: bytes, wanted: tuple[bytes, ...]) -> list[tuple[bytes, bytes]]:
+    """The chunks of a PNG named in ``wanted``, in order, as (type, data)."""
+    out, at = [], 8
+    while at + 8 <= len(data):
+        length = int.from_bytes(data[at:at + 4], "big")
+        kind = data[at + 4:at + 8]
+        if kind in wanted:
+            out.append((kind, data[at + 8:at + 8 + length]))
+        if kind == b"IEND":
+            break
+        at += 12 + length
+    return out
+
+
+def varied(data: bytes, media_type: str | None, seed: bytes) -> bytes | None:
+    """A variant of an image for one handle (``seed``: ``variant_seed``): decoded, turned upright by its EXIF
+    orientation (as a browser shows it; the EXIF, whose thumbnail would be a copy's tell, is not kept), its
+    tiles moved by one level (``_vary_pixels``), and encoded again in its own format as the upload was: a JPEG
+    with its own quantisation tables, chroma subsampling and colour profile, and a comment of random bytes
+    after its first segment (no two servings share a prefix); a PNG losslessly with its colour chunks; a GIF
+    with its palette (in a new order); a WebP lossless when it was, else at quality WEBP_QUALITY. None where
+    this cannot be done (not a type of VARIED_TYPES, an animation, a mode not varied, more than
+    VARY_MAX_PIXELS, a file Pillow cannot read): the caller serves the upload."""
+    if media_type not in VARIED_TYPES:
+        return None
+    import io
+    import random
+    import warnings
+
+    from PIL import Image, ImageOps, JpegImagePlugin, PngImagePlugin
+
+    rng = random.Random(seed)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data))
+            if (image.size[0] * image.size[1] > VARY_MAX_PIXELS or getattr(image, "n_frames", 1) > 1
+                    or image.format not in ("PNG", "JPEG", "GIF", "WEBP")):
+                return None
+            image.load()
+        upright = ImageOps.exif_transpose(image) if image.getexif().get(0x0112, 1) != 1 else image
+        variant = _vary_pixels(upright, rng, together=image.format == "JPEG")
+        if variant is None:
+            return None
+        out = io.BytesIO()
+        icc = {"icc_profile": image.info["icc_profile"]} if image.info.get("icc_profile") else {}
+        if image.format == "JPEG":
+            sampling = JpegImagePlugin.get_sampling(image)
+            variant.save(out, "JPEG", qtables=image.quantization, progressive=bool(image.info.get("progressive")),
+                         comment=rng.randbytes(rng.randrange(8, 64)), dpi=image.info.get("dpi", (72, 72)),
+                         **({"subsampling": sampling} if sampling != -1 else {}), **icc)
+        elif image.format == "PNG":
+            kept = PngImagePlugin.PngInfo()
+            for kind, chunk in _png_chunks(data, _PNG_KEPT):
+                kept.add(kind, chunk)
+            transparency = variant.info.get("transparency", image.info.get("transparency"))
+            variant.save(out, "PNG", pnginfo=kept, **({"transparency": transparency} if transparency is not None
+                                                      else {}), **icc)
+        elif image.format == "GIF":
+            transparency = variant.info.get("transparency")
+            variant.save(out, "GIF", optimize=False, **({"transparency": transparency} if transparency is not None
+                                                        else {}))
+        else:
+            lossless = data[12:16] == b"VP8L"
+            variant.save(out, "WEBP", lossless=lossless, exact=True, **icc,
+                         **({"quality": WEBP_EFFORT, "method": WEBP_METHOD} if lossless else {"quality": WEBP_QUALITY}))
+        return out.getvalue()
+    except (OSError, ValueError, SyntaxError, EOFError, TypeError, KeyError, Image.DecompressionBombWarning,
+            Image.DecompressionBombError):
+        return None

@@ -20,7 +20,8 @@ from workers.store.raters import CHECK_DONE, CHECK_LATE, CHECK_PENDING, CODE_BEF
 from workers.store.studies import STUDY_ID_PATTERN, StudyNotFound, get_items, get_media, get_study, get_stylesheet
 
 from .auth import current_researcher
-from .handles import InvalidHandle, fresh_handle, padded, shown_index
+from .catches import asks_copies
+from .handles import VARIED_TYPES, InvalidHandle, fresh_handle, padded, shown_index, variant_seed, varied
 from .i18n import rater_instructions, rater_texts
 from .limits import limit_code
 from .questions_answers import (
@@ -399,15 +400,23 @@ def stylesheet(study_id: str) -> ResponseReturnValue:
     return response
 
 
-def _media_response(conn: Redis, study_id: str, index: int, shown: bool) -> Response:
+def _media_response(conn: Redis, study_id: str, index: int, handle: str | None = None) -> Response:
+    """An item's media: as uploaded for the researcher (no ``handle``), else as a rater's page is sent it by
+    ``handle``. In a study whose catch trials are copies (``catches.asks_copies``) an image is then a variant
+    of its own per handle (``handles.varied``: the same picture to the eye, other bytes and pixels), so only a
+    look tells the copy; every other file (and every file of a study whose catch trials are not copies) is
+    the upload, with random trailing bytes where the format ignores them (``handles.padded``)."""
     data = get_media(conn, study_id, index)
     if data is None:
         abort(404)
     items = get_items(conn, study_id)
     media_type = items[index].media_type if index < len(items) else None
-    if shown:
-        # a rater's copy: padded by a random length, so two handles of one item differ in size and hash
-        data = padded(data, media_type)
+    if handle is not None:
+        variant = None
+        if media_type in VARIED_TYPES and asks_copies(items):
+            variant = varied(data, media_type, variant_seed(current_app.config["SECRET_KEY"], handle))
+        # padded by a random length, so two handles of one item differ in size and hash
+        data = padded(variant or data, media_type)
     response = Response(data, mimetype=media_type or "application/octet-stream")
     # a handle is one question's: nothing for a shared cache to keep (and the researcher's copy is theirs)
     response.headers["Cache-Control"] = "private, max-age=86400"
@@ -428,7 +437,7 @@ def shown_media(study_id: str, handle: str) -> ResponseReturnValue:
                             current_app.config.get("PREVIOUS_SECRET_KEYS") or ())
     except InvalidHandle:
         abort(404)
-    return _media_response(get_redis(), study_id, index, shown=True)
+    return _media_response(get_redis(), study_id, index, handle)
 
 
 @bp.get("/media/<study_id>/<int:index>")
@@ -437,4 +446,4 @@ def media(study_id: str, index: int) -> ResponseReturnValue:
     page names items by handles; by index a program could tell two shown copies of one item apart."""
     if current_researcher() is None:
         abort(404)
-    return _media_response(get_redis(), study_id, index, shown=False)
+    return _media_response(get_redis(), study_id, index)
