@@ -25,6 +25,14 @@ PRIOR_STIFFNESS = 2.0
 #: nearest neighbours in the features are found by brute force (a k-d tree in 32 dimensions is no faster)
 #: in blocks of rows holding at most this many distances (128 MB)
 NEIGHBOUR_CELLS = 1 << 24
+#: ... but by a k-d tree in spaces of at most 3 dimensions, and from KD_TREE_ITEMS items in spaces of at most
+#: KD_TREE_DIMS: 50,000 items of a study's 8-D features space took 29 s by brute force in a live study's first
+#: pass (n x n distances), 0.9 s by the tree (benchmarks/live_vs_offline.py --items 50000 --features .7
+#: --local 50 --cost); in 16 dimensions the tree is no faster. Below KD_TREE_ITEMS the neighbours are those of
+#: the brute force to the bit (at 20,000 items the tree gives the same sets, in another order in 0.15% of
+#: rows: float64 against float32 distances of near ties).
+KD_TREE_DIMS = 8
+KD_TREE_ITEMS = 20000
 
 
 def check_features(features: ArrayLike, n_items: int) -> np.ndarray:
@@ -106,11 +114,12 @@ def feature_space(features: ArrayLike, n_items: int, components: int = FEATURE_C
 
 def feature_neighbors(space: np.ndarray, k: int) -> np.ndarray:
     """Each item's k nearest other items in ``space`` (n_items, p), nearest first, ties to the smaller
-    index: int64 (n_items, k). Brute force in blocks of rows (no n x n array)."""
+    index: int64 (n_items, k). Brute force in blocks of rows (no n x n array), or a k-d tree where it is
+    faster (:data:`KD_TREE_DIMS`)."""
     Y = np.asarray(space, np.float64)
     n = len(Y)
     k = int(min(k, n - 1))
-    if Y.shape[1] <= 3:
+    if Y.shape[1] <= 3 or (n >= KD_TREE_ITEMS and Y.shape[1] <= KD_TREE_DIMS):
         _, near = cKDTree(Y).query(Y, k=k + 1)
         near = np.asarray(near, np.int64).reshape(n, k + 1)
         rows = np.arange(n)[:, None]
