@@ -392,6 +392,8 @@ def _by_label(labels: list, rng: random.Random) -> list[Comparison]:
     return found
 
 
+#: Kinds of media item served as uploaded in a study of copies (``webapp.handles.varied`` varies images only).
+UNVARIED_KINDS = frozenset({"audio", "video"})
 #: What a researcher reads of a study that asks no catch trials although its config asks for them.
 NO_CATCH_TRIALS = ("no catch trials: its items have neither positions nor labels, and they are text, HTML or "
                    "colours, whose content a page receives as it is, so an item shown with a copy of itself "
@@ -409,6 +411,15 @@ LABELS_ALONE = ("catch trials by labels alone (an item of the head's label again
                 "schedule asks more of them (half the questions at 40 questions per rater). Give the value the "
                 "labels were cut by as a numeric feature (a column of the items CSV) for catch trials with a margin, "
                 "judged at once")
+#: ... and one whose catch trials are copies of sound or video items, sent as they were uploaded. Kept: they
+#: cost a catch trial's answers, and without them a rater answering at random keeps their code (as in a
+#: study of text items); a program that reads the files is the rarer cheat.
+COPIES_OF_FILES = ("catch trials of an item against a copy of itself, whose sound and video files are sent as "
+                   "they were uploaded: a program that compares their bytes finds the copy without listening or "
+                   "watching (images are sent as a variant of their own each time, which no comparison of bytes or "
+                   "pixels tells apart). They still catch raters who answer at random or without attention; items "
+                   "with positions, or labels with a numeric feature (a column of the items CSV), have catch trials "
+                   "no comparison of files answers")
 #: ... and one whose config turned them off.
 CATCHES_OFF = ("no catch trials (attention.rate: 0): random answers are caught by the answer check alone, "
                "which in a triplet study lets most of them through")
@@ -439,6 +450,8 @@ def _warning(config: StudyConfig, rows: list[dict], found: list[Comparison]) -> 
     warning = catch_warning(config, found)
     if warning is None and source_of(rows) == "labels":
         return LABELS_ALONE
+    if warning is None and source_of(rows) == "copies" and any(row.get("kind") in UNVARIED_KINDS for row in rows):
+        return COPIES_OF_FILES
     return warning
 
 
