@@ -181,23 +181,13 @@ def variant_seed(secret_key: str, handle: str) -> bytes:
     return hmac.new(_vary_key(secret_key), handle.encode(), hashlib.sha256).digest()
 
 
-def _moved(band, noise, low: int, span: int):
-    """``band`` with the pixels whose ``noise`` byte falls in [low, low + span) one up and those in
-    [low + span, low + 2 span) one down (clipped at 0 and 255)."""
-    from PIL import ImageChops
-
-    up = noise.point([1 if low <= v < low + span else 0 for v in range(256)])
-    down = noise.point([1 if low + span <= v < low + 2 * span else 0 for v in range(256)])
-    return ImageChops.subtract(ImageChops.add(band, up), down)
-
-
 def _vary_pixels(image, rng, together: bool = False):
     """The image with VARY_SHARE of its VARY_TILE-pixel square tiles one level up or down (half each), in one
     colour channel drawn per tile, or in every colour channel with ``together`` (a JPEG: a change of one
     channel's tile rarely outlives its quantisation, one of the luma does); alpha is kept. For a palette
     image: its palette entries each one level up or down in one channel and their order drawn anew (every
     index byte and every pixel's colour change by one level). None for another mode (L, LA, RGB, RGBA, P)."""
-    from PIL import Image
+    from PIL import Image, ImageChops
 
     if image.mode == "P":
         return _vary_palette(image, rng)
@@ -209,12 +199,16 @@ def _vary_pixels(image, rng, together: bool = False):
     across, down = -(-width // side), -(-height // side)
     tiles = Image.frombytes("L", (across, down), rng.randbytes(across * down))
     noise = tiles.resize((across * side, down * side), Image.Resampling.NEAREST).crop((0, 0, width, height))
-    groups = 1 if together else colour
-    span = max(1, round(256 * VARY_SHARE / (2 * groups)))
-    bands = list(image.split())
-    for b in range(colour):
-        bands[b] = _moved(bands[b], noise, 0 if together else 2 * span * b, span)
-    return Image.merge(image.mode, bands)
+    span = max(1, round(256 * VARY_SHARE / (2 * (1 if together else colour))))
+    # a tile's noise byte v moves colour band b up where low_b <= v < low_b + span, down in the next span
+    up, down = [], []
+    for band in range(len(image.getbands())):
+        low = 0 if together else 2 * span * band
+        moved = band < colour
+        up += [int(moved and low <= v < low + span) for v in range(256)]
+        down += [int(moved and low + span <= v < low + 2 * span) for v in range(256)]
+    noise = Image.merge(image.mode, [noise] * len(image.getbands()))
+    return ImageChops.subtract(ImageChops.add(image, noise.point(up)), noise.point(down))
 
 
 def _vary_palette(image, rng):
