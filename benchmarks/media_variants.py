@@ -4,10 +4,11 @@ In a study whose catch trials are copies, every image a rater's page fetches is 
 moved by one level and encoded again in its own format. For typical stimulus sizes (256, 512 and 1024 pixels
 square) and formats (JPEG at quality 85, PNG, a palette GIF, WebP lossy at 80 and lossless), of two pictures
 drawn with Pillow (a "photo": a Mandelbrot set, gradients and grain, blurred; a "flat" drawing: eight filled
-ellipses on white), prints per image the median milliseconds of one core to decode, vary and encode (the
-three apart, so what a cache of decoded pixels per item would save is read off the decode column), the
-upload's and the variant's size, and how far the variant's pixels are from the upload's (the largest
-difference of a channel, and the mean of each pixel's largest).
+ellipses on white), prints per image the median milliseconds of CPU (the process's: a busy machine's other
+work is left out) to decode, vary and encode (the three apart, so what a cache of decoded pixels per item
+would save is read off the decode column) and for ``varied`` as a whole, the upload's and the variant's
+size, and how far the variant's pixels are from the upload's (the largest difference of a channel, and the
+mean of each pixel's largest).
 
     python benchmarks/media_variants.py               # 9 repeats per image
     python benchmarks/media_variants.py --repeats 3 --sizes 256,512
@@ -74,12 +75,12 @@ def difference(a: bytes, b: bytes) -> tuple[int, float]:
 def timed(data: bytes, fmt: str, seed: bytes) -> tuple[float, float, float]:
     """Seconds to decode, vary and encode once: ``handles.varied``'s steps, apart (a JPEG's options as it
     passes them; the total is checked against ``varied`` itself by the caller)."""
-    started = time.perf_counter()
+    started = time.process_time()
     image = Image.open(io.BytesIO(data))
     image.load()
-    decoded = time.perf_counter()
+    decoded = time.process_time()
     variant = handles._vary_pixels(image, random.Random(seed), together=fmt == "JPEG")
-    moved = time.perf_counter()
+    moved = time.process_time()
     out = io.BytesIO()
     if fmt == "JPEG":
         variant.save(out, "JPEG", qtables=image.quantization, comment=b"x" * 32)
@@ -90,7 +91,7 @@ def timed(data: bytes, fmt: str, seed: bytes) -> tuple[float, float, float]:
                         else {"quality": handles.WEBP_QUALITY}))
     else:
         variant.save(out, fmt, **({"optimize": False} if fmt == "GIF" else {"compress_type": handles.PNG_STRATEGY}))
-    return decoded - started, moved - decoded, time.perf_counter() - moved
+    return decoded - started, moved - decoded, time.process_time() - moved
 
 
 def main() -> None:
@@ -107,9 +108,9 @@ def main() -> None:
             steps = [timed(data, fmt, bytes([n])) for n in range(a.repeats)]
             whole = []
             for n in range(a.repeats):
-                started = time.perf_counter()
+                started = time.process_time()
                 variant = handles.varied(data, media_type, bytes([n]))
-                whole.append(time.perf_counter() - started)
+                whole.append(time.process_time() - started)
             worst, mean = difference(variant, data)
             decode, vary, encode = (1000 * statistics.median(s[k] for s in steps) for k in range(3))
             print(f"| {name} | {side} | {decode:.1f} | {vary:.1f} | {encode:.1f} | "

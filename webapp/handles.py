@@ -198,17 +198,21 @@ def _vary_pixels(image, rng, together: bool = False):
     side = max(1, min(VARY_TILE, min(width, height) // VARY_TILES_ACROSS))
     across, down = -(-width // side), -(-height // side)
     tiles = Image.frombytes("L", (across, down), rng.randbytes(across * down))
-    noise = tiles.resize((across * side, down * side), Image.Resampling.NEAREST).crop((0, 0, width, height))
     span = max(1, round(256 * VARY_SHARE / (2 * (1 if together else colour))))
-    # a tile's noise byte v moves colour band b up where low_b <= v < low_b + span, down in the next span
-    up, down = [], []
+    # a tile's random byte v moves colour band b up where low_b <= v < low_b + span, down in the next span
+    raise_, lower = [], []
     for band in range(len(image.getbands())):
         low = 0 if together else 2 * span * band
         moved = band < colour
-        up += [int(moved and low <= v < low + span) for v in range(256)]
-        down += [int(moved and low + span <= v < low + 2 * span) for v in range(256)]
-    noise = Image.merge(image.mode, [noise] * len(image.getbands()))
-    return ImageChops.subtract(ImageChops.add(image, noise.point(up)), noise.point(down))
+        raise_ += [int(moved and low <= v < low + span) for v in range(256)]
+        lower += [int(moved and low + span <= v < low + 2 * span) for v in range(256)]
+    tiles = Image.merge(image.mode, [tiles] * len(image.getbands()))
+
+    def mask(table: list[int]):  # a tile's move, then as large as the image (a tile a square of pixels)
+        return (tiles.point(table).resize((across * side, down * side), Image.Resampling.NEAREST)
+                .crop((0, 0, width, height)))
+
+    return ImageChops.subtract(ImageChops.add(image, mask(raise_)), mask(lower))
 
 
 def _vary_palette(image, rng):
