@@ -151,16 +151,16 @@ VARY_TILE = 8
 #: ... or smaller, so that an image has at least this many tiles across and down (a 16 x 16 icon: single pixels).
 VARY_TILES_ACROSS = 16
 #: Largest image varied (width x height): a larger one is served as uploaded (padded), its copy found by a
-#: comparison of bytes. A phone photo (12 MP) varies in about a second of one core
-#: (benchmarks/media_variants.py); more would let a rater's requests hold a web process.
+#: comparison of bytes. A PNG photo of 12 MP varies in about a second of CPU (79 ms per megapixel,
+#: benchmarks/media_variants.py); more would let a rater's requests hold a web process.
 VARY_MAX_PIXELS = 12_000_000
 #: A lossy WebP's variant is encoded at this quality (its own is not in the file); a lossless one with this
-#: effort and method (lower than Pillow's default 80 and 4: a quarter of a second for 1024 x 1024, not one).
+#: effort and method (lower than Pillow's default 80 and 4: 0.15 s of CPU for a 1024 x 1024 photo).
 WEBP_QUALITY = 90
 WEBP_EFFORT = 25
 WEBP_METHOD = 2
 #: zlib's strategy for a PNG variant: run lengths only, a fifth of the default's CPU (a 1024 x 1024 photo:
-#: 0.11 s, not 0.54 s) for a file about a tenth larger (benchmarks/media_variants.py).
+#: 51 ms, not 255) for a file about a tenth larger (benchmarks/media_variants.py).
 PNG_STRATEGY = zlib.Z_RLE
 #: Modes whose colour channels are varied as they are (the alpha channel of LA and RGBA is kept).
 _BANDS = {"L": 1, "LA": 1, "RGB": 3, "RGBA": 3}
