@@ -452,6 +452,11 @@ def main() -> None:
                                     "by the crowd", "awaiting the crowd")))
                                 print("    catch trials judged/missed: runs " + ", ".join(
                                     f"{c}/{m}: {k}" for (c, m), k in sorted(r["catch trials"].items())))
+                                judged = sum(c * k for (c, _), k in r["catch trials"].items())
+                                missed = sum(m * k for (_, m), k in r["catch trials"].items())
+                                if judged:  # a bot that tells a copy passes more than the kind's random rate
+                                    print(f"    catch trials passed: {judged - missed} of {judged} "
+                                          f"({1 - missed / judged:.1%}; at random {config.catch_rates[1]:.1%})")
                     sys.stdout.flush()
             finally:
                 stop_server(proc)
