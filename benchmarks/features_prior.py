@@ -115,21 +115,32 @@ def peer(n: int, oracle, budgets: list[int], seed: int, features) -> list[np.nda
 
 
 def evaluate(title: str, D: np.ndarray, make_oracle, variants: dict, budgets: list[int], seeds: int,
-             peer_of: tuple[str, ...] = (), kind: str = "triplet") -> None:
+             peer_of: tuple[str, ...] = (), kind: str = "triplet", first_seed: int = 0,
+             only: list[str] | None = None, reseed: int = 0) -> None:
+    """The rows of ``variants`` (label -> features of a seed, None: duels without features) on seeds
+    ``first_seed`` ... ``first_seed + seeds - 1``; ``only``: those labels and the row without features;
+    ``reseed``: one more row, duels without features whose own random stream is seed + ``reseed`` (the same
+    truth and raters: how far two such learners differ by chance, paired by seed)."""
     n = len(D)
+    if only is not None:
+        variants = {k: v for k, v in variants.items() if v is None or k in only}
+    if reseed:
+        variants = {**variants, f"learner seed + {reseed}": None}
     rows = []
     curves_of = {}
     started = time.monotonic()
     for label, make_features in variants.items():
-        runs = {"duels" if label == "none" else f"duels + {label}": []}
+        other = reseed if label.startswith("learner seed") else 0
+        runs = {"duels" if label == "none" else f"duels, {label}" if other else f"duels + {label}": []}
         if label in peer_of:
             runs[f"random + emb({label})"] = []
         alone = []
         agree = []
-        for seed in range(seeds):
+        for seed in range(first_seed, first_seed + seeds):
             F = None if make_features is None else make_features(seed)
             key = next(iter(runs))
-            runs[key].append([nn_metrics(p, D)[1] for p in drive(n, make_oracle(seed), budgets, seed, F, kind)])
+            runs[key].append([nn_metrics(p, D)[1] for p in drive(n, make_oracle(seed), budgets, seed + other, F,
+                                                                   kind)])
             if F is not None:
                 agree.append(triplet_agreement(F, D))
                 alone.append(nn_metrics(feature_neighbors(feature_space(F, n), 1)[:, 0], D)[1])
@@ -144,11 +155,12 @@ def evaluate(title: str, D: np.ndarray, make_oracle, variants: dict, budgets: li
     print_table(f"{title} — hit@3 by answers per item (mean of {seeds} seed(s); {time.monotonic() - started:.0f} s)",
                 ["method", "F agrees", "F alone"] + [f"{b}/item" for b in budgets], rows)
     if seeds > 1:
-        # each duels + F run less duels on the same seed (the same oracle): mean and standard error
+        # each duels + F run less duels on the same seed (the same oracle): mean and standard error. Only the truth,
+        # the raters and the features are paired: the learners' random streams part at the first question
         base = np.asarray(curves_of["duels"])
         diffs = []
         for name, curves in curves_of.items():
-            if name.startswith("duels + "):
+            if name.startswith(("duels + ", "duels, ")):
                 d = np.asarray(curves) - base
                 se = d.std(axis=0, ddof=1) / np.sqrt(len(d))
                 diffs.append([f"{name} - duels"] + [f"{m:+.3f} ± {e:.3f}" for m, e in zip(d.mean(axis=0), se,
@@ -177,7 +189,8 @@ def clusters(args) -> None:
         evaluate(f"clustered 4-D points, n = {n}, human noise (logistic {NOISE}, lapse {LAPSE})"
                  + (", 8-rank-2 screens (budgets: screens per item)" if rank else ""), D, make_oracle,
                  variants, args.budgets, args.seeds, kind=args.kind,
-                 peer_of=("F .7", "noise") if not (args.no_peer or rank) else ())
+                 peer_of=("F .7", "noise") if not (args.no_peer or rank) else (), first_seed=args.first_seed,
+                 only=args.variants, reseed=args.reseed)
 
 
 def eggs(args) -> None:
@@ -195,7 +208,8 @@ def eggs(args) -> None:
                                                                    distances=D),
                 "noise": lambda seed: noise_features(n, 16, random_state=seed)}
     evaluate(f"alien eggs, n = {n}, simulated human raters (noise fitted to the egg crowds)", D, make_oracle,
-             variants, args.budgets, args.seeds, peer_of=("parameter .8",) if not args.no_peer else ())
+             variants, args.budgets, args.seeds, peer_of=("parameter .8",) if not args.no_peer else (),
+             first_seed=args.first_seed, only=args.variants, reseed=args.reseed)
 
 
 def food100_screens(data_dir: Path) -> tuple[list[str], np.ndarray]:
@@ -262,7 +276,8 @@ def food100(args) -> None:
 
     variants = {"none": None, "ingredients": lambda seed: F, "noise": lambda seed: noise_features(n, 16, seed)}
     evaluate("Food-100 dishes, simulated from the crowd's consensus", D, make_oracle, variants, args.budgets,
-             args.seeds, peer_of=("ingredients",) if not args.no_peer else ())
+             args.seeds, peer_of=("ingredients",) if not args.no_peer else (), first_seed=args.first_seed,
+             only=args.variants, reseed=args.reseed)
 
 
 #: local triplets' neighbourhood (``--ceiling``)
@@ -389,7 +404,12 @@ def main(argv=None) -> None:
     ap.add_argument("--batches", default="offline", help="--false-trust: offline and/or questions per call")
     ap.add_argument("--planner", action="store_true", help="--false-trust: drive the planner on pure noise")
     ap.add_argument("--trust-z", type=float, default=None, help="--false-trust: trust from this z at every look")
-    ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--first-seed", type=int, default=0, help="the first seed (then first-seed + 1, ...)")
+    ap.add_argument("--variants", default=None,
+                    help="only these rows with features (comma-separated labels: noise, ingredients, F .7, ...) "
+                         "beside duels without features")
+    ap.add_argument("--reseed", type=int, default=0,
+                    help="one more row: duels without features on the learner's seed + this (0: none)")
     ap.add_argument("--kind", choices=("triplet", "rank"), default="triplet",
                     help="clusters: triplets, or 8-rank-2 screens (no peer)")
     ap.add_argument("--screen-tests", type=float, default=None,
@@ -407,6 +427,7 @@ def main(argv=None) -> None:
     args.sizes = [int(x) for x in args.sizes.split(",")]
     args.budgets = sorted(int(x) for x in args.budgets.split(","))
     args.agreements = [float(x) for x in args.agreements.split(",") if x]
+    args.variants = None if args.variants is None else [x.strip() for x in args.variants.split(",")]
     if args.ceiling:
         ceiling(args)
         return
