@@ -312,6 +312,45 @@ def test_a_rater_over_the_answer_limit_gets_429_with_retry_after(redis_url, conn
     assert count_answers(conn, study_id) == 3
 
 
+def test_media_by_handle_are_limited_per_rater_session_and_address(redis_url, conn, tmp_path, monkeypatch):
+    """Images of a study of copies are varied per request (a decode and an encode): a client looping on media
+    URLs is refused (429) past its media bucket, per rater session and per address, without touching the
+    answer buckets; a media request opens no rater session."""
+    from PIL import Image
+
+    from webapp.handles import fresh_handle
+
+    media = {}
+    for i in range(3):
+        out = io.BytesIO()
+        Image.new("RGB", (32, 32), (40 * i, 90, 200)).save(out, "PNG")
+        media[i] = out.getvalue()
+    items = [Item(id=f"img{i}", kind="image", media_type="image/png") for i in range(3)]
+    create_study(conn, StudyConfig(name="Pictures", random_state=0), items, media=media, study_id="pictures")
+    app = limited_app(redis_url, tmp_path, monkeypatch, MEDIA_RATE_PER_RATER=0.5, MEDIA_BURST_PER_RATER=3,
+                      MEDIA_RATE_PER_ADDRESS=0.5, MEDIA_BURST_PER_ADDRESS=5)
+
+    def url():
+        return f"/media/pictures/h/{fresh_handle(SECRET, 'pictures', 1)}"
+
+    rater = client_at(app)
+    assert rater.get("/api/studies/pictures/questions/next").status_code == 200  # the session
+    statuses = [rater.get(url()).status_code for _ in range(4)]
+    assert statuses == [200, 200, 200, 429]
+    refused = rater.get(url())
+    assert error_code(refused, 429) == "rate_limited" and "media" in refused.get_json()["error"]["message"]
+    assert 1 <= int(refused.headers["Retry-After"]) <= 2
+    # the answer buckets are the rater's own: questions still come
+    assert rater.get("/api/studies/pictures/questions/next").status_code == 200
+    # the address's bucket (5) is shared by sessionless clients of the address: 3 taken above, 2 left
+    statuses = [client_at(app).get(url()).status_code for _ in range(3)]
+    assert statuses == [200, 200, 429]
+    assert client_at(app, "203.0.113.9").get(url()).status_code == 200
+    sessionless = client_at(app, "203.0.113.10")
+    sessionless.get(url())
+    assert sessionless.get_cookie("session") is None  # no rater session opened by a media request
+
+
 def test_many_sessions_from_one_address_share_its_limit(redis_url, conn, study_id, tmp_path, monkeypatch):
     app = limited_app(redis_url, tmp_path, monkeypatch, ANSWER_RATE_PER_ADDRESS=0.5, ANSWER_BURST_PER_ADDRESS=4)
     url = f"/api/studies/{study_id}/questions/next"

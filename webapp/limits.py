@@ -22,7 +22,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import redis
-from flask import Flask, current_app, render_template, request
+from flask import Flask, current_app, render_template, request, session
 
 from workers.store import keys
 from workers.store.lua import Script
@@ -39,6 +39,11 @@ STUDY_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 #: Endpoints that count against a rater's (and their address's) answer buckets.
 RATER_ENDPOINTS = frozenset({"api.post_answer", "api.get_next_question"})
+#: Endpoints that count against a rater's (and their address's) media buckets: an image a rater's page fetches
+#: by handle, which in a study of copies is decoded, varied and encoded again per request
+#: (``handles.varied``: ~3 ms for a 512 x 512 JPEG, 21 ms for a PNG photo, up to about a second for a 12 MP PNG,
+#: benchmarks/media_variants.py), so a client looping on media URLs would take the web processes' CPU.
+MEDIA_ENDPOINTS = frozenset({"raters.shown_media"})
 
 DEFAULTS = {
     # A person answers at most one or two questions a second; the burst absorbs retries after a
@@ -57,6 +62,13 @@ DEFAULTS = {
     # the burst, no token from the address is checked until the bucket has room again.
     "TOKEN_FAILURE_RATE_PER_ADDRESS": 0.2,
     "TOKEN_FAILURE_BURST_PER_ADDRESS": 20,
+    # Media fetched by handle: a screen shows up to 16 items (a grid) and a reload or a slow connection fetches
+    # them again; a person looks at a screen for seconds. The rater's bucket holds only where the request
+    # carries a rater session (a media request never opens one).
+    "MEDIA_RATE_PER_RATER": 20.0,
+    "MEDIA_BURST_PER_RATER": 120,
+    "MEDIA_RATE_PER_ADDRESS": 200.0,
+    "MEDIA_BURST_PER_ADDRESS": 1200,
     # Completion codes first shown to raters of one address in one study: a class behind NAT
     # finishes at human pace; a script minting codes does not.
     "CODE_RATE_PER_ADDRESS": 0.1,
@@ -127,13 +139,16 @@ def exempt(address: str) -> bool:
 
 
 def limit_rater_requests() -> None:
-    """``before_request``: refuse a rater's answer or question request over their or their address's limit."""
-    if request.endpoint not in RATER_ENDPOINTS:
+    """``before_request``: refuse a rater's answer or question request over their or their address's limit,
+    and a media request by handle over their media limit (:data:`MEDIA_ENDPOINTS`)."""
+    if request.endpoint not in RATER_ENDPOINTS and request.endpoint not in MEDIA_ENDPOINTS:
         return None
     study_id = (request.view_args or {}).get("study_id", "")
     address = request.remote_addr or "unknown"
     if not study_id or not set(study_id) <= STUDY_ID_CHARS or len(study_id) > 64:
         return None  # an unknown study is refused by the view itself
+    if request.endpoint in MEDIA_ENDPOINTS:
+        return _limit_media(study_id, address)
     # a session made here (no study page first) counts against the anonymous-session cap like the page's
     rater = request_rater(get_redis(), study_id)
     if exempt(address):
@@ -145,12 +160,32 @@ def limit_rater_requests() -> None:
         Bucket(keys.rate_address(study_id, address), float(config["ANSWER_RATE_PER_ADDRESS"]),
                int(config["ANSWER_BURST_PER_ADDRESS"]), "address"),
     ])
+    _refuse(refused)
+
+
+def _limit_media(study_id: str, address: str) -> None:
+    """Charge a media request by handle to the rater session's media bucket (where the request carries one)
+    and the address's; 429 over either."""
+    if exempt(address):
+        return None
+    config = current_app.config
+    buckets = [Bucket(keys.rate_media(study_id, "addr", address), float(config["MEDIA_RATE_PER_ADDRESS"]),
+                      int(config["MEDIA_BURST_PER_ADDRESS"]), "address")]
+    rater = session.get("rater_id")
+    if rater:
+        buckets.append(Bucket(keys.rate_media(study_id, "rater", rater), float(config["MEDIA_RATE_PER_RATER"]),
+                              int(config["MEDIA_BURST_PER_RATER"]), "rater"))
+    _refuse(take(get_redis(), buckets), "media requests")
+
+
+def _refuse(refused: tuple[Bucket, float] | None, what: str = "requests") -> None:
+    """Nothing when every bucket had room, else ApiError 429 naming the full bucket and when to try again."""
     if refused is None:
         return None
     bucket, wait = refused
     who = "this rater session" if bucket.name == "rater" else "your network address"
     raise ApiError(429, "rate_limited",
-                   f"too many requests from {who} (at most {bucket.rate:g} per second); "
+                   f"too many {what} from {who} (at most {bucket.rate:g} per second); "
                    f"wait {retry_after(wait)} s and send it again",
                    headers={"Retry-After": retry_after(wait)}, retry_after=int(retry_after(wait)))
 

@@ -256,6 +256,12 @@ def rate_address(study_id: str, address: str) -> str:
     return _study_key(study_id, f"rate:addr:{_digest(address, 24)}")
 
 
+def rate_media(study_id: str, by: str, who: str) -> str:
+    """String: the rate-limit bucket of the media one rater session (``by`` "rater") or one client address
+    (``by`` "addr") fetches by handle in the study."""
+    return _study_key(study_id, f"rate:media:{by}:{_digest(who, 24)}")
+
+
 def rate_codes(study_id: str, address: str) -> str:
     """String: the rate-limit bucket of completion codes first shown to one client address in the study."""
     return f"{rate_address(study_id, address)}:codes"
