@@ -21,10 +21,14 @@ after the pass that applies the last answers (a refit ready by then is put in pl
     python benchmarks/rating_learners.py --items 1000 --budgets 25,50,100,200 --seeds 1 --methods pooled,random+model
 
 ``--save FILE`` writes each method's hit@3 seed by seed; ``--paired FILE`` (a file saved at another revision)
-adds a table of each method less the same method there, seed by seed (the seeds share truth and raters)::
+adds a table of each method less the same method there, seed by seed (the seeds share truth and raters);
+``--first-seed`` starts the seeds elsewhere than 0 (a rule chosen on seeds 0-47 checked on 48-95), paired with
+the same seeds of the saved file, and ``--budgets`` may be the saved ones' first few::
 
     python benchmarks/rating_learners.py --items 30 --seeds 48 --methods pooled --save before.json
     python benchmarks/rating_learners.py --items 30 --seeds 48 --methods pooled --paired before.json
+    python benchmarks/rating_learners.py --items 30 --seeds 48 --first-seed 48 --budgets 25,50,100,200,400 \
+        --methods pooled --paired before.json   # before.json saved with --seeds 96
 
 ``--mixed``: one study asking ratings and triplets of the same items, at equal rater time. The budgets are
 rater seconds per item, spent on ratings only, triplets only, or both (``--rating-share`` of the time on
@@ -293,7 +297,7 @@ def main(argv=None) -> None:
     ap.add_argument("--mixed-methods", default="all",
                     help="--mixed: the methods to run, comma-separated (ratings and triplets always among them)")
     ap.add_argument("--first-seed", type=int, default=0,
-                    help="--mixed: seeds first-seed, first-seed + 1, ... (--seeds of them)")
+                    help="seeds first-seed, first-seed + 1, ... (--seeds of them)")
     ap.add_argument("--true-scale", action="store_true",
                     help="--mixed: the learner's split weighs triplets by the simulator's true scale (a ceiling)")
     ap.add_argument("--triplet-noise", type=float, default=TripletNoise().noise_sd,
@@ -312,7 +316,8 @@ def main(argv=None) -> None:
         for method in args.methods.split(","):
             for live in ([True] if args.live_only else [False, True] if args.live else [False]):
                 t0 = time.time()
-                hits = [run(method, n, budgets, s, live, args.batch, args.lag) for s in range(args.seeds)]
+                hits = [run(method, n, budgets, s, live, args.batch, args.lag)
+                        for s in range(args.first_seed, args.first_seed + args.seeds)]
                 mean = np.mean(hits, axis=0)
                 label = f"{method}{' live' if live else ''}"
                 rows.append([label, *[f"{v:.2f}" for v in mean]])
@@ -322,23 +327,32 @@ def main(argv=None) -> None:
         truth = "held-out means of 253 raters" if n <= HELDOUT_UP_TO else "the simulator's means"
         pool = f"; live: batches of {args.batch}, refits lag {args.lag:g}" if args.live or args.live_only else ""
         print_table(f"{n} items, realistic ratings, hit@3 ({truth}) by ratings per item, mean of {args.seeds} "
-                    f"seeds{pool}",
+                    f"seeds{_from_seed(args)}{pool}",
                     ["method", *[f"{b}/item" for b in budgets]], rows)
         if args.paired:
-            before = json.loads(Path(args.paired).read_text()).get(str(n), {})
+            saved_before = json.loads(Path(args.paired).read_text())
+            before = saved_before.get(str(n), {})
+            offset = args.first_seed - int(saved_before.get("first_seed", 0))
             print_table(f"{n} items, each method less the same method in {args.paired}, paired by seed: mean "
                         f"(standard error) of the seeds both ran", ["difference", *[f"{b}/item" for b in budgets]],
-                        differences(saved[str(n)], before))
+                        differences(saved[str(n)], before, offset))
     if args.save:
-        Path(args.save).write_text(json.dumps(saved))
+        Path(args.save).write_text(json.dumps({**saved, "first_seed": args.first_seed}))
 
 
-def differences(now: dict[str, list], before: dict[str, list]) -> list[list[str]]:
-    """Each label in both (hit@3 seed by seed, budgets along), now less before over their common seeds."""
+def differences(now: dict[str, list], before: dict[str, list], offset: int = 0) -> list[list[str]]:
+    """Each label in both (hit@3 seed by seed, budgets along), now less before over their common seeds
+    (``now``'s first seed is ``before``'s ``offset``-th) and the budgets now has (the saved ones' first few)."""
     rows = []
     for label in [x for x in now if x in before]:
-        k = min(len(now[label]), len(before[label]))
-        d = np.asarray(now[label][:k]) - np.asarray(before[label][:k])
+        if offset < 0:
+            raise SystemExit(f"--paired: the saved seeds start after --first-seed ({-offset} later)")
+        k = min(len(now[label]), len(before[label]) - offset)
+        if k < 1:
+            continue
+        ref = np.asarray(before[label][offset:offset + k])
+        got = np.asarray(now[label][:k])
+        d = got - ref[:, : got.shape[1]]
         se = d.std(axis=0, ddof=1) / np.sqrt(k) if k > 1 else np.full(d.shape[1], np.nan)
         rows.append([f"{label} ({k} seeds)", *[f"{m:+.3f} ({e:.3f})" for m, e in zip(d.mean(axis=0), se, strict=True)]])
     return rows
