@@ -153,3 +153,24 @@ def test_an_image_that_cannot_be_varied_is_served_as_uploaded():
     assert handles.varied(encoded(big, "PNG"), "image/png", b"seed") is None
     assert zlib.crc32(handles.varied(encoded(picture(1), "PNG"), "image/png", b"seed")) == zlib.crc32(
         handles.varied(encoded(picture(1), "PNG"), "image/png", b"seed"))  # a seed: one variant
+
+
+def test_images_sent_as_uploaded_in_a_copies_study_are_named_when_it_is_created(conn):
+    """A study of copies whose images include some that cannot be varied (CMYK, an animation) is told which, at
+    create (``catches.prepare``, as `proxima create` and the New study form call it); all variable: no warning."""
+    from workers.store.studies import get_study
+
+    config = StudyConfig.from_dict({"name": "mixed", "random_state": 0})
+    media = {i: encoded(picture(i), "JPEG", quality=85) for i in range(N_ITEMS)}
+    items = [Item(id=f"img{i}", kind="image", media_type="image/jpeg") for i in range(N_ITEMS)]
+    create_study(conn, config, items, media=media, study_id="varied-all")
+    assert catches.prepare(conn, get_study(conn, "varied-all")) is None
+    media[2] = encoded(picture(2).convert("CMYK"), "JPEG", quality=85)
+    frames = io.BytesIO()
+    picture(4, 32).save(frames, "GIF", save_all=True, append_images=[picture(5, 32)])
+    media[4] = frames.getvalue()
+    items[4] = Item(id="img4", kind="image", media_type="image/gif")
+    create_study(conn, config, items, media=media, study_id="varied-some")
+    warning = catches.prepare(conn, get_study(conn, "varied-some"))
+    assert warning == catches.UNVARIED_IMAGES.format(count="2", examples="img2, img4")
+    assert not handles.can_vary(media[2], "image/jpeg") and handles.can_vary(media[0], "image/jpeg")

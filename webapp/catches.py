@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from workers.store import keys
 
-from .handles import CONTENT_ON_THE_WIRE
+from .handles import CONTENT_ON_THE_WIRE, can_vary
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -161,7 +161,25 @@ def prepare(conn: Redis, study: Study) -> str | None:
     rows = [json.loads(raw) for raw in conn.lrange(keys.items(study.id), 0, -1)]
     found = _choose_and_store(conn, study, rows)[0] if study.config.catch_every else []
     forget(study.id)
-    return _warning(study.config, rows, found)
+    return _warning(study.config, rows, found) or _unvaried_warning(conn, study, rows, found)
+
+
+def _unvaried_warning(conn: Redis, study: Study, rows: list[dict], found: list[Comparison]) -> str | None:
+    """UNVARIED_IMAGES where the study's catch trials are copies and some of its images cannot be varied per
+    handle (read from their headers: ~0.1 ms an image), else None."""
+    if not found or source_of(rows) != "copies":
+        return None
+    images = [i for i, row in enumerate(rows) if row.get("kind") == "image"]
+    unvaried = []
+    for start in range(0, len(images), 500):
+        chunk = images[start:start + 500]
+        for i, data in zip(chunk, conn.hmget(keys.media(study.id), [str(i) for i in chunk]), strict=True):
+            if data is not None and not can_vary(data, rows[i].get("media_type")):
+                unvaried.append(i)
+    if not unvaried:
+        return None
+    examples = ", ".join(str(rows[i].get("id", i)) for i in unvaried[:3]) + (", ..." if len(unvaried) > 3 else "")
+    return UNVARIED_IMAGES.format(count=f"{len(unvaried):,}", examples=examples)
 
 
 _locks: dict[str, threading.Lock] = {}
@@ -420,6 +438,13 @@ COPIES_OF_FILES = ("catch trials of an item against a copy of itself, whose soun
                    "pixels tells apart). They still catch raters who answer at random or without attention; items "
                    "with positions, or labels with a numeric feature (a column of the items CSV), have catch trials "
                    "no comparison of files answers")
+#: ... and one of images whose catch trials are copies where some images cannot be varied per handle
+#: (``handles.can_vary``): those are sent as uploaded, so their copies are found by comparing bytes.
+UNVARIED_IMAGES = ("catch trials of an item against a copy of itself, but {count} of the study's images ({examples}) "
+                   "are sent as they were uploaded (an animation, more than 12 megapixels, 16-bit, CMYK or "
+                   "black-and-white pixels, or a file the server cannot read), not as a variant of their own each "
+                   "time as the others are: a program that compares their bytes finds their copies. Save them as "
+                   "8-bit RGB (or greyscale) PNG or JPEG to have them varied")
 #: ... and one whose config turned them off.
 CATCHES_OFF = ("no catch trials (attention.rate: 0): random answers are caught by the answer check alone, "
                "which in a triplet study lets most of them through")

@@ -257,6 +257,29 @@ def _png_chunks(data: bytes, wanted: tuple[bytes, ...]) -> list[tuple[bytes, byt
     return out
 
 
+def _header_varies(image) -> bool:
+    """Whether an opened (not yet decoded) image is one :func:`varied` varies: a still PNG, JPEG, GIF or WebP
+    of at most VARY_MAX_PIXELS in a mode ``_vary_pixels`` moves (L, LA, RGB, RGBA or a palette)."""
+    return (image.size[0] * image.size[1] <= VARY_MAX_PIXELS and getattr(image, "n_frames", 1) == 1
+            and image.format in ("PNG", "JPEG", "GIF", "WEBP") and (image.mode == "P" or image.mode in _BANDS))
+
+
+def can_vary(data: bytes, media_type: str | None) -> bool:
+    """Whether :func:`varied` serves this upload as a variant (from its header alone, nothing decoded): False for
+    what is sent as uploaded, whose copies a comparison of bytes finds (``catches.UNVARIED_IMAGES``)."""
+    if media_type not in VARIED_TYPES:
+        return False
+    import io
+
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return _header_varies(image)
+    except (OSError, ValueError, SyntaxError, EOFError, TypeError, KeyError, Image.DecompressionBombError):
+        return False
+
+
 def varied(data: bytes, media_type: str | None, seed: bytes) -> bytes | None:
     """A variant of an image for one handle (``seed``: ``variant_seed``): decoded, turned upright by its EXIF
     orientation (as a browser shows it; the EXIF, whose thumbnail would be a copy's tell, is not kept), its
@@ -278,8 +301,7 @@ def varied(data: bytes, media_type: str | None, seed: bytes) -> bytes | None:
         # the header first: nothing larger than VARY_MAX_PIXELS is decoded (far below Pillow's own bomb limit,
         # so no warnings filter is needed, which threads of a web process would share)
         image = Image.open(io.BytesIO(data))
-        if (image.size[0] * image.size[1] > VARY_MAX_PIXELS or getattr(image, "n_frames", 1) > 1
-                or image.format not in ("PNG", "JPEG", "GIF", "WEBP")):
+        if not _header_varies(image):
             return None
         image.load()
         upright = ImageOps.exif_transpose(image) if image.getexif().get(0x0112, 1) != 1 else image
