@@ -27,6 +27,7 @@ from .dims import (
     score_dims,
     update_coin,
 )
+from .embedding import Embedding
 from .fits import FitTask
 from .priors import FIRST_FIT
 
@@ -118,8 +119,9 @@ def judge_features(s: Parts, params: Params) -> None:
     study without features spends, while they are tested). Trusted: duels start (the first fit is due).
     Dropped: the study goes on exactly as one without them, whose random warm-up the tests were (the feature
     neighbours' shortlists go, the answers stay); dropped once trusted, also without the fits made with
-    them (the features' map, the shortlists from it): as a study without features before its first fit,
-    which comes once the answers reach its warm-up."""
+    them (the features' map, the shortlists from it, every dimension's warm start and the dimensions' scores
+    of those fits): as a study without features before its first fit, which comes once the answers reach
+    its warm-up."""
     prior = s.prior
     if prior is None or prior.dropped_:
         return
@@ -139,9 +141,9 @@ def judge_features(s: Parts, params: Params) -> None:
     s.short.filled = None
     s.kept.certified = s.kept.ranked = None
     if s.fit.n_fits or s.fit.fit_job is not None:
-        fit = s.fit
-        fit.n_fits, fit.embedding, fit.fit_job, fit.running = 0, None, None, None
-        fit.rows, fit.rows_of, fit.rank_ref, fit.rank_ref_of, fit.trust_kept = {}, None, None, None, None
+        # every fit made with them goes: the chosen one, the other dimensions' warm starts (pulled toward where
+        # the features put the items) and the dimensions' scores (of those fits), the regime read from them
+        s.fit = Embedding(len(s.fit.dim_scores[0]))
 
 
 def fit_task(s: Parts, params: Params, dims: list[int]) -> FitTask:

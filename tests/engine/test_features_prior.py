@@ -373,6 +373,10 @@ def test_trusted_features_the_answers_then_contradict_are_dropped():
     dropped = _contradicted(planner, X, Y, n, 60)
     assert dropped is not None
     assert not planner.prior_.trusted and planner.progress()["features_used"] is False
+    # every fit made with the features went, with the dimensions' scores of those fits: at most the first fit
+    # without them has been made since (the answers are past the warm-up), and nothing scored it yet
+    fit = planner._s.fit
+    assert fit.n_fits <= 1 and not fit.dim_scores.any() and not fit.dim_compare.any()
     oracle = TripletOracle.from_points(Y, noise=0.1, model="human", lapse=0.05, random_state=3)
     _drive(planner, oracle, 10 * n)
     assert planner.n_fits_ >= 1 and planner.chosen_dim_ != 0  # a fit, not the features' map
