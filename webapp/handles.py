@@ -38,11 +38,15 @@ class InvalidHandle(ValueError):
     """A handle this server did not make for this study."""
 
 
-@lru_cache(maxsize=8)
-def _keys(secret_key: str) -> tuple[bytes, bytes, bytes]:
-    # keys of their own (nonce, pad, tag), none of them the key that signs sessions or tokens
+@lru_cache(maxsize=32)
+def _key(secret_key: str, label: bytes) -> bytes:
+    # keys of their own (nonce, pad, tag, vary), none of them the key that signs sessions or tokens
     root = hmac.new(secret_key.encode(), b"proxima.handles.v1", hashlib.sha256).digest()
-    return tuple(hmac.new(root, label, hashlib.sha256).digest() for label in (b"nonce", b"pad", b"tag"))
+    return hmac.new(root, label, hashlib.sha256).digest()
+
+
+def _keys(secret_key: str) -> tuple[bytes, bytes, bytes]:
+    return tuple(_key(secret_key, label) for label in (b"nonce", b"pad", b"tag"))
 
 
 def new_seed() -> str:
@@ -168,17 +172,11 @@ _BANDS = {"L": 1, "LA": 1, "RGB": 3, "RGBA": 3}
 _PNG_KEPT = (b"gAMA", b"cHRM", b"sRGB", b"pHYs")
 
 
-@lru_cache(maxsize=8)
-def _vary_key(secret_key: str) -> bytes:
-    root = hmac.new(secret_key.encode(), b"proxima.handles.v1", hashlib.sha256).digest()
-    return hmac.new(root, b"vary", hashlib.sha256).digest()
-
-
 def variant_seed(secret_key: str, handle: str) -> bytes:
     """The seed of a handle's variant: keyed, so the change cannot be computed from the handle and undone
     (the code is public), and fixed per handle, so a page's reloads get the same image and averaging many
     servings of one handle recovers nothing."""
-    return hmac.new(_vary_key(secret_key), handle.encode(), hashlib.sha256).digest()
+    return hmac.new(_key(secret_key, b"vary"), handle.encode(), hashlib.sha256).digest()
 
 
 def _vary_pixels(image, rng, together: bool = False):
