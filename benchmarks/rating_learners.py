@@ -72,7 +72,14 @@ from engine.kinds import KINDS  # noqa: E402
 from engine.planners import make_planner  # noqa: E402
 from engine.ratings.split import committed_share  # noqa: E402
 from engine.registry import ALGORITHMS, drive_as_pool  # noqa: E402
-from simulation.ratings import TripletNoise, TripletRater, realistic_simulator  # noqa: E402
+from simulation.ratings import (  # noqa: E402
+    REAL_RANDOM_TRIPLET_AGREEMENT,
+    TripletNoise,
+    TripletRater,
+    random_triplet_agreement,
+    realistic_simulator,
+    triplet_noise_for,
+)
 
 #: method label -> (algorithm, parameters)
 METHODS = {"pooled": ("pooled", {}), "random+model": ("pooled", {"explore": 1.0}),
@@ -167,13 +174,19 @@ def true_triplet_scale(sim, triplet_noise: float) -> float:
 
 
 def run_mixed(method: str, n: int, budgets: list[int], seed: int, seconds: dict[str, float], share: float,
-              triplet_noise: float, spent_out: list | None = None, true_scale: bool = False) -> list[float]:
+              triplet_noise: float | None, spent_out: list | None = None, true_scale: bool = False,
+              triplet_agreement: float | None = None) -> list[float]:
     """hit@3 at each budget of rater seconds per item, for ratings only, triplets only or both into the
     pooled learner (or triplets into duels); ``spent_out`` gets the share of the time spent on ratings
     by each budget. ``true_scale``: the learner's split weighs a triplet by the simulator's scale
-    (:func:`true_triplet_scale`) once it has measured both kinds, in place of the scale it fits."""
+    (:func:`true_triplet_scale`) once it has measured both kinds, in place of the scale it fits.
+    ``triplet_agreement``: the triplet noise is the one at which people's answers to random triplets of this
+    seed's items agree with their truth that often (:func:`simulation.ratings.triplet_noise_for`), not
+    ``triplet_noise``."""
     sim = realistic_simulator(n, random_state=seed)
     D = truth_distances(sim, seed)
+    if triplet_agreement is not None:
+        triplet_noise = triplet_noise_for(sim.means, triplet_agreement)
     rater = TripletRater(sim.means, TripletNoise(noise_sd=triplet_noise), random_state=seed + 20_000)
     duels = method == "duels (triplets)"
     planner = make_planner("duels" if duels else "pooled", n, random_state=seed,
@@ -223,6 +236,19 @@ def run_mixed(method: str, n: int, budgets: list[int], seed: int, seconds: dict[
     return out
 
 
+def triplet_noise_of(args, n: int) -> tuple[float, float]:
+    """(the triplet noise, how often people's answers to random triplets agree with the truth at it), means over
+    the seeds' items: what a table's triplets are as noisy as, beside the real figure."""
+    noises, agreements = [], []
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        means = realistic_simulator(n, random_state=seed).means
+        noise = (args.triplet_noise if args.triplet_agreement is None
+                 else triplet_noise_for(means, args.triplet_agreement))
+        noises.append(noise)
+        agreements.append(random_triplet_agreement(means, TripletNoise(noise_sd=noise)))
+    return float(np.mean(noises)), float(np.mean(agreements))
+
+
 def main_mixed(args, budgets: list[int]) -> None:
     seconds = {"rating": KINDS["rating"].seconds, "triplet": KINDS["triplet"].seconds}
     for part in filter(None, args.seconds.split(",")):
@@ -239,7 +265,8 @@ def main_mixed(args, budgets: list[int]) -> None:
             t0 = time.time()
             spent: list[float] = []
             hits = [run_mixed(method, n, budgets, s, seconds, args.rating_share, args.triplet_noise, spent,
-                              args.true_scale) for s in range(args.first_seed, args.first_seed + args.seeds)]
+                              args.true_scale, args.triplet_agreement)
+                    for s in range(args.first_seed, args.first_seed + args.seeds)]
             per_seed[method] = np.asarray(hits)
             mean = np.mean(hits, axis=0)
             rows.append([method, *[f"{v:.2f}" for v in mean]])
@@ -248,10 +275,13 @@ def main_mixed(args, budgets: list[int]) -> None:
             print(f"  n={n} {method}: hit@3 {' / '.join(rows[-1][1:])} ({time.time() - t0:.0f} s)", file=sys.stderr,
                   flush=True)
         truth = "held-out means of 253 raters" if n <= HELDOUT_UP_TO else "the simulator's means"
+        noise, agreement = triplet_noise_of(args, n)
         print_table(f"{n} items, realistic ratings and triplets of the same people, hit@3 ({truth}) by rater "
                     f"seconds per item (a rating {seconds['rating']:g} s, a triplet {seconds['triplet']:g} s; "
                     f"mixed: {100 * args.rating_share:.0f}% of the time on ratings; triplet noise "
-                    f"{args.triplet_noise:g} points{'; the split told the true scale' if args.true_scale else ''}), "
+                    f"{noise:.3g} points{' (mean over the seeds)' if args.triplet_agreement else ''}: random "
+                    f"triplets agree with the truth {agreement:.3f}, real people's {REAL_RANDOM_TRIPLET_AGREEMENT}"
+                    f"{'; the split told the true scale' if args.true_scale else ''}), "
                     f"mean of {args.seeds} seeds{_from_seed(args)}",
                     ["method", *[f"{b} s/item" for b in budgets]],
                     rows + [[f"{method.removeprefix('mixed (').removesuffix(')')}: share of the time on ratings",
@@ -302,6 +332,9 @@ def main(argv=None) -> None:
                     help="--mixed: the learner's split weighs triplets by the simulator's true scale (a ceiling)")
     ap.add_argument("--triplet-noise", type=float, default=TripletNoise().noise_sd,
                     help="--mixed: SD (rating points) of each pair's impression in a triplet")
+    ap.add_argument("--triplet-agreement", type=float, default=None,
+                    help="--mixed: in place of --triplet-noise, the noise at which random triplets agree with the "
+                         f"truth this often (real people's: {REAL_RANDOM_TRIPLET_AGREEMENT})")
     ap.add_argument("--save", default="", help="write each method's hit@3 seed by seed to this JSON file")
     ap.add_argument("--paired", default="",
                     help="a --save file (of another revision): print each method less it, paired by seed")

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
+from scipy.optimize import brentq
 from scipy.spatial.distance import pdist, squareform
+from scipy.special import ndtr
 
 from engine.utils import RandomState, check_random_state
 
@@ -210,6 +212,45 @@ class TripletRater:
         lapse = self.rng.random(m) < self.noise.lapse
         pick_a = np.where(lapse, self.rng.random(m) < 0.5, pick_a)
         return [(int(x), int(y), int(z), int(y if w else z)) for x, y, z, w in zip(h, a, b, pick_a, strict=True)]
+
+
+#: how often real people's answers to uniformly random triplets agree with a known truth: 7,444 answers to the
+#: random triplets of the alien-egg set (``../shared/data/alien_eggs``, Jamieson et al., NEXT, NIPS 2015; its
+#: ``origAlg.Label`` Random) agree with the eggs' generated smoothness in 86.4% (ties left out)
+REAL_RANDOM_TRIPLET_AGREEMENT = 0.864
+
+
+def random_triplet_agreement(means: ArrayLike, noise: TripletNoise = TripletNoise()) -> float:
+    """The share of answers to uniformly random triplets ``(h, a, b)`` of these items that agree with the truth
+    ``means`` (the candidate with the higher mean rating with ``h``), people answering with ``noise``
+    (:class:`TripletRater`): over every triplet, exactly. A triplet's agreement, the figure a set of real
+    triplets with a known truth gives (:data:`REAL_RANDOM_TRIPLET_AGREEMENT`), to put a triplet noise beside."""
+    M = np.asarray(means, np.float64)
+    n = M.shape[0]
+    if n < 3:
+        raise ValueError("random triplets need at least 3 items")
+    sd = noise.noise_sd * np.sqrt(2.0)
+    total = 0.0
+    for h in range(n):
+        others = np.delete(M[h], h)
+        gap = np.abs(others[:, None] - others[None, :])[np.triu_indices(n - 1, 1)]
+        right = np.where(gap > 0, ndtr(gap / sd) if sd > 0 else 1.0, 0.5)
+        total += float(np.sum(0.5 * noise.lapse + (1.0 - noise.lapse) * right))
+    return total / (n * (n - 1) * (n - 2) / 2)
+
+
+def triplet_noise_for(means: ArrayLike, agreement: float, lapse: float = TripletNoise().lapse) -> float:
+    """The per-impression noise SD (points; :class:`TripletNoise`) at which random triplets of these items agree
+    with their truth ``agreement`` of the time (:func:`random_triplet_agreement`). Raises ValueError if no noise
+    gives it (above what the ``lapse`` allows, or at or below chance)."""
+    def at(sd: float) -> float:
+        return random_triplet_agreement(means, TripletNoise(noise_sd=sd, lapse=lapse)) - agreement
+
+    lo, hi = 1e-3, 50.0
+    if not at(hi) < 0 < at(lo):
+        raise ValueError(f"no triplet noise gives an agreement of {agreement:g} with these items at a lapse of "
+                         f"{lapse:g} (from {at(hi) + agreement:.3f} to {at(lo) + agreement:.3f})")
+    return float(brentq(at, lo, hi, xtol=1e-4))
 
 
 def realistic_simulator(n_items: int, random_state: RandomState = None, **noise: float) -> RatingSimulator:

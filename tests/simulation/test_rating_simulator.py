@@ -10,13 +10,18 @@ import pytest
 
 from simulation.crowd import NoiseModel, Rater, Truth
 from simulation.ratings import (
+    REAL_RANDOM_TRIPLET_AGREEMENT,
     REAL_RATINGS,
     RatingNoise,
     RatingSimulator,
+    TripletNoise,
+    TripletRater,
     fit_from_pilot,
     latent_means,
+    random_triplet_agreement,
     rating_statistics,
     realistic_simulator,
+    triplet_noise_for,
 )
 
 
@@ -82,3 +87,29 @@ def test_simulated_crowd_raters_rate_as_people():
     assert ratings.mean(axis=1).std() > 0.5  # raters differ in their use of the scale
     exact = Rater(truth, NoiseModel(), False, random.Random(0))
     assert len({exact.answer(question)["value"] for _ in range(10)}) == 1
+
+
+def test_random_triplets_agree_with_the_truth_as_the_triplet_rater_answers_them():
+    means = latent_means(12, random_state=4)
+    noise = TripletNoise(noise_sd=1.0)
+    rng = np.random.default_rng(0)
+    heads = rng.integers(12, size=60_000)
+    a = (heads + 1 + rng.integers(11, size=60_000)) % 12
+    b = (heads + 1 + rng.integers(11, size=60_000)) % 12
+    keep = a != b
+    triplets = np.column_stack([heads, a, b])[keep]
+    answers = TripletRater(means, noise, random_state=1).answer(triplets)
+    right = np.mean([w == (x if means[h, x] > means[h, y] else y) for h, x, y, w in answers])
+    assert random_triplet_agreement(means, noise) == pytest.approx(right, abs=0.01)
+
+
+def test_the_triplet_noise_for_an_agreement_gives_that_agreement():
+    means = realistic_simulator(30, random_state=0).means
+    people = random_triplet_agreement(means, TripletNoise())  # a triplet as noisy as two ratings compared
+    assert 0.55 < people < 0.62 < REAL_RANDOM_TRIPLET_AGREEMENT  # far noisier than real random triplets
+    noise = triplet_noise_for(means, REAL_RANDOM_TRIPLET_AGREEMENT)
+    assert 0.1 < noise < 0.5
+    assert random_triplet_agreement(means, TripletNoise(noise_sd=noise)) == pytest.approx(
+        REAL_RANDOM_TRIPLET_AGREEMENT, abs=1e-3)
+    with pytest.raises(ValueError, match="no triplet noise gives an agreement of 0.97"):
+        triplet_noise_for(means, 0.97)  # above what a 10% lapse allows
