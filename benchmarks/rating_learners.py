@@ -70,6 +70,7 @@ from harness import nn_metrics, print_table  # noqa: E402
 from engine.graph import RefitsBeside  # noqa: E402
 from engine.kinds import KINDS  # noqa: E402
 from engine.planners import make_planner  # noqa: E402
+from engine.ratings.model import TRIPLET_SCALE_PER_NOISE  # noqa: E402
 from engine.ratings.split import committed_share  # noqa: E402
 from engine.registry import ALGORITHMS, drive_as_pool  # noqa: E402
 from simulation.ratings import (  # noqa: E402
@@ -249,6 +250,43 @@ def triplet_noise_of(args, n: int) -> tuple[float, float]:
     return float(np.mean(noises)), float(np.mean(agreements))
 
 
+def scale_reads(args) -> None:
+    """--scale-reads: what the learner's split reads a triplet's scale as in a study's first answers, half the
+    screens each kind, against the model's assumption (a triplet as noisy as two ratings compared) and the truth."""
+    counts = [float(x) for x in args.scale_reads.split(",")]
+    for n in (int(x) for x in args.items.split(",")):
+        reads, truths = [], []
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            sim = realistic_simulator(n, random_state=seed)
+            noise = (args.triplet_noise if args.triplet_agreement is None
+                     else triplet_noise_for(sim.means, args.triplet_agreement))
+            rater = TripletRater(sim.means, TripletNoise(noise_sd=noise), random_state=seed + 20_000)
+            planner = make_planner("pooled", n, random_state=seed, question_kind="rating")
+            measured = planner._measured
+            row = []
+            for c in counts:
+                while len(planner.log_) < c * n:
+                    planner.observe(sim.answer(planner.next_questions(max(1, n // 2))))
+                    planner.observe_triplets(rater.answer(planner.next_triplets(max(1, n // 2))))
+                planner.refresh_if_due()
+                if planner.fit_ is None:
+                    row.append(np.nan)
+                    continue
+                planner._measured = lambda: True  # read the scale as if both kinds were measured
+                assumed = TRIPLET_SCALE_PER_NOISE * float(planner.fit_.estimated.noise)
+                row.append(planner.triplet_scale() / assumed)
+                planner._measured = measured
+            reads.append(row)
+            truths.append(true_triplet_scale(sim, noise) / (TRIPLET_SCALE_PER_NOISE * sim.noise.noise_sd
+                                                            / (sim.noise.scale.high - sim.noise.scale.low)))
+        r = np.asarray(reads)
+        print_table(f"{n} items, a triplet's scale as the split reads it over the model's assumption, half the "
+                    f"screens each kind; the truth over the assumption {np.mean(truths):.3f}; mean (least - most) of "
+                    f"{args.seeds} seeds{_from_seed(args)}", ["ratings and triplets per item", "read / assumption"],
+                    [[f"{c:g}", f"{np.nanmean(r[:, k]):.3f} ({np.nanmin(r[:, k]):.3f} - {np.nanmax(r[:, k]):.3f})"]
+                     for k, c in enumerate(counts)])
+
+
 def main_mixed(args, budgets: list[int]) -> None:
     seconds = {"rating": KINDS["rating"].seconds, "triplet": KINDS["triplet"].seconds}
     for part in filter(None, args.seconds.split(",")):
@@ -335,11 +373,17 @@ def main(argv=None) -> None:
     ap.add_argument("--triplet-agreement", type=float, default=None,
                     help="--mixed: in place of --triplet-noise, the noise at which random triplets agree with the "
                          f"truth this often (real people's: {REAL_RANDOM_TRIPLET_AGREEMENT})")
+    ap.add_argument("--scale-reads", default="",
+                    help="ratings (and triplets) per item, e.g. 2,3,4,5: print how the split reads a triplet's scale "
+                         "then (at --triplet-noise or --triplet-agreement)")
     ap.add_argument("--save", default="", help="write each method's hit@3 seed by seed to this JSON file")
     ap.add_argument("--paired", default="",
                     help="a --save file (of another revision): print each method less it, paired by seed")
     args = ap.parse_args(argv)
     budgets = [int(x) for x in args.budgets.split(",")]
+    if args.scale_reads:
+        scale_reads(args)
+        return
     if args.mixed:
         main_mixed(args, budgets)
         return

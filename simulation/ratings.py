@@ -220,11 +220,9 @@ class TripletRater:
 REAL_RANDOM_TRIPLET_AGREEMENT = 0.864
 
 
-def random_triplet_agreement(means: ArrayLike, noise: TripletNoise = TripletNoise()) -> float:
-    """The share of answers to uniformly random triplets ``(h, a, b)`` of these items that agree with the truth
-    ``means`` (the candidate with the higher mean rating with ``h``), people answering with ``noise``
-    (:class:`TripletRater`): over every triplet, exactly. A triplet's agreement, the figure a set of real
-    triplets with a known truth gives (:data:`REAL_RANDOM_TRIPLET_AGREEMENT`), to put a triplet noise beside."""
+def _over_random_triplets(means: ArrayLike, noise: TripletNoise, of) -> float:
+    """The mean of ``of(p)`` over every triplet ``(h, a, b)`` of these items, ``p`` the chance a person answering
+    with ``noise`` (:class:`TripletRater`) picks the candidate with the higher mean rating with ``h``."""
     M = np.asarray(means, np.float64)
     n = M.shape[0]
     if n < 3:
@@ -235,8 +233,23 @@ def random_triplet_agreement(means: ArrayLike, noise: TripletNoise = TripletNois
         others = np.delete(M[h], h)
         gap = np.abs(others[:, None] - others[None, :])[np.triu_indices(n - 1, 1)]
         right = np.where(gap > 0, ndtr(gap / sd) if sd > 0 else 1.0, 0.5)
-        total += float(np.sum(0.5 * noise.lapse + (1.0 - noise.lapse) * right))
+        total += float(np.sum(of(0.5 * noise.lapse + (1.0 - noise.lapse) * right)))
     return total / (n * (n - 1) * (n - 2) / 2)
+
+
+def random_triplet_agreement(means: ArrayLike, noise: TripletNoise = TripletNoise()) -> float:
+    """The share of answers to uniformly random triplets ``(h, a, b)`` of these items that agree with the truth
+    ``means`` (the candidate with the higher mean rating with ``h``), people answering with ``noise``
+    (:class:`TripletRater`): over every triplet, exactly. A triplet's agreement, the figure a set of real
+    triplets with a known truth gives (:data:`REAL_RANDOM_TRIPLET_AGREEMENT`), to put a triplet noise beside."""
+    return _over_random_triplets(means, noise, lambda p: p)
+
+
+def random_triplet_repeat_agreement(means: ArrayLike, noise: TripletNoise = TripletNoise()) -> float:
+    """How often two people answering the same uniformly random triplet of these items with ``noise`` give the
+    same answer (exactly, over every triplet): what a pilot that asks some triplets twice measures without a
+    truth."""
+    return _over_random_triplets(means, noise, lambda p: p * p + (1.0 - p) * (1.0 - p))
 
 
 def triplet_noise_for(means: ArrayLike, agreement: float, lapse: float = TripletNoise().lapse) -> float:

@@ -19,6 +19,7 @@ from simulation.ratings import (
     fit_from_pilot,
     latent_means,
     random_triplet_agreement,
+    random_triplet_repeat_agreement,
     rating_statistics,
     realistic_simulator,
     triplet_noise_for,
@@ -101,6 +102,9 @@ def test_random_triplets_agree_with_the_truth_as_the_triplet_rater_answers_them(
     answers = TripletRater(means, noise, random_state=1).answer(triplets)
     right = np.mean([w == (x if means[h, x] > means[h, y] else y) for h, x, y, w in answers])
     assert random_triplet_agreement(means, noise) == pytest.approx(right, abs=0.01)
+    again = TripletRater(means, noise, random_state=2).answer(triplets)  # other people, the same triplets
+    same = np.mean([first[3] == second[3] for first, second in zip(answers, again, strict=True)])
+    assert random_triplet_repeat_agreement(means, noise) == pytest.approx(same, abs=0.01)
 
 
 def test_the_triplet_noise_for_an_agreement_gives_that_agreement():
