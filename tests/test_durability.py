@@ -36,6 +36,9 @@ from workers.store.studies import create_study, get_study
 
 WAIT = 60.0
 
+#: the issuing script draws each question's algorithm from Python's global random (conftest's ``seeded``)
+pytestmark = pytest.mark.usefixtures("seeded")
+
 
 @pytest.fixture
 def processes(tmp_path):
