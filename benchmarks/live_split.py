@@ -36,7 +36,7 @@ from harness import nn_metrics, print_table  # noqa: E402
 
 from engine.kinds import KINDS  # noqa: E402
 from engine.registry import wrapped_learner  # noqa: E402
-from simulation.ratings import TripletNoise, TripletRater, realistic_simulator  # noqa: E402
+from simulation.ratings import TripletNoise, TripletRater, realistic_simulator, triplet_noise_for  # noqa: E402
 from webapp.cli.embedded import EmbeddedRedis  # noqa: E402
 from workers.jobs import update  # noqa: E402
 from workers.jobs.learner_cache import forget_cached, load_learners  # noqa: E402
@@ -57,12 +57,16 @@ def truth_distances(sim, seed: int) -> np.ndarray:
 
 
 def run(conn, split: str, n: int, budgets: list[int], seed: int, triplets: str, triplet_noise: float,
-        batch: int, lapse: float = TripletNoise().lapse) -> tuple[list[float], ...]:
+        batch: int, lapse: float = TripletNoise().lapse, triplet_agreement: float | None = None
+        ) -> tuple[list[float], ...]:
     """(hit@3, share of the rater time on ratings so far, the learner's time share in force, share of the questions
-    so far that were random fallbacks) at each budget."""
+    so far that were random fallbacks) at each budget. ``triplet_agreement``: the triplet noise is the one at which
+    random triplets of this seed's items agree with their truth that often, not ``triplet_noise``."""
     random.seed(seed)  # the issuing script's draws and the fallback questions (workers.store.questions)
     sim = realistic_simulator(n, random_state=seed)
     D = truth_distances(sim, seed)
+    if triplet_agreement is not None:
+        triplet_noise = triplet_noise_for(sim.means, triplet_agreement, lapse)
     people = TripletRater(sim.means, TripletNoise(noise_sd=triplet_noise, lapse=lapse), random_state=seed + 20_000)
     conn.flushall()
     forget_cached()
@@ -112,6 +116,12 @@ def run(conn, split: str, n: int, budgets: list[int], seed: int, triplets: str, 
     return hits, on_ratings, in_force, fallback
 
 
+def noise_label(args) -> str:
+    if args.triplet_agreement is None:
+        return f"{args.triplet_noise:g}"
+    return f"for random triplets' agreement with the truth {args.triplet_agreement:g}"
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--items", type=int, default=30)
@@ -121,6 +131,9 @@ def main(argv=None) -> None:
     ap.add_argument("--triplets", default="duels", help="the algorithm asking the triplets (pooled_triplets: the "
                     "triplets the pooled learner chooses, its next_triplets)")
     ap.add_argument("--triplet-noise", type=float, default=TripletNoise().noise_sd)
+    ap.add_argument("--triplet-agreement", type=float, default=None,
+                    help="in place of --triplet-noise, the noise at which random triplets agree with the truth this "
+                         "often (real people's: .864, simulation.ratings.REAL_RANDOM_TRIPLET_AGREEMENT)")
     ap.add_argument("--triplet-lapse", type=float, default=TripletNoise().lapse,
                     help="share of triplets answered at random (1: a bot)")
     ap.add_argument("--batch", type=int, default=30, help="answers between update jobs")
@@ -135,7 +148,7 @@ def main(argv=None) -> None:
             for split in args.splits.split(","):
                 t0 = time.time()
                 runs = [run(conn, split, args.items, budgets, s, args.triplets, args.triplet_noise, args.batch,
-                            args.triplet_lapse)
+                            args.triplet_lapse, args.triplet_agreement)
                         for s in range(args.seeds)]
                 per_seed[split] = np.asarray([r[0] for r in runs])
                 label = "live, the learner's split" if split == "learner" else "live, half and half (fixed 1:1)"
@@ -159,7 +172,8 @@ def main(argv=None) -> None:
             store.stop()
     print_table(f"{args.items} items, a live mixed study (pooled ratings + {args.triplets} triplets), hit@3 (held-out "
                 f"means of 253 raters) by rater seconds per item (a rating and a triplet "
-                f"{KINDS['rating'].seconds:g} / {KINDS['triplet'].seconds:g} s; triplet noise {args.triplet_noise:g}, "
+                f"{KINDS['rating'].seconds:g} / {KINDS['triplet'].seconds:g} s; triplet noise "
+                f"{noise_label(args)}, "
                 f"lapse {args.triplet_lapse:g}; "
                 f"update every {args.batch} answers), mean of {args.seeds} seeds",
                 ["study", *[f"{b} s/item" for b in budgets]], rows)
