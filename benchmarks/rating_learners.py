@@ -186,8 +186,7 @@ def run_mixed(method: str, n: int, budgets: list[int], seed: int, seconds: dict[
     ``triplet_noise``."""
     sim = realistic_simulator(n, random_state=seed)
     D = truth_distances(sim, seed)
-    if triplet_agreement is not None:
-        triplet_noise = triplet_noise_for(sim.means, triplet_agreement)
+    triplet_noise = noise_of(sim.means, triplet_noise, triplet_agreement)
     rater = TripletRater(sim.means, TripletNoise(noise_sd=triplet_noise), random_state=seed + 20_000)
     duels = method == "duels (triplets)"
     planner = make_planner("duels" if duels else "pooled", n, random_state=seed,
@@ -237,14 +236,19 @@ def run_mixed(method: str, n: int, budgets: list[int], seed: int, seconds: dict[
     return out
 
 
+def noise_of(means: np.ndarray, triplet_noise: float | None, triplet_agreement: float | None) -> float:
+    """The triplet noise of a seed's items: ``triplet_noise``, or the one at which random triplets of them agree with
+    their truth ``triplet_agreement`` of the time if that is given."""
+    return float(triplet_noise) if triplet_agreement is None else triplet_noise_for(means, triplet_agreement)
+
+
 def triplet_noise_of(args, n: int) -> tuple[float, float]:
     """(the triplet noise, how often people's answers to random triplets agree with the truth at it), means over
     the seeds' items: what a table's triplets are as noisy as, beside the real figure."""
     noises, agreements = [], []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         means = realistic_simulator(n, random_state=seed).means
-        noise = (args.triplet_noise if args.triplet_agreement is None
-                 else triplet_noise_for(means, args.triplet_agreement))
+        noise = noise_of(means, args.triplet_noise, args.triplet_agreement)
         noises.append(noise)
         agreements.append(random_triplet_agreement(means, TripletNoise(noise_sd=noise)))
     return float(np.mean(noises)), float(np.mean(agreements))
@@ -258,8 +262,7 @@ def scale_reads(args) -> None:
         reads, truths = [], []
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             sim = realistic_simulator(n, random_state=seed)
-            noise = (args.triplet_noise if args.triplet_agreement is None
-                     else triplet_noise_for(sim.means, args.triplet_agreement))
+            noise = noise_of(sim.means, args.triplet_noise, args.triplet_agreement)
             rater = TripletRater(sim.means, TripletNoise(noise_sd=noise), random_state=seed + 20_000)
             planner = make_planner("pooled", n, random_state=seed, question_kind="rating")
             measured = planner._measured
@@ -277,8 +280,7 @@ def scale_reads(args) -> None:
                 row.append(planner.triplet_scale() / assumed)
                 planner._measured = measured
             reads.append(row)
-            truths.append(true_triplet_scale(sim, noise) / (TRIPLET_SCALE_PER_NOISE * sim.noise.noise_sd
-                                                            / (sim.noise.scale.high - sim.noise.scale.low)))
+            truths.append(noise / sim.noise.noise_sd)  # the assumption: a triplet as noisy as a rating per pair
         r = np.asarray(reads)
         print_table(f"{n} items, a triplet's scale as the split reads it over the model's assumption, half the "
                     f"screens each kind; the truth over the assumption {np.mean(truths):.3f}; mean (least - most) of "
