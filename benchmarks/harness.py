@@ -39,6 +39,20 @@ UNIT_SECONDS = 1.1e-8
 
 
 # ---------------------------------------------------------------------------- truth metrics
+#: rating benchmarks judge picks by the held-out means of 253 other raters (as the real table was judged) up to
+#: this many items, by the simulator's own means above (a full table of 253 raters is too large there)
+HELDOUT_UP_TO = 100
+
+
+def truth_distances(sim, seed: int) -> np.ndarray:
+    """Minus the mean ratings a rating benchmark judges picks by (smaller = more alike), zero diagonal: of a
+    :class:`simulation.ratings.RatingSimulator` ``sim``, held out (:data:`HELDOUT_UP_TO`) as seed ``seed``'s."""
+    means = sim.heldout_means(253, random_state=seed + 10_000) if sim.n_items <= HELDOUT_UP_TO else sim.means
+    D = -np.asarray(means, np.float64)
+    np.fill_diagonal(D, 0.0)
+    return D
+
+
 def nn_metrics(picks: np.ndarray, D: np.ndarray, tol: float = 1e-9) -> tuple[float, float]:
     """(NN error, hit@3) of picks (n,) against the distance matrix; -1 (no pick) is wrong."""
     n = len(D)

@@ -32,7 +32,7 @@ import redis
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from harness import nn_metrics, print_table  # noqa: E402
+from harness import nn_metrics, print_table, truth_distances  # noqa: E402
 
 from engine.kinds import KINDS  # noqa: E402
 from engine.registry import wrapped_learner  # noqa: E402
@@ -47,13 +47,6 @@ from workers.store.queue import enqueue_update, run_queued_jobs, schedule_update
 from workers.store.studies import Item, create_study, get_study  # noqa: E402
 
 SPLITS = ("learner", "fixed")
-
-
-def truth_distances(sim, seed: int) -> np.ndarray:
-    """Minus the held-out mean ratings of 253 other raters (as ``rating_learners.py``), zero diagonal."""
-    D = -np.asarray(sim.heldout_means(253, random_state=seed + 10_000), np.float64)
-    np.fill_diagonal(D, 0.0)
-    return D
 
 
 def run(conn, split: str, n: int, budgets: list[int], seed: int, triplets: str, triplet_noise: float,

@@ -65,7 +65,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from harness import nn_metrics, print_table  # noqa: E402
+from harness import HELDOUT_UP_TO, nn_metrics, print_table, truth_distances  # noqa: E402
 
 from engine.graph import RefitsBeside  # noqa: E402
 from engine.kinds import KINDS  # noqa: E402
@@ -85,7 +85,6 @@ from simulation.ratings import (  # noqa: E402
 #: method label -> (algorithm, parameters)
 METHODS = {"pooled": ("pooled", {}), "random+model": ("pooled", {"explore": 1.0}),
            "random": ("random", {}), "anntri": ("anntri", {}), "ann": ("ann", {})}
-HELDOUT_UP_TO = 100
 
 
 class Crowd:
@@ -115,14 +114,6 @@ class _Ready:
 
     def result(self):
         return self._result
-
-
-def truth_distances(sim, seed: int) -> np.ndarray:
-    """Minus the mean ratings the picks are judged by (smaller = more alike), zero diagonal."""
-    means = sim.heldout_means(253, random_state=seed + 10_000) if sim.n_items <= HELDOUT_UP_TO else sim.means
-    D = -np.asarray(means, np.float64)
-    np.fill_diagonal(D, 0.0)
-    return D
 
 
 def run(method: str, n: int, budgets: list[int], seed: int, live: bool, batch: int, lag: float) -> list[float]:

@@ -90,6 +90,15 @@ def latent_means(n_items: int, dim: int = LATENT_DIM, residual: float = RESIDUAL
     """A truth of mean ratings: Gaussian points in ``dim`` dimensions, the rating falling with their
     distance, plus a symmetric pair-specific part carrying ``residual`` of the variance; rescaled to
     ``mean`` and ``sd`` over the pairs. Returns ``means`` (diagonal: the scale's top, never read)."""
+    return latent_parts(n_items, dim, residual, mean, sd, random_state)[0]
+
+
+def latent_parts(n_items: int, dim: int = LATENT_DIM, residual: float = RESIDUAL_SHARE, mean: float = MEAN_RATING,
+                 sd: float = MEAN_SD, random_state: RandomState = None) -> tuple[np.ndarray, np.ndarray, float]:
+    """:func:`latent_means` (the same draws) and its parts: ``(means, structured, residual_sd)``,
+    ``structured`` the means less their pair-specific part (what a space of the items can hold; diagonal
+    as ``means``'), ``residual_sd`` the pair-specific part's SD in points (the means are ``structured``
+    plus an independent N(0, residual_sd²) per pair)."""
     rng = check_random_state(random_state)
     X = rng.normal(size=(n_items, dim))
     d = pdist(X)
@@ -98,10 +107,13 @@ def latent_means(n_items: int, dim: int = LATENT_DIM, residual: float = RESIDUAL
     structured = (structured - structured.mean()) / structured.std()
     noise = rng.normal(size=d.shape)
     v = np.sqrt(1.0 - residual) * structured + np.sqrt(residual) * noise
-    v = mean + sd * (v - v.mean()) / v.std()
-    M = squareform(v)
-    np.fill_diagonal(M, 9.0)
-    return M
+    centre, spread = v.mean(), v.std()
+    parts = []
+    for part in (v, np.sqrt(1.0 - residual) * structured):
+        M = squareform(mean + sd * (part - centre) / spread)
+        np.fill_diagonal(M, 9.0)
+        parts.append(M)
+    return parts[0], parts[1], float(sd * np.sqrt(residual) / spread)
 
 
 class RatingSimulator:
@@ -110,8 +122,12 @@ class RatingSimulator:
     :meth:`answer` gives ``(i, j, d, rater)`` rows (the distance a study maps the rating to, and the
     rater's id), the rows a rating learner observes; raters take turns, ``per_rater`` ratings each."""
 
-    def __init__(self, means: ArrayLike, noise: RatingNoise = RatingNoise(), random_state: RandomState = None) -> None:
+    def __init__(self, means: ArrayLike, noise: RatingNoise = RatingNoise(), random_state: RandomState = None,
+                 parts: tuple[np.ndarray, float] | None = None) -> None:
         self.means = np.asarray(means, np.float64)
+        #: (structured, residual_sd) of :func:`latent_parts` where the truth came from it (what a space of
+        #: the items can hold, for benchmarks that hand a learner the truth's space), else None
+        self.parts = parts
         if self.means.ndim != 2 or self.means.shape[0] != self.means.shape[1]:
             raise ValueError("means must be a square matrix")
         self.noise = noise
@@ -269,7 +285,8 @@ def triplet_noise_for(means: ArrayLike, agreement: float, lapse: float = Triplet
 def realistic_simulator(n_items: int, random_state: RandomState = None, **noise: float) -> RatingSimulator:
     """A simulator of ``n_items`` items at the default figures (:data:`REAL_RATINGS`)."""
     rng = check_random_state(random_state)
-    return RatingSimulator(latent_means(n_items, random_state=rng), RatingNoise(**noise), random_state=rng)
+    means, structured, residual_sd = latent_parts(n_items, random_state=rng)
+    return RatingSimulator(means, RatingNoise(**noise), random_state=rng, parts=(structured, residual_sd))
 
 
 def rating_statistics(table: ArrayLike, n_items: int, rating_sd: float | None = None) -> dict[str, float]:

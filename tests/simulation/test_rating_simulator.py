@@ -18,6 +18,7 @@ from simulation.ratings import (
     TripletRater,
     fit_from_pilot,
     latent_means,
+    latent_parts,
     random_triplet_agreement,
     random_triplet_repeat_agreement,
     rating_statistics,
@@ -36,6 +37,20 @@ def test_defaults_reproduce_the_real_tables_figures():
     assert mean["pair_mean_max"] == pytest.approx(REAL_RATINGS["pair_mean_max"], abs=0.6)
     assert mean["gap_median"] == pytest.approx(REAL_RATINGS["gap_median"], abs=0.05)
     assert 0.05 < mean["gap_under_0.05"] < 0.4
+
+
+def test_the_truth_splits_into_what_a_space_holds_and_what_each_pair_adds():
+    means, structured, residual_sd = latent_parts(40, random_state=5)
+    np.testing.assert_array_equal(means, latent_means(40, random_state=5))
+    iu = np.triu_indices(40, 1)
+    rest = means[iu] - structured[iu]
+    # the pair-specific part: 45% of the means' variance, an SD of residual_sd, independent of the space's part
+    assert rest.std() == pytest.approx(residual_sd, rel=0.1)
+    assert rest.var() / means[iu].var() == pytest.approx(0.45, abs=0.07)
+    assert abs(np.corrcoef(rest, structured[iu])[0, 1]) < 0.15
+    sim = realistic_simulator(40, random_state=5)
+    np.testing.assert_array_equal(sim.parts[0], latent_parts(40, random_state=np.random.default_rng(5))[1])
+    assert RatingSimulator(means).parts is None
 
 
 def test_a_rater_keeps_their_offset_across_ratings():
