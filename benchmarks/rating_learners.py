@@ -69,10 +69,11 @@ from harness import HELDOUT_UP_TO, nn_metrics, print_table, truth_distances  # n
 
 from engine.graph import RefitsBeside  # noqa: E402
 from engine.kinds import KINDS  # noqa: E402
-from engine.planners import make_planner  # noqa: E402
+from engine.planners import make_planner, takes_features  # noqa: E402
 from engine.ratings.model import TRIPLET_SCALE_PER_NOISE  # noqa: E402
 from engine.ratings.split import committed_share  # noqa: E402
 from engine.registry import ALGORITHMS, drive_as_pool  # noqa: E402
+from simulation.features import features_of_agreement, noise_features  # noqa: E402
 from simulation.ratings import (  # noqa: E402
     REAL_RANDOM_TRIPLET_AGREEMENT,
     TripletNoise,
@@ -116,12 +117,30 @@ class _Ready:
         return self._result
 
 
-def run(method: str, n: int, budgets: list[int], seed: int, live: bool, batch: int, lag: float) -> list[float]:
-    """hit@3 at each budget (ratings per item: ``budget x n`` ratings in all)."""
+def item_features(sim, spec: str, seed: int) -> np.ndarray | None:
+    """Simulated item features of a simulator's items (``--features``): None for ``none``; ``noise``
+    (:func:`simulation.features.noise_features`, 16 columns); or a number, features of the truth's latent
+    points that agree with its mean ratings on that share of random triplets
+    (:func:`simulation.features.features_of_agreement`)."""
+    if spec == "none":
+        return None
+    if spec == "noise":
+        return noise_features(sim.n_items, 16, random_state=seed)
+    D = -np.asarray(sim.means, np.float64)
+    np.fill_diagonal(D, 0.0)
+    return features_of_agreement(sim.points, float(spec), random_state=seed, distances=D)
+
+
+def run(method: str, n: int, budgets: list[int], seed: int, live: bool, batch: int, lag: float,
+        features: str = "none") -> list[float]:
+    """hit@3 at each budget (ratings per item: ``budget x n`` ratings in all), with the items' simulated
+    ``features`` (:func:`item_features`) where not ``none``."""
     algorithm, params = METHODS[method]
     sim = realistic_simulator(n, random_state=seed)
     D = truth_distances(sim, seed)
-    planner = make_planner(algorithm, n, question_kind="rating", random_state=seed, **params)
+    F = item_features(sim, features, seed)
+    prior = {} if F is None else {"features": F}
+    planner = make_planner(algorithm, n, question_kind="rating", random_state=seed, **params, **prior)
     takes_raters = ALGORITHMS[algorithm].takes_raters
     crowd = Crowd()
     if live:
@@ -369,6 +388,9 @@ def main(argv=None) -> None:
     ap.add_argument("--scale-reads", default="",
                     help="ratings (and triplets) per item, e.g. 2,3,4,5: print how the split reads a triplet's scale "
                          "then (at --triplet-noise or --triplet-agreement)")
+    ap.add_argument("--features", default="none",
+                    help="item features given to the methods that take them, comma-separated: none, noise, or the "
+                         "share of random triplets on which they agree with the truth (e.g. none,0.7,noise)")
     ap.add_argument("--save", default="", help="write each method's hit@3 seed by seed to this JSON file")
     ap.add_argument("--paired", default="",
                     help="a --save file (of another revision): print each method less it, paired by seed")
@@ -383,13 +405,15 @@ def main(argv=None) -> None:
     saved: dict[str, dict[str, list]] = {}
     for n in (int(x) for x in args.items.split(",")):
         rows = []
-        for method in args.methods.split(","):
+        runs = [(method, spec) for method in args.methods.split(",") for spec in args.features.split(",")
+                if spec == "none" or takes_features(METHODS[method][0])]
+        for method, spec in runs:
             for live in ([True] if args.live_only else [False, True] if args.live else [False]):
                 t0 = time.time()
-                hits = [run(method, n, budgets, s, live, args.batch, args.lag)
+                hits = [run(method, n, budgets, s, live, args.batch, args.lag, spec)
                         for s in range(args.first_seed, args.first_seed + args.seeds)]
                 mean = np.mean(hits, axis=0)
-                label = f"{method}{' live' if live else ''}"
+                label = f"{method}{'' if spec == 'none' else f' + features {spec}'}{' live' if live else ''}"
                 rows.append([label, *[f"{v:.2f}" for v in mean]])
                 saved.setdefault(str(n), {})[label] = [[float(v) for v in h] for h in hits]
                 print(f"  n={n} {label}: hit@3 {' / '.join(rows[-1][1:])} ({time.time() - t0:.0f} s)",

@@ -94,13 +94,15 @@ def latent_means(n_items: int, dim: int = LATENT_DIM, residual: float = RESIDUAL
 
 
 def latent_parts(n_items: int, dim: int = LATENT_DIM, residual: float = RESIDUAL_SHARE, mean: float = MEAN_RATING,
-                 sd: float = MEAN_SD, random_state: RandomState = None) -> tuple[np.ndarray, np.ndarray, float]:
+                 sd: float = MEAN_SD, random_state: RandomState = None,
+                 points: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
     """:func:`latent_means` (the same draws) and its parts: ``(means, structured, residual_sd)``,
     ``structured`` the means less their pair-specific part (what a space of the items can hold; diagonal
     as ``means``'), ``residual_sd`` the pair-specific part's SD in points (the means are ``structured``
-    plus an independent N(0, residual_sd²) per pair)."""
+    plus an independent N(0, residual_sd²) per pair). ``points`` (n_items, dim): the latent points, if drawn
+    by the caller (they are the first draw of ``random_state``: drawn there, the means are the same)."""
     rng = check_random_state(random_state)
-    X = rng.normal(size=(n_items, dim))
+    X = rng.normal(size=(n_items, dim)) if points is None else np.asarray(points, np.float64)
     d = pdist(X)
     # a rating falls fast from the nearest pairs, then levels off: a few pairs stand out as alike
     structured = np.exp(-d / (TAIL * np.median(d)))
@@ -128,6 +130,8 @@ class RatingSimulator:
         #: (structured, residual_sd) of :func:`latent_parts` where the truth came from it (what a space of
         #: the items can hold, for benchmarks that hand a learner the truth's space), else None
         self.parts = parts
+        #: the latent points of the truth where :func:`realistic_simulator` made it, else None
+        self.points: np.ndarray | None = None
         if self.means.ndim != 2 or self.means.shape[0] != self.means.shape[1]:
             raise ValueError("means must be a square matrix")
         self.noise = noise
@@ -285,8 +289,12 @@ def triplet_noise_for(means: ArrayLike, agreement: float, lapse: float = Triplet
 def realistic_simulator(n_items: int, random_state: RandomState = None, **noise: float) -> RatingSimulator:
     """A simulator of ``n_items`` items at the default figures (:data:`REAL_RATINGS`)."""
     rng = check_random_state(random_state)
-    means, structured, residual_sd = latent_parts(n_items, random_state=rng)
-    return RatingSimulator(means, RatingNoise(**noise), random_state=rng, parts=(structured, residual_sd))
+    points = rng.normal(size=(n_items, LATENT_DIM))
+    means, structured, residual_sd = latent_parts(n_items, random_state=rng, points=points)
+    sim = RatingSimulator(means, RatingNoise(**noise), random_state=rng, parts=(structured, residual_sd))
+    #: the latent points the truth was made from (what simulated item features are made of)
+    sim.points = points
+    return sim
 
 
 def rating_statistics(table: ArrayLike, n_items: int, rating_sd: float | None = None) -> dict[str, float]:

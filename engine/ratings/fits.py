@@ -17,8 +17,8 @@ class FitTask:
     process) and give the same arrays. ``pairs``, ``values``, ``raters`` the first ratings of the log
     (the ones the refit started with; raters as codes, -1 unknown); ``n_raters`` the raters known then;
     ``init`` the previous fit's arrays (a warm start) or None; ``hyper`` the spreads to weigh by;
-    ``seed`` the refit's; ``triplets`` the first triplets of the log, ``(h, w, l)`` rows. ``key`` identifies
-    it, so a result is only applied to its own refit."""
+    ``seed`` the refit's; ``triplets`` the first triplets of the log, ``(h, w, l)`` rows; ``features`` the items'
+    features' space (n_items, p) or None. ``key`` identifies it, so a result is only applied to its own refit."""
 
     n_items: int
     dim: int
@@ -30,6 +30,7 @@ class FitTask:
     hyper: tuple[float, ...]
     seed: int
     triplets: np.ndarray | None = None
+    features: np.ndarray | None = None
 
     @property
     def answers(self) -> int:
@@ -45,10 +46,14 @@ class FitTask:
 
 
 def fit_arrays(fit: RatingFit) -> dict:
-    """A fit as plain arrays and floats (what a task hands back and a state saves)."""
-    return {"points": fit.points, "offsets": fit.offsets, "log_slopes": fit.log_slopes, "centre": fit.centre,
-            "pivot": fit.pivot, "hyper": fit.hyper.to_list(), "estimated": fit.estimated.to_list(),
-            "triplet_scale": fit.triplet_scale}
+    """A fit as plain arrays and floats (what a task hands back and a state saves; ``feature_map`` only
+    with features)."""
+    out = {"points": fit.points, "offsets": fit.offsets, "log_slopes": fit.log_slopes, "centre": fit.centre,
+           "pivot": fit.pivot, "hyper": fit.hyper.to_list(), "estimated": fit.estimated.to_list(),
+           "triplet_scale": fit.triplet_scale}
+    if fit.feature_map is not None:
+        out["feature_map"] = fit.feature_map
+    return out
 
 
 def fit_from_arrays(arrays: dict) -> RatingFit:
@@ -56,12 +61,15 @@ def fit_from_arrays(arrays: dict) -> RatingFit:
     return RatingFit(np.asarray(arrays["points"], np.float64).copy(), np.asarray(arrays["offsets"], np.float64).copy(),
                      np.asarray(arrays["log_slopes"], np.float64).copy(), float(arrays["centre"]),
                      float(arrays["pivot"]), Hyper.from_list(arrays["hyper"]), Hyper.from_list(arrays["estimated"]),
-                     float(arrays.get("triplet_scale", TRIPLET_SCALE_PER_NOISE * PRIOR_NOISE)))
+                     float(arrays.get("triplet_scale", TRIPLET_SCALE_PER_NOISE * PRIOR_NOISE)),
+                     None if arrays.get("feature_map") is None
+                     else np.asarray(arrays["feature_map"], np.float64).copy())
 
 
 def run_fit(task: FitTask) -> dict:
     """Fit the model to the task's ratings: :func:`fit_arrays` of the result."""
     init = None if task.init is None else fit_from_arrays(task.init)
     fit = fit_ratings(task.n_items, task.pairs, task.values, task.raters, task.n_raters, dim=task.dim,
-                      hyper=Hyper.from_list(task.hyper), init=init, random_state=task.seed, triplets=task.triplets)
+                      hyper=Hyper.from_list(task.hyper), init=init, random_state=task.seed, triplets=task.triplets,
+                      features=task.features)
     return fit_arrays(fit)

@@ -30,6 +30,7 @@ class RatingLearner(Protocol):
     log_: RatingLog
     triplets_: TripletLog
     fit_: RatingFit | None
+    features_: np.ndarray | None
     fit_job_: dict | None
     n_answers_: int
     n_issued_: int

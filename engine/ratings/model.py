@@ -14,6 +14,12 @@ Triplets of the same items feed the same space: ``triplets`` (S, 3) rows ``(h, w
 than l, each with probability ``lapse / 2 + (1 - lapse) * sigmoid((||x_h - x_l|| - ||x_h - x_w||) / tau)``
 (the human noise model: a lapse rate and a logistic in the distance gap), ``tau`` a fixed multiple of the
 ratings' noise (:data:`TRIPLET_SCALE_PER_NOISE`).
+
+With item features ``Z`` (n_items, p: their space, ``engine.features.feature_space``) the points are
+``X = Z W + E``: a map of the features fitted with the ratings (how people weigh them) plus each item's offset
+from where its features put it, both with Gaussian priors (:data:`PRIOR_POINT_SD` for the offsets,
+:data:`MAP_SHARE` for the map): features that predict the ratings let few ratings place an item, features
+that predict nothing get a map near 0 and leave the offsets to the ratings.
 """
 from __future__ import annotations
 
@@ -45,6 +51,15 @@ SPREAD_RANGE = 2.0
 #: the prior SD of the points' coordinates (distance units): pair distances then spread about as much as
 #: pair means do, so a fit on few ratings does not place items by their noise
 PRIOR_POINT_SD = 0.15
+#: with item features, the prior variance of where the features' map puts an item, as a share of the points'
+#: prior variance (``PRIOR_POINT_SD``²; the items' offsets from it get the rest); each map weight's prior SD
+#: follows from it and the features' spread. Set by how well the features predict the ratings
+#: (:func:`feature_share`), at most MAX_FEATURE_SHARE (the offsets keep a tenth: people may depart from any
+#: features); MAP_SHARE is :func:`map_prior_sd`'s default
+MAP_SHARE = 0.5
+MAX_FEATURE_SHARE = 0.9
+#: the features' distances must predict the ratings by this many standard errors of their correlation
+FEATURE_TEST_Z = 3.0
 #: triplets: the share of answers given at random (people's lapse rate, ALGORITHMS.md section 6), and the
 #: logistic's scale per unit of one rating's noise SD: a triplet as noisy as two of the rater's ratings
 #: compared (a gap's SD sqrt(2) noise; a logistic of scale s has SD 1.8 s). Fixed, not fitted: fitted with
@@ -87,6 +102,9 @@ class RatingFit:
     estimated: Hyper
     #: the triplets' logistic scale (distance units) the fit used
     triplet_scale: float = TRIPLET_SCALE_PER_NOISE * PRIOR_NOISE
+    #: with item features, the fitted map ``W`` (p, dim) of their space to the points (``points`` = Z W + the
+    #: items' offsets); None without
+    feature_map: np.ndarray | None = None
 
     @property
     def noise_sd(self) -> float:
@@ -174,18 +192,24 @@ class TripletDifferences:
 def _objective(theta: np.ndarray, n: int, dim: int, n_raters: int, pairs: Differences, values: np.ndarray,
                raters: np.ndarray, lam_offset: float, lam_slope: float, lam_point: float,
                triplets: TripletDifferences | None = None, tau: float = 1.0, weight: float = 1.0,
-               slope_weights: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+               slope_weights: np.ndarray | None = None, features: np.ndarray | None = None,
+               lam_map: float = 0.0) -> tuple[float, np.ndarray]:
     """Half the sum of squared residuals plus the raters' priors (in units of the noise variance), plus
     ``weight`` (the noise variance) times the ``triplets``' negative log-likelihood at scale ``tau``, and its
     gradient. theta = [points, offsets (n_raters), log slopes (n_raters), centre]; ``pairs`` the rated pairs'
     differences (:class:`Differences`), ``triplets`` the triplets' (:class:`TripletDifferences`). The pivot is the mean
     of the space's distances over the ratings, so a slope turns a rater's ratings about their middle and
     cannot stand in for an offset. With ``slope_weights`` (n_raters,) summing to 1, the log slopes are
-    theta's less their weighted mean (:func:`centred_log_slopes`)."""
-    X = theta[: n * dim].reshape(n, dim)
-    o = np.append(theta[n * dim: n * dim + n_raters], 0.0)
-    ls = np.append(centred_log_slopes(theta[n * dim + n_raters: n * dim + 2 * n_raters], slope_weights), 0.0)
-    centre = theta[-1]
+    theta's less their weighted mean (:func:`centred_log_slopes`). With ``features`` Z (n, p), theta's points
+    are the items' offsets E and the map W (p, dim) follows the centre: the points are Z W + E, W's prior
+    ``lam_map``."""
+    k = n * dim
+    E = theta[:k].reshape(n, dim)
+    o = np.append(theta[k: k + n_raters], 0.0)
+    ls = np.append(centred_log_slopes(theta[k + n_raters: k + 2 * n_raters], slope_weights), 0.0)
+    centre = theta[k + 2 * n_raters]
+    W = None if features is None else theta[k + 2 * n_raters + 1:].reshape(-1, dim)
+    X = E if W is None else E + features @ W
     gX = np.zeros((n, dim))
     if len(values):
         diff = pairs.of(X)
@@ -199,16 +223,22 @@ def _objective(theta: np.ndarray, n: int, dim: int, n_raters: int, pairs: Differ
     else:
         e = eg = f = pivot = np.zeros(0)
     loss = 0.5 * float(e @ e) + 0.5 * lam_offset * float(o @ o) + 0.5 * lam_slope * float(ls @ ls) \
-        + 0.5 * lam_point * float(np.sum(X * X))
-    gX += lam_point * X
+        + 0.5 * lam_point * float(np.sum(E * E))
     go = np.bincount(raters, weights=e, minlength=n_raters + 1)[:n_raters] + lam_offset * o[:n_raters]
     gl = np.bincount(raters, weights=eg * (f - pivot), minlength=n_raters + 1)[:n_raters] \
         + lam_slope * ls[:n_raters]
     if slope_weights is not None:
         gl = gl - slope_weights * gl.sum()
+    if W is None:
+        gX += lam_point * E
     if triplets is not None and len(triplets):
         loss += _triplet_term(X, triplets, tau, weight, gX)
-    return loss, np.concatenate([gX.ravel(), go, gl, [e.sum()]])
+    if W is None:
+        return loss, np.concatenate([gX.ravel(), go, gl, [e.sum()]])
+    # gX is the answers' gradient in the points: to the offsets with their prior, through Z to the map with its
+    loss += 0.5 * lam_map * float(np.sum(W * W))
+    return loss, np.concatenate([(gX + lam_point * E).ravel(), go, gl, [e.sum()],
+                                 (features.T @ gX + lam_map * W).ravel()])
 
 
 def centred_log_slopes(log_slopes: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
@@ -237,17 +267,28 @@ def _triplet_term(X: np.ndarray, triplets: TripletDifferences, tau: float, weigh
 def fit_ratings(n_items: int, pairs: np.ndarray, values: np.ndarray, raters: np.ndarray, n_raters: int,
                 dim: int = 3, hyper: Hyper | None = None, init: RatingFit | None = None,
                 random_state: RandomState = 0, max_iter: int = FIT_MAX_ITER,
-                triplets: np.ndarray | None = None) -> RatingFit:
+                triplets: np.ndarray | None = None, features: np.ndarray | None = None) -> RatingFit:
     """Fit the model by regularised least squares (L-BFGS), warm from ``init`` where given (its raters
     first, new raters at 0). Raters' offsets and log slopes have Gaussian priors of the ``hyper``
     spreads; the spreads the data then suggest are in the result's ``estimated``. ``triplets`` (S, 3)
-    rows ``(h, w, l)`` (w judged closer to h than l) add their likelihood, weighed in the same units."""
+    rows ``(h, w, l)`` (w judged closer to h than l) add their likelihood, weighed in the same units.
+    ``features`` (n_items, p), the items' features' space (``engine.features.feature_space``): the points
+    are then the features' map plus each item's offset (see the module's doc), the map in the result's
+    ``feature_map``; without ``init`` the fit starts where the features' leading components put the items."""
     hyper = hyper or Hyper()
     p = np.sort(np.asarray(pairs, np.int64).reshape(-1, 2), axis=1)
     y = np.asarray(values, np.float64)
     r = np.asarray(raters, np.int64)
     r = np.where((r < 0) | (r >= n_raters), n_raters, r)
     t = np.empty((0, 3), np.int64) if triplets is None else np.asarray(triplets, np.int64).reshape(-1, 3)
+    Z = None if features is None else np.asarray(features, np.float64)
+    if Z is not None and (Z.ndim != 2 or len(Z) != n_items):
+        raise ValueError(f"features must have shape ({n_items}, n_features), got {Z.shape}")
+    # features that do not predict the ratings are left out of the fit (its map 0): a map held at 0 by its
+    # prior alone slowed the fit, and the points came out worse than without features
+    share = 0.0 if Z is None else feature_share(Z, p, y, hyper)
+    unused = None if Z is None or share > 0 else Z
+    Z = None if unused is not None else Z
     rng = check_random_state(random_state)
     if init is not None and init.points.shape == (n_items, dim):
         X0 = init.points.copy()
@@ -256,14 +297,21 @@ def fit_ratings(n_items: int, pairs: np.ndarray, values: np.ndarray, raters: np.
         k = min(n_raters, len(init.offsets) - 1)
         o0[:k], l0[:k] = init.offsets[:k], init.log_slopes[:k]
         c0 = init.centre
+        W0 = None if Z is None else (init.feature_map if init.feature_map is not None
+                                     and init.feature_map.shape == (Z.shape[1], dim) else np.zeros((Z.shape[1], dim)))
     else:
         X0 = rng.normal(scale=0.1, size=(n_items, dim))
         o0, l0 = np.zeros(n_raters), np.zeros(n_raters)
         c0 = float(y.mean()) if len(y) else 0.5
-    theta0 = np.concatenate([X0.ravel(), o0, l0, [c0]])
+        W0 = None if Z is None else _map_start(Z, dim)
+        if Z is not None:
+            X0 = 0.1 * X0 + Z @ W0  # where the features put the items, a little apart where they coincide
+    theta0 = np.concatenate([(X0 if Z is None else X0 - Z @ W0).ravel(), o0, l0, [c0]]
+                            + ([] if Z is None else [W0.ravel()]))
     var = hyper.noise ** 2
     lam_o, lam_l = var / max(hyper.offset, MIN_SPREAD) ** 2, var / max(hyper.log_slope, MIN_SPREAD) ** 2
-    lam_x = var / PRIOR_POINT_SD**2
+    lam_x = var / (PRIOR_POINT_SD**2 * (1.0 - share))
+    lam_w = 0.0 if Z is None else var / max(map_prior_sd(Z, share), 1e-12) ** 2
     tau = TRIPLET_SCALE_PER_NOISE * hyper.noise
     counts = np.bincount(r, minlength=n_raters + 1)[:n_raters].astype(np.float64)
     weights = counts / counts.sum() if counts.sum() else None
@@ -271,18 +319,64 @@ def fit_ratings(n_items: int, pairs: np.ndarray, values: np.ndarray, raters: np.
         rated = Differences(n_items, p[:, 0], p[:, 1])
         compared = TripletDifferences(n_items, t) if len(t) else None
         res = minimize(_objective, theta0, args=(n_items, dim, n_raters, rated, y, r, lam_o, lam_l, lam_x, compared,
-                                                 tau, var, weights),
+                                                 tau, var, weights, Z, lam_w),
                        jac=True, method="L-BFGS-B", options={"maxiter": int(max_iter)})
         theta = res.x
     else:
         theta = theta0
-    X = theta[: n_items * dim].reshape(n_items, dim)
-    o = np.append(theta[n_items * dim: n_items * dim + n_raters], 0.0)
-    ls = np.append(centred_log_slopes(theta[n_items * dim + n_raters: n_items * dim + 2 * n_raters], weights), 0.0)
+    k = n_items * dim
+    X = theta[:k].reshape(n_items, dim)
+    W = None if Z is None else theta[k + 2 * n_raters + 1:].reshape(-1, dim).copy()
+    if W is not None:
+        X = X + Z @ W
+    o = np.append(theta[k: k + n_raters], 0.0)
+    ls = np.append(centred_log_slopes(theta[k + n_raters: k + 2 * n_raters], weights), 0.0)
     pivot = float(np.linalg.norm(X[p[:, 0]] - X[p[:, 1]], axis=1).mean()) if len(y) else 0.0
-    fit = RatingFit(X, o, ls, float(theta[-1]), pivot, hyper, hyper, tau)
+    fit = RatingFit(X, o, ls, float(theta[k + 2 * n_raters]), pivot, hyper, hyper, tau, W)
     fit.estimated = estimate_hyper(fit, n_items, p, y, r, n_raters)
+    if unused is not None:
+        fit.feature_map = np.zeros((unused.shape[1], dim))  # (a map of 0: the fit is as without features)
     return fit
+
+
+def feature_share(features: np.ndarray, pairs: np.ndarray, values: np.ndarray, hyper: Hyper) -> float:
+    """The share of the points' prior variance the features' map gets: how well the features' distances
+    predict the ratings, tested on the ratings themselves (no fit, so it cannot fit noise). The correlation
+    of each rated pair's distance in the features with its rating counts only if it is above
+    :data:`FEATURE_TEST_Z` standard errors (else 0: the features fall away); it is then corrected for what
+    no features can predict (each rating's noise and each pair's own residual, ``hyper``'s), squared, and
+    kept within :data:`MAX_FEATURE_SHARE`."""
+    Z = np.asarray(features, np.float64)
+    y = np.asarray(values, np.float64)
+    if len(y) < 3:
+        return 0.0
+    fd = np.linalg.norm(Z[pairs[:, 0]] - Z[pairs[:, 1]], axis=1)
+    if np.std(fd) == 0 or np.std(y) == 0:
+        return 0.0
+    r = float(np.corrcoef(fd, y)[0, 1])
+    if not r * np.sqrt(len(y) - 2) / np.sqrt(max(1.0 - r * r, 1e-12)) > FEATURE_TEST_Z:
+        return 0.0
+    structured = float(np.var(y)) - hyper.noise**2 - hyper.residual**2
+    true_r = r * float(np.std(y)) / np.sqrt(max(structured, 1e-12))
+    return float(np.clip(true_r**2, 0.0, MAX_FEATURE_SHARE))
+
+
+def map_prior_sd(features: np.ndarray, share: float = MAP_SHARE) -> float:
+    """The prior SD of each weight of the features' map: where the map puts an item then varies by
+    ``share`` of the points' prior variance, however many components the features have."""
+    spread2 = float(np.sum(np.var(np.asarray(features, np.float64), axis=0)))
+    return float(np.sqrt(share / max(spread2, 1e-12))) * PRIOR_POINT_SD
+
+
+def _map_start(features: np.ndarray, dim: int) -> np.ndarray:
+    """The map a fit without a start begins from: the features' leading components (their space orders
+    them by variance) as the first dimensions, scaled to the points' prior SD."""
+    Z = np.asarray(features, np.float64)
+    q = min(dim, Z.shape[1])
+    W = np.zeros((Z.shape[1], dim))
+    sd = np.std(Z[:, :q], axis=0)
+    W[np.arange(q), np.arange(q)] = PRIOR_POINT_SD / np.maximum(sd, 1e-12)
+    return W
 
 
 def _shrunk(prior: float, raw2: float, evidence: float, pseudo: float) -> float:
@@ -309,7 +403,8 @@ def estimate_hyper(fit: RatingFit, n_items: int, pairs: np.ndarray, values: np.n
     # the residuals less the parameters fitted to them (the space's coordinates, the raters' offsets and
     # slopes, the centre; at most half the ratings): on few ratings per item the space takes up much of
     # the noise, and a noise estimated too small trusts each pair's own ratings too much
-    free = min(fit.points.size + 2 * int(seen.sum()) + 1, len(values) // 2)
+    mapped = 0 if fit.feature_map is None else fit.feature_map.size
+    free = min(fit.points.size + mapped + 2 * int(seen.sum()) + 1, len(values) // 2)
     noise = max(float(np.sqrt(np.sum(e * e) / (len(values) - free))), MIN_SPREAD)
     out = Hyper(noise=noise, offset=fit.hyper.offset, log_slope=fit.hyper.log_slope, residual=fit.hyper.residual)
     if seen.sum() >= 5:

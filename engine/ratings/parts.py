@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ..features import feature_space
 from ..utils import RandomState, check_random_state, generator_from_state, read_through
 from .estimates import PairEstimates
 from .fits import fit_from_arrays
@@ -49,12 +50,15 @@ class Learned:
     tau_value: float | None = None
     with_triplets_key: tuple | None = None
     with_triplets_value: tuple[np.ndarray, np.ndarray] | None = None
+    #: the items' features' space (float32, n_items x p: ``engine.features.feature_space``), None without
+    features: np.ndarray | None = None
 
 
-def start(n_items: int, random_state: RandomState) -> Learned:
+def start(n_items: int, random_state: RandomState, features: np.ndarray | None = None) -> Learned:
     """A new learner's state for ``n_items`` items: nothing taken, no fit, the random generator of
-    ``random_state``."""
-    return Learned(check_random_state(random_state), RatingLog(), TripletLog(), PairEstimates(n_items))
+    ``random_state``, the features (checked, raw) read once into their space."""
+    return Learned(check_random_state(random_state), RatingLog(), TripletLog(), PairEstimates(n_items),
+                   features=None if features is None else feature_space(features, n_items))
 
 
 def learned_of_state(state: dict, n_items: int) -> Learned:
@@ -63,7 +67,8 @@ def learned_of_state(state: dict, n_items: int) -> Learned:
     job = state["fit_job"]
     s = Learned(generator_from_state(state["rng"]), RatingLog.from_state(state), TripletLog.from_state(state),
                 PairEstimates(n_items), fit=None if state["fit"] is None else fit_from_arrays(state["fit"]),
-                fit_job=None if job is None else {k: int(v) for k, v in job.items()})
+                fit_job=None if job is None else {k: int(v) for k, v in job.items()},
+                features=None if state.get("features") is None else np.asarray(state["features"], np.float32))
     counted = {"fitted_triplets": 0, **state}
     for name in COUNTERS:
         setattr(s, name, int(counted[name]))
@@ -74,6 +79,7 @@ def learned_of_state(state: dict, n_items: int) -> Learned:
 NAMES: dict[str, Any] = {
     "rng_": read_through("rng"), "log_": read_through("log"), "triplets_": read_through("triplets"),
     "_pairs": read_through("pairs"), "fit_": read_through("fit"), "fit_job_": read_through("fit_job"),
+    "features_": read_through("features"),
     "_fit_running": read_through("fit_running"), **{f"{name}_": read_through(name) for name in COUNTERS},
     "_tau_key": read_through("tau_key"), "_tau_value": read_through("tau_value"),
     "_with_triplets_key": read_through("with_triplets_key"),

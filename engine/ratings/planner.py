@@ -14,7 +14,9 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Self
 
 import numpy as np
+from numpy.typing import ArrayLike
 
+from ..features import check_features
 from ..graph import NO_NEIGHBOR, NeighborGraph
 from ..kinds import KINDS
 from ..utils import RandomState, check_n_items, check_state, counters_state, generator_state, store_params
@@ -53,6 +55,12 @@ class PooledRatings:
         Candidates per item (nearest by the current estimates) its questions are chosen among.
     refit_growth : float, default 0.25
         Refit when the ratings have grown by this share since the last fit.
+    features : array of shape (n_items, n_features), or None (default)
+        The items' features (an image embedding, measured attributes): read once into their space
+        (``engine.features.feature_space``), they are a prior the ratings can overrule. Every fit places the
+        items by a map of the features fitted with the ratings (how people weigh them) plus each item's
+        offset from where its features put it (:mod:`.model`); the first fit starts from the features'
+        leading components. Features that predict nothing get a map near 0.
 
     ``observe`` takes ``(i, j, d)`` or ``(i, j, d, rater)`` rows: d the rating mapped to a distance in
     [0, 1] (0 = very alike), rater any hashable id of who answered (its offset and slope are fitted).
@@ -76,6 +84,8 @@ class PooledRatings:
 
     VERSION = 1
     _COUNTERS = COUNTERS
+    #: ``make_planner(..., features=X)`` passes the items' features (see ``features``)
+    TAKES_FEATURES = True
     #: how the caller drives the learner (see ``pool`` and ``fitter`` above): not parameters, not saved
     pool = False
     fitter: Any = None
@@ -83,18 +93,22 @@ class PooledRatings:
     _parts: Learned | None = None
 
     def __init__(self, n_items: int, random_state: RandomState = None, dim: int = 4, warmup: float = 3.0,
-                 explore: float = 0.1, shortlist: int = 10, refit_growth: float = 0.25) -> None:
+                 explore: float = 0.1, shortlist: int = 10, refit_growth: float = 0.25,
+                 features: ArrayLike | None = None) -> None:
         store_params(self, locals())
         self.n_items = check_n_items(n_items)
         if self.n_items < 2:
             raise ValueError("a rating learner needs at least 2 items")
         self._check_params()
+        # the raw features until the first use reads them into their space (``_s``)
+        self.features = None if features is None else check_features(features, self.n_items)
 
     @property
     def _s(self) -> Learned:
         """What the learner learned, started on first use (:func:`~.parts.start`)."""
         if self._parts is None:
-            self._parts = start(self.n_items, self.random_state)
+            self._parts = start(self.n_items, self.random_state, self.features)
+            self.features = None
         return self._parts
 
     def _check_params(self) -> None:
@@ -379,7 +393,9 @@ class PooledRatings:
                 "fit": None if self.fit_ is None else {k: (v.copy() if isinstance(v, np.ndarray) else v)
                                                        for k, v in fit_arrays(self.fit_).items()},
                 "fit_job": None if self.fit_job_ is None else dict(self.fit_job_),
-                **counters_state(self, self._COUNTERS)}
+                **counters_state(self, self._COUNTERS),
+                # the features' space only where there are features (a state without them is as before)
+                **({} if self.features_ is None else {"features": self.features_.copy()})}
 
     @classmethod
     def from_state(cls, state: dict) -> Self:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from .fits import FitTask, fit_arrays, fit_from_arrays, run_fit
 from .model import Hyper
 
@@ -68,7 +70,8 @@ def fit_task(p: RatingLearner) -> FitTask:
     return FitTask(p.n_items, int(p.dim), log.pairs[:t].copy(), log.values[:t].copy(),
                    log.raters[:t].copy(), log.n_raters,
                    None if p.fit_ is None else fit_arrays(p.fit_),
-                   tuple(hyper), int(job["seed"]), p.triplets_.rows[: int(job.get("triplets", 0))].copy())
+                   tuple(hyper), int(job["seed"]), p.triplets_.rows[: int(job.get("triplets", 0))].copy(),
+                   None if p.features_ is None else p.features_.astype(np.float64))
 
 
 def take_fit(p: RatingLearner, arrays: dict) -> None:

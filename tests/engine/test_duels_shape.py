@@ -18,7 +18,7 @@ from engine.ratings import PooledRatings
 
 PACKAGE = Path(duels.__file__).parent
 MAX_CLASS_LINES = 400
-RATING_PARAMS = {"n_items", "random_state", "dim", "warmup", "explore", "shortlist", "refit_growth"}
+RATING_PARAMS = {"n_items", "random_state", "dim", "warmup", "explore", "shortlist", "refit_growth", "features"}
 PARAMS = {"n_items", "random_state", "shortlist", "min_shortlist", "shrink_at", "warmup", "explore", "refit_growth",
           "dim", "delta", "fit_work", "explore_pairs", "features"}
 
