@@ -30,6 +30,14 @@ the same seeds of the saved file, and ``--budgets`` may be the saved ones' first
     python benchmarks/rating_learners.py --items 30 --seeds 48 --first-seed 48 --budgets 25,50,100,200,400 \
         --methods pooled --paired before.json   # before.json saved with --seeds 96
 
+``--features none,0.7,noise``: the methods that take item features (``pooled``, so ``random+model`` too) run
+without them and with each kind: ``noise`` (16 columns of it), or features of the truth's latent points that
+agree with its mean ratings on that share of random triplets (the latent points themselves agree .74-.76: 45%
+of the pair means' variance is pair-specific). A second table gives each with features less without, seed by
+seed::
+
+    python benchmarks/rating_learners.py --items 30 --seeds 24 --methods pooled,random+model --features none,0.7,noise
+
 ``--mixed``: one study asking ratings and triplets of the same items, at equal rater time. The budgets are
 rater seconds per item, spent on ratings only, triplets only, or both (``--rating-share`` of the time on
 ratings); every answer feeds the pooled learner (ratings through ``observe``, triplets through
@@ -423,6 +431,13 @@ def main(argv=None) -> None:
         print_table(f"{n} items, realistic ratings, hit@3 ({truth}) by ratings per item, mean of {args.seeds} "
                     f"seeds{_from_seed(args)}{pool}",
                     ["method", *[f"{b}/item" for b in budgets]], rows)
+        with_features = {label: hits for label, hits in saved[str(n)].items() if " + features " in label}
+        if with_features:
+            without = {label: saved[str(n)][_without_features(label)] for label in with_features
+                       if _without_features(label) in saved[str(n)]}
+            print_table(f"{n} items, each method with features less the same method without, paired by seed: mean "
+                        f"(standard error)", ["difference", *[f"{b}/item" for b in budgets]],
+                        differences(with_features, without))
         if args.paired:
             saved_before = json.loads(Path(args.paired).read_text())
             before = saved_before.get(str(n), {})
@@ -432,6 +447,12 @@ def main(argv=None) -> None:
                         differences(saved[str(n)], before, offset))
     if args.save:
         Path(args.save).write_text(json.dumps({**saved, "first_seed": args.first_seed}))
+
+
+def _without_features(label: str) -> str:
+    """A run's label without its ``+ features ...`` part (``pooled + features 0.7 live`` -> ``pooled live``)."""
+    head, _, tail = label.partition(" + features ")
+    return head + (" live" if tail.endswith(" live") else "")
 
 
 def differences(now: dict[str, list], before: dict[str, list], offset: int = 0) -> list[list[str]]:

@@ -75,7 +75,7 @@ def make_planner(name: str, n_items: int, question_kind: str = "triplet", random
         params["labels"] = list(labels) if (entry.needs_labels or supervised) else None
     if features is not None:
         if not getattr(cls, "TAKES_FEATURES", False):
-            raise ValueError(f"{name} does not use item features; duels and the embeddings do")
+            raise ValueError(f"{name} does not use item features; duels, the embeddings and pooled (ratings) do")
         params["features"] = check_features(features, int(n_items))
     planner = cls(n_items, random_state=random_state, **params)
     if entry.grows:

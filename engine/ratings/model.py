@@ -284,8 +284,8 @@ def fit_ratings(n_items: int, pairs: np.ndarray, values: np.ndarray, raters: np.
     Z = None if features is None else np.asarray(features, np.float64)
     if Z is not None and (Z.ndim != 2 or len(Z) != n_items):
         raise ValueError(f"features must have shape ({n_items}, n_features), got {Z.shape}")
-    # features that do not predict the ratings are left out of the fit (its map 0): a map held at 0 by its
-    # prior alone slowed the fit, and the points came out worse than without features
+    # features that do not predict the ratings are left out of the fit (its map 0), so the fit is the one
+    # without features: a map held at 0 by a huge prior weight instead gave other (worse) points
     share = 0.0 if Z is None else feature_share(Z, p, y, hyper)
     unused = None if Z is None or share > 0 else Z
     Z = None if unused is not None else Z
