@@ -55,6 +55,9 @@ class Progress(_Common, total=False):
     # an item's feature neighbour beat another item in the answers (None before any such answer)
     features_used: bool
     feature_agreement: float | None
+    # the rating learner (engine.ratings): the share of the space's prior spread the features' map got in its
+    # last fit (None before a fit)
+    feature_share: float | None
 
 
 #: The keys every planner's ``progress()`` has (:class:`Progress`'s required keys, in order).

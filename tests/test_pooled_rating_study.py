@@ -29,8 +29,9 @@ def test_a_pooled_rating_study_learns_with_each_raters_id(app, conn):
     assert len(state["raters"]) == len(logged) and (np.asarray(state["raters"]) >= 0).all()
 
 
-def test_a_pooled_rating_study_with_item_features_fits_their_map(app, conn):
-    # the items' numeric features reach the rating learner through the worker, and a fit maps them
+def test_a_pooled_rating_study_with_item_features_fits_their_map(app, conn, researcher_client):
+    # the items' numeric features reach the rating learner through the worker, a fit maps them, and the
+    # Learning tab says how much of the space their map holds
     items = [Item(id=f"p{i}", kind="text", text=f"point {i}", features={"x": x, "twice": 2 * x + (i % 2)})
              for i, x in enumerate(POSITIONS)]
     config = StudyConfig.from_dict({**NO_CHECKS, "name": "pooled-features", "random_state": 1, "pool_size": 6,
@@ -44,3 +45,5 @@ def test_a_pooled_rating_study_with_item_features_fits_their_map(app, conn):
     state = engine_state.load(conn, sid, "pooled")
     assert np.asarray(state["features"]).shape == (6, 2)
     assert np.abs(np.asarray(state["fit"]["feature_map"])).sum() > 0
+    sentence = researcher_client.get(f"/api/studies/{sid}/stats").get_json()["features"]["sentence"]
+    assert "pooled: the features' distances predict the ratings, so their map holds" in sentence, sentence

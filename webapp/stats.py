@@ -308,6 +308,14 @@ def features_sentence(features: dict, summaries: dict, job: dict | None = None) 
         parts.append(f"The features alone make the rater's pick in {100 * held['agreement']:.0f}% of "
                      f"{held['answers']:,} held-out answers (chance: 50% for triplets).")
     for label, own in sorted((features.get("learners") or {}).items()):
+        if "share" in own:  # the rating learner: tested on the ratings at each refit
+            held = own["share"]
+            said = ("no fit has tested them yet" if held is None else
+                    f"the features' distances predict the ratings, so their map holds {100 * held:.0f}% of the "
+                    "space's spread in its last fit" if own.get("used") else
+                    "the features' distances did not predict the ratings in its last fit, which left them out")
+            parts.append(f"{label}: {said}.")
+            continue
         share = own.get("agreement")
         said = ("no answer has tested them yet" if share is None else
                 f"an item's feature neighbour beat another item in {100 * share:.0f}% of the answers that pit them")

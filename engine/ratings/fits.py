@@ -53,6 +53,7 @@ def fit_arrays(fit: RatingFit) -> dict:
            "triplet_scale": fit.triplet_scale}
     if fit.feature_map is not None:
         out["feature_map"] = fit.feature_map
+        out["feature_share"] = float(fit.feature_share)
     return out
 
 
@@ -63,7 +64,8 @@ def fit_from_arrays(arrays: dict) -> RatingFit:
                      float(arrays["pivot"]), Hyper.from_list(arrays["hyper"]), Hyper.from_list(arrays["estimated"]),
                      float(arrays.get("triplet_scale", TRIPLET_SCALE_PER_NOISE * PRIOR_NOISE)),
                      None if arrays.get("feature_map") is None
-                     else np.asarray(arrays["feature_map"], np.float64).copy())
+                     else np.asarray(arrays["feature_map"], np.float64).copy(),
+                     float(arrays.get("feature_share", 0.0)))
 
 
 def run_fit(task: FitTask) -> dict:

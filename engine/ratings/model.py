@@ -105,6 +105,9 @@ class RatingFit:
     #: with item features, the fitted map ``W`` (p, dim) of their space to the points (``points`` = Z W + the
     #: items' offsets); None without
     feature_map: np.ndarray | None = None
+    #: with item features, the share of the points' prior spread the map got (:func:`feature_share`; 0: the
+    #: features did not predict the ratings and were left out of the fit)
+    feature_share: float = 0.0
 
     @property
     def noise_sd(self) -> float:
@@ -332,7 +335,7 @@ def fit_ratings(n_items: int, pairs: np.ndarray, values: np.ndarray, raters: np.
     o = np.append(theta[k: k + n_raters], 0.0)
     ls = np.append(centred_log_slopes(theta[k + n_raters: k + 2 * n_raters], weights), 0.0)
     pivot = float(np.linalg.norm(X[p[:, 0]] - X[p[:, 1]], axis=1).mean()) if len(y) else 0.0
-    fit = RatingFit(X, o, ls, float(theta[k + 2 * n_raters]), pivot, hyper, hyper, tau, W)
+    fit = RatingFit(X, o, ls, float(theta[k + 2 * n_raters]), pivot, hyper, hyper, tau, W, share)
     fit.estimated = estimate_hyper(fit, n_items, p, y, r, n_raters)
     if unused is not None:
         fit.feature_map = np.zeros((unused.shape[1], dim))  # (a map of 0: the fit is as without features)

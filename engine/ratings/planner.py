@@ -321,9 +321,15 @@ class PooledRatings:
         return None if self.fit_ is None else self.fit_.points.copy()
 
     def progress(self) -> dict:
-        return {"answers": int(self.n_answers_), "questions_issued": int(self.n_issued_), "done": False,
-                "items_certified": 0, "n_items": self.n_items, "fits": int(self.n_fits_),
-                "raters": self.log_.n_raters, "triplets": len(self.triplets_)}
+        """With features, also ``features_used`` (the last fit used them) and ``feature_share`` (the share of the
+        space's prior spread their map got in it, :func:`~.model.feature_share`; None before a fit)."""
+        out = {"answers": int(self.n_answers_), "questions_issued": int(self.n_issued_), "done": False,
+               "items_certified": 0, "n_items": self.n_items, "fits": int(self.n_fits_),
+               "raters": self.log_.n_raters, "triplets": len(self.triplets_)}
+        if self.features_ is not None:
+            share = None if self.fit_ is None else round(float(self.fit_.feature_share), 4)
+            out.update(features_used=bool(share), feature_share=share)
+        return out
 
     # ------------------------------------------------------------------ the split between kinds
     def split_evidence(self, seconds: Mapping[str, float] | None = None) -> dict:

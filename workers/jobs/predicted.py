@@ -120,7 +120,8 @@ def features_summary(conn: Redis, study: Study, features: StudyFeatures, summari
     """How well the features agree with the crowd: on the held-out answers (the share of picks the nearest in
     the standardised features makes, ties shared; ``engine.heldout.choice_agreement``), and each learner's own
     live score of them where it keeps one (duels' ``feature_agreement``: how often an item's feature neighbour
-    beat another item; ``features_used``: whether it still trusts them), and where the features came from
+    beat another item; pooled's ``feature_share``: how much of its space their map holds; ``features_used``:
+    whether it still trusts them), and where the features came from
     (``source``)."""
     out: dict = {"items_added": len(features.raw) - features.n_known, "heldout": None, "learners": {},
                  # a file the researcher gave, or the built-in image statistics (weak; workers.jobs.builtin_features)
@@ -143,4 +144,6 @@ def features_summary(conn: Redis, study: Study, features: StudyFeatures, summari
         if "feature_agreement" in progress:
             out["learners"][label] = {"agreement": progress["feature_agreement"],
                                       "used": bool(progress.get("features_used"))}
+        elif "feature_share" in progress:  # the rating learner: how much of the space the features' map holds
+            out["learners"][label] = {"share": progress["feature_share"], "used": bool(progress.get("features_used"))}
     return out
