@@ -17,9 +17,9 @@ ratings' noise (:data:`TRIPLET_SCALE_PER_NOISE`).
 
 With item features ``Z`` (n_items, p: their space, ``engine.features.feature_space``) the points are
 ``X = Z W + E``: a map of the features fitted with the ratings (how people weigh them) plus each item's offset
-from where its features put it, both with Gaussian priors (:data:`PRIOR_POINT_SD` for the offsets,
-:data:`MAP_SHARE` for the map): features that predict the ratings let few ratings place an item, features
-that predict nothing get a map near 0 and leave the offsets to the ratings.
+from where its features put it, both with Gaussian priors sharing the points' (:data:`PRIOR_POINT_SD`) by
+how well the features predict the ratings (:func:`feature_share`): features that predict them let few
+ratings place an item; features that do not are left out of the fit (their map 0).
 """
 from __future__ import annotations
 
@@ -51,12 +51,10 @@ SPREAD_RANGE = 2.0
 #: the prior SD of the points' coordinates (distance units): pair distances then spread about as much as
 #: pair means do, so a fit on few ratings does not place items by their noise
 PRIOR_POINT_SD = 0.15
-#: with item features, the prior variance of where the features' map puts an item, as a share of the points'
-#: prior variance (``PRIOR_POINT_SD``²; the items' offsets from it get the rest); each map weight's prior SD
-#: follows from it and the features' spread. Set by how well the features predict the ratings
-#: (:func:`feature_share`), at most MAX_FEATURE_SHARE (the offsets keep a tenth: people may depart from any
-#: features); MAP_SHARE is :func:`map_prior_sd`'s default
-MAP_SHARE = 0.5
+#: with item features, the prior variance of where the features' map puts an item is a share of the points'
+#: prior variance (``PRIOR_POINT_SD``²; the items' offsets from it get the rest), set by how well the features
+#: predict the ratings (:func:`feature_share`), at most this (the offsets keep a tenth: people may depart from
+#: any features)
 MAX_FEATURE_SHARE = 0.9
 #: the features' distances must predict the ratings by this many standard errors of their correlation
 FEATURE_TEST_Z = 3.0
@@ -290,8 +288,7 @@ def fit_ratings(n_items: int, pairs: np.ndarray, values: np.ndarray, raters: np.
     # features that do not predict the ratings are left out of the fit (its map 0), so the fit is the one
     # without features: a map held at 0 by a huge prior weight instead gave other (worse) points
     share = 0.0 if Z is None else feature_share(Z, p, y, hyper)
-    unused = None if Z is None or share > 0 else Z
-    Z = None if unused is not None else Z
+    given, Z = Z, (Z if share > 0 else None)
     rng = check_random_state(random_state)
     if init is not None and init.points.shape == (n_items, dim):
         X0 = init.points.copy()
@@ -337,8 +334,8 @@ def fit_ratings(n_items: int, pairs: np.ndarray, values: np.ndarray, raters: np.
     pivot = float(np.linalg.norm(X[p[:, 0]] - X[p[:, 1]], axis=1).mean()) if len(y) else 0.0
     fit = RatingFit(X, o, ls, float(theta[k + 2 * n_raters]), pivot, hyper, hyper, tau, W, share)
     fit.estimated = estimate_hyper(fit, n_items, p, y, r, n_raters)
-    if unused is not None:
-        fit.feature_map = np.zeros((unused.shape[1], dim))  # (a map of 0: the fit is as without features)
+    if given is not None and Z is None:
+        fit.feature_map = np.zeros((given.shape[1], dim))  # (a map of 0: the fit is as without features)
     return fit
 
 
@@ -364,7 +361,7 @@ def feature_share(features: np.ndarray, pairs: np.ndarray, values: np.ndarray, h
     return float(np.clip(true_r**2, 0.0, MAX_FEATURE_SHARE))
 
 
-def map_prior_sd(features: np.ndarray, share: float = MAP_SHARE) -> float:
+def map_prior_sd(features: np.ndarray, share: float) -> float:
     """The prior SD of each weight of the features' map: where the map puts an item then varies by
     ``share`` of the points' prior variance, however many components the features have."""
     spread2 = float(np.sum(np.var(np.asarray(features, np.float64), axis=0)))
